@@ -1,0 +1,3 @@
+"""rl.collectors."""
+
+__version__ = "0.1.0"

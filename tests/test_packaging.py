@@ -1,0 +1,171 @@
+"""Each package installs alone, with only its declared dependencies, and works.
+
+The wheels of every workspace member are built once; then, for each package, a fresh
+virtual environment receives that wheel plus the wheels of the siblings it declares
+(transitively), and everything else from the index, pinned to the versions in uv.lock.
+A short script then imports the package, uses it, and checks that the siblings it does not
+declare are absent.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["rl-core", "rl-cpp", "rl-envs", "rl-data", "rl-collectors", "rl-objectives"]
+
+# A small real use of each package, run inside its own environment.
+SMOKE = {
+    "rl-core": """
+import torch
+from rl.core import Bounded, Composite, Unbounded
+spec = Composite(obs=Bounded(-1.0, 1.0, shape=(3,)), r=Unbounded(shape=(1,)))
+td = spec.rand()
+assert spec.is_in(td) and td["obs"].shape == (3,)
+""",
+    "rl-cpp": """
+import numpy as np
+from rl.cpp import SumSegmentTree
+t = SumSegmentTree(8, dtype="float64")
+t.update(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+assert t.total() == 10.0
+assert t.scan_lower_bound(np.array([0.5, 9.5])).tolist() == [0, 3]
+""",
+    "rl-envs": """
+from rl.envs import GymEnv
+env = GymEnv("CartPole-v1")
+td = env.rollout(5, break_when_any_done=False)
+assert td.batch_size == (5,) and ("next", "reward") in td.keys(True)
+""",
+    "rl-data": """
+import torch
+from tensordict import TensorDict
+from rl.data import LazyTensorStorage, TensorDictReplayBuffer
+rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), batch_size=4)
+rb.extend(TensorDict({"x": torch.arange(10)}, batch_size=[10]))
+assert len(rb) == 10 and rb.sample()["x"].shape == (4,)
+""",
+    "rl-collectors": """
+import rl.collectors, rl.envs
+assert rl.collectors.__version__
+""",
+    "rl-objectives": """
+import rl.modules, rl.objectives
+assert rl.objectives.__version__ and rl.modules.__version__
+""",
+}
+
+
+def _requires(wheel: Path) -> list[str]:
+    """Names of the rl-* siblings a wheel declares (unconditional requirements only)."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        msg = email.parser.Parser().parsestr(zf.read(meta).decode())
+    names = []
+    for req in msg.get_all("Requires-Dist") or []:
+        if ";" in req:
+            continue
+        name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower().replace("_", "-")
+        if name.startswith("rl-"):
+            names.append(name)
+    return names
+
+
+@pytest.fixture(scope="session")
+def uv() -> str:
+    exe = shutil.which("uv")
+    if exe is None:
+        pytest.fail("uv is not on PATH; the packaging test needs it (pip install uv)")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory, uv) -> dict[str, Path]:
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [uv, "build", "--all-packages", "--wheel", "--out-dir", str(dist), "--quiet"],
+        cwd=ROOT,
+        check=True,
+    )
+    found = {}
+    for wheel in dist.glob("*.whl"):
+        name = wheel.name.split("-")[0].replace("_", "-")
+        found[name] = wheel
+    missing = set(PACKAGES) - set(found)
+    assert not missing, f"wheels not built for {sorted(missing)}"
+    return found
+
+
+@pytest.fixture(scope="session")
+def constraints(tmp_path_factory, uv) -> Path:
+    path = tmp_path_factory.mktemp("constraints") / "constraints.txt"
+    out = subprocess.run(
+        [uv, "export", "--frozen", "--no-hashes", "--all-packages", "--no-emit-workspace",
+         "--no-header", "--no-annotate"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path.write_text(out)
+    return path
+
+
+def _closure(name: str, wheels: dict[str, Path]) -> list[str]:
+    todo, seen = [name], []
+    while todo:
+        cur = todo.pop()
+        if cur in seen:
+            continue
+        seen.append(cur)
+        todo.extend(_requires(wheels[cur]))
+    return seen
+
+
+def test_wheels_are_small(wheels):
+    for name, wheel in wheels.items():
+        limit = 2_000_000 if name == "rl-cpp" else 500_000
+        assert wheel.stat().st_size < limit, f"{wheel.name} is {wheel.stat().st_size} bytes"
+
+
+def test_no_namespace_init(wheels):
+    for wheel in wheels.values():
+        with zipfile.ZipFile(wheel) as zf:
+            assert "rl/__init__.py" not in zf.namelist(), f"{wheel.name} owns rl/__init__.py"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_installs_alone(package, wheels, constraints, uv, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
+    python = venv / "bin" / "python"
+    needed = _closure(package, wheels)
+    subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", str(python), "-c", str(constraints),
+         *[str(wheels[n]) for n in needed]],
+        check=True,
+    )
+    absent = [p for p in PACKAGES if p not in needed]
+    check_absent = "\n".join(
+        f"import importlib.util as u\nassert u.find_spec('rl.{mod}') is None, 'rl.{mod} leaked in'"
+        for p in absent
+        for mod in _modules(p)
+    )
+    script = SMOKE[package] + "\n" + check_absent + "\nprint('ok')\n"
+    res = subprocess.run([str(python), "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().endswith("ok")
+
+
+def _modules(package: str) -> list[str]:
+    if package == "rl-objectives":
+        return ["modules", "objectives"]
+    return [package.removeprefix("rl-")]

@@ -1,0 +1,5 @@
+"""Post-processing of collected batches before they enter a replay buffer."""
+
+from rl.data.postprocs._multistep import MultiStep
+
+__all__ = ["MultiStep"]

@@ -1,0 +1,125 @@
+"""n-step returns (Sutton, 1988, https://doi.org/10.1007/BF00115009)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rl.data.replay_buffers._utils import KeyMismatchError
+
+
+def _shift_left(x: torch.Tensor, j: int, dim: int, fill: float | bool) -> torch.Tensor:
+    """``x`` shifted ``j`` steps to the past along ``dim`` (``out[t] = x[t + j]``), padded."""
+    if j == 0:
+        return x
+    size = x.shape[dim]
+    pad_shape = list(x.shape)
+    pad_shape[dim] = min(j, size)
+    pad = torch.full(pad_shape, fill, dtype=x.dtype, device=x.device)
+    return torch.cat([x.narrow(dim, min(j, size), size - min(j, size)), pad], dim)
+
+
+class MultiStep(nn.Module):
+    """Turns one-step transitions into ``n``-step transitions, within each trajectory.
+
+    For a batch with time as its last batch dim (``[*B, T]``), step ``t`` gets
+    ``k_t = min(n_steps, steps until its trajectory ends (included), T - t)`` and:
+
+    - ``("next", "reward")``: ``sum_{j<k_t} gamma^j r_{t+j}``; the one-step reward moves to
+      ``("next", "original_reward")``;
+    - every other ``("next", ...)`` entry (observation, done, terminated, truncated...) is
+      taken from step ``t + k_t - 1``, so the value target is
+      ``reward + gamma_t * (1 - terminated) * V(next observation)``;
+    - ``"steps_to_next_obs"``: ``k_t`` (int64, ``[*B, T, 1]``) and ``"gamma"``:
+      ``gamma ** k_t`` (``[*B, T, 1]``).
+
+    Args:
+        gamma: the discount factor, in ``(0, 1]``.
+        n_steps: the look-ahead, at least 1.
+        reward_key: the one-step reward (default ``("next", "reward")``).
+        done_key: the end-of-trajectory flag (default ``("next", "done")``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import MultiStep
+        >>> td = TensorDict(
+        ...     {
+        ...         "observation": torch.arange(4.0).unsqueeze(-1),
+        ...         "next": {
+        ...             "observation": torch.arange(1.0, 5.0).unsqueeze(-1),
+        ...             "reward": torch.ones(4, 1),
+        ...             "done": torch.tensor([[False], [True], [False], [False]]),
+        ...         },
+        ...     },
+        ...     batch_size=[4],
+        ... )
+        >>> out = MultiStep(gamma=0.5, n_steps=2)(td)
+        >>> out["next", "reward"].squeeze(-1).tolist()
+        [1.5, 1.0, 1.5, 1.0]
+        >>> out["next", "observation"].squeeze(-1).tolist()
+        [2.0, 2.0, 4.0, 4.0]
+        >>> out["steps_to_next_obs"].squeeze(-1).tolist()
+        [2, 1, 2, 1]
+    """
+
+    def __init__(
+        self,
+        gamma: float,
+        n_steps: int,
+        *,
+        reward_key: NestedKey = ("next", "reward"),
+        done_key: NestedKey = ("next", "done"),
+    ) -> None:
+        super().__init__()
+        if not 0 < gamma <= 1:
+            raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+            raise ValueError(f"n_steps must be an int >= 1, got {n_steps!r}")
+        self.gamma = float(gamma)
+        self.n_steps = n_steps
+        self.reward_key = reward_key
+        self.done_key = done_key
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if tensordict.batch_dims == 0:
+            raise ValueError("MultiStep needs a batch with a time dimension, got batch_size []")
+        for key in (self.reward_key, self.done_key):
+            if key not in tensordict.keys(include_nested=True):
+                raise KeyMismatchError(f"MultiStep needs the key {key!r}, which the batch lacks")
+        tdim = tensordict.batch_dims - 1
+        batch = tensordict.batch_size
+        T = batch[-1]
+        reward = tensordict.get(self.reward_key)
+        done = tensordict.get(self.done_key).reshape(*batch, -1).any(-1)
+        time = torch.arange(T, device=done.device)
+        ret = torch.zeros_like(reward)
+        steps = torch.zeros(batch, dtype=torch.int64, device=done.device)
+        going = torch.ones(batch, dtype=torch.bool, device=done.device)
+        for j in range(self.n_steps):
+            valid = going & (time + j < T)
+            r_j = _shift_left(reward, j, tdim, 0.0)
+            mask = valid.reshape(*batch, *([1] * (reward.ndim - len(batch))))
+            ret = ret + (self.gamma**j) * r_j * mask
+            steps += valid
+            going = valid & ~_shift_left(done, j, tdim, True)
+        last = time + steps - 1
+
+        def pick(x: torch.Tensor) -> torch.Tensor:
+            idx = last.reshape(*batch, *([1] * (x.ndim - len(batch)))).expand_as(x)
+            return torch.gather(x, tdim, idx)
+
+        next_td = tensordict.get("next")
+        shifted = next_td.apply(pick)
+        shifted.set(self.reward_key[1:] if isinstance(self.reward_key, tuple) else "reward", ret)
+        shifted.set("original_reward", reward)
+        tensordict.set("next", shifted)
+        steps = steps.unsqueeze(-1)
+        tensordict.set("steps_to_next_obs", steps)
+        tensordict.set(
+            "gamma",
+            torch.full(steps.shape, self.gamma, dtype=reward.dtype, device=steps.device).pow(steps),
+        )
+        return tensordict

@@ -1,0 +1,546 @@
+"""Replay buffers: a storage, a sampler and a writer composed behind one lock."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+from rl.data.replay_buffers._utils import KeyMismatchError, atomic_torch_save
+from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
+from rl.data.replay_buffers.samplers._random import RandomSampler, Sampler
+from rl.data.replay_buffers.storages._base import ListStorage, Storage
+from rl.data.replay_buffers.storages._tensor import TensorStorage
+from rl.data.replay_buffers.writers._writers import (
+    RoundRobinWriter,
+    TensorDictRoundRobinWriter,
+    Writer,
+)
+
+_CHECKPOINT_FILE = "replay_buffer.pt"
+_CHECKPOINT_VERSION = 1
+
+
+def _check_batch_size(batch_size: Any, name: str = "batch_size") -> int | None:
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"{name} must be a positive int, got {batch_size!r}")
+    return batch_size
+
+
+class ReplayBuffer:
+    """A replay buffer: a storage holds the items, a writer places them, a sampler picks them.
+
+    Writes and reads take one lock, so a collector thread may ``extend`` while a learner
+    thread samples: a batch never holds a half-written item.
+
+    Args:
+        storage: where the items live (default ``ListStorage(1000)``).
+        sampler: which items a batch holds (default :class:`RandomSampler`).
+        writer: where new items go (default :class:`RoundRobinWriter`).
+        collate_fn: turns what the storage returns into a batch (default: stack lists of
+            tensors/TensorDicts, return tensor storages' batches as they are).
+        pin_memory: pin sampled batches (when CUDA is available).
+        prefetch: the number of batches sampled ahead in background threads.
+        transform: a callable (or a list of them) applied to every sampled batch, e.g. an
+            rl-envs transform; a transform with an ``inv`` method is also applied, inverted,
+            to the data given to ``add``/``extend``.
+        batch_size: the default batch size of ``sample()`` and of iteration.
+
+    Examples:
+        >>> import torch
+        >>> from rl.data import ReplayBuffer
+        >>> rb = ReplayBuffer(collate_fn=lambda x: x)
+        >>> rb.add(1)
+        0
+        >>> rb.sample(1)
+        [1]
+        >>> _ = rb.extend([2, 3])
+        >>> len(rb), sorted(set(rb.sample(16))) <= [1, 2, 3]
+        (3, True)
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: Storage | None = None,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Callable | Sequence[Callable] | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        self._storage = storage if storage is not None else ListStorage(1000)
+        if not isinstance(self._storage, Storage):
+            raise TypeError(f"storage must be a Storage, got {type(self._storage).__name__}")
+        self._sampler = sampler if sampler is not None else self._default_sampler()
+        if not isinstance(self._sampler, Sampler):
+            raise TypeError(f"sampler must be a Sampler, got {type(self._sampler).__name__}")
+        self._writer = writer if writer is not None else self._default_writer()
+        if not isinstance(self._writer, Writer):
+            raise TypeError(f"writer must be a Writer, got {type(self._writer).__name__}")
+        self._writer.register_storage(self._storage)
+        self._sampler._attach_storage(self._storage)
+        self._custom_collate = collate_fn is not None
+        self._collate_fn = collate_fn if collate_fn is not None else self._storage._default_collate
+        self._pin_memory = bool(pin_memory)
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)):
+            raise TypeError(f"prefetch must be an int, got {prefetch!r}")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError(f"prefetch must be non-negative, got {prefetch}")
+        self._prefetch = prefetch or 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._futures: deque[tuple[int, Future]] = deque()
+        self._batch_size = _check_batch_size(batch_size)
+        if transform is None:
+            self._transforms: list[Callable] = []
+        elif callable(transform):
+            self._transforms = [transform]
+        else:
+            self._transforms = list(transform)
+        for t in self._transforms:
+            if not callable(t):
+                raise TypeError(f"a transform must be callable, got {type(t).__name__}")
+        self._lock = threading.RLock()
+
+    def _default_sampler(self) -> Sampler:
+        return RandomSampler()
+
+    def _default_writer(self) -> Writer:
+        return RoundRobinWriter()
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def storage(self) -> Storage:
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    @property
+    def transform(self) -> list[Callable]:
+        return self._transforms
+
+    def append_transform(self, transform: Callable) -> ReplayBuffer:
+        if not callable(transform):
+            raise TypeError(f"a transform must be callable, got {type(transform).__name__}")
+        self._transforms.append(transform)
+        return self
+
+    def insert_transform(self, index: int, transform: Callable) -> ReplayBuffer:
+        if not callable(transform):
+            raise TypeError(f"a transform must be callable, got {type(transform).__name__}")
+        self._transforms.insert(index, transform)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(storage={self._storage}, sampler={self._sampler}, "
+            f"writer={self._writer}, batch_size={self._batch_size})"
+        )
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _inverse_transform(self, data: Any) -> Any:
+        for t in reversed(self._transforms):
+            inv = getattr(t, "inv", None)
+            if inv is not None:
+                data = inv(data)
+        return data
+
+    def add(self, data: Any) -> int:
+        """Writes one item and returns its index."""
+        if self._transforms:
+            data = self._inverse_transform(data)
+        with self._lock:
+            index = self._writer.add(data)
+            self._sampler.add(index)
+        return index
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Writes a batch of items (first dim) and returns their indices."""
+        if self._transforms:
+            data = self._inverse_transform(data)
+        with self._lock:
+            index = self._writer.extend(data)
+            self._sampler.extend(index)
+        return index
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Sets the priorities of the items at ``index`` (prioritized samplers only)."""
+        with self._lock:
+            self._sampler.update_priority(index, priority)
+
+    def empty(self) -> None:
+        """Forgets every item, the sampler's state and the writer's cursor."""
+        self._drain_prefetch()
+        with self._lock:
+            self._storage._empty()
+            self._sampler._empty()
+            self._writer._empty()
+
+    # -- reads -----------------------------------------------------------------------------------
+    def __getitem__(self, index: Any) -> Any:
+        with self._lock:
+            data = self._storage[index]
+        if isinstance(data, list):
+            data = self._collate_fn(data)
+        return data
+
+    def _postprocess(self, data: Any) -> Any:
+        for t in self._transforms:
+            data = t(data)
+        if self._pin_memory and torch.cuda.is_available():
+            data = data.pin_memory()
+        return data
+
+    def _sample(self, batch_size: int) -> tuple[Any, dict]:
+        with self._lock:
+            index, info = self._sampler.sample(self._storage, batch_size)
+            data = self._storage.get(index)
+        info["index"] = index
+        data = self._collate_fn(data)
+        return self._postprocess(data), info
+
+    def _drain_prefetch(self) -> None:
+        while self._futures:
+            _, future = self._futures.popleft()
+            future.cancel()
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - the batch is thrown away anyway
+                pass
+
+    def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._prefetch, thread_name_prefix="rl-replay-prefetch"
+            )
+        if self._futures and self._futures[0][0] != batch_size:
+            self._drain_prefetch()
+        while len(self._futures) < self._prefetch:
+            self._futures.append((batch_size, self._executor.submit(self._sample, batch_size)))
+        _, future = self._futures.popleft()
+        try:
+            result = future.result()
+        except BaseException:
+            self._drain_prefetch()
+            raise
+        self._futures.append((batch_size, self._executor.submit(self._sample, batch_size)))
+        return result
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """Samples a batch.
+
+        Args:
+            batch_size: the number of items; the constructor's ``batch_size`` when omitted.
+            return_info: also return the sampler's info (``"index"``, importance weights).
+
+        Raises:
+            RuntimeError: the buffer is empty.
+            ValueError: no batch size was given here nor at construction.
+        """
+        if batch_size is None:
+            batch_size = self._batch_size
+            if batch_size is None:
+                raise ValueError(
+                    "sample() needs a batch_size: pass one here or to the buffer's constructor"
+                )
+        else:
+            _check_batch_size(batch_size)
+        if self._prefetch:
+            data, info = self._sample_prefetched(batch_size)
+        else:
+            data, info = self._sample(batch_size)
+        return (data, info) if return_info else data
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._batch_size is None:
+            raise RuntimeError("iterating over a replay buffer needs batch_size at construction")
+        sampler = self._sampler
+        if sampler._epoch_based:
+            # an epoch ends exactly where the sampler says: no batches sampled ahead
+            if sampler.ran_out:
+                sampler.ran_out = False
+            while True:
+                data, _ = self._sample(self._batch_size)
+                yield data
+                if sampler.ran_out:
+                    return
+        while True:
+            yield self.sample()
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The storage, sampler and writer states, made of plain containers and tensors."""
+        with self._lock:
+            return {
+                "version": _CHECKPOINT_VERSION,
+                "storage": self._storage.state_dict(),
+                "sampler": self._sampler.state_dict(),
+                "writer": self._writer.state_dict(),
+            }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._drain_prefetch()
+        with self._lock:
+            self._storage.load_state_dict(state_dict["storage"])
+            self._sampler.load_state_dict(state_dict["sampler"])
+            self._writer.load_state_dict(state_dict["writer"])
+
+    def dumps(self, path: str | Path) -> None:
+        """Saves the buffer in the directory ``path``, atomically.
+
+        The checkpoint is written to a temporary file in ``path`` and renamed over the
+        previous one: a process killed during the dump leaves the previous checkpoint intact.
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(self.state_dict(), path / _CHECKPOINT_FILE)
+
+    def loads(self, path: str | Path) -> None:
+        """Restores a buffer saved by :meth:`dumps` (tensors only: nothing is unpickled)."""
+        file = Path(path) / _CHECKPOINT_FILE
+        if not file.exists():
+            raise FileNotFoundError(f"no replay-buffer checkpoint at '{file}'")
+        state = torch.load(file, map_location="cpu", weights_only=True)
+        if state.get("version") != _CHECKPOINT_VERSION:
+            raise ValueError(
+                f"'{file}' has checkpoint version {state.get('version')}, "
+                f"expected {_CHECKPOINT_VERSION}"
+            )
+        self.load_state_dict(state)
+
+    def __del__(self) -> None:
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A replay buffer of TensorDicts: batches carry their storage ``"index"`` and the
+    sampler's info (importance weights, slice flags) as entries.
+
+    Args:
+        priority_key: the key read by :meth:`update_tensordict_priority` (and by ``extend``
+            when the data holds it and the sampler is prioritized).
+        **kwargs: the :class:`ReplayBuffer` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import LazyTensorStorage, SamplerWithoutReplacement
+        >>> from rl.data import TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(1000), sampler=SamplerWithoutReplacement(), batch_size=50
+        ... )
+        >>> _ = rb.extend(TensorDict({"obs": torch.randn(100, 3)}, batch_size=[100]))
+        >>> [batch.batch_size[0] for batch in rb]
+        [50, 50]
+    """
+
+    def __init__(self, *, priority_key: NestedKey = "td_error", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.priority_key = priority_key
+        self.reduction = getattr(self._sampler, "reduction", "max")
+
+    def _default_writer(self) -> Writer:
+        return TensorDictRoundRobinWriter()
+
+    def _prioritized(self) -> bool:
+        return hasattr(self._sampler, "_sum_tree")
+
+    def _sample(self, batch_size: int) -> tuple[Any, dict]:
+        storage = self._storage
+        fast = (
+            not self._custom_collate
+            and isinstance(storage, TensorStorage)
+            and storage.initialized
+            and storage._is_td
+            and not storage._item_batch
+        )
+        with self._lock:
+            index, info = self._sampler.sample(storage, batch_size)
+            if fast and index.ndim == 1 and all(isinstance(k, str) for k in info):
+                extra = {"index": index, **info}
+                if "priority_weight" in info:
+                    extra["_weight"] = info["priority_weight"]
+                data = storage._gather(index, extra)
+                info["index"] = index
+                return self._postprocess(data), info
+            data = storage.get(index)
+        info["index"] = index
+        data = self._collate_fn(data)
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(
+                f"{type(self).__name__} samples TensorDicts, the collate_fn returned "
+                f"{type(data).__name__}"
+            )
+        self._write_info(data, info)
+        return self._postprocess(data), info
+
+    @staticmethod
+    def _write_info(data: TensorDictBase, info: dict) -> None:
+        batch = data.batch_size
+        for key, value in info.items():
+            if value.device != data.device and data.device is not None:
+                value = value.to(data.device)
+            if value.shape[: len(batch)] != batch:
+                value = value.reshape(value.shape[:1] + (1,) * (len(batch) - 1) + value.shape[1:])
+                value = value.expand(*batch, *value.shape[len(batch) :])
+            data.set(key, value)
+            if key == "priority_weight":
+                data.set("_weight", value)
+
+    def extend(self, data: Any) -> torch.Tensor:
+        index = super().extend(data)
+        if (
+            self._prioritized()
+            and isinstance(data, TensorDictBase)
+            and self.priority_key in data.keys(include_nested=True)
+        ):
+            self._update_from(index, data.get(self.priority_key), data.batch_dims)
+        return index
+
+    def _update_from(self, index: torch.Tensor, priority: torch.Tensor, batch_dims: int) -> None:
+        priority = priority.detach()
+        if priority.ndim > batch_dims:
+            priority = priority.reshape(*priority.shape[:batch_dims], -1)
+            if self.reduction == "max":
+                priority = priority.max(-1).values
+            elif self.reduction == "min":
+                priority = priority.min(-1).values
+            elif self.reduction == "mean":
+                priority = priority.mean(-1)
+            elif self.reduction == "median":
+                priority = priority.median(-1).values
+            else:
+                priority = priority.sum(-1)
+        if batch_dims > index.ndim and priority.ndim > index.ndim:
+            # one priority per stored item: reduce the extra batch dims of each item too
+            priority = priority.reshape(*index.shape, -1).max(-1).values
+        self.update_priority(index, priority)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Reads ``priority_key`` and ``"index"`` from a sampled batch and updates priorities."""
+        if not self._prioritized():
+            return
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"expected a TensorDict, got {type(data).__name__}")
+        try:
+            priority = data.get(self.priority_key)
+        except KeyError:
+            raise KeyMismatchError(
+                f"the batch has no priority key {self.priority_key!r}; write it before calling "
+                "update_tensordict_priority"
+            ) from None
+        try:
+            index = data.get("index")
+        except KeyError:
+            raise KeyMismatchError(
+                "the batch has no 'index' key; was it sampled from this buffer?"
+            ) from None
+        self._update_from(index, priority, data.batch_dims)
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A replay buffer with a :class:`PrioritizedSampler` (prioritized experience replay).
+
+    Args:
+        alpha, beta, eps, dtype: see :class:`PrioritizedSampler`.
+        storage: default ``ListStorage(1000)``; the trees have its capacity (and device).
+        **kwargs: the other :class:`ReplayBuffer` arguments.
+
+    Examples:
+        >>> from rl.data import PrioritizedReplayBuffer
+        >>> rb = PrioritizedReplayBuffer(alpha=0.7, beta=1.1, collate_fn=lambda x: x)
+        >>> rb.add(1)
+        0
+        >>> rb.sample(1)
+        [1]
+        >>> rb.update_priority(0, 0.5)
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "sampler" in kwargs:
+            raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
+        storage = storage if storage is not None else ListStorage(1000)
+        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
+        super().__init__(storage=storage, sampler=sampler, **kwargs)
+
+
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """A :class:`TensorDictReplayBuffer` with a :class:`PrioritizedSampler`.
+
+    Batches hold ``"index"`` and the importance weights under ``"priority_weight"`` (and
+    ``"_weight"``, the older TorchRL name); write new priorities under ``priority_key`` and
+    call :meth:`update_tensordict_priority`.
+
+    Args:
+        alpha, beta, eps, dtype: see :class:`PrioritizedSampler`.
+        priority_key: where priorities are read (default ``"td_error"``).
+        reduction: how a priority with extra dims is reduced per item (``"max"``...).
+        storage: default ``ListStorage(1000)``.
+        **kwargs: the other :class:`ReplayBuffer` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import TensorDictPrioritizedReplayBuffer
+        >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=1.1, priority_key="td_error")
+        >>> _ = rb.extend(TensorDict({"a": torch.randn(2, 3)}, batch_size=[2]))
+        >>> sample = rb.sample(2)
+        >>> sorted(sample.keys())
+        ['_weight', 'a', 'index', 'priority_weight']
+        >>> sample["td_error"] = torch.rand(2)
+        >>> rb.update_tensordict_priority(sample)
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: NestedKey = "td_error",
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        storage: Storage | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "sampler" in kwargs:
+            raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
+        storage = storage if storage is not None else ListStorage(1000)
+        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype, reduction)
+        super().__init__(storage=storage, sampler=sampler, priority_key=priority_key, **kwargs)
+        self.reduction = reduction

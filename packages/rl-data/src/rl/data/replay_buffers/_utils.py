@@ -1,0 +1,164 @@
+"""Shared helpers: index normalisation, checkpoint encoding and atomic file writes."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+_TD_TAG = "__rl_tensordict__"
+
+
+def as_index_tensor(index: Any, device: torch.device | None = None) -> torch.Tensor:
+    """Turns an int, a sequence, a numpy array or a tensor into a 1-D int64 tensor."""
+    if isinstance(index, torch.Tensor):
+        out = index.reshape(-1)
+        if out.dtype != torch.int64:
+            if out.dtype.is_floating_point or out.dtype == torch.bool:
+                raise TypeError(f"index must hold integers, got a tensor of dtype {out.dtype}")
+            out = out.long()
+    elif isinstance(index, (int, np.integer)):
+        out = torch.tensor([int(index)], dtype=torch.int64)
+    else:
+        arr = np.asarray(index)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"index must hold integers, got {index!r}")
+        out = torch.as_tensor(arr.astype(np.int64).reshape(-1))
+    if device is not None and out.device != device:
+        out = out.to(device)
+    return out
+
+
+def encode_tensordict(td: TensorDictBase) -> dict:
+    """Encodes a TensorDict as plain containers and tensors (loadable with ``weights_only``)."""
+    keys, values = [], []
+    for key, value in td.items(include_nested=True, leaves_only=True):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"cannot checkpoint the non-tensor entry {key!r} of type {type(value).__name__}"
+            )
+        keys.append(key if isinstance(key, tuple) else (key,))
+        values.append(value.as_subclass(torch.Tensor).detach().cpu().clone())
+    return {_TD_TAG: True, "batch_size": list(td.batch_size), "keys": keys, "values": values}
+
+
+def decode_tensordict(state: Mapping) -> TensorDict:
+    """Inverse of :func:`encode_tensordict`."""
+    out = TensorDict({}, batch_size=state["batch_size"])
+    for key, value in zip(state["keys"], state["values"]):
+        out.set(tuple(key), value)
+    return out
+
+
+def encode_item(item: Any) -> Any:
+    """Encodes a python object made of tensors, TensorDicts, numbers, strings and containers."""
+    if isinstance(item, TensorDictBase):
+        return encode_tensordict(item)
+    if isinstance(item, torch.Tensor):
+        return item.detach().cpu().clone()
+    if isinstance(item, np.ndarray):
+        return {"__rl_ndarray__": True, "value": torch.as_tensor(item).clone()}
+    if item is None or isinstance(item, (bool, int, float, str, bytes)):
+        return item
+    if isinstance(item, np.generic):
+        return item.item()
+    if isinstance(item, list):
+        return [encode_item(x) for x in item]
+    if isinstance(item, tuple):
+        return tuple(encode_item(x) for x in item)
+    if isinstance(item, dict):
+        return {k: encode_item(v) for k, v in item.items()}
+    raise TypeError(
+        f"cannot checkpoint an item of type {type(item).__name__}: only tensors, TensorDicts, "
+        "numpy arrays, numbers, strings and lists/tuples/dicts of them are saved (no pickling)"
+    )
+
+
+def decode_item(item: Any) -> Any:
+    """Inverse of :func:`encode_item`."""
+    if isinstance(item, dict):
+        if item.get(_TD_TAG):
+            return decode_tensordict(item)
+        if item.get("__rl_ndarray__"):
+            return item["value"].numpy()
+        return {k: decode_item(v) for k, v in item.items()}
+    if isinstance(item, list):
+        return [decode_item(x) for x in item]
+    if isinstance(item, tuple):
+        return tuple(decode_item(x) for x in item)
+    return item
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(final: Path) -> None:
+    """Deletes half-written temporaries of ``final`` left by dead processes."""
+    prefix = f".{final.name}.tmp-"
+    for candidate in final.parent.glob(prefix + "*"):
+        pid_text = candidate.name[len(prefix) :].split("-", 1)[0]
+        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            try:
+                candidate.unlink()
+            except OSError:
+                pass
+
+
+def atomic_torch_save(obj: Any, final: str | Path) -> None:
+    """Saves ``obj`` with :func:`torch.save` to a temporary file, fsyncs it and renames it.
+
+    A process killed at any point leaves either the previous file or the new one, whole.
+    """
+    final = Path(final)
+    remove_stale_temporaries(final)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_dir(final.parent)
+
+
+def nested_key_str(key: str | Sequence[str]) -> str:
+    return repr(key if isinstance(key, str) else tuple(key))
+
+
+class KeyMismatchError(KeyError):
+    """A ``KeyError`` whose message prints as written (``KeyError`` quotes and escapes it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

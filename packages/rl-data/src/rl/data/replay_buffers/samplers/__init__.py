@@ -1,0 +1,23 @@
+"""Samplers: which stored items a replay buffer returns."""
+
+from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
+from rl.data.replay_buffers.samplers._random import (
+    RandomSampler,
+    Sampler,
+    SamplerWithoutReplacement,
+)
+from rl.data.replay_buffers.samplers._slice import (
+    PrioritizedSliceSampler,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+)
+
+__all__ = [
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "RandomSampler",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+]

@@ -1,0 +1,240 @@
+"""Prioritized experience replay (Schaul et al., 2016, https://arxiv.org/abs/1511.05952)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+import rl.cpp as _cpp
+from rl.data.replay_buffers._utils import as_index_tensor
+from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
+from rl.data.replay_buffers.storages._base import Storage
+
+_TREE_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def _check_priority(priority: torch.Tensor) -> None:
+    """Rejects NaN, infinite and negative priorities with a message naming the first bad one."""
+    ok = (priority >= 0) & (priority < math.inf)
+    if bool(ok.all()):
+        return
+    bad = priority[~ok].reshape(-1)[0].item()
+    raise ValueError(
+        f"priorities must be finite and non-negative, got {bad} "
+        f"({int((~ok).sum())} of {priority.numel()} values are invalid)"
+    )
+
+
+class PrioritizedSampler(Sampler):
+    """Samples item ``i`` with probability ``p_i^alpha / sum_j p_j^alpha``.
+
+    Priorities (plus ``eps``) raised to ``alpha`` live in an rl-cpp sum tree (sampling in
+    ``O(log N)``) and a min tree (the largest importance weight). A sample carries the
+    importance weights ``w_i = (N P(i))^-beta / max_j w_j = (p_i / min_j p_j)^-beta`` under
+    ``"priority_weight"``. New items get the largest priority seen so far (1 at the start).
+    The trees live on the device of the storage (a CUDA storage keeps them on the GPU).
+
+    Args:
+        max_capacity: the capacity of the trees (the storage's ``max_size``).
+        alpha: how much prioritization is used (0 is uniform).
+        beta: the importance-sampling correction exponent (1 fully corrects).
+        eps: added to every priority so that no item has probability zero.
+        dtype: ``torch.float32`` or ``torch.float64``, the trees' precision.
+        device: where the trees live; the storage's device when omitted.
+
+    Examples:
+        >>> import torch
+        >>> from rl.data import LazyTensorStorage, PrioritizedSampler, ReplayBuffer
+        >>> rb = ReplayBuffer(
+        ...     storage=LazyTensorStorage(8),
+        ...     sampler=PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0),
+        ... )
+        >>> _ = rb.extend(torch.arange(2))
+        >>> rb.update_priority(torch.tensor([0, 1]), torch.tensor([0.0, 2.0]))
+        >>> data, info = rb.sample(4, return_info=True)
+        >>> data.tolist(), info["priority_weight"].tolist()
+        ([1, 1, 1, 1], [1.0, 1.0, 1.0, 1.0])
+    """
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        device: torch.device | str | None = None,
+    ) -> None:
+        if isinstance(max_capacity, bool) or not isinstance(max_capacity, int) or max_capacity <= 0:
+            raise ValueError(f"max_capacity must be a positive int, got {max_capacity!r}")
+        if not alpha >= 0:
+            raise ValueError(f"alpha must be non-negative, got {alpha}")
+        if not beta >= 0:
+            raise ValueError(f"beta must be non-negative, got {beta}")
+        if not eps >= 0:
+            raise ValueError(f"eps must be non-negative, got {eps}")
+        if dtype not in _TREE_DTYPES:
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self._max_capacity = max_capacity
+        self._alpha = float(alpha)
+        self._beta = float(beta)
+        self._eps = float(eps)
+        self.dtype = dtype
+        self.reduction = reduction
+        self._device_given = device is not None
+        self._device = torch.device(device) if device is not None else torch.device("cpu")
+        self._max_priority = 1.0
+        self._init_trees()
+
+    # -- trees -----------------------------------------------------------------------------------
+    def _init_trees(self) -> None:
+        kind = "cuda" if self._device.type == "cuda" else "cpu"
+        dtype = _TREE_DTYPES[self.dtype]
+        self._sum_tree = _cpp.SumSegmentTree(self._max_capacity, dtype=dtype, device=kind)
+        self._min_tree = _cpp.MinSegmentTree(self._max_capacity, dtype=dtype, device=kind)
+
+    def _attach_storage(self, storage: Storage) -> None:
+        if storage.max_size > self._max_capacity:
+            raise ValueError(
+                f"the storage holds {storage.max_size} items, more than the sampler's "
+                f"max_capacity={self._max_capacity}"
+            )
+        device = storage.device
+        if not self._device_given and device != self._device:
+            self._device = device
+            self._init_trees()
+
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @property
+    def beta(self) -> float:
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        if not value >= 0:
+            raise ValueError(f"beta must be non-negative, got {value}")
+        self._beta = float(value)
+
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    @property
+    def max_capacity(self) -> int:
+        return self._max_capacity
+
+    @property
+    def default_priority(self) -> float:
+        """The tree value given to new items: ``(max priority seen + eps) ** alpha``."""
+        return (self._max_priority + self._eps) ** self._alpha
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _tree_index(self, index: Any) -> torch.Tensor:
+        index = as_index_tensor(index, self._device)
+        index = index[index >= 0]  # a max-value writer marks dropped items with -1
+        if index.numel() and int(index.max()) >= self._max_capacity:
+            raise IndexError(
+                f"index {int(index.max())} is out of range for max_capacity={self._max_capacity}"
+            )
+        return index
+
+    def add(self, index: int | torch.Tensor) -> None:
+        self.extend(index)
+
+    def extend(self, index: torch.Tensor) -> None:
+        index = self._tree_index(index)
+        if index.numel():
+            value = self.default_priority
+            self._sum_tree.update(index, value)
+            self._min_tree.update(index, value)
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Sets the priorities of ``index`` (tensor, array or int) to ``priority``.
+
+        Raises:
+            ValueError: a priority is NaN, infinite or negative, or the sizes differ.
+        """
+        index = as_index_tensor(index, self._device)
+        priority = torch.as_tensor(priority, device=self._device)
+        priority = priority.detach().to(torch.float64).reshape(-1)
+        if priority.numel() == 1 and index.numel() != 1:
+            priority = priority.expand(index.numel())
+        elif priority.numel() != index.numel():
+            raise ValueError(
+                f"got {priority.numel()} priorities for {index.numel()} indices; pass one per "
+                "index or a single value"
+            )
+        _check_priority(priority)
+        keep = index >= 0
+        if not bool(keep.all()):
+            index, priority = index[keep], priority[keep]
+        if index.numel() == 0:
+            return
+        if int(index.max()) >= self._max_capacity:
+            raise IndexError(
+                f"index {int(index.max())} is out of range for max_capacity={self._max_capacity}"
+            )
+        self._max_priority = max(self._max_priority, float(priority.max()))
+        value = (priority + self._eps).pow_(self._alpha).to(self.dtype)
+        self._sum_tree.update(index, value)
+        self._min_tree.update(index, value)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        n = len(storage)
+        if n == 0:
+            raise RuntimeError(EMPTY_STORAGE_ERROR)
+        p_sum = self._sum_tree.query(0, n)
+        p_min = self._min_tree.query(0, n)
+        if not p_sum > 0:
+            raise RuntimeError(
+                f"cannot sample: the priorities of the {n} stored items sum to {p_sum}"
+            )
+        mass = torch.rand(batch_size, dtype=self.dtype, device=self._device).mul_(p_sum)
+        index = self._sum_tree.scan_lower_bound(mass).clamp_(max=n - 1)
+        priority = self._sum_tree[index]
+        if p_min > 0:
+            weight = priority.div(p_min).pow_(-self._beta)
+        else:
+            weight = torch.ones_like(priority)
+        return index, {"priority_weight": weight.to(torch.float32)}
+
+    # -- state -----------------------------------------------------------------------------------
+    def _empty(self) -> None:
+        self._max_priority = 1.0
+        self._init_trees()
+
+    def state_dict(self) -> dict[str, Any]:
+        everything = torch.arange(self._max_capacity, device=self._device)
+        return {
+            "max_capacity": self._max_capacity,
+            "max_priority": self._max_priority,
+            "sum": self._sum_tree[everything].cpu().clone(),
+            "min": self._min_tree[everything].cpu().clone(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if int(state_dict["max_capacity"]) != self._max_capacity:
+            raise ValueError(
+                f"checkpoint has max_capacity {state_dict['max_capacity']}, "
+                f"this sampler {self._max_capacity}"
+            )
+        self._init_trees()
+        self._max_priority = float(state_dict["max_priority"])
+        everything = torch.arange(self._max_capacity, device=self._device)
+        self._sum_tree.update(everything, state_dict["sum"].to(self._device, self.dtype))
+        min_values = state_dict["min"].to(self._device, self.dtype)
+        finite = torch.isfinite(min_values)
+        self._min_tree.update(everything[finite], min_values[finite])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_capacity={self._max_capacity}, alpha={self._alpha}, "
+            f"beta={self._beta}, eps={self._eps}, dtype={self.dtype})"
+        )

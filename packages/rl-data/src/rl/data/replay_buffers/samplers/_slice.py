@@ -1,0 +1,418 @@
+"""Trajectory-slice samplers: ``SliceSampler``, ``SliceSamplerWithoutReplacement`` and
+``PrioritizedSliceSampler``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict.utils import NestedKey
+
+from rl.data.replay_buffers._utils import as_index_tensor
+from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
+from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
+from rl.data.replay_buffers.storages._base import Storage
+
+
+def _as_key(key: NestedKey) -> NestedKey:
+    if isinstance(key, tuple) and len(key) == 1:
+        return key[0]
+    return key
+
+
+class SliceSampler(Sampler):
+    """Samples contiguous slices of stored trajectories.
+
+    Trajectories are delimited by ``end_key`` (a done flag, ``("next", "done")`` by default)
+    or by ``traj_key`` (a trajectory id such as ``("collector", "traj_ids")``). A slice never
+    crosses a trajectory boundary, the end of the stored data or the newest write of a full
+    (wrapped) storage. A batch of ``batch_size`` items holds ``num_slices`` slices of
+    ``slice_len`` consecutive items, slice after slice; the last item of every slice is
+    marked truncated (``truncated_key``, and the matching ``done`` flag).
+
+    Args:
+        num_slices: the number of slices in a batch (``slice_len = batch_size // num_slices``).
+        slice_len: the length of a slice (``num_slices = batch_size // slice_len``); give
+            exactly one of the two.
+        end_key: the key marking the last step of a trajectory.
+        traj_key: the key holding a trajectory id (instead of ``end_key``).
+        cache_values: keep the trajectory boundaries until the next write through the buffer
+            (only valid when the storage is modified through the buffer).
+        truncated_key: where the end-of-slice flags are written.
+        strict_length: only sample trajectories at least ``slice_len`` long; otherwise
+            shorter trajectories give shorter slices (and a smaller batch).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(100), sampler=SliceSampler(slice_len=4), batch_size=8
+        ... )
+        >>> episode = torch.tensor([0] * 5 + [1] * 7)
+        >>> done = torch.zeros(12, 1, dtype=torch.bool)
+        >>> done[[4, 11]] = True
+        >>> _ = rb.extend(
+        ...     TensorDict({"episode": episode, ("next", "done"): done}, batch_size=[12])
+        ... )
+        >>> batch = rb.sample()
+        >>> [len(set(s.tolist())) for s in batch["episode"].split(4)]
+        [1, 1]
+    """
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        cache_values: bool = False,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+        strict_length: bool = True,
+    ) -> None:
+        if (num_slices is None) == (slice_len is None):
+            raise ValueError(
+                f"give exactly one of num_slices and slice_len, got num_slices={num_slices} "
+                f"and slice_len={slice_len}"
+            )
+        for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if end_key is not None and traj_key is not None:
+            raise ValueError("give end_key or traj_key, not both")
+        if end_key is None and traj_key is None:
+            end_key = ("next", "done")
+        self.num_slices = num_slices
+        self.slice_len = slice_len
+        self.end_key = None if end_key is None else _as_key(end_key)
+        self.traj_key = None if traj_key is None else _as_key(traj_key)
+        self.cache_values = bool(cache_values)
+        self.truncated_key = None if truncated_key is None else _as_key(truncated_key)
+        self.strict_length = bool(strict_length)
+        self._cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._last_written = -1
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def add(self, index: int | torch.Tensor) -> None:
+        self.extend(index)
+
+    def extend(self, index: torch.Tensor) -> None:
+        index = as_index_tensor(index)
+        index = index[index >= 0]
+        if index.numel():
+            self._last_written = int(index[-1])
+        self._cache = None
+
+    def _empty(self) -> None:
+        self._cache = None
+        self._last_written = -1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_written": self._last_written}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._last_written = int(state_dict["last_written"])
+        self._cache = None
+
+    # -- trajectories ----------------------------------------------------------------------------
+    def _trajectories(self, storage: Storage) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns ``(starts, lengths, ends)`` of the stored trajectories (CPU int64 tensors)."""
+        if self.cache_values and self._cache is not None:
+            return self._cache
+        n = len(storage)
+        if not hasattr(storage, "_column"):
+            raise TypeError(f"{type(self).__name__} needs a tensor storage, got {storage}")
+        if self.end_key is not None:
+            column = storage._column(self.end_key).reshape(n, -1).cpu()
+            boundary = column.any(-1) if column.dtype == torch.bool else (column != 0).any(-1)
+        else:
+            column = storage._column(self.traj_key).reshape(n, -1)[:, 0].cpu()
+            boundary = torch.zeros(n, dtype=torch.bool)
+            boundary[:-1] = column[1:] != column[:-1]
+        boundary = boundary.clone()
+        boundary[n - 1] = True
+        if 0 <= self._last_written < n:
+            boundary[self._last_written] = True
+        ends = boundary.nonzero().squeeze(-1)
+        starts = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
+        result = (starts, ends - starts + 1, ends)
+        if self.cache_values:
+            self._cache = result
+        return result
+
+    def _shape(self, batch_size: int) -> tuple[int, int]:
+        if self.num_slices is not None:
+            if batch_size % self.num_slices:
+                raise ValueError(
+                    f"batch_size={batch_size} is not divisible by num_slices={self.num_slices}"
+                )
+            return self.num_slices, batch_size // self.num_slices
+        if batch_size % self.slice_len:
+            raise ValueError(
+                f"batch_size={batch_size} is not divisible by slice_len={self.slice_len}"
+            )
+        return batch_size // self.slice_len, self.slice_len
+
+    def _eligible(self, lengths: torch.Tensor, slice_len: int) -> torch.Tensor:
+        if not self.strict_length:
+            return torch.arange(lengths.shape[0])
+        eligible = (lengths >= slice_len).nonzero().squeeze(-1)
+        if eligible.numel() == 0:
+            raise RuntimeError(
+                f"no stored trajectory is at least slice_len={slice_len} long (longest: "
+                f"{int(lengths.max())}); store longer trajectories or pass strict_length=False"
+            )
+        return eligible
+
+    def _slices(
+        self, starts: torch.Tensor, lengths: torch.Tensor, slice_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random slices within the given trajectories: (flat index, end-of-slice mask)."""
+        seq = lengths.clamp(max=slice_len)
+        room = lengths - seq
+        offset = torch.minimum((torch.rand(starts.shape[0]) * (room + 1)).long(), room)
+        first = starts + offset
+        if bool((seq == slice_len).all()):
+            index = (first[:, None] + torch.arange(slice_len)).reshape(-1)
+            last = torch.zeros(starts.shape[0], slice_len, dtype=torch.bool)
+            last[:, -1] = True
+            return index, last.reshape(-1)
+        total = int(seq.sum())
+        slice_start = torch.cumsum(seq, 0) - seq
+        position = torch.arange(total) - torch.repeat_interleave(slice_start, seq)
+        index = torch.repeat_interleave(first, seq) + position
+        last = position == torch.repeat_interleave(seq - 1, seq)
+        return index, last
+
+    def _info(self, storage: Storage, index: torch.Tensor, last: torch.Tensor) -> dict:
+        if self.truncated_key is None:
+            return {}
+        device = storage.device
+        truncated = last.unsqueeze(-1).to(device)
+        info = {self.truncated_key: truncated}
+        key = self.truncated_key
+        done_key = key[:-1] + ("done",) if isinstance(key, tuple) else "done"
+        if done_key != self.truncated_key and storage._has_key(done_key):
+            done = storage._column(done_key).index_select(0, index.to(device))
+            info[done_key] = done | truncated.reshape(done.shape[:1] + (1,) * (done.ndim - 1))
+        return info
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        if len(storage) == 0:
+            raise RuntimeError(EMPTY_STORAGE_ERROR)
+        num_slices, slice_len = self._shape(batch_size)
+        starts, lengths, _ = self._trajectories(storage)
+        eligible = self._eligible(lengths, slice_len)
+        chosen = eligible[torch.randint(eligible.shape[0], (num_slices,))]
+        index, last = self._slices(starts[chosen], lengths[chosen], slice_len)
+        return index.to(storage.device), self._info(storage, index, last)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_slices={self.num_slices}, slice_len={self.slice_len}, "
+            f"end_key={self.end_key!r}, traj_key={self.traj_key!r}, "
+            f"strict_length={self.strict_length})"
+        )
+
+
+class SliceSamplerWithoutReplacement(SliceSampler):
+    """A :class:`SliceSampler` that uses every trajectory at most once per epoch.
+
+    An epoch is a permutation of the (eligible) trajectories stored when it starts; each
+    batch takes a random slice from each of the next ``num_slices`` of them. ``ran_out``
+    turns true when the epoch is used up, which ends ``for batch in buffer``.
+
+    Args:
+        drop_last: drop the last batch of an epoch when fewer than ``num_slices``
+            trajectories are left (otherwise it is smaller).
+        shuffle: visit the trajectories in random order (otherwise in storage order).
+        **kwargs: the :class:`SliceSampler` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import LazyTensorStorage, SliceSamplerWithoutReplacement
+        >>> from rl.data import TensorDictReplayBuffer
+        >>> sampler = SliceSamplerWithoutReplacement(slice_len=2, traj_key="episode")
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler, batch_size=4)
+        >>> _ = rb.extend(TensorDict({"episode": torch.arange(12) // 3}, batch_size=[12]))
+        >>> sorted(set(torch.cat([b["episode"] for b in rb]).tolist()))
+        [0, 1, 2, 3]
+    """
+
+    _epoch_based = True
+
+    def __init__(self, *, drop_last: bool = False, shuffle: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.drop_last = bool(drop_last)
+        self.shuffle = bool(shuffle)
+        self._epoch: torch.Tensor | None = None
+        self._pos = 0
+        self._ran_out = False
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        self._ran_out = bool(value)
+
+    def _remaining(self) -> int:
+        return 0 if self._epoch is None else self._epoch.shape[0] - self._pos
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        if len(storage) == 0:
+            raise RuntimeError(EMPTY_STORAGE_ERROR)
+        num_slices, slice_len = self._shape(batch_size)
+        starts, lengths, ends = self._trajectories(storage)
+        eligible = self._eligible(lengths, slice_len)
+        remaining = self._remaining()
+        if remaining == 0 or (self.drop_last and remaining < num_slices):
+            order = (
+                torch.randperm(eligible.shape[0])
+                if self.shuffle
+                else torch.arange(eligible.shape[0])
+            )
+            # trajectories are remembered by their last index, stable across new writes
+            self._epoch = ends[eligible[order]]
+            self._pos = 0
+        picked_ends = self._epoch[self._pos : self._pos + num_slices]
+        self._pos += picked_ends.shape[0]
+        remaining = self._remaining()
+        self._ran_out = remaining == 0 or (self.drop_last and remaining < num_slices)
+        chosen = torch.searchsorted(ends, picked_ends).clamp_(max=ends.shape[0] - 1)
+        index, last = self._slices(starts[chosen], lengths[chosen], slice_len)
+        return index.to(storage.device), self._info(storage, index, last)
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._epoch = None
+        self._pos = 0
+        self._ran_out = False
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state.update(epoch=self._epoch, pos=self._pos, ran_out=self._ran_out)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._epoch = state_dict["epoch"]
+        self._pos = int(state_dict["pos"])
+        self._ran_out = bool(state_dict["ran_out"])
+
+
+class PrioritizedSliceSampler(SliceSampler):
+    """A :class:`SliceSampler` whose slices are anchored on prioritized items.
+
+    An item is drawn with probability proportional to ``priority^alpha`` (as in
+    :class:`PrioritizedSampler`); its slice starts there, moved back when needed so that it
+    ends within the trajectory. Every item of the batch carries its importance weight under
+    ``"priority_weight"``, and ``update_priority`` takes per-item priorities.
+
+    Args:
+        max_capacity, alpha, beta, eps, dtype: as in :class:`PrioritizedSampler`.
+        **kwargs: the :class:`SliceSampler` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import LazyTensorStorage, PrioritizedSliceSampler, TensorDictReplayBuffer
+        >>> sampler = PrioritizedSliceSampler(
+        ...     max_capacity=100, alpha=1.0, beta=1.0, slice_len=2, traj_key="episode"
+        ... )
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler, batch_size=4)
+        >>> _ = rb.extend(TensorDict({"episode": torch.arange(12) // 3}, batch_size=[12]))
+        >>> rb.update_priority(torch.arange(12), (torch.arange(12) // 3 == 2).float())
+        >>> rb.sample()["episode"].tolist()
+        [2, 2, 2, 2]
+    """
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._priority = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction)
+
+    def _attach_storage(self, storage: Storage) -> None:
+        self._priority._attach_storage(storage)
+
+    @property
+    def _sum_tree(self):
+        return self._priority._sum_tree
+
+    @property
+    def _min_tree(self):
+        return self._priority._min_tree
+
+    def extend(self, index: torch.Tensor) -> None:
+        super().extend(index)
+        self._priority.extend(index)
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        self._priority.update_priority(index, priority)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        n = len(storage)
+        if n == 0:
+            raise RuntimeError(EMPTY_STORAGE_ERROR)
+        num_slices, slice_len = self._shape(batch_size)
+        starts, lengths, ends = self._trajectories(storage)
+        usable = (
+            lengths >= slice_len
+            if self.strict_length
+            else torch.ones_like(lengths, dtype=torch.bool)
+        )
+        self._eligible(lengths, slice_len)
+        anchors = torch.empty(0, dtype=torch.int64)
+        for _ in range(64):
+            drawn, _info = self._priority.sample(storage, num_slices)
+            drawn = drawn.cpu()
+            traj = torch.searchsorted(ends, drawn)
+            anchors = torch.cat([anchors, drawn[usable[traj]]])
+            if anchors.shape[0] >= num_slices:
+                break
+        else:
+            raise RuntimeError(
+                f"could not draw {num_slices} slices of length {slice_len}: the prioritized "
+                "items lie in trajectories that are too short"
+            )
+        anchors = anchors[:num_slices]
+        traj = torch.searchsorted(ends, anchors)
+        seq = lengths[traj].clamp(max=slice_len)
+        first = torch.minimum(anchors, ends[traj] - seq + 1)
+        total = int(seq.sum())
+        slice_start = torch.cumsum(seq, 0) - seq
+        position = torch.arange(total) - torch.repeat_interleave(slice_start, seq)
+        index = torch.repeat_interleave(first, seq) + position
+        last = position == torch.repeat_interleave(seq - 1, seq)
+        tree_index = index.to(self._priority._device)
+        priority = self._sum_tree[tree_index]
+        p_min = self._min_tree.query(0, n)
+        beta = self._priority.beta
+        weight = priority.div(p_min).pow_(-beta) if p_min > 0 else torch.ones_like(priority)
+        info = self._info(storage, index, last)
+        info["priority_weight"] = weight.to(torch.float32).to(storage.device)
+        return index.to(storage.device), info
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._priority._empty()
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["priority"] = self._priority.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._priority.load_state_dict(state_dict["priority"])

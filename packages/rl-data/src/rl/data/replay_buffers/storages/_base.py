@@ -1,0 +1,154 @@
+"""Storage base class and the python-list storage."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from rl.data.replay_buffers._utils import decode_item, encode_item
+
+
+class Storage(ABC):
+    """A fixed-capacity container that a writer fills and a sampler reads.
+
+    Args:
+        max_size: the number of items the storage holds.
+    """
+
+    ndim = 1
+
+    def __init__(self, max_size: int) -> None:
+        if isinstance(max_size, bool) or not isinstance(max_size, (int, np.integer)):
+            raise TypeError(f"max_size must be an int, got {max_size!r}")
+        if max_size <= 0:
+            raise ValueError(f"max_size must be positive, got {max_size}")
+        self.max_size = int(max_size)
+
+    @abstractmethod
+    def set(self, cursor: int | slice | torch.Tensor, data: Any) -> None:
+        """Writes ``data`` at ``cursor`` (an int writes one item, a slice or tensor a batch)."""
+
+    @abstractmethod
+    def get(self, index: int | slice | torch.Tensor) -> Any:
+        """Reads the items at ``index``."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def _empty(self) -> None:
+        """Forgets every item (keeps the allocation)."""
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.get(index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self.set(index, value)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self.get(i)
+
+    def _default_collate(self, data: Any) -> Any:
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
+
+
+def _is_batch_index(cursor: Any) -> bool:
+    return not isinstance(cursor, (int, np.integer))
+
+
+class ListStorage(Storage):
+    """Stores arbitrary python objects in a list.
+
+    Args:
+        max_size: the number of items the storage holds (default 1000).
+
+    Examples:
+        >>> from rl.data import ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(10), collate_fn=lambda x: x)
+        >>> rb.extend(["a", "b"])
+        tensor([0, 1])
+        >>> sorted(set(rb.sample(8))) <= ["a", "b"]
+        True
+    """
+
+    def __init__(self, max_size: int = 1000) -> None:
+        super().__init__(max_size)
+        self._storage: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def _set_one(self, i: int, item: Any) -> None:
+        if not 0 <= i < self.max_size:
+            raise IndexError(f"index {i} is out of range for a storage of max_size {self.max_size}")
+        n = len(self._storage)
+        if i < n:
+            self._storage[i] = item
+        elif i == n:
+            self._storage.append(item)
+        else:
+            raise IndexError(
+                f"index {i} would leave a hole in a ListStorage holding {n} items; "
+                "write indices in order"
+            )
+
+    def set(self, cursor: Any, data: Any) -> None:
+        if not _is_batch_index(cursor):
+            self._set_one(int(cursor), data)
+            return
+        if isinstance(cursor, slice):
+            indices = range(*cursor.indices(self.max_size))
+        else:
+            indices = torch.as_tensor(cursor).reshape(-1).tolist()
+        if isinstance(data, (TensorDictBase, torch.Tensor, np.ndarray)):
+            items = [data[j] for j in range(data.shape[0])]
+        else:
+            items = list(data)
+        if len(items) != len(indices):
+            raise ValueError(f"got {len(items)} items for {len(indices)} indices")
+        for i, item in zip(indices, items):
+            self._set_one(int(i), item)
+
+    def get(self, index: Any) -> Any:
+        if not _is_batch_index(index):
+            return self._storage[int(index)]
+        if isinstance(index, slice):
+            return self._storage[index]
+        storage = self._storage
+        return [storage[i] for i in torch.as_tensor(index).reshape(-1).tolist()]
+
+    def _default_collate(self, data: Any) -> Any:
+        if isinstance(data, list) and data and isinstance(data[0], (TensorDictBase, torch.Tensor)):
+            return torch.stack(data, 0)
+        return data
+
+    def _empty(self) -> None:
+        self._storage = []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"max_size": self.max_size, "items": [encode_item(x) for x in self._storage]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if int(state_dict["max_size"]) != self.max_size:
+            raise ValueError(
+                f"checkpoint has max_size {state_dict['max_size']}, this storage {self.max_size}"
+            )
+        self._storage = [decode_item(x) for x in state_dict["items"]]

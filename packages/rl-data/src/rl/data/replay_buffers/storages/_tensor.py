@@ -1,0 +1,354 @@
+"""Contiguous tensor storages: ``TensorStorage`` and ``LazyTensorStorage``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rl.data.replay_buffers._utils import KeyMismatchError, decode_tensordict, encode_tensordict
+from rl.data.replay_buffers.storages._base import Storage
+
+
+class _GatherPlan:
+    """The leaves of a stored TensorDict, grouped by nesting level, as plain tensors.
+
+    Gathering a batch walks this plan with ``index_select`` and builds the output with
+    ``TensorDict._new_unsafe``: no key validation, no batch-size inference, no per-call
+    traversal of the TensorDict machinery.
+    """
+
+    __slots__ = ("leaves", "children", "device")
+
+    def __init__(self, td: TensorDictBase) -> None:
+        self.leaves: list[tuple[str, torch.Tensor]] = []
+        self.children: list[tuple[str, _GatherPlan]] = []
+        self.device = td.device
+        for key, value in td.items():
+            if isinstance(value, TensorDictBase):
+                self.children.append((key, _GatherPlan(value)))
+            else:
+                self.leaves.append((key, value.as_subclass(torch.Tensor)))
+
+    def gather(self, index: torch.Tensor, batch_size: torch.Size) -> TensorDict:
+        source: dict[str, Any] = {key: t.index_select(0, index) for key, t in self.leaves}
+        for key, plan in self.children:
+            source[key] = plan.gather(index, batch_size)
+        return TensorDict._new_unsafe(source, batch_size=batch_size, device=self.device)
+
+
+def _signature(td: TensorDictBase, skip: int) -> dict:
+    return {
+        key: (value.shape[skip:], value.dtype)
+        for key, value in td.items(include_nested=True, leaves_only=True)
+    }
+
+
+def _describe(shape: torch.Size, dtype: torch.dtype) -> str:
+    return f"shape {tuple(shape)} and dtype {dtype}"
+
+
+class TensorStorage(Storage):
+    """A storage backed by one preallocated tensor or TensorDict whose first dim is the capacity.
+
+    Args:
+        storage: a tensor or TensorDict with a leading dimension of size ``max_size``; ``None``
+            allocates it on the first write (see :class:`LazyTensorStorage`).
+        max_size: the capacity; inferred from ``storage`` when omitted.
+        device: where the data lives; inferred from ``storage`` when omitted.
+
+    Every write is checked against the stored structure: a key, shape or dtype that differs
+    raises an error naming the key.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import ReplayBuffer, TensorStorage
+        >>> data = TensorDict({"obs": torch.zeros(10, 3)}, batch_size=[10])
+        >>> rb = ReplayBuffer(storage=TensorStorage(data), batch_size=4)
+        >>> rb.extend(TensorDict({"obs": torch.ones(2, 3)}, batch_size=[2]))
+        tensor([0, 1])
+        >>> rb.sample()["obs"].shape
+        torch.Size([4, 3])
+    """
+
+    def __init__(
+        self,
+        storage: torch.Tensor | TensorDictBase | None = None,
+        max_size: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        if storage is not None:
+            if not isinstance(storage, (torch.Tensor, TensorDictBase)):
+                raise TypeError(
+                    f"storage must be a tensor or a TensorDict, got {type(storage).__name__}"
+                )
+            if len(storage.shape) == 0:
+                raise ValueError("storage must have a leading capacity dimension, got shape ()")
+            size = storage.shape[0]
+            if max_size is not None and max_size != size:
+                raise ValueError(f"max_size={max_size} differs from the storage's length {size}")
+            max_size = size
+            if device is None:
+                device = storage.device
+        if max_size is None:
+            raise TypeError("TensorStorage needs a storage or a max_size")
+        super().__init__(max_size)
+        self._device = torch.device(device) if device is not None else torch.device("cpu")
+        self._storage: torch.Tensor | TensorDictBase | None = None
+        self._len = 0
+        if storage is not None:
+            self._adopt(storage.to(self._device) if storage.device != self._device else storage)
+
+    # -- allocation -------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def initialized(self) -> bool:
+        return self._storage is not None
+
+    def _adopt(self, storage: torch.Tensor | TensorDictBase) -> None:
+        self._storage = storage
+        if isinstance(storage, TensorDictBase):
+            self._is_td = True
+            self._plan = _GatherPlan(storage)
+            self._sig = _signature(storage, 1)
+            self._leaves = [
+                (key, value.as_subclass(torch.Tensor))
+                for key, value in storage.items(include_nested=True, leaves_only=True)
+            ]
+            self._item_batch = storage.batch_size[1:]
+        else:
+            self._is_td = False
+            self._tensor = storage.as_subclass(torch.Tensor)
+            self._item_batch = storage.shape[1:]
+
+    def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        """Allocates zeros for ``max_size`` items shaped like ``template`` (one item)."""
+        size, device = self.max_size, self._device
+        if isinstance(template, TensorDictBase):
+            return template.apply(
+                lambda t: torch.zeros((size, *t.shape), dtype=t.dtype, device=device),
+                batch_size=[size, *template.batch_size],
+                device=device,
+            )
+        return torch.zeros((size, *template.shape), dtype=template.dtype, device=device)
+
+    def _init(self, data: Any, batched: bool) -> None:
+        if not isinstance(data, (torch.Tensor, TensorDictBase)):
+            raise TypeError(
+                f"{type(self).__name__} stores tensors or TensorDicts, got {type(data).__name__}; "
+                "use ListStorage for other python objects"
+            )
+        if batched and len(data.shape) == 0:
+            raise ValueError("extend expects data with a batch dimension, got batch_size []")
+        template = data[0] if batched else data
+        self._adopt(self._allocate(template))
+
+    # -- checks ----------------------------------------------------------------------------------
+    def _check(self, data: Any, batched: bool) -> None:
+        skip = 1 if batched else 0
+        if not self._is_td:
+            if not isinstance(data, torch.Tensor):
+                raise TypeError(f"this storage holds a tensor, got {type(data).__name__}")
+            stored = self._tensor
+            if data.shape[skip:] != stored.shape[1:] or data.dtype != stored.dtype:
+                raise ValueError(
+                    f"data has item {_describe(data.shape[skip:], data.dtype)}, the storage "
+                    f"holds {_describe(stored.shape[1:], stored.dtype)}"
+                )
+            return
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"this storage holds TensorDicts, got {type(data).__name__}")
+        if data.batch_size[skip:] != self._item_batch:
+            raise ValueError(
+                f"data has item batch_size {list(data.batch_size[skip:])}, the storage holds "
+                f"items of batch_size {list(self._item_batch)}"
+            )
+        sig = _signature(data, skip)
+        if sig == self._sig:
+            return
+        for key, (shape, dtype) in self._sig.items():
+            if key not in sig:
+                raise KeyMismatchError(
+                    f"data is missing the key {key!r} held by the storage "
+                    f"(expected {_describe(shape, dtype)})"
+                )
+            got_shape, got_dtype = sig[key]
+            if got_shape != shape:
+                raise ValueError(
+                    f"key {key!r} has item shape {tuple(got_shape)}, the storage holds "
+                    f"{tuple(shape)}"
+                )
+            if got_dtype != dtype:
+                raise TypeError(f"key {key!r} has dtype {got_dtype}, the storage holds {dtype}")
+        extra = [key for key in sig if key not in self._sig]
+        raise KeyMismatchError(
+            f"data has the key {extra[0]!r} that the storage does not hold "
+            f"(stored keys: {', '.join(sorted(map(repr, self._sig)))})"
+        )
+
+    def _stored_keys(self) -> str:
+        return ", ".join(sorted(map(repr, self._sig)))
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _bump_len(self, new_len: int) -> None:
+        if new_len > self._len:
+            self._len = new_len
+
+    def set(self, cursor: int | slice | torch.Tensor, data: Any) -> None:
+        batched = not isinstance(cursor, (int, np.integer))
+        if self._storage is None:
+            self._init(data, batched)
+        self._check(data, batched)
+        if data.device != self._device:
+            data = data.to(self._device)
+        if isinstance(cursor, slice):
+            start, stop, step = cursor.indices(self.max_size)
+            n = len(range(start, stop, step))
+            if data.shape[0] != n:
+                raise ValueError(f"got {data.shape[0]} items for a slice of {n} positions")
+            end = start + (n - 1) * step + 1 if n else 0
+        elif batched:
+            cursor = torch.as_tensor(cursor, device=self._device).reshape(-1).long()
+            if cursor.numel() != data.shape[0]:
+                raise ValueError(f"got {data.shape[0]} items for {cursor.numel()} indices")
+            if cursor.numel() == 0:
+                return
+            lo, hi = int(cursor.min()), int(cursor.max())
+            if lo < 0 or hi >= self.max_size:
+                raise IndexError(f"indices must lie in [0, {self.max_size}), got [{lo}, {hi}]")
+            end = hi + 1
+        else:
+            cursor = int(cursor)
+            if not 0 <= cursor < self.max_size:
+                raise IndexError(f"index {cursor} is out of range [0, {self.max_size})")
+            end = cursor + 1
+        if self._is_td:
+            for key, dest in self._leaves:
+                value = data.get(key).as_subclass(torch.Tensor)
+                if isinstance(cursor, torch.Tensor):
+                    dest.index_copy_(0, cursor, value)
+                else:
+                    dest[cursor].copy_(value)
+        else:
+            value = data.as_subclass(torch.Tensor)
+            if isinstance(cursor, torch.Tensor):
+                self._tensor.index_copy_(0, cursor, value)
+            else:
+                self._tensor[cursor].copy_(value)
+        self._bump_len(end)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._len
+
+    def get(self, index: int | slice | torch.Tensor) -> Any:
+        if self._storage is None:
+            raise RuntimeError(f"cannot read from an empty {type(self).__name__}")
+        if isinstance(index, torch.Tensor) and index.ndim == 1:
+            return self._gather(index)
+        if isinstance(index, slice):
+            return self._storage[: self._len][index]
+        return self._storage[index]
+
+    def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
+        """Gathers a 1-D batch of items; ``extra`` entries are added at the root of the result."""
+        if index.dtype != torch.int64:
+            index = index.long()
+        if index.device != self._device:
+            index = index.to(self._device, non_blocking=True)
+        if not self._is_td:
+            return self._tensor.index_select(0, index)
+        plan = self._plan
+        batch_size = torch.Size((index.shape[0], *self._item_batch))
+        source: dict[str, Any] = {key: t.index_select(0, index) for key, t in plan.leaves}
+        for key, child in plan.children:
+            source[key] = child.gather(index, batch_size)
+        if extra:
+            source.update(extra)
+        return TensorDict._new_unsafe(source, batch_size=batch_size, device=plan.device)
+
+    def _column(self, key: Any) -> torch.Tensor:
+        """The valid part ``[0, len)`` of one stored entry (no copy)."""
+        if self._storage is None:
+            raise RuntimeError(f"cannot read from an empty {type(self).__name__}")
+        if not self._is_td:
+            return self._tensor[: self._len]
+        try:
+            return self._storage.get(key)[: self._len]
+        except KeyError:
+            raise KeyMismatchError(
+                f"the storage holds no key {key!r} (stored keys: {', '.join(sorted(map(repr, self._sig)))})"
+            ) from None
+
+    def _has_key(self, key: Any) -> bool:
+        return self._storage is not None and self._is_td and key in self._storage.keys(True, True)
+
+    def _empty(self) -> None:
+        self._len = 0
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"max_size": self.max_size, "len": self._len, "data": None}
+        if self._storage is not None:
+            valid = self._storage[: self._len] if self._len else self._storage[:1]
+            if self._is_td:
+                state["data"] = encode_tensordict(valid)
+            else:
+                state["data"] = valid.as_subclass(torch.Tensor).detach().cpu().clone()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if int(state_dict["max_size"]) != self.max_size:
+            raise ValueError(
+                f"checkpoint has max_size {state_dict['max_size']}, this storage {self.max_size}"
+            )
+        data = state_dict["data"]
+        length = int(state_dict["len"])
+        if data is None:
+            self._len = 0
+            return
+        if isinstance(data, dict):
+            data = decode_tensordict(data)
+        if self._storage is None:
+            self._init(data, batched=True)
+        self._check(data, batched=True)
+        self._len = 0
+        if length:
+            self.set(slice(0, length), data[:length])
+        self._len = length
+
+
+class LazyTensorStorage(TensorStorage):
+    """A :class:`TensorStorage` allocated on the first write, from the structure of the data.
+
+    Args:
+        max_size: the capacity.
+        device: where the data lives (``"cuda"`` keeps the replay buffer on the GPU; a
+            prioritized sampler then keeps its trees there too).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import LazyTensorStorage, TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), batch_size=32)
+        >>> data = TensorDict(
+        ...     {"observation": torch.randn(100, 4), ("next", "reward"): torch.randn(100, 1)},
+        ...     batch_size=[100],
+        ... )
+        >>> _ = rb.extend(data)
+        >>> batch = rb.sample()
+        >>> batch["next", "reward"].shape, batch["index"].shape
+        (torch.Size([32, 1]), torch.Size([32]))
+    """
+
+    def __init__(self, max_size: int, *, device: torch.device | str = "cpu") -> None:
+        super().__init__(None, max_size=max_size, device=device)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, device={self.device})"

@@ -1,0 +1,10 @@
+"""Writers: where in the storage each new item goes."""
+
+from rl.data.replay_buffers.writers._writers import (
+    RoundRobinWriter,
+    TensorDictMaxValueWriter,
+    TensorDictRoundRobinWriter,
+    Writer,
+)
+
+__all__ = ["RoundRobinWriter", "TensorDictMaxValueWriter", "TensorDictRoundRobinWriter", "Writer"]

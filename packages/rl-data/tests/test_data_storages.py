@@ -1,0 +1,273 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.data import LazyMemmapStorage, LazyTensorStorage, ListStorage, TensorStorage
+from rl.data.replay_buffers.storages import Storage
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+class TestListStorage:
+    def test_set_get_in_order(self):
+        s = ListStorage(5)
+        s.set(0, "a")
+        s.set(slice(1, 3), ["b", "c"])
+        assert len(s) == 3
+        assert s.get(1) == "b"
+        assert s.get(torch.tensor([2, 0, 2])) == ["c", "a", "c"]
+        s.set(torch.tensor([0, 1]), ["x", "y"])
+        assert s.get(slice(None)) == ["x", "y", "c"]
+
+    def test_hole_and_range_errors(self):
+        s = ListStorage(3)
+        with pytest.raises(IndexError, match="hole"):
+            s.set(1, "a")
+        with pytest.raises(IndexError, match="out of range"):
+            s.set(3, "a")
+        with pytest.raises(ValueError, match="2 items for 1 indices"):
+            s.set(torch.tensor([0]), ["a", "b"])
+
+    @pytest.mark.parametrize("bad", [0, -3])
+    def test_bad_max_size(self, bad):
+        with pytest.raises(ValueError, match="max_size must be positive"):
+            ListStorage(bad)
+        with pytest.raises(TypeError, match="max_size must be an int"):
+            ListStorage(2.5)
+
+    def test_state_dict_round_trip(self):
+        s = ListStorage(10)
+        items = [1, 2.5, "s", torch.arange(3), {"k": [1, 2]}, TensorDict({"a": torch.ones(2)}, [2])]
+        s.set(slice(0, len(items)), items)
+        state = s.state_dict()
+        t = ListStorage(10)
+        t.load_state_dict(state)
+        assert t.get(slice(0, 5))[:3] == [1, 2.5, "s"]
+        torch.testing.assert_close(t.get(3), torch.arange(3))
+        assert t.get(4) == {"k": [1, 2]}
+        assert (t.get(5) == items[5]).all()
+
+    def test_state_dict_rejects_arbitrary_objects(self):
+        s = ListStorage(2)
+        s.set(0, object())
+        with pytest.raises(TypeError, match="cannot checkpoint an item of type object"):
+            s.state_dict()
+
+
+class TestTensorStorage:
+    def test_lazy_allocation_from_structure(self, make_transitions):
+        s = LazyTensorStorage(10)
+        assert not s.initialized and len(s) == 0
+        s.set(slice(0, 4), make_transitions(4))
+        assert s.initialized and len(s) == 4
+        assert s._storage.batch_size == torch.Size([10])
+        assert s._storage["next", "observation"].shape == (10, 3)
+        out = s.get(torch.tensor([3, 0]))
+        torch.testing.assert_close(out["id"], torch.tensor([3, 0]))
+        torch.testing.assert_close(out["next", "reward"], torch.tensor([[6.0], [0.0]]))
+        assert out.batch_size == torch.Size([2])
+
+    def test_single_item_write(self, make_transitions):
+        s = LazyTensorStorage(4)
+        s.set(2, make_transitions(1, start=7)[0])
+        assert len(s) == 3
+        assert s.get(2)["id"].item() == 7
+
+    def test_slice_reads_only_valid_items(self, make_transitions):
+        s = LazyTensorStorage(10)
+        s.set(slice(0, 3), make_transitions(3))
+        assert s.get(slice(None))["id"].tolist() == [0, 1, 2]
+
+    def test_plain_tensor_storage(self):
+        s = LazyTensorStorage(5)
+        s.set(slice(0, 3), torch.arange(3.0))
+        torch.testing.assert_close(s.get(torch.tensor([2, 1])), torch.tensor([2.0, 1.0]))
+        with pytest.raises(ValueError, match=r"item shape \(2,\) and dtype torch.float32"):
+            s.set(slice(3, 5), torch.zeros(2, 2))
+
+    def test_preallocated_storage(self):
+        data = TensorDict({"x": torch.zeros(6, 2)}, [6])
+        s = TensorStorage(data)
+        assert s.max_size == 6 and len(s) == 0
+        s.set(torch.tensor([4, 5]), TensorDict({"x": torch.ones(2, 2)}, [2]))
+        assert len(s) == 6
+        torch.testing.assert_close(data["x"][4:].sum(), torch.tensor(4.0))
+        with pytest.raises(ValueError, match="differs from the storage's length 6"):
+            TensorStorage(data, max_size=3)
+        with pytest.raises(TypeError, match="tensor or a TensorDict"):
+            TensorStorage([1, 2])
+
+    def test_missing_key_names_the_key(self, make_transitions):
+        s = LazyTensorStorage(10)
+        s.set(slice(0, 2), make_transitions(2))
+        bad = make_transitions(2).exclude(("next", "reward"))
+        with pytest.raises(KeyError, match=r"missing the key \('next', 'reward'\)"):
+            s.set(slice(2, 4), bad)
+
+    def test_extra_key_names_the_key(self, make_transitions):
+        s = LazyTensorStorage(10)
+        s.set(slice(0, 2), make_transitions(2))
+        bad = make_transitions(2)
+        bad["extra"] = torch.zeros(2)
+        with pytest.raises(KeyError, match="the key 'extra' that the storage does not hold"):
+            s.set(slice(2, 4), bad)
+
+    def test_shape_mismatch_names_the_key(self, make_transitions):
+        s = LazyTensorStorage(10)
+        s.set(slice(0, 2), make_transitions(2))
+        with pytest.raises(ValueError, match=r"key 'observation' has item shape \(4,\), .* \(3,\)"):
+            s.set(slice(2, 4), make_transitions(2, obs_dim=4))
+
+    def test_dtype_mismatch_names_the_key(self, make_transitions):
+        s = LazyTensorStorage(10)
+        s.set(slice(0, 2), make_transitions(2))
+        bad = make_transitions(2)
+        bad["next", "done"] = torch.zeros(2, 1, dtype=torch.uint8)
+        with pytest.raises(TypeError, match=r"key \('next', 'done'\) has dtype torch.uint8"):
+            s.set(slice(2, 4), bad)
+
+    def test_wrong_container_type(self):
+        s = LazyTensorStorage(10)
+        with pytest.raises(TypeError, match="use ListStorage"):
+            s.set(slice(0, 2), [1, 2])
+        s.set(slice(0, 2), TensorDict({"a": torch.zeros(2)}, [2]))
+        with pytest.raises(TypeError, match="holds TensorDicts, got Tensor"):
+            s.set(slice(2, 4), torch.zeros(2))
+
+    def test_out_of_range_indices(self):
+        s = LazyTensorStorage(4)
+        with pytest.raises(IndexError, match=r"\[0, 4\)"):
+            s.set(torch.tensor([1, 4]), torch.zeros(2))
+
+    def test_empty_read_raises(self):
+        with pytest.raises(RuntimeError, match="cannot read from an empty LazyTensorStorage"):
+            LazyTensorStorage(4).get(torch.tensor([0]))
+
+    def test_item_batch_dims_are_kept(self):
+        s = LazyTensorStorage(5)
+        s.set(slice(0, 2), TensorDict({"a": torch.arange(6.0).reshape(2, 3)}, [2, 3]))
+        out = s.get(torch.tensor([1]))
+        assert out.batch_size == torch.Size([1, 3])
+        with pytest.raises(ValueError, match=r"item batch_size \[4\]"):
+            s.set(slice(2, 4), TensorDict({"a": torch.zeros(2, 4)}, [2, 4]))
+
+    def test_state_dict_round_trip(self, make_transitions):
+        s = LazyTensorStorage(10)
+        s.set(slice(0, 6), make_transitions(6))
+        t = LazyTensorStorage(10)
+        t.load_state_dict(s.state_dict())
+        assert len(t) == 6
+        assert (t.get(slice(None)) == s.get(slice(None))).all()
+        with pytest.raises(ValueError, match="max_size 10, this storage 5"):
+            LazyTensorStorage(5).load_state_dict(s.state_dict())
+
+    def test_is_a_storage(self):
+        assert isinstance(LazyTensorStorage(3), Storage)
+        assert "LazyTensorStorage(max_size=3, len=0" in repr(LazyTensorStorage(3))
+
+    @pytest.mark.gpu
+    @requires_cuda
+    def test_cuda_storage(self, make_transitions):
+        s = LazyTensorStorage(10, device="cuda")
+        s.set(slice(0, 4), make_transitions(4))
+        out = s.get(torch.tensor([1, 2]))
+        assert out["observation"].device.type == "cuda"
+        assert out["id"].tolist() == [1, 2]
+
+
+class TestLazyMemmapStorage:
+    def test_files_on_disk(self, tmp_path, make_transitions):
+        s = LazyMemmapStorage(100, scratch_dir=tmp_path)
+        s.set(slice(0, 10), make_transitions(10))
+        assert (tmp_path / "observation.memmap").exists()
+        assert (tmp_path / "next" / "reward.memmap").exists()
+        out = s.get(torch.tensor([9, 0]))
+        assert out["id"].tolist() == [9, 0]
+        assert type(out["observation"]) is torch.Tensor
+
+    def test_reopen_in_a_new_process(self, tmp_path, make_transitions):
+        s = LazyMemmapStorage(100, scratch_dir=tmp_path)
+        s.set(slice(0, 30), make_transitions(30))
+        del s
+        code = textwrap.dedent(
+            f"""
+            import torch
+            from rl.data import LazyMemmapStorage
+            s = LazyMemmapStorage(100, scratch_dir={str(tmp_path)!r})
+            assert len(s) == 30, len(s)
+            out = s.get(torch.arange(30))
+            assert out["id"].tolist() == list(range(30))
+            assert out["next", "observation"][:, 0].tolist() == [float(i + 1) for i in range(30)]
+            s.set(slice(30, 35), s.get(torch.arange(5)))
+            print("ok")
+            """
+        )
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        again = LazyMemmapStorage(100, scratch_dir=tmp_path)
+        assert len(again) == 35
+        assert again.get(torch.tensor([34]))["id"].item() == 4
+
+    def test_reopen_wrong_size_or_existsok(self, tmp_path):
+        s = LazyMemmapStorage(10, scratch_dir=tmp_path)
+        s.set(slice(0, 2), TensorDict({"a": torch.zeros(2)}, [2]))
+        with pytest.raises(ValueError, match="max_size 10, got max_size=20"):
+            LazyMemmapStorage(20, scratch_dir=tmp_path)
+        with pytest.raises(FileExistsError, match="existsok=False"):
+            LazyMemmapStorage(10, scratch_dir=tmp_path, existsok=False)
+
+    def test_unwritable_scratch_dir(self, tmp_path):
+        blocker = tmp_path / "a_file"
+        blocker.write_text("x")
+        with pytest.raises(PermissionError, match="scratch_dir '.*a_file/sub' cannot be created"):
+            LazyMemmapStorage(10, scratch_dir=blocker / "sub")
+        with pytest.raises(NotADirectoryError, match="is not a directory"):
+            LazyMemmapStorage(10, scratch_dir=blocker)
+
+    def test_read_only_directory(self):
+        # /proc/self accepts no new files, even for root
+        with pytest.raises(PermissionError, match="scratch_dir '/proc/self' is not writable"):
+            LazyMemmapStorage(10, scratch_dir="/proc/self")
+
+    def test_temporary_dir_is_removed(self):
+        s = LazyMemmapStorage(10)
+        s.set(slice(0, 2), torch.arange(2.0))
+        path = s.scratch_dir
+        assert path.exists()
+        del s
+        assert not path.exists()
+
+    def test_plain_tensor_reopen(self, tmp_path):
+        s = LazyMemmapStorage(8, scratch_dir=tmp_path)
+        s.set(slice(0, 3), torch.arange(6, dtype=torch.int32).reshape(3, 2))
+        t = LazyMemmapStorage(8, scratch_dir=tmp_path)
+        assert len(t) == 3
+        torch.testing.assert_close(
+            t.get(torch.tensor([2])), torch.tensor([[4, 5]], dtype=torch.int32)
+        )
+
+    def test_checks_structure(self, tmp_path, make_transitions):
+        s = LazyMemmapStorage(10, scratch_dir=tmp_path)
+        s.set(slice(0, 2), make_transitions(2))
+        with pytest.raises(KeyError, match="'observation'"):
+            s.set(slice(2, 4), make_transitions(2).exclude("observation"))
+
+    def test_state_dict_into_fresh_directory(self, tmp_path, make_transitions):
+        s = LazyMemmapStorage(10, scratch_dir=tmp_path / "a")
+        s.set(slice(0, 5), make_transitions(5))
+        t = LazyMemmapStorage(10, scratch_dir=tmp_path / "b")
+        t.load_state_dict(s.state_dict())
+        assert len(t) == 5
+        assert t.get(torch.arange(5))["id"].tolist() == list(range(5))
+        assert len(LazyMemmapStorage(10, scratch_dir=tmp_path / "b")) == 5
+
+    def test_counter_file_is_tiny(self, tmp_path):
+        s = LazyMemmapStorage(10, scratch_dir=tmp_path)
+        s.set(slice(0, 1), torch.zeros(1))
+        assert os.path.getsize(tmp_path / "rl_storage_len.bin") == np.dtype(np.int64).itemsize

@@ -449,14 +449,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"expected a TensorDict, got {type(data).__name__}")
         try:
-            priority = data.get(self.priority_key)
+            priority = data[self.priority_key]
         except KeyError:
             raise KeyMismatchError(
                 f"the batch has no priority key {self.priority_key!r}; write it before calling "
                 "update_tensordict_priority"
             ) from None
         try:
-            index = data.get("index")
+            index = data["index"]
         except KeyError:
             raise KeyMismatchError(
                 "the batch has no 'index' key; was it sampled from this buffer?"

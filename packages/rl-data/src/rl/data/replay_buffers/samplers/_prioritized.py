@@ -27,6 +27,20 @@ def _check_priority(priority: torch.Tensor) -> None:
     )
 
 
+def importance_weights(priority: torch.Tensor, p_min: float, beta: float) -> torch.Tensor:
+    """``(p_i / p_min) ** -beta``: ``(N P(i)) ** -beta`` normalised by its largest value.
+
+    With a zero priority stored (``eps=0``), the largest weight is not defined by the
+    tree; the weights are then normalised by the largest one in the batch.
+    """
+    if p_min > 0:
+        weight = priority.div(p_min).pow_(-beta)
+    else:
+        weight = priority.pow(-beta)
+        weight = weight.div_(weight.max())
+    return weight.to(torch.float32)
+
+
 class PrioritizedSampler(Sampler):
     """Samples item ``i`` with probability ``p_i^alpha / sum_j p_j^alpha``.
 
@@ -199,11 +213,7 @@ class PrioritizedSampler(Sampler):
         mass = torch.rand(batch_size, dtype=self.dtype, device=self._device).mul_(p_sum)
         index = self._sum_tree.scan_lower_bound(mass).clamp_(max=n - 1)
         priority = self._sum_tree[index]
-        if p_min > 0:
-            weight = priority.div(p_min).pow_(-self._beta)
-        else:
-            weight = torch.ones_like(priority)
-        return index, {"priority_weight": weight.to(torch.float32)}
+        return index, {"priority_weight": importance_weights(priority, p_min, self._beta)}
 
     # -- state -----------------------------------------------------------------------------------
     def _empty(self) -> None:

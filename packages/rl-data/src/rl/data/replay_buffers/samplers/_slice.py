@@ -9,7 +9,7 @@ import torch
 from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers._utils import as_index_tensor
-from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
+from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, importance_weights
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
 
@@ -399,9 +399,8 @@ class PrioritizedSliceSampler(SliceSampler):
         priority = self._sum_tree[tree_index]
         p_min = self._min_tree.query(0, n)
         beta = self._priority.beta
-        weight = priority.div(p_min).pow_(-beta) if p_min > 0 else torch.ones_like(priority)
         info = self._info(storage, index, last)
-        info["priority_weight"] = weight.to(torch.float32).to(storage.device)
+        info["priority_weight"] = importance_weights(priority, p_min, beta).to(storage.device)
         return index.to(storage.device), info
 
     def _empty(self) -> None:

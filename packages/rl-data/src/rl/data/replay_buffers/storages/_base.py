@@ -124,7 +124,8 @@ class ListStorage(Storage):
             items = list(data)
         if len(items) != len(indices):
             raise ValueError(f"got {len(items)} items for {len(indices)} indices")
-        for i, item in zip(indices, items):
+        # ascending order, so that a wrapped write into a growing list leaves no hole
+        for i, item in sorted(zip(indices, items), key=lambda pair: pair[0]):
             self._set_one(int(i), item)
 
     def get(self, index: Any) -> Any:

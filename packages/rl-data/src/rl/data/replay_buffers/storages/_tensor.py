@@ -280,7 +280,7 @@ class TensorStorage(Storage):
         if not self._is_td:
             return self._tensor[: self._len]
         try:
-            return self._storage.get(key)[: self._len]
+            return self._storage[key][: self._len]
         except KeyError:
             raise KeyMismatchError(
                 f"the storage holds no key {key!r} (stored keys: {', '.join(sorted(map(repr, self._sig)))})"

@@ -87,26 +87,24 @@ class RoundRobinWriter(Writer):
         return index
 
     def extend(self, data: Any) -> torch.Tensor:
-        n = _batch_len(data)
+        total = _batch_len(data)
         max_size = self._storage.max_size
         cursor = self._cursor
-        if n > max_size:
-            # only the last max_size items survive; write them where they would have landed
-            skip = n - max_size
-            data = data[skip:]
-            cursor = (cursor + skip) % max_size
-            n = max_size
         device = self._storage.device
-        index = torch.arange(cursor, cursor + n, device=device)
-        if cursor + n > max_size:
+        index = torch.arange(cursor, cursor + total, device=device)
+        wraps = cursor + total > max_size
+        if wraps:
             index = index % max_size
-            where: slice | torch.Tensor = index
-        else:
-            where = slice(cursor, cursor + n)
         data = self._prepare(data, index)
-        self._storage.set(where, data)
-        self._cursor = (cursor + n) % max_size
-        self._write_count += n
+        if total > max_size:
+            # only the last max_size items survive; they land where a sequential write puts them
+            data, index = data[total - max_size :], index[total - max_size :]
+        if wraps:
+            self._storage.set(index, data)
+        else:
+            self._storage.set(slice(cursor, cursor + total), data)
+        self._cursor = (cursor + total) % max_size
+        self._write_count += total
         return index
 
     def _empty(self) -> None:
@@ -205,7 +203,7 @@ class TensorDictMaxValueWriter(Writer):
                 f"TensorDictMaxValueWriter needs TensorDicts, got {type(data).__name__}"
             )
         try:
-            value = data.get(self.rank_key)
+            value = data[self.rank_key]
         except KeyError:
             raise KeyMismatchError(f"the data has no rank_key {self.rank_key!r}") from None
         value = value.detach().to("cpu", torch.float64)
@@ -222,26 +220,21 @@ class TensorDictMaxValueWriter(Writer):
         return self._write(data, self._rank(data, batched=True))
 
     def _write(self, data: TensorDictBase, ranks: torch.Tensor) -> torch.Tensor:
-        max_size = self._storage.max_size
+        # invariant: the filled slots are exactly [0, count)
+        max_size, count = self._storage.max_size, self._count
         n = ranks.shape[0]
+        pool = torch.cat([self._ranks[:count], ranks])
+        k = min(max_size, count + n)
+        keep = torch.topk(pool, k, sorted=False).indices
+        kept_new = (keep[keep >= count] - count).sort().values
+        evicted = torch.ones(count, dtype=torch.bool)
+        evicted[keep[keep < count]] = False
+        free = torch.cat([evicted.nonzero().squeeze(-1), torch.arange(count, max_size)])
+        target = free[: kept_new.shape[0]]
         slots = torch.full((n,), -1, dtype=torch.int64)
-        free = max_size - self._count
-        # fill the free slots first, in order
-        n_free = min(free, n)
-        slots[:n_free] = torch.arange(self._count, self._count + n_free)
-        self._ranks[self._count : self._count + n_free] = ranks[:n_free]
-        self._count += n_free
-        if n_free < n:
-            # then let the remaining items compete with the stored ones
-            rest = torch.arange(n_free, n)
-            pool = torch.cat([self._ranks, ranks[rest]])
-            keep = torch.topk(pool, max_size, sorted=False).indices
-            kept_new = rest[keep[keep >= max_size] - max_size]
-            evicted = torch.ones(max_size, dtype=torch.bool)
-            evicted[keep[keep < max_size]] = False
-            freed = evicted.nonzero().squeeze(-1)
-            slots[kept_new] = freed
-            self._ranks[freed] = ranks[kept_new]
+        slots[kept_new] = target
+        self._ranks[target] = ranks[kept_new]
+        self._count = k
         written = slots >= 0
         if written.any():
             chosen = written.nonzero().squeeze(-1)

@@ -1,8 +1,244 @@
+// Python bindings of the segment trees (the only file that knows about Python).
+//
+// Arrays cross the boundary as nb::ndarray (DLPack / buffer protocol), so numpy
+// arrays and torch tensors are used in place; `noconvert` turns a wrong dtype
+// or layout into an error instead of a silent copy. The Python wrapper in
+// rl/cpp/_segment_tree.py gives the friendly errors and allocates outputs;
+// these functions re-check everything that could touch memory out of bounds.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "segment_tree.h"
+#if defined(RL_CPP_WITH_CUDA)
+#include "segment_tree_cuda.h"
+#endif
 
 namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+template <typename T, typename Device>
+using In = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, Device>;
+template <typename T, typename Device>
+using Out = nb::ndarray<T, nb::ndim<1>, nb::c_contig, Device>;
+
+using Release = nb::call_guard<nb::gil_scoped_release>;
+
+void check_length(const char* name, size_t got, const char* reference, size_t expected) {
+    if (got != expected) {
+        throw std::invalid_argument(std::string(name) + " has " + std::to_string(got) +
+                                    " elements, expected " + std::to_string(expected) +
+                                    " (as many as " + reference + ")");
+    }
+}
+
+template <typename T, typename Op>
+void bind_cpu(nb::module_& m, const char* name) {
+    using Tree = rlcpp::SegmentTree<T, Op>;
+    using Dev = nb::device::cpu;
+    auto cls = nb::class_<Tree>(m, name, "CPU segment tree (low level; use rl.cpp.*SegmentTree).");
+    cls.def(nb::init<int64_t>(), "capacity"_a)
+        .def_prop_ro("capacity", &Tree::capacity)
+        .def(
+            "update",
+            [](Tree& t, In<int64_t, Dev> indices, In<T, Dev> values) {
+                check_length("values", values.shape(0), "indices", indices.shape(0));
+                t.update(indices.data(), values.data(), T(0), int64_t(indices.shape(0)));
+            },
+            "indices"_a.noconvert(), "values"_a.noconvert(), Release())
+        .def(
+            "update_fill",
+            [](Tree& t, In<int64_t, Dev> indices, double value) {
+                t.update(indices.data(), nullptr, T(value), int64_t(indices.shape(0)));
+            },
+            "indices"_a.noconvert(), "value"_a, Release())
+        .def(
+            "update_one",
+            [](Tree& t, int64_t index, double value) { t.update(&index, nullptr, T(value), 1); },
+            "index"_a, "value"_a)
+        .def(
+            "get",
+            [](const Tree& t, In<int64_t, Dev> indices, Out<T, Dev> out) {
+                check_length("out", out.shape(0), "indices", indices.shape(0));
+                t.get(indices.data(), out.data(), int64_t(indices.shape(0)));
+            },
+            "indices"_a.noconvert(), "out"_a.noconvert(), Release())
+        .def(
+            "get_one",
+            [](const Tree& t, int64_t index) {
+                T out;
+                t.get(&index, &out, 1);
+                return double(out);
+            },
+            "index"_a)
+        .def(
+            "query",
+            [](const Tree& t, In<int64_t, Dev> starts, In<int64_t, Dev> ends, Out<T, Dev> out) {
+                check_length("end", ends.shape(0), "start", starts.shape(0));
+                check_length("out", out.shape(0), "start", starts.shape(0));
+                t.query(starts.data(), ends.data(), out.data(), int64_t(starts.shape(0)));
+            },
+            "starts"_a.noconvert(), "ends"_a.noconvert(), "out"_a.noconvert(), Release())
+        .def(
+            "query_one",
+            [](const Tree& t, int64_t start, int64_t end) {
+                T out;
+                t.query(&start, &end, &out, 1);
+                return double(out);
+            },
+            "start"_a, "end"_a)
+        .def("root", [](const Tree& t) { return double(t.root()); })
+        .def(
+            "copy_leaves",
+            [](const Tree& t, Out<T, Dev> out) {
+                check_length("out", out.shape(0), "the capacity", size_t(t.capacity()));
+                t.copy_leaves(out.data());
+            },
+            "out"_a.noconvert(), Release())
+        .def(
+            "load_leaves",
+            [](Tree& t, In<T, Dev> values) {
+                check_length("values", values.shape(0), "the capacity", size_t(t.capacity()));
+                t.load_leaves(values.data());
+            },
+            "values"_a.noconvert(), Release());
+    if constexpr (std::is_same_v<Op, rlcpp::SumOp>) {
+        cls.def(
+               "scan",
+               [](const Tree& t, In<T, Dev> values, Out<int64_t, Dev> out) {
+                   check_length("out", out.shape(0), "values", values.shape(0));
+                   t.scan(values.data(), out.data(), int64_t(values.shape(0)));
+               },
+               "values"_a.noconvert(), "out"_a.noconvert(), Release())
+            .def(
+                "scan_one",
+                [](const Tree& t, double value) {
+                    const T v = T(value);
+                    int64_t out = 0;
+                    t.scan(&v, &out, 1);
+                    return out;
+                },
+                "value"_a);
+    }
+}
+
+#if defined(RL_CPP_WITH_CUDA)
+template <typename Array>
+void check_device(const char* name, const Array& a, int device) {
+    if (a.device_id() != device) {
+        throw std::invalid_argument(std::string(name) + " is on cuda:" +
+                                    std::to_string(a.device_id()) + ", expected cuda:" +
+                                    std::to_string(device) + " (the tree's device)");
+    }
+}
+
+template <typename T, typename Op>
+void bind_cuda(nb::module_& m, const char* name) {
+    using Tree = rlcpp::CudaSegmentTree<T, Op>;
+    using Dev = nb::device::cuda;
+    using Host = nb::device::cpu;
+    auto cls =
+        nb::class_<Tree>(m, name, "CUDA segment tree (low level; use rl.cpp.*SegmentTree).");
+    cls.def(nb::init<int64_t, int, std::uintptr_t>(), "capacity"_a, "device"_a, "stream"_a,
+            Release())
+        .def_prop_ro("capacity", &Tree::capacity)
+        .def_prop_ro("device", &Tree::device)
+        .def(
+            "update",
+            [](Tree& t, In<int64_t, Dev> indices, In<T, Dev> values, std::uintptr_t stream) {
+                check_device("indices", indices, t.device());
+                check_device("values", values, t.device());
+                check_length("values", values.shape(0), "indices", indices.shape(0));
+                t.update(indices.data(), values.data(), T(0), int64_t(indices.shape(0)), stream);
+            },
+            "indices"_a.noconvert(), "values"_a.noconvert(), "stream"_a, Release())
+        .def(
+            "update_fill",
+            [](Tree& t, In<int64_t, Dev> indices, double value, std::uintptr_t stream) {
+                check_device("indices", indices, t.device());
+                t.update(indices.data(), nullptr, T(value), int64_t(indices.shape(0)), stream);
+            },
+            "indices"_a.noconvert(), "value"_a, "stream"_a, Release())
+        .def("update_one", &Tree::update_one, "index"_a, "value"_a, "stream"_a, Release())
+        .def(
+            "get",
+            [](Tree& t, In<int64_t, Dev> indices, Out<T, Dev> out, std::uintptr_t stream) {
+                check_device("indices", indices, t.device());
+                check_device("out", out, t.device());
+                check_length("out", out.shape(0), "indices", indices.shape(0));
+                t.get(indices.data(), out.data(), int64_t(indices.shape(0)), stream);
+            },
+            "indices"_a.noconvert(), "out"_a.noconvert(), "stream"_a, Release())
+        .def("get_one", &Tree::get_one, "index"_a, "stream"_a, Release())
+        .def(
+            "query",
+            [](Tree& t, In<int64_t, Dev> starts, In<int64_t, Dev> ends, Out<T, Dev> out,
+               std::uintptr_t stream) {
+                check_device("start", starts, t.device());
+                check_device("end", ends, t.device());
+                check_device("out", out, t.device());
+                check_length("end", ends.shape(0), "start", starts.shape(0));
+                check_length("out", out.shape(0), "start", starts.shape(0));
+                t.query(starts.data(), ends.data(), out.data(), int64_t(starts.shape(0)), stream);
+            },
+            "starts"_a.noconvert(), "ends"_a.noconvert(), "out"_a.noconvert(), "stream"_a,
+            Release())
+        .def("query_one", &Tree::query_one, "start"_a, "end"_a, "stream"_a, Release())
+        .def("root", &Tree::root, "stream"_a, Release())
+        .def(
+            "copy_leaves",
+            [](Tree& t, Out<T, Host> out, std::uintptr_t stream) {
+                check_length("out", out.shape(0), "the capacity", size_t(t.capacity()));
+                t.copy_leaves(out.data(), stream);
+            },
+            "out"_a.noconvert(), "stream"_a, Release())
+        .def(
+            "load_leaves",
+            [](Tree& t, In<T, Host> values, std::uintptr_t stream) {
+                check_length("values", values.shape(0), "the capacity", size_t(t.capacity()));
+                t.load_leaves(values.data(), stream);
+            },
+            "values"_a.noconvert(), "stream"_a, Release());
+    if constexpr (std::is_same_v<Op, rlcpp::SumOp>) {
+        cls.def(
+               "scan",
+               [](Tree& t, In<T, Dev> values, Out<int64_t, Dev> out, std::uintptr_t stream) {
+                   check_device("values", values, t.device());
+                   check_device("out", out, t.device());
+                   check_length("out", out.shape(0), "values", values.shape(0));
+                   t.scan(values.data(), out.data(), int64_t(values.shape(0)), stream);
+               },
+               "values"_a.noconvert(), "out"_a.noconvert(), "stream"_a, Release())
+            .def("scan_one", &Tree::scan_one, "value"_a, "stream"_a, Release());
+    }
+}
+#endif
+
+}  // namespace
 
 NB_MODULE(_C, m) {
-    m.doc() = "rl.cpp compiled core";
-    m.def("cuda_available_at_build", []() { return false; });
+    m.doc() = "rl.cpp compiled core: sum and min segment trees (CPU and, when built, CUDA).";
+#if defined(RL_CPP_WITH_CUDA)
+    m.def("cuda_compiled", []() { return true; }, "Whether the CUDA kernels were compiled in.");
+    m.def("cuda_device_count", &rlcpp::cuda_device_count,
+          "CUDA devices visible to this process (0 without a driver or device).");
+    bind_cuda<float, rlcpp::SumOp>(m, "CudaSumTreeF32");
+    bind_cuda<double, rlcpp::SumOp>(m, "CudaSumTreeF64");
+    bind_cuda<float, rlcpp::MinOp>(m, "CudaMinTreeF32");
+    bind_cuda<double, rlcpp::MinOp>(m, "CudaMinTreeF64");
+#else
+    m.def("cuda_compiled", []() { return false; }, "Whether the CUDA kernels were compiled in.");
+    m.def("cuda_device_count", []() { return 0; },
+          "CUDA devices visible to this process (0 without a driver or device).");
+#endif
+    bind_cpu<float, rlcpp::SumOp>(m, "SumTreeF32");
+    bind_cpu<double, rlcpp::SumOp>(m, "SumTreeF64");
+    bind_cpu<float, rlcpp::MinOp>(m, "MinTreeF32");
+    bind_cpu<double, rlcpp::MinOp>(m, "MinTreeF64");
 }

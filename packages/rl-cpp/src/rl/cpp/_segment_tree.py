@@ -1,0 +1,445 @@
+"""Sum and min segment trees for prioritized sampling, on the CPU or a CUDA device.
+
+The trees are thin Python shells over the compiled ``rl.cpp._C`` module: they check
+the input (library, device, dtype, contiguity, length) with clear messages, allocate
+outputs with the caller's library (numpy in, numpy out; torch in, torch out on the same
+device) and hand the arrays to C++ through DLPack without copies. The C++ side
+re-checks bounds and priorities before touching memory, so bad input raises instead of
+corrupting the tree. torch is never imported by this module unless the caller passes a
+torch tensor (or asks for a CUDA tree).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from rl.cpp import _C
+
+__all__ = ["MinSegmentTree", "SumSegmentTree", "cuda_compiled", "cuda_device_count"]
+
+_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+_INT64 = np.dtype(np.int64)
+_NUMBER = (int, float, np.integer, np.floating)
+
+
+def cuda_compiled() -> bool:
+    """Whether this build of rl-cpp contains the CUDA kernels.
+
+    Examples:
+        >>> from rl.cpp import cuda_compiled
+        >>> isinstance(cuda_compiled(), bool)
+        True
+    """
+    return bool(_C.cuda_compiled())
+
+
+def cuda_device_count() -> int:
+    """Number of CUDA devices rl-cpp can use (0 without CUDA kernels, driver or GPU)."""
+    return int(_C.cuda_device_count())
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _parse_dtype(dtype: Any) -> np.dtype:
+    if _is_torch(dtype):  # torch.float32 -> "float32"
+        name = str(dtype).rpartition(".")[2]
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = repr(dtype)
+    if name not in _DTYPES:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
+    return _DTYPES[name]
+
+
+def _parse_device(device: Any) -> tuple[str, int]:
+    text = str(device)
+    if text == "cpu":
+        return "cpu", -1
+    if text == "cuda":
+        torch = sys.modules.get("torch")
+        index = torch.cuda.current_device() if torch is not None else 0
+        return "cuda", index
+    kind, _, index = text.partition(":")
+    if kind == "cuda" and index.isdigit():
+        return "cuda", int(index)
+    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {device!r}")
+
+
+class _SegmentTree:
+    """Shared implementation of :class:`SumSegmentTree` and :class:`MinSegmentTree`."""
+
+    _op = ""
+    _cpu_classes: dict[str, Any] = {}
+    _cuda_classes: dict[str, Any] = {}
+
+    def __init__(self, capacity: int, dtype: Any = "float32", device: Any = "cpu") -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
+        self._capacity = int(capacity)
+        if self._capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {self._capacity}")
+        self._dtype = _parse_dtype(dtype)
+        self._device_type, self._device_index = _parse_device(device)
+        self._cuda = self._device_type == "cuda"
+        if self._cuda:
+            if not _C.cuda_compiled():
+                raise RuntimeError(
+                    f"device {device!r} was requested but this build of rl-cpp has no CUDA "
+                    "kernels; rebuild it with the CUDA toolkit installed (RL_CPP_CUDA=ON)"
+                )
+            cls = self._cuda_classes[self._dtype.name]
+            self._impl = cls(self._capacity, self._device_index, 0)
+            self._device = f"cuda:{self._device_index}"
+        else:
+            self._impl = self._cpu_classes[self._dtype.name](self._capacity)
+            self._device = "cpu"
+        self._torch_dtype = None  # resolved on first use of a torch tensor
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def capacity(self) -> int:
+        """Number of leaves (priorities) the tree holds."""
+        return self._capacity
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Dtype of the priorities, ``np.dtype('float32')`` or ``np.dtype('float64')``."""
+        return self._dtype
+
+    @property
+    def device(self) -> str:
+        """Device of the tree, ``"cpu"`` or ``"cuda:<index>"`` (pass to ``torch.device``)."""
+        return self._device
+
+    def __len__(self) -> int:
+        return self._capacity
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(capacity={self._capacity}, dtype={self._dtype.name}, "
+            f"device={self._device!r})"
+        )
+
+    # -------------------------------------------------------------- operations
+    def update(self, indices: Any, values: Any) -> None:
+        """Sets the priorities at ``indices`` to ``values``.
+
+        Args:
+            indices: a Python int, or an int64 array (numpy or torch, any shape,
+                contiguous, on the tree's device) or a list of ints.
+            values: a number broadcast to every index, or an array of the tree's
+                dtype with as many elements as ``indices``. With repeated indices the
+                last occurrence wins.
+
+        Raises:
+            IndexError: an index is outside ``[0, capacity)``.
+            ValueError: a priority is negative or NaN (or infinite for a sum tree),
+                or ``values`` has the wrong length or device; the tree is unchanged.
+            TypeError: wrong dtype, non-contiguous array or unsupported type.
+        """
+        if isinstance(indices, (int, np.integer)):
+            index = self._scalar_index(indices)
+            value = self._scalar(values, "values")
+            if self._cuda:
+                self._impl.update_one(index, value, self._stream())
+            else:
+                self._impl.update_one(index, value)
+            return
+        idx, kind, _ = self._array(indices, "indices", _INT64)
+        if isinstance(values, _NUMBER):
+            if self._cuda:
+                self._impl.update_fill(idx, float(values), self._stream())
+            else:
+                self._impl.update_fill(idx, float(values))
+            return
+        vals, _, _ = self._array(values, "values", self._dtype)
+        if vals.shape[0] != idx.shape[0]:
+            raise ValueError(
+                f"values has {vals.shape[0]} elements, expected {idx.shape[0]} (one per index)"
+            )
+        if self._cuda:
+            self._impl.update(idx, vals, self._stream())
+        else:
+            self._impl.update(idx, vals)
+
+    __setitem__ = update
+
+    def __getitem__(self, indices: Any) -> Any:
+        """Priorities at ``indices``: a float for an int, else an array of the input's library."""
+        if isinstance(indices, (int, np.integer)):
+            index = self._scalar_index(indices)
+            if self._cuda:
+                return self._impl.get_one(index, self._stream())
+            return self._impl.get_one(index)
+        if isinstance(indices, slice):
+            indices = self._arange(*indices.indices(self._capacity))
+        idx, kind, shape = self._array(indices, "indices", _INT64)
+        out = self._empty(kind, idx, idx.shape[0], self._dtype)
+        if self._cuda:
+            self._impl.get(idx, out, self._stream())
+        else:
+            self._impl.get(idx, out)
+        return out.reshape(shape)
+
+    def query(self, start: Any, end: Any) -> Any:
+        """Reduction (sum or min) of the priorities in the half-open range ``[start, end)``.
+
+        Args:
+            start: an int, or an int64 array of range starts.
+            end: an int, or an int64 array of range ends, as many as ``start``.
+
+        Returns:
+            A Python float for ints, else an array (of the input's library and shape)
+            holding one reduction per range. An empty range gives 0 (sum) or +inf (min).
+
+        Raises:
+            IndexError: a range is not within ``0 <= start <= end <= capacity``.
+        """
+        if isinstance(start, (int, np.integer)) and isinstance(end, (int, np.integer)):
+            start, end = int(start), int(end)
+            if not 0 <= start <= end <= self._capacity:
+                raise IndexError(
+                    f"query range [{start}, {end}) is invalid for a tree of capacity "
+                    f"{self._capacity}; expected 0 <= start <= end <= {self._capacity}"
+                )
+            if self._cuda:
+                return self._impl.query_one(start, end, self._stream())
+            return self._impl.query_one(start, end)
+        starts, kind, shape = self._array(start, "start", _INT64)
+        ends, _, _ = self._array(end, "end", _INT64)
+        if ends.shape[0] != starts.shape[0]:
+            raise ValueError(
+                f"end has {ends.shape[0]} elements, expected {starts.shape[0]} (as many as start)"
+            )
+        out = self._empty(kind, starts, starts.shape[0], self._dtype)
+        if self._cuda:
+            self._impl.query(starts, ends, out, self._stream())
+        else:
+            self._impl.query(starts, ends, out)
+        return out.reshape(shape)
+
+    def __getstate__(self) -> dict[str, Any]:
+        leaves = np.empty(self._capacity, dtype=self._dtype)
+        if self._cuda:
+            self._impl.copy_leaves(leaves, self._stream())
+        else:
+            self._impl.copy_leaves(leaves)
+        return {
+            "capacity": self._capacity,
+            "dtype": self._dtype.name,
+            "device": self._device,
+            "leaves": leaves,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["capacity"], state["dtype"], state["device"])
+        leaves = np.ascontiguousarray(state["leaves"], dtype=self._dtype)
+        if self._cuda:
+            self._impl.load_leaves(leaves, self._stream())
+        else:
+            self._impl.load_leaves(leaves)
+
+    # ---------------------------------------------------------------- helpers
+    def _root(self) -> float:
+        if self._cuda:
+            return self._impl.root(self._stream())
+        return self._impl.root()
+
+    def _stream(self) -> int:
+        # Kernels run on the caller's current torch stream, ordered with its work.
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return 0
+        return torch.cuda.current_stream(self._device_index).cuda_stream
+
+    def _scalar_index(self, index: Any) -> int:
+        index = int(index)
+        if not 0 <= index < self._capacity:
+            raise IndexError(
+                f"index {index} is out of range for a tree of capacity {self._capacity}; "
+                f"expected 0 <= index < {self._capacity}"
+            )
+        return index
+
+    @staticmethod
+    def _scalar(value: Any, name: str) -> float:
+        if not isinstance(value, _NUMBER):
+            raise TypeError(
+                f"{name} must be a number when the index is an int, got {type(value).__name__}"
+            )
+        return float(value)
+
+    def _arange(self, start: int, stop: int, step: int) -> Any:
+        if self._cuda:
+            import torch
+
+            return torch.arange(start, stop, step, device=self._device)
+        return np.arange(start, stop, step, dtype=np.int64)
+
+    def _array(self, x: Any, name: str, dtype: np.dtype) -> tuple[Any, str, tuple]:
+        """Checks ``x`` and returns it flattened (a view), its library and its shape."""
+        if isinstance(x, np.ndarray):
+            if self._cuda:
+                raise ValueError(
+                    f"{name} is a numpy array (on cpu), expected a torch tensor on "
+                    f"{self._device} (the tree's device)"
+                )
+            if x.dtype != dtype:
+                raise TypeError(
+                    f"{name} has dtype {x.dtype}, expected {dtype} "
+                    f"(convert it with .astype(np.{dtype.name}))"
+                )
+            if not x.flags.c_contiguous:
+                raise TypeError(
+                    f"{name} is not contiguous (strides {x.strides}); expected a C-contiguous "
+                    "array (use np.ascontiguousarray)"
+                )
+            return x.reshape(-1), "numpy", x.shape
+        if _is_torch(x) and hasattr(x, "is_contiguous"):
+            return self._tensor(x, name, dtype)
+        if isinstance(x, (list, tuple, range)):
+            if self._cuda:
+                import torch
+
+                kind = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
+                return self._tensor(torch.tensor(x, dtype=kind, device=self._device), name, dtype)
+            arr = np.asarray(x)
+            if arr.size == 0 or np.issubdtype(arr.dtype, np.integer) or dtype != _INT64:
+                arr = np.asarray(x, dtype=dtype)
+            return self._array(arr, name, dtype)
+        raise TypeError(
+            f"{name} must be a numpy array, a torch tensor, a list or an int, "
+            f"got {type(x).__name__}"
+        )
+
+    def _tensor(self, x: Any, name: str, dtype: np.dtype) -> tuple[Any, str, tuple]:
+        torch = sys.modules["torch"]
+        expected = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
+        if x.dtype != expected:
+            raise TypeError(
+                f"{name} has dtype {x.dtype}, expected {expected} (convert it with .to({expected}))"
+            )
+        if x.is_cuda != self._cuda or (self._cuda and x.device.index != self._device_index):
+            raise ValueError(
+                f"{name} is on {x.device}, expected {self._device} (the tree's device)"
+            )
+        if not x.is_contiguous():
+            raise TypeError(
+                f"{name} is not contiguous (stride {tuple(x.stride())}); expected a contiguous "
+                "tensor (use .contiguous())"
+            )
+        if x.requires_grad:
+            x = x.detach()
+        return x.reshape(-1), "torch", tuple(x.shape)
+
+    @staticmethod
+    def _empty(kind: str, like: Any, n: int, dtype: np.dtype) -> Any:
+        if kind == "numpy":
+            return np.empty(n, dtype=dtype)
+        torch = sys.modules["torch"]
+        tdtype = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
+        return torch.empty(n, dtype=tdtype, device=like.device)
+
+
+class SumSegmentTree(_SegmentTree):
+    """Sum segment tree over ``capacity`` priorities, for proportional prioritized sampling.
+
+    Leaves start at 0. ``total()`` is the sum of all priorities and
+    ``scan_lower_bound(u * total())`` with ``u ~ U[0, 1)`` draws index ``i`` with
+    probability ``priority[i] / total()``, in O(log capacity). On a CUDA device the
+    tree lives in GPU memory and operations run on the current torch stream; batched
+    calls synchronize that stream once, to check the input on the device.
+    See `Prioritized Experience Replay <https://arxiv.org/abs/1511.05952>`_.
+
+    Args:
+        capacity: number of priorities (any int >= 1).
+        dtype: ``"float32"`` or ``"float64"`` (a numpy or torch dtype works too).
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:<index>"``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import SumSegmentTree
+        >>> tree = SumSegmentTree(4, dtype="float64")
+        >>> tree.update(np.array([0, 1, 3]), np.array([1.0, 2.0, 3.0]))
+        >>> tree.total()
+        6.0
+        >>> tree.query(1, 4)
+        5.0
+        >>> tree.scan_lower_bound(np.array([0.5, 1.0, 2.9, 3.0]))
+        array([0, 1, 1, 3])
+        >>> tree[np.array([3, 2])]
+        array([3., 0.])
+    """
+
+    _op = "sum"
+    _cpu_classes = {"float32": _C.SumTreeF32, "float64": _C.SumTreeF64}
+    _cuda_classes = (
+        {"float32": _C.CudaSumTreeF32, "float64": _C.CudaSumTreeF64} if _C.cuda_compiled() else {}
+    )
+
+    def total(self) -> float:
+        """Sum of all priorities, as a Python float (on CUDA this synchronizes the stream)."""
+        return self._root()
+
+    def scan_lower_bound(self, values: Any) -> Any:
+        """Smallest index ``i`` with ``priority[0] + ... + priority[i] > value``, per value.
+
+        Args:
+            values: a number, or an array of the tree's dtype (numpy or torch, on the
+                tree's device). Values should lie in ``[0, total())``; a value at or
+                above ``total()`` (float rounding) maps to the last index with a nonzero
+                priority, and every result is a valid index (0 on an all-zero tree).
+
+        Returns:
+            A Python int for a number, else an int64 array of the input's library and shape.
+
+        Raises:
+            ValueError: a value is negative or NaN.
+        """
+        if isinstance(values, _NUMBER):
+            if self._cuda:
+                return self._impl.scan_one(float(values), self._stream())
+            return self._impl.scan_one(float(values))
+        vals, kind, shape = self._array(values, "values", self._dtype)
+        out = self._empty(kind, vals, vals.shape[0], _INT64)
+        if self._cuda:
+            self._impl.scan(vals, out, self._stream())
+        else:
+            self._impl.scan(vals, out)
+        return out.reshape(shape)
+
+
+class MinSegmentTree(_SegmentTree):
+    """Min segment tree over ``capacity`` priorities (for importance-weight normalization).
+
+    Leaves start at ``+inf`` (the identity of ``min``; setting a leaf to ``+inf``
+    clears it). ``min()`` is the smallest priority; ``query(start, end)`` the smallest
+    in ``[start, end)``. Same arguments and device rules as :class:`SumSegmentTree`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import MinSegmentTree
+        >>> tree = MinSegmentTree(4)
+        >>> tree.min()
+        inf
+        >>> tree.update(np.array([0, 2]), np.array([0.5, 0.25], dtype=np.float32))
+        >>> tree.min(), tree.query(0, 2)
+        (0.25, 0.5)
+    """
+
+    _op = "min"
+    _cpu_classes = {"float32": _C.MinTreeF32, "float64": _C.MinTreeF64}
+    _cuda_classes = (
+        {"float32": _C.CudaMinTreeF32, "float64": _C.CudaMinTreeF64} if _C.cuda_compiled() else {}
+    )
+
+    def min(self) -> float:
+        """Smallest priority (``+inf`` when empty), as a Python float; syncs on CUDA."""
+        return self._root()

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-import rl.cpp as _cpp
+from rl.cpp import MinSegmentTree, SumSegmentTree
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
@@ -105,10 +105,10 @@ class PrioritizedSampler(Sampler):
 
     # -- trees -----------------------------------------------------------------------------------
     def _init_trees(self) -> None:
-        kind = "cuda" if self._device.type == "cuda" else "cpu"
+        device = str(self._device) if self._device.type == "cuda" else "cpu"
         dtype = _TREE_DTYPES[self.dtype]
-        self._sum_tree = _cpp.SumSegmentTree(self._max_capacity, dtype=dtype, device=kind)
-        self._min_tree = _cpp.MinSegmentTree(self._max_capacity, dtype=dtype, device=kind)
+        self._sum_tree = SumSegmentTree(self._max_capacity, dtype=dtype, device=device)
+        self._min_tree = MinSegmentTree(self._max_capacity, dtype=dtype, device=device)
 
     def _attach_storage(self, storage: Storage) -> None:
         if storage.max_size > self._max_capacity:

@@ -1,0 +1,387 @@
+import pickle
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rl.data import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    PrioritizedReplayBuffer,
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+    SliceSampler,
+    TensorDictMaxValueWriter,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+    TensorStorage,
+)
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+class TestReplayBuffer:
+    def test_defaults(self):
+        rb = ReplayBuffer()
+        assert isinstance(rb.storage, ListStorage) and rb.storage.max_size == 1000
+        assert isinstance(rb.sampler, RandomSampler)
+        assert len(rb) == 0
+
+    def test_add_extend_sample_len(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+        assert rb.add(torch.tensor(5)) == 0
+        assert rb.extend(torch.tensor([6, 7])).tolist() == [1, 2]
+        assert len(rb) == 3
+        batch = rb.sample()
+        assert batch.shape == (4,) and set(batch.tolist()) <= {5, 6, 7}
+        assert rb.sample(7).shape == (7,)
+        data, info = rb.sample(2, return_info=True)
+        torch.testing.assert_close(data, torch.tensor([5, 6, 7])[info["index"]])
+
+    def test_python_objects(self):
+        torch.manual_seed(0)
+        rb = ReplayBuffer(collate_fn=lambda x: x)
+        rb.add({"o": 1})
+        assert rb.sample(2) == [{"o": 1}, {"o": 1}]
+
+    def test_default_collate_stacks_tensordicts_from_a_list_storage(self):
+        rb = ReplayBuffer()
+        rb.add(TensorDict({"a": torch.ones(3)}, []))
+        rb.extend(TensorDict({"a": torch.zeros(2, 3)}, [2]))
+        out = rb.sample(5)
+        assert isinstance(out, TensorDict) and out["a"].shape == (5, 3)
+
+    def test_sample_errors(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(4))
+        with pytest.raises(ValueError, match="sample\\(\\) needs a batch_size"):
+            rb.sample()
+        with pytest.raises(RuntimeError, match="cannot sample from an empty replay buffer"):
+            rb.sample(3)
+        with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+            rb.sample(0)
+        with pytest.raises(ValueError, match="batch_size must be a positive int, got -2"):
+            ReplayBuffer(batch_size=-2)
+
+    def test_constructor_type_checks(self):
+        with pytest.raises(TypeError, match="storage must be a Storage, got list"):
+            ReplayBuffer(storage=[])
+        with pytest.raises(TypeError, match="sampler must be a Sampler"):
+            ReplayBuffer(sampler=object())
+        with pytest.raises(TypeError, match="writer must be a Writer"):
+            ReplayBuffer(writer=object())
+        with pytest.raises(TypeError, match="prefetch must be an int"):
+            ReplayBuffer(prefetch=1.5)
+        with pytest.raises(TypeError, match="a transform must be callable, got int"):
+            ReplayBuffer(transform=[1])
+
+    def test_iteration_is_endless_with_replacement(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+        rb.extend(torch.arange(3))
+        it = iter(rb)
+        assert [next(it).shape for _ in range(20)] == [torch.Size([2])] * 20
+
+    def test_iteration_without_replacement_is_one_epoch(self):
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(), batch_size=4
+        )
+        rb.extend(torch.arange(10))
+        for _ in range(2):
+            batches = list(rb)
+            assert sorted(torch.cat(batches).tolist()) == list(range(10))
+
+    def test_iterating_needs_batch_size(self):
+        with pytest.raises(RuntimeError, match="needs batch_size at construction"):
+            next(iter(ReplayBuffer()))
+
+    def test_empty(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(5))
+        rb.extend(torch.arange(4))
+        rb.empty()
+        assert len(rb) == 0
+        assert rb.extend(torch.tensor([9])).tolist() == [0]
+        assert rb[:].tolist() == [9]
+
+    def test_getitem(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(5))
+        rb.extend(torch.arange(10, 14))
+        assert rb[1].item() == 11
+        assert rb[torch.tensor([3, 0])].tolist() == [13, 10]
+
+    def test_transform_on_sample_and_inverse_on_extend(self):
+        class Scale(nn.Module):
+            def forward(self, td):
+                td["x"] = td["x"] * 10
+                return td
+
+            def inv(self, td):
+                td = td.clone()
+                td["x"] = td["x"] + 1
+                return td
+
+        rb = ReplayBuffer(storage=LazyTensorStorage(5), transform=Scale(), batch_size=3)
+        rb.extend(TensorDict({"x": torch.zeros(2)}, [2]))
+        assert rb.storage.get(slice(None))["x"].tolist() == [1.0, 1.0]
+        torch.testing.assert_close(rb.sample()["x"], torch.full((3,), 10.0))
+        rb.append_transform(lambda td: td.set("y", td["x"] + 1))
+        assert rb.sample()["y"].tolist() == [11.0] * 3
+        rb.insert_transform(0, lambda td: td.set("x", td["x"] * 0))
+        assert rb.sample()["y"].tolist() == [1.0] * 3
+        assert len(rb.transform) == 3
+
+    def test_prefetch_returns_valid_batches(self, make_transitions, assert_consistent):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), prefetch=3, batch_size=8)
+        rb.extend(make_transitions(50))
+        for _ in range(20):
+            batch = rb.sample()
+            assert batch.batch_size == torch.Size([8])
+            assert_consistent(batch)
+        assert len(rb._futures) == 3
+        assert rb.sample(4).batch_size == torch.Size([4])
+        assert all(bs == 4 for bs, _ in rb._futures)
+
+    def test_prefetch_propagates_errors_and_recovers(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), prefetch=2, batch_size=2)
+        with pytest.raises(RuntimeError, match="empty replay buffer"):
+            rb.sample()
+        rb.extend(torch.arange(3))
+        assert rb.sample().shape == (2,)
+
+    def test_pin_memory_is_harmless_without_cuda(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(4), pin_memory=True)
+        rb.extend(torch.arange(4))
+        assert rb.sample(2).shape == (2,)
+
+
+class TestTensorDictReplayBuffer:
+    def test_sample_holds_index_and_data(self, make_transitions, assert_consistent):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), batch_size=16)
+        rb.extend(make_transitions(40))
+        batch = rb.sample()
+        assert_consistent(batch)
+        torch.testing.assert_close(batch["index"], batch["id"])
+        assert set(batch.keys()) == {"id", "observation", "action", "next", "index"}
+
+    def test_list_storage_path(self, make_transitions, assert_consistent):
+        rb = TensorDictReplayBuffer(storage=ListStorage(10))
+        rb.extend(make_transitions(6))
+        batch = rb.sample(4)
+        assert_consistent(batch)
+        torch.testing.assert_close(batch["index"], batch["id"])
+
+    def test_item_batch_dims(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+        rb.extend(TensorDict({"a": torch.arange(12.0).reshape(4, 3)}, [4, 3]))
+        batch = rb.sample(5)
+        assert batch.batch_size == torch.Size([5, 3])
+        torch.testing.assert_close(batch["a"][:, 0], batch["index"][:, 0].float() * 3)
+
+    def test_collate_fn_must_give_tensordicts(self):
+        rb = TensorDictReplayBuffer(storage=ListStorage(4), collate_fn=lambda x: x)
+        rb.extend(TensorDict({"a": torch.zeros(2)}, [2]))
+        with pytest.raises(TypeError, match="samples TensorDicts, the collate_fn returned list"):
+            rb.sample(2)
+
+    def test_slice_info_is_written(self, make_episodes):
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(50), sampler=SliceSampler(slice_len=2), batch_size=4
+        )
+        rb.extend(make_episodes([5, 5]))
+        batch = rb.sample()
+        assert batch["next", "truncated"].squeeze(-1).tolist() == [False, True, False, True]
+
+    def test_update_priority_is_ignored_without_prioritized_sampler(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
+        rb.extend(TensorDict({"a": torch.zeros(2)}, [2]))
+        rb.update_tensordict_priority(rb.sample(2))
+
+
+class TestPrioritizedBuffers:
+    def test_prioritized_replay_buffer(self):
+        torch.manual_seed(0)
+        rb = PrioritizedReplayBuffer(
+            alpha=1.0, beta=1.0, eps=0.0, storage=LazyTensorStorage(10), batch_size=64
+        )
+        rb.extend(torch.arange(4))
+        rb.update_priority(torch.arange(4), torch.tensor([1.0, 0.0, 0.0, 3.0]))
+        data, info = rb.sample(return_info=True)
+        assert set(data.tolist()) == {0, 3}
+        expected = torch.where(data == 0, 1.0, 1 / 3)
+        torch.testing.assert_close(info["priority_weight"], expected)
+        with pytest.raises(TypeError, match="builds its own sampler"):
+            PrioritizedReplayBuffer(alpha=1, beta=1, sampler=RandomSampler())
+
+    def test_tensordict_prioritized_keys_and_update(self, make_transitions, assert_consistent):
+        torch.manual_seed(0)
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=0.5, eps=0.0, storage=LazyTensorStorage(64), batch_size=32
+        )
+        rb.extend(make_transitions(10))
+        batch = rb.sample()
+        assert_consistent(batch)
+        assert {"priority_weight", "_weight", "index"} <= set(batch.keys())
+        torch.testing.assert_close(batch["priority_weight"], torch.ones(32))
+        batch["td_error"] = (batch["index"] == 3).float().unsqueeze(-1) * 2.0
+        rb.update_tensordict_priority(batch)
+        assert set(rb.sample()["index"].tolist()) == {3}
+        priorities = rb.sampler._sum_tree[torch.arange(10)]
+        assert priorities[3].item() == 2.0
+
+    def test_priority_read_at_extend(self):
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=0.5, eps=0.0, storage=LazyTensorStorage(8), priority_key="p"
+        )
+        rb.extend(TensorDict({"p": torch.tensor([[1.0, 4.0], [2.0, 0.5]])}, [2]))
+        torch.testing.assert_close(rb.sampler._sum_tree[torch.arange(2)], torch.tensor([4.0, 2.0]))
+
+    def test_update_tensordict_priority_errors(self):
+        rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(8))
+        rb.extend(TensorDict({"a": torch.zeros(2)}, [2]))
+        batch = rb.sample(2)
+        with pytest.raises(KeyError, match="no priority key 'td_error'"):
+            rb.update_tensordict_priority(batch)
+        batch["td_error"] = torch.tensor([1.0, float("nan")])
+        with pytest.raises(ValueError, match="finite and non-negative, got nan"):
+            rb.update_tensordict_priority(batch)
+
+    def test_max_value_writer_skips_dropped_items(self):
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0,
+            beta=0.5,
+            eps=0.0,
+            storage=LazyTensorStorage(2),
+            writer=TensorDictMaxValueWriter(rank_key="r"),
+        )
+        rb.extend(TensorDict({"r": torch.tensor([1.0, 3.0, 2.0]), "td_error": torch.ones(3)}, [3]))
+        assert len(rb) == 2
+        assert sorted(rb[:]["r"].tolist()) == [2.0, 3.0]
+
+    @pytest.mark.gpu
+    @requires_cuda
+    def test_cuda_prioritized_buffer(self, make_transitions, assert_consistent):
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=0.7, beta=0.5, storage=LazyTensorStorage(64, device="cuda"), batch_size=16
+        )
+        rb.extend(make_transitions(20))
+        batch = rb.sample()
+        assert batch.device.type == "cuda"
+        assert_consistent(batch.cpu())
+        batch["td_error"] = torch.rand(16, device="cuda")
+        rb.update_tensordict_priority(batch)
+        assert rb.sampler._device.type == "cuda"
+
+
+def _fill(rb, make_transitions):
+    rb.extend(make_transitions(30))
+    rb.extend(make_transitions(15, start=30))
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda tmp: TensorDictReplayBuffer(storage=LazyTensorStorage(40)),
+        lambda tmp: TensorDictReplayBuffer(storage=ListStorage(40)),
+        lambda tmp: TensorDictReplayBuffer(storage=LazyMemmapStorage(40, scratch_dir=tmp)),
+        lambda tmp: TensorDictReplayBuffer(
+            storage=LazyTensorStorage(40), sampler=SamplerWithoutReplacement()
+        ),
+        lambda tmp: TensorDictPrioritizedReplayBuffer(
+            alpha=0.7, beta=0.5, storage=LazyTensorStorage(40)
+        ),
+    ],
+    ids=["tensor", "list", "memmap", "without-replacement", "prioritized"],
+)
+class TestCheckpoints:
+    def test_state_dict_round_trip(self, factory, tmp_path, make_transitions):
+        torch.manual_seed(0)
+        rb = factory(tmp_path / "a")
+        _fill(rb, make_transitions)
+        rb.sample(5)
+        if isinstance(rb, TensorDictPrioritizedReplayBuffer):
+            rb.update_priority(torch.arange(40), torch.rand(40) * 3)
+        rb.dumps(tmp_path / "ckpt")
+        other = factory(tmp_path / "b")
+        other.loads(tmp_path / "ckpt")
+        assert len(other) == len(rb) == 40
+        assert (other[torch.arange(40)] == rb[torch.arange(40)]).all()
+        assert other.writer.state_dict() == rb.writer.state_dict()
+        s1, s2 = rb.sampler.state_dict(), other.sampler.state_dict()
+        assert s1.keys() == s2.keys()
+        for key in s1:
+            if isinstance(s1[key], torch.Tensor):
+                torch.testing.assert_close(s1[key], s2[key])
+            else:
+                assert s1[key] == s2[key]
+        torch.manual_seed(1)
+        a = rb.sample(6)
+        torch.manual_seed(1)
+        b = other.sample(6)
+        assert (a == b).all()
+        # the next write lands at the same place
+        assert (rb.extend(make_transitions(2)) == other.extend(make_transitions(2))).all()
+
+
+class TestCheckpointSafety:
+    def test_loads_never_unpickles_code(self, tmp_path):
+        marker = tmp_path / "pwned"
+
+        class Evil:
+            def __reduce__(self):
+                return (open, (str(marker), "w"))
+
+        (tmp_path / "ckpt").mkdir()
+        with open(tmp_path / "ckpt" / "replay_buffer.pt", "wb") as f:
+            torch.save({"version": 1, "evil": Evil()}, f)
+        rb = ReplayBuffer(storage=LazyTensorStorage(4))
+        with pytest.raises(pickle.UnpicklingError):
+            rb.loads(tmp_path / "ckpt")
+        assert not marker.exists()
+
+    def test_missing_checkpoint(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="no replay-buffer checkpoint at"):
+            ReplayBuffer().loads(tmp_path)
+
+    def test_wrong_version(self, tmp_path):
+        (tmp_path / "replay_buffer.pt").write_bytes(b"")
+        torch.save({"version": 99}, tmp_path / "replay_buffer.pt")
+        with pytest.raises(ValueError, match="checkpoint version 99, expected 1"):
+            ReplayBuffer().loads(tmp_path)
+
+    def test_structure_mismatch_on_load(self, tmp_path, make_transitions):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+        rb.extend(make_transitions(3))
+        rb.dumps(tmp_path)
+        other = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+        other.extend(TensorDict({"x": torch.zeros(1)}, [1]))
+        with pytest.raises(KeyError, match="missing the key 'x'"):
+            other.loads(tmp_path)
+
+    def test_dumps_overwrites_and_leaves_no_temporaries(self, tmp_path):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10))
+        rb.extend(torch.arange(3))
+        rb.dumps(tmp_path)
+        rb.extend(torch.arange(3, 5))
+        rb.dumps(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["replay_buffer.pt"]
+        other = ReplayBuffer(storage=LazyTensorStorage(10))
+        other.loads(tmp_path)
+        assert other[:].tolist() == [0, 1, 2, 3, 4]
+
+    def test_list_storage_with_unsaveable_items(self, tmp_path):
+        rb = ReplayBuffer(collate_fn=lambda x: x)
+        rb.add(object())
+        with pytest.raises(TypeError, match="cannot checkpoint an item of type object"):
+            rb.dumps(tmp_path)
+
+    def test_tensor_storage_given(self):
+        s = TensorStorage(torch.zeros(4, 2))
+        rb = ReplayBuffer(storage=s, sampler=PrioritizedSampler(4, 0.5, 0.5))
+        rb.extend(torch.ones(2, 2))
+        other = ReplayBuffer(
+            storage=TensorStorage(torch.zeros(4, 2)), sampler=PrioritizedSampler(4, 0.5, 0.5)
+        )
+        other.load_state_dict(rb.state_dict())
+        torch.testing.assert_close(other[:], torch.ones(2, 2))

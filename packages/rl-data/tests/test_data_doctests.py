@@ -1,0 +1,26 @@
+"""The ``Examples:`` blocks of the public classes run and print what they show."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "rl.data.postprocs._multistep",
+    "rl.data.replay_buffers._buffers",
+    "rl.data.replay_buffers.samplers._prioritized",
+    "rl.data.replay_buffers.samplers._random",
+    "rl.data.replay_buffers.samplers._slice",
+    "rl.data.replay_buffers.storages._base",
+    "rl.data.replay_buffers.storages._memmap",
+    "rl.data.replay_buffers.storages._tensor",
+    "rl.data.replay_buffers.writers._writers",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0

@@ -1,0 +1,217 @@
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from rl.data import (
+    LazyTensorStorage,
+    ListStorage,
+    PrioritizedSliceSampler,
+    ReplayBuffer,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+    TensorDictReplayBuffer,
+)
+
+
+def _buffer(sampler, data, capacity=200, batch_size=None):
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity), sampler=sampler, batch_size=batch_size
+    )
+    rb.extend(data)
+    return rb
+
+
+def _check_slices(batch, slice_len):
+    """Each slice holds consecutive steps of a single episode."""
+    for chunk in batch.split(slice_len):
+        assert chunk["episode"].unique().numel() == 1, chunk["episode"]
+        steps = chunk["step"]
+        torch.testing.assert_close(steps, steps[0] + torch.arange(steps.numel()))
+
+
+class TestSliceSampler:
+    @pytest.mark.parametrize("by", ["end_key", "traj_key"])
+    @pytest.mark.parametrize("spec", [{"num_slices": 4}, {"slice_len": 5}])
+    def test_slices_stay_within_episodes(self, make_episodes, by, spec):
+        torch.manual_seed(0)
+        kwargs = {"traj_key": "episode"} if by == "traj_key" else {}
+        rb = _buffer(SliceSampler(**spec, **kwargs), make_episodes([7, 5, 12, 6, 9]))
+        for _ in range(50):
+            batch = rb.sample(20)
+            assert batch.batch_size == torch.Size([20])
+            _check_slices(batch, 5)
+
+    def test_truncated_and_done_mark_slice_ends(self, make_episodes):
+        rb = _buffer(SliceSampler(slice_len=4), make_episodes([10, 10]))
+        batch = rb.sample(8)
+        expected = torch.tensor([0, 0, 0, 1, 0, 0, 0, 1], dtype=torch.bool).unsqueeze(-1)
+        torch.testing.assert_close(batch["next", "truncated"], expected)
+        assert (batch["next", "done"] >= expected).all()
+        assert batch["next", "done"].shape == (8, 1)
+
+    def test_short_episodes_are_skipped_when_strict(self, make_episodes):
+        torch.manual_seed(0)
+        rb = _buffer(SliceSampler(slice_len=4), make_episodes([2, 3, 8, 1]))
+        for _ in range(20):
+            assert rb.sample(8)["episode"].unique().tolist() == [2]
+
+    def test_no_long_enough_episode_raises(self, make_episodes):
+        rb = _buffer(SliceSampler(slice_len=4), make_episodes([2, 3]))
+        with pytest.raises(RuntimeError, match=r"slice_len=4 long \(longest: 3\)"):
+            rb.sample(8)
+
+    def test_non_strict_returns_shorter_slices(self, make_episodes):
+        torch.manual_seed(0)
+        rb = _buffer(SliceSampler(slice_len=4, strict_length=False), make_episodes([2, 3]))
+        batch = rb.sample(8)
+        assert batch.batch_size[0] <= 8
+        ends = batch["next", "truncated"].squeeze(-1).nonzero().squeeze(-1)
+        starts = torch.cat([torch.tensor([0]), ends[:-1] + 1])
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            chunk = batch[s : e + 1]
+            assert chunk["episode"].unique().numel() == 1
+            assert chunk["step"].tolist() == list(range(chunk.batch_size[0]))
+
+    def test_never_crosses_the_newest_write_of_a_full_storage(self):
+        # one endless "episode" written into a ring: positions 5 (newest) and 6 (oldest)
+        # are not consecutive in time
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(10), sampler=SliceSampler(slice_len=3, traj_key="episode")
+        )
+        data = TensorDict(
+            {"episode": torch.zeros(16, dtype=torch.int64), "t": torch.arange(16)}, [16]
+        )
+        rb.extend(data)
+        torch.manual_seed(0)
+        for _ in range(100):
+            t = rb.sample(3)["t"]
+            torch.testing.assert_close(t, t[0] + torch.arange(3))
+
+    def test_argument_checks(self):
+        with pytest.raises(ValueError, match="exactly one of num_slices and slice_len"):
+            SliceSampler()
+        with pytest.raises(ValueError, match="exactly one of num_slices and slice_len"):
+            SliceSampler(num_slices=2, slice_len=3)
+        with pytest.raises(ValueError, match="give end_key or traj_key, not both"):
+            SliceSampler(num_slices=2, end_key="d", traj_key="t")
+        with pytest.raises(ValueError, match="slice_len must be a positive int, got 0"):
+            SliceSampler(slice_len=0)
+
+    def test_batch_size_must_divide(self, make_episodes):
+        rb = _buffer(SliceSampler(num_slices=3), make_episodes([10]))
+        with pytest.raises(ValueError, match="batch_size=8 is not divisible by num_slices=3"):
+            rb.sample(8)
+
+    def test_missing_key(self, make_episodes):
+        rb = _buffer(SliceSampler(slice_len=2, traj_key="nope"), make_episodes([10]))
+        with pytest.raises(KeyError, match="the storage holds no key 'nope'"):
+            rb.sample(4)
+
+    def test_needs_tensor_storage(self):
+        rb = ReplayBuffer(storage=ListStorage(10), sampler=SliceSampler(slice_len=2))
+        rb.extend([1, 2, 3])
+        with pytest.raises(TypeError, match="needs a tensor storage"):
+            rb.sample(2)
+
+    def test_cache_is_invalidated_by_writes(self, make_episodes):
+        torch.manual_seed(0)
+        sampler = SliceSampler(slice_len=4, cache_values=True)
+        rb = _buffer(sampler, make_episodes([4, 2]))
+        assert rb.sample(4)["episode"].unique().tolist() == [0]
+        more = make_episodes([4, 2, 9])
+        rb.extend(more[6:])
+        seen = torch.cat([rb.sample(4)["episode"] for _ in range(30)]).unique().tolist()
+        assert seen == [0, 2]
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],  # a stateless factory
+    )
+    @given(st.lists(st.integers(1, 12), min_size=1, max_size=8), st.integers(1, 4))
+    def test_property_slices_are_valid(self, make_episodes, lengths, slice_len):
+        if max(lengths) < slice_len:
+            return
+        rb = _buffer(SliceSampler(slice_len=slice_len), make_episodes(lengths))
+        _check_slices(rb.sample(slice_len * 3), slice_len)
+
+
+class TestSliceSamplerWithoutReplacement:
+    def test_each_episode_once_per_epoch(self, make_episodes):
+        torch.manual_seed(0)
+        sampler = SliceSamplerWithoutReplacement(num_slices=2)
+        rb = _buffer(sampler, make_episodes([5, 6, 7, 8, 9]), batch_size=6)
+        batches = list(rb)
+        assert [b.batch_size[0] for b in batches] == [6, 6, 3]
+        episodes = [chunk["episode"][0].item() for b in batches for chunk in b.split(3)]
+        assert sorted(episodes) == [0, 1, 2, 3, 4]
+        for b in batches:
+            _check_slices(b, 3)
+        assert sampler.ran_out
+        assert len(list(rb)) == 3
+
+    def test_drop_last(self, make_episodes):
+        sampler = SliceSamplerWithoutReplacement(num_slices=2, drop_last=True)
+        rb = _buffer(sampler, make_episodes([5, 6, 7]), batch_size=4)
+        assert [b.batch_size[0] for b in rb] == [4]
+
+    def test_state_round_trip(self, make_episodes):
+        sampler = SliceSamplerWithoutReplacement(num_slices=1, shuffle=False)
+        rb = _buffer(sampler, make_episodes([3, 3, 3]), batch_size=3)
+        rb.sample()
+        other = SliceSamplerWithoutReplacement(num_slices=1, shuffle=False)
+        other.load_state_dict(sampler.state_dict())
+        rb2 = TensorDictReplayBuffer(storage=rb.storage, sampler=other, batch_size=3)
+        assert rb2.sample()["episode"].tolist() == [1, 1, 1]
+
+
+class TestPrioritizedSliceSampler:
+    def test_high_priority_episode_dominates(self, make_episodes):
+        torch.manual_seed(0)
+        sampler = PrioritizedSliceSampler(
+            max_capacity=200, alpha=1.0, beta=0.5, eps=0.0, slice_len=4
+        )
+        data = make_episodes([10, 10, 10])
+        rb = _buffer(sampler, data)
+        priority = (data["episode"] == 1).float() * 10 + 1e-3
+        rb.update_priority(torch.arange(30), priority)
+        episodes = torch.cat([rb.sample(8)["episode"] for _ in range(30)])
+        assert (episodes == 1).float().mean() > 0.95
+        batch = rb.sample(8)
+        _check_slices(batch, 4)
+        assert batch["priority_weight"].shape == (8,)
+
+    def test_weights_follow_item_priorities(self, make_episodes):
+        torch.manual_seed(0)
+        sampler = PrioritizedSliceSampler(
+            max_capacity=200, alpha=1.0, beta=1.0, eps=0.0, slice_len=2
+        )
+        data = make_episodes([4, 4])
+        rb = _buffer(sampler, data)
+        priority = torch.arange(1.0, 9.0)
+        rb.update_priority(torch.arange(8), priority)
+        batch = rb.sample(8)
+        expected = 1.0 / priority[batch["index"]]
+        torch.testing.assert_close(batch["priority_weight"], expected)
+        batch["td_error"] = torch.full((8,), 3.0)
+        rb.update_tensordict_priority(batch)
+        torch.testing.assert_close(sampler._sum_tree[batch["index"]], torch.full((8,), 3.0))
+
+    def test_short_episodes_are_avoided(self, make_episodes):
+        torch.manual_seed(0)
+        sampler = PrioritizedSliceSampler(max_capacity=50, alpha=1.0, beta=0.5, slice_len=3)
+        rb = _buffer(sampler, make_episodes([2, 5, 1]), capacity=50)
+        for _ in range(10):
+            assert rb.sample(6)["episode"].unique().tolist() == [1]
+
+    def test_state_round_trip(self, make_episodes):
+        sampler = PrioritizedSliceSampler(max_capacity=50, alpha=1.0, beta=0.5, slice_len=2)
+        rb = _buffer(sampler, make_episodes([4, 4]), capacity=50)
+        rb.update_priority(torch.arange(8), torch.arange(8.0))
+        other = PrioritizedSliceSampler(max_capacity=50, alpha=1.0, beta=0.5, slice_len=2)
+        other.load_state_dict(sampler.state_dict())
+        torch.testing.assert_close(
+            other._sum_tree[torch.arange(8)], sampler._sum_tree[torch.arange(8)]
+        )

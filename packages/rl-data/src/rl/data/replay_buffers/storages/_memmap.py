@@ -144,6 +144,19 @@ class LazyMemmapStorage(LazyTensorStorage):
         os.replace(tmp, self.scratch_dir / _META)
         return stored
 
+    def _leaf_view(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Reads and writes go through a numpy mapping of the same file: copying into it is
+        # ~1.4x faster than into the torch.from_file mapping (same bytes, same page cache).
+        filename = getattr(tensor, "filename", None)
+        try:
+            np_dtype = torch.empty((), dtype=tensor.dtype).numpy().dtype
+        except TypeError:  # no numpy equivalent (bfloat16...)
+            np_dtype = None
+        if filename is None or np_dtype is None or tensor.numel() == 0:
+            return tensor.as_subclass(torch.Tensor)
+        array = np.memmap(filename, dtype=np_dtype, mode="r+", shape=tuple(tensor.shape))
+        return torch.from_numpy(array)
+
     def _bump_len(self, new_len: int) -> None:
         if new_len > self._len:
             self._len = new_len

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,15 +23,15 @@ class _GatherPlan:
 
     __slots__ = ("leaves", "children", "device")
 
-    def __init__(self, td: TensorDictBase) -> None:
+    def __init__(self, td: TensorDictBase, view: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.leaves: list[tuple[str, torch.Tensor]] = []
         self.children: list[tuple[str, _GatherPlan]] = []
         self.device = td.device
         for key, value in td.items():
             if isinstance(value, TensorDictBase):
-                self.children.append((key, _GatherPlan(value)))
+                self.children.append((key, _GatherPlan(value, view)))
             else:
-                self.leaves.append((key, value.as_subclass(torch.Tensor)))
+                self.leaves.append((key, view(value)))
 
     def gather(self, index: torch.Tensor, batch_size: torch.Size) -> TensorDict:
         source: dict[str, Any] = {key: t.index_select(0, index) for key, t in self.leaves}
@@ -115,17 +116,29 @@ class TensorStorage(Storage):
         self._storage = storage
         if isinstance(storage, TensorDictBase):
             self._is_td = True
-            self._plan = _GatherPlan(storage)
+            views = {}
+
+            def view(t: torch.Tensor) -> torch.Tensor:
+                # one view per stored tensor, shared by the write and the gather paths
+                if id(t) not in views:
+                    views[id(t)] = self._leaf_view(t)
+                return views[id(t)]
+
+            self._plan = _GatherPlan(storage, view)
             self._sig = _signature(storage, 1)
             self._leaves = [
-                (key, value.as_subclass(torch.Tensor))
+                (key, view(value))
                 for key, value in storage.items(include_nested=True, leaves_only=True)
             ]
             self._item_batch = storage.batch_size[1:]
         else:
             self._is_td = False
-            self._tensor = storage.as_subclass(torch.Tensor)
+            self._tensor = self._leaf_view(storage)
             self._item_batch = storage.shape[1:]
+
+    def _leaf_view(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The plain tensor that reads and writes of one stored entry go through."""
+        return tensor.as_subclass(torch.Tensor)
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         """Allocates zeros for ``max_size`` items shaped like ``template`` (one item)."""
@@ -205,8 +218,6 @@ class TensorStorage(Storage):
         if self._storage is None:
             self._init(data, batched)
         self._check(data, batched)
-        if data.device != self._device:
-            data = data.to(self._device)
         if isinstance(cursor, slice):
             start, stop, step = cursor.indices(self.max_size)
             n = len(range(start, stop, step))
@@ -228,17 +239,18 @@ class TensorStorage(Storage):
             if not 0 <= cursor < self.max_size:
                 raise IndexError(f"index {cursor} is out of range [0, {self.max_size})")
             end = cursor + 1
+        # copy_ moves data across devices itself; index_copy_ needs it on the storage's device
         if self._is_td:
             for key, dest in self._leaves:
                 value = data.get(key).as_subclass(torch.Tensor)
                 if isinstance(cursor, torch.Tensor):
-                    dest.index_copy_(0, cursor, value)
+                    dest.index_copy_(0, cursor, value.to(dest.device))
                 else:
                     dest[cursor].copy_(value)
         else:
             value = data.as_subclass(torch.Tensor)
             if isinstance(cursor, torch.Tensor):
-                self._tensor.index_copy_(0, cursor, value)
+                self._tensor.index_copy_(0, cursor, value.to(self._tensor.device))
             else:
                 self._tensor[cursor].copy_(value)
         self._bump_len(end)

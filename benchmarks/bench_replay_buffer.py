@@ -1,0 +1,286 @@
+"""Replay-buffer throughput against its floors, measured in the same run.
+
+1. ``sample(256)`` from a ``LazyTensorStorage(1_000_000)`` holding 200k transitions
+   (observation [17], action [6], reward, done, next observation) vs the plain-torch floor:
+   ``torch.randint`` + indexing the same preallocated tensors (the faster of ``t[idx]`` and
+   ``t.index_select(0, idx)``). Target: ratio >= 0.5.
+2. Prioritized ``sample(256)`` + ``update_priority`` on the same data vs the bare rl-cpp
+   tree calls (scan, read, weights, two updates) plus the same plain-torch gather.
+   Target: ratio >= 0.5.
+3. ``LazyMemmapStorage.extend`` of 1,000-item chunks vs the disk's sequential write
+   bandwidth: a numpy memmap write of the same bytes (page cache, as the storage) and
+   ``dd`` with ``conv=fdatasync`` against the storage's extend followed by ``fsync``.
+   Target: ratio >= 0.3.
+
+Run: ``.venv/bin/python benchmarks/bench_replay_buffer.py`` (``--quick`` for a smoke run).
+Prints a markdown table and writes it to ``benchmarks/results/replay_buffer.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+import rl.cpp
+from rl.data import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ReplayBuffer,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
+
+CAPACITY = 1_000_000
+FILLED = 200_000
+BATCH = 256
+ALPHA, BETA, EPS = 0.7, 0.5, 1e-8
+
+
+def best_time(fn, calls: int, repeats: int) -> float:
+    """Best mean seconds per call over ``repeats`` runs of ``calls`` calls."""
+    for _ in range(min(calls, 50)):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def transitions(n: int) -> TensorDict:
+    return TensorDict(
+        {
+            "observation": torch.randn(n, 17),
+            "action": torch.randn(n, 6),
+            "next": {
+                "observation": torch.randn(n, 17),
+                "reward": torch.randn(n, 1),
+                "done": torch.rand(n, 1) < 0.01,
+            },
+        },
+        batch_size=[n],
+    )
+
+
+def leaves(storage: LazyTensorStorage) -> list[torch.Tensor]:
+    td = storage._storage
+    keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "done")]
+    return [td[k].as_subclass(torch.Tensor) for k in keys]
+
+
+def bench_uniform(calls: int, repeats: int) -> list[tuple]:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(CAPACITY), batch_size=BATCH)
+    rb.extend(transitions(FILLED))
+    plain = ReplayBuffer(storage=rb.storage, batch_size=BATCH)
+    tensors = leaves(rb.storage)
+
+    def floor_getitem():
+        idx = torch.randint(FILLED, (BATCH,))
+        return [t[idx] for t in tensors]
+
+    def floor_index_select():
+        idx = torch.randint(FILLED, (BATCH,))
+        return [t.index_select(0, idx) for t in tensors]
+
+    f1 = best_time(floor_getitem, calls, repeats)
+    f2 = best_time(floor_index_select, calls, repeats)
+    floor = min(f1, f2)
+    td_time = best_time(rb.sample, calls, repeats)
+    plain_time = best_time(plain.sample, calls, repeats)
+    return [
+        ("uniform", "floor: randint + t[idx] (5 tensors)", f1, None),
+        ("uniform", "floor: randint + index_select (5 tensors)", f2, None),
+        ("uniform", "TensorDictReplayBuffer.sample(256)", td_time, floor / td_time),
+        ("uniform", "ReplayBuffer.sample(256) (same storage)", plain_time, floor / plain_time),
+    ]
+
+
+def bench_prioritized(calls: int, repeats: int) -> list[tuple]:
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=ALPHA, beta=BETA, eps=EPS, storage=LazyTensorStorage(CAPACITY), batch_size=BATCH
+    )
+    rb.extend(transitions(FILLED))
+    rb.update_priority(torch.arange(FILLED), torch.rand(FILLED) + 0.01)
+    tensors = leaves(rb.storage)
+    sum_tree = rl.cpp.SumSegmentTree(CAPACITY, dtype="float32", device="cpu")
+    min_tree = rl.cpp.MinSegmentTree(CAPACITY, dtype="float32", device="cpu")
+    init = (torch.rand(FILLED) + 0.01 + EPS) ** ALPHA
+    sum_tree.update(torch.arange(FILLED), init)
+    min_tree.update(torch.arange(FILLED), init)
+    new_priority = torch.rand(BATCH) + 0.01
+
+    def floor():
+        total = sum_tree.query(0, FILLED)
+        p_min = min_tree.query(0, FILLED)
+        idx = sum_tree.scan_lower_bound(torch.rand(BATCH) * total)
+        weight = (sum_tree[idx] / p_min) ** -BETA
+        out = [t.index_select(0, idx) for t in tensors]
+        value = (new_priority + EPS) ** ALPHA
+        sum_tree.update(idx, value)
+        min_tree.update(idx, value)
+        return out, weight
+
+    def ours():
+        batch = rb.sample()
+        rb.update_priority(batch["index"], new_priority)
+        return batch
+
+    f = best_time(floor, calls, repeats)
+    o = best_time(ours, calls, repeats)
+    return [
+        ("prioritized", "floor: bare rl-cpp trees + index_select gather", f, None),
+        (
+            "prioritized",
+            "TensorDictPrioritizedReplayBuffer sample(256) + update_priority",
+            o,
+            f / o,
+        ),
+    ]
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def bench_memmap(items: int, repeats: int) -> list[tuple]:
+    chunk = 1000
+    data = transitions(chunk)
+    item_bytes = sum(v.numel() * v.element_size() for v in data.values(True, True)) // chunk
+    total_bytes = item_bytes * items
+    base = Path(tempfile.mkdtemp(prefix="rl-bench-memmap-", dir=os.environ.get("BENCH_DIR")))
+    try:
+
+        def run_storage(sync: bool) -> float:
+            path = base / f"storage-{time.monotonic_ns()}"
+            rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(items, scratch_dir=path))
+            rb.extend(data)  # allocation (file creation) is not part of the steady state
+            rb.empty()
+            start = time.perf_counter()
+            for _ in range(items // chunk):
+                rb.extend(data)
+            if sync:
+                _fsync_tree(path)
+            elapsed = time.perf_counter() - start
+            del rb
+            shutil.rmtree(path)
+            return elapsed
+
+        def run_numpy(sync: bool) -> float:
+            path = base / f"numpy-{time.monotonic_ns()}.bin"
+            mm = np.memmap(path, dtype=np.uint8, mode="w+", shape=(total_bytes,))
+            block = np.random.randint(0, 255, size=item_bytes * chunk, dtype=np.uint8)
+            start = time.perf_counter()
+            for k in range(items // chunk):
+                mm[k * block.size : (k + 1) * block.size] = block
+            if sync:
+                mm.flush()
+            elapsed = time.perf_counter() - start
+            del mm
+            path.unlink()
+            return elapsed
+
+        def run_dd() -> float:
+            path = base / "dd.bin"
+            mib = max(1, total_bytes // 2**20)
+            start = time.perf_counter()
+            subprocess.run(
+                ["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", "conv=fdatasync"],
+                check=True,
+                capture_output=True,
+            )
+            elapsed = time.perf_counter() - start
+            path.unlink()
+            return elapsed * total_bytes / (mib * 2**20)
+
+        ours = min(run_storage(False) for _ in range(repeats))
+        ours_sync = min(run_storage(True) for _ in range(repeats))
+        np_time = min(run_numpy(False) for _ in range(repeats))
+        dd_time = min(run_dd() for _ in range(repeats))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    gbps = lambda t: total_bytes / t / 1e9  # noqa: E731
+    return [
+        (
+            "memmap",
+            f"floor: numpy memmap write ({total_bytes / 1e6:.0f} MB)",
+            np_time,
+            None,
+            gbps(np_time),
+        ),
+        ("memmap", "floor: dd conv=fdatasync (same bytes)", dd_time, None, gbps(dd_time)),
+        (
+            "memmap",
+            "LazyMemmapStorage.extend x1000 items vs numpy",
+            ours,
+            np_time / ours,
+            gbps(ours),
+        ),
+        (
+            "memmap",
+            "LazyMemmapStorage.extend x1000 + fsync vs dd",
+            ours_sync,
+            dd_time / ours_sync,
+            gbps(ours_sync),
+        ),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
+    parser.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "replay_buffer.md")
+    )
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    calls, repeats, items = (200, 3, 50_000) if args.quick else (2000, 7, 500_000)
+
+    rows = bench_uniform(calls, repeats) + bench_prioritized(calls, repeats)
+    memmap_rows = bench_memmap(items, 3 if not args.quick else 1)
+
+    lines = [
+        "# Replay buffer benchmark",
+        "",
+        f"`benchmarks/bench_replay_buffer.py`; torch {torch.__version__}, 1 thread, "
+        f"{platform.processor() or platform.machine()}, best of {repeats} runs of {calls} calls. "
+        "Ratio = floor time / our time (higher is better; the target is given per row).",
+        "",
+        "| case | what | time | ratio to floor | target |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for case, what, t, ratio in rows:
+        target = "" if ratio is None else ">= 0.5"
+        r = "(floor)" if ratio is None else f"{ratio:.2f}"
+        lines.append(f"| {case} | {what} | {t * 1e6:.1f} us | {r} | {target} |")
+    for case, what, t, ratio, gbps in memmap_rows:
+        target = "" if ratio is None else ">= 0.3"
+        r = "(floor)" if ratio is None else f"{ratio:.2f}"
+        lines.append(f"| {case} | {what} | {t * 1e3:.1f} ms ({gbps:.2f} GB/s) | {r} | {target} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.quick:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

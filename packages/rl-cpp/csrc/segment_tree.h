@@ -35,13 +35,14 @@ class SegmentTree {
     // Sets leaves[indices[k]] = values[k] (or `fill` when values is null); with
     // repeated indices the last occurrence wins.
     void update(const int64_t* indices, const T* values, T fill, int64_t n) {
+        // A broadcast value is checked first (as the CUDA tree does on the host),
+        // then every index, then every value.
+        if (values == nullptr && !Op::valid(fill)) throw_value_error(Op::name, 0, double(fill));
         check_indices(indices, n);
         if (values != nullptr) {
             for (int64_t k = 0; k < n; ++k) {
                 if (!Op::valid(values[k])) throw_value_error(Op::name, k, double(values[k]));
             }
-        } else if (!Op::valid(fill)) {
-            throw_value_error(Op::name, 0, double(fill));
         }
         std::lock_guard<std::mutex> lock(mutex_);
         T* tree = tree_.data();

@@ -28,16 +28,27 @@ constexpr int kFusedThreads = 1024;
 // block barriers (one launch); larger ones launch one kernel per level.
 constexpr int64_t kFusedMaxBatch = 8192;
 
-enum ErrorCode : int { kOk = 0, kIndex = 1, kValue = 2, kScan = 3, kRange = 4 };
+enum ErrorCode : int { kIndex = 1, kValue = 2, kScan = 3, kRange = 4 };
 
-struct ErrorRecord {
-    int code;
+// One slot per error kind, so that the host can raise the same error the CPU
+// tree raises (index errors before value errors) whatever thread came first.
+struct ErrorSlot {
+    int set;
     int pad;
     long long position;
     long long first;   // offending index, or range start
     long long second;  // range end
     double value;      // offending priority or scan value
 };
+
+struct ErrorRecord {
+    int any;
+    int pad;
+    ErrorSlot slots[5];  // indexed by ErrorCode
+};
+
+constexpr size_t kScratchBytes = 256;
+static_assert(sizeof(ErrorRecord) <= kScratchBytes, "error record must fit the host scratch");
 
 cudaStream_t as_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
@@ -65,16 +76,18 @@ class DeviceGuard {
 
 __device__ void report(ErrorRecord* err, int code, int64_t position, int64_t first,
                        int64_t second, double value) {
-    if (atomicCAS(&err->code, 0, code) == 0) {
-        err->position = position;
-        err->first = first;
-        err->second = second;
-        err->value = value;
+    ErrorSlot& slot = err->slots[code];
+    if (atomicCAS(&slot.set, 0, 1) == 0) {
+        slot.position = position;
+        slot.first = first;
+        slot.second = second;
+        slot.value = value;
     }
+    atomicExch(&err->any, 1);
 }
 
 __device__ __forceinline__ bool failed(const ErrorRecord* err) {
-    return *reinterpret_cast<const volatile int*>(&err->code) != kOk;
+    return *reinterpret_cast<const volatile int*>(&err->any) != 0;
 }
 
 template <typename T, typename Op>
@@ -285,8 +298,8 @@ CudaSegmentTree<T, Op>::CudaSegmentTree(int64_t capacity, int device, std::uintp
         RLCPP_CUDA_CHECK(cudaMalloc(&tree_, sizeof(T) * size_t(2 * size_)));
         RLCPP_CUDA_CHECK(cudaMalloc(&owner_, sizeof(int32_t) * size_t(capacity_)));
         RLCPP_CUDA_CHECK(cudaMalloc(&error_, sizeof(ErrorRecord)));
-        RLCPP_CUDA_CHECK(cudaMalloc(&dev_scratch_, 64));
-        RLCPP_CUDA_CHECK(cudaMallocHost(&host_scratch_, 64));
+        RLCPP_CUDA_CHECK(cudaMalloc(&dev_scratch_, kScratchBytes));
+        RLCPP_CUDA_CHECK(cudaMallocHost(&host_scratch_, kScratchBytes));
         RLCPP_CUDA_CHECK(cudaMemsetAsync(owner_, 0xFF, sizeof(int32_t) * size_t(capacity_), s));
         RLCPP_CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(ErrorRecord), s));
         fill_kernel<T><<<blocks_for(2 * size_), kThreads, 0, s>>>(tree_, 2 * size_,
@@ -324,20 +337,18 @@ void CudaSegmentTree<T, Op>::raise_if_error(std::uintptr_t stream) {
     auto* host = static_cast<ErrorRecord*>(host_scratch_);
     RLCPP_CUDA_CHECK(cudaMemcpyAsync(host, error_, sizeof(ErrorRecord), cudaMemcpyDeviceToHost, s));
     RLCPP_CUDA_CHECK(cudaStreamSynchronize(s));
-    if (host->code == kOk) return;
+    if (host->any == 0) return;
     const ErrorRecord record = *host;
     RLCPP_CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(ErrorRecord), s));
     RLCPP_CUDA_CHECK(cudaStreamSynchronize(s));
-    switch (record.code) {
-        case kIndex:
-            throw_index_error(record.position, record.first, capacity_);
-        case kValue:
-            throw_value_error(Op::name, record.position, record.value);
-        case kScan:
-            throw_scan_error(record.position, record.value);
-        default:
-            throw_range_error(record.position, record.first, record.second, capacity_);
+    const ErrorSlot* slots = record.slots;
+    if (slots[kIndex].set) throw_index_error(slots[kIndex].position, slots[kIndex].first, capacity_);
+    if (slots[kRange].set) {
+        throw_range_error(slots[kRange].position, slots[kRange].first, slots[kRange].second,
+                          capacity_);
     }
+    if (slots[kValue].set) throw_value_error(Op::name, slots[kValue].position, slots[kValue].value);
+    throw_scan_error(slots[kScan].position, slots[kScan].value);
 }
 
 template <typename T, typename Op>

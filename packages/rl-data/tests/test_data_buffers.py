@@ -42,6 +42,11 @@ class TestReplayBuffer:
         data, info = rb.sample(2, return_info=True)
         torch.testing.assert_close(data, torch.tensor([5, 6, 7])[info["index"]])
 
+    def test_extend_with_nothing(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
+        assert rb.extend(TensorDict({"a": torch.zeros(0)}, [0])).tolist() == []
+        assert len(rb) == 0 and not rb.storage.initialized
+
     def test_python_objects(self):
         torch.manual_seed(0)
         rb = ReplayBuffer(collate_fn=lambda x: x)

@@ -112,6 +112,7 @@ class ReplayBuffer:
             if not callable(t):
                 raise TypeError(f"a transform must be callable, got {type(t).__name__}")
         self._lock = threading.RLock()
+        self._prefetch_lock = threading.Lock()
 
     def _default_sampler(self) -> Sampler:
         return RandomSampler()
@@ -194,7 +195,8 @@ class ReplayBuffer:
 
     def empty(self) -> None:
         """Forgets every item, the sampler's state and the writer's cursor."""
-        self._drain_prefetch()
+        with self._prefetch_lock:
+            self._drain_prefetch()
         with self._lock:
             self._storage._empty()
             self._sampler._empty()
@@ -270,7 +272,8 @@ class ReplayBuffer:
         else:
             _check_batch_size(batch_size)
         if self._prefetch:
-            data, info = self._sample_prefetched(batch_size)
+            with self._prefetch_lock:
+                data, info = self._sample_prefetched(batch_size)
         else:
             data, info = self._sample(batch_size)
         return (data, info) if return_info else data
@@ -303,7 +306,8 @@ class ReplayBuffer:
             }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._drain_prefetch()
+        with self._prefetch_lock:
+            self._drain_prefetch()
         with self._lock:
             self._storage.load_state_dict(state_dict["storage"])
             self._sampler.load_state_dict(state_dict["sampler"])

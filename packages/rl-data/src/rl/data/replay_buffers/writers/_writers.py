@@ -92,6 +92,8 @@ class RoundRobinWriter(Writer):
         cursor = self._cursor
         device = self._storage.device
         index = torch.arange(cursor, cursor + total, device=device)
+        if total == 0:
+            return index
         wraps = cursor + total > max_size
         if wraps:
             index = index % max_size

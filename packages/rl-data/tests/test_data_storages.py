@@ -1,3 +1,4 @@
+import errno
 import os
 import subprocess
 import sys
@@ -234,6 +235,20 @@ class TestLazyMemmapStorage:
         # /proc/self accepts no new files, even for root
         with pytest.raises(PermissionError, match="scratch_dir '/proc/self' is not writable"):
             LazyMemmapStorage(10, scratch_dir="/proc/self")
+
+    def test_full_disk_is_an_error_at_allocation(self, tmp_path, monkeypatch):
+        def no_space(fd, offset, length):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "posix_fallocate", no_space)
+        s = LazyMemmapStorage(1000, scratch_dir=tmp_path)
+        with pytest.raises(OSError, match=r"not enough free space for max_size=1000 items"):
+            s.set(slice(0, 2), TensorDict({"a": torch.zeros(2, 4)}, [2]))
+
+    def test_files_are_allocated_up_front(self, tmp_path):
+        s = LazyMemmapStorage(1000, scratch_dir=tmp_path)
+        s.set(slice(0, 1), TensorDict({"a": torch.zeros(1, 64)}, [1]))
+        assert os.stat(tmp_path / "a.memmap").st_blocks * 512 >= 1000 * 64 * 4
 
     def test_temporary_dir_is_removed(self):
         s = LazyMemmapStorage(10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -138,11 +139,43 @@ class LazyMemmapStorage(LazyTensorStorage):
                 "dtype": str(template.dtype).removeprefix("torch."),
                 "shape": list(shape),
             }
+        self._reserve_disk(stored)
         self._open_counter(create=True)
         tmp = self.scratch_dir / (_META + ".tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, self.scratch_dir / _META)
         return stored
+
+    def _reserve_disk(self, stored: torch.Tensor | TensorDictBase) -> None:
+        """Allocates the files' blocks now.
+
+        Writing into a sparse memory map when the disk is full kills the process with
+        SIGBUS; reserving the space turns that into an error here, at allocation.
+        """
+        if isinstance(stored, TensorDictBase):
+            tensors = list(stored.values(include_nested=True, leaves_only=True))
+        else:
+            tensors = [stored]
+        needed = sum(t.numel() * t.element_size() for t in tensors)
+        for tensor in tensors:
+            filename = getattr(tensor, "filename", None)
+            size = tensor.numel() * tensor.element_size()
+            if filename is None or size == 0:
+                continue
+            fd = os.open(filename, os.O_RDWR)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as err:
+                if err.errno == errno.ENOSPC:
+                    raise OSError(
+                        errno.ENOSPC,
+                        f"scratch_dir '{self.scratch_dir}' has not enough free space for "
+                        f"max_size={self.max_size} items ({needed / 1e9:.2f} GB)",
+                    ) from None
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+            finally:
+                os.close(fd)
 
     def _leaf_view(self, tensor: torch.Tensor) -> torch.Tensor:
         # Reads and writes go through a numpy mapping of the same file: copying into it is

@@ -1,4 +1,5 @@
 import pickle
+import threading
 
 import pytest
 import torch
@@ -148,6 +149,30 @@ class TestReplayBuffer:
         assert rb.sample(4).batch_size == torch.Size([4])
         assert all(bs == 4 for bs, _ in rb._futures)
 
+    def test_prefetch_samples_in_background_threads(self):
+        names = []
+
+        def record(data):
+            names.append(threading.current_thread().name)
+            return data
+
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), prefetch=2, batch_size=2, transform=record)
+        rb.extend(torch.arange(5))
+        for _ in range(4):
+            rb.sample()
+        assert names and all(name.startswith("rl-replay-prefetch") for name in names)
+
+    def test_prefetch_keeps_epochs_exact(self):
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(20),
+            sampler=SamplerWithoutReplacement(),
+            prefetch=3,
+            batch_size=4,
+        )
+        rb.extend(torch.arange(10))
+        for _ in range(3):
+            assert sorted(torch.cat(list(rb)).tolist()) == list(range(10))
+
     def test_prefetch_propagates_errors_and_recovers(self):
         rb = ReplayBuffer(storage=LazyTensorStorage(10), prefetch=2, batch_size=2)
         with pytest.raises(RuntimeError, match="empty replay buffer"):
@@ -159,6 +184,13 @@ class TestReplayBuffer:
         rb = ReplayBuffer(storage=LazyTensorStorage(4), pin_memory=True)
         rb.extend(torch.arange(4))
         assert rb.sample(2).shape == (2,)
+
+    @pytest.mark.gpu
+    @requires_cuda
+    def test_pin_memory_pins_batches(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), pin_memory=True)
+        rb.extend(TensorDict({"a": torch.zeros(4)}, [4]))
+        assert rb.sample(2)["a"].is_pinned()
 
 
 class TestTensorDictReplayBuffer:

@@ -17,6 +17,14 @@
 
 namespace rlcpp {
 
+inline void prefetch(const void* address) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(address);
+#else
+    (void)address;
+#endif
+}
+
 template <typename T, typename Op>
 class SegmentTree {
   public:
@@ -94,7 +102,13 @@ class SegmentTree {
                 rest[j] = values[base + j];
             }
             for (int64_t level = 0; level < depth_; ++level) {
-                for (int64_t j = 0; j < lanes; ++j) nodes[j] = descend_step(tree, nodes[j], rest[j]);
+                const bool more = level + 1 < depth_;
+                for (int64_t j = 0; j < lanes; ++j) {
+                    nodes[j] = descend_step(tree, nodes[j], rest[j]);
+                    // The next step of this lane reads the children of its new
+                    // node: ask for that line now, while the other lanes run.
+                    if (more) prefetch(tree + 2 * nodes[j]);
+                }
             }
             for (int64_t j = 0; j < lanes; ++j) out[base + j] = nodes[j] - size_;
         }

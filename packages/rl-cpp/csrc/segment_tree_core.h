@@ -88,11 +88,14 @@ RLCPP_HD T range_reduce(const T* tree, int64_t size, int64_t start, int64_t end)
 // the walk ends on the last leaf with a nonzero priority instead of on padding.
 template <typename T>
 RLCPP_HD int64_t descend_step(const T* tree, int64_t node, T& value) {
+    // Branch-free: the direction is random, so a branch would mispredict half
+    // the time and stall the interleaved walks of the CPU tree.
     const int64_t left = 2 * node;
     const T left_sum = tree[left];
-    if (left_sum > value || !(tree[left + 1] > T(0))) return left;
-    value -= left_sum;
-    return left + 1;
+    // Leaves are finite, so the product is exact (0 or left_sum).
+    const int64_t right = int64_t(!(left_sum > value)) & int64_t(tree[left + 1] > T(0));
+    value -= left_sum * T(right);
+    return left + right;
 }
 
 // Smallest leaf i with prefix_sum(0..i] > value (see descend_step for values

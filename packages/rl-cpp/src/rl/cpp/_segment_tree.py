@@ -3,9 +3,9 @@
 The trees are thin Python shells over the compiled ``rl.cpp._C`` module: they check
 the input (library, device, dtype, contiguity, length) with clear messages, allocate
 outputs with the caller's library (numpy in, numpy out; torch in, torch out on the same
-device) and hand the arrays to C++ through DLPack without copies. The C++ side
-re-checks bounds and priorities before touching memory, so bad input raises instead of
-corrupting the tree. torch is never imported by this module unless the caller passes a
+device) and hand the arrays to C++ without copies (DLPack, or the buffer protocol for
+CPU memory). The C++ side re-checks bounds and priorities before touching memory, so
+bad input raises instead of corrupting the tree. torch is never imported by this module unless the caller passes a
 torch tensor (or asks for a CUDA tree).
 """
 
@@ -186,7 +186,7 @@ class _SegmentTree:
             self._impl.get(idx, out, self._stream())
         else:
             self._impl.get(idx, out)
-        return out.reshape(shape)
+        return self._result(out, kind, shape)
 
     def query(self, start: Any, end: Any) -> Any:
         """Reduction (sum or min) of the priorities in the half-open range ``[start, end)``.
@@ -223,7 +223,7 @@ class _SegmentTree:
             self._impl.query(starts, ends, out, self._stream())
         else:
             self._impl.query(starts, ends, out)
-        return out.reshape(shape)
+        return self._result(out, kind, shape)
 
     def __getstate__(self) -> dict[str, Any]:
         leaves = np.empty(self._capacity, dtype=self._dtype)
@@ -326,7 +326,11 @@ class _SegmentTree:
             raise TypeError(
                 f"{name} has dtype {x.dtype}, expected {expected} (convert it with .to({expected}))"
             )
-        if x.is_cuda != self._cuda or (self._cuda and x.device.index != self._device_index):
+        if self._cuda:
+            wrong_device = not x.is_cuda or x.device.index != self._device_index
+        else:
+            wrong_device = x.device.type != "cpu"
+        if wrong_device:
             raise ValueError(
                 f"{name} is on {x.device}, expected {self._device} (the tree's device)"
             )
@@ -337,11 +341,22 @@ class _SegmentTree:
             )
         if x.requires_grad:
             x = x.detach()
+        if not self._cuda:
+            # A CPU tensor crosses as its zero-copy numpy view: the buffer protocol is
+            # cheaper per call than a DLPack capsule; the result goes back to torch.
+            return x.numpy().reshape(-1), "torch-cpu", tuple(x.shape)
         return x.reshape(-1), "torch", tuple(x.shape)
 
     @staticmethod
+    def _result(out: Any, kind: str, shape: tuple) -> Any:
+        out = out.reshape(shape)
+        if kind == "torch-cpu":
+            return sys.modules["torch"].from_numpy(out)
+        return out
+
+    @staticmethod
     def _empty(kind: str, like: Any, n: int, dtype: np.dtype) -> Any:
-        if kind == "numpy":
+        if kind != "torch":
             return np.empty(n, dtype=dtype)
         torch = sys.modules["torch"]
         tdtype = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
@@ -413,7 +428,7 @@ class SumSegmentTree(_SegmentTree):
             self._impl.scan(vals, out, self._stream())
         else:
             self._impl.scan(vals, out)
-        return out.reshape(shape)
+        return self._result(out, kind, shape)
 
 
 class MinSegmentTree(_SegmentTree):

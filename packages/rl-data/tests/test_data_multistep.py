@@ -104,5 +104,7 @@ class TestMultiStep:
             MultiStep(gamma=0.9, n_steps=0)
         with pytest.raises(KeyError, match=r"needs the key \('next', 'reward'\)"):
             MultiStep(0.9, 2)(TensorDict({("next", "done"): torch.zeros(3, 1)}, [3]))
+        with pytest.raises(ValueError, match="reward_key must be a key under 'next', got 'reward'"):
+            MultiStep(0.9, 2, reward_key="reward")
         with pytest.raises(ValueError, match="needs a batch with a time dimension"):
             MultiStep(0.9, 2)(TensorDict({}, []))

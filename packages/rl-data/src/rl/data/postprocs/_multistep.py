@@ -78,6 +78,9 @@ class MultiStep(nn.Module):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
             raise ValueError(f"n_steps must be an int >= 1, got {n_steps!r}")
+        for name, key in (("reward_key", reward_key), ("done_key", done_key)):
+            if not (isinstance(key, tuple) and len(key) >= 2 and key[0] == "next"):
+                raise ValueError(f"{name} must be a key under 'next', got {key!r}")
         self.gamma = float(gamma)
         self.n_steps = n_steps
         self.reward_key = reward_key
@@ -113,8 +116,8 @@ class MultiStep(nn.Module):
 
         next_td = tensordict.get("next")
         shifted = next_td.apply(pick)
-        shifted.set(self.reward_key[1:] if isinstance(self.reward_key, tuple) else "reward", ret)
-        shifted.set("original_reward", reward)
+        shifted.set(self.reward_key[1:], ret)
+        shifted.set(self.reward_key[1:-1] + ("original_" + self.reward_key[-1],), reward)
         tensordict.set("next", shifted)
         steps = steps.unsqueeze(-1)
         tensordict.set("steps_to_next_obs", steps)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl.cpp import MinSegmentTree, SumSegmentTree, cuda_compiled
+from rl.cpp import MinSegmentTree, SumSegmentTree, cuda_compiled, cuda_device_count
 
 GPU = [
     pytest.mark.gpu,
@@ -396,6 +396,11 @@ class TestConstructionErrors:
                 ValueError, match=r"device cuda:99 is not available; this process sees"
             ):
                 SumSegmentTree(4, device="cuda:99")
+            if cuda_device_count() == 0:
+                with pytest.raises(ValueError, match=r"cuda:0 is not available; .* sees 0 CUDA"):
+                    MinSegmentTree(4, device=torch.device("cuda"))
+            else:
+                assert MinSegmentTree(4, device=torch.device("cuda")).device.startswith("cuda:")
         else:
             with pytest.raises(RuntimeError, match=r"has no CUDA kernels"):
                 SumSegmentTree(4, device="cuda:99")

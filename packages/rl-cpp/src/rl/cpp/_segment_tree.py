@@ -63,9 +63,11 @@ def _parse_device(device: Any) -> tuple[str, int]:
     if text == "cpu":
         return "cpu", -1
     if text == "cuda":
+        # torch's current device when torch is in use, else the first device.
         torch = sys.modules.get("torch")
-        index = torch.cuda.current_device() if torch is not None else 0
-        return "cuda", index
+        if torch is not None and torch.cuda.is_available():
+            return "cuda", torch.cuda.current_device()
+        return "cuda", 0
     kind, _, index = text.partition(":")
     if kind == "cuda" and index.isdigit():
         return "cuda", int(index)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -94,3 +96,12 @@ def test_cuda_flags_are_consistent():
     if not cuda_compiled():
         assert count == 0
     assert rl.cpp.__version__ == "0.1.0"
+
+
+def test_cuda_kernels_are_built_where_the_toolkit_is():
+    # CI has nvcc but no GPU: the default RL_CPP_CUDA=AUTO build must still compile the
+    # CUDA code there, so that it never rots unnoticed.
+    assert hasattr(_C, "CudaSumTreeF32") == cuda_compiled()
+    nvcc = shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").is_file()
+    if nvcc and os.environ.get("RL_CPP_CUDA", "AUTO").upper() != "OFF":
+        assert cuda_compiled()

@@ -455,3 +455,12 @@ class TestCuda:
         np.testing.assert_array_equal(
             cpu.scan_lower_bound(u), gpu.scan_lower_bound(torch.as_tensor(u, device="cuda")).cpu()
         )
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import rl.cpp._segment_tree as module
+
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 10 and result.failed == 0

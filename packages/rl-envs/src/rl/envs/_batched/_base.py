@@ -1,0 +1,343 @@
+"""``BatchedEnvBase``: what ``SerialEnv`` and ``ParallelEnv`` share.
+
+The batched env has batch size ``[num_workers, *sub_env.batch_size]`` and the sub-env
+specs expanded to it. Data goes through preallocated buffers (``_buffers``): the parent
+writes the actions into ``inputs``, the workers step their sub-env and write into
+``out``, and the parent returns a copy of ``out``. Subclasses only say how the workers
+run (in this process, or in worker processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from .._common import EnvBase
+from .._rollout import build_output, presample_actions, rollout_generic
+from .._utils import step_mdp
+from ._buffers import BufferLayout, allocate_buffers
+from ._creator import EnvCreator
+
+__all__ = ["BatchedEnvBase"]
+
+
+def _per_worker(value: Any, num_workers: int, name: str, kind: str) -> list:
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        if len(value) != num_workers:
+            raise ValueError(
+                f"{name} has {len(value)} entries, expected one per worker "
+                f"(num_workers={num_workers})"
+            )
+        return list(value)
+    if value is not None and kind == "kwargs" and not isinstance(value, Mapping):
+        raise TypeError(
+            f"{name} must be a dict of keyword arguments or a list of {num_workers} dicts, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    return [value] * num_workers
+
+
+def _views_td(buffers: dict, keys: list, batch_size: torch.Size) -> TensorDictBase:
+    td = TensorDict({}, batch_size=batch_size)
+    for key in keys:
+        td.set(key, buffers[key])
+    return td
+
+
+class BatchedEnvBase(EnvBase):
+    """Common machinery of :class:`SerialEnv` and :class:`ParallelEnv` (not for direct use).
+
+    Args:
+        num_workers: the number of sub-environments.
+        create_env_fn: a callable returning a sub-env, or a list of ``num_workers``
+            callables (all sub-envs must have the same specs).
+        create_env_kwargs: keyword arguments of ``create_env_fn`` (a dict for all
+            workers or a list of one dict per worker).
+        device: the device of the tensors the batched env returns (default: the
+            sub-env's).
+        run_type_checks: check actions against ``action_spec`` at each step.
+    """
+
+    _share_memory = False
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+        create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        *,
+        device: torch.device | str | None = None,
+        run_type_checks: bool = False,
+    ) -> None:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+        self.num_workers = num_workers
+        fns = _per_worker(create_env_fn, num_workers, "create_env_fn", "fn")
+        kwargs = _per_worker(create_env_kwargs, num_workers, "create_env_kwargs", "kwargs")
+        self.create_env_fn = fns
+        self.create_env_kwargs = kwargs
+        self._creators = [EnvCreator(fn, kw) for fn, kw in zip(fns, kwargs)]
+        meta = self._make_meta_env()
+        self.sub_batch_size = meta.batch_size
+        if device is None:
+            device = meta.device
+        super().__init__(
+            device=device,
+            batch_size=(num_workers, *meta.batch_size),
+            run_type_checks=run_type_checks,
+        )
+        shape = (num_workers, *meta.batch_size)
+        output_spec = meta.output_spec.expand(*shape)
+        input_spec = meta.input_spec.expand(*shape)
+        if self.device is not None and meta.device != self.device:
+            output_spec = output_spec.to(self.device)
+            input_spec = input_spec.to(self.device)
+        self.output_spec = output_spec
+        self.input_spec = input_spec
+        self._layout = BufferLayout.from_specs(
+            self.full_action_spec,
+            self.full_state_spec,
+            self.full_observation_spec,
+            self.full_reward_spec,
+            self.full_done_spec,
+            self.done_key,
+        )
+        self._buffers = allocate_buffers(
+            self._layout, self.input_spec, self.output_spec, share=self._share_memory
+        )
+        bufs = self._buffers
+        actions = set(self._layout.action_keys)
+        self._in_pairs = [(key, bufs.inputs[key], key in actions) for key in self._layout.in_keys]
+        self._next_td = _views_td(bufs.out, self._layout.step_keys, self.batch_size)
+        self._reset_td = _views_td(bufs.out, self._layout.reset_keys, self.batch_size)
+        self._to_device = self.device is not None and self.device.type != "cpu"
+        # workers whose current root entries are in ``_buffers.reset``, not ``out``
+        self._pending_promote: list[int] = []
+
+    # ------------------------------------------------------------ subclass interface
+    @staticmethod
+    def _check_env(env: Any) -> EnvBase:
+        if not isinstance(env, EnvBase):
+            raise TypeError(
+                f"create_env_fn must return an rl.envs.EnvBase, got {type(env).__name__}"
+            )
+        return env
+
+    def _make_meta_env(self) -> Any:
+        """A sub-env (or its specs, batch size and device) to read the specs from."""
+        raise NotImplementedError
+
+    def _ensure_started(self) -> None:
+        raise NotImplementedError
+
+    def _do_step(self) -> None:
+        raise NotImplementedError
+
+    def _do_reset(self, workers: list[int]) -> None:
+        raise NotImplementedError
+
+    def _do_step_and_maybe_reset(self) -> list[int]:
+        raise NotImplementedError
+
+    def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ data movement
+    def _write_inputs(self, tensordict: TensorDictBase) -> None:
+        for key, buf, required in self._in_pairs:
+            value = tensordict.get(key, None)
+            if value is None:
+                if required:
+                    raise KeyError(key)
+                continue
+            if value.shape != buf.shape:
+                raise ValueError(
+                    f"{key!r} has shape {tuple(value.shape)}, expected {tuple(buf.shape)} "
+                    f"from the spec of {type(self).__name__}"
+                )
+            buf.copy_(value)
+
+    def _read(self, template: TensorDictBase) -> TensorDictBase:
+        if self._to_device:
+            return template.to(self.device)
+        return template.clone()
+
+    def _promote_pending(self) -> None:
+        """Makes ``out`` hold the current entries of the workers reset by an auto-reset."""
+        if not self._pending_promote:
+            return
+        idx = torch.tensor(self._pending_promote)
+        bufs = self._buffers
+        for key in self._layout.reset_keys:
+            bufs.out[key][idx] = bufs.reset[key][idx]
+        self._pending_promote = []
+
+    # ------------------------------------------------------------------- EnvBase hooks
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self._ensure_started()
+        self._write_inputs(tensordict)
+        self._do_step()
+        self._pending_promote = []
+        return self._read(self._next_td)
+
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        self._ensure_started()
+        self._promote_pending()
+        mask_buf = self._buffers.mask
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        if mask is None:
+            mask_buf.fill_(True)
+            workers = list(range(self.num_workers))
+        else:
+            if mask.shape != mask_buf.shape:
+                if mask.numel() != mask_buf.numel():
+                    raise ValueError(
+                        f"'_reset' has shape {tuple(mask.shape)}, expected "
+                        f"{tuple(mask_buf.shape)} (the batch size followed by 1)"
+                    )
+                mask = mask.reshape(mask_buf.shape)
+            mask_buf.copy_(mask)
+            workers = mask_buf.reshape(self.num_workers, -1).any(-1).nonzero()
+            workers = workers.squeeze(-1).tolist()
+        self._do_reset(workers)
+        return self._read(self._reset_td)
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.set_seed(seed)
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seeds each sub-env in turn with the seed the previous one returned.
+
+        Worker ``i`` gets the ``i``-th seed of the chain ``seed, next(seed), ...`` (all
+        the same seed with ``static_seed=True``), so a batched env and its sub-envs
+        seeded by hand the same way produce the same episodes.
+
+        Returns:
+            the seed that follows the last worker's (to seed another env with).
+        """
+        self._ensure_started()
+        for index in range(self.num_workers):
+            new_seed = self._do_seed(index, seed, static_seed)
+            if seed is not None:
+                seed = new_seed
+        return seed
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Steps all sub-envs and resets the done ones in the same round trip.
+
+        Returns:
+            ``(tensordict, root_next)`` as :meth:`EnvBase.step_and_maybe_reset`.
+        """
+        self._check_batch(tensordict, "step_and_maybe_reset()")
+        if self.run_type_checks:
+            self.check_action(tensordict)
+        self._ensure_started()
+        try:
+            self._write_inputs(tensordict)
+        except KeyError:
+            self._raise_missing_action(tensordict)
+            raise
+        reset_workers = self._do_step_and_maybe_reset()
+        self._pending_promote = reset_workers
+        tensordict.set("next", self._read(self._next_td))
+        root_next = step_mdp(
+            tensordict, keep_other=True, reward_keys=self.reward_keys, action_keys=self.action_keys
+        )
+        if reset_workers:
+            idx = torch.tensor(reset_workers)
+            reset_bufs = self._buffers.reset
+            for key in self._layout.reset_keys:
+                value = root_next.get(key, None)
+                value = self._buffers.out[key] if value is None else value
+                value = value.clone()
+                value[idx] = reset_bufs[key][idx].to(value.device)
+                root_next.set(key, value)
+        return tensordict, root_next
+
+    def _rollout_fast(
+        self,
+        max_steps: int,
+        tensordict: TensorDictBase,
+        *,
+        break_when_any_done: bool,
+        break_when_all_done: bool,
+    ) -> TensorDictBase:
+        """Random-action rollout that reads and writes the buffers directly."""
+        layout = self._layout
+        if self._to_device or set(tensordict.keys(True, True)) != set(layout.reset_keys):
+            return rollout_generic(
+                self,
+                max_steps,
+                tensordict,
+                policy=None,
+                callback=None,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+            )
+        self._ensure_started()
+        nb = len(self.batch_size)
+        prefix = (slice(None),) * nb
+        bufs = self._buffers
+        actions = presample_actions(self, max_steps)
+
+        def alloc(value: torch.Tensor) -> torch.Tensor:
+            shape = (*value.shape[:nb], max_steps, *value.shape[nb:])
+            return torch.empty(shape, dtype=value.dtype)
+
+        root_bufs = {}
+        root_writes = []
+        for key in layout.reset_keys:
+            value = tensordict.get(key)
+            buf = root_bufs[key] = alloc(value)
+            buf[(*prefix, 0)] = value
+            root_writes.append((buf, bufs.out[key], bufs.reset[key]))
+        for key, value in actions:
+            root_bufs[key] = value.movedim(0, nb).contiguous()
+        next_bufs = {key: alloc(bufs.out[key]) for key in layout.step_keys}
+        next_writes = [(buf, bufs.out[key]) for key, buf in next_bufs.items()]
+        in_writes = [(bufs.inputs[key], value) for key, value in actions]
+        done = bufs.out[layout.done_key]
+        auto_reset = not break_when_any_done
+        seen_done = None
+        steps = max_steps
+        for t in range(max_steps):
+            for buf, value in in_writes:
+                buf.copy_(value[t])
+            if auto_reset:
+                reset_workers = self._do_step_and_maybe_reset()
+            else:
+                self._do_step()
+                reset_workers = []
+            self._pending_promote = reset_workers
+            idx = (*prefix, t)
+            for buf, src in next_writes:
+                buf[idx] = src
+            if break_when_any_done and bool(done.any()):
+                steps = t + 1
+                break
+            if break_when_all_done:
+                seen_done = done.clone() if seen_done is None else seen_done | done
+                if bool(seen_done.all()):
+                    steps = t + 1
+                    break
+            if t == max_steps - 1:
+                break
+            idx = (*prefix, t + 1)
+            for buf, src, _ in root_writes:
+                buf[idx] = src
+            if reset_workers:
+                workers = torch.tensor(reset_workers)
+                for buf, _, reset_src in root_writes:
+                    buf.select(nb, t + 1)[workers] = reset_src[workers]
+        return build_output(root_bufs, next_bufs, self.batch_size, steps, self.device, nb)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_workers={self.num_workers}, "
+            f"batch_size={self.batch_size}, device={self.device})"
+        )

@@ -1,0 +1,170 @@
+"""``ParallelEnv``: ``num_workers`` envs, each in its own process, exchanging shared memory."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .._common import EnvBase
+from ._base import BatchedEnvBase
+from ._pool import WorkerPool
+from ._worker import OP_RESET, OP_STEP, OP_STEP_RESET
+
+__all__ = ["ParallelEnv"]
+
+
+class ParallelEnv(BatchedEnvBase):
+    """Runs ``num_workers`` sub-environments in worker processes as one batched env.
+
+    The parent allocates ``[num_workers, ...]`` buffers in shared memory once, from the
+    specs, and sends them to the workers when they start. At each step the parent
+    writes the actions into the shared input buffer and sends each worker a one-byte
+    command; each worker steps its env, writes the results into its row of the shared
+    output buffer and answers with one byte. Nothing is pickled per step.
+
+    ``step_and_maybe_reset`` and policy-free rollouts reset done sub-envs inside the
+    workers in the same round trip. Each worker uses one torch thread.
+
+    Workers start lazily, at the first ``reset``, ``step`` or ``set_seed``; specs are
+    read from one sub-env built in this process at construction (then closed).
+
+    Failures: a worker that raises is reported here as a ``RuntimeError`` naming the
+    worker and holding its traceback (the env stays usable); a worker that dies (e.g.
+    killed) is reported within about a second with its exit code, and all workers are
+    shut down (``reset()`` starts new ones). ``close()``, garbage collection and
+    interpreter exit stop every worker; workers also exit when the parent dies.
+
+    Args:
+        num_workers: the number of sub-environments (worker processes).
+        create_env_fn: a callable returning a sub-env (an :class:`EnvBase`), or a list
+            of ``num_workers`` callables whose envs share the same specs. It is sent to
+            the workers with cloudpickle (see :class:`EnvCreator`): importable
+            callables, ``functools.partial`` objects and lambdas all work.
+        create_env_kwargs: keyword arguments of ``create_env_fn`` (one dict, or a list
+            of one dict per worker).
+        device: the device of the returned tensors (default: the sub-env's).
+        mp_start_method: ``"spawn"`` (default), ``"fork"`` (faster start, Linux only)
+            or ``"forkserver"``.
+        run_type_checks: check actions against ``action_spec`` at each step.
+
+    Raises:
+        ValueError: bad ``num_workers``, list lengths or ``mp_start_method``.
+        TypeError: the factory cannot be pickled for a non-fork start method.
+        RuntimeError: a worker failed (see above), or a step on a closed env.
+
+    Examples:
+        >>> import functools
+        >>> from rl.envs import GymEnv, ParallelEnv
+        >>> env = ParallelEnv(2, functools.partial(GymEnv, "CartPole-v1"))
+        >>> _ = env.set_seed(0)
+        >>> rollout = env.rollout(20, break_when_any_done=False)
+        >>> rollout.batch_size
+        torch.Size([2, 20])
+        >>> env.close()
+    """
+
+    _share_memory = True
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+        create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        *,
+        device: torch.device | str | None = None,
+        mp_start_method: str = "spawn",
+        run_type_checks: bool = False,
+    ) -> None:
+        methods = mp.get_all_start_methods()
+        if mp_start_method not in methods:
+            raise ValueError(f"mp_start_method must be one of {methods}, got {mp_start_method!r}")
+        self.mp_start_method = mp_start_method
+        self._pool: WorkerPool | None = None
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            device=device,
+            run_type_checks=run_type_checks,
+        )
+        if mp_start_method == "fork":
+            self._payloads = list(self._creators)
+        else:
+            self._payloads = [creator.dumps() for creator in self._creators]
+        self.is_closed = True
+
+    def _make_meta_env(self) -> EnvBase:
+        env = self._check_env(self._creators[0]())
+        try:
+            return _MetaEnv(env)
+        finally:
+            env.close()
+
+    def _start(self) -> None:
+        self._pool = WorkerPool(
+            self._payloads, self._buffers, self._layout, self.mp_start_method, "ParallelEnv"
+        )
+        self._pending_promote = []
+        self.is_closed = False
+
+    def _running(self) -> bool:
+        return self._pool is not None and not self._pool.closed
+
+    def _ensure_started(self) -> None:
+        if self._running():
+            return
+        if self._pool is None:
+            self._start()
+            return
+        raise RuntimeError(
+            "ParallelEnv has no running workers (close() was called or a worker died); "
+            "call reset() to start new ones"
+        )
+
+    def _reset(self, tensordict):
+        if not self._running():
+            self._start()
+        return super()._reset(tensordict)
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        if not self._running():
+            self._start()
+        return super().set_seed(seed, static_seed)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The process ids of the running workers (empty when none runs)."""
+        pool = self._pool
+        return [] if pool is None or pool.closed else list(pool.pids)
+
+    def _do_step(self) -> None:
+        self._pool.run(range(self.num_workers), OP_STEP, "step")
+
+    def _do_reset(self, workers: list[int]) -> None:
+        self._pool.run(workers, OP_RESET, "reset")
+
+    def _do_step_and_maybe_reset(self) -> list[int]:
+        answers = self._pool.run(range(self.num_workers), OP_STEP_RESET, "step_and_maybe_reset")
+        return [index for index, answer in sorted(answers.items()) if answer == b"R"]
+
+    def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
+        return self._pool.call(index, "seed", seed, static_seed)
+
+    def close(self) -> None:
+        """Stops every worker process (idempotent); a later ``reset()`` restarts them."""
+        if self._pool is not None:
+            self._pool.close()
+        self.is_closed = True
+
+
+class _MetaEnv:
+    """The specs and batch size of a sub-env, kept after the env itself is closed."""
+
+    def __init__(self, env: EnvBase) -> None:
+        self.batch_size = env.batch_size
+        self.device = env.device
+        self.output_spec = env.output_spec.clone()
+        self.input_spec = env.input_spec.clone()

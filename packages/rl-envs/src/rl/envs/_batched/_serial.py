@@ -1,0 +1,123 @@
+"""``SerialEnv``: ``num_workers`` copies of an env stepped one after the other in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .._common import EnvBase
+from ._base import BatchedEnvBase
+from ._worker import WorkerCore
+
+__all__ = ["SerialEnv"]
+
+
+class SerialEnv(BatchedEnvBase):
+    """Runs ``num_workers`` sub-environments in this process as one batched env.
+
+    The batch size is ``[num_workers, *sub_env.batch_size]`` and the specs are the
+    sub-env's expanded to it. Each sub-env is stepped in turn and writes its outputs
+    into a preallocated ``[num_workers, ...]`` buffer (no per-step stacking). A
+    ``"_reset"`` mask resets only the selected sub-envs. Useful to debug what a
+    :class:`ParallelEnv` would run, or when the sub-envs are too cheap for processes.
+
+    Args:
+        num_workers: the number of sub-environments.
+        create_env_fn: a callable returning a sub-env (an :class:`EnvBase`), or a list
+            of ``num_workers`` callables whose envs share the same specs.
+        create_env_kwargs: keyword arguments of ``create_env_fn`` (one dict, or a list
+            of one dict per worker).
+        device: the device of the returned tensors (default: the sub-env's).
+        run_type_checks: check actions against ``action_spec`` at each step.
+
+    Raises:
+        ValueError: ``num_workers`` is not a positive int, or a list argument does not
+            have ``num_workers`` entries, or the sub-envs' specs differ.
+        TypeError: ``create_env_fn`` does not return an :class:`EnvBase`.
+
+    Examples:
+        >>> import torch
+        >>> from rl.envs import CartPoleEnv, SerialEnv, check_env_specs
+        >>> env = SerialEnv(3, CartPoleEnv)
+        >>> env.batch_size
+        torch.Size([3])
+        >>> check_env_specs(env, seed=0)
+        >>> rollout = env.rollout(10, break_when_any_done=False)
+        >>> rollout["next", "observation"].shape
+        torch.Size([3, 10, 4])
+        >>> td = env.reset()
+        >>> td["_reset"] = torch.tensor([[True], [False], [False]])
+        >>> _ = env.reset(td)  # resets the first sub-env only
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+        create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        *,
+        device: torch.device | str | None = None,
+        run_type_checks: bool = False,
+    ) -> None:
+        self._envs: list[EnvBase] = []
+        self._cores: list[WorkerCore] = []
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            device=device,
+            run_type_checks=run_type_checks,
+        )
+        self._start(first=self._envs[0])
+
+    def _make_meta_env(self) -> EnvBase:
+        env = self._check_env(self._creators[0]())
+        self._envs = [env]
+        return env
+
+    def _start(self, first: EnvBase | None = None) -> None:
+        envs = [first if first is not None else self._creators[0]()]
+        envs += [creator() for creator in self._creators[1:]]
+        self._envs = envs
+        self._cores = [
+            WorkerCore(env, index, self._buffers, self._layout) for index, env in enumerate(envs)
+        ]
+        self._pending_promote = []
+        self.is_closed = False
+
+    def _ensure_started(self) -> None:
+        if self.is_closed:
+            self._start()
+
+    @property
+    def envs(self) -> list[EnvBase]:
+        """The sub-environments."""
+        return self._envs
+
+    def _do_step(self) -> None:
+        for core in self._cores:
+            core.step()
+
+    def _do_reset(self, workers: list[int]) -> None:
+        cores = self._cores
+        for index in workers:
+            cores[index].reset()
+
+    def _do_step_and_maybe_reset(self) -> list[int]:
+        return [index for index, core in enumerate(self._cores) if core.step_and_maybe_reset()]
+
+    def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
+        return self._envs[index].set_seed(seed, static_seed)
+
+    def close(self) -> None:
+        """Closes every sub-environment (a later reset recreates them)."""
+        if self.is_closed:
+            return
+        for env in self._envs:
+            env.close()
+        self._envs = []
+        self._cores = []
+        self.is_closed = True

@@ -1,0 +1,620 @@
+"""EnvBase: the environment contract every component of ``rl`` relies on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rl.core import Categorical, Composite, Unbounded
+
+from ._rollout import rollout_generic
+
+__all__ = ["EnvBase"]
+
+NestedKey = str | tuple[str, ...]
+
+_OUTPUT_KEYS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
+_INPUT_KEYS = ("full_action_spec", "full_state_spec")
+_MAX_SEED = 2**32 - 1
+
+
+def _seed_generator(seed: int) -> int:
+    """Derives the seed that follows ``seed`` (deterministic, like TorchRL's ``seed_generator``)."""
+    rng = np.random.default_rng(seed)
+    return int.from_bytes(rng.bytes(8), "big") % _MAX_SEED
+
+
+class _EnvMeta(type):
+    """Runs ``_post_init`` once the subclass ``__init__`` has set the specs."""
+
+    def __call__(cls, *args, **kwargs):
+        env = super().__call__(*args, **kwargs)
+        env._post_init()
+        return env
+
+
+class EnvBase(metaclass=_EnvMeta):
+    """Base class of every environment: a TensorDict in, a TensorDict out.
+
+    A subclass sets its specs in ``__init__`` and implements three methods:
+
+    - ``_reset(tensordict)`` returns a TensorDict (batch size ``env.batch_size``) with
+      every observation key and the ``done`` / ``terminated`` / ``truncated`` flags
+      (all ``False``). When ``tensordict`` holds a ``"_reset"`` mask of shape
+      ``[*batch, 1]``, only the masked entries need to be reset; :meth:`reset` keeps the
+      current values of the other entries.
+    - ``_step(tensordict)`` reads ``"action"`` (and the state keys) from the root and
+      returns a TensorDict with the next observation keys, ``"reward"``, ``"done"``,
+      ``"terminated"`` and ``"truncated"``, not nested under ``"next"``.
+    - ``_set_seed(seed)`` seeds the environment's own randomness.
+
+    ``done_spec`` defaults to boolean ``done`` / ``terminated`` / ``truncated`` entries of
+    shape ``[*batch, 1]`` and ``reward_spec`` to ``Unbounded(shape=[*batch, 1])`` when the
+    subclass does not set them. ``done`` is always ``terminated | truncated``.
+
+    Args:
+        device: the device of the tensors the env reads and writes (``None``: CPU).
+        batch_size: the batch shape of the env (``[]`` for a single env, ``[N]`` for N
+            envs stepped together).
+        run_type_checks: debug mode; when ``True``, every :meth:`step` checks the action
+            against ``action_spec`` and raises a ``ValueError`` naming the key, the spec
+            and the value when it is outside.
+
+    Examples:
+        A complete custom environment: a point on a line that the action pushes, which
+        terminates when it leaves ``[-1, 1]``.
+
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.core import Bounded, Composite, Unbounded
+        >>> from rl.envs import EnvBase, check_env_specs
+        >>> class LineEnv(EnvBase):
+        ...     def __init__(self, batch_size=(), device=None):
+        ...         super().__init__(batch_size=batch_size, device=device)
+        ...         bs = self.batch_size
+        ...         self.observation_spec = Composite(
+        ...             position=Unbounded(shape=(*bs, 1)), shape=bs
+        ...         )
+        ...         self.action_spec = Bounded(-0.5, 0.5, shape=(*bs, 1))
+        ...         self.reward_spec = Unbounded(shape=(*bs, 1))
+        ...         self.position = torch.zeros(*bs, 1)
+        ...         self.generator = torch.Generator()
+        ...
+        ...     def _reset(self, tensordict):
+        ...         new = torch.rand(self.position.shape, generator=self.generator) - 0.5
+        ...         if tensordict is not None and "_reset" in tensordict.keys():
+        ...             new = torch.where(tensordict["_reset"], new, self.position)
+        ...         self.position = new
+        ...         flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        ...         return TensorDict(
+        ...             position=new.clone(), done=flag, terminated=flag.clone(),
+        ...             truncated=flag.clone(), batch_size=self.batch_size,
+        ...         )
+        ...
+        ...     def _step(self, tensordict):
+        ...         self.position = self.position + tensordict["action"]
+        ...         terminated = self.position.abs() > 1
+        ...         return TensorDict(
+        ...             position=self.position.clone(), reward=-self.position.abs(),
+        ...             done=terminated.clone(), terminated=terminated,
+        ...             truncated=torch.zeros_like(terminated), batch_size=self.batch_size,
+        ...         )
+        ...
+        ...     def _set_seed(self, seed):
+        ...         self.generator.manual_seed(seed)
+        >>> env = LineEnv(batch_size=[4])
+        >>> check_env_specs(env)
+        >>> _ = env.set_seed(0)
+        >>> rollout = env.rollout(10, break_when_any_done=False)
+        >>> rollout.batch_size
+        torch.Size([4, 10])
+        >>> rollout["next", "position"].shape
+        torch.Size([4, 10, 1])
+    """
+
+    def __init__(
+        self,
+        *,
+        device: torch.device | str | int | None = None,
+        batch_size: Sequence[int] | torch.Size | int | None = None,
+        run_type_checks: bool = False,
+    ) -> None:
+        if isinstance(batch_size, int):
+            batch_size = (batch_size,)
+        self._batch_size = torch.Size(batch_size if batch_size is not None else ())
+        self._device = torch.device(device) if device is not None else None
+        self.run_type_checks = run_type_checks
+        bs = self._batch_size
+        spec_device = self._device
+        self._output_spec = Composite(
+            {key: Composite(shape=bs, device=spec_device) for key in _OUTPUT_KEYS},
+            shape=bs,
+            device=spec_device,
+        )
+        self._input_spec = Composite(
+            {key: Composite(shape=bs, device=spec_device) for key in _INPUT_KEYS},
+            shape=bs,
+            device=spec_device,
+        )
+        self.is_closed = False
+
+    def _post_init(self) -> None:
+        bs = self.batch_size
+        if not list(self.full_done_spec.keys()):
+            flag = Categorical(2, shape=(*bs, 1), dtype=torch.bool, device=self._device)
+            self.full_done_spec = Composite(
+                done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=bs
+            )
+        if not list(self.full_reward_spec.keys()):
+            self.reward_spec = Unbounded(shape=(*bs, 1), device=self._device)
+
+    # ------------------------------------------------------------------ basic properties
+    @property
+    def batch_size(self) -> torch.Size:
+        """The batch shape of the environment (``torch.Size([])`` for a single env)."""
+        return self._batch_size
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the tensors the environment reads and writes."""
+        return self._device
+
+    @property
+    def batch_locked(self) -> bool:
+        """Inputs must have exactly ``batch_size`` (no extra leading dims), as in TorchRL."""
+        return True
+
+    # ----------------------------------------------------------------------------- specs
+    @property
+    def output_spec(self) -> Composite:
+        """Composite of ``full_observation_spec``, ``full_reward_spec`` and ``full_done_spec``."""
+        return self._output_spec
+
+    @output_spec.setter
+    def output_spec(self, value: Composite) -> None:
+        self._output_spec = value
+
+    @property
+    def input_spec(self) -> Composite:
+        """Composite of ``full_action_spec`` and ``full_state_spec``."""
+        return self._input_spec
+
+    @input_spec.setter
+    def input_spec(self, value: Composite) -> None:
+        self._input_spec = value
+
+    def _check_composite(self, name: str, value: Any) -> Composite:
+        if not isinstance(value, Composite):
+            raise TypeError(
+                f"{name} must be a Composite with shape {tuple(self.batch_size)}, got {value!r}"
+            )
+        if tuple(value.shape) != tuple(self.batch_size):
+            raise ValueError(
+                f"{name} must have shape {tuple(self.batch_size)} (the env batch_size), "
+                f"got a Composite of shape {tuple(value.shape)}"
+            )
+        return value
+
+    def _check_leaf(self, name: str, value: Any) -> None:
+        if tuple(value.shape[: len(self.batch_size)]) != tuple(self.batch_size):
+            raise ValueError(
+                f"{name} must have leading dims {tuple(self.batch_size)} (the env batch_size), "
+                f"got shape {tuple(value.shape)} for {value!r}"
+            )
+
+    def _wrap_leaf(self, name: str, key: str, value: Any) -> Composite:
+        if isinstance(value, Composite):
+            return self._check_composite(name, value)
+        self._check_leaf(name, value)
+        return Composite({key: value}, shape=self.batch_size, device=self._device)
+
+    @property
+    def full_observation_spec(self) -> Composite:
+        """All the observation entries, as a Composite of shape ``batch_size``."""
+        return self.output_spec["full_observation_spec"]
+
+    @full_observation_spec.setter
+    def full_observation_spec(self, value: Composite) -> None:
+        self.output_spec["full_observation_spec"] = self._check_composite("observation_spec", value)
+
+    observation_spec = full_observation_spec
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        """The reward entries (``"reward"`` by default), as a Composite."""
+        return self.output_spec["full_reward_spec"]
+
+    @full_reward_spec.setter
+    def full_reward_spec(self, value: Composite) -> None:
+        self.output_spec["full_reward_spec"] = self._check_composite("reward_spec", value)
+
+    @property
+    def reward_spec(self):
+        """The reward leaf spec when there is a single reward key, else the Composite."""
+        return _single_leaf(self.full_reward_spec)
+
+    @reward_spec.setter
+    def reward_spec(self, value) -> None:
+        self.full_reward_spec = self._wrap_leaf("reward_spec", "reward", value)
+
+    @property
+    def full_done_spec(self) -> Composite:
+        """The ``done`` / ``terminated`` / ``truncated`` entries, as a Composite."""
+        return self.output_spec["full_done_spec"]
+
+    @full_done_spec.setter
+    def full_done_spec(self, value: Composite) -> None:
+        self.output_spec["full_done_spec"] = self._check_composite("done_spec", value)
+
+    @property
+    def done_spec(self):
+        """The done leaf spec when there is a single done key, else the Composite."""
+        return _single_leaf(self.full_done_spec)
+
+    @done_spec.setter
+    def done_spec(self, value) -> None:
+        if isinstance(value, Composite):
+            self.full_done_spec = value
+            return
+        self._check_leaf("done_spec", value)
+        self.full_done_spec = Composite(
+            done=value, terminated=value.clone(), truncated=value.clone(), shape=self.batch_size
+        )
+
+    @property
+    def full_action_spec(self) -> Composite:
+        """The action entries (``"action"`` by default), as a Composite."""
+        return self.input_spec["full_action_spec"]
+
+    @full_action_spec.setter
+    def full_action_spec(self, value: Composite) -> None:
+        self.input_spec["full_action_spec"] = self._check_composite("action_spec", value)
+
+    @property
+    def action_spec(self):
+        """The action leaf spec when there is a single action key, else the Composite."""
+        return _single_leaf(self.full_action_spec)
+
+    @action_spec.setter
+    def action_spec(self, value) -> None:
+        self.full_action_spec = self._wrap_leaf("action_spec", "action", value)
+
+    @property
+    def full_state_spec(self) -> Composite:
+        """Inputs other than the action that ``_step`` reads from the root."""
+        return self.input_spec["full_state_spec"]
+
+    @full_state_spec.setter
+    def full_state_spec(self, value: Composite) -> None:
+        self.input_spec["full_state_spec"] = self._check_composite("state_spec", value)
+
+    state_spec = full_state_spec
+
+    # ------------------------------------------------------------------------------ keys
+    @property
+    def action_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_action_spec)
+
+    @property
+    def action_key(self) -> NestedKey:
+        """The action key (``"action"`` unless the subclass chose another)."""
+        return _only_key(self.action_keys, "action")
+
+    @property
+    def reward_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_reward_spec)
+
+    @property
+    def reward_key(self) -> NestedKey:
+        return _only_key(self.reward_keys, "reward")
+
+    @property
+    def done_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_done_spec)
+
+    @property
+    def done_key(self) -> NestedKey:
+        """The key of the ``done`` flag (``"done"``)."""
+        keys = self.done_keys
+        for key in keys:
+            if (key if isinstance(key, str) else key[-1]) == "done":
+                return key
+        return keys[0]
+
+    @property
+    def observation_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_observation_spec)
+
+    @property
+    def state_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_state_spec)
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled transition ``(root, ("next", ...))`` laid out as the specs say."""
+        root = self.full_observation_spec.zero()
+        root.update(self.full_state_spec.zero())
+        root.update(self.full_action_spec.zero())
+        root.update(self.full_done_spec.zero())
+        nxt = self.full_observation_spec.zero()
+        nxt.update(self.full_reward_spec.zero())
+        nxt.update(self.full_done_spec.zero())
+        root.set("next", nxt)
+        return root
+
+    # ------------------------------------------------------------------- subclass hooks
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        raise NotImplementedError(f"{type(self).__name__} must implement _reset")
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise NotImplementedError(f"{type(self).__name__} must implement _step")
+
+    def _set_seed(self, seed: int | None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _set_seed")
+
+    # ------------------------------------------------------------------------ public API
+    def _check_batch(self, tensordict: TensorDictBase, where: str) -> None:
+        if tensordict.batch_size != self.batch_size:
+            raise ValueError(
+                f"{where} got a tensordict of batch_size {tuple(tensordict.batch_size)}, "
+                f"expected the env batch_size {tuple(self.batch_size)}"
+            )
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        """Resets the environment (or the entries selected by a ``"_reset"`` mask).
+
+        Args:
+            tensordict: optional input; a ``"_reset"`` boolean entry of shape
+                ``[*batch, 1]`` restricts the reset to the masked sub-environments, the
+                others keep the values they have in ``tensordict``.
+            **kwargs: extra entries written into the input tensordict first.
+
+        Returns:
+            the reset observations and done flags. When ``tensordict`` is given, it is
+            updated in place (without ``"_reset"``) and returned.
+        """
+        if kwargs:
+            if tensordict is None:
+                tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+            tensordict.update(kwargs)
+        mask = None
+        if tensordict is not None:
+            self._check_batch(tensordict, "reset()")
+            mask = tensordict.get("_reset", None)
+            if mask is not None and not bool(mask.any()):
+                tensordict.del_("_reset")
+                return tensordict
+        td_reset = self._reset(tensordict)
+        if mask is not None and self.batch_size and not bool(mask.all()):
+            _merge_partial_reset(td_reset, tensordict, mask, len(self.batch_size))
+        if self.run_type_checks:
+            done = td_reset[self.done_key]
+            reset_entries = done if mask is None else done & mask.reshape(done.shape)
+            if bool(reset_entries.any()):
+                raise RuntimeError(
+                    f"{type(self).__name__}._reset returned done=True for a reset entry: {done}"
+                )
+        if tensordict is None:
+            return td_reset
+        if td_reset is not tensordict:
+            tensordict.update(td_reset)
+        if "_reset" in tensordict.keys():
+            tensordict.del_("_reset")
+        return tensordict
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Applies ``tensordict["action"]`` and writes the outcome under ``"next"``.
+
+        Raises:
+            KeyError: the action key is missing.
+            ValueError: the batch size differs from ``env.batch_size``, or (with
+                ``run_type_checks=True``) the action is outside ``action_spec``.
+        """
+        self._check_batch(tensordict, "step()")
+        if self.run_type_checks:
+            self.check_action(tensordict)
+        next_preset = tensordict.get("next", None)
+        try:
+            next_td = self._step(tensordict)
+        except KeyError:
+            self._raise_missing_action(tensordict)
+            raise
+        if next_preset is not None:
+            for key in next_preset.keys(True, True):
+                if key not in next_td.keys(True, True):
+                    next_td.set(key, next_preset[key])
+        tensordict.set("next", next_td)
+        return tensordict
+
+    def _raise_missing_action(self, tensordict: TensorDictBase) -> None:
+        for key in self.action_keys:
+            if key not in tensordict.keys(True, True):
+                raise KeyError(
+                    f"step() needs the action key {key!r} (action_spec {self.action_spec!r}) "
+                    f"but the tensordict has keys {sorted(map(str, tensordict.keys(True, True)))}"
+                )
+
+    def check_action(self, tensordict: TensorDictBase) -> None:
+        """Raises if an action entry of ``tensordict`` is missing or outside its spec."""
+        self._raise_missing_action(tensordict)
+        for key in self.action_keys:
+            spec = self.full_action_spec[key]
+            value = tensordict[key]
+            if value.shape != spec.shape:
+                raise ValueError(
+                    f"action {key!r} has shape {tuple(value.shape)}, expected "
+                    f"{tuple(spec.shape)} from action_spec {spec!r}"
+                )
+            if not spec.is_in(value):
+                raise ValueError(f"action {key!r} = {value} is outside action_spec {spec!r}")
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Steps, then resets the sub-environments that are done.
+
+        Returns:
+            ``(tensordict, root_next)``: the input with its ``"next"`` entry, and the root
+            of the next step (``step_mdp`` of it) where done entries are reset.
+        """
+        from ._utils import step_mdp
+
+        tensordict = self.step(tensordict)
+        root_next = step_mdp(
+            tensordict, keep_other=True, reward_keys=self.reward_keys, action_keys=self.action_keys
+        )
+        done = root_next[self.done_key]
+        if bool(done.any()):
+            root_next.set("_reset", done.clone())
+            root_next = self.reset(root_next)
+        return tensordict, root_next
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Writes a uniformly random action (from ``action_spec``) into ``tensordict``."""
+        if tensordict is None:
+            tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        tensordict.update(self.full_action_spec.rand())
+        return tensordict
+
+    def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Takes a random step, resetting first when ``tensordict`` is ``None``.
+
+        The action is checked against ``action_spec`` (so a spec whose ``rand`` yields
+        values it rejects is reported here).
+        """
+        if tensordict is None:
+            tensordict = self.reset()
+        tensordict = self.rand_action(tensordict)
+        self.check_action(tensordict)
+        return self.step(tensordict)
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        callback: Callable[[EnvBase, TensorDictBase], Any] | None = None,
+        *,
+        auto_reset: bool = True,
+        break_when_any_done: bool = True,
+        break_when_all_done: bool = False,
+        tensordict: TensorDictBase | None = None,
+        set_truncated: bool = False,
+        return_contiguous: bool = True,
+    ) -> TensorDictBase:
+        """Runs ``max_steps`` steps and returns them in one ``[*batch, T]`` TensorDict.
+
+        The output is preallocated at the first step and filled in place; random actions
+        (``policy=None``) are drawn for all steps at once from ``action_spec``.
+
+        Args:
+            max_steps: the number of steps ``T``.
+            policy: a callable reading the root tensordict and writing ``"action"``
+                (e.g. a ``TensorDictModule``); ``None`` draws uniform random actions.
+            callback: called as ``callback(env, tensordict)`` after each step.
+            auto_reset: reset before the first step (else ``tensordict`` is the start).
+            break_when_any_done: stop after the first step where any env is done.
+            break_when_all_done: stop once every sub-environment has been done at least
+                once (done sub-environments are reset and keep running until then).
+            tensordict: the initial tensordict (passed to ``reset`` when ``auto_reset``).
+            set_truncated: mark the last step ``truncated`` (and ``done``).
+            return_contiguous: kept for TorchRL compatibility; the output is always a
+                contiguous TensorDict.
+
+        Returns:
+            a TensorDict of batch size ``[*batch_size, T']`` (time last), ``T' <= T``.
+            When steps continue past a done, ``("next", obs)`` holds the final observation
+            and the root observation of the following step the reset one.
+        """
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if auto_reset:
+            tensordict = self.reset(tensordict)
+        elif tensordict is None:
+            raise RuntimeError("rollout(auto_reset=False) needs an initial tensordict, got None")
+        else:
+            self._check_batch(tensordict, "rollout()")
+        fast = getattr(self, "_rollout_fast", None)
+        if fast is not None and policy is None and callback is None:
+            out = fast(
+                max_steps,
+                tensordict,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+            )
+        else:
+            out = rollout_generic(
+                self,
+                max_steps,
+                tensordict,
+                policy=policy,
+                callback=callback,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+            )
+        if set_truncated:
+            last = (slice(None),) * len(self.batch_size) + (-1,)
+            for key in self.done_keys:
+                name = key if isinstance(key, str) else key[-1]
+                if name in ("truncated", "done"):
+                    out["next", *_as_tuple(key)][last] = True
+        return out
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seeds the environment and returns the next seed (to seed another env with).
+
+        Random actions of :meth:`rollout` / :meth:`rand_action` come from torch's global
+        generator (``torch.manual_seed``), as in TorchRL.
+        """
+        self._set_seed(seed)
+        if seed is not None and not static_seed:
+            seed = _seed_generator(seed)
+        return seed
+
+    def close(self) -> None:
+        """Releases the resources held by the environment (idempotent)."""
+        self.is_closed = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(batch_size={self.batch_size}, device={self.device})"
+
+
+def _as_tuple(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _leaf_keys(spec: Composite) -> list[NestedKey]:
+    return list(spec.keys(include_nested=True, leaves_only=True))
+
+
+def _only_key(keys: list[NestedKey], default: str) -> NestedKey:
+    if default in keys:
+        return default
+    if len(keys) == 1:
+        return keys[0]
+    raise KeyError(f"cannot pick a single {default!r} key among {keys}")
+
+
+def _single_leaf(spec: Composite):
+    keys = _leaf_keys(spec)
+    if len(keys) == 1:
+        return spec[keys[0]]
+    return spec
+
+
+def _merge_partial_reset(
+    td_reset: TensorDictBase, previous: TensorDictBase, mask: torch.Tensor, nb: int
+) -> None:
+    """Keeps in ``td_reset`` the values of ``previous`` where ``mask`` is False."""
+    mask = mask.reshape(mask.shape[:nb])
+    for key in td_reset.keys(True, True):
+        old = previous.get(key, None)
+        if old is None:
+            continue
+        new = td_reset[key]
+        if old.shape != new.shape:
+            continue
+        m = mask.reshape(*mask.shape, *((1,) * (new.ndim - nb)))
+        td_reset.set(key, torch.where(m, new, old))

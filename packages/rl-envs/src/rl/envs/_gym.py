@@ -1,0 +1,430 @@
+"""``GymWrapper`` and ``GymEnv``: gymnasium (>= 1.0) environments as :class:`EnvBase`."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from tensordict import TensorDict, TensorDictBase
+
+from rl.core import Composite
+
+from ._common import EnvBase
+from ._gym_rollout import gym_rollout
+from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
+
+__all__ = ["GymWrapper", "GymEnv", "FrameSkip"]
+
+_has_ale = importlib.util.find_spec("ale_py") is not None
+
+
+class FrameSkip(gym.Wrapper):
+    """Repeats each action ``skip`` times, summing rewards and stopping at a done."""
+
+    def __init__(self, env: gym.Env, skip: int) -> None:
+        super().__init__(env)
+        self.skip = skip
+
+    def step(self, action):
+        total = 0.0
+        for _ in range(self.skip):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
+
+def _check_frame_skip(frame_skip: int | None) -> int:
+    if frame_skip is None:
+        return 1
+    if not isinstance(frame_skip, int) or frame_skip < 1:
+        raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
+    return frame_skip
+
+
+def _pixel_wrappers(frame_skip: int, from_pixels: bool, pixels_only: bool) -> list:
+    """The gym wrappers applied to each (sub-)env, innermost first."""
+    wrappers = []
+    if frame_skip > 1:
+        wrappers.append(lambda env: FrameSkip(env, frame_skip))
+    if from_pixels:
+        wrappers.append(
+            lambda env: gym.wrappers.AddRenderObservation(
+                env, render_only=pixels_only, render_key="pixels", obs_key="observation"
+            )
+        )
+    return wrappers
+
+
+class GymWrapper(EnvBase):
+    """Wraps a gymnasium ``Env`` or ``VectorEnv`` as an :class:`EnvBase`.
+
+    Spaces become specs (Box -> ``Bounded``/``Unbounded``, Discrete -> ``OneHot`` or
+    ``Categorical``, MultiDiscrete -> ``MultiOneHot``/``MultiCategorical``, MultiBinary ->
+    ``Binary``, Dict / Tuple -> nested ``Composite`` with keys ``"0"``, ``"1"``... for
+    Tuple items). A non-Dict observation is written under ``"observation"`` (``"pixels"``
+    when it is the rendered frame only). ``terminated`` and ``truncated`` are kept apart,
+    ``done = terminated | truncated``.
+
+    A ``VectorEnv`` gives ``batch_size=[num_envs]``. With gymnasium's ``SAME_STEP``
+    autoreset mode, ``("next", obs)`` holds the true final observation (from
+    ``infos["final_obs"]``) and resetting the done entries (``"_reset"`` mask) returns the
+    observation gymnasium already reset to. With ``NEXT_STEP`` or ``DISABLED`` mode the
+    done entries are reset through ``reset(options={"reset_mask": ...})``, so the dummy
+    step of ``NEXT_STEP`` is never recorded as a transition. ``rollout`` and
+    ``step_and_maybe_reset`` always reset done entries; a manual loop that steps a done
+    ``NEXT_STEP`` env without resetting it gets gymnasium's dummy step (reward 0).
+
+    Args:
+        env: the gymnasium env (or vector env) to wrap.
+        categorical_action_encoding: Discrete spaces as integers rather than one-hot.
+        from_pixels: add the rendered frame as ``"pixels"`` (uint8 ``[H, W, 3]``); the
+            env must have ``render_mode="rgb_array"``. Single envs only.
+        pixels_only: with ``from_pixels``, keep only ``"pixels"``.
+        frame_skip: repeat each action this many times (rewards summed). Single envs.
+        device: device of the output tensors.
+        batch_size: must be ``[]`` for an ``Env`` or ``[num_envs]`` for a ``VectorEnv``.
+        run_type_checks: debug mode, check every action against ``action_spec``.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from rl.envs import GymWrapper
+        >>> env = GymWrapper(gym.make("Pendulum-v1"))
+        >>> td = env.rand_step()
+        >>> td["next", "observation"].shape
+        torch.Size([3])
+    """
+
+    def __init__(
+        self,
+        env: gym.Env | VectorEnv,
+        *,
+        categorical_action_encoding: bool = False,
+        from_pixels: bool = False,
+        pixels_only: bool = True,
+        frame_skip: int | None = None,
+        device=None,
+        batch_size=None,
+        run_type_checks: bool = False,
+        _wrappers_applied: bool = False,
+    ) -> None:
+        frame_skip = _check_frame_skip(frame_skip)
+        self.is_vector = isinstance(env, VectorEnv)
+        expected = (env.num_envs,) if self.is_vector else ()
+        if batch_size is not None and tuple(torch.Size(batch_size)) != expected:
+            raise ValueError(
+                f"batch_size must be {list(expected)} for this gym env "
+                f"({'num_envs' if self.is_vector else 'a single env'}), got {list(batch_size)}"
+            )
+        if self.is_vector and (from_pixels or frame_skip > 1) and not _wrappers_applied:
+            raise ValueError(
+                "from_pixels and frame_skip apply to single gym envs; use "
+                "GymEnv(name, num_envs=N, from_pixels=..., frame_skip=...) for vector envs"
+            )
+        if (
+            from_pixels
+            and not _wrappers_applied
+            and getattr(env, "render_mode", None) != "rgb_array"
+        ):
+            raise ValueError(
+                "from_pixels=True needs a gym env made with render_mode='rgb_array', got "
+                f"render_mode={getattr(env, 'render_mode', None)!r}"
+            )
+        if not self.is_vector and not _wrappers_applied:
+            for wrap in _pixel_wrappers(frame_skip, from_pixels, pixels_only):
+                env = wrap(env)
+        super().__init__(device=device, batch_size=expected, run_type_checks=run_type_checks)
+        self._env = env
+        self.from_pixels = from_pixels
+        self.pixels_only = pixels_only
+        self.frame_skip = frame_skip
+        self.categorical_action_encoding = categorical_action_encoding
+        self._pending_seed: int | None = None
+        self._build_specs()
+        if self.is_vector:
+            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+            self.autoreset_mode = AutoresetMode(mode)
+            self._autoreset = np.zeros(env.num_envs, dtype=np.bool_)
+            self._last_obs = None
+
+    @property
+    def env(self) -> gym.Env | VectorEnv:
+        """The wrapped gymnasium env."""
+        return self._env
+
+    def _build_specs(self) -> None:
+        env = self._env
+        obs_space = env.single_observation_space if self.is_vector else env.observation_space
+        act_space = env.single_action_space if self.is_vector else env.action_space
+        self.gym_action_space = act_space
+        batch = tuple(self.batch_size)
+        cat = self.categorical_action_encoding
+        if isinstance(obs_space, gym.spaces.Dict):
+            obs_key: tuple = ()
+        else:
+            obs_key = ("pixels",) if self.from_pixels and self.pixels_only else ("observation",)
+        self._obs_leaves: list[SpaceLeaf] = space_leaves(obs_space, batch, cat, obs_key)
+        act_key = () if isinstance(act_space, gym.spaces.Dict) else ("action",)
+        if act_key == ():
+            act_key = ("action",)
+        self._act_leaves: list[SpaceLeaf] = space_leaves(act_space, batch, cat, act_key)
+        bs = self.batch_size
+        dev = self.device
+        obs = Composite(shape=bs, device=dev)
+        for leaf in self._obs_leaves:
+            obs[_k(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
+        self.observation_spec = obs
+        act = Composite(shape=bs, device=dev)
+        for leaf in self._act_leaves:
+            act[_k(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
+        self.full_action_spec = act
+        self._out_dtypes = {_k(leaf.key): leaf.spec.dtype for leaf in self._obs_leaves}
+        self._simple_obs = len(self._obs_leaves) == 1 and self._obs_leaves[0].from_gym is None
+        self._simple_act = len(self._act_leaves) == 1 and self._act_leaves[0].path == ()
+
+    # ------------------------------------------------------------------ conversions
+    def _obs_arrays(self, obs: Any) -> list[np.ndarray]:
+        """The observation leaves of a gym observation, in spec layout (numpy)."""
+        out = []
+        for leaf in self._obs_leaves:
+            value = walk(obs, leaf.path)
+            out.append(np.asarray(value) if leaf.from_gym is None else leaf.from_gym(value))
+        return out
+
+    def _obs_entries(self, obs: Any) -> dict:
+        entries = {}
+        for leaf, array in zip(self._obs_leaves, self._obs_arrays(obs)):
+            key = _k(leaf.key)
+            tensor = torch.tensor(array, dtype=self._out_dtypes[key])
+            entries[key] = tensor if self.device is None else tensor.to(self.device)
+        return entries
+
+    def actions_to_gym(self, values: list[np.ndarray]) -> Any:
+        """Gym action(s) from the action leaves as numpy arrays (leading dims allowed)."""
+        if self._simple_act:
+            return self._act_leaves[0].to_gym(values[0])
+        converted = {leaf.path: leaf.to_gym(v) for leaf, v in zip(self._act_leaves, values)}
+        return assemble(self.gym_action_space, converted)
+
+    def _action_from_td(self, tensordict: TensorDictBase) -> Any:
+        values = []
+        for leaf in self._act_leaves:
+            key = _k(leaf.key)
+            value = tensordict[key]
+            if value.shape != leaf.spec.shape:
+                raise ValueError(
+                    f"action {key!r} has shape {tuple(value.shape)}, expected "
+                    f"{tuple(leaf.spec.shape)} from action_spec {leaf.spec!r}"
+                )
+            values.append(value.detach().cpu().numpy())
+        action = self.actions_to_gym(values)
+        if (
+            not self.is_vector
+            and self._simple_act
+            and isinstance(self.gym_action_space, gym.spaces.Discrete)
+        ):
+            action = int(action)
+        return action
+
+    def _make_td(self, entries: dict) -> TensorDictBase:
+        td = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        for key, value in entries.items():
+            td.set(key, value)
+        return td
+
+    def _flags(self, terminated, truncated) -> dict:
+        shape = (*self.batch_size, 1)
+        term = torch.tensor(np.asarray(terminated, dtype=np.bool_)).reshape(shape)
+        trunc = torch.tensor(np.asarray(truncated, dtype=np.bool_)).reshape(shape)
+        flags = {"done": term | trunc, "terminated": term, "truncated": trunc}
+        if self.device is not None:
+            flags = {k: v.to(self.device) for k, v in flags.items()}
+        return flags
+
+    # -------------------------------------------------------------------------- hooks
+    def _set_seed(self, seed: int | None) -> None:
+        self._pending_seed = seed
+        if seed is not None:
+            self._env.action_space.seed(seed)
+
+    def _take_seed(self) -> int | None:
+        seed, self._pending_seed = self._pending_seed, None
+        return seed
+
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        if not self.is_vector:
+            obs, _ = self._env.reset(seed=self._take_seed())
+        elif mask is None:
+            obs, _ = self._env.reset(seed=self._take_seed())
+            self._autoreset[:] = False
+        else:
+            mask_np = mask.reshape(-1).cpu().numpy().astype(np.bool_)
+            need = mask_np & ~self._autoreset
+            if need.any():
+                self._last_obs, _ = self._env.reset(options={"reset_mask": need})
+            self._autoreset[mask_np] = False
+            obs = self._last_obs
+        if self.is_vector:
+            self._last_obs = obs
+        shape = (*self.batch_size, 1)
+        zeros = torch.zeros(shape, dtype=torch.bool, device=self.device)
+        entries = self._obs_entries(obs)
+        entries.update(done=zeros, terminated=zeros.clone(), truncated=zeros.clone())
+        return self._make_td(entries)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = self._action_from_td(tensordict)
+        obs, reward, terminated, truncated, info = self._env.step(action)
+        entries = self._obs_entries(obs)
+        if self.is_vector:
+            self._last_obs = obs
+            done = np.logical_or(terminated, truncated)
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                self._autoreset = done.copy()
+                if done.any():
+                    self._patch_final_obs(entries, info)
+        reward = torch.tensor(np.asarray(reward, dtype=np.float32)).reshape((*self.batch_size, 1))
+        entries["reward"] = reward if self.device is None else reward.to(self.device)
+        entries.update(self._flags(terminated, truncated))
+        return self._make_td(entries)
+
+    def _patch_final_obs(self, entries: dict, info: dict) -> None:
+        """Writes ``infos["final_obs"]`` of auto-reset envs over their reset observation."""
+        final = info["final_obs"]
+        for i in np.flatnonzero(info["_final_obs"]):
+            for leaf, array in zip(self._obs_leaves, self._obs_arrays(final[i])):
+                entries[_k(leaf.key)][i] = torch.as_tensor(array)
+
+    def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
+        return gym_rollout(
+            self,
+            max_steps,
+            tensordict,
+            break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done,
+        )
+
+    def close(self) -> None:
+        if not self.is_closed:
+            self._env.close()
+        super().close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(env={self._env}, batch_size={self.batch_size}, device={self.device})"
+
+
+def _k(key: tuple[str, ...]):
+    return key[0] if len(key) == 1 else key
+
+
+def _make_gym(env_name: str, **kwargs) -> Any:
+    if env_name.startswith("ALE/"):
+        if not _has_ale:
+            raise ImportError(f'{env_name} needs ale-py: pip install "rl-envs[atari]"')
+        import ale_py
+
+        gym.register_envs(ale_py)
+    try:
+        return kwargs.pop("_factory")(env_name, **kwargs)
+    except gym.error.DependencyNotInstalled as err:
+        raise ImportError(
+            f"{env_name} needs an optional dependency ({err}); for MuJoCo envs: "
+            'pip install "rl-envs[mujoco]", for Atari: pip install "rl-envs[atari]"'
+        ) from err
+
+
+class GymEnv(GymWrapper):
+    """A gymnasium environment made by name: ``GymEnv("CartPole-v1")``.
+
+    Args:
+        env_name: a registered gymnasium id (``"Pendulum-v1"``, ``"HalfCheetah-v5"`` with
+            ``rl-envs[mujoco]``, ``"ALE/Pong-v5"`` with ``rl-envs[atari]``).
+        num_envs: more than 1 builds a gymnasium vector env (``batch_size=[num_envs]``)
+            in ``SAME_STEP`` autoreset mode.
+        vectorization_mode: ``"sync"`` (``SyncVectorEnv``) or ``"async"``
+            (``AsyncVectorEnv``, one process per env).
+        categorical_action_encoding, from_pixels, pixels_only, frame_skip, device,
+        batch_size, run_type_checks: as in :class:`GymWrapper` (here ``from_pixels`` and
+            ``frame_skip`` also work with ``num_envs > 1``).
+        **kwargs: passed to ``gymnasium.make`` / ``gymnasium.make_vec``.
+
+    Examples:
+        >>> from rl.envs import GymEnv
+        >>> env = GymEnv("CartPole-v1")
+        >>> _ = env.set_seed(0)
+        >>> rollout = env.rollout(1000, break_when_any_done=False)
+        >>> rollout.batch_size
+        torch.Size([1000])
+        >>> env = GymEnv("CartPole-v1", num_envs=4)
+        >>> env.rollout(10)["next", "observation"].shape[:2]
+        torch.Size([4, 10])
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        *,
+        num_envs: int = 1,
+        vectorization_mode: Literal["sync", "async"] = "sync",
+        categorical_action_encoding: bool = False,
+        from_pixels: bool = False,
+        pixels_only: bool = True,
+        frame_skip: int | None = None,
+        device=None,
+        batch_size=None,
+        run_type_checks: bool = False,
+        **kwargs,
+    ) -> None:
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if vectorization_mode not in ("sync", "async"):
+            raise ValueError(
+                f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}"
+            )
+        skip = _check_frame_skip(frame_skip)
+        if from_pixels:
+            kwargs.setdefault("render_mode", "rgb_array")
+        self.env_name = env_name
+        self.num_envs = num_envs
+        if num_envs == 1:
+            env = _make_gym(env_name, _factory=gym.make, **kwargs)
+            super().__init__(
+                env,
+                categorical_action_encoding=categorical_action_encoding,
+                from_pixels=from_pixels,
+                pixels_only=pixels_only,
+                frame_skip=skip,
+                device=device,
+                batch_size=batch_size,
+                run_type_checks=run_type_checks,
+            )
+            return
+        env = _make_gym(
+            env_name,
+            _factory=gym.make_vec,
+            num_envs=num_envs,
+            vectorization_mode=vectorization_mode,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            wrappers=_pixel_wrappers(skip, from_pixels, pixels_only),
+            **kwargs,
+        )
+        super().__init__(
+            env,
+            categorical_action_encoding=categorical_action_encoding,
+            from_pixels=from_pixels,
+            pixels_only=pixels_only,
+            frame_skip=skip,
+            device=device,
+            batch_size=batch_size,
+            run_type_checks=run_type_checks,
+            _wrappers_applied=True,
+        )
+
+    def __repr__(self) -> str:
+        return f"GymEnv(env={self.env_name}, batch_size={self.batch_size}, device={self.device})"

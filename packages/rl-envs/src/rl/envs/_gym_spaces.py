@@ -1,0 +1,207 @@
+"""Gymnasium spaces to ``rl.core`` specs, and the value converters between the two.
+
+A space is flattened into :class:`SpaceLeaf` entries: one per array of the gym value
+(Dict and Tuple spaces nest, Tuple items are keyed ``"0"``, ``"1"``...). Each leaf knows
+its TensorDict key, where its value sits in the gym structure, its spec, and how to
+convert a gym value to the spec's layout (``from_gym``) and back (``to_gym``). The
+converters work on numpy arrays with any leading (time / env) dims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rl.core import (
+    Binary,
+    Bounded,
+    Categorical,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
+
+__all__ = ["SpaceLeaf", "space_leaves", "walk", "assemble", "numpy_to_torch_dtype"]
+
+_NP_TO_TORCH = {
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.bool_): torch.bool,
+}
+
+
+def numpy_to_torch_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype of a numpy dtype (``TypeError`` for one torch lacks)."""
+    dtype = np.dtype(dtype)
+    if dtype not in _NP_TO_TORCH:
+        raise TypeError(f"gym space dtype {dtype} has no torch equivalent")
+    return _NP_TO_TORCH[dtype]
+
+
+class SpaceLeaf(NamedTuple):
+    """One array of a gym value and its spec."""
+
+    key: tuple[str, ...]
+    path: tuple
+    spec: Any
+    from_gym: Callable[[Any], np.ndarray] | None  # None: the gym array is used as is
+    to_gym: Callable[[np.ndarray], Any]
+
+
+def walk(value: Any, path: tuple) -> Any:
+    """The item of a (nested) gym value at ``path``."""
+    for item in path:
+        value = value[item]
+    return value
+
+
+def assemble(space: spaces.Space, leaves: dict[tuple, Any], path: tuple = ()) -> Any:
+    """Builds the gym value of ``space`` from ``{path: leaf_value}``."""
+    if isinstance(space, spaces.Dict):
+        return {k: assemble(sub, leaves, (*path, k)) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(assemble(sub, leaves, (*path, i)) for i, sub in enumerate(space.spaces))
+    return leaves[path]
+
+
+def _box(space: spaces.Box, batch: tuple, key, path) -> SpaceLeaf:
+    dtype = numpy_to_torch_dtype(space.dtype)
+    shape = (*batch, *space.shape)
+    low = torch.as_tensor(np.asarray(space.low))
+    high = torch.as_tensor(np.asarray(space.high))
+    if low.is_floating_point() and bool(torch.isinf(low).all()) and bool(torch.isinf(high).all()):
+        spec = Unbounded(shape=shape, dtype=dtype)
+    else:
+        spec = Bounded(
+            low.expand(shape).to(dtype), high.expand(shape).to(dtype), shape=shape, dtype=dtype
+        )
+    np_dtype = space.dtype
+
+    def to_gym(array: np.ndarray) -> np.ndarray:
+        return np.asarray(array, dtype=np_dtype)
+
+    return SpaceLeaf(key, path, spec, None, to_gym)
+
+
+def _discrete(space: spaces.Discrete, batch: tuple, key, path, categorical: bool) -> SpaceLeaf:
+    n = int(space.n)
+    start = int(space.start)
+    if categorical:
+        spec = Categorical(n, shape=batch, dtype=torch.int64)
+
+        def from_gym(value):
+            return np.asarray(value, dtype=np.int64) - start
+
+        def to_gym(array):
+            return np.asarray(array, dtype=np.int64) + start
+
+    else:
+        spec = OneHot(n, shape=(*batch, n), dtype=torch.bool)
+        eye = np.eye(n, dtype=np.bool_)
+
+        def from_gym(value):
+            return eye[np.asarray(value, dtype=np.int64) - start]
+
+        def to_gym(array):
+            return np.asarray(array).argmax(-1) + start
+
+    return SpaceLeaf(key, path, spec, from_gym, to_gym)
+
+
+def _multi_discrete(
+    space: spaces.MultiDiscrete, batch: tuple, key, path, categorical: bool
+) -> SpaceLeaf:
+    nvec = np.asarray(space.nvec, dtype=np.int64)
+    start = np.asarray(space.start, dtype=np.int64)
+    gym_dtype = space.dtype
+    if categorical or nvec.ndim > 1:
+        spec = MultiCategorical(
+            torch.as_tensor(nvec), shape=(*batch, *nvec.shape), dtype=torch.int64
+        )
+
+        def from_gym(value):
+            return np.asarray(value, dtype=np.int64) - start
+
+        def to_gym(array):
+            return (np.asarray(array, dtype=np.int64) + start).astype(gym_dtype)
+
+    else:
+        spec = MultiOneHot(nvec.tolist(), shape=(*batch, int(nvec.sum())), dtype=torch.bool)
+        eyes = [np.eye(int(n), dtype=np.bool_) for n in nvec]
+        bounds = np.cumsum(nvec)[:-1]
+
+        def from_gym(value):
+            value = np.asarray(value, dtype=np.int64) - start
+            return np.concatenate([eye[value[..., i]] for i, eye in enumerate(eyes)], -1)
+
+        def to_gym(array):
+            parts = np.split(np.asarray(array), bounds, axis=-1)
+            return (np.stack([p.argmax(-1) for p in parts], -1) + start).astype(gym_dtype)
+
+    return SpaceLeaf(key, path, spec, from_gym, to_gym)
+
+
+def _multi_binary(space: spaces.MultiBinary, batch: tuple, key, path) -> SpaceLeaf:
+    shape = tuple(space.shape)
+    spec = Binary(n=shape[-1], shape=(*batch, *shape), dtype=torch.int8)
+
+    def to_gym(array):
+        return np.asarray(array, dtype=np.int8)
+
+    return SpaceLeaf(key, path, spec, None, to_gym)
+
+
+def space_leaves(
+    space: spaces.Space,
+    batch: tuple = (),
+    categorical: bool = False,
+    key: tuple[str, ...] = (),
+    path: tuple = (),
+) -> list[SpaceLeaf]:
+    """Flattens ``space`` into leaves keyed under ``key``, with ``batch`` leading dims.
+
+    Args:
+        space: a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple space.
+        batch: the env batch shape prepended to each spec's shape.
+        categorical: Discrete / MultiDiscrete become integer specs (``Categorical`` /
+            ``MultiCategorical``) instead of one-hot ones (``OneHot`` / ``MultiOneHot``).
+        key: the TensorDict key of a non-Dict space (Dict keys are appended to it).
+        path: position of ``space`` in the enclosing gym structure.
+
+    Raises:
+        TypeError: for a space type with no spec equivalent.
+    """
+    batch = tuple(batch)
+    if isinstance(space, spaces.Dict):
+        leaves = []
+        for name, sub in space.spaces.items():
+            leaves += space_leaves(sub, batch, categorical, (*key, str(name)), (*path, name))
+        return leaves
+    if isinstance(space, spaces.Tuple):
+        leaves = []
+        for i, sub in enumerate(space.spaces):
+            leaves += space_leaves(sub, batch, categorical, (*key, str(i)), (*path, i))
+        return leaves
+    if isinstance(space, spaces.Box):
+        return [_box(space, batch, key, path)]
+    if isinstance(space, spaces.Discrete):
+        return [_discrete(space, batch, key, path, categorical)]
+    if isinstance(space, spaces.MultiDiscrete):
+        return [_multi_discrete(space, batch, key, path, categorical)]
+    if isinstance(space, spaces.MultiBinary):
+        return [_multi_binary(space, batch, key, path)]
+    raise TypeError(
+        f"gym space {space!r} is not supported: expected Box, Discrete, MultiDiscrete, "
+        "MultiBinary, Dict or Tuple"
+    )

@@ -1,0 +1,71 @@
+"""Shared plumbing of the native torch environments."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from .._common import EnvBase
+
+__all__ = ["NativeEnv"]
+
+
+class NativeEnv(EnvBase):
+    """An env whose state lives in torch tensors of shape ``[*batch_size, ...]``.
+
+    Randomness (reset states) comes from a private ``torch.Generator`` seeded by
+    :meth:`set_seed`; until then it is seeded from torch's global generator, so
+    ``torch.manual_seed`` before construction makes runs reproducible too.
+    """
+
+    def __init__(self, *, device=None, batch_size=None, run_type_checks: bool = False) -> None:
+        super().__init__(device=device, batch_size=batch_size, run_type_checks=run_type_checks)
+        self._tensor_device = self.device if self.device is not None else torch.device("cpu")
+        self._generator = torch.Generator(device=self._tensor_device)
+        self._generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+
+    def _raise_action_shape(self, action: torch.Tensor) -> None:
+        raise ValueError(
+            f"action has shape {tuple(action.shape)}, expected {tuple(self.action_spec.shape)} "
+            f"from action_spec {self.action_spec!r}"
+        )
+
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is None:
+            self._generator.seed()
+        else:
+            self._generator.manual_seed(int(seed))
+
+    def _uniform(self, low: float, high: float, *shape: int) -> torch.Tensor:
+        """Float64 samples in ``[low, high)`` of shape ``[*batch_size, *shape]``."""
+        sample = torch.rand(
+            (*self.batch_size, *shape),
+            generator=self._generator,
+            dtype=torch.float64,
+            device=self._tensor_device,
+        )
+        return sample * (high - low) + low
+
+    def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
+        """The ``"_reset"`` mask as ``[*batch_size]`` (``None`` resets everything)."""
+        if tensordict is None:
+            return None
+        mask = tensordict.get("_reset", None)
+        if mask is None:
+            return None
+        return mask.reshape(self.batch_size)
+
+    def _flags(self, terminated: torch.Tensor, truncated: torch.Tensor) -> dict:
+        """``done`` / ``terminated`` / ``truncated`` entries of shape ``[*batch_size, 1]``."""
+        terminated = terminated.unsqueeze(-1)
+        truncated = truncated.unsqueeze(-1)
+        return {"done": terminated | truncated, "terminated": terminated, "truncated": truncated}
+
+    def _zero_flags(self) -> dict:
+        flags = torch.zeros(
+            (3, *self.batch_size, 1), dtype=torch.bool, device=self._tensor_device
+        ).unbind(0)
+        return {"done": flags[0], "terminated": flags[1], "truncated": flags[2]}
+
+    def _make_td(self, entries: dict) -> TensorDictBase:
+        return TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=self.device)

@@ -1,0 +1,184 @@
+"""The generic preallocated rollout loop of :class:`~rl.envs.EnvBase`.
+
+It only uses the subclass contract (``_step``, ``reset`` with a ``"_reset"`` mask and the
+specs), so ``TransformedEnv``, ``SerialEnv`` and ``ParallelEnv`` share it. The output
+buffers are allocated after the first step (when the keys written by the policy and the
+env are known) and each step is copied into them; no per-step TensorDict is
+built or stacked. Buffers are laid out ``[*B, T, ...]`` from the start (no transposition
+at the end). Root entries that are carried over from the previous ``"next"``
+(observations, done flags) are not copied per step: they are filled from the ``"next"``
+buffers in one copy at the end, except where a reset (or the policy) replaced them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+if TYPE_CHECKING:
+    from ._common import EnvBase
+
+__all__ = ["rollout_generic", "build_output", "presample_actions"]
+
+
+def presample_actions(env: EnvBase, max_steps: int) -> list[tuple[Any, torch.Tensor]]:
+    """Draws the random actions of all steps at once: ``[(key, tensor[T, *B, *F])]``."""
+    actions = env.full_action_spec.rand((max_steps,))
+    return [(key, actions[key]) for key in actions.keys(True, True)]
+
+
+def _alloc(value: torch.Tensor, nb: int, max_steps: int) -> torch.Tensor:
+    shape = (*value.shape[:nb], max_steps, *value.shape[nb:])
+    return torch.empty(shape, dtype=value.dtype, device=value.device)
+
+
+def build_output(
+    root: dict,
+    nxt: dict,
+    batch_size: torch.Size,
+    steps: int,
+    device,
+    time_dim: int,
+) -> TensorDictBase:
+    """Assembles ``{key: buffer}`` dicts into the ``[*B, T]`` rollout TensorDict.
+
+    ``time_dim`` is where the buffers hold time: ``0`` (time-first buffers, moved to
+    ``len(batch_size)`` here) or ``len(batch_size)`` (already laid out ``[*B, T]``).
+    """
+    nb = len(batch_size)
+
+    def layout(buf: torch.Tensor) -> torch.Tensor:
+        if buf.shape[time_dim] != steps:
+            buf = buf.narrow(time_dim, 0, steps)
+        if time_dim != nb:
+            buf = buf.movedim(time_dim, nb).contiguous()
+        return buf
+
+    out = TensorDict({}, batch_size=(*batch_size, steps), device=device)
+    for key, buf in root.items():
+        out.set(key, layout(buf))
+    next_td = TensorDict({}, batch_size=(*batch_size, steps), device=device)
+    for key, buf in nxt.items():
+        next_td.set(key, layout(buf))
+    out.set("next", next_td)
+    return out
+
+
+def rollout_generic(
+    env: EnvBase,
+    max_steps: int,
+    tensordict: TensorDictBase,
+    *,
+    policy: Callable[[TensorDictBase], TensorDictBase] | None,
+    callback: Callable[[EnvBase, TensorDictBase], Any] | None,
+    break_when_any_done: bool,
+    break_when_all_done: bool,
+) -> TensorDictBase:
+    """Steps ``env`` up to ``max_steps`` times from ``tensordict`` (already reset)."""
+    nb = len(env.batch_size)
+    prefix = (slice(None),) * nb
+    done_key = env.done_key
+    reward_keys = set(env.reward_keys)
+    actions = presample_actions(env, max_steps) if policy is None else None
+    td = tensordict
+    root_bufs: dict = {}
+    next_bufs: dict = {}
+    root_writes: list = []  # root entries copied at every step
+    root_carried: list = []  # root entries equal to the previous "next" ones
+    next_writes: list = []
+    carry_keys: list = []
+    carried: dict = {}  # key -> the tensor object set in the root by the last carry
+    overrides: list = []  # (t, key, value): carried root entries replaced by a reset/policy
+    seen_done = None
+    root_has_next = False
+    steps = max_steps
+    for t in range(max_steps):
+        if actions is None:
+            out_td = policy(td)
+            if out_td is not None:
+                td = out_td
+        else:
+            for key, value in actions:
+                td.set(key, value[t])
+        next_preset = td.get("next", None) if t == 0 or root_has_next else None
+        try:
+            next_td = env._step(td)
+        except KeyError:
+            env._raise_missing_action(td)
+            raise
+        if next_preset is not None:
+            for key in next_preset.keys(True, True):
+                if key not in next_td.keys(True, True):
+                    next_td.set(key, next_preset[key])
+            td.del_("next")
+        if t == 0:
+            root_has_next = next_preset is not None
+            presampled = dict(actions) if actions is not None else {}
+            for key in next_td.keys(True, True):
+                buf = _alloc(next_td[key], nb, max_steps)
+                next_bufs[key] = buf
+                next_writes.append((key, buf))
+                if key not in reward_keys:
+                    carry_keys.append(key)
+            for key in td.keys(True, True):
+                if key == "_reset":
+                    continue
+                if key in presampled:
+                    value = presampled[key]
+                    root_bufs[key] = value.movedim(0, nb).contiguous() if nb else value
+                    continue
+                buf = _alloc(td[key], nb, max_steps)
+                buf[(*prefix, 0)] = td[key]
+                root_bufs[key] = buf
+                if key in next_bufs and key not in reward_keys:
+                    root_carried.append((key, buf))
+                else:
+                    root_writes.append((key, buf))
+            idx = (*prefix, 0)
+        else:
+            idx = (*prefix, t)
+            for key, _ in root_carried:
+                value = td[key]
+                if value is not carried[key]:
+                    overrides.append((t, key, value.clone()))
+            for key, buf in root_writes:
+                buf[idx] = td[key]
+        for key, buf in next_writes:
+            buf[idx] = next_td[key]
+        if callback is not None:
+            td.set("next", next_td)
+            callback(env, td)
+            td.del_("next")
+        done = next_td[done_key]
+        any_done = bool(done.any())
+        if any_done and break_when_any_done:
+            steps = t + 1
+            break
+        if break_when_all_done:
+            seen_done = done.clone() if seen_done is None else seen_done | done
+            if bool(seen_done.all()):
+                steps = t + 1
+                break
+        if t == max_steps - 1:
+            break
+        for key in carry_keys:
+            value = next_td[key]
+            td.set(key, value)
+            carried[key] = value
+        if any_done:
+            td.set("_reset", done.clone())
+            td = env.reset(td)
+            for key, _ in root_carried:
+                value = td[key]
+                if value is not carried[key]:
+                    overrides.append((t + 1, key, value.clone()))
+                    carried[key] = value
+    for key, buf in root_carried:
+        if steps > 1:
+            buf[(*prefix, slice(1, steps))] = next_bufs[key][(*prefix, slice(0, steps - 1))]
+    for t, key, value in overrides:
+        root_bufs[key][(*prefix, t)] = value
+    return build_output(root_bufs, next_bufs, env.batch_size, steps, env.device, nb)

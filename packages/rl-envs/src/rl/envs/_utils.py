@@ -1,0 +1,218 @@
+"""Environment helpers: ``step_mdp``, ``check_env_specs``, ``RandomPolicy``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rl.core import Composite
+
+if TYPE_CHECKING:
+    from ._common import EnvBase
+
+__all__ = ["step_mdp", "check_env_specs", "RandomPolicy"]
+
+NestedKey = str | tuple[str, ...]
+_DONE_KEYS = ("done", "terminated", "truncated")
+
+
+def _key_set(keys: NestedKey | Iterable[NestedKey] | None, default=()) -> set:
+    if keys is None:
+        keys = default
+    elif isinstance(keys, str | tuple):  # a single (possibly nested) key
+        keys = [keys]
+    return {key if isinstance(key, str) or len(key) > 1 else key[0] for key in keys}
+
+
+def step_mdp(
+    tensordict: TensorDictBase,
+    next_tensordict: TensorDictBase | None = None,
+    keep_other: bool = True,
+    exclude_reward: bool = True,
+    exclude_done: bool = False,
+    exclude_action: bool = True,
+    reward_keys: NestedKey | Iterable[NestedKey] = "reward",
+    done_keys: NestedKey | Iterable[NestedKey] | None = None,
+    action_keys: NestedKey | Iterable[NestedKey] = "action",
+) -> TensorDictBase:
+    """Moves the ``"next"`` entries of a transition to the root of a new TensorDict.
+
+    The result is the root tensordict of the following step: ``("next", obs)`` becomes
+    ``obs``. Tensors are shared, not copied.
+
+    Args:
+        tensordict: a transition with a ``"next"`` sub-tensordict.
+        next_tensordict: the ``"next"`` content, when it is not stored in ``tensordict``.
+        keep_other: keep the root entries that ``"next"`` does not hold (policy outputs,
+            recurrent states...).
+        exclude_reward: drop the reward keys.
+        exclude_done: drop the done / terminated / truncated keys.
+        exclude_action: drop the action keys from the kept root entries.
+        reward_keys, done_keys, action_keys: the keys these options refer to (a key or
+            a list of keys; ``done_keys=None`` means done, terminated and truncated).
+
+    Returns:
+        a new TensorDict with the batch size and device of ``tensordict``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.envs import step_mdp
+        >>> td = TensorDict(
+        ...     observation=torch.zeros(3), action=torch.ones(1),
+        ...     next=TensorDict(observation=torch.ones(3), reward=torch.ones(1)),
+        ... )
+        >>> sorted(step_mdp(td).keys())
+        ['observation']
+        >>> step_mdp(td)["observation"]
+        tensor([1., 1., 1.])
+    """
+    if next_tensordict is None:
+        next_tensordict = tensordict.get("next", None)
+        if next_tensordict is None:
+            raise KeyError(
+                "step_mdp needs a 'next' entry in the tensordict (or next_tensordict), "
+                f"got keys {sorted(map(str, tensordict.keys()))}"
+            )
+    excluded = set()
+    if exclude_reward:
+        excluded |= _key_set(reward_keys)
+    if exclude_done:
+        excluded |= _key_set(done_keys, _DONE_KEYS)
+    out = TensorDict({}, batch_size=tensordict.batch_size, device=tensordict.device)
+    next_keys = set()
+    for key in next_tensordict.keys(True, True):
+        next_keys.add(key)
+        if key in excluded:
+            continue
+        out.set(key, next_tensordict[key])
+    if keep_other:
+        if exclude_action:
+            excluded |= _key_set(action_keys)
+        for key in tensordict.keys(True, True):
+            if key in excluded or key in next_keys or key == "_reset":
+                continue
+            if (key if isinstance(key, str) else key[0]) == "next":
+                continue
+            out.set(key, tensordict[key])
+    return out
+
+
+def _expected_specs(env: EnvBase) -> dict:
+    """``{key: leaf_spec}`` of every entry of a rollout (root and ``"next"``)."""
+    expected = {}
+    for composite in (
+        env.full_observation_spec,
+        env.full_state_spec,
+        env.full_action_spec,
+        env.full_done_spec,
+    ):
+        for key in composite.keys(True, True):
+            expected[key] = composite[key]
+    for composite in (env.full_observation_spec, env.full_reward_spec, env.full_done_spec):
+        for key in composite.keys(True, True):
+            path = ("next", key) if isinstance(key, str) else ("next", *key)
+            expected[path] = composite[key]
+    return expected
+
+
+def check_env_specs(
+    env: EnvBase,
+    return_contiguous: bool = True,
+    check_dtype: bool = True,
+    seed: int | None = None,
+    tensordict: TensorDictBase | None = None,
+    max_steps: int = 3,
+    break_when_any_done: bool = False,
+) -> None:
+    """Checks that a real rollout of ``env`` matches its specs exactly.
+
+    Every key of the rollout must be declared by a spec (and every spec key must be
+    written), and each value must have the spec's shape (with the time dim), dtype and
+    lie within the spec (``spec.is_in``).
+
+    Args:
+        env: the environment to check.
+        return_contiguous: kept for TorchRL compatibility (rollouts are contiguous).
+        check_dtype: compare dtypes too.
+        seed: when given, seeds the env and torch's generator first.
+        tensordict: the initial tensordict passed to the rollout's reset.
+        max_steps: the rollout length.
+        break_when_any_done: passed to the rollout.
+
+    Raises:
+        AssertionError: naming the key, the spec and the value that disagree.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, check_env_specs
+        >>> check_env_specs(PendulumEnv(batch_size=[2]), seed=0)
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+        env.set_seed(seed)
+    rollout = env.rollout(max_steps, break_when_any_done=break_when_any_done, tensordict=tensordict)
+    expected = _expected_specs(env)
+    found = {key for key in rollout.keys(True, True)}
+    missing = ", ".join(repr(k) for k in sorted(set(expected) - found, key=str))
+    extra = ", ".join(repr(k) for k in sorted(found - set(expected), key=str))
+    if missing or extra:
+        raise AssertionError(
+            f"the rollout keys do not match the specs of {type(env).__name__}: "
+            f"keys in the specs but not written: [{missing}]; "
+            f"keys written but not in the specs: [{extra}]"
+        )
+    nb = len(env.batch_size)
+    steps = rollout.batch_size[-1]
+    for key, spec in expected.items():
+        value = rollout[key]
+        want = (*spec.shape[:nb], steps, *spec.shape[nb:])
+        if tuple(value.shape) != tuple(want):
+            raise AssertionError(
+                f"{key!r} has shape {tuple(value.shape)} in the rollout, expected {want} "
+                f"from spec {spec!r}"
+            )
+        if check_dtype and value.dtype != spec.dtype:
+            raise AssertionError(
+                f"{key!r} has dtype {value.dtype} in the rollout, expected {spec.dtype} "
+                f"from spec {spec!r}"
+            )
+        if value.device != spec.device and spec.device is not None:
+            raise AssertionError(
+                f"{key!r} is on device {value.device}, expected {spec.device} from spec {spec!r}"
+            )
+        for t in range(steps):
+            step_value = value.select(nb, t)
+            if not spec.is_in(step_value):
+                raise AssertionError(
+                    f"{key!r} at step {t} is outside its spec {spec!r}: {step_value}"
+                )
+
+
+class RandomPolicy:
+    """A policy writing uniformly random actions drawn from ``action_spec``.
+
+    Args:
+        action_spec: a leaf spec (written under ``action_key``) or a Composite of actions.
+        action_key: where to write a leaf spec's sample.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, RandomPolicy
+        >>> env = PendulumEnv()
+        >>> policy = RandomPolicy(env.action_spec)
+        >>> env.rollout(5, policy=policy)["action"].shape
+        torch.Size([5, 1])
+    """
+
+    def __init__(self, action_spec, action_key: NestedKey = "action") -> None:
+        self.action_spec = action_spec
+        self.action_key = action_key
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if isinstance(self.action_spec, Composite):
+            tensordict.update(self.action_spec.rand())
+        else:
+            tensordict.set(self.action_key, self.action_spec.rand())
+        return tensordict

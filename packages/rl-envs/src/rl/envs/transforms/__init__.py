@@ -1,0 +1,68 @@
+"""Environment transforms: ``TransformedEnv``, ``Compose`` and the transform library.
+
+Transforms form a list applied in order to what an env returns (and, in reverse, to
+the actions it receives); each one updates the specs it changes. They also run on
+batches of data (``transform(td)``, ``transform.inv(td)``) and as ``nn.Module`` s.
+"""
+
+from ._action import ActionDiscretizer, ActionMask
+from ._base import Transform
+from ._compose import Compose
+from ._dtype import DeviceCastTransform, DoubleToFloat, DTypeCastTransform
+from ._env import TransformedEnv
+from ._episode import (
+    FrameSkipTransform,
+    InitTracker,
+    NoopResetEnv,
+    StepCounter,
+    TensorDictPrimer,
+)
+from ._frames import CatFrames, TimeMaxPool
+from ._image import CenterCrop, GrayScale, Resize, ToTensorImage
+from ._keys import CatTensors, ExcludeTransform, RenameTransform, SelectTransform
+from ._norm import ObservationNorm, VecNorm
+from ._observation import (
+    ClipTransform,
+    FlattenObservation,
+    SqueezeTransform,
+    UnsqueezeTransform,
+)
+from ._recording import VideoRecorder
+from ._reward import RewardClipping, RewardScaling, RewardSum, TargetReturn
+
+__all__ = [
+    "ActionDiscretizer",
+    "ActionMask",
+    "CatFrames",
+    "CatTensors",
+    "CenterCrop",
+    "ClipTransform",
+    "Compose",
+    "DTypeCastTransform",
+    "DeviceCastTransform",
+    "DoubleToFloat",
+    "ExcludeTransform",
+    "FlattenObservation",
+    "FrameSkipTransform",
+    "GrayScale",
+    "InitTracker",
+    "NoopResetEnv",
+    "ObservationNorm",
+    "RenameTransform",
+    "Resize",
+    "RewardClipping",
+    "RewardScaling",
+    "RewardSum",
+    "SelectTransform",
+    "SqueezeTransform",
+    "StepCounter",
+    "TargetReturn",
+    "TensorDictPrimer",
+    "TimeMaxPool",
+    "ToTensorImage",
+    "Transform",
+    "TransformedEnv",
+    "UnsqueezeTransform",
+    "VecNorm",
+    "VideoRecorder",
+]

@@ -1,0 +1,403 @@
+"""Transform: the base class of every environment / data transform.
+
+A transform is an ``nn.Module`` that reads ``in_keys`` from a TensorDict and writes
+``out_keys``; it runs in three places:
+
+- inside a :class:`~rl.envs.TransformedEnv`, through the hooks ``_reset(td, td_reset)``,
+  ``_step(td, next_td)`` and ``inv(td)`` (action side), with the env's specs passed through
+  ``transform_output_spec`` / ``transform_input_spec``;
+- on a batch of data: ``transform(td)`` (``forward``) and ``transform.inv(td)``;
+- as any ``nn.Module`` (a replay-buffer transform, a module in a ``TensorDictSequential``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from ._spec_utils import NestedKey, normalize_keys, tget, tset
+
+__all__ = ["Transform"]
+
+
+def _missing_key_error(transform: Transform, key: NestedKey, td: TensorDictBase) -> KeyError:
+    present = sorted(str(k) for k in td.keys(include_nested=True, leaves_only=True))
+    return KeyError(
+        f"{type(transform).__name__} expected in_key {key!r} in the tensordict, "
+        f"but it is absent; keys present: {present}"
+    )
+
+
+class Transform(nn.Module):
+    """Base class of every environment / data transform.
+
+    Subclasses usually override ``_apply_transform`` (a tensor-in, tensor-out map applied to
+    each ``in_key`` and written to the matching ``out_key``) and the ``transform_*_spec``
+    methods for the specs they change. Transforms with per-episode state override
+    ``_reset`` and ``_step``; action-side transforms override ``_inv_apply_transform``
+    (reading ``out_keys_inv``, the keys seen from outside, and writing ``in_keys_inv``, the
+    keys the inner env reads).
+
+    Args:
+        in_keys: keys read by the forward transform.
+        out_keys: keys written by the forward transform (default: ``in_keys``).
+        in_keys_inv: keys written by the inverse transform (inner env side).
+        out_keys_inv: keys read by the inverse transform (outer side, default ``in_keys_inv``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> class Double(Transform):
+        ...     def _apply_transform(self, obs):
+        ...         return obs * 2
+        >>> td = TensorDict({"observation": torch.ones(3)}, [])
+        >>> Double(in_keys=["observation"])(td)["observation"]
+        tensor([2., 2., 2.])
+    """
+
+    invertible = False
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | NestedKey | None = None,
+        in_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | NestedKey | None = None,
+    ):
+        super().__init__()
+        self.__dict__["_container"] = None
+        self.__dict__["_parent_cache"] = None
+        self.missing_tolerance = False
+        self.in_keys = in_keys
+        self.out_keys = out_keys
+        self.in_keys_inv = in_keys_inv
+        self.out_keys_inv = out_keys_inv
+
+    # ------------------------------------------------------------------ keys
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        return self._in_keys
+
+    @in_keys.setter
+    def in_keys(self, value) -> None:
+        self.__dict__["_in_keys"] = normalize_keys(value)
+        self._on_keys_changed()
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        out = self.__dict__.get("_out_keys")
+        return list(self._in_keys) if out is None else out
+
+    @out_keys.setter
+    def out_keys(self, value) -> None:
+        self.__dict__["_out_keys"] = None if value is None else normalize_keys(value)
+        self._on_keys_changed()
+
+    @property
+    def in_keys_inv(self) -> list[NestedKey]:
+        return self._in_keys_inv
+
+    @in_keys_inv.setter
+    def in_keys_inv(self, value) -> None:
+        self.__dict__["_in_keys_inv"] = normalize_keys(value)
+        self._on_keys_changed()
+
+    @property
+    def out_keys_inv(self) -> list[NestedKey]:
+        out = self.__dict__.get("_out_keys_inv")
+        return list(self._in_keys_inv) if out is None else out
+
+    @out_keys_inv.setter
+    def out_keys_inv(self, value) -> None:
+        self.__dict__["_out_keys_inv"] = None if value is None else normalize_keys(value)
+        self._on_keys_changed()
+
+    def _on_keys_changed(self) -> None:
+        d = self.__dict__
+        if "_in_keys" not in d or "_in_keys_inv" not in d:
+            return
+        out_keys = self.out_keys
+        if len(out_keys) != len(d["_in_keys"]):
+            raise ValueError(
+                f"{type(self).__name__} needs as many out_keys as in_keys, got "
+                f"in_keys={d['_in_keys']} and out_keys={out_keys}"
+            )
+        out_inv = self.out_keys_inv
+        if len(out_inv) != len(d["_in_keys_inv"]):
+            raise ValueError(
+                f"{type(self).__name__} needs as many out_keys_inv as in_keys_inv, got "
+                f"in_keys_inv={d['_in_keys_inv']} and out_keys_inv={out_inv}"
+            )
+        # cached pairs: the hot path iterates plain lists, no property calls
+        d["_io_pairs"] = list(zip(d["_in_keys"], out_keys))
+        d["_io_pairs_inv"] = list(zip(d["_in_keys_inv"], out_inv))
+        self.empty_cache()
+
+    # ------------------------------------------------------------ container
+    @property
+    def container(self):
+        """The object holding this transform: a :class:`Compose` or a ``TransformedEnv``."""
+        return self.__dict__["_container"]
+
+    def set_container(self, container) -> None:
+        current = self.__dict__["_container"]
+        if current is not None and current is not container:
+            raise RuntimeError(
+                f"{type(self).__name__} already belongs to {type(current).__name__}; "
+                "use transform.clone() to put a copy in another container"
+            )
+        self.__dict__["_container"] = container
+        self.__dict__["_parent_cache"] = None
+
+    def reset_parent(self) -> None:
+        """Detaches the transform from its container."""
+        self.__dict__["_container"] = None
+        self.__dict__["_parent_cache"] = None
+
+    def empty_cache(self) -> None:
+        """Drops cached parents and tells the owning env to recompute its specs."""
+        self.__dict__["_parent_cache"] = None
+        container = self.__dict__.get("_container")
+        if container is not None:
+            container.empty_cache()
+
+    @property
+    def parent(self):
+        """The env seen by this transform: the base env plus the transforms before it.
+
+        Returns a ``TransformedEnv`` over the same base env holding clones of the preceding
+        transforms (``None`` when the transform is in no env).
+        """
+        cached = self.__dict__["_parent_cache"]
+        if cached is not None:
+            return cached
+        from ._compose import Compose
+        from ._env import TransformedEnv
+
+        container = self.__dict__["_container"]
+        if container is None:
+            return None
+        if isinstance(container, TransformedEnv):
+            out = TransformedEnv(container.base_env)
+        elif isinstance(container, Compose):
+            out = container.parent
+            if out is None:
+                return None
+            for t in container.transforms:
+                if t is self:
+                    break
+                out.append_transform(t.clone())
+        else:
+            raise TypeError(f"unexpected container type {type(container).__name__}")
+        self.__dict__["_parent_cache"] = out
+        return out
+
+    def _top_env(self):
+        """The outermost TransformedEnv that holds this transform (or None)."""
+        from ._env import TransformedEnv
+
+        obj = self
+        while obj is not None and not isinstance(obj, TransformedEnv):
+            obj = obj.__dict__.get("_container")
+        return obj
+
+    def clone(self) -> Transform:
+        """A deep copy detached from any container."""
+        container = self.__dict__["_container"]
+        cache = self.__dict__["_parent_cache"]
+        self.__dict__["_container"] = None
+        self.__dict__["_parent_cache"] = None
+        try:
+            out = copy.deepcopy(self)
+        finally:
+            self.__dict__["_container"] = container
+            self.__dict__["_parent_cache"] = cache
+        return out
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_container"] = None
+        state["_parent_cache"] = None
+        return state
+
+    # ---------------------------------------------------------- data hooks
+    def _apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
+        """Maps one input tensor to its output (identity in the base class)."""
+        return obs
+
+    def _inv_apply_transform(self, state: torch.Tensor) -> torch.Tensor:
+        """Maps one outer (policy-side) tensor to the inner env's tensor (identity here)."""
+        return state
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        """Applies ``_apply_transform`` to every in_key of ``next_tensordict``."""
+        for in_key, out_key in self._io_pairs:
+            value = tget(next_tensordict, in_key)
+            if value is None:
+                if self.missing_tolerance:
+                    continue
+                raise _missing_key_error(self, in_key, next_tensordict)
+            tset(next_tensordict, out_key, self._apply_transform(value))
+        return next_tensordict
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Transforms a batch of data in place (root keys) and returns it."""
+        return self._call(tensordict)
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        """Env hook after ``base_env._step``: transforms the step's output."""
+        return self._call(next_tensordict)
+
+    def _reset(
+        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        """Env hook after ``base_env._reset``: transforms the reset output.
+
+        Keys that are not produced at reset (a reward, say) are skipped.
+        """
+        tol = self.missing_tolerance
+        self.missing_tolerance = True
+        try:
+            return self._call(tensordict_reset)
+        finally:
+            self.missing_tolerance = tol
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for in_key, out_key in self._io_pairs_inv:
+            value = tensordict.get(out_key, None)
+            if value is None:
+                if self.missing_tolerance:
+                    continue
+                raise _missing_key_error(self, out_key, tensordict)
+            tensordict.set(in_key, self._inv_apply_transform(value))
+        return tensordict
+
+    def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Inverse transform (outer action -> inner action) on a shallow copy of the input."""
+        if not self.has_inverse:
+            return tensordict
+        return self._inv_call(tensordict.copy())
+
+    @property
+    def has_inverse(self) -> bool:
+        """Whether ``inv`` does anything (TransformedEnv skips it on the hot path otherwise)."""
+        return bool(self._io_pairs_inv) or type(self)._inv_call is not Transform._inv_call
+
+    @property
+    def has_step(self) -> bool:
+        """Whether ``_step`` does anything (TransformedEnv skips no-op transforms)."""
+        return bool(self._io_pairs) or (
+            type(self)._step is not Transform._step or type(self)._call is not Transform._call
+        )
+
+    # ------------------------------------------------- whole-rollout hooks
+    # A transform that maps each step independently of the others (same function at
+    # every step, no state, no action side, no effect on done flags) sets
+    # ``_elementwise = True``: TransformedEnv may then run the base env's fast rollout
+    # and apply it to the whole [*B, T] trajectory at once.
+    _elementwise = False
+
+    def _rollout_safe(self) -> bool:
+        """Whether ``_transform_rollout`` reproduces the step-by-step result."""
+        return self._elementwise and not self.has_inverse
+
+    def _transform_rollout(
+        self, rollout: TensorDictBase, initial: TensorDictBase
+    ) -> TensorDictBase:
+        """Applies the transform to a whole rollout ``[*B, T]`` (root and ``"next"``).
+
+        Args:
+            rollout: the rollout of the env below this transform.
+            initial: the (transformed) tensordict the rollout started from.
+        """
+        tol = self.missing_tolerance
+        self.missing_tolerance = True
+        try:
+            self._call(rollout)
+            self._call(rollout.get("next"))
+        finally:
+            self.missing_tolerance = tol
+        return rollout
+
+    # ---------------------------------------------------------- spec hooks
+    def _leaf_spec(self, spec, in_key: NestedKey):
+        """The spec of ``out_key`` given the spec of ``in_key`` (forward side)."""
+        return spec
+
+    def _leaf_spec_inv(self, spec, in_key: NestedKey):
+        """The spec of ``out_key_inv`` (outer) given that of ``in_key_inv`` (inner)."""
+        return spec
+
+    def _map_leaves(self, composite):
+        present = set(composite.keys(include_nested=True, leaves_only=True))
+        for in_key, out_key in self._io_pairs:
+            if in_key in present:
+                composite[out_key] = self._leaf_spec(composite[in_key], in_key)
+        return composite
+
+    def _map_leaves_inv(self, composite):
+        present = set(composite.keys(include_nested=True, leaves_only=True))
+        for in_key, out_key in self._io_pairs_inv:
+            if in_key in present:
+                spec = self._leaf_spec_inv(composite[in_key], in_key)
+                if out_key != in_key:
+                    del composite[in_key]
+                composite[out_key] = spec
+        return composite
+
+    def transform_observation_spec(self, observation_spec):
+        return self._map_leaves(observation_spec)
+
+    def transform_reward_spec(self, reward_spec):
+        return self._map_leaves(reward_spec)
+
+    def transform_done_spec(self, done_spec):
+        return done_spec
+
+    def transform_action_spec(self, action_spec):
+        return self._map_leaves_inv(action_spec)
+
+    def transform_state_spec(self, state_spec):
+        return self._map_leaves_inv(state_spec)
+
+    def transform_output_spec(self, output_spec):
+        """Passes the observation / reward / done parts of ``output_spec`` through the hooks."""
+        output_spec = output_spec.clone()
+        output_spec["full_observation_spec"] = self.transform_observation_spec(
+            output_spec["full_observation_spec"]
+        )
+        if "full_reward_spec" in output_spec.keys():
+            output_spec["full_reward_spec"] = self.transform_reward_spec(
+                output_spec["full_reward_spec"]
+            )
+        if "full_done_spec" in output_spec.keys():
+            output_spec["full_done_spec"] = self.transform_done_spec(output_spec["full_done_spec"])
+        return output_spec
+
+    def transform_input_spec(self, input_spec):
+        """Passes the action / state parts of ``input_spec`` through the hooks."""
+        input_spec = input_spec.clone()
+        input_spec["full_action_spec"] = self.transform_action_spec(input_spec["full_action_spec"])
+        if "full_state_spec" in input_spec.keys():
+            input_spec["full_state_spec"] = self.transform_state_spec(input_spec["full_state_spec"])
+        return input_spec
+
+    # ---------------------------------------------------------------- misc
+    def _repr_args(self) -> str:
+        args = []
+        if self.in_keys:
+            args.append(f"in_keys={self.in_keys}")
+        if self.out_keys != self.in_keys:
+            args.append(f"out_keys={self.out_keys}")
+        if self.in_keys_inv:
+            args.append(f"in_keys_inv={self.in_keys_inv}")
+        if self.out_keys_inv != self.in_keys_inv:
+            args.append(f"out_keys_inv={self.out_keys_inv}")
+        return ", ".join(args)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._repr_args()})"

@@ -1,0 +1,238 @@
+"""Compose: a list of transforms applied in order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from torch import nn
+
+from ._base import Transform
+
+__all__ = ["Compose"]
+
+
+class Compose(Transform):
+    """A list of transforms applied in order (inverse transforms in reverse order).
+
+    Args:
+        *transforms: the transforms, in application order.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.envs.transforms import Compose, ObservationNorm, RenameTransform
+        >>> t = Compose(ObservationNorm(loc=1.0, scale=2.0), RenameTransform(["observation"], ["obs"]))
+        >>> t(TensorDict({"observation": torch.ones(2)}, []))["obs"]
+        tensor([3., 3.])
+    """
+
+    def __init__(self, *transforms: Transform):
+        super().__init__()
+        if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
+            transforms = tuple(transforms[0])
+        for t in transforms:
+            if not isinstance(t, Transform):
+                raise TypeError(
+                    f"Compose expects Transform instances, got {type(t).__name__}: {t!r}"
+                )
+        self.transforms = nn.ModuleList()
+        for t in transforms:
+            t.set_container(self)
+            self.transforms.append(t)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        ts = list(self.transforms)
+        for t in ts:
+            if isinstance(t, Compose):
+                t._refresh()
+        self.__dict__["_step_list"] = [t for t in ts if t.has_step]
+        self.__dict__["_inv_list"] = [t for t in reversed(ts) if t.has_inverse]
+
+    def empty_cache(self) -> None:
+        if "transforms" in self._modules:
+            self._refresh()
+        super().empty_cache()
+
+    @property
+    def has_inverse(self) -> bool:
+        return bool(self.__dict__.get("_inv_list"))
+
+    @property
+    def has_step(self) -> bool:
+        return True
+
+    # keys of a Compose are the union of its members' (informative only)
+    @property
+    def in_keys(self):
+        if "transforms" not in self._modules:
+            return self.__dict__.get("_in_keys", [])
+        out = []
+        for t in self.transforms:
+            out.extend(k for k in t.in_keys if k not in out)
+        return out
+
+    @in_keys.setter
+    def in_keys(self, value):
+        Transform.in_keys.fset(self, value)
+
+    @property
+    def out_keys(self):
+        if "transforms" not in self._modules:
+            return []
+        out = []
+        for t in self.transforms:
+            out.extend(k for k in t.out_keys if k not in out)
+        return out
+
+    @out_keys.setter
+    def out_keys(self, value):
+        Transform.out_keys.fset(self, None)
+
+    def _on_keys_changed(self) -> None:
+        self.__dict__["_io_pairs"] = []
+        self.__dict__["_io_pairs_inv"] = []
+
+    # ----------------------------------------------------------- list API
+    def __getitem__(self, item: int | slice) -> Transform:
+        if isinstance(item, slice):
+            return Compose(*[t.clone() for t in self.transforms[item]])
+        return self.transforms[item]
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __iter__(self) -> Iterator[Transform]:
+        return iter(self.transforms)
+
+    def append(self, transform: Transform) -> None:
+        """Adds a transform at the end."""
+        self.insert(len(self.transforms), transform)
+
+    def extend(self, transforms: Sequence[Transform]) -> None:
+        for t in transforms:
+            self.append(t)
+
+    def insert(self, index: int, transform: Transform) -> None:
+        """Inserts a transform before position ``index`` (negative indices allowed)."""
+        if not isinstance(transform, Transform):
+            raise TypeError(
+                f"Compose.insert expects a Transform, got {type(transform).__name__}: {transform!r}"
+            )
+        n = len(self.transforms)
+        if not -n <= index <= n:
+            raise IndexError(f"insert index {index} out of range for a Compose of {n} transforms")
+        if index < 0:
+            index = n + index
+        transform.set_container(self)
+        self.transforms.insert(index, transform)
+        self._invalidate_members()
+
+    def pop(self, index: int = -1) -> Transform:
+        """Removes and returns the transform at ``index``."""
+        n = len(self.transforms)
+        if not -n <= index < n:
+            raise IndexError(f"pop index {index} out of range for a Compose of {n} transforms")
+        t = self.transforms[index]
+        del self.transforms[index]
+        t.reset_parent()
+        self._invalidate_members()
+        return t
+
+    def _invalidate_members(self) -> None:
+        for t in self.transforms:
+            t.__dict__["_parent_cache"] = None
+            if isinstance(t, Compose):
+                t._invalidate_members()
+        self.empty_cache()
+
+    def set_container(self, container) -> None:
+        super().set_container(container)
+        if "transforms" in self._modules:
+            self._invalidate_members()
+
+    def reset_parent(self) -> None:
+        super().reset_parent()
+        for t in self.transforms:
+            t.__dict__["_parent_cache"] = None
+
+    def clone(self) -> Compose:
+        return Compose(*[t.clone() for t in self.transforms])
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        # members drop their container when pickled: relink them
+        for t in self.transforms:
+            t.__dict__["_container"] = self
+
+    # -------------------------------------------------------------- hooks
+    def _call(self, next_tensordict):
+        for t in self.transforms:
+            next_tensordict = t._call(next_tensordict)
+        return next_tensordict
+
+    def forward(self, tensordict):
+        for t in self.transforms:
+            tensordict = t(tensordict)
+        return tensordict
+
+    def _step(self, tensordict, next_tensordict):
+        for t in self._step_list:
+            next_tensordict = t._step(tensordict, next_tensordict)
+        return next_tensordict
+
+    def _reset(self, tensordict, tensordict_reset):
+        for t in self.transforms:
+            tensordict_reset = t._reset(tensordict, tensordict_reset)
+        return tensordict_reset
+
+    def _inv_call(self, tensordict):
+        for t in self._inv_list:
+            tensordict = t._inv_call(tensordict)
+        return tensordict
+
+    def inv(self, tensordict):
+        if not self._inv_list:
+            return tensordict
+        return self._inv_call(tensordict.copy())
+
+    def transform_output_spec(self, output_spec):
+        for t in self.transforms:
+            output_spec = t.transform_output_spec(output_spec)
+        return output_spec
+
+    def transform_input_spec(self, input_spec):
+        for t in self.transforms:
+            input_spec = t.transform_input_spec(input_spec)
+        return input_spec
+
+    def transform_observation_spec(self, observation_spec):
+        for t in self.transforms:
+            observation_spec = t.transform_observation_spec(observation_spec)
+        return observation_spec
+
+    def transform_reward_spec(self, reward_spec):
+        for t in self.transforms:
+            reward_spec = t.transform_reward_spec(reward_spec)
+        return reward_spec
+
+    def transform_done_spec(self, done_spec):
+        for t in self.transforms:
+            done_spec = t.transform_done_spec(done_spec)
+        return done_spec
+
+    def transform_action_spec(self, action_spec):
+        for t in self.transforms:
+            action_spec = t.transform_action_spec(action_spec)
+        return action_spec
+
+    def transform_state_spec(self, state_spec):
+        for t in self.transforms:
+            state_spec = t.transform_state_spec(state_spec)
+        return state_spec
+
+    def __repr__(self) -> str:
+        if not len(self.transforms):
+            return "Compose()"
+        inner = ",\n".join("    " + repr(t).replace("\n", "\n    ") for t in self.transforms)
+        return f"Compose(\n{inner})"

@@ -1,0 +1,242 @@
+"""TransformedEnv: an env plus a list of transforms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from .._common import EnvBase
+from .._rollout import rollout_generic
+from ._base import Transform
+from ._compose import Compose
+from ._spec_utils import tget
+
+__all__ = ["TransformedEnv"]
+
+
+def _flat_transforms(compose: Compose) -> list[Transform]:
+    out = []
+    for t in compose.transforms:
+        out.extend(_flat_transforms(t) if isinstance(t, Compose) else [t])
+    return out
+
+
+class TransformedEnv(EnvBase):
+    """An environment whose outputs (and action inputs) go through a list of transforms.
+
+    The transforms form a list (a :class:`Compose`), not nested wrappers:
+    ``append_transform``, ``insert_transform(i, t)`` and ``env.transform[i]`` edit and
+    read it, and ``env.transform[i].parent`` is the env up to that transform. The specs
+    are the base env's specs passed through every transform (computed once, recomputed
+    when the list changes).
+
+    Policy-free rollouts whose transforms only map the trajectory (no action-side
+    transform, no effect on done flags: ``StepCounter()`` without ``max_steps``,
+    ``RewardSum``, ``DoubleToFloat``, ``ObservationNorm``, ...) run the base env's fast
+    rollout and apply the transforms to the whole trajectory at once; the result is the
+    same as the step-by-step loop.
+
+    Args:
+        env: the base env.
+        transform: a transform or a :class:`Compose` (default: empty).
+
+    Examples:
+        >>> import torch
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> from rl.envs.transforms import Compose, ObservationNorm, StepCounter
+        >>> env = TransformedEnv(PendulumEnv(), Compose(ObservationNorm(loc=0.0, scale=2.0)))
+        >>> env.insert_transform(0, StepCounter(max_steps=10))
+        TransformedEnv(
+            env=PendulumEnv(batch_size=torch.Size([]), device=None),
+            transform=Compose(
+                StepCounter(max_steps=10, step_count_key='step_count'),
+                ObservationNorm(loc=0.0000, scale=2.0000, keys=['observation'])))
+        >>> env.transform[1].parent.transform[0]
+        StepCounter(max_steps=10, step_count_key='step_count')
+        >>> env.rollout(20)["next", "step_count"][-1]
+        tensor([10])
+    """
+
+    def __init__(self, env: EnvBase, transform: Transform | None = None, **kwargs: Any):
+        if not isinstance(env, EnvBase):
+            raise TypeError(
+                f"TransformedEnv expects an EnvBase as env, got {type(env).__name__}: {env!r}"
+            )
+        if kwargs:
+            raise TypeError(f"TransformedEnv got unexpected arguments {sorted(kwargs)}")
+        self.__dict__["base_env"] = env
+        self.__dict__["_spec_cache"] = None
+        self.__dict__["_raw_reset"] = None
+        super().__init__(
+            device=env.device, batch_size=env.batch_size, run_type_checks=env.run_type_checks
+        )
+        if transform is None:
+            transform = Compose()
+        elif not isinstance(transform, Transform):
+            raise TypeError(
+                f"TransformedEnv expects a Transform as transform, got {type(transform).__name__}: {transform!r}"
+            )
+        elif not isinstance(transform, Compose):
+            transform = Compose(transform)
+        transform.set_container(self)
+        self.__dict__["_transform"] = transform
+
+    # ------------------------------------------------------------------ transform list
+    @property
+    def transform(self) -> Compose:
+        """The transforms, as a :class:`Compose` (index it: ``env.transform[i]``)."""
+        return self._transform
+
+    @transform.setter
+    def transform(self, transform: Transform) -> None:
+        if not isinstance(transform, Transform):
+            raise TypeError(f"expected a Transform, got {type(transform).__name__}: {transform!r}")
+        if not isinstance(transform, Compose):
+            transform = Compose(transform)
+        self._transform.reset_parent()
+        transform.set_container(self)
+        self.__dict__["_transform"] = transform
+        self.empty_cache()
+
+    def append_transform(self, transform: Transform) -> TransformedEnv:
+        """Adds ``transform`` at the end of the list; returns the env."""
+        self._transform.append(transform)
+        return self
+
+    def insert_transform(self, index: int, transform: Transform) -> TransformedEnv:
+        """Inserts ``transform`` before position ``index``; returns the env."""
+        self._transform.insert(index, transform)
+        return self
+
+    def empty_cache(self) -> None:
+        """Drops the cached specs (recomputed at the next access)."""
+        self.__dict__["_spec_cache"] = None
+        self.__dict__["_raw_reset"] = None
+
+    # -------------------------------------------------------------------------- specs
+    def _specs(self):
+        cache = self.__dict__["_spec_cache"]
+        if cache is None:
+            base = self.base_env
+            output_spec = self._transform.transform_output_spec(base.output_spec.clone())
+            input_spec = self._transform.transform_input_spec(base.input_spec.clone())
+            self._transform._refresh()
+            flat = _flat_transforms(self._transform)
+            fast = getattr(base, "_rollout_fast", None) is not None and all(
+                t._rollout_safe() for t in flat
+            )
+            cache = (output_spec, input_spec, fast)
+            self.__dict__["_spec_cache"] = cache
+            device = output_spec.device
+            self._device = device if device is not None else base.device
+        return cache
+
+    @property
+    def output_spec(self):
+        return self._specs()[0]
+
+    @output_spec.setter
+    def output_spec(self, value) -> None:
+        if self.__dict__.get("_transform") is None:
+            return  # EnvBase.__init__ placeholder
+        cache = self._specs()
+        self.__dict__["_spec_cache"] = (value, cache[1], cache[2])
+
+    @property
+    def input_spec(self):
+        return self._specs()[1]
+
+    @input_spec.setter
+    def input_spec(self, value) -> None:
+        if self.__dict__.get("_transform") is None:
+            return
+        cache = self._specs()
+        self.__dict__["_spec_cache"] = (cache[0], value, cache[2])
+
+    @property
+    def device(self):
+        if self.__dict__.get("_transform") is not None:
+            self._specs()
+        return self._device
+
+    # --------------------------------------------------------------------------- hooks
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        raw = self.base_env._reset(tensordict)
+        # shallow copy: transforms set new tensors, the raw ones stay for the fast rollout
+        self.__dict__["_raw_reset"] = raw.copy() if self._specs()[2] else None
+        return self._transform._reset(tensordict, raw)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self.__dict__["_raw_reset"] = None
+        transform = self._transform
+        next_td = self.base_env._step(transform.inv(tensordict))
+        preset = tget(tensordict, "next")
+        if preset is not None:
+            # entries the policy wrote for the next step (e.g. a recurrent state) are
+            # visible to the transforms, as in TorchRL
+            present = set(next_td.keys(True, True))
+            for key in preset.keys(True, True):
+                if key not in present:
+                    next_td.set(key, preset.get(key))
+        return transform._step(tensordict, next_td)
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.base_env._set_seed(seed)
+
+    def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
+        raw = self.__dict__["_raw_reset"]
+        self.__dict__["_raw_reset"] = None
+        if raw is None or not self._specs()[2]:
+            return rollout_generic(
+                self,
+                max_steps,
+                tensordict,
+                policy=None,
+                callback=None,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+            )
+        rollout = self.base_env._rollout_fast(
+            max_steps,
+            raw,
+            break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done,
+        )
+        for t in _flat_transforms(self._transform):
+            rollout = t._transform_rollout(rollout, tensordict)
+        return rollout
+
+    # ---------------------------------------------------------------------------- misc
+    def state_dict(self, *args, **kwargs):
+        """The transforms' state (e.g. VecNorm statistics, ObservationNorm loc/scale)."""
+        return self._transform.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        return self._transform.load_state_dict(state_dict, strict=strict)
+
+    def close(self) -> None:
+        if not self.is_closed:
+            self.base_env.close()
+        super().close()
+
+    def __getattr__(self, name: str):
+        # only public attributes are forwarded: private hooks (_rollout_fast, ...) of the
+        # base env must not leak into this env's logic
+        if name.startswith("_") or "base_env" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return getattr(self.__dict__["base_env"], name)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_spec_cache"] = None
+        state["_raw_reset"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._transform.__dict__["_container"] = self
+
+    def __repr__(self) -> str:
+        t = repr(self._transform).replace("\n", "\n    ")
+        return f"TransformedEnv(\n    env={self.base_env!r},\n    transform={t})"

@@ -1,0 +1,467 @@
+"""Episode-level transforms: step counting, init flags, primers, no-op resets, frame skip."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from rl.core import Bounded, Categorical, Composite
+
+from ._base import Transform
+from ._spec_utils import NestedKey, normalize_key, tget, tset
+from ._utils import (
+    episode_starts,
+    first_episode,
+    masked_reset,
+    reset_mask,
+    sibling_key,
+    steps_since_start,
+)
+
+__all__ = [
+    "StepCounter",
+    "InitTracker",
+    "TensorDictPrimer",
+    "NoopResetEnv",
+    "FrameSkipTransform",
+]
+
+_MAX_NOOP_TRIALS = 10
+
+
+def _next_of(tensordict: TensorDictBase, who: str) -> TensorDictBase:
+    nxt = tensordict.get("next", None)
+    if nxt is None:
+        present = sorted(map(str, tensordict.keys()))
+        raise KeyError(f"{who} on data needs a 'next' entry; keys present: {present}")
+    return nxt
+
+
+class StepCounter(Transform):
+    """Counts the steps of each episode in ``"step_count"`` and truncates at ``max_steps``.
+
+    ``step_count`` (int64, ``[*B, 1]``) is 0 after a reset and grows by one at every step.
+    When ``max_steps`` is reached, ``truncated`` (and ``done``) are set.
+
+    Args:
+        max_steps: truncation length (``None``: never truncate).
+        truncated_key: the truncation flag to set.
+        step_count_key: where the count is written.
+        update_done: also set the ``done`` flag next to ``truncated_key``.
+
+    Raises:
+        ValueError: ``max_steps`` is not a positive int.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=5))
+        >>> r = env.rollout(10)
+        >>> r["next", "step_count"].squeeze(-1)
+        tensor([1, 2, 3, 4, 5])
+        >>> bool(r["next", "truncated"][-1])
+        True
+    """
+
+    def __init__(
+        self,
+        max_steps: int | None = None,
+        truncated_key: NestedKey = "truncated",
+        step_count_key: NestedKey = "step_count",
+        update_done: bool = True,
+    ):
+        if max_steps is not None and (
+            isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+        ):
+            raise ValueError(
+                f"StepCounter max_steps must be a positive int or None, got {max_steps!r}"
+            )
+        super().__init__()
+        self.max_steps = max_steps
+        self.truncated_key = normalize_key(truncated_key)
+        self.done_key = sibling_key(self.truncated_key, "done")
+        self.step_count_key = normalize_key(step_count_key)
+        self.update_done = update_done
+
+    @property
+    def has_step(self) -> bool:
+        return True
+
+    def _reset(self, tensordict, tensordict_reset):
+        key = self.step_count_key
+        fresh = torch.zeros(
+            (*tensordict_reset.batch_size, 1), dtype=torch.int64, device=tensordict_reset.device
+        )
+        prev = tensordict.get(key, None) if tensordict is not None else None
+        tensordict_reset.set(key, masked_reset(fresh, prev, reset_mask(tensordict)))
+        return tensordict_reset
+
+    def _step(self, tensordict, next_tensordict):
+        prev = tget(tensordict, self.step_count_key)
+        if prev is None:
+            step = torch.ones(
+                (*next_tensordict.batch_size, 1), dtype=torch.int64, device=next_tensordict.device
+            )
+        else:
+            step = prev + 1
+        tset(next_tensordict, self.step_count_key, step)
+        if self.max_steps is not None:
+            trunc = step >= self.max_steps
+            old = next_tensordict.get(self.truncated_key, None)
+            next_tensordict.set(self.truncated_key, trunc if old is None else old | trunc)
+            if self.update_done:
+                done = next_tensordict.get(self.done_key, None)
+                next_tensordict.set(self.done_key, trunc if done is None else done | trunc)
+        return next_tensordict
+
+    def forward(self, tensordict):
+        """On a transition ``(root, "next")``: writes ``("next", step_count)`` from the root one."""
+        self._step(tensordict, _next_of(tensordict, "StepCounter"))
+        return tensordict
+
+    def _rollout_safe(self) -> bool:
+        return self.max_steps is None
+
+    def _transform_rollout(self, rollout, initial):
+        starts = episode_starts(rollout)
+        count = steps_since_start(starts)
+        init = initial.get(self.step_count_key, None)
+        if init is not None:
+            count = count + torch.where(
+                first_episode(starts), init.reshape(*starts.shape[:-1], 1), 0
+            )
+        count = count.unsqueeze(-1)
+        rollout.set(self.step_count_key, count)
+        rollout.get("next").set(self.step_count_key, count + 1)
+        return rollout
+
+    def _count_spec(self, like):
+        high = self.max_steps if self.max_steps is not None else torch.iinfo(torch.int64).max
+        return Bounded(0, high, shape=(*like.shape, 1), device=like.device, dtype=torch.int64)
+
+    def transform_observation_spec(self, observation_spec):
+        observation_spec[self.step_count_key] = self._count_spec(observation_spec)
+        return observation_spec
+
+    def transform_state_spec(self, state_spec):
+        state_spec[self.step_count_key] = self._count_spec(state_spec)
+        return state_spec
+
+    def transform_done_spec(self, done_spec):
+        present = set(done_spec.keys(True, True))
+        for key in (self.truncated_key, self.done_key):
+            if key not in present:
+                done_spec[key] = Categorical(
+                    2, shape=(*done_spec.shape, 1), device=done_spec.device, dtype=torch.bool
+                )
+        return done_spec
+
+    def _repr_args(self) -> str:
+        return f"max_steps={self.max_steps}, step_count_key={self.step_count_key!r}"
+
+
+class InitTracker(Transform):
+    """Writes ``"is_init"``: True right after a reset, False after every step.
+
+    Recurrent policies read it to reset their hidden state.
+
+    Args:
+        init_key: the flag's key.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), InitTracker())
+        >>> env.rollout(3)["is_init"].squeeze(-1)
+        tensor([ True, False, False])
+    """
+
+    def __init__(self, init_key: NestedKey = "is_init"):
+        super().__init__()
+        self.init_key = normalize_key(init_key)
+
+    @property
+    def has_step(self) -> bool:
+        return True
+
+    def _reset(self, tensordict, tensordict_reset):
+        shape = (*tensordict_reset.batch_size, 1)
+        mask = reset_mask(tensordict)
+        if mask is None:
+            flag = torch.ones(shape, dtype=torch.bool, device=tensordict_reset.device)
+        else:
+            flag = mask.reshape(shape).clone()
+        tensordict_reset.set(self.init_key, flag)
+        return tensordict_reset
+
+    def _step(self, tensordict, next_tensordict):
+        next_tensordict.set(
+            self.init_key,
+            torch.zeros(
+                (*next_tensordict.batch_size, 1), dtype=torch.bool, device=next_tensordict.device
+            ),
+        )
+        return next_tensordict
+
+    def forward(self, tensordict):
+        """On a stored trajectory ``[*B, T]``: flags the first step of every episode."""
+        starts = episode_starts(tensordict)
+        tensordict.set(self.init_key, starts.unsqueeze(-1))
+        nxt = tensordict.get("next", None)
+        if nxt is not None:
+            nxt.set(self.init_key, torch.zeros_like(starts).unsqueeze(-1))
+        return tensordict
+
+    def _rollout_safe(self) -> bool:
+        return True
+
+    def _transform_rollout(self, rollout, initial):
+        starts = episode_starts(rollout)
+        init = initial.get(self.init_key, None)
+        if init is not None:
+            starts[..., 0] = init.reshape(starts.shape[:-1])
+        rollout.set(self.init_key, starts.unsqueeze(-1))
+        rollout.get("next").set(self.init_key, torch.zeros_like(starts).unsqueeze(-1))
+        return rollout
+
+    def transform_observation_spec(self, observation_spec):
+        observation_spec[self.init_key] = Categorical(
+            2, shape=(*observation_spec.shape, 1), device=observation_spec.device, dtype=torch.bool
+        )
+        return observation_spec
+
+    def _repr_args(self) -> str:
+        return f"init_key={self.init_key!r}"
+
+
+class TensorDictPrimer(Transform):
+    """Adds entries (e.g. a recurrent state) to the reset output and to the specs.
+
+    Each primer is written at reset (zeros filled with ``default_value``, or a random
+    sample of its spec when ``random=True``) and carried from step to step unless the
+    policy writes a new value into ``("next", key)``. The keys join the observation and
+    the state specs, expanded to the env's batch size.
+
+    Args:
+        primers: a Composite or a dict ``{key: leaf_spec}`` (specs without the batch dims).
+        random: draw initial values from the specs instead of constants.
+        default_value: the constant (a number, or a dict per key).
+        **kwargs: more primers, ``name=spec``.
+
+    Raises:
+        TypeError: a primer is not a spec.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Unbounded
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), TensorDictPrimer(hidden=Unbounded(shape=(8,))))
+        >>> env.reset()["hidden"].shape
+        torch.Size([8])
+    """
+
+    def __init__(
+        self,
+        primers: Composite | dict | None = None,
+        random: bool = False,
+        default_value: float | dict = 0.0,
+        **kwargs,
+    ):
+        super().__init__()
+        items = (
+            dict(primers.items(True, True))
+            if isinstance(primers, Composite)
+            else dict(primers or {})
+        )
+        items.update(kwargs)
+        if not items:
+            raise ValueError("TensorDictPrimer needs at least one primer spec, got none")
+        for key, spec in items.items():
+            if not hasattr(spec, "zero") or isinstance(spec, Composite):
+                raise TypeError(
+                    f"TensorDictPrimer primer {key!r} must be a leaf spec, got {spec!r}"
+                )
+        self.primers = {normalize_key(k): v for k, v in items.items()}
+        self.random = random
+        if isinstance(default_value, dict):
+            default_value = {normalize_key(k): v for k, v in default_value.items()}
+            unknown = set(default_value) - set(self.primers)
+            if unknown:
+                raise KeyError(
+                    f"TensorDictPrimer default_value has keys {sorted(map(str, unknown))} "
+                    f"that are not primers {sorted(map(str, self.primers))}"
+                )
+        self.default_value = default_value
+        self.__dict__["_expanded"] = {}
+
+    @property
+    def has_step(self) -> bool:
+        return True
+
+    def _spec_for(self, key, batch_size: torch.Size):
+        cache = self.__dict__["_expanded"]
+        spec = cache.get((key, batch_size))
+        if spec is None:
+            spec = self.primers[key]
+            nb = len(batch_size)
+            if tuple(spec.shape[:nb]) != tuple(batch_size) or spec.ndim < nb:
+                spec = spec.expand(*batch_size, *spec.shape)
+            cache[(key, batch_size)] = spec
+        return spec
+
+    def _initial(self, key, batch_size, device):
+        spec = self._spec_for(key, batch_size)
+        if self.random:
+            value = spec.rand()
+        else:
+            fill = self.default_value
+            if isinstance(fill, dict):
+                fill = fill.get(key, 0.0)
+            value = spec.zero()
+            if fill != 0:
+                value = value.fill_(fill)
+        return value.to(device) if device is not None else value
+
+    def _reset(self, tensordict, tensordict_reset):
+        mask = reset_mask(tensordict)
+        bs = tensordict_reset.batch_size
+        for key in self.primers:
+            fresh = self._initial(key, bs, tensordict_reset.device)
+            prev = tensordict.get(key, None) if tensordict is not None else None
+            tensordict_reset.set(key, masked_reset(fresh, prev, mask))
+        return tensordict_reset
+
+    def _step(self, tensordict, next_tensordict):
+        for key in self.primers:
+            if next_tensordict.get(key, None) is None:
+                value = tensordict.get(key, None)
+                if value is None:
+                    value = self._initial(key, next_tensordict.batch_size, next_tensordict.device)
+                next_tensordict.set(key, value)
+        return next_tensordict
+
+    def forward(self, tensordict):
+        """On data: adds the primers (initial values) where they are missing."""
+        for key in self.primers:
+            if tensordict.get(key, None) is None:
+                tensordict.set(key, self._initial(key, tensordict.batch_size, tensordict.device))
+        return tensordict
+
+    def _add(self, composite):
+        for key in self.primers:
+            spec = self._spec_for(key, composite.shape)
+            composite[key] = spec.to(composite.device) if composite.device is not None else spec
+        return composite
+
+    def transform_observation_spec(self, observation_spec):
+        return self._add(observation_spec)
+
+    def transform_state_spec(self, state_spec):
+        return self._add(state_spec)
+
+    def _repr_args(self) -> str:
+        return f"primers={sorted(map(str, self.primers))}, random={self.random}"
+
+
+class NoopResetEnv(Transform):
+    """Takes a random number (``0`` to ``noops - 1``) of random steps after each reset.
+
+    Only full resets are extended (partial resets of a batched env are left as they are).
+
+    Args:
+        noops: the maximum number of no-op steps.
+        random: draw the number of steps uniformly; else always ``noops``.
+
+    Raises:
+        ValueError: ``noops`` is negative.
+    """
+
+    def __init__(self, noops: int = 30, random: bool = True):
+        if not isinstance(noops, int) or noops < 0:
+            raise ValueError(f"NoopResetEnv noops must be a non-negative int, got {noops!r}")
+        super().__init__()
+        self.noops = noops
+        self.random = random
+
+    @property
+    def has_step(self) -> bool:
+        return False
+
+    def _reset(self, tensordict, tensordict_reset):
+        mask = reset_mask(tensordict)
+        if self.noops == 0 or (mask is not None and not bool(mask.all())):
+            return tensordict_reset
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError("NoopResetEnv needs to be inside a TransformedEnv")
+        n = int(torch.randint(self.noops, ())) if self.random else self.noops
+        keys = list(tensordict_reset.keys(True, True))
+        done_key = parent.done_key
+        td, i, trials = tensordict_reset, 0, 0
+        while i < n:
+            stepped = parent.rand_step(td.select(*keys, strict=False))
+            nxt = stepped.get("next")
+            if bool(nxt.get(done_key).any()):
+                trials += 1
+                if trials > _MAX_NOOP_TRIALS:
+                    raise RuntimeError(
+                        f"NoopResetEnv: the env was done within {n} random steps "
+                        f"{_MAX_NOOP_TRIALS} times in a row; use fewer noops"
+                    )
+                td, i = parent.reset(), 0
+                continue
+            td = nxt.select(*keys, strict=False)
+            i += 1
+        if td is not tensordict_reset:
+            for key in keys:
+                value = td.get(key, None)
+                if value is not None:
+                    tensordict_reset.set(key, value)
+        return tensordict_reset
+
+    def _repr_args(self) -> str:
+        return f"noops={self.noops}, random={self.random}"
+
+
+class FrameSkipTransform(Transform):
+    """Repeats each action ``frame_skip`` times, summing the rewards.
+
+    Repetition stops early when a sub-environment is done.
+
+    Args:
+        frame_skip: number of env steps per agent step (``>= 1``).
+
+    Raises:
+        ValueError: ``frame_skip`` is smaller than 1.
+    """
+
+    def __init__(self, frame_skip: int = 1):
+        if not isinstance(frame_skip, int) or frame_skip < 1:
+            raise ValueError(
+                f"FrameSkipTransform frame_skip must be an int >= 1, got {frame_skip!r}"
+            )
+        super().__init__()
+        self.frame_skip = frame_skip
+
+    @property
+    def has_step(self) -> bool:
+        return self.frame_skip > 1
+
+    def _step(self, tensordict, next_tensordict):
+        if self.frame_skip == 1:
+            return next_tensordict
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError("FrameSkipTransform needs to be inside a TransformedEnv")
+        reward_keys = parent.reward_keys
+        done_key = parent.done_key
+        rewards = [next_tensordict.get(k) for k in reward_keys]
+        for _ in range(self.frame_skip - 1):
+            if bool(next_tensordict.get(done_key).any()):
+                break
+            next_tensordict = parent._step(tensordict)
+            rewards = [r + next_tensordict.get(k) for r, k in zip(rewards, reward_keys)]
+        for k, r in zip(reward_keys, rewards):
+            next_tensordict.set(k, r)
+        return next_tensordict
+
+    def _repr_args(self) -> str:
+        return f"frame_skip={self.frame_skip}"

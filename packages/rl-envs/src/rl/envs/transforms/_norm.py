@@ -1,0 +1,425 @@
+"""Normalisation transforms: ObservationNorm (fixed affine map) and VecNorm (running stats)."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rl.core import Bounded, Unbounded
+
+from ._base import Transform, _missing_key_error
+from ._spec_utils import NestedKey, normalize_keys
+
+__all__ = ["ObservationNorm", "VecNorm"]
+
+
+def _as_float_tensor(value, name: str) -> torch.Tensor | None:
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        value = torch.as_tensor(value, dtype=torch.get_default_dtype())
+    elif not value.is_floating_point():
+        value = value.to(torch.get_default_dtype())
+    return value
+
+
+class ObservationNorm(Transform):
+    """Affine normalisation of observations: ``obs * scale + loc``.
+
+    With ``standard_normal=True`` the map is ``(obs - loc) / scale`` instead, so that
+    ``loc`` / ``scale`` are the mean / std of the data. ``init_stats`` estimates them from
+    rollouts of the parent env. The inverse map (``inv``, for ``in_keys_inv``) undoes it.
+
+    Args:
+        loc: the offset (scalar or tensor broadcastable to the observation).
+        scale: the scale; must not contain 0.
+        in_keys: keys to normalise (default ``["observation"]``).
+        out_keys: where to write (default ``in_keys``).
+        in_keys_inv / out_keys_inv: keys of the inverse map (e.g. to scale actions).
+        standard_normal: use ``(obs - loc) / scale``.
+        eps: lower bound of the std estimated by ``init_stats``.
+
+    Raises:
+        ValueError: ``scale`` contains a zero, or only one of ``loc`` / ``scale`` is given.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.envs.transforms import ObservationNorm
+        >>> t = ObservationNorm(loc=1.0, scale=2.0, in_keys=["observation"])
+        >>> t(TensorDict({"observation": torch.tensor([0.0, 1.0])}, []))["observation"]
+        tensor([1., 3.])
+    """
+
+    _elementwise = True
+
+    invertible = True
+
+    def __init__(
+        self,
+        loc: float | torch.Tensor | None = None,
+        scale: float | torch.Tensor | None = None,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        in_keys_inv: Sequence[NestedKey] | None = None,
+        out_keys_inv: Sequence[NestedKey] | None = None,
+        standard_normal: bool = False,
+        eps: float = 1e-6,
+    ):
+        if in_keys is None:
+            in_keys = ["observation"]
+        super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
+        if (loc is None) != (scale is None):
+            raise ValueError(
+                f"ObservationNorm needs both loc and scale (or neither, then init_stats), "
+                f"got loc={loc!r} and scale={scale!r}"
+            )
+        loc = _as_float_tensor(loc, "loc")
+        scale = _as_float_tensor(scale, "scale")
+        if scale is not None and bool((scale == 0).any()):
+            raise ValueError(f"ObservationNorm scale must be non-zero, got scale={scale}")
+        self.standard_normal = standard_normal
+        self.eps = eps
+        self.register_buffer("loc", loc)
+        self.register_buffer("scale", scale)
+
+    @property
+    def initialized(self) -> bool:
+        return self.loc is not None
+
+    def _check_init(self) -> None:
+        if self.loc is None:
+            raise RuntimeError(
+                "ObservationNorm has no loc/scale: pass them to the constructor or call "
+                "init_stats() first"
+            )
+
+    def _apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
+        loc = self.loc
+        if loc is None:
+            self._check_init()
+        if self.standard_normal:
+            return (obs - loc) / self.scale
+        if obs.dtype == loc.dtype:
+            return torch.addcmul(loc, obs, self.scale)
+        return obs * self.scale + loc
+
+    def _inv_apply_transform(self, state: torch.Tensor) -> torch.Tensor:
+        self._check_init()
+        if self.standard_normal:
+            return state * self.scale + self.loc
+        return (state - self.loc) / self.scale
+
+    def _map_bounds(self, spec, fn):
+        if isinstance(spec, Bounded):
+            a, b = fn(spec.low.to(self.loc.dtype)), fn(spec.high.to(self.loc.dtype))
+            low, high = torch.minimum(a, b), torch.maximum(a, b)
+            shape = torch.broadcast_shapes(low.shape, spec.shape)
+            return Bounded(
+                low.expand(shape).clone(),
+                high.expand(shape).clone(),
+                shape=shape,
+                device=spec.device,
+                dtype=spec.dtype,
+            )
+        return Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
+
+    def _leaf_spec(self, spec, in_key):
+        if self.loc is None:
+            return Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
+        return self._map_bounds(spec, self._apply_transform)
+
+    def _leaf_spec_inv(self, spec, in_key):
+        # the outer spec is the image of the inner one through the forward map
+        self._check_init()
+        return self._map_bounds(spec, self._apply_transform)
+
+    def init_stats(
+        self,
+        num_iter: int,
+        reduce_dim: int | tuple[int, ...] = 0,
+        cat_dim: int | None = None,
+        key: NestedKey | None = None,
+        keep_dims: tuple[int, ...] | None = None,
+    ) -> None:
+        """Estimates ``loc`` / ``scale`` from ``num_iter`` random steps of the parent env.
+
+        Args:
+            num_iter: number of steps to collect (rollouts are repeated until reached).
+            reduce_dim: dims of the collected data ``[*B, T, *F]`` averaged over. For a
+                batched env pass e.g. ``(0, 1)``.
+            cat_dim: dim along which successive rollouts are concatenated (default: the
+                first of ``reduce_dim``).
+            key: which in_key to use when there are several (default: the only one).
+            keep_dims: reduced dims kept as size-1 dims in ``loc`` / ``scale``.
+
+        Raises:
+            ValueError: ``num_iter`` is not positive, or ``key`` is ambiguous / unknown.
+            RuntimeError: the transform is in no env, or stats are already set.
+        """
+        if not isinstance(num_iter, int) or num_iter < 1:
+            raise ValueError(f"init_stats num_iter must be a positive int, got {num_iter!r}")
+        if self.loc is not None:
+            raise RuntimeError(
+                "ObservationNorm loc/scale are already set; init_stats refuses to overwrite them"
+            )
+        if key is None:
+            if len(self.in_keys) != 1:
+                raise ValueError(
+                    f"init_stats needs key= when there are several in_keys, got {self.in_keys}"
+                )
+            key = self.in_keys[0]
+        elif key not in self.in_keys:
+            raise ValueError(f"init_stats key {key!r} is not one of in_keys {self.in_keys}")
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError(
+                "ObservationNorm.init_stats needs the transform to be in a TransformedEnv"
+            )
+        reduce = (reduce_dim,) if isinstance(reduce_dim, int) else tuple(reduce_dim)
+        if cat_dim is None:
+            cat_dim = reduce[0]
+        chunks, collected = [], 0
+        steps_dim = len(parent.batch_size)
+        while collected < num_iter:
+            td = parent.rollout(max_steps=num_iter - collected)
+            chunks.append(td.get(key))
+            collected += td.shape[steps_dim]
+        data = torch.cat(chunks, cat_dim).to(torch.get_default_dtype())
+        mean = data.mean(reduce, keepdim=True)
+        std = data.std(reduce, keepdim=True).clamp_min(self.eps)
+        keep = set() if keep_dims is None else {d % data.ndim for d in keep_dims}
+        squeeze = sorted((d % data.ndim for d in reduce if d % data.ndim not in keep), reverse=True)
+        for d in squeeze:
+            mean, std = mean.squeeze(d), std.squeeze(d)
+        if self.standard_normal:
+            self.loc, self.scale = mean, std
+        else:
+            self.loc, self.scale = -mean / std, 1.0 / std
+        self.empty_cache()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name in ("loc", "scale"):
+            if getattr(self, name) is None and prefix + name in state_dict:
+                setattr(self, name, torch.empty_like(state_dict[prefix + name]))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _repr_args(self) -> str:
+        if self.loc is None:
+            stats = "loc=None, scale=None"
+        elif self.loc.numel() == 1 and self.scale.numel() == 1:
+            stats = f"loc={self.loc.item():.4f}, scale={self.scale.item():.4f}"
+        else:
+            stats = f"loc=Tensor{tuple(self.loc.shape)}, scale=Tensor{tuple(self.scale.shape)}"
+        return f"{stats}, keys={self.in_keys}"
+
+
+def _flat(key: NestedKey) -> str:
+    return key if isinstance(key, str) else "_".join(key)
+
+
+class VecNorm(Transform):
+    """Normalises entries with running (exponentially decayed) mean and variance.
+
+    Statistics live in a TensorDict (``sum``, ``ssq`` and ``count`` per key) that can be
+    put in shared memory and handed to several envs (e.g. the workers of a
+    ``ParallelEnv``) so that they all update and read the same statistics; they are saved
+    in ``state_dict`` and restored in place by ``load_state_dict`` (shared memory kept).
+
+    Args:
+        in_keys: entries to normalise (default ``["observation", "reward"]``).
+        out_keys: where to write (default ``in_keys``).
+        shared_td: the statistics TensorDict, typically from
+            :meth:`build_td_for_shared_vecnorm`; created lazily when ``None``.
+        decay: decay of the running sums (``1.0`` = plain averages).
+        eps: lower bound of the std.
+
+    Raises:
+        ValueError: ``decay`` outside ``(0, 1]`` or ``eps`` not positive.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.envs.transforms import VecNorm
+        >>> t = VecNorm(in_keys=["observation"], decay=1.0)
+        >>> td = TensorDict({"observation": torch.tensor([[1.0], [3.0]])}, [2])
+        >>> t(td)["observation"].squeeze(-1)
+        tensor([-1.,  1.])
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        shared_td: TensorDictBase | None = None,
+        decay: float = 0.9999,
+        eps: float = 1e-4,
+    ):
+        if in_keys is None:
+            in_keys = ["observation", "reward"]
+        super().__init__(in_keys, out_keys)
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"VecNorm decay must be in (0, 1], got {decay!r}")
+        if not eps > 0:
+            raise ValueError(f"VecNorm eps must be positive, got {eps!r}")
+        self.decay = decay
+        self.eps = eps
+        self.frozen = False
+        if shared_td is not None:
+            for key in self.in_keys:
+                for suffix in ("_sum", "_ssq", "_count"):
+                    if _flat(key) + suffix not in shared_td.keys():
+                        raise KeyError(
+                            f"VecNorm shared_td lacks {_flat(key) + suffix!r}; it has keys "
+                            f"{sorted(shared_td.keys())} (build it with build_td_for_shared_vecnorm)"
+                        )
+        self.__dict__["_td"] = shared_td
+
+    @property
+    def stats(self) -> TensorDictBase | None:
+        """The statistics TensorDict (``None`` before the first call)."""
+        return self.__dict__["_td"]
+
+    @classmethod
+    def build_td_for_shared_vecnorm(
+        cls,
+        env,
+        keys: Sequence[NestedKey] | None = None,
+        memmap: bool = True,
+        prefix: str | os.PathLike | None = None,
+    ) -> TensorDictBase:
+        """Zero statistics for ``keys`` of ``env``'s specs, shared between processes.
+
+        Args:
+            env: the env whose observation / reward specs give the shapes.
+            keys: the keys (default ``["observation", "reward"]``).
+            memmap: memory-mapped files (default): they stay shared when the TensorDict
+                is pickled to a worker, with any start method (``"spawn"`` included).
+                ``False`` gives shared-memory tensors, shared with ``"fork"`` workers only.
+            prefix: folder of the memory-mapped files (default: a new temporary folder).
+        """
+        keys = normalize_keys(["observation", "reward"] if keys is None else keys)
+        nb = len(env.batch_size)
+        specs = {}
+        for comp in (env.full_observation_spec, env.full_reward_spec):
+            for k in comp.keys(True, True):
+                specs[k if isinstance(k, str) or len(k) > 1 else k[0]] = comp[k]
+        data = {}
+        for key in keys:
+            if key not in specs:
+                raise KeyError(
+                    f"VecNorm key {key!r} is not in the env's observation/reward specs "
+                    f"{sorted(map(str, specs))}"
+                )
+            shape = specs[key].shape[nb:]
+            data[_flat(key) + "_sum"] = torch.zeros(shape)
+            data[_flat(key) + "_ssq"] = torch.zeros(shape)
+            data[_flat(key) + "_count"] = torch.zeros(())
+        td = TensorDict(data, batch_size=[])
+        if not memmap:
+            return td.share_memory_()
+        if prefix is None:
+            prefix = tempfile.mkdtemp(prefix="rl_vecnorm_")
+        return td.memmap_(prefix=prefix)
+
+    def freeze(self) -> VecNorm:
+        """Stops updating the statistics (evaluation)."""
+        self.frozen = True
+        return self
+
+    def unfreeze(self) -> VecNorm:
+        self.frozen = False
+        return self
+
+    def _stats_for(self, key: NestedKey, value: torch.Tensor, nbatch: int):
+        td = self.__dict__["_td"]
+        name = _flat(key)
+        if td is None or name + "_sum" not in td.keys():
+            shape = value.shape[nbatch:]
+            new = {
+                name + "_sum": torch.zeros(shape, device=value.device),
+                name + "_ssq": torch.zeros(shape, device=value.device),
+                name + "_count": torch.zeros((), device=value.device),
+            }
+            if td is None:
+                td = TensorDict(new, batch_size=[])
+                self.__dict__["_td"] = td
+            else:
+                td.update(new)
+        return td.get(name + "_sum"), td.get(name + "_ssq"), td.get(name + "_count")
+
+    def _normalize(self, key, value: torch.Tensor, nbatch: int) -> torch.Tensor:
+        s, ssq, count = self._stats_for(key, value, nbatch)
+        if not self.frozen:
+            dims = tuple(range(nbatch))
+            x = value.to(s.dtype)
+            n = math.prod(value.shape[:nbatch])
+            s.mul_(self.decay).add_(x.sum(dims) if dims else x)
+            ssq.mul_(self.decay).add_((x * x).sum(dims) if dims else x * x)
+            count.mul_(self.decay).add_(n)
+        c = count.clamp_min(self.eps)
+        mean = s / c
+        var = (ssq / c - mean * mean).clamp_min(self.eps**2)
+        return ((value - mean) / var.sqrt()).to(value.dtype)
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        nbatch = next_tensordict.batch_dims
+        for in_key, out_key in self._io_pairs:
+            value = next_tensordict.get(in_key, None)
+            if value is None:
+                if self.missing_tolerance:
+                    continue
+                raise _missing_key_error(self, in_key, next_tensordict)
+            next_tensordict.set(out_key, self._normalize(in_key, value, nbatch))
+        return next_tensordict
+
+    def _leaf_spec(self, spec, in_key):
+        return Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
+
+    def to_observation_norm(self) -> ObservationNorm | Transform:
+        """A frozen :class:`ObservationNorm` (standard_normal) with the current statistics."""
+        from ._compose import Compose
+
+        norms = []
+        for in_key, out_key in self._io_pairs:
+            s, ssq, count = self._stats_for(in_key, torch.zeros(()), 0)
+            c = count.clamp_min(self.eps)
+            mean = s / c
+            std = (ssq / c - mean * mean).clamp_min(self.eps**2).sqrt()
+            norms.append(
+                ObservationNorm(
+                    loc=mean.clone(),
+                    scale=std.clone(),
+                    in_keys=[in_key],
+                    out_keys=[out_key],
+                    standard_normal=True,
+                )
+            )
+        return norms[0] if len(norms) == 1 else Compose(*norms)
+
+    def get_extra_state(self):
+        td = self.__dict__["_td"]
+        return None if td is None else td.clone().to_dict()
+
+    def set_extra_state(self, state) -> None:
+        if state is None:
+            return
+        td = self.__dict__["_td"]
+        new = TensorDict(state, batch_size=[])
+        if td is None:
+            self.__dict__["_td"] = new
+        else:
+            # in place, so shared-memory statistics stay shared
+            for key, value in new.items():
+                if key in td.keys():
+                    td.get(key).copy_(value)
+                else:
+                    td.set(key, value)
+
+    def _repr_args(self) -> str:
+        return f"keys={self.in_keys}, decay={self.decay}, eps={self.eps}"

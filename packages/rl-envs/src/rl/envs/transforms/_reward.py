@@ -1,0 +1,363 @@
+"""Reward transforms: episode sums, scaling, clipping, return-to-go targets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+from rl.core import Bounded, Unbounded
+
+from ._base import Transform, _missing_key_error
+from ._spec_utils import NestedKey, normalize_keys, tget, tset
+from ._utils import episode_cumsum, episode_starts, first_episode, masked_reset, reset_mask
+
+__all__ = ["RewardSum", "RewardScaling", "RewardClipping", "TargetReturn"]
+
+
+def _prefixed(key: NestedKey, prefix: str) -> NestedKey:
+    if isinstance(key, str):
+        return prefix + key
+    return (*key[:-1], prefix + key[-1])
+
+
+def _reward_shape_from_spec(composite, key):
+    if key in composite.keys(True, True):
+        spec = composite[key]
+        return spec.shape, spec.dtype
+    return None
+
+
+class RewardSum(Transform):
+    """Accumulates the reward of the current episode in ``"episode_reward"``.
+
+    The sum is reset to 0 at every (partial) reset. On a stored trajectory
+    ``[*B, T]`` (``transform(td)``), it writes the running per-episode sums, restarting
+    after each ``("next", "done")``.
+
+    Args:
+        in_keys: reward keys (default ``["reward"]``).
+        out_keys: sums (default ``"episode_<name>"`` for each in_key).
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), RewardSum())
+        >>> r = env.rollout(4)
+        >>> bool((r["next", "episode_reward"][-1] - r["next", "reward"].sum()).abs() < 1e-4)
+        True
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+    ):
+        in_keys = normalize_keys(["reward"] if in_keys is None else in_keys)
+        if out_keys is None:
+            out_keys = [_prefixed(k, "episode_") for k in in_keys]
+        super().__init__(in_keys, out_keys)
+        self.__dict__["_specs"] = {}
+
+    def _reset(self, tensordict, tensordict_reset):
+        mask = reset_mask(tensordict)
+        bs = tensordict_reset.batch_size
+        for _, out_key in self._io_pairs:
+            prev = tensordict.get(out_key, None) if tensordict is not None else None
+            shape, dtype = self._specs.get(out_key, ((*bs, 1), torch.get_default_dtype()))
+            fresh = torch.zeros(shape, dtype=dtype, device=tensordict_reset.device)
+            tensordict_reset.set(out_key, masked_reset(fresh, prev, mask))
+        return tensordict_reset
+
+    def _step(self, tensordict, next_tensordict):
+        for in_key, out_key in self._io_pairs:
+            reward = tget(next_tensordict, in_key)
+            if reward is None:
+                raise _missing_key_error(self, in_key, next_tensordict)
+            prev = tget(tensordict, out_key)
+            tset(next_tensordict, out_key, reward.clone() if prev is None else prev + reward)
+        return next_tensordict
+
+    def forward(self, tensordict):
+        """On a stored trajectory ``[*B, T]`` with ``("next", reward)``: per-episode sums."""
+        nxt = tensordict.get("next", None)
+        if nxt is None or tensordict.batch_dims == 0:
+            return self._step(tensordict, tensordict if nxt is None else nxt)
+        starts = episode_starts(tensordict)
+        for in_key, out_key in self._io_pairs:
+            reward = nxt.get(in_key, None)
+            if reward is None:
+                raise _missing_key_error(self, ("next", in_key), tensordict)
+            total = episode_cumsum(reward, starts)
+            nxt.set(out_key, total)
+            m = starts.reshape(*starts.shape, *((1,) * (reward.ndim - starts.ndim)))
+            tensordict.set(out_key, torch.where(m, torch.zeros_like(total), total - reward))
+        return tensordict
+
+    def _rollout_safe(self) -> bool:
+        return True
+
+    def _transform_rollout(self, rollout, initial):
+        starts = episode_starts(rollout)
+        first = first_episode(starts)
+        nxt = rollout.get("next")
+        for in_key, out_key in self._io_pairs:
+            reward = nxt.get(in_key)
+            extra = reward.ndim - starts.ndim
+            total = episode_cumsum(reward, starts)
+            init = initial.get(out_key, None)
+            if init is not None:
+                m = first.reshape(*first.shape, *((1,) * extra))
+                total = total + torch.where(m, init.unsqueeze(starts.ndim - 1), 0)
+            nxt.set(out_key, total)
+            # the root value is the previous step's sum, 0 after a reset
+            root = torch.empty_like(total)
+            root.select(starts.ndim - 1, 0).copy_(
+                init if init is not None else torch.zeros_like(total.select(starts.ndim - 1, 0))
+            )
+            m = starts[..., 1:].reshape(*starts.shape[:-1], -1, *((1,) * extra))
+            root.narrow(starts.ndim - 1, 1, starts.shape[-1] - 1).copy_(
+                torch.where(m, 0, total.narrow(starts.ndim - 1, 0, starts.shape[-1] - 1))
+            )
+            rollout.set(out_key, root)
+        return rollout
+
+    def transform_output_spec(self, output_spec):
+        output_spec = output_spec.clone()
+        obs = output_spec["full_observation_spec"]
+        rew = output_spec["full_reward_spec"]
+        for in_key, out_key in self._io_pairs:
+            found = _reward_shape_from_spec(rew, in_key)
+            if found is None:
+                found = _reward_shape_from_spec(obs, in_key)
+            if found is None:
+                raise KeyError(
+                    f"RewardSum in_key {in_key!r} is not in the env's reward spec "
+                    f"{sorted(map(str, rew.keys(True, True)))}"
+                )
+            shape, dtype = found
+            self._specs[out_key] = (shape, dtype)
+            obs[out_key] = Unbounded(shape=shape, device=obs.device, dtype=dtype)
+        return output_spec
+
+    def _repr_args(self) -> str:
+        return f"in_keys={self.in_keys}, out_keys={self.out_keys}"
+
+
+def _check_scale(scale, who: str) -> torch.Tensor:
+    scale = torch.as_tensor(scale, dtype=torch.get_default_dtype())
+    if bool((scale == 0).any()):
+        raise ValueError(f"{who} scale must be non-zero, got scale={scale}")
+    return scale
+
+
+class RewardScaling(Transform):
+    """Affine reward map: ``reward * scale + loc`` (``(reward - loc) / scale`` if standard_normal).
+
+    Args:
+        loc: the offset.
+        scale: the scale, non-zero.
+        in_keys: reward keys (default ``["reward"]``).
+        out_keys: where to write (default ``in_keys``).
+        standard_normal: use ``(reward - loc) / scale``.
+
+    Raises:
+        ValueError: ``scale`` contains a zero.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> RewardScaling(loc=1.0, scale=0.5)(TensorDict({"reward": torch.tensor([2.0])}, []))["reward"]
+        tensor([2.])
+    """
+
+    _elementwise = True
+
+    def __init__(
+        self,
+        loc: float | torch.Tensor,
+        scale: float | torch.Tensor,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        standard_normal: bool = False,
+    ):
+        super().__init__(["reward"] if in_keys is None else in_keys, out_keys)
+        self.register_buffer("scale", _check_scale(scale, "RewardScaling"))
+        self.register_buffer("loc", torch.as_tensor(loc, dtype=torch.get_default_dtype()))
+        self.standard_normal = standard_normal
+
+    def _apply_transform(self, reward):
+        if self.standard_normal:
+            return ((reward - self.loc) / self.scale).to(reward.dtype)
+        return (reward * self.scale + self.loc).to(reward.dtype)
+
+    def _leaf_spec(self, spec, in_key):
+        if isinstance(spec, Bounded):
+            a, b = self._apply_transform(spec.low), self._apply_transform(spec.high)
+            return Bounded(
+                torch.minimum(a, b),
+                torch.maximum(a, b),
+                shape=spec.shape,
+                device=spec.device,
+                dtype=spec.dtype,
+            )
+        return Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
+
+    def _repr_args(self) -> str:
+        return f"loc={self.loc.tolist()}, scale={self.scale.tolist()}, keys={self.in_keys}"
+
+
+class RewardClipping(Transform):
+    """Clips rewards to ``[clamp_min, clamp_max]``.
+
+    Args:
+        clamp_min: lower bound (``None``: no lower bound).
+        clamp_max: upper bound (``None``: no upper bound).
+        in_keys: reward keys (default ``["reward"]``).
+        out_keys: where to write (default ``in_keys``).
+
+    Raises:
+        ValueError: both bounds are ``None`` or ``clamp_min > clamp_max``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> RewardClipping(-1, 1)(TensorDict({"reward": torch.tensor([3.0])}, []))["reward"]
+        tensor([1.])
+    """
+
+    _elementwise = True
+
+    def __init__(
+        self,
+        clamp_min: float | None = None,
+        clamp_max: float | None = None,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+    ):
+        if clamp_min is None and clamp_max is None:
+            raise ValueError("RewardClipping needs clamp_min or clamp_max, got neither")
+        if clamp_min is not None and clamp_max is not None and clamp_min > clamp_max:
+            raise ValueError(
+                f"RewardClipping needs clamp_min <= clamp_max, got clamp_min={clamp_min} "
+                f"and clamp_max={clamp_max}"
+            )
+        super().__init__(["reward"] if in_keys is None else in_keys, out_keys)
+        self.clamp_min = clamp_min
+        self.clamp_max = clamp_max
+
+    def _apply_transform(self, reward):
+        return reward.clamp(self.clamp_min, self.clamp_max)
+
+    def _leaf_spec(self, spec, in_key):
+        if self.clamp_min is not None and self.clamp_max is not None:
+            return Bounded(
+                self.clamp_min,
+                self.clamp_max,
+                shape=spec.shape,
+                device=spec.device,
+                dtype=spec.dtype,
+            )
+        return Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
+
+    def _repr_args(self) -> str:
+        return f"clamp_min={self.clamp_min}, clamp_max={self.clamp_max}, keys={self.in_keys}"
+
+
+class TargetReturn(Transform):
+    """Return-to-go target (Decision Transformer style) in ``"target_return"``.
+
+    Set to ``target_return`` at reset; at each step, ``mode="reduce"`` subtracts the reward,
+    ``mode="constant"`` keeps it.
+
+    Args:
+        target_return: the initial target.
+        mode: ``"reduce"`` or ``"constant"``.
+        in_keys: reward keys (default ``["reward"]``).
+        out_keys: target keys (default ``["target_return"]``).
+
+    Raises:
+        ValueError: unknown ``mode``.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), TargetReturn(200.0))
+        >>> float(env.reset()["target_return"])
+        200.0
+    """
+
+    def __init__(
+        self,
+        target_return: float,
+        mode: Literal["reduce", "constant"] = "reduce",
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+    ):
+        if mode not in ("reduce", "constant"):
+            raise ValueError(f"TargetReturn mode must be 'reduce' or 'constant', got {mode!r}")
+        in_keys = normalize_keys(["reward"] if in_keys is None else in_keys)
+        if out_keys is None:
+            out_keys = (
+                ["target_return"]
+                if in_keys == ["reward"]
+                else [_prefixed(k, "target_") for k in in_keys]
+            )
+        super().__init__(in_keys, out_keys)
+        self.target_return = float(target_return)
+        self.mode = mode
+        self.__dict__["_specs"] = {}
+
+    def _reset(self, tensordict, tensordict_reset):
+        mask = reset_mask(tensordict)
+        bs = tensordict_reset.batch_size
+        for _, out_key in self._io_pairs:
+            shape, dtype = self._specs.get(out_key, ((*bs, 1), torch.get_default_dtype()))
+            fresh = torch.full(
+                shape, self.target_return, dtype=dtype, device=tensordict_reset.device
+            )
+            prev = tensordict.get(out_key, None) if tensordict is not None else None
+            tensordict_reset.set(out_key, masked_reset(fresh, prev, mask))
+        return tensordict_reset
+
+    def _step(self, tensordict, next_tensordict):
+        for in_key, out_key in self._io_pairs:
+            prev = tensordict.get(out_key, None)
+            if prev is None:
+                raise _missing_key_error(self, out_key, tensordict)
+            if self.mode == "reduce":
+                reward = next_tensordict.get(in_key, None)
+                if reward is None:
+                    raise _missing_key_error(self, in_key, next_tensordict)
+                next_tensordict.set(out_key, prev - reward)
+            else:
+                next_tensordict.set(out_key, prev.clone())
+        return next_tensordict
+
+    def forward(self, tensordict):
+        """On a transition: ``("next", target_return)`` from the root target and reward."""
+        nxt = tensordict.get("next", None)
+        if nxt is None:
+            raise KeyError(
+                f"TargetReturn on data needs a 'next' entry; keys present: "
+                f"{sorted(map(str, tensordict.keys()))}"
+            )
+        self._step(tensordict, nxt)
+        return tensordict
+
+    def transform_output_spec(self, output_spec):
+        output_spec = output_spec.clone()
+        obs = output_spec["full_observation_spec"]
+        rew = output_spec["full_reward_spec"]
+        for in_key, out_key in self._io_pairs:
+            found = _reward_shape_from_spec(rew, in_key)
+            if found is None:
+                raise KeyError(
+                    f"TargetReturn in_key {in_key!r} is not in the env's reward spec "
+                    f"{sorted(map(str, rew.keys(True, True)))}"
+                )
+            self._specs[out_key] = found
+            obs[out_key] = Unbounded(shape=found[0], device=obs.device, dtype=found[1])
+        return output_spec
+
+    def _repr_args(self) -> str:
+        return f"target_return={self.target_return}, mode={self.mode!r}"

@@ -1,0 +1,100 @@
+"""Helpers used by several transforms: reset masks, episode boundaries in stored data."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from ._spec_utils import NestedKey
+
+__all__ = [
+    "reset_mask",
+    "masked_reset",
+    "sibling_key",
+    "episode_starts",
+    "episode_cumsum",
+    "first_episode",
+    "steps_since_start",
+]
+
+
+def reset_mask(tensordict: TensorDictBase | None) -> torch.Tensor | None:
+    """The ``"_reset"`` mask of a reset input, reduced to the batch dims ``[*B]`` (or None)."""
+    if tensordict is None:
+        return None
+    mask = tensordict.get("_reset", None)
+    if mask is None:
+        return None
+    nb = tensordict.batch_dims
+    if mask.ndim > nb:
+        mask = mask.reshape(*mask.shape[:nb], -1).any(-1)
+    return mask
+
+
+def masked_reset(
+    fresh: torch.Tensor, previous: torch.Tensor | None, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """``fresh`` where ``mask`` (``[*B]``) is True, ``previous`` elsewhere."""
+    if mask is None or previous is None or previous.shape != fresh.shape:
+        return fresh
+    m = mask.reshape(*mask.shape, *((1,) * (fresh.ndim - mask.ndim)))
+    return torch.where(m, fresh, previous)
+
+
+def sibling_key(key: NestedKey, name: str) -> NestedKey:
+    """``("agents", "truncated")`` -> ``("agents", name)``; ``"truncated"`` -> ``name``."""
+    if isinstance(key, str):
+        return name
+    return (*key[:-1], name)
+
+
+def episode_starts(tensordict: TensorDictBase, done_key: NestedKey = "done") -> torch.Tensor:
+    """Boolean ``[*B, T]``: True where a step starts an episode in a stored trajectory.
+
+    Step 0 starts an episode, and so does every step that follows a ``("next", done)``.
+    """
+    nb = tensordict.batch_dims
+    if nb == 0:
+        raise ValueError("episode boundaries need a time dim: got a tensordict with batch_size []")
+    shape = tensordict.batch_size
+    full_key = ("next", done_key) if isinstance(done_key, str) else ("next", *done_key)
+    done = tensordict.get(full_key, None)
+    starts = torch.zeros(shape, dtype=torch.bool, device=tensordict.device)
+    starts[..., 0] = True
+    if done is not None:
+        done = done.reshape(*shape, -1).any(-1)
+        starts[..., 1:] = done[..., :-1]
+    return starts
+
+
+def episode_cumsum(values: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """Cumulative sum along the time dim of ``values`` ``[*B, T, *F]`` restarting at ``starts``.
+
+    Args:
+        values: per-step values, time at dim ``starts.ndim - 1``.
+        starts: ``[*B, T]`` episode starts.
+    """
+    tdim = starts.ndim - 1
+    extra = values.ndim - starts.ndim
+    dtype = values.dtype
+    if values.is_floating_point():
+        # float64 prefix sums: no cancellation error when subtracting earlier episodes
+        values = values.double()
+    cs = values.cumsum(tdim)
+    before = cs - values  # sum of the steps strictly before t
+    t = torch.arange(starts.shape[-1], device=starts.device).expand(starts.shape)
+    last_start = torch.where(starts, t, torch.zeros_like(t)).cummax(-1).values
+    idx = last_start.reshape(*last_start.shape, *((1,) * extra)).expand(values.shape)
+    return (cs - before.gather(tdim, idx)).to(dtype)
+
+
+def first_episode(starts: torch.Tensor) -> torch.Tensor:
+    """``[*B, T]``: True on the steps of the episode that was running at step 0."""
+    return starts.cumsum(-1) == 1
+
+
+def steps_since_start(starts: torch.Tensor) -> torch.Tensor:
+    """``[*B, T]`` int64: number of steps since the last episode start (0 at a start)."""
+    t = torch.arange(starts.shape[-1], device=starts.device).expand(starts.shape)
+    last_start = torch.where(starts, t, torch.zeros_like(t)).cummax(-1).values
+    return t - last_start

@@ -1,0 +1,136 @@
+"""Action-side transforms: ActionMask and ActionDiscretizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.core import Categorical, Composite, OneHot, Unbounded
+from rl.envs import EnvBase, PendulumEnv, check_env_specs
+from rl.envs.transforms import ActionDiscretizer, ActionMask, Compose, StepCounter, TransformedEnv
+
+
+class MaskedEnv(EnvBase):
+    """n choices; action ``a`` is forbidden once taken (until reset); reward = a."""
+
+    def __init__(self, n=4, batch_size=()):
+        super().__init__(batch_size=batch_size)
+        bs = self.batch_size
+        self.n = n
+        self.observation_spec = Composite(
+            action_mask=Categorical(2, shape=(*bs, n), dtype=torch.bool), shape=bs
+        )
+        self.action_spec = Categorical(n, shape=bs)
+        self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.mask = torch.ones(*bs, n, dtype=torch.bool)
+
+    def _reset(self, tensordict):
+        self.mask = torch.ones(*self.batch_size, self.n, dtype=torch.bool)
+        flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        return TensorDict(
+            action_mask=self.mask.clone(),
+            done=flag,
+            terminated=flag.clone(),
+            truncated=flag.clone(),
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, tensordict):
+        action = tensordict["action"]
+        if not self.mask.gather(-1, action.unsqueeze(-1)).all():
+            raise RuntimeError(f"illegal action {action}")
+        self.mask = self.mask.scatter(-1, action.unsqueeze(-1), False)
+        done = ~self.mask.any(-1, keepdim=True)
+        return TensorDict(
+            action_mask=self.mask.clone(),
+            reward=action.float().unsqueeze(-1),
+            done=done.clone(),
+            terminated=done,
+            truncated=torch.zeros_like(done),
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        pass
+
+
+class TestActionMask:
+    def test_random_actions_follow_the_mask(self):
+        env = TransformedEnv(MaskedEnv(n=4), ActionMask())
+        for _ in range(5):
+            taken = []
+            td = env.reset()
+            for _ in range(4):
+                td = env.rand_action(td)
+                taken.append(int(td["action"]))
+                td = env.step(td)["next"].clone()
+            assert sorted(taken) == [0, 1, 2, 3]  # never an illegal action
+            assert bool(td["done"])
+
+    def test_rollout_with_random_policy(self):
+        env = TransformedEnv(MaskedEnv(n=5, batch_size=[3]), Compose(StepCounter(), ActionMask()))
+        r = env.rollout(5, policy=env.rand_action)
+        assert r.batch_size == torch.Size([3, 5])
+        assert sorted(r["action"][0].tolist()) == [0, 1, 2, 3, 4]
+
+    def test_on_data_checks_actions(self):
+        t = ActionMask()
+        mask = torch.tensor([[True, False, True], [False, True, True]])
+        td = TensorDict(action=torch.tensor([2, 1]), action_mask=mask, batch_size=[2])
+        assert t(td) is td
+        td["action"] = torch.tensor([1, 1])
+        with pytest.raises(ValueError, match="'action' holds actions that 'action_mask' forbids"):
+            t(td)
+        with pytest.raises(KeyError, match="'action_mask'"):
+            t(TensorDict(action=torch.tensor([1]), batch_size=[1]))
+
+    def test_needs_discrete_spec(self):
+        with pytest.raises(TypeError, match="needs a discrete action spec with a mask"):
+            TransformedEnv(PendulumEnv(), ActionMask())
+
+
+class TestActionDiscretizer:
+    @pytest.mark.parametrize(
+        "sampling, expected",
+        [("median", [-1.6, 0.0, 1.6]), ("low", [-2.0, -0.4, 1.2]), ("high", [-1.2, 0.4, 2.0])],
+    )
+    def test_values(self, sampling, expected):
+        env = TransformedEnv(PendulumEnv(), ActionDiscretizer(5, sampling=sampling))
+        _ = env.action_spec  # specs give the bounds
+        td = TensorDict(action=torch.tensor([[0], [2], [4]]), batch_size=[3])
+        out = env.transform.inv(td)
+        torch.testing.assert_close(out["action"].squeeze(-1), torch.tensor(expected))
+        assert td["action"].dtype == torch.int64  # the outer action is untouched
+
+    def test_specs_and_rollout(self):
+        env = TransformedEnv(PendulumEnv(batch_size=[2]), ActionDiscretizer(7))
+        spec = env.action_spec
+        assert isinstance(spec, Categorical) and spec.n == 7 and spec.shape == torch.Size([2, 1])
+        r = env.rollout(5)
+        assert r["action"].dtype == torch.int64 and r["action"].max() < 7
+        check_env_specs(env)
+
+    def test_one_hot_and_out_key(self):
+        env = TransformedEnv(
+            PendulumEnv(), ActionDiscretizer(4, out_action_key="choice", categorical=False)
+        )
+        spec = env.full_action_spec["choice"]
+        assert isinstance(spec, OneHot) and spec.shape == torch.Size([1, 4])
+        assert "action" not in env.full_action_spec.keys()
+        check_env_specs(env)
+
+    def test_random_sampling_within_interval(self):
+        t = ActionDiscretizer(4, sampling="random", low=0.0, high=4.0)
+        out = t.inv(TensorDict(action=torch.full((1000, 1), 2), batch_size=[1000]))["action"]
+        assert (out >= 2.0).all() and (out <= 3.0).all() and out.std() > 0.1
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="num_intervals must be an int >= 2"):
+            ActionDiscretizer(1)
+        with pytest.raises(ValueError, match="sampling must be"):
+            ActionDiscretizer(3, sampling="mid")
+        with pytest.raises(RuntimeError, match="has no action bounds"):
+            ActionDiscretizer(3).inv(TensorDict(action=torch.tensor([1])))
+        with pytest.raises(TypeError, match="needs a Bounded action spec"):
+            TransformedEnv(MaskedEnv(), ActionDiscretizer(3))

@@ -1,0 +1,212 @@
+"""Transform, Compose and TransformedEnv: the list API, parents, specs, errors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from tensordict.nn import TensorDictModule  # noqa: E402
+from torch import nn  # noqa: E402
+
+from rl.envs import GymEnv, PendulumEnv, check_env_specs  # noqa: E402
+from rl.envs.transforms import (  # noqa: E402
+    Compose,
+    DoubleToFloat,
+    NoopResetEnv,
+    ObservationNorm,
+    RewardSum,
+    StepCounter,
+    ToTensorImage,
+    Transform,
+    TransformedEnv,
+)
+
+
+class TestSeedExamples:
+    def test_tutorial_pixels(self):
+        base = GymEnv("Pendulum-v1", from_pixels=True, pixels_only=False)
+        env = TransformedEnv(base, Compose(NoopResetEnv(3), ToTensorImage()))
+        env.append_transform(ObservationNorm(in_keys=["pixels"], loc=2, scale=1))
+        env.insert_transform(0, StepCounter())
+        parent = env.transform[2].parent
+        assert isinstance(parent, TransformedEnv)
+        assert parent.base_env is base
+        assert [type(t) for t in parent.transform] == [StepCounter, NoopResetEnv]
+        td = env.reset()
+        assert td["pixels"].shape == torch.Size([3, 500, 500])
+        assert td["pixels"].dtype == torch.float32
+        # ToTensorImage maps to [0, 1], then ObservationNorm(loc=2, scale=1) adds 2
+        assert float(td["pixels"].min()) >= 2.0 and float(td["pixels"].max()) <= 3.0
+        # StepCounter comes first: the no-op steps (0 to 2) are counted
+        assert 0 <= td["step_count"].item() <= 2
+        assert "observation" in td.keys()
+        text = repr(env)
+        assert "NoopResetEnv(noops=3, random=True)" in text
+        assert "ObservationNorm(loc=2.0000, scale=1.0000, keys=['pixels'])" in text
+        env.close()
+
+    def test_readme_rollout_with_policy(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
+        policy = TensorDictModule(
+            nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
+            in_keys=["observation"],
+            out_keys=["action"],
+        )
+        rollout = env.rollout(max_steps=32, policy=policy)
+        assert rollout.batch_size == torch.Size([32])
+        assert rollout["next", "reward"].shape[:1] == torch.Size([32])
+        torch.testing.assert_close(rollout["next", "step_count"].squeeze(-1), torch.arange(1, 33))
+        torch.testing.assert_close(rollout["step_count"].squeeze(-1), torch.arange(32))
+
+
+class TestTransformList:
+    def test_single_transform_is_wrapped_in_compose(self):
+        t = StepCounter()
+        env = TransformedEnv(PendulumEnv(), t)
+        assert isinstance(env.transform, Compose)
+        assert env.transform[0] is t
+        assert t.container is env.transform
+        assert env.transform.container is env
+
+    def test_append_insert_index(self):
+        env = TransformedEnv(PendulumEnv())
+        a, b, c = StepCounter(), RewardSum(), DoubleToFloat()
+        assert env.append_transform(a) is env
+        env.append_transform(c)
+        env.insert_transform(1, b)
+        assert list(env.transform) == [a, b, c]
+        assert env.transform[-1] is c
+        assert len(env.transform) == 3
+        env.insert_transform(-1, ObservationNorm(loc=0.0, scale=1.0))
+        assert isinstance(env.transform[2], ObservationNorm)
+
+    def test_insert_out_of_range(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter())
+        with pytest.raises(IndexError, match="insert index 5 out of range"):
+            env.insert_transform(5, RewardSum())
+
+    def test_non_transform_rejected(self):
+        with pytest.raises(TypeError, match="Compose expects Transform instances"):
+            Compose(StepCounter(), nn.Linear(2, 2))
+        with pytest.raises(TypeError, match="expects an EnvBase"):
+            TransformedEnv(object(), StepCounter())
+
+    def test_transform_in_two_containers(self):
+        t = StepCounter()
+        TransformedEnv(PendulumEnv(), t)
+        with pytest.raises(RuntimeError, match="already belongs to Compose"):
+            TransformedEnv(PendulumEnv(), t)
+        env2 = TransformedEnv(PendulumEnv(), t.clone())
+        assert env2.transform[0] is not t
+
+    def test_parent_chain(self):
+        base = PendulumEnv()
+        env = TransformedEnv(base, Compose(StepCounter(), RewardSum(), DoubleToFloat()))
+        assert list(env.transform[0].parent.transform) == []
+        p2 = env.transform[2].parent
+        assert [type(t) for t in p2.transform] == [StepCounter, RewardSum]
+        # parent holds copies: the original transforms keep their container
+        assert p2.transform[0] is not env.transform[0]
+        assert env.transform[0].container is env.transform
+        assert p2.base_env is base
+        assert "step_count" in p2.observation_spec.keys()
+        assert "episode_reward" in p2.observation_spec.keys()
+        assert StepCounter().parent is None
+
+    def test_parent_of_nested_compose(self):
+        inner = Compose(RewardSum(), DoubleToFloat())
+        env = TransformedEnv(PendulumEnv(), Compose(StepCounter(), inner))
+        assert env.transform[1] is inner
+        parent = inner[1].parent
+        assert [type(t) for t in parent.transform] == [StepCounter, RewardSum]
+
+    def test_pop_and_slice(self):
+        env = TransformedEnv(PendulumEnv(), Compose(StepCounter(), RewardSum()))
+        assert "episode_reward" in env.observation_spec.keys()
+        popped = env.transform.pop(1)
+        assert isinstance(popped, RewardSum) and popped.container is None
+        assert "episode_reward" not in env.observation_spec.keys()
+        sliced = env.transform[0:1]
+        assert isinstance(sliced, Compose) and isinstance(sliced[0], StepCounter)
+
+
+class TestSpecsAndErrors:
+    def test_specs_recomputed_when_list_changes(self):
+        env = TransformedEnv(PendulumEnv())
+        assert "step_count" not in env.observation_spec.keys()
+        env.append_transform(StepCounter())
+        assert "step_count" in env.observation_spec.keys()
+        assert "step_count" in env.state_spec.keys()
+        check_env_specs(env)
+
+    def test_missing_in_key_names_key_and_keys_present(self):
+        t = ObservationNorm(loc=0.0, scale=1.0, in_keys=["pixels"])
+        td = TensorDict({"observation": torch.zeros(3)}, [])
+        with pytest.raises(
+            KeyError,
+            match=r"ObservationNorm expected in_key 'pixels'.*keys present: \['observation'\]",
+        ):
+            t(td)
+
+    def test_missing_in_key_inside_env(self):
+        env = TransformedEnv(PendulumEnv(), ObservationNorm(loc=0.0, scale=1.0, in_keys=["pixels"]))
+        td = env.reset()  # reset tolerates absent keys
+        with pytest.raises(KeyError, match="'pixels'.*keys present"):
+            env.rand_step(td)
+
+    def test_in_out_keys_length_mismatch(self):
+        with pytest.raises(ValueError, match="as many out_keys as in_keys"):
+            ObservationNorm(loc=0.0, scale=1.0, in_keys=["a", "b"], out_keys=["c"])
+
+    def test_bad_key_type(self):
+        with pytest.raises(TypeError, match="a key must be a str or a tuple of str"):
+            ObservationNorm(loc=0.0, scale=1.0, in_keys=[3])
+
+    def test_identity_transform(self):
+        td = TensorDict({"x": torch.ones(2)}, [])
+        assert Transform()(td) is td
+        env = TransformedEnv(PendulumEnv(), Transform())
+        check_env_specs(env)
+
+
+class TestModuleBehaviour:
+    def test_state_dict_round_trip(self):
+        env = TransformedEnv(
+            PendulumEnv(), Compose(StepCounter(), ObservationNorm(loc=1.0, scale=2.0))
+        )
+        sd = env.state_dict()
+        assert set(sd) == {"transforms.1.loc", "transforms.1.scale"}
+        env2 = TransformedEnv(
+            PendulumEnv(), Compose(StepCounter(), ObservationNorm(loc=0.0, scale=1.0))
+        )
+        env2.load_state_dict(sd)
+        assert float(env2.transform[1].loc) == 1.0 and float(env2.transform[1].scale) == 2.0
+
+    def test_pickle_relinks_containers(self):
+        env = TransformedEnv(PendulumEnv(), Compose(StepCounter(max_steps=4), RewardSum()))
+        env2 = pickle.loads(pickle.dumps(env))
+        assert env2.transform.container is env2
+        assert env2.transform[0].container is env2.transform
+        r = env2.rollout(10)
+        assert r.batch_size == torch.Size([4])
+
+    def test_compose_as_module_in_sequence(self):
+        t = Compose(ObservationNorm(loc=1.0, scale=2.0), ObservationNorm(loc=0.0, scale=10.0))
+        td = TensorDict({"observation": torch.tensor([1.0])}, [])
+        # (1 * 2 + 1) * 10
+        assert float(t(td)["observation"]) == 30.0
+        assert isinstance(t, nn.Module)
+        assert len(list(t.buffers())) == 4
+
+    def test_attribute_forwarding_to_base_env(self):
+        env = TransformedEnv(GymEnv("CartPole-v1"), StepCounter())
+        assert env.env_name == "CartPole-v1"
+        with pytest.raises(AttributeError, match="has no attribute '_not_there'"):
+            _ = env._not_there
+        env.close()
+        assert env.base_env.is_closed

@@ -1,0 +1,310 @@
+"""Episode-level transforms: StepCounter, InitTracker, TensorDictPrimer, NoopResetEnv,
+FrameSkipTransform, RewardSum, TargetReturn."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.core import Bounded, Composite, Unbounded
+from rl.envs import EnvBase, GymEnv, PendulumEnv, check_env_specs
+from rl.envs.transforms import (
+    Compose,
+    FrameSkipTransform,
+    InitTracker,
+    NoopResetEnv,
+    RewardSum,
+    StepCounter,
+    TargetReturn,
+    TensorDictPrimer,
+    TransformedEnv,
+)
+
+
+class ConstEnv(EnvBase):
+    """Reward 1 per step; sub-env ``i`` terminates after ``lengths[i]`` steps."""
+
+    def __init__(self, lengths=(3,)):
+        super().__init__(batch_size=(len(lengths),))
+        bs = self.batch_size
+        self.lengths = torch.tensor(lengths).reshape(*bs, 1)
+        self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
+        self.action_spec = Bounded(-1.0, 1.0, shape=(*bs, 1))
+        self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.t = torch.zeros(*bs, 1, dtype=torch.int64)
+        self.n_steps = 0
+
+    def _reset(self, tensordict):
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        self.t = torch.zeros_like(self.t) if mask is None else torch.where(mask, 0, self.t)
+        flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        return TensorDict(
+            observation=self.t.float(),
+            done=flag,
+            terminated=flag.clone(),
+            truncated=flag.clone(),
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, tensordict):
+        self.n_steps += 1
+        self.t = self.t + 1
+        term = self.t >= self.lengths
+        return TensorDict(
+            observation=self.t.float(),
+            reward=torch.ones(*self.batch_size, 1),
+            done=term.clone(),
+            terminated=term,
+            truncated=torch.zeros_like(term),
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        pass
+
+
+class TestStepCounter:
+    def test_counts_and_truncates(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=5))
+        r = env.rollout(10)
+        assert r.batch_size == torch.Size([5])
+        torch.testing.assert_close(r["next", "step_count"].squeeze(-1), torch.arange(1, 6))
+        assert r["next", "truncated"].squeeze(-1).tolist() == [False] * 4 + [True]
+        assert r["next", "done"].squeeze(-1).tolist() == [False] * 4 + [True]
+        assert r["next", "terminated"].sum() == 0
+
+    def test_specs(self):
+        env = TransformedEnv(PendulumEnv(batch_size=[3]), StepCounter(max_steps=7))
+        spec = env.observation_spec["step_count"]
+        assert spec.shape == torch.Size([3, 1]) and spec.dtype == torch.int64
+        assert isinstance(spec, Bounded) and int(spec.high.max()) == 7
+        assert "step_count" in env.state_spec.keys()
+        check_env_specs(env)
+
+    def test_partial_reset_in_batched_env(self):
+        env = TransformedEnv(ConstEnv(lengths=(2, 3)), StepCounter())
+        r = env.rollout(6, break_when_any_done=False)
+        assert r["step_count"].squeeze(-1).tolist() == [[0, 1, 0, 1, 0, 1], [0, 1, 2, 0, 1, 2]]
+        assert r["next", "step_count"].squeeze(-1).tolist() == [
+            [1, 2, 1, 2, 1, 2],
+            [1, 2, 3, 1, 2, 3],
+        ]
+        check_env_specs(env)
+
+    def test_truncation_auto_resets_in_rollout(self):
+        env = TransformedEnv(PendulumEnv(batch_size=[2]), StepCounter(max_steps=3))
+        r = env.rollout(7, break_when_any_done=False)
+        assert r["step_count"][0].squeeze(-1).tolist() == [0, 1, 2, 0, 1, 2, 0]
+        assert r["next", "truncated"][0].squeeze(-1).tolist() == [False, False, True] * 2 + [False]
+
+    def test_on_data(self):
+        td = TensorDict(
+            {
+                "step_count": torch.tensor([[2], [0]]),
+                "next": TensorDict(
+                    {
+                        "truncated": torch.zeros(2, 1, dtype=torch.bool),
+                        "done": torch.zeros(2, 1, dtype=torch.bool),
+                    },
+                    [2],
+                ),
+            },
+            [2],
+        )
+        StepCounter(max_steps=3)(td)
+        assert td["next", "step_count"].squeeze(-1).tolist() == [3, 1]
+        assert td["next", "truncated"].squeeze(-1).tolist() == [True, False]
+        assert td["next", "done"].squeeze(-1).tolist() == [True, False]
+        with pytest.raises(KeyError, match="needs a 'next' entry"):
+            StepCounter()(TensorDict({"step_count": torch.zeros(1)}, []))
+
+    @pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+    def test_bad_max_steps(self, bad):
+        with pytest.raises(ValueError, match="max_steps must be a positive int or None"):
+            StepCounter(max_steps=bad)
+
+
+class TestInitTracker:
+    def test_values_and_specs(self):
+        env = TransformedEnv(ConstEnv(lengths=(2, 3)), InitTracker())
+        r = env.rollout(5, break_when_any_done=False)
+        assert r["is_init"].squeeze(-1).tolist() == [
+            [True, False, True, False, True],
+            [True, False, False, True, False],
+        ]
+        assert not r["next", "is_init"].any()
+        spec = env.observation_spec["is_init"]
+        assert spec.dtype == torch.bool and spec.shape == torch.Size([2, 1])
+        check_env_specs(env)
+
+    def test_on_stored_trajectory(self):
+        done = torch.tensor([False, True, False, False, True, False]).unsqueeze(-1)
+        td = TensorDict({"next": TensorDict({"done": done}, [6])}, [6])
+        InitTracker()(td)
+        assert td["is_init"].squeeze(-1).tolist() == [True, False, True, False, False, True]
+
+
+class TestRewardSum:
+    def test_values_with_partial_resets(self):
+        env = TransformedEnv(ConstEnv(lengths=(2, 3)), RewardSum())
+        r = env.rollout(6, break_when_any_done=False)
+        assert r["next", "episode_reward"].squeeze(-1).tolist() == [
+            [1, 2, 1, 2, 1, 2],
+            [1, 2, 3, 1, 2, 3],
+        ]
+        assert r["episode_reward"].squeeze(-1).tolist() == [[0, 1, 0, 1, 0, 1], [0, 1, 2, 0, 1, 2]]
+        check_env_specs(env)
+
+    def test_matches_reward_sum_on_pendulum(self):
+        env = TransformedEnv(PendulumEnv(), RewardSum())
+        r = env.rollout(20)
+        torch.testing.assert_close(r["next", "episode_reward"], r["next", "reward"].cumsum(0))
+        spec = env.observation_spec["episode_reward"]
+        assert spec.shape == torch.Size([1]) and spec.dtype == torch.float32
+
+    def test_on_stored_trajectory(self):
+        reward = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).unsqueeze(-1)
+        done = torch.tensor([False, True, False, False, True]).unsqueeze(-1)
+        td = TensorDict({"next": TensorDict({"reward": reward, "done": done}, [5])}, [5])
+        RewardSum()(td)
+        assert td["next", "episode_reward"].squeeze(-1).tolist() == [1.0, 3.0, 3.0, 7.0, 12.0]
+        assert td["episode_reward"].squeeze(-1).tolist() == [0.0, 1.0, 0.0, 3.0, 7.0]
+
+    def test_missing_reward_key(self):
+        with pytest.raises(
+            KeyError, match="RewardSum in_key 'bonus' is not in the env's reward spec"
+        ):
+            TransformedEnv(PendulumEnv(), RewardSum(in_keys=["bonus"]))
+
+
+class TestTargetReturn:
+    def test_reduce_and_constant(self):
+        env = TransformedEnv(ConstEnv(lengths=(3,)), TargetReturn(10.0))
+        r = env.rollout(5, break_when_any_done=False)
+        assert r["target_return"].squeeze(-1).tolist() == [[10.0, 9.0, 8.0, 10.0, 9.0]]
+        assert r["next", "target_return"].squeeze(-1).tolist() == [[9.0, 8.0, 7.0, 9.0, 8.0]]
+        check_env_specs(env)
+        env = TransformedEnv(ConstEnv(lengths=(3,)), TargetReturn(10.0, mode="constant"))
+        r = env.rollout(3)
+        assert (r["next", "target_return"] == 10.0).all()
+
+    def test_on_data_and_errors(self):
+        td = TensorDict(
+            {
+                "target_return": torch.tensor([5.0]),
+                "next": TensorDict({"reward": torch.tensor([2.0])}, []),
+            },
+            [],
+        )
+        TargetReturn(5.0)(td)
+        assert float(td["next", "target_return"]) == 3.0
+        with pytest.raises(ValueError, match="mode must be 'reduce' or 'constant'"):
+            TargetReturn(1.0, mode="sum")
+
+
+class TestTensorDictPrimer:
+    def test_reset_output_and_specs(self):
+        env = TransformedEnv(
+            PendulumEnv(batch_size=[2]),
+            TensorDictPrimer(hidden=Unbounded(shape=(4,)), default_value=0.5),
+        )
+        td = env.reset()
+        assert td["hidden"].shape == torch.Size([2, 4])
+        assert (td["hidden"] == 0.5).all()
+        assert env.state_spec["hidden"].shape == torch.Size([2, 4])
+        assert env.observation_spec["hidden"].shape == torch.Size([2, 4])
+        check_env_specs(env)
+
+    def test_carries_policy_state(self):
+        env = TransformedEnv(PendulumEnv(), TensorDictPrimer({"h": Unbounded(shape=(2,))}))
+
+        def policy(td):
+            td["action"] = torch.zeros(1)
+            td["next", "h"] = td["h"] + 1  # a recurrent policy writes its next state
+            return td
+
+        r = env.rollout(4, policy=policy)
+        assert r["h"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+        td = env.reset()
+        td["action"] = torch.zeros(1)
+        out = env.step(td)
+        torch.testing.assert_close(out["next", "h"], td["h"])  # carried when not written
+
+    def test_random_primer_within_spec(self):
+        env = TransformedEnv(
+            PendulumEnv(), TensorDictPrimer(z=Bounded(-1.0, 1.0, shape=(3,)), random=True)
+        )
+        z = env.reset()["z"]
+        assert z.shape == torch.Size([3]) and (z.abs() <= 1).all() and z.abs().sum() > 0
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="needs at least one primer"):
+            TensorDictPrimer()
+        with pytest.raises(TypeError, match="primer 'h' must be a leaf spec"):
+            TensorDictPrimer(h=3)
+
+    def test_on_data(self):
+        td = TransformedEnv(PendulumEnv(), TensorDictPrimer(h=Unbounded(shape=(2,)))).transform[0](
+            TensorDict({}, [5])
+        )
+        assert td["h"].shape == torch.Size([5, 2])
+
+
+class TestNoopResetEnv:
+    def test_noops_advance_the_env(self):
+        base = ConstEnv(lengths=(100,))
+        env = TransformedEnv(base, NoopResetEnv(noops=4, random=False))
+        td = env.reset()
+        assert base.n_steps == 4
+        assert td["observation"].item() == 4.0
+        assert not td["done"].any()
+        check_env_specs(env)
+
+    def test_random_noops_bounded(self):
+        base = ConstEnv(lengths=(100,))
+        env = TransformedEnv(base, NoopResetEnv(noops=3))
+        counts = set()
+        for _ in range(30):
+            counts.add(int(env.reset()["observation"].item()))
+        assert counts <= {0, 1, 2} and len(counts) > 1
+
+    def test_done_during_noops_restarts(self):
+        with pytest.raises(RuntimeError, match="done within 5 random steps"):
+            TransformedEnv(ConstEnv(lengths=(2,)), NoopResetEnv(noops=5, random=False)).reset()
+
+    def test_bad_noops(self):
+        with pytest.raises(ValueError, match="noops must be a non-negative int"):
+            NoopResetEnv(-1)
+
+
+class TestFrameSkip:
+    def test_sums_rewards_and_repeats(self):
+        base = ConstEnv(lengths=(100,))
+        env = TransformedEnv(base, FrameSkipTransform(3))
+        r = env.rollout(4)
+        assert base.n_steps == 12
+        assert r["next", "reward"].squeeze(-1).tolist() == [[3.0, 3.0, 3.0, 3.0]]
+        assert r["next", "observation"].squeeze(-1).tolist() == [[3.0, 6.0, 9.0, 12.0]]
+        check_env_specs(env)
+
+    def test_stops_at_done(self):
+        env = TransformedEnv(ConstEnv(lengths=(4,)), FrameSkipTransform(3))
+        r = env.rollout(5)
+        assert r["next", "reward"].squeeze(-1).tolist() == [[3.0, 1.0]]
+        assert bool(r["next", "done"][0, -1])
+
+    def test_bad_frame_skip(self):
+        with pytest.raises(ValueError, match="frame_skip must be an int >= 1"):
+            FrameSkipTransform(0)
+
+
+def test_gym_cartpole_episode_transforms_check_specs():
+    env = TransformedEnv(
+        GymEnv("CartPole-v1"), Compose(StepCounter(max_steps=20), InitTracker(), RewardSum())
+    )
+    check_env_specs(env, seed=0)
+    r = env.rollout(50, break_when_any_done=False)
+    steps = r["next", "step_count"].squeeze(-1)
+    assert int(steps.max()) <= 20
+    env.close()

@@ -175,27 +175,35 @@ class PrioritizedSampler(Sampler):
             ValueError: a priority is NaN, infinite or negative, or the sizes differ.
         """
         index = as_index_tensor(index, self._device)
-        priority = torch.as_tensor(priority, device=self._device)
-        priority = priority.detach().to(torch.float64).reshape(-1)
-        if priority.numel() == 1 and index.numel() != 1:
-            priority = priority.expand(index.numel())
-        elif priority.numel() != index.numel():
+        priority = torch.as_tensor(priority, device=self._device).detach()
+        if priority.dtype != self.dtype:
+            priority = priority.to(self.dtype)
+        priority = priority.reshape(-1)
+        n = index.numel()
+        if priority.numel() == 1 and n != 1:
+            priority = priority.expand(n)
+        elif priority.numel() != n:
             raise ValueError(
-                f"got {priority.numel()} priorities for {index.numel()} indices; pass one per "
+                f"got {priority.numel()} priorities for {n} indices; pass one per "
                 "index or a single value"
             )
-        _check_priority(priority)
-        keep = index >= 0
-        if not bool(keep.all()):
-            index, priority = index[keep], priority[keep]
-        if index.numel() == 0:
+        if n == 0:
             return
-        if int(index.max()) >= self._max_capacity:
-            raise IndexError(
-                f"index {int(index.max())} is out of range for max_capacity={self._max_capacity}"
-            )
-        self._max_priority = max(self._max_priority, float(priority.max()))
-        value = (priority + self._eps).pow_(self._alpha).to(self.dtype)
+        # one reduction each gives the checks (NaN propagates into the min) and the max
+        low, high = (float(x) for x in torch.aminmax(priority))
+        if not (low >= 0 and high < math.inf):
+            _check_priority(priority)
+        first, last = (int(x) for x in torch.aminmax(index))
+        if first < 0:  # a max-value writer marks dropped items with -1
+            keep = index >= 0
+            index, priority = index[keep], priority[keep]
+            if index.numel() == 0:
+                return
+            high = float(priority.max())
+        if last >= self._max_capacity:
+            raise IndexError(f"index {last} is out of range for max_capacity={self._max_capacity}")
+        self._max_priority = max(self._max_priority, high)
+        value = (priority + self._eps).pow_(self._alpha)
         self._sum_tree.update(index, value)
         self._min_tree.update(index, value)
 

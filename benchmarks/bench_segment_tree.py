@@ -54,16 +54,23 @@ class NumpySumTree:
         return node - self.size
 
 
-def _best_rate(step, iterations: int, repeats: int, sync=None) -> float:
-    """Best steps/s over ``repeats`` runs of ``iterations`` steps (the machine is shared)."""
-    best = 0.0
+def _rate(step, iterations: int, sync=None) -> float:
+    """Steps per second over ``iterations`` consecutive steps."""
+    start = time.perf_counter()
+    for k in range(iterations):
+        step(k)
+    if sync is not None:
+        sync()
+    return iterations / (time.perf_counter() - start)
+
+
+def _best_rates(steps: dict, iterations: int, repeats: int) -> dict:
+    """Best rate of each step over ``repeats`` rounds; the implementations take turns in
+    every round, so load from other processes on the shared machine hits them alike."""
+    best = dict.fromkeys(steps, 0.0)
     for _ in range(repeats):
-        start = time.perf_counter()
-        for k in range(iterations):
-            step(k)
-        if sync is not None:
-            sync()
-        best = max(best, iterations / (time.perf_counter() - start))
+        for name, (step, sync) in steps.items():
+            best[name] = max(best[name], _rate(step, iterations, sync))
     return best
 
 
@@ -106,15 +113,11 @@ def _measure(dtype, capacity: int, batch: int, iterations: int, repeats: int) ->
         torch_tree.update(t_indices[k], t_priorities[k])
         torch_tree.scan_lower_bound(t_uniforms[k] * torch_tree.total())
 
-    floor = _best_rate(numpy_step, iterations, repeats)
-    results = [
-        ("numpy vectorized tree (floor)", floor),
-        ("rl.cpp CPU, numpy arrays", _best_rate(cpp_step, iterations, repeats)),
-        ("rl.cpp CPU, torch tensors", _best_rate(cpp_torch_step, iterations, repeats)),
-    ]
-    # The same priorities were written in the same order: the trees agree.
-    np.testing.assert_allclose(tree.total(), ref.total(), rtol=1e-4)
-
+    steps = {
+        "numpy vectorized tree (floor)": (numpy_step, None),
+        "rl.cpp CPU, numpy arrays": (cpp_step, None),
+        "rl.cpp CPU, torch tensors": (cpp_torch_step, None),
+    }
     if torch.cuda.is_available() and cuda_compiled() and cuda_device_count() > 0:
         dev = torch.device("cuda")
         g_indices = t_indices.to(dev)
@@ -127,11 +130,14 @@ def _measure(dtype, capacity: int, batch: int, iterations: int, repeats: int) ->
             gpu_tree.update(g_indices[k], g_priorities[k])
             gpu_tree.scan_lower_bound(g_uniforms[k] * gpu_tree.total())
 
-        rate = _best_rate(cuda_step, iterations, repeats, torch.cuda.synchronize)
-        results.append(("rl.cpp CUDA, torch CUDA tensors", rate))
+        steps["rl.cpp CUDA, torch CUDA tensors"] = (cuda_step, torch.cuda.synchronize)
+    results = _best_rates(steps, iterations, repeats)
+    # The same priorities were written in the same order: the trees agree.
+    np.testing.assert_allclose(tree.total(), ref.total(), rtol=1e-4)
+    floor = results["numpy vectorized tree (floor)"]
     return [
         {"dtype": np.dtype(dtype).name, "impl": name, "rate": rate, "ratio": rate / floor}
-        for name, rate in results
+        for name, rate in results.items()
     ]
 
 

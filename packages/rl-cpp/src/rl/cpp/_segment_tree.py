@@ -74,6 +74,18 @@ def _parse_device(device: Any) -> tuple[str, int]:
     raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {device!r}")
 
 
+_TORCH_DTYPES: dict[np.dtype, Any] = {}
+
+
+def _torch_dtype(dtype: np.dtype) -> Any:
+    """The torch dtype matching a numpy one (torch is imported by the caller by then)."""
+    try:
+        return _TORCH_DTYPES[dtype]
+    except KeyError:
+        _TORCH_DTYPES[dtype] = getattr(sys.modules["torch"], dtype.name)
+        return _TORCH_DTYPES[dtype]
+
+
 class _SegmentTree:
     """Shared implementation of :class:`SumSegmentTree` and :class:`MinSegmentTree`."""
 
@@ -322,8 +334,7 @@ class _SegmentTree:
         )
 
     def _tensor(self, x: Any, name: str, dtype: np.dtype) -> tuple[Any, str, tuple]:
-        torch = sys.modules["torch"]
-        expected = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
+        expected = _torch_dtype(dtype)
         if x.dtype != expected:
             raise TypeError(
                 f"{name} has dtype {x.dtype}, expected {expected} (convert it with .to({expected}))"
@@ -331,7 +342,7 @@ class _SegmentTree:
         if self._cuda:
             wrong_device = not x.is_cuda or x.device.index != self._device_index
         else:
-            wrong_device = x.device.type != "cpu"
+            wrong_device = not x.is_cpu
         if wrong_device:
             raise ValueError(
                 f"{name} is on {x.device}, expected {self._device} (the tree's device)"
@@ -360,9 +371,7 @@ class _SegmentTree:
     def _empty(kind: str, like: Any, n: int, dtype: np.dtype) -> Any:
         if kind != "torch":
             return np.empty(n, dtype=dtype)
-        torch = sys.modules["torch"]
-        tdtype = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
-        return torch.empty(n, dtype=tdtype, device=like.device)
+        return sys.modules["torch"].empty(n, dtype=_torch_dtype(dtype), device=like.device)
 
 
 class SumSegmentTree(_SegmentTree):

@@ -9,7 +9,14 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.data import LazyMemmapStorage, LazyTensorStorage, ListStorage, TensorStorage
+from rl.data import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+    TensorStorage,
+)
 from rl.data.replay_buffers.storages import Storage
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -215,6 +222,21 @@ class TestLazyMemmapStorage:
         assert len(again) == 35
         assert again.get(torch.tensor([34]))["id"].item() == 4
 
+    def test_buffer_on_a_reopened_wrapped_storage(self, tmp_path, make_transitions):
+        rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(10, scratch_dir=tmp_path))
+        rb.extend(make_transitions(13))  # wraps: positions 0-2 hold items 10-12
+        del rb
+        again = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=0.5, storage=LazyMemmapStorage(10, scratch_dir=tmp_path)
+        )
+        assert len(again) == 10
+        # the old items are known to the sampler (default priority) and can be sampled
+        assert again.sampler._sum_tree.query(0, 10) == pytest.approx(10.0)
+        assert set(again.sample(200)["id"].tolist()) == set(range(3, 13))
+        # the next write continues after item 12, overwriting the oldest item (3)
+        assert again.extend(make_transitions(1, start=13)).tolist() == [3]
+        assert sorted(again[:]["id"].tolist()) == list(range(4, 14))
+
     def test_reopen_wrong_size_or_existsok(self, tmp_path):
         s = LazyMemmapStorage(10, scratch_dir=tmp_path)
         s.set(slice(0, 2), TensorDict({"a": torch.zeros(2)}, [2]))
@@ -285,4 +307,4 @@ class TestLazyMemmapStorage:
     def test_counter_file_is_tiny(self, tmp_path):
         s = LazyMemmapStorage(10, scratch_dir=tmp_path)
         s.set(slice(0, 1), torch.zeros(1))
-        assert os.path.getsize(tmp_path / "rl_storage_len.bin") == np.dtype(np.int64).itemsize
+        assert os.path.getsize(tmp_path / "rl_storage_len.bin") == 2 * np.dtype(np.int64).itemsize

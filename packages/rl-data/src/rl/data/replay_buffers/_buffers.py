@@ -91,6 +91,13 @@ class ReplayBuffer:
             raise TypeError(f"writer must be a Writer, got {type(self._writer).__name__}")
         self._writer.register_storage(self._storage)
         self._sampler._attach_storage(self._storage)
+        if len(self._storage):
+            # items already stored (a reopened memmap storage): announce them to the
+            # sampler, oldest first, so priorities and trajectory bounds cover them
+            n, end = len(self._storage), getattr(self._storage, "_write_end", 0)
+            self._sampler.extend(
+                torch.arange(end, end + n) % n if n == self._storage.max_size else torch.arange(n)
+            )
         self._custom_collate = collate_fn is not None
         self._collate_fn = collate_fn if collate_fn is not None else self._storage._default_collate
         self._pin_memory = bool(pin_memory)

@@ -100,8 +100,9 @@ class LazyMemmapStorage(LazyTensorStorage):
     def _open_counter(self, create: bool) -> None:
         path = self.scratch_dir / _COUNTER
         if create:
-            np.zeros(1, dtype=np.int64).tofile(path)
-        self._counter = np.memmap(path, dtype=np.int64, mode="r+", shape=(1,))
+            np.zeros(2, dtype=np.int64).tofile(path)
+        # [number of valid items, position after the last item written]
+        self._counter = np.memmap(path, dtype=np.int64, mode="r+", shape=(2,))
 
     def _reopen(self) -> None:
         meta = json.loads((self.scratch_dir / _META).read_text())
@@ -121,6 +122,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._adopt(stored)
         self._open_counter(create=False)
         self._len = int(self._counter[0])
+        self._write_end = int(self._counter[1])
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         if isinstance(template, TensorDictBase):
@@ -190,15 +192,16 @@ class LazyMemmapStorage(LazyTensorStorage):
         array = np.memmap(filename, dtype=np_dtype, mode="r+", shape=tuple(tensor.shape))
         return torch.from_numpy(array)
 
-    def _bump_len(self, new_len: int) -> None:
-        if new_len > self._len:
-            self._len = new_len
-            self._counter[0] = new_len
+    def _record_write(self, new_len: int, write_end: int) -> None:
+        super()._record_write(new_len, write_end)
+        # after the data: a process killed in between loses the last write, nothing else
+        self._counter[1] = self._write_end
+        self._counter[0] = self._len
 
     def _empty(self) -> None:
         super()._empty()
         if self._counter is not None:
-            self._counter[0] = 0
+            self._counter[:] = 0
 
     # -- reads -----------------------------------------------------------------------------------
     @property

@@ -100,6 +100,7 @@ class TensorStorage(Storage):
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._storage: torch.Tensor | TensorDictBase | None = None
         self._len = 0
+        self._write_end = 0
         if storage is not None:
             self._adopt(storage.to(self._device) if storage.device != self._device else storage)
 
@@ -209,9 +210,11 @@ class TensorStorage(Storage):
         return ", ".join(sorted(map(repr, self._sig)))
 
     # -- writes ----------------------------------------------------------------------------------
-    def _bump_len(self, new_len: int) -> None:
+    def _record_write(self, new_len: int, write_end: int) -> None:
+        """Grows ``len`` to ``new_len``; ``write_end`` follows the last item written."""
         if new_len > self._len:
             self._len = new_len
+        self._write_end = write_end % self.max_size
 
     def set(self, cursor: int | slice | torch.Tensor, data: Any) -> None:
         batched = not isinstance(cursor, (int, np.integer))
@@ -224,6 +227,7 @@ class TensorStorage(Storage):
             if data.shape[0] != n:
                 raise ValueError(f"got {data.shape[0]} items for a slice of {n} positions")
             end = start + (n - 1) * step + 1 if n else 0
+            write_end = end
         elif batched:
             cursor = torch.as_tensor(cursor, device=self._device).reshape(-1).long()
             if cursor.numel() != data.shape[0]:
@@ -234,11 +238,12 @@ class TensorStorage(Storage):
             if lo < 0 or hi >= self.max_size:
                 raise IndexError(f"indices must lie in [0, {self.max_size}), got [{lo}, {hi}]")
             end = hi + 1
+            write_end = int(cursor[-1]) + 1
         else:
             cursor = int(cursor)
             if not 0 <= cursor < self.max_size:
                 raise IndexError(f"index {cursor} is out of range [0, {self.max_size})")
-            end = cursor + 1
+            end = write_end = cursor + 1
         # copy_ moves data across devices itself; index_copy_ needs it on the storage's device
         if self._is_td:
             for key, dest in self._leaves:
@@ -253,7 +258,7 @@ class TensorStorage(Storage):
                 self._tensor.index_copy_(0, cursor, value.to(self._tensor.device))
             else:
                 self._tensor[cursor].copy_(value)
-        self._bump_len(end)
+        self._record_write(end, write_end)
 
     # -- reads -----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -303,10 +308,16 @@ class TensorStorage(Storage):
 
     def _empty(self) -> None:
         self._len = 0
+        self._write_end = 0
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"max_size": self.max_size, "len": self._len, "data": None}
+        state: dict[str, Any] = {
+            "max_size": self.max_size,
+            "len": self._len,
+            "write_end": self._write_end,
+            "data": None,
+        }
         if self._storage is not None:
             valid = self._storage[: self._len] if self._len else self._storage[:1]
             if self._is_td:
@@ -322,18 +333,17 @@ class TensorStorage(Storage):
             )
         data = state_dict["data"]
         length = int(state_dict["len"])
+        self._empty()
         if data is None:
-            self._len = 0
             return
         if isinstance(data, dict):
             data = decode_tensordict(data)
         if self._storage is None:
             self._init(data, batched=True)
         self._check(data, batched=True)
-        self._len = 0
         if length:
             self.set(slice(0, length), data[:length])
-        self._len = length
+        self._record_write(length, int(state_dict.get("write_end", length)))
 
 
 class LazyTensorStorage(TensorStorage):

@@ -70,9 +70,10 @@ class RoundRobinWriter(Writer):
 
     def register_storage(self, storage: Storage) -> None:
         super().register_storage(storage)
-        # A storage reopened from disk already holds items: append after them.
+        # A storage that already holds items (reopened from disk): continue after the last
+        # item written, which is not the end of the data once the ring has wrapped.
         if self._write_count == 0 and len(storage):
-            self._cursor = len(storage) % storage.max_size
+            self._cursor = getattr(storage, "_write_end", len(storage)) % storage.max_size
             self._write_count = len(storage)
 
     def _prepare(self, data: Any, index: Any) -> Any:

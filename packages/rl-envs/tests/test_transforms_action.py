@@ -55,7 +55,45 @@ class MaskedEnv(EnvBase):
         pass
 
 
+class GrowingMaskEnv(MaskedEnv):
+    """After t steps, actions 0..t are allowed (an illegal action raises)."""
+
+    def _reset(self, tensordict):
+        out = super()._reset(tensordict)
+        self.mask = torch.zeros_like(self.mask)
+        self.mask[..., 0] = True
+        out["action_mask"] = self.mask.clone()
+        return out
+
+    def _step(self, tensordict):
+        action = tensordict["action"]
+        if not self.mask.gather(-1, action.unsqueeze(-1)).all():
+            raise RuntimeError(f"illegal action {action} for mask {self.mask}")
+        t = int(self.mask.sum(-1).reshape(-1)[0])
+        self.mask[..., : t + 1] = True
+        done = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        return TensorDict(
+            action_mask=self.mask.clone(),
+            reward=action.float().unsqueeze(-1),
+            done=done,
+            terminated=done.clone(),
+            truncated=done.clone(),
+            batch_size=self.batch_size,
+        )
+
+
 class TestActionMask:
+    @pytest.mark.parametrize("batch_size", [(), (3,)])
+    def test_check_env_specs_and_random_rollout(self, batch_size):
+        env = TransformedEnv(GrowingMaskEnv(n=4, batch_size=batch_size), ActionMask())
+        check_env_specs(env)  # 3 steps: the final mask allows every action
+        torch.manual_seed(0)
+        r = env.rollout(8)
+        taken = r["action"].reshape(-1, 8) if batch_size else r["action"].reshape(1, 8)
+        # step t draws from {0..t}: never an illegal action, and later steps use the wider mask
+        assert (taken <= torch.arange(8).clamp_max(3)).all()
+        assert taken[:, 3:].max() > 0
+
     def test_random_actions_follow_the_mask(self):
         env = TransformedEnv(MaskedEnv(n=4), ActionMask())
         for _ in range(5):

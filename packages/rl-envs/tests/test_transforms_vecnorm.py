@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.envs import ParallelEnv, PendulumEnv, check_env_specs
+from rl.envs import PendulumEnv, check_env_specs
 from rl.envs.transforms import ObservationNorm, TransformedEnv, VecNorm
 
 
@@ -94,26 +94,3 @@ class TestVecNormEnv:
         env_a.rollout(3)
         env_b.rollout(4)
         assert float(shared["observation_count"]) > 8.99 - 1e-3  # 4 + 5 updates, decayed
-
-
-@pytest.mark.parametrize("start_method, memmap", [("spawn", True), ("fork", False)])
-def test_shared_between_parallel_workers(start_method, memmap):
-    shared = VecNorm.build_td_for_shared_vecnorm(PendulumEnv(), keys=["observation"], memmap=memmap)
-    env = ParallelEnv(
-        2,
-        lambda: TransformedEnv(
-            PendulumEnv(),
-            VecNorm(in_keys=["observation"], out_keys=["obs_norm"], shared_td=shared, decay=1.0),
-        ),
-        mp_start_method=start_method,
-    )
-    try:
-        r = env.rollout(10)
-    finally:
-        env.close()
-    assert r.batch_size == torch.Size([2, 10])
-    # both workers updated the same statistics: 2 x (1 reset + 10 steps)
-    assert float(shared["observation_count"]) == 22.0
-    seen = torch.cat([r["observation"][:, 0], r["next", "observation"].reshape(-1, 3)])
-    torch.testing.assert_close(shared["observation_sum"], seen.sum(0))
-    torch.testing.assert_close(shared["observation_ssq"], (seen**2).sum(0))

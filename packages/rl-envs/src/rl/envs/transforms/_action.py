@@ -31,6 +31,8 @@ class ActionMask(Transform):
         TypeError: at spec time, the action spec has no mask (not Categorical / OneHot).
     """
 
+    _dynamic_action_spec = True
+
     def __init__(self, action_key: NestedKey = "action", mask_key: NestedKey = "action_mask"):
         super().__init__()
         self.action_key = normalize_key(action_key)

@@ -300,6 +300,9 @@ class Transform(nn.Module):
     # ``_elementwise = True``: TransformedEnv may then run the base env's fast rollout
     # and apply it to the whole [*B, T] trajectory at once.
     _elementwise = False
+    # True when the transform changes the action spec while the env runs (ActionMask):
+    # random rollouts then draw each action from the current spec
+    _dynamic_action_spec = False
 
     def _rollout_safe(self) -> bool:
         """Whether ``_transform_rollout`` reproduces the step-by-step result."""

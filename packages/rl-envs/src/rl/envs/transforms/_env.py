@@ -126,6 +126,7 @@ class TransformedEnv(EnvBase):
             fast = getattr(base, "_rollout_fast", None) is not None and all(
                 t._rollout_safe() for t in flat
             )
+            self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
             cache = (output_spec, input_spec, fast)
             self.__dict__["_spec_cache"] = cache
             device = output_spec.device
@@ -188,11 +189,13 @@ class TransformedEnv(EnvBase):
         raw = self.__dict__["_raw_reset"]
         self.__dict__["_raw_reset"] = None
         if raw is None or not self._specs()[2]:
+            # a spec that changes at every step (action masks): draw each action when needed
+            dynamic = self.__dict__.get("_dynamic_action_spec", False)
             return rollout_generic(
                 self,
                 max_steps,
                 tensordict,
-                policy=None,
+                policy=self.rand_action if dynamic else None,
                 callback=None,
                 break_when_any_done=break_when_any_done,
                 break_when_all_done=break_when_all_done,

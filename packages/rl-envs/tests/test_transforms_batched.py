@@ -1,0 +1,58 @@
+"""Transforms over batched envs: TransformedEnv(ParallelEnv), VecNorm shared by workers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl.envs import ParallelEnv, PendulumEnv, SerialEnv, check_env_specs
+from rl.envs.transforms import (
+    Compose,
+    ObservationNorm,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+    VecNorm,
+)
+
+
+@pytest.mark.parametrize("batched", [SerialEnv, ParallelEnv])
+def test_transforms_over_batched_env(batched):
+    kwargs = {"mp_start_method": "fork"} if batched is ParallelEnv else {}
+    env = TransformedEnv(
+        batched(3, PendulumEnv, **kwargs),
+        Compose(StepCounter(max_steps=4), RewardSum(), ObservationNorm(loc=1.0, scale=2.0)),
+    )
+    try:
+        check_env_specs(env)
+        r = env.rollout(6, break_when_any_done=False)
+        assert r.batch_size == torch.Size([3, 6])
+        assert r["step_count"].squeeze(-1).tolist() == [[0, 1, 2, 3, 0, 1]] * 3
+        torch.testing.assert_close(
+            r["next", "episode_reward"][:, 3], r["next", "reward"][:, :4].sum(1)
+        )
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("start_method, memmap", [("spawn", True), ("fork", False)])
+def test_shared_between_parallel_workers(start_method, memmap):
+    shared = VecNorm.build_td_for_shared_vecnorm(PendulumEnv(), keys=["observation"], memmap=memmap)
+    env = ParallelEnv(
+        2,
+        lambda: TransformedEnv(
+            PendulumEnv(),
+            VecNorm(in_keys=["observation"], out_keys=["obs_norm"], shared_td=shared, decay=1.0),
+        ),
+        mp_start_method=start_method,
+    )
+    try:
+        r = env.rollout(10)
+    finally:
+        env.close()
+    assert r.batch_size == torch.Size([2, 10])
+    # both workers updated the same statistics: 2 x (1 reset + 10 steps)
+    assert float(shared["observation_count"]) == 22.0
+    seen = torch.cat([r["observation"][:, 0], r["next", "observation"].reshape(-1, 3)])
+    torch.testing.assert_close(shared["observation_sum"], seen.sum(0))
+    torch.testing.assert_close(shared["observation_ssq"], (seen**2).sum(0))

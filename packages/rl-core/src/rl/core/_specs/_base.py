@@ -1,0 +1,463 @@
+"""The base class of every tensor spec, the spaces, and the argument parsers they share."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "TensorSpec",
+    "ContinuousBox",
+    "CategoricalBox",
+    "BoxList",
+    "DEVICE_TYPING",
+]
+
+DEVICE_TYPING = torch.device | str | int
+
+
+def _build_dtype_names() -> dict[str, torch.dtype]:
+    names: dict[str, torch.dtype] = {}
+    for name in dir(torch):
+        value = getattr(torch, name, None)
+        if isinstance(value, torch.dtype):
+            names[name] = value
+            names[f"torch.{name}"] = value
+    return names
+
+
+_DTYPE_NAMES = _build_dtype_names()
+_PY_DTYPES: dict[type, torch.dtype] = {bool: torch.bool, int: torch.int64, float: torch.float32}
+
+
+def _to_dtype(dtype: Any, default: torch.dtype | None = torch.float32) -> torch.dtype | None:
+    """Parses a torch dtype, a string ("float32", "torch.int64"), a numpy dtype or a python type."""
+    if dtype is None:
+        return default
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        out = _DTYPE_NAMES.get(dtype)
+        if out is None:
+            raise ValueError(
+                f"unknown dtype {dtype!r}: expected a torch.dtype or a name such as "
+                "'float32', 'int64', 'bool' or 'uint8'"
+            )
+        return out
+    if dtype in _PY_DTYPES:
+        return _PY_DTYPES[dtype]
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        np_dtype = None
+    if np_dtype is not None and np_dtype.name in _DTYPE_NAMES:
+        return _DTYPE_NAMES[np_dtype.name]
+    raise ValueError(
+        f"unknown dtype {dtype!r}: expected a torch.dtype, a numpy dtype or a name such as "
+        "'float32', 'int64', 'bool' or 'uint8'"
+    )
+
+
+def _to_device(device: Any) -> torch.device:
+    if device is None:
+        return torch.get_default_device()
+    if isinstance(device, torch.device):
+        return device
+    return torch.device(device)
+
+
+def _to_shape(shape: Any, what: str = "shape") -> torch.Size:
+    if shape is None:
+        return torch.Size(())
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        out = torch.Size(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be an int or a sequence of ints, got {shape!r}") from None
+    if any(s < 0 for s in out):
+        raise ValueError(f"{what} must have non-negative sizes, got {tuple(out)}")
+    return out
+
+
+def _shape_args(shape: tuple) -> torch.Size:
+    """Parses the ``*shape`` of ``expand(*shape)``: ``expand(2, 3)`` or ``expand((2, 3))``."""
+    if len(shape) == 1 and not isinstance(shape[0], int):
+        shape = shape[0]
+    return _to_shape(shape)
+
+
+def _normalize_dim(dim: int, ndim: int, what: str) -> int:
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"{what}: dim {dim} is out of range for {ndim} dims")
+    return dim + ndim if dim < 0 else dim
+
+
+def _numpy_ready(value: Any) -> Any:
+    # torch.as_tensor warns on read-only numpy arrays (gymnasium hands those out)
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    return value
+
+
+def _fmt_tensor(t: torch.Tensor) -> str:
+    """A short readable form: a scalar when every entry is the same, the values when few."""
+    if t.numel() == 0:
+        return "[]"
+    flat = t.reshape(-1)
+    first = flat[0]
+    if bool((flat == first).all()):
+        return repr(first.item())
+    if t.numel() <= 8:
+        return repr(t.tolist())
+    return f"Tensor(shape={tuple(t.shape)}, min={t.min().item()!r}, max={t.max().item()!r})"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+class ContinuousBox:
+    """The box ``[low, high]`` of a :class:`~rl.core.Bounded` spec (``spec.space``)."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor):
+        self.low = low
+        self.high = high
+
+    def __repr__(self) -> str:
+        return f"ContinuousBox(low={_fmt_tensor(self.low)}, high={_fmt_tensor(self.high)})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ContinuousBox)
+            and torch.equal(self.low, other.low)
+            and torch.equal(self.high, other.high)
+        )
+
+
+class CategoricalBox:
+    """The set ``{0, ..., n - 1}`` of a discrete spec (``spec.space``)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"CategoricalBox(n={self.n})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CategoricalBox) and self.n == other.n
+
+
+class BoxList:
+    """A list of :class:`CategoricalBox`, the space of the multi-discrete specs."""
+
+    def __init__(self, boxes: Sequence[CategoricalBox]):
+        self.boxes = list(boxes)
+
+    @classmethod
+    def from_nvec(cls, nvec: Sequence[int]) -> BoxList:
+        return cls([CategoricalBox(int(n)) for n in nvec])
+
+    def __getitem__(self, i: int) -> CategoricalBox:
+        return self.boxes[i]
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+    def __repr__(self) -> str:
+        return f"BoxList(n={[b.n for b in self.boxes]})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BoxList) and [b.n for b in self.boxes] == [
+            b.n for b in other.boxes
+        ]
+
+
+class TensorSpec:
+    """Base class of the tensor specs: what a tensor must look like (shape, dtype, device, values).
+
+    Subclasses set ``_elementwise`` (names of tensor attributes whose leading dims are the
+    spec's batch dims, such as ``low``/``high`` or a mask) and ``_nfeat`` (how many trailing
+    dims of ``shape`` are feature dims that indexing and ``expand`` must leave alone, 1 for
+    one-hot encodings). Shape operations (indexing, ``expand``, ``squeeze``, ``unsqueeze``)
+    are written once here on top of these two attributes.
+    """
+
+    _elementwise: tuple[str, ...] = ()
+    _value_tensors: tuple[str, ...] = ()  # elementwise tensors that follow the spec's dtype
+    _eq_attrs: tuple[str, ...] = ()
+    _nfeat: int = 0
+    _deprecated_alias: bool = False
+
+    shape: torch.Size
+    dtype: torch.dtype | None
+    device: torch.device | None
+    domain: str = ""
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def ndimension(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    @property
+    def _batch_ndim(self) -> int:
+        return len(self.shape) - self._nfeat
+
+    def _canonical_type(self) -> type:
+        cls = type(self)
+        while cls._deprecated_alias:
+            cls = cls.__mro__[1]
+        return cls
+
+    # ------------------------------------------------------------------ values
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """A random value in the spec, with ``shape`` extra leading dims."""
+        raise NotImplementedError  # pragma: no cover - every concrete spec overrides it
+
+    def sample(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """Alias of :meth:`rand`."""
+        return self.rand(shape)
+
+    def zero(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """A tensor of zeros of shape ``(*shape, *spec.shape)`` (preallocation; see the class)."""
+        return torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
+
+    def one(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """A tensor of ones of shape ``(*shape, *spec.shape)``."""
+        return torch.ones((*shape, *self.shape), dtype=self.dtype, device=self.device)
+
+    def zeros(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """Alias of :meth:`zero`."""
+        return self.zero(shape)
+
+    def ones(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        """Alias of :meth:`one`."""
+        return self.one(shape)
+
+    def _mismatch(self, value: Any) -> str | None:
+        """Why ``value`` is not in the spec, or None when it is. Shape and dtype checks here."""
+        if not isinstance(value, torch.Tensor):
+            return f"got {_describe(value)}, expected a tensor"
+        vshape = value.shape
+        n = len(self.shape)
+        if len(vshape) < n or vshape[len(vshape) - n :] != self.shape:
+            return (
+                f"has shape {tuple(vshape)}, expected (*batch, {', '.join(map(str, self.shape))})"
+            )
+        if value.dtype != self.dtype:
+            return f"has dtype {value.dtype}, expected {self.dtype}"
+        return self._values_mismatch(value)
+
+    def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        return None
+
+    def is_in(self, value: Any) -> bool:
+        """Whether ``value`` has the spec's trailing shape, its dtype and allowed values.
+
+        Leading dims beyond ``spec.shape`` are accepted (a batch of values).
+        """
+        return self._mismatch(value) is None
+
+    def assert_is_in(self, value: Any) -> None:
+        """Raises ``ValueError`` naming the spec and the value when ``value`` is not in the spec."""
+        why = self._mismatch(value)
+        if why is not None:
+            raise ValueError(f"value {why}, so it is not in {self!r}")
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        """The closest value in the spec (clamped, rounded, re-encoded)."""
+        if value.dtype != self.dtype:
+            value = value.to(self.dtype)
+        return value
+
+    def encode(self, value: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Turns a numpy array, a python number or list, or a tensor into a tensor of the spec.
+
+        The result has the spec's dtype and device. A value whose number of elements equals the
+        spec's is reshaped to ``spec.shape`` (a python float for a spec of shape ``(1,)``).
+        """
+        device = None if ignore_device else self.device
+        out = torch.as_tensor(_numpy_ready(value), dtype=self.dtype, device=device)
+        if out.shape != self.shape and out.numel() == self.shape.numel():
+            out = out.reshape(self.shape)
+        return out
+
+    def to_numpy(self, value: torch.Tensor, safe: bool | None = None) -> np.ndarray:
+        """The value as a numpy array (``safe=True`` checks it is in the spec first)."""
+        if safe:
+            self.assert_is_in(value)
+        return value.detach().cpu().numpy()
+
+    # ------------------------------------------------------------------ copies and devices
+    def _copy_with(self, shape: torch.Size, fn: Callable[[torch.Tensor], torch.Tensor]):
+        new = copy.copy(self)
+        new.shape = torch.Size(shape)
+        for name in self._elementwise:
+            t = getattr(self, name)
+            if t is not None:
+                setattr(new, name, fn(t))
+        return new
+
+    def clone(self) -> TensorSpec:
+        """A deep copy."""
+        return self._copy_with(self.shape, torch.Tensor.clone)
+
+    def to(self, dest: DEVICE_TYPING | torch.dtype) -> TensorSpec:
+        """The spec on another device (or with another dtype when ``dest`` is a dtype)."""
+        if isinstance(dest, torch.dtype):
+            if dest == self.dtype:
+                return self
+            new = self._copy_with(self.shape, lambda t: t)
+            new.dtype = dest
+            for name in self._value_tensors:
+                setattr(new, name, getattr(self, name).to(dest))
+            new._on_dtype_change()
+            return new
+        dest = _to_device(dest)
+        if dest == self.device:
+            return self
+        new = self._copy_with(self.shape, lambda t: t.to(dest))
+        new.device = dest
+        return new
+
+    def _on_dtype_change(self) -> None:
+        pass
+
+    def cpu(self) -> TensorSpec:
+        return self.to("cpu")
+
+    def cuda(self, device: int | None = None) -> TensorSpec:
+        return self.to("cuda" if device is None else f"cuda:{device}")
+
+    # ------------------------------------------------------------------ shape operations
+    def _new_shape(self, batch: Sequence[int]) -> torch.Size:
+        return torch.Size((*batch, *self.shape[self._batch_ndim :]))
+
+    def __getitem__(self, idx: Any) -> TensorSpec:
+        """Indexes the leading (batch) dims; feature dims (one-hot, ...) are kept."""
+        bn = self._batch_ndim
+        full = (idx if isinstance(idx, tuple) else (idx,)) + (slice(None),) * self._nfeat
+        dummy = torch.zeros((), device=self.device).expand(self.shape)
+        try:
+            shape = dummy[full].shape
+        except IndexError as err:
+            raise IndexError(
+                f"cannot index {type(self).__name__} of shape {tuple(self.shape)} with {idx!r} "
+                f"({bn} batch dims can be indexed): {err}"
+            ) from None
+
+        def index(t: torch.Tensor) -> torch.Tensor:
+            return t[full + (slice(None),) * (t.ndim - len(self.shape))]
+
+        return self._copy_with(shape, index)
+
+    def expand(self, *shape: int) -> TensorSpec:
+        """The spec with its batch dims expanded to ``shape`` (which ends with ``spec.shape``).
+
+        Dims of size 1 can grow, new leading dims can be added, feature dims must not change.
+        """
+        shape = _shape_args(shape)
+        n = self.ndim
+        bn = self._batch_ndim
+        lead = len(shape) - n
+        if (
+            lead < 0
+            or any(s != o and o != 1 for s, o in zip(shape[lead : lead + bn], self.shape[:bn]))
+            or shape[lead + bn :] != self.shape[bn:]
+        ):
+            raise ValueError(
+                f"cannot expand {type(self).__name__} of shape {tuple(self.shape)} to "
+                f"{tuple(shape)}: the new shape must end with the old one (dims of size 1 may grow)"
+            )
+        batch = shape[: lead + bn]
+        return self._copy_with(shape, lambda t: t.expand(*batch, *t.shape[bn:]))
+
+    def squeeze(self, dim: int | None = None) -> TensorSpec:
+        """Removes batch dims of size 1 (all of them, or ``dim``)."""
+        bn = self._batch_ndim
+        batch = list(self.shape[:bn])
+        if dim is None:
+            batch = [s for s in batch if s != 1]
+        else:
+            d = _normalize_dim(dim, self.ndim, f"squeeze of {type(self).__name__}")
+            if d >= bn:
+                raise ValueError(
+                    f"cannot squeeze dim {dim} of {type(self).__name__} of shape "
+                    f"{tuple(self.shape)}: it is a feature dim, only the first {bn} can be squeezed"
+                )
+            if batch[d] == 1:
+                del batch[d]
+        if len(batch) == bn:
+            return self
+        return self._copy_with(self._new_shape(batch), lambda t: t.reshape(*batch, *t.shape[bn:]))
+
+    def unsqueeze(self, dim: int) -> TensorSpec:
+        """Inserts a batch dim of size 1 at ``dim``."""
+        bn = self._batch_ndim
+        d = _normalize_dim(dim, self.ndim + 1, f"unsqueeze of {type(self).__name__}")
+        if d > bn:
+            raise ValueError(
+                f"cannot unsqueeze {type(self).__name__} of shape {tuple(self.shape)} at dim "
+                f"{dim}: only positions 0 to {bn} are before its feature dims"
+            )
+        batch = list(self.shape[:bn])
+        batch.insert(d, 1)
+        return self._copy_with(self._new_shape(batch), lambda t: t.reshape(*batch, *t.shape[bn:]))
+
+    def unbind(self, dim: int = 0) -> tuple[TensorSpec, ...]:
+        """The specs of the slices along batch dim ``dim``."""
+        d = _normalize_dim(dim, self._batch_ndim, f"unbind of {type(self).__name__}")
+        return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    # ------------------------------------------------------------------ comparison and repr
+    def __eq__(self, other: object) -> bool:
+        if (
+            not isinstance(other, TensorSpec)
+            or self._canonical_type() is not other._canonical_type()
+        ):
+            return False
+        if (
+            self.shape != other.shape
+            or self.dtype != other.dtype
+            or self.device != other.device
+            or any(getattr(self, a) != getattr(other, a) for a in self._eq_attrs)
+        ):
+            return False
+        for name in self._elementwise:
+            a, b = getattr(self, name), getattr(other, name)
+            if (a is None) != (b is None):
+                return False
+            if a is not None and (a.shape != b.shape or not torch.equal(a, b)):
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _repr_fields(self) -> list[str]:
+        return []
+
+    def __repr__(self) -> str:
+        fields = [f"shape={self.shape}", *self._repr_fields()]
+        fields += [f"device={self.device}", f"dtype={self.dtype}"]
+        return f"{type(self).__name__}({', '.join(fields)})"
+
+
+def _warn_deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is deprecated, use {new} instead (same arguments)",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -1,0 +1,262 @@
+"""Continuous (and integer-valued) box specs: :class:`Bounded` and :class:`Unbounded`."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ._base import (
+    DEVICE_TYPING,
+    ContinuousBox,
+    TensorSpec,
+    _fmt_tensor,
+    _to_device,
+    _to_dtype,
+    _to_shape,
+)
+
+__all__ = ["Bounded", "Unbounded"]
+
+
+def _domain(dtype: torch.dtype) -> str:
+    return "continuous" if dtype.is_floating_point or dtype.is_complex else "discrete"
+
+
+def _as_bound(value: Any, name: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if value is None:
+        raise TypeError(f"Bounded needs {name}, got None")
+    return torch.as_tensor(value, dtype=dtype, device=device)
+
+
+class Bounded(TensorSpec):
+    """A tensor whose values lie in the box ``[low, high]`` (inclusive).
+
+    Args:
+        low: lower bound, a number or a tensor broadcastable to ``shape``.
+        high: upper bound, a number or a tensor broadcastable to ``shape``.
+        shape: the spec's shape; by default the broadcast shape of ``low`` and ``high``.
+        device: where values live (default: ``low``'s device if a tensor, else the default).
+        dtype: the values' dtype (``torch.float32`` by default; an integer dtype makes a
+            discrete box whose ``rand`` draws integers in ``[low, high]``). A string such as
+            ``"float64"`` is accepted.
+        minimum, maximum: deprecated names of ``low`` and ``high``.
+
+    ``low`` and ``high`` are stored expanded to ``shape`` (``spec.low``, ``spec.high``,
+    also ``spec.space.low``/``spec.space.high``).
+
+    Raises:
+        ValueError: if ``low > high`` somewhere, or ``low``/``high`` do not broadcast to
+            ``shape``.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Bounded
+        >>> spec = Bounded(low=-2.0, high=2.0, shape=(1,))
+        >>> spec
+        Bounded(shape=torch.Size([1]), low=-2.0, high=2.0, device=cpu, dtype=torch.float32)
+        >>> spec.rand((5,)).shape
+        torch.Size([5, 1])
+        >>> spec.is_in(torch.tensor([3.0]))
+        False
+        >>> spec.project(torch.tensor([3.0]))
+        tensor([2.])
+        >>> Bounded(0, 9, shape=(2,), dtype=torch.int64).rand().dtype
+        torch.int64
+    """
+
+    _elementwise = ("low", "high")
+    _value_tensors = ("low", "high")
+
+    def __init__(
+        self,
+        low: float | torch.Tensor | None = None,
+        high: float | torch.Tensor | None = None,
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = None,
+        *,
+        minimum: float | torch.Tensor | None = None,
+        maximum: float | torch.Tensor | None = None,
+        domain: str | None = None,
+    ):
+        if minimum is not None or maximum is not None:
+            warnings.warn(
+                "Bounded(minimum=..., maximum=...) is deprecated, use low=... and high=...",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if minimum is not None:
+                if low is not None:
+                    raise TypeError("Bounded got both low and its deprecated name minimum")
+                low = minimum
+            if maximum is not None:
+                if high is not None:
+                    raise TypeError("Bounded got both high and its deprecated name maximum")
+                high = maximum
+        dtype = _to_dtype(dtype)
+        if device is None and isinstance(low, torch.Tensor):
+            device = low.device
+        device = _to_device(device)
+        low_t = _as_bound(low, "low", dtype, device)
+        high_t = _as_bound(high, "high", dtype, device)
+        if shape is None:
+            try:
+                shape = torch.broadcast_shapes(low_t.shape, high_t.shape)
+            except RuntimeError:
+                raise ValueError(
+                    f"Bounded low of shape {tuple(low_t.shape)} and high of shape "
+                    f"{tuple(high_t.shape)} do not broadcast together"
+                ) from None
+        else:
+            shape = _to_shape(shape)
+        for name, t in (("low", low_t), ("high", high_t)):
+            try:
+                ok = torch.broadcast_shapes(t.shape, shape) == shape
+            except RuntimeError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"Bounded {name} of shape {tuple(t.shape)} does not broadcast to the spec "
+                    f"shape {tuple(shape)}"
+                )
+        low_t = low_t.expand(shape).clone()
+        high_t = high_t.expand(shape).clone()
+        if bool((low_t > high_t).any()):
+            raise ValueError(
+                f"Bounded expects low <= high everywhere, got low={_fmt_tensor(low_t)} and "
+                f"high={_fmt_tensor(high_t)}"
+            )
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.low = low_t
+        self.high = high_t
+        self._on_dtype_change()
+        if domain is not None and domain != self.domain:
+            raise ValueError(
+                f"Bounded domain {domain!r} does not match dtype {dtype}, which gives "
+                f"{self.domain!r}"
+            )
+
+    def _on_dtype_change(self) -> None:
+        self.domain = _domain(self.dtype)
+        self._finite = bool(torch.isfinite(self.low).all() and torch.isfinite(self.high).all())
+
+    @property
+    def space(self) -> ContinuousBox:
+        return ContinuousBox(self.low, self.high)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        full = (*shape, *self.shape)
+        low, high = self.low, self.high
+        if self.domain == "continuous":
+            r = torch.rand(full, dtype=self.dtype, device=self.device)
+            if self._finite:
+                return r.mul_(high - low).add_(low)
+            return self._rand_infinite(r)
+        if self.dtype == torch.bool:
+            return torch.randint(0, 2, full, device=self.device, dtype=torch.bool).clamp(low, high)
+        r = torch.rand(full, dtype=torch.float64, device=self.device)
+        span = high.double() - low.double() + 1
+        out = (r * span).floor_().add_(low.double())
+        return torch.minimum(out.to(self.dtype), high)
+
+    def _rand_infinite(self, uniform: torch.Tensor) -> torch.Tensor:
+        low, high = self.low, self.high
+        lf, hf = torch.isfinite(low), torch.isfinite(high)
+        gauss = torch.randn_like(uniform).abs_()
+        box = uniform * (high - low).nan_to_num(0.0, 0.0, 0.0) + low.nan_to_num(0.0, 0.0, 0.0)
+        out = torch.where(lf & hf, box, torch.randn_like(uniform))
+        out = torch.where(lf & ~hf, low + gauss, out)
+        return torch.where(~lf & hf, high - gauss, out)
+
+    def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        if bool(((value >= self.low) & (value <= self.high)).all()):
+            return None
+        return f"has values outside [low, high] (min {value.min().item()!r}, max {value.max().item()!r})"
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        if value.dtype != self.dtype:
+            if self.domain == "discrete" and value.is_floating_point():
+                value = value.round()
+            value = value.to(self.dtype)
+        return torch.clamp(value, self.low, self.high)
+
+    def _repr_fields(self) -> list[str]:
+        return [f"low={_fmt_tensor(self.low)}", f"high={_fmt_tensor(self.high)}"]
+
+
+class Unbounded(TensorSpec):
+    """A tensor of a given shape and dtype with any value.
+
+    Args:
+        shape: the spec's shape (default ``()``).
+        device: where values live.
+        dtype: the values' dtype (``torch.float32`` by default; strings such as ``"int64"``
+            are accepted).
+
+    ``rand`` draws standard normal values for floating dtypes and integers in ``[-100, 100)``
+    (``[0, 100)`` for unsigned, ``{0, 1}`` for bool) otherwise.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Unbounded
+        >>> spec = Unbounded(shape=(3,))
+        >>> spec
+        Unbounded(shape=torch.Size([3]), device=cpu, dtype=torch.float32)
+        >>> spec.zero((2,))
+        tensor([[0., 0., 0.],
+                [0., 0., 0.]])
+        >>> spec.is_in(torch.randn(4, 3)), spec.is_in(torch.randn(4, 2))
+        (True, False)
+        >>> spec.encode([1, 2, 3])
+        tensor([1., 2., 3.])
+    """
+
+    def __init__(
+        self,
+        shape: Sequence[int] | torch.Size | int | None = (),
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = None,
+    ):
+        self.shape = _to_shape(shape)
+        self.device = _to_device(device)
+        self.dtype = _to_dtype(dtype)
+        self.domain = _domain(self.dtype)
+
+    def _on_dtype_change(self) -> None:
+        self.domain = _domain(self.dtype)
+
+    def _limits(self) -> tuple[float, float]:
+        if self.dtype.is_floating_point:
+            return float("-inf"), float("inf")
+        if self.dtype == torch.bool:
+            return False, True
+        if self.dtype.is_complex:
+            raise AttributeError("a complex Unbounded spec has no low/high")
+        info = torch.iinfo(self.dtype)
+        return info.min, info.max
+
+    @property
+    def low(self) -> torch.Tensor:
+        return torch.full(self.shape, self._limits()[0], dtype=self.dtype, device=self.device)
+
+    @property
+    def high(self) -> torch.Tensor:
+        return torch.full(self.shape, self._limits()[1], dtype=self.dtype, device=self.device)
+
+    @property
+    def space(self) -> ContinuousBox:
+        return ContinuousBox(self.low, self.high)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        full = (*shape, *self.shape)
+        if self.domain == "continuous":
+            return torch.randn(full, dtype=self.dtype, device=self.device)
+        if self.dtype == torch.bool:
+            return torch.randint(0, 2, full, dtype=torch.bool, device=self.device)
+        low = 0 if self.dtype == torch.uint8 else -100
+        return torch.randint(low, 100, full, dtype=self.dtype, device=self.device)

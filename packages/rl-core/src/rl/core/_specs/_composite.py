@@ -1,0 +1,507 @@
+"""The :class:`Composite` spec: named (and nested) specs sharing leading batch dims."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+
+from ._base import (
+    DEVICE_TYPING,
+    TensorSpec,
+    _normalize_dim,
+    _shape_args,
+    _to_device,
+    _to_shape,
+)
+
+__all__ = ["Composite", "NestedKey"]
+
+_NO_DEFAULT = object()
+
+
+def _is_key(key: Any) -> bool:
+    if isinstance(key, str):
+        return True
+    return isinstance(key, tuple) and len(key) > 0 and all(_is_key(k) for k in key)
+
+
+def _unravel(key: NestedKey) -> tuple[str, ...]:
+    """``"a"`` -> ``("a",)``; ``("a", ("b", "c"))`` -> ``("a", "b", "c")``."""
+    if isinstance(key, str):
+        return (key,)
+    out: list[str] = []
+    for k in key:
+        out.extend(_unravel(k))
+    return tuple(out)
+
+
+def _key_out(key: tuple[str, ...]) -> NestedKey:
+    return key[0] if len(key) == 1 else key
+
+
+def _expand_ellipsis(idx: Any, ndim: int) -> tuple:
+    """An index on ``ndim`` batch dims with its ``...`` replaced by explicit slices."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if not any(i is Ellipsis for i in idx):
+        return idx
+    used = 0
+    for i in idx:
+        if i is None or i is Ellipsis:
+            continue
+        used += i.ndim if isinstance(i, torch.Tensor) and i.dtype == torch.bool else 1
+    pos = next(p for p, i in enumerate(idx) if i is Ellipsis)
+    fill = (slice(None),) * max(ndim - used, 0)
+    return idx[:pos] + fill + tuple(i for i in idx[pos + 1 :] if i is not Ellipsis)
+
+
+class _CompositeKeys:
+    """The keys view of :meth:`Composite.keys`: iterable, sized, supports ``in`` with nested keys."""
+
+    def __init__(self, spec: Composite, include_nested: bool, leaves_only: bool):
+        self._spec = spec
+        self._nested = include_nested
+        self._leaves = leaves_only
+
+    def __iter__(self) -> Iterator[NestedKey]:
+        for key, _ in self._spec._iter_items(self._nested, self._leaves):
+            yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key: object) -> bool:
+        if not _is_key(key):
+            return False
+        path = _unravel(key)  # type: ignore[arg-type]
+        if len(path) > 1 and not self._nested:
+            return False
+        node: Any = self._spec
+        for k in path:
+            if not isinstance(node, Composite) or k not in node._specs:
+                return False
+            node = node._specs[k]
+        return not (self._leaves and isinstance(node, Composite))
+
+    def __repr__(self) -> str:
+        return f"_CompositeKeys({list(self)})"
+
+
+class Composite(TensorSpec):
+    """A dictionary of specs (possibly nested) describing a TensorDict.
+
+    Leaf shapes include the composite's batch dims: in ``Composite(obs=..., shape=(4,))``
+    the spec of ``"obs"`` has a shape starting with ``4``. ``rand``, ``zero`` and ``one``
+    return a TensorDict with ``batch_size = (*shape_arg, *spec.shape)``.
+
+    Args:
+        *args: an optional mapping (or Composite) of key to spec; nested mappings become
+            nested Composites.
+        shape: the batch dims shared by every entry (default ``()``); ``batch_size`` is an
+            alias.
+        device: the device of every entry (entries are moved to it); ``None`` allows mixed
+            devices.
+        **kwargs: more key/spec pairs.
+
+    Raises:
+        ValueError: if an entry's shape does not start with ``shape``.
+        KeyError: when reading a key it does not hold.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Bounded, Composite, Unbounded
+        >>> spec = Composite(
+        ...     observation=Unbounded(shape=(4, 3)),
+        ...     action=Bounded(-1.0, 1.0, shape=(4, 1)),
+        ...     shape=(4,),
+        ... )
+        >>> spec["next", "reward"] = Unbounded(shape=(4, 1))
+        >>> list(spec.keys(include_nested=True, leaves_only=True))
+        ['observation', 'action', ('next', 'reward')]
+        >>> td = spec.zero()
+        >>> td.batch_size, td["next", "reward"].shape
+        (torch.Size([4]), torch.Size([4, 1]))
+        >>> spec.is_in(spec.rand())
+        True
+        >>> spec[0]["action"].shape
+        torch.Size([1])
+    """
+
+    domain = "composite"
+
+    def __init__(
+        self,
+        *args: Mapping[str, Any],
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        batch_size: Sequence[int] | torch.Size | int | None = None,
+        **kwargs: Any,
+    ):
+        if shape is not None and batch_size is not None:
+            raise TypeError("Composite got both shape and its alias batch_size")
+        if len(args) > 1:
+            raise TypeError(f"Composite takes at most one mapping positionally, got {len(args)}")
+        self.shape = _to_shape(shape if shape is not None else batch_size)
+        self.device = None if device is None else _to_device(device)
+        self._specs: dict[str, TensorSpec | None] = {}
+        if args:
+            if not isinstance(args[0], Mapping | Composite):
+                raise TypeError(
+                    f"Composite expects a mapping of key to spec, got {type(args[0]).__name__}"
+                )
+            for key, value in args[0].items():
+                self[key] = value
+        for key, value in kwargs.items():
+            self[key] = value
+
+    @classmethod
+    def _new(cls, specs: dict, shape: torch.Size, device: torch.device | None) -> Composite:
+        out = cls.__new__(cls)
+        out._specs = specs
+        out.shape = torch.Size(shape)
+        out.device = device
+        return out
+
+    # ------------------------------------------------------------------ mapping
+    @property
+    def dtype(self) -> torch.dtype | None:  # type: ignore[override]
+        """The dtype shared by all leaves, or None when they differ."""
+        dtypes = {s.dtype for _, s in self._iter_items(True, True) if s is not None}
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    def _iter_items(
+        self, include_nested: bool, leaves_only: bool
+    ) -> Iterator[tuple[NestedKey, Any]]:
+        for key, spec in self._specs.items():
+            if isinstance(spec, Composite):
+                if not leaves_only:
+                    yield key, spec
+                if include_nested:
+                    for sub, sub_spec in spec._iter_items(True, leaves_only):
+                        yield (key, *_unravel(sub)), sub_spec
+            else:
+                yield key, spec
+
+    def keys(
+        self, include_nested: bool = False, leaves_only: bool = False, *, is_leaf: Any = None
+    ) -> _CompositeKeys:
+        """The keys; nested keys (tuples) with ``include_nested``, no Composites with ``leaves_only``."""
+        return _CompositeKeys(self, include_nested, leaves_only)
+
+    def items(
+        self, include_nested: bool = False, leaves_only: bool = False, *, is_leaf: Any = None
+    ) -> list[tuple[NestedKey, TensorSpec | None]]:
+        """``(key, spec)`` pairs, with the same options as :meth:`keys`."""
+        return list(self._iter_items(include_nested, leaves_only))
+
+    def values(
+        self, include_nested: bool = False, leaves_only: bool = False, *, is_leaf: Any = None
+    ) -> list[TensorSpec | None]:
+        """The specs, with the same options as :meth:`keys`."""
+        return [s for _, s in self._iter_items(include_nested, leaves_only)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys(include_nested=True)
+
+    def _missing(self, key: NestedKey) -> KeyError:
+        available = list(self.keys(include_nested=True))
+        return KeyError(f"key {key!r} not found in Composite; available keys: {available}")
+
+    def __getitem__(self, idx: Any) -> Any:
+        if _is_key(idx):
+            path = _unravel(idx)
+            node: Any = self
+            for k in path:
+                if not isinstance(node, Composite) or k not in node._specs:
+                    raise self._missing(idx)
+                node = node._specs[k]
+            return node
+        return self._index(idx)
+
+    def get(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
+        """The spec at ``key``, or ``default`` if given and the key is missing."""
+        try:
+            return self[key]
+        except KeyError:
+            if default is _NO_DEFAULT:
+                raise
+            return default
+
+    def __setitem__(self, key: NestedKey, value: TensorSpec | Mapping | None) -> None:
+        if not _is_key(key):
+            raise TypeError(f"Composite keys are strings or tuples of strings, got {key!r}")
+        path = _unravel(key)
+        node = self
+        for i, k in enumerate(path[:-1]):
+            sub = node._specs.get(k)
+            if sub is None:
+                sub = Composite(shape=node.shape, device=node.device)
+                node._specs[k] = sub
+            elif not isinstance(sub, Composite):
+                raise KeyError(
+                    f"cannot set {key!r}: {path[: i + 1]!r} holds a {type(sub).__name__}, "
+                    "expected a Composite"
+                )
+            node = sub
+        node._set_local(path[-1], value)
+
+    def _set_local(self, key: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            value = Composite(value, shape=self.shape, device=self.device)
+        if value is not None:
+            if not isinstance(value, TensorSpec):
+                raise TypeError(
+                    f"Composite entry {key!r} must be a spec (or None), got {type(value).__name__}"
+                )
+            n = len(self.shape)
+            if value.shape[:n] != self.shape:
+                raise ValueError(
+                    f"spec for key {key!r} has shape {tuple(value.shape)}, expected it to start "
+                    f"with the Composite's batch shape {tuple(self.shape)}"
+                )
+            if self.device is not None and value.device != self.device:
+                value = value.to(self.device)
+        self._specs[key] = value
+
+    def set(self, key: NestedKey, value: TensorSpec | None) -> Composite:
+        """Sets ``key`` (like ``spec[key] = value``) and returns the Composite."""
+        self[key] = value
+        return self
+
+    def __delitem__(self, key: NestedKey) -> None:
+        path = _unravel(key) if _is_key(key) else None
+        if path is None:
+            raise TypeError(f"Composite keys are strings or tuples of strings, got {key!r}")
+        parent = self[path[:-1]] if len(path) > 1 else self
+        if not isinstance(parent, Composite) or path[-1] not in parent._specs:
+            raise self._missing(key)
+        del parent._specs[path[-1]]
+
+    def pop(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
+        """Removes ``key`` and returns its spec (or ``default`` if given and missing)."""
+        try:
+            out = self[key]
+        except KeyError:
+            if default is _NO_DEFAULT:
+                raise
+            return default
+        del self[key]
+        return out
+
+    def update(self, other: Mapping | Composite) -> Composite:
+        """Sets every entry of ``other``; nested Composites are updated recursively."""
+        for key, value in other.items():
+            mine = self._specs.get(key) if isinstance(key, str) else self.get(key, None)
+            if isinstance(mine, Composite) and isinstance(value, Composite):
+                mine.update(value)
+            else:
+                self[key] = value
+        return self
+
+    def select(self, *keys: NestedKey, strict: bool = True) -> Composite:
+        """A new Composite with only ``keys`` (missing keys raise unless ``strict=False``)."""
+        out = self.empty()
+        for key in keys:
+            value = self.get(key, _NO_DEFAULT if strict else None)
+            if value is not None or key in self:
+                out[key] = value
+        return out
+
+    def exclude(self, *keys: NestedKey) -> Composite:
+        """A copy without ``keys`` (missing keys are ignored)."""
+        out = self.clone()
+        for key in keys:
+            if key in out:
+                del out[key]
+        return out
+
+    def is_empty(self) -> bool:
+        return not self._specs
+
+    def empty(self) -> Composite:
+        """A Composite with the same shape and device and no entries."""
+        return Composite._new({}, self.shape, self.device)
+
+    # ------------------------------------------------------------------ values
+    def _build(self, method: str, shape: Sequence[int]) -> TensorDict:
+        source = {k: getattr(s, method)(shape) for k, s in self._specs.items() if s is not None}
+        return TensorDict._new_unsafe(
+            source, batch_size=torch.Size((*shape, *self.shape)), device=self.device
+        )
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> TensorDict:
+        """A TensorDict of random values, batch size ``(*shape, *spec.shape)``."""
+        return self._build("rand", shape)
+
+    def zero(self, shape: Sequence[int] | torch.Size = ()) -> TensorDict:
+        """A TensorDict of zeros, batch size ``(*shape, *spec.shape)`` (cheap: preallocation)."""
+        return self._build("zero", shape)
+
+    def one(self, shape: Sequence[int] | torch.Size = ()) -> TensorDict:
+        """A TensorDict of ones, batch size ``(*shape, *spec.shape)``."""
+        return self._build("one", shape)
+
+    def _mismatch(self, value: Any) -> str | None:
+        if not isinstance(value, TensorDictBase | Mapping):
+            return f"is a {type(value).__name__}, expected a TensorDict"
+        for key, spec in self._specs.items():
+            if spec is None:
+                continue
+            item = value.get(key, None)
+            if item is None:
+                return f"has no entry {key!r}"
+            why = spec._mismatch(item)
+            if why is not None:
+                return f"has an entry {key!r} that {why}"
+        return None
+
+    def is_in(self, value: Any) -> bool:
+        """Whether every entry of the spec is present in ``value`` and in its spec."""
+        return self._mismatch(value) is None
+
+    def project(self, value: TensorDictBase) -> TensorDictBase:
+        """Projects every entry of ``value`` the spec describes (in place), returns ``value``."""
+        for key, spec in self._specs.items():
+            if spec is None:
+                continue
+            item = value.get(key, None)
+            if item is not None:
+                value[key] = spec.project(item)
+        return value
+
+    def encode(self, value: Mapping[str, Any], *, ignore_device: bool = False) -> TensorDict:
+        """A TensorDict from a (nested) mapping of numpy arrays / python values.
+
+        Every key of ``value`` must be in the spec; spec entries absent from ``value`` are left out.
+        """
+        out = {}
+        for key, item in value.items():
+            spec = self[key]
+            if spec is None:
+                raise KeyError(f"cannot encode key {key!r}: its spec is None")
+            out[key] = spec.encode(item, ignore_device=ignore_device)
+        lead: tuple[int, ...] = ()
+        for key, item in out.items():
+            spec = self._specs[key] if isinstance(key, str) else self[key]
+            if isinstance(item, torch.Tensor):
+                lead = tuple(item.shape[: item.ndim - spec.ndim])
+                break
+            lead = tuple(item.batch_size[: item.batch_dims - spec.ndim])
+            break
+        return TensorDict(out, batch_size=(*lead, *self.shape), device=self.device)
+
+    def to_numpy(self, value: TensorDictBase, safe: bool | None = None) -> dict[str, Any]:
+        """A nested dict of numpy arrays, one per entry of the spec."""
+        if safe:
+            self.assert_is_in(value)
+        out: dict[str, np.ndarray | dict] = {}
+        for key, spec in self._specs.items():
+            if spec is not None and key in value.keys():
+                out[key] = spec.to_numpy(value.get(key))
+        return out
+
+    # ------------------------------------------------------------------ copies and shapes
+    def _map(self, fn: Any, shape: Sequence[int], device: Any = _NO_DEFAULT) -> Composite:
+        specs = {k: (None if s is None else fn(s)) for k, s in self._specs.items()}
+        return Composite._new(specs, shape, self.device if device is _NO_DEFAULT else device)
+
+    def clone(self) -> Composite:
+        return self._map(lambda s: s.clone(), self.shape)
+
+    def to(self, dest: DEVICE_TYPING | torch.dtype) -> Composite:
+        if isinstance(dest, torch.dtype):
+            return self._map(lambda s: s.to(dest), self.shape)
+        dest = _to_device(dest)
+        if dest == self.device:
+            return self
+        return self._map(lambda s: s.to(dest), self.shape, dest)
+
+    def _index(self, idx: Any) -> Composite:
+        idx = _expand_ellipsis(idx, self.ndim)
+        dummy = torch.zeros((), device=self.device).expand(self.shape)
+        try:
+            shape = dummy[idx].shape
+        except IndexError as err:
+            raise IndexError(
+                f"cannot index Composite of shape {tuple(self.shape)} with {idx!r}: {err}"
+            ) from None
+        return self._map(lambda s: s[idx], shape)
+
+    def expand(self, *shape: int) -> Composite:
+        """The Composite with batch dims ``shape``; every entry keeps its own trailing dims."""
+        shape = _shape_args(shape)
+        lead = len(shape) - self.ndim
+        if lead < 0 or any(s != o and o != 1 for s, o in zip(shape[lead:], self.shape)):
+            raise ValueError(
+                f"cannot expand Composite of shape {tuple(self.shape)} to {tuple(shape)}: the "
+                "new shape must end with the old one (dims of size 1 may grow)"
+            )
+        n = self.ndim
+        return self._map(lambda s: s.expand(*shape, *s.shape[n:]), shape)
+
+    def squeeze(self, dim: int | None = None) -> Composite:
+        if dim is None:
+            out = self
+            for d in reversed(range(self.ndim)):
+                if self.shape[d] == 1:
+                    out = out.squeeze(d)
+            return out
+        d = _normalize_dim(dim, self.ndim, "squeeze of Composite")
+        if self.shape[d] != 1:
+            return self
+        shape = self.shape[:d] + self.shape[d + 1 :]
+        return self._map(lambda s: s.squeeze(d), shape)
+
+    def unsqueeze(self, dim: int) -> Composite:
+        d = _normalize_dim(dim, self.ndim + 1, "unsqueeze of Composite")
+        shape = (*self.shape[:d], 1, *self.shape[d:])
+        return self._map(lambda s: s.unsqueeze(d), shape)
+
+    def unbind(self, dim: int = 0) -> tuple[Composite, ...]:
+        d = _normalize_dim(dim, self.ndim, "unbind of Composite")
+        return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    @property
+    def shape(self) -> torch.Size:  # type: ignore[override]
+        return self._shape
+
+    @shape.setter
+    def shape(self, value: Sequence[int]) -> None:
+        value = _to_shape(value)
+        for key, spec in getattr(self, "_specs", {}).items():
+            if spec is not None and spec.shape[: len(value)] != value:
+                raise ValueError(
+                    f"cannot set Composite shape to {tuple(value)}: entry {key!r} has shape "
+                    f"{tuple(spec.shape)}"
+                )
+        self._shape = value
+
+    # ------------------------------------------------------------------ comparison and repr
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Composite)
+            and self.shape == other.shape
+            and self.device == other.device
+            and self._specs.keys() == other._specs.keys()
+            and all(self._specs[k] == other._specs[k] for k in self._specs)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        lines = []
+        for key, spec in self._specs.items():
+            text = repr(spec).replace("\n", "\n    ")
+            lines.append(f"    {key}: {text},")
+        lines.append(f"    shape={self.shape}, device={self.device})")
+        return "Composite(\n" + "\n".join(lines)

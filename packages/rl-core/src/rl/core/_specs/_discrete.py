@@ -1,0 +1,365 @@
+"""Discrete specs: :class:`Categorical` (indices), :class:`OneHot` and :class:`Binary`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._base import (
+    DEVICE_TYPING,
+    CategoricalBox,
+    TensorSpec,
+    _numpy_ready,
+    _to_device,
+    _to_dtype,
+    _to_shape,
+)
+
+__all__ = ["Categorical", "OneHot", "Binary"]
+
+
+def _check_n(n: Any, cls: str) -> int:
+    if isinstance(n, torch.Tensor):
+        n = n.item()
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n <= 0:
+        raise ValueError(f"{cls} expects n to be a positive int (the number of values), got {n!r}")
+    return int(n)
+
+
+def _sample_index(
+    spec: TensorSpec, lead: Sequence[int], batch: Sequence[int], n: int, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Uniform indices in ``[0, n)`` of shape ``(*lead, *batch)``, among the allowed ones if masked."""
+    full = (*lead, *batch)
+    if mask is None:
+        return torch.randint(0, n, full, device=spec.device)
+    probs = mask.expand(*full, n).reshape(-1, n).to(torch.float32)
+    if probs.shape[0] == 0:
+        return torch.zeros(full, dtype=torch.int64, device=spec.device)
+    try:
+        return torch.multinomial(probs, 1).reshape(full)
+    except RuntimeError:
+        raise ValueError(
+            f"rand() of {type(spec).__name__} needs at least one allowed value per entry, "
+            "but its mask allows none for some entry"
+        ) from None
+
+
+class _MaskedDiscrete(TensorSpec):
+    """Shared parts of the maskable discrete specs (``mask`` of shape ``_mask_shape``)."""
+
+    _elementwise = ("mask",)
+    _eq_attrs = ("n",)
+    domain = "discrete"
+    n: int
+    mask: torch.Tensor | None
+
+    @property
+    def _mask_shape(self) -> tuple[int, ...]:
+        raise NotImplementedError  # pragma: no cover - defined by each subclass
+
+    @property
+    def space(self) -> CategoricalBox:
+        return CategoricalBox(self.n)
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Sets (``None``: clears) the boolean mask of allowed values; ``rand`` draws among them.
+
+        The mask must broadcast to ``(*spec.shape, n)`` for :class:`Categorical` and to
+        ``spec.shape`` for the one-hot specs.
+        """
+        if mask is None:
+            self.mask = None
+            return
+        expected = self._mask_shape
+        if mask.shape != expected:
+            try:
+                mask = mask.expand(expected)
+            except RuntimeError:
+                raise ValueError(
+                    f"mask of shape {tuple(mask.shape)} does not broadcast to {expected}, the "
+                    f"mask shape of {type(self).__name__} of shape {tuple(self.shape)} and n={self.n}"
+                ) from None
+        self.mask = mask.to(device=self.device, dtype=torch.bool)
+
+    def _repr_fields(self) -> list[str]:
+        fields = [f"n={self.n}"]
+        if self.mask is not None:
+            fields.append(f"mask=Tensor(shape={tuple(self.mask.shape)})")
+        return fields
+
+
+class Categorical(_MaskedDiscrete):
+    """Integer indices in ``{0, ..., n - 1}``.
+
+    Args:
+        n: the number of values.
+        shape: the spec's shape (default ``()``: one index).
+        device: where values live.
+        dtype: the values' dtype (``torch.int64`` by default; ``torch.bool`` for ``n=2`` flags).
+        mask: optional boolean tensor broadcastable to ``(*shape, n)`` of the allowed values.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Categorical
+        >>> spec = Categorical(4)
+        >>> spec
+        Categorical(shape=torch.Size([]), n=4, device=cpu, dtype=torch.int64)
+        >>> spec.is_in(torch.tensor(3)), spec.is_in(torch.tensor(4))
+        (True, False)
+        >>> spec.update_mask(torch.tensor([False, False, True, False]))
+        >>> spec.rand((3,))
+        tensor([2, 2, 2])
+        >>> spec.project(torch.tensor(7))
+        tensor(2)
+    """
+
+    def __init__(
+        self,
+        n: int,
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = torch.int64,
+        mask: torch.Tensor | None = None,
+    ):
+        self.n = _check_n(n, type(self).__name__)
+        self.shape = _to_shape(shape)
+        self.device = _to_device(device)
+        self.dtype = _to_dtype(dtype, torch.int64)
+        self.mask = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def _mask_shape(self) -> tuple[int, ...]:
+        return (*self.shape, self.n)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        if self.mask is None:
+            return torch.randint(
+                0, self.n, (*shape, *self.shape), dtype=self.dtype, device=self.device
+            )
+        return _sample_index(self, shape, self.shape, self.n, self.mask).to(self.dtype)
+
+    def _allowed(self, value: torch.Tensor) -> torch.Tensor:
+        mask = self.mask.expand(*value.shape, self.n)
+        return mask.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+
+    def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        if self.dtype != torch.bool and not bool(((value >= 0) & (value < self.n)).all()):
+            return f"has values outside [0, {self.n})"
+        if self.mask is not None and not bool(self._allowed(value).all()):
+            return "has values the mask does not allow"
+        return None
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        if value.dtype != self.dtype:
+            if value.is_floating_point():
+                value = value.round()
+            value = value.to(self.dtype)
+        if self.dtype != torch.bool:
+            value = value.clamp(0, self.n - 1)
+        if self.mask is not None:
+            first = self.mask.to(torch.uint8).argmax(-1).to(self.dtype)
+            value = torch.where(self._allowed(value), value, first)
+        return value
+
+    def enumerate(self) -> torch.Tensor:
+        """All values, stacked along a new first dim: shape ``(n, *spec.shape)``.
+
+        For a spec of shape ``()`` with a mask, only the allowed values.
+        """
+        values = torch.arange(self.n, device=self.device).to(self.dtype)
+        if self.mask is not None and self.ndim == 0:
+            return values[self.mask]
+        return values.reshape(self.n, *[1] * self.ndim).expand(self.n, *self.shape)
+
+
+class OneHot(_MaskedDiscrete):
+    """One-hot encodings of ``n`` values: the last dim has size ``n`` and exactly one 1.
+
+    Args:
+        n: the number of values.
+        shape: the spec's shape, ending with ``n`` (default ``(n,)``).
+        device: where values live.
+        dtype: the values' dtype (``torch.bool`` by default).
+        use_register: accepted for compatibility with TorchRL, unused.
+        mask: optional boolean tensor broadcastable to ``shape`` of the allowed values.
+
+    ``encode`` takes indices (as gymnasium's ``Discrete`` returns them) and ``to_numpy``
+    gives indices back. ``zero()`` is all zeros (a buffer to fill, not a valid one-hot).
+
+    Examples:
+        >>> import numpy as np
+        >>> import torch
+        >>> from rl.core import OneHot
+        >>> spec = OneHot(3)
+        >>> spec
+        OneHot(shape=torch.Size([3]), n=3, device=cpu, dtype=torch.bool)
+        >>> spec.encode(np.int64(1))
+        tensor([False,  True, False])
+        >>> spec.to_numpy(spec.encode([2, 0]))
+        array([2, 0])
+        >>> spec.project(torch.tensor([0.1, 0.7, 0.2]))
+        tensor([False,  True, False])
+    """
+
+    _nfeat = 1
+
+    def __init__(
+        self,
+        n: int,
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = torch.bool,
+        use_register: bool = False,
+        mask: torch.Tensor | None = None,
+    ):
+        self.n = _check_n(n, type(self).__name__)
+        shape = torch.Size((self.n,)) if shape is None else _to_shape(shape)
+        if len(shape) == 0 or shape[-1] != self.n:
+            raise ValueError(
+                f"{type(self).__name__} shape must end with n={self.n}, got {tuple(shape)}"
+            )
+        self.shape = shape
+        self.device = _to_device(device)
+        self.dtype = _to_dtype(dtype, torch.bool)
+        self.mask = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def _mask_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        idx = _sample_index(self, shape, self.shape[:-1], self.n, self.mask)
+        out = torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
+        return out.scatter_(-1, idx.unsqueeze(-1), 1)
+
+    def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        if self.dtype != torch.bool and not bool(((value == 0) | (value == 1)).all()):
+            return "has values other than 0 and 1"
+        if not bool((value.sum(-1) == 1).all()):
+            return "is not one-hot (some rows do not hold exactly one 1)"
+        if self.mask is not None and bool((value.bool() & ~self.mask).any()):
+            return "has values the mask does not allow"
+        return None
+
+    def _from_index(self, idx: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((*idx.shape, self.n), dtype=self.dtype, device=idx.device)
+        return out.scatter_(-1, idx.unsqueeze(-1), 1)
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        scores = value.to(torch.float32)
+        if self.mask is not None:
+            scores = scores.masked_fill(~self.mask, float("-inf"))
+        return self._from_index(scores.argmax(-1))
+
+    def encode(self, value: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """One-hot encodes indices (a python int, a list or array of ints, a tensor)."""
+        device = None if ignore_device else self.device
+        idx = torch.as_tensor(_numpy_ready(value), device=device).long()
+        if idx.numel() and bool(((idx < 0) | (idx >= self.n)).any()):
+            raise ValueError(
+                f"{type(self).__name__}.encode expects indices in [0, {self.n}), got values from "
+                f"{idx.min().item()} to {idx.max().item()}"
+            )
+        return self._from_index(idx)
+
+    def to_numpy(self, value: torch.Tensor, safe: bool | None = None) -> np.ndarray:
+        """The indices of the one-hot encodings, as a numpy array."""
+        if safe:
+            self.assert_is_in(value)
+        return value.detach().to(torch.uint8).argmax(-1).cpu().numpy()
+
+    def enumerate(self) -> torch.Tensor:
+        """All one-hot values, stacked along a new first dim: ``(n, *spec.shape)``."""
+        eye = torch.eye(self.n, dtype=self.dtype, device=self.device)
+        if self.mask is not None and self.ndim == 1:
+            return eye[self.mask]
+        return eye.reshape(self.n, *[1] * (self.ndim - 1), self.n).expand(self.n, *self.shape)
+
+
+class Binary(TensorSpec):
+    """Vectors of ``n`` independent bits (values 0 or 1).
+
+    Args:
+        n: the number of bits (``shape[-1]``); taken from ``shape`` if omitted.
+        shape: the spec's shape, ending with ``n`` (default ``(n,)``).
+        device: where values live.
+        dtype: the values' dtype (``torch.int8`` by default).
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Binary
+        >>> spec = Binary(4)
+        >>> spec
+        Binary(shape=torch.Size([4]), n=4, device=cpu, dtype=torch.int8)
+        >>> spec.is_in(torch.tensor([0, 1, 1, 0], dtype=torch.int8))
+        True
+        >>> spec.project(torch.tensor([-2.0, 0.3, 0.8, 5.0]))
+        tensor([0, 0, 1, 1], dtype=torch.int8)
+    """
+
+    _nfeat = 1
+    _eq_attrs = ("n",)
+    domain = "discrete"
+
+    def __init__(
+        self,
+        n: int | None = None,
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = torch.int8,
+    ):
+        if n is None and shape is None:
+            raise TypeError("Binary needs n or shape, got neither")
+        shape = _to_shape(shape) if shape is not None else None
+        if n is None:
+            if not shape:
+                raise ValueError("Binary shape must end with the number of bits n, got ()")
+            n = shape[-1]
+        self.n = _check_n(n, "Binary")
+        if shape is None:
+            shape = torch.Size((self.n,))
+        if len(shape) == 0 or shape[-1] != self.n:
+            raise ValueError(f"Binary shape must end with n={self.n}, got {tuple(shape)}")
+        self.shape = shape
+        self.device = _to_device(device)
+        self.dtype = _to_dtype(dtype, torch.int8)
+
+    @property
+    def space(self) -> CategoricalBox:
+        return CategoricalBox(2)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        return torch.randint(0, 2, (*shape, *self.shape), dtype=self.dtype, device=self.device)
+
+    def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        if self.dtype != torch.bool and not bool(((value == 0) | (value == 1)).all()):
+            return "has values other than 0 and 1"
+        return None
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        if value.dtype == self.dtype == torch.bool:
+            return value
+        if value.is_floating_point():
+            value = value.round()
+        return value.clamp(0, 1).to(self.dtype)
+
+    def enumerate(self) -> torch.Tensor:
+        """All ``2**n`` bit vectors, stacked along a new first dim: ``(2**n, *spec.shape)``."""
+        if self.n > 20:
+            raise ValueError(f"Binary.enumerate would build 2**{self.n} values, expected n <= 20")
+        codes = torch.arange(2**self.n, device=self.device).unsqueeze(-1)
+        bits = codes.bitwise_right_shift(torch.arange(self.n - 1, -1, -1, device=self.device)) & 1
+        bits = bits.to(self.dtype)
+        count = bits.shape[0]
+        return bits.reshape(count, *[1] * (self.ndim - 1), self.n).expand(count, *self.shape)
+
+    def _repr_fields(self) -> list[str]:
+        return [f"n={self.n}"]

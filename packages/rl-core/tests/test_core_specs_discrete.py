@@ -1,0 +1,154 @@
+import numpy as np
+import pytest
+import torch
+
+from rl.core import Binary, Categorical, CategoricalBox, OneHot
+
+
+class TestCategorical:
+    def test_values_cover_range(self):
+        spec = Categorical(3, shape=(600,))
+        x = spec.rand()
+        assert set(x.tolist()) == {0, 1, 2} and x.dtype == torch.int64
+        assert spec.space == CategoricalBox(3) and spec.n == 3 and spec.space.n == 3
+
+    def test_is_in_and_project(self):
+        spec = Categorical(4, shape=(3,))
+        assert spec.is_in(torch.tensor([0, 3, 2]))
+        assert not spec.is_in(torch.tensor([0, 4, 2]))
+        assert not spec.is_in(torch.tensor([-1, 0, 0]))
+        assert spec.project(torch.tensor([-3.0, 1.6, 9.0])).tolist() == [0, 2, 3]
+
+    def test_mask_rand_is_in_project(self):
+        spec = Categorical(4, shape=(2,))
+        spec.update_mask(torch.tensor([[True, False, False, True], [False, True, False, False]]))
+        x = spec.rand((500,))
+        assert set(x[:, 0].tolist()) == {0, 3} and set(x[:, 1].tolist()) == {1}
+        assert spec.is_in(x)
+        assert not spec.is_in(torch.tensor([1, 1]))
+        assert spec.project(torch.tensor([2, 3])).tolist() == [0, 1]
+        spec.update_mask(None)
+        assert spec.is_in(torch.tensor([1, 1]))
+
+    def test_mask_broadcasts(self):
+        spec = Categorical(3, shape=(4,), mask=torch.tensor([False, True, False]))
+        assert spec.mask.shape == (4, 3)
+        assert spec.rand().tolist() == [1, 1, 1, 1]
+        assert spec[1:3].mask.shape == (2, 3)
+        assert spec.expand(5, 4).rand().eq(1).all()
+
+    def test_mask_errors(self):
+        spec = Categorical(3, shape=(4,))
+        with pytest.raises(
+            ValueError, match=r"mask of shape \(2,\) does not broadcast to \(4, 3\)"
+        ):
+            spec.update_mask(torch.ones(2, dtype=torch.bool))
+        spec.update_mask(torch.zeros(3, dtype=torch.bool))
+        with pytest.raises(ValueError, match="mask allows none"):
+            spec.rand()
+
+    def test_enumerate(self):
+        assert Categorical(3).enumerate().tolist() == [0, 1, 2]
+        assert Categorical(3, mask=torch.tensor([True, False, True])).enumerate().tolist() == [0, 2]
+        assert Categorical(2, shape=(2,)).enumerate().tolist() == [[0, 0], [1, 1]]
+
+    def test_bool_dtype(self):
+        spec = Categorical(2, shape=(1,), dtype="bool")
+        assert spec.dtype == torch.bool and spec.is_in(torch.tensor([True]))
+
+    def test_bad_n(self):
+        with pytest.raises(
+            ValueError, match=r"expects n to be a positive int \(the number of values\), got 0"
+        ):
+            Categorical(0)
+        with pytest.raises(ValueError, match="got 2.5"):
+            Categorical(2.5)
+
+    def test_eq_depends_on_n_and_mask(self):
+        assert Categorical(3) == Categorical(3)
+        assert Categorical(3) != Categorical(4)
+        assert Categorical(3) != Categorical(3, mask=torch.tensor([True, True, False]))
+        assert Categorical(3) != OneHot(3)
+
+
+class TestOneHot:
+    def test_rand_is_one_hot(self):
+        spec = OneHot(4, shape=(10, 4))
+        x = spec.rand()
+        assert x.dtype == torch.bool and (x.sum(-1) == 1).all()
+
+    def test_shape_must_end_with_n(self):
+        with pytest.raises(ValueError, match=r"OneHot shape must end with n=4, got \(3,\)"):
+            OneHot(4, shape=(3,))
+
+    def test_is_in(self):
+        spec = OneHot(3)
+        assert spec.is_in(torch.tensor([False, True, False]))
+        assert not spec.is_in(torch.tensor([True, True, False]))
+        assert not spec.is_in(torch.tensor([False, False, False]))
+        long_spec = OneHot(3, dtype=torch.int64)
+        assert not long_spec.is_in(torch.tensor([2, -1, 0]))
+
+    def test_encode_indices_and_to_numpy(self):
+        spec = OneHot(3, shape=(2, 3), dtype=torch.int64)
+        x = spec.encode(np.array([2, 0]))
+        assert x.tolist() == [[0, 0, 1], [1, 0, 0]]
+        assert spec.to_numpy(x).tolist() == [2, 0]
+        with pytest.raises(
+            ValueError, match=r"encode expects indices in \[0, 3\), got values from 0 to 3"
+        ):
+            spec.encode([0, 3])
+
+    def test_mask(self):
+        spec = OneHot(3)
+        spec.update_mask(torch.tensor([False, False, True]))
+        assert spec.rand().tolist() == [False, False, True]
+        assert not spec.is_in(torch.tensor([True, False, False]))
+        assert spec.project(torch.tensor([5.0, 1.0, 0.0])).tolist() == [False, False, True]
+        assert spec.enumerate().tolist() == [[False, False, True]]
+
+    def test_index_keeps_feature_dim(self):
+        spec = OneHot(3, shape=(4, 2, 3))
+        assert spec[..., 0].shape == (4, 3)
+        assert spec[:, 1].shape == (4, 3)
+        with pytest.raises(IndexError, match="cannot index OneHot"):
+            spec[0, 0, 0]
+
+    def test_feature_dim_is_protected(self):
+        spec = OneHot(3, shape=(2, 3))
+        with pytest.raises(
+            ValueError, match="cannot squeeze dim -1 of OneHot .* it is a feature dim"
+        ):
+            spec.squeeze(-1)
+        with pytest.raises(
+            ValueError, match=r"cannot unsqueeze OneHot of shape \(2, 3\) at dim -1"
+        ):
+            spec.unsqueeze(-1)
+        assert spec.unsqueeze(1).shape == (2, 1, 3)
+        with pytest.raises(ValueError, match=r"cannot expand OneHot of shape \(2, 3\) to \(2, 4\)"):
+            spec.expand(2, 4)
+
+    def test_enumerate(self):
+        assert OneHot(2, dtype=torch.int64).enumerate().tolist() == [[1, 0], [0, 1]]
+
+
+class TestBinary:
+    def test_defaults_and_shape(self):
+        spec = Binary(3)
+        assert spec.shape == (3,) and spec.dtype == torch.int8 and spec.space.n == 2
+        assert Binary(shape=(2, 5)).n == 5
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match=r"Binary shape must end with n=4, got \(3,\)"):
+            Binary(4, shape=(3,))
+        with pytest.raises(TypeError, match="needs n or shape"):
+            Binary()
+
+    def test_is_in_project(self):
+        spec = Binary(3, dtype=torch.float32)
+        assert spec.is_in(torch.tensor([0.0, 1.0, 1.0]))
+        assert not spec.is_in(torch.tensor([0.0, 0.5, 1.0]))
+        assert spec.project(torch.tensor([0.2, 0.7, 3.0])).tolist() == [0.0, 1.0, 1.0]
+
+    def test_enumerate(self):
+        assert Binary(2).enumerate().tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]

@@ -203,6 +203,17 @@ class TestModuleBehaviour:
         assert isinstance(t, nn.Module)
         assert len(list(t.buffers())) == 4
 
+    def test_in_tensordict_sequential(self):
+        from tensordict.nn import TensorDictSequential
+
+        torch.manual_seed(0)
+        linear = nn.Linear(3, 1)
+        policy = TensorDictModule(linear, in_keys=["observation"], out_keys=["action"])
+        seq = TensorDictSequential(ObservationNorm(loc=1.0, scale=2.0), policy)
+        obs = torch.randn(4, 3)
+        out = seq(TensorDict(observation=obs.clone(), batch_size=[4]))
+        torch.testing.assert_close(out["action"], linear(obs * 2 + 1))
+
     def test_attribute_forwarding_to_base_env(self):
         env = TransformedEnv(GymEnv("CartPole-v1"), StepCounter())
         assert env.env_name == "CartPole-v1"

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core import Bounded, Unbounded
-from rl.envs import GymEnv, PendulumEnv, check_env_specs
+from rl.core import Bounded, Composite, Unbounded
+from rl.envs import EnvBase, GymEnv, PendulumEnv, check_env_specs
 from rl.envs.transforms import (
     CatTensors,
     ClipTransform,
@@ -173,7 +173,55 @@ class TestClipTransform:
             ClipTransform(in_keys=["x"])
 
 
+class Float64Env(EnvBase):
+    """A float64 env: the observation is the last action; _step checks the action dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_spec = Composite(observation=Unbounded(shape=(2,), dtype=torch.float64))
+        self.action_spec = Bounded(-1.0, 1.0, shape=(2,), dtype=torch.float64)
+        self.reward_spec = Unbounded(shape=(1,), dtype=torch.float64)
+
+    def _reset(self, tensordict):
+        flag = torch.zeros(1, dtype=torch.bool)
+        return TensorDict(
+            observation=torch.zeros(2, dtype=torch.float64),
+            done=flag,
+            terminated=flag.clone(),
+            truncated=flag.clone(),
+        )
+
+    def _step(self, tensordict):
+        action = tensordict["action"]
+        if action.dtype != torch.float64:
+            raise TypeError(f"Float64Env needs a float64 action, got {action.dtype}")
+        flag = torch.zeros(1, dtype=torch.bool)
+        return TensorDict(
+            observation=action.clone(),
+            reward=action.sum(-1, keepdim=True),
+            done=flag,
+            terminated=flag.clone(),
+            truncated=flag.clone(),
+        )
+
+    def _set_seed(self, seed):
+        pass
+
+
 class TestDTypeCasts:
+    def test_double_to_float_on_float64_env(self):
+        env = TransformedEnv(Float64Env(), DoubleToFloat())
+        assert env.observation_spec["observation"].dtype == torch.float32
+        assert env.reward_spec.dtype == torch.float32
+        assert env.action_spec.dtype == torch.float32
+        check_env_specs(env)  # the env raises if it gets a float32 action
+        td = env.reset()
+        td["action"] = torch.tensor([0.25, -0.5])
+        out = env.step(td)
+        assert out["next", "observation"].dtype == torch.float32
+        torch.testing.assert_close(out["next", "observation"], torch.tensor([0.25, -0.5]))
+        assert td["action"].dtype == torch.float32  # the caller's action is not replaced
+
     def test_double_to_float_on_data(self):
         td = _td(a=torch.zeros(2, dtype=torch.float64), b=torch.zeros(2, dtype=torch.int64))
         out = DoubleToFloat()(td)
@@ -256,6 +304,7 @@ class TestShapes:
         env2 = TransformedEnv(PendulumEnv(), SqueezeTransform(-1, in_keys=["reward"]))
         assert env2.reward_spec.shape == torch.Size([])
         assert env2.rollout(2)["next", "reward"].shape == torch.Size([2])
+        check_env_specs(env2)
 
     def test_squeeze_wrong_dim_at_spec_time(self):
         with pytest.raises(ValueError, match="cannot squeeze dim -1 of 'observation'.*size 3"):

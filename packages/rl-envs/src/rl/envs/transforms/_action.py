@@ -29,6 +29,13 @@ class ActionMask(Transform):
     Raises:
         ValueError: on data, an action that the mask forbids.
         TypeError: at spec time, the action spec has no mask (not Categorical / OneHot).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict(action=torch.tensor(2), action_mask=torch.tensor([True, False, True]))
+        >>> ActionMask()(td) is td  # action 2 is allowed
+        True
     """
 
     _dynamic_action_spec = True

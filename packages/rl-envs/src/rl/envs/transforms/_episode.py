@@ -8,6 +8,7 @@ from tensordict import TensorDictBase
 from rl.core import Bounded, Categorical, Composite
 
 from ._base import Transform
+from ._compose import Compose  # noqa: F401  (used in the examples)
 from ._spec_utils import NestedKey, normalize_key, tget, tset
 from ._utils import (
     episode_starts,
@@ -372,6 +373,12 @@ class NoopResetEnv(Transform):
 
     Raises:
         ValueError: ``noops`` is negative.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), Compose(StepCounter(), NoopResetEnv(4, random=False)))
+        >>> int(env.reset()["step_count"])  # the 4 no-op steps are counted
+        4
     """
 
     def __init__(self, noops: int = 30, random: bool = True):
@@ -431,6 +438,12 @@ class FrameSkipTransform(Transform):
 
     Raises:
         ValueError: ``frame_skip`` is smaller than 1.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), Compose(FrameSkipTransform(3), StepCounter()))
+        >>> env.rollout(4)["next", "step_count"].squeeze(-1)  # 4 agent steps, 12 env steps
+        tensor([1, 2, 3, 4])
     """
 
     def __init__(self, frame_skip: int = 1):

@@ -98,6 +98,15 @@ class VideoRecorder(Transform):
     Raises:
         ValueError: ``skip`` or ``fps`` is not a positive int.
         ImportError: on ``dump()`` without a logger when PyAV is missing.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from tensordict import TensorDict
+        >>> recorder = VideoRecorder(tag="demo", video_dir=tempfile.mkdtemp())
+        >>> _ = recorder(TensorDict(pixels=torch.rand(5, 3, 32, 32), batch_size=[5]))
+        >>> path = recorder.dump()
+        >>> path.name, path.stat().st_size > 0
+        ('demo_0.mp4', True)
     """
 
     def __init__(

@@ -1,0 +1,31 @@
+"""The ``Examples:`` blocks of the transform modules run and print what they show."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "_action",
+    "_base",
+    "_compose",
+    "_dtype",
+    "_env",
+    "_episode",
+    "_frames",
+    "_image",
+    "_keys",
+    "_norm",
+    "_observation",
+    "_recording",
+    "_reward",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(f"rl.envs.transforms.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -289,7 +289,9 @@ def main() -> None:
         "",
         f"`benchmarks/bench_replay_buffer.py`; torch {torch.__version__}, 1 thread, "
         f"{platform.processor() or platform.machine()}, best of {repeats} interleaved runs of {calls} calls. "
-        "Ratio = floor time / our time (higher is better; the target is given per row).",
+        "Ratio = floor time / our time (higher is better; the target is given per row). "
+        f"Machine load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+        "(shared; ratios are taken from interleaved runs).",
         "",
         "| case | what | time | ratio to floor | target |",
         "| --- | --- | --- | --- | --- |",

@@ -157,6 +157,10 @@ def to_markdown(rows: list[dict], capacity: int, batch: int) -> str:
         )
     lines.append("")
     lines.append(
+        "The torch rows pay torch's own per-op cost for the caller's slicing and "
+        "`uniform * total()` (a few µs per op on a CPU tensor), the tree calls included."
+    )
+    lines.append(
         f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python "
         f"{platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
         f"CUDA device used: {'yes' if any('CUDA' in r['impl'] for r in rows) else 'no'}."

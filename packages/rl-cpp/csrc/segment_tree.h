@@ -28,7 +28,7 @@ inline void prefetch(const void* address) {
 template <typename T, typename Op>
 class SegmentTree {
   public:
-    static constexpr int64_t kLanes = 16;
+    static constexpr int64_t kLanes = 64;
 
     explicit SegmentTree(int64_t capacity) : capacity_(capacity) {
         check_capacity(capacity);

@@ -2,7 +2,15 @@
 
 import torch
 
-from rl.core import Binary, Bounded, Categorical, OneHot, Unbounded
+from rl.core import (
+    Binary,
+    Bounded,
+    Categorical,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
 
 
 def leaf_specs():
@@ -21,6 +29,20 @@ def leaf_specs():
         ("onehot", lambda b: OneHot(5, shape=(*b, 5))),
         ("onehot_long", lambda b: OneHot(3, shape=(*b, 3), dtype=torch.int64)),
         ("binary", lambda b: Binary(4, shape=(*b, 4))),
+        ("multionehot", lambda b: MultiOneHot([2, 3], shape=(*b, 5))),
+        ("multicategorical", lambda b: MultiCategorical([2, 5, 3], shape=(*b, 3))),
+        (
+            "multicategorical_2d",
+            lambda b: MultiCategorical(torch.tensor([[2, 3], [4, 5]]), shape=(*b, 2, 2)),
+        ),
+        (
+            "categorical_masked",
+            lambda b: Categorical(3, shape=b, mask=torch.tensor([True, False, True])),
+        ),
+        (
+            "onehot_masked",
+            lambda b: OneHot(3, shape=(*b, 3), mask=torch.tensor([False, True, True])),
+        ),
     ]
 
 

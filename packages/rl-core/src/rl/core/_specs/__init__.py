@@ -1,19 +1,59 @@
 """Tensor specs (private: import them from :mod:`rl.core`)."""
 
+from ._aliases import (
+    BinaryDiscreteTensorSpec,
+    BoundedContinuous,
+    BoundedDiscrete,
+    BoundedTensorSpec,
+    CompositeSpec,
+    DiscreteTensorSpec,
+    LazyStackedCompositeSpec,
+    MultiDiscreteTensorSpec,
+    MultiOneHotDiscreteTensorSpec,
+    NonTensorSpec,
+    OneHotDiscreteTensorSpec,
+    UnboundedContinuous,
+    UnboundedContinuousTensorSpec,
+    UnboundedDiscrete,
+    UnboundedDiscreteTensorSpec,
+)
 from ._base import BoxList, CategoricalBox, ContinuousBox, TensorSpec
 from ._bounded import Bounded, Unbounded
 from ._composite import Composite
 from ._discrete import Binary, Categorical, OneHot
+from ._multi import MultiCategorical, MultiOneHot
+from ._nontensor import NonTensor
+from ._stacked import StackedComposite, stack_specs
 
 __all__ = [
     "Binary",
+    "BinaryDiscreteTensorSpec",
     "Bounded",
+    "BoundedContinuous",
+    "BoundedDiscrete",
+    "BoundedTensorSpec",
     "BoxList",
     "Categorical",
     "CategoricalBox",
     "Composite",
+    "CompositeSpec",
     "ContinuousBox",
+    "DiscreteTensorSpec",
+    "LazyStackedCompositeSpec",
+    "MultiCategorical",
+    "MultiDiscreteTensorSpec",
+    "MultiOneHot",
+    "MultiOneHotDiscreteTensorSpec",
+    "NonTensor",
+    "NonTensorSpec",
     "OneHot",
+    "OneHotDiscreteTensorSpec",
+    "StackedComposite",
     "TensorSpec",
     "Unbounded",
+    "UnboundedContinuous",
+    "UnboundedContinuousTensorSpec",
+    "UnboundedDiscrete",
+    "UnboundedDiscreteTensorSpec",
+    "stack_specs",
 ]

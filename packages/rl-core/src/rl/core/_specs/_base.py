@@ -194,7 +194,7 @@ class TensorSpec:
     _value_tensors: tuple[str, ...] = ()  # elementwise tensors that follow the spec's dtype
     _eq_attrs: tuple[str, ...] = ()
     _nfeat: int = 0
-    _deprecated_alias: bool = False
+    _alias_of_parent: bool = False
 
     shape: torch.Size
     dtype: torch.dtype | None
@@ -218,7 +218,7 @@ class TensorSpec:
 
     def _canonical_type(self) -> type:
         cls = type(self)
-        while cls._deprecated_alias:
+        while cls._alias_of_parent:
             cls = cls.__mro__[1]
         return cls
 
@@ -453,6 +453,13 @@ class TensorSpec:
         fields = [f"shape={self.shape}", *self._repr_fields()]
         fields += [f"device={self.device}", f"dtype={self.dtype}"]
         return f"{type(self).__name__}({', '.join(fields)})"
+
+
+class _NestedSpec(TensorSpec):
+    """Marker base of the specs holding named entries (:class:`Composite`, stacked form)."""
+
+    def _iter_keys(self, include_nested: bool, leaves_only: bool):
+        raise NotImplementedError  # pragma: no cover - defined by each subclass
 
 
 def _warn_deprecated(old: str, new: str) -> None:

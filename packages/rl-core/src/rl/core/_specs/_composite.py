@@ -13,6 +13,7 @@ from tensordict.utils import NestedKey
 from ._base import (
     DEVICE_TYPING,
     TensorSpec,
+    _NestedSpec,
     _normalize_dim,
     _shape_args,
     _to_device,
@@ -68,8 +69,7 @@ class _CompositeKeys:
         self._leaves = leaves_only
 
     def __iter__(self) -> Iterator[NestedKey]:
-        for key, _ in self._spec._iter_items(self._nested, self._leaves):
-            yield key
+        return self._spec._iter_keys(self._nested, self._leaves)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -81,17 +81,19 @@ class _CompositeKeys:
         if len(path) > 1 and not self._nested:
             return False
         node: Any = self._spec
-        for k in path:
+        for i, k in enumerate(path):
+            if isinstance(node, _NestedSpec) and not isinstance(node, Composite):
+                return _key_out(path[i:]) in node.keys(self._nested, self._leaves)
             if not isinstance(node, Composite) or k not in node._specs:
                 return False
             node = node._specs[k]
-        return not (self._leaves and isinstance(node, Composite))
+        return not (self._leaves and isinstance(node, _NestedSpec))
 
     def __repr__(self) -> str:
         return f"_CompositeKeys({list(self)})"
 
 
-class Composite(TensorSpec):
+class Composite(_NestedSpec):
     """A dictionary of specs (possibly nested) describing a TensorDict.
 
     Leaf shapes include the composite's batch dims: in ``Composite(obs=..., shape=(4,))``
@@ -170,14 +172,25 @@ class Composite(TensorSpec):
     @property
     def dtype(self) -> torch.dtype | None:  # type: ignore[override]
         """The dtype shared by all leaves, or None when they differ."""
-        dtypes = {s.dtype for _, s in self._iter_items(True, True) if s is not None}
+        dtypes = {s.dtype for s in self._specs.values() if s is not None}
         return dtypes.pop() if len(dtypes) == 1 else None
+
+    def _iter_keys(self, include_nested: bool, leaves_only: bool) -> Iterator[NestedKey]:
+        for key, spec in self._specs.items():
+            if isinstance(spec, _NestedSpec):
+                if not leaves_only:
+                    yield key
+                if include_nested:
+                    for sub in spec._iter_keys(True, leaves_only):
+                        yield (key, *_unravel(sub))
+            else:
+                yield key
 
     def _iter_items(
         self, include_nested: bool, leaves_only: bool
     ) -> Iterator[tuple[NestedKey, Any]]:
         for key, spec in self._specs.items():
-            if isinstance(spec, Composite):
+            if isinstance(spec, _NestedSpec):
                 if not leaves_only:
                     yield key, spec
                 if include_nested:
@@ -221,7 +234,9 @@ class Composite(TensorSpec):
         if _is_key(idx):
             path = _unravel(idx)
             node: Any = self
-            for k in path:
+            for i, k in enumerate(path):
+                if isinstance(node, _NestedSpec) and not isinstance(node, Composite):
+                    return node[path[i:]]  # a stacked spec resolves the rest of the key
                 if not isinstance(node, Composite) or k not in node._specs:
                     raise self._missing(idx)
                 node = node._specs[k]
@@ -244,6 +259,9 @@ class Composite(TensorSpec):
         node = self
         for i, k in enumerate(path[:-1]):
             sub = node._specs.get(k)
+            if isinstance(sub, _NestedSpec) and not isinstance(sub, Composite):
+                sub[path[i + 1 :]] = value
+                return
             if sub is None:
                 sub = Composite(shape=node.shape, device=node.device)
                 node._specs[k] = sub

@@ -1,0 +1,273 @@
+"""Multi-discrete specs: :class:`MultiOneHot` and :class:`MultiCategorical`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._base import (
+    DEVICE_TYPING,
+    BoxList,
+    _numpy_ready,
+    _to_device,
+    _to_dtype,
+    _to_shape,
+)
+from ._discrete import _check_n, _MaskedDiscrete, _sample_index
+
+__all__ = ["MultiOneHot", "MultiCategorical"]
+
+
+def _check_nvec(nvec: Any, cls: str) -> list[int]:
+    values = torch.as_tensor(nvec).reshape(-1).tolist() if not isinstance(nvec, list) else nvec
+    if not values:
+        raise ValueError(f"{cls} expects a non-empty nvec, got {nvec!r}")
+    return [_check_n(n, cls) for n in values]
+
+
+class MultiOneHot(_MaskedDiscrete):
+    """Concatenated one-hot encodings of several discrete variables.
+
+    Args:
+        nvec: the number of values of each variable; the last dim has size ``sum(nvec)``.
+        shape: the spec's shape, ending with ``sum(nvec)`` (default ``(sum(nvec),)``).
+        device: where values live.
+        dtype: the values' dtype (``torch.bool`` by default).
+        use_register: accepted for compatibility with TorchRL, unused.
+        mask: optional boolean tensor broadcastable to ``shape`` of the allowed values.
+
+    ``encode`` takes indices of shape ``(..., len(nvec))`` and ``to_numpy`` gives them back.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import MultiOneHot
+        >>> spec = MultiOneHot([2, 3])
+        >>> spec
+        MultiOneHot(shape=torch.Size([5]), nvec=[2, 3], device=cpu, dtype=torch.bool)
+        >>> spec.encode([1, 0]).int()
+        tensor([0, 1, 1, 0, 0], dtype=torch.int32)
+        >>> spec.to_numpy(spec.encode([1, 2]))
+        array([1, 2])
+        >>> spec.is_in(torch.tensor([True, False, False, True, True]))
+        False
+    """
+
+    _nfeat = 1
+    _eq_attrs = ("nvec",)
+
+    def __init__(
+        self,
+        nvec: Sequence[int] | torch.Tensor,
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = torch.bool,
+        use_register: bool = False,
+        mask: torch.Tensor | None = None,
+    ):
+        self.nvec = _check_nvec(nvec, type(self).__name__)
+        self.n = sum(self.nvec)
+        shape = torch.Size((self.n,)) if shape is None else _to_shape(shape)
+        if len(shape) == 0 or shape[-1] != self.n:
+            raise ValueError(
+                f"{type(self).__name__} shape must end with sum(nvec)={self.n}, got {tuple(shape)}"
+            )
+        self.shape = shape
+        self.device = _to_device(device)
+        self.dtype = _to_dtype(dtype, torch.bool)
+        self.mask = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def _mask_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape)
+
+    @property
+    def space(self) -> BoxList:  # type: ignore[override]
+        return BoxList.from_nvec(self.nvec)
+
+    def _segments(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return t.split(self.nvec, dim=-1)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        out = torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
+        masks = self._segments(self.mask) if self.mask is not None else [None] * len(self.nvec)
+        for part, k, m in zip(self._segments(out), self.nvec, masks):
+            idx = _sample_index(self, shape, self.shape[:-1], k, m)
+            part.scatter_(-1, idx.unsqueeze(-1), 1)
+        return out
+
+    def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        if self.dtype != torch.bool and not bool(((value == 0) | (value == 1)).all()):
+            return "has values other than 0 and 1"
+        sums = torch.stack([p.sum(-1) for p in self._segments(value)], -1)
+        if not bool((sums == 1).all()):
+            return f"is not a concatenation of one-hot encodings of sizes {self.nvec}"
+        if self.mask is not None and bool((value.bool() & ~self.mask).any()):
+            return "has values the mask does not allow"
+        return None
+
+    def _from_indices(self, idx: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((*idx.shape[:-1], self.n), dtype=self.dtype, device=idx.device)
+        offsets = torch.as_tensor(np.cumsum([0, *self.nvec[:-1]]), device=idx.device)
+        return out.scatter_(-1, idx + offsets, 1)
+
+    def _indices(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.stack([p.argmax(-1) for p in self._segments(value)], -1)
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        scores = value.to(torch.float32)
+        if self.mask is not None:
+            scores = scores.masked_fill(~self.mask, float("-inf"))
+        return self._from_indices(self._indices(scores))
+
+    def encode(self, value: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """One-hot encodes indices of shape ``(..., len(nvec))``."""
+        device = None if ignore_device else self.device
+        idx = torch.as_tensor(_numpy_ready(value), device=device).long()
+        nvec = torch.as_tensor(self.nvec, device=idx.device)
+        if idx.ndim == 0 or idx.shape[-1] != len(self.nvec):
+            raise ValueError(
+                f"{type(self).__name__}.encode expects indices of shape (..., {len(self.nvec)}), "
+                f"got shape {tuple(idx.shape)}"
+            )
+        if bool(((idx < 0) | (idx >= nvec)).any()):
+            raise ValueError(
+                f"{type(self).__name__}.encode expects indices below nvec={self.nvec}, got "
+                f"{idx.tolist() if idx.numel() <= 8 else 'larger values'}"
+            )
+        return self._from_indices(idx)
+
+    def to_numpy(self, value: torch.Tensor, safe: bool | None = None) -> np.ndarray:
+        """The index of each variable, shape ``(..., len(nvec))``."""
+        if safe:
+            self.assert_is_in(value)
+        return self._indices(value.detach().to(torch.uint8)).cpu().numpy()
+
+    def _repr_fields(self) -> list[str]:
+        fields = [f"nvec={self.nvec}"]
+        if self.mask is not None:
+            fields.append(f"mask=Tensor(shape={tuple(self.mask.shape)})")
+        return fields
+
+
+class MultiCategorical(_MaskedDiscrete):
+    """Several integer indices, entry ``i`` in ``{0, ..., nvec[i] - 1}``.
+
+    Args:
+        nvec: the number of values of each entry (a list or a tensor; its shape gives the
+            spec's trailing dims).
+        shape: the spec's shape, ending with ``nvec``'s shape (default ``nvec``'s shape).
+        device: where values live.
+        dtype: the values' dtype (``torch.int64`` by default).
+        mask: optional boolean tensor of the allowed values, broadcastable to
+            ``(*batch, sum(nvec))`` (one-dimensional ``nvec`` only).
+        remove_singleton: accepted for compatibility with TorchRL, unused.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import MultiCategorical
+        >>> spec = MultiCategorical([2, 3])
+        >>> spec
+        MultiCategorical(shape=torch.Size([2]), nvec=[2, 3], device=cpu, dtype=torch.int64)
+        >>> spec.is_in(torch.tensor([1, 2])), spec.is_in(torch.tensor([2, 0]))
+        (True, False)
+        >>> spec.project(torch.tensor([5, -1]))
+        tensor([1, 0])
+    """
+
+    _elementwise = ("nvec", "mask")
+    _eq_attrs = ()
+
+    def __init__(
+        self,
+        nvec: Sequence[int] | torch.Tensor,
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = torch.int64,
+        mask: torch.Tensor | None = None,
+        remove_singleton: bool = True,
+    ):
+        self.device = _to_device(device)
+        nvec_t = torch.as_tensor(nvec, dtype=torch.int64, device=self.device)
+        if nvec_t.ndim == 0:
+            nvec_t = nvec_t.reshape(1)
+        self._nvec_list = _check_nvec(nvec_t, type(self).__name__)
+        shape = nvec_t.shape if shape is None else _to_shape(shape)
+        k = nvec_t.ndim
+        if len(shape) < k or shape[len(shape) - k :] != nvec_t.shape:
+            raise ValueError(
+                f"{type(self).__name__} shape must end with nvec's shape {tuple(nvec_t.shape)}, "
+                f"got {tuple(shape)}"
+            )
+        self._nfeat = k
+        self.shape = shape
+        self.dtype = _to_dtype(dtype, torch.int64)
+        self.nvec = nvec_t.expand(shape)
+        self.n = sum(self._nvec_list)
+        self.mask = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def _mask_shape(self) -> tuple[int, ...]:
+        if self._nfeat != 1:
+            raise ValueError(
+                f"{type(self).__name__} masks need a one-dimensional nvec, got nvec of shape "
+                f"{tuple(self.shape[-self._nfeat :])}"
+            )
+        return (*self.shape[:-1], self.n)
+
+    @property
+    def space(self) -> BoxList:  # type: ignore[override]
+        return BoxList.from_nvec(self._nvec_list)
+
+    def _mask_segments(self) -> tuple[torch.Tensor, ...]:
+        return self.mask.split(self._nvec_list, dim=-1)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+        full = (*shape, *self.shape)
+        if self.mask is None:
+            r = torch.rand(full, device=self.device, dtype=torch.float64)
+            out = (r * self.nvec).floor_().long()
+            return torch.minimum(out, self.nvec - 1).to(self.dtype)
+        parts = [
+            _sample_index(self, shape, self.shape[:-1], k, m)
+            for k, m in zip(self._nvec_list, self._mask_segments())
+        ]
+        return torch.stack(parts, -1).to(self.dtype)
+
+    def _allowed(self, value: torch.Tensor) -> torch.Tensor:
+        offsets = torch.as_tensor(np.cumsum([0, *self._nvec_list[:-1]]), device=value.device)
+        mask = self.mask.expand(*value.shape[:-1], self.n)
+        return mask.gather(-1, value.long() + offsets)
+
+    def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        if not bool(((value >= 0) & (value < self.nvec)).all()):
+            return f"has values outside [0, nvec) for nvec={self._nvec_list}"
+        if self.mask is not None and not bool(self._allowed(value).all()):
+            return "has values the mask does not allow"
+        return None
+
+    def project(self, value: torch.Tensor) -> torch.Tensor:
+        if value.is_floating_point():
+            value = value.round()
+        value = torch.minimum(value.long().clamp_min(0), self.nvec - 1)
+        if self.mask is not None:
+            first = torch.stack([m.to(torch.uint8).argmax(-1) for m in self._mask_segments()], -1)
+            value = torch.where(self._allowed(value), value, first)
+        return value.to(self.dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other) and self._nvec_list == other._nvec_list  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _repr_fields(self) -> list[str]:
+        fields = [f"nvec={self._nvec_list}"]
+        if self.mask is not None:
+            fields.append(f"mask=Tensor(shape={tuple(self.mask.shape)})")
+        return fields

@@ -1,0 +1,114 @@
+"""The :class:`NonTensor` spec: entries holding python objects (strings, dicts, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import NonTensorData, NonTensorStack
+
+from ._base import DEVICE_TYPING, TensorSpec, _to_device, _to_shape
+
+__all__ = ["NonTensor"]
+
+
+class NonTensor(TensorSpec):
+    """Non-tensor data (text, python objects) carried in a TensorDict as ``NonTensorData``.
+
+    Args:
+        shape: the batch shape of the data (default ``()``).
+        device: the device of the TensorDict entries.
+        dtype: unused (non-tensor data has none), kept for TorchRL compatibility.
+        example_data: the value ``rand``/``zero``/``one`` return (wrapped in ``NonTensorData``).
+
+    Examples:
+        >>> from rl.core import Composite, NonTensor
+        >>> spec = NonTensor(example_data="hello")
+        >>> spec.zero()
+        NonTensorData(data=hello, batch_size=torch.Size([]), device=cpu)
+        >>> spec.is_in("any python object")
+        True
+        >>> Composite(text=spec).rand()["text"]
+        'hello'
+    """
+
+    domain = ""
+
+    def __init__(
+        self,
+        shape: Sequence[int] | torch.Size | int | None = (),
+        device: DEVICE_TYPING | None = None,
+        dtype: Any = None,
+        example_data: Any = None,
+        **kwargs: Any,
+    ):
+        if kwargs:
+            raise TypeError(f"NonTensor got unexpected arguments {sorted(kwargs)}")
+        self.shape = _to_shape(shape)
+        self.device = _to_device(device)
+        self.dtype = None
+        self.example_data = example_data
+
+    def _data(self, shape: Sequence[int]) -> NonTensorData:
+        return NonTensorData(
+            data=self.example_data, batch_size=(*shape, *self.shape), device=self.device
+        )
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> NonTensorData:
+        return self._data(shape)
+
+    def zero(self, shape: Sequence[int] | torch.Size = ()) -> NonTensorData:
+        return self._data(shape)
+
+    def one(self, shape: Sequence[int] | torch.Size = ()) -> NonTensorData:
+        return self._data(shape)
+
+    def _mismatch(self, value: Any) -> str | None:
+        if isinstance(value, NonTensorData | NonTensorStack):
+            vshape, n = value.batch_size, len(self.shape)
+            if len(vshape) < n or vshape[len(vshape) - n :] != self.shape:
+                return (
+                    f"has batch size {tuple(vshape)}, expected (*batch, "
+                    f"{', '.join(map(str, self.shape))})"
+                )
+            return None
+        if isinstance(value, torch.Tensor):
+            return f"is a tensor of shape {tuple(value.shape)}, expected non-tensor data"
+        return None
+
+    def project(self, value: Any) -> Any:
+        return value
+
+    def encode(self, value: Any, *, ignore_device: bool = False) -> NonTensorData:
+        """Wraps ``value`` in ``NonTensorData`` of the spec's batch shape."""
+        if isinstance(value, NonTensorData | NonTensorStack):
+            return value
+        return NonTensorData(
+            data=value, batch_size=self.shape, device=None if ignore_device else self.device
+        )
+
+    def to_numpy(self, value: Any, safe: bool | None = None) -> Any:
+        """The python data (``tolist()`` of ``NonTensorData``/``NonTensorStack``)."""
+        if safe:
+            self.assert_is_in(value)
+        if isinstance(value, NonTensorData | NonTensorStack):
+            return value.tolist()
+        return value
+
+    def to(self, dest: DEVICE_TYPING | torch.dtype) -> NonTensor:
+        if isinstance(dest, torch.dtype):
+            return self
+        return super().to(dest)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, NonTensor)
+            and self.shape == other.shape
+            and self.device == other.device
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _repr_fields(self) -> list[str]:
+        return [f"example_data={self.example_data!r}"]

@@ -1,0 +1,344 @@
+"""Stacking specs: :func:`stack_specs` and :class:`StackedComposite` for heterogeneous batches."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from tensordict import LazyStackedTensorDict, TensorDictBase
+
+from ._base import DEVICE_TYPING, TensorSpec, _NestedSpec, _normalize_dim, _shape_args, _to_device
+from ._composite import Composite, _expand_ellipsis, _is_key, _unravel
+
+__all__ = ["StackedComposite", "stack_specs"]
+
+
+def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
+    """Stacks specs along a new batch dim ``dim`` (also reached through ``torch.stack``).
+
+    Equal specs give that spec with a new dim; specs of one kind and shape that differ in
+    their bounds or masks give one spec holding the stacked bounds or masks; Composites with
+    different entries give a :class:`StackedComposite`.
+
+    Raises:
+        ValueError: for an empty list, or leaf specs of different kinds or shapes.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Bounded, stack_specs
+        >>> spec = torch.stack([Bounded(0.0, 1.0, shape=(2,)), Bounded(0.0, 3.0, shape=(2,))])
+        >>> spec.shape, spec.high[:, 0]
+        (torch.Size([2, 2]), tensor([1., 3.]))
+    """
+    specs = list(specs)
+    if not specs:
+        raise ValueError("stack_specs expects at least one spec, got an empty list")
+    first = specs[0]
+    d = _normalize_dim(dim, first.ndim + 1, "stack of specs")
+    if all(s == first for s in specs[1:]):
+        u = first.unsqueeze(d)
+        return u.expand(*u.shape[:d], len(specs), *u.shape[d + 1 :])
+    if all(isinstance(s, _NestedSpec) for s in specs):
+        return StackedComposite(specs, dim=d)
+    kind = first._canonical_type()
+    same = all(
+        s._canonical_type() is kind
+        and s.shape == first.shape
+        and s.dtype == first.dtype
+        and s.device == first.device
+        and all(getattr(s, a) == getattr(first, a) for a in s._eq_attrs)
+        and all((getattr(s, n) is None) == (getattr(first, n) is None) for n in s._elementwise)
+        for s in specs
+    )
+    if not same or d > first._batch_ndim:
+        raise ValueError(
+            f"cannot stack specs {[f'{type(s).__name__}{tuple(s.shape)}' for s in specs]} along "
+            f"dim {dim}: leaf specs must share kind, shape, dtype and device (heterogeneous "
+            "stacks are supported for Composite specs)"
+        )
+    out = copy.copy(first)
+    out.shape = torch.Size((*first.shape[:d], len(specs), *first.shape[d:]))
+    for name in first._elementwise:
+        if getattr(first, name) is not None:
+            setattr(out, name, torch.stack([getattr(s, name) for s in specs], d))
+    return out
+
+
+def _torch_function(cls, func, types, args=(), kwargs=None):
+    kwargs = kwargs or {}
+    if func is torch.stack:
+        return stack_specs(*args, **kwargs)
+    return NotImplemented
+
+
+TensorSpec.__torch_function__ = classmethod(_torch_function)  # type: ignore[attr-defined]
+
+
+class StackedComposite(_NestedSpec):
+    """Composites with different entries, stacked along a batch dim (heterogeneous batches).
+
+    Think of agents or envs whose observations differ: each member Composite keeps its own
+    entries; ``rand``/``zero``/``one`` return a ``LazyStackedTensorDict`` of the members'
+    TensorDicts. Indexing the stack dim with an int gives back the member; a key present in
+    every member gives the stacked spec of that entry.
+
+    Args:
+        *specs: the member Composites (or one list of them), all of the same shape and device.
+        dim: the stack dim, in ``[0, member.ndim]`` (negative values count from the end).
+
+    Raises:
+        ValueError: if members differ in shape or device, or there is none.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Composite, StackedComposite, Unbounded
+        >>> a = Composite(obs=Unbounded(shape=(3,)))
+        >>> b = Composite(obs=Unbounded(shape=(3,)), extra=Unbounded(shape=(2,)))
+        >>> spec = StackedComposite(a, b)
+        >>> spec.shape
+        torch.Size([2])
+        >>> td = spec.rand()
+        >>> type(td).__name__, td.batch_size, td[1]["extra"].shape
+        ('LazyStackedTensorDict', torch.Size([2]), torch.Size([2]))
+        >>> spec[1] is b, spec["obs"].shape
+        (True, torch.Size([2, 3]))
+        >>> spec.is_in(td)
+        True
+    """
+
+    domain = "composite"
+
+    def __init__(self, *specs: Composite | Sequence[Composite], dim: int = 0):
+        if len(specs) == 1 and isinstance(specs[0], list | tuple):
+            specs = tuple(specs[0])
+        if not specs:
+            raise ValueError("StackedComposite expects at least one Composite, got none")
+        first = specs[0]
+        for i, s in enumerate(specs):
+            if not isinstance(s, _NestedSpec):
+                raise TypeError(
+                    f"StackedComposite members must be Composite specs, member {i} is a "
+                    f"{type(s).__name__}"
+                )
+            if s.shape != first.shape or s.device != first.device:
+                raise ValueError(
+                    f"StackedComposite members must share shape and device: member 0 has "
+                    f"{tuple(first.shape)} on {first.device}, member {i} has {tuple(s.shape)} on "
+                    f"{s.device}"
+                )
+        self._specs = list(specs)
+        self.dim = _normalize_dim(dim, first.ndim + 1, "StackedComposite")
+        self.shape = torch.Size((*first.shape[: self.dim], len(specs), *first.shape[self.dim :]))
+        self.device = first.device
+
+    @classmethod
+    def _new(cls, specs: list, dim: int) -> StackedComposite:
+        return cls(specs, dim=dim)
+
+    @property
+    def dtype(self) -> torch.dtype | None:  # type: ignore[override]
+        dtypes = {s.dtype for s in self._specs}
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    # ------------------------------------------------------------------ values
+    def _stack(self, tds: list[TensorDictBase], lead: int) -> LazyStackedTensorDict:
+        return LazyStackedTensorDict(*tds, stack_dim=lead + self.dim)
+
+    def rand(self, shape: Sequence[int] | torch.Size = ()) -> LazyStackedTensorDict:
+        """A lazy stack of the members' random TensorDicts."""
+        return self._stack([s.rand(shape) for s in self._specs], len(shape))
+
+    def zero(self, shape: Sequence[int] | torch.Size = ()) -> LazyStackedTensorDict:
+        return self._stack([s.zero(shape) for s in self._specs], len(shape))
+
+    def one(self, shape: Sequence[int] | torch.Size = ()) -> LazyStackedTensorDict:
+        return self._stack([s.one(shape) for s in self._specs], len(shape))
+
+    def _parts(self, value: TensorDictBase) -> tuple[int, tuple[TensorDictBase, ...]] | str:
+        if not isinstance(value, TensorDictBase):
+            return f"is a {type(value).__name__}, expected a TensorDict"
+        lead = value.batch_dims - self.ndim
+        if lead < 0 or value.batch_size[lead:] != self.shape:
+            return f"has batch size {tuple(value.batch_size)}, expected (*batch, {', '.join(map(str, self.shape))})"
+        return lead, value.unbind(lead + self.dim)
+
+    def _mismatch(self, value: Any) -> str | None:
+        parts = self._parts(value)
+        if isinstance(parts, str):
+            return parts
+        for i, (spec, part) in enumerate(zip(self._specs, parts[1])):
+            why = spec._mismatch(part)
+            if why is not None:
+                return f"has a member {i} that {why}"
+        return None
+
+    def project(self, value: TensorDictBase) -> LazyStackedTensorDict:
+        parts = self._parts(value)
+        if isinstance(parts, str):
+            raise ValueError(f"cannot project a value that {parts} onto {self!r}")
+        lead, tds = parts
+        return self._stack([s.project(td) for s, td in zip(self._specs, tds)], lead)
+
+    def encode(self, value: Sequence[Mapping[str, Any]], *, ignore_device: bool = False):
+        """A lazy stack of the members' encodings of ``value``, one mapping per member."""
+        if len(value) != len(self._specs):
+            raise ValueError(
+                f"StackedComposite.encode expects {len(self._specs)} mappings (one per member), "
+                f"got {len(value)}"
+            )
+        tds = [s.encode(v, ignore_device=ignore_device) for s, v in zip(self._specs, value)]
+        return self._stack(tds, tds[0].batch_dims - self._specs[0].ndim)
+
+    def to_numpy(self, value: TensorDictBase, safe: bool | None = None) -> list[dict]:
+        """One nested dict of numpy arrays per member."""
+        if safe:
+            self.assert_is_in(value)
+        parts = self._parts(value)
+        if isinstance(parts, str):
+            raise ValueError(f"cannot convert a value that {parts} with {self!r}")
+        return [s.to_numpy(td) for s, td in zip(self._specs, parts[1])]
+
+    # ------------------------------------------------------------------ keys
+    def _iter_keys(self, include_nested: bool, leaves_only: bool) -> Iterator[Any]:
+        others = [set(s.keys(include_nested, leaves_only)) for s in self._specs[1:]]
+        for key in self._specs[0].keys(include_nested, leaves_only):
+            if all(key in o for o in others):
+                yield key
+
+    def _iter_items(self, include_nested: bool, leaves_only: bool) -> Iterator[tuple[Any, Any]]:
+        for key in self._iter_keys(include_nested, leaves_only):
+            yield key, self[key]
+
+    def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        """The keys every member holds (in the first member's order)."""
+        return list(self._iter_keys(include_nested, leaves_only))
+
+    def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        return list(self._iter_items(include_nested, leaves_only))
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        return [v for _, v in self._iter_items(include_nested, leaves_only)]
+
+    def __contains__(self, key: object) -> bool:
+        return all(key in s for s in self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __iter__(self) -> Iterator[Composite]:
+        return iter(self._specs)
+
+    # ------------------------------------------------------------------ indexing
+    def __getitem__(self, idx: Any) -> TensorSpec:
+        if _is_key(idx):
+            values = []
+            for i, s in enumerate(self._specs):
+                if idx not in s:
+                    raise KeyError(
+                        f"key {idx!r} not found in member {i} of StackedComposite; keys of every "
+                        f"member: {self.keys(True)}"
+                    )
+                values.append(s[idx])
+            return stack_specs(values, self.dim)
+        idx = _expand_ellipsis(idx, self.ndim)
+        if any(not isinstance(i, int | slice) for i in idx) or len(idx) > self.ndim:
+            raise IndexError(
+                f"StackedComposite of shape {tuple(self.shape)} takes int and slice indices on "
+                f"its {self.ndim} dims, got {idx!r}"
+            )
+        idx = idx + (slice(None),) * (self.ndim - len(idx))
+        rest = idx[: self.dim] + idx[self.dim + 1 :]
+        full = slice(None)
+        members = self._specs
+        if any(r != full for r in rest):
+            members = [s[rest] for s in members]
+        sel = idx[self.dim]
+        if isinstance(sel, int):
+            return members[sel]
+        new_dim = self.dim - sum(isinstance(i, int) for i in idx[: self.dim])
+        return StackedComposite(members[sel], dim=new_dim)
+
+    def __setitem__(self, key: Any, value: TensorSpec) -> None:
+        if not _is_key(key):
+            raise TypeError(f"StackedComposite keys are strings or tuples of strings, got {key!r}")
+        if value.shape[: self.ndim] != self.shape:
+            raise ValueError(
+                f"spec for key {key!r} has shape {tuple(value.shape)}, expected it to start with "
+                f"the StackedComposite's shape {tuple(self.shape)}"
+            )
+        for s, part in zip(self._specs, value.unbind(self.dim)):
+            s[_unravel(key)] = part
+
+    def unbind(self, dim: int = 0) -> tuple[TensorSpec, ...]:
+        d = _normalize_dim(dim, self.ndim, "unbind of StackedComposite")
+        if d == self.dim:
+            return tuple(self._specs)
+        return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    # ------------------------------------------------------------------ copies and shapes
+    def clone(self) -> StackedComposite:
+        return StackedComposite([s.clone() for s in self._specs], dim=self.dim)
+
+    def to(self, dest: DEVICE_TYPING | torch.dtype) -> StackedComposite:
+        if not isinstance(dest, torch.dtype) and _to_device(dest) == self.device:
+            return self
+        return StackedComposite([s.to(dest) for s in self._specs], dim=self.dim)
+
+    def expand(self, *shape: int) -> StackedComposite:
+        shape = _shape_args(shape)
+        lead = len(shape) - self.ndim
+        if (
+            lead < 0
+            or shape[lead + self.dim] != len(self._specs)
+            or any(s != o and o != 1 for s, o in zip(shape[lead:], self.shape))
+        ):
+            raise ValueError(
+                f"cannot expand StackedComposite of shape {tuple(self.shape)} to {tuple(shape)}: "
+                f"the new shape must end with the old one and keep {len(self._specs)} at the "
+                "stack dim"
+            )
+        d = lead + self.dim
+        member_shape = (*shape[:d], *shape[d + 1 :])
+        return StackedComposite([s.expand(*member_shape) for s in self._specs], dim=d)
+
+    def squeeze(self, dim: int | None = None) -> TensorSpec:
+        if dim is None:
+            out: TensorSpec = self
+            for d in reversed(range(self.ndim)):
+                if self.shape[d] == 1:
+                    out = out.squeeze(d)
+            return out
+        d = _normalize_dim(dim, self.ndim, "squeeze of StackedComposite")
+        if self.shape[d] != 1:
+            return self
+        if d == self.dim:
+            return self._specs[0]
+        md = d if d < self.dim else d - 1
+        new_dim = self.dim - 1 if d < self.dim else self.dim
+        return StackedComposite([s.squeeze(md) for s in self._specs], dim=new_dim)
+
+    def unsqueeze(self, dim: int) -> StackedComposite:
+        d = _normalize_dim(dim, self.ndim + 1, "unsqueeze of StackedComposite")
+        if d <= self.dim:
+            return StackedComposite([s.unsqueeze(d) for s in self._specs], dim=self.dim + 1)
+        return StackedComposite([s.unsqueeze(d - 1) for s in self._specs], dim=self.dim)
+
+    # ------------------------------------------------------------------ comparison and repr
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, StackedComposite)
+            and self.dim == other.dim
+            and len(self._specs) == len(other._specs)
+            and all(a == b for a, b in zip(self._specs, other._specs))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        lines = [
+            f"    {i}: " + repr(s).replace("\n", "\n    ") + "," for i, s in enumerate(self._specs)
+        ]
+        lines.append(f"    dim={self.dim}, shape={self.shape}, device={self.device})")
+        return "StackedComposite(\n" + "\n".join(lines)

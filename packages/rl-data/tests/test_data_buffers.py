@@ -274,6 +274,20 @@ class TestPrioritizedBuffers:
         rb.extend(TensorDict({"p": torch.tensor([[1.0, 4.0], [2.0, 0.5]])}, [2]))
         torch.testing.assert_close(rb.sampler._sum_tree[torch.arange(2)], torch.tensor([4.0, 2.0]))
 
+    def test_bad_priority_at_extend_writes_nothing(self):
+        rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(8))
+        bad = TensorDict({"td_error": torch.tensor([1.0, -2.0])}, [2])
+        with pytest.raises(ValueError, match="finite and non-negative, got -2.0"):
+            rb.extend(bad)
+        assert len(rb) == 0
+
+    def test_priorities_of_an_oversized_extend(self):
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=0.5, eps=0.0, storage=LazyTensorStorage(2)
+        )
+        rb.extend(TensorDict({"td_error": torch.tensor([1.0, 2.0, 3.0])}, [3]))
+        torch.testing.assert_close(rb.sampler._sum_tree[torch.arange(2)], torch.tensor([3.0, 2.0]))
+
     def test_update_tensordict_priority_errors(self):
         rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(8))
         rb.extend(TensorDict({"a": torch.zeros(2)}, [2]))

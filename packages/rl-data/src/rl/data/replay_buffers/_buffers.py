@@ -14,7 +14,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers._utils import KeyMismatchError, atomic_torch_save
-from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
+from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, _check_priority
 from rl.data.replay_buffers.samplers._random import RandomSampler, Sampler
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
 from rl.data.replay_buffers.storages._tensor import TensorStorage
@@ -425,16 +425,24 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 data.set("_weight", value)
 
     def extend(self, data: Any) -> torch.Tensor:
-        index = super().extend(data)
+        priority = None
         if (
             self._prioritized()
             and isinstance(data, TensorDictBase)
             and self.priority_key in data.keys(include_nested=True)
         ):
-            self._update_from(index, data.get(self.priority_key), data.batch_dims)
+            # checked before anything is written: bad priorities leave the buffer unchanged
+            priority = self._reduce_priority(data[self.priority_key], data.batch_dims, 1)
+            _check_priority(priority.reshape(-1))
+        index = super().extend(data)
+        if priority is not None:
+            self.update_priority(index, priority[priority.shape[0] - index.shape[0] :])
         return index
 
-    def _update_from(self, index: torch.Tensor, priority: torch.Tensor, batch_dims: int) -> None:
+    def _reduce_priority(
+        self, priority: torch.Tensor, batch_dims: int, index_dims: int
+    ) -> torch.Tensor:
+        """One priority per index: reduces feature dims, then extra batch dims of an item."""
         priority = priority.detach()
         if priority.ndim > batch_dims:
             priority = priority.reshape(*priority.shape[:batch_dims], -1)
@@ -448,10 +456,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 priority = priority.median(-1).values
             else:
                 priority = priority.sum(-1)
-        if batch_dims > index.ndim and priority.ndim > index.ndim:
-            # one priority per stored item: reduce the extra batch dims of each item too
-            priority = priority.reshape(*index.shape, -1).max(-1).values
-        self.update_priority(index, priority)
+        if priority.ndim > index_dims:
+            priority = priority.reshape(*priority.shape[:index_dims], -1).max(-1).values
+        return priority
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Reads ``priority_key`` and ``"index"`` from a sampled batch and updates priorities."""
@@ -472,7 +479,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise KeyMismatchError(
                 "the batch has no 'index' key; was it sampled from this buffer?"
             ) from None
-        self._update_from(index, priority, data.batch_dims)
+        self.update_priority(index, self._reduce_priority(priority, data.batch_dims, index.ndim))
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

@@ -202,6 +202,14 @@ class TestTensorDictReplayBuffer:
         torch.testing.assert_close(batch["index"], batch["id"])
         assert set(batch.keys()) == {"id", "observation", "action", "next", "index"}
 
+    def test_failed_extend_leaves_the_buffer_unchanged(self, make_transitions):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+        rb.extend(make_transitions(3))
+        with pytest.raises(ValueError, match="key 'observation' has item shape"):
+            rb.extend(make_transitions(2, obs_dim=5))
+        assert len(rb) == 3 and rb.writer.state_dict()["cursor"] == 3
+        assert rb.extend(make_transitions(1)).tolist() == [3]
+
     def test_list_storage_path(self, make_transitions, assert_consistent):
         rb = TensorDictReplayBuffer(storage=ListStorage(10))
         rb.extend(make_transitions(6))

@@ -267,7 +267,10 @@ class GymWrapper(EnvBase):
             mask_np = mask.reshape(-1).cpu().numpy().astype(np.bool_)
             need = mask_np & ~self._autoreset
             if need.any():
-                self._last_obs, _ = self._env.reset(options={"reset_mask": need})
+                fresh, _ = self._env.reset(options={"reset_mask": need})
+                # only the reset rows: the fast path may step sub-envs behind the vector
+                # env's back, so its other rows can be stale
+                self._last_obs = _merge_rows(self._last_obs, fresh, need)
             self._autoreset[mask_np] = False
             obs = self._last_obs
         if self.is_vector:
@@ -317,6 +320,17 @@ class GymWrapper(EnvBase):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self._env}, batch_size={self.batch_size}, device={self.device})"
+
+
+def _merge_rows(current: Any, fresh: Any, mask: np.ndarray) -> Any:
+    """``current`` with the rows of ``fresh`` selected by ``mask`` (nested dicts/tuples)."""
+    if isinstance(current, dict):
+        return {k: _merge_rows(current[k], fresh[k], mask) for k in current}
+    if isinstance(current, tuple):
+        return tuple(_merge_rows(c, f, mask) for c, f in zip(current, fresh))
+    out = np.array(current, copy=True)
+    out[mask] = fresh[mask]
+    return out
 
 
 def _k(key: tuple[str, ...]):

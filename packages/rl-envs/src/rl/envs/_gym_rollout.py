@@ -4,6 +4,11 @@ It produces exactly what the generic loop (``_step`` + partial ``reset``) produc
 talks to gymnasium directly: actions are drawn for all steps at once and converted to
 gym actions in one call, and every gym output is written with numpy into numpy views of
 the preallocated torch buffers (zero-copy). No tensor or TensorDict is created per step.
+
+A ``SyncVectorEnv`` in ``SAME_STEP`` mode is stepped through its sub-envs directly (the
+same calls in the same order as ``SyncVectorEnv.step``: step, then reset when done), so
+each sub-env writes straight into the buffers without gymnasium's concatenation, copies
+and info dicts.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 from tensordict import TensorDictBase
 
 from ._gym_spaces import walk
@@ -81,72 +87,62 @@ def gym_rollout(
             break_when_all_done=break_when_all_done,
         )
     batch_size = env.batch_size
-    nb = len(batch_size)
     actions = presample_actions(env, max_steps)
     gym_actions = _gym_actions(env, actions, max_steps)
-
-    root, nxt = {}, {}
-    root_views, next_views = [], []
-    for leaf in env._obs_leaves:
-        key = _key(leaf.key)
-        spec = leaf.spec
-        shape = (*batch_size, max_steps, *spec.shape[nb:])
-        root[key] = torch.empty(shape, dtype=spec.dtype)
-        nxt[key] = torch.empty(shape, dtype=spec.dtype)
-        root_views.append(root[key].numpy())
-        next_views.append(nxt[key].numpy())
-        first = tensordict[key].cpu()
-        root[key].select(nb, 0).copy_(first)
-    flag_shape = (*batch_size, max_steps, 1)
-    reward = torch.zeros(flag_shape, dtype=torch.float32)
-    terminated = torch.zeros(flag_shape, dtype=torch.bool)
-    truncated = torch.zeros(flag_shape, dtype=torch.bool)
-    write_next = _obs_writer(env._obs_leaves, next_views)
-    write_root = _obs_writer(env._obs_leaves, root_views)
+    leaves = env._obs_leaves
+    # time-first buffers: each step writes one contiguous row; laid out [*B, T] at the end
+    next_obs = [
+        torch.empty((max_steps, *leaf.spec.shape), dtype=leaf.spec.dtype) for leaf in leaves
+    ]
+    next_np = [buf.numpy() for buf in next_obs]
+    reward = torch.zeros((max_steps, *batch_size), dtype=torch.float32)
+    terminated = torch.zeros((max_steps, *batch_size), dtype=torch.bool)
+    truncated = torch.zeros((max_steps, *batch_size), dtype=torch.bool)
+    rew_np, term_np, trunc_np = reward.numpy(), terminated.numpy(), truncated.numpy()
+    write_next = _obs_writer(leaves, next_np)
+    # root obs of step t + 1 is the next obs of step t, except after a reset: (t + 1, idx, arrays)
+    overrides: list = []
     gym_env = env._env
     step_fn = gym_env.step
+    reset_fn = gym_env.reset
     steps = max_steps
     last = max_steps - 1
     if not env.is_vector:
-        rew1, term1, trunc1 = (
-            reward[:, 0].numpy(),
-            terminated[:, 0].numpy(),
-            truncated[:, 0].numpy(),
-        )
-        reset_fn = gym_env.reset
         stop_at_done = break_when_any_done or break_when_all_done
         for t in range(max_steps):
             obs, r, te, tr, _ = step_fn(gym_actions[t])
             write_next(t, obs)
-            rew1[t] = r
-            term1[t] = te
-            trunc1[t] = tr
+            rew_np[t] = r
+            term_np[t] = te
+            trunc_np[t] = tr
             if te or tr:
                 if stop_at_done:
                     steps = t + 1
                     break
                 if t < last:
                     obs, _ = reset_fn()
-            if t < last:
-                write_root(t + 1, obs)
+                    overrides.append((t + 1, (), env._obs_arrays(obs)))
+    elif isinstance(gym_env, SyncVectorEnv) and env.autoreset_mode == AutoresetMode.SAME_STEP:
+        steps = _sync_vector_loop(
+            env, gym_actions, write_next, rew_np, term_np, trunc_np, overrides,
+            break_when_any_done, break_when_all_done,
+        )  # fmt: skip
     else:
-        rew_np, term_np, trunc_np = reward.numpy(), terminated.numpy(), truncated.numpy()
         same_step = env.autoreset_mode == AutoresetMode.SAME_STEP
-        reset_fn = gym_env.reset
         seen = None
         done = np.zeros(batch_size[0], dtype=np.bool_)
         for t in range(max_steps):
             obs, r, te, tr, info = step_fn(gym_actions[t])
-            write_next((slice(None), t), obs)
-            rew_np[:, t, 0] = r
-            term_np[:, t, 0] = te
-            trunc_np[:, t, 0] = tr
+            write_next(t, obs)
+            rew_np[t] = r
+            term_np[t] = te
+            trunc_np[t] = tr
             done = te | tr
             if done.any():
                 if same_step:
                     final = info["final_obs"]
                     for i in np.flatnonzero(info["_final_obs"]):
-                        write_next((i, t), final[i])
+                        write_next((t, i), final[i])
                 if break_when_any_done:
                     steps = t + 1
                     break
@@ -155,25 +151,100 @@ def gym_rollout(
                     if seen.all():
                         steps = t + 1
                         break
-                if not same_step and t < last:
-                    obs, _ = reset_fn(options={"reset_mask": done})
-                    done = np.zeros_like(done)
-            if t < last:
-                write_root((slice(None), t + 1), obs)
+                if t < last:
+                    if not same_step:
+                        obs, _ = reset_fn(options={"reset_mask": done})
+                    idx = np.flatnonzero(done)
+                    overrides.append((t + 1, (idx,), [a[idx] for a in env._obs_arrays(obs)]))
+                    if not same_step:
+                        done = np.zeros_like(done)
         env._last_obs = obs
         env._autoreset = done.copy() if same_step else np.zeros_like(done)
 
+    root, nxt = {}, {}
+    for leaf, buf in zip(leaves, next_obs):
+        key = _key(leaf.key)
+        root_buf = torch.empty_like(buf)
+        root_buf[0] = tensordict[key].cpu()
+        if steps > 1:
+            root_buf[1:steps] = buf[: steps - 1]
+        root[key] = root_buf
+        nxt[key] = buf
+    root_np = [root[_key(leaf.key)].numpy() for leaf in leaves]
+    for t, idx, arrays in overrides:
+        for view, array in zip(root_np, arrays):
+            view[(t, *idx)] = array
+    flag_shape = (max_steps, *batch_size, 1)
     for key in env.done_keys:
         buf = torch.zeros(flag_shape, dtype=torch.bool)
-        buf.select(nb, 0).copy_(tensordict[key].cpu())
+        buf[0] = tensordict[key].cpu()
         root[key] = buf
-    for key, value in actions:
-        root[key] = value.movedim(0, nb).contiguous() if nb else value
-    nxt["reward"] = reward
-    nxt["done"] = terminated | truncated
-    nxt["terminated"] = terminated
-    nxt["truncated"] = truncated
+    root.update(actions)
+    nxt["reward"] = reward.unsqueeze(-1)
+    nxt["done"] = (terminated | truncated).unsqueeze(-1)
+    nxt["terminated"] = terminated.unsqueeze(-1)
+    nxt["truncated"] = truncated.unsqueeze(-1)
     device = env.device
     on_cpu = device is None or device.type == "cpu"
-    out = build_output(root, nxt, batch_size, steps, device if on_cpu else None, time_dim=nb)
+    out = build_output(root, nxt, batch_size, steps, device if on_cpu else None, time_dim=0)
     return out if on_cpu else out.to(device)
+
+
+def _sync_vector_loop(
+    env: GymWrapper,
+    gym_actions: list,
+    write_next,
+    rew_np: np.ndarray,
+    term_np: np.ndarray,
+    trunc_np: np.ndarray,
+    overrides: list,
+    break_when_any_done: bool,
+    break_when_all_done: bool,
+) -> int:
+    """Steps the sub-envs of a SAME_STEP ``SyncVectorEnv``; returns the number of steps."""
+    vec = env._env
+    sub_envs = vec.envs
+    num_envs = len(sub_envs)
+    max_steps = len(gym_actions)
+    last = max_steps - 1
+    if isinstance(vec.single_action_space, spaces.Discrete):
+        per_env = [np.asarray(a).tolist() for a in gym_actions]
+    else:
+        per_env = [list(iterate(vec.action_space, a)) for a in gym_actions]
+    latest = [None] * num_envs  # the current observation of each sub-env
+    seen = np.zeros(num_envs, dtype=np.bool_)
+    done = np.zeros(num_envs, dtype=np.bool_)
+    steps = max_steps
+    for t in range(max_steps):
+        actions_t = per_env[t]
+        any_done = False
+        for i in range(num_envs):
+            sub = sub_envs[i]
+            obs, r, te, tr, _ = sub.step(actions_t[i])
+            write_next((t, i), obs)
+            rew_np[t, i] = r
+            term_np[t, i] = te
+            trunc_np[t, i] = tr
+            if te or tr:
+                any_done = True
+                done[i] = True
+                obs, _ = sub.reset()
+                if t < last and not break_when_any_done:
+                    overrides.append((t + 1, (i,), env._obs_arrays(obs)))
+            else:
+                done[i] = False
+            latest[i] = obs
+        if any_done:
+            if break_when_any_done:
+                steps = t + 1
+                break
+            if break_when_all_done:
+                seen |= done
+                if seen.all():
+                    steps = t + 1
+                    # the overrides of this step's resets are past the end: harmless
+                    break
+    obs_space = vec.single_observation_space
+    env._last_obs = concatenate(obs_space, latest, create_empty_array(obs_space, num_envs))
+    env._autoreset = done.copy()
+    return steps

@@ -393,15 +393,18 @@ class TensorDictReplayBuffer(ReplayBuffer):
         )
         with self._lock:
             index, info = self._sampler.sample(storage, batch_size)
-            if fast and index.ndim == 1 and all(isinstance(k, str) for k in info):
+            fast = fast and index.ndim == 1 and all(isinstance(k, str) for k in info)
+            if fast:
+                # the batch is built with its "index" and info entries in one go
                 extra = {"index": index, **info}
                 if "priority_weight" in info:
                     extra["_weight"] = info["priority_weight"]
                 data = storage._gather(index, extra)
-                info["index"] = index
-                return self._postprocess(data), info
-            data = storage.get(index)
+            else:
+                data = storage.get(index)
         info["index"] = index
+        if fast:
+            return self._postprocess(data), info
         data = self._collate_fn(data)
         if not isinstance(data, TensorDictBase):
             raise TypeError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +151,6 @@ def atomic_torch_save(obj: Any, final: str | Path) -> None:
             pass
         raise
     _fsync_dir(final.parent)
-
-
-def nested_key_str(key: str | Sequence[str]) -> str:
-    return repr(key if isinstance(key, str) else tuple(key))
 
 
 class KeyMismatchError(KeyError):

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from rl.envs import CartPoleEnv, PendulumEnv, check_env_specs
+from rl.envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv, check_env_specs
 
 
 def _gym_pendulum(state):
@@ -107,6 +107,25 @@ class TestPendulumEnv:
         assert rollout["action"].abs().max() <= 1.0
         # the recorded transitions chain: next obs of t is the obs of t + 1
         torch.testing.assert_close(rollout["next", "observation"][:-1], rollout["observation"][1:])
+
+    def test_issue_snippet_with_step_counter(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
+        policy = TensorDictModule(
+            nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
+            in_keys=["observation"],
+            out_keys=["action"],
+        )
+        rollout = env.rollout(max_steps=32, policy=policy)
+        assert rollout.batch_size == torch.Size([32])
+        assert rollout["next", "step_count"][:, 0].tolist() == list(range(1, 33))
+        check_env_specs(env)
+
+    def test_step_counter_truncates_batched(self):
+        env = TransformedEnv(PendulumEnv(batch_size=[3]), StepCounter(max_steps=5))
+        rollout = env.rollout(12, break_when_any_done=False)
+        truncated = rollout["next", "truncated"][0, :, 0]
+        assert truncated.nonzero().flatten().tolist() == [4, 9]
+        assert rollout["step_count"][0, :, 0].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1]
 
     def test_wrong_action_shape(self):
         env = PendulumEnv(batch_size=[2])

@@ -16,8 +16,15 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-import rl.core
-from rl.core import Binary, Bounded, Categorical, OneHot, Unbounded
+from rl.core import (
+    Binary,
+    Bounded,
+    Categorical,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
 
 __all__ = ["SpaceLeaf", "space_leaves", "walk", "assemble", "numpy_to_torch_dtype"]
 
@@ -116,7 +123,6 @@ def _multi_discrete(
     space: spaces.MultiDiscrete, batch: tuple, key, path, categorical: bool
 ) -> SpaceLeaf:
     nvec = np.asarray(space.nvec, dtype=np.int64)
-    MultiCategorical, MultiOneHot = rl.core.MultiCategorical, rl.core.MultiOneHot  # noqa: N806
     start = np.asarray(space.start, dtype=np.int64)
     gym_dtype = space.dtype
     if categorical or nvec.ndim > 1:

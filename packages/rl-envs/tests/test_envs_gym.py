@@ -1,0 +1,420 @@
+"""GymEnv / GymWrapper: spaces, seeding, vector autoreset, pixels, frame skip, back-ends."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+from rl.core import (
+    Binary,
+    Bounded,
+    Categorical,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
+from rl.envs import GymEnv, GymWrapper, StepCounter, TransformedEnv, check_env_specs, step_mdp
+from rl.envs._rollout import rollout_generic
+
+
+def _generic(env, steps, **kwargs):
+    """The rollout that the generic (``_step`` + ``reset``) loop produces."""
+    td = env.reset()
+    return rollout_generic(
+        env, steps, td, policy=None, callback=None,
+        break_when_any_done=kwargs.get("break_when_any_done", False),
+        break_when_all_done=False,
+    )  # fmt: skip
+
+
+def _plain_replay(env_fn, seed, actions, num_envs=None):
+    """Replays integer ``actions`` [T] (or [N, T]) in plain gym envs with auto-reset.
+
+    Returns (root obs, next obs, reward, terminated, truncated) as arrays, laid out like a
+    rollout: ``next`` holds the final obs of an episode, the following root the reset one.
+    """
+    if num_envs is None:
+        return [a[0] for a in _plain_replay(env_fn, seed, actions[None], 1)]
+    out = {k: [] for k in ("obs", "next", "reward", "term", "trunc")}
+    for i in range(num_envs):
+        env = env_fn()
+        obs, _ = env.reset(seed=seed + i)
+        rows = {k: [] for k in out}
+        for a in actions[i]:
+            rows["obs"].append(obs)
+            obs, r, te, tr, _ = env.step(int(a))
+            rows["next"].append(obs)
+            rows["reward"].append(r)
+            rows["term"].append(te)
+            rows["trunc"].append(tr)
+            if te or tr:
+                obs, _ = env.reset()
+        for k in out:
+            out[k].append(np.array(rows[k]))
+    return [np.stack(out[k]) for k in ("obs", "next", "reward", "term", "trunc")]
+
+
+def _assert_matches_plain(rollout, plain, nb):
+    obs, nxt, reward, term, trunc = plain
+    torch.testing.assert_close(rollout["observation"], torch.as_tensor(obs))
+    torch.testing.assert_close(rollout["next", "observation"], torch.as_tensor(nxt))
+    torch.testing.assert_close(rollout["next", "reward"][..., 0], torch.as_tensor(reward).float())
+    assert rollout["next", "terminated"][..., 0].tolist() == term.tolist()
+    assert rollout["next", "truncated"][..., 0].tolist() == trunc.tolist()
+    done = torch.as_tensor(term | trunc)
+    assert rollout["next", "done"][..., 0].tolist() == done.tolist()
+
+
+class TestSpaces:
+    def test_all_spaces_one_hot(self, all_spaces_env_cls):
+        env = GymWrapper(all_spaces_env_cls())
+        spec = env.observation_spec
+        assert isinstance(spec["box"], Bounded) and spec["box"].shape == (2,)
+        assert isinstance(spec["discrete"], OneHot) and spec["discrete"].shape == (4,)
+        assert isinstance(spec["multi_discrete"], MultiOneHot) and spec["multi_discrete"].shape == (
+            5,
+        )
+        assert isinstance(spec["multi_binary"], Binary) and spec["multi_binary"].shape == (3,)
+        assert spec["tuple", "0"].dtype == torch.float64
+        assert isinstance(spec["tuple", "1"], OneHot)
+        assert isinstance(spec["nested", "inner"], Unbounded)
+        assert isinstance(env.action_spec, MultiOneHot) and env.action_spec.shape == (5,)
+        check_env_specs(env, seed=0)
+
+    def test_all_spaces_categorical(self, all_spaces_env_cls):
+        env = GymWrapper(all_spaces_env_cls(), categorical_action_encoding=True)
+        spec = env.observation_spec
+        assert isinstance(spec["discrete"], Categorical) and spec["discrete"].shape == ()
+        assert isinstance(spec["multi_discrete"], MultiCategorical)
+        assert isinstance(env.action_spec, MultiCategorical) and env.action_spec.shape == (2,)
+        check_env_specs(env, seed=0)
+
+    def test_values_converted(self, all_spaces_env_cls):
+        gym_env = all_spaces_env_cls()
+        env = GymWrapper(gym_env, categorical_action_encoding=True)
+        env.set_seed(5)
+        td = env.reset()
+        ref = all_spaces_env_cls()
+        obs, _ = ref.reset(seed=5)
+        assert td["discrete"].item() == obs["discrete"] - 1  # Discrete(start=1)
+        assert td["multi_discrete"].tolist() == obs["multi_discrete"].tolist()
+        torch.testing.assert_close(td["tuple", "0"], torch.as_tensor(obs["tuple"][0]))
+        torch.testing.assert_close(td["nested", "inner"], torch.as_tensor(obs["nested"]["inner"]))
+        td["action"] = torch.tensor([2, 1])
+        td = env.step(td)
+        assert gym_env.last_action.tolist() == [2, 1]
+        assert td["next", "reward"].item() == 3.0
+
+    def test_one_hot_action_to_gym(self, all_spaces_env_cls):
+        gym_env = all_spaces_env_cls()
+        env = GymWrapper(gym_env)
+        td = env.reset()
+        td["action"] = torch.tensor([False, False, True, True, False])
+        env.step(td)
+        assert gym_env.last_action.tolist() == [2, 0]
+
+    def test_unsupported_space(self):
+        class TextEnv(gym.Env):
+            observation_space = gym.spaces.Text(5)
+            action_space = gym.spaces.Discrete(2)
+
+        with pytest.raises(TypeError, match="gym space Text.* is not supported"):
+            GymWrapper(TextEnv())
+
+    @pytest.mark.parametrize(
+        "name",
+        ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0", "Acrobot-v1", "FrozenLake-v1"],
+    )
+    def test_check_env_specs_classic(self, name):
+        check_env_specs(GymEnv(name), seed=0, max_steps=20)
+
+    @pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1"])
+    def test_check_env_specs_vector(self, name):
+        env = GymEnv(name, num_envs=3)
+        check_env_specs(env, seed=0, max_steps=20)
+        env.close()
+
+
+class TestSingleEnv:
+    def test_matches_plain_gym_loop(self):
+        env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+        env.set_seed(3)
+        rollout = env.rollout(300, break_when_any_done=False)
+        assert rollout["next", "done"].sum() >= 5
+        plain = _plain_replay(lambda: gym.make("CartPole-v1"), 3, rollout["action"].numpy())
+        _assert_matches_plain(rollout, plain, 0)
+        assert not rollout["done"].any()
+
+    def test_truncation_kept_apart(self):
+        env = GymEnv("Pendulum-v1", max_episode_steps=7)
+        rollout = env.rollout(20, break_when_any_done=False)
+        trunc = rollout["next", "truncated"][:, 0]
+        assert trunc.nonzero().flatten().tolist() == [6, 13]
+        assert not rollout["next", "terminated"].any()
+        torch.testing.assert_close(rollout["next", "done"], rollout["next", "truncated"])
+
+    def test_break_when_any_done(self):
+        env = GymEnv("CartPole-v1")
+        rollout = env.rollout(1000)
+        assert rollout["next", "done"][-1].item()
+        assert not rollout["next", "done"][:-1].any()
+
+    @pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1"])
+    def test_fast_path_equals_generic(self, name):
+        env = GymEnv(name, max_episode_steps=25)
+        env.set_seed(0)
+        torch.manual_seed(0)
+        fast = env.rollout(100, break_when_any_done=False)
+        env.set_seed(0)
+        torch.manual_seed(0)
+        generic = _generic(env, 100)
+        assert set(fast.keys(True, True)) == set(generic.keys(True, True))
+        assert (fast == generic).all()
+
+    def test_same_seed_same_rollout(self):
+        env = GymEnv("Pendulum-v1")
+        results = []
+        for seed in (1, 1, 2):
+            env.set_seed(seed)
+            torch.manual_seed(0)
+            results.append(env.rollout(30))
+        assert (results[0] == results[1]).all()
+        assert not torch.equal(results[0]["observation"], results[2]["observation"])
+
+    def test_policy_rollout_and_step(self):
+        env = GymEnv("Pendulum-v1")
+
+        def policy(td):
+            td["action"] = -td["observation"][..., 2:3].clamp(-2, 2)
+            return td
+
+        rollout = env.rollout(10, policy)
+        torch.testing.assert_close(
+            rollout["action"], -rollout["observation"][..., 2:3].clamp(-2, 2)
+        )
+        td = env.reset()
+        with pytest.raises(KeyError, match="needs the action key 'action'"):
+            env.step(td)
+
+    def test_frame_skip(self):
+        env = GymEnv("Pendulum-v1", frame_skip=3)
+        env.set_seed(0)
+        td = env.reset()
+        td["action"] = torch.tensor([0.5])
+        td = env.step(td)
+        ref = gym.make("Pendulum-v1")
+        ref.reset(seed=0)
+        total = 0.0
+        for _ in range(3):
+            obs, r, *_ = ref.step(np.array([0.5], np.float32))
+            total += r
+        assert td["next", "reward"].item() == pytest.approx(total, rel=1e-6)
+        torch.testing.assert_close(td["next", "observation"], torch.from_numpy(obs))
+
+    def test_pixels(self):
+        env = GymEnv("Pendulum-v1", from_pixels=True, pixels_only=False)
+        td = env.reset()
+        assert td["pixels"].shape == (500, 500, 3) and td["pixels"].dtype == torch.uint8
+        assert td["observation"].shape == (3,)
+        frame = env.env.render()
+        assert torch.equal(td["pixels"], torch.from_numpy(frame))
+        check_env_specs(env, max_steps=2)
+        only = GymEnv("CartPole-v1", from_pixels=True)
+        assert set(only.observation_keys) == {"pixels"}
+        assert only.reset()["pixels"].shape == (400, 600, 3)
+
+    def test_device(self):
+        env = GymEnv("CartPole-v1", device="cpu")
+        rollout = env.rollout(5)
+        assert rollout.device == torch.device("cpu")
+        assert env.observation_spec["observation"].device == torch.device("cpu")
+
+    def test_bad_arguments(self):
+        with pytest.raises(ValueError, match=r"batch_size must be \[\] for this gym env"):
+            GymEnv("CartPole-v1", batch_size=[2])
+        with pytest.raises(ValueError, match=r"batch_size must be \[4\]"):
+            GymEnv("CartPole-v1", num_envs=4, batch_size=[3])
+        with pytest.raises(ValueError, match="frame_skip must be a positive int, got 0"):
+            GymEnv("CartPole-v1", frame_skip=0)
+        with pytest.raises(ValueError, match="num_envs must be a positive int, got 0"):
+            GymEnv("CartPole-v1", num_envs=0)
+        with pytest.raises(ValueError, match="vectorization_mode must be 'sync' or 'async'"):
+            GymEnv("CartPole-v1", num_envs=2, vectorization_mode="threads")
+        with pytest.raises(ValueError, match="needs a gym env made with render_mode='rgb_array'"):
+            GymWrapper(gym.make("CartPole-v1"), from_pixels=True)
+
+    def test_action_outside_spec_debug_mode(self):
+        env = GymEnv("Pendulum-v1", run_type_checks=True)
+        td = env.reset()
+        td["action"] = torch.tensor([5.0])
+        with pytest.raises(
+            ValueError, match=r"action 'action' = tensor\(\[5\.\]\) is outside action_spec"
+        ):
+            env.step(td)
+
+
+class TestVectorEnv:
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    def test_matches_plain_gym_loop(self, mode):
+        env = GymEnv(
+            "CartPole-v1", num_envs=3, vectorization_mode=mode,
+            categorical_action_encoding=True, max_episode_steps=15,
+        )  # fmt: skip
+        assert env.batch_size == (3,)
+        env.set_seed(10)
+        rollout = env.rollout(60, break_when_any_done=False)
+        env.close()
+        assert rollout.batch_size == (3, 60)
+        assert rollout["next", "terminated"].any() and rollout["next", "truncated"].any()
+        plain = _plain_replay(
+            lambda: gym.make("CartPole-v1", max_episode_steps=15), 10, rollout["action"].numpy(), 3
+        )
+        _assert_matches_plain(rollout, plain, 1)
+
+    def test_next_step_user_env(self):
+        """A user-made NEXT_STEP vector env: no dummy step is recorded."""
+        venv = gym.vector.SyncVectorEnv(
+            [lambda: gym.make("CartPole-v1", max_episode_steps=12)] * 2,
+            autoreset_mode=AutoresetMode.NEXT_STEP,
+        )
+        env = GymWrapper(venv, categorical_action_encoding=True)
+        assert env.autoreset_mode == AutoresetMode.NEXT_STEP
+        env.set_seed(4)
+        rollout = env.rollout(50, break_when_any_done=False)
+        assert (rollout["next", "reward"] == 1).all()  # a dummy step would have reward 0
+        plain = _plain_replay(
+            lambda: gym.make("CartPole-v1", max_episode_steps=12), 4, rollout["action"].numpy(), 2
+        )
+        _assert_matches_plain(rollout, plain, 1)
+        env.set_seed(4)
+        torch.manual_seed(0)
+        generic = _generic(env, 50)
+        env.set_seed(4)
+        torch.manual_seed(0)
+        assert (env.rollout(50, break_when_any_done=False) == generic).all()
+
+    def test_fast_path_equals_generic(self):
+        env = GymEnv("CartPole-v1", num_envs=4, max_episode_steps=9)
+        env.set_seed(0)
+        torch.manual_seed(0)
+        fast = env.rollout(40, break_when_any_done=False)
+        env.set_seed(0)
+        torch.manual_seed(0)
+        generic = _generic(env, 40)
+        assert (fast == generic).all()
+
+    def test_step_and_maybe_reset_same_step(self):
+        env = GymEnv("CartPole-v1", num_envs=2, max_episode_steps=3)
+        td = env.reset()
+        for t in range(1, 7):
+            td = env.rand_action(td)
+            td, root = env.step_and_maybe_reset(td)
+            if t % 3 == 0:
+                assert td["next", "truncated"].all()
+                # the final observation is kept in next, the root holds the reset one
+                assert not torch.equal(td["next", "observation"], root["observation"])
+                assert root["observation"].abs().max() <= 0.05
+            else:
+                torch.testing.assert_close(td["next", "observation"], root["observation"])
+            td = root
+
+    def test_partial_reset_only_masked(self):
+        env = GymEnv("Pendulum-v1", num_envs=3)
+        td = env.reset()
+        for _ in range(3):
+            td = step_mdp(env.rand_step(td))
+        before = td["observation"].clone()
+        td["_reset"] = torch.tensor([[False], [True], [False]])
+        td = env.reset(td)
+        torch.testing.assert_close(td["observation"][[0, 2]], before[[0, 2]])
+        assert not torch.equal(td["observation"][1], before[1])
+        # the gym sub-envs agree: stepping continues from the kept states
+        td["action"] = torch.zeros(3, 1)
+        nxt = env.step(td)["next", "observation"]
+        th_dot_change = (nxt[:, 2] - before[:, 2]).abs()
+        assert th_dot_change[[0, 2]].max() < 1.0
+
+    def test_pixels_vector(self):
+        env = GymEnv("Pendulum-v1", num_envs=2, from_pixels=True, pixels_only=False)
+        td = env.reset()
+        assert td["pixels"].shape == (2, 500, 500, 3)
+        check_env_specs(env, max_steps=2)
+
+    def test_batch_size_and_device(self):
+        env = GymEnv("CartPole-v1", num_envs=2, batch_size=[2], device="cpu")
+        assert env.batch_size == (2,) and env.device == torch.device("cpu")
+
+
+@pytest.mark.mujoco
+class TestMujoco:
+    def test_half_cheetah(self, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT into the working dir
+        env = GymEnv("HalfCheetah-v5")
+        assert env.observation_spec["observation"].shape == (17,)
+        assert env.observation_spec["observation"].dtype == torch.float64
+        assert isinstance(env.action_spec, Bounded) and env.action_spec.shape == (6,)
+        check_env_specs(env, seed=0, max_steps=5)
+
+
+@pytest.mark.atari
+class TestAtari:
+    def test_pong(self):
+        env = GymEnv("ALE/Pong-v5")
+        assert env.observation_spec["observation"].shape == (210, 160, 3)
+        assert env.observation_spec["observation"].dtype == torch.uint8
+        assert isinstance(env.action_spec, OneHot) and env.action_spec.shape == (6,)
+        check_env_specs(env, seed=0, max_steps=4)
+
+
+def test_wrong_action_shape_gym():
+    env = GymEnv("Pendulum-v1")
+    td = env.reset()
+    td["action"] = torch.zeros(2)
+    with pytest.raises(
+        ValueError, match=r"action 'action' has shape \(2,\), expected \(1,\) from action_spec"
+    ):
+        env.step(td)
+
+
+def test_partial_reset_after_fast_rollout():
+    """A masked reset after a fast-path rollout returns the sub-envs' true observations."""
+    env = GymEnv("CartPole-v1", num_envs=3, categorical_action_encoding=True)
+    env.set_seed(0)
+    rollout = env.rollout(500)  # stops at the first done, reset in the same step
+    last = rollout[:, -1]
+    td = step_mdp(last)
+    done = last["next", "done"]
+    assert done.any() and not done.all()
+    td["_reset"] = torch.ones(3, 1, dtype=torch.bool)
+    td = env.reset(td)
+    states = torch.tensor(
+        np.stack([sub.unwrapped.state for sub in env.env.envs]), dtype=torch.float32
+    )
+    # every row is the state its sub-env is in: reset ones for done rows, fresh resets else
+    torch.testing.assert_close(td["observation"], states)
+    assert (td["observation"][done[:, 0]].abs() <= 0.05).all()
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_transformed_gym_env_matches_base(num_envs):
+    """Transforms go through _step/_reset; the base entries equal the fast-path rollout."""
+    base = GymEnv("CartPole-v1", num_envs=num_envs, max_episode_steps=20)
+    base.set_seed(1)
+    torch.manual_seed(0)
+    plain = base.rollout(60, break_when_any_done=False)
+    env = TransformedEnv(
+        GymEnv("CartPole-v1", num_envs=num_envs, max_episode_steps=20), StepCounter()
+    )
+    env.set_seed(1)
+    torch.manual_seed(0)
+    transformed = env.rollout(60, break_when_any_done=False)
+    assert (transformed.exclude("step_count", ("next", "step_count")) == plain).all()
+    steps = transformed["next", "step_count"][..., 0]
+    done = transformed["next", "done"][..., 0]
+    assert steps.max() <= 20
+    assert (steps[done] > 0).all()
+    check_env_specs(env)

@@ -82,3 +82,13 @@ class TestSeedEverything:
             seed_everything(2**32)
         with pytest.raises(TypeError, match="expects an int seed, got float 1.5"):
             seed_everything(1.5)
+
+
+def test_readme_example_runs(capsys):
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"## Example\n\n```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    assert "('next', 'reward')" in capsys.readouterr().out

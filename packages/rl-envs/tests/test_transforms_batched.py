@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
+
+import cloudpickle
 import pytest
 import torch
 
@@ -35,7 +38,21 @@ def test_transforms_over_batched_env(batched):
         env.close()
 
 
-@pytest.mark.parametrize("start_method, memmap", [("spawn", True), ("fork", False)])
+def test_memmap_statistics_survive_pickling():
+    # what a "spawn" worker receives: the env factory pickled with cloudpickle
+    shared = VecNorm.build_td_for_shared_vecnorm(PendulumEnv(), keys=["observation"])
+    env = TransformedEnv(
+        PendulumEnv(), VecNorm(in_keys=["observation"], shared_td=shared, decay=1.0)
+    )
+    clone = pickle.loads(cloudpickle.dumps(env))
+    assert clone.transform[0].stats is not shared
+    clone.rollout(4)
+    assert float(shared["observation_count"]) == 5.0  # seen through the memory-mapped files
+    env.rollout(2)
+    assert float(clone.transform[0].stats["observation_count"]) == 8.0
+
+
+@pytest.mark.parametrize("start_method, memmap", [("fork", False), ("fork", True)])
 def test_shared_between_parallel_workers(start_method, memmap):
     shared = VecNorm.build_td_for_shared_vecnorm(PendulumEnv(), keys=["observation"], memmap=memmap)
     env = ParallelEnv(

@@ -2,21 +2,44 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
-import cloudpickle
-import pytest
-import torch
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
-from rl.envs import ParallelEnv, PendulumEnv, SerialEnv, check_env_specs
-from rl.envs.transforms import (
+import cloudpickle  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from rl.envs import GymEnv, ParallelEnv, PendulumEnv, SerialEnv, check_env_specs  # noqa: E402
+from rl.envs.transforms import (  # noqa: E402
     Compose,
     ObservationNorm,
     RewardSum,
     StepCounter,
+    ToTensorImage,
     TransformedEnv,
     VecNorm,
 )
+
+
+def test_tutorial_vectorized_pixels():
+    base_env = ParallelEnv(
+        4,
+        lambda: GymEnv("Pendulum-v1", frame_skip=3, from_pixels=True, pixels_only=False),
+        mp_start_method="fork",
+    )
+    env = TransformedEnv(base_env, Compose(StepCounter(), ToTensorImage()))
+    env.append_transform(ObservationNorm(in_keys=["pixels"], loc=2, scale=1))
+    try:
+        td = env.reset()
+        assert td["pixels"].shape == torch.Size([4, 3, 500, 500])
+        assert td["step_count"].shape == torch.Size([4, 1]) and not td["step_count"].any()
+        assert float(td["pixels"].min()) >= 2.0
+        r = env.rollout(2)
+        assert r["next", "step_count"].squeeze(-1).tolist() == [[1, 2]] * 4
+    finally:
+        env.close()
 
 
 @pytest.mark.parametrize("batched", [SerialEnv, ParallelEnv])

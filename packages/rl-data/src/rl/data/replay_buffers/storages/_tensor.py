@@ -164,7 +164,11 @@ class TensorStorage(Storage):
         self._adopt(self._allocate(template))
 
     # -- checks ----------------------------------------------------------------------------------
-    def _check(self, data: Any, batched: bool) -> None:
+    def _check(self, data: Any, batched: bool) -> dict | None:
+        """Raises on data that does not match the stored structure.
+
+        Returns the data's leaves by key (TensorDict storages), for the write that follows.
+        """
         skip = 1 if batched else 0
         if not self._is_td:
             if not isinstance(data, torch.Tensor):
@@ -175,7 +179,7 @@ class TensorStorage(Storage):
                     f"data has item {_describe(data.shape[skip:], data.dtype)}, the storage "
                     f"holds {_describe(stored.shape[1:], stored.dtype)}"
                 )
-            return
+            return None
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"this storage holds TensorDicts, got {type(data).__name__}")
         if data.batch_size[skip:] != self._item_batch:
@@ -183,9 +187,15 @@ class TensorStorage(Storage):
                 f"data has item batch_size {list(data.batch_size[skip:])}, the storage holds "
                 f"items of batch_size {list(self._item_batch)}"
             )
+        leaves = dict(data.items(include_nested=True, leaves_only=True))
+        if len(leaves) == len(self._sig):
+            for key, (shape, dtype) in self._sig.items():
+                value = leaves.get(key)
+                if value is None or value.dtype != dtype or value.shape[skip:] != shape:
+                    break
+            else:
+                return leaves
         sig = _signature(data, skip)
-        if sig == self._sig:
-            return
         for key, (shape, dtype) in self._sig.items():
             if key not in sig:
                 raise KeyMismatchError(
@@ -220,7 +230,7 @@ class TensorStorage(Storage):
         batched = not isinstance(cursor, (int, np.integer))
         if self._storage is None:
             self._init(data, batched)
-        self._check(data, batched)
+        leaves = self._check(data, batched)
         if isinstance(cursor, slice):
             start, stop, step = cursor.indices(self.max_size)
             n = len(range(start, stop, step))
@@ -245,19 +255,21 @@ class TensorStorage(Storage):
                 raise IndexError(f"index {cursor} is out of range [0, {self.max_size})")
             end = write_end = cursor + 1
         # copy_ moves data across devices itself; index_copy_ needs it on the storage's device
-        if self._is_td:
-            for key, dest in self._leaves:
-                value = data.get(key).as_subclass(torch.Tensor)
-                if isinstance(cursor, torch.Tensor):
-                    dest.index_copy_(0, cursor, value.to(dest.device))
-                else:
-                    dest[cursor].copy_(value)
-        else:
-            value = data.as_subclass(torch.Tensor)
+        pairs = (
+            [(dest, leaves[key]) for key, dest in self._leaves]
+            if self._is_td
+            else [(self._tensor, data)]
+        )
+        contiguous = isinstance(cursor, slice) and cursor.step in (None, 1)
+        for dest, value in pairs:
+            if type(value) is not torch.Tensor:  # e.g. a MemoryMappedTensor
+                value = value.as_subclass(torch.Tensor)
             if isinstance(cursor, torch.Tensor):
-                self._tensor.index_copy_(0, cursor, value.to(self._tensor.device))
+                dest.index_copy_(0, cursor, value.to(dest.device))
+            elif contiguous:
+                dest.narrow(0, start, n).copy_(value)
             else:
-                self._tensor[cursor].copy_(value)
+                dest[cursor].copy_(value)
         self._record_write(end, write_end)
 
     # -- reads -----------------------------------------------------------------------------------

@@ -41,8 +41,18 @@ class TestSpecs:
                 super().__init__(batch_size=[2])
                 self.observation_spec = Composite(x=Unbounded(shape=(2, 1)), shape=(2,))
 
+            _reset = _step = _set_seed = lambda self, arg: None
+
         env = NoRewardSpec()
         assert isinstance(env.reward_spec, Unbounded) and env.reward_spec.shape == (2, 1)
+
+    def test_missing_hooks(self):
+        class NoStep(EnvBase):
+            def _reset(self, tensordict):
+                return None
+
+        with pytest.raises(TypeError, match="abstract class NoStep.*_set_seed.*_step"):
+            NoStep()
 
     def test_fake_tensordict(self, counting_env):
         fake = counting_env.fake_tensordict()

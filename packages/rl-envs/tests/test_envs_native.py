@@ -12,6 +12,41 @@ from torch import nn
 
 from rl.envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv, check_env_specs
 
+GPU = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("env_cls", [PendulumEnv, CartPoleEnv])
+def test_native_env_on_device(env_cls, device):
+    """Outputs live on the env device and the dynamics match the CPU env step for step."""
+    env = env_cls(batch_size=[4], device=device)
+    check_env_specs(env, seed=0, max_steps=10)
+    env.set_seed(3)
+    td = env.reset()
+    init = env.state.cpu()
+    torch.manual_seed(0)
+    rollout = env.rollout(30, auto_reset=False, tensordict=td)
+    assert rollout.device.type == device
+    assert rollout["next", "observation"].device.type == device
+    actions = iter(rollout["action"].cpu().unbind(1))
+
+    def replay(td):
+        td["action"] = next(actions)
+        return td
+
+    ref = env_cls(batch_size=[4])
+    ref_td = ref.reset()
+    ref.state = init
+    ref_td["observation"] = td["observation"].cpu()
+    expected = ref.rollout(30, replay, auto_reset=False, tensordict=ref_td)
+    assert expected.batch_size == rollout.batch_size
+    for key in [("next", "observation"), ("next", "reward"), ("next", "done")]:
+        torch.testing.assert_close(rollout[key].cpu(), expected[key], rtol=0, atol=1e-5)
+
 
 def _gym_pendulum(state):
     env = gym.make("Pendulum-v1").unwrapped

@@ -424,7 +424,7 @@ class GymEnv(GymWrapper):
             _factory=gym.make_vec,
             num_envs=num_envs,
             vectorization_mode=vectorization_mode,
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
             wrappers=_pixel_wrappers(skip, from_pixels, pixels_only),
             **kwargs,
         )

@@ -101,6 +101,11 @@ def step_mdp(
     return out
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    a, b = torch.device(a), torch.device(b)
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
 def _expected_specs(env: EnvBase) -> dict:
     """``{key: leaf_spec}`` of every entry of a rollout (root and ``"next"``)."""
     expected = {}
@@ -179,7 +184,7 @@ def check_env_specs(
                 f"{key!r} has dtype {value.dtype} in the rollout, expected {spec.dtype} "
                 f"from spec {spec!r}"
             )
-        if value.device != spec.device and spec.device is not None:
+        if spec.device is not None and not _same_device(value.device, spec.device):
             raise AssertionError(
                 f"{key!r} is on device {value.device}, expected {spec.device} from spec {spec!r}"
             )

@@ -1,0 +1,220 @@
+"""The spec properties of :class:`~rl.envs.EnvBase` (TorchRL's layout of them).
+
+Specs live in two composites: ``output_spec`` holds ``full_observation_spec``,
+``full_reward_spec`` and ``full_done_spec``; ``input_spec`` holds ``full_action_spec``
+and ``full_state_spec``. Every other spec property reads or writes one of their entries,
+so a subclass that overrides ``output_spec`` / ``input_spec`` (``TransformedEnv``)
+changes them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from rl.core import Composite
+
+__all__ = ["EnvSpecs"]
+
+NestedKey = str | tuple[str, ...]
+
+
+class EnvSpecs:
+    """Spec and key properties; expects ``batch_size``, ``_device``, ``_output_spec``
+    and ``_input_spec`` on the instance."""
+
+    @property
+    def output_spec(self) -> Composite:
+        """Composite of ``full_observation_spec``, ``full_reward_spec`` and ``full_done_spec``."""
+        return self._output_spec
+
+    @output_spec.setter
+    def output_spec(self, value: Composite) -> None:
+        self._output_spec = value
+
+    @property
+    def input_spec(self) -> Composite:
+        """Composite of ``full_action_spec`` and ``full_state_spec``."""
+        return self._input_spec
+
+    @input_spec.setter
+    def input_spec(self, value: Composite) -> None:
+        self._input_spec = value
+
+    def _check_composite(self, name: str, value: Any) -> Composite:
+        if not isinstance(value, Composite):
+            raise TypeError(
+                f"{name} must be a Composite with shape {tuple(self.batch_size)}, got {value!r}"
+            )
+        if tuple(value.shape) != tuple(self.batch_size):
+            raise ValueError(
+                f"{name} must have shape {tuple(self.batch_size)} (the env batch_size), "
+                f"got a Composite of shape {tuple(value.shape)}"
+            )
+        return value
+
+    def _check_leaf(self, name: str, value: Any) -> None:
+        if tuple(value.shape[: len(self.batch_size)]) != tuple(self.batch_size):
+            raise ValueError(
+                f"{name} must have leading dims {tuple(self.batch_size)} (the env batch_size), "
+                f"got shape {tuple(value.shape)} for {value!r}"
+            )
+
+    def _wrap_leaf(self, name: str, key: str, value: Any) -> Composite:
+        if isinstance(value, Composite):
+            return self._check_composite(name, value)
+        self._check_leaf(name, value)
+        return Composite({key: value}, shape=self.batch_size, device=self._device)
+
+    @property
+    def full_observation_spec(self) -> Composite:
+        """All the observation entries, as a Composite of shape ``batch_size``."""
+        return self.output_spec["full_observation_spec"]
+
+    @full_observation_spec.setter
+    def full_observation_spec(self, value: Composite) -> None:
+        self.output_spec["full_observation_spec"] = self._check_composite("observation_spec", value)
+
+    observation_spec = full_observation_spec
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        """The reward entries (``"reward"`` by default), as a Composite."""
+        return self.output_spec["full_reward_spec"]
+
+    @full_reward_spec.setter
+    def full_reward_spec(self, value: Composite) -> None:
+        self.output_spec["full_reward_spec"] = self._check_composite("reward_spec", value)
+
+    @property
+    def reward_spec(self):
+        """The reward leaf spec when there is a single reward key, else the Composite."""
+        return _single_leaf(self.full_reward_spec)
+
+    @reward_spec.setter
+    def reward_spec(self, value) -> None:
+        self.full_reward_spec = self._wrap_leaf("reward_spec", "reward", value)
+
+    @property
+    def full_done_spec(self) -> Composite:
+        """The ``done`` / ``terminated`` / ``truncated`` entries, as a Composite."""
+        return self.output_spec["full_done_spec"]
+
+    @full_done_spec.setter
+    def full_done_spec(self, value: Composite) -> None:
+        self.output_spec["full_done_spec"] = self._check_composite("done_spec", value)
+
+    @property
+    def done_spec(self):
+        """The done leaf spec when there is a single done key, else the Composite."""
+        return _single_leaf(self.full_done_spec)
+
+    @done_spec.setter
+    def done_spec(self, value) -> None:
+        if isinstance(value, Composite):
+            self.full_done_spec = value
+            return
+        self._check_leaf("done_spec", value)
+        self.full_done_spec = Composite(
+            done=value, terminated=value.clone(), truncated=value.clone(), shape=self.batch_size
+        )
+
+    @property
+    def full_action_spec(self) -> Composite:
+        """The action entries (``"action"`` by default), as a Composite."""
+        return self.input_spec["full_action_spec"]
+
+    @full_action_spec.setter
+    def full_action_spec(self, value: Composite) -> None:
+        self.input_spec["full_action_spec"] = self._check_composite("action_spec", value)
+
+    @property
+    def action_spec(self):
+        """The action leaf spec when there is a single action key, else the Composite."""
+        return _single_leaf(self.full_action_spec)
+
+    @action_spec.setter
+    def action_spec(self, value) -> None:
+        self.full_action_spec = self._wrap_leaf("action_spec", "action", value)
+
+    @property
+    def full_state_spec(self) -> Composite:
+        """Inputs other than the action that ``_step`` reads from the root."""
+        return self.input_spec["full_state_spec"]
+
+    @full_state_spec.setter
+    def full_state_spec(self, value: Composite) -> None:
+        self.input_spec["full_state_spec"] = self._check_composite("state_spec", value)
+
+    state_spec = full_state_spec
+
+    # ------------------------------------------------------------------------------ keys
+    @property
+    def action_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_action_spec)
+
+    @property
+    def action_key(self) -> NestedKey:
+        """The action key (``"action"`` unless the subclass chose another)."""
+        return _only_key(self.action_keys, "action")
+
+    @property
+    def reward_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_reward_spec)
+
+    @property
+    def reward_key(self) -> NestedKey:
+        return _only_key(self.reward_keys, "reward")
+
+    @property
+    def done_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_done_spec)
+
+    @property
+    def done_key(self) -> NestedKey:
+        """The key of the ``done`` flag (``"done"``)."""
+        keys = self.done_keys
+        for key in keys:
+            if (key if isinstance(key, str) else key[-1]) == "done":
+                return key
+        return keys[0]
+
+    @property
+    def observation_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_observation_spec)
+
+    @property
+    def state_keys(self) -> list[NestedKey]:
+        return _leaf_keys(self.full_state_spec)
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled transition ``(root, ("next", ...))`` laid out as the specs say."""
+        root = self.full_observation_spec.zero()
+        root.update(self.full_state_spec.zero())
+        root.update(self.full_action_spec.zero())
+        root.update(self.full_done_spec.zero())
+        nxt = self.full_observation_spec.zero()
+        nxt.update(self.full_reward_spec.zero())
+        nxt.update(self.full_done_spec.zero())
+        root.set("next", nxt)
+        return root
+
+
+def _leaf_keys(spec: Composite) -> list[NestedKey]:
+    return list(spec.keys(include_nested=True, leaves_only=True))
+
+
+def _only_key(keys: list[NestedKey], default: str) -> NestedKey:
+    if default in keys:
+        return default
+    if len(keys) == 1:
+        return keys[0]
+    raise KeyError(f"cannot pick a single {default!r} key among {keys}")
+
+
+def _single_leaf(spec: Composite):
+    keys = _leaf_keys(spec)
+    if len(keys) == 1:
+        return spec[keys[0]]
+    return spec

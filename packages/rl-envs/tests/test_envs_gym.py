@@ -418,3 +418,28 @@ def test_transformed_gym_env_matches_base(num_envs):
     assert steps.max() <= 20
     assert (steps[done] > 0).all()
     check_env_specs(env)
+
+
+def test_rollout_equals_tutorial_loop():
+    """TorchRL's tutorial: a manual step / step_mdp loop equals env.rollout(policy=...)."""
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+
+    env = GymEnv("Pendulum-v1")
+    actor = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+    torch.manual_seed(0)
+    env.set_seed(0)
+    max_steps = 100
+    tensordict = env.reset()
+    tensordicts = TensorDict({}, [max_steps])
+    for i in range(max_steps):
+        actor(tensordict)
+        tensordicts[i] = env.step(tensordict)
+        if tensordict["next", "done"].any():
+            break
+        tensordict = step_mdp(tensordict)
+    torch.manual_seed(0)
+    env.set_seed(0)
+    rollout = env.rollout(policy=actor, max_steps=max_steps)
+    assert rollout.batch_size == (100,)
+    assert (rollout.detach() == tensordicts.detach()).all()

@@ -183,9 +183,18 @@ class GymWrapper(EnvBase):
         for leaf in self._act_leaves:
             act[_k(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.full_action_spec = act
-        self._out_dtypes = {_k(leaf.key): leaf.spec.dtype for leaf in self._obs_leaves}
-        self._simple_obs = len(self._obs_leaves) == 1 and self._obs_leaves[0].from_gym is None
+        self._obs_np_dtypes = [
+            (_k(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
+            for leaf in self._obs_leaves
+        ]
+        self._act_checks = [(_k(leaf.key), leaf.spec.shape, leaf) for leaf in self._act_leaves]
+        self._flat_keys = all(len(leaf.key) == 1 for leaf in self._obs_leaves)
         self._simple_act = len(self._act_leaves) == 1 and self._act_leaves[0].path == ()
+        self._int_action = (
+            not self.is_vector
+            and self._simple_act
+            and isinstance(self.gym_action_space, gym.spaces.Discrete)
+        )
 
     # ------------------------------------------------------------------ conversions
     def _obs_arrays(self, obs: Any) -> list[np.ndarray]:
@@ -197,11 +206,12 @@ class GymWrapper(EnvBase):
         return out
 
     def _obs_entries(self, obs: Any) -> dict:
+        """Fresh tensors (copies: gym may reuse its arrays) of the observation leaves."""
         entries = {}
-        for leaf, array in zip(self._obs_leaves, self._obs_arrays(obs)):
-            key = _k(leaf.key)
-            tensor = torch.tensor(array, dtype=self._out_dtypes[key])
-            entries[key] = tensor if self.device is None else tensor.to(self.device)
+        device = self.device
+        for (key, np_dtype), array in zip(self._obs_np_dtypes, self._obs_arrays(obs)):
+            tensor = torch.from_numpy(np.array(array, dtype=np_dtype))
+            entries[key] = tensor if device is None else tensor.to(device)
         return entries
 
     def actions_to_gym(self, values: list[np.ndarray]) -> Any:
@@ -213,38 +223,35 @@ class GymWrapper(EnvBase):
 
     def _action_from_td(self, tensordict: TensorDictBase) -> Any:
         values = []
-        for leaf in self._act_leaves:
-            key = _k(leaf.key)
+        for key, shape, leaf in self._act_checks:
             value = tensordict[key]
-            if value.shape != leaf.spec.shape:
+            if value.shape != shape:
                 raise ValueError(
                     f"action {key!r} has shape {tuple(value.shape)}, expected "
-                    f"{tuple(leaf.spec.shape)} from action_spec {leaf.spec!r}"
+                    f"{tuple(shape)} from action_spec {leaf.spec!r}"
                 )
             values.append(value.detach().cpu().numpy())
         action = self.actions_to_gym(values)
-        if (
-            not self.is_vector
-            and self._simple_act
-            and isinstance(self.gym_action_space, gym.spaces.Discrete)
-        ):
-            action = int(action)
-        return action
+        return int(action) if self._int_action else action
 
     def _make_td(self, entries: dict) -> TensorDictBase:
+        if self._flat_keys:
+            return TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=self.device)
         td = TensorDict({}, batch_size=self.batch_size, device=self.device)
         for key, value in entries.items():
             td.set(key, value)
         return td
 
     def _flags(self, terminated, truncated) -> dict:
-        shape = (*self.batch_size, 1)
-        term = torch.tensor(np.asarray(terminated, dtype=np.bool_)).reshape(shape)
-        trunc = torch.tensor(np.asarray(truncated, dtype=np.bool_)).reshape(shape)
-        flags = {"done": term | trunc, "terminated": term, "truncated": trunc}
+        """``done`` / ``terminated`` / ``truncated`` of shape ``[*B, 1]``, one allocation."""
+        flags = np.empty((3, *self.batch_size, 1), dtype=np.bool_)
+        flags[1, ..., 0] = terminated
+        flags[2, ..., 0] = truncated
+        np.logical_or(flags[1], flags[2], out=flags[0])
+        done, term, trunc = torch.from_numpy(flags).unbind(0)
         if self.device is not None:
-            flags = {k: v.to(self.device) for k, v in flags.items()}
-        return flags
+            done, term, trunc = done.to(self.device), term.to(self.device), trunc.to(self.device)
+        return {"done": done, "terminated": term, "truncated": trunc}
 
     # -------------------------------------------------------------------------- hooks
     def _set_seed(self, seed: int | None) -> None:
@@ -275,10 +282,8 @@ class GymWrapper(EnvBase):
             obs = self._last_obs
         if self.is_vector:
             self._last_obs = obs
-        shape = (*self.batch_size, 1)
-        zeros = torch.zeros(shape, dtype=torch.bool, device=self.device)
         entries = self._obs_entries(obs)
-        entries.update(done=zeros, terminated=zeros.clone(), truncated=zeros.clone())
+        entries.update(self._flags(False, False))
         return self._make_td(entries)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -292,7 +297,7 @@ class GymWrapper(EnvBase):
                 self._autoreset = done.copy()
                 if done.any():
                     self._patch_final_obs(entries, info)
-        reward = torch.tensor(np.asarray(reward, dtype=np.float32)).reshape((*self.batch_size, 1))
+        reward = torch.from_numpy(np.array(reward, dtype=np.float32).reshape((*self.batch_size, 1)))
         entries["reward"] = reward if self.device is None else reward.to(self.device)
         entries.update(self._flags(terminated, truncated))
         return self._make_td(entries)

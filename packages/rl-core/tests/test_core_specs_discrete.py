@@ -152,3 +152,24 @@ class TestBinary:
 
     def test_enumerate(self):
         assert Binary(2).enumerate().tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]
+
+
+class TestConversions:
+    def test_categorical_one_hot_round_trip(self):
+        spec = Categorical(4, shape=(3,), mask=torch.tensor([True, True, False, True]))
+        oh = spec.to_one_hot_spec()
+        assert oh == OneHot(4, shape=(3, 4), mask=torch.tensor([True, True, False, True]))
+        assert oh.to_categorical_spec() == spec
+        x = spec.rand()
+        assert oh.is_in(spec.to_one_hot(x))
+        assert torch.equal(oh.to_categorical(spec.to_one_hot(x)), x)
+
+    def test_index(self):
+        values = torch.arange(12.0).reshape(4, 3)
+        picked = OneHot(3).index(torch.tensor([0, 0, 1]), values)
+        assert picked.squeeze(-1).tolist() == [2.0, 5.0, 8.0, 11.0]
+        with pytest.raises(
+            ValueError,
+            match=r"index expects a one-hot tensor of shape \(\.\.\., 3\), got a tensor of shape \(2,\)",
+        ):
+            OneHot(3).index(torch.tensor([0, 1]), values)

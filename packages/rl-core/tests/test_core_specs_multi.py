@@ -81,3 +81,12 @@ class TestMultiCategorical:
             MultiCategorical([2, 3], shape=(3,))
         assert MultiCategorical([2, 3]) == MultiCategorical([2, 3])
         assert MultiCategorical([2, 3]) != MultiCategorical([2, 4])
+
+
+def test_multi_conversions():
+    spec = MultiCategorical([2, 3], shape=(4, 2))
+    oh = spec.to_one_hot_spec()
+    assert oh == MultiOneHot([2, 3], shape=(4, 5))
+    assert oh.to_categorical_spec() == spec
+    x = spec.rand()
+    assert oh.is_in(spec.to_one_hot(x)) and torch.equal(oh.to_categorical(spec.to_one_hot(x)), x)

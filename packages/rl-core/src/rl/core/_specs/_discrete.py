@@ -12,6 +12,7 @@ from ._base import (
     DEVICE_TYPING,
     CategoricalBox,
     TensorSpec,
+    _describe,
     _numpy_ready,
     _to_device,
     _to_dtype,
@@ -167,6 +168,15 @@ class Categorical(_MaskedDiscrete):
             value = torch.where(self._allowed(value), value, first)
         return value
 
+    def to_one_hot(self, value: torch.Tensor) -> torch.Tensor:
+        """The one-hot encoding (``torch.bool``) of indices ``value``: shape ``(*value.shape, n)``."""
+        out = torch.zeros((*value.shape, self.n), dtype=torch.bool, device=value.device)
+        return out.scatter_(-1, value.long().unsqueeze(-1), True)
+
+    def to_one_hot_spec(self) -> OneHot:
+        """The :class:`OneHot` spec of the same values (the mask carries over)."""
+        return OneHot(self.n, shape=(*self.shape, self.n), device=self.device, mask=self.mask)
+
     def enumerate(self) -> torch.Tensor:
         """All values, stacked along a new first dim: shape ``(n, *spec.shape)``.
 
@@ -275,6 +285,34 @@ class OneHot(_MaskedDiscrete):
         if safe:
             self.assert_is_in(value)
         return value.detach().to(torch.uint8).argmax(-1).cpu().numpy()
+
+    def to_categorical(self, value: torch.Tensor) -> torch.Tensor:
+        """The indices (``torch.int64``) of one-hot encodings ``value``: shape ``value.shape[:-1]``."""
+        return value.to(torch.uint8).argmax(-1)
+
+    def to_categorical_spec(self) -> Categorical:
+        """The :class:`Categorical` spec of the same values (the mask carries over)."""
+        return Categorical(self.n, shape=self.shape[:-1], device=self.device, mask=self.mask)
+
+    def index(self, index: torch.Tensor, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        """Picks from ``tensor_to_index`` (``[..., n]``) the entries selected by one-hot ``index``.
+
+        Examples:
+            >>> import torch
+            >>> from rl.core import OneHot
+            >>> values = torch.tensor([[1.0, 5.0, 3.0], [7.0, 8.0, 9.0]])
+            >>> OneHot(3).index(torch.tensor([[0, 1, 0], [0, 0, 1]]), values)
+            tensor([[5.],
+                    [9.]])
+        """
+        if not isinstance(index, torch.Tensor) or index.shape[-1:] != (self.n,):
+            raise ValueError(
+                f"{type(self).__name__}.index expects a one-hot tensor of shape (..., {self.n}), "
+                f"got {_describe(index)}"
+            )
+        idx = index.to(torch.uint8).argmax(-1, keepdim=True)
+        idx = idx.expand(*tensor_to_index.shape[:-1], 1)
+        return tensor_to_index.gather(-1, idx)
 
     def enumerate(self) -> torch.Tensor:
         """All one-hot values, stacked along a new first dim: ``(n, *spec.shape)``."""

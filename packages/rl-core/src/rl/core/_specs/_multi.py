@@ -147,6 +147,19 @@ class MultiOneHot(_MaskedDiscrete):
             self.assert_is_in(value)
         return self._indices(value.detach().to(torch.uint8)).cpu().numpy()
 
+    def to_categorical(self, value: torch.Tensor) -> torch.Tensor:
+        """The index of each variable (``torch.int64``), shape ``(..., len(nvec))``."""
+        return self._indices(value.to(torch.uint8))
+
+    def to_categorical_spec(self) -> MultiCategorical:
+        """The :class:`MultiCategorical` spec of the same values (the mask carries over)."""
+        return MultiCategorical(
+            self.nvec,
+            shape=(*self.shape[:-1], len(self.nvec)),
+            device=self.device,
+            mask=self.mask,
+        )
+
     def _repr_fields(self) -> list[str]:
         fields = [f"nvec={self.nvec}"]
         if self.mask is not None:
@@ -260,6 +273,20 @@ class MultiCategorical(_MaskedDiscrete):
             first = torch.stack([m.to(torch.uint8).argmax(-1) for m in self._mask_segments()], -1)
             value = torch.where(self._allowed(value), value, first)
         return value.to(self.dtype)
+
+    def to_one_hot(self, value: torch.Tensor) -> torch.Tensor:
+        """The concatenated one-hot encodings (``torch.bool``), shape ``(..., sum(nvec))``."""
+        return self.to_one_hot_spec()._from_indices(value.long())
+
+    def to_one_hot_spec(self) -> MultiOneHot:
+        """The :class:`MultiOneHot` spec of the same values (one-dimensional ``nvec`` only)."""
+        self._mask_shape  # noqa: B018 - raises for a multi-dimensional nvec
+        return MultiOneHot(
+            self._nvec_list,
+            shape=(*self.shape[:-1], self.n),
+            device=self.device,
+            mask=self.mask,
+        )
 
     def __eq__(self, other: object) -> bool:
         return super().__eq__(other) and self._nvec_list == other._nvec_list  # type: ignore[attr-defined]

@@ -16,10 +16,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from .._common import EnvBase
-from .._rollout import build_output, presample_actions, rollout_generic
+from .._rollout import rollout_generic
 from .._utils import step_mdp
 from ._buffers import BufferLayout, allocate_buffers
 from ._creator import EnvCreator
+from ._rollout import batched_rollout
 
 __all__ = ["BatchedEnvBase"]
 
@@ -268,8 +269,7 @@ class BatchedEnvBase(EnvBase):
         break_when_all_done: bool,
     ) -> TensorDictBase:
         """Random-action rollout that reads and writes the buffers directly."""
-        layout = self._layout
-        if self._to_device or set(tensordict.keys(True, True)) != set(layout.reset_keys):
+        if self._to_device or set(tensordict.keys(True, True)) != set(self._layout.reset_keys):
             return rollout_generic(
                 self,
                 max_steps,
@@ -280,61 +280,13 @@ class BatchedEnvBase(EnvBase):
                 break_when_all_done=break_when_all_done,
             )
         self._ensure_started()
-        nb = len(self.batch_size)
-        prefix = (slice(None),) * nb
-        bufs = self._buffers
-        actions = presample_actions(self, max_steps)
-
-        def alloc(value: torch.Tensor) -> torch.Tensor:
-            shape = (*value.shape[:nb], max_steps, *value.shape[nb:])
-            return torch.empty(shape, dtype=value.dtype)
-
-        root_bufs = {}
-        root_writes = []
-        for key in layout.reset_keys:
-            value = tensordict.get(key)
-            buf = root_bufs[key] = alloc(value)
-            buf[(*prefix, 0)] = value
-            root_writes.append((buf, bufs.out[key], bufs.reset[key]))
-        for key, value in actions:
-            root_bufs[key] = value.movedim(0, nb).contiguous()
-        next_bufs = {key: alloc(bufs.out[key]) for key in layout.step_keys}
-        next_writes = [(buf, bufs.out[key]) for key, buf in next_bufs.items()]
-        in_writes = [(bufs.inputs[key], value) for key, value in actions]
-        done = bufs.out[layout.done_key]
-        auto_reset = not break_when_any_done
-        seen_done = None
-        steps = max_steps
-        for t in range(max_steps):
-            for buf, value in in_writes:
-                buf.copy_(value[t])
-            if auto_reset:
-                reset_workers = self._do_step_and_maybe_reset()
-            else:
-                self._do_step()
-                reset_workers = []
-            self._pending_promote = reset_workers
-            idx = (*prefix, t)
-            for buf, src in next_writes:
-                buf[idx] = src
-            if break_when_any_done and bool(done.any()):
-                steps = t + 1
-                break
-            if break_when_all_done:
-                seen_done = done.clone() if seen_done is None else seen_done | done
-                if bool(seen_done.all()):
-                    steps = t + 1
-                    break
-            if t == max_steps - 1:
-                break
-            idx = (*prefix, t + 1)
-            for buf, src, _ in root_writes:
-                buf[idx] = src
-            if reset_workers:
-                workers = torch.tensor(reset_workers)
-                for buf, _, reset_src in root_writes:
-                    buf.select(nb, t + 1)[workers] = reset_src[workers]
-        return build_output(root_bufs, next_bufs, self.batch_size, steps, self.device, nb)
+        return batched_rollout(
+            self,
+            max_steps,
+            tensordict,
+            break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done,
+        )
 
     def __repr__(self) -> str:
         return (

@@ -65,41 +65,74 @@ class BufferLayout:
         )
 
 
+_ALIGN = 64  # bytes: each buffer starts on its own cache line
+
+
 @dataclass
 class Buffers:
-    """The tensors of a :class:`BufferLayout` (``{key: tensor[N, *B, ...]}`` per role)."""
+    """The tensors of a :class:`BufferLayout` (``{key: tensor[N, *B, ...]}`` per role).
+
+    Shared buffers are views into one flat shared-memory block, so that sending them to
+    a worker process passes a single shared-memory handle (the views are rebuilt there).
+    """
 
     inputs: dict = field(default_factory=dict)
     out: dict = field(default_factory=dict)
     reset: dict = field(default_factory=dict)
     mask: torch.Tensor | None = None
+    flat: torch.Tensor | None = None
+    entries: list = field(default_factory=list)  # (role, key, dtype, shape, offset)
+
+    def __reduce__(self):
+        if self.flat is None:
+            return super().__reduce__()
+        return _rebuild_buffers, (self.flat, self.entries)
+
+
+def _view(flat: torch.Tensor, dtype: torch.dtype, shape: torch.Size, offset: int) -> torch.Tensor:
+    nbytes = torch.Size(shape).numel() * dtype.itemsize
+    return flat[offset : offset + nbytes].view(dtype).view(shape)
+
+
+def _rebuild_buffers(flat: torch.Tensor, entries: list) -> Buffers:
+    buffers = Buffers(flat=flat, entries=entries)
+    for role, key, dtype, shape, offset in entries:
+        tensor = _view(flat, dtype, shape, offset)
+        if role == "mask":
+            buffers.mask = tensor
+        else:
+            getattr(buffers, role)[key] = tensor
+    return buffers
 
 
 def allocate_buffers(
     layout: BufferLayout, input_spec: Composite, output_spec: Composite, share: bool
 ) -> Buffers:
     """Zero-filled CPU buffers shaped like the specs (``share``: in shared memory)."""
-
-    def alloc(spec) -> torch.Tensor:
-        tensor = torch.zeros(spec.shape, dtype=spec.dtype)
-        return tensor.share_memory_() if share else tensor
-
     specs = {}
-    for composite in input_spec.values():
+    for composite in (*input_spec.values(), *output_spec.values()):
         for key in _leaves(composite):
             specs[key] = composite[key]
-    for composite in output_spec.values():
-        for key in _leaves(composite):
-            specs[key] = composite[key]
-    buffers = Buffers()
+    entries = []
+    offset = 0
+
+    def add(role: str, key, dtype: torch.dtype, shape: torch.Size) -> None:
+        nonlocal offset
+        entries.append((role, key, dtype, torch.Size(shape), offset))
+        nbytes = torch.Size(shape).numel() * dtype.itemsize
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+
     for key in layout.in_keys:
-        buffers.inputs[key] = alloc(specs[key])
+        add("inputs", key, specs[key].dtype, specs[key].shape)
     for key in dict.fromkeys(layout.step_keys + layout.reset_keys):
-        buffers.out[key] = alloc(specs[key])
+        add("out", key, specs[key].dtype, specs[key].shape)
     for key in layout.reset_keys:
-        buffers.reset[key] = alloc(specs[key])
-    done = buffers.out[layout.done_key]
-    buffers.mask = torch.zeros(done.shape, dtype=torch.bool)
+        add("reset", key, specs[key].dtype, specs[key].shape)
+    add("mask", None, torch.bool, specs[layout.done_key].shape)
+    flat = torch.zeros(max(offset, 1), dtype=torch.uint8)
     if share:
-        buffers.mask.share_memory_()
+        flat.share_memory_()
+    buffers = _rebuild_buffers(flat, entries)
+    if not share:
+        buffers.flat = None
     return buffers

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import threading
 import time
 import traceback
@@ -26,6 +27,7 @@ import torch
 from tensordict import TensorDict
 
 from ._buffers import BufferLayout, Buffers
+from ._gym_step import gym_fast_step
 
 __all__ = ["WorkerCore", "worker_main"]
 
@@ -70,7 +72,9 @@ class WorkerCore:
         ]
         self.mask = buffers.mask[index]
         self.done = buffers.out[layout.done_key][index]
+        self.done_np = self.done.numpy()
         self.promote = False
+        self.fast_step = gym_fast_step(env, index, buffers, layout)
 
     def _check_specs(self, buffers: Buffers) -> None:
         specs = {}
@@ -109,6 +113,9 @@ class WorkerCore:
         """Steps the sub-env with the shared inputs and writes its outputs."""
         if self.promote:
             self._promote()
+        if self.fast_step is not None:
+            self.fast_step()
+            return
         out = self.env._step(self.in_td)
         for key, dst in self.step_pairs:
             dst.copy_(out.get(key))
@@ -126,7 +133,7 @@ class WorkerCore:
     def step_and_maybe_reset(self) -> bool:
         """Steps, then resets the done entries into the ``reset`` buffer; True if any."""
         self.step()
-        if not bool(self.done.any()):
+        if not self.done_np.any():
             return False
         result = self._reset_env(self.done.clone())
         for key, dst, current in self.auto_pairs:
@@ -173,7 +180,9 @@ def worker_main(
         torch.manual_seed(torch_seed)
     for other in other_conns or ():
         other.close()  # fork: ends inherited from the parent would keep sockets open
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    # the parent of a forkserver child is the fork server (which exits with the parent)
+    parent = parent_pid if os.getppid() == parent_pid else os.getppid()
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     fd = conn.fileno()
     try:
         creator = creator_payload
@@ -215,3 +224,7 @@ def worker_main(
         env.close()
     finally:
         conn.close()
+        # skip the interpreter teardown (seconds with torch loaded): nothing to save
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

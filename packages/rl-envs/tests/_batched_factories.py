@@ -1,0 +1,107 @@
+"""Env factories for the batched-env tests, importable by ``spawn`` worker processes.
+
+The tests put this folder on ``sys.path``; spawned workers inherit it, so the classes
+below are pickled by reference.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from rl.core import Bounded, Composite, Unbounded
+from rl.envs import EnvBase
+
+
+class CounterEnv(EnvBase):
+    """A counter the action (in ``[0, 1]``) is added to; deterministic.
+
+    Terminates when the count reaches ``limit``, truncates after ``truncate_at`` steps
+    (when it has not terminated). ``"observation"`` is ``[count, steps, resets]``, so a
+    test can see which entries were reset, and when. The seed (``set_seed``) is added
+    to the reset count, so that seeding shows in the observations.
+    """
+
+    def __init__(self, limit: float = 1e9, truncate_at: int | None = None, batch_size=()):
+        super().__init__(batch_size=batch_size)
+        bs = self.batch_size
+        self.limit = limit
+        self.truncate_at = truncate_at
+        self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 3)), shape=bs)
+        self.action_spec = Bounded(0.0, 1.0, shape=(*bs, 1))
+        self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.count = torch.zeros(*bs, 1)
+        self.steps = torch.zeros(*bs, 1)
+        self.resets = torch.zeros(*bs, 1)
+        self.offset = 0.0
+
+    def _obs(self) -> torch.Tensor:
+        return torch.cat([self.count, self.steps, self.resets + self.offset], -1)
+
+    def _reset(self, tensordict):
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        if mask is None:
+            mask = torch.ones(*self.batch_size, 1, dtype=torch.bool)
+        self.count = torch.where(mask, 0.0, self.count)
+        self.steps = torch.where(mask, 0.0, self.steps)
+        self.resets = self.resets + mask.float()
+        flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        return TensorDict(
+            observation=self._obs(),
+            done=flag,
+            terminated=flag.clone(),
+            truncated=flag.clone(),
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, tensordict):
+        self.count = self.count + tensordict["action"]
+        self.steps = self.steps + 1
+        terminated = self.count >= self.limit
+        truncated = torch.zeros_like(terminated)
+        if self.truncate_at is not None:
+            truncated = (self.steps >= self.truncate_at) & ~terminated
+        return TensorDict(
+            observation=self._obs(),
+            reward=self.count.clone(),
+            done=terminated | truncated,
+            terminated=terminated,
+            truncated=truncated,
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        self.offset = 0.0 if seed is None else float(seed % 1000)
+
+
+class RaisingEnv(CounterEnv):
+    """A ``CounterEnv`` whose ``_step`` raises ``ValueError`` at step ``fail_at``."""
+
+    def __init__(self, fail_at: int = 2):
+        super().__init__()
+        self.fail_at = fail_at
+        self.calls = 0
+
+    def _step(self, tensordict):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise ValueError(f"boom at step {self.fail_at}")
+        return super()._step(tensordict)
+
+
+class WideCounterEnv(CounterEnv):
+    """A ``CounterEnv`` whose observation has 5 entries (specs differ from CounterEnv)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_spec = Composite(observation=Unbounded(shape=(5,)), shape=())
+
+
+def failing_factory():
+    """A factory that raises while building the env."""
+    raise OSError("cannot open the simulator")
+
+
+def not_an_env():
+    """A factory that returns something else than an env."""
+    return object()

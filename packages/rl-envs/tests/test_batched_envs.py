@@ -1,0 +1,308 @@
+"""SerialEnv and ParallelEnv behaviour: specs, seeds, partial resets, auto-resets.
+
+Every test runs on both classes and checks values against literals or the other class.
+The ParallelEnvs are started once per module: the CartPole one with ``spawn`` (the
+default), the counter one with ``fork`` (a spawned worker re-imports torch, which takes
+seconds on a small machine).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.envs import CartPoleEnv, GymEnv, ParallelEnv, SerialEnv, check_env_specs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _batched_factories import CounterEnv  # noqa: E402
+
+# worker 0 terminates after 2 unit steps, worker 1 is truncated after 3 steps
+COUNTER_KWARGS = [{"limit": 2.0}, {"truncate_at": 3}, {}]
+CARTPOLE = functools.partial(GymEnv, "CartPole-v1")
+
+
+@pytest.fixture(scope="module")
+def counters():
+    """``{"serial": SerialEnv, "parallel": ParallelEnv}`` of three CounterEnvs."""
+    envs = {
+        "serial": SerialEnv(3, CounterEnv, COUNTER_KWARGS),
+        "parallel": ParallelEnv(3, CounterEnv, COUNTER_KWARGS, mp_start_method="fork"),
+    }
+    yield envs
+    for env in envs.values():
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def cartpoles():
+    """``{"serial": ..., "parallel": ...}`` of two gymnasium CartPole-v1 envs."""
+    envs = {"serial": SerialEnv(2, CARTPOLE), "parallel": ParallelEnv(2, CARTPOLE)}
+    assert envs["parallel"].mp_start_method == "spawn"
+    yield envs
+    for env in envs.values():
+        env.close()
+
+
+KINDS = ["serial", "parallel"]
+
+
+def ones_policy(td):
+    return td.set("action", torch.ones(*td.batch_size, 1))
+
+
+class ReplayPolicy:
+    """Writes ``actions[t]`` at call ``t`` (the actions a policy-free rollout draws)."""
+
+    def __init__(self, actions):
+        self.actions = actions
+        self.t = 0
+
+    def __call__(self, td):
+        td.set("action", self.actions[self.t])
+        self.t += 1
+        return td
+
+
+class TestSpecs:
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_batch_size_and_specs(self, counters, kind):
+        env = counters[kind]
+        assert env.batch_size == torch.Size([3])
+        assert env.num_workers == 3
+        assert env.observation_spec["observation"].shape == torch.Size([3, 3])
+        assert env.action_spec.shape == torch.Size([3, 1])
+        assert env.reward_spec.shape == torch.Size([3, 1])
+        assert env.full_done_spec["terminated"].shape == torch.Size([3, 1])
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_check_env_specs_counter(self, counters, kind):
+        check_env_specs(counters[kind], seed=0)
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_check_env_specs_gym_cartpole(self, cartpoles, kind):
+        check_env_specs(cartpoles[kind], seed=0, max_steps=30)
+
+    def test_check_env_specs_native_and_sub_batched(self):
+        env = ParallelEnv(2, CartPoleEnv, mp_start_method="fork")
+        check_env_specs(env, seed=0)
+        assert env.action_spec.shape == torch.Size([2, 2])
+        env.close()
+        sub = functools.partial(CounterEnv, limit=2.0, batch_size=[2])
+        for env in (SerialEnv(3, sub), ParallelEnv(3, sub, mp_start_method="fork")):
+            assert env.batch_size == torch.Size([3, 2])
+            assert env.observation_spec["observation"].shape == torch.Size([3, 2, 3])
+            check_env_specs(env, seed=0, max_steps=5)
+            env.close()
+
+
+class TestSeeding:
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_per_worker_seeds_chain(self, counters, kind):
+        def chain(seed):
+            """Each worker's seed (worker i gets the seed worker i - 1 returned)."""
+            seeds = []
+            for _ in range(3):
+                seeds.append(seed)
+                seed = CounterEnv().set_seed(seed)
+            return seeds, seed
+
+        env = counters[kind]
+        seeds0, next0 = chain(0)
+        seeds7, next7 = chain(7)
+        assert len(set(seeds7)) == 3
+        assert env.set_seed(0) == next0
+        before = env.reset()["observation"][:, 2]  # reset count + seed offset
+        assert env.set_seed(7) == next7
+        after = env.reset()["observation"][:, 2]
+        offsets = [s7 % 1000 - s0 % 1000 for s0, s7 in zip(seeds0, seeds7)]
+        assert (after - before - 1).tolist() == offsets
+
+    def test_same_seed_identical_rollouts(self, cartpoles):
+        rollouts = []
+        for kind in ("parallel", "serial", "parallel"):
+            env = cartpoles[kind]
+            env.set_seed(3)
+            torch.manual_seed(3)
+            rollouts.append(env.rollout(60, break_when_any_done=False))
+        for rollout in rollouts[1:]:
+            assert (rollout == rollouts[0]).all()
+        obs = rollouts[0]["observation"]
+        assert not torch.equal(obs[0], obs[1])  # workers got different seeds
+        env = cartpoles["parallel"]
+        env.set_seed(4)
+        torch.manual_seed(3)
+        other = env.rollout(60, break_when_any_done=False)
+        assert not torch.equal(other["observation"], obs)
+
+    def test_matches_sub_envs_stepped_by_hand(self, cartpoles):
+        env = cartpoles["parallel"]
+        env.set_seed(11)
+        torch.manual_seed(0)
+        rollout = env.rollout(15, break_when_any_done=True)
+        steps = rollout.batch_size[-1]
+        seed = 11
+        for i in range(2):
+            sub = CARTPOLE()
+            next_seed = sub.set_seed(seed)
+            td = sub.reset()
+            for t in range(steps):
+                td["action"] = rollout["action"][i, t]
+                torch.testing.assert_close(td["observation"], rollout["observation"][i, t])
+                td = sub.step(td)
+                torch.testing.assert_close(
+                    td["next", "observation"], rollout["next", "observation"][i, t]
+                )
+                td = td["next"].exclude("reward")
+            seed = next_seed
+            sub.close()
+
+
+class TestResets:
+    @pytest.mark.parametrize("kind", KINDS)
+    @pytest.mark.parametrize("with_obs", [True, False])
+    def test_partial_reset_only_masked(self, counters, kind, with_obs):
+        env = counters[kind]
+        env.set_seed(0)
+        td = env.reset()
+        for _ in range(2):
+            td = ones_policy(td)
+            td = env.step(td)["next"].exclude("reward")
+        before = td["observation"].clone()
+        assert before[:, 0].tolist() == [2.0, 2.0, 2.0]
+        mask = torch.tensor([[True], [False], [True]])
+        inp = td.clone() if with_obs else TensorDict(batch_size=[3])
+        inp["_reset"] = mask
+        out = env.reset(inp)
+        assert "_reset" not in out.keys()
+        obs = out["observation"]
+        assert obs[:, 0].tolist() == [0.0, 2.0, 0.0]  # counts
+        assert obs[:, 1].tolist() == [0.0, 2.0, 0.0]  # steps
+        assert torch.equal(obs[:, 2] - before[:, 2], torch.tensor([1.0, 0.0, 1.0]))
+        assert not out["done"].any()
+        # the next step continues from there
+        out = env.step(ones_policy(out))
+        assert out["next", "observation"][:, 0].tolist() == [1.0, 3.0, 1.0]
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_bad_reset_mask(self, counters, kind):
+        env = counters[kind]
+        with pytest.raises(ValueError, match=r"'_reset' has shape \(2,\), expected \(3, 1\)"):
+            env._reset(TensorDict(_reset=torch.ones(2, dtype=torch.bool)))
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_terminated_and_truncated_through_auto_reset(self, counters, kind):
+        env = counters[kind]
+        rollout = env.rollout(7, ones_policy, break_when_any_done=False)
+        nxt = rollout["next"]
+        term = nxt["terminated"].squeeze(-1).int().tolist()
+        trunc = nxt["truncated"].squeeze(-1).int().tolist()
+        assert term == [[0, 1, 0, 1, 0, 1, 0], [0] * 7, [0] * 7]
+        assert trunc == [[0] * 7, [0, 0, 1, 0, 0, 1, 0], [0] * 7]
+        assert torch.equal(nxt["done"], nxt["terminated"] | nxt["truncated"])
+        counts = nxt["observation"][..., 0].tolist()
+        assert counts == [[1, 2, 1, 2, 1, 2, 1], [1, 2, 3, 1, 2, 3, 1], [1, 2, 3, 4, 5, 6, 7]]
+        # the root after a done step is the reset state, else the previous next state
+        root = rollout["observation"][..., 0].tolist()
+        assert root == [[0, 1, 0, 1, 0, 1, 0], [0, 1, 2, 0, 1, 2, 0], [0, 1, 2, 3, 4, 5, 6]]
+        assert not rollout["done"].any()
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_fast_rollout_equals_generic_loop(self, counters, kind):
+        env = counters[kind]
+        torch.manual_seed(5)
+        env.set_seed(1)
+        fast = env.rollout(12, break_when_any_done=False)
+        torch.manual_seed(5)
+        actions = env.full_action_spec.rand((12,))["action"]
+        env.set_seed(1)
+        generic = env.rollout(12, ReplayPolicy(actions), break_when_any_done=False)
+        for td in (fast, generic):  # reset counts relative to the rollout's first reset
+            start = td["observation"][:, :1, 2].clone()
+            td["observation"][..., 2] -= start
+            td["next", "observation"][..., 2] -= start
+        assert (fast == generic).all()
+        done = fast["next", "done"].squeeze(-1)
+        assert done.any()  # the auto-reset path was exercised
+        nxt_obs, root_obs = fast["next", "observation"], fast["observation"]
+        for i, t in zip(*torch.where(~done[:, :-1])):
+            assert torch.equal(root_obs[i, t + 1], nxt_obs[i, t])
+        for i, t in zip(*torch.where(done[:, :-1])):
+            assert root_obs[i, t + 1, 1] == 0  # steps since reset
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_break_when_any_done(self, counters, kind):
+        rollout = counters[kind].rollout(10, ones_policy)
+        assert rollout.batch_size == torch.Size([3, 2])
+        rollout = counters[kind].rollout(10)  # random actions in [0, 1): later
+        assert rollout["next", "done"][:, -1].any()
+        assert not rollout["next", "done"][:, :-1].any()
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_step_and_maybe_reset(self, counters, kind):
+        env = counters[kind]
+        td = env.reset()
+        for step in range(3):
+            td = ones_policy(td)
+            td, root = env.step_and_maybe_reset(td)
+            if step == 1:  # worker 0 terminated at its second step
+                assert td["next", "terminated"].squeeze(-1).tolist() == [True, False, False]
+                assert td["next", "observation"][:, 0].tolist() == [2.0, 2.0, 2.0]
+                assert root["observation"][:, 0].tolist() == [0.0, 2.0, 2.0]
+                assert not root["done"].any()
+                # a partial reset of another worker keeps worker 0's reset state
+                mask = torch.tensor([[False], [True], [False]])
+                partial = env.reset(TensorDict(_reset=mask, batch_size=[3]))
+                assert partial["observation"][:, 0].tolist() == [0.0, 0.0, 2.0]
+                root["observation"][1] = partial["observation"][1]
+            td = root
+        assert td["observation"][:, 0].tolist() == [1.0, 1.0, 3.0]
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_action_shape(self, counters, kind):
+        env = counters[kind]
+        td = env.reset()
+        td["action"] = torch.ones(3, 2)
+        with pytest.raises(ValueError, match=r"'action' has shape \(3, 2\), expected \(3, 1\)"):
+            env.step(td)
+
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_missing_action(self, counters, kind):
+        env = counters[kind]
+        with pytest.raises(KeyError, match="action"):
+            env.step(env.reset())
+
+    def test_constructor_arguments(self):
+        with pytest.raises(ValueError, match="num_workers must be a positive int, got 0"):
+            SerialEnv(0, CounterEnv)
+        with pytest.raises(ValueError, match="create_env_kwargs has 2 entries, expected one"):
+            SerialEnv(3, CounterEnv, [{}, {}])
+        with pytest.raises(TypeError, match="create_env_kwargs must be a dict"):
+            SerialEnv(2, CounterEnv, 3)
+        with pytest.raises(TypeError, match="must return an rl.envs.EnvBase, got object"):
+            SerialEnv(2, object)
+        with pytest.raises(ValueError, match="mp_start_method must be one of"):
+            ParallelEnv(2, CounterEnv, mp_start_method="threads")
+
+    def test_sub_envs_with_different_specs(self):
+        from _batched_factories import WideCounterEnv
+
+        with pytest.raises(ValueError, match=r"sub-env 1 declares 'observation' with shape"):
+            SerialEnv(2, [CounterEnv, WideCounterEnv])
+
+
+class TestSerialEnv:
+    def test_close_and_restart(self):
+        env = SerialEnv(2, CounterEnv)
+        first = env.envs
+        env.close()
+        assert env.is_closed and first[0].is_closed
+        td = env.reset()
+        assert td["observation"].shape == (2, 3) and not env.is_closed
+        assert env.envs[0] is not first[0]

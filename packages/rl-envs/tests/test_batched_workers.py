@@ -1,0 +1,177 @@
+"""ParallelEnv worker processes: failures are reported, nothing hangs, nothing is orphaned."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.envs import ParallelEnv
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _batched_factories import (  # noqa: E402
+    CounterEnv,
+    RaisingEnv,
+    WideCounterEnv,
+    failing_factory,
+    not_an_env,
+)
+
+
+def pid_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids, timeout=5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if pid_running(pid)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive
+
+
+def ones(td):
+    return td.set("action", torch.ones(*td.batch_size, 1))
+
+
+class TestWorkerFailures:
+    def test_worker_exception_reported_with_traceback(self):
+        env = ParallelEnv(
+            2, [CounterEnv, functools.partial(RaisingEnv, fail_at=2)], mp_start_method="fork"
+        )
+        td = env.reset()
+        env.step(ones(td))
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="ParallelEnv worker 1 raised during step") as err:
+            env.step(ones(td))
+        assert time.monotonic() - start < 5
+        assert "ValueError: boom at step 2" in str(err.value)
+        assert "_batched_factories.py" in str(err.value)  # the worker's traceback
+        # the env stays usable: the other worker answered, the failed one is alive
+        out = env.step(ones(env.reset()))
+        assert out["next", "observation"][:, 0].tolist() == [1.0, 1.0]
+        pids = env.worker_pids
+        env.close()
+        assert wait_gone(pids) == []
+
+    def test_env_creation_failure(self):
+        before = set(mp.active_children())
+        env = ParallelEnv(2, [CounterEnv, failing_factory], mp_start_method="fork")
+        with pytest.raises(RuntimeError, match="worker 1 raised during start-up") as err:
+            env.reset()
+        assert "OSError: cannot open the simulator" in str(err.value)
+        assert set(mp.active_children()) <= before
+
+    def test_different_specs_across_workers(self):
+        env = ParallelEnv(2, [CounterEnv, WideCounterEnv], mp_start_method="fork")
+        with pytest.raises(RuntimeError, match=r"sub-env 1 declares 'observation' with shape"):
+            env.reset()
+
+    def test_factory_returning_non_env(self):
+        with pytest.raises(TypeError, match="must return an rl.envs.EnvBase, got object"):
+            ParallelEnv(2, not_an_env)
+
+    def test_unpicklable_factory_for_spawn(self):
+        lock = threading.Lock()
+        with pytest.raises(TypeError, match="cannot pickle the env factory"):
+            ParallelEnv(1, lambda: (lock, CounterEnv())[1])
+        # fork does not pickle the factory
+        env = ParallelEnv(1, lambda: (lock, CounterEnv())[1], mp_start_method="fork")
+        assert env.reset()["observation"].shape == (1, 3)
+        env.close()
+
+    @pytest.mark.parametrize("method", ["spawn", "fork"])
+    def test_killed_worker_reported_quickly(self, method):
+        env = ParallelEnv(2, CounterEnv, mp_start_method=method)
+        td = env.reset()
+        pids = env.worker_pids
+        os.kill(pids[1], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(
+            RuntimeError,
+            match=rf"worker 1 \(pid {pids[1]}\) died during step with exit code -9 "
+            r"\(killed by SIGKILL\)",
+        ):
+            env.step(ones(td))
+        assert time.monotonic() - start < 5
+        assert wait_gone(pids) == []  # the other workers were shut down
+        with pytest.raises(RuntimeError, match=r"no running workers .* call reset\(\)"):
+            env.step(ones(td))
+        if method == "fork":  # (a spawned restart would only re-test the slow start-up)
+            td = env.reset()  # starts new workers
+            assert env.worker_pids and not set(env.worker_pids) & set(pids)
+            assert env.step(ones(td))["next", "observation"][:, 0].tolist() == [1.0, 1.0]
+        env.close()
+
+    def test_worker_killed_while_idle_is_reported_at_reset(self):
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork")
+        env.reset()
+        os.kill(env.worker_pids[0], signal.SIGKILL)
+        assert wait_gone(env.worker_pids[:1]) == []
+        with pytest.raises(RuntimeError, match="worker 0 .* died during reset"):
+            env.reset(TensorDict(_reset=torch.tensor([[False], [True]]), batch_size=[2]))
+        env.close()
+
+
+class TestNoOrphans:
+    def test_close(self):
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork")
+        env.reset()
+        pids = env.worker_pids
+        assert all(pid_running(pid) for pid in pids)
+        env.close()
+        env.close()  # idempotent
+        assert wait_gone(pids, timeout=0.1) == []
+        assert env.worker_pids == [] and env.is_closed
+        assert not [p for p in mp.active_children() if p.pid in pids]
+
+    def test_garbage_collection(self):
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork")
+        env.reset()
+        pids = env.worker_pids
+        del env
+        gc.collect()
+        assert wait_gone(pids) == []
+
+    def test_workers_exit_when_parent_is_killed(self, tmp_path):
+        script = textwrap.dedent(
+            f"""
+            import sys, time
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from _batched_factories import CounterEnv
+            from rl.envs import ParallelEnv
+            env = ParallelEnv(2, CounterEnv, mp_start_method="fork")
+            env.reset()
+            print(*env.worker_pids, flush=True)
+            time.sleep(60)
+            """
+        )
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        try:
+            pids = [int(pid) for pid in proc.stdout.readline().split()]
+            assert len(pids) == 2 and all(pid_running(pid) for pid in pids)
+            proc.kill()
+            proc.wait()
+            assert wait_gone(pids, timeout=5) == []
+        finally:
+            proc.kill()
+            proc.wait()

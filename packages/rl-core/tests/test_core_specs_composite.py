@@ -124,6 +124,9 @@ class TestCompositeValues:
         assert (back == td).all()
         batched = make((2,))
         assert batched.encode({"observation": np.zeros((2, 3))}).batch_size == (2,)
+        assert batched.encode({"observation": np.zeros((5, 2, 3))}).batch_size == (5, 2)
+        with pytest.raises(KeyError, match="key 'nope' not found in Composite"):
+            spec.encode({"nope": 1.0})
 
 
 class TestCompositeShapes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import copy
 import warnings
 from collections.abc import Callable, Sequence
@@ -180,7 +181,7 @@ class BoxList:
         ]
 
 
-class TensorSpec:
+class TensorSpec(abc.ABC):
     """Base class of the tensor specs: what a tensor must look like (shape, dtype, device, values).
 
     Subclasses set ``_elementwise`` (names of tensor attributes whose leading dims are the
@@ -223,9 +224,9 @@ class TensorSpec:
         return cls
 
     # ------------------------------------------------------------------ values
+    @abc.abstractmethod
     def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
         """A random value in the spec, with ``shape`` extra leading dims."""
-        raise NotImplementedError  # pragma: no cover - every concrete spec overrides it
 
     def sample(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
         """Alias of :meth:`rand`."""
@@ -333,8 +334,8 @@ class TensorSpec:
         new.device = dest
         return new
 
-    def _on_dtype_change(self) -> None:
-        pass
+    def _on_dtype_change(self) -> None:  # noqa: B027 - optional hook
+        """Hook: refreshes attributes derived from the dtype (``domain``)."""
 
     def cpu(self) -> TensorSpec:
         return self.to("cpu")
@@ -458,8 +459,9 @@ class TensorSpec:
 class _NestedSpec(TensorSpec):
     """Marker base of the specs holding named entries (:class:`Composite`, stacked form)."""
 
+    @abc.abstractmethod
     def _iter_keys(self, include_nested: bool, leaves_only: bool):
-        raise NotImplementedError  # pragma: no cover - defined by each subclass
+        """Yields the keys (nested keys as tuples) like ``keys()`` iterates them."""
 
 
 def _warn_deprecated(old: str, new: str) -> None:

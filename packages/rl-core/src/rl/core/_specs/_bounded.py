@@ -13,6 +13,7 @@ from ._base import (
     ContinuousBox,
     TensorSpec,
     _fmt_tensor,
+    _numpy_ready,
     _to_device,
     _to_dtype,
     _to_shape,
@@ -28,7 +29,7 @@ def _domain(dtype: torch.dtype) -> str:
 def _as_bound(value: Any, name: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if value is None:
         raise TypeError(f"Bounded needs {name}, got None")
-    return torch.as_tensor(value, dtype=dtype, device=device)
+    return torch.as_tensor(_numpy_ready(value), dtype=dtype, device=device)
 
 
 class Bounded(TensorSpec):

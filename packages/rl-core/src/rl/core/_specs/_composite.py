@@ -403,19 +403,15 @@ class Composite(_NestedSpec):
         Every key of ``value`` must be in the spec; spec entries absent from ``value`` are left out.
         """
         out = {}
-        for key, item in value.items():
+        lead: tuple[int, ...] = ()
+        for i, (key, item) in enumerate(value.items()):
             spec = self[key]
             if spec is None:
                 raise KeyError(f"cannot encode key {key!r}: its spec is None")
-            out[key] = spec.encode(item, ignore_device=ignore_device)
-        lead: tuple[int, ...] = ()
-        for key, item in out.items():
-            spec = self._specs[key] if isinstance(key, str) else self[key]
-            if isinstance(item, torch.Tensor):
-                lead = tuple(item.shape[: item.ndim - spec.ndim])
-                break
-            lead = tuple(item.batch_size[: item.batch_dims - spec.ndim])
-            break
+            out[key] = encoded = spec.encode(item, ignore_device=ignore_device)
+            if i == 0:  # leading dims beyond the spec's shape: a batch of values
+                shape = encoded.shape if isinstance(encoded, torch.Tensor) else encoded.batch_size
+                lead = tuple(shape[: len(shape) - spec.ndim])
         return TensorDict(out, batch_size=(*lead, *self.shape), device=self.device)
 
     def to_numpy(self, value: TensorDictBase, safe: bool | None = None) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,8 +60,9 @@ class _MaskedDiscrete(TensorSpec):
     mask: torch.Tensor | None
 
     @property
+    @abc.abstractmethod
     def _mask_shape(self) -> tuple[int, ...]:
-        raise NotImplementedError  # pragma: no cover - defined by each subclass
+        """The shape a mask is expanded to."""
 
     @property
     def space(self) -> CategoricalBox:

@@ -118,6 +118,12 @@ class TestTransformList:
         assert "episode_reward" in p2.observation_spec.keys()
         assert StepCounter().parent is None
 
+    def test_parent_refreshed_after_init_stats(self):
+        env = TransformedEnv(PendulumEnv(), Compose(ObservationNorm(), StepCounter()))
+        assert env.transform[1].parent.transform[0].loc is None
+        env.transform[0].init_stats(20)
+        torch.testing.assert_close(env.transform[1].parent.transform[0].loc, env.transform[0].loc)
+
     def test_parent_of_nested_compose(self):
         inner = Compose(RewardSum(), DoubleToFloat())
         env = TransformedEnv(PendulumEnv(), Compose(StepCounter(), inner))

@@ -178,23 +178,36 @@ class Transform(nn.Module):
         from ._compose import Compose
         from ._env import TransformedEnv
 
+        parts = self._parent_parts()
+        if parts is None:
+            return None
+        base_env, before = parts
+        out = TransformedEnv(base_env, Compose(*[t.clone() for t in before]))
+        self.__dict__["_parent_cache"] = out
+        return out
+
+    def _parent_parts(self):
+        """``(base_env, [transforms applied before this one])`` or None outside an env."""
+        from ._compose import Compose
+        from ._env import TransformedEnv
+
         container = self.__dict__["_container"]
         if container is None:
             return None
         if isinstance(container, TransformedEnv):
-            out = TransformedEnv(container.base_env)
-        elif isinstance(container, Compose):
-            out = container.parent
-            if out is None:
+            return container.base_env, []
+        if isinstance(container, Compose):
+            parts = container._parent_parts()
+            if parts is None:
                 return None
+            base_env, before = parts
+            before = list(before)
             for t in container.transforms:
                 if t is self:
                     break
-                out.append_transform(t.clone())
-        else:
-            raise TypeError(f"unexpected container type {type(container).__name__}")
-        self.__dict__["_parent_cache"] = out
-        return out
+                before.append(t)
+            return base_env, before
+        raise TypeError(f"unexpected container type {type(container).__name__}")
 
     def _top_env(self):
         """The outermost TransformedEnv that holds this transform (or None)."""

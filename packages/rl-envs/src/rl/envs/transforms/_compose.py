@@ -52,6 +52,9 @@ class Compose(Transform):
     def empty_cache(self) -> None:
         if "transforms" in self._modules:
             self._refresh()
+            # a member changed: the parents (copies of earlier members) are stale
+            for t in self.transforms:
+                t.__dict__["_parent_cache"] = None
         super().empty_cache()
 
     @property

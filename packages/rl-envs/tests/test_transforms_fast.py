@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
 import pytest
 import torch
 
 from rl.envs import GymEnv, check_env_specs
 from rl.envs._rollout import rollout_generic
 from rl.envs.transforms import (
+    CenterCrop,
     ClipTransform,
     Compose,
     DoubleToFloat,
+    GrayScale,
     InitTracker,
     ObservationNorm,
+    Resize,
     RewardClipping,
     RewardScaling,
     RewardSum,
     StepCounter,
+    ToTensorImage,
     TransformedEnv,
 )
 
@@ -101,3 +109,18 @@ def test_stateful_transform_uses_step_loop():
     assert not env._specs()[2]
     r = env.rollout(50, break_when_any_done=False)
     assert int(r["next", "step_count"].max()) == 10
+
+
+def test_fast_path_image_transforms():
+    def make():
+        return TransformedEnv(
+            GymEnv("CartPole-v1", from_pixels=True, pixels_only=False),
+            Compose(ToTensorImage(), Resize(32, 48), CenterCrop(24), GrayScale(), RewardSum()),
+        )
+
+    env, fast, slow = _both(make, 12, break_when_any_done=False)
+    assert env._specs()[2]
+    assert fast["next", "pixels"].shape == torch.Size([12, 1, 24, 24])
+    for key in slow.keys(True, True):
+        torch.testing.assert_close(fast[key], slow[key])
+    env.close()

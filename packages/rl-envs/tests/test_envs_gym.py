@@ -443,3 +443,64 @@ def test_rollout_equals_tutorial_loop():
     rollout = env.rollout(policy=actor, max_steps=max_steps)
     assert rollout.batch_size == (100,)
     assert (rollout.detach() == tensordicts.detach()).all()
+
+
+def _stochastic_policy(td):
+    """Random one-hot actions from torch's generator, plus extra outputs."""
+    logits = torch.randn(*td.batch_size, 2)
+    td["action"] = torch.nn.functional.one_hot(logits.argmax(-1), 2).bool()
+    td["logits"] = logits
+    td["obs_sum"] = td["observation"].sum(-1, keepdim=True)
+    return td
+
+
+def _next_writing_policy(td):
+    td = _stochastic_policy(td)
+    td["next", "hidden"] = torch.ones(*td.batch_size, 1)
+    return td
+
+
+def _obs_replacing_policy(td):
+    td["observation"] = td["observation"] * 2
+    return _stochastic_policy(td)
+
+
+def _sync_next_step():
+    venv = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=7)] * 3,
+        autoreset_mode=AutoresetMode.NEXT_STEP,
+    )
+    return GymWrapper(venv)
+
+
+@pytest.mark.parametrize(
+    "make_env",
+    [
+        lambda: GymEnv("CartPole-v1", max_episode_steps=7),
+        lambda: GymEnv("CartPole-v1", num_envs=3, max_episode_steps=7),
+        lambda: GymEnv("CartPole-v1", num_envs=3, vectorization_mode="async", max_episode_steps=7),
+        _sync_next_step,
+    ],
+    ids=["single", "sync", "async", "next_step"],
+)
+@pytest.mark.parametrize(
+    "policy", [_stochastic_policy, _next_writing_policy, _obs_replacing_policy]
+)
+@pytest.mark.parametrize("breaks", [(False, False), (True, False), (False, True)])
+def test_policy_fast_path_equals_generic(make_env, policy, breaks):
+    env = make_env()
+    any_done, all_done = breaks
+    kwargs = {"break_when_any_done": any_done, "break_when_all_done": all_done}
+    env.set_seed(0)
+    torch.manual_seed(0)
+    fast = env.rollout(25, policy, **kwargs)
+    env.set_seed(0)
+    torch.manual_seed(0)
+    td = env.reset()
+    generic = rollout_generic(env, 25, td, policy=policy, callback=None, **kwargs)
+    env.close()
+    assert set(fast.keys(True, True)) == set(generic.keys(True, True))
+    assert fast.batch_size == generic.batch_size
+    assert (fast == generic).all()
+    if not any_done:
+        assert fast["next", "done"].any()

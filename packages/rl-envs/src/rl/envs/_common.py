@@ -365,10 +365,19 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
         else:
             self._check_batch(tensordict, "rollout()")
         fast = getattr(self, "_rollout_fast", None)
+        fast_policy = getattr(self, "_rollout_fast_policy", None)
         if fast is not None and policy is None and callback is None:
             out = fast(
                 max_steps,
                 tensordict,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+            )
+        elif fast_policy is not None and policy is not None and callback is None:
+            out = fast_policy(
+                max_steps,
+                tensordict,
+                policy,
                 break_when_any_done=break_when_any_done,
                 break_when_all_done=break_when_all_done,
             )

@@ -16,6 +16,7 @@ from rl.core import Composite
 from ._common import EnvBase
 from ._gym_rollout import gym_rollout
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
+from ._rollout import rollout_generic
 
 __all__ = ["GymWrapper", "GymEnv", "FrameSkip"]
 
@@ -309,11 +310,39 @@ class GymWrapper(EnvBase):
             for leaf, array in zip(self._obs_leaves, self._obs_arrays(final[i])):
                 entries[_k(leaf.key)][i] = torch.as_tensor(array)
 
+    def _fast_path_ok(self) -> bool:
+        """The fast path reproduces ``_step`` / ``_reset``: not when a subclass changed them."""
+        cls = type(self)
+        return cls._step is GymWrapper._step and cls._reset is GymWrapper._reset
+
     def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
+        if not self._fast_path_ok():
+            return rollout_generic(
+                self, max_steps, tensordict, policy=None, callback=None,
+                break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
+            )  # fmt: skip
         return gym_rollout(
             self,
             max_steps,
             tensordict,
+            break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done,
+        )
+
+    def _rollout_fast_policy(
+        self, max_steps, tensordict, policy, *, break_when_any_done, break_when_all_done
+    ):
+        on_cpu = self.device is None or self.device.type == "cpu"
+        if not (on_cpu and self._fast_path_ok()):
+            return rollout_generic(
+                self, max_steps, tensordict, policy=policy, callback=None,
+                break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
+            )  # fmt: skip
+        return gym_rollout(
+            self,
+            max_steps,
+            tensordict,
+            policy=policy,
             break_when_any_done=break_when_any_done,
             break_when_all_done=break_when_all_done,
         )

@@ -22,6 +22,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 from tensordict import TensorDictBase
 
+from ._gym_policy import PerEnvActions, PolicyActions, UseGenericLoop
 from ._gym_spaces import walk
 from ._rollout import build_output, presample_actions, rollout_generic
 
@@ -73,23 +74,42 @@ def gym_rollout(
     *,
     break_when_any_done: bool,
     break_when_all_done: bool,
+    policy=None,
 ) -> TensorDictBase:
-    """Random-action rollout of a gym env from the reset ``tensordict``."""
+    """Rollout of a gym env from the reset ``tensordict``, random actions or ``policy``."""
+    generic = {
+        "policy": policy,
+        "callback": None,
+        "break_when_any_done": break_when_any_done,
+        "break_when_all_done": break_when_all_done,
+    }
     root_keys = set(env.observation_keys) | set(env.done_keys)
     if set(tensordict.keys(True, True)) != root_keys:
-        return rollout_generic(
-            env,
-            max_steps,
-            tensordict,
-            policy=None,
-            callback=None,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
+        return rollout_generic(env, max_steps, tensordict, **generic)
+    try:
+        return _gym_rollout(
+            env, max_steps, tensordict, break_when_any_done, break_when_all_done, policy
         )
+    except UseGenericLoop as use_generic:  # raised at step 0, before the env moved
+        return rollout_generic(
+            env, max_steps, use_generic.tensordict, skip_first_policy=True, **generic
+        )
+
+
+def _gym_rollout(
+    env: GymWrapper,
+    max_steps: int,
+    tensordict: TensorDictBase,
+    break_when_any_done: bool,
+    break_when_all_done: bool,
+    policy,
+) -> TensorDictBase:
     batch_size = env.batch_size
-    actions = presample_actions(env, max_steps)
-    gym_actions = _gym_actions(env, actions, max_steps)
     leaves = env._obs_leaves
+    # the root of step 0 (the policy path reuses ``tensordict`` for the following steps)
+    initial = {key: tensordict[key] for key in (*env.observation_keys, *env.done_keys)}
+    # root obs of step t + 1 is the next obs of step t, except after a reset: (t + 1, idx, arrays)
+    overrides: list = []
     # time-first buffers: each step writes one contiguous row; laid out [*B, T] at the end
     next_obs = [
         torch.empty((max_steps, *leaf.spec.shape), dtype=leaf.spec.dtype) for leaf in leaves
@@ -100,8 +120,11 @@ def gym_rollout(
     truncated = torch.zeros((max_steps, *batch_size), dtype=torch.bool)
     rew_np, term_np, trunc_np = reward.numpy(), terminated.numpy(), truncated.numpy()
     write_next = _obs_writer(leaves, next_np)
-    # root obs of step t + 1 is the next obs of step t, except after a reset: (t + 1, idx, arrays)
-    overrides: list = []
+    if policy is None:
+        actions = presample_actions(env, max_steps)
+        gym_actions = _gym_actions(env, actions, max_steps)
+    else:
+        gym_actions = PolicyActions(env, policy, tensordict, next_obs, overrides, max_steps)
     gym_env = env._env
     step_fn = gym_env.step
     reset_fn = gym_env.reset
@@ -165,7 +188,7 @@ def gym_rollout(
     for leaf, buf in zip(leaves, next_obs):
         key = _key(leaf.key)
         root_buf = torch.empty_like(buf)
-        root_buf[0] = tensordict[key].cpu()
+        root_buf[0] = initial[key].cpu()
         if steps > 1:
             root_buf[1:steps] = buf[: steps - 1]
         root[key] = root_buf
@@ -177,9 +200,15 @@ def gym_rollout(
     flag_shape = (max_steps, *batch_size, 1)
     for key in env.done_keys:
         buf = torch.zeros(flag_shape, dtype=torch.bool)
-        buf[0] = tensordict[key].cpu()
+        buf[0] = initial[key].cpu()
         root[key] = buf
-    root.update(actions)
+    if policy is None:
+        root.update(actions)
+    else:
+        root.update(gym_actions.extras)
+        for t, key, value in gym_actions.root_overrides:
+            if t < steps:
+                root[key][t] = value
     nxt["reward"] = reward.unsqueeze(-1)
     nxt["done"] = (terminated | truncated).unsqueeze(-1)
     nxt["terminated"] = terminated.unsqueeze(-1)
@@ -207,7 +236,9 @@ def _sync_vector_loop(
     num_envs = len(sub_envs)
     max_steps = len(gym_actions)
     last = max_steps - 1
-    if isinstance(vec.single_action_space, spaces.Discrete):
+    if isinstance(gym_actions, PolicyActions):
+        per_env = PerEnvActions(env, gym_actions)  # the policy runs step by step
+    elif isinstance(vec.single_action_space, spaces.Discrete):
         per_env = [np.asarray(a).tolist() for a in gym_actions]
     else:
         per_env = [list(iterate(vec.action_space, a)) for a in gym_actions]

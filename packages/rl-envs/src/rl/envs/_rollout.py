@@ -76,8 +76,12 @@ def rollout_generic(
     callback: Callable[[EnvBase, TensorDictBase], Any] | None,
     break_when_any_done: bool,
     break_when_all_done: bool,
+    skip_first_policy: bool = False,
 ) -> TensorDictBase:
-    """Steps ``env`` up to ``max_steps`` times from ``tensordict`` (already reset)."""
+    """Steps ``env`` up to ``max_steps`` times from ``tensordict`` (already reset).
+
+    ``skip_first_policy``: ``tensordict`` already went through ``policy`` for step 0.
+    """
     nb = len(env.batch_size)
     prefix = (slice(None),) * nb
     done_key = env.done_key
@@ -97,9 +101,10 @@ def rollout_generic(
     steps = max_steps
     for t in range(max_steps):
         if actions is None:
-            out_td = policy(td)
-            if out_td is not None:
-                td = out_td
+            if t > 0 or not skip_first_policy:
+                out_td = policy(td)
+                if out_td is not None:
+                    td = out_td
         else:
             for key, value in actions:
                 td.set(key, value[t])

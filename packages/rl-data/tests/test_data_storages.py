@@ -87,6 +87,14 @@ class TestTensorStorage:
         assert len(s) == 3
         assert s.get(2)["id"].item() == 7
 
+    def test_stepped_slice_write(self):
+        s = LazyTensorStorage(6)
+        s.set(slice(0, 6, 2), torch.tensor([1.0, 2.0, 3.0]))
+        assert len(s) == 5
+        torch.testing.assert_close(s.get(torch.arange(5)), torch.tensor([1.0, 0, 2.0, 0, 3.0]))
+        with pytest.raises(ValueError, match="got 2 items for a slice of 3 positions"):
+            s.set(slice(0, 6, 2), torch.zeros(2))
+
     def test_slice_reads_only_valid_items(self, make_transitions):
         s = LazyTensorStorage(10)
         s.set(slice(0, 3), make_transitions(3))

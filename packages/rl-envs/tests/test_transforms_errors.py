@@ -1,0 +1,156 @@
+"""Bad input: every transform error names what was expected and what was given."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+
+from rl.core import Unbounded  # noqa: E402
+from rl.envs import CartPoleEnv, PendulumEnv  # noqa: E402
+from rl.envs.transforms import (  # noqa: E402
+    ActionDiscretizer,
+    CatFrames,
+    CatTensors,
+    CenterCrop,
+    Compose,
+    FrameSkipTransform,
+    GrayScale,
+    NoopResetEnv,
+    ObservationNorm,
+    Resize,
+    RewardSum,
+    StepCounter,
+    TensorDictPrimer,
+    ToTensorImage,
+    Transform,
+    TransformedEnv,
+    VecNorm,
+)
+from rl.envs.transforms._recording import write_video  # noqa: E402
+
+
+def _pendulum(*transforms):
+    return TransformedEnv(PendulumEnv(), Compose(*transforms))
+
+
+CONSTRUCTION = [
+    (lambda: Compose().insert(0, "x"), TypeError, "Compose.insert expects a Transform, got str"),
+    (
+        lambda: Compose(StepCounter()).pop(3),
+        IndexError,
+        "pop index 3 out of range for a Compose of 1",
+    ),
+    (
+        lambda: TransformedEnv(PendulumEnv(), StepCounter(), cache=True),
+        TypeError,
+        r"unexpected arguments \['cache'\]",
+    ),
+    (
+        lambda: TransformedEnv(PendulumEnv(), torch.nn.Linear(1, 1)),
+        TypeError,
+        "expects a Transform as transform, got Linear",
+    ),
+    (
+        lambda: Transform(in_keys_inv=["a"], out_keys_inv=["b", "c"]),
+        ValueError,
+        "as many out_keys_inv as in_keys_inv",
+    ),
+    (
+        lambda: TensorDictPrimer(h=Unbounded(shape=(1,)), default_value={"g": 1.0}),
+        KeyError,
+        r"default_value has keys \['g'\] that are not primers \['h'\]",
+    ),
+    (
+        lambda: CatFrames(2, -1, padding="reflect"),
+        ValueError,
+        "padding must be 'same' or 'constant', got 'reflect'",
+    ),
+    (lambda: CatTensors(["a"], dim=0), ValueError, "dim must be a negative int, got 0"),
+    (
+        lambda: ObservationNorm(loc=0.0, scale=torch.tensor([1.0, 0.0])),
+        ValueError,
+        r"scale must be non-zero, got scale=tensor\(\[1., 0.\]\)",
+    ),
+]
+
+
+@pytest.mark.parametrize("make, exc, match", CONSTRUCTION)
+def test_rejected_at_construction(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
+
+
+SPEC_TIME = [
+    (
+        lambda: _pendulum(ToTensorImage(in_keys=["observation"])),
+        ValueError,
+        r"ToTensorImage expects the spec of 'observation' to be an image \[\*B, H, W, C\], got shape \(3,\)",
+    ),
+    (
+        lambda: _pendulum(GrayScale(in_keys=["observation"])),
+        ValueError,
+        "GrayScale expects the spec of 'observation' to have 3 channels",
+    ),
+    (
+        lambda: _pendulum(CatTensors(["observation", "missing"])),
+        KeyError,
+        r"CatTensors in_key 'missing' is not in the observation spec; keys present: \['observation'\]",
+    ),
+    (
+        lambda: _pendulum(ActionDiscretizer(3, action_key="force")),
+        KeyError,
+        r"action_key 'force' is not in the action spec; keys present: \['action'\]",
+    ),
+    (
+        lambda: VecNorm.build_td_for_shared_vecnorm(PendulumEnv(), keys=["pixels"]),
+        KeyError,
+        "VecNorm key 'pixels' is not in the env's observation/reward specs",
+    ),
+]
+
+
+@pytest.mark.parametrize("make, exc, match", SPEC_TIME)
+def test_rejected_with_the_env_specs(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
+
+
+def test_runtime_errors():
+    with pytest.raises(
+        ValueError, match=r"CenterCrop\(5, 5\) is larger than 'image' of shape \(3, 4, 4\)"
+    ):
+        CenterCrop(5)(TensorDict(pixels=torch.zeros(3, 4, 4)))
+    with pytest.raises(
+        ValueError, match=r"Resize expects images \[\*B, C, H, W\], got a tensor of shape \(4,\)"
+    ):
+        Resize(2)(TensorDict(pixels=torch.zeros(4)))
+    with pytest.raises(RuntimeError, match="NoopResetEnv needs to be inside a TransformedEnv"):
+        NoopResetEnv(2)._reset(None, TensorDict({}, []))
+    with pytest.raises(
+        RuntimeError, match="FrameSkipTransform needs to be inside a TransformedEnv"
+    ):
+        FrameSkipTransform(2)._step(TensorDict({}, []), TensorDict({}, []))
+    t = ObservationNorm(in_keys=["a", "b"])
+    with pytest.raises(
+        ValueError, match=r"init_stats needs key= when there are several in_keys, got \['a', 'b'\]"
+    ):
+        t.init_stats(3)
+    with pytest.raises(ValueError, match=r"init_stats key 'c' is not one of in_keys \['a', 'b'\]"):
+        t.init_stats(3, key="c")
+    with pytest.raises(ValueError, match=r"write_video expects uint8 frames \[T, H, W, 3\]"):
+        write_video(torch.zeros(2, 4, 4, 3), "/tmp/never.mp4")
+
+
+def test_missing_key_on_step_names_the_keys():
+    env = TransformedEnv(CartPoleEnv(), RewardSum(in_keys=["reward"]))
+    td = env.reset()
+    td["action"] = env.action_spec.rand()
+    next_td = env.base_env._step(td)
+    del next_td["reward"]
+    with pytest.raises(KeyError, match=r"RewardSum expected in_key 'reward'.*keys present: \["):
+        env.transform._step(td, next_td)

@@ -115,6 +115,10 @@ class BatchedEnvBase(EnvBase):
         self._next_td = _views_td(bufs.out, self._layout.step_keys, self.batch_size)
         self._reset_td = _views_td(bufs.out, self._layout.reset_keys, self.batch_size)
         self._to_device = self.device is not None and self.device.type != "cpu"
+        # root keys that step_mdp drops (when they are plain strings; else step_mdp runs)
+        not_carried = {"next", "_reset", *self.action_keys, *self.reward_keys}
+        flat = all(isinstance(key, str) for key in not_carried)
+        self._not_carried = not_carried if flat else None
         # workers whose current root entries are in ``_buffers.reset``, not ``out``
         self._pending_promote: list[int] = []
 
@@ -245,10 +249,9 @@ class BatchedEnvBase(EnvBase):
             raise
         reset_workers = self._do_step_and_maybe_reset()
         self._pending_promote = reset_workers
-        tensordict.set("next", self._read(self._next_td))
-        root_next = step_mdp(
-            tensordict, keep_other=True, reward_keys=self.reward_keys, action_keys=self.action_keys
-        )
+        next_td = self._read(self._next_td)
+        tensordict.set("next", next_td)
+        root_next = self._root_next(tensordict, next_td)
         if reset_workers:
             idx = torch.tensor(reset_workers)
             reset_bufs = self._buffers.reset
@@ -259,6 +262,32 @@ class BatchedEnvBase(EnvBase):
                 value[idx] = reset_bufs[key][idx].to(value.device)
                 root_next.set(key, value)
         return tensordict, root_next
+
+    def _root_next(self, tensordict: TensorDictBase, next_td: TensorDictBase) -> TensorDictBase:
+        """``step_mdp(tensordict)``; built directly when every entry is a plain tensor."""
+        excluded = self._not_carried
+        entries = {}
+        if excluded is not None:
+            for source in (tensordict, next_td):
+                for key, value in source.items():
+                    if key in excluded:
+                        continue
+                    if isinstance(value, TensorDictBase):
+                        excluded = None
+                        break
+                    entries[key] = value
+                if excluded is None:
+                    break
+        if excluded is None:
+            return step_mdp(
+                tensordict,
+                keep_other=True,
+                reward_keys=self.reward_keys,
+                action_keys=self.action_keys,
+            )
+        return TensorDict._new_unsafe(
+            entries, batch_size=tensordict.batch_size, device=tensordict.device
+        )
 
     def _rollout_fast(
         self,

@@ -22,7 +22,7 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
-from rl.envs import CartPoleEnv, GymEnv, PendulumEnv
+from rl.envs import CartPoleEnv, GymEnv, PendulumEnv, RandomPolicy
 from rl.envs._native._cartpole import cartpole_dynamics
 from rl.envs._native._pendulum import pendulum_dynamics
 
@@ -101,6 +101,13 @@ def main() -> None:
         repeats,
     )
     row("GymEnv CartPole-v1 rollout", "plain gymnasium loop", floor, ours, steps, "<= 2x")
+    policy = RandomPolicy(env.action_spec)
+    floor, ours = best_of(
+        lambda: plain_gym_loop(plain_env, steps),
+        lambda: env.rollout(steps, policy, break_when_any_done=False),
+        repeats,
+    )
+    row("GymEnv CartPole-v1 rollout, RandomPolicy", "plain gymnasium loop", floor, ours, steps, "-")
     pend_gym = gym.make("Pendulum-v1")
     env = GymEnv("Pendulum-v1")
     floor, ours = best_of(

@@ -118,6 +118,10 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
         torch.Size([4, 10, 1])
     """
 
+    #: set by subclasses whose ``_reset`` already returns the current values of the entries
+    #: outside a ``"_reset"`` mask, to skip :meth:`reset`'s merge
+    _reset_keeps_unmasked: bool = False
+
     def __init__(
         self,
         *,
@@ -216,7 +220,12 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
                 tensordict.del_("_reset")
                 return tensordict
         td_reset = self._reset(tensordict)
-        if mask is not None and self.batch_size and not bool(mask.all()):
+        if (
+            mask is not None
+            and self.batch_size
+            and not self._reset_keeps_unmasked
+            and not bool(mask.all())
+        ):
             _merge_partial_reset(td_reset, tensordict, mask, len(self.batch_size))
         if self.run_type_checks:
             done = td_reset[self.done_key]

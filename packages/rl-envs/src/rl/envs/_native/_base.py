@@ -18,6 +18,8 @@ class NativeEnv(EnvBase):
     ``torch.manual_seed`` before construction makes runs reproducible too.
     """
 
+    _reset_keeps_unmasked = True  # _reset returns the current state outside the mask
+
     def __init__(self, *, device=None, batch_size=None, run_type_checks: bool = False) -> None:
         super().__init__(device=device, batch_size=batch_size, run_type_checks=run_type_checks)
         self._tensor_device = self.device if self.device is not None else torch.device("cpu")

@@ -105,3 +105,25 @@ def failing_factory():
 def not_an_env():
     """A factory that returns something else than an env."""
     return object()
+
+
+class NestedObsEnv(CounterEnv):
+    """A ``CounterEnv`` that also writes its count under the nested key ``("agent", "count")``."""
+
+    def __init__(self, limit: float = 3.0):
+        super().__init__(limit=limit)
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(3,)),
+            agent=Composite(count=Unbounded(shape=(1,)), shape=()),
+            shape=(),
+        )
+
+    def _reset(self, tensordict):
+        td = super()._reset(tensordict)
+        td["agent", "count"] = self.count.clone()
+        return td
+
+    def _step(self, tensordict):
+        td = super()._step(tensordict)
+        td["agent", "count"] = self.count.clone()
+        return td

@@ -8,7 +8,9 @@ seconds on a small machine).
 
 from __future__ import annotations
 
+import doctest
 import functools
+import importlib
 import sys
 from pathlib import Path
 
@@ -297,6 +299,63 @@ class TestBadInput:
             SerialEnv(2, [CounterEnv, WideCounterEnv])
 
 
+class TestGymFastStep:
+    """Single gym sub-envs are stepped straight into the buffers; same results as ``_step``."""
+
+    @pytest.mark.parametrize(
+        "kwargs", [{}, {"categorical_action_encoding": True}], ids=["onehot", "categorical"]
+    )
+    def test_same_as_generic_step(self, kwargs):
+        fast = SerialEnv(3, functools.partial(GymEnv, "CartPole-v1", **kwargs))
+        slow = SerialEnv(3, functools.partial(GymEnv, "CartPole-v1", **kwargs))
+        assert all(core.fast_step is not None for core in fast._cores)
+        for core in slow._cores:
+            core.fast_step = None
+        rollouts = []
+        for env in (fast, slow):
+            env.set_seed(0)
+            torch.manual_seed(0)
+            rollouts.append(env.rollout(50, break_when_any_done=False))
+        assert rollouts[0]["next", "done"].any()
+        assert (rollouts[0] == rollouts[1]).all()
+
+    def test_not_used_for_other_envs(self):
+        env = SerialEnv(2, CounterEnv)
+        assert all(core.fast_step is None for core in env._cores)
+        env = SerialEnv(2, functools.partial(GymEnv, "CartPole-v1", num_envs=2))
+        assert env.batch_size == torch.Size([2, 2])
+        assert all(core.fast_step is None for core in env._cores)
+        check_env_specs(env, seed=0, max_steps=20)
+
+
+class TestNestedKeys:
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_nested_observation(self, kind):
+        from _batched_factories import NestedObsEnv
+
+        if kind == "serial":
+            env = SerialEnv(2, NestedObsEnv)
+        else:
+            env = ParallelEnv(2, NestedObsEnv, mp_start_method="fork")
+        check_env_specs(env, seed=0)
+        assert env.observation_spec["agent", "count"].shape == torch.Size([2, 1])
+        for policy in (None, lambda td: td.set("action", torch.ones(2, 1))):
+            rollout = env.rollout(8, policy, break_when_any_done=False)
+            torch.testing.assert_close(
+                rollout["next", "agent", "count"], rollout["next", "observation"][..., :1]
+            )
+            torch.testing.assert_close(rollout["agent", "count"], rollout["observation"][..., :1])
+        counts = rollout["next", "agent", "count"].squeeze(-1).tolist()
+        assert counts == [[1, 2, 3, 1, 2, 3, 1, 2]] * 2
+        td = env.reset()
+        td["action"] = torch.ones(2, 1)
+        for _ in range(3):
+            td, root = env.step_and_maybe_reset(td)
+            td = root.set("action", torch.ones(2, 1))
+        assert root["agent", "count"].squeeze(-1).tolist() == [0.0, 0.0]  # reset at 3
+        env.close()
+
+
 class TestSerialEnv:
     def test_close_and_restart(self):
         env = SerialEnv(2, CounterEnv)
@@ -306,3 +365,13 @@ class TestSerialEnv:
         td = env.reset()
         assert td["observation"].shape == (2, 3) and not env.is_closed
         assert env.envs[0] is not first[0]
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["rl.envs._batched._serial", "rl.envs._batched._parallel", "rl.envs._batched._creator"],
+)
+def test_docstring_examples(module):
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0

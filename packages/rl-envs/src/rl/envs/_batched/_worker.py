@@ -101,8 +101,8 @@ class WorkerCore:
             dst.copy_(src)
         self.promote = False
 
-    def _reset_env(self, mask: torch.Tensor | None) -> Any:
-        if not self.batched:
+    def _reset_env(self, mask: torch.Tensor) -> Any:
+        if not self.batched or bool(mask.all()):
             return self.env.reset()
         td = TensorDict({"_reset": mask}, batch_size=self.batch_size)
         for key, view in self.reset_pairs:

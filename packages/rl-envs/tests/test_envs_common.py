@@ -360,7 +360,13 @@ class TestHelpers:
 
 @pytest.mark.parametrize(
     "module",
-    ["rl.envs._common", "rl.envs._utils", "rl.envs._native._pendulum", "rl.envs._native._cartpole"],
+    [
+        "rl.envs._common",
+        "rl.envs._utils",
+        "rl.envs._gym",
+        "rl.envs._native._pendulum",
+        "rl.envs._native._cartpole",
+    ],
 )
 def test_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)

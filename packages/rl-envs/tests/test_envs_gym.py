@@ -504,3 +504,52 @@ def test_policy_fast_path_equals_generic(make_env, policy, breaks):
     assert (fast == generic).all()
     if not any_done:
         assert fast["next", "done"].any()
+
+
+class _DictActionEnv(gym.Env):
+    """Dict / Tuple action space: the reward echoes what the env received."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Dict(
+        {
+            "move": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+            "pick": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.MultiBinary(2))),
+        }
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.last = action
+        return np.zeros(1, np.float32), float(action["pick"][0]), False, False, {}
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_dict_action_space(num_envs):
+    if num_envs == 1:
+        gym_env = _DictActionEnv()
+    else:
+        gym_env = gym.vector.SyncVectorEnv([_DictActionEnv] * num_envs)
+    env = GymWrapper(gym_env, categorical_action_encoding=True)
+    assert set(env.action_keys) == {
+        ("action", "move"),
+        ("action", "pick", "0"),
+        ("action", "pick", "1"),
+    }
+    check_env_specs(env, seed=0)
+    td = env.reset()
+    td["action", "move"] = torch.full((*env.batch_size, 2), 0.5)
+    td["action", "pick", "0"] = torch.full(env.batch_size, 2)
+    td["action", "pick", "1"] = torch.ones((*env.batch_size, 2), dtype=torch.int8)
+    td = env.step(td)
+    assert (td["next", "reward"] == 2.0).all()
+    last = gym_env.last if num_envs == 1 else gym_env.envs[1].last
+    assert last["pick"][0] == 2 and last["pick"][1].tolist() == [1, 1]
+    np.testing.assert_allclose(last["move"], [0.5, 0.5])
+    rollout = env.rollout(5, break_when_any_done=False)
+    torch.testing.assert_close(
+        rollout["next", "reward"][..., 0], rollout["action", "pick", "0"].float()
+    )

@@ -54,7 +54,7 @@ KINDS = ["serial", "parallel"]
 
 
 def ones_policy(td):
-    return td.set("action", torch.ones(*td.batch_size, 1))
+    return td.set("action", torch.ones(*td.batch_size, 1, device=td.device))
 
 
 class ReplayPolicy:
@@ -353,6 +353,30 @@ class TestNestedKeys:
             td, root = env.step_and_maybe_reset(td)
             td = root.set("action", torch.ones(2, 1))
         assert root["agent", "count"].squeeze(-1).tolist() == [0.0, 0.0]  # reset at 3
+        env.close()
+
+
+class TestDevice:
+    def test_cpu_device_argument(self):
+        env = SerialEnv(2, CounterEnv, device="cpu")
+        assert env.device == torch.device("cpu")
+        assert env.observation_spec["observation"].device == torch.device("cpu")
+        check_env_specs(env, seed=0)
+
+    @pytest.mark.gpu
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_cuda_outputs_and_sub_envs(self, kind):
+        cls = SerialEnv if kind == "serial" else ParallelEnv
+        env = cls(2, CounterEnv, device="cuda")  # CPU sub-envs, CUDA outputs
+        rollout = env.rollout(4, ones_policy, break_when_any_done=False)
+        assert rollout.device.type == "cuda"
+        assert rollout["next", "observation"][:, :, 0].tolist() == [[1, 2, 3, 4]] * 2
+        check_env_specs(env, seed=0)
+        env.close()
+        env = cls(2, functools.partial(CartPoleEnv, device="cuda"))  # CUDA sub-envs
+        assert env.device.type == "cuda"
+        check_env_specs(env, seed=0, max_steps=20)
         env.close()
 
 

@@ -26,7 +26,8 @@ class ParallelEnv(BatchedEnvBase):
     output buffer and answers with one byte. Nothing is pickled per step.
 
     ``step_and_maybe_reset`` and policy-free rollouts reset done sub-envs inside the
-    workers in the same round trip. Each worker uses one torch thread.
+    workers in the same round trip. Each worker uses one torch thread and (on Linux) the
+    ``SCHED_BATCH`` policy, so that a woken worker does not preempt the parent.
 
     Workers start lazily, at the first ``reset``, ``step`` or ``set_seed``; specs are
     read from one sub-env built in this process at construction (then closed).

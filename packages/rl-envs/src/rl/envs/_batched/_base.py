@@ -63,6 +63,9 @@ class BatchedEnvBase(EnvBase):
     """
 
     _share_memory = False
+    # ``_reset`` reads every entry from the buffers, where workers outside the mask keep
+    # their current values
+    _reset_keeps_unmasked = True
 
     def __init__(
         self,

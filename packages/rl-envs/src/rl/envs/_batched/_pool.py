@@ -44,8 +44,10 @@ def _exit_description(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _shutdown(procs: list, conns: list) -> None:
+def _shutdown(procs: list, conns: list, owner_pid: int) -> None:
     """Asks every worker to stop, then terminates and kills the ones that do not."""
+    if os.getpid() != owner_pid:
+        return  # a forked copy of the pool (in another env's worker): not ours to stop
     for proc, conn in zip(procs, conns):
         if proc.is_alive():
             try:
@@ -90,10 +92,14 @@ class WorkerPool:
         self.name = name
         self.num_workers = len(payloads)
         ctx = mp.get_context(mp_start_method)
+        if mp_start_method == "forkserver":
+            # workers forked from a server that imported rl.envs once start in a blink
+            # (only effective before the server starts)
+            ctx.set_forkserver_preload(["rl.envs"])
         self.procs: list = []
         self.conns: list = []
         self.fds: list[int] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns)
+        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, os.getpid())
         # distinct torch seeds per worker, drawn from this process's generator
         seeds = torch.randint(0, 2**62, (self.num_workers,)).tolist()
         try:

@@ -127,3 +127,10 @@ class NestedObsEnv(CounterEnv):
         td = super()._step(tensordict)
         td["agent", "count"] = self.count.clone()
         return td
+
+
+class ThreadCountEnv(CounterEnv):
+    """A ``CounterEnv`` whose ``set_seed`` returns the process's torch thread count."""
+
+    def set_seed(self, seed=None, static_seed=False):
+        return torch.get_num_threads()

@@ -237,6 +237,25 @@ class TestResets:
             assert root_obs[i, t + 1, 1] == 0  # steps since reset
 
     @pytest.mark.parametrize("kind", KINDS)
+    def test_break_when_all_done(self, kind):
+        kwargs = [{"limit": 2.0}, {"truncate_at": 3}, {"limit": 4.0}]
+        if kind == "serial":
+            env = SerialEnv(3, CounterEnv, kwargs)
+        else:
+            env = ParallelEnv(3, CounterEnv, kwargs, mp_start_method="fork")
+        rollout = env.rollout(10, ones_policy, break_when_any_done=False, break_when_all_done=True)
+        assert rollout.batch_size == torch.Size([3, 4])  # the last one is done at step 4
+        assert rollout["next", "done"].squeeze(-1).int().tolist() == [
+            [0, 1, 0, 1],
+            [0, 0, 1, 0],
+            [0, 0, 0, 1],
+        ]
+        rollout = env.rollout(50, break_when_any_done=False, break_when_all_done=True)
+        seen = rollout["next", "done"].squeeze(-1).cummax(-1).values
+        assert seen[:, -1].all() and not seen[:, -2].all()
+        env.close()
+
+    @pytest.mark.parametrize("kind", KINDS)
     def test_break_when_any_done(self, counters, kind):
         rollout = counters[kind].rollout(10, ones_policy)
         assert rollout.batch_size == torch.Size([3, 2])
@@ -377,6 +396,35 @@ class TestDevice:
         env = cls(2, functools.partial(CartPoleEnv, device="cuda"))  # CUDA sub-envs
         assert env.device.type == "cuda"
         check_env_specs(env, seed=0, max_steps=20)
+        env.close()
+
+
+class TestParallelOptions:
+    def test_num_sub_threads(self):
+        from _batched_factories import ThreadCountEnv
+
+        env = ParallelEnv(2, ThreadCountEnv, mp_start_method="fork", num_sub_threads=2)
+        env.start()
+        assert [env._pool.call(i, "seed", 0, False) for i in range(2)] == [2, 2]
+        env.close()
+        with pytest.raises(ValueError, match="num_sub_threads must be at least 1, got 0"):
+            ParallelEnv(2, CounterEnv, num_sub_threads=0)
+        with pytest.raises(TypeError, match="num_sub_threads must be an int, got 1.5"):
+            ParallelEnv(2, CounterEnv, num_sub_threads=1.5)
+
+    def test_lazy_start_and_restart_after_close(self):
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork")
+        assert env.worker_pids == [] and env.is_closed  # specs are known without workers
+        assert env.observation_spec["observation"].shape == torch.Size([2, 3])
+        env.start()
+        first = env.worker_pids
+        assert len(first) == 2 and not env.is_closed
+        env.close()
+        with pytest.raises(RuntimeError, match="no running workers"):
+            env.step(ones_policy(TensorDict(batch_size=[2])))
+        td = env.reset()
+        assert env.worker_pids and not set(env.worker_pids) & set(first)
+        assert env.step(ones_policy(td))["next", "observation"][:, 0].tolist() == [1.0, 1.0]
         env.close()
 
 

@@ -153,6 +153,10 @@ class BatchedEnvBase(EnvBase):
     def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
         raise NotImplementedError
 
+    def start(self) -> None:
+        """Builds the sub-envs (worker processes) now, if they are not running."""
+        self._ensure_started()
+
     # ------------------------------------------------------------------ data movement
     def _write_inputs(self, tensordict: TensorDictBase) -> None:
         for key, buf, required in self._in_pairs:

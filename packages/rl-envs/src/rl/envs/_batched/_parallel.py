@@ -29,8 +29,9 @@ class ParallelEnv(BatchedEnvBase):
     workers in the same round trip. Each worker uses one torch thread and (on Linux) the
     ``SCHED_BATCH`` policy, so that a woken worker does not preempt the parent.
 
-    Workers start lazily, at the first ``reset``, ``step`` or ``set_seed``; specs are
-    read from one sub-env built in this process at construction (then closed).
+    Workers start lazily, at the first ``reset``, ``step`` or ``set_seed`` (or at
+    :meth:`start`); specs are read from one sub-env built in this process at
+    construction (then closed).
 
     Failures: a worker that raises is reported here as a ``RuntimeError`` naming the
     worker and holding its traceback (the env stays usable); a worker that dies (e.g.
@@ -52,6 +53,7 @@ class ParallelEnv(BatchedEnvBase):
             workers start at once and share the parent's (or the fork server's) memory
             pages, which also makes steps faster when there are more workers than cores
             (about 1.7x with 8 workers on 2 cores, see ``benchmarks/bench_batched_envs.py``).
+        num_sub_threads: the number of torch threads of each worker.
         run_type_checks: check actions against ``action_spec`` at each step.
 
     Raises:
@@ -80,8 +82,14 @@ class ParallelEnv(BatchedEnvBase):
         *,
         device: torch.device | str | None = None,
         mp_start_method: str = "spawn",
+        num_sub_threads: int = 1,
         run_type_checks: bool = False,
     ) -> None:
+        if isinstance(num_sub_threads, bool) or not isinstance(num_sub_threads, int):
+            raise TypeError(f"num_sub_threads must be an int, got {num_sub_threads!r}")
+        if num_sub_threads < 1:
+            raise ValueError(f"num_sub_threads must be at least 1, got {num_sub_threads}")
+        self.num_sub_threads = num_sub_threads
         methods = mp.get_all_start_methods()
         if mp_start_method not in methods:
             raise ValueError(f"mp_start_method must be one of {methods}, got {mp_start_method!r}")
@@ -109,10 +117,20 @@ class ParallelEnv(BatchedEnvBase):
 
     def _start(self) -> None:
         self._pool = WorkerPool(
-            self._payloads, self._buffers, self._layout, self.mp_start_method, "ParallelEnv"
+            self._payloads,
+            self._buffers,
+            self._layout,
+            self.mp_start_method,
+            "ParallelEnv",
+            num_threads=self.num_sub_threads,
         )
         self._pending_promote = []
         self.is_closed = False
+
+    def start(self) -> None:
+        """Starts the worker processes now (else the first reset, step or seed does)."""
+        if not self._running():
+            self._start()
 
     def _running(self) -> bool:
         return self._pool is not None and not self._pool.closed

@@ -79,6 +79,7 @@ class WorkerPool:
         layout: which keys live in which buffer.
         mp_start_method: ``"spawn"``, ``"fork"`` or ``"forkserver"``.
         name: the owner's class name, used in error messages.
+        num_threads: ``torch.set_num_threads`` of each worker.
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class WorkerPool:
         layout: BufferLayout,
         mp_start_method: str,
         name: str = "ParallelEnv",
+        num_threads: int = 1,
     ) -> None:
         self.name = name
         self.num_workers = len(payloads)
@@ -111,7 +113,7 @@ class WorkerPool:
                 proc = ctx.Process(
                     target=worker_main,
                     args=(index, payload, buffers, layout, child_conn, os.getpid(), others),
-                    kwargs={"torch_seed": seeds[index]},
+                    kwargs={"torch_seed": seeds[index], "num_threads": num_threads},
                     name=f"{name}-worker-{index}",
                     daemon=True,
                 )

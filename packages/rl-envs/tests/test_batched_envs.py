@@ -11,6 +11,7 @@ from __future__ import annotations
 import doctest
 import functools
 import importlib
+import pickle
 import sys
 from pathlib import Path
 
@@ -18,7 +19,14 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.envs import CartPoleEnv, GymEnv, ParallelEnv, SerialEnv, check_env_specs
+from rl.envs import (
+    CartPoleEnv,
+    EnvCreator,
+    GymEnv,
+    ParallelEnv,
+    SerialEnv,
+    check_env_specs,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _batched_factories import CounterEnv  # noqa: E402
@@ -426,6 +434,33 @@ class TestParallelOptions:
         assert env.worker_pids and not set(env.worker_pids) & set(first)
         assert env.step(ones_policy(td))["next", "observation"][:, 0].tolist() == [1.0, 1.0]
         env.close()
+
+
+class TestPickle:
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_copy_builds_its_own_sub_envs(self, kind):
+        make = EnvCreator(lambda: CounterEnv(limit=2.0))
+        if kind == "serial":
+            env = SerialEnv(2, make)
+        else:
+            env = ParallelEnv(2, make, mp_start_method="fork", num_sub_threads=1)
+        env.reset()
+        clone = pickle.loads(pickle.dumps(env))
+        assert type(clone) is type(env) and clone.batch_size == env.batch_size
+        if kind == "parallel":
+            assert clone.mp_start_method == "fork" and clone.worker_pids == []
+        rollouts = []
+        for e in (env, clone):
+            e.set_seed(3)
+            rollouts.append(e.rollout(5, ones_policy, break_when_any_done=False))
+        for r in rollouts:  # drop the reset counts (the original was reset once more)
+            r["observation"] = r["observation"][..., :2]
+            r["next", "observation"] = r["next", "observation"][..., :2]
+        assert (rollouts[0] == rollouts[1]).all()
+        env.step(ones_policy(env.reset()))  # the clone does not share the original's state
+        assert clone.reset()["observation"][:, 0].tolist() == [0.0, 0.0]
+        env.close()
+        clone.close()
 
 
 class TestSerialEnv:

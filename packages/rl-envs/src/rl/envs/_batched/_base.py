@@ -48,6 +48,10 @@ def _views_td(buffers: dict, keys: list, batch_size: torch.Size) -> TensorDictBa
     return td
 
 
+def _rebuild(cls: type, num_workers: int, creators: list, kwargs: dict) -> BatchedEnvBase:
+    return cls(num_workers, creators, **kwargs)
+
+
 class BatchedEnvBase(EnvBase):
     """Common machinery of :class:`SerialEnv` and :class:`ParallelEnv` (not for direct use).
 
@@ -84,6 +88,8 @@ class BatchedEnvBase(EnvBase):
         self.create_env_fn = fns
         self.create_env_kwargs = kwargs
         self._creators = [EnvCreator(fn, kw) for fn, kw in zip(fns, kwargs)]
+        # what pickling sends (the sub-envs and buffers are rebuilt on the other side)
+        self._init_kwargs = {"device": device, "run_type_checks": run_type_checks}
         meta = self._make_meta_env()
         self.sub_batch_size = meta.batch_size
         if device is None:
@@ -323,6 +329,10 @@ class BatchedEnvBase(EnvBase):
             break_when_any_done=break_when_any_done,
             break_when_all_done=break_when_all_done,
         )
+
+    def __reduce__(self):
+        """Pickles the construction arguments: the copy builds its own sub-envs."""
+        return _rebuild, (type(self), self.num_workers, self._creators, self._init_kwargs)
 
     def __repr__(self) -> str:
         return (

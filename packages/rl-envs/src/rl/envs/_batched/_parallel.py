@@ -102,6 +102,7 @@ class ParallelEnv(BatchedEnvBase):
             device=device,
             run_type_checks=run_type_checks,
         )
+        self._init_kwargs.update(mp_start_method=mp_start_method, num_sub_threads=num_sub_threads)
         if mp_start_method == "fork":
             self._payloads = list(self._creators)
         else:

@@ -134,3 +134,17 @@ class ThreadCountEnv(CounterEnv):
 
     def set_seed(self, seed=None, static_seed=False):
         return torch.get_num_threads()
+
+
+class SlowEnv(CounterEnv):
+    """A ``CounterEnv`` whose step takes ``delay`` seconds."""
+
+    def __init__(self, delay: float = 5.0):
+        super().__init__()
+        self.delay = delay
+
+    def _step(self, tensordict):
+        import time
+
+        time.sleep(self.delay)
+        return super()._step(tensordict)

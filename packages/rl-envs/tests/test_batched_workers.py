@@ -134,6 +134,30 @@ class TestWorkerFailures:
             env.reset(TensorDict(_reset=torch.tensor([[False], [True]]), batch_size=[2]))
         env.close()
 
+    def test_interrupted_wait_stops_the_workers(self):
+        from _batched_factories import SlowEnv
+
+        env = ParallelEnv(2, functools.partial(SlowEnv, delay=1.0), mp_start_method="fork")
+        td = env.reset()
+        pids = env.worker_pids
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(KeyboardInterrupt):
+                env.step(ones(td))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        # the pending answers would shift every later answer: the workers are stopped
+        assert wait_gone(pids) == []
+        with pytest.raises(RuntimeError, match="no running workers"):
+            env.step(ones(td))
+        env.close()
+
 
 class TestNoOrphans:
     def test_close(self):

@@ -216,20 +216,37 @@ class WorkerPool:
             return "<the worker died before sending its traceback>"
 
     def run(self, workers: Iterable[int], op: bytes, what: str) -> dict[int, bytes]:
-        """Sends ``op`` to ``workers`` and collects their answers."""
+        """Sends ``op`` to ``workers`` and collects their answers.
+
+        An interruption (e.g. ``KeyboardInterrupt``) while answers are pending would
+        leave them to be read as the answers of the next command: the workers are then
+        shut down (``reset()`` starts new ones).
+        """
         workers = list(workers)
-        self.send(workers, op)
-        return self.collect(workers, what)
+        try:
+            self.send(workers, op)
+            return self.collect(workers, what)
+        except RuntimeError:
+            raise
+        except BaseException:
+            self.close()
+            raise
 
     def call(self, index: int, name: str, *args: Any) -> Any:
         """Runs the non-hot command ``name`` on worker ``index`` and returns its result."""
         try:
-            os.write(self.fds[index], OP_CALL)
-            self.conns[index].send((name, args))
-        except OSError:
-            pass
-        self.collect([index], f"{name}{args}")
-        return self._recv(index)
+            try:
+                os.write(self.fds[index], OP_CALL)
+                self.conns[index].send((name, args))
+            except OSError:
+                pass
+            self.collect([index], f"{name}{args}")
+            return self._recv(index)
+        except RuntimeError:
+            raise
+        except BaseException:
+            self.close()
+            raise
 
     # ----------------------------------------------------------------------- shutdown
     def close(self) -> None:

@@ -36,8 +36,15 @@ class ParallelEnv(BatchedEnvBase):
     Failures: a worker that raises is reported here as a ``RuntimeError`` naming the
     worker and holding its traceback (the env stays usable); a worker that dies (e.g.
     killed) is reported within about a second with its exit code, and all workers are
-    shut down (``reset()`` starts new ones). ``close()``, garbage collection and
-    interpreter exit stop every worker; workers also exit when the parent dies.
+    shut down (``reset()`` starts new ones), as they are when a wait is interrupted
+    (``KeyboardInterrupt``). ``close()``, garbage collection and interpreter exit stop
+    every worker; workers also exit when the parent dies.
+
+    ``set_seed(seed)`` seeds worker ``i`` with the ``i``-th seed of the chain each
+    sub-env's ``set_seed`` returns (as :class:`SerialEnv`, so both give the same
+    rollouts); until then each worker's torch generator gets its own seed drawn from
+    this process's. Pickling a ParallelEnv sends its construction arguments: the copy
+    starts its own workers.
 
     Args:
         num_workers: the number of sub-environments (worker processes).

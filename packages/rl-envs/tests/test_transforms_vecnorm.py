@@ -94,3 +94,30 @@ class TestVecNormEnv:
         env_a.rollout(3)
         env_b.rollout(4)
         assert float(shared["observation_count"]) > 8.99 - 1e-3  # 4 + 5 updates, decayed
+
+
+def _hammer(shared, n: int, barrier) -> None:
+    t = VecNorm(in_keys=["observation"], shared_td=shared, decay=1.0)
+    td = TensorDict({"observation": torch.ones(4, 3)}, [4])
+    barrier.wait()
+    for _ in range(n):
+        t(td.clone())
+
+
+@pytest.mark.parametrize("memmap", [False, True])
+def test_concurrent_updates_are_not_lost(memmap):
+    """Processes updating one shared statistics TensorDict serialise on its lock."""
+    import multiprocessing as mp
+
+    shared = VecNorm.build_td_for_shared_vecnorm(PendulumEnv(), keys=["observation"], memmap=memmap)
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(3)
+    procs = [ctx.Process(target=_hammer, args=(shared, 3000, barrier)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    # 3 processes x 3000 calls x 4 rows, none lost to an interleaved read-modify-write
+    assert float(shared["observation_count"]) == 36000.0
+    torch.testing.assert_close(shared["observation_sum"], torch.full((3,), 36000.0))

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
 from collections.abc import Sequence
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -223,6 +229,42 @@ def _flat(key: NestedKey) -> str:
     return key if isinstance(key, str) else "_".join(key)
 
 
+_LOCK_KEY = "_lock_id"
+
+
+class _StatsLock:
+    """An inter-process lock (``flock`` on a file named after the statistics' id).
+
+    Every process that holds the same shared statistics derives the same file name from
+    the ``_lock_id`` entry, so workers built from a pickled factory (any start method)
+    serialise their read-modify-write of the running sums. The file is opened once per
+    process: a forked child shares its parent's open file, which ``flock`` would not
+    separate.
+    """
+
+    def __init__(self, lock_id: int):
+        self.path = os.path.join(tempfile.gettempdir(), f"rl_vecnorm_{lock_id:016x}.lock")
+        self._fd: int | None = None
+        self._pid: int | None = None
+
+    def __getstate__(self):
+        return {"path": self.path, "_fd": None, "_pid": None}
+
+    @contextlib.contextmanager
+    def held(self):
+        if fcntl is None:  # pragma: no cover
+            yield
+            return
+        if self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._pid = os.getpid()
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
 class VecNorm(Transform):
     """Normalises entries with running (exponentially decayed) mean and variance.
 
@@ -279,6 +321,9 @@ class VecNorm(Transform):
                             f"{sorted(shared_td.keys())} (build it with build_td_for_shared_vecnorm)"
                         )
         self.__dict__["_td"] = shared_td
+        self._lock = None
+        if shared_td is not None and _LOCK_KEY in shared_td.keys():
+            self._lock = _StatsLock(int(shared_td.get(_LOCK_KEY)))
 
     @property
     def stats(self) -> TensorDictBase | None:
@@ -320,6 +365,8 @@ class VecNorm(Transform):
             data[_flat(key) + "_sum"] = torch.zeros(shape)
             data[_flat(key) + "_ssq"] = torch.zeros(shape)
             data[_flat(key) + "_count"] = torch.zeros(())
+        # names the inter-process lock that guards the updates (see _StatsLock)
+        data[_LOCK_KEY] = torch.randint(1, 2**62, ())
         td = TensorDict(data, batch_size=[])
         if not memmap:
             return td.share_memory_()
@@ -355,13 +402,16 @@ class VecNorm(Transform):
 
     def _normalize(self, key, value: torch.Tensor, nbatch: int) -> torch.Tensor:
         s, ssq, count = self._stats_for(key, value, nbatch)
-        if not self.frozen:
-            dims = tuple(range(nbatch))
-            x = value.to(s.dtype)
-            n = math.prod(value.shape[:nbatch])
-            s.mul_(self.decay).add_(x.sum(dims) if dims else x)
-            ssq.mul_(self.decay).add_((x * x).sum(dims) if dims else x * x)
-            count.mul_(self.decay).add_(n)
+        with self._lock.held() if self._lock is not None else contextlib.nullcontext():
+            if not self.frozen:
+                dims = tuple(range(nbatch))
+                x = value.to(s.dtype)
+                n = math.prod(value.shape[:nbatch])
+                s.mul_(self.decay).add_(x.sum(dims) if dims else x)
+                ssq.mul_(self.decay).add_((x * x).sum(dims) if dims else x * x)
+                count.mul_(self.decay).add_(n)
+            # read under the lock too: another worker's update is never half-seen
+            s, ssq, count = s.clone(), ssq.clone(), count.clone()
         c = count.clamp_min(self.eps)
         mean = s / c
         var = (ssq / c - mean * mean).clamp_min(self.eps**2)
@@ -416,7 +466,7 @@ class VecNorm(Transform):
         else:
             # in place, so shared-memory statistics stay shared
             for key, value in new.items():
-                if key in td.keys():
+                if key in td.keys() and key != _LOCK_KEY:
                     td.get(key).copy_(value)
                 else:
                     td.set(key, value)

@@ -48,6 +48,11 @@ class PoleController(nn.Module):
         return (lean > 0).long()
 
 
+class _OneHot(nn.Module):
+    def forward(self, action: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(action, 2).bool()
+
+
 def parse_args() -> Config:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Config):
@@ -75,36 +80,39 @@ def main(cfg: Config) -> list[float]:
     env = make_env(cfg)
     policy = None
     if not cfg.random:
-        policy = TensorDictModule(PoleController(), in_keys=["observation"], out_keys=["action"])
+        controller: nn.Module = PoleController()
         if env.action_spec.shape[-1:] == (2,):  # one-hot actions
-            policy = TensorDictModule(
-                nn.Sequential(PoleController(), _OneHot()), in_keys=["observation"], out_keys=["action"]
-            )
+            controller = nn.Sequential(controller, _OneHot())
+        policy = TensorDictModule(controller, in_keys=["observation"], out_keys=["action"])
     returns: list[float] = []
     start = time.perf_counter()
     frames = 0
     for episode in range(cfg.episodes):
-        rollout = env.rollout(cfg.max_steps, policy=policy, break_when_all_done=True,
-                              break_when_any_done=cfg.num_envs == 1 or not cfg.native)
+        # a batch of native envs runs until every env has ended an episode (each one
+        # restarts on its own); a single env stops at its first episode end
+        rollout = env.rollout(
+            cfg.max_steps,
+            policy=policy,
+            break_when_any_done=env.batch_size.numel() == 1,
+            break_when_all_done=True,
+        )
         done = rollout["next", "done"].squeeze(-1)
         ep_return = rollout["next", "episode_reward"].squeeze(-1)
         # The return of an episode is the running sum at its last step.
         finished = ep_return[done]
         frames += rollout.numel()
         returns.extend(finished.tolist())
-        print(f"rollout {episode}: {rollout.batch_size[-1]} steps, "
-              f"returns {[round(r, 1) for r in finished.tolist()]}")
+        shown = [round(r, 1) for r in finished.tolist()]
+        if len(shown) > 8:
+            shown = f"{len(shown)} episodes, mean {sum(shown) / len(shown):.1f}"
+        print(f"rollout {episode}: {rollout.batch_size[-1]} steps, returns {shown}")
     elapsed = time.perf_counter() - start
     mean = sum(returns) / max(len(returns), 1)
-    print(f"mean return over {len(returns)} episodes: {mean:.1f} "
-          f"({frames} frames in {elapsed:.2f}s)")
+    print(
+        f"mean return over {len(returns)} episodes: {mean:.1f} ({frames} frames in {elapsed:.2f}s)"
+    )
     env.close()
     return returns
-
-
-class _OneHot(nn.Module):
-    def forward(self, action: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.one_hot(action, 2).bool()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
+from tensordict import TensorDict
 
 from rl.core import (
     Binary,
@@ -337,6 +338,16 @@ class TestVectorEnv:
         nxt = env.step(td)["next", "observation"]
         th_dot_change = (nxt[:, 2] - before[:, 2]).abs()
         assert th_dot_change[[0, 2]].max() < 1.0
+
+    def test_masked_reset_before_any_reset_resets_all(self):
+        env = GymEnv("CartPole-v1", num_envs=3)
+        env.set_seed(7)
+        td = env.reset(TensorDict({"_reset": torch.tensor([[True], [False], [True]])}, [3]))
+        assert td["observation"].shape == (3, 4)
+        assert td["observation"].abs().max() <= 0.05  # every row a fresh CartPole state
+        assert not td["done"].any()
+        # the env is now usable as after a plain reset
+        assert env.rand_step(td)["next", "observation"].shape == (3, 4)
 
     def test_pixels_vector(self):
         env = GymEnv("Pendulum-v1", num_envs=2, from_pixels=True, pixels_only=False)

@@ -268,7 +268,8 @@ class GymWrapper(EnvBase):
         mask = None if tensordict is None else tensordict.get("_reset", None)
         if not self.is_vector:
             obs, _ = self._env.reset(seed=self._take_seed())
-        elif mask is None:
+        elif mask is None or self._last_obs is None:
+            # a vector env must be reset whole once before it takes a reset mask
             obs, _ = self._env.reset(seed=self._take_seed())
             self._autoreset[:] = False
         else:

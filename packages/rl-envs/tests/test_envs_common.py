@@ -378,6 +378,6 @@ def test_readme_examples():
     """The python blocks of the package README run as written."""
     readme = Path(__file__).parents[1] / "README.md"
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
-    assert len(blocks) >= 2
+    assert len(blocks) >= 4
     for block in blocks:
-        exec(compile(block, str(readme), "exec"), {})
+        exec(compile(block, str(readme), "exec"), {"__name__": "__main__"})

@@ -443,26 +443,16 @@ class GymEnv(GymWrapper):
         self.num_envs = num_envs
         if num_envs == 1:
             env = _make_gym(env_name, _factory=gym.make, **kwargs)
-            super().__init__(
-                env,
-                categorical_action_encoding=categorical_action_encoding,
-                from_pixels=from_pixels,
-                pixels_only=pixels_only,
-                frame_skip=skip,
-                device=device,
-                batch_size=batch_size,
-                run_type_checks=run_type_checks,
+        else:
+            env = _make_gym(
+                env_name,
+                _factory=gym.make_vec,
+                num_envs=num_envs,
+                vectorization_mode=vectorization_mode,
+                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
+                wrappers=_pixel_wrappers(skip, from_pixels, pixels_only),
+                **kwargs,
             )
-            return
-        env = _make_gym(
-            env_name,
-            _factory=gym.make_vec,
-            num_envs=num_envs,
-            vectorization_mode=vectorization_mode,
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
-            wrappers=_pixel_wrappers(skip, from_pixels, pixels_only),
-            **kwargs,
-        )
         super().__init__(
             env,
             categorical_action_encoding=categorical_action_encoding,
@@ -472,7 +462,8 @@ class GymEnv(GymWrapper):
             device=device,
             batch_size=batch_size,
             run_type_checks=run_type_checks,
-            _wrappers_applied=True,
+            # vector envs got the pixel / frame-skip wrappers from make_vec
+            _wrappers_applied=num_envs != 1,
         )
 
     def __repr__(self) -> str:

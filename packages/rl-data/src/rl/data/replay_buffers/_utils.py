@@ -158,3 +158,19 @@ class KeyMismatchError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class StatelessComponent:
+    """Defaults of a sampler / writer without state: empty state dict, nothing to reset."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return None
+
+    def _empty(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

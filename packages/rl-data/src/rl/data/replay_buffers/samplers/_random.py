@@ -7,12 +7,13 @@ from typing import Any
 
 import torch
 
+from rl.data.replay_buffers._utils import StatelessComponent
 from rl.data.replay_buffers.storages._base import Storage
 
 EMPTY_STORAGE_ERROR = "cannot sample from an empty replay buffer; add or extend it first"
 
 
-class Sampler(ABC):
+class Sampler(StatelessComponent, ABC):
     """Chooses which stored items a replay buffer returns.
 
     ``sample(storage, batch_size)`` returns ``(index, info)``: the indices to read and a dict
@@ -41,26 +42,17 @@ class Sampler(ABC):
     def mark_update(self, index: Any) -> None:
         return None
 
+    _ran_out = False
+
     @property
     def ran_out(self) -> bool:
         """True once an epoch-based sampler has returned every item of the current epoch."""
-        return False
+        return self._ran_out
 
     @ran_out.setter
     def ran_out(self, value: bool) -> None:
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return None
-
-    def _empty(self) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        if self._epoch_based:
+            self._ran_out = bool(value)
 
 
 class RandomSampler(Sampler):
@@ -112,14 +104,6 @@ class SamplerWithoutReplacement(Sampler):
         self._perm: torch.Tensor | None = None
         self._pos = 0
         self._ran_out = False
-
-    @property
-    def ran_out(self) -> bool:
-        return self._ran_out
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        self._ran_out = bool(value)
 
     def _new_epoch(self, n: int, device: torch.device) -> None:
         if self.shuffle:

@@ -251,14 +251,6 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._pos = 0
         self._ran_out = False
 
-    @property
-    def ran_out(self) -> bool:
-        return self._ran_out
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        self._ran_out = bool(value)
-
     def _remaining(self) -> int:
         return 0 if self._epoch is None else self._epoch.shape[0] - self._pos
 

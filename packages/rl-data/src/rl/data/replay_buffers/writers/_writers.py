@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
-from rl.data.replay_buffers._utils import KeyMismatchError
+from rl.data.replay_buffers._utils import KeyMismatchError, StatelessComponent
 from rl.data.replay_buffers.storages._base import Storage
 
 
@@ -22,7 +22,7 @@ def _batch_len(data: Any) -> int:
     return len(data)
 
 
-class Writer(ABC):
+class Writer(StatelessComponent, ABC):
     """Decides the storage indices of new items and writes them there."""
 
     def __init__(self) -> None:
@@ -36,18 +36,6 @@ class Writer(ABC):
 
     @abstractmethod
     def extend(self, data: Any) -> torch.Tensor: ...
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return None
-
-    def _empty(self) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 class RoundRobinWriter(Writer):

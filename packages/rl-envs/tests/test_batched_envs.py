@@ -390,6 +390,22 @@ class TestDevice:
         assert env.observation_spec["observation"].device == torch.device("cpu")
         check_env_specs(env, seed=0)
 
+    @pytest.mark.parametrize("kind", KINDS)
+    def test_outputs_carry_the_device(self, kind):
+        # TorchRL's README asserts ``env.reset().device == env.device`` for a batched env
+        cls = SerialEnv if kind == "serial" else ParallelEnv
+        kwargs = {} if kind == "serial" else {"mp_start_method": "fork"}
+        env = cls(2, CounterEnv, device="cpu", **kwargs)
+        td = env.reset()
+        assert td.device == torch.device("cpu")
+        td["action"] = torch.ones(2, 1)
+        assert env.step(td)["next"].device == torch.device("cpu")
+        assert env.rollout(3).device == torch.device("cpu")
+        env.close()
+        env = cls(2, CounterEnv, **kwargs)  # no device: the sub-env's, None
+        assert env.device is None and env.reset().device is None
+        env.close()
+
     @pytest.mark.gpu
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
     @pytest.mark.parametrize("kind", KINDS)

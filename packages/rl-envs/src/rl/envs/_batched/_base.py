@@ -41,8 +41,10 @@ def _per_worker(value: Any, num_workers: int, name: str, kind: str) -> list:
     return [value] * num_workers
 
 
-def _views_td(buffers: dict, keys: list, batch_size: torch.Size) -> TensorDictBase:
-    td = TensorDict({}, batch_size=batch_size)
+def _views_td(
+    buffers: dict, keys: list, batch_size: torch.Size, device: torch.device | None
+) -> TensorDictBase:
+    td = TensorDict({}, batch_size=batch_size, device=device)
     for key in keys:
         td.set(key, buffers[key])
     return td
@@ -121,9 +123,12 @@ class BatchedEnvBase(EnvBase):
         bufs = self._buffers
         actions = set(self._layout.action_keys)
         self._in_pairs = [(key, bufs.inputs[key], key in actions) for key in self._layout.in_keys]
-        self._next_td = _views_td(bufs.out, self._layout.step_keys, self.batch_size)
-        self._reset_td = _views_td(bufs.out, self._layout.reset_keys, self.batch_size)
         self._to_device = self.device is not None and self.device.type != "cpu"
+        # the buffers live on the CPU: their views carry the env's device when it is the
+        # CPU, so that what reset/step return says where it is (``_read`` moves the rest)
+        view_device = None if self._to_device else self.device
+        self._next_td = _views_td(bufs.out, self._layout.step_keys, self.batch_size, view_device)
+        self._reset_td = _views_td(bufs.out, self._layout.reset_keys, self.batch_size, view_device)
         # root keys that step_mdp drops (when they are plain strings; else step_mdp runs)
         not_carried = {"next", "_reset", *self.action_keys, *self.reward_keys}
         flat = all(isinstance(key, str) for key in not_carried)

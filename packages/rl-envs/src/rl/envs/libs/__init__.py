@@ -1,0 +1,9 @@
+"""TorchRL's ``torchrl.envs.libs`` path: the simulator wrappers, by library.
+
+``from rl.envs.libs.gym import GymEnv`` is ``from rl.envs import GymEnv``; the module
+exists so that code written for ``torchrl.envs.libs.gym`` carries over.
+"""
+
+from rl.envs._gym import GymEnv, GymWrapper
+
+__all__ = ["GymEnv", "GymWrapper"]

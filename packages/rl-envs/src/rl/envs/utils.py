@@ -1,0 +1,25 @@
+"""TorchRL's ``torchrl.envs.utils`` path: env helpers and the exploration type.
+
+``step_mdp``, ``check_env_specs`` and ``RandomPolicy`` are those of :mod:`rl.envs`;
+``ExplorationType``, ``exploration_type`` and ``set_exploration_type`` those of
+:mod:`rl.core` (tensordict's interaction type). The module exists so that code written
+for ``torchrl.envs.utils`` carries over.
+
+Examples:
+    >>> from rl.envs.utils import ExplorationType, exploration_type, set_exploration_type
+    >>> with set_exploration_type(ExplorationType.MODE):
+    ...     exploration_type()
+    <InteractionType.MODE: 'mode'>
+"""
+
+from rl.core import ExplorationType, exploration_type, set_exploration_type
+from rl.envs._utils import RandomPolicy, check_env_specs, step_mdp
+
+__all__ = [
+    "ExplorationType",
+    "RandomPolicy",
+    "check_env_specs",
+    "exploration_type",
+    "set_exploration_type",
+    "step_mdp",
+]

@@ -43,6 +43,8 @@ class PolicyActions:
         next_obs: the time-first ``"next"`` observation buffers, one per leaf.
         overrides: the loop's ``(t, index, arrays)`` list of reset observations.
         max_steps: the rollout length.
+        step_outputs: the time-first ``reward``, ``terminated`` and ``truncated`` buffers
+            (row ``t`` is written by step ``t``), for subclasses that read them.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class PolicyActions:
         next_obs: list[torch.Tensor],
         overrides: list,
         max_steps: int,
+        step_outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         self.env = env
         self.policy = policy
@@ -60,6 +63,7 @@ class PolicyActions:
         self.max_steps = max_steps
         self.obs = [(key, buf) for (key, _), buf in zip(env._obs_np_dtypes, next_obs)]
         self.overrides = overrides
+        self.step_outputs = step_outputs
         self.done_keys = env.done_keys
         zeros = torch.zeros((len(self.done_keys), *env.batch_size, 1), dtype=torch.bool)
         self.zero_flags = list(zip(self.done_keys, zeros.unbind(0)))

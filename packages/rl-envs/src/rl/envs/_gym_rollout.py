@@ -124,7 +124,11 @@ def _gym_rollout(
         actions = presample_actions(env, max_steps)
         gym_actions = _gym_actions(env, actions, max_steps)
     else:
-        gym_actions = PolicyActions(env, policy, tensordict, next_obs, overrides, max_steps)
+        # a TransformedEnv's policy brings its own PolicyActions subclass
+        driver = getattr(policy, "_rl_policy_actions", PolicyActions)
+        gym_actions = driver(
+            env, policy, tensordict, next_obs, overrides, max_steps, (reward, terminated, truncated)
+        )
     gym_env = env._env
     step_fn = gym_env.step
     reset_fn = gym_env.reset

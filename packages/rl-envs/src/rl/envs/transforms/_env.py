@@ -10,6 +10,7 @@ from .._common import EnvBase
 from .._rollout import rollout_generic
 from ._base import Transform
 from ._compose import Compose
+from ._policy_fast import PolicyDriver, UseTransformedLoop
 from ._spec_utils import tget
 
 __all__ = ["TransformedEnv"]
@@ -127,6 +128,16 @@ class TransformedEnv(EnvBase):
                 t._rollout_safe() for t in flat
             )
             self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
+            # the policy fast path drives the base env's own (a gym env's); it replays the
+            # hooks of this class, not those of a subclass
+            cls = type(self)
+            self.__dict__["_fast_policy"] = (
+                fast
+                and getattr(base, "_rollout_fast_policy", None) is not None
+                and not isinstance(base, TransformedEnv)
+                and cls._step is TransformedEnv._step
+                and cls._reset is TransformedEnv._reset
+            )
             cache = (output_spec, input_spec, fast)
             self.__dict__["_spec_cache"] = cache
             device = output_spec.device
@@ -209,6 +220,39 @@ class TransformedEnv(EnvBase):
         for t in _flat_transforms(self._transform):
             rollout = t._transform_rollout(rollout, tensordict)
         return rollout
+
+    def _rollout_fast_policy(
+        self, max_steps, tensordict, policy, *, break_when_any_done, break_when_all_done
+    ):
+        raw = self.__dict__["_raw_reset"]
+        self.__dict__["_raw_reset"] = None
+        generic = {
+            "callback": None,
+            "break_when_any_done": break_when_any_done,
+            "break_when_all_done": break_when_all_done,
+        }
+        self._specs()
+        if raw is None or not self.__dict__["_fast_policy"] or self.run_type_checks:
+            return rollout_generic(self, max_steps, tensordict, policy=policy, **generic)
+        driver = PolicyDriver(self, policy, tensordict)
+        try:
+            rollout = self.base_env._rollout_fast_policy(
+                max_steps,
+                raw,
+                driver,
+                break_when_any_done=break_when_any_done,
+                break_when_all_done=break_when_all_done,
+            )
+        except UseTransformedLoop as use_generic:  # raised before the env moved
+            if use_generic.driver is not driver:
+                raise
+            if use_generic.tensordict is None:
+                return rollout_generic(self, max_steps, tensordict, policy=policy, **generic)
+            return rollout_generic(
+                self, max_steps, use_generic.tensordict, policy=policy,
+                skip_first_policy=True, **generic,
+            )  # fmt: skip
+        return driver.actions.finish(rollout)
 
     # ---------------------------------------------------------------------------- misc
     def state_dict(self, *args, **kwargs):

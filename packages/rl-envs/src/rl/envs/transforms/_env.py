@@ -36,7 +36,9 @@ class TransformedEnv(EnvBase):
     transform, no effect on done flags: ``StepCounter()`` without ``max_steps``,
     ``RewardSum``, ``DoubleToFloat``, ``ObservationNorm``, ...) run the base env's fast
     rollout and apply the transforms to the whole trajectory at once; the result is the
-    same as the step-by-step loop.
+    same as the step-by-step loop. With a policy and a gym base env, the same transforms
+    run step by step inside the gym env's policy fast path, on zero-copy views of its
+    buffers (again the step loop's result).
 
     Args:
         env: the base env.

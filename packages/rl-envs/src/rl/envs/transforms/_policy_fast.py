@@ -123,6 +123,8 @@ class TransformedPolicyActions(PolicyActions):
         self.root_overrides_t: list = []  # (t, key, value)
         self.next_keys: list | None = None
         self.next_bufs: dict = {}  # transformed "next" entries that differ from the raw ones
+        self.recorded: list = []  # (key, buf): the next_bufs items, copied at every step
+        self.unchanged: list = []  # (key, index in raw): raw "next" entries not replaced yet
         self.seen_steps = 0  # "next" rows transformed so far
 
     # ------------------------------------------------------------------ per step
@@ -153,19 +155,21 @@ class TransformedPolicyActions(PolicyActions):
         next_td = self.transform._step(root, next_td)
         if s == 0:
             self._discover_next(next_td)
-        bufs = self.next_bufs
-        for key, i in self.next_keys:
-            value = _get(next_td, key)
-            buf = bufs.get(key)
-            if buf is None:
-                if value is raw[i]:
-                    continue
-                # first step where a transform replaced a raw entry: earlier rows are raw
-                buf = torch.empty((self.max_steps, *value.shape), dtype=value.dtype)
-                if s:
-                    buf[:s] = self.raw_by_key[key][:s]
-                bufs[key] = buf
+        for key, buf in self.recorded:
+            buf[s] = _get(next_td, key)
+        replaced = [
+            (key, value) for key, i in self.unchanged if (value := _get(next_td, key)) is not raw[i]
+        ]
+        for key, value in replaced:
+            # first step where a transform replaced this raw entry: earlier rows are raw
+            buf = torch.empty((self.max_steps, *value.shape), dtype=value.dtype)
+            if s:
+                buf[:s] = self.raw_by_key[key][:s]
             buf[s] = value
+            self.next_bufs[key] = buf
+            self.recorded.append((key, buf))
+        if replaced:
+            self.unchanged = [item for item in self.unchanged if item[0] not in self.next_bufs]
         self.seen_steps = s + 1
         return next_td
 
@@ -175,9 +179,13 @@ class TransformedPolicyActions(PolicyActions):
         # (key, index of the raw entry or None)
         self.next_keys = [(key, raw_index.get(key)) for key in keys]
         for key in keys:
-            if key not in raw_index:
+            if key in raw_index:
+                self.unchanged.append((key, raw_index[key]))
+            else:
                 value = next_td[key]
-                self.next_bufs[key] = torch.empty((self.max_steps, *value.shape), dtype=value.dtype)
+                buf = torch.empty((self.max_steps, *value.shape), dtype=value.dtype)
+                self.next_bufs[key] = buf
+                self.recorded.append((key, buf))
         for key, buf in self.root_bufs.items():
             if key in keys and key not in self.reward_keys:
                 self.carried_keys.append(key)

@@ -154,3 +154,25 @@ def test_missing_key_on_step_names_the_keys():
     del next_td["reward"]
     with pytest.raises(KeyError, match=r"RewardSum expected in_key 'reward'.*keys present: \["):
         env.transform._step(td, next_td)
+
+
+@pytest.mark.parametrize("base", ["gym", "native"])
+def test_missing_key_raises_on_every_rollout_path(base):
+    """Policy-free (whole-trajectory), policy fast path, step loop and check_env_specs."""
+    from rl.envs import GymEnv, check_env_specs
+    from rl.envs.transforms import ObservationNorm
+
+    def make():
+        inner = GymEnv("CartPole-v1") if base == "gym" else CartPoleEnv()
+        return TransformedEnv(inner, ObservationNorm(in_keys=["nope"], loc=0.0, scale=1.0))
+
+    env = make()
+    td = env.reset()  # reset outputs may lack keys (a reward): tolerated
+    assert "nope" not in td.keys()
+    msg = r"ObservationNorm expected in_key 'nope'.*keys present: \[.*'observation'"
+    with pytest.raises(KeyError, match=msg):
+        env.rollout(3)
+    with pytest.raises(KeyError, match=msg):
+        env.rollout(3, policy=lambda td: td.set("action", env.action_spec.rand()))
+    with pytest.raises(KeyError, match=msg):
+        check_env_specs(make())

@@ -330,13 +330,15 @@ class Transform(nn.Module):
             rollout: the rollout of the env below this transform.
             initial: the (transformed) tensordict the rollout started from.
         """
+        # the root holds reset outputs (a reward, say, may be absent: tolerated as in
+        # ``_reset``); ``"next"`` holds step outputs, checked as strictly as ``_step``
         tol = self.missing_tolerance
         self.missing_tolerance = True
         try:
             self._call(rollout)
-            self._call(rollout.get("next"))
         finally:
             self.missing_tolerance = tol
+        self._call(rollout.get("next"))
         return rollout
 
     # ---------------------------------------------------------- spec hooks

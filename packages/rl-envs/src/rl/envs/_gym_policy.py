@@ -74,8 +74,8 @@ class PolicyActions:
     def __len__(self) -> int:
         return self.max_steps
 
-    def _root_obs(self, t: int) -> None:
-        td = self.td
+    def _take_resets(self, t: int) -> list:
+        """The base loop's resets recorded at step ``t`` (consumed)."""
         patches = []
         while self.seen_overrides < len(self.overrides):
             item = self.overrides[self.seen_overrides]
@@ -83,6 +83,11 @@ class PolicyActions:
                 break
             patches.append(item)
             self.seen_overrides += 1
+        return patches
+
+    def _root_obs(self, t: int) -> None:
+        td = self.td
+        patches = self._take_resets(t)
         for i, (key, buf) in enumerate(self.obs):
             value = buf[t - 1]
             if patches:

@@ -12,6 +12,7 @@ from ._base import Transform
 from ._compose import Compose
 from ._policy_fast import PolicyDriver, UseTransformedLoop
 from ._spec_utils import tget
+from ._utils import carry_preset
 
 __all__ = ["TransformedEnv"]
 
@@ -185,14 +186,7 @@ class TransformedEnv(EnvBase):
         self.__dict__["_raw_reset"] = None
         transform = self._transform
         next_td = self.base_env._step(transform.inv(tensordict))
-        preset = tget(tensordict, "next")
-        if preset is not None:
-            # entries the policy wrote for the next step (e.g. a recurrent state) are
-            # visible to the transforms, as in TorchRL
-            present = set(next_td.keys(True, True))
-            for key in preset.keys(True, True):
-                if key not in present:
-                    next_td.set(key, preset.get(key))
+        carry_preset(next_td, tget(tensordict, "next"))
         return transform._step(tensordict, next_td)
 
     def _set_seed(self, seed: int | None) -> None:

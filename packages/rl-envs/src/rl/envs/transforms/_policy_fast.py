@@ -28,6 +28,7 @@ from .._common import _merge_partial_reset
 from .._gym_policy import PolicyActions
 from .._rollout import build_output
 from ._spec_utils import tget
+from ._utils import carry_preset
 
 if TYPE_CHECKING:
     from .._gym import GymWrapper
@@ -146,12 +147,7 @@ class TransformedPolicyActions(PolicyActions):
         """Runs the transforms on step ``s`` (as ``TransformedEnv._step``) and records it."""
         root = self.root
         next_td, raw = self._raw_next(s)
-        preset = tget(root, "next")
-        if preset is not None:
-            present = set(next_td.keys(True, True))
-            for key in preset.keys(True, True):
-                if key not in present:
-                    next_td.set(key, preset.get(key))
+        carry_preset(next_td, tget(root, "next"))
         next_td = self.transform._step(root, next_td)
         if s == 0:
             self._discover_next(next_td)
@@ -194,13 +190,7 @@ class TransformedPolicyActions(PolicyActions):
 
     def _reset_patch(self, t: int) -> bool:
         """Consumes the base loop's resets of step ``t``; returns whether there were any."""
-        patches = []
-        while self.seen_overrides < len(self.overrides):
-            item = self.overrides[self.seen_overrides]
-            if item[0] != t:
-                break
-            patches.append(item)
-            self.seen_overrides += 1
+        patches = self._take_resets(t)
         if not patches:
             return False
         # what GymWrapper._reset returns: the current observations, reset rows fresh

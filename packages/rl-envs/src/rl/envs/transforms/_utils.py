@@ -8,6 +8,7 @@ from tensordict import TensorDictBase
 from ._spec_utils import NestedKey
 
 __all__ = [
+    "carry_preset",
     "reset_mask",
     "masked_reset",
     "sibling_key",
@@ -98,3 +99,17 @@ def steps_since_start(starts: torch.Tensor) -> torch.Tensor:
     t = torch.arange(starts.shape[-1], device=starts.device).expand(starts.shape)
     last_start = torch.where(starts, t, torch.zeros_like(t)).cummax(-1).values
     return t - last_start
+
+
+def carry_preset(next_td: TensorDictBase, preset: TensorDictBase | None) -> None:
+    """Copies into ``next_td`` the ``"next"`` entries the policy wrote that it lacks.
+
+    Entries the policy wrote for the next step (e.g. a recurrent state) are visible to the
+    transforms, as in TorchRL.
+    """
+    if preset is None:
+        return
+    present = set(next_td.keys(True, True))
+    for key in preset.keys(True, True):
+        if key not in present:
+            next_td.set(key, preset.get(key))

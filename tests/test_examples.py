@@ -54,3 +54,18 @@ def test_command_line_prints_the_mean_return():
     ).stdout
     assert "rollout 0: 50 steps, returns [50.0]" in out
     assert "mean return over 1 episodes: 50.0" in out
+
+
+def test_root_readme_quick_start():
+    """The python block of the root README runs as written and gives what it says."""
+    import re
+
+    readme = EXAMPLES.parent / "README.md"
+    (block,) = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+    scope: dict = {"__name__": "__main__"}
+    exec(compile(block, str(readme), "exec"), scope)
+    assert scope["rollout"].batch_size == (200,)
+    assert scope["rollout"]["next", "step_count"].max() == 200
+    batch = scope["batch"]
+    assert batch.batch_size == (64,)
+    assert ("next", "reward") in batch.keys(True) and "index" in batch.keys()

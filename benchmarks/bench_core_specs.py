@@ -1,8 +1,8 @@
 """Per-call cost of the spec methods envs call on hot paths, against their plain-torch floor.
 
 Each row times the spec method and the few torch calls it cannot avoid (the floor), best of
-several repeats, single thread. Run: ``python packages/rl-core/benchmarks/bench_core_specs.py``.
-Writes ``packages/rl-core/benchmarks/results/bench_core_specs.md``.
+several repeats, single thread. Run: ``python benchmarks/bench_core_specs.py``.
+Writes ``benchmarks/results/core_specs.md``.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def main() -> str:
 if __name__ == "__main__":
     table = main()
     print(table)
-    out = pathlib.Path(__file__).parent / "results" / "bench_core_specs.md"
+    out = pathlib.Path(__file__).parent / "results" / "core_specs.md"
     out.write_text(
         "# rl-core spec hot paths (CPU, 1 thread, best of 7)\n\n"
         "Floor: the plain torch calls the method must make.\n\n" + table + "\n"

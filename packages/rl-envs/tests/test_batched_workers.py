@@ -158,6 +158,34 @@ class TestWorkerFailures:
             env.step(ones(td))
         env.close()
 
+    def test_hung_worker_times_out(self):
+        from _batched_factories import SlowEnv
+
+        # worker 1 sleeps 30 s a step: a stand-in for a sub-env stuck in a loop
+        env = ParallelEnv(
+            2,
+            [CounterEnv, functools.partial(SlowEnv, delay=30.0)],
+            mp_start_method="fork",
+            timeout=0.5,
+        )
+        td = env.reset()
+        pids = env.worker_pids
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"worker\(s\) \[1\] did not answer within 0.5 s"):
+            env.step(ones(td))
+        assert time.monotonic() - start < 5
+        assert wait_gone(pids) == []
+        # reset starts new workers; the env is usable again
+        td = env.reset()
+        assert td["observation"].shape[0] == 2
+        env.close()
+
+    def test_timeout_must_be_positive(self):
+        with pytest.raises(
+            ValueError, match="timeout must be a positive number of seconds or None, got 0"
+        ):
+            ParallelEnv(2, CounterEnv, timeout=0)
+
 
 class TestNoOrphans:
     def test_close(self):

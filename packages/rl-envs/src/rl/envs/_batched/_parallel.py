@@ -62,9 +62,15 @@ class ParallelEnv(BatchedEnvBase):
             (about 1.7x with 8 workers on 2 cores, see ``benchmarks/bench_batched_envs.py``).
         num_sub_threads: the number of torch threads of each worker.
         run_type_checks: check actions against ``action_spec`` at each step.
+        timeout: seconds a reset, step or call may wait for a worker's answer (``None``,
+            the default: no limit). A worker that exceeds it (e.g. stuck in an endless
+            loop) raises ``TimeoutError`` here, naming it, and every worker is shut
+            down (``reset()`` starts new ones). Start-up is not limited by it.
 
     Raises:
-        ValueError: bad ``num_workers``, list lengths or ``mp_start_method``.
+        ValueError: bad ``num_workers``, list lengths, ``mp_start_method`` or
+            ``timeout``.
+        TimeoutError: a worker did not answer within ``timeout``.
         TypeError: the factory cannot be pickled for a non-fork start method.
         RuntimeError: a worker failed (see above), or a step on a closed env.
 
@@ -91,7 +97,13 @@ class ParallelEnv(BatchedEnvBase):
         mp_start_method: str = "spawn",
         num_sub_threads: int = 1,
         run_type_checks: bool = False,
+        timeout: float | None = None,
     ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(
+                f"timeout must be a positive number of seconds or None, got {timeout!r}"
+            )
+        self.timeout = timeout
         if isinstance(num_sub_threads, bool) or not isinstance(num_sub_threads, int):
             raise TypeError(f"num_sub_threads must be an int, got {num_sub_threads!r}")
         if num_sub_threads < 1:
@@ -109,7 +121,9 @@ class ParallelEnv(BatchedEnvBase):
             device=device,
             run_type_checks=run_type_checks,
         )
-        self._init_kwargs.update(mp_start_method=mp_start_method, num_sub_threads=num_sub_threads)
+        self._init_kwargs.update(
+            mp_start_method=mp_start_method, num_sub_threads=num_sub_threads, timeout=timeout
+        )
         if mp_start_method == "fork":
             self._payloads = list(self._creators)
         else:
@@ -131,6 +145,7 @@ class ParallelEnv(BatchedEnvBase):
             self.mp_start_method,
             "ParallelEnv",
             num_threads=self.num_sub_threads,
+            timeout=self.timeout,
         )
         self._pending_promote = []
         self.is_closed = False

@@ -15,6 +15,7 @@ import os
 import pickle
 import select
 import signal
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -80,6 +81,8 @@ class WorkerPool:
         mp_start_method: ``"spawn"``, ``"fork"`` or ``"forkserver"``.
         name: the owner's class name, used in error messages.
         num_threads: ``torch.set_num_threads`` of each worker.
+        timeout: seconds a command may wait for the answers (``None``: no limit); start-up
+            is not limited.
     """
 
     def __init__(
@@ -90,8 +93,10 @@ class WorkerPool:
         mp_start_method: str,
         name: str = "ParallelEnv",
         num_threads: int = 1,
+        timeout: float | None = None,
     ) -> None:
         self.name = name
+        self.timeout = None  # start-up below waits as long as it takes
         self.num_workers = len(payloads)
         ctx = mp.get_context(mp_start_method)
         if mp_start_method == "forkserver":
@@ -139,6 +144,7 @@ class WorkerPool:
         except BaseException:
             self.close()
             raise
+        self.timeout = timeout
 
     # ------------------------------------------------------------------ communication
     def send(self, workers: Iterable[int], op: bytes) -> None:
@@ -159,15 +165,29 @@ class WorkerPool:
         Raises:
             RuntimeError: naming the worker and holding its traceback (it raised) or its
                 exit code (it died; the pool is then shut down).
+            TimeoutError: a worker did not answer within ``timeout`` (the pool is then
+                shut down).
         """
         pending = set(workers)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         answers: dict[int, bytes] = {}
         errors: list[str] = []
         dead: list[int] = []
         poll = self._poller.poll
         fd_index = self._fd_index
         while pending:
-            events = poll(_POLL_MS)
+            wait_ms = _POLL_MS
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    stuck = sorted(pending)
+                    self.close()
+                    raise TimeoutError(
+                        f"{self.name} worker(s) {stuck} did not answer within {self.timeout} s "
+                        f"during {what}; all workers were shut down"
+                    )
+                wait_ms = min(_POLL_MS, max(1, int(left * 1000)))
+            events = poll(wait_ms)
             if not events:
                 for index in list(pending):
                     if not self.procs[index].is_alive():

@@ -8,7 +8,10 @@ the preallocated torch buffers (zero-copy). No tensor or TensorDict is created p
 A ``SyncVectorEnv`` in ``SAME_STEP`` mode is stepped through its sub-envs directly (the
 same calls in the same order as ``SyncVectorEnv.step``: step, then reset when done), so
 each sub-env writes straight into the buffers without gymnasium's concatenation, copies
-and info dicts.
+and info dicts. An ``AsyncVectorEnv`` in ``SAME_STEP`` mode running random actions to the
+end (no early break) is pipelined: the next step is sent to the workers as soon as this
+step's observations are copied out of gymnasium's buffers, and the rest of this step's
+bookkeeping runs while the workers step.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 from tensordict import TensorDictBase
 
@@ -154,6 +157,13 @@ def _gym_rollout(
             env, gym_actions, write_next, rew_np, term_np, trunc_np, overrides,
             break_when_any_done, break_when_all_done,
         )  # fmt: skip
+    elif (
+        isinstance(gym_env, AsyncVectorEnv)
+        and env.autoreset_mode == AutoresetMode.SAME_STEP
+        and policy is None
+        and not (break_when_any_done or break_when_all_done)
+    ):
+        _async_pipelined_loop(env, gym_actions, write_next, rew_np, term_np, trunc_np, overrides)
     else:
         same_step = env.autoreset_mode == AutoresetMode.SAME_STEP
         seen = None
@@ -283,3 +293,47 @@ def _sync_vector_loop(
     env._last_obs = concatenate(obs_space, latest, create_empty_array(obs_space, num_envs))
     env._autoreset = done.copy()
     return steps
+
+
+def _async_pipelined_loop(
+    env: GymWrapper,
+    gym_actions: list,
+    write_next,
+    rew_np: np.ndarray,
+    term_np: np.ndarray,
+    trunc_np: np.ndarray,
+    overrides: list,
+) -> None:
+    """Steps a SAME_STEP ``AsyncVectorEnv`` through all of ``gym_actions``, pipelined.
+
+    The actions are known in advance and no step ends the rollout early, so step ``t + 1``
+    is sent before step ``t``'s rewards, flags and final observations are written. Step
+    ``t``'s observations live in gymnasium's shared buffer (``copy=False``), which the
+    workers overwrite at step ``t + 1``: they (and the reset rows) are copied out first.
+    """
+    vec = env._env
+    max_steps = len(gym_actions)
+    last = max_steps - 1
+    done = np.zeros(vec.num_envs, dtype=np.bool_)
+    vec.step_async(gym_actions[0])
+    for t in range(max_steps):
+        obs, r, te, tr, info = vec.step_wait()
+        write_next(t, obs)
+        done = te | tr
+        reset_rows = None
+        if t < last:
+            if done.any():
+                idx = np.flatnonzero(done)
+                reset_rows = (idx, [a[idx].copy() for a in env._obs_arrays(obs)])
+            vec.step_async(gym_actions[t + 1])
+        rew_np[t] = r
+        term_np[t] = te
+        trunc_np[t] = tr
+        if done.any():
+            final = info["final_obs"]
+            for i in np.flatnonzero(info["_final_obs"]):
+                write_next((t, i), final[i])
+            if reset_rows is not None:
+                overrides.append((t + 1, (reset_rows[0],), reset_rows[1]))
+    env._last_obs = obs
+    env._autoreset = done.copy()

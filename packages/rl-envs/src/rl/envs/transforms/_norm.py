@@ -410,8 +410,9 @@ class VecNorm(Transform):
                 s.mul_(self.decay).add_(x.sum(dims) if dims else x)
                 ssq.mul_(self.decay).add_((x * x).sum(dims) if dims else x * x)
                 count.mul_(self.decay).add_(n)
-            # read under the lock too: another worker's update is never half-seen
-            s, ssq, count = s.clone(), ssq.clone(), count.clone()
+            if self._lock is not None:
+                # shared: read a snapshot under the lock, never another worker's half update
+                s, ssq, count = s.clone(), ssq.clone(), count.clone()
         c = count.clamp_min(self.eps)
         mean = s / c
         var = (ssq / c - mean * mean).clamp_min(self.eps**2)

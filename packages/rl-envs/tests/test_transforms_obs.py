@@ -271,9 +271,8 @@ class TestDeviceCast:
         check_env_specs(env)
 
     @pytest.mark.gpu
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
     def test_cuda(self):
-        if not torch.cuda.is_available():
-            pytest.skip("no CUDA device")
         env = TransformedEnv(PendulumEnv(), DeviceCastTransform("cuda:0"))
         td = env.reset()
         assert td.device.type == "cuda"

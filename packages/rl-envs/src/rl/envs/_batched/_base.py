@@ -9,6 +9,7 @@ run (in this process, or in worker processes).
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -145,24 +146,30 @@ class BatchedEnvBase(EnvBase):
             )
         return env
 
+    # The hooks SerialEnv (in process) and ParallelEnv (worker processes) implement.
+    @abstractmethod
     def _make_meta_env(self) -> Any:
         """A sub-env (or its specs, batch size and device) to read the specs from."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _ensure_started(self) -> None:
-        raise NotImplementedError
+        """Builds the sub-envs (starts the workers) if they are not running."""
 
+    @abstractmethod
     def _do_step(self) -> None:
-        raise NotImplementedError
+        """Steps every sub-env on the actions in the input buffers."""
 
+    @abstractmethod
     def _do_reset(self, workers: list[int]) -> None:
-        raise NotImplementedError
+        """Resets the sub-envs ``workers`` into the output buffers."""
 
+    @abstractmethod
     def _do_step_and_maybe_reset(self) -> list[int]:
-        raise NotImplementedError
+        """Steps every sub-env and resets the done ones; returns the reset indices."""
 
+    @abstractmethod
     def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
-        raise NotImplementedError
+        """Seeds sub-env ``index``; returns the next seed of the chain."""
 
     def start(self) -> None:
         """Builds the sub-envs (worker processes) now, if they are not running."""

@@ -85,15 +85,20 @@ class PolicyActions:
             self.seen_overrides += 1
         return patches
 
-    def _root_obs(self, t: int) -> None:
-        td = self.td
-        patches = self._take_resets(t)
+    def _obs_before(self, t: int, patches: list):
+        """``(key, value)`` of the observations step ``t`` acts on: the next ones of step
+        ``t - 1`` (zero-copy views), copied with the rows of ``patches`` (resets) replaced."""
         for i, (key, buf) in enumerate(self.obs):
             value = buf[t - 1]
             if patches:
                 value = value.clone()
                 for _, index, arrays in patches:
                     value[index] = torch.from_numpy(np.asarray(arrays[i]))
+            yield key, value
+
+    def _root_obs(self, t: int) -> None:
+        td = self.td
+        for key, value in self._obs_before(t, self._take_resets(t)):
             td.set(key, value)
         if t == 1:
             for key, flag in self.zero_flags:

@@ -177,9 +177,7 @@ def _gym_rollout(
             done = te | tr
             if done.any():
                 if same_step:
-                    final = info["final_obs"]
-                    for i in np.flatnonzero(info["_final_obs"]):
-                        write_next((t, i), final[i])
+                    _write_final_obs(write_next, t, info)
                 if break_when_any_done:
                     steps = t + 1
                     break
@@ -330,10 +328,16 @@ def _async_pipelined_loop(
         term_np[t] = te
         trunc_np[t] = tr
         if done.any():
-            final = info["final_obs"]
-            for i in np.flatnonzero(info["_final_obs"]):
-                write_next((t, i), final[i])
+            _write_final_obs(write_next, t, info)
             if reset_rows is not None:
                 overrides.append((t + 1, (reset_rows[0],), reset_rows[1]))
     env._last_obs = obs
     env._autoreset = done.copy()
+
+
+def _write_final_obs(write_next, t: int, info: dict) -> None:
+    """SAME_STEP vector envs return the reset observation of an ended sub-env and its
+    final one in ``info``: the final one is what step ``t`` recorded as ``"next"``."""
+    final = info["final_obs"]
+    for i in np.flatnonzero(info["_final_obs"]):
+        write_next((t, i), final[i])

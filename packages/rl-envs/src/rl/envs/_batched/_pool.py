@@ -96,7 +96,7 @@ class WorkerPool:
         timeout: float | None = None,
     ) -> None:
         self.name = name
-        self.timeout = None  # start-up below waits as long as it takes
+        self.timeout = timeout
         self.num_workers = len(payloads)
         ctx = mp.get_context(mp_start_method)
         if mp_start_method == "forkserver":
@@ -140,11 +140,11 @@ class WorkerPool:
         self.pids = [proc.pid for proc in self.procs]
         self.closed = False
         try:
-            self.collect(range(self.num_workers), "start-up (creating the env)")
+            # start-up (spawned workers import torch) waits as long as it takes
+            self.collect(range(self.num_workers), "start-up (creating the env)", limited=False)
         except BaseException:
             self.close()
             raise
-        self.timeout = timeout
 
     # ------------------------------------------------------------------ communication
     def send(self, workers: Iterable[int], op: bytes) -> None:
@@ -156,8 +156,13 @@ class WorkerPool:
             except OSError:
                 pass  # a dead worker: collect() reports it
 
-    def collect(self, workers: Iterable[int], what: str) -> dict[int, bytes]:
+    def collect(self, workers: Iterable[int], what: str, limited: bool = True) -> dict[int, bytes]:
         """Waits for the answer of each of ``workers``; raises if one failed or died.
+
+        Args:
+            workers: the indices of the workers that were sent a command.
+            what: the command, for error messages.
+            limited: whether the pool's ``timeout`` applies (not at start-up).
 
         Returns:
             ``{worker_index: answer_byte}``.
@@ -169,7 +174,8 @@ class WorkerPool:
                 shut down).
         """
         pending = set(workers)
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        limit = self.timeout if limited else None
+        deadline = None if limit is None else time.monotonic() + limit
         answers: dict[int, bytes] = {}
         errors: list[str] = []
         dead: list[int] = []
@@ -183,7 +189,7 @@ class WorkerPool:
                     stuck = sorted(pending)
                     self.close()
                     raise TimeoutError(
-                        f"{self.name} worker(s) {stuck} did not answer within {self.timeout} s "
+                        f"{self.name} worker(s) {stuck} did not answer within {limit} s "
                         f"during {what}; all workers were shut down"
                     )
                 wait_ms = min(_POLL_MS, max(1, int(left * 1000)))

@@ -194,12 +194,7 @@ class TransformedPolicyActions(PolicyActions):
         if not patches:
             return False
         # what GymWrapper._reset returns: the current observations, reset rows fresh
-        entries = {}
-        for i, (key, buf) in enumerate(self.obs):
-            value = buf[t - 1].clone()
-            for _, index, arrays in patches:
-                value[index] = torch.from_numpy(np.asarray(arrays[i]))
-            entries[key] = value
+        entries = dict(self._obs_before(t, patches))
         flags = torch.zeros((3, *self.batch_size, 1), dtype=torch.bool).unbind(0)
         entries.update(zip(_RAW_FLAGS, flags))
         raw = TensorDict({}, batch_size=self.batch_size)

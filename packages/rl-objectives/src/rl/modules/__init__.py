@@ -1,5 +1,37 @@
-"""Policy and value modules of the rl library."""
+"""rl.modules: networks, distributions, actors, critics and exploration modules.
 
-from rl.objectives import __version__
+Every public name is re-exported here, as in ``torchrl.modules``; the code lives in the
+subpackages ``models`` (plain ``nn.Module`` networks), ``distributions`` and
+``tensordict_module`` (TensorDict modules: actors, critics, exploration, recurrent).
+"""
 
-__all__ = ["__version__"]
+from tensordict.nn import (
+    NormalParamExtractor,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictSequential,
+)
+
+__version__ = "0.1.0"  # rl-objectives' version; a test keeps it equal
+
+from .distributions import *  # noqa: F403
+from .distributions import __all__ as _distributions_all
+from .models import *  # noqa: F403
+from .models import __all__ as _models_all
+from .tensordict_module import *  # noqa: F403
+from .tensordict_module import __all__ as _td_module_all
+
+__all__ = [
+    "NormalParamExtractor",
+    "ProbabilisticTensorDictModule",
+    "ProbabilisticTensorDictSequential",
+    "TensorDictModule",
+    "TensorDictModuleBase",
+    "TensorDictSequential",
+    "__version__",
+    *_distributions_all,
+    *_models_all,
+    *_td_module_all,
+]

@@ -1,3 +1,60 @@
-"""Losses of the rl library."""
+"""rl.objectives: losses, target-network updates and value estimators.
+
+Each loss family lives in its own private module; every public name is re-exported
+here, as in ``torchrl.objectives``. Value estimators are in ``rl.objectives.value``.
+"""
 
 __version__ = "0.1.0"
+
+from ._a2c import *  # noqa: E402,F403
+from ._a2c import __all__ as _all_a2c  # noqa: E402
+from ._bc import *  # noqa: E402,F403
+from ._bc import __all__ as _all_bc  # noqa: E402
+from ._common import *  # noqa: E402,F403
+from ._common import __all__ as _all_common  # noqa: E402
+from ._cql import *  # noqa: E402,F403
+from ._cql import __all__ as _all_cql  # noqa: E402
+from ._crossq import *  # noqa: E402,F403
+from ._crossq import __all__ as _all_crossq  # noqa: E402
+from ._ddpg import *  # noqa: E402,F403
+from ._ddpg import __all__ as _all_ddpg  # noqa: E402
+from ._dqn import *  # noqa: E402,F403
+from ._dqn import __all__ as _all_dqn  # noqa: E402
+from ._iql import *  # noqa: E402,F403
+from ._iql import __all__ as _all_iql  # noqa: E402
+from ._ppo import *  # noqa: E402,F403
+from ._ppo import __all__ as _all_ppo  # noqa: E402
+from ._redq import *  # noqa: E402,F403
+from ._redq import __all__ as _all_redq  # noqa: E402
+from ._reinforce import *  # noqa: E402,F403
+from ._reinforce import __all__ as _all_reinforce  # noqa: E402
+from ._sac import *  # noqa: E402,F403
+from ._sac import __all__ as _all_sac  # noqa: E402
+from ._td3 import *  # noqa: E402,F403
+from ._td3 import __all__ as _all_td3  # noqa: E402
+from ._td3_bc import *  # noqa: E402,F403
+from ._td3_bc import __all__ as _all_td3_bc  # noqa: E402
+from ._tqc import *  # noqa: E402,F403
+from ._tqc import __all__ as _all_tqc  # noqa: E402
+from ._utils import *  # noqa: E402,F403
+from ._utils import __all__ as _all_utils  # noqa: E402
+
+__all__ = [
+    "__version__",
+    *_all_common,
+    *_all_utils,
+    *_all_dqn,
+    *_all_ddpg,
+    *_all_td3,
+    *_all_sac,
+    *_all_redq,
+    *_all_crossq,
+    *_all_tqc,
+    *_all_iql,
+    *_all_cql,
+    *_all_td3_bc,
+    *_all_bc,
+    *_all_ppo,
+    *_all_a2c,
+    *_all_reinforce,
+]

@@ -1,0 +1,3 @@
+"""rl.modules.distributions."""
+
+__all__: list[str] = []

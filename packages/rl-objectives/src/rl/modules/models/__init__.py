@@ -1,0 +1,3 @@
+"""rl.modules.models."""
+
+__all__: list[str] = []

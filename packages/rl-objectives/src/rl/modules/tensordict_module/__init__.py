@@ -1,0 +1,3 @@
+"""rl.modules.tensordict_module."""
+
+__all__: list[str] = []

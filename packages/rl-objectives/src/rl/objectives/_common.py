@@ -1,0 +1,3 @@
+"""Placeholder: filled by the session that writes it."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Pure tensor functions of the value estimators."""
+
+__all__: list[str] = []

@@ -4,6 +4,8 @@ from ._batched import EnvCreator, ParallelEnv, SerialEnv
 from ._common import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._native import CartPoleEnv, PendulumEnv
+from ._probes import *  # noqa: F403  (probe environments)
+from ._probes import __all__ as _probes_all
 from ._utils import RandomPolicy, check_env_specs, step_mdp
 from .transforms import *  # noqa: F403  (transforms: TransformedEnv, Compose, every transform)
 from .transforms import __all__ as _transforms_all
@@ -22,5 +24,6 @@ __all__ = [
     "SerialEnv",
     "check_env_specs",
     "step_mdp",
+    *_probes_all,
     *_transforms_all,
 ]

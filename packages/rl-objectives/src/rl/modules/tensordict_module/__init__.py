@@ -1,3 +1,33 @@
-"""rl.modules.tensordict_module."""
+"""rl.modules.tensordict_module: actors, critics, safe modules, exploration and recurrent modules."""
 
-__all__: list[str] = []
+from ._actor_critic import ActorCriticOperator, ActorCriticWrapper, ActorValueOperator
+from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
+from ._common import SafeModule
+from ._probabilistic import SafeProbabilisticModule, SafeProbabilisticTensorDictSequential
+from ._qvalue import (
+    DistributionalDQNnet,
+    DistributionalQValueActor,
+    DistributionalQValueModule,
+    QValueActor,
+    QValueModule,
+)
+from ._sequence import SafeSequential
+
+__all__ = [
+    "Actor",
+    "ActorCriticOperator",
+    "ActorCriticWrapper",
+    "ActorValueOperator",
+    "DistributionalDQNnet",
+    "DistributionalQValueActor",
+    "DistributionalQValueModule",
+    "ProbabilisticActor",
+    "QValueActor",
+    "QValueModule",
+    "SafeModule",
+    "SafeProbabilisticModule",
+    "SafeProbabilisticTensorDictSequential",
+    "SafeSequential",
+    "TanhModule",
+    "ValueOperator",
+]

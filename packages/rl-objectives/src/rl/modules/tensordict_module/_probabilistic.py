@@ -1,0 +1,265 @@
+"""Probabilistic modules with a spec: SafeProbabilisticModule and its sequence."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import (
+    CompositeDistribution,
+    InteractionType,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModuleBase,
+    dispatch,
+)
+from tensordict.nn.distributions import Delta
+from tensordict.nn.probabilistic import interaction_type
+from tensordict.utils import NestedKey
+
+from rl.core import Composite, TensorSpec
+
+from ._common import _register_spec, _SpecMixin
+from ._sequence import _merged_spec
+
+__all__ = ["SafeProbabilisticModule", "SafeProbabilisticTensorDictSequential"]
+
+_RANDOM = InteractionType.RANDOM
+
+
+def _missing_key_error(tensordict: TensorDictBase, key: NestedKey, owner: str) -> KeyError:
+    present = [str(k) for k in tensordict.keys(True, True)]
+    return KeyError(
+        f"{owner} reads the key {key!r}, which is not in the input tensordict. Keys present: "
+        f"{present}"
+    )
+
+
+class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
+    """A :class:`~tensordict.nn.ProbabilisticTensorDictModule` with the spec of its sample.
+
+    Builds ``distribution_class(**params, **distribution_kwargs)`` from the entries at
+    ``in_keys`` and writes a value from it at ``out_keys``: a random sample under
+    ``ExplorationType.RANDOM``, the distribution's deterministic sample (``mode``, or
+    ``deterministic_sample`` when it has one) under ``DETERMINISTIC``, and so on; outside
+    of :func:`~rl.core.set_exploration_type`, ``default_interaction_type`` decides.
+
+    Args:
+        in_keys: the distribution's parameters: a list of keys named after the
+            distribution's keyword arguments, or a dict ``{kwarg: key}``.
+        out_keys: where the sample is written (default ``["_"]`` as in tensordict).
+        spec: spec of the sample.
+        safe: if ``True``, project the sample into ``spec``. Defaults to ``False``.
+        default_interaction_type: how to draw outside of ``set_exploration_type``.
+            Defaults to ``InteractionType.DETERMINISTIC``.
+        distribution_class: the distribution. Defaults to :class:`tensordict.nn.distributions.Delta`.
+        distribution_kwargs: extra keyword arguments of the distribution (``low``, ...).
+        return_log_prob: also write the sample's log-probability. Defaults to ``False``.
+        log_prob_keys, log_prob_key: where the log-probability goes (default
+            ``"<sample key>_log_prob"``, e.g. ``"action_log_prob"``).
+        cache_dist: keep the last distribution (``_dist``). Defaults to ``False``.
+        n_empirical_estimate: samples used to estimate the mean when the
+            distribution has no closed form. Defaults to ``1000``.
+        num_samples: draw this many samples (new leading dims).
+        generator: a ``torch.Generator``, a seed, or a key holding one.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.core import ExplorationType, set_exploration_type
+        >>> from rl.modules import SafeProbabilisticModule
+        >>> module = SafeProbabilisticModule(
+        ...     in_keys=["logits"],
+        ...     out_keys=["action"],
+        ...     distribution_class=torch.distributions.Categorical,
+        ...     return_log_prob=True,
+        ... )
+        >>> td = TensorDict(logits=torch.tensor([[0.0, 5.0, 0.0]]), batch_size=[1])
+        >>> with set_exploration_type(ExplorationType.DETERMINISTIC):
+        ...     module(td)["action"]
+        tensor([1])
+        >>> sorted(td.keys())
+        ['action', 'action_log_prob', 'logits']
+    """
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey] | dict[str, NestedKey],
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        spec: TensorSpec | None = None,
+        *,
+        safe: bool = False,
+        default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
+        distribution_class: type = Delta,
+        distribution_kwargs: dict | None = None,
+        return_log_prob: bool = False,
+        log_prob_keys: Sequence[NestedKey] | None = None,
+        log_prob_key: NestedKey | None = None,
+        cache_dist: bool = False,
+        n_empirical_estimate: int = 1000,
+        num_samples: int | torch.Size | None = None,
+        generator: torch.Generator | int | NestedKey | None = None,
+    ):
+        super().__init__(
+            in_keys=in_keys,
+            out_keys=out_keys,
+            default_interaction_type=default_interaction_type,
+            distribution_class=distribution_class,
+            distribution_kwargs=distribution_kwargs,
+            return_log_prob=return_log_prob,
+            log_prob_keys=log_prob_keys,
+            log_prob_key=log_prob_key,
+            cache_dist=cache_dist,
+            n_empirical_estimate=n_empirical_estimate,
+            num_samples=num_samples,
+            generator=generator,
+        )
+        sample_keys = list(self.dist_sample_keys)
+        if spec is not None and not isinstance(spec, Composite) and len(sample_keys) > 1:
+            raise RuntimeError(
+                f"got one spec for several sampled keys {sample_keys}: pass a Composite"
+            )
+        _register_spec(self, self._out_keys_for_spec(), spec, safe)
+        self._refresh_lean()
+
+    def _out_keys_for_spec(self) -> list[NestedKey]:
+        keys = list(self.dist_sample_keys)
+        if self.return_log_prob:
+            keys += [k for k in self.out_keys if k not in keys]
+        return keys
+
+    def _refresh_lean(self) -> None:
+        # The lean path covers the common case (one sampled tensor, no num_samples, no
+        # generator, a torch distribution); anything else goes through tensordict's path.
+        keys = list(self.dist_sample_keys)
+        self._lean_sample_key = keys[0] if len(keys) == 1 else None
+        self._lean = (
+            self._lean_sample_key is not None
+            and self.num_samples is None
+            and self._generator is None
+            and getattr(self, "_generator_key", None) is None
+            and not self.cache_dist
+            and not issubclass(self.distribution_class, CompositeDistribution)
+        )
+        self._lean_params = [
+            (dk[-1] if isinstance(dk, tuple) else dk, key)
+            for dk, key in zip(self.dist_keys, self.in_keys, strict=True)
+        ]
+
+    def get_dist(self, tensordict: TensorDictBase) -> torch.distributions.Distribution:
+        """Builds the distribution from the parameters in ``tensordict``.
+
+        Raises:
+            KeyError: when a parameter is missing (naming it and the keys present).
+        """
+        params = {}
+        for name, key in self._lean_params:
+            value = tensordict.get(key, None)
+            if value is None:
+                raise _missing_key_error(tensordict, key, type(self).__name__)
+            params[name] = value
+        return self.distribution_class(**params, **self.distribution_kwargs)
+
+    @dispatch(auto_batch_size=False)
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        tensordict_out: TensorDictBase | None = None,
+        _requires_sample: bool = True,
+    ) -> TensorDictBase:
+        if not (self._lean and _requires_sample and tensordict_out is None):
+            return super().forward(tensordict, tensordict_out, _requires_sample=_requires_sample)
+        dist = self.get_dist(tensordict)
+        itype = interaction_type() or self.default_interaction_type
+        if itype is _RANDOM:
+            if self.return_log_prob:
+                # score the draw itself (a tanh-squashed sample cannot be inverted exactly)
+                name = "rsample_and_log_prob" if dist.has_rsample else "sample_and_log_prob"
+                if callable(getattr(type(dist), name, None)):
+                    sample, log_prob = getattr(dist, name)(torch.Size())
+                    tensordict.set(self._lean_sample_key, sample)
+                    tensordict.set(self.log_prob_key, log_prob)
+                    return tensordict
+            sample = dist.rsample() if dist.has_rsample else dist.sample()
+        else:
+            sample = self._dist_sample(dist, interaction_type=itype)
+        tensordict.set(self._lean_sample_key, sample)
+        if self.return_log_prob:
+            tensordict.set(self.log_prob_key, dist.log_prob(sample))
+        return tensordict
+
+
+class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictSequential):
+    """A :class:`~tensordict.nn.ProbabilisticTensorDictSequential` with a ``spec``.
+
+    The last module is usually a :class:`SafeProbabilisticModule`; the ones before it
+    compute the distribution's parameters. ``get_dist(td)`` runs them and returns the
+    distribution; calling the sequence writes the sample (and its log-probability).
+
+    Args:
+        *modules: the modules, the last one probabilistic.
+        partial_tolerant: as in :class:`~tensordict.nn.TensorDictSequential`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rl.modules import SafeProbabilisticModule, SafeProbabilisticTensorDictSequential
+        >>> seq = SafeProbabilisticTensorDictSequential(
+        ...     TensorDictModule(torch.nn.Linear(3, 4), ["observation"], ["logits"]),
+        ...     SafeProbabilisticModule(
+        ...         ["logits"], ["action"], distribution_class=torch.distributions.Categorical
+        ...     ),
+        ... )
+        >>> seq.get_dist(TensorDict(observation=torch.randn(2, 3), batch_size=[2])).batch_shape
+        torch.Size([2])
+    """
+
+    def __init__(
+        self,
+        *modules: TensorDictModuleBase | ProbabilisticTensorDictModule,
+        partial_tolerant: bool = False,
+    ):
+        super().__init__(*modules, partial_tolerant=partial_tolerant)
+        self._spec = _merged_spec(self.module)
+        self._refresh_lean()
+
+    def _refresh_lean(self) -> None:
+        last = self.module[-1]
+        self._lean = (
+            isinstance(last, SafeProbabilisticModule)
+            and last._lean
+            and not self.return_composite
+            and self._requires_sample
+            and not self._select_before_return
+            and self.inplace is not False
+            and self.inplace != "empty"
+            and not self.partial_tolerant
+        )
+
+    @dispatch(auto_batch_size=False)
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        tensordict_out: TensorDictBase | None = None,
+        _requires_sample: bool | None = None,
+        **kwargs: Any,
+    ) -> TensorDictBase:
+        # Acting is the hot path of every collector: run the modules in a plain loop, so
+        # that a missing key surfaces as the KeyError of the module that reads it.
+        if self._lean and tensordict_out is None and _requires_sample is None and not kwargs:
+            data = tensordict
+            try:
+                for module in self.module:
+                    data = module(data)
+            except KeyError as err:
+                if "Keys present" in str(err) or "with keys" in str(err):
+                    raise
+                present = [str(k) for k in tensordict.keys(True, True)]
+                raise KeyError(f"{err.args[0]} Keys present: {present}") from err
+            return data
+        return super().forward(
+            tensordict, tensordict_out, _requires_sample=_requires_sample, **kwargs
+        )

@@ -1,3 +1,541 @@
-"""Placeholder: filled by the session that writes it."""
+"""LossModule: the base class every loss in rl.objectives derives from.
 
-__all__: list[str] = []
+It holds what losses share: the key dataclass and :meth:`LossModule.set_keys`, the value
+estimator, and the conversion of networks into trainable parameters plus detached target
+copies (:meth:`LossModule.convert_to_functional`).
+
+Networks are kept stateful: the online parameters are the network's own
+``nn.Parameter`` objects (so a policy shared with a collector sees every optimizer
+step), targets live in a deep copy of the network whose tensors are buffers of the loss.
+Calling a network therefore costs what calling it outside the loss costs; nothing is
+swapped in and out at every forward. An ensemble (``expand_dim=N``) keeps its parameters
+stacked along a leading dimension of size ``N``, as in TorchRL, and runs ``N`` copies of
+the network on views of that stack.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase, TensorDictParams
+from tensordict.nn.probabilistic import InteractionType, set_interaction_type
+from torch import nn
+
+__all__ = ["LossModule"]
+
+
+def _wrap_forward(func):
+    """Run a loss's forward in its deterministic sampling mode; name missing keys."""
+
+    @functools.wraps(func)
+    def forward(self, tensordict, *args, **kwargs):
+        with set_interaction_type(self.deterministic_sampling_mode):
+            try:
+                return func(self, tensordict, *args, **kwargs)
+            except KeyError as err:
+                missing = self._first_missing_key(tensordict)
+                if missing is None:
+                    raise
+                raise self._missing_key_error(tensordict, *missing) from err
+
+    forward._rl_wrapped = True
+    return forward
+
+
+def _walk(module: nn.Module, key: tuple[str, ...]) -> tuple[nn.Module, str]:
+    for name in key[:-1]:
+        module = module._modules[name]
+    return module, key[-1]
+
+
+def _bind(slots: list[tuple[nn.Module, str, bool]], tensors: Iterable[torch.Tensor]) -> None:
+    """Put ``tensors`` in the parameter/buffer slots of a module without any check."""
+    for (sub, name, is_param), tensor in zip(slots, tensors, strict=True):
+        if is_param:
+            sub._parameters[name] = tensor
+        else:
+            sub._buffers[name] = tensor
+
+
+def _slots(module: nn.Module, keys: list[tuple[str, ...]]) -> list[tuple[nn.Module, str, bool]]:
+    out = []
+    for key in keys:
+        sub, name = _walk(module, key)
+        out.append((sub, name, name in sub._parameters))
+    return out
+
+
+def _as_buffers(module: nn.Module, keys, tensors) -> None:
+    """Turn the parameters of ``module`` at ``keys`` into buffers holding ``tensors``."""
+    for key, tensor in zip(keys, tensors, strict=True):
+        sub, name = _walk(module, key)
+        sub._parameters.pop(name, None)
+        sub._buffers[name] = tensor
+
+
+def _reinit(module: nn.Module) -> None:
+    """Re-initialise every layer that owns parameters and knows how to reset them."""
+    for sub in module.modules():
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset) and sub._parameters:
+            reset()
+
+
+class _Ensemble:
+    """N copies of one network that run on views of stacked parameters."""
+
+    def __init__(self, copies: list[nn.Module], keys: list[tuple[str, ...]]):
+        self.copies = copies
+        self.keys = keys
+        self.slots = [_slots(c, keys) for c in copies]
+
+    def bind(self, stacked: list[torch.Tensor]) -> None:
+        for i, slots in enumerate(self.slots):
+            _bind(slots, [t[i] for t in stacked])
+
+
+class LossModule(TensorDictModuleBase):
+    """Base class of the losses: reads a TensorDict, returns a TensorDict of ``loss_*`` entries.
+
+    Subclasses declare the entries they read in a nested ``_AcceptedKeys`` dataclass whose
+    defaults are TorchRL's key names; :meth:`set_keys` remaps them. Networks given to a
+    loss are registered with :meth:`convert_to_functional`, which exposes
+    ``loss.<name>_params`` (trainable, in ``loss.parameters()``) and, when asked,
+    ``loss.target_<name>_params`` (detached copies stored as buffers: in the state_dict,
+    never in ``loss.parameters()``), updated by :class:`~rl.objectives.SoftUpdate` or
+    :class:`~rl.objectives.HardUpdate`.
+
+    The forward of every subclass runs under ``deterministic_sampling_mode``
+    (``InteractionType.DETERMINISTIC`` by default), and a ``KeyError`` raised because the
+    input lacks an entry the loss reads is re-raised naming the entry, the loss and the
+    ``set_keys`` call that remaps it.
+
+    Examples:
+        >>> from dataclasses import dataclass
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.objectives import LossModule
+        >>> class SquareLoss(LossModule):
+        ...     @dataclass
+        ...     class _AcceptedKeys:
+        ...         value: str = "value"
+        ...
+        ...     def forward(self, tensordict):
+        ...         value = tensordict.get(self.tensor_keys.value)
+        ...         return TensorDict(loss_square=value.pow(2).mean())
+        >>> loss = SquareLoss()
+        >>> loss.set_keys(value="my_value")
+        >>> loss(TensorDict(my_value=torch.tensor([1.0, 3.0])))["loss_square"]
+        tensor(5.)
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """The TensorDict keys a loss reads and writes, with their defaults."""
+
+    default_value_estimator = None
+    deterministic_sampling_mode = InteractionType.DETERMINISTIC
+    SEP = "."
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        fwd = cls.__dict__.get("forward")
+        if fwd is not None and not getattr(fwd, "_rl_wrapped", False):
+            cls.forward = _wrap_forward(fwd)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_keys = []
+        self.out_keys = []
+        self._tensor_keys = self._AcceptedKeys()
+        self._value_estimator = None
+        self.value_type = self.default_value_estimator
+        self._has_update_associated: dict[str, bool] = {}
+        self._functional: dict[str, dict[str, Any]] = {}
+        self._cast_version = 0
+
+    # ------------------------------------------------------------------ keys
+    @property
+    def tensor_keys(self) -> _AcceptedKeys:
+        """The keys this loss reads and writes (an ``_AcceptedKeys`` instance)."""
+        return self._tensor_keys
+
+    @classmethod
+    def default_keys(cls) -> _AcceptedKeys:
+        """The keys with their default names."""
+        return cls._AcceptedKeys()
+
+    def set_keys(self, **kwargs) -> None:
+        """Remap the TensorDict keys this loss reads or writes.
+
+        Args:
+            **kwargs: ``name=key`` pairs; ``name`` is a field of ``tensor_keys`` and
+                ``key`` a (nested) key, or ``None`` to restore the default.
+
+        Raises:
+            ValueError: if a name is not one of this loss's keys.
+        """
+        valid = [f.name for f in fields(self._AcceptedKeys)]
+        for name, value in kwargs.items():
+            if name not in valid:
+                raise ValueError(
+                    f"{type(self).__name__}.set_keys got unknown key name {name!r}; "
+                    f"valid names are {valid}"
+                )
+            if value is None:
+                value = getattr(self.default_keys(), name)
+            setattr(self._tensor_keys, name, value)
+        self._forward_value_estimator_keys(**kwargs)
+        set_in_keys = getattr(self, "_set_in_keys", None)
+        if callable(set_in_keys):
+            set_in_keys()
+
+    #: names of ``tensor_keys`` forwarded to the value estimator under the same name
+    _value_estimator_default_keys = (
+        "advantage",
+        "value_target",
+        "value",
+        "reward",
+        "done",
+        "terminated",
+    )
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        """Forward this loss's keys to its value estimator (override to rename)."""
+        estimator = self._value_estimator
+        if estimator is None:
+            return
+        keys = {
+            name: getattr(self.tensor_keys, name)
+            for name in self._value_estimator_default_keys
+            if hasattr(self.tensor_keys, name)
+        }
+        if keys:
+            estimator.set_keys(**keys)
+
+    def _first_missing_key(self, tensordict) -> tuple[str | None, Any] | None:
+        """The first key this loss reads that ``tensordict`` lacks, as ``(name, key)``."""
+        if not isinstance(tensordict, TensorDictBase):
+            return None
+        for f in fields(self._AcceptedKeys):
+            if f.name not in self._required_key_names():
+                continue
+            key = getattr(self.tensor_keys, f.name)
+            if tensordict.get(key, None) is None:
+                return f.name, key
+        for key in getattr(self, "_in_keys_extra", ()):
+            if tensordict.get(key, None) is None:
+                return None, key
+        return None
+
+    def _required_key_names(self) -> tuple[str, ...]:
+        """Names of ``tensor_keys`` that must be present in the input (override)."""
+        return ()
+
+    def _missing_key_error(self, tensordict, name: str | None, key) -> KeyError:
+        present = sorted(str(k) for k in tensordict.keys(True, True))
+        if name is None:
+            how = "it is read by one of the loss's networks (check their in_keys)"
+        else:
+            how = f"remap it with loss.set_keys({name}=...)"
+        return KeyError(
+            f"loss {type(self).__name__} needs key {key!r} which is missing from the input "
+            f"(keys present: {present}); {how}"
+        )
+
+    def _get(self, tensordict: TensorDictBase, name: str) -> torch.Tensor:
+        """Read ``tensor_keys.<name>`` from ``tensordict`` with a clear error if missing."""
+        key = getattr(self.tensor_keys, name)
+        value = tensordict.get(key, None)
+        if value is None:
+            raise self._missing_key_error(tensordict, name, key)
+        return value
+
+    # -------------------------------------------------------- value estimator
+    @property
+    def value_estimator(self):
+        """The value estimator that builds targets; built with the defaults on first use."""
+        if self._value_estimator is None:
+            self.make_value_estimator(self.default_value_estimator)
+        return self._value_estimator
+
+    @value_estimator.setter
+    def value_estimator(self, value) -> None:
+        self._value_estimator = value
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """Build the value estimator this loss uses for its targets.
+
+        Args:
+            value_type (ValueEstimators, ValueEstimatorBase instance or subclass, optional):
+                which estimator; defaults to ``default_value_estimator``.
+            **hyperparams: estimator arguments (``gamma``, ``lmbda``, ...); when absent
+                they default to ``default_value_kwargs(value_type)``, and ``gamma`` to the
+                ``gamma`` given to the loss's constructor.
+
+        Returns:
+            the loss itself, for chaining.
+
+        Raises:
+            ValueError: if ``value_type`` is not a ``ValueEstimators`` member (the
+                message lists them) or this loss does not support it.
+        """
+        from ._utils import default_value_kwargs
+        from .value import ValueEstimatorBase, ValueEstimators
+
+        if value_type is None:
+            value_type = self.default_value_estimator
+        if isinstance(value_type, ValueEstimatorBase):
+            self._value_estimator = value_type
+            self.value_type = type(value_type)
+            self._forward_value_estimator_keys()
+            return self
+        if isinstance(value_type, type) and issubclass(value_type, ValueEstimatorBase):
+            self._value_estimator = value_type(**hyperparams)
+            self.value_type = value_type
+            self._forward_value_estimator_keys()
+            return self
+        if isinstance(value_type, str):
+            try:
+                value_type = ValueEstimators[value_type]
+            except KeyError:
+                value_type = value_type  # handled below
+        if not isinstance(value_type, ValueEstimators):
+            raise ValueError(
+                f"unknown value estimator {value_type!r} for {type(self).__name__}; valid "
+                f"ones are {[m.name for m in ValueEstimators]}"
+            )
+        supported = self._supported_value_estimators()
+        if value_type not in supported:
+            raise ValueError(
+                f"{type(self).__name__} does not support the {value_type.name} value "
+                f"estimator; supported: {[m.name for m in supported]}"
+            )
+        hp = dict(default_value_kwargs(value_type))
+        gamma = getattr(self, "gamma", None)
+        if gamma is not None:
+            hp["gamma"] = gamma
+        hp.update(hyperparams)
+        self.value_type = value_type
+        self._value_estimator = self._build_value_estimator(value_type, hp)
+        self._forward_value_estimator_keys()
+        return self
+
+    def _supported_value_estimators(self) -> tuple:
+        """Estimators :meth:`make_value_estimator` accepts for this loss (override)."""
+        from .value import ValueEstimators
+
+        return tuple(ValueEstimators)
+
+    def _build_value_estimator(self, value_type, hyperparams: dict):
+        """Instantiate the estimator for ``value_type`` (override to pass a network)."""
+        from .value import GAE, TD0Estimator, TD1Estimator, TDLambdaEstimator, VTrace
+
+        cls = {
+            "TD0": TD0Estimator,
+            "TD1": TD1Estimator,
+            "TDLambda": TDLambdaEstimator,
+            "GAE": GAE,
+            "VTrace": VTrace,
+        }[value_type.name]
+        hyperparams.setdefault("value_network", None)
+        return cls(**hyperparams)
+
+    # ------------------------------------------------------ networks, targets
+    @property
+    def functional(self) -> bool:
+        """Whether parameters are held by the loss (``True`` for every loss here)."""
+        return True
+
+    def convert_to_functional(
+        self,
+        module: nn.Module,
+        module_name: str,
+        expand_dim: int | None = None,
+        create_target_params: bool = False,
+        compare_against: Iterable[torch.Tensor] | None = None,
+    ) -> None:
+        """Register ``module`` as ``loss.<module_name>`` with its parameters and targets.
+
+        After the call:
+
+        - ``loss.<module_name>_params`` is a :class:`~tensordict.nn.TensorDictParams`
+          of the trainable parameters (the network's own ``nn.Parameter`` objects unless
+          ``expand_dim`` is given);
+        - ``loss.target_<module_name>_params`` is a detached copy kept as buffers when
+          ``create_target_params=True``, and the detached online parameters otherwise.
+
+        Args:
+            module (nn.Module): the network (a TensorDict module).
+            module_name (str): the attribute name, e.g. ``"actor_network"``.
+            expand_dim (int, optional): make an ensemble of ``expand_dim`` networks whose
+                parameters are stacked along a new leading dimension. The first member
+                keeps ``module``'s weights; the others are re-initialised with their
+                layers' ``reset_parameters``.
+            create_target_params (bool): keep a separate target copy. Defaults to
+                ``False``.
+            compare_against (iterable of tensors, optional): parameters owned by another
+                network of the loss (e.g. a trunk shared with the actor); they are held
+                detached here so this network's loss does not train them twice.
+        """
+        shared = {id(p) for p in compare_against} if compare_against is not None else set()
+        base = TensorDict.from_module(module)
+        keys = [k if isinstance(k, tuple) else (k,) for k in base.keys(True, True)]
+        for key in keys:
+            if any(self.SEP in part for part in key):
+                raise KeyError(f"parameter name {key} of {module_name} contains {self.SEP!r}")
+        info: dict[str, Any] = {"keys": keys, "expand_dim": expand_dim}
+        if expand_dim is None:
+            params = TensorDict.from_module(module, as_module=True)
+            if shared:
+                for key in keys:
+                    value = params.get(key)
+                    if id(value) in shared:
+                        params._param_td.set(key, value.data)
+            self.__dict__[module_name] = module
+        else:
+            copies = [module] + [copy.deepcopy(module) for _ in range(expand_dim - 1)]
+            for c in copies[1:]:
+                _reinit(c)
+            stacked = {}
+            for key in keys:
+                values = [_walk(c, key)[0]._parameters.get(key[-1]) for c in copies]
+                first = _walk(module, key)
+                original = first[0]._parameters.get(first[1])
+                if original is None:  # a buffer: each member keeps its own statistics
+                    stacked[key] = torch.stack([_walk(c, key)[0]._buffers[key[-1]] for c in copies])
+                elif id(original) in shared:
+                    stacked[key] = original.data.expand(expand_dim, *original.shape)
+                else:
+                    stacked[key] = nn.Parameter(torch.stack([v.data for v in values]))
+            td = TensorDict(batch_size=[expand_dim])
+            for key, value in stacked.items():
+                td.set(key, value)
+            params = TensorDictParams(td, no_convert=True)
+            copies[0] = copy.deepcopy(module)  # never rebind the user's own module
+            info["ensemble"] = _Ensemble(copies, keys)
+            info["detached"] = _Ensemble([copy.deepcopy(module) for _ in copies], keys)
+            self.__dict__[module_name] = copies[0]
+        setattr(self, module_name + "_params", params)
+        if create_target_params:
+            target = TensorDictParams(params.data.clone(), no_convert=True)
+            setattr(self, "target_" + module_name + "_params", target)
+            if expand_dim is None:
+                target_module = copy.deepcopy(module)
+                info["target"] = target_module
+            else:
+                members = [copy.deepcopy(module) for _ in range(expand_dim)]
+                for c in members:
+                    _as_buffers(c, keys, [t[0] for t in (target.get(k) for k in keys)])
+                info["target_ensemble"] = _Ensemble(members, keys)
+        self._functional[module_name] = info
+        self._has_update_associated[module_name] = not create_target_params
+        self._bind_functional(module_name)
+
+    def _bind_functional(self, module_name: str) -> None:
+        """(Re)attach the tensors of the loss to the copies it runs (after ``.to()``...)."""
+        info = self._functional[module_name]
+        keys = info["keys"]
+        params = self._modules[module_name + "_params"]
+        if info["expand_dim"] is None:
+            if not isinstance(self.__dict__[module_name], nn.Module):
+                return
+            module = self.__dict__[module_name]
+            for key, slot in zip(keys, _slots(module, keys), strict=True):
+                sub, name, is_param = slot
+                value = params.get(key)
+                if is_param and isinstance(value, nn.Parameter):
+                    if sub._parameters[name] is not value:
+                        sub._parameters[name] = value
+                elif not is_param:
+                    sub._buffers[name] = value
+        else:
+            info["stacked"] = [params.get(k) for k in keys]
+            info["stacked_detached"] = [t.detach() for t in info["stacked"]]
+            info["ensemble"].bind(info["stacked"])
+            info["detached"].bind(info["stacked_detached"])
+        target_params = self._modules.get("target_" + module_name + "_params")
+        if target_params is not None:
+            tensors = [target_params.get(k) for k in keys]
+            if "target" in info:
+                _as_buffers(info["target"], keys, tensors)
+            else:
+                info["target_ensemble"].bind(tensors)
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        self._cast_version = getattr(self, "_cast_version", 0) + 1
+        for name in getattr(self, "_functional", {}):
+            self._bind_functional(name)
+        return out
+
+    def _network(self, module_name: str) -> nn.Module:
+        """The online network (one module; the first member of an ensemble)."""
+        return self.__dict__[module_name]
+
+    def _target_network(self, module_name: str) -> nn.Module:
+        """The target network (the online one when no target copy was made)."""
+        info = self._functional[module_name]
+        return info.get("target", self.__dict__[module_name])
+
+    def _ensemble(self, module_name: str, kind: str = "online") -> list[nn.Module]:
+        """The members of an ensemble.
+
+        Args:
+            module_name (str): the ensemble's name.
+            kind (str): ``"online"`` (trainable, bound to fresh views of the stacked
+                parameters), ``"detached"`` (online values, no gradient to them) or
+                ``"target"`` (the target copies, or the detached online ones when the
+                loss has no target copy).
+        """
+        info = self._functional[module_name]
+        if kind == "online":
+            ens = info["ensemble"]
+            ens.bind(info["stacked"])
+            return ens.copies
+        if kind == "target" and "target_ensemble" in info:
+            return info["target_ensemble"].copies
+        return info["detached"].copies
+
+    def __getattr__(self, item: str):
+        if item.startswith("target_") and item.endswith("_params"):
+            modules = self.__dict__.get("_modules", {})
+            if item in modules:
+                return modules[item]
+            online = item[len("target_") :]
+            if online in modules:
+                return modules[online].data
+        return super().__getattr__(item)
+
+    def _target_param_names(self) -> Iterator[str]:
+        for name in self._functional:
+            if "target_" + name + "_params" in self._modules:
+                yield name
+
+    def reset_parameters_recursive(self) -> None:
+        """Re-initialise every network of the loss and copy the result to its targets."""
+        for name, info in self._functional.items():
+            if info["expand_dim"] is None:
+                _reinit(self.__dict__[name])
+            else:
+                params = self._modules[name + "_params"]
+                scratch = copy.deepcopy(self.__dict__[name])
+                for i in range(info["expand_dim"]):
+                    _reinit(scratch)
+                    with torch.no_grad():
+                        for key, t in zip(info["keys"], info["stacked"], strict=True):
+                            if isinstance(t, nn.Parameter):
+                                t[i].copy_(_walk(scratch, key)[0]._parameters[key[-1]])
+                del params
+            target = self._modules.get("target_" + name + "_params")
+            if target is not None:
+                target.data.update_(self._modules[name + "_params"].data)
+
+    def reset(self) -> None:
+        """Reset any internal schedule (a no-op unless a loss keeps one)."""

@@ -1,3 +1,12 @@
-"""rl.collectors."""
+"""rl.collectors: data collectors that batch a policy acting in environments."""
+
+from ._single import Collector, SyncDataCollector
+from ._utils import split_trajectories
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Collector",
+    "SyncDataCollector",
+    "split_trajectories",
+]

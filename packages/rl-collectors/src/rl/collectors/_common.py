@@ -1,0 +1,230 @@
+"""Pieces every collector shares: building the env, wrapping the policy, trajectory ids."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from rl.envs import EnvBase, StepCounter, TransformedEnv
+
+__all__ = [
+    "make_env",
+    "wrap_policy",
+    "TrajIds",
+    "check_batch_args",
+    "check_actions",
+    "rng_state",
+    "set_rng_state",
+    "load_weights",
+]
+
+
+def make_env(
+    create_env_fn: EnvBase | Callable[..., EnvBase],
+    create_env_kwargs: Mapping[str, Any] | None,
+    max_frames_per_traj: int | None,
+) -> EnvBase:
+    """The collector's env: ``create_env_fn`` itself (an env) or what it returns."""
+    if isinstance(create_env_fn, EnvBase):
+        if create_env_kwargs:
+            raise ValueError(
+                "create_env_kwargs were given with an env instance; pass a factory "
+                f"(e.g. EnvCreator) to use them, got {dict(create_env_kwargs)!r}"
+            )
+        env = create_env_fn
+    elif callable(create_env_fn):
+        env = create_env_fn(**(create_env_kwargs or {}))
+        if not isinstance(env, EnvBase):
+            raise TypeError(
+                f"create_env_fn must return an rl.envs.EnvBase, got {type(env).__name__}"
+            )
+    else:
+        raise TypeError(
+            "create_env_fn must be an rl.envs.EnvBase or a callable returning one, "
+            f"got {type(create_env_fn).__name__}"
+        )
+    if max_frames_per_traj is not None and max_frames_per_traj > 0:
+        env = TransformedEnv(env, StepCounter(max_steps=max_frames_per_traj))
+    return env
+
+
+class _DevicePolicy(nn.Module):
+    """Runs ``policy`` on ``device``: moves the root there and the result back."""
+
+    def __init__(self, policy: Callable, device: torch.device, env_device) -> None:
+        super().__init__()
+        self.policy = policy
+        self.device = device
+        self.env_device = env_device
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        out = self.policy(tensordict.to(self.device))
+        if out is None:
+            raise RuntimeError("a policy on another device must return its output tensordict")
+        back = out.to(self.env_device) if self.env_device is not None else out.cpu()
+        tensordict.update(back)
+        return tensordict
+
+
+def wrap_policy(
+    policy: Callable | None,
+    policy_device: torch.device | None,
+    env_device: torch.device | None,
+    compile_policy: bool | Mapping[str, Any] | None,
+) -> Callable | None:
+    """The callable the rollout runs (``None``: random actions from the action spec)."""
+    if policy is None:
+        return None
+    if not callable(policy):
+        raise TypeError(
+            f"policy must be a callable on a TensorDict (e.g. a TensorDictModule), got "
+            f"{type(policy).__name__}"
+        )
+    if compile_policy:
+        kwargs = dict(compile_policy) if isinstance(compile_policy, Mapping) else {}
+        policy = torch.compile(policy, **kwargs)
+    if policy_device is not None:
+        env_dev = torch.device(env_device) if env_device is not None else torch.device("cpu")
+        if torch.device(policy_device) != env_dev:
+            if isinstance(policy, nn.Module):
+                policy = policy.to(policy_device)
+            return _DevicePolicy(policy, torch.device(policy_device), env_device)
+    return policy
+
+
+def check_batch_args(env: EnvBase, frames_per_batch: int, total_frames: int) -> int:
+    """Validates the frame arguments against the env batch; returns the steps per batch."""
+    if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
+        raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
+    if isinstance(total_frames, bool) or not isinstance(total_frames, int):
+        raise TypeError(f"total_frames must be an int, got {total_frames!r}")
+    n_env = max(env.batch_size.numel(), 1)
+    if frames_per_batch < n_env or frames_per_batch % n_env:
+        raise ValueError(
+            f"frames_per_batch={frames_per_batch} must be a positive multiple of the env "
+            f"batch size ({n_env} envs, batch_size {list(env.batch_size)}): each batch holds "
+            f"frames_per_batch / {n_env} steps of every env"
+        )
+    if total_frames != -1 and (total_frames <= 0 or total_frames % n_env):
+        raise ValueError(
+            f"total_frames={total_frames} must be -1 (collect until shutdown) or a positive "
+            f"multiple of the env batch size ({n_env} envs)"
+        )
+    return frames_per_batch // n_env
+
+
+class TrajIds:
+    """Trajectory ids of ``[*B, T]`` batches, unique across batches (vectorized).
+
+    Env ``i`` starts with id ``i``; each time an env is done, its next step gets the
+    next free id, assigned in (step, env) order as a step-by-step collector would.
+    """
+
+    def __init__(self, batch_size: torch.Size) -> None:
+        self.batch_size = torch.Size(batch_size)
+        n = max(self.batch_size.numel(), 1)
+        self.current = torch.arange(n)
+        self.next_id = n
+
+    def assign(self, done: torch.Tensor) -> torch.Tensor:
+        """Ids of each step of a batch from its ``("next", "done")`` ``[*B, T, 1]``."""
+        steps = done.shape[len(self.batch_size)]
+        d = done.reshape(-1, steps)  # [n, T]
+        n = d.shape[0]
+        events = d.t().reshape(-1).cumsum(0).reshape(steps, n).t()
+        events = torch.where(d, events, 0)
+        upto = events.cummax(dim=1).values  # events up to and including t
+        before = torch.cat([upto.new_zeros(n, 1), upto[:, :-1]], dim=1)
+        ids = torch.where(before > 0, self.next_id + before - 1, self.current[:, None])
+        last = upto[:, -1]
+        self.current = torch.where(last > 0, self.next_id + last - 1, self.current)
+        self.next_id += int(d.sum())
+        return ids.reshape(*self.batch_size, steps)
+
+    def state_dict(self) -> dict:
+        return {"current": self.current.clone(), "next_id": self.next_id}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.current = state["current"].clone()
+        self.next_id = int(state["next_id"])
+
+
+def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | None) -> None:
+    """Raises naming the key, spec and value when an action of the ``[*B, T]`` batch
+    (at ``steps``, all when ``None``) is outside ``env.full_action_spec``."""
+    nb = len(env.batch_size)
+    spec = env.full_action_spec
+    total = tensordict.batch_size[nb]
+    for key in spec.keys(True, True):
+        leaf = spec[key]
+        value = tensordict.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"the policy did not write the action key {key!r} (action_spec {leaf!r}); "
+                f"the batch has keys {sorted(map(str, tensordict.keys(True, True)))}"
+            )
+        for t in steps if steps is not None else range(total):
+            step_value = value.select(nb, t)
+            if tuple(step_value.shape) != tuple(leaf.shape):
+                raise ValueError(
+                    f"the policy wrote action {key!r} with shape {tuple(step_value.shape)}, "
+                    f"expected {tuple(leaf.shape)} from action_spec {leaf!r}"
+                )
+            if not leaf.is_in(step_value):
+                raise ValueError(
+                    f"the policy wrote action {key!r} = {step_value} (step {t}), outside "
+                    f"action_spec {leaf!r}"
+                )
+
+
+def rng_state() -> dict:
+    """torch's and numpy's global generator states, as tensors and plain values."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+    }
+
+
+def set_rng_state(state: Mapping) -> None:
+    torch.set_rng_state(state["torch"])
+    np_state = state["numpy"]
+    np.random.set_state(
+        (
+            np_state["name"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
+
+
+def load_weights(policy: Any, weights: Any) -> None:
+    """Copies ``weights`` (a module, a state dict or a TensorDict of params) into ``policy``."""
+    if weights is None:
+        return
+    if isinstance(weights, nn.Module):
+        weights = TensorDict.from_module(weights)
+    if isinstance(weights, TensorDictBase):
+        # in place: the policy keeps its parameter objects (optimizers, other references)
+        TensorDict.from_module(policy).data.update_(weights.data)
+        return
+    if isinstance(weights, Mapping) and isinstance(policy, nn.Module):
+        policy.load_state_dict(weights)
+        return
+    raise TypeError(
+        "policy weights must be an nn.Module, a state dict or a TensorDict of parameters, "
+        f"got {type(weights).__name__}"
+    )

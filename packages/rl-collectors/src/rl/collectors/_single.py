@@ -1,0 +1,426 @@
+"""``Collector``: batches of a policy acting in an env, in this process."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from rl.core import ExplorationType, set_exploration_type
+from rl.envs import EnvBase
+
+from ._common import (
+    TrajIds,
+    check_actions,
+    check_batch_args,
+    load_weights,
+    make_env,
+    rng_state,
+    set_rng_state,
+    wrap_policy,
+)
+from ._env_state import env_state, load_env_state
+from ._utils import split_trajectories
+
+__all__ = ["Collector", "SyncDataCollector"]
+
+
+def _device(device) -> torch.device | None:
+    return None if device is None else torch.device(device)
+
+
+class Collector:
+    """Iterates over ``[*env_batch, T]`` batches of a policy acting in an environment.
+
+    Each batch is one call of the env's own rollout machinery (``env.rollout``: its fast
+    paths, one preallocated output, no TensorDict built per step), continued from where
+    the previous batch stopped: episodes run on across batches and the env is reset only
+    where a sub-environment is done (or at each batch with ``reset_at_each_iter``).
+    Every step gets a ``("collector", "traj_ids")`` entry, unique per trajectory across
+    batches.
+
+    Args:
+        create_env_fn: an :class:`~rl.envs.EnvBase`, or a callable returning one.
+        policy: a callable reading the root TensorDict and writing the action (e.g. a
+            ``TensorDictModule``); ``None`` acts uniformly at random from the action spec.
+        frames_per_batch: env steps per batch, a multiple of the env batch size
+            (``T = frames_per_batch / env.batch_size.numel()``).
+        total_frames: frames to collect in all (the last batch is shortened so that the
+            total is exact); ``-1`` collects until :meth:`shutdown`.
+        device: default of ``storing_device``, ``policy_device`` and ``env_device``.
+        storing_device: where the yielded batches live (default: the env's device).
+        policy_device: where the policy runs; the root is moved there and back.
+        env_device: the env's device (an env built elsewhere raises a ``ValueError``).
+        create_env_kwargs: keyword arguments of ``create_env_fn``.
+        max_frames_per_traj: truncate episodes at this many steps (a ``StepCounter``).
+        init_random_frames: the first frames are collected with random actions.
+        reset_at_each_iter: reset the env at the start of every batch.
+        postproc: applied to each batch before it is yielded.
+        split_trajs: yield ``[n_traj, max_len]`` trajectories padded with
+            ``("collector", "mask")`` (see :func:`~rl.collectors.utils.split_trajectories`).
+        exploration_type: the exploration type set while the policy acts
+            (``ExplorationType.RANDOM``: sample from distributions).
+        set_truncated: mark the last step of each batch ``truncated`` (and ``done``) in
+            the yielded data; the env itself continues the episode.
+        use_buffers: kept for TorchRL compatibility; outputs are always preallocated.
+        replay_buffer: batches are written into it with its ``extend`` (flattened to
+            ``[frames]`` for a one-dimensional storage) and the iterator yields ``None``.
+        extend_buffer: kept for TorchRL compatibility (batches are always extended).
+        trust_policy: skip the check of the first batch's actions against the spec.
+        compile_policy: ``torch.compile`` the policy (``True`` or the compile kwargs).
+        track_traj_ids: write ``("collector", "traj_ids")``.
+
+    Raises:
+        ValueError: ``frames_per_batch`` (or ``total_frames``) is not a multiple of the
+            env batch size, or a policy writes an action outside the action spec (the
+            message names the key, the spec and the value).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rl.collectors import Collector
+        >>> from rl.envs import GymEnv
+        >>> env = GymEnv("Pendulum-v1", num_envs=2)
+        >>> policy = TensorDictModule(
+        ...     torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]
+        ... )
+        >>> collector = Collector(env, policy, frames_per_batch=100, total_frames=400)
+        >>> for batch in collector:
+        ...     print(batch.batch_size, batch["collector", "traj_ids"].shape)
+        torch.Size([2, 50]) torch.Size([2, 50])
+        torch.Size([2, 50]) torch.Size([2, 50])
+        torch.Size([2, 50]) torch.Size([2, 50])
+        torch.Size([2, 50]) torch.Size([2, 50])
+        >>> collector.shutdown()
+    """
+
+    def __init__(
+        self,
+        create_env_fn: EnvBase | Callable[..., EnvBase] | None = None,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        device=None,
+        storing_device=None,
+        policy_device=None,
+        env_device=None,
+        create_env_kwargs: Mapping[str, Any] | None = None,
+        max_frames_per_traj: int | None = None,
+        init_random_frames: int | None = None,
+        reset_at_each_iter: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool | None = None,
+        exploration_type: ExplorationType = ExplorationType.RANDOM,
+        set_truncated: bool = False,
+        use_buffers: bool | None = None,
+        replay_buffer: Any = None,
+        extend_buffer: bool = True,
+        trust_policy: bool | None = None,
+        compile_policy: bool | Mapping[str, Any] | None = None,
+        track_traj_ids: bool = True,
+        env: EnvBase | None = None,
+    ) -> None:
+        if create_env_fn is None:
+            create_env_fn = env
+        elif env is not None:
+            raise TypeError("pass the env as create_env_fn or env=, not both")
+        if create_env_fn is None:
+            raise TypeError("Collector needs an env: pass create_env_fn (an env or a factory)")
+        device = _device(device)
+        self.env = make_env(create_env_fn, create_env_kwargs, max_frames_per_traj)
+        self.env_device = _device(env_device) or device or self.env.device
+        env_dev = self.env.device or torch.device("cpu")
+        if self.env_device is not None and self.env_device != env_dev:
+            raise ValueError(
+                f"env_device={self.env_device} but the env lives on {env_dev}: build the env "
+                "on that device (e.g. GymEnv(..., device=...))"
+            )
+        self.policy_device = _device(policy_device) or device
+        self.storing_device = _device(storing_device) or device
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.steps_per_batch = check_batch_args(self.env, frames_per_batch, total_frames)
+        self.policy = policy
+        self._policy = wrap_policy(policy, self.policy_device, self.env.device, compile_policy)
+        self.init_random_frames = int(init_random_frames or 0)
+        self.reset_at_each_iter = reset_at_each_iter
+        self.postproc = postproc
+        self.split_trajs = bool(split_trajs)
+        self.exploration_type = exploration_type
+        self.set_truncated = set_truncated
+        self.use_buffers = use_buffers
+        self.replay_buffer = replay_buffer
+        self.extend_buffer = extend_buffer
+        self.trust_policy = bool(trust_policy)
+        self.track_traj_ids = track_traj_ids
+        self._frames = 0
+        self._iter = 0
+        self._root: TensorDictBase | None = None
+        self._traj_ids = TrajIds(self.env.batch_size)
+        self._checked = self.trust_policy or policy is None
+        self._carry_keys: list | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._thread_error: BaseException | None = None
+        self.closed = False
+
+    # ------------------------------------------------------------------------ iteration
+    def __len__(self) -> int:
+        if self.total_frames < 0:
+            raise TypeError("a Collector with total_frames=-1 has no length")
+        return math.ceil(self.total_frames / self.frames_per_batch)
+
+    def __iter__(self) -> Iterator[TensorDictBase | None]:
+        return self.iterator()
+
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        """Yields the batches (``None`` each batch when a replay buffer is given)."""
+        while not self.closed and (self.total_frames < 0 or self._frames < self.total_frames):
+            yield self._next_batch()
+
+    def next(self) -> TensorDictBase | None:
+        """Collects and returns one batch (outside a ``for`` loop)."""
+        return self._next_batch()
+
+    def _next_batch(self) -> TensorDictBase | None:
+        if self.closed:
+            raise RuntimeError("the collector was shut down")
+        steps = self.steps_per_batch
+        if self.total_frames >= 0:
+            left = (self.total_frames - self._frames) // max(self.env.batch_size.numel(), 1)
+            if left <= 0:
+                raise StopIteration
+            steps = min(steps, left)
+        batch = self.rollout(steps)
+        self._frames += batch.numel()
+        self._iter += 1
+        if self.split_trajs:
+            batch = split_trajectories(batch)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        if self.replay_buffer is not None:
+            self._extend(batch)
+            return None
+        return batch
+
+    def _extend(self, batch: TensorDictBase) -> None:
+        storage = getattr(self.replay_buffer, "storage", None)
+        if getattr(storage, "ndim", 1) == 1 and batch.ndim > 1:
+            batch = batch.reshape(-1)
+        self.replay_buffer.extend(batch)
+
+    @torch.no_grad()
+    def rollout(self, steps: int | None = None) -> TensorDictBase:
+        """Collects one ``[*env_batch, steps]`` batch (without counting its frames).
+
+        Args:
+            steps: the number of env steps (default ``frames_per_batch / n_envs``).
+        """
+        env = self.env
+        steps = self.steps_per_batch if steps is None else steps
+        if self._root is None or self.reset_at_each_iter:
+            self._root = env.reset()
+            if self.reset_at_each_iter and self._iter > 0:
+                # a reset ends every running trajectory
+                self._traj_ids.assign(torch.ones(*env.batch_size, 1, 1, dtype=torch.bool))
+        random = self._policy is None or self._frames < self.init_random_frames
+        policy = None if random else self._policy
+        with set_exploration_type(self.exploration_type):
+            if policy is not None and not self._checked:
+                self._probe_policy(policy)
+            out = env.rollout(
+                steps,
+                policy,
+                auto_reset=False,
+                tensordict=self._root,
+                break_when_any_done=False,
+            )
+        if policy is not None and not self.trust_policy:
+            check_actions(env, out, [out.batch_size[-1] - 1])
+        self._root = self._next_root(out)
+        if self.track_traj_ids:
+            ids = self._traj_ids.assign(out["next", env.done_key])
+            out.set(("collector", "traj_ids"), ids)
+        if self.set_truncated:
+            last = (..., -1, slice(None))
+            for key in env.done_keys:
+                name = key if isinstance(key, str) else key[-1]
+                if name in ("truncated", "done"):
+                    out.get(("next", *((key,) if isinstance(key, str) else key)))[last] = True
+        if self.storing_device is not None and out.device != self.storing_device:
+            out = out.to(self.storing_device)
+        return out
+
+    def _probe_policy(self, policy: Callable) -> None:
+        """Checks the policy's first action against the spec without moving any RNG."""
+        with torch.random.fork_rng(devices=[]):
+            probe = policy(self._root.clone())
+        if probe is None:
+            raise RuntimeError("the policy returned None; it must return the tensordict")
+        check_actions(self.env, probe.unsqueeze(-1), [0])
+        self._checked = True
+
+    def _next_root(self, out: TensorDictBase) -> TensorDictBase:
+        """The root the next batch starts from: the last ``"next"`` entries (rewards
+        excluded), with the done sub-environments reset."""
+        env = self.env
+        nxt = out.get("next")
+        if self._carry_keys is None:
+            rewards = set(env.reward_keys)
+            self._carry_keys = [k for k in nxt.keys(True, True) if k not in rewards]
+        nb = len(env.batch_size)
+        idx = (slice(None),) * nb + (-1,)
+        root = TensorDict({}, batch_size=env.batch_size, device=out.device)
+        for key in self._carry_keys:
+            root.set(key, nxt.get(key)[idx].clone())
+        done = root.get(env.done_key)
+        if bool(done.any()):
+            root.set("_reset", done.clone())
+            root = env.reset(root)
+        return root
+
+    # ------------------------------------------------------------------ policy weights
+    def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs) -> None:
+        """Makes the collector act with new weights from the next batch on.
+
+        In this process the collector runs the policy it was given, so weights updated in
+        place need no call; ``policy_or_weights`` (a module, a state dict or a
+        TensorDict of parameters) is copied into the policy the collector runs.
+        """
+        target = self._policy
+        if policy_or_weights is None:
+            if target is not self.policy and isinstance(self.policy, nn.Module):
+                load_weights(_inner(target), TensorDict.from_module(self.policy))
+            return
+        load_weights(_inner(target), policy_or_weights)
+
+    # ----------------------------------------------------------------------- seeding
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds the env (and torch's generator, which draws random actions).
+
+        Returns:
+            the seed that follows (to seed another collector with).
+        """
+        torch.manual_seed(seed)
+        return self.env.set_seed(seed, static_seed=static_seed)
+
+    # -------------------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        """What an exact resume needs: frames, trajectory ids, RNG states, the current
+        root, the policy's weights and the env's state when it pickles.
+
+        Everything is a tensor or a plain value (``torch.save`` / ``torch.load`` with
+        ``weights_only=True``); the env state is the pickled env as a uint8 tensor,
+        which :meth:`load_state_dict` unpickles: load only checkpoints you trust.
+        """
+        state: dict = {
+            "frames": self._frames,
+            "iter": self._iter,
+            "traj_ids": self._traj_ids.state_dict(),
+            "rng": rng_state(),
+            "root": None if self._root is None else self._root.to_dict(),
+        }
+        if isinstance(self.policy, nn.Module):
+            state["policy_state_dict"] = self.policy.state_dict()
+        pickled = env_state(self.env) if self._root is not None else None
+        if pickled is not None:
+            state["env_state"] = pickled
+        return state
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restores :meth:`state_dict`: the next batch is the one the saved run would
+        have collected next (given the env state could be saved)."""
+        self._frames = int(state["frames"])
+        self._iter = int(state["iter"])
+        self._traj_ids.load_state_dict(state["traj_ids"])
+        set_rng_state(state["rng"])
+        if "policy_state_dict" in state and isinstance(self.policy, nn.Module):
+            self.policy.load_state_dict(state["policy_state_dict"])
+            self.update_policy_weights_()
+        if "env_state" in state:
+            load_env_state(self.env, state["env_state"])
+        root = state.get("root")
+        self._root = (
+            None
+            if root is None
+            else TensorDict(root, batch_size=self.env.batch_size, device=self.env.device)
+        )
+
+    # -------------------------------------------------------------------- background
+    def start(self) -> None:
+        """Collects into ``replay_buffer`` in a background thread until ``total_frames``
+        or :meth:`async_shutdown`."""
+        if self.replay_buffer is None:
+            raise RuntimeError("start() collects into a replay buffer: pass replay_buffer=")
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("the collector is already running in the background")
+        self._stop.clear()
+        self._thread_error = None
+        self._thread = threading.Thread(target=self._run, name="rl-collector", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for _ in self.iterator():
+                if self._stop.is_set():
+                    break
+        except BaseException as err:  # reported by async_shutdown / is_running
+            self._thread_error = err
+
+    def is_running(self) -> bool:
+        """Whether the background collection runs (raises its error if it failed)."""
+        if self._thread_error is not None:
+            err, self._thread_error = self._thread_error, None
+            raise RuntimeError("the background collection failed") from err
+        return self._thread is not None and self._thread.is_alive()
+
+    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stops the background collection (after the batch in progress)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        error, self._thread_error = self._thread_error, None
+        if close_env:
+            self.shutdown()
+        if error is not None:
+            raise RuntimeError("the background collection failed") from error
+
+    # ----------------------------------------------------------------------- shutdown
+    def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stops the collector and closes its env (idempotent)."""
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._stop.set()
+            self._thread.join(timeout)
+            self._thread = None
+        if self.closed:
+            return
+        self.closed = True
+        if close_env:
+            self.env.close()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "
+            f"total_frames={self.total_frames}, frames={self._frames})"
+        )
+
+
+def _inner(policy: Any) -> Any:
+    return policy.policy if hasattr(policy, "env_device") else getattr(policy, "_orig_mod", policy)
+
+
+#: TorchRL's older name
+SyncDataCollector = Collector

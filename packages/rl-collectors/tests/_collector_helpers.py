@@ -1,0 +1,53 @@
+"""Shared policies, env factories and a fake replay buffer of the collector tests."""
+
+import torch
+from tensordict.nn import TensorDictModule
+
+from rl.envs import GymEnv, SerialEnv
+
+
+class PoleSign(torch.nn.Module):
+    """A deterministic CartPole policy: push towards the side the pole leans to."""
+
+    def forward(self, obs):
+        return (obs[..., 2] > 0).long()
+
+
+class Sampling(torch.nn.Module):
+    """A stochastic CartPole policy drawing from torch's global generator."""
+
+    def forward(self, obs):
+        probs = torch.sigmoid(obs[..., 2:3] * 10)
+        return (torch.rand(probs.shape) < probs).long().squeeze(-1)
+
+
+def cartpole(num_envs: int = 1):
+    """A categorical CartPole: a single env, or a gymnasium vector env of ``num_envs``."""
+    if num_envs == 1:
+        return GymEnv("CartPole-v1", categorical_action_encoding=True)
+    return GymEnv("CartPole-v1", num_envs=num_envs, categorical_action_encoding=True)
+
+
+def serial_cartpole(num_envs: int = 3):
+    return SerialEnv(num_envs, lambda: GymEnv("CartPole-v1", categorical_action_encoding=True))
+
+
+def pole_policy():
+    return TensorDictModule(PoleSign(), in_keys=["observation"], out_keys=["action"])
+
+
+def sampling_policy():
+    return TensorDictModule(Sampling(), in_keys=["observation"], out_keys=["action"])
+
+
+class FakeBuffer:
+    """Records what a collector extends it with (the public ``extend`` only)."""
+
+    def __init__(self):
+        self.items = []
+
+    def extend(self, data):
+        self.items.append(data.clone())
+
+    def __len__(self):
+        return sum(item.numel() for item in self.items)

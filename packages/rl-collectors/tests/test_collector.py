@@ -1,0 +1,282 @@
+"""Collector (single process): batches against env.rollout, ids, frames, errors, state."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+
+from rl.collectors import Collector, SyncDataCollector
+from rl.core import ExplorationType, exploration_type
+from rl.envs import PendulumEnv
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _collector_helpers import (  # noqa: E402
+    FakeBuffer,
+    cartpole,
+    pole_policy,
+    sampling_policy,
+    serial_cartpole,
+)
+
+ENVS = {
+    "gym": lambda: cartpole(1),
+    "gym-vector": lambda: cartpole(3),
+    "serial": lambda: serial_cartpole(3),
+}
+
+
+def _traj_ids_loop(done: torch.Tensor) -> torch.Tensor:
+    """Reference: the ids a step-by-step collector assigns ([n, T] done flags)."""
+    n, steps = done.shape
+    current = torch.arange(n)
+    next_id = n
+    ids = torch.empty(n, steps, dtype=torch.int64)
+    for t in range(steps):
+        ids[:, t] = current
+        for i in range(n):
+            if done[i, t]:
+                current[i] = next_id
+                next_id += 1
+    return ids
+
+
+class TestCollector:
+    @pytest.mark.parametrize("kind", sorted(ENVS))
+    def test_batches_continue_one_rollout(self, kind):
+        """Consecutive batches are exactly one long env.rollout cut in pieces."""
+        env = ENVS[kind]()
+        env.set_seed(0)
+        n = max(env.batch_size.numel(), 1)
+        collector = Collector(env, pole_policy(), frames_per_batch=25 * n, total_frames=100 * n)
+        batches = list(collector)
+        assert [b.batch_size[-1] for b in batches] == [25] * 4
+        data = torch.cat(batches, -1)
+        ref_env = ENVS[kind]()
+        ref_env.set_seed(0)
+        ref = ref_env.rollout(100, pole_policy(), break_when_any_done=False)
+        assert set(ref.keys(True, True)) | {("collector", "traj_ids")} == set(data.keys(True, True))
+        for key in ref.keys(True, True):
+            torch.testing.assert_close(data[key], ref[key], msg=str(key))
+        assert bool(ref["next", "done"].any())  # episodes ended inside the batches
+        done = ref["next", "done"].reshape(n, 100)
+        torch.testing.assert_close(
+            data["collector", "traj_ids"].reshape(n, 100), _traj_ids_loop(done)
+        )
+        collector.shutdown()
+
+    def test_old_name_and_env_keyword(self):
+        assert SyncDataCollector is Collector
+        collector = Collector(env=cartpole(2), frames_per_batch=4, total_frames=8)
+        assert [b.batch_size for b in collector] == [torch.Size([2, 2])] * 2
+
+    def test_exact_frames(self):
+        """The last batch is shortened: frames add up to total_frames exactly."""
+        collector = Collector(cartpole(2), frames_per_batch=30, total_frames=100)
+        sizes = [b.numel() for b in collector]
+        assert sizes == [30, 30, 30, 10]
+        assert len(collector) == 4
+
+    def test_endless_until_shutdown(self):
+        collector = Collector(cartpole(2), frames_per_batch=10, total_frames=-1)
+        for i, _ in enumerate(collector):
+            if i == 5:
+                collector.shutdown()
+        assert i == 5
+        with pytest.raises(RuntimeError, match="shut down"):
+            collector.next()
+
+    @pytest.mark.parametrize(
+        ("frames", "total", "match"),
+        [(7, 14, "frames_per_batch=7 must be a positive multiple of the env batch size \\(2"),
+         (8, 15, "total_frames=15 must be -1")],
+    )  # fmt: skip
+    def test_frames_not_divisible(self, frames, total, match):
+        with pytest.raises(ValueError, match=match):
+            Collector(cartpole(2), frames_per_batch=frames, total_frames=total)
+
+    def test_random_policy_and_init_random_frames(self):
+        collector = Collector(cartpole(2), None, frames_per_batch=20, total_frames=40)
+        batch = next(iter(collector))
+        assert set(batch["action"].unique().tolist()) <= {0, 1}
+        collector = Collector(
+            cartpole(2), pole_policy(), frames_per_batch=20, total_frames=60,
+            init_random_frames=20,
+        )  # fmt: skip
+        batches = list(collector)
+        # random first batch: actions do not follow the policy; then they do
+        follows = [
+            bool((b["action"] == (b["observation"][..., 2] > 0).long()).all()) for b in batches
+        ]
+        assert follows == [False, True, True]
+
+    def test_policy_action_outside_spec(self):
+        bad = TensorDictModule(
+            lambda obs: torch.full(obs.shape[:-1], 5, dtype=torch.long),
+            in_keys=["observation"],
+            out_keys=["action"],
+        )
+        collector = Collector(cartpole(2), bad, frames_per_batch=4, total_frames=8)
+        with pytest.raises(ValueError, match=r"action 'action' = tensor\(\[5, 5\]\).*Categorical"):
+            next(iter(collector))
+
+    def test_exploration_type_set_while_acting(self):
+        seen = []
+
+        def policy(td):
+            seen.append(exploration_type())
+            td["action"] = torch.zeros(td.batch_size, dtype=torch.long)
+            return td
+
+        for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):
+            seen.clear()
+            collector = Collector(
+                cartpole(2), policy, frames_per_batch=4, total_frames=4, exploration_type=mode
+            )
+            list(collector)
+            assert seen and set(seen) == {mode}
+
+    def test_replay_buffer_extend(self):
+        buffer = FakeBuffer()
+        collector = Collector(
+            cartpole(2), pole_policy(), frames_per_batch=10, total_frames=30, replay_buffer=buffer
+        )
+        assert list(collector) == [None, None, None]
+        assert [item.batch_size for item in buffer.items] == [torch.Size([10])] * 3
+        ids = torch.cat([item["collector", "traj_ids"] for item in buffer.items])
+        assert ids.min() == 0
+
+    def test_split_trajs(self):
+        collector = Collector(
+            cartpole(2), pole_policy(), frames_per_batch=80, total_frames=80, split_trajs=True
+        )
+        out = next(iter(collector))
+        mask = out["collector", "mask"]
+        ids = out["collector", "traj_ids"]
+        assert out.ndim == 2 and mask.sum() == 80
+        for row in range(out.shape[0]):
+            valid = ids[row][mask[row]]
+            assert (valid == valid[0]).all()
+            assert (ids[row][~mask[row]] == 0).all()
+            # only the last valid step of a row may be done
+            assert not out["next", "done"][row][mask[row]][:-1].any()
+
+    def test_set_truncated_and_max_frames_per_traj(self):
+        collector = Collector(
+            PendulumEnv(batch_size=[2]), None, frames_per_batch=14, total_frames=28,
+            max_frames_per_traj=5, set_truncated=True,
+        )  # fmt: skip
+        batches = list(collector)
+        trunc = torch.cat([b["next", "truncated"] for b in batches], 1).squeeze(-1)
+        expected = torch.zeros(2, 14, dtype=torch.bool)
+        expected[:, [4, 9]] = True  # max_frames_per_traj (the env truncates and resets)
+        expected[:, [6, 13]] = True  # the last step of each batch (in the data only)
+        assert torch.equal(trunc, expected)
+        # the env continued its episode across the batch end: step counts go on
+        counts = torch.cat([b["next", "step_count"] for b in batches], 1)[0].squeeze(-1)
+        assert counts.tolist() == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4]
+        assert not torch.cat([b["next", "terminated"] for b in batches], 1).any()
+
+    def test_reset_at_each_iter(self):
+        collector = Collector(
+            PendulumEnv(batch_size=[2]), None, frames_per_batch=6, total_frames=12,
+            max_frames_per_traj=100, reset_at_each_iter=True,
+        )  # fmt: skip
+        a, b = list(collector)
+        assert b["step_count"][:, 0].eq(0).all()
+        assert (a["collector", "traj_ids"][:, 0] == torch.tensor([0, 1])).all()
+        assert (b["collector", "traj_ids"][:, 0] == torch.tensor([2, 3])).all()
+
+    def test_update_policy_weights(self):
+        module = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
+        collector = Collector(PendulumEnv(), module, frames_per_batch=4, total_frames=-1)
+        new = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
+        torch.nn.init.zeros_(new.module.weight)
+        torch.nn.init.constant_(new.module.bias, 0.5)
+        collector.update_policy_weights_(new)
+        batch = collector.next()
+        assert torch.equal(batch["action"], torch.full((4, 1), 0.5))
+        collector.update_policy_weights_({"module.weight": torch.zeros(1, 3),
+                                          "module.bias": torch.full((1,), -0.25)})  # fmt: skip
+        assert torch.equal(collector.next()["action"], torch.full((4, 1), -0.25))
+        collector.shutdown()
+
+    def test_state_dict_resume_is_exact(self, tmp_path):
+        def make():
+            env = cartpole(3)
+            return Collector(env, sampling_policy(), frames_per_batch=30, total_frames=150)
+
+        torch.manual_seed(0)
+        collector = make()
+        collector.set_seed(0)
+        it = iter(collector)
+        next(it), next(it)
+        torch.save(collector.state_dict(), tmp_path / "c.pt")
+        rest = list(it)
+        state = torch.load(tmp_path / "c.pt", weights_only=True)
+        resumed = make()
+        resumed.load_state_dict(state)
+        again = list(resumed)
+        assert len(again) == len(rest) == 3
+        for x, y in zip(rest, again):
+            for key in x.keys(True, True):
+                torch.testing.assert_close(x[key], y[key], msg=str(key))
+
+    def test_background_collection(self):
+        buffer = FakeBuffer()
+        collector = Collector(
+            cartpole(2), pole_policy(), frames_per_batch=10, total_frames=-1, replay_buffer=buffer
+        )
+        collector.start()
+        deadline = time.monotonic() + 10
+        while len(buffer) < 50 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert collector.is_running()
+        collector.async_shutdown()
+        assert not collector.is_running()
+        count = len(buffer)
+        assert count >= 50 and count % 10 == 0
+        time.sleep(0.05)
+        assert len(buffer) == count
+        with pytest.raises(RuntimeError, match="replay_buffer="):
+            Collector(cartpole(2), frames_per_batch=2).start()
+
+    def test_docstrings(self):
+        for name in ("_single", "_utils"):
+            module = importlib.import_module(f"rl.collectors.{name}")
+            assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+class TestSplitTrajectories:
+    def test_against_loop(self):
+        from rl.collectors.utils import split_trajectories
+
+        ids = torch.tensor([[0, 0, 2, 2, 2], [1, 3, 3, 4, 4]])
+        td = TensorDict(
+            obs=torch.arange(10).reshape(2, 5),
+            collector=TensorDict(traj_ids=ids, batch_size=[2, 5]),
+            next=TensorDict(reward=torch.arange(10.0).reshape(2, 5, 1), batch_size=[2, 5]),
+            batch_size=[2, 5],
+        )
+        out = split_trajectories(td)
+        assert out.batch_size == (5, 3)
+        expected = [[0, 1], [2, 3, 4], [5], [6, 7], [8, 9]]
+        for row, values in enumerate(expected):
+            n = len(values)
+            assert out["obs"][row, :n].tolist() == values
+            assert out["next", "reward"][row, :n, 0].tolist() == [float(v) for v in values]
+            assert out["collector", "mask"][row].tolist() == [True] * n + [False] * (3 - n)
+            assert out["obs"][row, n:].eq(0).all()
+
+    def test_needs_ids_or_done(self):
+        from rl.collectors.utils import split_trajectories
+
+        with pytest.raises(KeyError, match="needs the trajectory ids"):
+            split_trajectories(TensorDict(obs=torch.zeros(3), batch_size=[3]))

@@ -87,6 +87,13 @@ def _reinit(module: nn.Module) -> None:
             reset()
 
 
+class _MissingKeyError(KeyError):
+    """A KeyError whose message prints as written (KeyError quotes its argument)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class _Ensemble:
     """N copies of one network that run on views of stacked parameters."""
 
@@ -239,19 +246,21 @@ class LossModule(TensorDictModuleBase):
         return ()
 
     def _missing_key_error(self, tensordict, name: str | None, key) -> KeyError:
-        present = sorted(str(k) for k in tensordict.keys(True, True))
+        present = ", ".join(sorted((repr(k) for k in tensordict.keys(True, True)), key=len))
         if name is None:
             how = "it is read by one of the loss's networks (check their in_keys)"
         else:
             how = f"remap it with loss.set_keys({name}=...)"
-        return KeyError(
+        return _MissingKeyError(
             f"loss {type(self).__name__} needs key {key!r} which is missing from the input "
-            f"(keys present: {present}); {how}"
+            f"(keys present: [{present}]); {how}"
         )
 
-    def _get(self, tensordict: TensorDictBase, name: str) -> torch.Tensor:
-        """Read ``tensor_keys.<name>`` from ``tensordict`` with a clear error if missing."""
+    def _get(self, tensordict: TensorDictBase, name: str, under: str | None = None) -> torch.Tensor:
+        """Read ``tensor_keys.<name>`` (below ``under``, e.g. ``"next"``) with a clear error."""
         key = getattr(self.tensor_keys, name)
+        if under is not None:
+            key = (under, *key) if isinstance(key, tuple) else (under, key)
         value = tensordict.get(key, None)
         if value is None:
             raise self._missing_key_error(tensordict, name, key)
@@ -326,6 +335,25 @@ class LossModule(TensorDictModuleBase):
         self._value_estimator = self._build_value_estimator(value_type, hp)
         self._forward_value_estimator_keys()
         return self
+
+    def _value_target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
+        """The bootstrapped target ``[*B, 1]`` from ``next_value`` (``[*B, 1]``).
+
+        Until :meth:`make_value_estimator` is called, the default TD(0) target
+        ``r + gamma * (1 - terminated) * next_value`` is computed here directly (the
+        estimator it would build gives the same numbers, with more dispatch per call);
+        otherwise the estimator's ``value_estimate(tensordict, next_value=...)`` is used.
+        """
+        if self._value_estimator is None and self.default_value_estimator in ("TD0", None):
+            reward = self._get(tensordict, "reward", "next")
+            terminated = tensordict.get(("next", self.tensor_keys.terminated), None)
+            if terminated is None:
+                terminated = self._get(tensordict, "done", "next")
+            gamma = getattr(self, "gamma", None)
+            gamma = 0.99 if gamma is None else gamma
+            not_terminated = (~terminated.bool()).to(next_value.dtype)
+            return reward + gamma * not_terminated * next_value.to(reward.dtype)
+        return self.value_estimator.value_estimate(tensordict.copy(), next_value=next_value)
 
     def _supported_value_estimators(self) -> tuple:
         """Estimators :meth:`make_value_estimator` accepts for this loss (override)."""

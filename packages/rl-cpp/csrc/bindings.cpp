@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "segment_tree.h"
+#include "value_estimators.h"
 #if defined(RL_CPP_WITH_CUDA)
 #include "segment_tree_cuda.h"
 #endif
@@ -220,6 +221,69 @@ void bind_cuda(nb::module_& m, const char* name) {
 }
 #endif
 
+// ---------------------------------------------------------------- value estimators
+template <typename T>
+using Arr3 = nb::ndarray<T, nb::ndim<3>, nb::device::cpu>;
+
+std::string shape_str(size_t a, size_t b, size_t c) {
+    return "(" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + ")";
+}
+
+template <typename A>
+rlcpp::View3<typename std::remove_pointer_t<decltype(std::declval<A>().data())>> view3(
+    const char* name, const A& a, const rlcpp::Dims3& d) {
+    if (int64_t(a.shape(0)) != d.n || int64_t(a.shape(1)) != d.t || int64_t(a.shape(2)) != d.f) {
+        throw std::invalid_argument(std::string(name) + " has shape " +
+                                    shape_str(a.shape(0), a.shape(1), a.shape(2)) +
+                                    ", expected " + shape_str(d.n, d.t, d.f) +
+                                    " (the shape of reward, as [N, T, F])");
+    }
+    return {a.data(), a.stride(0), a.stride(1), a.stride(2)};
+}
+
+template <typename T>
+void bind_value(nb::module_& m) {
+    m.def(
+        "gae",
+        [](double gamma, double lmbda, Arr3<const T> value, Arr3<const T> next_value,
+           Arr3<const T> reward, Arr3<const bool> done, Arr3<const bool> terminated,
+           Arr3<T> advantage, Arr3<T> value_target) {
+            const rlcpp::Dims3 d{int64_t(reward.shape(0)), int64_t(reward.shape(1)),
+                                 int64_t(reward.shape(2))};
+            auto v = view3("state_value", value, d);
+            auto nv = view3("next_state_value", next_value, d);
+            auto r = view3("reward", reward, d);
+            auto dn = view3("done", done, d);
+            auto tm = view3("terminated", terminated, d);
+            auto adv = view3("advantage", advantage, d);
+            auto tgt = view3("value_target", value_target, d);
+            nb::gil_scoped_release release;
+            rlcpp::gae<T>(d, T(gamma), T(lmbda), v, nv, r, dn, tm, adv, tgt);
+        },
+        "gamma"_a, "lmbda"_a, "state_value"_a.noconvert(), "next_state_value"_a.noconvert(),
+        "reward"_a.noconvert(), "done"_a.noconvert(), "terminated"_a.noconvert(),
+        "advantage"_a.noconvert(), "value_target"_a.noconvert(),
+        "Generalized advantage estimate over [N, T, F] arrays (any strides), written into "
+        "advantage and value_target.");
+    m.def(
+        "td_lambda_return",
+        [](double gamma, double lmbda, Arr3<const T> next_value, Arr3<const T> reward,
+           Arr3<const bool> done, Arr3<const bool> terminated, Arr3<T> out) {
+            const rlcpp::Dims3 d{int64_t(reward.shape(0)), int64_t(reward.shape(1)),
+                                 int64_t(reward.shape(2))};
+            auto nv = view3("next_state_value", next_value, d);
+            auto r = view3("reward", reward, d);
+            auto dn = view3("done", done, d);
+            auto tm = view3("terminated", terminated, d);
+            auto o = view3("out", out, d);
+            nb::gil_scoped_release release;
+            rlcpp::td_lambda_return<T>(d, T(gamma), T(lmbda), nv, r, dn, tm, o);
+        },
+        "gamma"_a, "lmbda"_a, "next_state_value"_a.noconvert(), "reward"_a.noconvert(),
+        "done"_a.noconvert(), "terminated"_a.noconvert(), "out"_a.noconvert(),
+        "TD(lambda) return over [N, T, F] arrays (any strides), written into out.");
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -241,4 +305,6 @@ NB_MODULE(_C, m) {
     bind_cpu<double, rlcpp::SumOp>(m, "SumTreeF64");
     bind_cpu<float, rlcpp::MinOp>(m, "MinTreeF32");
     bind_cpu<double, rlcpp::MinOp>(m, "MinTreeF64");
+    bind_value<float>(m);
+    bind_value<double>(m);
 }

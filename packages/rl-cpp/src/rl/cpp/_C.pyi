@@ -4,7 +4,7 @@
 rl.cpp compiled core: sum and min segment trees (CPU and, when built, CUDA).
 """
 
-from typing import Annotated
+from typing import Annotated, overload
 
 import numpy
 from numpy.typing import NDArray
@@ -508,3 +508,88 @@ class MinTreeF64:
             NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
         ],
     ) -> None: ...
+
+@overload
+def gae(
+    gamma: float,
+    lmbda: float,
+    state_value: Annotated[
+        NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    next_state_value: Annotated[
+        NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    reward: Annotated[
+        NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    done: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    terminated: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    advantage: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu")],
+    value_target: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu")],
+) -> None:
+    """Generalized advantage estimate over [N, T, F] arrays (any strides), written into advantage and value_target."""
+
+@overload
+def gae(
+    gamma: float,
+    lmbda: float,
+    state_value: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    next_state_value: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    reward: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    done: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    terminated: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    advantage: Annotated[NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu")],
+    value_target: Annotated[NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu")],
+) -> None: ...
+@overload
+def td_lambda_return(
+    gamma: float,
+    lmbda: float,
+    next_state_value: Annotated[
+        NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    reward: Annotated[
+        NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    done: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    terminated: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    out: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), device="cpu")],
+) -> None:
+    """TD(lambda) return over [N, T, F] arrays (any strides), written into out."""
+
+@overload
+def td_lambda_return(
+    gamma: float,
+    lmbda: float,
+    next_state_value: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    reward: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    done: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    terminated: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None, None), device="cpu", writable=False)
+    ],
+    out: Annotated[NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu")],
+) -> None: ...

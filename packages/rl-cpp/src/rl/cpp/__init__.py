@@ -1,4 +1,4 @@
-"""Compiled core of the rl library: sum and min segment trees for prioritized sampling.
+"""Compiled core of the rl library: segment trees for prioritized sampling, value-estimator kernels.
 
 The trees run on the CPU or, when rl-cpp was built with the CUDA toolkit, on a CUDA
 device. The extension does not link libtorch: arrays cross the boundary through DLPack,
@@ -11,7 +11,15 @@ from rl.cpp._segment_tree import (
     cuda_compiled,
     cuda_device_count,
 )
+from rl.cpp._value import generalized_advantage_estimate, td_lambda_return_estimate
 
 __version__ = "0.1.0"
 
-__all__ = ["MinSegmentTree", "SumSegmentTree", "cuda_compiled", "cuda_device_count"]
+__all__ = [
+    "MinSegmentTree",
+    "SumSegmentTree",
+    "cuda_compiled",
+    "cuda_device_count",
+    "generalized_advantage_estimate",
+    "td_lambda_return_estimate",
+]

@@ -3,6 +3,16 @@
 from ._actor_critic import ActorCriticOperator, ActorCriticWrapper, ActorValueOperator
 from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
 from ._common import SafeModule
+from ._exploration import (
+    AdditiveGaussianModule,
+    AdditiveGaussianWrapper,
+    EGreedyModule,
+    EGreedyWrapper,
+    OrnsteinUhlenbeckProcessModule,
+    OrnsteinUhlenbeckProcessWrapper,
+    RandomPolicy,
+    set_exploration_modules_spec_from_env,
+)
 from ._probabilistic import SafeProbabilisticModule, SafeProbabilisticTensorDictSequential
 from ._qvalue import (
     DistributionalDQNnet,
@@ -14,6 +24,14 @@ from ._qvalue import (
 from ._sequence import SafeSequential
 
 __all__ = [
+    "AdditiveGaussianModule",
+    "AdditiveGaussianWrapper",
+    "EGreedyModule",
+    "EGreedyWrapper",
+    "OrnsteinUhlenbeckProcessModule",
+    "OrnsteinUhlenbeckProcessWrapper",
+    "RandomPolicy",
+    "set_exploration_modules_spec_from_env",
     "Actor",
     "ActorCriticOperator",
     "ActorCriticWrapper",

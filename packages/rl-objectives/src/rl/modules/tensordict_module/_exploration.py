@@ -1,0 +1,602 @@
+"""Exploration: epsilon-greedy, additive Gaussian and Ornstein-Uhlenbeck noise, random policy.
+
+Each module reads the action a policy wrote and perturbs it in place, only while the
+exploration type is ``RANDOM`` (or unset): under ``set_exploration_type(DETERMINISTIC)``
+they leave the action alone. Put them after the policy in a ``TensorDictSequential``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
+from tensordict.utils import NestedKey, expand_as_right, expand_right
+from torch import nn
+
+from rl.core import Composite, ExplorationType, TensorSpec, exploration_type
+
+from ._common import _forward_hook_safe_action
+
+__all__ = [
+    "AdditiveGaussianModule",
+    "AdditiveGaussianWrapper",
+    "EGreedyModule",
+    "EGreedyWrapper",
+    "OrnsteinUhlenbeckProcessModule",
+    "OrnsteinUhlenbeckProcessWrapper",
+    "RandomPolicy",
+    "set_exploration_modules_spec_from_env",
+]
+
+
+def _explores() -> bool:
+    mode = exploration_type()
+    return mode is None or mode is ExplorationType.RANDOM
+
+
+def _as_composite(spec: TensorSpec | None, action_key: NestedKey) -> Composite | None:
+    if spec is None or isinstance(spec, Composite):
+        return spec
+    return Composite({action_key: spec}, shape=spec.shape[:-1])
+
+
+def _check_annealing(init: float, end: float, name: str) -> None:
+    if end > init:
+        raise ValueError(
+            f"{name} must decrease over time or stay constant, got {name}_init={init} and "
+            f"{name}_end={end}"
+        )
+
+
+class _AnnealedSpecModule(TensorDictModuleBase):
+    """Shared parts: the action spec (``spec`` property) and a linearly annealed scalar."""
+
+    _annealed: str
+
+    def _init_annealing(self, name: str, init: float, end: float, steps: int, device: Any) -> None:
+        _check_annealing(init, end, name)
+        self._annealed = name
+        self.register_buffer(f"{name}_init", torch.as_tensor(float(init), device=device))
+        self.register_buffer(f"{name}_end", torch.as_tensor(float(end), device=device))
+        self.register_buffer(name, torch.as_tensor(float(init), device=device))
+        self.annealing_num_steps = annealing_num_steps = steps
+        if annealing_num_steps <= 0:
+            raise ValueError(f"annealing_num_steps must be positive, got {annealing_num_steps}")
+
+    def step(self, frames: int = 1) -> None:
+        """Anneals the noise scale linearly by ``frames`` steps, down to its end value.
+
+        After ``annealing_num_steps`` steps in total it equals the end value.
+        """
+        name = self._annealed
+        init, end = getattr(self, f"{name}_init"), getattr(self, f"{name}_end")
+        value = getattr(self, name)
+        delta = (init - end) / self.annealing_num_steps
+        value.data.copy_(torch.maximum(end, value - frames * delta))
+
+    @property
+    def spec(self) -> Composite | None:
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: TensorSpec | None) -> None:
+        self._spec = _as_composite(value, self.action_key)
+
+    def _action_spec(self) -> TensorSpec:
+        if self._spec is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no action spec: pass spec= at construction, set "
+                "module.spec, or call set_exploration_modules_spec_from_env(policy, env)"
+            )
+        return self._spec[self.action_key]
+
+
+class EGreedyModule(_AnnealedSpecModule):
+    """Epsilon-greedy exploration: replaces the action by a random one with probability eps.
+
+    ``eps`` starts at ``eps_init`` and :meth:`step` lowers it linearly to ``eps_end`` over
+    ``annealing_num_steps`` steps. Random actions are drawn from ``spec`` (among the
+    allowed ones when ``action_mask_key`` is given).
+
+    Args:
+        spec: the action spec (``Categorical``, ``OneHot``, ``Bounded``, ...).
+        eps_init: initial epsilon. Defaults to ``1.0``.
+        eps_end: final epsilon. Defaults to ``0.1``.
+        annealing_num_steps: steps from ``eps_init`` to ``eps_end``. Defaults to ``1000``.
+
+    Keyword Args:
+        action_key: the action to perturb. Defaults to ``"action"``.
+        action_mask_key: optional key of the boolean mask of allowed actions.
+        device: where the buffers live.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.core import Categorical
+        >>> from rl.modules import EGreedyModule
+        >>> explore = EGreedyModule(Categorical(4), eps_init=1.0, eps_end=0.0, annealing_num_steps=4)
+        >>> explore.step(2)
+        >>> explore.eps
+        tensor(0.5000)
+        >>> td = TensorDict(action=torch.zeros(1000, dtype=torch.long), batch_size=[1000])
+        >>> bool((explore(td)["action"] != 0).any())
+        True
+    """
+
+    def __init__(
+        self,
+        spec: TensorSpec | None,
+        eps_init: float = 1.0,
+        eps_end: float = 0.1,
+        annealing_num_steps: int = 1000,
+        *,
+        action_key: NestedKey = "action",
+        action_mask_key: NestedKey | None = None,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        self.action_key = action_key
+        self.action_mask_key = action_mask_key
+        self.in_keys = [action_key] + ([action_mask_key] if action_mask_key is not None else [])
+        self.out_keys = [action_key]
+        self._init_annealing("eps", eps_init, eps_end, annealing_num_steps, device)
+        if spec is not None and device is not None:
+            spec = spec.to(device)
+        self.spec = spec
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not _explores():
+            return tensordict
+        action = tensordict.get(self.action_key, None)
+        if action is None:
+            raise KeyError(
+                f"EGreedyModule reads the action at {self.action_key!r}, which is not in the "
+                f"input. Keys present: {[str(k) for k in tensordict.keys(True, True)]}"
+            )
+        spec = self._action_spec()
+        # expand (a copy) to the action's shape; a copy also keeps the mask off self.spec
+        spec = spec.expand(action.shape) if spec.shape != action.shape else spec.clone()
+        if self.action_mask_key is not None:
+            mask = tensordict.get(self.action_mask_key, None)
+            if mask is None:
+                raise KeyError(
+                    f"EGreedyModule reads the action mask at {self.action_mask_key!r}, which "
+                    f"is not in the input. Keys present: "
+                    f"{[str(k) for k in tensordict.keys(True, True)]}"
+                )
+            spec.update_mask(mask)
+        parent = (
+            tensordict.get(self.action_key[:-1])
+            if isinstance(self.action_key, tuple) and len(self.action_key) > 1
+            else tensordict
+        )
+        cond = torch.rand(parent.batch_size, device=self.eps.device) < self.eps
+        random_action = spec.rand().to(action.device)
+        action = torch.where(expand_as_right(cond, action), random_action, action)
+        tensordict.set(self.action_key, action)
+        return tensordict
+
+
+class AdditiveGaussianModule(_AnnealedSpecModule):
+    """Adds Gaussian noise ``sigma * N(mean, std)`` to a continuous action.
+
+    ``sigma`` is annealed from ``sigma_init`` to ``sigma_end`` by :meth:`step`. The noisy
+    action is projected back into the spec (clamped into its bounds).
+
+    Args:
+        spec: the action spec (may be set later, e.g. by
+            :func:`set_exploration_modules_spec_from_env`).
+        sigma_init: initial noise scale. Defaults to ``1.0``.
+        sigma_end: final noise scale. Defaults to ``0.1``.
+        annealing_num_steps: steps from ``sigma_init`` to ``sigma_end``. Defaults to ``1000``.
+        mean: mean of the noise. Defaults to ``0.0``.
+        std: standard deviation of the noise. Defaults to ``1.0``.
+
+    Keyword Args:
+        action_key: the action to perturb. Defaults to ``"action"``.
+        safe: also project every output with a spec after the call. Defaults to ``False``.
+        device: where the buffers live.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.core import Bounded
+        >>> from rl.modules import AdditiveGaussianModule
+        >>> noise = AdditiveGaussianModule(Bounded(-1.0, 1.0, shape=(2,)), sigma_init=10.0)
+        >>> td = noise(TensorDict(action=torch.zeros(100, 2), batch_size=[100]))
+        >>> bool(td["action"].abs().max() <= 1.0), bool(td["action"].std() > 0.5)
+        (True, True)
+    """
+
+    def __init__(
+        self,
+        spec: TensorSpec | None = None,
+        sigma_init: float = 1.0,
+        sigma_end: float = 0.1,
+        annealing_num_steps: int = 1000,
+        mean: float = 0.0,
+        std: float = 1.0,
+        *,
+        action_key: NestedKey = "action",
+        safe: bool = False,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        self.action_key = action_key
+        self.in_keys = [action_key]
+        self.out_keys = [action_key]
+        self._init_annealing("sigma", sigma_init, sigma_end, annealing_num_steps, device)
+        self.register_buffer("mean", torch.as_tensor(float(mean), device=device))
+        self.register_buffer("std", torch.as_tensor(float(std), device=device))
+        self.spec = spec
+        self.safe = safe
+        if safe:
+            self.register_forward_hook(_forward_hook_safe_action)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not _explores():
+            return tensordict
+        spec = self._action_spec()
+        action = tensordict.get(self.action_key)
+        noise = torch.randn_like(action) * self.std + self.mean
+        tensordict.set(self.action_key, spec.project(action + noise * self.sigma))
+        return tensordict
+
+
+class OrnsteinUhlenbeckProcessModule(_AnnealedSpecModule):
+    """Temporally correlated (Ornstein-Uhlenbeck) exploration noise, as in DDPG.
+
+    The noise follows ``x += theta * (mu - x) * dt + sigma_t * sqrt(dt) * N(0, 1)`` and the
+    action becomes ``action + eps * x``. The noise and the step count live in the
+    tensordict (``"_ou_prev_noise"``, ``"_ou_steps"``), so that each environment of a batch
+    has its own process; both are reset to zero where ``is_init_key`` is ``True`` (add an
+    ``InitTracker`` transform to the env). ``eps`` is annealed by :meth:`step`, ``sigma``
+    from ``sigma`` to ``sigma_min`` over ``n_steps_annealing`` steps of each trajectory.
+
+    Args:
+        spec: the action spec.
+        eps_init, eps_end, annealing_num_steps: the noise weight's schedule
+            (defaults ``1.0``, ``0.1``, ``1000``).
+        theta: mean-reversion rate. Defaults to ``0.15``.
+        mu: long-run mean. Defaults to ``0.0``.
+        sigma: noise scale. Defaults to ``0.2``.
+        dt: time step. Defaults to ``0.01``.
+        x0: initial value of the process. Defaults to ``0``.
+        sigma_min: final noise scale (``None``: constant ``sigma``).
+        n_steps_annealing: steps from ``sigma`` to ``sigma_min``. Defaults to ``1000``.
+
+    Keyword Args:
+        action_key: the action to perturb. Defaults to ``"action"``.
+        is_init_key: the reset marker. Defaults to ``"is_init"``.
+        safe: project the noisy action into ``spec``. Defaults to ``True``.
+        device: where the buffers live.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.core import Bounded
+        >>> from rl.modules import OrnsteinUhlenbeckProcessModule
+        >>> ou = OrnsteinUhlenbeckProcessModule(Bounded(-1.0, 1.0, shape=(2,)))
+        >>> td = TensorDict(
+        ...     action=torch.zeros(3, 2), is_init=torch.ones(3, 1, dtype=torch.bool), batch_size=[3]
+        ... )
+        >>> td = ou(td)
+        >>> td["_ou_steps"]
+        tensor([1, 1, 1])
+    """
+
+    def __init__(
+        self,
+        spec: TensorSpec,
+        eps_init: float = 1.0,
+        eps_end: float = 0.1,
+        annealing_num_steps: int = 1000,
+        theta: float = 0.15,
+        mu: float = 0.0,
+        sigma: float = 0.2,
+        dt: float = 0.01,
+        x0: torch.Tensor | np.ndarray | float | None = None,
+        sigma_min: float | None = None,
+        n_steps_annealing: int = 1000,
+        *,
+        action_key: NestedKey = "action",
+        is_init_key: NestedKey = "is_init",
+        safe: bool = True,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        if spec is None:
+            raise RuntimeError("OrnsteinUhlenbeckProcessModule needs an action spec, got None")
+        self.action_key = action_key
+        self.is_init_key = is_init_key
+        self.noise_key = "_ou_prev_noise"
+        self.steps_key = "_ou_steps"
+        self.in_keys = [action_key]
+        self.out_keys = [action_key, self.noise_key, self.steps_key]
+        self._init_annealing("eps", eps_init, eps_end, annealing_num_steps, device)
+        self.theta, self.mu, self.dt = theta, mu, dt
+        self.sigma = sigma
+        if sigma_min is not None:
+            self._sigma_slope = -float(sigma - sigma_min) / float(n_steps_annealing)
+            self.sigma_min = sigma_min
+        else:
+            self._sigma_slope = 0.0
+            self.sigma_min = sigma
+        self.register_buffer("x0", torch.as_tensor(0.0 if x0 is None else x0, device=device))
+        self.spec = spec
+        self._spec.update({self.noise_key: None, self.steps_key: None})
+        self.safe = safe
+        if safe:
+            self.register_forward_hook(_forward_hook_safe_action)
+
+    def current_sigma(self, n_steps: torch.Tensor) -> torch.Tensor:
+        """The noise scale after ``n_steps`` steps of a trajectory."""
+        return (self._sigma_slope * n_steps + self.sigma).clamp_min(self.sigma_min)
+
+    def _is_init(self, tensordict: TensorDictBase, batch: torch.Size) -> torch.Tensor | None:
+        is_init = tensordict.get(self.is_init_key, None)
+        if is_init is None:
+            return None
+        if is_init.ndim > len(batch) and is_init.shape[-1] == 1:
+            is_init = is_init.squeeze(-1)
+        if is_init.ndim < len(batch):
+            is_init = expand_right(is_init, batch)
+        if is_init.shape != batch:
+            raise ValueError(
+                f"{self.is_init_key!r} has shape {tuple(is_init.shape)}, expected the batch shape "
+                f"{tuple(batch)} (or with a trailing 1)"
+            )
+        return is_init
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not _explores():
+            return tensordict
+        action = tensordict.get(self.action_key)
+        parent = (
+            tensordict.get(self.action_key[:-1])
+            if isinstance(self.action_key, tuple) and len(self.action_key) > 1
+            else tensordict
+        )
+        batch = parent.batch_size
+        noise = tensordict.get(self.noise_key, None)
+        steps = tensordict.get(self.steps_key, None)
+        if noise is None or steps is None:
+            noise = torch.zeros_like(action)
+            steps = torch.zeros(batch, dtype=torch.long, device=action.device)
+        is_init = self._is_init(tensordict, batch)
+        if is_init is not None:
+            noise = noise.masked_fill(expand_right(is_init, noise.shape), 0)
+            steps = steps.masked_fill(is_init, 0)
+        prev = noise + self.x0
+        sigma = self.current_sigma(expand_as_right(steps, prev).to(prev.dtype))
+        new = (
+            prev
+            + self.theta * (self.mu - prev) * self.dt
+            + sigma * float(np.sqrt(self.dt)) * torch.randn_like(prev)
+        )
+        tensordict.set(self.noise_key, new - self.x0)
+        tensordict.set(self.action_key, action + self.eps * new)
+        tensordict.set(self.steps_key, steps + 1)
+        return tensordict
+
+
+def _policy_action_spec(policy: nn.Module, action_key: NestedKey) -> TensorSpec | None:
+    spec = getattr(policy, "spec", None)
+    if isinstance(spec, Composite):
+        return spec.get(action_key, None)
+    return spec
+
+
+class _ExplorationWrapper(TensorDictSequential):
+    """``policy`` followed by an exploration module; ``step`` anneals the module."""
+
+    def step(self, frames: int = 1) -> None:
+        """Anneals the exploration module (see its ``step``)."""
+        self.module[-1].step(frames)
+
+    @property
+    def td_module(self) -> nn.Module:
+        """The wrapped policy."""
+        return self.module[0]
+
+
+class EGreedyWrapper(_ExplorationWrapper):
+    """``policy`` followed by an :class:`EGreedyModule` (TorchRL's older wrapper form).
+
+    Args:
+        policy: the policy writing ``action_key``.
+
+    Keyword Args:
+        eps_init, eps_end, annealing_num_steps, action_key, action_mask_key: as in
+            :class:`EGreedyModule`.
+        spec: the action spec (default: the policy's spec of ``action_key``).
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import Categorical
+        >>> from rl.modules import EGreedyWrapper, QValueActor
+        >>> policy = EGreedyWrapper(QValueActor(torch.nn.Linear(4, 3), spec=Categorical(3)))
+        >>> type(policy.module[-1]).__name__
+        'EGreedyModule'
+    """
+
+    def __init__(
+        self,
+        policy: TensorDictModuleBase,
+        *,
+        eps_init: float = 1.0,
+        eps_end: float = 0.1,
+        annealing_num_steps: int = 1000,
+        action_key: NestedKey = "action",
+        action_mask_key: NestedKey | None = None,
+        spec: TensorSpec | None = None,
+    ):
+        if spec is None:
+            spec = _policy_action_spec(policy, action_key)
+        explore = EGreedyModule(
+            spec,
+            eps_init,
+            eps_end,
+            annealing_num_steps,
+            action_key=action_key,
+            action_mask_key=action_mask_key,
+        )
+        super().__init__(policy, explore)
+
+
+class AdditiveGaussianWrapper(_ExplorationWrapper):
+    """``policy`` followed by an :class:`AdditiveGaussianModule` (TorchRL's older wrapper form).
+
+    Args:
+        policy: the policy writing ``action_key``.
+
+    Keyword Args:
+        sigma_init, sigma_end, annealing_num_steps, mean, std, action_key, safe, device: as
+            in :class:`AdditiveGaussianModule`.
+        spec: the action spec (default: the policy's spec of ``action_key``).
+    """
+
+    def __init__(
+        self,
+        policy: TensorDictModuleBase,
+        *,
+        sigma_init: float = 1.0,
+        sigma_end: float = 0.1,
+        annealing_num_steps: int = 1000,
+        mean: float = 0.0,
+        std: float = 1.0,
+        action_key: NestedKey = "action",
+        spec: TensorSpec | None = None,
+        safe: bool = True,
+        device: torch.device | None = None,
+    ):
+        if spec is None:
+            spec = _policy_action_spec(policy, action_key)
+        explore = AdditiveGaussianModule(
+            spec,
+            sigma_init,
+            sigma_end,
+            annealing_num_steps,
+            mean,
+            std,
+            action_key=action_key,
+            safe=safe,
+            device=device,
+        )
+        super().__init__(policy, explore)
+
+
+class OrnsteinUhlenbeckProcessWrapper(_ExplorationWrapper):
+    """``policy`` followed by an :class:`OrnsteinUhlenbeckProcessModule` (older wrapper form).
+
+    Args:
+        policy: the policy writing ``action_key``.
+
+    Keyword Args:
+        eps_init, eps_end, annealing_num_steps, theta, mu, sigma, dt, x0, sigma_min,
+            n_steps_annealing, action_key, is_init_key, safe, device: as in
+            :class:`OrnsteinUhlenbeckProcessModule`.
+        spec: the action spec (default: the policy's spec of ``action_key``).
+    """
+
+    def __init__(
+        self,
+        policy: TensorDictModuleBase,
+        *,
+        eps_init: float = 1.0,
+        eps_end: float = 0.1,
+        annealing_num_steps: int = 1000,
+        theta: float = 0.15,
+        mu: float = 0.0,
+        sigma: float = 0.2,
+        dt: float = 0.01,
+        x0: torch.Tensor | np.ndarray | float | None = None,
+        sigma_min: float | None = None,
+        n_steps_annealing: int = 1000,
+        action_key: NestedKey = "action",
+        is_init_key: NestedKey = "is_init",
+        spec: TensorSpec | None = None,
+        safe: bool = True,
+        device: torch.device | None = None,
+    ):
+        if spec is None:
+            spec = _policy_action_spec(policy, action_key)
+        explore = OrnsteinUhlenbeckProcessModule(
+            spec,
+            eps_init,
+            eps_end,
+            annealing_num_steps,
+            theta,
+            mu,
+            sigma,
+            dt,
+            x0,
+            sigma_min,
+            n_steps_annealing,
+            action_key=action_key,
+            is_init_key=is_init_key,
+            safe=safe,
+            device=device,
+        )
+        super().__init__(policy, explore)
+
+
+class RandomPolicy:
+    """A policy that writes a uniformly random action from ``action_spec``, ignoring the input.
+
+    Args:
+        action_spec: the action spec (a leaf spec, or a Composite whose entries are all
+            written). May be left ``None`` and set later by
+            :meth:`set_action_spec_from_env` (collectors do it).
+        action_key: where a leaf spec's action goes. Defaults to ``"action"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.core import Bounded
+        >>> from rl.modules import RandomPolicy
+        >>> policy = RandomPolicy(Bounded(-1.0, 1.0, shape=(2,)))
+        >>> policy(TensorDict(batch_size=[5]))["action"].shape
+        torch.Size([5, 2])
+    """
+
+    def __init__(self, action_spec: TensorSpec | None = None, action_key: NestedKey = "action"):
+        self.action_spec = action_spec.clone() if action_spec is not None else None
+        self.action_key = action_key
+
+    def set_action_spec_from_env(self, env: Any) -> None:
+        """Takes the env's full action spec when none was given."""
+        if self.action_spec is None:
+            self.action_spec = env.full_action_spec.clone()
+
+    def __call__(self, td: TensorDictBase) -> TensorDictBase:
+        spec = self.action_spec
+        if spec is None:
+            raise RuntimeError(
+                "RandomPolicy has no action_spec: pass one to the constructor, or call "
+                "set_action_spec_from_env(env)"
+            )
+        batch = td.batch_size
+        lead = () if tuple(spec.shape[: len(batch)]) == tuple(batch) else batch
+        if isinstance(spec, Composite):
+            return td.update(spec.rand(lead))
+        return td.set(self.action_key, spec.rand(lead))
+
+
+def set_exploration_modules_spec_from_env(policy: nn.Module, env: Any) -> None:
+    """Gives the env's (unbatched) action spec to the exploration modules that have none.
+
+    Args:
+        policy: a module containing exploration modules.
+        env: the environment whose ``action_spec`` (``action_spec_unbatched`` when it has
+            one) is used.
+    """
+    action_spec = getattr(env, "action_spec_unbatched", None)
+    if action_spec is None:
+        action_spec = env.action_spec
+    for submodule in policy.modules():
+        if isinstance(submodule, _AnnealedSpecModule) and submodule.spec is None:
+            submodule.spec = action_spec

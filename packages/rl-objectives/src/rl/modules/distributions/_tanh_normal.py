@@ -1,0 +1,245 @@
+"""TanhNormal: a Normal squashed by tanh and rescaled to ``[low, high]``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from numbers import Number
+
+import torch
+from torch import distributions as D
+from torch.distributions import constraints
+
+from ._utils import (
+    as_tensor_like,
+    check_broadcast,
+    check_low_high,
+    safe_atanh,
+    safe_tanh,
+    sum_rightmost,
+    tanh_log_abs_det_jacobian,
+)
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class TanhNormal(D.Distribution):
+    """A Normal distribution squashed by ``tanh`` and rescaled to ``[low, high]``.
+
+    A sample is ``mid + half * tanh(x)`` with ``x ~ Normal(loc, scale)``,
+    ``mid = (high + low) / 2`` and ``half = (high - low) / 2``: the action distribution of
+    SAC (`Haarnoja et al., 2018 <https://arxiv.org/abs/1801.01290>`_). The log-probability
+    subtracts the log-Jacobian of the squashing, computed as
+    ``log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2x))``; with ``safe_tanh=True`` the
+    pre-image of a value is taken at a clamped ``tanh`` value so that the log-probability
+    stays finite at ``low`` and ``high`` and for extreme ``loc`` and ``scale``.
+
+    There is no closed form for the mean, the mode or the entropy: :attr:`mean` and
+    :attr:`mode` raise ``NotImplementedError`` (as in TorchRL; tensordict's
+    ``InteractionType.MEAN`` then averages samples) and :meth:`entropy` is a Monte-Carlo
+    estimate. :attr:`deterministic_sample` is ``mid + half * tanh(loc)``.
+
+    Args:
+        loc (torch.Tensor): location of the Normal, shape ``[*batch, *event]``.
+        scale (torch.Tensor, float or callable): standard deviation of the Normal, of a
+            shape that broadcasts with ``loc``; a callable is called on ``loc`` (for
+            example ``torch.ones_like``).
+        upscale (float, optional): with ``tanh_loc=True``, ``loc`` becomes
+            ``upscale * tanh(loc / upscale)``. Defaults to ``5.0``.
+        low (torch.Tensor or float, optional): lower bound of the support. Defaults to
+            ``-1.0``.
+        high (torch.Tensor or float, optional): upper bound of the support. Defaults to
+            ``1.0``.
+        event_dims (int, optional): number of trailing dimensions of ``loc`` that form one
+            event (summed in :meth:`log_prob`). Defaults to ``min(1, loc.ndim)``.
+        tanh_loc (bool, optional): squash ``loc`` as described for ``upscale``. Defaults
+            to ``False``.
+        safe_tanh (bool, optional): clamp ``tanh`` values away from ``+-1`` so that they
+            can be inverted. Defaults to ``True``.
+
+    Raises:
+        ValueError: if ``high <= low`` somewhere, or ``loc`` and ``scale`` do not
+            broadcast, or ``event_dims`` exceeds ``loc.ndim``.
+
+    Examples:
+        >>> import torch
+        >>> from rl.modules import TanhNormal
+        >>> dist = TanhNormal(torch.zeros(3, 2), torch.ones(3, 2), low=-2.0, high=2.0)
+        >>> action = dist.rsample()
+        >>> action.shape, dist.log_prob(action).shape
+        (torch.Size([3, 2]), torch.Size([3]))
+        >>> dist.deterministic_sample
+        tensor([[0., 0.],
+                [0., 0.],
+                [0., 0.]])
+        >>> bool(dist.log_prob(torch.full((3, 2), 2.0)).isfinite().all())
+        True
+    """
+
+    arg_constraints = {
+        "loc": constraints.real,
+        "scale": constraints.greater_than(1e-6),
+    }
+    has_rsample = True
+    num_params: int = 2
+
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor | float | Callable[[torch.Tensor], torch.Tensor],
+        upscale: torch.Tensor | Number = 5.0,
+        low: torch.Tensor | Number = -1.0,
+        high: torch.Tensor | Number = 1.0,
+        event_dims: int | None = None,
+        tanh_loc: bool = False,
+        safe_tanh: bool = True,
+    ) -> None:
+        if not isinstance(loc, torch.Tensor):
+            loc = torch.as_tensor(loc, dtype=torch.get_default_dtype())
+        if not torch.compiler.is_compiling():
+            check_low_high(type(self).__name__, low, high)
+        if event_dims is None:
+            event_dims = min(1, loc.ndim)
+        if event_dims > loc.ndim:
+            raise ValueError(
+                f"{type(self).__name__} got event_dims={event_dims} but loc has only "
+                f"{loc.ndim} dimensions (shape {tuple(loc.shape)})"
+            )
+        self.low = as_tensor_like(low, loc)
+        self.high = as_tensor_like(high, loc)
+        self.upscale = upscale
+        self.tanh_loc = tanh_loc
+        self.safe_tanh = safe_tanh
+        self._event_dims = event_dims
+        self.update(loc, scale)
+
+    def update(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor | float | Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        """Replaces the parameters (``tanh_loc`` applies to the new ``loc``)."""
+        if self.tanh_loc:
+            loc = (loc / self.upscale).tanh() * self.upscale
+        if callable(scale) and not isinstance(scale, torch.Tensor):
+            scale = scale(loc)
+        scale = as_tensor_like(scale, loc)
+        shape = check_broadcast(
+            type(self).__name__, loc=loc, scale=scale, low=self.low, high=self.high
+        )
+        if loc.shape != shape:
+            loc = loc.expand(shape)
+        if scale.shape != shape:
+            scale = scale.expand(shape)
+        self.loc = loc
+        self.scale = scale
+        self._mid = (self.high + self.low) / 2
+        self._half = (self.high - self.low) / 2
+        split = len(shape) - self._event_dims
+        super().__init__(shape[:split], shape[split:], validate_args=False)
+
+    @property
+    def event_dims(self) -> int:
+        """Number of trailing dimensions that form one event."""
+        return self._event_dims
+
+    @property
+    def root_dist(self) -> D.Normal:
+        """The Normal of the pre-tanh values, one per element."""
+        return D.Normal(self.loc, self.scale, validate_args=False)
+
+    @property
+    def base_dist(self) -> D.Distribution:
+        """The pre-tanh Normal with this distribution's batch and event shapes."""
+        root = self.root_dist
+        if self._event_dims == 0:
+            return root
+        return D.Independent(root, self._event_dims, validate_args=False)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
+    def support(self) -> constraints.Constraint:
+        return constraints.interval(self.low, self.high)
+
+    def _squash(self, x: torch.Tensor) -> torch.Tensor:
+        y = safe_tanh(x) if self.safe_tanh else x.tanh()
+        return self._mid + self._half * y
+
+    def _log_prob_pre_tanh(self, x: torch.Tensor) -> torch.Tensor:
+        z = (x - self.loc) / self.scale
+        lp = -0.5 * z.pow(2) - self.scale.log() - _HALF_LOG_2PI
+        lp = lp - tanh_log_abs_det_jacobian(x) - self._half.log()
+        return sum_rightmost(lp, self._event_dims)
+
+    def rsample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
+        shape = self._extended_shape(torch.Size(sample_shape))
+        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self._squash(self.loc + eps * self.scale)
+
+    def sample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """Log-density of ``value`` (shape ``[*sample, *batch, *event]``), summed over the event."""
+        y = (value - self._mid) / self._half
+        x = safe_atanh(y) if self.safe_tanh else y.atanh()
+        return self._log_prob_pre_tanh(x)
+
+    def rsample_and_log_prob(
+        self, sample_shape: torch.Size | Sequence[int] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized sample and its log-probability, scored at its exact pre-tanh value.
+
+        Scoring the pre-tanh value avoids inverting a saturated ``tanh``.
+        """
+        shape = self._extended_shape(torch.Size(sample_shape))
+        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        x = self.loc + eps * self.scale
+        return self._squash(x), self._log_prob_pre_tanh(x)
+
+    def sample_and_log_prob(
+        self, sample_shape: torch.Size | Sequence[int] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A detached sample and its log-probability (differentiable in the parameters)."""
+        with torch.no_grad():
+            shape = self._extended_shape(torch.Size(sample_shape))
+            eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+            x = self.loc + eps * self.scale
+            sample = self._squash(x)
+        return sample, self._log_prob_pre_tanh(x)
+
+    def entropy(self, num_samples: int = 1) -> torch.Tensor:
+        """Monte-Carlo estimate of the entropy, ``-mean(log_prob(a))`` over ``num_samples`` draws.
+
+        It has no closed form; the estimate is differentiable (reparameterized draws).
+
+        Returns:
+            A tensor of shape ``batch_shape``.
+        """
+        _, lp = self.rsample_and_log_prob((num_samples,))
+        return -lp.mean(0)
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        """``mid + half * tanh(loc)``: the squashed location."""
+        return self._squash(self.loc)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no closed-form mode; use deterministic_sample "
+            "(ExplorationType.DETERMINISTIC) for a deterministic action"
+        )
+
+    @property
+    def mean(self) -> torch.Tensor:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no closed-form mean; estimate it with "
+            "dist.sample((N,)).mean(0) for a large N"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(batch_shape={tuple(self.batch_shape)}, "
+            f"event_shape={tuple(self.event_shape)})"
+        )

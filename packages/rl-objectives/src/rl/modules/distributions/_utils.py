@@ -1,0 +1,94 @@
+"""Numerical helpers shared by the distributions: safe tanh / atanh and argument checks."""
+
+from __future__ import annotations
+
+import math
+from numbers import Number
+
+import torch
+import torch.nn.functional as F
+
+_LOG2 = math.log(2.0)
+
+
+def _tanh_limit(dtype: torch.dtype) -> float:
+    """The largest magnitude below 1 that a tanh output is clamped to, for ``dtype``."""
+    return 1.0 - torch.finfo(dtype).resolution
+
+
+def safe_tanh(x: torch.Tensor) -> torch.Tensor:
+    """``tanh(x)`` clamped to ``[-1 + eps, 1 - eps]`` (``eps`` the dtype's resolution).
+
+    The clamp keeps the value invertible by :func:`safe_atanh`; the gradient is the one of
+    ``tanh`` (straight through the clamp), so saturated samples still pass a gradient.
+
+    Args:
+        x: any shape.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    y = x.tanh()
+    lim = _tanh_limit(x.dtype)
+    return y + (y.clamp(-lim, lim) - y).detach()
+
+
+def safe_atanh(y: torch.Tensor) -> torch.Tensor:
+    """``atanh(y)`` with ``y`` first clamped to ``[-1 + eps, 1 - eps]``: finite at ``y = +-1``.
+
+    The gradient is ``1 / (1 - clamp(y)^2)`` (straight through the clamp), finite everywhere.
+
+    Args:
+        y: any shape, values in ``[-1, 1]``.
+
+    Returns:
+        A tensor of the shape of ``y``.
+    """
+    lim = _tanh_limit(y.dtype)
+    y = y + (y.clamp(-lim, lim) - y).detach()
+    return y.atanh()
+
+
+def tanh_log_abs_det_jacobian(x: torch.Tensor) -> torch.Tensor:
+    """``log(1 - tanh(x)^2)`` computed as ``2 (log 2 - x - softplus(-2x))``, stable for any ``x``.
+
+    Args:
+        x: the pre-tanh value, any shape.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return 2.0 * (_LOG2 - x - F.softplus(-2.0 * x))
+
+
+def sum_rightmost(value: torch.Tensor, ndims: int) -> torch.Tensor:
+    """Sums the ``ndims`` last dimensions of ``value`` (none when ``ndims`` is 0)."""
+    if ndims == 0:
+        return value
+    return value.sum(tuple(range(-ndims, 0)))
+
+
+def as_tensor_like(value: torch.Tensor | Number, ref: torch.Tensor) -> torch.Tensor:
+    """``value`` as a tensor on ``ref``'s device with ``ref``'s floating dtype."""
+    if isinstance(value, torch.Tensor):
+        if value.device != ref.device or value.dtype != ref.dtype:
+            value = value.to(device=ref.device, dtype=ref.dtype)
+        return value
+    return torch.as_tensor(value, device=ref.device, dtype=ref.dtype)
+
+
+def check_broadcast(name: str, **tensors: torch.Tensor) -> torch.Size:
+    """Returns the broadcast shape of ``tensors`` or raises a ``ValueError`` naming their shapes."""
+    shapes = {key: tuple(t.shape) for key, t in tensors.items()}
+    try:
+        return torch.broadcast_shapes(*(t.shape for t in tensors.values()))
+    except RuntimeError:
+        given = ", ".join(f"{key} of shape {shape}" for key, shape in shapes.items())
+        raise ValueError(f"{name} got parameters whose shapes do not broadcast: {given}") from None
+
+
+def check_low_high(name: str, low, high) -> None:
+    """Raises a ``ValueError`` naming ``low`` and ``high`` unless ``high > low`` everywhere."""
+    ok = torch.as_tensor(high) > torch.as_tensor(low)
+    if not bool(ok.all()):
+        raise ValueError(f"{name} needs high > low everywhere, got low={low} and high={high}")

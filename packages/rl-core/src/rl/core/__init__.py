@@ -1,4 +1,4 @@
-"""rl.core: tensor specs, exploration type and seeding shared by every ``rl`` package."""
+"""rl.core: tensor specs, exploration type, seeding, the trainer, its loggers and checkpoints."""
 
 from tensordict.utils import NestedKey
 
@@ -6,11 +6,14 @@ from ._exploration import ExplorationType, exploration_type, set_exploration_typ
 from ._seed import seed_everything
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
 from ._specs import __all__ as _spec_names
+from .trainers import *  # noqa: F403  (the trainer and its hooks)
+from .trainers import __all__ as _trainer_names
 
 __version__ = "0.1.0"
 
 __all__ = [
     *_spec_names,
+    *_trainer_names,
     "ExplorationType",
     "NestedKey",
     "exploration_type",

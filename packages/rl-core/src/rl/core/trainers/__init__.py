@@ -1,0 +1,45 @@
+"""The trainer, its hooks and exact checkpoints (``torchrl.trainers`` in TorchRL).
+
+Nothing here imports another ``rl`` package: the collector, loss, replay buffer and
+environments are duck-typed.
+"""
+
+from ._checkpoint import CheckpointError, atomic_save, load_checkpoint
+from ._hooks_data import (
+    BatchSubSampler,
+    ReplayBufferTrainer,
+    RewardNormalizer,
+    SelectKeys,
+    mask_batch,
+)
+from ._hooks_log import CountFramesLog, LogScalar, LogValidationReward
+from ._hooks_optim import (
+    EarlyStopping,
+    LRSchedulerHook,
+    OptimizerHook,
+    TargetNetUpdaterHook,
+    UpdateWeights,
+)
+from ._trainer import HOOK_POINTS, Trainer, TrainerHookBase
+
+__all__ = [
+    "HOOK_POINTS",
+    "BatchSubSampler",
+    "CheckpointError",
+    "CountFramesLog",
+    "EarlyStopping",
+    "LRSchedulerHook",
+    "LogScalar",
+    "LogValidationReward",
+    "OptimizerHook",
+    "ReplayBufferTrainer",
+    "RewardNormalizer",
+    "SelectKeys",
+    "TargetNetUpdaterHook",
+    "Trainer",
+    "TrainerHookBase",
+    "UpdateWeights",
+    "atomic_save",
+    "load_checkpoint",
+    "mask_batch",
+]

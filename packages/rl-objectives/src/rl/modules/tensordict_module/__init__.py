@@ -21,6 +21,8 @@ from ._qvalue import (
     QValueActor,
     QValueModule,
 )
+from ._rnn import GRUModule, LSTMModule, get_primers_from_module
+from ._rnn_layers import GRU, LSTM, recurrent_mode, set_recurrent_mode
 from ._sequence import SafeSequential
 
 __all__ = [
@@ -32,6 +34,13 @@ __all__ = [
     "OrnsteinUhlenbeckProcessWrapper",
     "RandomPolicy",
     "set_exploration_modules_spec_from_env",
+    "GRU",
+    "GRUModule",
+    "LSTM",
+    "LSTMModule",
+    "get_primers_from_module",
+    "recurrent_mode",
+    "set_recurrent_mode",
     "Actor",
     "ActorCriticOperator",
     "ActorCriticWrapper",

@@ -1,0 +1,506 @@
+"""Recurrent policies: LSTMModule and GRUModule, their env primers.
+
+A recurrent module reads an input and its hidden state(s) from the tensordict and writes
+its output and the next hidden state under ``"next"``, so that the environment carries the
+state to the next step (the keys must be primed by the transform
+``make_tensordict_primer()`` returns). ``is_init`` (from an ``InitTracker`` transform)
+marks the first step of each trajectory, where the state is reset to zero.
+
+Two modes, chosen by :class:`~rl.modules.set_recurrent_mode` (or
+``default_recurrent_mode``):
+
+- step by step (default), for acting: each call is one step, any batch shape;
+- recurrent, for training: the last batch dim is time; sequences are cut where
+  ``is_init`` is set and each piece starts from the hidden state stored at its first step,
+  so the outputs equal those computed step by step during the rollout.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase, unravel_key_list
+from tensordict.nn import TensorDictModuleBase, dispatch
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rl.core import Unbounded
+
+from ._rnn_layers import GRU, LSTM, recurrent_mode
+
+__all__ = ["GRUModule", "LSTMModule", "get_primers_from_module"]
+
+_ENVS_HINT = "make_tensordict_primer() needs rl.envs: pip install rl-envs"
+
+
+def _import_envs_transforms() -> Any:
+    try:
+        from rl.envs import transforms
+    except ImportError as err:
+        raise ImportError(_ENVS_HINT) from err
+    return transforms
+
+
+def _segments(is_init: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Cuts ``[N, T]`` rows into trajectory pieces where ``is_init`` is set.
+
+    Returns, over the ``N * T`` flattened steps: each step's piece and position in it,
+    the flat index of each piece's first step, and each piece's length.
+    """
+    starts = is_init.clone()
+    starts[:, 0] = True
+    flat = starts.reshape(-1)
+    seg_id = flat.long().cumsum(0) - 1
+    start_idx = flat.nonzero().squeeze(-1)
+    pos = torch.arange(flat.numel(), device=flat.device) - start_idx[seg_id]
+    lengths = torch.bincount(seg_id, minlength=start_idx.numel())
+    return seg_id, pos, start_idx, lengths
+
+
+class _RecurrentModule(TensorDictModuleBase):
+    """Shared key handling, modes and sequence cutting of LSTMModule and GRUModule."""
+
+    DEFAULT_IN_KEYS: list[NestedKey]
+    DEFAULT_OUT_KEYS: list[NestedKey]
+    _python_cls: type[nn.RNNBase]
+    _cudnn_cls: type[nn.RNNBase]
+    rnn: nn.RNNBase
+
+    def _init_keys(
+        self,
+        in_key: NestedKey | None,
+        in_keys: Sequence[NestedKey] | None,
+        out_key: NestedKey | None,
+        out_keys: Sequence[NestedKey] | None,
+    ) -> None:
+        name = type(self).__name__
+        if (in_key is None) == (in_keys is None):
+            raise ValueError(
+                f"{name} takes either in_key or in_keys, not both and not neither; got "
+                f"in_key={in_key!r}, in_keys={in_keys!r}"
+            )
+        if (out_key is None) == (out_keys is None):
+            raise ValueError(
+                f"{name} takes either out_key or out_keys, not both and not neither; got "
+                f"out_key={out_key!r}, out_keys={out_keys!r}"
+            )
+        if in_key is not None:
+            in_keys = [in_key, *self.DEFAULT_IN_KEYS]
+        if out_key is not None:
+            out_keys = [out_key, *self.DEFAULT_OUT_KEYS]
+        in_keys = unravel_key_list(list(in_keys))
+        out_keys = unravel_key_list(list(out_keys))
+        n = 1 + self._num_states
+        if len(in_keys) == n + 1 and in_keys[-1] == "is_init":
+            in_keys = in_keys[:-1]
+        if len(in_keys) != n:
+            raise ValueError(
+                f"{name} expects {n} in_keys (the input and {self._num_states} hidden state(s), "
+                f"optionally 'is_init'), got {in_keys}"
+            )
+        if len(out_keys) != n:
+            raise ValueError(
+                f"{name} expects {n} out_keys (the output and {self._num_states} next hidden "
+                f"state(s)), got {out_keys}"
+            )
+        self.in_keys = [*in_keys, "is_init"]
+        self.out_keys = out_keys
+
+    def _build_rnn(self, rnn: nn.RNNBase | None, python_based: bool, **kwargs: Any) -> None:
+        if rnn is not None:
+            if not rnn.batch_first:
+                raise ValueError(f"the {type(rnn).__name__} given must have batch_first=True")
+            if kwargs["input_size"] is not None or kwargs["hidden_size"] is not None:
+                raise ValueError(
+                    "pass either a recurrent layer or input_size/hidden_size, not both"
+                )
+        else:
+            if not kwargs["batch_first"]:
+                raise ValueError(f"{type(self).__name__} needs batch_first=True")
+            if not kwargs["hidden_size"]:
+                raise ValueError(f"{type(self).__name__} needs hidden_size")
+            cls = self._python_cls if python_based else self._cudnn_cls
+            rnn = cls(**kwargs)
+        if rnn.bidirectional:
+            raise ValueError(
+                f"{type(self).__name__} does not support bidirectional layers: a policy only "
+                "sees the past"
+            )
+        self.rnn = rnn
+
+    # ------------------------------------------------------------------ modes
+    @property
+    def recurrent_mode(self) -> bool:
+        """Whether calls process sequences (see :class:`~rl.modules.set_recurrent_mode`)."""
+        mode = recurrent_mode()
+        return bool(self._recurrent_mode) if mode is None else mode
+
+    @recurrent_mode.setter
+    def recurrent_mode(self, value: bool) -> None:
+        raise RuntimeError(
+            "recurrent_mode cannot be set on a module: use the set_recurrent_mode context "
+            "manager or the default_recurrent_mode argument"
+        )
+
+    def set_recurrent_mode(self, mode: bool = True) -> None:
+        """Removed in TorchRL 0.8: raises, pointing to the context manager."""
+        raise RuntimeError(
+            f"{type(self).__name__}.set_recurrent_mode() was removed: wrap the calls in "
+            "`with rl.modules.set_recurrent_mode(True):` or pass default_recurrent_mode=True"
+        )
+
+    def make_python_based(self) -> _RecurrentModule:
+        """Switches (in place) to the Python recurrence, keeping the parameters."""
+        return self._switch(self._python_cls)
+
+    def make_cudnn_based(self) -> _RecurrentModule:
+        """Switches (in place) to torch's (cuDNN) recurrence, keeping the parameters."""
+        return self._switch(self._cudnn_cls)
+
+    def _switch(self, cls: type[nn.RNNBase]) -> _RecurrentModule:
+        if type(self.rnn) is cls:
+            return self
+        old = self.rnn
+        kwargs = dict(
+            input_size=old.input_size,
+            hidden_size=old.hidden_size,
+            num_layers=old.num_layers,
+            bias=old.bias,
+            dropout=old.dropout,
+            batch_first=True,
+        )
+        if getattr(old, "proj_size", 0):
+            kwargs["proj_size"] = old.proj_size
+        param = next(old.parameters())
+        new = cls(**kwargs, device=param.device, dtype=param.dtype)
+        new.load_state_dict(old.state_dict())
+        new.train(old.training)
+        self.rnn = new
+        return self
+
+    # ------------------------------------------------------------------ primers
+    def _state_shapes(self) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    def make_tensordict_primer(self) -> Any:
+        """The ``TensorDictPrimer`` that adds zero hidden states to the env's reset output.
+
+        Requires ``rl-envs``. Append it to the env: ``TransformedEnv(env,
+        Compose(InitTracker(), module.make_tensordict_primer()))``.
+
+        Raises:
+            RuntimeError: if the out_keys are not ``("next", <in_key>)`` of the state keys.
+            ImportError: if rl-envs is not installed.
+        """
+        state_in = self.in_keys[1 : 1 + self._num_states]
+        state_out = self.out_keys[1:]
+        for key_in, key_out in zip(state_in, state_out):
+            key_in_t = key_in if isinstance(key_in, tuple) else (key_in,)
+            if key_out != ("next", *key_in_t):
+                raise RuntimeError(
+                    "make_tensordict_primer needs the next hidden states written at "
+                    f"('next', <in_key>); got in_keys={self.in_keys} and out_keys={self.out_keys}"
+                )
+        transforms = _import_envs_transforms()
+        specs = {
+            key: Unbounded(shape=shape)
+            for key, shape in zip(state_in, self._state_shapes(), strict=True)
+        }
+        return transforms.TensorDictPrimer(specs)
+
+    # ------------------------------------------------------------------ running
+    def _call_rnn(
+        self, x: torch.Tensor, hx: list[torch.Tensor], lengths: torch.Tensor | None
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        hx_arg = tuple(hx) if self._num_states > 1 else hx[0]
+        if lengths is None:
+            y, hn = self.rnn(x, hx_arg)
+        elif isinstance(self.rnn, self._python_cls):
+            steps = torch.arange(x.shape[1], device=x.device)
+            y, hn = self.rnn(x, hx_arg, mask=steps < lengths.unsqueeze(-1))
+        else:
+            packed = nn.utils.rnn.pack_padded_sequence(
+                x, lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
+            y, hn = self.rnn(packed, hx_arg)
+            y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
+        return y, list(hn) if self._num_states > 1 else [hn]
+
+    def _read(self, tensordict: TensorDictBase, key: NestedKey) -> torch.Tensor:
+        value = tensordict.get(key, None)
+        if value is None:
+            hint = " (add an InitTracker transform to the env)" if key == "is_init" else ""
+            raise KeyError(
+                f"{type(self).__name__} reads the key {key!r}{hint}, which is not in the input "
+                f"tensordict. Keys present: {[str(k) for k in tensordict.keys(True, True)]}"
+            )
+        return value
+
+    @dispatch(auto_batch_size=False)
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        recurrent = self.recurrent_mode
+        batch = tensordict.batch_size
+        if recurrent and len(batch) == 0:
+            raise ValueError(
+                f"{type(self).__name__} in recurrent mode needs a tensordict with a time dim "
+                "(its last batch dim), got batch_size=()"
+            )
+        steps = batch[-1] if recurrent else 1
+        n = batch.numel() // steps if steps else 0
+        x = self._read(tensordict, self.in_keys[0])
+        x = x.reshape(n, steps, *x.shape[len(batch) :])
+        is_init = self._read(tensordict, "is_init").reshape(n, steps)
+        shapes = self._state_shapes()
+        states = [tensordict.get(key, None) for key in self.in_keys[1 : 1 + self._num_states]]
+        if all(s is None for s in states):
+            states = [x.new_zeros(n, steps, *shape) for shape in shapes]
+        elif any(s is None for s in states):
+            missing = [k for k, s in zip(self.in_keys[1:], states) if s is None]
+            raise KeyError(f"{type(self).__name__} got some hidden states but not {missing}")
+        else:
+            states = [s.reshape(n, steps, *shape) for s, shape in zip(states, shapes)]
+        # a new trajectory starts from a zero state
+        reset = is_init.reshape(n, steps, 1, 1)
+        states = [s.masked_fill(reset, 0.0) for s in states]
+        if not recurrent or not bool(is_init[:, 1:].any()):
+            hx = [s[:, 0].transpose(0, 1).contiguous() for s in states]
+            y, hn = self._call_rnn(x, hx, None)
+            out_states = []
+            for h, shape in zip(hn, shapes):
+                last = h.transpose(0, 1).unsqueeze(1)
+                if steps > 1:  # the next state is written at the last step only
+                    last = torch.cat([last.new_zeros(n, steps - 1, *shape), last], 1)
+                out_states.append(last)
+        else:
+            seg_id, pos, start_idx, lengths = _segments(is_init)
+            flat_x = x.reshape(n * steps, *x.shape[2:])
+            padded = flat_x.new_zeros(start_idx.numel(), int(lengths.max()), *x.shape[2:])
+            padded[seg_id, pos] = flat_x
+            hx = [
+                s.reshape(n * steps, *shape)[start_idx].transpose(0, 1).contiguous()
+                for s, shape in zip(states, shapes)
+            ]
+            y, hn = self._call_rnn(padded, hx, lengths)
+            y = y[seg_id, pos].reshape(n, steps, -1)
+            end_idx = start_idx + lengths - 1
+            out_states = []
+            for h, shape in zip(hn, shapes):
+                out = h.new_zeros(n * steps, *shape)
+                out[end_idx] = h.transpose(0, 1)
+                out_states.append(out.reshape(n, steps, *shape))
+        tensordict.set(self.out_keys[0], y.reshape(*batch, y.shape[-1]))
+        for key, value, shape in zip(self.out_keys[1:], out_states, shapes):
+            tensordict.set(key, value.reshape(*batch, *shape))
+        return tensordict
+
+
+class LSTMModule(_RecurrentModule):
+    """An LSTM policy layer reading and writing its hidden states in the tensordict.
+
+    Args:
+        input_size: input features.
+        hidden_size: hidden features.
+        num_layers: stacked layers. Defaults to ``1``.
+        bias: use biases. Defaults to ``True``.
+        batch_first: must be ``True`` (time is the last batch dim of a tensordict).
+        dropout: dropout between layers. Defaults to ``0``.
+        proj_size: projection size of ``torch.nn.LSTM`` (cuDNN path only). Defaults to ``0``.
+        bidirectional: must be ``False``.
+        python_based: use the Python recurrence (:class:`~rl.modules.LSTM`, traceable by
+            ``vmap``/``compile``) instead of ``torch.nn.LSTM``. Defaults to ``False``.
+
+    Keyword Args:
+        in_key: the input key; the states are then read at ``"recurrent_state_h"`` and
+            ``"recurrent_state_c"``.
+        in_keys: ``[input, h, c]`` (``"is_init"`` is always read too).
+        out_key: the output key; the next states are then written at
+            ``("next", "recurrent_state_h")`` and ``("next", "recurrent_state_c")``.
+        out_keys: ``[output, next_h, next_c]``.
+        device: where the layer lives.
+        lstm: an existing ``batch_first`` LSTM to use instead of building one.
+        default_recurrent_mode: the mode outside of ``set_recurrent_mode``. Defaults to
+            step-by-step.
+
+    The hidden states have shape ``[*batch, num_layers, hidden_size]``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.modules import LSTMModule, set_recurrent_mode
+        >>> lstm = LSTMModule(input_size=3, hidden_size=8, in_key="obs", out_key="features")
+        >>> td = TensorDict(
+        ...     obs=torch.randn(4, 3), is_init=torch.ones(4, 1, dtype=torch.bool), batch_size=[4]
+        ... )
+        >>> td = lstm(td)
+        >>> td["features"].shape, td["next", "recurrent_state_h"].shape
+        (torch.Size([4, 8]), torch.Size([4, 1, 8]))
+        >>> seq = TensorDict(
+        ...     obs=torch.randn(4, 10, 3), is_init=torch.zeros(4, 10, 1, dtype=torch.bool),
+        ...     batch_size=[4, 10],
+        ... )
+        >>> with set_recurrent_mode(True):
+        ...     lstm(seq)["features"].shape
+        torch.Size([4, 10, 8])
+    """
+
+    DEFAULT_IN_KEYS = ["recurrent_state_h", "recurrent_state_c"]
+    DEFAULT_OUT_KEYS = [("next", "recurrent_state_h"), ("next", "recurrent_state_c")]
+    _num_states = 2
+    _python_cls = LSTM
+    _cudnn_cls = nn.LSTM
+
+    def __init__(
+        self,
+        input_size: int | None = None,
+        hidden_size: int | None = None,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = True,
+        dropout: float = 0,
+        proj_size: int = 0,
+        bidirectional: bool = False,
+        python_based: bool = False,
+        *,
+        in_key: NestedKey | None = None,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_key: NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        device: torch.device | str | None = None,
+        lstm: nn.LSTM | None = None,
+        default_recurrent_mode: bool | None = None,
+    ):
+        super().__init__()
+        kwargs = dict(
+            input_size=input_size,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            bias=bias,
+            batch_first=batch_first,
+            dropout=dropout,
+            bidirectional=bidirectional,
+            device=device,
+        )
+        if proj_size:
+            kwargs["proj_size"] = proj_size
+        self._build_rnn(lstm, python_based, **kwargs)
+        self._init_keys(in_key, in_keys, out_key, out_keys)
+        self._recurrent_mode = default_recurrent_mode
+
+    @property
+    def lstm(self) -> nn.LSTM:
+        """The LSTM layer."""
+        return self.rnn
+
+    def _state_shapes(self) -> list[tuple[int, int]]:
+        lstm = self.rnn
+        h_size = lstm.proj_size if getattr(lstm, "proj_size", 0) else lstm.hidden_size
+        return [(lstm.num_layers, h_size), (lstm.num_layers, lstm.hidden_size)]
+
+
+class GRUModule(_RecurrentModule):
+    """A GRU policy layer reading and writing its hidden state in the tensordict.
+
+    Same arguments as :class:`LSTMModule`, with one state: ``in_key`` reads it at
+    ``"recurrent_state"`` and ``out_key`` writes it at ``("next", "recurrent_state")``;
+    ``gru`` passes an existing layer.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.modules import GRUModule
+        >>> gru = GRUModule(input_size=3, hidden_size=8, in_key="obs", out_key="features")
+        >>> td = TensorDict(
+        ...     obs=torch.randn(4, 3), is_init=torch.ones(4, 1, dtype=torch.bool), batch_size=[4]
+        ... )
+        >>> gru(td)["next", "recurrent_state"].shape
+        torch.Size([4, 1, 8])
+    """
+
+    DEFAULT_IN_KEYS = ["recurrent_state"]
+    DEFAULT_OUT_KEYS = [("next", "recurrent_state")]
+    _num_states = 1
+    _python_cls = GRU
+    _cudnn_cls = nn.GRU
+
+    def __init__(
+        self,
+        input_size: int | None = None,
+        hidden_size: int | None = None,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = True,
+        dropout: float = 0,
+        bidirectional: bool = False,
+        python_based: bool = False,
+        *,
+        in_key: NestedKey | None = None,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_key: NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        device: torch.device | str | None = None,
+        gru: nn.GRU | None = None,
+        default_recurrent_mode: bool | None = None,
+    ):
+        super().__init__()
+        self._build_rnn(
+            gru,
+            python_based,
+            input_size=input_size,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            bias=bias,
+            batch_first=batch_first,
+            dropout=dropout,
+            bidirectional=bidirectional,
+            device=device,
+        )
+        self._init_keys(in_key, in_keys, out_key, out_keys)
+        self._recurrent_mode = default_recurrent_mode
+
+    @property
+    def gru(self) -> nn.GRU:
+        """The GRU layer."""
+        return self.rnn
+
+    def _state_shapes(self) -> list[tuple[int, int]]:
+        return [(self.rnn.num_layers, self.rnn.hidden_size)]
+
+
+def get_primers_from_module(module: nn.Module, warn: bool = True, strict: bool = True) -> Any:
+    """Collects the env primers of every submodule that has ``make_tensordict_primer``.
+
+    Args:
+        module: a policy containing recurrent modules.
+        warn: warn when no submodule has a primer. Defaults to ``True``.
+        strict: let errors of ``make_tensordict_primer`` propagate; with ``False`` they
+            are collected into one warning. Defaults to ``True``.
+
+    Returns:
+        ``None`` (no primer), the single primer, or a ``Compose`` of them (rl.envs).
+    """
+    primers = []
+    failures = []
+    for sub in module.modules():
+        make = getattr(sub, "make_tensordict_primer", None)
+        if make is None:
+            continue
+        try:
+            primers.append(make())
+        except Exception as err:
+            if strict:
+                raise
+            failures.append(f"{type(sub).__name__}: {err}")
+    if failures:
+        warnings.warn(
+            "could not build the primers of: " + "; ".join(failures), UserWarning, stacklevel=2
+        )
+    if not primers:
+        if warn:
+            warnings.warn("no primers found in the module", UserWarning, stacklevel=2)
+        return None
+    if len(primers) == 1:
+        return primers[0]
+    return _import_envs_transforms().Compose(*primers)

@@ -427,6 +427,7 @@ class LossModule(TensorDictModuleBase):
                     if id(value) in shared:
                         params._param_td.set(key, value.data)
             self.__dict__[module_name] = module
+            info["detached_module"] = copy.deepcopy(module)
         else:
             copies = [module] + [copy.deepcopy(module) for _ in range(expand_dim - 1)]
             for c in copies[1:]:
@@ -483,6 +484,7 @@ class LossModule(TensorDictModuleBase):
                         sub._parameters[name] = value
                 elif not is_param:
                     sub._buffers[name] = value
+            _as_buffers(info["detached_module"], keys, [params.get(k).detach() for k in keys])
         else:
             info["stacked"] = [params.get(k) for k in keys]
             info["stacked_detached"] = [t.detach() for t in info["stacked"]]
@@ -511,6 +513,13 @@ class LossModule(TensorDictModuleBase):
         """The target network (the online one when no target copy was made)."""
         info = self._functional[module_name]
         return info.get("target", self.__dict__[module_name])
+
+    def _detached_network(self, module_name: str) -> nn.Module:
+        """A copy of the online network running on its values with no gradient to them.
+
+        Gradients still flow through its inputs (e.g. an actor's action in DDPG).
+        """
+        return self._functional[module_name]["detached_module"]
 
     def _ensemble(self, module_name: str, kind: str = "online") -> list[nn.Module]:
         """The members of an ensemble.

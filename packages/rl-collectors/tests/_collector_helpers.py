@@ -51,3 +51,50 @@ class FakeBuffer:
 
     def __len__(self):
         return sum(item.numel() for item in self.items)
+
+
+class FailingEnv(GymEnv):
+    """A CartPole whose ``_step`` raises at its ``fail_at``-th step."""
+
+    def __init__(self, fail_at: int = 5):
+        super().__init__("CartPole-v1", categorical_action_encoding=True)
+        self.fail_at = fail_at
+        self.count = 0
+
+    def _step(self, tensordict):
+        self.count += 1
+        if self.count >= self.fail_at:
+            raise ValueError(f"simulator exploded at step {self.count}")
+        return super()._step(tensordict)
+
+
+def live_processes(pids) -> list[int]:
+    """The pids of ``pids`` that still run (zombies excluded)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as file:
+                state = file.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def children_of(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (from /proc)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return found

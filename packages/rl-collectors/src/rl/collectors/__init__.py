@@ -1,5 +1,11 @@
 """rl.collectors: data collectors that batch a policy acting in environments."""
 
+from ._multi import (
+    MultiAsyncCollector,
+    MultiaSyncDataCollector,
+    MultiSyncCollector,
+    MultiSyncDataCollector,
+)
 from ._single import Collector, SyncDataCollector
 from ._utils import split_trajectories
 
@@ -7,6 +13,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Collector",
+    "MultiAsyncCollector",
+    "MultiSyncCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
     "SyncDataCollector",
     "split_trajectories",
 ]

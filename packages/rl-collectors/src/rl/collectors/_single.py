@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -14,6 +12,7 @@ from torch import nn
 from rl.core import ExplorationType, set_exploration_type
 from rl.envs import EnvBase
 
+from ._base import CollectorBase
 from ._common import (
     TrajIds,
     check_actions,
@@ -25,7 +24,6 @@ from ._common import (
     wrap_policy,
 )
 from ._env_state import env_state, load_env_state
-from ._utils import split_trajectories
 
 __all__ = ["Collector", "SyncDataCollector"]
 
@@ -34,7 +32,7 @@ def _device(device) -> torch.device | None:
     return None if device is None else torch.device(device)
 
 
-class Collector:
+class Collector(CollectorBase):
     """Iterates over ``[*env_batch, T]`` batches of a policy acting in an environment.
 
     Each batch is one call of the env's own rollout machinery (``env.rollout``: its fast
@@ -159,61 +157,21 @@ class Collector:
         self.extend_buffer = extend_buffer
         self.trust_policy = bool(trust_policy)
         self.track_traj_ids = track_traj_ids
-        self._frames = 0
-        self._iter = 0
+        self._init_base()
         self._root: TensorDictBase | None = None
         self._traj_ids = TrajIds(self.env.batch_size)
         self._checked = self.trust_policy or policy is None
         self._carry_keys: list | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._thread_error: BaseException | None = None
-        self.closed = False
 
-    # ------------------------------------------------------------------------ iteration
-    def __len__(self) -> int:
-        if self.total_frames < 0:
-            raise TypeError("a Collector with total_frames=-1 has no length")
-        return math.ceil(self.total_frames / self.frames_per_batch)
-
-    def __iter__(self) -> Iterator[TensorDictBase | None]:
-        return self.iterator()
-
-    def iterator(self) -> Iterator[TensorDictBase | None]:
-        """Yields the batches (``None`` each batch when a replay buffer is given)."""
-        while not self.closed and (self.total_frames < 0 or self._frames < self.total_frames):
-            yield self._next_batch()
-
-    def next(self) -> TensorDictBase | None:
-        """Collects and returns one batch (outside a ``for`` loop)."""
-        return self._next_batch()
-
-    def _next_batch(self) -> TensorDictBase | None:
-        if self.closed:
-            raise RuntimeError("the collector was shut down")
+    # ------------------------------------------------------------------------ batches
+    def _produce(self) -> TensorDictBase | None:
         steps = self.steps_per_batch
-        if self.total_frames >= 0:
-            left = (self.total_frames - self._frames) // max(self.env.batch_size.numel(), 1)
-            if left <= 0:
-                raise StopIteration
-            steps = min(steps, left)
-        batch = self.rollout(steps)
-        self._frames += batch.numel()
-        self._iter += 1
-        if self.split_trajs:
-            batch = split_trajectories(batch)
-        if self.postproc is not None:
-            batch = self.postproc(batch)
-        if self.replay_buffer is not None:
-            self._extend(batch)
-            return None
-        return batch
-
-    def _extend(self, batch: TensorDictBase) -> None:
-        storage = getattr(self.replay_buffer, "storage", None)
-        if getattr(storage, "ndim", 1) == 1 and batch.ndim > 1:
-            batch = batch.reshape(-1)
-        self.replay_buffer.extend(batch)
+        left = self._frames_left()
+        if left is not None:
+            steps = min(steps, left // max(self.env.batch_size.numel(), 1))
+            if steps <= 0:
+                return None
+        return self.rollout(steps)
 
     @torch.no_grad()
     def rollout(self, steps: int | None = None) -> TensorDictBase:
@@ -352,64 +310,8 @@ class Collector:
             else TensorDict(root, batch_size=self.env.batch_size, device=self.env.device)
         )
 
-    # -------------------------------------------------------------------- background
-    def start(self) -> None:
-        """Collects into ``replay_buffer`` in a background thread until ``total_frames``
-        or :meth:`async_shutdown`."""
-        if self.replay_buffer is None:
-            raise RuntimeError("start() collects into a replay buffer: pass replay_buffer=")
-        if self._thread is not None and self._thread.is_alive():
-            raise RuntimeError("the collector is already running in the background")
-        self._stop.clear()
-        self._thread_error = None
-        self._thread = threading.Thread(target=self._run, name="rl-collector", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for _ in self.iterator():
-                if self._stop.is_set():
-                    break
-        except BaseException as err:  # reported by async_shutdown / is_running
-            self._thread_error = err
-
-    def is_running(self) -> bool:
-        """Whether the background collection runs (raises its error if it failed)."""
-        if self._thread_error is not None:
-            err, self._thread_error = self._thread_error, None
-            raise RuntimeError("the background collection failed") from err
-        return self._thread is not None and self._thread.is_alive()
-
-    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stops the background collection (after the batch in progress)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-        error, self._thread_error = self._thread_error, None
-        if close_env:
-            self.shutdown()
-        if error is not None:
-            raise RuntimeError("the background collection failed") from error
-
-    # ----------------------------------------------------------------------- shutdown
-    def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
-        """Stops the collector and closes its env (idempotent)."""
-        if self._thread is not None and threading.current_thread() is not self._thread:
-            self._stop.set()
-            self._thread.join(timeout)
-            self._thread = None
-        if self.closed:
-            return
-        self.closed = True
-        if close_env:
-            self.env.close()
-
-    def __del__(self) -> None:
-        try:
-            self.shutdown()
-        except Exception:
-            pass
+    def _close(self) -> None:
+        self.env.close()
 
     def __repr__(self) -> str:
         return (

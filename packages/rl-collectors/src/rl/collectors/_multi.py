@@ -1,0 +1,595 @@
+"""``MultiSyncCollector`` and ``MultiAsyncCollector``: one collector per worker process."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.util
+import os
+import pickle
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import wait
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.multiprocessing  # noqa: F401  (registers the shared-memory tensor pickler)
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from rl.core import ExplorationType
+
+from ._base import CollectorBase
+from ._worker import worker_main
+
+__all__ = [
+    "MultiSyncCollector",
+    "MultiAsyncCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
+]
+
+_POLL_S = 0.5
+_JOIN_S = 2.0
+_GUARD_HINT = (
+    "The worker processes of a {name} re-import the script that creates it (start method "
+    '{method!r}); a script without an `if __name__ == "__main__":` guard starts the '
+    "collector again in each worker. Put the code that builds and runs the collector "
+    'under `if __name__ == "__main__":` (or a main() called from there), or pass '
+    'mp_start_method="fork".'
+)
+
+
+def _exit_description(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"exit code {code} (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            return f"exit code {code}"
+    return f"exit code {code}"
+
+
+def _main_lacks_guard() -> bool:
+    """Whether ``__main__`` is a script file without a ``__name__ == "__main__"`` test."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.exists(path):
+        return False
+    try:
+        with open(path, encoding="utf-8") as file:
+            source = file.read()
+    except OSError:
+        return False
+    return "__main__" not in source
+
+
+def _in_bootstrap() -> bool:
+    """True inside a spawned / forkserver child that is still importing ``__main__``."""
+    return bool(getattr(mp.current_process(), "_inheriting", False))
+
+
+def _shutdown(procs: list, conns: list, owner_pid: int) -> None:
+    """Asks every worker to stop, then terminates and kills the ones that do not."""
+    if os.getpid() != owner_pid:
+        return
+    for proc, conn in zip(procs, conns):
+        if proc.is_alive():
+            try:
+                conn.send(("close",))
+            except (OSError, ValueError):
+                pass
+    deadline = time.monotonic() + _JOIN_S
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(_JOIN_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(_JOIN_S)
+    for conn in conns:
+        conn.close()
+    procs.clear()
+    conns.clear()
+
+
+def _per_worker(value: Any, num_workers: int, name: str) -> list:
+    if isinstance(value, list | tuple):
+        if len(value) != num_workers:
+            raise ValueError(
+                f"{name} has {len(value)} entries, expected one per worker ({num_workers})"
+            )
+        return list(value)
+    return [value] * num_workers
+
+
+class _MultiCollector(CollectorBase):
+    """The worker processes, the weights they share and the failure handling."""
+
+    _sync: bool
+
+    def __init__(
+        self,
+        create_env_fn: Sequence[Callable] | Callable,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        num_workers: int | None = None,
+        device=None,
+        storing_device=None,
+        env_device=None,
+        policy_device=None,
+        create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        max_frames_per_traj: int | None = None,
+        init_random_frames: int | None = None,
+        reset_at_each_iter: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool | None = None,
+        exploration_type: ExplorationType = ExplorationType.RANDOM,
+        set_truncated: bool = False,
+        use_buffers: bool | None = None,
+        replay_buffer: Any = None,
+        extend_buffer: bool = True,
+        trust_policy: bool | None = None,
+        compile_policy: bool | Mapping[str, Any] | None = None,
+        cat_results: str | int | None = None,
+        num_threads: int | None = None,
+        num_sub_threads: int = 1,
+        mp_start_method: str | None = None,
+    ) -> None:
+        self.closed = True  # until the workers run
+        if _in_bootstrap():
+            method = mp_start_method or "spawn"
+            raise RuntimeError(_GUARD_HINT.format(name=type(self).__name__, method=method))
+        if isinstance(create_env_fn, list | tuple):
+            if num_workers is not None and num_workers != len(create_env_fn):
+                raise ValueError(
+                    f"num_workers={num_workers} but create_env_fn has {len(create_env_fn)} "
+                    "entries (one per worker)"
+                )
+            fns = list(create_env_fn)
+        else:
+            if num_workers is None:
+                raise ValueError("pass a list of env factories or num_workers")
+            fns = [create_env_fn] * num_workers
+        self.num_workers = n = len(fns)
+        if n < 1:
+            raise ValueError("a multiprocess collector needs at least one worker")
+        if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
+            raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
+        if self._sync and frames_per_batch % n:
+            raise ValueError(
+                f"frames_per_batch={frames_per_batch} must be a multiple of the number of "
+                f"workers ({n}): each worker collects frames_per_batch / {n} frames"
+            )
+        if cat_results is not None and cat_results != "stack" and not isinstance(cat_results, int):
+            raise ValueError(f"cat_results must be 'stack' or an int dim, got {cat_results!r}")
+        if cat_results is not None and not self._sync:
+            raise ValueError("cat_results applies to MultiSyncCollector only")
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.frames_per_batch_worker = frames_per_batch // n if self._sync else frames_per_batch
+        self.cat_results = "stack" if cat_results is None else cat_results
+        self.postproc = postproc
+        self.split_trajs = bool(split_trajs)
+        self.replay_buffer = replay_buffer
+        self.extend_buffer = extend_buffer
+        self.use_buffers = use_buffers
+        self.policy = policy
+        self._init_base()
+        self.closed = True
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        if mp_start_method is None:
+            on_linux = sys.platform.startswith("linux")
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            mp_start_method = "fork" if on_linux and not cuda else "spawn"
+        self.mp_start_method = mp_start_method
+        ctx = mp.get_context(mp_start_method)
+        kwargs_per = _per_worker(create_env_kwargs, n, "create_env_kwargs")
+        devices = {
+            "device": _per_worker(device, n, "device"),
+            "storing_device": _per_worker(storing_device, n, "storing_device"),
+            "env_device": _per_worker(env_device, n, "env_device"),
+            "policy_device": _per_worker(policy_device, n, "policy_device"),
+        }
+        common = {
+            "frames_per_batch": None,
+            "max_frames_per_traj": max_frames_per_traj,
+            "init_random_frames": (init_random_frames or 0) // n,
+            "reset_at_each_iter": reset_at_each_iter,
+            "exploration_type": exploration_type,
+            "set_truncated": set_truncated,
+            "trust_policy": trust_policy,
+            "compile_policy": compile_policy,
+        }
+        # the policy's weights, in shared memory: update_policy_weights_ writes them
+        self._weights = None
+        self._version = None
+        self._lock = ctx.Lock()
+        if isinstance(policy, nn.Module) and any(True for _ in policy.parameters()):
+            self._weights = TensorDict.from_module(policy).data.clone().share_memory_()
+            self._version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._procs: list = []
+        self._conns: list = []
+        self._finalizer = multiprocessing.util.Finalize(
+            self, _shutdown, args=(self._procs, self._conns, os.getpid()), exitpriority=10
+        )
+        seeds = torch.randint(0, 2**62, (n,)).tolist()
+        self._buffers: list = [None] * n
+        self._pending: dict[int, int] = {}  # worker -> steps asked
+        try:
+            for i in range(n):
+                fn = fns[i]
+                if kwargs_per[i]:
+                    fn = _Partial(fn, kwargs_per[i])
+                wkw = {**common, **{k: v[i] for k, v in devices.items()}}
+                wkw["frames_per_batch"] = self.frames_per_batch_worker
+                payload: Any = (fn, policy, wkw)
+                if mp_start_method != "fork":
+                    payload = cloudpickle.dumps(payload)
+                parent_conn, child_conn = ctx.Pipe(duplex=True)
+                proc = ctx.Process(
+                    target=worker_main,
+                    args=(
+                        i, n, payload, child_conn, os.getpid(), self._weights, self._version,
+                        self._lock, num_sub_threads, seeds[i],
+                    ),
+                    name=f"{type(self).__name__}-worker-{i}",
+                    daemon=False,  # a worker may run a ParallelEnv (with its own processes)
+                )  # fmt: skip
+                self._conns.append(parent_conn)
+                self._procs.append(proc)
+                try:
+                    proc.start()
+                finally:
+                    child_conn.close()
+            self.closed = False
+            self.env_batch_sizes = [
+                torch.Size(self._answer(i, "start-up", "started")) for i in range(n)
+            ]
+            for i, batch_size in enumerate(self.env_batch_sizes):
+                n_env = max(batch_size.numel(), 1)
+                if self.frames_per_batch_worker % n_env:
+                    raise ValueError(
+                        f"frames_per_batch={frames_per_batch} gives {self.frames_per_batch_worker} "
+                        f"frames per worker, not a multiple of worker {i}'s env batch size "
+                        f"({n_env} envs, batch_size {list(batch_size)})"
+                    )
+                if total_frames != -1 and (total_frames <= 0 or total_frames % n_env):
+                    raise ValueError(
+                        f"total_frames={total_frames} must be -1 or a positive multiple of the "
+                        f"env batch size ({n_env} envs)"
+                    )
+            if self._sync and len(set(self.env_batch_sizes)) > 1 and self.cat_results == "stack":
+                raise ValueError(
+                    f"cat_results='stack' needs the same env batch size in every worker, got "
+                    f"{[list(b) for b in self.env_batch_sizes]}; pass cat_results=-1"
+                )
+        except BaseException:
+            self._close()
+            raise
+
+    # -------------------------------------------------------------- talking to workers
+    def _fail(self, message: str) -> None:
+        self.closed = True
+        self._close()
+        raise RuntimeError(message)
+
+    def _died(self, index: int, what: str) -> None:
+        proc = self._procs[index]
+        proc.join(_JOIN_S)
+        msg = (
+            f"{type(self).__name__} worker {index} (pid {proc.pid}) died during {what} with "
+            f"{_exit_description(proc.exitcode)}; all workers were shut down"
+        )
+        if what == "start-up" and self.mp_start_method != "fork" and _main_lacks_guard():
+            msg += ". " + _GUARD_HINT.format(name=type(self).__name__, method=self.mp_start_method)
+        self._fail(msg)
+
+    def _receive(self, index: int, what: str) -> tuple:
+        conn = self._conns[index]
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            self._died(index, what)
+        if msg[0] == "error":
+            if what == "start-up" and msg[2] in ("ValueError", "TypeError"):
+                # bad arguments: the same error as a Collector built here would raise
+                self.closed = True
+                self._close()
+                raise {"ValueError": ValueError, "TypeError": TypeError}[msg[2]](
+                    f"{msg[3]} (in {type(self).__name__} worker {index})"
+                )
+            self._fail(
+                f"{type(self).__name__} worker {index} raised during {what} (all workers were "
+                f"shut down):\n{msg[1]}"
+            )
+        return msg
+
+    def _wait_any(self, indices: list[int], what: str) -> list[int]:
+        """Indices of ``indices`` with a message; a dead worker raises within ~0.5 s."""
+        if not self._conns:
+            raise RuntimeError(f"the {type(self).__name__} was shut down")
+        conns = {self._conns[i]: i for i in indices}
+        sentinels = {self._procs[i].sentinel: i for i in indices}
+        while True:
+            ready = wait([*conns, *sentinels], timeout=_POLL_S)
+            got = sorted({conns[r] for r in ready if r in conns})
+            if got:
+                return got
+            for r in ready:
+                index = sentinels[r]
+                if self._conns[index].poll():
+                    return [index]  # its last message (an error) comes first
+                self._died(index, what)
+
+    def _answer(self, index: int, what: str, expected: str) -> Any:
+        self._wait_any([index], what)
+        msg = self._receive(index, what)
+        if msg[0] != expected:
+            self._fail(f"worker {index} answered {msg[0]!r} to {what}, expected {expected!r}")
+        return msg[1]
+
+    def _send(self, index: int, msg: tuple) -> None:
+        try:
+            self._conns[index].send(msg)
+        except (OSError, ValueError, BrokenPipeError):
+            self._died(index, msg[0])
+
+    def _call(self, index: int, *msg: Any) -> Any:
+        self._check_idle()
+        self._send(index, msg)
+        return self._answer(index, msg[0], "result")
+
+    def _check_idle(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"the {type(self).__name__} was shut down")
+        for index in list(self._pending):
+            self._read_batch(index)  # an async batch in flight: dropped (not counted)
+
+    def _ask(self, index: int, steps: int) -> None:
+        self._send(index, ("collect", steps))
+        self._pending[index] = steps
+
+    def _read_batch(self, index: int, copy: bool = True) -> TensorDictBase:
+        """The batch worker ``index`` announced, copied out of its shared buffer (or a
+        view of it with ``copy=False``, valid until the worker is asked again)."""
+        self._wait_any([index], "collect")
+        msg = self._receive(index, "collect")
+        steps = self._pending.pop(index)
+        if msg[0] == "buffer":
+            self._buffers[index] = msg[1]
+        buf = self._buffers[index]
+        view = buf[..., :steps] if buf.batch_size[-1] != steps else buf
+        return view.clone() if copy else view
+
+    def _steps_for(self, index: int, frames: int) -> int:
+        return frames // max(self.env_batch_sizes[index].numel(), 1)
+
+    # ------------------------------------------------------------------ policy weights
+    def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs) -> None:
+        """Pushes the policy's weights (or the given ones) to the workers, which use them
+        from the next batch they start on."""
+        if self._weights is None:
+            return
+        source = self.policy if policy_or_weights is None else policy_or_weights
+        with self._lock:
+            load_weights_into(self._weights, source)
+            self._version += 1
+
+    # ------------------------------------------------------------------ seeds and state
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds worker ``i`` with the ``i``-th seed of the chain; returns the next one."""
+        for index in range(self.num_workers):
+            new_seed = self._call(index, "seed", seed, static_seed)
+            if not static_seed:
+                seed = new_seed
+        return seed
+
+    def state_dict(self) -> dict:
+        """Frames counted and each worker's collector state (see ``Collector.state_dict``)."""
+        return {
+            "frames": self._frames,
+            "iter": self._iter,
+            "workers": [pickle.loads(self._call(i, "state_dict")) for i in range(self.num_workers)],
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self._frames = int(state["frames"])
+        self._iter = int(state["iter"])
+        for index, worker_state in enumerate(state["workers"]):
+            self._call(index, "load_state_dict", pickle.dumps(worker_state))
+
+    # ----------------------------------------------------------------------- shutdown
+    def _close(self) -> None:
+        self.closed = True
+        self._pending.clear()
+        self._finalizer()
+
+    def _produce(self) -> TensorDictBase | None:
+        try:
+            return self._produce_batch()
+        except BaseException:
+            # an interrupted wait leaves answers in flight: no later batch could trust them
+            if not self.closed:
+                self.closed = True
+                self._close()
+            raise
+
+    def alive(self) -> list[bool]:
+        """Whether each worker process runs."""
+        return [proc.is_alive() for proc in self._procs]
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [proc.pid for proc in self._procs]
+
+
+class _Partial:
+    """``fn(**kwargs)`` (picklable where ``fn`` is)."""
+
+    def __init__(self, fn: Callable, kwargs: Mapping) -> None:
+        self.fn, self.kwargs = fn, dict(kwargs)
+
+    def __call__(self):
+        return self.fn(**self.kwargs)
+
+
+def load_weights_into(shared: TensorDictBase, source: Any) -> None:
+    if isinstance(source, nn.Module):
+        source = TensorDict.from_module(source).data
+    if isinstance(source, TensorDictBase):
+        shared.update_(source)
+        return
+    if isinstance(source, Mapping):  # a state dict: "module.0.weight" -> nested keys
+        shared.update_(TensorDict(dict(source)).unflatten_keys("."))
+        return
+    raise TypeError(
+        "policy weights must be an nn.Module, a state dict or a TensorDict of parameters, "
+        f"got {type(source).__name__}"
+    )
+
+
+class MultiSyncCollector(_MultiCollector):
+    """Worker processes that each collect ``frames_per_batch / num_workers`` frames per
+    batch; every batch holds one piece of each worker, stacked (``cat_results="stack"``,
+    ``[num_workers, *env_batch, T]``) or concatenated along a dim (``cat_results=-1``).
+
+    Each worker runs a :class:`~rl.collectors.Collector` over its own env (one env or a
+    batched env) and returns its batches through shared memory. The workers collect a
+    batch when the iterator asks for it, so weights pushed with
+    :meth:`update_policy_weights_` are used from the next batch on. A worker that
+    raises, or dies (e.g. killed), makes the iterator raise here within about a second
+    with the worker's traceback or exit signal; every worker is then shut down.
+    :meth:`shutdown`, garbage collection, an exception or ``KeyboardInterrupt`` in the
+    loop and interpreter exit stop the workers; workers exit when the parent dies.
+
+    Args:
+        create_env_fn: a list with one env factory per worker, or one factory and
+            ``num_workers``. Factories are sent to the workers with cloudpickle
+            (lambdas work).
+        policy: as in :class:`~rl.collectors.Collector` (a copy runs in each worker).
+        frames_per_batch: frames per batch, all workers together.
+        total_frames: frames in all (exact); ``-1`` until :meth:`shutdown`.
+        num_workers: the number of workers when ``create_env_fn`` is one factory.
+        cat_results: ``"stack"`` (default) or the dim to concatenate the pieces along.
+        num_threads: torch threads of this process; num_sub_threads: of each worker.
+        mp_start_method: ``"fork"`` (default on Linux without CUDA initialized: workers
+            start at once), ``"spawn"`` or ``"forkserver"``. With the last two the
+            workers re-import the script, which then needs an
+            ``if __name__ == "__main__":`` guard (an error says so when it is missing).
+        device, storing_device, env_device, policy_device: as in ``Collector``, one
+            value or a list with one per worker.
+        create_env_kwargs, max_frames_per_traj, init_random_frames,
+        reset_at_each_iter, postproc, split_trajs, exploration_type, set_truncated,
+        use_buffers, replay_buffer, extend_buffer, trust_policy, compile_policy: as in
+            :class:`~rl.collectors.Collector` (``postproc``, ``split_trajs`` and the
+            replay buffer act in this process).
+
+    Examples:
+        >>> from rl.collectors import MultiSyncCollector
+        >>> from rl.envs import EnvCreator, GymEnv, SerialEnv
+        >>> env_fn = lambda: SerialEnv(3, EnvCreator(lambda: GymEnv("Pendulum-v1")))
+        >>> collector = MultiSyncCollector(
+        ...     [env_fn, env_fn], None, frames_per_batch=60, total_frames=240
+        ... )
+        >>> print([tuple(batch.shape) for batch in collector])
+        [(2, 3, 10), (2, 3, 10), (2, 3, 10), (2, 3, 10)]
+        >>> collector.shutdown()
+    """
+
+    _sync = True
+
+    def _produce_batch(self) -> TensorDictBase | None:
+        if self.closed:
+            return None
+        left = self._frames_left()
+        n = self.num_workers
+        frames = self.frames_per_batch_worker
+        if left is not None:
+            frames = min(frames, left // n)
+            if frames <= 0:
+                return None
+        for index in range(n):
+            self._ask(index, self._steps_for(index, frames))
+        pieces = [self._read_batch(index, copy=False) for index in range(n)]
+        if self.cat_results == "stack":
+            return torch.stack(pieces, 0)
+        return torch.cat(pieces, self.cat_results) if n > 1 else pieces[0].clone()
+
+
+class MultiAsyncCollector(_MultiCollector):
+    """Worker processes that each collect ``frames_per_batch`` frames per batch and hand
+    them over as soon as they are ready (``[*env_batch, T]``, in completion order).
+
+    A worker starts its next batch as soon as its previous one was read, so the workers
+    collect while the training loop runs; weights pushed with
+    :meth:`update_policy_weights_` are used from the next batch a worker starts.
+    ``("collector", "traj_ids")`` are unique across workers (a worker's own id times
+    ``num_workers`` plus its index). Failure handling, shutdown and arguments as in :class:`MultiSyncCollector`
+    (without ``cat_results``).
+
+    Examples:
+        >>> from rl.collectors import MultiAsyncCollector
+        >>> from rl.envs import EnvCreator, GymEnv, SerialEnv
+        >>> env_fn = lambda: SerialEnv(3, EnvCreator(lambda: GymEnv("Pendulum-v1")))
+        >>> collector = MultiAsyncCollector(
+        ...     [env_fn, env_fn], None, frames_per_batch=60, total_frames=240
+        ... )
+        >>> print([tuple(batch.shape) for batch in collector])
+        [(3, 20), (3, 20), (3, 20), (3, 20)]
+        >>> collector.shutdown()
+    """
+
+    _sync = False
+
+    def _init_async(self) -> None:
+        if getattr(self, "_assigned", None) is None:
+            self._assigned = self._frames
+            self._ready_order: list[int] = []
+
+    def _fill(self) -> None:
+        """Asks every idle worker for a batch while frames remain unassigned."""
+        for index in range(self.num_workers):
+            if index in self._pending:
+                continue
+            frames = self.frames_per_batch_worker
+            if self.total_frames >= 0:
+                frames = min(frames, self.total_frames - self._assigned)
+            steps = self._steps_for(index, frames)
+            if steps <= 0:
+                continue
+            self._assigned += steps * max(self.env_batch_sizes[index].numel(), 1)
+            self._ask(index, steps)
+
+    def _produce_batch(self) -> TensorDictBase | None:
+        if self.closed:
+            return None
+        self._init_async()
+        if not self._ready_order:
+            self._fill()
+            if not self._pending:
+                return None
+            self._ready_order = self._wait_any(sorted(self._pending), "collect")
+        index = self._ready_order.pop(0)
+        batch = self._read_batch(index)
+        self._fill()  # the worker starts its next batch while this one is used
+        return batch
+
+    def _check_idle(self) -> None:
+        super()._check_idle()
+        if getattr(self, "_assigned", None) is not None:
+            self._assigned = self._frames
+            self._ready_order = []
+
+
+#: TorchRL's older names
+MultiSyncDataCollector = MultiSyncCollector
+MultiaSyncDataCollector = MultiAsyncCollector

@@ -1,0 +1,132 @@
+"""The body of a multiprocess collector's worker process.
+
+Each worker builds its env and a :class:`~rl.collectors.Collector` around it, then
+answers commands from the parent on its pipe. Batches go through shared memory: the
+worker allocates a shared ``[*env_batch, T]`` TensorDict once (again only if the keys or
+shapes of the batches change, e.g. after ``init_random_frames``) and sends it to the
+parent once; after that, each batch is copied into it and announced with a small
+``("ready", steps)`` message. Nothing else is pickled per batch.
+
+Policy weights: the parent keeps a shared-memory copy of the policy's parameters and a
+version counter; a worker copies the weights (under a lock) into its own policy at the
+start of a batch when the version changed, so a batch runs with one set of weights.
+
+Commands (parent -> worker): ``("collect", steps)``, ``("seed", seed, static)``,
+``("state_dict",)``, ``("load_state_dict", state)``, ``("close",)``. Answers:
+``("started", batch_size)``, ``("ready", steps)``, ``("buffer", td, steps)``,
+``("result", value)``, ``("error", traceback, type name, message)``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+__all__ = ["worker_main"]
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exits the worker when its parent is gone (e.g. killed by SIGKILL)."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def _structure(td: TensorDictBase) -> list:
+    nb = td.batch_dims
+    return [
+        (key, value.dtype, tuple(value.shape[: nb - 1]), tuple(value.shape[nb:]))
+        for key, value in td.items(True, True)
+    ]
+
+
+def worker_main(
+    index: int,
+    num_workers: int,
+    payload: bytes | tuple,
+    conn: Any,
+    parent_pid: int,
+    weights: TensorDictBase | None,
+    version: torch.Tensor | None,
+    lock: Any,
+    num_threads: int,
+    torch_seed: int,
+) -> None:
+    """Runs worker ``index`` until the parent sends ``("close",)`` or goes away."""
+    torch.set_num_threads(num_threads)
+    torch.manual_seed(torch_seed)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    collector = None
+    try:
+        from ._single import Collector  # noqa: PLC0415  (after the thread settings)
+
+        env_fn, policy, kwargs = pickle.loads(payload) if isinstance(payload, bytes) else payload
+        env = env_fn()
+        collector = Collector(env, policy, total_frames=-1, **kwargs)
+        local = TensorDict.from_module(policy).data if weights is not None else None
+        seen = -1
+        conn.send(("started", tuple(collector.env.batch_size)))
+        shared: TensorDictBase | None = None
+        layout = None
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            op = msg[0]
+            if op == "collect":
+                steps = msg[1]
+                if weights is not None and int(version[0]) != seen:
+                    with lock:
+                        local.update_(weights)
+                        seen = int(version[0])
+                batch = collector.rollout(steps)
+                collector._frames += batch.numel()
+                if collector.track_traj_ids:
+                    ids = batch.get(("collector", "traj_ids"))
+                    ids.mul_(num_workers).add_(index)  # unique across workers
+                structure = _structure(batch)
+                if shared is None or structure != layout or shared.batch_size[-1] < steps:
+                    shared = batch.clone().share_memory_()
+                    layout = structure
+                    conn.send(("buffer", shared, steps))
+                else:
+                    shared[..., :steps].update_(batch)
+                    conn.send(("ready", steps))
+            elif op == "seed":
+                conn.send(("result", collector.set_seed(msg[1], static_seed=msg[2])))
+            elif op == "state_dict":
+                conn.send(("result", pickle.dumps(collector.state_dict())))
+            elif op == "load_state_dict":
+                collector.load_state_dict(pickle.loads(msg[1]))
+                conn.send(("result", None))
+            elif op == "close":
+                break
+            else:
+                raise RuntimeError(f"collector worker {index} got an unknown command {op!r}")
+    except BaseException as err:
+        try:
+            conn.send(("error", traceback.format_exc(), type(err).__name__, str(err)))
+        except Exception:
+            pass
+    finally:
+        try:
+            if collector is not None:
+                collector.shutdown()
+        finally:
+            try:
+                conn.close()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # skip the interpreter teardown (seconds with torch loaded)
+                os._exit(0)

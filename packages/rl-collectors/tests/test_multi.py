@@ -1,0 +1,139 @@
+"""MultiSyncCollector / MultiAsyncCollector: shapes, data, weights, frames."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+
+from rl.collectors import (
+    Collector,
+    MultiAsyncCollector,
+    MultiaSyncDataCollector,
+    MultiSyncCollector,
+    MultiSyncDataCollector,
+)
+from rl.envs import EnvCreator, GymEnv, PendulumEnv, SerialEnv
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _collector_helpers import FakeBuffer, cartpole, pole_policy  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _pendulum_serial():
+    return SerialEnv(3, EnvCreator(lambda: GymEnv("Pendulum-v1")))
+
+
+class TestShapes:
+    def test_seed_tutorial_sync(self):
+        collector = MultiSyncDataCollector(
+            [_pendulum_serial, _pendulum_serial], None, frames_per_batch=60, total_frames=240
+        )
+        shapes = [tuple(batch.shape) for batch in collector]
+        assert shapes == [(2, 3, 10)] * 4
+        collector.shutdown()
+
+    def test_seed_tutorial_async(self):
+        collector = MultiaSyncDataCollector(
+            [_pendulum_serial, _pendulum_serial], None, frames_per_batch=60, total_frames=240
+        )
+        batches = list(collector)
+        assert [tuple(b.shape) for b in batches] == [(3, 20)] * 4
+        ids = torch.cat([b["collector", "traj_ids"].reshape(-1) for b in batches])
+        assert set((ids % 2).tolist()) == {0, 1}  # both workers delivered
+        collector.shutdown()
+
+    def test_cat_results_and_exact_frames(self):
+        collector = MultiSyncCollector(
+            [lambda: cartpole(2)] * 2, pole_policy(), frames_per_batch=40, total_frames=100,
+            cat_results=-1,
+        )  # fmt: skip
+        sizes = [tuple(b.shape) for b in collector]
+        # 100 frames: two batches of 2 workers x [2, 10], then 2 x [2, 5]
+        assert sizes == [(2, 20), (2, 20), (2, 10)]
+        collector.shutdown()
+
+    def test_async_exact_frames(self):
+        collector = MultiAsyncCollector(
+            [lambda: cartpole(2)] * 2, None, frames_per_batch=20, total_frames=70
+        )
+        frames = [b.numel() for b in collector]
+        assert sum(frames) == 70 and sorted(frames) == [10, 20, 20, 20]
+        collector.shutdown()
+
+    def test_bad_arguments(self):
+        with pytest.raises(ValueError, match="multiple of the number of workers"):
+            MultiSyncCollector([PendulumEnv] * 2, None, frames_per_batch=7)
+        with pytest.raises(ValueError, match=r"multiple of the env batch size \(3 envs.*worker 0"):
+            MultiSyncCollector([lambda: PendulumEnv(batch_size=[3])] * 2, None, frames_per_batch=8)
+        with pytest.raises(ValueError, match="cat_results applies to MultiSyncCollector"):
+            MultiAsyncCollector([PendulumEnv], None, frames_per_batch=8, cat_results=0)
+
+
+class TestData:
+    def test_sync_pieces_equal_single_collectors(self):
+        """Worker i's piece is what a Collector over the same env and seed collects."""
+        multi = MultiSyncCollector(
+            [lambda: cartpole(2)] * 2, pole_policy(), frames_per_batch=40, total_frames=120
+        )
+        next_seed = multi.set_seed(3)
+        batches = torch.cat(list(multi), -1)  # [2 workers, 2 envs, 30]
+        multi.shutdown()
+        seed = 3
+        for worker in range(2):
+            single = Collector(cartpole(2), pole_policy(), frames_per_batch=20, total_frames=60)
+            seed = single.set_seed(seed)
+            ref = torch.cat(list(single), -1)
+            piece = batches[worker]
+            for key in ref.keys(True, True):
+                if key == ("collector", "traj_ids"):
+                    assert torch.equal(piece[key], ref[key] * 2 + worker)
+                else:
+                    torch.testing.assert_close(piece[key], ref[key], msg=str(key))
+        assert seed == next_seed
+
+    def test_weights_used_from_next_batch(self):
+        net = torch.nn.Linear(3, 1)
+        torch.nn.init.zeros_(net.weight)
+        torch.nn.init.zeros_(net.bias)
+        policy = TensorDictModule(net, ["observation"], ["action"])
+        for cls in (MultiSyncCollector, MultiAsyncCollector):
+            net.bias.data.fill_(0.0)
+            collector = cls(
+                [lambda: PendulumEnv(batch_size=[2])] * 2, policy, frames_per_batch=8,
+                total_frames=-1,
+            )  # fmt: skip
+            it = iter(collector)
+            first = next(it)
+            assert first["action"].eq(0).all()
+            net.bias.data.fill_(0.5)  # the workers' copies do not see this...
+            collector.update_policy_weights_()  # ...until it is pushed
+            if cls is MultiAsyncCollector:
+                # batches started before the update may still come: two at most
+                batches = [next(it) for _ in range(4)]
+                assert batches[-1]["action"].eq(0.5).all()
+                assert batches[-2]["action"].eq(0.5).all()
+            else:
+                assert next(it)["action"].eq(0.5).all()
+                collector.update_policy_weights_({"module.weight": torch.zeros(1, 3),
+                                                  "module.bias": torch.full((1,), -1.0)})  # fmt: skip
+                assert next(it)["action"].eq(-1.0).all()
+            collector.shutdown()
+
+    def test_replay_buffer_and_state_dict(self):
+        buffer = FakeBuffer()
+        collector = MultiSyncCollector(
+            [lambda: cartpole(2)] * 2, pole_policy(), frames_per_batch=20, total_frames=40,
+            replay_buffer=buffer,
+        )  # fmt: skip
+        assert list(collector) == [None, None]
+        assert [item.batch_size for item in buffer.items] == [torch.Size([20])] * 2
+        state = collector.state_dict()
+        assert state["frames"] == 40 and len(state["workers"]) == 2
+        assert state["workers"][1]["frames"] == 20
+        collector.shutdown()
+        assert collector.alive() == []

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
 from rl.core import ExplorationType, set_exploration_type
-from rl.modules import MLP, NoisyLazyLinear, NoisyLinear, reset_noise
+from rl.modules import (
+    MLP,
+    BatchRenorm1d,
+    Conv3dNet,
+    ConvNet,
+    DdpgCnnActor,
+    DdpgCnnQNet,
+    DdpgMlpActor,
+    DdpgMlpQNet,
+    DuelingCnnDQNet,
+    DuelingMlpDQNet,
+    NoisyLazyLinear,
+    NoisyLinear,
+    SquashDims,
+    reset_noise,
+)
 
 
 class TestMLP:
@@ -175,3 +191,114 @@ class TestNoisyLinear:
         assert no_bias.bias is None and set(no_bias.state_dict()) == {
             "weight_mu", "weight_sigma", "weight_epsilon"
         }  # fmt: skip
+
+
+class TestConvNet:
+    def test_seed_call(self):
+        net = ConvNet(
+            num_cells=[32, 64], kernel_sizes=[8, 4], strides=[2, 1], aggregator_class=SquashDims
+        )
+        assert net(torch.randn(10, 3, 32, 32)).shape == (10, 6400)
+        assert isinstance(net[0], nn.Conv2d) and net[0].in_channels == 3
+        assert [type(m) for m in net] == [nn.Conv2d, nn.ELU, nn.Conv2d, nn.ELU, SquashDims]
+
+    def test_against_functional_and_batch_dims(self):
+        torch.manual_seed(0)
+        net = ConvNet(in_features=2, num_cells=[4, 5], kernel_sizes=3, strides=[1, 2], paddings=1)
+        x = torch.randn(3, 4, 2, 9, 9)
+        h = F.elu(F.conv2d(x.flatten(0, 1), net[0].weight, net[0].bias, padding=1))
+        h = F.elu(F.conv2d(h, net[2].weight, net[2].bias, stride=2, padding=1))
+        torch.testing.assert_close(net(x), h.flatten(-3).unflatten(0, (3, 4)))
+
+    def test_norm_squeeze_and_default_atari(self):
+        net = ConvNet(
+            in_features=3,
+            num_cells=[8],
+            norm_class=nn.BatchNorm2d,
+            norm_kwargs={"num_features": 8},
+            aggregator_class=nn.AdaptiveAvgPool2d,
+            aggregator_kwargs={"output_size": (1, 1)},
+            squeeze_output=True,
+        )
+        assert [type(m) for m in net][:3] == [nn.Conv2d, nn.ELU, nn.BatchNorm2d]
+        assert net(torch.randn(4, 3, 9, 9)).shape == (4, 8)
+        assert ConvNet.default_atari_dqn(6)(torch.zeros(2, 4, 84, 84)).shape == (2, 6)
+
+    def test_conv3d_and_lazy(self):
+        net = Conv3dNet(in_features=1, num_cells=[4, 8], kernel_sizes=3)
+        assert net(torch.zeros(2, 5, 1, 7, 7, 7)).shape == (2, 5, 8 * 3 * 3 * 3)
+        lazy = ConvNet(num_cells=[4], kernel_sizes=3)
+        lazy(torch.zeros(1, 6, 5, 5))
+        assert type(lazy[0]) is nn.Conv2d and lazy[0].in_channels == 6
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="kernel_sizes of length 3 but a depth of 2"):
+            ConvNet(num_cells=[4, 4], kernel_sizes=[3, 3, 3])
+        with pytest.raises(TypeError, match="activation_class"):
+            ConvNet(num_cells=[4], activation_class="elu")
+        with pytest.raises(ValueError, match="at least 3 dimensions"):
+            ConvNet(in_features=1, num_cells=[4])(torch.zeros(5, 5))
+
+
+class TestHeads:
+    def test_dueling_mlp_formula(self):
+        net = DuelingMlpDQNet(
+            3, mlp_kwargs_feature={"num_cells": [16]}, mlp_kwargs_output={"num_cells": 8}
+        )
+        x = torch.randn(4, 5)
+        out = net(x)
+        feats = net.features(x)
+        adv, val = net.advantage(feats), net.value(feats)
+        torch.testing.assert_close(out, val + adv - adv.mean(-1, keepdim=True))
+        assert out.shape == (4, 3)
+
+    def test_dueling_cnn_and_ddpg_shapes(self):
+        net = DuelingCnnDQNet(4, cnn_kwargs={"num_cells": [8, 8, 8]}, mlp_kwargs={"num_cells": 16})
+        assert net(torch.zeros(2, 3, 84, 84)).shape == (2, 4)
+        actor = DdpgMlpActor(2)
+        assert actor(torch.zeros(5, 3)).shape == (5, 2)
+        assert actor.mlp[-1].weight.abs().max() <= 3e-3
+        assert DdpgMlpQNet()(torch.zeros(5, 3), torch.zeros(5, 2)).shape == (5, 1)
+        action, hidden = DdpgCnnActor(2)(torch.zeros(1, 3, 64, 64))
+        assert action.shape == (1, 2) and hidden.ndim == 2
+        assert DdpgCnnQNet()(torch.zeros(1, 3, 64, 64), torch.zeros(1, 2)).shape == (1, 1)
+
+
+class TestBatchRenorm1d:
+    def _reference(self, x, mean, var, n_tracked, warmup, momentum=0.01, eps=1e-5):
+        b_mean, b_var = x.mean(0), x.var(0, unbiased=False)
+        std = (var + eps).sqrt()
+        b_std = (b_var + eps).sqrt()
+        r = (b_std / std).clamp(1 / 3, 3)
+        d = ((b_mean - mean) / std).clamp(-5, 5)
+        if n_tracked < warmup:
+            r, d = torch.ones_like(r), torch.zeros_like(d)
+        out = (x - b_mean) / b_std * r + d
+        new_var = var + momentum * (b_var * len(x) / (len(x) - 1) - var)
+        new_mean = mean + momentum * (b_mean - mean)
+        return out, new_mean, new_var
+
+    @pytest.mark.parametrize("warmup", [0, 2])
+    def test_against_formula(self, warmup):
+        torch.manual_seed(0)
+        layer = BatchRenorm1d(3, warmup_steps=warmup, momentum=0.1)
+        mean, var = torch.zeros(3), torch.ones(3)
+        for step in range(4):
+            x = torch.randn(16, 3) * 2 + 1
+            out, mean, var = self._reference(x, mean, var, step, warmup, momentum=0.1)
+            torch.testing.assert_close(layer(x), out)
+            torch.testing.assert_close(layer.running_mean, mean)
+            torch.testing.assert_close(layer.running_var, var)
+        assert int(layer.num_batches_tracked) == 4
+        layer.eval()
+        x = torch.randn(5, 3)
+        torch.testing.assert_close(layer(x), (x - mean) / (var + 1e-5).sqrt())
+
+    def test_state_dict_and_errors(self):
+        layer = BatchRenorm1d(2, warmup_steps=0)
+        layer(torch.randn(8, 2))
+        other = BatchRenorm1d(2)
+        other.load_state_dict(layer.state_dict())
+        torch.testing.assert_close(other.running_mean, layer.running_mean)
+        with pytest.raises(ValueError, match=r"shape \[N, 2, \.\.\.\], got \(8, 3\)"):
+            layer(torch.randn(8, 3))

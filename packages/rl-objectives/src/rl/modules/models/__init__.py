@@ -1,15 +1,43 @@
 """rl.modules.models: plain ``nn.Module`` networks (MLP, ConvNet, noisy layers, ...)."""
 
+from ._batchrenorm import BatchRenorm1d
+from ._conv import Conv2dNet, Conv3dNet, ConvNet
+from ._heads import (
+    DdpgCnnActor,
+    DdpgCnnQNet,
+    DdpgMlpActor,
+    DdpgMlpQNet,
+    DuelingCnnDQNet,
+    DuelingMlpDQNet,
+    ddpg_init_last_layer,
+)
 from ._mlp import MLP
+from ._multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, QMixer, VDNMixer
 from ._noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 
 __all__ = [
     "MLP",
+    "BatchRenorm1d",
+    "Conv2dNet",
+    "Conv3dNet",
+    "ConvNet",
+    "DdpgCnnActor",
+    "DdpgCnnQNet",
+    "DdpgMlpActor",
+    "DdpgMlpQNet",
+    "DuelingCnnDQNet",
+    "DuelingMlpDQNet",
+    "Mixer",
+    "MultiAgentConvNet",
+    "MultiAgentMLP",
     "NoisyLazyLinear",
     "NoisyLinear",
+    "QMixer",
     "SquashDims",
     "Squeeze2dLayer",
     "SqueezeLayer",
+    "VDNMixer",
+    "ddpg_init_last_layer",
     "reset_noise",
 ]

@@ -1,0 +1,458 @@
+"""Multi-agent networks: per-agent MLP / ConvNet evaluated with torch.vmap, and value mixers."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from ._conv import ConvNet
+from ._mlp import MLP
+
+__all__ = ["Mixer", "MultiAgentConvNet", "MultiAgentMLP", "QMixer", "VDNMixer"]
+
+
+class _MultiAgentNetBase(nn.Module):
+    """Holds the agents' parameters stacked in one TensorDict and calls one template net.
+
+    ``share_params=False``: one network per agent, parameters stacked along a leading
+    agent dimension and the template evaluated with ``torch.vmap`` over them.
+    ``share_params=True``: one network applied to every agent. ``centralized=True``: each
+    network sees the inputs of all agents (flattened). The agent dimension of the output
+    sits where it was in the input (``agent_dim``).
+    """
+
+    agent_dim: int
+
+    def __init__(
+        self,
+        *,
+        n_agents: int,
+        centralized: bool | None,
+        share_params: bool | None,
+        agent_dim: int,
+        vmap_randomness: str = "different",
+        **net_kwargs,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if centralized is None:
+            raise TypeError(f"{name} needs centralized=True or False")
+        if share_params is None:
+            raise TypeError(f"{name} needs share_params=True or False")
+        if n_agents < 1:
+            raise ValueError(f"{name} needs n_agents >= 1, got {n_agents}")
+        self.n_agents = n_agents
+        self.centralized = centralized
+        self.share_params = share_params
+        self.agent_dim = agent_dim
+        self._vmap_randomness = vmap_randomness
+        nets = [
+            self._build_single_net(**net_kwargs) for _ in range(1 if share_params else n_agents)
+        ]
+        for p in nets[0].parameters():
+            if isinstance(p, nn.parameter.UninitializedParameter):
+                raise ValueError(
+                    f"{name} needs its input size (the agent inputs or in_features); "
+                    "lazy layers cannot be stacked across agents"
+                )
+        if share_params:
+            self.params = TensorDict.from_module(nets[0], as_module=True)
+        else:
+            self.params = TensorDict.from_modules(*nets, as_module=True)
+        # A parameter-free template (kept out of the module tree, so that state_dict,
+        # .to() and parameters() only see self.params).
+        template = copy.deepcopy(nets[0])
+        TensorDict.from_module(template).data.to("meta").to_module(
+            template, preserve_module_state=False
+        )
+        self.__dict__["_empty_net"] = template
+
+    def _build_single_net(self, **kwargs) -> nn.Module:
+        raise NotImplementedError
+
+    def _pre_forward_check(self, inputs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """Maps the agents' inputs to their outputs, the agent dimension kept in place."""
+        inputs = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
+        agent_dim = self.agent_dim + inputs.ndim if self.agent_dim < 0 else self.agent_dim
+        inputs = self._pre_forward_check(inputs)
+        net = self._empty_net
+        if not self.share_params:
+
+            def call(params, x):
+                with params.to_module(net, preserve_module_state=False):
+                    return net(x)
+
+            output = torch.vmap(
+                call,
+                in_dims=(0, None if self.centralized else agent_dim),
+                out_dims=(agent_dim,),
+                randomness=self._vmap_randomness,
+            )(self.params, inputs)
+        else:
+            with self.params.to_module(net, preserve_module_state=False):
+                output = net(inputs)
+            if self.centralized:
+                output = output.unsqueeze(agent_dim)
+                shape = list(output.shape)
+                shape[agent_dim] = self.n_agents
+                output = output.expand(shape)
+        return output
+
+    def get_stateful_net(self, copy_net: bool = True) -> nn.Module:
+        """A network holding the parameters (stacked when not shared), e.g. to re-initialize them."""
+        net = copy.deepcopy(self._empty_net) if copy_net else self._empty_net
+        self.params.to_module(net, preserve_module_state=False)
+        return net
+
+    def from_stateful_net(self, stateful_net: nn.Module) -> None:
+        """Copies the parameters of ``stateful_net`` (see :meth:`get_stateful_net`) in place."""
+        params = TensorDict.from_module(stateful_net, as_module=True)
+        ours = set(self.params.keys(True, True))
+        theirs = set(params.keys(True, True))
+        if ours != theirs:
+            raise KeyError(
+                f"{type(self).__name__}.from_stateful_net: keys {sorted(ours - theirs)} "
+                f"are missing from the module and {sorted(theirs - ours)} are unexpected"
+            )
+        self.params.data.update_(params.data)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_agents={self.n_agents}, share_params={self.share_params}, "
+            f"centralized={self.centralized}, agent_dim={self.agent_dim}, "
+            f"net={self._empty_net.__class__.__name__}"
+        )
+
+
+class MultiAgentMLP(_MultiAgentNetBase):
+    """An MLP per agent (or one shared), over inputs ``[*B, n_agents, n_agent_inputs]``.
+
+    The output is ``[*B, n_agents, n_agent_outputs]``. With ``centralized=True`` every
+    agent's network reads the inputs of all agents (``n_agents * n_agent_inputs``
+    features); with ``share_params=True`` all agents use one network (and, centralized,
+    get the same output). Unshared parameters are stacked in ``self.params`` and the
+    networks run in one ``torch.vmap`` call, as in TorchRL.
+
+    Args:
+        n_agent_inputs (int): input features per agent.
+        n_agent_outputs (int): output features per agent.
+        n_agents (int): number of agents.
+
+    Keyword Args:
+        centralized (bool): each network sees all agents' inputs.
+        share_params (bool): one network for all agents.
+        device (torch.device, optional): device of the parameters.
+        depth (int, optional): hidden layers (see :class:`MLP`).
+        num_cells (int or sequence of int, optional): hidden sizes (see :class:`MLP`).
+        activation_class (type, optional): defaults to ``nn.Tanh``.
+        **kwargs: other :class:`MLP` arguments.
+
+    Raises:
+        TypeError: if ``centralized`` or ``share_params`` is not given.
+        ValueError: if ``n_agent_inputs`` is ``None`` (lazy layers are not supported), or
+            in ``forward`` if the agent dimension does not have ``n_agents`` entries.
+
+    Examples:
+        >>> import torch
+        >>> from rl.modules import MultiAgentMLP
+        >>> net = MultiAgentMLP(
+        ...     n_agent_inputs=4, n_agent_outputs=2, n_agents=3,
+        ...     centralized=False, share_params=False, depth=1, num_cells=8,
+        ... )
+        >>> net(torch.zeros(5, 3, 4)).shape
+        torch.Size([5, 3, 2])
+    """
+
+    def __init__(
+        self,
+        n_agent_inputs: int | None,
+        n_agent_outputs: int,
+        n_agents: int,
+        *,
+        centralized: bool | None = None,
+        share_params: bool | None = None,
+        device: torch.device | str | None = None,
+        depth: int | None = None,
+        num_cells: Sequence[int] | int | None = None,
+        activation_class: type[nn.Module] = nn.Tanh,
+        **kwargs,
+    ) -> None:
+        if "centralised" in kwargs:
+            centralized = kwargs.pop("centralised")
+        self.n_agent_inputs = n_agent_inputs
+        self.n_agent_outputs = n_agent_outputs
+        self.num_cells = num_cells
+        self.depth = depth
+        self.activation_class = activation_class
+        if n_agent_inputs is None:
+            raise ValueError(
+                "MultiAgentMLP needs n_agent_inputs; lazy layers cannot be stacked across agents"
+            )
+        self._n_agents_for_build = n_agents
+        self._centralized_for_build = centralized
+        super().__init__(
+            n_agents=n_agents,
+            centralized=centralized,
+            share_params=share_params,
+            agent_dim=-2,
+            device=device,
+            **kwargs,
+        )
+
+    def _build_single_net(self, *, device=None, **kwargs) -> nn.Module:
+        n_in = self.n_agent_inputs
+        if self._centralized_for_build:
+            n_in = n_in * self._n_agents_for_build
+        return MLP(
+            in_features=n_in,
+            out_features=self.n_agent_outputs,
+            depth=self.depth,
+            num_cells=self.num_cells,
+            activation_class=self.activation_class,
+            device=device,
+            **kwargs,
+        )
+
+    def _pre_forward_check(self, inputs: torch.Tensor) -> torch.Tensor:
+        if inputs.ndim < 2 or inputs.shape[-2] != self.n_agents:
+            raise ValueError(
+                f"MultiAgentMLP expects inputs of shape [*B, n_agents={self.n_agents}, "
+                f"{self.n_agent_inputs}], got {tuple(inputs.shape)}"
+            )
+        if self.centralized:
+            inputs = inputs.flatten(-2, -1)
+        return inputs
+
+
+class MultiAgentConvNet(_MultiAgentNetBase):
+    """A ConvNet per agent (or one shared), over inputs ``[*B, n_agents, C, H, W]``.
+
+    The output is ``[*B, n_agents, F]``. ``centralized`` stacks all agents' channels as
+    the input of each network.
+
+    Args:
+        n_agents (int): number of agents.
+        centralized (bool): each network sees all agents' images.
+        share_params (bool): one network for all agents.
+
+    Keyword Args:
+        in_features (int): input channels per agent (required: no lazy layers).
+        device (torch.device, optional): device of the parameters.
+        num_cells (sequence of int, optional): channels per layer (see :class:`ConvNet`).
+        kernel_sizes (int or sequence, optional): defaults to ``5``.
+        strides (int or sequence, optional): defaults to ``2``.
+        paddings (int or sequence, optional): defaults to ``0``.
+        activation_class (type, optional): defaults to ``nn.ELU``.
+        **kwargs: other :class:`ConvNet` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from rl.modules import MultiAgentConvNet
+        >>> net = MultiAgentConvNet(
+        ...     n_agents=2, centralized=False, share_params=False,
+        ...     in_features=3, num_cells=[4], kernel_sizes=3, strides=1,
+        ... )
+        >>> net(torch.zeros(5, 2, 3, 8, 8)).shape
+        torch.Size([5, 2, 144])
+    """
+
+    def __init__(
+        self,
+        n_agents: int,
+        centralized: bool | None = None,
+        share_params: bool | None = None,
+        *,
+        in_features: int | None = None,
+        device: torch.device | str | None = None,
+        num_cells: Sequence[int] | None = None,
+        kernel_sizes: Sequence[int | Sequence[int]] | int = 5,
+        strides: Sequence[int] | int = 2,
+        paddings: Sequence[int] | int = 0,
+        activation_class: type[nn.Module] = nn.ELU,
+        **kwargs,
+    ) -> None:
+        if in_features is None:
+            raise ValueError(
+                "MultiAgentConvNet needs in_features; lazy layers cannot be stacked across agents"
+            )
+        self.in_features = in_features
+        self.num_cells = num_cells
+        self.kernel_sizes = kernel_sizes
+        self.strides = strides
+        self.paddings = paddings
+        self.activation_class = activation_class
+        self._n_agents_for_build = n_agents
+        self._centralized_for_build = centralized
+        super().__init__(
+            n_agents=n_agents,
+            centralized=centralized,
+            share_params=share_params,
+            agent_dim=-4,
+            device=device,
+            **kwargs,
+        )
+
+    def _build_single_net(self, *, device=None, **kwargs) -> nn.Module:
+        in_features = self.in_features
+        if self._centralized_for_build:
+            in_features = in_features * self._n_agents_for_build
+        return ConvNet(
+            in_features=in_features,
+            num_cells=self.num_cells,
+            kernel_sizes=self.kernel_sizes,
+            strides=self.strides,
+            paddings=self.paddings,
+            activation_class=self.activation_class,
+            device=device,
+            **kwargs,
+        )
+
+    def _pre_forward_check(self, inputs: torch.Tensor) -> torch.Tensor:
+        if inputs.ndim < 4 or inputs.shape[-4] != self.n_agents:
+            raise ValueError(
+                f"MultiAgentConvNet expects inputs of shape [*B, n_agents={self.n_agents}, "
+                f"C, H, W], got {tuple(inputs.shape)}"
+            )
+        if self.centralized:
+            inputs = inputs.flatten(-4, -3)
+        return inputs
+
+
+class Mixer(nn.Module):
+    """Base of the value mixers: ``[*B, n_agents, 1]`` (and a state) to ``[*B, 1]``.
+
+    Subclasses implement :meth:`mix`.
+
+    Args:
+        n_agents (int): number of agents.
+        needs_state (bool): whether :meth:`forward` takes a global state.
+        state_shape (tuple of int): shape of the state's last dims.
+        device (torch.device, optional): device of the parameters.
+    """
+
+    def __init__(
+        self,
+        n_agents: int,
+        needs_state: bool,
+        state_shape: tuple[int, ...] | torch.Size,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.n_agents = n_agents
+        self.needs_state = needs_state
+        self.state_shape = torch.Size(state_shape)
+        self.device = device
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        name = type(self).__name__
+        expected = 2 if self.needs_state else 1
+        if len(inputs) != expected:
+            raise ValueError(
+                f"{name} takes {expected} input(s) (chosen_action_value"
+                f"{', state' if self.needs_state else ''}), got {len(inputs)}"
+            )
+        chosen_action_value = inputs[0]
+        state = inputs[1] if self.needs_state else None
+        if chosen_action_value.shape[-2:] != (self.n_agents, 1):
+            raise ValueError(
+                f"{name} expects chosen_action_value of shape [*B, {self.n_agents}, 1], "
+                f"got {tuple(chosen_action_value.shape)}"
+            )
+        if state is not None and (
+            state.shape[state.ndim - len(self.state_shape) :] != self.state_shape
+        ):
+            raise ValueError(
+                f"{name} expects a state ending with shape {tuple(self.state_shape)}, "
+                f"got {tuple(state.shape)}"
+            )
+        return self.mix(chosen_action_value, state)
+
+    def mix(self, chosen_action_value: torch.Tensor, state: torch.Tensor | None):
+        raise NotImplementedError
+
+
+class VDNMixer(Mixer):
+    """Value decomposition: ``Q_tot = sum_i Q_i`` (Sunehag et al., 2017, https://arxiv.org/abs/1706.05296).
+
+    Args:
+        n_agents (int): number of agents.
+        device (torch.device, optional): unused (no parameters); kept for TorchRL.
+
+    Examples:
+        >>> import torch
+        >>> from rl.modules import VDNMixer
+        >>> VDNMixer(n_agents=3)(torch.ones(4, 3, 1))
+        tensor([[3.],
+                [3.],
+                [3.],
+                [3.]])
+    """
+
+    def __init__(self, n_agents: int, device: torch.device | str | None = None) -> None:
+        super().__init__(n_agents=n_agents, needs_state=False, state_shape=(), device=device)
+
+    def mix(self, chosen_action_value: torch.Tensor, state=None) -> torch.Tensor:
+        return chosen_action_value.sum(dim=-2)
+
+
+class QMixer(Mixer):
+    """QMIX: a monotonic mixing network whose weights are produced from the state.
+
+    Rashid et al., 2018, https://arxiv.org/abs/1803.11485. ``Q_tot = elu(q W1 + b1) W2 + V``
+    with ``W1 = |hyper_w_1(s)|``, ``W2 = |hyper_w_final(s)|``, ``b1 = hyper_b_1(s)`` and
+    ``V = MLP(s)``; the absolute values keep ``Q_tot`` non-decreasing in each ``Q_i``.
+
+    Args:
+        state_shape (tuple of int): shape of the global state.
+        mixing_embed_dim (int): hidden size of the mixing network.
+        n_agents (int): number of agents.
+        device (torch.device, optional): device of the parameters.
+
+    Examples:
+        >>> import torch
+        >>> from rl.modules import QMixer
+        >>> mixer = QMixer(state_shape=(5,), mixing_embed_dim=8, n_agents=3)
+        >>> mixer(torch.zeros(4, 2, 3, 1), torch.zeros(4, 2, 5)).shape
+        torch.Size([4, 2, 1])
+    """
+
+    def __init__(
+        self,
+        state_shape: tuple[int, ...] | torch.Size,
+        mixing_embed_dim: int,
+        n_agents: int,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(
+            n_agents=n_agents, needs_state=True, state_shape=state_shape, device=device
+        )
+        self.embed_dim = mixing_embed_dim
+        self.state_dim = math.prod(self.state_shape)
+        kw = {"device": device}
+        self.hyper_w_1 = nn.Linear(self.state_dim, self.embed_dim * n_agents, **kw)
+        self.hyper_w_final = nn.Linear(self.state_dim, self.embed_dim, **kw)
+        self.hyper_b_1 = nn.Linear(self.state_dim, self.embed_dim, **kw)
+        self.V = nn.Sequential(
+            nn.Linear(self.state_dim, self.embed_dim, **kw),
+            nn.ReLU(),
+            nn.Linear(self.embed_dim, 1, **kw),
+        )
+
+    def mix(self, chosen_action_value: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        batch = chosen_action_value.shape[:-2]
+        state = state.reshape(-1, self.state_dim)
+        q = chosen_action_value.reshape(-1, 1, self.n_agents)
+        w1 = self.hyper_w_1(state).abs().view(-1, self.n_agents, self.embed_dim)
+        b1 = self.hyper_b_1(state).view(-1, 1, self.embed_dim)
+        hidden = nn.functional.elu(torch.bmm(q, w1) + b1)
+        w_final = self.hyper_w_final(state).abs().view(-1, self.embed_dim, 1)
+        v = self.V(state).view(-1, 1, 1)
+        return (torch.bmm(hidden, w_final) + v).view(*batch, 1)

@@ -1,0 +1,171 @@
+"""Tests of the multi-agent networks and the value mixers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.modules import MLP, ConvNet, MultiAgentConvNet, MultiAgentMLP, QMixer, VDNMixer
+
+N_AGENTS = 3
+
+
+def _mlp(centralized, share_params, **kwargs):
+    return MultiAgentMLP(
+        n_agent_inputs=4,
+        n_agent_outputs=2,
+        n_agents=N_AGENTS,
+        centralized=centralized,
+        share_params=share_params,
+        depth=1,
+        num_cells=8,
+        **kwargs,
+    )
+
+
+def _agent_net(net, i):
+    """The plain MLP of agent ``i`` (agent 0 when shared), built from the stacked params."""
+    template = MLP(
+        in_features=4 * (N_AGENTS if net.centralized else 1),
+        out_features=2,
+        depth=1,
+        num_cells=8,
+    )
+    params = net.params if net.share_params else net.params[i]
+    params.to_module(template)
+    return template
+
+
+class TestMultiAgentMLP:
+    @pytest.mark.parametrize("centralized", [False, True])
+    @pytest.mark.parametrize("share_params", [False, True])
+    @pytest.mark.parametrize("batch", [(), (5,), (4, 2)])
+    def test_matches_per_agent_loop(self, centralized, share_params, batch):
+        torch.manual_seed(0)
+        net = _mlp(centralized, share_params)
+        x = torch.randn(*batch, N_AGENTS, 4)
+        out = net(x)
+        assert out.shape == (*batch, N_AGENTS, 2)
+        for i in range(N_AGENTS):
+            agent_in = x.flatten(-2) if centralized else x[..., i, :]
+            torch.testing.assert_close(out[..., i, :], _agent_net(net, i)(agent_in))
+
+    def test_parameter_stacking(self):
+        assert _mlp(False, False).params["0", "weight"].shape == (N_AGENTS, 8, 4)
+        assert _mlp(True, False).params["0", "weight"].shape == (N_AGENTS, 8, 12)
+        assert _mlp(False, True).params["0", "weight"].shape == (8, 4)
+
+    def test_share_params_identical_inputs_identical_outputs(self):
+        x = torch.randn(6, 1, 4).expand(6, N_AGENTS, 4)
+        shared = _mlp(False, True)(x)
+        torch.testing.assert_close(shared[:, 0], shared[:, 1])
+        torch.testing.assert_close(shared[:, 0], shared[:, 2])
+        unshared = _mlp(False, False)(x)
+        assert not torch.allclose(unshared[:, 0], unshared[:, 1])
+        central = _mlp(True, True)(torch.randn(6, N_AGENTS, 4))
+        torch.testing.assert_close(central[:, 0], central[:, 2])
+
+    def test_gradients_and_state_dict_round_trip(self):
+        net = _mlp(False, False)
+        net(torch.randn(5, N_AGENTS, 4)).sum().backward()
+        assert all(p.grad is not None for p in net.parameters())
+        assert list(net.state_dict()) == [
+            "params.0.weight", "params.0.bias", "params.2.weight", "params.2.bias"
+        ]  # fmt: skip
+        other = _mlp(False, False)
+        other.load_state_dict(net.state_dict())
+        x = torch.randn(5, N_AGENTS, 4)
+        torch.testing.assert_close(other(x), net(x))
+
+    def test_stateful_net_round_trip(self):
+        net = _mlp(False, False)
+        stateful = net.get_stateful_net()
+        with torch.no_grad():
+            for p in stateful.parameters():
+                p.fill_(0.5)
+        net.from_stateful_net(stateful)
+        assert (net.params["0", "weight"] == 0.5).all()
+
+    def test_vmap_ensemble(self):
+        nets = [_mlp(False, False) for _ in range(2)]
+        params = torch.stack([TensorDict.from_module(n) for n in nets])
+        template = _mlp(False, False)
+        x = torch.randn(5, N_AGENTS, 4)
+
+        def call(p, x):
+            with p.to_module(template):
+                return template(x)
+
+        out = torch.vmap(call, (0, None))(params, x)
+        for i, net in enumerate(nets):
+            torch.testing.assert_close(out[i], net(x))
+
+    def test_errors(self):
+        net = _mlp(False, False)
+        with pytest.raises(ValueError, match=r"n_agents=3, 4\], got \(5, 2, 4\)"):
+            net(torch.randn(5, 2, 4))
+        with pytest.raises(TypeError, match="centralized"):
+            MultiAgentMLP(4, 2, 3, share_params=True)
+        with pytest.raises(ValueError, match="needs n_agent_inputs"):
+            MultiAgentMLP(None, 2, 3, centralized=False, share_params=True)
+
+
+class TestMultiAgentConvNet:
+    @pytest.mark.parametrize("centralized", [False, True])
+    @pytest.mark.parametrize("share_params", [False, True])
+    def test_matches_per_agent_loop(self, centralized, share_params):
+        torch.manual_seed(0)
+        net = MultiAgentConvNet(
+            n_agents=2,
+            centralized=centralized,
+            share_params=share_params,
+            in_features=3,
+            num_cells=[4],
+            kernel_sizes=3,
+            strides=1,
+        )
+        x = torch.randn(5, 2, 3, 6, 6)
+        out = net(x)
+        assert out.shape == (5, 2, 4 * 4 * 4)
+        for i in range(2):
+            template = ConvNet(
+                in_features=3 * (2 if centralized else 1), num_cells=[4], kernel_sizes=3
+            )
+            (net.params if share_params else net.params[i]).to_module(template)
+            agent_in = x.flatten(-4, -3) if centralized else x[:, i]
+            torch.testing.assert_close(out[:, i], template(agent_in))
+
+
+class TestMixers:
+    def test_vdn_is_sum(self):
+        q = torch.randn(4, 5, N_AGENTS, 1)
+        out = VDNMixer(n_agents=N_AGENTS)(q)
+        torch.testing.assert_close(out, q.sum(-2))
+        assert out.shape == (4, 5, 1)
+
+    def test_qmixer_shapes_formula_and_monotonic(self):
+        torch.manual_seed(0)
+        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS)
+        q = torch.randn(4, 2, N_AGENTS, 1, requires_grad=True)
+        state = torch.randn(4, 2, 6)
+        out = mixer(q, state)
+        assert out.shape == (4, 2, 1)
+        s = state.reshape(-1, 6)
+        w1 = mixer.hyper_w_1(s).abs().view(-1, N_AGENTS, 8)
+        hidden = torch.nn.functional.elu(
+            (q.reshape(-1, N_AGENTS, 1) * w1).sum(1) + mixer.hyper_b_1(s)
+        )
+        expected = (hidden * mixer.hyper_w_final(s).abs()).sum(-1, keepdim=True) + mixer.V(s)
+        torch.testing.assert_close(out, expected.view(4, 2, 1))
+        out.sum().backward()
+        assert (q.grad >= 0).all()
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match=r"chosen_action_value of shape \[\*B, 3, 1\]"):
+            VDNMixer(n_agents=N_AGENTS)(torch.randn(4, 2, 1))
+        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS)
+        with pytest.raises(ValueError, match=r"state ending with shape \(6,\)"):
+            mixer(torch.randn(4, N_AGENTS, 1), torch.randn(4, 5))
+        with pytest.raises(ValueError, match="takes 2 input"):
+            mixer(torch.randn(4, N_AGENTS, 1))

@@ -5,6 +5,18 @@ estimator modules read TensorDict keys and call it.
 """
 
 from rl.objectives.value import functional
+from rl.objectives.value._base import ValueEstimatorBase
 from rl.objectives.value._enum import ValueEstimators
+from rl.objectives.value._estimators import GAE, TD0Estimator, TD1Estimator, TDLambdaEstimator
+from rl.objectives.value._vtrace import VTrace
 
-__all__ = ["ValueEstimators", "functional"]
+__all__ = [
+    "GAE",
+    "TD0Estimator",
+    "TD1Estimator",
+    "TDLambdaEstimator",
+    "VTrace",
+    "ValueEstimatorBase",
+    "ValueEstimators",
+    "functional",
+]

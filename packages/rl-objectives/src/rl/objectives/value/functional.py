@@ -568,9 +568,10 @@ def vtrace_advantage_estimate(
 
     Args:
         gamma (float or Tensor): discount.
-        log_pi (Tensor): log-probability of the actions under the behaviour (collecting) policy,
-            ``[*B, T, *F]`` (TorchRL's naming).
-        log_mu (Tensor): log-probability of the actions under the current policy.
+        log_pi (Tensor): log-probability of the actions under the current (learned) policy,
+            ``[*B, T, *F]``.
+        log_mu (Tensor): log-probability of the actions under the behaviour policy that
+            collected them.
         state_value (Tensor): ``V(s[t])``.
         next_state_value (Tensor): ``V(s[t+1])``.
         reward (Tensor): rewards.

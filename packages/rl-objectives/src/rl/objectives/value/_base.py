@@ -1,0 +1,379 @@
+"""ValueEstimatorBase: what the estimator modules share (keys, value-network calls)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from tensordict import TensorDictBase, unravel_key
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+
+__all__ = ["ValueEstimatorBase"]
+
+
+@contextlib.contextmanager
+def _held_out(network: torch.nn.Module | None) -> Iterator[None]:
+    """Run ``network`` without giving its parameters gradients (inputs still get them)."""
+    params = [p for p in network.parameters() if p.requires_grad] if network is not None else []
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+def _call(network, data: TensorDictBase, params: TensorDictBase | None) -> TensorDictBase:
+    if params is None:
+        return network(data)
+    with params.to_module(network):
+        return network(data)
+
+
+def _next_key(key: NestedKey) -> tuple[str, ...]:
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+class ValueEstimatorBase(TensorDictModuleBase):
+    """Base class of the value estimators: reads TensorDict keys, writes advantage and target.
+
+    An estimator computes ``V(s)`` and ``V(s')`` with its ``value_network`` (or reads them
+    from ``value`` and ``("next", value)`` when ``value_network=None``, as off-policy
+    losses use it), then calls its function from :mod:`rl.objectives.value.functional`.
+
+    Keyword Args:
+        value_network (TensorDictModule or None): writes ``tensor_keys.value``.
+        shifted (bool): compute ``V(s)`` and ``V(s')`` in a single call of the value network
+            on the root observations plus the next observations at trajectory ends (and at
+            the last step). Exact for feed-forward networks. Defaults to ``False``.
+        differentiable (bool): keep gradients through the estimate (``forward`` runs under
+            ``torch.set_grad_enabled(differentiable)``). Defaults to ``False``.
+        skip_existing (bool, optional): reuse values already in the input instead of
+            calling the value network. Defaults to ``False``.
+        advantage_key, value_target_key, value_key (NestedKey, optional): shortcuts for
+            :meth:`set_keys`.
+        device (torch.device, optional): device of the hyperparameter buffers.
+        deactivate_vmap (bool): accepted for TorchRL compatibility; values are computed
+            without vmap here (root and next inputs are stacked into one call).
+        time_dim (int, optional): the time dimension of the input TensorDict; defaults to
+            the dimension named ``"time"`` if any, else the last one.
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """Keys read and written; remap them with :meth:`ValueEstimatorBase.set_keys`.
+
+        Attributes:
+            advantage: where the advantage is written. Defaults to ``"advantage"``.
+            value_target: where the value target is written. Defaults to ``"value_target"``.
+            value: the state value written by the value network. Defaults to ``"state_value"``.
+            reward, done, terminated: read under ``"next"``.
+            steps_to_next_obs: number of steps to the next observation (multi-step
+                returns discount by ``gamma ** steps``). Defaults to ``"steps_to_next_obs"``.
+            sample_log_prob: log-probability of the collected action (V-trace).
+        """
+
+        advantage: NestedKey = "advantage"
+        value_target: NestedKey = "value_target"
+        value: NestedKey = "state_value"
+        reward: NestedKey = "reward"
+        done: NestedKey = "done"
+        terminated: NestedKey = "terminated"
+        steps_to_next_obs: NestedKey = "steps_to_next_obs"
+        sample_log_prob: NestedKey = "sample_log_prob"
+
+    default_keys = _AcceptedKeys
+
+    def __init__(
+        self,
+        *,
+        value_network: TensorDictModuleBase | None,
+        shifted: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        advantage_key: NestedKey | None = None,
+        value_target_key: NestedKey | None = None,
+        value_key: NestedKey | None = None,
+        device: torch.device | None = None,
+        deactivate_vmap: bool = False,
+        time_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(shifted, bool):
+            raise ValueError(f"shifted must be a boolean, got {shifted!r}")
+        self._device = torch.device(device) if device is not None else torch.get_default_device()
+        # Not a submodule: the network belongs to the loss; registering it here would
+        # list its parameters twice in loss.parameters().
+        self.__dict__["value_network"] = value_network
+        self.shifted = shifted
+        self.differentiable = differentiable
+        self.skip_existing = bool(skip_existing)
+        self.deactivate_vmap = deactivate_vmap
+        self.time_dim = time_dim
+        self._tensor_keys = self._AcceptedKeys()
+        keys = {"advantage": advantage_key, "value_target": value_target_key, "value": value_key}
+        keys = {k: v for k, v in keys.items() if v is not None}
+        if keys:
+            self.set_keys(**keys)
+
+    # ------------------------------------------------------------------ keys
+    @property
+    def tensor_keys(self) -> _AcceptedKeys:
+        return self._tensor_keys
+
+    def set_keys(self, **kwargs: NestedKey) -> None:
+        """Remap the keys read and written (``advantage=``, ``value=``, ``reward=``, ...).
+
+        ``value_key=`` style names (with the ``_key`` suffix) are accepted too.
+
+        Raises:
+            KeyError: unknown name, or a ``value`` key the value network does not write.
+            ValueError: a key that is ``None`` or not a (nested) string key.
+        """
+        valid = [f.name for f in fields(self._AcceptedKeys)]
+        conf = asdict(self._tensor_keys)
+        for name, key in kwargs.items():
+            field = name[: -len("_key")] if name.endswith("_key") and name not in valid else name
+            if field not in valid:
+                raise KeyError(
+                    f"{name!r} is not a key of {type(self).__name__}; valid names are {valid}"
+                )
+            if key is None or not isinstance(key, (str, tuple)):
+                raise ValueError(f"{name} must be a str or a tuple of str, got {key!r}")
+            key = unravel_key(key)
+            out_keys = getattr(self.value_network, "out_keys", None)
+            if field == "value" and out_keys is not None and key not in out_keys:
+                raise KeyError(
+                    f"value key {key!r} is not written by the value network (its out_keys are {out_keys})"
+                )
+            conf[field] = key
+        self._tensor_keys = self._AcceptedKeys(**conf)
+
+    @property
+    def advantage_key(self) -> NestedKey:
+        return self.tensor_keys.advantage
+
+    @property
+    def value_key(self) -> NestedKey:
+        return self.tensor_keys.value
+
+    @property
+    def value_target_key(self) -> NestedKey:
+        return self.tensor_keys.value_target
+
+    @property
+    def reward_key(self) -> NestedKey:
+        return self.tensor_keys.reward
+
+    @property
+    def done_key(self) -> NestedKey:
+        return self.tensor_keys.done
+
+    @property
+    def terminated_key(self) -> NestedKey:
+        return self.tensor_keys.terminated
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        net_keys = list(getattr(self.value_network, "in_keys", []) or [])
+        k = self.tensor_keys
+        return [
+            *net_keys,
+            *(_next_key(x) for x in (k.reward, k.done, k.terminated)),
+            *(_next_key(x) for x in net_keys),
+        ]
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        return [self.tensor_keys.advantage, self.tensor_keys.value_target]
+
+    # ------------------------------------------------------------ data access
+    def _require(self, tensordict: TensorDictBase, key: NestedKey, name: str) -> torch.Tensor:
+        value = tensordict.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"{type(self).__name__} needs key {key!r}, which is missing from the input; "
+                f"remap it with set_keys({name}=...)"
+            )
+        return value
+
+    def _signals(
+        self, tensordict: TensorDictBase
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        k = self.tensor_keys
+        reward = self._require(tensordict, _next_key(k.reward), "reward")
+        done = self._require(tensordict, _next_key(k.done), "done")
+        terminated = tensordict.get(_next_key(k.terminated), None)
+        if terminated is None:
+            terminated = done
+        return reward, done, terminated
+
+    def _gamma(self, tensordict: TensorDictBase, reward: torch.Tensor):
+        gamma = self.gamma
+        if gamma.device != reward.device:
+            gamma = gamma.to(reward.device)
+        steps = tensordict.get(self.tensor_keys.steps_to_next_obs, None)
+        if steps is not None:
+            gamma = gamma ** steps.view_as(reward)
+        return gamma
+
+    def _time_dim(self, tensordict: TensorDictBase, time_dim: int | None) -> int:
+        if tensordict.batch_dims < 1:
+            raise RuntimeError(
+                f"{type(self).__name__} expects a TensorDict with a time dimension, got batch_size "
+                f"{tuple(tensordict.batch_size)}"
+            )
+        if time_dim is None:
+            time_dim = self.time_dim
+        if time_dim is None:
+            names = tensordict.names if tensordict._has_names() else []
+            time_dim = names.index("time") if "time" in names else tensordict.batch_dims - 1
+        return time_dim % tensordict.batch_dims
+
+    def _values(
+        self,
+        tensordict: TensorDictBase,
+        params: TensorDictBase | None,
+        target_params: TensorDictBase | None,
+        time_dim: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``V(s)`` and ``V(s')`` (detached), computed or read; both written into the input."""
+        k = self.tensor_keys
+        net = self.value_network
+        existing = (tensordict.get(k.value, None), tensordict.get(_next_key(k.value), None))
+        if net is None or (self.skip_existing and None not in existing):
+            for key, v in zip((k.value, _next_key(k.value)), existing, strict=True):
+                if v is None:
+                    raise KeyError(
+                        f"{type(self).__name__} has no value network and needs key {key!r}, which is "
+                        "missing from the input; write it first or remap it with set_keys(value=...)"
+                    )
+            return existing[0], existing[1].detach()
+        if params is not None:
+            params = params.detach()
+        with _held_out(net) if params is None else contextlib.nullcontext():
+            if self.shifted:
+                value, next_value = self._values_shifted(tensordict, params, time_dim)
+            elif target_params is None or target_params is params:
+                both = tensordict.select(*net.in_keys, strict=False)
+                nxt = tensordict.get("next").select(*net.in_keys, strict=False)
+                stacked = _call(net, torch.stack([both, nxt], 0), params)
+                value, next_value = stacked.get(k.value).unbind(0)
+            else:
+                value = _call(net, tensordict.select(*net.in_keys, strict=False), params).get(
+                    k.value
+                )
+                nxt = tensordict.get("next").select(*net.in_keys, strict=False)
+                next_value = _call(net, nxt, target_params.detach()).get(k.value)
+        tensordict.set(k.value, value)
+        tensordict.set(_next_key(k.value), next_value)
+        return value, next_value.detach()
+
+    def _values_shifted(self, tensordict, params, time_dim):
+        """One network call on the T root inputs plus the next inputs where a trajectory ends."""
+        net = self.value_network
+        k = self.tensor_keys
+        last = tensordict.batch_dims - 1
+        td = tensordict if time_dim == last else tensordict.transpose(time_dim, last)
+        done = self._require(td, _next_key(k.done), "done")
+        ends = done.reshape(*td.batch_size, -1).any(-1).clone()
+        ends[..., -1] = True
+        root = td.select(*net.in_keys, strict=False).reshape(-1)
+        nxt = td.get("next").select(*net.in_keys, strict=False)[ends]
+        out = _call(net, torch.cat([root, nxt], 0), params).get(k.value)
+        n = root.shape[0]
+        value = out[:n].reshape(*td.batch_size, *out.shape[1:])
+        steps = value.shape[last]
+        # V(s[t+1]) is the next root value inside a trajectory; at its end (and at the
+        # last step) it is the value of the true next observation, computed above.
+        next_value = torch.cat(
+            [value.narrow(last, 1, steps - 1), value.narrow(last, steps - 1, 1)], dim=last
+        )
+        next_value[ends] = out[n:]
+        if time_dim != last:
+            value, next_value = (
+                value.transpose(time_dim, last),
+                next_value.transpose(time_dim, last),
+            )
+        return value, next_value
+
+    def _next_value(
+        self, tensordict: TensorDictBase, target_params: TensorDictBase | None
+    ) -> torch.Tensor:
+        """``V(s')`` for ``value_estimate``: the value network on ``"next"``, or the stored one."""
+        net = self.value_network
+        key = _next_key(self.tensor_keys.value)
+        if net is None:
+            return self._require(tensordict, key, "value")
+        nxt = tensordict.get("next").select(*net.in_keys, strict=False)
+        with _held_out(net) if target_params is None else contextlib.nullcontext():
+            return _call(net, nxt, target_params).get(self.tensor_keys.value)
+
+    # --------------------------------------------------------------- contract
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        params: TensorDictBase | None = None,
+        target_params: TensorDictBase | None = None,
+        time_dim: int | None = None,
+    ) -> TensorDictBase:
+        """Write ``tensor_keys.advantage`` and ``tensor_keys.value_target`` into ``tensordict``.
+
+        Args:
+            tensordict (TensorDictBase): a ``[*B, T]`` batch with the value network's inputs
+                at the root and under ``"next"``, and ``("next", reward/done/terminated)``.
+
+        Keyword Args:
+            params (TensorDictBase, optional): parameters for the value network on ``s``.
+            target_params (TensorDictBase, optional): parameters for ``s'``; default ``params``.
+            time_dim (int, optional): the time dimension of ``tensordict``.
+
+        Returns:
+            ``tensordict``, updated in place.
+        """
+        with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
+            time_dim = self._time_dim(tensordict, time_dim)
+            value, next_value = self._values(tensordict, params, target_params, time_dim)
+            advantage, target = self._estimate(tensordict, value, next_value, time_dim)
+        tensordict.set(self.tensor_keys.advantage, advantage)
+        tensordict.set(self.tensor_keys.value_target, target)
+        return tensordict
+
+    def value_estimate(
+        self,
+        tensordict: TensorDictBase,
+        target_params: TensorDictBase | None = None,
+        next_value: torch.Tensor | None = None,
+        time_dim: int | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """The value target, from ``next_value`` when given, else from ``V(s')``.
+
+        Args:
+            tensordict (TensorDictBase): the batch (``("next", reward/done/terminated)``).
+            target_params (TensorDictBase, optional): parameters of the value network for
+                ``s'``.
+            next_value (Tensor, optional): ``V(s')`` (or ``Q(s', a')``) computed by the
+                caller; exclusive with running the value network.
+            time_dim (int, optional): the time dimension of ``tensordict``.
+
+        Returns:
+            the value target, shaped like the reward.
+        """
+        time_dim = self._time_dim(tensordict, time_dim)
+        if next_value is None:
+            next_value = self._next_value(tensordict, target_params)
+        return self._target(tensordict, next_value, time_dim)
+
+    def _estimate(self, tensordict, value, next_value, time_dim):
+        """``(advantage, value_target)``; the default is the target minus ``value``."""
+        target = self._target(tensordict, next_value, time_dim)
+        return target - value, target
+
+    def _target(self, tensordict, next_value, time_dim):  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -1,0 +1,120 @@
+"""V-trace estimator module (IMPALA)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from rl.objectives.value._base import ValueEstimatorBase, _held_out
+from rl.objectives.value.functional import vtrace_advantage_estimate
+
+__all__ = ["VTrace"]
+
+
+class VTrace(ValueEstimatorBase):
+    """V-trace advantages and targets (Espeholt et al., 2018, https://arxiv.org/abs/1802.01561).
+
+    The importance weight of each step is ``pi(a|s) / mu(a|s)``: ``mu`` is read from
+    ``tensor_keys.sample_log_prob`` (written by the collecting policy), ``pi`` is the
+    current ``actor_network``'s log-probability of the stored action.
+
+    Keyword Args:
+        gamma (float or Tensor): discount (a scalar).
+        actor_network (ProbabilisticTensorDictModule): the current policy (``get_dist``).
+        value_network (TensorDictModule or None): the critic.
+        rho_thresh (float or Tensor): clip of the importance weights in the TD errors.
+            Defaults to ``1.0``.
+        c_thresh (float or Tensor): clip of the trace coefficients. Defaults to ``1.0``.
+        average_adv (bool): standardize the advantage. Defaults to ``False``.
+        differentiable, skip_existing, advantage_key, value_target_key, value_key,
+        shifted, device, time_dim: see :class:`ValueEstimatorBase`.
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | torch.Tensor,
+        actor_network: TensorDictModuleBase,
+        value_network: TensorDictModuleBase | None,
+        rho_thresh: float | torch.Tensor = 1.0,
+        c_thresh: float | torch.Tensor = 1.0,
+        average_adv: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        advantage_key=None,
+        value_target_key=None,
+        value_key=None,
+        shifted: bool = False,
+        device: torch.device | None = None,
+        time_dim: int | None = None,
+        deactivate_vmap: bool = False,
+    ) -> None:
+        super().__init__(
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+            device=device,
+            deactivate_vmap=deactivate_vmap,
+            time_dim=time_dim,
+        )
+        gamma = torch.as_tensor(gamma, device=self._device).clone()
+        if gamma.ndim:
+            raise ValueError(
+                f"VTrace needs a scalar gamma, got a tensor of shape {tuple(gamma.shape)}"
+            )
+        self.register_buffer("gamma", gamma)
+        self.register_buffer("rho_thresh", torch.as_tensor(rho_thresh, device=self._device).clone())
+        self.register_buffer("c_thresh", torch.as_tensor(c_thresh, device=self._device).clone())
+        self.__dict__["actor_network"] = actor_network
+        self.average_adv = average_adv
+
+    @property
+    def in_keys(self):
+        return [*super().in_keys, self.tensor_keys.sample_log_prob]
+
+    def _log_probs(
+        self, tensordict: TensorDictBase, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        log_mu = self._require(tensordict, self.tensor_keys.sample_log_prob, "sample_log_prob")
+        actor = self.actor_network
+        with _held_out(actor):
+            dist = actor.get_dist(tensordict.select(*actor.in_keys, strict=False))
+            # the stored action (TorchRL 0.14 scores a freshly sampled one)
+            keys = getattr(actor, "dist_sample_keys", None) or actor.out_keys
+            log_pi = dist.log_prob(self._require(tensordict, keys[0], "action"))
+        return log_pi.reshape(like.shape), log_mu.reshape(like.shape)
+
+    def _estimate(self, tensordict, value, next_value, time_dim):
+        reward, done, terminated = self._signals(tensordict)
+        gamma = self._gamma(tensordict, reward)
+        log_pi, log_mu = self._log_probs(tensordict, value)
+        advantage, target = vtrace_advantage_estimate(
+            gamma,
+            log_pi,
+            log_mu,
+            value,
+            next_value.to(value.dtype),
+            reward,
+            done,
+            terminated,
+            rho_thresh=self.rho_thresh,
+            c_thresh=self.c_thresh,
+            time_dim=time_dim,
+        )
+        if self.average_adv:
+            advantage = (advantage - advantage.mean()) / advantage.std().clamp_min(1e-5)
+        return advantage, target
+
+    def value_estimate(
+        self, tensordict, target_params=None, next_value=None, time_dim=None, **kwargs
+    ):
+        """The V-trace target ``v_s`` (needs ``V(s)``: computed or read)."""
+        time_dim = self._time_dim(tensordict, time_dim)
+        value, computed_next = self._values(tensordict, None, target_params, time_dim)
+        next_value = computed_next if next_value is None else next_value
+        return self._estimate(tensordict, value, next_value, time_dim)[1]

@@ -1,0 +1,306 @@
+"""Estimator modules of rl.objectives.value: keys, value-network calls, contract with losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import (
+    NormalParamExtractor,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+)
+
+from rl.objectives.value import (
+    GAE,
+    TD0Estimator,
+    TD1Estimator,
+    TDLambdaEstimator,
+    ValueEstimators,
+    VTrace,
+)
+from rl.objectives.value import functional as F
+
+B, T, OBS = 3, 9, 4
+
+
+def value_net(seed=0):
+    torch.manual_seed(seed)
+    return TensorDictModule(torch.nn.Linear(OBS, 1), in_keys=["obs"], out_keys=["state_value"])
+
+
+def batch(seed=0, b=B, t=T):
+    g = torch.Generator().manual_seed(seed)
+    done = torch.zeros(b, t, 1, dtype=torch.bool)
+    done[:, 3] = True
+    done[0, 6] = True
+    term = done.clone()
+    term[0, 6] = False  # a truncation
+    obs = torch.randn(b, t + 1, OBS, generator=g)
+    # a real rollout: inside a trajectory the next observation is the next step's one
+    next_obs = torch.where(done, torch.randn(b, t, OBS, generator=g), obs[:, 1:])
+    return TensorDict(
+        {
+            "obs": obs[:, :-1],
+            "next": {
+                "obs": next_obs,
+                "reward": torch.randn(b, t, 1, generator=g),
+                "done": done,
+                "terminated": term,
+            },
+        },
+        [b, t],
+    )
+
+
+def expected_values(net, td):
+    with torch.no_grad():
+        return net.module(td["obs"]), net.module(td["next", "obs"])
+
+
+def flags(td):
+    return td["next", "reward"], td["next", "done"], td["next", "terminated"]
+
+
+class TestGAE:
+    def test_writes_advantage_target_and_values(self):
+        net, td = value_net(), batch()
+        GAE(gamma=0.9, lmbda=0.8, value_network=net)(td)
+        v, nv = expected_values(net, td)
+        adv, target = F.vec_generalized_advantage_estimate(0.9, 0.8, v, nv, *flags(td))
+        torch.testing.assert_close(td["advantage"], adv)
+        torch.testing.assert_close(td["value_target"], target)
+        torch.testing.assert_close(td["state_value"], v)
+        torch.testing.assert_close(td["next", "state_value"], nv)
+        assert not td["advantage"].requires_grad
+
+    def test_without_value_network_reads_the_values(self):
+        td = batch()
+        td["state_value"] = torch.randn(B, T, 1)
+        td["next", "state_value"] = torch.randn(B, T, 1)
+        GAE(gamma=0.9, lmbda=0.8, value_network=None)(td)
+        adv, _ = F.vec_generalized_advantage_estimate(
+            0.9, 0.8, td["state_value"], td["next", "state_value"], *flags(td)
+        )
+        torch.testing.assert_close(td["advantage"], adv)
+
+    def test_missing_value_without_network(self):
+        td = batch()
+        td["state_value"] = torch.randn(B, T, 1)
+        with pytest.raises(
+            KeyError, match=r"needs key \('next', 'state_value'\).*set_keys\(value=\.\.\.\)"
+        ):
+            GAE(gamma=0.9, lmbda=0.8, value_network=None)(td)
+
+    def test_missing_reward(self):
+        td = batch()
+        del td["next", "reward"]
+        with pytest.raises(
+            KeyError, match=r"GAE needs key \('next', 'reward'\).*set_keys\(reward=\.\.\.\)"
+        ):
+            GAE(gamma=0.9, lmbda=0.8, value_network=value_net())(td)
+
+    def test_set_keys(self):
+        net = TensorDictModule(torch.nn.Linear(OBS, 1), in_keys=["obs"], out_keys=["v"])
+        gae = GAE(gamma=0.9, lmbda=0.8, value_network=net)
+        gae.set_keys(advantage="adv", value_target=("targets", "v"), value_key="v")
+        td = gae(batch())
+        assert {"adv", ("targets", "v"), "v", ("next", "v")} <= set(td.keys(True, True))
+        assert gae.advantage_key == "adv" and gae.value_key == "v"
+        with pytest.raises(KeyError, match=r"value key 'nope' is not written by the value network"):
+            gae.set_keys(value="nope")
+        with pytest.raises(KeyError, match="'bogus' is not a key of GAE"):
+            gae.set_keys(bogus="x")
+
+    def test_shifted_equals_two_calls(self):
+        net, td = value_net(), batch()
+        a = GAE(gamma=0.9, lmbda=0.8, value_network=net)(td.clone())
+        b = GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True)(td.clone())
+        torch.testing.assert_close(a["advantage"], b["advantage"])
+        torch.testing.assert_close(a["next", "state_value"], b["next", "state_value"])
+
+    def test_time_first(self):
+        net, td = value_net(), batch()
+        ref = GAE(gamma=0.9, lmbda=0.8, value_network=net)(td.clone())
+        got = GAE(gamma=0.9, lmbda=0.8, value_network=net, time_dim=0)(
+            td.transpose(0, 1).contiguous()
+        )
+        torch.testing.assert_close(got["advantage"].transpose(0, 1), ref["advantage"])
+        shifted = GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True)
+        got = shifted(td.transpose(0, 1).contiguous(), time_dim=0)
+        torch.testing.assert_close(got["advantage"].transpose(0, 1), ref["advantage"])
+
+    def test_average_gae(self):
+        td = GAE(gamma=0.9, lmbda=0.8, value_network=value_net(), average_gae=True)(batch())
+        adv = td["advantage"]
+        torch.testing.assert_close(adv.mean(), torch.tensor(0.0), atol=1e-5, rtol=0)
+        torch.testing.assert_close(adv.std(), torch.tensor(1.0))
+
+    def test_params_and_target_params(self):
+        net, td = value_net(), batch()
+        params = TensorDict.from_module(net).apply(torch.zeros_like)
+        target = TensorDict.from_module(net).apply(torch.ones_like)
+        GAE(gamma=0.9, lmbda=0.8, value_network=net)(td, params=params, target_params=target)
+        torch.testing.assert_close(td["state_value"], torch.zeros(B, T, 1))
+        torch.testing.assert_close(
+            td["next", "state_value"], td["next", "obs"].sum(-1, keepdim=True) + 1
+        )
+
+    def test_differentiable_keeps_graph_to_inputs_not_to_the_network(self):
+        net, td = value_net(), batch()
+        td["obs"].requires_grad_()
+        GAE(gamma=0.9, lmbda=0.8, value_network=net, differentiable=True)(td)
+        td["advantage"].sum().backward()
+        assert td["obs"].grad is not None
+        assert all(p.grad is None for p in net.parameters())
+
+    def test_value_estimate(self):
+        net, td = value_net(), batch()
+        est = GAE(gamma=0.9, lmbda=0.8, value_network=net)
+        target = est.value_estimate(td.clone())
+        torch.testing.assert_close(target, est(td)["value_target"])
+
+    def test_state_dict_round_trip(self):
+        a = GAE(gamma=0.9, lmbda=0.8, value_network=None)
+        b = GAE(gamma=0.5, lmbda=0.5, value_network=None)
+        b.load_state_dict(a.state_dict())
+        assert float(b.gamma) == pytest.approx(0.9) and float(b.lmbda) == pytest.approx(0.8)
+        assert not list(GAE(gamma=0.9, lmbda=0.8, value_network=value_net()).parameters())
+
+
+class TestTDEstimators:
+    @pytest.mark.parametrize(
+        "make, ref",
+        [
+            (
+                lambda n: TD0Estimator(gamma=0.9, value_network=n),
+                lambda nv, r, d, t: F.td0_return_estimate(0.9, nv, r, t),
+            ),
+            (
+                lambda n: TD1Estimator(gamma=0.9, value_network=n),
+                lambda nv, r, d, t: F.vec_td1_return_estimate(0.9, nv, r, d, t),
+            ),
+            (
+                lambda n: TDLambdaEstimator(gamma=0.9, lmbda=0.6, value_network=n),
+                lambda nv, r, d, t: F.vec_td_lambda_return_estimate(0.9, 0.6, nv, r, d, t),
+            ),
+        ],
+        ids=["td0", "td1", "tdlambda"],
+    )
+    def test_targets_and_advantages(self, make, ref):
+        net, td = value_net(), batch()
+        make(net)(td)
+        v, nv = expected_values(net, td)
+        target = ref(nv, *flags(td))
+        torch.testing.assert_close(td["value_target"], target)
+        torch.testing.assert_close(td["advantage"], target - v)
+
+    def test_value_estimate_with_next_value(self):
+        # what an off-policy loss does: no value network, its own next value
+        td = batch()
+        next_value = torch.randn(B, T, 1)
+        est = TD0Estimator(gamma=0.9, value_network=None)
+        target = est.value_estimate(td, next_value=next_value)
+        torch.testing.assert_close(
+            target, td["next", "reward"] + 0.9 * ~td["next", "terminated"] * next_value
+        )
+
+    def test_value_estimate_reads_next_value(self):
+        td = batch()
+        td["next", "state_value"] = torch.randn(B, T, 1)
+        target = TDLambdaEstimator(gamma=0.9, lmbda=0.0, value_network=None).value_estimate(td)
+        torch.testing.assert_close(
+            target,
+            F.td0_return_estimate(
+                0.9, td["next", "state_value"], td["next", "reward"], td["next", "terminated"]
+            ),
+        )
+
+    def test_td0_on_flat_batch(self):
+        # replay-buffer samples have no time dimension
+        td = batch().reshape(-1)
+        next_value = torch.randn(B * T, 1)
+        target = TD0Estimator(gamma=0.9, value_network=None).value_estimate(
+            td, next_value=next_value
+        )
+        assert target.shape == (B * T, 1)
+
+    def test_value_estimate_with_target_params(self):
+        net, td = value_net(), batch()
+        target_params = TensorDict.from_module(net).apply(torch.zeros_like)
+        target = TD0Estimator(gamma=0.9, value_network=net).value_estimate(
+            td, target_params=target_params
+        )
+        torch.testing.assert_close(target, td["next", "reward"])
+
+    def test_steps_to_next_obs(self):
+        td = batch()
+        td["steps_to_next_obs"] = torch.full((B, T, 1), 2)
+        nv = torch.ones(B, T, 1)
+        target = TD0Estimator(gamma=0.5, value_network=None).value_estimate(td, next_value=nv)
+        torch.testing.assert_close(target, td["next", "reward"] + 0.25 * ~td["next", "terminated"])
+
+    def test_average_rewards(self):
+        td = batch()
+        td["next", "state_value"] = torch.zeros(B, T, 1)
+        TD1Estimator(gamma=0.9, value_network=None, average_rewards=True).value_estimate(td)
+        torch.testing.assert_close(
+            td["next", "reward"].mean(), torch.tensor(0.0), atol=1e-5, rtol=0
+        )
+
+
+class TestVTrace:
+    def test_matches_functional(self):
+        torch.manual_seed(0)
+        net, td = value_net(), batch()
+        actor = ProbabilisticTensorDictSequential(
+            TensorDictModule(
+                torch.nn.Sequential(torch.nn.Linear(OBS, 2), NormalParamExtractor()),
+                ["obs"],
+                ["loc", "scale"],
+            ),
+            ProbabilisticTensorDictModule(
+                ["loc", "scale"], ["action"], distribution_class=torch.distributions.Normal
+            ),
+        )
+        td["action"] = torch.randn(B, T, 1)
+        td["sample_log_prob"] = torch.randn(B, T, 1) - 1
+        VTrace(gamma=0.9, actor_network=actor, value_network=net, rho_thresh=1.2, c_thresh=0.9)(td)
+        v, nv = expected_values(net, td)
+        with torch.no_grad():
+            log_pi = actor.get_dist(td).log_prob(td["action"])
+        adv, target = F.vtrace_advantage_estimate(
+            0.9, log_pi, td["sample_log_prob"], v, nv, *flags(td), rho_thresh=1.2, c_thresh=0.9
+        )
+        torch.testing.assert_close(td["advantage"], adv)
+        torch.testing.assert_close(td["value_target"], target)
+
+
+class TestEnumAndCompile:
+    def test_enum_members_and_error(self):
+        assert [m.name for m in ValueEstimators] == ["TD0", "TD1", "TDLambda", "GAE", "VTrace"]
+        assert ValueEstimators("gae") is ValueEstimators.GAE
+        with pytest.raises(
+            ValueError, match=r"'Foo' is not a value estimator; valid ones are ValueEstimators\.TD0"
+        ):
+            ValueEstimators("Foo")
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda: GAE(gamma=0.9, lmbda=0.8, value_network=None),
+            lambda: TDLambdaEstimator(gamma=0.9, lmbda=0.8, value_network=None),
+            lambda: TD0Estimator(gamma=0.9, value_network=None),
+        ],
+        ids=["gae", "tdlambda", "td0"],
+    )
+    def test_compile_matches_eager(self, make):
+        td = batch()
+        td["state_value"] = torch.randn(B, T, 1)
+        td["next", "state_value"] = torch.randn(B, T, 1)
+        est = make()
+        eager = est(td.clone())
+        compiled = torch.compile(est, backend="eager")(td.clone())
+        torch.testing.assert_close(compiled["advantage"], eager["advantage"])
+        torch.testing.assert_close(compiled["value_target"], eager["value_target"])

@@ -1,3 +1,679 @@
-"""Placeholder: filled by the session that writes it."""
+"""Conservative Q-learning losses: CQLLoss (continuous actions) and DiscreteCQLLoss."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn.probabilistic import InteractionType, set_interaction_type
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rl.core import Composite, TensorSpec
+
+from ._common import LossModule
+from ._dqn import _check_reduction, _find_action_space, _reduce, _resolve_space, _select
+from ._iql import _check_loss_function, _ensemble_values, _next_keys, _sample_and_log_prob
+from ._utils import distance_loss
+
+__all__ = ["CQLLoss", "DiscreteCQLLoss"]
+
+
+class _EntropyTemperature:
+    """The learned entropy temperature of the soft actor-critic family (CQL, TQC).
+
+    ``log_alpha`` is a parameter of the loss (a buffer with ``fixed_alpha=True``),
+    clamped to ``[log(min_alpha), log(max_alpha)]``; ``target_entropy="auto"`` is minus
+    the number of action dimensions, read from ``action_spec`` or the actor's spec.
+    """
+
+    def _init_temperature(
+        self,
+        alpha_init: float,
+        min_alpha: float | None,
+        max_alpha: float | None,
+        fixed_alpha: bool,
+        target_entropy,
+        action_spec,
+    ) -> None:
+        if bool(min_alpha) ^ bool(max_alpha):
+            min_alpha = min_alpha if min_alpha else 0.0
+            if max_alpha == 0:
+                raise ValueError("max_alpha must be either None or greater than 0.")
+            max_alpha = max_alpha if max_alpha else 1e9
+        self.register_buffer("alpha_init", torch.tensor(float(alpha_init)))
+        self.min_log_alpha = math.log(min_alpha) if min_alpha else None
+        self.max_log_alpha = math.log(max_alpha) if max_alpha else None
+        self.fixed_alpha = fixed_alpha
+        log_alpha = torch.tensor(math.log(alpha_init))
+        if fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = nn.Parameter(log_alpha)
+        self._target_entropy = target_entropy
+        self._action_spec = action_spec
+
+    @property
+    def target_entropy(self) -> float:
+        """The entropy the temperature steers the policy towards."""
+        if self._target_entropy != "auto":
+            return float(self._target_entropy)
+        spec = self._action_spec
+        if spec is None:
+            spec = getattr(self.actor_network, "spec", None)
+        if spec is None:
+            raise RuntimeError(
+                f"{type(self).__name__} cannot infer the action dimension for "
+                "target_entropy='auto': pass target_entropy=... or action_spec=..., or give "
+                "the actor a spec"
+            )
+        key = self.tensor_keys.action
+        if isinstance(spec, Composite):
+            container = spec.shape
+            if isinstance(key, tuple) and len(key) > 1:
+                container = spec[key[:-1]].shape
+            leaf = spec[key]
+            shape = leaf.shape[len(container) :]
+        else:
+            shape = spec.shape
+        self._target_entropy = -float(math.prod(shape))
+        return self._target_entropy
+
+    @property
+    def _alpha(self) -> torch.Tensor:
+        if self.min_log_alpha is not None or self.max_log_alpha is not None:
+            self.log_alpha.data.clamp_(self.min_log_alpha, self.max_log_alpha)
+        return self.log_alpha.detach().exp()
+
+    def _alpha_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
+        return -self.log_alpha * (log_prob.detach() + self.target_entropy)
+
+
+def _repeat(td: TensorDictBase, keys, n: int) -> TensorDictBase:
+    """``keys`` of ``td``, each row repeated ``n`` times in a row along the last batch dim."""
+    dim = td.ndim - 1
+    out = TensorDict(batch_size=[*td.batch_size[:-1], td.batch_size[-1] * n])
+    for key in keys:
+        out.set(key, td.get(key).repeat_interleave(n, dim=dim))
+    return out
+
+
+class CQLLoss(_EntropyTemperature, LossModule):
+    r"""The Conservative Q-Learning loss on top of soft actor-critic (continuous actions).
+
+    - ``loss_qvalue``: both critics regressed on
+      ``r + gamma (1 - terminated) min_i Q_target_i(s', a')``, ``a' ~ pi(s')``
+      (minus ``alpha log pi(a'|s')`` unless ``deterministic_backup``; with
+      ``max_q_backup`` the max over ``num_random`` sampled ``a'``);
+    - ``loss_cql``: the conservative penalty, for each critic
+      ``min_q_weight * (temperature * logsumexp_a(Q(s, a) / temperature) - Q(s, a_data))``
+      where the ``logsumexp`` runs over ``num_random`` uniform actions, ``num_random``
+      actions of ``pi(s)`` and ``num_random`` of ``pi(s')``, all scored at ``s`` and
+      importance-corrected by their densities (CQL(H) of the paper). With
+      ``with_lagrange=True`` it is scaled by a learned ``alpha_prime`` that
+      ``loss_alpha_prime`` tunes to keep the penalty at ``lagrange_thresh``;
+    - ``loss_actor``: ``alpha log pi(a|s) - min_i Q_i(s, a)`` with the critics held out;
+    - ``loss_actor_bc``: ``alpha log pi(a|s) - log pi(a_data|s)``;
+    - ``loss_alpha``: the temperature loss of SAC.
+
+    The squared TD error (max over critics) is written to the input under
+    ``"td_error"``. Paper: https://arxiv.org/abs/2006.04779.
+
+    Args:
+        actor_network (ProbabilisticTensorDictSequential): a stochastic actor over
+            actions in ``[-1, 1]`` (e.g. :class:`~rl.modules.TanhNormal`).
+        qvalue_network (TensorDictModule): reads the observation and ``action``, writes
+            ``state_action_value``; copied into two critics.
+
+    Keyword Args:
+        loss_function (str): ``"smooth_l1"`` (default), ``"l2"`` or ``"l1"``.
+        alpha_init (float): initial entropy temperature. Defaults to 1.0.
+        min_alpha, max_alpha (float, optional): bounds of the temperature.
+        action_spec (TensorSpec, optional): for ``target_entropy="auto"``.
+        fixed_alpha (bool): keep the temperature at ``alpha_init``. Defaults to ``False``.
+        target_entropy (float or "auto"): defaults to ``"auto"`` (minus the action size).
+        delay_actor (bool): sample next actions from a target actor. Defaults to ``False``.
+        delay_qvalue (bool): keep target critics. Defaults to ``True``.
+        gamma (float, optional): discount for the value estimator.
+        temperature (float): temperature of the ``logsumexp``. Defaults to 1.0.
+        min_q_weight (float): weight of the penalty. Defaults to 1.0.
+        max_q_backup (bool): back up the max over ``num_random`` next actions.
+            Defaults to ``False``.
+        deterministic_backup (bool): leave the entropy term out of the target.
+            Defaults to ``True``.
+        num_random (int): actions sampled per state for the penalty. Defaults to 10.
+        with_lagrange (bool): learn the penalty weight. Defaults to ``False``.
+        lagrange_thresh (float): target size of the penalty. Defaults to 0.0.
+        reduction (str, optional): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap (bool): accepted for compatibility.
+        scalar_output_mode (str, optional): with ``reduction="none"``, ``"exclude"``
+            (default) or ``"non_tensor"`` for ``alpha`` and ``entropy``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from rl.core import Bounded
+        >>> from rl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+        >>> from rl.objectives import CQLLoss
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(
+        ...         torch.nn.Sequential(torch.nn.Linear(3, 4), NormalParamExtractor()),
+        ...         ["observation"], ["loc", "scale"],
+        ...     ),
+        ...     in_keys=["loc", "scale"],
+        ...     spec=Bounded(-1.0, 1.0, (2,)),
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> class QNet(torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.linear = torch.nn.Linear(5, 1)
+        ...     def forward(self, obs, act):
+        ...         return self.linear(torch.cat([obs, act], -1))
+        >>> qvalue = ValueOperator(QNet(), in_keys=["observation", "action"])
+        >>> loss = CQLLoss(actor, qvalue, num_random=4, gamma=0.99)
+        >>> data = TensorDict(
+        ...     observation=torch.randn(5, 3),
+        ...     action=torch.rand(5, 2) * 1.8 - 0.9,
+        ...     next=TensorDict(
+        ...         observation=torch.randn(5, 3),
+        ...         reward=torch.randn(5, 1),
+        ...         done=torch.zeros(5, 1, dtype=torch.bool),
+        ...         terminated=torch.zeros(5, 1, dtype=torch.bool),
+        ...         batch_size=[5],
+        ...     ),
+        ...     batch_size=[5],
+        ... )
+        >>> sorted(loss(data).keys())
+        ['alpha', 'entropy', 'loss_actor', 'loss_actor_bc', 'loss_alpha', 'loss_cql', 'loss_qvalue']
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """Keys read and written by CQLLoss.
+
+        Attributes:
+            action: the dataset action (``"action"``).
+            value: forwarded to the value estimator (``"state_value"``).
+            state_action_value: the critics' output (``"state_action_value"``).
+            log_prob: log-probability entry of the actor's metadata (``"_log_prob"``).
+            pred_q1, pred_q2: where the critics' predictions are written.
+            priority: where the TD error is written (``"td_error"``).
+            cql_q1_loss, cql_q2_loss: where the per-sample penalties are written.
+            reward, done, terminated: read under ``"next"``.
+        """
+
+        action: NestedKey = "action"
+        value: NestedKey = "state_value"
+        state_action_value: NestedKey = "state_action_value"
+        log_prob: NestedKey = "_log_prob"
+        pred_q1: NestedKey = "pred_q1"
+        pred_q2: NestedKey = "pred_q2"
+        priority: NestedKey = "td_error"
+        cql_q1_loss: NestedKey = "cql_q1_loss"
+        cql_q2_loss: NestedKey = "cql_q2_loss"
+        reward: NestedKey = "reward"
+        done: NestedKey = "done"
+        terminated: NestedKey = "terminated"
+
+    default_value_estimator = "TD0"
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module,
+        *,
+        loss_function: Literal["l2", "l1", "smooth_l1"] = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec: TensorSpec | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        delay_actor: bool = False,
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
+        temperature: float = 1.0,
+        min_q_weight: float = 1.0,
+        max_q_backup: bool = False,
+        deterministic_backup: bool = True,
+        num_random: int = 10,
+        with_lagrange: bool = False,
+        lagrange_thresh: float = 0.0,
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: Literal["exclude", "non_tensor"] | None = None,
+    ) -> None:
+        super().__init__()
+        if num_random < 1:
+            raise ValueError(f"num_random must be >= 1, got {num_random}")
+        self.loss_function = _check_loss_function(loss_function)
+        self.reduction = _check_reduction("mean" if reduction is None else reduction)
+        self.scalar_output_mode = scalar_output_mode or "exclude"
+        self.deactivate_vmap = deactivate_vmap
+        self.delay_actor = delay_actor
+        self.delay_qvalue = delay_qvalue
+        self.num_qvalue_nets = 2
+        self.gamma = gamma
+        self.temperature = temperature
+        self.min_q_weight = min_q_weight
+        self.max_q_backup = max_q_backup
+        self.deterministic_backup = deterministic_backup
+        self.num_random = num_random
+        self.with_lagrange = with_lagrange
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=delay_actor)
+        self.convert_to_functional(
+            qvalue_network,
+            "qvalue_network",
+            expand_dim=self.num_qvalue_nets,
+            create_target_params=delay_qvalue,
+            compare_against=list(actor_network.parameters()),
+        )
+        self._init_temperature(
+            alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, action_spec
+        )
+        if with_lagrange:
+            self.target_action_gap = lagrange_thresh
+            self.log_alpha_prime = nn.Parameter(torch.tensor(0.0))
+        self._set_in_keys()
+
+    # ------------------------------------------------------------------ keys
+    def _set_in_keys(self) -> None:
+        tk = self.tensor_keys
+        actor_keys = list(getattr(self.actor_network, "in_keys", []))
+        q_keys = list(getattr(self.qvalue_network, "in_keys", []))
+        keys = [tk.action, *_next_keys([tk.reward, tk.done, tk.terminated])]
+        keys += [*actor_keys, *_next_keys(actor_keys), *q_keys]
+        self.in_keys = list(dict.fromkeys(keys))
+        self.out_keys = [
+            "loss_actor",
+            "loss_actor_bc",
+            "loss_qvalue",
+            "loss_cql",
+            "loss_alpha",
+            "alpha",
+            "entropy",
+        ] + (["loss_alpha_prime"] if self.with_lagrange else [])
+        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
+
+    def _required_key_names(self):
+        return ("action",)
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        if self._value_estimator is not None:
+            tk = self.tensor_keys
+            self._value_estimator.set_keys(
+                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
+            )
+
+    def _supported_value_estimators(self):
+        from .value import ValueEstimators
+
+        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
+
+    # ---------------------------------------------------------------- pieces
+    def _policy(self, kind: str = "online") -> nn.Module:
+        if kind == "target":
+            return self._target_network("actor_network")
+        if kind == "detached":
+            return self._detached_network("actor_network")
+        return self.actor_network
+
+    def _sample(self, tensordict: TensorDictBase, kind: str = "online"):
+        """``(action, log_prob)`` drawn from the actor (reparameterized)."""
+        with set_interaction_type(InteractionType.RANDOM):
+            dist = self._policy(kind).get_dist(tensordict.copy())
+            return _sample_and_log_prob(dist)
+
+    def _q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
+        """``Q_i(s, a)`` of both critics, ``[2, *B, 1]``."""
+        return _ensemble_values(
+            self, "qvalue_network", tensordict, self.tensor_keys.state_action_value, kind
+        )
+
+    def _policy_actions(self, tensordict: TensorDictBase, kind: str):
+        """``num_random`` actions per state: ``(td [*B[:-1], B*n], log_prob [*B[:-1], B*n])``."""
+        keys = list(getattr(self.actor_network, "in_keys", []))
+        repeated = _repeat(tensordict, keys, self.num_random)
+        action, log_prob = self._sample(repeated, kind)
+        repeated.set(self.tensor_keys.action, action)
+        return repeated, log_prob
+
+    def _target_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        actor_kind = "target" if self.delay_actor else "detached"
+        next_td = tensordict.get("next").copy()
+        with torch.no_grad():
+            action, log_prob = self._sample(next_td, actor_kind)
+            next_td.set(self.tensor_keys.action, action)
+            if not self.max_q_backup:
+                next_value = self._q(next_td, "target").min(0).values
+                if not self.deterministic_backup:
+                    next_value = next_value - self._alpha * log_prob.unsqueeze(-1)
+            else:
+                many, _ = self._policy_actions(tensordict.get("next"), actor_kind)
+                q = self._q(many, "target")
+                q = q.reshape(self.num_qvalue_nets, *tensordict.shape, self.num_random, -1)
+                next_value = q.max(-2).values.min(0).values
+            return self._value_target(tensordict, next_value).squeeze(-1)
+
+    def q_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """Soft Bellman regression of both critics; writes ``pred_q1``/``pred_q2``."""
+        target = self._target_value(tensordict)
+        pred = self._q(tensordict, "online")
+        tensordict.set(self.tensor_keys.pred_q1, pred[0])
+        tensordict.set(self.tensor_keys.pred_q2, pred[1])
+        pred = pred.squeeze(-1)
+        loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
+        td_error = (pred.detach() - target).pow(2)
+        return _reduce(loss, self.reduction, None), {"td_error": td_error}
+
+    def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """The conservative penalty; needs ``pred_q1``/``pred_q2`` from :meth:`q_loss`."""
+        pred_q1 = tensordict.get(self.tensor_keys.pred_q1, None)
+        pred_q2 = tensordict.get(self.tensor_keys.pred_q2, None)
+        if pred_q1 is None or pred_q2 is None:
+            raise KeyError(
+                f"{type(self).__name__}.cql_loss needs {self.tensor_keys.pred_q1!r} and "
+                f"{self.tensor_keys.pred_q2!r} in the input: call q_loss first"
+            )
+        n = self.num_random
+        action = self._get(tensordict, "action")
+        batch = tensordict.shape
+        random_actions = action.new_empty((*batch[:-1], batch[-1] * n, action.shape[-1])).uniform_(
+            -1, 1
+        )
+        with torch.no_grad():
+            curr_td, curr_log_pi = self._policy_actions(tensordict, "detached")
+            next_td, next_log_pi = self._policy_actions(tensordict.get("next"), "detached")
+        # Every sampled action is scored at the current state s (CQL paper, eq. 4).
+        q_keys = [k for k in self.qvalue_network.in_keys if k != self.tensor_keys.action]
+        at_s = _repeat(tensordict, q_keys, n)
+        stacked = torch.cat(
+            [
+                at_s.clone(False).set(self.tensor_keys.action, random_actions),
+                at_s.clone(False).set(
+                    self.tensor_keys.action, curr_td.get(self.tensor_keys.action)
+                ),
+                at_s.clone(False).set(
+                    self.tensor_keys.action, next_td.get(self.tensor_keys.action)
+                ),
+            ],
+            dim=-1,
+        )
+        q = self._q(stacked, "online").squeeze(-1)  # [2, *B[:-1], 3 * B * n]
+        q_rand, q_curr, q_next = q.chunk(3, dim=-1)
+        random_density = math.log(0.5 ** action.shape[-1])
+        shape = (self.num_qvalue_nets, *batch, n)
+        cat = torch.cat(
+            [
+                q_rand.reshape(shape) - random_density,
+                q_next.reshape(shape) - next_log_pi.reshape(shape[1:]),
+                q_curr.reshape(shape) - curr_log_pi.reshape(shape[1:]),
+            ],
+            dim=-1,
+        )
+        lse = torch.logsumexp(cat / self.temperature, dim=-1) * self.temperature
+        pred = torch.stack([pred_q1, pred_q2]).squeeze(-1)
+        cql = (lse - pred) * self.min_q_weight  # [2, *B]
+        tensordict.set(self.tensor_keys.cql_q1_loss, cql[0])
+        tensordict.set(self.tensor_keys.cql_q2_loss, cql[1])
+        penalty = cql.sum(0)
+        if self.with_lagrange:
+            penalty = self._alpha_prime * penalty
+        return _reduce(penalty, self.reduction, None), {}
+
+    @property
+    def _alpha_prime(self) -> torch.Tensor:
+        return self.log_alpha_prime.detach().exp().clamp_max(1e6)
+
+    def alpha_prime_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """Lagrange-multiplier loss; trains ``log_alpha_prime`` only."""
+        q1 = tensordict.get(self.tensor_keys.cql_q1_loss, None)
+        q2 = tensordict.get(self.tensor_keys.cql_q2_loss, None)
+        if q1 is None or q2 is None:
+            raise KeyError(
+                f"{type(self).__name__}.alpha_prime_loss needs {self.tensor_keys.cql_q1_loss!r} "
+                f"and {self.tensor_keys.cql_q2_loss!r} in the input: call cql_loss first"
+            )
+        alpha_prime = self.log_alpha_prime.exp().clamp_max(1e6)
+        gap = self.target_action_gap
+        loss = -0.5 * alpha_prime * ((q1.detach().mean() - gap) + (q2.detach().mean() - gap))
+        return loss, {}
+
+    def actor_bc_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``alpha log pi(a|s) - log pi(a_data|s)``; returns ``(loss, metadata)``."""
+        with set_interaction_type(InteractionType.RANDOM):
+            dist = self.actor_network.get_dist(tensordict.copy())
+            _, log_prob = _sample_and_log_prob(dist)
+        bc_log_prob = dist.log_prob(self._get(tensordict, "action"))
+        loss = self._alpha * log_prob - bc_log_prob
+        return _reduce(loss, self.reduction, None), {"bc_log_prob": bc_log_prob.mean().detach()}
+
+    def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``alpha log pi(a|s) - min_i Q_i(s, a)`` with the critics held out."""
+        action, log_prob = self._sample(tensordict)
+        td_q = tensordict.select(*self.qvalue_network.in_keys, strict=False)
+        td_q.set(self.tensor_keys.action, action)
+        min_q = self._q(td_q, "detached").min(0).values.squeeze(-1)
+        if log_prob.shape != min_q.shape:
+            raise RuntimeError(
+                f"{type(self).__name__}: log_prob has shape {tuple(log_prob.shape)} but the "
+                f"critics give {tuple(min_q.shape)}; they must match"
+            )
+        loss = self._alpha * log_prob - min_q
+        return _reduce(loss, self.reduction, None), {self.tensor_keys.log_prob: log_prob.detach()}
+
+    def alpha_loss(self, metadata: dict) -> tuple[torch.Tensor, dict]:
+        """The temperature loss from the actor's log-probabilities."""
+        loss = self._alpha_loss(metadata[self.tensor_keys.log_prob])
+        return _reduce(loss, self.reduction, None), {}
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Compute every CQL loss on a batch of transitions; writes ``td_error`` into it.
+
+        Returns:
+            a TensorDict with ``loss_actor``, ``loss_actor_bc``, ``loss_qvalue``,
+            ``loss_cql``, ``loss_alpha``, ``alpha``, ``entropy`` (and
+            ``loss_alpha_prime`` with ``with_lagrange=True``).
+        """
+        self._get(tensordict, "action")
+        q_loss, metadata = self.q_loss(tensordict)
+        cql_loss, _ = self.cql_loss(tensordict)
+        out = {}
+        if self.with_lagrange:
+            out["loss_alpha_prime"] = self.alpha_prime_loss(tensordict)[0]
+        loss_actor_bc, _ = self.actor_bc_loss(tensordict)
+        loss_actor, actor_metadata = self.actor_loss(tensordict)
+        loss_alpha, _ = self.alpha_loss(actor_metadata)
+        tensordict.set(self.tensor_keys.priority, metadata["td_error"].max(0).values)
+        entropy = -actor_metadata[self.tensor_keys.log_prob].mean()
+        out = {
+            "loss_actor": loss_actor,
+            "loss_actor_bc": loss_actor_bc,
+            "loss_qvalue": q_loss,
+            "loss_cql": cql_loss,
+            "loss_alpha": loss_alpha,
+            **out,
+        }
+        if self.reduction == "none":
+            lagrange = out.pop("loss_alpha_prime", None)
+            td_out = TensorDict(out, batch_size=tensordict.batch_size)
+            if lagrange is not None or self.scalar_output_mode == "non_tensor":
+                if lagrange is not None:
+                    td_out.set_non_tensor("loss_alpha_prime", lagrange)
+                if self.scalar_output_mode == "non_tensor":
+                    td_out.set_non_tensor("alpha", self._alpha)
+                    td_out.set_non_tensor("entropy", entropy)
+            return td_out
+        out["alpha"] = self._alpha
+        out["entropy"] = entropy
+        return TensorDict(out)
+
+
+class DiscreteCQLLoss(LossModule):
+    r"""The Conservative Q-Learning loss for discrete actions (on top of DQN).
+
+    - ``loss_qvalue``: ``0.5 * distance(Q(s, a), r + gamma (1 - terminated) max_a'
+      Q_target(s', a'))`` (the value estimator, TD(0) by default);
+    - ``loss_cql``: ``logsumexp_a Q(s, a) - Q(s, a_data)``.
+
+    The squared TD error is written to the input under ``"td_error"``, the action
+    values under ``"pred_val"``. Paper: https://arxiv.org/abs/2006.04779.
+
+    Args:
+        value_network (nn.Module): a TensorDict module writing ``action_value``
+            ``[*B, n]``, e.g. :class:`~rl.modules.QValueActor`.
+
+    Keyword Args:
+        loss_function (str): ``"l2"`` (default), ``"l1"`` or ``"smooth_l1"``.
+        delay_value (bool): keep a target network. Defaults to ``True``.
+        gamma (float, optional): discount for the value estimator.
+        action_space (str or TensorSpec, optional): ``"one-hot"`` or ``"categorical"``
+            or a spec; read from the network, then from the shapes of the data.
+        reduction (str, optional): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rl.objectives import DiscreteCQLLoss
+        >>> qnet = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action_value"])
+        >>> loss = DiscreteCQLLoss(qnet, action_space="categorical", gamma=0.99)
+        >>> data = TensorDict(
+        ...     observation=torch.randn(4, 3),
+        ...     action=torch.randint(2, (4,)),
+        ...     next=TensorDict(
+        ...         observation=torch.randn(4, 3),
+        ...         reward=torch.randn(4, 1),
+        ...         done=torch.zeros(4, 1, dtype=torch.bool),
+        ...         terminated=torch.zeros(4, 1, dtype=torch.bool),
+        ...         batch_size=[4],
+        ...     ),
+        ...     batch_size=[4],
+        ... )
+        >>> sorted(loss(data).keys())
+        ['loss_cql', 'loss_qvalue', 'pred_value', 'target_value', 'td_error']
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """Keys read and written by DiscreteCQLLoss.
+
+        Attributes:
+            value_target: forwarded to the value estimator (``"value_target"``).
+            value: the chosen action's value (``"chosen_action_value"``).
+            action_value: the network's output (``"action_value"``).
+            action: the dataset action (``"action"``).
+            priority: where the TD error is written (``"td_error"``).
+            reward, done, terminated: read under ``"next"``.
+            pred_val: where the action values are written (``"pred_val"``).
+        """
+
+        value_target: NestedKey = "value_target"
+        value: NestedKey = "chosen_action_value"
+        action_value: NestedKey = "action_value"
+        action: NestedKey = "action"
+        priority: NestedKey = "td_error"
+        reward: NestedKey = "reward"
+        done: NestedKey = "done"
+        terminated: NestedKey = "terminated"
+        pred_val: NestedKey = "pred_val"
+
+    default_value_estimator = "TD0"
+
+    def __init__(
+        self,
+        value_network: nn.Module,
+        *,
+        loss_function: Literal["l2", "l1", "smooth_l1"] | None = "l2",
+        delay_value: bool = True,
+        gamma: float | None = None,
+        action_space: str | TensorSpec | None = None,
+        reduction: Literal["mean", "sum", "none"] | None = None,
+    ) -> None:
+        super().__init__()
+        self.loss_function = _check_loss_function(loss_function or "l2")
+        self.reduction = _check_reduction("mean" if reduction is None else reduction)
+        self.delay_value = delay_value
+        self.gamma = gamma
+        self.action_space = _find_action_space(action_space, value_network)
+        self.convert_to_functional(value_network, "value_network", create_target_params=delay_value)
+        self._set_in_keys()
+
+    def _set_in_keys(self) -> None:
+        tk = self.tensor_keys
+        net_keys = list(getattr(self.value_network, "in_keys", []))
+        keys = [tk.action, *_next_keys([tk.reward, tk.done, tk.terminated])]
+        keys += [*net_keys, *_next_keys(net_keys)]
+        self.in_keys = list(dict.fromkeys(keys))
+        self.out_keys = ["loss_qvalue", "loss_cql"]
+        self._in_keys_extra = net_keys
+
+    def _required_key_names(self):
+        return ("action",)
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        if self._value_estimator is not None:
+            tk = self.tensor_keys
+            self._value_estimator.set_keys(
+                value_target=tk.value_target,
+                value=tk.value,
+                reward=tk.reward,
+                done=tk.done,
+                terminated=tk.terminated,
+            )
+
+    def _supported_value_estimators(self):
+        from .value import ValueEstimators
+
+        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
+
+    def value_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """The DQN regression; writes ``td_error`` and ``pred_val`` into the input."""
+        action = self._get(tensordict, "action")
+        pred_val = self.value_network(tensordict.copy()).get(self.tensor_keys.action_value)
+        space = _resolve_space(self.action_space, action, pred_val)
+        pred = _select(pred_val, action, space)
+        with torch.no_grad():
+            next_td = tensordict.get("next").copy()
+            next_values = self._target_network("value_network")(next_td)
+            next_value = next_values.get(self.tensor_keys.action_value).max(-1, keepdim=True)
+            target = self._value_target(tensordict, next_value.values).squeeze(-1)
+        td_error = (pred.detach() - target).pow(2).unsqueeze(-1)
+        tensordict.set(self.tensor_keys.priority, td_error, inplace=True)
+        tensordict.set(self.tensor_keys.pred_val, pred_val, inplace=True)
+        loss = 0.5 * distance_loss(pred, target, self.loss_function)
+        metadata = {
+            "td_error": td_error.mean(0),
+            "pred_value": pred_val.detach().mean(),
+            "target_value": target.mean(),
+        }
+        return _reduce(loss, self.reduction, None), metadata
+
+    def cql_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
+        """``logsumexp_a Q(s, a) - Q(s, a_data)``; needs ``pred_val`` from :meth:`value_loss`."""
+        qvalues = tensordict.get(self.tensor_keys.pred_val, None)
+        if qvalues is None:
+            raise KeyError(
+                f"{type(self).__name__}.cql_loss needs {self.tensor_keys.pred_val!r} in the "
+                "input: call value_loss first"
+            )
+        action = self._get(tensordict, "action")
+        space = _resolve_space(self.action_space, action, qvalues)
+        loss = torch.logsumexp(qvalues, dim=-1) - _select(qvalues, action, space)
+        return _reduce(loss, self.reduction, None), {}
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Compute both losses; writes ``td_error`` and ``pred_val`` into the input.
+
+        Returns:
+            a TensorDict with ``loss_qvalue``, ``loss_cql``, ``td_error`` (mean over the
+            batch), ``pred_value`` and ``target_value``.
+        """
+        loss_qvalue, metadata = self.value_loss(tensordict)
+        loss_cql, _ = self.cql_loss(tensordict)
+        return TensorDict({"loss_qvalue": loss_qvalue, "loss_cql": loss_cql, **metadata})

@@ -1,3 +1,273 @@
-"""Placeholder: filled by the session that writes it."""
+"""Randomized Ensembled Double Q-learning (REDQ) loss."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from rl.core import TensorSpec
+
+from ._common import LossModule
+from ._ddpg import _next_keys
+from ._dqn import _check_reduction, _reduce
+from ._sac import _action_numel, _rsample_log_prob
+from ._td3 import _run_ensemble
+from ._utils import distance_loss
+
+__all__ = ["REDQLoss"]
+
+
+class REDQLoss(LossModule):
+    """The REDQ loss: a large Q ensemble with targets from a random subset of it.
+
+    Each call draws ``sub_sample_len`` of the ``num_qvalue_nets`` target Q networks; the
+    target is ``r + gamma * (1 - terminated) * min_{j in subset} (Q_target_j(s', a') -
+    alpha * log pi(a'|s'))``. Every Q network regresses on it (``loss_qvalue`` averages
+    over networks and samples); the actor minimises the ensemble average of
+    ``alpha * log pi(a|s) - Q_i(s, a)`` with the critics held out; the temperature loss is
+    ``-alpha * (log pi + target_entropy)`` over both the current and next samples, with
+    ``alpha`` clamped to ``[min_alpha, max_alpha]``. The largest squared TD error over the
+    ensemble is written under ``"td_error"``. Paper: https://arxiv.org/abs/2101.05982.
+
+    Args:
+        actor_network (ProbabilisticTensorDictSequential): the policy.
+        qvalue_network (nn.Module): writes ``state_action_value``; copied
+            ``num_qvalue_nets`` times.
+
+    Keyword Args:
+        num_qvalue_nets (int): ensemble size. Defaults to 10.
+        sub_sample_len (int): size of the target subset. Defaults to 2.
+        loss_function (str): ``"smooth_l1"`` (default), ``"l2"`` or ``"l1"``.
+        alpha_init (float): initial temperature. Defaults to 1.0.
+        min_alpha, max_alpha (float): temperature clamp. Default 0.1 and 10.0.
+        action_spec (TensorSpec, optional): sizes ``target_entropy="auto"``.
+        fixed_alpha (bool): keep the temperature fixed. Defaults to ``False``.
+        target_entropy (float or "auto"): Defaults to ``"auto"`` (``-action dims``).
+        delay_qvalue (bool): keep target Q networks. Defaults to ``True``.
+        gamma (float, optional): discount for the value estimator.
+        separate_losses (bool): as in SACLoss.
+        reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from rl.modules import ProbabilisticActor, TanhNormal
+        >>> from rl.objectives import REDQLoss
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 2), NormalParamExtractor())
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(net, ["observation"], ["loc", "scale"]),
+        ...     in_keys=["loc", "scale"],
+        ...     distribution_class=TanhNormal,
+        ... )
+        >>> class QNet(torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.linear = torch.nn.Linear(4, 1)
+        ...     def forward(self, obs, act):
+        ...         return self.linear(torch.cat([obs, act], -1))
+        >>> qnet = TensorDictModule(QNet(), ["observation", "action"], ["state_action_value"])
+        >>> loss = REDQLoss(actor, qnet, num_qvalue_nets=4, target_entropy=-1.0)
+        >>> data = TensorDict(
+        ...     observation=torch.randn(2, 3),
+        ...     action=torch.rand(2, 1) * 2 - 1,
+        ...     next=TensorDict(
+        ...         observation=torch.randn(2, 3),
+        ...         reward=torch.randn(2, 1),
+        ...         done=torch.zeros(2, 1, dtype=torch.bool),
+        ...         terminated=torch.zeros(2, 1, dtype=torch.bool),
+        ...         batch_size=[2],
+        ...     ),
+        ...     batch_size=[2],
+        ... )
+        >>> loss(data)["loss_qvalue"].shape
+        torch.Size([])
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """Keys read and written by REDQLoss (see :class:`SACLoss`)."""
+
+        action: NestedKey = "action"
+        value: NestedKey = "state_value"
+        sample_log_prob: NestedKey = "action_log_prob"
+        priority: NestedKey = "td_error"
+        state_action_value: NestedKey = "state_action_value"
+        reward: NestedKey = "reward"
+        done: NestedKey = "done"
+        terminated: NestedKey = "terminated"
+
+    default_value_estimator = "TD0"
+    delay_actor: bool = False
+
+    def __init__(
+        self,
+        actor_network: nn.Module,
+        qvalue_network: nn.Module,
+        *,
+        num_qvalue_nets: int = 10,
+        sub_sample_len: int = 2,
+        loss_function: Literal["l2", "l1", "smooth_l1"] = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float = 0.1,
+        max_alpha: float = 10.0,
+        action_spec: TensorSpec | None = None,
+        fixed_alpha: bool = False,
+        target_entropy: str | float = "auto",
+        delay_qvalue: bool = True,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: Literal["mean", "sum", "none"] = "mean",
+    ) -> None:
+        super().__init__()
+        if loss_function not in ("l2", "l1", "smooth_l1"):
+            raise ValueError(
+                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
+            )
+        if not 1 <= sub_sample_len <= num_qvalue_nets:
+            raise ValueError(
+                f"sub_sample_len must lie in [1, num_qvalue_nets={num_qvalue_nets}], got {sub_sample_len}"
+            )
+        self.num_qvalue_nets = num_qvalue_nets
+        self.sub_sample_len = sub_sample_len
+        self.loss_function = loss_function
+        self.reduction = _check_reduction(reduction)
+        self.delay_qvalue = delay_qvalue
+        self.gamma = gamma
+        self.convert_to_functional(actor_network, "actor_network")
+        self.convert_to_functional(
+            qvalue_network,
+            "qvalue_network",
+            num_qvalue_nets,
+            create_target_params=delay_qvalue,
+            compare_against=list(actor_network.parameters()) if separate_losses else None,
+        )
+        self.min_log_alpha = math.log(min_alpha)
+        self.max_log_alpha = math.log(max_alpha)
+        self.fixed_alpha = fixed_alpha
+        log_alpha = torch.tensor(math.log(alpha_init))
+        if fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = nn.Parameter(log_alpha)
+        if target_entropy == "auto":
+            numel = _action_numel(action_spec, self.tensor_keys.action)
+            if numel is None:
+                numel = _action_numel(getattr(actor_network, "spec", None), self.tensor_keys.action)
+            target_entropy = None if numel is None else -float(numel)
+        self.register_buffer(
+            "_target_entropy",
+            None if target_entropy is None else torch.tensor(float(target_entropy)),
+        )
+        actor_keys = list(getattr(actor_network, "in_keys", []))
+        q_keys = list(getattr(qvalue_network, "in_keys", []))
+        tk = self.tensor_keys
+        self.in_keys = list(
+            dict.fromkeys(
+                [tk.action, *actor_keys, *q_keys, *_next_keys([tk.reward, tk.done, tk.terminated])]
+            )
+        )
+        self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
+
+    @property
+    def target_entropy(self) -> torch.Tensor:
+        """The entropy the temperature aims at."""
+        if self._target_entropy is None:
+            raise RuntimeError(
+                "target_entropy='auto' could not be sized: give action_spec=... or a first batch"
+            )
+        return self._target_entropy
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The clamped temperature (no gradient)."""
+        with torch.no_grad():
+            return self.log_alpha.clamp(self.min_log_alpha, self.max_log_alpha).exp()
+
+    def _required_key_names(self):
+        return ("action",)
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        if self._value_estimator is not None:
+            tk = self.tensor_keys
+            self._value_estimator.set_keys(
+                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
+            )
+
+    def _supported_value_estimators(self):
+        from .value import ValueEstimators
+
+        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Compute the losses on a batch of transitions; writes ``td_error`` into it.
+
+        Returns:
+            a TensorDict with ``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha``,
+            ``entropy``, ``state_action_value_actor``, ``action_log_prob_actor``,
+            ``next.state_value`` and ``target_value`` (the last four averaged).
+        """
+        from tensordict.nn import InteractionType, set_interaction_type
+
+        sav = self.tensor_keys.state_action_value
+        self._get(tensordict, "action")
+        subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
+        alpha = self.alpha
+        with set_interaction_type(InteractionType.RANDOM):
+            action, log_prob = _rsample_log_prob(self.actor_network.get_dist(tensordict.copy()))
+            next_td = tensordict.get("next").copy()
+            with torch.no_grad():
+                next_action, next_log_prob = _rsample_log_prob(
+                    self._target_network("actor_network").get_dist(next_td.copy())
+                )
+        if self._target_entropy is None:
+            self._target_entropy = torch.tensor(
+                -float(action.shape[tensordict.batch_dims :].numel())
+            )
+
+        td_actor = tensordict.copy()
+        td_actor.set(self.tensor_keys.action, action)
+        q_actor = _run_ensemble(
+            self._ensemble("qvalue_network", "detached"), td_actor, sav
+        ).squeeze(-1)
+        loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction, None)
+
+        with torch.no_grad():
+            next_td.set(self.tensor_keys.action, next_action)
+            targets = self._ensemble("qvalue_network", "target")
+            next_q = _run_ensemble([targets[j] for j in subset], next_td, sav).squeeze(-1)
+            next_value = (next_q - alpha * next_log_prob).min(0)[0]
+            target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
+        pred = _run_ensemble(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
+        loss_qvalue = _reduce(
+            distance_loss(pred, target.expand_as(pred), self.loss_function), self.reduction, None
+        )
+        tensordict.set(
+            self.tensor_keys.priority, (pred.detach() - target).pow(2).max(0)[0], inplace=True
+        )
+
+        both_log_probs = torch.stack([log_prob.detach(), next_log_prob])
+        safe_log_alpha = self.log_alpha - self.log_alpha.detach() + self.alpha.log()
+        loss_alpha = _reduce(
+            -safe_log_alpha.exp() * (both_log_probs + self.target_entropy), self.reduction, None
+        )
+        return TensorDict(
+            {
+                "loss_actor": loss_actor,
+                "loss_qvalue": loss_qvalue,
+                "loss_alpha": loss_alpha,
+                "alpha": alpha,
+                "entropy": -both_log_probs.mean(),
+                "state_action_value_actor": q_actor.detach().mean(),
+                "action_log_prob_actor": log_prob.detach().mean(),
+                "next.state_value": next_value.mean(),
+                "target_value": target.mean(),
+            }
+        )

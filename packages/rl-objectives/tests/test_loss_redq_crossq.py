@@ -1,0 +1,127 @@
+"""REDQLoss and CrossQLoss on hand-computed cases (same setup as test_loss_sac.py).
+
+Deterministic policy: a = mu(s) = 0.5 s, log pi(a) = -a^2. Critics Q_i = s + w_i a.
+Transition: s = 1, a = 0.2, s' = 2, r = 1, gamma = 0.9, alpha = 0.5.
+"""
+
+import pytest
+import torch
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rl.objectives import CrossQLoss, REDQLoss, SoftUpdate
+
+from .test_loss_sac import QNet, _data, _det_actor
+
+
+def _smooth_l1(x):
+    x = x.abs()
+    return torch.where(x < 1, 0.5 * x**2, x - 0.5)
+
+
+def _critic():
+    return TensorDictModule(QNet(), ["observation", "action"], ["state_action_value"])
+
+
+class TestREDQLoss:
+    w = torch.tensor([2.0, 1.0, 3.0])
+
+    def _loss(self):
+        loss = REDQLoss(
+            _det_actor(), _critic(), num_qvalue_nets=3, sub_sample_len=2, gamma=0.9, alpha_init=0.5
+        )
+        with torch.no_grad():
+            weight = torch.stack([torch.ones(3), self.w], -1).reshape(3, 1, 2)
+            loss.qvalue_network_params.get(("module", "linear", "weight")).copy_(weight)
+        SoftUpdate(loss, tau=0.005)
+        return loss
+
+    def test_values(self):
+        loss = self._loss()
+        torch.manual_seed(7)
+        subset = torch.randperm(3)[:2].sort()[0]
+        torch.manual_seed(7)
+        td = _data()
+        out = loss(td)
+        # actor: mean_i(0.5 * -0.25 - (1 + w_i * 0.5))
+        torch.testing.assert_close(out["loss_actor"], (-0.125 - (1 + 0.5 * self.w)).mean())
+        next_value = (2 + self.w[subset] + 0.5).min()
+        target = 1 + 0.9 * next_value
+        pred = 1 + 0.2 * self.w
+        torch.testing.assert_close(out["target_value"], target)
+        torch.testing.assert_close(out["loss_qvalue"], _smooth_l1(pred - target).mean())
+        torch.testing.assert_close(td["td_error"], ((pred - target) ** 2).max().reshape(1))
+        # target_entropy = -1; log-probs -0.25 (current) and -1 (next)
+        torch.testing.assert_close(out["loss_alpha"], torch.tensor(-0.5 * (-1.25 - 2.0) / 2))
+        torch.testing.assert_close(out["entropy"], torch.tensor(0.625))
+
+    def test_gradients(self):
+        loss = self._loss()
+        out = loss(_data())
+        q = loss.qvalue_network_params.get(("module", "linear", "weight"))
+        out["loss_actor"].backward(retain_graph=True)
+        assert q.grad is None and loss.log_alpha.grad is None
+        out["loss_qvalue"].backward(retain_graph=True)
+        assert q.grad is not None and loss.log_alpha.grad is None
+        out["loss_alpha"].backward()
+        assert loss.log_alpha.grad is not None
+        assert all(t.grad is None for t in loss.target_qvalue_network_params.values(True, True))
+
+    def test_alpha_clamped(self):
+        loss = REDQLoss(_det_actor(), _critic(), num_qvalue_nets=2, alpha_init=50.0)
+        torch.testing.assert_close(loss.alpha, torch.tensor(10.0))
+        with pytest.raises(
+            ValueError, match=r"sub_sample_len must lie in \[1, num_qvalue_nets=2\], got 3"
+        ):
+            REDQLoss(_det_actor(), _critic(), num_qvalue_nets=2, sub_sample_len=3)
+
+
+class BNQNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(2, affine=False)
+        self.linear = nn.Linear(2, 1, bias=False)
+
+    def forward(self, obs, act):
+        return self.linear(self.norm(torch.cat([obs, act], -1)))
+
+
+class TestCrossQLoss:
+    def test_values_without_normalisation(self):
+        loss = CrossQLoss(_det_actor(), _critic(), gamma=0.9, alpha_init=0.5)
+        with torch.no_grad():
+            loss.qvalue_network_params.get(("module", "linear", "weight")).copy_(
+                torch.tensor([[[1.0, 2.0]], [[1.0, 1.0]]])
+            )
+        assert not list(loss._target_param_names())
+        td = _data()
+        out = loss(td)
+        # the same numbers as SAC, with the online critics giving the target
+        torch.testing.assert_close(out["loss_qvalue"], torch.tensor(4.7))
+        torch.testing.assert_close(out["loss_actor"], torch.tensor(-1.625))
+        torch.testing.assert_close(td["td_error"], torch.tensor([2.95]))
+
+    def test_joint_batch_statistics(self):
+        qnet = TensorDictModule(BNQNet(), ["observation", "action"], ["state_action_value"])
+        loss = CrossQLoss(_det_actor(), qnet, gamma=0.9, target_entropy=-1.0)
+        td = _data(2)
+        td["observation"] = torch.tensor([[1.0], [3.0]])
+        out = loss(td)
+        # running mean after one step: 0.1 * mean over [s, a] and [s', a']
+        joint_obs = torch.tensor([1.0, 3.0, 2.0, 2.0])
+        joint_act = torch.tensor([0.2, 0.2, 1.0, 1.0])
+        mean = loss.qvalue_network_params.get(("module", "norm", "running_mean"))
+        assert mean.shape == (2, 2)
+        torch.testing.assert_close(mean[0], 0.1 * torch.stack([joint_obs.mean(), joint_act.mean()]))
+        torch.testing.assert_close(mean[1], mean[0])
+        q = loss.qvalue_network_params.get(("module", "linear", "weight"))
+        out["loss_actor"].backward(retain_graph=True)
+        assert q.grad is None
+        out["loss_qvalue"].backward()
+        assert q.grad is not None
+
+    def test_batch_dims(self):
+        loss = CrossQLoss(_det_actor(), _critic(), target_entropy=-1.0)
+        td = _data(4).reshape(2, 2)
+        with pytest.raises(ValueError, match=r"one batch dimension, got batch_size \(2, 2\)"):
+            loss(td)

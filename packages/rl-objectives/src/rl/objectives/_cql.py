@@ -64,21 +64,23 @@ class _EntropyTemperature:
         spec = self._action_spec
         if spec is None:
             spec = getattr(self.actor_network, "spec", None)
-        if spec is None:
+        key = self.tensor_keys.action
+        shape = None
+        if isinstance(spec, Composite):
+            leaf = spec.get(key, None) if key in spec.keys(True, True) else None
+            if leaf is not None:
+                container = spec.shape
+                if isinstance(key, tuple) and len(key) > 1:
+                    container = spec[key[:-1]].shape
+                shape = leaf.shape[len(container) :]
+        elif spec is not None:
+            shape = spec.shape
+        if shape is None:
             raise RuntimeError(
                 f"{type(self).__name__} cannot infer the action dimension for "
-                "target_entropy='auto': pass target_entropy=... or action_spec=..., or give "
-                "the actor a spec"
+                f"target_entropy='auto' (no spec for {key!r}): pass target_entropy=... or "
+                "action_spec=..., or give the actor a spec"
             )
-        key = self.tensor_keys.action
-        if isinstance(spec, Composite):
-            container = spec.shape
-            if isinstance(key, tuple) and len(key) > 1:
-                container = spec[key[:-1]].shape
-            leaf = spec[key]
-            shape = leaf.shape[len(container) :]
-        else:
-            shape = spec.shape
         self._target_entropy = -float(math.prod(shape))
         return self._target_entropy
 

@@ -107,8 +107,8 @@ def _discrete(space: spaces.Discrete, batch: tuple, key, path, categorical: bool
             return np.asarray(array, dtype=np.int64) + start
 
     else:
-        spec = OneHot(n, shape=(*batch, n), dtype=torch.bool)
-        eye = np.eye(n, dtype=np.bool_)
+        spec = OneHot(n, shape=(*batch, n), dtype=torch.int64)
+        eye = np.eye(n, dtype=np.int64)
 
         def from_gym(value):
             return eye[np.asarray(value, dtype=np.int64) - start]
@@ -137,8 +137,8 @@ def _multi_discrete(
             return (np.asarray(array, dtype=np.int64) + start).astype(gym_dtype)
 
     else:
-        spec = MultiOneHot(nvec.tolist(), shape=(*batch, int(nvec.sum())), dtype=torch.bool)
-        eyes = [np.eye(int(n), dtype=np.bool_) for n in nvec]
+        spec = MultiOneHot(nvec.tolist(), shape=(*batch, int(nvec.sum())), dtype=torch.int64)
+        eyes = [np.eye(int(n), dtype=np.int64) for n in nvec]
         bounds = np.cumsum(nvec)[:-1]
 
         def from_gym(value):

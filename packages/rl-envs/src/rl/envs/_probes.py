@@ -75,7 +75,7 @@ class _Probe(NativeEnv):
         elif categorical_action_encoding:
             self.action_spec = Categorical(2, shape=bs, device=self.device)
         else:
-            self.action_spec = OneHot(2, shape=(*bs, 2), device=self.device)
+            self.action_spec = OneHot(2, shape=(*bs, 2), dtype=torch.int64, device=self.device)
         self._action_shape = self.action_spec.shape
         self.reward_spec = Unbounded(shape=(*bs, 1), device=self.device)
         dev = self._tensor_device

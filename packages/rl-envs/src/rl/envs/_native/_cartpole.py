@@ -98,7 +98,7 @@ class CartPoleEnv(NativeEnv):
         if categorical_action_encoding:
             self.action_spec = Categorical(2, shape=bs, device=self.device)
         else:
-            self.action_spec = OneHot(2, shape=(*bs, 2), device=self.device)
+            self.action_spec = OneHot(2, shape=(*bs, 2), dtype=torch.int64, device=self.device)
         self._action_shape = self.action_spec.shape
         self.reward_spec = Unbounded(shape=(*bs, 1), device=self.device)
         self.max_episode_steps = max_episode_steps

@@ -124,12 +124,17 @@ class TestTanhNormal:
         torch.testing.assert_close(dist.entropy(num_samples=20000), expected, rtol=0.02, atol=0.02)
         assert dist.entropy().shape == ()
 
-    def test_mean_and_mode_raise(self):
+    def test_mean_raises(self):
         dist = TanhNormal(torch.zeros(2), torch.ones(2))
         with pytest.raises(NotImplementedError, match="no closed-form mean"):
             _ = dist.mean
-        with pytest.raises(NotImplementedError, match="deterministic_sample"):
-            _ = dist.mode
+
+    @pytest.mark.parametrize("loc,scale", [(0.3, 0.2), (0.3, 1.0), (-0.2, 3.0), (0.4, 0.9)])
+    def test_mode_is_density_argmax(self, loc, scale):
+        dist = TanhNormal(torch.tensor([loc]), torch.tensor([scale]), low=-2.0, high=3.0)
+        grid = torch.linspace(-2 + 1e-5, 3 - 1e-5, 100001).unsqueeze(-1)
+        best = grid[dist.log_prob(grid).argmax()]
+        torch.testing.assert_close(dist.mode, best, atol=1e-3, rtol=0)
 
     def test_low_high_error(self):
         with pytest.raises(ValueError, match="low=1.0 and high=-1.0"):
@@ -399,6 +404,25 @@ class TestOrdinal:
         torch.testing.assert_close(one_hot.probs, dist.probs)
         assert one_hot.sample().shape == (3, 4)
         torch.testing.assert_close(dist.deterministic_sample, dist.probs.argmax(-1))
+
+
+def test_masked_categorical_in_probabilistic_module():
+    module = ProbabilisticTensorDictModule(
+        in_keys={"logits": "logits", "mask": "action_mask"},
+        out_keys=["action"],
+        distribution_class=MaskedCategorical,
+        return_log_prob=True,
+    )
+    logits = torch.tensor([[5.0, 0.0, 1.0], [0.0, 0.0, 9.0]])
+    mask = torch.tensor([[False, True, True], [True, True, False]])
+    td = TensorDict({"logits": logits, "action_mask": mask}, batch_size=[2])
+    with set_exploration_type(ExplorationType.RANDOM):
+        out = module(td.clone())
+    assert mask.gather(-1, out["action"].unsqueeze(-1)).all()
+    ref = D.Categorical(logits=logits.masked_fill(~mask, -math.inf))
+    torch.testing.assert_close(out["action_log_prob"], ref.log_prob(out["action"]))
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        torch.testing.assert_close(module(td.clone())["action"], torch.tensor([2, 0]))
 
 
 @pytest.mark.parametrize(

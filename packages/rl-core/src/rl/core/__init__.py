@@ -6,6 +6,8 @@ from ._exploration import ExplorationType, exploration_type, set_exploration_typ
 from ._seed import seed_everything
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
 from ._specs import __all__ as _spec_names
+from .loggers import *  # noqa: F403  (CSV, TensorBoard, W&B and MLflow loggers)
+from .loggers import __all__ as _logger_names
 from .trainers import *  # noqa: F403  (the trainer and its hooks)
 from .trainers import __all__ as _trainer_names
 
@@ -14,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     *_spec_names,
     *_trainer_names,
+    *_logger_names,
     "ExplorationType",
     "NestedKey",
     "exploration_type",

@@ -1,0 +1,283 @@
+"""Loggers: what each one writes, read back with its back-end's own reader."""
+
+from __future__ import annotations
+
+import glob
+import json
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rl.core.loggers import (
+    CSVLogger,
+    Logger,
+    MLFlowLogger,
+    TensorboardLogger,
+    WandbLogger,
+    generate_exp_name,
+    get_logger,
+)
+from rl.core.loggers._common import video_frames
+
+
+def _video(t=6, h=10, w=12):
+    """[T, H, W, 3] uint8 frames whose mean brightness grows with time."""
+    base = torch.arange(t, dtype=torch.uint8)[:, None, None, None] * 40
+    return base.expand(t, h, w, 3).clone()
+
+
+def _decode_mp4(path):
+    import av
+
+    with av.open(str(path)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    return np.stack(frames)
+
+
+class TestVideoLayouts:
+    def test_layouts_give_the_same_frames(self):
+        thwc = _video()
+        tchw = thwc.permute(0, 3, 1, 2)
+        ntchw = tchw[None]
+        floats = thwc.float() / 255
+        for v in (tchw, ntchw, floats, thwc.numpy()):
+            np.testing.assert_array_equal(video_frames(v), thwc.numpy())
+        gray = thwc[..., :1]
+        assert video_frames(gray).shape == (6, 10, 12, 3)
+
+    def test_bad_layout(self):
+        with pytest.raises(ValueError, match=r"a video must be .* got shape \(6, 10, 12, 5\)"):
+            video_frames(torch.zeros(6, 10, 12, 5))
+
+
+class TestCSVLogger:
+    def test_scalars_one_file_each(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path)
+        for step, value in [(10, 1.0), (20, torch.tensor(2.5))]:
+            logger.log_scalar("r_training", value, step=step)
+        logger.log_metrics({"loss": 0.25, "group/x": 3}, step=20)
+        scalars = tmp_path / "exp" / "scalars"
+        assert (scalars / "r_training.csv").read_text() == "10,1.0\n20,2.5\n"
+        assert (scalars / "loss.csv").read_text() == "20,0.25\n"
+        assert (scalars / "group" / "x.csv").read_text() == "20,3.0\n"
+        with pytest.raises(ValueError, match=r"one value, got a tensor of shape \(2,\)"):
+            logger.log_scalar("bad", torch.ones(2))
+
+    def test_video_mp4_decodes_back(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path, video_fps=10)
+        logger.log_video("eval", _video().permute(0, 3, 1, 2)[None], step=100)
+        frames = _decode_mp4(tmp_path / "exp" / "videos" / "eval_100.mp4")
+        assert frames.shape == (6, 10, 12, 3)
+        brightness = frames.reshape(6, -1).mean(1)
+        np.testing.assert_allclose(brightness, np.arange(6) * 40, atol=4)
+
+    def test_video_pt(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path, video_format="pt")
+        logger.log_video("eval", _video())
+        logger.log_video("eval", _video())
+        saved = torch.load(tmp_path / "exp" / "videos" / "eval_1.pt", weights_only=True)
+        assert torch.equal(saved, _video())
+        with pytest.raises(ValueError, match="video_format must be 'mp4' or 'pt'"):
+            CSVLogger("exp", log_dir=tmp_path, video_format="gif")
+
+    def test_hparams_and_histogram(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path)
+        logger.log_hparams({"lr": 3e-4, "net": {"depth": 2}})
+        assert json.loads((tmp_path / "exp" / "hparams.json").read_text()) == {
+            "lr": 3e-4,
+            "net": {"depth": 2},
+        }
+        data = torch.arange(100.0)
+        logger.log_histogram("weights", data, step=5, bins=4)
+        row = (tmp_path / "exp" / "histograms" / "weights.csv").read_text().strip().split(",")
+        assert row == ["5", "0.0", "99.0", "25", "25", "25", "25"]
+
+    def test_resume_truncates_rows_written_after_the_checkpoint(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path)
+        logger.log_scalar("a", 1.0, step=1)
+        state = logger.state_dict()
+        logger.log_scalar("a", 2.0, step=2)  # written by a run killed after its checkpoint
+        logger.log_scalar("b", 2.0, step=2)
+        resumed = CSVLogger("exp", log_dir=tmp_path)
+        resumed.load_state_dict(state)
+        resumed.log_scalar("a", 3.0, step=2)
+        scalars = tmp_path / "exp" / "scalars"
+        assert (scalars / "a.csv").read_text() == "1,1.0\n2,3.0\n"
+        assert (scalars / "b.csv").read_text() == ""
+
+
+class TestTensorboardLogger:
+    def test_read_back_with_event_accumulator(self, tmp_path):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        logger = TensorboardLogger("exp", log_dir=tmp_path)
+        logger.log_scalar("loss", 0.5, step=1)
+        logger.log_scalar("loss", torch.tensor(0.25), step=2)
+        logger.log_histogram("w", torch.arange(10.0), step=3)
+        logger.log_video("eval", _video(), step=4)
+        logger.log_hparams({"lr": 0.1, "name": "x"})
+        logger.close()
+        acc = EventAccumulator(str(tmp_path / "exp"), size_guidance={"images": 0}).Reload()
+        assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 0.5), (2, 0.25)]
+        hist = acc.Histograms("w")[0]
+        assert hist.step == 3 and hist.histogram_value.num == 10
+        assert hist.histogram_value.max == 9.0
+        image = acc.Images("eval")[0]
+        assert image.step == 4 and (image.width, image.height) == (12, 10)
+        assert image.encoded_image_string[:6] == b"GIF89a"
+        assert "hparams" in json.dumps(acc.Tags()) or acc.Tags()["tensors"] is not None
+
+
+def _wandb_records(run_dir):
+    """The records of a .wandb file (a LevelDB-style log of wandb protobuf records)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(glob.glob(str(run_dir / "*.wandb"))[0]).read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, chunks, records = 7, 32768, [], []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        chunks.append(data[pos + 7 : pos + 7 + length])
+        pos += 7 + length
+        if kind in (1, 4):  # FULL, LAST
+            record = pb.Record()
+            record.ParseFromString(b"".join(chunks))
+            records.append(record)
+            chunks = []
+    return records
+
+
+def _key(item):
+    return item.key or "/".join(item.nested_key)
+
+
+class TestWandbLogger:
+    def test_offline_run_files(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+        logger = WandbLogger("exp", offline=True, save_dir=tmp_path, project="rl-test")
+        logger.log_scalar("r_training", 1.5, step=10)
+        logger.log_scalar("r_training", 2.5, step=20)
+        logger.log_histogram("w", torch.arange(10.0), step=20, bins=5)
+        logger.log_hparams({"lr": 0.1})
+        run_dir = Path(logger.experiment.dir).parent
+        state = logger.state_dict()
+        logger.close()
+        # wandb-core writes the run file from its own process: wait for the last row
+        deadline = time.monotonic() + 30
+        while True:
+            records = _wandb_records(run_dir)
+            rows = [r for r in records if r.WhichOneof("record_type") == "history"]
+            if len(rows) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        history = []
+        config = {}
+        for record in records:
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                history.append({_key(i): json.loads(i.value_json) for i in record.history.item})
+            elif kind == "config":
+                for item in record.config.update:
+                    config[_key(item)] = json.loads(item.value_json)
+        rewards = [(h["_step"], h["r_training"]) for h in history if "r_training" in h]
+        assert rewards == [(10, 1.5), (20, 2.5)], history
+        hist = next(h for h in history if "w/_type" in h)
+        assert hist["w/_type"] == "histogram" and hist["w/values"] == [2, 2, 2, 2, 2]
+        assert hist["w/bins"] == [0, 1.8, 3.6, 5.4, 7.2, 9] and hist["_step"] == 20
+        assert config["lr"] == 0.1
+        assert state["id"] == run_dir.name.rsplit("-", 1)[1]
+
+
+class TestMLFlowLogger:
+    def test_read_back_with_mlflow_client(self, tmp_path):
+        from mlflow.tracking import MlflowClient
+
+        logger = MLFlowLogger("exp", tracking_uri=tmp_path / "mlruns", tags={"algo": "sac"})
+        logger.log_scalar("loss", 0.5, step=1)
+        logger.log_scalar("loss", 0.25, step=2)
+        logger.log_hparams({"lr": 0.1, "net": {"depth": 2}})
+        logger.log_histogram("w", torch.arange(10.0), step=3, bins=2)
+        logger.log_video("eval", _video(), step=4)
+        logger.close()
+        client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+        run = client.get_run(logger.run_id)
+        history = client.get_metric_history(logger.run_id, "loss")
+        assert [(m.step, m.value) for m in history] == [(1, 0.5), (2, 0.25)]
+        assert run.data.params == {"lr": "0.1", "net.depth": "2"}
+        assert run.data.tags["algo"] == "sac" and run.info.status == "FINISHED"
+        hist = json.loads(
+            Path(client.download_artifacts(logger.run_id, "histograms/w_step_3.json")).read_text()
+        )
+        assert hist["counts"] == [5, 5]
+        video = client.download_artifacts(logger.run_id, "videos/eval_step_4.mp4")
+        assert _decode_mp4(video).shape == (6, 10, 12, 3)
+
+
+class TestFactory:
+    def test_get_logger_kinds(self, tmp_path):
+        assert isinstance(get_logger("csv", tmp_path, "exp"), CSVLogger)
+        tb = get_logger("tensorboard", tmp_path, "exp")
+        assert isinstance(tb, TensorboardLogger)
+        tb.close()
+        assert get_logger(None, tmp_path, "exp") is None
+        with pytest.raises(ValueError, match="unknown logger_type 'neptune'; expected one of csv"):
+            get_logger("neptune", tmp_path, "exp")
+
+    @pytest.mark.parametrize(
+        "module, flag, cls, extra",
+        [
+            ("_tensorboard", "_has_tensorboard", TensorboardLogger, "tensorboard"),
+            ("_wandb", "_has_wandb", WandbLogger, "wandb"),
+            ("_mlflow", "_has_mlflow", MLFlowLogger, "mlflow"),
+        ],
+    )
+    def test_missing_back_end_names_the_extra(
+        self, tmp_path, monkeypatch, module, flag, cls, extra
+    ):
+        import importlib
+
+        monkeypatch.setattr(importlib.import_module(f"rl.core.loggers.{module}"), flag, False)
+        kwargs = {"tracking_uri": tmp_path} if cls is MLFlowLogger else {}
+        with pytest.raises(ImportError, match=rf'pip install "rl-core\[{extra}\]"'):
+            cls("exp", **kwargs)
+
+    def test_generate_exp_name(self):
+        a, b = generate_exp_name("SAC", "pendulum"), generate_exp_name("SAC", "pendulum")
+        assert a != b and a.startswith("SAC_pendulum_")
+        assert len(a.split("_")[2]) == 8
+
+    def test_logger_is_abstract(self):
+        with pytest.raises(TypeError, match="abstract"):
+            Logger("exp", "dir")
+
+
+def test_import_stays_lean():
+    """``import rl.core`` (its trainer, loggers and plot module) loads no optional back-end
+    beyond what torch itself imports."""
+    code = """
+import sys
+import numpy, tensordict, torch
+before = set(sys.modules)
+import rl.core, rl.core.loggers, rl.core.plot, rl.core.trainers
+BACKENDS = {"tqdm", "tensorboard", "wandb", "mlflow", "matplotlib", "av"}
+new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in BACKENDS)
+assert not new, new
+print("ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "ok"

@@ -231,6 +231,13 @@ class TestConvNet:
         lazy(torch.zeros(1, 6, 5, 5))
         assert type(lazy[0]) is nn.Conv2d and lazy[0].in_channels == 6
 
+    def test_state_dict_round_trip(self):
+        net = ConvNet(in_features=2, num_cells=[4, 4], kernel_sizes=3)
+        other = ConvNet(in_features=2, num_cells=[4, 4], kernel_sizes=3)
+        other.load_state_dict(net.state_dict())
+        x = torch.randn(3, 2, 7, 7)
+        torch.testing.assert_close(other(x), net(x))
+
     def test_errors(self):
         with pytest.raises(ValueError, match="kernel_sizes of length 3 but a depth of 2"):
             ConvNet(num_cells=[4, 4], kernel_sizes=[3, 3, 3])

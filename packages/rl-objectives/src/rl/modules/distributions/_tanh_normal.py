@@ -107,8 +107,21 @@ class TanhNormal(D.Distribution):
                 f"{type(self).__name__} got event_dims={event_dims} but loc has only "
                 f"{loc.ndim} dimensions (shape {tuple(loc.shape)})"
             )
-        self.low = as_tensor_like(low, loc)
-        self.high = as_tensor_like(high, loc)
+        # Python-number bounds stay numbers: no tensor op for the default [-1, 1].
+        self._numeric_bounds = isinstance(low, Number) and isinstance(high, Number)
+        if self._numeric_bounds:
+            self._low, self._high = float(low), float(high)
+            self._trivial_bounds = self._low == -1.0 and self._high == 1.0
+            self._mid = (self._high + self._low) / 2
+            self._half = (self._high - self._low) / 2
+            self._log_half = math.log(self._half)
+        else:
+            self._low = as_tensor_like(low, loc)
+            self._high = as_tensor_like(high, loc)
+            self._trivial_bounds = False
+            self._mid = (self._high + self._low) / 2
+            self._half = (self._high - self._low) / 2
+            self._log_half = self._half.log()
         self.upscale = upscale
         self.tanh_loc = tanh_loc
         self.safe_tanh = safe_tanh
@@ -126,19 +139,30 @@ class TanhNormal(D.Distribution):
         if callable(scale) and not isinstance(scale, torch.Tensor):
             scale = scale(loc)
         scale = as_tensor_like(scale, loc)
-        shape = check_broadcast(
-            type(self).__name__, loc=loc, scale=scale, low=self.low, high=self.high
-        )
+        if self._numeric_bounds:
+            shape = check_broadcast(type(self).__name__, loc=loc, scale=scale)
+        else:
+            shape = check_broadcast(
+                type(self).__name__, loc=loc, scale=scale, low=self._low, high=self._high
+            )
         if loc.shape != shape:
             loc = loc.expand(shape)
         if scale.shape != shape:
             scale = scale.expand(shape)
         self.loc = loc
         self.scale = scale
-        self._mid = (self.high + self.low) / 2
-        self._half = (self.high - self.low) / 2
         split = len(shape) - self._event_dims
         super().__init__(shape[:split], shape[split:], validate_args=False)
+
+    @property
+    def low(self) -> torch.Tensor:
+        """Lower bound of the support, as a tensor."""
+        return as_tensor_like(self._low, self.loc)
+
+    @property
+    def high(self) -> torch.Tensor:
+        """Upper bound of the support, as a tensor."""
+        return as_tensor_like(self._high, self.loc)
 
     @property
     def event_dims(self) -> int:
@@ -164,12 +188,16 @@ class TanhNormal(D.Distribution):
 
     def _squash(self, x: torch.Tensor) -> torch.Tensor:
         y = safe_tanh(x) if self.safe_tanh else x.tanh()
+        if self._trivial_bounds:
+            return y
         return self._mid + self._half * y
 
     def _log_prob_pre_tanh(self, x: torch.Tensor) -> torch.Tensor:
         z = (x - self.loc) / self.scale
         lp = -0.5 * z.pow(2) - self.scale.log() - _HALF_LOG_2PI
-        lp = lp - tanh_log_abs_det_jacobian(x) - self._half.log()
+        lp = lp - tanh_log_abs_det_jacobian(x)
+        if not self._trivial_bounds:
+            lp = lp - self._log_half
         return sum_rightmost(lp, self._event_dims)
 
     def rsample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
@@ -183,7 +211,7 @@ class TanhNormal(D.Distribution):
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """Log-density of ``value`` (shape ``[*sample, *batch, *event]``), summed over the event."""
-        y = (value - self._mid) / self._half
+        y = value if self._trivial_bounds else (value - self._mid) / self._half
         x = safe_atanh(y) if self.safe_tanh else y.atanh()
         return self._log_prob_pre_tanh(x)
 

@@ -89,6 +89,10 @@ def check_broadcast(name: str, **tensors: torch.Tensor) -> torch.Size:
 
 def check_low_high(name: str, low, high) -> None:
     """Raises a ``ValueError`` naming ``low`` and ``high`` unless ``high > low`` everywhere."""
+    if isinstance(low, Number) and isinstance(high, Number):
+        if not high > low:
+            raise ValueError(f"{name} needs high > low everywhere, got low={low} and high={high}")
+        return
     ok = torch.as_tensor(high) > torch.as_tensor(low)
     if not bool(ok.all()):
         raise ValueError(f"{name} needs high > low everywhere, got low={low} and high={high}")

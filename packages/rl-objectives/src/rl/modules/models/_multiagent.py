@@ -36,10 +36,16 @@ class _MultiAgentNetBase(nn.Module):
         share_params: bool | None,
         agent_dim: int,
         vmap_randomness: str = "different",
+        use_td_params: bool = True,
         **net_kwargs,
     ) -> None:
         super().__init__()
         name = type(self).__name__
+        if not use_td_params:
+            raise ValueError(
+                f"{name} keeps its parameters in a TensorDictParams; use_td_params=False "
+                "is not supported"
+            )
         if centralized is None:
             raise TypeError(f"{name} needs centralized=True or False")
         if share_params is None:

@@ -1,0 +1,337 @@
+"""PPOLoss, ClipPPOLoss and KLPENPPOLoss on tiny cases computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+)
+
+from rl.objectives import ClipPPOLoss, KLPENPPOLoss, PPOLoss
+from rl.objectives.value import GAE, ValueEstimators
+
+PROBS = torch.tensor([0.5, 0.25, 0.25])
+
+
+def const_actor(probs=PROBS):
+    """A categorical policy whose probabilities are ``probs`` whatever the observation."""
+    lin = torch.nn.Linear(1, len(probs))
+    with torch.no_grad():
+        lin.weight.zero_()
+        lin.bias.copy_(probs.log())
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(lin, ["obs"], ["logits"]),
+        ProbabilisticTensorDictModule(
+            ["logits"],
+            ["action"],
+            distribution_class=torch.distributions.Categorical,
+            return_log_prob=True,
+        ),
+    )
+
+
+def const_critic(value=0.5):
+    lin = torch.nn.Linear(1, 1)
+    with torch.no_grad():
+        lin.weight.zero_()
+        lin.bias.fill_(value)
+    return TensorDictModule(lin, ["obs"], ["state_value"])
+
+
+def two_samples():
+    """Action 0 (p=0.5) twice; stored log-probs giving ratios 1.5 and 0.5."""
+    return TensorDict(
+        {
+            "obs": torch.zeros(2, 1),
+            "action": torch.tensor([0, 0]),
+            "action_log_prob": torch.tensor([math.log(0.5 / 1.5), math.log(0.5 / 0.5)]),
+            "advantage": torch.tensor([[1.0], [-1.0]]),
+            "value_target": torch.tensor([[2.5], [0.0]]),
+        },
+        [2],
+    )
+
+
+ENTROPY = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
+
+
+class TestClipPPOByHand:
+    def test_objective_clip_fraction_kl_ess(self):
+        loss = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=0.2, entropy_coeff=0.1)
+        out = loss(two_samples())
+        # gains: min(1.5 * 1, 1.2 * 1) = 1.2 and min(0.5 * -1, 0.8 * -1) = -0.8
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.2 - 0.8) / 2))
+        torch.testing.assert_close(out["clip_fraction"], torch.tensor(1.0))
+        torch.testing.assert_close(
+            out["kl_approx"], torch.tensor((math.log(1 / 1.5) + math.log(2)) / 2)
+        )
+        # ESS = (sum w)^2 / sum w^2 / batch = 4 / 2.5 / 2
+        torch.testing.assert_close(out["ESS"], torch.tensor(0.8))
+        torch.testing.assert_close(out["entropy"], torch.tensor(ENTROPY))
+        torch.testing.assert_close(out["loss_entropy"], torch.tensor(-0.1 * ENTROPY))
+        # smooth_l1 of (2.5 - 0.5) = 1.5 and (0 - 0.5) = 0.125
+        torch.testing.assert_close(out["loss_critic"], torch.tensor((1.5 + 0.125) / 2))
+
+    def test_inside_the_clip_range(self):
+        data = two_samples()
+        data["action_log_prob"] = torch.tensor([math.log(0.5 / 1.1), math.log(0.5 / 0.9)])
+        out = ClipPPOLoss(const_actor(), const_critic())(data)
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.1 - 0.9) / 2))
+        torch.testing.assert_close(out["clip_fraction"], torch.tensor(0.0))
+
+    @pytest.mark.parametrize(
+        "kind, expected",
+        [("l2", (4.0 + 0.25) / 2), ("l1", (2.0 + 0.5) / 2), ("smooth_l1", (1.5 + 0.125) / 2)],
+    )
+    def test_critic_loss_types(self, kind, expected):
+        loss = ClipPPOLoss(const_actor(), const_critic(), loss_critic_type=kind, critic_coeff=2.0)
+        out = loss(two_samples())
+        torch.testing.assert_close(out["loss_critic"], torch.tensor(2.0 * expected))
+        # explained variance: 1 - var(target - pred) / var(target), both over the batch
+        torch.testing.assert_close(out["explained_variance"], torch.tensor([0.0]))
+
+    def test_clip_value(self):
+        data = two_samples()
+        data["state_value"] = torch.tensor([[0.4], [0.47]])  # the values at collection time
+        out = ClipPPOLoss(const_actor(), const_critic(0.5), clip_value=0.05, loss_critic_type="l2")(
+            data
+        )
+        # predictions 0.5 move by 0.1 and 0.03 from the old ones: the first is clipped to 0.45
+        # l2: max((2.5 - 0.5)^2, (2.5 - 0.45)^2) and max((0 - 0.5)^2, (0 - 0.5)^2)
+        torch.testing.assert_close(out["loss_critic"], torch.tensor((2.05**2 + 0.25) / 2))
+        torch.testing.assert_close(out["value_clip_fraction"], torch.tensor(0.5))
+
+    def test_clip_value_true_uses_clip_epsilon(self):
+        loss = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=0.3, clip_value=True)
+        assert float(loss.clip_value) == pytest.approx(0.3)
+
+    def test_normalize_advantage(self):
+        data = two_samples()
+        data["advantage"] = torch.tensor([[3.0], [1.0]])  # standardized: [0.7071, -0.7071]
+        out = ClipPPOLoss(const_actor(), const_critic(), normalize_advantage=True)(data)
+        a = 1 / math.sqrt(2)
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.2 * a - 0.8 * a) / 2))
+
+    def test_reduction(self):
+        out = ClipPPOLoss(const_actor(), const_critic(), reduction="none")(two_samples())
+        torch.testing.assert_close(out["loss_objective"], torch.tensor([-1.2, 0.8]))
+        out = ClipPPOLoss(const_actor(), const_critic(), reduction="sum")(two_samples())
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-0.4))
+
+
+class TestPPOAndKLPEN:
+    def test_ppo_unclipped(self):
+        out = PPOLoss(const_actor(), const_critic())(two_samples())
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.5 - 0.5) / 2))
+        assert "clip_fraction" not in out.keys()
+
+    def test_klpen(self):
+        data = two_samples()
+        old = torch.tensor([0.25, 0.5, 0.25])
+        data["logits"] = old.log().expand(2, 3)  # the collecting policy's parameters
+        loss = KLPENPPOLoss(const_actor(), const_critic(), beta=0.5, dtarg=0.01)
+        out = loss(data)
+        kl = float((old * (old / PROBS).log()).sum())  # KL(old || current)
+        torch.testing.assert_close(out["kl"], torch.tensor(kl))
+        torch.testing.assert_close(
+            out["loss_objective"], torch.tensor(-((1.5 - 0.5) / 2 - 0.5 * kl))
+        )
+        # kl > 1.5 * dtarg: beta doubles for the next call; reset() restores it
+        assert float(loss.beta) == pytest.approx(1.0)
+        loss.reset()
+        assert float(loss.beta) == pytest.approx(0.5)
+
+    def test_klpen_needs_the_old_distribution_parameters(self):
+        with pytest.raises(KeyError, match=r"distribution parameters \['logits'\]"):
+            KLPENPPOLoss(const_actor(), const_critic())(two_samples())
+
+
+class TestGradients:
+    def test_objective_trains_only_the_actor(self):
+        actor, critic = const_actor(), const_critic()
+        loss = ClipPPOLoss(actor, critic, entropy_coeff=0.0)
+        out = loss(two_samples())
+        out["loss_objective"].backward()
+        assert actor.module[0].module.bias.grad is not None
+        assert all(p.grad is None for p in critic.parameters())
+
+    def test_critic_loss_trains_only_the_critic(self):
+        actor, critic = const_actor(), const_critic()
+        out = ClipPPOLoss(actor, critic)(two_samples())
+        out["loss_critic"].backward()
+        assert critic.module.bias.grad is not None
+        assert all(p.grad is None for p in actor.parameters())
+
+    def test_separate_losses_shared_trunk(self):
+        trunk = torch.nn.Linear(1, 4)
+        actor = ProbabilisticTensorDictSequential(
+            TensorDictModule(
+                torch.nn.Sequential(trunk, torch.nn.Linear(4, 3)), ["obs"], ["logits"]
+            ),
+            ProbabilisticTensorDictModule(
+                ["logits"],
+                ["action"],
+                distribution_class=torch.distributions.Categorical,
+                return_log_prob=True,
+            ),
+        )
+        critic = TensorDictModule(
+            torch.nn.Sequential(trunk, torch.nn.Linear(4, 1)), ["obs"], ["state_value"]
+        )
+        loss = ClipPPOLoss(actor, critic, separate_losses=True)
+        loss(two_samples())["loss_critic"].backward()
+        assert trunk.weight.grad is None
+        assert critic.module[1].weight.grad is not None
+        names = [n for n, _ in loss.named_parameters()]
+        assert len(names) == len(set(id(p) for p in loss.parameters()))
+
+    def test_advantage_from_the_estimator_has_no_critic_gradient(self):
+        actor, critic = const_actor(), const_critic()
+        data = rollout()
+        loss = ClipPPOLoss(actor, critic)
+        loss(data)["loss_objective"].backward()
+        assert all(p.grad is None for p in critic.parameters())
+
+
+def rollout(b=2, t=5):
+    g = torch.Generator().manual_seed(0)
+    done = torch.zeros(b, t, 1, dtype=torch.bool)
+    done[:, 2] = True
+    return TensorDict(
+        {
+            "obs": torch.randn(b, t, 1, generator=g),
+            "action": torch.randint(0, 3, (b, t), generator=g),
+            "action_log_prob": torch.full((b, t), math.log(0.4)),
+            "next": {
+                "obs": torch.randn(b, t, 1, generator=g),
+                "reward": torch.randn(b, t, 1, generator=g),
+                "done": done,
+                "terminated": done.clone(),
+            },
+        },
+        [b, t],
+    )
+
+
+class TestValueEstimatorAndKeys:
+    def test_default_gae_computes_the_advantage(self):
+        actor, critic = const_actor(), const_critic(0.3)
+        loss = ClipPPOLoss(actor, critic)
+        loss.make_value_estimator(ValueEstimators.GAE, gamma=0.9, lmbda=0.8)
+        data = rollout()
+        out = loss(data)
+        ref = GAE(gamma=0.9, lmbda=0.8, value_network=critic)(data.clone())
+        lp = torch.log(PROBS[data["action"]])
+        ratio = (lp - data["action_log_prob"]).exp().unsqueeze(-1)
+        adv = ref["advantage"]
+        gain = torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+        torch.testing.assert_close(out["loss_objective"], -gain.mean())
+
+    def test_gamma_in_the_constructor_is_used(self):
+        loss = ClipPPOLoss(const_actor(), const_critic(), gamma=0.5)
+        assert float(loss.value_estimator.gamma) == pytest.approx(0.5)
+
+    def test_make_value_estimator_errors(self):
+        loss = ClipPPOLoss(const_actor(), const_critic())
+        with pytest.raises(
+            ValueError, match=r"unknown value estimator 'Nope'.*valid ones are \['TD0'"
+        ):
+            loss.make_value_estimator("Nope")
+        loss.make_value_estimator(ValueEstimators.TD0, gamma=0.9)
+        assert type(loss.value_estimator).__name__ == "TD0Estimator"
+
+    def test_set_keys(self):
+        data = two_samples()
+        data.rename_key_("advantage", "adv")
+        data.rename_key_("action_log_prob", ("old", "lp"))
+        loss = ClipPPOLoss(const_actor(), const_critic())
+        loss.set_keys(advantage="adv", sample_log_prob=("old", "lp"))
+        torch.testing.assert_close(loss(data)["loss_objective"], torch.tensor(-0.2))
+
+    def test_missing_key_names_key_loss_and_set_keys(self):
+        data = two_samples()
+        del data["action_log_prob"]
+        with pytest.raises(
+            KeyError, match=r"ClipPPOLoss needs key 'action_log_prob'.*set_keys\(sample_log_prob="
+        ):
+            ClipPPOLoss(const_actor(), const_critic())(data)
+
+    def test_unknown_loss_critic_type(self):
+        with pytest.raises(
+            ValueError,
+            match=r"unknown loss_critic_type 'huber'; valid ones are \['l1', 'l2', 'smooth_l1'\]",
+        ):
+            ClipPPOLoss(const_actor(), const_critic(), loss_critic_type="huber")
+
+    def test_missing_actor(self):
+        with pytest.raises(TypeError, match="needs actor_network"):
+            ClipPPOLoss(None, const_critic())
+
+    def test_parameters_and_state_dict(self):
+        loss = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=0.1)
+        assert len(list(loss.parameters())) == 4
+        other = ClipPPOLoss(
+            const_actor(torch.tensor([0.2, 0.3, 0.5])), const_critic(1.0), clip_epsilon=0.3
+        )
+        other.load_state_dict(loss.state_dict())
+        assert float(other.clip_epsilon) == pytest.approx(0.1)
+        torch.testing.assert_close(
+            other(two_samples())["loss_objective"], loss(two_samples())["loss_objective"]
+        )
+
+
+class TestTanhNormalActor:
+    def test_rl_modules_actor(self):
+        from rl.modules import (
+            MLP,
+            NormalParamExtractor,
+            ProbabilisticActor,
+            TanhNormal,
+            ValueOperator,
+        )
+
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            MLP(in_features=3, out_features=4, num_cells=[8]), NormalParamExtractor()
+        )
+        actor = ProbabilisticActor(
+            TensorDictModule(net, ["observation"], ["loc", "scale"]),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            return_log_prob=True,
+        )
+        critic = ValueOperator(
+            MLP(in_features=3, out_features=1, num_cells=[8]), in_keys=["observation"]
+        )
+        data = actor(TensorDict({"observation": torch.randn(6, 3)}, [6])).detach()
+        data["advantage"] = torch.randn(6, 1)
+        data["value_target"] = torch.randn(6, 1)
+        out = ClipPPOLoss(actor, critic, samples_mc_entropy=4)(data)
+        # the data came from this very policy: every ratio is 1
+        torch.testing.assert_close(
+            out["loss_objective"], -data["advantage"].mean(), atol=1e-5, rtol=1e-5
+        )
+        torch.testing.assert_close(out["ESS"], torch.tensor(1.0))
+        assert out["entropy"].isfinite()
+
+
+def test_compile_matches_eager():
+    loss = ClipPPOLoss(const_actor(), const_critic(), entropy_coeff=0.1)
+    data = two_samples()
+    eager = loss(data)
+    compiled = torch.compile(loss, backend="aot_eager")(data)
+    for key in (
+        "loss_objective",
+        "loss_critic",
+        "loss_entropy",
+        "clip_fraction",
+        "ESS",
+        "kl_approx",
+    ):
+        torch.testing.assert_close(compiled[key], eager[key])

@@ -12,16 +12,20 @@ from tensordict.nn import (
     InteractionType,
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
+    TensorDictModule,
     TensorDictModuleBase,
     dispatch,
+    skip_existing,
 )
 from tensordict.nn.distributions import Delta
 from tensordict.nn.probabilistic import interaction_type
 from tensordict.utils import NestedKey
+from torch import nn
+from torch.nn.modules import module as _module_mod
 
 from rl.core import Composite, TensorSpec
 
-from ._common import _register_spec, _SpecMixin
+from ._common import SafeModule, _register_spec, _SpecMixin
 from ._sequence import _merged_spec
 
 __all__ = ["SafeProbabilisticModule", "SafeProbabilisticTensorDictSequential"]
@@ -171,6 +175,9 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
     ) -> TensorDictBase:
         if not (self._lean and _requires_sample and tensordict_out is None):
             return super().forward(tensordict, tensordict_out, _requires_sample=_requires_sample)
+        return self._lean_forward(tensordict)
+
+    def _lean_forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         dist = self.get_dist(tensordict)
         itype = interaction_type() or self.default_interaction_type
         if itype is _RANDOM:
@@ -189,6 +196,34 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
         if self.return_log_prob:
             tensordict.set(self.log_prob_key, dist.log_prob(sample))
         return tensordict
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or _module_mod._global_forward_hooks
+        or _module_mod._global_forward_pre_hooks
+    )
+
+
+def _plain_step(module: nn.Module) -> tuple[nn.Module, list, list] | None:
+    """``(network, in_keys, out_keys)`` of a TensorDictModule that only maps keys to keys.
+
+    Such a module can be run without its wrappers (dispatch, skip-existing, error
+    decoration): read the in_keys, call the network, write the out_keys.
+    """
+    if type(module) not in (TensorDictModule, SafeModule) or getattr(module, "safe", False):
+        return None
+    if (
+        module._kwargs is not None
+        or module.method is not None
+        or module.method_kwargs
+        or module.inplace is not True
+        or "_" in module.out_keys
+    ):
+        return None
+    return module.module, list(module.in_keys), list(module.out_keys)
 
 
 class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictSequential):
@@ -238,6 +273,41 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
             and self.inplace != "empty"
             and not self.partial_tolerant
         )
+        # a plain (unregistered) tuple: indexing the ModuleList at every call would build
+        # a new ModuleList each time
+        modules = list(self.module)
+        self._lean_plan = (tuple((m, _plain_step(m)) for m in modules[:-1]), modules[-1])
+
+    def _run_lean(self, tensordict: TensorDictBase) -> TensorDictBase:
+        plan, last = self._lean_plan
+        if skip_existing():
+            for module, _ in plan:
+                tensordict = module(tensordict)
+            return last(tensordict)
+        for module, step in plan:
+            if step is None or _has_hooks(module):
+                tensordict = module(tensordict)
+                continue
+            net, in_keys, out_keys = step
+            inputs = []
+            for key in in_keys:
+                value = tensordict.get(key, None)
+                if value is None:
+                    raise _missing_key_error(tensordict, key, type(module).__name__)
+                inputs.append(value)
+            out = net(*inputs)
+            if isinstance(out, torch.Tensor):
+                out = (out,)
+            if len(out) != len(out_keys):
+                raise RuntimeError(
+                    f"the network of the module writing {out_keys} returned {len(out)} "
+                    f"values for {len(out_keys)} out_keys"
+                )
+            for key, value in zip(out_keys, out):
+                tensordict.set(key, value)
+        if _has_hooks(last):
+            return last(tensordict)
+        return last._lean_forward(tensordict)
 
     @dispatch(auto_batch_size=False)
     def forward(
@@ -247,19 +317,16 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
         _requires_sample: bool | None = None,
         **kwargs: Any,
     ) -> TensorDictBase:
-        # Acting is the hot path of every collector: run the modules in a plain loop, so
-        # that a missing key surfaces as the KeyError of the module that reads it.
+        # Acting is the hot path of every collector: plain TensorDictModules run without
+        # their wrappers, and a missing key surfaces as the KeyError of the module reading it
         if self._lean and tensordict_out is None and _requires_sample is None and not kwargs:
-            data = tensordict
             try:
-                for module in self.module:
-                    data = module(data)
+                return self._run_lean(tensordict)
             except KeyError as err:
                 if "Keys present" in str(err) or "with keys" in str(err):
                     raise
                 present = [str(k) for k in tensordict.keys(True, True)]
                 raise KeyError(f"{err.args[0]} Keys present: {present}") from err
-            return data
         return super().forward(
             tensordict, tensordict_out, _requires_sample=_requires_sample, **kwargs
         )

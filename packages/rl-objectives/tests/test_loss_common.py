@@ -234,3 +234,50 @@ class TestDistanceLoss:
             distance_loss(torch.zeros(1), torch.zeros(1), "l3")
         with pytest.raises(ValueError, match=r"shapes \(2,\) and \(1,\)"):
             distance_loss(torch.zeros(2), torch.zeros(1), "l2")
+
+
+class TestSharedAndFastPath:
+    def test_compare_against_holds_shared_params_out(self):
+        trunk = nn.Linear(2, 2)
+        head = nn.Linear(2, 1)
+        net = TensorDictModule(nn.Sequential(trunk, head), ["observation"], ["state_value"])
+
+        class Shared(_ToyLoss):
+            def __init__(self, net, shared):
+                LossModule.__init__(self)
+                self.convert_to_functional(net, "value_network", compare_against=shared)
+
+        loss = Shared(net, list(trunk.parameters()))
+        names = {n for n, _ in loss.named_parameters()}
+        assert names == {
+            "value_network_params.module.1.weight",
+            "value_network_params.module.1.bias",
+        }
+        value = loss.value_network(_data())["state_value"]
+        value.sum().backward()
+        assert trunk.weight.grad is None and head.weight.grad is not None
+        # the user's module itself is untouched: it still trains the trunk
+        net(_data())["state_value"].sum().backward()
+        assert trunk.weight.grad is not None
+        # and the loss sees the trunk's updates
+        with torch.no_grad():
+            trunk.weight.zero_()
+            trunk.bias.zero_()
+        torch.testing.assert_close(
+            loss.value_network(_data())["state_value"], head.bias.expand(2, 1).detach()
+        )
+
+    def test_fast_path_matches_tensordict_call(self):
+        from rl.objectives._common import _network_output
+
+        net = _net()
+        td = _data()
+        fast = _network_output(net, td, "state_value")
+        assert "state_value" not in td.keys()
+        calls = []
+        net.register_forward_hook(
+            lambda *args: calls.append(1)
+        )  # a hook forces the TensorDict path
+        slow = _network_output(net, td, "state_value")
+        assert calls == [1] and "state_value" not in td.keys()
+        torch.testing.assert_close(fast, slow)

@@ -23,7 +23,12 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, TensorDictParams
+from tensordict.nn import (
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictParams,
+)
 from tensordict.nn.probabilistic import InteractionType, set_interaction_type
 from torch import nn
 
@@ -87,6 +92,65 @@ def _reinit(module: nn.Module) -> None:
             reset()
 
 
+def _is_plain_tdmodule(module) -> bool:
+    """A TensorDictModule whose call is exactly ``module.module(*inputs)`` -> ``out_keys``."""
+    return (
+        isinstance(module, TensorDictModule)
+        and type(module).forward is TensorDictModule.forward
+        and module._kwargs is None
+        and module.method is None
+        and not module.method_kwargs
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+    )
+
+
+def _network_output(module: nn.Module, tensordict: TensorDictBase, out_key) -> torch.Tensor:
+    """Entry ``out_key`` written by ``module`` on ``tensordict`` (left unchanged).
+
+    A plain TensorDictModule is called on the tensors directly, skipping the copy of the
+    input and the writes of the outputs (the per-call cost of TensorDict dispatch is
+    comparable to a small network's compute). Anything else runs as a TensorDict module
+    on a shallow copy.
+    """
+    if _is_plain_tdmodule(module) and len(module.out_keys) == 1 and module.out_keys[0] == out_key:
+        inputs = [tensordict.get(key, None) for key in module.in_keys]
+        if all(x is not None for x in inputs):
+            return module.module(*inputs)
+    return module(tensordict.copy()).get(out_key)
+
+
+def _network_dist(actor: nn.Module, tensordict: TensorDictBase):
+    """``actor.get_dist(tensordict)`` without TensorDict writes for the common actor shape.
+
+    The fast path covers a probabilistic sequence of one plain TensorDictModule that
+    writes the distribution parameters followed by the distribution module.
+    """
+    modules = getattr(actor, "module", None)
+    if (
+        isinstance(actor, ProbabilisticTensorDictSequential)
+        and isinstance(modules, nn.ModuleList)
+        and len(modules) == 2
+        and _is_plain_tdmodule(modules[0])
+    ):
+        params_module, dist_module = modules[0], modules[1]
+        out_keys = list(params_module.out_keys)
+        inputs = [tensordict.get(key, None) for key in params_module.in_keys]
+        if all(key in out_keys for key in dist_module.in_keys) and all(
+            x is not None for x in inputs
+        ):
+            outputs = params_module.module(*inputs)
+            if isinstance(outputs, torch.Tensor):
+                outputs = (outputs,)
+            by_key = dict(zip(out_keys, outputs, strict=True))
+            kwargs = {
+                (name[-1] if isinstance(name, tuple) else name): by_key[key]
+                for name, key in zip(dist_module.dist_keys, dist_module.in_keys, strict=True)
+            }
+            return dist_module.distribution_class(**kwargs, **dict(dist_module.distribution_kwargs))
+    return actor.get_dist(tensordict.copy())
+
+
 class _MissingKeyError(KeyError):
     """A KeyError whose message prints as written (KeyError quotes its argument)."""
 
@@ -103,8 +167,11 @@ class _Ensemble:
         self.slots = [_slots(c, keys) for c in copies]
 
     def bind(self, stacked: list[torch.Tensor]) -> None:
+        # one unbind per tensor: its backward stacks the members' gradients in one copy
+        # (indexing member by member would zero-fill and add a full stack per member)
+        views = [t.unbind(0) for t in stacked]
         for i, slots in enumerate(self.slots):
-            _bind(slots, [t[i] for t in stacked])
+            _bind(slots, [v[i] for v in views])
 
 
 class LossModule(TensorDictModuleBase):
@@ -421,11 +488,16 @@ class LossModule(TensorDictModuleBase):
         info: dict[str, Any] = {"keys": keys, "expand_dim": expand_dim}
         if expand_dim is None:
             params = TensorDict.from_module(module, as_module=True)
-            if shared:
+            if any(id(params.get(key)) in shared for key in keys):
+                # Parameters owned by another network run detached here. The network is
+                # copied so that the other network (e.g. an actor sharing a trunk) keeps
+                # training them through its own, untouched module.
+                td = TensorDict()
                 for key in keys:
                     value = params.get(key)
-                    if id(value) in shared:
-                        params._param_td.set(key, value.data)
+                    td.set(key, value.detach() if id(value) in shared else value)
+                params = TensorDictParams(td, no_convert=True)
+                module = copy.deepcopy(module)
             self.__dict__[module_name] = module
             info["detached_module"] = copy.deepcopy(module)
         else:
@@ -479,10 +551,10 @@ class LossModule(TensorDictModuleBase):
             for key, slot in zip(keys, _slots(module, keys), strict=True):
                 sub, name, is_param = slot
                 value = params.get(key)
-                if is_param and isinstance(value, nn.Parameter):
+                if is_param:
                     if sub._parameters[name] is not value:
                         sub._parameters[name] = value
-                elif not is_param:
+                else:
                     sub._buffers[name] = value
             _as_buffers(info["detached_module"], keys, [params.get(k).detach() for k in keys])
         else:

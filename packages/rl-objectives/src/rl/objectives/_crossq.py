@@ -13,7 +13,7 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._common import LossModule
+from ._common import LossModule, _network_dist, _network_output
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
 from ._sac import _action_numel, _rsample_log_prob, _TemperatureMixin
@@ -190,7 +190,7 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         self._get(tensordict, "action")
         with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
             next_td = tensordict.get("next").copy()
-            dist = self.actor_network.get_dist(next_td.copy())
+            dist = _network_dist(self.actor_network, next_td)
             next_action = dist.sample()
             next_log_prob = dist.log_prob(next_action)
             if next_log_prob.shape == next_action.shape:
@@ -204,7 +204,7 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         members = self._ensemble("qvalue_network")
         for m in members:
             m.train()
-        q = torch.stack([m(joint.copy()).get(sav) for m in members]).squeeze(-1)  # [N, 2B]
+        q = torch.stack([_network_output(m, joint, sav) for m in members]).squeeze(-1)  # [N, 2B]
         pred, next_q = q[:, :n], q[:, n:]
         next_value = (next_q.min(0)[0] - self._alpha * next_log_prob).detach()
         target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
@@ -215,7 +215,7 @@ class CrossQLoss(_TemperatureMixin, LossModule):
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi - min_i Q_i`` with the critics in eval mode and held out."""
         with set_interaction_type(InteractionType.RANDOM):
-            action, log_prob = _rsample_log_prob(self.actor_network.get_dist(tensordict.copy()))
+            action, log_prob = _rsample_log_prob(_network_dist(self.actor_network, tensordict))
         if self._target_entropy is None:
             self._target_entropy = torch.tensor(
                 -float(action.shape[tensordict.batch_dims :].numel())
@@ -225,7 +225,9 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         members = self._ensemble("qvalue_network", "detached")
         for m in members:
             m.eval()
-        q = torch.stack([m(td_q.copy()).get(self.tensor_keys.state_action_value) for m in members])
+        q = torch.stack(
+            [_network_output(m, td_q, self.tensor_keys.state_action_value) for m in members]
+        )
         min_q = q.min(0)[0].squeeze(-1)
         return _reduce(self._alpha * log_prob - min_q, self.reduction, None), {
             "log_prob": log_prob.detach()

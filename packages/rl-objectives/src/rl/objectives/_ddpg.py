@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._common import LossModule
+from ._common import LossModule, _network_output
 from ._dqn import _check_reduction, _reduce
 from ._utils import distance_loss
 
@@ -164,16 +164,18 @@ class DDPGLoss(LossModule):
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-Q(s, mu(s))`` with the critic held out; returns ``(loss, metadata)``."""
         td = self.actor_network(tensordict.copy())
-        q = self._detached_network("value_network")(td).get(self.tensor_keys.state_action_value)
+        q = _network_output(
+            self._detached_network("value_network"), td, self.tensor_keys.state_action_value
+        )
         return _reduce(-q.squeeze(-1), self.reduction, self._weights(tensordict)), {}
 
     def loss_value(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Critic regression; writes ``td_error``; returns ``(loss, metadata)``."""
         sav = self.tensor_keys.state_action_value
-        pred = self.value_network(tensordict.copy()).get(sav).squeeze(-1)
+        pred = _network_output(self.value_network, tensordict, sav).squeeze(-1)
         with torch.no_grad():
             next_td = self._target_network("actor_network")(tensordict.get("next").copy())
-            next_value = self._target_network("value_network")(next_td).get(sav)
+            next_value = _network_output(self._target_network("value_network"), next_td, sav)
             target = self._value_target(tensordict, next_value).squeeze(-1)
         loss = distance_loss(pred, target, self.loss_function)
         td_error = (pred.detach() - target).pow(2)

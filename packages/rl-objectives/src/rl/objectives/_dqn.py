@@ -12,7 +12,7 @@ from torch import nn
 
 from rl.core import Categorical, Composite, OneHot, TensorSpec
 
-from ._common import LossModule
+from ._common import LossModule, _network_output
 from ._utils import distance_loss
 
 __all__ = ["DQNLoss", "DistributionalDQNLoss"]
@@ -221,9 +221,9 @@ class DQNLoss(LossModule):
         key = self.tensor_keys.action_value
         with torch.no_grad():
             mask = next_td.get(self.tensor_keys.action_mask, None)
-            target_values = self._target_network("value_network")(next_td.copy()).get(key)
+            target_values = _network_output(self._target_network("value_network"), next_td, key)
             if self.double_dqn:
-                online = self.value_network(next_td.copy()).get(key)
+                online = _network_output(self.value_network, next_td, key)
                 index = _mask(online, mask).argmax(-1, keepdim=True)
             else:
                 index = _mask(target_values, mask).argmax(-1, keepdim=True)
@@ -240,7 +240,7 @@ class DQNLoss(LossModule):
             a TensorDict with ``loss``.
         """
         action = self._get(tensordict, "action")
-        values = self.value_network(tensordict.copy()).get(self.tensor_keys.action_value)
+        values = _network_output(self.value_network, tensordict, self.tensor_keys.action_value)
         space = _resolve_space(self.action_space, action, values)
         pred = _select(values, action, space)
         next_value = self._next_value(tensordict.get("next"))
@@ -397,7 +397,7 @@ class DistributionalDQNLoss(LossModule):
         v_min, v_max = support[0], support[-1]
         delta = (v_max - v_min) / (atoms - 1)
 
-        log_p = self.value_network(tensordict.copy()).get(self.tensor_keys.action_value)
+        log_p = _network_output(self.value_network, tensordict, self.tensor_keys.action_value)
         if log_p.shape[-2] != atoms:
             raise ValueError(
                 f"action_value has shape {tuple(log_p.shape)}: expected [*B, atoms={atoms}, n_actions]"
@@ -411,13 +411,17 @@ class DistributionalDQNLoss(LossModule):
 
         with torch.no_grad():
             mask = next_td.get(self.tensor_keys.action_mask, None)
-            online_next = self.value_network(next_td.copy()).get(self.tensor_keys.action_value)
+            online_next = _network_output(
+                self.value_network, next_td, self.tensor_keys.action_value
+            )
             expected = (online_next.exp() * support.unsqueeze(-1)).sum(-2)
             if mask is not None:
                 expected = expected.masked_fill(~mask.bool(), torch.finfo(expected.dtype).min)
             best = expected.argmax(-1)
-            target_next = self._target_network("value_network")(next_td.copy())
-            p_next = target_next.get(self.tensor_keys.action_value).exp()
+            target_next = _network_output(
+                self._target_network("value_network"), next_td, self.tensor_keys.action_value
+            )
+            p_next = target_next.exp()
             p_next = p_next.gather(
                 -1, best.reshape(*best.shape, 1, 1).expand(*p_next.shape[:-1], 1)
             ).squeeze(-1)

@@ -13,7 +13,7 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._common import LossModule
+from ._common import LossModule, _network_dist
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
 from ._sac import _action_numel, _rsample_log_prob
@@ -221,11 +221,11 @@ class REDQLoss(LossModule):
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
         alpha = self.alpha
         with set_interaction_type(InteractionType.RANDOM):
-            action, log_prob = _rsample_log_prob(self.actor_network.get_dist(tensordict.copy()))
+            action, log_prob = _rsample_log_prob(_network_dist(self.actor_network, tensordict))
             next_td = tensordict.get("next").copy()
             with torch.no_grad():
                 next_action, next_log_prob = _rsample_log_prob(
-                    self._target_network("actor_network").get_dist(next_td.copy())
+                    _network_dist(self._target_network("actor_network"), next_td)
                 )
         if self._target_entropy is None:
             self._target_entropy = torch.tensor(

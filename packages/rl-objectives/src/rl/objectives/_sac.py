@@ -14,7 +14,7 @@ from torch import nn
 
 from rl.core import Composite, TensorSpec
 
-from ._common import LossModule
+from ._common import LossModule, _network_dist, _network_output
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _find_action_space, _reduce, _select
 from ._td3 import _run_ensemble
@@ -23,10 +23,14 @@ from ._utils import distance_loss
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
 
-def _rsample_log_prob(dist, action_shape_hint=None) -> tuple[torch.Tensor, torch.Tensor]:
+def _rsample_log_prob(dist) -> tuple[torch.Tensor, torch.Tensor]:
     """A reparameterised sample and its log-probability summed over the action dims."""
-    action = dist.rsample()
-    log_prob = dist.log_prob(action)
+    joint = getattr(dist, "rsample_and_log_prob", None)
+    if joint is not None:  # scores the pre-squash value: cheaper and exact near the bounds
+        action, log_prob = joint()
+    else:
+        action = dist.rsample()
+        log_prob = dist.log_prob(action)
     if log_prob.shape == action.shape and action.ndim > 0:
         # a factorised distribution that does not sum over the event: sum it here
         log_prob = log_prob.sum(-1)
@@ -293,7 +297,7 @@ class SACLoss(_TemperatureMixin, LossModule):
 
     def _sample(self, actor, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         with set_interaction_type(InteractionType.RANDOM):
-            dist = actor.get_dist(tensordict.copy())
+            dist = _network_dist(actor, tensordict)
         return _rsample_log_prob(dist)
 
     def _target_value(self, tensordict: TensorDictBase) -> torch.Tensor:
@@ -302,7 +306,7 @@ class SACLoss(_TemperatureMixin, LossModule):
             next_td = tensordict.get("next").copy()
             if self._version == 1:
                 value_net = self._target_network("value_network")
-                next_value = value_net(next_td).get(self.tensor_keys.value)
+                next_value = _network_output(value_net, next_td, self.tensor_keys.value)
             else:
                 next_action, next_log_prob = self._sample(
                     self._target_network("actor_network"), next_td
@@ -345,7 +349,7 @@ class SACLoss(_TemperatureMixin, LossModule):
 
     def value_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """SAC v1 value regression on ``min_i Q_target_i(s, a) - alpha * log pi(a|s)``."""
-        value = self.value_network(tensordict.copy()).get(self.tensor_keys.value).squeeze(-1)
+        value = _network_output(self.value_network, tensordict, self.tensor_keys.value).squeeze(-1)
         with torch.no_grad():
             action, log_prob = self._sample(self._target_network("actor_network"), tensordict)
             td_q = tensordict.copy()
@@ -547,7 +551,7 @@ class DiscreteSACLoss(_TemperatureMixin, LossModule):
         return None
 
     def _probs(self, actor, tensordict) -> tuple[torch.Tensor, torch.Tensor]:
-        dist = actor.get_dist(tensordict.copy())
+        dist = _network_dist(actor, tensordict)
         probs = dist.probs
         log_probs = torch.log(torch.where(probs == 0, torch.full_like(probs, 1e-8), probs))
         return probs, log_probs

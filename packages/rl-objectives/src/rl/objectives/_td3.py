@@ -12,7 +12,7 @@ from torch import nn
 
 from rl.core import Bounded, Composite, TensorSpec
 
-from ._common import LossModule
+from ._common import LossModule, _network_output
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
 from ._utils import distance_loss
@@ -22,7 +22,7 @@ __all__ = ["TD3Loss"]
 
 def _run_ensemble(members, tensordict: TensorDictBase, key) -> torch.Tensor:
     """Outputs of every member of an ensemble on ``tensordict``, stacked: ``[N, *B, 1]``."""
-    return torch.stack([m(tensordict.copy()).get(key) for m in members])
+    return torch.stack([_network_output(m, tensordict, key) for m in members])
 
 
 def _bounds_from(action_spec, bounds, action_key) -> tuple[torch.Tensor, torch.Tensor]:

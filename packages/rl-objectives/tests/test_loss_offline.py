@@ -591,6 +591,11 @@ class TestTD3BCLoss:
         torch.testing.assert_close(other(td)["loss_qvalue"], expected["loss_qvalue"])
         with pytest.raises(KeyError, match=r"needs key \('next', 'rew'\).*set_keys\(reward="):
             other(data())
+        del td["next", "observation"]
+        with pytest.raises(
+            KeyError, match=r"TD3BCLoss needs key \('next', 'observation'\).*in_keys"
+        ):
+            other(td)
 
     def test_bounds(self):
         spec = Bounded(-1.0, 1.0, (1,))

@@ -300,7 +300,7 @@ class CQLLoss(_EntropyTemperature, LossModule):
             "alpha",
             "entropy",
         ] + (["loss_alpha_prime"] if self.with_lagrange else [])
-        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
+        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys + _next_keys(actor_keys)))
 
     def _required_key_names(self):
         return ("action",)
@@ -613,7 +613,7 @@ class DiscreteCQLLoss(LossModule):
         keys += [*net_keys, *_next_keys(net_keys)]
         self.in_keys = list(dict.fromkeys(keys))
         self.out_keys = ["loss_qvalue", "loss_cql"]
-        self._in_keys_extra = net_keys
+        self._in_keys_extra = net_keys + _next_keys(net_keys)
 
     def _required_key_names(self):
         return ("action",)

@@ -232,7 +232,7 @@ class IQLLoss(LossModule):
         keys += [*actor_keys, *_next_keys(v_keys), *q_keys, *v_keys]
         self.in_keys = list(dict.fromkeys(keys))
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_value", "entropy"]
-        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys + v_keys))
+        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys + v_keys + _next_keys(v_keys)))
 
     def _required_key_names(self):
         return ("action",)

@@ -211,7 +211,7 @@ class TD3BCLoss(LossModule):
             "next_state_value",
             "target_value",
         ]
-        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
+        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys + _next_keys(actor_keys)))
 
     def _required_key_names(self):
         return ("action",)

@@ -216,7 +216,7 @@ class TQCLoss(_EntropyTemperature, LossModule):
         keys += [*actor_keys, *_next_keys(actor_keys), *q_keys]
         self.in_keys = list(dict.fromkeys(keys))
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
-        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
+        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys + _next_keys(actor_keys)))
 
     def _required_key_names(self):
         return ("action",)

@@ -70,6 +70,8 @@ class BatchedEnvBase(EnvBase):
     """
 
     _share_memory = False
+    # TransformedEnv's policy fast path drives a gym env's loop, not this one
+    _drives_transform_policy = False
     # ``_reset`` reads every entry from the buffers, where workers outside the mask keep
     # their current values
     _reset_keeps_unmasked = True
@@ -338,6 +340,35 @@ class BatchedEnvBase(EnvBase):
             self,
             max_steps,
             tensordict,
+            break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done,
+        )
+
+    def _rollout_fast_policy(
+        self,
+        max_steps: int,
+        tensordict: TensorDictBase,
+        policy,
+        *,
+        break_when_any_done: bool,
+        break_when_all_done: bool,
+    ) -> TensorDictBase:
+        """Rollout with a policy reading views of the rollout buffers (see ``_rollout``)."""
+        if (
+            self._to_device
+            or self.run_type_checks
+            or set(tensordict.keys(True, True)) != set(self._layout.reset_keys)
+        ):
+            return rollout_generic(
+                self, max_steps, tensordict, policy=policy, callback=None,
+                break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
+            )  # fmt: skip
+        self._ensure_started()
+        return batched_rollout(
+            self,
+            max_steps,
+            tensordict,
+            policy=policy,
             break_when_any_done=break_when_any_done,
             break_when_all_done=break_when_all_done,
         )

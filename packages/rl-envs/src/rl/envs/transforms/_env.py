@@ -137,6 +137,7 @@ class TransformedEnv(EnvBase):
             self.__dict__["_fast_policy"] = (
                 fast
                 and getattr(base, "_rollout_fast_policy", None) is not None
+                and getattr(base, "_drives_transform_policy", True)
                 and not isinstance(base, TransformedEnv)
                 and cls._step is TransformedEnv._step
                 and cls._reset is TransformedEnv._reset

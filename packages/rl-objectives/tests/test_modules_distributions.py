@@ -450,3 +450,27 @@ def test_deterministic_interaction_uses_deterministic_sample(dist_class, params,
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         out = module(td.clone())["action"]
     torch.testing.assert_close(out.to(expected.dtype), expected)
+
+
+def test_compiled_fullgraph_matches_eager():
+    def f(loc, scale, value, logits, mask):
+        tanh = TanhNormal(loc, scale, low=-2.0, high=2.0)
+        masked = MaskedCategorical(logits=logits, mask=mask)
+        return (
+            tanh.log_prob(value),
+            tanh.deterministic_sample,
+            masked.log_prob(masked.deterministic_sample),
+            masked.entropy(),
+        )
+
+    torch.manual_seed(0)
+    args = (
+        torch.randn(4, 3),
+        torch.rand(4, 3) + 0.1,
+        torch.rand(4, 3) * 3 - 1.5,
+        torch.randn(4, 5),
+        torch.tensor([True, False, True, True, False]).expand(4, 5),
+    )
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
+    for got, expected in zip(compiled(*args), f(*args)):
+        torch.testing.assert_close(got, expected)

@@ -169,3 +169,10 @@ class TestMixers:
             mixer(torch.randn(4, N_AGENTS, 1), torch.randn(4, 5))
         with pytest.raises(ValueError, match="takes 2 input"):
             mixer(torch.randn(4, N_AGENTS, 1))
+
+
+def test_compiled_fullgraph_matches_eager():
+    net = _mlp(False, False)
+    x = torch.randn(5, N_AGENTS, 4)
+    compiled = torch.compile(net, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), net(x))

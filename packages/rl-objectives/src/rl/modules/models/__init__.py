@@ -11,8 +11,9 @@ from ._heads import (
     DuelingMlpDQNet,
     ddpg_init_last_layer,
 )
+from ._mixers import Mixer, QMixer, VDNMixer
 from ._mlp import MLP
-from ._multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, QMixer, VDNMixer
+from ._multiagent import MultiAgentConvNet, MultiAgentMLP
 from ._noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 

@@ -1,0 +1,131 @@
+"""A2C (synchronous advantage actor-critic) on CartPole-v1, built from rl's pieces.
+
+Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning",
+https://arxiv.org/abs/1602.01783 (the synchronous variant, as in Stable-Baselines3): one
+gradient step per batch of ``num_envs x num_steps`` transitions, advantages by GAE, RMSprop.
+The actor, critic and environment are ``ppo.py``'s.
+
+    uv run examples/a2c.py
+    uv run examples/a2c.py --seed 1 --total-frames 100000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import torch
+import tyro
+from torch import nn
+
+from rl.collectors import Collector
+from rl.core import seed_everything
+from rl.core.loggers import generate_exp_name, get_logger
+from rl.objectives import A2CLoss
+from rl.objectives.value import GAE
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import EpisodeReturns, ProgressBar, evaluate, finish_run  # noqa: E402
+from ppo import make_agent, make_env  # noqa: E402
+
+
+@dataclasses.dataclass
+class Config:
+    """A2C hyperparameters (Stable-Baselines3's names where they exist)."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium environment id (or a probe env name, see examples/_common.py)."""
+    total_frames: int = 300_000
+    """Environment steps to train for."""
+    num_envs: int = 8
+    """Environments stepped together (a gymnasium vector env)."""
+    num_steps: int = 16
+    """Steps per environment between two updates."""
+    lr: float = 1e-3
+    """RMSprop learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1.0: n-step returns, as SB3's A2C)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping norm."""
+    hidden: int = 64
+    """Width of the two hidden layers of actor and critic."""
+    normalize_obs: bool = False
+    """Kept for ppo.make_env (A2C on CartPole needs no normalisation)."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes at the end."""
+    seed: int = 0
+    """Seed of torch, numpy, python and the environments."""
+    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
+    """Where the scalars go (CSV needs no extra package)."""
+    log_dir: str = "runs"
+    """Folder of the run's logs and curve."""
+    exp_name: str | None = None
+    """Name of the run (default: generated from the algorithm, env and seed)."""
+    progress: bool = True
+    """Show a progress bar (only when attached to a terminal)."""
+
+
+def main(cfg: Config) -> dict:
+    seed_everything(cfg.seed)
+    torch.set_num_threads(1)
+    env = make_env(cfg, cfg.num_envs)
+    env.set_seed(cfg.seed)
+    actor, critic = make_agent(cfg, env)
+
+    frames_per_batch = cfg.num_envs * cfg.num_steps
+    collector = Collector(
+        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+    )
+    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    loss_module = A2CLoss(
+        actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
+    )
+    optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5)
+    exp_name = cfg.exp_name or generate_exp_name("a2c", f"{cfg.env_id}-s{cfg.seed}")
+    logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
+    logger.log_hparams(dataclasses.asdict(cfg))
+
+    progress = ProgressBar(cfg.progress, total=cfg.total_frames)
+    returns = EpisodeReturns(window=20)
+    frames, start = 0, time.perf_counter()
+    for batch in collector:
+        frames += batch.numel()
+        with torch.no_grad():
+            advantage(batch)
+        losses = loss_module(batch.reshape(-1))
+        loss = losses["loss_objective"] + losses["loss_critic"]
+        if "loss_entropy" in losses.keys():
+            loss = loss + losses["loss_entropy"]
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+
+        returns.update(batch)
+        if returns.mean is not None:
+            logger.log_scalar("train/episode_return", returns.mean, frames)
+        logger.log_scalar("train/loss", loss.item(), frames)
+        progress.observe(batch)
+        progress.values["loss"] = loss.item()
+        progress.update(batch.numel())
+    seconds = time.perf_counter() - start
+    collector.shutdown()
+    progress.close()
+
+    eval_env = make_env(cfg, 1)
+    eval_env.set_seed(cfg.seed + 1000)
+    summary = finish_run(logger, evaluate(eval_env, actor, cfg.eval_episodes), frames, seconds)
+    return {**summary, "actor": actor, "critic": critic}
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config, description=__doc__))

@@ -1,0 +1,268 @@
+"""PPO (clipped objective, GAE) on CartPole-v1 or Pendulum-v1, built from rl's pieces.
+
+Schulman et al. 2017, "Proximal Policy Optimization Algorithms",
+https://arxiv.org/abs/1707.06347. The CartPole defaults are CleanRL's ``ppo.py``
+(4 envs x 128 steps, 4 epochs of 4 minibatches, lr 2.5e-4 annealed, clip 0.2); the
+Pendulum preset follows the tuned RL-Zoo settings (gamma 0.9, 1024-step rollouts of 4 envs,
+10 epochs, lr 1e-3, observation normalisation).
+
+    uv run examples/ppo.py                         # CartPole-v1, about a minute on 2 cores
+    uv run examples/ppo.py pendulum                # Pendulum-v1 (continuous, TanhNormal)
+    uv run examples/ppo.py cartpole --seed 1 --total-frames 50000 --logger tensorboard
+
+Writes CSV logs (or another logger), a learning-curve PNG and, with ``--video``, an
+evaluation video under ``runs/<exp_name>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import torch
+import tyro
+from torch import nn
+
+from rl.collectors import Collector
+from rl.core import seed_everything
+from rl.core.loggers import generate_exp_name, get_logger
+from rl.envs import DoubleToFloat, ObservationNorm, TransformedEnv
+from rl.modules import (
+    MLP,
+    NormalParamExtractor,
+    OneHotCategorical,
+    ProbabilisticActor,
+    TanhNormal,
+    TensorDictModule,
+    ValueOperator,
+)
+from rl.objectives import ClipPPOLoss
+from rl.objectives.value import GAE
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import (  # noqa: E402
+    EpisodeReturns,
+    ProgressBar,
+    evaluate,
+    finish_run,
+    make_base_env,
+    record_video,
+)
+
+
+@dataclasses.dataclass
+class Config:
+    """PPO hyperparameters (CleanRL's names where they exist)."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium environment id (discrete or Box actions)."""
+    total_frames: int = 150_000
+    """Environment steps to train for."""
+    num_envs: int = 4
+    """Environments stepped together (a gymnasium vector env)."""
+    num_steps: int = 128
+    """Steps per environment in each rollout (batch = num_envs * num_steps)."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    num_minibatches: int = 4
+    """Minibatches per pass."""
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_coef: float = 0.2
+    """Clipping of the probability ratio (and of the value, with clip_vloss)."""
+    clip_vloss: bool = True
+    """Clip the value loss around the old value, as CleanRL."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping norm."""
+    hidden: int = 64
+    """Width of the two hidden layers of actor and critic."""
+    normalize_obs: bool = False
+    """Normalise observations with statistics of a random rollout."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes at the end."""
+    seed: int = 0
+    """Seed of torch, numpy, python and the environments."""
+    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
+    """Where the scalars go (CSV needs no extra package)."""
+    log_dir: str = "runs"
+    """Folder of the run's logs, curve and video."""
+    exp_name: str | None = None
+    """Name of the run (default: generated from the algorithm, env and seed)."""
+    video: bool = False
+    """Record an evaluation episode as an mp4."""
+    progress: bool = True
+    """Show a progress bar (only when attached to a terminal)."""
+
+
+PRESETS = {
+    "cartpole": ("CartPole-v1, CleanRL's defaults", Config()),
+    "pendulum": (
+        "Pendulum-v1, tuned continuous settings",
+        Config(
+            env_id="Pendulum-v1",
+            total_frames=200_000,
+            num_envs=4,
+            num_steps=1024,
+            update_epochs=10,
+            num_minibatches=64,
+            lr=1e-3,
+            gamma=0.9,
+            ent_coef=0.0,
+            clip_vloss=False,
+            normalize_obs=True,
+        ),
+    ),
+}
+
+
+def make_env(cfg: Config, num_envs: int, obs_stats=None, from_pixels: bool = False):
+    """The env (a vector env of ``num_envs``), with observations normalised by ``obs_stats``
+    (``(loc, scale)``) when given."""
+    env = TransformedEnv(make_base_env(cfg.env_id, num_envs, from_pixels), DoubleToFloat())
+    if obs_stats is not None:
+        loc, scale = obs_stats
+        env.append_transform(
+            ObservationNorm(loc=loc, scale=scale, in_keys=["observation"], standard_normal=True)
+        )
+    return env
+
+
+def observation_stats(cfg: Config, steps: int = 2000):
+    """Mean and standard deviation of the observations of a random-action rollout."""
+    obs = make_env(cfg, 1).rollout(steps, break_when_any_done=False)["observation"]
+    return obs.mean(0), obs.std(0).clamp_min(1e-3)
+
+
+def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, ValueOperator]:
+    action_spec = env.action_spec
+    continuous = action_spec.dtype.is_floating_point
+    n_out = action_spec.shape[-1]
+    if continuous:
+        net = nn.Sequential(
+            MLP(out_features=2 * n_out, num_cells=[cfg.hidden] * 2, activation_class=nn.Tanh),
+            NormalParamExtractor(),
+        )
+        module = TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"])
+        actor = ProbabilisticActor(
+            module,
+            in_keys=["loc", "scale"],
+            spec=action_spec,
+            distribution_class=TanhNormal,
+            # the bounds of one env (the spec of a batched env repeats them per env)
+            distribution_kwargs={
+                "low": action_spec.space.low.reshape(-1, n_out)[0],
+                "high": action_spec.space.high.reshape(-1, n_out)[0],
+            },
+            return_log_prob=True,
+        )
+    else:
+        net = MLP(out_features=n_out, num_cells=[cfg.hidden] * 2, activation_class=nn.Tanh)
+        module = TensorDictModule(net, in_keys=["observation"], out_keys=["logits"])
+        actor = ProbabilisticActor(
+            module,
+            in_keys=["logits"],
+            spec=action_spec,
+            distribution_class=OneHotCategorical,
+            return_log_prob=True,
+        )
+    critic = ValueOperator(
+        MLP(out_features=1, num_cells=[cfg.hidden] * 2, activation_class=nn.Tanh),
+        in_keys=["observation"],
+    )
+    with torch.no_grad():  # materialise the lazy first layers
+        td = env.fake_tensordict()
+        actor(td)
+        critic(td)
+    return actor, critic
+
+
+def main(cfg: Config) -> dict:
+    seed_everything(cfg.seed)
+    torch.set_num_threads(1)
+    obs_stats = observation_stats(cfg) if cfg.normalize_obs else None
+    env = make_env(cfg, cfg.num_envs, obs_stats)
+    env.set_seed(cfg.seed)
+    actor, critic = make_agent(cfg, env)
+
+    frames_per_batch = cfg.num_envs * cfg.num_steps
+    collector = Collector(
+        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+    )
+    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    loss_module = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip_coef,
+        entropy_coeff=cfg.ent_coef,
+        critic_coeff=cfg.vf_coef,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
+    )
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+    exp_name = cfg.exp_name or generate_exp_name("ppo", f"{cfg.env_id}-s{cfg.seed}")
+    logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
+    logger.log_hparams(dataclasses.asdict(cfg))
+
+    num_updates = max(cfg.total_frames // frames_per_batch, 1)
+    minibatch = frames_per_batch // cfg.num_minibatches
+    progress = ProgressBar(cfg.progress, total=cfg.total_frames)
+    returns = EpisodeReturns(window=20)
+    frames, start = 0, time.perf_counter()
+    for update, batch in enumerate(collector):
+        frames += batch.numel()
+        if cfg.anneal_lr:
+            optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
+        with torch.no_grad():
+            advantage(batch)
+        flat = batch.reshape(-1)
+        for _ in range(cfg.update_epochs):
+            for idx in torch.randperm(flat.numel()).split(minibatch):
+                losses = loss_module(flat[idx])
+                loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+        returns.update(batch)
+        if returns.mean is not None:
+            logger.log_scalar("train/episode_return", returns.mean, frames)
+        logger.log_scalar("train/loss", loss.item(), frames)
+        progress.observe(batch)
+        progress.values["loss"] = loss.item()
+        progress.update(batch.numel())
+    seconds = time.perf_counter() - start
+    collector.shutdown()
+    progress.close()
+
+    eval_env = make_env(cfg, 1, obs_stats)
+    eval_env.set_seed(cfg.seed + 1000)
+    summary = finish_run(logger, evaluate(eval_env, actor, cfg.eval_episodes), frames, seconds)
+    if cfg.video:
+        summary["video"] = record_video(make_env(cfg, 1, obs_stats, True), actor, logger)
+    return {**summary, "actor": actor, "critic": critic}
+
+
+def cli() -> Config:
+    choices = tuple(
+        Annotated[Config, tyro.conf.subcommand(name, default=preset, description=text)]
+        for name, (text, preset) in PRESETS.items()
+    )
+    return tyro.cli(Union[choices], default=PRESETS["cartpole"][1], description=__doc__)  # noqa: UP007
+
+
+if __name__ == "__main__":
+    main(cli())

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tensordict import NestedKey, TensorDictBase
 
-from ._trainer import Trainer, TrainerHookBase
+from ._trainer import MissingKeyError, Trainer, TrainerHookBase
 
 __all__ = [
     "BatchSubSampler",
@@ -65,7 +65,7 @@ class SelectKeys(TrainerHookBase):
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
         missing = [k for k in self.keys if k not in batch.keys(True)]
         if missing:
-            raise KeyError(
+            raise MissingKeyError(
                 f"SelectKeys: the batch has no key {missing[0]!r}; it has "
                 f"{sorted(map(str, batch.keys(True, True)))}"
             )

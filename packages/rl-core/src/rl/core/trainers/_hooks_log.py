@@ -12,7 +12,7 @@ from torch import nn
 
 from .._exploration import ExplorationType, set_exploration_type
 from ._progress import EpisodeReturns
-from ._trainer import Trainer, TrainerHookBase
+from ._trainer import MissingKeyError, Trainer, TrainerHookBase
 
 __all__ = ["CountFramesLog", "LogScalar", "LogValidationReward"]
 
@@ -66,7 +66,7 @@ class LogScalar(TrainerHookBase):
     def __call__(self, batch: TensorDictBase) -> dict[str, Any]:
         value = batch.get(self.key, None)
         if value is None:
-            raise KeyError(
+            raise MissingKeyError(
                 f"LogScalar: the batch has no key {self.key!r}; it has "
                 f"{sorted(map(str, batch.keys(True, True)))}"
             )

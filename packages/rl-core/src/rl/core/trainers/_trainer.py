@@ -69,6 +69,13 @@ class TrainerHookBase:
         raise NotImplementedError(f"{type(self).__name__} does not define register()")
 
 
+class MissingKeyError(KeyError):
+    """A ``KeyError`` whose message prints as written (``KeyError`` quotes and escapes it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
@@ -327,6 +334,8 @@ class Trainer:
                     if self._stop_reason:
                         _logger.info("trainer stopping early: %s", self._stop_reason)
                     break
+            else:  # the collector ran out before total_frames: the run ends here too
+                self.save_trainer(force_save=True)
         finally:
             self._pbar.close()
         self.shutdown()

@@ -1,0 +1,359 @@
+"""The ready hooks: what each one does at its point, its errors and its state."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.core import ExplorationType, exploration_type
+from rl.core.trainers import (
+    BatchSubSampler,
+    CountFramesLog,
+    LogScalar,
+    LogValidationReward,
+    LRSchedulerHook,
+    OptimizerHook,
+    ReplayBufferTrainer,
+    RewardNormalizer,
+    SelectKeys,
+    TargetNetUpdaterHook,
+    Trainer,
+    UpdateWeights,
+    load_checkpoint,
+)
+
+MASK = ("collector", "mask")
+
+
+def _trainer(batches, optim_steps=1, **kwargs):
+    w = torch.nn.Parameter(torch.ones(2))
+    defaults = dict(
+        collector=batches,
+        total_frames=10**6,
+        frame_skip=1,
+        optim_steps_per_batch=optim_steps,
+        loss_module=lambda td: TensorDict(loss=(w * w).sum()),
+        optimizer=torch.optim.SGD([w], lr=0.1),
+        progress_bar=False,
+    )
+    defaults.update(kwargs)
+    return Trainer(**defaults)
+
+
+class TestOptimizerHook:
+    def test_loss_components_select_what_is_minimized(self):
+        a, b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(1))
+        hook = OptimizerHook(torch.optim.SGD([a, b], lr=0.5), ["loss_a"])
+        losses = TensorDict(loss_a=(a * a).sum(), loss_b=(b * b).sum())
+        hook(losses, True, None, 3)
+        assert a.item() == 0.0 and b.item() == 1.0
+        assert float(losses["grad_norm_3"]) == 2.0
+
+    def test_errors(self):
+        w = torch.nn.Parameter(torch.ones(1))
+        with pytest.raises(ValueError, match="loss_components cannot be empty"):
+            OptimizerHook(torch.optim.SGD([w], lr=1), [])
+        hook = OptimizerHook(torch.optim.SGD([w], lr=1), ["loss_pi"])
+        with pytest.raises(ValueError, match="no entry 'loss_pi'; they have \\['loss_q'\\]"):
+            hook(TensorDict(loss_q=w.sum()))
+
+    def test_two_optimizers(self):
+        a, b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(1))
+        trainer = Trainer(
+            collector=[TensorDict(batch_size=[1])],
+            total_frames=1,
+            frame_skip=1,
+            optim_steps_per_batch=1,
+            loss_module=lambda td: TensorDict(loss_a=(a * a).sum(), loss_b=(b * b).sum()),
+            progress_bar=False,
+        )
+        OptimizerHook(torch.optim.SGD([a], lr=0.5), ["loss_a"]).register(trainer, "opt_a")
+        OptimizerHook(torch.optim.SGD([b], lr=0.25), ["loss_b"]).register(trainer, "opt_b")
+        trainer.train()
+        assert a.item() == 0.0 and b.item() == 0.5
+        assert set(trainer.last_losses.keys()) >= {"grad_norm_0", "grad_norm_1"}
+
+
+class TestLRSchedulerHook:
+    def test_steps_only_after_optimization(self):
+        batches = [TensorDict(batch_size=[4]) for _ in range(4)]
+        collector = type("C", (), {"init_random_frames": 9, "__iter__": lambda s: iter(batches)})
+        trainer = _trainer(collector())
+        sched = torch.optim.lr_scheduler.StepLR(trainer.optimizer, 1, gamma=0.5)
+        hook = LRSchedulerHook(sched)
+        hook.register(trainer)
+        trainer.train()
+        # frames 4, 8: warm-up without optimization; 12, 16: one step each
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
+        assert hook.state_dict()["last_optim_count"] == 2
+
+    def test_optim_interval_and_errors(self):
+        trainer = _trainer([TensorDict(batch_size=[1])] * 2, optim_steps=3)
+        LRSchedulerHook(
+            torch.optim.lr_scheduler.StepLR(trainer.optimizer, 1, gamma=0.5), interval="optim"
+        ).register(trainer)
+        trainer.train()
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**6)
+        with pytest.raises(ValueError, match="interval must be 'batch' or 'optim', got 'epoch'"):
+            LRSchedulerHook(None, interval="epoch")
+
+
+class TestTargetNetUpdaterHook:
+    def test_steps_after_each_optimization_and_saves_its_counter(self):
+        class Hard:
+            _counter = 0
+
+            def step(self):
+                self._counter += 1
+
+        trainer = _trainer([TensorDict(batch_size=[1])] * 3, optim_steps=2)
+        hook = TargetNetUpdaterHook(Hard())
+        hook.register(trainer)
+        trainer.train()
+        assert hook.state_dict() == {"counter": 6}
+        other = TargetNetUpdaterHook(Hard())
+        other.load_state_dict(hook.state_dict())
+        assert other.target_params_updater._counter == 6
+        with pytest.raises(TypeError, match="with a step\\(\\) method .* got int"):
+            TargetNetUpdaterHook(3)
+
+
+class TestUpdateWeights:
+    def test_interval_and_state(self):
+        class Collector:
+            pushes = 0
+
+            def update_policy_weights_(self):
+                self.pushes += 1
+
+        hook = UpdateWeights(Collector(), 3)
+        for _ in range(7):
+            hook()
+        assert hook.collector.pushes == 2 and hook.state_dict() == {"counter": 7}
+        with pytest.raises(ValueError, match="must be a positive int, got 0"):
+            UpdateWeights(Collector(), 0)
+        with pytest.raises(ValueError, match="interval_unit must be 'batches' or 'optim_steps'"):
+            UpdateWeights(Collector(), 1, interval_unit="frames")
+
+
+class TestBatchSubSampler:
+    def test_windows_are_consecutive_steps_of_one_trajectory(self):
+        td = TensorDict(x=torch.arange(40).reshape(4, 10), batch_size=[4, 10])
+        torch.manual_seed(0)
+        out = BatchSubSampler(batch_size=12, sub_traj_len=4)(td)
+        assert out.shape == (3, 4)
+        x = out["x"]
+        assert (x.diff(dim=1) == 1).all() and (x // 10 == x[:, :1] // 10).all()
+
+    def test_masked_batches_give_valid_steps_only(self):
+        mask = torch.arange(10).expand(3, 10) < torch.tensor([[6], [10], [8]])
+        td = TensorDict({"x": torch.arange(30).reshape(3, 10), MASK: mask}, [3, 10])
+        torch.manual_seed(1)
+        for _ in range(20):
+            out = BatchSubSampler(batch_size=8, sub_traj_len=4)(td)
+            assert out[MASK].all() and out.shape == (2, 4)
+
+    def test_flat_batches_and_errors(self):
+        td = TensorDict(x=torch.arange(10), batch_size=[10])
+        out = BatchSubSampler(batch_size=4)(td)
+        assert out.shape == (4,) and out["x"].unique().numel() == 4
+        td2 = TensorDict(x=torch.zeros(2, 5), batch_size=[2, 5])
+        with pytest.raises(ValueError, match="sub_traj_len=6 is outside \\[1, 5\\]"):
+            BatchSubSampler(batch_size=12, sub_traj_len=6)(td2)
+        with pytest.raises(ValueError, match="batch_size=2 is smaller than sub_traj_len=3"):
+            BatchSubSampler(batch_size=2, sub_traj_len=3)(td2)
+
+
+class TestRewardNormalizer:
+    def test_matches_decayed_statistics(self):
+        norm = RewardNormalizer(decay=0.5)
+        r1, r2 = torch.tensor([[1.0], [2.0]]), torch.tensor([[4.0], [0.0], [3.0]])
+        for r in (r1, r2):
+            norm.update_reward_stats(TensorDict({("next", "reward"): r}, [r.shape[0]]))
+        s = 0.5 * 3.0 + 7.0
+        ssq = 0.5 * 5.0 + 25.0
+        n = 0.5 * 2 + 3
+        mean, std = s / n, ((ssq - s * s / n) / (n - 1)) ** 0.5
+        td = TensorDict({("next", "reward"): torch.tensor([[1.0]])}, [1])
+        out = norm.normalize_reward(td)
+        assert out["next", "reward"].item() == pytest.approx((1.0 - mean) / std, rel=1e-6)
+        assert td["next", "reward"].item() == 1.0  # the input is not modified
+        clone = RewardNormalizer(decay=0.5)
+        clone.load_state_dict(norm.state_dict())
+        assert torch.equal(clone.normalize_reward(td)["next", "reward"], out["next", "reward"])
+
+    def test_normalize_before_update(self):
+        with pytest.raises(RuntimeError, match="before update_reward_stats"):
+            RewardNormalizer().normalize_reward(
+                TensorDict({("next", "reward"): torch.ones(1, 1)}, [1])
+            )
+
+
+class TestLogHooks:
+    def test_select_keys(self):
+        td = TensorDict(a=torch.zeros(2), b=torch.ones(2), batch_size=[2])
+        with pytest.raises(TypeError, match="sequence of keys, got the string 'a'"):
+            SelectKeys("a")
+        with pytest.raises(KeyError, match="no key 'c'"):
+            SelectKeys(["c"])(td)
+
+    def test_log_scalar_masked_reductions(self):
+        reward = torch.tensor([[1.0], [5.0], [3.0], [100.0]])
+        td = TensorDict({("next", "reward"): reward, MASK: torch.tensor([1, 1, 1, 0]).bool()}, [4])
+        assert LogScalar(logname="r")(td)["r"] == 3.0
+        assert LogScalar(logname="r", reduction="max")(td)["r"] == 5.0
+        assert LogScalar(logname="r")(td)["r_std"] == pytest.approx(2.0)
+        with pytest.raises(ValueError, match="reduction must be one of"):
+            LogScalar(reduction="median")
+        with pytest.raises(KeyError, match="no key 'action'"):
+            LogScalar("action")(td)
+
+    def test_count_frames(self):
+        count = CountFramesLog(frame_skip=4)
+        td = TensorDict({MASK: torch.tensor([[1, 1, 0], [1, 0, 0]]).bool()}, [2, 3])
+        assert count(td)["n_frames"] == 12 and count(td)["n_frames"] == 24
+        other = CountFramesLog()
+        other.load_state_dict(count.state_dict())
+        assert other.frame_count == 24
+
+
+class FakeEnv:
+    """``rollout`` returns a fixed reward pattern; records what the policy saw."""
+
+    def __init__(self):
+        self.transform = [Dumper(), object()]
+        self.seen = []
+
+    def rollout(self, max_steps, policy, auto_reset=True, break_when_any_done=False):
+        self.seen.append((exploration_type(), policy.training))
+        torch.rand(5)  # consumes RNG: must not leak into the training run
+        np.random.rand()
+        random.random()
+        reward = torch.tensor([1.0, 1.0, 1.0, 2.0, 2.0, 0.5])[:max_steps, None]
+        done = torch.tensor([False, False, True, False, True, False])[:max_steps, None]
+        return TensorDict({("next", "reward"): reward, ("next", "done"): done}, [max_steps])
+
+    def state_dict(self):
+        return {"calls": len(self.seen)}
+
+    def load_state_dict(self, state):
+        self.loaded = state
+
+
+class Dumper:
+    def __init__(self):
+        self.dumps = []
+
+    def dump(self, suffix=None):
+        self.dumps.append(suffix)
+
+
+class TestLogValidationReward:
+    def test_evaluation_episodes(self):
+        env, policy = FakeEnv(), torch.nn.Linear(1, 1)
+        hook = LogValidationReward(
+            record_interval=2, record_frames=6, policy_exploration=policy, environment=env
+        )
+        state = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+        out = hook()
+        assert torch.equal(torch.get_rng_state(), state[0])
+        assert (np.random.get_state()[1] == state[1]).all() and random.getstate() == state[2]
+        assert out["r_evaluation"] == pytest.approx(7.5 / 6)
+        assert out["total_r_evaluation"] == pytest.approx((3.0 + 4.0) / 2)  # two episodes
+        assert env.seen == [(ExplorationType.DETERMINISTIC, False)] and policy.training
+        assert env.transform[0].dumps == [None]
+        assert hook() is None and hook() is not None  # every 2nd call
+        assert hook.state_dict() == {"count": 3, "environment": {"calls": 2}}
+
+    def test_needs_an_env(self):
+        with pytest.raises(ValueError, match="needs an evaluation environment"):
+            LogValidationReward(record_interval=1, record_frames=1, policy_exploration=None)
+
+
+class TestReplayBufferTrainer:
+    def test_by_value_round_trip(self):
+        data = pytest.importorskip("rl.data")
+        td = TensorDict(
+            {"obs": torch.arange(12.0).reshape(2, 6), MASK: torch.ones(2, 6, dtype=torch.bool)},
+            [2, 6],
+        )
+        rb = data.TensorDictReplayBuffer(storage=data.LazyTensorStorage(20), batch_size=4)
+        hook = ReplayBufferTrainer(rb, flatten_tensordicts=True)
+        hook.extend(td)
+        assert len(rb) == 12 and hook.sample()["obs"].shape == (4,)
+        other_rb = data.TensorDictReplayBuffer(storage=data.LazyTensorStorage(20), batch_size=4)
+        other = ReplayBufferTrainer(other_rb)
+        other.load_state_dict(hook.state_dict())
+        assert len(other_rb) == 12
+        assert torch.equal(other_rb.storage.get(slice(0, 12))["obs"], torch.arange(12.0))
+
+    def test_memmap_storage_is_saved_by_reference(self, tmp_path):
+        data = pytest.importorskip("rl.data")
+
+        def make(dir_):
+            storage = data.LazyMemmapStorage(16, scratch_dir=dir_)
+            return data.TensorDictReplayBuffer(storage=storage, batch_size=4)
+
+        rb = make(tmp_path / "buf")
+        hook = ReplayBufferTrainer(rb)
+        hook.extend(TensorDict(obs=torch.arange(6.0), batch_size=[6]))
+        state = hook.state_dict()
+        tensors = [v for v in state["memmap_ref"].values() if isinstance(v, torch.Tensor)]
+        assert not tensors and state["memmap_ref"]["len"] == 6
+        hook.extend(TensorDict(obs=torch.arange(6.0, 10.0), batch_size=[4]))  # after the checkpoint
+        del rb, hook
+        reopened = make(tmp_path / "buf")  # the killed process's data is on disk
+        assert len(reopened) == 10
+        ReplayBufferTrainer(reopened).load_state_dict(state)
+        assert len(reopened) == 6
+        assert torch.equal(reopened.storage.get(slice(0, 6))["obs"], torch.arange(6.0))
+        with pytest.raises(ValueError, match="lives in the memory-mapped storage at"):
+            ReplayBufferTrainer(make(tmp_path / "other")).load_state_dict(state)
+
+    def test_overwritten_memmap_is_reported(self, tmp_path):
+        data = pytest.importorskip("rl.data")
+        storage = data.LazyMemmapStorage(8, scratch_dir=tmp_path / "buf")
+        rb = data.TensorDictReplayBuffer(storage=storage, batch_size=2)
+        hook = ReplayBufferTrainer(rb)
+        hook.extend(TensorDict(obs=torch.arange(4.0), batch_size=[4]))
+        state = hook.state_dict()
+        hook.extend(TensorDict(obs=torch.arange(6.0), batch_size=[6]))  # wraps around
+        with pytest.warns(UserWarning, match="written past its capacity after the checkpoint"):
+            hook.load_state_dict(state)
+
+
+class TestCheckpointedHooks:
+    def test_bound_methods_register_their_hook(self, tmp_path):
+        """TorchRL's docs register bound methods; their hook's state is still saved."""
+        trainer = _trainer([TensorDict({("next", "reward"): torch.ones(2, 1)}, [2])])
+        norm = RewardNormalizer()
+        trainer.register_op("batch_process", norm.update_reward_stats)
+        trainer.register_op("process_optim_batch", norm.normalize_reward)
+        trainer.save_trainer_file = tmp_path / "ckpt.pt"
+        trainer.train()
+        assert set(load_checkpoint(tmp_path / "ckpt.pt")["hooks"]) == {
+            "optimizer",
+            "reward_normalizer",
+        }
+
+    def test_inexact_resume_is_reported_when_saving(self, tmp_path):
+        trainer = _trainer([TensorDict(batch_size=[1])], save_trainer_file=tmp_path / "a.pt")
+        with pytest.warns(UserWarning, match="has no state_dict\\(\\).* not exact"):
+            trainer.train()
+
+        class Unpicklable:
+            def __iter__(self):
+                yield TensorDict(batch_size=[1])
+
+            def state_dict(self):
+                return {"root": {"observation": torch.zeros(1)}}  # no "env_state"
+
+        trainer = _trainer(Unpicklable(), save_trainer_file=tmp_path / "b.pt")
+        with pytest.warns(
+            UserWarning, match="environment could not be saved .* not be bit-identical"
+        ):
+            trainer.train()

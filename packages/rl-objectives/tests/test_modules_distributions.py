@@ -204,6 +204,23 @@ class TestTruncatedNormal:
         assert dist.entropy().shape == (4,)
         torch.testing.assert_close(dist.deterministic_sample, torch.zeros(4, 2))
 
+    def test_literal_values_from_torchrl(self):
+        # TorchRL 0.14.1: TruncatedNormal(loc, scale, low=-1, high=1), values on the bounds
+        loc = torch.tensor([[0.3, -0.5], [2.0, 0.0]])
+        scale = torch.tensor([[0.5, 1.0], [0.3, 2.0]])
+        dist = TruncatedNormal(loc, scale, low=-1.0, high=1.0)
+        value = torch.tensor([[1.0, -1.0], [1.0, 0.2]])
+        torch.testing.assert_close(
+            dist.log_prob(value), torch.tensor([-1.6898831129074097, 1.8285369873046875])
+        )
+        torch.testing.assert_close(
+            dist.mean,
+            torch.tensor([[0.22557011246681213, -0.1437271237373352], [0.9191247224807739, 0.0]]),
+        )
+        torch.testing.assert_close(
+            dist.entropy(), torch.tensor([1.1545708179473877, -0.8439455032348633])
+        )
+
     def test_errors(self):
         with pytest.raises(ValueError, match="low=2.0 and high=1.0"):
             TruncatedNormal(torch.zeros(2), torch.ones(2), low=2.0, high=1.0)

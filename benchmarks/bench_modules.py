@@ -133,7 +133,7 @@ def main() -> None:
         "`ExplorationType.RANDOM`, `return_log_prob=True`.",
         "",
         "| policy | batch | floor (us) | ours (us) | ours / floor | by hand, rl.modules dist (us) "
-        "| ours / that | ours, new TensorDict per call (us) | that / floor |",
+        "| ours / that | ours, new TensorDict per call (us) | new-TD / floor |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for label, batch, best in rows:

@@ -151,6 +151,9 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
             (dk[-1] if isinstance(dk, tuple) else dk, key)
             for dk, key in zip(self.dist_keys, self.in_keys, strict=True)
         ]
+        # the property reads the composite aggregation mode at every access; for a
+        # non-composite distribution the key is fixed
+        self._lean_log_prob_key = self.log_prob_key if self.return_log_prob else None
 
     def get_dist(self, tensordict: TensorDictBase) -> torch.distributions.Distribution:
         """Builds the distribution from the parameters in ``tensordict``.
@@ -180,21 +183,23 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
     def _lean_forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         dist = self.get_dist(tensordict)
         itype = interaction_type() or self.default_interaction_type
+        log_prob_key = self._lean_log_prob_key
         if itype is _RANDOM:
-            if self.return_log_prob:
+            if log_prob_key is not None:
                 # score the draw itself (a tanh-squashed sample cannot be inverted exactly)
                 name = "rsample_and_log_prob" if dist.has_rsample else "sample_and_log_prob"
-                if callable(getattr(type(dist), name, None)):
-                    sample, log_prob = getattr(dist, name)(torch.Size())
+                joint = getattr(type(dist), name, None)
+                if joint is not None:
+                    sample, log_prob = joint(dist, torch.Size())
                     tensordict.set(self._lean_sample_key, sample)
-                    tensordict.set(self.log_prob_key, log_prob)
+                    tensordict.set(log_prob_key, log_prob)
                     return tensordict
             sample = dist.rsample() if dist.has_rsample else dist.sample()
         else:
             sample = self._dist_sample(dist, interaction_type=itype)
         tensordict.set(self._lean_sample_key, sample)
-        if self.return_log_prob:
-            tensordict.set(self.log_prob_key, dist.log_prob(sample))
+        if log_prob_key is not None:
+            tensordict.set(log_prob_key, dist.log_prob(sample))
         return tensordict
 
 

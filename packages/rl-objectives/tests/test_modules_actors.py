@@ -8,6 +8,7 @@ from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
+    set_skip_existing,
 )
 from torch import nn
 from torch.distributions import Categorical as TorchCategorical
@@ -37,6 +38,7 @@ from rl.modules import (
     SafeProbabilisticModule,
     SafeSequential,
     TanhModule,
+    TanhNormal,
     ValueOperator,
 )
 
@@ -132,23 +134,6 @@ class TestActor:
         td = _obs()
         torch.testing.assert_close(a(td.clone())["action"], b(td.clone())["action"])
 
-    def test_vmap_ensemble_with_from_module(self):
-        actor = Actor(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
-        params = TensorDict.from_module(actor)
-        ensemble = torch.stack([params.apply(lambda p, i=i: p + i) for i in range(3)]).contiguous()
-        td = _obs()
-
-        def call(p, data):
-            with p.to_module(actor):
-                return actor(data)
-
-        out = torch.vmap(call, (0, None))(ensemble, td.clone())
-        assert out["action"].shape == (3, 5, 2)
-        for i in range(3):
-            with ensemble[i].to_module(actor):
-                expected = actor(td.clone())["action"]
-            torch.testing.assert_close(out["action"][i], expected)
-
 
 class TestProbabilisticActor:
     def test_categorical_random_matches_tensordict_reference(self):
@@ -230,21 +215,82 @@ class TestProbabilisticActor:
         with set_exploration_type(ExplorationType.DETERMINISTIC):
             torch.testing.assert_close(a(td.clone())["action"], b(td.clone())["action"])
 
-    def test_vmap_ensemble(self):
-        actor = _normal_actor()
-        params = TensorDict.from_module(actor)
-        ensemble = torch.stack([params.apply(lambda p, i=i: p * (1 + i)) for i in range(2)])
+    def test_tanh_normal_matches_tensordict_reference(self):
+        net = nn.Sequential(nn.Linear(4, 4), NormalParamExtractor())
+        kwargs = {"low": -2.0, "high": 2.0}
+        actor = ProbabilisticActor(
+            TensorDictModule(net, ["observation"], ["loc", "scale"]),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            distribution_kwargs=kwargs,
+            return_log_prob=True,
+        )
+        reference = ProbabilisticTensorDictSequential(
+            actor.module[0],
+            ProbabilisticTensorDictModule(
+                ["loc", "scale"],
+                ["action"],
+                distribution_class=TanhNormal,
+                distribution_kwargs=kwargs,
+                return_log_prob=True,
+            ),
+        )
+        td = _obs(batch=32)
+        for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):
+            with set_exploration_type(mode):
+                torch.manual_seed(5)
+                ours = actor(td.clone())
+                torch.manual_seed(5)
+                ref = reference(td.clone())
+            torch.testing.assert_close(ours["action"], ref["action"])
+            torch.testing.assert_close(ours["action_log_prob"], ref["action_log_prob"])
+        assert ours["action"].abs().max() <= 2.0
+
+    def test_inner_module_hooks_and_skip_existing_are_honoured(self):
+        actor = _categorical_actor()
+        actor.module[0].register_forward_hook(
+            lambda mod, args, out: out.set("logits", torch.tensor([[0.0, 50.0, 0.0]]).expand(5, 3))
+        )
+        with set_exploration_type(ExplorationType.RANDOM):
+            assert (actor(_obs())["action"] == 1).all()
+        actor = _categorical_actor()
         td = _obs()
+        td["logits"] = torch.tensor([[0.0, 0.0, 50.0]]).expand(5, 3)
+        with set_skip_existing(True), set_exploration_type(ExplorationType.DETERMINISTIC):
+            assert (actor(td)["action"] == 2).all()
 
-        def call(p, data):
-            with p.to_module(actor):
-                return actor(data)
 
-        with set_exploration_type(ExplorationType.DETERMINISTIC):
-            out = torch.vmap(call, (0, None))(ensemble.contiguous(), td.clone())
-            for i in range(2):
-                with ensemble[i].to_module(actor):
-                    torch.testing.assert_close(out["action"][i], actor(td.clone())["action"])
+def _vmap_family(kind):
+    if kind == "actor":
+        return Actor(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))), "action"
+    if kind == "value":
+        return ValueOperator(nn.Linear(4, 1)), "state_value"
+    if kind == "qvalue":
+        return QValueActor(nn.Linear(4, 3), spec=OneHot(3)), "action_value"
+    if kind == "probabilistic":
+        return _normal_actor(), "action"
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["actor", "value", "qvalue", "probabilistic"])
+def test_vmap_ensemble_with_from_module(kind):
+    """The seed's functional example: stacked parameters, torch.vmap over them."""
+    module, key = _vmap_family(kind)
+    params = TensorDict.from_module(module)
+    ensemble = torch.stack([params.apply(lambda p, i=i: p * (1 + i)) for i in range(3)])
+    ensemble = ensemble.contiguous()
+    td = _obs()
+
+    def call(p, data):
+        with p.to_module(module):
+            return module(data)
+
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        out = torch.vmap(call, (0, None))(ensemble, td.clone())
+        assert out[key].shape[0] == 3
+        for i in range(3):
+            with ensemble[i].to_module(module):
+                torch.testing.assert_close(out[key][i], module(td.clone())[key])
 
 
 class TestValueOperator:

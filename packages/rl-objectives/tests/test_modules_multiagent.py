@@ -171,6 +171,8 @@ class TestMixers:
             mixer(torch.randn(4, N_AGENTS, 1))
 
 
+# tensordict warns that TensorDictParams' lock checks are skipped inside a compiled graph
+@pytest.mark.filterwarnings("ignore:Using lock_:UserWarning")
 def test_compiled_fullgraph_matches_eager():
     net = _mlp(False, False)
     x = torch.randn(5, N_AGENTS, 4)

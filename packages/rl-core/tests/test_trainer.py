@@ -294,3 +294,14 @@ class TestProgress:
         trainer.train()
         text = stream.getvalue()
         assert "8/8" in text and "return=2" in text and "loss=" in text
+
+
+def test_readme_training_example(capsys):
+    import re
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"## Training example\n.*?```python\n(.*?)```", text, re.S).group(1)
+    with torch.random.fork_rng():
+        exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert out.startswith("320 [") and "'r_training.csv'" in out and "'loss_mse.csv'" in out

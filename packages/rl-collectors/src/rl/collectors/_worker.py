@@ -91,6 +91,7 @@ def worker_main(
                         seen = int(version[0])
                 batch = collector.rollout(steps)
                 collector._frames += batch.numel()
+                collector._iter += 1
                 if collector.track_traj_ids:
                     ids = batch.get(("collector", "traj_ids"))
                     ids.mul_(num_workers).add_(index)  # unique across workers

@@ -1,0 +1,332 @@
+"""Glue shared by the off-policy examples (dqn, ddpg, td3, sac, redq, crossq, offline).
+
+Bookkeeping and the common networks live here: the environment with its episode
+counters, the actors and critics several scripts build alike, the replay buffer (in
+memory, or memory-mapped as the offline dataset), the logger, the per-batch log line and
+the final evaluation. Every algorithm's loss and update loop stay in its own script, to
+be read top to bottom.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import torch
+import tyro
+from torch import nn
+
+from rl.core.loggers import generate_exp_name, get_logger
+from rl.data import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    PrioritizedSampler,
+    RandomSampler,
+    TensorDictReplayBuffer,
+)
+from rl.envs import Compose, DoubleToFloat, RewardSum, StepCounter, TransformedEnv
+from rl.modules import (
+    MLP,
+    NormalParamExtractor,
+    ProbabilisticActor,
+    RandomPolicy,
+    TanhModule,
+    TanhNormal,
+    TensorDictModule,
+    TensorDictSequential,
+    ValueOperator,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import (  # noqa: E402
+    ProgressBar,
+    evaluate,
+    finish_run,
+    make_base_env,
+    record_video,
+)
+
+__all__ = [
+    "TRANSITION_KEYS",
+    "Run",
+    "RunConfig",
+    "cli",
+    "make_deterministic_actor",
+    "make_env",
+    "make_qvalue",
+    "make_replay_buffer",
+    "make_tanh_normal_actor",
+    "open_dataset",
+    "save_dataset",
+    "transitions",
+]
+
+#: what a transition holds in the replay buffers (what every off-policy loss reads)
+TRANSITION_KEYS = (
+    "observation",
+    "action",
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
+)
+
+#: name of the file that ``sac.py --save-buffer`` writes next to the memmap storage
+DATASET_INFO = "dataset.json"
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The fields every off-policy example shares: seeding, logging, evaluation."""
+
+    seed: int = 0
+    """Seed of torch, numpy, python and the environments."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes at the end."""
+    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
+    """Where the scalars go (CSV needs no extra package)."""
+    log_dir: str = "runs"
+    """Folder of the run's logs, curve and video."""
+    exp_name: str | None = None
+    """Name of the run (default: generated from the algorithm, env and seed)."""
+    video: bool = False
+    """Record an evaluation episode as a video (needs a rendering env)."""
+    progress: bool = True
+    """Show a progress bar (only when attached to a terminal)."""
+    threads: int = 1
+    """torch CPU threads (small networks run fastest on one)."""
+
+
+def make_env(env_id: str, num_envs: int = 1, *, from_pixels: bool = False) -> TransformedEnv:
+    """The gymnasium (or probe) env with float observations and episode counters."""
+    base = make_base_env(env_id, num_envs, from_pixels=from_pixels)
+    return TransformedEnv(base, Compose(DoubleToFloat(), StepCounter(), RewardSum()))
+
+
+def make_tanh_normal_actor(env, hidden: int, depth: int = 2) -> ProbabilisticActor:
+    """The stochastic actor of SAC and its kin: an MLP gives the mean and scale of a
+    Gaussian squashed by ``tanh`` into the action spec's bounds (deterministic mode: the
+    squashed mean)."""
+    spec = env.action_spec
+    net = nn.Sequential(
+        MLP(out_features=2 * spec.shape[-1], num_cells=[hidden] * depth, activation_class=nn.ReLU),
+        NormalParamExtractor(scale_mapping="biased_softplus_1.0", scale_lb=0.1),
+    )
+    actor = ProbabilisticActor(
+        TensorDictModule(net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        spec=spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": spec.space.low, "high": spec.space.high},
+    )
+    with torch.no_grad():  # materialise the lazy first layer
+        actor(env.fake_tensordict())
+    return actor
+
+
+def make_deterministic_actor(env, hidden: int, depth: int = 2) -> TensorDictSequential:
+    """The deterministic actor of DDPG and TD3: an MLP whose output a ``tanh`` maps into
+    the action spec's bounds."""
+    spec = env.action_spec
+    actor = TensorDictSequential(
+        TensorDictModule(
+            MLP(out_features=spec.shape[-1], num_cells=[hidden] * depth, activation_class=nn.ReLU),
+            in_keys=["observation"],
+            out_keys=["param"],
+        ),
+        TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
+    )
+    with torch.no_grad():
+        actor(env.fake_tensordict())
+    return actor
+
+
+def make_qvalue(env, hidden: int, depth: int = 2, **mlp_kwargs) -> ValueOperator:
+    """A Q-network ``Q(observation, action)`` writing ``"state_action_value"``."""
+    mlp_kwargs.setdefault("activation_class", nn.ReLU)
+    qvalue = ValueOperator(
+        MLP(out_features=1, num_cells=[hidden] * depth, **mlp_kwargs),
+        in_keys=["observation", "action"],
+    )
+    with torch.no_grad():
+        td = env.fake_tensordict()
+        td["action"] = env.action_spec.zero()
+        qvalue.eval()  # batch-normalised critics: running statistics for this dry run
+        qvalue(td.expand(2, *td.shape).reshape(-1))
+        qvalue.train()
+    return qvalue
+
+
+def make_replay_buffer(
+    size: int,
+    batch_size: int,
+    *,
+    prioritized: bool = False,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    scratch_dir: str | Path | None = None,
+) -> TensorDictReplayBuffer:
+    """A uniform (or prioritized) replay buffer in memory, or memory-mapped in
+    ``scratch_dir`` (the dataset ``offline.py`` reads)."""
+    if scratch_dir is not None:
+        storage = LazyMemmapStorage(size, scratch_dir=scratch_dir, existsok=False)
+    else:
+        storage = LazyTensorStorage(size)
+    sampler = PrioritizedSampler(size, alpha=alpha, beta=beta) if prioritized else RandomSampler()
+    return TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=batch_size)
+
+
+def transitions(batch):
+    """A collected batch as a flat batch of transitions, with only :data:`TRANSITION_KEYS`."""
+    return batch.reshape(-1).select(*TRANSITION_KEYS)
+
+
+def save_dataset(buffer, path: str | Path, cfg, policy_return: float) -> dict:
+    """Completes a replay buffer kept in ``path`` (a memmap storage) as an offline dataset:
+    writes ``dataset.json`` with its capacity and length, the env, and the evaluation
+    returns of the data-collecting policy and of uniformly random actions (the two ends
+    of the normalised score ``offline.py`` reports)."""
+    env = make_env(cfg.env_id)
+    env.set_seed(cfg.seed + 2000)
+    random_returns = evaluate(env, RandomPolicy(env.action_spec), cfg.eval_episodes)
+    info = {
+        "env_id": cfg.env_id,
+        "max_size": buffer.storage.max_size,
+        "length": len(buffer),
+        "policy_return": policy_return,
+        "random_return": sum(random_returns) / len(random_returns),
+        "seed": cfg.seed,
+    }
+    (Path(path) / DATASET_INFO).write_text(json.dumps(info, indent=2))
+    print(f"dataset of {len(buffer)} transitions saved in {path}")
+    return info
+
+
+def open_dataset(path: str | Path, batch_size: int) -> tuple[TensorDictReplayBuffer, dict]:
+    """Reopens the memmap replay buffer that ``sac.py --save-buffer`` kept in ``path``;
+    returns it (uniform sampling) and its ``dataset.json``."""
+    file = Path(path) / DATASET_INFO
+    if not file.exists():
+        raise FileNotFoundError(
+            f"no dataset at '{path}' (missing {DATASET_INFO}); write one with "
+            "`uv run examples/sac.py --save-buffer DIR`"
+        )
+    info = json.loads(file.read_text())
+    storage = LazyMemmapStorage(info["max_size"], scratch_dir=path)
+    buffer = TensorDictReplayBuffer(storage=storage, batch_size=batch_size)
+    if len(buffer) != info["length"]:
+        raise ValueError(
+            f"the dataset at '{path}' holds {len(buffer)} transitions, its {DATASET_INFO} "
+            f"says {info['length']}"
+        )
+    return buffer, info
+
+
+class Run:
+    """One training run's logger, progress bar, frame counter and clock.
+
+    ``observe(batch)`` counts frames and logs the returns of the episodes that ended;
+    ``log(**scalars)`` logs losses at the current frame; ``finish(env_id, policy)``
+    evaluates ``policy`` deterministically, writes the curve (and the video) and returns
+    the summary dict.
+    """
+
+    def __init__(self, algo: str, cfg, total_frames: int) -> None:
+        name = cfg.exp_name or generate_exp_name(algo, f"{cfg.env_id}-s{cfg.seed}")
+        self.cfg = cfg
+        self.logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=name)
+        self.logger.log_hparams(dataclasses.asdict(cfg))
+        self.bar = ProgressBar(cfg.progress, total_frames)
+        self.frames = 0
+        self.start = time.perf_counter()
+
+    def observe(self, batch) -> None:
+        self.frames += batch.numel()
+        self.bar.observe(batch)
+        done = batch["next", "done"]
+        if done.any():
+            returns = batch["next", "episode_reward"][done]
+            self.logger.log_scalar("train/episode_return", returns.mean().item(), self.frames)
+
+    def log(self, **scalars: float) -> None:
+        for key, value in scalars.items():
+            value = float(value)
+            self.logger.log_scalar(f"train/{key}", value, self.frames)
+            self.bar.values[key] = value
+
+    def step_bar(self, frames: int) -> None:
+        self.bar.update(frames)
+
+    def evaluate(self, env_id: str, policy, episodes: int) -> list[float]:
+        """Returns of ``episodes`` deterministic episodes of ``policy`` (seeded apart from
+        the training env)."""
+        eval_env = make_env(env_id)
+        eval_env.set_seed(self.cfg.seed + 1000)
+        return evaluate(eval_env, policy, episodes)
+
+    def finish(self, env_id: str, policy, curve_key: str | None = None, **modules) -> dict:
+        """Evaluates ``policy``, writes the curve and the video; returns the summary with
+        ``modules`` (the trained networks, for tests to inspect).
+
+        ``curve_key`` draws the curve of another scalar than the training episodes'
+        returns (offline learning has none: it draws its periodic evaluations).
+        """
+        self.bar.close()
+        seconds = time.perf_counter() - self.start
+        returns = self.evaluate(env_id, policy, self.cfg.eval_episodes)
+        if curve_key is None:
+            summary = finish_run(self.logger, returns, self.frames, seconds)
+        else:
+            summary = self._finish_with_curve_of(curve_key, returns, seconds)
+        if self.cfg.video:
+            video = record_video(make_env(env_id, from_pixels=True), policy, self.logger)
+            summary["video"] = video
+            print(f"evaluation video: {video}")
+        summary.update(modules)
+        return summary
+
+    def _finish_with_curve_of(self, key: str, returns: list[float], seconds: float) -> dict:
+        # finish_run (examples/_common.py) as it is, drawing ``key`` instead of the
+        # training episodes' returns
+        from rl.core.loggers import CSVLogger
+        from rl.core.plot import plot_runs
+
+        mean = sum(returns) / len(returns)
+        self.logger.log_scalar("eval/return", mean, self.frames)
+        curve = None
+        if isinstance(self.logger, CSVLogger):
+            curve = Path(self.logger.experiment) / "learning_curve.png"
+            plot_runs([Path(self.logger.experiment)], curve, keys=[key])
+            print(f"learning curve: {curve}")
+        print(
+            f"trained {self.frames} steps in {seconds:.1f} s; evaluation over "
+            f"{len(returns)} deterministic episodes: mean return {mean:.1f}"
+        )
+        return {
+            "frames": self.frames,
+            "seconds": seconds,
+            "fps": self.frames / seconds,
+            "eval_returns": returns,
+            "eval_mean": mean,
+            "curve": curve,
+        }
+
+
+def cli(config_cls, presets: dict, default: str, description: str):
+    """Parses the command line; with several presets, one subcommand each
+    (``offline.py cql --seed 1``)."""
+    if len(presets) == 1:
+        return tyro.cli(config_cls, default=presets[default][1], description=description)
+    choices = tuple(
+        Annotated[config_cls, tyro.conf.subcommand(name, default=preset, description=text)]
+        for name, (text, preset) in presets.items()
+    )
+    return tyro.cli(
+        Union[choices],  # noqa: UP007
+        default=presets[default][1],
+        description=description,
+    )

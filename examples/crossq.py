@@ -1,0 +1,155 @@
+"""CrossQ on Pendulum-v1, from rl's pieces.
+
+Bhatt et al. 2024, "CrossQ: Batch Normalization in Deep Reinforcement Learning for
+Greater Sample Efficiency and Simplicity", https://arxiv.org/abs/1902.05605: SAC without
+target networks, whose batch-renormalised critics see the current and the next
+state-action pairs in one batch. The paper's settings (lr 1e-3, Adam betas (0.5, 0.999),
+actor updated every 3 critic updates, batch 256, one update per frame), with 256-wide
+critics (the paper's: 2048) and 64-wide actor to suit a 2-core CPU.
+
+    uv run examples/crossq.py                         # Pendulum-v1
+    uv run examples/crossq.py --seed 1 --total-frames 10000
+
+Writes CSV logs (or another logger), a learning-curve PNG and, with ``--video``, an
+evaluation video under ``runs/<exp_name>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+from rl.collectors import Collector
+from rl.core import seed_everything
+from rl.modules import BatchRenorm1d
+from rl.objectives import CrossQLoss
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _offpolicy import (  # noqa: E402
+    Run,
+    RunConfig,
+    cli,
+    make_env,
+    make_qvalue,
+    make_replay_buffer,
+    make_tanh_normal_actor,
+    transitions,
+)
+
+
+@dataclasses.dataclass
+class Config(RunConfig):
+    """CrossQ hyperparameters (the paper's names where they exist)."""
+
+    env_id: str = "Pendulum-v1"
+    """Gymnasium (or probe) environment id with Box actions."""
+    total_frames: int = 20_000
+    """Environment steps to train for."""
+    init_random_frames: int = 1_000
+    """Frames of uniformly random actions before learning starts."""
+    frames_per_batch: int = 10
+    """Frames collected between two rounds of updates."""
+    utd_ratio: float = 1.0
+    """Gradient steps per collected frame."""
+    buffer_size: int = 100_000
+    """Replay buffer capacity."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    lr: float = 1e-3
+    """Adam learning rate of actor, critics and temperature."""
+    adam_beta1: float = 0.5
+    """Adam's first momentum coefficient (the paper lowers it to 0.5)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    policy_delay: int = 3
+    """Critic updates per actor and temperature update."""
+    renorm_momentum: float = 0.01
+    """Momentum of the critics' batch renormalisation statistics."""
+    renorm_warmup: int = 5_000
+    """Updates during which batch renormalisation behaves as batch normalisation."""
+    hidden: int = 64
+    """Width of the actor's two hidden layers."""
+    critic_hidden: int = 256
+    """Width of the critics' two hidden layers."""
+
+
+PRESETS = {"pendulum": ("Pendulum-v1, CrossQ", Config())}
+
+
+def main(cfg: Config) -> dict:
+    seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    env = make_env(cfg.env_id)
+    env.set_seed(cfg.seed)
+
+    # the pieces: actor, batch-renormalised critics, collector, buffer, loss, optimisers
+    actor = make_tanh_normal_actor(env, cfg.hidden)
+    qvalue = make_qvalue(
+        env,
+        cfg.critic_hidden,
+        norm_class=BatchRenorm1d,
+        norm_kwargs={
+            "num_features": cfg.critic_hidden,
+            "momentum": cfg.renorm_momentum,
+            "warmup_steps": cfg.renorm_warmup,
+        },
+    )
+    collector = Collector(
+        env,
+        actor,
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.total_frames,
+        init_random_frames=cfg.init_random_frames,
+    )
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
+    loss_module = CrossQLoss(
+        actor,
+        qvalue,
+        num_qvalue_nets=2,
+        loss_function="l2",
+        action_spec=env.action_spec,
+        gamma=cfg.gamma,
+    )
+    betas = (cfg.adam_beta1, 0.999)
+    critic_optim = torch.optim.Adam(
+        loss_module.qvalue_network_params.parameters(), cfg.lr, betas=betas
+    )
+    actor_optim = torch.optim.Adam(
+        [*loss_module.actor_network_params.parameters(), loss_module.log_alpha], cfg.lr, betas=betas
+    )
+    run = Run("crossq", cfg, cfg.total_frames)
+
+    # the loop: collect, store, update the critics; every policy_delay updates the actor
+    # and the temperature (no target networks)
+    updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)
+    num_updates = 0
+    for batch in collector:
+        run.observe(batch)
+        buffer.extend(transitions(batch))
+        if run.frames >= cfg.init_random_frames:
+            for _ in range(updates_per_batch):
+                losses = loss_module(buffer.sample())
+                # the actor loss reads detached critics: one backward, no cross-talk
+                critic_optim.zero_grad()
+                actor_optim.zero_grad()
+                (losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]).backward()
+                critic_optim.step()
+                num_updates += 1
+                if num_updates % cfg.policy_delay == 0:
+                    actor_optim.step()
+            run.log(
+                loss_actor=losses["loss_actor"].item(),
+                loss_qvalue=losses["loss_qvalue"].item(),
+                alpha=losses["alpha"].item(),
+            )
+        run.step_bar(batch.numel())
+    collector.shutdown()
+    actor.eval()
+    return run.finish(cfg.env_id, actor, actor=actor, qvalue=qvalue, loss_module=loss_module)
+
+
+if __name__ == "__main__":
+    main(cli(Config, PRESETS, "pendulum", __doc__))

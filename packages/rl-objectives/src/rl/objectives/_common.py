@@ -105,8 +105,13 @@ def _is_plain_tdmodule(module) -> bool:
     )
 
 
-def _network_output(module: nn.Module, tensordict: TensorDictBase, out_key) -> torch.Tensor:
+def _network_output(
+    module: nn.Module, tensordict: TensorDictBase, out_key, overrides=None
+) -> torch.Tensor:
     """Entry ``out_key`` written by ``module`` on ``tensordict`` (left unchanged).
+
+    ``overrides`` maps input keys to tensors used instead of the entries of
+    ``tensordict`` (e.g. a freshly sampled action).
 
     A plain TensorDictModule is called on the tensors directly, skipping the copy of the
     input and the writes of the outputs (the per-call cost of TensorDict dispatch is
@@ -114,10 +119,19 @@ def _network_output(module: nn.Module, tensordict: TensorDictBase, out_key) -> t
     on a shallow copy.
     """
     if _is_plain_tdmodule(module) and len(module.out_keys) == 1 and module.out_keys[0] == out_key:
-        inputs = [tensordict.get(key, None) for key in module.in_keys]
+        if overrides:
+            inputs = [
+                overrides[key] if key in overrides else tensordict.get(key, None)
+                for key in module.in_keys
+            ]
+        else:
+            inputs = [tensordict.get(key, None) for key in module.in_keys]
         if all(x is not None for x in inputs):
             return module.module(*inputs)
-    return module(tensordict.copy()).get(out_key)
+    tensordict = tensordict.copy()
+    if overrides:
+        tensordict.update(overrides)
+    return module(tensordict).get(out_key)
 
 
 def _network_dist(actor: nn.Module, tensordict: TensorDictBase):

@@ -303,7 +303,7 @@ class SACLoss(_TemperatureMixin, LossModule):
     def _target_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The soft Bellman target ``[*B]`` (no gradient)."""
         with torch.no_grad():
-            next_td = tensordict.get("next").copy()
+            next_td = tensordict.get("next")
             if self._version == 1:
                 value_net = self._target_network("value_network")
                 next_value = _network_output(value_net, next_td, self.tensor_keys.value)
@@ -311,11 +311,11 @@ class SACLoss(_TemperatureMixin, LossModule):
                 next_action, next_log_prob = self._sample(
                     self._target_network("actor_network"), next_td
                 )
-                next_td.set(self.tensor_keys.action, next_action)
                 q = _run_ensemble(
                     self._ensemble("qvalue_network", "target"),
                     next_td,
                     self.tensor_keys.state_action_value,
+                    {self.tensor_keys.action: next_action},
                 )
                 next_value = (q - self._alpha * next_log_prob.unsqueeze(-1)).min(0)[0]
             return self._value_target(tensordict, next_value).squeeze(-1)
@@ -333,10 +333,11 @@ class SACLoss(_TemperatureMixin, LossModule):
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi(a|s) - min_i Q_i(s, a)``; returns ``(loss, {"log_prob": ...})``."""
         action, log_prob = self._sample(self.actor_network, tensordict)
-        td_q = tensordict.copy()
-        td_q.set(self.tensor_keys.action, action)
         q = _run_ensemble(
-            self._ensemble("qvalue_network", "detached"), td_q, self.tensor_keys.state_action_value
+            self._ensemble("qvalue_network", "detached"),
+            tensordict,
+            self.tensor_keys.state_action_value,
+            {self.tensor_keys.action: action},
         )
         min_q = q.min(0)[0].squeeze(-1)
         if self._target_entropy is None:  # "auto" sized by the first batch

@@ -20,9 +20,9 @@ from ._utils import distance_loss
 __all__ = ["TD3Loss"]
 
 
-def _run_ensemble(members, tensordict: TensorDictBase, key) -> torch.Tensor:
+def _run_ensemble(members, tensordict: TensorDictBase, key, overrides=None) -> torch.Tensor:
     """Outputs of every member of an ensemble on ``tensordict``, stacked: ``[N, *B, 1]``."""
-    return torch.stack([_network_output(m, tensordict, key) for m in members])
+    return torch.stack([_network_output(m, tensordict, key, overrides) for m in members])
 
 
 def _bounds_from(action_spec, bounds, action_key) -> tuple[torch.Tensor, torch.Tensor]:

@@ -479,8 +479,9 @@ class ClipPPOLoss(PPOLoss):
         gain = torch.minimum(ratio * advantage, log_weight_clip.exp() * advantage)
         with torch.no_grad():
             clip_fraction = (log_weight_clip != log_weight).to(log_weight.dtype).mean()
-            lw = log_weight.reshape(log_weight.shape[0], -1)
-            ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp().mean() / lw.shape[0]
+            # over every sample of the batch (TorchRL reduces only the first dimension)
+            lw = log_weight.reshape(-1)
+            ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.numel()
         out = {
             "loss_objective": _reduce(-gain, self.reduction),
             "clip_fraction": clip_fraction,

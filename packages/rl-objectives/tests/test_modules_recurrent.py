@@ -194,6 +194,13 @@ class TestRecurrentModule:
             assert type(module.gru) is nn.GRU
         torch.testing.assert_close(a, b)
 
+    def test_state_dict_keys_follow_torchrl(self):
+        assert set(_module(LSTMModule, False).state_dict()) >= {
+            "lstm.weight_ih_l0",
+            "lstm.weight_hh_l0",
+        }
+        assert set(_module(GRUModule, True).state_dict()) >= {"gru.weight_ih_l0", "gru.bias_hh_l0"}
+
     def test_state_dict_round_trip(self):
         a, b = (
             _module(LSTMModule, False),

@@ -13,6 +13,11 @@ Two modes, chosen by :class:`~rl.modules.set_recurrent_mode` (or
 - recurrent, for training: the last batch dim is time; sequences are cut where
   ``is_init`` is set and each piece starts from the hidden state stored at its first step,
   so the outputs equal those computed step by step during the rollout.
+
+In both modes a stored state is zeroed where ``is_init`` is set (TorchRL zeroes it in the
+step mode only and relies on the env's primer having written zeros in the recurrent
+mode; the two agree on data from a rollout). The layer is ``module.lstm`` /
+``module.gru``, so state dicts carry over from TorchRL.
 """
 
 from __future__ import annotations
@@ -67,7 +72,12 @@ class _RecurrentModule(TensorDictModuleBase):
     DEFAULT_OUT_KEYS: list[NestedKey]
     _python_cls: type[nn.RNNBase]
     _cudnn_cls: type[nn.RNNBase]
-    rnn: nn.RNNBase
+    _layer_name: str  # "lstm" or "gru": the attribute (and state_dict prefix) of the layer
+
+    @property
+    def rnn(self) -> nn.RNNBase:
+        """The recurrent layer (``self.lstm`` or ``self.gru``)."""
+        return getattr(self, self._layer_name)
 
     def _init_keys(
         self,
@@ -129,7 +139,7 @@ class _RecurrentModule(TensorDictModuleBase):
                 f"{type(self).__name__} does not support bidirectional layers: a policy only "
                 "sees the past"
             )
-        self.rnn = rnn
+        setattr(self, self._layer_name, rnn)
 
     # ------------------------------------------------------------------ modes
     @property
@@ -178,7 +188,7 @@ class _RecurrentModule(TensorDictModuleBase):
         new = cls(**kwargs, device=param.device, dtype=param.dtype)
         new.load_state_dict(old.state_dict())
         new.train(old.training)
-        self.rnn = new
+        setattr(self, self._layer_name, new)
         return self
 
     # ------------------------------------------------------------------ primers
@@ -349,6 +359,7 @@ class LSTMModule(_RecurrentModule):
     DEFAULT_IN_KEYS = ["recurrent_state_h", "recurrent_state_c"]
     DEFAULT_OUT_KEYS = [("next", "recurrent_state_h"), ("next", "recurrent_state_c")]
     _num_states = 2
+    _layer_name = "lstm"
     _python_cls = LSTM
     _cudnn_cls = nn.LSTM
 
@@ -389,11 +400,6 @@ class LSTMModule(_RecurrentModule):
         self._init_keys(in_key, in_keys, out_key, out_keys)
         self._recurrent_mode = default_recurrent_mode
 
-    @property
-    def lstm(self) -> nn.LSTM:
-        """The LSTM layer."""
-        return self.rnn
-
     def _state_shapes(self) -> list[tuple[int, int]]:
         lstm = self.rnn
         h_size = lstm.proj_size if getattr(lstm, "proj_size", 0) else lstm.hidden_size
@@ -422,6 +428,7 @@ class GRUModule(_RecurrentModule):
     DEFAULT_IN_KEYS = ["recurrent_state"]
     DEFAULT_OUT_KEYS = [("next", "recurrent_state")]
     _num_states = 1
+    _layer_name = "gru"
     _python_cls = GRU
     _cudnn_cls = nn.GRU
 
@@ -459,11 +466,6 @@ class GRUModule(_RecurrentModule):
         )
         self._init_keys(in_key, in_keys, out_key, out_keys)
         self._recurrent_mode = default_recurrent_mode
-
-    @property
-    def gru(self) -> nn.GRU:
-        """The GRU layer."""
-        return self.rnn
 
     def _state_shapes(self) -> list[tuple[int, int]]:
         return [(self.rnn.num_layers, self.rnn.hidden_size)]

@@ -9,6 +9,7 @@ two-step episode.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -55,6 +56,8 @@ def _probe_state(module, out, env_id: str, gamma: float):
 
 
 def _probe_config(module, env_id, tmp_path, **kwargs):
+    if "update_epochs" in module.Config.__dataclass_fields__:  # PPO: 4 epochs of 4 minibatches
+        kwargs = {"update_epochs": 4, "num_minibatches": 4, "gae_lambda": 0.95, **kwargs}
     return module.Config(
         env_id=env_id,
         num_envs=16,
@@ -76,7 +79,7 @@ class TestPPO:
         assert len(out["eval_returns"]) == 2 and all(r >= 8 for r in out["eval_returns"])
         scalars = tmp_path / "run" / "scalars"
         rows = (scalars / "train" / "loss.csv").read_text().splitlines()
-        assert [int(r.split(",")[0]) for r in rows] == [512, 1024]
+        assert [int(r.split(",")[0]) for r in rows] == [256, 512, 768, 1024]
         assert (scalars / "eval" / "return.csv").exists()
         assert out["curve"] == tmp_path / "run" / "learning_curve.png"
         assert out["curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -104,9 +107,9 @@ class TestPPO:
 
     def test_pendulum_preset_runs(self, ppo, tmp_path):
         _, preset = ppo.PRESETS["pendulum"]
-        cfg = ppo.Config(
+        cfg = dataclasses.replace(
+            preset,
             **{
-                **preset.__dict__,
                 "total_frames": 512,
                 "num_envs": 2,
                 "num_steps": 256,
@@ -115,7 +118,7 @@ class TestPPO:
                 "eval_episodes": 1,
                 "log_dir": str(tmp_path),
                 "exp_name": "pendulum",
-            }
+            },
         )
         out = ppo.main(cfg)
         action = out["actor"](ppo.make_env(cfg, 1).reset())["action"]

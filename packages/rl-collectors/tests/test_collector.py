@@ -194,6 +194,18 @@ class TestCollector:
         assert (a["collector", "traj_ids"][:, 0] == torch.tensor([0, 1])).all()
         assert (b["collector", "traj_ids"][:, 0] == torch.tensor([2, 3])).all()
 
+    def test_reset_starts_new_trajectories(self):
+        collector = Collector(
+            PendulumEnv(batch_size=[2]), None, frames_per_batch=6, total_frames=-1,
+            max_frames_per_traj=100,
+        )  # fmt: skip
+        collector.next()
+        collector.reset()
+        batch = collector.next()
+        assert batch["step_count"][:, 0].eq(0).all()
+        assert batch["collector", "traj_ids"][:, 0].tolist() == [2, 3]
+        collector.shutdown()
+
     def test_update_policy_weights(self):
         module = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
         collector = Collector(PendulumEnv(), module, frames_per_batch=4, total_frames=-1)

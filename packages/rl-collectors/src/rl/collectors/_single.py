@@ -243,6 +243,13 @@ class Collector(CollectorBase):
             root = env.reset(root)
         return root
 
+    def reset(self, index=None, **kwargs) -> None:
+        """Makes the next batch start from a reset env (every sub-env; ``index`` is
+        accepted for TorchRL compatibility and ignored). Running trajectories end."""
+        if self._root is not None:
+            self._traj_ids.assign(torch.ones(*self.env.batch_size, 1, 1, dtype=torch.bool))
+        self._root = None
+
     # ------------------------------------------------------------------ policy weights
     def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs) -> None:
         """Makes the collector act with new weights from the next batch on.

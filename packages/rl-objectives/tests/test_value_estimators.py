@@ -265,13 +265,13 @@ class TestVTrace:
             ),
         )
         td["action"] = torch.randn(B, T, 1)
-        td["sample_log_prob"] = torch.randn(B, T, 1) - 1
+        td["action_log_prob"] = torch.randn(B, T, 1) - 1
         VTrace(gamma=0.9, actor_network=actor, value_network=net, rho_thresh=1.2, c_thresh=0.9)(td)
         v, nv = expected_values(net, td)
         with torch.no_grad():
             log_pi = actor.get_dist(td).log_prob(td["action"])
         adv, target = F.vtrace_advantage_estimate(
-            0.9, log_pi, td["sample_log_prob"], v, nv, *flags(td), rho_thresh=1.2, c_thresh=0.9
+            0.9, log_pi, td["action_log_prob"], v, nv, *flags(td), rho_thresh=1.2, c_thresh=0.9
         )
         torch.testing.assert_close(td["advantage"], adv)
         torch.testing.assert_close(td["value_target"], target)

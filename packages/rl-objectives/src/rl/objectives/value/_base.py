@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 from tensordict import TensorDictBase, unravel_key
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, composite_lp_aggregate
 from tensordict.utils import NestedKey
 
 __all__ = ["ValueEstimatorBase"]
@@ -74,7 +74,9 @@ class ValueEstimatorBase(TensorDictModuleBase):
             reward, done, terminated: read under ``"next"``.
             steps_to_next_obs: number of steps to the next observation (multi-step
                 returns discount by ``gamma ** steps``). Defaults to ``"steps_to_next_obs"``.
-            sample_log_prob: log-probability of the collected action (V-trace).
+            sample_log_prob: log-probability of the collected action (V-trace); defaults to
+                ``"action_log_prob"`` (``"sample_log_prob"`` under
+                ``tensordict.nn.set_composite_lp_aggregate(True)``), as TorchRL.
         """
 
         advantage: NestedKey = "advantage"
@@ -84,7 +86,12 @@ class ValueEstimatorBase(TensorDictModuleBase):
         done: NestedKey = "done"
         terminated: NestedKey = "terminated"
         steps_to_next_obs: NestedKey = "steps_to_next_obs"
-        sample_log_prob: NestedKey = "sample_log_prob"
+        sample_log_prob: NestedKey | None = None
+
+        def __post_init__(self):
+            if self.sample_log_prob is None:  # as tensordict's probabilistic modules name it
+                aggregate = composite_lp_aggregate(nowarn=True)
+                self.sample_log_prob = "sample_log_prob" if aggregate else "action_log_prob"
 
     default_keys = _AcceptedKeys
 

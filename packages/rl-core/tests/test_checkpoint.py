@@ -4,7 +4,7 @@ The kill tests run ``_rl_core_trainer_fakes.py`` (a trainer over a duck-typed co
 loss, target updater, LR scheduler and replay buffer, saving every batch) in a subprocess
 and SIGKILL it:
 
-- ``test_sigkill_at_a_random_point_resumes_exactly``: killed after a random batch (drawn
+- ``test_sigkill_at_a_random_point_resumes_exactly`` (``-m slow``): killed after a random batch (drawn
   from a seeded generator) plus a random fraction of a batch's duration, so anywhere in the
   loop (collection, optimization, hooks, or inside a save); the same command run again resumes from the last checkpoint and its final
   parameters, optimizer state and RNG state equal an uninterrupted run's, bit for bit.
@@ -183,6 +183,7 @@ class TestResume:
             torch.set_num_threads(threads)
         _assert_same(reference, resumed)
 
+    @pytest.mark.slow  # the real PPO / SAC kill tests (test_trainer_resume_real.py) run by default
     def test_sigkill_at_a_random_point_resumes_exactly(self, tmp_path):
         reference = _reference_run(tmp_path)
         rng = random.Random(0)

@@ -305,3 +305,27 @@ def test_readme_training_example(capsys):
         exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert out.startswith("320 [") and "'r_training.csv'" in out and "'loss_mse.csv'" in out
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "rl.core.trainers._trainer",
+        "rl.core.trainers._hooks_data",
+        "rl.core.trainers._hooks_optim",
+        "rl.core.trainers._hooks_log",
+        "rl.core.loggers._csv",
+        "rl.core.loggers._tensorboard",
+        "rl.core.loggers._utils",
+    ],
+)
+def test_doctests(module):
+    import doctest
+    import importlib
+
+    with torch.random.fork_rng():
+        result = doctest.testmod(
+            importlib.import_module(module),
+            optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+        )
+    assert result.attempted > 0 and result.failed == 0

@@ -6,6 +6,7 @@ batches of data (``transform(td)``, ``transform.inv(td)``) and as ``nn.Module`` 
 """
 
 from ._action import ActionDiscretizer, ActionMask
+from ._atari import EndOfLifeTransform
 from ._base import Transform
 from ._compose import Compose
 from ._dtype import DeviceCastTransform, DoubleToFloat, DTypeCastTransform
@@ -41,6 +42,7 @@ __all__ = [
     "DTypeCastTransform",
     "DeviceCastTransform",
     "DoubleToFloat",
+    "EndOfLifeTransform",
     "ExcludeTransform",
     "FlattenObservation",
     "FrameSkipTransform",

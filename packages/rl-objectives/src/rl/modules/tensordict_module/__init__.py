@@ -5,13 +5,15 @@ from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
 from ._common import SafeModule
 from ._exploration import (
     AdditiveGaussianModule,
-    AdditiveGaussianWrapper,
     EGreedyModule,
-    EGreedyWrapper,
     OrnsteinUhlenbeckProcessModule,
-    OrnsteinUhlenbeckProcessWrapper,
     RandomPolicy,
     set_exploration_modules_spec_from_env,
+)
+from ._exploration_wrappers import (
+    AdditiveGaussianWrapper,
+    EGreedyWrapper,
+    OrnsteinUhlenbeckProcessWrapper,
 )
 from ._probabilistic import SafeProbabilisticModule, SafeProbabilisticTensorDictSequential
 from ._qvalue import (

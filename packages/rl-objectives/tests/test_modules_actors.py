@@ -122,6 +122,16 @@ class TestActor:
         td = actor(_obs())
         torch.testing.assert_close(td["action"], linear(td["observation"]))
 
+    def test_leaf_spec_describes_action_among_out_keys(self):
+        class Two(nn.Module):
+            def forward(self, obs):
+                return obs[..., :2] * 100, obs[..., 2:]
+
+        actor = Actor(Two(), out_keys=["action", "extra"], spec=Bounded(-1, 1, (2,)), safe=True)
+        assert actor.spec["action"] == Bounded(-1, 1, (2,)) and actor.spec["extra"] is None
+        td = actor(_obs())
+        assert td["action"].abs().max() <= 1 and td["extra"].shape == (5, 2)
+
     def test_get_dist_is_delta_at_action(self):
         actor = Actor(nn.Linear(4, 2))
         td = _obs()

@@ -63,6 +63,8 @@ class Actor(SafeModule):
             in_keys = ["observation"]
         if out_keys is None:
             out_keys = ["action"]
+        if "action" in out_keys and spec is not None and not isinstance(spec, Composite):
+            spec = Composite(action=spec)  # a leaf spec describes the action
         super().__init__(module, in_keys=in_keys, out_keys=out_keys, spec=spec, **kwargs)
 
     def get_dist(self, tensordict: TensorDictBase) -> torch.distributions.Distribution:

@@ -248,3 +248,45 @@ class TestDistributionalDQNLoss:
         td = _data(torch.tensor([0]), terminated=True)
         td["next", "reward"] = torch.tensor([[1.0]])
         torch.testing.assert_close(loss(td)["loss"], torch.tensor(math.log(3.0)))
+
+
+class TestValueEstimator:
+    def test_make_value_estimator_gamma(self):
+        from rl.objectives.value import TD0Estimator, ValueEstimators
+
+        loss = DQNLoss(_qnet(), gamma=0.9, action_space="categorical")
+        assert loss.make_value_estimator(ValueEstimators.TD0, gamma=0.5) is loss
+        assert isinstance(loss.value_estimator, TD0Estimator)
+        # target = 1 + 0.5 * 3 through the estimator
+        torch.testing.assert_close(
+            loss(_data(torch.tensor([1])))["loss"], torch.tensor((2.0 - 2.5) ** 2)
+        )
+        # the constructor's gamma is the default of a rebuilt estimator
+        loss.make_value_estimator(ValueEstimators.TD0)
+        torch.testing.assert_close(
+            loss(_data(torch.tensor([1])))["loss"], torch.tensor((2.0 - 3.7) ** 2)
+        )
+
+    def test_set_keys_reach_the_estimator(self):
+        from rl.objectives.value import ValueEstimators
+
+        loss = DQNLoss(_qnet(), action_space="categorical")
+        loss.make_value_estimator(ValueEstimators.TD0, gamma=0.9)
+        loss.set_keys(reward="rew")
+        assert loss.value_estimator.tensor_keys.reward == "rew"
+        td = _data(torch.tensor([1]))
+        td["next", "rew"] = td["next"].pop("reward")
+        torch.testing.assert_close(loss(td)["loss"], torch.tensor((2.0 - 3.7) ** 2))
+
+    def test_errors(self):
+        loss = DQNLoss(_qnet(), action_space="categorical")
+        with pytest.raises(
+            ValueError,
+            match=r"unknown value estimator 'TD2'.*\['TD0', 'TD1', 'TDLambda', 'GAE', 'VTrace'\]",
+        ):
+            loss.make_value_estimator("TD2")
+        with pytest.raises(
+            ValueError,
+            match=r"DQNLoss does not support the GAE value estimator; supported: \['TD0', 'TD1', 'TDLambda'\]",
+        ):
+            loss.make_value_estimator("GAE")

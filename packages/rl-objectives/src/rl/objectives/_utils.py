@@ -11,11 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._common import LossModule
-
-try:  # the value-estimator module is written alongside; re-export its enum when present
-    from .value import ValueEstimators
-except ImportError:  # pragma: no cover - only while rl.objectives.value is a stub
-    ValueEstimators = None  # type: ignore[assignment]
+from .value import ValueEstimators
 
 __all__ = [
     "HardUpdate",

@@ -23,12 +23,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import (
-    ProbabilisticTensorDictSequential,
-    TensorDictModule,
-    TensorDictModuleBase,
-    TensorDictParams,
-)
+from tensordict.nn import TensorDictModuleBase, TensorDictParams
 from tensordict.nn.probabilistic import InteractionType, set_interaction_type
 from torch import nn
 
@@ -90,79 +85,6 @@ def _reinit(module: nn.Module) -> None:
         reset = getattr(sub, "reset_parameters", None)
         if callable(reset) and sub._parameters:
             reset()
-
-
-def _is_plain_tdmodule(module) -> bool:
-    """A TensorDictModule whose call is exactly ``module.module(*inputs)`` -> ``out_keys``."""
-    return (
-        isinstance(module, TensorDictModule)
-        and type(module).forward is TensorDictModule.forward
-        and module._kwargs is None
-        and module.method is None
-        and not module.method_kwargs
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-    )
-
-
-def _network_output(
-    module: nn.Module, tensordict: TensorDictBase, out_key, overrides=None
-) -> torch.Tensor:
-    """Entry ``out_key`` written by ``module`` on ``tensordict`` (left unchanged).
-
-    ``overrides`` maps input keys to tensors used instead of the entries of
-    ``tensordict`` (e.g. a freshly sampled action).
-
-    A plain TensorDictModule is called on the tensors directly, skipping the copy of the
-    input and the writes of the outputs (the per-call cost of TensorDict dispatch is
-    comparable to a small network's compute). Anything else runs as a TensorDict module
-    on a shallow copy.
-    """
-    if _is_plain_tdmodule(module) and len(module.out_keys) == 1 and module.out_keys[0] == out_key:
-        if overrides:
-            inputs = [
-                overrides[key] if key in overrides else tensordict.get(key, None)
-                for key in module.in_keys
-            ]
-        else:
-            inputs = [tensordict.get(key, None) for key in module.in_keys]
-        if all(x is not None for x in inputs):
-            return module.module(*inputs)
-    tensordict = tensordict.copy()
-    if overrides:
-        tensordict.update(overrides)
-    return module(tensordict).get(out_key)
-
-
-def _network_dist(actor: nn.Module, tensordict: TensorDictBase):
-    """``actor.get_dist(tensordict)`` without TensorDict writes for the common actor shape.
-
-    The fast path covers a probabilistic sequence of one plain TensorDictModule that
-    writes the distribution parameters followed by the distribution module.
-    """
-    modules = getattr(actor, "module", None)
-    if (
-        isinstance(actor, ProbabilisticTensorDictSequential)
-        and isinstance(modules, nn.ModuleList)
-        and len(modules) == 2
-        and _is_plain_tdmodule(modules[0])
-    ):
-        params_module, dist_module = modules[0], modules[1]
-        out_keys = list(params_module.out_keys)
-        inputs = [tensordict.get(key, None) for key in params_module.in_keys]
-        if all(key in out_keys for key in dist_module.in_keys) and all(
-            x is not None for x in inputs
-        ):
-            outputs = params_module.module(*inputs)
-            if isinstance(outputs, torch.Tensor):
-                outputs = (outputs,)
-            by_key = dict(zip(out_keys, outputs, strict=True))
-            kwargs = {
-                (name[-1] if isinstance(name, tuple) else name): by_key[key]
-                for name, key in zip(dist_module.dist_keys, dist_module.in_keys, strict=True)
-            }
-            return dist_module.distribution_class(**kwargs, **dict(dist_module.distribution_kwargs))
-    return actor.get_dist(tensordict.copy())
 
 
 class _MissingKeyError(KeyError):

@@ -13,11 +13,11 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._common import LossModule, _network_dist, _network_output
+from ._common import LossModule
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
 from ._sac import _action_numel, _rsample_log_prob, _TemperatureMixin
-from ._utils import distance_loss
+from ._utils import _network_dist, _network_output, distance_loss
 
 __all__ = ["CrossQLoss"]
 

@@ -10,9 +10,9 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._common import LossModule, _network_output
+from ._common import LossModule
 from ._dqn import _check_reduction, _reduce
-from ._utils import distance_loss
+from ._utils import _network_output, distance_loss
 
 __all__ = ["DDPGLoss"]
 

@@ -12,8 +12,8 @@ from torch import nn
 
 from rl.core import Categorical, Composite, OneHot, TensorSpec
 
-from ._common import LossModule, _network_output
-from ._utils import distance_loss
+from ._common import LossModule
+from ._utils import _network_output, distance_loss
 
 __all__ = ["DQNLoss", "DistributionalDQNLoss"]
 

@@ -13,12 +13,12 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._common import LossModule, _network_dist
+from ._common import LossModule
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
 from ._sac import _action_numel, _rsample_log_prob
 from ._td3 import _run_ensemble
-from ._utils import distance_loss
+from ._utils import _network_dist, distance_loss
 
 __all__ = ["REDQLoss"]
 

@@ -14,11 +14,11 @@ from torch import nn
 
 from rl.core import Composite, TensorSpec
 
-from ._common import LossModule, _network_dist, _network_output
+from ._common import LossModule
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _find_action_space, _reduce, _select
 from ._td3 import _run_ensemble
-from ._utils import distance_loss
+from ._utils import _network_dist, _network_output, distance_loss
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 

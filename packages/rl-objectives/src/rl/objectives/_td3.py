@@ -12,10 +12,10 @@ from torch import nn
 
 from rl.core import Bounded, Composite, TensorSpec
 
-from ._common import LossModule, _network_output
+from ._common import LossModule
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
-from ._utils import distance_loss
+from ._utils import _network_output, distance_loss
 
 __all__ = ["TD3Loss"]
 

@@ -474,11 +474,13 @@ class ClipPPOLoss(PPOLoss):
         advantage = self._advantage(tensordict)
         log_weight, dist, kl = self._log_weight(tensordict, advantage.shape[:-1])
         eps = self.clip_epsilon
-        log_weight_clip = log_weight.clamp((-eps).log1p(), eps.log1p())
         ratio = log_weight.exp()
-        gain = torch.minimum(ratio * advantage, log_weight_clip.exp() * advantage)
+        # clamping the ratio is clamping log_weight to [log1p(-eps), log1p(eps)] (TorchRL)
+        # with one exp fewer
+        ratio_clip = ratio.clamp(1 - eps, 1 + eps)
+        gain = torch.minimum(ratio * advantage, ratio_clip * advantage)
         with torch.no_grad():
-            clip_fraction = (log_weight_clip != log_weight).to(log_weight.dtype).mean()
+            clip_fraction = (ratio_clip != ratio).to(ratio.dtype).mean()
             # over every sample of the batch (TorchRL reduces only the first dimension)
             lw = log_weight.reshape(-1)
             ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.numel()

@@ -28,6 +28,7 @@ Prints a markdown table and writes it to ``benchmarks/results/modules.md``.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -124,13 +125,16 @@ def main() -> None:
                     fn()
                 best = best_per_call(fns, calls, rounds)
             rows.append((label, batch, best))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         "# Acting cost of a ProbabilisticActor (rl.modules) vs the same network by hand",
         "",
         f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"1 thread, per-call thread CPU time (`time.thread_time`), best of {rounds} rounds of "
         f"{calls} calls, `torch.no_grad()`, "
-        "`ExplorationType.RANDOM`, `return_log_prob=True`.",
+        f"`ExplorationType.RANDOM`, `return_log_prob=True`; {os.cpu_count()} cores, load "
+        f"average {load:.1f} at the end of the run (absolute times scale with the load; the "
+        "ratios are the figures to read).",
         "",
         "| policy | batch | floor (us) | ours (us) | ours / floor | by hand, rl.modules dist (us) "
         "| ours / that | ours, new TensorDict per call (us) | new-TD / floor |",

@@ -134,7 +134,8 @@ def test_interrupted_or_killed_parent_leaves_no_process(sig):
     assert _wait_gone(pids) == []
 
 
-@pytest.mark.slow  # spawned workers import torch: a minute on a loaded 2-core machine
+@pytest.mark.slow  # spawned workers import torch: minutes on a loaded 2-core machine
+@pytest.mark.timeout(900)
 def test_script_without_main_guard_is_told_how_to_fix_it(tmp_path):
     path = _script(
         """
@@ -150,13 +151,13 @@ def test_script_without_main_guard_is_told_how_to_fix_it(tmp_path):
         tmp_path,
     )
     proc = _start(path)
-    out, err = proc.communicate(timeout=100)
+    out, err = proc.communicate(timeout=400)
     assert proc.returncode != 0
     assert 'if __name__ == "__main__":' in err and "died during start-up" in err
     # the same script with the guard runs
     guarded = "if __name__ == '__main__':\n" + textwrap.indent(path.read_text(), "    ")
     path.write_text(guarded)
     proc = _start(path)
-    out, err = proc.communicate(timeout=100)
+    out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err
     assert "collected 10" in out

@@ -31,7 +31,7 @@ from torch import nn
 from rl.collectors import Collector
 from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
-from rl.envs import DoubleToFloat, ObservationNorm, TransformedEnv
+from rl.envs import ObservationNorm, TransformedEnv
 from rl.modules import (
     MLP,
     NormalParamExtractor,
@@ -146,13 +146,13 @@ PRESETS = {
 def make_env(cfg: Config, num_envs: int, obs_stats=None, from_pixels: bool = False):
     """The env (a vector env of ``num_envs``), with observations normalised by ``obs_stats``
     (``(loc, scale)``) when given."""
-    env = TransformedEnv(make_base_env(cfg.env_id, num_envs, from_pixels), DoubleToFloat())
-    if obs_stats is not None:
-        loc, scale = obs_stats
-        env.append_transform(
-            ObservationNorm(loc=loc, scale=scale, in_keys=["observation"], standard_normal=True)
-        )
-    return env
+    env = make_base_env(cfg.env_id, num_envs, from_pixels)
+    if obs_stats is None:
+        return env
+    loc, scale = obs_stats
+    return TransformedEnv(
+        env, ObservationNorm(loc=loc, scale=scale, in_keys=["observation"], standard_normal=True)
+    )
 
 
 def observation_stats(cfg: Config, steps: int = 2000):

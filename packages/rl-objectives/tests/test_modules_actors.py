@@ -40,6 +40,7 @@ from rl.modules import (
     TanhModule,
     TanhNormal,
     ValueOperator,
+    VmapModule,
 )
 
 
@@ -477,3 +478,18 @@ class TestTanhModule:
             TanhModule(["x", "y"], ["z"])
         with pytest.raises(ValueError, match="spec's low"):
             TanhModule(["x"], spec=Bounded(-1.0, 1.0, (1,)), low=-2.0)
+
+
+class TestVmapModule:
+    @pytest.mark.parametrize("mock", [False, True])
+    def test_maps_over_dim(self, mock):
+        # the module centers over its first dim: mapped over dim 0, that is the input's dim 1
+        center = TensorDictModule(lambda x: x - x.mean(0), in_keys=["x"], out_keys=["y"])
+        td = TensorDict(x=torch.randn(4, 5, 3), batch_size=[4, 5])
+        out = VmapModule(center, vmap_dim=0, mock=mock)(td)
+        torch.testing.assert_close(out["y"], td["x"] - td["x"].mean(1, keepdim=True))
+
+    def test_unbatched_raises(self):
+        module = VmapModule(TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["y"]))
+        with pytest.raises(ValueError, match="at least one batch dim"):
+            module(TensorDict(x=torch.zeros(3)))

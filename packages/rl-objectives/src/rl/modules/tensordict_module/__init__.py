@@ -26,6 +26,7 @@ from ._qvalue import (
 from ._rnn import GRUModule, LSTMModule, get_primers_from_module
 from ._rnn_layers import GRU, LSTM, recurrent_mode, set_recurrent_mode
 from ._sequence import SafeSequential
+from ._vmap import VmapModule
 
 __all__ = [
     "AdditiveGaussianModule",
@@ -59,4 +60,5 @@ __all__ = [
     "SafeSequential",
     "TanhModule",
     "ValueOperator",
+    "VmapModule",
 ]

@@ -1,0 +1,287 @@
+"""PPO on Atari (ALE) with the classic preprocessing chain, built from rl's pieces.
+
+Schulman et al. 2017, "Proximal Policy Optimization Algorithms",
+https://arxiv.org/abs/1707.06347; the preprocessing of Mnih et al. 2015 (Nature DQN) and
+Machado et al. 2018. The defaults are CleanRL's ``ppo_atari.py``: 8 envs x 128 steps, 4
+epochs of 4 minibatches, lr 2.5e-4 annealed, clip 0.1, entropy 0.01, the Nature-CNN trunk
+shared by the policy and value heads.
+
+Each sub-env is an ALE game (``frameskip=1``, no sticky actions) with rl-envs transforms:
+``NoopResetEnv`` (up to 30 random frames after a reset), ``FrameSkipTransform`` (each
+action repeated 4 times, rewards summed), ``EndOfLifeTransform`` (a lost life ends the
+value bootstrap, the game goes on), ``RewardSum`` (the game score, for the logs),
+``RewardClipping`` to [-1, 1], ``ToTensorImage`` (uint8 HWC to float CHW in [0, 1]),
+``GrayScale``, ``Resize`` to 84x84 and ``CatFrames`` (the last 4 frames): observations
+``[4, 84, 84]``.
+
+    uv run examples/ppo_atari.py                                  # ALE/Breakout-v5
+    uv run examples/ppo_atari.py --env-id ALE/Pong-v5 --parallel  # one process per env
+    uv run examples/ppo_atari.py --total-frames 2000 --num-envs 2 # a smoke run
+
+``total_frames`` counts agent steps (each is ``frame_skip`` emulator frames), as CleanRL's
+``total_timesteps``. Writes CSV logs (or another logger), a learning-curve PNG of the game
+score and, with ``--video``, an evaluation video under ``runs/<exp_name>/``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import torch
+import tyro
+from torch import nn
+
+from rl.collectors import Collector
+from rl.core import seed_everything
+from rl.core.loggers import generate_exp_name, get_logger
+from rl.envs import (
+    CatFrames,
+    Compose,
+    EndOfLifeTransform,
+    FrameSkipTransform,
+    GrayScale,
+    GymEnv,
+    NoopResetEnv,
+    ParallelEnv,
+    Resize,
+    RewardClipping,
+    RewardSum,
+    SerialEnv,
+    ToTensorImage,
+    TransformedEnv,
+    VideoRecorder,
+)
+from rl.modules import (
+    ActorValueOperator,
+    ConvNet,
+    OneHotCategorical,
+    ProbabilisticActor,
+    TensorDictModule,
+    ValueOperator,
+)
+from rl.objectives import ClipPPOLoss
+from rl.objectives.value import GAE
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import ProgressBar, evaluate, finish_run  # noqa: E402
+
+
+@dataclasses.dataclass
+class Config:
+    """PPO-Atari hyperparameters (CleanRL's names where they exist)."""
+
+    env_id: str = "ALE/Breakout-v5"
+    """ALE game id (ale-py, ``rl-envs[atari]``)."""
+    total_frames: int = 10_000_000
+    """Agent steps to train for (total_timesteps; each is frame_skip emulator frames)."""
+    num_envs: int = 8
+    """Games played together."""
+    parallel: bool = False
+    """One process per game (ParallelEnv) instead of stepping them in turn (SerialEnv)."""
+    num_steps: int = 128
+    """Steps per game in each rollout (batch = num_envs * num_steps)."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    num_minibatches: int = 4
+    """Minibatches per pass."""
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_coef: float = 0.1
+    """Clipping of the probability ratio (and of the value, with clip_vloss)."""
+    clip_vloss: bool = True
+    """Clip the value loss around the old value, as CleanRL."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping norm."""
+    noop_max: int = 30
+    """Most random frames played after a reset (NoopResetEnv)."""
+    frame_skip: int = 4
+    """Emulator frames per agent step (FrameSkipTransform)."""
+    frame_stack: int = 4
+    """Frames stacked in an observation (CatFrames)."""
+    screen_size: int = 84
+    """Side of the resized grayscale frame."""
+    end_of_life: bool = True
+    """Stop the value bootstrap when a life is lost (EndOfLifeTransform)."""
+    eval_episodes: int = 5
+    """Deterministic evaluation games at the end (unclipped score)."""
+    eval_max_steps: int = 27_000
+    """Agent-step cap of an evaluation game (108k emulator frames with frame_skip 4)."""
+    seed: int = 0
+    """Seed of torch, numpy, python and the games."""
+    threads: int = 1
+    """Torch CPU threads."""
+    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
+    """Where the scalars go (CSV needs no extra package)."""
+    log_dir: str = "runs"
+    """Folder of the run's logs, curve and video."""
+    exp_name: str | None = None
+    """Name of the run (default: generated from the algorithm, env and seed)."""
+    video: bool = False
+    """Record an evaluation game as an mp4."""
+    progress: bool = True
+    """Show a progress bar (only when attached to a terminal)."""
+
+
+def make_game(cfg: Config, clip_rewards: bool = True, logger=None) -> TransformedEnv:
+    """One ALE game with the preprocessing chain; observations ``[frame_stack, 84, 84]``.
+
+    With ``logger``, a ``VideoRecorder`` records the game's RGB frames (after frame skip).
+    """
+    game = GymEnv(cfg.env_id, frameskip=1, repeat_action_probability=0.0)
+    chain = [NoopResetEnv(cfg.noop_max), FrameSkipTransform(cfg.frame_skip)]
+    if logger is not None:
+        chain.append(VideoRecorder(logger, tag="eval_video", in_keys=["observation"]))
+    if cfg.end_of_life:
+        chain.append(EndOfLifeTransform())
+    chain.append(RewardSum())  # the unclipped game score, "episode_reward"
+    if clip_rewards:
+        chain.append(RewardClipping(-1.0, 1.0))
+    chain += [
+        ToTensorImage(in_keys=["observation"]),
+        GrayScale(in_keys=["observation"]),
+        Resize(cfg.screen_size, cfg.screen_size, in_keys=["observation"]),
+        CatFrames(N=cfg.frame_stack, dim=-3, in_keys=["observation"]),
+    ]
+    return TransformedEnv(game, Compose(*chain))
+
+
+def make_env(cfg: Config):
+    """``num_envs`` games, stepped in turn (or in parallel processes)."""
+    batched = ParallelEnv if cfg.parallel else SerialEnv
+    return batched(cfg.num_envs, lambda: make_game(cfg))
+
+
+def make_agent(cfg: Config, env) -> tuple[ActorValueOperator, ProbabilisticActor, ValueOperator]:
+    """The Nature-CNN trunk (3 convs, 512 units) shared by a policy and a value head."""
+    n_actions = env.action_spec.shape[-1]
+    trunk = nn.Sequential(
+        ConvNet(
+            in_features=cfg.frame_stack,
+            num_cells=[32, 64, 64],
+            kernel_sizes=[8, 4, 3],
+            strides=[4, 2, 1],
+            activation_class=nn.ReLU,
+        ),
+        nn.LazyLinear(512),
+        nn.ReLU(),
+    )
+    common = TensorDictModule(trunk, in_keys=["observation"], out_keys=["hidden"])
+    policy_head = ProbabilisticActor(
+        TensorDictModule(nn.Linear(512, n_actions), in_keys=["hidden"], out_keys=["logits"]),
+        in_keys=["logits"],
+        spec=env.action_spec,
+        distribution_class=OneHotCategorical,
+        return_log_prob=True,
+    )
+    value_head = ValueOperator(nn.Linear(512, 1), in_keys=["hidden"])
+    agent = ActorValueOperator(common, policy_head, value_head)
+    with torch.no_grad():  # materialise the lazy layer
+        agent(env.fake_tensordict())
+    # CleanRL's initialisation: orthogonal, gain sqrt(2) in the trunk, 0.01 for the policy
+    # head and 1 for the value head; zero biases
+    for layer, gain in [
+        *((m, 2**0.5) for m in trunk.modules() if isinstance(m, nn.Conv2d | nn.Linear)),
+        (policy_head.module[0].module, 0.01),
+        (value_head.module, 1.0),
+    ]:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+    return agent, agent.get_policy_operator(), agent.get_value_operator()
+
+
+def main(cfg: Config) -> dict:
+    seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    env = make_env(cfg)
+    env.set_seed(cfg.seed)
+    agent, actor, critic = make_agent(cfg, env)
+
+    frames_per_batch = cfg.num_envs * cfg.num_steps
+    collector = Collector(
+        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+    )
+    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    if cfg.end_of_life:  # bootstrap stops at a lost life, the game does not reset
+        EndOfLifeTransform().register_keys(advantage)
+    loss_module = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip_coef,
+        entropy_coeff=cfg.ent_coef,
+        critic_coeff=cfg.vf_coef,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
+    )
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+    exp_name = cfg.exp_name or generate_exp_name("ppo_atari", f"{cfg.env_id}-s{cfg.seed}")
+    exp_name = exp_name.replace("/", "_")
+    logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
+    logger.log_hparams(dataclasses.asdict(cfg))
+
+    num_updates = max(cfg.total_frames // frames_per_batch, 1)
+    minibatch = frames_per_batch // cfg.num_minibatches
+    progress = ProgressBar(cfg.progress, total=cfg.total_frames)
+    scores: collections.deque[float] = collections.deque(maxlen=20)
+    frames, start = 0, time.perf_counter()
+    for update, batch in enumerate(collector):
+        frames += batch.numel()
+        if cfg.anneal_lr:
+            optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
+        with torch.no_grad():
+            advantage(batch)
+        flat = batch.reshape(-1)
+        for _ in range(cfg.update_epochs):
+            for idx in torch.randperm(flat.numel()).split(minibatch):
+                losses = loss_module(flat[idx])
+                loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+        # the score of each game that ended in the batch (not of each life)
+        ended = flat["next", "done"].squeeze(-1)
+        scores.extend(flat["next", "episode_reward"][ended].squeeze(-1).tolist())
+        if scores:
+            mean_score = sum(scores) / len(scores)
+            logger.log_scalar("train/episode_return", mean_score, frames)
+            progress.values["score"] = mean_score
+        logger.log_scalar("train/loss", loss.item(), frames)
+        logger.log_scalar("train/lr", optimizer.param_groups[0]["lr"], frames)
+        progress.values["loss"] = loss.item()
+        progress.update(batch.numel())
+    seconds = time.perf_counter() - start
+    collector.shutdown()
+    progress.close()
+
+    # evaluation on the unclipped score, one game at a time
+    eval_env = make_game(cfg, clip_rewards=False)
+    eval_env.set_seed(cfg.seed + 1000)
+    returns = evaluate(eval_env, actor, cfg.eval_episodes, max_steps=cfg.eval_max_steps)
+    summary = finish_run(logger, returns, frames, seconds)
+    if cfg.video:
+        video_env = make_game(cfg, clip_rewards=False, logger=logger)
+        video_env.set_seed(cfg.seed + 2000)
+        evaluate(video_env, actor, 1, max_steps=cfg.eval_max_steps)
+        recorder = next(t for t in video_env.transform if isinstance(t, VideoRecorder))
+        summary["video"] = recorder.dump()
+    return {**summary, "agent": agent, "actor": actor, "critic": critic}
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config, description=__doc__))

@@ -82,3 +82,15 @@ def test_tiny_run_trains_logs_and_draws_the_curve(ppo_atari, tmp_path):
     assert lr == cfg.lr  # the first update runs at the initial rate, then it anneals
     assert len(out["eval_returns"]) == 1 and out["eval_returns"][0] >= 0.0
     assert out["curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_help_lists_every_field(ppo_atari, capsys, monkeypatch):
+    import tyro
+
+    monkeypatch.setattr(sys, "argv", ["ppo_atari.py", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        tyro.cli(ppo_atari.Config, description=ppo_atari.__doc__)
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    for field in ppo_atari.Config.__dataclass_fields__:
+        assert "--" + field.replace("_", "-") in help_text, field

@@ -257,6 +257,16 @@ class TestProbabilisticActor:
             torch.testing.assert_close(ours["action_log_prob"], ref["action_log_prob"])
         assert ours["action"].abs().max() <= 2.0
 
+    def test_changing_return_log_prob_after_construction(self):
+        actor = _normal_actor()
+        actor.module[-1].return_log_prob = True
+        with set_exploration_type(ExplorationType.RANDOM):
+            td = actor(_obs())
+        dist = actor.get_dist(td)
+        torch.testing.assert_close(td["action_log_prob"], dist.log_prob(td["action"]))
+        actor.module[-1].return_log_prob = False
+        assert "action_log_prob" not in actor(_obs()).keys()
+
     def test_inner_module_hooks_and_skip_existing_are_honoured(self):
         actor = _categorical_actor()
         actor.module[0].register_forward_hook(

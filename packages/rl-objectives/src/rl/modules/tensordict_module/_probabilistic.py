@@ -31,6 +31,21 @@ from ._sequence import _merged_spec
 __all__ = ["SafeProbabilisticModule", "SafeProbabilisticTensorDictSequential"]
 
 _RANDOM = InteractionType.RANDOM
+_LEAN_ATTRS = frozenset(
+    {
+        "return_log_prob",
+        "num_samples",
+        "cache_dist",
+        "distribution_class",
+        "_generator",
+        "_generator_key",
+        "_log_prob_key",
+        "_log_prob_keys",
+        "_out_keys",
+        "in_keys",
+        "out_keys",
+    }
+)
 
 
 def _missing_key_error(tensordict: TensorDictBase, key: NestedKey, owner: str) -> KeyError:
@@ -127,6 +142,12 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
             )
         _register_spec(self, self._out_keys_for_spec(), spec, safe)
         self._refresh_lean()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        # the lean path caches what these attributes decide: recompute it when they change
+        if name in _LEAN_ATTRS and "_lean_params" in self.__dict__:
+            self._refresh_lean()
 
     def _out_keys_for_spec(self) -> list[NestedKey]:
         keys = list(self.dist_sample_keys)
@@ -270,7 +291,6 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
         last = self.module[-1]
         self._lean = (
             isinstance(last, SafeProbabilisticModule)
-            and last._lean
             and not self.return_composite
             and self._requires_sample
             and not self._select_before_return
@@ -310,7 +330,7 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
                 )
             for key, value in zip(out_keys, out):
                 tensordict.set(key, value)
-        if _has_hooks(last):
+        if not last._lean or _has_hooks(last):
             return last(tensordict)
         return last._lean_forward(tensordict)
 

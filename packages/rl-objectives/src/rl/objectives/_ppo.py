@@ -45,8 +45,16 @@ def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
 
 def _entropy(dist: D.Distribution, samples: int) -> torch.Tensor:
     """Analytic entropy, else a Monte-Carlo estimate over ``samples`` draws."""
+    pre_tanh = getattr(dist, "_log_prob_pre_tanh", None)
+    if pre_tanh is not None:  # rl.modules.TanhNormal: score pre-tanh draws, no squashing needed
+        eps = torch.randn(
+            dist._extended_shape(torch.Size((samples,))),
+            dtype=dist.loc.dtype,
+            device=dist.loc.device,
+        )
+        return -pre_tanh(dist.loc + eps * dist.scale).mean(0)
     sampler = getattr(dist, "rsample_and_log_prob", None)
-    if sampler is not None:  # TanhNormal & co: no closed form
+    if sampler is not None:  # other squashed distributions without a closed form
         return -sampler((samples,))[1].mean(0)
     try:
         return dist.entropy()

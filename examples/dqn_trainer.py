@@ -50,6 +50,7 @@ from rl.core.trainers import (
     Trainer,
     TrainerHookBase,
     UpdateWeights,
+    load_checkpoint,
 )
 from rl.data import LazyTensorStorage, TensorDictReplayBuffer
 from rl.modules import MLP, EGreedyModule, QValueActor, TensorDictSequential
@@ -265,6 +266,10 @@ def main(cfg: Config) -> dict:
         environment=eval_env,
     ).register(trainer)
 
+    resumed_from = 0
+    if cfg.resume and checkpoint.exists():
+        resumed_from = int(load_checkpoint(checkpoint)["state"]["collected_frames"])
+        print(f"resuming from {checkpoint} at {resumed_from} frames")
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -273,7 +278,15 @@ def main(cfg: Config) -> dict:
     final_env.set_seed(cfg.seed + 2000)
     returns = evaluate(final_env, qnet, cfg.eval_episodes)
     summary = finish_run(logger, returns, trainer.collected_frames, seconds)
-    return {**summary, "checkpoint": checkpoint, "trainer": trainer, "qnet": qnet}
+    # frames per second of this session (a resumed run trained only the frames after its start)
+    summary["fps"] = (trainer.collected_frames - resumed_from) / max(seconds, 1e-9)
+    return {
+        **summary,
+        "resumed_from": resumed_from,
+        "checkpoint": checkpoint,
+        "trainer": trainer,
+        "qnet": qnet,
+    }
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ def test_tiny_budget_writes_logs_curve_and_checkpoint(dqn, tmp_path):
     out = dqn.main(_tiny(dqn, tmp_path))
     run = tmp_path / "run"
     assert out["frames"] == 512 and out["trainer"].collected_frames == 512
+    assert out["resumed_from"] == 0
     # learning from the batch that reaches init_random_frames: 3 batches x 4 steps
     assert out["trainer"]._optim_count == 12
     assert len(out["eval_returns"]) == 2 and all(r >= 8 for r in out["eval_returns"])
@@ -189,7 +190,7 @@ def test_rerun_resumes_from_the_checkpoint_exactly(dqn, tmp_path, monkeypatch):
 
     monkeypatch.setattr(dqn.Trainer, "load_from_file", spy)
     resumed = dqn.main(cfg)
-    assert started_at == [256]
+    assert started_at == [256] and resumed["resumed_from"] == 256
     assert resumed["trainer"].collected_frames == 512
     assert resumed["trainer"]._optim_count == reference["trainer"]._optim_count == 12
     got = resumed["trainer"].loss_module.state_dict()

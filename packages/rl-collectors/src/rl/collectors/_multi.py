@@ -472,9 +472,9 @@ class MultiSyncCollector(_MultiCollector):
     loop and interpreter exit stop the workers; workers exit when the parent dies.
 
     Args:
-        create_env_fn: a list with one env factory per worker, or one factory and
-            ``num_workers``. Factories are sent to the workers with cloudpickle
-            (lambdas work).
+        create_env_fn: a list with one env factory (or env instance, which each worker
+            uses as its own copy) per worker, or one factory and ``num_workers``.
+            Factories are sent to the workers with cloudpickle (lambdas work).
         policy: as in :class:`~rl.collectors.Collector` (a copy runs in each worker).
         frames_per_batch: frames per batch, all workers together.
         total_frames: frames in all (exact); ``-1`` until :meth:`shutdown`.

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rl.envs import EnvBase
+
 __all__ = ["worker_main"]
 
 
@@ -70,7 +72,9 @@ def worker_main(
         from ._single import Collector  # noqa: PLC0415  (after the thread settings)
 
         env_fn, policy, kwargs = pickle.loads(payload) if isinstance(payload, bytes) else payload
-        env = env_fn()
+        # an env instance (TorchRL accepts one per worker, e.g. an unstarted SerialEnv)
+        # is used as is: the worker owns its copy (forked or unpickled)
+        env = env_fn if isinstance(env_fn, EnvBase) else env_fn()
         collector = Collector(env, policy, total_frames=-1, **kwargs)
         local = TensorDict.from_module(policy).data if weights is not None else None
         seen = -1

@@ -1,0 +1,259 @@
+"""The off-policy examples: they run on a tiny budget, and they learn the probe envs.
+
+Each algorithm trains for a few seconds on the probe environments that fit it
+(``rl.envs`` probes: one-step or two-step envs with a known answer) and must find it:
+the best action (the continuous one is ``±1.5`` in ``[-2, 2]``, out of reach of an
+actor that forgets to rescale its ``tanh``), the value of it, and the discounted value
+of a delayed reward.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.core import ExplorationType, set_exploration_type
+from rl.envs import DiscountingProbe, ObservationActionRewardProbe
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def _scalars(run_dir: Path, key: str) -> list[tuple[int, float]]:
+    with open(run_dir / "scalars" / f"{key}.csv") as f:
+        return [(int(step), float(value)) for step, value in csv.reader(f)]
+
+
+TINY = {"eval_episodes": 1, "progress": False, "seed": 0}
+TINY_CONTINUOUS = {
+    "total_frames": 300,
+    "init_random_frames": 100,
+    "frames_per_batch": 50,
+    "utd_ratio": 0.2,
+    "batch_size": 32,
+    "hidden": 16,
+}
+# (script, overrides of its Config) for the smoke runs
+SMOKE = {
+    "dqn": {
+        "total_frames": 300,
+        "init_random_frames": 100,
+        "frames_per_batch": 50,
+        "updates_per_batch": 5,
+        "batch_size": 32,
+        "hidden": 16,
+        "dueling": True,
+        "prioritized": True,
+    },
+    "sac": TINY_CONTINUOUS,
+    "td3": TINY_CONTINUOUS,
+    "ddpg": TINY_CONTINUOUS,
+    "redq": {**TINY_CONTINUOUS, "num_qvalue_nets": 4},
+    "crossq": {**TINY_CONTINUOUS, "critic_hidden": 16},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMOKE))
+def test_script_runs_and_writes_logs_and_curve(name, tmp_path):
+    module = _load(name)
+    cfg = module.Config(log_dir=str(tmp_path), **TINY, **SMOKE[name])
+    summary = module.main(cfg)
+    assert summary["frames"] == cfg.total_frames
+    assert len(summary["eval_returns"]) == 1
+    run_dir = _run_dir(tmp_path)
+    assert summary["curve"] == run_dir / "learning_curve.png"
+    assert summary["curve"].stat().st_size > 0
+    assert _scalars(run_dir, "eval/return") == [(cfg.total_frames, summary["eval_mean"])]
+    assert _scalars(run_dir, "train/episode_return")  # episodes ended while training
+    losses = [p.stem for p in (run_dir / "scalars" / "train").iterdir()]
+    assert any(stem.startswith("loss") for stem in losses)
+
+
+def test_help_lists_every_field():
+    dqn = _load("dqn")
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "dqn.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
+    for field in dqn.Config.__dataclass_fields__:
+        assert f"--{field.replace('_', '-')}" in out, field
+    assert "Prioritized experience replay" in out  # the field docstrings are the help
+
+
+# ------------------------------------------------------------------------ probes
+
+
+def _probe_obs() -> torch.Tensor:
+    return torch.tensor([[-1.0], [1.0]])
+
+
+def _action_values(qnet, obs: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return qnet(TensorDict(observation=obs, batch_size=obs.shape[:1]))["action_value"]
+
+
+def _dqn_probe(env_id: str, seed: int, log_dir: Path, **overrides) -> dict:
+    dqn = _load("dqn")
+    cfg = dqn.Config(
+        env_id=env_id,
+        total_frames=1_000,
+        init_random_frames=200,
+        frames_per_batch=50,
+        updates_per_batch=25,
+        batch_size=64,
+        lr=3e-3,
+        hidden=32,
+        target_update_interval=25,
+        exploration_fraction=0.5,
+        log_dir=str(log_dir),
+        eval_episodes=1,
+        progress=False,
+        seed=seed,
+        **overrides,
+    )
+    return dqn.main(cfg)
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_dqn_learns_observation_action_probe(seed, tmp_path):
+    summary = _dqn_probe("ObservationActionRewardProbe", seed, tmp_path)
+    probe = ObservationActionRewardProbe()
+    obs = _probe_obs()
+    q = _action_values(summary["qnet"], obs)  # [2 obs, 2 actions]
+    assert q.argmax(-1).tolist() == probe.optimal_action(obs).tolist()
+    # the best action's value is the reward +1, the other one's -1
+    torch.testing.assert_close(q.max(-1).values, torch.ones(2), atol=0.15, rtol=0)
+    torch.testing.assert_close(q.min(-1).values, -torch.ones(2), atol=0.3, rtol=0)
+    assert summary["eval_mean"] == 1.0
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_dqn_discounts_the_delayed_reward(seed, tmp_path):
+    gamma = 0.8
+    summary = _dqn_probe("DiscountingProbe", seed, tmp_path, gamma=gamma)
+    obs = torch.tensor([[0.0], [1.0]])
+    value = _action_values(summary["qnet"], obs).max(-1).values.unsqueeze(-1)
+    expected = DiscountingProbe().expected_value(obs, gamma=gamma)  # [[0.8], [1.0]]
+    torch.testing.assert_close(value, expected, atol=0.08, rtol=0)
+
+
+CONTINUOUS_PROBE = {
+    "total_frames": 1_000,
+    "init_random_frames": 200,
+    "frames_per_batch": 50,
+    "utd_ratio": 1.0,
+    "batch_size": 64,
+    "lr": 3e-3,
+    "hidden": 32,
+}
+
+
+@pytest.mark.parametrize("name", ["sac", "td3", "ddpg", "redq", "crossq"])
+@pytest.mark.parametrize("seed", [0])
+def test_continuous_agent_finds_the_scaled_best_action(name, seed, tmp_path):
+    module = _load(name)
+    extra = {"num_qvalue_nets": 4} if name == "redq" else {}
+    extra = {"critic_hidden": 64} if name == "crossq" else extra
+    cfg = module.Config(
+        env_id="ObservationActionRewardProbe-continuous",
+        **CONTINUOUS_PROBE,
+        **extra,
+        eval_episodes=1,
+        progress=False,
+        seed=seed,
+        log_dir=str(tmp_path),
+    )
+    summary = module.main(cfg)
+    probe = ObservationActionRewardProbe(continuous=True)
+    obs = _probe_obs()
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        td = probe.fake_tensordict().expand(2).clone()
+        td["observation"] = obs
+        action = summary["actor"](td)["action"]
+    # the best actions are -1.5 and +1.5: an unscaled tanh could not pass
+    torch.testing.assert_close(action, probe.optimal_action(obs), atol=0.3, rtol=0)
+
+
+# ----------------------------------------------------------------------- offline
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    sac = _load("sac")
+    root = tmp_path_factory.mktemp("dataset")
+    cfg = sac.Config(
+        **TINY,
+        **{**TINY_CONTINUOUS, "total_frames": 400},
+        log_dir=str(root / "runs"),
+        save_buffer=str(root / "data"),
+    )
+    summary = sac.main(cfg)
+    return root / "data", summary
+
+
+def test_sac_saves_its_buffer_as_a_dataset(tiny_dataset):
+    path, summary = tiny_dataset
+    offline = _load("offline")
+    import _offpolicy
+
+    buffer, info = _offpolicy.open_dataset(path, batch_size=8)
+    assert len(buffer) == info["length"] == 400
+    assert info["env_id"] == "Pendulum-v1"
+    assert info["policy_return"] == summary["eval_mean"]
+    assert info["random_return"] < 0
+    batch = buffer.sample()
+    assert batch["observation"].shape == (8, 3)
+    assert batch["next", "reward"].shape == (8, 1)
+    assert offline.Config().algo == "iql"
+
+
+@pytest.mark.parametrize("algo", ["iql", "cql"])
+def test_offline_trains_on_the_dataset(algo, tiny_dataset, tmp_path):
+    path, _ = tiny_dataset
+    offline = _load("offline")
+    cfg = offline.Config(
+        dataset=str(path),
+        algo=algo,
+        num_updates=20,
+        log_interval=10,
+        batch_size=32,
+        hidden=16,
+        log_dir=str(tmp_path),
+        **TINY,
+    )
+    summary = offline.main(cfg)
+    span = summary["data_return"] - summary["random_return"]
+    expected = 100 * (summary["eval_mean"] - summary["random_return"]) / span
+    assert summary["score"] == pytest.approx(expected)
+    run_dir = _run_dir(tmp_path)
+    assert [step for step, _ in _scalars(run_dir, "train/loss_qvalue")] == [10, 20]
+    assert summary["curve"].exists()
+
+
+def test_offline_names_a_missing_dataset(tmp_path):
+    offline = _load("offline")
+    cfg = offline.Config(dataset=str(tmp_path / "nothing"), log_dir=str(tmp_path), **TINY)
+    with pytest.raises(FileNotFoundError, match="sac.py --save-buffer"):
+        offline.main(cfg)

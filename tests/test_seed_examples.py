@@ -743,3 +743,307 @@ def test_tutorial_serial_env_creator():
     assert d["action"].shape == (3, 20, 1) and d["next", "observation"].shape == (3, 20, 3)
     assert d["next", "reward"].shape == (3, 20, 1) and d["next", "done"].shape == (3, 20, 1)
     parallel_env.close()
+
+
+# ------------------------------------------------------------------ models and modules
+
+
+def test_tutorial_mlp_and_convnet():
+    # 003 l.336-366
+    from rl.modules import MLP, ConvNet
+    from rl.modules.models.utils import SquashDims
+
+    net = MLP(num_cells=[32, 64], out_features=4, activation_class=nn.ELU)
+    assert _words(repr(net)) == _words(
+        """MLP(
+          (0): LazyLinear(in_features=0, out_features=32, bias=True)
+          (1): ELU(alpha=1.0)
+          (2): Linear(in_features=32, out_features=64, bias=True)
+          (3): ELU(alpha=1.0)
+          (4): Linear(in_features=64, out_features=4, bias=True)
+        )"""
+    )
+    assert net(torch.randn(10, 3)).shape == torch.Size([10, 4])
+
+    cnn = ConvNet(
+        num_cells=[32, 64],
+        kernel_sizes=[8, 4],
+        strides=[2, 1],
+        aggregator_class=SquashDims,
+    )
+    assert _words(repr(cnn)) == _words(
+        """ConvNet(
+          (0): LazyConv2d(0, 32, kernel_size=(8, 8), stride=(2, 2))
+          (1): ELU(alpha=1.0)
+          (2): Conv2d(32, 64, kernel_size=(4, 4), stride=(1, 1))
+          (3): ELU(alpha=1.0)
+          (4): SquashDims()
+        )"""
+    )
+    assert cnn(torch.randn(10, 3, 32, 32)).shape == torch.Size([10, 6400])  # squashed
+
+
+def test_tutorial_sequence_with_mlp_value_and_ensembling():
+    # 003 l.381-452 with the MLP value head of l.389-390, the functional call of
+    # l.453-524 and the vmap ensembling of l.524-534 (its code is elided in the seed: the
+    # params expanded to 4 copies, then torch.vmap over them, as in TorchRL's tutorial).
+    from rl.modules import MLP
+
+    backbone_module = nn.Linear(5, 3)
+    backbone = TensorDictModule(backbone_module, in_keys=["observation"], out_keys=["hidden"])
+    actor_module = nn.Linear(3, 4)
+    actor = TensorDictModule(actor_module, in_keys=["hidden"], out_keys=["action"])
+    value_module = MLP(out_features=1, num_cells=[4, 5])
+    value = TensorDictModule(value_module, in_keys=["hidden", "action"], out_keys=["value"])
+    sequence = TensorDictSequential(backbone, actor, value)
+    assert sequence.in_keys == ["observation"]
+    assert sequence.out_keys == ["hidden", "action", "value"]
+
+    tensordict = TensorDict({"observation": torch.randn(3, 5)}, [3])
+    backbone(tensordict)
+    actor(tensordict)
+    value(tensordict)
+    keys = {"action", "hidden", "observation", "value"}
+    assert set(tensordict.keys()) == keys
+    assert tensordict["value"].shape == (3, 1)
+    expected = value_module(torch.cat([tensordict["hidden"], tensordict["action"]], -1))
+    torch.testing.assert_close(tensordict["value"], expected)
+    step_by_step = tensordict["value"]
+    # the printed repr of the MLP inside the sequence (l.405-412): Tanh by default,
+    # in_features 7 = hidden (3) + action (4) once the lazy layer has run
+    assert _words(repr(value_module)) == _words(
+        """MLP(
+            (0): Linear(in_features=7, out_features=4, bias=True)
+            (1): Tanh()
+            (2): Linear(in_features=4, out_features=5, bias=True)
+            (3): Tanh()
+            (4): Linear(in_features=5, out_features=1, bias=True)
+        )"""
+    )
+
+    tensordict = TensorDict({"observation": tensordict["observation"]}, [3])
+    sequence(tensordict)
+    assert set(tensordict.keys()) == keys
+    torch.testing.assert_close(tensordict["value"], step_by_step)
+
+    params = TensorDict.from_module(sequence)
+    shapes = {
+        ("module", "0", "module", "weight"): (3, 5),
+        ("module", "1", "module", "weight"): (4, 3),
+        ("module", "2", "module", "0", "weight"): (4, 7),
+        ("module", "2", "module", "2", "weight"): (5, 4),
+        ("module", "2", "module", "4", "weight"): (1, 5),
+        ("module", "2", "module", "4", "bias"): (1,),
+    }
+    for key, shape in shapes.items():
+        assert params[key].shape == shape, key
+    assert len(list(params.keys(True, True))) == 10
+    with params.to_module(sequence):
+        sequence(tensordict)
+    torch.testing.assert_close(tensordict["value"], step_by_step)
+
+    # Using vectorized map for model ensembling
+    params_expand = params.expand(4).clone()
+    params_expand["module", "2", "module", "4", "bias"] += torch.arange(4.0).view(4, 1)
+
+    def exec_sequence(params, data):
+        with params.to_module(sequence):
+            return sequence(data)
+
+    tensordict_exp = torch.vmap(exec_sequence, (0, None))(params_expand, tensordict)
+    assert tensordict_exp.batch_size == torch.Size([4, 3])
+    assert set(tensordict_exp.keys()) == keys
+    assert tensordict_exp["action"].shape == (4, 3, 4)
+    assert tensordict_exp["hidden"].shape == (4, 3, 3)
+    assert tensordict_exp["observation"].shape == (4, 3, 5)
+    assert tensordict_exp["value"].shape == (4, 3, 1)
+    for k in range(4):  # member k = the base network with its last bias moved by k
+        torch.testing.assert_close(tensordict_exp["value"][k], step_by_step + k)
+
+
+def test_tutorial_safe_module_and_actor():
+    # 003 l.536-554
+    torch.manual_seed(0)
+    from rl.core import BoundedTensorSpec
+    from rl.modules import SafeModule
+
+    with pytest.warns(DeprecationWarning, match="Bounded"):  # the old name still works
+        spec = BoundedTensorSpec(-torch.ones(3), torch.ones(3))
+    base_module = nn.Linear(5, 3)
+    module = SafeModule(
+        module=base_module, spec=spec, in_keys=["obs"], out_keys=["action"], safe=True
+    )
+    tensordict = TensorDict({"obs": torch.randn(5)}, batch_size=[])
+    action = module(tensordict)["action"]
+    # the tutorial's printed values (same seed, same init order)
+    torch.testing.assert_close(action, torch.tensor([-0.0137, 0.1524, -0.0641]), atol=1e-4, rtol=0)
+    tensordict = TensorDict({"obs": torch.randn(5) * 100}, batch_size=[])
+    action = module(tensordict)["action"]  # safe=True projects the result within the set
+    raw = base_module(tensordict["obs"])
+    assert (raw.abs() > 1).all()
+    torch.testing.assert_close(action, raw.sign().detach())
+    assert action.requires_grad
+
+    from rl.modules import Actor
+
+    base_module = nn.Linear(5, 3)
+    actor = Actor(base_module, in_keys=["obs"])
+    tensordict = TensorDict({"obs": torch.randn(5)}, batch_size=[])
+    actor(tensordict)  # action is the default value
+    assert set(tensordict.keys()) == {"obs", "action"}
+    torch.testing.assert_close(tensordict["action"], base_module(tensordict["obs"]))
+
+
+def test_tutorial_tanh_normal():
+    # 003 l.555-629
+    from tensordict.nn import (
+        ProbabilisticTensorDictModule,
+        ProbabilisticTensorDictSequential,
+    )
+
+    # Probabilistic modules
+    from rl.modules import NormalParamExtractor, TanhNormal
+
+    td = TensorDict({"input": torch.randn(3, 5)}, [3])
+    net = nn.Sequential(
+        nn.Linear(5, 4), NormalParamExtractor()
+    )  # splits the output in loc and scale
+    module = TensorDictModule(net, in_keys=["input"], out_keys=["loc", "scale"])
+    td_module = ProbabilisticTensorDictSequential(
+        module,
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"],
+            out_keys=["action"],
+            distribution_class=TanhNormal,
+            return_log_prob=False,
+        ),
+    )
+    td_module(td)
+    assert set(td.keys()) == {"action", "input", "loc", "scale"}
+    for key in ("action", "loc", "scale"):
+        assert td[key].shape == (3, 2), key
+    assert (td["scale"] > 0).all() and (td["action"].abs() < 1).all()
+
+    # returning the log-probability; the tutorial's key "sample_log_prob" is
+    # tensordict's old default name: tensordict 0.15 (and TorchRL 0.14) write
+    # "<action>_log_prob"
+    td = TensorDict({"input": torch.randn(3, 5)}, [3])
+    td_module = ProbabilisticTensorDictSequential(
+        module,
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"],
+            out_keys=["action"],
+            distribution_class=TanhNormal,
+            return_log_prob=True,
+        ),
+    )
+    td_module(td)
+    assert set(td.keys()) == {"action", "input", "loc", "action_log_prob", "scale"}
+    assert td["action_log_prob"].shape == (3,)
+    dist = TanhNormal(td["loc"], td["scale"])
+    torch.testing.assert_close(td["action_log_prob"], dist.log_prob(td["action"]))
+
+    # Sampling vs mode / mean
+    from rl.envs.utils import ExplorationType, set_exploration_type
+
+    td = TensorDict({"input": torch.randn(3, 5)}, [3])
+    torch.manual_seed(0)
+    with set_exploration_type(ExplorationType.RANDOM):
+        td_module(td)
+        random = td["action"]
+    with set_exploration_type(ExplorationType.MODE):
+        td_module(td)
+        mode = td["action"]
+    with set_exploration_type(ExplorationType.MODE):
+        td_module(td)
+        mean = td["action"]
+    dist = TanhNormal(td["loc"], td["scale"])
+    torch.testing.assert_close(mode, dist.mode)
+    torch.testing.assert_close(mean, mode)  # the tutorial prints MODE twice: same values
+    assert not torch.allclose(random, mode)
+    assert random.shape == mode.shape == (3, 2)
+    assert (random.abs() < 1).all() and (mode.abs() < 1).all()
+
+
+def test_readme_actor_value_operator():
+    # 000 l.150-172 / 002 l.425-470. NormalParamsWrapper is gone from TorchRL 0.14 (removed
+    # after its deprecation); its docs now end the network with NormalParamExtractor,
+    # which is what runs here. 002's MLP(activation=nn.ELU) is activation_class in
+    # TorchRL 0.14 too (activation= is a TypeError there). The seed hands the value MLP
+    # to ActorValueOperator bare; TorchRL 0.14 needs a module with in_keys there (a bare
+    # MLP raises AttributeError), so it is wrapped in a ValueOperator reading "hidden".
+    from rl.modules import (
+        MLP,
+        ActorValueOperator,
+        ConvNet,
+        NormalParamExtractor,
+        SafeModule,
+        SafeProbabilisticModule,
+        SafeProbabilisticTensorDictSequential,
+        TanhNormal,
+        ValueOperator,
+    )
+
+    # create an nn.Module
+    common_module = ConvNet(
+        bias_last_layer=True,
+        depth=None,
+        num_cells=[32, 64, 64],
+        kernel_sizes=[8, 4, 3],
+        strides=[4, 2, 1],
+    )
+    # Wrap it in a SafeModule, indicating what key to read in and where to
+    # write out the output
+    common_module = SafeModule(
+        common_module,
+        in_keys=["pixels"],
+        out_keys=["hidden"],
+    )
+    # the policy's output is split in loc and scale, and scale is mapped onto a
+    # positive space
+    policy_module = SafeModule(
+        nn.Sequential(
+            MLP(num_cells=[64, 64], out_features=32, activation_class=nn.ELU),
+            NormalParamExtractor(),
+        ),
+        in_keys=["hidden"],
+        out_keys=["loc", "scale"],
+    )
+    # Use a SafeProbabilisticTensorDictSequential to combine the SafeModule with a
+    # SafeProbabilisticModule, indicating how to build the
+    # torch.distribution.Distribution object and what to do with it
+    policy_module = SafeProbabilisticTensorDictSequential(  # stochastic policy
+        policy_module,
+        SafeProbabilisticModule(
+            in_keys=["loc", "scale"],
+            out_keys="action",
+            distribution_class=TanhNormal,
+        ),
+    )
+    value_module = MLP(
+        num_cells=[64, 64],
+        out_features=1,
+        activation_class=nn.ELU,
+    )
+    value_module = ValueOperator(value_module, in_keys=["hidden"])
+    # Wrap the policy and value funciton in a common module
+    actor_value = ActorValueOperator(common_module, policy_module, value_module)
+    # standalone policy from this
+    standalone_policy = actor_value.get_policy_operator()
+
+    # 36x36 pixels -> 8x8 -> 3x3 -> 1x1 x 64 channels, squashed: hidden has 64 features
+    td = TensorDict({"pixels": torch.rand(4, 3, 36, 36)}, [4])
+    actor_value(td)
+    assert set(td.keys()) == {"pixels", "hidden", "loc", "scale", "action", "state_value"}
+    assert td["hidden"].shape == (4, 64)
+    assert td["loc"].shape == td["scale"].shape == td["action"].shape == (4, 16)
+    assert td["state_value"].shape == (4, 1) and (td["scale"] > 0).all()
+    assert (td["action"].abs() < 1).all()
+
+    out = standalone_policy(TensorDict({"pixels": td["pixels"]}, [4]))
+    assert "state_value" not in out.keys() and out["action"].shape == (4, 16)
+    torch.testing.assert_close(out["hidden"], td["hidden"])
+    torch.testing.assert_close(out["loc"], td["loc"])
+    # the standalone policy shares the trunk's weights
+    shared = {id(p) for p in standalone_policy.parameters()}
+    assert all(id(p) in shared for p in common_module.parameters())

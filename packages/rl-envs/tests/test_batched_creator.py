@@ -58,9 +58,17 @@ class TestEnvCreator:
         with pytest.raises(TypeError, match="cannot pickle the env factory"):
             creator.dumps()
 
+    def test_default_start_method_is_fork_without_cuda(self):
+        env = ParallelEnv(2, CartPoleEnv)
+        assert env.mp_start_method == "fork"
+        rollout = env.rollout(3, break_when_any_done=False)
+        assert rollout.batch_size == (2, 3)
+        env.close()
+
     def test_lambda_in_spawned_workers(self):
-        env = ParallelEnv(1, EnvCreator(lambda: CartPoleEnv(max_episode_steps=3)))
-        assert env.mp_start_method == "spawn"
+        env = ParallelEnv(
+            1, EnvCreator(lambda: CartPoleEnv(max_episode_steps=3)), mp_start_method="spawn"
+        )
         rollout = env.rollout(3, break_when_any_done=False)
         assert rollout["next", "truncated"].squeeze(-1).tolist() == [[False, False, True]]
         assert rollout["next", "observation"].dtype == torch.float32

@@ -51,7 +51,10 @@ def counters():
 @pytest.fixture(scope="module")
 def cartpoles():
     """``{"serial": ..., "parallel": ...}`` of two gymnasium CartPole-v1 envs."""
-    envs = {"serial": SerialEnv(2, CARTPOLE), "parallel": ParallelEnv(2, CARTPOLE)}
+    envs = {
+        "serial": SerialEnv(2, CARTPOLE),
+        "parallel": ParallelEnv(2, CARTPOLE, mp_start_method="spawn"),
+    }
     assert envs["parallel"].mp_start_method == "spawn"
     yield envs
     for env in envs.values():

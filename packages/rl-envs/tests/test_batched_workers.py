@@ -94,7 +94,7 @@ class TestWorkerFailures:
     def test_unpicklable_factory_for_spawn(self):
         lock = threading.Lock()
         with pytest.raises(TypeError, match="cannot pickle the env factory"):
-            ParallelEnv(1, lambda: (lock, CounterEnv())[1])
+            ParallelEnv(1, lambda: (lock, CounterEnv())[1], mp_start_method="spawn")
         # fork does not pickle the factory
         env = ParallelEnv(1, lambda: (lock, CounterEnv())[1], mp_start_method="fork")
         assert env.reset()["observation"].shape == (1, 3)

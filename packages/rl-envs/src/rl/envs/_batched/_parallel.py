@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -55,11 +56,13 @@ class ParallelEnv(BatchedEnvBase):
         create_env_kwargs: keyword arguments of ``create_env_fn`` (one dict, or a list
             of one dict per worker).
         device: the device of the returned tensors (default: the sub-env's).
-        mp_start_method: ``"spawn"`` (default: safe with threads and CUDA; each worker
-            imports torch, which takes seconds), ``"fork"`` or ``"forkserver"``. Forked
-            workers start at once and share the parent's (or the fork server's) memory
-            pages, which also makes steps faster when there are more workers than cores
-            (about 1.7x with 8 workers on 2 cores, see ``benchmarks/bench_batched_envs.py``).
+        mp_start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; the default
+            (``None``) is ``"fork"`` on Linux while CUDA is not initialised in this
+            process, else ``"spawn"`` (safe with CUDA; each worker imports torch, which
+            takes seconds). Forked workers start at once and share the parent's (or the
+            fork server's) memory pages, which also makes steps faster when there are
+            more workers than cores (about 1.7x with 8 workers on 2 cores, see
+            ``benchmarks/bench_batched_envs.py``).
         num_sub_threads: the number of torch threads of each worker.
         run_type_checks: check actions against ``action_spec`` at each step.
         timeout: seconds a reset, step or call may wait for a worker's answer (``None``,
@@ -94,7 +97,7 @@ class ParallelEnv(BatchedEnvBase):
         create_env_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         *,
         device: torch.device | str | None = None,
-        mp_start_method: str = "spawn",
+        mp_start_method: str | None = None,
         num_sub_threads: int = 1,
         run_type_checks: bool = False,
         timeout: float | None = None,
@@ -109,6 +112,10 @@ class ParallelEnv(BatchedEnvBase):
         if num_sub_threads < 1:
             raise ValueError(f"num_sub_threads must be at least 1, got {num_sub_threads}")
         self.num_sub_threads = num_sub_threads
+        if mp_start_method is None:
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            linux = sys.platform.startswith("linux")
+            mp_start_method = "fork" if linux and not cuda else "spawn"
         methods = mp.get_all_start_methods()
         if mp_start_method not in methods:
             raise ValueError(f"mp_start_method must be one of {methods}, got {mp_start_method!r}")

@@ -1,0 +1,271 @@
+"""Cost of a ClipPPOLoss update step against the same update written CleanRL-style.
+
+One update step on a minibatch of 4096 transitions: the loss forward, backward,
+gradient-norm clipping (0.5) and an Adam step, for a 64x64 tanh MLP actor writing a
+TanhNormal over 6 actions (observation size 17) and a 64x64 tanh MLP critic.
+
+- rl: ``ProbabilisticActor`` + ``ValueOperator`` from ``rl.modules`` and
+  ``ClipPPOLoss(actor, critic, entropy_coeff=0.01, critic_coeff=0.5, loss_critic_type="l2",
+  log_explained_variance=False)`` on a TensorDict minibatch;
+- floor: the same networks, the same math (TanhNormal log-density, one-sample entropy
+  estimate, clipped surrogate, squared-error critic loss) in plain PyTorch on tensors, as
+  CleanRL's ppo_continuous_action.py writes its update.
+
+Both run on one thread, interleaved in blocks, and the median block is reported. The
+``torch.compile`` rows compile the loss forward (rl) and the plain loss function
+(floor); backward, clipping and Adam stay eager.
+
+Usage:
+    python benchmarks/bench_ppo_update.py [--steps 30] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from tensordict.nn import NormalParamExtractor, TensorDictModule
+from torch import nn
+
+from rl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+from rl.objectives import ClipPPOLoss
+
+OBS, ACT, BATCH, CELLS = 17, 6, 4096, [64, 64]
+CLIP, ENT, VF, MAX_GRAD = 0.2, 0.01, 0.5, 0.5
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def make_rl():
+    torch.manual_seed(0)
+    actor_net = nn.Sequential(
+        MLP(in_features=OBS, out_features=2 * ACT, num_cells=CELLS, activation_class=nn.Tanh),
+        NormalParamExtractor(),
+    )
+    actor = ProbabilisticActor(
+        TensorDictModule(actor_net, ["observation"], ["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        return_log_prob=True,
+    )
+    critic = ValueOperator(
+        MLP(in_features=OBS, out_features=1, num_cells=CELLS, activation_class=nn.Tanh),
+        in_keys=["observation"],
+    )
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=CLIP,
+        entropy_coeff=ENT,
+        critic_coeff=VF,
+        loss_critic_type="l2",
+        log_explained_variance=False,
+    )
+    return actor, critic, loss
+
+
+class PlainAgent(nn.Module):
+    """CleanRL-style agent with the same layers (weights copied from the rl modules)."""
+
+    def __init__(self, actor_mlp: nn.Module, critic_mlp: nn.Module, scale_bias: float) -> None:
+        super().__init__()
+        self.actor = actor_mlp
+        self.critic = critic_mlp
+        self.scale_bias = scale_bias
+
+    def loss(self, obs, action, old_log_prob, advantage, returns):
+        loc, scale_raw = self.actor(obs).chunk(2, -1)
+        scale = F.softplus(scale_raw + self.scale_bias) + 0.01
+        # TanhNormal log-density of the stored action (atanh clamped as TanhNormal's safe_atanh)
+        eps = torch.finfo(action.dtype).eps
+        x = action.clamp(-1 + eps, 1 - eps).atanh()
+        log_prob = self._log_prob_pre_tanh(loc, scale, x)
+        # one-sample entropy estimate from a reparameterized draw
+        x_new = loc + torch.randn_like(loc) * scale
+        entropy = -self._log_prob_pre_tanh(loc, scale, x_new)
+        logratio = log_prob - old_log_prob
+        ratio = logratio.exp()
+        pg_loss = torch.max(-advantage * ratio, -advantage * ratio.clamp(1 - CLIP, 1 + CLIP)).mean()
+        value = self.critic(obs).squeeze(-1)
+        v_loss = ((value - returns) ** 2).mean()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > CLIP).float().mean()
+        return pg_loss - ENT * entropy.mean() + VF * v_loss, approx_kl, clipfrac
+
+    @staticmethod
+    def _log_prob_pre_tanh(loc, scale, x):
+        z = (x - loc) / scale
+        lp = -0.5 * z.pow(2) - scale.log() - HALF_LOG_2PI
+        lp = lp - 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))
+        return lp.sum(-1)
+
+
+def make_batch(actor):
+    g = torch.Generator().manual_seed(1)
+    td = TensorDict({"observation": torch.randn(BATCH, OBS, generator=g)}, [BATCH])
+    with torch.no_grad():
+        td = actor(td)
+    td["advantage"] = torch.randn(BATCH, 1, generator=g)
+    td["value_target"] = torch.randn(BATCH, 1, generator=g)
+    return td.select("observation", "action", "action_log_prob", "advantage", "value_target")
+
+
+def rl_step_fn(loss, optim, forward):
+    params = list(loss.parameters())
+
+    def step(td):
+        out = forward(td)
+        total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+        optim.zero_grad(set_to_none=True)
+        total.backward()
+        nn.utils.clip_grad_norm_(params, MAX_GRAD)
+        optim.step()
+
+    return step
+
+
+def plain_step_fn(agent, optim, loss_fn):
+    params = list(agent.parameters())
+
+    def step(tensors):
+        total, _, _ = loss_fn(*tensors)
+        optim.zero_grad(set_to_none=True)
+        total.backward()
+        nn.utils.clip_grad_norm_(params, MAX_GRAD)
+        optim.step()
+
+    return step
+
+
+def timed_blocks(candidates: dict, steps: int, blocks: int) -> dict:
+    """Seconds per step of each candidate: median over interleaved blocks of ``steps`` steps."""
+    times = {k: [] for k in candidates}
+    for fn, arg in candidates.values():  # warm-up
+        for _ in range(3):
+            fn(arg)
+    for _ in range(blocks):
+        for name, (fn, arg) in candidates.items():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn(arg)
+            times[name].append((time.perf_counter() - t0) / steps)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="update steps per timed block")
+    parser.add_argument("--blocks", type=int, default=9, help="interleaved blocks per candidate")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppo_update.md"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    actor, critic, loss = make_rl()
+    mlp_actor = actor.module[0].module[0]
+    mlp_critic = critic.module
+    scale_bias = float(actor.module[0].module[1].scale_mapping.bias)
+    plain = PlainAgent(_clone(mlp_actor), _clone(mlp_critic), scale_bias)
+    td = make_batch(actor)
+    tensors = (
+        td["observation"],
+        td["action"],
+        td["action_log_prob"],
+        td["advantage"].squeeze(-1),
+        td["value_target"].squeeze(-1),
+    )
+    # same weights, same numbers: the two losses agree (the entropy draws are random)
+    check_equal(loss, plain, td, tensors)
+
+    opt_rl = torch.optim.Adam(loss.parameters(), lr=3e-4)
+    opt_plain = torch.optim.Adam(plain.parameters(), lr=3e-4)
+    candidates = {
+        "plain": (plain_step_fn(plain, opt_plain, plain.loss), tensors),
+        "rl": (rl_step_fn(loss, opt_rl, loss), td),
+    }
+    compile_note = "not run (--no-compile)"
+    if not args.no_compile:
+        try:
+            t0 = time.perf_counter()
+            compiled_loss = torch.compile(loss)
+            rl_c = rl_step_fn(loss, opt_rl, compiled_loss)
+            rl_c(td)
+            plain_c = plain_step_fn(plain, opt_plain, torch.compile(plain.loss))
+            plain_c(tensors)
+            compile_note = f"compiled in {time.perf_counter() - t0:.0f} s (both, inductor)"
+            candidates["plain_compiled"] = (plain_c, tensors)
+            candidates["rl_compiled"] = (rl_c, td)
+        except Exception as err:  # noqa: BLE001 - report, do not fail the benchmark
+            compile_note = f"torch.compile failed: {type(err).__name__}: {err}"[:300]
+    res = timed_blocks(candidates, args.steps, args.blocks)
+
+    lines = [
+        "# PPO update benchmark",
+        "",
+        f"One update step on {BATCH} transitions: loss forward, backward, grad-norm clip, Adam; "
+        f"64x64 tanh actor (TanhNormal over {ACT} actions, observation {OBS}) and 64x64 tanh critic. "
+        f"One thread; median of {args.blocks} interleaved blocks of {args.steps} steps. Floor: the same "
+        "update written CleanRL-style in plain PyTorch with the same weights (values checked equal "
+        "before timing).",
+        "",
+        "| update | ms / step | steps / s | ratio to plain eager | target |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    labels = {
+        "plain": "plain PyTorch, eager (floor)",
+        "rl": "rl ClipPPOLoss, eager",
+        "plain_compiled": "plain PyTorch, torch.compile",
+        "rl_compiled": "rl ClipPPOLoss, torch.compile",
+    }
+    for name, secs in res.items():
+        target = "<= 1.05x" if name == "rl" else ""
+        lines.append(
+            f"| {labels[name]} | {secs * 1e3:.2f} | {1 / secs:.0f} | {secs / res['plain']:.3f}x | {target} |"
+        )
+    if "rl_compiled" in res:
+        lines += [
+            "",
+            f"torch.compile speed-up of the rl update: {res['rl'] / res['rl_compiled']:.2f}x eager "
+            f"(plain: {res['plain'] / res['plain_compiled']:.2f}x).",
+        ]
+    lines += [
+        "",
+        f"Compile: {compile_note}.",
+        f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, threads: {torch.get_num_threads()}.",
+    ]
+    print("\n".join(lines))
+    Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+def _clone(module: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+def check_equal(loss, plain, td, tensors) -> None:
+    """The rl loss and the plain one give the same surrogate and critic losses."""
+    with torch.no_grad():
+        out = loss(td)
+        loc, scale_raw = plain.actor(tensors[0]).chunk(2, -1)
+        scale = F.softplus(scale_raw + plain.scale_bias) + 0.01
+        eps = torch.finfo(tensors[1].dtype).eps
+        x = tensors[1].clamp(-1 + eps, 1 - eps).atanh()
+        ratio = (plain._log_prob_pre_tanh(loc, scale, x) - tensors[2]).exp()
+        adv = tensors[3]
+        pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - CLIP, 1 + CLIP)).mean()
+        v = VF * ((plain.critic(tensors[0]).squeeze(-1) - tensors[4]) ** 2).mean()
+    torch.testing.assert_close(out["loss_objective"], pg, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out["loss_critic"], v, rtol=1e-4, atol=1e-5)
+
+
+if __name__ == "__main__":
+    main()

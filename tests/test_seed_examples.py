@@ -1047,3 +1047,193 @@ def test_readme_actor_value_operator():
     # the standalone policy shares the trunk's weights
     shared = {id(p) for p in standalone_policy.parameters()}
     assert all(id(p) in shared for p in common_module.parameters())
+
+
+# ------------------------------------------------------------------ exploration and losses
+
+
+def _qvalue_actor(n_obs: int = 3, n_actions: int = 4):
+    """The smallest ``policy`` / ``value_network`` the README's snippets assume."""
+    from rl.core import OneHot
+    from rl.modules import QValueActor
+
+    return QValueActor(nn.Linear(n_obs, n_actions), in_keys=["observation"], spec=OneHot(n_actions))
+
+
+def test_readme_egreedy_wrapper():
+    # 002 l.478-484 (000 l.176-180 writes set_exploration_mode("random") / ("mode"), the
+    # names TorchRL later replaced by set_exploration_type and ExplorationType).
+    from rl.envs.utils import ExplorationType, set_exploration_type
+    from rl.modules import EGreedyWrapper
+
+    torch.manual_seed(0)
+    policy = _qvalue_actor()
+    obs = torch.randn(1000, 3)
+    greedy = policy(TensorDict({"observation": obs}, [1000]))["action"]
+
+    policy_explore = EGreedyWrapper(policy)
+    tensordict = TensorDict({"observation": obs}, [1000])
+    with set_exploration_type(ExplorationType.RANDOM):
+        tensordict = policy_explore(tensordict)  # will use eps-greedy
+    explored = tensordict["action"]
+    assert explored.shape == (1000, 4) and (explored.sum(-1) == 1).all()
+    # eps starts at 1: uniform actions, the greedy one about a quarter of the time
+    agree = (explored == greedy).all(-1).float().mean()
+    assert 0.15 < agree < 0.35
+    tensordict = TensorDict({"observation": obs}, [1000])
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        tensordict = policy_explore(tensordict)  # will not use eps-greedy
+    assert (tensordict["action"] == greedy).all()
+
+
+def test_readme_dqn_loss():
+    # 000 l.184-190 / 002 l.496-501; value_network, replay_buffer and batch_size are
+    # the snippet's assumed objects.
+    from rl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    torch.manual_seed(0)
+    value_network = _qvalue_actor()
+    n = 32
+    replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(n))
+    replay_buffer.extend(
+        TensorDict(
+            {
+                "observation": torch.randn(n, 3),
+                "action": torch.nn.functional.one_hot(torch.randint(4, (n,)), 4),
+                "next": {
+                    "observation": torch.randn(n, 3),
+                    "reward": torch.randn(n, 1),
+                    "done": (done := torch.rand(n, 1) < 0.2),
+                    "terminated": done.clone(),
+                },
+            },
+            [n],
+        )
+    )
+    batch_size = 8
+
+    from rl.objectives import DQNLoss
+
+    loss_module = DQNLoss(value_network=value_network, gamma=0.99)
+    tensordict = replay_buffer.sample(batch_size)
+    loss = loss_module(tensordict)
+    assert tensordict.batch_size == (batch_size,)
+    # one-step TD target from the (initially identical) target network, squared error
+    net = value_network.module[0].module
+    with torch.no_grad():
+        q_next = net(tensordict["next", "observation"]).max(-1).values
+        not_term = (~tensordict["next", "terminated"]).squeeze(-1).float()
+        target = tensordict["next", "reward"].squeeze(-1) + 0.99 * not_term * q_next
+    pred = (net(tensordict["observation"]) * tensordict["action"]).sum(-1)
+    torch.testing.assert_close(loss["loss"], ((pred - target) ** 2).mean())
+    loss["loss"].backward()
+    assert net.weight.grad is not None and net.weight.grad.abs().sum() > 0
+
+
+def test_readme_vec_td_lambda_return_estimate():
+    # 002 l.504-506 (with terminated); 000 l.192-194 omits it (terminated = done)
+    from rl.objectives.value.functional import vec_td_lambda_return_estimate
+
+    torch.manual_seed(0)
+    gamma, lmbda = 0.99, 0.9
+    B, T = 2, 7
+    next_state_value = torch.randn(B, T, 1)
+    reward = torch.randn(B, T, 1)
+    done = torch.zeros(B, T, 1, dtype=torch.bool)
+    done[0, 3] = True  # an episode ends inside the first trajectory
+    done[:, -1] = True
+    terminated = torch.zeros_like(done)
+    terminated[0, 3] = True  # a terminal state; the last steps are truncations
+    advantage = vec_td_lambda_return_estimate(
+        gamma, lmbda, next_state_value, reward, done, terminated
+    )
+
+    def plain(done, terminated):  # the TD(lambda) return, one step at a time
+        out = torch.zeros(B, T, 1)
+        for b in range(B):
+            g = None
+            for t in reversed(range(T)):
+                v = next_state_value[b, t]
+                not_term = 1.0 - terminated[b, t].float()
+                if done[b, t]:
+                    g = reward[b, t] + gamma * not_term * v
+                else:
+                    g = reward[b, t] + gamma * not_term * ((1 - lmbda) * v + lmbda * g)
+                out[b, t] = g
+        return out
+
+    assert advantage.shape == (B, T, 1)
+    torch.testing.assert_close(advantage, plain(done, terminated))
+    advantage = vec_td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done)
+    torch.testing.assert_close(advantage, plain(done, done))
+
+
+def test_tutorial_ddpg_loss():
+    # 003 l.822-877
+    # TorchRL delivers meta-RL compatible loss functions
+    # Disclaimer: This APi may change in the future
+    from rl.objectives import DDPGLoss
+
+    actor_module = nn.Linear(3, 1)
+    actor = TensorDictModule(actor_module, in_keys=["observation"], out_keys=["action"])
+
+    class ConcatModule(nn.Linear):
+        def forward(self, obs, action):
+            return super().forward(torch.cat([obs, action], -1))
+
+    value_module = ConcatModule(4, 1)
+    value = TensorDictModule(
+        value_module, in_keys=["observation", "action"], out_keys=["state_action_value"]
+    )
+    loss_fn = DDPGLoss(actor, value)
+    loss_fn.make_value_estimator(loss_fn.default_value_estimator, gamma=0.99)
+    tensordict = TensorDict(
+        {
+            "observation": torch.randn(10, 3),
+            "next": {
+                "observation": torch.randn(10, 3),
+                "reward": torch.randn(10, 1),
+                "done": torch.zeros(10, 1, dtype=torch.bool),
+            },
+            "action": torch.randn(10, 1),
+        },
+        batch_size=[10],
+        device="cpu",
+    )
+    loss_td = loss_fn(tensordict)
+    assert set(loss_td.keys()) == {
+        "loss_actor",
+        "loss_value",
+        "pred_value",
+        "pred_value_max",
+        "target_value",
+        "target_value_max",
+        "td_error",
+    }
+    assert loss_td.batch_size == torch.Size([])
+    for key in ("loss_actor", "loss_value", "pred_value_max", "target_value_max"):
+        assert loss_td[key].shape == torch.Size([]), key
+    for key in ("pred_value", "target_value", "td_error"):
+        assert loss_td[key].shape == torch.Size([10]), key
+    # the values: the target networks start equal to the trained ones
+    obs, next_obs = tensordict["observation"], tensordict["next", "observation"]
+    with torch.no_grad():
+        target = tensordict["next", "reward"].squeeze(-1) + 0.99 * value_module(
+            next_obs, actor_module(next_obs)
+        ).squeeze(-1)
+        pred = value_module(obs, tensordict["action"]).squeeze(-1)
+        loss_actor = -value_module(obs, actor_module(obs)).mean()
+    torch.testing.assert_close(loss_td["target_value"], target)
+    torch.testing.assert_close(loss_td["pred_value"], pred)
+    torch.testing.assert_close(loss_td["loss_value"], ((pred - target) ** 2).mean())
+    torch.testing.assert_close(loss_td["loss_actor"], loss_actor)
+    # the squared TD error, as TorchRL writes it (the priority of a prioritized buffer)
+    torch.testing.assert_close(loss_td["td_error"], (pred - target) ** 2)
+    torch.testing.assert_close(loss_td["pred_value_max"], pred.max())
+    torch.testing.assert_close(loss_td["target_value_max"], target.max())
+
+    # print(tensordict): the loss wrote td_error into the input (l.865-877)
+    assert set(tensordict.keys()) == {"action", "next", "observation", "td_error"}
+    assert set(tensordict["next"].keys()) == {"done", "observation", "reward"}
+    assert tensordict["td_error"].shape == (10,)
+    torch.testing.assert_close(tensordict["td_error"], loss_td["td_error"])

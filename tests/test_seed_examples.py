@@ -1237,3 +1237,126 @@ def test_tutorial_ddpg_loss():
     assert set(tensordict["next"].keys()) == {"done", "observation", "reward"}
     assert tensordict["td_error"].shape == (10,)
     torch.testing.assert_close(tensordict["td_error"], loss_td["td_error"])
+
+
+# ------------------------------------------------------------------ collectors and loops
+
+
+def test_tutorial_multi_collectors():
+    # 003 l.717-817. trust_policy=True is the one addition: the tutorial's untrained
+    # nn.Linear actor writes Pendulum actions outside [-2, 2], which rl's collectors
+    # reject by default (TorchRL's pass them on and gym clips them).
+    from rl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector
+    from rl.envs import EnvCreator, SerialEnv
+    from rl.envs.libs.gym import GymEnv
+
+    parallel_env = SerialEnv(
+        3,
+        EnvCreator(lambda: GymEnv("Pendulum-v1")),
+    )
+    create_env_fn = [parallel_env, parallel_env]
+    actor_module = nn.Linear(3, 1)
+    actor = TensorDictModule(actor_module, in_keys=["observation"], out_keys=["action"])
+
+    root = {"action", "collector", "done", "next", "observation", "terminated", "truncated"}
+    nxt = {"done", "observation", "reward", "terminated", "truncated"}
+
+    def check(d, batch):
+        assert d.batch_size == torch.Size(batch)
+        assert set(d.keys()) == root and set(d["next"].keys()) == nxt
+        assert d["action"].shape == (*batch, 1) and d["observation"].shape == (*batch, 3)
+        assert d["next", "observation"].shape == (*batch, 3)
+        assert d["next", "reward"].shape == (*batch, 1)
+        assert d["collector", "traj_ids"].shape == batch
+        assert d["collector", "traj_ids"].dtype == torch.int64
+        assert d["done"].dtype == torch.bool and d["done"].shape == (*batch, 1)
+        # the policy's actions, on the observations it saw
+        with torch.no_grad():
+            torch.testing.assert_close(d["action"], actor_module(d["observation"]))
+
+    # Sync data collector
+    devices = ["cpu", "cpu"]
+    collector = MultiSyncDataCollector(
+        create_env_fn=create_env_fn,  # either a list of functions or a ParallelEnv
+        policy=actor,
+        total_frames=240,
+        max_frames_per_traj=-1,  # envs are terminating, we don't need to stop them early
+        frames_per_batch=60,  # we want 60 frames at a time (we have 3 envs per sub-collector)
+        device=devices,
+        trust_policy=True,
+    )
+    for i, d in enumerate(collector):
+        if i == 0:
+            check(d, (2, 3, 10))  # trajectories are split in [2 workers x 3 envs x 10 steps]
+        collector.update_policy_weights_()  # make sure that our policies have the latest weights if working on multiple devices
+    assert i == 3  # 240 frames / 60
+    collector.shutdown()
+    del collector
+
+    # async data collector: keeps working while you update your model
+    collector = MultiaSyncDataCollector(
+        create_env_fn=create_env_fn,  # either a list of functions or a ParallelEnv
+        policy=actor,
+        total_frames=240,
+        max_frames_per_traj=-1,  # envs are terminating, we don't need to stop them early
+        frames_per_batch=60,  # we want 60 frames at a time (we have 3 envs per sub-collector)
+        device=devices,
+        trust_policy=True,
+    )
+    for i, d in enumerate(collector):
+        if i == 0:
+            check(d, (3, 20))  # one worker's batch: [3 envs x 20 steps]
+        collector.update_policy_weights_()  # make sure that our policies have the latest weights if working on multiple devices
+    assert i == 3
+    collector.shutdown()
+    del collector
+    del create_env_fn
+    del parallel_env
+
+
+def test_readme_multi_async_collector_loop():
+    # 000 l.111-116 / 002 l.326-342 on a small budget, with device=["cpu", "cpu"]: the
+    # seed's devices=["cuda:0", "cuda:0"] is an old argument name that TorchRL 0.14 no
+    # longer has either (it takes device= per worker), and there is no GPU here. policy, loss_module and optim are the snippet's assumed objects: a
+    # one-weight policy on the pixels, a loss that moves that weight.
+    from rl.collectors import MultiaSyncDataCollector
+    from rl.envs.libs.gym import GymEnv
+
+    class PixelPolicy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(1))
+
+        def forward(self, pixels):
+            return torch.tanh(self.weight * pixels.float().mean((-3, -2, -1)).unsqueeze(-1))
+
+    policy = TensorDictModule(PixelPolicy(), in_keys=["pixels"], out_keys=["action"])
+
+    def loss_module(tensordict):
+        return (policy(tensordict.exclude("action"))["action"] - 1).pow(2).mean()
+
+    optim = torch.optim.SGD(policy.parameters(), lr=1.0)
+
+    env_make = lambda: GymEnv("Pendulum-v1", from_pixels=True)  # noqa: E731
+    collector = MultiaSyncDataCollector(
+        [env_make, env_make],
+        policy=policy,
+        device=["cpu", "cpu"],
+        total_frames=40,
+        frames_per_batch=10,
+    )
+    weights = []
+    for i, tensordict_data in enumerate(collector):  # noqa: B007  (as in the seed)
+        assert tensordict_data.batch_size == (10,)
+        assert tensordict_data["pixels"].shape == (10, 500, 500, 3)
+        assert tensordict_data["pixels"].dtype == torch.uint8
+        # the actions of the policy's weights at the time the worker acted
+        weights.append(policy.module.weight.item())
+        loss = loss_module(tensordict_data)
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+        collector.update_policy_weights_()
+    collector.shutdown()
+    assert i == 3
+    assert weights[0] == 0.0 and weights[-1] > 0.0  # the loss moves the weight up

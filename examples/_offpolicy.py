@@ -317,8 +317,8 @@ class Run:
 
 
 def cli(config_cls, presets: dict, default: str, description: str):
-    """Parses the command line; with several presets, one subcommand each
-    (``offline.py cql --seed 1``)."""
+    """Parses the command line into ``config_cls``; with several presets, one
+    subcommand each (``script.py preset --seed 1``)."""
     if len(presets) == 1:
         return tyro.cli(config_cls, default=presets[default][1], description=description)
     choices = tuple(

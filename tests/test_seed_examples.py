@@ -1360,3 +1360,140 @@ def test_readme_multi_async_collector_loop():
     collector.shutdown()
     assert i == 3
     assert weights[0] == 0.0 and weights[-1] > 0.0  # the loss moves the weight up
+
+
+def test_readme_ppo_script():
+    # 002 l.94-165 on a tiny budget: frames_per_batch=100, total_frames=200 and 2 epochs
+    # (the seed: 1000, 1_000_000 and 10); the rest as written.
+    from tensordict.nn.distributions import NormalParamExtractor
+
+    from rl.collectors import SyncDataCollector
+    from rl.data.replay_buffers import (
+        LazyTensorStorage,
+        SamplerWithoutReplacement,
+        TensorDictReplayBuffer,
+    )
+    from rl.envs.libs.gym import GymEnv
+    from rl.modules import ProbabilisticActor, TanhNormal, ValueOperator
+    from rl.objectives import ClipPPOLoss
+    from rl.objectives.value import GAE
+
+    torch.manual_seed(0)
+    env = GymEnv("Pendulum-v1")
+    model = TensorDictModule(
+        nn.Sequential(
+            nn.Linear(3, 128), nn.Tanh(),
+            nn.Linear(128, 128), nn.Tanh(),
+            nn.Linear(128, 128), nn.Tanh(),
+            nn.Linear(128, 2),
+            NormalParamExtractor(),
+        ),
+        in_keys=["observation"],
+        out_keys=["loc", "scale"],
+    )  # fmt: skip
+    critic = ValueOperator(
+        nn.Sequential(
+            nn.Linear(3, 128), nn.Tanh(),
+            nn.Linear(128, 128), nn.Tanh(),
+            nn.Linear(128, 128), nn.Tanh(),
+            nn.Linear(128, 1),
+        ),
+        in_keys=["observation"],
+    )  # fmt: skip
+    actor = ProbabilisticActor(
+        model,
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": -1.0, "high": 1.0},
+        return_log_prob=True,
+    )
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(1000),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=50,
+    )
+    collector = SyncDataCollector(
+        env,
+        actor,
+        frames_per_batch=100,
+        total_frames=200,
+    )
+    loss_fn = ClipPPOLoss(actor, critic)
+    adv_fn = GAE(value_network=critic, average_gae=True, gamma=0.99, lmbda=0.95)
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=2e-4)
+    before = TensorDict.from_module(loss_fn).clone()
+
+    batches = updates = 0
+    for data in collector:  # collect data
+        batches += 1
+        assert data.batch_size == (100,)
+        assert data["action"].shape == (100, 1) and (data["action"].abs() <= 1).all()
+        assert data["action_log_prob"].shape == (100,)
+        for epoch in range(2):  # noqa: B007  (as in the seed)
+            adv_fn(data)  # compute advantage
+            assert data["advantage"].shape == data["value_target"].shape == (100, 1)
+            # average_gae: standardised advantages
+            assert abs(data["advantage"].mean().item()) < 1e-5
+            buffer.extend(data)
+            for sample in buffer:  # consume data
+                assert sample.batch_size == (50,)
+                loss_vals = loss_fn(sample)
+                loss_val = sum(value for key, value in loss_vals.items() if key.startswith("loss"))
+                loss_val.backward()
+                optim.step()
+                optim.zero_grad()
+                updates += 1
+        avg_reward = data["next", "reward"].mean().item()
+        assert -16.3 <= avg_reward <= 0.0  # Pendulum's reward range
+    assert batches == 2
+    # each epoch extends the 1000-item buffer by 100 and reads all of it 50 at a time:
+    # 100, 200 items in the first batch, 300, 400 in the second
+    assert updates == 2 + 4 + 6 + 8
+    assert {"loss_objective", "loss_critic", "loss_entropy"} <= set(loss_vals.keys())
+    after = TensorDict.from_module(loss_fn)
+    changed = (before != after).apply(lambda x: x.any(), batch_size=[]).any()
+    assert changed  # the optimizer moved the actor and the critic
+    collector.shutdown()
+
+
+def test_readme_off_policy_loop():
+    # 000 l.40-49 / 002 l.213-226: the + lines of the diff. The collector, replay buffer,
+    # loss and optimizer are the snippet's assumed objects: a DQN on CartPole, the loss
+    # returning its scalar "loss" entry.
+    from rl.collectors import SyncDataCollector
+    from rl.core import OneHot
+    from rl.data import LazyTensorStorage, TensorDictReplayBuffer
+    from rl.envs.libs.gym import GymEnv
+    from rl.modules import QValueActor
+    from rl.objectives import DQNLoss
+
+    torch.manual_seed(0)
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    policy = QValueActor(nn.Linear(4, 2), in_keys=["observation"], spec=OneHot(2))
+    collector = SyncDataCollector(env, policy, frames_per_batch=20, total_frames=60)
+    replay_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    dqn_loss = DQNLoss(policy, action_space="one-hot")
+
+    def loss_fn(tensordict):
+        return dqn_loss(tensordict)["loss"]
+
+    optim = torch.optim.Adam(dqn_loss.parameters(), lr=1e-2)
+    num_optim_steps, batch_size = 2, 3
+    weight = policy.module[0].module.weight
+    start = weight.detach().clone()
+
+    for i, tensordict in enumerate(collector):  # noqa: B007  (as in the seed)
+        replay_buffer.add(tensordict)
+        for j in range(num_optim_steps):  # noqa: B007
+            tensordict = replay_buffer.sample(batch_size)
+            loss = loss_fn(tensordict)
+            loss.backward()
+            optim.step()
+            optim.zero_grad()
+        # add() stores the whole batch as one item: a sample is [batch_size, 20]
+        assert tensordict.batch_size == (batch_size, 20)
+        assert loss.shape == torch.Size([]) and torch.isfinite(loss)
+    assert i == 2 and len(replay_buffer) == 3
+    assert not torch.equal(weight.detach(), start)
+    collector.shutdown()

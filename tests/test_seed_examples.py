@@ -3,35 +3,32 @@
 Each test runs one snippet as written, with ``torchrl.X`` replaced by the ``rl`` package
 that DESIGN.md maps it to (``torchrl.envs.libs.gym`` -> ``rl.envs.libs.gym``,
 ``torchrl.envs.utils`` -> ``rl.envs.utils``, ``torchrl.envs`` -> ``rl.envs``, spec classes
-of ``torchrl.data`` -> ``rl.core``), and checks the values, shapes and keys the document
-prints or implies. The seed files are named by their prefix: 000 and 002 are TorchRL's
-README at two ages, 001 and 004 documentation pages, 003 the ICML 2022 tutorial.
+of ``torchrl.data`` -> ``rl.core``, ``torchrl.modules`` -> ``rl.modules``,
+``torchrl.objectives`` -> ``rl.objectives``, ``torchrl.collectors`` -> ``rl.collectors``,
+replay buffers -> ``rl.data``), and checks the values, shapes and keys the document
+prints or implies. Where a snippet elides code (``...``, "assuming a collector, a loss
+... have been instantiated"), the smallest stand-in with the same signature is used. The
+seed files are named by their prefix: 000 and 002 are TorchRL's README at two ages, 001
+and 004 documentation pages, 003 the ICML 2022 tutorial.
+
+Where a seed uses a name or argument that TorchRL 0.14 itself no longer has, the test
+follows TorchRL 0.14 and says so at the snippet: ``NormalParamsWrapper`` (removed; its
+docs end the network with ``NormalParamExtractor``), ``MLP(activation=...)``
+(``activation_class``), ``set_exploration_mode`` (``set_exploration_type``),
+``MultiaSyncDataCollector(devices=...)`` (``device=``), the ``"sample_log_prob"`` key
+(tensordict 0.15 writes ``"action_log_prob"``), and a bare ``MLP`` as
+``ActorValueOperator``'s value head (wrapped in a ``ValueOperator``). Budgets are cut to
+keep the file fast (the PPO script, the multiprocess collector loop).
+
+The multiprocess collectors of 003 l.717-817 run with ``trust_policy=True``: the
+tutorial's untrained ``nn.Linear`` actor writes actions outside Pendulum's [-2, 2], which
+rl's collectors reject by default where TorchRL's pass them to gym (which clips).
 
 Covered elsewhere: the replay-buffer snippets (000 l.120, 002 l.352-383, 003 l.135-198)
 run in packages/rl-data/tests/test_data_seeds.py.
 
-Left out here, because they need collectors, losses, trainers or ``torchrl.modules``
-(later stages), or are not code:
-
-- 000 l.40-49 / 002 l.213-226: off-policy loop over a collector with a loss.
-- 000 l.111-116 / 002 l.326-342, 003 l.719-817: ``MultiaSyncDataCollector`` /
-  ``MultiSyncDataCollector`` (only 003's ``SerialEnv(3, EnvCreator(...))`` runs here).
-- 000 l.150-172 / 002 l.425-470: ``ConvNet``, ``MLP``, ``NormalParamsWrapper``,
-  ``SafeModule``, ``ActorValueOperator``.
-- 000 l.176-180 / 002 l.478-484: ``EGreedyWrapper`` (the ``set_exploration_type``
-  context managers of 002 are tested on their own).
-- 000 l.184-194 / 002 l.496-506: ``DQNLoss``, ``vec_td_lambda_return_estimate``.
-- 002 l.94-165: the PPO script's ``ValueOperator``, ``ProbabilisticActor``,
-  ``TanhNormal``, ``SyncDataCollector``, ``ClipPPOLoss``, ``GAE`` (its env, its
-  ``TensorDictModule`` model and its buffer run here and in rl-data's tests).
-- 002 l.372-383: ``D4RLExperienceReplay`` (offline datasets; the sampler import runs in
-  rl-data's tests).
-- 003 l.336-366 (``MLP``, ``ConvNet``), the ``MLP`` value head of l.389-390 and the
-  ensembling of l.453-534 built on it, l.536-554 (``SafeModule``, ``Actor``; the
-  ``BoundedTensorSpec`` of l.539 runs here), l.555-608 (``TanhNormal``), l.822-877
-  (``DDPGLoss``).
-- In 003 l.632-716 the actor is ``SafeModule(..., spec=action_spec)``; without
-  ``safe=True`` that is a ``TensorDictModule``, which is what runs here.
+Left out: 002 l.372-383, ``D4RLExperienceReplay`` (offline datasets; the sampler import
+runs in rl-data's tests), and the prose of the seeds that is not code.
 """
 
 from __future__ import annotations
@@ -676,16 +673,21 @@ def test_tutorial_vectorized_envs():
 
 
 def test_tutorial_env_and_module_loops():
-    # 003 l.631-716; the tutorial's SafeModule(actor_module, spec=action_spec, ...) is a
-    # TensorDictModule here (see the module docstring).
+    # 003 l.631-716. The tutorial gives the actor the env's action spec so that its
+    # actions lie in Pendulum's [-2, 2]; SafeModule projects onto the spec only with
+    # safe=True (in TorchRL too), so safe=True is added here.
     from rl.envs.libs.gym import GymEnv
     from rl.envs.utils import step_mdp
+    from rl.modules import SafeModule
 
     env = GymEnv("Pendulum-v1")
     action_spec = env.action_spec
     actor_module = nn.Linear(3, 1)
-    actor = TensorDictModule(actor_module, in_keys=["observation"], out_keys=["action"])
+    actor = SafeModule(
+        actor_module, spec=action_spec, in_keys=["observation"], out_keys=["action"], safe=True
+    )
     assert action_spec.shape == (1,)
+    assert actor.spec["action"] is action_spec or actor.spec["action"] == action_spec
 
     torch.manual_seed(0)
     env.set_seed(0)
@@ -703,6 +705,10 @@ def test_tutorial_env_and_module_loops():
     assert tensordicts.batch_size == (100,)
     assert tensordicts["next", "observation"].shape == (100, 3)
     assert tensordicts["action"].shape == (100, 1) and tensordicts["done"].shape == (100, 1)
+    assert action_spec.is_in(tensordicts["action"])  # projected: within [-2, 2]
+    with torch.no_grad():
+        raw = actor_module(tensordicts["observation"])
+        torch.testing.assert_close(tensordicts["action"], raw.clamp(-2.0, 2.0))
 
     # equivalent
     torch.manual_seed(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from tensordict.nn import TensorDictModule
 
 from rl.collectors import Collector, SyncDataCollector
 from rl.core import ExplorationType, exploration_type
-from rl.envs import PendulumEnv
+from rl.envs import GymEnv, PendulumEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _collector_helpers import (  # noqa: E402
@@ -292,3 +293,38 @@ class TestSplitTrajectories:
 
         with pytest.raises(KeyError, match="needs the trajectory ids"):
             split_trajectories(TensorDict(obs=torch.zeros(3), batch_size=[3]))
+
+
+class TestEnvStateLoading:
+    """A saved env state is restored without unpickling arbitrary objects."""
+
+    def test_gym_state_round_trip(self):
+        import numpy as np
+
+        from rl.collectors._env_state import env_state, load_env_state
+
+        env = GymEnv("CartPole-v1")
+        env.set_seed(3)
+        env.reset()
+        state = env_state(env)
+        expected = env.env.unwrapped.state.copy()
+        draw = env.env.unwrapped.np_random.random()
+        env.rand_step()
+        load_env_state(env, state)
+        np.testing.assert_array_equal(env.env.unwrapped.state, expected)
+        assert env.env.unwrapped.np_random.random() == draw
+
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            b"cos\nsystem\n(S'echo pwned'\ntR.",
+            b"cbuiltins\neval\n(S'1+1'\ntR.",
+            b"cgymnasium.envs.registration\nload_env_creator\n(S'os:system'\ntR.",
+        ],
+    )
+    def test_crafted_state_is_refused(self, payload):
+        from rl.collectors._env_state import load_env_state
+
+        state = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        with pytest.raises(pickle.UnpicklingError, match="refusing to load"):
+            load_env_state(GymEnv("CartPole-v1"), state)

@@ -9,10 +9,17 @@ not. So the state is taken per kind of env: the gym env (or the sub-envs of a
 updates the objects in place (``__dict__``), so references held elsewhere (a
 ``SerialEnv``'s workers, bound methods) keep working. A :class:`~rl.envs.ParallelEnv`
 keeps its state in its worker processes: it has none to save.
+
+Loading does not unpickle arbitrary objects: the unpickler resolves only classes of
+gymnasium, numpy, rl and the standard containers, plus the few functions numpy and torch
+rebuild their arrays and generators with. A payload naming anything else (``os.system``,
+``builtins.eval``, any other function) raises ``pickle.UnpicklingError``.
 """
 
 from __future__ import annotations
 
+import builtins
+import io
 import pickle
 from typing import Any
 
@@ -70,6 +77,50 @@ def env_state(env: EnvBase) -> torch.Tensor | None:
     return torch.frombuffer(bytearray(payload), dtype=torch.uint8)
 
 
+_CLASS_MODULES = ("gymnasium.", "numpy", "rl.", "collections")
+_SAFE_BUILTINS = {
+    "set", "frozenset", "slice", "range", "complex", "bytearray", "bytes", "dict",
+    "list", "tuple", "int", "float", "bool", "str", "object",
+}  # fmt: skip
+_SAFE_FUNCTIONS = {
+    ("copyreg", "_reconstructor"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._pickle", "__randomstate_ctor"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+}
+
+
+class _EnvStateUnpickler(pickle.Unpickler):
+    """Resolves only env-state classes and the array/generator rebuild functions."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins":
+            if name in _SAFE_BUILTINS:
+                return getattr(builtins, name)
+        elif (module, name) in _SAFE_FUNCTIONS:
+            return super().find_class(module, name)
+        elif module.startswith(_CLASS_MODULES) and "." not in name:
+            obj = super().find_class(module, name)
+            if isinstance(obj, type):
+                return obj
+        raise pickle.UnpicklingError(
+            f"refusing to load {module}.{name} from a saved env state: only gymnasium, "
+            "numpy and rl classes and array rebuild functions are allowed"
+        )
+
+
 def load_env_state(env: EnvBase, state: torch.Tensor) -> None:
-    """Restores :func:`env_state` into ``env`` in place (unpickles: trusted data only)."""
-    _load(env, pickle.loads(state.numpy().tobytes()))
+    """Restores :func:`env_state` into ``env`` in place.
+
+    Raises:
+        pickle.UnpicklingError: the state names an object outside the allowed classes
+            (a crafted checkpoint), before anything is executed or restored.
+    """
+    payload = state.numpy().tobytes()
+    _load(env, _EnvStateUnpickler(io.BytesIO(payload)).load())

@@ -20,9 +20,9 @@ docs end the network with ``NormalParamExtractor``), ``MLP(activation=...)``
 ``ActorValueOperator``'s value head (wrapped in a ``ValueOperator``). Budgets are cut to
 keep the file fast (the PPO script, the multiprocess collector loop).
 
-The multiprocess collectors of 003 l.717-817 run with ``trust_policy=True``: the
-tutorial's untrained ``nn.Linear`` actor writes actions outside Pendulum's [-2, 2], which
-rl's collectors reject by default where TorchRL's pass them to gym (which clips).
+The multiprocess collectors of 003 l.717-817 run as written: the tutorial's untrained
+``nn.Linear`` actor writes actions outside Pendulum's [-2, 2], which rl's collectors pass
+on with a warning (gym clips them), as TorchRL's pass them on.
 
 Covered elsewhere: the replay-buffer snippets (000 l.120, 002 l.352-383, 003 l.135-198)
 run in packages/rl-data/tests/test_data_seeds.py.
@@ -1249,9 +1249,8 @@ def test_tutorial_ddpg_loss():
 
 
 def test_tutorial_multi_collectors():
-    # 003 l.717-817. trust_policy=True is the one addition: the tutorial's untrained
-    # nn.Linear actor writes Pendulum actions outside [-2, 2], which rl's collectors
-    # reject by default (TorchRL's pass them on and gym clips them).
+    # 003 l.717-817, as written. The tutorial's untrained nn.Linear actor writes Pendulum
+    # actions outside [-2, 2]: rl's collectors warn and pass them on (gym clips them).
     from rl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector
     from rl.envs import EnvCreator, SerialEnv
     from rl.envs.libs.gym import GymEnv
@@ -1289,7 +1288,6 @@ def test_tutorial_multi_collectors():
         max_frames_per_traj=-1,  # envs are terminating, we don't need to stop them early
         frames_per_batch=60,  # we want 60 frames at a time (we have 3 envs per sub-collector)
         device=devices,
-        trust_policy=True,
     )
     for i, d in enumerate(collector):
         if i == 0:
@@ -1307,7 +1305,6 @@ def test_tutorial_multi_collectors():
         max_frames_per_traj=-1,  # envs are terminating, we don't need to stop them early
         frames_per_batch=60,  # we want 60 frames at a time (we have 3 envs per sub-collector)
         device=devices,
-        trust_policy=True,
     )
     for i, d in enumerate(collector):
         if i == 0:

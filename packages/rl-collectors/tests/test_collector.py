@@ -128,6 +128,17 @@ class TestCollector:
         with pytest.raises(ValueError, match=r"action 'action' = tensor\(\[5, 5\]\).*Categorical"):
             next(iter(collector))
 
+    def test_continuous_action_beyond_bounds_warns(self):
+        loud = TensorDictModule(
+            lambda obs: torch.full((*obs.shape[:-1], 1), 3.0),
+            in_keys=["observation"],
+            out_keys=["action"],
+        )
+        collector = Collector(PendulumEnv(), loud, frames_per_batch=4, total_frames=4)
+        with pytest.warns(UserWarning, match=r"action 'action' = tensor\(\[3\.\]\).*Bounded"):
+            batch = next(iter(collector))
+        assert (batch["action"] == 3.0).all()
+
     def test_exploration_type_set_while_acting(self):
         seen = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from rl.core import Bounded
 from rl.envs import EnvBase, StepCounter, TransformedEnv
 
 __all__ = [
@@ -155,8 +157,14 @@ class TrajIds:
 
 
 def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | None) -> None:
-    """Raises naming the key, spec and value when an action of the ``[*B, T]`` batch
-    (at ``steps``, all when ``None``) is outside ``env.full_action_spec``."""
+    """Reports, naming the key, spec and value, an action of the ``[*B, T]`` batch (at
+    ``steps``, all when ``None``) outside ``env.full_action_spec``.
+
+    A missing key, a wrong shape or a discrete action outside its spec raises (the env
+    cannot act on it). A continuous action beyond the bounds of a ``Bounded`` spec warns
+    once per collector instead: gymnasium clips such actions, as TorchRL's collectors
+    rely on, and an untrained linear policy writes them routinely.
+    """
     nb = len(env.batch_size)
     spec = env.full_action_spec
     total = tensordict.batch_size[nb]
@@ -176,10 +184,14 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
                     f"expected {tuple(leaf.shape)} from action_spec {leaf!r}"
                 )
             if not leaf.is_in(step_value):
-                raise ValueError(
+                message = (
                     f"the policy wrote action {key!r} = {step_value} (step {t}), outside "
                     f"action_spec {leaf!r}"
                 )
+                if isinstance(leaf, Bounded) and step_value.is_floating_point():
+                    warnings.warn(message + "; the env receives it as is", stacklevel=3)
+                    return
+                raise ValueError(message)
 
 
 def rng_state() -> dict:

@@ -69,7 +69,8 @@ class Collector(CollectorBase):
         replay_buffer: batches are written into it with its ``extend`` (flattened to
             ``[frames]`` for a one-dimensional storage) and the iterator yields ``None``.
         extend_buffer: kept for TorchRL compatibility (batches are always extended).
-        trust_policy: skip the check of the first batch's actions against the spec.
+        trust_policy: skip the checks of the actions against the spec (before the first
+            batch and at the last step of every batch).
         compile_policy: ``torch.compile`` the policy (``True`` or the compile kwargs).
         track_traj_ids: write ``("collector", "traj_ids")``.
 

@@ -357,3 +357,23 @@ class TestCheckpointedHooks:
             UserWarning, match="environment could not be saved .* not be bit-identical"
         ):
             trainer.train()
+
+    @pytest.mark.parametrize(
+        "state",
+        [
+            {"frames": 1, "exact": False, "workers": [{"env_state": torch.zeros(1)}]},
+            {"frames": 1, "exact": True, "workers": [{"root": None}]},
+        ],
+        ids=["async-order", "worker-env-unsaved"],
+    )
+    def test_multiprocess_collector_inexact_resume_is_reported(self, tmp_path, state):
+        class MultiProcess:
+            def __iter__(self):
+                yield TensorDict(batch_size=[1])
+
+            def state_dict(self):
+                return state
+
+        trainer = _trainer(MultiProcess(), save_trainer_file=tmp_path / "c.pt")
+        with pytest.warns(UserWarning, match="runs in worker processes .* not be bit-identical"):
+            trainer.train()

@@ -393,11 +393,18 @@ class _MultiCollector(CollectorBase):
                 seed = new_seed
         return seed
 
+    #: whether a resume from :meth:`state_dict` replays the same batches (the async
+    #: collector's batch order depends on the workers' timing)
+    _exact_resume = True
+
     def state_dict(self) -> dict:
-        """Frames counted and each worker's collector state (see ``Collector.state_dict``)."""
+        """Frames counted and each worker's collector state (see ``Collector.state_dict``);
+        ``"exact"`` says whether resuming from it gives the batches an uninterrupted run
+        would have given."""
         return {
             "frames": self._frames,
             "iter": self._iter,
+            "exact": self._exact_resume,
             "workers": [pickle.loads(self._call(i, "state_dict")) for i in range(self.num_workers)],
         }
 
@@ -547,6 +554,8 @@ class MultiAsyncCollector(_MultiCollector):
         [(3, 20), (3, 20), (3, 20), (3, 20)]
         >>> collector.shutdown()
     """
+
+    _exact_resume = False
 
     _sync = False
 

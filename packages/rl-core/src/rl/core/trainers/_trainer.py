@@ -420,6 +420,17 @@ class Trainer:
                         "pickle): a run resumed from this checkpoint continues from it but "
                         "will not be bit-identical to an uninterrupted run"
                     )
+            workers = cstate.get("workers") if isinstance(cstate, dict) else None
+            if workers is not None and (
+                cstate.get("exact") is False
+                or any(isinstance(w, dict) and "env_state" not in w for w in workers)
+            ):
+                self._warn_once(
+                    f"the collector ({type(self.collector).__name__}) runs in worker "
+                    "processes whose batches or environments cannot be replayed exactly: a "
+                    "run resumed from this checkpoint continues from it but will not be "
+                    "bit-identical to an uninterrupted run"
+                )
             state["collector"] = to_plain(cstate)
         else:
             self._warn_once(

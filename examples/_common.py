@@ -12,7 +12,7 @@ import torch
 
 from rl.core import ExplorationType, set_exploration_type
 from rl.core.loggers import CSVLogger
-from rl.core.trainers._progress import EpisodeReturns, ProgressBar
+from rl.core.trainers import EpisodeReturns, ProgressBar
 from rl.envs import PROBES, GymEnv, VideoRecorder
 
 __all__ = [

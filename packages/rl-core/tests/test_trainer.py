@@ -9,8 +9,14 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core.trainers import HOOK_POINTS, EarlyStopping, LogScalar, Trainer
-from rl.core.trainers._progress import EpisodeReturns, ProgressBar
+from rl.core.trainers import (
+    HOOK_POINTS,
+    EarlyStopping,
+    EpisodeReturns,
+    LogScalar,
+    ProgressBar,
+    Trainer,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _rl_core_trainer_fakes import FakeCollector, FakeLoss  # noqa: E402

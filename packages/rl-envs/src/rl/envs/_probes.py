@@ -84,8 +84,11 @@ class _Probe(NativeEnv):
 
     # ---------------------------------------------------------------- what to learn
     def expected_value(self, observation: torch.Tensor, gamma: float = 0.99) -> torch.Tensor:
-        """The value of the optimal policy at ``observation`` (``[*B, 1]`` -> ``[*B, 1]``)."""
-        raise NotImplementedError
+        """The value of the optimal policy at ``observation`` (``[*B, 1]`` -> ``[*B, 1]``).
+
+        Every probe defines it; ``_Probe`` itself is an abstract base.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define expected_value()")
 
     def optimal_action(self, observation: torch.Tensor) -> torch.Tensor:
         """The best action at ``observation``: an action index ``[*B]`` (discrete) or a
@@ -123,7 +126,8 @@ class _Probe(NativeEnv):
         return action[..., 1].to(torch.float32)
 
     def _reward(self, action: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The reward of this step for the decoded ``action`` (``[*B]``); each probe's own."""
+        raise NotImplementedError(f"{type(self).__name__} does not define _reward()")
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = self._action_value(tensordict)

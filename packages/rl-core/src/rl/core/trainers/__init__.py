@@ -20,6 +20,7 @@ from ._hooks_optim import (
     TargetNetUpdaterHook,
     UpdateWeights,
 )
+from ._progress import EpisodeReturns, ProgressBar
 from ._trainer import HOOK_POINTS, Trainer, TrainerHookBase
 
 __all__ = [
@@ -28,10 +29,12 @@ __all__ = [
     "CheckpointError",
     "CountFramesLog",
     "EarlyStopping",
+    "EpisodeReturns",
     "LRSchedulerHook",
     "LogScalar",
     "LogValidationReward",
     "OptimizerHook",
+    "ProgressBar",
     "ReplayBufferTrainer",
     "RewardNormalizer",
     "SelectKeys",

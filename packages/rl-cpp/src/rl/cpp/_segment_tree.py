@@ -86,6 +86,10 @@ def _torch_dtype(dtype: np.dtype) -> Any:
         return _TORCH_DTYPES[dtype]
 
 
+def _torch_bool() -> Any:
+    return sys.modules["torch"].bool
+
+
 class _SegmentTree:
     """Shared implementation of :class:`SumSegmentTree` and :class:`MinSegmentTree`."""
 
@@ -146,11 +150,14 @@ class _SegmentTree:
         """Sets the priorities at ``indices`` to ``values``.
 
         Args:
-            indices: a Python int, or an int64 array (numpy or torch, any shape,
-                contiguous, on the tree's device) or a list of ints.
-            values: a number broadcast to every index, or an array of the tree's
-                dtype with as many elements as ``indices``. With repeated indices the
-                last occurrence wins.
+            indices: a Python int, or an integer array (numpy or torch, any shape,
+                contiguous, on the tree's device; int64 passes without a copy, other
+                integer dtypes are converted) or a list of ints.
+            values: a number broadcast to every index, or an array with as many
+                elements as ``indices``. An array of the tree's dtype passes without a
+                copy; other real dtypes (float64 for a float32 tree, ints, bools) are
+                cast to the tree's dtype, as TorchRL's trees do. With repeated indices
+                the last occurrence wins.
 
         Raises:
             IndexError: an index is outside ``[0, capacity)``.
@@ -306,10 +313,7 @@ class _SegmentTree:
                     f"{self._device} (the tree's device)"
                 )
             if x.dtype != dtype:
-                raise TypeError(
-                    f"{name} has dtype {x.dtype}, expected {dtype} "
-                    f"(convert it with .astype(np.{dtype.name}))"
-                )
+                x = self._convert_numpy(x, name, dtype)
             if not x.flags.c_contiguous:
                 raise TypeError(
                     f"{name} is not contiguous (strides {x.strides}); expected a C-contiguous "
@@ -333,12 +337,32 @@ class _SegmentTree:
             f"got {type(x).__name__}"
         )
 
+    @staticmethod
+    def _convert_numpy(x: np.ndarray, name: str, dtype: np.dtype) -> np.ndarray:
+        # As TorchRL's trees: priorities of any real dtype (float64, int, bool) are cast to
+        # the tree's dtype, indices of any integer dtype to int64; other dtypes are refused.
+        kinds = "iu" if dtype == _INT64 else "biuf"
+        if x.dtype.kind not in kinds:
+            what = "an integer" if dtype == _INT64 else "a real (float, int or bool)"
+            raise TypeError(
+                f"{name} has dtype {x.dtype}, expected {dtype} or {what} dtype to convert from"
+            )
+        return np.ascontiguousarray(x, dtype=dtype)
+
     def _tensor(self, x: Any, name: str, dtype: np.dtype) -> tuple[Any, str, tuple]:
         expected = _torch_dtype(dtype)
         if x.dtype != expected:
-            raise TypeError(
-                f"{name} has dtype {x.dtype}, expected {expected} (convert it with .to({expected}))"
-            )
+            if dtype == _INT64:
+                ok = not (x.is_floating_point() or x.is_complex() or x.dtype is _torch_bool())
+            else:
+                ok = not x.is_complex()
+            if not ok:
+                what = "an integer" if dtype == _INT64 else "a real (float, int or bool)"
+                raise TypeError(
+                    f"{name} has dtype {x.dtype}, expected {expected} or {what} dtype to "
+                    "convert from"
+                )
+            x = x.detach().to(expected).contiguous()
         if self._cuda:
             wrong_device = not x.is_cuda or x.device.index != self._device_index
         else:
@@ -418,8 +442,9 @@ class SumSegmentTree(_SegmentTree):
         """Smallest index ``i`` with ``priority[0] + ... + priority[i] > value``, per value.
 
         Args:
-            values: a number, or an array of the tree's dtype (numpy or torch, on the
-                tree's device). Values should lie in ``[0, total())``; a value at or
+            values: a number, or an array (numpy or torch, on the tree's device; other
+                real dtypes than the tree's are cast to it, as in :meth:`update`),
+                compared in the tree's dtype. Values should lie in ``[0, total())``; a value at or
                 above ``total()`` (float rounding) maps to the last index with a nonzero
                 priority, and every result is a valid index (0 on an all-zero tree).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from rl.cpp import MinSegmentTree, SumSegmentTree
@@ -13,6 +14,18 @@ from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
 
 _TREE_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+_NP_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+
+
+def _cpu_index(index: Any) -> np.ndarray | None:
+    """A contiguous int64 numpy view of a CPU index tensor (``None`` for anything else)."""
+    if type(index) is not torch.Tensor or index.device.type != "cpu":
+        return None
+    if index.dtype != torch.int64:
+        if index.dtype.is_floating_point or index.dtype == torch.bool:
+            raise TypeError(f"index must hold integers, got a tensor of dtype {index.dtype}")
+        index = index.long()
+    return np.ascontiguousarray(index.detach().numpy().reshape(-1))
 
 
 def _check_priority(priority: torch.Tensor) -> None:
@@ -80,6 +93,7 @@ class PrioritizedSampler(Sampler):
         eps: float = 1e-8,
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
+        max_priority_within_buffer: bool = False,
         device: torch.device | str | None = None,
     ) -> None:
         if isinstance(max_capacity, bool) or not isinstance(max_capacity, int) or max_capacity <= 0:
@@ -97,10 +111,14 @@ class PrioritizedSampler(Sampler):
         self._beta = float(beta)
         self._eps = float(eps)
         self.dtype = dtype
+        self._np_dtype = _NP_DTYPES[dtype]
         self.reduction = reduction
+        self._max_priority_within_buffer = bool(max_priority_within_buffer)
+        self._max_index = -1  # where the largest priority lives (within-buffer tracking)
         self._device_given = device is not None
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._max_priority = 1.0
+        self._pending_recompute = False
         self._init_trees()
 
     # -- trees -----------------------------------------------------------------------------------
@@ -123,7 +141,31 @@ class PrioritizedSampler(Sampler):
 
     @property
     def alpha(self) -> float:
+        """The priority exponent; setting it re-exponentiates the stored priorities.
+
+        The trees hold ``(p + eps) ** alpha``: a new ``alpha`` rewrites every stored value
+        to ``(p + eps) ** new_alpha`` (one pass over the capacity), so that sampling follows
+        the new exponent at once (as TorchRL does). From ``alpha=0`` the priorities cannot
+        be recovered: the stored values are kept until each item is updated again.
+        """
         return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        if not value >= 0:
+            raise ValueError(f"alpha must be non-negative, got {value}")
+        old, self._alpha = self._alpha, float(value)
+        if old == self._alpha or old == 0:
+            return
+        everything = torch.arange(self._max_capacity, device=self._device)
+        stored = torch.as_tensor(self._sum_tree[everything]).double()
+        written = stored > 0
+        if not bool(written.any()):
+            return
+        raw = (stored[written] ** (1.0 / old) - self._eps).clamp_min(0)
+        new = ((raw + self._eps) ** self._alpha).to(self.dtype)
+        self._sum_tree.update(everything[written], new)
+        self._min_tree.update(everything[written], new)
 
     @property
     def beta(self) -> float:
@@ -164,9 +206,33 @@ class PrioritizedSampler(Sampler):
     def extend(self, index: torch.Tensor) -> None:
         index = self._tree_index(index)
         if index.numel():
+            if self._max_priority_within_buffer and bool((index == self._max_index).any()):
+                # the item holding the largest priority was overwritten
+                self._recompute_max(exclude=index)
             value = self.default_priority
             self._sum_tree.update(index, value)
             self._min_tree.update(index, value)
+            if self._max_priority_within_buffer and self._max_index < 0:
+                self._max_index = int(index[-1])
+
+    @property
+    def max_priority_within_buffer(self) -> bool:
+        return self._max_priority_within_buffer
+
+    def _recompute_max(self, exclude: torch.Tensor | None = None) -> None:
+        """The largest priority stored now (``max_priority_within_buffer=True``)."""
+        everything = torch.arange(self._max_capacity, device=self._device)
+        stored = torch.as_tensor(self._sum_tree[everything]).double()
+        if exclude is not None:
+            stored[exclude] = 0.0
+        value, where = stored.max(0)
+        if not value > 0:
+            self._max_priority, self._max_index = 1.0, -1
+            return
+        if self._alpha > 0:
+            value = (value ** (1.0 / self._alpha) - self._eps).clamp_min(0)
+            self._max_priority = float(value)
+        self._max_index = int(where)
 
     def update_priority(self, index: Any, priority: Any) -> None:
         """Sets the priorities of ``index`` (tensor, array or int) to ``priority``.
@@ -174,6 +240,11 @@ class PrioritizedSampler(Sampler):
         Raises:
             ValueError: a priority is NaN, infinite or negative, or the sizes differ.
         """
+        if self._device.type == "cpu":
+            np_index = _cpu_index(index)
+            if np_index is not None:
+                self._update_cpu(np_index, priority)
+                return
         index = as_index_tensor(index, self._device)
         priority = torch.as_tensor(priority, device=self._device).detach()
         if priority.dtype != self.dtype:
@@ -202,10 +273,86 @@ class PrioritizedSampler(Sampler):
             high = float(priority.max())
         if last >= self._max_capacity:
             raise IndexError(f"index {last} is out of range for max_capacity={self._max_capacity}")
-        self._max_priority = max(self._max_priority, high)
+        self._track_max(index, priority, high)
         value = (priority + self._eps).pow_(self._alpha)
+        if not value.is_contiguous():
+            value = value.contiguous()
         self._sum_tree.update(index, value)
         self._min_tree.update(index, value)
+        if self._pending_recompute:
+            self._pending_recompute = False
+            self._recompute_max()
+
+    def _update_cpu(self, index: np.ndarray, priority: Any) -> None:
+        """``update_priority`` on CPU trees, with numpy arrays (a few us per call less)."""
+        if isinstance(priority, torch.Tensor):
+            priority = priority.detach()
+            if priority.device.type != "cpu":
+                priority = priority.cpu()
+            priority = priority.numpy()
+        priority = np.asarray(priority, dtype=self._np_dtype).reshape(-1)
+        n = index.shape[0]
+        if priority.shape[0] == 1 and n != 1:
+            priority = np.broadcast_to(priority, (n,))
+        elif priority.shape[0] != n:
+            raise ValueError(
+                f"got {priority.shape[0]} priorities for {n} indices; pass one per "
+                "index or a single value"
+            )
+        if n == 0:
+            return
+        value = priority + self._np_dtype.type(self._eps)
+        if self._alpha != 1.0:
+            # a negative priority gives NaN here, which the tree rejects below
+            with np.errstate(invalid="ignore", over="ignore"):
+                np.power(value, self._np_dtype.type(self._alpha), out=value)
+        try:
+            # the tree checks indices and values itself and is left unchanged on error
+            self._sum_tree.update(index, value)
+        except (IndexError, ValueError):
+            self._update_cpu_checked(index, priority)
+            return
+        self._min_tree.update(index, value)
+        self._track_max(index, priority, float(priority.max()))
+        if self._pending_recompute:
+            self._pending_recompute = False
+            self._recompute_max()
+
+    def _update_cpu_checked(self, index: np.ndarray, priority: np.ndarray) -> None:
+        """The checks of :meth:`_update_cpu` with clear messages; drops ``-1`` indices."""
+        low, high = float(priority.min()), float(priority.max())
+        if not (low >= 0 and high < math.inf):
+            _check_priority(torch.from_numpy(np.ascontiguousarray(priority)))
+        first, last = int(index.min()), int(index.max())
+        if first < 0:  # a max-value writer marks dropped items with -1
+            keep = index >= 0
+            index, priority = index[keep], priority[keep]
+            if index.shape[0] == 0:
+                return
+            high = float(priority.max())
+        if last >= self._max_capacity:
+            raise IndexError(f"index {last} is out of range for max_capacity={self._max_capacity}")
+        self._track_max(index, priority, high)
+        value = priority + self._np_dtype.type(self._eps)
+        if self._alpha != 1.0:
+            np.power(value, self._np_dtype.type(self._alpha), out=value)
+        self._sum_tree.update(index, value)
+        self._min_tree.update(index, value)
+        if self._pending_recompute:
+            self._pending_recompute = False
+            self._recompute_max()
+
+    def _track_max(self, index: Any, priority: Any, high: float) -> None:
+        if not self._max_priority_within_buffer:
+            if high > self._max_priority:
+                self._max_priority = high
+            return
+        if high >= self._max_priority:
+            self._max_priority = high
+            self._max_index = int(index[int(priority.argmax())])
+        elif bool((index == self._max_index).any()):
+            # the largest priority was lowered: after this write, look it up again
+            self._pending_recompute = True
 
     # -- reads -----------------------------------------------------------------------------------
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
@@ -218,14 +365,32 @@ class PrioritizedSampler(Sampler):
             raise RuntimeError(
                 f"cannot sample: the priorities of the {n} stored items sum to {p_sum}"
             )
-        mass = torch.rand(batch_size, dtype=self.dtype, device=self._device).mul_(p_sum)
-        index = self._sum_tree.scan_lower_bound(mass).clamp_(max=n - 1)
+        if self._device.type == "cpu":
+            # numpy views of the tensors: each small op costs ~1 us instead of ~4 us
+            mass = torch.rand(batch_size, dtype=self.dtype, generator=self._rng).numpy()
+            mass *= self._np_dtype.type(p_sum)
+            index = self._sum_tree.scan_lower_bound(mass)
+            np.minimum(index, n - 1, out=index)
+            priority = self._sum_tree[index]
+            if p_min > 0:
+                priority /= self._np_dtype.type(p_min)
+                weight = np.power(priority, self._np_dtype.type(-self._beta), out=priority)
+            else:
+                weight = np.power(priority, self._np_dtype.type(-self._beta))
+                weight /= weight.max()
+            if weight.dtype != np.float32:
+                weight = weight.astype(np.float32)
+            return torch.from_numpy(index), {"priority_weight": torch.from_numpy(weight)}
+        mass = torch.rand(batch_size, dtype=self.dtype, device=self._device, generator=self._rng)
+        index = self._sum_tree.scan_lower_bound(mass.mul_(p_sum)).clamp_(max=n - 1)
         priority = self._sum_tree[index]
         return index, {"priority_weight": importance_weights(priority, p_min, self._beta)}
 
     # -- state -----------------------------------------------------------------------------------
     def _empty(self) -> None:
         self._max_priority = 1.0
+        self._max_index = -1
+        self._pending_recompute = False
         self._init_trees()
 
     def state_dict(self) -> dict[str, Any]:
@@ -233,6 +398,10 @@ class PrioritizedSampler(Sampler):
         return {
             "max_capacity": self._max_capacity,
             "max_priority": self._max_priority,
+            "max_index": self._max_index,
+            "alpha": self._alpha,
+            "beta": self._beta,
+            "eps": self._eps,
             "sum": self._sum_tree[everything].cpu().clone(),
             "min": self._min_tree[everything].cpu().clone(),
         }
@@ -245,6 +414,10 @@ class PrioritizedSampler(Sampler):
             )
         self._init_trees()
         self._max_priority = float(state_dict["max_priority"])
+        self._max_index = int(state_dict.get("max_index", -1))
+        self._alpha = float(state_dict.get("alpha", self._alpha))
+        self._beta = float(state_dict.get("beta", self._beta))
+        self._eps = float(state_dict.get("eps", self._eps))
         everything = torch.arange(self._max_capacity, device=self._device)
         self._sum_tree.update(everything, state_dict["sum"].to(self._device, self.dtype))
         min_values = state_dict["min"].to(self._device, self.dtype)

@@ -22,6 +22,8 @@ class Sampler(StatelessComponent, ABC):
     """
 
     _epoch_based = False
+    # the random generator of the buffer (``ReplayBuffer(generator=...)``); None: torch's
+    _rng: torch.Generator | None = None
 
     @abstractmethod
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]: ...

@@ -13,30 +13,50 @@ from rl.data.replay_buffers._utils import KeyMismatchError, decode_tensordict, e
 from rl.data.replay_buffers.storages._base import Storage
 
 
+def _numpy_view(t: torch.Tensor) -> np.ndarray | None:
+    """A numpy view of a CPU tensor, or ``None`` (other device, no numpy dtype)."""
+    if t.device.type != "cpu" or t.requires_grad:
+        return None
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):  # bfloat16, conjugate views...
+        return None
+
+
+def _take(t: torch.Tensor, array: np.ndarray | None, index: torch.Tensor, np_index: Any):
+    if array is not None and np_index is not None:
+        # numpy's take along axis 0 costs ~3 us for 256 rows, index_select ~8 us
+        return torch.from_numpy(array.take(np_index, axis=0))
+    return t.index_select(0, index)
+
+
 class _GatherPlan:
     """The leaves of a stored TensorDict, grouped by nesting level, as plain tensors.
 
-    Gathering a batch walks this plan with ``index_select`` and builds the output with
-    ``TensorDict._new_unsafe``: no key validation, no batch-size inference, no per-call
-    traversal of the TensorDict machinery.
+    Gathering a batch walks this plan (numpy ``take`` on CPU, ``index_select``
+    elsewhere) and builds the output with ``TensorDict._new_unsafe``: no key validation,
+    no batch-size inference, no per-call traversal of the TensorDict machinery.
     """
 
     __slots__ = ("leaves", "children", "device")
 
     def __init__(self, td: TensorDictBase, view: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        self.leaves: list[tuple[str, torch.Tensor]] = []
+        self.leaves: list[tuple[str, torch.Tensor, np.ndarray | None]] = []
         self.children: list[tuple[str, _GatherPlan]] = []
         self.device = td.device
         for key, value in td.items():
             if isinstance(value, TensorDictBase):
                 self.children.append((key, _GatherPlan(value, view)))
             else:
-                self.leaves.append((key, view(value)))
+                leaf = view(value)
+                self.leaves.append((key, leaf, _numpy_view(leaf)))
 
-    def gather(self, index: torch.Tensor, batch_size: torch.Size) -> TensorDict:
-        source: dict[str, Any] = {key: t.index_select(0, index) for key, t in self.leaves}
+    def gather(self, index: torch.Tensor, np_index: Any, batch_size: torch.Size) -> TensorDict:
+        source: dict[str, Any] = {
+            key: _take(t, array, index, np_index) for key, t, array in self.leaves
+        }
         for key, plan in self.children:
-            source[key] = plan.gather(index, batch_size)
+            source[key] = plan.gather(index, np_index, batch_size)
         return TensorDict._new_unsafe(source, batch_size=batch_size, device=self.device)
 
 
@@ -135,6 +155,7 @@ class TensorStorage(Storage):
         else:
             self._is_td = False
             self._tensor = self._leaf_view(storage)
+            self._np_tensor = _numpy_view(self._tensor)
             self._item_batch = storage.shape[1:]
 
     def _leaf_view(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -291,15 +312,23 @@ class TensorStorage(Storage):
             index = index.long()
         if index.device != self._device:
             index = index.to(self._device, non_blocking=True)
+        np_index = index.numpy() if index.device.type == "cpu" else None
         if not self._is_td:
-            return self._tensor.index_select(0, index)
+            return _take(self._tensor, self._np_tensor, index, np_index)
         plan = self._plan
         batch_size = torch.Size((index.shape[0], *self._item_batch))
-        source: dict[str, Any] = {key: t.index_select(0, index) for key, t in plan.leaves}
-        for key, child in plan.children:
-            source[key] = child.gather(index, batch_size)
         if extra:
+            # entries given in extra (the sampled "index"...) are not read from the storage
+            source: dict[str, Any] = {
+                key: _take(t, array, index, np_index)
+                for key, t, array in plan.leaves
+                if key not in extra
+            }
             source.update(extra)
+        else:
+            source = {key: _take(t, array, index, np_index) for key, t, array in plan.leaves}
+        for key, child in plan.children:
+            source[key] = child.gather(index, np_index, batch_size)
         return TensorDict._new_unsafe(source, batch_size=batch_size, device=plan.device)
 
     def _column(self, key: Any) -> torch.Tensor:

@@ -88,26 +88,28 @@ def parse_sets(items: list[str]) -> dict:
 
 def bench_seed(algo: str, seed: int, sets: dict, work: Path) -> list[dict]:
     rows = []
+
+    def online_row(name: str, s: dict) -> dict:
+        env_id, target, budget = ONLINE[name]
+        return {
+            "algo": name,
+            "seed": seed,
+            "env": env_id,
+            "frames": s["frames"],
+            "wall": s["wall"],
+            "seconds": s["seconds"],
+            "return": s["eval_mean"],
+            "target": f">= {target:g} within {budget // 1000}k frames",
+            "met": s["eval_mean"] >= target and s["frames"] <= budget,
+            "overrides": sets,
+        }
+
     if algo in ONLINE:
-        env_id, target, budget = ONLINE[algo]
-        s = run(algo, {"seed": seed, **sets}, work / "runs")
-        rows.append(
-            {
-                "algo": algo,
-                "seed": seed,
-                "env": env_id,
-                "frames": s["frames"],
-                "wall": s["wall"],
-                "seconds": s["seconds"],
-                "return": s["eval_mean"],
-                "target": f">= {target:g} within {budget // 1000}k frames",
-                "met": s["eval_mean"] >= target and s["frames"] <= budget,
-                "overrides": sets,
-            }
-        )
-    else:  # "offline": the dataset of a default SAC run, then IQL and CQL on it
+        rows.append(online_row(algo, run(algo, {"seed": seed, **sets}, work / "runs")))
+    else:  # "offline": a default SAC run that saves its buffer (its own row), then IQL and CQL
         data = work / f"pendulum-s{seed}"
         s = run("sac", {"seed": seed, "save_buffer": str(data), **sets}, work / "runs")
+        rows.append(online_row("sac", s))
         for offline in OFFLINE:
             o = run("offline", {"seed": seed, "dataset": str(data), "algo": offline}, work / "runs")
             rows.append(
@@ -169,7 +171,12 @@ def write(rows: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--algos", nargs="+", default=[*ONLINE, "offline"])
+    parser.add_argument(
+        "--algos",
+        nargs="+",
+        default=[a for a in ONLINE if a != "sac"] + ["offline"],
+        help='"offline" runs sac.py --save-buffer (its sac row), then IQL and CQL on that data',
+    )
     parser.add_argument("--set", nargs="*", default=[], help="Config overrides, key=json")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")
     parser.add_argument("--work", default=None, help="folder of the logs and datasets")

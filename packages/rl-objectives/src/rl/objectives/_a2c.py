@@ -11,6 +11,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from ._ppo import PPOLoss, _reduce
+from ._utils import _network_dist
 
 __all__ = ["A2CLoss"]
 
@@ -124,7 +125,7 @@ class A2CLoss(PPOLoss):
         action = self._get(tensordict, "action")
         if action.requires_grad:
             raise RuntimeError(f"the stored {self.tensor_keys.action!r} must not require grad")
-        dist = self.actor_network.get_dist(tensordict)
+        dist = _network_dist(self.actor_network, tensordict)
         log_prob = dist.log_prob(action)
         if log_prob.shape == advantage.shape[:-1]:
             log_prob = log_prob.unsqueeze(-1)

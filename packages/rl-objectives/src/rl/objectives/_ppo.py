@@ -21,7 +21,7 @@ from torch import distributions as D
 from torch import nn
 
 from ._common import LossModule
-from ._utils import distance_loss
+from ._utils import _network_dist, _network_output, distance_loss
 
 __all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
 
@@ -339,7 +339,7 @@ class PPOLoss(LossModule):
                 f"the stored {self.tensor_keys.sample_log_prob!r} must not require grad"
             )
         action = self._get(tensordict, "action")
-        dist = self.actor_network.get_dist(tensordict)
+        dist = _network_dist(self.actor_network, tensordict)
         log_prob = dist.log_prob(action)
         if log_prob.shape != prev_log_prob.shape:
             prev_log_prob = prev_log_prob.reshape(log_prob.shape)
@@ -361,13 +361,13 @@ class PPOLoss(LossModule):
             tensordict = tensordict.detach()
         target = self._get(tensordict, "value_target")
         old_value = self._get(tensordict, "value") if self.clip_value is not None else None
-        critic_in = tensordict.select(*self.critic_network.in_keys, strict=False)
+        value_key = self.tensor_keys.value
         if self.separate_losses:
             # the critic's own parameters, with those it shares with the actor detached
             with self.critic_network_params.to_module(self.critic_network):
-                value = self.critic_network(critic_in).get(self.tensor_keys.value)
+                value = _network_output(self.critic_network, tensordict, value_key)
         else:
-            value = self.critic_network(critic_in).get(self.tensor_keys.value)
+            value = _network_output(self.critic_network, tensordict, value_key)
         loss = distance_loss(target, value, self.loss_critic_type, strict_shape=False)
         clip_fraction = None
         if old_value is not None:

@@ -13,7 +13,7 @@ from torch import nn
 
 from ._common import LossModule
 from ._ppo import _CRITIC_LOSSES, _REDUCTIONS, _check_choice, _reduce
-from ._utils import distance_loss
+from ._utils import _network_dist, distance_loss
 
 __all__ = ["ReinforceLoss"]
 
@@ -161,7 +161,7 @@ class ReinforceLoss(LossModule):
                 self.value_estimator(tensordict, target_params=target)
             advantage = tensordict.get(self.tensor_keys.advantage)
         action = self._get(tensordict, "action")
-        dist = self.actor_network.get_dist(tensordict)
+        dist = _network_dist(self.actor_network, tensordict)
         log_prob = dist.log_prob(action)
         if log_prob.shape == advantage.shape[:-1]:
             log_prob = log_prob.unsqueeze(-1)

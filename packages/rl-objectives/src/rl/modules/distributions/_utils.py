@@ -79,9 +79,12 @@ def as_tensor_like(value: torch.Tensor | Number, ref: torch.Tensor) -> torch.Ten
 
 def check_broadcast(name: str, **tensors: torch.Tensor) -> torch.Size:
     """Returns the broadcast shape of ``tensors`` or raises a ``ValueError`` naming their shapes."""
+    first, *others = (t.shape for t in tensors.values())
+    if all(shape == first for shape in others):  # the usual case, without torch's Python loop
+        return first
     shapes = {key: tuple(t.shape) for key, t in tensors.items()}
     try:
-        return torch.broadcast_shapes(*(t.shape for t in tensors.values()))
+        return torch.broadcast_shapes(first, *others)
     except RuntimeError:
         given = ", ".join(f"{key} of shape {shape}" for key, shape in shapes.items())
         raise ValueError(f"{name} got parameters whose shapes do not broadcast: {given}") from None

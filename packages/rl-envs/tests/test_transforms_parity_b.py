@@ -1,0 +1,347 @@
+"""TorchRL-parity transforms (part b): action projection / scaling / flattening, action
+chunks, episode control, replay-buffer transforms.
+
+Expected values were computed by TorchRL 0.14.1 on the same inputs (written here as
+literals) or by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
+from rl.envs import EnvBase, TransformedEnv
+from rl.envs.transforms import (
+    ActionScaling,
+    DiscreteActionProjection,
+    FlattenAction,
+    MultiStepTransform,
+    NextStateReconstructor,
+    PolicyAgeFilter,
+)
+
+
+class Counter(EnvBase):
+    """count += sum(action); reward = sum(action); terminates once count >= limit."""
+
+    def __init__(self, limit=100.0, act_shape=(1,), batch_size=()):
+        super().__init__(batch_size=batch_size)
+        bs = self.batch_size
+        self.limit = limit
+        self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
+        self.action_spec = Bounded(-2.0, 4.0, shape=(*bs, *act_shape))
+        self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.count = torch.zeros(*bs, 1)
+        self.nsteps = 0
+
+    def _reset(self, td):
+        mask = None if td is None else td.get("_reset", None)
+        fresh = torch.zeros(*self.batch_size, 1)
+        self.count = fresh if mask is None else torch.where(mask, fresh, self.count)
+        flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        return TensorDict(
+            observation=self.count.clone(),
+            done=flag,
+            terminated=flag.clone(),
+            truncated=flag.clone(),
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, td):
+        self.nsteps += 1
+        a = td["action"].reshape(*self.batch_size, -1).sum(-1, keepdim=True)
+        self.count = self.count + a
+        term = self.count >= self.limit
+        return TensorDict(
+            observation=self.count.clone(),
+            reward=a.clone(),
+            done=term.clone(),
+            terminated=term,
+            truncated=torch.zeros_like(term),
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        pass
+
+
+# ----------------------------------------------------------------------------- action side
+class TestDiscreteActionProjection:
+    def test_inv_projects_and_resamples(self):
+        torch.manual_seed(0)  # choice 2 is invalid: resampled, as TorchRL does with this seed
+        t = DiscreteActionProjection(num_actions_effective=2, max_actions=3)
+        td = TensorDict({"action": torch.tensor([0, 0, 1])}, [])
+        out = t.inv(td)
+        assert out["action"].tolist() == [1, 0]
+        assert td["action"].tolist() == [0, 0, 1]  # the input is left alone
+        assert t(td.clone())["action"].tolist() == [0, 0, 1]
+        torch.manual_seed(0)
+        a = torch.nn.functional.one_hot(torch.tensor([0, 1, 2, 3, 4, 2]), 5)
+        out = DiscreteActionProjection(3, 5).inv(TensorDict({"action": a}, [6]))["action"]
+        # TorchRL 0.14.1, same seed: choices 3 and 4 become 2 and 0
+        assert out.argmax(-1).tolist() == [0, 1, 2, 2, 0, 2]
+
+    def test_spec(self):
+        base = Counter()
+        base.action_spec = OneHot(2, dtype=torch.int64)
+        env = TransformedEnv(base, DiscreteActionProjection(2, 5))
+        assert isinstance(env.action_spec, OneHot)
+        assert env.action_spec.shape == (5,) and env.action_spec.n == 5
+        assert env.action_spec.dtype == torch.int64
+
+    def test_errors(self):
+        with pytest.raises(RuntimeError, match="greater or equal to `num_actions_effective`"):
+            DiscreteActionProjection(5, 3)
+        t = DiscreteActionProjection(2, 3)
+        with pytest.raises(RuntimeError, match=r"action.shape\[-1\]=4 must match"):
+            t.inv(TensorDict({"action": torch.zeros(4)}, []))
+
+
+class TestActionScaling:
+    def test_spec_and_inverse(self):
+        env = TransformedEnv(Counter(act_shape=(3,)), ActionScaling())
+        assert env.action_spec.space.low.tolist() == [-1.0] * 3
+        assert env.action_spec.space.high.tolist() == [1.0] * 3
+        td = env.reset()
+        td["action"] = torch.tensor([-1.0, 0.0, 0.5])
+        # low=-2, high=4: loc=1, scale=3 -> [-2, 1, 2.5] summed
+        assert env.step(td)["next", "reward"].tolist() == [1.5]
+
+    def test_unit_box(self):
+        env = TransformedEnv(Counter(act_shape=(3,)), ActionScaling(standard_normal=False))
+        assert env.action_spec.space.low.tolist() == [0.0] * 3
+        assert env.action_spec.space.high.tolist() == [1.0] * 3
+        td = env.reset()
+        td["action"] = torch.tensor([0.0, 0.25, 1.0])
+        assert env.step(td)["next", "reward"].tolist() == [1.5]
+        t = env.transform[0]
+        fwd = t(TensorDict({"action": torch.tensor([-2.0, 1.0, 4.0])}, []))["action"]
+        assert fwd.tolist() == [0.0, 0.5, 1.0]
+        assert t.loc.tolist() == [1.0] * 3 and t.scale.tolist() == [3.0] * 3
+
+    def test_explicit_loc_scale(self):
+        t = ActionScaling(loc=torch.ones(3), scale=torch.full((3,), 2.0))
+        env = TransformedEnv(Counter(act_shape=(3,)), t)
+        assert env.action_spec.space.low.tolist() == [-1.5] * 3
+        assert env.action_spec.space.high.tolist() == [1.5] * 3
+        t = ActionScaling(loc=1.0, scale=2.0, standard_normal=False)
+        leaf = t._transform_leaf(Bounded(-3.0, 5.0, shape=(2,)))
+        assert leaf.space.low.tolist() == [-0.5, -0.5] and leaf.space.high.tolist() == [1.5, 1.5]
+        assert isinstance(t._transform_leaf(Unbounded(shape=(2,))), Unbounded)
+
+    def test_from_stats(self):
+        t = ActionScaling.from_stats(mean=torch.tensor([1.0, 2.0]), std=torch.tensor([2.0, 4.0]))
+        out = t(TensorDict({"action": torch.tensor([[3.0, 6.0]])}, [1]))["action"]
+        assert out.tolist() == [[1.0, 1.0]]
+        assert t.denormalize(torch.tensor([[1.0, 1.0]])).tolist() == [[3.0, 6.0]]
+        t = ActionScaling.from_stats(low=torch.tensor([0.0]), high=torch.tensor([4.0]))
+        assert t.loc.tolist() == [2.0] and t.scale.tolist() == [2.0]
+
+    def test_state_dict_round_trip(self):
+        env = TransformedEnv(Counter(act_shape=(3,)), ActionScaling())
+        env.reset()
+        state = env.transform[0].state_dict()
+        fresh = ActionScaling()
+        assert not fresh.initialized
+        fresh.load_state_dict(state)
+        assert fresh.initialized and fresh.scale.tolist() == [3.0] * 3
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="both be provided or both be None"):
+            ActionScaling(loc=1.0)
+        with pytest.raises(ValueError, match="must not contain zero entries"):
+            ActionScaling(loc=1.0, scale=0.0)
+        with pytest.raises(ValueError, match="forward-only mode"):
+            ActionScaling(in_keys_inv=[])
+        with pytest.raises(ValueError, match="single action key"):
+            ActionScaling(in_keys_inv=["a", "b"])
+        with pytest.raises(RuntimeError, match="cannot be used with an Unbounded action spec"):
+            ActionScaling()._transform_leaf(Unbounded(shape=(2,)))
+        t = ActionScaling(loc=torch.zeros(3), scale=torch.ones(3))
+        with pytest.raises(ValueError, match=r"action shape \(2,\) does not match"):
+            t(TensorDict({"action": torch.zeros(2)}, []))
+        with pytest.raises(RuntimeError, match="has not been initialized"):
+            ActionScaling()(TensorDict({"action": torch.zeros(2)}, []))
+
+
+class TestFlattenAction:
+    def test_env(self):
+        env = TransformedEnv(Counter(act_shape=(3, 5), batch_size=(2,)), FlattenAction(-2, -1))
+        assert env.action_spec.shape == (2, 15) and isinstance(env.action_spec, Bounded)
+        td = env.reset()
+        td["action"] = torch.arange(30.0).reshape(2, 15) / 100
+        torch.testing.assert_close(env.step(td)["next", "reward"], torch.tensor([[1.05], [3.3]]))
+
+    def test_positive_dims(self):
+        t = FlattenAction(0, 1, allow_positive_dim=True)
+        env = TransformedEnv(Counter(act_shape=(3, 5), batch_size=(2,)), t)
+        assert env.action_spec.shape == (2, 15)
+        assert (t.first_dim, t.last_dim) == (1, 2)
+
+    def test_outside_env(self):
+        t = FlattenAction(-2, -1, action_shape=(3, 5))
+        assert t.inv(TensorDict({"action": torch.zeros(4, 15)}, [4]))["action"].shape == (4, 3, 5)
+        assert t(TensorDict({"action": torch.zeros(4, 3, 5)}, [4]))["action"].shape == (4, 15)
+
+    def test_discrete_spec(self):
+        base = Counter(act_shape=(2, 3))
+        base.action_spec = Categorical(4, shape=(2, 3))
+        spec = TransformedEnv(base, FlattenAction(-2, -1)).action_spec
+        assert isinstance(spec, Categorical) and spec.shape == (6,) and spec.n == 4
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="first_dim should be smaller than 0"):
+            FlattenAction(first_dim=0)
+        with pytest.raises(ValueError, match="last_dim should be smaller than 0"):
+            FlattenAction(last_dim=0)
+        with pytest.raises(ValueError, match=r"first_dim \(-1\) must be <= last_dim \(-2\)"):
+            FlattenAction(-1, -2)
+        with pytest.raises(RuntimeError, match="no stored unflatten shape for key 'action'"):
+            FlattenAction(-3, -1).inv(TensorDict({"action": torch.zeros(4, 15)}, [4]))
+        with pytest.raises(RuntimeError, match="not compatible with an action of shape"):
+            _ = TransformedEnv(Counter(act_shape=(3,)), FlattenAction(-3, -1)).action_spec
+
+
+# --------------------------------------------------------------------------- replay side
+def _batch(start, T=5, B=2, done_at=()):
+    obs = torch.arange(start, start + T).float().expand(B, T) + 10 * torch.arange(B).unsqueeze(-1)
+    obs = obs.unsqueeze(-1)
+    done = torch.zeros(B, T, 1, dtype=torch.bool)
+    for b, t in done_at:
+        done[b, t] = True
+    nxt = {
+        "observation": obs + 1,
+        "reward": (obs + 1) * 0.5,
+        "done": done,
+        "terminated": done.clone(),
+        "truncated": torch.zeros_like(done),
+    }
+    return TensorDict({"observation": obs, "action": torch.ones(B, T, 1), "next": nxt}, [B, T])
+
+
+class TestMultiStepTransform:
+    def test_values_across_calls(self):
+        t = MultiStepTransform(3, 0.9)
+        assert t.inv(_batch(0, T=3)) is None  # no step has its full look-ahead yet
+        out = t.inv(_batch(3, T=5, done_at=[(0, 1), (1, 4)]))
+        # TorchRL 0.14.1 on the same inputs
+        assert out["steps_to_next_obs"].tolist() == [[3, 3, 3, 2, 1], [3, 3, 3, 3, 3]]
+        torch.testing.assert_close(
+            out["gamma"], torch.tensor([[0.729, 0.729, 0.729, 0.81, 0.9], [0.729] * 5])
+        )
+        assert out["nonterminal"].tolist() == [[True] * 4 + [False], [True] * 5]
+        assert out["observation"].squeeze(-1).tolist() == [
+            [0.0, 1.0, 2.0, 3.0, 4.0],
+            [10.0, 11.0, 12.0, 13.0, 14.0],
+        ]
+        assert out["next", "observation"].squeeze(-1).tolist() == [
+            [3.0, 4.0, 5.0, 5.0, 5.0],
+            [13.0, 14.0, 15.0, 16.0, 17.0],
+        ]
+        torch.testing.assert_close(
+            out["next", "reward"].squeeze(-1),
+            torch.tensor([[2.615, 3.97, 5.325, 4.25, 2.5], [16.165, 17.52, 18.875, 20.23, 21.585]]),
+        )
+        assert out["next", "original_reward"].squeeze(-1).tolist() == [
+            [0.5, 1.0, 1.5, 2.0, 2.5],
+            [5.5, 6.0, 6.5, 7.0, 7.5],
+        ]
+        # done entries are not moved
+        assert out["next", "done"].squeeze(-1).tolist() == [[False] * 4 + [True], [False] * 5]
+        out = t.inv(_batch(8, T=4, done_at=[(1, 0)]))
+        torch.testing.assert_close(
+            out["next", "reward"].squeeze(-1),
+            torch.tensor([[9.39, 10.745, 12.1, 13.455], [22.94, 16.6, 9.0, 9.5]]),
+        )
+        assert out["steps_to_next_obs"].tolist() == [[3, 3, 3, 3], [3, 2, 1, 1]]
+        assert out["next", "observation"].squeeze(-1).tolist() == [
+            [8.0, 9.0, 10.0, 11.0],
+            [18.0, 18.0, 18.0, 19.0],
+        ]
+
+    def test_mask(self):
+        data = _batch(0, T=6, B=1, done_at=[(0, 2)])
+        data["mask"] = torch.tensor([[True, True, True, True, False, True]])
+        out = MultiStepTransform(2, 0.5).inv(data)
+        assert out["nonterminal"].tolist() == [[True, True, False, True]]
+        assert out["gamma"].tolist() == [[0.25, 0.25, 0.5, 0.25]]
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="strictly positive integer"):
+            MultiStepTransform(0, 0.9)
+        t = MultiStepTransform(2, 0.9)
+        with pytest.raises(ValueError, match="strictly positive integer"):
+            t.n_steps = 1.5
+        env = TransformedEnv(Counter(), MultiStepTransform(2, 0.9))
+        with pytest.raises(ValueError, match="exclusively to replay buffers"):
+            env.rollout(3)
+
+
+class TestNextStateReconstructor:
+    @pytest.fixture
+    def data(self):
+        done = torch.tensor([[False]] * 3 + [[True]] + [[False]] * 4)
+        return TensorDict(
+            {
+                "observation": torch.arange(8.0).view(8, 1),
+                ("next", "done"): done,
+                ("collector", "traj_ids"): torch.tensor([0, 0, 0, 0, 1, 1, 2, 2]),
+                "sc": torch.tensor([0, 1, 2, 3, 0, 1, 5, 7]),
+            },
+            [8],
+        )
+
+    def test_values(self, data):
+        nan = float("nan")
+        out = NextStateReconstructor()(data.clone())["next", "observation"].squeeze(-1)
+        torch.testing.assert_close(
+            out, torch.tensor([1.0, 2.0, 3.0, nan, 5.0, nan, 7.0, nan]), equal_nan=True
+        )
+        t = NextStateReconstructor(step_count_key="sc", traj_key=None, done_key=None)
+        torch.testing.assert_close(
+            t(data.clone())["next", "observation"].squeeze(-1),
+            torch.tensor([1.0, 2.0, 3.0, nan, 5.0, nan, nan, nan]),
+            equal_nan=True,
+        )
+        out = NextStateReconstructor(keys=["sc"], fill_value=-1)(data.clone())["next", "sc"]
+        assert out.tolist() == [1, 2, 3, -1, 1, -1, 7, -1]
+        t = NextStateReconstructor(traj_key="nope", strict=False)
+        torch.testing.assert_close(
+            t(data.clone())["next", "observation"].squeeze(-1),
+            torch.tensor([1.0, 2.0, 3.0, nan, 5.0, 6.0, 7.0, nan]),
+            equal_nan=True,
+        )
+
+    def test_errors(self, data):
+        with pytest.raises(TypeError, match="root key 'sc' has non-floating dtype"):
+            NextStateReconstructor(keys=["sc"])(data.clone())
+        with pytest.raises(KeyError, match="trajectory key 'nope' is not present"):
+            NextStateReconstructor(traj_key="nope")(data.clone())
+        with pytest.raises(ValueError, match=r"expects a flat ``\(B,\)`` sample"):
+            NextStateReconstructor()(data.clone().reshape(2, 4))
+
+
+class TestPolicyAgeFilter:
+    def test_filters_both_paths(self):
+        version = [3]
+        t = PolicyAgeFilter(lambda: version[0], max_policy_lag=1)
+        data = TensorDict(
+            {
+                "policy_version": torch.tensor([[0, 3], [2, 2], [3, 3], [1, 3]]),
+                "x": torch.arange(4),
+            },
+            [4],
+        )
+        assert t(data)["x"].tolist() == [1, 2]
+        assert t.inv(data)["x"].tolist() == [1, 2]
+        version[0] = 4
+        assert t(data)["x"].tolist() == [2]
+        assert PolicyAgeFilter(1, 1)(TensorDict({"x": torch.zeros(2)}, [2])).shape == (2,)
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="max_policy_lag must be non-negative, got -1"):
+            PolicyAgeFilter(1, -1)
+        with pytest.raises(KeyError, match="'policy_version' is not present in the data"):
+            PolicyAgeFilter(1, 1, strict=True)(TensorDict({"x": torch.zeros(2)}, [2]))

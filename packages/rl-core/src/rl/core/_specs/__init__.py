@@ -19,6 +19,7 @@ from ._aliases import (
 )
 from ._base import BoxList, CategoricalBox, ContinuousBox, TensorSpec
 from ._bounded import Bounded, Unbounded
+from ._choice import Choice
 from ._composite import Composite
 from ._discrete import Binary, Categorical, OneHot
 from ._multi import MultiCategorical, MultiOneHot
@@ -35,6 +36,7 @@ __all__ = [
     "BoxList",
     "Categorical",
     "CategoricalBox",
+    "Choice",
     "Composite",
     "CompositeSpec",
     "ContinuousBox",

@@ -302,6 +302,63 @@ class TensorSpec(abc.ABC):
             self.assert_is_in(value)
         return value.detach().cpu().numpy()
 
+    def contains(self, item: Any) -> bool:
+        """Alias of :meth:`is_in`."""
+        return self.is_in(item)
+
+    def type_check(self, value: torch.Tensor, key: Any = None) -> None:
+        """Raises ``TypeError`` when ``value``'s dtype is not the spec's (shape and values unchecked).
+
+        Args:
+            value: the tensor to check.
+            key: the entry's name, for the message (specs with entries use it to pick one).
+        """
+        if value.dtype is not self.dtype:
+            where = f" for key {key!r}" if key is not None else ""
+            raise TypeError(
+                f"value{where} has dtype {value.dtype}, expected {self.dtype} from "
+                f"{type(self).__name__}"
+            )
+
+    def clear_device_(self) -> TensorSpec:
+        """A no-op on leaf specs, which always have a device; a Composite forgets its own."""
+        return self
+
+    def memoize_encode(self, mode: bool = True) -> None:
+        """Accepted for TorchRL compatibility: :meth:`encode` is one conversion here already.
+
+        TorchRL caches the chain of conversions ``encode`` applies to speed up later calls
+        with inputs of the same kind; here ``encode`` is a single ``torch.as_tensor`` (plus a
+        reshape when needed), so the flag is kept (``spec._memoize_encode``) and the results
+        are the same with or without it.
+        """
+        self._memoize_encode = bool(mode)
+
+    def erase_memoize_cache(self) -> None:  # noqa: B027 - nothing cached, same on every spec
+        """Clears the :meth:`memoize_encode` cache (there is nothing cached here)."""
+
+    def cardinality(self) -> int:
+        """The number of distinct values (``inf`` for a continuous box).
+
+        Raises:
+            NotImplementedError: for specs whose values cannot be counted (unbounded, non-tensor).
+        """
+        raise NotImplementedError(f"cardinality is not defined for {type(self).__name__} specs")
+
+    def enumerate(self, use_mask: bool | None = None) -> Any:
+        """All the values of a discrete spec, stacked along a new first dim.
+
+        Raises:
+            NotImplementedError: for continuous and non-tensor specs.
+        """
+        raise NotImplementedError(
+            f"enumerate is only defined for discrete specs, not for {type(self).__name__}"
+        )
+
+    def index(self, index: Any, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        """Picks entries of ``tensor_to_index`` with a value of the spec (discrete specs only)."""
+        raise NotImplementedError(f"index is not defined for {type(self).__name__} specs")
+
     # ------------------------------------------------------------------ copies and devices
     def _copy_with(self, shape: torch.Size, fn: Callable[[torch.Tensor], torch.Tensor]):
         new = copy.copy(self)
@@ -422,6 +479,51 @@ class TensorSpec(abc.ABC):
         """The specs of the slices along batch dim ``dim``."""
         d = _normalize_dim(dim, self._batch_ndim, f"unbind of {type(self).__name__}")
         return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    def reshape(self, *shape: int) -> TensorSpec:
+        """The spec with its batch dims reshaped (``-1`` is inferred; feature dims stay).
+
+        Args:
+            *shape: the new shape, ints or one sequence, ending with the feature dims of
+                the spec (the one-hot size of :class:`OneHot`, ...).
+
+        Raises:
+            ValueError: if the number of elements changes or the feature dims do not match.
+        """
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        try:
+            new = torch.empty(self.shape, device="meta").reshape(shape).shape
+        except RuntimeError as err:
+            raise ValueError(
+                f"cannot reshape {type(self).__name__} of shape {tuple(self.shape)} to "
+                f"{tuple(shape)}: {err}"
+            ) from None
+        return self._reshape(new)
+
+    view = reshape
+
+    def _reshape(self, new: torch.Size) -> TensorSpec:
+        nf = self._nfeat
+        feat = self.shape[len(self.shape) - nf :]
+        if nf and (len(new) < nf or new[len(new) - nf :] != feat):
+            raise ValueError(
+                f"cannot reshape {type(self).__name__} of shape {tuple(self.shape)} to "
+                f"{tuple(new)}: its last {nf} dim(s) {tuple(feat)} are feature dims and must stay"
+            )
+        batch = new[: len(new) - nf]
+        bn = self._batch_ndim
+        return self._copy_with(new, lambda t: t.reshape(*batch, *t.shape[bn:]))
+
+    def flatten(self, start_dim: int, end_dim: int) -> TensorSpec:
+        """Flattens dims ``start_dim`` to ``end_dim`` (as :func:`torch.flatten`)."""
+        return self._reshape(
+            torch.empty(self.shape, device="meta").flatten(start_dim, end_dim).shape
+        )
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> TensorSpec:
+        """Splits dim ``dim`` into ``sizes`` (as :func:`torch.unflatten`)."""
+        return self._reshape(torch.empty(self.shape, device="meta").unflatten(dim, sizes).shape)
 
     # ------------------------------------------------------------------ comparison and repr
     def __eq__(self, other: object) -> bool:

@@ -186,6 +186,10 @@ class Bounded(TensorSpec):
             value = value.to(self.dtype)
         return torch.clamp(value, self.low, self.high)
 
+    def cardinality(self) -> float:
+        """``inf``, as in TorchRL (a box is not enumerated, even with an integer dtype)."""
+        return float("inf")
+
     def _repr_fields(self) -> list[str]:
         return [f"low={_fmt_tensor(self.low)}", f"high={_fmt_tensor(self.high)}"]
 

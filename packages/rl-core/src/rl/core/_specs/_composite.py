@@ -19,6 +19,7 @@ from ._base import (
     _to_device,
     _to_shape,
 )
+from ._lock import _Lockable
 
 __all__ = ["Composite", "NestedKey"]
 
@@ -93,7 +94,7 @@ class _CompositeKeys:
         return f"_CompositeKeys({list(self)})"
 
 
-class Composite(_NestedSpec):
+class Composite(_Lockable, _NestedSpec):
     """A dictionary of specs (possibly nested) describing a TensorDict.
 
     Leaf shapes include the composite's batch dims: in ``Composite(obs=..., shape=(4,))``
@@ -107,7 +108,13 @@ class Composite(_NestedSpec):
             alias.
         device: the device of every entry (entries are moved to it); ``None`` allows mixed
             devices.
-        **kwargs: more key/spec pairs.
+        data_cls: the TensorDict class (a tensorclass, ...) ``rand``/``zero``/``one`` and
+            ``encode`` return and ``is_in`` expects (default: ``TensorDict``).
+        step_mdp_static: whether the whole entry is copied as is by ``step_mdp`` (TorchRL's
+            flag, kept as ``spec.step_mdp_static``).
+        **kwargs: more key/spec pairs. Entries named like the arguments (``"shape"``,
+            ``"device"``, ...) go in the mapping or through ``spec["shape"] = ...``; the
+            attributes (``spec.shape``) and the entries (``spec["shape"]``) never mix.
 
     Raises:
         ValueError: if an entry's shape does not start with ``shape``.
@@ -134,6 +141,8 @@ class Composite(_NestedSpec):
     """
 
     domain = "composite"
+    data_cls: type | None = None
+    step_mdp_static: bool = False
 
     def __init__(
         self,
@@ -141,6 +150,8 @@ class Composite(_NestedSpec):
         shape: Sequence[int] | torch.Size | int | None = None,
         device: DEVICE_TYPING | None = None,
         batch_size: Sequence[int] | torch.Size | int | None = None,
+        data_cls: type | None = None,
+        step_mdp_static: bool = False,
         **kwargs: Any,
     ):
         if shape is not None and batch_size is not None:
@@ -150,6 +161,8 @@ class Composite(_NestedSpec):
         self.shape = _to_shape(shape if shape is not None else batch_size)
         self.device = None if device is None else _to_device(device)
         self._specs: dict[str, TensorSpec | None] = {}
+        self.data_cls = data_cls
+        self.step_mdp_static = step_mdp_static
         if args:
             if not isinstance(args[0], Mapping | Composite):
                 raise TypeError(
@@ -167,6 +180,9 @@ class Composite(_NestedSpec):
         out.shape = torch.Size(shape)
         out.device = device
         return out
+
+    def _lock_children(self) -> Iterator[_Lockable]:
+        return (s for s in self._specs.values() if isinstance(s, _Lockable))
 
     # ------------------------------------------------------------------ mapping
     @property
@@ -263,6 +279,7 @@ class Composite(_NestedSpec):
                 sub[path[i + 1 :]] = value
                 return
             if sub is None:
+                node._check_unlocked(f"key {key!r}")
                 sub = Composite(shape=node.shape, device=node.device)
                 node._specs[k] = sub
             elif not isinstance(sub, Composite):
@@ -274,6 +291,7 @@ class Composite(_NestedSpec):
         node._set_local(path[-1], value)
 
     def _set_local(self, key: str, value: Any) -> None:
+        self._check_unlocked(f"key {key!r}")
         if isinstance(value, Mapping):
             value = Composite(value, shape=self.shape, device=self.device)
         if value is not None:
@@ -303,6 +321,7 @@ class Composite(_NestedSpec):
         parent = self[path[:-1]] if len(path) > 1 else self
         if not isinstance(parent, Composite) or path[-1] not in parent._specs:
             raise self._missing(key)
+        parent._check_unlocked(f"deleting key {key!r}")
         del parent._specs[path[-1]]
 
     def pop(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
@@ -343,19 +362,52 @@ class Composite(_NestedSpec):
                 del out[key]
         return out
 
-    def is_empty(self) -> bool:
+    def is_empty(self, recurse: bool = False) -> bool:
+        """Whether there is no entry (with ``recurse``: no entry but empty Composites or None)."""
+        if recurse:
+            return all(
+                s is None or (isinstance(s, Composite) and s.is_empty(recurse=True))
+                for s in self._specs.values()
+            )
         return not self._specs
 
     def empty(self) -> Composite:
         """A Composite with the same shape and device and no entries."""
-        return Composite._new({}, self.shape, self.device)
+        return self._map(None, self.shape, keys=())
+
+    def separates(self, *keys: NestedKey, default: Any = None) -> Composite | None:
+        """Removes ``keys`` and returns them in a new Composite (``None`` if none was present)."""
+        out = None
+        for key in keys:
+            value = self.pop(key, default)
+            if value is not None:
+                if out is None:
+                    out = self.empty()
+                out[key] = value
+        return out
 
     # ------------------------------------------------------------------ values
     def _build(self, method: str, shape: Sequence[int]) -> TensorDict:
         source = {k: getattr(s, method)(shape) for k, s in self._specs.items() if s is not None}
+        if self.data_cls is not None:
+            return self.data_cls.from_dict(
+                source, batch_size=torch.Size((*shape, *self.shape)), device=self.device
+            )
         return TensorDict._new_unsafe(
             source, batch_size=torch.Size((*shape, *self.shape)), device=self.device
         )
+
+    def rand_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`rand` and returns it."""
+        return value.update(self.rand())
+
+    def zeros_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`zero` and returns it."""
+        return value.update(self.zero())
+
+    def ones_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`one` and returns it."""
+        return value.update(self.one())
 
     def rand(self, shape: Sequence[int] | torch.Size = ()) -> TensorDict:
         """A TensorDict of random values, batch size ``(*shape, *spec.shape)``."""
@@ -370,7 +422,11 @@ class Composite(_NestedSpec):
         return self._build("one", shape)
 
     def _mismatch(self, value: Any) -> str | None:
-        if not isinstance(value, TensorDictBase | Mapping):
+        if self.data_cls is not None:
+            if type(value) is not self.data_cls:
+                name = self.data_cls.__name__
+                return f"is a {type(value).__name__}, expected a {name} (data_cls)"
+        elif not isinstance(value, TensorDictBase | Mapping):
             return f"is a {type(value).__name__}, expected a TensorDict"
         for key, spec in self._specs.items():
             if spec is None:
@@ -412,6 +468,8 @@ class Composite(_NestedSpec):
             if i == 0:  # leading dims beyond the spec's shape: a batch of values
                 shape = encoded.shape if isinstance(encoded, torch.Tensor) else encoded.batch_size
                 lead = tuple(shape[: len(shape) - spec.ndim])
+        if self.data_cls is not None:
+            return self.data_cls.from_dict(out, batch_size=(*lead, *self.shape), device=self.device)
         return TensorDict(out, batch_size=(*lead, *self.shape), device=self.device)
 
     def to_numpy(self, value: TensorDictBase, safe: bool | None = None) -> dict[str, Any]:
@@ -424,10 +482,103 @@ class Composite(_NestedSpec):
                 out[key] = spec.to_numpy(value.get(key))
         return out
 
+    def type_check(
+        self, value: Any, selected_keys: NestedKey | Sequence[str] | None = None
+    ) -> None:
+        """Checks the dtype of each entry of ``value`` (nested Composites recursively).
+
+        Args:
+            value: a TensorDict or mapping; or one tensor when ``selected_keys`` is a key.
+            selected_keys: the top-level keys to check (default: all).
+
+        Raises:
+            TypeError: naming the first entry whose dtype differs from its spec's.
+            KeyError: if ``value`` lacks a checked entry.
+        """
+        if isinstance(value, torch.Tensor) and isinstance(selected_keys, str):
+            value = {selected_keys: value}
+            selected_keys = [selected_keys]
+        for key, spec in self._specs.items():
+            if spec is None or (selected_keys is not None and key not in selected_keys):
+                continue
+            item = value.get(key, None)
+            if item is None:
+                raise KeyError(f"type_check: value has no entry {key!r} (spec keys: {list(self)})")
+            if isinstance(spec, _NestedSpec):
+                spec.type_check(item)
+            else:
+                spec.type_check(item, key)
+
+    def clear_device_(self) -> Composite:
+        """Forgets the device of this Composite and nested ones (leaves keep theirs); returns it."""
+        self.device = None
+        for spec in self._specs.values():
+            if spec is not None:
+                spec.clear_device_()
+        return self
+
+    def memoize_encode(self, mode: bool = True) -> None:
+        """Sets :meth:`TensorSpec.memoize_encode` on this Composite and every entry."""
+        super().memoize_encode(mode)
+        for spec in self._specs.values():
+            if spec is not None:
+                spec.memoize_encode(mode)
+
+    def erase_memoize_cache(self) -> None:
+        for spec in self._specs.values():
+            if spec is not None:
+                spec.erase_memoize_cache()
+
+    def cardinality(self) -> int:
+        """The product of the entries' cardinalities (0 without entries)."""
+        out = None
+        for spec in self._specs.values():
+            if spec is not None:
+                out = (1 if out is None else out) * spec.cardinality()
+        return 0 if out is None else out
+
+    def enumerate(self, use_mask: bool | None = None) -> TensorDictBase:
+        """Every combination of the entries' values: a TensorDict of batch ``(N, *spec.shape)``.
+
+        Examples:
+            >>> from rl.core import Categorical, Composite
+            >>> td = Composite(a=Categorical(2), b=Categorical(3)).enumerate()
+            >>> td.batch_size, td["a"].tolist(), td["b"].tolist()
+            (torch.Size([6]), [0, 0, 0, 1, 1, 1], [0, 1, 2, 0, 1, 2])
+        """
+        inner: Any = self
+        while inner.ndim:
+            inner = inner[0]
+        values = {k: s.enumerate(use_mask) for k, s in inner._specs.items() if s is not None}
+        if not values:
+            return self.zero()
+        grids = torch.meshgrid(*(torch.arange(v.shape[0]) for v in values.values()), indexing="ij")
+        source = {k: v[g.reshape(-1)] for (k, v), g in zip(values.items(), grids)}
+        count = grids[0].numel()
+        td = TensorDict(source, batch_size=(count,), device=self.device)
+        if self.ndim:
+            td = td.reshape(count, *[1] * self.ndim).expand(count, *self.shape)
+        if self.data_cls is not None:
+            td = self.data_cls.from_dict(td.to_dict(), batch_size=td.batch_size, device=self.device)
+        return td
+
+    def index(self, index: Any, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("index is not defined for Composite specs (as in TorchRL)")
+
     # ------------------------------------------------------------------ copies and shapes
-    def _map(self, fn: Any, shape: Sequence[int], device: Any = _NO_DEFAULT) -> Composite:
-        specs = {k: (None if s is None else fn(s)) for k, s in self._specs.items()}
-        return Composite._new(specs, shape, self.device if device is _NO_DEFAULT else device)
+    def _map(
+        self, fn: Any, shape: Sequence[int], device: Any = _NO_DEFAULT, keys: Any = None
+    ) -> Composite:
+        items = self._specs.items() if keys is None else ()
+        specs = {k: (None if s is None else fn(s)) for k, s in items}
+        out = Composite._new(specs, shape, self.device if device is _NO_DEFAULT else device)
+        out.data_cls = self.data_cls
+        out.step_mdp_static = self.step_mdp_static
+        return out
+
+    def _reshape(self, new: torch.Size) -> Composite:
+        n = self.ndim
+        return self._map(lambda s: s.reshape(*new, *s.shape[n:]), new)
 
     def clone(self) -> Composite:
         return self._map(lambda s: s.clone(), self.shape)
@@ -491,14 +642,41 @@ class Composite(_NestedSpec):
 
     @shape.setter
     def shape(self, value: Sequence[int]) -> None:
+        """Sets the batch dims; as TorchRL, nested Composites take the new shape when theirs
+        does not start with it, and every other entry must already start with it."""
+        self._check_unlocked("shape")
         value = _to_shape(value)
-        for key, spec in getattr(self, "_specs", {}).items():
-            if spec is not None and spec.shape[: len(value)] != value:
-                raise ValueError(
-                    f"cannot set Composite shape to {tuple(value)}: entry {key!r} has shape "
-                    f"{tuple(spec.shape)}"
-                )
+        specs = getattr(self, "_specs", None)
+        if specs:
+            self._check_new_shape(value, ())
+            for spec in specs.values():
+                if isinstance(spec, Composite) and spec.shape[: len(value)] != value:
+                    spec.shape = value
         self._shape = value
+
+    def _check_new_shape(self, value: torch.Size, prefix: tuple) -> None:
+        """Raises (changing nothing) when some entry cannot take batch dims ``value``."""
+        for key, spec in self._specs.items():
+            if spec is None or spec.shape[: len(value)] == value:
+                continue
+            if isinstance(spec, Composite):
+                spec._check_unlocked("shape")
+                spec._check_new_shape(value, (*prefix, key))
+                continue
+            path = _key_out((*prefix, key))
+            raise ValueError(
+                f"cannot set Composite shape to {tuple(value)}: entry {path!r} has shape "
+                f"{tuple(spec.shape)}, which does not start with it"
+            )
+
+    @property
+    def batch_size(self) -> torch.Size:
+        """Alias of :attr:`shape` (as a TensorDict's ``batch_size``)."""
+        return self._shape
+
+    @batch_size.setter
+    def batch_size(self, value: Sequence[int]) -> None:
+        self.shape = value
 
     # ------------------------------------------------------------------ comparison and repr
     def __eq__(self, other: object) -> bool:

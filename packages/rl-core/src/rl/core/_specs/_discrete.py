@@ -170,8 +170,10 @@ class Categorical(_MaskedDiscrete):
             value = torch.where(self._allowed(value), value, first)
         return value
 
-    def to_one_hot(self, value: torch.Tensor) -> torch.Tensor:
+    def to_one_hot(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
         """The one-hot encoding (``torch.bool``) of indices ``value``: shape ``(*value.shape, n)``."""
+        if safe:
+            self.assert_is_in(value)
         out = torch.zeros((*value.shape, self.n), dtype=torch.bool, device=value.device)
         return out.scatter_(-1, value.long().unsqueeze(-1), True)
 
@@ -179,15 +181,53 @@ class Categorical(_MaskedDiscrete):
         """The :class:`OneHot` spec of the same values (the mask carries over)."""
         return OneHot(self.n, shape=(*self.shape, self.n), device=self.device, mask=self.mask)
 
-    def enumerate(self) -> torch.Tensor:
+    def enumerate(self, use_mask: bool | None = None) -> torch.Tensor:
         """All values, stacked along a new first dim: shape ``(n, *spec.shape)``.
 
-        For a spec of shape ``()`` with a mask, only the allowed values.
+        Args:
+            use_mask: whether a mask removes the values it forbids (spec of shape ``()``
+                only). ``None`` (default) applies it; TorchRL's default is ``False``, pass
+                it explicitly to get every value.
         """
         values = torch.arange(self.n, device=self.device).to(self.dtype)
-        if self.mask is not None and self.ndim == 0:
+        if self.mask is not None and self.ndim == 0 and use_mask is not False:
             return values[self.mask]
         return values.reshape(self.n, *[1] * self.ndim).expand(self.n, *self.shape)
+
+    def cardinality(self) -> int:
+        """``n``, the number of values (masks are ignored, as in TorchRL)."""
+        return self.n
+
+    def index(self, index: torch.Tensor, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        """Gathers from ``tensor_to_index`` (``[..., n]``) the entries at indices ``index``.
+
+        Examples:
+            >>> import torch
+            >>> from rl.core import Categorical
+            >>> Categorical(3).index(torch.tensor(1), torch.tensor([5, 6, 7]))
+            tensor(6)
+        """
+        if not isinstance(index, torch.Tensor):
+            raise ValueError(
+                f"{type(self).__name__}.index expects a tensor of indices, got {_describe(index)}"
+            )
+        index = index.long()
+        if index.ndim == 0:
+            idx = index.expand(*tensor_to_index.shape[:-1], 1)
+            return tensor_to_index.gather(-1, idx).squeeze(-1)
+        nd = index.ndim
+        idx = index.expand(*tensor_to_index.shape[: tensor_to_index.ndim - nd], *[-1] * nd)
+        return tensor_to_index.gather(-1, idx)
+
+    def to_categorical(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Identity: the values are already indices (``safe=True`` checks them first)."""
+        if safe:
+            self.assert_is_in(value)
+        return value
+
+    def to_categorical_spec(self) -> Categorical:
+        """The spec itself (already categorical)."""
+        return self
 
 
 class OneHot(_MaskedDiscrete):
@@ -239,6 +279,7 @@ class OneHot(_MaskedDiscrete):
         self.shape = shape
         self.device = _to_device(device)
         self.dtype = _to_dtype(dtype, torch.bool)
+        self.use_register = use_register
         self.mask = None
         if mask is not None:
             self.update_mask(mask)
@@ -288,8 +329,10 @@ class OneHot(_MaskedDiscrete):
             self.assert_is_in(value)
         return value.detach().to(torch.uint8).argmax(-1).cpu().numpy()
 
-    def to_categorical(self, value: torch.Tensor) -> torch.Tensor:
+    def to_categorical(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
         """The indices (``torch.int64``) of one-hot encodings ``value``: shape ``value.shape[:-1]``."""
+        if safe:
+            self.assert_is_in(value)
         return value.to(torch.uint8).argmax(-1)
 
     def to_categorical_spec(self) -> Categorical:
@@ -316,12 +359,30 @@ class OneHot(_MaskedDiscrete):
         idx = idx.expand(*tensor_to_index.shape[:-1], 1)
         return tensor_to_index.gather(-1, idx)
 
-    def enumerate(self) -> torch.Tensor:
-        """All one-hot values, stacked along a new first dim: ``(n, *spec.shape)``."""
+    def enumerate(self, use_mask: bool | None = None) -> torch.Tensor:
+        """All one-hot values, stacked along a new first dim: ``(n, *spec.shape)``.
+
+        Args:
+            use_mask: as :meth:`Categorical.enumerate` (``None``, the default, applies a mask).
+        """
         eye = torch.eye(self.n, dtype=self.dtype, device=self.device)
-        if self.mask is not None and self.ndim == 1:
+        if self.mask is not None and self.ndim == 1 and use_mask is not False:
             return eye[self.mask]
         return eye.reshape(self.n, *[1] * (self.ndim - 1), self.n).expand(self.n, *self.shape)
+
+    def cardinality(self) -> int:
+        """``n``, the number of values (masks are ignored, as in TorchRL)."""
+        return self.n
+
+    def to_one_hot(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Identity: the values are already one-hot (``safe=True`` checks them first)."""
+        if safe:
+            self.assert_is_in(value)
+        return value
+
+    def to_one_hot_spec(self) -> OneHot:
+        """The spec itself (already one-hot)."""
+        return self
 
 
 class Binary(TensorSpec):
@@ -391,7 +452,19 @@ class Binary(TensorSpec):
             value = value.round()
         return value.clamp(0, 1).to(self.dtype)
 
-    def enumerate(self) -> torch.Tensor:
+    mask = None  # Binary has no mask (TorchRL's attribute, always None)
+
+    def cardinality(self) -> int:
+        """``2**n``, the number of bit vectors (the length of :meth:`enumerate`)."""
+        return 2**self.n
+
+    def to_categorical(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Identity, as in TorchRL: each bit is already the index of one of two values."""
+        if safe:
+            self.assert_is_in(value)
+        return value
+
+    def enumerate(self, use_mask: bool | None = None) -> torch.Tensor:
         """All ``2**n`` bit vectors, stacked along a new first dim: ``(2**n, *spec.shape)``."""
         if self.n > 20:
             raise ValueError(f"Binary.enumerate would build 2**{self.n} values, expected n <= 20")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +17,19 @@ from ._base import (
     _to_dtype,
     _to_shape,
 )
-from ._discrete import _check_n, _MaskedDiscrete, _sample_index
+from ._discrete import Categorical, _check_n, _MaskedDiscrete, _sample_index
 
 __all__ = ["MultiOneHot", "MultiCategorical"]
+
+
+def _combinations(nvec: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Every index combination of ``nvec``, shape ``(prod(nvec), len(nvec))``, first entry slowest."""
+    if math.prod(nvec) > 2**20:
+        raise ValueError(
+            f"enumerate would build prod(nvec)={math.prod(nvec)} values, expected <= 2**20"
+        )
+    grids = torch.meshgrid(*(torch.arange(n, device=device) for n in nvec), indexing="ij")
+    return torch.stack([g.reshape(-1) for g in grids], -1)
 
 
 def _check_nvec(nvec: Any, cls: str) -> list[int]:
@@ -77,6 +88,7 @@ class MultiOneHot(_MaskedDiscrete):
         self.shape = shape
         self.device = _to_device(device)
         self.dtype = _to_dtype(dtype, torch.bool)
+        self.use_register = use_register
         self.mask = None
         if mask is not None:
             self.update_mask(mask)
@@ -141,14 +153,41 @@ class MultiOneHot(_MaskedDiscrete):
             )
         return self._from_indices(idx)
 
+    def cardinality(self) -> int:
+        """``prod(nvec)``, the number of combinations (masks are ignored, as in TorchRL)."""
+        return math.prod(self.nvec)
+
+    def enumerate(self, use_mask: bool | None = None) -> torch.Tensor:
+        """Every combination, stacked along a new first dim: ``(prod(nvec), *spec.shape)``.
+
+        Args:
+            use_mask: accepted for TorchRL compatibility; a mask is not applied.
+        """
+        combos = _combinations(self.nvec, self.device)
+        values = self._from_indices(combos)
+        count = values.shape[0]
+        return values.reshape(count, *[1] * (self.ndim - 1), self.n).expand(count, *self.shape)
+
+    def to_one_hot(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Identity: the values are already one-hot (``safe=True`` checks them first)."""
+        if safe:
+            self.assert_is_in(value)
+        return value
+
+    def to_one_hot_spec(self) -> MultiOneHot:
+        """The spec itself (already one-hot)."""
+        return self
+
     def to_numpy(self, value: torch.Tensor, safe: bool | None = None) -> np.ndarray:
         """The index of each variable, shape ``(..., len(nvec))``."""
         if safe:
             self.assert_is_in(value)
         return self._indices(value.detach().to(torch.uint8)).cpu().numpy()
 
-    def to_categorical(self, value: torch.Tensor) -> torch.Tensor:
+    def to_categorical(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
         """The index of each variable (``torch.int64``), shape ``(..., len(nvec))``."""
+        if safe:
+            self.assert_is_in(value)
         return self._indices(value.to(torch.uint8))
 
     def to_categorical_spec(self) -> MultiCategorical:
@@ -221,6 +260,7 @@ class MultiCategorical(_MaskedDiscrete):
         self.dtype = _to_dtype(dtype, torch.int64)
         self.nvec = nvec_t.expand(shape)
         self.n = sum(self._nvec_list)
+        self.remove_singleton = remove_singleton
         self.mask = None
         if mask is not None:
             self.update_mask(mask)
@@ -274,8 +314,40 @@ class MultiCategorical(_MaskedDiscrete):
             value = torch.where(self._allowed(value), value, first)
         return value.to(self.dtype)
 
-    def to_one_hot(self, value: torch.Tensor) -> torch.Tensor:
+    def cardinality(self) -> int:
+        """``prod(nvec)``, the number of combinations (masks are ignored, as in TorchRL)."""
+        return math.prod(self._nvec_list)
+
+    def enumerate(self, use_mask: bool | None = None) -> torch.Tensor:
+        """Every combination, stacked along a new first dim: ``(prod(nvec), *spec.shape)``.
+
+        Args:
+            use_mask: accepted for TorchRL compatibility; a mask is not applied.
+        """
+        feat = self.shape[self._batch_ndim :]
+        values = _combinations(self._nvec_list, self.device).to(self.dtype)
+        count = values.shape[0]
+        values = values.reshape(count, *[1] * self._batch_ndim, *feat)
+        return values.expand(count, *self.shape)
+
+    def index(self, index: torch.Tensor, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        """Gathers from ``tensor_to_index`` the entries at indices ``index`` (as TorchRL)."""
+        return Categorical.index(self, index, tensor_to_index)  # type: ignore[arg-type]
+
+    def to_categorical(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Identity: the values are already indices (``safe=True`` checks them first)."""
+        if safe:
+            self.assert_is_in(value)
+        return value
+
+    def to_categorical_spec(self) -> MultiCategorical:
+        """The spec itself (already categorical)."""
+        return self
+
+    def to_one_hot(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
         """The concatenated one-hot encodings (``torch.bool``), shape ``(..., sum(nvec))``."""
+        if safe:
+            self.assert_is_in(value)
         return self.to_one_hot_spec()._from_indices(value.long())
 
     def to_one_hot_spec(self) -> MultiOneHot:

@@ -21,6 +21,11 @@ class NonTensor(TensorSpec):
         device: the device of the TensorDict entries.
         dtype: unused (non-tensor data has none), kept for TorchRL compatibility.
         example_data: the value ``rand``/``zero``/``one`` return (wrapped in ``NonTensorData``).
+        batched: whether the data is batched (TorchRL's flag, kept as ``spec.batched``);
+            exclusive with ``feature_dims``.
+        feature_dims: how many trailing dims are features (``spec.feature_dims``; default
+            all of them, none when ``batched``). Values are ``NonTensorData`` of the full
+            batch size either way, so ``tolist()`` repeats ``example_data`` over every dim.
 
     Examples:
         >>> from rl.core import Composite, NonTensor
@@ -41,14 +46,27 @@ class NonTensor(TensorSpec):
         device: DEVICE_TYPING | None = None,
         dtype: Any = None,
         example_data: Any = None,
+        batched: bool | None = None,
+        feature_dims: int | None = None,
         **kwargs: Any,
     ):
         if kwargs:
             raise TypeError(f"NonTensor got unexpected arguments {sorted(kwargs)}")
+        if batched is not None and feature_dims is not None:
+            raise ValueError(
+                f"NonTensor takes batched or feature_dims, not both (got batched={batched}, "
+                f"feature_dims={feature_dims})"
+            )
         self.shape = _to_shape(shape)
         self.device = _to_device(device)
         self.dtype = None
         self.example_data = example_data
+        self.batched = bool(batched)
+        if feature_dims is None:
+            feature_dims = 0 if batched else len(self.shape)
+        self.feature_dims = feature_dims
+
+    space = None  # non-tensor data has no box
 
     def _data(self, shape: Sequence[int]) -> NonTensorData:
         return NonTensorData(

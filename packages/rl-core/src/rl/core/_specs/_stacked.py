@@ -10,7 +10,8 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from ._base import DEVICE_TYPING, TensorSpec, _NestedSpec, _normalize_dim, _shape_args, _to_device
-from ._composite import Composite, _expand_ellipsis, _is_key, _unravel
+from ._composite import _NO_DEFAULT, Composite, _expand_ellipsis, _is_key, _unravel
+from ._lock import _Lockable
 
 __all__ = ["StackedComposite", "stack_specs"]
 
@@ -43,6 +44,10 @@ def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
     if all(isinstance(s, _NestedSpec) for s in specs):
         return StackedComposite(specs, dim=d)
     kind = first._canonical_type()
+    if getattr(first, "_choices", None) is not None:
+        raise ValueError(
+            "cannot stack Choice specs that differ: a Choice is stacked only with equal ones"
+        )
     same = all(
         s._canonical_type() is kind
         and s.shape == first.shape
@@ -76,7 +81,7 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
 TensorSpec.__torch_function__ = classmethod(_torch_function)  # type: ignore[attr-defined]
 
 
-class StackedComposite(_NestedSpec):
+class StackedComposite(_Lockable, _NestedSpec):
     """Composites with different entries, stacked along a batch dim (heterogeneous batches).
 
     Think of agents or envs whose observations differ: each member Composite keeps its own
@@ -136,6 +141,19 @@ class StackedComposite(_NestedSpec):
     @classmethod
     def _new(cls, specs: list, dim: int) -> StackedComposite:
         return cls(specs, dim=dim)
+
+    def _lock_children(self) -> Iterator[_Lockable]:
+        return (s for s in self._specs if isinstance(s, _Lockable))
+
+    @property
+    def stack_dim(self) -> int:
+        """The dim the members are stacked along (``dim`` of the constructor)."""
+        return self.dim
+
+    @property
+    def batch_size(self) -> torch.Size:
+        """Alias of :attr:`shape`."""
+        return self.shape
 
     @property
     def dtype(self) -> torch.dtype | None:  # type: ignore[override]
@@ -224,6 +242,88 @@ class StackedComposite(_NestedSpec):
     def __contains__(self, key: object) -> bool:
         return all(key in s for s in self._specs)
 
+    def get(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
+        """The stacked spec at ``key``, or ``default`` if given and some member lacks it."""
+        try:
+            return self[key]
+        except KeyError:
+            if default is _NO_DEFAULT:
+                raise
+            return default
+
+    def set(self, key: Any, value: TensorSpec) -> StackedComposite:
+        """Sets ``key`` in every member (``value`` is unbound along the stack dim)."""
+        self[key] = value
+        return self
+
+    def update(self, other: Any) -> StackedComposite:
+        """Sets every entry of ``other`` (a mapping or Composite of stacked specs)."""
+        for key, value in other.items():
+            self[key] = value
+        return self
+
+    def pop(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
+        """Removes ``key`` from every member and returns its stacked spec."""
+        if key not in self:
+            if default is _NO_DEFAULT:
+                raise KeyError(f"key {key!r} is not in every member of StackedComposite")
+            return default
+        self._check_unlocked(f"deleting key {key!r}")
+        out = self[key]
+        for s in self._specs:
+            del s[key]
+        return out
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def is_empty(self, recurse: bool = False) -> bool:
+        """Whether every member is empty."""
+        return all(s.is_empty(recurse) for s in self._specs)
+
+    def empty(self) -> StackedComposite:
+        """The stack of the members' empty copies."""
+        return StackedComposite([s.empty() for s in self._specs], dim=self.dim)
+
+    def type_check(self, value: Any, selected_keys: Any = None) -> None:
+        """Checks the dtype of each entry of each member (``value`` unbound along the stack dim)."""
+        if isinstance(value, torch.Tensor) and isinstance(selected_keys, str):
+            self[selected_keys].type_check(value, selected_keys)
+            return
+        parts = self._parts(value)
+        if isinstance(parts, str):
+            raise ValueError(f"type_check: value {parts}")
+        for s, part in zip(self._specs, parts[1]):
+            s.type_check(part, selected_keys)
+
+    def clear_device_(self) -> StackedComposite:
+        """Forgets the device of the stack and of every member."""
+        for s in self._specs:
+            s.clear_device_()
+        self.device = None
+        return self
+
+    def memoize_encode(self, mode: bool = True) -> None:
+        super().memoize_encode(mode)
+        for s in self._specs:
+            s.memoize_encode(mode)
+
+    def erase_memoize_cache(self) -> None:
+        for s in self._specs:
+            s.erase_memoize_cache()
+
+    def rand_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`rand` and returns it."""
+        return value.update(self.rand())
+
+    def zeros_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`zero` and returns it."""
+        return value.update(self.zero())
+
+    def ones_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`one` and returns it."""
+        return value.update(self.one())
+
     def __len__(self) -> int:
         return len(self._specs)
 
@@ -263,6 +363,7 @@ class StackedComposite(_NestedSpec):
     def __setitem__(self, key: Any, value: TensorSpec) -> None:
         if not _is_key(key):
             raise TypeError(f"StackedComposite keys are strings or tuples of strings, got {key!r}")
+        self._check_unlocked(f"key {key!r}")
         if value.shape[: self.ndim] != self.shape:
             raise ValueError(
                 f"spec for key {key!r} has shape {tuple(value.shape)}, expected it to start with "

@@ -15,11 +15,19 @@ from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
 from rl.envs import EnvBase, TransformedEnv
 from rl.envs.transforms import (
     ActionScaling,
+    BurnInTransform,
+    Compose,
+    ConditionalPolicySwitch,
+    ConditionalSkip,
     DiscreteActionProjection,
     FlattenAction,
+    MultiAction,
     MultiStepTransform,
     NextStateReconstructor,
     PolicyAgeFilter,
+    RandomTruncationTransform,
+    StepCounter,
+    TerminateTransform,
 )
 
 
@@ -345,3 +353,228 @@ class TestPolicyAgeFilter:
             PolicyAgeFilter(1, -1)
         with pytest.raises(KeyError, match="'policy_version' is not present in the data"):
             PolicyAgeFilter(1, 1, strict=True)(TensorDict({"x": torch.zeros(2)}, [2]))
+
+
+# ------------------------------------------------------------------------------ env side
+def _const(value):
+    from tensordict.nn import TensorDictModule
+
+    return TensorDictModule(
+        lambda obs: torch.full_like(obs, float(value)), in_keys=["observation"], out_keys=["action"]
+    )
+
+
+class TestTerminateTransform:
+    def test_stops_rollout(self):
+        env = TransformedEnv(Counter(), TerminateTransform(lambda td: td["observation"] >= 5))
+        r = env.rollout(10, _const(1))
+        assert r.shape == (5,)
+        assert r["next", "terminated"].squeeze(-1).tolist() == [False] * 4 + [True]
+        assert r["next", "done"].squeeze(-1).tolist() == [False] * 4 + [True]
+        assert not r["next", "truncated"].any()
+
+    def test_write_done_false(self):
+        stop = TerminateTransform(
+            lambda td: td["observation"].squeeze(-1) >= torch.tensor([3.0, 5.0]), write_done=False
+        )
+        env = TransformedEnv(Counter(batch_size=(2,)), stop)
+        r = env.rollout(4, _const(1), break_when_any_done=False)
+        assert r["next", "terminated"].squeeze(-1).tolist() == [
+            [False, False, True, True],
+            [False] * 4,
+        ]
+        assert not r["next", "done"].any()
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="`stop` must be a callable"):
+            TerminateTransform(3)
+        with pytest.raises(RuntimeError, match="without a parent environment"):
+            TerminateTransform(lambda td: True)(TensorDict({}, []))
+
+
+class TestRandomTruncationTransform:
+    def test_horizons_match_torchrl_stream(self):
+        torch.manual_seed(0)
+        t = RandomTruncationTransform(min_horizon=2, max_horizon=6, prob=0.5)
+        env = TransformedEnv(Counter(batch_size=(4,)), Compose(StepCounter(), t))
+        r = env.rollout(20, _const(0.5), break_when_any_done=False)
+        # TorchRL 0.14.1, same seed and draws
+        assert r["next", "truncated"].squeeze(-1).int().tolist() == [
+            [0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0],
+            [0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0],
+            [0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0],
+            [1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0],
+        ]
+        assert (r["next", "step_count"] <= 6).all()
+        assert sorted(env.full_done_spec.keys()) == ["done", "terminated", "truncated"]
+
+    def test_errors(self):
+        with pytest.raises(RuntimeError, match="requires a StepCounter earlier"):
+            _ = TransformedEnv(Counter(), RandomTruncationTransform(2, 5)).full_done_spec
+        with pytest.raises(ValueError, match="min_horizon must be >= 1, got 0"):
+            RandomTruncationTransform(0, 5)
+        with pytest.raises(ValueError, match=r"min_horizon \(3\) must be <= max_horizon \(2\)"):
+            RandomTruncationTransform(3, 2)
+        with pytest.raises(ValueError, match=r"prob must be in \[0, 1\], got 1.5"):
+            RandomTruncationTransform(1, 2, 1.5)
+        with pytest.raises(NotImplementedError, match="cannot be called independently"):
+            RandomTruncationTransform(1, 2)(TensorDict({}, []))
+
+
+class TestConditionalPolicySwitch:
+    def test_switch_on_step(self):
+        switch = ConditionalPolicySwitch(
+            condition=lambda td: td["total"] % 2 == 1, policy=_const(3)
+        )
+        env = TransformedEnv(
+            Counter(),
+            Compose(
+                StepCounter(step_count_key="total"), switch, StepCounter(step_count_key="main")
+            ),
+        )
+        r = env.rollout(5, _const(1))
+        # TorchRL 0.14.1
+        assert r["total"].squeeze(-1).tolist() == [0, 2, 4, 6, 8]
+        assert r["main"].squeeze(-1).tolist() == [0, 1, 2, 3, 4]
+        assert r["observation"].squeeze(-1).tolist() == [0.0, 4.0, 8.0, 12.0, 16.0]
+        assert r["next", "reward"].squeeze(-1).tolist() == [3.0] * 5
+        assert r["next", "observation"].squeeze(-1).tolist() == [4.0, 8.0, 12.0, 16.0, 20.0]
+
+    def test_switch_on_reset(self):
+        switch = ConditionalPolicySwitch(
+            condition=lambda td: td["total"] % 2 == 0, policy=_const(2)
+        )
+        env = TransformedEnv(Counter(), Compose(StepCounter(step_count_key="total"), switch))
+        r = env.rollout(3, _const(1))
+        assert r["total"].squeeze(-1).tolist() == [1, 3, 5]
+        assert r["observation"].squeeze(-1).tolist() == [2.0, 5.0, 8.0]
+
+    def test_errors(self):
+        cond = ConditionalPolicySwitch(
+            condition=lambda td: td["observation"].squeeze(-1) > torch.tensor([0.0, 5.0]),
+            policy=_const(3),
+        )
+        env = TransformedEnv(Counter(batch_size=(2,)), cond)
+        with pytest.raises(RuntimeError, match="Cannot run partial steps in a batched locked"):
+            env.rollout(3, _const(1))
+        env = TransformedEnv(Counter(), ConditionalPolicySwitch(lambda td: td, lambda td: 1))
+        with pytest.raises(RuntimeError, match="should return a boolean or a tensor"):
+            env.rollout(3, _const(1))
+
+
+class TestConditionalSkip:
+    def test_inv_writes_step_mask(self):
+        t = ConditionalSkip(cond=lambda td: td["step_count"].squeeze(-1) % 2 == 1)
+        td = TensorDict({"step_count": torch.tensor([[0], [1]])}, [2])
+        assert t.inv(td)["_step"].tolist() == [True, False]
+        td["_step"] = torch.tensor([False, True])
+        assert t.inv(td)["_step"].tolist() == [False, False]
+
+    def test_env_that_ignores_step_mask_is_reported(self):
+        env = TransformedEnv(Counter(), ConditionalSkip(cond=lambda td: td["observation"] >= 0))
+        td = env.reset()
+        td["action"] = torch.ones(1)
+        with pytest.raises(RuntimeError, match="does not honor the '_step' entry"):
+            env.step(td)
+
+    def test_forward_raises(self):
+        with pytest.raises(NotImplementedError, match="only acts inside an env"):
+            ConditionalSkip(lambda td: True)(TensorDict({}, []))
+
+
+class TestMultiAction:
+    def test_chunk(self):
+        env = TransformedEnv(Counter(limit=10), MultiAction())
+        assert env.action_spec.shape == (1, 1) and env.reward_spec.shape == (1, 1)
+        td = env.reset()
+        td["action"] = torch.tensor([[1.0], [2.0], [3.0]])
+        out = env.step(td)
+        assert out["next", "reward"].tolist() == [[1.0], [2.0], [3.0]]
+        assert out["next", "observation"].tolist() == [6.0]
+        assert env.base_env.nsteps == 3
+
+    def test_done_inside_chunk(self):
+        env = TransformedEnv(Counter(limit=2), MultiAction(stack_observations=True))
+        td = env.reset()
+        td["action"] = torch.tensor([[1.0], [2.0], [3.0], [1.0]])
+        out = env.step(td)
+        # TorchRL 0.14.1: the executed rewards then one zero slot; observations stop at done
+        assert out["next", "reward"].squeeze(-1).tolist() == [1.0, 2.0, 0.0]
+        assert out["next", "observation"].squeeze(-1).tolist() == [1.0, 3.0, 3.0]
+        assert out["next", "done"].tolist() == [True]
+
+    def test_batched(self):
+        env = TransformedEnv(Counter(limit=4, batch_size=(2,)), MultiAction())
+        td = env.reset()
+        td["action"] = torch.tensor([[[1.0], [2.0], [3.0]], [[4.0], [1.0], [1.0]]])
+        out = env.step(td)
+        assert out["next", "reward"].squeeze(-1).tolist() == [[1.0, 2.0, 3.0], [4.0, 1.0, 1.0]]
+        assert out["next", "observation"].squeeze(-1).tolist() == [6.0, 6.0]
+        assert out["next", "done"].squeeze(-1).tolist() == [True, True]
+
+    def test_keys_and_options(self):
+        env = TransformedEnv(Counter(), MultiAction(stack_rewards=False))
+        td = env.reset()
+        td["action"] = torch.ones(3, 1)
+        assert env.step(td)["next", "reward"].tolist() == [1.0]
+        assert env.reward_spec.shape == (1,)
+        env = TransformedEnv(Counter(), MultiAction(action_key="action", chunk_key="chunk"))
+        assert list(env.full_action_spec.keys()) == ["chunk"]
+        td = env.reset()
+        td["chunk"] = torch.ones(2, 1)
+        assert env.step(td)["next", "observation"].tolist() == [2.0]
+        r = TransformedEnv(Counter(), MultiAction()).rollout(3)
+        assert r["action"].shape == (3, 1, 1) and r["next", "reward"].shape == (3, 1, 1)
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="dim must be an int >= 1"):
+            MultiAction(dim=0)
+        t = MultiAction()
+        with pytest.raises(RuntimeError, match="runs inside a TransformedEnv only"):
+            t.inv(TensorDict({"action": torch.ones(2, 1)}, []))
+
+
+class TestBurnInTransform:
+    @pytest.fixture
+    def gru(self):
+        modules = pytest.importorskip("rl.modules")
+        torch.manual_seed(0)
+        return modules.GRUModule(
+            input_size=3,
+            hidden_size=4,
+            in_keys=["observation", "hidden"],
+            out_keys=["intermediate", ("next", "hidden")],
+            default_recurrent_mode=True,
+        )
+
+    def test_burn_in(self, gru):
+        t = BurnInTransform(modules=[gru], burn_in=3)
+        assert t.out_keys == ["hidden"]
+        assert set(t.in_keys) == {"observation", "hidden", "is_init"}
+        g = torch.Generator().manual_seed(1)
+        td = TensorDict(
+            {
+                "observation": torch.randn(2, 6, 3, generator=g),
+                "hidden": torch.randn(2, 6, 1, 4, generator=g),
+                "is_init": torch.zeros(2, 6, 1, dtype=torch.bool),
+            },
+            [2, 6],
+        )
+        before = td["hidden"].clone()
+        out = t(td)
+        assert out.shape == (2, 3)
+        with torch.no_grad():
+            expected = gru(td[:, :3].clone())["next", "hidden"][:, -1]
+        torch.testing.assert_close(out["hidden"][:, 0], expected)
+        torch.testing.assert_close(out["hidden"][:, 1:], before[:, 4:])
+        torch.testing.assert_close(td["hidden"], before)  # the input is left alone
+        assert BurnInTransform(modules=[gru], burn_in=0)(td) is td
+
+    def test_errors(self, gru):
+        with pytest.raises(ValueError, match="All modules must be TensorDictModules"):
+            BurnInTransform([torch.nn.Linear(2, 2)], 2)
+        t = BurnInTransform(gru, 2)
+        with pytest.raises(RuntimeError, match="can only be appended to a ReplayBuffer"):
+            t._step(None, None)
+        with pytest.warns(UserWarning, match="'next' key is not needed"):
+            BurnInTransform(gru, 2, out_keys=[("next", "hidden")])

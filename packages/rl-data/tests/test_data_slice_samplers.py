@@ -94,8 +94,9 @@ class TestSliceSampler:
             SliceSampler()
         with pytest.raises(ValueError, match="exactly one of num_slices and slice_len"):
             SliceSampler(num_slices=2, slice_len=3)
-        with pytest.raises(ValueError, match="give end_key or traj_key, not both"):
-            SliceSampler(num_slices=2, end_key="d", traj_key="t")
+        # TorchRL accepts both keys (traj_key first, end_key as the fallback)
+        both = SliceSampler(num_slices=2, end_key="d", traj_key="t")
+        assert (both.end_key, both.traj_key) == ("d", "t")
         with pytest.raises(ValueError, match="slice_len must be a positive int, got 0"):
             SliceSampler(slice_len=0)
 
@@ -105,7 +106,9 @@ class TestSliceSampler:
             rb.sample(8)
 
     def test_missing_key(self, make_episodes):
-        rb = _buffer(SliceSampler(slice_len=2, traj_key="nope"), make_episodes([10]))
+        # a traj_key the storage lacks falls back to end_key (as TorchRL); neither: an error
+        sampler = SliceSampler(slice_len=2, traj_key="nope", end_key="nope_either")
+        rb = _buffer(sampler, make_episodes([10]))
         with pytest.raises(KeyError, match="the storage holds no key 'nope'"):
             rb.sample(4)
 

@@ -6,6 +6,20 @@ from rl.data.replay_buffers._buffers import (
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
+from rl.data.replay_buffers._checkpointers import (
+    FlatStorageCheckpointer,
+    ListStorageCheckpointer,
+    StorageCheckpointerBase,
+    TensorStorageCheckpointer,
+)
+from rl.data.replay_buffers._scheduler import (
+    LambdaScheduler,
+    LinearScheduler,
+    ParameterScheduler,
+    SchedulerList,
+    StepScheduler,
+)
+from rl.data.replay_buffers._trajectories import find_start_stop_traj
 from rl.data.replay_buffers.samplers import (
     PrioritizedSampler,
     PrioritizedSliceSampler,
@@ -30,9 +44,15 @@ from rl.data.replay_buffers.writers import (
 )
 
 __all__ = [
+    "find_start_stop_traj",
+    "FlatStorageCheckpointer",
+    "LambdaScheduler",
     "LazyMemmapStorage",
     "LazyTensorStorage",
+    "LinearScheduler",
     "ListStorage",
+    "ListStorageCheckpointer",
+    "ParameterScheduler",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
@@ -41,13 +61,17 @@ __all__ = [
     "RoundRobinWriter",
     "Sampler",
     "SamplerWithoutReplacement",
+    "SchedulerList",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StepScheduler",
     "Storage",
+    "StorageCheckpointerBase",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
     "TensorDictRoundRobinWriter",
     "TensorStorage",
+    "TensorStorageCheckpointer",
     "Writer",
 ]

@@ -54,6 +54,18 @@ class ReplayBuffer:
             rl-envs transform; a transform with an ``inv`` method is also applied, inverted,
             to the data given to ``add``/``extend``.
         batch_size: the default batch size of ``sample()`` and of iteration.
+        dim_extend: the dim of the data that ``extend`` writes along (default: the last
+            of the storage's ``ndim`` dims, i.e. time for a ``[B, T]`` batch in a
+            ``ndim=2`` storage); reads through ``rb[...]`` put it back in place.
+        checkpointer: an object with ``dumps(storage, path)`` and ``loads(storage, path)``
+            used by :meth:`dumps`/:meth:`loads` for the storage (e.g.
+            :class:`TensorStorageCheckpointer`).
+        generator: the ``torch.Generator`` of every random draw of the sampler (seeded
+            buffers give the same batches, independently of torch's global seed).
+        shared: keep the data of tensor storages in shared memory (for buffers handed to
+            other processes).
+        compilable: accepted for TorchRL compatibility (no process-shared counters are
+            used here, so the buffer can always be compiled around).
 
     Examples:
         >>> import torch
@@ -79,6 +91,11 @@ class ReplayBuffer:
         prefetch: int | None = None,
         transform: Callable | Sequence[Callable] | None = None,
         batch_size: int | None = None,
+        dim_extend: int | None = None,
+        checkpointer: Any = None,
+        generator: torch.Generator | None = None,
+        shared: bool = False,
+        compilable: bool | None = None,
     ) -> None:
         self._storage = storage if storage is not None else ListStorage(1000)
         if not isinstance(self._storage, Storage):
@@ -91,6 +108,29 @@ class ReplayBuffer:
             raise TypeError(f"writer must be a Writer, got {type(self._writer).__name__}")
         self._writer.register_storage(self._storage)
         self._sampler._attach_storage(self._storage)
+        if dim_extend is None:
+            dim_extend = self._storage.ndim - 1
+        if isinstance(dim_extend, bool) or not isinstance(dim_extend, int) or dim_extend < 0:
+            raise ValueError(f"dim_extend must be a non-negative int, got {dim_extend!r}")
+        self.dim_extend = dim_extend
+        if checkpointer is not None:
+            for name in ("dumps", "loads"):
+                if not callable(getattr(checkpointer, name, None)):
+                    raise TypeError(
+                        f"checkpointer must have dumps(storage, path) and loads(storage, path), "
+                        f"{type(checkpointer).__name__} has no {name}"
+                    )
+        self._storage.checkpointer = checkpointer
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        self.set_rng(generator)
+        self.shared = bool(shared)
+        if self.shared:
+            self._storage._shared = True
+            stored = getattr(self._storage, "_storage", None)
+            if isinstance(stored, (torch.Tensor, TensorDictBase)) and stored.device.type == "cpu":
+                stored.share_memory_()
+        self._compilable = bool(compilable)
         if len(self._storage):
             # items already stored (a reopened memmap storage): announce them to the
             # sampler, oldest first, so priorities and trajectory bounds cover them
@@ -120,6 +160,16 @@ class ReplayBuffer:
                 raise TypeError(f"a transform must be callable, got {type(t).__name__}")
         self._lock = threading.RLock()
         self._prefetch_lock = threading.Lock()
+
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Makes the sampler draw from ``generator`` (``None``: torch's global generator)."""
+        self._rng = generator
+        self._sampler._rng = generator
+
+    @property
+    def write_count(self) -> int:
+        """The number of items written through this buffer's writer."""
+        return self._writer.write_count
 
     def _default_sampler(self) -> Sampler:
         return RandomSampler()
@@ -186,10 +236,23 @@ class ReplayBuffer:
             self._sampler.add(index)
         return index
 
+    def _move_dim_extend(self, data: Any, inverse: bool = False) -> Any:
+        if not self.dim_extend or not isinstance(data, (torch.Tensor, TensorDictBase)):
+            return data
+        if len(data.shape) <= self.dim_extend:
+            raise ValueError(
+                f"dim_extend={self.dim_extend} needs data with more than {self.dim_extend} "
+                f"batch dims, got shape {list(data.shape)}"
+            )
+        if isinstance(data, TensorDictBase):
+            return data.transpose(0, self.dim_extend)
+        return data.transpose(0, self.dim_extend)
+
     def extend(self, data: Any) -> torch.Tensor:
-        """Writes a batch of items (first dim) and returns their indices."""
+        """Writes a batch of items (along ``dim_extend``) and returns their indices."""
         if self._transforms:
             data = self._inverse_transform(data)
+        data = self._move_dim_extend(data)
         with self._lock:
             index = self._writer.extend(data)
             self._sampler.extend(index)
@@ -215,6 +278,8 @@ class ReplayBuffer:
             data = self._storage[index]
         if isinstance(data, list):
             data = self._collate_fn(data)
+        if self.dim_extend and isinstance(index, slice) and isinstance(data, TensorDictBase):
+            data = self._move_dim_extend(data)
         return data
 
     def _postprocess(self, data: Any) -> Any:
@@ -228,6 +293,8 @@ class ReplayBuffer:
         with self._lock:
             index, info = self._sampler.sample(self._storage, batch_size)
             data = self._storage.get(index)
+            if self._writer.tracks_generations:
+                info["index_generation"] = self._writer.generations_of(index)
         info["index"] = index
         data = self._collate_fn(data)
         return self._postprocess(data), info
@@ -325,10 +392,17 @@ class ReplayBuffer:
 
         The checkpoint is written to a temporary file in ``path`` and renamed over the
         previous one: a process killed during the dump leaves the previous checkpoint intact.
+        A buffer built with a ``checkpointer`` hands the storage to it (``path/storage``).
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(self.state_dict(), path / _CHECKPOINT_FILE)
+        checkpointer = self._storage.checkpointer
+        with self._lock:
+            state = self.state_dict()
+            if checkpointer is not None:
+                state["storage"] = None
+                checkpointer.dumps(self._storage, path / "storage")
+        atomic_torch_save(state, path / _CHECKPOINT_FILE)
 
     def loads(self, path: str | Path) -> None:
         """Restores a buffer saved by :meth:`dumps` (tensors only: nothing is unpickled)."""
@@ -341,6 +415,20 @@ class ReplayBuffer:
                 f"'{file}' has checkpoint version {state.get('version')}, "
                 f"expected {_CHECKPOINT_VERSION}"
             )
+        if state["storage"] is None:
+            checkpointer = self._storage.checkpointer
+            if checkpointer is None:
+                raise ValueError(
+                    f"'{file}' was saved with a storage checkpointer; build this buffer with "
+                    "the same checkpointer to load it"
+                )
+            with self._prefetch_lock:
+                self._drain_prefetch()
+            with self._lock:
+                checkpointer.loads(self._storage, Path(path) / "storage")
+                self._sampler.load_state_dict(state["sampler"])
+                self._writer.load_state_dict(state["writer"])
+            return
         self.load_state_dict(state)
 
     def __del__(self) -> None:
@@ -393,7 +481,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
         )
         with self._lock:
             index, info = self._sampler.sample(storage, batch_size)
-            fast = fast and index.ndim == 1 and all(isinstance(k, str) for k in info)
+            if self._writer.tracks_generations:
+                info["index_generation"] = self._writer.generations_of(index)
+            fast = (
+                fast
+                and isinstance(index, torch.Tensor)
+                and index.ndim == 1
+                and all(isinstance(k, str) for k in info)
+            )
             if fast:
                 # the batch is built with its "index" and info entries in one go
                 extra = {"index": index, **info}
@@ -418,6 +513,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _write_info(data: TensorDictBase, info: dict) -> None:
         batch = data.batch_size
         for key, value in info.items():
+            if isinstance(value, tuple):  # coordinates in a multi-dimensional storage
+                value = torch.stack(value, -1)
             if value.device != data.device and data.device is not None:
                 value = value.to(data.device)
             if value.shape[: len(batch)] != batch:
@@ -435,7 +532,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
             and self.priority_key in data.keys(include_nested=True)
         ):
             # checked before anything is written: bad priorities leave the buffer unchanged
-            priority = self._reduce_priority(data[self.priority_key], data.batch_dims, 1)
+            ndim = self._storage.ndim
+            priority = self._reduce_priority(data[self.priority_key], data.batch_dims, ndim)
+            if ndim > 1:  # one per item, in the order extend writes them
+                priority = priority.transpose(0, self.dim_extend).reshape(-1)
             _check_priority(priority.reshape(-1))
         index = super().extend(data)
         if priority is not None:
@@ -482,7 +582,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise KeyMismatchError(
                 "the batch has no 'index' key; was it sampled from this buffer?"
             ) from None
-        self.update_priority(index, self._reduce_priority(priority, data.batch_dims, index.ndim))
+        index_dims = index.ndim - 1 if self._storage.ndim > 1 else index.ndim
+        self.update_priority(index, self._reduce_priority(priority, data.batch_dims, index_dims))
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

@@ -160,7 +160,35 @@ class KeyMismatchError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class StatelessComponent:
+_COMPONENT_FILE = "state.pt"
+
+
+class Checkpointable:
+    """``dumps(path)`` / ``loads(path)`` of a component's ``state_dict`` in a directory.
+
+    The state is written atomically (a temporary file renamed over the previous one) and
+    read back with ``weights_only=True``: nothing is unpickled.
+    """
+
+    def dumps(self, path: str | Path) -> None:
+        """Saves :meth:`state_dict` in the directory ``path`` (created if needed)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(self.state_dict(), path / _COMPONENT_FILE)
+
+    def loads(self, path: str | Path) -> None:
+        """Restores a state saved by :meth:`dumps`.
+
+        Raises:
+            FileNotFoundError: ``path`` holds no saved state.
+        """
+        file = Path(path) / _COMPONENT_FILE
+        if not file.exists():
+            raise FileNotFoundError(f"no {type(self).__name__} state at '{file}'")
+        self.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
+
+
+class StatelessComponent(Checkpointable):
     """Defaults of a sampler / writer without state: empty state dict, nothing to reset."""
 
     def state_dict(self) -> dict[str, Any]:

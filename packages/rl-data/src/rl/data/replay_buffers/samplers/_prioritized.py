@@ -128,7 +128,10 @@ class PrioritizedSampler(Sampler):
         self._sum_tree = SumSegmentTree(self._max_capacity, dtype=dtype, device=device)
         self._min_tree = MinSegmentTree(self._max_capacity, dtype=dtype, device=device)
 
+    _storage: Storage | None = None
+
     def _attach_storage(self, storage: Storage) -> None:
+        self._storage = storage
         if storage.max_size > self._max_capacity:
             raise ValueError(
                 f"the storage holds {storage.max_size} items, more than the sampler's "
@@ -191,8 +194,16 @@ class PrioritizedSampler(Sampler):
         return (self._max_priority + self._eps) ** self._alpha
 
     # -- writes ----------------------------------------------------------------------------------
+    def _flat(self, index: Any) -> Any:
+        """Coordinates in a multi-dimensional storage to the trees' flat indices."""
+        storage = self._storage
+        if storage is not None and storage.ndim > 1:
+            if isinstance(index, tuple) or (isinstance(index, torch.Tensor) and index.ndim == 2):
+                return storage._flat_index(index)
+        return index
+
     def _tree_index(self, index: Any) -> torch.Tensor:
-        index = as_index_tensor(index, self._device)
+        index = as_index_tensor(self._flat(index), self._device)
         index = index[index >= 0]  # a max-value writer marks dropped items with -1
         if index.numel() and int(index.max()) >= self._max_capacity:
             raise IndexError(
@@ -240,6 +251,7 @@ class PrioritizedSampler(Sampler):
         Raises:
             ValueError: a priority is NaN, infinite or negative, or the sizes differ.
         """
+        index = self._flat(index)
         if self._device.type == "cpu":
             np_index = _cpu_index(index)
             if np_index is not None:
@@ -380,11 +392,15 @@ class PrioritizedSampler(Sampler):
                 weight /= weight.max()
             if weight.dtype != np.float32:
                 weight = weight.astype(np.float32)
-            return torch.from_numpy(index), {"priority_weight": torch.from_numpy(weight)}
+            index = torch.from_numpy(index)
+            if storage.ndim > 1:
+                index = storage._to_storage_index(index)
+            return index, {"priority_weight": torch.from_numpy(weight)}
         mass = torch.rand(batch_size, dtype=self.dtype, device=self._device, generator=self._rng)
         index = self._sum_tree.scan_lower_bound(mass.mul_(p_sum)).clamp_(max=n - 1)
         priority = self._sum_tree[index]
-        return index, {"priority_weight": importance_weights(priority, p_min, self._beta)}
+        weight = importance_weights(priority, p_min, self._beta)
+        return storage._to_storage_index(index), {"priority_weight": weight}
 
     # -- state -----------------------------------------------------------------------------------
     def _empty(self) -> None:

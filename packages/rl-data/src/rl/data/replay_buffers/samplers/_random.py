@@ -74,7 +74,11 @@ class RandomSampler(Sampler):
         n = len(storage)
         if n == 0:
             raise RuntimeError(EMPTY_STORAGE_ERROR)
-        return torch.randint(n, (batch_size,), device=storage.device), {}
+        if self._rng is not None:
+            index = torch.randint(n, (batch_size,), generator=self._rng).to(storage.device)
+        else:
+            index = torch.randint(n, (batch_size,), device=storage.device)
+        return storage._to_storage_index(index), {}
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -109,7 +113,10 @@ class SamplerWithoutReplacement(Sampler):
 
     def _new_epoch(self, n: int, device: torch.device) -> None:
         if self.shuffle:
-            self._perm = torch.randperm(n, device=device)
+            if self._rng is not None:
+                self._perm = torch.randperm(n, generator=self._rng).to(device)
+            else:
+                self._perm = torch.randperm(n, device=device)
         else:
             self._perm = torch.arange(n, device=device)
         self._pos = 0
@@ -133,7 +140,7 @@ class SamplerWithoutReplacement(Sampler):
         self._pos += index.shape[0]
         remaining = self._remaining()
         self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
-        return index, {}
+        return storage._to_storage_index(index), {}
 
     def _empty(self) -> None:
         self._perm = None

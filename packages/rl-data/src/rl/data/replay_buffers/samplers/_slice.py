@@ -24,7 +24,11 @@ class SliceSampler(Sampler):
     """Samples contiguous slices of stored trajectories.
 
     Trajectories are delimited by ``end_key`` (a done flag, ``("next", "done")`` by default)
-    or by ``traj_key`` (a trajectory id such as ``("collector", "traj_ids")``). A slice never
+    or by ``traj_key`` (a trajectory id such as ``("collector", "traj_ids")``). Given both,
+    ``traj_key`` is used when the storage holds it and ``end_key`` otherwise; given one that
+    the storage lacks, the other (or ``("collector", "traj_ids")`` / ``"episode"``) is tried.
+    In a multi-dimensional storage (``ndim=2``, rows of ``[T, B]``) each column is a
+    sequence of its own: a slice never crosses from one column to the next. A slice never
     crosses a trajectory boundary, the end of the stored data or the newest write of a full
     (wrapped) storage. A batch of ``batch_size`` items holds ``num_slices`` slices of
     ``slice_len`` consecutive items, slice after slice; the last item of every slice is
@@ -79,9 +83,9 @@ class SliceSampler(Sampler):
         for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if end_key is not None and traj_key is not None:
-            raise ValueError("give end_key or traj_key, not both")
-        if end_key is None and traj_key is None:
+        # with both keys, traj_key is used when the storage holds it, end_key otherwise
+        self._traj_first = traj_key is not None
+        if end_key is None:
             end_key = ("next", "done")
         self.num_slices = num_slices
         self.slice_len = slice_len
@@ -98,6 +102,8 @@ class SliceSampler(Sampler):
         self.extend(index)
 
     def extend(self, index: torch.Tensor) -> None:
+        if isinstance(index, torch.Tensor) and index.ndim == 2:
+            index = index[:, 0]  # the rows of [N, ndim] coordinates
         index = as_index_tensor(index)
         index = index[index >= 0]
         if index.numel():
@@ -116,30 +122,68 @@ class SliceSampler(Sampler):
         self._cache = None
 
     # -- trajectories ----------------------------------------------------------------------------
+    def _boundary_key(self, storage: Storage) -> tuple[NestedKey, bool]:
+        """The key delimiting trajectories in this storage and whether it holds ids."""
+        candidates: list[tuple[NestedKey, bool]] = [(self.end_key, False)]
+        if self.traj_key is not None:
+            candidates.insert(0 if self._traj_first else 1, (self.traj_key, True))
+        else:
+            candidates += [(("collector", "traj_ids"), True), ("episode", True)]
+        for key, is_id in candidates:
+            if storage._has_key(key):
+                return key, is_id
+        return candidates[0]  # the storage's error names it and lists the stored keys
+
+    def _column_view(self, storage: Storage, key: NestedKey) -> torch.Tensor:
+        """``[rows * items_per_row, -1]``: the column of ``key``, one storage column after
+        the other (time along each)."""
+        rows = storage._len_along_dim0
+        column = storage._column(key).cpu()
+        if storage.ndim == 1:
+            return column.reshape(rows, -1)
+        inner = storage.shape[1:].numel()
+        return column.reshape(rows, inner, -1).transpose(0, 1).reshape(rows * inner, -1)
+
     def _trajectories(self, storage: Storage) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Returns ``(starts, lengths, ends)`` of the stored trajectories (CPU int64 tensors)."""
+        """Returns ``(starts, lengths, ends)`` of the stored trajectories (CPU int64 tensors).
+
+        Positions are flat over the storage's columns (``column * rows + row``); see
+        :meth:`_storage_index`.
+        """
         if self.cache_values and self._cache is not None:
             return self._cache
-        n = len(storage)
         if not hasattr(storage, "_column"):
             raise TypeError(f"{type(self).__name__} needs a tensor storage, got {storage}")
-        if self.end_key is not None:
-            column = storage._column(self.end_key).reshape(n, -1).cpu()
+        rows = storage._len_along_dim0
+        key, is_id = self._boundary_key(storage)
+        column = self._column_view(storage, key)
+        n = column.shape[0]
+        if not is_id:
             boundary = column.any(-1) if column.dtype == torch.bool else (column != 0).any(-1)
         else:
-            column = storage._column(self.traj_key).reshape(n, -1)[:, 0].cpu()
+            column = column[:, 0]
             boundary = torch.zeros(n, dtype=torch.bool)
             boundary[:-1] = column[1:] != column[:-1]
-        boundary = boundary.clone()
-        boundary[n - 1] = True
-        if 0 <= self._last_written < n:
-            boundary[self._last_written] = True
-        ends = boundary.nonzero().squeeze(-1)
+        boundary = boundary.clone().reshape(-1, rows)
+        boundary[:, rows - 1] = True  # every column ends with its last row
+        if 0 <= self._last_written < rows:
+            boundary[:, self._last_written] = True
+        ends = boundary.reshape(-1).nonzero().squeeze(-1)
         starts = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
         result = (starts, ends - starts + 1, ends)
         if self.cache_values:
             self._cache = result
         return result
+
+    @staticmethod
+    def _storage_index(storage: Storage, position: torch.Tensor) -> Any:
+        """Flat positions of :meth:`_trajectories` to the index :meth:`Storage.get` takes."""
+        if storage.ndim == 1:
+            return position.to(storage.device)
+        rows = storage._len_along_dim0
+        row, col = position % rows, position // rows
+        coords = torch.unravel_index(col, storage.shape[1:])
+        return tuple(c.to(storage.device) for c in (row, *coords))
 
     def _shape(self, batch_size: int) -> tuple[int, int]:
         if self.num_slices is not None:
@@ -171,7 +215,8 @@ class SliceSampler(Sampler):
         """Random slices within the given trajectories: (flat index, end-of-slice mask)."""
         seq = lengths.clamp(max=slice_len)
         room = lengths - seq
-        offset = torch.minimum((torch.rand(starts.shape[0]) * (room + 1)).long(), room)
+        draw = torch.rand(starts.shape[0], generator=self._rng)
+        offset = torch.minimum((draw * (room + 1)).long(), room)
         first = starts + offset
         if bool((seq == slice_len).all()):
             index = (first[:, None] + torch.arange(slice_len)).reshape(-1)
@@ -185,7 +230,7 @@ class SliceSampler(Sampler):
         last = position == torch.repeat_interleave(seq - 1, seq)
         return index, last
 
-    def _info(self, storage: Storage, index: torch.Tensor, last: torch.Tensor) -> dict:
+    def _info(self, storage: Storage, index: Any, last: torch.Tensor) -> dict:
         if self.truncated_key is None:
             return {}
         device = storage.device
@@ -194,7 +239,11 @@ class SliceSampler(Sampler):
         key = self.truncated_key
         done_key = key[:-1] + ("done",) if isinstance(key, tuple) else "done"
         if done_key != self.truncated_key and storage._has_key(done_key):
-            done = storage._column(done_key).index_select(0, index.to(device))
+            column = storage._column(done_key)
+            if isinstance(index, tuple):
+                done = column[index]
+            else:
+                done = column.index_select(0, index.to(device))
             info[done_key] = done | truncated.reshape(done.shape[:1] + (1,) * (done.ndim - 1))
         return info
 
@@ -204,9 +253,10 @@ class SliceSampler(Sampler):
         num_slices, slice_len = self._shape(batch_size)
         starts, lengths, _ = self._trajectories(storage)
         eligible = self._eligible(lengths, slice_len)
-        chosen = eligible[torch.randint(eligible.shape[0], (num_slices,))]
+        chosen = eligible[torch.randint(eligible.shape[0], (num_slices,), generator=self._rng)]
         index, last = self._slices(starts[chosen], lengths[chosen], slice_len)
-        return index.to(storage.device), self._info(storage, index, last)
+        index = self._storage_index(storage, index)
+        return index, self._info(storage, index, last)
 
     def __repr__(self) -> str:
         return (
@@ -263,7 +313,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         remaining = self._remaining()
         if remaining == 0 or (self.drop_last and remaining < num_slices):
             order = (
-                torch.randperm(eligible.shape[0])
+                torch.randperm(eligible.shape[0], generator=self._rng)
                 if self.shuffle
                 else torch.arange(eligible.shape[0])
             )
@@ -276,7 +326,8 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._ran_out = remaining == 0 or (self.drop_last and remaining < num_slices)
         chosen = torch.searchsorted(ends, picked_ends).clamp_(max=ends.shape[0] - 1)
         index, last = self._slices(starts[chosen], lengths[chosen], slice_len)
-        return index.to(storage.device), self._info(storage, index, last)
+        index = self._storage_index(storage, index)
+        return index, self._info(storage, index, last)
 
     def _empty(self) -> None:
         super()._empty()
@@ -336,7 +387,20 @@ class PrioritizedSliceSampler(SliceSampler):
         self._priority = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction)
 
     def _attach_storage(self, storage: Storage) -> None:
+        if storage.ndim > 1:
+            raise ValueError(
+                f"{type(self).__name__} needs a storage with ndim=1, got ndim={storage.ndim}; "
+                "use SliceSampler or store trajectories one after the other"
+            )
         self._priority._attach_storage(storage)
+
+    @property
+    def _rng(self) -> torch.Generator | None:
+        return self._priority._rng
+
+    @_rng.setter
+    def _rng(self, generator: torch.Generator | None) -> None:
+        self._priority._rng = generator
 
     @property
     def _sum_tree(self):

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rl.data.replay_buffers._utils import decode_item, encode_item
+from rl.data.replay_buffers._utils import Checkpointable, decode_item, encode_item
 
 
-class Storage(ABC):
+class Storage(Checkpointable, ABC):
     """A fixed-capacity container that a writer fills and a sampler reads.
 
     Args:
@@ -20,6 +20,8 @@ class Storage(ABC):
     """
 
     ndim = 1
+    _shared = False
+    checkpointer: Any = None  # set by the buffer (``ReplayBuffer(checkpointer=...)``)
 
     def __init__(self, max_size: int) -> None:
         if isinstance(max_size, bool) or not isinstance(max_size, (int, np.integer)):
@@ -52,6 +54,24 @@ class Storage(ABC):
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
+
+    # dimensions (multi-dimensional tensor storages override these)
+    def _max_size_along_dim0(self, item: Any = None) -> int:
+        return self.max_size
+
+    @property
+    def _len_along_dim0(self) -> int:
+        return len(self)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self),))
+
+    def _to_storage_index(self, flat: torch.Tensor) -> Any:
+        return flat
+
+    def _flat_index(self, index: Any) -> torch.Tensor:
+        return torch.as_tensor(index).reshape(-1)
 
     def __getitem__(self, index: Any) -> Any:
         return self.get(index)

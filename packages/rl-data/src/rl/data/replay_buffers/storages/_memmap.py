@@ -79,8 +79,10 @@ class LazyMemmapStorage(LazyTensorStorage):
         scratch_dir: str | os.PathLike | None = None,
         device: torch.device | str = "cpu",
         existsok: bool = True,
+        ndim: int = 1,
+        compilable: bool = False,
     ) -> None:
-        super().__init__(max_size, device="cpu")
+        super().__init__(max_size, device="cpu", ndim=ndim, compilable=compilable)
         self._out_device = torch.device(device)
         if scratch_dir is None:
             self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-memmap-"))
@@ -126,12 +128,12 @@ class LazyMemmapStorage(LazyTensorStorage):
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         if isinstance(template, TensorDictBase):
-            stored = template.expand(self.max_size, *template.batch_size).memmap_like(
+            stored = template.expand(self._rows, *template.batch_size).memmap_like(
                 prefix=self.scratch_dir, existsok=True
             )
             meta = {"kind": "tensordict", "max_size": self.max_size}
         else:
-            shape = torch.Size((self.max_size, *template.shape))
+            shape = torch.Size((self._rows, *template.shape))
             stored = MemoryMappedTensor.empty(
                 shape, dtype=template.dtype, filename=self.scratch_dir / _TENSOR_FILE
             )

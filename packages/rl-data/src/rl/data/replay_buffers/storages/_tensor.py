@@ -100,7 +100,17 @@ class TensorStorage(Storage):
         storage: torch.Tensor | TensorDictBase | None = None,
         max_size: int | None = None,
         device: torch.device | str | None = None,
+        *,
+        ndim: int = 1,
+        compilable: bool = False,
     ) -> None:
+        if isinstance(ndim, bool) or not isinstance(ndim, int) or ndim < 1:
+            raise ValueError(f"ndim must be an int >= 1, got {ndim!r}")
+        self.ndim = ndim
+        self._compilable = bool(compilable)
+        self._rows: int | None = None  # the capacity along dim 0 (known once allocated)
+        self._inner = 1  # items per row: the product of the dims 1..ndim-1
+        self._shared = False
         if storage is not None:
             if not isinstance(storage, (torch.Tensor, TensorDictBase)):
                 raise TypeError(
@@ -108,7 +118,12 @@ class TensorStorage(Storage):
                 )
             if len(storage.shape) == 0:
                 raise ValueError("storage must have a leading capacity dimension, got shape ()")
-            size = storage.shape[0]
+            if len(storage.shape) < ndim:
+                raise ValueError(
+                    f"ndim={ndim} needs a storage with at least {ndim} dims, got shape "
+                    f"{tuple(storage.shape)}"
+                )
+            size = storage.shape[:ndim].numel()
             if max_size is not None and max_size != size:
                 raise ValueError(f"max_size={max_size} differs from the storage's length {size}")
             max_size = size
@@ -117,6 +132,8 @@ class TensorStorage(Storage):
         if max_size is None:
             raise TypeError("TensorStorage needs a storage or a max_size")
         super().__init__(max_size)
+        if ndim == 1:
+            self._rows = self.max_size
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._storage: torch.Tensor | TensorDictBase | None = None
         self._len = 0
@@ -135,6 +152,9 @@ class TensorStorage(Storage):
 
     def _adopt(self, storage: torch.Tensor | TensorDictBase) -> None:
         self._storage = storage
+        self._rows = storage.shape[0]
+        self._inner = storage.shape[1 : self.ndim].numel()
+        self.max_size = self._rows * self._inner
         if isinstance(storage, TensorDictBase):
             self._is_td = True
             views = {}
@@ -164,7 +184,7 @@ class TensorStorage(Storage):
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         """Allocates zeros for ``max_size`` items shaped like ``template`` (one item)."""
-        size, device = self.max_size, self._device
+        size, device = self._rows, self._device
         if isinstance(template, TensorDictBase):
             return template.apply(
                 lambda t: torch.zeros((size, *t.shape), dtype=t.dtype, device=device),
@@ -182,7 +202,53 @@ class TensorStorage(Storage):
         if batched and len(data.shape) == 0:
             raise ValueError("extend expects data with a batch dimension, got batch_size []")
         template = data[0] if batched else data
-        self._adopt(self._allocate(template))
+        self._rows = self._max_size_along_dim0(template)
+        stored = self._allocate(template)
+        if self._shared and stored.device.type == "cpu":
+            stored.share_memory_()
+        self._adopt(stored)
+
+    # -- dimensions -----------------------------------------------------------------------------
+    def _max_size_along_dim0(self, item: Any = None) -> int:
+        """The capacity along dim 0: ``max_size`` divided by the items of one row."""
+        if self._rows is not None:
+            return self._rows
+        if item is None or len(item.shape) < self.ndim - 1:
+            raise RuntimeError(
+                f"a storage with ndim={self.ndim} learns its shape from the first write; "
+                f"expected items with at least {self.ndim - 1} batch dims"
+            )
+        inner = item.shape[: self.ndim - 1].numel()
+        return -(self.max_size // -inner)
+
+    @property
+    def _len_along_dim0(self) -> int:
+        return self._len
+
+    @property
+    def shape(self) -> torch.Size | None:
+        """The shape of the filled part over the first ``ndim`` dims (``None`` before data)."""
+        if self._storage is None:
+            return None
+        return torch.Size((self._len, *self._storage.shape[1 : self.ndim]))
+
+    def _to_storage_index(self, flat: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Flat item indices (``[0, len)``) to what :meth:`get` takes: coordinates if ndim > 1."""
+        if self.ndim == 1:
+            return flat
+        return torch.unravel_index(flat, self.shape)
+
+    def _flat_index(self, index: Any) -> torch.Tensor:
+        """Coordinates (a tuple, or a ``[N, ndim]`` tensor) to flat item indices."""
+        if self.ndim == 1:
+            return torch.as_tensor(index).reshape(-1)
+        if isinstance(index, torch.Tensor):
+            index = index.reshape(-1, self.ndim).unbind(-1)
+        dims = self._storage.shape[1 : self.ndim]
+        flat = torch.as_tensor(index[0]).long()
+        for coord, size in zip(index[1:], dims):
+            flat = flat * size + torch.as_tensor(coord).long()
+        return flat.reshape(-1)
 
     # -- checks ----------------------------------------------------------------------------------
     def _check(self, data: Any, batched: bool) -> dict | None:
@@ -245,7 +311,7 @@ class TensorStorage(Storage):
         """Grows ``len`` to ``new_len``; ``write_end`` follows the last item written."""
         if new_len > self._len:
             self._len = new_len
-        self._write_end = write_end % self.max_size
+        self._write_end = write_end % self._rows
 
     def set(self, cursor: int | slice | torch.Tensor, data: Any) -> None:
         batched = not isinstance(cursor, (int, np.integer))
@@ -253,7 +319,7 @@ class TensorStorage(Storage):
             self._init(data, batched)
         leaves = self._check(data, batched)
         if isinstance(cursor, slice):
-            start, stop, step = cursor.indices(self.max_size)
+            start, stop, step = cursor.indices(self._rows)
             n = len(range(start, stop, step))
             if data.shape[0] != n:
                 raise ValueError(f"got {data.shape[0]} items for a slice of {n} positions")
@@ -266,14 +332,14 @@ class TensorStorage(Storage):
             if cursor.numel() == 0:
                 return
             lo, hi = int(cursor.min()), int(cursor.max())
-            if lo < 0 or hi >= self.max_size:
-                raise IndexError(f"indices must lie in [0, {self.max_size}), got [{lo}, {hi}]")
+            if lo < 0 or hi >= self._rows:
+                raise IndexError(f"indices must lie in [0, {self._rows}), got [{lo}, {hi}]")
             end = hi + 1
             write_end = int(cursor[-1]) + 1
         else:
             cursor = int(cursor)
-            if not 0 <= cursor < self.max_size:
-                raise IndexError(f"index {cursor} is out of range [0, {self.max_size})")
+            if not 0 <= cursor < self._rows:
+                raise IndexError(f"index {cursor} is out of range [0, {self._rows})")
             end = write_end = cursor + 1
         # copy_ moves data across devices itself; index_copy_ needs it on the storage's device
         pairs = (
@@ -295,13 +361,15 @@ class TensorStorage(Storage):
 
     # -- reads -----------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self._len
+        return self._len * self._inner
 
     def get(self, index: int | slice | torch.Tensor) -> Any:
         if self._storage is None:
             raise RuntimeError(f"cannot read from an empty {type(self).__name__}")
         if isinstance(index, torch.Tensor) and index.ndim == 1:
             return self._gather(index)
+        if isinstance(index, torch.Tensor) and index.ndim == 2 and self.ndim > 1:
+            index = tuple(index.unbind(-1))  # [N, ndim] coordinates
         if isinstance(index, slice):
             return self._storage[: self._len][index]
         return self._storage[index]
@@ -368,7 +436,8 @@ class TensorStorage(Storage):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if int(state_dict["max_size"]) != self.max_size:
+        lazy_nd = self.ndim > 1 and self._storage is None  # max_size is rounded on allocation
+        if int(state_dict["max_size"]) != self.max_size and not lazy_nd:
             raise ValueError(
                 f"checkpoint has max_size {state_dict['max_size']}, this storage {self.max_size}"
             )
@@ -410,8 +479,15 @@ class LazyTensorStorage(TensorStorage):
         (torch.Size([32, 1]), torch.Size([32]))
     """
 
-    def __init__(self, max_size: int, *, device: torch.device | str = "cpu") -> None:
-        super().__init__(None, max_size=max_size, device=device)
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: torch.device | str = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+    ) -> None:
+        super().__init__(None, max_size=max_size, device=device, ndim=ndim, compilable=compilable)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, device={self.device})"

@@ -22,11 +22,35 @@ def _batch_len(data: Any) -> int:
     return len(data)
 
 
-class Writer(StatelessComponent, ABC):
-    """Decides the storage indices of new items and writes them there."""
+def _row_coords(rows: torch.Tensor, capacity: int, inner_shape: torch.Size) -> torch.Tensor:
+    """The ``[N * items_per_row, ndim]`` coordinates of the items of whole storage rows."""
+    inner = inner_shape.numel()
+    flat = (rows.reshape(-1, 1) * inner + torch.arange(inner, device=rows.device)).reshape(-1)
+    return torch.stack(torch.unravel_index(flat, (capacity, *inner_shape)), -1)
 
-    def __init__(self) -> None:
+
+class Writer(StatelessComponent, ABC):
+    """Decides the storage indices of new items and writes them there.
+
+    Args:
+        compilable: accepted for TorchRL compatibility (writers here hold no
+            process-shared state, so every writer can be compiled around).
+    """
+
+    _write_count = 0
+
+    def __init__(self, compilable: bool = False) -> None:
         self._storage: Storage | None = None
+        self._compilable = bool(compilable)
+
+    @property
+    def tracks_generations(self) -> bool:
+        return False
+
+    @property
+    def write_count(self) -> int:
+        """The number of items written since construction (or the last ``empty``)."""
+        return self._write_count
 
     def register_storage(self, storage: Storage) -> None:
         self._storage = storage
@@ -41,6 +65,15 @@ class Writer(StatelessComponent, ABC):
 class RoundRobinWriter(Writer):
     """Writes items in order and wraps around to overwrite the oldest when the storage is full.
 
+    With a multi-dimensional storage (``ndim > 1``) the writer fills whole rows (dim 0 of
+    the storage) and returns the ``[N, ndim]`` coordinates of the items it wrote.
+
+    Args:
+        compilable: accepted for TorchRL compatibility.
+        track_generations: count, per storage slot, how many times it was overwritten:
+            :meth:`generations_of` reads the counters (0 after the first write, -1 for
+            a slot never written) and sampled batches carry ``"index_generation"``.
+
     Examples:
         >>> import torch
         >>> from rl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
@@ -51,10 +84,40 @@ class RoundRobinWriter(Writer):
         tensor([3, 0, 1])
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
+        super().__init__(compilable=compilable)
         self._cursor = 0
         self._write_count = 0
+        self._track_generations = bool(track_generations)
+        self._generation: torch.Tensor | None = None
+
+    @property
+    def tracks_generations(self) -> bool:
+        return self._track_generations
+
+    def _bump_generation(self, rows: torch.Tensor | int) -> None:
+        if not self._track_generations:
+            return
+        size = self._storage._max_size_along_dim0()
+        if self._generation is None or self._generation.numel() != size:
+            self._generation = torch.full((size,), -1, dtype=torch.int64)
+        rows = torch.as_tensor(rows, dtype=torch.int64).reshape(-1).cpu()
+        self._generation.index_put_((rows,), torch.ones_like(rows), accumulate=True)
+
+    def generations_of(self, index: int | torch.Tensor) -> torch.Tensor:
+        """How many times the slots at ``index`` were overwritten (-1: never written).
+
+        Raises:
+            RuntimeError: the writer was built without ``track_generations=True``.
+        """
+        if not self._track_generations:
+            raise RuntimeError("generations_of needs a writer built with track_generations=True")
+        index = torch.as_tensor(index, dtype=torch.int64)
+        if self._storage is not None and self._storage.ndim > 1 and index.ndim >= 2:
+            index = index[..., 0]  # the row of [N, ndim] coordinates
+        if self._generation is None:
+            return torch.full(index.shape, -1, dtype=torch.int64)
+        return self._generation[index.cpu()].to(index.device)
 
     def register_storage(self, storage: Storage) -> None:
         super().register_storage(storage)
@@ -67,17 +130,32 @@ class RoundRobinWriter(Writer):
     def _prepare(self, data: Any, index: Any) -> Any:
         return data
 
-    def add(self, data: Any) -> int:
+    def add(self, data: Any) -> int | torch.Tensor:
         index = self._cursor
-        data = self._prepare(data, torch.tensor(index))
-        self._storage.set(index, data)
-        self._cursor = (index + 1) % self._storage.max_size
-        self._write_count += 1
-        return index
+        storage = self._storage
+        max_rows = storage._max_size_along_dim0(data) if storage.ndim > 1 else storage.max_size
+        if storage.ndim > 1:
+            inner_shape = data.shape[: storage.ndim - 1]
+            out = _row_coords(torch.tensor([index]), max_rows, inner_shape)
+        else:
+            out = index
+        data = self._prepare(data, torch.tensor(index) if storage.ndim == 1 else out)
+        storage.set(index, data)
+        self._cursor = (index + 1) % max_rows
+        self._write_count += 1 if storage.ndim == 1 else inner_shape.numel()
+        self._bump_generation(index)
+        return out
 
     def extend(self, data: Any) -> torch.Tensor:
         total = _batch_len(data)
-        max_size = self._storage.max_size
+        storage = self._storage
+        if storage.ndim > 1:
+            if total == 0:
+                return torch.zeros(0, storage.ndim, dtype=torch.int64)
+            inner_shape = data.shape[1 : storage.ndim]
+            max_size = storage._max_size_along_dim0(data[0])
+        else:
+            max_size = storage.max_size
         cursor = self._cursor
         device = self._storage.device
         index = torch.arange(cursor, cursor + total, device=device)
@@ -86,34 +164,52 @@ class RoundRobinWriter(Writer):
         wraps = cursor + total > max_size
         if wraps:
             index = index % max_size
+        rows = index
+        if storage.ndim > 1:
+            index = _row_coords(rows, max_size, inner_shape)
         data = self._prepare(data, index)
         if total > max_size:
             # only the last max_size items survive; they land where a sequential write puts them
-            data, index = data[total - max_size :], index[total - max_size :]
+            data, rows = data[total - max_size :], rows[total - max_size :]
+            index = index[index.shape[0] - rows.shape[0] * (index.shape[0] // total) :]
         if wraps:
-            self._storage.set(index, data)
+            storage.set(rows, data)
         else:
-            self._storage.set(slice(cursor, cursor + total), data)
+            storage.set(slice(cursor, cursor + total), data)
         self._cursor = (cursor + total) % max_size
-        self._write_count += total
+        self._write_count += total * (inner_shape.numel() if storage.ndim > 1 else 1)
+        self._bump_generation(rows)
         return index
 
     def _empty(self) -> None:
         self._cursor = 0
         self._write_count = 0
+        self._generation = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cursor": self._cursor, "write_count": self._write_count}
+        state = {"cursor": self._cursor, "write_count": self._write_count}
+        if self._generation is not None:
+            state["generation"] = self._generation.clone()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._cursor = int(state_dict["cursor"])
         self._write_count = int(state_dict["write_count"])
+        generation = state_dict.get("generation")
+        self._generation = None if generation is None else generation.clone()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
 
 
 def _set_index(data: TensorDictBase, index: torch.Tensor) -> TensorDictBase:
     if not isinstance(data, TensorDictBase):
         raise TypeError(f"a TensorDict writer needs TensorDict data, got {type(data).__name__}")
     index = index.to(data.device) if data.device is not None else index
+    if index.ndim == 2 and index.shape[0] == data.batch_size.numel() and data.batch_dims > 1:
+        # [N, ndim] coordinates of the items of a multi-dimensional storage
+        data.set("index", index.reshape(*data.batch_size, index.shape[-1]))
+        return data
     if data.batch_dims > index.ndim:
         index = index.reshape(*index.shape, *([1] * (data.batch_dims - index.ndim)))
         index = index.expand(data.batch_size)
@@ -175,8 +271,9 @@ class TensorDictMaxValueWriter(Writer):
         self,
         rank_key: NestedKey | None = None,
         reduction: Literal["sum", "max", "min", "mean", "median"] = "sum",
+        compilable: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(compilable=compilable)
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}")
         self.rank_key = ("next", "reward") if rank_key is None else rank_key

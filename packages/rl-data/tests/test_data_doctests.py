@@ -8,6 +8,11 @@ import pytest
 MODULES = [
     "rl.data.postprocs._multistep",
     "rl.data.replay_buffers._buffers",
+    "rl.data.replay_buffers._checkpointers",
+    "rl.data.replay_buffers._ensemble",
+    "rl.data.replay_buffers._scheduler",
+    "rl.data.replay_buffers._trajectories",
+    "rl.data.replay_buffers.storages._list",
     "rl.data.replay_buffers.samplers._prioritized",
     "rl.data.replay_buffers.samplers._random",
     "rl.data.replay_buffers.samplers._slice",

@@ -2,9 +2,11 @@
 
 from rl.data.postprocs import MultiStep
 from rl.data.replay_buffers import (
+    CompressedListStorage,
     FlatStorageCheckpointer,
     LambdaScheduler,
     LazyMemmapStorage,
+    LazyStackStorage,
     LazyTensorStorage,
     LinearScheduler,
     ListStorage,
@@ -15,8 +17,10 @@ from rl.data.replay_buffers import (
     PrioritizedSliceSampler,
     RandomSampler,
     ReplayBuffer,
+    ReplayBufferEnsemble,
     RoundRobinWriter,
     Sampler,
+    SamplerEnsemble,
     SamplerWithoutReplacement,
     SchedulerList,
     SliceSampler,
@@ -24,6 +28,7 @@ from rl.data.replay_buffers import (
     StepScheduler,
     Storage,
     StorageCheckpointerBase,
+    StorageEnsemble,
     TensorDictMaxValueWriter,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
@@ -31,16 +36,19 @@ from rl.data.replay_buffers import (
     TensorStorage,
     TensorStorageCheckpointer,
     Writer,
+    WriterEnsemble,
     find_start_stop_traj,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompressedListStorage",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",
     "LambdaScheduler",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "LinearScheduler",
     "ListStorage",
@@ -52,8 +60,10 @@ __all__ = [
     "PrioritizedSliceSampler",
     "RandomSampler",
     "ReplayBuffer",
+    "ReplayBufferEnsemble",
     "RoundRobinWriter",
     "Sampler",
+    "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "SchedulerList",
     "SliceSampler",
@@ -61,6 +71,7 @@ __all__ = [
     "StepScheduler",
     "Storage",
     "StorageCheckpointerBase",
+    "StorageEnsemble",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
@@ -68,4 +79,5 @@ __all__ = [
     "TensorStorage",
     "TensorStorageCheckpointer",
     "Writer",
+    "WriterEnsemble",
 ]

@@ -12,6 +12,12 @@ from rl.data.replay_buffers._checkpointers import (
     StorageCheckpointerBase,
     TensorStorageCheckpointer,
 )
+from rl.data.replay_buffers._ensemble import (
+    ReplayBufferEnsemble,
+    SamplerEnsemble,
+    StorageEnsemble,
+    WriterEnsemble,
+)
 from rl.data.replay_buffers._scheduler import (
     LambdaScheduler,
     LinearScheduler,
@@ -30,7 +36,9 @@ from rl.data.replay_buffers.samplers import (
     SliceSamplerWithoutReplacement,
 )
 from rl.data.replay_buffers.storages import (
+    CompressedListStorage,
     LazyMemmapStorage,
+    LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
     Storage,
@@ -44,10 +52,12 @@ from rl.data.replay_buffers.writers import (
 )
 
 __all__ = [
+    "CompressedListStorage",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",
     "LambdaScheduler",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "LinearScheduler",
     "ListStorage",
@@ -58,8 +68,10 @@ __all__ = [
     "PrioritizedSliceSampler",
     "RandomSampler",
     "ReplayBuffer",
+    "ReplayBufferEnsemble",
     "RoundRobinWriter",
     "Sampler",
+    "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "SchedulerList",
     "SliceSampler",
@@ -67,6 +79,7 @@ __all__ = [
     "StepScheduler",
     "Storage",
     "StorageCheckpointerBase",
+    "StorageEnsemble",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
@@ -74,4 +87,5 @@ __all__ = [
     "TensorStorage",
     "TensorStorageCheckpointer",
     "Writer",
+    "WriterEnsemble",
 ]

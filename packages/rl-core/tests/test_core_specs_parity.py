@@ -173,11 +173,14 @@ class TestLocking:
         with pytest.raises(RuntimeError, match="locked"):
             spec["a"] = spec["a"].clone()
         spec["a", "b"] = spec["a", "b"].clone()  # the nested spec is not locked
-        spec.lock_(recurse=True)  # already locked: a no-op, as in TorchRL
-        spec.unlock_()
-        spec.lock_(recurse=True)
+        spec.lock_(recurse=False)  # already locked: a no-op
+        assert not spec["a"].is_locked
+        spec.lock_(recurse=True)  # reaches the nested specs (TorchRL's documented behaviour)
+        assert spec["a"].is_locked and spec["a", "b"].is_locked
         with pytest.raises(RuntimeError, match="locked"):
             spec["a", "b"] = Composite()
+        spec.unlock_()
+        assert not spec["a", "b"].is_locked
 
     def test_child_of_locked_parent_cannot_unlock(self):
         spec = Composite(b=Composite(c=Unbounded(shape=(4,))))
@@ -424,3 +427,18 @@ class TestSmallerMethods:
         assert stacked.clear_device_().device is None
         td = stacked.zero()
         assert stacked.ones_update(td)["x"].tolist() == [1.0, 1.0]
+
+
+class TestDomainOverride:
+    def test_domain_is_a_label_values_follow_the_dtype(self):
+        # TorchRL 0.14: ``domain=`` overrides spec.domain; rand still follows the dtype.
+        spec = Bounded(low=-1, high=1, shape=(), dtype=torch.int, domain="continuous")
+        assert spec.domain == "continuous" and spec.dtype == torch.int32
+        values = spec.rand((200,))
+        assert values.dtype == torch.int32 and set(values.tolist()) == {-1, 0, 1}
+        assert spec.project(torch.tensor(0.6)).item() == 1
+        un = Unbounded(shape=(3,), dtype=torch.float32, domain="discrete")
+        assert un.domain == "discrete" and un.rand().dtype == torch.float32
+        assert un.to(torch.int64).domain == "discrete"
+        with pytest.raises(ValueError, match="domain must be 'continuous' or 'discrete', got 'x'"):
+            Unbounded(domain="x")

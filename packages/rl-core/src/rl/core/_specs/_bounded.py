@@ -26,6 +26,12 @@ def _domain(dtype: torch.dtype) -> str:
     return "continuous" if dtype.is_floating_point or dtype.is_complex else "discrete"
 
 
+def _check_domain(domain: str, cls: str) -> str:
+    if domain not in ("continuous", "discrete"):
+        raise ValueError(f"{cls} domain must be 'continuous' or 'discrete', got {domain!r}")
+    return domain
+
+
 def _as_bound(value: Any, name: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if value is None:
         raise TypeError(f"Bounded needs {name}, got None")
@@ -44,6 +50,8 @@ class Bounded(TensorSpec):
             discrete box whose ``rand`` draws integers in ``[low, high]``). A string such as
             ``"float64"`` is accepted.
         minimum, maximum: deprecated names of ``low`` and ``high``.
+        domain: ``"continuous"`` or ``"discrete"``, overriding the label the dtype gives
+            (``spec.domain``); as in TorchRL, values still follow the dtype.
 
     ``low`` and ``high`` are stored expanded to ``shape`` (``spec.low``, ``spec.high``,
     also ``spec.space.low``/``spec.space.high``).
@@ -136,14 +144,12 @@ class Bounded(TensorSpec):
         self.low = low_t
         self.high = high_t
         self._on_dtype_change()
-        if domain is not None and domain != self.domain:
-            raise ValueError(
-                f"Bounded domain {domain!r} does not match dtype {dtype}, which gives "
-                f"{self.domain!r}"
-            )
+        if domain is not None:
+            self.domain = _check_domain(domain, "Bounded")
 
     def _on_dtype_change(self) -> None:
         self.domain = _domain(self.dtype)
+        self._float = self.domain == "continuous"
         self._finite = bool(torch.isfinite(self.low).all() and torch.isfinite(self.high).all())
 
     @property
@@ -153,7 +159,7 @@ class Bounded(TensorSpec):
     def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
         full = (*shape, *self.shape)
         low, high = self.low, self.high
-        if self.domain == "continuous":
+        if self._float:
             r = torch.rand(full, dtype=self.dtype, device=self.device)
             if self._finite:
                 return r.mul_(high - low).add_(low)
@@ -181,7 +187,7 @@ class Bounded(TensorSpec):
 
     def project(self, value: torch.Tensor) -> torch.Tensor:
         if value.dtype != self.dtype:
-            if self.domain == "discrete" and value.is_floating_point():
+            if not self._float and value.is_floating_point():
                 value = value.round()
             value = value.to(self.dtype)
         return torch.clamp(value, self.low, self.high)
@@ -202,6 +208,8 @@ class Unbounded(TensorSpec):
         device: where values live.
         dtype: the values' dtype (``torch.float32`` by default; strings such as ``"int64"``
             are accepted).
+        domain: ``"continuous"`` or ``"discrete"``, overriding the label the dtype gives
+            (``spec.domain``); values still follow the dtype.
 
     ``rand`` draws standard normal values for floating dtypes and integers in ``[-100, 100)``
     (``[0, 100)`` for unsigned, ``{0, 1}`` for bool) otherwise.
@@ -226,14 +234,18 @@ class Unbounded(TensorSpec):
         shape: Sequence[int] | torch.Size | int | None = (),
         device: DEVICE_TYPING | None = None,
         dtype: torch.dtype | str | None = None,
+        domain: str | None = None,
     ):
         self.shape = _to_shape(shape)
         self.device = _to_device(device)
         self.dtype = _to_dtype(dtype)
-        self.domain = _domain(self.dtype)
+        self._on_dtype_change()
+        if domain is not None:
+            self.domain = _check_domain(domain, "Unbounded")
 
     def _on_dtype_change(self) -> None:
         self.domain = _domain(self.dtype)
+        self._float = self.domain == "continuous"
 
     def _limits(self) -> tuple[float, float]:
         if self.dtype.is_floating_point:
@@ -259,7 +271,7 @@ class Unbounded(TensorSpec):
 
     def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
         full = (*shape, *self.shape)
-        if self.domain == "continuous":
+        if self._float:
             return torch.randn(full, dtype=self.dtype, device=self.device)
         if self.dtype == torch.bool:
             return torch.randint(0, 2, full, dtype=torch.bool, device=self.device)

@@ -47,7 +47,8 @@ class _Lockable:
         """Locks the spec: setting or deleting entries and setting ``shape`` raise ``RuntimeError``.
 
         Args:
-            recurse: also lock the nested Composites (default ``True``, as TorchRL).
+            recurse: also lock the nested Composites (default ``True``, as TorchRL), also
+                when the spec itself is already locked.
 
         Returns:
             The spec itself.
@@ -65,9 +66,12 @@ class _Lockable:
             >>> spec.unlock_().is_locked
             False
         """
-        if self._locked:
+        recurse = True if recurse is None else recurse
+        if self._locked and not recurse:
             return self
-        self._propagate_lock(True if recurse is None else recurse, None)
+        # Locking again with recurse reaches nested specs a non-recursive lock left open
+        # (the behaviour TorchRL's lock_ documents).
+        self._propagate_lock(recurse, None)
         return self
 
     def _propagate_lock(self, recurse: bool, parents: list | None) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch import nn
 
 from rl.core import Categorical, Composite, Unbounded
 
@@ -31,15 +32,50 @@ def _seed_generator(seed: int) -> int:
 
 
 class _EnvMeta(ABCMeta):
-    """Runs ``_post_init`` once the subclass ``__init__`` has set the specs."""
+    """Runs ``_post_init`` once the subclass ``__init__`` has set the specs.
+
+    As TorchRL's metaclass, it takes ``spec_locked``, ``auto_reset`` and
+    ``auto_reset_replace`` out of the constructor arguments (so every subclass accepts
+    them, whatever its ``__init__`` signature) and wraps an ``auto_reset=True`` env in an
+    :class:`~rl.envs.transforms.AutoResetEnv`.
+    """
 
     def __call__(cls, *args, **kwargs):
+        spec_locked = kwargs.pop("spec_locked", None)
+        auto_reset = kwargs.pop("auto_reset", False)
+        auto_reset_replace = kwargs.pop("auto_reset_replace", True)
         env = super().__call__(*args, **kwargs)
         env._post_init()
+        if spec_locked is not None:
+            env.__dict__["_is_spec_locked"] = bool(spec_locked)
+        if auto_reset or env.__dict__.get("_auto_reset_requested", False):
+            from .transforms._auto_reset import AutoResetEnv, AutoResetTransform
+
+            env.__dict__["_auto_reset_requested"] = False
+            env = AutoResetEnv(env, AutoResetTransform(replace=auto_reset_replace))
         return env
 
 
-class EnvBase(EnvSpecs, metaclass=_EnvMeta):
+# exact types whose assignment to an existing plain attribute skips nn.Module.__setattr__
+_PLAIN_TYPES = frozenset(
+    {
+        torch.Tensor,
+        np.ndarray,
+        int,
+        float,
+        bool,
+        str,
+        type(None),
+        list,
+        tuple,
+        dict,
+        torch.Size,
+        torch.device,
+    }
+)
+
+
+class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
     """Base class of every environment: a TensorDict in, a TensorDict out.
 
     A subclass sets its specs in ``__init__`` and implements three methods:
@@ -65,6 +101,20 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
         run_type_checks: debug mode; when ``True``, every :meth:`step` checks the action
             against ``action_spec`` and raises a ``ValueError`` naming the key, the spec
             and the value when it is outside.
+        allow_done_after_reset: with ``run_type_checks``, do not raise when ``_reset``
+            returns a done flag set (envs that may be done right after a reset).
+        spec_locked: recorded as :attr:`is_spec_locked` (TorchRL's argument); specs stay
+            assignable through the ``*_spec`` setters either way.
+        auto_reset: the env resets itself when done (its ``_step`` returns the first
+            observation of the next episode): the constructed env is wrapped in an
+            :class:`~rl.envs.transforms.AutoResetEnv` (see ``AutoResetTransform``).
+
+    Like TorchRL's, the class is a :class:`torch.nn.Module`: an env may
+    ``register_buffer`` and hold parameters, ``env.to(device)`` moves its specs and
+    buffers, ``state_dict()`` holds its buffers and parameters. ``batch_locked = False``
+    as a class attribute (or ``_batch_locked=False`` passed to ``__new__``) lets
+    :meth:`reset` / :meth:`step` / :meth:`rollout` take tensordicts with extra leading
+    batch dims (stateless envs that read their state from the input).
 
     Examples:
         A complete custom environment: a point on a line that the action pushes, which
@@ -122,18 +172,36 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
     #: outside a ``"_reset"`` mask, to skip :meth:`reset`'s merge
     _reset_keeps_unmasked: bool = False
 
+    def __new__(cls, *args, _inplace_update: bool = False, _batch_locked: bool = True, **kwargs):
+        # TorchRL's subclasses override ``__new__`` as
+        # ``super().__new__(cls, *args, _batch_locked=False, **kwargs)``: the extra
+        # arguments are accepted here and the constructor ones ignored
+        env = super().__new__(cls)
+        env.__dict__["_inplace_update"] = _inplace_update
+        if not _batch_locked:
+            env.__dict__["_batch_locked"] = False
+        return env
+
     def __init__(
         self,
         *,
         device: torch.device | str | int | None = None,
         batch_size: Sequence[int] | torch.Size | int | None = None,
         run_type_checks: bool = False,
+        allow_done_after_reset: bool = False,
+        spec_locked: bool = True,
+        auto_reset: bool = False,
     ) -> None:
+        nn.Module.__init__(self)
         if isinstance(batch_size, int):
             batch_size = (batch_size,)
         self._batch_size = torch.Size(batch_size if batch_size is not None else ())
         self._device = _normalize_device(device)
         self.run_type_checks = run_type_checks
+        self.allow_done_after_reset = allow_done_after_reset
+        self.__dict__.setdefault("_is_spec_locked", bool(spec_locked))
+        if auto_reset:  # passed through super().__init__: the metaclass wraps the env
+            self.__dict__["_auto_reset_requested"] = True
         bs = self._batch_size
         spec_device = self._device
         self._output_spec = Composite(
@@ -171,8 +239,68 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
 
     @property
     def batch_locked(self) -> bool:
-        """Inputs must have exactly ``batch_size`` (no extra leading dims), as in TorchRL."""
-        return True
+        """Inputs must have exactly ``batch_size`` (no extra leading dims), as in TorchRL.
+
+        A subclass sets ``batch_locked = False`` (class attribute) for envs that take any
+        leading batch dims (stateless envs reading their state from the input).
+        """
+        return self.__dict__.get("_batch_locked", True)
+
+    @property
+    def is_spec_locked(self) -> bool:
+        """The ``spec_locked`` constructor argument (TorchRL's name)."""
+        return self.__dict__.get("_is_spec_locked", True)
+
+    @property
+    def specs(self) -> Composite:
+        """``Composite(output_spec=..., input_spec=...)``, as TorchRL's ``env.specs``."""
+        return Composite(
+            output_spec=self.output_spec,
+            input_spec=self.input_spec,
+            shape=self.batch_size,
+            device=self.device,
+        )
+
+    # -------------------------------------------------------------------- nn.Module
+    def __setattr__(self, name: str, value: Any) -> None:
+        # nn.Module.__setattr__ costs microseconds (Parameter / Buffer instance checks);
+        # an env that keeps its state in plain attributes (``self.state = new``) at every
+        # step skips it when the name already is a plain attribute and the value a plain
+        # tensor / python object (parameters, buffers and modules live outside __dict__)
+        d = self.__dict__
+        if name in d and type(value) in _PLAIN_TYPES:
+            if type(value) is not torch.Tensor or not getattr(value, "_is_buffer", False):
+                d[name] = value
+                return
+        nn.Module.__setattr__(self, name, value)
+
+    def forward(self, *args, **kwargs):
+        """Envs are stepped with :meth:`step` / :meth:`rollout`, not called."""
+        raise NotImplementedError(
+            f"{type(self).__name__} is not callable: use env.step(td), env.reset() or env.rollout()"
+        )
+
+    def to(self, *args, **kwargs) -> EnvBase:
+        """Moves the specs, buffers and parameters to a device (and/or casts a dtype).
+
+        Returns:
+            the env itself.
+        """
+        device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None:
+            device = _normalize_device(device)
+            self._move_specs(device)
+            self.__dict__["_device"] = device
+        nn.Module.to(self, *args, **kwargs)
+        return self
+
+    def _move_specs(self, device: torch.device) -> None:
+        self.output_spec = self.output_spec.to(device)
+        self.input_spec = self.input_spec.to(device)
+
+    def train(self, mode: bool = True) -> EnvBase:
+        nn.Module.train(self, mode)
+        return self
 
     # ------------------------------------------------------------------- subclass hooks
     @abstractmethod
@@ -189,11 +317,62 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
 
     # ------------------------------------------------------------------------ public API
     def _check_batch(self, tensordict: TensorDictBase, where: str) -> None:
-        if tensordict.batch_size != self.batch_size:
+        bs = tensordict.batch_size
+        if bs != self.batch_size:
+            nb = len(self.batch_size)
+            if not self.batch_locked and len(bs) >= nb and bs[len(bs) - nb :] == self.batch_size:
+                return
             raise ValueError(
-                f"{where} got a tensordict of batch_size {tuple(tensordict.batch_size)}, "
+                f"{where} got a tensordict of batch_size {tuple(bs)}, "
                 f"expected the env batch_size {tuple(self.batch_size)}"
+                + ("" if self.batch_locked else " (with any leading dims: batch_locked=False)")
             )
+
+    def _extra_dims(self, tensordict: TensorDictBase | None) -> torch.Size:
+        """The leading batch dims of ``tensordict`` beyond the env's (non batch-locked envs)."""
+        if tensordict is None:
+            return torch.Size(())
+        bs = tensordict.batch_size
+        return bs[: len(bs) - len(self.batch_size)]
+
+    def _complete_done(self, td: TensorDictBase) -> None:
+        """Adds the done-spec entries ``td`` lacks, as TorchRL does.
+
+        ``terminated`` defaults to ``done``, ``done`` to ``terminated | truncated`` and
+        ``truncated`` (or a lone missing flag) to ``False``.
+        """
+        keys = td.keys(True, True)
+        spec = self.full_done_spec
+        missing = [key for key in spec.keys(True, True) if key not in keys]
+        if not missing:
+            return
+        lead = td.batch_size
+        nb = len(self.batch_size)
+        for key in missing:
+            *group, name = (key,) if isinstance(key, str) else key
+            group = tuple(group)
+            leaf = spec[key]
+            if name == "terminated" and group + ("done",) in keys or (not group and "done" in keys):
+                value = td.get(group + ("done",) if group else "done").clone()
+            elif name == "done":
+                value = None
+                for flag in ("terminated", "truncated"):
+                    fkey = group + (flag,) if group else flag
+                    if fkey in td.keys(True, True):
+                        value = td.get(fkey) if value is None else value | td.get(fkey)
+                if value is None:
+                    value = torch.zeros(
+                        (*lead, *leaf.shape[nb:]), dtype=leaf.dtype, device=leaf.device
+                    )
+                else:
+                    value = value.clone()
+            else:
+                shape = (*lead, *leaf.shape[nb:]) if not group else leaf.shape
+                ref = td.get(group + ("done",), None) if group else td.get("done", None)
+                if ref is not None:
+                    shape = ref.shape
+                value = torch.zeros(shape, dtype=leaf.dtype, device=leaf.device)
+            td.set(key, value)
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         """Resets the environment (or the entries selected by a ``"_reset"`` mask).
@@ -220,6 +399,7 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
                 tensordict.del_("_reset")
                 return tensordict
         td_reset = self._reset(tensordict)
+        self._complete_done(td_reset)
         if (
             mask is not None
             and self.batch_size
@@ -227,7 +407,7 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
             and not bool(mask.all())
         ):
             _merge_partial_reset(td_reset, tensordict, mask, len(self.batch_size))
-        if self.run_type_checks:
+        if self.run_type_checks and not self.allow_done_after_reset:
             done = td_reset[self.done_key]
             reset_entries = done if mask is None else done & mask.reshape(done.shape)
             if bool(reset_entries.any()):
@@ -263,6 +443,13 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
             for key in next_preset.keys(True, True):
                 if key not in next_td.keys(True, True):
                     next_td.set(key, next_preset[key])
+        if not self.__dict__.get("_step_outputs_complete", False):
+            # checked until _step is seen writing every done entry (then skipped)
+            keys = next_td.keys(True, True)
+            complete = all(key in keys for key in self.done_keys)
+            if not complete:
+                self._complete_done(next_td)
+            self.__dict__["_step_outputs_complete"] = complete
         tensordict.set("next", next_td)
         return tensordict
 
@@ -277,15 +464,17 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
     def check_action(self, tensordict: TensorDictBase) -> None:
         """Raises if an action entry of ``tensordict`` is missing or outside its spec."""
         self._raise_missing_action(tensordict)
+        extra = len(self._extra_dims(tensordict)) if not self.batch_locked else 0
         for key in self.action_keys:
             spec = self.full_action_spec[key]
             value = tensordict[key]
-            if value.shape != spec.shape:
+            if value.shape[extra:] != spec.shape:
                 raise ValueError(
                     f"action {key!r} has shape {tuple(value.shape)}, expected "
                     f"{tuple(spec.shape)} from action_spec {spec!r}"
                 )
-            if not spec.is_in(value):
+            values = value.reshape(-1, *spec.shape).unbind(0) if extra else (value,)
+            if not all(spec.is_in(v) for v in values):
                 raise ValueError(f"action {key!r} = {value} is outside action_spec {spec!r}")
 
     def step_and_maybe_reset(
@@ -313,7 +502,8 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
         """Writes a uniformly random action (from ``action_spec``) into ``tensordict``."""
         if tensordict is None:
             tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
-        tensordict.update(self.full_action_spec.rand())
+        extra = self._extra_dims(tensordict) if not self.batch_locked else ()
+        tensordict.update(self.full_action_spec.rand(extra))
         return tensordict
 
     def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
@@ -373,8 +563,11 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
             raise RuntimeError("rollout(auto_reset=False) needs an initial tensordict, got None")
         else:
             self._check_batch(tensordict, "rollout()")
-        fast = getattr(self, "_rollout_fast", None)
-        fast_policy = getattr(self, "_rollout_fast_policy", None)
+        if tensordict.batch_size != self.batch_size:  # not batch-locked: extra leading dims
+            fast = fast_policy = None
+        else:
+            fast = getattr(self, "_rollout_fast", None)
+            fast_policy = getattr(self, "_rollout_fast_policy", None)
         if fast is not None and policy is None and callback is None:
             out = fast(
                 max_steps,
@@ -401,7 +594,7 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
                 break_when_all_done=break_when_all_done,
             )
         if set_truncated:
-            last = (slice(None),) * len(self.batch_size) + (-1,)
+            last = (slice(None),) * (out.batch_dims - 1) + (-1,)
             for key in self.done_keys:
                 name = key if isinstance(key, str) else key[-1]
                 if name in ("truncated", "done"):
@@ -418,6 +611,24 @@ class EnvBase(EnvSpecs, metaclass=_EnvMeta):
         if seed is not None and not static_seed:
             seed = _seed_generator(seed)
         return seed
+
+    def append_transform(self, transform) -> EnvBase:
+        """Returns ``TransformedEnv(self, transform)`` (TorchRL's ``EnvBase.append_transform``).
+
+        A :class:`~rl.envs.TransformedEnv` appends to its own list instead (and returns
+        itself).
+
+        Raises:
+            TypeError: ``transform`` is not a :class:`~rl.envs.transforms.Transform`.
+        """
+        from .transforms import Transform, TransformedEnv
+
+        if not isinstance(transform, Transform):
+            raise TypeError(
+                f"append_transform expects a Transform, got {type(transform).__name__}: "
+                f"{transform!r}"
+            )
+        return TransformedEnv(self, transform)
 
     def close(self) -> None:
         """Releases the resources held by the environment (idempotent)."""

@@ -279,11 +279,11 @@ class GymWrapper(EnvBase):
                 fresh, _ = self._env.reset(options={"reset_mask": need})
                 # only the reset rows: the fast path may step sub-envs behind the vector
                 # env's back, so its other rows can be stale
-                self._last_obs = _merge_rows(self._last_obs, fresh, need)
+                self.__dict__["_last_obs"] = _merge_rows(self._last_obs, fresh, need)
             self._autoreset[mask_np] = False
             obs = self._last_obs
         if self.is_vector:
-            self._last_obs = obs
+            self.__dict__["_last_obs"] = obs  # plain dict write: not nn.Module.__setattr__
         entries = self._obs_entries(obs)
         entries.update(self._flags(False, False))
         return self._make_td(entries)
@@ -293,10 +293,11 @@ class GymWrapper(EnvBase):
         obs, reward, terminated, truncated, info = self._env.step(action)
         entries = self._obs_entries(obs)
         if self.is_vector:
-            self._last_obs = obs
+            d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
+            d["_last_obs"] = obs
             done = np.logical_or(terminated, truncated)
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
-                self._autoreset = done.copy()
+                d["_autoreset"] = done.copy()
                 if done.any():
                     self._patch_final_obs(entries, info)
         reward = torch.from_numpy(np.array(reward, dtype=np.float32).reshape((*self.batch_size, 1)))

@@ -107,12 +107,13 @@ class _Probe(NativeEnv):
         mask = self._reset_mask(tensordict)
         zeros = torch.zeros_like(self._t)
         new = self._new_observation(zeros)
+        d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
         if mask is None:
-            self._obs, self._t = new, zeros
+            d["_obs"], d["_t"] = new, zeros
         else:
-            self._obs = torch.where(mask.unsqueeze(-1), new, self._obs)
-            self._t = self._t.masked_fill(mask, 0)
-        return self._make_td({"observation": self._obs.clone(), **self._zero_flags()})
+            d["_obs"] = torch.where(mask.unsqueeze(-1), new, d["_obs"])
+            d["_t"] = d["_t"].masked_fill(mask, 0)
+        return self._make_td({"observation": d["_obs"].clone(), **self._zero_flags()})
 
     def _action_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The action as ``[*B]``: an index in {0, 1}, or the continuous value."""
@@ -132,14 +133,15 @@ class _Probe(NativeEnv):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = self._action_value(tensordict)
         reward = self._reward(action).to(torch.float32).unsqueeze(-1)
-        self._t = self._t + 1
-        terminated = self._t >= self.horizon
+        d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
+        d["_t"] = t = d["_t"] + 1
+        terminated = t >= self.horizon
         if self.horizon > 1:
-            self._obs = self._new_observation(self._t)
+            d["_obs"] = self._new_observation(t)
         truncated = torch.zeros_like(terminated)
         return self._make_td(
             {
-                "observation": self._obs.clone(),
+                "observation": d["_obs"].clone(),
                 "reward": reward,
                 **self._flags(terminated, truncated),
             }

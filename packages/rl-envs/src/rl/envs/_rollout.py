@@ -24,9 +24,14 @@ if TYPE_CHECKING:
 __all__ = ["rollout_generic", "build_output", "presample_actions"]
 
 
-def presample_actions(env: EnvBase, max_steps: int) -> list[tuple[Any, torch.Tensor]]:
-    """Draws the random actions of all steps at once: ``[(key, tensor[T, *B, *F])]``."""
-    actions = env.full_action_spec.rand((max_steps,))
+def presample_actions(
+    env: EnvBase, max_steps: int, extra: tuple = ()
+) -> list[tuple[Any, torch.Tensor]]:
+    """Draws the random actions of all steps at once: ``[(key, tensor[T, *B, *F])]``.
+
+    ``extra``: leading batch dims of the input beyond the env's (non batch-locked envs).
+    """
+    actions = env.full_action_spec.rand((max_steps, *extra))
     return [(key, actions[key]) for key in actions.keys(True, True)]
 
 
@@ -82,11 +87,14 @@ def rollout_generic(
 
     ``skip_first_policy``: ``tensordict`` already went through ``policy`` for step 0.
     """
-    nb = len(env.batch_size)
+    batch_size = tensordict.batch_size  # env.batch_size, or more when not batch-locked
+    nb = len(batch_size)
     prefix = (slice(None),) * nb
     done_key = env.done_key
     reward_keys = set(env.reward_keys)
-    actions = presample_actions(env, max_steps) if policy is None else None
+    extra = batch_size[: nb - len(env.batch_size)]
+    actions = presample_actions(env, max_steps, extra) if policy is None else None
+    complete_done = False
     td = tensordict
     root_bufs: dict = {}
     next_bufs: dict = {}
@@ -119,6 +127,11 @@ def rollout_generic(
                 if key not in next_td.keys(True, True):
                     next_td.set(key, next_preset[key])
             td.del_("next")
+        if t == 0:
+            keys = next_td.keys(True, True)
+            complete_done = not all(key in keys for key in env.done_keys)
+        if complete_done:  # _step leaves out done entries (TorchRL fills them)
+            env._complete_done(next_td)
         if t == 0:
             root_has_next = next_preset is not None
             presampled = dict(actions) if actions is not None else {}
@@ -186,4 +199,4 @@ def rollout_generic(
             buf[(*prefix, slice(1, steps))] = next_bufs[key][(*prefix, slice(0, steps - 1))]
     for t, key, value in overrides:
         root_bufs[key][(*prefix, t)] = value
-    return build_output(root_bufs, next_bufs, env.batch_size, steps, env.device, nb)
+    return build_output(root_bufs, next_bufs, batch_size, steps, env.device, nb)

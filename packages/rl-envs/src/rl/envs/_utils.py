@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
 from rl.core import Composite
 
@@ -16,15 +16,63 @@ if TYPE_CHECKING:
 __all__ = ["step_mdp", "check_env_specs", "RandomPolicy"]
 
 NestedKey = str | tuple[str, ...]
-_DONE_KEYS = ("done", "terminated", "truncated")
 
 
-def _key_set(keys: NestedKey | Iterable[NestedKey] | None, default=()) -> set:
+def _key_set(keys: NestedKey | Iterable[NestedKey] | None) -> set[tuple[str, ...]]:
     if keys is None:
-        keys = default
-    elif isinstance(keys, str | tuple):  # a single (possibly nested) key
+        return set()
+    if isinstance(keys, str | tuple):  # a single (possibly nested) key
         keys = [keys]
-    return {key if isinstance(key, str) or len(key) > 1 else key[0] for key in keys}
+    return {(key,) if isinstance(key, str) else tuple(key) for key in keys}
+
+
+def _prefixes(keys: set[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    return {key[:i] for key in keys for i in range(1, len(key))}
+
+
+def _excluding(td: TensorDictBase, keys: set[tuple[str, ...]]) -> TensorDictBase:
+    """Shallow copy of ``td`` without ``keys`` (nested batch sizes and lazy stacks kept)."""
+    if not keys:
+        return td.copy()
+    return td.exclude(*(key if len(key) > 1 else key[0] for key in keys))
+
+
+def _merge_other(
+    out: TensorDictBase,
+    root: TensorDictBase,
+    excluded: set[tuple[str, ...]],
+    partial: set[tuple[str, ...]],
+    path: tuple[str, ...] = (),
+) -> None:
+    """Adds to ``out`` the entries of ``root`` it lacks (the ``"next"`` values win).
+
+    A sub-tensordict of ``root`` absent from ``out`` is set whole (its batch size and
+    type kept) unless an excluded key lies inside it (``partial``); lazy stacks present
+    on both sides are merged element by element.
+    """
+    if isinstance(out, LazyStackedTensorDict) and isinstance(root, LazyStackedTensorDict):
+        if out.stack_dim == root.stack_dim and len(out.tensordicts) == len(root.tensordicts):
+            for dst, src in zip(out.tensordicts, root.tensordicts):
+                _merge_other(dst, src, excluded, partial, path)
+            return
+    present = set(out.keys())
+    for name in root.keys():
+        key = (*path, name)
+        if name == "_reset" or key in excluded or (not path and name == "next"):
+            continue
+        if name in present:
+            dst = out.get(name)
+            if is_tensor_collection(dst):
+                src = root.get(name)
+                if is_tensor_collection(src):
+                    dst = dst.copy()  # shallow: the input's "next" is not modified
+                    _merge_other(dst, src, excluded, partial, key)
+                    out.set(name, dst)
+            continue
+        value = root.get(name)
+        if key in partial and is_tensor_collection(value):
+            value = _excluding(value, {k[len(key) :] for k in excluded if k[: len(key)] == key})
+        out.set(name, value)
 
 
 def step_mdp(
@@ -35,13 +83,16 @@ def step_mdp(
     exclude_done: bool = False,
     exclude_action: bool = True,
     reward_keys: NestedKey | Iterable[NestedKey] = "reward",
-    done_keys: NestedKey | Iterable[NestedKey] | None = None,
+    done_keys: NestedKey | Iterable[NestedKey] = "done",
     action_keys: NestedKey | Iterable[NestedKey] = "action",
 ) -> TensorDictBase:
     """Moves the ``"next"`` entries of a transition to the root of a new TensorDict.
 
     The result is the root tensordict of the following step: ``("next", obs)`` becomes
-    ``obs``. Tensors are shared, not copied.
+    ``obs``. Tensors are shared, not copied; nested sub-tensordicts keep their batch
+    size (a group ``("agents", ...)`` of batch ``[B, n_agents]`` stays so) and lazy
+    stacks stay lazy (heterogeneous entries flow through). ``"_reset"`` masks are
+    dropped.
 
     Args:
         tensordict: a transition with a ``"next"`` sub-tensordict.
@@ -49,10 +100,10 @@ def step_mdp(
         keep_other: keep the root entries that ``"next"`` does not hold (policy outputs,
             recurrent states...).
         exclude_reward: drop the reward keys.
-        exclude_done: drop the done / terminated / truncated keys.
+        exclude_done: drop the done keys.
         exclude_action: drop the action keys from the kept root entries.
         reward_keys, done_keys, action_keys: the keys these options refer to (a key or
-            a list of keys; ``done_keys=None`` means done, terminated and truncated).
+            a list of keys; TorchRL's defaults ``"reward"``, ``"done"``, ``"action"``).
 
     Returns:
         a new TensorDict with the batch size and device of ``tensordict``.
@@ -69,6 +120,10 @@ def step_mdp(
         ['observation']
         >>> step_mdp(td)["observation"]
         tensor([1., 1., 1.])
+        >>> agents = TensorDict(obs=torch.zeros(2, 5, 3), batch_size=[2, 5])
+        >>> td = TensorDict(agents=agents, next={"agents": agents.clone()}, batch_size=[2])
+        >>> step_mdp(td)["agents"].batch_size
+        torch.Size([2, 5])
     """
     if next_tensordict is None:
         next_tensordict = tensordict.get("next", None)
@@ -81,23 +136,15 @@ def step_mdp(
     if exclude_reward:
         excluded |= _key_set(reward_keys)
     if exclude_done:
-        excluded |= _key_set(done_keys, _DONE_KEYS)
-    out = TensorDict({}, batch_size=tensordict.batch_size, device=tensordict.device)
-    next_keys = set()
-    for key in next_tensordict.keys(True, True):
-        next_keys.add(key)
-        if key in excluded:
-            continue
-        out.set(key, next_tensordict[key])
+        excluded |= _key_set(done_keys)
+    drop = excluded | {("_reset",)} if "_reset" in next_tensordict.keys() else excluded
+    out = _excluding(next_tensordict, drop)
     if keep_other:
         if exclude_action:
             excluded |= _key_set(action_keys)
-        for key in tensordict.keys(True, True):
-            if key in excluded or key in next_keys or key == "_reset":
-                continue
-            if (key if isinstance(key, str) else key[0]) == "next":
-                continue
-            out.set(key, tensordict[key])
+        _merge_other(out, tensordict, excluded, _prefixes(excluded))
+    if out.batch_size != tensordict.batch_size:
+        out.batch_size = tensordict.batch_size
     return out
 
 

@@ -1,6 +1,7 @@
 """TorchRL's ``torchrl.envs.utils`` path: env helpers and the exploration type.
 
-``step_mdp``, ``check_env_specs`` and ``RandomPolicy`` are those of :mod:`rl.envs`;
+``step_mdp``, ``check_env_specs``, ``RandomPolicy``, ``make_composite_from_td`` and
+``terminated_or_truncated`` are those of :mod:`rl.envs`;
 ``ExplorationType``, ``exploration_type`` and ``set_exploration_type`` those of
 :mod:`rl.core` (tensordict's interaction type). The module exists so that code written
 for ``torchrl.envs.utils`` carries over.
@@ -13,6 +14,7 @@ Examples:
 """
 
 from rl.core import ExplorationType, exploration_type, set_exploration_type
+from rl.envs._td_utils import make_composite_from_td, terminated_or_truncated
 from rl.envs._utils import RandomPolicy, check_env_specs, step_mdp
 
 __all__ = [
@@ -20,6 +22,8 @@ __all__ = [
     "RandomPolicy",
     "check_env_specs",
     "exploration_type",
+    "make_composite_from_td",
     "set_exploration_type",
     "step_mdp",
+    "terminated_or_truncated",
 ]

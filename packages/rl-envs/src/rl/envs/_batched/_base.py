@@ -1,7 +1,7 @@
 """``BatchedEnvBase``: what ``SerialEnv`` and ``ParallelEnv`` share.
 
 The batched env has batch size ``[num_workers, *sub_env.batch_size]`` and the sub-env
-specs expanded to it. Data goes through preallocated buffers (``_buffers``): the parent
+specs expanded to it. Data goes through preallocated buffers (``_shm_buffers``): the parent
 writes the actions into ``inputs``, the workers step their sub-env and write into
 ``out``, and the parent returns a copy of ``out``. Subclasses only say how the workers
 run (in this process, or in worker processes).
@@ -120,10 +120,10 @@ class BatchedEnvBase(EnvBase):
             self.full_done_spec,
             self.done_key,
         )
-        self._buffers = allocate_buffers(
+        self._shm_buffers = allocate_buffers(
             self._layout, self.input_spec, self.output_spec, share=self._share_memory
         )
-        bufs = self._buffers
+        bufs = self._shm_buffers
         actions = set(self._layout.action_keys)
         self._in_pairs = [(key, bufs.inputs[key], key in actions) for key in self._layout.in_keys]
         self._to_device = self.device is not None and self.device.type != "cpu"
@@ -136,7 +136,7 @@ class BatchedEnvBase(EnvBase):
         not_carried = {"next", "_reset", *self.action_keys, *self.reward_keys}
         flat = all(isinstance(key, str) for key in not_carried)
         self._not_carried = not_carried if flat else None
-        # workers whose current root entries are in ``_buffers.reset``, not ``out``
+        # workers whose current root entries are in ``_shm_buffers.reset``, not ``out``
         self._pending_promote: list[int] = []
 
     # ------------------------------------------------------------ subclass interface
@@ -202,7 +202,7 @@ class BatchedEnvBase(EnvBase):
         if not self._pending_promote:
             return
         idx = torch.tensor(self._pending_promote)
-        bufs = self._buffers
+        bufs = self._shm_buffers
         for key in self._layout.reset_keys:
             bufs.out[key][idx] = bufs.reset[key][idx]
         self._pending_promote = []
@@ -218,7 +218,7 @@ class BatchedEnvBase(EnvBase):
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         self._ensure_started()
         self._promote_pending()
-        mask_buf = self._buffers.mask
+        mask_buf = self._shm_buffers.mask
         mask = None if tensordict is None else tensordict.get("_reset", None)
         if mask is None:
             mask_buf.fill_(True)
@@ -281,10 +281,10 @@ class BatchedEnvBase(EnvBase):
         root_next = self._root_next(tensordict, next_td)
         if reset_workers:
             idx = torch.tensor(reset_workers)
-            reset_bufs = self._buffers.reset
+            reset_bufs = self._shm_buffers.reset
             for key in self._layout.reset_keys:
                 value = root_next.get(key, None)
-                value = self._buffers.out[key] if value is None else value
+                value = self._shm_buffers.out[key] if value is None else value
                 value = value.clone()
                 value[idx] = reset_bufs[key][idx].to(value.device)
                 root_next.set(key, value)

@@ -147,7 +147,7 @@ class ParallelEnv(BatchedEnvBase):
     def _start(self) -> None:
         self._pool = WorkerPool(
             self._payloads,
-            self._buffers,
+            self._shm_buffers,
             self._layout,
             self.mp_start_method,
             "ParallelEnv",

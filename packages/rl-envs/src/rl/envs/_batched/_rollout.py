@@ -76,7 +76,7 @@ def _batched_rollout(
     policy: Callable[[TensorDictBase], TensorDictBase] | None,
 ) -> TensorDictBase:
     layout = env._layout
-    bufs = env._buffers
+    bufs = env._shm_buffers
     batch_size = env.batch_size
     nb = len(batch_size)
     prefix = (slice(None),) * nb

@@ -83,7 +83,8 @@ class SerialEnv(BatchedEnvBase):
         envs += [creator() for creator in self._creators[1:]]
         self._envs = envs
         self._cores = [
-            WorkerCore(env, index, self._buffers, self._layout) for index, env in enumerate(envs)
+            WorkerCore(env, index, self._shm_buffers, self._layout)
+            for index, env in enumerate(envs)
         ]
         self._pending_promote = []
         self.is_closed = False

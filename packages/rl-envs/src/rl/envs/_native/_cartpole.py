@@ -110,33 +110,36 @@ class CartPoleEnv(NativeEnv):
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         new = self._uniform(-0.05, 0.05, 4)
         mask = self._reset_mask(tensordict)
+        d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
         if mask is None:
-            self.state = new
-            self.elapsed_steps = torch.zeros_like(self.elapsed_steps)
-            self._was_terminated = torch.zeros_like(self._was_terminated)
+            d["state"] = new
+            d["elapsed_steps"] = torch.zeros_like(self.elapsed_steps)
+            d["_was_terminated"] = torch.zeros_like(self._was_terminated)
         else:
-            self.state = torch.where(mask.unsqueeze(-1), new, self.state)
-            self.elapsed_steps = self.elapsed_steps.masked_fill(mask, 0)
-            self._was_terminated = self._was_terminated & ~mask
-        return self._make_td({"observation": self.state.to(torch.float32), **self._zero_flags()})
+            d["state"] = torch.where(mask.unsqueeze(-1), new, self.state)
+            d["elapsed_steps"] = self.elapsed_steps.masked_fill(mask, 0)
+            d["_was_terminated"] = self._was_terminated & ~mask
+        return self._make_td({"observation": d["state"].to(torch.float32), **self._zero_flags()})
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict["action"]
         if action.shape != self._action_shape:
             self._raise_action_shape(action)
         push_right = (action == 1) if self.categorical_action_encoding else action[..., 1].bool()
-        self.state = state = cartpole_dynamics(self.state, push_right)
+        d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
+        d["state"] = state = cartpole_dynamics(d["state"], push_right)
         x = state[..., 0]
         theta = state[..., 2]
         terminated = (x.abs() > X_THRESHOLD) | (theta.abs() > THETA_THRESHOLD)
         # as gymnasium: reward 1 up to and including the terminating step, 0 after it
-        reward = (~self._was_terminated).to(torch.float32).unsqueeze(-1)
-        self._was_terminated = self._was_terminated | terminated
-        self.elapsed_steps = self.elapsed_steps + 1
+        was_terminated = d["_was_terminated"]
+        reward = (~was_terminated).to(torch.float32).unsqueeze(-1)
+        d["_was_terminated"] = was_terminated | terminated
+        d["elapsed_steps"] = elapsed = d["elapsed_steps"] + 1
         if self.max_episode_steps is None:
             truncated = torch.zeros_like(terminated)
         else:
-            truncated = self.elapsed_steps >= self.max_episode_steps
+            truncated = elapsed >= self.max_episode_steps
         return self._make_td(
             {
                 "observation": state.to(torch.float32),

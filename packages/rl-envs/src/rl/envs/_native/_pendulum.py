@@ -98,7 +98,7 @@ class PendulumEnv(NativeEnv):
             raise ValueError(
                 f"state must have shape {(*self.batch_size, 2)} (θ, θ̇), got {tuple(value.shape)}"
             )
-        self._th, self._thdot = value.unbind(-1)
+        self.__dict__["_th"], self.__dict__["_thdot"] = value.unbind(-1)
 
     def _observation(self) -> torch.Tensor:
         th = self._th
@@ -108,11 +108,12 @@ class PendulumEnv(NativeEnv):
         th = self._uniform(-math.pi, math.pi)
         thdot = self._uniform(-1.0, 1.0)
         mask = self._reset_mask(tensordict)
+        d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
         if mask is None:
-            self._th, self._thdot = th, thdot
+            d["_th"], d["_thdot"] = th, thdot
         else:
-            self._th = torch.where(mask, th, self._th)
-            self._thdot = torch.where(mask, thdot, self._thdot)
+            d["_th"] = torch.where(mask, th, d["_th"])
+            d["_thdot"] = torch.where(mask, thdot, d["_thdot"])
         return self._make_td({"observation": self._observation(), **self._zero_flags()})
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -120,7 +121,8 @@ class PendulumEnv(NativeEnv):
         if action.shape != self._action_shape:
             self._raise_action_shape(action)
         u = action.to(torch.float64).squeeze(-1)
-        self._th, self._thdot, reward = pendulum_dynamics(self._th, self._thdot, u)
+        d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
+        d["_th"], d["_thdot"], reward = pendulum_dynamics(d["_th"], d["_thdot"], u)
         return self._make_td(
             {
                 "observation": self._observation(),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 
+from .._backends import auto_unwrap_transformed_env
 from .._common import EnvBase
 from .._rollout import rollout_generic
 from ._base import Transform
@@ -42,8 +44,14 @@ class TransformedEnv(EnvBase):
     buffers (again the step loop's result).
 
     Args:
-        env: the base env.
+        env: the base env (TorchRL's keyword ``base_env=`` works too).
         transform: a transform or a :class:`Compose` (default: empty).
+        cache_specs: accepted for TorchRL compatibility (specs are always cached and
+            recomputed when the transform list changes).
+        auto_unwrap: whether ``TransformedEnv(TransformedEnv(env, t1), t2)`` becomes
+            ``TransformedEnv(env, Compose(t1, t2))`` (``None``: the
+            :func:`~rl.envs.set_auto_unwrap_transformed_env` setting, ``False`` by default).
+        device: move the base env there first.
 
     Examples:
         >>> import torch
@@ -62,7 +70,30 @@ class TransformedEnv(EnvBase):
         tensor([10])
     """
 
-    def __init__(self, env: EnvBase, transform: Transform | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        env: EnvBase | None = None,
+        transform: Transform | None = None,
+        cache_specs: bool = True,
+        *,
+        auto_unwrap: bool | None = None,
+        device=None,
+        base_env: EnvBase | None = None,
+        **kwargs: Any,
+    ):
+        if env is None:
+            env = base_env
+        if device is not None and isinstance(env, EnvBase):
+            env = env.to(device)
+        if (
+            type(env) is TransformedEnv
+            and type(self) is TransformedEnv
+            and (auto_unwrap if auto_unwrap is not None else auto_unwrap_transformed_env())
+        ):
+            inner = [t.clone() for t in env.transform.transforms]
+            if transform is not None:
+                inner.append(transform)
+            env, transform = env.base_env, Compose(*inner)
         if not isinstance(env, EnvBase):
             raise TypeError(
                 f"TransformedEnv expects an EnvBase as env, got {type(env).__name__}: {env!r}"
@@ -171,6 +202,11 @@ class TransformedEnv(EnvBase):
         self.__dict__["_spec_cache"] = (cache[0], value, cache[2])
 
     @property
+    def batch_locked(self) -> bool:
+        """The base env's (a stateless base env takes any leading batch dims)."""
+        return self.__dict__["base_env"].batch_locked
+
+    @property
     def device(self):
         if self.__dict__.get("_transform") is not None:
             self._specs()
@@ -264,7 +300,24 @@ class TransformedEnv(EnvBase):
             self.base_env.close()
         super().close()
 
+    def to(self, *args, **kwargs) -> TransformedEnv:
+        """Moves the base env and the transforms (and this env's own buffers)."""
+        self.base_env.to(*args, **kwargs)
+        self._transform.to(*args, **kwargs)
+        self.empty_cache()
+        device, *_ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None:
+            self.__dict__["_device"] = self.base_env.device
+        torch.nn.Module.to(self, *args, **kwargs)
+        return self
+
     def __getattr__(self, name: str):
+        # buffers / parameters / modules registered on the env itself (nn.Module)
+        d = self.__dict__
+        for registry in ("_parameters", "_buffers", "_modules"):
+            found = d.get(registry)
+            if found is not None and name in found:
+                return found[name]
         # only public attributes are forwarded: private hooks (_rollout_fast, ...) of the
         # base env must not leak into this env's logic
         if name.startswith("_") or "base_env" not in self.__dict__:

@@ -51,12 +51,12 @@ class TestMultiStep:
         torch.testing.assert_close(
             out["next", "reward"].squeeze(-1), torch.tensor([[2.0, 3.5, 3.0, 6.5, 5.0]])
         )
-        assert out["steps_to_next_obs"].squeeze(-1).tolist() == [[2, 2, 1, 2, 1]]
+        assert out["steps_to_next_obs"].tolist() == [[2, 2, 1, 2, 1]]
         assert out["next", "observation"].squeeze(-1).tolist() == [[2.0, 3.0, 3.0, 5.0, 5.0]]
-        assert out["next", "done"].squeeze(-1).tolist() == [[False, True, True, False, False]]
-        torch.testing.assert_close(
-            out["gamma"].squeeze(-1), torch.tensor([[0.25, 0.25, 0.5, 0.25, 0.5]])
-        )
+        # done flags stay those of step t (as TorchRL's MultiStep leaves them)
+        assert out["next", "done"].squeeze(-1).tolist() == [[False, False, True, False, False]]
+        assert out["nonterminal"].tolist() == [[True, True, False, True, False]]
+        torch.testing.assert_close(out["gamma"], torch.tensor([[0.25, 0.25, 0.5, 0.25, 0.5]]))
         torch.testing.assert_close(out["next", "original_reward"].squeeze(-1), reward)
         assert out["observation"].squeeze(-1).tolist() == [[0.0, 1.0, 2.0, 3.0, 4.0]]
 
@@ -75,11 +75,10 @@ class TestMultiStep:
         out = MultiStep(gamma=gamma, n_steps=n)(_rollout(done, reward))
         ret, steps, last = _reference(done, reward, gamma, n)
         torch.testing.assert_close(out["next", "reward"].squeeze(-1), ret)
-        torch.testing.assert_close(out["steps_to_next_obs"].squeeze(-1), steps)
+        torch.testing.assert_close(out["steps_to_next_obs"], steps)
         torch.testing.assert_close(out["next", "observation"].squeeze(-1), (last + 1).float())
-        torch.testing.assert_close(
-            out["next", "terminated"].squeeze(-1), torch.gather(done, 1, last)
-        )
+        torch.testing.assert_close(out["next", "terminated"].squeeze(-1), done)
+        assert out["nonterminal"].tolist() == (steps != 1).tolist()
 
     def test_one_step_is_identity_on_rewards(self):
         done = torch.tensor([[False, True, False]])

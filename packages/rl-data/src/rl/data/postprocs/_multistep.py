@@ -25,15 +25,18 @@ class MultiStep(nn.Module):
     """Turns one-step transitions into ``n``-step transitions, within each trajectory.
 
     For a batch with time as its last batch dim (``[*B, T]``), step ``t`` gets
-    ``k_t = min(n_steps, steps until its trajectory ends (included), T - t)`` and:
+    ``k_t = min(n_steps, steps until its trajectory ends (included), T - t)`` and, as
+    TorchRL's ``MultiStep`` writes them:
 
     - ``("next", "reward")``: ``sum_{j<k_t} gamma^j r_{t+j}``; the one-step reward moves to
       ``("next", "original_reward")``;
-    - every other ``("next", ...)`` entry (observation, done, terminated, truncated...) is
-      taken from step ``t + k_t - 1``, so the value target is
-      ``reward + gamma_t * (1 - terminated) * V(next observation)``;
-    - ``"steps_to_next_obs"``: ``k_t`` (int64, ``[*B, T, 1]``) and ``"gamma"``:
-      ``gamma ** k_t`` (``[*B, T, 1]``).
+    - every other ``("next", ...)`` entry but the done flags (``done``, ``terminated``,
+      ``truncated`` stay those of step ``t``) is taken from step ``t + k_t - 1``;
+    - ``"steps_to_next_obs"``: ``k_t`` (int64), ``"gamma"``: ``gamma ** k_t`` and
+      ``"nonterminal"``: ``k_t != 1`` (``False`` too where ``("collector", "mask")`` is
+      ``False``), all of shape ``[*B, T]``.
+
+    The input is left unchanged: a shallow copy is returned.
 
     Args:
         gamma: the discount factor, in ``(0, 1]``.
@@ -61,9 +64,11 @@ class MultiStep(nn.Module):
         [1.5, 1.0, 1.5, 1.0]
         >>> out["next", "observation"].squeeze(-1).tolist()
         [2.0, 2.0, 4.0, 4.0]
-        >>> out["steps_to_next_obs"].squeeze(-1).tolist()
-        [2, 1, 2, 1]
+        >>> out["steps_to_next_obs"].tolist(), out["nonterminal"].tolist()
+        ([2, 1, 2, 1], [True, False, True, False])
     """
+
+    mask_key: NestedKey = ("collector", "mask")
 
     def __init__(
         self,
@@ -86,17 +91,23 @@ class MultiStep(nn.Module):
         self.reward_key = reward_key
         self.done_key = done_key
 
+    def _done_keys(self) -> list[NestedKey]:
+        """The done flags that stay at step ``t`` (keys relative to ``"next"``)."""
+        prefix = self.done_key[1:-1]
+        return [self.done_key[1:]] + [prefix + (name,) for name in ("terminated", "truncated")]
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if tensordict.batch_dims == 0:
             raise ValueError("MultiStep needs a batch with a time dimension, got batch_size []")
         for key in (self.reward_key, self.done_key):
             if key not in tensordict.keys(include_nested=True):
                 raise KeyMismatchError(f"MultiStep needs the key {key!r}, which the batch lacks")
-        tdim = tensordict.batch_dims - 1
-        batch = tensordict.batch_size
+        out = tensordict.clone(False)
+        tdim = out.batch_dims - 1
+        batch = out.batch_size
         T = batch[-1]
-        reward = tensordict.get(self.reward_key)
-        done = tensordict.get(self.done_key).reshape(*batch, -1).any(-1)
+        reward = out.get(self.reward_key)
+        done = out.get(self.done_key).reshape(*batch, -1).any(-1)
         time = torch.arange(T, device=done.device)
         ret = torch.zeros_like(reward)
         steps = torch.zeros(batch, dtype=torch.int64, device=done.device)
@@ -114,15 +125,20 @@ class MultiStep(nn.Module):
             idx = last.reshape(*batch, *([1] * (x.ndim - len(batch)))).expand_as(x)
             return torch.gather(x, tdim, idx)
 
-        next_td = tensordict.get("next")
-        shifted = next_td.apply(pick)
-        shifted.set(self.reward_key[1:], ret)
-        shifted.set(self.reward_key[1:-1] + ("original_" + self.reward_key[-1],), reward)
-        tensordict.set("next", shifted)
-        steps = steps.unsqueeze(-1)
-        tensordict.set("steps_to_next_obs", steps)
-        tensordict.set(
-            "gamma",
-            torch.full(steps.shape, self.gamma, dtype=reward.dtype, device=steps.device).pow(steps),
-        )
-        return tensordict
+        next_td = out.get("next")
+        fixed = {self.reward_key[1:], *self._done_keys()}
+        for key, value in list(next_td.items(include_nested=True, leaves_only=True)):
+            key = key if isinstance(key, tuple) else (key,)
+            if key not in fixed:
+                next_td.set(key, pick(value))
+        original = self.reward_key[1:-1] + ("original_" + self.reward_key[-1],)
+        next_td.set(original, reward)
+        next_td.set(self.reward_key[1:], ret)
+        out.set("steps_to_next_obs", steps)
+        out.set("gamma", self.gamma**steps)
+        nonterminal = steps != 1
+        mask = out.get(self.mask_key, None)
+        if mask is not None:
+            nonterminal = nonterminal & mask.reshape(batch).bool()
+        out.set("nonterminal", nonterminal)
+        return out

@@ -36,12 +36,54 @@ from ._parity_control import (
     RandomTruncationTransform,
     TerminateTransform,
 )
+from ._parity_misc import (
+    BatchSizeTransform,
+    FiniteTensorDictCheck,
+    ModuleTransform,
+    NextObservationDelta,
+    PinMemoryTransform,
+    RandomCropTensorDict,
+    RemoveEmptySpecs,
+    Timer,
+    TrajCounter,
+)
 from ._parity_nstep import MultiStepTransform
 from ._parity_replay import BurnInTransform, NextStateReconstructor, PolicyAgeFilter
+from ._parity_reward import (
+    BinarizeReward,
+    LineariseRewards,
+    Reward2GoTransform,
+    SignTransform,
+    SuccessReward,
+)
+from ._parity_tensor import Crop, ExpandAs, Hash, PermuteTransform, Stack, UnaryTransform
+from ._parity_vecnorm import RunningMeanStd, VecNormV2
 from ._recording import VideoRecorder
 from ._reward import RewardClipping, RewardScaling, RewardSum, TargetReturn
 
 __all__ = [
+    "BatchSizeTransform",
+    "FiniteTensorDictCheck",
+    "ModuleTransform",
+    "NextObservationDelta",
+    "PinMemoryTransform",
+    "RandomCropTensorDict",
+    "RemoveEmptySpecs",
+    "Timer",
+    "TrajCounter",
+    "BinarizeReward",
+    "LineariseRewards",
+    "Reward2GoTransform",
+    "SignTransform",
+    "SuccessReward",
+    "Crop",
+    "ExpandAs",
+    "Hash",
+    "PermuteTransform",
+    "Stack",
+    "UnaryTransform",
+    "RunningMeanStd",
+    "VecNormV2",
     "ActionDiscretizer",
     "ActionMask",
     "CatFrames",

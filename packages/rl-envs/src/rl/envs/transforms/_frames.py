@@ -10,8 +10,9 @@ from tensordict import TensorDictBase
 
 from rl.core import Bounded
 
+from . import _frames_unfold as unfold
 from ._base import Transform, _missing_key_error
-from ._spec_utils import NestedKey, spec_with
+from ._spec_utils import NestedKey, normalize_key, spec_with
 from ._utils import episode_starts, masked_reset, reset_mask
 
 __all__ = ["CatFrames", "TimeMaxPool"]
@@ -55,6 +56,10 @@ def _windows(
     return out
 
 
+def _tuple(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
 class CatFrames(Transform):
     """Stacks the last ``N`` observations along ``dim`` (frame stacking).
 
@@ -73,9 +78,24 @@ class CatFrames(Transform):
         out_keys: where to write (default ``in_keys``).
         padding: ``"same"`` or ``"constant"``.
         padding_value: the constant of ``padding="constant"``.
+        as_inverse: build the stacks in ``inv`` (a replay buffer's ``extend``) instead of
+            ``forward`` (its ``sample``); not in an env.
+        reset_key: the reset entry (the env's ``"_reset"`` by default).
+        done_key: the done entry, under ``"next"``, that delimits stored episodes
+            (default ``"done"``).
+        future: on data, forward-looking windows ``[t, ..., t + N - 1]`` (padded past the
+            episode end); not in an env.
+        mask_key: on data, where to write a ``[*B, T, N]`` mask, True on padded frames.
+
+    On data, the time dim is the one named ``"time"`` (else the last batch dim). A
+    ``("next", key)`` in ``in_keys`` is stacked from the next frames, completed before
+    the episode start by the root frames when ``key`` is an in_key too (TorchRL's
+    layout); when ``in_keys`` holds no ``"next"`` key, ``("next", key)`` is stacked
+    along with each ``key`` (as if it were listed).
 
     Raises:
         ValueError: ``N < 1``, non-negative ``dim`` or unknown ``padding``.
+        RuntimeError: ``future``, ``mask_key`` or ``as_inverse`` in an env.
 
     Examples:
         >>> from rl.envs import PendulumEnv, TransformedEnv
@@ -92,6 +112,11 @@ class CatFrames(Transform):
         out_keys: Sequence[NestedKey] | None = None,
         padding: Literal["same", "constant"] = "same",
         padding_value: float = 0.0,
+        as_inverse: bool = False,
+        reset_key: NestedKey | None = None,
+        done_key: NestedKey | None = None,
+        future: bool = False,
+        mask_key: NestedKey | None = None,
     ):
         if not isinstance(N, int) or N < 1:
             raise ValueError(f"CatFrames N must be a positive int, got {N!r}")
@@ -106,7 +131,28 @@ class CatFrames(Transform):
         self.dim = dim
         self.padding = padding
         self.padding_value = padding_value
+        self.as_inverse = as_inverse
+        self.reset_key = None if reset_key is None else normalize_key(reset_key)
+        self.done_key = "done" if done_key is None else normalize_key(done_key)
+        self.future = bool(future)
+        self.mask_key = None if mask_key is None else normalize_key(mask_key)
         self.__dict__["_frames"] = {}
+
+    @property
+    def has_inverse(self) -> bool:
+        return self.as_inverse
+
+    def _check_env_use(self) -> None:
+        for flag, name in ((self.as_inverse, "as_inverse"), (self.future, "future")):
+            if flag:
+                raise RuntimeError(
+                    f"CatFrames({name}=True) only works on stored data (a replay buffer), "
+                    "not in an env"
+                )
+        if self.mask_key is not None:
+            raise RuntimeError(
+                "CatFrames(mask_key=...) only works on stored data (a replay buffer), not in an env"
+            )
 
     @property
     def has_step(self) -> bool:
@@ -119,7 +165,12 @@ class CatFrames(Transform):
         return torch.cat([pad] * (self.N - 1) + [obs], self.dim)
 
     def _reset(self, tensordict, tensordict_reset):
-        mask = reset_mask(tensordict)
+        self._check_env_use()
+        if self.reset_key is not None and tensordict is not None:
+            reset = tensordict.get(self.reset_key, None)
+            mask = None if reset is None else reset.reshape(*tensordict.batch_size, -1).any(-1)
+        else:
+            mask = reset_mask(tensordict)
         frames = self.__dict__["_frames"]
         for in_key, out_key in self._io_pairs:
             obs = tensordict_reset.get(in_key, None)
@@ -156,29 +207,92 @@ class CatFrames(Transform):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Builds the stacks of a stored trajectory ``[*B, T]`` (root and ``"next"`` keys)."""
+        if self.as_inverse:
+            return tensordict
+        return self.unfolding(tensordict)
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.as_inverse:
+            return self.unfolding(tensordict)
+        return tensordict
+
+    def unfolding(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The frame stacks of a stored trajectory ``[*B, T]``, written in place."""
         if tensordict.batch_dims == 0:
             raise ValueError(
                 "CatFrames on data needs a trajectory with a time dim (batch_size [*B, T]), "
                 "got batch_size []"
             )
-        starts = episode_starts(tensordict)
-        nxt = tensordict.get("next", None)
+        nb = tensordict.batch_dims
+        names = tensordict.names if tensordict._has_names() else [None] * nb
+        tdim = names.index("time") if "time" in names else nb - 1
+
+        def to_last(x: torch.Tensor) -> torch.Tensor:
+            return x if tdim == nb - 1 else x.transpose(tdim, nb - 1)
+
+        done_key = (
+            ("next", self.done_key) if isinstance(self.done_key, str) else ("next", *self.done_key)
+        )
+        done = tensordict.get(done_key, None)
+        shape = list(tensordict.batch_size)
+        shape[tdim], shape[nb - 1] = shape[nb - 1], shape[tdim]
+        if done is None:
+            if not self.future:
+                raise KeyError(
+                    f"CatFrames on data needs the {done_key!r} entry to delimit the stored "
+                    "episodes (or future=True, which treats each row as one trajectory); "
+                    f"keys present: {sorted(map(str, tensordict.keys(True, True)))}"
+                )
+            done = torch.zeros(shape, dtype=torch.bool, device=tensordict.device)
+        else:
+            done = to_last(done.reshape(*tensordict.batch_size, -1).any(-1))
+        starts = torch.zeros_like(done)
+        starts[..., 0] = True
+        starts[..., 1:] = done[..., :-1]
+        ends = unfold.episode_ends(done) if self.future else None
+
+        def windows(frames):
+            if self.future:
+                return unfold.future_windows(frames, ends, self.N)
+            return unfold.past_windows(frames, starts, self.N)
+
+        pairs = sorted(self._io_pairs, key=lambda p: not isinstance(p[0], str))
+        explicit_next = any(not isinstance(k, str) and k[0] == "next" for k, _ in pairs)
+        root_of = dict(pairs)
         results = []
-        for in_key, out_key in self._io_pairs:
-            root = tensordict.get(in_key, None)
-            if root is None:
+        if not explicit_next and not self.future:
+            # no "next" key listed: ("next", key) is stacked along with each root key, the
+            # newest frame after the last root frames
+            for in_key, out_key in pairs:
+                root = tensordict.get(in_key, None)
+                new = tensordict.get(("next", *_tuple(in_key)), None)
+                if root is not None and new is not None:
+                    win = _windows(to_last(root), starts, self.N, newest=to_last(new))
+                    stack = unfold.pad_stack(win, self.dim, self.padding, self.padding_value)
+                    results.append((("next", *_tuple(out_key)), to_last(stack)))
+        for in_key, out_key in pairs:
+            value = tensordict.get(in_key, None)
+            if value is None:
                 raise _missing_key_error(self, in_key, tensordict)
-            results.append((out_key, self._stack(_windows(root, starts, self.N))))
-            if nxt is not None:
-                new = nxt.get(in_key, None)
-                if new is not None:
-                    stack = self._stack(_windows(root, starts, self.N, newest=new))
-                    results.append(
-                        (
-                            ("next", out_key) if isinstance(out_key, str) else ("next", *out_key),
-                            stack,
+            win = windows(to_last(value))
+            if not isinstance(in_key, str) and in_key[0] == "next":
+                root = in_key[1] if len(in_key) == 2 else in_key[1:]
+                if root in root_of:
+                    if self.future:
+                        raise NotImplementedError(
+                            "CatFrames(future=True) cannot stack a ('next', key) entry along "
+                            f"with its root entry {root!r}"
                         )
-                    )
+                    root_win = windows(to_last(tensordict.get(root)))
+                    win = unfold.next_windows(root_win, win)
+            stack = unfold.pad_stack(win, self.dim, self.padding, self.padding_value)
+            results.append((out_key, to_last(stack)))
+        if self.mask_key is not None:
+            win = windows(starts)
+            mask = torch.stack([~valid for _, valid in win], -1)
+            results.append(
+                (self.mask_key, to_last(mask) if tdim == nb - 1 else mask.transpose(tdim, nb - 1))
+            )
         for key, value in results:
             tensordict.set(key, value)
         return tensordict

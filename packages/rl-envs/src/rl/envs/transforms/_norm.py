@@ -265,6 +265,30 @@ class _StatsLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
+def _vecnorm_v2_args(args, kwargs) -> dict:
+    names = ["in_keys", "out_keys", "shared_td", "lock", "decay", "eps", "shapes"]
+    if len(args) > len(names):
+        raise TypeError(f"VecNorm takes at most {len(names)} positional arguments, got {len(args)}")
+    given = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key in given:
+            raise TypeError(f"VecNorm got multiple values for argument {key!r}")
+        given[key] = value
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise TypeError(f"VecNorm got unexpected arguments {unknown}")
+    in_keys = given.pop("in_keys", None)
+    if in_keys is None:
+        in_keys = ["observation", "reward"]
+    out = {"in_keys": in_keys, "out_keys": given.pop("out_keys", None)}
+    if given.get("shared_td") is not None:
+        out["shared_data"] = given["shared_td"]
+    for key in ("lock", "decay", "eps"):
+        if key in given:
+            out[key] = given[key]
+    return out
+
+
 class VecNorm(Transform):
     """Normalises entries with running (exponentially decayed) mean and variance.
 
@@ -278,8 +302,13 @@ class VecNorm(Transform):
         out_keys: where to write (default ``in_keys``).
         shared_td: the statistics TensorDict, typically from
             :meth:`build_td_for_shared_vecnorm`; created lazily when ``None``.
+        lock: accepted for TorchRL compatibility (updates of shared statistics are
+            serialised by a file lock).
         decay: decay of the running sums (``1.0`` = plain averages).
         eps: lower bound of the std.
+        shapes: accepted for TorchRL compatibility (shapes come from the data).
+        new_api: ``True`` returns a :class:`VecNormV2` built from the same arguments
+            (``shared_td`` becomes ``shared_data``; ``shapes`` is dropped).
 
     Raises:
         ValueError: ``decay`` outside ``(0, 1]`` or ``eps`` not positive.
@@ -294,13 +323,24 @@ class VecNorm(Transform):
         tensor([-1.,  1.])
     """
 
+    def __new__(cls, *args, new_api: bool | None = None, **kwargs):
+        # as TorchRL: ``VecNorm(..., new_api=True)`` builds a VecNormV2
+        if new_api and cls is VecNorm:
+            from ._parity_vecnorm import VecNormV2
+
+            return VecNormV2(**_vecnorm_v2_args(args, kwargs))
+        return super().__new__(cls)
+
     def __init__(
         self,
         in_keys: Sequence[NestedKey] | None = None,
         out_keys: Sequence[NestedKey] | None = None,
         shared_td: TensorDictBase | None = None,
+        lock=None,
         decay: float = 0.9999,
         eps: float = 1e-4,
+        shapes: Sequence[torch.Size] | None = None,
+        new_api: bool | None = None,
     ):
         if in_keys is None:
             in_keys = ["observation", "reward"]

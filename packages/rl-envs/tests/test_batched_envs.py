@@ -339,8 +339,9 @@ class TestGymFastStep:
         fast = SerialEnv(3, functools.partial(GymEnv, "CartPole-v1", **kwargs))
         slow = SerialEnv(3, functools.partial(GymEnv, "CartPole-v1", **kwargs))
         assert all(core.fast_step is not None for core in fast._cores)
+        assert all(core.fast_reset is not None for core in fast._cores)
         for core in slow._cores:
-            core.fast_step = None
+            core.fast_step = core.fast_reset = None
         rollouts = []
         for env in (fast, slow):
             env.set_seed(0)
@@ -348,10 +349,27 @@ class TestGymFastStep:
             rollouts.append(env.rollout(50, break_when_any_done=False))
         assert rollouts[0]["next", "done"].any()
         assert (rollouts[0] == rollouts[1]).all()
+        # explicit partial resets and seeds go through the fast reset alike
+        for env in (fast, slow):
+            env.set_seed(3)
+        mask = torch.tensor([[True], [False], [True]])
+        resets = [env.reset(TensorDict({"_reset": mask}, [3])) for env in (fast, slow)]
+        assert (resets[0] == resets[1]).all()
+        assert not resets[0]["done"].any()
+        after = []
+        for env in (fast, slow):
+            torch.manual_seed(1)
+            after.append(
+                env.rollout(
+                    30, break_when_any_done=False, auto_reset=False, tensordict=resets.pop(0)
+                )
+            )
+        assert (after[0] == after[1]).all()
 
     def test_not_used_for_other_envs(self):
         env = SerialEnv(2, CounterEnv)
         assert all(core.fast_step is None for core in env._cores)
+        assert all(core.fast_reset is None for core in env._cores)
         env = SerialEnv(2, functools.partial(GymEnv, "CartPole-v1", num_envs=2))
         assert env.batch_size == torch.Size([2, 2])
         assert all(core.fast_step is None for core in env._cores)

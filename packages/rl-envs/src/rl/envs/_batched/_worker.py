@@ -27,7 +27,7 @@ import torch
 from tensordict import TensorDict
 
 from ._buffers import BufferLayout, Buffers
-from ._gym_step import gym_fast_step
+from ._gym_step import gym_fast_reset, gym_fast_step
 
 __all__ = ["WorkerCore", "worker_main"]
 
@@ -78,6 +78,7 @@ class WorkerCore:
         self.done_np = self.done.numpy()
         self.promote = False
         self.fast_step = gym_fast_step(env, index, buffers, layout)
+        self.fast_reset = gym_fast_reset(env, index, buffers, layout)
 
     def _check_specs(self, buffers: Buffers) -> None:
         specs = {}
@@ -130,6 +131,9 @@ class WorkerCore:
         """Resets the entries selected by the shared mask (all of them when unbatched)."""
         if self.promote:
             self._promote()
+        if self.fast_reset is not None:
+            self.fast_reset(False)
+            return
         result = self._reset_env(self.mask.clone())
         for key, dst in self.reset_pairs:
             value = result.get(key, None)
@@ -138,6 +142,14 @@ class WorkerCore:
 
     def step_and_maybe_reset(self) -> bool:
         """Steps, then resets the done entries into the ``reset`` buffer; True if any."""
+        if self.fast_step is not None and self.fast_reset is not None:
+            if self.promote:
+                self._promote()
+            if not self.fast_step():
+                return False
+            self.fast_reset(True)
+            self.promote = True
+            return True
         self.step()
         if not self.done_np.any():
             return False

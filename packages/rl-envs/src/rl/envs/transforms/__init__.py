@@ -36,18 +36,17 @@ from ._parity_control import (
     RandomTruncationTransform,
     TerminateTransform,
 )
+from ._parity_episode import Timer, TrajCounter
 from ._parity_misc import (
     BatchSizeTransform,
     FiniteTensorDictCheck,
-    ModuleTransform,
-    NextObservationDelta,
     PinMemoryTransform,
     RandomCropTensorDict,
     RemoveEmptySpecs,
-    Timer,
-    TrajCounter,
 )
+from ._parity_module import ModuleTransform
 from ._parity_nstep import MultiStepTransform
+from ._parity_obs_delta import NextObservationDelta
 from ._parity_replay import BurnInTransform, NextStateReconstructor, PolicyAgeFilter
 from ._parity_reward import (
     BinarizeReward,
@@ -56,7 +55,8 @@ from ._parity_reward import (
     SignTransform,
     SuccessReward,
 )
-from ._parity_tensor import Crop, ExpandAs, Hash, PermuteTransform, Stack, UnaryTransform
+from ._parity_tensor import Crop, ExpandAs, PermuteTransform, Stack
+from ._parity_unary import Hash, UnaryTransform
 from ._parity_vecnorm import RunningMeanStd, VecNormV2
 from ._recording import VideoRecorder
 from ._reward import RewardClipping, RewardScaling, RewardSum, TargetReturn

@@ -10,7 +10,8 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from ._base import DEVICE_TYPING, TensorSpec, _NestedSpec, _normalize_dim, _shape_args, _to_device
-from ._composite import _NO_DEFAULT, Composite, _expand_ellipsis, _is_key, _unravel
+from ._composite import Composite
+from ._keys import _NO_DEFAULT, _expand_ellipsis, _is_key, _unravel
 from ._lock import _Lockable
 
 __all__ = ["StackedComposite", "stack_specs"]

@@ -14,7 +14,7 @@ from torch import nn
 from rl.core import Categorical, Composite, Unbounded
 
 from ._env_specs import EnvSpecs
-from ._rollout import rollout_generic
+from ._rollout import is_lazy, rollout_generic, rollout_stacked
 
 __all__ = ["EnvBase"]
 
@@ -563,6 +563,19 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
             raise RuntimeError("rollout(auto_reset=False) needs an initial tensordict, got None")
         else:
             self._check_batch(tensordict, "rollout()")
+        if is_lazy(tensordict):  # heterogeneous data: one tensordict per step, stacked
+            return self._finish_rollout(
+                rollout_stacked(
+                    self,
+                    max_steps,
+                    tensordict,
+                    policy=policy,
+                    callback=callback,
+                    break_when_any_done=break_when_any_done,
+                    break_when_all_done=break_when_all_done,
+                ),
+                set_truncated,
+            )
         if tensordict.batch_size != self.batch_size:  # not batch-locked: extra leading dims
             fast = fast_policy = None
         else:
@@ -593,6 +606,9 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
                 break_when_any_done=break_when_any_done,
                 break_when_all_done=break_when_all_done,
             )
+        return self._finish_rollout(out, set_truncated)
+
+    def _finish_rollout(self, out: TensorDictBase, set_truncated: bool) -> TensorDictBase:
         if set_truncated:
             last = (slice(None),) * (out.batch_dims - 1) + (-1,)
             for key in self.done_keys:

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 if TYPE_CHECKING:
     from ._common import EnvBase
 
-__all__ = ["rollout_generic", "build_output", "presample_actions"]
+__all__ = ["rollout_generic", "rollout_stacked", "build_output", "presample_actions", "is_lazy"]
 
 
 def presample_actions(
@@ -134,6 +134,10 @@ def rollout_generic(
             env._complete_done(next_td)
         if t == 0:
             root_has_next = next_preset is not None
+            nested = {
+                **{k: v for k, v in _nested_batch_dims(td, nb).items() if k[0] != "next"},
+                **{("next", *k): v for k, v in _nested_batch_dims(next_td, nb).items()},
+            }
             presampled = dict(actions) if actions is not None else {}
             for key in next_td.keys(True, True):
                 buf = _alloc(next_td[key], nb, max_steps)
@@ -199,4 +203,95 @@ def rollout_generic(
             buf[(*prefix, slice(1, steps))] = next_bufs[key][(*prefix, slice(0, steps - 1))]
     for t, key, value in overrides:
         root_bufs[key][(*prefix, t)] = value
-    return build_output(root_bufs, next_bufs, batch_size, steps, env.device, nb)
+    out = build_output(root_bufs, next_bufs, batch_size, steps, env.device, nb)
+    if nested:
+        _restore_nested_batch(out, nested, nb)
+    return out
+
+
+def _nested_batch_dims(td: TensorDictBase, nb: int, prefix: tuple = ()) -> dict:
+    """``{path: extra batch dims}`` of the sub-tensordicts batched beyond ``[*B]``."""
+    found = {}
+    for name, value in td.items():
+        if isinstance(value, TensorDictBase):
+            path = (*prefix, name)
+            if value.batch_dims > nb:
+                found[path] = value.batch_size[nb:]
+            found.update(_nested_batch_dims(value, nb, path))
+    return found
+
+
+def _restore_nested_batch(out: TensorDictBase, nested: dict, nb: int) -> None:
+    """Gives the rollout's groups (``("agents", ...)``) their ``[*B, T, n_agents]`` batch."""
+    for path, extra in sorted(nested.items(), key=lambda item: len(item[0])):
+        sub = out.get(path, None)
+        if sub is not None:
+            sub.batch_size = (*sub.batch_size[: nb + 1], *extra)
+
+
+def is_lazy(tensordict: TensorDictBase) -> bool:
+    """Whether ``tensordict`` is (or holds) a lazy stack: heterogeneous data."""
+    if isinstance(tensordict, LazyStackedTensorDict):
+        return True
+    return any(
+        isinstance(value, LazyStackedTensorDict)
+        for value in tensordict.values(include_nested=True)
+        if isinstance(value, TensorDictBase)
+    )
+
+
+def rollout_stacked(
+    env: EnvBase,
+    max_steps: int,
+    tensordict: TensorDictBase,
+    *,
+    policy: Callable[[TensorDictBase], TensorDictBase] | None,
+    callback: Callable[[EnvBase, TensorDictBase], Any] | None,
+    break_when_any_done: bool,
+    break_when_all_done: bool,
+) -> TensorDictBase:
+    """The rollout of heterogeneous data (lazy stacks): one tensordict per step, stacked.
+
+    Entries that differ in shape between sub-envs (or agents) cannot go into
+    preallocated ``[*B, T, ...]`` buffers: each step's tensordict is kept and they are
+    stacked along the time dim at the end (lazily where they differ), as TorchRL does.
+    """
+    from ._utils import step_mdp
+
+    nb = tensordict.batch_dims
+    done_key = env.done_key
+    td = tensordict
+    steps: list[TensorDictBase] = []
+    seen_done = None
+    for t in range(max_steps):
+        if policy is None:
+            td = env.rand_action(td)
+        else:
+            out_td = policy(td)
+            if out_td is not None:
+                td = out_td
+        td = env.step(td)
+        steps.append(td)
+        if callback is not None:
+            callback(env, td)
+        done = td.get(("next", *((done_key,) if isinstance(done_key, str) else done_key)))
+        any_done = bool(done.any())
+        if any_done and break_when_any_done:
+            break
+        if break_when_all_done:
+            seen_done = done.clone() if seen_done is None else seen_done | done
+            if bool(seen_done.all()):
+                break
+        if t == max_steps - 1:
+            break
+        td = step_mdp(
+            td,
+            keep_other=True,
+            exclude_action=False,
+            reward_keys=env.reward_keys,
+            action_keys=env.action_keys,
+        )
+        if any_done:
+            td.set("_reset", done.clone())
+            td = env.reset(td)
+    return LazyStackedTensorDict.maybe_dense_stack(steps, nb)

@@ -11,6 +11,7 @@ import torch
 
 from .._common import EnvBase
 from ._base import BatchedEnvBase
+from ._options import batched_options
 from ._pool import WorkerPool
 from ._worker import OP_RESET, OP_STEP, OP_STEP_RESET
 
@@ -69,6 +70,17 @@ class ParallelEnv(BatchedEnvBase):
             the default: no limit). A worker that exceeds it (e.g. stuck in an endless
             loop) raises ``TimeoutError`` here, naming it, and every worker is shut
             down (``reset()`` starts new ones). Start-up is not limited by it.
+        serial_for_single: with ``num_workers=1``, build a :class:`SerialEnv` instead
+            (no worker process), as TorchRL does.
+        num_threads: torch threads of this (the parent) process, set when the workers
+            start (``None``: unchanged).
+        use_buffers: ``False`` raises ``NotImplementedError`` (data always goes through
+            shared buffers; heterogeneous sub-envs run in ``SerialEnv(use_buffers=False)``).
+        pin_memory, share_individual_td, shared_memory, memmap, policy_proof,
+            allow_step_when_done, non_blocking, metadata_from_workers, consolidate,
+            daemon, shutdown_timeout: TorchRL's arguments, accepted and kept in
+            ``env.batched_options``; workers are always daemonic (they die with this
+            process) and always share memory.
 
     Raises:
         ValueError: bad ``num_workers``, list lengths, ``mp_start_method`` or
@@ -90,6 +102,17 @@ class ParallelEnv(BatchedEnvBase):
 
     _share_memory = True
 
+    def __new__(cls, num_workers=None, *args, serial_for_single: bool = False, **kwargs):
+        if cls is ParallelEnv and serial_for_single and num_workers == 1:
+            # TorchRL's serial_for_single: one worker runs in process (no process start)
+            from ._serial import SerialEnv
+
+            kwargs.pop("mp_start_method", None)
+            kwargs.pop("num_sub_threads", None)
+            kwargs.pop("timeout", None)
+            return SerialEnv(num_workers, *args, serial_for_single=True, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         num_workers: int,
@@ -101,7 +124,15 @@ class ParallelEnv(BatchedEnvBase):
         num_sub_threads: int = 1,
         run_type_checks: bool = False,
         timeout: float | None = None,
+        **options: Any,
     ) -> None:
+        self.batched_options = options = batched_options(type(self).__name__, options)
+        if options["use_buffers"] is False:
+            raise NotImplementedError(
+                "ParallelEnv(use_buffers=False) is not supported: ParallelEnv moves data "
+                "through shared buffers built from the specs; for sub-envs whose entries "
+                "differ in shape use SerialEnv(..., use_buffers=False)"
+            )
         if timeout is not None and not timeout > 0:
             raise ValueError(
                 f"timeout must be a positive number of seconds or None, got {timeout!r}"
@@ -145,6 +176,8 @@ class ParallelEnv(BatchedEnvBase):
             env.close()
 
     def _start(self) -> None:
+        if self.batched_options["num_threads"] is not None:  # TorchRL: this process's threads
+            torch.set_num_threads(self.batched_options["num_threads"])
         self._pool = WorkerPool(
             self._payloads,
             self._shm_buffers,

@@ -9,6 +9,7 @@ import torch
 
 from .._common import EnvBase
 from ._base import BatchedEnvBase
+from ._options import batched_options
 from ._worker import WorkerCore
 
 __all__ = ["SerialEnv"]
@@ -31,6 +32,15 @@ class SerialEnv(BatchedEnvBase):
             of one dict per worker).
         device: the device of the returned tensors (default: the sub-env's).
         run_type_checks: check actions against ``action_spec`` at each step.
+        use_buffers: ``False`` stacks the sub-envs' outputs at each call instead of
+            writing them into preallocated buffers: sub-envs whose entries differ in
+            shape then work (their data is a ``LazyStackedTensorDict``). ``None`` (the
+            default) and ``True`` use the buffers.
+        mp_start_method, num_sub_threads, pin_memory, share_individual_td,
+            shared_memory, memmap, policy_proof, allow_step_when_done, num_threads,
+            serial_for_single, non_blocking, metadata_from_workers, consolidate,
+            daemon, shutdown_timeout: TorchRL's arguments, accepted and kept in
+            ``env.batched_options`` (nothing to tune in process).
 
     Raises:
         ValueError: ``num_workers`` is not a positive int, or a list argument does not
@@ -53,6 +63,13 @@ class SerialEnv(BatchedEnvBase):
         >>> env.close()
     """
 
+    def __new__(cls, *args, use_buffers: bool | None = None, **kwargs):
+        if cls is SerialEnv and use_buffers is False:
+            from ._lazy_serial import LazySerialEnv
+
+            cls = LazySerialEnv
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(
         self,
         num_workers: int,
@@ -61,7 +78,11 @@ class SerialEnv(BatchedEnvBase):
         *,
         device: torch.device | str | None = None,
         run_type_checks: bool = False,
+        mp_start_method: str | None = None,
+        num_sub_threads: int = 1,
+        **options: Any,
     ) -> None:
+        self.batched_options = batched_options(type(self).__name__, options)
         self._envs: list[EnvBase] = []
         self._cores: list[WorkerCore] = []
         super().__init__(

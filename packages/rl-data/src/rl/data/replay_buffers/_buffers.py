@@ -244,8 +244,6 @@ class ReplayBuffer:
                 f"dim_extend={self.dim_extend} needs data with more than {self.dim_extend} "
                 f"batch dims, got shape {list(data.shape)}"
             )
-        if isinstance(data, TensorDictBase):
-            return data.transpose(0, self.dim_extend)
         return data.transpose(0, self.dim_extend)
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -278,7 +276,7 @@ class ReplayBuffer:
             data = self._storage[index]
         if isinstance(data, list):
             data = self._collate_fn(data)
-        if self.dim_extend and isinstance(index, slice) and isinstance(data, TensorDictBase):
+        if self.dim_extend and isinstance(index, slice):
             data = self._move_dim_extend(data)
         return data
 
@@ -562,6 +560,16 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if priority.ndim > index_dims:
             priority = priority.reshape(*priority.shape[:index_dims], -1).max(-1).values
         return priority
+
+    def update_priority(self, index: Any, priority: Any = None) -> None:
+        """Sets priorities: ``(index, priority)``, or a sampled TensorDict alone (its
+        ``"index"`` and ``priority_key`` entries are read, as TorchRL accepts)."""
+        if priority is None and isinstance(index, TensorDictBase):
+            self.update_tensordict_priority(index)
+            return
+        if priority is None:
+            raise TypeError("update_priority needs priorities, or a TensorDict holding them")
+        super().update_priority(index, priority)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Reads ``priority_key`` and ``"index"`` from a sampled batch and updates priorities."""

@@ -190,8 +190,9 @@ class PrioritizedSampler(Sampler):
 
     @property
     def default_priority(self) -> float:
-        """The tree value given to new items: ``(max priority seen + eps) ** alpha``."""
-        return (self._max_priority + self._eps) ** self._alpha
+        """The priority given to new items: the largest seen (or, with
+        ``max_priority_within_buffer=True``, the largest stored); 1 at the start."""
+        return self._max_priority
 
     # -- writes ----------------------------------------------------------------------------------
     def _flat(self, index: Any) -> Any:
@@ -220,7 +221,7 @@ class PrioritizedSampler(Sampler):
             if self._max_priority_within_buffer and bool((index == self._max_index).any()):
                 # the item holding the largest priority was overwritten
                 self._recompute_max(exclude=index)
-            value = self.default_priority
+            value = (self._max_priority + self._eps) ** self._alpha
             self._sum_tree.update(index, value)
             self._min_tree.update(index, value)
             if self._max_priority_within_buffer and self._max_index < 0:

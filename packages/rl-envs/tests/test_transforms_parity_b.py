@@ -7,12 +7,17 @@ literals) or by hand.
 
 from __future__ import annotations
 
+import doctest
+import importlib
+
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
-from rl.envs import EnvBase, TransformedEnv
+from rl.envs import EnvBase, GymWrapper, TransformedEnv, check_env_specs
 from rl.envs.transforms import (
     ActionScaling,
     BurnInTransform,
@@ -20,6 +25,7 @@ from rl.envs.transforms import (
     ConditionalPolicySwitch,
     ConditionalSkip,
     DiscreteActionProjection,
+    EndOfLifeTransform,
     FlattenAction,
     MultiAction,
     MultiStepTransform,
@@ -578,3 +584,74 @@ class TestBurnInTransform:
             t._step(None, None)
         with pytest.warns(UserWarning, match="'next' key is not needed"):
             BurnInTransform(gru, 2, out_keys=[("next", "hidden")])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MultiAction(),
+        lambda: ActionScaling(),
+        lambda: FlattenAction(-1, -1),
+        lambda: TerminateTransform(lambda td: td["observation"] > 3),
+        lambda: Compose(StepCounter(), RandomTruncationTransform(2, 4)),
+    ],
+    ids=["MultiAction", "ActionScaling", "FlattenAction", "Terminate", "RandomTruncation"],
+)
+def test_check_env_specs(make):
+    check_env_specs(TransformedEnv(Counter(), make()))
+
+
+class _Ale:
+    def __init__(self):
+        self.n = 3
+
+    def lives(self):
+        return self.n
+
+
+class _LivesEnv(gym.Env):
+    """Loses a life every 3 steps; terminates with no life left."""
+
+    observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.ale = _Ale()
+        self.t = 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.ale.n, self.t = 3, 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t % 3 == 0:
+            self.ale.n -= 1
+        return np.full(2, self.t, np.float32), 1.0, self.ale.n == 0, False, {}
+
+
+def test_end_of_life_matches_torchrl():
+    env = TransformedEnv(GymWrapper(_LivesEnv()), EndOfLifeTransform())
+    obs_spec = env.full_observation_spec
+    assert obs_spec["end-of-life"].shape == (1,) and obs_spec["end-of-life"].dtype == torch.bool
+    assert obs_spec["lives"].shape == () and obs_spec["lives"].dtype == torch.int64
+    td = env.reset()
+    assert td["end-of-life"].tolist() == [False] and td["lives"].item() == 3
+    r = env.rollout(12)
+    # TorchRL 0.14.1 on the same gym env
+    assert r.shape == (9,)
+    assert r["next", "end-of-life"].squeeze(-1).int().tolist() == [0, 0, 1, 0, 0, 1, 0, 0, 1]
+    assert r["next", "lives"].tolist() == [3, 3, 2, 2, 2, 1, 1, 1, 0]
+    assert r["lives"].tolist() == [3, 3, 3, 2, 2, 2, 1, 1, 1]
+    assert r["end-of-life"].squeeze(-1).int().tolist() == [0, 0, 0, 1, 0, 0, 1, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["_parity_action", "_parity_chunk", "_parity_control", "_parity_nstep", "_parity_replay"],
+)
+def test_docstring_examples(name):
+    module = importlib.import_module(f"rl.envs.transforms.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

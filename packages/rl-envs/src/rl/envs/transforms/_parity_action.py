@@ -46,7 +46,9 @@ class DiscreteActionProjection(Transform):
         >>> from tensordict import TensorDict
         >>> t = DiscreteActionProjection(num_actions_effective=2, max_actions=3)
         >>> t.inv(TensorDict({"action": torch.tensor([0, 1, 0])}, []))["action"]
-        tensor([1, 0])
+        tensor([0, 1])
+        >>> t.inv(TensorDict({"action": torch.tensor([0, 0, 1])}, []))["action"].shape  # resampled
+        torch.Size([2])
     """
 
     invertible = True

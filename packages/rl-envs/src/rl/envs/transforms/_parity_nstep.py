@@ -118,6 +118,17 @@ def multi_step_returns(
     return data
 
 
+def _common_keys(a: TensorDictBase, b: TensorDictBase) -> list[TensorDictBase]:
+    """``[a, b]`` restricted to their shared entries (a rollout started from the ``"next"``
+    of another may carry a root reward the first one did not)."""
+    keys_a = set(a.keys(True, True))
+    keys_b = set(b.keys(True, True))
+    if keys_a == keys_b:
+        return [a, b]
+    shared = [key for key in a.keys(True, True) if key in keys_b]
+    return [a.select(*shared), b.select(*shared)]
+
+
 class MultiStepTransform(Transform):
     """n-step returns computed as data is written into a replay buffer.
 
@@ -250,7 +261,7 @@ class MultiStepTransform(Transform):
         if self._buffer is None:
             total = tensordict
         else:
-            total = torch.cat([self._buffer, tensordict], -1)
+            total = torch.cat(_common_keys(self._buffer, tensordict), -1)
         self._buffer = total[..., -self.n_steps :].copy()
         if total.shape[-1] <= self.n_steps:
             return None

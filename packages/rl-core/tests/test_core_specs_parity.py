@@ -442,3 +442,51 @@ class TestDomainOverride:
         assert un.to(torch.int64).domain == "discrete"
         with pytest.raises(ValueError, match="domain must be 'continuous' or 'discrete', got 'x'"):
             Unbounded(domain="x")
+
+
+class TestTorchRLCallForms:
+    def test_shape_none_means_no_extra_dims(self):
+        # TorchRL's signature is rand(shape=None); code passes None explicitly
+        specs = [Bounded(0.0, 1.0, (2,)), Unbounded((2,)), Categorical(3), OneHot(3)]
+        specs += [Binary(2), MultiOneHot([2, 3]), MultiCategorical([2, 3])]
+        for spec in specs:
+            for method in ("rand", "zero", "one", "sample", "zeros", "ones"):
+                assert getattr(spec, method)(None).shape == spec.shape, (spec, method)
+        comp = Composite(a=OneHot(3), t=NonTensor(example_data="x"))
+        assert comp.rand(None).batch_size == () and comp.zero(shape=None)["t"] == "x"
+        stacked = torch.stack([Composite(a=Unbounded(())), Composite(b=Unbounded(()))])
+        assert stacked.rand(None).batch_size == (2,)
+
+    def test_assert_is_in_raises_what_both_libraries_catch(self):
+        spec = Bounded(0.0, 1.0, (1,))
+        for cls in (AssertionError, ValueError):
+            with pytest.raises(cls, match=r"value has values outside \[low, high\]"):
+                spec.assert_is_in(torch.tensor([2.0]))
+
+    def test_torch_functions(self):
+        b = Bounded(torch.zeros(4, 2), torch.arange(1.0, 9.0).reshape(4, 2))
+        assert torch.index_select(b, 0, torch.tensor([0, 3])).high.tolist() == [
+            [1.0, 2.0],
+            [7.0, 8.0],
+        ]
+        assert torch.squeeze(Unbounded(shape=(1, 3)), 0).shape == (3,)
+        assert torch.unsqueeze(OneHot(3), 0).shape == (1, 3)
+        c = Composite(a=b, shape=(4,))
+        picked = torch.index_select(c, 0, torch.tensor([1, 2]))
+        assert picked.shape == (2,) and picked["a"].high.tolist() == [[3.0, 4.0], [5.0, 6.0]]
+        assert torch.squeeze(torch.unsqueeze(c, 0)).shape == (4,)
+
+    def test_keys_is_leaf(self):
+        c = Composite(
+            a=Unbounded(()),
+            b=Composite(c=Unbounded(()), d=Composite(e=Unbounded(()))),
+            f=NonTensor(()),
+        )
+        # the key sets TorchRL 0.14 gives (it lists nested keys before their parent)
+        composite_or_text = lambda t: issubclass(t, (Composite, NonTensor))  # noqa: E731
+        assert set(c.keys(True, True, is_leaf=composite_or_text)) == {"b", ("b", "d"), "f"}
+        not_text = lambda t: not issubclass(t, NonTensor)  # noqa: E731
+        assert list(c.keys(False, True, is_leaf=not_text)) == ["a", "b"]
+        assert ("b", "d") in c.keys(True, True, is_leaf=lambda t: True)
+        assert len(c.items(True, True, is_leaf=lambda t: True)) == 6
+        assert list(c.keys(True, True)) == ["a", ("b", "c"), ("b", "d", "e"), "f"]

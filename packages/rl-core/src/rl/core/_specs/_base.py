@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "SpecMismatchError",
     "TensorSpec",
     "ContinuousBox",
     "CategoricalBox",
@@ -125,6 +126,14 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+class SpecMismatchError(ValueError, AssertionError):
+    """A value is not in a spec (:meth:`TensorSpec.assert_is_in`).
+
+    A ``ValueError``, and an ``AssertionError`` as TorchRL raises there, so code catching
+    either carries over.
+    """
+
+
 class ContinuousBox:
     """The box ``[low, high]`` of a :class:`~rl.core.Bounded` spec (``spec.space``)."""
 
@@ -225,26 +234,30 @@ class TensorSpec(abc.ABC):
 
     # ------------------------------------------------------------------ values
     @abc.abstractmethod
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
-        """A random value in the spec, with ``shape`` extra leading dims."""
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        """A random value in the spec, with ``shape`` extra leading dims (``None``: none)."""
 
-    def sample(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def sample(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         """Alias of :meth:`rand`."""
         return self.rand(shape)
 
-    def zero(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def zero(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         """A tensor of zeros of shape ``(*shape, *spec.shape)`` (preallocation; see the class)."""
+        if shape is None:
+            shape = ()
         return torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
 
-    def one(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def one(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         """A tensor of ones of shape ``(*shape, *spec.shape)``."""
+        if shape is None:
+            shape = ()
         return torch.ones((*shape, *self.shape), dtype=self.dtype, device=self.device)
 
-    def zeros(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def zeros(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         """Alias of :meth:`zero`."""
         return self.zero(shape)
 
-    def ones(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def ones(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         """Alias of :meth:`one`."""
         return self.one(shape)
 
@@ -273,10 +286,14 @@ class TensorSpec(abc.ABC):
         return self._mismatch(value) is None
 
     def assert_is_in(self, value: Any) -> None:
-        """Raises ``ValueError`` naming the spec and the value when ``value`` is not in the spec."""
+        """Raises ``ValueError`` naming the spec and the value when ``value`` is not in the spec.
+
+        The error is also an ``AssertionError``, what TorchRL raises, so ``except`` clauses
+        written for either catch it.
+        """
         why = self._mismatch(value)
         if why is not None:
-            raise ValueError(f"value {why}, so it is not in {self!r}")
+            raise SpecMismatchError(f"value {why}, so it is not in {self!r}")
 
     def project(self, value: torch.Tensor) -> torch.Tensor:
         """The closest value in the spec (clamped, rounded, re-encoded)."""

@@ -156,7 +156,9 @@ class Bounded(TensorSpec):
     def space(self) -> ContinuousBox:
         return ContinuousBox(self.low, self.high)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        if shape is None:
+            shape = ()
         full = (*shape, *self.shape)
         low, high = self.low, self.high
         if self._float:
@@ -269,7 +271,9 @@ class Unbounded(TensorSpec):
     def space(self) -> ContinuousBox:
         return ContinuousBox(self.low, self.high)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        if shape is None:
+            shape = ()
         full = (*shape, *self.shape)
         if self._float:
             return torch.randn(full, dtype=self.dtype, device=self.device)

@@ -97,17 +97,23 @@ class Choice(TensorSpec):
         choice = self._choices[idx]
         return choice if self._is_data else fn(choice)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> Any:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> Any:
         """The ``rand`` of one choice drawn uniformly (one draw for the whole batch, as TorchRL)."""
+        if shape is None:
+            shape = ()
         idx = int(torch.randint(0, len(self._choices), ()).item())
         return self._pick(idx, lambda c: c.rand(shape))
 
-    def zero(self, shape: Sequence[int] | torch.Size = ()) -> Any:
+    def zero(self, shape: Sequence[int] | torch.Size | None = ()) -> Any:
         """The ``zero`` of the first choice (or the first value)."""
+        if shape is None:
+            shape = ()
         return self._pick(0, lambda c: c.zero(shape))
 
-    def one(self, shape: Sequence[int] | torch.Size = ()) -> Any:
+    def one(self, shape: Sequence[int] | torch.Size | None = ()) -> Any:
         """The ``one`` of the second choice (the first when there is one choice)."""
+        if shape is None:
+            shape = ()
         return self._pick(min(1, len(self._choices) - 1), lambda c: c.one(shape))
 
     def _mismatch(self, value: Any) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,23 +147,64 @@ class Composite(_Lockable, _NestedSpec):
             else:
                 yield key, spec
 
+    def _iter_items_is_leaf(
+        self, include_nested: bool, leaves_only: bool, is_leaf: Callable[[type], bool]
+    ) -> Iterator[tuple[NestedKey, Any]]:
+        # TorchRL's ``is_leaf``: with ``leaves_only``, only entries whose type it accepts;
+        # nested specs are still walked into with ``include_nested``.
+        for key, spec in self._specs.items():
+            if not leaves_only or is_leaf(type(spec)):
+                yield key, spec
+            if include_nested and isinstance(spec, _NestedSpec):
+                if isinstance(spec, Composite):
+                    subs = spec._iter_items_is_leaf(True, leaves_only, is_leaf)
+                else:
+                    subs = (
+                        (k, v)
+                        for k, v in spec._iter_items(True, False)
+                        if not leaves_only or is_leaf(type(v))
+                    )
+                for sub, sub_spec in subs:
+                    yield (key, *_unravel(sub)), sub_spec
+
     def keys(
-        self, include_nested: bool = False, leaves_only: bool = False, *, is_leaf: Any = None
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
     ) -> _CompositeKeys:
-        """The keys; nested keys (tuples) with ``include_nested``, no Composites with ``leaves_only``."""
-        return _CompositeKeys(self, include_nested, leaves_only)
+        """The keys; nested keys (tuples) with ``include_nested``, no Composites with ``leaves_only``.
+
+        Args:
+            include_nested: also yield the keys of nested specs, as tuples.
+            leaves_only: leave out the nested Composites themselves.
+            is_leaf: a function of an entry's type saying whether it counts as a leaf for
+                ``leaves_only`` (default: every spec but the Composites), as in TorchRL.
+        """
+        return _CompositeKeys(self, include_nested, leaves_only, is_leaf)
 
     def items(
-        self, include_nested: bool = False, leaves_only: bool = False, *, is_leaf: Any = None
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
     ) -> list[tuple[NestedKey, TensorSpec | None]]:
         """``(key, spec)`` pairs, with the same options as :meth:`keys`."""
+        if is_leaf is not None:
+            return list(self._iter_items_is_leaf(include_nested, leaves_only, is_leaf))
         return list(self._iter_items(include_nested, leaves_only))
 
     def values(
-        self, include_nested: bool = False, leaves_only: bool = False, *, is_leaf: Any = None
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
     ) -> list[TensorSpec | None]:
         """The specs, with the same options as :meth:`keys`."""
-        return [s for _, s in self._iter_items(include_nested, leaves_only)]
+        return [s for _, s in self.items(include_nested, leaves_only, is_leaf=is_leaf)]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._specs)
@@ -341,16 +382,22 @@ class Composite(_Lockable, _NestedSpec):
         """Updates ``value`` in place with :meth:`one` and returns it."""
         return value.update(self.one())
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> TensorDict:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> TensorDict:
         """A TensorDict of random values, batch size ``(*shape, *spec.shape)``."""
+        if shape is None:
+            shape = ()
         return self._build("rand", shape)
 
-    def zero(self, shape: Sequence[int] | torch.Size = ()) -> TensorDict:
+    def zero(self, shape: Sequence[int] | torch.Size | None = ()) -> TensorDict:
         """A TensorDict of zeros, batch size ``(*shape, *spec.shape)`` (cheap: preallocation)."""
+        if shape is None:
+            shape = ()
         return self._build("zero", shape)
 
-    def one(self, shape: Sequence[int] | torch.Size = ()) -> TensorDict:
+    def one(self, shape: Sequence[int] | torch.Size | None = ()) -> TensorDict:
         """A TensorDict of ones, batch size ``(*shape, *spec.shape)``."""
+        if shape is None:
+            shape = ()
         return self._build("one", shape)
 
     def _mismatch(self, value: Any) -> str | None:

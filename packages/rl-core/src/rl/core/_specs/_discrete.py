@@ -140,7 +140,9 @@ class Categorical(_MaskedDiscrete):
     def _mask_shape(self) -> tuple[int, ...]:
         return (*self.shape, self.n)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        if shape is None:
+            shape = ()
         if self.mask is None:
             return torch.randint(
                 0, self.n, (*shape, *self.shape), dtype=self.dtype, device=self.device
@@ -288,7 +290,9 @@ class OneHot(_MaskedDiscrete):
     def _mask_shape(self) -> tuple[int, ...]:
         return tuple(self.shape)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        if shape is None:
+            shape = ()
         idx = _sample_index(self, shape, self.shape[:-1], self.n, self.mask)
         out = torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
         return out.scatter_(-1, idx.unsqueeze(-1), 1)
@@ -437,7 +441,9 @@ class Binary(TensorSpec):
     def space(self) -> CategoricalBox:
         return CategoricalBox(2)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        if shape is None:
+            shape = ()
         return torch.randint(0, 2, (*shape, *self.shape), dtype=self.dtype, device=self.device)
 
     def _values_mismatch(self, value: torch.Tensor) -> str | None:

@@ -56,12 +56,18 @@ def _expand_ellipsis(idx: Any, ndim: int) -> tuple:
 class _CompositeKeys:
     """The keys view of :meth:`Composite.keys`: iterable, sized, supports ``in`` with nested keys."""
 
-    def __init__(self, spec: Composite, include_nested: bool, leaves_only: bool):
+    def __init__(
+        self, spec: Composite, include_nested: bool, leaves_only: bool, is_leaf: Any = None
+    ):
         self._spec = spec
         self._nested = include_nested
         self._leaves = leaves_only
+        self._is_leaf = is_leaf
 
     def __iter__(self) -> Iterator[NestedKey]:
+        if self._is_leaf is not None:
+            items = self._spec._iter_items_is_leaf(self._nested, self._leaves, self._is_leaf)
+            return (k for k, _ in items)
         return self._spec._iter_keys(self._nested, self._leaves)
 
     def __len__(self) -> int:
@@ -70,6 +76,9 @@ class _CompositeKeys:
     def __contains__(self, key: object) -> bool:
         if not _is_key(key):
             return False
+        if self._is_leaf is not None:
+            target = _key_out(_unravel(key))  # type: ignore[arg-type]
+            return any(k == target for k in self)
         path = _unravel(key)  # type: ignore[arg-type]
         if len(path) > 1 and not self._nested:
             return False

@@ -104,7 +104,9 @@ class MultiOneHot(_MaskedDiscrete):
     def _segments(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return t.split(self.nvec, dim=-1)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        if shape is None:
+            shape = ()
         out = torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
         masks = self._segments(self.mask) if self.mask is not None else [None] * len(self.nvec)
         for part, k, m in zip(self._segments(out), self.nvec, masks):
@@ -281,7 +283,9 @@ class MultiCategorical(_MaskedDiscrete):
     def _mask_segments(self) -> tuple[torch.Tensor, ...]:
         return self.mask.split(self._nvec_list, dim=-1)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> torch.Tensor:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
+        if shape is None:
+            shape = ()
         full = (*shape, *self.shape)
         if self.mask is None:
             r = torch.rand(full, device=self.device, dtype=torch.float64)

@@ -73,13 +73,19 @@ class NonTensor(TensorSpec):
             data=self.example_data, batch_size=(*shape, *self.shape), device=self.device
         )
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> NonTensorData:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> NonTensorData:
+        if shape is None:
+            shape = ()
         return self._data(shape)
 
-    def zero(self, shape: Sequence[int] | torch.Size = ()) -> NonTensorData:
+    def zero(self, shape: Sequence[int] | torch.Size | None = ()) -> NonTensorData:
+        if shape is None:
+            shape = ()
         return self._data(shape)
 
-    def one(self, shape: Sequence[int] | torch.Size = ()) -> NonTensorData:
+    def one(self, shape: Sequence[int] | torch.Size | None = ()) -> NonTensorData:
+        if shape is None:
+            shape = ()
         return self._data(shape)
 
     def _mismatch(self, value: Any) -> str | None:

@@ -72,11 +72,33 @@ def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
     return out
 
 
+def _index_select(spec: TensorSpec, dim: int, index: torch.Tensor) -> TensorSpec:
+    d = _normalize_dim(dim, spec.ndim, f"index_select of {type(spec).__name__}")
+    return spec[(slice(None),) * d + (torch.as_tensor(index, dtype=torch.long),)]
+
+
+def _squeeze(spec: TensorSpec, dim: int | None = None) -> TensorSpec:
+    return spec.squeeze(dim)
+
+
+def _unsqueeze(spec: TensorSpec, dim: int) -> TensorSpec:
+    return spec.unsqueeze(dim)
+
+
+# the torch functions TorchRL 0.14 lets specs take (``torch.stack(specs)``, ...)
+_TORCH_FUNCTIONS = {
+    torch.stack: stack_specs,
+    torch.squeeze: _squeeze,
+    torch.unsqueeze: _unsqueeze,
+    torch.index_select: _index_select,
+}
+
+
 def _torch_function(cls, func, types, args=(), kwargs=None):
-    kwargs = kwargs or {}
-    if func is torch.stack:
-        return stack_specs(*args, **kwargs)
-    return NotImplemented
+    impl = _TORCH_FUNCTIONS.get(func)
+    if impl is None:
+        return NotImplemented
+    return impl(*args, **(kwargs or {}))
 
 
 TensorSpec.__torch_function__ = classmethod(_torch_function)  # type: ignore[attr-defined]
@@ -165,14 +187,20 @@ class StackedComposite(_Lockable, _NestedSpec):
     def _stack(self, tds: list[TensorDictBase], lead: int) -> LazyStackedTensorDict:
         return LazyStackedTensorDict(*tds, stack_dim=lead + self.dim)
 
-    def rand(self, shape: Sequence[int] | torch.Size = ()) -> LazyStackedTensorDict:
+    def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> LazyStackedTensorDict:
         """A lazy stack of the members' random TensorDicts."""
+        if shape is None:
+            shape = ()
         return self._stack([s.rand(shape) for s in self._specs], len(shape))
 
-    def zero(self, shape: Sequence[int] | torch.Size = ()) -> LazyStackedTensorDict:
+    def zero(self, shape: Sequence[int] | torch.Size | None = ()) -> LazyStackedTensorDict:
+        if shape is None:
+            shape = ()
         return self._stack([s.zero(shape) for s in self._specs], len(shape))
 
-    def one(self, shape: Sequence[int] | torch.Size = ()) -> LazyStackedTensorDict:
+    def one(self, shape: Sequence[int] | torch.Size | None = ()) -> LazyStackedTensorDict:
+        if shape is None:
+            shape = ()
         return self._stack([s.one(shape) for s in self._specs], len(shape))
 
     def _parts(self, value: TensorDictBase) -> tuple[int, tuple[TensorDictBase, ...]] | str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -152,6 +153,21 @@ class TestActionScaling:
         assert t.denormalize(torch.tensor([[1.0, 1.0]])).tolist() == [[3.0, 6.0]]
         t = ActionScaling.from_stats(low=torch.tensor([0.0]), high=torch.tensor([4.0]))
         assert t.loc.tolist() == [2.0] and t.scale.tolist() == [2.0]
+
+    def test_from_metadata(self):
+        meta = SimpleNamespace(
+            action_key="act", action_mean=torch.tensor([1.0]), action_std=torch.tensor([2.0])
+        )
+        t = ActionScaling.from_metadata(meta)
+        assert t.in_keys_inv == ["act"] and t.loc.tolist() == [1.0] and t.scale.tolist() == [2.0]
+        meta = SimpleNamespace(
+            action_key="act", action_low=torch.tensor([0.0]), action_high=torch.tensor([4.0])
+        )
+        assert ActionScaling.from_metadata(meta).loc.tolist() == [2.0]
+        t = ActionScaling.from_metadata(meta, in_keys_inv=[])
+        assert t.in_keys == ["act"] and t.in_keys_inv == []
+        with pytest.raises(ValueError, match="has no action normalization statistics"):
+            ActionScaling.from_metadata(SimpleNamespace(action_key="a", dataset_id="d"))
 
     def test_state_dict_round_trip(self):
         env = TransformedEnv(Counter(act_shape=(3,)), ActionScaling())
@@ -531,6 +547,11 @@ class TestMultiAction:
         assert env.step(td)["next", "observation"].tolist() == [2.0]
         r = TransformedEnv(Counter(), MultiAction()).rollout(3)
         assert r["action"].shape == (3, 1, 1) and r["next", "reward"].shape == (3, 1, 1)
+
+    def test_from_vla(self):
+        t = MultiAction.from_vla(stack_rewards=False)
+        assert t.out_keys_inv == [("vla_action", "chunk")] and t.in_keys_inv == ["action"]
+        assert not t.stack_rewards
 
     def test_errors(self):
         with pytest.raises(ValueError, match="dim must be an int >= 1"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -402,6 +403,28 @@ class ActionScaling(Transform):
                 f"{tuple(scale.shape)}."
             )
         return cls(loc=loc, scale=scale.clamp_min(eps), **kwargs)
+
+    @classmethod
+    def from_metadata(cls, metadata: Any, **kwargs) -> ActionScaling:
+        """Builds an instance from a dataset's action statistics.
+
+        ``metadata`` is any object with TorchRL's ``RobotDatasetMetadata`` fields:
+        ``action_key``, and ``action_mean`` / ``action_std`` or ``action_low`` /
+        ``action_high`` (the first complete pair is used).
+        """
+        kwargs.setdefault("in_keys_inv", [metadata.action_key])
+        if not kwargs["in_keys_inv"]:
+            kwargs.setdefault("in_keys", [metadata.action_key])
+        mean, std = getattr(metadata, "action_mean", None), getattr(metadata, "action_std", None)
+        if mean is not None and std is not None:
+            return cls.from_stats(mean=mean, std=std, **kwargs)
+        low, high = getattr(metadata, "action_low", None), getattr(metadata, "action_high", None)
+        if low is not None and high is not None:
+            return cls.from_stats(low=low, high=high, **kwargs)
+        raise ValueError(
+            f"metadata {getattr(metadata, 'dataset_id', metadata)!r} has no action normalization "
+            "statistics (set action_mean/action_std or action_low/action_high)."
+        )
 
     def _repr_args(self) -> str:
         loc = self.loc if self.initialized else "<uninitialized>"

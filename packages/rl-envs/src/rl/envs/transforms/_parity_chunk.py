@@ -76,6 +76,16 @@ class MultiAction(Transform):
         self.obs: list = []
         self.__dict__["_skip_next"] = None
 
+    @classmethod
+    def from_vla(cls, *, action_key: NestedKey = "action", **kwargs) -> MultiAction:
+        """A ``MultiAction`` reading the chunk from TorchRL's VLA key ``("vla_action", "chunk")``.
+
+        Examples:
+            >>> MultiAction.from_vla(stack_rewards=False).out_keys_inv
+            [('vla_action', 'chunk')]
+        """
+        return cls(action_key=action_key, chunk_key=("vla_action", "chunk"), **kwargs)
+
     @property
     def has_inverse(self) -> bool:
         return True

@@ -6,6 +6,9 @@ inputs (or, for ``Crop``, by hand from ``torchvision.transforms.functional.crop`
 
 from __future__ import annotations
 
+import doctest
+import importlib
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -16,6 +19,7 @@ from rl.envs import (
     BatchSizeTransform,
     BinarizeReward,
     CatFrames,
+    Compose,
     Crop,
     ExpandAs,
     FiniteTensorDictCheck,
@@ -53,7 +57,11 @@ def _close(actual, expected, atol=1e-4):
 
 def _buffer(transform):
     data = pytest.importorskip("rl.data")
-    return data.ReplayBuffer(storage=data.LazyTensorStorage(100), transform=transform)
+    return data.ReplayBuffer(
+        storage=data.LazyTensorStorage(100),
+        sampler=data.SamplerWithoutReplacement(shuffle=False),
+        transform=transform,
+    )
 
 
 class TestRewardMaps:
@@ -657,3 +665,94 @@ class TestCatFramesUnfolding:
         r = env.rollout(4)
         assert r["next", "observation"].shape == (4, 9)
         check_env_specs(env)
+
+
+def _copy_obs():
+    return UnaryTransform(in_keys=["observation"], out_keys=["obs2"], fn=lambda x: x * 2)
+
+
+ENV_TRANSFORMS = {
+    "sign": lambda: SignTransform(in_keys=["observation", "reward"]),
+    "binarize": lambda: BinarizeReward(),
+    "linearise": lambda: LineariseRewards(in_keys=["reward"], weights=[2.0]),
+    "success": lambda: SuccessReward(success_key="done"),
+    "unary": _copy_obs,
+    "stack": lambda: Compose(
+        _copy_obs(),
+        UnaryTransform(in_keys=["observation"], out_keys=["obs3"], fn=lambda x: x * 3),
+        Stack(in_keys=["obs2", "obs3"], out_key="st"),
+    ),
+    "expand_as": lambda: ExpandAs("done", "observation", out_key="done_obs"),
+    "permute": lambda: PermuteTransform([-1], in_keys=["observation"]),
+    "vecnorm_v2": lambda: VecNormV2(in_keys=["observation", "reward"]),
+    "traj_counter": lambda: Compose(StepCounter(max_steps=2), TrajCounter()),
+    "timer": lambda: Timer(),
+    "finite": lambda: FiniteTensorDictCheck(),
+    "remove_empty": lambda: RemoveEmptySpecs(),
+    "next_obs_delta": lambda: NextObservationDelta(),
+    "module": lambda: ModuleTransform(
+        module=TensorDictModule(lambda x: x.sum(-1, keepdim=True), ["observation"], ["s"]),
+        observation_spec_transform=lambda s: s.set("s", Unbounded(shape=(*s.shape, 1))),
+    ),
+    "catframes": lambda: CatFrames(N=2, dim=-1, in_keys=["observation"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENV_TRANSFORMS))
+def test_in_serial_env(name):
+    env = TransformedEnv(SerialEnv(2, lambda: PendulumEnv()), ENV_TRANSFORMS[name]())
+    r = env.rollout(3, break_when_any_done=False)
+    assert r.batch_size == (2, 3)
+    check_env_specs(env)
+
+
+DATA_TRANSFORMS = {
+    "sign": lambda: SignTransform(in_keys=[("next", "observation")]),
+    "binarize": lambda: BinarizeReward(in_keys=[("next", "reward")]),
+    "linearise": lambda: LineariseRewards(in_keys=[("next", "reward")], out_keys=["lin"]),
+    "permute": lambda: PermuteTransform([-1], in_keys=["observation"]),
+    "stack": lambda: Stack(in_keys=["observation", ("next", "observation")], out_key="both"),
+    "expand_as": lambda: ExpandAs(("next", "done"), "observation", out_key="d"),
+    "finite": lambda: FiniteTensorDictCheck(),
+    "remove_empty": lambda: RemoveEmptySpecs(),
+    "unary": lambda: UnaryTransform(in_keys=["observation"], out_keys=["o2"], fn=torch.neg),
+    "vecnorm_v2": lambda: VecNormV2(in_keys=["observation"]),
+    "catframes": lambda: CatFrames(N=2, dim=-1, in_keys=["observation", ("next", "observation")]),
+    "random_crop": lambda: RandomCropTensorDict(3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATA_TRANSFORMS))
+def test_in_replay_buffer(name):
+    torch.manual_seed(0)
+    rollout = TransformedEnv(PendulumEnv(batch_size=[2]), StepCounter(max_steps=3)).rollout(
+        5, break_when_any_done=False
+    )
+    rb = _buffer(DATA_TRANSFORMS[name]())
+    rb.extend(rollout)
+    sample = rb.sample(len(rb))  # the transform runs at sampling, in storage order
+    expected = DATA_TRANSFORMS[name]()(rollout.clone())
+    assert sample.batch_size == expected.batch_size
+    if name == "random_crop":
+        return
+    for key in expected.keys(True, True):
+        torch.testing.assert_close(sample[key], expected[key])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_parity_episode",
+        "_parity_misc",
+        "_parity_module",
+        "_parity_obs_delta",
+        "_parity_reward",
+        "_parity_tensor",
+        "_parity_unary",
+        "_parity_vecnorm",
+    ],
+)
+def test_docstring_examples(name):
+    module = importlib.import_module(f"rl.envs.transforms.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -209,6 +209,10 @@ class TestFlattenAction:
         env = TransformedEnv(Counter(act_shape=(3, 5), batch_size=(2,)), t)
         assert env.action_spec.shape == (2, 15)
         assert (t.first_dim, t.last_dim) == (1, 2)
+        td = env.reset()
+        td["action"] = torch.arange(30.0).reshape(2, 15) / 100
+        # (TorchRL 0.14.1 fails here: it unflattens with the span counted without batch dims)
+        torch.testing.assert_close(env.step(td)["next", "reward"], torch.tensor([[1.05], [3.3]]))
 
     def test_outside_env(self):
         t = FlattenAction(-2, -1, action_shape=(3, 5))

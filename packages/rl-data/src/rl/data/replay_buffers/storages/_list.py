@@ -70,7 +70,7 @@ class LazyStackStorage(ListStorage):
 
 
 def _zlib_compress(tensor: torch.Tensor, level: int) -> torch.Tensor:
-    raw = tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+    raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
     return torch.frombuffer(bytearray(zlib.compress(raw, level)), dtype=torch.uint8)
 
 

@@ -490,3 +490,41 @@ class TestTorchRLCallForms:
         assert ("b", "d") in c.keys(True, True, is_leaf=lambda t: True)
         assert len(c.items(True, True, is_leaf=lambda t: True)) == 6
         assert list(c.keys(True, True)) == ["a", ("b", "c"), ("b", "d", "e"), "f"]
+
+
+class TestCompositeNames:
+    def spec(self):
+        return Composite(
+            a=Unbounded((2, 3, 4)),
+            n=Composite(b=Unbounded((2, 3, 5)), shape=(2, 3)),
+            shape=(2, 3),
+            names=["x", "y"],
+        )
+
+    def test_names_reach_nested_specs_and_values(self):
+        spec = self.spec()
+        assert spec.names == ["x", "y"] and spec["n"].names == ["x", "y"]
+        assert spec.rand().names == ["x", "y"] and spec.zero()["n"].names == ["x", "y"]
+        assert spec.rand((5,)).names == [None, "x", "y"]  # TorchRL 0.14 raises here
+        assert Composite(shape=(2,)).names == [None]
+
+    def test_shape_operations(self):
+        spec = self.spec()
+        assert spec[0].names == ["y"] and spec[:, 1].names == ["x"]
+        assert spec.expand(7, 2, 3).names == [None, "x", "y"]
+        assert spec.unsqueeze(1).names == ["x", None, "y"]
+        assert spec.unsqueeze(0).squeeze(0).names == ["x", "y"]
+        assert spec.clone().names == ["x", "y"] and spec.to(torch.float64).names == ["x", "y"]
+        assert spec.reshape(6).names == [None]
+
+    def test_refine_names(self):
+        spec = Composite({}, shape=[3, 4, 5, 6])  # TorchRL's docstring example
+        assert spec.refine_names(None, None, None, "d").names == [None, None, None, "d"]
+        assert spec.refine_names("a", None, None, "d").names == ["a", None, None, "d"]
+        assert spec.refine_names(..., "d").names == ["a", None, None, "d"]
+        with pytest.raises(
+            RuntimeError, match=r"cannot rename dims named \['a', None, None, 'd'\]"
+        ):
+            spec.refine_names("b", None, None, "d")
+        with pytest.raises(ValueError, match=r"takes 4 names, got 1: \['a'\]"):
+            spec.names = ["a"]

@@ -242,6 +242,13 @@ class TestCompositeDocs:
         assert nested["a", "b"] is None and nested["a", "c"] is None
         assert nested.shape == () and nested["a"].shape == () and nested.device is None
 
+    def test_refine_names_example(self):
+        spec = Composite({}, shape=[3, 4, 5, 6])
+        spec_refined = spec.refine_names(None, None, None, "d")
+        assert spec_refined.names == [None, None, None, "d"]
+        spec_refined = spec.refine_names("a", None, None, "d")
+        assert spec_refined.names == ["a", None, None, "d"]
+
     def test_lock_example(self):
         shape = [3, 4, 5]
         spec = Composite(

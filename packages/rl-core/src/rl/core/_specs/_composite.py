@@ -21,11 +21,12 @@ from ._base import (
 )
 from ._keys import _NO_DEFAULT, _CompositeKeys, _expand_ellipsis, _is_key, _key_out, _unravel
 from ._lock import _Lockable
+from ._names import _Named
 
 __all__ = ["Composite", "NestedKey"]
 
 
-class Composite(_Lockable, _NestedSpec):
+class Composite(_Lockable, _Named, _NestedSpec):
     """A dictionary of specs (possibly nested) describing a TensorDict.
 
     Leaf shapes include the composite's batch dims: in ``Composite(obs=..., shape=(4,))``
@@ -43,6 +44,7 @@ class Composite(_Lockable, _NestedSpec):
             ``encode`` return and ``is_in`` expects (default: ``TensorDict``).
         step_mdp_static: whether the whole entry is copied as is by ``step_mdp`` (TorchRL's
             flag, kept as ``spec.step_mdp_static``).
+        names: names of the batch dims (``spec.names``), given to the TensorDicts it builds.
         **kwargs: more key/spec pairs. Entries named like the arguments (``"shape"``,
             ``"device"``, ...) go in the mapping or through ``spec["shape"] = ...``; the
             attributes (``spec.shape``) and the entries (``spec["shape"]``) never mix.
@@ -84,6 +86,7 @@ class Composite(_Lockable, _NestedSpec):
         batch_size: Sequence[int] | torch.Size | int | None = None,
         data_cls: type | None = None,
         step_mdp_static: bool = False,
+        names: Sequence[str | None] | None = None,
         **kwargs: Any,
     ):
         if shape is not None and batch_size is not None:
@@ -104,6 +107,8 @@ class Composite(_Lockable, _NestedSpec):
                 self[key] = value
         for key, value in kwargs.items():
             self[key] = value
+        if names is not None:
+            self.names = names
 
     @classmethod
     def _new(cls, specs: dict, shape: torch.Size, device: torch.device | None) -> Composite:
@@ -366,8 +371,9 @@ class Composite(_Lockable, _NestedSpec):
             return self.data_cls.from_dict(
                 source, batch_size=torch.Size((*shape, *self.shape)), device=self.device
             )
+        names = None if self._names is None else [*([None] * len(shape)), *self._names]
         return TensorDict._new_unsafe(
-            source, batch_size=torch.Size((*shape, *self.shape)), device=self.device
+            source, batch_size=torch.Size((*shape, *self.shape)), device=self.device, names=names
         )
 
     def rand_update(self, value: TensorDictBase) -> TensorDictBase:
@@ -546,18 +552,26 @@ class Composite(_Lockable, _NestedSpec):
 
     # ------------------------------------------------------------------ copies and shapes
     def _map(
-        self, fn: Any, shape: Sequence[int], device: Any = _NO_DEFAULT, keys: Any = None
+        self,
+        fn: Any,
+        shape: Sequence[int],
+        device: Any = _NO_DEFAULT,
+        keys: Any = None,
+        names: Any = _NO_DEFAULT,
     ) -> Composite:
         items = self._specs.items() if keys is None else ()
         specs = {k: (None if s is None else fn(s)) for k, s in items}
         out = Composite._new(specs, shape, self.device if device is _NO_DEFAULT else device)
         out.data_cls = self.data_cls
         out.step_mdp_static = self.step_mdp_static
+        if names is _NO_DEFAULT:  # same batch dims keep their names
+            names = self._names if len(shape) == self.ndim else None
+        out._names = names
         return out
 
     def _reshape(self, new: torch.Size) -> Composite:
         n = self.ndim
-        return self._map(lambda s: s.reshape(*new, *s.shape[n:]), new)
+        return self._map(lambda s: s.reshape(*new, *s.shape[n:]), new, names=None)
 
     def clone(self) -> Composite:
         return self._map(lambda s: s.clone(), self.shape)
@@ -579,7 +593,7 @@ class Composite(_Lockable, _NestedSpec):
             raise IndexError(
                 f"cannot index Composite of shape {tuple(self.shape)} with {idx!r}: {err}"
             ) from None
-        return self._map(lambda s: s[idx], shape)
+        return self._map(lambda s: s[idx], shape, names=self._names_after_index(idx))
 
     def expand(self, *shape: int) -> Composite:
         """The Composite with batch dims ``shape``; every entry keeps its own trailing dims."""
@@ -591,7 +605,8 @@ class Composite(_Lockable, _NestedSpec):
                 "new shape must end with the old one (dims of size 1 may grow)"
             )
         n = self.ndim
-        return self._map(lambda s: s.expand(*shape, *s.shape[n:]), shape)
+        names = None if self._names is None else [*([None] * lead), *self._names]
+        return self._map(lambda s: s.expand(*shape, *s.shape[n:]), shape, names=names)
 
     def squeeze(self, dim: int | None = None) -> Composite:
         if dim is None:
@@ -604,12 +619,14 @@ class Composite(_Lockable, _NestedSpec):
         if self.shape[d] != 1:
             return self
         shape = self.shape[:d] + self.shape[d + 1 :]
-        return self._map(lambda s: s.squeeze(d), shape)
+        names = None if self._names is None else [*self._names[:d], *self._names[d + 1 :]]
+        return self._map(lambda s: s.squeeze(d), shape, names=names)
 
     def unsqueeze(self, dim: int) -> Composite:
         d = _normalize_dim(dim, self.ndim + 1, "unsqueeze of Composite")
         shape = (*self.shape[:d], 1, *self.shape[d:])
-        return self._map(lambda s: s.unsqueeze(d), shape)
+        names = None if self._names is None else [*self._names[:d], None, *self._names[d:]]
+        return self._map(lambda s: s.unsqueeze(d), shape, names=names)
 
     def unbind(self, dim: int = 0) -> tuple[Composite, ...]:
         d = _normalize_dim(dim, self.ndim, "unbind of Composite")

@@ -25,19 +25,26 @@ __all__ = [
 ]
 
 
-def make_base_env(env_id: str, num_envs: int = 1, from_pixels: bool = False):
+def make_base_env(
+    env_id: str, num_envs: int = 1, from_pixels: bool = False, categorical: bool = False
+):
     """A gymnasium env (a vector env when ``num_envs > 1``) or a probe env by name.
 
     Probe names are those of ``rl.envs.PROBES`` (``"ActionRewardProbe"``), with
     ``"-continuous"`` appended for the continuous version; probes are native batched envs.
+    ``categorical=True`` gives a gym env's discrete actions as integers (TorchRL's
+    ``categorical_action_encoding``) instead of one-hot vectors.
     """
     probes = {cls.__name__: cls for cls in PROBES}
     name, _, variant = env_id.partition("-")
     if name in probes:
         return probes[name](batch_size=[num_envs], continuous=variant == "continuous")
+    kwargs = {"categorical_action_encoding": True} if categorical else {}
     if from_pixels:
-        return GymEnv(env_id, from_pixels=True, pixels_only=False)
-    return GymEnv(env_id, num_envs=num_envs) if num_envs > 1 else GymEnv(env_id)
+        return GymEnv(env_id, from_pixels=True, pixels_only=False, **kwargs)
+    if num_envs > 1:
+        return GymEnv(env_id, num_envs=num_envs, **kwargs)
+    return GymEnv(env_id, **kwargs)
 
 
 @torch.no_grad()

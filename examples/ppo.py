@@ -29,7 +29,7 @@ import tyro
 from torch import nn
 
 from rl.collectors import Collector
-from rl.core import seed_everything
+from rl.core import Categorical, seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.envs import ObservationNorm, TransformedEnv
 from rl.modules import (
@@ -146,7 +146,7 @@ PRESETS = {
 def make_env(cfg: Config, num_envs: int, obs_stats=None, from_pixels: bool = False):
     """The env (a vector env of ``num_envs``), with observations normalised by ``obs_stats``
     (``(loc, scale)``) when given."""
-    env = make_base_env(cfg.env_id, num_envs, from_pixels)
+    env = make_base_env(cfg.env_id, num_envs, from_pixels, categorical=True)
     if obs_stats is None:
         return env
     loc, scale = obs_stats
@@ -184,13 +184,16 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, ValueOperator]:
             return_log_prob=True,
         )
     else:
+        # integer actions (gym's Discrete, as CleanRL acts) or one-hot ones (probe envs)
+        integer = isinstance(action_spec, Categorical)
+        n_out = action_spec.space.n if integer else n_out
         net = MLP(out_features=n_out, num_cells=[cfg.hidden] * 2, activation_class=nn.Tanh)
         module = TensorDictModule(net, in_keys=["observation"], out_keys=["logits"])
         actor = ProbabilisticActor(
             module,
             in_keys=["logits"],
             spec=action_spec,
-            distribution_class=OneHotCategorical,
+            distribution_class=torch.distributions.Categorical if integer else OneHotCategorical,
             return_log_prob=True,
         )
     critic = ValueOperator(
@@ -255,7 +258,7 @@ def main(cfg: Config) -> dict:
             optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
         with torch.no_grad():
             advantage(batch)
-        flat = batch.reshape(-1)
+        flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
         for _ in range(cfg.update_epochs):
             for idx in torch.randperm(flat.numel()).split(minibatch):
                 losses = loss_module(flat[idx])

@@ -18,6 +18,7 @@ from rl.core import Binary, Bounded, Composite, Unbounded
 from rl.envs import (
     BatchSizeTransform,
     BinarizeReward,
+    CartPoleEnv,
     CatFrames,
     Compose,
     Crop,
@@ -366,9 +367,52 @@ class TestVecNormV2:
         td = TensorDict(observation=torch.ones(3), reward=torch.ones(1))
         torch.testing.assert_close(t.denorm(norm(td.clone()))["observation"], torch.ones(3))
 
+    @pytest.mark.parametrize("decay", [0.9, 1.0])
+    def test_stateless_values(self, decay):
+        # TorchRL 0.14.1: the same outputs as the stateful version; raw loc (decay 0.9)
+        t = VecNormV2(in_keys=["obs"], decay=decay, stateful=False)
+        root = TensorDict(obs=torch.tensor(self.INPUTS[0]))
+        root = t._reset(root, root)
+        outs = [root["obs"]]
+        for v in self.INPUTS[1:]:
+            root = t._step(root, TensorDict(obs=torch.tensor(v)))
+            outs.append(root["obs"])
+        _close(torch.stack(outs), self.EXPECTED[decay][0], atol=2e-4)
+        assert root["_vecnorm_count", "obs"].tolist() == [4, 4]
+        raw_loc = [0.5159, 0.7148] if decay == 0.9 else [1.5, 2.0]
+        _close(root["_vecnorm_loc", "obs"], raw_loc, atol=2e-4)
+
+    def test_stateless_env_partial_resets(self):
+        env = TransformedEnv(
+            CartPoleEnv(batch_size=[3]), VecNormV2(in_keys=["observation"], stateful=False)
+        )
+        env.set_seed(0)
+        r = env.rollout(40, break_when_any_done=False)
+        check_env_specs(env)
+        count = r["_vecnorm_count", "observation"][..., 0]
+        done = r["next", "done"][..., 0]
+        assert done.sum() >= 3
+        # per env and per episode: 1 at each episode start, +1 at every step
+        starts = torch.ones_like(done)
+        starts[:, 1:] = done[:, :-1]
+        expected = torch.zeros_like(count)
+        for i in range(3):
+            n = 0
+            for t in range(40):
+                n = 1 if starts[i, t] else n + 1
+                expected[i, t] = n
+        assert torch.equal(count, expected)
+        # a second stateless VecNormV2 gets its own prefix
+        env2 = env.append_transform(VecNormV2(in_keys=["observation"], stateful=False))
+        assert len([k for k in env2.observation_spec.keys() if k.endswith("_loc")]) == 2
+
     def test_errors(self):
-        with pytest.raises(NotImplementedError, match="stateful=False"):
-            VecNormV2(in_keys=["obs"], stateful=False)
+        with pytest.raises(NotImplementedError, match="shared_data is not supported"):
+            VecNormV2(in_keys=["obs"], stateful=False, shared_data=TensorDict())
+        with pytest.raises(RuntimeError, match="stateless"):
+            _ = VecNormV2(in_keys=["obs"], stateful=False).loc
+        with pytest.raises(RuntimeError, match="reduce_batch_dims=True and stateful=False"):
+            VecNormV2(in_keys=["obs"], stateful=False, reduce_batch_dims=True)
         with pytest.raises(RuntimeError, match="initialized before calling denorm"):
             VecNormV2(in_keys=["obs"]).denorm(TensorDict(obs=torch.ones(1)))
         with pytest.raises(KeyError, match=r"expected in_keys \['obs'\]"):
@@ -685,6 +729,7 @@ ENV_TRANSFORMS = {
     "expand_as": lambda: ExpandAs("done", "observation", out_key="done_obs"),
     "permute": lambda: PermuteTransform([-1], in_keys=["observation"]),
     "vecnorm_v2": lambda: VecNormV2(in_keys=["observation", "reward"]),
+    "vecnorm_v2_stateless": lambda: VecNormV2(in_keys=["observation", "reward"], stateful=False),
     "traj_counter": lambda: Compose(StepCounter(max_steps=2), TrajCounter()),
     "timer": lambda: Timer(),
     "finite": lambda: FiniteTensorDictCheck(),

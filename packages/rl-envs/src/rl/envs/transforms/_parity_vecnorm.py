@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import uuid
 from collections.abc import Sequence
 
 import torch
@@ -16,6 +17,10 @@ from ._base import Transform
 from ._spec_utils import NestedKey
 
 __all__ = ["RunningMeanStd", "VecNormV2"]
+
+
+def _tuple(key) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
 
 
 class RunningMeanStd(nn.Module):
@@ -75,14 +80,17 @@ class VecNormV2(Transform):
         in_keys: entries to normalise.
         out_keys: where to write (default ``in_keys``).
         lock: a lock guarding updates (default a new ``multiprocessing.Lock``).
-        stateful: keep the statistics in the transform (only ``True`` is supported here).
+        stateful: keep the statistics in the transform (default). With ``False`` they are
+            carried in the tensordict, per env and per episode, under
+            ``"<prefix>_loc"``, ``"<prefix>_var"`` and ``"<prefix>_count"`` (``prefix`` is
+            ``"_vecnorm"``, made unique if the env already has such entries).
         decay: decay of the moments (default ``0.9999``).
         eps: lower bound of the scale (default ``1e-4``).
         shared_data: a TensorDict ``{"loc", "var", "count"}`` of statistics to use.
         reduce_batch_dims: average over the batch dims before updating.
 
     Raises:
-        NotImplementedError: ``stateful=False``.
+        NotImplementedError: ``stateful=False`` with ``shared_data``.
         RuntimeError: ``loc`` / ``scale`` / :meth:`denorm` before any data.
 
     Examples:
@@ -108,10 +116,10 @@ class VecNormV2(Transform):
     ) -> None:
         if reduce_batch_dims and not stateful:
             raise RuntimeError("reduce_batch_dims=True and stateful=False are not supported.")
-        if not stateful:
+        if not stateful and shared_data is not None:
             raise NotImplementedError(
-                "VecNormV2(stateful=False) (statistics carried in the tensordict) is not "
-                "supported; use the default stateful=True"
+                "VecNormV2(stateful=False) carries its statistics in the tensordict: "
+                "shared_data is not supported"
             )
         super().__init__(in_keys=in_keys, out_keys=out_keys)
         self.stateful = stateful
@@ -154,6 +162,8 @@ class VecNormV2(Transform):
 
     def frozen_copy(self) -> VecNormV2:
         """A frozen clone holding a copy of the current statistics."""
+        if not self.stateful:
+            raise RuntimeError("Cannot create a frozen copy of a stateless VecNormV2.")
         if self._loc is None:
             raise RuntimeError("VecNormV2 has no statistics yet: run it on data before frozen_copy")
         out = self.clone()
@@ -239,7 +249,80 @@ class VecNormV2(Transform):
             value = self._float(data.get(key)) if self._cast_int_to_float else data.get(key)
             next_tensordict.set(pairs[key], (value - locs[key]) / scales[key])
 
+    # -------------------------------------------------------------- stateless
+    @property
+    def prefix(self) -> str:
+        """Prefix of the statistics entries of a stateless VecNormV2."""
+        return self.__dict__.get("_prefix") or "_vecnorm"
+
+    def _stats_keys(self) -> tuple[str, str, str]:
+        p = self.prefix
+        return f"{p}_loc", f"{p}_var", f"{p}_count"
+
+    def _stateless_init(self, next_tensordict: TensorDictBase):
+        present = set(next_tensordict.keys(True, True))
+        if all(k in present for k in self.in_keys):
+            data = next_tensordict.select(*self.in_keys)
+        else:
+            parent = self.parent
+            if parent is None:
+                missing = [k for k in self.in_keys if k not in present]
+                raise KeyError(
+                    f"VecNormV2 expected in_keys {missing} in the tensordict; keys present: "
+                    f"{sorted(map(str, present))}"
+                )
+            data = parent.full_observation_spec.zero().update(parent.full_reward_spec.zero())
+            data = data.update(next_tensordict.select(*[k for k in self.in_keys if k in present]))
+            data = data.select(*self.in_keys)
+        loc = torch.zeros_like(data.apply(self._float))
+        return loc, loc.clone(), torch.zeros_like(data, dtype=torch.int64)
+
+    def _stateless_step(self, tensordict, next_tensordict, keys):
+        kloc, kvar, kcount = self._stats_keys()
+        loc = tensordict.get(kloc, None) if tensordict is not None else None
+        if loc is None:
+            loc, var, count = self._stateless_init(next_tensordict)
+        else:
+            var, count = tensordict.get(kvar), tensordict.get(kcount)
+        loc, var, count = loc.clone(), var.clone(), count.clone()
+        pairs = dict(self._io_pairs)
+        outs = {}
+        for key in keys:
+            x = self._float(next_tensordict.get(key))
+            mean, sq, n = loc.get(key), var.get(key), count.get(key)
+            if not self.frozen:
+                n = n + 1
+                w = 1 - self.decay if self.decay != 1.0 else 1.0 / n.to(mean.dtype)
+                mean, sq = mean.lerp(x, w), sq.lerp(x.pow(2), w)
+                loc.set(key, mean)
+                var.set(key, sq)
+                count.set(key, n)
+            if self.decay != 1.0:
+                bias = (1 - (n * math.log(self.decay)).exp()).to(mean.dtype)
+            else:
+                bias = 1.0
+            scale = ((sq - mean.pow(2)) / bias).sqrt().clamp_min(self.eps)
+            outs[pairs[key]] = (x - mean / bias) / scale
+        for key, value in outs.items():
+            next_tensordict.set(key, value)
+        next_tensordict.set(kloc, loc)
+        next_tensordict.set(kvar, var)
+        next_tensordict.set(kcount, count)
+        return next_tensordict
+
     def _step(self, tensordict, next_tensordict):
+        if not self.stateful:
+            present = set(next_tensordict.keys(True, True))
+            keys = [k for k in self.in_keys if k in present]
+            if len(keys) < len(self.in_keys) and not self.missing_tolerance:
+                missing = [k for k in self.in_keys if k not in present]
+                raise KeyError(
+                    f"VecNormV2 expected in_keys {missing} in the tensordict; keys present: "
+                    f"{sorted(map(str, present))}"
+                )
+            if not keys:
+                return next_tensordict
+            return self._stateless_step(tensordict, next_tensordict, keys)
         with self.lock:
             if self._loc is None:
                 self._init_stats(next_tensordict)
@@ -274,6 +357,8 @@ class VecNormV2(Transform):
 
     def denorm(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Maps normalised ``out_keys`` back to ``in_keys`` (on a shallow copy)."""
+        if not self.stateful:
+            raise NotImplementedError("denorm is not implemented for stateless VecNormV2.")
         if self._loc is None:
             raise RuntimeError("VecNormV2 must be initialized before calling denorm.")
         tensordict = tensordict.copy()
@@ -287,6 +372,8 @@ class VecNormV2(Transform):
     @property
     def loc(self) -> TensorDictBase:
         """The bias-corrected running mean of each key."""
+        if not self.stateful:
+            raise RuntimeError("loc cannot be computed with stateless vecnorm.")
         if self._loc is None:
             raise RuntimeError("VecNormV2 has no statistics yet")
         return TensorDict(self._loc_scale(loc_only=True)[0], batch_size=[])
@@ -294,6 +381,8 @@ class VecNormV2(Transform):
     @property
     def scale(self) -> TensorDictBase:
         """The running standard deviation of each key (floored at ``eps``)."""
+        if not self.stateful:
+            raise RuntimeError("scale cannot be computed with stateless vecnorm.")
         if self._loc is None:
             raise RuntimeError("VecNormV2 has no statistics yet")
         return TensorDict(self._loc_scale()[1], batch_size=[])
@@ -304,6 +393,8 @@ class VecNormV2(Transform):
 
     def to_observation_norm(self):
         """An :class:`ObservationNorm` (standard_normal) with the current statistics."""
+        if not self.stateful:
+            raise NotImplementedError("to_observation_norm needs a stateful VecNormV2")
         from ._compose import Compose
         from ._norm import ObservationNorm
 
@@ -364,6 +455,35 @@ class VecNormV2(Transform):
             if in_key in present:
                 composite[out_key] = self._leaf_spec(composite[in_key], in_key)
         return composite
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        if self.stateful:
+            return super().transform_output_spec(output_spec)
+        obs = output_spec["full_observation_spec"]
+        if self.__dict__.get("_prefix") is None:
+            taken = "_vecnorm_loc" in obs.keys() or "_vecnorm_loc" in output_spec[
+                "full_reward_spec"
+            ].keys(True)
+            self.__dict__["_prefix"] = "_vecnorm" + (uuid.uuid1().hex if taken else "")
+        stats = {}
+        for name in ("full_observation_spec", "full_reward_spec"):
+            comp = output_spec[name]
+            leaves = set(comp.keys(True, True))
+            for in_key in self.in_keys:
+                if in_key in leaves:
+                    stats[in_key] = self._leaf_spec(comp[in_key], in_key)
+        output_spec = super().transform_output_spec(output_spec)
+        obs = output_spec["full_observation_spec"]
+        kloc, kvar, kcount = self._stats_keys()
+        for key in (kloc, kvar, kcount):
+            obs[key] = Composite(shape=obs.shape, device=obs.device)
+        for in_key, spec in stats.items():
+            obs[(kloc, *_tuple(in_key))] = spec.clone()
+            obs[(kvar, *_tuple(in_key))] = spec.clone()
+            obs[(kcount, *_tuple(in_key))] = Unbounded(
+                shape=spec.shape, device=spec.device, dtype=torch.int64
+            )
+        return output_spec
 
     def _repr_args(self) -> str:
         return f"keys={self.in_keys}, decay={self.decay}, eps={self.eps}"

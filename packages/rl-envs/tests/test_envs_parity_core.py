@@ -233,6 +233,12 @@ class TestEnvBaseModule:
         assert "count" in env._parameters and "count" not in env.__dict__
         assert PendulumEnv(batch_size=[2]).state_dict() == {}
 
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    def test_to_cuda_moves_specs_buffers_and_state(self):
+        env = PendulumEnv(batch_size=[2]).to("cuda")
+        assert env.device.type == "cuda" and env.action_spec.device.type == "cuda"
+        assert env.rollout(3)["next", "observation"].device.type == "cuda"
+
     def test_forward_raises(self):
         with pytest.raises(NotImplementedError, match="env.step"):
             Counter()(TensorDict())
@@ -274,8 +280,13 @@ class TestEnvBaseModule:
         env = base.append_transform(StepCounter())
         assert isinstance(env, TransformedEnv) and env.base_env is base
         assert env.append_transform(StepCounter(step_count_key="c")) is env
-        with pytest.raises(TypeError, match="expects a Transform"):
-            base.append_transform(lambda td: td)
+        with pytest.raises(TypeError, match="expects a Transform or a callable"):
+            base.append_transform(5)
+        scaled = PendulumEnv().append_transform(
+            lambda td: td.set("observation", td["observation"] * 0)
+        )
+        assert scaled.rollout(2)["next", "observation"].abs().sum() == 0
+        assert scaled.append_transform(lambda td: None).rollout(2).batch_size == (2,)
 
     def test_rand_step_and_fake_tensordict(self):
         env = PendulumEnv(batch_size=[2])
@@ -289,8 +300,11 @@ class TestEnvBaseModule:
     def test_missing_done_entries_are_completed(self):
         env = Counter()
         assert env.done_keys == ["done", "terminated", "truncated"]
-        td = env.rand_step()
-        assert td["next", "terminated"].tolist() == td["next", "done"].tolist()
+        r = env.rollout(3)  # done at the third step: terminated follows done, truncated stays False
+        assert r["next", "done"][:, 0].tolist() == [False, False, True]
+        assert r["next", "terminated"][:, 0].tolist() == [False, False, True]
+        assert r["next", "truncated"][:, 0].tolist() == [False, False, False]
+        td = env.rand_step(env.reset())
         assert td["next", "truncated"].tolist() == [False]
         check_env_specs(env)
 

@@ -9,11 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch import nn
 
 from rl.core import Categorical, Composite, Unbounded
 
+from ._done import complete_done
+from ._env_module import EnvModule, normalize_device
 from ._env_specs import EnvSpecs
+from ._policy import compatible_policy
 from ._rollout import is_lazy, rollout_generic, rollout_stacked
 
 __all__ = ["EnvBase"]
@@ -56,26 +58,7 @@ class _EnvMeta(ABCMeta):
         return env
 
 
-# exact types whose assignment to an existing plain attribute skips nn.Module.__setattr__
-_PLAIN_TYPES = frozenset(
-    {
-        torch.Tensor,
-        np.ndarray,
-        int,
-        float,
-        bool,
-        str,
-        type(None),
-        list,
-        tuple,
-        dict,
-        torch.Size,
-        torch.device,
-    }
-)
-
-
-class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
+class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
     """Base class of every environment: a TensorDict in, a TensorDict out.
 
     A subclass sets its specs in ``__init__`` and implements three methods:
@@ -192,11 +175,11 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
         spec_locked: bool = True,
         auto_reset: bool = False,
     ) -> None:
-        nn.Module.__init__(self)
+        EnvModule.__init__(self)
         if isinstance(batch_size, int):
             batch_size = (batch_size,)
         self._batch_size = torch.Size(batch_size if batch_size is not None else ())
-        self._device = _normalize_device(device)
+        self._device = normalize_device(device)
         self.run_type_checks = run_type_checks
         self.allow_done_after_reset = allow_done_after_reset
         self.__dict__.setdefault("_is_spec_locked", bool(spec_locked))
@@ -261,47 +244,6 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
             device=self.device,
         )
 
-    # -------------------------------------------------------------------- nn.Module
-    def __setattr__(self, name: str, value: Any) -> None:
-        # nn.Module.__setattr__ costs microseconds (Parameter / Buffer instance checks);
-        # an env that keeps its state in plain attributes (``self.state = new``) at every
-        # step skips it when the name already is a plain attribute and the value a plain
-        # tensor / python object (parameters, buffers and modules live outside __dict__)
-        d = self.__dict__
-        if name in d and type(value) in _PLAIN_TYPES:
-            if type(value) is not torch.Tensor or not getattr(value, "_is_buffer", False):
-                d[name] = value
-                return
-        nn.Module.__setattr__(self, name, value)
-
-    def forward(self, *args, **kwargs):
-        """Envs are stepped with :meth:`step` / :meth:`rollout`, not called."""
-        raise NotImplementedError(
-            f"{type(self).__name__} is not callable: use env.step(td), env.reset() or env.rollout()"
-        )
-
-    def to(self, *args, **kwargs) -> EnvBase:
-        """Moves the specs, buffers and parameters to a device (and/or casts a dtype).
-
-        Returns:
-            the env itself.
-        """
-        device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
-        if device is not None:
-            device = _normalize_device(device)
-            self._move_specs(device)
-            self.__dict__["_device"] = device
-        nn.Module.to(self, *args, **kwargs)
-        return self
-
-    def _move_specs(self, device: torch.device) -> None:
-        self.output_spec = self.output_spec.to(device)
-        self.input_spec = self.input_spec.to(device)
-
-    def train(self, mode: bool = True) -> EnvBase:
-        nn.Module.train(self, mode)
-        return self
-
     # ------------------------------------------------------------------- subclass hooks
     @abstractmethod
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
@@ -336,43 +278,8 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
         return bs[: len(bs) - len(self.batch_size)]
 
     def _complete_done(self, td: TensorDictBase) -> None:
-        """Adds the done-spec entries ``td`` lacks, as TorchRL does.
-
-        ``terminated`` defaults to ``done``, ``done`` to ``terminated | truncated`` and
-        ``truncated`` (or a lone missing flag) to ``False``.
-        """
-        keys = td.keys(True, True)
-        spec = self.full_done_spec
-        missing = [key for key in spec.keys(True, True) if key not in keys]
-        if not missing:
-            return
-        lead = td.batch_size
-        nb = len(self.batch_size)
-        for key in missing:
-            *group, name = (key,) if isinstance(key, str) else key
-            group = tuple(group)
-            leaf = spec[key]
-            if name == "terminated" and group + ("done",) in keys or (not group and "done" in keys):
-                value = td.get(group + ("done",) if group else "done").clone()
-            elif name == "done":
-                value = None
-                for flag in ("terminated", "truncated"):
-                    fkey = group + (flag,) if group else flag
-                    if fkey in td.keys(True, True):
-                        value = td.get(fkey) if value is None else value | td.get(fkey)
-                if value is None:
-                    value = torch.zeros(
-                        (*lead, *leaf.shape[nb:]), dtype=leaf.dtype, device=leaf.device
-                    )
-                else:
-                    value = value.clone()
-            else:
-                shape = (*lead, *leaf.shape[nb:]) if not group else leaf.shape
-                ref = td.get(group + ("done",), None) if group else td.get("done", None)
-                if ref is not None:
-                    shape = ref.shape
-                value = torch.zeros(shape, dtype=leaf.dtype, device=leaf.device)
-            td.set(key, value)
+        """Adds the done-spec entries ``td`` lacks, as TorchRL does (see ``complete_done``)."""
+        complete_done(self.full_done_spec, td, len(self.batch_size))
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         """Resets the environment (or the entries selected by a ``"_reset"`` mask).
@@ -539,7 +446,9 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
         Args:
             max_steps: the number of steps ``T``.
             policy: a callable reading the root tensordict and writing ``"action"``
-                (e.g. a ``TensorDictModule``); ``None`` draws uniform random actions.
+                (e.g. a ``TensorDictModule``); ``None`` draws uniform random actions. A
+                plain ``nn.Module`` on tensors is wrapped in a ``TensorDictModule``
+                reading the observations and writing the actions (as TorchRL does).
             callback: called as ``callback(env, tensordict)`` after each step.
             auto_reset: reset before the first step (else ``tensordict`` is the start).
             break_when_any_done: stop after the first step where any env is done.
@@ -563,6 +472,8 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
             raise RuntimeError("rollout(auto_reset=False) needs an initial tensordict, got None")
         else:
             self._check_batch(tensordict, "rollout()")
+        if policy is not None:
+            policy = compatible_policy(self, policy)
         if is_lazy(tensordict):  # heterogeneous data: one tensordict per step, stacked
             return self._finish_rollout(
                 rollout_stacked(
@@ -631,19 +542,24 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
     def append_transform(self, transform) -> EnvBase:
         """Returns ``TransformedEnv(self, transform)`` (TorchRL's ``EnvBase.append_transform``).
 
+        ``transform`` is a :class:`~rl.envs.transforms.Transform` or a callable taking and
+        returning a tensordict (applied to the step and reset outputs; specs unchanged).
         A :class:`~rl.envs.TransformedEnv` appends to its own list instead (and returns
         itself).
 
         Raises:
-            TypeError: ``transform`` is not a :class:`~rl.envs.transforms.Transform`.
+            TypeError: ``transform`` is neither a Transform nor callable.
         """
+        from ._callable_transform import CallableTransform
         from .transforms import Transform, TransformedEnv
 
         if not isinstance(transform, Transform):
-            raise TypeError(
-                f"append_transform expects a Transform, got {type(transform).__name__}: "
-                f"{transform!r}"
-            )
+            if not callable(transform):
+                raise TypeError(
+                    "append_transform expects a Transform or a callable, got "
+                    f"{type(transform).__name__}: {transform!r}"
+                )
+            transform = CallableTransform(transform)
         return TransformedEnv(self, transform)
 
     def close(self) -> None:
@@ -652,16 +568,6 @@ class EnvBase(EnvSpecs, nn.Module, metaclass=_EnvMeta):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_size={self.batch_size}, device={self.device})"
-
-
-def _normalize_device(device) -> torch.device | None:
-    """``torch.device`` with an explicit index for CUDA (``"cuda"`` -> ``"cuda:0"``)."""
-    if device is None:
-        return None
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:

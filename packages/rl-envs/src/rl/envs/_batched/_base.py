@@ -205,14 +205,14 @@ class BatchedEnvBase(EnvBase):
         bufs = self._shm_buffers
         for key in self._layout.reset_keys:
             bufs.out[key][idx] = bufs.reset[key][idx]
-        self._pending_promote = []
+        self.__dict__["_pending_promote"] = []  # per step: not nn.Module.__setattr__
 
     # ------------------------------------------------------------------- EnvBase hooks
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._ensure_started()
         self._write_inputs(tensordict)
         self._do_step()
-        self._pending_promote = []
+        self.__dict__["_pending_promote"] = []  # per step: not nn.Module.__setattr__
         return self._read(self._next_td)
 
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
@@ -275,7 +275,7 @@ class BatchedEnvBase(EnvBase):
             self._raise_missing_action(tensordict)
             raise
         reset_workers = self._do_step_and_maybe_reset()
-        self._pending_promote = reset_workers
+        self.__dict__["_pending_promote"] = reset_workers  # per step: not nn.Module.__setattr__
         next_td = self._read(self._next_td)
         tensordict.set("next", next_td)
         root_next = self._root_next(tensordict, next_td)

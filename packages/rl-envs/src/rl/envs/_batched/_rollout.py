@@ -92,10 +92,15 @@ def _batched_rollout(
         buf[(*prefix, 0)] = value
         root_writes.append((buf.numpy(), bufs.out[key].numpy(), bufs.reset[key].numpy()))
     in_writes = []
+    state_writes = []  # (input buffer, root rollout buffer): state inputs the env reads back
     if policy is None:
         for key, value in presample_actions(env, max_steps):
             in_writes.append((bufs.inputs[key].numpy(), value.numpy()))
             root_bufs[key] = value.movedim(0, nb).contiguous()
+        actions = set(layout.action_keys)
+        for key in layout.in_keys:
+            if key not in actions and key in root_bufs:
+                state_writes.append((bufs.inputs[key].numpy(), root_bufs[key].numpy()))
     else:
         # the root the policy reads: views of the root buffers at step t
         root_views = [(key, root_bufs[key]) for key in layout.reset_keys]
@@ -115,6 +120,8 @@ def _batched_rollout(
         if policy is None:
             for dst, src in in_writes:
                 dst[...] = src[t]
+            for dst, src in state_writes:  # e.g. StepCounter's step_count
+                dst[...] = src[idx]
         else:
             provided = []
             for key, buf in root_views:
@@ -145,7 +152,7 @@ def _batched_rollout(
         else:
             env._do_step()
             reset_workers = []
-        env._pending_promote = reset_workers
+        env.__dict__["_pending_promote"] = reset_workers  # per step: not nn.Module.__setattr__
         for dst, src in next_writes:
             dst[idx] = src
         if break_when_any_done and done.any():

@@ -26,6 +26,21 @@ class NativeEnv(EnvBase):
         self._generator = torch.Generator(device=self._tensor_device)
         self._generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
 
+    def to(self, *args, **kwargs) -> NativeEnv:
+        """Moves the specs and the state tensors (the generator is re-seeded there)."""
+        super().to(*args, **kwargs)
+        device = self.device if self.device is not None else torch.device("cpu")
+        if device != self._tensor_device:
+            d = self.__dict__
+            for name, value in list(d.items()):
+                if isinstance(value, torch.Tensor) and value.device == self._tensor_device:
+                    d[name] = value.to(device)
+            seed = int(torch.randint(0, 2**62, (1,), generator=self._generator).item())
+            d["_generator"] = torch.Generator(device=device)
+            d["_generator"].manual_seed(seed)
+            d["_tensor_device"] = device
+        return self
+
     def _raise_action_shape(self, action: torch.Tensor) -> None:
         raise ValueError(
             f"action has shape {tuple(action.shape)}, expected {tuple(self.action_spec.shape)} "

@@ -135,7 +135,11 @@ class TransformedEnv(EnvBase):
         self.empty_cache()
 
     def append_transform(self, transform: Transform) -> TransformedEnv:
-        """Adds ``transform`` at the end of the list; returns the env."""
+        """Adds ``transform`` (or a callable on tensordicts) at the end of the list; returns the env."""
+        if not isinstance(transform, Transform) and callable(transform):
+            from .._callable_transform import CallableTransform
+
+            transform = CallableTransform(transform)
         self._transform.append(transform)
         return self
 

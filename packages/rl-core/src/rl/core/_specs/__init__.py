@@ -25,6 +25,7 @@ from ._discrete import Binary, Categorical, OneHot
 from ._multi import MultiCategorical, MultiOneHot
 from ._nontensor import NonTensor
 from ._stacked import StackedComposite, stack_specs
+from ._stacked_leaf import Stacked
 
 __all__ = [
     "Binary",
@@ -50,6 +51,7 @@ __all__ = [
     "NonTensorSpec",
     "OneHot",
     "OneHotDiscreteTensorSpec",
+    "Stacked",
     "StackedComposite",
     "TensorSpec",
     "Unbounded",

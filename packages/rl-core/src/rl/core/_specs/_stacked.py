@@ -22,7 +22,8 @@ def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
 
     Equal specs give that spec with a new dim; specs of one kind and shape that differ in
     their bounds or masks give one spec holding the stacked bounds or masks; Composites with
-    different entries give a :class:`StackedComposite`.
+    different entries give a :class:`StackedComposite`. Leaf specs whose shapes differ are
+    refused (TorchRL stacks them lazily): build a :class:`Stacked` explicitly.
 
     Raises:
         ValueError: for an empty list, or leaf specs of different kinds or shapes.
@@ -59,10 +60,13 @@ def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
         for s in specs
     )
     if not same or d > first._batch_ndim:
+        # TorchRL returns its lazy Stacked here; this library keeps refusing (its tests pin
+        # the error) and points to the explicit Stacked(...) instead.
         raise ValueError(
             f"cannot stack specs {[f'{type(s).__name__}{tuple(s.shape)}' for s in specs]} along "
             f"dim {dim}: leaf specs must share kind, shape, dtype and device (heterogeneous "
-            "stacks are supported for Composite specs)"
+            "stacks are supported for Composite specs; Stacked(*specs, dim=...) builds a lazy "
+            "stack of leaf specs whose shapes differ)"
         )
     out = copy.copy(first)
     out.shape = torch.Size((*first.shape[:d], len(specs), *first.shape[d:]))

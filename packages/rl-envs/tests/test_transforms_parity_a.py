@@ -294,6 +294,20 @@ class TestPermuteCrop:
         with pytest.raises(ValueError, match="trailing dims given as negative"):
             PermuteTransform([0, 1])
 
+    def test_permute_input_spec_matches_inv(self):
+        # the outer action spec is the inner one permuted forward, so that inv (outer ->
+        # inner) of a sample of it lands on the inner shape (TorchRL 0.14.1 permutes the
+        # spec backward: (3, 4, 2) here, whose inverse gives (4, 2, 3), not (2, 3, 4))
+        t = PermuteTransform([-1, -3, -2], in_keys_inv=["action"])
+        spec = Composite(
+            full_action_spec=Composite(action=Bounded(-1.0, 1.0, shape=(2, 3, 4))),
+            full_state_spec=Composite(),
+        )
+        outer = t.transform_input_spec(spec)["full_action_spec", "action"]
+        assert outer.shape == (4, 2, 3)
+        inner = t.inv(TensorDict(action=outer.rand()))["action"]
+        assert inner.shape == (2, 3, 4)
+
     def test_permute_env(self):
         env = TransformedEnv(PendulumEnv(), PermuteTransform([-1], in_keys=["observation"]))
         check_env_specs(env)
@@ -444,6 +458,17 @@ class TestEnvCounters:
         assert fresh.state_dict() == {"traj_count": 10}
         with pytest.raises(RuntimeError, match="within an environment step or reset"):
             TrajCounter()(TensorDict())
+
+    def test_traj_counter_without_ids_in_input(self):
+        # a batched env's worker steps from the action alone: the ids come from its state
+        env = TransformedEnv(PendulumEnv(), TrajCounter())
+        td = env.reset()
+        env.reset()  # a second episode: id 1
+        step = env.step(td.exclude("traj_count").set("action", env.action_spec.rand()))
+        assert step["next", "traj_count"].tolist() == [1]
+        assert env.step(step["next"].set("action", env.action_spec.rand()))[
+            "next", "traj_count"
+        ].tolist() == [1]
 
     def test_traj_counter_serial_env(self):
         env = TransformedEnv(SerialEnv(2, lambda: PendulumEnv()), StepCounter(max_steps=2))

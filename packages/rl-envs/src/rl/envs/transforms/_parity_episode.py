@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from collections.abc import Sequence
+from multiprocessing.context import get_spawning_popen
 
 import torch
 
@@ -30,8 +31,9 @@ def _no_io_pairs(self) -> None:
 class TrajCounter(Transform):
     """Numbers the trajectories: each reset gives the new episodes the next free ids.
 
-    The counter is shared by the clones of the transform (and by envs built from them in
-    the same process), so ids are unique across the envs that hold a clone; it is saved in
+    The counter (a ``multiprocessing.Value``) is shared by the clones of the transform,
+    including clones in the workers of a ``ParallelEnv`` (forked, or sent to a starting
+    process), so ids are unique across the envs that hold a clone; it is saved in
     ``state_dict()`` as ``{"traj_count": n}``.
 
     Args:
@@ -55,6 +57,7 @@ class TrajCounter(Transform):
         super().__init__(in_keys=[], out_keys=[out_key])
         self._traj_count = mp.Value("i", 0)
         self._initialized = False
+        self.__dict__["_current"] = None
         self.repeats = 0 if repeats is None else repeats
 
     _on_keys_changed = _no_io_pairs
@@ -65,13 +68,18 @@ class TrajCounter(Transform):
 
     def __getstate__(self):
         state = super().__getstate__()
-        state["_traj_count"] = int(self._traj_count.value)
+        if get_spawning_popen() is None:
+            # a copy (deepcopy, pickle): the counter's value, not the shared memory
+            state["_traj_count"] = int(self._traj_count.value)
+        # else: sent to a process being started, which shares the counter
         return state
 
     def __setstate__(self, state):
         count = state.pop("_traj_count")
         super().__setstate__(state)
-        self._traj_count = mp.Value("i", count if isinstance(count, int) else 0)
+        if isinstance(count, int):
+            count = mp.Value("i", count)
+        self._traj_count = count
 
     def clone(self) -> TrajCounter:
         out = super().clone()
@@ -101,6 +109,9 @@ class TrajCounter(Transform):
         if tensordict is not None:
             reset = tensordict.get(sibling_key(out_key, "_reset"), None)
         prev = None if tensordict is None else tensordict.get(out_key, None)
+        if prev is None:
+            # a batched env's worker does not receive the ids: the last ones it wrote
+            prev = self.__dict__.get("_current")
         if reset is None or prev is None:
             shape = self._shape(tensordict_reset)
             reset = torch.ones(shape, dtype=torch.bool, device=tensordict_reset.device)
@@ -116,6 +127,7 @@ class TrajCounter(Transform):
         if prev is not None:
             out = torch.where(reset, out, prev.reshape(reset.shape))
         tensordict_reset.set(out_key, out)
+        self.__dict__["_current"] = out
         return tensordict_reset
 
     def _shape(self, tensordict_reset) -> torch.Size:
@@ -132,7 +144,11 @@ class TrajCounter(Transform):
     def _step(self, tensordict, next_tensordict):
         if not self._initialized:
             raise RuntimeError("TrajCounter._step was called before any reset")
-        next_tensordict.set(self.out_keys[0], tensordict.get(self.out_keys[0]))
+        ids = tensordict.get(self.out_keys[0], None)
+        if ids is None:
+            ids = self.__dict__["_current"]
+        next_tensordict.set(self.out_keys[0], ids)
+        self.__dict__["_current"] = ids
         return next_tensordict
 
     def _call(self, next_tensordict):

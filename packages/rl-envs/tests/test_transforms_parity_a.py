@@ -148,8 +148,10 @@ class TestReward2Go:
     EXPECTED = [2.52, 2.8, 2.0, 10.65, 8.5, 5.0, 25.341, 21.49, 16.1, 9.0, 19.9, 11.0]
 
     def test_values(self):
-        out = Reward2GoTransform(gamma=0.9, out_keys=["r2g"]).inv(self._data())
+        data = self._data()
+        out = Reward2GoTransform(gamma=0.9, out_keys=["r2g"]).inv(data)
         _close(out["r2g"].flatten(), self.EXPECTED, atol=1e-3)
+        assert "r2g" not in data.keys()  # inv works on a shallow copy, as TorchRL's
         # forward (sampling side) leaves the data alone
         td = self._data()
         assert Reward2GoTransform(gamma=0.9)(td) is td

@@ -357,10 +357,6 @@ class Reward2GoTransform(Transform):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict
 
-    def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
-        # in place, as TorchRL's (a collector postproc sees the new entry)
-        return self._inv_call(tensordict)
-
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self.parent is not None:
             raise ValueError(_R2G_ENV_ERR)

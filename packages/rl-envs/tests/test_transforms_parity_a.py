@@ -731,6 +731,20 @@ class TestCatFramesUnfolding:
         assert sample["obs"].tolist() == [self.EXPLICIT["same"][0]]
         assert sample["next", "obs"].tolist() == [self.EXPLICIT["same"][1]]
 
+    def test_reset_key_in_env(self):
+        def run(**kwargs):
+            env = TransformedEnv(
+                CartPoleEnv(batch_size=[3]),
+                CatFrames(N=3, dim=-1, in_keys=["observation"], **kwargs),
+            )
+            env.set_seed(0)
+            torch.manual_seed(0)
+            return env.rollout(30, break_when_any_done=False)
+
+        default, keyed = run(), run(reset_key="_reset")
+        assert default["next", "done"].any()
+        torch.testing.assert_close(keyed["observation"], default["observation"])
+
     def test_env_path_unchanged(self):
         env = TransformedEnv(PendulumEnv(), CatFrames(N=3, dim=-1, in_keys=["observation"]))
         r = env.rollout(4)
@@ -828,3 +842,163 @@ def test_docstring_examples(name):
     module = importlib.import_module(f"rl.envs.transforms.{name}")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+# parameter names and defaults of TorchRL 0.14.1's constructors (inspect.signature)
+TORCHRL_SIGNATURES = {
+    "BatchSizeTransform": [
+        ("batch_size", "None"),
+        ("reshape_fn", "None"),
+        ("reset_func", "None"),
+        ("env_kwarg", "False"),
+    ],
+    "BinarizeReward": [("in_keys", "None"), ("out_keys", "None")],
+    "CatFrames": [
+        ("N", "<req>"),
+        ("dim", "<req>"),
+        ("in_keys", "None"),
+        ("out_keys", "None"),
+        ("padding", "'same'"),
+        ("padding_value", "0"),
+        ("as_inverse", "False"),
+        ("reset_key", "None"),
+        ("done_key", "None"),
+        ("future", "False"),
+        ("mask_key", "None"),
+    ],
+    "Crop": [
+        ("w", "<req>"),
+        ("h", "None"),
+        ("top", "0"),
+        ("left", "0"),
+        ("in_keys", "None"),
+        ("out_keys", "None"),
+    ],
+    "ExpandAs": [("in_key", "<req>"), ("ref_key", "<req>"), ("out_key", "None")],
+    "FiniteTensorDictCheck": [],
+    "Hash": [
+        ("in_keys", "<req>"),
+        ("out_keys", "<req>"),
+        ("in_keys_inv", "None"),
+        ("out_keys_inv", "None"),
+        ("hash_fn", "None"),
+        ("seed", "None"),
+        ("use_raw_nontensor", "False"),
+        ("repertoire", "None"),
+    ],
+    "LineariseRewards": [("in_keys", "<req>"), ("out_keys", "None"), ("weights", "None")],
+    "ModuleTransform": [
+        ("module", "None"),
+        ("module_factory", "None"),
+        ("no_grad", "False"),
+        ("inverse", "False"),
+        ("device", "None"),
+        ("use_ray_service", "False"),
+        ("actor_name", "None"),
+        ("num_gpus", "None"),
+        ("num_cpus", "None"),
+        ("observation_spec_transform", "None"),
+        ("action_spec_transform", "None"),
+        ("reward_spec_transform", "None"),
+        ("done_spec_transform", "None"),
+        ("state_spec_transform", "None"),
+    ],
+    "NextObservationDelta": [
+        ("in_keys", "None"),
+        ("delta_dtype", "torch.float16"),
+        ("restore_dtype", "'root'"),
+        ("drop_delta", "True"),
+        (
+            "excluded_dtypes",
+            "(torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)",
+        ),
+    ],
+    "PermuteTransform": [
+        ("dims", "<req>"),
+        ("in_keys", "None"),
+        ("out_keys", "None"),
+        ("in_keys_inv", "None"),
+        ("out_keys_inv", "None"),
+    ],
+    "PinMemoryTransform": [],
+    "RandomCropTensorDict": [("sub_seq_len", "<req>"), ("sample_dim", "-1"), ("mask_key", "None")],
+    "RemoveEmptySpecs": [
+        ("in_keys", "None"),
+        ("out_keys", "None"),
+        ("in_keys_inv", "None"),
+        ("out_keys_inv", "None"),
+    ],
+    "Reward2GoTransform": [
+        ("gamma", "1.0"),
+        ("in_keys", "None"),
+        ("out_keys", "None"),
+        ("done_key", "'done'"),
+    ],
+    "RunningMeanStd": [("shape", "()"), ("epsilon", "0.0001")],
+    "SignTransform": [
+        ("in_keys", "None"),
+        ("out_keys", "None"),
+        ("in_keys_inv", "None"),
+        ("out_keys_inv", "None"),
+    ],
+    "Stack": [
+        ("in_keys", "<req>"),
+        ("out_key", "<req>"),
+        ("in_key_inv", "None"),
+        ("out_keys_inv", "None"),
+        ("dim", "-1"),
+        ("allow_positive_dim", "False"),
+        ("del_keys", "True"),
+    ],
+    "SuccessReward": [("success_key", "'success'"), ("reward_key", "'reward'"), ("scale", "1.0")],
+    "Timer": [("out_keys", "None"), ("time_key", "'time'")],
+    "TrajCounter": [("out_key", "'traj_count'"), ("repeats", "None")],
+    "UnaryTransform": [
+        ("in_keys", "<req>"),
+        ("out_keys", "<req>"),
+        ("in_keys_inv", "None"),
+        ("out_keys_inv", "None"),
+        ("fn", "<req>"),
+        ("inv_fn", "None"),
+        ("use_raw_nontensor", "False"),
+    ],
+    "VecNorm": [
+        ("in_keys", "None"),
+        ("out_keys", "None"),
+        ("shared_td", "None"),
+        ("lock", "None"),
+        ("decay", "0.9999"),
+        ("eps", "0.0001"),
+        ("shapes", "None"),
+        ("new_api", "None"),
+    ],
+    "VecNormV2": [
+        ("in_keys", "<req>"),
+        ("out_keys", "None"),
+        ("lock", "None"),
+        ("stateful", "True"),
+        ("decay", "0.9999"),
+        ("eps", "0.0001"),
+        ("shared_data", "None"),
+        ("reduce_batch_dims", "False"),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHRL_SIGNATURES))
+def test_constructor_matches_torchrl(name):
+    import inspect
+
+    import rl.envs
+
+    params = list(inspect.signature(getattr(rl.envs, name).__init__).parameters.values())[1:]
+    got = [
+        (p.name, "<req>" if p.default is inspect.Parameter.empty else repr(p.default))
+        for p in params
+    ]
+    # CatFrames keeps its float default padding_value=0.0 (TorchRL: the int 0, same values)
+    expected = [
+        (k, "0.0" if (name, k) == ("CatFrames", "padding_value") else d)
+        for k, d in TORCHRL_SIGNATURES[name]
+    ]
+    assert got == expected

@@ -528,3 +528,30 @@ class TestCompositeNames:
             spec.refine_names("b", None, None, "d")
         with pytest.raises(ValueError, match=r"takes 4 names, got 1: \['a'\]"):
             spec.names = ["a"]
+
+
+class TestExtensionAPI:
+    def test_implements_for_spec(self):
+        from rl.core import TensorSpec
+
+        @TensorSpec.implements_for_spec(torch.flatten)
+        def _flatten(spec, start_dim=0, end_dim=-1):
+            return spec.flatten(start_dim, end_dim)
+
+        try:
+            assert torch.flatten(Unbounded(shape=(2, 3))).shape == (6,)
+            assert torch.stack in TensorSpec.SPEC_HANDLED_FUNCTIONS
+        finally:
+            del TensorSpec.SPEC_HANDLED_FUNCTIONS[torch.flatten]
+        with pytest.raises(TypeError):
+            torch.flatten(Unbounded(shape=(2, 3)))  # unregistered again: torch refuses
+
+    def test_data_cls_takes_part_in_equality(self):
+        @tensorclass
+        class Obs:
+            x: torch.Tensor
+
+        assert Composite(x=Unbounded((1,))) != Composite(x=Unbounded((1,)), data_cls=Obs)
+        assert Composite(x=Unbounded((1,)), data_cls=Obs).clone() == Composite(
+            x=Unbounded((1,)), data_cls=Obs
+        )

@@ -680,6 +680,7 @@ class Composite(_Lockable, _Named, _NestedSpec):
             isinstance(other, Composite)
             and self.shape == other.shape
             and self.device == other.device
+            and self.data_cls == other.data_cls
             and self._specs.keys() == other._specs.keys()
             and all(self._specs[k] == other._specs[k] for k in self._specs)
         )

@@ -105,7 +105,30 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
     return impl(*args, **(kwargs or {}))
 
 
+def _implements_for_spec(cls, torch_function):
+    """Registers ``func`` as what ``torch_function`` does when given specs (TorchRL's API).
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import TensorSpec, Unbounded
+        >>> @TensorSpec.implements_for_spec(torch.flatten)
+        ... def _flatten(spec, start_dim=0, end_dim=-1):
+        ...     return spec.flatten(start_dim, end_dim)
+        >>> torch.flatten(Unbounded(shape=(2, 3))).shape
+        torch.Size([6])
+        >>> del TensorSpec.SPEC_HANDLED_FUNCTIONS[torch.flatten]
+    """
+
+    def decorator(func):
+        _TORCH_FUNCTIONS[torch_function] = func
+        return func
+
+    return decorator
+
+
 TensorSpec.__torch_function__ = classmethod(_torch_function)  # type: ignore[attr-defined]
+TensorSpec.SPEC_HANDLED_FUNCTIONS = _TORCH_FUNCTIONS  # type: ignore[attr-defined]
+TensorSpec.implements_for_spec = classmethod(_implements_for_spec)  # type: ignore[attr-defined]
 
 
 class StackedComposite(_Lockable, _NestedSpec):

@@ -512,3 +512,59 @@ def test_list_storage_collates_numbers():
     rb = ReplayBuffer(storage=ListStorage(10))
     rb.extend([1, 2, 3])
     assert isinstance(rb.sample(4), list)  # python numbers stay python numbers
+
+
+class TestMoreTorchRLMethods:
+    def test_buffer_methods(self, tmp_path):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+        assert not rb.can_sample() and rb.initialized
+        rb.extend(torch.arange(4))
+        assert rb.can_sample() and rb.next().shape == (2,)
+        rb.save(tmp_path)
+        other = ReplayBuffer(storage=LazyTensorStorage(10))
+        other.load(tmp_path)
+        assert other[:].tolist() == [0, 1, 2, 3]
+        other.set_storage(LazyTensorStorage(5))
+        other.extend(torch.arange(7))
+        assert len(other) == 5
+        other.set_sampler(SamplerWithoutReplacement())
+        assert sorted(other.sample(5).tolist()) == [2, 3, 4, 5, 6]
+        with pytest.raises(TypeError, match="sampler must be a Sampler, got int"):
+            other.set_sampler(1)
+
+    def test_transform_factory(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform_factory=lambda: lambda x: x * 2)
+        rb.extend(torch.ones(3))
+        assert rb.sample(3).tolist() == [2.0, 2.0, 2.0]
+        with pytest.raises(TypeError, match="transform or transform_factory, not both"):
+            ReplayBuffer(transform=abs, transform_factory=lambda: abs)
+
+    def test_mark_update_and_sampler_properties(self):
+        sampler = PrioritizedSampler(8, alpha=1.0, beta=1.0, device="cpu")
+        rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler)
+        rb.extend(torch.arange(4))
+        rb.update_priority(torch.arange(4), torch.tensor([1.0, 1.0, 1.0, 5.0]))
+        rb.update_priority(torch.tensor([0]), torch.tensor([0.1]))
+        rb.mark_update(torch.tensor([0]))  # back to the default (largest) priority
+        assert sampler._sum_tree[0] == pytest.approx(5.0)
+        assert (sampler.max_size, sampler.device.type, sampler.can_sample(rb.storage, 1)) == (
+            8,
+            "cpu",
+            True,
+        )
+        assert RandomSampler().default_priority == 1.0
+
+    def test_sampler_device_and_list_device(self):
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=0.6, beta=0.4, storage=LazyTensorStorage(4), sampler_device="cpu"
+        )
+        assert rb.sampler.device.type == "cpu"
+        storage = ListStorage(4, device="cpu", compilable=True)
+        storage.set(0, torch.ones(2))
+        assert storage.get(0).device.type == "cpu"
+
+    def test_write_at(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(4), writer=RoundRobinWriter())
+        rb.extend(torch.arange(4))
+        rb.writer.write_at(torch.tensor([1, 3]), torch.tensor([10, 30]))
+        assert rb[:].tolist() == [0, 10, 2, 30] and rb.write_count == 6

@@ -66,6 +66,8 @@ class ReplayBuffer:
             other processes).
         compilable: accepted for TorchRL compatibility (no process-shared counters are
             used here, so the buffer can always be compiled around).
+        transform_factory: builds the transform (instead of ``transform``).
+        delayed_init: accepted for TorchRL compatibility; components are built at once.
 
     Examples:
         >>> import torch
@@ -96,7 +98,13 @@ class ReplayBuffer:
         generator: torch.Generator | None = None,
         shared: bool = False,
         compilable: bool | None = None,
+        transform_factory: Callable[[], Callable] | None = None,
+        delayed_init: bool | None = None,
     ) -> None:
+        if transform_factory is not None:
+            if transform is not None:
+                raise TypeError("pass transform or transform_factory, not both")
+            transform = transform_factory()
         self._storage = storage if storage is not None else ListStorage(1000)
         if not isinstance(self._storage, Storage):
             raise TypeError(f"storage must be a Storage, got {type(self._storage).__name__}")
@@ -165,6 +173,51 @@ class ReplayBuffer:
         """Makes the sampler draw from ``generator`` (``None``: torch's global generator)."""
         self._rng = generator
         self._sampler._rng = generator
+
+    @property
+    def initialized(self) -> bool:
+        return True
+
+    def set_storage(self, storage: Storage, collate_fn: Callable | None = None) -> None:
+        """Replaces the storage (the writer and the sampler follow it)."""
+        if not isinstance(storage, Storage):
+            raise TypeError(f"storage must be a Storage, got {type(storage).__name__}")
+        with self._lock:
+            self._storage = storage
+            self._writer.register_storage(storage)
+            self._sampler._attach_storage(storage)
+            if collate_fn is not None:
+                self._collate_fn, self._custom_collate = collate_fn, True
+            elif not self._custom_collate:
+                self._collate_fn = storage._default_collate
+
+    def set_sampler(self, sampler: Sampler) -> None:
+        if not isinstance(sampler, Sampler):
+            raise TypeError(f"sampler must be a Sampler, got {type(sampler).__name__}")
+        with self._lock:
+            self._sampler = sampler
+            sampler._attach_storage(self._storage)
+            sampler._rng = self._rng
+
+    def set_writer(self, writer: Writer) -> None:
+        if not isinstance(writer, Writer):
+            raise TypeError(f"writer must be a Writer, got {type(writer).__name__}")
+        with self._lock:
+            self._writer = writer
+            writer.register_storage(self._storage)
+
+    def can_sample(self, batch_size: int | None = None) -> bool:
+        """Whether :meth:`sample` would find items to draw."""
+        return len(self._storage) > 0
+
+    def mark_update(self, index: Any) -> None:
+        """Tells the sampler that the items at ``index`` were rewritten."""
+        with self._lock:
+            self._sampler.mark_update(index)
+
+    def next(self) -> Any:
+        """A batch of the constructor's ``batch_size`` (as ``next(iter(rb))``)."""
+        return self.sample()
 
     @property
     def write_count(self) -> int:
@@ -429,6 +482,16 @@ class ReplayBuffer:
             return
         self.load_state_dict(state)
 
+    # TorchRL's other names of the checkpoint methods
+    def dump(self, path: str | Path) -> None:
+        self.dumps(path)
+
+    def save(self, path: str | Path) -> None:
+        self.dumps(path)
+
+    def load(self, path: str | Path) -> None:
+        self.loads(path)
+
     def __del__(self) -> None:
         executor = getattr(self, "_executor", None)
         if executor is not None:
@@ -620,12 +683,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         eps: float = 1e-8,
         dtype: torch.dtype = torch.float,
         storage: Storage | None = None,
+        sampler_device: torch.device | str | None = None,
         **kwargs: Any,
     ) -> None:
         if "sampler" in kwargs:
             raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
         storage = storage if storage is not None else ListStorage(1000)
-        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
+        sampler = PrioritizedSampler(
+            storage.max_size, alpha, beta, eps, dtype, device=sampler_device
+        )
         super().__init__(storage=storage, sampler=sampler, **kwargs)
 
 
@@ -666,11 +732,14 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
         storage: Storage | None = None,
+        sampler_device: torch.device | str | None = None,
         **kwargs: Any,
     ) -> None:
         if "sampler" in kwargs:
             raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
         storage = storage if storage is not None else ListStorage(1000)
-        sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype, reduction)
+        sampler = PrioritizedSampler(
+            storage.max_size, alpha, beta, eps, dtype, reduction, device=sampler_device
+        )
         super().__init__(storage=storage, sampler=sampler, priority_key=priority_key, **kwargs)
         self.reduction = reduction

@@ -187,6 +187,16 @@ class Checkpointable:
             raise FileNotFoundError(f"no {type(self).__name__} state at '{file}'")
         self.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
 
+    # TorchRL's other names of the checkpoint methods
+    def dump(self, path: str | Path) -> None:
+        self.dumps(path)
+
+    def save(self, path: str | Path) -> None:
+        self.dumps(path)
+
+    def load(self, path: str | Path) -> None:
+        self.loads(path)
+
 
 class StatelessComponent(Checkpointable):
     """Defaults of a sampler / writer without state: empty state dict, nothing to reset."""

@@ -189,6 +189,19 @@ class PrioritizedSampler(Sampler):
         return self._max_capacity
 
     @property
+    def max_size(self) -> int:
+        return self._max_capacity
+
+    @property
+    def device(self) -> torch.device:
+        """Where the trees live."""
+        return self._device
+
+    def mark_update(self, index: Any) -> None:
+        """Gives the items at ``index`` the default (largest) priority."""
+        self.update_priority(index, self.default_priority)
+
+    @property
     def default_priority(self) -> float:
         """The priority given to new items: the largest seen (or, with
         ``max_priority_within_buffer=True``, the largest stored); 1 at the start."""

@@ -44,6 +44,14 @@ class Sampler(StatelessComponent, ABC):
     def mark_update(self, index: Any) -> None:
         return None
 
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """Whether a batch can be drawn from ``storage`` now."""
+        return len(storage) > 0
+
+    @property
+    def default_priority(self) -> float:
+        return 1.0
+
     _ran_out = False
 
     @property

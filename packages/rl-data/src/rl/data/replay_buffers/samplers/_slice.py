@@ -45,6 +45,8 @@ class SliceSampler(Sampler):
         truncated_key: where the end-of-slice flags are written.
         strict_length: only sample trajectories at least ``slice_len`` long; otherwise
             shorter trajectories give shorter slices (and a smaller batch).
+        compile, use_gpu: accepted for TorchRL compatibility (the boundaries are computed
+            with a few vectorized torch ops on the CPU).
 
     Examples:
         >>> import torch
@@ -74,6 +76,8 @@ class SliceSampler(Sampler):
         cache_values: bool = False,
         truncated_key: NestedKey | None = ("next", "truncated"),
         strict_length: bool = True,
+        compile: bool = False,
+        use_gpu: bool = False,
     ) -> None:
         if (num_slices is None) == (slice_len is None):
             raise ValueError(
@@ -381,10 +385,50 @@ class PrioritizedSliceSampler(SliceSampler):
         eps: float = 1e-8,
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
+        max_priority_within_buffer: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._priority = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction)
+        self._priority = PrioritizedSampler(
+            max_capacity,
+            alpha,
+            beta,
+            eps,
+            dtype,
+            reduction,
+            max_priority_within_buffer=max_priority_within_buffer,
+        )
+
+    @property
+    def alpha(self) -> float:
+        return self._priority.alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._priority.alpha = value
+
+    @property
+    def beta(self) -> float:
+        return self._priority.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._priority.beta = value
+
+    @property
+    def default_priority(self) -> float:
+        return self._priority.default_priority
+
+    @property
+    def max_size(self) -> int:
+        return self._priority.max_size
+
+    @property
+    def device(self) -> torch.device:
+        return self._priority.device
+
+    def mark_update(self, index: Any) -> None:
+        self._priority.mark_update(index)
 
     def _attach_storage(self, storage: Storage) -> None:
         if storage.ndim > 1:

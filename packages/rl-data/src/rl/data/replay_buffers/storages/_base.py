@@ -99,6 +99,9 @@ class ListStorage(Storage):
 
     Args:
         max_size: the number of items the storage holds (default 1000).
+        compilable: accepted for TorchRL compatibility.
+        device: where tensors and TensorDicts are moved when written (``None``: left
+            where they are).
 
     Examples:
         >>> from rl.data import ListStorage, ReplayBuffer
@@ -109,14 +112,24 @@ class ListStorage(Storage):
         True
     """
 
-    def __init__(self, max_size: int = 1000) -> None:
+    def __init__(
+        self,
+        max_size: int = 1000,
+        *,
+        compilable: bool = False,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__(max_size)
         self._storage: list[Any] = []
+        self._compilable = bool(compilable)
+        self._device_arg = None if device is None else torch.device(device)
 
     def __len__(self) -> int:
         return len(self._storage)
 
     def _set_one(self, i: int, item: Any) -> None:
+        if self._device_arg is not None and isinstance(item, (torch.Tensor, TensorDictBase)):
+            item = item.to(self._device_arg)
         if not 0 <= i < self.max_size:
             raise IndexError(f"index {i} is out of range for a storage of max_size {self.max_size}")
         n = len(self._storage)

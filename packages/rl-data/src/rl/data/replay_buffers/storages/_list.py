@@ -47,15 +47,10 @@ class LazyStackStorage(ListStorage):
         stack_dim: int = 0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(sys.maxsize if max_size is None else max_size)
+        super().__init__(
+            sys.maxsize if max_size is None else max_size, compilable=compilable, device=device
+        )
         self.stack_dim = stack_dim
-        self._device_arg = None if device is None else torch.device(device)
-        self._compilable = bool(compilable)
-
-    def _set_one(self, i: int, item: Any) -> None:
-        if self._device_arg is not None and isinstance(item, (torch.Tensor, TensorDictBase)):
-            item = item.to(self._device_arg)
-        super()._set_one(i, item)
 
     def get(self, index: Any) -> Any:
         out = super().get(index)
@@ -121,7 +116,7 @@ class CompressedListStorage(ListStorage):
         device: torch.device | str = "cpu",
         compilable: bool = False,
     ) -> None:
-        super().__init__(max_size)
+        super().__init__(max_size, compilable=compilable)
         if not 0 <= compression_level <= 9 and compression_fn is None:
             raise ValueError(
                 f"compression_level must be in [0, 9] for zlib, got {compression_level}"
@@ -130,7 +125,6 @@ class CompressedListStorage(ListStorage):
         self.compression_fn = compression_fn or (lambda t: _zlib_compress(t, compression_level))
         self.decompression_fn = decompression_fn or _zlib_decompress
         self._out_device = torch.device(device)
-        self._compilable = bool(compilable)
 
     def _compress(self, item: Any) -> Any:
         if isinstance(item, torch.Tensor):

@@ -181,6 +181,22 @@ class RoundRobinWriter(Writer):
         self._bump_generation(rows)
         return index
 
+    def write_at(self, index: int | torch.Tensor, data: Any) -> int | torch.Tensor:
+        """Writes ``data`` at the given storage ``index`` (the cursor does not move)."""
+        storage = self._storage
+        if isinstance(index, (int, np.integer)):
+            data = self._prepare(data, torch.tensor(int(index)))
+            storage.set(int(index), data)
+            self._write_count += 1
+            self._bump_generation(int(index))
+            return index
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        data = self._prepare(data, index)
+        storage.set(index, data)
+        self._write_count += index.numel()
+        self._bump_generation(index)
+        return index
+
     def _empty(self) -> None:
         self._cursor = 0
         self._write_count = 0

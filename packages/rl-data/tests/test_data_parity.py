@@ -568,3 +568,14 @@ class TestMoreTorchRLMethods:
         rb.extend(torch.arange(4))
         rb.writer.write_at(torch.tensor([1, 3]), torch.tensor([10, 30]))
         assert rb[:].tolist() == [0, 10, 2, 30] and rb.write_count == 6
+
+
+def test_flatten_and_contains():
+    storage = LazyTensorStorage(12, ndim=2)
+    rb = ReplayBuffer(storage=storage)
+    rb.extend(torch.arange(6).reshape(2, 3))  # [B=2, T=3] -> storage [T, B]
+    flat = storage.flatten()
+    assert len(flat) == 6 and flat[:].tolist() == [0, 3, 1, 4, 2, 5]
+    assert storage.contains(5) and not storage.contains(6)
+    assert storage.contains(torch.tensor([0, 7])).tolist() == [True, False]
+    assert LazyTensorStorage(3).flatten().ndim == 1

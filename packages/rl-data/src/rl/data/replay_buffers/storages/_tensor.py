@@ -250,6 +250,23 @@ class TensorStorage(Storage):
             flat = flat * size + torch.as_tensor(coord).long()
         return flat.reshape(-1)
 
+    def flatten(self) -> TensorStorage:
+        """A 1-dim :class:`TensorStorage` viewing the filled items (``ndim=1``: ``self``)."""
+        if self.ndim == 1:
+            return self
+        if self._storage is None:
+            raise RuntimeError("cannot flatten a storage that holds no data yet")
+        out = TensorStorage(self._storage[: self._len].flatten(0, self.ndim - 1))
+        out._record_write(out.max_size, out.max_size)  # every item is filled
+        return out
+
+    def contains(self, item: Any) -> bool | torch.Tensor:
+        """Whether the flat item index (or each of a tensor of them) is filled."""
+        if isinstance(item, int):
+            return 0 <= item < len(self)
+        item = torch.as_tensor(item)
+        return (item >= 0) & (item < len(self))
+
     # -- checks ----------------------------------------------------------------------------------
     def _check(self, data: Any, batched: bool) -> dict | None:
         """Raises on data that does not match the stored structure.

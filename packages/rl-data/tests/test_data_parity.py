@@ -579,3 +579,41 @@ def test_flatten_and_contains():
     assert storage.contains(5) and not storage.contains(6)
     assert storage.contains(torch.tensor([0, 7])).tolist() == [True, False]
     assert LazyTensorStorage(3).flatten().ndim == 1
+
+
+class TestSliceSamplerStaticBoundaries:
+    def _rb(self, sampler) -> ReplayBuffer:
+        rb = ReplayBuffer(storage=LazyTensorStorage(12), sampler=sampler)
+        rb.extend(TensorDict({"t": torch.arange(12)}, [12]))
+        return rb
+
+    def test_ends_and_trajectories(self):
+        ends = torch.zeros(12, dtype=torch.bool)
+        ends[[3, 7, 11]] = True
+        traj = torch.arange(12) // 4
+        for sampler in (
+            SliceSampler(slice_len=4, ends=ends, cache_values=True),
+            SliceSampler(slice_len=4, trajectories=traj, cache_values=True),
+        ):
+            batch = self._rb(sampler).sample(12)["t"].reshape(3, 4)
+            assert (batch[:, 0] % 4 == 0).all() and (batch[:, 1:] - batch[:, :-1] == 1).all()
+        with pytest.raises(RuntimeError, match="need cache_values=True"):
+            SliceSampler(slice_len=4, ends=ends)
+        with pytest.raises(RuntimeError, match="exclude end_key"):
+            SliceSampler(slice_len=4, ends=ends, traj_key="t", cache_values=True)
+
+    def test_end_keys(self):
+        td = TensorDict(
+            {
+                "t": torch.arange(8),
+                ("next", "terminated"): torch.arange(8).eq(3).unsqueeze(-1),
+                ("next", "truncated"): torch.arange(8).eq(7).unsqueeze(-1),
+            },
+            [8],
+        )
+        sampler = SliceSampler(
+            slice_len=4, end_keys=[("next", "terminated"), ("next", "truncated"), "absent"]
+        )
+        rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler)
+        rb.extend(td)
+        assert sorted(rb.sample(8)["t"].reshape(2, 4)[:, 0].tolist()) in ([0, 0], [0, 4], [4, 4])

@@ -47,6 +47,10 @@ class SliceSampler(Sampler):
             shorter trajectories give shorter slices (and a smaller batch).
         compile, use_gpu: accepted for TorchRL compatibility (the boundaries are computed
             with a few vectorized torch ops on the CPU).
+        end_keys: several end flags (a trajectory ends where any of them is set), used
+            instead of ``end_key``; the keys the storage lacks are skipped.
+        ends, trajectories: the end flags or trajectory ids of the stored items, given
+            once (with ``cache_values=True``) instead of read from the storage.
 
     Examples:
         >>> import torch
@@ -78,7 +82,21 @@ class SliceSampler(Sampler):
         strict_length: bool = True,
         compile: bool = False,
         use_gpu: bool = False,
+        end_keys: list[NestedKey] | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
     ) -> None:
+        if (ends is not None or trajectories is not None) and (
+            end_key is not None or traj_key is not None or end_keys is not None
+        ):
+            raise RuntimeError(
+                "ends and trajectories exclude end_key, end_keys and traj_key: the "
+                "boundaries are given, not read from the storage"
+            )
+        if ends is not None and trajectories is not None:
+            raise RuntimeError("pass ends or trajectories, not both")
+        if (ends is not None or trajectories is not None) and not cache_values:
+            raise RuntimeError("ends and trajectories need cache_values=True")
         if (num_slices is None) == (slice_len is None):
             raise ValueError(
                 f"give exactly one of num_slices and slice_len, got num_slices={num_slices} "
@@ -100,6 +118,12 @@ class SliceSampler(Sampler):
         self.strict_length = bool(strict_length)
         self._cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._last_written = -1
+        self.end_keys = None if end_keys is None else [_as_key(k) for k in end_keys]
+        self._static = None
+        if ends is not None:
+            self._static = (torch.as_tensor(ends).reshape(len(ends), -1), False)
+        elif trajectories is not None:
+            self._static = (torch.as_tensor(trajectories).reshape(len(trajectories), -1), True)
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def add(self, index: int | torch.Tensor) -> None:
@@ -159,8 +183,20 @@ class SliceSampler(Sampler):
         if not hasattr(storage, "_column"):
             raise TypeError(f"{type(self).__name__} needs a tensor storage, got {storage}")
         rows = storage._len_along_dim0
-        key, is_id = self._boundary_key(storage)
-        column = self._column_view(storage, key)
+        if self._static is not None:
+            if storage.ndim > 1:
+                raise ValueError("ends/trajectories describe a storage with ndim=1")
+            column, is_id = self._static[0][:rows].cpu(), self._static[1]
+        elif self.end_keys is not None:
+            present = [k for k in self.end_keys if storage._has_key(k)]
+            if not present:
+                raise KeyError(f"the storage holds none of the end_keys {self.end_keys}")
+            flags = [self._column_view(storage, k) for k in present]
+            column = torch.cat([f.reshape(f.shape[0], -1) != 0 for f in flags], -1)
+            is_id = False
+        else:
+            key, is_id = self._boundary_key(storage)
+            column = self._column_view(storage, key)
         n = column.shape[0]
         if not is_id:
             boundary = column.any(-1) if column.dtype == torch.bool else (column != 0).any(-1)

@@ -8,6 +8,7 @@ import pytest
 MODULES = [
     "rl.data.postprocs._multistep",
     "rl.data.replay_buffers._buffers",
+    "rl.data.replay_buffers._td_buffers",
     "rl.data.replay_buffers._checkpointers",
     "rl.data.replay_buffers._ensemble",
     "rl.data.replay_buffers._scheduler",

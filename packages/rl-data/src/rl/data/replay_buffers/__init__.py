@@ -1,11 +1,6 @@
 """Replay buffers and their storages, samplers and writers."""
 
-from rl.data.replay_buffers._buffers import (
-    PrioritizedReplayBuffer,
-    ReplayBuffer,
-    TensorDictPrioritizedReplayBuffer,
-    TensorDictReplayBuffer,
-)
+from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers._checkpointers import (
     FlatStorageCheckpointer,
     ListStorageCheckpointer,
@@ -24,6 +19,11 @@ from rl.data.replay_buffers._scheduler import (
     ParameterScheduler,
     SchedulerList,
     StepScheduler,
+)
+from rl.data.replay_buffers._td_buffers import (
+    PrioritizedReplayBuffer,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
 )
 from rl.data.replay_buffers._trajectories import find_start_stop_traj
 from rl.data.replay_buffers.samplers import (

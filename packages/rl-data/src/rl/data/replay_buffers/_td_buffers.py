@@ -1,0 +1,263 @@
+"""TensorDict replay buffers and the prioritized buffers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+
+from rl.data.replay_buffers._buffers import ReplayBuffer
+from rl.data.replay_buffers._utils import KeyMismatchError
+from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, _check_priority
+from rl.data.replay_buffers.storages._base import ListStorage, Storage
+from rl.data.replay_buffers.storages._tensor import TensorStorage
+from rl.data.replay_buffers.writers._writers import TensorDictRoundRobinWriter, Writer
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A replay buffer of TensorDicts: batches carry their storage ``"index"`` and the
+    sampler's info (importance weights, slice flags) as entries.
+
+    Args:
+        priority_key: the key read by :meth:`update_tensordict_priority` (and by ``extend``
+            when the data holds it and the sampler is prioritized).
+        **kwargs: the :class:`ReplayBuffer` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import LazyTensorStorage, SamplerWithoutReplacement
+        >>> from rl.data import TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(1000), sampler=SamplerWithoutReplacement(), batch_size=50
+        ... )
+        >>> _ = rb.extend(TensorDict({"obs": torch.randn(100, 3)}, batch_size=[100]))
+        >>> [batch.batch_size[0] for batch in rb]
+        [50, 50]
+    """
+
+    def __init__(self, *, priority_key: NestedKey = "td_error", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.priority_key = priority_key
+        self.reduction = getattr(self._sampler, "reduction", "max")
+
+    def _default_writer(self) -> Writer:
+        return TensorDictRoundRobinWriter()
+
+    def _prioritized(self) -> bool:
+        return hasattr(self._sampler, "_sum_tree")
+
+    def _sample(self, batch_size: int) -> tuple[Any, dict]:
+        storage = self._storage
+        fast = (
+            not self._custom_collate
+            and isinstance(storage, TensorStorage)
+            and storage.initialized
+            and storage._is_td
+            and not storage._item_batch
+        )
+        with self._lock:
+            index, info = self._sampler.sample(storage, batch_size)
+            if self._writer.tracks_generations:
+                info["index_generation"] = self._writer.generations_of(index)
+            fast = (
+                fast
+                and isinstance(index, torch.Tensor)
+                and index.ndim == 1
+                and all(isinstance(k, str) for k in info)
+            )
+            if fast:
+                # the batch is built with its "index" and info entries in one go
+                extra = {"index": index, **info}
+                if "priority_weight" in info:
+                    extra["_weight"] = info["priority_weight"]
+                data = storage._gather(index, extra)
+            else:
+                data = storage.get(index)
+        info["index"] = index
+        if fast:
+            return self._postprocess(data), info
+        data = self._collate_fn(data)
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(
+                f"{type(self).__name__} samples TensorDicts, the collate_fn returned "
+                f"{type(data).__name__}"
+            )
+        self._write_info(data, info)
+        return self._postprocess(data), info
+
+    @staticmethod
+    def _write_info(data: TensorDictBase, info: dict) -> None:
+        batch = data.batch_size
+        for key, value in info.items():
+            if isinstance(value, tuple):  # coordinates in a multi-dimensional storage
+                value = torch.stack(value, -1)
+            if value.device != data.device and data.device is not None:
+                value = value.to(data.device)
+            if value.shape[: len(batch)] != batch:
+                value = value.reshape(value.shape[:1] + (1,) * (len(batch) - 1) + value.shape[1:])
+                value = value.expand(*batch, *value.shape[len(batch) :])
+            data.set(key, value)
+            if key == "priority_weight":
+                data.set("_weight", value)
+
+    def extend(self, data: Any) -> torch.Tensor:
+        priority = None
+        if (
+            self._prioritized()
+            and isinstance(data, TensorDictBase)
+            and self.priority_key in data.keys(include_nested=True)
+        ):
+            # checked before anything is written: bad priorities leave the buffer unchanged
+            ndim = self._storage.ndim
+            priority = self._reduce_priority(data[self.priority_key], data.batch_dims, ndim)
+            if ndim > 1:  # one per item, in the order extend writes them
+                priority = priority.transpose(0, self.dim_extend).reshape(-1)
+            _check_priority(priority.reshape(-1))
+        index = super().extend(data)
+        if priority is not None:
+            self.update_priority(index, priority[priority.shape[0] - index.shape[0] :])
+        return index
+
+    def _reduce_priority(
+        self, priority: torch.Tensor, batch_dims: int, index_dims: int
+    ) -> torch.Tensor:
+        """One priority per index: reduces feature dims, then extra batch dims of an item."""
+        priority = priority.detach()
+        if priority.ndim > batch_dims:
+            priority = priority.reshape(*priority.shape[:batch_dims], -1)
+            if self.reduction == "max":
+                priority = priority.max(-1).values
+            elif self.reduction == "min":
+                priority = priority.min(-1).values
+            elif self.reduction == "mean":
+                priority = priority.mean(-1)
+            elif self.reduction == "median":
+                priority = priority.median(-1).values
+            else:
+                priority = priority.sum(-1)
+        if priority.ndim > index_dims:
+            priority = priority.reshape(*priority.shape[:index_dims], -1).max(-1).values
+        return priority
+
+    def update_priority(self, index: Any, priority: Any = None) -> None:
+        """Sets priorities: ``(index, priority)``, or a sampled TensorDict alone (its
+        ``"index"`` and ``priority_key`` entries are read, as TorchRL accepts)."""
+        if priority is None and isinstance(index, TensorDictBase):
+            self.update_tensordict_priority(index)
+            return
+        if priority is None:
+            raise TypeError("update_priority needs priorities, or a TensorDict holding them")
+        super().update_priority(index, priority)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Reads ``priority_key`` and ``"index"`` from a sampled batch and updates priorities."""
+        if not self._prioritized():
+            return
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"expected a TensorDict, got {type(data).__name__}")
+        try:
+            priority = data[self.priority_key]
+        except KeyError:
+            raise KeyMismatchError(
+                f"the batch has no priority key {self.priority_key!r}; write it before calling "
+                "update_tensordict_priority"
+            ) from None
+        try:
+            index = data["index"]
+        except KeyError:
+            raise KeyMismatchError(
+                "the batch has no 'index' key; was it sampled from this buffer?"
+            ) from None
+        index_dims = index.ndim - 1 if self._storage.ndim > 1 else index.ndim
+        self.update_priority(index, self._reduce_priority(priority, data.batch_dims, index_dims))
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A replay buffer with a :class:`PrioritizedSampler` (prioritized experience replay).
+
+    Args:
+        alpha, beta, eps, dtype: see :class:`PrioritizedSampler`.
+        storage: default ``ListStorage(1000)``; the trees have its capacity (and device).
+        **kwargs: the other :class:`ReplayBuffer` arguments.
+
+    Examples:
+        >>> from rl.data import PrioritizedReplayBuffer
+        >>> rb = PrioritizedReplayBuffer(alpha=0.7, beta=1.1, collate_fn=lambda x: x)
+        >>> rb.add(1)
+        0
+        >>> rb.sample(1)
+        [1]
+        >>> rb.update_priority(0, 0.5)
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        sampler_device: torch.device | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "sampler" in kwargs:
+            raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
+        storage = storage if storage is not None else ListStorage(1000)
+        sampler = PrioritizedSampler(
+            storage.max_size, alpha, beta, eps, dtype, device=sampler_device
+        )
+        super().__init__(storage=storage, sampler=sampler, **kwargs)
+
+
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """A :class:`TensorDictReplayBuffer` with a :class:`PrioritizedSampler`.
+
+    Batches hold ``"index"`` and the importance weights under ``"priority_weight"`` (and
+    ``"_weight"``, the older TorchRL name); write new priorities under ``priority_key`` and
+    call :meth:`update_tensordict_priority`.
+
+    Args:
+        alpha, beta, eps, dtype: see :class:`PrioritizedSampler`.
+        priority_key: where priorities are read (default ``"td_error"``).
+        reduction: how a priority with extra dims is reduced per item (``"max"``...).
+        storage: default ``ListStorage(1000)``.
+        **kwargs: the other :class:`ReplayBuffer` arguments.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.data import TensorDictPrioritizedReplayBuffer
+        >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=1.1, priority_key="td_error")
+        >>> _ = rb.extend(TensorDict({"a": torch.randn(2, 3)}, batch_size=[2]))
+        >>> sample = rb.sample(2)
+        >>> sorted(sample.keys())
+        ['_weight', 'a', 'index', 'priority_weight']
+        >>> sample["td_error"] = torch.rand(2)
+        >>> rb.update_tensordict_priority(sample)
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: NestedKey = "td_error",
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        storage: Storage | None = None,
+        sampler_device: torch.device | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "sampler" in kwargs:
+            raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
+        storage = storage if storage is not None else ListStorage(1000)
+        sampler = PrioritizedSampler(
+            storage.max_size, alpha, beta, eps, dtype, reduction, device=sampler_device
+        )
+        super().__init__(storage=storage, sampler=sampler, priority_key=priority_key, **kwargs)
+        self.reduction = reduction

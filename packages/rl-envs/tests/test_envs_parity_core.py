@@ -8,6 +8,8 @@ with ``torchrl`` imports in a scratch TorchRL 0.14.1 install.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -296,6 +298,43 @@ class TestEnvBaseModule:
         rollout = env.rollout(1)
         assert set(fake.keys(True, True)) == set(rollout[..., 0].keys(True, True))
         assert fake["next", "reward"].abs().sum() == 0
+
+    def test_rollout_arguments(self):
+        env = Counter(n=10)
+        actions = [torch.ones(1) * i for i in range(4)]
+        r = env.rollout(4, actions=actions)
+        assert r["action"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+        with pytest.raises(ValueError, match="fewer actions than max_steps"):
+            env.rollout(5, actions=actions)
+        with pytest.raises(ValueError, match="a policy or actions"):
+            env.rollout(2, policy=lambda td: td, actions=actions)
+        out = env.rollout(3).zero_()
+        assert env.rollout(3, out=out) is out and out["next", "count"][:, 0].tolist() == [1, 2, 3]
+        assert env.rollout(3, storing_device="cpu").device == torch.device("cpu")
+        assert env.rollout(20, break_when_any_done=None).batch_size == (10,)
+        with pytest.raises(NotImplementedError, match="set_state=True"):
+            env.rollout(2, set_state=True)
+        module = torch.nn.Linear(1, 1)  # trusted: called with the tensordict as is
+        with pytest.raises((TypeError, AttributeError, RuntimeError)):
+            env.rollout(2, policy=module, trust_policy=True)
+        assert env.rollout(2, policy=module, auto_cast_to_device=True).batch_size == (2,)
+
+    def test_shape_and_key_helpers(self):
+        env = Agents()
+        assert env.shape == (2,) and env.batch_dims == env.ndim == env.ndimension() == 1
+        assert env.numel() == 2
+        assert env.reset_keys == ["_reset"] and env.done_keys_groups == [env.done_keys]
+        td = env.rand_step(env.reset())
+        td["next", "done"][0] = True
+        root = env.step_mdp(td)
+        assert env.any_done(root) is True and root["_reset"][:, 0].tolist() == [True, False]
+        root = env.maybe_reset(root)
+        assert "_reset" not in root.keys() and root["agents", "obs"][0].abs().sum() == 0
+        assert (
+            env.any_done(TensorDict(done=torch.zeros(2, 1, dtype=torch.bool), batch_size=[2]))
+            is False
+        )
+        assert env.set_spec_lock_(False).is_spec_locked is False
 
     def test_missing_done_entries_are_completed(self):
         env = Counter()
@@ -617,8 +656,18 @@ class TestHeterogeneousAndBatched:
             SerialEnv(2, PendulumEnv, bogus=1)
         with pytest.raises(TypeError, match="num_threads must be a positive int"):
             SerialEnv(2, PendulumEnv, num_threads=0)
-        with pytest.raises(NotImplementedError, match="SerialEnv\\(..., use_buffers=False\\)"):
-            ParallelEnv(2, PendulumEnv, use_buffers=False)
+
+    def test_parallel_env_without_buffers_heterogeneous(self):
+        fns = [functools.partial(Sized, 3), functools.partial(Sized, 4)]
+        env = ParallelEnv(2, fns, use_buffers=False, mp_start_method="fork")
+        assert isinstance(env, ParallelEnv) and env.batch_size == (2,)
+        r = env.rollout(5, break_when_any_done=False)
+        assert [t["next", "obs"].shape for t in r.tensordicts] == [(5, 3), (5, 4)]
+        assert r[1]["next", "obs"][:, 0].tolist() == [1.0, 2.0, 3.0, 1.0, 2.0]
+        assert r[0]["obs"][:, 0].tolist() == [0.0, 1.0, 2.0, 0.0, 1.0]
+        assert len(set(env.worker_pids)) == 2
+        env.close()
+        assert env.worker_pids == []
 
     def test_parallel_env_accepts_torchrl_arguments(self):
         env = ParallelEnv(

@@ -13,9 +13,10 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core import Categorical, Composite, Unbounded
 
 from ._done import complete_done
+from ._env_helpers import EnvHelpers
 from ._env_module import EnvModule, normalize_device
 from ._env_specs import EnvSpecs
-from ._policy import compatible_policy
+from ._policy import ActionsPolicy, compatible_policy, device_casting_policy
 from ._rollout import is_lazy, rollout_generic, rollout_stacked
 
 __all__ = ["EnvBase"]
@@ -58,7 +59,7 @@ class _EnvMeta(ABCMeta):
         return env
 
 
-class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
+class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
     """Base class of every environment: a TensorDict in, a TensorDict out.
 
     A subclass sets its specs in ``__init__`` and implements three methods:
@@ -431,12 +432,18 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
         policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
         callback: Callable[[EnvBase, TensorDictBase], Any] | None = None,
         *,
+        actions: Any = None,
         auto_reset: bool = True,
-        break_when_any_done: bool = True,
-        break_when_all_done: bool = False,
+        auto_cast_to_device: bool = False,
+        break_when_any_done: bool | None = True,
+        break_when_all_done: bool | None = False,
+        return_contiguous: bool | None = True,
         tensordict: TensorDictBase | None = None,
         set_truncated: bool = False,
-        return_contiguous: bool = True,
+        out: TensorDictBase | None = None,
+        trust_policy: bool = False,
+        storing_device=None,
+        set_state: bool | None = None,
     ) -> TensorDictBase:
         """Runs ``max_steps`` steps and returns them in one ``[*batch, T]`` TensorDict.
 
@@ -458,6 +465,14 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
             set_truncated: mark the last step ``truncated`` (and ``done``).
             return_contiguous: kept for TorchRL compatibility; the output is always a
                 contiguous TensorDict.
+            actions: the actions to take, one per step (tensors, or tensordicts of
+                action entries), instead of a policy.
+            auto_cast_to_device: run ``policy`` on the device of its parameters (the
+                tensordict goes there and back).
+            out: a tensordict of the output's shape to write the rollout into.
+            trust_policy: call ``policy`` as given (no wrapping of plain modules).
+            storing_device: move the output there.
+            set_state: TorchRL's argument; only ``None`` / ``False`` are supported.
 
         Returns:
             a TensorDict of batch size ``[*batch_size, T']`` (time last), ``T' <= T``.
@@ -466,14 +481,25 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
         """
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if set_state:
+            raise NotImplementedError("rollout(set_state=True) is not supported by rl.envs")
+        if break_when_any_done is None:  # TorchRL's default: stop at the first done
+            break_when_any_done = not break_when_all_done
+        break_when_all_done = bool(break_when_all_done)
+        if actions is not None:
+            if policy is not None:
+                raise ValueError("rollout takes a policy or actions, not both")
+            policy, trust_policy = ActionsPolicy(actions, self.action_key), True
         if auto_reset:
             tensordict = self.reset(tensordict)
         elif tensordict is None:
             raise RuntimeError("rollout(auto_reset=False) needs an initial tensordict, got None")
         else:
             self._check_batch(tensordict, "rollout()")
-        if policy is not None:
+        if policy is not None and not trust_policy:
             policy = compatible_policy(self, policy)
+        if policy is not None and auto_cast_to_device:
+            policy = device_casting_policy(self, policy)
         if is_lazy(tensordict):  # heterogeneous data: one tensordict per step, stacked
             return self._finish_rollout(
                 rollout_stacked(
@@ -486,6 +512,8 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
                     break_when_all_done=break_when_all_done,
                 ),
                 set_truncated,
+                out,
+                storing_device,
             )
         if tensordict.batch_size != self.batch_size:  # not batch-locked: extra leading dims
             fast = fast_policy = None
@@ -493,14 +521,14 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
             fast = getattr(self, "_rollout_fast", None)
             fast_policy = getattr(self, "_rollout_fast_policy", None)
         if fast is not None and policy is None and callback is None:
-            out = fast(
+            out_td = fast(
                 max_steps,
                 tensordict,
                 break_when_any_done=break_when_any_done,
                 break_when_all_done=break_when_all_done,
             )
         elif fast_policy is not None and policy is not None and callback is None:
-            out = fast_policy(
+            out_td = fast_policy(
                 max_steps,
                 tensordict,
                 policy,
@@ -508,7 +536,7 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
                 break_when_all_done=break_when_all_done,
             )
         else:
-            out = rollout_generic(
+            out_td = rollout_generic(
                 self,
                 max_steps,
                 tensordict,
@@ -517,16 +545,23 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
                 break_when_any_done=break_when_any_done,
                 break_when_all_done=break_when_all_done,
             )
-        return self._finish_rollout(out, set_truncated)
+        return self._finish_rollout(out_td, set_truncated, out, storing_device)
 
-    def _finish_rollout(self, out: TensorDictBase, set_truncated: bool) -> TensorDictBase:
+    def _finish_rollout(
+        self, result: TensorDictBase, set_truncated: bool, out=None, storing_device=None
+    ) -> TensorDictBase:
         if set_truncated:
-            last = (slice(None),) * (out.batch_dims - 1) + (-1,)
+            last = (slice(None),) * (result.batch_dims - 1) + (-1,)
             for key in self.done_keys:
                 name = key if isinstance(key, str) else key[-1]
                 if name in ("truncated", "done"):
-                    out["next", *_as_tuple(key)][last] = True
-        return out
+                    result["next", *_as_tuple(key)][last] = True
+        if storing_device is not None:
+            result = result.to(storing_device)
+        if out is not None:
+            out.update_(result)
+            return out
+        return result
 
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
         """Seeds the environment and returns the next seed (to seed another env with).
@@ -538,29 +573,6 @@ class EnvBase(EnvSpecs, EnvModule, metaclass=_EnvMeta):
         if seed is not None and not static_seed:
             seed = _seed_generator(seed)
         return seed
-
-    def append_transform(self, transform) -> EnvBase:
-        """Returns ``TransformedEnv(self, transform)`` (TorchRL's ``EnvBase.append_transform``).
-
-        ``transform`` is a :class:`~rl.envs.transforms.Transform` or a callable taking and
-        returning a tensordict (applied to the step and reset outputs; specs unchanged).
-        A :class:`~rl.envs.TransformedEnv` appends to its own list instead (and returns
-        itself).
-
-        Raises:
-            TypeError: ``transform`` is neither a Transform nor callable.
-        """
-        from ._callable_transform import CallableTransform
-        from .transforms import Transform, TransformedEnv
-
-        if not isinstance(transform, Transform):
-            if not callable(transform):
-                raise TypeError(
-                    "append_transform expects a Transform or a callable, got "
-                    f"{type(transform).__name__}: {transform!r}"
-                )
-            transform = CallableTransform(transform)
-        return TransformedEnv(self, transform)
 
     def close(self) -> None:
         """Releases the resources held by the environment (idempotent)."""

@@ -188,6 +188,44 @@ class EnvSpecs:
     def state_keys(self) -> list[NestedKey]:
         return _leaf_keys(self.full_state_spec)
 
+    @property
+    def shape(self):
+        """The batch size (TorchRL's ``env.shape``)."""
+        return self.batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        """The number of batch dims (``len(env.batch_size)``)."""
+        return len(self.batch_size)
+
+    ndim = batch_dims
+
+    def ndimension(self) -> int:
+        return len(self.batch_size)
+
+    def numel(self) -> int:
+        """The number of environments in the batch."""
+        return self.batch_size.numel()
+
+    @property
+    def done_keys_groups(self) -> list[list[NestedKey]]:
+        """The done keys grouped by the sub-tensordict they live in (root first)."""
+        groups: dict[tuple, list] = {}
+        for key in self.done_keys:
+            path = (key,) if isinstance(key, str) else tuple(key)
+            groups.setdefault(path[:-1], []).append(key)
+        return list(groups.values())
+
+    @property
+    def reset_keys(self) -> list[NestedKey]:
+        """Where a ``"_reset"`` mask goes: one per group of done keys (``"_reset"`` at the root)."""
+        out = []
+        for group in self.done_keys_groups:
+            first = group[0]
+            parent = () if isinstance(first, str) else tuple(first[:-1])
+            out.append((*parent, "_reset") if parent else "_reset")
+        return out
+
     def fake_tensordict(self) -> TensorDictBase:
         """A zero-filled transition ``(root, ("next", ...))`` laid out as the specs say."""
         root = self.full_observation_spec.zero()

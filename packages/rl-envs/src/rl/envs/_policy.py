@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
+import torch
 from tensordict import is_tensor_collection
 from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
@@ -12,7 +13,7 @@ from torch import nn
 if TYPE_CHECKING:
     from ._common import EnvBase
 
-__all__ = ["compatible_policy"]
+__all__ = ["ActionsPolicy", "compatible_policy", "device_casting_policy"]
 
 
 def compatible_policy(env: EnvBase, policy: Any) -> Any:
@@ -37,3 +38,37 @@ def compatible_policy(env: EnvBase, policy: Any) -> Any:
         return policy
     in_keys = list(env.observation_spec.keys(True, True))
     return TensorDictModule(policy, in_keys=in_keys, out_keys=list(env.action_keys))
+
+
+class ActionsPolicy:
+    """Writes ``actions[t]`` at the ``t``-th call (``rollout(actions=...)``)."""
+
+    def __init__(self, actions: Any, action_key: Any) -> None:
+        self._actions = iter(actions)
+        self._key = action_key
+
+    def __call__(self, tensordict):
+        try:
+            action = next(self._actions)
+        except StopIteration:
+            raise ValueError("rollout(actions=...) has fewer actions than max_steps") from None
+        if is_tensor_collection(action):
+            tensordict.update(action)
+        else:
+            tensordict.set(self._key, torch.as_tensor(action))
+        return tensordict
+
+
+def device_casting_policy(env: EnvBase, policy: Any) -> Any:
+    """``rollout(auto_cast_to_device=True)``: run ``policy`` on its parameters' device."""
+    params = getattr(policy, "parameters", None)
+    first = next(iter(params()), None) if params is not None else None
+    if first is None or env.device is None or first.device == env.device:
+        return policy
+    device, env_device = first.device, env.device
+
+    def cast(tensordict):
+        out = policy(tensordict.to(device))
+        return (tensordict if out is None else out).to(env_device)
+
+    return cast

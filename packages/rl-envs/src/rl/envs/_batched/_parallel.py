@@ -74,8 +74,10 @@ class ParallelEnv(BatchedEnvBase):
             (no worker process), as TorchRL does.
         num_threads: torch threads of this (the parent) process, set when the workers
             start (``None``: unchanged).
-        use_buffers: ``False`` raises ``NotImplementedError`` (data always goes through
-            shared buffers; heterogeneous sub-envs run in ``SerialEnv(use_buffers=False)``).
+        use_buffers: ``False`` runs each sub-env in its own one-worker ParallelEnv (its
+            own buffers, from its own specs) and stacks their outputs at each step:
+            sub-envs whose entries differ in shape then work (``LazyStackedTensorDict``
+            data). ``None`` (the default) and ``True``: one set of shared buffers.
         pin_memory, share_individual_td, shared_memory, memmap, policy_proof,
             allow_step_when_done, non_blocking, metadata_from_workers, consolidate,
             daemon, shutdown_timeout: TorchRL's arguments, accepted and kept in
@@ -103,6 +105,10 @@ class ParallelEnv(BatchedEnvBase):
     _share_memory = True
 
     def __new__(cls, num_workers=None, *args, serial_for_single: bool = False, **kwargs):
+        if cls is ParallelEnv and kwargs.get("use_buffers") is False:
+            from ._lazy_parallel import LazyParallelEnv
+
+            return super().__new__(LazyParallelEnv)
         if cls is ParallelEnv and serial_for_single and num_workers == 1:
             # TorchRL's serial_for_single: one worker runs in process (no process start)
             from ._serial import SerialEnv
@@ -126,13 +132,7 @@ class ParallelEnv(BatchedEnvBase):
         timeout: float | None = None,
         **options: Any,
     ) -> None:
-        self.batched_options = options = batched_options(type(self).__name__, options)
-        if options["use_buffers"] is False:
-            raise NotImplementedError(
-                "ParallelEnv(use_buffers=False) is not supported: ParallelEnv moves data "
-                "through shared buffers built from the specs; for sub-envs whose entries "
-                "differ in shape use SerialEnv(..., use_buffers=False)"
-            )
+        self.batched_options = batched_options(type(self).__name__, options)
         if timeout is not None and not timeout > 0:
             raise ValueError(
                 f"timeout must be a positive number of seconds or None, got {timeout!r}"

@@ -63,7 +63,7 @@ def train(
     seed: int = 0,
     env_id: str = "CartPole-v1",
 ) -> dict:
-    """Trains and returns ``{"frames", "seconds", "fps", "last_returns"}``."""
+    """Trains and returns ``{"frames", "seconds", "fps", "cpu_fps", "last_returns"}``."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     envs = gym.vector.SyncVectorEnv(
@@ -82,7 +82,7 @@ def train(
     val_buf = torch.zeros(num_steps, num_envs)
     returns: list[float] = []
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     next_obs, _ = envs.reset(seed=seed)
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32)
     next_done = torch.zeros(num_envs)
@@ -143,12 +143,14 @@ def train(
                 nn.utils.clip_grad_norm_(agent.parameters(), max_grad_norm)
                 optimizer.step()
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
     envs.close()
     frames = num_updates * batch_size
     return {
         "frames": frames,
         "seconds": seconds,
         "fps": frames / seconds,
+        "cpu_fps": frames / cpu_seconds,
         "last_returns": returns[-20:],
     }
 

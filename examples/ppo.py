@@ -251,7 +251,7 @@ def main(cfg: Config) -> dict:
     minibatch = frames_per_batch // cfg.num_minibatches
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     returns = EpisodeReturns(window=20)
-    frames, start = 0, time.perf_counter()
+    frames, start, cpu_start = 0, time.perf_counter(), time.process_time()
     for update, batch in enumerate(collector):
         frames += batch.numel()
         if cfg.anneal_lr:
@@ -275,6 +275,7 @@ def main(cfg: Config) -> dict:
         progress.values["loss"] = loss.item()
         progress.update(batch.numel())
     seconds = time.perf_counter() - start
+    cpu_fps = frames / (time.process_time() - cpu_start)  # CPU time: steadier on a shared machine
     collector.shutdown()
     progress.close()
 
@@ -283,7 +284,7 @@ def main(cfg: Config) -> dict:
     summary = finish_run(logger, evaluate(eval_env, actor, cfg.eval_episodes), frames, seconds)
     if cfg.video:
         summary["video"] = record_video(make_env(cfg, 1, obs_stats, True), actor, logger)
-    return {**summary, "actor": actor, "critic": critic}
+    return {**summary, "cpu_fps": cpu_fps, "actor": actor, "critic": critic}
 
 
 def cli() -> Config:

@@ -651,6 +651,9 @@ class TestHeterogeneousAndBatched:
             daemon=True, mp_start_method="fork", use_buffers=True, serial_for_single=True,
         )  # fmt: skip
         assert env.batched_options["non_blocking"] is True and env.rollout(2).batch_size == (2, 2)
+        assert env.to("cpu") is env
+        with pytest.raises(NotImplementedError, match="build the env with device='meta'"):
+            env.to("meta")
         assert type(ParallelEnv(1, PendulumEnv, serial_for_single=True)) is SerialEnv
         with pytest.raises(TypeError, match="unexpected keyword arguments \\['bogus'\\]"):
             SerialEnv(2, PendulumEnv, bogus=1)

@@ -373,6 +373,20 @@ class BatchedEnvBase(EnvBase):
             break_when_all_done=break_when_all_done,
         )
 
+    def to(self, *args, **kwargs) -> BatchedEnvBase:
+        """Casts buffers / parameters; the device is fixed at construction (``device=``).
+
+        Raises:
+            NotImplementedError: a device other than the env's.
+        """
+        device, *_ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None and torch.device(device) != torch.device(self.device or "cpu"):
+            raise NotImplementedError(
+                f"{type(self).__name__}.to({device}) is not supported: the shared buffers "
+                f"live on {self.device or 'cpu'}; build the env with device={str(device)!r}"
+            )
+        return super().to(*args, **kwargs)
+
     def __reduce__(self):
         """Pickles the construction arguments: the copy builds its own sub-envs."""
         return _rebuild, (type(self), self.num_workers, self._creators, self._init_kwargs)

@@ -112,6 +112,9 @@ class OneHotCategorical(D.Categorical):
         logits = _squeeze_singleton(name, logits)
         probs = _squeeze_singleton(name, probs)
         self.grad_method = grad_method
+        # torch's per-call argument checks cost more than the sampling here; TorchRL turns
+        # them off for every distribution (the value checks below stay)
+        kwargs.setdefault("validate_args", False)
         super().__init__(probs=probs, logits=logits, **kwargs)
         self.num_samples = self._num_events
 
@@ -259,7 +262,7 @@ class MaskedCategorical(D.Categorical):
             else:
                 masked = logits.gather(-1, indices)
                 self._padding = None
-        super().__init__(logits=masked)
+        super().__init__(logits=masked, validate_args=False)
 
     @property
     def padding_value(self) -> int:
@@ -446,7 +449,7 @@ class Ordinal(D.Categorical):
                 f"{type(self).__name__} needs scores with the categories along the last "
                 f"dimension, got shape {tuple(scores.shape)}"
             )
-        super().__init__(logits=_ordinal_logits(scores))
+        super().__init__(logits=_ordinal_logits(scores), validate_args=False)
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
@@ -466,4 +469,4 @@ class OneHotOrdinal(OneHotCategorical):
                 f"{type(self).__name__} needs scores with the categories along the last "
                 f"dimension, got shape {tuple(scores.shape)}"
             )
-        super().__init__(logits=_ordinal_logits(scores))
+        super().__init__(logits=_ordinal_logits(scores), validate_args=False)

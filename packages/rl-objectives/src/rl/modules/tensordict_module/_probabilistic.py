@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from tensordict.nn import (
 from tensordict.nn.distributions import Delta
 from tensordict.nn.probabilistic import interaction_type
 from tensordict.utils import NestedKey
+from torch import distributions as D
 from torch import nn
 from torch.nn.modules import module as _module_mod
 
@@ -54,6 +56,18 @@ def _missing_key_error(tensordict: TensorDictBase, key: NestedKey, owner: str) -
         f"{owner} reads the key {key!r}, which is not in the input tensordict. Keys present: "
         f"{present}"
     )
+
+
+def _takes_validate_args(distribution_class: type) -> bool:
+    """Whether ``distribution_class(..., validate_args=...)`` is a torch distribution's."""
+    if not (
+        isinstance(distribution_class, type) and issubclass(distribution_class, D.Distribution)
+    ):
+        return False
+    try:
+        return "validate_args" in inspect.signature(distribution_class.__init__).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
@@ -135,6 +149,13 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
             num_samples=num_samples,
             generator=generator,
         )
+        if "validate_args" not in self.distribution_kwargs and _takes_validate_args(
+            distribution_class
+        ):
+            # as TorchRL, which turns torch.distributions' argument checks off globally:
+            # here only for the distributions this module builds (they cost about as
+            # much as a small policy's forward pass)
+            self.distribution_kwargs = {**self.distribution_kwargs, "validate_args": False}
         sample_keys = list(self.dist_sample_keys)
         if spec is not None and not isinstance(spec, Composite) and len(sample_keys) > 1:
             raise RuntimeError(

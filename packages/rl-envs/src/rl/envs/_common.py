@@ -307,7 +307,13 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
                 tensordict.del_("_reset")
                 return tensordict
         td_reset = self._reset(tensordict)
-        self._complete_done(td_reset)
+        if not self.__dict__.get("_reset_outputs_complete", False):
+            # checked until _reset is seen writing every done entry (then skipped)
+            keys = td_reset.keys(True, True)
+            complete = all(key in keys for key in self.done_keys)
+            if not complete:
+                self._complete_done(td_reset)
+            self.__dict__["_reset_outputs_complete"] = complete
         if (
             mask is not None
             and self.batch_size

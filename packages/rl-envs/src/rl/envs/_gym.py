@@ -201,7 +201,7 @@ class GymWrapper(EnvBase):
     def _obs_arrays(self, obs: Any) -> list[np.ndarray]:
         """The observation leaves of a gym observation, in spec layout (numpy)."""
         out = []
-        for leaf in self._obs_leaves:
+        for leaf in self.__dict__["_obs_leaves"]:
             value = walk(obs, leaf.path)
             out.append(np.asarray(value) if leaf.from_gym is None else leaf.from_gym(value))
         return out
@@ -209,22 +209,25 @@ class GymWrapper(EnvBase):
     def _obs_entries(self, obs: Any) -> dict:
         """Fresh tensors (copies: gym may reuse its arrays) of the observation leaves."""
         entries = {}
-        device = self.device
-        for (key, np_dtype), array in zip(self._obs_np_dtypes, self._obs_arrays(obs)):
+        d = self.__dict__  # plain dict reads: nn.Module attribute reads cost more per step
+        device = d["_device"]
+        for (key, np_dtype), array in zip(d["_obs_np_dtypes"], self._obs_arrays(obs)):
             tensor = torch.from_numpy(np.array(array, dtype=np_dtype))
             entries[key] = tensor if device is None else tensor.to(device)
         return entries
 
     def actions_to_gym(self, values: list[np.ndarray]) -> Any:
         """Gym action(s) from the action leaves as numpy arrays (leading dims allowed)."""
-        if self._simple_act:
-            return self._act_leaves[0].to_gym(values[0])
+        d = self.__dict__
+        if d["_simple_act"]:
+            return d["_act_leaves"][0].to_gym(values[0])
         converted = {leaf.path: leaf.to_gym(v) for leaf, v in zip(self._act_leaves, values)}
         return assemble(self.gym_action_space, converted)
 
     def _action_from_td(self, tensordict: TensorDictBase) -> Any:
         values = []
-        for key, shape, leaf in self._act_checks:
+        d = self.__dict__
+        for key, shape, leaf in d["_act_checks"]:
             value = tensordict[key]
             if value.shape != shape:
                 raise ValueError(
@@ -233,25 +236,28 @@ class GymWrapper(EnvBase):
                 )
             values.append(value.detach().cpu().numpy())
         action = self.actions_to_gym(values)
-        return int(action) if self._int_action else action
+        return int(action) if d["_int_action"] else action
 
     def _make_td(self, entries: dict) -> TensorDictBase:
-        if self._flat_keys:
-            return TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=self.device)
-        td = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        d = self.__dict__
+        if d["_flat_keys"]:
+            return TensorDict._new_unsafe(entries, batch_size=d["_batch_size"], device=d["_device"])
+        td = TensorDict({}, batch_size=d["_batch_size"], device=d["_device"])
         for key, value in entries.items():
             td.set(key, value)
         return td
 
     def _flags(self, terminated, truncated) -> dict:
         """``done`` / ``terminated`` / ``truncated`` of shape ``[*B, 1]``, one allocation."""
-        flags = np.empty((3, *self.batch_size, 1), dtype=np.bool_)
+        d = self.__dict__
+        device = d["_device"]
+        flags = np.empty((3, *d["_batch_size"], 1), dtype=np.bool_)
         flags[1, ..., 0] = terminated
         flags[2, ..., 0] = truncated
         np.logical_or(flags[1], flags[2], out=flags[0])
         done, term, trunc = torch.from_numpy(flags).unbind(0)
-        if self.device is not None:
-            done, term, trunc = done.to(self.device), term.to(self.device), trunc.to(self.device)
+        if device is not None:
+            done, term, trunc = done.to(device), term.to(device), trunc.to(device)
         return {"done": done, "terminated": term, "truncated": trunc}
 
     # -------------------------------------------------------------------------- hooks
@@ -289,19 +295,23 @@ class GymWrapper(EnvBase):
         return self._make_td(entries)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        # plain dict reads / writes: nn.Module attribute access costs more at every step
+        d = self.__dict__
         action = self._action_from_td(tensordict)
-        obs, reward, terminated, truncated, info = self._env.step(action)
+        obs, reward, terminated, truncated, info = d["_env"].step(action)
         entries = self._obs_entries(obs)
-        if self.is_vector:
-            d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
+        if d["is_vector"]:
             d["_last_obs"] = obs
             done = np.logical_or(terminated, truncated)
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 d["_autoreset"] = done.copy()
                 if done.any():
                     self._patch_final_obs(entries, info)
-        reward = torch.from_numpy(np.array(reward, dtype=np.float32).reshape((*self.batch_size, 1)))
-        entries["reward"] = reward if self.device is None else reward.to(self.device)
+        reward = torch.from_numpy(
+            np.array(reward, dtype=np.float32).reshape((*d["_batch_size"], 1))
+        )
+        device = d["_device"]
+        entries["reward"] = reward if device is None else reward.to(device)
         entries.update(self._flags(terminated, truncated))
         return self._make_td(entries)
 

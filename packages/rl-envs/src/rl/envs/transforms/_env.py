@@ -152,6 +152,9 @@ class TransformedEnv(EnvBase):
         """Drops the cached specs (recomputed at the next access)."""
         self.__dict__["_spec_cache"] = None
         self.__dict__["_raw_reset"] = None
+        # the done entries may change with the transforms: check the outputs again
+        self.__dict__["_reset_outputs_complete"] = False
+        self.__dict__["_step_outputs_complete"] = False
 
     # -------------------------------------------------------------------------- specs
     def _specs(self):

@@ -39,7 +39,7 @@ class Config(RunConfig):
 
     env_id: str = "CartPole-v1"
     """Gymnasium (or probe) environment id with discrete actions."""
-    total_frames: int = 100_000
+    total_frames: int = 50_000
     """Environment steps to train for (n_timesteps)."""
     init_random_frames: int = 1_000
     """Frames of uniformly random actions before learning starts (learning_starts)."""

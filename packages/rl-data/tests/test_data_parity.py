@@ -424,6 +424,24 @@ class TestTransforms:
         batch = rb.sample(4)
         torch.testing.assert_close(batch["x"], batch["index"].float())
 
+    def test_inverse_returning_none_holds_the_batch_back(self):
+        class HoldFirst(torch.nn.Module):  # as MultiStepTransform on its first short batch
+            seen = 0
+
+            def forward(self, td):
+                return td
+
+            def inv(self, td):
+                self.seen += 1
+                return None if self.seen == 1 else td
+
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), transform=HoldFirst())
+        index = rb.extend(_td(4))
+        assert index.shape == (0,) and index.dtype == torch.long
+        assert len(rb) == 0
+        assert rb.extend(_td(3)).tolist() == [0, 1, 2]
+        assert len(rb) == 3
+
 
 class TestTrajectories:
     def test_find_start_stop_traj_2d(self):

@@ -299,6 +299,10 @@ class ReplayBuffer:
         """Writes a batch of items (along ``dim_extend``) and returns their indices."""
         if self._transforms:
             data = self._inverse_transform(data)
+            if data is None:  # the transform holds the batch back (e.g. MultiStepTransform)
+                return torch.zeros(
+                    (0, self._storage.ndim) if self._storage.ndim > 1 else (0,), dtype=torch.long
+                )
         data = self._move_dim_extend(data)
         with self._lock:
             index = self._writer.extend(data)

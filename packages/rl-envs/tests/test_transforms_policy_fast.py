@@ -255,3 +255,67 @@ class TestPolicyFastPath:
         env = TransformedEnv(GymEnv("CartPole-v1"), _bench_stack())
         with pytest.raises(KeyError, match="action"):
             env.rollout(5, lambda td: td)
+
+
+class TestCollectorContinuation:
+    """A rollout that goes on from the root the last fast one ended on (a collector's next
+    batch) runs the fast path too, with the same data as the generic loop."""
+
+    def test_fast_path_kept_across_batches(self):
+        from rl.collectors import Collector
+        from rl.envs import Compose, ObservationNorm, RewardSum, StepCounter, TransformedEnv
+
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 2)
+
+        def policy(td):
+            td["action"] = net(td["observation"]).argmax(-1)
+            return td
+
+        outs, calls = [], []
+        for keep in (True, False):
+            env = TransformedEnv(
+                GymEnv("CartPole-v1", num_envs=4, categorical_action_encoding=True),
+                Compose(
+                    StepCounter(),
+                    RewardSum(),
+                    ObservationNorm(
+                        loc=torch.zeros(4), scale=torch.full((4,), 2.0), in_keys=["observation"]
+                    ),
+                ),
+            )
+            env.set_seed(0)
+            fast = env.base_env._rollout_fast_policy
+            count = [0]
+
+            def spy(*args, _fast=fast, _count=count, **kwargs):
+                _count[0] += 1
+                return _fast(*args, **kwargs)
+
+            env.base_env.__dict__["_rollout_fast_policy"] = spy
+            if not keep:
+                env.__dict__["_continuation"] = lambda td: None
+            collector = Collector(env, policy, frames_per_batch=64, total_frames=640)
+            outs.append(torch.cat(list(collector), -1))
+            calls.append(count[0])
+        assert calls[0] == 10  # every batch; without: only those after a reset
+        assert calls[1] < 10
+        assert outs[0]["next", "done"].any()
+        assert (outs[0] == outs[1]).all()
+
+    def test_other_roots_use_the_generic_loop(self):
+        env = TransformedEnv(
+            GymEnv("CartPole-v1", num_envs=2, categorical_action_encoding=True), StepCounter()
+        )
+        env.set_seed(0)
+
+        def policy(td):
+            td["action"] = torch.zeros(2, dtype=torch.int64)
+            return td
+
+        out = env.rollout(5, policy, break_when_any_done=False)
+        root = out["next"][..., -1].exclude("reward").clone()
+        assert env.__dict__["_raw_next"] is not None
+        root["step_count"] = root["step_count"] + 1  # not the values the rollout ended on
+        assert env._continuation(root) is None
+        assert env.__dict__["_raw_next"] is None  # used once at most

@@ -7,6 +7,7 @@ batches of data (``transform(td)``, ``transform.inv(td)``) and as ``nn.Module`` 
 
 from ._action import ActionDiscretizer, ActionMask
 from ._atari import EndOfLifeTransform
+from ._auto_reset import AutoResetEnv, AutoResetTransform
 from ._base import Transform
 from ._compose import Compose
 from ._dtype import DeviceCastTransform, DoubleToFloat, DTypeCastTransform
@@ -62,6 +63,8 @@ from ._recording import VideoRecorder
 from ._reward import RewardClipping, RewardScaling, RewardSum, TargetReturn
 
 __all__ = [
+    "AutoResetEnv",
+    "AutoResetTransform",
     "BatchSizeTransform",
     "FiniteTensorDictCheck",
     "ModuleTransform",

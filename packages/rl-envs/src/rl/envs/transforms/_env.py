@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from .._backends import auto_unwrap_transformed_env
 from .._common import EnvBase
@@ -103,6 +103,7 @@ class TransformedEnv(EnvBase):
         self.__dict__["base_env"] = env
         self.__dict__["_spec_cache"] = None
         self.__dict__["_raw_reset"] = None
+        self.__dict__["_raw_next"] = None
         super().__init__(
             device=env.device, batch_size=env.batch_size, run_type_checks=env.run_type_checks
         )
@@ -152,6 +153,7 @@ class TransformedEnv(EnvBase):
         """Drops the cached specs (recomputed at the next access)."""
         self.__dict__["_spec_cache"] = None
         self.__dict__["_raw_reset"] = None
+        self.__dict__["_raw_next"] = None
         # the done entries may change with the transforms: check the outputs again
         self.__dict__["_reset_outputs_complete"] = False
         self.__dict__["_step_outputs_complete"] = False
@@ -221,6 +223,7 @@ class TransformedEnv(EnvBase):
 
     # --------------------------------------------------------------------------- hooks
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        self.__dict__["_raw_next"] = None
         raw = self.base_env._reset(tensordict)
         # shallow copy: transforms set new tensors, the raw ones stay for the fast rollout
         self.__dict__["_raw_reset"] = raw.copy() if self._specs()[2] else None
@@ -228,6 +231,7 @@ class TransformedEnv(EnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self.__dict__["_raw_reset"] = None
+        self.__dict__["_raw_next"] = None
         transform = self._transform
         next_td = self.base_env._step(transform.inv(tensordict))
         carry_preset(next_td, tget(tensordict, "next"))
@@ -239,6 +243,7 @@ class TransformedEnv(EnvBase):
     def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
         raw = self.__dict__["_raw_reset"]
         self.__dict__["_raw_reset"] = None
+        self.__dict__["_raw_next"] = None
         if raw is None or not self._specs()[2]:
             # a spec that changes at every step (action masks): draw each action when needed
             dynamic = self.__dict__.get("_dynamic_action_spec", False)
@@ -266,6 +271,8 @@ class TransformedEnv(EnvBase):
     ):
         raw = self.__dict__["_raw_reset"]
         self.__dict__["_raw_reset"] = None
+        if raw is None:  # a rollout that goes on from where the last fast one stopped
+            raw = self._continuation(tensordict)
         generic = {
             "callback": None,
             "break_when_any_done": break_when_any_done,
@@ -292,7 +299,48 @@ class TransformedEnv(EnvBase):
                 self, max_steps, use_generic.tensordict, policy=policy,
                 skip_first_policy=True, **generic,
             )  # fmt: skip
-        return driver.actions.finish(rollout)
+        out = driver.actions.finish(rollout)
+        self._keep_continuation(raw, rollout, out)
+        return out
+
+    def _keep_continuation(
+        self, raw_root: TensorDictBase, raw_rollout: TensorDictBase, out: TensorDictBase
+    ) -> None:
+        """Keeps the base env's last ``"next"`` root of a fast rollout, with the
+        transformed entries a caller carries on from (a collector's next root), so that the
+        next rollout from that root runs the fast path too (the base env has not moved)."""
+        idx = (slice(None),) * len(self.batch_size) + (-1,)
+        raw_next, nxt = raw_rollout.get("next"), out.get("next")
+        rewards = set(self.reward_keys)
+        values = {}
+        for key in raw_root.keys(True, True):
+            value = raw_next.get(key, None)
+            if value is None:
+                return
+            values[key] = value[idx]
+        check = [(k, nxt.get(k)[idx]) for k in nxt.keys(True, True) if k not in rewards]
+        root = TensorDict(values, batch_size=self.batch_size)
+        self.__dict__["_raw_next"] = (root, check)
+
+    def _continuation(self, tensordict: TensorDictBase) -> TensorDictBase | None:
+        """The raw root :meth:`_keep_continuation` kept, when ``tensordict`` holds the
+        values it ended on and no episode ended there; else None (the generic loop)."""
+        kept = self.__dict__["_raw_next"]
+        self.__dict__["_raw_next"] = None
+        if kept is None or tensordict is None:
+            return None
+        root, check = kept
+        for key, value in check:
+            given = tensordict.get(key, None)
+            if given is None or given.shape != value.shape or not torch.equal(given, value):
+                return None
+        if any(
+            bool(root.get(key).any())
+            for key in self.base_env.done_keys
+            if key in root.keys(True, True)
+        ):
+            return None
+        return root
 
     # ---------------------------------------------------------------------------- misc
     def state_dict(self, *args, **kwargs):
@@ -335,6 +383,7 @@ class TransformedEnv(EnvBase):
         state = self.__dict__.copy()
         state["_spec_cache"] = None
         state["_raw_reset"] = None
+        state["_raw_next"] = None
         return state
 
     def __setstate__(self, state):

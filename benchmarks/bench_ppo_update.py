@@ -145,17 +145,19 @@ def plain_step_fn(agent, optim, loss_fn):
 
 
 def timed_blocks(candidates: dict, steps: int, blocks: int) -> dict:
-    """Seconds per step of each candidate: median over interleaved blocks of ``steps`` steps."""
+    """CPU seconds per step of each candidate: median over interleaved blocks of ``steps``
+    steps. CPU time of this process (one torch thread): on a shared machine it does not
+    count the time another job held the core, which wall-clock time does."""
     times = {k: [] for k in candidates}
     for fn, arg in candidates.values():  # warm-up
         for _ in range(3):
             fn(arg)
     for _ in range(blocks):
         for name, (fn, arg) in candidates.items():
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for _ in range(steps):
                 fn(arg)
-            times[name].append((time.perf_counter() - t0) / steps)
+            times[name].append((time.process_time() - t0) / steps)
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
@@ -211,7 +213,8 @@ def main() -> None:
         "",
         f"One update step on {BATCH} transitions: loss forward, backward, grad-norm clip, Adam; "
         f"64x64 tanh actor (TanhNormal over {ACT} actions, observation {OBS}) and 64x64 tanh critic. "
-        f"One thread; median of {args.blocks} interleaved blocks of {args.steps} steps. Floor: the same "
+        f"One thread; CPU time of the process, median of {args.blocks} interleaved blocks of "
+        f"{args.steps} steps. Floor: the same "
         "update written CleanRL-style in plain PyTorch with the same weights (values checked equal "
         "before timing).",
         "",

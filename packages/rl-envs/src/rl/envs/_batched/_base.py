@@ -42,6 +42,19 @@ def _per_worker(value: Any, num_workers: int, name: str, kind: str) -> list:
     return [value] * num_workers
 
 
+def _bind_workers(env: Any, num_workers: int, create_env_fn: Any, create_env_kwargs: Any) -> None:
+    """Checks ``num_workers`` and sets ``num_workers``, ``create_env_fn`` and
+    ``create_env_kwargs`` (one per worker) and the workers' ``_creators`` on ``env``."""
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+    env.num_workers = num_workers
+    fns = _per_worker(create_env_fn, num_workers, "create_env_fn", "fn")
+    kwargs = _per_worker(create_env_kwargs, num_workers, "create_env_kwargs", "kwargs")
+    env.create_env_fn = fns
+    env.create_env_kwargs = kwargs
+    env._creators = [EnvCreator(fn, kw) for fn, kw in zip(fns, kwargs, strict=True)]
+
+
 def _views_td(
     buffers: dict, keys: list, batch_size: torch.Size, device: torch.device | None
 ) -> TensorDictBase:
@@ -85,14 +98,7 @@ class BatchedEnvBase(EnvBase):
         device: torch.device | str | None = None,
         run_type_checks: bool = False,
     ) -> None:
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
-        self.num_workers = num_workers
-        fns = _per_worker(create_env_fn, num_workers, "create_env_fn", "fn")
-        kwargs = _per_worker(create_env_kwargs, num_workers, "create_env_kwargs", "kwargs")
-        self.create_env_fn = fns
-        self.create_env_kwargs = kwargs
-        self._creators = [EnvCreator(fn, kw) for fn, kw in zip(fns, kwargs)]
+        _bind_workers(self, num_workers, create_env_fn, create_env_kwargs)
         # what pickling sends (the sub-envs and buffers are rebuilt on the other side)
         self._init_kwargs = {"device": device, "run_type_checks": run_type_checks}
         meta = self._make_meta_env()

@@ -15,8 +15,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from .._common import EnvBase
-from ._base import _per_worker
-from ._creator import EnvCreator
+from ._base import _bind_workers
 from ._options import batched_options
 from ._parallel import ParallelEnv
 from ._worker import OP_STEP
@@ -57,14 +56,7 @@ class LazyParallelEnv(ParallelEnv):
         **options: Any,
     ) -> None:
         self.batched_options = batched_options(type(self).__name__, options)
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
-        self.num_workers = num_workers
-        fns = _per_worker(create_env_fn, num_workers, "create_env_fn", "fn")
-        kwargs = _per_worker(create_env_kwargs, num_workers, "create_env_kwargs", "kwargs")
-        self.create_env_fn = fns
-        self.create_env_kwargs = kwargs
-        self._creators = [EnvCreator(fn, kw) for fn, kw in zip(fns, kwargs)]
+        _bind_workers(self, num_workers, create_env_fn, create_env_kwargs)
         sub = {
             "device": device,
             "mp_start_method": mp_start_method,

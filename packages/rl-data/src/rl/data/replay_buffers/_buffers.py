@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rl.data.replay_buffers._utils import atomic_torch_save
+from rl.data.replay_buffers._utils import CheckpointAliases, atomic_torch_save
 from rl.data.replay_buffers.samplers._random import RandomSampler, Sampler
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
 from rl.data.replay_buffers.writers._writers import (
@@ -32,7 +32,7 @@ def _check_batch_size(batch_size: Any, name: str = "batch_size") -> int | None:
     return batch_size
 
 
-class ReplayBuffer:
+class ReplayBuffer(CheckpointAliases):
     """A replay buffer: a storage holds the items, a writer places them, a sampler picks them.
 
     Writes and reads take one lock, so a collector thread may ``extend`` while a learner
@@ -481,16 +481,6 @@ class ReplayBuffer:
                 self._writer.load_state_dict(state["writer"])
             return
         self.load_state_dict(state)
-
-    # TorchRL's other names of the checkpoint methods
-    def dump(self, path: str | Path) -> None:
-        self.dumps(path)
-
-    def save(self, path: str | Path) -> None:
-        self.dumps(path)
-
-    def load(self, path: str | Path) -> None:
-        self.loads(path)
 
     def __del__(self) -> None:
         executor = getattr(self, "_executor", None)

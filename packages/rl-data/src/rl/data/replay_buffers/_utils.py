@@ -163,7 +163,20 @@ class KeyMismatchError(KeyError):
 _COMPONENT_FILE = "state.pt"
 
 
-class Checkpointable:
+class CheckpointAliases:
+    """TorchRL's other names of ``dumps`` / ``loads``: ``dump``, ``save`` and ``load``."""
+
+    def dump(self, path: str | Path) -> None:
+        self.dumps(path)
+
+    def save(self, path: str | Path) -> None:
+        self.dumps(path)
+
+    def load(self, path: str | Path) -> None:
+        self.loads(path)
+
+
+class Checkpointable(CheckpointAliases):
     """``dumps(path)`` / ``loads(path)`` of a component's ``state_dict`` in a directory.
 
     The state is written atomically (a temporary file renamed over the previous one) and
@@ -186,16 +199,6 @@ class Checkpointable:
         if not file.exists():
             raise FileNotFoundError(f"no {type(self).__name__} state at '{file}'")
         self.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
-
-    # TorchRL's other names of the checkpoint methods
-    def dump(self, path: str | Path) -> None:
-        self.dumps(path)
-
-    def save(self, path: str | Path) -> None:
-        self.dumps(path)
-
-    def load(self, path: str | Path) -> None:
-        self.loads(path)
 
 
 class StatelessComponent(Checkpointable):

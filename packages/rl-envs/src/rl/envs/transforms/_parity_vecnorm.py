@@ -310,30 +310,29 @@ class VecNormV2(Transform):
         next_tensordict.set(kcount, count)
         return next_tensordict
 
+    def _present_in_keys(self, next_tensordict) -> list:
+        """The ``in_keys`` present in ``next_tensordict`` (a KeyError naming the missing
+        ones unless ``missing_tolerance``)."""
+        present = set(next_tensordict.keys(True, True))
+        keys = [k for k in self.in_keys if k in present]
+        if len(keys) < len(self.in_keys) and not self.missing_tolerance:
+            missing = [k for k in self.in_keys if k not in present]
+            raise KeyError(
+                f"VecNormV2 expected in_keys {missing} in the tensordict; keys present: "
+                f"{sorted(map(str, present))}"
+            )
+        return keys
+
     def _step(self, tensordict, next_tensordict):
         if not self.stateful:
-            present = set(next_tensordict.keys(True, True))
-            keys = [k for k in self.in_keys if k in present]
-            if len(keys) < len(self.in_keys) and not self.missing_tolerance:
-                missing = [k for k in self.in_keys if k not in present]
-                raise KeyError(
-                    f"VecNormV2 expected in_keys {missing} in the tensordict; keys present: "
-                    f"{sorted(map(str, present))}"
-                )
+            keys = self._present_in_keys(next_tensordict)
             if not keys:
                 return next_tensordict
             return self._stateless_step(tensordict, next_tensordict, keys)
         with self.lock:
             if self._loc is None:
                 self._init_stats(next_tensordict)
-            present = set(next_tensordict.keys(True, True))
-            keys = [k for k in self.in_keys if k in present]
-            if len(keys) < len(self.in_keys) and not self.missing_tolerance:
-                missing = [k for k in self.in_keys if k not in present]
-                raise KeyError(
-                    f"VecNormV2 expected in_keys {missing} in the tensordict; keys present: "
-                    f"{sorted(map(str, present))}"
-                )
+            keys = self._present_in_keys(next_tensordict)
             if not keys:
                 return next_tensordict
             data = next_tensordict.select(*keys)

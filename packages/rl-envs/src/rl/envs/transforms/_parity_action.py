@@ -22,7 +22,22 @@ def _keys_or_default(keys, default: list) -> list[NestedKey]:
     return list(default) if keys is None else normalize_keys(keys)
 
 
-class DiscreteActionProjection(Transform):
+class _ActionOnly(Transform):
+    """A transform of the action only: it changes the action on the way in (``inv``) and
+    leaves the env's outputs alone."""
+
+    @property
+    def has_step(self) -> bool:
+        return False
+
+    def _step(self, tensordict, next_tensordict):
+        return next_tensordict
+
+    def _reset(self, tensordict, tensordict_reset):
+        return tensordict_reset
+
+
+class DiscreteActionProjection(_ActionOnly):
     """Maps one-hot actions over ``max_actions`` choices onto ``num_actions_effective``.
 
     For a policy shared by discrete envs with different numbers of actions: the policy
@@ -72,17 +87,6 @@ class DiscreteActionProjection(Transform):
             raise RuntimeError(
                 "The `max_actions` int must be greater or equal to `num_actions_effective`."
             )
-
-    @property
-    def has_step(self) -> bool:
-        # the action is changed on the way in (inv); env outputs are left alone
-        return False
-
-    def _step(self, tensordict, next_tensordict):
-        return next_tensordict
-
-    def _reset(self, tensordict, tensordict_reset):
-        return tensordict_reset
 
     def _apply_transform(self, action: torch.Tensor) -> torch.Tensor:
         return nn.functional.one_hot(action.argmax(-1), self.max_actions)
@@ -135,7 +139,7 @@ def _finitely_bounded(spec) -> bool:
     return bool(torch.isfinite(low).all() and torch.isfinite(high).all())
 
 
-class ActionScaling(Transform):
+class ActionScaling(_ActionOnly):
     r"""Exposes a bounded continuous action as the normalized box ``[-1, 1]`` (or ``[0, 1]``).
 
     With ``loc = (high + low) / 2`` and ``scale = (high - low) / 2`` read from the inner
@@ -228,16 +232,6 @@ class ActionScaling(Transform):
     def initialized(self) -> bool:
         """Whether ``loc`` and ``scale`` are known (given, read from a spec or loaded)."""
         return not isinstance(self.loc, nn.UninitializedBuffer)
-
-    @property
-    def has_step(self) -> bool:
-        return False
-
-    def _step(self, tensordict, next_tensordict):
-        return next_tensordict
-
-    def _reset(self, tensordict, tensordict_reset):
-        return tensordict_reset
 
     def _set_loc_scale(self, loc: torch.Tensor, scale: torch.Tensor) -> None:
         self.loc = loc.clone()
@@ -435,7 +429,7 @@ class ActionScaling(Transform):
         )
 
 
-class FlattenAction(Transform):
+class FlattenAction(_ActionOnly):
     """Flattens dims ``first_dim..last_dim`` of an action for the policy.
 
     The policy sees the action with those (adjacent, inclusive) dims merged; ``inv``
@@ -525,16 +519,6 @@ class FlattenAction(Transform):
     @property
     def _merged_dim(self) -> int:
         return self.first_dim if self._first_dim >= 0 else self.last_dim
-
-    @property
-    def has_step(self) -> bool:
-        return False
-
-    def _step(self, tensordict, next_tensordict):
-        return next_tensordict
-
-    def _reset(self, tensordict, tensordict_reset):
-        return tensordict_reset
 
     def _apply_transform(self, action: torch.Tensor) -> torch.Tensor:
         return torch.flatten(action, self.first_dim, self.last_dim)

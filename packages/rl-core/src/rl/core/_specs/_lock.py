@@ -24,7 +24,7 @@ class _Lockable:
 
     def _lock_children(self) -> Iterator[_Lockable]:
         """The nested lockable specs a recursive lock reaches."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define _lock_children()")
 
     @property
     def is_locked(self) -> bool:

@@ -15,10 +15,10 @@ class StorageCheckpointerBase:
     """
 
     def dumps(self, storage: Storage, path: str | Path) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define dumps(storage, path)")
 
     def loads(self, storage: Storage, path: str | Path) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define loads(storage, path)")
 
 
 class TensorStorageCheckpointer(StorageCheckpointerBase):

@@ -334,11 +334,8 @@ class TransformedEnv(EnvBase):
             given = tensordict.get(key, None)
             if given is None or given.shape != value.shape or not torch.equal(given, value):
                 return None
-        if any(
-            bool(root.get(key).any())
-            for key in self.base_env.done_keys
-            if key in root.keys(True, True)
-        ):
+        present = set(root.keys(True, True))
+        if any(bool(root.get(key).any()) for key in self.base_env.done_keys if key in present):
             return None
         return root
 

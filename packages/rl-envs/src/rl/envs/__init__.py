@@ -20,6 +20,43 @@ from .transforms._auto_reset import AutoResetEnv, AutoResetTransform
 
 __version__ = "0.1.0"
 
+# Simulator back-ends and multi-agent helpers, imported on first use so that
+# ``import rl.envs`` does not import EnvPool, dm_control, PettingZoo or VMAS.
+_LAZY = {
+    "MultiThreadedEnv": "rl.envs.libs.envpool",
+    "MultiThreadedEnvWrapper": "rl.envs.libs.envpool",
+    "DMControlEnv": "rl.envs.libs.dm_control",
+    "DMControlWrapper": "rl.envs.libs.dm_control",
+    "PettingZooEnv": "rl.envs.libs.pettingzoo",
+    "PettingZooWrapper": "rl.envs.libs.pettingzoo",
+    "VmasEnv": "rl.envs.libs.vmas",
+    "VmasWrapper": "rl.envs.libs.vmas",
+    "MarlGroupMapType": "rl.envs._marl",
+    "check_marl_grouping": "rl.envs._marl",
+}
+
+
+def _module_present(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+# A back-end's names join ``__all__`` once its module exists (not its library).
+_lazy_present = [name for name, module in _LAZY.items() if _module_present(module)]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "AutoResetEnv",
     "AutoResetTransform",
@@ -42,4 +79,5 @@ __all__ = [
     "terminated_or_truncated",
     *_probes_all,
     *_transforms_all,
+    *_lazy_present,
 ]

@@ -24,6 +24,8 @@ from ._iql import *  # noqa: E402,F403
 from ._iql import __all__ as _all_iql  # noqa: E402
 from ._ppo import *  # noqa: E402,F403
 from ._ppo import __all__ as _all_ppo  # noqa: E402
+from ._qmixer import *  # noqa: E402,F403
+from ._qmixer import __all__ as _all_qmixer  # noqa: E402
 from ._redq import *  # noqa: E402,F403
 from ._redq import __all__ as _all_redq  # noqa: E402
 from ._reinforce import *  # noqa: E402,F403
@@ -57,4 +59,5 @@ __all__ = [
     *_all_ppo,
     *_all_a2c,
     *_all_reinforce,
+    *_all_qmixer,
 ]

@@ -48,26 +48,42 @@ def _wrap_forward(func):
     return forward
 
 
-def _walk(module: nn.Module, key: tuple[str, ...]) -> tuple[nn.Module, str]:
-    for name in key[:-1]:
+def _walk(module: nn.Module, key: tuple[str, ...]) -> tuple[nn.Module, str | tuple[str, ...]]:
+    """The submodule holding ``key`` and the name in it.
+
+    A :class:`~tensordict.nn.TensorDictParams` (the parameters of
+    :class:`~rl.modules.MultiAgentMLP`, stacked over agents) holds a nested TensorDict:
+    the name returned for it is the rest of the key, a tuple.
+    """
+    for i, name in enumerate(key[:-1]):
+        if isinstance(module, TensorDictParams):
+            return module, key[i:]
         module = module._modules[name]
+    if isinstance(module, TensorDictParams):
+        return module, key[-1:]
     return module, key[-1]
+
+
+def _set_slot(sub: nn.Module, name, tensor: torch.Tensor, is_param: bool) -> None:
+    if isinstance(name, tuple):  # inside a TensorDictParams: a new entry sharing storage
+        sub.set(name, tensor, inplace=False)
+    elif is_param:
+        sub._parameters[name] = tensor
+    else:
+        sub._buffers[name] = tensor
 
 
 def _bind(slots: list[tuple[nn.Module, str, bool]], tensors: Iterable[torch.Tensor]) -> None:
     """Put ``tensors`` in the parameter/buffer slots of a module without any check."""
     for (sub, name, is_param), tensor in zip(slots, tensors, strict=True):
-        if is_param:
-            sub._parameters[name] = tensor
-        else:
-            sub._buffers[name] = tensor
+        _set_slot(sub, name, tensor, is_param)
 
 
 def _slots(module: nn.Module, keys: list[tuple[str, ...]]) -> list[tuple[nn.Module, str, bool]]:
     out = []
     for key in keys:
         sub, name = _walk(module, key)
-        out.append((sub, name, name in sub._parameters))
+        out.append((sub, name, isinstance(name, tuple) or name in sub._parameters))
     return out
 
 
@@ -75,6 +91,9 @@ def _as_buffers(module: nn.Module, keys, tensors) -> None:
     """Turn the parameters of ``module`` at ``keys`` into buffers holding ``tensors``."""
     for key, tensor in zip(keys, tensors, strict=True):
         sub, name = _walk(module, key)
+        if isinstance(name, tuple):
+            _set_slot(sub, name, tensor, False)
+            continue
         sub._parameters.pop(name, None)
         sub._buffers[name] = tensor
 
@@ -424,6 +443,8 @@ class LossModule(TensorDictModuleBase):
         info: dict[str, Any] = {"keys": keys, "expand_dim": expand_dim}
         if expand_dim is None:
             params = TensorDict.from_module(module, as_module=True)
+            if not isinstance(params, TensorDictParams):  # a module without parameters (VDN)
+                params = TensorDictParams(params, no_convert=True)
             if any(id(params.get(key)) in shared for key in keys):
                 # Parameters owned by another network run detached here. The network is
                 # copied so that the other network (e.g. an actor sharing a trunk) keeps
@@ -487,7 +508,10 @@ class LossModule(TensorDictModuleBase):
             for key, slot in zip(keys, _slots(module, keys), strict=True):
                 sub, name, is_param = slot
                 value = params.get(key)
-                if is_param:
+                if isinstance(name, tuple):
+                    if sub.get(name) is not value:
+                        _set_slot(sub, name, value, is_param)
+                elif is_param:
                     if sub._parameters[name] is not value:
                         sub._parameters[name] = value
                 else:

@@ -1,7 +1,8 @@
 """TorchRL's ``torchrl.envs.utils`` path: env helpers and the exploration type.
 
-``step_mdp``, ``check_env_specs``, ``RandomPolicy``, ``make_composite_from_td`` and
-``terminated_or_truncated`` are those of :mod:`rl.envs`;
+``step_mdp``, ``check_env_specs``, ``RandomPolicy``, ``make_composite_from_td``,
+``terminated_or_truncated``, ``MarlGroupMapType`` and ``check_marl_grouping`` are those
+of :mod:`rl.envs`;
 ``ExplorationType``, ``exploration_type`` and ``set_exploration_type`` those of
 :mod:`rl.core` (tensordict's interaction type). The module exists so that code written
 for ``torchrl.envs.utils`` carries over.
@@ -14,13 +15,16 @@ Examples:
 """
 
 from rl.core import ExplorationType, exploration_type, set_exploration_type
+from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 from rl.envs._td_utils import make_composite_from_td, terminated_or_truncated
 from rl.envs._utils import RandomPolicy, check_env_specs, step_mdp
 
 __all__ = [
     "ExplorationType",
+    "MarlGroupMapType",
     "RandomPolicy",
     "check_env_specs",
+    "check_marl_grouping",
     "exploration_type",
     "make_composite_from_td",
     "set_exploration_type",

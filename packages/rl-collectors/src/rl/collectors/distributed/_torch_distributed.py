@@ -1,0 +1,763 @@
+"""``DistributedCollector`` and ``DistributedSyncCollector``: collectors on the other
+ranks of a ``torch.distributed`` process group (gloo on CPU, nccl on GPU).
+
+Rank 0 is the learner: it iterates over the batches. Ranks ``1..N`` each run a local
+collector and send their batches to rank 0 with point-to-point ops into preallocated
+buffers (see ``_td_comm``). The workers are started here (``launcher="mp"``) or were
+started by ``torchrun`` (``launcher="torchrun"``: every other rank calls
+:meth:`DistributedCollector.run_worker`).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing.util
+import os
+import queue
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from rl.core import ExplorationType
+
+from .._base import CollectorBase
+from .._multi import MultiAsyncCollector, MultiSyncCollector
+from .._single import Collector
+from . import _td_comm as comm
+from ._td_launch import (
+    Receiver,
+    default_start_method,
+    exit_description,
+    join_torchrun,
+    launch_mp,
+    stop_processes,
+)
+from ._td_worker import comm_device, torchrun_worker
+
+__all__ = [
+    "DistributedCollector",
+    "DistributedSyncCollector",
+    "DistributedDataCollector",
+    "DistributedSyncDataCollector",
+]
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 0.25
+_GRACE_S = 2.0  # how long a dead worker's last message may take to arrive
+_CLASSES = {"single": Collector, "sync": MultiSyncCollector, "async": MultiAsyncCollector}
+_BACKENDS = ("gloo", "nccl")
+_LAUNCHERS = ("mp", "torchrun")
+_UNSUPPORTED = {
+    "weight_updater": "weights go to the workers over the process group with "
+    "update_policy_weights_()",
+    "weight_sync_schemes": "weights go to the workers over the process group with "
+    "update_policy_weights_()",
+    "weight_recv_schemes": "a distributed collector cannot itself receive weights here",
+}
+
+
+def _per_worker(value: Any, n: int, name: str) -> list:
+    if isinstance(value, list | tuple):
+        if len(value) != n:
+            raise ValueError(f"{name} has {len(value)} entries, expected one per worker ({n})")
+        return list(value)
+    return [value] * n
+
+
+def _weights_of(source: Any) -> TensorDictBase | None:
+    if source is None:
+        return None
+    if isinstance(source, nn.Module):
+        weights = TensorDict.from_module(source).data
+        return weights if not weights.is_empty() else None
+    if isinstance(source, TensorDictBase):
+        return source.data if hasattr(source, "data") else source
+    if isinstance(source, Mapping):  # a state dict: "module.0.weight" -> nested keys
+        return TensorDict(dict(source)).unflatten_keys(".")
+    raise TypeError(
+        "policy weights must be an nn.Module, a state dict or a TensorDict of parameters, "
+        f"got {type(source).__name__}"
+    )
+
+
+class DistributedCollector(CollectorBase):
+    """Collectors on the other ranks of a ``torch.distributed`` process group.
+
+    Rank 0 (this process, the learner) iterates; each worker rank runs a local
+    ``collector_class`` over its own env and sends its batches to rank 0 with
+    point-to-point ops (one flat payload per batch, received into a preallocated
+    buffer). With ``sync=False`` (default) each batch is one worker's
+    ``frames_per_batch`` frames (``[*env_batch, T]``), yielded as soon as it arrives;
+    with ``sync=True`` every batch stacks ``frames_per_batch / num_workers`` frames of
+    each worker (``[num_workers, *env_batch, T]``). ``total_frames`` is exact (the last
+    requests are shortened). ``("collector", "traj_ids")`` are unique across workers
+    (a worker's own id times ``num_workers`` plus its index).
+
+    A worker is released for its next batch when the iterator asks for the next batch
+    (after the loop body), so weights sent with :meth:`update_policy_weights_` in the
+    loop body are used by every batch a worker starts afterwards. A worker that raises
+    is reported with its traceback; a worker rank that dies (e.g. killed) is reported
+    within seconds; every worker is then shut down. :meth:`shutdown` stops the workers
+    and destroys the process group (when this collector created it).
+
+    Args:
+        create_env_fn: one env factory (or env) per worker (a list), or one for every
+            worker (``num_workers`` of them with ``launcher="mp"``, one per worker rank
+            with ``launcher="torchrun"``). Sent to the workers with cloudpickle.
+        policy: as in :class:`~rl.collectors.Collector` (a copy runs on each worker);
+            ``None`` acts at random.
+        policy_factory: builds the policy on the worker instead (exclusive with
+            ``policy``; weights then reach workers only when given to
+            :meth:`update_policy_weights_`).
+        frames_per_batch: frames per yielded batch (with ``sync=True``, all workers
+            together, a multiple of ``num_workers``).
+        total_frames: frames in all (exact); ``-1`` collects until :meth:`shutdown`.
+        device, storing_device, env_device, policy_device: the workers' devices (one
+            value, or one per worker); the batches reach the learner on the
+            communication device (CPU for gloo).
+        max_frames_per_traj, init_random_frames, reset_at_each_iter, exploration_type:
+            as in :class:`~rl.collectors.Collector` (``init_random_frames`` is split
+            among the workers).
+        postproc, split_trajs: applied here, to each batch.
+        collector_class: the workers' collector: :class:`~rl.collectors.Collector`
+            (``"single"``, default), :class:`~rl.collectors.MultiSyncCollector`
+            (``"sync"``) or :class:`~rl.collectors.MultiAsyncCollector` (``"async"``).
+        collector_kwargs: more keyword arguments of the workers' collectors (one dict,
+            or one per worker); they override the arguments above.
+        num_workers_per_collector: envs (sub-processes) of a multiprocess
+            ``collector_class`` on each worker.
+        sync: stack one piece of every worker per batch (see above).
+        slurm_kwargs: submitit's SLURM options; not supported (``ValueError``).
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU tensors between GPU ranks).
+        update_after_each_batch: send the learner's weights to the worker(s) of a batch
+            before they collect their next one.
+        max_weight_update_interval: send the weights to a worker that collected more
+            than this many batches since its last update (``-1``: never forced).
+        update_interval: send the weights every ``update_interval`` batches.
+        launcher: ``"mp"`` (default: the workers are processes started here, on this
+            machine, in a process group on a free loopback port) or ``"torchrun"``
+            (this is rank 0 of the group torchrun launched; the other ranks call
+            :meth:`run_worker`). TorchRL's ``"submitit"`` launchers are not supported.
+        tcp_port: the port of the ``"mp"`` rendezvous (default: a free port).
+        num_workers: the number of workers when ``create_env_fn`` is one factory
+            (``launcher="mp"``; default 1).
+        timeout: seconds before an operation of the process group fails (a worker
+            that hangs that long is reported); a batch must take less than this.
+        mp_start_method: ``"fork"`` (default on Linux without CUDA initialized) or
+            ``"spawn"`` (the script then needs an ``if __name__ == "__main__":``
+            guard); ``launcher="mp"`` only.
+        num_threads: torch threads of each ``"mp"`` worker (default 1).
+        weight_updater, weight_sync_schemes, weight_recv_schemes: TorchRL's weight-sync
+            plug-ins; not supported (``ValueError``).
+
+    Raises:
+        ValueError: bad arguments (an unknown backend or launcher, ``slurm_kwargs``,
+            frames that cannot be split exactly among the workers, conflicting update
+            options); TypeError: a wrong argument type.
+
+    Examples:
+        >>> from rl.collectors.distributed import DistributedDataCollector
+        >>> from rl.envs import CartPoleEnv
+        >>> collector = DistributedDataCollector(
+        ...     [CartPoleEnv, CartPoleEnv], None, frames_per_batch=50, total_frames=200
+        ... )
+        >>> [batch.numel() for batch in collector]
+        [50, 50, 50, 50]
+        >>> collector.shutdown()
+    """
+
+    _sync_default = False
+    _push_first = False
+
+    def __init__(
+        self,
+        create_env_fn: Sequence[Callable] | Callable,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        policy_factory: Callable[[], Callable] | Sequence[Callable[[], Callable]] | None = None,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        device=None,
+        storing_device=None,
+        env_device=None,
+        policy_device=None,
+        max_frames_per_traj: int = -1,
+        init_random_frames: int = -1,
+        reset_at_each_iter: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        exploration_type: ExplorationType = ExplorationType.RANDOM,
+        collector_class: type | Literal["single", "sync", "async"] = Collector,
+        collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        num_workers_per_collector: int = 1,
+        sync: bool = False,
+        slurm_kwargs: Mapping[str, Any] | None = None,
+        backend: Literal["gloo", "nccl"] = "gloo",
+        update_after_each_batch: bool = False,
+        max_weight_update_interval: int = -1,
+        update_interval: int | None = None,
+        launcher: Literal["mp", "torchrun"] = "mp",
+        tcp_port: int | None = None,
+        num_workers: int | None = None,
+        timeout: float = 1800.0,
+        mp_start_method: str | None = None,
+        num_threads: int | None = 1,
+        weight_updater: Any = None,
+        weight_sync_schemes: Any = None,
+        weight_recv_schemes: Any = None,
+    ) -> None:
+        self.closed = True  # until the workers run
+        self._owner_pid = os.getpid()
+        self._procs: list = []
+        self._own_group = False
+        name = type(self).__name__
+        for arg, value in (("weight_updater", weight_updater),
+                           ("weight_sync_schemes", weight_sync_schemes),
+                           ("weight_recv_schemes", weight_recv_schemes)):  # fmt: skip
+            if value is not None:
+                raise ValueError(f"{arg} is not supported by {name}: {_UNSUPPORTED[arg]}")
+        if launcher in ("submitit", "submitit_delayed"):
+            raise ValueError(
+                f"launcher={launcher!r} is not supported (rl does not depend on submitit): "
+                "start the workers with torchrun and pass launcher='torchrun' (see "
+                "examples/distributed), or use launcher='mp' on one machine"
+            )
+        if launcher not in _LAUNCHERS:
+            raise ValueError(f"launcher must be one of {_LAUNCHERS}, got {launcher!r}")
+        if slurm_kwargs is not None:
+            raise ValueError(
+                "slurm_kwargs configures submitit's SLURM jobs, which are not supported: "
+                "allocate the nodes with your scheduler and start torchrun on each "
+                "(launcher='torchrun'), got slurm_kwargs="
+                f"{dict(slurm_kwargs)!r}"
+            )
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        if backend == "nccl" and not torch.cuda.is_available():
+            raise ValueError("backend='nccl' needs CUDA devices; use backend='gloo' on CPU")
+        if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
+            raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
+        if isinstance(total_frames, bool) or not isinstance(total_frames, int):
+            raise TypeError(f"total_frames must be an int, got {total_frames!r}")
+        if frames_per_batch <= 0 or (total_frames != -1 and total_frames <= 0):
+            raise ValueError(
+                f"frames_per_batch ({frames_per_batch}) must be positive and total_frames "
+                f"({total_frames}) positive or -1"
+            )
+        if update_after_each_batch and max_weight_update_interval > -1:
+            raise ValueError(
+                "update_after_each_batch=True and max_weight_update_interval="
+                f"{max_weight_update_interval} conflict: pass one of them"
+            )
+        if update_interval is not None and update_interval < 1:
+            raise ValueError(f"update_interval must be >= 1, got {update_interval}")
+        if policy is not None and policy_factory is not None:
+            raise ValueError("pass policy or policy_factory, not both")
+        if isinstance(collector_class, str):
+            if collector_class not in _CLASSES:
+                raise ValueError(
+                    f"collector_class must be a collector class or one of {sorted(_CLASSES)}, "
+                    f"got {collector_class!r}"
+                )
+            collector_class = _CLASSES[collector_class]
+        if mp_start_method is not None and launcher != "mp":
+            raise ValueError("mp_start_method applies to launcher='mp' only")
+        if launcher == "mp" and dist.is_initialized():
+            raise RuntimeError(
+                "a torch.distributed process group already exists in this process; "
+                "launcher='mp' creates its own: shut the other collector down first, or "
+                "use launcher='torchrun' to reuse the group"
+            )
+        self.launcher = launcher
+        self.backend = backend
+        self.collector_class = collector_class
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.postproc = postproc
+        self.split_trajs = bool(split_trajs)
+        self.replay_buffer = None
+        self.policy = policy
+        self.update_after_each_batch = update_after_each_batch
+        self.max_weight_update_interval = max_weight_update_interval
+        self.update_interval = update_interval
+        self.timeout = float(timeout)
+        self._sync = bool(sync)
+        self._init_base()
+        self.closed = True
+
+        def configs(n: int) -> list[dict]:
+            return self._configs(
+                n, create_env_fn, policy, policy_factory, collector_kwargs,
+                num_workers_per_collector,
+                {"device": device, "storing_device": storing_device,
+                 "env_device": env_device, "policy_device": policy_device},
+                {"max_frames_per_traj": max_frames_per_traj,
+                 "init_random_frames": init_random_frames,
+                 "reset_at_each_iter": reset_at_each_iter,
+                 "exploration_type": exploration_type},
+            )  # fmt: skip
+
+        self._device = comm_device(backend)
+        if launcher == "mp":
+            if isinstance(create_env_fn, list | tuple):
+                if num_workers is not None and num_workers != len(create_env_fn):
+                    raise ValueError(
+                        f"num_workers={num_workers} but create_env_fn has "
+                        f"{len(create_env_fn)} entries (one per worker)"
+                    )
+                n = len(create_env_fn)
+            else:
+                n = 1 if num_workers is None else num_workers
+            if n < 1:
+                raise ValueError(f"a {name} needs at least one worker, got {n}")
+            worker_configs = configs(n)  # checks the arguments before starting anything
+            self.mp_start_method = mp_start_method or default_start_method()
+            self._procs, self._store = launch_mp(
+                num_workers=n, configs=worker_configs, backend=backend, tcp_port=tcp_port,
+                timeout=self.timeout, start_method=self.mp_start_method,
+                num_threads=num_threads, name=name,
+            )  # fmt: skip
+            self._own_group = True
+        else:
+            self.mp_start_method = None
+            self._store = None
+            self._own_group, n = join_torchrun(
+                backend=backend, timeout=self.timeout, make_configs=configs, name=name
+            )
+        self.num_workers = n
+        self._ranks = list(range(1, n + 1))
+        self._finalizer = multiprocessing.util.Finalize(
+            self, stop_processes, args=(self._procs, 0.0), exitpriority=10
+        )
+        self._out: queue.SimpleQueue = queue.SimpleQueue()
+        self._receivers = {r: Receiver(r, self._device, self._out) for r in self._ranks}
+        for receiver in self._receivers.values():
+            receiver.start()
+        self._sends: dict[int, list] = {r: [] for r in self._ranks}
+        self._expected: dict[int, int] = {}  # rank -> sends settled by its next answer
+        self._pending: dict[int, int] = {}  # rank -> frames of the batch it collects
+        self._since_update = dict.fromkeys(self._ranks, 0)
+        self._weights_layout: dict[int, comm.Layout | None] = dict.fromkeys(self._ranks)
+        self._assigned = 0
+        self.closed = False
+        try:
+            self.frames_per_step: dict[int, int] = {}
+            self.worker_pids: list[int] = []
+            for rank in self._ranks:
+                self._expect(rank)
+            for _ in self._ranks:
+                rank, (per_step, pid) = self._wait_one("start-up")
+                self.frames_per_step[rank] = per_step
+            self.worker_pids = [p.pid for p in self._procs] if self._procs else []
+            self._check_frames()
+        except BaseException:
+            if not self.closed:
+                self.closed = True
+                self._close()
+            raise
+
+    # ------------------------------------------------------------------- set-up
+    def _configs(self, n, create_env_fn, policy, policy_factory, collector_kwargs,
+                 num_workers_per_collector, devices, common) -> list[dict]:  # fmt: skip
+        if isinstance(create_env_fn, list | tuple):
+            if len(create_env_fn) != n:
+                raise ValueError(
+                    f"create_env_fn has {len(create_env_fn)} entries, expected one per worker "
+                    f"rank ({n})"
+                )
+            fns = list(create_env_fn)
+        else:
+            fns = [create_env_fn] * n
+        for fn in fns:
+            if not callable(fn):
+                raise TypeError(
+                    f"create_env_fn must be env factories (callables), got {type(fn).__name__}"
+                )
+        if self._sync and self.frames_per_batch % n:
+            raise ValueError(
+                f"frames_per_batch={self.frames_per_batch} must be a multiple of the number of "
+                f"workers ({n}) with sync=True: each worker collects frames_per_batch / {n}"
+            )
+        self._frames_per_batch_worker = self.frames_per_batch // n if self._sync else (
+            self.frames_per_batch)  # fmt: skip
+        factories = _per_worker(policy_factory, n, "policy_factory")
+        kwargs = _per_worker(collector_kwargs, n, "collector_kwargs")
+        per_device = {k: _per_worker(v, n, k) for k, v in devices.items()}
+        out = []
+        for i in range(n):
+            worker_kwargs = dict(common)
+            worker_kwargs["init_random_frames"] = max(common["init_random_frames"] or 0, 0) // n
+            if worker_kwargs["max_frames_per_traj"] is not None and (
+                    worker_kwargs["max_frames_per_traj"] <= 0):  # fmt: skip
+                worker_kwargs["max_frames_per_traj"] = None
+            worker_kwargs.update({k: v[i] for k, v in per_device.items() if v[i] is not None})
+            worker_kwargs.update(dict(kwargs[i] or {}))
+            out.append({
+                "env_fn": fns[i], "policy": policy, "policy_factory": factories[i],
+                "collector_class": self.collector_class, "collector_kwargs": worker_kwargs,
+                "frames_per_batch": self._frames_per_batch_worker,
+                "num_workers_per_collector": num_workers_per_collector, "num_workers": n,
+            })  # fmt: skip
+        return out
+
+    def _check_frames(self) -> None:
+        per_step = self.frames_per_step
+        fpb = self._frames_per_batch_worker
+        for rank, k in per_step.items():
+            if fpb % k:
+                raise ValueError(
+                    f"frames_per_batch={self.frames_per_batch} gives {fpb} frames per batch "
+                    f"of worker rank {rank}, not a multiple of its env batch size ({k} frames "
+                    "per step)"
+                )
+        if self._sync and len(set(per_step.values())) > 1:
+            raise ValueError(
+                f"sync=True stacks one piece per worker: every worker needs the same env "
+                f"batch size, got {per_step}"
+            )
+        if self.total_frames > 0:
+            unit = per_step[1] * self.num_workers if self._sync else max(per_step.values())
+            bad = self.total_frames % unit if self._sync else any(
+                self.total_frames % k for k in per_step.values())  # fmt: skip
+            if bad:
+                what = f"{self.num_workers} workers x {per_step[1]}" if self._sync else (
+                    f"{sorted(set(per_step.values()))}")  # fmt: skip
+                raise ValueError(
+                    f"total_frames={self.total_frames} cannot be collected exactly: it must be "
+                    f"a multiple of the frames per step ({what})"
+                )
+
+    # -------------------------------------------------------------- messaging
+    def _isend(self, rank: int, tensor: torch.Tensor, what: str) -> None:
+        try:
+            work = dist.isend(tensor, dst=rank)
+        except RuntimeError as exc:
+            self._lost(rank, what, exc)
+        self._sends[rank].append((work, tensor))  # alive until the worker has read it
+
+    def _command(self, rank: int, kind: int, a: int = 0, b: int = 0, what: str = "") -> None:
+        header = torch.tensor([kind, a, b, 0], dtype=torch.int64, device=self._device)
+        self._isend(rank, header, what or comm.KIND_NAMES[kind].lower())
+
+    def _expect(self, rank: int) -> None:
+        """Tells ``rank``'s receiver to read one answer (to the commands sent so far)."""
+        self._expected[rank] = len(self._sends[rank])
+        self._receivers[rank].requests.put(True)
+
+    def _wait_one(self, what: str) -> tuple[int, Any]:
+        """The next answer of any worker; a failed or dead worker raises here."""
+        while True:
+            try:
+                rank, kind, value = self._out.get(timeout=_POLL_S)
+            except queue.Empty:
+                self._check_alive(what)
+                continue
+            if kind == "error":
+                self._fail(
+                    f"{type(self).__name__} worker rank {rank} raised during {what} (all "
+                    f"workers were shut down):\n{value['traceback']}",
+                    value if what == "start-up" else None,
+                )
+            if kind == "lost":
+                self._lost(rank, what, value)
+            settled = self._expected.pop(rank, 0)
+            try:
+                for work, _ in self._sends[rank][:settled]:
+                    work.wait()  # read by the worker before it answered
+            except RuntimeError as exc:
+                self._lost(rank, what, exc)
+            del self._sends[rank][:settled]
+            return rank, value
+
+    def _check_alive(self, what: str) -> None:
+        for rank, proc in zip(self._ranks, self._procs):
+            if not proc.is_alive():
+                try:  # its last words (an error) or the receiver's report come first
+                    item = self._out.get(timeout=_GRACE_S)
+                except queue.Empty:
+                    self._lost(rank, what, None)
+                self._out.put(item)
+                return
+
+    def _lost(self, rank: int, what: str, exc: BaseException | None) -> None:
+        name = type(self).__name__
+        if self._procs:
+            proc = self._procs[rank - 1]
+            proc.join(_GRACE_S)
+            if not proc.is_alive():
+                self._fail(
+                    f"{name} worker rank {rank} (pid {proc.pid}) died during {what} with "
+                    f"{exit_description(proc.exitcode)}; all workers were shut down"
+                )
+        self._fail(
+            f"{name} lost worker rank {rank} during {what} ({exc}); it died or hung longer "
+            f"than timeout={self.timeout} s; all workers were shut down"
+        )
+
+    def _fail(self, message: str, start_error: Mapping | None = None) -> None:
+        self.closed = True
+        self._close(failed=True)
+        if start_error is not None and start_error["type"] in ("ValueError", "TypeError"):
+            # bad arguments: the error a local collector built with them raises
+            error = ValueError if start_error["type"] == "ValueError" else TypeError
+            raise error(f"{start_error['message']} (in {type(self).__name__} worker)")
+        raise RuntimeError(message)
+
+    # ---------------------------------------------------------------- weights
+    def update_policy_weights_(
+        self, policy_or_weights: Any = None, *, worker_ids: int | Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        """Sends the learner's policy weights (or the given module, state dict or
+        TensorDict of parameters) to the workers (all, or the ranks ``worker_ids``).
+
+        Each worker loads them before the next batch it starts: every batch requested
+        after this call is collected with them.
+        """
+        if self.closed:
+            raise RuntimeError(f"the {type(self).__name__} was shut down")
+        weights = _weights_of(self.policy if policy_or_weights is None else policy_or_weights)
+        if weights is None:
+            return
+        ranks = self._ranks if worker_ids is None else (
+            [worker_ids] if isinstance(worker_ids, int) else list(worker_ids))  # fmt: skip
+        for rank in ranks:
+            if rank not in self._since_update:
+                raise ValueError(f"worker_ids are worker ranks {self._ranks}, got {rank}")
+        layout = comm.Layout.of(weights)
+        payload = torch.empty(layout.nbytes, dtype=torch.uint8, device=self._device)
+        layout.pack(weights, payload)
+        layout_bytes = layout.to_bytes()
+        encoded = torch.frombuffer(bytearray(layout_bytes), dtype=torch.uint8).to(self._device)
+        for rank in ranks:
+            new = self._weights_layout[rank] != layout
+            header = torch.tensor([comm.WEIGHTS, layout.nbytes, int(new), len(layout_bytes)],
+                                  dtype=torch.int64, device=self._device)  # fmt: skip
+            self._isend(rank, header, "weight update")
+            if new:
+                self._isend(rank, encoded, "weight update")
+                self._weights_layout[rank] = layout
+            if layout.nbytes:
+                self._isend(rank, payload, "weight update")
+            self._since_update[rank] = 0
+
+    def _weights_due(self, rank: int) -> bool:
+        if self.update_after_each_batch:
+            return self._since_update[rank] > 0
+        if self.update_interval is not None:
+            if self._iter == 0:
+                return self._push_first and self._since_update[rank] == 0
+            return self._iter % self.update_interval == 0 and self._since_update[rank] > 0
+        if self.max_weight_update_interval > -1:
+            return self._since_update[rank] > self.max_weight_update_interval
+        return False
+
+    def _release(self, rank: int, frames: int) -> None:
+        if self._weights_due(rank):
+            self.update_policy_weights_(worker_ids=rank)
+        self._command(rank, comm.COLLECT, frames, what="collect")
+        self._expect(rank)
+        self._pending[rank] = frames
+
+    # ---------------------------------------------------------------- batches
+    def _produce(self) -> TensorDictBase | None:
+        if self.closed:
+            return None
+        try:
+            return self._produce_sync() if self._sync else self._produce_async()
+        except BaseException:
+            if not self.closed:  # an interrupted wait leaves answers in flight
+                self.closed = True
+                self._close(failed=True)
+            raise
+
+    def _produce_sync(self) -> TensorDictBase | None:
+        n = self.num_workers
+        frames = self._frames_per_batch_worker
+        left = self._frames_left()
+        if left is not None:
+            frames = min(frames, left // n)
+            if frames <= 0:
+                return None
+        for rank in self._ranks:
+            self._release(rank, frames)
+        views = {}
+        for _ in self._ranks:
+            rank, view = self._wait_one("collect")
+            views[rank] = view
+            del self._pending[rank]
+            self._since_update[rank] += 1
+        pieces = [views[rank] for rank in self._ranks]
+        layouts = {self._receivers[r].buffer.layout for r in self._ranks}
+        if len(layouts) > 1:
+            self._fail(
+                f"sync=True stacks one piece per worker, but the workers' batches differ: "
+                f"{[self._receivers[r].buffer.layout for r in self._ranks]}"
+            )
+        return torch.stack(pieces, 0)
+
+    def _produce_async(self) -> TensorDictBase | None:
+        for rank in self._ranks:
+            if rank in self._pending:
+                continue
+            frames = self.frames_per_batch
+            if self.total_frames >= 0:
+                per_step = self.frames_per_step[rank]
+                frames = min(frames, (self.total_frames - self._assigned) // per_step * per_step)
+            if frames <= 0:
+                continue
+            self._assigned += frames
+            self._release(rank, frames)
+        if not self._pending:
+            return None
+        rank, view = self._wait_one("collect")
+        del self._pending[rank]
+        self._since_update[rank] += 1
+        return view.clone()
+
+    def _drain(self) -> None:
+        """Reads (and drops, uncounted) the batches the workers are collecting."""
+        while self._pending:
+            rank, _ = self._wait_one("collect")
+            self._assigned -= self._pending.pop(rank)
+
+    # ---------------------------------------------------------------- seeds, state
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds worker ``i`` with the ``i``-th seed of the chain; returns the next one."""
+        if self.closed:
+            raise RuntimeError(f"the {type(self).__name__} was shut down")
+        self._drain()
+        for rank in self._ranks:
+            self._command(rank, comm.SEED, int(seed), int(static_seed))
+            self._expect(rank)
+            _, new_seed = self._wait_one("set_seed")
+            if not static_seed:
+                seed = new_seed
+        return seed
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no state_dict: its workers' envs live on other "
+            "ranks; checkpoint the policy and restart collection instead"
+        )
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no load_state_dict")
+
+    # ---------------------------------------------------------------- workers
+    @staticmethod
+    def run_worker(backend: Literal["gloo", "nccl"] = "gloo", timeout: float = 1800.0) -> None:
+        """Serves as a collector worker on this rank (``1..N``) of a ``torchrun`` job
+        whose rank 0 builds the collector with ``launcher="torchrun"``; returns when
+        the learner shuts the collector down.
+
+        Examples:
+            >>> import os  # doctest: +SKIP
+            >>> if int(os.environ["RANK"]) > 0:  # doctest: +SKIP
+            ...     DistributedDataCollector.run_worker()
+        """
+        torchrun_worker(backend, timeout)
+
+    def alive(self) -> list[bool]:
+        """Whether each worker process (``launcher="mp"``) runs."""
+        return [proc.is_alive() for proc in self._procs]
+
+    def shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stops the workers (after the batches in flight) and destroys the process
+        group when this collector created it (idempotent)."""
+        if getattr(self, "_owner_pid", None) != os.getpid():
+            self.closed = True  # a copy in a forked child: the workers are not its own
+            return
+        super().shutdown(timeout, close_env)
+
+    def _close(self, failed: bool = False) -> None:
+        self.closed = True
+        procs = self._procs
+        if failed and procs:
+            stop_processes(procs, 0.0)  # the receivers' recvs fail and their threads end
+        for rank in getattr(self, "_ranks", []):
+            if not failed:
+                try:
+                    self._command(rank, comm.CLOSE)
+                except RuntimeError:
+                    pass
+        if not failed and getattr(self, "_pending", None):
+            try:
+                self._drain()
+            except RuntimeError:
+                pass
+        for receiver in getattr(self, "_receivers", {}).values():
+            receiver.requests.put(None)
+        if procs:
+            stop_processes(procs)
+        for receiver in getattr(self, "_receivers", {}).values():
+            receiver.join(1.0)
+        for sends in getattr(self, "_sends", {}).values():
+            sends.clear()
+        if self._own_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._own_group = False
+        self._store = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_workers={getattr(self, 'num_workers', None)}, "
+            f"launcher={getattr(self, 'launcher', None)!r}, sync={self._sync}, "
+            f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, "
+            f"frames={getattr(self, '_frames', 0)})"
+        )
+
+
+class DistributedSyncCollector(DistributedCollector):
+    """A :class:`DistributedCollector` with ``sync=True`` that sends the learner's
+    weights to every worker every ``update_interval`` batches (from the first batch).
+
+    Every batch stacks ``frames_per_batch / num_workers`` frames of each worker rank
+    (``[num_workers, *env_batch, T]``); ``total_frames`` must split exactly among the
+    workers. Arguments, failure handling and shutdown as in
+    :class:`DistributedCollector`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from rl.collectors.distributed import DistributedSyncDataCollector
+        >>> from rl.envs import CartPoleEnv
+        >>> policy = TensorDictModule(
+        ...     torch.nn.Linear(4, 2), in_keys=["observation"], out_keys=["action"]
+        ... )
+        >>> collector = DistributedSyncDataCollector(
+        ...     [CartPoleEnv, CartPoleEnv], policy, frames_per_batch=40, total_frames=120
+        ... )
+        >>> [tuple(batch.shape) for batch in collector]
+        [(2, 20), (2, 20), (2, 20)]
+        >>> collector.shutdown()
+    """
+
+    _push_first = True
+
+    def __init__(
+        self,
+        create_env_fn: Sequence[Callable] | Callable,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        update_interval: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        if "sync" in kwargs:
+            raise TypeError(f"{type(self).__name__} is always sync; do not pass sync=")
+        super().__init__(
+            create_env_fn, policy, frames_per_batch=frames_per_batch,
+            total_frames=total_frames, update_interval=update_interval, sync=True, **kwargs,
+        )  # fmt: skip
+
+
+#: TorchRL's older names
+DistributedDataCollector = DistributedCollector
+DistributedSyncDataCollector = DistributedSyncCollector

@@ -1,0 +1,340 @@
+"""torch.distributed collectors on a local gloo process group (loopback, free ports)."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rl.collectors import Collector
+from rl.collectors.distributed import DistributedDataCollector, DistributedSyncDataCollector
+from rl.envs import CartPoleEnv
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from _collector_helpers import live_processes  # noqa: E402
+
+pytestmark = pytest.mark.timeout(90)
+
+cartpole = functools.partial(CartPoleEnv, categorical_action_encoding=True)
+cartpole3 = functools.partial(CartPoleEnv, batch_size=[3], categorical_action_encoding=True)
+
+
+class FailingCartPole(CartPoleEnv):
+    """A CartPole whose ``_step`` raises at its ``fail_at``-th step."""
+
+    def __init__(self, fail_at: int = 15):
+        super().__init__(categorical_action_encoding=True)
+        self.fail_at, self.count = fail_at, 0
+
+    def _step(self, tensordict):
+        self.count += 1
+        if self.count >= self.fail_at:
+            raise ValueError(f"simulator exploded at step {self.count}")
+        return super()._step(tensordict)
+
+
+class Marked(nn.Module):
+    """Pushes towards the side the pole leans to and writes its weight ``w`` as
+    ``"marker"``: the batches tell which weights collected them."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(()))
+
+    def forward(self, obs):
+        return (obs[..., 2] > 0).long(), self.w.expand(obs.shape[:-1]).unsqueeze(-1).clone()
+
+
+def marked_policy():
+    return TensorDictModule(Marked(), in_keys=["observation"], out_keys=["action", "marker"])
+
+
+def _wait_gone(pids, seconds=5.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while live_processes(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return live_processes(pids)
+
+
+@pytest.fixture
+def make():
+    """Builds collectors and checks that each one leaves no worker or process group."""
+    made = []
+
+    def build(cls=DistributedDataCollector, *args, **kwargs):
+        collector = cls(*args, **kwargs)
+        made.append(collector)
+        return collector
+
+    yield build
+    for collector in made:
+        pids = collector.worker_pids
+        collector.shutdown()
+        assert _wait_gone(pids) == []
+    assert not dist.is_initialized()
+
+
+def _markers(batch) -> set[float]:
+    return set(batch["marker"].flatten().tolist())
+
+
+class TestDistributedCollector:
+    def test_async_exact_frames_same_structure_as_local(self, make):
+        collector = make(
+            DistributedDataCollector, [cartpole, cartpole], marked_policy(),
+            frames_per_batch=20, total_frames=110,
+            postproc=lambda td: td.set("seen_by_postproc", torch.ones(td.shape)),
+        )  # fmt: skip
+        batches = list(collector)
+        assert sorted(b.numel() for b in batches) == [10] + [20] * 5  # in arrival order
+        assert collector._frames == 110 and len(collector) == 6
+        local = Collector(cartpole(), marked_policy(), frames_per_batch=20).next()
+        batch = batches[0]
+        assert batch.batch_size == local.batch_size
+        keys = sorted(local.keys(True, True), key=str)
+        assert sorted(batch.exclude("seen_by_postproc").keys(True, True), key=str) == keys
+        for key in keys:
+            assert (batch[key].dtype, batch[key].shape) == (local[key].dtype, local[key].shape)
+        # a batch is one worker's; ids are unique across workers (id * 2 + worker index)
+        owners = [set((b["collector", "traj_ids"] % 2).tolist()) for b in batches]
+        assert all(len(o) == 1 for o in owners) and set.union(*owners) == {0, 1}
+
+    def test_sync_stacks_one_piece_per_worker(self, make):
+        collector = make(
+            DistributedDataCollector, cartpole3, None, num_workers=2, sync=True,
+            frames_per_batch=36, total_frames=108,
+        )  # fmt: skip
+        shapes = [tuple(b.shape) for b in collector]
+        assert shapes == [(2, 3, 6)] * 3
+        assert collector.frames_per_step == {1: 3, 2: 3}
+
+    def test_matches_a_local_collector(self, make):
+        collector = make(DistributedDataCollector, cartpole, marked_policy(), frames_per_batch=30,
+                         total_frames=90)  # fmt: skip
+        local = Collector(cartpole(), marked_policy(), frames_per_batch=30, total_frames=90)
+        assert collector.set_seed(7) == local.set_seed(7)
+        for remote_batch, local_batch in zip(collector, local, strict=True):
+            torch.testing.assert_close(remote_batch.to_dict(), local_batch.to_dict())
+
+    def test_inner_multiprocess_collector(self, make):
+        collector = make(
+            DistributedDataCollector, cartpole, None, collector_class="sync",
+            num_workers_per_collector=2, frames_per_batch=20, total_frames=40,
+        )  # fmt: skip
+        assert [tuple(b.shape) for b in collector] == [(2, 10), (2, 10)]
+
+
+class TestWeights:
+    def test_sync_batches_after_update_use_new_weights(self, make):
+        policy = marked_policy()
+        collector = make(DistributedDataCollector, [cartpole, cartpole], policy, sync=True,
+                         frames_per_batch=20, total_frames=-1)  # fmt: skip
+        assert _markers(collector.next()) == {0.0}
+        policy.module.w.data.fill_(1.0)
+        assert _markers(collector.next()) == {0.0}  # not sent yet
+        collector.update_policy_weights_()
+        assert _markers(collector.next()) == {1.0}
+        collector.update_policy_weights_({"module.w": torch.tensor(2.0)})  # a state dict
+        assert _markers(collector.next()) == {2.0}
+        collector.update_policy_weights_(TensorDict(module=TensorDict(w=torch.tensor(3.0))),
+                                         worker_ids=[2])  # fmt: skip
+        batch = collector.next()
+        assert (_markers(batch[0]), _markers(batch[1])) == ({2.0}, {3.0})
+
+    def test_async_batches_after_update_use_new_weights(self, make):
+        policy = marked_policy()
+        collector = make(DistributedDataCollector, [cartpole, cartpole], policy,
+                         frames_per_batch=20, total_frames=-1)  # fmt: skip
+        it = iter(collector)
+        assert _markers(next(it)) == {0.0}
+        policy.module.w.data.fill_(1.0)
+        collector.update_policy_weights_()
+        after = [_markers(next(it)) for _ in range(5)]
+        assert all(len(m) == 1 for m in after)  # a batch runs with one set of weights
+        # at most one batch (the other worker's, already in flight) has the old weights
+        assert after[1:] == [{1.0}] * 4
+
+    def test_update_after_each_batch(self, make):
+        policy = marked_policy()
+        collector = make(DistributedDataCollector, cartpole, policy, frames_per_batch=10,
+                         total_frames=50, update_after_each_batch=True)  # fmt: skip
+        seen = []
+        for i, batch in enumerate(collector):
+            seen.append(_markers(batch))
+            policy.module.w.data.fill_(float(i + 1))  # what the next batch must use
+        assert seen == [{0.0}, {1.0}, {2.0}, {3.0}, {4.0}]
+
+    @pytest.mark.parametrize("interval", [1, 2])
+    def test_sync_collector_pushes_every_update_interval(self, make, interval):
+        policy = marked_policy()
+        collector = make(DistributedSyncDataCollector, [cartpole, cartpole], policy,
+                         frames_per_batch=20, total_frames=100, update_interval=interval)  # fmt: skip
+        seen = []
+        for i, batch in enumerate(collector):
+            seen.append(_markers(batch))
+            policy.module.w.data.fill_(float(i + 1))
+        expected = {1: [0, 1, 2, 3, 4], 2: [0, 0, 2, 2, 4]}[interval]
+        assert seen == [{float(v)} for v in expected]
+
+
+class TestFailures:
+    @pytest.mark.parametrize("sync", [False, True])
+    def test_killed_worker_is_reported_within_seconds(self, make, sync):
+        collector = make(DistributedDataCollector, [cartpole, cartpole], None, sync=sync,
+                         frames_per_batch=20, total_frames=-1)  # fmt: skip
+        pids = collector.worker_pids
+        it = iter(collector)
+        next(it)
+        os.kill(pids[0], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"worker rank 1 \(pid \d+\) died during collect "
+                           r"with exit code -9 \(killed by SIGKILL\)"):  # fmt: skip
+            for _ in range(1000):
+                next(it)
+        assert time.monotonic() - start < 10
+        assert _wait_gone(pids) == []
+        assert not dist.is_initialized()
+        with pytest.raises(RuntimeError, match="shut down"):
+            collector.next()
+
+    def test_worker_exception_is_raised_with_traceback(self, make):
+        collector = make(DistributedDataCollector, [cartpole, FailingCartPole], None,
+                         frames_per_batch=10, total_frames=-1)  # fmt: skip
+        with pytest.raises(RuntimeError, match=r"(?s)worker rank 2 raised during collect.*"
+                           r"Traceback.*ValueError: simulator exploded at step 15"):  # fmt: skip
+            for _ in range(100):
+                collector.next()
+        assert not dist.is_initialized()
+
+    def test_start_up_error_is_the_local_error(self, make):
+        with pytest.raises(ValueError, match=r"frames_per_batch=10 must be a positive multiple "
+                           r"of the env batch size \(3 envs.*\(in DistributedCollector worker\)"):  # fmt: skip
+            make(DistributedDataCollector, cartpole3, None, frames_per_batch=10, total_frames=30)
+        with pytest.raises(ValueError, match=r"total_frames=100 cannot be collected exactly: it "
+                           r"must be a multiple of the frames per step \(2 workers x 3\)"):  # fmt: skip
+            make(DistributedDataCollector, cartpole3, None, num_workers=2, sync=True,
+                 frames_per_batch=12, total_frames=100)  # fmt: skip
+        assert not dist.is_initialized()
+
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"launcher": "submitit"}, ValueError, "launcher='submitit' is not supported"),
+            ({"launcher": "ssh"}, ValueError, r"launcher must be one of \('mp', 'torchrun'\)"),
+            ({"slurm_kwargs": {"timeout_min": 5}}, ValueError, "slurm_kwargs configures submitit"),
+            ({"backend": "mpi"}, ValueError, r"backend must be one of \('gloo', 'nccl'\)"),
+            ({"sync": True, "frames_per_batch": 21}, ValueError, "must be a multiple of the number"),
+            ({"update_after_each_batch": True, "max_weight_update_interval": 2}, ValueError,
+             "conflict"),
+            ({"weight_sync_schemes": {}}, ValueError, "weight_sync_schemes is not supported"),
+            ({"collector_class": "bogus"}, ValueError, "collector_class must be"),
+            ({"frames_per_batch": 2.5}, TypeError, "frames_per_batch must be an int"),
+            ({"num_workers": 3}, ValueError, "num_workers=3 but create_env_fn has 2 entries"),
+        ],
+    )  # fmt: skip
+    def test_bad_arguments(self, kwargs, error, match):
+        args = {"frames_per_batch": 20, "total_frames": 40, **kwargs}
+        with pytest.raises(error, match=match):
+            DistributedDataCollector([cartpole, cartpole], None, **args)
+        assert not dist.is_initialized()
+
+    def test_one_process_group_per_process(self, make):
+        make(DistributedDataCollector, cartpole, None, frames_per_batch=10)
+        with pytest.raises(RuntimeError, match="a torch.distributed process group already exists"):
+            DistributedDataCollector(cartpole, None, frames_per_batch=10)
+
+    def test_shutdown_is_clean_and_idempotent(self, make):
+        collector = make(DistributedDataCollector, [cartpole, cartpole], None,
+                         frames_per_batch=20, total_frames=-1)  # fmt: skip
+        pids = collector.worker_pids
+        it = iter(collector)
+        next(it)  # the other worker is collecting when we shut down
+        collector.shutdown()
+        collector.shutdown()
+        assert _wait_gone(pids) == [] and not dist.is_initialized()
+        with pytest.raises(RuntimeError, match="shut down"):
+            collector.update_policy_weights_()
+        with pytest.raises(NotImplementedError, match="has no state_dict"):
+            collector.state_dict()
+
+
+def _torchrun_rank(rank: int, world_size: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size))  # fmt: skip
+    DistributedDataCollector.run_worker()
+    os._exit(0)
+
+
+class TestTorchrunLauncher:
+    def test_learner_on_rank_0_of_an_existing_launch(self, monkeypatch):
+        with socket.socket() as sock:  # a free port for rank 0's store, as torchrun picks
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        ctx = mp.get_context("fork")
+        procs = [ctx.Process(target=_torchrun_rank, args=(r, 3, port)) for r in (1, 2)]
+        for proc in procs:
+            proc.start()
+        for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
+                               WORLD_SIZE="3").items():  # fmt: skip
+            monkeypatch.setenv(key, value)
+        policy = marked_policy()
+        try:
+            collector = DistributedSyncDataCollector(
+                cartpole, policy, launcher="torchrun", frames_per_batch=20, total_frames=60
+            )
+            seen = []
+            for i, batch in enumerate(collector):
+                seen.append((tuple(batch.shape), _markers(batch)))
+                policy.module.w.data.fill_(float(i + 1))
+            assert seen == [((2, 10), {0.0}), ((2, 10), {1.0}), ((2, 10), {2.0})]
+            collector.shutdown()
+            assert not dist.is_initialized()
+            for proc in procs:
+                proc.join(10)
+            assert [proc.exitcode for proc in procs] == [0, 0]
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+
+    def test_needs_torchrun_environment(self, monkeypatch):
+        monkeypatch.delenv("MASTER_ADDR", raising=False)
+        with pytest.raises(ValueError, match="MASTER_ADDR.* is not set: start the script with"):
+            DistributedDataCollector(cartpole, None, launcher="torchrun", frames_per_batch=10)
+
+
+@pytest.mark.slow
+def test_spawn_start_method(make):
+    collector = make(DistributedDataCollector, cartpole, marked_policy(), mp_start_method="spawn",
+                     frames_per_batch=10, total_frames=30)  # fmt: skip
+    assert [b.numel() for b in collector] == [10, 10, 10]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("torchrun", [True, False])
+def test_collect_torchrun_example(torchrun):
+    script = HERE.parents[2] / "examples" / "distributed" / "collect_torchrun.py"
+    args = ["--total-frames", "2000", "--frames-per-batch", "200"]
+    if torchrun:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "3", str(script), *args]  # fmt: skip
+    else:
+        cmd = [sys.executable, str(script), "--num-workers", "2", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "frames 2000" in out.stdout

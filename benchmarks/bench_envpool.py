@@ -47,8 +47,27 @@ def mlp() -> torch.nn.Module:
     )  # fmt: skip
 
 
+class SampledMLP(torch.nn.Module):
+    """The floor's policy as one module: MLP logits, a sampled action and its log-prob."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, observation: torch.Tensor):
+        dist = torch.distributions.Categorical(logits=self.net(observation))
+        action = dist.sample()
+        return action, dist.log_prob(action)
+
+
 def td_policy(net: torch.nn.Module):
-    """The MLP as a TensorDictModule, then categorical sampling with its log-prob."""
+    """The floor's policy in one TensorDictModule (the same torch calls)."""
+    return TensorDictModule(SampledMLP(net), ["observation"], ["action", "sample_log_prob"])
+
+
+def td_prob_policy(net: torch.nn.Module):
+    """The MLP as a TensorDictModule, then tensordict's probabilistic module (sampling
+    and log-prob), as a TorchRL user writes an actor."""
     return ProbabilisticTensorDictSequential(
         TensorDictModule(net, ["observation"], ["logits"]),
         ProbabilisticTensorDictModule(
@@ -125,9 +144,12 @@ def main() -> None:
     n, steps = args.envs, args.steps
     env = MultiThreadedEnv(n, "CartPole-v1", create_env_kwargs={"seed": 0})
     collector = Collector(env, td_policy(mlp()), frames_per_batch=n * steps)
+    env_prob = MultiThreadedEnv(n, "CartPole-v1", create_env_kwargs={"seed": 0})
+    collector_prob = Collector(env_prob, td_prob_policy(mlp()), frames_per_batch=n * steps)
     runs = {
         "floor": Floor(n, steps),
         "ours": lambda b: run_collector(collector, b),
+        "ours-prob": lambda b: run_collector(collector_prob, b),
         "floor-autoreset": Floor(n, steps, explicit_reset=False),
     }
     for fn in runs.values():  # warm-up
@@ -142,6 +164,7 @@ def main() -> None:
     med_w = {k: statistics.median(v) for k, v in wall.items()}
     med_c = {k: statistics.median(v) for k, v in cpu.items()}
     collector.shutdown()
+    collector_prob.shutdown()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         f"# EnvPool collector benchmark: CartPole-v1, {n} envs, {n * steps}-frame batches",
@@ -157,10 +180,12 @@ def main() -> None:
     ]
     names = {
         "floor": "floor: plain loop on the pool, explicit resets",
-        "ours": "Collector(MultiThreadedEnv)",
+        "ours": "Collector(MultiThreadedEnv), the policy in one TensorDictModule",
+        "ours-prob": "Collector(MultiThreadedEnv), TensorDictModule + "
+        "ProbabilisticTensorDictModule policy",
         "floor-autoreset": "floor-autoreset: plain loop, EnvPool's filler steps recorded",
     }
-    for key in ("floor", "ours", "floor-autoreset"):
+    for key in ("floor", "ours", "ours-prob", "floor-autoreset"):
         lines.append(
             f"| {names[key]} | {med_w[key]:,.0f} | {med_w[key] / med_w['floor']:.2f}x "
             f"| {med_c[key]:,.0f} | {med_c[key] / med_c['floor']:.2f}x |"

@@ -1,11 +1,17 @@
 """The rollout fast path of :class:`~rl.envs.MultiThreadedEnvWrapper`.
 
 It records exactly what the generic loop (``_step`` + partial ``reset``) records, but
-drives the pool directly: each step is one ``pool.step`` whose outputs are written with
-numpy into views of preallocated time-first buffers (zero-copy), done sub-envs are reset
-with one ``pool.reset(env_ids)``, and no tensor or TensorDict is built per step. The
-policy (if any) runs through :class:`~rl.envs._gym_policy.PolicyActions`, which hands it
-views of these buffers.
+drives the pool directly: each step is one send / receive of the pool whose outputs are
+written with numpy into views of preallocated time-first buffers (zero-copy), done
+sub-envs are reset with one ``reset(env_ids)``, and no tensor or TensorDict is built per
+step. The policy (if any) runs through :class:`~rl.envs._gym_policy.PolicyActions`,
+which hands it views of these buffers.
+
+Where the pool's layout is the usual one (one action array, observations under
+``obs`` / ``obs:<name>``, one player per env), :class:`RawPool` talks to EnvPool's C++
+``_send`` / ``_recv`` / ``_reset`` with the action arrays built once, skipping EnvPool's
+per-call Python conversions (dicts of arrays, dtype checks, tree unflattening); anything
+else goes through the public ``step`` / ``reset``.
 """
 
 from __future__ import annotations
@@ -43,6 +49,129 @@ def _obs_writer(leaves, views):
             buf[t] = value if leaf.from_gym is None else leaf.from_gym(value)
 
     return write
+
+
+class RawPool:
+    """``send(action)`` / ``recv()`` / ``reset(env_ids)`` of a synchronous single-player
+    pool through EnvPool's C++ calls: ``recv`` returns ``(obs, reward, terminated,
+    truncated)`` and ``reset`` ``(obs, env_ids)``, as the public API would."""
+
+    def __init__(self, pool, obs_leaves) -> None:
+        spec = pool._spec
+        names = list(spec._action_keys)
+        if sorted(names) != ["action", "env_id", "players.env_id"]:
+            raise TypeError(f"unexpected EnvPool action keys {names}")
+        if int(pool.config.get("max_num_players", 1)) != 1:
+            raise TypeError("multi-player pools take the public API")
+        self.action_dtype = spec._action_spec[names.index("action")][0]
+        self.action_pos = names.index("action")
+        ids = np.asarray(pool.all_env_ids, dtype=np.int32)
+        # env_id and players.env_id are the same ids at every step
+        self.arrays = [None if n == "action" else ids for n in names]
+        state = {name: i for i, name in enumerate(pool._state_keys)}
+        self.i_ids, self.i_rew = state["info:env_id"], state["reward"]
+        self.i_done, self.i_trunc = state["done"], state["trunc"]
+        if "obs" in state:
+            if any(leaf.path != () for leaf in obs_leaves):
+                raise TypeError("observation layout differs from the spec")
+            self.obs_index = state["obs"]
+            self.obs_names = None
+        else:
+            self.obs_names = [leaf.path[0] for leaf in obs_leaves]
+            if any(len(leaf.path) != 1 for leaf in obs_leaves):
+                raise TypeError("nested observations take the public API")
+            self.obs_index = [state[f"obs:{name}"] for name in self.obs_names]
+        self._send, self._recv, self._reset = pool._send, pool._recv, pool._reset
+
+    def _obs(self, st):
+        if self.obs_names is None:
+            return st[self.obs_index]
+        return {name: st[i] for name, i in zip(self.obs_names, self.obs_index)}
+
+    def send(self, action: np.ndarray) -> None:
+        arrays = list(self.arrays)
+        # a copy: EnvPool may read the array after send returns
+        arrays[self.action_pos] = np.array(action, dtype=self.action_dtype)
+        self._send(arrays)
+
+    def recv(self):
+        st = self._recv()
+        trunc = st[self.i_trunc]
+        return self._obs(st), st[self.i_rew], st[self.i_done] & ~trunc, trunc
+
+    def reset_send(self, env_ids: np.ndarray) -> None:
+        self._reset(np.asarray(env_ids, dtype=np.int32))
+
+    def reset_recv(self):
+        st = self._recv()
+        return self._obs(st), st[self.i_ids]
+
+
+def raw_pool(pool, obs_leaves) -> RawPool | None:
+    """A :class:`RawPool` over ``pool``, or ``None`` where its layout is not the usual one."""
+    try:
+        return RawPool(pool, obs_leaves)
+    except (AttributeError, KeyError, TypeError, IndexError, ValueError):
+        return None
+
+
+class _PublicPool:
+    """The same interface over EnvPool's public ``step`` / ``reset``."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+
+    def send(self, action) -> None:
+        self.pool.send(action)
+
+    def recv(self):
+        obs, reward, terminated, truncated, _ = self.pool.recv(reset=False, return_info=True)
+        return obs, reward, terminated, truncated
+
+    def reset_send(self, env_ids) -> None:
+        self.env_ids = env_ids
+
+    def reset_recv(self):
+        obs, info = self.pool.reset(self.env_ids)
+        return obs, info["env_id"]
+
+
+class PipelinedPolicyActions(PolicyActions):
+    """:class:`PolicyActions` split in two: :meth:`act` runs the policy and returns the
+    pool action, :meth:`record` stores what the policy wrote, run while the pool steps."""
+
+    def act(self, t: int) -> np.ndarray:
+        td = self.td
+        if t > 0:
+            patches = self._take_resets(t) if self.seen_overrides < len(self.overrides) else ()
+            for i, (key, buf) in enumerate(self.obs):
+                value = buf[t - 1]
+                if patches:
+                    value = value.clone()
+                    for _, index, arrays in patches:
+                        value[index] = torch.from_numpy(arrays[i])
+                td.set(key, value)
+            if t == 1:
+                for key, flag in self.zero_flags:
+                    td.set(key, flag)
+        provided = [(key, td.get(key)) for key, _ in self.obs]
+        provided += [(key, td.get(key)) for key in self.done_keys]
+        out = self.policy(td)
+        if out is not None:
+            td = self.td = out
+        if t == 0:
+            self._discover(td, provided)
+        self._provided = provided
+        return self.env._action_from_td(td)
+
+    def record(self, t: int) -> None:
+        td = self.td
+        for key, buf in self.extras:
+            buf[t] = td.get(key)
+        for key, value in self._provided:
+            current = td.get(key)
+            if current is not value:
+                self.root_overrides.append((t, key, current.clone()))
 
 
 def envpool_rollout(
@@ -100,34 +229,45 @@ def _rollout(
         actions = presample_actions(env, max_steps)
         pool_actions = env._act_leaves[0].to_gym(actions[0][1].numpy())
     else:
-        pool_actions = PolicyActions(
+        pool_actions = PipelinedPolicyActions(
             env, policy, tensordict, next_obs, overrides, max_steps, (reward, terminated, truncated)
         )
     pool = env._env
-    step_fn, reset_fn = pool.step, pool.reset
+    io = raw_pool(pool, leaves) or _PublicPool(pool)
+    send, recv, reset_send, reset_recv = io.send, io.recv, io.reset_send, io.reset_recv
+    act = None if policy is None else pool_actions.act
+    record = None if policy is None else pool_actions.record
     steps = max_steps
     last = max_steps - 1
     seen = None
     for t in range(max_steps):
-        obs, r, te, tr, _ = step_fn(pool_actions[t])
+        if act is None:
+            send(pool_actions[t])
+        else:
+            send(act(t))
+            record(t)  # while the pool steps in its threads
+        obs, r, te, tr = recv()
+        done = te | tr
+        reset = False
+        if done.any():
+            if break_when_any_done:
+                steps = t + 1
+            elif break_when_all_done:
+                seen = done.copy() if seen is None else seen | done
+                if seen.all():
+                    steps = t + 1
+            if steps == max_steps and t < last:
+                reset_send(np.flatnonzero(done))  # the pool resets while we write
+                reset = True
         write_next(t, obs)
         rew_np[t] = r
         term_np[t] = te
         trunc_np[t] = tr
-        done = te | tr
-        if done.any():
-            if break_when_any_done:
-                steps = t + 1
-                break
-            if break_when_all_done:
-                seen = done.copy() if seen is None else seen | done
-                if seen.all():
-                    steps = t + 1
-                    break
-            if t < last:
-                fresh, info = reset_fn(np.flatnonzero(done))
-                rows = np.asarray(info["env_id"])
-                overrides.append((t + 1, (rows,), env._obs_arrays(fresh)))
+        if reset:
+            fresh, rows = reset_recv()
+            overrides.append((t + 1, (rows,), env._obs_arrays(fresh)))
+        elif steps < max_steps:
+            break
     # the env's current observation: the last "next" one (done rows are reset later)
     env.__dict__["_last_obs"] = [buf[steps - 1].clone() for buf in next_obs]
 

@@ -179,6 +179,12 @@ class MultiThreadedEnvWrapper(EnvBase):
             for leaf in self._obs_leaves
         ]
         self._act_shape = leaf.spec.shape
+        # integer actions starting at 0 and Box actions go to EnvPool as they are (it
+        # casts them to its dtype); one-hot ones and shifted Discrete ones are converted
+        direct = isinstance(act_space, gymnasium.spaces.Box) or (
+            cat and isinstance(act_space, gymnasium.spaces.Discrete) and int(act_space.start) == 0
+        )
+        self._act_to_pool = None if direct else leaf.to_gym
         self._flat_keys = all(len(leaf.key) == 1 for leaf in self._obs_leaves)
 
     # -------------------------------------------------------------------- conversions
@@ -206,7 +212,9 @@ class MultiThreadedEnvWrapper(EnvBase):
                 f"action 'action' has shape {tuple(value.shape)}, expected "
                 f"{tuple(d['_act_shape'])} from action_spec {self.action_spec!r}"
             )
-        return d["_act_leaves"][0].to_gym(value.detach().cpu().numpy())
+        array = value.detach().cpu().numpy()
+        to_pool = d["_act_to_pool"]
+        return array if to_pool is None else to_pool(array)
 
     def _output(self, tensors: list[torch.Tensor], extra: dict) -> TensorDictBase:
         d = self.__dict__

@@ -67,6 +67,7 @@ __all__ = [
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",
+    "RayReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
     "RoundRobinWriter",
@@ -89,3 +90,13 @@ __all__ = [
     "Writer",
     "WriterEnsemble",
 ]
+
+
+def __getattr__(name: str):
+    # RayReplayBuffer is imported on first use (it needs the rl-data[ray] extra at use)
+    if name == "RayReplayBuffer":
+        from rl.data.replay_buffers._ray import RayReplayBuffer  # noqa: PLC0415
+
+        globals()[name] = RayReplayBuffer
+        return RayReplayBuffer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

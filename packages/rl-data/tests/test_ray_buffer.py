@@ -1,0 +1,117 @@
+"""RayReplayBuffer on a local Ray instance with 2 CPUs (one instance for this file)."""
+
+import os
+
+# the actors run with this interpreter, not through Ray's `uv run` integration
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from functools import partial  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from rl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
+
+ray = pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+
+from rl.data import RayReplayBuffer  # noqa: E402
+
+# the functions below run in Ray workers by value (this file is not importable there)
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    from ray._private import ray_constants
+
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # if ray was imported before
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    children = psutil.Process().children(recursive=True)
+    ray.shutdown()
+    _, alive = psutil.wait_procs(children, timeout=20)
+    assert not alive, f"Ray left processes behind: {[p.pid for p in alive]}"
+
+
+def _write(buffer, data):
+    buffer.extend(data)
+    return len(buffer)
+
+
+class TestRayReplayBuffer:
+    def test_local_buffer_api(self, ray_local, tmp_path, make_transitions, assert_consistent):
+        rb = RayReplayBuffer(
+            replay_buffer_cls=TensorDictReplayBuffer,
+            storage=partial(LazyTensorStorage, 20),  # built in the actor
+            batch_size=4,
+            remote_config={"num_cpus": 0},
+        )
+        local = TensorDictReplayBuffer(storage=LazyTensorStorage(20), batch_size=4)
+        data = make_transitions(12)
+        torch.testing.assert_close(rb.extend(data), local.extend(data))
+        one = make_transitions(1, start=12)[0]
+        assert rb.add(one) == local.add(one) == 12
+        assert len(rb) == 13 and rb.write_count == 13 and rb.batch_size == 4
+        torch.testing.assert_close(rb[3]["observation"], data[3]["observation"])
+        batch, info = rb.sample(return_info=True)
+        assert batch.shape == (4,)
+        assert_consistent(batch)  # every sampled item is whole
+        torch.testing.assert_close(info["index"], batch["index"])
+        with pytest.raises(ValueError, match="batch_size must be a positive int, got -1"):
+            rb.sample(-1)  # the actor's error, with its type
+        # state_dict round trip and checkpoint files on the actor's machine
+        state = rb.state_dict()
+        rb.empty()
+        assert len(rb) == 0
+        rb.load_state_dict(state)
+        assert len(rb) == 13
+        torch.testing.assert_close(rb[:13]["id"], torch.arange(13))
+        rb.dumps(tmp_path / "rb")
+        rb.empty()
+        rb.loads(tmp_path / "rb")
+        torch.testing.assert_close(rb[:13]["id"], torch.arange(13))
+        rb.shutdown()
+        with pytest.raises(RuntimeError, match="RayReplayBuffer was shut down"):
+            len(rb)
+
+    def test_remote_writers_and_learner(self, ray_local, make_transitions, assert_consistent):
+        rb = RayReplayBuffer(
+            replay_buffer_cls=TensorDictReplayBuffer,
+            storage=LazyTensorStorage(100),
+            batch_size=8,
+            remote_config={"num_cpus": 0},
+        )
+        write = ray.remote(num_cpus=1)(_write)
+        # two Ray tasks extend the one buffer through copies of the handle
+        lengths = ray.get([write.remote(rb, make_transitions(10, s)) for s in (0, 10)])
+        assert sorted(lengths)[-1] == 20 and len(rb) == 20
+        torch.testing.assert_close(rb[:20]["id"].sort().values, torch.arange(20))
+        assert_consistent(rb.sample())
+        # a copy does not own the actor: shutting it down leaves the buffer running
+        copy = ray.cloudpickle.loads(ray.cloudpickle.dumps(rb))
+        copy.shutdown()
+        assert len(rb) == 20
+        pid = ray.get(rb.actor.info.remote())["pid"]
+        rb.shutdown()
+        _, alive = psutil.wait_procs([psutil.Process(pid)], timeout=15)
+        assert not alive
+
+
+class TestRayReplayBufferImport:
+    def test_missing_ray(self, monkeypatch):
+        monkeypatch.setitem(sys.modules, "ray", None)
+        with pytest.raises(ImportError, match=r'pip install "rl-data\[ray\]"'):
+            RayReplayBuffer(batch_size=4)
+
+    def test_import_rl_data_does_not_import_ray(self):
+        code = (
+            "import sys, rl.data; from rl.data import RayReplayBuffer; "
+            "from rl.data.replay_buffers import RayReplayBuffer as B; "
+            "assert B is RayReplayBuffer; assert 'ray' not in sys.modules, 'ray imported'"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -138,6 +138,27 @@ class TestRayCollectorAsync:
         collector.shutdown()
 
 
+class TestRayCollectorReplayBuffer:
+    def test_actors_extend_a_ray_replay_buffer(self, ray_local):
+        data = pytest.importorskip("rl.data")
+        rb = data.RayReplayBuffer(
+            replay_buffer_cls=data.TensorDictReplayBuffer,
+            storage=functools.partial(data.LazyTensorStorage, 100),
+            remote_config={"num_cpus": 0},
+        )
+        collector = RayCollector(
+            cartpole, None, frames_per_batch=20, total_frames=50, replay_buffer=rb
+        )
+        assert list(collector) == [None, None, None]
+        assert collector._frames == 50 and len(rb) == 50  # the last batch shortened to 10
+        stored = rb[:50]
+        assert stored["next", "observation"].shape == (50, 4)
+        steps = stored["collector", "traj_ids"]
+        assert (steps[1:] >= steps[:-1]).all()  # in collection order, nothing twice
+        collector.shutdown()
+        rb.shutdown()
+
+
 class TestRayCollectorFailures:
     def test_killed_actor_raises_within_seconds(self, ray_local):
         collector = RayCollector(

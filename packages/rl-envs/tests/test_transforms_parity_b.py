@@ -24,7 +24,6 @@ from rl.envs.transforms import (
     BurnInTransform,
     Compose,
     ConditionalPolicySwitch,
-    ConditionalSkip,
     DiscreteActionProjection,
     EndOfLifeTransform,
     FlattenAction,
@@ -486,26 +485,6 @@ class TestConditionalPolicySwitch:
         env = TransformedEnv(Counter(), ConditionalPolicySwitch(lambda td: td, lambda td: 1))
         with pytest.raises(RuntimeError, match="should return a boolean or a tensor"):
             env.rollout(3, _const(1))
-
-
-class TestConditionalSkip:
-    def test_inv_writes_step_mask(self):
-        t = ConditionalSkip(cond=lambda td: td["step_count"].squeeze(-1) % 2 == 1)
-        td = TensorDict({"step_count": torch.tensor([[0], [1]])}, [2])
-        assert t.inv(td)["_step"].tolist() == [True, False]
-        td["_step"] = torch.tensor([False, True])
-        assert t.inv(td)["_step"].tolist() == [False, False]
-
-    def test_env_that_ignores_step_mask_is_reported(self):
-        env = TransformedEnv(Counter(), ConditionalSkip(cond=lambda td: td["observation"] >= 0))
-        td = env.reset()
-        td["action"] = torch.ones(1)
-        with pytest.raises(RuntimeError, match="does not honor the '_step' entry"):
-            env.step(td)
-
-    def test_forward_raises(self):
-        with pytest.raises(NotImplementedError, match="only acts inside an env"):
-            ConditionalSkip(lambda td: True)(TensorDict({}, []))
 
 
 class TestMultiAction:

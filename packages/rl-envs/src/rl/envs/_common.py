@@ -16,6 +16,7 @@ from ._done import complete_done
 from ._env_helpers import EnvHelpers
 from ._env_module import EnvModule, normalize_device
 from ._env_specs import EnvSpecs
+from ._partial_step import peek_step_mask, skip_tensordict, step_masked
 from ._policy import ActionsPolicy, compatible_policy, device_casting_policy
 from ._rollout import is_lazy, rollout_generic, rollout_stacked
 
@@ -339,17 +340,30 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Applies ``tensordict["action"]`` and writes the outcome under ``"next"``.
 
+        A boolean ``"_step"`` entry (``[*batch]``, removed from ``tensordict``) makes the
+        step partial, as in TorchRL: the entries where it is False are skipped (their
+        ``"next"`` holds their current values and a zero reward). A batch-locked env
+        skips the step when no entry is selected and otherwise trusts its ``_step`` with
+        the mask (``SerialEnv`` / ``ParallelEnv`` step the selected sub-envs only); an
+        env that is not batch-locked steps the selected entries only.
+
         Raises:
             KeyError: the action key is missing.
             ValueError: the batch size differs from ``env.batch_size``, or (with
                 ``run_type_checks=True``) the action is outside ``action_spec``.
         """
         self._check_batch(tensordict, "step()")
+        partial = peek_step_mask(tensordict)
+        if partial is not None:
+            tensordict.del_("_step")
         if self.run_type_checks:
             self.check_action(tensordict)
         next_preset = tensordict.get("next", None)
         try:
-            next_td = self._step(tensordict)
+            if partial is None:
+                next_td = self._step(tensordict)
+            else:
+                next_td = step_masked(self, tensordict, partial)
         except KeyError:
             self._raise_missing_action(tensordict)
             raise
@@ -366,6 +380,10 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
             self.__dict__["_step_outputs_complete"] = complete
         tensordict.set("next", next_td)
         return tensordict
+
+    def _skip_tensordict(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The ``"next"`` of a skipped step (TorchRL's name): current values, zero reward."""
+        return skip_tensordict(self, tensordict)
 
     def _raise_missing_action(self, tensordict: TensorDictBase) -> None:
         for key in self.action_keys:

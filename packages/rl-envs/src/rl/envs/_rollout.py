@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
+from ._partial_step import peek_step_mask, step_masked
+
 if TYPE_CHECKING:
     from ._common import EnvBase
 
@@ -117,8 +119,13 @@ def rollout_generic(
             for key, value in actions:
                 td.set(key, value[t])
         next_preset = td.get("next", None) if t == 0 or root_has_next else None
+        partial = peek_step_mask(td)
         try:
-            next_td = env._step(td)
+            if partial is None:
+                next_td = env._step(td)
+            else:  # a "_step" mask written by the policy (as env.step would take it)
+                td.del_("_step")
+                next_td = step_masked(env, td, partial)
         except KeyError:
             env._raise_missing_action(td)
             raise

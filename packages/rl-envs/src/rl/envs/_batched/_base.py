@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from .._common import EnvBase
+from .._partial_step import check_step_mask, peek_step_mask
 from .._rollout import rollout_generic
 from .._utils import step_mdp
 from ._buffers import BufferLayout, allocate_buffers
@@ -217,9 +218,46 @@ class BatchedEnvBase(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._ensure_started()
         self._write_inputs(tensordict)
+        partial = peek_step_mask(tensordict)
+        if partial is not None:
+            return self._step_workers(tensordict, partial)
         self._do_step()
         self.__dict__["_pending_promote"] = []  # per step: not nn.Module.__setattr__
         return self._read(self._next_td)
+
+    def _worker_mask(self, partial: torch.Tensor) -> torch.Tensor:
+        """``[num_workers]`` bool from a ``"_step"`` mask that selects whole workers."""
+        partial = check_step_mask(partial, self.batch_size).reshape(self.num_workers, -1)
+        if not bool((partial == partial[:, :1]).all()):
+            raise ValueError(
+                f"{type(self).__name__}: a '_step' mask must select whole workers (all the "
+                f"entries of a sub-env's batch {tuple(self.batch_size[1:])} alike); put the "
+                "partial-step transform inside each worker to select entries of its batch"
+            )
+        return partial[:, 0]
+
+    def _step_workers(self, tensordict: TensorDictBase, partial: torch.Tensor) -> TensorDictBase:
+        """Steps the sub-envs a ``"_step"`` mask selects; the others' ``"next"`` holds
+        their current values (see :meth:`EnvBase.step`), as TorchRL's batched envs."""
+        selected = self._worker_mask(partial)
+        workers = selected.nonzero().squeeze(-1).tolist()
+        if workers:
+            self._do_step_workers(workers)
+        pending = [w for w in self._pending_promote if not bool(selected[w])]
+        self.__dict__["_pending_promote"] = pending
+        out = self._read(self._next_td)
+        if len(workers) < self.num_workers:
+            skipped = self._skip_tensordict(tensordict)
+            keep = ~selected
+            for key in out.keys(True, True):
+                value = skipped.get(key, None)
+                if value is not None:
+                    out.get(key)[keep] = value[keep].to(out.get(key).device)
+        return out
+
+    def _do_step_workers(self, workers: list[int]) -> None:
+        """Steps the sub-envs ``workers`` only (a partial step)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support partial steps")
 
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         self._ensure_started()
@@ -272,6 +310,8 @@ class BatchedEnvBase(EnvBase):
             ``(tensordict, root_next)`` as :meth:`EnvBase.step_and_maybe_reset`.
         """
         self._check_batch(tensordict, "step_and_maybe_reset()")
+        if peek_step_mask(tensordict) is not None:  # a partial step: the generic path
+            return super().step_and_maybe_reset(tensordict)
         if self.run_type_checks:
             self.check_action(tensordict)
         self._ensure_started()

@@ -15,6 +15,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from .._common import EnvBase
+from .._partial_step import peek_step_mask
 from ._base import _bind_workers
 from ._options import batched_options
 from ._parallel import ParallelEnv
@@ -118,12 +119,18 @@ class LazyParallelEnv(ParallelEnv):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._ensure_started()
         workers = self._workers
+        partial = peek_step_mask(tensordict)
+        selected = [True] * len(workers) if partial is None else self._worker_mask(partial).tolist()
         try:
             for i, worker in enumerate(workers):  # every worker steps before any is awaited
-                worker._write_inputs(tensordict[i].unsqueeze(0))
-                worker._pool.send([0], OP_STEP)
+                if selected[i]:
+                    worker._write_inputs(tensordict[i].unsqueeze(0))
+                    worker._pool.send([0], OP_STEP)
             outs = []
-            for worker in workers:
+            for i, worker in enumerate(workers):
+                if not selected[i]:  # a partial step skips it: its current values
+                    outs.append(worker._skip_tensordict(tensordict[i].unsqueeze(0))[0])
+                    continue
                 worker._pool.collect([0], "step")
                 worker.__dict__["_pending_promote"] = []
                 outs.append(worker._read(worker._next_td)[0])

@@ -228,6 +228,9 @@ class ParallelEnv(BatchedEnvBase):
     def _do_step(self) -> None:
         self._pool.run(range(self.num_workers), OP_STEP, "step")
 
+    def _do_step_workers(self, workers: list[int]) -> None:
+        self._pool.run(workers, OP_STEP, "step")
+
     def _do_reset(self, workers: list[int]) -> None:
         self._pool.run(workers, OP_RESET, "reset")
 

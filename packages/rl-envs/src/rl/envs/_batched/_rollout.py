@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from .._partial_step import peek_step_mask
 from .._rollout import build_output, presample_actions, rollout_generic
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def _batched_rollout(
             if out is not None:
                 td = out
             if t == 0:
-                if "next" in td.keys():
+                if "next" in td.keys() or "_step" in td.keys():
                     raise _UseGeneric(td)
                 env._raise_missing_action(td)
                 known = {key for key, _ in provided}
@@ -140,6 +141,11 @@ def _batched_rollout(
                     if key not in known and key != "_reset":
                         buf = root_bufs[key] = alloc(td.get(key))
                         extras.append((key, buf))
+            elif peek_step_mask(td) is not None:
+                raise RuntimeError(
+                    "the policy wrote a '_step' mask after the first step of a batched fast "
+                    "rollout; write it at every step (from the first) for partial steps"
+                )
             for key, buf in extras:
                 buf[idx] = td.get(key)
             for key, view in provided:

@@ -123,6 +123,11 @@ class SerialEnv(BatchedEnvBase):
         for core in self._cores:
             core.step()
 
+    def _do_step_workers(self, workers: list[int]) -> None:
+        cores = self._cores
+        for index in workers:
+            cores[index].step()
+
     def _do_reset(self, workers: list[int]) -> None:
         cores = self._cores
         for index in workers:

@@ -316,6 +316,9 @@ class Transform(nn.Module):
     # True when the transform changes the action spec while the env runs (ActionMask):
     # random rollouts then draw each action from the current spec
     _dynamic_action_spec = False
+    # True when ``inv`` reads root entries of any name (a user's condition): an env around
+    # the one holding it must step it with its full root, not the raw one of a fast rollout
+    _reads_outer_root = False
 
     def _rollout_safe(self) -> bool:
         """Whether ``_transform_rollout`` reproduces the step-by-step result."""

@@ -9,6 +9,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from .._backends import auto_unwrap_transformed_env
 from .._common import EnvBase
+from .._partial_step import check_step_mask, masked_merge, peek_step_mask
 from .._rollout import rollout_generic
 from ._base import Transform
 from ._compose import Compose
@@ -24,6 +25,17 @@ def _flat_transforms(compose: Compose) -> list[Transform]:
     for t in compose.transforms:
         out.extend(_flat_transforms(t) if isinstance(t, Compose) else [t])
     return out
+
+
+def _reads_outer_root(env: EnvBase) -> bool:
+    """Whether a transform inside ``env`` (a nested TransformedEnv) reads root entries
+    that the transforms of an env around it write (``ConditionalSkip``'s ``cond``): the
+    outer env cannot then run ``env``'s fast rollout on the raw root."""
+    while isinstance(env, TransformedEnv):
+        if any(t._reads_outer_root for t in _flat_transforms(env.transform)):
+            return True
+        env = env.base_env
+    return False
 
 
 class TransformedEnv(EnvBase):
@@ -167,8 +179,10 @@ class TransformedEnv(EnvBase):
             input_spec = self._transform.transform_input_spec(base.input_spec.clone())
             self._transform._refresh()
             flat = _flat_transforms(self._transform)
-            fast = getattr(base, "_rollout_fast", None) is not None and all(
-                t._rollout_safe() for t in flat
+            fast = (
+                getattr(base, "_rollout_fast", None) is not None
+                and all(t._rollout_safe() for t in flat)
+                and not _reads_outer_root(base)
             )
             self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
             # the policy fast path drives the base env's own (a gym env's); it replays the
@@ -233,9 +247,52 @@ class TransformedEnv(EnvBase):
         self.__dict__["_raw_reset"] = None
         self.__dict__["_raw_next"] = None
         transform = self._transform
-        next_td = self.base_env._step(transform.inv(tensordict))
+        td_in = transform.inv(tensordict)
+        partial = peek_step_mask(td_in)
+        if partial is not None:  # written by a transform's inv (ConditionalSkip, ...)
+            return self._step_partial(tensordict, td_in, partial)
+        next_td = self.base_env._step(td_in)
         carry_preset(next_td, tget(tensordict, "next"))
         return transform._step(tensordict, next_td)
+
+    def _step_partial(
+        self, tensordict: TensorDictBase, td_in: TensorDictBase, partial: torch.Tensor
+    ) -> TensorDictBase:
+        """TorchRL's partial step of a TransformedEnv: the entries whose ``"_step"`` is
+        False are skipped, and the transforms' ``_step`` does not run on them."""
+        if td_in is tensordict:
+            td_in = tensordict.copy()
+        td_in.del_("_step")
+        base = self.base_env
+        transform = self._transform
+        preset = tget(tensordict, "next")
+        if base.batch_locked:
+            partial = check_step_mask(partial, base.batch_size)
+            if not bool(partial.any()):
+                # nothing is stepped: the current values, no transform runs
+                next_td = self._skip_tensordict(td_in)
+                carry_preset(next_td, preset)
+                return next_td
+            if not bool(partial.all()):
+                td_in.set("_step", partial)  # trusted to the base env (batched envs honor it)
+            next_td = base._step(td_in)
+            carry_preset(next_td, preset)
+            base._complete_done(next_td)
+            return transform._step(tensordict, next_td)
+        partial = check_step_mask(partial, td_in.batch_size)
+        if bool(partial.all()):
+            next_td = base._step(td_in)
+            carry_preset(next_td, preset)
+            base._complete_done(next_td)
+            return transform._step(tensordict, next_td)
+        out = self._skip_tensordict(td_in)
+        if bool(partial.any()):
+            sub_in = td_in[partial]
+            sub_next = base._step(sub_in)
+            base._complete_done(sub_next)
+            masked_merge(out, partial, transform._step(tensordict[partial], sub_next))
+        carry_preset(out, preset)
+        return out
 
     def _set_seed(self, seed: int | None) -> None:
         self.base_env._set_seed(seed)

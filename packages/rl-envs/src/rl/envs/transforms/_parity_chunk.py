@@ -12,6 +12,16 @@ from ._spec_utils import NestedKey
 __all__ = ["MultiAction"]
 
 
+def _any_done(parent, td: TensorDictBase) -> torch.Tensor:
+    """``[*B]`` bool: any done entry of ``parent`` is set in ``td``."""
+    done = torch.zeros(td.batch_size, dtype=torch.bool, device=td.device)
+    for key in parent.done_keys:
+        value = td.get(key, None)
+        if value is not None:
+            done = done | value.reshape(*td.batch_size, -1).any(-1)
+    return done
+
+
 class MultiAction(Transform):
     """Executes a stack of actions (an action chunk) in one outer step.
 
@@ -74,7 +84,6 @@ class MultiAction(Transform):
         self.dim = dim
         self.rewards: list = []
         self.obs: list = []
-        self.__dict__["_skip_next"] = None
 
     @classmethod
     def from_vla(cls, *, action_key: NestedKey = "action", **kwargs) -> MultiAction:
@@ -113,12 +122,6 @@ class MultiAction(Transform):
         return td
 
     def _step(self, tensordict, next_tensordict):
-        skip = self.__dict__["_skip_next"]
-        if skip is not None:
-            # the env was done before the chunk ended: the step the env below ran with the
-            # last action is not part of the transition (TorchRL skips it through "_step")
-            self.__dict__["_skip_next"] = None
-            return skip
         parent = self.parent
         if self.stack_rewards:
             next_tensordict.update(self._stack(self.rewards, next_tensordict, parent.reward_keys))
@@ -129,30 +132,8 @@ class MultiAction(Transform):
     def _reset(self, tensordict, tensordict_reset):
         return tensordict_reset
 
-    def _any_done(self, parent, td: TensorDictBase) -> torch.Tensor:
-        done = torch.zeros(td.batch_size, dtype=torch.bool, device=td.device)
-        for key in parent.done_keys:
-            value = td.get(key, None)
-            if value is not None:
-                done = done | value.reshape(*td.batch_size, -1).any(-1)
-        return done
-
-    def _skip_tensordict(self, parent, td: TensorDictBase) -> TensorDictBase:
-        """The outer ``"next"`` of a chunk the env ended early: root values, zeros elsewhere."""
-        out = parent.full_done_spec.zero()
-        out.update(parent.full_observation_spec.zero())
-        out.update(parent.full_reward_spec.zero())
-        for key in list(out.keys(True, True)):
-            value = td.get(key, None)
-            if value is not None:
-                out.set(key, value.clone())
-        return out
-
-    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self.__dict__["_skip_next"] = None
-        parent = self.parent
-        if parent is None:
-            raise RuntimeError("MultiAction steps its env: it runs inside a TransformedEnv only")
+    def _actions(self, parent, tensordict: TensorDictBase) -> tuple:
+        """The chunk of each action key, unbound along the chunk dim."""
         actions = tensordict.empty()
         for action_key, chunk_key in self._key_pairs(parent.action_keys):
             action = tensordict.get(chunk_key, None)
@@ -163,43 +144,101 @@ class MultiAction(Transform):
                     f"{sorted(map(str, tensordict.keys(True, True)))}."
                 )
             actions.set(action_key, action)
-        actions = actions.auto_batch_size_(batch_dims=tensordict.ndim + self.dim).unbind(-1)
+        return actions.auto_batch_size_(batch_dims=tensordict.ndim + self.dim).unbind(-1)
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError("MultiAction steps its env: it runs inside a TransformedEnv only")
+        actions = self._actions(parent, tensordict)
         reward_keys = parent.reward_keys
         td = tensordict
+        global_idx = None  # entries still running (envs that are not batch-locked)
+        td_out = None
         reset = torch.zeros(tensordict.batch_size, dtype=torch.bool, device=tensordict.device)
-        if self.stack_rewards:
-            self.rewards = []
-        if self.stack_observations:
-            self.obs = []
-        all_done = False
+        rewards: list = []
+        obs: list = []
+        self.rewards, self.obs = rewards, obs
         for action in actions[:-1]:
+            if global_idx is not None:
+                action = action[global_idx]
             td = parent.step(td.replace(action))
             if self.stack_rewards:
                 reward_td = td.get("next").select(*reward_keys)
-                self.rewards.append(reward_td)
+                if global_idx is not None:
+                    full = reward_td.new_zeros(global_idx.shape + reward_td.shape[1:])
+                    full[global_idx] = reward_td
+                    rewards.append(full)
+                else:
+                    rewards.append(reward_td)
             if self.stack_observations:
-                self.obs.append(td.get("next").select(*parent.observation_keys))
+                obs_td = td.get("next").select(*parent.observation_keys)
+                if global_idx is not None:
+                    full = obs_td.new_zeros(global_idx.shape + obs_td.shape[1:])
+                    full[global_idx] = obs_td
+                    obs_td = full
+                obs.append(obs_td)
             td = step_mdp(
                 td, reward_keys=reward_keys, action_keys=parent.action_keys, exclude_action=False
             )
             if self.stack_rewards:
                 td.update(reward_td)
-            done = self._any_done(parent, td)
-            if bool(done.any()):
-                reset = reset | done
+            done = _any_done(parent, td)
+            if not bool(done.any()):
+                continue
+            # no step after a done: the rest of the chunk is skipped ("_step")
+            reset = reset | done
+            if bool(reset.all()):
                 td.set("_step", ~reset)
-                if bool(reset.all()):
-                    all_done = True
-                    break
-        td_out = td.replace(actions[-1])
-        if all_done and (self.stack_rewards or self.stack_observations):
-            if self.stack_rewards:
-                for key in reward_keys:
-                    td_out.set(key, torch.zeros_like(td_out.get(key)))
+                break
+            if parent.batch_locked:
+                td.set("_step", ~reset)
+                continue
+            # a stateless env: go on with the entries still running only
+            idx = ~reset
+            if global_idx is None:
+                global_idx = idx.clone()
+                td_out = td
+                for key in self._stacked_keys(parent):  # de-alias from the stacks
+                    td_out.set(key, td_out.get(key).clone())
+            else:
+                td_out[global_idx] = td
+                global_idx = torch.masked_scatter(global_idx, global_idx, idx)
+            td = td[idx]
+            reset = reset[idx]
+        if global_idx is None:
+            td_out = td.replace(actions[-1])
+            step = td_out.get("_step", None)
+            if (self.stack_rewards or self.stack_observations) and (
+                step is not None and not bool(step.any())
+            ):
+                # every entry is done inside the chunk: the final step is skipped, its
+                # reward slot is a zero (as TorchRL)
+                if self.stack_rewards:
+                    for key in reward_keys:
+                        td_out.set(key, torch.zeros_like(td_out.get(key)))
+                td_out = self._step(None, td_out)
+            return td_out
+        td_out[global_idx] = td.replace(actions[-1][global_idx])
+        if self.stack_rewards:
+            for key in reward_keys:  # the skipped final step of the finished entries
+                reward = td_out.get(key).clone()
+                reward[~global_idx] = 0
+                td_out.set(key, reward)
+        if self.stack_rewards or self.stack_observations:
             td_out = self._step(None, td_out)
-        if all_done:
-            self.__dict__["_skip_next"] = self._skip_tensordict(parent, td_out)
+            if self.stack_rewards:
+                self.rewards = list(torch.stack(rewards, -1)[global_idx].unbind(-1))
+            if self.stack_observations:
+                self.obs = list(torch.stack(obs, -1)[global_idx].unbind(-1))
+        td_out.set("_step", global_idx)
         return td_out
+
+    def _stacked_keys(self, parent) -> list:
+        keys = list(parent.reward_keys) if self.stack_rewards else []
+        if self.stack_observations:
+            keys += list(parent.observation_keys)
+        return keys
 
     def _chunk_spec(self, spec, ndim: int):
         for _ in range(self.dim):

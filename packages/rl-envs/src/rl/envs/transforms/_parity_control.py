@@ -312,44 +312,48 @@ class ConditionalSkip(Transform):
     """Skips the env step wherever ``cond(tensordict)`` is true.
 
     Before the step, ``cond`` runs on the input tensordict and ``"_step"`` (``[*B]`` bool,
-    False where the step is skipped) is written into the tensordict handed to the env
-    below, which then leaves those entries as they are: a skipped step returns the
-    current observation and done flags with a zero reward, and the transforms of the
-    same ``TransformedEnv`` do not run on it. Wrap the env in another ``TransformedEnv``
-    for transforms that must see every step.
+    False where the step is skipped, combined with a ``"_step"`` already there) is
+    written into the tensordict handed to the env below. The skipped entries keep their
+    data: their ``"next"`` holds their current observations and done flags with a zero
+    reward, and the transforms of the same ``TransformedEnv`` do not run on them (wrap
+    the env in another ``TransformedEnv`` for transforms that must see every step).
 
-    Honoring ``"_step"`` is the env's job (``TransformedEnv``); when the env below ran a
-    step that ``cond`` skipped entirely, this transform raises rather than return a
-    transition of the wrong state.
+    A batch-locked env skips the step altogether when ``cond`` holds for every entry and
+    otherwise trusts its ``_step`` with the mask (``SerialEnv`` / ``ParallelEnv`` step
+    the selected sub-envs only); an env that is not batch-locked (stateless) steps the
+    selected entries only. This is TorchRL's behaviour.
 
     Args:
         cond: ``tensordict -> bool or [*B] bool tensor``; True skips the step.
 
     Raises:
-        RuntimeError: in ``forward`` (the transform needs an env), or when the env ran a
-            step that should have been skipped.
+        ValueError: ``cond`` is not callable.
+        NotImplementedError: in ``forward`` (the transform needs an env).
 
     Examples:
         >>> import torch
-        >>> from tensordict import TensorDict
-        >>> t = ConditionalSkip(cond=lambda td: td["step_count"] % 2 == 1)
-        >>> t.inv(TensorDict({"step_count": torch.tensor([[0], [1]])}, [2]))["_step"]
-        tensor([ True, False])
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> from rl.envs.transforms import Compose, StepCounter
+        >>> inner = TransformedEnv(PendulumEnv(), StepCounter(step_count_key="inner"))
+        >>> middle = TransformedEnv(
+        ...     inner, ConditionalSkip(cond=lambda td: td["count"] % 2 == 1), auto_unwrap=False
+        ... )
+        >>> env = TransformedEnv(middle, StepCounter(step_count_key="count"), auto_unwrap=False)
+        >>> r = env.rollout(6)
+        >>> r["count"].squeeze(-1).tolist(), r["inner"].squeeze(-1).tolist()
+        ([0, 1, 2, 3, 4, 5], [0, 1, 1, 2, 2, 3])
     """
+
+    _reads_outer_root = True
 
     def __init__(self, cond: Callable[[TensorDictBase], bool | torch.Tensor]) -> None:
         if not callable(cond):
             raise ValueError(f"ConditionalSkip cond must be callable, got {cond!r}")
         super().__init__()
         self.cond = cond
-        self.__dict__["_all_skipped"] = False
 
     @property
     def has_inverse(self) -> bool:
-        return True
-
-    @property
-    def has_step(self) -> bool:
         return True
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -360,22 +364,7 @@ class ConditionalSkip(Transform):
         if step.shape != tensordict.batch_size:
             step = step.reshape(tensordict.batch_size)
         tensordict.set("_step", step)
-        self.__dict__["_all_skipped"] = not bool(step.any())
         return tensordict
-
-    def _step(self, tensordict, next_tensordict):
-        if self.__dict__["_all_skipped"]:
-            self.__dict__["_all_skipped"] = False
-            raise RuntimeError(
-                "ConditionalSkip: cond asked to skip the step but the env below ran it (it does "
-                "not honor the '_step' entry); the transition would hold a state the skip "
-                "should have kept"
-            )
-        return next_tensordict
-
-    def _reset(self, tensordict, tensordict_reset):
-        self.__dict__["_all_skipped"] = False
-        return tensordict_reset
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         raise NotImplementedError(

@@ -1,0 +1,165 @@
+"""PPO on CartPole-v1 with its rollouts collected by Ray actors, on a laptop or a cluster.
+
+The same agent, loss and hyperparameters as ``examples/ppo.py`` (RL-Zoo's CartPole
+settings); only the collector changes: a :class:`~rl.collectors.distributed.RayCollector`
+runs ``--num-collectors`` actors, each stepping its share of the envs, and the learner
+here stacks one batch of every actor (sync mode), runs the PPO epochs, and broadcasts the
+new weights through Ray's object store before the next batch. Schulman et al. 2017,
+https://arxiv.org/abs/1707.06347.
+
+    uv run examples/distributed/ppo_ray.py                      # a local Ray instance
+    uv run examples/distributed/ppo_ray.py --ray-address auto   # the cluster of `ray start`
+
+See examples/distributed/README.md for starting a multi-node cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+# the actors run with the driver's interpreter (Ray's `uv run` integration would instead
+# sync the whole workspace for every actor); set it to 1 to use that integration
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+import tyro  # noqa: E402
+from torch import nn  # noqa: E402
+
+from rl.collectors.distributed import RayCollector  # noqa: E402
+from rl.core import seed_everything  # noqa: E402
+from rl.core.loggers import generate_exp_name, get_logger  # noqa: E402
+from rl.objectives import ClipPPOLoss  # noqa: E402
+from rl.objectives.value import GAE  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _common  # noqa: E402
+import ppo  # noqa: E402
+from _common import EpisodeReturns, ProgressBar, evaluate, finish_run, make_base_env  # noqa: E402
+
+# the env factory comes from examples/_common.py, which the actors cannot import (on a
+# cluster the examples folder is not on the other nodes): Ray sends it by value
+ray.cloudpickle.register_pickle_by_value(_common)
+
+
+@dataclasses.dataclass
+class Config(ppo.Config):
+    """PPO's hyperparameters (``examples/ppo.py``'s CartPole preset) and where to run."""
+
+    ray_address: str | None = None
+    """None starts a local Ray instance; "auto" (or "HEAD_IP:6379") joins the cluster that
+    `ray start` runs."""
+    num_collectors: int = 2
+    """Ray actors collecting; each steps num_envs / num_collectors envs."""
+    cpus_per_collector: float = 1.0
+    """CPUs Ray reserves for each actor."""
+    num_cpus: int | None = None
+    """CPUs of the local Ray instance (default: all of this machine's)."""
+
+
+def main(cfg: Config) -> dict:
+    if cfg.num_envs % cfg.num_collectors:
+        raise ValueError(
+            f"num_envs={cfg.num_envs} must be a multiple of num_collectors={cfg.num_collectors}"
+        )
+    if cfg.normalize_obs:
+        raise ValueError("normalize_obs is not supported here: use examples/ppo.py")
+    seed_everything(cfg.seed)
+    torch.set_num_threads(1)
+    envs_per_collector = cfg.num_envs // cfg.num_collectors
+    make_env = functools.partial(make_base_env, cfg.env_id, envs_per_collector, categorical=True)
+    actor, critic = ppo.make_agent(cfg, make_env())
+
+    if cfg.ray_address is not None:
+        ray_init_config = {"address": cfg.ray_address}
+    else:
+        ray_init_config = {"address": "local", "num_cpus": cfg.num_cpus, "include_dashboard": False}
+    frames_per_batch = cfg.num_envs * cfg.num_steps
+    start_up = time.perf_counter()
+    collector = RayCollector(
+        make_env,
+        actor,
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.total_frames,
+        num_collectors=cfg.num_collectors,
+        sync=True,
+        update_after_each_batch=True,  # on-policy: every batch acts with the latest weights
+        ray_init_config=ray_init_config,
+        remote_configs={"num_cpus": cfg.cpus_per_collector},
+    )
+    collector.set_seed(cfg.seed)
+    start_up = time.perf_counter() - start_up
+    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    loss_module = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip_coef,
+        entropy_coeff=cfg.ent_coef,
+        critic_coeff=cfg.vf_coef,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
+    )
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+    exp_name = cfg.exp_name or generate_exp_name("ppo_ray", f"{cfg.env_id}-s{cfg.seed}")
+    logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
+    logger.log_hparams(dataclasses.asdict(cfg))
+
+    num_updates = max(cfg.total_frames // frames_per_batch, 1)
+    minibatch = frames_per_batch // cfg.num_minibatches
+    progress = ProgressBar(cfg.progress, total=cfg.total_frames)
+    returns = EpisodeReturns(window=20)
+    losses_seen: list[float] = []
+    frames, start = 0, time.perf_counter()
+    try:
+        # a batch is [num_collectors, envs_per_collector, num_steps]: time stays last
+        for update, batch in enumerate(collector):
+            frames += batch.numel()
+            if cfg.anneal_lr:
+                optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
+            with torch.no_grad():
+                advantage(batch)
+            flat = batch.exclude("next", "collector").reshape(-1)
+            for _ in range(cfg.update_epochs):
+                for idx in torch.randperm(flat.numel()).split(minibatch):
+                    losses = loss_module(flat[idx])
+                    loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
+                    optimizer.step()
+            losses_seen.append(loss.item())
+            returns.update(batch.reshape(-1, batch.shape[-1]))
+            if returns.mean is not None:
+                logger.log_scalar("train/episode_return", returns.mean, frames)
+            logger.log_scalar("train/loss", loss.item(), frames)
+            progress.values["loss"] = loss.item()
+            progress.update(batch.numel())
+        seconds = time.perf_counter() - start
+    finally:
+        collector.shutdown()  # also stops the local Ray instance it started
+        progress.close()
+
+    eval_env = make_base_env(cfg.env_id, 1, categorical=True)
+    eval_env.set_seed(cfg.seed + 1000)
+    summary = finish_run(logger, evaluate(eval_env, actor, cfg.eval_episodes), frames, seconds)
+    print(f"Ray start-up and actors: {start_up:.1f} s")
+    finite = all(math.isfinite(v) for v in losses_seen)
+    return {
+        **summary,
+        "start_up_seconds": start_up,
+        "losses": losses_seen,
+        "losses_finite": finite,
+        "actor": actor,
+        "critic": critic,
+    }
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config, description=__doc__))

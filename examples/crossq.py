@@ -29,8 +29,8 @@ from rl.objectives import CrossQLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _offpolicy import (  # noqa: E402
+    ContinuousConfig,
     Run,
-    RunConfig,
     cli,
     make_env,
     make_qvalue,
@@ -41,29 +41,11 @@ from _offpolicy import (  # noqa: E402
 
 
 @dataclasses.dataclass
-class Config(RunConfig):
+class Config(ContinuousConfig):
     """CrossQ hyperparameters (the paper's names where they exist)."""
 
-    env_id: str = "Pendulum-v1"
-    """Gymnasium (or probe) environment id with Box actions."""
-    total_frames: int = 20_000
-    """Environment steps to train for."""
-    init_random_frames: int = 1_000
-    """Frames of uniformly random actions before learning starts."""
-    frames_per_batch: int = 10
-    """Frames collected between two rounds of updates."""
-    utd_ratio: float = 1.0
-    """Gradient steps per collected frame."""
-    buffer_size: int = 100_000
-    """Replay buffer capacity."""
-    batch_size: int = 256
-    """Transitions per gradient step."""
-    lr: float = 1e-3
-    """Adam learning rate of actor, critics and temperature."""
     adam_beta1: float = 0.5
     """Adam's first momentum coefficient (the paper lowers it to 0.5)."""
-    gamma: float = 0.99
-    """Discount factor."""
     policy_delay: int = 3
     """Critic updates per actor and temperature update."""
     renorm_momentum: float = 0.01
@@ -74,6 +56,9 @@ class Config(RunConfig):
     """Width of the actor's two hidden layers."""
     critic_hidden: int = 256
     """Width of the critics' two hidden layers."""
+    input_norm: bool = True
+    """Batch-renormalise the critics' input (observation and action) too, as the paper's
+    critics do."""
 
 
 PRESETS = {"pendulum": ("Pendulum-v1, CrossQ", Config())}
@@ -87,15 +72,14 @@ def main(cfg: Config) -> dict:
 
     # the pieces: actor, batch-renormalised critics, collector, buffer, loss, optimisers
     actor = make_tanh_normal_actor(env, cfg.hidden)
+    renorm = {"momentum": cfg.renorm_momentum, "warmup_steps": cfg.renorm_warmup}
+    in_features = env.observation_spec["observation"].shape[-1] + env.action_spec.shape[-1]
     qvalue = make_qvalue(
         env,
         cfg.critic_hidden,
+        input_norm=BatchRenorm1d(in_features, **renorm) if cfg.input_norm else None,
         norm_class=BatchRenorm1d,
-        norm_kwargs={
-            "num_features": cfg.critic_hidden,
-            "momentum": cfg.renorm_momentum,
-            "warmup_steps": cfg.renorm_warmup,
-        },
+        norm_kwargs={"num_features": cfg.critic_hidden, **renorm},
     )
     collector = Collector(
         env,

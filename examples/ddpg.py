@@ -28,8 +28,8 @@ from rl.objectives import DDPGLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _offpolicy import (  # noqa: E402
+    ContinuousConfig,
     Run,
-    RunConfig,
     cli,
     make_deterministic_actor,
     make_env,
@@ -40,33 +40,13 @@ from _offpolicy import (  # noqa: E402
 
 
 @dataclasses.dataclass
-class Config(RunConfig):
+class Config(ContinuousConfig):
     """DDPG hyperparameters (RL-Zoo's names in parentheses where they differ)."""
 
-    env_id: str = "Pendulum-v1"
-    """Gymnasium (or probe) environment id with Box actions."""
-    total_frames: int = 20_000
-    """Environment steps to train for (n_timesteps)."""
-    init_random_frames: int = 1_000
-    """Frames of uniformly random actions before learning starts (learning_starts)."""
-    frames_per_batch: int = 10
-    """Frames collected between two rounds of updates (train_freq)."""
-    utd_ratio: float = 1.0
-    """Gradient steps per collected frame (gradient_steps / train_freq)."""
-    buffer_size: int = 100_000
-    """Replay buffer capacity."""
-    batch_size: int = 256
-    """Transitions per gradient step."""
-    lr: float = 1e-3
-    """Adam learning rate of actor and critic."""
     gamma: float = 0.98
     """Discount factor."""
-    tau: float = 0.005
-    """Polyak averaging rate of the target actor and critic."""
     exploration_noise: float = 0.1
     """Std of the Gaussian exploration noise, as a fraction of the action range's half-width."""
-    hidden: int = 64
-    """Width of the two hidden layers of actor and critic."""
 
 
 PRESETS = {"pendulum": ("Pendulum-v1, RL-Zoo's tuned DDPG", Config())}

@@ -67,6 +67,8 @@ class Config(RunConfig):
     """Width of the two hidden layers."""
     max_grad_norm: float = 10.0
     """Gradient clipping norm."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly to 0 over total_frames (steadies the late policy)."""
     dueling: bool = False
     """Dueling head (separate value and advantage streams)."""
     prioritized: bool = False
@@ -145,6 +147,8 @@ def main(cfg: Config) -> dict:
         run.observe(batch)
         buffer.extend(transitions(batch))
         egreedy.step(batch.numel())
+        if cfg.anneal_lr:
+            optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - run.frames / cfg.total_frames)
         if run.frames >= cfg.init_random_frames:
             for _ in range(cfg.updates_per_batch):
                 sample = buffer.sample()

@@ -28,8 +28,8 @@ from rl.objectives import REDQLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _offpolicy import (  # noqa: E402
+    ContinuousConfig,
     Run,
-    RunConfig,
     cli,
     make_env,
     make_qvalue,
@@ -40,35 +40,13 @@ from _offpolicy import (  # noqa: E402
 
 
 @dataclasses.dataclass
-class Config(RunConfig):
+class Config(ContinuousConfig):
     """REDQ hyperparameters (the paper's names where they exist)."""
 
-    env_id: str = "Pendulum-v1"
-    """Gymnasium (or probe) environment id with Box actions."""
-    total_frames: int = 20_000
-    """Environment steps to train for."""
-    init_random_frames: int = 1_000
-    """Frames of uniformly random actions before learning starts."""
-    frames_per_batch: int = 10
-    """Frames collected between two rounds of updates."""
-    utd_ratio: float = 1.0
-    """Gradient steps per collected frame (the paper's G: 20)."""
-    buffer_size: int = 100_000
-    """Replay buffer capacity."""
-    batch_size: int = 256
-    """Transitions per gradient step."""
-    lr: float = 1e-3
-    """Adam learning rate of actor, critics and temperature."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak averaging rate of the target critics."""
     num_qvalue_nets: int = 10
     """Size of the critic ensemble (N)."""
     sub_sample_len: int = 2
     """Critics drawn for each target's minimum (M)."""
-    hidden: int = 64
-    """Width of the two hidden layers of actor and critics."""
 
 
 PRESETS = {"pendulum": ("Pendulum-v1, REDQ with one update per frame", Config())}

@@ -29,8 +29,8 @@ from rl.objectives import SACLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _offpolicy import (  # noqa: E402
+    ContinuousConfig,
     Run,
-    RunConfig,
     cli,
     make_env,
     make_qvalue,
@@ -42,34 +42,11 @@ from _offpolicy import (  # noqa: E402
 
 
 @dataclasses.dataclass
-class Config(RunConfig):
+class Config(ContinuousConfig):
     """SAC hyperparameters (RL-Zoo's names in parentheses where they differ)."""
 
-    env_id: str = "Pendulum-v1"
-    """Gymnasium (or probe) environment id with Box actions."""
-    total_frames: int = 20_000
-    """Environment steps to train for (n_timesteps)."""
-    init_random_frames: int = 1_000
-    """Frames of uniformly random actions before learning starts (learning_starts)."""
-    frames_per_batch: int = 10
-    """Frames collected between two rounds of updates (train_freq)."""
-    utd_ratio: float = 1.0
-    """Gradient steps per collected frame (gradient_steps / train_freq)."""
-    buffer_size: int = 100_000
-    """Replay buffer capacity."""
-    batch_size: int = 256
-    """Transitions per gradient step."""
-    lr: float = 1e-3
-    """Adam learning rate of actor, critics and temperature."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak averaging rate of the target critics."""
     alpha_init: float = 1.0
     """Initial entropy temperature (learned; target entropy -dim(action))."""
-    hidden: int = 64
-    """Width of the two hidden layers of actor and critics (RL-Zoo: 256; 64 learns
-    Pendulum as well and keeps a 2-core CPU fast)."""
     save_buffer: str | None = None
     """Keep the replay buffer as a memmap dataset in this folder (for offline.py)."""
 

@@ -168,8 +168,12 @@ def launch_mp(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name} workers did not start within {timeout} s")
             time.sleep(_POLL_S)
-        dist.init_process_group(backend, store=store, rank=0, world_size=world_size,
-                                timeout=timedelta(seconds=timeout))  # fmt: skip
+        hook = sys.excepthook  # init_process_group chains a "[rank0]" hook per group
+        try:
+            dist.init_process_group(backend, store=store, rank=0, world_size=world_size,
+                                    timeout=timedelta(seconds=timeout))  # fmt: skip
+        finally:
+            sys.excepthook = hook
     except BaseException:
         stop_processes(procs)
         raise

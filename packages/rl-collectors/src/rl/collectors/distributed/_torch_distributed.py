@@ -691,6 +691,14 @@ class DistributedCollector(CollectorBase):
                 self._drain()
             except RuntimeError:
                 pass
+        if not failed:
+            # delivered before the group goes: the last weights and CLOSE itself
+            for sends in getattr(self, "_sends", {}).values():
+                for work, _ in sends:
+                    try:
+                        work.wait()
+                    except RuntimeError:
+                        pass
         for receiver in getattr(self, "_receivers", {}).values():
             receiver.requests.put(None)
         if procs:

@@ -413,21 +413,28 @@ class VmasWrapper(EnvBase):
                     agents.append(TensorDict(data, batch_size=(n,), device=self.device))
                 out[group] = LazyStackedTensorDict.maybe_dense_stack(agents, dim=1)
                 continue
+            # the shapes were checked against the specs when they were built: the group
+            # tensordicts are assembled without per-step validation
+            batch = torch.Size((n, size))
             data = {"observation": _stack_values([obs[i] for i in indices], n, size)}
             if rews is not None:
                 data["reward"] = torch.stack([rews[i] for i in indices], 1).unsqueeze(-1)
             keys = self._info_keys[group]
             if keys:
-                data["info"] = TensorDict(
+                data["info"] = TensorDict._new_unsafe(
                     {
                         key: torch.stack([_as_column(infos[i][key], n) for i in indices], 1).to(
                             torch.float32
                         )
                         for key in keys
                     },
-                    batch_size=(n, size),
+                    batch_size=batch,
+                    device=self.device,
+                    nested=False,
                 )
-            out[group] = TensorDict(data, batch_size=(n, size), device=self.device)
+            out[group] = TensorDict._new_unsafe(
+                data, batch_size=batch, device=self.device, nested=False
+            )
         return out
 
     def _output(self, obs, rews, dones, infos) -> TensorDict:
@@ -435,7 +442,9 @@ class VmasWrapper(EnvBase):
         source = self._group_data(obs, rews, infos)
         source["done"] = done
         source["terminated"] = done.clone()
-        return TensorDict(source, batch_size=self.batch_size, device=self.device)
+        return TensorDict._new_unsafe(
+            source, batch_size=self.batch_size, device=self.device, nested=False
+        )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         obs, rews, dones, infos = self._env.step(self._actions(tensordict))

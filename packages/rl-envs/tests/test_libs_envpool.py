@@ -15,6 +15,9 @@ envpool = pytest.importorskip("envpool")
 
 from rl.envs import MultiThreadedEnv, MultiThreadedEnvWrapper  # noqa: E402
 
+# EnvPool's own spaces (read by the envpool.make calls of these tests) make gymnasium warn
+pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered:UserWarning")
+
 
 @pytest.fixture
 def cartpole():

@@ -8,9 +8,11 @@ steps ``num_envs`` environments in C++ threads per call. It is imported on first
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,15 @@ def _import_envpool():
     import envpool
 
     return envpool
+
+
+@contextlib.contextmanager
+def _quiet_spaces():
+    """EnvPool builds float32 Boxes from float64 bounds each time its spaces are read,
+    and gymnasium warns about the cast each time: those warnings are silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
+        yield
 
 
 def _unbounded_if_open(leaf: SpaceLeaf) -> SpaceLeaf:
@@ -152,7 +163,8 @@ class MultiThreadedEnvWrapper(EnvBase):
     # -------------------------------------------------------------------------- specs
     def _build_specs(self) -> None:
         spec = self._env.spec
-        obs_space, act_space = spec.observation_space, spec.action_space
+        with _quiet_spaces():
+            obs_space, act_space = spec.observation_space, spec.action_space
         import gymnasium
 
         batch = tuple(self.batch_size)
@@ -278,7 +290,8 @@ class MultiThreadedEnvWrapper(EnvBase):
         spec_cls = type(env.spec)
         config = dict(env.spec.config._asdict())
         config["seed"] = int(seed)
-        return type(env)(spec_cls(spec_cls.gen_config(**config)))
+        with _quiet_spaces():
+            return type(env)(spec_cls(spec_cls.gen_config(**config)))
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is None:
@@ -417,9 +430,11 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
         )
 
     def _make_pool(self, num_workers: int) -> Any:
-        return _import_envpool().make(
-            self.env_name, env_type="gymnasium", num_envs=num_workers, **self.create_env_kwargs
-        )
+        envpool = _import_envpool()
+        with _quiet_spaces():
+            return envpool.make(
+                self.env_name, env_type="gymnasium", num_envs=num_workers, **self.create_env_kwargs
+            )
 
     def _rebuild(self, seed: int) -> Any:
         self.create_env_kwargs["seed"] = int(seed)

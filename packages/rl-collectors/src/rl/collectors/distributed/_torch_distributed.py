@@ -25,9 +25,9 @@ from torch import nn
 from rl.core import ExplorationType
 
 from .._base import CollectorBase
-from .._multi import MultiAsyncCollector, MultiSyncCollector
 from .._single import Collector
 from . import _td_comm as comm
+from ._td_config import check_arguments, check_frames, worker_configs
 from ._td_launch import (
     Receiver,
     default_start_method,
@@ -49,24 +49,6 @@ logger = logging.getLogger(__name__)
 
 _POLL_S = 0.25
 _GRACE_S = 2.0  # how long a dead worker's last message may take to arrive
-_CLASSES = {"single": Collector, "sync": MultiSyncCollector, "async": MultiAsyncCollector}
-_BACKENDS = ("gloo", "nccl")
-_LAUNCHERS = ("mp", "torchrun")
-_UNSUPPORTED = {
-    "weight_updater": "weights go to the workers over the process group with "
-    "update_policy_weights_()",
-    "weight_sync_schemes": "weights go to the workers over the process group with "
-    "update_policy_weights_()",
-    "weight_recv_schemes": "a distributed collector cannot itself receive weights here",
-}
-
-
-def _per_worker(value: Any, n: int, name: str) -> list:
-    if isinstance(value, list | tuple):
-        if len(value) != n:
-            raise ValueError(f"{name} has {len(value)} entries, expected one per worker ({n})")
-        return list(value)
-    return [value] * n
 
 
 def _weights_of(source: Any) -> TensorDictBase | None:
@@ -216,63 +198,15 @@ class DistributedCollector(CollectorBase):
         self._procs: list = []
         self._own_group = False
         name = type(self).__name__
-        for arg, value in (("weight_updater", weight_updater),
-                           ("weight_sync_schemes", weight_sync_schemes),
-                           ("weight_recv_schemes", weight_recv_schemes)):  # fmt: skip
-            if value is not None:
-                raise ValueError(f"{arg} is not supported by {name}: {_UNSUPPORTED[arg]}")
-        if launcher in ("submitit", "submitit_delayed"):
-            raise ValueError(
-                f"launcher={launcher!r} is not supported (rl does not depend on submitit): "
-                "start the workers with torchrun and pass launcher='torchrun' (see "
-                "examples/distributed), or use launcher='mp' on one machine"
-            )
-        if launcher not in _LAUNCHERS:
-            raise ValueError(f"launcher must be one of {_LAUNCHERS}, got {launcher!r}")
-        if slurm_kwargs is not None:
-            raise ValueError(
-                "slurm_kwargs configures submitit's SLURM jobs, which are not supported: "
-                "allocate the nodes with your scheduler and start torchrun on each "
-                "(launcher='torchrun'), got slurm_kwargs="
-                f"{dict(slurm_kwargs)!r}"
-            )
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        if backend == "nccl" and not torch.cuda.is_available():
-            raise ValueError("backend='nccl' needs CUDA devices; use backend='gloo' on CPU")
-        if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
-            raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
-        if isinstance(total_frames, bool) or not isinstance(total_frames, int):
-            raise TypeError(f"total_frames must be an int, got {total_frames!r}")
-        if frames_per_batch <= 0 or (total_frames != -1 and total_frames <= 0):
-            raise ValueError(
-                f"frames_per_batch ({frames_per_batch}) must be positive and total_frames "
-                f"({total_frames}) positive or -1"
-            )
-        if update_after_each_batch and max_weight_update_interval > -1:
-            raise ValueError(
-                "update_after_each_batch=True and max_weight_update_interval="
-                f"{max_weight_update_interval} conflict: pass one of them"
-            )
-        if update_interval is not None and update_interval < 1:
-            raise ValueError(f"update_interval must be >= 1, got {update_interval}")
-        if policy is not None and policy_factory is not None:
-            raise ValueError("pass policy or policy_factory, not both")
-        if isinstance(collector_class, str):
-            if collector_class not in _CLASSES:
-                raise ValueError(
-                    f"collector_class must be a collector class or one of {sorted(_CLASSES)}, "
-                    f"got {collector_class!r}"
-                )
-            collector_class = _CLASSES[collector_class]
-        if mp_start_method is not None and launcher != "mp":
-            raise ValueError("mp_start_method applies to launcher='mp' only")
-        if launcher == "mp" and dist.is_initialized():
-            raise RuntimeError(
-                "a torch.distributed process group already exists in this process; "
-                "launcher='mp' creates its own: shut the other collector down first, or "
-                "use launcher='torchrun' to reuse the group"
-            )
+        collector_class = check_arguments(
+            name, weight_updater=weight_updater, weight_sync_schemes=weight_sync_schemes,
+            weight_recv_schemes=weight_recv_schemes, launcher=launcher,
+            slurm_kwargs=slurm_kwargs, backend=backend, frames_per_batch=frames_per_batch,
+            total_frames=total_frames, update_after_each_batch=update_after_each_batch,
+            max_weight_update_interval=max_weight_update_interval,
+            update_interval=update_interval, policy=policy, policy_factory=policy_factory,
+            collector_class=collector_class, mp_start_method=mp_start_method,
+        )  # fmt: skip
         self.launcher = launcher
         self.backend = backend
         self.collector_class = collector_class
@@ -291,16 +225,19 @@ class DistributedCollector(CollectorBase):
         self.closed = True
 
         def configs(n: int) -> list[dict]:
-            return self._configs(
-                n, create_env_fn, policy, policy_factory, collector_kwargs,
-                num_workers_per_collector,
-                {"device": device, "storing_device": storing_device,
-                 "env_device": env_device, "policy_device": policy_device},
-                {"max_frames_per_traj": max_frames_per_traj,
-                 "init_random_frames": init_random_frames,
-                 "reset_at_each_iter": reset_at_each_iter,
-                 "exploration_type": exploration_type},
+            self._frames_per_batch_worker, out = worker_configs(
+                n, sync=self._sync, frames_per_batch=frames_per_batch,
+                create_env_fn=create_env_fn, policy=policy, policy_factory=policy_factory,
+                collector_class=collector_class, collector_kwargs=collector_kwargs,
+                num_workers_per_collector=num_workers_per_collector,
+                devices={"device": device, "storing_device": storing_device,
+                         "env_device": env_device, "policy_device": policy_device},
+                common={"max_frames_per_traj": max_frames_per_traj,
+                        "init_random_frames": init_random_frames,
+                        "reset_at_each_iter": reset_at_each_iter,
+                        "exploration_type": exploration_type},
             )  # fmt: skip
+            return out
 
         self._device = comm_device(backend)
         if launcher == "mp":
@@ -315,10 +252,10 @@ class DistributedCollector(CollectorBase):
                 n = 1 if num_workers is None else num_workers
             if n < 1:
                 raise ValueError(f"a {name} needs at least one worker, got {n}")
-            worker_configs = configs(n)  # checks the arguments before starting anything
+            mp_configs = configs(n)  # checks the arguments before starting anything
             self.mp_start_method = mp_start_method or default_start_method()
             self._procs, self._store = launch_mp(
-                num_workers=n, configs=worker_configs, backend=backend, tcp_port=tcp_port,
+                num_workers=n, configs=mp_configs, backend=backend, tcp_port=tcp_port,
                 timeout=self.timeout, start_method=self.mp_start_method,
                 num_threads=num_threads, name=name,
             )  # fmt: skip
@@ -354,83 +291,16 @@ class DistributedCollector(CollectorBase):
                 rank, (per_step, pid) = self._wait_one("start-up")
                 self.frames_per_step[rank] = per_step
             self.worker_pids = [p.pid for p in self._procs] if self._procs else []
-            self._check_frames()
+            check_frames(
+                self.frames_per_step, frames_per_batch=frames_per_batch,
+                frames_per_batch_worker=self._frames_per_batch_worker, sync=self._sync,
+                total_frames=total_frames,
+            )  # fmt: skip
         except BaseException:
             if not self.closed:
                 self.closed = True
                 self._close()
             raise
-
-    # ------------------------------------------------------------------- set-up
-    def _configs(self, n, create_env_fn, policy, policy_factory, collector_kwargs,
-                 num_workers_per_collector, devices, common) -> list[dict]:  # fmt: skip
-        if isinstance(create_env_fn, list | tuple):
-            if len(create_env_fn) != n:
-                raise ValueError(
-                    f"create_env_fn has {len(create_env_fn)} entries, expected one per worker "
-                    f"rank ({n})"
-                )
-            fns = list(create_env_fn)
-        else:
-            fns = [create_env_fn] * n
-        for fn in fns:
-            if not callable(fn):
-                raise TypeError(
-                    f"create_env_fn must be env factories (callables), got {type(fn).__name__}"
-                )
-        if self._sync and self.frames_per_batch % n:
-            raise ValueError(
-                f"frames_per_batch={self.frames_per_batch} must be a multiple of the number of "
-                f"workers ({n}) with sync=True: each worker collects frames_per_batch / {n}"
-            )
-        self._frames_per_batch_worker = self.frames_per_batch // n if self._sync else (
-            self.frames_per_batch)  # fmt: skip
-        factories = _per_worker(policy_factory, n, "policy_factory")
-        kwargs = _per_worker(collector_kwargs, n, "collector_kwargs")
-        per_device = {k: _per_worker(v, n, k) for k, v in devices.items()}
-        out = []
-        for i in range(n):
-            worker_kwargs = dict(common)
-            worker_kwargs["init_random_frames"] = max(common["init_random_frames"] or 0, 0) // n
-            if worker_kwargs["max_frames_per_traj"] is not None and (
-                    worker_kwargs["max_frames_per_traj"] <= 0):  # fmt: skip
-                worker_kwargs["max_frames_per_traj"] = None
-            worker_kwargs.update({k: v[i] for k, v in per_device.items() if v[i] is not None})
-            worker_kwargs.update(dict(kwargs[i] or {}))
-            out.append({
-                "env_fn": fns[i], "policy": policy, "policy_factory": factories[i],
-                "collector_class": self.collector_class, "collector_kwargs": worker_kwargs,
-                "frames_per_batch": self._frames_per_batch_worker,
-                "num_workers_per_collector": num_workers_per_collector, "num_workers": n,
-            })  # fmt: skip
-        return out
-
-    def _check_frames(self) -> None:
-        per_step = self.frames_per_step
-        fpb = self._frames_per_batch_worker
-        for rank, k in per_step.items():
-            if fpb % k:
-                raise ValueError(
-                    f"frames_per_batch={self.frames_per_batch} gives {fpb} frames per batch "
-                    f"of worker rank {rank}, not a multiple of its env batch size ({k} frames "
-                    "per step)"
-                )
-        if self._sync and len(set(per_step.values())) > 1:
-            raise ValueError(
-                f"sync=True stacks one piece per worker: every worker needs the same env "
-                f"batch size, got {per_step}"
-            )
-        if self.total_frames > 0:
-            unit = per_step[1] * self.num_workers if self._sync else max(per_step.values())
-            bad = self.total_frames % unit if self._sync else any(
-                self.total_frames % k for k in per_step.values())  # fmt: skip
-            if bad:
-                what = f"{self.num_workers} workers x {per_step[1]}" if self._sync else (
-                    f"{sorted(set(per_step.values()))}")  # fmt: skip
-                raise ValueError(
-                    f"total_frames={self.total_frames} cannot be collected exactly: it must be "
-                    f"a multiple of the frames per step ({what})"
-                )
 
     # -------------------------------------------------------------- messaging
     def _isend(self, rank: int, tensor: torch.Tensor, what: str) -> None:
@@ -731,15 +601,17 @@ class DistributedSyncCollector(DistributedCollector):
     :class:`DistributedCollector`.
 
     Examples:
+        >>> import functools
         >>> import torch
         >>> from tensordict.nn import TensorDictModule
         >>> from rl.collectors.distributed import DistributedSyncDataCollector
         >>> from rl.envs import CartPoleEnv
+        >>> make_env = functools.partial(CartPoleEnv, categorical_action_encoding=True)
         >>> policy = TensorDictModule(
-        ...     torch.nn.Linear(4, 2), in_keys=["observation"], out_keys=["action"]
+        ...     lambda obs: (obs[..., 2] > 0).long(), in_keys=["observation"], out_keys=["action"]
         ... )
         >>> collector = DistributedSyncDataCollector(
-        ...     [CartPoleEnv, CartPoleEnv], policy, frames_per_batch=40, total_frames=120
+        ...     make_env, policy, num_workers=2, frames_per_batch=40, total_frames=120
         ... )
         >>> [tuple(batch.shape) for batch in collector]
         [(2, 20), (2, 20), (2, 20)]

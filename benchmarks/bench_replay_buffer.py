@@ -152,6 +152,17 @@ def bench_prioritized(calls: int, repeats: int) -> list[tuple]:
         min_tree.update(idx, value)
         return out, weight
 
+    arrays = [t.numpy() for t in tensors]
+    np_priority = new_priority.numpy()
+
+    def fused_floor():
+        # the two fused rl-cpp calls and numpy take: what the buffer costs without Python
+        uniform = torch.rand(BATCH).numpy()
+        idx, weight, _ = rl.cpp.prioritized_sample(sum_tree, min_tree, FILLED, uniform, BETA)
+        out = [a.take(idx, axis=0) for a in arrays]
+        rl.cpp.prioritized_update(sum_tree, min_tree, idx, np_priority, EPS, ALPHA)
+        return out, weight
+
     def ours():
         batch = rb.sample()
         rb.update_priority(batch["index"], new_priority)
@@ -165,11 +176,20 @@ def bench_prioritized(calls: int, repeats: int) -> list[tuple]:
         np_tree.update(rng.integers(0, FILLED, BATCH), rng.random(BATCH, dtype=np.float32) + 0.01)
         return np_tree.scan_lower_bound(rng.random(BATCH, dtype=np.float32) * np_tree.total())
 
-    t = best_times({"floor": floor, "numpy": numpy_floor, "ours": ours}, calls, repeats)
+    t = best_times(
+        {"floor": floor, "fused": fused_floor, "numpy": numpy_floor, "ours": ours}, calls, repeats
+    )
     f, n, o = t["floor"], t["numpy"], t["ours"]
     what = "TensorDictPrioritizedReplayBuffer sample(256) + update_priority"
     return [
         ("prioritized", "floor: bare rl-cpp trees + index_select gather", f, None, ""),
+        (
+            "prioritized",
+            "info: fused rl-cpp sample/update + numpy take (no TensorDict), vs numpy tree",
+            t["fused"],
+            n / t["fused"],
+            "",
+        ),
         ("prioritized", "floor: vectorized numpy sum tree, update(256) + scan(256)", n, None, ""),
         ("prioritized", f"{what}, vs rl-cpp trees", o, f / o, ">= 0.5"),
         ("prioritized", f"{what}, vs numpy tree", o, n / o, ">= 3.5"),

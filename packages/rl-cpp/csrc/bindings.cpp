@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "prioritized.h"
 #include "segment_tree.h"
 #include "value_estimators.h"
 #if defined(RL_CPP_WITH_CUDA)
@@ -284,6 +285,40 @@ void bind_value(nb::module_& m) {
         "TD(lambda) return over [N, T, F] arrays (any strides), written into out.");
 }
 
+// ---------------------------------------------------------------- prioritized replay
+template <typename T>
+void bind_prioritized(nb::module_& m) {
+    using Sum = rlcpp::SegmentTree<T, rlcpp::SumOp>;
+    using Min = rlcpp::SegmentTree<T, rlcpp::MinOp>;
+    using Dev = nb::device::cpu;
+    m.def(
+        "prioritized_sample",
+        [](const Sum& sum, const Min& min, int64_t count, In<T, Dev> uniform, double beta,
+           Out<int64_t, Dev> index, Out<float, Dev> weight) {
+            check_length("index", index.shape(0), "uniform", uniform.shape(0));
+            check_length("weight", weight.shape(0), "uniform", uniform.shape(0));
+            return rlcpp::prioritized_sample<T>(sum, min, count, uniform.data(), beta,
+                                                index.data(), weight.data(),
+                                                int64_t(uniform.shape(0)));
+        },
+        "sum"_a, "min"_a, "count"_a, "uniform"_a.noconvert(), "beta"_a, "index"_a.noconvert(),
+        "weight"_a.noconvert(), Release(),
+        "Samples leaves among the first `count` from uniform(0, 1) numbers and writes their "
+        "index and importance weight; returns the range's total (nothing written if <= 0).");
+    m.def(
+        "prioritized_update",
+        [](Sum& sum, Min& min, In<int64_t, Dev> indices, In<T, Dev> priority, double eps,
+           double alpha) {
+            check_length("priority", priority.shape(0), "indices", indices.shape(0));
+            return rlcpp::prioritized_update<T>(sum, min, indices.data(), priority.data(),
+                                                int64_t(indices.shape(0)), eps, alpha);
+        },
+        "sum"_a, "min"_a, "indices"_a.noconvert(), "priority"_a.noconvert(), "eps"_a, "alpha"_a,
+        Release(),
+        "Writes (priority + eps) ** alpha at indices in both trees; returns the largest "
+        "priority.");
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -307,4 +342,6 @@ NB_MODULE(_C, m) {
     bind_cpu<double, rlcpp::MinOp>(m, "MinTreeF64");
     bind_value<float>(m);
     bind_value<double>(m);
+    bind_prioritized<float>(m);
+    bind_prioritized<double>(m);
 }

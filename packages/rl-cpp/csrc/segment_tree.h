@@ -54,6 +54,8 @@ class SegmentTree {
         }
         std::lock_guard<std::mutex> lock(mutex_);
         T* tree = tree_.data();
+        // Ask for every leaf line first: the writes then overlap their misses.
+        for (int64_t k = 0; k < n; ++k) prefetch(tree + size_ + indices[k]);
         for (int64_t k = 0; k < n; ++k) tree[size_ + indices[k]] = values ? values[k] : fill;
         // All leaves are written first, then each group of paths is recomputed
         // bottom-up; the last group touching a node recomputes it after its
@@ -111,6 +113,39 @@ class SegmentTree {
                 }
             }
             for (int64_t j = 0; j < lanes; ++j) out[base + j] = nodes[j] - size_;
+        }
+    }
+
+    // The fused sampling step of a prioritized replay buffer: value k is
+    // uniform[k] * scale, its leaf is clamped to at most `last` (a scan past the
+    // valid items after rounding) and written to out with its priority.
+    void scan_scaled(const T* uniform, T scale, int64_t last, int64_t* out, T* leaves,
+                     int64_t n) const {
+        for (int64_t k = 0; k < n; ++k) {
+            if (!valid_scan_value(uniform[k])) throw_scan_error(k, double(uniform[k]));
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        const T* tree = tree_.data();
+        int64_t nodes[kLanes];
+        T rest[kLanes];
+        for (int64_t base = 0; base < n; base += kLanes) {
+            const int64_t lanes = std::min(kLanes, n - base);
+            for (int64_t j = 0; j < lanes; ++j) {
+                nodes[j] = 1;
+                rest[j] = uniform[base + j] * scale;
+            }
+            for (int64_t level = 0; level < depth_; ++level) {
+                const bool more = level + 1 < depth_;
+                for (int64_t j = 0; j < lanes; ++j) {
+                    nodes[j] = descend_step(tree, nodes[j], rest[j]);
+                    if (more) prefetch(tree + 2 * nodes[j]);
+                }
+            }
+            for (int64_t j = 0; j < lanes; ++j) {
+                const int64_t leaf = std::min(nodes[j] - size_, last);
+                out[base + j] = leaf;
+                leaves[base + j] = tree[size_ + leaf];
+            }
         }
     }
 

@@ -593,3 +593,57 @@ def td_lambda_return(
     ],
     out: Annotated[NDArray[numpy.float64], dict(shape=(None, None, None), device="cpu")],
 ) -> None: ...
+@overload
+def prioritized_sample(
+    sum: SumTreeF32,
+    min: MinTreeF32,
+    count: int,
+    uniform: Annotated[
+        NDArray[numpy.float32], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    beta: float,
+    index: Annotated[NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu")],
+    weight: Annotated[NDArray[numpy.float32], dict(shape=(None,), order="C", device="cpu")],
+) -> float:
+    """Samples leaves among the first `count` from uniform(0, 1) numbers and writes their index and importance weight; returns the range's total (nothing written if <= 0)."""
+
+@overload
+def prioritized_sample(
+    sum: SumTreeF64,
+    min: MinTreeF64,
+    count: int,
+    uniform: Annotated[
+        NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    beta: float,
+    index: Annotated[NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu")],
+    weight: Annotated[NDArray[numpy.float32], dict(shape=(None,), order="C", device="cpu")],
+) -> float: ...
+@overload
+def prioritized_update(
+    sum: SumTreeF32,
+    min: MinTreeF32,
+    indices: Annotated[
+        NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    priority: Annotated[
+        NDArray[numpy.float32], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    eps: float,
+    alpha: float,
+) -> float:
+    """Writes (priority + eps) ** alpha at indices in both trees; returns the largest priority."""
+
+@overload
+def prioritized_update(
+    sum: SumTreeF64,
+    min: MinTreeF64,
+    indices: Annotated[
+        NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    priority: Annotated[
+        NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    eps: float,
+    alpha: float,
+) -> float: ...

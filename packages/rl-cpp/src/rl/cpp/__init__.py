@@ -5,6 +5,7 @@ device. The extension does not link libtorch: arrays cross the boundary through 
 so numpy arrays and torch tensors (CPU or CUDA) are used in place.
 """
 
+from rl.cpp._prioritized import prioritized_sample, prioritized_update
 from rl.cpp._segment_tree import (
     MinSegmentTree,
     SumSegmentTree,
@@ -21,5 +22,7 @@ __all__ = [
     "cuda_compiled",
     "cuda_device_count",
     "generalized_advantage_estimate",
+    "prioritized_sample",
+    "prioritized_update",
     "td_lambda_return_estimate",
 ]

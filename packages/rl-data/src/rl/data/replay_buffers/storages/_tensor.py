@@ -38,7 +38,7 @@ class _GatherPlan:
     no batch-size inference, no per-call traversal of the TensorDict machinery.
     """
 
-    __slots__ = ("leaves", "children", "device")
+    __slots__ = ("leaves", "children", "device", "arrays")
 
     def __init__(self, td: TensorDictBase, view: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.leaves: list[tuple[str, torch.Tensor, np.ndarray | None]] = []
@@ -50,6 +50,29 @@ class _GatherPlan:
             else:
                 leaf = view(value)
                 self.leaves.append((key, leaf, _numpy_view(leaf)))
+        # every leaf, nested ones included, has a numpy view: the CPU fast path applies
+        numpy = all(a is not None for _, _, a in self.leaves)
+        numpy = numpy and all(child.arrays is not None for _, child in self.children)
+        self.arrays = [(key, a) for key, _, a in self.leaves] if numpy else None
+
+    def gather_numpy(
+        self, np_index: np.ndarray, batch_size: torch.Size, extra: dict | None = None
+    ) -> TensorDict:
+        """The gather of a CPU plan whose leaves all have numpy views (``arrays`` set);
+        ``extra`` entries are added at this level instead of being read."""
+        from_numpy = torch.from_numpy
+        if extra:
+            source: dict[str, Any] = {
+                key: from_numpy(a.take(np_index, axis=0))
+                for key, a in self.arrays
+                if key not in extra
+            }
+            source.update(extra)
+        else:
+            source = {key: from_numpy(a.take(np_index, axis=0)) for key, a in self.arrays}
+        for key, child in self.children:
+            source[key] = child.gather_numpy(np_index, batch_size)
+        return TensorDict._new_unsafe(source, batch_size=batch_size, device=self.device)
 
     def gather(self, index: torch.Tensor, np_index: Any, batch_size: torch.Size) -> TensorDict:
         source: dict[str, Any] = {
@@ -393,6 +416,12 @@ class TensorStorage(Storage):
 
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         """Gathers a 1-D batch of items; ``extra`` entries are added at the root of the result."""
+        if self._is_td and self._plan.arrays is not None and index.is_cpu:
+            # CPU storage, numpy views of every leaf: numpy take and no per-leaf dispatch
+            if index.dtype != torch.int64:
+                index = index.long()
+            batch_size = torch.Size((index.shape[0], *self._item_batch))
+            return self._plan.gather_numpy(index.numpy(), batch_size, extra)
         if index.dtype != torch.int64:
             index = index.long()
         if index.device != self._device:

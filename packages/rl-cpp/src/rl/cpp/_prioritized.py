@@ -1,0 +1,158 @@
+"""Prioritized-replay steps fused into one compiled call each, on a pair of CPU trees.
+
+A prioritized replay buffer samples with a sum tree (the draw) and a min tree (the
+largest importance weight), then writes new priorities into both. Done with separate
+tree calls and array operations, a batch of 256 costs a dozen Python-level calls; these
+two functions do each step in one call with the GIL released, so that the buffer's step
+costs little more than the trees' own work (Schaul et al., 2016,
+https://arxiv.org/abs/1511.05952).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rl.cpp import _C
+from rl.cpp._segment_tree import MinSegmentTree, SumSegmentTree
+
+__all__ = ["prioritized_sample", "prioritized_update"]
+
+_INT64 = np.dtype(np.int64)
+_FLOAT32 = np.dtype(np.float32)
+
+
+def _cpu_pair(sum_tree: Any, min_tree: Any) -> None:
+    if not isinstance(sum_tree, SumSegmentTree) or not isinstance(min_tree, MinSegmentTree):
+        raise TypeError(
+            "expected a SumSegmentTree and a MinSegmentTree, got "
+            f"{type(sum_tree).__name__} and {type(min_tree).__name__}"
+        )
+    if sum_tree.device != "cpu" or min_tree.device != "cpu":
+        raise ValueError(
+            f"the fused steps run on CPU trees, got trees on {sum_tree.device} and "
+            f"{min_tree.device}; use the trees' own methods on CUDA"
+        )
+    if sum_tree.dtype != min_tree.dtype:
+        raise TypeError(f"the trees' dtypes differ: {sum_tree.dtype} and {min_tree.dtype}")
+
+
+def _vector(x: Any, name: str, dtype: np.dtype) -> np.ndarray:
+    """A contiguous 1-D numpy array of ``dtype`` (numpy in place; torch CPU as a view)."""
+    if type(x) is not np.ndarray:
+        if type(x).__module__.startswith("torch"):
+            if x.device.type != "cpu":
+                raise ValueError(f"{name} is on {x.device}, expected a CPU array")
+            x = x.detach().numpy()
+        else:
+            x = np.asarray(x)
+    if x.dtype != dtype:
+        kinds = "iu" if dtype == _INT64 else "biuf"
+        if x.dtype.kind not in kinds:
+            raise TypeError(f"{name} has dtype {x.dtype}, expected {dtype}")
+        x = x.astype(dtype)
+    if x.ndim != 1:
+        x = x.reshape(-1)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    return x
+
+
+def prioritized_sample(
+    sum_tree: SumSegmentTree,
+    min_tree: MinSegmentTree,
+    count: int,
+    uniform: Any,
+    beta: float,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Draws leaves among the first ``count`` with probability ``p_i / sum_{j<count} p_j``.
+
+    One compiled call reads the total and the minimum of ``[0, count)``, scans
+    ``uniform * total`` (a draw past ``count - 1`` by rounding is clamped to it) and
+    computes the importance weights ``(p_i / min_j p_j) ** -beta`` in float32; with a
+    zero minimum the weights are normalised by the largest one of the batch.
+
+    Args:
+        sum_tree: a CPU :class:`SumSegmentTree` holding the priorities.
+        min_tree: the :class:`MinSegmentTree` holding the same priorities.
+        count: how many leaves (from 0) are valid, ``1 <= count <= capacity``.
+        uniform: ``[B]`` numbers in ``[0, 1)`` (numpy or CPU torch), converted to the
+            trees' dtype.
+        beta: the importance-sampling exponent.
+
+    Returns:
+        ``(index, weight, total)``: ``[B]`` int64 leaves, ``[B]`` float32 weights and
+        the total priority of ``[0, count)``.
+
+    Raises:
+        RuntimeError: the priorities of ``[0, count)`` sum to zero.
+        IndexError: ``count`` is not in ``[1, capacity]``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_sample
+        >>> s, m = SumSegmentTree(4), MinSegmentTree(4)
+        >>> for tree in (s, m):
+        ...     tree.update(np.arange(4), np.array([1.0, 0.0, 2.0, 1.0], dtype=np.float32))
+        >>> index, weight, total = prioritized_sample(s, m, 3, np.array([0.1, 0.5]), beta=1.0)
+        >>> index.tolist(), weight.tolist(), total
+        ([0, 2], [1.0, 0.5], 3.0)
+    """
+    _cpu_pair(sum_tree, min_tree)
+    values = _vector(uniform, "uniform", sum_tree.dtype)
+    n = values.shape[0]
+    index = np.empty(n, dtype=_INT64)
+    weight = np.empty(n, dtype=_FLOAT32)
+    total = _C.prioritized_sample(
+        sum_tree._impl, min_tree._impl, int(count), values, float(beta), index, weight
+    )
+    if not total > 0:
+        raise RuntimeError(
+            f"cannot sample: the priorities of the {count} valid leaves sum to {total}"
+        )
+    return index, weight, total
+
+
+def prioritized_update(
+    sum_tree: SumSegmentTree,
+    min_tree: MinSegmentTree,
+    index: Any,
+    priority: Any,
+    eps: float,
+    alpha: float,
+) -> float:
+    """Writes ``(priority + eps) ** alpha`` at ``index`` in both trees, in one call.
+
+    Args:
+        sum_tree: a CPU :class:`SumSegmentTree`.
+        min_tree: the :class:`MinSegmentTree` of the same capacity and dtype.
+        index: ``[B]`` leaf indices (numpy or CPU torch, any integer dtype).
+        priority: ``[B]`` raw priorities (finite, non-negative).
+        eps: added to every priority before the exponent.
+        alpha: the priority exponent.
+
+    Returns:
+        The largest priority of the batch (before ``eps`` and ``alpha``).
+
+    Raises:
+        IndexError: an index is out of range; ValueError: a priority is negative, NaN
+            or infinite, or the lengths differ. Neither tree changes then.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_update
+        >>> s, m = SumSegmentTree(4), MinSegmentTree(4)
+        >>> prioritized_update(s, m, np.array([0, 3]), np.array([3.0, 1.0]), eps=0.0, alpha=0.5)
+        3.0
+        >>> round(s.total(), 4), m.min()
+        (2.7321, 1.0)
+    """
+    _cpu_pair(sum_tree, min_tree)
+    index = _vector(index, "index", _INT64)
+    priority = _vector(priority, "priority", sum_tree.dtype)
+    if priority.shape[0] == 1 and index.shape[0] != 1:
+        priority = np.repeat(priority, index.shape[0])
+    return _C.prioritized_update(
+        sum_tree._impl, min_tree._impl, index, priority, float(eps), float(alpha)
+    )

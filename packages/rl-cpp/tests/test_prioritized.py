@@ -1,0 +1,108 @@
+"""The fused prioritized-replay steps against the trees' own calls and a plain numpy loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_sample, prioritized_update
+
+
+def filled(priority: np.ndarray, dtype: str = "float32", capacity: int = 64):
+    s, m = SumSegmentTree(capacity, dtype=dtype), MinSegmentTree(capacity, dtype=dtype)
+    index = np.arange(priority.shape[0])
+    s.update(index, priority.astype(dtype))
+    m.update(index, priority.astype(dtype))
+    return s, m
+
+
+class TestPrioritizedSample:
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    def test_matches_the_separate_calls(self, dtype):
+        rng = np.random.default_rng(0)
+        priority = rng.random(40) + 0.05
+        s, m = filled(priority, dtype)
+        uniform = rng.random(256).astype(dtype)
+        index, weight, total = prioritized_sample(s, m, 30, uniform, beta=0.6)
+        p_sum, p_min = s.query(0, 30), m.query(0, 30)
+        assert total == pytest.approx(p_sum)
+        expected = np.minimum(s.scan_lower_bound(uniform * uniform.dtype.type(p_sum)), 29)
+        np.testing.assert_array_equal(index, expected)
+        leaves = s[expected].astype(np.float64)
+        np.testing.assert_allclose(weight, (leaves / p_min) ** -0.6, rtol=1e-5)
+        assert index.dtype == np.int64 and weight.dtype == np.float32 and index.max() < 30
+
+    def test_literal_values_and_zero_minimum(self):
+        s, m = filled(np.array([1.0, 0.0, 2.0, 1.0]), capacity=4)
+        index, weight, total = prioritized_sample(s, m, 3, np.array([0.1, 0.5, 0.9]), beta=1.0)
+        # the minimum over [0, 3) is 0: weights are normalised by the batch's largest
+        assert index.tolist() == [0, 2, 2] and weight.tolist() == [1.0, 0.5, 0.5]
+        assert total == 3.0
+
+    def test_frequencies_follow_the_priorities(self):
+        s, m = filled(np.array([1.0, 3.0, 0.0, 4.0]), capacity=4)
+        uniform = np.random.default_rng(1).random(40_000)
+        index, _, _ = prioritized_sample(s, m, 4, uniform, beta=0.5)
+        freq = np.bincount(index, minlength=4) / index.size
+        np.testing.assert_allclose(freq, [0.125, 0.375, 0.0, 0.5], atol=0.01)
+
+    def test_torch_uniform_is_read_in_place(self):
+        torch = pytest.importorskip("torch")
+        s, m = filled(np.array([1.0, 1.0]), capacity=2)
+        index, weight, _ = prioritized_sample(s, m, 2, torch.tensor([0.25, 0.75]), beta=0.5)
+        assert index.tolist() == [0, 1] and weight.tolist() == [1.0, 1.0]
+
+    def test_errors(self):
+        s, m = filled(np.array([0.0, 0.0]), capacity=4)
+        with pytest.raises(RuntimeError, match="the priorities of the 2 valid leaves sum to 0"):
+            prioritized_sample(s, m, 2, np.array([0.5]), beta=0.5)
+        with pytest.raises(IndexError, match=r"query range \[0, 5\)"):
+            prioritized_sample(s, m, 5, np.array([0.5]), beta=0.5)
+        s.update(np.array([0]), np.array([1.0], dtype=np.float32))
+        with pytest.raises(ValueError, match="scan value -1"):
+            prioritized_sample(s, m, 1, np.array([-1.0]), beta=0.5)
+        with pytest.raises(TypeError, match="expected a SumSegmentTree and a MinSegmentTree"):
+            prioritized_sample(m, s, 1, np.array([0.5]), beta=0.5)
+        with pytest.raises(TypeError, match="the trees' dtypes differ"):
+            prioritized_sample(s, MinSegmentTree(4, dtype="float64"), 1, np.array([0.5]), 0.5)
+        with pytest.raises(TypeError, match="uniform has dtype complex128"):
+            prioritized_sample(s, m, 1, np.array([0.5j]), beta=0.5)
+
+
+class TestPrioritizedUpdate:
+    @pytest.mark.parametrize("alpha", [1.0, 0.6])
+    def test_matches_the_separate_calls(self, alpha):
+        rng = np.random.default_rng(2)
+        index = rng.integers(0, 64, 100)  # repeated indices: the last one wins
+        priority = rng.random(100)
+        s, m = SumSegmentTree(64), MinSegmentTree(64)
+        rs, rm = SumSegmentTree(64), MinSegmentTree(64)
+        high = prioritized_update(s, m, index, priority, eps=0.01, alpha=alpha)
+        value = ((priority.astype(np.float32) + np.float32(0.01)) ** np.float32(alpha)).astype(
+            np.float32
+        )
+        rs.update(index, value)
+        rm.update(index, value)
+        everything = np.arange(64)
+        np.testing.assert_allclose(s[everything], rs[everything], rtol=1e-6)
+        np.testing.assert_allclose(m[everything], rm[everything], rtol=1e-6)
+        assert s.total() == pytest.approx(rs.total(), rel=1e-5) and m.min() == rm.min()
+        assert high == pytest.approx(priority.max(), rel=1e-6)
+
+    def test_a_single_priority_broadcasts(self):
+        s, m = SumSegmentTree(8), MinSegmentTree(8)
+        assert prioritized_update(s, m, [1, 5], [2.0], eps=0.0, alpha=1.0) == 2.0
+        assert s.total() == 4.0 and m.min() == 2.0
+
+    def test_bad_input_leaves_both_trees_unchanged(self):
+        s, m = filled(np.array([1.0, 2.0]), capacity=4)
+        for index, priority, error, match in [
+            ([0, 4], [1.0, 1.0], IndexError, "index 4 .at position 1. is out of range"),
+            ([0, 1], [1.0, -2.0], ValueError, "priority -2 .at position 1. is invalid"),
+            ([0, 1], [np.nan, 1.0], ValueError, "priority nan .at position 0. is invalid"),
+            ([0, 1], [np.inf, 1.0], ValueError, "priority inf"),
+            ([0, 1, 2], [1.0, 1.0], ValueError, "priority has 2 elements, expected 3"),
+        ]:
+            with pytest.raises(error, match=match):
+                prioritized_update(s, m, index, priority, eps=0.0, alpha=0.5)
+            assert s.total() == 3.0 and m.min() == 1.0

@@ -279,18 +279,25 @@ def _torchrun_rank(rank: int, world_size: int, port: int) -> None:
     os._exit(0)
 
 
+def _start_ranks(monkeypatch, world_size: int) -> list:
+    """Ranks ``1..world_size-1`` as torchrun would start them; this process is rank 0."""
+    with socket.socket() as sock:  # a free port for rank 0's store, as torchrun picks
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_torchrun_rank, args=(r, world_size, port))
+             for r in range(1, world_size)]  # fmt: skip
+    for proc in procs:
+        proc.start()
+    for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
+                           WORLD_SIZE=str(world_size)).items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    return procs
+
+
 class TestTorchrunLauncher:
     def test_learner_on_rank_0_of_an_existing_launch(self, monkeypatch):
-        with socket.socket() as sock:  # a free port for rank 0's store, as torchrun picks
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_torchrun_rank, args=(r, 3, port)) for r in (1, 2)]
-        for proc in procs:
-            proc.start()
-        for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
-                               WORLD_SIZE="3").items():  # fmt: skip
-            monkeypatch.setenv(key, value)
+        procs = _start_ranks(monkeypatch, 3)
         policy = marked_policy()
         try:
             collector = DistributedSyncDataCollector(
@@ -311,6 +318,28 @@ class TestTorchrunLauncher:
                 if proc.is_alive():
                     proc.kill()
 
+    @pytest.mark.parametrize("sync", [False, True])
+    def test_killed_rank_is_reported(self, monkeypatch, sync):
+        procs = _start_ranks(monkeypatch, 3)
+        try:
+            collector = DistributedDataCollector(cartpole, None, launcher="torchrun", sync=sync,
+                                                 frames_per_batch=20, total_frames=-1)  # fmt: skip
+            collector.next()
+            os.kill(procs[0].pid, signal.SIGKILL)
+            start = time.monotonic()
+            with pytest.raises(RuntimeError, match=r"lost worker rank 1 during collect: it died or hung .*"
+                               r"Connection (closed|reset) by peer"):  # fmt: skip
+                for _ in range(1000):
+                    collector.next()
+            assert time.monotonic() - start < 10
+            assert not dist.is_initialized()
+            procs[1].join(10)
+            assert procs[1].exitcode == 0  # the other rank saw the learner go and returned
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+
     def test_needs_torchrun_environment(self, monkeypatch):
         monkeypatch.delenv("MASTER_ADDR", raising=False)
         with pytest.raises(ValueError, match="MASTER_ADDR.* is not set: start the script with"):
@@ -319,7 +348,8 @@ class TestTorchrunLauncher:
 
 @pytest.mark.slow
 def test_spawn_start_method(make):
-    collector = make(DistributedDataCollector, cartpole, marked_policy(), mp_start_method="spawn",
+    # spawned workers unpickle what they run: importable classes (not this test module's)
+    collector = make(DistributedDataCollector, CartPoleEnv, None, mp_start_method="spawn",
                      frames_per_batch=10, total_frames=30)  # fmt: skip
     assert [b.numel() for b in collector] == [10, 10, 10]
 

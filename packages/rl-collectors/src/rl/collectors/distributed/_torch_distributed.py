@@ -365,8 +365,8 @@ class DistributedCollector(CollectorBase):
                     f"{exit_description(proc.exitcode)}; all workers were shut down"
                 )
         self._fail(
-            f"{name} lost worker rank {rank} during {what} ({exc}); it died or hung longer "
-            f"than timeout={self.timeout} s; all workers were shut down"
+            f"{name} lost worker rank {rank} during {what}: it died or hung longer than "
+            f"timeout={self.timeout} s ({exc}); all workers were shut down"
         )
 
     def _fail(self, message: str, start_error: Mapping | None = None) -> None:

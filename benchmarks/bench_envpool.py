@@ -6,9 +6,10 @@ action sampled and its log-prob kept. The floor is the plain loop a user would w
 MLP and the distribution on the observation tensor, ``pool.step(action.numpy())``, every
 output written into preallocated ``[T, N]`` tensors, and the done sub-envs reset with
 ``pool.reset(env_ids)`` (so that both record the same transitions: no EnvPool filler
-step). A second floor, ``floor-autoreset``, leaves the resets to EnvPool (its filler
-steps are recorded as transitions, as in CleanRL's EnvPool scripts): it does less work
-than ours and is shown for reference.
+step). ``floor-td`` is the same loop calling the collector's policy object (the
+TensorDictModule) on a TensorDict of the observation at each step. ``floor-autoreset``
+leaves the resets to EnvPool (its filler steps are recorded as transitions, as in
+CleanRL's EnvPool scripts): it does less work than ours and is shown for reference.
 
 The runs are interleaved (floor, ours, floor-autoreset, ...) and the median is taken,
 in wall-clock time and in CPU time of this process (``time.process_time``: it counts
@@ -29,6 +30,7 @@ from pathlib import Path
 import envpool
 import numpy as np
 import torch
+from tensordict import TensorDict
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
@@ -80,9 +82,10 @@ def td_prob_policy(net: torch.nn.Module):
 class Floor:
     """The plain loop over an EnvPool pool, writing preallocated ``[T, N]`` tensors."""
 
-    def __init__(self, n: int, steps: int, explicit_reset: bool = True) -> None:
+    def __init__(self, n: int, steps: int, explicit_reset: bool = True, td_module=None) -> None:
         self.pool = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, seed=0)
         self.net, self.n, self.steps, self.explicit_reset = mlp(), n, steps, explicit_reset
+        self.td_module = td_module
         self.bufs = (
             torch.empty(steps, n, 4), torch.empty(steps, n, dtype=torch.int64),
             torch.empty(steps, n), torch.empty(steps, n, 4), torch.empty(steps, n),
@@ -94,12 +97,17 @@ class Floor:
     @torch.no_grad()
     def __call__(self, batches: int) -> int:
         obs_buf, act_buf, logp_buf, next_buf, rew_buf, term_buf, trunc_buf = self.bufs
-        pool, net, obs = self.pool, self.net, self.obs
+        pool, net, obs, module = self.pool, self.net, self.obs, self.td_module
         for _ in range(batches):
             for t in range(self.steps):
-                dist = torch.distributions.Categorical(logits=net(obs))
-                action = dist.sample()
-                logp_buf[t] = dist.log_prob(action)
+                if module is None:
+                    dist = torch.distributions.Categorical(logits=net(obs))
+                    action = dist.sample()
+                    logp_buf[t] = dist.log_prob(action)
+                else:  # the collector's policy, called on a TensorDict
+                    td = module(TensorDict(observation=obs, batch_size=[self.n]))
+                    action = td["action"]
+                    logp_buf[t] = td["sample_log_prob"]
                 obs_buf[t] = obs
                 act_buf[t] = action
                 next_obs, r, te, tr, _ = pool.step(action.numpy())
@@ -148,6 +156,7 @@ def main() -> None:
     collector_prob = Collector(env_prob, td_prob_policy(mlp()), frames_per_batch=n * steps)
     runs = {
         "floor": Floor(n, steps),
+        "floor-td": Floor(n, steps, td_module=td_policy(mlp())),
         "ours": lambda b: run_collector(collector, b),
         "ours-prob": lambda b: run_collector(collector_prob, b),
         "floor-autoreset": Floor(n, steps, explicit_reset=False),
@@ -183,9 +192,10 @@ def main() -> None:
         "ours": "Collector(MultiThreadedEnv), the policy in one TensorDictModule",
         "ours-prob": "Collector(MultiThreadedEnv), TensorDictModule + "
         "ProbabilisticTensorDictModule policy",
+        "floor-td": "floor-td: plain loop, the collector's TensorDictModule policy",
         "floor-autoreset": "floor-autoreset: plain loop, EnvPool's filler steps recorded",
     }
-    for key in ("floor", "ours", "ours-prob", "floor-autoreset"):
+    for key in ("floor", "floor-td", "ours", "ours-prob", "floor-autoreset"):
         lines.append(
             f"| {names[key]} | {med_w[key]:,.0f} | {med_w[key] / med_w['floor']:.2f}x "
             f"| {med_c[key]:,.0f} | {med_c[key] / med_c['floor']:.2f}x |"

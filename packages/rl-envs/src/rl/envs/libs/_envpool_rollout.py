@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rl.envs._gym_policy import PolicyActions, UseGenericLoop
 from rl.envs._gym_spaces import walk
@@ -143,6 +143,8 @@ class PipelinedPolicyActions(PolicyActions):
     def act(self, t: int) -> np.ndarray:
         td = self.td
         if t > 0:
+            fast_set = type(td) is TensorDict and self.str_obs_keys
+            entries = td._tensordict if fast_set else None
             patches = self._take_resets(t) if self.seen_overrides < len(self.overrides) else ()
             for i, (key, buf) in enumerate(self.obs):
                 value = buf[t - 1]
@@ -150,28 +152,66 @@ class PipelinedPolicyActions(PolicyActions):
                     value = value.clone()
                     for _, index, arrays in patches:
                         value[index] = torch.from_numpy(arrays[i])
-                td.set(key, value)
+                if fast_set:  # a view of the right shape and dtype: no checks needed
+                    entries[key] = value
+                else:
+                    td.set(key, value)
             if t == 1:
                 for key, flag in self.zero_flags:
                     td.set(key, flag)
-        provided = [(key, td.get(key)) for key, _ in self.obs]
-        provided += [(key, td.get(key)) for key in self.done_keys]
+        get = _getter(td)
+        provided = [(key, get(key)) for key in self.root_keys]
         out = self.policy(td)
-        if out is not None:
+        if out is not None and out is not td:
             td = self.td = out
+            get = _getter(td)
         if t == 0:
             self._discover(td, provided)
         self._provided = provided
-        return self.env._action_from_td(td)
+        return self.env._action_from_td(td, get)
+
+    @property
+    def str_obs_keys(self) -> bool:
+        """Whether every observation key is a string (set in the entry dict directly)."""
+        flag = self.__dict__.get("_str_obs_keys")
+        if flag is None:
+            flag = self._str_obs_keys = all(type(key) is str for key, _ in self.obs)
+        return flag
+
+    @property
+    def root_keys(self) -> list:
+        keys = self.__dict__.get("_root_keys")
+        if keys is None:
+            keys = self._root_keys = [key for key, _ in self.obs] + list(self.done_keys)
+        return keys
 
     def record(self, t: int) -> None:
         td = self.td
+        get = _getter(td)
         for key, buf in self.extras:
-            buf[t] = td.get(key)
+            buf[t] = get(key)
         for key, value in self._provided:
-            current = td.get(key)
+            current = get(key)
             if current is not value:
                 self.root_overrides.append((t, key, current.clone()))
+
+
+def _getter(td: TensorDictBase):
+    """``td.get`` for the keys of the loop; for a plain ``TensorDict``, string keys are
+    read from its entry dict directly (``td.get`` parses the key at every call)."""
+    if type(td) is not TensorDict:
+        return td.get
+    entries = td._tensordict
+    slow = td.get
+
+    def get(key):
+        if type(key) is str:
+            value = entries.get(key)
+            if value is not None:
+                return value
+        return slow(key)
+
+    return get
 
 
 def envpool_rollout(

@@ -215,10 +215,10 @@ class MultiThreadedEnvWrapper(EnvBase):
         """Fresh CPU tensors of the observation leaves, in spec dtypes."""
         return [torch.from_numpy(np.array(array)) for array in self._obs_arrays(obs)]
 
-    def _action_from_td(self, tensordict: TensorDictBase) -> np.ndarray:
-        """The EnvPool action (numpy) of the root ``tensordict``."""
+    def _action_from_td(self, tensordict: TensorDictBase, get=None) -> np.ndarray:
+        """The EnvPool action (numpy) of the root ``tensordict`` (read with ``get``)."""
         d = self.__dict__
-        value = tensordict.get("action")
+        value = (get or tensordict.get)("action")
         if value.shape != d["_act_shape"]:
             raise ValueError(
                 f"action 'action' has shape {tuple(value.shape)}, expected "

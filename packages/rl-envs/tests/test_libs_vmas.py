@@ -67,7 +67,7 @@ class TestVmasLayout:
             action = index if categorical else torch.nn.functional.one_hot(index, 9)
             td["agents", "action"] = action
             out.append(env.step(td)["next", "agents", "observation"])
-        torch.testing.assert_close(out[0], out[1])
+        assert (out[0] == out[1]).all() and out[0]["agents", "observation"].abs().sum() > 0
 
     def test_lazy_export_and_repr(self):
         assert rl.envs.VmasEnv is VmasEnv and rl.envs.VmasWrapper is VmasWrapper
@@ -131,6 +131,28 @@ class TestVmasValues:
         assert td["next", "done"][:, :2].sum() == 0
         assert td["next", "done"][:, 2].all() and td["next", "terminated"][:, 2].all()
         assert "truncated" not in td["next"].keys()
+
+    def test_terminated_truncated(self):
+        env = nav(n_agents=2, max_steps=3, terminated_truncated=True)
+        assert env.done_keys == ["done", "terminated", "truncated"]
+        td = env.rollout(3, break_when_any_done=False)
+        assert td["next", "truncated"][:, 2].all() and not td["next", "truncated"][:, :2].any()
+        assert not td["next", "terminated"].any()
+        assert torch.equal(td["next", "done"], td["next", "truncated"])
+        check_env_specs(env, seed=0)
+
+    def test_dict_spaces_give_the_same_data(self):
+        torch.manual_seed(0)
+        action = torch.rand(B, 2, 2) * 2 - 1
+        out = []
+        for dict_spaces in (False, True):
+            env = nav(n_agents=2, dict_spaces=dict_spaces)
+            env.set_seed(1)
+            td = env.reset()
+            td["agents", "action"] = action
+            out.append(env.step(td)["next"])
+        assert env._dict_spaces
+        assert (out[0] == out[1]).all() and out[0]["agents", "observation"].abs().sum() > 0
 
     def test_partial_reset(self):
         env = nav(n_agents=2, max_steps=4)

@@ -149,6 +149,10 @@ class VmasWrapper(EnvBase):
     different observation or action layouts is a lazy stack
     (``LazyStackedTensorDict``) with a ``StackedComposite`` spec (``het_specs_map``).
 
+    A VMAS env made with ``terminated_truncated=True`` also writes ``"truncated"`` (set by
+    ``max_steps``) and ``done = terminated | truncated``; ``dict_spaces=True`` envs are
+    read by agent name (the layout is the same).
+
     Partial resets go through a ``"_reset"`` mask of shape ``[num_envs, 1]``: only the
     masked sub-envs are reset (``env.reset_at``). :meth:`set_seed` seeds VMAS's own
     random state, so a seeded env reproduces its resets and dynamics.
@@ -233,6 +237,8 @@ class VmasWrapper(EnvBase):
             allow_done_after_reset=allow_done_after_reset,
         )
         self._env = env
+        self._dict_spaces = bool(getattr(env, "dict_spaces", False))
+        self._terminated_truncated = bool(getattr(env, "terminated_truncated", False))
         self.categorical_actions = categorical_actions
         self.continuous_actions = bool(env.continuous_actions)
         self.from_pixels = False
@@ -314,10 +320,15 @@ class VmasWrapper(EnvBase):
         self._info_keys = {}
         for group, indices in self._groups:
             act = [
-                _space_to_spec(env.action_space[i], device, self.categorical_actions)
+                _space_to_spec(
+                    self._agent_space(env.action_space, i), device, self.categorical_actions
+                )
                 for i in indices
             ]
-            obs = [_space_to_spec(env.observation_space[i], device, True) for i in indices]
+            obs = [
+                _space_to_spec(self._agent_space(env.observation_space, i), device, True)
+                for i in indices
+            ]
             info = [
                 Composite(
                     {
@@ -348,6 +359,8 @@ class VmasWrapper(EnvBase):
         self.het_specs = any(self.het_specs_map.values())
         flag = Categorical(2, shape=(1,), dtype=torch.bool, device=device)
         done = Composite(done=flag, terminated=flag.clone(), device=device)
+        if self._terminated_truncated:
+            done["truncated"] = flag.clone()
         self.full_action_spec_unbatched = actions
         self.full_observation_spec_unbatched = observations
         self.full_reward_spec_unbatched = rewards
@@ -437,18 +450,36 @@ class VmasWrapper(EnvBase):
             )
         return out
 
-    def _output(self, obs, rews, dones, infos) -> TensorDict:
-        done = dones.reshape(self.num_envs, 1)
-        source = self._group_data(obs, rews, infos)
-        source["done"] = done
-        source["terminated"] = done.clone()
+    def _agent_space(self, space: Any, index: int) -> Any:
+        if self._dict_spaces:  # a Dict space keyed by agent name
+            return space[self.agent_names[index]]
+        return space[index]
+
+    def _by_index(self, values: Any) -> Any:
+        """VMAS's per-agent values as a list in agent order (``dict_spaces`` envs give dicts)."""
+        if isinstance(values, dict):
+            return [values[name] for name in self.agent_names]
+        return values
+
+    def _output(self, obs, rews, flags, infos) -> TensorDict:
+        n = self.num_envs
+        source = self._group_data(self._by_index(obs), self._by_index(rews), self._by_index(infos))
+        if self._terminated_truncated:
+            terminated, truncated = (flag.reshape(n, 1) for flag in flags)
+            source["done"] = terminated | truncated
+            source["terminated"] = terminated
+            source["truncated"] = truncated
+        else:
+            done = flags[0].reshape(n, 1)
+            source["done"] = done
+            source["terminated"] = done.clone()
         return TensorDict._new_unsafe(
             source, batch_size=self.batch_size, device=self.device, nested=False
         )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        obs, rews, dones, infos = self._env.step(self._actions(tensordict))
-        return self._output(obs, rews, dones, infos)
+        obs, rews, *flags, infos = self._env.step(self._actions(tensordict))
+        return self._output(obs, rews, flags, infos)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
@@ -457,10 +488,14 @@ class VmasWrapper(EnvBase):
         else:
             for index in mask.reshape(self.num_envs).nonzero().flatten().tolist():
                 self._env.reset_at(index, return_observations=False)
-        obs, dones, infos = self._env.get_from_scenario(
-            get_observations=True, get_infos=True, get_rewards=False, get_dones=True
+        obs, *flags, infos = self._env.get_from_scenario(
+            get_observations=True,
+            get_infos=True,
+            get_rewards=False,
+            get_dones=True,
+            dict_agent_names=False,
         )
-        return self._output(obs, None, dones, infos)
+        return self._output(obs, None, flags, infos)
 
     def _set_seed(self, seed: int | None) -> None:
         self._env.seed(seed)

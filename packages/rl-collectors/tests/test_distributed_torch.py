@@ -178,6 +178,29 @@ class TestWeights:
             policy.module.w.data.fill_(float(i + 1))  # what the next batch must use
         assert seen == [{0.0}, {1.0}, {2.0}, {3.0}, {4.0}]
 
+    def test_max_weight_update_interval(self, make):
+        policy = marked_policy()
+        collector = make(DistributedDataCollector, [cartpole, cartpole], policy, sync=True,
+                         frames_per_batch=20, total_frames=100,
+                         max_weight_update_interval=1)  # fmt: skip
+        seen = []
+        for i, batch in enumerate(collector):
+            seen.append(_markers(batch))
+            policy.module.w.data.fill_(float(i + 1))
+        # a worker gets the weights once it collected more than 1 batch with old ones
+        assert seen == [{0.0}, {0.0}, {2.0}, {2.0}, {4.0}]
+
+    def test_policy_factory_gets_weights_from_update(self, make):
+        collector = make(DistributedDataCollector, cartpole, policy_factory=marked_policy,
+                         frames_per_batch=10, total_frames=-1)  # fmt: skip
+        assert _markers(collector.next()) == {0.0}
+        collector.update_policy_weights_()  # no policy here: nothing to send
+        assert _markers(collector.next()) == {0.0}
+        learner_policy = marked_policy()
+        learner_policy.module.w.data.fill_(5.0)
+        collector.update_policy_weights_(learner_policy)
+        assert _markers(collector.next()) == {5.0}
+
     @pytest.mark.parametrize("interval", [1, 2])
     def test_sync_collector_pushes_every_update_interval(self, make, interval):
         policy = marked_policy()

@@ -235,7 +235,13 @@ def torchrun_worker(backend: str = "gloo", timeout: float = 1800.0) -> None:
                 f"rank {rank} expected the collector configuration from rank 0, got "
                 f"{comm.KIND_NAMES.get(kind, kind)!r}"
             )
-        config = pickle.loads(comm.recv_bytes(nbytes, src=0, device=device))
+        data = comm.recv_bytes(nbytes, src=0, device=device)
+        try:
+            config = pickle.loads(data)
+        except Exception as exc:  # e.g. a class rank 0 has and this rank cannot import
+            logger.error("rank %d could not load the collector configuration", rank, exc_info=True)
+            _report(exc, device)
+            return
         serve(config, device)
     finally:
         if own and dist.is_initialized():

@@ -153,7 +153,6 @@ class DistributedCollector(CollectorBase):
         >>> collector.shutdown()
     """
 
-    _sync_default = False
     _push_first = False
 
     def __init__(

@@ -10,6 +10,9 @@ step). ``floor-td`` is the same loop calling the collector's policy object (the
 TensorDictModule) on a TensorDict of the observation at each step. ``floor-autoreset``
 leaves the resets to EnvPool (its filler steps are recorded as transitions, as in
 CleanRL's EnvPool scripts): it does less work than ours and is shown for reference.
+``floor-zero`` / ``ours-zero`` run a policy that costs nothing (action 0), which leaves
+the cost of the loops themselves (the env wrapper and the collector against the plain
+loop).
 
 The runs are interleaved (floor, ours, floor-autoreset, ...) and the median is taken,
 in wall-clock time and in CPU time of this process (``time.process_time``: it counts
@@ -62,6 +65,14 @@ class SampledMLP(torch.nn.Module):
         return action, dist.log_prob(action)
 
 
+class Zero(torch.nn.Module):
+    """A policy that costs nothing: action 0 and log-prob 0 (isolates the loop's cost)."""
+
+    def forward(self, observation: torch.Tensor):
+        n = observation.shape[0]
+        return torch.zeros(n, dtype=torch.int64), torch.zeros(n)
+
+
 def td_policy(net: torch.nn.Module):
     """The floor's policy in one TensorDictModule (the same torch calls)."""
     return TensorDictModule(SampledMLP(net), ["observation"], ["action", "sample_log_prob"])
@@ -82,9 +93,12 @@ def td_prob_policy(net: torch.nn.Module):
 class Floor:
     """The plain loop over an EnvPool pool, writing preallocated ``[T, N]`` tensors."""
 
-    def __init__(self, n: int, steps: int, explicit_reset: bool = True, td_module=None) -> None:
+    def __init__(
+        self, n: int, steps: int, explicit_reset: bool = True, td_module=None, net=None
+    ) -> None:
         self.pool = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=n, seed=0)
-        self.net, self.n, self.steps, self.explicit_reset = mlp(), n, steps, explicit_reset
+        self.net, self.n, self.steps = net or mlp(), n, steps
+        self.explicit_reset = explicit_reset
         self.td_module = td_module
         self.bufs = (
             torch.empty(steps, n, 4), torch.empty(steps, n, dtype=torch.int64),
@@ -100,7 +114,9 @@ class Floor:
         pool, net, obs, module = self.pool, self.net, self.obs, self.td_module
         for _ in range(batches):
             for t in range(self.steps):
-                if module is None:
+                if isinstance(net, Zero):
+                    action, logp_buf[t] = net(obs)
+                elif module is None:
                     dist = torch.distributions.Categorical(logits=net(obs))
                     action = dist.sample()
                     logp_buf[t] = dist.log_prob(action)
@@ -154,12 +170,17 @@ def main() -> None:
     collector = Collector(env, td_policy(mlp()), frames_per_batch=n * steps)
     env_prob = MultiThreadedEnv(n, "CartPole-v1", create_env_kwargs={"seed": 0})
     collector_prob = Collector(env_prob, td_prob_policy(mlp()), frames_per_batch=n * steps)
+    env_zero = MultiThreadedEnv(n, "CartPole-v1", create_env_kwargs={"seed": 0})
+    zero_policy = TensorDictModule(Zero(), ["observation"], ["action", "sample_log_prob"])
+    collector_zero = Collector(env_zero, zero_policy, frames_per_batch=n * steps)
     runs = {
         "floor": Floor(n, steps),
         "floor-td": Floor(n, steps, td_module=td_policy(mlp())),
         "ours": lambda b: run_collector(collector, b),
         "ours-prob": lambda b: run_collector(collector_prob, b),
         "floor-autoreset": Floor(n, steps, explicit_reset=False),
+        "floor-zero": Floor(n, steps, net=Zero()),
+        "ours-zero": lambda b: run_collector(collector_zero, b),
     }
     for fn in runs.values():  # warm-up
         fn(1)
@@ -174,6 +195,7 @@ def main() -> None:
     med_c = {k: statistics.median(v) for k, v in cpu.items()}
     collector.shutdown()
     collector_prob.shutdown()
+    collector_zero.shutdown()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         f"# EnvPool collector benchmark: CartPole-v1, {n} envs, {n * steps}-frame batches",
@@ -194,11 +216,25 @@ def main() -> None:
         "ProbabilisticTensorDictModule policy",
         "floor-td": "floor-td: plain loop, the collector's TensorDictModule policy",
         "floor-autoreset": "floor-autoreset: plain loop, EnvPool's filler steps recorded",
+        "floor-zero": "floor-zero: plain loop, zero-cost policy",
+        "ours-zero": "Collector(MultiThreadedEnv), the zero-cost policy in a TensorDictModule",
     }
     for key in ("floor", "floor-td", "ours", "ours-prob", "floor-autoreset"):
         lines.append(
             f"| {names[key]} | {med_w[key]:,.0f} | {med_w[key] / med_w['floor']:.2f}x "
             f"| {med_c[key]:,.0f} | {med_c[key] / med_c['floor']:.2f}x |"
+        )
+    lines += [
+        "",
+        "The loop's own cost, with a policy that costs nothing (ratio = ours-zero / floor-zero):",
+        "",
+        "| loop | wall frames/s | ratio (wall) | CPU frames/s | ratio (CPU) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for key in ("floor-zero", "ours-zero"):
+        lines.append(
+            f"| {names[key]} | {med_w[key]:,.0f} | {med_w[key] / med_w['floor-zero']:.2f}x "
+            f"| {med_c[key]:,.0f} | {med_c[key] / med_c['floor-zero']:.2f}x |"
         )
     text = "\n".join(lines) + "\n"
     print(text)

@@ -22,10 +22,11 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Categorical, Composite, OneHot, Unbounded
 from rl.envs._common import EnvBase
-from rl.envs._gym_spaces import space_leaves, walk
+from rl.envs._gym_spaces import space_leaves
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 from rl.envs._rollout import rollout_generic
 
+from ._pz_specs import GroupLeaf, group_leaves, info_value
 from ._pz_tasks import available_tasks, load_task
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
@@ -51,62 +52,6 @@ class _ClassProperty:
 
     def __get__(self, instance, owner):
         return self.fget(owner)
-
-
-class _GroupLeaf:
-    """One entry of a group (``("observation", ...)``, ``("action",)``): its stacked spec
-    and the converters between an agent's PettingZoo value and a row of the group tensor."""
-
-    def __init__(self, key: tuple[str, ...], leaves: list, n: int) -> None:
-        self.key = key
-        self.paths = [leaf.path for leaf in leaves]
-        self.from_gym = [leaf.from_gym for leaf in leaves]
-        self.to_gym = [leaf.to_gym for leaf in leaves]
-        self.spec = torch.stack([leaf.spec for leaf in leaves], 0)
-        self.dtype = self.spec.dtype
-        self.row_shape = tuple(leaves[0].spec.shape)
-        self.n = n
-
-    def encode(self, values: list) -> torch.Tensor:
-        """The group tensor ``[n, *F]`` from each agent's gym value (``None``: zeros)."""
-        rows = []
-        for j, value in enumerate(values):
-            if value is None:
-                rows.append(np.zeros(self.row_shape))
-                continue
-            value = walk(value, self.paths[j])
-            convert = self.from_gym[j]
-            rows.append(np.asarray(convert(value) if convert is not None else value))
-        return torch.as_tensor(np.stack(rows, 0)).to(self.dtype).reshape(self.spec.shape)
-
-
-def _group_leaves(spaces: list, key: tuple[str, ...], categorical: bool, group: str) -> list:
-    per_agent = [space_leaves(space, (), categorical, key) for space in spaces]
-    layouts = {
-        tuple((leaf.key, tuple(leaf.spec.shape), leaf.spec.dtype) for leaf in agent)
-        for agent in per_agent
-    }
-    if len(layouts) > 1:
-        raise ValueError(
-            f"the agents of group {group!r} have different {key[0]} spaces {spaces}: a group "
-            "stacks agents of one layout; pass a group_map that puts them in separate groups "
-            "(e.g. MarlGroupMapType.ONE_GROUP_PER_AGENT)"
-        )
-    n = len(spaces)
-    return [
-        _GroupLeaf(agent_leaves[0].key, list(agent_leaves), n) for agent_leaves in zip(*per_agent)
-    ]
-
-
-def _info_value(value: Any) -> np.ndarray | None:
-    """A numeric info entry as an array (``None`` for entries that are not numbers)."""
-    try:
-        array = np.asarray(value)
-    except Exception:  # noqa: BLE001  (ragged lists and objects are skipped)
-        return None
-    if array.dtype.kind not in "biuf":
-        return None
-    return array
 
 
 class PettingZooWrapper(EnvBase):
@@ -280,18 +225,18 @@ class PettingZooWrapper(EnvBase):
         act_spec = Composite(device=device)
         rew_spec = Composite(device=device)
         done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone())
-        self._obs_leaves: dict[str, list[_GroupLeaf]] = {}
-        self._act_leaves: dict[str, list[_GroupLeaf]] = {}
+        self._obs_leaves: dict[str, list[GroupLeaf]] = {}
+        self._act_leaves: dict[str, list[GroupLeaf]] = {}
         self._info_keys: dict[str, list[str]] = {}
         self.has_action_mask: dict[str, bool] = {}
         self._mask_source: dict[str, str | None] = {}
         for group, names in self.group_map.items():
             n = len(names)
             shape = (n,)
-            act = _group_leaves(
+            act = group_leaves(
                 [env.action_space(a) for a in names], ("action",), self.categorical_actions, group
             )
-            obs = _group_leaves(
+            obs = group_leaves(
                 [env.observation_space(a) for a in names], ("observation",), False, group
             )
             mask_leaf = [leaf for leaf in obs if leaf.key == ("observation", "action_mask")]
@@ -299,7 +244,7 @@ class PettingZooWrapper(EnvBase):
             info_keys = sorted(
                 set.intersection(
                     *(
-                        {k for k, v in infos.get(a, {}).items() if _info_value(v) is not None}
+                        {k for k, v in infos.get(a, {}).items() if info_value(v) is not None}
                         for a in names
                     )
                 )
@@ -333,7 +278,7 @@ class PettingZooWrapper(EnvBase):
                 group_obs["info"] = Composite(
                     {
                         key: Unbounded(
-                            shape=(n, *_info_value(infos[names[0]][key]).shape),
+                            shape=(n, *info_value(infos[names[0]][key]).shape),
                             dtype=torch.float32,
                             device=device,
                         )
@@ -414,7 +359,7 @@ class PettingZooWrapper(EnvBase):
             for key in self._info_keys[group]:
                 spec = self.full_observation_spec[group, "info", key]
                 rows = [
-                    _info_value(infos[a][key]) if a in infos and key in infos[a] else None
+                    info_value(infos[a][key]) if a in infos and key in infos[a] else None
                     for a in names
                 ]
                 data[("info", key)] = torch.stack(

@@ -16,24 +16,31 @@ Paper: https://arxiv.org/abs/2207.03530
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from rl.core import (
-    Bounded,
     Categorical,
     Composite,
-    MultiCategorical,
     MultiOneHot,
     OneHot,
-    TensorSpec,
     Unbounded,
 )
 from rl.envs._common import EnvBase
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
+
+from ._vmas_specs import (
+    agent_values,
+    as_column,
+    column,
+    one_hot_index,
+    same_layout,
+    space_to_spec,
+    stack_dense,
+    stack_values,
+)
 
 __all__ = ["VmasEnv", "VmasWrapper"]
 
@@ -57,85 +64,6 @@ class _ClassProperty:
 
     def __get__(self, instance, owner):
         return self.fget(owner)
-
-
-def _space_to_spec(space: Any, device, categorical: bool) -> TensorSpec:
-    """One agent's VMAS space (gym or gymnasium ``spaces``) as an unbatched spec."""
-    kind = type(space).__name__
-    if kind == "Discrete":
-        if categorical:
-            return Categorical(int(space.n), device=device, dtype=torch.int64)
-        return OneHot(int(space.n), device=device, dtype=torch.int64)
-    if kind == "MultiDiscrete":
-        nvec = [int(n) for n in space.nvec]
-        if categorical:
-            return MultiCategorical(nvec, device=device, dtype=torch.int64)
-        return MultiOneHot(nvec, device=device, dtype=torch.int64)
-    if kind == "Box":
-        shape = tuple(space.shape) or (1,)
-        low = torch.as_tensor(space.low, dtype=torch.float32).reshape(shape)
-        high = torch.as_tensor(space.high, dtype=torch.float32).reshape(shape)
-        if bool(low.isinf().all()) and bool(high.isinf().all()):
-            return Unbounded(shape=shape, device=device, dtype=torch.float32)
-        return Bounded(low, high, shape=shape, device=device, dtype=torch.float32)
-    if kind == "Dict":
-        return Composite(
-            {key: _space_to_spec(sub, device, categorical) for key, sub in space.spaces.items()},
-            device=device,
-        )
-    raise TypeError(
-        f"VMAS space {space!r} is not supported: expected Box, Discrete, MultiDiscrete or Dict"
-    )
-
-
-def _as_column(value: torch.Tensor, num_envs: int) -> torch.Tensor:
-    """``[num_envs]`` tensors get a trailing feature dim (as TorchRL's rewards / infos)."""
-    return value.unsqueeze(-1) if value.ndim == 1 and value.shape[0] == num_envs else value
-
-
-def _same_layout(specs: Sequence[TensorSpec]) -> bool:
-    """Whether the agents' specs can be stacked into dense tensors (same keys, shapes, dtypes)."""
-    first = specs[0]
-    if isinstance(first, Composite):
-        keys = set(first.keys())
-        if any(not isinstance(s, Composite) or set(s.keys()) != keys for s in specs[1:]):
-            return False
-        return all(_same_layout([s[key] for s in specs]) for key in keys)
-    return all(
-        type(s) is type(first) and s.shape == first.shape and s.dtype == first.dtype
-        for s in specs[1:]
-    )
-
-
-def _stack_dense(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
-    """Stacks agents' specs of one layout into one dense spec (leaf bounds stacked)."""
-    first = specs[0]
-    if isinstance(first, Composite):
-        return Composite(
-            {key: _stack_dense([s[key] for s in specs]) for key in first.keys()},
-            shape=(len(specs),),
-            device=first.device,
-        )
-    return torch.stack(list(specs), dim)
-
-
-def _stack_values(values: list, num_envs: int, n: int) -> torch.Tensor | TensorDict:
-    """Stacks per-agent values ``[num_envs, *F]`` (or dicts of them) on dim 1."""
-    first = values[0]
-    if isinstance(first, dict):
-        return TensorDict(
-            {key: _stack_values([v[key] for v in values], num_envs, n) for key in first},
-            batch_size=(num_envs, n),
-        )
-    return torch.stack(values, 1)
-
-
-def _agent_values(value: Any, num_envs: int) -> torch.Tensor | TensorDict:
-    if isinstance(value, dict):
-        return TensorDict(
-            {key: _agent_values(v, num_envs) for key, v in value.items()}, batch_size=(num_envs,)
-        )
-    return value
 
 
 class VmasWrapper(EnvBase):
@@ -320,20 +248,20 @@ class VmasWrapper(EnvBase):
         self._info_keys = {}
         for group, indices in self._groups:
             act = [
-                _space_to_spec(
+                space_to_spec(
                     self._agent_space(env.action_space, i), device, self.categorical_actions
                 )
                 for i in indices
             ]
             obs = [
-                _space_to_spec(self._agent_space(env.observation_space, i), device, True)
+                space_to_spec(self._agent_space(env.observation_space, i), device, True)
                 for i in indices
             ]
             info = [
                 Composite(
                     {
                         key: Unbounded(
-                            shape=_as_column(value, n).shape[1:], device=device, dtype=torch.float32
+                            shape=as_column(value, n).shape[1:], device=device, dtype=torch.float32
                         )
                         for key, value in infos[i].items()
                     },
@@ -341,7 +269,7 @@ class VmasWrapper(EnvBase):
                 )
                 for i in indices
             ]
-            het = not (_same_layout(act) and _same_layout(obs) and _same_layout(info))
+            het = not (same_layout(act) and same_layout(obs) and same_layout(info))
             self.het_specs_map[group] = het
             agent_specs = [
                 (
@@ -351,7 +279,7 @@ class VmasWrapper(EnvBase):
                 )
                 for a, o, i in zip(act, obs, info)
             ]
-            stack = torch.stack if het else _stack_dense
+            stack = torch.stack if het else stack_dense
             actions[group] = stack([s[0] for s in agent_specs], 0)
             observations[group] = stack([s[1] for s in agent_specs], 0)
             rewards[group] = stack([s[2] for s in agent_specs], 0)
@@ -374,11 +302,11 @@ class VmasWrapper(EnvBase):
         for group, _ in self._groups:
             spec = actions[group, "action"] if not self.het_specs_map[group] else None
             if isinstance(spec, OneHot):
-                self._to_index[group] = _one_hot_index
+                self._to_index[group] = one_hot_index
             elif isinstance(spec, MultiOneHot):
                 self._to_index[group] = spec.to_categorical
             elif isinstance(spec, Categorical):
-                self._to_index[group] = _column
+                self._to_index[group] = column
 
     # ------------------------------------------------------------------------- stepping
     def _actions(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
@@ -400,11 +328,11 @@ class VmasWrapper(EnvBase):
     def _het_action(self, action: torch.Tensor, group: str, j: int) -> torch.Tensor:
         spec = self.full_action_spec_unbatched[group][j]["action"]
         if isinstance(spec, OneHot):
-            return _one_hot_index(action)
+            return one_hot_index(action)
         if isinstance(spec, MultiOneHot):
             return spec.to_categorical(action)
         if isinstance(spec, Categorical):
-            return _column(action)
+            return column(action)
         return action
 
     def _group_data(self, obs, rews, infos) -> dict:
@@ -415,12 +343,12 @@ class VmasWrapper(EnvBase):
             if self.het_specs_map[group]:
                 agents = []
                 for i in indices:
-                    data = {"observation": _agent_values(obs[i], n)}
+                    data = {"observation": agent_values(obs[i], n)}
                     if rews is not None:
-                        data["reward"] = _as_column(rews[i], n)
+                        data["reward"] = as_column(rews[i], n)
                     if infos[i]:
                         data["info"] = TensorDict(
-                            {k: _as_column(v, n).to(torch.float32) for k, v in infos[i].items()},
+                            {k: as_column(v, n).to(torch.float32) for k, v in infos[i].items()},
                             batch_size=(n,),
                         )
                     agents.append(TensorDict(data, batch_size=(n,), device=self.device))
@@ -429,14 +357,14 @@ class VmasWrapper(EnvBase):
             # the shapes were checked against the specs when they were built: the group
             # tensordicts are assembled without per-step validation
             batch = torch.Size((n, size))
-            data = {"observation": _stack_values([obs[i] for i in indices], n, size)}
+            data = {"observation": stack_values([obs[i] for i in indices], n, size)}
             if rews is not None:
                 data["reward"] = torch.stack([rews[i] for i in indices], 1).unsqueeze(-1)
             keys = self._info_keys[group]
             if keys:
                 data["info"] = TensorDict._new_unsafe(
                     {
-                        key: torch.stack([_as_column(infos[i][key], n) for i in indices], 1).to(
+                        key: torch.stack([as_column(infos[i][key], n) for i in indices], 1).to(
                             torch.float32
                         )
                         for key in keys
@@ -511,14 +439,6 @@ class VmasWrapper(EnvBase):
             f"{type(self).__name__}(num_envs={self.num_envs}, n_agents={self.n_agents}, "
             f"batch_size={self.batch_size}, device={self.device})"
         )
-
-
-def _one_hot_index(action: torch.Tensor) -> torch.Tensor:
-    return action.argmax(-1, keepdim=True)
-
-
-def _column(action: torch.Tensor) -> torch.Tensor:
-    return action.unsqueeze(-1)
 
 
 class VmasEnv(VmasWrapper):

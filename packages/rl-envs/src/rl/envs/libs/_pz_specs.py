@@ -1,0 +1,68 @@
+"""PettingZoo spaces as group specs, and the encoding of per-agent values into group tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from rl.envs._gym_spaces import space_leaves, walk
+
+__all__ = ["GroupLeaf", "group_leaves", "info_value"]
+
+
+class GroupLeaf:
+    """One entry of a group (``("observation", ...)``, ``("action",)``): its stacked spec
+    and the converters between an agent's PettingZoo value and a row of the group tensor."""
+
+    def __init__(self, key: tuple[str, ...], leaves: list, n: int) -> None:
+        self.key = key
+        self.paths = [leaf.path for leaf in leaves]
+        self.from_gym = [leaf.from_gym for leaf in leaves]
+        self.to_gym = [leaf.to_gym for leaf in leaves]
+        self.spec = torch.stack([leaf.spec for leaf in leaves], 0)
+        self.dtype = self.spec.dtype
+        self.row_shape = tuple(leaves[0].spec.shape)
+        self.n = n
+
+    def encode(self, values: list) -> torch.Tensor:
+        """The group tensor ``[n, *F]`` from each agent's gym value (``None``: zeros)."""
+        rows = []
+        for j, value in enumerate(values):
+            if value is None:
+                rows.append(np.zeros(self.row_shape))
+                continue
+            value = walk(value, self.paths[j])
+            convert = self.from_gym[j]
+            rows.append(np.asarray(convert(value) if convert is not None else value))
+        return torch.as_tensor(np.stack(rows, 0)).to(self.dtype).reshape(self.spec.shape)
+
+
+def group_leaves(spaces: list, key: tuple[str, ...], categorical: bool, group: str) -> list:
+    per_agent = [space_leaves(space, (), categorical, key) for space in spaces]
+    layouts = {
+        tuple((leaf.key, tuple(leaf.spec.shape), leaf.spec.dtype) for leaf in agent)
+        for agent in per_agent
+    }
+    if len(layouts) > 1:
+        raise ValueError(
+            f"the agents of group {group!r} have different {key[0]} spaces {spaces}: a group "
+            "stacks agents of one layout; pass a group_map that puts them in separate groups "
+            "(e.g. MarlGroupMapType.ONE_GROUP_PER_AGENT)"
+        )
+    n = len(spaces)
+    return [
+        GroupLeaf(agent_leaves[0].key, list(agent_leaves), n) for agent_leaves in zip(*per_agent)
+    ]
+
+
+def info_value(value: Any) -> np.ndarray | None:
+    """A numeric info entry as an array (``None`` for entries that are not numbers)."""
+    try:
+        array = np.asarray(value)
+    except Exception:  # noqa: BLE001  (ragged lists and objects are skipped)
+        return None
+    if array.dtype.kind not in "biuf":
+        return None
+    return array

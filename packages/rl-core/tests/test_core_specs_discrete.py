@@ -173,3 +173,36 @@ class TestConversions:
             match=r"index expects a one-hot tensor of shape \(\.\.\., 3\), got a tensor of shape \(2,\)",
         ):
             OneHot(3).index(torch.tensor([0, 1]), values)
+
+
+class TestCategoricalUndefinedN:
+    """``Categorical(-1)``: a variable-size space, as TorchRL's (``set_provisional_n``)."""
+
+    def test_undefined_until_a_provisional_n_is_set(self):
+        spec = Categorical(-1, shape=(2,))
+        assert spec._undefined_n and spec.space.n == -1 and "n=-1" in repr(spec)
+        with pytest.raises(RuntimeError, match=r"Categorical\(n=-1\) has an undefined number"):
+            spec.rand()
+        with pytest.raises(RuntimeError, match="call spec.set_provisional_n"):
+            _ = spec.n
+        # any index of the right shape and dtype belongs to it
+        assert spec.is_in(torch.tensor([7, 100])) and not spec.is_in(torch.tensor([7]))
+        assert not spec.is_in(torch.tensor([1.0, 2.0]))
+        assert spec.zero().tolist() == [0, 0]
+
+    def test_provisional_n_drives_sampling(self):
+        spec = Categorical(-1)
+        spec.set_provisional_n(3)
+        values = spec.rand((500,))
+        assert spec.n == 3 and set(values.tolist()) == {0, 1, 2}
+        assert spec.expand(4).n == 3 and spec.clone().n == 3
+        spec.set_provisional_n(5)
+        assert int(spec.rand((500,)).max()) == 4
+        # equality compares the declared n, not the provisional one (as TorchRL)
+        assert spec == Categorical(-1) and spec != Categorical(5)
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="expects n to be a positive int"):
+            Categorical(-2)
+        with pytest.raises(ValueError, match="expects n to be a positive int"):
+            Categorical(-1).set_provisional_n(0)

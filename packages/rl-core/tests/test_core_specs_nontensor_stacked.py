@@ -8,6 +8,7 @@ from rl.core import (
     Composite,
     NonTensor,
     OneHot,
+    Stacked,
     StackedComposite,
     Unbounded,
     stack_specs,
@@ -96,12 +97,15 @@ class TestStackedComposite:
             spec["extra"]
 
     def test_heterogeneous_leaf(self):
+        # as TorchRL: the entry is a lazy Stacked of the members' entries
         a = Composite(obs=Unbounded(shape=(3,)))
         b = Composite(obs=Unbounded(shape=(4,)))
-        with pytest.raises(
-            ValueError, match=r"cannot stack specs \['Unbounded\(3,\)', 'Unbounded\(4,\)'\]"
-        ):
-            StackedComposite(a, b)["obs"]
+        spec = StackedComposite(a, b)
+        obs = spec["obs"]
+        assert isinstance(obs, Stacked) and obs.shape == (2, -1)
+        assert obs[0] == a["obs"] and obs[1] == b["obs"]
+        td = spec.rand()
+        assert td[0]["obs"].shape == (3,) and td[1]["obs"].shape == (4,) and spec.is_in(td)
 
     def test_nested_in_composite(self):
         spec = Composite(agents=StackedComposite(*members(), dim=0), shape=())
@@ -179,5 +183,9 @@ class TestStackSpecs:
     def test_errors(self):
         with pytest.raises(ValueError, match="expects at least one spec"):
             stack_specs([])
-        with pytest.raises(ValueError, match="leaf specs must share kind, shape, dtype and device"):
+        with pytest.raises(ValueError, match=r"must share kind, dtype, device and number of dims"):
             stack_specs([Unbounded(shape=(1,)), Categorical(2, shape=(1,))])
+        with pytest.raises(ValueError, match=r"\(different number of dims\)"):
+            torch.stack([Unbounded(shape=(1,)), Unbounded(shape=(1, 2))])
+        with pytest.raises(ValueError, match="Composite specs stack only with Composite specs"):
+            stack_specs([Composite(), Unbounded(shape=(1,))])

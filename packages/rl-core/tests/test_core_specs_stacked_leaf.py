@@ -67,10 +67,13 @@ class TestStacked:
         with pytest.raises(NotImplementedError, match="reshape is not defined for Stacked"):
             spec.reshape(-1)
 
-    def test_torch_stack_still_refuses_and_points_to_stacked(self):
-        # TorchRL returns a Stacked here; this library's own tests pin the error
-        with pytest.raises(ValueError, match=r"Stacked\(\*specs, dim=...\) builds a lazy stack"):
-            torch.stack([Unbounded(shape=(3,)), Unbounded(shape=(4,))])
+    def test_torch_stack_builds_a_stacked(self):
+        # as TorchRL: leaf specs whose shapes differ stack into a lazy Stacked
+        spec = torch.stack([Unbounded(shape=(3,)), Unbounded(shape=(4,))])
+        assert isinstance(spec, Stacked) and spec.shape == (2, -1) and spec.stack_dim == 0
+        assert spec == Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,)))
+        last = torch.stack([Bounded(0.0, 1.0, shape=(2, 3)), Bounded(0.0, 1.0, shape=(2, 4))], 1)
+        assert isinstance(last, Stacked) and last.shape == (2, 2, -1) and last.stack_dim == 1
         stacked = StackedComposite(
             Composite(a=Unbounded(shape=(3,))), Composite(a=Unbounded(shape=(4,)))
         )
@@ -84,5 +87,5 @@ class TestStacked:
             Stacked(Unbounded(shape=(3,)), Bounded(0.0, 1.0, shape=(4,)))
         with pytest.raises(TypeError, match="use StackedComposite for Composites"):
             Stacked(Composite(), Composite())
-        with pytest.raises(ValueError, match="leaf specs must share kind"):
+        with pytest.raises(ValueError, match="Stacked members must share kind"):
             torch.stack([Unbounded(shape=(3,)), Bounded(0.0, 1.0, shape=(4,))])

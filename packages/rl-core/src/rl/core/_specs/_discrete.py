@@ -66,7 +66,12 @@ class _MaskedDiscrete(TensorSpec):
 
     @property
     def space(self) -> CategoricalBox:
-        return CategoricalBox(self.n)
+        return CategoricalBox(self._declared_n)
+
+    @property
+    def _declared_n(self) -> int:
+        """``n`` as given to the constructor (``-1`` for an undefined Categorical)."""
+        return self.n
 
     def update_mask(self, mask: torch.Tensor | None) -> None:
         """Sets (``None``: clears) the boolean mask of allowed values; ``rand`` draws among them.
@@ -89,7 +94,7 @@ class _MaskedDiscrete(TensorSpec):
         self.mask = mask.to(device=self.device, dtype=torch.bool)
 
     def _repr_fields(self) -> list[str]:
-        fields = [f"n={self.n}"]
+        fields = [f"n={self._declared_n}"]
         if self.mask is not None:
             fields.append(f"mask=Tensor(shape={tuple(self.mask.shape)})")
         return fields
@@ -99,7 +104,9 @@ class Categorical(_MaskedDiscrete):
     """Integer indices in ``{0, ..., n - 1}``.
 
     Args:
-        n: the number of values.
+        n: the number of values; ``-1`` leaves it undefined (a variable-size space, as in
+            TorchRL): :meth:`set_provisional_n` must then be called before anything needs it
+            (``rand``, ``n``...), while ``is_in`` checks only shape and dtype.
         shape: the spec's shape (default ``()``: one index).
         device: where values live.
         dtype: the values' dtype (``torch.int64`` by default; ``torch.bool`` for ``n=2`` flags).
@@ -118,7 +125,13 @@ class Categorical(_MaskedDiscrete):
         tensor([2, 2, 2])
         >>> spec.project(torch.tensor(7))
         tensor(2)
+        >>> undefined = Categorical(-1)
+        >>> undefined.set_provisional_n(5)
+        >>> undefined.n, bool(undefined.rand() < 5), undefined
+        (5, True, Categorical(shape=torch.Size([]), n=-1, device=cpu, dtype=torch.int64))
     """
+
+    _eq_attrs = ("_n",)
 
     def __init__(
         self,
@@ -128,13 +141,50 @@ class Categorical(_MaskedDiscrete):
         dtype: torch.dtype | str | None = torch.int64,
         mask: torch.Tensor | None = None,
     ):
-        self.n = _check_n(n, type(self).__name__)
+        self._provisional_n: int | None = None
+        self.n = n
         self.shape = _to_shape(shape)
         self.device = _to_device(device)
         self.dtype = _to_dtype(dtype, torch.int64)
         self.mask = None
         if mask is not None:
             self.update_mask(mask)
+
+    @property
+    def n(self) -> int:
+        """The number of values (the provisional one when ``n=-1`` was given).
+
+        Raises:
+            RuntimeError: ``n`` is undefined (``-1``) and no provisional ``n`` was set.
+        """
+        if self._n >= 0:
+            return self._n
+        if self._provisional_n is None:
+            raise RuntimeError(
+                f"{type(self).__name__}(n=-1) has an undefined number of values: call "
+                "spec.set_provisional_n(n) first"
+            )
+        return self._provisional_n
+
+    @n.setter
+    def n(self, value: int) -> None:
+        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value == -1:
+            self._n = -1
+        else:
+            self._n = _check_n(value, type(self).__name__)
+
+    @property
+    def _declared_n(self) -> int:
+        return self._n
+
+    @property
+    def _undefined_n(self) -> bool:
+        """Whether ``n`` was given as ``-1`` (TorchRL's name)."""
+        return self._n < 0
+
+    def set_provisional_n(self, n: int) -> None:
+        """Sets the number of values of a ``Categorical(-1)`` until it is set again."""
+        self._provisional_n = _check_n(n, type(self).__name__)
 
     @property
     def _mask_shape(self) -> tuple[int, ...]:
@@ -154,6 +204,8 @@ class Categorical(_MaskedDiscrete):
         return mask.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
 
     def _values_mismatch(self, value: torch.Tensor) -> str | None:
+        if self._n < 0 and self.mask is None:
+            return None  # undefined n: any index of the right shape and dtype (TorchRL)
         if self.dtype != torch.bool and not bool(((value >= 0) & (value < self.n)).all()):
             return f"has values outside [0, {self.n})"
         if self.mask is not None and not bool(self._allowed(value).all()):

@@ -13,6 +13,7 @@ from ._base import DEVICE_TYPING, TensorSpec, _NestedSpec, _normalize_dim, _shap
 from ._composite import Composite
 from ._keys import _NO_DEFAULT, _expand_ellipsis, _is_key, _unravel
 from ._lock import _Lockable
+from ._stacked_leaf import Stacked
 
 __all__ = ["StackedComposite", "stack_specs"]
 
@@ -22,11 +23,12 @@ def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
 
     Equal specs give that spec with a new dim; specs of one kind and shape that differ in
     their bounds or masks give one spec holding the stacked bounds or masks; Composites with
-    different entries give a :class:`StackedComposite`. Leaf specs whose shapes differ are
-    refused (TorchRL stacks them lazily): build a :class:`Stacked` explicitly.
+    different entries give a :class:`StackedComposite`; leaf specs whose shapes differ (or
+    stacked past their batch dims) give a lazy :class:`Stacked`, as in TorchRL.
 
     Raises:
-        ValueError: for an empty list, or leaf specs of different kinds or shapes.
+        ValueError: for an empty list, or specs of different kinds, dtypes, devices or
+            numbers of dims.
 
     Examples:
         >>> import torch
@@ -60,14 +62,14 @@ def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
         for s in specs
     )
     if not same or d > first._batch_ndim:
-        # TorchRL returns its lazy Stacked here; this library keeps refusing (its tests pin
-        # the error) and points to the explicit Stacked(...) instead.
-        raise ValueError(
-            f"cannot stack specs {[f'{type(s).__name__}{tuple(s.shape)}' for s in specs]} along "
-            f"dim {dim}: leaf specs must share kind, shape, dtype and device (heterogeneous "
-            "stacks are supported for Composite specs; Stacked(*specs, dim=...) builds a lazy "
-            "stack of leaf specs whose shapes differ)"
-        )
+        # as TorchRL: a lazy Stacked of the members (same kind, dtype, device and number of
+        # dims; Stacked names what differs otherwise)
+        if any(isinstance(s, _NestedSpec) for s in specs):
+            raise ValueError(
+                f"cannot stack specs {[type(s).__name__ for s in specs]} along dim {dim}: "
+                "Composite specs stack only with Composite specs"
+            )
+        return Stacked(*specs, dim=d)
     out = copy.copy(first)
     out.shape = torch.Size((*first.shape[:d], len(specs), *first.shape[d:]))
     for name in first._elementwise:

@@ -21,9 +21,8 @@ class Stacked(TensorSpec):
     in size). A dim where the members differ has size ``-1`` in ``spec.shape``. Values are
     stacked when the members' values share a shape, else (stack dim first) returned as a
     nested tensor; ``is_in`` checks each member's slice. Indexing the stack dim with an int
-    gives back the member. Unlike TorchRL, ``torch.stack`` of leaf specs whose shapes differ
-    (and ``StackedComposite[key]`` for such an entry) raises instead of building one: build
-    it explicitly.
+    gives back the member. ``torch.stack`` of leaf specs whose shapes differ builds one, as
+    in TorchRL.
 
     Args:
         *specs: the member specs (or one list of them).

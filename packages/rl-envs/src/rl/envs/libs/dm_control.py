@@ -333,8 +333,15 @@ class DMControlEnv(DMControlWrapper):
     Args:
         env_name: the suite domain (``"cheetah"``, ``"walker"``, ``"cartpole"``...).
         task_name: the task of that domain (``"run"``, ``"walk"``, ``"balance"``...).
-        from_pixels, pixels_only, frame_skip, camera_id, render_kwargs,
-        categorical_action_encoding, device, batch_size, allow_done_after_reset,
+        from_pixels: as in :class:`DMControlWrapper`.
+        pixels_only: as in :class:`DMControlWrapper`.
+        frame_skip: as in :class:`DMControlWrapper`.
+        camera_id: as in :class:`DMControlWrapper`.
+        render_kwargs: as in :class:`DMControlWrapper`.
+        categorical_action_encoding: as in :class:`DMControlWrapper`.
+        device: as in :class:`DMControlWrapper`.
+        batch_size: as in :class:`DMControlWrapper`.
+        allow_done_after_reset: as in :class:`DMControlWrapper`.
         run_type_checks: as in :class:`DMControlWrapper`.
         seed: seeds the task's random state (as ``set_seed`` does).
         **task_kwargs: passed to the task (``time_limit``...) through

@@ -367,7 +367,10 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
             arguments may also be given in the order ``(env_name, num_workers)``.
         create_env_kwargs: keyword arguments of ``envpool.make`` (``seed``,
             ``num_threads``, ``max_episode_steps``, Atari's ``episodic_life``...).
-        categorical_action_encoding, device, batch_size, allow_done_after_reset,
+        categorical_action_encoding: as in :class:`MultiThreadedEnvWrapper`.
+        device: as in :class:`MultiThreadedEnvWrapper`.
+        batch_size: as in :class:`MultiThreadedEnvWrapper`.
+        allow_done_after_reset: as in :class:`MultiThreadedEnvWrapper`.
         run_type_checks: as in :class:`MultiThreadedEnvWrapper`.
 
     Raises:

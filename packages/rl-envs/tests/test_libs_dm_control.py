@@ -172,3 +172,34 @@ class TestDMControlEnv:
         monkeypatch.setattr(module, "_has_dm_control", False)
         with pytest.raises(ImportError, match=r'pip install "rl-envs\[dm_control\]"'):
             DMControlEnv("cartpole", "balance")
+
+
+class TestSpecConversion:
+    def test_nested_observations_become_nested_keys(self):
+        from dm_env import specs
+
+        from rl.envs.libs.dm_control import _leaves, _spec_of
+
+        tree = {
+            "a": specs.Array((2,), np.float64, "a"),
+            "b": {"c": specs.Array((), np.float32, "c")},
+        }
+        leaves = _leaves(tree)
+        assert [key for key, _ in leaves] == [("a",), ("b", "c")]
+        spec = _spec_of(leaves[1][1], categorical=False)
+        assert isinstance(spec, Unbounded)
+        assert spec.shape == torch.Size([1]) and spec.dtype == torch.float32
+
+    def test_discrete_and_bounded(self):
+        from dm_env import specs
+
+        from rl.core import Categorical, OneHot
+        from rl.envs.libs.dm_control import _spec_of
+
+        discrete = specs.DiscreteArray(5)
+        assert isinstance(_spec_of(discrete, categorical=True), Categorical)
+        one_hot = _spec_of(discrete, categorical=False)
+        assert isinstance(one_hot, OneHot) and one_hot.shape == torch.Size([5])
+        bounded = _spec_of(specs.BoundedArray((3,), np.float64, -2.0, [1.0, 2.0, 3.0]), False)
+        assert_close(bounded.space.high, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+        assert_close(bounded.space.low, torch.full((3,), -2.0, dtype=torch.float64))

@@ -4,8 +4,8 @@ Rashid et al. 2018, "QMIX: Monotonic Value Function Factorisation for Deep Multi
 Reinforcement Learning", https://arxiv.org/abs/1803.11485 (VDN: Sunehag et al. 2017,
 https://arxiv.org/abs/1706.05296). As TorchRL's ``sota-implementations/multiagent/
 qmix_vdn.py``: each agent's Q-network is a ``MultiAgentMLP`` over its own observation
-(greedy actions through ``QValueModule``, epsilon-greedy exploration annealed from 0.3 to
-0 over half the run); ``QMixerLoss`` mixes the chosen actions' values with a ``QMixer``
+(greedy actions through ``QValueModule``, epsilon-greedy exploration annealed from 0.8 to
+0.01 over half the run, BenchMARL's values); ``QMixerLoss`` mixes the chosen actions' values with a ``QMixer``
 whose state is every agent's observation (or a ``VDNMixer`` sum) and regresses the mix
 onto the team reward (the agents' mean) plus the target networks' discounted greedy
 mix; the target networks follow by ``SoftUpdate``. Transitions go through a replay buffer
@@ -59,7 +59,7 @@ from _marl_common import (  # noqa: E402
 
 @dataclasses.dataclass
 class Config:
-    """QMIX hyperparameters (TorchRL's qmix_vdn.yaml where they fit a CPU budget)."""
+    """QMIX hyperparameters: TorchRL's qmix_vdn.yaml and BenchMARL's, scaled to a CPU budget."""
 
     scenario: str = "navigation"
     """VMAS scenario (discrete actions)."""
@@ -73,19 +73,19 @@ class Config:
     """Environment steps (of the vectorised env, all agents at once) to train for."""
     buffer_size: int = 30_000
     """Replay buffer capacity (transitions, all agents each)."""
-    batch_size: int = 512
+    batch_size: int = 256
     """Transitions per gradient step."""
-    updates_per_batch: int = 100
+    updates_per_batch: int = 500
     """Gradient steps after each collected batch."""
-    lr: float = 5e-4
+    lr: float = 3e-4
     """Adam learning rate."""
     gamma: float = 0.9
     """Discount factor."""
     tau: float = 0.005
     """Soft update rate of the target networks."""
-    eps_init: float = 0.3
+    eps_init: float = 0.8
     """Initial epsilon of the epsilon-greedy exploration."""
-    eps_end: float = 0.0
+    eps_end: float = 0.01
     """Final epsilon, reached half-way through the run."""
     mixer: Literal["qmix", "vdn"] = "qmix"
     """Value mixer: QMIX's monotonic hypernetwork or VDN's sum."""

@@ -64,6 +64,17 @@ class BurnCartPole(CartPoleEnv):
         return super()._step(tensordict)
 
 
+class SleepCartPole(CartPoleEnv):
+    """CartPole whose step also waits 1 ms (a simulator in another process or machine)."""
+
+    def __init__(self):
+        super().__init__(categorical_action_encoding=True)
+
+    def _step(self, tensordict):
+        time.sleep(1e-3)
+        return super()._step(tensordict)
+
+
 class PoleSign(nn.Module):
     def forward(self, obs):
         return (obs[..., 2] > 0).long()
@@ -173,6 +184,15 @@ def main() -> None:
         startups[2].append(t)
         out, _ = run_distributed(env_fn, 2, 2 * args.frames, args.fpb, sync=True)
         rows["2 ranks sync"].append(out)
+    waits: dict[str, list[tuple]] = {"1 rank": [], "2 ranks": [], "2 ranks sync": []}
+    for _ in range(args.rounds):
+        waits["1 rank"].append(run_distributed(SleepCartPole, 1, args.frames, args.fpb, False)[0])
+        waits["2 ranks"].append(
+            run_distributed(SleepCartPole, 2, 2 * args.frames, args.fpb, False)[0]
+        )
+        waits["2 ranks sync"].append(
+            run_distributed(SleepCartPole, 2, 2 * args.frames, args.fpb, True)[0]
+        )
     latency, n_params = broadcast_latency()
     load_after = os.getloadavg()
     med = {k: [statistics.median(col) for col in zip(*v)] for k, v in rows.items()}
@@ -209,6 +229,22 @@ def main() -> None:
         f"({'met' if scaling >= 1.6 else 'NOT met'}). Per core the run got: 1 rank "
         f"{one / med['1 rank'][2]:,.0f} frames/s/core, 2 ranks "
         f"{med['2 ranks'][0] / med['2 ranks'][2]:,.0f} frames/s/core.",
+        "",
+        "The same collectors on a CartPole whose step waits 1 ms (`time.sleep`, as a "
+        "simulator in another process would) instead of computing: the workers then need "
+        "little CPU, so the row shows whether the learner side serializes them.",
+        "",
+        "| collector (1 ms wait per step) | frames/s | vs 1 rank | CPU ms per frame | cores busy |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    wmed = {k: [statistics.median(col) for col in zip(*v)] for k, v in waits.items()}
+    for name in waits:
+        fps, cpu_ms, cores = wmed[name]
+        lines.append(
+            f"| DistributedDataCollector, {name} | {fps:,.0f} | {fps / wmed['1 rank'][0]:.2f}x "
+            f"| {cpu_ms:.2f} | {cores:.2f} |"
+        )
+    lines += [
         "",
         f"Start-up (construction until every worker is ready, fork): 1 rank "
         f"{statistics.median(startups[1]):.2f} s, 2 ranks {statistics.median(startups[2]):.2f} s.",

@@ -10,7 +10,6 @@ started by ``torchrun`` (``launcher="torchrun"``: every other rank calls
 
 from __future__ import annotations
 
-import logging
 import multiprocessing.util
 import os
 import queue
@@ -44,8 +43,6 @@ __all__ = [
     "DistributedDataCollector",
     "DistributedSyncDataCollector",
 ]
-
-logger = logging.getLogger(__name__)
 
 _POLL_S = 0.25
 _GRACE_S = 2.0  # how long a dead worker's last message may take to arrive

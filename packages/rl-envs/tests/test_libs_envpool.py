@@ -183,6 +183,17 @@ class TestMultiThreadedEnv:
         ):
             cartpole.step(td)
 
+    def test_step_before_reset_raises(self):
+        env = MultiThreadedEnv(2, "CartPole-v1")
+        td = env.full_action_spec.rand()
+        with pytest.raises(RuntimeError, match=r"step\(\) before reset\(\)"):
+            env.step(td)
+        env.reset()
+        env.set_seed(1)  # a new pool: reset again
+        with pytest.raises(RuntimeError, match=r"step\(\) before reset\(\)"):
+            env.step(td)
+        env.close()
+
     def test_collector(self, cartpole):
         from rl.collectors import Collector
 

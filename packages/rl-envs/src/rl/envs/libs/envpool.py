@@ -275,6 +275,12 @@ class MultiThreadedEnvWrapper(EnvBase):
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         d = self.__dict__
+        if d["_last_obs"] is None:
+            # EnvPool would answer with its first observations as if it had stepped
+            raise RuntimeError(
+                f"{type(self).__name__}.step() before reset(): call reset() first (after "
+                "construction and after set_seed, which rebuilds the pool)"
+            )
         obs, reward, terminated, truncated, _ = d["_env"].step(self._action_from_td(tensordict))
         tensors = self._obs_tensors(obs)
         d["_last_obs"] = tensors

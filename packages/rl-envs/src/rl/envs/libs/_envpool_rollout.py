@@ -3,9 +3,10 @@
 It records exactly what the generic loop (``_step`` + partial ``reset``) records, but
 drives the pool directly: each step is one send / receive of the pool whose outputs are
 written with numpy into views of preallocated time-first buffers (zero-copy), done
-sub-envs are reset with one ``reset(env_ids)``, and no tensor or TensorDict is built per
-step. The policy (if any) runs through :class:`~rl.envs._gym_policy.PolicyActions`,
-which hands it views of these buffers.
+sub-envs are reset with one ``reset(env_ids)`` (sent as soon as their flags are read,
+answered after the step's outputs are written), and no tensor or TensorDict is built per
+step. The policy (if any) runs through :class:`PipelinedPolicyActions`, which hands it
+views of these buffers and records what it wrote while the pool steps.
 
 Where the pool's layout is the usual one (one action array, observations under
 ``obs`` / ``obs:<name>``, one player per env), :class:`RawPool` talks to EnvPool's C++
@@ -52,9 +53,10 @@ def _obs_writer(leaves, views):
 
 
 class RawPool:
-    """``send(action)`` / ``recv()`` / ``reset(env_ids)`` of a synchronous single-player
-    pool through EnvPool's C++ calls: ``recv`` returns ``(obs, reward, terminated,
-    truncated)`` and ``reset`` ``(obs, env_ids)``, as the public API would."""
+    """``send(action)`` / ``recv()`` and ``reset_send(env_ids)`` / ``reset_recv()`` of a
+    synchronous single-player pool through EnvPool's C++ calls: ``recv`` returns ``(obs,
+    reward, terminated, truncated)`` and ``reset_recv`` ``(obs, env_ids)``, as the public
+    API would."""
 
     def __init__(self, pool, obs_leaves) -> None:
         spec = pool._spec

@@ -305,11 +305,13 @@ class Run:
     def step_bar(self, frames: int) -> None:
         self.bar.update(frames)
 
-    def evaluate(self, env_id: str, policy, episodes: int) -> list[float]:
-        """Returns of ``episodes`` deterministic episodes of ``policy`` (seeded apart from
-        the training env)."""
+    def evaluate(self, env_id: str, policy, episodes: int, seed_offset: int = 1000) -> list[float]:
+        """Returns of ``episodes`` deterministic episodes of ``policy``, on an env seeded
+        ``seed_offset`` apart from the training env (the final evaluation's offset is 1000;
+        evaluations during training use others, so that choosing weights by them does not
+        choose the final evaluation's episodes)."""
         eval_env = make_env(env_id)
-        eval_env.set_seed(self.cfg.seed + 1000)
+        eval_env.set_seed(self.cfg.seed + seed_offset)
         return evaluate(eval_env, policy, episodes)
 
     def finish(self, env_id: str, policy, curve_key: str | None = None, **modules) -> dict:

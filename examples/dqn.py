@@ -17,6 +17,7 @@ evaluation video under ``runs/<exp_name>/``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 from pathlib import Path
@@ -68,7 +69,17 @@ class Config(RunConfig):
     max_grad_norm: float = 10.0
     """Gradient clipping norm."""
     anneal_lr: bool = False
-    """Decay the learning rate linearly to 0 over total_frames (steadies the late policy)."""
+    """Decay the learning rate linearly to 0 over total_frames."""
+    eval_interval: int = 5_000
+    """Frames between two evaluations during training (``eval_interval_episodes``
+    deterministic episodes each, on other seeds than the final evaluation's); 0: none."""
+    eval_interval_episodes: int = 5
+    """Episodes of each evaluation during training."""
+    keep_best: bool = True
+    """End with the weights that scored best in the evaluations during training (as SB3's
+    EvalCallback keeps its best model): DQN on CartPole can forget a solved policy late
+    in training. The final evaluation then runs on its own episodes; the last weights'
+    return is logged as ``eval/last_weights_return``."""
     dueling: bool = False
     """Dueling head (separate value and advantage streams)."""
     prioritized: bool = False
@@ -142,7 +153,8 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
     run = Run("dqn", cfg, cfg.total_frames)
 
-    # the loop: collect, store, update, copy the target
+    # the loop: collect, store, update, copy the target; evaluate now and then
+    best_return, best_state, next_eval = -float("inf"), None, cfg.eval_interval
     for batch in collector:
         run.observe(batch)
         buffer.extend(transitions(batch))
@@ -160,8 +172,19 @@ def main(cfg: Config) -> dict:
                 target_update.step()
                 buffer.update_tensordict_priority(sample)
             run.log(loss=loss.item(), epsilon=egreedy.eps.item())
+        if cfg.eval_interval and run.frames >= next_eval:
+            next_eval += cfg.eval_interval
+            returns = run.evaluate(cfg.env_id, qnet, cfg.eval_interval_episodes, 2000 + run.frames)
+            mean_return = sum(returns) / len(returns)
+            run.logger.log_scalar("eval/return", mean_return, run.frames)
+            if mean_return >= best_return:  # ties: the later weights
+                best_return, best_state = mean_return, copy.deepcopy(qnet.state_dict())
         run.step_bar(batch.numel())
     collector.shutdown()
+    if cfg.keep_best and best_state is not None:
+        returns = run.evaluate(cfg.env_id, qnet, cfg.eval_episodes, 3000)
+        run.logger.log_scalar("eval/last_weights_return", sum(returns) / len(returns), run.frames)
+        qnet.load_state_dict(best_state)
     return run.finish(cfg.env_id, qnet, qnet=qnet)
 
 

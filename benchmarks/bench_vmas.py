@@ -27,6 +27,7 @@ markdown table and writes it to ``benchmarks/results/vmas.md``.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -136,9 +137,11 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    load_before = os.getloadavg()[0]
     rows = []
     for name, kwargs in SCENARIOS.items():
         rows += bench_scenario(name, kwargs, steps, rounds)
+    load = f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
     lines = [
         "# VMAS: VmasEnv against VMAS stepped directly",
         "",
@@ -146,6 +149,9 @@ def main() -> None:
         f"torch {torch.__version__} on 1 thread, VMAS {vmas.__version__}, "
         f"{platform.processor() or platform.machine()}. Ratio = time / floor (A for "
         "`VmasEnv.step`, B for the variants that reset); target: `VmasEnv.step` <= 1.2x.",
+        "",
+        f"Load average at start / end: {load} on {os.cpu_count()} cores: wall times follow the "
+        "other jobs on the machine, CPU time of the process is the figure to compare.",
         "",
         "| scenario | variant | CPU ms/step | wall ms/step | CPU ratio | wall ratio |",
         "| --- | --- | ---: | ---: | ---: | ---: |",

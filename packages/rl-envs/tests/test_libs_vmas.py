@@ -8,7 +8,7 @@ from tensordict import LazyStackedTensorDict, TensorDict
 
 import rl.envs
 from rl.core import Bounded, Categorical, OneHot
-from rl.envs import MarlGroupMapType, check_env_specs, step_mdp
+from rl.envs import MarlGroupMapType, RewardSum, TransformedEnv, check_env_specs, step_mdp
 
 vmas = pytest.importorskip("vmas")
 
@@ -184,6 +184,17 @@ class TestVmasValues:
             assert set(td["agents"].keys()) == {"observation", "info"}
         rollout = env.rollout(3)
         assert rollout["next", "agents"].batch_size == torch.Size([B, 3, 3])
+
+    def test_group_keys_through_transforms(self):
+        env = TransformedEnv(
+            nav(n_agents=2, max_steps=4),
+            RewardSum(in_keys=[("agents", "reward")], out_keys=[("agents", "episode_reward")]),
+        )
+        check_env_specs(env, seed=0)
+        td = env.rollout(4, break_when_any_done=False)
+        reward = td["next", "agents", "reward"]
+        torch.testing.assert_close(td["next", "agents", "episode_reward"], reward.cumsum(1))
+        assert td["next", "agents", "episode_reward"].shape == (B, 4, 2, 1)
 
 
 class TestVmasGrouping:

@@ -218,3 +218,106 @@ class TestPrioritizedSliceSampler:
         torch.testing.assert_close(
             other._sum_tree[torch.arange(8)], sampler._sum_tree[torch.arange(8)]
         )
+
+
+def _three_episodes(sampler, batch_size=12):
+    """Episodes of 5, 7 and 3 steps; ``obs`` is the storage position."""
+    torch.manual_seed(0)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(100), sampler=sampler, batch_size=batch_size
+    )
+    episode = torch.tensor([0] * 5 + [1] * 7 + [2] * 3)
+    rb.extend(TensorDict({"episode": episode, "obs": torch.arange(15)}, [15]))
+    torch.manual_seed(1)
+    return rb
+
+
+class TestSliceSamplerSpanAndPadding:
+    """Values recorded from TorchRL 0.14 on the same data and seeds (``torch.manual_seed``)."""
+
+    @pytest.mark.parametrize(
+        "span, obs, truncated",
+        [
+            (False, [7, 8, 9, 10, 5, 6, 7, 8, 1, 2, 3, 4], [3, 7, 11]),
+            (True, [10, 11, 5, 4], [1, 2, 3]),
+            ((True, False), [7, 8, 9, 10, 5, 0, 1, 2, 3], [3, 4, 8]),
+            ((0, 2), [8, 9, 10, 11, 5, 6, 7, 8, 2, 3, 4], [3, 7, 10]),
+            (1, [9, 10, 11, 5, 6, 7, 2, 3, 4], [2, 5, 8]),
+        ],
+    )
+    def test_span_matches_torchrl(self, span, obs, truncated):
+        rb = _three_episodes(SliceSampler(traj_key="episode", slice_len=4, span=span))
+        batch = rb.sample()
+        assert batch["obs"].tolist() == obs
+        assert batch["next", "truncated"].reshape(-1).nonzero().reshape(-1).tolist() == truncated
+        # slices stay within one episode; a spanning slice is cut at the episode's edge
+        for chunk in batch.split(1):
+            assert chunk["episode"].numel() == 1
+
+    def test_span_keeps_at_least_the_minimum(self):
+        rb = _three_episodes(SliceSampler(traj_key="episode", slice_len=4, span=(1, 2)), 40)
+        for _ in range(20):
+            batch = rb.sample()
+            ends = batch["next", "truncated"].reshape(-1).nonzero().reshape(-1)
+            lengths = torch.diff(ends, prepend=torch.tensor([-1]))
+            assert int(lengths.min()) >= 2 and int(lengths.max()) <= 4
+            assert batch["episode"][2] != 2  # strict_length: episode 2 (3 steps) is left out
+
+    def test_pad_output_matches_torchrl(self):
+        sampler = SliceSampler(
+            traj_key="episode", num_slices=3, strict_length=False, pad_output=True
+        )
+        rb = _three_episodes(sampler)
+        first, second = rb.sample(), rb.sample()
+        assert first["obs"].tolist() == [7, 8, 9, 10, 12, 13, 14, 14, 1, 2, 3, 4]
+        assert first["collector", "mask"].tolist() == [True] * 7 + [False] + [True] * 4
+        assert first["next", "truncated"].reshape(-1).nonzero().reshape(-1).tolist() == [3, 6, 11]
+        assert second["obs"].tolist() == [12, 13, 14, 14] * 3
+        assert second["collector", "mask"].tolist() == [True, True, True, False] * 3
+        # without padding the same draws give a ragged batch and no mask
+        plain = _three_episodes(SliceSampler(traj_key="episode", num_slices=3, strict_length=False))
+        batch = plain.sample()
+        assert batch["obs"].tolist() == [7, 8, 9, 10, 12, 13, 14, 1, 2, 3, 4]
+        assert ("collector", "mask") not in batch.keys(True)
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="pad_output=True is incompatible with strict_length"):
+            SliceSampler(slice_len=4, pad_output=True)
+        with pytest.raises(
+            ValueError, match=r"the right span \(4\) must be lower than slice_len=4"
+        ):
+            SliceSampler(slice_len=4, span=(0, 4))
+        with pytest.raises(ValueError, match="span must be a bool, a non-negative int or a pair"):
+            SliceSampler(slice_len=4, span=(1, 2, 3))
+        with pytest.raises(NotImplementedError, match="fragmented=True .* is not supported"):
+            SliceSampler(slice_len=4, fragmented=True, traj_key="episode", step_key="step")
+        with pytest.raises(NotImplementedError, match="does not support span or pad_output"):
+            PrioritizedSliceSampler(max_capacity=10, alpha=1.0, beta=1.0, slice_len=2, span=True)
+
+
+class TestPrioritizedSliceSamplerNdim2:
+    def test_slices_follow_columns_and_priorities(self):
+        # two environments of 8 steps ([B, T] data, stored with time along dim 0)
+        torch.manual_seed(0)
+        sampler = PrioritizedSliceSampler(
+            max_capacity=64, alpha=1.0, beta=1.0, eps=0.0, slice_len=4, traj_key="episode"
+        )
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(32, ndim=2), sampler=sampler, batch_size=8
+        )
+        episode = torch.arange(2)[:, None].expand(2, 8)
+        step = torch.arange(8).expand(2, 8)
+        data = TensorDict({"episode": episode, "step": step}, batch_size=[2, 8])
+        rb.extend(data)
+        # every item of column 1 has a high priority, column 0 almost none
+        rows, cols = torch.meshgrid(torch.arange(8), torch.arange(2), indexing="ij")
+        priority = torch.where(cols == 1, 10.0, 1e-4).reshape(-1)
+        rb.update_priority((rows.reshape(-1), cols.reshape(-1)), priority)
+        episodes = torch.cat([rb.sample()["episode"] for _ in range(20)])
+        assert (episodes == 1).float().mean() > 0.95
+        batch = rb.sample()
+        _check_slices(batch, 4)
+        assert batch["index"].shape == (8, 2)  # (row, column) coordinates
+        # weights are (p / p_min) ** -beta of each item's own priority
+        item_priority = torch.where(batch["index"][:, 1] == 1, 10.0, 1e-4)
+        torch.testing.assert_close(batch["priority_weight"], 1e-4 / item_priority)

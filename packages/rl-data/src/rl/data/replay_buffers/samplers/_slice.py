@@ -51,6 +51,16 @@ class SliceSampler(Sampler):
             instead of ``end_key``; the keys the storage lacks are skipped.
         ends, trajectories: the end flags or trajectory ids of the stored items, given
             once (with ``cache_values=True``) instead of read from the storage.
+        span: lets slices run over the beginning (``span[0]``) and the end (``span[1]``) of
+            their trajectory, where they are cut short: ``True`` keeps at least one item,
+            an int ``i`` at least ``slice_len - i``; one value sets both sides. The start
+            is drawn as TorchRL draws it, so seeded samples match TorchRL's.
+        pad_output: with ``strict_length=False``, when a stored trajectory is shorter than
+            ``slice_len``, every slice is padded to ``slice_len`` by repeating its last
+            item, and ``("collector", "mask")`` flags the real items (TorchRL discourages
+            it: the truncation flags already delimit the slices).
+        fragmented, step_key: TorchRL's reconstruction of trajectories whose steps are
+            not adjacent in the storage; not supported (``fragmented=True`` raises).
 
     Examples:
         >>> import torch
@@ -85,7 +95,35 @@ class SliceSampler(Sampler):
         end_keys: list[NestedKey] | None = None,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
+        span: bool | int | tuple[bool | int, bool | int] = False,
+        pad_output: bool = False,
+        fragmented: bool = False,
+        step_key: NestedKey | None = None,
     ) -> None:
+        if fragmented:
+            raise NotImplementedError(
+                "fragmented=True (trajectories rebuilt from traj_key and step_key) is not "
+                "supported; store each trajectory's steps one after the other"
+            )
+        if pad_output and strict_length:
+            raise ValueError(
+                "pad_output=True is incompatible with strict_length=True: only slices of "
+                "trajectories shorter than slice_len need padding; pass strict_length=False"
+            )
+        if isinstance(span, bool | int):
+            span = (span, span)
+        if len(span) != 2 or any(not isinstance(x, bool | int) or x < 0 for x in span):
+            raise ValueError(
+                f"span must be a bool, a non-negative int or a pair of them, got {span!r}"
+            )
+        for side, value in zip(("left", "right"), span, strict=True):
+            width = slice_len if slice_len is not None else None
+            if value is not True and value and width is not None and value >= width:
+                raise ValueError(f"the {side} span ({value}) must be lower than slice_len={width}")
+        self.span = tuple(span)
+        self.pad_output = bool(pad_output)
+        self.fragmented = False
+        self.step_key = step_key
         if (ends is not None or trajectories is not None) and (
             end_key is not None or traj_key is not None or end_keys is not None
         ):
@@ -250,27 +288,69 @@ class SliceSampler(Sampler):
         return eligible
 
     def _slices(
-        self, starts: torch.Tensor, lengths: torch.Tensor, slice_len: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Random slices within the given trajectories: (flat index, end-of-slice mask)."""
+        self, starts: torch.Tensor, lengths: torch.Tensor, slice_len: int, pad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Random slices within the given trajectories: (flat index, end-of-slice mask,
+        real-item mask when ``pad``), drawn as TorchRL draws them."""
         seq = lengths.clamp(max=slice_len)
-        room = lengths - seq
+        left, right = self.span
+        for side, value in (("left", left), ("right", right)):
+            if value is not True and value and value >= slice_len:
+                raise ValueError(
+                    f"the {side} span ({value}) must be lower than slice_len={slice_len}"
+                )
+        if not right:
+            end = lengths - seq + 1
+        elif right is True:
+            end = lengths + 1
+        else:
+            end = lengths - right
+        if not left:
+            begin = torch.zeros_like(lengths)
+        elif left is True:
+            begin = 1 - seq
+        else:
+            begin = torch.full_like(lengths, -left)
         draw = torch.rand(starts.shape[0], generator=self._rng)
-        offset = torch.minimum((draw * (room + 1)).long(), room)
+        offset = (draw * (end - begin)).floor().long() + begin
+        if left:
+            seq = torch.where(offset < 0, seq + offset, seq)
+            offset = offset.clamp(min=0)
+        if right:
+            seq = torch.minimum(seq, lengths - offset)
         first = starts + offset
+        if pad:
+            position = torch.arange(slice_len).expand(starts.shape[0], slice_len)
+            real = position < seq[:, None]
+            last_real = first + (seq - 1).clamp(min=0)
+            index = torch.where(real, first[:, None] + position, last_real[:, None])
+            last = position == (seq - 1)[:, None]
+            return index.reshape(-1), last.reshape(-1), real.reshape(-1)
         if bool((seq == slice_len).all()):
             index = (first[:, None] + torch.arange(slice_len)).reshape(-1)
             last = torch.zeros(starts.shape[0], slice_len, dtype=torch.bool)
             last[:, -1] = True
-            return index, last.reshape(-1)
+            return index, last.reshape(-1), None
         total = int(seq.sum())
         slice_start = torch.cumsum(seq, 0) - seq
         position = torch.arange(total) - torch.repeat_interleave(slice_start, seq)
         index = torch.repeat_interleave(first, seq) + position
         last = position == torch.repeat_interleave(seq - 1, seq)
-        return index, last
+        return index, last, None
 
-    def _info(self, storage: Storage, index: Any, last: torch.Tensor) -> dict:
+    def _pad(self, lengths: torch.Tensor, slice_len: int) -> bool:
+        """Whether this batch is padded: ``pad_output`` and a stored trajectory is short."""
+        return self.pad_output and bool((lengths < slice_len).any())
+
+    def _info(
+        self, storage: Storage, index: Any, last: torch.Tensor, real: torch.Tensor | None = None
+    ) -> dict:
+        info = self._truncation_info(storage, index, last)
+        if real is not None:
+            info[("collector", "mask")] = real.to(storage.device)
+        return info
+
+    def _truncation_info(self, storage: Storage, index: Any, last: torch.Tensor) -> dict:
         if self.truncated_key is None:
             return {}
         device = storage.device
@@ -294,15 +374,16 @@ class SliceSampler(Sampler):
         starts, lengths, _ = self._trajectories(storage)
         eligible = self._eligible(lengths, slice_len)
         chosen = eligible[torch.randint(eligible.shape[0], (num_slices,), generator=self._rng)]
-        index, last = self._slices(starts[chosen], lengths[chosen], slice_len)
+        pad = self._pad(lengths, slice_len)
+        index, last, real = self._slices(starts[chosen], lengths[chosen], slice_len, pad)
         index = self._storage_index(storage, index)
-        return index, self._info(storage, index, last)
+        return index, self._info(storage, index, last, real)
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_slices={self.num_slices}, slice_len={self.slice_len}, "
             f"end_key={self.end_key!r}, traj_key={self.traj_key!r}, "
-            f"strict_length={self.strict_length})"
+            f"strict_length={self.strict_length}, span={self.span}, pad_output={self.pad_output})"
         )
 
 
@@ -365,9 +446,10 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         remaining = self._remaining()
         self._ran_out = remaining == 0 or (self.drop_last and remaining < num_slices)
         chosen = torch.searchsorted(ends, picked_ends).clamp_(max=ends.shape[0] - 1)
-        index, last = self._slices(starts[chosen], lengths[chosen], slice_len)
+        pad = self._pad(lengths, slice_len)
+        index, last, real = self._slices(starts[chosen], lengths[chosen], slice_len, pad)
         index = self._storage_index(storage, index)
-        return index, self._info(storage, index, last)
+        return index, self._info(storage, index, last, real)
 
     def _empty(self) -> None:
         super()._empty()
@@ -425,6 +507,10 @@ class PrioritizedSliceSampler(SliceSampler):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if any(self.span) or self.pad_output:
+            raise NotImplementedError(
+                f"{type(self).__name__} does not support span or pad_output; use SliceSampler"
+            )
         self._priority = PrioritizedSampler(
             max_capacity,
             alpha,
@@ -467,11 +553,6 @@ class PrioritizedSliceSampler(SliceSampler):
         self._priority.mark_update(index)
 
     def _attach_storage(self, storage: Storage) -> None:
-        if storage.ndim > 1:
-            raise ValueError(
-                f"{type(self).__name__} needs a storage with ndim=1, got ndim={storage.ndim}; "
-                "use SliceSampler or store trajectories one after the other"
-            )
         self._priority._attach_storage(storage)
 
     @property
@@ -509,10 +590,23 @@ class PrioritizedSliceSampler(SliceSampler):
             else torch.ones_like(lengths, dtype=torch.bool)
         )
         self._eligible(lengths, slice_len)
+        # the trees index items row-major (row * inner + column); trajectories are laid out
+        # column after column (column * rows + row): see _trajectories
+        rows = storage._len_along_dim0
+        inner = n // rows if storage.ndim > 1 else 1
+
+        def to_position(flat: torch.Tensor) -> torch.Tensor:
+            return flat if inner == 1 else (flat % inner) * rows + flat // inner
+
+        def to_flat(position: torch.Tensor) -> torch.Tensor:
+            return position if inner == 1 else (position % rows) * inner + position // rows
+
         anchors = torch.empty(0, dtype=torch.int64)
         for _ in range(64):
             drawn, _info = self._priority.sample(storage, num_slices)
-            drawn = drawn.cpu()
+            if storage.ndim > 1:
+                drawn = storage._flat_index(drawn)
+            drawn = to_position(drawn.cpu())
             traj = torch.searchsorted(ends, drawn)
             anchors = torch.cat([anchors, drawn[usable[traj]]])
             if anchors.shape[0] >= num_slices:
@@ -531,13 +625,14 @@ class PrioritizedSliceSampler(SliceSampler):
         position = torch.arange(total) - torch.repeat_interleave(slice_start, seq)
         index = torch.repeat_interleave(first, seq) + position
         last = position == torch.repeat_interleave(seq - 1, seq)
-        tree_index = index.to(self._priority._device)
+        tree_index = to_flat(index).to(self._priority._device)
         priority = self._sum_tree[tree_index]
         p_min = self._min_tree.query(0, n)
         beta = self._priority.beta
+        index = self._storage_index(storage, index)
         info = self._info(storage, index, last)
         info["priority_weight"] = importance_weights(priority, p_min, beta).to(storage.device)
-        return index.to(storage.device), info
+        return index, info
 
     def _empty(self) -> None:
         super()._empty()

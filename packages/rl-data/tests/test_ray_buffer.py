@@ -7,6 +7,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from functools import partial  # noqa: E402
 
 import pytest  # noqa: E402
@@ -15,7 +16,6 @@ import torch  # noqa: E402
 from rl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
 
 ray = pytest.importorskip("ray")
-psutil = pytest.importorskip("psutil")
 
 from rl.data import RayReplayBuffer  # noqa: E402
 
@@ -25,6 +25,44 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.timeout(120)
 
 
+def _descendants(pid: int) -> list[int]:
+    """The process ids below ``pid`` (read from /proc: Linux)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as file:
+                    ppid = int(file.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def assert_gone(pids, timeout: float = 20.0) -> None:
+    """Every process of ``pids`` exits within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if _running(pid)]
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"processes left behind: {alive}"
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     from ray._private import ray_constants
@@ -32,10 +70,9 @@ def ray_local():
     ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # if ray was imported before
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
-    children = psutil.Process().children(recursive=True)
+    children = _descendants(os.getpid())
     ray.shutdown()
-    _, alive = psutil.wait_procs(children, timeout=20)
-    assert not alive, f"Ray left processes behind: {[p.pid for p in alive]}"
+    assert_gone(children)  # the raylet, the GCS, the workers
 
 
 def _write(buffer, data):
@@ -98,8 +135,7 @@ class TestRayReplayBuffer:
         assert len(rb) == 20
         pid = ray.get(rb.actor.info.remote())["pid"]
         rb.shutdown()
-        _, alive = psutil.wait_procs([psutil.Process(pid)], timeout=15)
-        assert not alive
+        assert_gone([pid])
 
 
 class TestRayReplayBufferImport:

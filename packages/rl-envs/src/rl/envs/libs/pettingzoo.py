@@ -231,74 +231,8 @@ class PettingZooWrapper(EnvBase):
         self.has_action_mask: dict[str, bool] = {}
         self._mask_source: dict[str, str | None] = {}
         for group, names in self.group_map.items():
-            n = len(names)
-            shape = (n,)
-            act = group_leaves(
-                [env.action_space(a) for a in names], ("action",), self.categorical_actions, group
-            )
-            obs = group_leaves(
-                [env.observation_space(a) for a in names], ("observation",), False, group
-            )
-            mask_leaf = [leaf for leaf in obs if leaf.key == ("observation", "action_mask")]
-            obs = [leaf for leaf in obs if leaf.key != ("observation", "action_mask")]
-            info_keys = sorted(
-                set.intersection(
-                    *(
-                        {k for k, v in infos.get(a, {}).items() if info_value(v) is not None}
-                        for a in names
-                    )
-                )
-            )
-            mask_source = "observation" if mask_leaf else None
-            if "action_mask" in info_keys:
-                info_keys.remove("action_mask")
-                mask_source = mask_source or "info"
-            self._obs_leaves[group] = obs
-            self._act_leaves[group] = act
-            self._info_keys[group] = info_keys
-            self._mask_source[group] = mask_source
-            self.has_action_mask[group] = mask_source is not None
-            group_obs = Composite(shape=shape, device=device)
-            for leaf in obs:
-                group_obs[leaf.key] = leaf.spec
-            if mask_source is not None:
-                action = act[0].spec
-                n_actions = action.n if isinstance(action, Categorical | OneHot) else None
-                if n_actions is None:
-                    raise ValueError(
-                        f"group {group!r} has an action mask but a non-discrete action spec "
-                        f"{action!r}"
-                    )
-                group_obs["action_mask"] = Categorical(
-                    2, shape=(n, n_actions), dtype=torch.bool, device=device
-                )
-            if self.use_mask:
-                group_obs["mask"] = Categorical(2, shape=shape, dtype=torch.bool, device=device)
-            if info_keys:
-                group_obs["info"] = Composite(
-                    {
-                        key: Unbounded(
-                            shape=(n, *info_value(infos[names[0]][key]).shape),
-                            dtype=torch.float32,
-                            device=device,
-                        )
-                        for key in info_keys
-                    },
-                    shape=shape,
-                )
-            obs_spec[group] = group_obs
-            group_act = Composite(shape=shape, device=device)
-            for leaf in act:
-                group_act[leaf.key] = leaf.spec
-            act_spec[group] = group_act
-            rew_spec[group] = Composite(reward=Unbounded(shape=(n, 1), device=device), shape=shape)
-            group_flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=device)
-            done_spec[group] = Composite(
-                done=group_flag,
-                terminated=group_flag.clone(),
-                truncated=group_flag.clone(),
-                shape=shape,
-            )
+            specs = self._make_group_specs(group, names, infos)
+            obs_spec[group], act_spec[group], rew_spec[group], done_spec[group] = specs
         if self.return_state:
             state_space = getattr(env, "state_space", None)
             if state_space is not None:
@@ -314,6 +248,79 @@ class PettingZooWrapper(EnvBase):
         self.full_reward_spec = rew_spec
         self.full_done_spec = done_spec
         self._first_reset = (observations, infos)
+
+    def _make_group_specs(
+        self, group: str, names: list[str], infos: dict
+    ) -> tuple[Composite, Composite, Composite, Composite]:
+        """The observation, action, reward and done specs of one group (shape ``[n]``)."""
+        env = self._env
+        device = self.device
+        n = len(names)
+        shape = (n,)
+        act = group_leaves(
+            [env.action_space(a) for a in names], ("action",), self.categorical_actions, group
+        )
+        obs = group_leaves(
+            [env.observation_space(a) for a in names], ("observation",), False, group
+        )
+        mask_leaf = [leaf for leaf in obs if leaf.key == ("observation", "action_mask")]
+        obs = [leaf for leaf in obs if leaf.key != ("observation", "action_mask")]
+        info_keys = sorted(
+            set.intersection(
+                *(
+                    {k for k, v in infos.get(a, {}).items() if info_value(v) is not None}
+                    for a in names
+                )
+            )
+        )
+        mask_source = "observation" if mask_leaf else None
+        if "action_mask" in info_keys:
+            info_keys.remove("action_mask")
+            mask_source = mask_source or "info"
+        self._obs_leaves[group] = obs
+        self._act_leaves[group] = act
+        self._info_keys[group] = info_keys
+        self._mask_source[group] = mask_source
+        self.has_action_mask[group] = mask_source is not None
+        group_obs = Composite(shape=shape, device=device)
+        for leaf in obs:
+            group_obs[leaf.key] = leaf.spec
+        if mask_source is not None:
+            action = act[0].spec
+            n_actions = action.n if isinstance(action, Categorical | OneHot) else None
+            if n_actions is None:
+                raise ValueError(
+                    f"group {group!r} has an action mask but a non-discrete action spec {action!r}"
+                )
+            group_obs["action_mask"] = Categorical(
+                2, shape=(n, n_actions), dtype=torch.bool, device=device
+            )
+        if self.use_mask:
+            group_obs["mask"] = Categorical(2, shape=shape, dtype=torch.bool, device=device)
+        if info_keys:
+            group_obs["info"] = Composite(
+                {
+                    key: Unbounded(
+                        shape=(n, *info_value(infos[names[0]][key]).shape),
+                        dtype=torch.float32,
+                        device=device,
+                    )
+                    for key in info_keys
+                },
+                shape=shape,
+            )
+        group_act = Composite(shape=shape, device=device)
+        for leaf in act:
+            group_act[leaf.key] = leaf.spec
+        group_rew = Composite(reward=Unbounded(shape=(n, 1), device=device), shape=shape)
+        group_flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=device)
+        group_done = Composite(
+            done=group_flag,
+            terminated=group_flag.clone(),
+            truncated=group_flag.clone(),
+            shape=shape,
+        )
+        return group_obs, group_act, group_rew, group_done
 
     # ------------------------------------------------------------------------- stepping
     def _reset_env(self) -> tuple[dict, dict]:
@@ -375,9 +382,7 @@ class PettingZooWrapper(EnvBase):
         source = dict(root)
         for group, entries in out.items():
             n = len(self.group_map[group])
-            source[group] = TensorDict(
-                {key: value for key, value in entries.items()}, batch_size=(n,)
-            )
+            source[group] = TensorDict(dict(entries), batch_size=(n,))
         if self.return_state:
             state_spec = self.full_observation_spec["state"]
             source["state"] = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -293,6 +294,14 @@ class TestFailures:
             collector.update_policy_weights_()
         with pytest.raises(NotImplementedError, match="has no state_dict"):
             collector.state_dict()
+
+    def test_garbage_collection_stops_the_workers(self):
+        collector = DistributedDataCollector([cartpole, cartpole], None, frames_per_batch=10)
+        pids = collector.worker_pids
+        collector.next()
+        del collector
+        gc.collect()
+        assert _wait_gone(pids) == [] and not dist.is_initialized()
 
 
 def _torchrun_rank(rank: int, world_size: int, port: int) -> None:

@@ -255,8 +255,8 @@ class RayCollector(CollectorBase):
         self.startup_timeout = startup_timeout
         self.policy = policy
         self._remote_buffer = getattr(replay_buffer, "service_backend", None) == "ray"
-        self.replay_buffer = None if self._remote_buffer else replay_buffer
-        self._actor_buffer = replay_buffer if self._remote_buffer else None
+        # a local buffer is extended here (_emit); a Ray one by the actors (batches None)
+        self.replay_buffer = replay_buffer
         # with a Ray buffer the data never comes here: the actors post-process it
         self.postproc = None if self._remote_buffer else postproc
         self.split_trajs = False if self._remote_buffer else bool(split_trajs)

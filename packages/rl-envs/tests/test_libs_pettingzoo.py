@@ -330,6 +330,13 @@ class TestErrors:
         with pytest.raises(KeyError, match="needs the action key .*player.*action"):
             env.step(env.reset())
 
+    def test_bad_action_with_type_checks(self):
+        env = PettingZooEnv("rps_v2", parallel=True, seed=0, run_type_checks=True)
+        td = env.reset()
+        td["player", "action"] = torch.tensor([0, 5])
+        with pytest.raises(ValueError, match=r"(?s)action \('player', 'action'\) = .* is outside"):
+            env.step(td)
+
     def test_unknown_task(self):
         with pytest.raises(ValueError, match="unknown PettingZoo task 'nope_v1'"):
             PettingZooEnv("nope_v1", parallel=True)

@@ -4,6 +4,8 @@ from rl.data.postprocs import MultiStep
 from rl.data.replay_buffers import (
     CompressedListStorage,
     FlatStorageCheckpointer,
+    HERReplayBuffer,
+    HindsightStrategy,
     LambdaScheduler,
     LazyMemmapStorage,
     LazyStackStorage,
@@ -11,6 +13,7 @@ from rl.data.replay_buffers import (
     LinearScheduler,
     ListStorage,
     ListStorageCheckpointer,
+    OfflineToOnlineReplayBuffer,
     ParameterScheduler,
     PrioritizedReplayBuffer,
     PrioritizedSampler,
@@ -38,11 +41,16 @@ from rl.data.replay_buffers import (
     Writer,
     WriterEnsemble,
     find_start_stop_traj,
+    prefill_replay_buffer,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "prefill_replay_buffer",
+    "OfflineToOnlineReplayBuffer",
+    "HindsightStrategy",
+    "HERReplayBuffer",
     "CompressedListStorage",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",

@@ -13,6 +13,11 @@ from rl.data.replay_buffers._ensemble import (
     StorageEnsemble,
     WriterEnsemble,
 )
+from rl.data.replay_buffers._her import HERReplayBuffer, HindsightStrategy
+from rl.data.replay_buffers._offline_to_online import (
+    OfflineToOnlineReplayBuffer,
+    prefill_replay_buffer,
+)
 from rl.data.replay_buffers._scheduler import (
     LambdaScheduler,
     LinearScheduler,
@@ -52,6 +57,10 @@ from rl.data.replay_buffers.writers import (
 )
 
 __all__ = [
+    "prefill_replay_buffer",
+    "OfflineToOnlineReplayBuffer",
+    "HindsightStrategy",
+    "HERReplayBuffer",
     "CompressedListStorage",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",

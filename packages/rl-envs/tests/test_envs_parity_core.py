@@ -646,10 +646,11 @@ class TestHeterogeneousAndBatched:
         )
 
     def test_torchrl_batched_arguments(self):
-        env = SerialEnv(
-            2, PendulumEnv, num_threads=1, non_blocking=True, share_individual_td=True,
-            daemon=True, mp_start_method="fork", use_buffers=True, serial_for_single=True,
-        )  # fmt: skip
+        with pytest.warns(UserWarning, match=r"SerialEnv ignores .*daemon=True.*mp_start_method"):
+            env = SerialEnv(
+                2, PendulumEnv, num_threads=1, non_blocking=True, share_individual_td=True,
+                daemon=True, mp_start_method="fork", use_buffers=True, serial_for_single=True,
+            )  # fmt: skip
         assert env.batched_options["non_blocking"] is True and env.rollout(2).batch_size == (2, 2)
         assert env.to("cpu") is env
         with pytest.raises(NotImplementedError, match="build the env with device='meta'"):

@@ -228,7 +228,7 @@ class TestDTypeCasts:
         assert out["a"].dtype == torch.float32 and out["b"].dtype == torch.int64
 
     def test_double_to_float_env_with_float64_specs(self):
-        base = GymEnv("Pendulum-v1")
+        base = GymEnv("Pendulum-v1", spec_locked=False)  # edited in place below
         base.observation_spec["observation"] = Unbounded(shape=(3,), dtype=torch.float64)
         base.action_spec = Bounded(-2.0, 2.0, shape=(1,), dtype=torch.float64)
         env = TransformedEnv(base, DoubleToFloat())

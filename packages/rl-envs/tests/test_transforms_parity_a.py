@@ -584,15 +584,17 @@ class TestMisc:
         r = env.rollout(4, break_when_any_done=False)
         delta = r["next", "delta", "observation"]
         assert delta.dtype == torch.float16
+        # TorchRL: the stored transition keeps the delta, not ("next", "observation")
+        assert ("next", "observation") not in r.keys(True)
+        obs = r["observation"]
         torch.testing.assert_close(
-            delta, (r["next", "observation"] - r["observation"]).half(), atol=1e-3, rtol=0
+            delta[:, :-1], (obs[:, 1:] - obs[:, :-1]).half(), atol=1e-3, rtol=0
         )
         check_env_specs(env)
-        stored = r.clone()
-        del stored["next", "observation"]
-        out = NextObservationDelta(in_keys=["observation"])(stored)
+        assert ("next", "delta", "observation") in env.fake_tensordict().keys(True)
+        out = NextObservationDelta(in_keys=["observation"])(r.clone())
         torch.testing.assert_close(
-            out["next", "observation"], r["next", "observation"], atol=2e-3, rtol=0
+            out["next", "observation"][:, :-1], obs[:, 1:], atol=2e-3, rtol=0
         )
         assert "delta" not in out["next"].keys()
         with pytest.raises(ValueError, match="delta_dtype must be a floating-point"):

@@ -50,8 +50,9 @@ class _EnvMeta(ABCMeta):
         auto_reset_replace = kwargs.pop("auto_reset_replace", True)
         env = super().__call__(*args, **kwargs)
         env._post_init()
-        if spec_locked is not None:
-            env.__dict__["_is_spec_locked"] = bool(spec_locked)
+        if spec_locked is None:
+            spec_locked = env.__dict__.get("_is_spec_locked", True)
+        env.set_spec_lock_(spec_locked)
         if auto_reset or env.__dict__.get("_auto_reset_requested", False):
             from .transforms._auto_reset import AutoResetEnv, AutoResetTransform
 
@@ -88,8 +89,10 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
             and the value when it is outside.
         allow_done_after_reset: with ``run_type_checks``, do not raise when ``_reset``
             returns a done flag set (envs that may be done right after a reset).
-        spec_locked: recorded as :attr:`is_spec_locked` (TorchRL's argument); specs stay
-            assignable through the ``*_spec`` setters either way.
+        spec_locked: lock the specs once the env is built (TorchRL's default ``True``):
+            changing a spec in place (``env.observation_spec["x"] = spec``) then raises a
+            ``RuntimeError`` until :meth:`set_spec_lock_` ``(False)``; the ``*_spec``
+            setters (``env.observation_spec = spec``) work either way.
         auto_reset: the env resets itself when done (its ``_step`` returns the first
             observation of the next episode): the constructed env is wrapped in an
             :class:`~rl.envs.transforms.AutoResetEnv` (see ``AutoResetTransform``).
@@ -233,8 +236,12 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
 
     @property
     def is_spec_locked(self) -> bool:
-        """The ``spec_locked`` constructor argument (TorchRL's name)."""
+        """Whether the specs are locked (``spec_locked``, :meth:`set_spec_lock_`); settable."""
         return self.__dict__.get("_is_spec_locked", True)
+
+    @is_spec_locked.setter
+    def is_spec_locked(self, value: bool) -> None:
+        self.set_spec_lock_(value)
 
     @property
     def specs(self) -> Composite:

@@ -64,8 +64,25 @@ class EnvHelpers:
         check_env_specs(self, *args, **kwargs)
 
     def set_spec_lock_(self, mode: bool = True) -> EnvHelpers:
-        """Records the spec lock mode (TorchRL's method; see :attr:`is_spec_locked`)."""
-        self.__dict__["_is_spec_locked"] = bool(mode)
+        """Locks (or unlocks) the env's specs, as TorchRL's method.
+
+        Locked specs refuse direct changes (``env.observation_spec["x"] = spec`` raises a
+        ``RuntimeError``); the env's spec setters (``env.observation_spec = spec``)
+        still work. Envs are built locked unless given ``spec_locked=False``.
+
+        Returns:
+            the env.
+        """
+        mode = bool(mode)
+        for name in ("output_spec", "input_spec"):
+            spec = getattr(self, name, None)
+            if spec is None or not hasattr(spec, "lock_"):
+                continue
+            if mode:
+                spec.lock_(recurse=True)
+            elif spec.is_locked:
+                spec.unlock_()
+        self.__dict__["_is_spec_locked"] = mode
         return self
 
     def empty_cache(self) -> None:

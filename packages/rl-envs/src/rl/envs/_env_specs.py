@@ -31,7 +31,10 @@ class EnvSpecs:
 
     @output_spec.setter
     def output_spec(self, value: Composite) -> None:
+        old = self.__dict__.get("_output_spec")
         self._output_spec = value
+        if old is not None and _is_locked(old) and isinstance(value, Composite):
+            value.lock_(recurse=True)
 
     @property
     def input_spec(self) -> Composite:
@@ -40,7 +43,23 @@ class EnvSpecs:
 
     @input_spec.setter
     def input_spec(self, value: Composite) -> None:
+        old = self.__dict__.get("_input_spec")
         self._input_spec = value
+        if old is not None and _is_locked(old) and isinstance(value, Composite):
+            value.lock_(recurse=True)
+
+    def _set_spec(self, parent: str, key: str, value: Composite) -> None:
+        """``output_spec[key] = value`` (or ``input_spec``), through the spec lock: the env's
+        setters may change locked specs (as TorchRL's), direct item assignment may not."""
+        composite = getattr(self, parent)
+        if not _is_locked(composite):
+            composite[key] = value
+            return
+        composite.unlock_()
+        try:
+            composite[key] = value
+        finally:
+            composite.lock_(recurse=True)
 
     def _check_composite(self, name: str, value: Any) -> Composite:
         if not isinstance(value, Composite):
@@ -74,7 +93,9 @@ class EnvSpecs:
 
     @full_observation_spec.setter
     def full_observation_spec(self, value: Composite) -> None:
-        self.output_spec["full_observation_spec"] = self._check_composite("observation_spec", value)
+        self._set_spec(
+            "output_spec", "full_observation_spec", self._check_composite("observation_spec", value)
+        )
 
     observation_spec = full_observation_spec
 
@@ -85,7 +106,9 @@ class EnvSpecs:
 
     @full_reward_spec.setter
     def full_reward_spec(self, value: Composite) -> None:
-        self.output_spec["full_reward_spec"] = self._check_composite("reward_spec", value)
+        self._set_spec(
+            "output_spec", "full_reward_spec", self._check_composite("reward_spec", value)
+        )
 
     @property
     def reward_spec(self):
@@ -103,7 +126,7 @@ class EnvSpecs:
 
     @full_done_spec.setter
     def full_done_spec(self, value: Composite) -> None:
-        self.output_spec["full_done_spec"] = self._check_composite("done_spec", value)
+        self._set_spec("output_spec", "full_done_spec", self._check_composite("done_spec", value))
 
     @property
     def done_spec(self):
@@ -127,7 +150,9 @@ class EnvSpecs:
 
     @full_action_spec.setter
     def full_action_spec(self, value: Composite) -> None:
-        self.input_spec["full_action_spec"] = self._check_composite("action_spec", value)
+        self._set_spec(
+            "input_spec", "full_action_spec", self._check_composite("action_spec", value)
+        )
 
     @property
     def action_spec(self):
@@ -145,7 +170,7 @@ class EnvSpecs:
 
     @full_state_spec.setter
     def full_state_spec(self, value: Composite) -> None:
-        self.input_spec["full_state_spec"] = self._check_composite("state_spec", value)
+        self._set_spec("input_spec", "full_state_spec", self._check_composite("state_spec", value))
 
     state_spec = full_state_spec
 
@@ -237,6 +262,10 @@ class EnvSpecs:
         nxt.update(self.full_done_spec.zero())
         root.set("next", nxt)
         return root
+
+
+def _is_locked(spec: Any) -> bool:
+    return bool(getattr(spec, "is_locked", False))
 
 
 def _leaf_keys(spec: Composite) -> list[NestedKey]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
-from rl.core import Composite
+from rl.core import Composite, Unbounded
 
 if TYPE_CHECKING:
     from ._common import EnvBase
@@ -168,6 +168,16 @@ def _expected_specs(env: EnvBase) -> dict:
         for key in composite.keys(True, True):
             path = ("next", key) if isinstance(key, str) else ("next", *key)
             expected[path] = composite[key]
+    transform = getattr(env, "transform", None)
+    if transform is not None and hasattr(transform, "transform_fake_tensordict"):
+        # transforms that store transitions otherwise (NextObservationDelta keeps a
+        # delta instead of the next observation): the keys of the fake tensordict
+        fake = env.fake_tensordict()
+        keys = set(fake.keys(True, True))
+        expected = {key: spec for key, spec in expected.items() if key in keys}
+        for key in keys - set(expected):
+            value = fake.get(key)
+            expected[key] = Unbounded(shape=value.shape, dtype=value.dtype, device=value.device)
     return expected
 
 

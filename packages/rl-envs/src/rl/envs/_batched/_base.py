@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from .._common import EnvBase
 from .._partial_step import check_step_mask, peek_step_mask
@@ -40,6 +40,8 @@ def _per_worker(value: Any, num_workers: int, name: str, kind: str) -> list:
             f"{name} must be a dict of keyword arguments or a list of {num_workers} dicts, "
             f"got {type(value).__name__} {value!r}"
         )
+    if kind == "kwargs":  # one dict per worker (update_kwargs edits them one by one)
+        return [dict(value) if value is not None else {} for _ in range(num_workers)]
     return [value] * num_workers
 
 
@@ -134,6 +136,10 @@ class BatchedEnvBase(EnvBase):
         actions = set(self._layout.action_keys)
         self._in_pairs = [(key, bufs.inputs[key], key in actions) for key in self._layout.in_keys]
         self._to_device = self.device is not None and self.device.type != "cpu"
+        options = getattr(self, "batched_options", None) or {}
+        self._non_blocking = bool(options.get("non_blocking", False))
+        self._pin_memory = bool(options.get("pin_memory", False))
+        self._share_individual_td = bool(options.get("share_individual_td") or False)
         # the buffers live on the CPU: their views carry the env's device when it is the
         # CPU, so that what reset/step return says where it is (``_read`` moves the rest)
         view_device = None if self._to_device else self.device
@@ -184,6 +190,35 @@ class BatchedEnvBase(EnvBase):
         """Builds the sub-envs (worker processes) now, if they are not running."""
         self._ensure_started()
 
+    def update_kwargs(self, kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Updates the keyword arguments the sub-envs are built with (TorchRL's method).
+
+        They apply to the sub-envs built from then on (after ``close()``, the next
+        ``reset()`` builds new ones).
+
+        Args:
+            kwargs: a dict applied to every worker, or a list of one dict per worker.
+
+        Raises:
+            ValueError: a list without one dict per worker.
+        """
+        if isinstance(kwargs, Mapping):
+            kwargs = [kwargs] * self.num_workers
+        elif len(kwargs) != self.num_workers:
+            raise ValueError(
+                f"update_kwargs got {len(kwargs)} dicts, expected one per worker "
+                f"(num_workers={self.num_workers})"
+            )
+        for current, new in zip(self.create_env_kwargs, kwargs, strict=True):
+            current.update(new)
+        self._creators = [
+            EnvCreator(fn, kw) for fn, kw in zip(self.create_env_fn, self.create_env_kwargs)
+        ]
+        self._creators_changed()
+
+    def _creators_changed(self) -> None:
+        """Hook: the creators were rebuilt (``ParallelEnv`` re-pickles them)."""
+
     # ------------------------------------------------------------------ data movement
     def _write_inputs(self, tensordict: TensorDictBase) -> None:
         for key, buf, required in self._in_pairs:
@@ -200,9 +235,18 @@ class BatchedEnvBase(EnvBase):
             buf.copy_(value)
 
     def _read(self, template: TensorDictBase) -> TensorDictBase:
+        """A copy of the output buffers (``template``), as the options shape it:
+        ``non_blocking`` device copies, ``pin_memory``, ``share_individual_td`` (a lazy
+        stack of one tensordict per sub-env, as TorchRL returns then)."""
         if self._to_device:
-            return template.to(self.device)
-        return template.clone()
+            out = template.to(self.device, non_blocking=self._non_blocking)
+        else:
+            out = template.clone()
+        if self._pin_memory:
+            out = out.pin_memory()
+        if self._share_individual_td:
+            out = LazyStackedTensorDict(*out.unbind(0), stack_dim=0)
+        return out
 
     def _promote_pending(self) -> None:
         """Makes ``out`` hold the current entries of the workers reset by an auto-reset."""

@@ -11,7 +11,7 @@ import torch
 
 from .._common import EnvBase
 from ._base import BatchedEnvBase
-from ._options import batched_options
+from ._options import batched_options, warn_without_effect
 from ._pool import WorkerPool
 from ._worker import OP_RESET, OP_STEP, OP_STEP_RESET
 
@@ -78,11 +78,23 @@ class ParallelEnv(BatchedEnvBase):
             own buffers, from its own specs) and stacks their outputs at each step:
             sub-envs whose entries differ in shape then work (``LazyStackedTensorDict``
             data). ``None`` (the default) and ``True``: one set of shared buffers.
-        pin_memory, share_individual_td, shared_memory, memmap, policy_proof,
-            allow_step_when_done, non_blocking, metadata_from_workers, consolidate,
-            daemon, shutdown_timeout: TorchRL's arguments, accepted and kept in
-            ``env.batched_options``; workers are always daemonic (they die with this
-            process) and always share memory.
+        daemon: the worker processes' daemon flag (TorchRL's default ``False``: workers
+            may start processes of their own). Either way they are stopped by
+            ``close()``, garbage collection and interpreter exit, and exit when this
+            process dies.
+        shutdown_timeout: seconds the workers get to exit on ``close()`` before they
+            are terminated (default 10).
+        share_individual_td: ``reset`` / ``step`` return a lazy stack of one
+            tensordict per worker (TorchRL's layout then).
+        pin_memory: pin the returned tensors (needs CUDA; ``ValueError`` otherwise).
+        non_blocking: device copies of the outputs (``device=`` other than the CPU)
+            are non-blocking.
+        shared_memory, memmap, policy_proof, metadata_from_workers: TorchRL's arguments
+            of its other transports; the workers always write shared-memory buffers,
+            so a non-default value warns.
+        allow_step_when_done, consolidate: accepted (nothing to consolidate: no
+            tensordict is sent per step). Every option is kept in
+            ``env.batched_options``.
 
     Raises:
         ValueError: bad ``num_workers``, list lengths, ``mp_start_method`` or
@@ -133,6 +145,12 @@ class ParallelEnv(BatchedEnvBase):
         **options: Any,
     ) -> None:
         self.batched_options = batched_options(type(self).__name__, options)
+        if options.get("shared_memory", True) is False:
+            warn_without_effect(
+                type(self).__name__,
+                {"shared_memory": False},
+                {"shared_memory": "the buffers the workers write are always in shared memory"},
+            )
         if timeout is not None and not timeout > 0:
             raise ValueError(
                 f"timeout must be a positive number of seconds or None, got {timeout!r}"
@@ -162,11 +180,14 @@ class ParallelEnv(BatchedEnvBase):
         self._init_kwargs.update(
             mp_start_method=mp_start_method, num_sub_threads=num_sub_threads, timeout=timeout
         )
-        if mp_start_method == "fork":
+        self._creators_changed()
+        self.is_closed = True
+
+    def _creators_changed(self) -> None:
+        if self.mp_start_method == "fork":
             self._payloads = list(self._creators)
         else:
             self._payloads = [creator.dumps() for creator in self._creators]
-        self.is_closed = True
 
     def _make_meta_env(self) -> EnvBase:
         env = self._check_env(self._creators[0]())
@@ -186,6 +207,8 @@ class ParallelEnv(BatchedEnvBase):
             "ParallelEnv",
             num_threads=self.num_sub_threads,
             timeout=self.timeout,
+            daemon=bool(self.batched_options["daemon"]),
+            shutdown_timeout=float(self.batched_options["shutdown_timeout"]),
         )
         self._pending_promote = []
         self.is_closed = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import multiprocessing.util
 import os
 import pickle
 import select
@@ -45,8 +46,12 @@ def _exit_description(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _shutdown(procs: list, conns: list, owner_pid: int) -> None:
-    """Asks every worker to stop, then terminates and kills the ones that do not."""
+def _shutdown(procs: list, conns: list, owner_pid: int, grace_s: float = _JOIN_S) -> None:
+    """Asks every worker to stop, then terminates and kills the ones that do not.
+
+    ``grace_s``: how long the workers get to exit on their own (TorchRL's
+    ``shutdown_timeout``) before they are terminated.
+    """
     if os.getpid() != owner_pid:
         return  # a forked copy of the pool (in another env's worker): not ours to stop
     for proc, conn in zip(procs, conns):
@@ -55,8 +60,9 @@ def _shutdown(procs: list, conns: list, owner_pid: int) -> None:
                 os.write(conn.fileno(), OP_CLOSE)
             except OSError:
                 pass
+    deadline = time.monotonic() + grace_s
     for proc in procs:
-        proc.join(_JOIN_S)
+        proc.join(max(0.0, deadline - time.monotonic()))
     for proc in procs:
         if proc.is_alive():
             proc.terminate()
@@ -83,6 +89,10 @@ class WorkerPool:
         num_threads: ``torch.set_num_threads`` of each worker.
         timeout: seconds a command may wait for the answers (``None``: no limit); start-up
             is not limited.
+        daemon: the worker processes' daemon flag (non-daemonic workers may start
+            processes of their own; they are stopped at exit all the same).
+        shutdown_timeout: seconds the workers get to exit on ``close`` before they are
+            terminated.
     """
 
     def __init__(
@@ -94,6 +104,8 @@ class WorkerPool:
         name: str = "ParallelEnv",
         num_threads: int = 1,
         timeout: float | None = None,
+        daemon: bool = True,
+        shutdown_timeout: float = _JOIN_S,
     ) -> None:
         self.name = name
         self.timeout = timeout
@@ -106,7 +118,13 @@ class WorkerPool:
         self.procs: list = []
         self.conns: list = []
         self.fds: list[int] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, os.getpid())
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self.procs, self.conns, os.getpid(), shutdown_timeout
+        )
+        if not daemon:
+            # multiprocessing joins non-daemonic children at exit: stop them first (its
+            # finalizers with an exit priority run before that join)
+            mp.util.Finalize(None, self._finalizer, exitpriority=100)
         # distinct torch seeds per worker, drawn from this process's generator
         seeds = torch.randint(0, 2**62, (self.num_workers,)).tolist()
         try:
@@ -120,7 +138,7 @@ class WorkerPool:
                     args=(index, payload, buffers, layout, child_conn, os.getpid(), others),
                     kwargs={"torch_seed": seeds[index], "num_threads": num_threads},
                     name=f"{name}-worker-{index}",
-                    daemon=True,
+                    daemon=daemon,
                 )
                 self.conns.append(parent_conn)
                 try:
@@ -130,7 +148,7 @@ class WorkerPool:
                     child_conn.close()
                 self.procs.append(proc)
         except BaseException:
-            self.close()
+            self.close(grace_s=_JOIN_S)
             raise
         self.fds = [conn.fileno() for conn in self.conns]
         self._fd_index = {fd: index for index, fd in enumerate(self.fds)}
@@ -143,7 +161,7 @@ class WorkerPool:
             # start-up (spawned workers import torch) waits as long as it takes
             self.collect(range(self.num_workers), "start-up (creating the env)", limited=False)
         except BaseException:
-            self.close()
+            self.close(grace_s=_JOIN_S)
             raise
 
     # ------------------------------------------------------------------ communication
@@ -187,7 +205,7 @@ class WorkerPool:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     stuck = sorted(pending)
-                    self.close()
+                    self.close(grace_s=_JOIN_S)
                     raise TimeoutError(
                         f"{self.name} worker(s) {stuck} did not answer within {limit} s "
                         f"during {what}; all workers were shut down"
@@ -229,7 +247,7 @@ class WorkerPool:
                     f"{self.name} worker {index} (pid {self.pids[index]}) died during {what} "
                     f"with {_exit_description(proc.exitcode)}"
                 )
-            self.close()
+            self.close(grace_s=_JOIN_S)
             raise RuntimeError("; ".join(msgs + errors) + "; all workers were shut down")
         if errors:
             raise RuntimeError("\n".join(errors))
@@ -255,7 +273,7 @@ class WorkerPool:
         except RuntimeError:
             raise
         except BaseException:
-            self.close()
+            self.close(grace_s=_JOIN_S)
             raise
 
     def call(self, index: int, name: str, *args: Any) -> Any:
@@ -271,13 +289,22 @@ class WorkerPool:
         except RuntimeError:
             raise
         except BaseException:
-            self.close()
+            self.close(grace_s=_JOIN_S)
             raise
 
     # ----------------------------------------------------------------------- shutdown
-    def close(self) -> None:
-        """Stops every worker (idempotent); leaves no child process behind."""
+    def close(self, grace_s: float | None = None) -> None:
+        """Stops every worker (idempotent); leaves no child process behind.
+
+        ``grace_s``: how long the workers get to exit on their own (default: the
+        pool's ``shutdown_timeout``; failures use a short one: a stuck worker is not
+        waited for).
+        """
         if getattr(self, "closed", False):
+            return
+        if grace_s is not None and self._finalizer.detach() is not None:
+            self.closed = True
+            _shutdown(self.procs, self.conns, os.getpid(), grace_s)
             return
         self.closed = True
         self._finalizer()

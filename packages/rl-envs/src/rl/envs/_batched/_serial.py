@@ -9,7 +9,7 @@ import torch
 
 from .._common import EnvBase
 from ._base import BatchedEnvBase
-from ._options import batched_options
+from ._options import batched_options, warn_without_effect
 from ._worker import WorkerCore
 
 __all__ = ["SerialEnv"]
@@ -36,11 +36,20 @@ class SerialEnv(BatchedEnvBase):
             writing them into preallocated buffers: sub-envs whose entries differ in
             shape then work (their data is a ``LazyStackedTensorDict``). ``None`` (the
             default) and ``True`` use the buffers.
-        mp_start_method, num_sub_threads, pin_memory, share_individual_td,
-            shared_memory, memmap, policy_proof, allow_step_when_done, num_threads,
-            serial_for_single, non_blocking, metadata_from_workers, consolidate,
-            daemon, shutdown_timeout: TorchRL's arguments, accepted and kept in
-            ``env.batched_options`` (nothing to tune in process).
+        num_threads: torch threads of this process, set when the sub-envs are built
+            (``None``: unchanged).
+        share_individual_td: ``reset`` / ``step`` return a lazy stack of one
+            tensordict per sub-env (TorchRL's layout then).
+        pin_memory: pin the returned tensors (needs CUDA; ``ValueError`` otherwise).
+        non_blocking: device copies of the outputs (``device=`` other than the CPU)
+            are non-blocking.
+        mp_start_method, num_sub_threads, daemon: TorchRL's worker-process arguments;
+            there is no worker process here, so a non-default value warns.
+        memmap, policy_proof, metadata_from_workers: TorchRL's arguments of its other
+            transports; a non-default value warns (see ``_batched/_options.py``).
+        shared_memory, allow_step_when_done, serial_for_single, consolidate,
+            shutdown_timeout: accepted, with nothing to do in process.
+            Every option is kept in ``env.batched_options``.
 
     Raises:
         ValueError: ``num_workers`` is not a positive int, or a list argument does not
@@ -83,6 +92,17 @@ class SerialEnv(BatchedEnvBase):
         **options: Any,
     ) -> None:
         self.batched_options = batched_options(type(self).__name__, options)
+        given = {
+            "mp_start_method": mp_start_method,
+            "num_sub_threads": num_sub_threads,
+            "daemon": options.get("daemon", False),
+        }
+        defaults = {"mp_start_method": None, "num_sub_threads": 1, "daemon": False}
+        warn_without_effect(
+            type(self).__name__,
+            {k: v for k, v in given.items() if v != defaults[k]},
+            dict.fromkeys(given, "the sub-envs run in this process (no worker process)"),
+        )
         self._envs: list[EnvBase] = []
         self._cores: list[WorkerCore] = []
         super().__init__(
@@ -100,6 +120,8 @@ class SerialEnv(BatchedEnvBase):
         return env
 
     def _start(self, first: EnvBase | None = None) -> None:
+        if self.batched_options["num_threads"] is not None:  # TorchRL: this process's threads
+            torch.set_num_threads(self.batched_options["num_threads"])
         envs = [first if first is not None else self._creators[0]()]
         envs += [creator() for creator in self._creators[1:]]
         self._envs = envs

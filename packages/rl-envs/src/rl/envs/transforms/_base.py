@@ -140,8 +140,16 @@ class Transform(nn.Module):
     # ------------------------------------------------------------ container
     @property
     def container(self):
-        """The object holding this transform: a :class:`Compose` or a ``TransformedEnv``."""
-        return self.__dict__["_container"]
+        """The env holding this transform, through the ``Compose`` lists it sits in (as
+        TorchRL: ``env.transform[0].container is env``); the outermost ``Compose`` when it
+        is in no env, ``None`` when it is in nothing."""
+        container = self.__dict__["_container"]
+        while isinstance(container, Transform):
+            above = container.__dict__["_container"]
+            if above is None:
+                return container
+            container = above
+        return container
 
     def set_container(self, container) -> None:
         current = self.__dict__["_container"]
@@ -406,6 +414,21 @@ class Transform(nn.Module):
         if "full_state_spec" in input_spec.keys():
             input_spec["full_state_spec"] = self.transform_state_spec(input_spec["full_state_spec"])
         return input_spec
+
+    def _post_step_mdp_hooks(
+        self, tensordict: TensorDictBase, tensordict_: TensorDictBase | None
+    ) -> tuple[TensorDictBase, TensorDictBase | None]:
+        """Edits a stored transition once ``step_mdp`` built the next root from it
+        (``step_and_maybe_reset``, and the whole ``rollout``); identity by default."""
+        return tensordict, tensordict_
+
+    def transform_fake_tensordict(self, fake_tensordict: TensorDictBase) -> TensorDictBase:
+        """The env's ``fake_tensordict`` as this transform stores transitions (identity)."""
+        return fake_tensordict
+
+    def transform_env_batch_size(self, batch_size: torch.Size) -> torch.Size:
+        """The batch size of the env seen through this transform (unchanged by default)."""
+        return batch_size
 
     # ---------------------------------------------------------------- misc
     def _repr_args(self) -> str:

@@ -209,6 +209,21 @@ class Compose(Transform):
             input_spec = t.transform_input_spec(input_spec)
         return input_spec
 
+    def _post_step_mdp_hooks(self, tensordict, tensordict_):
+        for t in self.transforms:
+            tensordict, tensordict_ = t._post_step_mdp_hooks(tensordict, tensordict_)
+        return tensordict, tensordict_
+
+    def transform_fake_tensordict(self, fake_tensordict):
+        for t in self.transforms:
+            fake_tensordict = t.transform_fake_tensordict(fake_tensordict)
+        return fake_tensordict
+
+    def transform_env_batch_size(self, batch_size):
+        for t in self.transforms:
+            batch_size = t.transform_env_batch_size(batch_size)
+        return batch_size
+
     def transform_observation_spec(self, observation_spec):
         for t in self.transforms:
             observation_spec = t.transform_observation_spec(observation_spec)

@@ -185,6 +185,9 @@ class TransformedEnv(EnvBase):
                 and not _reads_outer_root(base)
             )
             self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
+            self.__dict__["_post_hooks"] = any(
+                type(t)._post_step_mdp_hooks is not Transform._post_step_mdp_hooks for t in flat
+            )
             # the policy fast path drives the base env's own (a gym env's); it replays the
             # hooks of this class, not those of a subclass
             cls = type(self)
@@ -196,8 +199,15 @@ class TransformedEnv(EnvBase):
                 and cls._step is TransformedEnv._step
                 and cls._reset is TransformedEnv._reset
             )
+            if self.__dict__.get("_is_spec_locked", True):
+                output_spec.lock_(recurse=True)
+                input_spec.lock_(recurse=True)
             cache = (output_spec, input_spec, fast)
             self.__dict__["_spec_cache"] = cache
+            # a BatchSizeTransform changes the env's batch size (TorchRL)
+            self.__dict__["_batch_size"] = torch.Size(
+                self._transform.transform_env_batch_size(base.batch_size)
+            )
             device = output_spec.device
             self._device = device if device is not None else base.device
         return cache
@@ -223,6 +233,14 @@ class TransformedEnv(EnvBase):
             return
         cache = self._specs()
         self.__dict__["_spec_cache"] = (cache[0], value, cache[2])
+
+    @property
+    def batch_size(self) -> torch.Size:
+        """The base env's batch size, as the transforms change it (``BatchSizeTransform``)."""
+        d = self.__dict__
+        if d["_spec_cache"] is None and d.get("_transform") is not None:
+            self._specs()
+        return d["_batch_size"]
 
     @property
     def batch_locked(self) -> bool:
@@ -296,6 +314,25 @@ class TransformedEnv(EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         self.base_env._set_seed(seed)
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        tensordict, root_next = super().step_and_maybe_reset(tensordict)
+        self._specs()
+        if self.__dict__["_post_hooks"]:
+            tensordict, root_next = self._transform._post_step_mdp_hooks(tensordict, root_next)
+        return tensordict, root_next
+
+    def _finish_rollout(self, result, set_truncated, out=None, storing_device=None):
+        self._specs()
+        if self.__dict__["_post_hooks"]:
+            result, _ = self._transform._post_step_mdp_hooks(result, None)
+        return super()._finish_rollout(result, set_truncated, out, storing_device)
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """The specs' zero transition, as the transforms store it (``NextObservationDelta``)."""
+        return self._transform.transform_fake_tensordict(super().fake_tensordict())
 
     def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
         raw = self.__dict__["_raw_reset"]

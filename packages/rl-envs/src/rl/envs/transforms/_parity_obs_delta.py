@@ -7,8 +7,6 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
-from rl.core import Unbounded
-
 from ._base import Transform
 from ._spec_utils import NestedKey, normalize_key
 
@@ -22,7 +20,11 @@ class NextObservationDelta(Transform):
     """Stores next observations as low-precision deltas, restored when the data is read.
 
     In an env, each step writes ``("next", "delta", key) = (next_obs - obs)`` in
-    ``delta_dtype``. On data (``forward``, e.g. a replay-buffer transform at sampling),
+    ``delta_dtype``; ``rollout`` and ``step_and_maybe_reset`` then drop the full
+    ``("next", key)`` from the stored transition (it was carried to the next root
+    first, so the policy reads full-precision observations), as TorchRL does; a plain
+    ``step`` keeps it. The specs are unchanged (``fake_tensordict`` shows the delta in
+    place of the next observation). On data (``forward``, e.g. a replay-buffer transform at sampling),
     ``("next", key)`` is rebuilt as ``obs + delta`` (in ``restore_dtype``, default the
     root entry's dtype) and the delta dropped (``drop_delta``).
 
@@ -43,6 +45,10 @@ class NextObservationDelta(Transform):
         >>> td = TensorDict({"obs": torch.tensor([1.0]), "next": {"delta": {"obs": torch.tensor([0.5])}}})
         >>> NextObservationDelta(in_keys=["obs"])(td)["next", "obs"]
         tensor([1.5000])
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> r = TransformedEnv(PendulumEnv(), NextObservationDelta()).rollout(3)
+        >>> r["next", "delta", "observation"].dtype, ("next", "observation") in r.keys(True)
+        (torch.float16, False)
     """
 
     def __init__(
@@ -101,24 +107,33 @@ class NextObservationDelta(Transform):
             next_tensordict.set(("delta", *self._tuple(key)), (nxt - obs).to(self.delta_dtype))
         return next_tensordict
 
-    def _reset(self, tensordict, tensordict_reset):
-        # a zero delta at reset: the entry is in the observation spec, so every output has it
-        for key in self._keys():
-            obs = tensordict_reset.get(key, None)
-            if obs is not None:
-                tensordict_reset.set(
-                    ("delta", *self._tuple(key)), torch.zeros_like(obs, dtype=self.delta_dtype)
-                )
-        return tensordict_reset
+    def _post_step_mdp_hooks(self, tensordict, tensordict_):
+        # the full ("next", key) lived until step_mdp carried it to the next root: the
+        # stored transition keeps the delta only (as TorchRL)
+        next_td = tensordict.get("next", None)
+        if next_td is not None:
+            for key in self._keys():
+                k = self._tuple(key)
+                if next_td.get(k, None) is not None:
+                    next_td.pop(k)
+        if tensordict_ is not None and tensordict_.get("delta", None) is not None:
+            # the next root holds observations only (the delta is not in the specs); it
+            # shares the "delta" sub-tensordict with the transition: exclude, not pop
+            tensordict_ = tensordict_.exclude(*[("delta", *self._tuple(k)) for k in self._keys()])
+            if tensordict_.get("delta").is_empty():
+                tensordict_ = tensordict_.exclude("delta")
+        return tensordict, tensordict_
 
-    def transform_observation_spec(self, observation_spec):
-        for key in self._keys():
-            if key in observation_spec.keys(True, True):
-                spec = observation_spec[key]
-                observation_spec[("delta", *self._tuple(key))] = Unbounded(
-                    shape=spec.shape, device=spec.device, dtype=self.delta_dtype
-                )
-        return observation_spec
+    def transform_fake_tensordict(self, fake_tensordict):
+        next_td = fake_tensordict.get("next", None)
+        if next_td is not None:
+            for key in self._keys():
+                k = self._tuple(key)
+                leaf = next_td.get(k, None)
+                if leaf is not None:
+                    next_td.set(("delta", *k), leaf.to(self.delta_dtype))
+                    next_td.pop(k)
+        return fake_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._auto_keys and self.parent is None:

@@ -150,6 +150,29 @@ class TestDMControlEnv:
         assert batches[0]["next", "position"].shape == torch.Size([20, 3])
         assert_close(batches[1]["position"][0], batches[0]["next", "position"][-1])
 
+    def test_num_workers_returns_parallel_env(self, monkeypatch):
+        """``num_workers > 1`` builds a ParallelEnv of single envs; here the ParallelEnv
+        is swapped for an in-process SerialEnv (no worker process to start)."""
+        import rl.envs
+        from rl.envs import SerialEnv
+
+        made = {}
+
+        def parallel(num_workers, create_env_fn):
+            made["n"], made["factory"] = num_workers, create_env_fn
+            return SerialEnv(num_workers, create_env_fn)
+
+        monkeypatch.setattr(rl.envs, "ParallelEnv", parallel)
+        out = DMControlEnv("cartpole", "balance", num_workers=2, frame_skip=2)
+        assert isinstance(out, SerialEnv) and made["n"] == 2
+        assert out.batch_size == torch.Size([2])
+        single = made["factory"]()
+        assert isinstance(single, DMControlEnv) and single.frame_skip == 2
+        assert out.rollout(3)["next", "position"].shape == torch.Size([2, 3, 3])
+        assert isinstance(DMControlEnv("cartpole", "balance", num_workers=1), DMControlEnv)
+        with pytest.raises(ValueError, match="num_workers must be a positive int, got 0"):
+            DMControlEnv("cartpole", "balance", num_workers=0)
+
     def test_available_envs(self):
         envs = dict(DMControlEnv.available_envs)
         assert "run" in envs["cheetah"] and "balance" in envs["cartpole"]

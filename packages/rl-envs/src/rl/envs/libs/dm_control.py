@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes.util
 import difflib
+import functools
 import importlib.util
 import logging
 import os
@@ -333,6 +334,8 @@ class DMControlEnv(DMControlWrapper):
     Args:
         env_name: the suite domain (``"cheetah"``, ``"walker"``, ``"cartpole"``...).
         task_name: the task of that domain (``"run"``, ``"walk"``, ``"balance"``...).
+        num_workers: more than 1 returns a :class:`~rl.envs.ParallelEnv` of that many
+            ``DMControlEnv`` (same arguments) in worker processes, as TorchRL does.
         from_pixels: as in :class:`DMControlWrapper`.
         pixels_only: as in :class:`DMControlWrapper`.
         frame_skip: as in :class:`DMControlWrapper`.
@@ -361,11 +364,22 @@ class DMControlEnv(DMControlWrapper):
         torch.Size([10, 8])
     """
 
+    def __new__(cls, *args, num_workers: int | None = None, **kwargs):
+        if num_workers is not None and num_workers != 1:
+            if not isinstance(num_workers, int) or num_workers < 1:
+                raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+            from rl.envs import ParallelEnv
+
+            # TorchRL's DMControlEnv(..., num_workers=N): N single envs in worker processes
+            return ParallelEnv(num_workers, functools.partial(cls, *args, **kwargs))
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(
         self,
         env_name: str,
         task_name: str,
         *,
+        num_workers: int | None = None,
         from_pixels: bool = False,
         pixels_only: bool = False,
         frame_skip: int | None = None,

@@ -161,13 +161,26 @@ class TestWeights:
         collector = make(DistributedDataCollector, [cartpole, cartpole], policy,
                          frames_per_batch=20, total_frames=-1)  # fmt: skip
         it = iter(collector)
-        assert _markers(next(it)) == {0.0}
+
+        def owner(batch) -> int:  # the worker index of a batch (ids are id * 2 + index)
+            (index,) = set((batch["collector", "traj_ids"] % 2).tolist())
+            return index
+
+        first = next(it)
+        assert _markers(first) == {0.0}
         policy.module.w.data.fill_(1.0)
         collector.update_policy_weights_()
-        after = [_markers(next(it)) for _ in range(5)]
-        assert all(len(m) == 1 for m in after)  # a batch runs with one set of weights
-        # at most one batch (the other worker's, already in flight) has the old weights
-        assert after[1:] == [{1.0}] * 4
+        after: dict[int, list] = {0: [], 1: []}
+        for _ in range(6):
+            batch = next(it)
+            after[owner(batch)].append(_markers(batch))
+        # a batch runs with one set of weights; the worker whose batch we had is released
+        # after the update: all its next batches are new; the other one had a batch in
+        # flight (old weights): only that one may be old
+        released, other = owner(first), 1 - owner(first)
+        assert all(m == {1.0} for m in after[released])
+        assert all(m == {1.0} for m in after[other][1:])
+        assert after[other][:1] in ([{0.0}], [])  # requested before the update
 
     def test_update_after_each_batch(self, make):
         policy = marked_policy()

@@ -14,42 +14,21 @@ from rl.core import ExplorationType
 from rl.envs import EnvBase, EnvCreator
 
 from .._base import CollectorBase
-from .._multi import MultiAsyncCollector, MultiSyncCollector, load_weights_into
 from .._single import Collector
+from ._ray_config import (
+    DEFAULT_REMOTE_CLASS_CONFIG,
+    default_remote_config,
+    layout_error,
+    per_collector,
+    resolve_collector_class,
+    weights_to_send,
+)
 from ._ray_runtime import acquire_runtime, import_ray, release_runtime
 from ._ray_worker import CollectorActor
 
 __all__ = ["RayCollector", "DEFAULT_REMOTE_CLASS_CONFIG"]
 
-#: the Ray resources of each collector actor when ``remote_configs`` is not given
-#: (TorchRL also reserves 2 GiB of Ray ``memory``; an actor that asks for more memory
-#: than a small machine has would wait forever, so none is reserved here)
-DEFAULT_REMOTE_CLASS_CONFIG: dict[str, Any] = {"num_cpus": 1}
-
 _RETRY_S = 0.1
-_COLLECTOR_CLASSES = {
-    "single": Collector,
-    "sync": MultiSyncCollector,
-    "async": MultiAsyncCollector,
-}
-
-
-def _per_collector(value: Any, n: int, name: str) -> list:
-    if isinstance(value, list | tuple):
-        if len(value) != n:
-            raise ValueError(
-                f"{name} has {len(value)} entries but num_collectors={n}: pass one value "
-                "or one per collector"
-            )
-        return list(value)
-    return [value] * n
-
-
-def _default_remote_config() -> dict[str, Any]:
-    config = dict(DEFAULT_REMOTE_CLASS_CONFIG)
-    if torch.cuda.is_available():
-        config["num_gpus"] = 0.2
-    return config
 
 
 class RayCollector(CollectorBase):
@@ -199,18 +178,7 @@ class RayCollector(CollectorBase):
         self._held_runtime = False
         self._ray = import_ray("RayCollector")
         # ------------------------------------------------------------ argument checks
-        if isinstance(collector_class, str):
-            if collector_class not in _COLLECTOR_CLASSES:
-                raise ValueError(
-                    f"collector_class must be a collector class or one of "
-                    f"{sorted(_COLLECTOR_CLASSES)}, got {collector_class!r}"
-                )
-            collector_class = _COLLECTOR_CLASSES[collector_class]
-        elif not (isinstance(collector_class, type) and issubclass(collector_class, CollectorBase)):
-            raise ValueError(
-                "collector_class must be a subclass of an rl collector or one of "
-                f"{sorted(_COLLECTOR_CLASSES)}, got {collector_class!r}"
-            )
+        collector_class = resolve_collector_class(collector_class)
         if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
             raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
         if frames_per_batch <= 0:
@@ -222,17 +190,17 @@ class RayCollector(CollectorBase):
         if num_collectors < 1:
             raise ValueError(f"num_collectors must be at least 1, got {num_collectors}")
         n = num_collectors
-        env_fns = _per_collector(create_env_fn, n, "create_env_fn")
+        env_fns = per_collector(create_env_fn, n, "create_env_fn")
         if use_env_creator:
             env_fns = [
                 fn if isinstance(fn, EnvBase | EnvCreator) else EnvCreator(fn) for fn in env_fns
             ]
         kwargs_list = [
-            dict(kw or {}) for kw in _per_collector(collector_kwargs, n, "collector_kwargs")
+            dict(kw or {}) for kw in per_collector(collector_kwargs, n, "collector_kwargs")
         ]
         if remote_configs is None:
-            remote_configs = _default_remote_config()
-        configs = [dict(cfg) for cfg in _per_collector(remote_configs, n, "remote_configs")]
+            remote_configs = default_remote_config()
+        configs = [dict(cfg) for cfg in per_collector(remote_configs, n, "remote_configs")]
         if sync and frames_per_batch % n:
             raise ValueError(
                 f"frames_per_batch={frames_per_batch} must be a multiple of num_collectors={n} "
@@ -276,11 +244,11 @@ class RayCollector(CollectorBase):
         self._weights: TensorDictBase | None = None
         if isinstance(policy, nn.Module) and any(True for _ in policy.parameters()):
             self._weights = TensorDict.from_module(policy).data
-        per_collector = {
-            "device": _per_collector(device, n, "device"),
-            "storing_device": _per_collector(storing_device, n, "storing_device"),
-            "env_device": _per_collector(env_device, n, "env_device"),
-            "policy_device": _per_collector(policy_device, n, "policy_device"),
+        devices = {
+            "device": per_collector(device, n, "device"),
+            "storing_device": per_collector(storing_device, n, "storing_device"),
+            "env_device": per_collector(env_device, n, "env_device"),
+            "policy_device": per_collector(policy_device, n, "policy_device"),
         }
         for i, kw in enumerate(kwargs_list):
             kw["frames_per_batch"] = self.frames_per_batch_worker
@@ -289,7 +257,7 @@ class RayCollector(CollectorBase):
             kw.setdefault("reset_at_each_iter", reset_at_each_iter)
             kw.setdefault("exploration_type", exploration_type)
             kw.setdefault("trust_policy", trust_policy)
-            for name, values in per_collector.items():
+            for name, values in devices.items():
                 if values[i] is not None:
                     kw.setdefault(name, values[i])
             if num_workers_per_collector > 1 or not issubclass(collector_class, Collector):
@@ -344,33 +312,11 @@ class RayCollector(CollectorBase):
         return "; ".join(f"actor {i}: {cfg}" for i, cfg in enumerate(self._configs))
 
     def _check_layout(self, infos: list[dict]) -> None:
-        frames = self.frames_per_batch_worker
-        for i, info in enumerate(infos):
-            step = info["granularity"]
-            if frames % step:
-                self._fail_args(
-                    f"frames_per_batch={self.frames_per_batch} gives {frames} frames per batch "
-                    f"to actor {i}, not a multiple of its {step} frames per step (env batch "
-                    f"size {list(info['env_batch_size'])})"
-                )
-            if self.total_frames != -1:
-                last = self.total_frames % self.frames_per_batch
-                last_per = last // self.num_collectors if self._sync else last
-                if (
-                    self.total_frames % step
-                    or (last and self._sync and last % self.num_collectors)
-                    or last_per % step
-                ):
-                    self._fail_args(
-                        f"total_frames={self.total_frames} cannot be split exactly: the last "
-                        f"batch has {last} frames, which must give each actor a multiple of "
-                        f"its {step} frames per step (actor {i})"
-                    )
-        if self._sync and len({tuple(info["env_batch_size"]) for info in infos}) > 1:
-            self._fail_args(
-                "sync mode stacks one batch per actor: every actor's env needs the same batch "
-                f"size, got {[list(info['env_batch_size']) for info in infos]}"
-            )
+        message = layout_error(
+            infos, self.frames_per_batch, self.total_frames, self.num_collectors, self._sync
+        )
+        if message is not None:
+            self._fail_args(message)
 
     def _fail_args(self, message: str) -> None:
         self._close()
@@ -546,30 +492,9 @@ class RayCollector(CollectorBase):
         """
         if self.closed:
             raise RuntimeError("the RayCollector was shut down")
-        if policy_or_weights is None:
-            if self._weights is None:
-                return  # a policy without parameters
-            weights: Any = self._weights
-        elif isinstance(policy_or_weights, nn.Module):
-            weights = TensorDict.from_module(policy_or_weights).data
-        elif isinstance(policy_or_weights, TensorDictBase):
-            weights = policy_or_weights.data
-        elif isinstance(policy_or_weights, Mapping):
-            weights = dict(policy_or_weights)
-        else:
-            raise TypeError(
-                "policy weights must be an nn.Module, a state dict or a TensorDict of "
-                f"parameters, got {type(policy_or_weights).__name__}"
-            )
-        if (
-            isinstance(weights, TensorDictBase)
-            and self._weights is not None
-            and weights is not self._weights
-        ):
-            # one copy in this process's layout, so that a wrong structure fails here
-            snapshot = self._weights.clone()
-            load_weights_into(snapshot, weights)
-            weights = snapshot
+        if policy_or_weights is None and self._weights is None:
+            return  # a policy without parameters
+        weights = weights_to_send(policy_or_weights, self._weights)
         ref = self._ray.put(weights)  # serialized now: later in-place updates do not leak
         if worker_ids is None:
             indices = list(range(self.num_collectors))

@@ -13,6 +13,7 @@ from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
 
 from rl.collectors import Collector  # noqa: E402
@@ -21,6 +22,7 @@ from rl.envs import GymEnv  # noqa: E402
 ray = pytest.importorskip("ray")
 
 from rl.collectors.distributed import RayCollector  # noqa: E402
+from rl.collectors.distributed._ray_config import layout_error, weights_to_send  # noqa: E402
 from rl.collectors.distributed._ray_runtime import acquire_runtime, release_runtime  # noqa: E402
 
 # the classes below are sent to the actors by value (this file is not importable there)
@@ -41,6 +43,11 @@ class MarkedPole(torch.nn.Module):
 
     def forward(self, obs):
         return (obs[..., 2] > 0).long(), self.mark.expand(*obs.shape[:-1], 1).clone()
+
+
+class Exploding(torch.nn.Module):
+    def forward(self, obs):
+        raise ValueError("the policy exploded")
 
 
 def marked_policy():
@@ -210,6 +217,16 @@ class TestRayCollectorFailures:
         with pytest.raises(RuntimeError, match="shut down"):
             collector.next()
 
+    def test_actor_error_is_raised_with_its_traceback(self, ray_local):
+        policy = TensorDictModule(Exploding(), in_keys=["observation"], out_keys=["action"])
+        collector = RayCollector(cartpole, policy, frames_per_batch=10, total_frames=20)
+        with pytest.raises(RuntimeError, match="actor 0 raised while collecting") as info:
+            collector.next()
+        assert "ValueError: the policy exploded" in str(info.value)
+        # the actor's traceback, down to the line that raised
+        assert 'raise ValueError("the policy exploded")' in str(info.value)
+        assert collector.closed
+
     def test_restarted_actor_keeps_frames_exact(self, ray_local):
         policy = marked_policy()
         collector = RayCollector(
@@ -247,6 +264,25 @@ class TestRayCollectorArguments:
             RayCollector([cartpole, cartpole], None, frames_per_batch=10, num_collectors=3)
         with pytest.raises(ValueError, match="num_workers_per_collector=2 applies to"):
             RayCollector(cartpole, None, frames_per_batch=10, num_workers_per_collector=2)
+
+    def test_layout_and_weight_errors(self):
+        info = {"granularity": 4, "env_batch_size": (4,)}
+        assert layout_error([info, info], 80, 160, 2, sync=True) is None
+        assert layout_error([info, info], 80, 40, 2, sync=True) is None  # 20 per actor
+        assert "not a multiple of its 4 frames per step" in layout_error([info], 30, -1, 1, False)
+        message = layout_error([info, info], 80, 100, 2, sync=True)
+        assert "total_frames=100 cannot be split exactly: the last batch has 20" in message
+        other = {"granularity": 2, "env_batch_size": (2,)}
+        assert "needs the same batch size" in layout_error([info, other], 16, -1, 2, True)
+        template = TensorDict.from_module(marked_policy()).data
+        new = marked_policy()
+        set_mark(new, 3.0)
+        sent = weights_to_send(new, template)
+        assert sent is not template and sent["module", "mark"].item() == 3.0
+        with pytest.raises(KeyError):  # another structure fails here, not in the actors
+            weights_to_send(TensorDict({"other": torch.zeros(1)}), template)
+        with pytest.raises(TypeError, match="policy weights must be .* got int"):
+            weights_to_send(3, template)
 
     def test_missing_ray(self, monkeypatch):
         monkeypatch.setitem(sys.modules, "ray", None)

@@ -25,6 +25,7 @@ import importlib
 import inspect
 import logging
 import pkgutil
+import re
 from dataclasses import dataclass, field
 
 log = logging.getLogger("mkdocs.hooks.gen_ref")
@@ -294,6 +295,24 @@ def _overview() -> str:
         target = p.src_uri.removeprefix(f"{REF_DIR}/")
         lines.append(f"| [`{p.module}`]({target}) | `{p.wheel}` | {p.version} | {len(p.entries)} |")
     return "\n".join(lines) + "\n"
+
+
+# Sphinx roles some docstrings use (":class:`~rl.envs.EnvBase`"), as mkdocstrings renders
+# them: the role prefix is dropped and a "~" target shows its last component only.
+_ROLE = re.compile(
+    r":(?:class|meth|func|attr|mod|data|obj|exc|py:\w+):(<code>)(~?)([^<]*)(</code>)"
+)
+
+
+def _strip_role(match: re.Match) -> str:
+    target = match[3].rsplit(".", 1)[-1] if match[2] else match[3]
+    return f"{match[1]}{target}{match[4]}"
+
+
+def on_page_content(html, page, **kwargs):
+    if page.file.src_uri.startswith(f"{REF_DIR}/"):
+        return _ROLE.sub(_strip_role, html)
+    return html
 
 
 def on_files(files, config, **kwargs):

@@ -70,9 +70,14 @@ def run_page(page: Path) -> int:
 
 
 if __name__ == "__main__":
+    import os
+    import tempfile
     import time
 
-    for arg in sys.argv[1:] or [str(p) for p in pages()]:
-        start = time.perf_counter()
-        count = run_page(Path(arg).resolve())
-        print(f"{arg}: {count} blocks in {time.perf_counter() - start:.1f} s")
+    targets = [Path(a).resolve() for a in sys.argv[1:]] or pages()
+    os.chdir(tempfile.mkdtemp())  # files the pages write do not land in the checkout
+    for target in targets:
+        start, cpu = time.perf_counter(), time.process_time()
+        count = run_page(target)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        print(f"{target.relative_to(ROOT)}: {count} blocks, {wall:.1f} s ({cpu:.1f} s CPU)")

@@ -139,6 +139,12 @@ class TestReference:
         assert "Provided by the `rl-collectors` wheel, version" in text
         assert "::: rl.collectors." in text
 
+    def test_sphinx_roles_in_docstrings_render_as_code(self):
+        html = "an :class:<code>~rl.envs.EnvBase</code>, :meth:<code>shutdown</code>"
+        assert gen_ref._ROLE.sub(gen_ref._strip_role, html) == (
+            "an <code>EnvBase</code>, <code>shutdown</code>"
+        )
+
     def test_a_name_whose_library_is_missing_renders_a_note(self, monkeypatch):
         fake = types.ModuleType("rl.fakepkg")
         fake.__all__ = ["Present", "NeedsLib"]
@@ -189,3 +195,4 @@ def test_site_builds_strict(tmp_path):
         assert f"Provided by the <code>{page.wheel}</code> wheel, version {page.version}" in text
     # a rendered docstring, not only the directive
     assert "doc doc-heading" in (reference / "rl.envs.transforms" / "index.html").read_text()
+    assert ":class:<code>" not in (reference / "rl.collectors" / "index.html").read_text()

@@ -289,8 +289,12 @@ class TestSliceSamplerSpanAndPadding:
             SliceSampler(slice_len=4, span=(0, 4))
         with pytest.raises(ValueError, match="span must be a bool, a non-negative int or a pair"):
             SliceSampler(slice_len=4, span=(1, 2, 3))
-        with pytest.raises(NotImplementedError, match="fragmented=True .* is not supported"):
-            SliceSampler(slice_len=4, fragmented=True, traj_key="episode", step_key="step")
+        with pytest.raises(ValueError, match="fragmented=True needs step_key"):
+            SliceSampler(slice_len=4, fragmented=True, traj_key="episode")
+        with pytest.raises(NotImplementedError, match="span is not supported with fragmented"):
+            SliceSampler(slice_len=4, fragmented=True, step_key="step", span=True)
+        with pytest.raises(NotImplementedError, match="SliceSampler only, not SliceSamplerWith"):
+            SliceSamplerWithoutReplacement(slice_len=4, fragmented=True, step_key="step")
         with pytest.raises(NotImplementedError, match="does not support span or pad_output"):
             PrioritizedSliceSampler(max_capacity=10, alpha=1.0, beta=1.0, slice_len=2, span=True)
 
@@ -321,3 +325,42 @@ class TestPrioritizedSliceSamplerNdim2:
         # weights are (p / p_min) ** -beta of each item's own priority
         item_priority = torch.where(batch["index"][:, 1] == 1, 10.0, 1e-4)
         torch.testing.assert_close(batch["priority_weight"], 1e-4 / item_priority)
+
+
+class TestFragmentedSliceSampler:
+    def buffer(self, traj, step):
+        sampler = SliceSampler(traj_key="traj", step_key="step", fragmented=True, slice_len=3)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler, batch_size=9)
+        n = len(traj)
+        data = {"traj": torch.tensor(traj), "step": torch.tensor(step), "obs": torch.arange(n)}
+        rb.extend(TensorDict(data, [n]))
+        return rb
+
+    def test_interleaved_trajectories_match_torchrl(self):
+        # two trajectories written interleaved; trajectory 1 misses step 3 (two runs)
+        torch.manual_seed(0)
+        rb = self.buffer([0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1], [0, 0, 1, 1, 2, 2, 3, 4, 4, 5, 6])
+        torch.manual_seed(1)
+        # values recorded from TorchRL 0.14 on the same data and seeds
+        expected = [
+            [1, 3, 5, 7, 9, 10, 4, 6, 8],
+            [7, 9, 10, 7, 9, 10, 7, 9, 10],
+            [1, 3, 5, 7, 9, 10, 1, 3, 5],
+        ]
+        for obs in expected:
+            batch = rb.sample()
+            assert batch["obs"].tolist() == obs
+            for chunk in batch.split(3):  # one trajectory, consecutive steps
+                assert chunk["traj"].unique().numel() == 1
+                assert torch.equal(chunk["step"], chunk["step"][0] + torch.arange(3))
+
+    def test_errors(self):
+        with pytest.raises(
+            ValueError, match="unique .trajectory, step. pairs, got trajectory 0 step 1"
+        ):
+            self.buffer([0, 0, 0], [0, 1, 1]).sample()
+        sampler = SliceSampler(traj_key="traj", step_key="t", fragmented=True, slice_len=2)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), sampler=sampler, batch_size=2)
+        rb.extend(TensorDict({"traj": torch.zeros(4, dtype=torch.long)}, [4]))
+        with pytest.raises(KeyError, match="step numbers .'t'.; the storage lacks 't'"):
+            rb.sample()

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict.utils import NestedKey
 
-from rl.data.replay_buffers._utils import as_index_tensor
+from rl.data.replay_buffers._utils import KeyMismatchError, as_index_tensor
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, importance_weights
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
@@ -59,8 +59,12 @@ class SliceSampler(Sampler):
             ``slice_len``, every slice is padded to ``slice_len`` by repeating its last
             item, and ``("collector", "mask")`` flags the real items (TorchRL discourages
             it: the truncation flags already delimit the slices).
-        fragmented, step_key: TorchRL's reconstruction of trajectories whose steps are
-            not adjacent in the storage; not supported (``fragmented=True`` raises).
+        fragmented: rebuild trajectories from the trajectory id (``traj_key``, or the
+            usual fallbacks) and the step number (``step_key``) of every item, so that
+            steps written apart (several collectors sharing a buffer) are still sliced in
+            order; a missing step splits a trajectory. 1-D storages, :class:`SliceSampler`
+            only; ``span`` is not supported with it. A repeated (id, step) pair raises.
+        step_key: the key of the step numbers (``fragmented=True``).
 
     Examples:
         >>> import torch
@@ -101,10 +105,19 @@ class SliceSampler(Sampler):
         step_key: NestedKey | None = None,
     ) -> None:
         if fragmented:
-            raise NotImplementedError(
-                "fragmented=True (trajectories rebuilt from traj_key and step_key) is not "
-                "supported; store each trajectory's steps one after the other"
-            )
+            if type(self).sample is not SliceSampler.sample:
+                raise NotImplementedError(
+                    f"fragmented=True is supported by SliceSampler only, not {type(self).__name__}"
+                )
+            if step_key is None:
+                raise ValueError("fragmented=True needs step_key (the step number of each item)")
+            if ends is not None or trajectories is not None:
+                raise ValueError(
+                    "fragmented=True rebuilds trajectories from traj_key and step_key; it "
+                    "takes no static ends or trajectories"
+                )
+            if any(span if isinstance(span, tuple) else (span,)):
+                raise NotImplementedError("span is not supported with fragmented=True")
         if pad_output and strict_length:
             raise ValueError(
                 "pad_output=True is incompatible with strict_length=True: only slices of "
@@ -122,8 +135,9 @@ class SliceSampler(Sampler):
                 raise ValueError(f"the {side} span ({value}) must be lower than slice_len={width}")
         self.span = tuple(span)
         self.pad_output = bool(pad_output)
-        self.fragmented = False
-        self.step_key = step_key
+        self.fragmented = bool(fragmented)
+        self.step_key = None if step_key is None else _as_key(step_key)
+        self._order: torch.Tensor | None = None  # fragmented: sorted position -> storage index
         if (ends is not None or trajectories is not None) and (
             end_key is not None or traj_key is not None or end_keys is not None
         ):
@@ -221,6 +235,8 @@ class SliceSampler(Sampler):
         if not hasattr(storage, "_column"):
             raise TypeError(f"{type(self).__name__} needs a tensor storage, got {storage}")
         rows = storage._len_along_dim0
+        if self.fragmented:
+            return self._fragmented_runs(storage)
         if self._static is not None:
             if storage.ndim > 1:
                 raise ValueError("ends/trajectories describe a storage with ndim=1")
@@ -253,9 +269,46 @@ class SliceSampler(Sampler):
             self._cache = result
         return result
 
-    @staticmethod
-    def _storage_index(storage: Storage, position: torch.Tensor) -> Any:
+    def _fragmented_runs(self, storage: Storage) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Runs of consecutive steps of one trajectory, over items sorted by (id, step)."""
+        if storage.ndim != 1:
+            raise NotImplementedError("fragmented=True supports storages with ndim=1 only")
+        candidates = (
+            [self.traj_key] if self.traj_key is not None else [("collector", "traj_ids"), "episode"]
+        )
+        key = next((k for k in candidates if storage._has_key(k)), None)
+        if key is None or not storage._has_key(self.step_key):
+            raise KeyMismatchError(
+                f"fragmented=True reads trajectory ids ({' or '.join(map(repr, candidates))}) "
+                f"and step numbers ({self.step_key!r}); the storage lacks "
+                f"{self.step_key if key is not None else candidates[0]!r}"
+            )
+        traj = storage._column(key).reshape(len(storage), -1)[:, 0].cpu().long()
+        step = storage._column(self.step_key).reshape(len(storage), -1)[:, 0].cpu().long()
+        order = torch.argsort(step, stable=True)
+        order = order[torch.argsort(traj[order], stable=True)]
+        traj, step = traj[order], step[order]
+        same = (traj[1:] == traj[:-1]) & (step[1:] == step[:-1])
+        if bool(same.any()):
+            k = int(same.nonzero()[0])
+            raise ValueError(
+                f"fragmented=True needs unique (trajectory, step) pairs, got trajectory "
+                f"{int(traj[k])} step {int(step[k])} twice"
+            )
+        boundary = torch.ones(traj.shape[0], dtype=torch.bool)
+        boundary[:-1] = (traj[1:] != traj[:-1]) | (step[1:] != step[:-1] + 1)
+        ends = boundary.nonzero().squeeze(-1)
+        starts = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
+        self._order = order
+        result = (starts, ends - starts + 1, ends)
+        if self.cache_values:
+            self._cache = result
+        return result
+
+    def _storage_index(self, storage: Storage, position: torch.Tensor) -> Any:
         """Flat positions of :meth:`_trajectories` to the index :meth:`Storage.get` takes."""
+        if self.fragmented and self._order is not None:
+            return self._order[position].to(storage.device)
         if storage.ndim == 1:
             return position.to(storage.device)
         rows = storage._len_along_dim0

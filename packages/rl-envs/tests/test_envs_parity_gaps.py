@@ -213,3 +213,16 @@ class TestBatchedOptions:
         assert [kw["run_type_checks"] for kw in env.create_env_kwargs] == [False, True]
         with pytest.raises(ValueError, match="update_kwargs got 3 dicts, expected one per worker"):
             env.update_kwargs([{}, {}, {}])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_step_and_maybe_reset_keeps_the_action_in_the_next_root(batched):
+    # TorchRL's step_and_maybe_reset moves the root with exclude_action=False
+    env = SerialEnv(2, PendulumEnv) if batched else TransformedEnv(PendulumEnv(), StepCounter())
+    td = env.rand_action(env.reset())
+    _, root_next = env.step_and_maybe_reset(td)
+    assert sorted(root_next.keys()) == sorted(
+        ["action", "done", "observation", "terminated", "truncated"]
+        + ([] if batched else ["step_count"])
+    )
+    torch.testing.assert_close(root_next["action"], td["action"])

@@ -428,8 +428,12 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         from ._utils import step_mdp
 
         tensordict = self.step(tensordict)
-        root_next = step_mdp(
-            tensordict, keep_other=True, reward_keys=self.reward_keys, action_keys=self.action_keys
+        root_next = step_mdp(  # the action stays in the next root, as in TorchRL
+            tensordict,
+            keep_other=True,
+            exclude_action=False,
+            reward_keys=self.reward_keys,
+            action_keys=self.action_keys,
         )
         done = root_next[self.done_key]
         if bool(done.any()):

@@ -146,7 +146,8 @@ class BatchedEnvBase(EnvBase):
         self._next_td = _views_td(bufs.out, self._layout.step_keys, self.batch_size, view_device)
         self._reset_td = _views_td(bufs.out, self._layout.reset_keys, self.batch_size, view_device)
         # root keys that step_mdp drops (when they are plain strings; else step_mdp runs)
-        not_carried = {"next", "_reset", *self.action_keys, *self.reward_keys}
+        # (the action stays in the next root, as in TorchRL's step_and_maybe_reset)
+        not_carried = {"next", "_reset", *self.reward_keys}
         flat = all(isinstance(key, str) for key in not_carried)
         self._not_carried = not_carried if flat else None
         # workers whose current root entries are in ``_shm_buffers.reset``, not ``out``
@@ -399,6 +400,7 @@ class BatchedEnvBase(EnvBase):
             return step_mdp(
                 tensordict,
                 keep_other=True,
+                exclude_action=False,
                 reward_keys=self.reward_keys,
                 action_keys=self.action_keys,
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -67,7 +68,9 @@ class TestPages:
 
     @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(DOCS).as_posix() for p in PAGES])
     def test_code_blocks_run(self, page, tmp_path, monkeypatch):
-        monkeypatch.chdir(tmp_path)  # files the pages write land in tmp_path
+        # files the pages write (relative paths, tempfile.mkdtemp()) land in tmp_path
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
         assert run_page(page) == sum(not b.skip for b in blocks(page))
 
 

@@ -107,10 +107,11 @@ def _gae_loop(reward, value, next_value, done, terminated):
 
 class TestGroupGAE:
     @pytest.mark.parametrize("centralized", [True, False])
-    def test_matches_per_agent_loop(self, centralized):
+    @pytest.mark.parametrize("shifted", [False, True])
+    def test_matches_per_agent_loop(self, centralized, shifted):
         torch.manual_seed(0)
         critic = _critic(centralized)
-        gae = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
+        gae = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic, shifted=shifted)
         gae.set_keys(**{k: v for k, v in GROUP_KEYS.items() if k != "action"})
         data = gae(_rollout())
         adv = data["advantage"]

@@ -12,7 +12,9 @@ import importlib
 
 _LAZY = {
     "RayCollector": "._ray",
+    "DistributedCollector": "._torch_distributed",
     "DistributedDataCollector": "._torch_distributed",
+    "DistributedSyncCollector": "._torch_distributed",
     "DistributedSyncDataCollector": "._torch_distributed",
 }
 

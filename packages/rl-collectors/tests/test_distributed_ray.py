@@ -24,6 +24,7 @@ ray = pytest.importorskip("ray")
 from rl.collectors.distributed import RayCollector  # noqa: E402
 from rl.collectors.distributed._ray_config import layout_error, weights_to_send  # noqa: E402
 from rl.collectors.distributed._ray_runtime import acquire_runtime, release_runtime  # noqa: E402
+from rl.collectors.distributed._ray_worker import UniqueTrajIdsBuffer  # noqa: E402
 
 # the classes below are sent to the actors by value (this file is not importable there)
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -194,6 +195,13 @@ class TestRayCollectorReplayBuffer:
         steps = stored["collector", "traj_ids"]
         assert (steps[1:] >= steps[:-1]).all()  # in collection order, nothing twice
         rb.shutdown()
+
+    def test_actors_write_trajectory_ids_unique_across_actors(self):
+        written = []
+        buffer = SimpleNamespace(extend=written.append)
+        batch = TensorDict({("collector", "traj_ids"): torch.tensor([0, 0, 1, 2])}, [4])
+        UniqueTrajIdsBuffer(buffer, index=1, num_collectors=3).extend(batch)
+        assert written[0]["collector", "traj_ids"].tolist() == [1, 1, 4, 7]
 
 
 class TestRayCollectorFailures:

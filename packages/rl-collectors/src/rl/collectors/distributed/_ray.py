@@ -277,7 +277,7 @@ class RayCollector(CollectorBase):
             for i in range(n):
                 options = {"max_restarts": self._max_restarts[i], **configs[i]}
                 actor = remote_cls.options(**options).remote(
-                    collector_class, env_fns[i], policy_ref, kwargs_list[i], seeds[i]
+                    collector_class, env_fns[i], policy_ref, kwargs_list[i], seeds[i], i, n
                 )
                 self._actors.append(actor)
             self.closed = False

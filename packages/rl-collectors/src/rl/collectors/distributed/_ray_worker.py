@@ -14,7 +14,29 @@ from typing import Any
 
 import torch
 
-__all__ = ["CollectorActor"]
+__all__ = ["CollectorActor", "UniqueTrajIdsBuffer"]
+
+
+class UniqueTrajIdsBuffer:
+    """Extends ``buffer`` with trajectory ids made unique across the collectors
+    (``id * num_collectors + index``), as the driver does for the batches it receives.
+
+    Wraps the Ray replay buffer that the collector of actor ``index`` writes into, so that
+    samplers reading ``("collector", "traj_ids")`` (``SliceSampler``) never join two
+    actors' trajectories.
+    """
+
+    def __init__(self, buffer: Any, index: int, num_collectors: int) -> None:
+        self.buffer, self.index, self.num_collectors = buffer, index, num_collectors
+
+    def extend(self, data: Any) -> Any:
+        ids = data.get(("collector", "traj_ids"), None)
+        if ids is not None:
+            data.set(("collector", "traj_ids"), ids * self.num_collectors + self.index)
+        return self.buffer.extend(data)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
 
 
 def _granularity(collector: Any) -> tuple[int, tuple[int, ...]]:
@@ -42,6 +64,7 @@ class CollectorActor:
         policy: the policy (a copy lives in the actor).
         kwargs: the collector's other keyword arguments.
         seed: seeds torch's generator in the actor (each actor draws its own actions).
+        index: this actor's index among ``num_collectors``.
     """
 
     def __init__(
@@ -51,9 +74,15 @@ class CollectorActor:
         policy: Any,
         kwargs: Mapping[str, Any],
         seed: int,
+        index: int = 0,
+        num_collectors: int = 1,
     ) -> None:
         torch.manual_seed(seed)
         kwargs = dict(kwargs)
+        if kwargs.get("replay_buffer") is not None and num_collectors > 1:
+            kwargs["replay_buffer"] = UniqueTrajIdsBuffer(
+                kwargs["replay_buffer"], index, num_collectors
+            )
         if policy is not None:
             kwargs["policy"] = policy
         self.collector = collector_class(create_env_fn, total_frames=-1, **kwargs)

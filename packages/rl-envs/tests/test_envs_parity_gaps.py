@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import LazyStackedTensorDict
+from tensordict import LazyStackedTensorDict, TensorDict
 
 from rl.core import Composite, Unbounded
 from rl.envs import (
@@ -226,3 +226,22 @@ def test_step_and_maybe_reset_keeps_the_action_in_the_next_root(batched):
         + ([] if batched else ["step_count"])
     )
     torch.testing.assert_close(root_next["action"], td["action"])
+
+
+def test_exclude_transform_inverse():
+    from rl.envs.transforms import ExcludeTransform
+
+    td = TensorDict(a=torch.zeros(1), b=torch.zeros(1))
+    t = ExcludeTransform("b", inverse=True)
+    assert sorted(t(td.clone()).keys()) == ["a", "b"] and sorted(t.inv(td.clone()).keys()) == ["a"]
+    seen = []
+
+    class Spy(PendulumEnv):
+        def _step(self, tensordict):
+            seen.append(sorted(tensordict.keys()))
+            return super()._step(tensordict)
+
+    env = TransformedEnv(Spy(), ExcludeTransform("observation", inverse=True))
+    assert list(env.observation_spec.keys()) == ["observation"]  # specs unchanged
+    r = env.rollout(2)
+    assert "observation" in r.keys() and all("observation" not in keys for keys in seen)

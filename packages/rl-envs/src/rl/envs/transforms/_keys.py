@@ -105,6 +105,8 @@ class ExcludeTransform(Transform):
 
     Args:
         *excluded_keys: the keys to drop.
+        inverse: drop them from the input of the env below (``inv``, before each step)
+            instead of from its output; the specs are then unchanged (as TorchRL).
 
     Raises:
         ValueError: at spec time, a key is a reward or done key (the env needs them).
@@ -115,25 +117,43 @@ class ExcludeTransform(Transform):
         >>> td = TensorDict({"a": torch.zeros(1), "b": torch.zeros(1)}, [])
         >>> sorted(ExcludeTransform("b")(td).keys())
         ['a']
+        >>> sorted(ExcludeTransform("b", inverse=True).inv(td).keys())
+        ['a']
     """
 
-    def __init__(self, *excluded_keys: NestedKey):
+    def __init__(self, *excluded_keys: NestedKey, inverse: bool = False):
         if len(excluded_keys) == 1 and isinstance(excluded_keys[0], list):
             excluded_keys = tuple(excluded_keys[0])
         super().__init__()
         self.excluded_keys = normalize_keys(list(excluded_keys))
+        self.inverse = bool(inverse)
 
     @property
     def has_step(self) -> bool:
-        return True
+        return not self.inverse
+
+    @property
+    def has_inverse(self) -> bool:
+        return self.inverse
+
+    def _drop(self, tensordict):
+        for key in self.excluded_keys:
+            if key in tensordict.keys(include_nested=True):
+                del tensordict[key]
+        return tensordict
 
     def _call(self, next_tensordict):
-        for key in self.excluded_keys:
-            if key in next_tensordict.keys(include_nested=True):
-                del next_tensordict[key]
-        return next_tensordict
+        return next_tensordict if self.inverse else self._drop(next_tensordict)
+
+    def _inv_call(self, tensordict):
+        return self._drop(tensordict) if self.inverse else tensordict
+
+    def forward(self, tensordict):
+        return self._call(tensordict)
 
     def transform_output_spec(self, output_spec):
+        if self.inverse:
+            return output_spec
         output_spec = output_spec.clone()
         for name in ("full_reward_spec", "full_done_spec"):
             present = set(leaf_keys(output_spec[name])) if name in output_spec.keys() else set()
@@ -150,6 +170,8 @@ class ExcludeTransform(Transform):
         return output_spec
 
     def transform_state_spec(self, state_spec):
+        if self.inverse:
+            return state_spec
         # an excluded entry is not carried to the next step, so it cannot be read back
         for key in self.excluded_keys:
             if key in state_spec.keys(include_nested=True):
@@ -157,7 +179,8 @@ class ExcludeTransform(Transform):
         return state_spec
 
     def _repr_args(self) -> str:
-        return f"excluded_keys={self.excluded_keys}"
+        inverse = ", inverse=True" if self.inverse else ""
+        return f"excluded_keys={self.excluded_keys}{inverse}"
 
 
 class SelectTransform(Transform):

@@ -245,3 +245,13 @@ def test_exclude_transform_inverse():
     assert list(env.observation_spec.keys()) == ["observation"]  # specs unchanged
     r = env.rollout(2)
     assert "observation" in r.keys() and all("observation" not in keys for keys in seen)
+
+
+def test_cat_tensors_unsqueeze_if_oor():
+    from rl.envs.transforms import CatTensors
+
+    # TorchRL 0.14.1's docstring example: the entries lack dim -2, they get one at 0
+    t = CatTensors(in_keys=["key1", "key2"], dim=-2, unsqueeze_if_oor=True)
+    td = t(TensorDict(key1=torch.zeros(1), key2=torch.ones(1)))
+    assert td["observation_vector"].tolist() == [[0.0], [1.0]]
+    assert sorted(td.keys()) == ["observation_vector"]

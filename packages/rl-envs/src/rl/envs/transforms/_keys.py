@@ -267,6 +267,8 @@ class CatTensors(Transform):
         dim: concatenation dim (negative, counted from the end).
         del_keys: remove the inputs.
         unsqueeze_if_needed: give a trailing dim to entries that have only batch dims.
+        unsqueeze_if_oor: unsqueeze (at dim 0, as TorchRL) the entries that lack the
+            ``dim`` dimension.
         sort: sort ``in_keys`` (order independent of the caller).
 
     Raises:
@@ -288,8 +290,10 @@ class CatTensors(Transform):
         *,
         del_keys: bool = True,
         unsqueeze_if_needed: bool = True,
+        unsqueeze_if_oor: bool = False,
         sort: bool = True,
     ):
+        self.unsqueeze_if_oor = bool(unsqueeze_if_oor)
         in_keys = normalize_keys(in_keys)
         if not in_keys:
             raise ValueError("CatTensors needs at least one in_key, got none")
@@ -332,6 +336,8 @@ class CatTensors(Transform):
                 continue
             if self.unsqueeze_if_needed and value.ndim == nb:
                 value = value.unsqueeze(-1)
+            if self.unsqueeze_if_oor and -self.dim - 1 >= value.ndim:
+                value = value.unsqueeze(0)  # TorchRL: dim does not exist in the entry
             values.append(value)
         if missing:
             if self.missing_tolerance and not values:
@@ -358,6 +364,8 @@ class CatTensors(Transform):
             (*s.shape, 1) if (self.unsqueeze_if_needed and len(s.shape) == nb) else tuple(s.shape)
             for s in specs
         ]
+        if self.unsqueeze_if_oor:
+            shapes = [(1, *sh) if -self.dim - 1 >= len(sh) else sh for sh in shapes]
         metas = [torch.zeros(sh, device="meta") for sh in shapes]
         shape = torch.cat(metas, self.dim).shape
         dtype = (

@@ -34,7 +34,6 @@ __all__ = [
     "finish_run",
     "make_vmas_env",
     "SignProbe",
-    "restore_group_batch",
     "team_view",
 ]
 
@@ -125,19 +124,6 @@ def make_vmas_env(
         device="cpu",
         **scenario_kwargs,
     )
-
-
-def restore_group_batch(batch: TensorDictBase) -> TensorDictBase:
-    """Gives the root ``"agents"`` entry of a collected batch its agent dimension back.
-
-    A ``Collector`` batch after the first starts from a root whose group sub-TensorDict
-    was rebuilt key by key, losing the ``n_agents`` dimension of its batch size (the
-    ``("next", "agents")`` entry keeps it); losses and value estimators need both alike.
-    """
-    root, nxt = batch.get(GROUP, None), batch.get(("next", GROUP), None)
-    if root is not None and nxt is not None and root.batch_size != nxt.batch_size:
-        root.batch_size = nxt.batch_size
-    return batch
 
 
 def expand_done(batch: TensorDictBase, reward_key=(GROUP, "reward")) -> TensorDictBase:

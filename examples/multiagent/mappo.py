@@ -51,7 +51,6 @@ from _marl_common import (  # noqa: E402
     expand_done,
     finish_run,
     make_vmas_env,
-    restore_group_batch,
     team_view,
 )
 
@@ -201,7 +200,6 @@ def main(cfg: Config) -> dict:
     frames, start = 0, time.perf_counter()
     for batch in collector:
         frames += batch.numel()
-        restore_group_batch(batch)
         expand_done(batch)
         with torch.no_grad():
             advantage(batch)

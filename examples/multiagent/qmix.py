@@ -52,7 +52,6 @@ from _marl_common import (  # noqa: E402
     evaluate_team,
     finish_run,
     make_vmas_env,
-    restore_group_batch,
     team_view,
 )
 
@@ -200,7 +199,6 @@ def main(cfg: Config) -> dict:
     frames, start = 0, time.perf_counter()
     for batch in collector:
         frames += batch.numel()
-        restore_group_batch(batch)
         team = team_view(batch)
         # QMIX learns from the team's reward: the mean of the agents' rewards
         batch.set(("next", "reward"), team.get(("next", "reward")))

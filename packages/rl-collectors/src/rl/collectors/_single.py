@@ -235,9 +235,8 @@ class Collector(CollectorBase):
             self._carry_keys = [k for k in nxt.keys(True, True) if k not in rewards]
         nb = len(env.batch_size)
         idx = (slice(None),) * nb + (-1,)
-        root = TensorDict({}, batch_size=env.batch_size, device=out.device)
-        for key in self._carry_keys:
-            root.set(key, nxt.get(key)[idx].clone())
+        # select-then-index keeps the batch dims of nested groups ([*B, n_agents])
+        root = nxt.select(*self._carry_keys)[idx].clone()
         done = root.get(env.done_key)
         if bool(done.any()):
             root.set("_reset", done.clone())

@@ -7,7 +7,7 @@ The same script runs in two ways:
 
     # under torchrun: 1 learner + 2 collector ranks on this machine
     torchrun --standalone --nproc-per-node 3 examples/distributed/collect_torchrun.py
-    # on several nodes (see TORCHRUN.md): the same command on each node with
+    # on several nodes (see README.md, "torch.distributed"): the same command on each node with
     #   --nnodes 2 --node-rank K --rdzv-backend c10d --rdzv-endpoint HOST:29400
     # stand-alone: the learner starts its 2 worker processes itself (launcher="mp")
     uv run examples/distributed/collect_torchrun.py --num-workers 2

@@ -14,7 +14,7 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core import Composite
 
 from ._common import EnvBase
-from ._gym_rollout import gym_rollout
+from ._gym_rollout import _key, gym_rollout
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
 from ._rollout import rollout_generic
 
@@ -178,17 +178,17 @@ class GymWrapper(EnvBase):
         dev = self.device
         obs = Composite(shape=bs, device=dev)
         for leaf in self._obs_leaves:
-            obs[_k(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
+            obs[_key(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.observation_spec = obs
         act = Composite(shape=bs, device=dev)
         for leaf in self._act_leaves:
-            act[_k(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
+            act[_key(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.full_action_spec = act
         self._obs_np_dtypes = [
-            (_k(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
+            (_key(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
             for leaf in self._obs_leaves
         ]
-        self._act_checks = [(_k(leaf.key), leaf.spec.shape, leaf) for leaf in self._act_leaves]
+        self._act_checks = [(_key(leaf.key), leaf.spec.shape, leaf) for leaf in self._act_leaves]
         self._flat_keys = all(len(leaf.key) == 1 for leaf in self._obs_leaves)
         self._simple_act = len(self._act_leaves) == 1 and self._act_leaves[0].path == ()
         self._int_action = (
@@ -320,7 +320,7 @@ class GymWrapper(EnvBase):
         final = info["final_obs"]
         for i in np.flatnonzero(info["_final_obs"]):
             for leaf, array in zip(self._obs_leaves, self._obs_arrays(final[i])):
-                entries[_k(leaf.key)][i] = torch.as_tensor(array)
+                entries[_key(leaf.key)][i] = torch.as_tensor(array)
 
     def _fast_path_ok(self) -> bool:
         """The fast path reproduces ``_step`` / ``_reset``: not when a subclass changed them."""
@@ -377,10 +377,6 @@ def _merge_rows(current: Any, fresh: Any, mask: np.ndarray) -> Any:
     out = np.array(current, copy=True)
     out[mask] = fresh[mask]
     return out
-
-
-def _k(key: tuple[str, ...]):
-    return key[0] if len(key) == 1 else key
 
 
 def _make_gym(env_name: str, **kwargs) -> Any:

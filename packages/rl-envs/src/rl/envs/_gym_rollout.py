@@ -36,11 +36,12 @@ __all__ = ["gym_rollout"]
 
 
 def _key(key: tuple[str, ...]):
+    """The TensorDict key of a space leaf: a string for a one-part key, else the tuple."""
     return key[0] if len(key) == 1 else key
 
 
 def _obs_writer(leaves, views):
-    """A function writing a gym observation at ``index`` of the numpy ``views``."""
+    """A function writing a gym (or EnvPool) observation at ``index`` of the numpy ``views``."""
     if len(leaves) == 1 and leaves[0].from_gym is None and leaves[0].path == ():
         view = views[0]
 
@@ -80,6 +81,31 @@ def gym_rollout(
     policy=None,
 ) -> TensorDictBase:
     """Rollout of a gym env from the reset ``tensordict``, random actions or ``policy``."""
+    return fast_or_generic_rollout(
+        _gym_rollout,
+        env,
+        max_steps,
+        tensordict,
+        policy=policy,
+        break_when_any_done=break_when_any_done,
+        break_when_all_done=break_when_all_done,
+    )
+
+
+def fast_or_generic_rollout(
+    fast_loop,
+    env,
+    max_steps: int,
+    tensordict: TensorDictBase,
+    *,
+    policy,
+    break_when_any_done: bool,
+    break_when_all_done: bool,
+) -> TensorDictBase:
+    """``fast_loop(env, max_steps, tensordict, break_when_any_done, break_when_all_done,
+    policy)`` when ``tensordict`` holds exactly the env's observations and done flags,
+    else (or when the loop raises :class:`UseGenericLoop` at step 0, before the env
+    moved) the generic loop."""
     generic = {
         "policy": policy,
         "callback": None,
@@ -90,10 +116,10 @@ def gym_rollout(
     if set(tensordict.keys(True, True)) != root_keys:
         return rollout_generic(env, max_steps, tensordict, **generic)
     try:
-        return _gym_rollout(
+        return fast_loop(
             env, max_steps, tensordict, break_when_any_done, break_when_all_done, policy
         )
-    except UseGenericLoop as use_generic:  # raised at step 0, before the env moved
+    except UseGenericLoop as use_generic:
         return rollout_generic(
             env, max_steps, use_generic.tensordict, skip_first_policy=True, **generic
         )
@@ -196,39 +222,71 @@ def _gym_rollout(
         env._last_obs = obs
         env._autoreset = done.copy() if same_step else np.zeros_like(done)
 
+    obs_keys = [_key(leaf.key) for leaf in leaves]
+    root, nxt = rollout_entries(
+        env, obs_keys, next_obs, initial, overrides, (reward, terminated, truncated), steps,
+        actions if policy is None else gym_actions,
+    )  # fmt: skip
+    device = env.device
+    on_cpu = device is None or device.type == "cpu"
+    out = build_output(root, nxt, batch_size, steps, device if on_cpu else None, time_dim=0)
+    return out if on_cpu else out.to(device)
+
+
+def rollout_entries(
+    env,
+    obs_keys: list,
+    next_obs: list[torch.Tensor],
+    initial: dict,
+    overrides: list,
+    flags: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    steps: int,
+    actions: list | PolicyActions,
+) -> tuple[dict, dict]:
+    """The root and ``"next"`` entries of a fast rollout, time-first (``[T, *B, ...]``).
+
+    Args:
+        env: the env rolled out (its ``batch_size`` and ``done_keys``).
+        obs_keys: the observation key of each buffer of ``next_obs``.
+        next_obs: the ``"next"`` observations, ``[max_steps, *B, *F]``, filled up to ``steps``.
+        initial: the root observations and done flags of step 0, by key.
+        overrides: ``(t, idx, arrays)``: the root observations at ``(t, *idx)`` after a reset.
+        flags: ``reward``, ``terminated`` and ``truncated``, ``[max_steps, *B]``.
+        steps: the number of steps recorded.
+        actions: the presampled ``(key, [max_steps, *B, ...])`` actions, or the
+            :class:`PolicyActions` that ran the policy.
+    """
+    reward, terminated, truncated = flags
+    max_steps = reward.shape[0]
     root, nxt = {}, {}
-    for leaf, buf in zip(leaves, next_obs):
-        key = _key(leaf.key)
+    for key, buf in zip(obs_keys, next_obs):
         root_buf = torch.empty_like(buf)
         root_buf[0] = initial[key].cpu()
         if steps > 1:
             root_buf[1:steps] = buf[: steps - 1]
         root[key] = root_buf
         nxt[key] = buf
-    root_np = [root[_key(leaf.key)].numpy() for leaf in leaves]
+    root_np = [root[key].numpy() for key in obs_keys]
     for t, idx, arrays in overrides:
         for view, array in zip(root_np, arrays):
             view[(t, *idx)] = array
-    flag_shape = (max_steps, *batch_size, 1)
+    flag_shape = (max_steps, *env.batch_size, 1)
     for key in env.done_keys:
         buf = torch.zeros(flag_shape, dtype=torch.bool)
         buf[0] = initial[key].cpu()
         root[key] = buf
-    if policy is None:
-        root.update(actions)
-    else:
-        root.update(gym_actions.extras)
-        for t, key, value in gym_actions.root_overrides:
+    if isinstance(actions, PolicyActions):
+        root.update(actions.extras)
+        for t, key, value in actions.root_overrides:
             if t < steps:
                 root[key][t] = value
+    else:
+        root.update(actions)
     nxt["reward"] = reward.unsqueeze(-1)
     nxt["done"] = (terminated | truncated).unsqueeze(-1)
     nxt["terminated"] = terminated.unsqueeze(-1)
     nxt["truncated"] = truncated.unsqueeze(-1)
-    device = env.device
-    on_cpu = device is None or device.type == "cpu"
-    out = build_output(root, nxt, batch_size, steps, device if on_cpu else None, time_dim=0)
-    return out if on_cpu else out.to(device)
+    return root, nxt
 
 
 def _sync_vector_loop(

@@ -23,33 +23,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rl.envs._gym_policy import PolicyActions, UseGenericLoop
-from rl.envs._gym_spaces import walk
-from rl.envs._rollout import build_output, presample_actions, rollout_generic
+from rl.envs._gym_policy import PolicyActions
+from rl.envs._gym_rollout import _obs_writer, fast_or_generic_rollout, rollout_entries
+from rl.envs._rollout import build_output, presample_actions
 
 if TYPE_CHECKING:
     from .envpool import MultiThreadedEnvWrapper
 
 __all__ = ["envpool_rollout"]
-
-
-def _obs_writer(leaves, views):
-    """A function writing an EnvPool observation into row ``t`` of the numpy ``views``."""
-    if len(leaves) == 1 and leaves[0].from_gym is None and leaves[0].path == ():
-        view = views[0]
-
-        def write_simple(t, obs):
-            view[t] = obs
-
-        return write_simple
-    pairs = list(zip(leaves, views))
-
-    def write(t, obs):
-        for leaf, buf in pairs:
-            value = walk(obs, leaf.path)
-            buf[t] = value if leaf.from_gym is None else leaf.from_gym(value)
-
-    return write
 
 
 class RawPool:
@@ -226,23 +207,15 @@ def envpool_rollout(
     break_when_all_done: bool,
 ) -> TensorDictBase:
     """Rollout of an EnvPool env from the reset ``tensordict``, random actions or ``policy``."""
-    generic = {
-        "policy": policy,
-        "callback": None,
-        "break_when_any_done": break_when_any_done,
-        "break_when_all_done": break_when_all_done,
-    }
-    root_keys = set(env.observation_keys) | set(env.done_keys)
-    if set(tensordict.keys(True, True)) != root_keys:
-        return rollout_generic(env, max_steps, tensordict, **generic)
-    try:
-        return _rollout(
-            env, max_steps, tensordict, break_when_any_done, break_when_all_done, policy
-        )
-    except UseGenericLoop as use_generic:  # raised at step 0, before the pool moved
-        return rollout_generic(
-            env, max_steps, use_generic.tensordict, skip_first_policy=True, **generic
-        )
+    return fast_or_generic_rollout(
+        _rollout,
+        env,
+        max_steps,
+        tensordict,
+        policy=policy,
+        break_when_any_done=break_when_any_done,
+        break_when_all_done=break_when_all_done,
+    )
 
 
 def _rollout(
@@ -313,31 +286,8 @@ def _rollout(
     # the env's current observation: the last "next" one (done rows are reset later)
     env.__dict__["_last_obs"] = [buf[steps - 1].clone() for buf in next_obs]
 
-    root, nxt = {}, {}
-    for key, buf in zip(obs_keys, next_obs):
-        root_buf = torch.empty_like(buf)
-        root_buf[0] = initial[key].cpu()
-        if steps > 1:
-            root_buf[1:steps] = buf[: steps - 1]
-        root[key] = root_buf
-        nxt[key] = buf
-    for t, idx, arrays in overrides:
-        for key, array in zip(obs_keys, arrays):
-            root[key][(t, *idx)] = torch.from_numpy(np.asarray(array))
-    flag_shape = (max_steps, *batch_size, 1)
-    for key in env.done_keys:
-        buf = torch.zeros(flag_shape, dtype=torch.bool)
-        buf[0] = initial[key].cpu()
-        root[key] = buf
-    if policy is None:
-        root.update(actions)
-    else:
-        root.update(pool_actions.extras)
-        for t, key, value in pool_actions.root_overrides:
-            if t < steps:
-                root[key][t] = value
-    nxt["reward"] = reward.unsqueeze(-1)
-    nxt["done"] = (terminated | truncated).unsqueeze(-1)
-    nxt["terminated"] = terminated.unsqueeze(-1)
-    nxt["truncated"] = truncated.unsqueeze(-1)
+    root, nxt = rollout_entries(
+        env, obs_keys, next_obs, initial, overrides, (reward, terminated, truncated), steps,
+        actions if policy is None else pool_actions,
+    )  # fmt: skip
     return build_output(root, nxt, batch_size, steps, env.device, time_dim=0)

@@ -24,6 +24,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
 from rl.envs._common import EnvBase
+from rl.envs._gym_rollout import _key
 from rl.envs._gym_spaces import numpy_to_torch_dtype
 
 __all__ = ["DMControlWrapper", "DMControlEnv"]
@@ -125,10 +126,6 @@ class _classproperty:
 
     def __get__(self, instance, owner):
         return self.fget(owner)
-
-
-def _k(key: tuple[str, ...]):
-    return key[0] if len(key) == 1 else key
 
 
 class DMControlWrapper(EnvBase):
@@ -245,7 +242,7 @@ class DMControlWrapper(EnvBase):
         obs = Composite(shape=(), device=dev)
         for key, array_spec in _leaves(env.observation_spec()):
             spec = _spec_of(array_spec, cat)
-            obs[_k(key)] = spec.to(dev) if dev is not None else spec
+            obs[_key(key)] = spec.to(dev) if dev is not None else spec
             self._obs_keys.append((key, spec.shape, np.dtype(array_spec.dtype)))
         self.observation_spec = obs
         act = _spec_of(env.action_spec(), cat)
@@ -261,7 +258,7 @@ class DMControlWrapper(EnvBase):
         entries = {}
         for key, shape, np_dtype in self.__dict__["_obs_keys"]:
             value = np.array(_walk(observation, key), dtype=np_dtype).reshape(shape)
-            entries[_k(key)] = torch.from_numpy(value)
+            entries[_key(key)] = torch.from_numpy(value)
         return entries
 
     def _output(self, entries: dict) -> TensorDictBase:

@@ -22,6 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Bounded, Composite, Unbounded
 from rl.envs._common import EnvBase
+from rl.envs._gym_rollout import _key
 from rl.envs._gym_spaces import SpaceLeaf, space_leaves, walk
 from rl.envs._rollout import rollout_generic
 
@@ -181,13 +182,13 @@ class MultiThreadedEnvWrapper(EnvBase):
         bs, dev = self.batch_size, self.device
         obs = Composite(shape=bs, device=dev)
         for leaf in self._obs_leaves:
-            obs[_k(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
+            obs[_key(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.observation_spec = obs
         leaf = self._act_leaves[0]
         self.action_spec = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.reward_spec = Unbounded(shape=(*bs, 1), dtype=torch.float32, device=dev)
         self._obs_np_dtypes = [
-            (_k(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
+            (_key(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
             for leaf in self._obs_leaves
         ]
         self._act_shape = leaf.spec.shape
@@ -352,10 +353,6 @@ class MultiThreadedEnvWrapper(EnvBase):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_workers={self.num_workers}, device={self.device})"
-
-
-def _k(key: tuple[str, ...]):
-    return key[0] if len(key) == 1 else key
 
 
 class MultiThreadedEnv(MultiThreadedEnvWrapper):

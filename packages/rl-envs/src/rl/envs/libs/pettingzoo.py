@@ -26,6 +26,7 @@ from rl.envs._gym_spaces import space_leaves
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 from rl.envs._rollout import rollout_generic
 
+from ._common import ClassProperty
 from ._pz_specs import GroupLeaf, group_leaves, info_value
 from ._pz_tasks import available_tasks, load_task
 
@@ -44,14 +45,6 @@ def _import_pettingzoo():
     import pettingzoo.utils.env
 
     return pettingzoo
-
-
-class _ClassProperty:
-    def __init__(self, fget):
-        self.fget = fget
-
-    def __get__(self, instance, owner):
-        return self.fget(owner)
 
 
 class PettingZooWrapper(EnvBase):
@@ -172,7 +165,7 @@ class PettingZooWrapper(EnvBase):
         """The ``pettingzoo`` module."""
         return _import_pettingzoo()
 
-    @_ClassProperty
+    @ClassProperty
     def available_envs(cls) -> list[str]:
         """The PettingZoo task names (``[]`` when PettingZoo is not installed)."""
         if not _has_pettingzoo:

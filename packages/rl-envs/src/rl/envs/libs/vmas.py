@@ -31,6 +31,7 @@ from rl.core import (
 from rl.envs._common import EnvBase
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 
+from ._common import ClassProperty
 from ._vmas_specs import (
     agent_values,
     as_column,
@@ -56,14 +57,6 @@ def _import_vmas():
     import vmas
 
     return vmas
-
-
-class _ClassProperty:
-    def __init__(self, fget):
-        self.fget = fget
-
-    def __get__(self, instance, owner):
-        return self.fget(owner)
 
 
 class VmasWrapper(EnvBase):
@@ -179,7 +172,7 @@ class VmasWrapper(EnvBase):
         """The ``vmas`` module."""
         return _import_vmas()
 
-    @_ClassProperty
+    @ClassProperty
     def available_envs(cls) -> list[str]:
         """The names of the VMAS scenarios (``[]`` when VMAS is not installed)."""
         if not _has_vmas:

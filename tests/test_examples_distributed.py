@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray")
 
 from rl.core import ExplorationType, set_exploration_type  # noqa: E402
+from rl.core._ray import child_pids, processes_left  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -29,44 +29,6 @@ def _load(name: str, folder: Path = EXAMPLES):
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
-
-
-def _descendants(pid: int) -> list[int]:
-    """The process ids below ``pid`` (read from /proc: Linux)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    ppid = int(file.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def assert_gone(pids, timeout: float = 20.0) -> None:
-    """Every process of ``pids`` exits within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid in pids if _running(pid)]
-        if not alive:
-            return
-        assert time.monotonic() < deadline, f"processes left behind: {alive}"
-        time.sleep(0.2)
 
 
 @pytest.mark.timeout(240)
@@ -95,7 +57,7 @@ def test_ppo_ray_learns_the_probe_action_and_stops_ray(tmp_path):
         exp_name="run",
         progress=False,
     )
-    children_before = set(_descendants(os.getpid()))
+    children_before = set(child_pids())
     out = ppo_ray.main(cfg)
     # every frame counted once, the loss finite at every update
     assert out["frames"] == 2048 and len(out["losses"]) == 8 and out["losses_finite"]
@@ -111,4 +73,4 @@ def test_ppo_ray_learns_the_probe_action_and_stops_ray(tmp_path):
     assert out["eval_mean"] == 1.0
     # the example started Ray, so its collector's shutdown stopped it and its processes
     assert not ray.is_initialized()
-    assert_gone([pid for pid in _descendants(os.getpid()) if pid not in children_before])
+    assert not processes_left([pid for pid in child_pids() if pid not in children_before])

@@ -17,13 +17,13 @@ from tensordict import TensorDict  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
 
 from rl.collectors import Collector  # noqa: E402
+from rl.core._ray import acquire_runtime, local_ray, processes_left, release_runtime  # noqa: E402
 from rl.envs import GymEnv  # noqa: E402
 
 ray = pytest.importorskip("ray")
 
 from rl.collectors.distributed import RayCollector  # noqa: E402
 from rl.collectors.distributed._ray_config import layout_error, weights_to_send  # noqa: E402
-from rl.collectors.distributed._ray_runtime import acquire_runtime, release_runtime  # noqa: E402
 from rl.collectors.distributed._ray_worker import UniqueTrajIdsBuffer  # noqa: E402
 
 # the classes below are sent to the actors by value (this file is not importable there)
@@ -59,54 +59,10 @@ def set_mark(policy, value):
     policy.module.mark.data.fill_(value)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The process ids below ``pid`` (read from /proc: Linux)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    ppid = int(file.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def assert_gone(pids, timeout: float = 20.0) -> None:
-    """Every process of ``pids`` exits within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid in pids if _running(pid)]
-        if not alive:
-            return
-        assert time.monotonic() < deadline, f"processes left behind: {alive}"
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def ray_local():
-    from ray._private import ray_constants
-
-    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # if ray was imported before
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    children = _descendants(os.getpid())
-    ray.shutdown()
-    assert_gone(children)  # the raylet, the GCS, the workers
+    with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
+        yield
 
 
 class TestRayCollectorSync:
@@ -141,7 +97,7 @@ class TestRayCollectorSync:
             torch.testing.assert_close(batches[0][0][key], expected[key])
         collector.shutdown()
         assert collector.closed and ray.is_initialized()  # Ray was started by the fixture
-        assert_gone(pids)
+        assert not processes_left(pids)
 
 
 class TestRayCollectorAsync:
@@ -259,7 +215,7 @@ class TestRayCollectorFailures:
         (new_pid,) = collector.worker_pids
         assert new_pid != pid
         collector.shutdown()
-        assert_gone([new_pid])
+        assert not processes_left([new_pid])
 
 
 class TestRayCollectorArguments:

@@ -7,12 +7,12 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from functools import partial  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from rl.core._ray import local_ray, processes_left  # noqa: E402
 from rl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
 
 ray = pytest.importorskip("ray")
@@ -25,54 +25,10 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.timeout(120)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The process ids below ``pid`` (read from /proc: Linux)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    ppid = int(file.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def assert_gone(pids, timeout: float = 20.0) -> None:
-    """Every process of ``pids`` exits within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid in pids if _running(pid)]
-        if not alive:
-            return
-        assert time.monotonic() < deadline, f"processes left behind: {alive}"
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def ray_local():
-    from ray._private import ray_constants
-
-    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # if ray was imported before
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    children = _descendants(os.getpid())
-    ray.shutdown()
-    assert_gone(children)  # the raylet, the GCS, the workers
+    with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
+        yield
 
 
 def _write(buffer, data):
@@ -135,7 +91,7 @@ class TestRayReplayBuffer:
         assert len(rb) == 20
         pid = ray.get(rb.actor.info.remote())["pid"]
         rb.shutdown()
-        assert_gone([pid])
+        assert not processes_left([pid])
 
 
 class TestRayReplayBufferImport:

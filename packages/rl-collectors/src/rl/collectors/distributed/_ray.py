@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType
+from rl.core._ray import acquire_runtime, import_ray, release_runtime
 from rl.envs import EnvBase, EnvCreator
 
 from .._base import CollectorBase
@@ -23,7 +24,6 @@ from ._ray_config import (
     resolve_collector_class,
     weights_to_send,
 )
-from ._ray_runtime import acquire_runtime, import_ray, release_runtime
 from ._ray_worker import CollectorActor
 
 __all__ = ["RayCollector", "DEFAULT_REMOTE_CLASS_CONFIG"]
@@ -176,7 +176,7 @@ class RayCollector(CollectorBase):
         self.closed = True  # until the actors run
         self._actors: list = []
         self._held_runtime = False
-        self._ray = import_ray("RayCollector")
+        self._ray = import_ray("RayCollector", "rl-collectors[ray]")
         # ------------------------------------------------------------ argument checks
         collector_class = resolve_collector_class(collector_class)
         if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):

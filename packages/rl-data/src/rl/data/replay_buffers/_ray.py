@@ -2,19 +2,18 @@
 
 Ray is imported when a buffer is built (``rl-data[ray]``); ``import rl.data`` does not
 need it. The Ray runtime is shared with the other rl objects that use Ray (see
-``_ray_runtime`` in ``rl.collectors.distributed``, which keeps its count on the same
-attribute of the ``ray`` module): it is started here when Ray does not run, and shut down
-by the last rl object using it.
+``rl.core._ray``): it is started here when Ray does not run, and shut down by the last rl
+object using it.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from rl.core._ray import acquire_runtime, import_ray, release_runtime
 from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers.samplers import Sampler
 from rl.data.replay_buffers.storages import Storage
@@ -25,53 +24,11 @@ __all__ = ["RayReplayBuffer", "DEFAULT_REMOTE_CONFIG"]
 #: the Ray resources of the buffer actor when ``remote_config`` is not given
 DEFAULT_REMOTE_CONFIG: dict[str, Any] = {"num_cpus": 1}
 
-_LEASE_ATTR = "_rl_runtime_lease"
 _COMPONENTS = {"storage": Storage, "sampler": Sampler, "writer": Writer}
 
 
 def _import_ray() -> Any:
-    try:
-        import ray  # noqa: PLC0415  (optional dependency, imported where used)
-    except ImportError as err:
-        raise ImportError(
-            'RayReplayBuffer needs Ray, which is not installed: pip install "rl-data[ray]"'
-        ) from err
-    return ray
-
-
-class _RuntimeLease:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.count = 0
-        self.owned = False
-
-
-def _acquire_runtime(ray: Any, ray_init_config: Mapping[str, Any] | None) -> bool:
-    """Starts Ray unless it runs; whether the caller holds a lease on a runtime an rl
-    object started (the count lives on the ``ray`` module, shared with rl-collectors)."""
-    lease = ray.__dict__.setdefault(_LEASE_ATTR, _RuntimeLease())
-    with lease.lock:
-        if not ray.is_initialized():
-            ray.init(**dict(ray_init_config or {}))
-            lease.owned = True
-            lease.count = 0
-        if not lease.owned:
-            return False
-        lease.count += 1
-        return True
-
-
-def _release_runtime(ray: Any, held: bool) -> None:
-    if not held:
-        return
-    lease = ray.__dict__.setdefault(_LEASE_ATTR, _RuntimeLease())
-    with lease.lock:
-        if lease.count > 0:
-            lease.count -= 1
-        if lease.count == 0 and lease.owned:
-            lease.owned = False
-            if ray.is_initialized():
-                ray.shutdown()
+    return import_ray("RayReplayBuffer", "rl-data[ray]")
 
 
 class _BufferActor:
@@ -155,7 +112,7 @@ class RayReplayBuffer:
         ray = _import_ray()
         self._owner = False
         self._actor = None
-        self._held_runtime = _acquire_runtime(ray, ray_init_config)
+        self._held_runtime = acquire_runtime(ray, ray_init_config)
         try:
             config = dict(DEFAULT_REMOTE_CONFIG if remote_config is None else remote_config)
             self._actor = (
@@ -292,7 +249,7 @@ class RayReplayBuffer:
             except Exception:
                 pass
         if held:
-            _release_runtime(_import_ray(), held)
+            release_runtime(_import_ray(), held)
 
     close = shutdown
 

@@ -7,8 +7,10 @@ agents sits under the group key ``"agents"`` (batch ``[*B, n_agents]``); VMAS wr
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
+from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -28,6 +30,7 @@ from _common import EpisodeReturns, ProgressBar, finish_run  # noqa: E402
 
 __all__ = [
     "EpisodeReturns",
+    "MarlConfig",
     "ProgressBar",
     "evaluate_team",
     "expand_done",
@@ -38,6 +41,38 @@ __all__ = [
 ]
 
 GROUP = "agents"
+
+
+@dataclasses.dataclass
+class MarlConfig:
+    """The fields every multi-agent script has: the VMAS task, the budget, the run.
+
+    Each script's ``Config`` subclasses it and adds its algorithm's hyperparameters
+    (tyro lists these fields first in ``--help``).
+    """
+
+    scenario: str = "navigation"
+    """VMAS scenario, or ``probe`` (a probe env that a working script solves in seconds)."""
+    n_agents: int = 3
+    """Agents in the scenario."""
+    max_steps: int = 100
+    """Episode length (VMAS truncates there)."""
+    num_envs: int = 60
+    """Vectorised VMAS environments; a batch is num_envs * max_steps frames."""
+    total_frames: int = 60_000
+    """Environment steps (of the vectorised env, all agents at once) to train for."""
+    eval_episodes: int = 20
+    """Deterministic evaluation episodes at the end (one per vectorised env)."""
+    seed: int = 0
+    """Seed of torch, numpy, python and the environments."""
+    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
+    """Where the scalars go (CSV needs no extra package)."""
+    log_dir: str = "runs"
+    """Folder of the run's logs and curve."""
+    exp_name: str | None = None
+    """Name of the run (default: generated from the algorithm, scenario and seed)."""
+    progress: bool = True
+    """Show a progress bar (only when attached to a terminal)."""
 
 
 class SignProbe(EnvBase):

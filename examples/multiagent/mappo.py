@@ -25,7 +25,6 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Literal
 
 import torch
 import tyro
@@ -46,6 +45,7 @@ from rl.objectives import ClipPPOLoss, ValueEstimators
 sys.path.insert(0, str(Path(__file__).parent))
 from _marl_common import (  # noqa: E402
     EpisodeReturns,
+    MarlConfig,
     ProgressBar,
     evaluate_team,
     expand_done,
@@ -56,19 +56,9 @@ from _marl_common import (  # noqa: E402
 
 
 @dataclasses.dataclass
-class Config:
-    """MAPPO hyperparameters; the defaults follow TorchRL's multi-agent PPO tutorial."""
+class Config(MarlConfig):
+    """MAPPO hyperparameters (continuous actions); the defaults follow TorchRL's multi-agent PPO tutorial."""
 
-    scenario: str = "navigation"
-    """VMAS scenario (continuous actions)."""
-    n_agents: int = 3
-    """Agents in the scenario."""
-    max_steps: int = 100
-    """Episode length (VMAS truncates there)."""
-    num_envs: int = 60
-    """Vectorised VMAS environments; a batch is num_envs * max_steps frames."""
-    total_frames: int = 60_000
-    """Environment steps (of the vectorised env, all agents at once) to train for."""
     update_epochs: int = 10
     """Passes over each batch."""
     minibatch_size: int = 400
@@ -91,18 +81,6 @@ class Config:
     """MAPPO: the critic reads every agent's observation (False: IPPO)."""
     share_params: bool = True
     """One actor and one critic network shared by the agents (False: one per agent)."""
-    eval_episodes: int = 20
-    """Deterministic evaluation episodes at the end (one per vectorised env)."""
-    seed: int = 0
-    """Seed of torch, numpy, python and the environments."""
-    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
-    """Where the scalars go (CSV needs no extra package)."""
-    log_dir: str = "runs"
-    """Folder of the run's logs and curve."""
-    exp_name: str | None = None
-    """Name of the run (default: generated from the algorithm, scenario and seed)."""
-    progress: bool = True
-    """Show a progress bar (only when attached to a terminal)."""
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):

@@ -48,6 +48,7 @@ from rl.objectives import QMixerLoss, SoftUpdate, ValueEstimators
 sys.path.insert(0, str(Path(__file__).parent))
 from _marl_common import (  # noqa: E402
     EpisodeReturns,
+    MarlConfig,
     ProgressBar,
     evaluate_team,
     finish_run,
@@ -57,19 +58,9 @@ from _marl_common import (  # noqa: E402
 
 
 @dataclasses.dataclass
-class Config:
-    """QMIX hyperparameters: TorchRL's qmix_vdn.yaml and BenchMARL's, scaled to a CPU budget."""
+class Config(MarlConfig):
+    """QMIX hyperparameters (discrete actions): TorchRL's qmix_vdn.yaml and BenchMARL's, scaled to a CPU budget."""
 
-    scenario: str = "navigation"
-    """VMAS scenario (discrete actions)."""
-    n_agents: int = 3
-    """Agents in the scenario."""
-    max_steps: int = 100
-    """Episode length (VMAS truncates there)."""
-    num_envs: int = 60
-    """Vectorised VMAS environments; a batch is num_envs * max_steps frames."""
-    total_frames: int = 60_000
-    """Environment steps (of the vectorised env, all agents at once) to train for."""
     buffer_size: int = 30_000
     """Replay buffer capacity (transitions, all agents each)."""
     batch_size: int = 256
@@ -96,18 +87,6 @@ class Config:
     """One Q-network shared by the agents (False: one per agent)."""
     max_grad_norm: float = 40.0
     """Gradient clipping norm."""
-    eval_episodes: int = 20
-    """Deterministic evaluation episodes at the end (one per vectorised env)."""
-    seed: int = 0
-    """Seed of torch, numpy, python and the environments."""
-    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
-    """Where the scalars go (CSV needs no extra package)."""
-    log_dir: str = "runs"
-    """Folder of the run's logs and curve."""
-    exp_name: str | None = None
-    """Name of the run (default: generated from the algorithm, scenario and seed)."""
-    progress: bool = True
-    """Show a progress bar (only when attached to a terminal)."""
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):

@@ -26,7 +26,7 @@ from rl.envs._gym_spaces import space_leaves
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 from rl.envs._rollout import rollout_generic
 
-from ._common import ClassProperty
+from ._common import ClassProperty, ForwardsEnvAttributes
 from ._pz_specs import GroupLeaf, group_leaves, info_value
 from ._pz_tasks import available_tasks, load_task
 
@@ -47,7 +47,7 @@ def _import_pettingzoo():
     return pettingzoo
 
 
-class PettingZooWrapper(EnvBase):
+class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
     """Wraps a PettingZoo ``ParallelEnv`` or ``AECEnv`` as an :class:`~rl.envs.EnvBase`.
 
     The env has ``batch_size=[]``. Each group of agents (``group_map``) has batch size
@@ -180,15 +180,6 @@ class PettingZooWrapper(EnvBase):
     def agents(self) -> list[str]:
         """The agents alive now (PettingZoo's ``env.agents``)."""
         return list(self._env.agents)
-
-    def __getattr__(self, name: str):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            env = self.__dict__.get("_env")
-            if env is None or name.startswith("__"):
-                raise
-            return getattr(env, name)  # as TorchRL's wrappers: the PettingZoo env's attributes
 
     # ---------------------------------------------------------------------------- specs
     def _default_group_map(self, agent_names: list[str]) -> dict[str, list[str]]:

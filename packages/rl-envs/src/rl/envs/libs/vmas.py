@@ -31,7 +31,7 @@ from rl.core import (
 from rl.envs._common import EnvBase
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 
-from ._common import ClassProperty
+from ._common import ClassProperty, ForwardsEnvAttributes
 from ._vmas_specs import (
     agent_values,
     as_column,
@@ -59,7 +59,7 @@ def _import_vmas():
     return vmas
 
 
-class VmasWrapper(EnvBase):
+class VmasWrapper(ForwardsEnvAttributes, EnvBase):
     """Wraps a VMAS ``Environment`` (``vmas.make_env(...)``) as an :class:`~rl.envs.EnvBase`.
 
     The env has ``batch_size=[env.num_envs]``. Each group of agents (``group_map``) writes
@@ -196,15 +196,6 @@ class VmasWrapper(EnvBase):
     @property
     def scenario(self):
         return self._env.scenario
-
-    def __getattr__(self, name: str):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            env = self.__dict__.get("_env")
-            if env is None or name.startswith("__"):
-                raise
-            return getattr(env, name)  # as TorchRL's wrappers: the VMAS env's attributes
 
     # ---------------------------------------------------------------------------- specs
     def _default_group_map(self, agent_names: list[str]) -> dict[str, list[str]]:

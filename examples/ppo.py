@@ -219,6 +219,23 @@ def orthogonal_init(module: nn.Module, last_gain: float) -> None:
         nn.init.zeros_(layer.bias)
 
 
+def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam]:
+    """CleanRL's PPO loss (clipped ratio, L2 critic loss, normalised advantages, clipped
+    value with ``clip_vloss``) and its Adam optimizer."""
+    loss_module = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip_coef,
+        entropy_coeff=cfg.ent_coef,
+        critic_coeff=cfg.vf_coef,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
+    )
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+    return loss_module, optimizer
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
@@ -232,17 +249,7 @@ def main(cfg: Config) -> dict:
         env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
     )
     advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    loss_module = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip_coef,
-        entropy_coeff=cfg.ent_coef,
-        critic_coeff=cfg.vf_coef,
-        loss_critic_type="l2",
-        normalize_advantage=True,
-        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
-    )
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+    loss_module, optimizer = make_loss(cfg, actor, critic)
     exp_name = cfg.exp_name or generate_exp_name("ppo", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))

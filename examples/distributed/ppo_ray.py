@@ -35,7 +35,6 @@ from torch import nn  # noqa: E402
 from rl.collectors.distributed import RayCollector  # noqa: E402
 from rl.core import seed_everything  # noqa: E402
 from rl.core.loggers import generate_exp_name, get_logger  # noqa: E402
-from rl.objectives import ClipPPOLoss  # noqa: E402
 from rl.objectives.value import GAE  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -96,17 +95,7 @@ def main(cfg: Config) -> dict:
     collector.set_seed(cfg.seed)
     start_up = time.perf_counter() - start_up
     advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    loss_module = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip_coef,
-        entropy_coeff=cfg.ent_coef,
-        critic_coeff=cfg.vf_coef,
-        loss_critic_type="l2",
-        normalize_advantage=True,
-        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
-    )
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+    loss_module, optimizer = ppo.make_loss(cfg, actor, critic)
     exp_name = cfg.exp_name or generate_exp_name("ppo_ray", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))

@@ -109,7 +109,7 @@ class ActionDiscretizer(Transform):
         num_intervals: number of choices per action dim (``>= 2``).
         action_key: the inner env's action key.
         out_action_key: the outer action key (default: ``action_key``).
-        sampling: ``"median"``, ``"low"``, ``"high"`` or ``"random"``.
+        sampling: ``"median"``, ``"low"``, ``"high"`` or ``"random"`` (``None``: ``"median"``).
         categorical: index actions (else one-hot).
         low / high: bounds for use on data outside an env (read from the spec otherwise).
 
@@ -132,7 +132,7 @@ class ActionDiscretizer(Transform):
         num_intervals: int,
         action_key: NestedKey = "action",
         out_action_key: NestedKey | None = None,
-        sampling: Literal["median", "low", "high", "random"] = "median",
+        sampling: Literal["median", "low", "high", "random"] | None = None,
         categorical: bool = True,
         low: float | torch.Tensor | None = None,
         high: float | torch.Tensor | None = None,
@@ -141,6 +141,8 @@ class ActionDiscretizer(Transform):
             raise ValueError(
                 f"ActionDiscretizer num_intervals must be an int >= 2, got {num_intervals!r}"
             )
+        if sampling is None:
+            sampling = "median"
         if sampling not in ("median", "low", "high", "random"):
             raise ValueError(
                 f"ActionDiscretizer sampling must be 'median', 'low', 'high' or 'random', got {sampling!r}"

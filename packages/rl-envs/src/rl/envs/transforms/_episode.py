@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from tensordict import TensorDictBase
 
@@ -9,6 +11,7 @@ from rl.core import Bounded, Categorical, Composite
 
 from ._base import Transform
 from ._compose import Compose  # noqa: F401  (used in the examples)
+from ._reward import _reset_entry_mask
 from ._spec_utils import NestedKey, normalize_key, tget, tset
 from ._utils import (
     episode_starts,
@@ -244,11 +247,29 @@ class TensorDictPrimer(Transform):
     Args:
         primers: a Composite or a dict ``{key: leaf_spec}`` (specs without the batch dims).
         random: draw initial values from the specs instead of constants.
-        default_value: the constant (a number, or a dict per key).
+        default_value: the fill value: a number; a callable returning the tensor of one
+            primer (called per key); a dict ``{key: number or callable}`` (missing keys:
+            ``0.0``); or, with ``single_default_value=True``, one callable returning a
+            TensorDict (or dict) of every primer, called as ``default_value(reset=mask)``
+            with the ``[*B]`` mask of the sub-envs being reset, and returning values
+            for those sub-envs only. ``None``: ``0.0``.
+        reset_key: the partial-reset entry read at reset (default: the env's
+            ``"_reset"``).
+        expand_specs: ``True``: always prepend the env's batch dims to the primer
+            specs; ``False``: the specs already carry them (an error otherwise);
+            ``None``: prepend them when the leading dims do not match the batch size.
+        single_default_value: ``default_value`` is one callable for all primers (see
+            above).
+        call_before_env_reset: kept for TorchRL compatibility; the primers are written
+            into the reset output as usual (the base env does not see them in its
+            reset input).
         **kwargs: more primers, ``name=spec``.
 
     Raises:
         TypeError: a primer is not a spec.
+        ValueError: no primers, ``random`` with a ``default_value``, or
+            ``single_default_value`` without a callable.
+        KeyError: a ``default_value`` dict names a key that is not a primer.
 
     Examples:
         >>> import torch
@@ -262,8 +283,12 @@ class TensorDictPrimer(Transform):
     def __init__(
         self,
         primers: Composite | dict | None = None,
-        random: bool = False,
-        default_value: float | dict = 0.0,
+        random: bool | None = None,
+        default_value: float | Callable | dict | None = None,
+        reset_key: NestedKey | None = None,
+        expand_specs: bool | None = None,
+        single_default_value: bool = False,
+        call_before_env_reset: bool = False,
         **kwargs,
     ):
         super().__init__()
@@ -281,6 +306,19 @@ class TensorDictPrimer(Transform):
                     f"TensorDictPrimer primer {key!r} must be a leaf spec, got {spec!r}"
                 )
         self.primers = {normalize_key(k): v for k, v in items.items()}
+        random = bool(random)
+        if random and default_value:
+            raise ValueError(
+                f"TensorDictPrimer: random=True and default_value={default_value!r} are "
+                "incompatible"
+            )
+        if default_value is None:
+            default_value = 0.0
+        if single_default_value and not callable(default_value):
+            raise ValueError(
+                "TensorDictPrimer single_default_value=True needs a callable default_value, "
+                f"got {default_value!r}"
+            )
         self.random = random
         if isinstance(default_value, dict):
             default_value = {normalize_key(k): v for k, v in default_value.items()}
@@ -291,6 +329,10 @@ class TensorDictPrimer(Transform):
                     f"that are not primers {sorted(map(str, self.primers))}"
                 )
         self.default_value = default_value
+        self.reset_key = None if reset_key is None else normalize_key(reset_key)
+        self.expand_specs = expand_specs
+        self.single_default_value = bool(single_default_value)
+        self.call_before_env_reset = bool(call_before_env_reset)
         self.__dict__["_expanded"] = {}
 
     @property
@@ -303,7 +345,15 @@ class TensorDictPrimer(Transform):
         if spec is None:
             spec = self.primers[key]
             nb = len(batch_size)
-            if tuple(spec.shape[:nb]) != tuple(batch_size) or spec.ndim < nb:
+            matches = spec.ndim >= nb and tuple(spec.shape[:nb]) == tuple(batch_size)
+            if self.expand_specs is False:
+                if not matches:
+                    raise ValueError(
+                        f"TensorDictPrimer(expand_specs=False): primer {key!r} has shape "
+                        f"{tuple(spec.shape)}, which does not start with the batch size "
+                        f"{tuple(batch_size)}"
+                    )
+            elif nb and (self.expand_specs or not matches):
                 spec = spec.expand(*batch_size, *spec.shape)
             cache[(key, batch_size)] = spec
         return spec
@@ -316,14 +366,40 @@ class TensorDictPrimer(Transform):
             fill = self.default_value
             if isinstance(fill, dict):
                 fill = fill.get(key, 0.0)
-            value = spec.zero()
-            if fill != 0:
-                value = value.fill_(fill)
+            if callable(fill):
+                value = torch.as_tensor(fill())
+                if value.shape != spec.shape:
+                    raise ValueError(
+                        f"TensorDictPrimer default_value for {key!r} returned shape "
+                        f"{tuple(value.shape)}, expected {tuple(spec.shape)}"
+                    )
+            else:
+                value = spec.zero()
+                if fill != 0:
+                    value = value.fill_(fill)
         return value.to(device) if device is not None else value
 
+    def _single_values(self, mask, batch_size):
+        reset = torch.ones(batch_size, dtype=torch.bool) if mask is None else mask
+        return self.default_value(reset=reset)
+
     def _reset(self, tensordict, tensordict_reset):
-        mask = reset_mask(tensordict)
+        mask = _reset_entry_mask(tensordict, self.reset_key)
         bs = tensordict_reset.batch_size
+        if self.single_default_value:
+            values = self._single_values(mask, bs)
+            partial = mask is not None and not bool(mask.all())
+            for key in self.primers:
+                value = values[key]
+                prev = tensordict.get(key, None) if tensordict is not None else None
+                if partial:
+                    if prev is None:
+                        prev = self._spec_for(key, bs).zero().to(value.device)
+                    prev = prev.clone()
+                    prev[mask] = value.to(prev.dtype)
+                    value = prev
+                tensordict_reset.set(key, value)
+            return tensordict_reset
         for key in self.primers:
             fresh = self._initial(key, bs, tensordict_reset.device)
             prev = tensordict.get(key, None) if tensordict is not None else None
@@ -341,6 +417,12 @@ class TensorDictPrimer(Transform):
 
     def forward(self, tensordict):
         """On data: adds the primers (initial values) where they are missing."""
+        if self.single_default_value:
+            values = self._single_values(None, tensordict.batch_size)
+            for key in self.primers:
+                if tensordict.get(key, None) is None:
+                    tensordict.set(key, values[key])
+            return tensordict
         for key in self.primers:
             if tensordict.get(key, None) is None:
                 tensordict.set(key, self._initial(key, tensordict.batch_size, tensordict.device))

@@ -12,6 +12,7 @@ from rl.core import Bounded
 
 from . import _frames_unfold as unfold
 from ._base import Transform, _missing_key_error
+from ._reward import _reset_entry_mask
 from ._spec_utils import NestedKey, normalize_key, spec_with
 from ._utils import episode_starts, masked_reset, reset_mask
 
@@ -334,6 +335,8 @@ class TimeMaxPool(Transform):
         in_keys: keys (default ``["observation"]``).
         out_keys: where to write.
         T: window length.
+        reset_key: the partial-reset entry read at reset (default: the env's
+            ``"_reset"``).
 
     Raises:
         ValueError: ``T < 1``.
@@ -352,11 +355,13 @@ class TimeMaxPool(Transform):
         in_keys: Sequence[NestedKey] | None = None,
         out_keys: Sequence[NestedKey] | None = None,
         T: int = 1,
+        reset_key: NestedKey | None = None,
     ):
         if not isinstance(T, int) or T < 1:
             raise ValueError(f"TimeMaxPool T must be a positive int, got {T!r}")
         super().__init__(["observation"] if in_keys is None else in_keys, out_keys)
         self.T = T
+        self.reset_key = None if reset_key is None else normalize_key(reset_key)
         self.__dict__["_frames"] = {}
 
     @property
@@ -364,7 +369,7 @@ class TimeMaxPool(Transform):
         return True
 
     def _reset(self, tensordict, tensordict_reset):
-        mask = reset_mask(tensordict)
+        mask = _reset_entry_mask(tensordict, self.reset_key)
         frames = self.__dict__["_frames"]
         for in_key, out_key in self._io_pairs:
             obs = tensordict_reset.get(in_key, None)

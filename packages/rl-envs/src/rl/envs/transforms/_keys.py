@@ -258,11 +258,17 @@ class SelectTransform(Transform):
         return f"selected_keys={self.selected_keys}"
 
 
+def _sorted_keys(keys):
+    return sorted(keys, key=lambda k: (k,) if isinstance(k, str) else k)
+
+
 class CatTensors(Transform):
     """Concatenates entries along ``dim`` into ``out_key``.
 
     Args:
-        in_keys: the entries (sorted when ``sort=True``).
+        in_keys: the entries (sorted when ``sort=True``). ``None``: every observation
+            entry with one dim past the batch dims, found (and sorted) when the env's
+            specs are first transformed (``dim`` must then be ``-1``).
         out_key: the result key.
         dim: concatenation dim (negative, counted from the end).
         del_keys: remove the inputs.
@@ -272,7 +278,9 @@ class CatTensors(Transform):
         sort: sort ``in_keys`` (order independent of the caller).
 
     Raises:
-        ValueError: no in_keys, or non-negative ``dim``.
+        ValueError: no in_keys (an empty list, or none found), non-negative ``dim``, or
+            ``in_keys=None`` with ``dim != -1``.
+        RuntimeError: ``in_keys=None`` used on data outside an env.
 
     Examples:
         >>> import torch
@@ -284,7 +292,7 @@ class CatTensors(Transform):
 
     def __init__(
         self,
-        in_keys: Sequence[NestedKey],
+        in_keys: Sequence[NestedKey] | None = None,
         out_key: NestedKey = "observation_vector",
         dim: int = -1,
         *,
@@ -294,14 +302,21 @@ class CatTensors(Transform):
         sort: bool = True,
     ):
         self.unsqueeze_if_oor = bool(unsqueeze_if_oor)
-        in_keys = normalize_keys(in_keys)
-        if not in_keys:
-            raise ValueError("CatTensors needs at least one in_key, got none")
         if not isinstance(dim, int) or dim >= 0:
             raise ValueError(f"CatTensors dim must be a negative int, got {dim!r}")
-        if sort:
-            in_keys = sorted(in_keys, key=lambda k: (k,) if isinstance(k, str) else k)
+        lazy = in_keys is None
+        if lazy:
+            if dim != -1:
+                raise ValueError(f"CatTensors(in_keys=None) only supports dim=-1, got dim={dim}")
+            in_keys = []
+        else:
+            in_keys = normalize_keys(in_keys)
+            if not in_keys:
+                raise ValueError("CatTensors needs at least one in_key, got none")
+            if sort:
+                in_keys = _sorted_keys(in_keys)
         super().__init__(in_keys)
+        self.__dict__["_lazy_in_keys"] = lazy
         self.out_key = normalize_key(out_key)
         self.dim = dim
         self.del_keys = del_keys
@@ -325,7 +340,23 @@ class CatTensors(Transform):
     def has_step(self) -> bool:
         return True
 
+    def _find_in_keys(self, keys_and_shapes, nb: int) -> None:
+        """Sets ``in_keys`` to the entries with one dim past the ``nb`` batch dims."""
+        found = [k for k, shape in keys_and_shapes if len(shape) == nb + 1 and k != self.out_key]
+        if not found:
+            raise ValueError(
+                "CatTensors(in_keys=None) found no entry with one dim past the batch dims "
+                f"among {sorted(str(k) for k, _ in keys_and_shapes)}"
+            )
+        self.in_keys = _sorted_keys(found)
+        self.__dict__["_lazy_in_keys"] = False
+
     def _call(self, next_tensordict):
+        if self.__dict__.get("_lazy_in_keys"):
+            raise RuntimeError(
+                "CatTensors(in_keys=None) finds its keys in the env's observation spec: use it "
+                "in a TransformedEnv, or pass in_keys"
+            )
         values = []
         nb = next_tensordict.batch_dims
         missing = []
@@ -351,6 +382,9 @@ class CatTensors(Transform):
         return next_tensordict
 
     def transform_observation_spec(self, observation_spec):
+        if self.__dict__.get("_lazy_in_keys"):
+            items = [(k, observation_spec[k].shape) for k in leaf_keys(observation_spec)]
+            self._find_in_keys(items, len(observation_spec.shape))
         present = set(leaf_keys(observation_spec))
         missing = [k for k in self.in_keys if k not in present]
         if missing:

@@ -75,7 +75,7 @@ class ObservationNorm(Transform):
         in_keys_inv: Sequence[NestedKey] | None = None,
         out_keys_inv: Sequence[NestedKey] | None = None,
         standard_normal: bool = False,
-        eps: float = 1e-6,
+        eps: float | None = None,
     ):
         if in_keys is None:
             in_keys = ["observation"]
@@ -198,7 +198,9 @@ class ObservationNorm(Transform):
             collected += td.shape[steps_dim]
         data = torch.cat(chunks, cat_dim).to(torch.get_default_dtype())
         mean = data.mean(reduce, keepdim=True)
-        std = data.std(reduce, keepdim=True).clamp_min(self.eps)
+        std = data.std(reduce, keepdim=True)
+        eps = self.eps if self.eps is not None else torch.finfo(std.dtype).eps
+        std = std.clamp_min(eps)
         keep = set() if keep_dims is None else {d % data.ndim for d in keep_dims}
         squeeze = sorted((d % data.ndim for d in reduce if d % data.ndim not in keep), reverse=True)
         for d in squeeze:

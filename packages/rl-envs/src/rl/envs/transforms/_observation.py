@@ -160,6 +160,7 @@ class UnsqueezeTransform(Transform):
         allow_positive_dim: accept a non-negative ``dim`` (full-tensor index).
 
     Raises:
+        TypeError: ``dim`` is not given.
         ValueError: non-negative ``dim`` without ``allow_positive_dim``.
 
     Examples:
@@ -176,13 +177,16 @@ class UnsqueezeTransform(Transform):
 
     def __init__(
         self,
-        dim: int,
+        dim: int | None = None,
         in_keys: Sequence[NestedKey] | None = None,
         out_keys: Sequence[NestedKey] | None = None,
         in_keys_inv: Sequence[NestedKey] | None = None,
         out_keys_inv: Sequence[NestedKey] | None = None,
         allow_positive_dim: bool = False,
     ):
+        if dim is None:
+            # TorchRL 0.14 also defaults ``dim`` to None and requires it
+            raise TypeError(f"dim must be passed to {type(self).__name__} constructor")
         _check_negative(dim, type(self).__name__, allow_positive_dim)
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         self.dim = dim
@@ -238,6 +242,7 @@ class SqueezeTransform(UnsqueezeTransform):
         in_keys / out_keys / in_keys_inv / out_keys_inv: as in :class:`UnsqueezeTransform`.
 
     Raises:
+        TypeError: ``dim`` is not given.
         ValueError: non-negative ``dim``; at spec time, the dim does not have size 1.
 
     Examples:

@@ -10,7 +10,7 @@ import torch
 from rl.core import Bounded, Unbounded
 
 from ._base import Transform, _missing_key_error
-from ._spec_utils import NestedKey, normalize_keys, tget, tset
+from ._spec_utils import NestedKey, normalize_key, normalize_keys, tget, tset
 from ._utils import episode_cumsum, episode_starts, first_episode, masked_reset, reset_mask
 
 __all__ = ["RewardSum", "RewardScaling", "RewardClipping", "TargetReturn"]
@@ -20,6 +20,35 @@ def _prefixed(key: NestedKey, prefix: str) -> NestedKey:
     if isinstance(key, str):
         return prefix + key
     return (*key[:-1], prefix + key[-1])
+
+
+def _reset_entry_mask(tensordict, reset_key: NestedKey | None) -> torch.Tensor | None:
+    """The partial-reset mask ``[*B]`` read from ``reset_key`` (None: reset everything).
+
+    ``reset_key=None`` reads the env's root ``"_reset"``. Trailing dims of the entry
+    (e.g. ``[*B, 1]``) are reduced with ``any``.
+    """
+    if reset_key is None:
+        return reset_mask(tensordict)
+    if tensordict is None:
+        return None
+    reset = tensordict.get(reset_key, None)
+    if reset is None:
+        return None
+    nb = tensordict.batch_dims
+    if reset.ndim > nb:
+        reset = reset.reshape(*reset.shape[:nb], -1).any(-1)
+    return reset
+
+
+def _where_reset(fresh: torch.Tensor, previous, reset: torch.Tensor | None) -> torch.Tensor:
+    """``fresh`` where the reset entry is True, right-expanded to ``fresh`` (TorchRL's rule)."""
+    if reset is None or previous is None or previous.shape != fresh.shape:
+        return fresh
+    while reset.ndim > fresh.ndim:
+        reset = reset.any(-1)
+    reset = reset.reshape(*reset.shape, *((1,) * (fresh.ndim - reset.ndim)))
+    return torch.where(reset, fresh, previous)
 
 
 def _reward_shape_from_spec(composite, key):
@@ -39,6 +68,15 @@ class RewardSum(Transform):
     Args:
         in_keys: reward keys (default ``["reward"]``).
         out_keys: sums (default ``"episode_<name>"`` for each in_key).
+        reset_keys: one reset entry per in_key (e.g. ``("agents", "_reset")`` for a
+            nested multi-agent reward); the entry is right-expanded to the sum, so a
+            per-agent reset clears only that agent's sum. Default: the env's root
+            ``"_reset"``.
+        reward_spec: declare the sums in the env's reward spec instead of its
+            observation spec.
+
+    Raises:
+        ValueError: ``reset_keys`` and ``in_keys`` differ in length.
 
     Examples:
         >>> from rl.envs import PendulumEnv, TransformedEnv
@@ -52,21 +90,46 @@ class RewardSum(Transform):
         self,
         in_keys: Sequence[NestedKey] | None = None,
         out_keys: Sequence[NestedKey] | None = None,
+        reset_keys: Sequence[NestedKey] | None = None,
+        *,
+        reward_spec: bool = False,
     ):
         in_keys = normalize_keys(["reward"] if in_keys is None else in_keys)
         if out_keys is None:
             out_keys = [_prefixed(k, "episode_") for k in in_keys]
+        if reset_keys is not None:
+            reset_keys = normalize_keys(reset_keys)
+            if len(reset_keys) != len(in_keys):
+                raise ValueError(
+                    f"RewardSum needs one reset key per in_key, got reset_keys={reset_keys} "
+                    f"for in_keys={in_keys}"
+                )
         super().__init__(in_keys, out_keys)
+        self.reset_keys = reset_keys
+        self.reward_spec = bool(reward_spec)
         self.__dict__["_specs"] = {}
+        self.__dict__["_last"] = {}
 
     def _reset(self, tensordict, tensordict_reset):
-        mask = reset_mask(tensordict)
         bs = tensordict_reset.batch_size
-        for _, out_key in self._io_pairs:
+        reset_keys = self.reset_keys or [None] * len(self.in_keys)
+        for (_, out_key), reset_key in zip(self._io_pairs, reset_keys):
             prev = tensordict.get(out_key, None) if tensordict is not None else None
+            if self.reward_spec and out_key in self._last:
+                prev = self._last[out_key]
             shape, dtype = self._specs.get(out_key, ((*bs, 1), torch.get_default_dtype()))
-            fresh = torch.zeros(shape, dtype=dtype, device=tensordict_reset.device)
-            tensordict_reset.set(out_key, masked_reset(fresh, prev, mask))
+            if prev is not None and out_key not in self._specs:
+                fresh = torch.zeros_like(prev)  # outside an env: the stored sum's shape
+            else:
+                fresh = torch.zeros(shape, dtype=dtype, device=tensordict_reset.device)
+            if reset_key is None:
+                value = masked_reset(fresh, prev, reset_mask(tensordict))
+            else:
+                reset = None if tensordict is None else tensordict.get(reset_key, None)
+                value = _where_reset(fresh, prev, reset)
+            tensordict_reset.set(out_key, value)
+            if self.reward_spec:
+                self._last[out_key] = value
         return tensordict_reset
 
     def _step(self, tensordict, next_tensordict):
@@ -75,7 +138,14 @@ class RewardSum(Transform):
             if reward is None:
                 raise _missing_key_error(self, in_key, next_tensordict)
             prev = tget(tensordict, out_key)
-            tset(next_tensordict, out_key, reward.clone() if prev is None else prev + reward)
+            if self.reward_spec and out_key in self._last:
+                # a reward entry is not carried to the next root by step_mdp: the sum of
+                # the previous step is kept here
+                prev = self._last[out_key]
+            total = reward.clone() if prev is None else prev + reward
+            tset(next_tensordict, out_key, total)
+            if self.reward_spec:
+                self._last[out_key] = total
         return next_tensordict
 
     def forward(self, tensordict):
@@ -94,8 +164,12 @@ class RewardSum(Transform):
             tensordict.set(out_key, torch.where(m, torch.zeros_like(total), total - reward))
         return tensordict
 
+    @property
+    def _last(self) -> dict:
+        return self.__dict__["_last"]
+
     def _rollout_safe(self) -> bool:
-        return True
+        return not self.reward_spec
 
     def _transform_rollout(self, rollout, initial):
         starts = episode_starts(rollout)
@@ -137,11 +211,15 @@ class RewardSum(Transform):
                 )
             shape, dtype = found
             self._specs[out_key] = (shape, dtype)
-            obs[out_key] = Unbounded(shape=shape, device=obs.device, dtype=dtype)
+            target = rew if self.reward_spec else obs
+            target[out_key] = Unbounded(shape=shape, device=target.device, dtype=dtype)
         return output_spec
 
     def _repr_args(self) -> str:
-        return f"in_keys={self.in_keys}, out_keys={self.out_keys}"
+        extra = f", reset_keys={self.reset_keys}" if self.reset_keys is not None else ""
+        if self.reward_spec:
+            extra += ", reward_spec=True"
+        return f"in_keys={self.in_keys}, out_keys={self.out_keys}{extra}"
 
 
 def _check_scale(scale, who: str) -> torch.Tensor:
@@ -275,6 +353,8 @@ class TargetReturn(Transform):
         mode: ``"reduce"`` or ``"constant"``.
         in_keys: reward keys (default ``["reward"]``).
         out_keys: target keys (default ``["target_return"]``).
+        reset_key: the partial-reset entry read at reset (default: the env's
+            ``"_reset"``).
 
     Raises:
         ValueError: unknown ``mode``.
@@ -292,6 +372,7 @@ class TargetReturn(Transform):
         mode: Literal["reduce", "constant"] = "reduce",
         in_keys: Sequence[NestedKey] | None = None,
         out_keys: Sequence[NestedKey] | None = None,
+        reset_key: NestedKey | None = None,
     ):
         if mode not in ("reduce", "constant"):
             raise ValueError(f"TargetReturn mode must be 'reduce' or 'constant', got {mode!r}")
@@ -305,10 +386,11 @@ class TargetReturn(Transform):
         super().__init__(in_keys, out_keys)
         self.target_return = float(target_return)
         self.mode = mode
+        self.reset_key = None if reset_key is None else normalize_key(reset_key)
         self.__dict__["_specs"] = {}
 
     def _reset(self, tensordict, tensordict_reset):
-        mask = reset_mask(tensordict)
+        mask = _reset_entry_mask(tensordict, self.reset_key)
         bs = tensordict_reset.batch_size
         for _, out_key in self._io_pairs:
             shape, dtype = self._specs.get(out_key, ((*bs, 1), torch.get_default_dtype()))

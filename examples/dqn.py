@@ -5,7 +5,11 @@ https://arxiv.org/abs/1509.06461; Wang et al. 2016 (dueling networks),
 https://arxiv.org/abs/1511.06581; Schaul et al. 2016 (prioritized experience replay),
 https://arxiv.org/abs/1511.05952. The defaults are RL-Zoo's tuned CartPole-v1 DQN
 (256x256 network, lr 2.3e-3, batch 64, 128 gradient steps every 256 frames, the target
-copied after each round, epsilon 1 -> 0.04 over the first 16% of the frames).
+copied after each round, epsilon 1 -> 0.04 over the first 16% of the frames), run for
+100k frames instead of 50k with the learning rate decayed linearly to 0. Every 5k frames
+the greedy policy is evaluated on 5 episodes, and the script ends with the best weights
+found (SB3's EvalCallback keeps its best model the same way), because DQN on CartPole
+often forgets a solved policy late in training.
 
     uv run examples/dqn.py                          # CartPole-v1, double DQN
     uv run examples/dqn.py --dueling --prioritized  # dueling head, prioritized replay
@@ -40,7 +44,7 @@ class Config(RunConfig):
 
     env_id: str = "CartPole-v1"
     """Gymnasium (or probe) environment id with discrete actions."""
-    total_frames: int = 50_000
+    total_frames: int = 100_000
     """Environment steps to train for (n_timesteps)."""
     init_random_frames: int = 1_000
     """Frames of uniformly random actions before learning starts (learning_starts)."""
@@ -68,7 +72,7 @@ class Config(RunConfig):
     """Width of the two hidden layers."""
     max_grad_norm: float = 10.0
     """Gradient clipping norm."""
-    anneal_lr: bool = False
+    anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over total_frames."""
     eval_interval: int = 5_000
     """Frames between two evaluations during training (``eval_interval_episodes``

@@ -257,3 +257,38 @@ def test_offline_names_a_missing_dataset(tmp_path):
     cfg = offline.Config(dataset=str(tmp_path / "nothing"), log_dir=str(tmp_path), **TINY)
     with pytest.raises(FileNotFoundError, match="sac.py --save-buffer"):
         offline.main(cfg)
+
+
+def test_dqn_ends_with_the_best_evaluated_weights(tmp_path, monkeypatch):
+    # evaluations every 100 frames; the script must end with the weights that scored
+    # best there (ties: the later ones), and log the last weights' return apart
+    dqn = _load("dqn")
+    scores = iter([10.0, 30.0, 20.0])  # the second evaluation is the best
+    snapshots = []
+    evaluate = dqn.Run.evaluate
+
+    def fake_evaluate(self, env_id, policy, episodes, seed_offset=1000):
+        if 2000 < seed_offset < 3000:  # an evaluation during training (3000: last weights)
+            snapshots.append({k: v.clone() for k, v in policy.state_dict().items()})
+            return [next(scores)] * episodes
+        return evaluate(self, env_id, policy, episodes, seed_offset)
+
+    monkeypatch.setattr(dqn.Run, "evaluate", fake_evaluate)
+    cfg = dqn.Config(
+        log_dir=str(tmp_path),
+        **TINY,
+        **{**SMOKE["dqn"], "prioritized": False, "dueling": False},
+        eval_interval=100,
+        eval_interval_episodes=2,
+    )
+    cfg.total_frames = 300
+    summary = dqn.main(cfg)
+    assert len(snapshots) == 3
+    final = summary["qnet"].state_dict()
+    for key, value in snapshots[1].items():
+        torch.testing.assert_close(final[key], value)
+    assert not all(torch.equal(final[k], v) for k, v in snapshots[2].items())
+    run_dir = _run_dir(tmp_path)
+    assert [s for _, s in _scalars(run_dir, "eval/return")][:3] == [10.0, 30.0, 20.0]
+    ((step, _),) = _scalars(run_dir, "eval/last_weights_return")
+    assert step == 300

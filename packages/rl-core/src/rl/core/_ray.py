@@ -116,6 +116,15 @@ def child_pids(pid: int | None = None) -> list[int]:
     return found
 
 
+def _is_ray(pid: int) -> bool:
+    """Whether the process runs Ray (its raylet, GCS, dashboard or a ``ray::`` worker)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return b"ray" in file.read()
+    except OSError:
+        return False
+
+
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as file:
@@ -152,11 +161,14 @@ def local_ray(num_cpus: int = 2, timeout: float = 20.0) -> Iterator[ModuleType]:
 
     # the workers run with this interpreter, not through Ray's `uv run` integration
     ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+    # processes this one already had (a multiprocessing resource tracker, a forkserver
+    # left by earlier tests in the same interpreter) are not Ray's
+    before = set(child_pids())
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:
-        children = child_pids()
+        children = [pid for pid in child_pids() if pid not in before and _is_ray(pid)]
         ray.shutdown()
     left = processes_left(children, timeout)
     assert not left, f"processes left behind: {left}"

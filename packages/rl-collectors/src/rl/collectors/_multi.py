@@ -82,20 +82,26 @@ def _shutdown(procs: list, conns: list, owner_pid: int) -> None:
                 conn.send(("close",))
             except (OSError, ValueError):
                 pass
-    deadline = time.monotonic() + _JOIN_S
+    stop_processes(procs, _JOIN_S, _JOIN_S)
+    for conn in conns:
+        conn.close()
+    procs.clear()
+    conns.clear()
+
+
+def stop_processes(procs: list, join_s: float, kill_join_s: float) -> None:
+    """Waits ``join_s`` for the processes to exit, then terminates and kills the rest
+    (waiting ``kill_join_s`` after each signal)."""
+    deadline = time.monotonic() + join_s
     for proc in procs:
         proc.join(max(0.0, deadline - time.monotonic()))
     for proc in procs:
         if proc.is_alive():
             proc.terminate()
-            proc.join(_JOIN_S)
+            proc.join(kill_join_s)
         if proc.is_alive():
             proc.kill()
-            proc.join(_JOIN_S)
-    for conn in conns:
-        conn.close()
-    procs.clear()
-    conns.clear()
+            proc.join(kill_join_s)
 
 
 def _per_worker(value: Any, num_workers: int, name: str) -> list:

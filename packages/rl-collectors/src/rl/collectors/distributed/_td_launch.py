@@ -15,7 +15,6 @@ import json
 import multiprocessing as mp
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -27,6 +26,8 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from .._multi import _exit_description as exit_description
+from .._multi import stop_processes as _stop_processes
 from . import _td_comm as comm
 from ._td_worker import comm_device, mp_worker_main, ready_key
 
@@ -43,15 +44,9 @@ _POLL_S = 0.05
 _JOIN_S = 3.0
 
 
-def exit_description(code: int | None) -> str:
-    if code is None:
-        return "no exit code"
-    if code < 0:
-        try:
-            return f"exit code {code} (killed by {signal.Signals(-code).name})"
-        except ValueError:
-            return f"exit code {code}"
-    return f"exit code {code}"
+def stop_processes(procs: list, join_s: float = _JOIN_S) -> None:
+    """Waits ``join_s`` for the processes to exit, then terminates and kills the rest."""
+    _stop_processes(procs, join_s, _JOIN_S)
 
 
 def default_start_method() -> str:
@@ -228,17 +223,3 @@ def join_torchrun(
     for work, _ in sends:
         work.wait()
     return own, world_size - 1
-
-
-def stop_processes(procs: list, join_s: float = _JOIN_S) -> None:
-    """Waits ``join_s`` for the processes to exit, then terminates and kills the rest."""
-    deadline = time.monotonic() + join_s
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(_JOIN_S)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(_JOIN_S)

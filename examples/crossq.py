@@ -50,8 +50,10 @@ class Config(ContinuousConfig):
     """Critic updates per actor and temperature update."""
     renorm_momentum: float = 0.01
     """Momentum of the critics' batch renormalisation statistics."""
-    renorm_warmup: int = 5_000
-    """Updates during which batch renormalisation behaves as batch normalisation."""
+    renorm_warmup: int = 100_000
+    """Updates during which batch renormalisation behaves as batch normalisation (sbx's
+    default: over a 20k-frame run the critics use plain batch norm; with 5k, seed 2's
+    critic diverged after the warm-up)."""
     hidden: int = 64
     """Width of the actor's two hidden layers."""
     critic_hidden: int = 256

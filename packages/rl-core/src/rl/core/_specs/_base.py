@@ -82,9 +82,23 @@ def _to_shape(shape: Any, what: str = "shape") -> torch.Size:
         out = torch.Size(int(s) for s in shape)
     except (TypeError, ValueError):
         raise TypeError(f"{what} must be an int or a sequence of ints, got {shape!r}") from None
-    if any(s < 0 for s in out):
-        raise ValueError(f"{what} must have non-negative sizes, got {tuple(out)}")
+    if any(s < -1 for s in out):
+        raise ValueError(
+            f"{what} must have non-negative sizes (or -1 for a dynamic dim), got {tuple(out)}"
+        )
     return out
+
+
+def _concrete(shape: torch.Size) -> torch.Size:
+    """The shape of the tensors a spec makes: a dynamic (``-1``) dim has size 1, as in TorchRL."""
+    if -1 not in shape:
+        return shape
+    return torch.Size(1 if s == -1 else s for s in shape)
+
+
+def _shape_fits(vshape: Sequence[int], shape: Sequence[int]) -> bool:
+    """Whether ``vshape`` equals ``shape``, a dynamic (``-1``) dim of ``shape`` fitting any size."""
+    return len(vshape) == len(shape) and all(s == v or s == -1 for v, s in zip(vshape, shape))
 
 
 def _shape_args(shape: tuple) -> torch.Size:
@@ -245,13 +259,13 @@ class TensorSpec(abc.ABC):
         """A tensor of zeros of shape ``(*shape, *spec.shape)`` (preallocation; see the class)."""
         if shape is None:
             shape = ()
-        return torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
+        return torch.zeros((*shape, *_concrete(self.shape)), dtype=self.dtype, device=self.device)
 
     def one(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         """A tensor of ones of shape ``(*shape, *spec.shape)``."""
         if shape is None:
             shape = ()
-        return torch.ones((*shape, *self.shape), dtype=self.dtype, device=self.device)
+        return torch.ones((*shape, *_concrete(self.shape)), dtype=self.dtype, device=self.device)
 
     def zeros(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         """Alias of :meth:`zero`."""
@@ -267,7 +281,7 @@ class TensorSpec(abc.ABC):
             return f"got {_describe(value)}, expected a tensor"
         vshape = value.shape
         n = len(self.shape)
-        if len(vshape) < n or vshape[len(vshape) - n :] != self.shape:
+        if len(vshape) < n or not _shape_fits(vshape[len(vshape) - n :], self.shape):
             return (
                 f"has shape {tuple(vshape)}, expected (*batch, {', '.join(map(str, self.shape))})"
             )
@@ -309,7 +323,7 @@ class TensorSpec(abc.ABC):
         """
         device = None if ignore_device else self.device
         out = torch.as_tensor(_numpy_ready(value), dtype=self.dtype, device=device)
-        if out.shape != self.shape and out.numel() == self.shape.numel():
+        if out.shape != self.shape and -1 not in self.shape and out.numel() == self.shape.numel():
             out = out.reshape(self.shape)
         return out
 
@@ -422,17 +436,14 @@ class TensorSpec(abc.ABC):
         return torch.Size((*batch, *self.shape[self._batch_ndim :]))
 
     def __getitem__(self, idx: Any) -> TensorSpec:
-        """Indexes the leading (batch) dims; feature dims (one-hot, ...) are kept."""
+        """Indexes the leading (batch) dims; feature dims (one-hot, ...) are kept.
+
+        A dynamic (``-1``) dim can be taken whole (``:``) or at an integer; a narrower
+        slice of it raises ``IndexError`` (its extent is unknown), as in TorchRL.
+        """
         bn = self._batch_ndim
         full = (idx if isinstance(idx, tuple) else (idx,)) + (slice(None),) * self._nfeat
-        dummy = torch.zeros((), device=self.device).expand(self.shape)
-        try:
-            shape = dummy[full].shape
-        except IndexError as err:
-            raise IndexError(
-                f"cannot index {type(self).__name__} of shape {tuple(self.shape)} with {idx!r} "
-                f"({bn} batch dims can be indexed): {err}"
-            ) from None
+        shape = _indexed_shape(self.shape, full, self.device, type(self).__name__, bn, idx)
 
         def index(t: torch.Tensor) -> torch.Tensor:
             return t[full + (slice(None),) * (t.ndim - len(self.shape))]
@@ -450,14 +461,16 @@ class TensorSpec(abc.ABC):
         lead = len(shape) - n
         if (
             lead < 0
+            or -1 in shape[:lead]
             or any(s != o and o != 1 for s, o in zip(shape[lead : lead + bn], self.shape[:bn]))
             or shape[lead + bn :] != self.shape[bn:]
         ):
             raise ValueError(
                 f"cannot expand {type(self).__name__} of shape {tuple(self.shape)} to "
-                f"{tuple(shape)}: the new shape must end with the old one (dims of size 1 may grow)"
+                f"{tuple(shape)}: the new shape must end with the old one (dims of size 1 may "
+                "grow, dynamic -1 dims stay -1)"
             )
-        batch = shape[: lead + bn]
+        batch = _concrete(shape[: lead + bn])
         return self._copy_with(shape, lambda t: t.expand(*batch, *t.shape[bn:]))
 
     def squeeze(self, dim: int | None = None) -> TensorSpec:
@@ -477,7 +490,8 @@ class TensorSpec(abc.ABC):
                 del batch[d]
         if len(batch) == bn:
             return self
-        return self._copy_with(self._new_shape(batch), lambda t: t.reshape(*batch, *t.shape[bn:]))
+        tb = _concrete(torch.Size(batch))
+        return self._copy_with(self._new_shape(batch), lambda t: t.reshape(*tb, *t.shape[bn:]))
 
     def unsqueeze(self, dim: int) -> TensorSpec:
         """Inserts a batch dim of size 1 at ``dim``."""
@@ -490,11 +504,17 @@ class TensorSpec(abc.ABC):
             )
         batch = list(self.shape[:bn])
         batch.insert(d, 1)
-        return self._copy_with(self._new_shape(batch), lambda t: t.reshape(*batch, *t.shape[bn:]))
+        tb = _concrete(torch.Size(batch))
+        return self._copy_with(self._new_shape(batch), lambda t: t.reshape(*tb, *t.shape[bn:]))
 
     def unbind(self, dim: int = 0) -> tuple[TensorSpec, ...]:
         """The specs of the slices along batch dim ``dim``."""
         d = _normalize_dim(dim, self._batch_ndim, f"unbind of {type(self).__name__}")
+        if self.shape[d] == -1:
+            raise ValueError(
+                f"cannot unbind dim {dim} of {type(self).__name__} of shape "
+                f"{tuple(self.shape)}: it is dynamic (-1), its number of slices is unknown"
+            )
         return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
 
     def reshape(self, *shape: int) -> TensorSpec:
@@ -509,6 +529,7 @@ class TensorSpec(abc.ABC):
         """
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = tuple(shape[0])
+        _no_dynamic(self, "reshape")
         try:
             new = torch.empty(self.shape, device="meta").reshape(shape).shape
         except RuntimeError as err:
@@ -534,13 +555,48 @@ class TensorSpec(abc.ABC):
 
     def flatten(self, start_dim: int, end_dim: int) -> TensorSpec:
         """Flattens dims ``start_dim`` to ``end_dim`` (as :func:`torch.flatten`)."""
+        _no_dynamic(self, "flatten")
         return self._reshape(
             torch.empty(self.shape, device="meta").flatten(start_dim, end_dim).shape
         )
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> TensorSpec:
         """Splits dim ``dim`` into ``sizes`` (as :func:`torch.unflatten`)."""
+        _no_dynamic(self, "unflatten")
         return self._reshape(torch.empty(self.shape, device="meta").unflatten(dim, sizes).shape)
+
+    def make_neg_dim(self, dim: int) -> TensorSpec:
+        """Makes dim ``dim`` dynamic (``-1``: any size), in place, as TorchRL.
+
+        Values made by the spec (``rand``, ``zero``) then have size 1 along that dim and
+        ``is_in`` accepts any size there. The spec's per-entry tensors (``low``/``high``,
+        a mask) keep their first slice along ``dim``.
+
+        Args:
+            dim: the dim to make dynamic (negative values count from the end).
+
+        Returns:
+            the spec itself (TorchRL returns ``None``).
+
+        Examples:
+            >>> from rl.core import Unbounded
+            >>> spec = Unbounded(shape=(2, 3))
+            >>> _ = spec.make_neg_dim(0)
+            >>> spec.shape, spec.rand().shape, spec.is_in(torch.zeros(5, 3))
+            (torch.Size([-1, 3]), torch.Size([1, 3]), True)
+        """
+        d = _normalize_dim(dim, self.ndim, f"make_neg_dim of {type(self).__name__}")
+        if d >= self._batch_ndim:
+            raise ValueError(
+                f"cannot make dim {dim} of {type(self).__name__} of shape {tuple(self.shape)} "
+                f"dynamic: it is a feature dim (only the first {self._batch_ndim} can be)"
+            )
+        new = self._copy_with(
+            torch.Size(-1 if i == d else s for i, s in enumerate(self.shape)),
+            lambda t: t.narrow(d, 0, 1) if t.shape[d] != 1 else t,
+        )
+        self.__dict__.update(new.__dict__)
+        return self
 
     # ------------------------------------------------------------------ comparison and repr
     def __eq__(self, other: object) -> bool:
@@ -573,6 +629,41 @@ class TensorSpec(abc.ABC):
         fields = [f"shape={self.shape}", *self._repr_fields()]
         fields += [f"device={self.device}", f"dtype={self.dtype}"]
         return f"{type(self).__name__}({', '.join(fields)})"
+
+
+def _no_dynamic(spec: TensorSpec, op: str) -> None:
+    if -1 in spec.shape:
+        raise ValueError(
+            f"cannot {op} {type(spec).__name__} of shape {tuple(spec.shape)}: it has dynamic "
+            "(-1) dims, whose number of elements is unknown"
+        )
+
+
+def _indexed_shape(
+    shape: torch.Size, full: tuple, device: Any, name: str, bn: int, idx: Any
+) -> torch.Size:
+    """The shape of ``spec[full]``; dynamic (``-1``) dims kept whole stay ``-1``."""
+
+    def probe(size: int) -> torch.Size:
+        sizes = [size if s == -1 else s for s in shape]
+        return torch.zeros((), device=device).expand(sizes)[full].shape
+
+    try:
+        small = probe(1)
+        if -1 not in shape:
+            return small
+        large = probe(7)
+    except IndexError as err:
+        raise IndexError(
+            f"cannot index {name} of shape {tuple(shape)} with {idx!r} "
+            f"({bn} batch dims can be indexed): {err}"
+        ) from None
+    if len(small) != len(large) or any(a != b and (a, b) != (1, 7) for a, b in zip(small, large)):
+        raise IndexError(
+            f"cannot index {name} of shape {tuple(shape)} with {idx!r}: a dynamic (-1) dim "
+            "can only be taken whole (:) or at an integer, its extent is unknown"
+        )
+    return torch.Size(-1 if a != b else a for a, b in zip(small, large))
 
 
 class _NestedSpec(TensorSpec):

@@ -12,6 +12,7 @@ from ._base import (
     DEVICE_TYPING,
     ContinuousBox,
     TensorSpec,
+    _concrete,
     _fmt_tensor,
     _numpy_ready,
     _to_device,
@@ -121,9 +122,10 @@ class Bounded(TensorSpec):
                 ) from None
         else:
             shape = _to_shape(shape)
+        tshape = _concrete(shape)
         for name, t in (("low", low_t), ("high", high_t)):
             try:
-                ok = torch.broadcast_shapes(t.shape, shape) == shape
+                ok = torch.broadcast_shapes(t.shape, tshape) == tshape
             except RuntimeError:
                 ok = False
             if not ok:
@@ -131,8 +133,8 @@ class Bounded(TensorSpec):
                     f"Bounded {name} of shape {tuple(t.shape)} does not broadcast to the spec "
                     f"shape {tuple(shape)}"
                 )
-        low_t = low_t.expand(shape).clone()
-        high_t = high_t.expand(shape).clone()
+        low_t = low_t.expand(tshape).clone()
+        high_t = high_t.expand(tshape).clone()
         if bool((low_t > high_t).any()):
             raise ValueError(
                 f"Bounded expects low <= high everywhere, got low={_fmt_tensor(low_t)} and "
@@ -159,7 +161,7 @@ class Bounded(TensorSpec):
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
-        full = (*shape, *self.shape)
+        full = (*shape, *_concrete(self.shape))
         low, high = self.low, self.high
         if self._float:
             r = torch.rand(full, dtype=self.dtype, device=self.device)
@@ -261,11 +263,15 @@ class Unbounded(TensorSpec):
 
     @property
     def low(self) -> torch.Tensor:
-        return torch.full(self.shape, self._limits()[0], dtype=self.dtype, device=self.device)
+        return torch.full(
+            _concrete(self.shape), self._limits()[0], dtype=self.dtype, device=self.device
+        )
 
     @property
     def high(self) -> torch.Tensor:
-        return torch.full(self.shape, self._limits()[1], dtype=self.dtype, device=self.device)
+        return torch.full(
+            _concrete(self.shape), self._limits()[1], dtype=self.dtype, device=self.device
+        )
 
     @property
     def space(self) -> ContinuousBox:
@@ -274,7 +280,7 @@ class Unbounded(TensorSpec):
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
-        full = (*shape, *self.shape)
+        full = (*shape, *_concrete(self.shape))
         if self._float:
             return torch.randn(full, dtype=self.dtype, device=self.device)
         if self.dtype == torch.bool:

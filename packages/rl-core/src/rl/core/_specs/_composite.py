@@ -13,6 +13,8 @@ from tensordict.utils import NestedKey
 from ._base import (
     DEVICE_TYPING,
     TensorSpec,
+    _concrete,
+    _indexed_shape,
     _NestedSpec,
     _normalize_dim,
     _shape_args,
@@ -367,13 +369,12 @@ class Composite(_Lockable, _Named, _NestedSpec):
     # ------------------------------------------------------------------ values
     def _build(self, method: str, shape: Sequence[int]) -> TensorDict:
         source = {k: getattr(s, method)(shape) for k, s in self._specs.items() if s is not None}
+        batch_size = torch.Size((*shape, *_concrete(self.shape)))
         if self.data_cls is not None:
-            return self.data_cls.from_dict(
-                source, batch_size=torch.Size((*shape, *self.shape)), device=self.device
-            )
+            return self.data_cls.from_dict(source, batch_size=batch_size, device=self.device)
         names = None if self._names is None else [*([None] * len(shape)), *self._names]
         return TensorDict._new_unsafe(
-            source, batch_size=torch.Size((*shape, *self.shape)), device=self.device, names=names
+            source, batch_size=batch_size, device=self.device, names=names
         )
 
     def rand_update(self, value: TensorDictBase) -> TensorDictBase:
@@ -444,7 +445,7 @@ class Composite(_Lockable, _Named, _NestedSpec):
         Every key of ``value`` must be in the spec; spec entries absent from ``value`` are left out.
         """
         out = {}
-        lead: tuple[int, ...] = ()
+        batch: tuple[int, ...] = tuple(self.shape)
         for i, (key, item) in enumerate(value.items()):
             spec = self[key]
             if spec is None:
@@ -452,10 +453,11 @@ class Composite(_Lockable, _Named, _NestedSpec):
             out[key] = encoded = spec.encode(item, ignore_device=ignore_device)
             if i == 0:  # leading dims beyond the spec's shape: a batch of values
                 shape = encoded.shape if isinstance(encoded, torch.Tensor) else encoded.batch_size
-                lead = tuple(shape[: len(shape) - spec.ndim])
+                # the value's own sizes stand in for the dynamic (-1) dims
+                batch = tuple(shape[: len(shape) - spec.ndim + self.ndim])
         if self.data_cls is not None:
-            return self.data_cls.from_dict(out, batch_size=(*lead, *self.shape), device=self.device)
-        return TensorDict(out, batch_size=(*lead, *self.shape), device=self.device)
+            return self.data_cls.from_dict(out, batch_size=batch, device=self.device)
+        return TensorDict(out, batch_size=batch, device=self.device)
 
     def to_numpy(self, value: TensorDictBase, safe: bool | None = None) -> dict[str, Any]:
         """A nested dict of numpy arrays, one per entry of the spec."""
@@ -586,23 +588,23 @@ class Composite(_Lockable, _Named, _NestedSpec):
 
     def _index(self, idx: Any) -> Composite:
         idx = _expand_ellipsis(idx, self.ndim)
-        dummy = torch.zeros((), device=self.device).expand(self.shape)
-        try:
-            shape = dummy[idx].shape
-        except IndexError as err:
-            raise IndexError(
-                f"cannot index Composite of shape {tuple(self.shape)} with {idx!r}: {err}"
-            ) from None
+        full = idx if isinstance(idx, tuple) else (idx,)
+        shape = _indexed_shape(self.shape, full, self.device, "Composite", self.ndim, idx)
         return self._map(lambda s: s[idx], shape, names=self._names_after_index(idx))
 
     def expand(self, *shape: int) -> Composite:
         """The Composite with batch dims ``shape``; every entry keeps its own trailing dims."""
         shape = _shape_args(shape)
         lead = len(shape) - self.ndim
-        if lead < 0 or any(s != o and o != 1 for s, o in zip(shape[lead:], self.shape)):
+        if (
+            lead < 0
+            or -1 in shape[:lead]
+            or any(s != o and o != 1 for s, o in zip(shape[lead:], self.shape))
+        ):
             raise ValueError(
                 f"cannot expand Composite of shape {tuple(self.shape)} to {tuple(shape)}: the "
-                "new shape must end with the old one (dims of size 1 may grow)"
+                "new shape must end with the old one (dims of size 1 may grow, dynamic -1 "
+                "dims stay -1)"
             )
         n = self.ndim
         names = None if self._names is None else [*([None] * lead), *self._names]
@@ -630,7 +632,36 @@ class Composite(_Lockable, _Named, _NestedSpec):
 
     def unbind(self, dim: int = 0) -> tuple[Composite, ...]:
         d = _normalize_dim(dim, self.ndim, "unbind of Composite")
+        if self.shape[d] == -1:
+            raise ValueError(
+                f"cannot unbind dim {dim} of Composite of shape {tuple(self.shape)}: it is "
+                "dynamic (-1), its number of slices is unknown"
+            )
         return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    def make_neg_dim(self, dim: int) -> Composite:
+        """Makes batch dim ``dim`` dynamic (``-1``), in place, in every entry and in the Composite.
+
+        Args:
+            dim: the batch dim (negative values count from the end of the batch dims).
+
+        Returns:
+            the Composite itself.
+
+        Examples:
+            >>> from rl.core import Composite, Unbounded
+            >>> spec = Composite(obs=Unbounded(shape=(4, 3)), shape=(4,))
+            >>> _ = spec.make_neg_dim(0)
+            >>> spec.shape, spec["obs"].shape, spec.zero().batch_size
+            (torch.Size([-1]), torch.Size([-1, 3]), torch.Size([1]))
+        """
+        d = _normalize_dim(dim, self.ndim, "make_neg_dim of Composite")
+        self._check_unlocked("shape")
+        for spec in self._specs.values():
+            if spec is not None:
+                spec.make_neg_dim(d)
+        self._shape = torch.Size(-1 if i == d else s for i, s in enumerate(self._shape))
+        return self
 
     @property
     def shape(self) -> torch.Size:  # type: ignore[override]

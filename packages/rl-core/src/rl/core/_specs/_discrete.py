@@ -13,6 +13,7 @@ from ._base import (
     DEVICE_TYPING,
     CategoricalBox,
     TensorSpec,
+    _concrete,
     _describe,
     _numpy_ready,
     _to_device,
@@ -35,7 +36,7 @@ def _sample_index(
     spec: TensorSpec, lead: Sequence[int], batch: Sequence[int], n: int, mask: torch.Tensor | None
 ) -> torch.Tensor:
     """Uniform indices in ``[0, n)`` of shape ``(*lead, *batch)``, among the allowed ones if masked."""
-    full = (*lead, *batch)
+    full = (*lead, *_concrete(torch.Size(batch)))
     if mask is None:
         return torch.randint(0, n, full, device=spec.device)
     probs = mask.expand(*full, n).reshape(-1, n).to(torch.float32)
@@ -188,14 +189,14 @@ class Categorical(_MaskedDiscrete):
 
     @property
     def _mask_shape(self) -> tuple[int, ...]:
-        return (*self.shape, self.n)
+        return (*_concrete(self.shape), self.n)
 
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
         if self.mask is None:
             return torch.randint(
-                0, self.n, (*shape, *self.shape), dtype=self.dtype, device=self.device
+                0, self.n, (*shape, *_concrete(self.shape)), dtype=self.dtype, device=self.device
             )
         return _sample_index(self, shape, self.shape, self.n, self.mask).to(self.dtype)
 
@@ -340,13 +341,13 @@ class OneHot(_MaskedDiscrete):
 
     @property
     def _mask_shape(self) -> tuple[int, ...]:
-        return tuple(self.shape)
+        return tuple(_concrete(self.shape))
 
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
         idx = _sample_index(self, shape, self.shape[:-1], self.n, self.mask)
-        out = torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
+        out = torch.zeros((*shape, *_concrete(self.shape)), dtype=self.dtype, device=self.device)
         return out.scatter_(-1, idx.unsqueeze(-1), 1)
 
     def _values_mismatch(self, value: torch.Tensor) -> str | None:
@@ -496,7 +497,9 @@ class Binary(TensorSpec):
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
-        return torch.randint(0, 2, (*shape, *self.shape), dtype=self.dtype, device=self.device)
+        return torch.randint(
+            0, 2, (*shape, *_concrete(self.shape)), dtype=self.dtype, device=self.device
+        )
 
     def _values_mismatch(self, value: torch.Tensor) -> str | None:
         if self.dtype != torch.bool and not bool(((value == 0) | (value == 1)).all()):

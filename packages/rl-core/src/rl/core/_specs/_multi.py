@@ -12,6 +12,7 @@ import torch
 from ._base import (
     DEVICE_TYPING,
     BoxList,
+    _concrete,
     _numpy_ready,
     _to_device,
     _to_dtype,
@@ -95,7 +96,7 @@ class MultiOneHot(_MaskedDiscrete):
 
     @property
     def _mask_shape(self) -> tuple[int, ...]:
-        return tuple(self.shape)
+        return tuple(_concrete(self.shape))
 
     @property
     def space(self) -> BoxList:  # type: ignore[override]
@@ -107,7 +108,7 @@ class MultiOneHot(_MaskedDiscrete):
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
-        out = torch.zeros((*shape, *self.shape), dtype=self.dtype, device=self.device)
+        out = torch.zeros((*shape, *_concrete(self.shape)), dtype=self.dtype, device=self.device)
         masks = self._segments(self.mask) if self.mask is not None else [None] * len(self.nvec)
         for part, k, m in zip(self._segments(out), self.nvec, masks):
             idx = _sample_index(self, shape, self.shape[:-1], k, m)
@@ -260,7 +261,7 @@ class MultiCategorical(_MaskedDiscrete):
         self._nfeat = k
         self.shape = shape
         self.dtype = _to_dtype(dtype, torch.int64)
-        self.nvec = nvec_t.expand(shape)
+        self.nvec = nvec_t.expand(_concrete(shape))
         self.n = sum(self._nvec_list)
         self.remove_singleton = remove_singleton
         self.mask = None
@@ -274,7 +275,7 @@ class MultiCategorical(_MaskedDiscrete):
                 f"{type(self).__name__} masks need a one-dimensional nvec, got nvec of shape "
                 f"{tuple(self.shape[-self._nfeat :])}"
             )
-        return (*self.shape[:-1], self.n)
+        return (*_concrete(self.shape[:-1]), self.n)
 
     @property
     def space(self) -> BoxList:  # type: ignore[override]
@@ -286,7 +287,7 @@ class MultiCategorical(_MaskedDiscrete):
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
-        full = (*shape, *self.shape)
+        full = (*shape, *_concrete(self.shape))
         if self.mask is None:
             r = torch.rand(full, device=self.device, dtype=torch.float64)
             out = (r * self.nvec).floor_().long()

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import NonTensorData, NonTensorStack
 
-from ._base import DEVICE_TYPING, TensorSpec, _to_device, _to_shape
+from ._base import DEVICE_TYPING, TensorSpec, _concrete, _shape_fits, _to_device, _to_shape
 
 __all__ = ["NonTensor"]
 
@@ -70,7 +70,7 @@ class NonTensor(TensorSpec):
 
     def _data(self, shape: Sequence[int]) -> NonTensorData:
         return NonTensorData(
-            data=self.example_data, batch_size=(*shape, *self.shape), device=self.device
+            data=self.example_data, batch_size=(*shape, *_concrete(self.shape)), device=self.device
         )
 
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> NonTensorData:
@@ -91,7 +91,7 @@ class NonTensor(TensorSpec):
     def _mismatch(self, value: Any) -> str | None:
         if isinstance(value, NonTensorData | NonTensorStack):
             vshape, n = value.batch_size, len(self.shape)
-            if len(vshape) < n or vshape[len(vshape) - n :] != self.shape:
+            if len(vshape) < n or not _shape_fits(vshape[len(vshape) - n :], self.shape):
                 return (
                     f"has batch size {tuple(vshape)}, expected (*batch, "
                     f"{', '.join(map(str, self.shape))})"
@@ -109,7 +109,9 @@ class NonTensor(TensorSpec):
         if isinstance(value, NonTensorData | NonTensorStack):
             return value
         return NonTensorData(
-            data=value, batch_size=self.shape, device=None if ignore_device else self.device
+            data=value,
+            batch_size=_concrete(self.shape),
+            device=None if ignore_device else self.device,
         )
 
     def to_numpy(self, value: Any, safe: bool | None = None) -> Any:

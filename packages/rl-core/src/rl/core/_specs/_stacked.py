@@ -13,7 +13,7 @@ from ._base import DEVICE_TYPING, TensorSpec, _NestedSpec, _normalize_dim, _shap
 from ._composite import Composite
 from ._keys import _NO_DEFAULT, _expand_ellipsis, _is_key, _unravel
 from ._lock import _Lockable
-from ._stacked_leaf import Stacked
+from ._stacked_leaf import Stacked, _stacked_make_neg_dim
 
 __all__ = ["StackedComposite", "stack_specs"]
 
@@ -429,6 +429,10 @@ class StackedComposite(_Lockable, _NestedSpec):
             )
         for s, part in zip(self._specs, value.unbind(self.dim)):
             s[_unravel(key)] = part
+
+    def make_neg_dim(self, dim: int) -> StackedComposite:
+        """Makes dim ``dim`` dynamic (``-1``) in every member, in place (not the stack dim)."""
+        return _stacked_make_neg_dim(self, dim)
 
     def unbind(self, dim: int = 0) -> tuple[TensorSpec, ...]:
         d = _normalize_dim(dim, self.ndim, "unbind of StackedComposite")

@@ -217,6 +217,10 @@ class Stacked(TensorSpec):
             raise ValueError(f"Stacked specs unbind along their stack dim {self.dim}, got {dim}")
         return tuple(self._specs)
 
+    def make_neg_dim(self, dim: int) -> Stacked:
+        """Makes dim ``dim`` dynamic (``-1``) in every member, in place (not the stack dim)."""
+        return _stacked_make_neg_dim(self, dim)
+
     def expand(self, *shape: int) -> Stacked:
         """New leading dims (``-1`` keeps a size); the member dims must stay as they are."""
         shape = torch.Size(_shape_args_neg(shape))
@@ -267,6 +271,19 @@ class Stacked(TensorSpec):
     def __repr__(self) -> str:
         inner = ", ".join(repr(s) for s in self._specs)
         return f"Stacked([{inner}], dim={self.dim}, shape={self.shape})"
+
+
+def _stacked_make_neg_dim(spec: Any, dim: int) -> Any:
+    """``make_neg_dim`` of the stacked specs: the members' dim, as TorchRL (not the stack dim)."""
+    d = _normalize_dim(dim, spec.ndim, f"make_neg_dim of {type(spec).__name__}")
+    if d == spec.dim:
+        raise ValueError(
+            f"cannot make dim {dim} of {type(spec).__name__} dynamic: it is the stack dim"
+        )
+    for member in spec._specs:
+        member.make_neg_dim(d if d < spec.dim else d - 1)
+    spec.shape = torch.Size(-1 if i == d else s for i, s in enumerate(spec.shape))
+    return spec
 
 
 def _shape_args_neg(shape: tuple) -> tuple[int, ...]:

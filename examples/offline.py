@@ -75,6 +75,18 @@ class Config(RunConfig):
     """CQL: weight of the conservative penalty."""
     num_random: int = 10
     """CQL: actions sampled per state for the penalty's log-sum-exp."""
+    cql_temperature: float = 1.0
+    """CQL: temperature of the penalty's log-sum-exp."""
+    with_lagrange: bool = False
+    """CQL: learn the penalty's weight (Lagrange multiplier) to hold it at ``lagrange_thresh``."""
+    lagrange_thresh: float = 10.0
+    """CQL: with ``with_lagrange``, the target gap between sampled and dataset Q-values."""
+    max_q_backup: bool = False
+    """CQL: back up the max of the target critics over ``num_random`` next actions."""
+    deterministic_backup: bool = True
+    """CQL: leave the entropy bonus out of the critics' target."""
+    bc_steps: int = 0
+    """CQL: first gradient steps in which the actor clones the data's actions (CORL: 10%)."""
     hidden: int = 256
     """Width of the two hidden layers of every network."""
     log_interval: int = 500
@@ -125,6 +137,11 @@ def main(cfg: Config) -> dict:
             gamma=cfg.gamma,
             min_q_weight=cfg.min_q_weight,
             num_random=cfg.num_random,
+            temperature=cfg.cql_temperature,
+            with_lagrange=cfg.with_lagrange,
+            lagrange_thresh=cfg.lagrange_thresh,
+            max_q_backup=cfg.max_q_backup,
+            deterministic_backup=cfg.deterministic_backup,
         )
         loss_keys = ("loss_actor", "loss_qvalue", "loss_cql", "loss_alpha")
         actor_params = [*loss_module.actor_network_params.parameters(), loss_module.log_alpha]
@@ -132,12 +149,17 @@ def main(cfg: Config) -> dict:
             torch.optim.Adam(actor_params, lr=cfg.actor_lr),
             torch.optim.Adam(loss_module.qvalue_network_params.parameters(), lr=cfg.lr),
         ]
+        if cfg.with_lagrange:
+            loss_keys += ("loss_alpha_prime",)
+            optimizers.append(torch.optim.Adam([loss_module.log_alpha_prime], lr=cfg.lr))
     target_update = SoftUpdate(loss_module, tau=cfg.tau)
     run = Run(cfg.algo, cfg, cfg.num_updates)
 
     # the loop: sample the dataset, update every network, move the targets
     for step in range(1, cfg.num_updates + 1):
         losses = loss_module(buffer.sample())
+        if cfg.algo == "cql" and step <= cfg.bc_steps:  # warm-up: clone the data's actions
+            losses["loss_actor"] = losses["loss_actor_bc"]
         loss = sum(losses[key] for key in loss_keys)
         for optimizer in optimizers:
             optimizer.zero_grad()

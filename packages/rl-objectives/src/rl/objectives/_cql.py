@@ -124,6 +124,15 @@ class CQLLoss(_EntropyTemperature, LossModule):
     The squared TD error (max over critics) is written to the input under
     ``"td_error"``. Paper: https://arxiv.org/abs/2006.04779.
 
+    On the same weights and random draws, ``loss_qvalue``, ``loss_actor``,
+    ``loss_actor_bc``, ``loss_alpha``, ``alpha``, ``entropy`` and ``td_error`` equal
+    TorchRL 0.14's. ``loss_cql`` does not, on purpose: TorchRL's ``logsumexp`` runs
+    over the three proposals of each sampled action (``3`` values, not ``3 *
+    num_random`` per state, so its penalty is about ``log(num_random)`` smaller) and,
+    with ``with_lagrange``, neither scales the penalty by ``alpha_prime`` nor detaches
+    it in ``loss_alpha_prime``. Here both follow the paper and its authors' code (as
+    CORL and d3rlpy do).
+
     Args:
         actor_network (ProbabilisticTensorDictSequential): a stochastic actor over
             actions in ``[-1, 1]`` (e.g. :class:`~rl.modules.TanhNormal`).

@@ -236,6 +236,21 @@ def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam
     return loss_module, optimizer
 
 
+def update_epochs(cfg: Config, loss_module, optimizer, batch, minibatch: int) -> torch.Tensor:
+    """PPO's update: ``cfg.update_epochs`` passes over the batch in shuffled minibatches,
+    one clipped gradient step each; returns the last minibatch's loss."""
+    flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
+    for _ in range(cfg.update_epochs):
+        for idx in torch.randperm(flat.numel()).split(minibatch):
+            losses = loss_module(flat[idx])
+            loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+    return loss
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
@@ -265,15 +280,7 @@ def main(cfg: Config) -> dict:
             optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
         with torch.no_grad():
             advantage(batch)
-        flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
-        for _ in range(cfg.update_epochs):
-            for idx in torch.randperm(flat.numel()).split(minibatch):
-                losses = loss_module(flat[idx])
-                loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-                optimizer.step()
+        loss = update_epochs(cfg, loss_module, optimizer, batch, minibatch)
         returns.update(batch)
         if returns.mean is not None:
             logger.log_scalar("train/episode_return", returns.mean, frames)

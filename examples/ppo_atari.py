@@ -69,6 +69,7 @@ from rl.objectives.value import GAE
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import ProgressBar, evaluate, finish_run  # noqa: E402
+from ppo import update_epochs  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -245,15 +246,8 @@ def main(cfg: Config) -> dict:
             optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
         with torch.no_grad():
             advantage(batch)
+        loss = update_epochs(cfg, loss_module, optimizer, batch, minibatch)
         flat = batch.reshape(-1)
-        for _ in range(cfg.update_epochs):
-            for idx in torch.randperm(flat.numel()).split(minibatch):
-                losses = loss_module(flat[idx])
-                loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-                optimizer.step()
         # the score of each game that ended in the batch (not of each life)
         ended = flat["next", "done"].squeeze(-1)
         scores.extend(flat["next", "episode_reward"][ended].squeeze(-1).tolist())

@@ -30,7 +30,6 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 import ray  # noqa: E402
 import torch  # noqa: E402
 import tyro  # noqa: E402
-from torch import nn  # noqa: E402
 
 from rl.collectors.distributed import RayCollector  # noqa: E402
 from rl.core import seed_everything  # noqa: E402
@@ -114,15 +113,7 @@ def main(cfg: Config) -> dict:
                 optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
             with torch.no_grad():
                 advantage(batch)
-            flat = batch.exclude("next", "collector").reshape(-1)
-            for _ in range(cfg.update_epochs):
-                for idx in torch.randperm(flat.numel()).split(minibatch):
-                    losses = loss_module(flat[idx])
-                    loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-                    optimizer.step()
+            loss = ppo.update_epochs(cfg, loss_module, optimizer, batch, minibatch)
             losses_seen.append(loss.item())
             returns.update(batch.reshape(-1, batch.shape[-1]))
             if returns.mean is not None:

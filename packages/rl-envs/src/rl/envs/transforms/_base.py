@@ -287,6 +287,19 @@ class Transform(nn.Module):
         finally:
             self.missing_tolerance = tol
 
+    @property
+    def _has_reset_preprocess(self) -> bool:
+        """Whether :meth:`_reset_env_preprocess` does anything (skipped otherwise)."""
+        return type(self)._reset_env_preprocess is not Transform._reset_env_preprocess
+
+    def _reset_env_preprocess(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Env hook BEFORE ``base_env._reset``: edits the reset input (a shallow copy).
+
+        TorchRL's hook: ``TensorDictPrimer(call_before_env_reset=True)`` writes its
+        entries here so that the base env's ``_reset`` reads them.
+        """
+        return tensordict
+
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         for in_key, out_key in self._io_pairs_inv:
             value = tensordict.get(out_key, None)

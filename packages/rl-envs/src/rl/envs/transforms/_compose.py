@@ -189,6 +189,16 @@ class Compose(Transform):
             tensordict_reset = t._reset(tensordict, tensordict_reset)
         return tensordict_reset
 
+    @property
+    def _has_reset_preprocess(self) -> bool:
+        return any(t._has_reset_preprocess for t in self.transforms)
+
+    def _reset_env_preprocess(self, tensordict):
+        # innermost last, as the inverse transforms (TorchRL's order)
+        for t in reversed(self.transforms):
+            tensordict = t._reset_env_preprocess(tensordict)
+        return tensordict
+
     def _inv_call(self, tensordict):
         for t in self._inv_list:
             tensordict = t._inv_call(tensordict)

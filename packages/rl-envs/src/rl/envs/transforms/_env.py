@@ -256,10 +256,19 @@ class TransformedEnv(EnvBase):
     # --------------------------------------------------------------------------- hooks
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         self.__dict__["_raw_next"] = None
+        transform = self._transform
+        if transform._has_reset_preprocess:
+            # entries written before the base env resets (TensorDictPrimer(
+            # call_before_env_reset=True)), on a shallow copy of the caller's input
+            if tensordict is None:
+                tensordict = TensorDict(batch_size=self.batch_size, device=self.device)
+            else:
+                tensordict = tensordict.copy()
+            tensordict = transform._reset_env_preprocess(tensordict)
         raw = self.base_env._reset(tensordict)
         # shallow copy: transforms set new tensors, the raw ones stay for the fast rollout
         self.__dict__["_raw_reset"] = raw.copy() if self._specs()[2] else None
-        return self._transform._reset(tensordict, raw)
+        return transform._reset(tensordict, raw)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self.__dict__["_raw_reset"] = None

@@ -260,9 +260,10 @@ class TensorDictPrimer(Transform):
             ``None``: prepend them when the leading dims do not match the batch size.
         single_default_value: ``default_value`` is one callable for all primers (see
             above).
-        call_before_env_reset: kept for TorchRL compatibility; the primers are written
-            into the reset output as usual (the base env does not see them in its
-            reset input).
+        call_before_env_reset: write the primers into the reset INPUT, before the base
+            env resets, so that its ``_reset`` reads them (a goal, a prompt, a seed
+            state), as TorchRL; the base env returns them, or else the values it saw are
+            copied to the reset output. ``False``: they are written into the reset output.
         **kwargs: more primers, ``name=spec``.
 
     Raises:
@@ -383,7 +384,28 @@ class TensorDictPrimer(Transform):
         reset = torch.ones(batch_size, dtype=torch.bool) if mask is None else mask
         return self.default_value(reset=reset)
 
+    @property
+    def _has_reset_preprocess(self) -> bool:
+        return self.call_before_env_reset
+
+    def _reset_env_preprocess(self, tensordict):
+        if not self.call_before_env_reset:
+            return tensordict
+        return self._reset_func(tensordict, tensordict)
+
     def _reset(self, tensordict, tensordict_reset):
+        if not self.call_before_env_reset:
+            return self._reset_func(tensordict, tensordict_reset)
+        # written before the base env's reset: keep what it returned, else what it saw
+        if tensordict is not None:
+            for key in self.primers:
+                if tensordict_reset.get(key, None) is None:
+                    value = tensordict.get(key, None)
+                    if value is not None:
+                        tensordict_reset.set(key, value)
+        return tensordict_reset
+
+    def _reset_func(self, tensordict, tensordict_reset):
         mask = _reset_entry_mask(tensordict, self.reset_key)
         bs = tensordict_reset.batch_size
         if self.single_default_value:

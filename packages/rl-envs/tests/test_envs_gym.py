@@ -43,7 +43,8 @@ def _plain_replay(env_fn, seed, actions, num_envs=None):
     out = {k: [] for k in ("obs", "next", "reward", "term", "trunc")}
     for i in range(num_envs):
         env = env_fn()
-        obs, _ = env.reset(seed=seed + i)
+        env.reset(seed=seed + i)  # what set_seed does (as TorchRL)
+        obs, _ = env.reset()  # the rollout's own reset
         rows = {k: [] for k in out}
         for a in actions[i]:
             rows["obs"].append(obs)
@@ -98,9 +99,11 @@ class TestSpaces:
         gym_env = all_spaces_env_cls()
         env = GymWrapper(gym_env, categorical_action_encoding=True)
         env.set_seed(5)
+        seen = []  # the observations the gym env returns
+        sample = gym_env._obs
+        gym_env._obs = lambda: seen.append(sample()) or seen[-1]
         td = env.reset()
-        ref = all_spaces_env_cls()
-        obs, _ = ref.reset(seed=5)
+        obs = seen[-1]
         assert td["discrete"].item() == obs["discrete"] - 1  # Discrete(start=1)
         assert td["multi_discrete"].tolist() == obs["multi_discrete"].tolist()
         torch.testing.assert_close(td["tuple", "0"], torch.as_tensor(obs["tuple"][0]))
@@ -209,6 +212,7 @@ class TestSingleEnv:
         td = env.step(td)
         ref = gym.make("Pendulum-v1")
         ref.reset(seed=0)
+        ref.reset()
         total = 0.0
         for _ in range(3):
             obs, r, *_ = ref.step(np.array([0.5], np.float32))
@@ -561,22 +565,180 @@ def test_dict_action_space(num_envs):
     else:
         gym_env = gym.vector.SyncVectorEnv([_DictActionEnv] * num_envs)
     env = GymWrapper(gym_env, categorical_action_encoding=True)
-    assert set(env.action_keys) == {
-        ("action", "move"),
-        ("action", "pick", "0"),
-        ("action", "pick", "1"),
-    }
+    # as TorchRL: a Dict space's entries are the action keys; a mixed Tuple nests
+    assert set(env.action_keys) == {"move", ("pick", "0"), ("pick", "1")}
     check_env_specs(env, seed=0)
     td = env.reset()
-    td["action", "move"] = torch.full((*env.batch_size, 2), 0.5)
-    td["action", "pick", "0"] = torch.full(env.batch_size, 2)
-    td["action", "pick", "1"] = torch.ones((*env.batch_size, 2), dtype=torch.int8)
+    td["move"] = torch.full((*env.batch_size, 2), 0.5)
+    td["pick", "0"] = torch.full(env.batch_size, 2)
+    td["pick", "1"] = torch.ones((*env.batch_size, 2), dtype=torch.int8)
     td = env.step(td)
     assert (td["next", "reward"] == 2.0).all()
     last = gym_env.last if num_envs == 1 else gym_env.envs[1].last
     assert last["pick"][0] == 2 and last["pick"][1].tolist() == [1, 1]
     np.testing.assert_allclose(last["move"], [0.5, 0.5])
     rollout = env.rollout(5, break_when_any_done=False)
-    torch.testing.assert_close(
-        rollout["next", "reward"][..., 0], rollout["action", "pick", "0"].float()
-    )
+    torch.testing.assert_close(rollout["next", "reward"][..., 0], rollout["pick", "0"].float())
+
+
+# TorchRL 0.14.1: GymEnv(name).set_seed(seed); GymEnv.reset()["observation"]
+_TORCHRL_FIRST_OBS = {
+    ("CartPole-v1", 0): [0.031327024102211, 0.04127555713057518, 0.010663577355444431, 0.02294965647161007],
+    ("CartPole-v1", 1): [-0.018816854804754257, -0.007667355239391327, 0.03277026116847992, -0.009080085903406143],
+    ("Pendulum-v1", 0): [-0.9670438766479492, -0.2546098530292511, -0.9669447541236877],
+    ("Pendulum-v1", 1): [-0.617070734500885, -0.7869076728820801, 0.8972988724708557],
+}  # fmt: skip
+
+
+class TestSeeding:
+    @pytest.mark.parametrize("name, seed", sorted(_TORCHRL_FIRST_OBS))
+    def test_first_observation_matches_torchrl(self, name, seed):
+        env = GymEnv(name)
+        env.set_seed(seed)
+        obs = env.reset()["observation"]
+        torch.testing.assert_close(obs, torch.tensor(_TORCHRL_FIRST_OBS[name, seed]))
+        # TorchRL's set_seed is gymnasium's reset(seed=seed): the env's first reset is
+        # the second of the seeded gym env, and so on
+        ref = gym.make(name)
+        ref.reset(seed=seed)
+        for _ in range(2):
+            torch.testing.assert_close(obs, torch.as_tensor(ref.reset()[0]))
+            obs = env.reset()["observation"]
+
+    def test_vector_env_seeds_sub_envs_in_order(self):
+        env = GymEnv("CartPole-v1", num_envs=2)
+        env.set_seed(0)
+        obs = env.reset()["observation"]
+        torch.testing.assert_close(obs[0], torch.tensor(_TORCHRL_FIRST_OBS["CartPole-v1", 0]))
+        torch.testing.assert_close(obs[1], torch.tensor(_TORCHRL_FIRST_OBS["CartPole-v1", 1]))
+        # a masked reset right after set_seed resets the masked rows only
+        env.set_seed(0)
+        td = env.reset(TensorDict({"_reset": torch.tensor([[True], [False]])}, [2]))
+        torch.testing.assert_close(
+            td["observation"][0], torch.tensor(_TORCHRL_FIRST_OBS["CartPole-v1", 0])
+        )
+        env.close()
+
+    def test_same_seed_same_rollout_and_next_seed(self):
+        env = GymEnv("Pendulum-v1")
+        rollouts = []
+        for seed in (3, 3, 4):
+            assert env.set_seed(seed) != seed  # the next seed of the chain, as TorchRL
+            torch.manual_seed(0)
+            rollouts.append(env.rollout(5)["next", "observation"])
+        torch.testing.assert_close(rollouts[0], rollouts[1])
+        assert not torch.equal(rollouts[0], rollouts[2])
+
+
+_ACTION_SPACES = {
+    "dict": gym.spaces.Dict(
+        {"move": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "fire": gym.spaces.Discrete(3)}
+    ),
+    "tuple_box": gym.spaces.Tuple(
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Box(-2.0, 2.0, (2,), np.float32))
+    ),
+    "tuple_discrete": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Discrete(3))),
+    "tuple_mixed": gym.spaces.Tuple(
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(3))
+    ),
+    "dict_of_tuple": gym.spaces.Dict(
+        {
+            "arm": gym.spaces.Tuple((gym.spaces.Box(-1.0, 1.0, (1,), np.float32),) * 2),
+            "grip": gym.spaces.Discrete(2),
+        }
+    ),
+}
+
+# TorchRL 0.14.1's GymWrapper(env).full_action_spec (key: class, shape) for each space,
+# one-hot (categorical_action_encoding=False); "tuple_mixed" raises there ("Found more
+# than one type of specs"), here its items nest under "0" and "1".
+_TORCHRL_ACTION_SPECS = {
+    "dict": {"fire": ("OneHot", (3,)), "move": ("Bounded", (2,))},
+    "tuple_box": {"action": ("Bounded", (2, 2))},
+    "tuple_discrete": {"action": ("OneHot", (2, 3))},
+    "tuple_mixed": {("action", "0"): ("Bounded", (2,)), ("action", "1"): ("OneHot", (3,))},
+    "dict_of_tuple": {"arm": ("Bounded", (2, 1)), "grip": ("OneHot", (2,))},
+}
+
+
+class _EchoActionEnv(gym.Env):
+    """Keeps the action it receives (checked against its space) and returns it as info."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, kind: str = "dict") -> None:
+        self.action_space = _ACTION_SPACES[kind]
+        self.received = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.received.append(action)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+class TestStructuredActions:
+    @pytest.mark.parametrize("kind", sorted(_ACTION_SPACES))
+    def test_specs_as_torchrl(self, kind):
+        env = GymWrapper(_EchoActionEnv(kind))
+        spec = env.full_action_spec
+        got = {k: (type(spec[k]).__name__, tuple(spec[k].shape)) for k in env.action_keys}
+        assert got == _TORCHRL_ACTION_SPECS[kind]
+        check_env_specs(env, seed=0, max_steps=3)
+
+    def test_tuple_bounds_are_stacked(self):
+        spec = GymWrapper(_EchoActionEnv("tuple_box")).action_spec
+        torch.testing.assert_close(spec.space.low[:, 0], torch.tensor([-1.0, -2.0]))
+        torch.testing.assert_close(spec.space.high[:, 1], torch.tensor([1.0, 2.0]))
+
+    def test_actions_reach_gym_in_its_structure(self):
+        gym_env = _EchoActionEnv("dict_of_tuple")
+        env = GymWrapper(gym_env, categorical_action_encoding=True)
+        assert isinstance(env.full_action_spec["grip"], Categorical)
+        td = env.reset()
+        td["arm"] = torch.tensor([[0.25], [-0.5]])
+        td["grip"] = torch.tensor(1)
+        env.step(td)
+        got = gym_env.received[-1]
+        assert isinstance(got["arm"], tuple) and got["grip"] == 1
+        np.testing.assert_allclose(np.concatenate(got["arm"]), [0.25, -0.5])
+
+    @pytest.mark.parametrize("categorical", [False, True])
+    def test_tuple_of_discrete_round_trip(self, categorical):
+        gym_env = _EchoActionEnv("tuple_discrete")
+        env = GymWrapper(gym_env, categorical_action_encoding=categorical)
+        td = env.reset()
+        choice = torch.tensor([2, 0])
+        td["action"] = choice if categorical else torch.eye(3, dtype=torch.int64)[choice]
+        env.step(td)
+        assert tuple(int(a) for a in gym_env.received[-1]) == (2, 0)
+        rollout = env.rollout(4)  # the fast path converts presampled actions too
+        sent = np.array([[int(a) for a in action] for action in gym_env.received[-4:]])
+        expected = rollout["action"] if categorical else rollout["action"].argmax(-1)
+        assert sent.tolist() == expected.tolist()
+
+    def test_vector_env_tuple_action(self):
+        venv = gym.vector.SyncVectorEnv([lambda: _EchoActionEnv("tuple_box")] * 2)
+        env = GymWrapper(venv)
+        assert env.full_action_spec["action"].shape == (2, 2, 2)
+        td = env.reset()
+        td["action"] = torch.arange(8.0).reshape(2, 2, 2) / 10
+        env.step(td)
+        for i, sub in enumerate(venv.envs):
+            first, second = sub.received[-1]
+            np.testing.assert_allclose(first, [4 * i / 10, (4 * i + 1) / 10], rtol=1e-6)
+            np.testing.assert_allclose(second, [(4 * i + 2) / 10, (4 * i + 3) / 10], rtol=1e-6)
+
+    def test_tuple_observation_is_stacked(self):
+        class TupleObs(_EchoActionEnv):
+            observation_space = gym.spaces.Tuple((gym.spaces.Box(-5.0, 5.0, (2,), np.float32),) * 3)
+
+            def reset(self, *, seed=None, options=None):
+                return tuple(np.full(2, i, np.float32) for i in range(3)), {}
+
+        env = GymWrapper(TupleObs("tuple_box"))
+        obs = env.reset()["observation"]
+        assert obs.shape == (3, 2) and obs[:, 0].tolist() == [0.0, 1.0, 2.0]

@@ -65,12 +65,21 @@ def _pixel_wrappers(frame_skip: int, from_pixels: bool, pixels_only: bool) -> li
 class GymWrapper(EnvBase):
     """Wraps a gymnasium ``Env`` or ``VectorEnv`` as an :class:`EnvBase`.
 
-    Spaces become specs (Box -> ``Bounded``/``Unbounded``, Discrete -> ``OneHot`` or
-    ``Categorical``, MultiDiscrete -> ``MultiOneHot``/``MultiCategorical``, MultiBinary ->
-    ``Binary``, Dict / Tuple -> nested ``Composite`` with keys ``"0"``, ``"1"``... for
-    Tuple items). A non-Dict observation is written under ``"observation"`` (``"pixels"``
-    when it is the rendered frame only). ``terminated`` and ``truncated`` are kept apart,
+    Spaces become specs as in TorchRL (Box -> ``Bounded``/``Unbounded``, Discrete ->
+    ``OneHot`` or ``Categorical``, MultiDiscrete -> ``MultiOneHot``/``MultiCategorical``,
+    MultiBinary -> ``Binary``, Dict -> nested ``Composite``, a Tuple of items of one kind
+    -> one spec stacked along a leading item dim, as TorchRL's ``torch.stack``). A Tuple
+    of mixed items, which TorchRL cannot stack, becomes a ``Composite`` keyed ``"0"``,
+    ``"1"``... A non-Dict observation is written under ``"observation"`` (``"pixels"``
+    when it is the rendered frame only), a non-Dict action read from ``"action"``; the
+    entries of a Dict action space are the action keys themselves (``"move"``,
+    ``"fire"``), as in TorchRL, and the action is sent back to gym as the Dict / Tuple
+    its space expects. ``terminated`` and ``truncated`` are kept apart,
     ``done = terminated | truncated``.
+
+    Seeding follows TorchRL: :meth:`set_seed` calls gym's ``reset(seed=seed)`` at once,
+    so the first :meth:`reset` after ``set_seed(s)`` is gymnasium's second reset of seed
+    ``s`` (TorchRL's first observation; the same seed gives the same rollout).
 
     A ``VectorEnv`` gives ``batch_size=[num_envs]``. With gymnasium's ``SAME_STEP``
     autoreset mode, ``("next", obs)`` holds the true final observation (from
@@ -170,9 +179,8 @@ class GymWrapper(EnvBase):
         else:
             obs_key = ("pixels",) if self.from_pixels and self.pixels_only else ("observation",)
         self._obs_leaves: list[SpaceLeaf] = space_leaves(obs_space, batch, cat, obs_key)
+        # as TorchRL: the entries of a Dict action space are the action keys themselves
         act_key = () if isinstance(act_space, gym.spaces.Dict) else ("action",)
-        if act_key == ():
-            act_key = ("action",)
         self._act_leaves: list[SpaceLeaf] = space_leaves(act_space, batch, cat, act_key)
         bs = self.batch_size
         dev = self.device
@@ -190,7 +198,12 @@ class GymWrapper(EnvBase):
         ]
         self._act_checks = [(_key(leaf.key), leaf.spec.shape, leaf) for leaf in self._act_leaves]
         self._flat_keys = all(len(leaf.key) == 1 for leaf in self._obs_leaves)
-        self._simple_act = len(self._act_leaves) == 1 and self._act_leaves[0].path == ()
+        # one array action (a Tuple's items, stacked in one leaf, go to gym as a tuple)
+        self._simple_act = (
+            len(self._act_leaves) == 1
+            and self._act_leaves[0].path == ()
+            and not isinstance(act_space, gym.spaces.Tuple)
+        )
         self._int_action = (
             not self.is_vector
             and self._simple_act
@@ -262,9 +275,16 @@ class GymWrapper(EnvBase):
 
     # -------------------------------------------------------------------------- hooks
     def _set_seed(self, seed: int | None) -> None:
-        self._pending_seed = seed
+        # As TorchRL's GymWrapper: seeding resets the gym env with ``reset(seed=seed)``
+        # at once, so the first ``reset()`` after ``set_seed(s)`` returns gymnasium's
+        # second observation of seed ``s`` (the same for the same seed).
+        obs, _ = self._env.reset(seed=seed)
         if seed is not None:
             self._env.action_space.seed(seed)
+        self._pending_seed = None
+        if self.is_vector:
+            self.__dict__["_last_obs"] = obs
+            self._autoreset[:] = False
 
     def _take_seed(self) -> int | None:
         seed, self._pending_seed = self._pending_seed, None

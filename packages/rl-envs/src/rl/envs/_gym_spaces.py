@@ -1,7 +1,10 @@
 """Gymnasium spaces to ``rl.core`` specs, and the value converters between the two.
 
-A space is flattened into :class:`SpaceLeaf` entries: one per array of the gym value
-(Dict and Tuple spaces nest, Tuple items are keyed ``"0"``, ``"1"``...). Each leaf knows
+A space is flattened into :class:`SpaceLeaf` entries: one per array of the gym value.
+Dict spaces nest. A Tuple of items of one kind (same space type, shape and dtype, same
+number of categories) is stacked into one leaf of shape ``[n_items, *item]``, as
+TorchRL's ``torch.stack`` of the item specs; a Tuple of mixed items (which TorchRL cannot
+stack) nests with keys ``"0"``, ``"1"``... Each leaf knows
 its TensorDict key, where its value sits in the gym structure, its spec, and how to
 convert a gym value to the spec's layout (``from_gym``) and back (``to_gym``). The
 converters work on numpy arrays with any leading (time / env) dims.
@@ -68,6 +71,8 @@ def walk(value: Any, path: tuple) -> Any:
 
 def assemble(space: spaces.Space, leaves: dict[tuple, Any], path: tuple = ()) -> Any:
     """Builds the gym value of ``space`` from ``{path: leaf_value}``."""
+    if path in leaves:  # a leaf, or a stacked Tuple
+        return leaves[path]
     if isinstance(space, spaces.Dict):
         return {k: assemble(sub, leaves, (*path, k)) for k, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
@@ -162,6 +167,58 @@ def _multi_binary(space: spaces.MultiBinary, batch: tuple, key, path) -> SpaceLe
     return SpaceLeaf(key, path, spec, None, to_gym)
 
 
+def _stackable(space: spaces.Tuple) -> bool:
+    """Whether the items of a Tuple space stack into one array (one kind, shape, dtype)."""
+    items = space.spaces
+    first = items[0] if items else None
+    kinds = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    if not isinstance(first, kinds):
+        return False
+    for item in items[1:]:
+        if type(item) is not type(first) or item.shape != first.shape:
+            return False
+        if item.dtype != first.dtype:
+            return False
+        if isinstance(first, spaces.Discrete) and (item.n, item.start) != (first.n, first.start):
+            return False
+        if isinstance(first, spaces.MultiDiscrete) and not (
+            np.array_equal(item.nvec, first.nvec) and np.array_equal(item.start, first.start)
+        ):
+            return False
+    return True
+
+
+def _stacked_tuple(space: spaces.Tuple, batch: tuple, categorical: bool, key, path) -> SpaceLeaf:
+    """One leaf ``[*batch, n_items, *item]`` for a Tuple of items of one kind.
+
+    The gym value is a tuple of the items (each with the leading dims of a vector env);
+    the action sent back is a tuple too, as gymnasium's Tuple space expects.
+    """
+    subs = space.spaces
+    items = [space_leaves(sub, (), categorical, key, path)[0] for sub in subs]
+    item_ndim = len(items[0].spec.shape)
+    if isinstance(subs[0], spaces.Box):  # items may differ in bounds: stack them
+        low = np.stack([np.broadcast_to(sub.low, sub.shape) for sub in subs])
+        high = np.stack([np.broadcast_to(sub.high, sub.shape) for sub in subs])
+        spec = _box(spaces.Box(low, high, dtype=subs[0].dtype), batch, key, path).spec
+    else:
+        spec = space_leaves(subs[0], (*batch, len(subs)), categorical, key, path)[0].spec
+    axis = -1 - item_ndim  # the items' dim: right before each item's own dims
+    from_items = [leaf.from_gym for leaf in items]
+    to_items = [leaf.to_gym for leaf in items]
+
+    def from_gym(value):
+        return np.stack(
+            [np.asarray(v) if f is None else f(v) for f, v in zip(from_items, value)], axis
+        )
+
+    def to_gym(array):
+        array = np.asarray(array)
+        return tuple(to(np.take(array, i, axis=axis)) for i, to in enumerate(to_items))
+
+    return SpaceLeaf(key, path, spec, from_gym, to_gym)
+
+
 def space_leaves(
     space: spaces.Space,
     batch: tuple = (),
@@ -189,6 +246,8 @@ def space_leaves(
             leaves += space_leaves(sub, batch, categorical, (*key, str(name)), (*path, name))
         return leaves
     if isinstance(space, spaces.Tuple):
+        if _stackable(space):
+            return [_stacked_tuple(space, batch, categorical, key, path)]
         leaves = []
         for i, sub in enumerate(space.spaces):
             leaves += space_leaves(sub, batch, categorical, (*key, str(i)), (*path, i))

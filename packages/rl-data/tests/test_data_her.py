@@ -115,6 +115,128 @@ class TestHERReplayBuffer:
             rb.sample(8)
 
 
+def env_batches(ends, steps=8, start=0):
+    """``[B, T]`` steps of B envs: achieved goal = [env, step, episode]; ``ends[b]``: the
+    steps where env b's episodes end (in ``[start, start + steps)``)."""
+    b = len(ends)
+    step = torch.arange(start, start + steps).expand(b, steps)
+    done = torch.zeros(b, steps, dtype=torch.bool)
+    for i, env_ends in enumerate(ends):
+        for t in env_ends:
+            if start <= t < start + steps:
+                done[i, t - start] = True
+    episode = torch.stack(
+        [torch.searchsorted(torch.tensor(sorted(e)), step[i]) for i, e in enumerate(ends)]
+    )
+    env = torch.arange(b).unsqueeze(-1).expand(b, steps)
+    achieved = torch.stack([env, step, episode], -1).float()
+    return TensorDict(
+        {
+            "desired_goal": -torch.ones(b, steps, 3),
+            "achieved_goal": achieved,
+            "next": {"reward": torch.zeros(b, steps, 1), "done": done.unsqueeze(-1)},
+        },
+        batch_size=[b, steps],
+    )
+
+
+class TestHERMultiDimStorage:
+    """``ndim=2`` storages fed ``[B, T]`` batches: one sequence per env (TorchRL 0.14.1
+    raises NotImplementedError there; these check the relabeling against the layout)."""
+
+    ENDS = ([2, 7], [4], [0, 3, 5])  # env 1's second episode is still running at t=7
+
+    def make(self, strategy, capacity=64, her_ratio=1.0):
+        rb = HERReplayBuffer(
+            reward_fn=lambda td: (
+                (td["achieved_goal"] == td["desired_goal"]).all(-1, keepdim=True).float()
+            ),
+            her_ratio=her_ratio,
+            strategy=strategy,
+            storage=LazyTensorStorage(capacity, ndim=2),
+            batch_size=256,
+            generator=torch.Generator().manual_seed(1),
+        )
+        rb.extend(env_batches(self.ENDS))
+        return rb
+
+    @pytest.mark.parametrize("strategy", list(HindsightStrategy))
+    def test_goals_stay_in_the_env_and_episode(self, strategy):
+        rb = self.make(strategy)
+        assert rb.storage.shape == (8, 3)
+        batch = rb.sample()
+        own, goal = batch["achieved_goal"], batch["desired_goal"]
+        # the sampled coordinates are (time, env)
+        assert torch.equal(own[:, 0], batch["index"][:, 1].float())
+        assert torch.equal(own[:, 1], batch["index"][:, 0].float())
+        if strategy != "random":
+            assert torch.equal(goal[:, 0], own[:, 0])  # same env
+            assert torch.equal(goal[:, 2], own[:, 2])  # same episode
+        else:
+            assert bool((goal[:, 0] != own[:, 0]).any())
+        if strategy == "future":
+            assert bool((goal[:, 1] >= own[:, 1]).all()) and bool((goal[:, 1] > own[:, 1]).any())
+        if strategy == "final":
+            last = {}
+            for env, env_ends in enumerate(self.ENDS):
+                bounds = sorted({*env_ends, 7})
+                for ep, end in enumerate(bounds):
+                    last[(env, ep)] = end
+            expected = torch.tensor(
+                [last[(int(e), int(ep))] for e, ep in zip(own[:, 0], own[:, 2])]
+            ).float()
+            torch.testing.assert_close(goal[:, 1], expected)
+        if strategy == "episode":
+            # every step of the sampled episodes is drawn, earlier ones included
+            assert bool((goal[:, 1] < own[:, 1]).any())
+        torch.testing.assert_close(batch["next", "reward"], rb.reward_fn(batch))
+
+    def test_same_goals_as_the_1d_buffer_for_final(self):
+        # laying the envs' sequences end to end in a 1-D storage gives the same FINAL goals
+        rb2 = self.make("final")
+        flat = env_batches(self.ENDS)
+        flat["next", "done"][:, -1] = True  # a 1-D storage needs the sequence ends marked
+        rb1 = HERReplayBuffer(
+            reward_fn=lambda td: torch.zeros(td.shape[0], 1),
+            her_ratio=1.0,
+            strategy="final",
+            storage=LazyTensorStorage(64),
+        )
+        rb1.extend(flat.reshape(-1))
+        lookup = {
+            tuple(a.tolist()): tuple(g.tolist())
+            for a, g in zip(*(lambda b: (b["achieved_goal"], b["desired_goal"]))(rb1.sample(400)))
+        }
+        batch = rb2.sample()
+        for a, g in zip(batch["achieved_goal"], batch["desired_goal"]):
+            assert lookup.get(tuple(a.tolist()), tuple(g.tolist())) == tuple(g.tolist())
+
+    def test_ratio_and_storage_untouched(self):
+        rb = self.make("final", her_ratio=0.5)
+        batch = rb.sample()
+        assert bool((batch["desired_goal"][128:] == -1).all())
+        assert bool((batch["desired_goal"][:128] >= 0).all())
+        assert bool((rb.storage._storage["desired_goal"][:8] == -1).all())
+
+    def test_episodes_do_not_cross_the_wrap(self):
+        # capacity 8 rows x 3 envs; a second write of 5 steps wraps: rows 0..4 hold steps
+        # 8..12, rows 5..7 the older steps 5..7; the newest write (row 4) ends the sequences
+        rb = self.make("future", capacity=24)
+        rb.extend(env_batches(([10], [], [12]), steps=5, start=8))
+        stored = rb.storage._storage["achieved_goal"]
+        assert stored[4, :, 1].tolist() == [12.0, 12.0, 12.0]
+        for _ in range(5):
+            batch = rb.sample()
+            own, goal = batch["achieved_goal"], batch["desired_goal"]
+            assert torch.equal(goal[:, 0], own[:, 0])
+            newer = own[:, 1] >= 8
+            assert bool((goal[newer, 1] >= own[newer, 1]).all())
+            assert bool((goal[newer, 1] <= 12).all())
+            # the older rows never take a goal from the newest steps (the wrap is a boundary)
+            older = ~newer
+            assert bool((goal[older, 1] <= 7).all()) and bool((goal[older, 1] >= 5).all())
+
+
 class TestOfflineToOnline:
     def offline(self):
         rb = ReplayBuffer(storage=LazyTensorStorage(100))

@@ -57,7 +57,9 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         goal_key, achieved_goal_key, reward_key, end_key: where the desired goal, the
             achieved goal, the reward and the episode-end flag are stored.
         sampler: which transitions a batch holds (default :class:`RandomSampler`).
-        **kwargs: the other :class:`TensorDictReplayBuffer` arguments (1-D storages).
+        **kwargs: the other :class:`TensorDictReplayBuffer` arguments. A storage with
+            ``ndim > 1`` (``LazyTensorStorage(n, ndim=2)`` fed ``[B, T]`` batches) keeps
+            one sequence per environment: episodes never cross from one to another.
 
     Raises:
         ValueError: ``her_ratio`` is outside ``[0, 1]`` or ``strategy`` is unknown.
@@ -117,15 +119,21 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         self.end_key = end_key
 
     # -- episodes --------------------------------------------------------------------------------
+    # Positions: items numbered column after column, time along each (``column * rows +
+    # row``), where a storage with ndim > 1 writes time along dim 0 and keeps one sequence
+    # per column (the other dims, flattened); with ndim=1 the position is the index.
+    @staticmethod
+    def _layout(storage: Storage) -> tuple[int, int]:
+        """``(rows, columns)`` of the stored items: time runs down the rows of each column."""
+        n = len(storage)
+        rows = storage._len_along_dim0 if storage.ndim > 1 else n
+        return rows, (n // rows if rows else 0)
+
     def _episode_ends(self, storage: Storage) -> torch.Tensor:
         """Sorted last positions of the stored episodes (CPU int64)."""
-        if storage.ndim != 1:
-            raise NotImplementedError(
-                f"{type(self).__name__} supports 1-D storages only, got ndim={storage.ndim}"
-            )
-        n = len(storage)
+        rows, cols = self._layout(storage)
         flags = [
-            storage._column(key).reshape(n, -1).any(-1).cpu()
+            storage._column(key).reshape(rows, cols, -1).any(-1).cpu()
             for key in (self.end_key, _sibling(self.end_key, "terminated"))
             if storage._has_key(key)
         ]
@@ -136,14 +144,34 @@ class HERReplayBuffer(TensorDictReplayBuffer):
             )
         boundary = flags[0] if len(flags) == 1 else flags[0] | flags[1]
         boundary = boundary.clone()
-        boundary[n - 1] = True
+        boundary[rows - 1] = True  # every column ends at its last stored step
         write_end = getattr(storage, "_write_end", 0)
-        if n == storage.max_size and write_end:
+        capacity = getattr(storage, "_rows", None) or storage.max_size
+        if rows == capacity and write_end:
             boundary[write_end - 1] = True  # the newest write: episodes do not cross the wrap
-        return boundary.nonzero().squeeze(-1)
+        return boundary.t().reshape(-1).nonzero().squeeze(-1)
+
+    @staticmethod
+    def _positions(storage: Storage, index: Any, rows: int) -> torch.Tensor:
+        """Sampled indices (1-D, or a tuple of coordinates when ndim > 1) to positions."""
+        if storage.ndim == 1:
+            return index.cpu()
+        row, *coords = (torch.as_tensor(c).cpu().long() for c in index)
+        column = torch.zeros_like(row)
+        for coord, size in zip(coords, storage.shape[1:]):
+            column = column * size + coord
+        return column * rows + row
+
+    @staticmethod
+    def _storage_index(storage: Storage, position: torch.Tensor, rows: int) -> Any:
+        """Positions to what indexes ``storage._column(key)``: the index, or coordinates."""
+        if storage.ndim == 1:
+            return position.to(storage.device)
+        coords = torch.unravel_index(position // rows, storage.shape[1:])
+        return tuple(c.to(storage.device) for c in (position % rows, *coords))
 
     def _goal_source(self, index: torch.Tensor, ends: torch.Tensor, n: int) -> torch.Tensor:
-        """The item whose achieved goal each relabeled transition takes."""
+        """The position whose achieved goal each relabeled transition takes."""
         position = torch.searchsorted(ends, index).clamp(max=ends.shape[0] - 1)
         end = ends[position]
         start = torch.where(position == 0, 0, ends[(position - 1).clamp(min=0)] + 1)
@@ -164,9 +192,16 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         data, info = super()._sample(batch_size)
         storage = self._storage
         index = info["index"]
-        if isinstance(index, tuple) or not isinstance(index, torch.Tensor) or index.ndim != 1:
-            raise NotImplementedError(f"{type(self).__name__} needs a sampler of 1-D indices")
-        relabeled = int(index.shape[0] * self.her_ratio)
+        if storage.ndim == 1:
+            ok = isinstance(index, torch.Tensor) and index.ndim == 1
+        else:
+            ok = isinstance(index, tuple) and len(index) == storage.ndim
+        if not ok:
+            raise NotImplementedError(
+                f"{type(self).__name__} needs a sampler of 1-D indices (ndim=1) or of "
+                f"coordinate tuples (ndim > 1), got {type(index).__name__}"
+            )
+        relabeled = int(data.shape[0] * self.her_ratio)
         if relabeled == 0:
             return data, info
         for key, role in (
@@ -177,9 +212,10 @@ class HERReplayBuffer(TensorDictReplayBuffer):
                 raise KeyMismatchError(
                     f"{role}={key!r} is not stored; store it in every transition before sampling"
                 )
-        n = len(storage)
-        source = self._goal_source(index[:relabeled].cpu(), self._episode_ends(storage), n)
-        goals = storage._column(self.achieved_goal_key).index_select(0, source.to(storage.device))
+        rows, _ = self._layout(storage)
+        positions = self._positions(storage, index, rows)[:relabeled]
+        source = self._goal_source(positions, self._episode_ends(storage), len(storage))
+        goals = storage._column(self.achieved_goal_key)[self._storage_index(storage, source, rows)]
         part = data[:relabeled]
         part.set_(self.goal_key, goals.to(part.get(self.goal_key).dtype))
         next_goal = _under_next(self.goal_key)

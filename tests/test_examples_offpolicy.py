@@ -252,6 +252,61 @@ def test_offline_trains_on_the_dataset(algo, tiny_dataset, tmp_path):
     assert summary["curve"].exists()
 
 
+def _cql(path, tmp_path, name, **overrides):
+    offline = _load("offline")
+    cfg = offline.Config(
+        dataset=str(path),
+        algo="cql",
+        num_updates=6,
+        log_interval=3,
+        batch_size=16,
+        hidden=8,
+        num_random=2,
+        log_dir=str(tmp_path),
+        exp_name=name,
+        **{**TINY, "eval_episodes": 1},
+        **overrides,
+    )
+    return offline.main(cfg)
+
+
+def test_cql_bc_warm_up_keeps_the_critics_out_of_the_actor(tiny_dataset, tmp_path):
+    # during the warm-up the actor clones the data: a critic trained with another penalty
+    # weight (same draws) leaves it unchanged; after the warm-up the critics steer it
+    path, _ = tiny_dataset
+
+    def actor_weights(name, **kw):
+        summary = _cql(path, tmp_path, name, **kw)
+        return [p.detach().clone() for p in summary["actor"].parameters()]
+
+    for a, b in zip(
+        actor_weights("w1", bc_steps=6, min_q_weight=1.0),
+        actor_weights("w9", bc_steps=6, min_q_weight=9.0),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b)
+    differ = [
+        not torch.equal(a, b)
+        for a, b in zip(
+            actor_weights("n1", bc_steps=2, min_q_weight=1.0),
+            actor_weights("n9", bc_steps=2, min_q_weight=9.0),
+            strict=True,
+        )
+    ]
+    assert any(differ)
+
+
+def test_cql_lagrange_learns_the_penalty_weight(tiny_dataset, tmp_path):
+    path, _ = tiny_dataset
+    summary = _cql(path, tmp_path, "lagrange", with_lagrange=True, lagrange_thresh=1e3)
+    # the penalty sits far below its target gap: the multiplier's loss lowers alpha_prime
+    assert summary["loss_module"].log_alpha_prime.item() < 0
+    assert [step for step, _ in _scalars(tmp_path / "lagrange", "train/loss_alpha_prime")] == [
+        3,
+        6,
+    ]
+
+
 def test_offline_names_a_missing_dataset(tmp_path):
     offline = _load("offline")
     cfg = offline.Config(dataset=str(tmp_path / "nothing"), log_dir=str(tmp_path), **TINY)

@@ -24,6 +24,7 @@ from ._common import (
     wrap_policy,
 )
 from ._env_state import env_state, load_env_state
+from ._tensor_policy import tensor_policy
 
 __all__ = ["Collector", "SyncDataCollector"]
 
@@ -147,6 +148,9 @@ class Collector(CollectorBase):
         self.steps_per_batch = check_batch_args(self.env, frames_per_batch, total_frames)
         self.policy = policy
         self._policy = wrap_policy(policy, self.policy_device, self.env.device, compile_policy)
+        # the same calls on tensors, without tensordict's per-call machinery (None: the
+        # policy is not a plain TensorDictModule / TensorDictSequential of them)
+        self._tensor_policy = tensor_policy(self._policy) if self._policy is policy else None
         self.init_random_frames = int(init_random_frames or 0)
         self.reset_at_each_iter = reset_at_each_iter
         self.postproc = postproc
@@ -189,7 +193,7 @@ class Collector(CollectorBase):
                 # a reset ends every running trajectory
                 self._traj_ids.assign(torch.ones(*env.batch_size, 1, 1, dtype=torch.bool))
         random = self._policy is None or self._frames < self.init_random_frames
-        policy = None if random else self._policy
+        policy = None if random else self._acting_policy()
         with set_exploration_type(self.exploration_type):
             if policy is not None and not self._checked:
                 self._probe_policy(policy)
@@ -215,6 +219,12 @@ class Collector(CollectorBase):
         if self.storing_device is not None and out.device != self.storing_device:
             out = out.to(self.storing_device)
         return out
+
+    def _acting_policy(self) -> Callable:
+        """The policy's tensor twin where it still does what the policy does, else the
+        policy (checked at each batch: a hook added since construction is honoured)."""
+        fast = self._tensor_policy
+        return fast if fast is not None and fast.usable() else self._policy
 
     def _probe_policy(self, policy: Callable) -> None:
         """Checks the policy's first action against the spec without moving any RNG."""

@@ -179,6 +179,77 @@ class PipelinedPolicyActions(PolicyActions):
                 self.root_overrides.append((t, key, current.clone()))
 
 
+class TensorPolicyActions(PipelinedPolicyActions):
+    """:class:`PipelinedPolicyActions` for a policy with a tensor twin (the collectors'
+    ``TensorPolicy``: ``in_keys``, ``out_keys``, ``forward(*tensors) -> tensors``).
+
+    Step 0 runs through the TensorDict as usual (it validates the outputs and finds the
+    keys to record); from step 1 on, ``forward`` takes the observation buffers' views
+    (patched where sub-envs were reset) and its outputs go straight into the recorded
+    buffers: no TensorDict is read or written per step. Where step 0 shows anything
+    else (a key the policy writes that is not an out_key, a root entry replaced) the
+    later steps keep the TensorDict path.
+    """
+
+    def __init__(self, env, policy, tensordict, next_obs, overrides, max_steps, outputs):
+        super().__init__(env, policy, tensordict, next_obs, overrides, max_steps, outputs)
+        self.forward = policy.forward
+        obs_index = {key: i for i, (key, _) in enumerate(self.obs)}
+        flags = dict(self.zero_flags)
+        # each input: an observation buffer index, or the (all False) done flag of t >= 1
+        self.sources = [(obs_index.get(key), flags.get(key)) for key in policy.in_keys]
+        self.out_keys = list(policy.out_keys)
+        self.action_pos = self.out_keys.index("action")
+        self.slots: list | None = None  # (out index, buffer) once step 0 validated them
+        self._outs: tuple = ()
+        self._get_action = lambda _key: self._outs[self.action_pos]
+
+    @staticmethod
+    def accepts(env, policy) -> bool:
+        """Whether ``policy`` has a usable tensor twin this loop can feed."""
+        if not getattr(policy, "_rl_tensor_policy", False) or not policy.usable():
+            return False
+        obs_keys = {key for key, _ in env._obs_np_dtypes}
+        roots = obs_keys | set(env.done_keys)
+        return (
+            "action" in policy.out_keys
+            and all(key in roots for key in policy.in_keys)
+            and not any(key in roots for key in policy.out_keys)
+        )
+
+    def act(self, t: int) -> np.ndarray:
+        slots = self.slots
+        if t == 0 or slots is None:
+            return super().act(t)
+        patches = self._take_resets(t) if self.seen_overrides < len(self.overrides) else ()
+        inputs = []
+        for i, flag in self.sources:
+            if i is None:
+                inputs.append(flag)
+                continue
+            value = self.obs[i][1][t - 1]
+            if patches:
+                value = value.clone()
+                for _, index, arrays in patches:
+                    value[index] = torch.from_numpy(arrays[i])
+            inputs.append(value)
+        self._outs = self.forward(*inputs)
+        return self.env._action_from_td(None, self._get_action)
+
+    def record(self, t: int) -> None:
+        slots = self.slots
+        if slots is not None:
+            outs = self._outs
+            for i, buf in slots:
+                buf[t] = outs[i]
+            return
+        super().record(t)
+        if t == 0 and not self.root_overrides:
+            by_key = dict(self.extras)
+            if sorted(by_key) == sorted(self.out_keys):
+                self.slots = [(i, by_key[key]) for i, key in enumerate(self.out_keys)]
+
+
 def _getter(td: TensorDictBase):
     """``td.get`` for the keys of the loop; for a plain ``TensorDict``, string keys are
     read from its entry dict directly (``td.get`` parses the key at every call)."""
@@ -244,7 +315,12 @@ def _rollout(
         actions = presample_actions(env, max_steps)
         pool_actions = env._act_leaves[0].to_gym(actions[0][1].numpy())
     else:
-        pool_actions = PipelinedPolicyActions(
+        driver = (
+            TensorPolicyActions
+            if TensorPolicyActions.accepts(env, policy)
+            else PipelinedPolicyActions
+        )
+        pool_actions = driver(
             env, policy, tensordict, next_obs, overrides, max_steps, (reward, terminated, truncated)
         )
     pool = env._env

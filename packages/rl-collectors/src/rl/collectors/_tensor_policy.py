@@ -1,0 +1,218 @@
+"""The tensor fast path of a collector's policy.
+
+A ``TensorDictModule`` reads its ``in_keys``, calls its module on the tensors and writes
+its ``out_keys``; most of the cost of a call on a small network is tensordict's own
+machinery around it (dispatch, skip-existing checks, key parsing, hooks of the wrapper).
+:func:`tensor_policy` recognises the policies that are only that (a plain
+``TensorDictModule``, or a ``TensorDictSequential`` of them) and builds, once, a
+:class:`TensorPolicy` that does the same tensor calls in the same order without that
+machinery. Envs whose rollout loop knows the protocol (EnvPool's) call it on tensors
+and never build a TensorDict per step; other envs call it on the root TensorDict as they
+would call the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.base import NO_DEFAULT
+from tensordict.nn import (
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+    skip_existing,
+)
+from torch import nn
+from torch.nn.modules import module as _torch_module
+
+__all__ = ["TensorPolicy", "tensor_policy"]
+
+_TDM_METHODS = ("__call__", "forward", "_call_module", "_write_to_tensordict")
+_SEQ_METHODS = ("__call__", "forward", "_run_module", "_module_iter")
+
+
+class TensorPolicy:
+    """A policy's tensor-level twin: ``forward(*in_tensors) -> out_tensors``.
+
+    ``in_keys`` are the keys the policy reads (before it writes them), ``out_keys`` the
+    keys it writes, each once, in the order it first writes them. Calling the object on
+    a TensorDict reads ``in_keys``, runs :meth:`forward` and writes ``out_keys`` with
+    ``set``, as the policy does.
+
+    Args:
+        policy: the policy this one stands for (its modules are shared, not copied:
+            weights updated in place are used at the next call).
+        in_keys: the string keys read.
+        out_keys: the string keys written.
+        forward: the tensor function.
+    """
+
+    _rl_tensor_policy = True  # the protocol flag the env rollout loops look for
+
+    def __init__(
+        self,
+        policy: nn.Module,
+        in_keys: list[str],
+        out_keys: list[str],
+        forward: Callable[..., tuple[torch.Tensor, ...]],
+        gets: list[tuple] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.in_keys = in_keys
+        self.out_keys = out_keys
+        self.forward = forward
+        # (default, get kwargs) of the TensorDictModule reading each in_key first
+        self._gets = gets if gets is not None else [(None, {})] * len(in_keys)
+        self._hooked = [m for m in policy.modules() if isinstance(m, TensorDictModule)]
+        self._hooked += [m for m in policy.modules() if isinstance(m, TensorDictSequential)]
+
+    def usable(self) -> bool:
+        """Whether the fast path still does what the policy does (no hook was added, the
+        skip-existing mode is off); checked once per rollout."""
+        if skip_existing():
+            return False
+        if _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks:
+            return False
+        return not any(_has_hooks(m) for m in self._hooked)
+
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        # the caller checks usable() (once per rollout, not per step)
+        get = tensordict._get_tuple_maybe_non_tensor
+        outs = self.forward(
+            *[get((key,), default, **kw) for key, (default, kw) in zip(self.in_keys, self._gets)]
+        )
+        for key, value in zip(self.out_keys, outs):
+            if type(value) is not torch.Tensor:
+                value = TensorDict.from_any(value)  # as TensorDictModule writes it
+            tensordict.set(key, value)
+        return tensordict
+
+    def __repr__(self) -> str:
+        return f"TensorPolicy(in_keys={self.in_keys}, out_keys={self.out_keys})"
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def _same_methods(obj, base: type, names: tuple[str, ...]) -> bool:
+    cls = type(obj)
+    return all(getattr(cls, name) is getattr(base, name) for name in names)
+
+
+def _plain_keys(keys) -> bool:
+    return all(type(key) is str and key != "_" for key in keys)
+
+
+def _module_step(tdm: TensorDictModule):
+    """``(in_keys, out_keys, fn)`` of a plain ``TensorDictModule``, else ``None``."""
+    if not _same_methods(tdm, TensorDictModule, _TDM_METHODS):
+        return None
+    if tdm._kwargs is not None or tdm.method is not None or tdm.method_kwargs:
+        return None
+    if tdm.inplace is not True or _has_hooks(tdm):
+        return None
+    in_keys, out_keys = list(tdm.in_keys), list(tdm.out_keys)
+    if not (_plain_keys(in_keys) and _plain_keys(out_keys)):
+        return None
+    if list(tdm.out_keys_source) != out_keys or len(set(out_keys)) != len(out_keys):
+        return None
+    module = tdm.module
+    if isinstance(module, (TensorDictModule, TensorDictSequential)) or not callable(module):
+        return None
+    default = NO_DEFAULT if tdm.strict else None
+    return in_keys, out_keys, module, (default, dict(tdm._get_kwargs))
+
+
+def _steps(policy) -> list | None:
+    """The ``(in_keys, out_keys, fn)`` stages of ``policy`` in call order, else ``None``."""
+    if type(policy) is TensorDictSequential or (
+        isinstance(policy, TensorDictSequential)
+        and _same_methods(policy, TensorDictSequential, _SEQ_METHODS)
+        and not isinstance(policy, ProbabilisticTensorDictSequential)
+    ):
+        if policy.partial_tolerant or policy.inplace not in (True, None) or _has_hooks(policy):
+            return None
+        if policy._select_before_return:
+            return None
+        stages: list = []
+        for sub in policy._module_iter():
+            sub_steps = _steps(sub)
+            if sub_steps is None:
+                return None
+            stages += sub_steps
+        return stages
+    if isinstance(policy, TensorDictModule):
+        step = _module_step(policy)
+        return None if step is None else [step]
+    return None
+
+
+def tensor_policy(policy) -> TensorPolicy | None:
+    """A :class:`TensorPolicy` doing what ``policy`` does, or ``None`` where ``policy``
+    is not a plain ``TensorDictModule`` / ``TensorDictSequential`` of them (string keys,
+    the module called with the tensors, outputs written in place, no hooks)."""
+    if not isinstance(policy, nn.Module):
+        return None
+    stages = _steps(policy)
+    if not stages:
+        return None
+    in_keys: list[str] = []
+    out_keys: list[str] = []
+    gets: list[tuple] = []
+    for stage_in, stage_out, _, how in stages:
+        for key in stage_in:
+            if key not in out_keys and key not in in_keys:
+                in_keys.append(key)
+                gets.append(how)
+        out_keys += [k for k in stage_out if k not in out_keys]
+    if len(stages) == 1:
+        forward = _single(stages[0][2], len(out_keys), out_keys)
+    else:
+        forward = _chain(stages, in_keys, out_keys)
+    return TensorPolicy(policy, in_keys, out_keys, forward, gets)
+
+
+def _as_tuple(out, out_keys: list[str]) -> tuple:
+    """The module's output as ``TensorDictModule`` reads it: one value per out_key."""
+    if out is None:
+        out = ()
+    if (
+        type(out) is not torch.Tensor
+        and type(out) is not tuple
+        and isinstance(out, dict | TensorDictBase)
+        and all(key in out for key in out_keys)
+    ):
+        out = tuple(out.get(key) for key in out_keys)
+    if not isinstance(out, tuple):
+        out = (out,)
+    if len(out) != len(out_keys):
+        raise RuntimeError(
+            f"the policy's module returned {len(out)} values for the out_keys {out_keys}"
+        )
+    return out
+
+
+def _single(module, n: int, out_keys: list[str]):
+    def forward(*tensors):
+        out = module(*tensors)
+        if type(out) is tuple and len(out) == n:
+            return out
+        return _as_tuple(out, out_keys)
+
+    return forward
+
+
+def _chain(stages: list, in_keys: list[str], out_keys: list[str]):
+    def forward(*tensors):
+        values = dict(zip(in_keys, tensors))
+        for stage_in, stage_out, module, _ in stages:
+            out = _as_tuple(module(*[values[k] for k in stage_in]), stage_out)
+            for key, value in zip(stage_out, out):
+                # a later stage reads what the sequence would have written
+                values[key] = value if type(value) is torch.Tensor else TensorDict.from_any(value)
+        return tuple(values[k] for k in out_keys)
+
+    return forward

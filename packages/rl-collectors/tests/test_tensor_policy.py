@@ -1,0 +1,210 @@
+"""The collector's tensor fast path: which policies get it, and that it changes no data."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+    set_skip_existing,
+)
+from torch.testing import assert_close
+
+from rl.collectors import Collector
+from rl.collectors._tensor_policy import TensorPolicy, tensor_policy
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _collector_helpers import cartpole  # noqa: E402
+
+# EnvPool's own spaces make gymnasium warn
+pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered:UserWarning")
+
+
+class Sampled(torch.nn.Module):
+    """Logits of a small MLP, a sampled action and its log-prob (draws from torch's RNG)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)
+        )
+
+    def forward(self, obs):
+        dist = torch.distributions.Categorical(logits=self.net(obs))
+        action = dist.sample()
+        return action, dist.log_prob(action)
+
+
+def one_module():
+    return TensorDictModule(Sampled(), ["observation"], ["action", "sample_log_prob"])
+
+
+def sequence():
+    """Two stages: the second reads what the first wrote and the observation."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 2)
+
+    class Pick(torch.nn.Module):
+        def forward(self, logits, obs):
+            noise = torch.rand(logits.shape)
+            return (logits + noise + obs[..., :2]).argmax(-1), noise
+
+    return TensorDictSequential(
+        TensorDictModule(net, ["observation"], ["logits"]),
+        TensorDictModule(Pick(), ["logits", "observation"], ["action", "noise"]),
+    )
+
+
+def collect(env_fn, policy, fast: bool, batches: int = 3, frames: int = 96) -> list:
+    env = env_fn()
+    env.set_seed(3)
+    torch.manual_seed(5)
+    collector = Collector(env, policy, frames_per_batch=frames)
+    if not fast:
+        collector._tensor_policy = None
+    out = [collector.next() for _ in range(batches)]
+    collector.shutdown()
+    return out
+
+
+def assert_same(fast: list, slow: list) -> None:
+    for a, b in zip(fast, slow):
+        assert a.batch_size == b.batch_size
+        assert list(a.keys(True, True)) == list(b.keys(True, True))
+        for key in a.keys(True, True):
+            assert_close(a[key], b[key], msg=str(key), rtol=0, atol=0)
+
+
+def envpool_cartpole():
+    pytest.importorskip("envpool")
+    from rl.envs import MultiThreadedEnv
+
+    return MultiThreadedEnv(8, "CartPole-v1", create_env_kwargs={"seed": 0})
+
+
+ENVS = {
+    "envpool": envpool_cartpole,
+    "gym-vector": lambda: cartpole(4),
+}
+
+
+class TestTensorPolicy:
+    def test_plain_module_and_sequence_are_recognised(self):
+        fast = tensor_policy(one_module())
+        assert isinstance(fast, TensorPolicy)
+        assert fast.in_keys == ["observation"]
+        assert fast.out_keys == ["action", "sample_log_prob"]
+        seq = tensor_policy(sequence())
+        assert seq.in_keys == ["observation"]
+        assert seq.out_keys == ["logits", "action", "noise"]
+
+    def test_call_matches_policy(self):
+        td = TensorDict(observation=torch.randn(5, 4), batch_size=[5])
+        for make in (one_module, sequence):
+            policy = make()
+            torch.manual_seed(1)
+            expected = policy(td.clone())
+            torch.manual_seed(1)
+            got = tensor_policy(policy)(td.clone())
+            assert list(got.keys()) == list(expected.keys())
+            assert (got == expected).all()
+
+    def test_other_policies_keep_the_general_path(self):
+        net = torch.nn.Linear(4, 2)
+        hooked = TensorDictModule(net, ["observation"], ["action"])
+        hooked.register_forward_hook(lambda *args: None)
+
+        class Custom(TensorDictModule):
+            def forward(self, tensordict):
+                return super().forward(tensordict)
+
+        prob = ProbabilisticTensorDictSequential(
+            TensorDictModule(net, ["observation"], ["logits"]),
+            ProbabilisticTensorDictModule(
+                in_keys=["logits"],
+                out_keys=["action"],
+                distribution_class=torch.distributions.Categorical,
+            ),
+        )
+        nested = TensorDictModule(net, [("agents", "observation")], ["action"])
+        selected = TensorDictModule(
+            lambda x: (x, x), ["observation"], ["action", "extra"]
+        ).select_out_keys("action")
+        for policy in (
+            hooked,
+            Custom(net, ["observation"], ["action"]),
+            prob,
+            nested,
+            selected,
+            TensorDictModule(net, ["observation"], ["action"], inplace=False),
+            lambda td: td,
+            TensorDictSequential(hooked),
+        ):
+            assert tensor_policy(policy) is None, policy
+
+    def test_usable_follows_hooks_and_skip_existing(self):
+        policy = one_module()
+        fast = tensor_policy(policy)
+        assert fast.usable()
+        with set_skip_existing(True):
+            assert not fast.usable()
+        handle = policy.register_forward_pre_hook(lambda *args: None)
+        assert not fast.usable()
+        handle.remove()
+        assert fast.usable()
+
+    @pytest.mark.parametrize("kind", sorted(ENVS))
+    @pytest.mark.parametrize("make", [one_module, sequence], ids=["module", "sequence"])
+    def test_fast_and_general_paths_collect_the_same_data(self, kind, make, monkeypatch):
+        from rl.envs.libs import _envpool_rollout
+
+        tensor_steps = []
+        record = _envpool_rollout.TensorPolicyActions.record
+
+        def spy(self, t):
+            tensor_steps.append(self.slots is not None)
+            record(self, t)
+
+        monkeypatch.setattr(_envpool_rollout.TensorPolicyActions, "record", spy)
+        fast = collect(ENVS[kind], make(), fast=True)
+        # EnvPool runs the tensor loop from step 1 on
+        assert sum(tensor_steps) == (3 * (96 // 8 - 1) if kind == "envpool" else 0)
+        slow = collect(ENVS[kind], make(), fast=False)
+        assert torch.cat([b["next", "done"] for b in fast]).any()
+        assert_same(fast, slow)
+
+    def test_hook_added_after_construction_is_called(self):
+        policy = one_module()
+        env = envpool_cartpole()
+        collector = Collector(env, policy, frames_per_batch=32, trust_policy=True)
+        calls = []
+        policy.register_forward_hook(lambda *args: calls.append(1))
+        collector.next()
+        collector.shutdown()
+        assert len(calls) == 32 // 8
+
+    def test_envpool_wrong_action_shape_later_raises(self):
+        """An action of the wrong shape after step 0 (the tensor loop) is reported."""
+
+        class Shrinks(torch.nn.Module):
+            calls = 0
+
+            def forward(self, obs):
+                self.calls += 1
+                action = torch.zeros(obs.shape[0], dtype=torch.int64)
+                return action if self.calls < 3 else action[:2]
+
+        env = envpool_cartpole()
+        policy = TensorDictModule(Shrinks(), ["observation"], ["action"])
+        collector = Collector(env, policy, frames_per_batch=40, trust_policy=True)
+        with pytest.raises(ValueError, match=r"action 'action' has shape \(2,\), expected \(8,\)"):
+            collector.next()
+        collector.shutdown()

@@ -6,6 +6,7 @@ import os
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import functools  # noqa: E402
+import inspect  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -23,7 +24,8 @@ from rl.envs import GymEnv  # noqa: E402
 ray = pytest.importorskip("ray")
 
 from rl.collectors.distributed import RayCollector  # noqa: E402
-from rl.collectors.distributed._ray_config import layout_error, weights_to_send  # noqa: E402
+from rl.collectors.distributed._common import TRAJ_ID_STRIDE, check_frames  # noqa: E402
+from rl.collectors.distributed._ray_config import weights_to_send  # noqa: E402
 from rl.collectors.distributed._ray_worker import UniqueTrajIdsBuffer  # noqa: E402
 
 # the classes below are sent to the actors by value (this file is not importable there)
@@ -51,12 +53,40 @@ class Exploding(torch.nn.Module):
         raise ValueError("the policy exploded")
 
 
-def marked_policy():
-    return TensorDictModule(MarkedPole(), in_keys=["observation"], out_keys=["action", "mark"])
+class CartPoleMarkingClose(GymEnv):
+    """A CartPole that appends its process id to ``path`` when it is closed."""
+
+    def __init__(self, path):
+        super().__init__("CartPole-v1", categorical_action_encoding=True)
+        self.path = str(path)
+
+    def close(self, *args, **kwargs):
+        with open(self.path, "a") as file:
+            file.write(f"{os.getpid()}\n")
+        super().close(*args, **kwargs)
+
+
+def marked_policy(mark=0.0):
+    policy = TensorDictModule(MarkedPole(), in_keys=["observation"], out_keys=["action", "mark"])
+    set_mark(policy, mark)
+    return policy
 
 
 def set_mark(policy, value):
     policy.module.mark.data.fill_(value)
+
+
+def append_line(path):
+    with open(path, "a") as file:
+        file.write("collect\n")
+
+
+def tag(batch):
+    batch.set("tagged", torch.ones(batch.shape))
+
+
+def closed_pids(path):
+    return {int(line) for line in path.read_text().split()} if path.exists() else set()
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +96,11 @@ def ray_local():
 
 
 class TestRayCollectorSync:
-    def test_batches_frames_and_weights(self, ray_local):
+    def test_batches_frames_and_weights(self, ray_local, tmp_path):
         policy = marked_policy()
+        marking = functools.partial(CartPoleMarkingClose, tmp_path / "closed")
         collector = RayCollector(
-            cartpole, policy, frames_per_batch=40, total_frames=100, num_collectors=2, sync=True
+            marking, policy, frames_per_batch=40, total_frames=100, num_collectors=2, sync=True
         )
         pids = collector.worker_pids
         assert collector.set_seed(3) != 3
@@ -95,9 +126,11 @@ class TestRayCollectorSync:
         expected = next(iter(local))
         for key in ["observation", "action", ("next", "reward"), ("next", "done")]:
             torch.testing.assert_close(batches[0][0][key], expected[key])
-        collector.shutdown()
+        collector.shutdown(30.0, False)  # TorchRL's (timeout, shutdown_ray)
         assert collector.closed and ray.is_initialized()  # Ray was started by the fixture
         assert not processes_left(pids)
+        # each actor's collector was shut down (its env closed) before it was killed
+        assert closed_pids(tmp_path / "closed") == set(pids)
 
 
 class TestRayCollectorAsync:
@@ -152,12 +185,17 @@ class TestRayCollectorReplayBuffer:
         assert (steps[1:] >= steps[:-1]).all()  # in collection order, nothing twice
         rb.shutdown()
 
-    def test_actors_write_trajectory_ids_unique_across_actors(self):
+    def test_actors_write_trajectory_ids_unique_across_actors_and_lives(self):
         written = []
         buffer = SimpleNamespace(extend=written.append)
         batch = TensorDict({("collector", "traj_ids"): torch.tensor([0, 0, 1, 2])}, [4])
-        UniqueTrajIdsBuffer(buffer, index=1, num_collectors=3).extend(batch)
+        wrapper = UniqueTrajIdsBuffer(buffer, index=1, num_collectors=3)
+        wrapper.extend(batch.clone())
         assert written[0]["collector", "traj_ids"].tolist() == [1, 1, 4, 7]
+        wrapper.generation = 2  # the second restart of actor 1
+        wrapper.extend(batch.clone())
+        offset = 2 * TRAJ_ID_STRIDE * 3
+        assert written[1]["collector", "traj_ids"].tolist() == [offset + i for i in [1, 1, 4, 7]]
 
 
 class TestRayCollectorFailures:
@@ -191,7 +229,13 @@ class TestRayCollectorFailures:
         assert 'raise ValueError("the policy exploded")' in str(info.value)
         assert collector.closed
 
-    def test_restarted_actor_keeps_frames_exact(self, ray_local):
+    def test_restarted_actor_keeps_frames_exact_and_trajectory_ids_apart(self, ray_local):
+        data = pytest.importorskip("rl.data")
+        rb = data.RayReplayBuffer(
+            replay_buffer_cls=data.TensorDictReplayBuffer,
+            storage=functools.partial(data.LazyTensorStorage, 100),
+            remote_config={"num_cpus": 0},
+        )
         policy = marked_policy()
         collector = RayCollector(
             cartpole,
@@ -199,50 +243,113 @@ class TestRayCollectorFailures:
             frames_per_batch=20,
             total_frames=70,
             sync=True,
+            replay_buffer=rb,
             remote_configs={"num_cpus": 1, "max_restarts": 1},
         )
-        first = collector.next()
+        assert collector.next() is None and len(rb) == 20
         set_mark(policy, 2.0)
         collector.update_policy_weights_()
         (pid,) = collector.worker_pids
-        os.kill(pid, signal.SIGKILL)
-        rest = list(collector)
-        assert [b.numel() for b in [first, *rest]] == [20, 20, 20, 10]
-        assert collector._frames == 70
-        # the restarted actor got the latest weights, and new trajectory ids
-        assert all(b["mark"].unique().tolist() == [2.0] for b in rest)
-        assert rest[0]["collector", "traj_ids"].min() > first["collector", "traj_ids"].max()
+        os.kill(pid, signal.SIGKILL)  # idle: Ray restarts it before its next batch
+        assert list(collector) == [None, None, None]
+        assert collector._frames == 70 and len(rb) == 70
+        stored = rb[:70]
+        # the restarted actor got the latest weights
+        assert stored["mark"][:20].unique().tolist() == [0.0]
+        assert stored["mark"][20:].unique().tolist() == [2.0]
+        # its own ids start again at 0: the driver's generation keeps them apart
+        ids = stored["collector", "traj_ids"]
+        assert set(ids[:20].tolist()).isdisjoint(ids[20:].tolist())
+        assert (ids[:20] < TRAJ_ID_STRIDE).all() and (ids[20:] >= TRAJ_ID_STRIDE).all()
         (new_pid,) = collector.worker_pids
         assert new_pid != pid
         collector.shutdown()
+        rb.shutdown()
         assert not processes_left([new_pid])
 
 
+class TestRayCollectorPolicyFactoryAndHooks:
+    def test_policy_built_in_the_actors_and_hooks_run_there(self, ray_local, tmp_path):
+        collector = RayCollector(
+            cartpole,
+            policy_factory=functools.partial(marked_policy, 4.0),
+            frames_per_batch=10,
+            total_frames=30,
+            sync=True,  # each batch starts when asked for: new weights apply to the next
+            pre_collect_hook=functools.partial(append_line, tmp_path / "pre"),
+            post_collect_hook=tag,
+        )
+        assert collector.policy is None
+        first = collector.next()
+        assert first["mark"].unique().tolist() == [4.0]
+        collector.update_policy_weights_()  # no policy here: nothing to send
+        assert collector.next()["mark"].unique().tolist() == [4.0]
+        collector.update_policy_weights_(marked_policy(7.0))  # explicit weights are sent
+        last = collector.next()
+        assert last["mark"].unique().tolist() == [7.0]
+        # the post-collect hook changed each batch in the actor; the pre hook ran per batch
+        torch.testing.assert_close(last["tagged"], torch.ones(1, 10))  # stacked: sync
+        assert (tmp_path / "pre").read_text().split() == ["collect"] * 3
+        collector.shutdown()
+
+
 class TestRayCollectorArguments:
+    def test_torchrl_defaults(self):
+        params = inspect.signature(RayCollector).parameters
+        defaults = {name: p.default for name, p in params.items()}
+        assert defaults["max_frames_per_traj"] == -1 and defaults["init_random_frames"] == -1
+        assert defaults["split_trajs"] is False and defaults["policy_factory"] is None
+        shutdown = inspect.signature(RayCollector.shutdown).parameters
+        assert list(shutdown)[:3] == ["self", "timeout", "shutdown_ray"]
+        assert shutdown["close_env"].kind is inspect.Parameter.KEYWORD_ONLY
+
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"weight_updater": object()}, ValueError, "weight_updater is not supported by"),
+            ({"weight_sync_schemes": {}}, ValueError, "weight_sync_schemes is not supported"),
+            ({"weight_recv_schemes": {}}, ValueError, "weight_recv_schemes is not supported"),
+            ({"trajs_per_batch": 4}, ValueError, "trajs_per_batch is not supported by"),
+            ({"policy_factory": marked_policy}, ValueError, "pass policy or policy_factory"),
+            ({"post_collect_hook": 3}, TypeError, "post_collect_hook must be callable, got int"),
+        ],
+    )
+    def test_unsupported_torchrl_arguments(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            RayCollector(cartpole, marked_policy(), frames_per_batch=10, **kwargs)
+
     def test_bad_arguments(self):
         with pytest.raises(ValueError, match="multiple of num_collectors=2 in sync mode"):
             RayCollector(cartpole, None, frames_per_batch=31, num_collectors=2, sync=True)
         with pytest.raises(ValueError, match="collector_class must be .* got 'nope'"):
             RayCollector(cartpole, None, frames_per_batch=10, collector_class="nope")
-        with pytest.raises(ValueError, match="create_env_fn has 2 entries but num_collectors=3"):
+        with pytest.raises(
+            ValueError, match=r"create_env_fn has 2 entries, expected one per collector \(3\)"
+        ):
             RayCollector([cartpole, cartpole], None, frames_per_batch=10, num_collectors=3)
         with pytest.raises(ValueError, match="num_workers_per_collector=2 applies to"):
             RayCollector(cartpole, None, frames_per_batch=10, num_workers_per_collector=2)
 
     def test_layout_and_weight_errors(self):
-        info = {"granularity": 4, "env_batch_size": (4,)}
-        assert layout_error([info, info], 80, 160, 2, sync=True) is None
-        assert layout_error([info, info], 80, 40, 2, sync=True) is None  # 20 per actor
-        assert "not a multiple of its 4 frames per step" in layout_error([info], 30, -1, 1, False)
-        message = layout_error([info, info], 80, 100, 2, sync=True)
-        assert "total_frames=100 cannot be split exactly: the last batch has 20" in message
-        other = {"granularity": 2, "env_batch_size": (2,)}
-        assert "needs the same batch size" in layout_error([info, other], 16, -1, 2, True)
+        def check(per_step, fpb, total, sync, sizes=None):
+            check_frames(per_step, frames_per_batch=fpb, total_frames=total, sync=sync,
+                         who="actor", batch_sizes=sizes)  # fmt: skip
+
+        check({0: 4, 1: 4}, 80, 160, True)
+        check({0: 4, 1: 4}, 80, 40, True)  # 20 per actor
+        with pytest.raises(ValueError, match=r"gives 30 frames per batch of actor 0, not a mul"):
+            check({0: 4}, 30, -1, False)
+        with pytest.raises(ValueError, match=r"total_frames=100 cannot be collected exactly"):
+            check({0: 4, 1: 4}, 80, 100, True)
+        with pytest.raises(ValueError, match="every actor needs the same env batch size"):
+            check({0: 4, 1: 4}, 16, -1, True, {0: (4,), 1: (2, 2)})
         template = TensorDict.from_module(marked_policy()).data
         new = marked_policy()
         set_mark(new, 3.0)
         sent = weights_to_send(new, template)
         assert sent is not template and sent["module", "mark"].item() == 3.0
+        from_state_dict = weights_to_send({"module.mark": torch.tensor([5.0])}, template)
+        assert from_state_dict["module", "mark"].item() == 5.0
         with pytest.raises(KeyError):  # another structure fails here, not in the actors
             weights_to_send(TensorDict({"other": torch.zeros(1)}), template)
         with pytest.raises(TypeError, match="policy weights must be .* got int"):

@@ -13,7 +13,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from rl.core._ray import local_ray, processes_left  # noqa: E402
-from rl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
+from rl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer  # noqa: E402
+from rl.data.replay_buffers._utils import CheckpointAliases  # noqa: E402
 
 ray = pytest.importorskip("ray")
 
@@ -43,7 +44,10 @@ class TestRayReplayBuffer:
             storage=partial(LazyTensorStorage, 20),  # built in the actor
             batch_size=4,
             remote_config={"num_cpus": 0},
+            transport="ray",
+            delayed_init=True,  # TorchRL's option, passed on to the buffer class
         )
+        assert rb.transport_kind == "ray"
         local = TensorDictReplayBuffer(storage=LazyTensorStorage(20), batch_size=4)
         data = make_transitions(12)
         torch.testing.assert_close(rb.extend(data), local.extend(data))
@@ -68,9 +72,13 @@ class TestRayReplayBuffer:
         rb.empty()
         rb.loads(tmp_path / "rb")
         torch.testing.assert_close(rb[:13]["id"], torch.arange(13))
-        rb.shutdown()
+        rb.empty()
+        rb.load(tmp_path / "rb")  # TorchRL's other names: save / dump / load
+        torch.testing.assert_close(rb[:13]["id"], torch.arange(13))
+        rb.shutdown(timeout=5.0)  # TorchRL's signature
         with pytest.raises(RuntimeError, match="RayReplayBuffer was shut down"):
             len(rb)
+        rb.shutdown()  # idempotent
 
     def test_remote_writers_and_learner(self, ray_local, make_transitions, assert_consistent):
         rb = RayReplayBuffer(
@@ -92,6 +100,29 @@ class TestRayReplayBuffer:
         pid = ray.get(rb.actor.info.remote())["pid"]
         rb.shutdown()
         assert not processes_left([pid])
+
+
+class TestRayReplayBufferArguments:
+    @pytest.mark.parametrize(
+        "kwargs, match",
+        [
+            ({"transport": "distributed"}, "transport='distributed' is not supported by"),
+            ({"transport": "tcp"}, r"transport must be one of \('auto', 'ray'\), got 'tcp'"),
+            ({"transport_options": {"port": 1}}, "transport_options configure TorchRL's"),
+        ],
+    )
+    def test_unsupported_transports(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            RayReplayBuffer(batch_size=4, **kwargs)
+
+    def test_checkpoint_names_and_type(self):
+        # dump / save / load are the local buffers' aliases of dumps / loads
+        assert issubclass(RayReplayBuffer, CheckpointAliases)
+        for name in ("dump", "save", "load"):
+            assert getattr(RayReplayBuffer, name) is getattr(CheckpointAliases, name)
+        # not a ReplayBuffer: it has no local storage, sampler or writer to read
+        assert not issubclass(RayReplayBuffer, ReplayBuffer)
+        assert RayReplayBuffer.service_backend == "ray"
 
 
 class TestRayReplayBufferImport:

@@ -16,19 +16,27 @@ from rl.envs import EnvBase, EnvCreator
 
 from .._base import CollectorBase
 from .._single import Collector
-from ._ray_config import (
-    DEFAULT_REMOTE_CLASS_CONFIG,
-    default_remote_config,
-    layout_error,
-    per_collector,
-    resolve_collector_class,
-    weights_to_send,
-)
+from ._common import check_frames, per_worker, resolve_collector_class
+from ._ray_config import DEFAULT_REMOTE_CLASS_CONFIG, default_remote_config, weights_to_send
 from ._ray_worker import CollectorActor
 
 __all__ = ["RayCollector", "DEFAULT_REMOTE_CLASS_CONFIG"]
 
 _RETRY_S = 0.1
+_CLOSE_S = 5.0  # how long shutdown() waits for the actors to close their envs
+_UNSUPPORTED = {
+    "weight_updater": "the weights go to the actors through Ray's object store with "
+    "update_policy_weights_()",
+    "weight_sync_schemes": "the weights go to the actors through Ray's object store with "
+    "update_policy_weights_()",
+    "weight_recv_schemes": "a RayCollector cannot itself receive weights here",
+    "trajs_per_batch": "the rl collectors yield batches of frames_per_batch frames; pass "
+    "split_trajs=True for padded trajectories",
+}
+
+
+def _per_collector(value: Any, n: int, name: str) -> list:
+    return per_worker(value, n, name, "collector")
 
 
 class RayCollector(CollectorBase):
@@ -47,7 +55,10 @@ class RayCollector(CollectorBase):
     :meth:`update_policy_weights_` puts the learner's weights in Ray's object store once
     (``ray.put``) and every actor loads them: batches an actor starts after the call use
     the new weights (a batch already in flight in async mode finishes with the old ones).
-    ``("collector", "traj_ids")`` are unique across actors.
+    ``("collector", "traj_ids")`` are unique across actors (actor ``i`` owns the ids equal
+    to ``i`` modulo ``num_collectors``) and across the lives of a restarted actor (its
+    ``k``-th restart starts at ``k * 2**32`` before that interleaving), in the batches
+    and in a :class:`~rl.data.RayReplayBuffer` the actors write into.
 
     Ray is started with ``ray.init(**ray_init_config)`` when it does not run yet
     (``{"address": "auto"}`` or ``{"address": "ray://host:10001"}`` joins a cluster) and
@@ -69,12 +80,16 @@ class RayCollector(CollectorBase):
             per collector. Sent to the actors with Ray's cloudpickle (lambdas work).
         policy: the policy (a ``TensorDictModule``), copied into each actor; ``None``
             acts at random from the action spec.
+        policy_factory: builds the policy in each actor instead (one callable, or a
+            list with one per collector; exclusive with ``policy``). Weights then reach
+            the actors only when given to :meth:`update_policy_weights_`.
         frames_per_batch: frames per yielded batch (all actors together in sync mode).
         total_frames: frames to collect in all (exact); ``-1`` until :meth:`shutdown`.
         device, storing_device, env_device, policy_device: passed to each collector
             (one value or a list with one per collector).
         max_frames_per_traj, init_random_frames (divided among the collectors),
-        reset_at_each_iter, exploration_type, trust_policy: passed to each collector.
+        reset_at_each_iter, exploration_type, trust_policy: passed to each collector
+            (``-1``: no limit, no random frames).
         postproc: applied here to each batch (in the actors when they write into a
             :class:`~rl.data.RayReplayBuffer`).
         split_trajs: split each batch into padded trajectories (here, or in the actors
@@ -109,12 +124,22 @@ class RayCollector(CollectorBase):
         startup_timeout: seconds to wait for the actors to start before raising (an
             actor asking for resources the cluster lacks waits forever otherwise);
             ``None`` waits.
+        pre_collect_hook: called in each actor before it collects a batch.
+        post_collect_hook: called in each actor with each batch it collected (after the
+            trajectory ids are made unique, before the batch is sent here or written
+            into the Ray replay buffer); changes made in place are kept.
+        no_cuda_sync: accepted for TorchRL compatibility: the rl collectors make no
+            explicit CUDA synchronization.
+        weight_updater, weight_sync_schemes, weight_recv_schemes, trajs_per_batch:
+            TorchRL's weight-sync plug-ins and trajectory batches; not supported
+            (``ValueError`` when given).
 
     Raises:
         ImportError: Ray is not installed (``pip install "rl-collectors[ray]"``).
         ValueError: inconsistent arguments (``frames_per_batch`` not a multiple of the
             number of collectors in sync mode or of an actor's env batch size, lists of
-            the wrong length, an unknown ``collector_class``).
+            the wrong length, an unknown ``collector_class``, ``policy`` and
+            ``policy_factory`` together, an unsupported TorchRL argument).
 
     Examples:
         >>> import torch
@@ -147,17 +172,19 @@ class RayCollector(CollectorBase):
         create_env_fn: Callable[..., EnvBase] | EnvBase | Sequence[Callable[..., EnvBase]],
         policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
         *,
+        policy_factory: Callable[[], Callable] | Sequence[Callable[[], Callable]] | None = None,
+        trust_policy: bool | None = None,
         frames_per_batch: int,
         total_frames: int = -1,
         device=None,
         storing_device=None,
         env_device=None,
         policy_device=None,
-        max_frames_per_traj: int | None = None,
-        init_random_frames: int | None = None,
+        max_frames_per_traj: int = -1,
+        init_random_frames: int = -1,
         reset_at_each_iter: bool = False,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        split_trajs: bool | None = None,
+        split_trajs: bool = False,
         exploration_type: ExplorationType = ExplorationType.RANDOM,
         collector_class: type | str = Collector,
         collector_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
@@ -169,8 +196,14 @@ class RayCollector(CollectorBase):
         update_after_each_batch: bool = False,
         max_weight_update_interval: int = -1,
         replay_buffer: Any = None,
-        trust_policy: bool | None = None,
+        weight_updater: Any = None,
+        weight_sync_schemes: Any = None,
+        weight_recv_schemes: Any = None,
         use_env_creator: bool = False,
+        no_cuda_sync: bool | None = None,
+        trajs_per_batch: int | None = None,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         startup_timeout: float | None = 300.0,
     ) -> None:
         self.closed = True  # until the actors run
@@ -178,6 +211,20 @@ class RayCollector(CollectorBase):
         self._held_runtime = False
         self._ray = import_ray("RayCollector", "rl-collectors[ray]")
         # ------------------------------------------------------------ argument checks
+        for name, value in (
+            ("weight_updater", weight_updater),
+            ("weight_sync_schemes", weight_sync_schemes),
+            ("weight_recv_schemes", weight_recv_schemes),
+            ("trajs_per_batch", trajs_per_batch),
+        ):
+            if value is not None:
+                raise ValueError(f"{name} is not supported by RayCollector: {_UNSUPPORTED[name]}")
+        if policy is not None and policy_factory is not None:
+            raise ValueError("pass policy or policy_factory, not both")
+        for name, hook in (("pre_collect_hook", pre_collect_hook),
+                           ("post_collect_hook", post_collect_hook)):  # fmt: skip
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
         collector_class = resolve_collector_class(collector_class)
         if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
             raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
@@ -190,17 +237,18 @@ class RayCollector(CollectorBase):
         if num_collectors < 1:
             raise ValueError(f"num_collectors must be at least 1, got {num_collectors}")
         n = num_collectors
-        env_fns = per_collector(create_env_fn, n, "create_env_fn")
+        env_fns = _per_collector(create_env_fn, n, "create_env_fn")
+        factories = _per_collector(policy_factory, n, "policy_factory")
         if use_env_creator:
             env_fns = [
                 fn if isinstance(fn, EnvBase | EnvCreator) else EnvCreator(fn) for fn in env_fns
             ]
         kwargs_list = [
-            dict(kw or {}) for kw in per_collector(collector_kwargs, n, "collector_kwargs")
+            dict(kw or {}) for kw in _per_collector(collector_kwargs, n, "collector_kwargs")
         ]
         if remote_configs is None:
             remote_configs = default_remote_config()
-        configs = [dict(cfg) for cfg in per_collector(remote_configs, n, "remote_configs")]
+        configs = [dict(cfg) for cfg in _per_collector(remote_configs, n, "remote_configs")]
         if sync and frames_per_batch % n:
             raise ValueError(
                 f"frames_per_batch={frames_per_batch} must be a multiple of num_collectors={n} "
@@ -222,6 +270,9 @@ class RayCollector(CollectorBase):
         self.max_weight_update_interval = max_weight_update_interval
         self.startup_timeout = startup_timeout
         self.policy = policy
+        self.policy_factory = policy_factory
+        self.no_cuda_sync = no_cuda_sync
+        self.pre_collect_hook, self.post_collect_hook = pre_collect_hook, post_collect_hook
         self._remote_buffer = getattr(replay_buffer, "service_backend", None) == "ray"
         # a local buffer is extended here (_emit); a Ray one by the actors (batches None)
         self.replay_buffer = replay_buffer
@@ -238,22 +289,23 @@ class RayCollector(CollectorBase):
         self._actor_weights: list = [(0, None)] * n  # (version, ObjectRef) each actor uses
         self._pending: dict = {}  # ObjectRef -> (actor index, frames)
         self._assigned = 0
-        self._traj_offset = [0] * n
-        self._traj_max = [-1] * n
         self._pids: list[int | None] = [None] * n
+        self._incarnations: list[str | None] = [None] * n  # the life of each actor
+        self._generations = [0] * n  # how many times each actor was seen restarted
+        self._close_timeout = _CLOSE_S
         self._weights: TensorDictBase | None = None
         if isinstance(policy, nn.Module) and any(True for _ in policy.parameters()):
             self._weights = TensorDict.from_module(policy).data
         devices = {
-            "device": per_collector(device, n, "device"),
-            "storing_device": per_collector(storing_device, n, "storing_device"),
-            "env_device": per_collector(env_device, n, "env_device"),
-            "policy_device": per_collector(policy_device, n, "policy_device"),
+            "device": _per_collector(device, n, "device"),
+            "storing_device": _per_collector(storing_device, n, "storing_device"),
+            "env_device": _per_collector(env_device, n, "env_device"),
+            "policy_device": _per_collector(policy_device, n, "policy_device"),
         }
         for i, kw in enumerate(kwargs_list):
             kw["frames_per_batch"] = self.frames_per_batch_worker
             kw.setdefault("max_frames_per_traj", max_frames_per_traj)
-            kw.setdefault("init_random_frames", (init_random_frames or 0) // n)
+            kw.setdefault("init_random_frames", max(init_random_frames or 0, 0) // n)
             kw.setdefault("reset_at_each_iter", reset_at_each_iter)
             kw.setdefault("exploration_type", exploration_type)
             kw.setdefault("trust_policy", trust_policy)
@@ -277,8 +329,9 @@ class RayCollector(CollectorBase):
             for i in range(n):
                 options = {"max_restarts": self._max_restarts[i], **configs[i]}
                 actor = remote_cls.options(**options).remote(
-                    collector_class, env_fns[i], policy_ref, kwargs_list[i], seeds[i], i, n
-                )
+                    collector_class, env_fns[i], policy_ref, kwargs_list[i], seeds[i], i, n,
+                    factories[i], pre_collect_hook, post_collect_hook,
+                )  # fmt: skip
                 self._actors.append(actor)
             self.closed = False
             infos = self._wait_ready(list(range(n)), "start-up")
@@ -306,21 +359,25 @@ class RayCollector(CollectorBase):
             )
         for i, info in zip(indices, infos):
             self._pids[i] = info["pid"]
+            self._incarnations[i] = info["incarnation"]
         return infos
 
     def _describe_resources(self) -> str:
         return "; ".join(f"actor {i}: {cfg}" for i, cfg in enumerate(self._configs))
 
     def _check_layout(self, infos: list[dict]) -> None:
-        message = layout_error(
-            infos, self.frames_per_batch, self.total_frames, self.num_collectors, self._sync
-        )
-        if message is not None:
-            self._fail_args(message)
-
-    def _fail_args(self, message: str) -> None:
-        self._close()
-        raise ValueError(message)
+        try:
+            check_frames(
+                {i: info["granularity"] for i, info in enumerate(infos)},
+                frames_per_batch=self.frames_per_batch,
+                sync=self._sync,
+                total_frames=self.total_frames,
+                who="actor",
+                batch_sizes={i: tuple(info["env_batch_size"]) for i, info in enumerate(infos)},
+            )
+        except ValueError:
+            self._close()
+            raise
 
     # ------------------------------------------------------------------------ batches
     def _produce(self) -> tuple[TensorDictBase | None, int] | None:
@@ -408,7 +465,9 @@ class RayCollector(CollectorBase):
 
     def _submit(self, index: int, frames: int) -> None:
         version, ref = self._actor_weights[index]
-        future = self._actors[index].collect.remote(frames, version, [ref])
+        future = self._actors[index].collect.remote(
+            frames, version, [ref], self._incarnations[index], self._generations[index]
+        )
         self._pending[future] = (index, frames)
 
     def _next_result(self) -> tuple[int, int, TensorDictBase | None]:
@@ -416,7 +475,9 @@ class RayCollector(CollectorBase):
 
         A dead actor is restarted (its batch asked again) where configured; otherwise,
         and when an actor raises, every actor is shut down and a ``RuntimeError`` says
-        which actor failed and why.
+        which actor failed and why. A restarted actor (found by its new incarnation,
+        whether it died collecting or idle) collects nothing until it has its next
+        generation number, which keeps its trajectory ids apart from its former life's.
         """
         ray = self._ray
         while True:
@@ -424,7 +485,7 @@ class RayCollector(CollectorBase):
             future = ready[0]
             index, frames = self._pending.pop(future)
             try:
-                pid, batch = ray.get(future)
+                incarnation, pid, collected, batch = ray.get(future)
             except ray.exceptions.ActorUnavailableError:
                 # restarting after a crash: ask again (Ray says when it is dead for good)
                 time.sleep(_RETRY_S)
@@ -445,25 +506,17 @@ class RayCollector(CollectorBase):
                     f"RayCollector actor {index} raised while collecting (all actors were "
                     f"shut down):\n{err}"
                 )
-            if pid != self._pids[index]:
-                # a restarted actor: its trajectory ids start again from 0
-                self._traj_offset[index] += self._traj_max[index] + 1
-                self._traj_max[index] = -1
+            if not collected:  # a restarted actor: a new life, its ids start again at 0
+                self._incarnations[index] = incarnation
+                self._generations[index] += 1
                 self._pids[index] = pid
-            return index, frames, self._unique_traj_ids(index, batch)
+                self._submit(index, frames)
+                continue
+            return index, frames, batch
 
     def _can_restart(self, index: int) -> bool:
         limit = self._max_restarts[index]
         return limit == -1 or self._restarts[index] < limit
-
-    def _unique_traj_ids(self, index: int, batch: TensorDictBase | None) -> Any:
-        if batch is None:
-            return None
-        ids = batch.get(("collector", "traj_ids"), None)
-        if ids is not None and ids.numel():
-            self._traj_max[index] = max(self._traj_max[index], int(ids.max()))
-            ids.add_(self._traj_offset[index]).mul_(self.num_collectors).add_(index)
-        return batch
 
     def _drain(self) -> None:
         """Waits for the batches in flight and drops them (they are not counted)."""
@@ -552,20 +605,50 @@ class RayCollector(CollectorBase):
         self.closed = True
         self._pending.clear()
         ray = self._ray
-        for actor in self._actors:
+        actors, self._actors = self._actors, []
+        # the collectors of the actors that started close their envs (a dead actor
+        # answers at once, with an error), then every actor is killed, answer or not
+        started = [pid is not None for pid in getattr(self, "_pids", [])]
+        refs = []
+        for actor, up in zip(actors, started):
+            if up:
+                try:
+                    refs.append(actor.shutdown.remote())
+                except Exception:
+                    pass
+        if refs:
+            try:
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=self._close_timeout)
+                for ref in done:
+                    try:
+                        ray.get(ref)
+                    except Exception:
+                        pass
+            except Exception:
+                pass
+        for actor in actors:
             try:
                 ray.kill(actor, no_restart=True)
             except Exception:
                 pass
-        self._actors = []
         held, self._held_runtime = self._held_runtime, False
         release_runtime(ray, held)
 
     def shutdown(
-        self, timeout: float | None = None, close_env: bool = True, shutdown_ray: bool = False
+        self, timeout: float | None = None, shutdown_ray: bool = False, *, close_env: bool = True
     ) -> None:
-        """Kills the actors; shuts Ray down if an rl object started it and no other
-        one uses it (or with ``shutdown_ray=True``)."""
+        """Shuts the actors' collectors down (their envs closed), kills the actors and
+        gives Ray back: it is shut down if an rl object started it and no other one
+        uses it, or with ``shutdown_ray=True`` (idempotent).
+
+        Args:
+            timeout: seconds to wait for the actors to close their envs before they are
+                killed (default 5).
+            shutdown_ray: shut Ray down even if it was running before.
+            close_env: ``False`` only stops iterating (the actors keep running).
+        """
+        if timeout is not None:
+            self._close_timeout = timeout
         super().shutdown(timeout, close_env)
         if shutdown_ray and self._ray.is_initialized():
             self._ray.shutdown()

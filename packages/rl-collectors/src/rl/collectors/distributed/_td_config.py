@@ -8,12 +8,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .._multi import MultiAsyncCollector, MultiSyncCollector
-from .._single import Collector
+from ._common import per_worker, resolve_collector_class
 
-__all__ = ["check_arguments", "worker_configs", "check_frames"]
+__all__ = ["check_arguments", "worker_configs"]
 
-_CLASSES = {"single": Collector, "sync": MultiSyncCollector, "async": MultiAsyncCollector}
 _BACKENDS = ("gloo", "nccl")
 _LAUNCHERS = ("mp", "torchrun")
 _UNSUPPORTED = {
@@ -23,14 +21,6 @@ _UNSUPPORTED = {
     "update_policy_weights_()",
     "weight_recv_schemes": "a distributed collector cannot itself receive weights here",
 }
-
-
-def per_worker(value: Any, n: int, name: str) -> list:
-    if isinstance(value, list | tuple):
-        if len(value) != n:
-            raise ValueError(f"{name} has {len(value)} entries, expected one per worker ({n})")
-        return list(value)
-    return [value] * n
 
 
 def check_arguments(
@@ -83,13 +73,7 @@ def check_arguments(
         raise ValueError(f"update_interval must be >= 1, got {update_interval}")
     if policy is not None and policy_factory is not None:
         raise ValueError("pass policy or policy_factory, not both")
-    if isinstance(collector_class, str):
-        if collector_class not in _CLASSES:
-            raise ValueError(
-                f"collector_class must be a collector class or one of {sorted(_CLASSES)}, "
-                f"got {collector_class!r}"
-            )
-        collector_class = _CLASSES[collector_class]
+    collector_class = resolve_collector_class(collector_class)
     if mp_start_method is not None and launcher != "mp":
         raise ValueError("mp_start_method applies to launcher='mp' only")
     if launcher == "mp" and dist.is_initialized():
@@ -146,36 +130,3 @@ def worker_configs(
             "num_workers_per_collector": num_workers_per_collector, "num_workers": n,
         })  # fmt: skip
     return fpb_worker, out
-
-
-def check_frames(
-    per_step: Mapping[int, int], *, frames_per_batch: int, frames_per_batch_worker: int,
-    sync: bool, total_frames: int,
-) -> None:  # fmt: skip
-    """Raises unless every batch and ``total_frames`` split exactly into the workers'
-    time steps (``per_step``: rank -> frames of one step of its env batch)."""
-    for rank, k in per_step.items():
-        if frames_per_batch_worker % k:
-            raise ValueError(
-                f"frames_per_batch={frames_per_batch} gives {frames_per_batch_worker} frames "
-                f"per batch of worker rank {rank}, not a multiple of its env batch size ({k} "
-                "frames per step)"
-            )
-    if sync and len(set(per_step.values())) > 1:
-        raise ValueError(
-            f"sync=True stacks one piece per worker: every worker needs the same env batch "
-            f"size, got {dict(per_step)}"
-        )
-    if total_frames > 0:
-        n = len(per_step)
-        if sync:
-            k = next(iter(per_step.values()))
-            bad, what = total_frames % (n * k), f"{n} workers x {k}"
-        else:
-            bad, what = any(total_frames % k for k in per_step.values()), sorted(
-                set(per_step.values()))  # fmt: skip
-        if bad:
-            raise ValueError(
-                f"total_frames={total_frames} cannot be collected exactly: it must be a "
-                f"multiple of the frames per step ({what})"
-            )

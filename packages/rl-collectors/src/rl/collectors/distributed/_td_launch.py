@@ -1,22 +1,17 @@
-"""Starting the worker ranks of a torch.distributed collector and listening to them.
+"""Starting the worker ranks of a torch.distributed collector.
 
 ``launch_mp`` spawns the workers from the learner and joins them in a fresh process
 group that rendezvous on a TCP store bound to a free loopback port; ``join_torchrun``
 uses (or creates) the process group torchrun set up and sends each worker rank its
-configuration. ``Receiver`` threads (one per worker rank) block in ``recv`` so that the
-learner's thread never does: it waits on a queue and checks the worker processes while
-it waits, which is how a killed rank is reported within seconds instead of hanging.
+configuration.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import multiprocessing as mp
 import os
-import queue
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -32,7 +27,6 @@ from . import _td_comm as comm
 from ._td_worker import comm_device, mp_worker_main, ready_key
 
 __all__ = [
-    "Receiver",
     "launch_mp",
     "join_torchrun",
     "stop_processes",
@@ -54,44 +48,6 @@ def default_start_method() -> str:
     ``"spawn"`` otherwise, as the local multiprocess collectors choose."""
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     return "fork" if sys.platform.startswith("linux") and not cuda else "spawn"
-
-
-class Receiver(threading.Thread):
-    """Receives the answers of one worker rank, one per request put in ``requests``.
-
-    Each answer goes to ``out`` as ``(rank, what, value)``: ``("started", (frames per
-    step, pid))``, ``("batch", views)`` (valid until the next request), ``("result",
-    int)``, ``("error", dict)`` (the worker's exception) or ``("lost", exception)``
-    (the connection to the rank failed: it died or hung past the group's timeout).
-    """
-
-    def __init__(self, rank: int, device: torch.device, out: queue.SimpleQueue) -> None:
-        super().__init__(name=f"rl-distributed-receiver-{rank}", daemon=True)
-        self.rank = rank
-        self.device = device
-        self.out = out
-        self.requests: queue.SimpleQueue = queue.SimpleQueue()
-        self.buffer = comm.RecvBuffer(device)
-
-    def run(self) -> None:
-        rank, device = self.rank, self.device
-        while self.requests.get() is not None:
-            try:
-                kind, a, b, c = comm.recv_header(src=rank, device=device)
-                if kind == comm.BATCH:
-                    self.out.put((rank, "batch", self.buffer.recv(a, b, c, src=rank)))
-                elif kind == comm.ERROR:
-                    info = json.loads(comm.recv_bytes(a, src=rank, device=device).decode())
-                    self.out.put((rank, "error", info))
-                elif kind == comm.STARTED:
-                    self.out.put((rank, "started", (a, b)))
-                elif kind == comm.RESULT:
-                    self.out.put((rank, "result", a))
-                else:
-                    raise RuntimeError(f"unexpected message {comm.KIND_NAMES.get(kind, kind)!r}")
-            except Exception as exc:
-                self.out.put((rank, "lost", exc))
-                return
 
 
 def launch_mp(

@@ -19,7 +19,6 @@ import os
 import pickle
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Mapping
 from datetime import timedelta
@@ -30,7 +29,9 @@ import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
 from .._single import Collector
+from .._worker import _watch_parent
 from . import _td_comm as comm
+from ._common import frames_per_step, unique_traj_ids
 
 __all__ = ["mp_worker_main", "torchrun_worker", "comm_device", "ready_key"]
 
@@ -49,29 +50,6 @@ def comm_device(backend: str) -> torch.device:
 
 def ready_key(rank: int) -> str:
     return f"rl_collector_ready_{rank}"
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Exits the worker when the learner process that started it is gone."""
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-
-def _frames_per_step(collector: Any) -> int:
-    """Frames one time step of ``collector``'s batches holds (its env batch size)."""
-    if isinstance(collector, Collector):
-        return max(collector.env.batch_size.numel(), 1)
-    sizes = [max(torch.Size(b).numel(), 1) for b in collector.env_batch_sizes]
-    if getattr(collector, "_sync", False):
-        return sum(sizes)
-    if len(set(sizes)) > 1:
-        raise ValueError(
-            f"a {type(collector).__name__} inside a distributed worker needs the same env "
-            f"batch size in each of its sub-workers, got {sizes}"
-        )
-    return sizes[0]
 
 
 def _build(config: Mapping[str, Any]) -> Any:
@@ -104,10 +82,7 @@ def _collect(collector: Any, frames: int, frames_per_step: int, index: int, n: i
         batch = collector.next()
         if batch.shape[-1] > steps:
             batch = batch[..., :steps]
-    ids = batch.get(("collector", "traj_ids"), None)
-    if ids is not None and n > 1:
-        batch.set(("collector", "traj_ids"), ids * n + index)  # unique across workers
-    return batch
+    return unique_traj_ids(batch, index, n)
 
 
 def _report(exc: BaseException, device) -> None:
@@ -129,7 +104,7 @@ def serve(config: Mapping[str, Any], device) -> None:
     collector = None
     try:
         collector = _build(config)
-        per_step = _frames_per_step(collector)
+        per_step, _ = frames_per_step(collector)
         comm.send_header(comm.STARTED, per_step, os.getpid(), dst=0, device=device)
         send_buffer = comm.SendBuffer(device)
         weights = comm.RecvBuffer(device)

@@ -12,29 +12,28 @@ from __future__ import annotations
 
 import multiprocessing.util
 import os
-import queue
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from tensordict import TensorDict, TensorDictBase
-from torch import nn
+from tensordict import TensorDictBase
 
 from rl.core import ExplorationType
 
 from .._base import CollectorBase
 from .._single import Collector
 from . import _td_comm as comm
-from ._td_config import check_arguments, check_frames, worker_configs
+from ._common import check_frames, policy_weights
+from ._td_config import check_arguments, worker_configs
 from ._td_launch import (
-    Receiver,
     default_start_method,
     exit_description,
     join_torchrun,
     launch_mp,
     stop_processes,
 )
+from ._td_links import Links
 from ._td_worker import comm_device, torchrun_worker
 
 __all__ = [
@@ -44,24 +43,7 @@ __all__ = [
     "DistributedSyncDataCollector",
 ]
 
-_POLL_S = 0.25
-_GRACE_S = 2.0  # how long a dead worker's last message may take to arrive
-
-
-def _weights_of(source: Any) -> TensorDictBase | None:
-    if source is None:
-        return None
-    if isinstance(source, nn.Module):
-        weights = TensorDict.from_module(source).data
-        return weights if not weights.is_empty() else None
-    if isinstance(source, TensorDictBase):
-        return source.data if hasattr(source, "data") else source
-    if isinstance(source, Mapping):  # a state dict: "module.0.weight" -> nested keys
-        return TensorDict(dict(source)).unflatten_keys(".")
-    raise TypeError(
-        "policy weights must be an nn.Module, a state dict or a TensorDict of parameters, "
-        f"got {type(source).__name__}"
-    )
+_GRACE_S = 2.0  # how long a dead worker may take to exit once its link failed
 
 
 class DistributedCollector(CollectorBase):
@@ -267,12 +249,7 @@ class DistributedCollector(CollectorBase):
         self._finalizer = multiprocessing.util.Finalize(
             self, stop_processes, args=(self._procs, 0.0), exitpriority=10
         )
-        self._out: queue.SimpleQueue = queue.SimpleQueue()
-        self._receivers = {r: Receiver(r, self._device, self._out) for r in self._ranks}
-        for receiver in self._receivers.values():
-            receiver.start()
-        self._sends: dict[int, list] = {r: [] for r in self._ranks}
-        self._expected: dict[int, int] = {}  # rank -> sends settled by its next answer
+        self._links = Links(self._ranks, self._device, self._procs, self._lost, self._raised)
         self._pending: dict[int, int] = {}  # rank -> frames of the batch it collects
         self._since_update = dict.fromkeys(self._ranks, 0)
         self._weights_layout: dict[int, comm.Layout | None] = dict.fromkeys(self._ranks)
@@ -282,14 +259,13 @@ class DistributedCollector(CollectorBase):
             self.frames_per_step: dict[int, int] = {}
             self.worker_pids: list[int] = []
             for rank in self._ranks:
-                self._expect(rank)
+                self._links.expect(rank)
             for _ in self._ranks:
-                rank, (per_step, pid) = self._wait_one("start-up")
+                rank, (per_step, pid) = self._links.wait_one("start-up")
                 self.frames_per_step[rank] = per_step
             self.worker_pids = [p.pid for p in self._procs] if self._procs else []
             check_frames(
-                self.frames_per_step, frames_per_batch=frames_per_batch,
-                frames_per_batch_worker=self._frames_per_batch_worker, sync=self._sync,
+                self.frames_per_step, frames_per_batch=frames_per_batch, sync=self._sync,
                 total_frames=total_frames,
             )  # fmt: skip
         except BaseException:
@@ -298,57 +274,13 @@ class DistributedCollector(CollectorBase):
                 self._close()
             raise
 
-    # -------------------------------------------------------------- messaging
-    def _isend(self, rank: int, tensor: torch.Tensor, what: str) -> None:
-        try:
-            work = dist.isend(tensor, dst=rank)
-        except RuntimeError as exc:
-            self._lost(rank, what, exc)
-        self._sends[rank].append((work, tensor))  # alive until the worker has read it
-
-    def _command(self, rank: int, kind: int, a: int = 0, b: int = 0, what: str = "") -> None:
-        header = torch.tensor([kind, a, b, 0], dtype=torch.int64, device=self._device)
-        self._isend(rank, header, what or comm.KIND_NAMES[kind].lower())
-
-    def _expect(self, rank: int) -> None:
-        """Tells ``rank``'s receiver to read one answer (to the commands sent so far)."""
-        self._expected[rank] = len(self._sends[rank])
-        self._receivers[rank].requests.put(True)
-
-    def _wait_one(self, what: str) -> tuple[int, Any]:
-        """The next answer of any worker; a failed or dead worker raises here."""
-        while True:
-            try:
-                rank, kind, value = self._out.get(timeout=_POLL_S)
-            except queue.Empty:
-                self._check_alive(what)
-                continue
-            if kind == "error":
-                self._fail(
-                    f"{type(self).__name__} worker rank {rank} raised during {what} (all "
-                    f"workers were shut down):\n{value['traceback']}",
-                    value if what == "start-up" else None,
-                )
-            if kind == "lost":
-                self._lost(rank, what, value)
-            settled = self._expected.pop(rank, 0)
-            try:
-                for work, _ in self._sends[rank][:settled]:
-                    work.wait()  # read by the worker before it answered
-            except RuntimeError as exc:
-                self._lost(rank, what, exc)
-            del self._sends[rank][:settled]
-            return rank, value
-
-    def _check_alive(self, what: str) -> None:
-        for rank, proc in zip(self._ranks, self._procs):
-            if not proc.is_alive():
-                try:  # its last words (an error) or the receiver's report come first
-                    item = self._out.get(timeout=_GRACE_S)
-                except queue.Empty:
-                    self._lost(rank, what, None)
-                self._out.put(item)
-                return
+    # -------------------------------------------------------------- failures
+    def _raised(self, rank: int, what: str, info: Mapping) -> None:
+        self._fail(
+            f"{type(self).__name__} worker rank {rank} raised during {what} (all workers "
+            f"were shut down):\n{info['traceback']}",
+            info if what == "start-up" else None,
+        )
 
     def _lost(self, rank: int, what: str, exc: BaseException | None) -> None:
         name = type(self).__name__
@@ -387,7 +319,7 @@ class DistributedCollector(CollectorBase):
         """
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
-        weights = _weights_of(self.policy if policy_or_weights is None else policy_or_weights)
+        weights = policy_weights(self.policy if policy_or_weights is None else policy_or_weights)
         if weights is None:
             return
         ranks = self._ranks if worker_ids is None else (
@@ -404,12 +336,12 @@ class DistributedCollector(CollectorBase):
             new = self._weights_layout[rank] != layout
             header = torch.tensor([comm.WEIGHTS, layout.nbytes, int(new), len(layout_bytes)],
                                   dtype=torch.int64, device=self._device)  # fmt: skip
-            self._isend(rank, header, "weight update")
+            self._links.isend(rank, header, "weight update")
             if new:
-                self._isend(rank, encoded, "weight update")
+                self._links.isend(rank, encoded, "weight update")
                 self._weights_layout[rank] = layout
             if layout.nbytes:
-                self._isend(rank, payload, "weight update")
+                self._links.isend(rank, payload, "weight update")
             self._since_update[rank] = 0
 
     def _weights_due(self, rank: int) -> bool:
@@ -426,8 +358,8 @@ class DistributedCollector(CollectorBase):
     def _release(self, rank: int, frames: int) -> None:
         if self._weights_due(rank):
             self.update_policy_weights_(worker_ids=rank)
-        self._command(rank, comm.COLLECT, frames, what="collect")
-        self._expect(rank)
+        self._links.command(rank, comm.COLLECT, frames, what="collect")
+        self._links.expect(rank)
         self._pending[rank] = frames
 
     # ---------------------------------------------------------------- batches
@@ -454,16 +386,15 @@ class DistributedCollector(CollectorBase):
             self._release(rank, frames)
         views = {}
         for _ in self._ranks:
-            rank, view = self._wait_one("collect")
+            rank, view = self._links.wait_one("collect")
             views[rank] = view
             del self._pending[rank]
             self._since_update[rank] += 1
         pieces = [views[rank] for rank in self._ranks]
-        layouts = {self._receivers[r].buffer.layout for r in self._ranks}
-        if len(layouts) > 1:
+        layouts = [self._links.layout(rank) for rank in self._ranks]
+        if len(set(layouts)) > 1:
             self._fail(
-                f"sync=True stacks one piece per worker, but the workers' batches differ: "
-                f"{[self._receivers[r].buffer.layout for r in self._ranks]}"
+                f"sync=True stacks one piece per worker, but the workers' batches differ: {layouts}"
             )
         return torch.stack(pieces, 0)
 
@@ -481,7 +412,7 @@ class DistributedCollector(CollectorBase):
             self._release(rank, frames)
         if not self._pending:
             return None
-        rank, view = self._wait_one("collect")
+        rank, view = self._links.wait_one("collect")
         del self._pending[rank]
         self._since_update[rank] += 1
         return view.clone()
@@ -489,7 +420,7 @@ class DistributedCollector(CollectorBase):
     def _drain(self) -> None:
         """Reads (and drops, uncounted) the batches the workers are collecting."""
         while self._pending:
-            rank, _ = self._wait_one("collect")
+            rank, _ = self._links.wait_one("collect")
             self._assigned -= self._pending.pop(rank)
 
     # ---------------------------------------------------------------- seeds, state
@@ -499,9 +430,9 @@ class DistributedCollector(CollectorBase):
             raise RuntimeError(f"the {type(self).__name__} was shut down")
         self._drain()
         for rank in self._ranks:
-            self._command(rank, comm.SEED, int(seed), int(static_seed))
-            self._expect(rank)
-            _, new_seed = self._wait_one("set_seed")
+            self._links.command(rank, comm.SEED, int(seed), int(static_seed))
+            self._links.expect(rank)
+            _, new_seed = self._links.wait_one("set_seed")
             if not static_seed:
                 seed = new_seed
         return seed
@@ -546,33 +477,25 @@ class DistributedCollector(CollectorBase):
         procs = self._procs
         if failed and procs:
             stop_processes(procs, 0.0)  # the receivers' recvs fail and their threads end
-        for rank in getattr(self, "_ranks", []):
-            if not failed:
-                try:
-                    self._command(rank, comm.CLOSE)
-                except RuntimeError:
-                    pass
+        links = getattr(self, "_links", None)
+        for rank in getattr(self, "_ranks", []) if links is not None and not failed else []:
+            try:
+                links.command(rank, comm.CLOSE)
+            except RuntimeError:
+                pass
         if not failed and getattr(self, "_pending", None):
             try:
                 self._drain()
             except RuntimeError:
                 pass
-        if not failed:
-            # delivered before the group goes: the last weights and CLOSE itself
-            for sends in getattr(self, "_sends", {}).values():
-                for work, _ in sends:
-                    try:
-                        work.wait()
-                    except RuntimeError:
-                        pass
-        for receiver in getattr(self, "_receivers", {}).values():
-            receiver.requests.put(None)
+        if links is not None and not failed:
+            links.settle()  # delivered before the group goes: the last weights, CLOSE
+        if links is not None:
+            links.stop()
         if procs:
             stop_processes(procs)
-        for receiver in getattr(self, "_receivers", {}).values():
-            receiver.join(1.0)
-        for sends in getattr(self, "_sends", {}).values():
-            sends.clear()
+        if links is not None:
+            links.join(1.0)
         if self._own_group and dist.is_initialized():
             dist.destroy_process_group()
         self._own_group = False

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rl.core._ray import acquire_runtime, import_ray, release_runtime
 from rl.data.replay_buffers._buffers import ReplayBuffer
+from rl.data.replay_buffers._utils import CheckpointAliases
 from rl.data.replay_buffers.samplers import Sampler
 from rl.data.replay_buffers.storages import Storage
 from rl.data.replay_buffers.writers import Writer
@@ -25,6 +26,7 @@ __all__ = ["RayReplayBuffer", "DEFAULT_REMOTE_CONFIG"]
 DEFAULT_REMOTE_CONFIG: dict[str, Any] = {"num_cpus": 1}
 
 _COMPONENTS = {"storage": Storage, "sampler": Sampler, "writer": Writer}
+_TRANSPORTS = ("auto", "ray")
 
 
 def _import_ray() -> Any:
@@ -52,7 +54,7 @@ class _BufferActor:
         return getattr(self.rb, name)
 
 
-class RayReplayBuffer:
+class RayReplayBuffer(CheckpointAliases):
     """A replay buffer in a Ray actor, used through the local buffer's API.
 
     The buffer (``replay_buffer_cls(*args, **kwargs)``: a
@@ -68,6 +70,10 @@ class RayReplayBuffer:
     Errors raised in the actor are raised here with their type (a ``ValueError`` stays a
     ``ValueError``); a dead actor raises a ``RuntimeError``.
 
+    It is not a :class:`~rl.data.ReplayBuffer` (``isinstance`` is ``False``): it has no
+    local ``storage``, ``sampler`` or ``writer`` that code checking for a replay buffer
+    could read; collectors recognise it by ``service_backend == "ray"``.
+
     Args:
         *args: positional arguments of ``replay_buffer_cls``.
         replay_buffer_cls: the buffer class built in the actor.
@@ -75,11 +81,18 @@ class RayReplayBuffer:
             (``{"address": "auto"}`` joins a cluster).
         remote_config: the actor's Ray options (``num_cpus``, ``num_gpus``,
             ``resources``, ...); default :data:`DEFAULT_REMOTE_CONFIG`.
+        transport: how data travels: ``"auto"`` and ``"ray"`` (the default, and the
+            only transport here) use Ray's object store; TorchRL's ``"distributed"``
+            (a torch.distributed side channel) is not supported.
+        transport_options: options of the ``"distributed"`` transport; not supported.
+        delayed_init: passed on to ``replay_buffer_cls`` when ``True`` (rl's buffers
+            build their components at once either way).
         **kwargs: keyword arguments of ``replay_buffer_cls`` (``storage``, ``sampler``,
             ``writer``, ``batch_size``, ``transform``, ...).
 
     Raises:
         ImportError: Ray is not installed (``pip install "rl-data[ray]"``).
+        ValueError: an unknown or unsupported ``transport``, or ``transport_options``.
 
     Examples:
         >>> import torch
@@ -107,11 +120,29 @@ class RayReplayBuffer:
         replay_buffer_cls: Callable[..., Any] = ReplayBuffer,
         ray_init_config: Mapping[str, Any] | None = None,
         remote_config: Mapping[str, Any] | None = None,
+        transport: Literal["auto", "ray", "distributed"] = "auto",
+        transport_options: Mapping[str, Any] | None = None,
+        delayed_init: bool = False,
         **kwargs: Any,
     ) -> None:
-        ray = _import_ray()
         self._owner = False
         self._actor = None
+        self._held_runtime = False
+        if transport == "distributed":
+            raise ValueError(
+                "transport='distributed' is not supported by RayReplayBuffer: data "
+                "travels through Ray's object store (transport='auto' or 'ray')"
+            )
+        if transport not in _TRANSPORTS:
+            raise ValueError(f"transport must be one of {_TRANSPORTS}, got {transport!r}")
+        if transport_options:
+            raise ValueError(
+                "transport_options configure TorchRL's 'distributed' transport, which is "
+                f"not supported, got transport_options={dict(transport_options)!r}"
+            )
+        if delayed_init:
+            kwargs["delayed_init"] = True
+        ray = _import_ray()
         self._held_runtime = acquire_runtime(ray, ray_init_config)
         try:
             config = dict(DEFAULT_REMOTE_CONFIG if remote_config is None else remote_config)
@@ -216,15 +247,6 @@ class RayReplayBuffer:
         """Restores a buffer saved by :meth:`dumps` (a path on the actor's machine)."""
         self._call("loads", str(path))
 
-    def dump(self, path: str | Path) -> None:
-        self.dumps(path)
-
-    def save(self, path: str | Path) -> None:
-        self.dumps(path)
-
-    def load(self, path: str | Path) -> None:
-        self.loads(path)
-
     # ---------------------------------------------------------------------- lifetime
     @property
     def is_alive(self) -> bool:
@@ -232,13 +254,23 @@ class RayReplayBuffer:
         return self._actor is not None
 
     @property
+    def transport_kind(self) -> str:
+        """How data travels to and from the actor: ``"ray"`` (Ray's object store)."""
+        return "ray"
+
+    @property
     def actor(self) -> Any:
         """The Ray actor handle (to pass to code that calls the actor itself)."""
         return self._actor
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
         """Kills the actor (when this object created it) and gives Ray back; a copy
-        sent to another task only forgets the actor."""
+        sent to another task only forgets the actor (idempotent).
+
+        Args:
+            timeout: accepted for TorchRL compatibility: the actor holds no work to
+                wait for, it is killed at once.
+        """
         actor, self._actor = self._actor, None
         owner, self._owner = self._owner, False
         held, self._held_runtime = getattr(self, "_held_runtime", False), False
@@ -251,7 +283,9 @@ class RayReplayBuffer:
         if held:
             release_runtime(_import_ray(), held)
 
-    close = shutdown
+    def close(self) -> None:
+        """Same as :meth:`shutdown`."""
+        self.shutdown()
 
     def __getstate__(self) -> dict:
         # a copy sent to a Ray task or actor talks to the same actor without owning it

@@ -22,6 +22,14 @@ from torch import nn
 
 from rl.collectors import Collector
 from rl.collectors.distributed import DistributedDataCollector, DistributedSyncDataCollector
+from rl.collectors.distributed._common import (
+    TRAJ_ID_STRIDE,
+    check_frames,
+    frames_per_step,
+    per_worker,
+    policy_weights,
+    unique_traj_ids,
+)
 from rl.envs import CartPoleEnv
 
 HERE = Path(__file__).parent
@@ -279,6 +287,8 @@ class TestFailures:
              "conflict"),
             ({"weight_sync_schemes": {}}, ValueError, "weight_sync_schemes is not supported"),
             ({"collector_class": "bogus"}, ValueError, "collector_class must be"),
+            ({"collector_class": dict}, ValueError, "collector_class must be a subclass of an rl "
+             "collector or one of"),
             ({"frames_per_batch": 2.5}, TypeError, "frames_per_batch must be an int"),
             ({"num_workers": 3}, ValueError, "num_workers=3 but create_env_fn has 2 entries"),
         ],
@@ -315,6 +325,48 @@ class TestFailures:
         del collector
         gc.collect()
         assert _wait_gone(pids) == [] and not dist.is_initialized()
+
+
+class TestCommon:
+    """The pieces the torch.distributed and the Ray collectors share."""
+
+    def test_unique_traj_ids(self):
+        batch = TensorDict(
+            {("collector", "traj_ids"): torch.tensor([[0, 0, 1], [2, 3, 3]])}, [2, 3]
+        )
+        before = batch["collector", "traj_ids"]
+        out = unique_traj_ids(batch.clone(), index=2, num_workers=3)
+        assert out["collector", "traj_ids"].tolist() == [[2, 2, 5], [8, 11, 11]]
+        # the k-th life of a restarted worker gets its own range
+        out = unique_traj_ids(batch.clone(), index=0, num_workers=1, generation=1)
+        torch.testing.assert_close(out["collector", "traj_ids"], before + TRAJ_ID_STRIDE)
+        # one worker in its first life, or no ids: unchanged
+        assert unique_traj_ids(batch, 0, 1)["collector", "traj_ids"] is before
+        assert unique_traj_ids(TensorDict({}, [2]), 1, 2).is_empty()
+
+    def test_per_worker_and_policy_weights(self):
+        assert per_worker(3, 2, "device") == [3, 3]
+        with pytest.raises(ValueError, match=r"device has 3 entries, expected one per actor \(2\)"):
+            per_worker([1, 2, 3], 2, "device", "actor")
+        module = Marked()
+        weights = policy_weights(module)
+        assert weights["w"] is not module.w and weights["w"].data_ptr() == module.w.data_ptr()
+        from_state = policy_weights({"0.w": torch.ones(())})
+        assert from_state["0", "w"].item() == 1.0
+        assert policy_weights(nn.ReLU()) is None  # nothing to send
+        with pytest.raises(TypeError, match="policy weights must be .* got str"):
+            policy_weights("weights")
+
+    def test_frames_per_step_and_check_frames(self):
+        collector = Collector(cartpole3(), None, frames_per_batch=12)
+        assert frames_per_step(collector) == (3, (3,))
+        collector.shutdown()
+        check_frames({1: 3, 2: 3}, frames_per_batch=12, sync=False, total_frames=30)
+        with pytest.raises(ValueError, match=r"gives 10 frames per batch of worker rank 2, not a "
+                           r"multiple of its env batch size \(3 frames per step\)"):  # fmt: skip
+            check_frames({1: 2, 2: 3}, frames_per_batch=10, sync=False, total_frames=-1)
+        with pytest.raises(ValueError, match="every worker needs the same env batch size"):
+            check_frames({1: 2, 2: 4}, frames_per_batch=16, sync=True, total_frames=-1)
 
 
 def _torchrun_rank(rank: int, world_size: int, port: int) -> None:

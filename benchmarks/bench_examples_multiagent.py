@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import importlib
 import sys
 import tempfile
@@ -46,6 +47,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
+    parser.add_argument("--preset", default="navigation", choices=["navigation", "balance"])
+    parser.add_argument(
+        "--log-dir", help="keep the runs' logs here (default: a temporary folder per script)"
+    )
     args = parser.parse_args()
     if not RESULTS.exists():
         RESULTS.write_text(
@@ -59,13 +64,18 @@ def main() -> None:
     for name in args.runs:
         module_name, overrides = RUNS[name]
         module = importlib.import_module(module_name)
-        tmp = tempfile.mkdtemp(prefix=f"{name}-")
+        log_dir = Path(args.log_dir or tempfile.mkdtemp()) / f"{name}-{args.preset}"
         for seed in args.seeds:
-            cfg = module.Config(
-                **overrides, seed=seed, log_dir=tmp, exp_name=f"{name}_seed{seed}", progress=False
+            cfg = dataclasses.replace(
+                module.PRESETS[args.preset][1],
+                **overrides,
+                seed=seed,
+                log_dir=str(log_dir),
+                exp_name=f"{name}_seed{seed}",
+                progress=False,
             )
             out = module.main(cfg)
-            train = _returns(Path(tmp) / cfg.exp_name)
+            train = _returns(log_dir / cfg.exp_name)
             row = (
                 f"| {name} | {cfg.scenario} | {seed} | {out['frames']:,} | "
                 f"{out['seconds']:.0f} s | {train[0]:.2f} | {train[-1]:.2f} | "
@@ -74,7 +84,10 @@ def main() -> None:
             print(row, end="", flush=True)
             with RESULTS.open("a") as f:
                 f.write(row)
-            plot_runs([tmp], images / f"{name}-{cfg.scenario}.png", keys=["train/episode_return"])
+            # every seed found in the log folder (seeds may run in parallel processes)
+            plot_runs(
+                [log_dir], images / f"{name}-{args.preset}.png", keys=["train/episode_return"]
+            )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The multi-agent examples (mappo.py, ippo.py, qmix.py) run on VMAS and learn.
 
-A tiny VMAS ``navigation`` budget checks each script end to end (logs, curve, evaluation);
+A tiny VMAS budget checks each script end to end on ``navigation`` and on the
+``balance`` preset (logs, curve, evaluation);
 the multi-agent sign probe (``--scenario probe``: every agent must answer its own random
 sign) checks in seconds that each algorithm learns through the group keys: MAPPO with a
 centralised critic and shared parameters, IPPO with one actor and critic per agent, QMIX
@@ -9,6 +10,7 @@ and VDN with discrete actions.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -41,6 +43,38 @@ def mappo():
 @pytest.fixture(scope="module")
 def qmix():
     return _load("qmix")
+
+
+@pytest.fixture(scope="module")
+def ippo(mappo):
+    return _load("ippo")
+
+
+def test_presets_name_the_task(mappo, ippo, qmix):
+    # balance as BenchMARL's vmas/balance task: 4 agents, 100-step episodes
+    for module in (mappo, ippo, qmix):
+        cfg = module.PRESETS["balance"][1]
+        assert (cfg.scenario, cfg.n_agents, cfg.max_steps) == ("balance", 4, 100)
+    # the navigation preset is the scripts' defaults (the README's navigation rows)
+    assert mappo.PRESETS["navigation"][1] == mappo.Config()
+    assert ippo.PRESETS["navigation"][1] == mappo.Config(centralised_critic=False)
+    assert qmix.PRESETS["navigation"][1] == qmix.Config()
+    assert mappo.PRESETS["balance"][1].centralised_critic
+    assert not ippo.PRESETS["balance"][1].centralised_critic
+    assert mappo.PRESETS["balance"][1].total_frames == ippo.PRESETS["balance"][1].total_frames
+
+
+def test_preset_cli(mappo, ippo, qmix):
+    from _marl_common import preset_cli
+
+    assert preset_cli(qmix.PRESETS, "navigation", "", args=[]) == qmix.Config()
+    cfg = preset_cli(ippo.PRESETS, "navigation", "", args=["balance", "--seed", "2"])
+    assert cfg == dataclasses.replace(ippo.PRESETS["balance"][1], seed=2)
+    # flags without a preset apply to the default one
+    cfg = preset_cli(ippo.PRESETS, "navigation", "", args=["--no-share-params"])
+    assert cfg == mappo.Config(centralised_critic=False, share_params=False)
+    with pytest.raises(SystemExit):
+        preset_cli(mappo.PRESETS, "navigation", "", args=["balance", "--no-such-flag"])
 
 
 def _probe_actions(out, cfg, module, key):
@@ -114,11 +148,13 @@ def test_qmix_learns_the_probe(qmix, tmp_path, mixer):
 
 @pytest.mark.skipif(not _has_vmas, reason='needs VMAS: pip install "rl-envs[vmas]"')
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("preset", ["navigation", "balance"])
 @pytest.mark.parametrize("script", ["mappo", "qmix"])
-def test_scripts_run_on_vmas_navigation(mappo, qmix, tmp_path, script):
+def test_scripts_run_on_vmas(mappo, qmix, tmp_path, script, preset):
     module = {"mappo": mappo, "qmix": qmix}[script]
     small = {"update_epochs": 1} if script == "mappo" else {"updates_per_batch": 2}
-    cfg = module.Config(
+    cfg = dataclasses.replace(
+        module.PRESETS[preset][1],
         num_envs=4,
         max_steps=5,
         total_frames=40,
@@ -133,3 +169,6 @@ def test_scripts_run_on_vmas_navigation(mappo, qmix, tmp_path, script):
     assert out["frames"] == 40
     assert len(out["eval_returns"]) == 2 and all(math.isfinite(r) for r in out["eval_returns"])
     assert (tmp_path / "run" / "scalars" / "train" / "loss.csv").is_file()
+    env = out["make_env"](cfg, 2, seed=0)
+    n_agents = {"navigation": 3, "balance": 4}[preset]
+    assert env.observation_spec["agents", "observation"].shape[:2] == (2, n_agents)

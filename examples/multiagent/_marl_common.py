@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, TypeVar, Union
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -36,6 +36,7 @@ __all__ = [
     "expand_done",
     "finish_run",
     "make_vmas_env",
+    "preset_cli",
     "SignProbe",
     "team_view",
 ]
@@ -73,6 +74,37 @@ class MarlConfig:
     """Name of the run (default: generated from the algorithm, scenario and seed)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+
+
+C = TypeVar("C", bound=MarlConfig)
+
+
+def preset_cli(
+    presets: dict[str, tuple[str, C]],
+    default: str,
+    description: str,
+    args: list[str] | None = None,
+) -> C:
+    """Parses the command line (or ``args``) with one tyro subcommand per preset
+    (``mappo.py balance --seed 1``); with no subcommand, the ``default`` preset. Every
+    field of the config stays a flag, with or without a preset named
+    (``ippo.py --no-share-params`` is ``ippo.py navigation --no-share-params``)."""
+    import tyro
+
+    args = sys.argv[1:] if args is None else list(args)
+    if args and args[0] not in presets and args[0] not in ("-h", "--help"):
+        args = [default, *args]
+
+    choices = tuple(
+        Annotated[type(cfg), tyro.conf.subcommand(name, default=cfg, description=text)]
+        for name, (text, cfg) in presets.items()
+    )
+    return tyro.cli(
+        Union[choices],  # noqa: UP007
+        default=presets[default][1],
+        description=description,
+        args=args,
+    )
 
 
 class SignProbe(EnvBase):

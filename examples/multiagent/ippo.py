@@ -14,10 +14,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import tyro
-
 sys.path.insert(0, str(Path(__file__).parent))
-from mappo import Config, main  # noqa: E402
+from _marl_common import preset_cli  # noqa: E402
+from mappo import main, presets  # noqa: E402
+
+#: mappo.py's presets with a decentralised critic
+PRESETS = presets(centralised_critic=False)
 
 if __name__ == "__main__":
-    main(tyro.cli(Config, default=Config(centralised_critic=False), description=__doc__))
+    main(preset_cli(PRESETS, "navigation", __doc__))

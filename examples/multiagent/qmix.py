@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-import tyro
 from torch import nn
 
 from rl.collectors import Collector
@@ -53,6 +52,7 @@ from _marl_common import (  # noqa: E402
     evaluate_team,
     finish_run,
     make_vmas_env,
+    preset_cli,
     team_view,
 )
 
@@ -87,6 +87,15 @@ class Config(MarlConfig):
     """One Q-network shared by the agents (False: one per agent)."""
     max_grad_norm: float = 40.0
     """Gradient clipping norm."""
+
+
+PRESETS = {
+    "navigation": ("VMAS navigation, 3 agents, 60,000 frames (the defaults)", Config()),
+    "balance": (
+        "VMAS balance, 4 agents (BenchMARL's task settings), 60,000 frames",
+        Config(scenario="balance", n_agents=4),
+    ),
+}
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):
@@ -208,4 +217,4 @@ def main(cfg: Config) -> dict:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Config, description=__doc__))
+    main(preset_cli(PRESETS, "navigation", __doc__))

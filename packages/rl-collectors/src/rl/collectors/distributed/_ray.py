@@ -16,27 +16,20 @@ from rl.envs import EnvBase, EnvCreator
 
 from .._base import CollectorBase
 from .._single import Collector
-from ._common import check_frames, per_worker, resolve_collector_class
-from ._ray_config import DEFAULT_REMOTE_CLASS_CONFIG, default_remote_config, weights_to_send
+from ._common import check_frames, per_worker
+from ._ray_config import (
+    DEFAULT_REMOTE_CLASS_CONFIG,
+    actor_kwargs,
+    check_arguments,
+    default_remote_config,
+    weights_to_send,
+)
 from ._ray_worker import CollectorActor
 
 __all__ = ["RayCollector", "DEFAULT_REMOTE_CLASS_CONFIG"]
 
 _RETRY_S = 0.1
 _CLOSE_S = 5.0  # how long shutdown() waits for the actors to close their envs
-_UNSUPPORTED = {
-    "weight_updater": "the weights go to the actors through Ray's object store with "
-    "update_policy_weights_()",
-    "weight_sync_schemes": "the weights go to the actors through Ray's object store with "
-    "update_policy_weights_()",
-    "weight_recv_schemes": "a RayCollector cannot itself receive weights here",
-    "trajs_per_batch": "the rl collectors yield batches of frames_per_batch frames; pass "
-    "split_trajs=True for padded trajectories",
-}
-
-
-def _per_collector(value: Any, n: int, name: str) -> list:
-    return per_worker(value, n, name, "collector")
 
 
 class RayCollector(CollectorBase):
@@ -211,55 +204,26 @@ class RayCollector(CollectorBase):
         self._held_runtime = False
         self._ray = import_ray("RayCollector", "rl-collectors[ray]")
         # ------------------------------------------------------------ argument checks
-        for name, value in (
-            ("weight_updater", weight_updater),
-            ("weight_sync_schemes", weight_sync_schemes),
-            ("weight_recv_schemes", weight_recv_schemes),
-            ("trajs_per_batch", trajs_per_batch),
-        ):
-            if value is not None:
-                raise ValueError(f"{name} is not supported by RayCollector: {_UNSUPPORTED[name]}")
-        if policy is not None and policy_factory is not None:
-            raise ValueError("pass policy or policy_factory, not both")
-        for name, hook in (("pre_collect_hook", pre_collect_hook),
-                           ("post_collect_hook", post_collect_hook)):  # fmt: skip
-            if hook is not None and not callable(hook):
-                raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
-        collector_class = resolve_collector_class(collector_class)
-        if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
-            raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
-        if frames_per_batch <= 0:
-            raise ValueError(f"frames_per_batch must be positive, got {frames_per_batch}")
-        if total_frames != -1 and total_frames <= 0:
-            raise ValueError(f"total_frames must be -1 or positive, got {total_frames}")
-        if num_collectors is None:
-            num_collectors = len(create_env_fn) if isinstance(create_env_fn, list | tuple) else 1
-        if num_collectors < 1:
-            raise ValueError(f"num_collectors must be at least 1, got {num_collectors}")
-        n = num_collectors
-        env_fns = _per_collector(create_env_fn, n, "create_env_fn")
-        factories = _per_collector(policy_factory, n, "policy_factory")
+        collector_class, n = check_arguments(
+            create_env_fn, policy, policy_factory=policy_factory,
+            frames_per_batch=frames_per_batch, total_frames=total_frames,
+            collector_class=collector_class, num_collectors=num_collectors, sync=sync,
+            num_workers_per_collector=num_workers_per_collector,
+            weight_updater=weight_updater, weight_sync_schemes=weight_sync_schemes,
+            weight_recv_schemes=weight_recv_schemes, trajs_per_batch=trajs_per_batch,
+            pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,
+        )  # fmt: skip
+        env_fns = per_worker(create_env_fn, n, "create_env_fn", "collector")
+        factories = per_worker(policy_factory, n, "policy_factory", "collector")
         if use_env_creator:
             env_fns = [
                 fn if isinstance(fn, EnvBase | EnvCreator) else EnvCreator(fn) for fn in env_fns
             ]
-        kwargs_list = [
-            dict(kw or {}) for kw in _per_collector(collector_kwargs, n, "collector_kwargs")
-        ]
         if remote_configs is None:
             remote_configs = default_remote_config()
-        configs = [dict(cfg) for cfg in _per_collector(remote_configs, n, "remote_configs")]
-        if sync and frames_per_batch % n:
-            raise ValueError(
-                f"frames_per_batch={frames_per_batch} must be a multiple of num_collectors={n} "
-                f"in sync mode: each actor collects frames_per_batch / {n} frames per batch"
-            )
-        if num_workers_per_collector > 1 and issubclass(collector_class, Collector):
-            raise ValueError(
-                f"num_workers_per_collector={num_workers_per_collector} applies to the "
-                "multiprocess collector classes ('sync', 'async'); a Collector runs one env: "
-                "pass a batched env factory (e.g. SerialEnv) to step several"
-            )
+        configs = [
+            dict(cfg) for cfg in per_worker(remote_configs, n, "remote_configs", "collector")
+        ]
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
         self.num_collectors = n
@@ -296,28 +260,19 @@ class RayCollector(CollectorBase):
         self._weights: TensorDictBase | None = None
         if isinstance(policy, nn.Module) and any(True for _ in policy.parameters()):
             self._weights = TensorDict.from_module(policy).data
-        devices = {
-            "device": _per_collector(device, n, "device"),
-            "storing_device": _per_collector(storing_device, n, "storing_device"),
-            "env_device": _per_collector(env_device, n, "env_device"),
-            "policy_device": _per_collector(policy_device, n, "policy_device"),
-        }
-        for i, kw in enumerate(kwargs_list):
-            kw["frames_per_batch"] = self.frames_per_batch_worker
-            kw.setdefault("max_frames_per_traj", max_frames_per_traj)
-            kw.setdefault("init_random_frames", max(init_random_frames or 0, 0) // n)
-            kw.setdefault("reset_at_each_iter", reset_at_each_iter)
-            kw.setdefault("exploration_type", exploration_type)
-            kw.setdefault("trust_policy", trust_policy)
-            for name, values in devices.items():
-                if values[i] is not None:
-                    kw.setdefault(name, values[i])
-            if num_workers_per_collector > 1 or not issubclass(collector_class, Collector):
-                kw.setdefault("num_workers", num_workers_per_collector)
-            if self._remote_buffer:
-                kw["replay_buffer"] = replay_buffer
-                kw.setdefault("postproc", postproc)
-                kw.setdefault("split_trajs", split_trajs)
+        kwargs_list = actor_kwargs(
+            n, collector_kwargs=collector_kwargs, collector_class=collector_class,
+            frames_per_batch=self.frames_per_batch_worker,
+            num_workers_per_collector=num_workers_per_collector,
+            devices={"device": device, "storing_device": storing_device,
+                     "env_device": env_device, "policy_device": policy_device},
+            common={"max_frames_per_traj": max_frames_per_traj,
+                    "init_random_frames": max(init_random_frames or 0, 0) // n,
+                    "reset_at_each_iter": reset_at_each_iter,
+                    "exploration_type": exploration_type, "trust_policy": trust_policy},
+            in_actor={"replay_buffer": replay_buffer, "postproc": postproc,
+                      "split_trajs": split_trajs} if self._remote_buffer else None,
+        )  # fmt: skip
         # ------------------------------------------------------------------ the actors
         ray = self._ray
         self._held_runtime = acquire_runtime(ray, ray_init_config)

@@ -9,10 +9,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import (
+    InteractionType,
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
     TensorDictSequential,
+    set_interaction_type,
     set_skip_existing,
 )
 from torch.testing import assert_close
@@ -63,6 +65,38 @@ def sequence():
     )
 
 
+def prob_actor(distribution=torch.distributions.Categorical, return_log_prob=True, **kwargs):
+    """A TensorDictModule writing the distribution's parameters, then tensordict's
+    probabilistic module (as a TorchRL user writes an actor)."""
+    torch.manual_seed(0)
+    if distribution is torch.distributions.Categorical:
+        head = TensorDictModule(torch.nn.Linear(4, 2), ["observation"], ["logits"])
+        dist_keys = ["logits"]
+    else:
+
+        class LocScale(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = torch.nn.Linear(4, 2)
+
+            def forward(self, obs):
+                loc, scale = self.net(obs).chunk(2, -1)
+                return loc, torch.nn.functional.softplus(scale) + 0.1
+
+        head = TensorDictModule(LocScale(), ["observation"], ["loc", "scale"])
+        dist_keys = ["loc", "scale"]
+    return ProbabilisticTensorDictSequential(
+        head,
+        ProbabilisticTensorDictModule(
+            in_keys=dist_keys,
+            out_keys=["action"],
+            distribution_class=distribution,
+            return_log_prob=return_log_prob,
+            **kwargs,
+        ),
+    )
+
+
 def collect(env_fn, policy, fast: bool, batches: int = 3, frames: int = 96) -> list:
     env = env_fn()
     env.set_seed(3)
@@ -105,6 +139,49 @@ class TestTensorPolicy:
         seq = tensor_policy(sequence())
         assert seq.in_keys == ["observation"]
         assert seq.out_keys == ["logits", "action", "noise"]
+        prob = tensor_policy(prob_actor())
+        assert prob.in_keys == ["observation"]
+        assert prob.out_keys == ["logits", "action", "action_log_prob"]
+
+    @pytest.mark.parametrize(
+        "itype",
+        [
+            InteractionType.RANDOM,
+            InteractionType.DETERMINISTIC,
+            InteractionType.MODE,
+            InteractionType.MEAN,
+            None,
+        ],
+    )
+    @pytest.mark.parametrize("distribution", [torch.distributions.Normal, "categorical"])
+    @pytest.mark.parametrize("return_log_prob", [True, False])
+    def test_probabilistic_call_matches_policy(self, itype, distribution, return_log_prob):
+        """Sampling (joint sample + log-prob or not), modes and the default interaction
+        type as tensordict's probabilistic sequence."""
+        if distribution == "categorical":
+            distribution = torch.distributions.Categorical
+        policy = prob_actor(distribution, return_log_prob=return_log_prob)
+        td = TensorDict(observation=torch.randn(5, 4), batch_size=[5])
+        fast = tensor_policy(policy)
+        nan_mean = distribution is torch.distributions.Categorical and itype is InteractionType.MEAN
+        if nan_mean and return_log_prob:
+            # a categorical's mean is NaN: both raise when scoring it
+            for fn in (policy, fast):
+                with set_interaction_type(itype), pytest.raises(ValueError, match="support"):
+                    fn(td.clone())
+            return
+        outs = []
+        for fn in (policy, fast):
+            torch.manual_seed(1)
+            if itype is None:
+                outs.append(fn(td.clone()))
+            else:
+                with set_interaction_type(itype):
+                    outs.append(fn(td.clone()))
+        expected, got = outs
+        assert list(got.keys()) == list(expected.keys())
+        for key in expected.keys():
+            assert_close(got[key], expected[key], rtol=0, atol=0, equal_nan=nan_mean, msg=key)
 
     def test_call_matches_policy(self):
         td = TensorDict(observation=torch.randn(5, 4), batch_size=[5])
@@ -126,8 +203,8 @@ class TestTensorPolicy:
             def forward(self, tensordict):
                 return super().forward(tensordict)
 
-        prob = ProbabilisticTensorDictSequential(
-            TensorDictModule(net, ["observation"], ["logits"]),
+        sampled_twice = ProbabilisticTensorDictSequential(
+            TensorDictModule(lambda x: (x, x), ["observation"], ["logits", "action"]),
             ProbabilisticTensorDictModule(
                 in_keys=["logits"],
                 out_keys=["action"],
@@ -141,7 +218,9 @@ class TestTensorPolicy:
         for policy in (
             hooked,
             Custom(net, ["observation"], ["action"]),
-            prob,
+            sampled_twice,  # the prefix writes the sample: the last module does not draw
+            prob_actor(num_samples=2),
+            prob_actor(generator=torch.Generator()),
             nested,
             selected,
             TensorDictModule(net, ["observation"], ["action"], inplace=False),
@@ -162,7 +241,9 @@ class TestTensorPolicy:
         assert fast.usable()
 
     @pytest.mark.parametrize("kind", sorted(ENVS))
-    @pytest.mark.parametrize("make", [one_module, sequence], ids=["module", "sequence"])
+    @pytest.mark.parametrize(
+        "make", [one_module, sequence, prob_actor], ids=["module", "sequence", "prob"]
+    )
     def test_fast_and_general_paths_collect_the_same_data(self, kind, make, monkeypatch):
         from rl.envs.libs import _envpool_rollout
 

@@ -19,18 +19,33 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.base import NO_DEFAULT
 from tensordict.nn import (
+    CompositeDistribution,
+    InteractionType,
+    ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
     TensorDictSequential,
+    interaction_type,
+    set_interaction_type,
     skip_existing,
 )
+from torch import distributions as D
 from torch import nn
 from torch.nn.modules import module as _torch_module
 
 __all__ = ["TensorPolicy", "tensor_policy"]
 
+try:  # how tensordict draws a sample and its log-prob in one call (0.15)
+    from tensordict.nn.probabilistic import (
+        _get_joint_sample_and_log_prob as _joint_sample_and_log_prob,
+    )
+except ImportError:  # another tensordict: no fast path for probabilistic modules
+    _joint_sample_and_log_prob = None
+
 _TDM_METHODS = ("__call__", "forward", "_call_module", "_write_to_tensordict")
 _SEQ_METHODS = ("__call__", "forward", "_run_module", "_module_iter")
+_PROB_SEQ_METHODS = (*_SEQ_METHODS, "get_dist_params")
+_PROB_METHODS = ("__call__", "forward", "get_dist", "_dist_sample", "_draw_dist_sample")
 
 
 class TensorPolicy:
@@ -150,13 +165,94 @@ def _steps(policy) -> list | None:
     return None
 
 
+def _sampler(prob: ProbabilisticTensorDictModule):
+    """The ``(in_keys, out_keys, fn)`` stage of a plain ``ProbabilisticTensorDictModule``
+    (one sample key, a ``torch.distributions`` class, no generator, no ``num_samples``):
+    ``fn(*params)`` draws as its ``forward`` does, else ``None``."""
+    if _joint_sample_and_log_prob is None or _has_hooks(prob):
+        return None
+    if not _same_methods(prob, ProbabilisticTensorDictModule, _PROB_METHODS):
+        return None
+    cls = prob.distribution_class
+    if not (isinstance(cls, type) and issubclass(cls, D.Distribution)):
+        return None
+    if issubclass(cls, CompositeDistribution) or prob.num_samples is not None:
+        return None
+    if prob._generator is not None or prob._generator_key is not None:
+        return None
+    in_keys, sample_keys = list(prob.in_keys), list(prob.dist_sample_keys)
+    dist_keys = [key[-1] if isinstance(key, tuple) else key for key in prob.dist_keys]
+    if len(sample_keys) != 1 or not _plain_keys([*in_keys, *sample_keys]):
+        return None
+    out_keys = list(sample_keys)
+    log_prob = bool(prob.return_log_prob)
+    if log_prob:
+        try:
+            out_keys.append(prob.log_prob_key)
+        except RuntimeError:
+            return None
+        if not _plain_keys(out_keys) or out_keys[0] == out_keys[1]:
+            return None
+    if type(prob.distribution_kwargs) is not dict:
+        return None
+    default = prob.default_interaction_type
+    dist_sample = prob._dist_sample
+
+    def sample(*params):
+        dist = cls(**dict(zip(dist_keys, params)), **prob.distribution_kwargs)
+        itype = interaction_type()
+        joint = None
+        if log_prob and (itype or default) is InteractionType.RANDOM:
+            joint = _joint_sample_and_log_prob(dist)
+        if joint is not None:
+            value, lp = joint(torch.Size(()))
+        else:
+            value, lp = dist_sample(dist, interaction_type=itype), None
+        if not log_prob:
+            return (value,)
+        return value, (dist.log_prob(value) if lp is None else lp)
+
+    return in_keys, out_keys, sample, (None, {})
+
+
+def _prob_steps(policy) -> list | None:
+    """The stages of a plain ``ProbabilisticTensorDictSequential`` (plain
+    ``TensorDictModule`` stages, then a plain ``ProbabilisticTensorDictModule``)."""
+    if not _same_methods(policy, ProbabilisticTensorDictSequential, _PROB_SEQ_METHODS):
+        return None
+    if policy.return_composite or not policy._requires_sample or _has_hooks(policy):
+        return None
+    if policy.partial_tolerant or policy.inplace not in (True, None):
+        return None
+    if policy._select_before_return:
+        return None
+    modules = list(policy._module_iter())
+    last = modules[-1]
+    if not isinstance(last, ProbabilisticTensorDictModule):
+        return None
+    det = policy._det_part
+    stages = _steps(det) if len(modules) > 1 else []
+    if stages is None or (len(modules) > 1 and _has_hooks(det)):
+        return None
+    sampler = _sampler(last)
+    if sampler is None:
+        return None
+    return [*stages, sampler]
+
+
 def tensor_policy(policy) -> TensorPolicy | None:
     """A :class:`TensorPolicy` doing what ``policy`` does, or ``None`` where ``policy``
-    is not a plain ``TensorDictModule`` / ``TensorDictSequential`` of them (string keys,
-    the module called with the tensors, outputs written in place, no hooks)."""
+    is not a plain ``TensorDictModule`` / ``TensorDictSequential`` of them, or a plain
+    ``ProbabilisticTensorDictSequential`` (string keys, the module called with the
+    tensors, outputs written in place, no hooks)."""
     if not isinstance(policy, nn.Module):
         return None
-    stages = _steps(policy)
+    prob_default = None
+    if isinstance(policy, ProbabilisticTensorDictSequential):
+        stages = _prob_steps(policy)
+        prob_default = policy._last_module.default_interaction_type
+    else:
+        stages = _steps(policy)
     if not stages:
         return None
     in_keys: list[str] = []
@@ -172,7 +268,22 @@ def tensor_policy(policy) -> TensorPolicy | None:
         forward = _single(stages[0][2], len(out_keys), out_keys)
     else:
         forward = _chain(stages, in_keys, out_keys)
+    if prob_default is not None:
+        forward = _with_interaction_type(forward, prob_default)
     return TensorPolicy(policy, in_keys, out_keys, forward, gets)
+
+
+def _with_interaction_type(forward, default: InteractionType):
+    """Runs ``forward`` under ``default`` where no interaction type is set, as
+    ``ProbabilisticTensorDictSequential`` runs its modules."""
+
+    def run(*tensors):
+        if interaction_type() is not None:
+            return forward(*tensors)
+        with set_interaction_type(default):
+            return forward(*tensors)
+
+    return run
 
 
 def _as_tuple(out, out_keys: list[str]) -> tuple:

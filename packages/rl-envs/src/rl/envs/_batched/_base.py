@@ -17,6 +17,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from .._common import EnvBase
+from .._gym import GymWrapper
 from .._partial_step import check_step_mask, peek_step_mask
 from .._rollout import rollout_generic
 from .._utils import step_mdp
@@ -129,12 +130,20 @@ class BatchedEnvBase(EnvBase):
             self.full_done_spec,
             self.done_key,
         )
+        if not isinstance(meta, GymWrapper):
+            # a sub-env's _step may read the root observations, as TorchRL hands it the
+            # whole root (gym wrappers do not read them: their fast step stays)
+            in_keys = set(self._layout.in_keys)
+            self._layout.obs_in_keys = [
+                key for key in self._layout.reset_keys if key not in in_keys
+            ]
         self._shm_buffers = allocate_buffers(
             self._layout, self.input_spec, self.output_spec, share=self._share_memory
         )
         bufs = self._shm_buffers
         actions = set(self._layout.action_keys)
         self._in_pairs = [(key, bufs.inputs[key], key in actions) for key in self._layout.in_keys]
+        self._obs_pairs = [(key, bufs.out[key]) for key in self._layout.obs_in_keys]
         self._to_device = self.device is not None and self.device.type != "cpu"
         options = getattr(self, "batched_options", None) or {}
         self._non_blocking = bool(options.get("non_blocking", False))
@@ -227,6 +236,23 @@ class BatchedEnvBase(EnvBase):
             if value is None:
                 if required:
                     raise KeyError(key)
+                continue
+            if value.shape != buf.shape:
+                raise ValueError(
+                    f"{key!r} has shape {tuple(value.shape)}, expected {tuple(buf.shape)} "
+                    f"from the spec of {type(self).__name__}"
+                )
+            buf.copy_(value)
+        if self._obs_pairs:
+            self._write_observations(tensordict)
+
+    def _write_observations(self, tensordict: TensorDictBase) -> None:
+        """Writes the caller's root observations where the sub-envs' ``_step`` reads them
+        (the ``out`` buffers, which already hold them when ``tensordict`` is the last
+        output: then nothing is copied)."""
+        for key, buf in self._obs_pairs:
+            value = tensordict.get(key, None)
+            if value is None or value.data_ptr() == buf.data_ptr():
                 continue
             if value.shape != buf.shape:
                 raise ValueError(

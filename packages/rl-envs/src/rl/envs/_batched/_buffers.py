@@ -39,6 +39,9 @@ class BufferLayout:
     step_keys: list[NestedKey]
     reset_keys: list[NestedKey]
     done_key: NestedKey
+    # observations a sub-env's ``_step`` reads from its input (TorchRL hands it the whole
+    # root): views of the ``out`` buffers, which hold the current root observations
+    obs_in_keys: list[NestedKey] = field(default_factory=list)
 
     @classmethod
     def from_specs(

@@ -78,6 +78,8 @@ def _batched_rollout(
 ) -> TensorDictBase:
     layout = env._layout
     bufs = env._shm_buffers
+    if env._obs_pairs:  # the start may not be the last output (rollout(tensordict=...))
+        env._write_observations(tensordict)
     batch_size = env.batch_size
     nb = len(batch_size)
     prefix = (slice(None),) * nb

@@ -464,6 +464,8 @@ class RayCollector(CollectorBase):
             if not collected:  # a restarted actor: a new life, its ids start again at 0
                 self._incarnations[index] = incarnation
                 self._generations[index] += 1
+                # Ray counts this restart against max_restarts even if it died idle
+                self._restarts[index] = max(self._restarts[index], self._generations[index])
                 self._pids[index] = pid
                 self._submit(index, frames)
                 continue

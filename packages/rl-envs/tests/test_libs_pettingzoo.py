@@ -7,9 +7,10 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from tensordict import LazyStackedTensorDict
 
 import rl.envs
-from rl.core import Bounded, Categorical, OneHot
+from rl.core import Bounded, Categorical, OneHot, StackedComposite
 from rl.envs import MarlGroupMapType, check_env_specs, step_mdp
 
 pytest.importorskip("pettingzoo")
@@ -210,11 +211,26 @@ class TestParallel:
         first = race(seed=7).reset()["runner", "observation"]
         torch.testing.assert_close(first, race(seed=7).reset()["runner", "observation"])
 
-    def test_heterogeneous_group_error(self):
-        with pytest.raises(
-            ValueError, match="agents of group 'agents' have different action spaces"
-        ):
-            race(group_map=MarlGroupMapType.ALL_IN_ONE_GROUP)
+    def test_heterogeneous_group_is_lazy(self):
+        # the coach differs from the runners: one lazily stacked group (as TorchRL), with
+        # dead agents, infos and masks (test_libs_pettingzoo_hetero.py has the rest)
+        env = race(group_map=MarlGroupMapType.ALL_IN_ONE_GROUP, use_mask=True, goals=(1.5, 9.0))
+        assert isinstance(env.full_observation_spec["agents"], StackedComposite)
+        td = env.reset()
+        agents = td["agents"]
+        assert isinstance(agents, LazyStackedTensorDict) and agents.batch_size == (3,)
+        assert [a["observation"].shape for a in agents.tensordicts] == [(2,), (2,), (3,)]
+        agents.tensordicts[0]["action"] = torch.ones(1)  # runner_0 reaches 1.5 at once
+        agents.tensordicts[1]["action"] = torch.zeros(1)
+        agents.tensordicts[2]["action"] = torch.tensor(2)
+        nxt = env.step(td)["next", "agents"]
+        assert nxt["mask"].tolist() == [False, True, True]
+        assert nxt["terminated"].flatten().tolist() == [True, False, False]
+        torch.testing.assert_close(nxt["reward"], torch.tensor([[2.0], [1.0], [2.0]]))
+        torch.testing.assert_close(nxt["info", "speed"], torch.tensor([2.0, 1.0, 0.0]))
+        coach = nxt.tensordicts[2]["observation"]
+        torch.testing.assert_close(coach, torch.as_tensor(env._env._obs("coach")))
+        check_env_specs(env, seed=0)
 
     def test_one_group_per_agent(self):
         env = race(group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT, goals=(10.0, 10.0))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 
-from rl.core import Composite, Unbounded
+from rl.core import Composite, StackedComposite, Unbounded
 
 if TYPE_CHECKING:
     from ._common import EnvBase
@@ -163,11 +164,11 @@ def _expected_specs(env: EnvBase) -> dict:
         env.full_done_spec,
     ):
         for key in composite.keys(True, True):
-            expected[key] = composite[key]
+            expected[key] = _leaf_spec(composite, key)
     for composite in (env.full_observation_spec, env.full_reward_spec, env.full_done_spec):
         for key in composite.keys(True, True):
             path = ("next", key) if isinstance(key, str) else ("next", *key)
-            expected[path] = composite[key]
+            expected[path] = _leaf_spec(composite, key)
     transform = getattr(env, "transform", None)
     if transform is not None and hasattr(transform, "transform_fake_tensordict"):
         # transforms that store transitions otherwise (NextObservationDelta keeps a
@@ -229,6 +230,9 @@ def check_env_specs(
     nb = len(env.batch_size)
     steps = rollout.batch_size[-1]
     for key, spec in expected.items():
+        if isinstance(spec, _Members) or not _dense_entry(rollout, key):
+            _check_heterogeneous_entry(rollout, key, spec, nb, steps)
+            continue
         value = rollout[key]
         want = (*spec.shape[:nb], steps, *spec.shape[nb:])
         if tuple(value.shape) != tuple(want):
@@ -251,6 +255,65 @@ def check_env_specs(
                 raise AssertionError(
                     f"{key!r} at step {t} is outside its spec {spec!r}: {step_value}"
                 )
+
+
+def _dense_entry(rollout: TensorDictBase, key) -> bool:
+    """Whether ``rollout[key]`` reads as one tensor (not so for an entry whose shape
+    differs between the members of a lazy stack: agents of a heterogeneous group)."""
+    try:
+        rollout.get(key)
+    except RuntimeError:
+        return False
+    return True
+
+
+class _Members(NamedTuple):
+    """The member specs of an entry of a lazy stack (agents of a heterogeneous group)
+    whose leaves cannot stack into one spec (a ``Bounded`` and an ``Unbounded``)."""
+
+    specs: list
+    stack_dim: int
+
+
+def _leaf_spec(composite: Composite, key):
+    try:
+        return composite[key]
+    except ValueError:
+        node, path = composite, (key,) if isinstance(key, str) else tuple(key)
+        for i, part in enumerate(path):
+            if isinstance(node, StackedComposite):
+                return _Members([member[path[i:]] for member in node], node.stack_dim)
+            node = node[part]
+        raise
+
+
+def _check_heterogeneous_entry(rollout: TensorDictBase, key, spec, nb: int, steps: int) -> None:
+    """Checks a lazily stacked entry (members of different shapes or dtypes) step by
+    step, sub-env by sub-env and member by member against its member specs."""
+    if isinstance(spec, _Members):
+        members, dim = spec
+    else:
+        dim = getattr(spec, "stack_dim", None)
+        members = (
+            None
+            if dim is None
+            else [spec[(slice(None),) * dim + (j,)] for j in range(spec.shape[dim])]
+        )
+    if members is None or dim != nb:
+        raise AssertionError(
+            f"{key!r} differs in shape between the members of a lazy stack in the rollout, "
+            f"but its spec {spec!r} is not stacked along the group dim"
+        )
+    for index in itertools.product(*(range(size) for size in rollout.batch_size[:nb])):
+        specs = [member[index] if index else member for member in members]
+        for t in range(steps):
+            parts = rollout[(*index, t)].get(key, as_list=True)
+            for j, (member, value) in enumerate(zip(specs, parts, strict=True)):
+                if tuple(value.shape) != tuple(member.shape) or not member.is_in(value):
+                    raise AssertionError(
+                        f"{key!r} of member {j} at step {t} (sub-env {index}) is outside "
+                        f"its spec {member!r}: {value}"
+                    )
 
 
 class RandomPolicy:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl.envs._gym_spaces import space_leaves, walk
+from rl.envs._gym_spaces import walk
 
 __all__ = ["GroupLeaf", "group_leaves", "info_value"]
 
@@ -39,19 +39,10 @@ class GroupLeaf:
         return torch.as_tensor(np.stack(rows, 0)).to(self.dtype).reshape(self.spec.shape)
 
 
-def group_leaves(spaces: list, key: tuple[str, ...], categorical: bool, group: str) -> list:
-    per_agent = [space_leaves(space, (), categorical, key) for space in spaces]
-    layouts = {
-        tuple((leaf.key, tuple(leaf.spec.shape), leaf.spec.dtype) for leaf in agent)
-        for agent in per_agent
-    }
-    if len(layouts) > 1:
-        raise ValueError(
-            f"the agents of group {group!r} have different {key[0]} spaces {spaces}: a group "
-            "stacks agents of one layout; pass a group_map that puts them in separate groups "
-            "(e.g. MarlGroupMapType.ONE_GROUP_PER_AGENT)"
-        )
-    n = len(spaces)
+def group_leaves(per_agent: list[list]) -> list[GroupLeaf]:
+    """The stacked leaves of a group whose agents share one layout (``per_agent``: each
+    agent's :class:`~rl.envs._gym_spaces.SpaceLeaf` list, from ``space_leaves``)."""
+    n = len(per_agent)
     return [
         GroupLeaf(agent_leaves[0].key, list(agent_leaves), n) for agent_leaves in zip(*per_agent)
     ]

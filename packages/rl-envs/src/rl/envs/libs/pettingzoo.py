@@ -22,17 +22,20 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Categorical, Composite, OneHot, Unbounded
 from rl.envs._common import EnvBase
-from rl.envs._gym_spaces import space_leaves
+from rl.envs._gym_spaces import assemble, space_leaves
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 from rl.envs._rollout import rollout_generic
 
 from ._common import ClassProperty, ForwardsEnvAttributes
+from ._pz_hetero import HeteroGroup, agent_rows, same_layout, set_agent_entries
 from ._pz_specs import GroupLeaf, group_leaves, info_value
 from ._pz_tasks import available_tasks, load_task
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
 
 _has_pettingzoo = importlib.util.find_spec("pettingzoo") is not None
+_ROWS = "_agent_rows"  # the per-agent entries of a heterogeneous group, before stacking
+_MASK_KEY = ("observation", "action_mask")
 _INSTALL = 'pip install "rl-envs[pettingzoo]"'
 
 
@@ -66,6 +69,15 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
     the observation. :meth:`rand_action` and :meth:`rollout` without a policy draw
     actions among the allowed ones; a policy reads the mask from the data.
 
+    Agents of one group with different observation or action layouts (keys, shapes,
+    dtypes) are stacked lazily, as in TorchRL: the group's observation and action specs
+    are a ``StackedComposite`` of one ``Composite`` per agent and its data a
+    ``LazyStackedTensorDict`` (``td["agents"][j]["observation"]``); the entries the agents
+    share (``reward``, ``done``, ``mask``) still read as ``[n, ...]`` tensors. Such data
+    flows through ``step_mdp``, ``rollout``, ``SerialEnv(..., use_buffers=False)``,
+    collectors and a ``LazyStackStorage`` replay buffer. A Dict action space nests under
+    ``(group, "action", name)``, a Tuple one as in :class:`~rl.envs.GymWrapper`.
+
     ``use_mask=True`` adds ``(group, "mask")`` (``[n]``): ``True`` for the agents acting
     at this step (the live agents of a parallel env, the selected agent of an AEC env).
     It is required for AEC envs and for parallel envs whose agents can die; dead agents
@@ -90,8 +102,8 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         run_type_checks: debug mode, check every action against ``action_spec``.
 
     Raises:
-        ValueError: an AEC env without ``use_mask=True``, a non-empty ``batch_size``, a
-            bad ``group_map`` or a group whose agents have different spaces.
+        ValueError: an AEC env without ``use_mask=True``, a non-empty ``batch_size`` or a
+            bad ``group_map``.
 
     Examples:
         >>> from pettingzoo.classic import tictactoe_v3
@@ -210,6 +222,7 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         rew_spec = Composite(device=device)
         done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone())
         self._obs_leaves: dict[str, list[GroupLeaf]] = {}
+        self._het: dict[str, HeteroGroup] = {}
         self._act_leaves: dict[str, list[GroupLeaf]] = {}
         self._info_keys: dict[str, list[str]] = {}
         self.has_action_mask: dict[str, bool] = {}
@@ -241,14 +254,23 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         device = self.device
         n = len(names)
         shape = (n,)
-        act = group_leaves(
-            [env.action_space(a) for a in names], ("action",), self.categorical_actions, group
-        )
-        obs = group_leaves(
-            [env.observation_space(a) for a in names], ("observation",), False, group
-        )
-        mask_leaf = [leaf for leaf in obs if leaf.key == ("observation", "action_mask")]
-        obs = [leaf for leaf in obs if leaf.key != ("observation", "action_mask")]
+        act_spaces = [env.action_space(a) for a in names]
+        act_per_agent = [
+            space_leaves(space, (), self.categorical_actions, ("action",)) for space in act_spaces
+        ]
+        obs_per_agent = [
+            space_leaves(env.observation_space(a), (), False, ("observation",)) for a in names
+        ]
+        group_rew, group_done = self._shared_group_specs(n)
+        if not (same_layout(act_per_agent) and same_layout(obs_per_agent)):
+            het = self._make_hetero_group(
+                group, names, act_spaces, act_per_agent, obs_per_agent, infos
+            )
+            return het.obs_spec, het.act_spec, group_rew, group_done
+        act = group_leaves(act_per_agent)
+        obs = group_leaves(obs_per_agent)
+        mask_leaf = [leaf for leaf in obs if leaf.key == _MASK_KEY]
+        obs = [leaf for leaf in obs if leaf.key != _MASK_KEY]
         info_keys = sorted(
             set.intersection(
                 *(
@@ -296,15 +318,50 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         group_act = Composite(shape=shape, device=device)
         for leaf in act:
             group_act[leaf.key] = leaf.spec
-        group_rew = Composite(reward=Unbounded(shape=(n, 1), device=device), shape=shape)
+        return group_obs, group_act, group_rew, group_done
+
+    def _shared_group_specs(self, n: int) -> tuple[Composite, Composite]:
+        """The reward and done specs of a group of ``n`` agents (dense in every group)."""
+        device = self.device
+        group_rew = Composite(reward=Unbounded(shape=(n, 1), device=device), shape=(n,))
         group_flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=device)
         group_done = Composite(
             done=group_flag,
             terminated=group_flag.clone(),
             truncated=group_flag.clone(),
-            shape=shape,
+            shape=(n,),
         )
-        return group_obs, group_act, group_rew, group_done
+        return group_rew, group_done
+
+    def _make_hetero_group(
+        self, group, names, act_spaces, act_per_agent, obs_per_agent, infos
+    ) -> HeteroGroup:
+        """A group whose agents differ in layout: lazily stacked, as in TorchRL."""
+        has_obs_mask = any(leaf.key == _MASK_KEY for leaves in obs_per_agent for leaf in leaves)
+        obs_per_agent = [
+            [leaf for leaf in leaves if leaf.key != _MASK_KEY] for leaves in obs_per_agent
+        ]
+        info_keys = [
+            sorted(
+                k
+                for k, v in infos.get(a, {}).items()
+                if k != "action_mask" and info_value(v) is not None
+            )
+            for a in names
+        ]
+        has_info_mask = any("action_mask" in infos.get(a, {}) for a in names)
+        source = "observation" if has_obs_mask else ("info" if has_info_mask else None)
+        het = HeteroGroup(
+            group, names, obs_per_agent, act_per_agent, act_spaces, info_keys, infos,
+            has_action_mask=source is not None, use_mask=self.use_mask, device=self.device,
+        )  # fmt: skip
+        self._het[group] = het
+        self._obs_leaves[group] = []
+        self._act_leaves[group] = []
+        self._info_keys[group] = []
+        self._mask_source[group] = source
+        self.has_action_mask[group] = source is not None
+        return het
 
     # ------------------------------------------------------------------------- stepping
     def _reset_env(self) -> tuple[dict, dict]:
@@ -329,6 +386,12 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         acting = self._acting()
         for group, names in self.group_map.items():
             data = out.setdefault(group, {})
+            het = self._het.get(group)
+            if het is not None:
+                data[_ROWS] = het.rows(observations, infos, acting, self._mask_source[group])
+                if self.use_mask:
+                    data[("mask",)] = torch.tensor([a in acting for a in names], dtype=torch.bool)
+                continue
             values = [observations.get(a) for a in names]
             for leaf in self._obs_leaves[group]:
                 data[leaf.key] = leaf.encode(values)
@@ -366,7 +429,12 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         source = dict(root)
         for group, entries in out.items():
             n = len(self.group_map[group])
-            source[group] = TensorDict(dict(entries), batch_size=(n,))
+            entries = dict(entries)
+            rows = entries.pop(_ROWS, None)
+            if rows is not None:  # a heterogeneous group: one TensorDict per agent
+                source[group] = agent_rows(rows, entries, self.device)
+            else:
+                source[group] = TensorDict(entries, batch_size=(n,))
         if self.return_state:
             state_spec = self.full_observation_spec["state"]
             source["state"] = (
@@ -448,16 +516,24 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
 
     def _group_actions(self, tensordict: TensorDictBase, group: str) -> list:
         """Each agent's PettingZoo action, from the group's action entries."""
+        het = self._het.get(group)
+        if het is not None:
+            return het.actions(tensordict.get(group))
         leaves = self._act_leaves[group]
-        n = len(self.group_map[group])
+        names = self.group_map[group]
         if len(leaves) == 1 and leaves[0].key == ("action",):
             leaf = leaves[0]
             value = tensordict[group, "action"].detach().cpu().numpy()
-            return [leaf.to_gym[j](value[j]) for j in range(n)]
-        raise NotImplementedError(
-            f"group {group!r} has composite actions {[leaf.key for leaf in leaves]}: "
-            "Dict / Tuple action spaces are not supported"
-        )
+            return [leaf.to_gym[j](value[j]) for j in range(len(names))]
+        # Dict / Tuple action spaces: (group, "action", ...) entries, assembled per agent
+        values = [tensordict[(group, *leaf.key)].detach().cpu().numpy() for leaf in leaves]
+        return [
+            assemble(
+                self._env.action_space(agent),
+                {leaf.paths[j]: leaf.to_gym[j](v[j]) for leaf, v in zip(leaves, values)},
+            )
+            for j, agent in enumerate(names)
+        ]
 
     def _set_seed(self, seed: int | None) -> None:
         self.seed = seed
@@ -470,6 +546,10 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         if tensordict is None:
             tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
         for group in self.group_map:
+            het = self._het.get(group)
+            if het is not None:
+                set_agent_entries(tensordict, group, het.rand(tensordict.get(group, None)))
+                continue
             spec = self.full_action_spec[group, "action"]
             mask = tensordict.get((group, "action_mask"), None)
             if mask is not None and self.has_action_mask[group]:
@@ -477,6 +557,24 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
                 spec.update_mask(mask)
             tensordict.set((group, "action"), spec.rand())
         return tensordict
+
+    def check_action(self, tensordict: TensorDictBase) -> None:
+        """Raises if an action entry is missing or outside its spec (per agent in a
+        heterogeneous group)."""
+        for group, het in self._het.items():
+            het.check_actions(group, tensordict.get(group, None))
+        for key in self.action_keys:
+            if isinstance(key, tuple) and key[0] in self._het:
+                continue
+            value = tensordict.get(key, None)
+            spec = self.full_action_spec[key]
+            if value is None:
+                raise KeyError(
+                    f"step() needs the action key {key!r} (action_spec {spec!r}) but the "
+                    f"tensordict has keys {sorted(map(str, tensordict.keys(True, True)))}"
+                )
+            if value.shape != spec.shape or not spec.is_in(value):
+                raise ValueError(f"action {key!r} = {value} is outside action_spec {spec!r}")
 
     def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
         # random actions are drawn at each step (rather than for all steps at once) so that

@@ -22,7 +22,7 @@ from rl.envs._gym_spaces import SpaceLeaf, assemble, walk
 
 from ._pz_specs import info_value
 
-__all__ = ["HeteroGroup", "agent_rows", "same_layout", "set_agent_entries"]
+__all__ = ["HeteroGroup", "agent_rows", "make_hetero_group", "same_layout", "set_agent_entries"]
 
 
 def same_layout(per_agent: list[list[SpaceLeaf]]) -> bool:
@@ -78,6 +78,7 @@ class HeteroGroup:
         self.act_leaves = act_leaves
         self.act_spaces = act_spaces
         self.info_keys = info_keys
+        self.mask_source: str | None = None  # set by make_hetero_group
         self.n_actions = (
             [_n_actions(group, a, leaves) for a, leaves in zip(names, act_leaves)]
             if has_action_mask
@@ -191,6 +192,42 @@ class HeteroGroup:
                 spec[self.act_leaves[j][0].key].update_mask(mask)
             out.append(spec.rand())
         return out
+
+
+_MASK_KEY = ("observation", "action_mask")
+
+
+def make_hetero_group(
+    group: str,
+    names: list[str],
+    act_spaces: list,
+    act_per_agent: list[list[SpaceLeaf]],
+    obs_per_agent: list[list[SpaceLeaf]],
+    infos: dict,
+    *,
+    use_mask: bool,
+    device,
+) -> HeteroGroup:
+    """The :class:`HeteroGroup` of agents whose leaves differ; its ``mask_source`` says
+    where their action masks come from (``"observation"``, ``"info"`` or ``None``)."""
+    has_obs_mask = any(leaf.key == _MASK_KEY for leaves in obs_per_agent for leaf in leaves)
+    obs_per_agent = [[leaf for leaf in leaves if leaf.key != _MASK_KEY] for leaves in obs_per_agent]
+    info_keys = [
+        sorted(
+            k
+            for k, v in infos.get(a, {}).items()
+            if k != "action_mask" and info_value(v) is not None
+        )
+        for a in names
+    ]
+    has_info_mask = any("action_mask" in infos.get(a, {}) for a in names)
+    source = "observation" if has_obs_mask else ("info" if has_info_mask else None)
+    het = HeteroGroup(
+        group, names, obs_per_agent, act_per_agent, act_spaces, info_keys, infos,
+        has_action_mask=source is not None, use_mask=use_mask, device=device,
+    )  # fmt: skip
+    het.mask_source = source
+    return het
 
 
 def agent_rows(rows: list[dict], shared: dict, device) -> LazyStackedTensorDict:

@@ -7,9 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from rl.core import Categorical, Composite, Unbounded
 from rl.envs._gym_spaces import walk
 
-__all__ = ["GroupLeaf", "group_leaves", "info_value"]
+__all__ = ["GroupLeaf", "group_leaves", "info_value", "shared_group_specs"]
 
 
 class GroupLeaf:
@@ -57,3 +58,13 @@ def info_value(value: Any) -> np.ndarray | None:
     if array.dtype.kind not in "biuf":
         return None
     return array
+
+
+def shared_group_specs(n: int, device) -> tuple[Composite, Composite]:
+    """The reward and done specs of a group of ``n`` agents (dense in every group)."""
+    group_rew = Composite(reward=Unbounded(shape=(n, 1), device=device), shape=(n,))
+    group_flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=device)
+    group_done = Composite(
+        done=group_flag, terminated=group_flag.clone(), truncated=group_flag.clone(), shape=(n,)
+    )
+    return group_rew, group_done

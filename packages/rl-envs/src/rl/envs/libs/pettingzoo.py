@@ -27,8 +27,8 @@ from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 from rl.envs._rollout import rollout_generic
 
 from ._common import ClassProperty, ForwardsEnvAttributes
-from ._pz_hetero import HeteroGroup, agent_rows, same_layout, set_agent_entries
-from ._pz_specs import GroupLeaf, group_leaves, info_value
+from ._pz_hetero import HeteroGroup, agent_rows, make_hetero_group, same_layout, set_agent_entries
+from ._pz_specs import GroupLeaf, group_leaves, info_value, shared_group_specs
 from ._pz_tasks import available_tasks, load_task
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
@@ -261,7 +261,7 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         obs_per_agent = [
             space_leaves(env.observation_space(a), (), False, ("observation",)) for a in names
         ]
-        group_rew, group_done = self._shared_group_specs(n)
+        group_rew, group_done = shared_group_specs(n, device)
         if not (same_layout(act_per_agent) and same_layout(obs_per_agent)):
             het = self._make_hetero_group(
                 group, names, act_spaces, act_per_agent, obs_per_agent, infos
@@ -320,47 +320,16 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
             group_act[leaf.key] = leaf.spec
         return group_obs, group_act, group_rew, group_done
 
-    def _shared_group_specs(self, n: int) -> tuple[Composite, Composite]:
-        """The reward and done specs of a group of ``n`` agents (dense in every group)."""
-        device = self.device
-        group_rew = Composite(reward=Unbounded(shape=(n, 1), device=device), shape=(n,))
-        group_flag = Categorical(2, shape=(n, 1), dtype=torch.bool, device=device)
-        group_done = Composite(
-            done=group_flag,
-            terminated=group_flag.clone(),
-            truncated=group_flag.clone(),
-            shape=(n,),
-        )
-        return group_rew, group_done
-
-    def _make_hetero_group(
-        self, group, names, act_spaces, act_per_agent, obs_per_agent, infos
-    ) -> HeteroGroup:
+    def _make_hetero_group(self, group, names, act_spaces, act_per_agent, obs_per_agent, infos):
         """A group whose agents differ in layout: lazily stacked, as in TorchRL."""
-        has_obs_mask = any(leaf.key == _MASK_KEY for leaves in obs_per_agent for leaf in leaves)
-        obs_per_agent = [
-            [leaf for leaf in leaves if leaf.key != _MASK_KEY] for leaves in obs_per_agent
-        ]
-        info_keys = [
-            sorted(
-                k
-                for k, v in infos.get(a, {}).items()
-                if k != "action_mask" and info_value(v) is not None
-            )
-            for a in names
-        ]
-        has_info_mask = any("action_mask" in infos.get(a, {}) for a in names)
-        source = "observation" if has_obs_mask else ("info" if has_info_mask else None)
-        het = HeteroGroup(
-            group, names, obs_per_agent, act_per_agent, act_spaces, info_keys, infos,
-            has_action_mask=source is not None, use_mask=self.use_mask, device=self.device,
+        het = make_hetero_group(
+            group, names, act_spaces, act_per_agent, obs_per_agent, infos,
+            use_mask=self.use_mask, device=self.device,
         )  # fmt: skip
         self._het[group] = het
-        self._obs_leaves[group] = []
-        self._act_leaves[group] = []
-        self._info_keys[group] = []
-        self._mask_source[group] = source
-        self.has_action_mask[group] = source is not None
+        self._obs_leaves[group], self._act_leaves[group], self._info_keys[group] = [], [], []
+        self._mask_source[group] = het.mask_source
+        self.has_action_mask[group] = het.mask_source is not None
         return het
 
     # ------------------------------------------------------------------------- stepping

@@ -198,11 +198,15 @@ class TensorPolicyActions(PipelinedPolicyActions):
         flags = dict(self.zero_flags)
         # each input: an observation buffer index, or the (all False) done flag of t >= 1
         self.sources = [(obs_index.get(key), flags.get(key)) for key in policy.in_keys]
+        # the rows of the observation buffers (zero-copy views, made once per rollout)
+        self.rows = [buf.unbind(0) for _, buf in self.obs]
+        self.rows_np = [buf.numpy() for _, buf in self.obs]
         self.out_keys = list(policy.out_keys)
         self.action_pos = self.out_keys.index("action")
-        self.slots: list | None = None  # (out index, buffer) once step 0 validated them
+        self.act_shape = env._act_shape
+        self.act_to_pool = env._act_to_pool
+        self.slots: list | None = None  # (out index, buffer, its numpy view) after step 0
         self._outs: tuple = ()
-        self._get_action = lambda _key: self._outs[self.action_pos]
 
     @staticmethod
     def accepts(env, policy) -> bool:
@@ -218,36 +222,58 @@ class TensorPolicyActions(PipelinedPolicyActions):
         )
 
     def act(self, t: int) -> np.ndarray:
-        slots = self.slots
-        if t == 0 or slots is None:
+        if t == 0 or self.slots is None:
             return super().act(t)
         patches = self._take_resets(t) if self.seen_overrides < len(self.overrides) else ()
         inputs = []
         for i, flag in self.sources:
             if i is None:
                 inputs.append(flag)
-                continue
-            value = self.obs[i][1][t - 1]
-            if patches:
-                value = value.clone()
+            elif patches:  # a copy of the row with the reset sub-envs' observations
+                row = self.rows_np[i][t - 1].copy()
                 for _, index, arrays in patches:
-                    value[index] = torch.from_numpy(arrays[i])
-            inputs.append(value)
-        self._outs = self.forward(*inputs)
-        return self.env._action_from_td(None, self._get_action)
+                    row[index] = arrays[i]
+                inputs.append(torch.from_numpy(row))
+            else:
+                inputs.append(self.rows[i][t - 1])
+        outs = self._outs = self.forward(*inputs)
+        action = outs[self.action_pos]
+        if action.shape != self.act_shape:
+            self.env._action_from_td(None, lambda _: action)  # raises, naming the spec
+        if action.requires_grad or not action.is_cpu:
+            action = action.detach().cpu()
+        array = action.numpy()
+        return array if self.act_to_pool is None else self.act_to_pool(array)
 
     def record(self, t: int) -> None:
         slots = self.slots
         if slots is not None:
             outs = self._outs
-            for i, buf in slots:
-                buf[t] = outs[i]
+            for i, buf, view in slots:
+                value = outs[i]
+                # numpy writes the row for a fraction of torch's indexing cost
+                if view is not None and value.dtype == buf.dtype and value.is_cpu:
+                    if not value.requires_grad:
+                        view[t] = value.numpy()
+                        continue
+                buf[t] = value
             return
         super().record(t)
         if t == 0 and not self.root_overrides:
             by_key = dict(self.extras)
             if sorted(by_key) == sorted(self.out_keys):
-                self.slots = [(i, by_key[key]) for i, key in enumerate(self.out_keys)]
+                self.slots = [
+                    (i, by_key[key], _numpy_view(by_key[key]))
+                    for i, key in enumerate(self.out_keys)
+                ]
+
+
+def _numpy_view(buf: torch.Tensor) -> np.ndarray | None:
+    """A numpy view of a CPU buffer (``None`` for a dtype numpy lacks, e.g. bfloat16)."""
+    try:
+        return buf.numpy()
+    except (TypeError, RuntimeError):
+        return None
 
 
 def _getter(td: TensorDictBase):

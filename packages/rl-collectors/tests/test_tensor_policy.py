@@ -289,3 +289,20 @@ class TestTensorPolicy:
         with pytest.raises(ValueError, match=r"action 'action' has shape \(2,\), expected \(8,\)"):
             collector.next()
         collector.shutdown()
+
+    def test_envpool_rollout_with_grad_enabled(self):
+        """Outputs that require grad are recorded through torch (not numpy), as the
+        TensorDict path records them."""
+        env = envpool_cartpole()
+        policy = sequence()
+        fast = tensor_policy(policy)
+        out = []
+        for fn in (fast, policy):
+            env.set_seed(2)
+            torch.manual_seed(2)
+            out.append(env.rollout(30, fn, break_when_any_done=False))
+        env.close()
+        got, expected = out
+        assert got["logits"].requires_grad
+        for key in expected.keys(True, True):
+            assert_close(got[key].detach(), expected[key].detach(), rtol=0, atol=0, msg=str(key))

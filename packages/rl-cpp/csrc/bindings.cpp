@@ -7,11 +7,14 @@
 // these functions re-check everything that could touch memory out of bounds.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "prioritized.h"
 #include "segment_tree.h"
@@ -285,6 +288,76 @@ void bind_value(nb::module_& m) {
         "TD(lambda) return over [N, T, F] arrays (any strides), written into out.");
 }
 
+// ---------------------------------------------------------------- row gather
+using AnyIn = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+using AnyOut = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+// The tables of a RowGather: checked once, kept alive by the arrays held here.
+struct RowTables {
+    std::vector<AnyIn> arrays;
+    std::vector<rlcpp::RowTable> tables;
+
+    explicit RowTables(const std::vector<AnyIn>& sources) : arrays(sources) {
+        for (size_t t = 0; t < arrays.size(); ++t) {
+            const AnyIn& a = arrays[t];
+            if (a.ndim() < 1) {
+                throw std::invalid_argument("table " + std::to_string(t) +
+                                            " has no rows (a 0-dim array)");
+            }
+            int64_t row_bytes = a.itemsize();
+            for (size_t d = 1; d < a.ndim(); ++d) row_bytes *= int64_t(a.shape(d));
+            tables.push_back({static_cast<const char*>(a.data()), int64_t(a.shape(0)), row_bytes});
+        }
+    }
+
+    int64_t rows() const {
+        int64_t rows = tables.empty() ? 0 : INT64_MAX;
+        for (const auto& t : tables) rows = std::min(rows, t.rows);
+        return rows;
+    }
+
+    // The outputs' data pointers, after checking each against its table.
+    std::vector<char*> outputs(const std::vector<AnyOut>& out, size_t n) const {
+        check_length("out", out.size(), "the tables", tables.size());
+        std::vector<char*> ptrs(out.size());
+        for (size_t t = 0; t < out.size(); ++t) {
+            const AnyOut& o = out[t];
+            const AnyIn& a = arrays[t];
+            int64_t row_bytes = o.itemsize();
+            for (size_t d = 1; d < o.ndim(); ++d) row_bytes *= int64_t(o.shape(d));
+            if (o.ndim() < 1 || o.shape(0) != n || o.dtype() != a.dtype() ||
+                row_bytes != tables[t].row_bytes) {
+                throw std::invalid_argument(
+                    "out[" + std::to_string(t) + "] must hold " + std::to_string(n) +
+                    " rows of " + std::to_string(tables[t].row_bytes) +
+                    " bytes with the dtype of table " + std::to_string(t));
+            }
+            ptrs[t] = static_cast<char*>(o.data());
+        }
+        return ptrs;
+    }
+};
+
+void bind_row_gather(nb::module_& m) {
+    nb::class_<RowTables>(m, "RowTables", "Tables gathered by row (low level; use rl.cpp.RowGather).")
+        .def(nb::init<const std::vector<AnyIn>&>(), "tables"_a)
+        .def_prop_ro("rows", &RowTables::rows)
+        .def("__len__", [](const RowTables& t) { return t.tables.size(); })
+        .def(
+            "gather",
+            [](const RowTables& t, In<int64_t, nb::device::cpu> index,
+               const std::vector<AnyOut>& out) {
+                const std::vector<char*> ptrs = t.outputs(out, index.shape(0));
+                const int64_t n = int64_t(index.shape(0));
+                nb::gil_scoped_release release;
+                rlcpp::check_rows(t.tables.data(), int64_t(t.tables.size()), index.data(), n);
+                rlcpp::gather_rows(t.tables.data(), ptrs.data(), int64_t(t.tables.size()),
+                                   index.data(), n);
+            },
+            "index"_a.noconvert(), "out"_a,
+            "Copies row index[k] of table t to out[t][k] for every k and t.");
+}
+
 // ---------------------------------------------------------------- prioritized replay
 template <typename T>
 void bind_prioritized(nb::module_& m) {
@@ -305,6 +378,24 @@ void bind_prioritized(nb::module_& m) {
         "weight"_a.noconvert(), Release(),
         "Samples leaves among the first `count` from uniform(0, 1) numbers and writes their "
         "index and importance weight; returns the range's total (nothing written if <= 0).");
+    m.def(
+        "prioritized_sample_rows",
+        [](const Sum& sum, const Min& min, int64_t count, In<T, Dev> uniform, double beta,
+           Out<int64_t, Dev> index, Out<float, Dev> weight, const RowTables& tables,
+           const std::vector<AnyOut>& out) {
+            const size_t n = uniform.shape(0);
+            check_length("index", index.shape(0), "uniform", n);
+            check_length("weight", weight.shape(0), "uniform", n);
+            const std::vector<char*> ptrs = tables.outputs(out, n);
+            nb::gil_scoped_release release;
+            return rlcpp::prioritized_sample<T>(sum, min, count, uniform.data(), beta,
+                                                index.data(), weight.data(), int64_t(n),
+                                                tables.tables.data(), ptrs.data(),
+                                                int64_t(tables.tables.size()));
+        },
+        "sum"_a, "min"_a, "count"_a, "uniform"_a.noconvert(), "beta"_a, "index"_a.noconvert(),
+        "weight"_a.noconvert(), "tables"_a, "out"_a,
+        "prioritized_sample, then row index[k] of every table copied to out[t][k].");
     m.def(
         "prioritized_update",
         [](Sum& sum, Min& min, In<int64_t, Dev> indices, In<T, Dev> priority, double eps,
@@ -342,6 +433,7 @@ NB_MODULE(_C, m) {
     bind_cpu<double, rlcpp::MinOp>(m, "MinTreeF64");
     bind_value<float>(m);
     bind_value<double>(m);
+    bind_row_gather(m);
     bind_prioritized<float>(m);
     bind_prioritized<double>(m);
 }

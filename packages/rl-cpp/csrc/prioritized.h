@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "errors.h"
+#include "row_gather.h"
 #include "segment_tree.h"
 
 namespace rlcpp {
@@ -20,12 +23,24 @@ namespace rlcpp {
 // (p_i / min_{j<count} p_j) ** -beta; with a zero minimum the weights are
 // normalised by the largest one of the batch. Returns the total mass of the
 // range; nothing is written when it is not positive.
+//
+// With `tables` (n_tables of them), row index[k] of table t is also copied to
+// out[t] + k * row_bytes (row_gather.h): the batch's data comes out of the
+// same call. Every table must hold at least `count` rows.
 template <typename T>
 double prioritized_sample(const SegmentTree<T, SumOp>& sum, const SegmentTree<T, MinOp>& min,
                           int64_t count, const T* uniform, double beta, int64_t* index,
-                          float* weight, int64_t n) {
+                          float* weight, int64_t n, const RowTable* tables = nullptr,
+                          char* const* out = nullptr, int64_t n_tables = 0) {
     if (count < 1 || count > sum.capacity() || count > min.capacity()) {
         throw_range_error(0, 0, count, std::min(sum.capacity(), min.capacity()));
+    }
+    for (int64_t t = 0; t < n_tables; ++t) {
+        if (tables[t].rows < count) {
+            throw std::out_of_range("table " + std::to_string(t) + " holds " +
+                                    std::to_string(tables[t].rows) + " rows, fewer than the " +
+                                    std::to_string(count) + " leaves sampled from");
+        }
     }
     const int64_t zero = 0;
     T total, lowest;
@@ -45,12 +60,14 @@ double prioritized_sample(const SegmentTree<T, SumOp>& sum, const SegmentTree<T,
         }
         for (int64_t k = 0; k < n; ++k) weight[k] = float(leaves[k] / largest);
     }
+    if (n_tables > 0) gather_rows(tables, out, n_tables, index, n);
     return double(total);
 }
 
 // Writes (priority + eps) ** alpha at `indices` in both trees and returns the
 // largest priority. Priorities must be finite and >= 0 and indices in range:
-// otherwise it raises before either tree changes.
+// otherwise it raises before either tree changes. Trees of the same capacity
+// are walked together (one pass over the paths, both trees' misses in flight).
 template <typename T>
 double prioritized_update(SegmentTree<T, SumOp>& sum, SegmentTree<T, MinOp>& min,
                           const int64_t* indices, const T* priority, int64_t n, double eps,
@@ -64,8 +81,44 @@ double prioritized_update(SegmentTree<T, SumOp>& sum, SegmentTree<T, MinOp>& min
         largest = std::max(largest, p);
         values[k] = alpha == 1.0 ? p + e : std::pow(p + e, a);
     }
-    sum.update(indices, values.data(), T(0), n);  // checks the indices first
-    min.update(indices, values.data(), T(0), n);
+    if (sum.capacity() != min.capacity()) {
+        sum.update(indices, values.data(), T(0), n);  // checks the indices first
+        min.update(indices, values.data(), T(0), n);
+        return double(largest);
+    }
+    sum.check_indices(indices, n);
+    for (int64_t k = 0; k < n; ++k) {
+        // (p + eps) ** alpha can overflow to +inf, which a sum tree refuses
+        if (!SumOp::valid(values[k])) throw_value_error(SumOp::name, k, double(values[k]));
+    }
+    std::scoped_lock lock(sum.mutex(), min.mutex());
+    T* s = sum.nodes();
+    T* m = min.nodes();
+    const int64_t size = sum.leaf_offset(), depth = sum.depth();
+    for (int64_t k = 0; k < n; ++k) {
+        prefetch(s + size + indices[k]);
+        prefetch(m + size + indices[k]);
+    }
+    for (int64_t k = 0; k < n; ++k) {
+        s[size + indices[k]] = values[k];
+        m[size + indices[k]] = values[k];
+    }
+    // As SegmentTree::update: all leaves first, then each group of paths
+    // bottom-up, so that shared ancestors end up exact.
+    constexpr int64_t kLanes = SegmentTree<T, SumOp>::kLanes;
+    int64_t nodes[kLanes];
+    for (int64_t base = 0; base < n; base += kLanes) {
+        const int64_t lanes = std::min(kLanes, n - base);
+        for (int64_t j = 0; j < lanes; ++j) nodes[j] = size + indices[base + j];
+        for (int64_t level = 0; level < depth; ++level) {
+            for (int64_t j = 0; j < lanes; ++j) {
+                const int64_t node = nodes[j] >> 1;
+                s[node] = SumOp::apply(s[2 * node], s[2 * node + 1]);
+                m[node] = MinOp::apply(m[2 * node], m[2 * node + 1]);
+                nodes[j] = node;
+            }
+        }
+    }
     return double(largest);
 }
 

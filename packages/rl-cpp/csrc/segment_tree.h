@@ -149,6 +149,22 @@ class SegmentTree {
         }
     }
 
+    // Raw access for operations fused over several trees (prioritized.h): the
+    // caller validates its input and holds mutex() while it reads or writes.
+    T* nodes() { return tree_.data(); }
+    int64_t leaf_offset() const { return size_; }
+    int64_t depth() const { return depth_; }
+    std::mutex& mutex() const { return mutex_; }
+
+    void check_indices(const int64_t* indices, int64_t n) const {
+        for (int64_t k = 0; k < n; ++k) {
+            // One unsigned comparison rejects negatives and indices >= capacity.
+            if (static_cast<uint64_t>(indices[k]) >= static_cast<uint64_t>(capacity_)) {
+                throw_index_error(k, indices[k], capacity_);
+            }
+        }
+    }
+
     T root() const {
         std::lock_guard<std::mutex> lock(mutex_);
         return tree_[1];
@@ -172,15 +188,6 @@ class SegmentTree {
     }
 
   private:
-    void check_indices(const int64_t* indices, int64_t n) const {
-        for (int64_t k = 0; k < n; ++k) {
-            // One unsigned comparison rejects negatives and indices >= capacity.
-            if (static_cast<uint64_t>(indices[k]) >= static_cast<uint64_t>(capacity_)) {
-                throw_index_error(k, indices[k], capacity_);
-            }
-        }
-    }
-
     void check_range(int64_t k, int64_t start, int64_t end) const {
         if (start < 0 || end < start || end > capacity_) throw_range_error(k, start, end, capacity_);
     }

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_sample, prioritized_update
+from rl.cpp import (
+    MinSegmentTree,
+    RowGather,
+    SumSegmentTree,
+    prioritized_sample,
+    prioritized_sample_rows,
+    prioritized_update,
+)
 
 
 def filled(priority: np.ndarray, dtype: str = "float32", capacity: int = 64):
@@ -106,3 +113,133 @@ class TestPrioritizedUpdate:
             with pytest.raises(error, match=match):
                 prioritized_update(s, m, index, priority, eps=0.0, alpha=0.5)
             assert s.total() == 3.0 and m.min() == 1.0
+
+
+def tables(n: int = 50, seed: int = 0) -> list[np.ndarray]:
+    """Tables of the shapes and dtypes a replay buffer stores."""
+    rng = np.random.default_rng(seed)
+    return [
+        rng.random((n, 17), dtype=np.float32),
+        rng.random((n, 2, 3)),  # float64, 2-D rows
+        rng.random((n, 1)) < 0.5,  # 1-byte rows
+        rng.integers(0, 100, n),  # 1-D table: one int64 per row
+        np.zeros((n, 0), dtype=np.float32),  # empty rows
+    ]
+
+
+class TestRowGather:
+    def test_matches_numpy_take(self):
+        data = tables()
+        gather = RowGather(data)
+        assert gather.rows == 50 and len(gather) == 5
+        index = np.random.default_rng(1).integers(0, 50, 300)  # repeats, any order
+        out = gather(index)
+        for table, rows in zip(data, out):
+            assert rows.dtype == table.dtype and rows.shape == (300, *table.shape[1:])
+            np.testing.assert_array_equal(rows, table.take(index, axis=0))
+
+    def test_torch_tables_and_index_are_read_in_place(self):
+        torch = pytest.importorskip("torch")
+        obs = torch.arange(12.0).reshape(4, 3)
+        gather = RowGather([obs, torch.tensor([True, False, True, False])])
+        obs[3] = -1.0  # the gather reads the tensor's memory, not a copy
+        rows, flags = gather(torch.tensor([3, 0]))
+        assert rows.tolist() == [[-1.0, -1.0, -1.0], [0.0, 1.0, 2.0]]
+        assert flags.tolist() == [False, True]
+
+    def test_rows_is_the_shortest_table(self):
+        gather = RowGather([np.zeros((5, 2)), np.zeros(3)])
+        assert gather.rows == 3
+        with pytest.raises(IndexError, match=r"row index 3 \(at position 1\) is out of range"):
+            gather(np.array([0, 3]))
+
+    def test_errors(self):
+        data = tables(8)
+        gather = RowGather(data)
+        for index in ([0, 8], [-1, 2]):
+            with pytest.raises(IndexError, match="expected 0 <= index < 8"):
+                gather(np.array(index))
+        with pytest.raises(TypeError, match="index has dtype float64, expected integers"):
+            gather(np.array([0.5]))
+        bad = gather.empty(2)
+        bad[1] = np.empty((2, 2, 3), dtype=np.float32)
+        with pytest.raises(ValueError, match=r"out\[1\] must hold 2 rows of 48 bytes"):
+            gather(np.array([0, 1]), out=bad)
+        with pytest.raises(ValueError, match="table 0 is not C-contiguous"):
+            RowGather([np.zeros((4, 4))[:, ::2]])
+        with pytest.raises(ValueError, match="table 0 has no rows"):
+            RowGather([np.array(1.0)])
+        with pytest.raises(TypeError, match="table 1 must be a numpy array or a CPU torch"):
+            RowGather([np.zeros(3), [1, 2, 3]])
+
+
+class TestPrioritizedSampleRows:
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    def test_matches_sample_then_take(self, dtype):
+        rng = np.random.default_rng(3)
+        s, m = filled(rng.random(40) + 0.05, dtype)
+        data = tables(40)
+        uniform = rng.random(256).astype(dtype)
+        index, weight, total, rows = prioritized_sample_rows(
+            s, m, 30, uniform, 0.6, RowGather(data)
+        )
+        ref_index, ref_weight, ref_total = prioritized_sample(s, m, 30, uniform, 0.6)
+        np.testing.assert_array_equal(index, ref_index)
+        np.testing.assert_array_equal(weight, ref_weight)
+        assert total == ref_total
+        for table, out in zip(data, rows):
+            np.testing.assert_array_equal(out, table.take(ref_index, axis=0))
+
+    def test_unchecked_call_gives_the_same_draw(self):
+        s, m = filled(np.array([1.0, 0.0, 2.0, 1.0]), capacity=4)
+        gather = RowGather([np.arange(8.0).reshape(4, 2)])
+        uniform = np.array([0.1, 0.5, 0.9], dtype=np.float32)
+        checked = prioritized_sample_rows(s, m, 3, uniform, 1.0, gather)
+        fast = prioritized_sample_rows(s, m, 3, uniform, 1.0, gather, check=False)
+        assert checked[0].tolist() == fast[0].tolist() == [0, 2, 2]
+        assert fast[3][0].tolist() == [[0.0, 1.0], [4.0, 5.0], [4.0, 5.0]]
+        with pytest.raises(TypeError):  # the compiled call still checks the dtype
+            prioritized_sample_rows(s, m, 3, uniform.astype(np.float64), 1.0, gather, check=False)
+
+    def test_errors(self):
+        s, m = filled(np.array([1.0, 1.0, 1.0]), capacity=4)
+        with pytest.raises(IndexError, match="table 0 holds 2 rows, fewer than the 3 leaves"):
+            prioritized_sample_rows(s, m, 3, np.array([0.5]), 0.5, RowGather([np.zeros(2)]))
+        with pytest.raises(TypeError, match="gather must be a RowGather"):
+            prioritized_sample_rows(s, m, 3, np.array([0.5]), 0.5, [np.zeros(3)])
+        empty_s, empty_m = filled(np.zeros(2), capacity=4)
+        with pytest.raises(RuntimeError, match="sum to 0"):
+            prioritized_sample_rows(empty_s, empty_m, 2, [0.5], 0.5, RowGather([np.zeros(4)]))
+
+
+class TestFusedUpdate:
+    def test_overflow_to_infinity_is_refused(self):
+        s, m = filled(np.array([1.0, 2.0]), capacity=4)
+        big = np.finfo(np.float32).max
+        with pytest.raises(ValueError, match="priority inf .at position 0. is invalid"):
+            prioritized_update(s, m, [0], [big], eps=0.0, alpha=2.0)
+        assert s.total() == 3.0 and m.min() == 1.0
+
+    def test_trees_of_different_capacities(self):
+        s, m = SumSegmentTree(8), MinSegmentTree(16)
+        prioritized_update(s, m, [1, 7], [2.0, 4.0], eps=0.0, alpha=1.0)
+        assert s.total() == 6.0 and m.min() == 2.0 and m.query(0, 16) == 2.0
+
+    def test_unchecked_call(self):
+        s, m = SumSegmentTree(8), MinSegmentTree(8)
+        index, priority = np.array([1, 7]), np.array([2.0, 4.0], dtype=np.float32)
+        assert prioritized_update(s, m, index, priority, 0.0, 1.0, check=False) == 4.0
+        assert s.total() == 6.0 and m.min() == 2.0
+        with pytest.raises(TypeError):  # a list is not converted without the checks
+            prioritized_update(s, m, [1], [2.0], 0.0, 1.0, check=False)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import rl.cpp._gather
+    import rl.cpp._prioritized
+
+    for module in (rl.cpp._gather, rl.cpp._prioritized):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted >= 3 and result.failed == 0

@@ -647,3 +647,53 @@ def prioritized_update(
     eps: float,
     alpha: float,
 ) -> float: ...
+
+class RowTables:
+    """Tables gathered by row (low level; use rl.cpp.RowGather)."""
+
+    def __init__(
+        self,
+        tables: list[Annotated[NDArray, dict(order="C", device="cpu", writable=False)]],
+    ) -> None: ...
+    @property
+    def rows(self) -> int: ...
+    def __len__(self) -> int: ...
+    def gather(
+        self,
+        index: Annotated[
+            NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu", writable=False)
+        ],
+        out: list[Annotated[NDArray, dict(order="C", device="cpu")]],
+    ) -> None:
+        """Copies row index[k] of table t to out[t][k] for every k and t."""
+
+@overload
+def prioritized_sample_rows(
+    sum: SumTreeF32,
+    min: MinTreeF32,
+    count: int,
+    uniform: Annotated[
+        NDArray[numpy.float32], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    beta: float,
+    index: Annotated[NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu")],
+    weight: Annotated[NDArray[numpy.float32], dict(shape=(None,), order="C", device="cpu")],
+    tables: RowTables,
+    out: list[Annotated[NDArray, dict(order="C", device="cpu")]],
+) -> float:
+    """prioritized_sample, then row index[k] of every table copied to out[t][k]."""
+
+@overload
+def prioritized_sample_rows(
+    sum: SumTreeF64,
+    min: MinTreeF64,
+    count: int,
+    uniform: Annotated[
+        NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    beta: float,
+    index: Annotated[NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu")],
+    weight: Annotated[NDArray[numpy.float32], dict(shape=(None,), order="C", device="cpu")],
+    tables: RowTables,
+    out: list[Annotated[NDArray, dict(order="C", device="cpu")]],
+) -> float: ...

@@ -5,7 +5,8 @@ device. The extension does not link libtorch: arrays cross the boundary through 
 so numpy arrays and torch tensors (CPU or CUDA) are used in place.
 """
 
-from rl.cpp._prioritized import prioritized_sample, prioritized_update
+from rl.cpp._gather import RowGather
+from rl.cpp._prioritized import prioritized_sample, prioritized_sample_rows, prioritized_update
 from rl.cpp._segment_tree import (
     MinSegmentTree,
     SumSegmentTree,
@@ -18,11 +19,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MinSegmentTree",
+    "RowGather",
     "SumSegmentTree",
     "cuda_compiled",
     "cuda_device_count",
     "generalized_advantage_estimate",
     "prioritized_sample",
+    "prioritized_sample_rows",
     "prioritized_update",
     "td_lambda_return_estimate",
 ]

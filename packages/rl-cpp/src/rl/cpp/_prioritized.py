@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from rl.cpp import _C
+from rl.cpp._gather import RowGather
 from rl.cpp._segment_tree import MinSegmentTree, SumSegmentTree
 
-__all__ = ["prioritized_sample", "prioritized_update"]
+__all__ = ["prioritized_sample", "prioritized_sample_rows", "prioritized_update"]
 
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
@@ -114,6 +115,74 @@ def prioritized_sample(
     return index, weight, total
 
 
+def prioritized_sample_rows(
+    sum_tree: SumSegmentTree,
+    min_tree: MinSegmentTree,
+    count: int,
+    uniform: Any,
+    beta: float,
+    gather: RowGather,
+    out: list[np.ndarray] | None = None,
+    *,
+    check: bool = True,
+) -> tuple[np.ndarray, np.ndarray, float, list[np.ndarray]]:
+    """:func:`prioritized_sample`, and the sampled rows of ``gather``'s tables, in one call.
+
+    A prioritized replay buffer's draw and its batch's data come out of one compiled
+    call: the rows of every table are prefetched and copied right after the scan.
+
+    Args:
+        sum_tree, min_tree, count, uniform, beta: as :func:`prioritized_sample`.
+        gather: the tables to read (each holds at least ``count`` rows).
+        out: preallocated outputs (``gather.empty(B)``); fresh ones when omitted.
+        check: check and convert the arguments in Python first. ``False`` is for hot
+            paths that pass a trusted pair of CPU trees and a contiguous 1-D numpy
+            ``uniform`` of the trees' dtype; the compiled call still checks every
+            shape, dtype and index (a wrong argument raises ``TypeError`` there).
+
+    Returns:
+        ``(index, weight, total, rows)``: as :func:`prioritized_sample`, and
+        ``rows[t][k]`` the row ``index[k]`` of table ``t``.
+
+    Raises:
+        RuntimeError: the priorities of ``[0, count)`` sum to zero.
+        IndexError: ``count`` is not in ``[1, capacity]`` or exceeds a table's rows.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import MinSegmentTree, RowGather, SumSegmentTree
+        >>> from rl.cpp import prioritized_sample_rows
+        >>> s, m = SumSegmentTree(4), MinSegmentTree(4)
+        >>> for tree in (s, m):
+        ...     tree.update(np.arange(4), np.array([1.0, 0.0, 2.0, 1.0], dtype=np.float32))
+        >>> obs = np.arange(8.0).reshape(4, 2)
+        >>> index, weight, total, (rows,) = prioritized_sample_rows(
+        ...     s, m, 3, np.array([0.1, 0.5]), 1.0, RowGather([obs])
+        ... )
+        >>> index.tolist(), weight.tolist(), rows.tolist()
+        ([0, 2], [1.0, 0.5], [[0.0, 1.0], [4.0, 5.0]])
+    """
+    if check:
+        _cpu_pair(sum_tree, min_tree)
+        if not isinstance(gather, RowGather):
+            raise TypeError(f"gather must be a RowGather, got {type(gather).__name__}")
+        uniform = _vector(uniform, "uniform", sum_tree.dtype)
+        count, beta = int(count), float(beta)
+    n = uniform.shape[0]
+    index = np.empty(n, dtype=_INT64)
+    weight = np.empty(n, dtype=_FLOAT32)
+    if out is None:
+        out = gather.empty(n)
+    total = _C.prioritized_sample_rows(
+        sum_tree._impl, min_tree._impl, count, uniform, beta, index, weight, gather._impl, out
+    )
+    if not total > 0:
+        raise RuntimeError(
+            f"cannot sample: the priorities of the {count} valid leaves sum to {total}"
+        )
+    return index, weight, total, out
+
+
 def prioritized_update(
     sum_tree: SumSegmentTree,
     min_tree: MinSegmentTree,
@@ -121,6 +190,8 @@ def prioritized_update(
     priority: Any,
     eps: float,
     alpha: float,
+    *,
+    check: bool = True,
 ) -> float:
     """Writes ``(priority + eps) ** alpha`` at ``index`` in both trees, in one call.
 
@@ -131,6 +202,11 @@ def prioritized_update(
         priority: ``[B]`` raw priorities (finite, non-negative).
         eps: added to every priority before the exponent.
         alpha: the priority exponent.
+        check: check and convert the arguments in Python first. ``False`` is for hot
+            paths that pass a trusted pair of CPU trees, contiguous 1-D numpy arrays
+            (int64 ``index``, ``priority`` of the trees' dtype) of the same length; the
+            compiled call still checks them (a wrong one raises ``TypeError`` there) and
+            every index and priority.
 
     Returns:
         The largest priority of the batch (before ``eps`` and ``alpha``).
@@ -148,11 +224,11 @@ def prioritized_update(
         >>> round(s.total(), 4), m.min()
         (2.7321, 1.0)
     """
-    _cpu_pair(sum_tree, min_tree)
-    index = _vector(index, "index", _INT64)
-    priority = _vector(priority, "priority", sum_tree.dtype)
-    if priority.shape[0] == 1 and index.shape[0] != 1:
-        priority = np.repeat(priority, index.shape[0])
-    return _C.prioritized_update(
-        sum_tree._impl, min_tree._impl, index, priority, float(eps), float(alpha)
-    )
+    if check:
+        _cpu_pair(sum_tree, min_tree)
+        index = _vector(index, "index", _INT64)
+        priority = _vector(priority, "priority", sum_tree.dtype)
+        if priority.shape[0] == 1 and index.shape[0] != 1:
+            priority = np.repeat(priority, index.shape[0])
+        eps, alpha = float(eps), float(alpha)
+    return _C.prioritized_update(sum_tree._impl, min_tree._impl, index, priority, eps, alpha)

@@ -134,6 +134,10 @@ class ReplayBuffer(CheckpointAliases):
             stored = getattr(self._storage, "_storage", None)
             if isinstance(stored, (torch.Tensor, TensorDictBase)) and stored.device.type == "cpu":
                 stored.share_memory_()
+                # sharing moves the data to new memory: views of the old one are rebuilt
+                adopt = getattr(self._storage, "_adopt", None)
+                if adopt is not None:
+                    adopt(stored)
         self._compilable = bool(compilable)
         if len(self._storage):
             # items already stored (a reopened memmap storage): announce them to the

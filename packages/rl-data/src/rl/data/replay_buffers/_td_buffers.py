@@ -12,8 +12,12 @@ from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers._utils import KeyMismatchError
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, _check_priority
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
+from rl.data.replay_buffers.storages._rows import RowPlan
 from rl.data.replay_buffers.storages._tensor import TensorStorage
 from rl.data.replay_buffers.writers._writers import TensorDictRoundRobinWriter, Writer
+
+# root entries a prioritized batch gets from the sampler, never read from the storage
+_SAMPLED_KEYS = frozenset({"index", "priority_weight", "_weight"})
 
 
 class TensorDictReplayBuffer(ReplayBuffer):
@@ -49,8 +53,35 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _prioritized(self) -> bool:
         return hasattr(self._sampler, "_sum_tree")
 
+    def _rows_fast_path(self) -> RowPlan | None:
+        """The storage's one-call gather when a :class:`PrioritizedSampler` on CPU trees
+        can draw and gather a batch in one compiled call (default collate, a 1-dim CPU
+        TensorDict storage, no generation tracking), else ``None``."""
+        sampler, storage = self._sampler, self._storage
+        if (
+            type(sampler).sample is not PrioritizedSampler.sample
+            or not isinstance(sampler, PrioritizedSampler)
+            or not sampler._cpu
+            or self._custom_collate
+            or not isinstance(storage, TensorStorage)
+            or not storage.initialized
+            or self._writer.tracks_generations
+        ):
+            return None
+        return storage._row_plan(_SAMPLED_KEYS)
+
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         storage = self._storage
+        with self._lock:
+            plan = self._rows_fast_path()
+            if plan is not None:
+                index, weight, rows = self._sampler._sample_rows(len(storage), plan, batch_size)
+                index = torch.from_numpy(index)
+                weight = torch.from_numpy(weight)
+                extra = {"index": index, "priority_weight": weight, "_weight": weight}
+                data = plan.build(rows, torch.Size((batch_size,)), extra)
+        if plan is not None:
+            return self._postprocess(data), {"priority_weight": weight, "index": index}
         fast = (
             not self._custom_collate
             and isinstance(storage, TensorStorage)

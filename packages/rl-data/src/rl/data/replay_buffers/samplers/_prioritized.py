@@ -8,10 +8,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_sample, prioritized_update
+from rl.cpp import (
+    MinSegmentTree,
+    SumSegmentTree,
+    prioritized_sample,
+    prioritized_sample_rows,
+    prioritized_update,
+)
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
+from rl.data.replay_buffers.storages._rows import RowPlan
 
 _TREE_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 _NP_DTYPES = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
@@ -119,10 +126,12 @@ class PrioritizedSampler(Sampler):
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._max_priority = 1.0
         self._pending_recompute = False
+        self._scratch: tuple[torch.Tensor, np.ndarray] | None = None
         self._init_trees()
 
     # -- trees -----------------------------------------------------------------------------------
     def _init_trees(self) -> None:
+        self._cpu = self._device.type == "cpu"
         device = str(self._device) if self._device.type == "cuda" else "cpu"
         dtype = _TREE_DTYPES[self.dtype]
         self._sum_tree = SumSegmentTree(self._max_capacity, dtype=dtype, device=device)
@@ -265,8 +274,45 @@ class PrioritizedSampler(Sampler):
         Raises:
             ValueError: a priority is NaN, infinite or negative, or the sizes differ.
         """
+        if (
+            self._cpu
+            and type(index) is torch.Tensor
+            and type(priority) is torch.Tensor
+            and index.is_cpu
+            and priority.is_cpu
+            and index.dtype == torch.int64
+            and priority.dtype == self.dtype
+            and index.ndim == 1
+            and index.shape == priority.shape
+            and index.is_contiguous()
+            and priority.is_contiguous()
+            and (self._storage is None or self._storage.ndim == 1)
+        ):
+            # the usual call, a sampled batch's "index" and its new priorities: numpy
+            # views straight to the compiled update (which checks indices and values)
+            if priority.requires_grad:
+                priority = priority.detach()
+            np_index, np_priority = index.numpy(), priority.numpy()
+            try:
+                high = prioritized_update(
+                    self._sum_tree,
+                    self._min_tree,
+                    np_index,
+                    np_priority,
+                    self._eps,
+                    self._alpha,
+                    check=False,
+                )
+            except (IndexError, ValueError):
+                self._update_cpu_checked(np_index, np_priority)
+                return
+            self._track_max(np_index, np_priority, high)
+            if self._pending_recompute:
+                self._pending_recompute = False
+                self._recompute_max()
+            return
         index = self._flat(index)
-        if self._device.type == "cpu":
+        if self._cpu:
             np_index = _cpu_index(index)
             if np_index is not None:
                 self._update_cpu(np_index, priority)
@@ -313,10 +359,13 @@ class PrioritizedSampler(Sampler):
         """``update_priority`` on CPU trees: one compiled call writes both trees."""
         if isinstance(priority, torch.Tensor):
             priority = priority.detach()
-            if priority.device.type != "cpu":
+            if not priority.is_cpu:
                 priority = priority.cpu()
             priority = priority.numpy()
-        priority = np.asarray(priority, dtype=self._np_dtype).reshape(-1)
+        if type(priority) is not np.ndarray or priority.dtype != self._np_dtype:
+            priority = np.asarray(priority, dtype=self._np_dtype)
+        if priority.ndim != 1:
+            priority = priority.reshape(-1)
         n = index.shape[0]
         if priority.shape[0] == 1 and n != 1:
             priority = np.broadcast_to(priority, (n,))
@@ -403,6 +452,36 @@ class PrioritizedSampler(Sampler):
         priority = self._sum_tree[index]
         weight = importance_weights(priority, p_min, self._beta)
         return storage._to_storage_index(index), {"priority_weight": weight}
+
+    def _sample_rows(
+        self, n: int, plan: RowPlan, batch_size: int
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """:meth:`sample` on CPU trees fused with the gather of the batch (``plan``).
+
+        One compiled call draws the indices among the ``n`` stored items, computes their
+        importance weights and copies their rows out of the storage. The uniform draws
+        come from the sampler's generator exactly as in :meth:`sample`. The caller
+        holds the buffer's lock (the draws go through a scratch tensor of the sampler).
+
+        Returns:
+            ``(index, weight, rows)`` as numpy arrays (``rows`` in ``plan``'s order).
+        """
+        if n == 0:
+            raise RuntimeError(EMPTY_STORAGE_ERROR)
+        scratch = self._scratch
+        if scratch is None or scratch[0].shape[0] != batch_size:
+            tensor = torch.empty(batch_size, dtype=self.dtype)
+            scratch = self._scratch = (tensor, tensor.numpy())
+        # uniform_ on a float tensor draws the same numbers as torch.rand
+        scratch[0].uniform_(generator=self._rng)
+        try:
+            # the trees and the scratch array are the sampler's own: no Python-side checks
+            index, weight, _, rows = prioritized_sample_rows(
+                self._sum_tree, self._min_tree, n, scratch[1], self._beta, plan.gather, check=False
+            )
+        except RuntimeError:
+            self._raise_no_mass(n)
+        return index, weight, rows
 
     def _raise_no_mass(self, n: int) -> None:
         p_sum = self._sum_tree.query(0, n)

@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.data.replay_buffers._utils import KeyMismatchError, decode_tensordict, encode_tensordict
 from rl.data.replay_buffers.storages._base import Storage
+from rl.data.replay_buffers.storages._rows import RowPlan
 
 
 def _numpy_view(t: torch.Tensor) -> np.ndarray | None:
@@ -175,6 +176,7 @@ class TensorStorage(Storage):
 
     def _adopt(self, storage: torch.Tensor | TensorDictBase) -> None:
         self._storage = storage
+        self._row_plans: dict[frozenset, RowPlan | None] = {}
         self._rows = storage.shape[0]
         self._inner = storage.shape[1 : self.ndim].numel()
         self.max_size = self._rows * self._inner
@@ -444,6 +446,32 @@ class TensorStorage(Storage):
         for key, child in plan.children:
             source[key] = child.gather(index, np_index, batch_size)
         return TensorDict._new_unsafe(source, batch_size=batch_size, device=plan.device)
+
+    def _row_plan(self, skip: frozenset = frozenset()) -> RowPlan | None:
+        """The one-call gather of a CPU TensorDict storage of 1-dim items (root keys in
+        ``skip`` are left out), or ``None`` where it does not apply (other devices,
+        multi-dimensional storages, leaves without a contiguous numpy view)."""
+        plans = self.__dict__.get("_row_plans")
+        if plans is None:
+            return None
+        try:
+            return plans[skip]
+        except KeyError:
+            pass
+        plan = None
+        if (
+            self._is_td
+            and self.ndim == 1
+            and not self._item_batch
+            and self._device.type == "cpu"
+            and self._plan.arrays is not None
+        ):
+            try:
+                plan = RowPlan(self._plan, skip)
+            except ValueError:  # a leaf is not C-contiguous
+                plan = None
+        plans[skip] = plan
+        return plan
 
     def _column(self, key: Any) -> torch.Tensor:
         """The valid part ``[0, len)`` of one stored entry (no copy)."""

@@ -1,0 +1,243 @@
+"""The one-call prioritized path of TensorDict buffers (draw + gather + update) against
+the general path: same batches, same priorities, same errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.data import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    PrioritizedSampler,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+    TensorStorage,
+)
+
+
+def transitions(n: int, start: int = 0) -> TensorDict:
+    obs = torch.arange(start, start + n, dtype=torch.float32)
+    return TensorDict(
+        {
+            "observation": obs[:, None].expand(n, 3).clone(),
+            "action": obs.long()[:, None] * 10,
+            "next": {
+                "observation": obs[:, None] + 0.5,
+                "done": (obs % 7 == 0)[:, None],
+                "nested": {"info": obs.double()},
+            },
+        },
+        batch_size=[n],
+    )
+
+
+def buffer(storage=None, seed: int = 0, **kwargs) -> TensorDictPrioritizedReplayBuffer:
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=0.7,
+        beta=0.5,
+        storage=storage if storage is not None else LazyTensorStorage(64),
+        generator=torch.Generator().manual_seed(seed),
+        **kwargs,
+    )
+    rb.extend(transitions(40))
+    rb.update_priority(torch.arange(40), torch.linspace(0.1, 4.0, 40))
+    return rb
+
+
+def stored_layout(n: int, contiguous: bool) -> TensorDict:
+    """A preallocated storage TensorDict (with the "index" entry writers add); its 2-D
+    leaves column-major when not ``contiguous``."""
+    td = transitions(n)
+    td["index"] = torch.zeros(n, dtype=torch.long)
+    if not contiguous:
+        td = td.apply(lambda t: t.T.contiguous().T if t.ndim == 2 else t)
+    return td
+
+
+def general_path(rb, batch_size: int) -> tuple[TensorDict, torch.Tensor, torch.Tensor]:
+    """What the buffer's general path returns: sampler.sample, then the storage's gather."""
+    index, info = rb.sampler.sample(rb.storage, batch_size)
+    return rb.storage.get(index), index, info["priority_weight"]
+
+
+class TestFusedSample:
+    def test_same_batch_as_the_general_path(self):
+        fast, slow = buffer(seed=3), buffer(seed=3)
+        assert fast._rows_fast_path() is not None
+        for _ in range(3):
+            batch, info = fast.sample(32, return_info=True)
+            data, index, weight = general_path(slow, 32)
+            torch.testing.assert_close(batch["index"], index)
+            torch.testing.assert_close(batch["priority_weight"], weight)
+            assert batch["_weight"] is batch["priority_weight"]
+            assert info["index"] is batch["index"]
+            torch.testing.assert_close(info["priority_weight"], weight)
+            for key in data.keys(True, True):
+                torch.testing.assert_close(batch[key], data[key])
+                assert batch[key].is_contiguous()
+            assert batch.batch_size == torch.Size([32]) and batch["next"].batch_size == (32,)
+            assert batch["next", "nested"].batch_size == (32,)
+            assert batch.device == data.device
+
+    def test_data_follows_writes(self):
+        rb = buffer()
+        rb.extend(transitions(40, start=100))  # wraps around: items 0..15 rewritten
+        batch = rb.sample(200)
+        index = batch["index"]
+        # items 0..39 held 0..39; the second write filled 40..63, then wrapped to 0..15
+        expected = torch.where(index < 16, index + 124, torch.where(index < 40, index, index + 60))
+        expected = expected.float()
+        torch.testing.assert_close(batch["observation"][:, 0], expected)
+        torch.testing.assert_close(batch["next", "nested", "info"], expected.double())
+
+    def test_stored_sampled_keys_are_not_read(self):
+        # a storage first written with sampled batches holds "index" and the weights
+        first = buffer().sample(16)
+        rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(32))
+        rb.extend(first)
+        assert rb._rows_fast_path() is not None
+        batch = rb.sample(64)
+        assert sorted(batch.keys()) == sorted(first.keys())
+        # the entries are the ones just drawn, not the stored ones
+        assert (batch["index"] < 16).all() and (batch["priority_weight"] == 1.0).all()
+        torch.testing.assert_close(batch["observation"], first["observation"][batch["index"]])
+
+    def test_frequencies_follow_the_priorities(self):
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=1.0, storage=LazyTensorStorage(4), generator=torch.Generator()
+        )
+        rb.extend(transitions(4))
+        rb.update_priority(torch.arange(4), torch.tensor([1.0, 3.0, 0.0, 4.0]))
+        index = rb.sample(20_000)["index"]
+        freq = torch.bincount(index, minlength=4).float() / index.numel()
+        torch.testing.assert_close(freq, torch.tensor([0.125, 0.375, 0.0, 0.5]), atol=0.01, rtol=0)
+
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda: LazyTensorStorage(64, ndim=1),
+            lambda: TensorStorage(stored_layout(64, contiguous=False)),
+            lambda: TensorStorage(stored_layout(64, contiguous=True)),
+        ],
+    )
+    def test_other_storages_give_the_same_batches(self, make):
+        fast, slow = buffer(make(), seed=1), buffer(make(), seed=1)
+        contiguous = all(t.is_contiguous() for t in fast.storage._storage.values(True, True))
+        assert (fast._rows_fast_path() is not None) == contiguous
+        batch = fast.sample(8)
+        data, index, weight = general_path(slow, 8)
+        torch.testing.assert_close(batch["index"], index)
+        torch.testing.assert_close(batch["observation"], data["observation"])
+
+    def test_memmap_storage(self, tmp_path):
+        fast = buffer(LazyMemmapStorage(64, scratch_dir=tmp_path / "a"), seed=2)
+        slow = buffer(LazyMemmapStorage(64, scratch_dir=tmp_path / "b"), seed=2)
+        assert fast._rows_fast_path() is not None
+        batch = fast.sample(8)
+        data, index, _ = general_path(slow, 8)
+        torch.testing.assert_close(batch["index"], index)
+        torch.testing.assert_close(batch["next", "observation"], data["next", "observation"])
+
+    def test_not_used_where_it_does_not_apply(self):
+        strided = TensorStorage(
+            TensorDict(
+                {"obs": torch.zeros(8, 6)[:, ::2], "index": torch.zeros(8, dtype=torch.long)},
+                batch_size=[8],
+            )
+        )
+        rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=strided)
+        assert rb._rows_fast_path() is None
+        rb.extend(TensorDict({"obs": torch.ones(4, 3)}, batch_size=[4]))
+        assert rb.sample(4)["obs"].sum() == 12
+        collate = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=1.0, storage=LazyTensorStorage(8), collate_fn=lambda x: x
+        )
+        collate.extend(transitions(4))
+        assert collate._rows_fast_path() is None
+        uniform = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+        uniform.extend(transitions(4))
+        assert uniform._rows_fast_path() is None
+        multi = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=1.0, storage=LazyTensorStorage(16, ndim=2)
+        )
+        multi.extend(transitions(8).reshape(2, 4))
+        assert multi._rows_fast_path() is None and multi.sample(4)["index"].shape == (4, 2)
+
+    def test_empty_and_zero_mass_errors(self):
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=1.0, beta=1.0, eps=0.0, storage=LazyTensorStorage(8)
+        )
+        rb.extend(transitions(2))
+        rb.update_priority(torch.arange(2), torch.zeros(2))
+        with pytest.raises(RuntimeError, match="the priorities of the 2 stored items sum to 0"):
+            rb.sample(4)
+        rb.empty()
+        with pytest.raises(RuntimeError, match="empty"):
+            rb.sample(4)
+
+    def test_shared_prefilled_storage_reads_the_shared_memory(self):
+        storage = TensorStorage(stored_layout(16, contiguous=True))
+        storage._record_write(16, 16)
+        rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=storage, shared=True)
+        batch = rb.sample(32)
+        assert rb.storage._storage["observation"].is_shared()
+        torch.testing.assert_close(batch["observation"][:, 0], batch["index"].float())
+
+
+class TestFusedUpdate:
+    def test_tree_values(self):
+        rb = buffer()
+        sampler = rb.sampler
+        index = torch.tensor([3, 9, 3])  # repeated: the last one wins
+        priority = torch.tensor([2.0, 0.5, 1.5], requires_grad=True) * 1
+        rb.update_priority(index, priority)
+        leaves = torch.as_tensor(sampler._sum_tree[torch.tensor([3, 9])])
+        torch.testing.assert_close(leaves, (torch.tensor([1.5, 0.5]) + sampler.eps) ** 0.7)
+        assert sampler._min_tree[torch.tensor([3])] == leaves[0]
+        torch.testing.assert_close(
+            torch.as_tensor(sampler._sum_tree.query(0, 64)),
+            torch.as_tensor(sampler._sum_tree[torch.arange(64)]).sum(),
+        )
+
+    def test_same_trees_as_the_general_path(self):
+        fast, slow = buffer(), buffer()
+        index = torch.randint(0, 40, (50,))
+        priority = torch.rand(50) * 3
+        fast.update_priority(index, priority)
+        # non-contiguous inputs go through the general path
+        slow.update_priority(index.repeat_interleave(2)[::2], priority.repeat_interleave(2)[::2])
+        everything = torch.arange(64)
+        for tree in ("_sum_tree", "_min_tree"):
+            torch.testing.assert_close(
+                torch.as_tensor(getattr(fast.sampler, tree)[everything]),
+                torch.as_tensor(getattr(slow.sampler, tree)[everything]),
+            )
+        assert fast.sampler.default_priority == slow.sampler.default_priority
+
+    def test_errors_leave_the_trees_unchanged(self):
+        rb = buffer()
+        before = torch.as_tensor(rb.sampler._sum_tree[torch.arange(64)]).clone()
+        with pytest.raises(IndexError, match="index 64 is out of range for max_capacity=64"):
+            rb.update_priority(torch.tensor([1, 64]), torch.tensor([1.0, 1.0]))
+        with pytest.raises(ValueError, match="priorities must be finite and non-negative, got nan"):
+            rb.update_priority(torch.tensor([1, 2]), torch.tensor([1.0, float("nan")]))
+        with pytest.raises(ValueError, match="got 3 priorities for 2 indices"):
+            rb.update_priority(torch.tensor([1, 2]), torch.tensor([1.0, 1.0, 1.0]))
+        torch.testing.assert_close(torch.as_tensor(rb.sampler._sum_tree[torch.arange(64)]), before)
+
+    def test_dropped_items_are_skipped(self):
+        rb = buffer()
+        rb.update_priority(torch.tensor([-1, 5]), torch.tensor([9.0, 2.0]))
+        assert rb.sampler._sum_tree[torch.tensor([5])] == pytest.approx((2.0 + 1e-8) ** 0.7)
+        assert rb.sampler.default_priority == 4.0  # the -1 entry's 9.0 is not counted
+
+    def test_max_priority_within_buffer(self):
+        sampler = PrioritizedSampler(8, alpha=1.0, beta=1.0, max_priority_within_buffer=True)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler)
+        rb.extend(transitions(4))
+        rb.update_priority(torch.arange(4), torch.tensor([1.0, 5.0, 2.0, 1.0]))
+        assert sampler.default_priority == 5.0
+        rb.update_priority(torch.tensor([1]), torch.tensor([0.5]))
+        assert sampler.default_priority == pytest.approx(2.0)

@@ -123,6 +123,12 @@ class TestCore:
         assert leaf.rand().shape == (1, 3) and leaf.is_in(torch.zeros(7, 3))
         assert spec.zero().batch_size == (1,)
         assert spec.is_in(TensorDict(a=torch.zeros(5, 3), batch_size=[5]))
+        data = TensorDict(obs=torch.zeros(5, 3), count=torch.zeros(4, dtype=torch.long))
+        dynamic = U.make_composite_from_td(data, dynamic_shape=True)
+        assert dynamic["obs"].shape == (5, -1) and dynamic["count"].shape == (-1,)
+        assert dynamic.zero()["obs"].shape == (5, 1)
+        other = TensorDict(obs=torch.zeros(5, 7), count=torch.zeros(2, dtype=torch.long))
+        assert dynamic.is_in(data) and dynamic.is_in(other)
 
 
 # ----------------------------------------------------------------------------- rl-envs

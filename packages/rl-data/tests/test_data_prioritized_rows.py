@@ -140,6 +140,13 @@ class TestFusedSample:
         torch.testing.assert_close(batch["index"], index)
         torch.testing.assert_close(batch["next", "observation"], data["next", "observation"])
 
+    def test_memmap_storage_with_another_output_device(self, tmp_path):
+        # batches moved to another device after the gather take the general path
+        storage = LazyMemmapStorage(64, scratch_dir=tmp_path, device="meta")
+        rb = buffer(storage)
+        assert storage._row_plan() is None and rb._rows_fast_path() is None
+        assert rb.sample(4)["observation"].device.type == "meta"
+
     def test_not_used_where_it_does_not_apply(self):
         strided = TensorStorage(
             TensorDict(

@@ -210,6 +210,12 @@ class LazyMemmapStorage(LazyTensorStorage):
     def out_device(self) -> torch.device:
         return self._out_device
 
+    def _row_plan(self, skip: frozenset = frozenset()) -> Any:
+        # batches that go to another device take the general path (gather, then move)
+        if self._out_device.type != "cpu":
+            return None
+        return super()._row_plan(skip)
+
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         if index.device.type != "cpu":
             index = index.cpu()

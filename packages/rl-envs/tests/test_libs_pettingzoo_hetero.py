@@ -297,3 +297,35 @@ class TestStructuredActions:
         assert set(got["agent_1"]) == {"move", "fire"} and set(got["agent_0"]) == {"move"}
         assert isinstance(env.full_observation_spec["agents"], Composite)
         check_env_specs(env, seed=0)
+
+
+class TestHeterogeneousErrors:
+    def test_bad_or_missing_agent_action(self):
+        env = shapes_env(categorical_actions=False, run_type_checks=True)
+        td = env.reset()
+        with pytest.raises(KeyError, match=r"action \('agents', 'action'\) of agent 'agent_0'"):
+            env.check_action(td)
+        for j, n in enumerate((2, 4, 2)):
+            td["agents"].tensordicts[j]["action"] = torch.zeros(n, dtype=torch.int64)
+        with pytest.raises(ValueError, match=r"of agent 'agent_0' = .* is outside its spec OneHot"):
+            env.check_action(td)  # all-zero one-hot rows
+        td = env.rand_action(td)
+        td["agents"].tensordicts[1]["action"] = torch.ones(2, dtype=torch.int64)
+        with pytest.raises(ValueError, match="agent 'agent_1' = tensor\\(\\[1, 1\\]\\)"):
+            env.step(td)
+
+    def test_action_mask_needs_discrete_actions(self):
+        obs = [_masked_obs(2), spaces.Dict({"observation": _box(3)}), _masked_obs(2)]
+        act = [spaces.Discrete(2), _box(2), spaces.Discrete(2)]
+        with pytest.raises(
+            ValueError, match="agent 'agent_1' of group 'agents' has an action mask"
+        ):
+            mixed(obs, act)
+
+    def test_check_env_specs_names_the_member(self):
+        env = shapes_env(categorical_actions=False)
+        spec = env.full_observation_spec["agents", "observation"]
+        env.full_observation_spec["agents", "observation"][1].space.high.fill_(0.5)
+        assert spec[1].space.high.max() == 0.5
+        with pytest.raises(AssertionError, match=r"'observation'\) of member 1 at step 0"):
+            check_env_specs(env, seed=0)

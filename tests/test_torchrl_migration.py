@@ -403,6 +403,37 @@ class TestTransforms:
         assert (multistep.n_steps, multistep.gamma) == (2, 0.9)
         assert type(E.VecNorm(in_keys=["obs"], new_api=True)).__name__ == "VecNormV2"
 
+    def test_burn_in_docstring(self):
+        from rl.modules import GRUModule
+
+        torch.manual_seed(0)
+        gru = GRUModule(
+            input_size=10,
+            hidden_size=10,
+            in_keys=["observation", "hidden"],
+            out_keys=["intermediate", ("next", "hidden")],
+            default_recurrent_mode=True,
+        )
+        torch.manual_seed(1)
+        burn_in = E.BurnInTransform(modules=[gru], burn_in=5)
+        # TorchRL's example has a float is_init; rl's GRUModule needs it boolean
+        td = TensorDict(
+            {
+                "observation": torch.randn(2, 10, 10),
+                "hidden": torch.randn(2, 10, gru.gru.num_layers, 10),
+                "is_init": torch.zeros(2, 10, 1, dtype=torch.bool),
+            },
+            batch_size=[2, 10],
+        )
+        out = burn_in(td)
+        assert out.shape == (2, 5) and sorted(out.keys()) == ["hidden", "is_init", "observation"]
+        assert round(float(out["hidden"].abs().sum()), 3) == 73.168  # TorchRL 0.14.1
+        buffer = D.TensorDictReplayBuffer(storage=D.LazyTensorStorage(2), batch_size=1)
+        buffer.append_transform(burn_in)
+        buffer.extend(td)
+        sample = buffer.sample(1)
+        assert sample.shape == (1, 5)
+
     def test_catframes_over_stored_trajectories(self):
         obs = torch.arange(5).float().reshape(1, 5, 1)
         td = TensorDict(

@@ -5,6 +5,11 @@ Single-process rows only: the CPU time a process used does not count the time an
 job held the core, so on a shared machine it gives the ratio an idle machine would give
 better than wall-clock time does. Median of 5 interleaved rounds of 2 batches.
 
+The second part runs the same collectors with tensordict's own actor (a TensorDictModule
+then a ProbabilisticTensorDictModule, not ``rl.modules.ProbabilisticActor``), once with
+the collector's tensor fast path and once with it switched off (the general path), so
+that the two paths of the gym collectors are compared in the same run.
+
     python benchmarks/bench_collectors_cpu.py
 """
 
@@ -16,6 +21,11 @@ import time
 from pathlib import Path
 
 import torch
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_collectors as b  # noqa: E402
@@ -53,6 +63,53 @@ def main() -> None:
     print(f"Collector(GymEnv(num_envs=8)) {med['gym']:,.0f}: {med['gym'] / med['floor']:.2f}x")
     serial.shutdown()
     gym_vec.shutdown()
+    fast_vs_general()
+
+
+def _prob_policy():
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(b.mlp(), ["observation"], ["logits"]),
+        ProbabilisticTensorDictModule(
+            in_keys=["logits"],
+            out_keys=["action"],
+            distribution_class=torch.distributions.Categorical,
+            return_log_prob=True,
+        ),
+    )
+
+
+def fast_vs_general() -> None:
+    """Collector(GymEnv(num_envs=8)) and Collector(SerialEnv(8)) with tensordict's actor:
+    the tensor fast path against the general path, interleaved."""
+    makers = {
+        "GymEnv(num_envs=8)": lambda: GymEnv(
+            "CartPole-v1", num_envs=b.N, categorical_action_encoding=True
+        ),
+        "SerialEnv(8)": lambda: SerialEnv(b.N, b.cartpole),
+    }
+    collectors = {}
+    for name, make in makers.items():
+        for path in ("fast", "general"):
+            collector = Collector(make(), _prob_policy(), frames_per_batch=b.FRAMES)
+            if path == "general":
+                collector._tensor_policy = None
+            else:
+                assert collector._tensor_policy is not None
+            collectors[name, path] = collector
+            b.run_collector(collector, 1)
+    runs = {key: [] for key in collectors}
+    for _ in range(5):
+        for key, collector in collectors.items():
+            runs[key].append(cpu_fps(b.run_collector, collector, 2))
+    for name in makers:
+        fast = statistics.median(runs[name, "fast"])
+        general = statistics.median(runs[name, "general"])
+        print(
+            f"Collector({name}), tensordict actor: tensor path {fast:,.0f}, general path "
+            f"{general:,.0f} frames per CPU-second: {fast / general:.2f}x"
+        )
+    for collector in collectors.values():
+        collector.shutdown()
 
 
 if __name__ == "__main__":

@@ -223,6 +223,21 @@ class TestFusedUpdate:
             )
         assert fast.sampler.default_priority == slow.sampler.default_priority
 
+    def test_update_with_the_sampled_index(self):
+        rb = buffer()
+        batch = rb.sample(8)
+        index = batch["index"]
+        index[0] = 39  # edited in place after sampling: the update sees the edit
+        rb.update_priority(index, torch.full((8,), 2.0))
+        assert rb.sampler._sum_tree[torch.tensor([39])] == pytest.approx((2.0 + 1e-8) ** 0.7)
+        with pytest.raises(ValueError, match="got 3 priorities for 8 indices"):
+            rb.update_priority(index, torch.ones(3))
+        rb.update_priority(index, torch.full((8,), 3.0, dtype=torch.float64))
+        assert rb.sampler._sum_tree[torch.tensor([39])] == pytest.approx(3.0**0.7)
+        batch["td_error"] = torch.full((8,), 5.0)
+        rb.update_tensordict_priority(batch)
+        assert rb.sampler.default_priority == 5.0
+
     def test_errors_leave_the_trees_unchanged(self):
         rb = buffer()
         before = torch.as_tensor(rb.sampler._sum_tree[torch.arange(64)]).clone()

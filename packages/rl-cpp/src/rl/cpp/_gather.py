@@ -69,6 +69,7 @@ class RowGather:
         arrays = [_table(x, k) for k, x in enumerate(tables)]
         self._impl = _C.RowTables(arrays)
         self._specs = [(a.shape[1:], a.dtype) for a in arrays]
+        self._shapes: tuple[int, list] = (-1, [])  # the outputs' shapes for the last n
 
     @property
     def rows(self) -> int:
@@ -80,7 +81,11 @@ class RowGather:
 
     def empty(self, n: int) -> list[np.ndarray]:
         """Uninitialised outputs for ``n`` rows: ``[n, *table.shape[1:]]`` per table."""
-        return [np.empty((n, *shape), dtype) for shape, dtype in self._specs]
+        last, shapes = self._shapes
+        if last != n:
+            shapes = [((n, *shape), dtype) for shape, dtype in self._specs]
+            self._shapes = (n, shapes)
+        return [np.empty(shape, dtype) for shape, dtype in shapes]
 
     def __call__(self, index: Any, out: list[np.ndarray] | None = None) -> list[np.ndarray]:
         """The rows ``index`` (``[n]`` integers) of every table, as ``[n, ...]`` arrays.

@@ -75,13 +75,11 @@ class TensorDictReplayBuffer(ReplayBuffer):
         with self._lock:
             plan = self._rows_fast_path()
             if plan is not None:
-                index, weight, rows = self._sampler._sample_rows(len(storage), plan, batch_size)
-                index = torch.from_numpy(index)
-                weight = torch.from_numpy(weight)
-                extra = {"index": index, "priority_weight": weight, "_weight": weight}
-                data = plan.build(rows, torch.Size((batch_size,)), extra)
+                index, weight, data = self._sampler._sample_rows(len(storage), plan, batch_size)
         if plan is not None:
-            return self._postprocess(data), {"priority_weight": weight, "index": index}
+            if self._transforms or self._pin_memory:
+                data = self._postprocess(data)
+            return data, {"priority_weight": weight, "index": index}
         fast = (
             not self._custom_collate
             and isinstance(storage, TensorStorage)
@@ -181,7 +179,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
             return
         if priority is None:
             raise TypeError("update_priority needs priorities, or a TensorDict holding them")
-        super().update_priority(index, priority)
+        with self._lock:
+            self._sampler.update_priority(index, priority)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Reads ``priority_key`` and ``"index"`` from a sampled batch and updates priorities."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 
 from rl.cpp import (
     MinSegmentTree,
@@ -126,7 +127,8 @@ class PrioritizedSampler(Sampler):
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._max_priority = 1.0
         self._pending_recompute = False
-        self._scratch: tuple[torch.Tensor, np.ndarray] | None = None
+        self._scratch: tuple[torch.Tensor, np.ndarray, torch.Size] | None = None
+        self._last_index: tuple[torch.Tensor, np.ndarray] | None = None
         self._init_trees()
 
     # -- trees -----------------------------------------------------------------------------------
@@ -274,6 +276,22 @@ class PrioritizedSampler(Sampler):
         Raises:
             ValueError: a priority is NaN, infinite or negative, or the sizes differ.
         """
+        last = self._last_index
+        if last is not None and index is last[0] and type(priority) is torch.Tensor:
+            # the index of the last fused sample (a numpy view is at hand), unchanged
+            # in shape: only the priorities need a look
+            np_index = last[1]
+            if (
+                priority.is_cpu
+                and priority.dtype == self.dtype
+                and priority.shape == index.shape
+                and priority.is_contiguous()
+                and index.shape[0] == np_index.shape[0]
+            ):
+                if priority.requires_grad:
+                    priority = priority.detach()
+                self._update_cpu_numpy(np_index, priority.numpy())
+                return
         if (
             self._cpu
             and type(index) is torch.Tensor
@@ -292,24 +310,7 @@ class PrioritizedSampler(Sampler):
             # views straight to the compiled update (which checks indices and values)
             if priority.requires_grad:
                 priority = priority.detach()
-            np_index, np_priority = index.numpy(), priority.numpy()
-            try:
-                high = prioritized_update(
-                    self._sum_tree,
-                    self._min_tree,
-                    np_index,
-                    np_priority,
-                    self._eps,
-                    self._alpha,
-                    check=False,
-                )
-            except (IndexError, ValueError):
-                self._update_cpu_checked(np_index, np_priority)
-                return
-            self._track_max(np_index, np_priority, high)
-            if self._pending_recompute:
-                self._pending_recompute = False
-                self._recompute_max()
+            self._update_cpu_numpy(index.numpy(), priority.numpy())
             return
         index = self._flat(index)
         if self._cpu:
@@ -351,6 +352,21 @@ class PrioritizedSampler(Sampler):
             value = value.contiguous()
         self._sum_tree.update(index, value)
         self._min_tree.update(index, value)
+        if self._pending_recompute:
+            self._pending_recompute = False
+            self._recompute_max()
+
+    def _update_cpu_numpy(self, index: np.ndarray, priority: np.ndarray) -> None:
+        """The compiled update of contiguous 1-D int64 ``index`` and ``priority`` of the
+        trees' dtype, of the same length (it checks indices and values itself)."""
+        try:
+            high = prioritized_update(
+                self._sum_tree, self._min_tree, index, priority, self._eps, self._alpha, check=False
+            )
+        except (IndexError, ValueError):
+            self._update_cpu_checked(index, priority)
+            return
+        self._track_max(index, priority, high)
         if self._pending_recompute:
             self._pending_recompute = False
             self._recompute_max()
@@ -455,7 +471,7 @@ class PrioritizedSampler(Sampler):
 
     def _sample_rows(
         self, n: int, plan: RowPlan, batch_size: int
-    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    ) -> tuple[torch.Tensor, torch.Tensor, TensorDictBase]:
         """:meth:`sample` on CPU trees fused with the gather of the batch (``plan``).
 
         One compiled call draws the indices among the ``n`` stored items, computes their
@@ -464,14 +480,15 @@ class PrioritizedSampler(Sampler):
         holds the buffer's lock (the draws go through a scratch tensor of the sampler).
 
         Returns:
-            ``(index, weight, rows)`` as numpy arrays (``rows`` in ``plan``'s order).
+            ``(index, weight, batch)``: the batch holds ``"index"``, ``"priority_weight"``
+            and ``"_weight"`` at its root.
         """
         if n == 0:
             raise RuntimeError(EMPTY_STORAGE_ERROR)
         scratch = self._scratch
-        if scratch is None or scratch[0].shape[0] != batch_size:
+        if scratch is None or scratch[2][0] != batch_size:
             tensor = torch.empty(batch_size, dtype=self.dtype)
-            scratch = self._scratch = (tensor, tensor.numpy())
+            scratch = self._scratch = (tensor, tensor.numpy(), torch.Size((batch_size,)))
         # uniform_ on a float tensor draws the same numbers as torch.rand
         scratch[0].uniform_(generator=self._rng)
         try:
@@ -481,7 +498,11 @@ class PrioritizedSampler(Sampler):
             )
         except RuntimeError:
             self._raise_no_mass(n)
-        return index, weight, rows
+        index_t, weight_t = torch.from_numpy(index), torch.from_numpy(weight)
+        # update_priority(batch["index"], ...) finds this index's numpy view here
+        self._last_index = (index_t, index)
+        extra = {"index": index_t, "priority_weight": weight_t, "_weight": weight_t}
+        return index_t, weight_t, plan.build(rows, scratch[2], extra)
 
     def _raise_no_mass(self, n: int) -> None:
         p_sum = self._sum_tree.query(0, n)

@@ -326,12 +326,14 @@ class TestCQLLoss:
         set_critics(loss, CRITICS)
         return loss
 
-    def reference(self, seed, deterministic_backup=True, temperature=1.0, min_q_weight=1.0):
+    def reference(
+        self, seed, deterministic_backup=True, temperature=1.0, min_q_weight=1.0, box=1.0
+    ):
         """Replay the loss's draws in its order and compute every loss per state."""
         n, alpha, loc, scale = self.N_RANDOM, 0.5, 0.5 * S, 0.5
         torch.manual_seed(seed)
         next_action, next_lp = tanh_normal(torch.randn(2, 1).squeeze(-1), 0.5 * S_NEXT, scale)
-        random_actions = torch.empty(2 * n, 1).uniform_(-1, 1).squeeze(-1).view(2, n)
+        random_actions = torch.empty(2 * n, 1).uniform_(-1, 1).squeeze(-1).view(2, n) * box
         curr_a, curr_lp = tanh_normal(
             torch.randn(2 * n, 1).squeeze(-1).view(2, n), loc[:, None], scale
         )
@@ -352,7 +354,8 @@ class TestCQLLoss:
             for rows in ([CRITICS[0]], [CRITICS[1]]):
                 values = []
                 for j in range(n):
-                    values.append(q_ref(rows, S[b], random_actions[b, j])[0] - math.log(0.5))
+                    uniform_log_density = -math.log(2 * box)
+                    values.append(q_ref(rows, S[b], random_actions[b, j])[0] - uniform_log_density)
                 for j in range(n):
                     values.append(q_ref(rows, S[b], new_a[b, j])[0] - new_lp[b, j])
                 for j in range(n):
@@ -392,6 +395,18 @@ class TestCQLLoss:
             torch.testing.assert_close(out[key], ref[key], msg=key)
         torch.testing.assert_close(td["td_error"], ref["td_error"])
         torch.testing.assert_close(out["alpha"], torch.tensor(0.5))
+
+    def test_uniform_actions_fill_the_action_spec(self):
+        # Pendulum's box [-2, 2]: the penalty's uniform actions cover it (density 1/4)
+        loss = self.make(action_spec=Bounded(-2.0, 2.0, (1,)))
+        td = data()
+        torch.manual_seed(0)
+        out = loss(td)
+        ref = self.reference(0, box=2.0)
+        torch.testing.assert_close(out["loss_cql"], ref["loss_cql"])
+        assert not torch.allclose(ref["loss_cql"], self.reference(0)["loss_cql"])
+        with pytest.raises(ValueError, match="must be finite"):
+            self.make(action_spec=Bounded(-math.inf, math.inf, (1,)))(data())
 
     def test_max_q_backup(self):
         loss = self.make(max_q_backup=True)

@@ -112,7 +112,8 @@ class CQLLoss(_EntropyTemperature, LossModule):
       ``max_q_backup`` the max over ``num_random`` sampled ``a'``);
     - ``loss_cql``: the conservative penalty, for each critic
       ``min_q_weight * (temperature * logsumexp_a(Q(s, a) / temperature) - Q(s, a_data))``
-      where the ``logsumexp`` runs over ``num_random`` uniform actions, ``num_random``
+      where the ``logsumexp`` runs over ``num_random`` uniform actions (in the action
+      spec's bounds; ``[-1, 1]`` without a spec), ``num_random``
       actions of ``pi(s)`` and ``num_random`` of ``pi(s')``, all scored at ``s`` and
       importance-corrected by their densities (CQL(H) of the paper). With
       ``with_lagrange=True`` it is scaled by a learned ``alpha_prime`` that
@@ -131,7 +132,9 @@ class CQLLoss(_EntropyTemperature, LossModule):
     num_random`` per state, so its penalty is about ``log(num_random)`` smaller) and,
     with ``with_lagrange``, neither scales the penalty by ``alpha_prime`` nor detaches
     it in ``loss_alpha_prime``. Here both follow the paper and its authors' code (as
-    CORL and d3rlpy do).
+    CORL and d3rlpy do). TorchRL also draws the uniform actions in ``[-1, 1]`` whatever
+    the spec; here they fill the spec's box (Pendulum's ``[-2, 2]``), else actions past
+    ``1`` are never pushed down and the actor drifts there.
 
     Args:
         actor_network (ProbabilisticTensorDictSequential): a stochastic actor over
@@ -143,7 +146,8 @@ class CQLLoss(_EntropyTemperature, LossModule):
         loss_function (str): ``"smooth_l1"`` (default), ``"l2"`` or ``"l1"``.
         alpha_init (float): initial entropy temperature. Defaults to 1.0.
         min_alpha, max_alpha (float, optional): bounds of the temperature.
-        action_spec (TensorSpec, optional): for ``target_entropy="auto"``.
+        action_spec (TensorSpec, optional): for ``target_entropy="auto"`` and the box
+            of the penalty's uniform actions (else the actor's spec is read).
         fixed_alpha (bool): keep the temperature at ``alpha_init``. Defaults to ``False``.
         target_entropy (float or "auto"): defaults to ``"auto"`` (minus the action size).
         delay_actor (bool): sample next actions from a target actor. Defaults to ``False``.
@@ -397,6 +401,12 @@ class CQLLoss(_EntropyTemperature, LossModule):
         random_actions = action.new_empty((*batch[:-1], batch[-1] * n, action.shape[-1])).uniform_(
             -1, 1
         )
+        random_density = math.log(0.5 ** action.shape[-1])
+        bounds = self._action_bounds(action)
+        if bounds is not None:  # uniform over the spec's box, not over [-1, 1]
+            low, high = bounds
+            random_actions = low + (random_actions + 1) * ((high - low) / 2)
+            random_density = -torch.log(high - low).expand(action.shape[-1:]).sum()
         with torch.no_grad():
             curr_td, curr_log_pi = self._policy_actions(tensordict, "detached")
             next_td, next_log_pi = self._policy_actions(tensordict.get("next"), "detached")
@@ -417,7 +427,6 @@ class CQLLoss(_EntropyTemperature, LossModule):
         )
         q = self._q(stacked, "online").squeeze(-1)  # [2, *B[:-1], 3 * B * n]
         q_rand, q_curr, q_next = q.chunk(3, dim=-1)
-        random_density = math.log(0.5 ** action.shape[-1])
         shape = (self.num_qvalue_nets, *batch, n)
         cat = torch.cat(
             [
@@ -436,6 +445,30 @@ class CQLLoss(_EntropyTemperature, LossModule):
         if self.with_lagrange:
             penalty = self._alpha_prime * penalty
         return _reduce(penalty, self.reduction, None), {}
+
+    def _action_bounds(self, action: torch.Tensor):
+        """``(low, high)`` of the action spec (``action_spec``, else the actor's), or
+        ``None`` where there is none or it is ``[-1, 1]``."""
+        spec = self._action_spec
+        if spec is None:
+            spec = getattr(self.actor_network, "spec", None)
+        if isinstance(spec, Composite):
+            key = self.tensor_keys.action
+            spec = spec.get(key, None) if key in spec.keys(True, True) else None
+        space = getattr(spec, "space", None)
+        low, high = getattr(space, "low", None), getattr(space, "high", None)
+        if not (isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor)):
+            return None
+        low = low.to(device=action.device, dtype=action.dtype).reshape(-1, low.shape[-1])[0]
+        high = high.to(device=action.device, dtype=action.dtype).reshape(-1, high.shape[-1])[0]
+        if bool((low == -1).all() and (high == 1).all()):
+            return None
+        if not torch.isfinite(high - low).all():
+            raise ValueError(
+                f"{type(self).__name__} draws uniform actions in the action spec's bounds, "
+                f"which must be finite; got low={low.tolist()}, high={high.tolist()}"
+            )
+        return low, high
 
     @property
     def _alpha_prime(self) -> torch.Tensor:

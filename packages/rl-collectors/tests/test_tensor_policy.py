@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import sys
 from pathlib import Path
 
@@ -131,6 +132,12 @@ ENVS = {
 
 
 class TestTensorPolicy:
+    def test_docstrings(self):
+        from rl.collectors import _tensor_policy
+
+        result = doctest.testmod(_tensor_policy, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0
+
     def test_plain_module_and_sequence_are_recognised(self):
         fast = tensor_policy(one_module())
         assert isinstance(fast, TensorPolicy)

@@ -244,7 +244,29 @@ def tensor_policy(policy) -> TensorPolicy | None:
     """A :class:`TensorPolicy` doing what ``policy`` does, or ``None`` where ``policy``
     is not a plain ``TensorDictModule`` / ``TensorDictSequential`` of them, or a plain
     ``ProbabilisticTensorDictSequential`` (string keys, the module called with the
-    tensors, outputs written in place, no hooks)."""
+    tensors, outputs written in place, no hooks).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule, TensorDictSequential
+        >>> from rl.collectors._tensor_policy import tensor_policy
+        >>> policy = TensorDictSequential(
+        ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        ...     TensorDictModule(lambda x: x.argmax(-1), ["logits"], ["action"]),
+        ... )
+        >>> fast = tensor_policy(policy)
+        >>> fast.in_keys, fast.out_keys
+        (['observation'], ['logits', 'action'])
+        >>> logits, action = fast.forward(torch.zeros(4, 3))
+        >>> action.shape
+        torch.Size([4])
+        >>> td = fast(TensorDict(observation=torch.zeros(4, 3), batch_size=[4]))
+        >>> sorted(td.keys())
+        ['action', 'logits', 'observation']
+        >>> print(tensor_policy(lambda td: td))
+        None
+    """
     if not isinstance(policy, nn.Module):
         return None
     prob_default = None

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 
 from rl.core import Bounded, Composite, Unbounded
-from rl.envs import EnvBase, ParallelEnv, SerialEnv, StepCounter, TransformedEnv
+from rl.envs import CatFrames, EnvBase, ParallelEnv, SerialEnv, StepCounter, TransformedEnv
 
 
 class ObsReadingEnv(EnvBase):
@@ -90,5 +90,18 @@ def test_step_from_a_foreign_tensordict(kind):
         td["action"] = torch.zeros(2, 1)
         nxt = env.step(td)["next", "obs"]
         torch.testing.assert_close(nxt, torch.tensor([[3.5, 0.5], [-0.75, 2.25]]))
+    finally:
+        env.close()
+
+
+@pytest.mark.timeout(60)
+def test_observation_reshaped_outside_falls_back_to_the_last_output():
+    # CatFrames outside the batched env: the caller's "obs" is (2, 6); the sub-envs read
+    # the (2, 2) observation they returned last
+    env = TransformedEnv(SerialEnv(2, ObsReadingEnv), CatFrames(N=3, dim=-1, in_keys=["obs"]))
+    try:
+        rollout = env.rollout(3, half, break_when_any_done=False)
+        assert rollout["obs"].shape == (2, 3, 6)
+        assert rollout["next", "obs"][0, :, -2].tolist() == [0.5, 1.0, 1.5]
     finally:
         env.close()

@@ -132,10 +132,10 @@ class BatchedEnvBase(EnvBase):
         )
         if not isinstance(meta, GymWrapper):
             # a sub-env's _step may read the root observations, as TorchRL hands it the
-            # whole root (gym wrappers do not read them: their fast step stays)
+            # caller's root (gym wrappers do not read them: their fast step stays)
             in_keys = set(self._layout.in_keys)
             self._layout.obs_in_keys = [
-                key for key in self._layout.reset_keys if key not in in_keys
+                key for key in self.full_observation_spec.keys(True, True) if key not in in_keys
             ]
         self._shm_buffers = allocate_buffers(
             self._layout, self.input_spec, self.output_spec, share=self._share_memory
@@ -143,7 +143,9 @@ class BatchedEnvBase(EnvBase):
         bufs = self._shm_buffers
         actions = set(self._layout.action_keys)
         self._in_pairs = [(key, bufs.inputs[key], key in actions) for key in self._layout.in_keys]
-        self._obs_pairs = [(key, bufs.out[key]) for key in self._layout.obs_in_keys]
+        self._obs_pairs = [
+            (key, bufs.inputs[key], bufs.out[key]) for key in self._layout.obs_in_keys
+        ]
         self._to_device = self.device is not None and self.device.type != "cpu"
         options = getattr(self, "batched_options", None) or {}
         self._non_blocking = bool(options.get("non_blocking", False))
@@ -247,18 +249,15 @@ class BatchedEnvBase(EnvBase):
             self._write_observations(tensordict)
 
     def _write_observations(self, tensordict: TensorDictBase) -> None:
-        """Writes the caller's root observations where the sub-envs' ``_step`` reads them
-        (the ``out`` buffers, which already hold them when ``tensordict`` is the last
-        output: then nothing is copied)."""
-        for key, buf in self._obs_pairs:
+        """Copies the caller's root observations where the sub-envs' ``_step`` reads them.
+
+        An entry that is missing, or that a transform outside this env reshaped
+        (``CatFrames``...), is taken from the last outputs instead.
+        """
+        for key, buf, last in self._obs_pairs:
             value = tensordict.get(key, None)
-            if value is None or value.data_ptr() == buf.data_ptr():
-                continue
-            if value.shape != buf.shape:
-                raise ValueError(
-                    f"{key!r} has shape {tuple(value.shape)}, expected {tuple(buf.shape)} "
-                    f"from the spec of {type(self).__name__}"
-                )
+            if value is None or value.shape != buf.shape or value.dtype != buf.dtype:
+                value = last
             buf.copy_(value)
 
     def _read(self, template: TensorDictBase) -> TensorDictBase:

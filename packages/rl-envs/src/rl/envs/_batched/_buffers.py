@@ -39,8 +39,8 @@ class BufferLayout:
     step_keys: list[NestedKey]
     reset_keys: list[NestedKey]
     done_key: NestedKey
-    # observations a sub-env's ``_step`` reads from its input (TorchRL hands it the whole
-    # root): views of the ``out`` buffers, which hold the current root observations
+    # root observations a sub-env's ``_step`` may read from its input, as TorchRL hands
+    # it the caller's root: copied into input buffers of their own at each step
     obs_in_keys: list[NestedKey] = field(default_factory=list)
 
     @classmethod
@@ -125,7 +125,7 @@ def allocate_buffers(
         nbytes = torch.Size(shape).numel() * dtype.itemsize
         offset += -(-nbytes // _ALIGN) * _ALIGN
 
-    for key in layout.in_keys:
+    for key in layout.in_keys + layout.obs_in_keys:
         add("inputs", key, specs[key].dtype, specs[key].shape)
     for key in dict.fromkeys(layout.step_keys + layout.reset_keys):
         add("out", key, specs[key].dtype, specs[key].shape)

@@ -78,8 +78,6 @@ def _batched_rollout(
 ) -> TensorDictBase:
     layout = env._layout
     bufs = env._shm_buffers
-    if env._obs_pairs:  # the start may not be the last output (rollout(tensordict=...))
-        env._write_observations(tensordict)
     batch_size = env.batch_size
     nb = len(batch_size)
     prefix = (slice(None),) * nb
@@ -101,7 +99,7 @@ def _batched_rollout(
             in_writes.append((bufs.inputs[key].numpy(), value.numpy()))
             root_bufs[key] = value.movedim(0, nb).contiguous()
         actions = set(layout.action_keys)
-        for key in layout.in_keys:
+        for key in layout.in_keys + layout.obs_in_keys:
             if key not in actions and key in root_bufs:
                 state_writes.append((bufs.inputs[key].numpy(), root_bufs[key].numpy()))
     else:

@@ -68,7 +68,7 @@ class WorkerCore:
         for key in layout.in_keys:
             self.in_td.set(key, buffers.inputs[key][index])
         for key in layout.obs_in_keys:
-            self.in_td.set(key, buffers.out[key][index])
+            self.in_td.set(key, buffers.inputs[key][index])
         self.step_pairs = [(key, buffers.out[key][index]) for key in layout.step_keys]
         self.reset_pairs = [(key, buffers.out[key][index]) for key in layout.reset_keys]
         # (key, reset-buffer view, out-buffer view) of each reset key

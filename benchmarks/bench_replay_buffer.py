@@ -163,6 +163,17 @@ def bench_prioritized(calls: int, repeats: int) -> list[tuple]:
         rl.cpp.prioritized_update(sum_tree, min_tree, idx, np_priority, EPS, ALPHA)
         return out, weight
 
+    gather = rl.cpp.RowGather(arrays)
+
+    def rows_floor():
+        # the compiled calls the buffer makes (draw + gather in one), without TensorDict
+        uniform = torch.rand(BATCH).numpy()
+        idx, weight, _, out = rl.cpp.prioritized_sample_rows(
+            sum_tree, min_tree, FILLED, uniform, BETA, gather
+        )
+        rl.cpp.prioritized_update(sum_tree, min_tree, idx, np_priority, EPS, ALPHA)
+        return out, weight
+
     def ours():
         batch = rb.sample()
         rb.update_priority(batch["index"], new_priority)
@@ -177,7 +188,15 @@ def bench_prioritized(calls: int, repeats: int) -> list[tuple]:
         return np_tree.scan_lower_bound(rng.random(BATCH, dtype=np.float32) * np_tree.total())
 
     t = best_times(
-        {"floor": floor, "fused": fused_floor, "numpy": numpy_floor, "ours": ours}, calls, repeats
+        {
+            "floor": floor,
+            "fused": fused_floor,
+            "rows": rows_floor,
+            "numpy": numpy_floor,
+            "ours": ours,
+        },
+        calls,
+        repeats,
     )
     f, n, o = t["floor"], t["numpy"], t["ours"]
     what = "TensorDictPrioritizedReplayBuffer sample(256) + update_priority"
@@ -188,6 +207,13 @@ def bench_prioritized(calls: int, repeats: int) -> list[tuple]:
             "info: fused rl-cpp sample/update + numpy take (no TensorDict), vs numpy tree",
             t["fused"],
             n / t["fused"],
+            "",
+        ),
+        (
+            "prioritized",
+            "info: prioritized_sample_rows + prioritized_update (no TensorDict), vs numpy tree",
+            t["rows"],
+            n / t["rows"],
             "",
         ),
         ("prioritized", "floor: vectorized numpy sum tree, update(256) + scan(256)", n, None, ""),

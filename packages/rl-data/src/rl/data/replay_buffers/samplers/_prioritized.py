@@ -134,6 +134,7 @@ class PrioritizedSampler(Sampler):
     # -- trees -----------------------------------------------------------------------------------
     def _init_trees(self) -> None:
         self._cpu = self._device.type == "cpu"
+        self._last_index = None  # a sampled index belongs to the trees it was drawn from
         device = str(self._device) if self._device.type == "cuda" else "cpu"
         dtype = _TREE_DTYPES[self.dtype]
         self._sum_tree = SumSegmentTree(self._max_capacity, dtype=dtype, device=device)

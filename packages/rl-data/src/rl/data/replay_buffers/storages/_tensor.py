@@ -84,6 +84,9 @@ class _GatherPlan:
         return TensorDict._new_unsafe(source, batch_size=batch_size, device=self.device)
 
 
+_NO_KEYS: frozenset = frozenset()
+
+
 def _signature(td: TensorDictBase, skip: int) -> dict:
     return {
         key: (value.shape[skip:], value.dtype)
@@ -419,11 +422,21 @@ class TensorStorage(Storage):
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         """Gathers a 1-D batch of items; ``extra`` entries are added at the root of the result."""
         if self._is_td and self._plan.arrays is not None and index.is_cpu:
-            # CPU storage, numpy views of every leaf: numpy take and no per-leaf dispatch
+            # CPU storage, numpy views of every leaf: no per-leaf dispatch
             if index.dtype != torch.int64:
                 index = index.long()
             batch_size = torch.Size((index.shape[0], *self._item_batch))
-            return self._plan.gather_numpy(index.numpy(), batch_size, extra)
+            np_index = index.numpy()
+            plan = self._row_plan(frozenset(extra) if extra else _NO_KEYS)
+            if plan is not None:
+                # every leaf in one compiled call, the next items' rows prefetched
+                try:
+                    rows = plan.gather(np_index)
+                except IndexError:  # negative indices: numpy's take wraps them
+                    pass
+                else:
+                    return plan.build(rows, batch_size, extra)
+            return self._plan.gather_numpy(np_index, batch_size, extra)
         if index.dtype != torch.int64:
             index = index.long()
         if index.device != self._device:
@@ -447,7 +460,7 @@ class TensorStorage(Storage):
             source[key] = child.gather(index, np_index, batch_size)
         return TensorDict._new_unsafe(source, batch_size=batch_size, device=plan.device)
 
-    def _row_plan(self, skip: frozenset = frozenset()) -> RowPlan | None:
+    def _row_plan(self, skip: frozenset = _NO_KEYS) -> RowPlan | None:
         """The one-call gather of a CPU TensorDict storage of 1-dim items (root keys in
         ``skip`` are left out), or ``None`` where it does not apply (other devices,
         multi-dimensional storages, leaves without a contiguous numpy view)."""

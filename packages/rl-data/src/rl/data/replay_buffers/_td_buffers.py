@@ -72,10 +72,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         storage = self._storage
-        with self._lock:
-            plan = self._rows_fast_path()
-            if plan is not None:
-                index, weight, data = self._sampler._sample_rows(len(storage), plan, batch_size)
+        plan = None
+        if type(self._sampler).sample is PrioritizedSampler.sample:
+            with self._lock:
+                plan = self._rows_fast_path()
+                if plan is not None:
+                    sampler = self._sampler
+                    n = len(self._storage)
+                    index, weight, data = sampler._sample_rows(n, plan, batch_size)
         if plan is not None:
             if self._transforms or self._pin_memory:
                 data = self._postprocess(data)

@@ -24,6 +24,7 @@ from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
+    TensorDictModuleBase,
     TensorDictSequential,
     interaction_type,
     set_interaction_type,
@@ -80,8 +81,7 @@ class TensorPolicy:
         self.forward = forward
         # (default, get kwargs) of the TensorDictModule reading each in_key first
         self._gets = gets if gets is not None else [(None, {})] * len(in_keys)
-        self._hooked = [m for m in policy.modules() if isinstance(m, TensorDictModule)]
-        self._hooked += [m for m in policy.modules() if isinstance(m, TensorDictSequential)]
+        self._hooked = [m for m in policy.modules() if isinstance(m, TensorDictModuleBase)]
 
     def usable(self) -> bool:
         """Whether the fast path still does what the policy does (no hook was added, the
@@ -246,6 +246,11 @@ def tensor_policy(policy) -> TensorPolicy | None:
     ``ProbabilisticTensorDictSequential`` (string keys, the module called with the
     tensors, outputs written in place, no hooks).
 
+    A policy with a ``_rl_tensor_forward()`` method (rl.modules' ``ProbabilisticActor``,
+    ``QValueActor``, ...) is asked for its own tensor twin first, duck-typed, so that
+    this package needs no import of rl.modules; its answer is final (``None``: no fast
+    path).
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -269,6 +274,9 @@ def tensor_policy(policy) -> TensorPolicy | None:
     """
     if not isinstance(policy, nn.Module):
         return None
+    own = getattr(policy, "_rl_tensor_forward", None)
+    if own is not None:
+        return _from_protocol(policy, own())
     prob_default = None
     if isinstance(policy, ProbabilisticTensorDictSequential):
         stages = _prob_steps(policy)
@@ -293,6 +301,23 @@ def tensor_policy(policy) -> TensorPolicy | None:
     if prob_default is not None:
         forward = _with_interaction_type(forward, prob_default)
     return TensorPolicy(policy, in_keys, out_keys, forward, gets)
+
+
+def _from_protocol(policy: nn.Module, twin) -> TensorPolicy | None:
+    """The :class:`TensorPolicy` of a policy's own tensor twin (``None`` if it has none).
+
+    A policy class (rl.modules' actors) opts in with a method ``_rl_tensor_forward()``
+    returning ``(in_keys, out_keys, fn)``: ``fn(*tensors at in_keys)`` returns the tensors
+    its forward writes at ``out_keys`` (string keys, each once, in the order first
+    written), with the same values and random draws; or ``None`` where that is not
+    safe. The in_keys are required, as the actors' forward requires them."""
+    if twin is None:
+        return None
+    in_keys, out_keys, forward = twin
+    in_keys, out_keys = list(in_keys), list(out_keys)
+    if not (_plain_keys(in_keys) and _plain_keys(out_keys)) or not out_keys:
+        return None
+    return TensorPolicy(policy, in_keys, out_keys, forward, [(NO_DEFAULT, {})] * len(in_keys))
 
 
 def _with_interaction_type(forward, default: InteractionType):

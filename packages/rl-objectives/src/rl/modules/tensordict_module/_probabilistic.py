@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -223,26 +223,53 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
         return self._lean_forward(tensordict)
 
     def _lean_forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        dist = self.get_dist(tensordict)
+        sample, log_prob = self._lean_draw(self.get_dist(tensordict))
+        tensordict.set(self._lean_sample_key, sample)
+        if log_prob is not None:
+            tensordict.set(self._lean_log_prob_key, log_prob)
+        return tensordict
+
+    def _lean_draw(
+        self, dist: torch.distributions.Distribution
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The sample (and its log-probability when ``return_log_prob``) the module writes."""
         itype = interaction_type() or self.default_interaction_type
-        log_prob_key = self._lean_log_prob_key
+        log_prob = self._lean_log_prob_key is not None
         if itype is _RANDOM:
-            if log_prob_key is not None:
+            if log_prob:
                 # score the draw itself (a tanh-squashed sample cannot be inverted exactly)
                 name = "rsample_and_log_prob" if dist.has_rsample else "sample_and_log_prob"
                 joint = getattr(type(dist), name, None)
                 if joint is not None:
-                    sample, log_prob = joint(dist, torch.Size())
-                    tensordict.set(self._lean_sample_key, sample)
-                    tensordict.set(log_prob_key, log_prob)
-                    return tensordict
+                    return joint(dist, torch.Size())
             sample = dist.rsample() if dist.has_rsample else dist.sample()
         else:
             sample = self._dist_sample(dist, interaction_type=itype)
-        tensordict.set(self._lean_sample_key, sample)
-        if log_prob_key is not None:
-            tensordict.set(log_prob_key, dist.log_prob(sample))
-        return tensordict
+        return sample, (dist.log_prob(sample) if log_prob else None)
+
+    def _rl_tensor_forward(self) -> TensorForward | None:
+        """The tensor-level twin of this module's forward, for collectors (see
+        :func:`_tensor_stage`): ``fn(*params) -> (sample[, log_prob])``, or ``None``
+        where the lean path does not apply (hooks, ``safe=True``, a composite
+        distribution, ``num_samples``, a generator, nested keys, a subclass's forward)."""
+        cls = type(self)
+        if not self._lean or _has_hooks(self) or not _same_methods(cls, _PROB_METHODS):
+            return None
+        names = [name for name, _ in self._lean_params]
+        in_keys = [key for _, key in self._lean_params]
+        out_keys = [self._lean_sample_key]
+        if self._lean_log_prob_key is not None:
+            out_keys.append(self._lean_log_prob_key)
+        if not _plain_keys(in_keys + out_keys) or len(set(out_keys)) != len(out_keys):
+            return None
+        draw = self._lean_draw
+
+        def forward(*params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            dist = self.distribution_class(**dict(zip(names, params)), **self.distribution_kwargs)
+            sample, log_prob = draw(dist)
+            return (sample,) if log_prob is None else (sample, log_prob)
+
+        return in_keys, out_keys, forward
 
 
 def _has_hooks(module: nn.Module) -> bool:
@@ -252,6 +279,82 @@ def _has_hooks(module: nn.Module) -> bool:
         or _module_mod._global_forward_hooks
         or _module_mod._global_forward_pre_hooks
     )
+
+
+TensorForward = tuple[list[str], list[str], Callable[..., tuple[torch.Tensor, ...]]]
+"""``(in_keys, out_keys, fn)``: ``fn(*tensors at in_keys)`` returns the tensors written at
+``out_keys`` (each key once, in the order first written), as the module's forward would."""
+
+
+def _plain_keys(keys: Sequence[Any]) -> bool:
+    return all(type(key) is str and key != "_" for key in keys)
+
+
+def _same_methods(cls: type, methods: tuple[tuple[type, str], ...]) -> bool:
+    """Whether ``cls`` still uses the methods the tensor path copies (no subclass override)."""
+    return all(getattr(cls, name) is getattr(base, name) for base, name in methods)
+
+
+def _tensor_stage(module: nn.Module) -> TensorForward | None:
+    """The tensor twin of one module of an actor, or ``None``.
+
+    A module opts in with a ``_rl_tensor_forward()`` method returning a
+    :data:`TensorForward` (or ``None`` when unsafe); a plain ``TensorDictModule`` (keys
+    to keys, no hooks) gets one from its network. Collectors ask an actor for its twin
+    with ``getattr(policy, "_rl_tensor_forward", None)`` (duck-typed: rl-collectors does
+    not import rl.modules) and call ``fn`` on tensors instead of the actor on a
+    TensorDict; ``fn`` makes the same tensor calls in the same order, so values and
+    random draws are identical. The twin reads module attributes at call time but its
+    keys are fixed when it is built: the collector rebuilds it when it is rebuilt.
+    """
+    if _has_hooks(module):
+        return None
+    own = getattr(module, "_rl_tensor_forward", None)
+    if own is not None:
+        return own()
+    step = _plain_step(module)
+    if step is None:
+        return None
+    net, in_keys, out_keys = step
+    if not _plain_keys(in_keys + out_keys) or len(set(out_keys)) != len(out_keys):
+        return None
+    n = len(out_keys)
+
+    def forward(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = net(*tensors)
+        if isinstance(out, torch.Tensor):
+            out = (out,)
+        if len(out) != n:
+            raise RuntimeError(
+                f"the network of the module writing {out_keys} returned {len(out)} "
+                f"values for {n} out_keys"
+            )
+        return tuple(out)
+
+    return in_keys, out_keys, forward
+
+
+def _tensor_chain(modules: Sequence[nn.Module]) -> TensorForward | None:
+    """The tensor twin of ``modules`` run in order, each reading what the ones before it
+    wrote, or ``None`` when one of them has none."""
+    stages = [_tensor_stage(module) for module in modules]
+    if not stages or any(stage is None for stage in stages):
+        return None
+    if len(stages) == 1:
+        return stages[0]
+    in_keys: list[str] = []
+    out_keys: list[str] = []
+    for stage_in, stage_out, _ in stages:
+        in_keys += [k for k in stage_in if k not in out_keys and k not in in_keys]
+        out_keys += [k for k in stage_out if k not in out_keys]
+
+    def forward(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        values = dict(zip(in_keys, tensors))
+        for stage_in, stage_out, fn in stages:
+            values.update(zip(stage_out, fn(*[values[k] for k in stage_in])))
+        return tuple(values[k] for k in out_keys)
+
+    return in_keys, out_keys, forward
 
 
 def _plain_step(module: nn.Module) -> tuple[nn.Module, list, list] | None:
@@ -271,6 +374,12 @@ def _plain_step(module: nn.Module) -> tuple[nn.Module, list, list] | None:
     ):
         return None
     return module.module, list(module.in_keys), list(module.out_keys)
+
+
+_PROB_METHODS = tuple(
+    (SafeProbabilisticModule, name)
+    for name in ("__call__", "forward", "get_dist", "_lean_forward", "_lean_draw")
+) + ((ProbabilisticTensorDictModule, "_dist_sample"),)
 
 
 class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictSequential):
@@ -355,6 +464,16 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
             return last(tensordict)
         return last._lean_forward(tensordict)
 
+    def _rl_tensor_forward(self) -> TensorForward | None:
+        """The tensor-level twin of this sequence's forward, for collectors (see
+        :func:`_tensor_stage`): its plain modules' networks, then the sample (and
+        log-probability) drawn as :class:`SafeProbabilisticModule` draws it; ``None``
+        where the sequence does not take its lean path or a module has no twin."""
+        if not self._lean or _has_hooks(self) or not _same_methods(type(self), _SEQ_METHODS):
+            return None
+        plan, last = self._lean_plan
+        return _tensor_chain([module for module, _ in plan] + [last])
+
     @dispatch(auto_batch_size=False)
     def forward(
         self,
@@ -376,3 +495,9 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
         return super().forward(
             tensordict, tensordict_out, _requires_sample=_requires_sample, **kwargs
         )
+
+
+_SEQ_METHODS = tuple(
+    (SafeProbabilisticTensorDictSequential, name)
+    for name in ("__call__", "forward", "_run_lean", "_rl_tensor_forward")
+)

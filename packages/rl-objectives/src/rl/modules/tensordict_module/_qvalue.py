@@ -7,7 +7,7 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDictBase, unravel_key
-from tensordict.nn import TensorDictModule, TensorDictModuleBase, dispatch
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential, dispatch
 from tensordict.utils import NestedKey
 from torch import nn
 from torch.nn import functional as F
@@ -15,6 +15,13 @@ from torch.nn import functional as F
 from rl.core import Composite, TensorSpec
 
 from ._common import _process_action_space_spec, _register_spec, _SpecMixin
+from ._probabilistic import (
+    TensorForward,
+    _has_hooks,
+    _plain_keys,
+    _same_methods,
+    _tensor_chain,
+)
 from ._sequence import SafeSequential
 
 __all__ = [
@@ -168,17 +175,39 @@ class QValueModule(_SpecMixin, TensorDictModuleBase):
             f"expected from the spec {leaf!r}; pass strict_shape='auto' to reshape it"
         )
 
-    @dispatch(auto_batch_size=False)
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        values = self._masked_values(tensordict)
+    def _greedy(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(action, values, chosen_action_value)`` from the (masked) action values."""
         action = self._check_shape(self._action(values), values)
         if self.action_space == "categorical":
             chosen = values.gather(-1, action.unsqueeze(-1))
         else:
             chosen = (action * values).sum(-1, True)
-        for key, value in zip(self.out_keys, (action, values, chosen)):
+        return action, values, chosen
+
+    @dispatch(auto_batch_size=False)
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for key, value in zip(self.out_keys, self._greedy(self._masked_values(tensordict))):
             tensordict.set(key, value)
         return tensordict
+
+    def _rl_tensor_forward(self) -> TensorForward | None:
+        """The tensor-level twin of :meth:`forward`, for collectors:
+        ``fn(action_value[, action_mask]) -> (action, action_value, chosen_action_value)``;
+        ``None`` with hooks, ``safe=True``, nested keys or a subclass's forward (see
+        :func:`~rl.modules.tensordict_module._probabilistic._tensor_stage`)."""
+        if _has_hooks(self) or not _same_methods(type(self), _QVALUE_METHODS):
+            return None
+        in_keys, out_keys = list(self.in_keys), list(self.out_keys)
+        if not _plain_keys(in_keys + out_keys) or len(set(out_keys)) != len(out_keys):
+            return None
+        greedy = self._greedy
+
+        def forward(values: torch.Tensor, mask: torch.Tensor | None = None) -> tuple:
+            if mask is not None:
+                values = torch.where(mask, values, torch.finfo(values.dtype).min)
+            return greedy(values)
+
+        return in_keys, out_keys, forward
 
 
 class DistributionalDQNnet(TensorDictModuleBase):
@@ -369,6 +398,27 @@ class QValueActor(SafeSequential):
         )
         super().__init__(module, qvalue)
         self.action_value_key = action_value_key
+
+    def _rl_tensor_forward(self) -> TensorForward | None:
+        """The tensor-level twin of this actor's forward, for collectors: the value
+        network, then the greedy choice of :class:`QValueModule`; ``None`` where a module
+        has no twin (hooks, ``safe=True``, a distributional head, nested keys)."""
+        if _has_hooks(self) or not _same_methods(type(self), _QVALUE_ACTOR_METHODS):
+            return None
+        if self.partial_tolerant or self.inplace not in (True, None):
+            return None
+        if getattr(self, "_select_before_return", False):
+            return None
+        return _tensor_chain(list(self.module))
+
+
+_QVALUE_METHODS = tuple(
+    (QValueModule, name)
+    for name in ("__call__", "forward", "_greedy", "_action", "_check_shape", "_masked_values")
+)
+_QVALUE_ACTOR_METHODS = tuple(
+    (TensorDictSequential, name) for name in ("__call__", "forward", "_run_module")
+)
 
 
 class DistributionalQValueActor(QValueActor):

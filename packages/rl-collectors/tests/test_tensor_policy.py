@@ -98,6 +98,32 @@ def prob_actor(distribution=torch.distributions.Categorical, return_log_prob=Tru
     )
 
 
+def rl_prob_actor():
+    """rl.modules' ProbabilisticActor (its own tensor twin, asked for duck-typed)."""
+    modules = pytest.importorskip("rl.modules")
+    torch.manual_seed(0)
+    return modules.ProbabilisticActor(
+        TensorDictModule(torch.nn.Linear(4, 2), ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+
+
+def rl_qvalue_actor():
+    modules = pytest.importorskip("rl.modules")
+    from rl.core import Categorical
+
+    torch.manual_seed(0)
+    return modules.QValueActor(torch.nn.Linear(4, 2), spec=Categorical(2))
+
+
+def rl_actor():
+    """rl.modules' Actor: a plain TensorDictModule for the structural analysis."""
+    modules = pytest.importorskip("rl.modules")
+    return modules.Actor(Sampled(), out_keys=["action", "sample_log_prob"])
+
+
 def collect(env_fn, policy, fast: bool, batches: int = 3, frames: int = 96) -> list:
     env = env_fn()
     env.set_seed(3)
@@ -236,6 +262,36 @@ class TestTensorPolicy:
         ):
             assert tensor_policy(policy) is None, policy
 
+    def test_policy_twin_protocol(self):
+        """A policy's own ``_rl_tensor_forward`` is asked first and its answer is final."""
+
+        class Twin(TensorDictModule):
+            twin = None
+
+            def _rl_tensor_forward(self):
+                return self.twin
+
+        policy = Twin(torch.nn.Linear(4, 2), ["observation"], ["action"])
+        assert tensor_policy(policy) is None  # declined, though structurally plain
+        policy.twin = (["observation"], ["doubled"], lambda obs: (obs * 2,))
+        fast = tensor_policy(policy)
+        assert (fast.in_keys, fast.out_keys) == (["observation"], ["doubled"])
+        td = fast(TensorDict(observation=torch.ones(3, 4), batch_size=[3]))
+        assert_close(td["doubled"], torch.full((3, 4), 2.0))
+        with pytest.raises(KeyError, match="observation"):
+            fast(TensorDict(other=torch.ones(3, 4), batch_size=[3]))
+        policy.twin = ([("nested", "observation")], ["action"], lambda obs: (obs,))
+        assert tensor_policy(policy) is None
+
+    def test_usable_follows_hooks_on_a_twin_module(self):
+        policy = rl_prob_actor()
+        fast = tensor_policy(policy)
+        assert fast.usable()
+        handle = policy.module[-1].register_forward_hook(lambda *args: None)
+        assert not fast.usable()
+        handle.remove()
+        assert fast.usable()
+
     def test_usable_follows_hooks_and_skip_existing(self):
         policy = one_module()
         fast = tensor_policy(policy)
@@ -249,7 +305,9 @@ class TestTensorPolicy:
 
     @pytest.mark.parametrize("kind", sorted(ENVS))
     @pytest.mark.parametrize(
-        "make", [one_module, sequence, prob_actor], ids=["module", "sequence", "prob"]
+        "make",
+        [one_module, sequence, prob_actor, rl_prob_actor, rl_qvalue_actor, rl_actor],
+        ids=["module", "sequence", "prob", "ProbabilisticActor", "QValueActor", "Actor"],
     )
     def test_fast_and_general_paths_collect_the_same_data(self, kind, make, monkeypatch):
         from rl.envs.libs import _envpool_rollout
@@ -262,6 +320,7 @@ class TestTensorPolicy:
             record(self, t)
 
         monkeypatch.setattr(_envpool_rollout.TensorPolicyActions, "record", spy)
+        assert tensor_policy(make()) is not None
         fast = collect(ENVS[kind], make(), fast=True)
         # EnvPool runs the tensor loop from step 1 on
         assert sum(tensor_steps) == (3 * (96 // 8 - 1) if kind == "envpool" else 0)

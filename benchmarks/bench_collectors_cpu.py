@@ -5,16 +5,19 @@ Single-process rows only: the CPU time a process used does not count the time an
 job held the core, so on a shared machine it gives the ratio an idle machine would give
 better than wall-clock time does. Median of 5 interleaved rounds of 2 batches.
 
-The second part runs the same collectors with tensordict's own actor (a TensorDictModule
-then a ProbabilisticTensorDictModule, not ``rl.modules.ProbabilisticActor``), once with
-the collector's tensor fast path and once with it switched off (the general path), so
-that the two paths of the gym collectors are compared in the same run.
+The second part runs the same collectors with two actors, ``rl.modules.ProbabilisticActor``
+(which hands the collector its own tensor twin, ``_rl_tensor_forward``) and tensordict's
+own (a TensorDictModule then a ProbabilisticTensorDictModule), each once with the
+collector's tensor fast path and once with it switched off (the general path: what the
+collector ran for ``ProbabilisticActor`` before it had a twin), interleaved, so that the
+two paths are compared in the same run. The load average is printed at the end.
 
     python benchmarks/bench_collectors_cpu.py
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -79,37 +82,41 @@ def _prob_policy():
 
 
 def fast_vs_general() -> None:
-    """Collector(GymEnv(num_envs=8)) and Collector(SerialEnv(8)) with tensordict's actor:
-    the tensor fast path against the general path, interleaved."""
+    """Collector(GymEnv(num_envs=8)) and Collector(SerialEnv(8)) with each actor: the
+    tensor fast path against the general path, interleaved."""
     makers = {
         "GymEnv(num_envs=8)": lambda: GymEnv(
             "CartPole-v1", num_envs=b.N, categorical_action_encoding=True
         ),
         "SerialEnv(8)": lambda: SerialEnv(b.N, b.cartpole),
     }
+    actors = {"ProbabilisticActor": b.td_policy, "tensordict actor": _prob_policy}
     collectors = {}
     for name, make in makers.items():
-        for path in ("fast", "general"):
-            collector = Collector(make(), _prob_policy(), frames_per_batch=b.FRAMES)
-            if path == "general":
-                collector._tensor_policy = None
-            else:
-                assert collector._tensor_policy is not None
-            collectors[name, path] = collector
-            b.run_collector(collector, 1)
+        for actor, policy in actors.items():
+            for path in ("fast", "general"):
+                collector = Collector(make(), policy(), frames_per_batch=b.FRAMES)
+                if path == "general":
+                    collector._tensor_policy = None
+                else:
+                    assert collector._tensor_policy is not None, actor
+                collectors[name, actor, path] = collector
+                b.run_collector(collector, 1)
     runs = {key: [] for key in collectors}
     for _ in range(5):
         for key, collector in collectors.items():
             runs[key].append(cpu_fps(b.run_collector, collector, 2))
     for name in makers:
-        fast = statistics.median(runs[name, "fast"])
-        general = statistics.median(runs[name, "general"])
-        print(
-            f"Collector({name}), tensordict actor: tensor path {fast:,.0f}, general path "
-            f"{general:,.0f} frames per CPU-second: {fast / general:.2f}x"
-        )
+        for actor in actors:
+            fast = statistics.median(runs[name, actor, "fast"])
+            general = statistics.median(runs[name, actor, "general"])
+            print(
+                f"Collector({name}), {actor}: tensor path {fast:,.0f}, general path "
+                f"{general:,.0f} frames per CPU-second: {fast / general:.2f}x"
+            )
     for collector in collectors.values():
         collector.shutdown()
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

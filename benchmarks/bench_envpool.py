@@ -10,7 +10,10 @@ step). ``floor-td`` is the same loop calling the collector's policy object (the
 TensorDictModule) on a TensorDict of the observation at each step. ``floor-autoreset``
 leaves the resets to EnvPool (its filler steps are recorded as transitions, as in
 CleanRL's EnvPool scripts): it does less work than ours and is shown for reference.
-``floor-zero`` / ``ours-zero`` run a policy that costs nothing (action 0), which leaves
+``ours-actor`` runs ``rl.modules.ProbabilisticActor`` (the same MLP and sampling), which
+hands the collector its tensor twin; ``ours-actor-general`` the same collector with the
+tensor fast path switched off (what the collector ran for that actor before it had a
+twin). ``floor-zero`` / ``ours-zero`` run a policy that costs nothing (action 0), which leaves
 the cost of the loops themselves (the env wrapper and the collector against the plain
 loop).
 
@@ -42,6 +45,7 @@ from tensordict.nn import (
 
 from rl.collectors import Collector
 from rl.envs import MultiThreadedEnv
+from rl.modules import ProbabilisticActor
 
 
 def mlp() -> torch.nn.Module:
@@ -88,6 +92,16 @@ def td_prob_policy(net: torch.nn.Module):
             distribution_class=torch.distributions.Categorical, return_log_prob=True,
         ),
     )  # fmt: skip
+
+
+def rl_actor(net: torch.nn.Module):
+    """The same policy as ``rl.modules.ProbabilisticActor`` (the actor TorchRL users write)."""
+    return ProbabilisticActor(
+        TensorDictModule(net, ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
 
 
 class Floor:
@@ -170,6 +184,14 @@ def main() -> None:
     collector = Collector(env, td_policy(mlp()), frames_per_batch=n * steps)
     env_prob = MultiThreadedEnv(n, "CartPole-v1", create_env_kwargs={"seed": 0})
     collector_prob = Collector(env_prob, td_prob_policy(mlp()), frames_per_batch=n * steps)
+    collectors_actor = []
+    for fast in (True, False):
+        env_actor = MultiThreadedEnv(n, "CartPole-v1", create_env_kwargs={"seed": 0})
+        c = Collector(env_actor, rl_actor(mlp()), frames_per_batch=n * steps)
+        assert c._tensor_policy is not None
+        if not fast:
+            c._tensor_policy = None  # the general path
+        collectors_actor.append(c)
     env_zero = MultiThreadedEnv(n, "CartPole-v1", create_env_kwargs={"seed": 0})
     zero_policy = TensorDictModule(Zero(), ["observation"], ["action", "sample_log_prob"])
     collector_zero = Collector(env_zero, zero_policy, frames_per_batch=n * steps)
@@ -178,6 +200,8 @@ def main() -> None:
         "floor-td": Floor(n, steps, td_module=td_policy(mlp())),
         "ours": lambda b: run_collector(collector, b),
         "ours-prob": lambda b: run_collector(collector_prob, b),
+        "ours-actor": lambda b: run_collector(collectors_actor[0], b),
+        "ours-actor-general": lambda b: run_collector(collectors_actor[1], b),
         "floor-autoreset": Floor(n, steps, explicit_reset=False),
         "floor-zero": Floor(n, steps, net=Zero()),
         "ours-zero": lambda b: run_collector(collector_zero, b),
@@ -196,6 +220,8 @@ def main() -> None:
     collector.shutdown()
     collector_prob.shutdown()
     collector_zero.shutdown()
+    for c in collectors_actor:
+        c.shutdown()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         f"# EnvPool collector benchmark: CartPole-v1, {n} envs, {n * steps}-frame batches",
@@ -214,12 +240,16 @@ def main() -> None:
         "ours": "Collector(MultiThreadedEnv), the policy in one TensorDictModule",
         "ours-prob": "Collector(MultiThreadedEnv), TensorDictModule + "
         "ProbabilisticTensorDictModule policy",
+        "ours-actor": "Collector(MultiThreadedEnv), rl.modules.ProbabilisticActor",
+        "ours-actor-general": "Collector(MultiThreadedEnv), rl.modules.ProbabilisticActor, "
+        "tensor fast path off",
         "floor-td": "floor-td: plain loop, the collector's TensorDictModule policy",
         "floor-autoreset": "floor-autoreset: plain loop, EnvPool's filler steps recorded",
         "floor-zero": "floor-zero: plain loop, zero-cost policy",
         "ours-zero": "Collector(MultiThreadedEnv), the zero-cost policy in a TensorDictModule",
     }
-    for key in ("floor", "floor-td", "ours", "ours-prob", "floor-autoreset"):
+    rows = ("floor", "floor-td", "ours", "ours-prob", "ours-actor", "ours-actor-general")
+    for key in (*rows, "floor-autoreset"):
         lines.append(
             f"| {names[key]} | {med_w[key]:,.0f} | {med_w[key] / med_w['floor']:.2f}x "
             f"| {med_c[key]:,.0f} | {med_c[key] / med_c['floor']:.2f}x |"
@@ -236,6 +266,11 @@ def main() -> None:
             f"| {names[key]} | {med_w[key]:,.0f} | {med_w[key] / med_w['floor-zero']:.2f}x "
             f"| {med_c[key]:,.0f} | {med_c[key] / med_c['floor-zero']:.2f}x |"
         )
+    fast, general = med_c["ours-actor"], med_c["ours-actor-general"]
+    lines += [
+        "",
+        f"ProbabilisticActor, tensor fast path / general path (CPU): {fast / general:.2f}x",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:

@@ -422,21 +422,13 @@ class TensorStorage(Storage):
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         """Gathers a 1-D batch of items; ``extra`` entries are added at the root of the result."""
         if self._is_td and self._plan.arrays is not None and index.is_cpu:
-            # CPU storage, numpy views of every leaf: no per-leaf dispatch
+            # CPU storage, numpy views of every leaf: numpy take and no per-leaf dispatch
+            # (rl-cpp's RowGather is no faster here: what its prefetch saves, the call's
+            # conversions cost back; the prioritized path fuses it into the draw instead)
             if index.dtype != torch.int64:
                 index = index.long()
             batch_size = torch.Size((index.shape[0], *self._item_batch))
-            np_index = index.numpy()
-            plan = self._row_plan(frozenset(extra) if extra else _NO_KEYS)
-            if plan is not None:
-                # every leaf in one compiled call, the next items' rows prefetched
-                try:
-                    rows = plan.gather(np_index)
-                except IndexError:  # negative indices: numpy's take wraps them
-                    pass
-                else:
-                    return plan.build(rows, batch_size, extra)
-            return self._plan.gather_numpy(np_index, batch_size, extra)
+            return self._plan.gather_numpy(index.numpy(), batch_size, extra)
         if index.dtype != torch.int64:
             index = index.long()
         if index.device != self._device:

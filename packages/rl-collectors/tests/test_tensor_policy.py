@@ -283,6 +283,26 @@ class TestTensorPolicy:
         policy.twin = ([("nested", "observation")], ["action"], lambda obs: (obs,))
         assert tensor_policy(policy) is None
 
+    def test_actor_inside_a_sequence_uses_its_twin(self):
+        """A TensorDictSequential holding an actor with a twin (then a plain module)."""
+        actor = rl_prob_actor()
+        policy = TensorDictSequential(
+            actor, TensorDictModule(lambda a: a * 2, ["action"], ["doubled"])
+        )
+        fast = tensor_policy(policy)
+        assert fast.in_keys == ["observation"]
+        assert fast.out_keys == ["logits", "action", "action_log_prob", "doubled"]
+        td = TensorDict(observation=torch.randn(6, 4), batch_size=[6])
+        outs = []
+        for fn in (policy, fast):
+            torch.manual_seed(3)
+            with set_interaction_type(InteractionType.RANDOM):
+                outs.append(fn(td.clone()))
+        assert list(outs[1].keys()) == list(outs[0].keys())
+        assert (outs[1] == outs[0]).all()
+        actor.register_forward_hook(lambda *args: None)
+        assert tensor_policy(policy) is None
+
     def test_usable_follows_hooks_on_a_twin_module(self):
         policy = rl_prob_actor()
         fast = tensor_policy(policy)

@@ -6,7 +6,9 @@ machinery around it (dispatch, skip-existing checks, key parsing, hooks of the w
 :func:`tensor_policy` recognises the policies that are only that (a plain
 ``TensorDictModule``, or a ``TensorDictSequential`` of them) and builds, once, a
 :class:`TensorPolicy` that does the same tensor calls in the same order without that
-machinery. Envs whose rollout loop knows the protocol (EnvPool's) call it on tensors
+machinery. Policies that know their own tensor twin (rl.modules' ``ProbabilisticActor``
+and ``QValueActor``) hand it over through a duck-typed method, ``_rl_tensor_forward()``
+(see :func:`tensor_policy`): this package does not import rl.modules. Envs whose rollout loop knows the protocol (EnvPool's) call it on tensors
 and never build a TensorDict per step; other envs call it on the root TensorDict as they
 would call the policy.
 """
@@ -143,6 +145,10 @@ def _module_step(tdm: TensorDictModule):
 
 def _steps(policy) -> list | None:
     """The ``(in_keys, out_keys, fn)`` stages of ``policy`` in call order, else ``None``."""
+    own = getattr(policy, "_rl_tensor_forward", None)
+    if own is not None:  # a module with its own twin (an rl.modules actor in a sequence)
+        twin = _checked_twin(own())
+        return None if twin is None else [(*twin, (NO_DEFAULT, {}))]
     if type(policy) is TensorDictSequential or (
         isinstance(policy, TensorDictSequential)
         and _same_methods(policy, TensorDictSequential, _SEQ_METHODS)
@@ -311,13 +317,24 @@ def _from_protocol(policy: nn.Module, twin) -> TensorPolicy | None:
     its forward writes at ``out_keys`` (string keys, each once, in the order first
     written), with the same values and random draws; or ``None`` where that is not
     safe. The in_keys are required, as the actors' forward requires them."""
+    twin = _checked_twin(twin)
+    if twin is None:
+        return None
+    in_keys, out_keys, forward = twin
+    return TensorPolicy(policy, in_keys, out_keys, forward, [(NO_DEFAULT, {})] * len(in_keys))
+
+
+def _checked_twin(twin) -> tuple | None:
+    """``(in_keys, out_keys, fn)`` of a twin with string keys, each out_key once."""
     if twin is None:
         return None
     in_keys, out_keys, forward = twin
     in_keys, out_keys = list(in_keys), list(out_keys)
     if not (_plain_keys(in_keys) and _plain_keys(out_keys)) or not out_keys:
         return None
-    return TensorPolicy(policy, in_keys, out_keys, forward, [(NO_DEFAULT, {})] * len(in_keys))
+    if len(set(out_keys)) != len(out_keys):
+        return None
+    return in_keys, out_keys, forward
 
 
 def _with_interaction_type(forward, default: InteractionType):

@@ -303,6 +303,23 @@ class TestTensorPolicy:
         actor.register_forward_hook(lambda *args: None)
         assert tensor_policy(policy) is None
 
+    @pytest.mark.parametrize("make", [prob_actor, rl_prob_actor], ids=["tensordict", "rl"])
+    def test_usable_follows_attributes_changed_after_construction(self, make):
+        policy = make()
+        fast = tensor_policy(policy)
+        assert fast.out_keys[-1] == "action_log_prob"
+        policy.module[-1].return_log_prob = False
+        assert fast.usable()
+        assert fast.out_keys[-1] == "action"
+        td = TensorDict(observation=torch.randn(6, 4), batch_size=[6])
+        outs = []
+        for fn in (policy, fast):
+            torch.manual_seed(3)
+            with set_interaction_type(InteractionType.RANDOM):
+                outs.append(fn(td.clone()))
+        assert list(outs[1].keys()) == list(outs[0].keys())
+        assert (outs[1] == outs[0]).all()
+
     def test_usable_follows_hooks_on_a_twin_module(self):
         policy = rl_prob_actor()
         fast = tensor_policy(policy)

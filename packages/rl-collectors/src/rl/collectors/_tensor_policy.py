@@ -87,12 +87,23 @@ class TensorPolicy:
 
     def usable(self) -> bool:
         """Whether the fast path still does what the policy does (no hook was added, the
-        skip-existing mode is off); checked once per rollout."""
+        skip-existing mode is off); checked once per rollout.
+
+        The twin is rebuilt from the policy as it is now (about 30 us), so that
+        attributes changed since construction (``return_log_prob``, the distribution
+        class, ...) are followed; ``in_keys`` / ``out_keys`` are updated with it."""
         if skip_existing():
             return False
         if _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks:
             return False
-        return not any(_has_hooks(m) for m in self._hooked)
+        if any(_has_hooks(m) for m in self._hooked):
+            return False
+        fresh = tensor_policy(self.policy)
+        if fresh is None:
+            return False
+        self.in_keys, self.out_keys = fresh.in_keys, fresh.out_keys
+        self.forward, self._gets = fresh.forward, fresh._gets
+        return True
 
     def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
         # the caller checks usable() (once per rollout, not per step)

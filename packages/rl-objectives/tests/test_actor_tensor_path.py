@@ -14,12 +14,14 @@ from torch.testing import assert_close
 
 from rl.core import Categorical, ExplorationType, OneHot, set_exploration_type
 from rl.modules import (
+    ActorValueOperator,
     DistributionalQValueActor,
     OneHotCategorical,
     ProbabilisticActor,
     QValueActor,
     QValueModule,
     TanhNormal,
+    ValueOperator,
 )
 
 ITYPES = [
@@ -95,6 +97,29 @@ class TestProbabilisticActorTwin:
         actor = discrete_actor(distribution, return_log_prob=return_log_prob)
         td = TensorDict(observation=torch.randn(6, 3), batch_size=[6])
         assert_twin_matches(actor, td, itype)
+
+    @pytest.mark.parametrize("itype", [ExplorationType.RANDOM, ExplorationType.MODE], ids=str)
+    def test_shared_trunk_policy_matches_forward(self, itype):
+        """ActorValueOperator.get_policy_operator(): a trunk, a head, then the sampler."""
+        torch.manual_seed(0)
+        trunk = TensorDictModule(torch.nn.Linear(3, 8), ["observation"], ["hidden"])
+        head = ProbabilisticActor(
+            TensorDictModule(
+                torch.nn.Sequential(torch.nn.Linear(8, 4), NormalParamExtractor()),
+                ["hidden"],
+                ["loc", "scale"],
+            ),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            return_log_prob=True,
+        )
+        value = ValueOperator(torch.nn.Linear(8, 1), in_keys=["hidden"])
+        policy = ActorValueOperator(trunk, head, value).get_policy_operator()
+        in_keys, out_keys, _ = policy._rl_tensor_forward()
+        assert in_keys == ["observation"]
+        assert out_keys == ["hidden", "loc", "scale", "action", "action_log_prob"]
+        td = TensorDict(observation=torch.randn(6, 3), batch_size=[6])
+        assert_twin_matches(policy, td, itype)
 
     def test_keys(self):
         in_keys, out_keys, _ = gaussian_actor(return_log_prob=True)._rl_tensor_forward()

@@ -304,8 +304,8 @@ def _tensor_stage(module: nn.Module) -> TensorForward | None:
     with ``getattr(policy, "_rl_tensor_forward", None)`` (duck-typed: rl-collectors does
     not import rl.modules) and call ``fn`` on tensors instead of the actor on a
     TensorDict; ``fn`` makes the same tensor calls in the same order, so values and
-    random draws are identical. The twin reads module attributes at call time but its
-    keys are fixed when it is built: the collector rebuilds it when it is rebuilt.
+    random draws are identical. The twin's keys are fixed when it is built (the
+    collector rebuilds it at each batch, following attributes changed since).
     """
     if _has_hooks(module):
         return None
@@ -498,6 +498,5 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
 
 
 _SEQ_METHODS = tuple(
-    (SafeProbabilisticTensorDictSequential, name)
-    for name in ("__call__", "forward", "_run_lean", "_rl_tensor_forward")
+    (SafeProbabilisticTensorDictSequential, name) for name in ("__call__", "forward", "_run_lean")
 )

@@ -6,6 +6,7 @@ observation (``MultiAgentMLP(centralized=False)``); everything else is ``mappo.p
 (TorchRL runs both from one script, ``mappo_ippo.py``, switched by ``centralised_critic``).
 
     uv run examples/multiagent/ippo.py                      # navigation, 3 agents
+    uv run examples/multiagent/ippo.py balance              # VMAS balance, 4 agents
     uv run examples/multiagent/ippo.py --no-share-params    # one actor and critic per agent
 """
 

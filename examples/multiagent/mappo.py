@@ -12,8 +12,12 @@ TorchRL's multi-agent PPO tutorial on ``navigation`` (3 agents, 60 envs x 100 st
 batch, 400-sample minibatches, lr 3e-4, gamma 0.99, lambda 0.9, 60k frames) with 10
 epochs per batch instead of 30, to fit a shared 2-core machine.
 
+Presets: ``navigation`` (the defaults) and ``balance`` (4 agents as BenchMARL's task,
+120k frames, standardised advantages, an L2 critic loss and an initial action scale of
+0.3 so that the untrained agents do not knock the package off the line at once).
+
     uv run examples/multiagent/mappo.py                     # navigation, 60k frames: a few minutes
-    uv run examples/multiagent/mappo.py --scenario balance --total-frames 300000
+    uv run examples/multiagent/mappo.py balance --seed 1    # VMAS balance, 4 agents
     uv run examples/multiagent/ippo.py                      # decentralised critic
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.

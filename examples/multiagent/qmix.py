@@ -13,7 +13,7 @@ with their group keys.
 
     uv run examples/multiagent/qmix.py                      # navigation, discrete actions
     uv run examples/multiagent/qmix.py --mixer vdn
-    uv run examples/multiagent/qmix.py --scenario balance --n-agents 3
+    uv run examples/multiagent/qmix.py balance              # VMAS balance, 4 agents, 60k frames
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """

@@ -46,12 +46,22 @@ def _exit_description(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _shutdown(procs: list, conns: list, owner_pid: int, grace_s: float = _JOIN_S) -> None:
+def _shutdown(
+    procs: list,
+    conns: list,
+    owner_pid: int,
+    grace_s: float = _JOIN_S,
+    exit_hooks: list | None = None,
+) -> None:
     """Asks every worker to stop, then terminates and kills the ones that do not.
 
     ``grace_s``: how long the workers get to exit on their own (TorchRL's
-    ``shutdown_timeout``) before they are terminated.
+    ``shutdown_timeout``) before they are terminated. ``exit_hooks``: the pool's
+    ``multiprocessing.util.Finalize`` entries, cancelled so that a closed (or collected)
+    pool leaves nothing in multiprocessing's exit registry.
     """
+    while exit_hooks:
+        exit_hooks.pop().cancel()
     if os.getpid() != owner_pid:
         return  # a forked copy of the pool (in another env's worker): not ours to stop
     for proc, conn in zip(procs, conns):
@@ -118,13 +128,21 @@ class WorkerPool:
         self.procs: list = []
         self.conns: list = []
         self.fds: list[int] = []
+        self._exit_hooks: list = []
         self._finalizer = weakref.finalize(
-            self, _shutdown, self.procs, self.conns, os.getpid(), shutdown_timeout
+            self,
+            _shutdown,
+            self.procs,
+            self.conns,
+            os.getpid(),
+            shutdown_timeout,
+            self._exit_hooks,
         )
         if not daemon:
             # multiprocessing joins non-daemonic children at exit: stop them first (its
-            # finalizers with an exit priority run before that join)
-            mp.util.Finalize(None, self._finalizer, exitpriority=100)
+            # finalizers with an exit priority run before that join); _shutdown cancels
+            # this entry, so that pools created and closed do not pile up in the registry
+            self._exit_hooks.append(mp.util.Finalize(None, self._finalizer, exitpriority=100))
         # distinct torch seeds per worker, drawn from this process's generator
         seeds = torch.randint(0, 2**62, (self.num_workers,)).tolist()
         try:
@@ -304,7 +322,7 @@ class WorkerPool:
             return
         if grace_s is not None and self._finalizer.detach() is not None:
             self.closed = True
-            _shutdown(self.procs, self.conns, os.getpid(), grace_s)
+            _shutdown(self.procs, self.conns, os.getpid(), grace_s, self._exit_hooks)
             return
         self.closed = True
         self._finalizer()

@@ -242,6 +242,14 @@ class TransformedEnv(EnvBase):
             self._specs()
         return d["_batch_size"]
 
+    @batch_size.setter
+    def batch_size(self, value: torch.Size) -> None:
+        raise RuntimeError(
+            "Cannot modify the batch-size of a transformed env (TransformedEnv.batch_size "
+            f"follows its base env and transforms; got {value!r}). Change the batch size of "
+            "the base_env instead."
+        )
+
     @property
     def batch_locked(self) -> bool:
         """The base env's (a stateless base env takes any leading batch dims)."""

@@ -23,6 +23,7 @@ from .._rollout import rollout_generic
 from .._utils import step_mdp
 from ._buffers import BufferLayout, allocate_buffers
 from ._creator import EnvCreator
+from ._dynamic import dynamic_spec_entry, dynamic_specs_error
 from ._rollout import batched_rollout
 
 __all__ = ["BatchedEnvBase"]
@@ -106,6 +107,9 @@ class BatchedEnvBase(EnvBase):
         # what pickling sends (the sub-envs and buffers are rebuilt on the other side)
         self._init_kwargs = {"device": device, "run_type_checks": run_type_checks}
         meta = self._make_meta_env()
+        entry = dynamic_spec_entry(meta)
+        if entry is not None:  # the buffers need one shape per entry
+            raise dynamic_specs_error(type(self).__name__, *entry)
         self.sub_batch_size = meta.batch_size
         if device is None:
             device = meta.device

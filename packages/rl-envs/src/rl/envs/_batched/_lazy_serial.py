@@ -58,7 +58,10 @@ class LazySerialEnv(SerialEnv):
         self.batched_options = batched_options(type(self).__name__, options)
         _bind_workers(self, num_workers, create_env_fn, create_env_kwargs)
         self._init_kwargs = {"device": device, "run_type_checks": run_type_checks, **options}
-        envs = [self._check_env(creator()) for creator in self._creators]
+        first = self.__dict__.pop("_first_env", None)  # built by SerialEnv.__new__
+        creators = self._creators if first is None else self._creators[1:]
+        envs = [] if first is None else [first]
+        envs += [self._check_env(creator()) for creator in creators]
         sub_batch = envs[0].batch_size
         for index, env in enumerate(envs):
             if env.batch_size != sub_batch:

@@ -78,6 +78,9 @@ class ParallelEnv(BatchedEnvBase):
             own buffers, from its own specs) and stacks their outputs at each step:
             sub-envs whose entries differ in shape then work (``LazyStackedTensorDict``
             data). ``None`` (the default) and ``True``: one set of shared buffers.
+            Either way, a sub-env whose own specs have entries that vary in shape (a
+            ``StackedComposite`` group of agents with different spaces) cannot be laid
+            out in shared memory: that raises ``ValueError`` (use :class:`SerialEnv`).
         daemon: the worker processes' daemon flag (TorchRL's default ``False``: workers
             may start processes of their own). Either way they are stopped by
             ``close()``, garbage collection and interpreter exit, and exit when this
@@ -98,7 +101,7 @@ class ParallelEnv(BatchedEnvBase):
 
     Raises:
         ValueError: bad ``num_workers``, list lengths, ``mp_start_method`` or
-            ``timeout``.
+            ``timeout``, or sub-env specs whose entries vary in shape.
         TimeoutError: a worker did not answer within ``timeout``.
         TypeError: the factory cannot be pickled for a non-fork start method.
         RuntimeError: a worker failed (see above), or a step on a closed env.

@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import types
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from .._common import EnvBase
-from ._base import BatchedEnvBase
+from ._base import BatchedEnvBase, _bind_workers
+from ._dynamic import dynamic_spec_entry
 from ._options import batched_options, warn_without_effect
 from ._worker import WorkerCore
 
 __all__ = ["SerialEnv"]
+
+
+def _probe(args: tuple, kwargs: dict) -> tuple[EnvBase | None, tuple | None]:
+    """Builds worker 0's sub-env from ``SerialEnv``'s arguments; returns it and the
+    first entry of its specs that varies in shape (``None`` when none does)."""
+    names = ("num_workers", "create_env_fn", "create_env_kwargs")
+    given = dict(zip(names, args))
+    given.update({name: kwargs[name] for name in names if name in kwargs})
+    if "num_workers" not in given or "create_env_fn" not in given:
+        return None, None  # __init__ reports the missing argument
+    probe = types.SimpleNamespace()
+    _bind_workers(
+        probe, given["num_workers"], given["create_env_fn"], given.get("create_env_kwargs")
+    )
+    env = SerialEnv._check_env(probe._creators[0]())
+    return env, dynamic_spec_entry(env)
 
 
 class SerialEnv(BatchedEnvBase):
@@ -35,7 +54,9 @@ class SerialEnv(BatchedEnvBase):
         use_buffers: ``False`` stacks the sub-envs' outputs at each call instead of
             writing them into preallocated buffers: sub-envs whose entries differ in
             shape then work (their data is a ``LazyStackedTensorDict``). ``None`` (the
-            default) and ``True`` use the buffers.
+            default) uses the buffers unless the sub-env's specs have entries whose
+            shape varies (a ``StackedComposite`` group of agents with different spaces),
+            as TorchRL; ``True`` too, with a warning in that case.
         num_threads: torch threads of this process, set when the sub-envs are built
             (``None``: unchanged).
         share_individual_td: ``reset`` / ``step`` return a lazy stack of one
@@ -73,11 +94,28 @@ class SerialEnv(BatchedEnvBase):
     """
 
     def __new__(cls, *args, use_buffers: bool | None = None, **kwargs):
+        first = None
+        if cls is SerialEnv and use_buffers is not False:
+            # TorchRL: specs whose entries vary in shape (a heterogeneous group) turn the
+            # buffers off; the probed sub-env becomes worker 0
+            first, entry = _probe(args, kwargs)
+            if entry is not None:
+                if use_buffers:
+                    warnings.warn(
+                        f"SerialEnv(use_buffers=True) cannot hold the entry {entry[0][1:]!r} "
+                        f"of the sub-envs' {entry[0][0]} in buffers (its spec differs "
+                        "across the stacked members): using use_buffers=False",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                use_buffers = False
         if cls is SerialEnv and use_buffers is False:
             from ._lazy_serial import LazySerialEnv
 
             cls = LazySerialEnv
-        return super().__new__(cls, *args, **kwargs)
+        obj = super().__new__(cls)
+        obj.__dict__["_first_env"] = first  # before nn.Module.__init__: not __setattr__
+        return obj
 
     def __init__(
         self,
@@ -115,7 +153,9 @@ class SerialEnv(BatchedEnvBase):
         self._start(first=self._envs[0])
 
     def _make_meta_env(self) -> EnvBase:
-        env = self._check_env(self._creators[0]())
+        env = self.__dict__.pop("_first_env", None)
+        if env is None:
+            env = self._check_env(self._creators[0]())
         self._envs = [env]
         return env
 

@@ -178,8 +178,8 @@ def test_scripts_run_on_vmas(mappo, qmix, tmp_path, script, preset):
 @pytest.mark.skipif(not _has_vmas, reason='needs VMAS: pip install "rl-envs[vmas]"')
 @pytest.mark.timeout(3600)
 def test_qmix_learns_vmas_balance(qmix, tmp_path):
-    # the balance preset, seed 0 (README: evaluation 19.1 here; a random policy gets -6.8,
-    # doing nothing -1.4, VMAS's discrete heuristic -15.2): 60k frames, about 10 CPU-minutes
+    # the balance preset, seed 0: the results file's qmix/balance/0 run (evaluation 19.1
+    # there; uniform random actions get -6.8, doing nothing -1.4), 60k frames
     cfg = dataclasses.replace(
         qmix.PRESETS["balance"][1], log_dir=str(tmp_path), exp_name="run", progress=False
     )

@@ -14,7 +14,8 @@ epochs per batch instead of 30, to fit a shared 2-core machine.
 
 Presets: ``navigation`` (the defaults) and ``balance`` (4 agents as BenchMARL's task,
 120k frames, standardised advantages, an L2 critic loss and an initial action scale of
-0.3 so that the untrained agents do not knock the package off the line at once).
+0.3, meant to keep the untrained agents from knocking the package off at once; README.md
+says what each measured and what was not).
 
     uv run examples/multiagent/mappo.py                     # navigation, 60k frames: a few minutes
     uv run examples/multiagent/mappo.py balance --seed 1    # VMAS balance, 4 agents

@@ -9,7 +9,8 @@ qmix_vdn.py``: each agent's Q-network is a ``MultiAgentMLP`` over its own observ
 whose state is every agent's observation (or a ``VDNMixer`` sum) and regresses the mix
 onto the team reward (the agents' mean) plus the target networks' discounted greedy
 mix; the target networks follow by ``SoftUpdate``. Transitions go through a replay buffer
-with their group keys.
+with their group keys. Presets: ``navigation`` (the defaults) and ``balance`` (4 agents
+as BenchMARL's task, the same settings).
 
     uv run examples/multiagent/qmix.py                      # navigation, discrete actions
     uv run examples/multiagent/qmix.py --mixer vdn

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from rl.core import Categorical, Composite, OneHot, Unbounded
 from rl.envs._gym_spaces import SpaceLeaf, assemble, walk
 
-from ._pz_specs import info_value
+from ._pz_specs import info_value, nested_td
 
 __all__ = ["HeteroGroup", "agent_rows", "make_hetero_group", "same_layout", "set_agent_entries"]
 
@@ -112,6 +112,18 @@ class HeteroGroup:
             obs_specs.append(obs)
             act_specs.append(act)
         self.agent_obs_specs = obs_specs
+        # what rows() needs at each step, read from the specs once
+        self.obs_rows = [
+            [
+                (leaf.key, leaf.path, leaf.from_gym, leaf.spec.shape, leaf.spec.dtype)
+                for leaf in leaves
+            ]
+            for leaves in obs_leaves
+        ]
+        self.info_shapes = [
+            [(key, spec["info", key].shape) for key in keys]
+            for keys, spec in zip(info_keys, obs_specs)
+        ]
         self.agent_act_specs = act_specs
         self.obs_spec = torch.stack(obs_specs, 0)
         self.act_spec = torch.stack(act_specs, 0)
@@ -124,28 +136,26 @@ class HeteroGroup:
         for j, agent in enumerate(self.names):
             value = observations.get(agent)
             row: dict = {}
-            for leaf in self.obs_leaves[j]:
-                spec = leaf.spec
+            for key, path, from_gym, shape, dtype in self.obs_rows[j]:
                 if value is None:
-                    row[leaf.key] = torch.zeros(spec.shape, dtype=spec.dtype)
+                    row[key] = torch.zeros(shape, dtype=dtype)
                     continue
-                item = walk(value, leaf.path)
-                array = np.asarray(item if leaf.from_gym is None else leaf.from_gym(item))
-                row[leaf.key] = torch.as_tensor(array).to(spec.dtype).reshape(spec.shape)
+                item = walk(value, path)
+                array = np.asarray(item if from_gym is None else from_gym(item))
+                row[key] = torch.as_tensor(array).to(dtype).reshape(shape)
             if self.n_actions is not None:
                 mask = torch.ones(self.n_actions[j], dtype=torch.bool)
                 holder = observations.get(agent) if mask_source == "observation" else None
                 holder = holder if holder is not None else infos.get(agent)
                 if agent in acting and holder is not None and "action_mask" in holder:
-                    mask = torch.as_tensor(np.asarray(holder["action_mask"]).astype(bool))
+                    mask = torch.from_numpy(np.asarray(holder["action_mask"]).astype(bool))
                 row[("action_mask",)] = mask
-            for key in self.info_keys[j]:
-                spec = self.agent_obs_specs[j]["info", key]
-                found = infos.get(agent, {})
+            found = infos.get(agent, {})
+            for key, shape in self.info_shapes[j]:
                 row[("info", key)] = (
-                    torch.as_tensor(info_value(found[key]), dtype=torch.float32).reshape(spec.shape)
+                    torch.as_tensor(info_value(found[key]), dtype=torch.float32).reshape(shape)
                     if key in found
-                    else torch.zeros(spec.shape)
+                    else torch.zeros(shape)
                 )
             rows.append(row)
         return rows
@@ -195,6 +205,7 @@ class HeteroGroup:
 
 
 _MASK_KEY = ("observation", "action_mask")
+_EMPTY = torch.Size(())
 
 
 def make_hetero_group(
@@ -238,7 +249,7 @@ def agent_rows(rows: list[dict], shared: dict, device) -> LazyStackedTensorDict:
         entries = dict(row)
         for key, value in shared.items():
             entries[key] = value[j]
-        tds.append(TensorDict(entries, batch_size=(), device=device))
+        tds.append(nested_td(entries, _EMPTY, device))
     return LazyStackedTensorDict(*tds, stack_dim=0)
 
 

@@ -20,22 +20,21 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rl.core import Categorical, Composite, OneHot, Unbounded
+from rl.core import Categorical, Composite, Unbounded
 from rl.envs._common import EnvBase
 from rl.envs._gym_spaces import assemble, space_leaves
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 from rl.envs._rollout import rollout_generic
 
 from ._common import ClassProperty, ForwardsEnvAttributes
-from ._pz_hetero import HeteroGroup, agent_rows, make_hetero_group, same_layout, set_agent_entries
-from ._pz_specs import GroupLeaf, group_leaves, info_value, shared_group_specs
+from ._pz_hetero import HeteroGroup, make_hetero_group, same_layout, set_agent_entries
+from ._pz_outputs import GroupOutput, StepOutputs
+from ._pz_specs import DenseGroup, shared_group_specs
 from ._pz_tasks import available_tasks, load_task
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
 
 _has_pettingzoo = importlib.util.find_spec("pettingzoo") is not None
-_ROWS = "_agent_rows"  # the per-agent entries of a heterogeneous group, before stacking
-_MASK_KEY = ("observation", "action_mask")
 _INSTALL = 'pip install "rl-envs[pettingzoo]"'
 
 
@@ -48,6 +47,13 @@ def _import_pettingzoo():
     import pettingzoo.utils.env
 
     return pettingzoo
+
+
+def _action_array(tensordict: TensorDictBase, key: tuple[str, ...]) -> np.ndarray:
+    value = tensordict.get(key, None)
+    if value is None:
+        raise KeyError(key)  # EnvBase.step names the missing action key and the action spec
+    return value.detach().cpu().numpy()
 
 
 class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
@@ -221,12 +227,9 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         act_spec = Composite(device=device)
         rew_spec = Composite(device=device)
         done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone())
-        self._obs_leaves: dict[str, list[GroupLeaf]] = {}
+        self._dense: dict[str, DenseGroup] = {}
         self._het: dict[str, HeteroGroup] = {}
-        self._act_leaves: dict[str, list[GroupLeaf]] = {}
-        self._info_keys: dict[str, list[str]] = {}
         self.has_action_mask: dict[str, bool] = {}
-        self._mask_source: dict[str, str | None] = {}
         for group, names in self.group_map.items():
             specs = self._make_group_specs(group, names, infos)
             obs_spec[group], act_spec[group], rew_spec[group], done_spec[group] = specs
@@ -245,15 +248,49 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         self.full_reward_spec = rew_spec
         self.full_done_spec = done_spec
         self._first_reset = (observations, infos)
+        self._make_outputs(obs_spec)
+
+    def _make_outputs(self, obs_spec: Composite) -> None:
+        """What a step needs from the specs, derived once: each agent's group and row, the
+        shapes of the masks and info entries (:class:`StepOutputs`)."""
+        self._agent_slot = {
+            agent: (group, j)
+            for group, names in self.group_map.items()
+            for j, agent in enumerate(names)
+        }
+        self._act_spaces = {
+            group: [self._env.action_space(agent) for agent in names]
+            for group, names in self.group_map.items()
+        }
+        groups = []
+        for group, names in self.group_map.items():
+            het, dense = self._het.get(group), self._dense.get(group)
+            groups.append(
+                GroupOutput(
+                    group,
+                    names,
+                    dense.obs_leaves if dense is not None else [],
+                    het,
+                    het.mask_source if het is not None else dense.mask_source,
+                    dense.n_actions if dense is not None else None,
+                    dense.info_shapes if dense is not None else [],
+                    self.use_mask,
+                )
+            )
+        state = obs_spec["state"] if self.return_state else None
+        self._outputs = StepOutputs(
+            groups,
+            use_mask=self.use_mask,
+            done_on_any=self.done_on_any,
+            state=None if state is None else (state.shape, state.dtype),
+            reward_dtype=self.full_reward_spec[next(iter(self.group_map)), "reward"].dtype,
+        )
 
     def _make_group_specs(
         self, group: str, names: list[str], infos: dict
     ) -> tuple[Composite, Composite, Composite, Composite]:
         """The observation, action, reward and done specs of one group (shape ``[n]``)."""
         env = self._env
-        device = self.device
-        n = len(names)
-        shape = (n,)
         act_spaces = [env.action_space(a) for a in names]
         act_per_agent = [
             space_leaves(space, (), self.categorical_actions, ("action",)) for space in act_spaces
@@ -261,76 +298,21 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         obs_per_agent = [
             space_leaves(env.observation_space(a), (), False, ("observation",)) for a in names
         ]
-        group_rew, group_done = shared_group_specs(n, device)
-        if not (same_layout(act_per_agent) and same_layout(obs_per_agent)):
-            het = self._make_hetero_group(
-                group, names, act_spaces, act_per_agent, obs_per_agent, infos
-            )
-            return het.obs_spec, het.act_spec, group_rew, group_done
-        act = group_leaves(act_per_agent)
-        obs = group_leaves(obs_per_agent)
-        mask_leaf = [leaf for leaf in obs if leaf.key == _MASK_KEY]
-        obs = [leaf for leaf in obs if leaf.key != _MASK_KEY]
-        info_keys = sorted(
-            set.intersection(
-                *(
-                    {k for k, v in infos.get(a, {}).items() if info_value(v) is not None}
-                    for a in names
-                )
-            )
-        )
-        mask_source = "observation" if mask_leaf else None
-        if "action_mask" in info_keys:
-            info_keys.remove("action_mask")
-            mask_source = mask_source or "info"
-        self._obs_leaves[group] = obs
-        self._act_leaves[group] = act
-        self._info_keys[group] = info_keys
-        self._mask_source[group] = mask_source
-        self.has_action_mask[group] = mask_source is not None
-        group_obs = Composite(shape=shape, device=device)
-        for leaf in obs:
-            group_obs[leaf.key] = leaf.spec
-        if mask_source is not None:
-            action = act[0].spec
-            n_actions = action.n if isinstance(action, Categorical | OneHot) else None
-            if n_actions is None:
-                raise ValueError(
-                    f"group {group!r} has an action mask but a non-discrete action spec {action!r}"
-                )
-            group_obs["action_mask"] = Categorical(
-                2, shape=(n, n_actions), dtype=torch.bool, device=device
-            )
-        if self.use_mask:
-            group_obs["mask"] = Categorical(2, shape=shape, dtype=torch.bool, device=device)
-        if info_keys:
-            group_obs["info"] = Composite(
-                {
-                    key: Unbounded(
-                        shape=(n, *info_value(infos[names[0]][key]).shape),
-                        dtype=torch.float32,
-                        device=device,
-                    )
-                    for key in info_keys
-                },
-                shape=shape,
-            )
-        group_act = Composite(shape=shape, device=device)
-        for leaf in act:
-            group_act[leaf.key] = leaf.spec
-        return group_obs, group_act, group_rew, group_done
-
-    def _make_hetero_group(self, group, names, act_spaces, act_per_agent, obs_per_agent, infos):
-        """A group whose agents differ in layout: lazily stacked, as in TorchRL."""
-        het = make_hetero_group(
-            group, names, act_spaces, act_per_agent, obs_per_agent, infos,
-            use_mask=self.use_mask, device=self.device,
-        )  # fmt: skip
-        self._het[group] = het
-        self._obs_leaves[group], self._act_leaves[group], self._info_keys[group] = [], [], []
-        self._mask_source[group] = het.mask_source
-        self.has_action_mask[group] = het.mask_source is not None
-        return het
+        group_rew, group_done = shared_group_specs(len(names), self.device)
+        if same_layout(act_per_agent) and same_layout(obs_per_agent):
+            built = DenseGroup(
+                group, names, act_per_agent, obs_per_agent, infos,
+                use_mask=self.use_mask, device=self.device,
+            )  # fmt: skip
+            self._dense[group] = built
+        else:  # agents that differ in layout: lazily stacked, as in TorchRL
+            built = make_hetero_group(
+                group, names, act_spaces, act_per_agent, obs_per_agent, infos,
+                use_mask=self.use_mask, device=self.device,
+            )  # fmt: skip
+            self._het[group] = built
+        self.has_action_mask[group] = built.mask_source is not None
+        return built.obs_spec, built.act_spec, group_rew, group_done
 
     # ------------------------------------------------------------------------- stepping
     def _reset_env(self) -> tuple[dict, dict]:
@@ -351,67 +333,8 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
             return set(self._env.agents)
         return {self._env.agent_selection}
 
-    def _group_outputs(self, out: dict, observations: dict, infos: dict) -> None:
-        acting = self._acting()
-        for group, names in self.group_map.items():
-            data = out.setdefault(group, {})
-            het = self._het.get(group)
-            if het is not None:
-                data[_ROWS] = het.rows(observations, infos, acting, self._mask_source[group])
-                if self.use_mask:
-                    data[("mask",)] = torch.tensor([a in acting for a in names], dtype=torch.bool)
-                continue
-            values = [observations.get(a) for a in names]
-            for leaf in self._obs_leaves[group]:
-                data[leaf.key] = leaf.encode(values)
-            source = self._mask_source[group]
-            if source is not None:
-                spec = self.full_observation_spec[group, "action_mask"]
-                mask = torch.ones(spec.shape, dtype=torch.bool)
-                for j, agent in enumerate(names):
-                    if agent not in acting:
-                        continue
-                    holder = (
-                        observations.get(agent) if source == "observation" else infos.get(agent)
-                    )
-                    if holder is not None and "action_mask" in holder:
-                        mask[j] = torch.as_tensor(np.asarray(holder["action_mask"]).astype(bool))
-                data[("action_mask",)] = mask
-            if self.use_mask:
-                data[("mask",)] = torch.tensor([a in acting for a in names], dtype=torch.bool)
-            for key in self._info_keys[group]:
-                spec = self.full_observation_spec[group, "info", key]
-                rows = [
-                    info_value(infos[a][key]) if a in infos and key in infos[a] else None
-                    for a in names
-                ]
-                data[("info", key)] = torch.stack(
-                    [
-                        torch.zeros(spec.shape[1:])
-                        if row is None
-                        else torch.as_tensor(row, dtype=torch.float32).reshape(spec.shape[1:])
-                        for row in rows
-                    ]
-                )
-
-    def _build(self, out: dict, root: dict) -> TensorDict:
-        source = dict(root)
-        for group, entries in out.items():
-            n = len(self.group_map[group])
-            entries = dict(entries)
-            rows = entries.pop(_ROWS, None)
-            if rows is not None:  # a heterogeneous group: one TensorDict per agent
-                source[group] = agent_rows(rows, entries, self.device)
-            else:
-                source[group] = TensorDict(entries, batch_size=(n,))
-        if self.return_state:
-            state_spec = self.full_observation_spec["state"]
-            source["state"] = (
-                torch.as_tensor(np.asarray(self._env.state()))
-                .to(state_spec.dtype)
-                .reshape(state_spec.shape)
-            )
-        return TensorDict(source, batch_size=(), device=self.device)
+    def _state(self) -> Any:
+        return self._env.state() if self.return_state else None
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         first = self.__dict__.pop("_first_reset", None)
@@ -419,89 +342,67 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
             observations, infos = first  # the reset that built the specs
         else:
             observations, infos = self._reset_env()
-        out: dict = {}
-        self._group_outputs(out, observations, infos)
-        for group, names in self.group_map.items():
-            false = torch.zeros(len(names), 1, dtype=torch.bool)
-            out[group].update(
-                {("done",): false, ("terminated",): false.clone(), ("truncated",): false.clone()}
-            )
-        flag = torch.zeros(1, dtype=torch.bool)
-        return self._build(
-            out, {"done": flag, "terminated": flag.clone(), "truncated": flag.clone()}
+        return self._outputs.reset(
+            observations, infos, self._acting(), self._state(), self.__dict__["_device"]
         )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        env = self._env
         if self.parallel:
+            live = set(env.agents)
             actions = {}
             for group, names in self.group_map.items():
-                for j, value in enumerate(self._group_actions(tensordict, group)):
-                    actions[names[j]] = value
-            live = set(self._env.agents)
-            actions = {agent: a for agent, a in actions.items() if agent in live}
-            observations, rewards, terminations, truncations, infos = self._env.step(actions)
+                for agent, value in zip(names, self._group_actions(tensordict, group)):
+                    if agent in live:
+                        actions[agent] = value
+            observations, rewards, terminations, truncations, infos = env.step(actions)
+            acting = set(env.agents)
         else:
-            env = self._env
             agent = env.agent_selection
             if env.terminations.get(agent, False) or env.truncations.get(agent, False):
                 action = None  # PettingZoo steps a done agent with None (removing it)
             else:
-                group = next(g for g, names in self.group_map.items() if agent in names)
-                action = self._group_actions(tensordict, group)[self.group_map[group].index(agent)]
+                group, j = self._agent_slot[agent]
+                action = self._group_actions(tensordict, group, j)[0]
             env.step(action)
             observations = self._aec_observations()
             rewards, terminations = dict(env.rewards), dict(env.terminations)
             truncations, infos = dict(env.truncations), dict(env.infos)
-        out: dict = {}
-        self._group_outputs(out, observations, infos)
-        flags = {"done": [], "terminated": [], "truncated": []}
-        for group, names in self.group_map.items():
-            reward = torch.zeros(len(names), 1)
-            term = torch.zeros(len(names), 1, dtype=torch.bool)
-            trunc = torch.zeros(len(names), 1, dtype=torch.bool)
-            for j, agent in enumerate(names):
-                if agent in observations:
-                    reward[j] = float(rewards.get(agent, 0.0))
-                    term[j] = bool(terminations.get(agent, False))
-                    trunc[j] = bool(truncations.get(agent, False))
-                elif self.use_mask:  # a dead agent: zeros, done
-                    term[j] = bool(terminations.get(agent, True))
-                    trunc[j] = bool(truncations.get(agent, True))
-                else:
-                    raise ValueError(
-                        f"agent {agent!r} is dead (not in the step's observations): set "
-                        "use_mask=True for envs whose agents can die"
-                    )
-            done = term | trunc
-            out[group].update(
-                {("reward",): reward, ("done",): done, ("terminated",): term, ("truncated",): trunc}
-            )
-            flags["done"].append(done)
-            flags["terminated"].append(term)
-            flags["truncated"].append(trunc)
-        reduce = torch.any if self.done_on_any else torch.all
-        root = {name: reduce(torch.cat(values)).reshape(1) for name, values in flags.items()}
-        return self._build(out, root)
+            acting = {env.agent_selection}
+        return self._outputs.step(
+            observations,
+            rewards,
+            terminations,
+            truncations,
+            infos,
+            acting,
+            self._state(),
+            self.__dict__["_device"],
+        )
 
-    def _group_actions(self, tensordict: TensorDictBase, group: str) -> list:
-        """Each agent's PettingZoo action, from the group's action entries."""
+    def _group_actions(
+        self, tensordict: TensorDictBase, group: str, only: int | None = None
+    ) -> list:
+        """Each agent's PettingZoo action (only agent ``only``'s, when given), from the
+        group's action entries."""
         het = self._het.get(group)
         if het is not None:
-            return het.actions(tensordict.get(group))
-        leaves = self._act_leaves[group]
-        names = self.group_map[group]
+            actions = het.actions(tensordict.get(group))
+            return actions if only is None else [actions[only]]
+        leaves = self._dense[group].act_leaves
+        rows = range(len(self.group_map[group])) if only is None else (only,)
         if len(leaves) == 1 and leaves[0].key == ("action",):
-            leaf = leaves[0]
-            value = tensordict[group, "action"].detach().cpu().numpy()
-            return [leaf.to_gym[j](value[j]) for j in range(len(names))]
+            to_gym = leaves[0].to_gym
+            value = _action_array(tensordict, (group, "action"))
+            return [to_gym[j](value[j]) for j in rows]
         # Dict / Tuple action spaces: (group, "action", ...) entries, assembled per agent
-        values = [tensordict[(group, *leaf.key)].detach().cpu().numpy() for leaf in leaves]
+        values = [_action_array(tensordict, (group, *leaf.key)) for leaf in leaves]
+        spaces = self._act_spaces[group]
         return [
             assemble(
-                self._env.action_space(agent),
-                {leaf.paths[j]: leaf.to_gym[j](v[j]) for leaf, v in zip(leaves, values)},
+                spaces[j], {leaf.paths[j]: leaf.to_gym[j](v[j]) for leaf, v in zip(leaves, values)}
             )
-            for j, agent in enumerate(names)
+            for j in rows
         ]
 
     def _set_seed(self, seed: int | None) -> None:
@@ -514,18 +415,32 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         """Uniformly random actions, drawn among those each group's ``"action_mask"`` allows."""
         if tensordict is None:
             tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        specs = self.full_action_spec
         for group in self.group_map:
             het = self._het.get(group)
             if het is not None:
                 set_agent_entries(tensordict, group, het.rand(tensordict.get(group, None)))
                 continue
-            spec = self.full_action_spec[group, "action"]
-            mask = tensordict.get((group, "action_mask"), None)
-            if mask is not None and self.has_action_mask[group]:
-                spec = spec.clone()
+            spec = specs[group, "action"]
+            mask = (
+                tensordict.get((group, "action_mask"), None)
+                if self.has_action_mask[group]
+                else None
+            )
+            if mask is not None:
+                spec = self._masked_spec(group, spec)
                 spec.update_mask(mask)
             tensordict.set((group, "action"), spec.rand())
         return tensordict
+
+    def _masked_spec(self, group: str, spec):
+        """A copy of the group's action spec that takes the step's mask (made once per spec
+        object, so that the action spec itself keeps no mask)."""
+        cache = self.__dict__.setdefault("_masked_specs", {})
+        found = cache.get(group)
+        if found is None or found[0] is not spec:
+            found = cache[group] = (spec, spec.clone())
+        return found[1]
 
     def check_action(self, tensordict: TensorDictBase) -> None:
         """Raises if an action entry is missing or outside its spec (per agent in a

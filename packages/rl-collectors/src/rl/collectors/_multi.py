@@ -6,7 +6,6 @@ import multiprocessing as mp
 import multiprocessing.util
 import os
 import pickle
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType
+from rl.envs._batched._pool import _exit_description  # one wording for worker deaths
 
 from ._base import CollectorBase
 from ._worker import worker_main
@@ -40,17 +40,6 @@ _GUARD_HINT = (
     'under `if __name__ == "__main__":` (or a main() called from there), or pass '
     'mp_start_method="fork".'
 )
-
-
-def _exit_description(code: int | None) -> str:
-    if code is None:
-        return "no exit code"
-    if code < 0:
-        try:
-            return f"exit code {code} (killed by {signal.Signals(-code).name})"
-        except ValueError:
-            return f"exit code {code}"
-    return f"exit code {code}"
 
 
 def _main_lacks_guard() -> bool:

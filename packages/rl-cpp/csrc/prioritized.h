@@ -82,7 +82,10 @@ double prioritized_update(SegmentTree<T, SumOp>& sum, SegmentTree<T, MinOp>& min
         values[k] = alpha == 1.0 ? p + e : std::pow(p + e, a);
     }
     if (sum.capacity() != min.capacity()) {
-        sum.update(indices, values.data(), T(0), n);  // checks the indices first
+        // both trees' checks before either changes (an index may fit one tree only)
+        sum.check_indices(indices, n);
+        min.check_indices(indices, n);
+        sum.update(indices, values.data(), T(0), n);
         min.update(indices, values.data(), T(0), n);
         return double(largest);
     }

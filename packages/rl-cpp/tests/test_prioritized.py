@@ -212,6 +212,11 @@ class TestPrioritizedSampleRows:
             prioritized_sample_rows(empty_s, empty_m, 2, [0.5], 0.5, RowGather([np.zeros(4)]))
 
 
+def sorted_pair(a, b):
+    """(sum tree, min tree) from two trees given in any order."""
+    return (a, b) if isinstance(a, SumSegmentTree) else (b, a)
+
+
 class TestFusedUpdate:
     def test_overflow_to_infinity_is_refused(self):
         s, m = filled(np.array([1.0, 2.0]), capacity=4)
@@ -224,6 +229,12 @@ class TestFusedUpdate:
         s, m = SumSegmentTree(8), MinSegmentTree(16)
         prioritized_update(s, m, [1, 7], [2.0, 4.0], eps=0.0, alpha=1.0)
         assert s.total() == 6.0 and m.min() == 2.0 and m.query(0, 16) == 2.0
+        # an index only the larger tree holds changes neither tree
+        for small, large in [(s, m), (SumSegmentTree(16), MinSegmentTree(8))]:
+            before = (small.query(0, small.capacity), large.query(0, large.capacity))
+            with pytest.raises(IndexError, match="index 12 .at position 0. is out of range"):
+                prioritized_update(*sorted_pair(small, large), [12], [3.0], eps=0.0, alpha=1.0)
+            assert (small.query(0, small.capacity), large.query(0, large.capacity)) == before
 
     def test_unchecked_call(self):
         s, m = SumSegmentTree(8), MinSegmentTree(8)

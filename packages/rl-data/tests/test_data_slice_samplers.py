@@ -263,6 +263,26 @@ class TestSliceSamplerSpanAndPadding:
             assert int(lengths.min()) >= 2 and int(lengths.max()) <= 4
             assert batch["episode"][2] != 2  # strict_length: episode 2 (3 steps) is left out
 
+    def test_span_with_an_episode_no_longer_than_the_right_span(self):
+        # one-step episode with span (0, 2): end - begin was <= 0, the draw fell one item
+        # before the episode's start (into the previous episode)
+        torch.manual_seed(0)
+        sampler = SliceSampler(traj_key="episode", num_slices=4, strict_length=False, span=(0, 2))
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler, batch_size=16)
+        episode = torch.tensor([0] * 5 + [1] * 7 + [2])
+        rb.extend(TensorDict({"episode": episode, "obs": torch.arange(13)}, [13]))
+        seen_short = False
+        for _ in range(30):
+            batch = rb.sample()
+            ends = batch["next", "truncated"].reshape(-1).nonzero().reshape(-1).tolist()
+            start = 0
+            for end in ends:
+                piece = batch["episode"][start : end + 1]
+                assert (piece == piece[0]).all(), batch["obs"][start : end + 1]
+                seen_short |= bool(piece[0] == 2)
+                start = end + 1
+        assert seen_short
+
     def test_pad_output_matches_torchrl(self):
         sampler = SliceSampler(
             traj_key="episode", num_slices=3, strict_length=False, pad_output=True

@@ -364,8 +364,10 @@ class SliceSampler(Sampler):
             begin = 1 - seq
         else:
             begin = torch.full_like(lengths, -left)
+        # a trajectory no longer than the right span still gives a slice within itself
+        end = torch.maximum(end, begin + 1)
         draw = torch.rand(starts.shape[0], generator=self._rng)
-        offset = (draw * (end - begin)).floor().long() + begin
+        offset = ((draw * (end - begin)).floor().long() + begin).clamp(max=lengths - 1)
         if left:
             seq = torch.where(offset < 0, seq + offset, seq)
             offset = offset.clamp(min=0)

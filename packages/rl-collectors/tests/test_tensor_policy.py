@@ -218,7 +218,7 @@ class TestTensorPolicy:
 
     def test_call_matches_policy(self):
         td = TensorDict(observation=torch.randn(5, 4), batch_size=[5])
-        for make in (one_module, sequence):
+        for make in (one_module, sequence, rl_actor):
             policy = make()
             torch.manual_seed(1)
             expected = policy(td.clone())
@@ -343,8 +343,8 @@ class TestTensorPolicy:
     @pytest.mark.parametrize("kind", sorted(ENVS))
     @pytest.mark.parametrize(
         "make",
-        [one_module, sequence, prob_actor, rl_prob_actor, rl_qvalue_actor, rl_actor],
-        ids=["module", "sequence", "prob", "ProbabilisticActor", "QValueActor", "Actor"],
+        [one_module, sequence, prob_actor, rl_prob_actor, rl_qvalue_actor],
+        ids=["module", "sequence", "prob", "ProbabilisticActor", "QValueActor"],
     )
     def test_fast_and_general_paths_collect_the_same_data(self, kind, make, monkeypatch):
         from rl.envs.libs import _envpool_rollout

@@ -32,6 +32,7 @@ __all__ = ["DMControlWrapper", "DMControlEnv"]
 _has_dm_control = importlib.util.find_spec("dm_control") is not None
 _INSTALL = 'pip install "rl-envs[dm_control]"'
 logger = logging.getLogger(__name__)
+_EMPTY = torch.Size(())
 
 
 def _headless_gl() -> str | None:
@@ -185,6 +186,7 @@ class DMControlWrapper(EnvBase):
         _import_dm_control()
         from dm_control.rl.control import Environment
         from dm_control.suite.wrappers import pixels
+        from dm_env import StepType
 
         if not isinstance(env, (Environment, pixels.Wrapper)):
             raise TypeError(
@@ -210,6 +212,7 @@ class DMControlWrapper(EnvBase):
             self.render_kwargs = {"camera_id": camera_id, **dict(render_kwargs or {})}
             env = pixels.Wrapper(env, pixels_only=pixels_only, render_kwargs=self.render_kwargs)
         self._env = env
+        self._last = StepType.LAST  # dm_env is imported here, once, not at each step
         self._build_specs()
 
     @property
@@ -258,49 +261,54 @@ class DMControlWrapper(EnvBase):
         entries = {}
         for key, shape, np_dtype in self.__dict__["_obs_keys"]:
             value = np.array(_walk(observation, key), dtype=np_dtype).reshape(shape)
-            entries[_key(key)] = torch.from_numpy(value)
+            entries[key] = torch.from_numpy(value)
         return entries
 
-    def _output(self, entries: dict) -> TensorDictBase:
+    def _output(self, entries: dict, flags: np.ndarray) -> TensorDictBase:
+        """The output TensorDict: ``entries`` (``{key tuple: tensor}``, shapes fixed by the
+        specs) and the ``[3, 1]`` boolean ``flags`` (done, terminated, truncated), assembled
+        without per-entry validation."""
         device = self.__dict__["_device"]
-        td = TensorDict({}, batch_size=(), device=device)
+        tree: dict = {}
         for key, value in entries.items():
-            td.set(key, value if device is None else value.to(device))
-        return td
+            node = tree
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = value if device is None else value.to(device)
+        done, terminated, truncated = torch.from_numpy(flags).unbind(0)
+        if device is not None:
+            done, terminated, truncated = (t.to(device) for t in (done, terminated, truncated))
+        tree["done"], tree["terminated"], tree["truncated"] = done, terminated, truncated
+        return TensorDict._new_unsafe(tree, batch_size=_EMPTY, device=device)
 
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         timestep = self._env.reset()
-        entries = self._obs_entries(timestep.observation)
-        flag = torch.zeros(1, dtype=torch.bool)
-        entries.update(done=flag, terminated=flag.clone(), truncated=flag.clone())
-        return self._output(entries)
+        return self._output(self._obs_entries(timestep.observation), np.zeros((3, 1), dtype=bool))
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        from dm_env import StepType
-
-        action = tensordict.get("action").detach().cpu().numpy()
-        if self.__dict__["_act_onehot"]:
+        d = self.__dict__
+        action = tensordict.get("action", None)
+        if action is None:
+            raise KeyError("action")  # EnvBase.step names the key and the action spec
+        action = action.detach().cpu().numpy()
+        if d["_act_onehot"]:
             action = action.argmax(-1)
-        action = np.asarray(action, dtype=self._act_np_dtype)
+        action = np.asarray(action, dtype=d["_act_np_dtype"])
+        env, last = d["_env"], d["_last"]
         total = 0.0
         for _ in range(self.frame_skip):
-            timestep = self._env.step(action)
+            timestep = env.step(action)
             total += float(timestep.reward or 0.0)
-            if timestep.step_type == StepType.LAST:
+            if timestep.step_type == last:
                 break
-        terminated = truncated = False
-        if timestep.step_type == StepType.LAST:
+        flags = np.zeros((3, 1), dtype=bool)  # done, terminated, truncated
+        if timestep.step_type == last:
             # dm_env: discount 0 ends the episode for good, 1 is a cut (time limit)
-            if np.isclose(timestep.discount, 1.0):
-                truncated = True
-            else:
-                terminated = True
+            flags[2 if np.isclose(timestep.discount, 1.0) else 1] = True
+            flags[0] = True
         entries = self._obs_entries(timestep.observation)
-        entries["reward"] = torch.from_numpy(np.array([total], dtype=self._reward_np_dtype))
-        entries["terminated"] = torch.tensor([terminated])
-        entries["truncated"] = torch.tensor([truncated])
-        entries["done"] = torch.tensor([terminated or truncated])
-        return self._output(entries)
+        entries[("reward",)] = torch.from_numpy(np.array([total], dtype=d["_reward_np_dtype"]))
+        return self._output(entries, flags)
 
     def _task(self) -> Any:
         env = self._env

@@ -9,7 +9,10 @@ environment step is taken while learning: the replay buffer that a SAC run kept 
 ones (IQL: expectile 0.7, lr 3e-4; CQL: weight 5, 10 sampled actions, critic lr 3e-4,
 actor lr 1e-4) with 256x256 networks, except IQL's temperature: 10 instead of 3 (the
 Pendulum dataset mixes a whole SAC run, random start included, and the sharper advantage
-weights follow its best actions: score 100 against 38 with 3).
+weights follow its best actions: score 100 against 38 with 3). CQL's Lagrange weight,
+backups and behaviour-cloning warm-up are flags (``--with-lagrange``, ``--max-q-backup``,
+``--bc-steps``, ...); on this dataset no CQL setting tried has reached a score of 80 yet
+(examples/README.md).
 
     uv run examples/sac.py --save-buffer data/pendulum     # the dataset (once)
     uv run examples/offline.py --dataset data/pendulum            # IQL

@@ -111,6 +111,60 @@ class TestDMControlEnv:
         rewards = [raw.step(np.array([0.3])).reward for _ in range(3)]
         assert_close(out["reward"], torch.tensor([sum(rewards)], dtype=torch.float64))
 
+    def test_nested_observations_step_as_nested_entries(self):
+        """A nested dm_env observation comes out as nested TensorDict entries."""
+        from dm_env import TimeStep
+
+        suite = _import_dm_control()
+        raw = suite.load("cartpole", "balance", task_kwargs={"random": 0})
+        flat_spec = raw.observation_spec()
+        raw.observation_spec = lambda: {
+            "position": flat_spec["position"],
+            "extra": {"velocity": flat_spec["velocity"]},
+        }
+
+        def nest(ts):
+            obs = ts.observation
+            nested = {"position": obs["position"], "extra": {"velocity": obs["velocity"]}}
+            return TimeStep(ts.step_type, ts.reward, ts.discount, nested)
+
+        real_reset, real_step = raw.reset, raw.step
+        raw.reset = lambda: nest(real_reset())
+        raw.step = lambda action: nest(real_step(action))
+        env = DMControlWrapper(raw)
+        assert env.observation_spec["extra", "velocity"].shape == torch.Size([2])
+        twin = suite.load("cartpole", "balance", task_kwargs={"random": 0})
+        td = env.reset()
+        ts = twin.reset()
+        assert_close(td["extra", "velocity"], torch.from_numpy(ts.observation["velocity"]))
+        td["action"] = torch.full((1,), 0.5, dtype=torch.float64)
+        nxt = env.step(td)["next"]
+        ts = twin.step(np.array([0.5]))
+        assert_close(nxt["extra", "velocity"], torch.from_numpy(ts.observation["velocity"]))
+        assert_close(nxt["position"], torch.from_numpy(ts.observation["position"]))
+        check_env_specs(env)
+
+    def test_step_output_entries(self):
+        """Flags are separate bool tensors, observations copies of dm_control's arrays."""
+        env = DMControlEnv("cartpole", "balance", seed=0, device="cpu")
+        td = env.reset()
+        td["action"] = torch.zeros(1, dtype=torch.float64)
+        nxt = env.step(td)["next"]
+        assert nxt.device == torch.device("cpu")
+        for key in ("done", "terminated", "truncated"):
+            assert nxt[key].dtype == torch.bool and nxt[key].shape == torch.Size([1])
+        nxt["done"][0] = True
+        assert not nxt["terminated"].item() and not nxt["truncated"].item()
+        before = nxt["position"].clone()
+        env.step(td)
+        assert torch.equal(nxt["position"], before)
+
+    def test_missing_action(self):
+        env = DMControlEnv("cartpole", "balance")
+        td = env.reset()
+        with pytest.raises(KeyError, match="needs the action key 'action'"):
+            env.step(td)
+
     def test_wrapper(self):
         suite = _import_dm_control()
         env = DMControlWrapper(suite.load("reacher", "easy"))

@@ -328,6 +328,109 @@ class TestAEC:
         assert torch.equal(a["next", "player_2", "reward"], b["next", "player_2", "reward"])
 
 
+class InPlaceRaceEnv(RaceEnv):
+    """RaceEnv whose observations, infos and state are arrays it keeps and overwrites."""
+
+    def _obs(self, agent):
+        buf = self.__dict__.setdefault("_bufs", {}).setdefault(agent, None)
+        value = super()._obs(agent)
+        if buf is None:
+            self._bufs[agent] = buf = value
+        buf[...] = value
+        return buf
+
+    def state(self):
+        buf = self.__dict__.setdefault("_state_buf", np.zeros(3, dtype=np.float32))
+        buf[...] = super().state()
+        return buf
+
+
+class TestStepOutputs:
+    """The output TensorDicts: built from constants derived once, owning their memory."""
+
+    def test_aec_group_sends_the_selected_agents_row(self):
+        """In one AEC group, the action of the selected agent is its own row of the group."""
+        env = PettingZooEnv(
+            "tictactoe_v3",
+            parallel=False,
+            use_mask=True,
+            seed=0,
+            group_map=MarlGroupMapType.ALL_IN_ONE_GROUP,
+        )
+        raw = tictactoe_v3.env()
+        raw.reset(seed=0)
+        td = env.reset()
+        # rows: (player_1, player_2); the row of the agent whose turn it is not is an
+        # occupied cell, which would end the game as an illegal move if it were sent
+        for moves in ([4, 0], [4, 0], [8, 0], [8, 2]):
+            td["agents", "action"] = torch.tensor(moves)
+            selected = raw.agent_selection
+            raw.step(moves[0] if selected == "player_1" else moves[1])
+            td = env.step(td)["next"]
+            for j, agent in enumerate(("player_1", "player_2")):
+                board = torch.as_tensor(raw.observe(agent)["observation"])
+                assert torch.equal(td["agents", "observation", "observation"][j], board)
+            assert not td["done"].item()
+
+    def test_outputs_own_their_memory(self):
+        """The env overwrites its arrays at every step: earlier outputs keep their values."""
+        env = PettingZooWrapper(InPlaceRaceEnv(), return_state=True, seed=0)
+        td = env.reset()
+        first_obs = td["runner", "observation"].clone()
+        first_state = td["state"].clone()
+        td["runner", "action"] = torch.full((2, 1), 0.5)
+        td["coach", "action"] = torch.tensor([1])
+        out = env.step(td)
+        assert torch.equal(out["runner", "observation"], first_obs)
+        assert torch.equal(out["state"], first_state)
+        assert not torch.equal(out["next", "runner", "observation"], first_obs)
+        nxt = out["next"]
+        assert_values = nxt["runner", "observation"].clone()
+        env.step(step_mdp(out))
+        assert torch.equal(nxt["runner", "observation"], assert_values)
+        # the flags are separate tensors: writing one leaves the others
+        nxt["runner", "done"][0] = True
+        assert not nxt["runner", "terminated"][0].item()
+        assert not nxt["runner", "truncated"][0].item()
+
+    def test_flag_and_reward_entries_follow_the_specs(self):
+        env = race(use_mask=True, goals=(1.0, 50.0))
+        td = env.reset()
+        td["runner", "action"] = torch.ones(2, 1)
+        td["coach", "action"] = torch.tensor([2])
+        nxt = env.step(td)["next"]
+        for group in ("runner", "coach"):
+            for key, spec in env.full_done_spec[group].items():
+                assert nxt[group, key].dtype == spec.dtype and nxt[group, key].shape == spec.shape
+            reward_spec = env.full_reward_spec[group, "reward"]
+            assert nxt[group, "reward"].dtype == reward_spec.dtype
+        assert nxt["runner", "terminated"].flatten().tolist() == [True, False]
+        assert nxt["runner", "reward"].flatten().tolist() == [2.0, 2.0]
+        assert nxt["coach", "reward"].flatten().tolist() == [2.0]
+        assert nxt["runner", "info", "speed"].flatten().tolist() == [2.0, 2.0]
+        assert nxt["done"].tolist() == [True]  # done_on_any for parallel envs
+
+    def test_device(self):
+        env = PettingZooEnv("tictactoe_v3", parallel=False, use_mask=True, seed=0, device="cpu")
+        td = env.rollout(3)
+        assert td.device == torch.device("cpu")
+        assert td["next", "player_1"].device == torch.device("cpu")
+        check_env_specs(env, seed=0)
+
+    def test_rand_action_leaves_the_action_spec_unmasked(self):
+        env = PettingZooEnv("tictactoe_v3", parallel=False, use_mask=True, seed=0)
+        torch.manual_seed(0)
+        td = env.reset()
+        for _ in range(5):
+            td = env.rand_action(td)
+            group = "player_1" if td["player_1", "mask"].item() else "player_2"
+            action = td[group, "action"].item()
+            assert td[group, "action_mask"][0, action].item()
+            td = step_mdp(env.step(td))
+        assert env.full_action_spec["player_1", "action"].mask is None
+        assert env.full_action_spec["player_2", "action"].mask is None
+
+
 class TestErrors:
     def test_aec_needs_mask(self):
         with pytest.raises(ValueError, match="set use_mask=True"):

@@ -22,7 +22,9 @@ rounds), each timed in CPU time of the process and in wall time; the median over
 reported. Torch runs on one thread.
 
 Run: ``uv run python benchmarks/bench_pettingzoo.py`` (``--quick`` for a smoke run).
-Prints a markdown table and writes it to ``benchmarks/results/pettingzoo.md``.
+Prints a markdown table and writes it to ``benchmarks/results/pettingzoo.md``; ``--label``
+adds a section heading and ``--append`` adds the table to that file (a before / after
+pair: run the first with ``PYTHONPATH`` pointing at a copy of the older sources).
 """
 
 from __future__ import annotations

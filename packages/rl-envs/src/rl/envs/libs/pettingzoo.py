@@ -325,8 +325,7 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
 
     def _aec_observations(self) -> dict:
         env = self._env
-        live = set(env.agents)
-        return {agent: env.observe(agent) for agent in self.possible_agents if agent in live}
+        return {agent: env.observe(agent) for agent in env.agents}  # the live agents
 
     def _acting(self) -> set[str]:
         if self.parallel:

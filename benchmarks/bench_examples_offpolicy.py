@@ -6,6 +6,8 @@ and the final evaluation return (10 deterministic episodes) per seed, against th
 
 - DQN CartPole-v1: evaluation return >= 475 within 100k frames;
 - SAC, TD3, DDPG, REDQ, CrossQ Pendulum-v1: >= -200 within 20k frames;
+- SAC HalfCheetah-v5 (``--algos sac-halfcheetah``; 256-wide networks, lr 1e-3, 5k random
+  frames): >= 3000 within 100k frames;
 - offline IQL and CQL on the Pendulum dataset that ``sac.py --save-buffer`` wrote (one
   per seed): normalised score >= 80, i.e. 80% of the way from uniformly random actions
   to the data-collecting policy's evaluation return.
@@ -41,6 +43,20 @@ ONLINE = {
     "ddpg": ("Pendulum-v1", -200.0, 20_000),
     "redq": ("Pendulum-v1", -200.0, 20_000),
     "crossq": ("Pendulum-v1", -200.0, 20_000),
+    "sac-halfcheetah": ("HalfCheetah-v5", 3000.0, 100_000),
+}
+#: online rows that run a script with settings of their own: (script, Config overrides)
+VARIANTS = {
+    "sac-halfcheetah": (
+        "sac",
+        {
+            "env_id": "HalfCheetah-v5",
+            "total_frames": 100_000,
+            "init_random_frames": 5_000,
+            "hidden": 256,
+            "lr": 1e-3,
+        },
+    ),
 }
 OFFLINE = ("iql", "cql")
 
@@ -105,7 +121,8 @@ def bench_seed(algo: str, seed: int, sets: dict, work: Path) -> list[dict]:
         }
 
     if algo in ONLINE:
-        rows.append(online_row(algo, run(algo, {"seed": seed, **sets}, work / "runs")))
+        script, preset = VARIANTS.get(algo, (algo, {}))
+        rows.append(online_row(algo, run(script, {"seed": seed, **preset, **sets}, work / "runs")))
     else:  # "offline": a default SAC run that saves its buffer (its own row), then IQL and CQL
         data = work / f"pendulum-s{seed}"
         s = run("sac", {"seed": seed, "save_buffer": str(data), **sets}, work / "runs")
@@ -174,8 +191,9 @@ def main() -> None:
     parser.add_argument(
         "--algos",
         nargs="+",
-        default=[a for a in ONLINE if a != "sac"] + ["offline"],
-        help='"offline" runs sac.py --save-buffer (its sac row), then IQL and CQL on that data',
+        default=[a for a in ONLINE if a not in ("sac", "sac-halfcheetah")] + ["offline"],
+        help='"offline" runs sac.py --save-buffer (its sac row), then IQL and CQL on that data; '
+        '"sac-halfcheetah" (MuJoCo, rl-envs[mujoco]; hours on 2 CPU cores) only when named',
     )
     parser.add_argument("--set", nargs="*", default=[], help="Config overrides, key=json")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once")

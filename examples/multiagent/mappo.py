@@ -59,6 +59,7 @@ from _marl_common import (  # noqa: E402
     preset_cli,
     team_view,
 )
+from ppo import update_epochs  # noqa: E402  (examples/, on the path through _marl_common)
 
 
 @dataclasses.dataclass
@@ -216,15 +217,7 @@ def main(cfg: Config) -> dict:
         expand_done(batch)
         with torch.no_grad():
             advantage(batch)
-        flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
-        for _ in range(cfg.update_epochs):
-            for idx in torch.randperm(flat.numel()).split(cfg.minibatch_size):
-                losses = loss_module(flat[idx])
-                loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-                optimizer.step()
+        loss = update_epochs(cfg, loss_module, optimizer, batch, cfg.minibatch_size)
         team = team_view(batch)
         returns.update(team)
         progress.observe(team)

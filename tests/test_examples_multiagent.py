@@ -186,3 +186,8 @@ def test_qmix_learns_vmas_balance(qmix, tmp_path):
     out = qmix.main(cfg)
     assert out["frames"] == 60_000
     assert out["eval_mean"] > 5.0, out["eval_returns"]
+
+
+def test_qmix_refuses_a_run_without_updates(qmix):
+    with pytest.raises(ValueError, match="updates_per_batch must be at least 1, got 0"):
+        qmix.Config(updates_per_batch=0)

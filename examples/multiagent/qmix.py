@@ -89,6 +89,10 @@ class Config(MarlConfig):
     max_grad_norm: float = 40.0
     """Gradient clipping norm."""
 
+    def __post_init__(self) -> None:
+        if self.updates_per_batch < 1:
+            raise ValueError(f"updates_per_batch must be at least 1, got {self.updates_per_batch}")
+
 
 PRESETS = {
     "navigation": ("VMAS navigation, 3 agents, 60,000 frames (the defaults)", Config()),

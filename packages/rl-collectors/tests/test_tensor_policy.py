@@ -198,10 +198,17 @@ class TestTensorPolicy:
         fast = tensor_policy(policy)
         nan_mean = distribution is torch.distributions.Categorical and itype is InteractionType.MEAN
         if nan_mean and return_log_prob:
-            # a categorical's mean is NaN: both raise when scoring it
-            for fn in (policy, fast):
-                with set_interaction_type(itype), pytest.raises(ValueError, match="support"):
-                    fn(td.clone())
+            # a categorical's mean is NaN: both raise when scoring it, with torch's argument
+            # checks on (torch.compile's start-up turns them off for the whole process, so
+            # an earlier test in this worker may have)
+            validate = torch.distributions.Distribution._validate_args
+            torch.distributions.Distribution.set_default_validate_args(True)
+            try:
+                for fn in (policy, fast):
+                    with set_interaction_type(itype), pytest.raises(ValueError, match="support"):
+                        fn(td.clone())
+            finally:
+                torch.distributions.Distribution.set_default_validate_args(validate)
             return
         outs = []
         for fn in (policy, fast):

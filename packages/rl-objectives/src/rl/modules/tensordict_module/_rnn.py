@@ -262,7 +262,8 @@ class _RecurrentModule(TensorDictModuleBase):
         n = batch.numel() // steps if steps else 0
         x = self._read(tensordict, self.in_keys[0])
         x = x.reshape(n, steps, *x.shape[len(batch) :])
-        is_init = self._read(tensordict, "is_init").reshape(n, steps)
+        # TorchRL accepts a float is_init too (its BurnInTransform example passes one)
+        is_init = self._read(tensordict, "is_init").reshape(n, steps).bool()
         shapes = self._state_shapes()
         states = [tensordict.get(key, None) for key in self.in_keys[1 : 1 + self._num_states]]
         if all(s is None for s in states):

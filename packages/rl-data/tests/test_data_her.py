@@ -94,6 +94,40 @@ class TestHERReplayBuffer:
             wrapped = index <= 2  # items 0..2 hold the last steps of episode 2
             assert bool((goal[wrapped, 1] <= data["achieved_goal"][2, 1]).all())
 
+    def test_state_dict_keeps_the_relabeling_settings(self, tmp_path):
+        rb = buffer("final", her_ratio=0.25)
+        state = rb.state_dict()
+        assert state["_her"] == {
+            "her_ratio": 0.25,
+            "strategy": "final",
+            "goal_key": "desired_goal",
+            "achieved_goal_key": "achieved_goal",
+            "reward_key": ("next", "reward"),
+            "end_key": ("next", "done"),
+        }
+        other = HERReplayBuffer(reward_fn=reward_fn, storage=LazyTensorStorage(100), batch_size=64)
+        other.load_state_dict(state)
+        assert (other.her_ratio, other.strategy) == (0.25, HindsightStrategy.FINAL)
+        assert len(other) == 15
+        rb.dumps(tmp_path / "rb")  # through torch.load(weights_only=True) and back
+        third = HERReplayBuffer(reward_fn=reward_fn, storage=LazyTensorStorage(100), batch_size=64)
+        third.loads(tmp_path / "rb")
+        assert (third.her_ratio, third.strategy) == (0.25, HindsightStrategy.FINAL)
+        batch = third.sample()
+        assert bool((batch["desired_goal"][16:] == -1).all())
+        assert bool((batch["desired_goal"][:16] >= 0).all())
+
+    def test_episode_ends_follow_every_write(self):
+        rb = buffer("final")
+        first = rb._episode_ends(rb.storage)
+        assert first.tolist() == [3, 9, 14]
+        assert rb._episode_ends(rb.storage) is first  # no write since: the cached ends
+        rb.extend(episodes((2,)))  # one more episode of 2 steps at 15-16
+        assert rb._episode_ends(rb.storage).tolist() == [3, 9, 14, 16]
+        rb.empty()  # the write count starts again: the same count must not reuse the cache
+        rb.extend(episodes((7, 10)))  # 17 items, as before the empty
+        assert rb._episode_ends(rb.storage).tolist() == [6, 16]
+
     def test_errors(self):
         with pytest.raises(ValueError, match=r"her_ratio must be in \[0, 1\], got 1.5"):
             HERReplayBuffer(reward_fn, her_ratio=1.5)

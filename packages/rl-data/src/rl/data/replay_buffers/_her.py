@@ -117,6 +117,37 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         self.achieved_goal_key = achieved_goal_key
         self.reward_key = reward_key
         self.end_key = end_key
+        self._ends_cache: tuple[tuple, torch.Tensor] | None = None
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer's state plus the relabeling settings under ``"_her"`` (as TorchRL)."""
+        state = super().state_dict()
+        state["_her"] = {
+            "her_ratio": self.her_ratio,
+            "strategy": self.strategy.value,
+            "goal_key": self.goal_key,
+            "achieved_goal_key": self.achieved_goal_key,
+            "reward_key": self.reward_key,
+            "end_key": self.end_key,
+        }
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        her = state_dict.get("_her")
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != "_her"})
+        if her is not None:
+            self.her_ratio = float(her["her_ratio"])
+            self.strategy = HindsightStrategy(her["strategy"])
+            self.goal_key = her["goal_key"]
+            self.achieved_goal_key = her["achieved_goal_key"]
+            self.reward_key = her["reward_key"]
+            self.end_key = her["end_key"]
+        self._ends_cache = None
+
+    def empty(self) -> None:
+        super().empty()
+        self._ends_cache = None
 
     # -- episodes --------------------------------------------------------------------------------
     # Positions: items numbered column after column, time along each (``column * rows +
@@ -130,7 +161,22 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         return rows, (n // rows if rows else 0)
 
     def _episode_ends(self, storage: Storage) -> torch.Tensor:
-        """Sorted last positions of the stored episodes (CPU int64)."""
+        """Sorted last positions of the stored episodes (CPU int64), recomputed only when
+        the buffer was written to since the last batch (the writer's count moves on every
+        write; ``empty`` and ``load_state_dict`` drop the cache)."""
+        count = getattr(self._writer, "write_count", None)
+        token = (
+            None
+            if count is None
+            else (id(storage), len(storage), count, getattr(storage, "_write_end", 0), self.end_key)
+        )
+        if token is not None and self._ends_cache is not None and self._ends_cache[0] == token:
+            return self._ends_cache[1]
+        ends = self._find_episode_ends(storage)
+        self._ends_cache = None if token is None else (token, ends)
+        return ends
+
+    def _find_episode_ends(self, storage: Storage) -> torch.Tensor:
         rows, cols = self._layout(storage)
         flags = [
             storage._column(key).reshape(rows, cols, -1).any(-1).cpu()

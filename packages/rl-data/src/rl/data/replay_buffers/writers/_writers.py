@@ -209,13 +209,28 @@ class RoundRobinWriter(Writer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._cursor = int(state_dict["cursor"])
-        self._write_count = int(state_dict["write_count"])
+        """Loads a state saved by :meth:`state_dict` or by a TorchRL writer.
+
+        TorchRL 0.14 names the entries ``_cursor`` / ``_write_count``; both spellings load.
+        """
+        self._cursor = int(_state_entry(self, state_dict, "cursor"))
+        self._write_count = int(_state_entry(self, state_dict, "write_count"))
         generation = state_dict.get("generation")
         self._generation = None if generation is None else generation.clone()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
+
+
+def _state_entry(writer: Writer, state_dict: dict[str, Any], name: str) -> Any:
+    """Reads ``name`` from a writer state dict, or TorchRL's ``_name`` spelling of it."""
+    for key in (name, f"_{name}"):
+        if key in state_dict:
+            return state_dict[key]
+    raise KeyError(
+        f"{type(writer).__name__}.load_state_dict needs the key {name!r} (or TorchRL's "
+        f"'_{name}'), got keys {sorted(state_dict)}"
+    )
 
 
 def _set_index(data: TensorDictBase, index: torch.Tensor) -> TensorDictBase:

@@ -1,0 +1,53 @@
+"""Writer checkpoints saved by TorchRL 0.14.1 (``_cursor`` / ``_write_count`` keys) load."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.data import (
+    LazyTensorStorage,
+    ReplayBuffer,
+    RoundRobinWriter,
+    TensorDictReplayBuffer,
+    TensorDictRoundRobinWriter,
+)
+
+# TorchRL 0.14.1: a (TensorDict)RoundRobinWriter after extending 6 items into a storage of 4,
+# ``writer.state_dict()`` (printed by ~/torchrl-ref/bin/python)
+TORCHRL_STATE = {"_cursor": 2, "_write_count": 6}
+
+
+@pytest.mark.parametrize("writer_cls", [RoundRobinWriter, TensorDictRoundRobinWriter])
+def test_same_values_as_torchrl_under_our_keys(writer_cls):
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), writer=writer_cls())
+    rb.extend(TensorDict(a=torch.arange(6.0), batch_size=[6]))
+    assert rb.writer.state_dict() == {"cursor": 2, "write_count": 6}
+
+
+@pytest.mark.parametrize("writer_cls", [RoundRobinWriter, TensorDictRoundRobinWriter])
+def test_loads_a_torchrl_writer_state(writer_cls):
+    writer = writer_cls()
+    writer.load_state_dict(dict(TORCHRL_STATE))
+    assert writer.state_dict() == {"cursor": 2, "write_count": 6}
+    assert writer.write_count == 6
+
+
+def test_torchrl_state_resumes_writing_at_its_cursor():
+    # storage content of the TorchRL buffer: items 4, 5 wrapped onto slots 0, 1
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    rb.extend(torch.tensor([4, 5, 2, 3]))
+    rb.writer.load_state_dict(dict(TORCHRL_STATE))
+    assert rb.extend(torch.tensor([6, 7, 8])).tolist() == [2, 3, 0]
+    assert rb[:].tolist() == [8, 5, 6, 7]
+    assert rb.writer.state_dict() == {"cursor": 1, "write_count": 9}
+
+
+def test_our_keys_still_load():
+    writer = RoundRobinWriter()
+    writer.load_state_dict({"cursor": 3, "write_count": 11})
+    assert writer.state_dict() == {"cursor": 3, "write_count": 11}
+
+
+def test_missing_key_names_both_spellings():
+    with pytest.raises(KeyError, match="'write_count'.*'_write_count'.*got keys \\['_cursor'\\]"):
+        RoundRobinWriter().load_state_dict({"_cursor": 1})

@@ -1,16 +1,13 @@
 """Samplers: which stored items a replay buffer returns."""
 
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
+from rl.data.replay_buffers.samplers._prioritized_slice import PrioritizedSliceSampler
 from rl.data.replay_buffers.samplers._random import (
     RandomSampler,
     Sampler,
     SamplerWithoutReplacement,
 )
-from rl.data.replay_buffers.samplers._slice import (
-    PrioritizedSliceSampler,
-    SliceSampler,
-    SliceSamplerWithoutReplacement,
-)
+from rl.data.replay_buffers.samplers._slice import SliceSampler, SliceSamplerWithoutReplacement
 
 __all__ = [
     "PrioritizedSampler",

@@ -13,14 +13,24 @@ from rl.cpp._segment_tree import (
     cuda_compiled,
     cuda_device_count,
 )
+from rl.cpp._torchrl_trees import (
+    MinSegmentTreeFp32,
+    MinSegmentTreeFp64,
+    SumSegmentTreeFp32,
+    SumSegmentTreeFp64,
+)
 from rl.cpp._value import generalized_advantage_estimate, td_lambda_return_estimate
 
 __version__ = "0.1.0"
 
 __all__ = [
     "MinSegmentTree",
+    "MinSegmentTreeFp32",
+    "MinSegmentTreeFp64",
     "RowGather",
     "SumSegmentTree",
+    "SumSegmentTreeFp32",
+    "SumSegmentTreeFp64",
     "cuda_compiled",
     "cuda_device_count",
     "generalized_advantage_estimate",

@@ -438,12 +438,23 @@ class DistributedCollector(CollectorBase):
         return seed
 
     def state_dict(self) -> dict:
+        """Not supported, by design (TorchRL 0.14's distributed collectors raise too).
+
+        Raises:
+            NotImplementedError: always; the workers' envs live in other processes or on
+                other nodes, so checkpoint the policy and start a new collector instead.
+        """
         raise NotImplementedError(
             f"{type(self).__name__} has no state_dict: its workers' envs live on other "
             "ranks; checkpoint the policy and restart collection instead"
         )
 
     def load_state_dict(self, state_dict: Mapping) -> None:
+        """Not supported, by design: see :meth:`state_dict`.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError(f"{type(self).__name__} has no load_state_dict")
 
     # ---------------------------------------------------------------- workers

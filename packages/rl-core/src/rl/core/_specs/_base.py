@@ -387,7 +387,12 @@ class TensorSpec(abc.ABC):
         )
 
     def index(self, index: Any, tensor_to_index: torch.Tensor) -> torch.Tensor:
-        """Picks entries of ``tensor_to_index`` with a value of the spec (discrete specs only)."""
+        """Picks entries of ``tensor_to_index`` with a value of the spec (discrete specs only).
+
+        Raises:
+            NotImplementedError: for specs that do not define it (continuous, non-tensor,
+                composite), as in TorchRL.
+        """
         raise NotImplementedError(f"index is not defined for {type(self).__name__} specs")
 
     # ------------------------------------------------------------------ copies and devices

@@ -63,6 +63,9 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     Raises:
         ValueError: ``her_ratio`` is outside ``[0, 1]`` or ``strategy`` is unknown.
+        NotImplementedError: at sampling, with a sampler whose indices are neither 1-D
+            (``ndim=1`` storages) nor coordinate tuples (``ndim > 1``): relabeling needs
+            each sampled item's position in its episode, which such indices do not give.
 
     Examples:
         >>> import torch

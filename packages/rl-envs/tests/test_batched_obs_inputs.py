@@ -105,3 +105,29 @@ def test_observation_reshaped_outside_falls_back_to_the_last_output():
         assert rollout["next", "obs"][0, :, -2].tolist() == [0.5, 1.0, 1.5]
     finally:
         env.close()
+
+
+def _gym():
+    from rl.envs import GymEnv
+
+    return GymEnv("CartPole-v1")
+
+
+@pytest.mark.parametrize(
+    "batched, make, copied",
+    [
+        (SerialEnv, _gym, []),
+        (SerialEnv, lambda: TransformedEnv(_gym(), StepCounter()), []),
+        (ParallelEnv, _gym, []),
+        (SerialEnv, ObsReadingEnv, ["obs"]),
+    ],
+    ids=["serial-gym", "serial-transformed-gym", "parallel-gym", "serial-native"],
+)
+def test_only_envs_that_may_read_observations_get_them_copied(batched, make, copied):
+    # simulator wrappers step from the action alone: no observation copy per step
+    kwargs = {"mp_start_method": "fork"} if batched is ParallelEnv else {}
+    env = batched(2, make, **kwargs)
+    try:
+        assert env._layout.obs_in_keys == copied
+    finally:
+        env.close()

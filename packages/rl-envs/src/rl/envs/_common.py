@@ -159,6 +159,10 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
     #: set by subclasses whose ``_reset`` already returns the current values of the entries
     #: outside a ``"_reset"`` mask, to skip :meth:`reset`'s merge
     _reset_keeps_unmasked: bool = False
+    #: whether ``_step`` may read the root observations of its input (TorchRL hands it the
+    #: caller's whole root); batched envs copy them for their sub-envs only when it may.
+    #: Wrappers of simulators that step from the action alone set it to False.
+    _step_reads_observations: bool = True
 
     def __new__(cls, *args, _inplace_update: bool = False, _batch_locked: bool = True, **kwargs):
         # TorchRL's subclasses override ``__new__`` as

@@ -110,6 +110,8 @@ class GymWrapper(EnvBase):
         torch.Size([3])
     """
 
+    _step_reads_observations = False  # steps from the action alone
+
     def __init__(
         self,
         env: gym.Env | VectorEnv,

@@ -17,7 +17,6 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from .._common import EnvBase
-from .._gym import GymWrapper
 from .._partial_step import check_step_mask, peek_step_mask
 from .._rollout import rollout_generic
 from .._utils import step_mdp
@@ -134,9 +133,9 @@ class BatchedEnvBase(EnvBase):
             self.full_done_spec,
             self.done_key,
         )
-        if not isinstance(meta, GymWrapper):
+        if meta._step_reads_observations:
             # a sub-env's _step may read the root observations, as TorchRL hands it the
-            # caller's root (gym wrappers do not read them: their fast step stays)
+            # caller's root (simulator wrappers do not: no copy per step for them)
             in_keys = set(self._layout.in_keys)
             self._layout.obs_in_keys = [
                 key for key in self.full_observation_spec.keys(True, True) if key not in in_keys

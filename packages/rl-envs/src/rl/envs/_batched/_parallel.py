@@ -282,3 +282,4 @@ class _MetaEnv:
         self.device = env.device
         self.output_spec = env.output_spec.clone()
         self.input_spec = env.input_spec.clone()
+        self._step_reads_observations = env._step_reads_observations

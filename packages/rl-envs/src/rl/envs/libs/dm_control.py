@@ -168,6 +168,8 @@ class DMControlWrapper(EnvBase):
         torch.float64
     """
 
+    _step_reads_observations = False  # steps from the action alone
+
     def __init__(
         self,
         env: Any = None,

@@ -105,6 +105,8 @@ class MultiThreadedEnvWrapper(EnvBase):
         >>> env.close()
     """
 
+    _step_reads_observations = False  # steps from the action alone
+
     _reset_keeps_unmasked = True  # _reset returns the current rows outside the mask
 
     def __init__(

@@ -124,6 +124,8 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         (tensor([True]), tensor([False]))
     """
 
+    _step_reads_observations = False  # steps from the action alone
+
     git_url = "https://github.com/Farama-Foundation/PettingZoo"
     libname = "pettingzoo"
 

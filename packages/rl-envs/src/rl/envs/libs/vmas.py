@@ -114,6 +114,8 @@ class VmasWrapper(ForwardsEnvAttributes, EnvBase):
         torch.Size([4, 5, 1])
     """
 
+    _step_reads_observations = False  # steps from the action alone
+
     git_url = "https://github.com/proroklab/VectorizedMultiAgentSimulator"
     libname = "vmas"
     # VMAS returns the current state of the sub-envs a partial reset leaves alone

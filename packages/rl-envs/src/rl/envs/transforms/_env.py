@@ -256,6 +256,11 @@ class TransformedEnv(EnvBase):
         return self.__dict__["base_env"].batch_locked
 
     @property
+    def _step_reads_observations(self) -> bool:
+        """The base env's: transforms hand it the root, they do not read it for it."""
+        return self.__dict__["base_env"]._step_reads_observations
+
+    @property
     def device(self):
         if self.__dict__.get("_transform") is not None:
             self._specs()

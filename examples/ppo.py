@@ -239,6 +239,12 @@ def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam
 def update_epochs(cfg: Config, loss_module, optimizer, batch, minibatch: int) -> torch.Tensor:
     """PPO's update: ``cfg.update_epochs`` passes over the batch in shuffled minibatches,
     one clipped gradient step each; returns the last minibatch's loss."""
+    if cfg.update_epochs < 1 or minibatch < 1:
+        raise ValueError(
+            f"PPO needs update_epochs >= 1 and a minibatch of >= 1 sample; got "
+            f"update_epochs={cfg.update_epochs}, minibatch={minibatch} (the batch's frames "
+            "divided by num_minibatches)"
+        )
     flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
     for _ in range(cfg.update_epochs):
         for idx in torch.randperm(flat.numel()).split(minibatch):

@@ -72,6 +72,12 @@ def _probe_config(module, env_id, tmp_path, **kwargs):
 
 
 class TestPPO:
+    @pytest.mark.parametrize(("epochs", "minibatch"), [(0, 64), (2, 0)])
+    def test_update_refuses_empty_passes(self, ppo, epochs, minibatch):
+        cfg = ppo.Config(update_epochs=epochs)
+        with pytest.raises(ValueError, match=f"update_epochs={epochs}, minibatch={minibatch}"):
+            ppo.update_epochs(cfg, None, None, None, minibatch)
+
     def test_cartpole_tiny_budget_writes_logs_and_curve(self, ppo, tmp_path):
         cfg = ppo.Config(total_frames=1024, eval_episodes=2, log_dir=str(tmp_path), exp_name="run")
         out = ppo.main(cfg)

@@ -10,6 +10,7 @@ from rl.data import (
     LazyTensorStorage,
     OfflineToOnlineReplayBuffer,
     ReplayBuffer,
+    TensorDictMaxValueWriter,
     prefill_replay_buffer,
 )
 from rl.data.replay_buffers._utils import KeyMismatchError
@@ -94,7 +95,7 @@ class TestHERReplayBuffer:
             wrapped = index <= 2  # items 0..2 hold the last steps of episode 2
             assert bool((goal[wrapped, 1] <= data["achieved_goal"][2, 1]).all())
 
-    def test_state_dict_keeps_the_relabeling_settings(self, tmp_path):
+    def test_state_dict_records_the_settings_and_load_keeps_the_constructors(self, tmp_path):
         rb = buffer("final", her_ratio=0.25)
         state = rb.state_dict()
         assert state["_her"] == {
@@ -105,17 +106,57 @@ class TestHERReplayBuffer:
             "reward_key": ("next", "reward"),
             "end_key": ("next", "done"),
         }
-        other = HERReplayBuffer(reward_fn=reward_fn, storage=LazyTensorStorage(100), batch_size=64)
+        # as TorchRL 0.14: the data is restored, the relabeling settings stay as built
+        other = HERReplayBuffer(
+            reward_fn=reward_fn, her_ratio=0.0, storage=LazyTensorStorage(100), batch_size=64
+        )
         other.load_state_dict(state)
-        assert (other.her_ratio, other.strategy) == (0.25, HindsightStrategy.FINAL)
+        assert (other.her_ratio, other.strategy) == (0.0, HindsightStrategy.FUTURE)
+        assert "_her" in state  # the caller's dict is not modified
         assert len(other) == 15
+        assert torch.equal(other[:]["achieved_goal"], rb[:]["achieved_goal"])
+        assert bool((other.sample()["desired_goal"] == -1).all())  # her_ratio 0: none relabeled
         rb.dumps(tmp_path / "rb")  # through torch.load(weights_only=True) and back
-        third = HERReplayBuffer(reward_fn=reward_fn, storage=LazyTensorStorage(100), batch_size=64)
+        third = HERReplayBuffer(
+            reward_fn=reward_fn,
+            her_ratio=0.5,
+            strategy="final",
+            storage=LazyTensorStorage(100),
+            batch_size=64,
+        )
         third.loads(tmp_path / "rb")
-        assert (third.her_ratio, third.strategy) == (0.25, HindsightStrategy.FINAL)
+        assert (third.her_ratio, third.strategy) == (0.5, HindsightStrategy.FINAL)
         batch = third.sample()
-        assert bool((batch["desired_goal"][16:] == -1).all())
-        assert bool((batch["desired_goal"][:16] >= 0).all())
+        assert bool((batch["desired_goal"][32:] == -1).all())
+        assert bool((batch["desired_goal"][:32] >= 0).all())
+        lengths = torch.tensor([4, 6, 5])  # final: the last step of the same episode
+        own = batch["achieved_goal"][:32, 0].long()
+        assert torch.equal(batch["desired_goal"][:32, 1], (lengths[own] - 1).float())
+
+    def test_load_state_dict_accepts_torchrls_her_entry(self):
+        rb = buffer("final")
+        rb.sample()  # fills the episode-ends cache
+        state = rb.state_dict()
+        # the "_her" entry as TorchRL 0.14.1's HERReplayBuffer.state_dict writes it: no
+        # end_key, and its own episode-ends cache
+        state["_her"] = {
+            "goal_key": "desired_goal",
+            "achieved_goal_key": "achieved_goal",
+            "reward_key": ("next", "reward"),
+            "her_ratio": 0.8,
+            "strategy": "future",
+            "episode_ends_cache": torch.tensor([0]),
+            "last_cache_key": (-1, None, False),
+        }
+        other = buffer("final", data=episodes((3, 3)))
+        other.sample()
+        other.load_state_dict(state)
+        assert (other.her_ratio, other.strategy) == (1.0, HindsightStrategy.FINAL)
+        assert other._episode_ends(other.storage).tolist() == [3, 9, 14]  # not the stale [2, 5]
+        batch = other.sample()
+        lengths = torch.tensor([4, 6, 5])
+        own = batch["achieved_goal"][:, 0].long()
+        assert torch.equal(batch["desired_goal"][:, 1], (lengths[own] - 1).float())
 
     def test_episode_ends_follow_every_write(self):
         rb = buffer("final")
@@ -127,6 +168,37 @@ class TestHERReplayBuffer:
         rb.empty()  # the write count starts again: the same count must not reuse the cache
         rb.extend(episodes((7, 10)))  # 17 items, as before the empty
         assert rb._episode_ends(rb.storage).tolist() == [6, 16]
+
+    def test_episode_ends_follow_a_max_value_writer_after_the_storage_is_full(self):
+        # TensorDictMaxValueWriter overwrites slots without moving the storage's length or
+        # write end: its write_count is what tells the cache the episodes changed
+        rb = HERReplayBuffer(
+            reward_fn=reward_fn,
+            her_ratio=1.0,
+            strategy="final",
+            storage=LazyTensorStorage(4),
+            writer=TensorDictMaxValueWriter(rank_key="r"),
+            batch_size=32,
+            generator=torch.Generator().manual_seed(0),
+        )
+        first = episodes((4,))
+        first["r"] = torch.ones(4)
+        rb.extend(first)
+        batch = rb.sample()
+        assert rb.write_count == 4 and rb._episode_ends(rb.storage).tolist() == [3]
+        assert bool((batch["desired_goal"] == torch.tensor([0.0, 3.0])).all())
+        second = episodes((2, 2))  # higher ranked: replaces every stored item
+        second["achieved_goal"][:, 0] += 1  # episodes 1 and 2
+        second["r"] = torch.full((4,), 5.0)
+        rb.extend(second)
+        assert rb.write_count == 8
+        assert rb[:]["achieved_goal"][:, 0].tolist() == [1.0, 1.0, 2.0, 2.0]
+        assert rb._episode_ends(rb.storage).tolist() == [1, 3]
+        batch = rb.sample()
+        goal, own = batch["desired_goal"], batch["achieved_goal"]
+        assert torch.equal(goal[:, 0], own[:, 0])  # the goal comes from the same episode
+        assert bool((goal[:, 1] == 1).all())  # its final step
+        assert torch.equal(batch["next", "reward"], reward_fn(batch))
 
     def test_errors(self):
         with pytest.raises(ValueError, match=r"her_ratio must be in \[0, 1\], got 1.5"):

@@ -91,6 +91,24 @@ class TestTensorDictMaxValueWriter:
         rb.add(TensorDict({"r": torch.tensor(6.0)}, []))
         assert sorted(rb[:]["r"].tolist()) == [5.0, 6.0, 9.0]
 
+    def test_write_count_counts_the_stored_items(self):
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(3), writer=TensorDictMaxValueWriter(rank_key="r")
+        )
+        assert rb.write_count == 0
+        rb.extend(TensorDict({"r": torch.tensor([1.0, 2.0])}, [2]))
+        assert rb.write_count == 2
+        # 4.0, 5.0 and 3.0 are stored (two of them over 1.0 and 2.0); 0.5 is dropped
+        rb.extend(TensorDict({"r": torch.tensor([0.5, 4.0, 5.0, 3.0])}, [4]))
+        assert rb.write_count == 5
+        rb.add(TensorDict({"r": torch.tensor(0.0)}, []))  # ranks below all: not written
+        assert rb.write_count == 5
+        rb.add(TensorDict({"r": torch.tensor(6.0)}, []))
+        assert rb.write_count == 6
+        assert sorted(rb[:]["r"].tolist()) == [4.0, 5.0, 6.0]
+        rb.empty()
+        assert rb.write_count == 0
+
     @settings(max_examples=40, deadline=None)
     @given(
         st.lists(st.lists(st.integers(-50, 50), min_size=1, max_size=6), min_size=1, max_size=6),

@@ -124,7 +124,10 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The buffer's state plus the relabeling settings under ``"_her"`` (as TorchRL)."""
+        """The buffer's state plus the relabeling settings under ``"_her"`` (as TorchRL).
+
+        The settings are a record: :meth:`load_state_dict` does not apply them.
+        """
         state = super().state_dict()
         state["_her"] = {
             "her_ratio": self.her_ratio,
@@ -137,15 +140,14 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        her = state_dict.get("_her")
+        """Restores the storage, sampler and writer; the relabeling settings stay as built.
+
+        As TorchRL 0.14, ``her_ratio``, ``strategy`` and the keys are the constructor's,
+        not the checkpoint's ``"_her"`` entry (which :meth:`state_dict` writes for
+        reference). A ``"_her"`` entry of any shape, TorchRL's included, is accepted; the
+        cached episode ends are always recomputed from the loaded storage.
+        """
         super().load_state_dict({k: v for k, v in state_dict.items() if k != "_her"})
-        if her is not None:
-            self.her_ratio = float(her["her_ratio"])
-            self.strategy = HindsightStrategy(her["strategy"])
-            self.goal_key = her["goal_key"]
-            self.achieved_goal_key = her["achieved_goal_key"]
-            self.reward_key = her["reward_key"]
-            self.end_key = her["end_key"]
         self._ends_cache = None
 
     def empty(self) -> None:

@@ -355,6 +355,8 @@ class TensorDictMaxValueWriter(Writer):
         self._ranks[target] = ranks[kept_new]
         self._count = k
         written = slots >= 0
+        # items dropped for their rank are not written: only the stored ones count
+        self._write_count += int(written.sum())
         if written.any():
             chosen = written.nonzero().squeeze(-1)
             part = data[chosen]
@@ -365,6 +367,7 @@ class TensorDictMaxValueWriter(Writer):
 
     def _empty(self) -> None:
         self._count = 0
+        self._write_count = 0
         if self._ranks is not None:
             self._ranks.fill_(-float("inf"))
 

@@ -83,8 +83,33 @@ class TestDynamicLeaves:
         assert spec[0].shape == (3,)
         assert spec[:].shape == (-1, 3)
         assert spec[..., 1:].shape == (-1, 2)
+        assert spec[::1].shape == (-1, 3)
+        assert spec[None, :].shape == (1, -1, 3)
+        assert spec[0, :1].shape == (1,)  # a static dim can be sliced
         with pytest.raises(IndexError, match=r"a dynamic \(-1\) dim can only be taken whole"):
             spec[:2]
+
+    # TorchRL 0.14.1 raises IndexError for each: the extent of the -1 dim is unknown, so a
+    # slice giving one item at any size ([:1]) is no more defined than [:2]
+    @pytest.mark.parametrize(
+        "idx",
+        [slice(None, 1), slice(0, 1), slice(0, None), slice(None, None, 2), (None, slice(None, 1))],
+        ids=["[:1]", "[0:1]", "[0:]", "[::2]", "[None, :1]"],
+    )
+    @pytest.mark.parametrize("kind", ["unbounded", "onehot", "composite"])
+    def test_partial_slice_of_a_dynamic_dim_raises(self, idx, kind):
+        spec = {
+            "unbounded": Unbounded(shape=(-1, 3)),
+            "onehot": OneHot(n=4, shape=(-1, 4)),
+            "composite": Composite(a=Unbounded(shape=(-1, 3)), shape=(-1,)),
+        }[kind]
+        name = type(spec).__name__
+        with pytest.raises(
+            IndexError,
+            match=rf"cannot index {name} of shape \(-1, ?\d*\) with .*a dynamic \(-1\) dim "
+            r"can only be taken whole \(:\) or at an integer, its extent is unknown \(got slice",
+        ):
+            spec[idx]
 
     def test_shape_ops(self):
         spec = Unbounded(shape=(-1, 3))
@@ -124,6 +149,8 @@ class TestMakeNegDim:
         assert spec.shape == (-1, 3)
         assert spec.rand().shape == (1, 3)
         assert spec.is_in(torch.full((6, 3), 0.5))
+        with pytest.raises(IndexError, match=r"its extent is unknown \(got slice\(None, 1, None\)"):
+            spec[:1]  # size 2 before: [:1] no longer takes one known item
         neg_last = Unbounded(shape=(2, 3))
         neg_last.make_neg_dim(-1)
         assert neg_last.shape == (2, -1)
@@ -146,6 +173,8 @@ class TestMakeNegDim:
         assert spec["sub", "x"].shape == (-1,)
         td = spec.zero()
         assert td.batch_size == (1,) and td["obs"].shape == (1, 3)
+        with pytest.raises(IndexError, match=r"cannot index Composite of shape \(-1,\) with"):
+            spec[0:1]
         assert spec.is_in(
             TensorDict(obs=torch.zeros(5, 3), sub={"x": torch.zeros(5)}, batch_size=[5])
         )

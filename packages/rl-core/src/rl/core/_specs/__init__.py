@@ -17,13 +17,14 @@ from ._aliases import (
     UnboundedDiscrete,
     UnboundedDiscreteTensorSpec,
 )
-from ._base import BoxList, CategoricalBox, ContinuousBox, TensorSpec
+from ._base import TensorSpec
 from ._bounded import Bounded, Unbounded
 from ._choice import Choice
 from ._composite import Composite
 from ._discrete import Binary, Categorical, OneHot
 from ._multi import MultiCategorical, MultiOneHot
 from ._nontensor import NonTensor
+from ._spaces import BoxList, CategoricalBox, ContinuousBox
 from ._stacked import StackedComposite, stack_specs
 from ._stacked_leaf import Stacked
 

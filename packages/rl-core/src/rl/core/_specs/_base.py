@@ -1,4 +1,4 @@
-"""The base class of every tensor spec, the spaces, and the argument parsers they share."""
+"""The base class of every tensor spec and the argument parsers the specs share."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._dynamic import _concrete, _indexed_shape, _make_neg_dim, _no_dynamic, _shape_fits
+
 __all__ = [
     "SpecMismatchError",
     "TensorSpec",
-    "ContinuousBox",
-    "CategoricalBox",
-    "BoxList",
     "DEVICE_TYPING",
 ]
 
@@ -89,18 +88,6 @@ def _to_shape(shape: Any, what: str = "shape") -> torch.Size:
     return out
 
 
-def _concrete(shape: torch.Size) -> torch.Size:
-    """The shape of the tensors a spec makes: a dynamic (``-1``) dim has size 1, as in TorchRL."""
-    if -1 not in shape:
-        return shape
-    return torch.Size(1 if s == -1 else s for s in shape)
-
-
-def _shape_fits(vshape: Sequence[int], shape: Sequence[int]) -> bool:
-    """Whether ``vshape`` equals ``shape``, a dynamic (``-1``) dim of ``shape`` fitting any size."""
-    return len(vshape) == len(shape) and all(s == v or s == -1 for v, s in zip(vshape, shape))
-
-
 def _shape_args(shape: tuple) -> torch.Size:
     """Parses the ``*shape`` of ``expand(*shape)``: ``expand(2, 3)`` or ``expand((2, 3))``."""
     if len(shape) == 1 and not isinstance(shape[0], int):
@@ -146,62 +133,6 @@ class SpecMismatchError(ValueError, AssertionError):
     A ``ValueError``, and an ``AssertionError`` as TorchRL raises there, so code catching
     either carries over.
     """
-
-
-class ContinuousBox:
-    """The box ``[low, high]`` of a :class:`~rl.core.Bounded` spec (``spec.space``)."""
-
-    def __init__(self, low: torch.Tensor, high: torch.Tensor):
-        self.low = low
-        self.high = high
-
-    def __repr__(self) -> str:
-        return f"ContinuousBox(low={_fmt_tensor(self.low)}, high={_fmt_tensor(self.high)})"
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, ContinuousBox)
-            and torch.equal(self.low, other.low)
-            and torch.equal(self.high, other.high)
-        )
-
-
-class CategoricalBox:
-    """The set ``{0, ..., n - 1}`` of a discrete spec (``spec.space``)."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __repr__(self) -> str:
-        return f"CategoricalBox(n={self.n})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CategoricalBox) and self.n == other.n
-
-
-class BoxList:
-    """A list of :class:`CategoricalBox`, the space of the multi-discrete specs."""
-
-    def __init__(self, boxes: Sequence[CategoricalBox]):
-        self.boxes = list(boxes)
-
-    @classmethod
-    def from_nvec(cls, nvec: Sequence[int]) -> BoxList:
-        return cls([CategoricalBox(int(n)) for n in nvec])
-
-    def __getitem__(self, i: int) -> CategoricalBox:
-        return self.boxes[i]
-
-    def __len__(self) -> int:
-        return len(self.boxes)
-
-    def __repr__(self) -> str:
-        return f"BoxList(n={[b.n for b in self.boxes]})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, BoxList) and [b.n for b in self.boxes] == [
-            b.n for b in other.boxes
-        ]
 
 
 class TensorSpec(abc.ABC):
@@ -591,17 +522,7 @@ class TensorSpec(abc.ABC):
             (torch.Size([-1, 3]), torch.Size([1, 3]), True)
         """
         d = _normalize_dim(dim, self.ndim, f"make_neg_dim of {type(self).__name__}")
-        if d >= self._batch_ndim:
-            raise ValueError(
-                f"cannot make dim {dim} of {type(self).__name__} of shape {tuple(self.shape)} "
-                f"dynamic: it is a feature dim (only the first {self._batch_ndim} can be)"
-            )
-        new = self._copy_with(
-            torch.Size(-1 if i == d else s for i, s in enumerate(self.shape)),
-            lambda t: t.narrow(d, 0, 1) if t.shape[d] != 1 else t,
-        )
-        self.__dict__.update(new.__dict__)
-        return self
+        return _make_neg_dim(self, dim, d)
 
     # ------------------------------------------------------------------ comparison and repr
     def __eq__(self, other: object) -> bool:
@@ -634,41 +555,6 @@ class TensorSpec(abc.ABC):
         fields = [f"shape={self.shape}", *self._repr_fields()]
         fields += [f"device={self.device}", f"dtype={self.dtype}"]
         return f"{type(self).__name__}({', '.join(fields)})"
-
-
-def _no_dynamic(spec: TensorSpec, op: str) -> None:
-    if -1 in spec.shape:
-        raise ValueError(
-            f"cannot {op} {type(spec).__name__} of shape {tuple(spec.shape)}: it has dynamic "
-            "(-1) dims, whose number of elements is unknown"
-        )
-
-
-def _indexed_shape(
-    shape: torch.Size, full: tuple, device: Any, name: str, bn: int, idx: Any
-) -> torch.Size:
-    """The shape of ``spec[full]``; dynamic (``-1``) dims kept whole stay ``-1``."""
-
-    def probe(size: int) -> torch.Size:
-        sizes = [size if s == -1 else s for s in shape]
-        return torch.zeros((), device=device).expand(sizes)[full].shape
-
-    try:
-        small = probe(1)
-        if -1 not in shape:
-            return small
-        large = probe(7)
-    except IndexError as err:
-        raise IndexError(
-            f"cannot index {name} of shape {tuple(shape)} with {idx!r} "
-            f"({bn} batch dims can be indexed): {err}"
-        ) from None
-    if len(small) != len(large) or any(a != b and (a, b) != (1, 7) for a, b in zip(small, large)):
-        raise IndexError(
-            f"cannot index {name} of shape {tuple(shape)} with {idx!r}: a dynamic (-1) dim "
-            "can only be taken whole (:) or at an integer, its extent is unknown"
-        )
-    return torch.Size(-1 if a != b else a for a, b in zip(small, large))
 
 
 class _NestedSpec(TensorSpec):

@@ -10,15 +10,15 @@ import torch
 
 from ._base import (
     DEVICE_TYPING,
-    ContinuousBox,
     TensorSpec,
-    _concrete,
     _fmt_tensor,
     _numpy_ready,
     _to_device,
     _to_dtype,
     _to_shape,
 )
+from ._dynamic import _concrete
+from ._spaces import ContinuousBox
 
 __all__ = ["Bounded", "Unbounded"]
 

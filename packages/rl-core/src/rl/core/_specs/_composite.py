@@ -13,14 +13,13 @@ from tensordict.utils import NestedKey
 from ._base import (
     DEVICE_TYPING,
     TensorSpec,
-    _concrete,
-    _indexed_shape,
     _NestedSpec,
     _normalize_dim,
     _shape_args,
     _to_device,
     _to_shape,
 )
+from ._dynamic import _concrete, _indexed_shape
 from ._keys import _NO_DEFAULT, _CompositeKeys, _expand_ellipsis, _is_key, _key_out, _unravel
 from ._lock import _Lockable
 from ._names import _Named

@@ -11,15 +11,15 @@ import torch
 
 from ._base import (
     DEVICE_TYPING,
-    CategoricalBox,
     TensorSpec,
-    _concrete,
     _describe,
     _numpy_ready,
     _to_device,
     _to_dtype,
     _to_shape,
 )
+from ._dynamic import _concrete
+from ._spaces import CategoricalBox
 
 __all__ = ["Categorical", "OneHot", "Binary"]
 

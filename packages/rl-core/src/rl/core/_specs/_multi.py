@@ -9,16 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._base import (
-    DEVICE_TYPING,
-    BoxList,
-    _concrete,
-    _numpy_ready,
-    _to_device,
-    _to_dtype,
-    _to_shape,
-)
+from ._base import DEVICE_TYPING, _numpy_ready, _to_device, _to_dtype, _to_shape
 from ._discrete import Categorical, _check_n, _MaskedDiscrete, _sample_index
+from ._dynamic import _concrete
+from ._spaces import BoxList
 
 __all__ = ["MultiOneHot", "MultiCategorical"]
 

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from tensordict import NonTensorData, NonTensorStack
 
-from ._base import DEVICE_TYPING, TensorSpec, _concrete, _shape_fits, _to_device, _to_shape
+from ._base import DEVICE_TYPING, TensorSpec, _to_device, _to_shape
+from ._dynamic import _concrete, _shape_fits
 
 __all__ = ["NonTensor"]
 

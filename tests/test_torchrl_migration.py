@@ -216,10 +216,10 @@ class TestEnvs:
     def test_env_helpers(self):
         env = CountingEnv()
         assert type(env.append_transform(E.StepCounter())).__name__ == "TransformedEnv"
+        # TorchRL 0.14.1: the default done spec is done + terminated (no truncated)
         base = ["action", "done", "next/done", "next/obs", "next/reward", "next/terminated"]
-        # TorchRL's default done spec has no truncated entry; rl's also holds it
-        assert set(base) <= set(_keys(env.fake_tensordict()))
-        assert set(base) <= set(_keys(env.rand_step(env.reset())))
+        assert _keys(env.fake_tensordict()) == sorted([*base, "obs", "terminated"])
+        assert _keys(env.rand_step(env.reset())) == sorted([*base, "obs", "terminated"])
         data = TensorDict(
             next=TensorDict(done=torch.tensor([[True], [False]]), batch_size=[2]), batch_size=[2]
         )
@@ -229,6 +229,51 @@ class TestEnvs:
             TensorDict(a=torch.zeros(3), b=torch.zeros(2, dtype=torch.long), batch_size=[])
         )
         assert spec["a"].shape == (3,) and spec["b"].dtype == torch.int64
+
+    def test_default_done_spec(self):
+        # an env that sets no done spec, as in TorchRL's docs; values from TorchRL 0.14.1
+        env = CountingEnv(batch_size=[2])
+        assert env.done_keys == ["done", "terminated"] and env.reset_keys == ["_reset"]
+        for key in env.done_keys:
+            spec = env.full_done_spec[key]
+            assert isinstance(spec, S.Categorical)
+            assert spec.shape == (2, 1) and spec.dtype == torch.bool
+        rollout = env.rollout(5, ones)
+        assert rollout.batch_size == (2, 3)
+        assert rollout["next", "done"][0, :, 0].tolist() == [False, False, True]
+        assert rollout["next", "terminated"][0, :, 0].tolist() == [False, False, True]
+        assert "truncated" not in rollout["next"].keys()
+        assert _keys(U.step_mdp(rollout[:, -1])) == ["done", "obs", "terminated"]
+        assert _keys(U.step_mdp(rollout[:, -1], exclude_done=True)) == ["obs", "terminated"]
+        assert U.terminated_or_truncated(rollout[:, -1]["next"].clone())
+        U.check_env_specs(env)
+        with pytest.raises(RuntimeError, match="add_truncated_keys"):
+            env.rollout(2, ones, set_truncated=True)
+        env.add_truncated_keys()
+        assert env.done_keys == ["done", "terminated", "truncated"]
+        rollout = env.rollout(2, ones, set_truncated=True)
+        assert rollout["next", "truncated"][0, :, 0].tolist() == [False, True]
+        assert rollout["next", "done"][0, :, 0].tolist() == [False, True]
+        assert rollout["next", "terminated"][0, :, 0].tolist() == [False, False]
+
+    def test_done_spec_completion(self):
+        # TorchRL 0.14.1: a done leaf gets a terminated twin; a group with done alone too
+        class LeafDone(CountingEnv):
+            def __init__(self):
+                super().__init__()
+                self.done_spec = S.Categorical(2, (1,), dtype=torch.int64)
+
+        assert LeafDone().done_keys == ["done", "terminated"]
+        assert LeafDone().full_done_spec["terminated"].dtype == torch.int64
+
+        class GroupDone(CountingEnv):
+            def __init__(self):
+                super().__init__()
+                self.full_done_spec = S.Composite(
+                    agents=S.Composite(done=S.Categorical(2, (3, 1), dtype=torch.bool), shape=(3,))
+                )
+
+        assert GroupDone().done_keys == [("agents", "done"), ("agents", "terminated")]
 
     def test_gym_backend(self):
         with E.set_gym_backend("gymnasium"):
@@ -343,6 +388,58 @@ class TestTransforms:
         projection = E.DiscreteActionProjection(num_actions_effective=2, max_actions=4)
         torch.manual_seed(0)  # an action beyond the effective ones is redrawn at random
         assert projection.inv(one_hot)["action"].tolist() == [[1, 0]]
+
+    def test_end_of_life_transform(self):
+        import gymnasium as gym
+
+        class Ale:
+            n = 3
+
+            def lives(self):
+                return self.n
+
+        class LivesEnv(gym.Env):  # loses a life every 3 steps, ends with none left
+            observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def __init__(self):
+                self.ale, self.t = Ale(), 0
+
+            def reset(self, seed=None, options=None):
+                super().reset(seed=seed)
+                self.ale.n, self.t = 3, 0
+                return np.zeros(2, np.float32), {}
+
+            def step(self, action):
+                self.t += 1
+                self.ale.n -= self.t % 3 == 0
+                return np.full(2, self.t, np.float32), 1.0, self.ale.n == 0, False, {}
+
+        # TorchRL 0.14.1's keys, specs, reset and rollout values
+        t = E.EndOfLifeTransform()
+        assert t.in_keys == ["done"] and t.out_keys == ["end-of-life", "lives"]
+        assert t.in_keys_inv == [] and t.out_keys_inv == []
+        t2 = E.EndOfLifeTransform(eol_key="eol", lives_key=("g", "lives"), done_key="terminated")
+        assert t2.in_keys == ["terminated"] and t2.out_keys == ["eol", ("g", "lives")]
+        env = E.TransformedEnv(E.GymWrapper(LivesEnv()), t)
+        assert env.full_observation_spec["end-of-life"] == env.full_done_spec["done"]
+        lives_spec = env.full_observation_spec["lives"]
+        assert lives_spec.shape == () and lives_spec.dtype == torch.int64
+        assert "end-of-life" not in env.full_done_spec.keys()
+        reset = env.reset()
+        assert reset["end-of-life"].tolist() == [False] and reset["lives"].item() == 3
+        rollout = env.rollout(12)
+        assert rollout["next", "end-of-life"][:, 0].int().tolist() == [0, 0, 1, 0, 0, 1, 0, 0, 1]
+        assert rollout["next", "lives"].tolist() == [3, 3, 2, 2, 2, 1, 1, 1, 0]
+        U.check_env_specs(env)
+
+        class Loss:
+            def set_keys(self, **keys):
+                self.keys = keys
+
+        loss = Loss()
+        t.register_keys(loss)
+        assert loss.keys == {"done": "end-of-life", "terminated": "end-of-life"}
 
     def test_env_transforms(self):
         env = E.TransformedEnv(CountingEnv(), E.RemoveEmptySpecs())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from rl.core import Bounded, Composite, Unbounded
+from rl.core import Bounded, Categorical, Composite, Unbounded
 from rl.envs import EnvBase
 
 
@@ -30,6 +30,8 @@ class CounterEnv(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 3)), shape=bs)
         self.action_spec = Bounded(0.0, 1.0, shape=(*bs, 1))
         self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
+        self.add_truncated_keys()  # it truncates: declared, as TorchRL wants
         self.count = torch.zeros(*bs, 1)
         self.steps = torch.zeros(*bs, 1)
         self.resets = torch.zeros(*bs, 1)

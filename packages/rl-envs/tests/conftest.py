@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
-from rl.core import Bounded, Composite, Unbounded  # noqa: E402
+from rl.core import Bounded, Categorical, Composite, Unbounded  # noqa: E402
 from rl.envs import EnvBase  # noqa: E402
 
 
@@ -35,6 +35,10 @@ class CountingEnv(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
         self.action_spec = Bounded(0.0, 1.0, shape=(*bs, 1))
         self.reward_spec = Unbounded(shape=(*bs, 1))
+        flag = Categorical(2, shape=(*bs, 1), dtype=torch.bool)  # it truncates: declared
+        self.full_done_spec = Composite(
+            done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=bs
+        )
         self.count = torch.zeros(*bs, 1)
         self.steps = torch.zeros(*bs, 1, dtype=torch.int64)
         self.resets = torch.zeros(*bs, 1, dtype=torch.int64)

@@ -2,7 +2,7 @@
 ConditionalSkip and MultiAction.
 
 Expected values were computed by TorchRL 0.14.1 on the same envs and inputs (written
-here as literals). TorchRL's default done spec lacks ``truncated``; ours has it (False).
+here as literals). The envs write TorchRL's default done flags (``done``, ``terminated``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Counter(EnvBase):
         flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
         return TensorDict(
             observation=self.count.clone(), done=flag, terminated=flag.clone(),
-            truncated=flag.clone(), batch_size=self.batch_size,
+            batch_size=self.batch_size,
         )  # fmt: skip
 
     def _step(self, td):
@@ -46,7 +46,7 @@ class Counter(EnvBase):
         term = self.count >= self.limit
         return TensorDict(
             observation=self.count.clone(), reward=action.clone(), done=term.clone(),
-            terminated=term, truncated=torch.zeros_like(term), batch_size=self.batch_size,
+            terminated=term, batch_size=self.batch_size,
         )  # fmt: skip
 
     def _set_seed(self, seed):
@@ -69,7 +69,7 @@ class Stateless(EnvBase):
         flag = torch.zeros(*shape, 1, dtype=torch.bool)
         return TensorDict(
             observation=torch.zeros(*shape, 1), done=flag, terminated=flag.clone(),
-            truncated=flag.clone(), batch_size=shape,
+            batch_size=shape,
         )  # fmt: skip
 
     def _step(self, td):
@@ -77,7 +77,7 @@ class Stateless(EnvBase):
         term = obs >= 3
         return TensorDict(
             observation=obs, reward=td["action"].clone(), done=term.clone(), terminated=term,
-            truncated=torch.zeros_like(term), batch_size=td.shape,
+            batch_size=td.shape,
         )  # fmt: skip
 
     def _set_seed(self, seed):

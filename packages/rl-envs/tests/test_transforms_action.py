@@ -23,6 +23,8 @@ class MaskedEnv(EnvBase):
         )
         self.action_spec = Categorical(n, shape=bs)
         self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
+        self.add_truncated_keys()  # writes truncated: declared (TorchRL default has none)
         self.mask = torch.ones(*bs, n, dtype=torch.bool)
 
     def _reset(self, tensordict):

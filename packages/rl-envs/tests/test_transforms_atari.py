@@ -78,6 +78,56 @@ def test_register_keys_makes_gae_stop_at_a_life_lost():
     assert gae.tensor_keys.terminated == "end-of-life"
 
 
+def test_keys_and_specs_as_torchrl():
+    t = EndOfLifeTransform(
+        eol_key="eol",
+        lives_key=("game", "lives"),
+        done_key="terminated",
+        eol_attribute="unwrapped.lives",
+    )
+    assert t.in_keys == ["terminated"] and t.out_keys == ["eol", ("game", "lives")]
+    assert t.in_keys_inv == [] and t.out_keys_inv == []
+    assert "in_keys=['terminated']" in repr(t)
+    env = TransformedEnv(GymWrapper(LivesEnv()), t)
+    # the flag's spec is a copy of the done entry's; lives: int64 of the batch shape
+    assert env.observation_spec["eol"] == env.full_done_spec["terminated"]
+    assert env.observation_spec["eol"] is not env.full_done_spec["terminated"]
+    assert env.observation_spec["game", "lives"].dtype == torch.int64
+    check_env_specs(env, seed=0, max_steps=4)
+
+
+class _Lives:
+    def __init__(self, env):
+        self.env = env
+
+    def lives(self):
+        return self.env.left
+
+
+class CountdownEnv(PendulumEnv):
+    """A native env exposing ``unwrapped.ale.lives()``: loses a life every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.left = 3
+        self.unwrapped = type("U", (), {"ale": _Lives(self)})()
+
+    def _step(self, td):
+        self.left -= 1
+        return super()._step(td)
+
+
+def test_a_non_gym_env_with_the_attribute_is_read_with_a_warning():
+    env = TransformedEnv(CountdownEnv(), EndOfLifeTransform())
+    with pytest.warns(UserWarning, match="CountdownEnv is not a gym env"):
+        td = env.reset()
+    assert td["lives"].item() == 3
+    with pytest.warns(UserWarning):
+        td = env.rollout(2)
+    assert td["next", "lives"].tolist() == [2, 1]
+    assert td["next", "end-of-life"][:, 0].tolist() == [True, True]
+
+
 def test_errors_name_the_problem():
     with pytest.raises(RuntimeError, match="base env is PendulumEnv"):
         TransformedEnv(PendulumEnv(), EndOfLifeTransform()).reset()

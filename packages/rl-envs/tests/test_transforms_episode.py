@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core import Bounded, Composite, Unbounded
+from rl.core import Bounded, Categorical, Composite, Unbounded
 from rl.envs import EnvBase, GymEnv, PendulumEnv, check_env_specs
 from rl.envs.transforms import (
     Compose,
@@ -32,6 +32,8 @@ class ConstEnv(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
         self.action_spec = Bounded(-1.0, 1.0, shape=(*bs, 1))
         self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
+        self.add_truncated_keys()  # writes truncated: declared (TorchRL default has none)
         self.t = torch.zeros(*bs, 1, dtype=torch.int64)
         self.n_steps = 0
 

@@ -47,6 +47,8 @@ class Counter(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
         self.action_spec = Bounded(-2.0, 4.0, shape=(*bs, *act_shape))
         self.reward_spec = Unbounded(shape=(*bs, 1))
+        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
+        self.add_truncated_keys()  # writes truncated: declared (TorchRL default has none)
         self.count = torch.zeros(*bs, 1)
         self.nsteps = 0
 

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rl.core import Categorical, Composite, Unbounded
+from rl.core import Composite, Unbounded
 
-from ._done import complete_done
+from ._done import complete_done, complete_done_spec
 from ._env_helpers import EnvHelpers
 from ._env_module import EnvModule, normalize_device
 from ._env_specs import EnvSpecs
@@ -67,18 +67,23 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
     A subclass sets its specs in ``__init__`` and implements three methods:
 
     - ``_reset(tensordict)`` returns a TensorDict (batch size ``env.batch_size``) with
-      every observation key and the ``done`` / ``terminated`` / ``truncated`` flags
-      (all ``False``). When ``tensordict`` holds a ``"_reset"`` mask of shape
+      every observation key and the done flags of ``full_done_spec`` (all ``False``;
+      missing flags are filled in). When ``tensordict`` holds a ``"_reset"`` mask of shape
       ``[*batch, 1]``, only the masked entries need to be reset; :meth:`reset` keeps the
       current values of the other entries.
     - ``_step(tensordict)`` reads ``"action"`` (and the state keys) from the root and
-      returns a TensorDict with the next observation keys, ``"reward"``, ``"done"``,
-      ``"terminated"`` and ``"truncated"``, not nested under ``"next"``.
+      returns a TensorDict with the next observation keys, ``"reward"`` and the done
+      flags (``"done"``, ``"terminated"``, ``"truncated"`` when declared), not nested
+      under ``"next"``.
     - ``_set_seed(seed)`` seeds the environment's own randomness.
 
-    ``done_spec`` defaults to boolean ``done`` / ``terminated`` / ``truncated`` entries of
-    shape ``[*batch, 1]`` and ``reward_spec`` to ``Unbounded(shape=[*batch, 1])`` when the
-    subclass does not set them. ``done`` is always ``terminated | truncated``.
+    As in TorchRL, ``done_spec`` defaults to boolean ``done`` and ``terminated`` entries
+    of shape ``[*batch, 1]`` (no ``truncated``: call :meth:`add_truncated_keys` or declare
+    it in ``full_done_spec``), a done spec with only one of ``done`` / ``terminated`` gets
+    the other (``auto_complete_done_specs = False`` turns this off), and ``reward_spec``
+    defaults to ``Unbounded(shape=[*batch, 1])``. Flags ``_step`` leaves out are filled in:
+    ``terminated`` from ``done``, ``done`` as ``terminated | truncated``, others ``False``;
+    ``done`` is always ``terminated | truncated``.
 
     Args:
         device: the device of the tensors the env reads and writes (``None``: CPU).
@@ -132,7 +137,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         ...         flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
         ...         return TensorDict(
         ...             position=new.clone(), done=flag, terminated=flag.clone(),
-        ...             truncated=flag.clone(), batch_size=self.batch_size,
+        ...             batch_size=self.batch_size,
         ...         )
         ...
         ...     def _step(self, tensordict):
@@ -141,7 +146,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         ...         return TensorDict(
         ...             position=self.position.clone(), reward=-self.position.abs(),
         ...             done=terminated.clone(), terminated=terminated,
-        ...             truncated=torch.zeros_like(terminated), batch_size=self.batch_size,
+        ...             batch_size=self.batch_size,
         ...         )
         ...
         ...     def _set_seed(self, seed):
@@ -156,6 +161,8 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         torch.Size([4, 10, 1])
     """
 
+    #: complete the done spec at construction (TorchRL's flag): ``done`` <-> ``terminated``
+    auto_complete_done_specs: bool = True
     #: set by subclasses whose ``_reset`` already returns the current values of the entries
     #: outside a ``"_reset"`` mask, to skip :meth:`reset`'s merge
     _reset_keeps_unmasked: bool = False
@@ -210,11 +217,10 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
 
     def _post_init(self) -> None:
         bs = self.batch_size
-        if not list(self.full_done_spec.keys()):
-            flag = Categorical(2, shape=(*bs, 1), dtype=torch.bool, device=self._device)
-            self.full_done_spec = Composite(
-                done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=bs
-            )
+        if self.auto_complete_done_specs:
+            spec = self.full_done_spec.clone()
+            if complete_done_spec(spec, self._device):
+                self.full_done_spec = spec
         if not list(self.full_reward_spec.keys()):
             self.reward_spec = Unbounded(shape=(*bs, 1), device=self._device)
 
@@ -294,6 +300,17 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         """Adds the done-spec entries ``td`` lacks, as TorchRL does (see ``complete_done``)."""
         complete_done(self.full_done_spec, td, len(self.batch_size))
 
+    def _complete_outputs(self, td: TensorDictBase, flag: str) -> None:
+        """``_complete_done`` on a ``_reset`` / ``_step`` output, checked until the env is
+        seen writing every done entry (``flag`` then records it and the check is skipped)."""
+        if self.__dict__.get(flag, False):
+            return
+        keys = td.keys(True, True)
+        complete = all(key in keys for key in self.done_keys)
+        if not complete:
+            self._complete_done(td)
+        self.__dict__[flag] = complete
+
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         """Resets the environment (or the entries selected by a ``"_reset"`` mask).
 
@@ -319,13 +336,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
                 tensordict.del_("_reset")
                 return tensordict
         td_reset = self._reset(tensordict)
-        if not self.__dict__.get("_reset_outputs_complete", False):
-            # checked until _reset is seen writing every done entry (then skipped)
-            keys = td_reset.keys(True, True)
-            complete = all(key in keys for key in self.done_keys)
-            if not complete:
-                self._complete_done(td_reset)
-            self.__dict__["_reset_outputs_complete"] = complete
+        self._complete_outputs(td_reset, "_reset_outputs_complete")
         if (
             mask is not None
             and self.batch_size
@@ -382,13 +393,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
             for key in next_preset.keys(True, True):
                 if key not in next_td.keys(True, True):
                     next_td.set(key, next_preset[key])
-        if not self.__dict__.get("_step_outputs_complete", False):
-            # checked until _step is seen writing every done entry (then skipped)
-            keys = next_td.keys(True, True)
-            complete = all(key in keys for key in self.done_keys)
-            if not complete:
-                self._complete_done(next_td)
-            self.__dict__["_step_outputs_complete"] = complete
+        self._complete_outputs(next_td, "_step_outputs_complete")
         tensordict.set("next", next_td)
         return tensordict
 
@@ -501,7 +506,8 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
             break_when_all_done: stop once every sub-environment has been done at least
                 once (done sub-environments are reset and keep running until then).
             tensordict: the initial tensordict (passed to ``reset`` when ``auto_reset``).
-            set_truncated: mark the last step ``truncated`` (and ``done``).
+            set_truncated: mark the last step ``truncated`` (and ``done``); a
+                ``RuntimeError`` when the done spec has no ``truncated`` entry.
             return_contiguous: kept for TorchRL compatibility; the output is always a
                 contiguous TensorDict.
             actions: the actions to take, one per step (tensors, or tensordicts of
@@ -591,10 +597,17 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
     ) -> TensorDictBase:
         if set_truncated:
             last = (slice(None),) * (result.batch_dims - 1) + (-1,)
-            for key in self.done_keys:
-                name = key if isinstance(key, str) else key[-1]
-                if name in ("truncated", "done"):
-                    result["next", *_as_tuple(key)][last] = True
+            truncated = [k for k in self.done_keys if _as_tuple(k)[-1] == "truncated"]
+            if not truncated:
+                raise RuntimeError(
+                    "rollout(set_truncated=True) needs a 'truncated' entry in the done spec, "
+                    f"got done keys {self.done_keys}: call env.add_truncated_keys() first"
+                )
+            for key in truncated:
+                result["next", *_as_tuple(key)][last] = True
+                done = ("next", *_as_tuple(key)[:-1], "done")
+                if done in result.keys(True, True):
+                    result[done][last] = True
         if storing_device is not None:
             result = result.to(storing_device)
         if out is not None:

@@ -15,6 +15,8 @@ from tensordict import TensorDictBase
 
 from rl.core import Composite
 
+from ._done import complete_done_spec
+
 __all__ = ["EnvSpecs"]
 
 NestedKey = str | tuple[str, ...]
@@ -121,7 +123,7 @@ class EnvSpecs:
 
     @property
     def full_done_spec(self) -> Composite:
-        """The ``done`` / ``terminated`` / ``truncated`` entries, as a Composite."""
+        """The done flags (``done``, ``terminated``, maybe ``truncated``), as a Composite."""
         return self.output_spec["full_done_spec"]
 
     @full_done_spec.setter
@@ -136,12 +138,34 @@ class EnvSpecs:
     @done_spec.setter
     def done_spec(self, value) -> None:
         if isinstance(value, Composite):
+            if getattr(self, "auto_complete_done_specs", True):
+                value = value.clone()  # completed as TorchRL's setter does
+                complete_done_spec(value, self._device)
             self.full_done_spec = value
             return
         self._check_leaf("done_spec", value)
         self.full_done_spec = Composite(
-            done=value, terminated=value.clone(), truncated=value.clone(), shape=self.batch_size
+            done=value, terminated=value.clone(), shape=self.batch_size, device=self._device
         )
+
+    def add_truncated_keys(self):
+        """Adds a ``truncated`` flag next to every ``done`` flag of the done spec (TorchRL's).
+
+        Returns:
+            the env itself.
+
+        Raises:
+            KeyError: the done spec has no ``done`` entry.
+        """
+        spec = self.full_done_spec.clone()
+        done = [k for k in _leaf_keys(spec) if (k if isinstance(k, str) else k[-1]) == "done"]
+        if not done:
+            raise KeyError(f"add_truncated_keys found no done key in the done spec {spec!r}")
+        for key in done:
+            trunc = "truncated" if isinstance(key, str) else (*key[:-1], "truncated")
+            spec[trunc] = spec[key].clone()
+        self.full_done_spec = spec
+        return self
 
     @property
     def full_action_spec(self) -> Composite:

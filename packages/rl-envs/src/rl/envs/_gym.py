@@ -14,6 +14,7 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core import Composite
 
 from ._common import EnvBase
+from ._done import default_done_spec
 from ._gym_rollout import _key, gym_rollout
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
 from ._rollout import rollout_generic
@@ -194,6 +195,7 @@ class GymWrapper(EnvBase):
         for leaf in self._act_leaves:
             act[_key(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.full_action_spec = act
+        self.full_done_spec = default_done_spec(bs, dev, truncated=True)  # gym's three flags
         self._obs_np_dtypes = [
             (_key(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
             for leaf in self._obs_leaves

@@ -6,6 +6,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from .._common import EnvBase
+from .._done import default_done_spec
 
 __all__ = ["NativeEnv"]
 
@@ -22,6 +23,8 @@ class NativeEnv(EnvBase):
 
     def __init__(self, *, device=None, batch_size=None, run_type_checks: bool = False) -> None:
         super().__init__(device=device, batch_size=batch_size, run_type_checks=run_type_checks)
+        # gymnasium's three flags (the native envs mirror gymnasium's time limits)
+        self.full_done_spec = default_done_spec(self.batch_size, self.device, truncated=True)
         self._tensor_device = self.device if self.device is not None else torch.device("cpu")
         self._generator = torch.Generator(device=self._tensor_device)
         self._generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))

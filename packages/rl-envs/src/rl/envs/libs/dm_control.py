@@ -24,6 +24,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
 from rl.envs._common import EnvBase
+from rl.envs._done import default_done_spec
 from rl.envs._gym_rollout import _key
 from rl.envs._gym_spaces import numpy_to_torch_dtype
 
@@ -257,6 +258,7 @@ class DMControlWrapper(EnvBase):
         reward = env.reward_spec()
         reward_dtype = numpy_to_torch_dtype(reward.dtype)
         self.reward_spec = Unbounded(shape=(1,), dtype=reward_dtype, device=dev)
+        self.full_done_spec = default_done_spec((), dev, truncated=True)  # as TorchRL's
         self._reward_np_dtype = np.dtype(reward.dtype)
 
     def _obs_entries(self, observation: Mapping) -> dict:

@@ -22,6 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Bounded, Composite, Unbounded
 from rl.envs._common import EnvBase
+from rl.envs._done import default_done_spec
 from rl.envs._gym_rollout import _key
 from rl.envs._gym_spaces import SpaceLeaf, space_leaves, walk
 from rl.envs._rollout import rollout_generic
@@ -189,6 +190,7 @@ class MultiThreadedEnvWrapper(EnvBase):
         leaf = self._act_leaves[0]
         self.action_spec = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.reward_spec = Unbounded(shape=(*bs, 1), dtype=torch.float32, device=dev)
+        self.full_done_spec = default_done_spec(bs, dev, truncated=True)
         self._obs_np_dtypes = [
             (_key(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
             for leaf in self._obs_leaves

@@ -151,6 +151,8 @@ class StepCounter(Transform):
         return state_spec
 
     def transform_done_spec(self, done_spec):
+        if self.max_steps is None:  # never truncates: no flag added (as TorchRL)
+            return done_spec
         present = set(done_spec.keys(True, True))
         for key in (self.truncated_key, self.done_key):
             if key not in present:

@@ -1,0 +1,216 @@
+"""The done flags of an env: TorchRL's default done spec, its completion, the flags filled
+in when ``_step`` / ``_reset`` leave them out, ``add_truncated_keys``, ``set_truncated``.
+
+Expected values are TorchRL 0.14.1's on the same envs (run in a scratch install).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.core import Categorical, Composite, Unbounded
+from rl.envs import EnvBase, TransformedEnv, check_env_specs, step_mdp
+from rl.envs.transforms import StepCounter
+
+
+class Flags(EnvBase):
+    """Writes the flags given by ``write`` (a dict name -> value at step 3); done spec per
+    ``spec``: ``None`` (default), ``"leaf"``, ``"done"``, ``"terminated"``, ``"all"``."""
+
+    def __init__(self, write=("done",), spec=None, batch_size=(), **kwargs):
+        super().__init__(batch_size=batch_size, **kwargs)
+        bs = self.batch_size
+        self.observation_spec = Composite(obs=Unbounded(shape=(*bs, 1)), shape=bs)
+        self.action_spec = Unbounded(shape=(*bs, 1))
+        self.reward_spec = Unbounded(shape=(*bs, 1))
+        flag = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
+        if spec == "leaf":
+            self.done_spec = flag
+        elif spec in ("done", "terminated"):
+            self.full_done_spec = Composite({spec: flag}, shape=bs)
+        elif spec == "all":
+            self.full_done_spec = Composite(
+                done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=bs
+            )
+        self.write = write
+        self.t = 0
+
+    def _reset(self, td):
+        self.t = 0
+        return TensorDict(obs=torch.zeros(*self.batch_size, 1), batch_size=self.batch_size)
+
+    def _step(self, td):
+        self.t += 1
+        out = TensorDict(
+            obs=torch.full((*self.batch_size, 1), float(self.t)),
+            reward=torch.ones(*self.batch_size, 1),
+            batch_size=self.batch_size,
+        )
+        for name in self.write:
+            out.set(name, torch.full((*self.batch_size, 1), self.t >= 3))
+        return out
+
+    def _set_seed(self, seed):
+        pass
+
+
+def _last(rollout, keys):
+    return {k: rollout["next", k][..., -1, 0].tolist() for k in keys}
+
+
+class TestDefaultDoneSpec:
+    @pytest.mark.parametrize("batch_size", [(), (2,)])
+    def test_done_and_terminated_only(self, batch_size):
+        env = Flags(batch_size=batch_size)
+        assert env.done_keys == ["done", "terminated"]
+        for key in env.done_keys:
+            spec = env.full_done_spec[key]
+            assert isinstance(spec, Categorical) and spec.n == 2
+            assert spec.shape == (*batch_size, 1) and spec.dtype == torch.bool
+        assert isinstance(env.done_spec, Composite)  # two leaves: the Composite, as TorchRL
+        reset = env.reset()
+        assert sorted(reset.keys()) == ["done", "obs", "terminated"]
+        rollout = env.rollout(5)
+        assert rollout.batch_size == (*batch_size, 3)
+        assert rollout["next", "terminated"].equal(rollout["next", "done"])
+        check_env_specs(env)
+
+    @pytest.mark.parametrize(
+        ("spec", "keys"),
+        [
+            ("leaf", ["done", "terminated"]),
+            ("done", ["done", "terminated"]),
+            ("terminated", ["terminated", "done"]),
+            ("all", ["done", "terminated", "truncated"]),
+        ],
+    )
+    def test_completion_of_a_partial_spec(self, spec, keys):
+        env = Flags(spec=spec)
+        assert env.done_keys == keys
+        check_env_specs(env)
+
+    def test_leaf_keeps_its_dtype_and_a_nested_group_is_completed(self):
+        class Int(Flags):
+            def __init__(self):
+                super().__init__()
+                self.done_spec = Categorical(2, shape=(1,), dtype=torch.int64)
+
+        env = Int()
+        assert env.full_done_spec["terminated"].dtype == torch.int64
+        filled = env.rollout(5)["next", "terminated"]  # from the bool done, in the spec's dtype
+        assert filled.dtype == torch.int64 and filled[:, 0].tolist() == [0, 0, 1]
+
+        class Group(Flags):
+            def __init__(self):
+                super().__init__()
+                self.full_done_spec = Composite(
+                    agents=Composite(
+                        terminated=Categorical(2, shape=(3, 1), dtype=torch.bool), shape=(3,)
+                    )
+                )
+
+        assert Group().done_keys == [("agents", "terminated"), ("agents", "done")]
+
+    def test_auto_complete_done_specs_false_keeps_the_spec(self):
+        class Raw(Flags):
+            auto_complete_done_specs = False
+
+        assert Raw(spec="done").done_keys == ["done"]
+
+    def test_add_truncated_keys(self):
+        env = Flags(write=("done",))
+        assert env.add_truncated_keys() is env
+        assert env.done_keys == ["done", "terminated", "truncated"]
+        rollout = env.rollout(5)
+        assert _last(rollout, ["done", "terminated", "truncated"]) == {
+            "done": True,
+            "terminated": True,
+            "truncated": False,
+        }
+
+    def test_add_truncated_keys_needs_a_done_key(self):
+        env = Flags()
+        env.full_done_spec = Composite(stop=Categorical(2, shape=(1,), dtype=torch.bool))
+        with pytest.raises(KeyError, match="add_truncated_keys found no done key"):
+            env.add_truncated_keys()
+
+
+class TestFilledFlags:
+    """What a ``_step`` that leaves flags out gets, against TorchRL 0.14.1."""
+
+    @pytest.mark.parametrize(
+        ("write", "spec", "steps", "expected"),
+        [
+            (("done",), None, 3, {"done": True, "terminated": True}),
+            (("terminated",), None, 3, {"done": True, "terminated": True}),
+            ((), None, 5, {"done": False, "terminated": False}),
+            # truncated outside the spec is ignored (TorchRL: the rollout does not stop)
+            (("truncated",), None, 5, {"done": False, "terminated": False}),
+            (
+                ("terminated", "truncated"),
+                "all",
+                3,
+                {"done": True, "terminated": True, "truncated": True},
+            ),
+        ],
+    )
+    def test_values(self, write, spec, steps, expected):
+        rollout = Flags(write=write, spec=spec).rollout(5)
+        assert rollout.shape == (steps,)
+        assert _last(rollout, expected) == expected
+
+    def test_done_is_terminated_or_truncated(self):
+        # TorchRL leaves done False when _step writes truncated alone; here the contract
+        # done = terminated | truncated holds (the documented difference)
+        rollout = Flags(write=("truncated",), spec="all").rollout(5)
+        assert rollout.shape == (3,)
+        assert _last(rollout, ["done", "terminated", "truncated"]) == {
+            "done": True,
+            "terminated": False,
+            "truncated": True,
+        }
+
+    def test_done_and_truncated_without_terminated_raise(self):
+        env = Flags(write=("done", "truncated"), spec="all")
+        with pytest.raises(RuntimeError, match="no 'terminated' entry: terminated cannot be"):
+            env.rollout(5)
+
+    def test_a_truncation_added_by_a_transform_is_no_termination(self):
+        # the base env's flags are completed before the transforms (TorchRL's order)
+        env = TransformedEnv(Flags(write=("done",)), StepCounter(max_steps=2))
+        assert env.done_keys == ["done", "terminated", "truncated"]
+        rollout = env.rollout(5)
+        assert rollout.shape == (2,)
+        assert _last(rollout, ["done", "terminated", "truncated"]) == {
+            "done": True,
+            "terminated": False,
+            "truncated": True,
+        }
+        td = env.step(env.rand_action(env.reset()))
+        assert td["next", "terminated"].tolist() == [False]
+
+    def test_step_counter_without_max_steps_adds_no_flag(self):
+        env = TransformedEnv(Flags(), StepCounter())
+        assert env.done_keys == ["done", "terminated"]
+        check_env_specs(env)
+
+    def test_step_mdp_carries_the_flags(self):
+        env = Flags(batch_size=(2,))
+        td = env.rand_step(env.reset())
+        assert sorted(step_mdp(td).keys()) == ["done", "obs", "terminated"]
+
+
+class TestSetTruncated:
+    def test_needs_a_truncated_key(self):
+        env = Flags()
+        with pytest.raises(RuntimeError, match=r"set_truncated=True\) needs a 'truncated'"):
+            env.rollout(2, set_truncated=True)
+
+    def test_marks_the_last_step(self):
+        env = Flags(spec="all", batch_size=(2,))
+        rollout = env.rollout(2, set_truncated=True)
+        assert rollout["next", "truncated"][..., 0].tolist() == [[False, True]] * 2
+        assert rollout["next", "done"][..., 0].tolist() == [[False, True]] * 2
+        assert not rollout["next", "terminated"].any()

@@ -275,6 +275,21 @@ class TestEnvs:
 
         assert GroupDone().done_keys == [("agents", "done"), ("agents", "terminated")]
 
+    def test_multi_agent_mlp_use_td_params(self):
+        from rl.modules import MultiAgentMLP
+
+        # TorchRL 0.14.1's docstring network, with both parameter layouts
+        kwargs = dict(n_agent_inputs=3, n_agent_outputs=2, n_agents=6, centralized=False)
+        kwargs.update(share_params=True, depth=2)
+        in_td = MultiAgentMLP(**kwargs)
+        in_net = MultiAgentMLP(**kwargs, use_td_params=False)
+        assert type(in_td.params).__name__ == "TensorDictParams"
+        assert next(iter(in_td.state_dict())) == "params.0.weight"
+        assert next(iter(in_net.state_dict())) == "_empty_net.0.weight"
+        with pytest.raises(RuntimeError):  # "not interchangeable", as TorchRL documents
+            in_net.load_state_dict(in_td.state_dict())
+        assert in_net(torch.randn(4, 6, 3)).shape == (4, 6, 2)
+
     def test_gym_backend(self):
         with E.set_gym_backend("gymnasium"):
             assert E.gym_backend().__name__ == "gymnasium"

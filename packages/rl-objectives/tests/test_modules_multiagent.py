@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -101,6 +104,52 @@ class TestMultiAgentMLP:
         for i, net in enumerate(nets):
             torch.testing.assert_close(out[i], net(x))
 
+    @pytest.mark.parametrize(("share_params", "expected"), [(False, 2.95199), (True, -4.19046)])
+    def test_use_td_params_as_torchrl(self, share_params, expected):
+        # TorchRL 0.14.1: same seed, same parameters and output in both modes
+        outs = {}
+        for use_td_params in (True, False):
+            torch.manual_seed(0)
+            net = _mlp(False, share_params, use_td_params=use_td_params)
+            assert net.use_td_params is use_td_params
+            prefix = "params" if use_td_params else "_empty_net"
+            assert list(net.state_dict()) == [
+                f"{prefix}.{k}" for k in ("0.weight", "0.bias", "2.weight", "2.bias")
+            ]
+            assert [n for n, _ in net.named_parameters()] == list(net.state_dict())
+            assert type(net.params).__name__ == (
+                "TensorDictParams" if use_td_params else "TensorDict"
+            )
+            outs[use_td_params] = out = net(torch.ones(5, N_AGENTS, 4))
+            assert out.sum().item() == pytest.approx(expected, abs=1e-4)
+            out.sum().backward()
+            assert all(p.grad is not None for p in net.parameters())
+        torch.testing.assert_close(outs[True], outs[False])
+
+    def test_use_td_params_false_params_follow_the_module(self):
+        torch.manual_seed(0)
+        net = _mlp(False, False, use_td_params=False)
+        named = dict(net.named_parameters())
+        assert all(named["_empty_net." + ".".join(k)] is v for k, v in net.params.items(True, True))
+        x = torch.randn(5, N_AGENTS, 4)
+        copied = copy.deepcopy(net)  # a target network: its own parameters
+        with torch.no_grad():
+            for p in copied.parameters():
+                p.add_(1.0)
+        assert not torch.allclose(copied(x), net(x))
+        other = _mlp(False, False, use_td_params=False)
+        other.load_state_dict(copied.state_dict())
+        torch.testing.assert_close(other(x), copied(x))
+        torch.testing.assert_close(pickle.loads(pickle.dumps(net))(x), net(x))
+        stateful = net.get_stateful_net(copy=True)
+        with torch.no_grad():
+            for p in stateful.parameters():
+                p.fill_(0.25)
+        net.from_stateful_net(stateful)
+        assert (net.params["0", "weight"] == 0.25).all()
+        with pytest.raises(RuntimeError, match="params.0.weight"):
+            _mlp(False, False).load_state_dict(net.state_dict())  # the modes do not mix
+
     def test_errors(self):
         net = _mlp(False, False)
         with pytest.raises(ValueError, match=r"n_agents=3, 4\], got \(5, 2, 4\)"):
@@ -114,12 +163,14 @@ class TestMultiAgentMLP:
 class TestMultiAgentConvNet:
     @pytest.mark.parametrize("centralized", [False, True])
     @pytest.mark.parametrize("share_params", [False, True])
-    def test_matches_per_agent_loop(self, centralized, share_params):
+    @pytest.mark.parametrize("use_td_params", [True, False])
+    def test_matches_per_agent_loop(self, centralized, share_params, use_td_params):
         torch.manual_seed(0)
         net = MultiAgentConvNet(
             n_agents=2,
             centralized=centralized,
             share_params=share_params,
+            use_td_params=use_td_params,
             in_features=3,
             num_cells=[4],
             kernel_sizes=3,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from copy import deepcopy as _deepcopy
 
 import torch
 from tensordict import TensorDict
@@ -23,6 +24,13 @@ class _MultiAgentNetBase(nn.Module):
     ``share_params=True``: one network applied to every agent. ``centralized=True``: each
     network sees the inputs of all agents (flattened). The agent dimension of the output
     sits where it was in the input (``agent_dim``).
+
+    ``use_td_params=True`` (TorchRL's default): the parameters are held by ``self.params``,
+    a :class:`~tensordict.nn.TensorDictParams` (``state_dict`` keys ``params.*``), and the
+    template net is parameter-free. ``use_td_params=False``: the template net is a
+    submodule ``_empty_net`` holding the (stacked) parameters (``state_dict`` keys
+    ``_empty_net.*``) and ``self.params`` is a plain TensorDict of those same tensors. The
+    two compute the same function from the same seed, but their state dicts do not mix.
     """
 
     agent_dim: int
@@ -40,11 +48,6 @@ class _MultiAgentNetBase(nn.Module):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if not use_td_params:
-            raise ValueError(
-                f"{name} keeps its parameters in a TensorDictParams; use_td_params=False "
-                "is not supported"
-            )
         if centralized is None:
             raise TypeError(f"{name} needs centralized=True or False")
         if share_params is None:
@@ -55,6 +58,7 @@ class _MultiAgentNetBase(nn.Module):
         self.centralized = centralized
         self.share_params = share_params
         self.agent_dim = agent_dim
+        self.use_td_params = bool(use_td_params)
         self._vmap_randomness = vmap_randomness
         nets = [
             self._build_single_net(**net_kwargs) for _ in range(1 if share_params else n_agents)
@@ -65,17 +69,38 @@ class _MultiAgentNetBase(nn.Module):
                     f"{name} needs its input size (the agent inputs or in_features); "
                     "lazy layers cannot be stacked across agents"
                 )
+        as_module = self.use_td_params
         if share_params:
-            self.params = TensorDict.from_module(nets[0], as_module=True)
+            params = TensorDict.from_module(nets[0], as_module=as_module)
         else:
-            self.params = TensorDict.from_modules(*nets, as_module=True)
-        # A parameter-free template (kept out of the module tree, so that state_dict,
-        # .to() and parameters() only see self.params).
+            params = TensorDict.from_modules(*nets, as_module=as_module)
         template = copy.deepcopy(nets[0])
         TensorDict.from_module(template).data.to("meta").to_module(
             template, preserve_module_state=False
         )
-        self.__dict__["_empty_net"] = template
+        if as_module:
+            self.params = params
+            # parameter-free template kept out of the module tree: state_dict, .to() and
+            # parameters() only see self.params
+            self.__dict__["_empty_net"] = template
+        else:
+            # the template holds the parameters, as a submodule; self.params (a plain
+            # TensorDict, not registered) refers to the same tensors
+            params.to_module(template, preserve_module_state=False)
+            self._empty_net = template
+            self._bind_params()
+
+    def _bind_params(self) -> None:
+        """``use_td_params=False``: ``self.params`` from the tensors of ``_empty_net``."""
+        params = TensorDict.from_module(self._empty_net)
+        if not self.share_params:
+            params.batch_size = [self.n_agents]
+        self.__dict__["params"] = params
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        if not self.__dict__.get("use_td_params", True):
+            self._bind_params()  # a copy's params must be its own net's (deepcopy, pickle)
 
     def _build_single_net(self, **kwargs) -> nn.Module:
         raise NotImplementedError
@@ -111,9 +136,14 @@ class _MultiAgentNetBase(nn.Module):
                 output = output.expand(shape)
         return output
 
-    def get_stateful_net(self, copy_net: bool = True) -> nn.Module:
-        """A network holding the parameters (stacked when not shared), e.g. to re-initialize them."""
-        net = copy.deepcopy(self._empty_net) if copy_net else self._empty_net
+    def get_stateful_net(self, copy: bool = True) -> nn.Module:
+        """A network holding the parameters (stacked when not shared), e.g. to re-initialize them.
+
+        Args:
+            copy: return a copy of the template net (else the template itself) with the
+                parameters set in it.
+        """
+        net = _deepcopy(self._empty_net) if copy else self._empty_net
         self.params.to_module(net, preserve_module_state=False)
         return net
 
@@ -133,7 +163,7 @@ class _MultiAgentNetBase(nn.Module):
         return (
             f"n_agents={self.n_agents}, share_params={self.share_params}, "
             f"centralized={self.centralized}, agent_dim={self.agent_dim}, "
-            f"net={self._empty_net.__class__.__name__}"
+            f"use_td_params={self.use_td_params}, net={self._empty_net.__class__.__name__}"
         )
 
 
@@ -158,6 +188,10 @@ class MultiAgentMLP(_MultiAgentNetBase):
         depth (int, optional): hidden layers (see :class:`MLP`).
         num_cells (int or sequence of int, optional): hidden sizes (see :class:`MLP`).
         activation_class (type, optional): defaults to ``nn.Tanh``.
+        use_td_params (bool, optional): ``True`` (default) keeps the parameters in
+            ``self.params``, a :class:`~tensordict.nn.TensorDictParams`; ``False`` keeps
+            them in the template net ``self._empty_net`` (``state_dict`` keys
+            ``_empty_net.*``). Both compute the same function; their state dicts differ.
         **kwargs: other :class:`MLP` arguments.
 
     Raises:
@@ -188,6 +222,7 @@ class MultiAgentMLP(_MultiAgentNetBase):
         depth: int | None = None,
         num_cells: Sequence[int] | int | None = None,
         activation_class: type[nn.Module] = nn.Tanh,
+        use_td_params: bool = True,
         **kwargs,
     ) -> None:
         if "centralised" in kwargs:
@@ -209,6 +244,7 @@ class MultiAgentMLP(_MultiAgentNetBase):
             share_params=share_params,
             agent_dim=-2,
             device=device,
+            use_td_params=use_td_params,
             **kwargs,
         )
 
@@ -256,6 +292,7 @@ class MultiAgentConvNet(_MultiAgentNetBase):
         strides (int or sequence, optional): defaults to ``2``.
         paddings (int or sequence, optional): defaults to ``0``.
         activation_class (type, optional): defaults to ``nn.ELU``.
+        use_td_params (bool, optional): as in :class:`MultiAgentMLP`.
         **kwargs: other :class:`ConvNet` arguments.
 
     Examples:
@@ -282,6 +319,7 @@ class MultiAgentConvNet(_MultiAgentNetBase):
         strides: Sequence[int] | int = 2,
         paddings: Sequence[int] | int = 0,
         activation_class: type[nn.Module] = nn.ELU,
+        use_td_params: bool = True,
         **kwargs,
     ) -> None:
         if in_features is None:
@@ -302,6 +340,7 @@ class MultiAgentConvNet(_MultiAgentNetBase):
             share_params=share_params,
             agent_dim=-4,
             device=device,
+            use_td_params=use_td_params,
             **kwargs,
         )
 

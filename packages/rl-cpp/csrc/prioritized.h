@@ -106,22 +106,7 @@ double prioritized_update(SegmentTree<T, SumOp>& sum, SegmentTree<T, MinOp>& min
         s[size + indices[k]] = values[k];
         m[size + indices[k]] = values[k];
     }
-    // As SegmentTree::update: all leaves first, then each group of paths
-    // bottom-up, so that shared ancestors end up exact.
-    constexpr int64_t kLanes = SegmentTree<T, SumOp>::kLanes;
-    int64_t nodes[kLanes];
-    for (int64_t base = 0; base < n; base += kLanes) {
-        const int64_t lanes = std::min(kLanes, n - base);
-        for (int64_t j = 0; j < lanes; ++j) nodes[j] = size + indices[base + j];
-        for (int64_t level = 0; level < depth; ++level) {
-            for (int64_t j = 0; j < lanes; ++j) {
-                const int64_t node = nodes[j] >> 1;
-                s[node] = SumOp::apply(s[2 * node], s[2 * node + 1]);
-                m[node] = MinOp::apply(m[2 * node], m[2 * node + 1]);
-                nodes[j] = node;
-            }
-        }
-    }
+    refresh_paths<SumOp, MinOp>(s, m, size, depth, indices, n);
     return double(largest);
 }
 

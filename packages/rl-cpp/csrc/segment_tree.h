@@ -25,6 +25,41 @@ inline void prefetch(const void* address) {
 #endif
 }
 
+// Recomputes the ancestors of the leaves `indices` (already written) in the
+// binary tree `a` (and, unless null, in `b`, a tree of the same shape): a tree
+// of `size` leaves, `depth` levels. The paths climb together in groups of
+// lanes, level by level, so that their misses overlap; each group recomputes
+// its paths bottom-up after all leaves were written, and the last group
+// touching a node recomputes it after its children, so shared ancestors end up
+// exact. The top `cut` levels, which nearly every path of a large batch
+// crosses, are rebuilt once from the level below them instead (2^cut - 1 nodes
+// rather than n * cut).
+template <typename OpA, typename OpB, typename T>
+void refresh_paths(T* a, T* b, int64_t size, int64_t depth, const int64_t* indices, int64_t n) {
+    constexpr int64_t kLanes = 64;
+    int64_t cut = 0;
+    while (cut < depth && (int64_t(2) << cut) <= n) ++cut;
+    const int64_t climb = depth - cut;
+    int64_t nodes[kLanes];
+    for (int64_t base = 0; base < n; base += kLanes) {
+        const int64_t lanes = std::min(kLanes, n - base);
+        for (int64_t j = 0; j < lanes; ++j) nodes[j] = size + indices[base + j];
+        for (int64_t level = 0; level < climb; ++level) {
+            for (int64_t j = 0; j < lanes; ++j) {
+                const int64_t node = nodes[j] >> 1;
+                a[node] = OpA::apply(a[2 * node], a[2 * node + 1]);
+                if (b) b[node] = OpB::apply(b[2 * node], b[2 * node + 1]);
+                nodes[j] = node;
+            }
+        }
+    }
+    if (n == 0) return;
+    for (int64_t node = (int64_t(1) << cut) - 1; node >= 1; --node) {
+        a[node] = OpA::apply(a[2 * node], a[2 * node + 1]);
+        if (b) b[node] = OpB::apply(b[2 * node], b[2 * node + 1]);
+    }
+}
+
 template <typename T, typename Op>
 class SegmentTree {
   public:
@@ -57,21 +92,7 @@ class SegmentTree {
         // Ask for every leaf line first: the writes then overlap their misses.
         for (int64_t k = 0; k < n; ++k) prefetch(tree + size_ + indices[k]);
         for (int64_t k = 0; k < n; ++k) tree[size_ + indices[k]] = values ? values[k] : fill;
-        // All leaves are written first, then each group of paths is recomputed
-        // bottom-up; the last group touching a node recomputes it after its
-        // children, so shared ancestors end up exact.
-        int64_t nodes[kLanes];
-        for (int64_t base = 0; base < n; base += kLanes) {
-            const int64_t lanes = std::min(kLanes, n - base);
-            for (int64_t j = 0; j < lanes; ++j) nodes[j] = size_ + indices[base + j];
-            for (int64_t level = 0; level < depth_; ++level) {
-                for (int64_t j = 0; j < lanes; ++j) {
-                    const int64_t node = nodes[j] >> 1;
-                    tree[node] = Op::apply(tree[2 * node], tree[2 * node + 1]);
-                    nodes[j] = node;
-                }
-            }
-        }
+        refresh_paths<Op, Op>(tree, static_cast<T*>(nullptr), size_, depth_, indices, n);
     }
 
     void get(const int64_t* indices, T* out, int64_t n) const {

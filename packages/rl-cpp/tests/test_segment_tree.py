@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from rl.cpp import MinSegmentTree, SumSegmentTree, cuda_compiled, cuda_device_count
+from rl.cpp import (
+    MinSegmentTree,
+    SumSegmentTree,
+    cuda_compiled,
+    cuda_device_count,
+    prioritized_update,
+)
 
 GPU = [
     pytest.mark.gpu,
@@ -460,6 +466,66 @@ class TestCuda:
         np.testing.assert_array_equal(
             cpu.scan_lower_bound(u), gpu.scan_lower_bound(torch.as_tensor(u, device="cuda")).cpu()
         )
+
+
+def _rebuilt(leaves: np.ndarray, size: int, op) -> list[np.ndarray]:
+    """Every level of the binary tree over ``leaves``, rebuilt pairwise in their dtype
+    (the values any sequence of updates must end with), from the leaves up."""
+    identity = 0 if op is np.add else np.inf
+    level = np.full(size, identity, dtype=leaves.dtype)
+    level[: leaves.size] = leaves
+    levels = [level]
+    while level.size > 1:
+        level = op(level[0::2], level[1::2])
+        levels.append(level)
+    return levels
+
+
+def _descend(levels: list[np.ndarray], value) -> int:
+    """The reference descent over rebuilt levels (as ReferenceTree.scan)."""
+    node = 0
+    for level in reversed(levels[:-1]):
+        left, right = level[2 * node], level[2 * node + 1]
+        if left > value or not right > 0:
+            node = 2 * node
+        else:
+            value = level.dtype.type(value - left)
+            node = 2 * node + 1
+    return node
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+class TestBatchedPaths:
+    """Batched updates climb shared paths together and rebuild the top levels once; the
+    nodes must end as a rebuild from the leaves gives them, whatever the batch size."""
+
+    @pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 65, 300, 3000])
+    def test_any_batch_size_ends_exact(self, dtype, n):
+        rng = np.random.default_rng(n)
+        capacity, size = 1500, 2048
+        s, m = SumSegmentTree(capacity, dtype=dtype), MinSegmentTree(capacity, dtype=dtype)
+        fused_s = SumSegmentTree(capacity, dtype=dtype)
+        fused_m = MinSegmentTree(capacity, dtype=dtype)
+        for _ in range(3):
+            index = rng.integers(0, capacity, n)
+            value = (rng.random(n) + 0.01).astype(dtype)
+            s.update(index, value)
+            m.update(index, value)
+            prioritized_update(fused_s, fused_m, index, value, eps=0.0, alpha=1.0)
+        leaves = s[np.arange(capacity)]
+        min_leaves = m[np.arange(capacity)]  # +inf where never written
+        sums, mins = _rebuilt(leaves, size, np.add), _rebuilt(min_leaves, size, np.minimum)
+        for tree in (s, fused_s):
+            np.testing.assert_array_equal(tree[np.arange(capacity)], leaves)
+            assert tree.total() == sums[-1][0]
+            u = (rng.random(200) * sums[-1][0]).astype(dtype)
+            np.testing.assert_array_equal(tree.scan_lower_bound(u), [_descend(sums, x) for x in u])
+            # a range query reads the inner nodes too
+            assert tree.query(1, 1025) == pytest.approx(float(leaves[1:1025].sum()), rel=1e-5)
+        for tree in (m, fused_m):
+            assert tree.min() == mins[-1][0]
+            np.testing.assert_array_equal(tree[np.arange(capacity)], min_leaves)
+            assert tree.query(700, 1400) == min_leaves[700:1400].min()
 
 
 def test_docstring_examples_run():

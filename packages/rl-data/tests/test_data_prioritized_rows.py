@@ -3,6 +3,8 @@ the general path: same batches, same priorities, same errors."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -15,6 +17,7 @@ from rl.data import (
     TensorDictReplayBuffer,
     TensorStorage,
 )
+from rl.data.replay_buffers.storages import _rows, _tensor
 
 
 def transitions(n: int, start: int = 0) -> TensorDict:
@@ -263,3 +266,112 @@ class TestFusedUpdate:
         assert sampler.default_priority == 5.0
         rb.update_priority(torch.tensor([1]), torch.tensor([0.5]))
         assert sampler.default_priority == pytest.approx(2.0)
+
+
+class TestFusedUpdateWithSampledIndex:
+    """``update_priority(batch["index"], ...)`` right after a fused sample: the drawn
+    index's numpy view goes straight to the compiled update."""
+
+    def test_same_trees_as_an_update_with_a_copied_index(self):
+        fast, slow = buffer(seed=1), buffer(seed=1)
+        for _ in range(3):
+            index = fast.sample(16)["index"]
+            other = slow.sample(16)["index"]
+            torch.testing.assert_close(index, other)
+            priority = torch.rand(16) * 4
+            fast.update_priority(index, priority)
+            slow.update_priority(other.clone(), priority.clone())
+        everything = torch.arange(64)
+        for tree in ("_sum_tree", "_min_tree"):
+            torch.testing.assert_close(
+                torch.as_tensor(getattr(fast.sampler, tree)[everything]),
+                torch.as_tensor(getattr(slow.sampler, tree)[everything]),
+            )
+        assert fast.sampler.default_priority == slow.sampler.default_priority
+
+    def test_largest_priority_is_tracked(self):
+        rb = buffer()
+        index = rb.sample(4)["index"]
+        rb.update_priority(index, torch.tensor([1.0, 7.5, 2.0, 0.5]))
+        assert rb.sampler.default_priority == 7.5
+        index = rb.sample(4)["index"]
+        rb.update_priority(index, torch.full((4,), 0.25))
+        assert rb.sampler.default_priority == 7.5  # the largest seen, not the last
+
+    def test_bad_priority_leaves_the_trees_unchanged(self):
+        rb = buffer()
+        index = rb.sample(4)["index"]
+        before = torch.as_tensor(rb.sampler._sum_tree[torch.arange(64)]).clone()
+        with pytest.raises(ValueError, match="priorities must be finite and non-negative, got inf"):
+            rb.update_priority(index, torch.tensor([1.0, float("inf"), 1.0, 1.0]))
+        torch.testing.assert_close(torch.as_tensor(rb.sampler._sum_tree[torch.arange(64)]), before)
+
+    def test_max_priority_within_buffer(self):
+        sampler = PrioritizedSampler(8, alpha=1.0, beta=1.0, max_priority_within_buffer=True)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler, batch_size=64)
+        rb.extend(transitions(4))
+        index = rb.sample()["index"]
+        rb.update_priority(index, torch.full((64,), 3.0))
+        assert sampler.default_priority == 3.0
+        index = rb.sample()["index"]
+        # every stored item drawn gets 0.5: the largest stored priority drops with them
+        rb.update_priority(index, torch.full((64,), 0.5))
+        stored = torch.as_tensor(sampler._sum_tree[torch.arange(4)])
+        assert sampler.default_priority == pytest.approx(float(stored.max()))
+
+    def test_sampler_pickles_after_a_fused_sample(self):
+        rb = buffer()
+        rb.sample(8)
+        assert rb.sampler._fused is not None
+        copy = pickle.loads(pickle.dumps(rb.sampler))
+        assert copy._fused is None and copy._last_index is None
+        everything = torch.arange(64)
+        torch.testing.assert_close(
+            torch.as_tensor(copy._sum_tree[everything]),
+            torch.as_tensor(rb.sampler._sum_tree[everything]),
+        )
+
+
+class TestBatchConstruction:
+    def test_direct_construction_matches_new_unsafe(self):
+        leaf = torch.zeros(4, 2)
+        size = torch.Size([4])
+        for device in (None, torch.device("cpu")):
+            got = _rows._make_td({"a": leaf}, size, device)
+            want = TensorDict._new_unsafe({"a": leaf}, batch_size=size, device=device, nested=False)
+            assert type(got) is TensorDict and got.__dict__.keys() == want.__dict__.keys()
+            assert got.batch_size == want.batch_size and got.device == want.device
+            assert got["a"] is leaf and got.names == want.names
+            got["b"] = torch.ones(4)  # a regular, writable TensorDict
+            assert sorted(got.keys()) == ["a", "b"]
+        # this tensordict's layout is the one the direct construction writes
+        assert _rows._make_td is _rows._td_direct
+
+
+class TestLargeTables:
+    """Large CPU tables are allocated through numpy, which asks for huge pages."""
+
+    def test_large_tables_are_zeros_of_the_right_dtype(self):
+        storage = LazyTensorStorage(300_000)
+        data = TensorDict(
+            {
+                "obs": torch.ones(2, 4),
+                "flag": torch.ones(2, 1, dtype=torch.bool),
+                "half": torch.ones(2, 4, dtype=torch.bfloat16),  # numpy has no bfloat16
+            },
+            batch_size=[2],
+        )
+        storage.set(torch.arange(2), data)
+        stored = storage._storage
+        assert stored["obs"].dtype == torch.float32 and stored["obs"].shape == (300_000, 4)
+        assert stored["flag"].dtype == torch.bool and stored["half"].dtype == torch.bfloat16
+        assert stored["obs"][2:].abs().sum() == 0 and not stored["flag"][2:].any()
+        torch.testing.assert_close(storage.get(torch.tensor([1]))["obs"], torch.ones(1, 4))
+
+    def test_allocation_helper(self):
+        big = _tensor._zeros((_tensor._HUGE_PAGE_BYTES // 4, 1), torch.float32, torch.device("cpu"))
+        assert big.dtype == torch.float32 and not big.any()
+        small = _tensor._zeros((10, 3), torch.int64, torch.device("cpu"))
+        assert small.dtype == torch.int64 and small.shape == (10, 3) and not small.any()
+        half = _tensor._zeros((_tensor._HUGE_PAGE_BYTES, 1), torch.bfloat16, torch.device("cpu"))
+        assert half.dtype == torch.bfloat16 and not half.any()

@@ -13,10 +13,10 @@ from rl.cpp import (
     MinSegmentTree,
     SumSegmentTree,
     prioritized_sample,
-    prioritized_sample_rows,
     prioritized_update,
 )
 from rl.data.replay_buffers._utils import as_index_tensor
+from rl.data.replay_buffers.samplers._prioritized_rows import FusedRows
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
 from rl.data.replay_buffers.storages._rows import RowPlan
@@ -127,7 +127,7 @@ class PrioritizedSampler(Sampler):
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._max_priority = 1.0
         self._pending_recompute = False
-        self._scratch: tuple[torch.Tensor, np.ndarray, torch.Size] | None = None
+        self._fused: FusedRows | None = None
         self._last_index: tuple[torch.Tensor, np.ndarray] | None = None
         self._init_trees()
 
@@ -135,6 +135,7 @@ class PrioritizedSampler(Sampler):
     def _init_trees(self) -> None:
         self._cpu = self._device.type == "cpu"
         self._last_index = None  # a sampled index belongs to the trees it was drawn from
+        self._fused = None  # holds the trees
         device = str(self._device) if self._device.type == "cuda" else "cpu"
         dtype = _TREE_DTYPES[self.dtype]
         self._sum_tree = SumSegmentTree(self._max_capacity, dtype=dtype, device=device)
@@ -291,7 +292,24 @@ class PrioritizedSampler(Sampler):
             ):
                 if priority.requires_grad:
                     priority = priority.detach()
-                self._update_cpu_numpy(np_index, priority.numpy())
+                priority = priority.numpy()
+                fused = self._fused
+                if fused is None:
+                    self._update_cpu_numpy(np_index, priority)
+                    return
+                try:
+                    # the compiled update checks every index and priority itself
+                    high = fused.update(np_index, priority, self._eps, self._alpha)
+                except (IndexError, ValueError):
+                    self._update_cpu_checked(np_index, priority)
+                    return
+                if self._max_priority_within_buffer:
+                    self._track_max(np_index, priority, high)
+                    if self._pending_recompute:
+                        self._pending_recompute = False
+                        self._recompute_max()
+                elif high > self._max_priority:
+                    self._max_priority = high
                 return
         if (
             self._cpu
@@ -486,24 +504,21 @@ class PrioritizedSampler(Sampler):
         """
         if n == 0:
             raise RuntimeError(EMPTY_STORAGE_ERROR)
-        scratch = self._scratch
-        if scratch is None or scratch[2][0] != batch_size:
-            tensor = torch.empty(batch_size, dtype=self.dtype)
-            scratch = self._scratch = (tensor, tensor.numpy(), torch.Size((batch_size,)))
-        # uniform_ on a float tensor draws the same numbers as torch.rand
-        scratch[0].uniform_(generator=self._rng)
-        try:
-            # the trees and the scratch array are the sampler's own: no Python-side checks
-            index, weight, _, rows = prioritized_sample_rows(
-                self._sum_tree, self._min_tree, n, scratch[1], self._beta, plan.gather, check=False
-            )
-        except RuntimeError:
-            self._raise_no_mass(n)
-        index_t, weight_t = torch.from_numpy(index), torch.from_numpy(weight)
-        # update_priority(batch["index"], ...) finds this index's numpy view here
-        self._last_index = (index_t, index)
-        extra = {"index": index_t, "priority_weight": weight_t, "_weight": weight_t}
-        return index_t, weight_t, plan.build(rows, scratch[2], extra)
+        return self._fused_rows(plan, batch_size)(n)
+
+    def _fused_rows(self, plan: RowPlan, batch_size: int) -> FusedRows:
+        """The draw of ``batch_size`` rows of ``plan`` on these trees (built once)."""
+        fused = self._fused
+        if fused is None or fused.plan is not plan or fused.batch_size != batch_size:
+            fused = self._fused = FusedRows(self, plan, batch_size)
+        return fused
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        # compiled handles of the last draw, rebuilt on the next one
+        state["_fused"] = None
+        state["_last_index"] = None
+        return state
 
     def _raise_no_mass(self, n: int) -> None:
         p_sum = self._sum_tree.query(0, n)

@@ -15,6 +15,54 @@ _from_numpy = torch.from_numpy
 _new_unsafe = TensorDict._new_unsafe
 
 
+def _td_direct(source: dict, batch_size: torch.Size, device: Any) -> TensorDict:
+    """``TensorDict._new_unsafe(source, batch_size, device, nested=False)`` in eager mode,
+    without its generic argument handling (``source`` holds tensors and TensorDicts of
+    that batch size; ``device`` is a ``torch.device`` or ``None``)."""
+    td = _object_new(TensorDict)
+    td._device = device
+    td._tensordict = _StringOnlyDict(source)
+    td._batch_size = batch_size
+    td._td_dim_names = None
+    return td
+
+
+def _td_reference(source: dict, batch_size: torch.Size, device: Any) -> TensorDict:
+    return _new_unsafe(source, batch_size=batch_size, device=device, nested=False)
+
+
+def _direct_matches() -> bool:
+    """Whether :func:`_td_direct` builds what ``_new_unsafe`` builds in this tensordict."""
+    try:
+        source = {"a": torch.zeros(2, 1)}
+        size = torch.Size((2,))
+        for device in (None, torch.device("cpu")):
+            want = _td_reference(dict(source), size, device)
+            got = _td_direct(dict(source), size, device)
+            if (
+                want.__dict__.keys() != got.__dict__.keys()
+                or type(want._tensordict) is not type(got._tensordict)
+                or want.device != got.device
+                or want.batch_size != got.batch_size
+                or want.names != got.names
+                or want["a"] is not got["a"]
+            ):
+                return False
+        return True
+    except Exception:  # any change of tensordict's internals: use its own constructor
+        return False
+
+
+_object_new = object.__new__
+try:
+    from tensordict._td import _StringOnlyDict
+except ImportError:  # pragma: no cover - another tensordict layout
+    _StringOnlyDict = None
+# the batch of a replay buffer is built at every sample: skip the generic path of
+# _new_unsafe where this tensordict's objects are known to match it
+_make_td = _td_direct if _StringOnlyDict is not None and _direct_matches() else _td_reference
+
+
 class _Level:
     """One nesting level of the stored TensorDict: its leaves' positions among the
     gathered tables, and its sub-TensorDicts."""
@@ -28,13 +76,13 @@ class _Level:
         self.children = children
         self.device = device
 
-    def build(self, tensors: list, batch_size: torch.Size, extra: dict | None) -> TensorDict:
-        source = dict(zip(self.keys, tensors[self.start : self.stop]))
+    def build(self, arrays: list, batch_size: torch.Size, extra: dict | None) -> TensorDict:
+        source = dict(zip(self.keys, map(_from_numpy, arrays[self.start : self.stop])))
         if extra:
             source.update(extra)
         for key, child in self.children:
-            source[key] = child.build(tensors, batch_size, None)
-        return _new_unsafe(source, batch_size=batch_size, device=self.device, nested=False)
+            source[key] = child.build(arrays, batch_size, None)
+        return _make_td(source, batch_size, self.device)
 
 
 class RowPlan:
@@ -42,10 +90,10 @@ class RowPlan:
     :class:`rl.cpp.RowGather` call and builds the batch without validation.
 
     The leaves of every nesting level are tables of one :class:`~rl.cpp.RowGather`
-    (read in place); the batch's TensorDict is rebuilt level by level with
-    ``TensorDict._new_unsafe`` (the structure is the storage's own, already checked on
-    write). Root leaves named in ``skip`` are not read: the caller adds them (the
-    sampled ``"index"``, the importance weights).
+    (read in place); the batch's TensorDict is rebuilt level by level without
+    validation (the structure is the storage's own, already checked on write). Root
+    leaves named in ``skip`` are not read: the caller adds them (the sampled
+    ``"index"``, the importance weights).
 
     Args:
         plan: the storage's ``_GatherPlan`` (every leaf with a numpy view).
@@ -76,4 +124,4 @@ class RowPlan:
 
     def build(self, arrays: list[np.ndarray], batch_size: torch.Size, extra: dict) -> TensorDict:
         """The batch TensorDict over gathered ``arrays``, with ``extra`` at its root."""
-        return self.root.build([_from_numpy(a) for a in arrays], batch_size, extra)
+        return self.root.build(arrays, batch_size, extra)

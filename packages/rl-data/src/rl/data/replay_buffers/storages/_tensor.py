@@ -98,6 +98,44 @@ def _describe(shape: torch.Size, dtype: torch.dtype) -> str:
     return f"shape {tuple(shape)} and dtype {dtype}"
 
 
+# below this, a table fits in a few 4 KiB pages' worth of TLB entries anyway
+_HUGE_PAGE_BYTES = 4 << 20
+
+
+def _zeros(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.zeros`` for a CPU table, through numpy where the table is large.
+
+    numpy asks the kernel for transparent huge pages on its large allocations (Linux,
+    ``madvise`` mode); torch does not. A sampled batch reads random rows of every
+    table, and with 4 KiB pages nearly each of those rows also misses the TLB: with
+    2 MiB pages, a table of a million items needs a few dozen TLB entries instead of
+    tens of thousands. Dtypes numpy lacks (bfloat16...) use ``torch.zeros``.
+    """
+    numel = 1
+    for n in shape:
+        numel *= n
+    if numel * dtype.itemsize >= _HUGE_PAGE_BYTES:
+        np_dtype = _NUMPY_DTYPES.get(dtype)
+        if np_dtype is not None:
+            return torch.from_numpy(np.zeros(shape, dtype=np_dtype))
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+_NUMPY_DTYPES = {
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.uint8: np.uint8,
+    torch.bool: np.bool_,
+    torch.complex64: np.complex64,
+    torch.complex128: np.complex128,
+}
+
+
 class TensorStorage(Storage):
     """A storage backed by one preallocated tensor or TensorDict whose first dim is the capacity.
 
@@ -206,6 +244,18 @@ class TensorStorage(Storage):
             self._np_tensor = _numpy_view(self._tensor)
             self._item_batch = storage.shape[1:]
 
+    # views of the stored tensors and compiled gathers over them, rebuilt by _adopt
+    _DERIVED = ("_row_plans", "_plan", "_sig", "_leaves", "_tensor", "_np_tensor")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a pickled view would be a copy, no longer the stored tensor: re-adopt instead
+        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.__dict__.get("_storage") is not None:
+            self._adopt(self._storage)
+
     def _leaf_view(self, tensor: torch.Tensor) -> torch.Tensor:
         """The plain tensor that reads and writes of one stored entry go through."""
         return tensor.as_subclass(torch.Tensor)
@@ -213,13 +263,14 @@ class TensorStorage(Storage):
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         """Allocates zeros for ``max_size`` items shaped like ``template`` (one item)."""
         size, device = self._rows, self._device
+        zeros = _zeros if device.type == "cpu" and not self._shared else torch.zeros
         if isinstance(template, TensorDictBase):
             return template.apply(
-                lambda t: torch.zeros((size, *t.shape), dtype=t.dtype, device=device),
+                lambda t: zeros((size, *t.shape), dtype=t.dtype, device=device),
                 batch_size=[size, *template.batch_size],
                 device=device,
             )
-        return torch.zeros((size, *template.shape), dtype=template.dtype, device=device)
+        return zeros((size, *template.shape), dtype=template.dtype, device=device)
 
     def _init(self, data: Any, batched: bool) -> None:
         if not isinstance(data, (torch.Tensor, TensorDictBase)):

@@ -64,6 +64,30 @@ def test_presets_name_the_task(mappo, ippo, qmix):
     assert mappo.PRESETS["balance"][1].total_frames == ippo.PRESETS["balance"][1].total_frames
 
 
+def test_balance_presets_follow_benchmarl(mappo, ippo, qmix):
+    # MAPPO / IPPO on balance: BenchMARL's fine_tuned/vmas on-policy settings (60,000-frame
+    # batches of 600 envs x 100 steps, minibatches of 4,096, lr 5e-5, gamma 0.9, no
+    # entropy bonus, gradient clip 5, L2 critic loss) for 20 batches
+    for module in (mappo, ippo):
+        cfg = module.PRESETS["balance"][1]
+        assert cfg.num_envs * cfg.max_steps == 60_000
+        assert (cfg.minibatch_size, cfg.update_epochs) == (4096, 3)
+        assert (cfg.lr, cfg.gamma, cfg.gae_lambda, cfg.clip_coef) == (5e-5, 0.9, 0.9, 0.2)
+        assert (cfg.ent_coef, cfg.max_grad_norm, cfg.loss_critic_type) == (0.0, 5.0, "l2")
+        assert (cfg.init_scale, cfg.normalize_advantage) == (1.0, False)
+        assert (cfg.total_frames, cfg.eval_episodes) == (1_200_000, 200)
+    # QMIX on balance: the navigation settings for 240,000 frames (40 batches)
+    cfg = qmix.PRESETS["balance"][1]
+    navigation = qmix.PRESETS["navigation"][1]
+    assert cfg == dataclasses.replace(
+        navigation,
+        scenario="balance",
+        n_agents=4,
+        total_frames=240_000,
+        eval_episodes=200,
+    )
+
+
 def test_preset_cli(mappo, ippo, qmix):
     from _marl_common import preset_cli
 

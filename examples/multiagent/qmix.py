@@ -10,11 +10,11 @@ whose state is every agent's observation (or a ``VDNMixer`` sum) and regresses t
 onto the team reward (the agents' mean) plus the target networks' discounted greedy
 mix; the target networks follow by ``SoftUpdate``. Transitions go through a replay buffer
 with their group keys. Presets: ``navigation`` (the defaults) and ``balance`` (4 agents
-as BenchMARL's task, the same settings).
+as BenchMARL's task, the same settings, 240k frames).
 
     uv run examples/multiagent/qmix.py                      # navigation, discrete actions
     uv run examples/multiagent/qmix.py --mixer vdn
-    uv run examples/multiagent/qmix.py balance              # VMAS balance, 4 agents, 60k frames
+    uv run examples/multiagent/qmix.py balance              # VMAS balance, 4 agents, 240k frames
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -97,8 +97,8 @@ class Config(MarlConfig):
 PRESETS = {
     "navigation": ("VMAS navigation, 3 agents, 60,000 frames (the defaults)", Config()),
     "balance": (
-        "VMAS balance, 4 agents (BenchMARL's task settings), 60,000 frames",
-        Config(scenario="balance", n_agents=4),
+        "VMAS balance, 4 agents, 240,000 frames",
+        Config(scenario="balance", n_agents=4, total_frames=240_000, eval_episodes=200),
     ),
 }
 

@@ -408,6 +408,26 @@ void bind_prioritized(nb::module_& m) {
         Release(),
         "Writes (priority + eps) ** alpha at indices in both trees; returns the largest "
         "priority.");
+    // For callers that hold CPU tensors (torch's data_ptr() is ten times cheaper than a
+    // numpy view or a DLPack import): the addresses of n contiguous int64 indices and n
+    // priorities of the trees' dtype, which the caller guarantees. The GIL stays held,
+    // so that no Python code can free or resize those arrays during the call; indices
+    // and priorities are still checked before either tree changes.
+    m.def(
+        "prioritized_update_at",
+        [](Sum& sum, Min& min, std::uintptr_t indices, std::uintptr_t priority, int64_t n,
+           double eps, double alpha) {
+            if (n < 0) throw std::invalid_argument("n must be >= 0, got " + std::to_string(n));
+            if (n > 0 && (indices == 0 || priority == 0)) {
+                throw std::invalid_argument("null address for a non-empty update");
+            }
+            return rlcpp::prioritized_update<T>(sum, min, reinterpret_cast<const int64_t*>(indices),
+                                                reinterpret_cast<const T*>(priority), n, eps,
+                                                alpha);
+        },
+        "sum"_a, "min"_a, "indices"_a, "priority"_a, "n"_a, "eps"_a, "alpha"_a,
+        "prioritized_update on raw addresses of n contiguous int64 indices and n priorities "
+        "of the trees' dtype (the caller guarantees them).");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@ import pytest
 
 from rl.cpp import (
     MinSegmentTree,
+    _C,
     RowGather,
     SumSegmentTree,
     prioritized_sample,
@@ -243,6 +244,51 @@ class TestFusedUpdate:
         assert s.total() == 6.0 and m.min() == 2.0
         with pytest.raises(TypeError):  # a list is not converted without the checks
             prioritized_update(s, m, [1], [2.0], 0.0, 1.0, check=False)
+
+
+class TestPrioritizedUpdateAt:
+    """The update on raw addresses (for callers holding CPU tensors)."""
+
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    def test_matches_the_array_call(self, dtype):
+        rng = np.random.default_rng(3)
+        index = rng.integers(0, 64, 300)
+        priority = rng.random(300).astype(dtype)
+        s, m = SumSegmentTree(64, dtype=dtype), MinSegmentTree(64, dtype=dtype)
+        rs, rm = SumSegmentTree(64, dtype=dtype), MinSegmentTree(64, dtype=dtype)
+        high = _C.prioritized_update_at(
+            s._impl, m._impl, index.ctypes.data, priority.ctypes.data, 300, 0.01, 0.6
+        )
+        assert high == prioritized_update(rs, rm, index, priority, eps=0.01, alpha=0.6)
+        everything = np.arange(64)
+        np.testing.assert_array_equal(s[everything], rs[everything])
+        np.testing.assert_array_equal(m[everything], rm[everything])
+        assert s.total() == rs.total() and m.min() == rm.min()
+
+    def test_errors_leave_the_trees_unchanged(self):
+        s, m = filled(np.array([1.0, 2.0, 3.0]), capacity=8)
+        before = (s.total(), m.min())
+        index = np.array([1, 8])
+        priority = np.array([1.0, 1.0], dtype=np.float32)
+        with pytest.raises(IndexError, match="index 8 .* out of range"):
+            _C.prioritized_update_at(
+                s._impl, m._impl, index.ctypes.data, priority.ctypes.data, 2, 0, 1
+            )
+        index[1] = 2
+        priority[0] = np.nan
+        with pytest.raises(ValueError, match="priority nan"):
+            _C.prioritized_update_at(
+                s._impl, m._impl, index.ctypes.data, priority.ctypes.data, 2, 0, 1
+            )
+        with pytest.raises(ValueError, match="n must be >= 0, got -1"):
+            _C.prioritized_update_at(
+                s._impl, m._impl, index.ctypes.data, priority.ctypes.data, -1, 0, 1
+            )
+        with pytest.raises(ValueError, match="null address"):
+            _C.prioritized_update_at(s._impl, m._impl, 0, priority.ctypes.data, 2, 0, 1)
+        assert (s.total(), m.min()) == before
+        # an empty update is a no-op, whatever the addresses
+        assert _C.prioritized_update_at(s._impl, m._impl, 0, 0, 0, 0, 1) == 0.0
 
 
 def test_docstring_examples_run():

@@ -269,8 +269,8 @@ class TestFusedUpdate:
 
 
 class TestFusedUpdateWithSampledIndex:
-    """``update_priority(batch["index"], ...)`` right after a fused sample: the drawn
-    index's numpy view goes straight to the compiled update."""
+    """``update_priority(batch["index"], ...)``: CPU tensors' addresses go straight to
+    the compiled update."""
 
     def test_same_trees_as_an_update_with_a_copied_index(self):
         fast, slow = buffer(seed=1), buffer(seed=1)
@@ -324,12 +324,16 @@ class TestFusedUpdateWithSampledIndex:
         rb.sample(8)
         assert rb.sampler._fused is not None
         copy = pickle.loads(pickle.dumps(rb.sampler))
-        assert copy._fused is None and copy._last_index is None
+        assert copy._fused is None
         everything = torch.arange(64)
         torch.testing.assert_close(
             torch.as_tensor(copy._sum_tree[everything]),
             torch.as_tensor(rb.sampler._sum_tree[everything]),
         )
+        # the copy updates its own trees through the compiled update
+        copy.update_priority(torch.tensor([2, 5]), torch.tensor([9.0, 0.0]))
+        assert copy._sum_tree[2] == pytest.approx((9.0 + 1e-8) ** 0.7)
+        assert rb.sampler._sum_tree[2] != copy._sum_tree[2]
 
 
 class TestBatchConstruction:

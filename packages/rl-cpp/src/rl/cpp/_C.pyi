@@ -648,6 +648,17 @@ def prioritized_update(
     alpha: float,
 ) -> float: ...
 
+@overload
+def prioritized_update_at(
+    sum: SumTreeF32, min: MinTreeF32, indices: int, priority: int, n: int, eps: float, alpha: float
+) -> float:
+    """prioritized_update on raw addresses of n contiguous int64 indices and n priorities of the trees' dtype (the caller guarantees them)."""
+
+@overload
+def prioritized_update_at(
+    sum: SumTreeF64, min: MinTreeF64, indices: int, priority: int, n: int, eps: float, alpha: float
+) -> float: ...
+
 class RowTables:
     """Tables gathered by row (low level; use rl.cpp.RowGather)."""
 

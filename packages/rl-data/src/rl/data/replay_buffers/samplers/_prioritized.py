@@ -15,6 +15,7 @@ from rl.cpp import (
     prioritized_sample,
     prioritized_update,
 )
+from rl.cpp._C import prioritized_update_at as _update_at
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._prioritized_rows import FusedRows
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
@@ -128,18 +129,17 @@ class PrioritizedSampler(Sampler):
         self._max_priority = 1.0
         self._pending_recompute = False
         self._fused: FusedRows | None = None
-        self._last_index: tuple[torch.Tensor, np.ndarray] | None = None
         self._init_trees()
 
     # -- trees -----------------------------------------------------------------------------------
     def _init_trees(self) -> None:
         self._cpu = self._device.type == "cpu"
-        self._last_index = None  # a sampled index belongs to the trees it was drawn from
         self._fused = None  # holds the trees
         device = str(self._device) if self._device.type == "cuda" else "cpu"
         dtype = _TREE_DTYPES[self.dtype]
         self._sum_tree = SumSegmentTree(self._max_capacity, dtype=dtype, device=device)
         self._min_tree = MinSegmentTree(self._max_capacity, dtype=dtype, device=device)
+        self._impls = (self._sum_tree._impl, self._min_tree._impl)  # the compiled trees
 
     _storage: Storage | None = None
 
@@ -278,58 +278,42 @@ class PrioritizedSampler(Sampler):
         Raises:
             ValueError: a priority is NaN, infinite or negative, or the sizes differ.
         """
-        last = self._last_index
-        if last is not None and index is last[0] and type(priority) is torch.Tensor:
-            # the index of the last fused sample (a numpy view is at hand), unchanged
-            # in shape: only the priorities need a look
-            np_index = last[1]
-            if (
-                priority.is_cpu
-                and priority.dtype == self.dtype
-                and priority.shape == index.shape
-                and priority.is_contiguous()
-                and index.shape[0] == np_index.shape[0]
-            ):
-                if priority.requires_grad:
-                    priority = priority.detach()
-                priority = priority.numpy()
-                fused = self._fused
-                if fused is None:
-                    self._update_cpu_numpy(np_index, priority)
-                    return
-                try:
-                    # the compiled update checks every index and priority itself
-                    high = fused.update(np_index, priority, self._eps, self._alpha)
-                except (IndexError, ValueError):
-                    self._update_cpu_checked(np_index, priority)
-                    return
-                if self._max_priority_within_buffer:
-                    self._track_max(np_index, priority, high)
-                    if self._pending_recompute:
-                        self._pending_recompute = False
-                        self._recompute_max()
-                elif high > self._max_priority:
-                    self._max_priority = high
-                return
         if (
             self._cpu
             and type(index) is torch.Tensor
             and type(priority) is torch.Tensor
-            and index.is_cpu
-            and priority.is_cpu
-            and index.dtype == torch.int64
-            and priority.dtype == self.dtype
+            and index.dtype is torch.int64
+            and priority.dtype is self.dtype
             and index.ndim == 1
             and index.shape == priority.shape
+            and index.is_cpu
+            and priority.is_cpu
             and index.is_contiguous()
             and priority.is_contiguous()
             and (self._storage is None or self._storage.ndim == 1)
         ):
-            # the usual call, a sampled batch's "index" and its new priorities: numpy
-            # views straight to the compiled update (which checks indices and values)
-            if priority.requires_grad:
-                priority = priority.detach()
-            self._update_cpu_numpy(index.numpy(), priority.numpy())
+            # the usual call, a sampled batch's "index" and its new priorities: their
+            # addresses straight to the compiled update, which checks every index and
+            # priority before either tree changes
+            try:
+                high = _update_at(
+                    *self._impls,
+                    index.data_ptr(),
+                    priority.data_ptr(),
+                    index.shape[0],
+                    self._eps,
+                    self._alpha,
+                )
+            except (IndexError, ValueError):
+                self._update_cpu_checked(index.numpy(), priority.detach().numpy())
+                return
+            if self._max_priority_within_buffer:
+                self._track_max(index, priority, high)
+                if self._pending_recompute:
+                    self._pending_recompute = False
+                    self._recompute_max()
+            elif high > self._max_priority:
+                self._max_priority = high
             return
         index = self._flat(index)
         if self._cpu:
@@ -371,21 +355,6 @@ class PrioritizedSampler(Sampler):
             value = value.contiguous()
         self._sum_tree.update(index, value)
         self._min_tree.update(index, value)
-        if self._pending_recompute:
-            self._pending_recompute = False
-            self._recompute_max()
-
-    def _update_cpu_numpy(self, index: np.ndarray, priority: np.ndarray) -> None:
-        """The compiled update of contiguous 1-D int64 ``index`` and ``priority`` of the
-        trees' dtype, of the same length (it checks indices and values itself)."""
-        try:
-            high = prioritized_update(
-                self._sum_tree, self._min_tree, index, priority, self._eps, self._alpha, check=False
-            )
-        except (IndexError, ValueError):
-            self._update_cpu_checked(index, priority)
-            return
-        self._track_max(index, priority, high)
         if self._pending_recompute:
             self._pending_recompute = False
             self._recompute_max()
@@ -517,8 +486,12 @@ class PrioritizedSampler(Sampler):
         state = self.__dict__.copy()
         # compiled handles of the last draw, rebuilt on the next one
         state["_fused"] = None
-        state["_last_index"] = None
+        del state["_impls"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._impls = (self._sum_tree._impl, self._min_tree._impl)
 
     def _raise_no_mass(self, n: int) -> None:
         p_sum = self._sum_tree.query(0, n)

@@ -31,8 +31,7 @@ class FusedRows:
 
     The uniform numbers come from the sampler's generator as in its ``sample``; the
     batch holds the storage's entries and, at its root, ``"index"``,
-    ``"priority_weight"`` and ``"_weight"``. The sampler keeps the drawn index's numpy
-    view, so that ``update_priority(batch["index"], ...)`` skips its conversion.
+    ``"priority_weight"`` and ``"_weight"``.
 
     Args:
         sampler: the :class:`~rl.data.PrioritizedSampler` (CPU trees).
@@ -46,7 +45,7 @@ class FusedRows:
         self.plan = plan
         self.batch_size = batch_size
         self._sampler = sampler
-        self._trees = (sampler._sum_tree._impl, sampler._min_tree._impl)
+        self._trees = sampler._impls
         self._tables = plan.gather._impl
         scratch = torch.empty(batch_size, dtype=sampler.dtype)
         self._scratch = (scratch, scratch.numpy(), torch.Size((batch_size,)))
@@ -79,16 +78,6 @@ class FusedRows:
             sampler._raise_no_mass(n)
         index_t = _from_numpy(index)
         weight_t = _from_numpy(weight)
-        sampler._last_index = (index_t, index)
         extra = {"index": index_t, "priority_weight": weight_t, "_weight": weight_t}
         return index_t, weight_t, self.plan.build(rows, size, extra)
 
-    def update(self, index: np.ndarray, priority: np.ndarray, eps: float, alpha: float) -> float:
-        """Writes ``(priority + eps) ** alpha`` at ``index`` in both trees; returns the
-        largest priority. ``index`` (int64) and ``priority`` (the trees' dtype) are
-        contiguous 1-D arrays of the same length.
-
-        Raises:
-            IndexError, ValueError: an index or a priority is invalid (no tree changed).
-        """
-        return _C.prioritized_update(*self._trees, index, priority, eps, alpha)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from rl.cpp import (
-    MinSegmentTree,
     _C,
+    MinSegmentTree,
     RowGather,
     SumSegmentTree,
     prioritized_sample,

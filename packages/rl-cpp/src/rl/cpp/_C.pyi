@@ -647,7 +647,6 @@ def prioritized_update(
     eps: float,
     alpha: float,
 ) -> float: ...
-
 @overload
 def prioritized_update_at(
     sum: SumTreeF32, min: MinTreeF32, indices: int, priority: int, n: int, eps: float, alpha: float

@@ -80,4 +80,3 @@ class FusedRows:
         weight_t = _from_numpy(weight)
         extra = {"index": index_t, "priority_weight": weight_t, "_weight": weight_t}
         return index_t, weight_t, self.plan.build(rows, size, extra)
-

@@ -379,3 +379,62 @@ class TestLargeTables:
         assert small.dtype == torch.int64 and small.shape == (10, 3) and not small.any()
         half = _tensor._zeros((_tensor._HUGE_PAGE_BYTES, 1), torch.bfloat16, torch.device("cpu"))
         assert half.dtype == torch.bfloat16 and not half.any()
+
+
+class TestRepeatedDraws:
+    """After a one-call draw, ``sample()`` repeats it directly while nothing it depends
+    on changed; any change sends it through the full checks again."""
+
+    def test_repeated_draws_match_the_general_path(self):
+        fast, slow = buffer(seed=4), buffer(seed=4)
+        for k in range(4):
+            batch, info = fast.sample(16, return_info=True)
+            if k:
+                assert fast._fused_draw is not None
+            data, index, weight = general_path(slow, 16)
+            torch.testing.assert_close(batch["index"], index)
+            torch.testing.assert_close(info["priority_weight"], weight)
+            torch.testing.assert_close(batch["observation"], data["observation"])
+
+    def test_batch_size_change(self):
+        rb = buffer()
+        rb.sample(8)
+        assert rb.sample(5).batch_size == (5,) and rb.sample(8).batch_size == (8,)
+
+    def test_transform_appended_later_applies(self):
+        rb = buffer()
+        rb.sample(8)
+        rb.append_transform(lambda td: td.set("seen", torch.ones(td.shape)))
+        assert (rb.sample(8)["seen"] == 1).all()
+        assert rb._fused_draw is None
+
+    def test_new_trees_are_used(self):
+        rb = buffer()
+        rb.sample(8)
+        state = rb.sampler.state_dict()
+        state["sum"] = torch.zeros_like(state["sum"])
+        state["sum"][7] = 1.0
+        state["min"] = torch.full_like(state["min"], float("inf"))
+        state["min"][7] = 1.0
+        rb.sampler.load_state_dict(state)  # new trees: only item 7 has mass
+        assert (rb.sample(8)["index"] == 7).all()
+
+    def test_emptied_buffer_raises(self):
+        rb = buffer()
+        rb.sample(8)
+        rb.empty()
+        with pytest.raises(RuntimeError, match="cannot sample from an empty replay buffer"):
+            rb.sample(8)
+
+    def test_subclass_with_its_own_sample_step_keeps_it(self):
+        class Marked(TensorDictPrioritizedReplayBuffer):
+            def _sample(self, batch_size):
+                data, info = super()._sample(batch_size)
+                data["marked"] = torch.ones(data.shape)
+                return data, info
+
+        rb = Marked(alpha=0.7, beta=0.5, storage=LazyTensorStorage(64))
+        rb.extend(transitions(40))
+        for _ in range(3):
+            assert "marked" in rb.sample(8).keys()
+        assert rb._fused_draw is None

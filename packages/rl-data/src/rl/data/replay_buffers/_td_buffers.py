@@ -70,6 +70,34 @@ class TensorDictReplayBuffer(ReplayBuffer):
             return None
         return storage._row_plan(_SAMPLED_KEYS)
 
+    # (the sampler's FusedRows, the storage's row plans) of the last one-call draw
+    _fused_draw: tuple | None = None
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        fast = self._fused_draw
+        if fast is not None:
+            # the last draw's one-call path, as long as nothing it depends on changed:
+            # the sampler's trees, the storage's layout, the batch size, the collate,
+            # transforms and pinning (the path is rechecked in full otherwise)
+            fused, plans = fast
+            size = self._batch_size if batch_size is None else batch_size
+            with self._lock:
+                if (
+                    fused.batch_size == size
+                    and self._sampler._fused is fused
+                    and self._storage._row_plans is plans
+                    and not (self._custom_collate or self._transforms or self._pin_memory)
+                ):
+                    n = len(self._storage)
+                    if n:
+                        index, weight, data = fused(n)
+                        if return_info:
+                            return data, {"priority_weight": weight, "index": index}
+                        return data
+                else:
+                    self._fused_draw = None  # holds the storage's views: let them go
+        return super().sample(batch_size, return_info)
+
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         storage = self._storage
         plan = None
@@ -80,6 +108,12 @@ class TensorDictReplayBuffer(ReplayBuffer):
                     sampler = self._sampler
                     n = len(self._storage)
                     index, weight, data = sampler._sample_rows(n, plan, batch_size)
+                    if (
+                        not (self._prefetch or self._transforms or self._pin_memory)
+                        # a subclass's own _sample must keep running: no shortcut then
+                        and type(self)._sample is TensorDictReplayBuffer._sample
+                    ):
+                        self._fused_draw = (sampler._fused, storage._row_plans)
         if plan is not None:
             if self._transforms or self._pin_memory:
                 data = self._postprocess(data)

@@ -198,18 +198,38 @@ def test_scripts_run_on_vmas(mappo, qmix, tmp_path, script, preset):
     assert env.observation_spec["agents", "observation"].shape[:2] == (2, n_agents)
 
 
+# VMAS's hand-written HeuristicPolicy for balance (every agent pushes up while the package is
+# below the goal) gets 13.4 with continuous actions; random actions -5.8 / -6.8, doing
+# nothing -1.4 (README.md, bench_examples_multiagent.py --baselines --preset balance)
+BALANCE_HEURISTIC = 13.4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has_vmas, reason='needs VMAS: pip install "rl-envs[vmas]"')
+@pytest.mark.timeout(3600)
+def test_mappo_learns_vmas_balance(mappo, tmp_path):
+    # the balance preset, seed 0 (the results file's mappo/balance/0 run: evaluation 23.6),
+    # 1.2M frames, about 20 minutes on a shared core
+    cfg = dataclasses.replace(
+        mappo.PRESETS["balance"][1], log_dir=str(tmp_path), exp_name="run", progress=False
+    )
+    out = mappo.main(cfg)
+    assert out["frames"] == 1_200_000
+    assert out["eval_mean"] > BALANCE_HEURISTIC, out["eval_returns"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_vmas, reason='needs VMAS: pip install "rl-envs[vmas]"')
 @pytest.mark.timeout(3600)
 def test_qmix_learns_vmas_balance(qmix, tmp_path):
-    # the balance preset, seed 0: the results file's qmix/balance/0 run (evaluation 19.1
-    # there; uniform random actions get -6.8, doing nothing -1.4), 60k frames
+    # the balance preset, seed 0 (the results file's qmix/balance/0 run: evaluation 54.2),
+    # 240k frames
     cfg = dataclasses.replace(
         qmix.PRESETS["balance"][1], log_dir=str(tmp_path), exp_name="run", progress=False
     )
     out = qmix.main(cfg)
-    assert out["frames"] == 60_000
-    assert out["eval_mean"] > 5.0, out["eval_returns"]
+    assert out["frames"] == 240_000
+    assert out["eval_mean"] > BALANCE_HEURISTIC, out["eval_returns"]
 
 
 def test_qmix_refuses_a_run_without_updates(qmix):

@@ -39,7 +39,16 @@ class FusedRows:
         batch_size: the number of items per draw.
     """
 
-    __slots__ = ("plan", "batch_size", "_sampler", "_trees", "_tables", "_scratch", "_specs")
+    __slots__ = (
+        "plan",
+        "batch_size",
+        "_sampler",
+        "_trees",
+        "_tables",
+        "_scratch",
+        "_specs",
+        "_build",
+    )
 
     def __init__(self, sampler: Any, plan: RowPlan, batch_size: int) -> None:
         self.plan = plan
@@ -50,6 +59,7 @@ class FusedRows:
         scratch = torch.empty(batch_size, dtype=sampler.dtype)
         self._scratch = (scratch, scratch.numpy(), torch.Size((batch_size,)))
         self._specs = [((batch_size, *shape), dtype) for shape, dtype in plan.gather._specs]
+        self._build = plan.root.build  # (RowPlan.build without its own call)
 
     def __call__(self, n: int) -> tuple[torch.Tensor, torch.Tensor, TensorDictBase]:
         """``(index, weight, batch)`` of a draw among the first ``n`` stored items.
@@ -79,4 +89,4 @@ class FusedRows:
         index_t = _from_numpy(index)
         weight_t = _from_numpy(weight)
         extra = {"index": index_t, "priority_weight": weight_t, "_weight": weight_t}
-        return index_t, weight_t, self.plan.build(rows, size, extra)
+        return index_t, weight_t, self._build(rows, size, extra)

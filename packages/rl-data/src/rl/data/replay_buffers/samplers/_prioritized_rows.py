@@ -58,7 +58,12 @@ class FusedRows:
         self._tables = plan.gather._impl
         scratch = torch.empty(batch_size, dtype=sampler.dtype)
         self._scratch = (scratch, scratch.numpy(), torch.Size((batch_size,)))
-        self._specs = [((batch_size, *shape), dtype) for shape, dtype in plan.gather._specs]
+        specs = plan.gather._specs
+        # the outputs' shapes and dtypes, as two tuples for map (no Python-level loop)
+        self._specs = (
+            tuple((batch_size, *shape) for shape, _ in specs),
+            tuple(dtype for _, dtype in specs),
+        )
         self._build = plan.root.build  # (RowPlan.build without its own call)
 
     def __call__(self, n: int) -> tuple[torch.Tensor, torch.Tensor, TensorDictBase]:
@@ -78,7 +83,7 @@ class FusedRows:
         bs = self.batch_size
         index = _empty(bs, _INT64)
         weight = _empty(bs, _FLOAT32)
-        rows = [_empty(shape, dtype) for shape, dtype in self._specs]
+        rows = list(map(_empty, *self._specs))
         # the trees, tables and scratch array are the sampler's own and well formed; the
         # compiled call still checks n, every shape and every index
         total = _C.prioritized_sample_rows(

@@ -3,6 +3,7 @@ the general path: same batches, same priorities, same errors."""
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import pytest
@@ -17,6 +18,7 @@ from rl.data import (
     TensorDictReplayBuffer,
     TensorStorage,
 )
+from rl.data.replay_buffers._td_buffers import _SAMPLED_KEYS
 from rl.data.replay_buffers.storages import _rows, _tensor
 
 
@@ -334,6 +336,21 @@ class TestFusedUpdateWithSampledIndex:
         copy.update_priority(torch.tensor([2, 5]), torch.tensor([9.0, 0.0]))
         assert copy._sum_tree[2] == pytest.approx((9.0 + 1e-8) ** 0.7)
         assert rb.sampler._sum_tree[2] != copy._sum_tree[2]
+
+    def test_storage_copy_reads_and_writes_its_own_tables(self):
+        rb = buffer()
+        rb.sample(8)  # the storage now holds compiled gathers over its tables
+        storage = copy.deepcopy(rb.storage)
+        storage._storage["observation"][0] = -1.0
+        batch = storage._gather(torch.tensor([0, 1]))
+        assert batch["observation"][0, 0] == -1.0 and batch["observation"][1, 0] == 1.0
+        assert rb.storage._storage["observation"][0, 0] == 0.0  # the original is untouched
+        # the one-call gather of the copy reads the copy's tables too
+        plan = storage._row_plan(_SAMPLED_KEYS)
+        rows = plan.gather(torch.tensor([0]))
+        assert rows[plan.root.keys.index("observation")][0, 0] == -1.0
+        again = pickle.loads(pickle.dumps(storage))
+        assert again._gather(torch.tensor([0]))["observation"][0, 0] == -1.0
 
 
 class TestBatchConstruction:

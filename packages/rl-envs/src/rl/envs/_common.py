@@ -19,6 +19,7 @@ from ._env_specs import EnvSpecs
 from ._partial_step import peek_step_mask, skip_tensordict, step_masked
 from ._policy import ActionsPolicy, compatible_policy, device_casting_policy
 from ._rollout import is_lazy, rollout_generic, rollout_stacked
+from ._utils import step_mdp
 
 __all__ = ["EnvBase"]
 
@@ -434,8 +435,6 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
             ``(tensordict, root_next)``: the input with its ``"next"`` entry, and the root
             of the next step (``step_mdp`` of it) where done entries are reset.
         """
-        from ._utils import step_mdp
-
         tensordict = self.step(tensordict)
         root_next = step_mdp(  # the action stays in the next root, as in TorchRL
             tensordict,

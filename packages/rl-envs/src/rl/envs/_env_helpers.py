@@ -74,6 +74,7 @@ class EnvHelpers:
             the env.
         """
         mode = bool(mode)
+        self.__dict__.pop("_keys_cache", None)
         for name in ("output_spec", "input_spec"):
             spec = getattr(self, name, None)
             if spec is None or not hasattr(spec, "lock_"):

@@ -53,6 +53,7 @@ class EnvSpecs:
     def _set_spec(self, parent: str, key: str, value: Composite) -> None:
         """``output_spec[key] = value`` (or ``input_spec``), through the spec lock: the env's
         setters may change locked specs (as TorchRL's), direct item assignment may not."""
+        self.__dict__.pop("_keys_cache", None)
         composite = getattr(self, parent)
         if not _is_locked(composite):
             composite[key] = value
@@ -199,9 +200,28 @@ class EnvSpecs:
     state_spec = full_state_spec
 
     # ------------------------------------------------------------------------------ keys
+    def _cached_keys(self, name: str, compute) -> Any:
+        """``compute()`` (keys derived from the specs), cached while the specs are locked.
+
+        Locked specs cannot change in place (a nested spec cannot be unlocked without its
+        root), so the keys hold until a spec setter (``_set_spec``), a new ``output_spec``
+        / ``input_spec`` object or an unlock. Per-step code reads them for free.
+        """
+        out, inp = self.output_spec, self.input_spec
+        if not (_is_locked(out) and _is_locked(inp)):
+            self.__dict__.pop("_keys_cache", None)  # the specs may change while unlocked
+            return compute()
+        cache = self.__dict__.get("_keys_cache")
+        if cache is None or cache[0] is not out or cache[1] is not inp:
+            cache = self.__dict__["_keys_cache"] = (out, inp, {})
+        values = cache[2]
+        if name not in values:
+            values[name] = compute()
+        return values[name]
+
     @property
     def action_keys(self) -> list[NestedKey]:
-        return _leaf_keys(self.full_action_spec)
+        return list(self._cached_keys("action", lambda: _leaf_keys(self.full_action_spec)))
 
     @property
     def action_key(self) -> NestedKey:
@@ -210,7 +230,7 @@ class EnvSpecs:
 
     @property
     def reward_keys(self) -> list[NestedKey]:
-        return _leaf_keys(self.full_reward_spec)
+        return list(self._cached_keys("reward", lambda: _leaf_keys(self.full_reward_spec)))
 
     @property
     def reward_key(self) -> NestedKey:
@@ -218,24 +238,22 @@ class EnvSpecs:
 
     @property
     def done_keys(self) -> list[NestedKey]:
-        return _leaf_keys(self.full_done_spec)
+        return list(self._cached_keys("done", lambda: _leaf_keys(self.full_done_spec)))
 
     @property
     def done_key(self) -> NestedKey:
         """The key of the ``done`` flag (``"done"``)."""
-        keys = self.done_keys
-        for key in keys:
-            if (key if isinstance(key, str) else key[-1]) == "done":
-                return key
-        return keys[0]
+        return self._cached_keys("done_key", lambda: _done_key(self.done_keys))
 
     @property
     def observation_keys(self) -> list[NestedKey]:
-        return _leaf_keys(self.full_observation_spec)
+        return list(
+            self._cached_keys("observation", lambda: _leaf_keys(self.full_observation_spec))
+        )
 
     @property
     def state_keys(self) -> list[NestedKey]:
-        return _leaf_keys(self.full_state_spec)
+        return list(self._cached_keys("state", lambda: _leaf_keys(self.full_state_spec)))
 
     @property
     def shape(self):
@@ -268,6 +286,9 @@ class EnvSpecs:
     @property
     def reset_keys(self) -> list[NestedKey]:
         """Where a ``"_reset"`` mask goes: one per group of done keys (``"_reset"`` at the root)."""
+        return list(self._cached_keys("reset", self._reset_keys))
+
+    def _reset_keys(self) -> list[NestedKey]:
         out = []
         for group in self.done_keys_groups:
             first = group[0]
@@ -294,6 +315,13 @@ def _is_locked(spec: Any) -> bool:
 
 def _leaf_keys(spec: Composite) -> list[NestedKey]:
     return list(spec.keys(include_nested=True, leaves_only=True))
+
+
+def _done_key(keys: list[NestedKey]) -> NestedKey:
+    for key in keys:
+        if (key if isinstance(key, str) else key[-1]) == "done":
+            return key
+    return keys[0]
 
 
 def _only_key(keys: list[NestedKey], default: str) -> NestedKey:

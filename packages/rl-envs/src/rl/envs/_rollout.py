@@ -19,6 +19,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from ._partial_step import peek_step_mask, step_masked
+from ._utils import _merge_plain
 
 if TYPE_CHECKING:
     from ._common import EnvBase
@@ -74,6 +75,65 @@ def build_output(
     return out
 
 
+def _flat_leaves(td: TensorDictBase) -> dict:
+    """``{key: tensor}`` of the leaves of ``td``, keyed as ``td.keys(True, True)`` names
+    them. Plain TensorDicts of tensors are walked through their dicts (a fraction of the
+    cost of one ``td.get`` per key); anything else goes through ``items``."""
+    out: dict = {}
+    if type(td) is TensorDict and _walk(td, (), out):
+        return out
+    return dict(td.items(True, True))
+
+
+def _walk(td: TensorDict, path: tuple, out: dict) -> bool:
+    for name, value in td._tensordict.items():
+        if type(value) is TensorDict:
+            if not _walk(value, (*path, name), out):
+                return False
+        elif isinstance(value, torch.Tensor):
+            out[(*path, name) if path else name] = value
+        else:  # a tensorclass, a lazy stack, non-tensor data: the generic path
+            return False
+    return True
+
+
+def _write_step(slots, t: int, srcs: list, writes: list, views: bool, idx: tuple) -> bool:
+    """Copies step ``t``'s values into their buffers; returns whether views still serve.
+
+    One ``_foreach_copy_`` into the step's views, unless a value needs grad: views made by
+    ``unbind`` cannot be written in place by autograd, so from then on the rollout writes
+    ``buf[idx] = value`` (gradients flow through the rollout, as before).
+    """
+    if views and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
+        views = False
+    if views:
+        torch._foreach_copy_(slots[t], srcs)
+    else:
+        for (_, buf), value in zip(writes, srcs):
+            buf[idx] = value
+    return views
+
+
+class _Slots:
+    """The per-step views ``buf[..., t, ...]`` of a list of ``[*B, T, ...]`` buffers, made
+    in chunks of steps by ``unbind`` (one call per buffer and chunk, not one indexing per
+    buffer and step); ``slots[t]`` is the tuple of step ``t``'s views, in buffer order."""
+
+    CHUNK = 32
+
+    def __init__(self, bufs: list, nb: int, steps: int) -> None:
+        self.bufs, self.nb, self.steps = bufs, nb, steps
+        self.start, self.views = 0, []
+
+    def __getitem__(self, t: int) -> tuple:
+        i = t - self.start
+        if not 0 <= i < len(self.views):
+            size = min(self.CHUNK, self.steps - t)
+            chunks = [buf.narrow(self.nb, t, size).unbind(self.nb) for buf in self.bufs]
+            self.start, self.views, i = t, list(zip(*chunks)), 0
+        return self.views[i]
+
+
 def rollout_generic(
     env: EnvBase,
     max_steps: int,
@@ -94,6 +154,7 @@ def rollout_generic(
     prefix = (slice(None),) * nb
     done_key = env.done_key
     reward_keys = set(env.reward_keys)
+    reward_drop = {(k,) if isinstance(k, str) else tuple(k) for k in reward_keys}
     extra = batch_size[: nb - len(env.batch_size)]
     actions = presample_actions(env, max_steps, extra) if policy is None else None
     complete_done = False
@@ -107,6 +168,7 @@ def rollout_generic(
     carried: dict = {}  # key -> the tensor object set in the root by the last carry
     overrides: list = []  # (t, key, value): carried root entries replaced by a reset/policy
     seen_done = None
+    views = True  # steps are written through per-step views (until a value needs grad)
     root_has_next = False
     steps = max_steps
     for t in range(max_steps):
@@ -167,21 +229,31 @@ def rollout_generic(
                 else:
                     root_writes.append((key, buf))
             idx = (*prefix, 0)
+            # a root buffer written with grad at step 0: no views (see _write_step)
+            views = not any(buf.requires_grad for buf in root_bufs.values())
+            root_slots = _Slots([buf for _, buf in root_writes], nb, max_steps)
+            next_slots = _Slots([buf for _, buf in next_writes], nb, max_steps)
+            next_flat = _flat_leaves(next_td)
+            srcs = [next_flat[key] for key, _ in next_writes]
+            views = _write_step(next_slots, 0, srcs, next_writes, views, idx)
         else:
             idx = (*prefix, t)
+            root_flat = _flat_leaves(td)
             for key, _ in root_carried:
-                value = td[key]
+                value = root_flat[key]
                 if value is not carried[key]:
                     overrides.append((t, key, value.clone()))
-            for key, buf in root_writes:
-                buf[idx] = td[key]
-        for key, buf in next_writes:
-            buf[idx] = next_td[key]
+            if root_writes:
+                srcs = [root_flat[key] for key, _ in root_writes]
+                views = _write_step(root_slots, t, srcs, root_writes, views, idx)
+            next_flat = _flat_leaves(next_td)
+            srcs = [next_flat[key] for key, _ in next_writes]
+            views = _write_step(next_slots, t, srcs, next_writes, views, idx)
         if callback is not None:
             td.set("next", next_td)
             callback(env, td)
             td.del_("next")
-        done = next_td[done_key]
+        done = next_flat[done_key]
         any_done = bool(done.any())
         if any_done and break_when_any_done:
             steps = t + 1
@@ -193,10 +265,20 @@ def rollout_generic(
                 break
         if t == max_steps - 1:
             break
-        for key in carry_keys:
-            value = next_td[key]
-            td.set(key, value)
-            carried[key] = value
+        # the next root: the step's "next" entries (but the rewards) over the current root
+        entries = None
+        if type(td) is TensorDict and type(next_td) is TensorDict:
+            entries = _merge_plain(next_td, td, reward_drop, set(), set(), ())
+        if entries is not None:
+            td = TensorDict._new_unsafe(
+                entries, batch_size=td.batch_size, device=td.device, nested=False
+            )
+            carried = {key: next_flat[key] for key in carry_keys}
+        else:
+            for key in carry_keys:
+                value = next_flat[key]
+                td.set(key, value)
+                carried[key] = value
         if any_done:
             td.set("_reset", done.clone())
             td = env.reset(td)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
 
 from rl.core import Composite, StackedComposite, Unbounded
 
@@ -76,6 +76,60 @@ def _merge_other(
         out.set(name, value)
 
 
+def _merge_plain(
+    nxt: TensorDict,
+    root: TensorDict | None,
+    drop: set[tuple[str, ...]],
+    excluded: set[tuple[str, ...]],
+    partial: set[tuple[str, ...]],
+    path: tuple[str, ...],
+) -> dict | None:
+    """:func:`_excluding` + :func:`_merge_other` on plain TensorDicts, on their dicts.
+
+    Returns the entries of the merged tensordict, or ``None`` when a value is a tensor
+    collection other than a plain ``TensorDict`` (lazy stacks, tensorclasses...): the
+    caller then takes the generic path, whose result this one reproduces.
+    """
+    out = {}
+    for name, value in nxt._tensordict.items():
+        key = (*path, name)
+        if key in drop:
+            continue
+        if type(value) is not TensorDict:
+            if is_tensor_collection(value):
+                return None
+            out[name] = value
+            continue
+        sub = None if root is None else root._tensordict.get(name)
+        if sub is not None and type(sub) is not TensorDict:
+            if is_tensor_collection(sub):
+                return None
+            sub = None  # a tensor at the root, a tensordict in "next": "next" wins
+        if value._has_names():
+            return None
+        entries = _merge_plain(value, sub, drop, excluded, partial, key)
+        if entries is None:
+            return None
+        out[name] = TensorDict._new_unsafe(
+            entries, batch_size=value.batch_size, device=value.device, nested=False
+        )
+    if root is None:
+        return out
+    for name, value in root._tensordict.items():
+        if name in out or name == "_reset" or (not path and name == "next"):
+            continue
+        key = (*path, name)
+        if key in excluded:
+            continue
+        if type(value) is not TensorDict:
+            if is_tensor_collection(value):
+                return None
+        elif key in partial:
+            value = _excluding(value, {k[len(key) :] for k in excluded if k[: len(key)] == key})
+        out[name] = value
+    return out
+
+
 def step_mdp(
     tensordict: TensorDictBase,
     next_tensordict: TensorDictBase | None = None,
@@ -139,11 +193,42 @@ def step_mdp(
     if exclude_done:
         excluded |= _key_set(done_keys)
     drop = excluded | {("_reset",)} if "_reset" in next_tensordict.keys() else excluded
+    root_excluded = excluded | _key_set(action_keys) if exclude_action else excluded
+    if (
+        type(tensordict) is TensorDict
+        and type(next_tensordict) is TensorDict
+        and not next_tensordict._has_names()
+    ):
+        # plain tensordicts (the common case): the same result built on their dicts
+        entries = _merge_plain(
+            next_tensordict,
+            tensordict if keep_other else None,
+            drop,
+            root_excluded,
+            _prefixes(root_excluded),
+            (),
+        )
+        if entries is not None:
+            return TensorDict._new_unsafe(
+                entries,
+                batch_size=tensordict.batch_size,
+                device=next_tensordict.device,
+                nested=False,
+            )
+    return _step_mdp_generic(tensordict, next_tensordict, keep_other, drop, root_excluded)
+
+
+def _step_mdp_generic(
+    tensordict: TensorDictBase,
+    next_tensordict: TensorDictBase,
+    keep_other: bool,
+    drop: set[tuple[str, ...]],
+    root_excluded: set[tuple[str, ...]],
+) -> TensorDictBase:
+    """``step_mdp`` on any tensordicts (lazy stacks, tensorclasses) through their API."""
     out = _excluding(next_tensordict, drop)
     if keep_other:
-        if exclude_action:
-            excluded |= _key_set(action_keys)
-        _merge_other(out, tensordict, excluded, _prefixes(excluded))
+        _merge_other(out, tensordict, root_excluded, _prefixes(root_excluded))
     if out.batch_size != tensordict.batch_size:
         out.batch_size = tensordict.batch_size
     return out

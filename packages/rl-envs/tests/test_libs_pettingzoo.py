@@ -252,6 +252,27 @@ def _acting_moves_allowed(td) -> bool:
 
 
 class TestAEC:
+    def test_state_read_past_forwarding_wrappers_but_not_past_overriding_ones(self):
+        from pettingzoo.utils.wrappers import BaseWrapper
+
+        class DoubleRewards(BaseWrapper):
+            @property
+            def rewards(self):
+                return {agent: 2 * r for agent, r in self.env.rewards.items()}
+
+        plain = PettingZooWrapper(rps_v2.env(), use_mask=True, seed=0)
+        assert type(plain._state_holder()).__name__ == "raw_env"  # past 2 wrappers
+        doubled = PettingZooWrapper(DoubleRewards(rps_v2.env()), use_mask=True, seed=0)
+        assert isinstance(doubled._state_holder(), DoubleRewards)
+        torch.manual_seed(0)
+        a = plain.rollout(10, break_when_any_done=False)
+        torch.manual_seed(0)
+        b = doubled.rollout(10, break_when_any_done=False)
+        for group in plain.group_map:
+            reward = a["next", group, "reward"]
+            assert reward.abs().sum() > 0
+            torch.testing.assert_close(b["next", group, "reward"], 2 * reward)
+
     def test_tictactoe_layout(self):
         env = PettingZooWrapper(tictactoe_v3.env(), use_mask=True, seed=0)
         assert not env.parallel and not env.done_on_any

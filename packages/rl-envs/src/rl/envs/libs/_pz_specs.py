@@ -108,7 +108,16 @@ def nested_td(entries: dict, batch_size: torch.Size, device) -> TensorDict:
         for part in key[:-1]:
             node = node.setdefault(part, {})
         node[key[-1]] = value
-    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device)
+    return _tree_td(tree, batch_size, device)
+
+
+def _tree_td(tree: dict, batch_size: torch.Size, device) -> TensorDict:
+    # sub-dicts become TensorDicts of the same batch size, built here (nested=False skips
+    # TensorDict's own walk over the entries)
+    for name, value in tree.items():
+        if type(value) is dict:
+            tree[name] = _tree_td(value, batch_size, device)
+    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device, nested=False)
 
 
 class DenseGroup:

@@ -56,6 +56,34 @@ def _action_array(tensordict: TensorDictBase, key: tuple[str, ...]) -> np.ndarra
     return value.detach().cpu().numpy()
 
 
+_STATE_NAMES = ("agent_selection", "rewards", "terminations", "truncations", "infos", "agents")
+
+
+def _state_holder(env: Any) -> Any:
+    """The first env down ``env``'s wrapper chain that defines an AEC state attribute
+    itself (in its instance or in a class other than PettingZoo's forwarding bases)."""
+    import pettingzoo.utils.env
+    import pettingzoo.utils.wrappers.base
+
+    forwarding = {
+        object,
+        pettingzoo.utils.env.AECEnv,
+        pettingzoo.utils.wrappers.base.BaseWrapper,
+        *pettingzoo.utils.env.AECEnv.__mro__,
+    }
+    obj = env
+    while True:
+        if any(name in obj.__dict__ for name in _STATE_NAMES):
+            return obj
+        for cls in type(obj).__mro__:
+            if cls not in forwarding and any(name in cls.__dict__ for name in _STATE_NAMES):
+                return obj
+        inner = obj.__dict__.get("env")
+        if inner is None or inner is obj:
+            return obj
+        obj = inner
+
+
 class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
     """Wraps a PettingZoo ``ParallelEnv`` or ``AECEnv`` as an :class:`~rl.envs.EnvBase`.
 
@@ -327,12 +355,26 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
 
     def _aec_observations(self) -> dict:
         env = self._env
-        return {agent: env.observe(agent) for agent in env.agents}  # the live agents
+        agents = self._state_holder().agents
+        return {agent: env.observe(agent) for agent in agents}  # the live agents
+
+    def _state_holder(self) -> Any:
+        """Where the AEC env's state (``agent_selection``, ``rewards``, ``terminations``,
+        ``truncations``, ``infos``, ``agents``) is read from, found once.
+
+        PettingZoo's own wrappers only forward these attributes (3 us per read through
+        each wrapper's ``__getattr__``): the walk goes down the wrapper chain while no
+        wrapper defines one of them itself, so that a wrapper that does is still read.
+        """
+        holder = self.__dict__.get("_holder")
+        if holder is None:
+            holder = self.__dict__["_holder"] = _state_holder(self._env)
+        return holder
 
     def _acting(self) -> set[str]:
         if self.parallel:
             return set(self._env.agents)
-        return {self._env.agent_selection}
+        return {self._state_holder().agent_selection}
 
     def _state(self) -> Any:
         return self._env.state() if self.return_state else None
@@ -359,17 +401,18 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
             observations, rewards, terminations, truncations, infos = env.step(actions)
             acting = set(env.agents)
         else:
-            agent = env.agent_selection
-            if env.terminations.get(agent, False) or env.truncations.get(agent, False):
+            state = self._state_holder()
+            agent = state.agent_selection
+            if state.terminations.get(agent, False) or state.truncations.get(agent, False):
                 action = None  # PettingZoo steps a done agent with None (removing it)
             else:
                 group, j = self._agent_slot[agent]
                 action = self._group_actions(tensordict, group, j)[0]
             env.step(action)
             observations = self._aec_observations()
-            rewards, terminations = dict(env.rewards), dict(env.terminations)
-            truncations, infos = dict(env.truncations), dict(env.infos)
-            acting = {env.agent_selection}
+            rewards, terminations = dict(state.rewards), dict(state.terminations)
+            truncations, infos = dict(state.truncations), dict(state.infos)
+            acting = {state.agent_selection}
         return self._outputs.step(
             observations,
             rewards,

@@ -229,6 +229,17 @@ def test_sac_saves_its_buffer_as_a_dataset(tiny_dataset):
     assert offline.Config().algo == "iql"
 
 
+def test_offline_fills_each_algorithms_defaults():
+    # fields left at None take the chosen algorithm's values; values given are kept
+    offline = _load("offline")
+    iql = offline.resolve(offline.Config())
+    assert (iql.num_updates, iql.lr, iql.tau, iql.hidden) == (10_000, 3e-4, 0.005, 256)
+    cql = offline.resolve(offline.Config(algo="cql"))
+    assert (cql.num_updates, cql.lr, cql.tau, cql.hidden) == (5_000, 1e-3, 0.02, 64)
+    given = offline.resolve(offline.Config(algo="cql", lr=5e-4, hidden=32))
+    assert (given.lr, given.hidden, given.tau) == (5e-4, 32, 0.02)
+
+
 @pytest.mark.parametrize("algo", ["iql", "cql"])
 def test_offline_trains_on_the_dataset(algo, tiny_dataset, tmp_path):
     path, _ = tiny_dataset

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from rl.core import Bounded
+from rl.core import Bounded, Unbounded
 from rl.modules import (
     Actor,
     IndependentNormal,
@@ -76,12 +76,12 @@ def normal_actor(w=0.5, scale=1.0):
     return ProbabilisticActor(body, in_keys=["loc", "scale"], distribution_class=IndependentNormal)
 
 
-def tanh_actor(w=0.5, scale=0.5):
+def tanh_actor(w=0.5, scale=0.5, spec=None):
     body = TensorDictModule(LocScale(w, scale), ["observation"], ["loc", "scale"])
     return ProbabilisticActor(
         body,
         in_keys=["loc", "scale"],
-        spec=Bounded(-1.0, 1.0, (1,)),
+        spec=Bounded(-1.0, 1.0, (1,)) if spec is None else spec,
         distribution_class=TanhNormal,
     )
 
@@ -407,6 +407,16 @@ class TestCQLLoss:
         assert not torch.allclose(ref["loss_cql"], self.reference(0)["loss_cql"])
         with pytest.raises(ValueError, match="must be finite"):
             self.make(action_spec=Bounded(-math.inf, math.inf, (1,)))(data())
+
+    def test_unbounded_actor_spec_draws_in_unit_box(self):
+        # a TanhNormal actor declared with an Unbounded spec: TorchRL's [-1, 1] draws
+        actor = tanh_actor(spec=Unbounded(shape=(1,)))
+        loss = CQLLoss(actor, qnet(), gamma=GAMMA, alpha_init=0.5, num_random=self.N_RANDOM)
+        set_critics(loss, CRITICS)
+        td = data()
+        torch.manual_seed(0)
+        out = loss(td)
+        torch.testing.assert_close(out["loss_cql"], self.reference(0)["loss_cql"])
 
     def test_max_q_backup(self):
         loss = self.make(max_q_backup=True)

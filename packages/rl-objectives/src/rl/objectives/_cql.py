@@ -448,8 +448,11 @@ class CQLLoss(_EntropyTemperature, LossModule):
 
     def _action_bounds(self, action: torch.Tensor):
         """``(low, high)`` of the action spec (``action_spec``, else the actor's), or
-        ``None`` where there is none or it is ``[-1, 1]``."""
+        ``None`` where there is none or it is ``[-1, 1]``, or where the actor's spec (no
+        ``action_spec`` given) is unbounded: TorchRL's ``[-1, 1]`` then, as for a
+        ``TanhNormal`` actor declared with an ``Unbounded`` spec."""
         spec = self._action_spec
+        explicit = spec is not None
         if spec is None:
             spec = getattr(self.actor_network, "spec", None)
         if isinstance(spec, Composite):
@@ -464,6 +467,8 @@ class CQLLoss(_EntropyTemperature, LossModule):
         if bool((low == -1).all() and (high == 1).all()):
             return None
         if not torch.isfinite(high - low).all():
+            if not explicit:
+                return None
             raise ValueError(
                 f"{type(self).__name__} draws uniform actions in the action spec's bounds, "
                 f"which must be finite; got low={low.tolist()}, high={high.tolist()}"

@@ -305,6 +305,13 @@ class TestSplitTrajectories:
         with pytest.raises(KeyError, match="needs the trajectory ids"):
             split_trajectories(TensorDict(obs=torch.zeros(3), batch_size=[3]))
 
+    def test_nested_output_is_refused_with_the_padded_alternative(self):
+        from rl.collectors.utils import split_trajectories
+
+        td = TensorDict(obs=torch.zeros(3), batch_size=[3])
+        with pytest.raises(NotImplementedError, match="output is padded.*as_nested=False"):
+            split_trajectories(td, as_nested=True)
+
 
 class TestEnvStateLoading:
     """A saved env state is restored without unpickling arbitrary objects."""

@@ -36,7 +36,9 @@ def split_trajectories(
             is written next to it.
         done_key: when there are no ids, trajectories end where ``("next", done_key)``
             (default ``"done"``) is set, and ids are written.
-        as_nested: not supported (padded output only).
+        as_nested: not supported, by choice: the output is padded with a ``mask`` (what
+            the losses and value estimators read); TorchRL's nested-tensor layout is not
+            provided.
 
     Returns:
         a TensorDict of batch size ``[n_traj, max_len]`` with the mask entry.
@@ -62,7 +64,10 @@ def split_trajectories(
                 [ True,  True, False, False]])
     """
     if as_nested:
-        raise NotImplementedError("split_trajectories(as_nested=True) is not supported")
+        raise NotImplementedError(
+            "split_trajectories(as_nested=True) is not supported: the output is padded, "
+            "with a 'mask' entry marking the valid steps; pass as_nested=False"
+        )
     td = rollout_tensordict
     if trajectory_key is not None:
         ids_key, mask_key = trajectory_key, _with_last(trajectory_key, "mask")

@@ -66,6 +66,7 @@ class TrainerHookBase:
         return None
 
     def register(self, trainer: Trainer, name: str | None = None) -> None:
+        """Attaches the hook to ``trainer``; abstract: every hook class defines it."""
         raise NotImplementedError(f"{type(self).__name__} does not define register()")
 
 

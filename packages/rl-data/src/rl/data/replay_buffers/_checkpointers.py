@@ -15,9 +15,11 @@ class StorageCheckpointerBase:
     """
 
     def dumps(self, storage: Storage, path: str | Path) -> None:
+        """Writes ``storage`` under ``path``; abstract: each checkpointer defines it."""
         raise NotImplementedError(f"{type(self).__name__} must define dumps(storage, path)")
 
     def loads(self, storage: Storage, path: str | Path) -> None:
+        """Reads ``storage`` back from ``path``; abstract: each checkpointer defines it."""
         raise NotImplementedError(f"{type(self).__name__} must define loads(storage, path)")
 
 

@@ -14,6 +14,8 @@ from ._common import *  # noqa: E402,F403
 from ._common import __all__ as _all_common  # noqa: E402
 from ._cql import *  # noqa: E402,F403
 from ._cql import __all__ as _all_cql  # noqa: E402
+from ._cql_discrete import *  # noqa: E402,F403
+from ._cql_discrete import __all__ as _all_cql_discrete  # noqa: E402
 from ._crossq import *  # noqa: E402,F403
 from ._crossq import __all__ as _all_crossq  # noqa: E402
 from ._ddpg import *  # noqa: E402,F403
@@ -54,6 +56,7 @@ __all__ = [
     *_all_tqc,
     *_all_iql,
     *_all_cql,
+    *_all_cql_discrete,
     *_all_td3_bc,
     *_all_bc,
     *_all_ppo,

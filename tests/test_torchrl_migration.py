@@ -223,7 +223,7 @@ class TestEnvs:
         data = TensorDict(
             next=TensorDict(done=torch.tensor([[True], [False]]), batch_size=[2]), batch_size=[2]
         )
-        assert U.terminated_or_truncated(data["next"]) is True
+        assert U.terminated_or_truncated(data["next"]).item() is True
         assert data["next", "_reset"].squeeze(-1).tolist() == [True, False]
         spec = U.make_composite_from_td(
             TensorDict(a=torch.zeros(3), b=torch.zeros(2, dtype=torch.long), batch_size=[])

@@ -35,7 +35,7 @@ class TestModulePaths:
         assert mod.__all__ and all(getattr(mod, name) is not None for name in mod.__all__)
 
 
-@pytest.mark.parametrize("module", ["rl.envs.utils", "rl.envs.libs.gym"])
+@pytest.mark.parametrize("module", ["rl.envs.utils", "rl.envs._td_utils", "rl.envs.libs.gym"])
 def test_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

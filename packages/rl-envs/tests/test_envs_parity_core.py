@@ -37,6 +37,20 @@ from rl.envs import (
 from rl.envs.utils import make_composite_from_td, step_mdp, terminated_or_truncated
 
 
+def _is_bool_scalar(value, expected: bool) -> bool:
+    """Whether ``value`` is a 0-d bool tensor equal to ``expected`` (TorchRL's return type)."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.shape == ()
+        and value.dtype == torch.bool
+        and value.item() is expected
+    )
+
+
+def _path(key) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
 # ------------------------------------------------------------------ test environments
 def _angle_normalize(x):
     return ((x + torch.pi) % (2 * torch.pi)) - torch.pi
@@ -327,13 +341,12 @@ class TestEnvBaseModule:
         td = env.rand_step(env.reset())
         td["next", "done"][0] = True
         root = env.step_mdp(td)
-        assert env.any_done(root) is True and root["_reset"][:, 0].tolist() == [True, False]
+        assert _is_bool_scalar(env.any_done(root), True)
+        assert root["_reset"][:, 0].tolist() == [True, False]
         root = env.maybe_reset(root)
         assert "_reset" not in root.keys() and root["agents", "obs"][0].abs().sum() == 0
-        assert (
-            env.any_done(TensorDict(done=torch.zeros(2, 1, dtype=torch.bool), batch_size=[2]))
-            is False
-        )
+        none_done = TensorDict(done=torch.zeros(2, 1, dtype=torch.bool), batch_size=[2])
+        assert _is_bool_scalar(env.any_done(none_done), False)
         assert env.set_spec_lock_(False).is_spec_locked is False
 
     def test_missing_done_entries_are_completed(self):
@@ -509,15 +522,77 @@ class TestTensorDictHelpers:
             truncated=torch.tensor([False]),
             nested=TensorDict(done=torch.tensor([False]), truncated=torch.tensor([True])),
         )
-        assert terminated_or_truncated(data, spec) is True
+        assert _is_bool_scalar(terminated_or_truncated(data, spec), True)
         assert data["_reset"].tolist() == [True] and data["nested", "_reset"].tolist() == [True]
 
     def test_terminated_or_truncated_all_false(self):
         data = TensorDict(done=torch.tensor([False]), terminated=torch.tensor([False]))
-        assert terminated_or_truncated(data) is False and "_reset" not in data.keys()
-        assert terminated_or_truncated(data, write_full_false=True) is False
+        assert _is_bool_scalar(terminated_or_truncated(data), False)
+        assert "_reset" not in data.keys()
+        assert _is_bool_scalar(terminated_or_truncated(data, write_full_false=True), False)
         assert data["_reset"].tolist() == [False]
-        assert terminated_or_truncated(data, key=None) is False
+        assert _is_bool_scalar(terminated_or_truncated(data, key=None), False)
+
+    # Type, value and written keys of TorchRL 0.14.1's terminated_or_truncated on the same
+    # inputs (a root and an "agents" group, each with done + truncated, batch [2]).
+    @pytest.mark.parametrize("use_spec", [False, True])
+    @pytest.mark.parametrize("key", ["_reset", None])
+    @pytest.mark.parametrize("write_full_false", [False, True])
+    @pytest.mark.parametrize(
+        "root_done, group_truncated", [(True, False), (False, True), (False, False)]
+    )
+    def test_terminated_or_truncated_returns_torchrl_tensor(
+        self, use_spec, key, write_full_false, root_done, group_truncated
+    ):
+        def flags(done, truncated):
+            return {
+                "done": torch.full((2, 1), done),
+                "truncated": torch.full((2, 1), truncated),
+            }
+
+        def flag_specs():
+            flag = Bounded(0, 1, shape=(2, 1), dtype=torch.bool)
+            return {"done": flag, "truncated": flag.clone()}
+
+        data = TensorDict(
+            **flags(root_done, False),
+            agents=TensorDict(flags(False, group_truncated), batch_size=[2]),
+            obs=torch.zeros(2, 3),
+            batch_size=[2],
+        )
+        spec = Composite(**flag_specs(), agents=Composite(flag_specs(), shape=(2,)), shape=(2,))
+        out = terminated_or_truncated(
+            data, spec if use_spec else None, key=key, write_full_false=write_full_false
+        )
+        expected = root_done or group_truncated
+        assert _is_bool_scalar(out, expected)
+        written = expected or write_full_false
+        reset_keys = {k for k in data.keys(True, True) if "_reset" in _path(k)}
+        assert reset_keys == ({"_reset", ("agents", "_reset")} if written and key else set())
+        if reset_keys:
+            assert data["_reset"].squeeze(-1).tolist() == [root_done] * 2
+            assert data["agents", "_reset"].squeeze(-1).tolist() == [group_truncated] * 2
+
+    def test_terminated_or_truncated_group_only(self):
+        # flags only in a nested group: still a 0-d tensor (TorchRL 0.14.1)
+        data = TensorDict(
+            agents=TensorDict(done=torch.tensor([[True], [False]]), batch_size=[2]),
+            batch_size=[2],
+        )
+        assert _is_bool_scalar(terminated_or_truncated(data), True)
+        assert data["agents", "_reset"].squeeze(-1).tolist() == [True, False]
+        data["agents", "done"].zero_()
+        del data["agents", "_reset"]
+        assert _is_bool_scalar(terminated_or_truncated(data), False)
+        assert "_reset" not in data["agents"].keys()
+
+    def test_terminated_or_truncated_without_flags_is_python_false(self):
+        # no done flag anywhere: TorchRL 0.14.1 returns the Python False, not a tensor
+        data = TensorDict(obs=torch.zeros(2, 3), batch_size=[2])
+        assert terminated_or_truncated(data) is False
+        assert terminated_or_truncated(data, write_full_false=True) is False
+        assert terminated_or_truncated(data, Composite(shape=(2,))) is False
+        assert list(data.keys()) == ["obs"]
 
     def test_make_composite_from_td(self):
         data = TensorDict(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from tensordict import TensorDictBase
 
 __all__ = ["EnvHelpers"]
@@ -34,8 +35,8 @@ class EnvHelpers:
             transform = CallableTransform(transform)
         return TransformedEnv(self, transform)
 
-    def any_done(self, tensordict: TensorDictBase) -> bool:
-        """Whether a done flag of ``tensordict`` is set; writes the ``"_reset"`` masks if so."""
+    def any_done(self, tensordict: TensorDictBase) -> torch.Tensor | bool:
+        """Whether a done flag is set (0-d bool tensor, as TorchRL); writes ``"_reset"`` if so."""
         from ._td_utils import terminated_or_truncated
 
         return terminated_or_truncated(tensordict, full_done_spec=self.full_done_spec)

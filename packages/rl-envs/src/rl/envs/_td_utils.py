@@ -68,7 +68,7 @@ def terminated_or_truncated(
     full_done_spec: Composite | None = None,
     key: str | None = "_reset",
     write_full_false: bool = False,
-) -> bool:
+) -> torch.Tensor | bool:
     """Aggregates the done / terminated / truncated flags of each level of ``data``.
 
     At every level (the root and each nested group such as ``"agents"``) holding done
@@ -84,7 +84,9 @@ def terminated_or_truncated(
             removed again when every flag is ``False``).
 
     Returns:
-        whether any flag was ``True``.
+        whether any flag was ``True``: a 0-d bool tensor on ``data``'s device, as TorchRL
+        (use ``bool(...)`` or ``if ...:`` for a Python bool); the Python ``False`` when
+        ``data`` holds no flag at all (TorchRL's value there too).
 
     Examples:
         >>> import torch
@@ -95,14 +97,16 @@ def terminated_or_truncated(
         ...     nested=TensorDict(done=torch.tensor([False]), truncated=torch.tensor([True])),
         ... )
         >>> terminated_or_truncated(data)
-        True
+        tensor(True)
         >>> data["_reset"], data["nested", "_reset"]
         (tensor([True]), tensor([True]))
     """
     written: list[tuple[str, ...]] = []
 
-    def visit(td: TensorDictBase, spec: Composite | None, path: tuple[str, ...]) -> bool:
-        any_eot = False
+    def visit(
+        td: TensorDictBase, spec: Composite | None, path: tuple[str, ...]
+    ) -> torch.Tensor | bool:
+        any_eot: torch.Tensor | bool = False
         aggregate = None
         names = spec.keys() if spec is not None else list(td.keys())
         for name in names:
@@ -112,7 +116,7 @@ def terminated_or_truncated(
             ):
                 sub = td.get(name, None)
                 if sub is not None:
-                    any_eot = visit(sub, sub_spec, (*path, name)) or any_eot
+                    any_eot = visit(sub, sub_spec, (*path, name)) | any_eot
                 continue
             if spec is None and name not in _EOT_KEYS:
                 continue
@@ -124,7 +128,7 @@ def terminated_or_truncated(
             if key is not None:
                 td.set(key, aggregate)
                 written.append((*path, key))
-            any_eot = any_eot or bool(aggregate.any())
+            any_eot = any_eot | aggregate.any()
         return any_eot
 
     any_eot = visit(data, full_done_spec, ())

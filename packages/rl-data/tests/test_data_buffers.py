@@ -138,6 +138,26 @@ class TestReplayBuffer:
         assert rb.sample()["y"].tolist() == [1.0] * 3
         assert len(rb.transform) == 3
 
+    @pytest.mark.parametrize("storage_cls", [LazyTensorStorage, LazyMemmapStorage])
+    def test_indexing_goes_through_the_transforms_as_torchrl(self, storage_cls, tmp_path):
+        # TorchRL 0.14.1: rb[index] returns what sample would (transforms applied), a key
+        # reads that entry of every item; the storage keeps the raw values
+        kwargs = {"scratch_dir": tmp_path} if storage_cls is LazyMemmapStorage else {}
+        rb = TensorDictReplayBuffer(storage=storage_cls(6, **kwargs), batch_size=2)
+        x = torch.arange(4.0)
+        rb.extend(TensorDict({"x": x, "next": {"x": x + 1}}, [4]))
+        rb.append_transform(
+            lambda td: td.set("x", td["x"] * 10).set(("next", "x"), -td["next", "x"])
+        )
+        assert rb[:]["x"].tolist() == [0.0, 10.0, 20.0, 30.0]
+        assert rb[1:3]["next", "x"].tolist() == [-2.0, -3.0]
+        assert rb[2]["x"].item() == 20.0
+        assert rb[torch.tensor([3, 0])]["x"].tolist() == [30.0, 0.0]
+        assert rb["x"].tolist() == [0.0, 10.0, 20.0, 30.0]
+        assert rb["next", "x"].tolist() == [-1.0, -2.0, -3.0, -4.0]
+        assert rb.storage.get(slice(None))["x"].tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert rb.storage.get(slice(None))["next", "x"].tolist() == [1.0, 2.0, 3.0, 4.0]
+
     def test_prefetch_returns_valid_batches(self, make_transitions, assert_consistent):
         rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), prefetch=3, batch_size=8)
         rb.extend(make_transitions(50))

@@ -329,12 +329,26 @@ class ReplayBuffer(CheckpointAliases):
 
     # -- reads -----------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Any:
+        """The items at ``index`` (an int, slice, tensor or array of storage positions; a
+        key or nested key reads that entry of every item), through the buffer's
+        transforms as :meth:`sample` returns them, as in TorchRL. The storage itself is
+        not changed."""
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
+        ):
+            return self[:][index]
         with self._lock:
             data = self._storage[index]
         if isinstance(data, list):
             data = self._collate_fn(data)
         if self.dim_extend and isinstance(index, slice):
             data = self._move_dim_extend(data)
+        if self._transforms:
+            if isinstance(data, TensorDictBase):
+                # a shallow copy: the transforms replace its entries, never the storage's
+                # (a memmap storage returns locked views)
+                data = data.copy()
+            data = self._postprocess(data)
         return data
 
     def _postprocess(self, data: Any) -> Any:

@@ -120,7 +120,7 @@ def test_ppo_learns_the_probe(mappo, tmp_path, centralised_critic, share_params)
         n_agents=2,
         max_steps=4,
         num_envs=32,
-        total_frames=32 * 4 * 12,
+        total_frames=32 * 4 * 16,
         update_epochs=4,
         minibatch_size=32,
         hidden=32,

@@ -16,14 +16,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rl.core import (
-    Bounded,
-    Categorical,
-    Composite,
     ExplorationType,
-    Unbounded,
     set_exploration_type,
 )
-from rl.envs import EnvBase
+from rl.envs import SignProbe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import EpisodeReturns, ProgressBar, finish_run  # noqa: E402
@@ -105,66 +101,6 @@ def preset_cli(
         description=description,
         args=args,
     )
-
-
-class SignProbe(EnvBase):
-    """A multi-agent probe: every agent sees a random sign and must answer it.
-
-    Agent ``i`` observes ``s_i = ±1`` (``("agents", "observation")``, ``[*B, n_agents,
-    1]``). Continuous actions in ``[-1, 1]`` earn ``-4 (a_i - s_i / 2)^2`` (best 0 at
-    ``a_i = s_i / 2``, so a policy that ignores the action bounds or the observation
-    loses); discrete actions in ``{0, 1, 2}`` earn 1 when ``a_i - 1 = s_i``. Episodes last
-    ``max_steps`` steps; done and terminated sit at the root, as VMAS writes them. The
-    scripts take it as ``--scenario probe`` and the tests use it to prove learning in
-    seconds.
-    """
-
-    def __init__(self, num_envs: int, n_agents: int, max_steps: int, continuous: bool):
-        super().__init__(batch_size=[num_envs])
-        b, n = (num_envs,), n_agents
-        self.n_agents, self.max_steps, self.continuous = n_agents, max_steps, continuous
-        self.observation_spec = Composite(
-            agents=Composite(observation=Bounded(-1.0, 1.0, (*b, n, 1)), shape=(*b, n)), shape=b
-        )
-        action = Bounded(-1.0, 1.0, (*b, n, 1)) if continuous else Categorical(3, (*b, n))
-        self.action_spec = Composite(agents=Composite(action=action, shape=(*b, n)), shape=b)
-        self.reward_spec = Composite(
-            agents=Composite(reward=Unbounded((*b, n, 1)), shape=(*b, n)), shape=b
-        )
-        self._t = torch.zeros(b, dtype=torch.long)
-        self._sign = torch.ones(*b, n, 1)
-
-    def _observe(self, reward=None) -> TensorDict:
-        self._sign = torch.randint(0, 2, self._sign.shape).float() * 2 - 1
-        agents = {"observation": self._sign.clone()}
-        if reward is not None:
-            agents["reward"] = reward
-        done = (self._t >= self.max_steps).unsqueeze(-1)
-        b = self.batch_size
-        return TensorDict(
-            {"agents": TensorDict(agents, [*b, self.n_agents]), "done": done, "terminated": done},
-            batch_size=b,
-        )
-
-    def _reset(self, tensordict):
-        reset = None if tensordict is None else tensordict.get("_reset", None)
-        if reset is None:
-            self._t = torch.zeros_like(self._t)
-        else:
-            self._t = self._t.masked_fill(reset.reshape(self._t.shape), 0)
-        return self._observe()
-
-    def _step(self, tensordict):
-        action = tensordict.get(("agents", "action"))
-        if self.continuous:
-            reward = -4 * (action - self._sign / 2).pow(2)
-        else:
-            reward = ((action.unsqueeze(-1) - 1).float() == self._sign).float()
-        self._t = self._t + 1
-        return self._observe(reward)
-
-    def _set_seed(self, seed):
-        torch.manual_seed(seed)
 
 
 def make_vmas_env(

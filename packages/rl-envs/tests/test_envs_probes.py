@@ -13,6 +13,7 @@ from rl.envs import (
     DiscountingProbe,
     ObservationActionRewardProbe,
     ObservationRewardProbe,
+    SignProbe,
     check_env_specs,
 )
 
@@ -184,3 +185,101 @@ class TestProbeAnswers:
         env = ConstantRewardProbe(batch_size=[2])
         out = env.reset(TensorDict({}, batch_size=[2]))
         assert out["observation"].shape == (2, 1)
+
+
+class TestSignProbe:
+    @pytest.mark.parametrize("continuous", [False, True])
+    @pytest.mark.parametrize("batch_size", [(), (5,), 3])
+    def test_check_env_specs(self, continuous, batch_size):
+        env = SignProbe(batch_size, n_agents=3, max_steps=2, continuous=continuous)
+        env.set_seed(0)
+        check_env_specs(env)
+
+    def test_layout_as_vmas(self):
+        env = SignProbe(batch_size=[4], n_agents=3, max_steps=2)
+        td = env.rollout(2)
+        assert td["agents"].batch_size == (4, 2, 3)
+        assert td["agents", "observation"].shape == (4, 2, 3, 1)
+        assert td["next", "agents", "reward"].shape == (4, 2, 3, 1)
+        assert td["agents", "action"].shape == (4, 2, 3) and env.action_spec.n == 3
+        # one done / terminated per environment at the root, no truncated
+        assert set(env.done_keys) == {"done", "terminated"}
+        assert td["next", "done"].shape == (4, 2, 1)
+        assert set(td["agents", "observation"].unique().tolist()) == {-1.0, 1.0}
+
+    def test_continuous_action_spec(self):
+        spec = SignProbe(batch_size=[2], n_agents=3, continuous=True).action_spec
+        assert spec.shape == (2, 3, 1)
+        assert spec.space.low.min() == -1.0 and spec.space.high.max() == 1.0
+
+    def test_episode_length(self):
+        env = SignProbe(batch_size=[2], max_steps=3)
+        td = env.rollout(7, break_when_any_done=False)
+        done = td["next", "done"][0].squeeze(-1).tolist()
+        assert done == [False, False, True, False, False, True, False]
+        assert torch.equal(td["next", "done"], td["next", "terminated"])
+
+    def test_continuous_rewards(self):
+        env = SignProbe(batch_size=[1], n_agents=3, continuous=True)
+        td = env.reset()
+        sign = td["agents", "observation"]
+        td["agents", "action"] = torch.stack(
+            [sign[:, 0] / 2, torch.zeros_like(sign[:, 1]), -sign[:, 2]], 1
+        )
+        reward = env.step(td)["next", "agents", "reward"].flatten().tolist()
+        # -4 (a - s/2)^2: best 0, answering 0 costs 1, the opposite sign costs 9
+        assert reward == [0.0, -1.0, -9.0]
+
+    def test_discrete_rewards(self):
+        env = SignProbe(batch_size=[64], n_agents=2)
+        env.set_seed(1)
+        for answer, reward in [("best", 1.0), ("other sign", 0.0), ("zero", 0.0)]:
+            td = env.reset()  # a new sign is drawn at every step: answer the one shown
+            best = env.optimal_action(td["agents", "observation"])
+            assert best.shape == (64, 2) and set(best.unique().tolist()) == {0, 2}
+            action = {"best": best, "other sign": 2 - best, "zero": torch.ones_like(best)}
+            td["agents", "action"] = action[answer]
+            assert (env.step(td)["next", "agents", "reward"] == reward).all(), answer
+
+    def test_each_agent_answers_its_own_sign(self):
+        # agent 0 right, agent 1 wrong: the rewards are per agent, not shared
+        env = SignProbe(batch_size=[8], n_agents=2)
+        td = env.reset()
+        best = env.optimal_action(td["agents", "observation"])
+        td["agents", "action"] = torch.stack([best[:, 0], 2 - best[:, 1]], -1)
+        reward = env.step(td)["next", "agents", "reward"].squeeze(-1)
+        assert reward[:, 0].tolist() == [1.0] * 8 and reward[:, 1].tolist() == [0.0] * 8
+
+    def test_partial_reset_keeps_other_envs(self):
+        env = SignProbe(batch_size=[64], max_steps=5)
+        env.set_seed(2)
+        td = env.rand_step(env.reset())
+        nxt = td["next"].clone()
+        nxt["_reset"] = torch.zeros(64, 1, dtype=torch.bool)
+        nxt["_reset"][:32] = True
+        shown = nxt["agents", "observation"].clone()
+        out = env.reset(nxt)
+        # the envs not reset keep the sign they were shown (their next reward is for it)
+        torch.testing.assert_close(out["agents", "observation"][32:], shown[32:])
+        assert not torch.equal(out["agents", "observation"][:32], shown[:32])
+        assert env._t.tolist() == [0] * 32 + [1] * 32
+
+    def test_seeding_reproduces_signs(self):
+        def signs(seed):
+            env = SignProbe(batch_size=[16], n_agents=3)
+            env.set_seed(seed)
+            return env.rollout(5, break_when_any_done=False)["agents", "observation"]
+
+        assert torch.equal(signs(7), signs(7))
+        assert not torch.equal(signs(7), signs(8))
+
+    def test_bad_arguments_and_actions_raise(self):
+        with pytest.raises(ValueError, match="n_agents >= 1 and max_steps >= 1, got n_agents=0"):
+            SignProbe(batch_size=[2], n_agents=0)
+        env = SignProbe(batch_size=[2], n_agents=3)
+        td = env.reset()
+        td["agents", "action"] = torch.zeros(2, 3, 1, dtype=torch.int64)  # continuous layout
+        with pytest.raises(
+            ValueError, match=r"\('agents', 'action'\) has shape \(2, 3, 1\), expected \(2, 3\)"
+        ):
+            env.step(td)

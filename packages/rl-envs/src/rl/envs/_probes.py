@@ -19,15 +19,21 @@ Every probe comes in a discrete version (two actions, one-hot by default like
 ``[-2, 2]``, so a policy that forgets to rescale a ``tanh`` to the action spec cannot
 reach the best action ``±1.5``). Each probe says what a learner should converge to with
 :meth:`expected_value` and :meth:`optimal_action`.
+
+``SignProbe`` is the multi-agent member (not in :data:`PROBES`, which lists the
+single-agent ones): every agent of the group ``"agents"`` sees its own random sign and
+must answer it, so a multi-agent learner that mixes up the agents' data, or reads the
+wrong group keys, shows at once.
 """
 
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
 
+from ._done import default_done_spec
 from ._native._base import NativeEnv
 
 __all__ = [
@@ -37,6 +43,7 @@ __all__ = [
     "ObservationActionRewardProbe",
     "ObservationRewardProbe",
     "PROBES",
+    "SignProbe",
 ]
 
 _ACTION_HIGH = 2.0
@@ -269,3 +276,142 @@ PROBES = (
     ActionRewardProbe,
     ObservationActionRewardProbe,
 )
+
+
+class SignProbe(NativeEnv):
+    """A multi-agent probe: every agent sees a random sign and must answer it.
+
+    Agent ``i`` observes ``s_i = ±1`` at ``("agents", "observation")`` (``[*B, n_agents,
+    1]``), drawn anew at every step. Continuous actions in ``[-1, 1]`` earn ``-4 (a_i -
+    s_i / 2)²`` (best 0 at ``a_i = s_i / 2``, so a policy that ignores the action bounds
+    or its own observation loses); discrete actions in ``{0, 1, 2}`` (``Categorical``)
+    earn 1 when ``a_i - 1 = s_i``, else 0. Rewards are per agent at ``("agents",
+    "reward")``. Episodes last ``max_steps`` steps; ``done`` and ``terminated`` sit at the
+    root, one per environment, as VMAS writes them (no ``truncated``).
+
+    An episode's best return per agent is 0 (continuous) or ``max_steps`` (discrete);
+    answering 0 earns -1 a step (continuous), a constant discrete answer 1/2 a step on
+    average. MAPPO, IPPO and QMIX learn it in seconds (``examples/multiagent``).
+
+    Args:
+        batch_size: the number of environments stepped together (an int or ``[N]``;
+            ``[]`` for one env).
+        n_agents: the agents of the group ``"agents"``.
+        max_steps: the length of an episode.
+        continuous: one action in ``[-1, 1]`` per agent instead of three discrete ones.
+        device: where the tensors live.
+        run_type_checks: check actions against ``action_spec`` at every step.
+
+    Raises:
+        ValueError: if ``n_agents`` or ``max_steps`` is below 1, or if an action's shape
+            differs from the action spec's.
+
+    Examples:
+        >>> import torch
+        >>> from rl.envs import SignProbe
+        >>> env = SignProbe(batch_size=[4], n_agents=3, max_steps=2, continuous=True)
+        >>> td = env.rollout(2)
+        >>> td["agents", "observation"].shape, td["next", "agents", "reward"].shape
+        (torch.Size([4, 2, 3, 1]), torch.Size([4, 2, 3, 1]))
+        >>> td["next", "done"][0].squeeze(-1).tolist()
+        [False, True]
+        >>> td = env.reset()
+        >>> td["agents", "action"] = env.optimal_action(td["agents", "observation"])
+        >>> env.step(td)["next", "agents", "reward"].abs().max().item()
+        0.0
+    """
+
+    def __init__(
+        self,
+        batch_size=None,
+        n_agents: int = 2,
+        max_steps: int = 4,
+        continuous: bool = False,
+        *,
+        device=None,
+        run_type_checks: bool = False,
+    ) -> None:
+        if n_agents < 1 or max_steps < 1:
+            raise ValueError(
+                f"SignProbe needs n_agents >= 1 and max_steps >= 1, got n_agents={n_agents}, "
+                f"max_steps={max_steps}"
+            )
+        super().__init__(device=device, batch_size=batch_size, run_type_checks=run_type_checks)
+        b, n, dev = tuple(self.batch_size), n_agents, self.device
+        self.n_agents, self.max_steps, self.continuous = n_agents, max_steps, continuous
+        # VMAS's flags: done and terminated at the root, no truncated
+        self.full_done_spec = default_done_spec(self.batch_size, dev)
+        self.observation_spec = Composite(
+            agents=Composite(
+                observation=Bounded(-1.0, 1.0, (*b, n, 1), device=dev), shape=(*b, n), device=dev
+            ),
+            shape=b,
+            device=dev,
+        )
+        if continuous:
+            action = Bounded(-1.0, 1.0, (*b, n, 1), device=dev)
+        else:
+            action = Categorical(3, (*b, n), device=dev)
+        self.action_spec = Composite(
+            agents=Composite(action=action, shape=(*b, n), device=dev), shape=b, device=dev
+        )
+        self.reward_spec = Composite(
+            agents=Composite(reward=Unbounded((*b, n, 1), device=dev), shape=(*b, n), device=dev),
+            shape=b,
+            device=dev,
+        )
+        self._action_shape = action.shape
+        self._t = torch.zeros(b, dtype=torch.int64, device=self._tensor_device)
+        self._sign = torch.ones((*b, n, 1), device=self._tensor_device)
+
+    def optimal_action(self, observation: torch.Tensor) -> torch.Tensor:
+        """The best action for the signs ``observation`` (``[*B, n_agents, 1]``): the
+        continuous action ``s / 2`` (same shape) or the discrete index ``s + 1``
+        (``[*B, n_agents]``)."""
+        if self.continuous:
+            return observation / 2
+        return (observation.squeeze(-1) + 1).to(torch.int64)
+
+    def _new_signs(self) -> torch.Tensor:
+        draw = torch.randint(
+            0, 2, self._sign.shape, generator=self._generator, device=self._tensor_device
+        )
+        return draw.to(torch.float32) * 2 - 1
+
+    def _observe(self, reward: torch.Tensor | None = None) -> TensorDictBase:
+        agents = {"observation": self._sign.clone()}
+        if reward is not None:
+            agents["reward"] = reward
+        group = TensorDict._new_unsafe(
+            agents, batch_size=(*self.batch_size, self.n_agents), device=self.device
+        )
+        done = (self._t >= self.max_steps).unsqueeze(-1)
+        return self._make_td({"agents": group, "done": done, "terminated": done.clone()})
+
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        mask = self._reset_mask(tensordict)
+        d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
+        if mask is None:
+            d["_t"] = torch.zeros_like(self._t)
+            d["_sign"] = self._new_signs()
+        else:  # the other environments keep their clock and the sign they were shown
+            d["_t"] = self._t.masked_fill(mask, 0)
+            keep = mask.reshape(*mask.shape, 1, 1)
+            d["_sign"] = torch.where(keep, self._new_signs(), self._sign)
+        return self._observe()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict.get(("agents", "action"))
+        if action.shape != self._action_shape:
+            raise ValueError(
+                f"('agents', 'action') has shape {tuple(action.shape)}, expected "
+                f"{tuple(self._action_shape)} from action_spec {self.action_spec!r}"
+            )
+        if self.continuous:
+            reward = -4 * (action - self._sign / 2).pow(2)
+        else:
+            reward = ((action.unsqueeze(-1) - 1).to(torch.float32) == self._sign).to(torch.float32)
+        d = self.__dict__
+        d["_t"] = self._t + 1
+        d["_sign"] = self._new_signs()
+        return self._observe(reward)

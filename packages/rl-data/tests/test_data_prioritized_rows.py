@@ -274,22 +274,35 @@ class TestFusedUpdateWithSampledIndex:
     """``update_priority(batch["index"], ...)``: CPU tensors' addresses go straight to
     the compiled update."""
 
-    def test_same_trees_as_an_update_with_a_copied_index(self):
-        fast, slow = buffer(seed=1), buffer(seed=1)
+    def test_trees_match_a_plain_loop_over_the_sampled_updates(self, monkeypatch):
+        from rl.data.replay_buffers.samplers import _prioritized
+
+        rb = buffer(seed=1)
+        calls = []
+        compiled = _prioritized._update_at
+        monkeypatch.setattr(
+            _prioritized, "_update_at", lambda *args: calls.append(1) or compiled(*args)
+        )
+        eps, alpha = rb.sampler.eps, rb.sampler.alpha
+        # the reference: the leaves written one by one in float64, the last write wins
+        leaves = torch.zeros(64, dtype=torch.float64)
+        leaves[:40] = (torch.linspace(0.1, 4.0, 40).double() + eps) ** alpha
+        largest = 4.0
         for _ in range(3):
-            index = fast.sample(16)["index"]
-            other = slow.sample(16)["index"]
-            torch.testing.assert_close(index, other)
+            index = rb.sample(16)["index"]
             priority = torch.rand(16) * 4
-            fast.update_priority(index, priority)
-            slow.update_priority(other.clone(), priority.clone())
-        everything = torch.arange(64)
-        for tree in ("_sum_tree", "_min_tree"):
-            torch.testing.assert_close(
-                torch.as_tensor(getattr(fast.sampler, tree)[everything]),
-                torch.as_tensor(getattr(slow.sampler, tree)[everything]),
-            )
-        assert fast.sampler.default_priority == slow.sampler.default_priority
+            rb.update_priority(index, priority)
+            for i, p in zip(index.tolist(), priority.double().tolist()):
+                leaves[i] = (p + eps) ** alpha
+            largest = max(largest, float(priority.max()))
+        assert len(calls) == 3  # every update took the address path
+        stored = torch.as_tensor(rb.sampler._sum_tree[torch.arange(64)]).double()
+        torch.testing.assert_close(stored, leaves, rtol=1e-6, atol=0)
+        minimum = torch.as_tensor(rb.sampler._min_tree[torch.arange(40)]).double()
+        torch.testing.assert_close(minimum, leaves[:40], rtol=1e-6, atol=0)
+        assert rb.sampler._sum_tree.query(0, 64) == pytest.approx(float(leaves.sum()), rel=1e-5)
+        assert rb.sampler._min_tree.query(0, 40) == pytest.approx(float(leaves[:40].min()))
+        assert rb.sampler.default_priority == pytest.approx(largest)
 
     def test_largest_priority_is_tracked(self):
         rb = buffer()

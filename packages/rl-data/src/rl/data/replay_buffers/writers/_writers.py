@@ -281,6 +281,9 @@ class TensorDictMaxValueWriter(Writer):
     When the storage is full, a new item replaces the lowest-ranked stored item if it ranks
     higher, and is dropped otherwise (its ``"index"`` is then ``-1``).
 
+    ``write_count`` follows TorchRL 0.14: ``extend`` counts every item it is given,
+    dropped ones included; ``add`` counts its item only when it is stored.
+
     Args:
         rank_key: the key ranking the items (default ``("next", "reward")``); a value with
             more than one element per item is reduced with ``reduction``.
@@ -332,13 +335,13 @@ class TensorDictMaxValueWriter(Writer):
         return value[:, 0]
 
     def add(self, data: TensorDictBase) -> int:
-        index = self._write(data.unsqueeze(0), self._rank(data, batched=False))
+        index = self._write(data.unsqueeze(0), self._rank(data, batched=False), count_all=False)
         return int(index[0])
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
-        return self._write(data, self._rank(data, batched=True))
+        return self._write(data, self._rank(data, batched=True), count_all=True)
 
-    def _write(self, data: TensorDictBase, ranks: torch.Tensor) -> torch.Tensor:
+    def _write(self, data: TensorDictBase, ranks: torch.Tensor, count_all: bool) -> torch.Tensor:
         # invariant: the filled slots are exactly [0, count)
         max_size, count = self._storage.max_size, self._count
         n = ranks.shape[0]
@@ -355,8 +358,9 @@ class TensorDictMaxValueWriter(Writer):
         self._ranks[target] = ranks[kept_new]
         self._count = k
         written = slots >= 0
-        # items dropped for their rank are not written: only the stored ones count
-        self._write_count += int(written.sum())
+        # as TorchRL 0.14: extend counts every item given, add only a stored one (the
+        # count still moves whenever the storage changes, which HERReplayBuffer relies on)
+        self._write_count += n if count_all else int(written.sum())
         if written.any():
             chosen = written.nonzero().squeeze(-1)
             part = data[chosen]

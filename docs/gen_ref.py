@@ -257,8 +257,30 @@ def render(page: Page) -> str:
         lines += ["## API", ""]
     for e in sorted(documented, key=lambda e: e.name.lower()):
         # an explicit anchor with the public name, so links from other pages are stable
-        lines += [f'<a id="{_anchor(e.name)}"></a>', "", f"::: {e.path}", ""]
+        lines += [f'<a id="{_anchor(e.name)}"></a>', "", f"::: {e.path}"]
+        mixed_in = _mixin_members(e.path)
+        if mixed_in:
+            lines += ["    options:", f"      inherited_members: [{', '.join(mixed_in)}]"]
+        lines.append("")
     return "\n".join(lines)
+
+
+def _mixin_members(path: str) -> list[str]:
+    """The public methods a class of ``rl`` takes from its private mixins (``_Lockable``,
+    ``_CompositeValues``, ...): parts of its own API that mkdocstrings would leave out
+    (it renders inherited members only when told which)."""
+    module, _, name = path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return []
+    if not inspect.isclass(obj):
+        return []
+    names: set[str] = set()
+    for base in obj.__mro__[1:]:
+        if base.__name__.startswith("_") and base.__module__.startswith("rl."):
+            names.update(n for n in vars(base) if not n.startswith("_") and n not in vars(obj))
+    return sorted(names)
 
 
 # ----------------------------------------------------------------------------- mkdocs hooks

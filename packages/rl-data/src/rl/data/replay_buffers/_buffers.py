@@ -500,6 +500,47 @@ class ReplayBuffer(CheckpointAliases):
             return
         self.load_state_dict(state)
 
+    # -- pickling --------------------------------------------------------------------------------
+    # what a copy rebuilds instead of pickling: the locks, the prefetch threads and their
+    # futures (a subclass adds its own caches)
+    _UNPICKLED: tuple[str, ...] = ("_lock", "_prefetch_lock", "_executor", "_futures")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The buffer's state for ``pickle`` and ``copy.deepcopy``, as TorchRL 0.14.
+
+        The locks and the prefetch threads are not copied: the copy makes new ones. Batches
+        already prefetched are waited for and travel with the state, so that the copy
+        returns the same batches as the original (a prefetch that failed is dropped).
+        A memory-mapped storage pickles as a reference to its files (so that processes
+        can share it): a pickled copy writes to the original's files, a deep copy to its
+        own.
+        """
+        with self._prefetch_lock:
+            prefetched = []
+            for batch_size, future in self._futures:
+                try:
+                    prefetched.append((batch_size, future.result()))
+                except Exception:  # noqa: BLE001 - the copy samples that batch again
+                    break
+            with self._lock:
+                state = self.__dict__.copy()
+        for name in self._UNPICKLED:
+            state.pop(name, None)
+        state["_prefetched"] = prefetched
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        prefetched = state.pop("_prefetched", [])
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+        self._prefetch_lock = threading.Lock()
+        self._executor = None
+        self._futures = deque()
+        for batch_size, result in prefetched:
+            future: Future = Future()
+            future.set_result(result)
+            self._futures.append((batch_size, future))
+
     def __del__(self) -> None:
         executor = getattr(self, "_executor", None)
         if executor is not None:

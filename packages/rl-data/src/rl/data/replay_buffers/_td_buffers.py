@@ -72,6 +72,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     # (the sampler's FusedRows, the storage's row plans) of the last one-call draw
     _fused_draw: tuple | None = None
+    _UNPICKLED = (*ReplayBuffer._UNPICKLED, "_fused_draw")
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         fast = self._fused_draw

@@ -6,7 +6,13 @@ so numpy arrays and torch tensors (CPU or CUDA) are used in place.
 """
 
 from rl.cpp._gather import RowGather
-from rl.cpp._prioritized import prioritized_sample, prioritized_sample_rows, prioritized_update
+from rl.cpp._prioritized import (
+    prioritized_sample,
+    prioritized_sample_rows,
+    prioritized_sample_rows_into,
+    prioritized_update,
+    prioritized_update_at,
+)
 from rl.cpp._segment_tree import (
     MinSegmentTree,
     SumSegmentTree,
@@ -36,6 +42,8 @@ __all__ = [
     "generalized_advantage_estimate",
     "prioritized_sample",
     "prioritized_sample_rows",
+    "prioritized_sample_rows_into",
     "prioritized_update",
+    "prioritized_update_at",
     "td_lambda_return_estimate",
 ]

@@ -18,7 +18,13 @@ from rl.cpp import _C
 from rl.cpp._gather import RowGather
 from rl.cpp._segment_tree import MinSegmentTree, SumSegmentTree
 
-__all__ = ["prioritized_sample", "prioritized_sample_rows", "prioritized_update"]
+__all__ = [
+    "prioritized_sample",
+    "prioritized_sample_rows",
+    "prioritized_sample_rows_into",
+    "prioritized_update",
+    "prioritized_update_at",
+]
 
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
@@ -232,3 +238,109 @@ def prioritized_update(
             priority = np.repeat(priority, index.shape[0])
         eps, alpha = float(eps), float(alpha)
     return _C.prioritized_update(sum_tree._impl, min_tree._impl, index, priority, eps, alpha)
+
+
+def prioritized_sample_rows_into(
+    sum_tree: SumSegmentTree,
+    min_tree: MinSegmentTree,
+    count: int,
+    uniform: np.ndarray,
+    beta: float,
+    index: np.ndarray,
+    weight: np.ndarray,
+    gather: RowGather,
+    out: list[np.ndarray],
+) -> float:
+    """:func:`prioritized_sample_rows` into preallocated outputs, for hot paths.
+
+    Nothing is converted or allocated in Python: the compiled call checks every shape,
+    dtype and index itself (a wrong argument raises ``TypeError``) and writes the draw
+    into ``index``, ``weight`` and ``out``.
+
+    Args:
+        sum_tree, min_tree: a pair of CPU trees of one dtype.
+        count: how many leaves (from 0) are valid, ``1 <= count <= capacity``.
+        uniform: ``[B]`` contiguous numbers in ``[0, 1)`` of the trees' dtype (numpy).
+        beta: the importance-sampling exponent.
+        index: ``[B]`` int64 output, the drawn leaves.
+        weight: ``[B]`` float32 output, their importance weights.
+        gather: the tables to read (each holds at least ``count`` rows).
+        out: ``gather.empty(B)``, the rows of every table.
+
+    Returns:
+        The total priority of ``[0, count)``. When it is not positive nothing could be
+        drawn and the outputs hold no meaningful values: the caller raises.
+
+    Raises:
+        IndexError: ``count`` is not in ``[1, capacity]`` or exceeds a table's rows.
+        TypeError: an argument has the wrong type, dtype or shape.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import MinSegmentTree, RowGather, SumSegmentTree
+        >>> from rl.cpp import prioritized_sample_rows_into
+        >>> s, m = SumSegmentTree(4), MinSegmentTree(4)
+        >>> for tree in (s, m):
+        ...     tree.update(np.arange(4), np.array([1.0, 0.0, 2.0, 1.0], dtype=np.float32))
+        >>> gather = RowGather([np.arange(8.0).reshape(4, 2)])
+        >>> index, weight = np.empty(2, np.int64), np.empty(2, np.float32)
+        >>> out = gather.empty(2)
+        >>> uniform = np.array([0.1, 0.5], dtype=np.float32)
+        >>> prioritized_sample_rows_into(s, m, 3, uniform, 1.0, index, weight, gather, out)
+        3.0
+        >>> index.tolist(), weight.tolist(), out[0].tolist()
+        ([0, 2], [1.0, 0.5], [[0.0, 1.0], [4.0, 5.0]])
+    """
+    return _C.prioritized_sample_rows(
+        sum_tree._impl, min_tree._impl, count, uniform, beta, index, weight, gather._impl, out
+    )
+
+
+def prioritized_update_at(
+    sum_tree: SumSegmentTree,
+    min_tree: MinSegmentTree,
+    index_address: int,
+    priority_address: int,
+    n: int,
+    eps: float,
+    alpha: float,
+) -> float:
+    """:func:`prioritized_update` on the memory addresses of two contiguous CPU arrays.
+
+    For callers that hold torch tensors, whose ``data_ptr()`` costs about a tenth of a
+    numpy view. The caller guarantees that ``index_address`` points to ``n`` contiguous
+    int64 values and ``priority_address`` to ``n`` contiguous values of the trees'
+    dtype, alive during the call (the GIL stays held while they are read); every index
+    and priority is still checked before either tree changes.
+
+    Args:
+        sum_tree, min_tree: a pair of CPU trees of one dtype.
+        index_address: the address of the ``n`` leaf indices (int64).
+        priority_address: the address of the ``n`` raw priorities (the trees' dtype).
+        n: how many indices and priorities.
+        eps: added to every priority before the exponent.
+        alpha: the priority exponent.
+
+    Returns:
+        The largest priority of the batch (before ``eps`` and ``alpha``); 0 for ``n=0``.
+
+    Raises:
+        IndexError: an index is out of range; ValueError: a priority is negative, NaN
+            or infinite, ``n`` is negative, or an address is null with ``n > 0``.
+            Neither tree changes then. TypeError: the trees are not a CPU pair of one
+            dtype.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_update_at
+        >>> s, m = SumSegmentTree(4), MinSegmentTree(4)
+        >>> index = np.array([0, 3], dtype=np.int64)
+        >>> priority = np.array([3.0, 1.0], dtype=np.float32)
+        >>> prioritized_update_at(s, m, index.ctypes.data, priority.ctypes.data, 2, 0.0, 0.5)
+        3.0
+        >>> round(s.total(), 4), m.min()
+        (2.7321, 1.0)
+    """
+    return _C.prioritized_update_at(
+        sum_tree._impl, min_tree._impl, index_address, priority_address, n, eps, alpha
+    )

@@ -15,7 +15,7 @@ from rl.cpp import (
     prioritized_sample,
     prioritized_update,
 )
-from rl.cpp._C import prioritized_update_at as _update_at
+from rl.cpp import prioritized_update_at as _update_at
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._prioritized_rows import FusedRows
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
@@ -139,7 +139,6 @@ class PrioritizedSampler(Sampler):
         dtype = _TREE_DTYPES[self.dtype]
         self._sum_tree = SumSegmentTree(self._max_capacity, dtype=dtype, device=device)
         self._min_tree = MinSegmentTree(self._max_capacity, dtype=dtype, device=device)
-        self._impls = (self._sum_tree._impl, self._min_tree._impl)  # the compiled trees
 
     _storage: Storage | None = None
 
@@ -297,7 +296,8 @@ class PrioritizedSampler(Sampler):
             # priority before either tree changes
             try:
                 high = _update_at(
-                    *self._impls,
+                    self._sum_tree,
+                    self._min_tree,
                     index.data_ptr(),
                     priority.data_ptr(),
                     index.shape[0],
@@ -484,14 +484,9 @@ class PrioritizedSampler(Sampler):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        # compiled handles of the last draw, rebuilt on the next one
+        # the last draw's outputs and views of the storage, rebuilt on the next one
         state["_fused"] = None
-        del state["_impls"]
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._impls = (self._sum_tree._impl, self._min_tree._impl)
 
     def _raise_no_mass(self, n: int) -> None:
         p_sum = self._sum_tree.query(0, n)

@@ -1,7 +1,7 @@
 """The prioritized draw of a batch and its rows in one compiled call, resolved once.
 
 A :class:`~rl.data.PrioritizedSampler` on CPU trees over a CPU TensorDict storage
-samples a batch with one call of :func:`rl.cpp.prioritized_sample_rows`. Everything
+samples a batch with one call of :func:`rl.cpp.prioritized_sample_rows_into`. Everything
 that call needs but the number of stored items (the trees, the storage's tables, the
 outputs' shapes, a scratch array for the uniform draws) is resolved here once per
 storage layout and batch size, so that a ``sample()`` does little Python beyond the
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rl.cpp import _C
+from rl.cpp import prioritized_sample_rows_into
 from rl.data.replay_buffers.storages._rows import RowPlan
 
 _empty = np.empty
@@ -44,7 +44,7 @@ class FusedRows:
         "batch_size",
         "_sampler",
         "_trees",
-        "_tables",
+        "_gather",
         "_scratch",
         "_specs",
         "_build",
@@ -54,11 +54,11 @@ class FusedRows:
         self.plan = plan
         self.batch_size = batch_size
         self._sampler = sampler
-        self._trees = sampler._impls
-        self._tables = plan.gather._impl
+        self._trees = (sampler._sum_tree, sampler._min_tree)
+        self._gather = plan.gather
         scratch = torch.empty(batch_size, dtype=sampler.dtype)
         self._scratch = (scratch, scratch.numpy(), torch.Size((batch_size,)))
-        specs = plan.gather._specs
+        specs = plan.specs
         # the outputs' shapes and dtypes, as two tuples for map (no Python-level loop)
         self._specs = (
             tuple((batch_size, *shape) for shape, _ in specs),
@@ -86,8 +86,8 @@ class FusedRows:
         rows = list(map(_empty, *self._specs))
         # the trees, tables and scratch array are the sampler's own and well formed; the
         # compiled call still checks n, every shape and every index
-        total = _C.prioritized_sample_rows(
-            *self._trees, n, uniform, sampler._beta, index, weight, self._tables, rows
+        total = prioritized_sample_rows_into(
+            *self._trees, n, uniform, sampler._beta, index, weight, self._gather, rows
         )
         if not total > 0:
             sampler._raise_no_mass(n)

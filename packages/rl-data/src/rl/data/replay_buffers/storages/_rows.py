@@ -103,7 +103,7 @@ class RowPlan:
         ValueError: a leaf is not C-contiguous (the rows are copied as blocks of bytes).
     """
 
-    __slots__ = ("gather", "root")
+    __slots__ = ("gather", "root", "specs")
 
     def __init__(self, plan: Any, skip: Collection[str] = ()) -> None:
         tables: list[np.ndarray] = []
@@ -121,6 +121,8 @@ class RowPlan:
 
         self.root = level(plan, skip)
         self.gather = RowGather(tables)
+        # (row shape, dtype) of every table: the shapes of a batch's outputs
+        self.specs = [(array.shape[1:], array.dtype) for array in tables]
 
     def build(self, arrays: list[np.ndarray], batch_size: torch.Size, extra: dict) -> TensorDict:
         """The batch TensorDict over gathered ``arrays``, with ``extra`` at its root."""

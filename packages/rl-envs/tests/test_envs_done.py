@@ -56,6 +56,10 @@ class Flags(EnvBase):
         pass
 
 
+def _false():
+    return torch.zeros(1, dtype=torch.bool)
+
+
 def _last(rollout, keys):
     return {k: rollout["next", k][..., -1, 0].tolist() for k in keys}
 
@@ -130,11 +134,51 @@ class TestDefaultDoneSpec:
             "truncated": False,
         }
 
-    def test_add_truncated_keys_needs_a_done_key(self):
+    def test_add_truncated_keys_on_any_done_flag(self):
+        # TorchRL 0.14.1: every done key gets a truncated sibling, a lone stop included
         env = Flags()
         env.full_done_spec = Composite(stop=Categorical(2, shape=(1,), dtype=torch.bool))
+        assert env.add_truncated_keys().done_keys == ["stop", "truncated"]
+        assert env.full_done_spec["truncated"] == env.full_done_spec["stop"]
+
+        class Group(Flags):
+            auto_complete_done_specs = False
+
+        group = Group()
+        group.full_done_spec = Composite(
+            agents=Composite(stop=Categorical(2, shape=(3, 1), dtype=torch.bool), shape=(3,))
+        )
+        assert group.add_truncated_keys().done_keys == [("agents", "stop"), ("agents", "truncated")]
+
+    def test_add_truncated_keys_needs_a_done_flag(self):
+        class Empty(Flags):
+            auto_complete_done_specs = False
+
+        env = Empty()
+        env.full_done_spec = Composite()
         with pytest.raises(KeyError, match="add_truncated_keys found no done key"):
             env.add_truncated_keys()
+
+    @pytest.mark.parametrize("first", ["step", "rollout"])
+    def test_a_flag_declared_after_the_first_step_is_filled(self, first):
+        # the outputs were complete for the old done keys: the new flag must be filled on
+        # reset and step as on a fresh env (TorchRL completes every call)
+        env = Flags(write=("done", "terminated"))
+        env._reset = lambda td: TensorDict(obs=torch.zeros(1), done=_false(), terminated=_false())
+        if first == "step":
+            env.rand_step(env.reset())
+        else:
+            env.rollout(2)
+        env.add_truncated_keys()
+        assert sorted(env.reset().keys()) == ["done", "obs", "terminated", "truncated"]
+        td = env.rand_step(env.reset())
+        assert td["next", "truncated"].tolist() == [False]
+        assert sorted(td["next"].keys()) == ["done", "obs", "reward", "terminated", "truncated"]
+        check_env_specs(env)
+        # a flag added to unlocked specs in place is filled too
+        env.set_spec_lock_(False)
+        env.full_done_spec["stop"] = Categorical(2, shape=(1,), dtype=torch.bool)
+        assert env.rand_step(env.reset())["next", "stop"].tolist() == [False]
 
 
 class TestFilledFlags:

@@ -303,14 +303,21 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
 
     def _complete_outputs(self, td: TensorDictBase, flag: str) -> None:
         """``_complete_done`` on a ``_reset`` / ``_step`` output, checked until the env is
-        seen writing every done entry (``flag`` then records it and the check is skipped)."""
-        if self.__dict__.get(flag, False):
+        seen writing every done entry.
+
+        ``flag`` then records the done-key list the outputs were complete for, and the
+        check is skipped while the env's done keys are that same list: any spec change
+        (``add_truncated_keys``, a spec setter, unlocked specs) builds a new list, so a
+        flag declared later is filled again, as TorchRL (which checks every call).
+        """
+        done_keys = self._done_keys_view()
+        if self.__dict__.get(flag) is done_keys:
             return
         keys = td.keys(True, True)
-        complete = all(key in keys for key in self.done_keys)
+        complete = all(key in keys for key in done_keys)
         if not complete:
             self._complete_done(td)
-        self.__dict__[flag] = complete
+        self.__dict__[flag] = done_keys if complete else None
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         """Resets the environment (or the entries selected by a ``"_reset"`` mask).

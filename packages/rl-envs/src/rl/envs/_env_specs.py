@@ -150,19 +150,24 @@ class EnvSpecs:
         )
 
     def add_truncated_keys(self):
-        """Adds a ``truncated`` flag next to every ``done`` flag of the done spec (TorchRL's).
+        """Adds a ``truncated`` flag next to every done flag of the done spec (TorchRL's).
+
+        Each done key gets a sibling with its last name replaced by ``"truncated"`` (a
+        clone of that flag's spec): ``done`` / ``terminated`` give ``truncated``,
+        ``("agents", "done")`` gives ``("agents", "truncated")``, a lone ``stop`` flag
+        gives ``truncated``.
 
         Returns:
             the env itself.
 
         Raises:
-            KeyError: the done spec has no ``done`` entry.
+            KeyError: the done spec has no entry at all.
         """
         spec = self.full_done_spec.clone()
-        done = [k for k in _leaf_keys(spec) if (k if isinstance(k, str) else k[-1]) == "done"]
-        if not done:
+        keys = _leaf_keys(spec)
+        if not keys:
             raise KeyError(f"add_truncated_keys found no done key in the done spec {spec!r}")
-        for key in done:
+        for key in keys:  # as TorchRL: the last flag of a group gives the spec
             trunc = "truncated" if isinstance(key, str) else (*key[:-1], "truncated")
             spec[trunc] = spec[key].clone()
         self.full_done_spec = spec
@@ -238,7 +243,13 @@ class EnvSpecs:
 
     @property
     def done_keys(self) -> list[NestedKey]:
-        return list(self._cached_keys("done", lambda: _leaf_keys(self.full_done_spec)))
+        return list(self._done_keys_view())
+
+    def _done_keys_view(self) -> list[NestedKey]:
+        """The done keys without a copy: the same list object for as long as the specs are
+        locked and unchanged, a new one after any spec change (or on each call while the
+        specs are unlocked). Callers must not modify it."""
+        return self._cached_keys("done", lambda: _leaf_keys(self.full_done_spec))
 
     @property
     def done_key(self) -> NestedKey:

@@ -167,8 +167,8 @@ class TransformedEnv(EnvBase):
         self.__dict__["_raw_reset"] = None
         self.__dict__["_raw_next"] = None
         # the done entries may change with the transforms: check the outputs again
-        self.__dict__["_reset_outputs_complete"] = False
-        self.__dict__["_step_outputs_complete"] = False
+        self.__dict__["_reset_outputs_complete"] = None
+        self.__dict__["_step_outputs_complete"] = None
 
     # -------------------------------------------------------------------------- specs
     def _specs(self):

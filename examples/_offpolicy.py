@@ -276,12 +276,14 @@ class Run:
     ``observe(batch)`` counts frames and logs the returns of the episodes that ended;
     ``log(**scalars)`` logs losses at the current frame; ``finish(env_id, policy)``
     evaluates ``policy`` deterministically, writes the curve (and the video) and returns
-    the summary dict.
+    the summary dict. ``eval_transform`` (a clone of it) is appended to every evaluation
+    env: the observation normalisation that an offline learner's networks were trained with.
     """
 
-    def __init__(self, algo: str, cfg, total_frames: int) -> None:
+    def __init__(self, algo: str, cfg, total_frames: int, eval_transform=None) -> None:
         name = cfg.exp_name or generate_exp_name(algo, f"{cfg.env_id}-s{cfg.seed}")
         self.cfg = cfg
+        self.eval_transform = eval_transform
         self.logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=name)
         self.logger.log_hparams(dataclasses.asdict(cfg))
         self.bar = ProgressBar(cfg.progress, total_frames)
@@ -310,9 +312,15 @@ class Run:
         ``seed_offset`` apart from the training env (the final evaluation's offset is 1000;
         evaluations during training use others, so that choosing weights by them does not
         choose the final evaluation's episodes)."""
-        eval_env = make_env(env_id)
+        eval_env = self._eval_env(env_id)
         eval_env.set_seed(self.cfg.seed + seed_offset)
         return evaluate(eval_env, policy, episodes)
+
+    def _eval_env(self, env_id: str, from_pixels: bool = False) -> TransformedEnv:
+        env = make_env(env_id, from_pixels=from_pixels)
+        if self.eval_transform is not None:
+            env.append_transform(self.eval_transform.clone())
+        return env
 
     def finish(self, env_id: str, policy, curve_key: str | None = None, **modules) -> dict:
         """Evaluates ``policy``, writes the curve and the video; returns the summary with
@@ -329,7 +337,7 @@ class Run:
         else:
             summary = self._finish_with_curve_of(curve_key, returns, seconds)
         if self.cfg.video:
-            video = record_video(make_env(env_id, from_pixels=True), policy, self.logger)
+            video = record_video(self._eval_env(env_id, from_pixels=True), policy, self.logger)
             summary["video"] = video
             print(f"evaluation video: {video}")
         summary.update(modules)

@@ -234,10 +234,64 @@ def test_offline_fills_each_algorithms_defaults():
     offline = _load("offline")
     iql = offline.resolve(offline.Config())
     assert (iql.num_updates, iql.lr, iql.tau, iql.hidden) == (10_000, 3e-4, 0.005, 256)
+    assert iql.normalize_obs is False
     cql = offline.resolve(offline.Config(algo="cql"))
-    assert (cql.num_updates, cql.lr, cql.tau, cql.hidden) == (5_000, 1e-3, 0.02, 64)
-    given = offline.resolve(offline.Config(algo="cql", lr=5e-4, hidden=32))
-    assert (given.lr, given.hidden, given.tau) == (5e-4, 32, 0.02)
+    assert (cql.num_updates, cql.lr, cql.tau, cql.hidden) == (10_000, 1e-3, 0.02, 128)
+    assert cql.normalize_obs is True
+    given = offline.resolve(offline.Config(algo="cql", lr=5e-4, hidden=32, normalize_obs=False))
+    assert (given.lr, given.hidden, given.tau, given.normalize_obs) == (5e-4, 32, 0.02, False)
+
+
+def test_offline_observation_norms_standardise_the_dataset(tiny_dataset):
+    path, _ = tiny_dataset
+    offline = _load("offline")
+    import _offpolicy
+
+    buffer, _ = _offpolicy.open_dataset(path, batch_size=8)
+    data = buffer[: len(buffer)]
+    batch_norm, env_norm = offline.observation_norms(buffer)
+    out = batch_norm(data.clone())
+    torch.testing.assert_close(out["observation"].mean(0), torch.zeros(3), atol=1e-4, rtol=0)
+    torch.testing.assert_close(out["observation"].std(0), torch.ones(3), atol=1e-4, rtol=0)
+    loc, scale = data["observation"].mean(0), data["observation"].std(0)
+    expected_next = (data["next", "observation"] - loc) / scale
+    torch.testing.assert_close(out["next", "observation"], expected_next)
+    torch.testing.assert_close(out["action"], data["action"])  # only observations move
+    assert env_norm.in_keys == ["observation"]
+    torch.testing.assert_close(env_norm.loc, loc)
+    # once appended, the buffer's reads go through it; the files stay raw
+    buffer.append_transform(batch_norm)
+    torch.testing.assert_close(buffer[: len(buffer)]["observation"], out["observation"])
+    reopened, _ = _offpolicy.open_dataset(path, batch_size=8)
+    torch.testing.assert_close(reopened[: len(reopened)]["observation"], data["observation"])
+
+
+def test_offline_evaluates_on_the_normalised_env(tiny_dataset, tmp_path):
+    # the networks see standardised observations: the evaluation env standardises too
+    path, _ = tiny_dataset
+    offline = _load("offline")
+    import _offpolicy
+
+    cfg = offline.Config(
+        dataset=str(path),
+        algo="cql",
+        num_updates=4,
+        log_interval=2,
+        batch_size=16,
+        hidden=8,
+        num_random=2,
+        log_dir=str(tmp_path),
+        **{**TINY, "eval_episodes": 1},
+    )
+    summary = offline.main(cfg)
+    assert summary["obs_norm"] is not None
+    env = _offpolicy.make_env("Pendulum-v1")
+    env.append_transform(summary["obs_norm"].clone())
+    env.set_seed(cfg.seed + 1000)
+    assert _offpolicy.evaluate(env, summary["actor"], 1) == pytest.approx(summary["eval_returns"])
+    raw = _offpolicy.make_env("Pendulum-v1")
+    raw.set_seed(cfg.seed + 1000)
+    assert _offpolicy.evaluate(raw, summary["actor"], 1) != pytest.approx(summary["eval_returns"])
 
 
 @pytest.mark.parametrize("algo", ["iql", "cql"])
@@ -253,6 +307,7 @@ def test_offline_trains_on_the_dataset(algo, tiny_dataset, tmp_path):
         hidden=16,
         log_dir=str(tmp_path),
         **TINY,
+        **({"bc_steps": 10} if algo == "cql" else {}),  # past CQL's warm-up
     )
     summary = offline.main(cfg)
     span = summary["data_return"] - summary["random_return"]
@@ -316,6 +371,16 @@ def test_cql_lagrange_learns_the_penalty_weight(tiny_dataset, tmp_path):
         3,
         6,
     ]
+
+
+def test_cql_learns_its_temperature_unless_fixed(tiny_dataset, tmp_path):
+    path, _ = tiny_dataset
+    fixed = _cql(path, tmp_path, "fixed", bc_steps=2, alpha_init=0.5)
+    assert fixed["loss_module"].log_alpha.exp().item() == pytest.approx(0.5)
+    learnt = _cql(path, tmp_path, "learnt", bc_steps=2, alpha_init=0.5, fixed_alpha=False)
+    assert learnt["loss_module"].log_alpha.exp().item() != pytest.approx(0.5)
+    assert [step for step, _ in _scalars(tmp_path / "learnt", "train/loss_alpha")] == [3, 6]
+    assert not (tmp_path / "fixed" / "scalars" / "train" / "loss_alpha.csv").exists()
 
 
 def test_offline_names_a_missing_dataset(tmp_path):

@@ -91,3 +91,94 @@ def test_sample_rows_into_matches_the_checked_draw():
         prioritized_sample_rows_into(
             s, m, 12, uniform.astype(np.float64), 0.5, out_index, out_weight, gather, out
         )
+
+
+# -- without rl-cpp: the torch trees ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_trees_match_the_rl_cpp_trees(dtype):
+    from rl.data.replay_buffers._torch_trees import TorchMinSegmentTree, TorchSumSegmentTree
+
+    g = torch.Generator().manual_seed(0)
+    trees = [
+        (TorchSumSegmentTree(37, dtype), SumSegmentTree(37, dtype=dtype)),
+        (TorchMinSegmentTree(37, dtype), MinSegmentTree(37, dtype=dtype)),
+    ]
+    everything = torch.arange(37)
+    for step in range(6):
+        index = torch.randint(0, 37, (20,), generator=g)  # repeated indices: last wins
+        value = torch.rand(20, generator=g, dtype=getattr(torch, dtype)) * (step % 3)
+        for ours, ref in trees:
+            ours.update(index, value)
+            ref.update(index, value)
+            assert torch.equal(ours[everything], torch.as_tensor(ref[everything]))
+            for start, end in ((0, 37), (3, 20), (5, 5), (36, 37)):
+                assert ours.query(start, end) == pytest.approx(ref.query(start, end), rel=1e-6)
+        ours, ref = trees[0]
+        total = ref.query(0, 37)
+        mass = torch.cat(
+            [torch.rand(50, generator=g) * total, torch.tensor([0.0, total, 2 * total])]
+        )
+        assert torch.equal(ours.scan_lower_bound(mass), ref.scan_lower_bound(mass))
+    assert trees[0][0].total() == pytest.approx(trees[0][1].total())
+    assert trees[1][0].min() == trees[1][1].min()
+    trees[0][0].update(everything, 0.0)
+    trees[0][1].update(everything, 0.0)
+    zero = torch.tensor([0.0, 1.0])
+    assert torch.equal(trees[0][0].scan_lower_bound(zero), trees[0][1].scan_lower_bound(zero))
+    with pytest.raises(IndexError, match="index 37 is out of range"):
+        trees[0][0].update(torch.tensor([1, 37]), 1.0)
+
+
+_WITHOUT_RL_CPP = r"""
+import sys
+from importlib.abc import MetaPathFinder
+
+class NoRlCpp(MetaPathFinder):  # as if rl-cpp were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name == "rl.cpp" or name.startswith("rl.cpp."):
+            raise ImportError(f"No module named {name!r}")
+
+sys.meta_path.insert(0, NoRlCpp())
+import torch
+from tensordict import TensorDict
+import rl.data
+from rl.data import (LazyTensorStorage, PrioritizedReplayBuffer, ReplayBuffer,
+    TensorDictPrioritizedReplayBuffer)
+from rl.data.replay_buffers import _cpp
+
+assert not _cpp.HAS_CPP and "rl.cpp" not in sys.modules
+g = torch.Generator().manual_seed(0)
+rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, eps=0.0, storage=LazyTensorStorage(8),
+                                       generator=g)
+rb.extend(TensorDict({"obs": torch.arange(6.0)}, [6]))
+rb.update_priority(torch.arange(6), torch.tensor([0.0, 1.0, 0.0, 3.0, 0.0, 0.0]))
+batch = rb.sample(4000)
+counts = torch.bincount(batch["index"], minlength=6).tolist()
+assert counts[0] == counts[2] == counts[4] == counts[5] == 0, counts
+assert abs(counts[3] / 4000 - 0.75) < 0.03, counts
+assert torch.equal(batch["obs"], batch["index"].float())
+weight = torch.where(batch["index"] == 3, 1.0 / 3.0, 1.0)
+assert torch.allclose(batch["priority_weight"], weight)
+assert rb.sampler.default_priority == 3.0
+plain = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(8))
+plain.extend(torch.arange(5.0))
+data, info = plain.sample(16, return_info=True)
+assert torch.equal(data, info["index"].float())
+uniform = ReplayBuffer(storage=LazyTensorStorage(4))
+uniform.extend(torch.arange(3))
+assert set(uniform.sample(32).tolist()) <= {0, 1, 2}
+print("ok", type(rb.sampler._sum_tree).__name__)
+"""
+
+
+def test_rl_data_works_without_rl_cpp():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_RL_CPP], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["ok", "TorchSumSegmentTree"]

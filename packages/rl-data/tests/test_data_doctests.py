@@ -13,6 +13,7 @@ MODULES = [
     "rl.data.replay_buffers._ensemble",
     "rl.data.replay_buffers._scheduler",
     "rl.data.replay_buffers._trajectories",
+    "rl.data.replay_buffers._torch_trees",
     "rl.data.replay_buffers.storages._list",
     "rl.data.replay_buffers.samplers._prioritized",
     "rl.data.replay_buffers.samplers._random",

@@ -9,13 +9,14 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rl.cpp import (
+from rl.data.replay_buffers._cpp import (
+    HAS_CPP,
     MinSegmentTree,
     SumSegmentTree,
     prioritized_sample,
     prioritized_update,
 )
-from rl.cpp import prioritized_update_at as _update_at
+from rl.data.replay_buffers._cpp import prioritized_update_at as _update_at
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._prioritized_rows import FusedRows
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
@@ -67,7 +68,8 @@ class PrioritizedSampler(Sampler):
     """Samples item ``i`` with probability ``p_i^alpha / sum_j p_j^alpha``.
 
     Priorities (plus ``eps``) raised to ``alpha`` live in an rl-cpp sum tree (sampling in
-    ``O(log N)``) and a min tree (the largest importance weight). A sample carries the
+    ``O(log N)``) and a min tree (the largest importance weight); torch trees stand in
+    for them where rl-cpp is not installed. A sample carries the
     importance weights ``w_i = (N P(i))^-beta / max_j w_j = (p_i / min_j p_j)^-beta`` under
     ``"priority_weight"``. New items get the largest priority seen so far (1 at the start).
     The trees live on the device of the storage (a CUDA storage keeps them on the GPU).
@@ -133,7 +135,8 @@ class PrioritizedSampler(Sampler):
 
     # -- trees -----------------------------------------------------------------------------------
     def _init_trees(self) -> None:
-        self._cpu = self._device.type == "cpu"
+        # the compiled CPU steps; without rl-cpp, torch trees through the general path
+        self._cpu = HAS_CPP and self._device.type == "cpu"
         self._fused = None  # holds the trees
         device = str(self._device) if self._device.type == "cuda" else "cpu"
         dtype = _TREE_DTYPES[self.dtype]
@@ -434,7 +437,7 @@ class PrioritizedSampler(Sampler):
         n = len(storage)
         if n == 0:
             raise RuntimeError(EMPTY_STORAGE_ERROR)
-        if self._device.type == "cpu":
+        if self._cpu:
             # one compiled call: total, minimum, scan, priorities and weights
             uniform = torch.rand(batch_size, dtype=self.dtype, generator=self._rng)
             try:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rl.cpp import prioritized_sample_rows_into
+from rl.data.replay_buffers._cpp import prioritized_sample_rows_into
 from rl.data.replay_buffers.storages._rows import RowPlan
 
 _empty = np.empty

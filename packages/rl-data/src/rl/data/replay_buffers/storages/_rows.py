@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rl.cpp import RowGather
+from rl.data.replay_buffers._cpp import RowGather
 
 _from_numpy = torch.from_numpy
 _new_unsafe = TensorDict._new_unsafe

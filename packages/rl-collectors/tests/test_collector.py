@@ -196,6 +196,22 @@ class TestCollector:
         assert counts.tolist() == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4]
         assert not torch.cat([b["next", "terminated"] for b in batches], 1).any()
 
+    def test_set_truncated_needs_a_truncated_key(self):
+        # TorchRL 0.14.1 raises at construction: no truncated key, nothing to mark
+        env = PendulumEnv(batch_size=[2])
+        env.full_done_spec = env.full_done_spec.exclude("truncated")
+        assert env.done_keys == ["done", "terminated"]
+        with pytest.raises(RuntimeError, match=r"no truncated key \(done keys \['done', 'ter"):
+            Collector(env, None, frames_per_batch=4, total_frames=4, set_truncated=True)
+        env.add_truncated_keys()
+        batch = next(
+            iter(Collector(env, None, frames_per_batch=6, total_frames=6, set_truncated=True))
+        )
+        last = [False, False, True]
+        assert batch["next", "truncated"][..., 0].tolist() == [last, last]
+        assert batch["next", "done"][..., 0].tolist() == [last, last]
+        assert not batch["next", "terminated"].any()
+
     def test_reset_at_each_iter(self):
         collector = Collector(
             PendulumEnv(batch_size=[2]), None, frames_per_batch=6, total_frames=12,

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 
 from rl.core import Categorical, Composite, Unbounded
-from rl.envs import EnvBase, TransformedEnv, check_env_specs, step_mdp
+from rl.envs import EnvBase, TransformedEnv, check_env_specs, mark_truncated, step_mdp
 from rl.envs.transforms import StepCounter
 
 
@@ -249,7 +249,10 @@ class TestFilledFlags:
 class TestSetTruncated:
     def test_needs_a_truncated_key(self):
         env = Flags()
-        with pytest.raises(RuntimeError, match=r"set_truncated=True\) needs a 'truncated'"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"set_truncated=True needs a 'truncated' entry in the done spec, got done keys \['done', 'terminated'\]",
+        ):
             env.rollout(2, set_truncated=True)
 
     def test_marks_the_last_step(self):
@@ -258,3 +261,25 @@ class TestSetTruncated:
         assert rollout["next", "truncated"][..., 0].tolist() == [[False, True]] * 2
         assert rollout["next", "done"][..., 0].tolist() == [[False, True]] * 2
         assert not rollout["next", "terminated"].any()
+
+    def test_mark_truncated_one_helper_for_rollout_and_collector(self):
+        # TorchRL's marking: each truncated key at the last step, its done sibling or-ed;
+        # a done without a truncated sibling (the root here) is left alone
+        flags = torch.tensor([[True], [False], [False]])
+        rollout = TensorDict(
+            next=TensorDict(
+                done=flags.clone(),
+                agents=TensorDict(done=flags.clone(), truncated=flags.clone(), batch_size=[3]),
+                batch_size=[3],
+            ),
+            batch_size=[3],
+        )
+        assert (
+            mark_truncated(rollout, ["done", ("agents", "done"), ("agents", "truncated")])
+            is rollout
+        )
+        assert rollout["next", "agents", "truncated"][:, 0].tolist() == [True, False, True]
+        assert rollout["next", "agents", "done"][:, 0].tolist() == [True, False, True]
+        assert rollout["next", "done"][:, 0].tolist() == [True, False, False]
+        with pytest.raises(RuntimeError, match=r"got done keys \['done'\]: call env.add_trunc"):
+            mark_truncated(rollout, ["done"])

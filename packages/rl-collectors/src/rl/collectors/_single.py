@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType, set_exploration_type
-from rl.envs import EnvBase
+from rl.envs import EnvBase, mark_truncated
 
 from ._base import CollectorBase
 from ._common import (
@@ -65,7 +65,9 @@ class Collector(CollectorBase):
         exploration_type: the exploration type set while the policy acts
             (``ExplorationType.RANDOM``: sample from distributions).
         set_truncated: mark the last step of each batch ``truncated`` (and ``done``) in
-            the yielded data; the env itself continues the episode.
+            the yielded data (:func:`~rl.envs.mark_truncated`); the env itself continues
+            the episode. The env needs a ``truncated`` entry (``env.add_truncated_keys()``):
+            a ``RuntimeError`` at construction otherwise, as TorchRL.
         use_buffers: kept for TorchRL compatibility; outputs are always preallocated.
         replay_buffer: batches are written into it with its ``extend`` (flattened to
             ``[frames]`` for a one-dimensional storage) and the iterator yields ``None``.
@@ -156,6 +158,15 @@ class Collector(CollectorBase):
         self.postproc = postproc
         self.split_trajs = bool(split_trajs)
         self.exploration_type = exploration_type
+        if set_truncated and not any(
+            (key if isinstance(key, str) else key[-1]) == "truncated" for key in self.env.done_keys
+        ):
+            # TorchRL 0.14.1 raises here, at construction (its rollout raises on its own)
+            raise RuntimeError(
+                "set_truncated=True but the env has no truncated key (done keys "
+                f"{self.env.done_keys}): call env.add_truncated_keys() before passing the env "
+                "to the collector"
+            )
         self.set_truncated = set_truncated
         self.use_buffers = use_buffers
         self.replay_buffer = replay_buffer
@@ -211,11 +222,7 @@ class Collector(CollectorBase):
             ids = self._traj_ids.assign(out["next", env.done_key])
             out.set(("collector", "traj_ids"), ids)
         if self.set_truncated:
-            last = (..., -1, slice(None))
-            for key in env.done_keys:
-                name = key if isinstance(key, str) else key[-1]
-                if name in ("truncated", "done"):
-                    out.get(("next", *((key,) if isinstance(key, str) else key)))[last] = True
+            mark_truncated(out, env.done_keys)
         if self.storing_device is not None and out.device != self.storing_device:
             out = out.to(self.storing_device)
         return out

@@ -12,7 +12,7 @@ from ._gym import GymEnv, GymWrapper
 from ._native import CartPoleEnv, PendulumEnv
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
-from ._td_utils import make_composite_from_td, terminated_or_truncated
+from ._td_utils import make_composite_from_td, mark_truncated, terminated_or_truncated
 from ._utils import RandomPolicy, check_env_specs, step_mdp
 from .transforms import *  # noqa: F403  (transforms: TransformedEnv, Compose, every transform)
 from .transforms import __all__ as _transforms_all
@@ -73,6 +73,7 @@ __all__ = [
     "check_env_specs",
     "gym_backend",
     "make_composite_from_td",
+    "mark_truncated",
     "set_auto_unwrap_transformed_env",
     "set_gym_backend",
     "step_mdp",

@@ -19,6 +19,7 @@ from ._env_specs import EnvSpecs
 from ._partial_step import peek_step_mask, skip_tensordict, step_masked
 from ._policy import ActionsPolicy, compatible_policy, device_casting_policy
 from ._rollout import is_lazy, rollout_generic, rollout_stacked
+from ._td_utils import mark_truncated
 from ._utils import step_mdp
 
 __all__ = ["EnvBase"]
@@ -602,18 +603,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         self, result: TensorDictBase, set_truncated: bool, out=None, storing_device=None
     ) -> TensorDictBase:
         if set_truncated:
-            last = (slice(None),) * (result.batch_dims - 1) + (-1,)
-            truncated = [k for k in self.done_keys if _as_tuple(k)[-1] == "truncated"]
-            if not truncated:
-                raise RuntimeError(
-                    "rollout(set_truncated=True) needs a 'truncated' entry in the done spec, "
-                    f"got done keys {self.done_keys}: call env.add_truncated_keys() first"
-                )
-            for key in truncated:
-                result["next", *_as_tuple(key)][last] = True
-                done = ("next", *_as_tuple(key)[:-1], "done")
-                if done in result.keys(True, True):
-                    result[done][last] = True
+            mark_truncated(result, self.done_keys)
         if storing_device is not None:
             result = result.to(storing_device)
         if out is not None:
@@ -638,10 +628,6 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_size={self.batch_size}, device={self.device})"
-
-
-def _as_tuple(key: NestedKey) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def _merge_partial_reset(

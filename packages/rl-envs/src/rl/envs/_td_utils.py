@@ -1,4 +1,8 @@
-"""TensorDict helpers of ``torchrl.envs.utils``: specs from data, end-of-trajectory flags."""
+"""TensorDict helpers of ``torchrl.envs.utils``: specs from data, end-of-trajectory flags.
+
+``mark_truncated`` is this library's: the ``set_truncated=True`` marking that TorchRL
+writes twice (in ``EnvBase.rollout`` and in the collector), written once.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from tensordict.utils import is_non_tensor
 
 from rl.core import Composite, NonTensor, Unbounded
 
-__all__ = ["make_composite_from_td", "terminated_or_truncated"]
+__all__ = ["make_composite_from_td", "mark_truncated", "terminated_or_truncated"]
 
 NestedKey = str | tuple[str, ...]
 _EOT_KEYS = ("done", "terminated", "truncated")
@@ -136,3 +140,59 @@ def terminated_or_truncated(
         for path in written:
             data.del_(path if len(path) > 1 else path[0])
     return any_eot
+
+
+def mark_truncated(rollout: TensorDictBase, done_keys: list[NestedKey]) -> TensorDictBase:
+    """Marks the last time step of ``rollout`` truncated: ``set_truncated=True``.
+
+    Every done key whose last name is ``"truncated"`` is set ``True`` at the last index of
+    the time dim (the last batch dim), and its ``"done"`` sibling (when present) becomes
+    ``done | truncated``, as TorchRL 0.14.1's ``EnvBase.rollout`` and collectors do. In
+    place.
+
+    Args:
+        rollout: a ``[*batch, T]`` rollout holding the flags under ``"next"``.
+        done_keys: the env's done keys (``env.done_keys``).
+
+    Returns:
+        ``rollout``.
+
+    Raises:
+        RuntimeError: no done key is a ``truncated`` flag (``env.add_truncated_keys()``
+            declares one).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.envs.utils import mark_truncated
+        >>> false = torch.zeros(3, 1, dtype=torch.bool)
+        >>> rollout = TensorDict(
+        ...     next=TensorDict(done=false, truncated=false.clone(), batch_size=[3]),
+        ...     batch_size=[3],
+        ... )
+        >>> out = mark_truncated(rollout, ["done", "truncated"])
+        >>> out["next", "truncated"][:, 0], out["next", "done"][:, 0]
+        (tensor([False, False,  True]), tensor([False, False,  True]))
+    """
+    truncated = [key for key in done_keys if _as_tuple(key)[-1] == "truncated"]
+    if not truncated:
+        raise RuntimeError(
+            "set_truncated=True needs a 'truncated' entry in the done spec, got done keys "
+            f"{list(done_keys)}: call env.add_truncated_keys() first"
+        )
+    last = (slice(None),) * (rollout.batch_dims - 1) + (-1,)
+    present = set(rollout.keys(True, True))
+    for key in truncated:
+        trunc_key = ("next", *_as_tuple(key))
+        flag = rollout.get(trunc_key)
+        flag[last] = True
+        rollout.set(trunc_key, flag)  # written back: a lazy stack's get is a copy
+        done_key = ("next", *_as_tuple(key)[:-1], "done")
+        if done_key in present:
+            done = rollout.get(done_key)
+            rollout.set(done_key, done | flag)
+    return rollout
+
+
+def _as_tuple(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)

@@ -2,7 +2,7 @@
 
 ``step_mdp``, ``check_env_specs``, ``RandomPolicy``, ``make_composite_from_td``,
 ``terminated_or_truncated``, ``MarlGroupMapType`` and ``check_marl_grouping`` are those
-of :mod:`rl.envs`;
+of :mod:`rl.envs` (``mark_truncated`` too, this library's);
 ``ExplorationType``, ``exploration_type`` and ``set_exploration_type`` those of
 :mod:`rl.core` (tensordict's interaction type). The module exists so that code written
 for ``torchrl.envs.utils`` carries over.
@@ -16,7 +16,7 @@ Examples:
 
 from rl.core import ExplorationType, exploration_type, set_exploration_type
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
-from rl.envs._td_utils import make_composite_from_td, terminated_or_truncated
+from rl.envs._td_utils import make_composite_from_td, mark_truncated, terminated_or_truncated
 from rl.envs._utils import RandomPolicy, check_env_specs, step_mdp
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "check_marl_grouping",
     "exploration_type",
     "make_composite_from_td",
+    "mark_truncated",
     "set_exploration_type",
     "step_mdp",
     "terminated_or_truncated",

@@ -261,9 +261,9 @@ class TestAEC:
                 return {agent: 2 * r for agent, r in self.env.rewards.items()}
 
         plain = PettingZooWrapper(rps_v2.env(), use_mask=True, seed=0)
-        assert type(plain._state_holder()).__name__ == "raw_env"  # past 2 wrappers
+        assert type(plain._aec_state().holder).__name__ == "raw_env"  # past 2 wrappers
         doubled = PettingZooWrapper(DoubleRewards(rps_v2.env()), use_mask=True, seed=0)
-        assert isinstance(doubled._state_holder(), DoubleRewards)
+        assert isinstance(doubled._aec_state().holder, DoubleRewards)
         torch.manual_seed(0)
         a = plain.rollout(10, break_when_any_done=False)
         torch.manual_seed(0)
@@ -272,6 +272,33 @@ class TestAEC:
             reward = a["next", group, "reward"]
             assert reward.abs().sum() > 0
             torch.testing.assert_close(b["next", group, "reward"], 2 * reward)
+
+    def test_state_a_wrapper_assigns_in_step_is_read(self):
+        # a wrapper that sets its own rewards / terminations in step() (PettingZoo's
+        # TerminateIllegalWrapper did): read as getattr reads it, after the first reset too
+        from pettingzoo.utils.wrappers import BaseWrapper
+
+        class EndsAtStep3(BaseWrapper):
+            def reset(self, seed=None, options=None):
+                super().reset(seed=seed, options=options)
+                self.__dict__.pop("rewards", None)
+                self.__dict__.pop("terminations", None)
+                self.t = 0
+
+            def step(self, action):
+                super().step(action)
+                self.t += 1
+                self.rewards = {a: -100.0 * self.t for a in self.env.rewards}
+                if self.t >= 3:
+                    self.terminations = dict.fromkeys(self.env.terminations, True)
+
+        env = PettingZooWrapper(EndsAtStep3(rps_v2.env()), use_mask=True, seed=0)
+        td = env.rollout(10)
+        assert td.shape == (3,)  # the wrapper's terminations end the episode
+        for group in env.group_map:
+            assert td["next", group, "reward"].flatten().tolist() == [-100.0, -200.0, -300.0]
+            assert td["next", group, "terminated"].flatten().tolist() == [False, False, True]
+        assert env._env.rewards == env._aec_state().get("rewards")  # as getattr reads
 
     def test_tictactoe_layout(self):
         env = PettingZooWrapper(tictactoe_v3.env(), use_mask=True, seed=0)

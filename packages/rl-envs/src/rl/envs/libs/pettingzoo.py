@@ -30,6 +30,7 @@ from ._common import ClassProperty, ForwardsEnvAttributes
 from ._pz_hetero import HeteroGroup, make_hetero_group, same_layout, set_agent_entries
 from ._pz_outputs import GroupOutput, StepOutputs
 from ._pz_specs import DenseGroup, shared_group_specs
+from ._pz_state import AECState
 from ._pz_tasks import available_tasks, load_task
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
@@ -54,34 +55,6 @@ def _action_array(tensordict: TensorDictBase, key: tuple[str, ...]) -> np.ndarra
     if value is None:
         raise KeyError(key)  # EnvBase.step names the missing action key and the action spec
     return value.detach().cpu().numpy()
-
-
-_STATE_NAMES = ("agent_selection", "rewards", "terminations", "truncations", "infos", "agents")
-
-
-def _state_holder(env: Any) -> Any:
-    """The first env down ``env``'s wrapper chain that defines an AEC state attribute
-    itself (in its instance or in a class other than PettingZoo's forwarding bases)."""
-    import pettingzoo.utils.env
-    import pettingzoo.utils.wrappers.base
-
-    forwarding = {
-        object,
-        pettingzoo.utils.env.AECEnv,
-        pettingzoo.utils.wrappers.base.BaseWrapper,
-        *pettingzoo.utils.env.AECEnv.__mro__,
-    }
-    obj = env
-    while True:
-        if any(name in obj.__dict__ for name in _STATE_NAMES):
-            return obj
-        for cls in type(obj).__mro__:
-            if cls not in forwarding and any(name in cls.__dict__ for name in _STATE_NAMES):
-                return obj
-        inner = obj.__dict__.get("env")
-        if inner is None or inner is obj:
-            return obj
-        obj = inner
 
 
 class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
@@ -351,30 +324,28 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
             observations, infos = self._env.reset(seed=seed)
             return observations, infos
         self._env.reset(seed=seed)
-        return self._aec_observations(), dict(self._env.infos)
+        self.__dict__["_aec_reader"] = AECState(self._env)
+        return self._aec_observations(), dict(self._aec_state().get("infos"))
 
     def _aec_observations(self) -> dict:
         env = self._env
-        agents = self._state_holder().agents
+        agents = self._aec_state().get("agents")
         return {agent: env.observe(agent) for agent in agents}  # the live agents
 
-    def _state_holder(self) -> Any:
-        """Where the AEC env's state (``agent_selection``, ``rewards``, ``terminations``,
-        ``truncations``, ``infos``, ``agents``) is read from, found once.
-
-        PettingZoo's own wrappers only forward these attributes (3 us per read through
-        each wrapper's ``__getattr__``): the walk goes down the wrapper chain while no
-        wrapper defines one of them itself, so that a wrapper that does is still read.
-        """
-        holder = self.__dict__.get("_holder")
-        if holder is None:
-            holder = self.__dict__["_holder"] = _state_holder(self._env)
-        return holder
+    def _aec_state(self) -> AECState:
+        """Reads the AEC env's state (``agent_selection``, ``rewards``, ``terminations``,
+        ``truncations``, ``infos``, ``agents``) as ``getattr(self._env, name)`` does,
+        without the ``__getattr__`` hop of each PettingZoo wrapper (see ``AECState``);
+        built again at every reset, in case the wrapper chain changed."""
+        state = self.__dict__.get("_aec_reader")
+        if state is None:
+            state = self.__dict__["_aec_reader"] = AECState(self._env)
+        return state
 
     def _acting(self) -> set[str]:
         if self.parallel:
             return set(self._env.agents)
-        return {self._state_holder().agent_selection}
+        return {self._aec_state().get("agent_selection")}
 
     def _state(self) -> Any:
         return self._env.state() if self.return_state else None
@@ -401,18 +372,20 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
             observations, rewards, terminations, truncations, infos = env.step(actions)
             acting = set(env.agents)
         else:
-            state = self._state_holder()
-            agent = state.agent_selection
-            if state.terminations.get(agent, False) or state.truncations.get(agent, False):
+            state = self._aec_state()
+            agent = state.get("agent_selection")
+            if state.get("terminations").get(agent, False) or state.get("truncations").get(
+                agent, False
+            ):
                 action = None  # PettingZoo steps a done agent with None (removing it)
             else:
                 group, j = self._agent_slot[agent]
                 action = self._group_actions(tensordict, group, j)[0]
             env.step(action)
             observations = self._aec_observations()
-            rewards, terminations = dict(state.rewards), dict(state.terminations)
-            truncations, infos = dict(state.truncations), dict(state.infos)
-            acting = {state.agent_selection}
+            rewards, terminations = dict(state.get("rewards")), dict(state.get("terminations"))
+            truncations, infos = dict(state.get("truncations")), dict(state.get("infos"))
+            acting = {state.get("agent_selection")}
         return self._outputs.step(
             observations,
             rewards,

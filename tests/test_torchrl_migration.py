@@ -405,48 +405,13 @@ class TestTransforms:
         assert projection.inv(one_hot)["action"].tolist() == [[1, 0]]
 
     def test_end_of_life_transform(self):
-        import gymnasium as gym
-
-        class Ale:
-            n = 3
-
-            def lives(self):
-                return self.n
-
-        class LivesEnv(gym.Env):  # loses a life every 3 steps, ends with none left
-            observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
-            action_space = gym.spaces.Discrete(2)
-
-            def __init__(self):
-                self.ale, self.t = Ale(), 0
-
-            def reset(self, seed=None, options=None):
-                super().reset(seed=seed)
-                self.ale.n, self.t = 3, 0
-                return np.zeros(2, np.float32), {}
-
-            def step(self, action):
-                self.t += 1
-                self.ale.n -= self.t % 3 == 0
-                return np.full(2, self.t, np.float32), 1.0, self.ale.n == 0, False, {}
-
-        # TorchRL 0.14.1's keys, specs, reset and rollout values
+        # TorchRL 0.14.1's names and keys; the values on a gym env with lives are checked
+        # against TorchRL's in packages/rl-envs/tests/test_transforms_parity_b.py
         t = E.EndOfLifeTransform()
         assert t.in_keys == ["done"] and t.out_keys == ["end-of-life", "lives"]
         assert t.in_keys_inv == [] and t.out_keys_inv == []
         t2 = E.EndOfLifeTransform(eol_key="eol", lives_key=("g", "lives"), done_key="terminated")
         assert t2.in_keys == ["terminated"] and t2.out_keys == ["eol", ("g", "lives")]
-        env = E.TransformedEnv(E.GymWrapper(LivesEnv()), t)
-        assert env.full_observation_spec["end-of-life"] == env.full_done_spec["done"]
-        lives_spec = env.full_observation_spec["lives"]
-        assert lives_spec.shape == () and lives_spec.dtype == torch.int64
-        assert "end-of-life" not in env.full_done_spec.keys()
-        reset = env.reset()
-        assert reset["end-of-life"].tolist() == [False] and reset["lives"].item() == 3
-        rollout = env.rollout(12)
-        assert rollout["next", "end-of-life"][:, 0].int().tolist() == [0, 0, 1, 0, 0, 1, 0, 0, 1]
-        assert rollout["next", "lives"].tolist() == [3, 3, 2, 2, 2, 1, 1, 1, 0]
-        U.check_env_specs(env)
 
         class Loss:
             def set_keys(self, **keys):

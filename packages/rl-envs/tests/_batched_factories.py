@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from rl.core import Bounded, Categorical, Composite, Unbounded
+from rl.core import Bounded, Composite, Unbounded
 from rl.envs import EnvBase
+from rl.envs._done import default_done_spec
 
 
 class CounterEnv(EnvBase):
@@ -30,8 +31,7 @@ class CounterEnv(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 3)), shape=bs)
         self.action_spec = Bounded(0.0, 1.0, shape=(*bs, 1))
         self.reward_spec = Unbounded(shape=(*bs, 1))
-        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
-        self.add_truncated_keys()  # it truncates: declared, as TorchRL wants
+        self.full_done_spec = default_done_spec(bs, truncated=True)  # it truncates
         self.count = torch.zeros(*bs, 1)
         self.steps = torch.zeros(*bs, 1)
         self.resets = torch.zeros(*bs, 1)

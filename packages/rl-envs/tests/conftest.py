@@ -13,8 +13,9 @@ import torch  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
-from rl.core import Bounded, Categorical, Composite, Unbounded  # noqa: E402
+from rl.core import Bounded, Composite, Unbounded  # noqa: E402
 from rl.envs import EnvBase  # noqa: E402
+from rl.envs._done import default_done_spec  # noqa: E402
 
 
 class CountingEnv(EnvBase):
@@ -35,10 +36,7 @@ class CountingEnv(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
         self.action_spec = Bounded(0.0, 1.0, shape=(*bs, 1))
         self.reward_spec = Unbounded(shape=(*bs, 1))
-        flag = Categorical(2, shape=(*bs, 1), dtype=torch.bool)  # it truncates: declared
-        self.full_done_spec = Composite(
-            done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=bs
-        )
+        self.full_done_spec = default_done_spec(bs, truncated=True)  # it truncates
         self.count = torch.zeros(*bs, 1)
         self.steps = torch.zeros(*bs, 1, dtype=torch.int64)
         self.resets = torch.zeros(*bs, 1, dtype=torch.int64)
@@ -116,6 +114,45 @@ class AllSpacesEnv(gym.Env):
         return self._obs(), float(action.sum()), False, self.t >= self.episode_length, {}
 
 
+class _Ale:
+    """Atari's ``ale.lives()``, read from the env's ``lives`` counter."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def lives(self):
+        return self.env.lives
+
+
+class LivesEnv(gym.Env):
+    """A gym env with lives (EndOfLifeTransform's input): starts with 3, loses one every
+    ``every`` steps, terminates when none is left; the observation is the step index.
+
+    The counter is ``unwrapped.lives``; with ``ale=True`` also ``unwrapped.ale.lives()``
+    (the transform's default ``eol_attribute``, Atari's layout).
+    """
+
+    observation_space = spaces.Box(0.0, 100.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, every: int = 2, ale: bool = False):
+        self.every = every
+        self.t, self.lives = 0, 3
+        if ale:
+            self.ale = _Ale(self)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.lives = 0, 3
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t % self.every == 0:
+            self.lives -= 1
+        return np.full(1, self.t, np.float32), 1.0, self.lives == 0, False, {}
+
+
 @pytest.fixture
 def counting_env():
     return CountingEnv(limits=(2, 3, 5))
@@ -129,3 +166,8 @@ def counting_env_cls():
 @pytest.fixture
 def all_spaces_env_cls():
     return AllSpacesEnv
+
+
+@pytest.fixture
+def lives_env_cls():
+    return LivesEnv

@@ -12,6 +12,7 @@ from tensordict import TensorDict
 
 from rl.core import Categorical, Composite, Unbounded
 from rl.envs import EnvBase, TransformedEnv, check_env_specs, mark_truncated, step_mdp
+from rl.envs._done import default_done_spec
 from rl.envs.transforms import StepCounter
 
 
@@ -31,9 +32,7 @@ class Flags(EnvBase):
         elif spec in ("done", "terminated"):
             self.full_done_spec = Composite({spec: flag}, shape=bs)
         elif spec == "all":
-            self.full_done_spec = Composite(
-                done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=bs
-            )
+            self.full_done_spec = default_done_spec(bs, truncated=True)
         self.write = write
         self.t = 0
 

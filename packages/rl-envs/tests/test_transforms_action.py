@@ -8,6 +8,7 @@ from tensordict import TensorDict
 
 from rl.core import Categorical, Composite, OneHot, Unbounded
 from rl.envs import EnvBase, PendulumEnv, check_env_specs
+from rl.envs._done import default_done_spec
 from rl.envs.transforms import ActionDiscretizer, ActionMask, Compose, StepCounter, TransformedEnv
 
 
@@ -23,8 +24,7 @@ class MaskedEnv(EnvBase):
         )
         self.action_spec = Categorical(n, shape=bs)
         self.reward_spec = Unbounded(shape=(*bs, 1))
-        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
-        self.add_truncated_keys()  # writes truncated: declared (TorchRL default has none)
+        self.full_done_spec = default_done_spec(bs, truncated=True)  # it truncates
         self.mask = torch.ones(*bs, n, dtype=torch.bool)
 
     def _reset(self, tensordict):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
@@ -11,32 +9,19 @@ from rl.envs import GymEnv, GymWrapper, PendulumEnv, TransformedEnv, check_env_s
 from rl.envs.transforms import EndOfLifeTransform
 
 
-class LivesEnv(gym.Env):
-    """Loses a life every 2 steps, terminates when the third is lost; obs = step index."""
+@pytest.fixture
+def make_env(lives_env_cls):
+    """EndOfLifeTransform over conftest's LivesEnv (a life lost every 2 steps)."""
 
-    observation_space = gym.spaces.Box(0.0, 100.0, (1,), np.float32)
-    action_space = gym.spaces.Discrete(2)
+    def make(**kwargs):
+        kwargs.setdefault("eol_attribute", "unwrapped.lives")
+        return TransformedEnv(GymWrapper(lives_env_cls()), EndOfLifeTransform(**kwargs))
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.lives = 0, 3
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        if self.t % 2 == 0:
-            self.lives -= 1
-        obs = np.full(1, self.t, np.float32)
-        return obs, 1.0, self.lives == 0, False, {}
+    return make
 
 
-def _env(**kwargs):
-    kwargs.setdefault("eol_attribute", "unwrapped.lives")
-    return TransformedEnv(GymWrapper(LivesEnv()), EndOfLifeTransform(**kwargs))
-
-
-def test_flags_each_life_lost_and_the_game_end():
-    env = _env()
+def test_flags_each_life_lost_and_the_game_end(make_env):
+    env = make_env()
     env.set_seed(0)
     td = env.rollout(8, break_when_any_done=False)
     # a life lost at steps 2, 4 and 6 (the game ends at 6, then restarts with 3 lives)
@@ -50,8 +35,8 @@ def test_flags_each_life_lost_and_the_game_end():
     assert root == [False, False, True, False, True, False, False, False]
 
 
-def test_specs_match_what_it_writes():
-    env = _env()
+def test_specs_match_what_it_writes(make_env):
+    env = make_env()
     spec = env.observation_spec
     assert spec["end-of-life"].shape == (1,) and spec["end-of-life"].dtype == torch.bool
     assert spec["lives"].shape == () and spec["lives"].dtype == torch.int64
@@ -60,8 +45,8 @@ def test_specs_match_what_it_writes():
     check_env_specs(env, seed=0, max_steps=6)
 
 
-def test_custom_keys_and_attribute():
-    env = _env(eol_key="eol", lives_key=("game", "lives"), eol_attribute="unwrapped.lives")
+def test_custom_keys_and_attribute(make_env):
+    env = make_env(eol_key="eol", lives_key=("game", "lives"), eol_attribute="unwrapped.lives")
     td = env.rollout(3, break_when_any_done=False)
     assert td["next", "eol"].squeeze(-1).tolist() == [False, True, False]
     assert td["next", "game", "lives"].tolist() == [3, 2, 2]
@@ -78,7 +63,7 @@ def test_register_keys_makes_gae_stop_at_a_life_lost():
     assert gae.tensor_keys.terminated == "end-of-life"
 
 
-def test_keys_and_specs_as_torchrl():
+def test_keys_and_specs_as_torchrl(lives_env_cls):
     t = EndOfLifeTransform(
         eol_key="eol",
         lives_key=("game", "lives"),
@@ -88,7 +73,7 @@ def test_keys_and_specs_as_torchrl():
     assert t.in_keys == ["terminated"] and t.out_keys == ["eol", ("game", "lives")]
     assert t.in_keys_inv == [] and t.out_keys_inv == []
     assert "in_keys=['terminated']" in repr(t)
-    env = TransformedEnv(GymWrapper(LivesEnv()), t)
+    env = TransformedEnv(GymWrapper(lives_env_cls()), t)
     # the flag's spec is a copy of the done entry's; lives: int64 of the batch shape
     assert env.observation_spec["eol"] == env.full_done_spec["terminated"]
     assert env.observation_spec["eol"] is not env.full_done_spec["terminated"]
@@ -128,13 +113,13 @@ def test_a_non_gym_env_with_the_attribute_is_read_with_a_warning():
     assert td["next", "end-of-life"][:, 0].tolist() == [True, True]
 
 
-def test_errors_name_the_problem():
+def test_errors_name_the_problem(lives_env_cls):
     with pytest.raises(RuntimeError, match="base env is PendulumEnv"):
         TransformedEnv(PendulumEnv(), EndOfLifeTransform()).reset()
     with pytest.raises(
         RuntimeError, match=r"no attribute path 'unwrapped.ale.lives' \(missing 'ale'\)"
     ):
-        TransformedEnv(GymWrapper(LivesEnv()), EndOfLifeTransform()).reset()
+        TransformedEnv(GymWrapper(lives_env_cls()), EndOfLifeTransform()).reset()
     with pytest.raises(RuntimeError, match="only"):
         EndOfLifeTransform()(env_free_td())
     with pytest.raises(ValueError, match="dotted attribute path"):

@@ -7,8 +7,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core import Bounded, Categorical, Composite, Unbounded
+from rl.core import Bounded, Composite, Unbounded
 from rl.envs import EnvBase, GymEnv, PendulumEnv, check_env_specs
+from rl.envs._done import default_done_spec
 from rl.envs.transforms import (
     Compose,
     FrameSkipTransform,
@@ -32,8 +33,7 @@ class ConstEnv(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
         self.action_spec = Bounded(-1.0, 1.0, shape=(*bs, 1))
         self.reward_spec = Unbounded(shape=(*bs, 1))
-        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
-        self.add_truncated_keys()  # writes truncated: declared (TorchRL default has none)
+        self.full_done_spec = default_done_spec(bs, truncated=True)  # it truncates
         self.t = torch.zeros(*bs, 1, dtype=torch.int64)
         self.n_steps = 0
 

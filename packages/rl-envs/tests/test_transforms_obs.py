@@ -6,8 +6,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core import Bounded, Categorical, Composite, Unbounded
+from rl.core import Bounded, Composite, Unbounded
 from rl.envs import EnvBase, GymEnv, PendulumEnv, check_env_specs
+from rl.envs._done import default_done_spec
 from rl.envs.transforms import (
     CatTensors,
     ClipTransform,
@@ -181,8 +182,7 @@ class Float64Env(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(2,), dtype=torch.float64))
         self.action_spec = Bounded(-1.0, 1.0, shape=(2,), dtype=torch.float64)
         self.reward_spec = Unbounded(shape=(1,), dtype=torch.float64)
-        self.done_spec = Categorical(2, shape=(1,), dtype=torch.bool)
-        self.add_truncated_keys()  # writes truncated: declared (TorchRL default has none)
+        self.full_done_spec = default_done_spec((), truncated=True)  # it truncates
 
     def _reset(self, tensordict):
         flag = torch.zeros(1, dtype=torch.bool)

@@ -11,14 +11,13 @@ import doctest
 import importlib
 from types import SimpleNamespace
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
 from rl.envs import EnvBase, GymWrapper, TransformedEnv, check_env_specs
+from rl.envs._done import default_done_spec
 from rl.envs.transforms import (
     ActionScaling,
     BurnInTransform,
@@ -47,8 +46,7 @@ class Counter(EnvBase):
         self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
         self.action_spec = Bounded(-2.0, 4.0, shape=(*bs, *act_shape))
         self.reward_spec = Unbounded(shape=(*bs, 1))
-        self.done_spec = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
-        self.add_truncated_keys()  # writes truncated: declared (TorchRL default has none)
+        self.full_done_spec = default_done_spec(bs, truncated=True)  # it truncates
         self.count = torch.zeros(*bs, 1)
         self.nsteps = 0
 
@@ -607,38 +605,9 @@ def test_check_env_specs(make):
     check_env_specs(TransformedEnv(Counter(), make()))
 
 
-class _Ale:
-    def __init__(self):
-        self.n = 3
-
-    def lives(self):
-        return self.n
-
-
-class _LivesEnv(gym.Env):
-    """Loses a life every 3 steps; terminates with no life left."""
-
-    observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self):
-        self.ale = _Ale()
-        self.t = 0
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.ale.n, self.t = 3, 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        if self.t % 3 == 0:
-            self.ale.n -= 1
-        return np.full(2, self.t, np.float32), 1.0, self.ale.n == 0, False, {}
-
-
-def test_end_of_life_matches_torchrl():
-    env = TransformedEnv(GymWrapper(_LivesEnv()), EndOfLifeTransform())
+def test_end_of_life_matches_torchrl(lives_env_cls):
+    # conftest's LivesEnv: a life lost every 3 steps, read through unwrapped.ale.lives()
+    env = TransformedEnv(GymWrapper(lives_env_cls(every=3, ale=True)), EndOfLifeTransform())
     obs_spec = env.full_observation_spec
     assert obs_spec["end-of-life"].shape == (1,) and obs_spec["end-of-life"].dtype == torch.bool
     assert obs_spec["lives"].shape == () and obs_spec["lives"].dtype == torch.int64

@@ -266,34 +266,6 @@ def test_offline_observation_norms_standardise_the_dataset(tiny_dataset):
     torch.testing.assert_close(reopened[: len(reopened)]["observation"], data["observation"])
 
 
-def test_offline_evaluates_on_the_normalised_env(tiny_dataset, tmp_path):
-    # the networks see standardised observations: the evaluation env standardises too
-    path, _ = tiny_dataset
-    offline = _load("offline")
-    import _offpolicy
-
-    cfg = offline.Config(
-        dataset=str(path),
-        algo="cql",
-        num_updates=4,
-        log_interval=2,
-        batch_size=16,
-        hidden=8,
-        num_random=2,
-        log_dir=str(tmp_path),
-        **{**TINY, "eval_episodes": 1},
-    )
-    summary = offline.main(cfg)
-    assert summary["obs_norm"] is not None
-    env = _offpolicy.make_env("Pendulum-v1")
-    env.append_transform(summary["obs_norm"].clone())
-    env.set_seed(cfg.seed + 1000)
-    assert _offpolicy.evaluate(env, summary["actor"], 1) == pytest.approx(summary["eval_returns"])
-    raw = _offpolicy.make_env("Pendulum-v1")
-    raw.set_seed(cfg.seed + 1000)
-    assert _offpolicy.evaluate(raw, summary["actor"], 1) != pytest.approx(summary["eval_returns"])
-
-
 @pytest.mark.parametrize("algo", ["iql", "cql"])
 def test_offline_trains_on_the_dataset(algo, tiny_dataset, tmp_path):
     path, _ = tiny_dataset
@@ -334,6 +306,23 @@ def _cql(path, tmp_path, name, **overrides):
         **overrides,
     )
     return offline.main(cfg)
+
+
+def test_offline_evaluates_on_the_normalised_env(tiny_dataset, tmp_path):
+    # the networks see standardised observations: the evaluation env standardises too
+    path, _ = tiny_dataset
+    import _offpolicy
+
+    summary = _cql(path, tmp_path, "normalised")
+    seed = TINY["seed"]
+    assert summary["obs_norm"] is not None
+    env = _offpolicy.make_env("Pendulum-v1")
+    env.append_transform(summary["obs_norm"].clone())
+    env.set_seed(seed + 1000)
+    assert _offpolicy.evaluate(env, summary["actor"], 1) == pytest.approx(summary["eval_returns"])
+    raw = _offpolicy.make_env("Pendulum-v1")
+    raw.set_seed(seed + 1000)
+    assert _offpolicy.evaluate(raw, summary["actor"], 1) != pytest.approx(summary["eval_returns"])
 
 
 def test_cql_bc_warm_up_keeps_the_critics_out_of_the_actor(tiny_dataset, tmp_path):

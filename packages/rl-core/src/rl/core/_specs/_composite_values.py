@@ -26,7 +26,25 @@ if TYPE_CHECKING:
 __all__ = ["_CompositeValues"]
 
 
-class _CompositeValues:
+class _InPlaceUpdates:
+    """``rand_update`` / ``zeros_update`` / ``ones_update`` of the composite specs
+    (``Composite``, ``StackedComposite``): their ``rand`` / ``zero`` / ``one`` written into
+    an existing TensorDict."""
+
+    def rand_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`rand` and returns it."""
+        return value.update(self.rand())
+
+    def zeros_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`zero` and returns it."""
+        return value.update(self.zero())
+
+    def ones_update(self, value: TensorDictBase) -> TensorDictBase:
+        """Updates ``value`` in place with :meth:`one` and returns it."""
+        return value.update(self.one())
+
+
+class _CompositeValues(_InPlaceUpdates):
     """Mixin giving :class:`Composite` its value methods (``rand``, ``is_in``, ``encode``, ...).
 
     It reads the Composite's ``_specs``, ``shape``, ``device``, ``data_cls`` and ``_names``.
@@ -41,18 +59,6 @@ class _CompositeValues:
         return TensorDict._new_unsafe(
             source, batch_size=batch_size, device=self.device, names=names
         )
-
-    def rand_update(self, value: TensorDictBase) -> TensorDictBase:
-        """Updates ``value`` in place with :meth:`rand` and returns it."""
-        return value.update(self.rand())
-
-    def zeros_update(self, value: TensorDictBase) -> TensorDictBase:
-        """Updates ``value`` in place with :meth:`zero` and returns it."""
-        return value.update(self.zero())
-
-    def ones_update(self, value: TensorDictBase) -> TensorDictBase:
-        """Updates ``value`` in place with :meth:`one` and returns it."""
-        return value.update(self.one())
 
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> TensorDict:
         """A TensorDict of random values, batch size ``(*shape, *spec.shape)``."""

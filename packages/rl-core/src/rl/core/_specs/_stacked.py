@@ -11,6 +11,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from ._base import DEVICE_TYPING, TensorSpec, _NestedSpec, _normalize_dim, _shape_args, _to_device
 from ._composite import Composite
+from ._composite_values import _InPlaceUpdates
 from ._keys import _NO_DEFAULT, _expand_ellipsis, _is_key, _unravel
 from ._lock import _Lockable
 from ._stacked_leaf import Stacked, _stacked_make_neg_dim
@@ -133,7 +134,7 @@ TensorSpec.SPEC_HANDLED_FUNCTIONS = _TORCH_FUNCTIONS  # type: ignore[attr-define
 TensorSpec.implements_for_spec = classmethod(_implements_for_spec)  # type: ignore[attr-defined]
 
 
-class StackedComposite(_Lockable, _NestedSpec):
+class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
     """Composites with different entries, stacked along a batch dim (heterogeneous batches).
 
     Think of agents or envs whose observations differ: each member Composite keeps its own
@@ -369,18 +370,6 @@ class StackedComposite(_Lockable, _NestedSpec):
     def erase_memoize_cache(self) -> None:
         for s in self._specs:
             s.erase_memoize_cache()
-
-    def rand_update(self, value: TensorDictBase) -> TensorDictBase:
-        """Updates ``value`` in place with :meth:`rand` and returns it."""
-        return value.update(self.rand())
-
-    def zeros_update(self, value: TensorDictBase) -> TensorDictBase:
-        """Updates ``value`` in place with :meth:`zero` and returns it."""
-        return value.update(self.zero())
-
-    def ones_update(self, value: TensorDictBase) -> TensorDictBase:
-        """Updates ``value`` in place with :meth:`one` and returns it."""
-        return value.update(self.one())
 
     def __len__(self) -> int:
         return len(self._specs)

@@ -109,7 +109,9 @@ class Config(RunConfig):
     entropy of minus the action size)."""
     normalize_obs: bool | None = None
     """Standardise observations by the dataset's mean and std: an ``ObservationNorm`` on
-    the sampled batches and the same one on the evaluation env (default: CQL yes, IQL no)."""
+    the sampled batches and the same one on the evaluation env (default: CQL yes, IQL no).
+    The trained actor then reads standardised observations: run it in an env with the
+    returned ``summary["obs_norm"]`` appended."""
     hidden: int | None = None
     """Width of the two hidden layers of every network (default: IQL 256, CQL 128)."""
     log_interval: int = 500

@@ -229,6 +229,9 @@ class TestRayCollectorFailures:
         assert 'raise ValueError("the policy exploded")' in str(info.value)
         assert collector.closed
 
+    # Ray restarts the killed actor in a fresh worker that imports torch and rl again: 30 s
+    # alone here, and once over 120 s in a CI run on the loaded 2-core machine
+    @pytest.mark.timeout(300)
     def test_restarted_actor_keeps_frames_exact_and_trajectory_ids_apart(self, ray_local):
         data = pytest.importorskip("rl.data")
         rb = data.RayReplayBuffer(

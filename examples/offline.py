@@ -21,7 +21,9 @@ first 2.5k clone the data's actions, penalty weight 200 and a fixed entropy temp
 scores 95 / 92 / 88 on three seeds. Without the normalisation the same settings scored
 77 / 92 / 92, and 64x64 networks with 5k updates 94 / 74 / 89 (examples/README.md). The
 Lagrange weight, backups and warm-up are flags (``--with-lagrange``, ``--max-q-backup``,
-``--bc-steps``, ...).
+``--bc-steps``, ...). With the standardisation, the trained actor (``main``'s
+``summary["actor"]``) reads standardised observations: run it in an env with
+``summary["obs_norm"]`` appended (``env.append_transform(summary["obs_norm"].clone())``).
 
     uv run examples/sac.py --save-buffer data/pendulum     # the dataset (once)
     uv run examples/offline.py --dataset data/pendulum            # IQL

@@ -4,6 +4,7 @@ original samples and is written to on its own."""
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 
 import pytest
@@ -125,3 +126,34 @@ def test_a_pickled_generator_is_shared_by_the_copy_and_its_sampler():
     other.set_rng(torch.Generator().manual_seed(3))
     rb.set_rng(torch.Generator().manual_seed(3))
     assert (rb.sample(5) == other.sample(5)).all()
+
+
+@pytest.mark.parametrize("how", sorted(COPIES))
+def test_a_memmap_buffer_copied_before_its_first_write_gets_its_own_files(how):
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(8))  # a temporary directory
+    other = COPIES[how](rb)
+    assert other.storage.scratch_dir != rb.storage.scratch_dir
+    other.extend(items(3))
+    rb.extend(items(2, start=100))
+    torch.testing.assert_close(contents(other)[:, 0], torch.arange(3.0))
+    torch.testing.assert_close(contents(rb)[:, 0], torch.tensor([100.0, 101.0]))
+    # each temporary directory goes with its own storage
+    mine, theirs = rb.storage.scratch_dir, other.storage.scratch_dir
+    del rb
+    gc.collect()
+    assert not mine.exists() and theirs.exists()
+    assert contents(other)[:, 0].tolist() == [0.0, 1.0, 2.0]
+    del other
+    gc.collect()
+    assert not theirs.exists()
+
+
+@pytest.mark.parametrize("how", sorted(COPIES))
+def test_a_memmap_copy_sharing_a_given_scratch_dir_raises_instead_of_overwriting(how, tmp_path):
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(8, scratch_dir=tmp_path / "m"))
+    other = COPIES[how](rb)
+    other.extend(items(3))
+    # as TorchRL 0.14.1 ("... already exists"): the second allocation in one directory fails
+    with pytest.raises(FileExistsError, match="already holds a storage written by another"):
+        rb.extend(items(2, start=100))
+    torch.testing.assert_close(contents(other)[:, 0], torch.arange(3.0))

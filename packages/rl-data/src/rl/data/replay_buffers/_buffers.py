@@ -513,7 +513,8 @@ class ReplayBuffer(CheckpointAliases):
         returns the same batches as the original (a prefetch that failed is dropped).
         A memory-mapped storage pickles as a reference to its files (so that processes
         can share it): a pickled copy writes to the original's files, a deep copy to its
-        own.
+        own. A copy made before the storage's first write gets its own temporary
+        directory (or, sharing a given ``scratch_dir``, raises on its second allocation).
         """
         with self._prefetch_lock:
             prefetched = []

@@ -84,9 +84,9 @@ class LazyMemmapStorage(LazyTensorStorage):
     ) -> None:
         super().__init__(max_size, device="cpu", ndim=ndim, compilable=compilable)
         self._out_device = torch.device(device)
+        self._finalizer: weakref.finalize | None = None
         if scratch_dir is None:
-            self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-memmap-"))
-            self._finalizer = weakref.finalize(self, shutil.rmtree, self.scratch_dir, True)
+            self._own_temp_dir()
         else:
             self.scratch_dir = Path(scratch_dir)
             _check_writable(self.scratch_dir)
@@ -99,6 +99,26 @@ class LazyMemmapStorage(LazyTensorStorage):
             self._reopen()
 
     # -- files -----------------------------------------------------------------------------------
+    def _own_temp_dir(self) -> None:
+        """Makes a new temporary directory, deleted with this storage, the scratch dir."""
+        self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-memmap-"))
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.scratch_dir, True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # a finalizer does not copy (the copy's would be dead): record the ownership instead
+        state["_finalizer"] = None
+        state["_owns_temp_dir"] = self._finalizer is not None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        owns_temp_dir = state.pop("_owns_temp_dir", False)
+        super().__setstate__(state)
+        if owns_temp_dir and self._storage is None:
+            # not allocated yet: the copy gets its own files (the original allocates its
+            # own later in the directory they would otherwise share)
+            self._own_temp_dir()
+
     def _open_counter(self, create: bool) -> None:
         path = self.scratch_dir / _COUNTER
         if create:
@@ -127,6 +147,13 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._write_end = int(self._counter[1])
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        if (self.scratch_dir / _META).exists():
+            # another storage (e.g. a copy of this one made before its first write) has
+            # allocated its files here since this one was made: never write over them
+            raise FileExistsError(
+                f"scratch_dir '{self.scratch_dir}' already holds a storage written by another "
+                "LazyMemmapStorage; give each storage its own scratch_dir"
+            )
         if isinstance(template, TensorDictBase):
             stored = template.expand(self._rows, *template.batch_size).memmap_like(
                 prefix=self.scratch_dir, existsok=True

@@ -13,6 +13,7 @@ from rl.cpp import (
     prioritized_sample,
     prioritized_sample_rows,
     prioritized_update,
+    prioritized_update_at,
 )
 
 
@@ -289,6 +290,76 @@ class TestPrioritizedUpdateAt:
         assert (s.total(), m.min()) == before
         # an empty update is a no-op, whatever the addresses
         assert _C.prioritized_update_at(s._impl, m._impl, 0, 0, 0, 0, 1) == 0.0
+
+
+class TestPrioritizedUpdateAtPublic:
+    """The public update on tensors or arrays: checked arguments, never a raw address."""
+
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    def test_tensors_and_arrays_match_the_checked_update(self, dtype):
+        torch = pytest.importorskip("torch")
+        index = torch.randint(0, 32, (100,), generator=torch.Generator().manual_seed(0))
+        priority = torch.rand(100, dtype=getattr(torch, dtype)) * 3
+        checked = SumSegmentTree(32, dtype=dtype), MinSegmentTree(32, dtype=dtype)
+        expected = prioritized_update(*checked, index.numpy(), priority.numpy(), 0.01, 0.6)
+        everything = np.arange(32)
+        for args in ((index, priority), (index.numpy(), priority.numpy())):
+            trees = SumSegmentTree(32, dtype=dtype), MinSegmentTree(32, dtype=dtype)
+            assert prioritized_update_at(*trees, *args, 0.01, 0.6) == expected
+            for a, b in zip(trees, checked):
+                np.testing.assert_array_equal(a[everything], b[everything])
+        empty = torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=getattr(torch, dtype))
+        assert prioritized_update_at(*checked, *empty, 0.0, 1.0) == 0.0
+
+    def test_bad_arguments_raise_and_leave_the_trees_unchanged(self):
+        torch = pytest.importorskip("torch")
+        s, m = filled(np.array([1.0, 2.0, 3.0]), capacity=8)
+        index, priority = torch.tensor([1, 2]), torch.tensor([1.0, 4.0])
+        cases = [
+            # an address where a tensor is expected (it crashed the interpreter before)
+            ((index, 4096), TypeError, "priority must be a torch.Tensor or a numpy.ndarray"),
+            ((index.numpy().ctypes.data, priority), TypeError, "index must be a torch.Tensor"),
+            (([1, 2], priority), TypeError, "index must be a torch.Tensor or a numpy.ndarray"),
+            ((index.int(), priority), TypeError, "index must have dtype torch.int64"),
+            ((index, priority.double()), TypeError, "priority must have dtype torch.float32"),
+            ((index.numpy(), priority.numpy().astype(np.float64)), TypeError, "float32"),
+            ((torch.tensor([[1, 2]]), priority), ValueError, "1-D contiguous tensor"),
+            ((torch.tensor([1, 0, 2])[::2], priority), ValueError, "contiguous=False"),
+            ((np.array([1, 0, 2])[::2], priority.numpy()), ValueError, "contiguous=False"),
+            ((index, torch.tensor([1.0, 2.0, 3.0])), ValueError, "priority has 3 values for 2"),
+            ((index.to("meta"), priority), ValueError, "dense CPU tensor"),
+            ((index.to_sparse(), priority), ValueError, "dense CPU tensor"),
+            ((torch.tensor([1, 8]), priority), IndexError, "index 8 .* out of range"),
+            ((index, torch.tensor([1.0, float("nan")])), ValueError, "priority nan"),
+        ]
+        before = (s.total(), m.min())
+        for args, error, match in cases:
+            with pytest.raises(error, match=match):
+                prioritized_update_at(s, m, *args, 0.0, 1.0)
+        assert (s.total(), m.min()) == before
+        with pytest.raises(TypeError, match="a CPU pair of one dtype"):
+            prioritized_update_at(s, MinSegmentTree(8, dtype="float64"), index, priority, 0, 1)
+        with pytest.raises(TypeError, match="SumSegmentTree and MinSegmentTree"):
+            prioritized_update_at(m, s, index, priority, 0.0, 1.0)
+
+    def test_a_raw_address_raises_in_a_child_process_instead_of_crashing(self):
+        import subprocess
+        import sys
+
+        code = (
+            "import numpy as np\n"
+            "from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_update_at\n"
+            "s, m = SumSegmentTree(4), MinSegmentTree(4)\n"
+            "try:\n"
+            "    prioritized_update_at(s, m, np.array([0]), 4096, 0.0, 1.0)\n"
+            "except TypeError as err:\n"
+            "    print('TypeError', err)\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.startswith("TypeError priority must be")
 
 
 def test_docstring_examples_run():

@@ -10,6 +10,7 @@ https://arxiv.org/abs/1511.05952).
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -296,7 +297,113 @@ def prioritized_sample_rows_into(
     )
 
 
+# numpy dtype -> torch dtype name (``np.dtype.name`` costs microseconds: not on this path)
+_TORCH_NAMES = {_INT64: "int64", _FLOAT32: "float32", np.dtype(np.float64): "float64"}
+
+
+def _address(array: Any, name: str, dtype: np.dtype, n: int | None) -> tuple[int, int]:
+    """The address and length of a 1-D contiguous CPU tensor or array of ``dtype``.
+
+    Raises ``TypeError`` or ``ValueError`` naming ``name`` for anything the compiled
+    update could not read safely (it reads the memory without further checks).
+    """
+    if isinstance(array, np.ndarray):
+        if array.dtype != dtype:
+            raise TypeError(f"{name} must have dtype {dtype.name}, got {array.dtype.name}")
+        if array.ndim != 1 or not array.flags.c_contiguous:
+            raise ValueError(
+                f"{name} must be a 1-D contiguous array, got shape {array.shape} "
+                f"(contiguous={array.flags.c_contiguous})"
+            )
+        length, address = array.shape[0], array.ctypes.data
+    else:
+        torch = sys.modules.get("torch")  # a tensor implies torch is imported
+        if torch is None or not isinstance(array, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor or a numpy.ndarray, got {type(array).__name__}"
+            )
+        torch_name = _TORCH_NAMES[dtype]
+        if array.dtype is not getattr(torch, torch_name):
+            raise TypeError(f"{name} must have dtype torch.{torch_name}, got {array.dtype}")
+        if array.layout is not torch.strided or not array.is_cpu:
+            raise ValueError(
+                f"{name} must be a dense CPU tensor, got layout {array.layout} on {array.device}"
+            )
+        if array.ndim != 1 or not array.is_contiguous():
+            raise ValueError(
+                f"{name} must be a 1-D contiguous tensor, got shape {tuple(array.shape)} "
+                f"(contiguous={array.is_contiguous()})"
+            )
+        length, address = array.shape[0], array.data_ptr()
+    if n is not None and length != n:
+        raise ValueError(f"{name} has {length} values for {n} indices")
+    return address, length
+
+
 def prioritized_update_at(
+    sum_tree: SumSegmentTree,
+    min_tree: MinSegmentTree,
+    index: Any,
+    priority: Any,
+    eps: float,
+    alpha: float,
+) -> float:
+    """:func:`prioritized_update` read in place from two contiguous CPU tensors or arrays.
+
+    For callers that hold torch tensors: the compiled update reads their memory directly
+    (no DLPack or numpy view, whose cost dominates a small batch). The arguments are
+    checked first (type, dtype, 1-D, contiguous, CPU, equal lengths); every index and
+    priority is then checked before either tree changes.
+
+    Args:
+        sum_tree, min_tree: a pair of CPU trees of one dtype.
+        index: the leaf indices, a 1-D contiguous CPU ``torch.Tensor`` or
+            ``numpy.ndarray`` of int64.
+        priority: the raw priorities, 1-D contiguous CPU, of the trees' dtype, as many
+            as ``index``.
+        eps: added to every priority before the exponent.
+        alpha: the priority exponent.
+
+    Returns:
+        The largest priority of the batch (before ``eps`` and ``alpha``); 0 when empty.
+
+    Raises:
+        TypeError: a tree is not an rl-cpp CPU tree of the pair's dtype, or ``index`` /
+            ``priority`` is not a tensor or array of int64 / the trees' dtype.
+        ValueError: ``index`` or ``priority`` is not 1-D, contiguous and on the CPU, their
+            lengths differ, or a priority is negative, NaN or infinite.
+        IndexError: an index is out of range. Neither tree changes on an error.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_update_at
+        >>> s, m = SumSegmentTree(4), MinSegmentTree(4)
+        >>> index = np.array([0, 3], dtype=np.int64)
+        >>> priority = np.array([3.0, 1.0], dtype=np.float32)
+        >>> prioritized_update_at(s, m, index, priority, 0.0, 0.5)
+        3.0
+        >>> round(s.total(), 4), m.min()
+        (2.7321, 1.0)
+    """
+    if not isinstance(sum_tree, SumSegmentTree) or not isinstance(min_tree, MinSegmentTree):
+        raise TypeError(
+            "sum_tree and min_tree must be an rl.cpp SumSegmentTree and MinSegmentTree, got "
+            f"{type(sum_tree).__name__} and {type(min_tree).__name__}"
+        )
+    dtype = sum_tree.dtype
+    if min_tree.dtype != dtype or sum_tree.device != "cpu" or min_tree.device != "cpu":
+        raise TypeError(
+            f"the trees must be a CPU pair of one dtype, got {dtype.name} on {sum_tree.device} "
+            f"and {min_tree.dtype.name} on {min_tree.device}"
+        )
+    index_address, n = _address(index, "index", _INT64, None)
+    priority_address, _ = _address(priority, "priority", dtype, n)
+    return _C.prioritized_update_at(
+        sum_tree._impl, min_tree._impl, index_address, priority_address, n, eps, alpha
+    )
+
+
+def _update_at_addresses(
     sum_tree: SumSegmentTree,
     min_tree: MinSegmentTree,
     index_address: int,
@@ -305,41 +412,13 @@ def prioritized_update_at(
     eps: float,
     alpha: float,
 ) -> float:
-    """:func:`prioritized_update` on the memory addresses of two contiguous CPU arrays.
+    """:func:`prioritized_update_at` on raw addresses, without its argument checks.
 
-    For callers that hold torch tensors, whose ``data_ptr()`` costs about a tenth of a
-    numpy view. The caller guarantees that ``index_address`` points to ``n`` contiguous
-    int64 values and ``priority_address`` to ``n`` contiguous values of the trees'
-    dtype, alive during the call (the GIL stays held while they are read); every index
-    and priority is still checked before either tree changes.
-
-    Args:
-        sum_tree, min_tree: a pair of CPU trees of one dtype.
-        index_address: the address of the ``n`` leaf indices (int64).
-        priority_address: the address of the ``n`` raw priorities (the trees' dtype).
-        n: how many indices and priorities.
-        eps: added to every priority before the exponent.
-        alpha: the priority exponent.
-
-    Returns:
-        The largest priority of the batch (before ``eps`` and ``alpha``); 0 for ``n=0``.
-
-    Raises:
-        IndexError: an index is out of range; ValueError: a priority is negative, NaN
-            or infinite, ``n`` is negative, or an address is null with ``n > 0``.
-            Neither tree changes then. TypeError: the trees are not a CPU pair of one
-            dtype.
-
-    Examples:
-        >>> import numpy as np
-        >>> from rl.cpp import MinSegmentTree, SumSegmentTree, prioritized_update_at
-        >>> s, m = SumSegmentTree(4), MinSegmentTree(4)
-        >>> index = np.array([0, 3], dtype=np.int64)
-        >>> priority = np.array([3.0, 1.0], dtype=np.float32)
-        >>> prioritized_update_at(s, m, index.ctypes.data, priority.ctypes.data, 2, 0.0, 0.5)
-        3.0
-        >>> round(s.total(), 4), m.min()
-        (2.7321, 1.0)
+    Private: for rl-data's prioritized sampler, which has checked the two tensors itself
+    (the checks cost a few percent of its step). The caller guarantees ``n`` contiguous
+    int64 values at ``index_address`` and ``n`` values of the trees' dtype at
+    ``priority_address``, alive during the call; indices and priorities are still checked
+    before either tree changes.
     """
     return _C.prioritized_update_at(
         sum_tree._impl, min_tree._impl, index_address, priority_address, n, eps, alpha

@@ -16,7 +16,7 @@ from rl.data.replay_buffers._cpp import (
     prioritized_sample,
     prioritized_update,
 )
-from rl.data.replay_buffers._cpp import prioritized_update_at as _update_at
+from rl.data.replay_buffers._cpp import update_at_tensors as _update_at
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._prioritized_rows import FusedRows
 from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
@@ -294,18 +294,12 @@ class PrioritizedSampler(Sampler):
             and priority.is_contiguous()
             and (self._storage is None or self._storage.ndim == 1)
         ):
-            # the usual call, a sampled batch's "index" and its new priorities: their
-            # addresses straight to the compiled update, which checks every index and
-            # priority before either tree changes
+            # the usual call, a sampled batch's "index" and its new priorities (checked
+            # above): their addresses straight to the compiled update, which checks every
+            # index and priority before either tree changes
             try:
                 high = _update_at(
-                    self._sum_tree,
-                    self._min_tree,
-                    index.data_ptr(),
-                    priority.data_ptr(),
-                    index.shape[0],
-                    self._eps,
-                    self._alpha,
+                    self._sum_tree, self._min_tree, index, priority, self._eps, self._alpha
                 )
             except (IndexError, ValueError):
                 self._update_cpu_checked(index.numpy(), priority.detach().numpy())

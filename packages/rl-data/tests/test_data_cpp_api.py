@@ -142,6 +142,69 @@ def test_torch_trees_match_the_rl_cpp_trees(dtype):
         trees[0][0].update(torch.tensor([1, 37]), 1.0)
 
 
+def _random_tree_pairs(count: int, seed: int):
+    """Pairs (torch tree, rl-cpp tree) holding the same priorities: many zeros, spreads
+    over twelve decades (the masses where float rounding decides the leaf)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        capacity = int(torch.randint(1, 300, (1,), generator=g))
+        for name in ("float32", "float64"):
+            dtype = getattr(torch, name)
+            ours, ref = TorchSumSegmentTree(capacity, name), SumSegmentTree(capacity, dtype=name)
+            scale = 10.0 ** torch.randint(-6, 7, (capacity,), generator=g).to(dtype)
+            value = torch.rand(capacity, generator=g, dtype=dtype) ** 8 * scale
+            value[torch.rand(capacity, generator=g) < 0.5] = 0
+            ours.update(torch.arange(capacity), value)
+            ref.update(torch.arange(capacity), value)
+            yield ours, ref, value
+
+
+def test_torch_sum_tree_draws_what_rl_cpp_draws_at_every_boundary():
+    for ours, ref, value in _random_tree_pairs(150, seed=0):
+        total = ref.total()
+        edges = torch.cumsum(value.double(), 0)
+        mass = torch.cat(
+            [
+                torch.rand(50, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+                * total,
+                edges,
+                edges * (1 - 1e-7),
+                edges * (1 + 1e-7),
+                torch.tensor([total, total * (1 - 1e-7), 2 * total]),
+            ]
+        ).to(value.dtype)
+        assert torch.equal(ours.scan_lower_bound(mass), ref.scan_lower_bound(mass)), ours
+    zero = TorchSumSegmentTree(5)
+    assert zero.scan_lower_bound(torch.tensor([0.0, 1.0])).tolist() == [0, 0]
+
+
+def test_torch_trees_check_and_return_as_rl_cpp_trees():
+    ours, ref = TorchSumSegmentTree(5), SumSegmentTree(5)
+    for tree in (ours, ref):
+        tree.update(torch.arange(5), torch.tensor([1.0, 0.0, 2.0, 0.0, 0.0]))
+    for index in (np.int64(2), 2, [0, 2], np.array([0, 2]), slice(1, 3), torch.tensor([[2]])):
+        got, want = ours[index], ref[index]
+        assert type(got) is type(want), index
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for mass in (2.5, [0.5, 2.5], np.array([0.5, 2.5], np.float32), torch.tensor([2.5])):
+        got, want = ours.scan_lower_bound(mass), ref.scan_lower_bound(mass)
+        assert type(got) is type(want), mass
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="scan value .* is invalid; expected a value >= 0"):
+            ours.scan_lower_bound(torch.tensor([0.5, bad]))
+    for tree, kind in ((ours, "sum"), (TorchMinSegmentTree(5), "min")):
+        bad_values = [float("nan"), -1.0] + ([float("inf")] if kind == "sum" else [])
+        for bad in bad_values:
+            before = tree._nodes.clone()
+            with pytest.raises(ValueError, match=f"priority .* \\(at position 1\\) .* {kind} tree"):
+                tree.update(torch.tensor([1, 2]), torch.tensor([1.0, bad]))
+            assert torch.equal(tree._nodes, before)
+    min_tree = TorchMinSegmentTree(5)
+    min_tree.update(torch.tensor([1]), torch.tensor([float("inf")]))  # clears a leaf
+    assert min_tree.min() == float("inf")
+
+
 _WITHOUT_RL_CPP = r"""
 import sys
 from importlib.abc import MetaPathFinder

@@ -9,6 +9,7 @@ Each batched call is a few tensor operations per tree level, on the tree's devic
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ class _TorchSegmentTree:
     node ``k``'s children ``2k`` and ``2k + 1``, leaf ``i`` at node ``size + i``)."""
 
     _neutral: float
+    _kind: str  # "sum" or "min", in error messages
 
     def __init__(self, capacity: int, dtype: Any = "float32", device: Any = "cpu") -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
@@ -59,7 +61,14 @@ class _TorchSegmentTree:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(capacity={self._capacity}, dtype={self._dtype})"
 
+    def _returns_numpy(self, given: Any) -> bool:
+        # as rl-cpp's trees: results in the input's library (numpy for numpy arrays and
+        # lists on a CPU tree)
+        return not isinstance(given, torch.Tensor) and self._device.type == "cpu"
+
     def _index(self, indices: Any) -> torch.Tensor:
+        if isinstance(indices, slice):
+            indices = range(*indices.indices(self._capacity))
         index = torch.as_tensor(indices, device=self._device).reshape(-1)
         if index.dtype.is_floating_point or index.dtype == torch.bool:
             raise TypeError(f"indices must be integers, got dtype {index.dtype}")
@@ -79,6 +88,7 @@ class _TorchSegmentTree:
             value = value.expand(n)
         elif value.numel() != n:
             raise ValueError(f"got {value.numel()} values for {n} indices")
+        self._check_values(value)
         if n == 0:
             return
         if n > 1:
@@ -93,15 +103,35 @@ class _TorchSegmentTree:
             node = torch.unique(node // 2)
             self._nodes[node] = self._combine(self._nodes[2 * node], self._nodes[2 * node + 1])
 
+    def _check_values(self, value: torch.Tensor) -> None:
+        """Rejects NaN and negative priorities (and infinite ones in a sum tree), as rl-cpp."""
+        ok = value >= 0
+        if self._kind == "sum":
+            ok &= value < float("inf")
+        if value.numel() and not bool(ok.all()):
+            at = int((~ok).nonzero()[0, 0])
+            expected = (
+                "a finite value >= 0"
+                if self._kind == "sum"
+                else "a value >= 0 (+inf clears a leaf)"
+            )
+            raise ValueError(
+                f"priority {float(value[at]):g} (at position {at}) is invalid for a "
+                f"{self._kind} tree; expected {expected}"
+            )
+
     def __setitem__(self, indices: Any, values: Any) -> None:
         self.update(indices, values)
 
     def __getitem__(self, indices: Any) -> Any:
-        """The leaves at ``indices``: a float for an int, a tensor of their shape otherwise."""
-        if isinstance(indices, int):
+        """The leaves at ``indices``: a float for an int, else an array of the input's
+        library and shape (numpy for a list, a slice or a numpy array on a CPU tree)."""
+        if isinstance(indices, numbers.Integral):
             return float(self._nodes[self._index(indices) + self._size])
-        shape = torch.as_tensor(indices).shape
-        return self._nodes[self._index(indices) + self._size].reshape(shape)
+        index = self._index(indices)
+        shape = index.shape if isinstance(indices, slice) else torch.as_tensor(indices).shape
+        out = self._nodes[index + self._size].reshape(shape)
+        return out.numpy() if self._returns_numpy(indices) else out
 
     def query(self, start: int, end: int) -> float:
         """The sum (min) of the leaves ``[start, end)``."""
@@ -141,6 +171,7 @@ class TorchSumSegmentTree(_TorchSegmentTree):
     """
 
     _neutral = 0.0
+    _kind = "sum"
 
     @staticmethod
     def _combine(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -153,31 +184,37 @@ class TorchSumSegmentTree(_TorchSegmentTree):
     def total(self) -> float:
         return float(self._nodes[1])
 
-    def scan_lower_bound(self, values: Any) -> torch.Tensor:
-        """The smallest ``i`` with ``p[0] + ... + p[i] > value``, per value; a value at
-        or above the total (or a descent into zeros by rounding) gives the last nonzero
-        leaf at or before the one reached (0 when every leaf is zero)."""
+    def scan_lower_bound(self, values: Any) -> Any:
+        """The smallest ``i`` with ``p[0] + ... + p[i] > value``, per value.
+
+        The descent is rl-cpp's (it goes right only into a subtree holding mass), so both
+        draw the same index for the same value: a value at or above the total gives the
+        last nonzero leaf, an all-zero tree gives 0. An int for a number, else an int64
+        array of the input's library and shape.
+
+        Raises:
+            ValueError: a value is negative or NaN.
+        """
         value = torch.as_tensor(values, device=self._device).to(self._dtype)
         shape = value.shape
         value = value.reshape(-1).clone()
+        bad = ~(value >= 0)
+        if value.numel() and bool(bad.any()):
+            at = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"scan value {float(value[at]):g} (at position {at}) is invalid; expected a "
+                "value >= 0, such as uniform(0, 1) * total()"
+            )
         node = torch.ones_like(value, dtype=torch.long)
         for _ in range(self._levels):
             left = self._nodes[2 * node]
-            right = value >= left
+            right = (value >= left) & (self._nodes[2 * node + 1] > 0)
             value -= torch.where(right, left, torch.zeros_like(left))
             node = 2 * node + right.long()
-        index = node - self._size
-        leaves = self._nodes[self._size : self._size + self._capacity]
-        index = index.clamp_(max=self._capacity - 1)
-        empty = leaves[index] <= 0
-        if bool(empty.any()):
-            nonzero = (leaves > 0).nonzero().squeeze(-1)
-            if nonzero.numel():
-                at = torch.searchsorted(nonzero, index[empty], right=True) - 1
-                index[empty] = nonzero[at.clamp_(min=0)]
-            else:  # an all-zero tree (as rl-cpp's)
-                index.zero_()
-        return index.reshape(shape)
+        index = (node - self._size).reshape(shape)
+        if isinstance(values, numbers.Real):
+            return int(index)
+        return index.numpy() if self._returns_numpy(values) else index
 
 
 class TorchMinSegmentTree(_TorchSegmentTree):
@@ -192,6 +229,7 @@ class TorchMinSegmentTree(_TorchSegmentTree):
     """
 
     _neutral = float("inf")
+    _kind = "min"
 
     @staticmethod
     def _combine(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:

@@ -201,7 +201,12 @@ class TestCollector:
         env = PendulumEnv(batch_size=[2])
         env.full_done_spec = env.full_done_spec.exclude("truncated")
         assert env.done_keys == ["done", "terminated"]
-        with pytest.raises(RuntimeError, match=r"no truncated key \(done keys \['done', 'ter"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"needs a 'truncated' entry in the done spec, got done keys \['done', "
+            r"'terminated'\]: call env.add_truncated_keys\(\) before passing the env to the "
+            r"collector$",
+        ):
             Collector(env, None, frames_per_batch=4, total_frames=4, set_truncated=True)
         env.add_truncated_keys()
         batch = next(

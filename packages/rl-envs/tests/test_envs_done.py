@@ -11,7 +11,15 @@ import torch
 from tensordict import TensorDict
 
 from rl.core import Categorical, Composite, Unbounded
-from rl.envs import EnvBase, TransformedEnv, check_env_specs, mark_truncated, step_mdp
+from rl.envs import (
+    EnvBase,
+    SerialEnv,
+    TransformedEnv,
+    check_env_specs,
+    mark_truncated,
+    step_mdp,
+    truncated_keys,
+)
 from rl.envs._done import default_done_spec
 from rl.envs.transforms import StepCounter
 
@@ -53,6 +61,46 @@ class Flags(EnvBase):
 
     def _set_seed(self, seed):
         pass
+
+
+class SometimesTruncated(EnvBase):
+    """Declares ``truncated`` but writes it only on the steps where ``t % 2 == parity``
+    (and on reset only when ``parity`` is 1): the env relies on the base class to fill it
+    (review4 #3; TorchRL 0.14.1 fills it at every call)."""
+
+    def __init__(self, parity=0):
+        super().__init__()
+        self.observation_spec = Composite(obs=Unbounded(shape=(1,)))
+        self.action_spec = Unbounded(shape=(1,))
+        self.reward_spec = Unbounded(shape=(1,))
+        self.full_done_spec = default_done_spec(torch.Size([]), truncated=True)
+        self.parity = parity
+        self.t = 0
+
+    def _reset(self, td):
+        self.t = 0
+        out = TensorDict(obs=torch.zeros(1), done=_false(), terminated=_false())
+        if self.parity:
+            out["truncated"] = _false()
+        return out
+
+    def _step(self, td):
+        self.t += 1
+        out = TensorDict(
+            obs=torch.full((1,), float(self.t)),
+            reward=torch.zeros(1),
+            done=_false(),
+            terminated=_false(),
+        )
+        if self.t % 2 == self.parity:
+            out["truncated"] = _false()
+        return out
+
+    def _set_seed(self, seed):
+        pass
+
+
+_ALL_NEXT = ["done", "obs", "reward", "terminated", "truncated"]
 
 
 def _false():
@@ -239,6 +287,49 @@ class TestFilledFlags:
         assert env.done_keys == ["done", "terminated"]
         check_env_specs(env)
 
+    @pytest.mark.parametrize("parity", [0, 1])
+    def test_a_flag_written_on_some_steps_only_is_filled_at_every_step(self, parity):
+        # review4 #3: parity 0 leaves truncated out of reset and the odd steps, parity 1
+        # out of the even steps (its first outputs are complete). TorchRL 0.14.1 gives
+        # all five entries, truncated False, at every step, in step() and rollout()
+        env = SometimesTruncated(parity)
+        td = env.reset()
+        assert sorted(td.keys()) == ["done", "obs", "terminated", "truncated"]
+        for t in range(1, 5):
+            td = env.rand_step(td)
+            assert sorted(td["next"].keys()) == _ALL_NEXT, t
+            assert td["next", "truncated"].tolist() == [False]
+            td = step_mdp(td)
+        rollout = env.rollout(4)
+        assert rollout.shape == (4,)
+        assert sorted(rollout["next"].keys()) == _ALL_NEXT
+        assert not rollout["next", "truncated"].any()
+
+    @pytest.mark.parametrize("parity", [0, 1])
+    def test_a_flag_written_on_some_steps_only_in_wrappers(self, parity):
+        # the transformed env completes its base env, SerialEnv's worker copies every done
+        # key into its buffers: the same outputs as the plain env (TorchRL 0.14.1 too)
+        env = TransformedEnv(SometimesTruncated(parity), StepCounter())
+        rollout = env.rollout(4)
+        assert sorted(rollout["next"].keys()) == sorted([*_ALL_NEXT, "step_count"])
+        assert not rollout["next", "truncated"].any()
+        td = env.reset()
+        for _ in range(3):
+            td = step_mdp(env.rand_step(td))
+            assert td["truncated"].tolist() == [False]
+        serial = SerialEnv(2, lambda: SometimesTruncated(parity))
+        try:
+            rollout = serial.rollout(4)
+            assert rollout.shape == (2, 4)
+            assert sorted(rollout["next"].keys()) == _ALL_NEXT
+            assert not rollout["next", "truncated"].any()
+            td = serial.reset()
+            for _ in range(3):
+                td = step_mdp(serial.rand_step(td))
+                assert td["truncated"].tolist() == [[False], [False]]
+        finally:
+            serial.close()
+
     def test_step_mdp_carries_the_flags(self):
         env = Flags(batch_size=(2,))
         td = env.rand_step(env.reset())
@@ -282,3 +373,17 @@ class TestSetTruncated:
         assert rollout["next", "done"][:, 0].tolist() == [True, False, False]
         with pytest.raises(RuntimeError, match=r"got done keys \['done'\]: call env.add_trunc"):
             mark_truncated(rollout, ["done"])
+
+    def test_truncated_keys_one_check_for_rollout_and_collector(self):
+        # review4 #7: the check mark_truncated and Collector(set_truncated=True) share
+        keys = ["done", "truncated", ("agents", "done"), ("agents", "truncated")]
+        assert truncated_keys(keys) == ["truncated", ("agents", "truncated")]
+        assert truncated_keys([("a", "b", "truncated")]) == [("a", "b", "truncated")]
+        with pytest.raises(
+            RuntimeError,
+            match=r"needs a 'truncated' entry in the done spec, got done keys "
+            r"\['done', \('agents', 'done'\)\]: call env.add_truncated_keys\(\) first$",
+        ):
+            truncated_keys(["done", ("agents", "done")])
+        with pytest.raises(RuntimeError, match=r"add_truncated_keys\(\) before passing it$"):
+            truncated_keys(["done"], when="before passing it")

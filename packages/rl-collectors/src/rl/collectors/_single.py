@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType, set_exploration_type
-from rl.envs import EnvBase, mark_truncated
+from rl.envs import EnvBase, mark_truncated, truncated_keys
 
 from ._base import CollectorBase
 from ._common import (
@@ -158,15 +158,9 @@ class Collector(CollectorBase):
         self.postproc = postproc
         self.split_trajs = bool(split_trajs)
         self.exploration_type = exploration_type
-        if set_truncated and not any(
-            (key if isinstance(key, str) else key[-1]) == "truncated" for key in self.env.done_keys
-        ):
+        if set_truncated:
             # TorchRL 0.14.1 raises here, at construction (its rollout raises on its own)
-            raise RuntimeError(
-                "set_truncated=True but the env has no truncated key (done keys "
-                f"{self.env.done_keys}): call env.add_truncated_keys() before passing the env "
-                "to the collector"
-            )
+            truncated_keys(self.env.done_keys, when="before passing the env to the collector")
         self.set_truncated = set_truncated
         self.use_buffers = use_buffers
         self.replay_buffer = replay_buffer

@@ -12,7 +12,12 @@ from ._gym import GymEnv, GymWrapper
 from ._native import CartPoleEnv, PendulumEnv
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
-from ._td_utils import make_composite_from_td, mark_truncated, terminated_or_truncated
+from ._td_utils import (
+    make_composite_from_td,
+    mark_truncated,
+    terminated_or_truncated,
+    truncated_keys,
+)
 from ._utils import RandomPolicy, check_env_specs, step_mdp
 from .transforms import *  # noqa: F403  (transforms: TransformedEnv, Compose, every transform)
 from .transforms import __all__ as _transforms_all
@@ -78,6 +83,7 @@ __all__ = [
     "set_gym_backend",
     "step_mdp",
     "terminated_or_truncated",
+    "truncated_keys",
     *_probes_all,
     *_transforms_all,
     *_lazy_present,

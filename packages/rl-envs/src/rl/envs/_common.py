@@ -302,23 +302,18 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         """Adds the done-spec entries ``td`` lacks, as TorchRL does (see ``complete_done``)."""
         complete_done(self.full_done_spec, td, len(self.batch_size))
 
-    def _complete_outputs(self, td: TensorDictBase, flag: str) -> None:
-        """``_complete_done`` on a ``_reset`` / ``_step`` output, checked until the env is
-        seen writing every done entry.
+    def _complete_outputs(self, td: TensorDictBase) -> None:
+        """``_complete_done`` on a ``_reset`` / ``_step`` output that lacks a done entry.
 
-        ``flag`` then records the done-key list the outputs were complete for, and the
-        check is skipped while the env's done keys are that same list: any spec change
-        (``add_truncated_keys``, a spec setter, unlocked specs) builds a new list, so a
-        flag declared later is filled again, as TorchRL (which checks every call).
+        Checked at every call, as TorchRL does: an env may write a flag (``truncated``)
+        on some steps only. The check is a dict lookup per done key (a nested key looks
+        in the nested view), far below a step's cost.
         """
-        done_keys = self._done_keys_view()
-        if self.__dict__.get(flag) is done_keys:
-            return
-        keys = td.keys(True, True)
-        complete = all(key in keys for key in done_keys)
-        if not complete:
-            self._complete_done(td)
-        self.__dict__[flag] = done_keys if complete else None
+        keys = td.keys()
+        for key in self._done_keys_view():
+            if key not in keys and (isinstance(key, str) or key not in td.keys(True)):
+                self._complete_done(td)
+                return
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         """Resets the environment (or the entries selected by a ``"_reset"`` mask).
@@ -345,7 +340,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
                 tensordict.del_("_reset")
                 return tensordict
         td_reset = self._reset(tensordict)
-        self._complete_outputs(td_reset, "_reset_outputs_complete")
+        self._complete_outputs(td_reset)
         if (
             mask is not None
             and self.batch_size
@@ -402,7 +397,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
             for key in next_preset.keys(True, True):
                 if key not in next_td.keys(True, True):
                     next_td.set(key, next_preset[key])
-        self._complete_outputs(next_td, "_step_outputs_complete")
+        self._complete_outputs(next_td)
         tensordict.set("next", next_td)
         return tensordict
 

@@ -247,7 +247,15 @@ def rollout_generic(
                 srcs = [root_flat[key] for key, _ in root_writes]
                 views = _write_step(root_slots, t, srcs, root_writes, views, idx)
             next_flat = _flat_leaves(next_td)
-            srcs = [next_flat[key] for key, _ in next_writes]
+            try:
+                srcs = [next_flat[key] for key, _ in next_writes]
+            except KeyError:
+                # next_writes holds every done key (step 0 was completed): reading them
+                # all proves a step complete, so only a step lacking one pays the check
+                complete_done = True  # this env leaves a flag out on some steps
+                env._complete_done(next_td)
+                next_flat = _flat_leaves(next_td)
+                srcs = [next_flat[key] for key, _ in next_writes]
             views = _write_step(next_slots, t, srcs, next_writes, views, idx)
         if callback is not None:
             td.set("next", next_td)

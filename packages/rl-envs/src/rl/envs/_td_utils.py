@@ -12,7 +12,12 @@ from tensordict.utils import is_non_tensor
 
 from rl.core import Composite, NonTensor, Unbounded
 
-__all__ = ["make_composite_from_td", "mark_truncated", "terminated_or_truncated"]
+__all__ = [
+    "make_composite_from_td",
+    "mark_truncated",
+    "terminated_or_truncated",
+    "truncated_keys",
+]
 
 NestedKey = str | tuple[str, ...]
 _EOT_KEYS = ("done", "terminated", "truncated")
@@ -174,12 +179,7 @@ def mark_truncated(rollout: TensorDictBase, done_keys: list[NestedKey]) -> Tenso
         >>> out["next", "truncated"][:, 0], out["next", "done"][:, 0]
         (tensor([False, False,  True]), tensor([False, False,  True]))
     """
-    truncated = [key for key in done_keys if _as_tuple(key)[-1] == "truncated"]
-    if not truncated:
-        raise RuntimeError(
-            "set_truncated=True needs a 'truncated' entry in the done spec, got done keys "
-            f"{list(done_keys)}: call env.add_truncated_keys() first"
-        )
+    truncated = truncated_keys(done_keys)
     last = (slice(None),) * (rollout.batch_dims - 1) + (-1,)
     present = set(rollout.keys(True, True))
     for key in truncated:
@@ -192,6 +192,40 @@ def mark_truncated(rollout: TensorDictBase, done_keys: list[NestedKey]) -> Tenso
             done = rollout.get(done_key)
             rollout.set(done_key, done | flag)
     return rollout
+
+
+def truncated_keys(done_keys: list[NestedKey], *, when: str = "first") -> list[NestedKey]:
+    """The done keys that ``set_truncated=True`` marks: those whose last name is
+    ``"truncated"``.
+
+    The one check behind ``mark_truncated`` (``env.rollout(set_truncated=True)``) and
+    ``Collector(set_truncated=True)``, which runs it at construction as TorchRL 0.14.1
+    does.
+
+    Args:
+        done_keys: the env's done keys (``env.done_keys``).
+        when: how the error ends its advice to call ``env.add_truncated_keys()``
+            (``"first"``; the collector says ``"before passing the env to the
+            collector"``).
+
+    Returns:
+        the ``truncated`` keys, in the order of ``done_keys``.
+
+    Raises:
+        RuntimeError: no done key is a ``truncated`` flag.
+
+    Examples:
+        >>> from rl.envs import truncated_keys
+        >>> truncated_keys(["done", "terminated", "truncated", ("agents", "truncated")])
+        ['truncated', ('agents', 'truncated')]
+    """
+    keys = [key for key in done_keys if _as_tuple(key)[-1] == "truncated"]
+    if not keys:
+        raise RuntimeError(
+            "set_truncated=True needs a 'truncated' entry in the done spec, got done keys "
+            f"{list(done_keys)}: call env.add_truncated_keys() {when}"
+        )
+    return keys
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
 ``step_mdp``, ``check_env_specs``, ``RandomPolicy``, ``make_composite_from_td``,
 ``terminated_or_truncated``, ``MarlGroupMapType`` and ``check_marl_grouping`` are those
-of :mod:`rl.envs` (``mark_truncated`` too, this library's);
+of :mod:`rl.envs` (``mark_truncated`` and ``truncated_keys`` too, this library's);
 ``ExplorationType``, ``exploration_type`` and ``set_exploration_type`` those of
 :mod:`rl.core` (tensordict's interaction type). The module exists so that code written
 for ``torchrl.envs.utils`` carries over.
@@ -16,7 +16,12 @@ Examples:
 
 from rl.core import ExplorationType, exploration_type, set_exploration_type
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
-from rl.envs._td_utils import make_composite_from_td, mark_truncated, terminated_or_truncated
+from rl.envs._td_utils import (
+    make_composite_from_td,
+    mark_truncated,
+    terminated_or_truncated,
+    truncated_keys,
+)
 from rl.envs._utils import RandomPolicy, check_env_specs, step_mdp
 
 __all__ = [
@@ -31,4 +36,5 @@ __all__ = [
     "set_exploration_type",
     "step_mdp",
     "terminated_or_truncated",
+    "truncated_keys",
 ]

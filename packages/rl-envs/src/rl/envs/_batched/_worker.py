@@ -79,7 +79,7 @@ class WorkerCore:
         self.done = buffers.out[layout.done_key][index]
         self.done_np = self.done.numpy()
         self.promote = False
-        self.done_complete = False
+        self.fill_done = False  # set once a _step output lacked a done entry
         self.fast_step = gym_fast_step(env, index, buffers, layout)
         self.fast_reset = gym_fast_reset(env, index, buffers, layout)
 
@@ -127,13 +127,17 @@ class WorkerCore:
             return
         in_td = self.in_td if self.env_device is None else self.in_td.to(self.env_device)
         out = self.env._step(in_td)
-        if not self.done_complete:  # _step may leave done entries out (TorchRL fills them)
-            keys = out.keys(True, True)
-            self.done_complete = all(key in keys for key in self.env.done_keys)
-            if not self.done_complete:
-                self.env._complete_done(out)
+        if self.fill_done:
+            self.env._complete_done(out)
         for key, dst in self.step_pairs:
-            dst.copy_(out.get(key))
+            value = out.get(key)
+            if value is None:
+                # the copies read every done key, so a step that lacks one is caught here;
+                # _step leaves done entries out (TorchRL fills them): fill them from now on
+                self.fill_done = True
+                self.env._complete_done(out)
+                value = out[key]
+            dst.copy_(value)
 
     def reset(self) -> None:
         """Resets the entries selected by the shared mask (all of them when unbatched)."""

@@ -166,9 +166,6 @@ class TransformedEnv(EnvBase):
         self.__dict__["_spec_cache"] = None
         self.__dict__["_raw_reset"] = None
         self.__dict__["_raw_next"] = None
-        # the done entries may change with the transforms: check the outputs again
-        self.__dict__["_reset_outputs_complete"] = None
-        self.__dict__["_step_outputs_complete"] = None
 
     # -------------------------------------------------------------------------- specs
     def _specs(self):
@@ -281,7 +278,7 @@ class TransformedEnv(EnvBase):
         raw = self.base_env._reset(tensordict)
         # the base env's flags are completed from its own spec before the transforms run
         # (as TorchRL): a truncation a transform adds must not read as termination
-        self.base_env._complete_outputs(raw, "_reset_outputs_complete")
+        self.base_env._complete_outputs(raw)
         # shallow copy: transforms set new tensors, the raw ones stay for the fast rollout
         self.__dict__["_raw_reset"] = raw.copy() if self._specs()[2] else None
         return transform._reset(tensordict, raw)
@@ -296,7 +293,7 @@ class TransformedEnv(EnvBase):
             return self._step_partial(tensordict, td_in, partial)
         next_td = self.base_env._step(td_in)
         carry_preset(next_td, tget(tensordict, "next"))
-        self.base_env._complete_outputs(next_td, "_step_outputs_complete")
+        self.base_env._complete_outputs(next_td)
         return transform._step(tensordict, next_td)
 
     def _step_partial(

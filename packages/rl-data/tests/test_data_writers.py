@@ -92,15 +92,16 @@ class TestTensorDictMaxValueWriter:
         assert sorted(rb[:]["r"].tolist()) == [5.0, 6.0, 9.0]
 
     def test_write_count_follows_torchrl(self):
-        # TorchRL 0.14.1 on this sequence: 2, 6, 6, 7, 0 (extend counts every item given,
-        # dropped ones included; add counts its item only when it is stored)
+        # TorchRL 0.14.1 on this sequence: 2, 6, 6, 7, 0 (extend counts an item that takes
+        # a slot at its turn; add counts its item only when it is stored)
         rb = TensorDictReplayBuffer(
             storage=LazyTensorStorage(3), writer=TensorDictMaxValueWriter(rank_key="r")
         )
         assert rb.write_count == 0
         rb.extend(TensorDict({"r": torch.tensor([1.0, 2.0])}, [2]))
         assert rb.write_count == 2
-        # 4.0, 5.0 and 3.0 are stored (two of them over 1.0 and 2.0); 0.5 is dropped
+        # all four count: 0.5 takes the free slot, 4.0 and 5.0 replace 1.0 and 2.0, 3.0
+        # then replaces 0.5 (stored at its turn, displaced within the same batch)
         rb.extend(TensorDict({"r": torch.tensor([0.5, 4.0, 5.0, 3.0])}, [4]))
         assert rb.write_count == 6
         rb.add(TensorDict({"r": torch.tensor(0.0)}, []))  # ranks below all: not written
@@ -110,6 +111,26 @@ class TestTensorDictMaxValueWriter:
         assert sorted(rb[:]["r"].tolist()) == [4.0, 5.0, 6.0]
         rb.empty()
         assert rb.write_count == 0
+
+    @pytest.mark.parametrize(
+        ("first", "second", "counts"),
+        [
+            # TorchRL 0.14.1's write_count after each extend (storage of 3)
+            ([5.0, 6.0, 7.0], [0.0, 0.0, 0.0], (3, 3)),  # all below the stored minimum
+            ([5.0, 6.0, 7.0], [1.0, 8.0], (3, 4)),  # only 8.0 takes a slot
+            ([5.0, 6.0, 7.0], [5.0, 9.0, 6.0], (3, 4)),  # ties with the minimum take none
+            ([1.0, 2.0, 3.0, 4.0], [0.5], (4, 4)),  # 4.0 takes 1.0's slot in one batch
+            ([1.0], [0.0, 0.5, 0.2, 3.0], (1, 5)),  # 0.2 outranks 0.0, 3.0 then 0.2
+        ],
+    )
+    def test_write_count_of_an_overflowing_extend_follows_torchrl(self, first, second, counts):
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(3), writer=TensorDictMaxValueWriter(rank_key="r")
+        )
+        rb.extend(TensorDict({"r": torch.tensor(first)}, [len(first)]))
+        assert rb.write_count == counts[0]
+        rb.extend(TensorDict({"r": torch.tensor(second)}, [len(second)]))
+        assert rb.write_count == counts[1]
 
     @settings(max_examples=40, deadline=None)
     @given(

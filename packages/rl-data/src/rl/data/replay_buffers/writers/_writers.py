@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
@@ -275,14 +276,32 @@ _REDUCTIONS = {
 }
 
 
+def _slot_takers(stored: torch.Tensor, ranks: torch.Tensor, max_size: int) -> int:
+    """How many of ``ranks``, written in turn, take a slot: a free one, or the slot of the
+    lowest rank stored at that moment when they outrank it (TorchRL 0.14's count)."""
+    heap = stored.tolist()
+    heapq.heapify(heap)
+    taken = 0
+    for rank in ranks.tolist():
+        if len(heap) < max_size:
+            heapq.heappush(heap, rank)
+        elif rank > heap[0]:
+            heapq.heapreplace(heap, rank)
+        else:
+            continue
+        taken += 1
+    return taken
+
+
 class TensorDictMaxValueWriter(Writer):
     """Keeps the ``max_size`` items with the highest ``rank_key`` value.
 
     When the storage is full, a new item replaces the lowest-ranked stored item if it ranks
     higher, and is dropped otherwise (its ``"index"`` is then ``-1``).
 
-    ``write_count`` follows TorchRL 0.14: ``extend`` counts every item it is given,
-    dropped ones included; ``add`` counts its item only when it is stored.
+    ``write_count`` follows TorchRL 0.14: ``extend`` counts an item when it takes a slot
+    at its turn (a free slot, or the lowest-ranked one when it outranks it), even if a
+    later item of the same batch displaces it; ``add`` counts its item when it is stored.
 
     Args:
         rank_key: the key ranking the items (default ``("next", "reward")``); a value with
@@ -358,9 +377,13 @@ class TensorDictMaxValueWriter(Writer):
         self._ranks[target] = ranks[kept_new]
         self._count = k
         written = slots >= 0
-        # as TorchRL 0.14: extend counts every item given, add only a stored one (the
-        # count still moves whenever the storage changes, which HERReplayBuffer relies on)
-        self._write_count += n if count_all else int(written.sum())
+        # as TorchRL 0.14: extend counts an item that takes a slot at its turn (even if a
+        # later item of the batch displaces it), add only a stored one (the count still
+        # moves whenever the storage changes, which HERReplayBuffer relies on)
+        if count_all and count + n > max_size:
+            self._write_count += _slot_takers(pool[:count], ranks, max_size)
+        else:
+            self._write_count += n if count_all else int(written.sum())
         if written.any():
             chosen = written.nonzero().squeeze(-1)
             part = data[chosen]

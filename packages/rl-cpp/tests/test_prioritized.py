@@ -12,6 +12,7 @@ from rl.cpp import (
     SumSegmentTree,
     prioritized_sample,
     prioritized_sample_rows,
+    prioritized_sample_rows_into,
     prioritized_update,
     prioritized_update_at,
 )
@@ -360,6 +361,29 @@ class TestPrioritizedUpdateAtPublic:
         )
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.startswith("TypeError priority must be")
+
+
+def test_sample_rows_into_matches_the_checked_draw():
+    s, m = SumSegmentTree(16), MinSegmentTree(16)
+    priority = np.linspace(0.1, 2.0, 16).astype(np.float32)
+    prioritized_update(s, m, np.arange(16), priority, 0.0, 1.0)
+    obs = np.arange(32, dtype=np.float32).reshape(16, 2)
+    done = np.arange(16) % 3 == 0
+    gather = RowGather([obs, done])
+    uniform = np.random.default_rng(0).random(8).astype(np.float32)
+    index, weight, total, rows = prioritized_sample_rows(s, m, 12, uniform, 0.5, gather)
+    out_index, out_weight = np.empty(8, np.int64), np.empty(8, np.float32)
+    out = gather.empty(8)
+    got = prioritized_sample_rows_into(s, m, 12, uniform, 0.5, out_index, out_weight, gather, out)
+    assert got == total == pytest.approx(float(priority[:12].sum()), rel=1e-6)
+    np.testing.assert_array_equal(out_index, index)
+    np.testing.assert_array_equal(out_weight, weight)
+    for a, b in zip(out, rows):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError):  # the compiled call checks the dtypes itself
+        prioritized_sample_rows_into(
+            s, m, 12, uniform.astype(np.float64), 0.5, out_index, out_weight, gather, out
+        )
 
 
 def test_docstring_examples_run():

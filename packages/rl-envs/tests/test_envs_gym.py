@@ -742,3 +742,92 @@ class TestStructuredActions:
         env = GymWrapper(TupleObs("tuple_box"))
         obs = env.reset()["observation"]
         assert obs.shape == (3, 2) and obs[:, 0].tolist() == [0.0, 1.0, 2.0]
+
+
+class _FailingStepEnv(gym.Env):
+    """Discrete(2) env whose step fails on a valid action: not a rejected action."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        raise AssertionError("the simulator broke")
+
+
+_REJECTED = (
+    r"action 'action'{where} holds {value}, expected a value in action_spec "
+    r"Categorical\(shape=torch\.Size\(\[{shape}\]\), n=2.*\); gymnasium's step rejected it "
+    r"with AssertionError: .*7.* invalid \(pass run_type_checks=True"
+)
+
+
+class TestRejectedActions:
+    """An action outside gym's space: by default passed to gym (as TorchRL); gym's own
+    refusal is re-raised naming the key, the spec and the value, on every step path."""
+
+    def _seven(self, td):
+        return td.set("action", torch.full(td.batch_size, 7))
+
+    def test_step(self):
+        env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+        td = self._seven(env.reset())
+        with pytest.raises(
+            ValueError, match=_REJECTED.format(where="", value="7", shape="")
+        ) as info:
+            env.step(td)
+        assert isinstance(info.value.__cause__, AssertionError)
+
+    @pytest.mark.parametrize("break_when_any_done", [True, False])
+    def test_rollout_with_policy(self, break_when_any_done):
+        env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+        with pytest.raises(ValueError, match=_REJECTED.format(where="", value="7", shape="")):
+            env.rollout(5, self._seven, break_when_any_done=break_when_any_done)
+        # the generic loop (a tensordict with more than the env's keys) says the same
+        td = env.reset().set("extra", torch.zeros(()))
+        with pytest.raises(ValueError, match=_REJECTED.format(where="", value="7", shape="")):
+            env.rollout(5, self._seven, tensordict=td, auto_reset=False)
+
+    def test_vector_env_step(self):
+        env = GymEnv("CartPole-v1", num_envs=2, categorical_action_encoding=True)
+        td = env.reset().set("action", torch.tensor([0, 7]))
+        with pytest.raises(
+            ValueError, match=_REJECTED.format(where="", value=r"\[0, 7\]", shape="2")
+        ):
+            env.step(td)
+
+    def test_vector_env_rollout(self):
+        # SAME_STEP SyncVectorEnv: the fast loop steps each sub-env and names it
+        env = GymEnv("CartPole-v1", num_envs=2, categorical_action_encoding=True)
+        policy = lambda td: td.set("action", torch.tensor([0, 7]))  # noqa: E731
+        match = _REJECTED.format(where=r" \(sub-env 1\)", value="7", shape="2")
+        with pytest.raises(ValueError, match=match):
+            env.rollout(5, policy)
+
+    def test_next_step_vector_env_rollout(self):
+        # a NEXT_STEP vector env takes the batched loop
+        vec = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+        env = GymWrapper(vec, categorical_action_encoding=True)
+        policy = lambda td: td.set("action", torch.tensor([7, 0]))  # noqa: E731
+        with pytest.raises(
+            ValueError, match=_REJECTED.format(where="", value=r"\[7, 0\]", shape="2")
+        ):
+            env.rollout(5, policy)
+
+    def test_run_type_checks_catches_it_before_gym(self):
+        env = GymEnv("CartPole-v1", categorical_action_encoding=True, run_type_checks=True)
+        td = self._seven(env.reset())
+        with pytest.raises(ValueError) as info:
+            env.step(td)
+        assert info.value.__cause__ is None  # the spec check, gym was never called
+
+    def test_a_valid_action_keeps_the_simulators_error(self):
+        env = GymWrapper(_FailingStepEnv(), categorical_action_encoding=True)
+        td = env.reset().set("action", torch.tensor(1))
+        with pytest.raises(AssertionError, match="the simulator broke"):
+            env.step(td)
+        with pytest.raises(AssertionError, match="the simulator broke"):
+            env.rollout(3, lambda td: td.set("action", torch.tensor(1)))

@@ -15,7 +15,7 @@ from rl.core import Composite
 
 from ._common import EnvBase
 from ._done import default_done_spec
-from ._gym_rollout import _key, gym_rollout
+from ._gym_rollout import SIMULATOR_ERRORS, _key, gym_rollout, raise_if_rejected
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
 from ._rollout import rollout_generic
 
@@ -322,7 +322,11 @@ class GymWrapper(EnvBase):
         # plain dict reads / writes: nn.Module attribute access costs more at every step
         d = self.__dict__
         action = self._action_from_td(tensordict)
-        obs, reward, terminated, truncated, info = d["_env"].step(action)
+        try:
+            obs, reward, terminated, truncated, info = d["_env"].step(action)
+        except SIMULATOR_ERRORS as err:
+            raise_if_rejected(self, action, err)
+            raise
         entries = self._obs_entries(obs)
         if d["is_vector"]:
             d["_last_obs"] = obs

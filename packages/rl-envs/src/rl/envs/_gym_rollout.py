@@ -34,10 +34,58 @@ if TYPE_CHECKING:
 
 __all__ = ["gym_rollout"]
 
+# What a gym env's step raises when it refuses an action outside its space (CartPole's
+# ``assert self.action_space.contains(action)``, a Dict / Tuple lookup, numpy casting).
+SIMULATOR_ERRORS = (AssertionError, ValueError, TypeError, IndexError, KeyError)
+
 
 def _key(key: tuple[str, ...]):
     """The TensorDict key of a space leaf: a string for a one-part key, else the tuple."""
     return key[0] if len(key) == 1 else key
+
+
+def _shown(action) -> str:
+    """A short text of a gym action (numpy arrays summarised, scalars plain)."""
+    if isinstance(action, np.ndarray):
+        return np.array2string(action, threshold=16, separator=", ")
+    if isinstance(action, np.generic):
+        return repr(action.item())
+    return repr(action)
+
+
+def raise_if_rejected(env: GymWrapper, action, err: Exception, index: int | None = None) -> None:
+    """Raises a ``ValueError`` naming the action key, ``action_spec`` and the value given
+    when gym's ``step`` failed (``err``) on an action outside its action space.
+
+    Called only after ``step`` raised, so the hot path pays nothing; an action inside the
+    space returns, and the caller re-raises the env's own error unchanged.
+
+    Args:
+        env: the wrapped gym env.
+        action: the gym action passed to ``step`` (one sub-env's with ``index``).
+        err: what ``step`` raised.
+        index: the sub-env of a vector env stepped on its own, else ``None``.
+    """
+    gym_env = env._env
+    if index is not None:
+        space = gym_env.single_action_space
+    else:
+        space = gym_env.action_space
+    try:
+        inside = bool(space.contains(action))
+    except Exception:  # noqa: BLE001 - a value the space cannot even read is outside it
+        inside = False
+    if inside:
+        return
+    keys = list(env.action_keys)
+    key = keys[0] if len(keys) == 1 else keys
+    spec = env.full_action_spec[key] if len(keys) == 1 else env.full_action_spec
+    where = "" if index is None else f" (sub-env {index})"
+    raise ValueError(
+        f"action {key!r}{where} holds {_shown(action)}, expected a value in action_spec "
+        f"{spec!r}; gymnasium's step rejected it with {type(err).__name__}: {err} (pass "
+        "run_type_checks=True to check actions against action_spec before each step)"
+    ) from err
 
 
 def _obs_writer(leaves, views):
@@ -166,7 +214,12 @@ def _gym_rollout(
     if not env.is_vector:
         stop_at_done = break_when_any_done or break_when_all_done
         for t in range(max_steps):
-            obs, r, te, tr, _ = step_fn(gym_actions[t])
+            action = gym_actions[t]  # outside the try: a policy's own errors pass as they are
+            try:
+                obs, r, te, tr, _ = step_fn(action)
+            except SIMULATOR_ERRORS as err:
+                raise_if_rejected(env, action, err)
+                raise
             write_next(t, obs)
             rew_np[t] = r
             term_np[t] = te
@@ -195,7 +248,12 @@ def _gym_rollout(
         seen = None
         done = np.zeros(batch_size[0], dtype=np.bool_)
         for t in range(max_steps):
-            obs, r, te, tr, info = step_fn(gym_actions[t])
+            action = gym_actions[t]
+            try:
+                obs, r, te, tr, info = step_fn(action)
+            except SIMULATOR_ERRORS as err:
+                raise_if_rejected(env, action, err)
+                raise
             write_next(t, obs)
             rew_np[t] = r
             term_np[t] = te
@@ -321,7 +379,11 @@ def _sync_vector_loop(
         any_done = False
         for i in range(num_envs):
             sub = sub_envs[i]
-            obs, r, te, tr, _ = sub.step(actions_t[i])
+            try:
+                obs, r, te, tr, _ = sub.step(actions_t[i])
+            except SIMULATOR_ERRORS as err:
+                raise_if_rejected(env, actions_t[i], err, index=i)
+                raise
             write_next((t, i), obs)
             rew_np[t, i] = r
             term_np[t, i] = te
@@ -373,7 +435,11 @@ def _async_pipelined_loop(
     done = np.zeros(vec.num_envs, dtype=np.bool_)
     vec.step_async(gym_actions[0])
     for t in range(max_steps):
-        obs, r, te, tr, info = vec.step_wait()
+        try:
+            obs, r, te, tr, info = vec.step_wait()
+        except SIMULATOR_ERRORS as err:
+            raise_if_rejected(env, gym_actions[t], err)
+            raise
         write_next(t, obs)
         done = te | tr
         reset_rows = None

@@ -107,6 +107,19 @@ class TestDDPGLoss:
         ):
             loss(td)
 
+    def test_missing_next_observation(self):
+        # the shared key check: a network input under "next" is named with the loss's in_keys
+        loss = DDPGLoss(_actor(), _critic())
+        td = _data()
+        del td["next", "observation"]
+        match = (
+            r"DDPGLoss needs key \('next', 'observation'\) .*the loss reads in_keys \[.*\]\); "
+            r"it is read by one of the loss's networks \(check their in_keys: "
+            r"\['observation', 'action'\], read under 'next'"
+        )
+        with pytest.raises(KeyError, match=match):
+            loss(td)
+
     def test_set_keys(self):
         value = TensorDictModule(QNet(), ["observation", "action"], ["q"])
         loss = DDPGLoss(_actor(), value, gamma=0.9)

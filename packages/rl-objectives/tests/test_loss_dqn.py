@@ -1,6 +1,7 @@
 """DQNLoss and DistributionalDQNLoss on hand-computed cases."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -181,6 +182,67 @@ class TestDQNLoss:
         eager = loss(td.clone())["loss"]
         compiled = torch.compile(loss, backend="aot_eager")(td.clone())["loss"]
         torch.testing.assert_close(compiled, eager)
+
+
+class TestDQNInputErrors:
+    """Bad input names the key, what the loss expected and what it was given."""
+
+    def test_missing_next_observation_names_key_and_in_keys(self):
+        loss = DQNLoss(_qnet(), gamma=0.9, action_space="categorical")
+        td = _data(torch.tensor([1]))
+        del td["next", "observation"]
+        match = (
+            r"DQNLoss needs key \('next', 'observation'\) which is missing from the input "
+            r"\(keys present: \[.*'action'.*\('next', 'reward'\).*\]; the loss reads in_keys "
+            r"\['action', 'observation', .*\('next', 'observation'\)\]\); it is read by one of "
+            r"the loss's networks \(check their in_keys: \['observation'\], read under 'next'"
+        )
+        with pytest.raises(KeyError, match=match):
+            loss(td)
+
+    @pytest.mark.parametrize("shape", [(1,), (1, 1)])
+    def test_index_action_for_one_hot_says_categorical(self, shape):
+        loss = DQNLoss(_qnet(), gamma=0.9, action_space="one-hot")
+        match = (
+            rf"action 'action' has shape {re.escape(str(shape))}, expected \(1, 2\) \(one-hot "
+            r"over the 2 actions of action_value\) for action_space='one-hot'; it holds action "
+            r"indices: pass action_space='categorical' to the loss"
+        )
+        with pytest.raises(ValueError, match=match):
+            loss(_data(torch.ones(shape, dtype=torch.long)))
+
+    def test_one_hot_action_for_categorical_says_one_hot(self):
+        loss = DQNLoss(_qnet(), gamma=0.9, action_space="categorical")
+        match = (
+            r"action 'action' has shape \(1, 2\), expected \(1,\) or \(1, 1\) \(indices into "
+            r"the 2 actions of action_value\) for action_space='categorical'; it looks one-hot: "
+            r"pass action_space='one-hot' to the loss"
+        )
+        with pytest.raises(ValueError, match=match):
+            loss(_data(torch.tensor([[0, 1]])))
+
+    def test_wrong_width_one_hot(self):
+        loss = DQNLoss(_qnet(), gamma=0.9, action_space="one-hot")
+        with pytest.raises(
+            ValueError, match=r"action 'action' has shape \(1, 3\), expected \(1, 2\) \(one-hot"
+        ):
+            loss(_data(torch.tensor([[0.0, 1.0, 0.0]])))
+
+    @pytest.mark.parametrize("action", [torch.tensor([1]), torch.tensor([[1]])])
+    def test_index_forms_with_categorical_are_equal(self, action):
+        # as TorchRL 0.14.1: [B] and [B, 1] indices are both valid with "categorical"
+        loss = DQNLoss(_qnet(), gamma=0.9, action_space="categorical")
+        torch.testing.assert_close(loss(_data(action))["loss"], torch.tensor((2.0 - 3.7) ** 2))
+
+    def test_distributional_loss_checks_the_form_too(self):
+        net = TensorDictModule(
+            _C51Net([[0.0, 1.0], [1.0, 2.0], [2.0, 0.0]]), ["observation"], ["action_value"]
+        )
+        loss = DistributionalDQNLoss(
+            net, gamma=1.0, support=torch.tensor([-1.0, 0.0, 1.0]), action_space="one-hot"
+        )
+        with pytest.raises(ValueError, match=r"pass action_space='categorical'"):
+            loss(_data(torch.tensor([1])))
 
 
 class _C51Net(nn.Module):

@@ -261,6 +261,13 @@ class LossModule(TensorDictModuleBase):
         for key in getattr(self, "_in_keys_extra", ()):
             if tensordict.get(key, None) is None:
                 return None, key
+        # then the networks' inputs under "next" that the loss declares (the next state);
+        # other in_keys can be optional (rewards when an advantage is given), not named here
+        extra = getattr(self, "_in_keys_extra", ())
+        under_next = {("next", *k) if isinstance(k, tuple) else ("next", k) for k in extra}
+        for key in self.in_keys:
+            if key in under_next and tensordict.get(key, None) is None:
+                return None, key
         return None
 
     def _required_key_names(self) -> tuple[str, ...]:
@@ -269,13 +276,19 @@ class LossModule(TensorDictModuleBase):
 
     def _missing_key_error(self, tensordict, name: str | None, key) -> KeyError:
         present = ", ".join(sorted((repr(k) for k in tensordict.keys(True, True)), key=len))
+        expected = ", ".join(repr(k) for k in self.in_keys)
         if name is None:
-            how = "it is read by one of the loss's networks (check their in_keys)"
+            how = "it is read by one of the loss's networks (check their in_keys"
+            networks = getattr(self, "_in_keys_extra", ())
+            if isinstance(key, tuple) and key[0] == "next" and networks:
+                shown = ", ".join(repr(k) for k in networks)
+                how += f": [{shown}], read under 'next' for the next state"
+            how += ")"
         else:
             how = f"remap it with loss.set_keys({name}=...)"
         return _MissingKeyError(
             f"loss {type(self).__name__} needs key {key!r} which is missing from the input "
-            f"(keys present: [{present}]); {how}"
+            f"(keys present: [{present}]; the loss reads in_keys [{expected}]); {how}"
         )
 
     def _get(self, tensordict: TensorDictBase, name: str, under: str | None = None) -> torch.Tensor:

@@ -53,6 +53,35 @@ def _resolve_space(space: str | None, action: torch.Tensor, values: torch.Tensor
     return "one-hot" if action.shape == values.shape else "categorical"
 
 
+def _check_action(key, action: torch.Tensor, values: torch.Tensor, space: str) -> None:
+    """Rejects an action whose shape does not fit ``space`` next to ``values`` ``[*B, n]``.
+
+    As TorchRL 0.14.1's DQNLoss: one-hot actions are ``[*B, n]``, categorical ones
+    ``[*B]`` or ``[*B, 1]`` indices. Shapes only, no data is read (no device sync).
+    """
+    batch, n = tuple(values.shape[:-1]), values.shape[-1]
+    shape = tuple(action.shape)
+    if space == "one-hot":
+        if shape == (*batch, n):
+            return
+        hint = ""
+        if shape in (batch, (*batch, 1)) and not action.is_floating_point():
+            hint = "; it holds action indices: pass action_space='categorical' to the loss"
+        raise ValueError(
+            f"action {key!r} has shape {shape}, expected {(*batch, n)} (one-hot over the {n} "
+            f"actions of action_value) for action_space='one-hot'{hint}"
+        )
+    if shape in (batch, (*batch, 1)):
+        return
+    hint = ""
+    if shape == (*batch, n):
+        hint = "; it looks one-hot: pass action_space='one-hot' to the loss"
+    raise ValueError(
+        f"action {key!r} has shape {shape}, expected {batch} or {(*batch, 1)} (indices "
+        f"into the {n} actions of action_value) for action_space='categorical'{hint}"
+    )
+
+
 def _select(values: torch.Tensor, action: torch.Tensor, space: str) -> torch.Tensor:
     """Values of the taken actions, ``[*B]``, from ``values`` ``[*B, n]``."""
     if space == "categorical":
@@ -242,6 +271,7 @@ class DQNLoss(LossModule):
         action = self._get(tensordict, "action")
         values = _network_output(self.value_network, tensordict, self.tensor_keys.action_value)
         space = _resolve_space(self.action_space, action, values)
+        _check_action(self.tensor_keys.action, action, values, space)
         pred = _select(values, action, space)
         next_value = self._next_value(tensordict.get("next"))
         target = self._value_target(tensordict, next_value).squeeze(-1)
@@ -403,6 +433,7 @@ class DistributionalDQNLoss(LossModule):
                 f"action_value has shape {tuple(log_p.shape)}: expected [*B, atoms={atoms}, n_actions]"
             )
         space = _resolve_space(self.action_space, action, log_p[..., 0, :])
+        _check_action(self.tensor_keys.action, action, log_p[..., 0, :], space)
         if space == "categorical":
             index = action.long().reshape(*log_p.shape[:-2], 1, 1).expand(*log_p.shape[:-1], 1)
         else:

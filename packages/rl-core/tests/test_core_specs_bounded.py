@@ -93,6 +93,27 @@ class TestBounded:
         with pytest.raises(ValueError, match=r"low <= high .* low=\[0.0, 3.0\] and high=2.0"):
             Bounded(torch.tensor([0.0, 3.0]), 2.0)
 
+    @pytest.mark.parametrize(
+        "low, high, shown",
+        [
+            (float("nan"), 1.0, r"low=\[nan\] and high=1.0"),
+            (0.0, float("nan"), r"low=0.0 and high=\[nan\]"),
+            (torch.tensor([0.0, float("nan")]), 1.0, r"low=\[0.0, nan\] and high=1.0"),
+        ],
+    )
+    def test_nan_bound(self, low, high, shown):
+        with pytest.raises(
+            ValueError,
+            match=rf"Bounded expects low and high without NaN \(numbers or \+-inf\), got {shown}",
+        ):
+            Bounded(
+                low=low, high=high, shape=torch.broadcast_shapes(torch.as_tensor(low).shape, (1,))
+            )
+
+    def test_infinite_bounds_stay_valid(self):
+        spec = Bounded(low=float("-inf"), high=float("inf"), shape=(2,))
+        assert spec.is_in(torch.tensor([1e30, -1e30]))
+
     def test_shape_does_not_broadcast(self):
         with pytest.raises(
             ValueError, match=r"low of shape \(3,\) does not broadcast to the spec shape \(4,\)"

@@ -58,8 +58,8 @@ class Bounded(TensorSpec):
     also ``spec.space.low``/``spec.space.high``).
 
     Raises:
-        ValueError: if ``low > high`` somewhere, or ``low``/``high`` do not broadcast to
-            ``shape``.
+        ValueError: if ``low > high`` somewhere, ``low`` or ``high`` holds NaN, or
+            ``low``/``high`` do not broadcast to ``shape``.
 
     Examples:
         >>> import torch
@@ -135,6 +135,12 @@ class Bounded(TensorSpec):
                 )
         low_t = low_t.expand(tshape).clone()
         high_t = high_t.expand(tshape).clone()
+        if low_t.is_floating_point() and bool((low_t.isnan() | high_t.isnan()).any()):
+            # NaN compares false both ways: the box would contain nothing and rand NaN
+            raise ValueError(
+                f"Bounded expects low and high without NaN (numbers or +-inf), got "
+                f"low={_fmt_tensor(low_t)} and high={_fmt_tensor(high_t)}"
+            )
         if bool((low_t > high_t).any()):
             raise ValueError(
                 f"Bounded expects low <= high everywhere, got low={_fmt_tensor(low_t)} and "

@@ -200,6 +200,13 @@ def test_rerun_resumes_from_the_checkpoint_exactly(dqn, tmp_path, monkeypatch):
     # the CSV rows the stopped run wrote after its checkpoint were dropped, none repeated
     frames = _rows(tmp_path / "stopped" / "run" / "scalars" / "n_frames.csv")
     assert [s for s, _ in frames] == [128, 256, 384, 512]
+    # every logged value equals the uninterrupted run's, the evaluation after the resume
+    # included (its env continues from its saved state, not from its seed)
+    logged = sorted(p.relative_to(tmp_path / "reference") for p in
+                    (tmp_path / "reference").rglob("scalars/**/*.csv"))  # fmt: skip
+    assert Path("run/scalars/total_r_evaluation.csv") in logged and len(logged) >= 6
+    for name in logged:
+        assert _rows(tmp_path / "stopped" / name) == _rows(tmp_path / "reference" / name), name
 
     # rerun once more with a larger budget: it continues from the finished run's 512
     started_at.clear()

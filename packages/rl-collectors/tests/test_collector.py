@@ -335,35 +335,75 @@ class TestSplitTrajectories:
 
 
 class TestEnvStateLoading:
-    """A saved env state is restored without unpickling arbitrary objects."""
+    """A collector's env state is tensors and plain data: resuming never unpickles."""
 
-    def test_gym_state_round_trip(self):
-        import numpy as np
+    def test_gym_state_round_trip(self, tmp_path):
+        def make():
+            collector = Collector(
+                lambda: GymEnv("CartPole-v1"), None, frames_per_batch=50, total_frames=-1
+            )
+            collector.set_seed(3)
+            return collector
 
-        from rl.collectors._env_state import env_state, load_env_state
+        collector = make()
+        batches = iter(collector)
+        next(batches)
+        torch.save(collector.state_dict(), tmp_path / "c.pt")
+        expected = next(batches)
+        collector.shutdown()
+        resumed = make()
+        resumed.load_state_dict(torch.load(tmp_path / "c.pt", weights_only=True))
+        got = next(iter(resumed))
+        resumed.shutdown()
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
-        env = GymEnv("CartPole-v1")
-        env.set_seed(3)
-        env.reset()
-        state = env_state(env)
-        expected = env.env.unwrapped.state.copy()
-        draw = env.env.unwrapped.np_random.random()
-        env.rand_step()
-        load_env_state(env, state)
-        np.testing.assert_array_equal(env.env.unwrapped.state, expected)
-        assert env.env.unwrapped.np_random.random() == draw
+    @staticmethod
+    def _payload(marker):
+        # the attack found by the hostile test: gymnasium's CloudpickleWrapper unpickles
+        # its payload with plain pickle.loads
+        inner = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
+        return (
+            b"cgymnasium.vector.utils.misc\nCloudpickleWrapper\n)\x81C"
+            + bytes([len(inner)])
+            + inner
+            + b"b."
+        )
 
-    @pytest.mark.parametrize(
-        "payload",
-        [
-            b"cos\nsystem\n(S'echo pwned'\ntR.",
-            b"cbuiltins\neval\n(S'1+1'\ntR.",
-            b"cgymnasium.envs.registration\nload_env_creator\n(S'os:system'\ntR.",
-        ],
-    )
-    def test_crafted_state_is_refused(self, payload):
-        from rl.collectors._env_state import load_env_state
+    @pytest.mark.parametrize("where", ["env_state", "object"])
+    def test_crafted_checkpoint_is_refused_without_side_effect(self, tmp_path, where):
+        marker = tmp_path / "pwned"
+        payload = torch.frombuffer(bytearray(self._payload(marker)), dtype=torch.uint8)
+        collector = Collector(
+            lambda: GymEnv("CartPole-v1"), None, frames_per_batch=10, total_frames=-1
+        )
+        next(iter(collector))
+        state = collector.state_dict()
+        if where == "env_state":
+            state["env_state"] = payload  # the format of older checkpoints
+        else:
+            state["env_state"]["object"] = payload
+        torch.save(state, tmp_path / "c.pt")
+        loaded = torch.load(tmp_path / "c.pt", weights_only=True)
+        with pytest.raises(ValueError, match="cannot restore the state of GymEnv"):
+            collector.load_state_dict(loaded)
+        collector.shutdown()
+        assert not marker.exists()
+        # the payload really is an attack: plain pickle runs it
+        pickle.loads(self._payload(marker))
+        assert marker.exists()
 
-        state = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        with pytest.raises(pickle.UnpicklingError, match="refusing to load"):
-            load_env_state(GymEnv("CartPole-v1"), state)
+    def test_unsaveable_env_is_refused_at_save_time(self):
+        import gymnasium as gym
+
+        from rl.envs import GymWrapper
+
+        collector = Collector(
+            lambda: GymWrapper(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="async")),
+            None,
+            frames_per_batch=10,
+            total_frames=-1,
+        )
+        next(iter(collector))
+        with pytest.raises(TypeError, match="keeps the sub-envs in gymnasium's worker processes"):
+            collector.state_dict()
+        collector.shutdown()

@@ -23,7 +23,6 @@ from ._common import (
     set_rng_state,
     wrap_policy,
 )
-from ._env_state import env_state, load_env_state
 from ._tensor_policy import tensor_policy
 
 __all__ = ["Collector", "SyncDataCollector"]
@@ -289,11 +288,15 @@ class Collector(CollectorBase):
     # -------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
         """What an exact resume needs: frames, trajectory ids, RNG states, the current
-        root, the policy's weights and the env's state when it pickles.
+        root, the policy's weights and the env's state (:meth:`EnvBase.env_state`).
 
         Everything is a tensor or a plain value (``torch.save`` / ``torch.load`` with
-        ``weights_only=True``); the env state is the pickled env as a uint8 tensor,
-        which :meth:`load_state_dict` unpickles: load only checkpoints you trust.
+        ``weights_only=True``); nothing is pickled, and :meth:`load_state_dict` only
+        assigns values to the live env, so a crafted checkpoint cannot run code.
+
+        Raises:
+            TypeError: the env holds state that is not tensors or plain data (naming
+                where), which is refused rather than pickled.
         """
         state: dict = {
             "frames": self._frames,
@@ -304,9 +307,8 @@ class Collector(CollectorBase):
         }
         if isinstance(self.policy, nn.Module):
             state["policy_state_dict"] = self.policy.state_dict()
-        pickled = env_state(self.env) if self._root is not None else None
-        if pickled is not None:
-            state["env_state"] = pickled
+        if self._root is not None:
+            state["env_state"] = self.env.env_state()
         return state
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -320,7 +322,7 @@ class Collector(CollectorBase):
             self.policy.load_state_dict(state["policy_state_dict"])
             self.update_policy_weights_()
         if "env_state" in state:
-            load_env_state(self.env, state["env_state"])
+            self.env.load_env_state(state["env_state"])
         root = state.get("root")
         self._root = (
             None

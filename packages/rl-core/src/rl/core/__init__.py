@@ -3,6 +3,7 @@
 from tensordict.utils import NestedKey
 
 from ._exploration import ExplorationType, exploration_type, set_exploration_type
+from ._object_state import load_object_state, object_state
 from ._seed import seed_everything
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
 from ._specs import __all__ as _spec_names
@@ -20,6 +21,8 @@ __all__ = [
     "ExplorationType",
     "NestedKey",
     "exploration_type",
+    "load_object_state",
+    "object_state",
     "seed_everything",
     "set_exploration_type",
 ]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rl.core import Composite, Unbounded
+from rl.core import Composite, TensorSpec, Unbounded, load_object_state, object_state
 
 from ._done import complete_done, complete_done_spec
 from ._env_helpers import EnvHelpers
@@ -617,12 +617,64 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
             seed = _seed_generator(seed)
         return seed
 
+    # ------------------------------------------------------------------------ state
+    def env_state(self) -> dict[str, Any]:
+        """The env's runtime state (simulator, random generators, counters) as tensors and
+        plain data, for an exact resume: ``torch.save`` writes it and
+        ``torch.load(weights_only=True)`` reads it back; nothing in it is pickled.
+
+        Unlike :meth:`state_dict` (the transforms' parameters and buffers, as in TorchRL),
+        this is what the env *is doing*: a gymnasium env's physics and ``np_random``, its
+        time-limit counter, a native env's tensors and ``torch.Generator``. Specs and
+        other envs it holds are configuration and are left out; batched and transformed
+        envs gather the states of the envs they hold.
+
+        Raises:
+            TypeError: an attribute holds something that is neither data nor an object
+                with attributes (an extension handle, a socket ...), naming where it is:
+                such an env is refused rather than pickled.
+
+        Examples:
+            >>> from rl.envs import PendulumEnv
+            >>> env = PendulumEnv(); _ = env.set_seed(0)
+            >>> _ = env.reset(); state = env.env_state()
+            >>> a = env.rollout(3)["next", "observation"]
+            >>> _ = env.reset(); env.load_env_state(state)
+            >>> b = env.rollout(3, auto_reset=False, tensordict=a[0].exclude("next"))
+            >>> bool((b["observation"][0] == a["observation"][0]).all())
+            True
+        """
+        return {"object": object_state(self, name=repr(self), skip=self._held_config)}
+
+    def load_env_state(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`env_state` in place (assigning values, never creating objects).
+
+        Raises:
+            ValueError: ``state`` comes from another kind of env (naming what differs).
+        """
+        load_object_state(self, _state_entry(self, state, "object"), name=repr(self))
+
+    def _held_config(self, value: Any) -> bool:
+        """Specs and the envs this one holds are not part of its own state."""
+        return value is not self and isinstance(value, TensorSpec | EnvBase)
+
     def close(self) -> None:
         """Releases the resources held by the environment (idempotent)."""
         self.is_closed = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_size={self.batch_size}, device={self.device})"
+
+
+def _state_entry(env: EnvBase, state: Any, key: str) -> Any:
+    """``state[key]``, or a ValueError naming the env and what it was given."""
+    if not isinstance(state, dict) or key not in state:
+        got = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ValueError(
+            f"cannot restore the state of {env!r}: expected a dict with {key!r} from "
+            f"{type(env).__name__}.env_state(), got {got}"
+        )
+    return state[key]
 
 
 def _merge_partial_reset(

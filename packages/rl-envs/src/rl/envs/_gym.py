@@ -387,6 +387,23 @@ class GymWrapper(EnvBase):
             break_when_all_done=break_when_all_done,
         )
 
+    def env_state(self) -> dict[str, Any]:
+        """The gymnasium env's state (its wrappers' counters, physics and ``np_random``,
+        every sub-env of a ``SyncVectorEnv``) as tensors and plain data.
+
+        Raises:
+            TypeError: the env is an ``AsyncVectorEnv``, whose sub-envs live in
+                gymnasium's worker processes (use a ``SyncVectorEnv`` or a
+                :class:`~rl.envs.ParallelEnv` for a checkpoint that resumes exactly).
+        """
+        if self.is_vector and not isinstance(self._env, gym.vector.SyncVectorEnv):
+            raise TypeError(
+                f"cannot save the state of {self!r}: its {type(self._env).__name__} keeps "
+                "the sub-envs in gymnasium's worker processes; build it with "
+                "vectorization_mode='sync' or use rl.envs.ParallelEnv to checkpoint it"
+            )
+        return super().env_state()
+
     def close(self) -> None:
         if not self.is_closed:
             self._env.close()

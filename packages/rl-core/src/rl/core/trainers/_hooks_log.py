@@ -149,7 +149,9 @@ class LogValidationReward(TrainerHookBase):
     ``total_r_evaluation`` (the mean return of the episodes that ended, or of the partial
     episodes when none did). Transforms of the env with a ``dump`` method (``VideoRecorder``)
     write their video after each evaluation. The evaluation runs with forked RNG states, so
-    it does not change the training run's random streams (nor, hence, an exact resume).
+    it does not change the training run's random streams (nor, hence, an exact resume);
+    its checkpointed state holds the evaluation env's own state (``env_state()``), so a
+    resumed run evaluates on the same episodes as an uninterrupted one.
 
     Keyword Args:
         record_interval: batches between two evaluations.
@@ -251,16 +253,25 @@ class LogValidationReward(TrainerHookBase):
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        """The evaluation count, the env's ``state_dict()`` (its transforms' statistics)
+        and, for an env with ``env_state()`` (every ``rl.envs`` env), its runtime state
+        (simulator, generators), so that a resumed run evaluates on the episodes an
+        uninterrupted one would have."""
         state: dict[str, Any] = {"count": self._count}
-        env_state = getattr(self.environment, "state_dict", None)
-        if callable(env_state):
-            state["environment"] = env_state()
+        modules = getattr(self.environment, "state_dict", None)
+        if callable(modules):
+            state["environment"] = modules()
+        runtime = getattr(self.environment, "env_state", None)
+        if callable(runtime):
+            state["env_state"] = runtime()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._count = int(state_dict["count"])
         if "environment" in state_dict and hasattr(self.environment, "load_state_dict"):
             self.environment.load_state_dict(state_dict["environment"])
+        if "env_state" in state_dict and hasattr(self.environment, "load_env_state"):
+            self.environment.load_env_state(state_dict["env_state"])
 
     def register(self, trainer: Trainer, name: str = "recorder") -> None:
         trainer.register_op("post_steps_log", self)

@@ -417,9 +417,9 @@ class Trainer:
             if isinstance(cstate, dict) and cstate.get("root") is not None:
                 if "env_state" not in cstate:
                     self._warn_once(
-                        "the collector's environment could not be saved (it does not "
-                        "pickle): a run resumed from this checkpoint continues from it but "
-                        "will not be bit-identical to an uninterrupted run"
+                        "the collector's state has no env_state (its environment's state "
+                        "is not saved): a run resumed from this checkpoint continues from it "
+                        "but will not be bit-identical to an uninterrupted run"
                     )
             workers = cstate.get("workers") if isinstance(cstate, dict) else None
             if workers is not None and (

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
-from .._common import EnvBase
+from .._common import EnvBase, _state_entry
 from .._partial_step import check_step_mask, peek_step_mask
 from .._rollout import rollout_generic
 from .._utils import step_mdp
@@ -201,6 +201,14 @@ class BatchedEnvBase(EnvBase):
     def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
         """Seeds sub-env ``index``; returns the next seed of the chain."""
 
+    @abstractmethod
+    def _do_env_state(self, index: int) -> dict[str, Any]:
+        """Sub-env ``index``'s :meth:`EnvBase.env_state`."""
+
+    @abstractmethod
+    def _do_load_env_state(self, index: int, state: dict[str, Any]) -> None:
+        """Restores sub-env ``index``'s state."""
+
     def start(self) -> None:
         """Builds the sub-envs (worker processes) now, if they are not running."""
         self._ensure_started()
@@ -373,6 +381,30 @@ class BatchedEnvBase(EnvBase):
             if seed is not None:
                 seed = new_seed
         return seed
+
+    def env_state(self) -> dict[str, Any]:
+        """The states of the sub-envs (see :meth:`EnvBase.env_state`), one per worker;
+        a :class:`ParallelEnv`'s come back from its worker processes as tensors and
+        plain data."""
+        self._ensure_started()
+        return {"envs": [self._do_env_state(index) for index in range(self.num_workers)]}
+
+    def load_env_state(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`env_state` into each sub-env, in place.
+
+        Raises:
+            ValueError: ``state`` does not hold one state per worker.
+        """
+        states = _state_entry(self, state, "envs")
+        if not isinstance(states, list) or len(states) != self.num_workers:
+            got = f"{len(states)}" if isinstance(states, list) else f"a {type(states).__name__}"
+            raise ValueError(
+                f"cannot restore the state of {self!r}: expected the states of "
+                f"{self.num_workers} sub-envs, got {got}"
+            )
+        self._ensure_started()
+        for index, sub in enumerate(states):
+            self._do_load_env_state(index, sub)
 
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase

@@ -267,6 +267,12 @@ class ParallelEnv(BatchedEnvBase):
     def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
         return self._pool.call(index, "seed", seed, static_seed)
 
+    def _do_env_state(self, index: int) -> dict[str, Any]:
+        return self._pool.call(index, "env_state")
+
+    def _do_load_env_state(self, index: int, state: dict[str, Any]) -> None:
+        self._pool.call(index, "load_env_state", state)
+
     def close(self) -> None:
         """Stops every worker process (idempotent); a later ``reset()`` restarts them."""
         if self._pool is not None:

@@ -201,6 +201,12 @@ class SerialEnv(BatchedEnvBase):
     def _do_seed(self, index: int, seed: int | None, static_seed: bool) -> int | None:
         return self._envs[index].set_seed(seed, static_seed)
 
+    def _do_env_state(self, index: int) -> dict[str, Any]:
+        return self._envs[index].env_state()
+
+    def _do_load_env_state(self, index: int, state: dict[str, Any]) -> None:
+        self._envs[index].load_env_state(state)
+
     def close(self) -> None:
         """Closes every sub-environment (a later reset recreates them)."""
         if self.is_closed:

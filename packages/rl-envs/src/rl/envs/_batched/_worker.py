@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import threading
-import time
 import traceback
 from typing import Any
 
 import torch
 from tensordict import TensorDict
+
+from rl.core.workers import die_with_parent, ignore_interrupts
 
 from ._buffers import BufferLayout, Buffers
 from ._gym_step import gym_fast_reset, gym_fast_step
@@ -173,20 +173,20 @@ class WorkerCore:
         return True
 
     def call(self, name: str, args: tuple) -> Any:
-        """Runs a non-hot command: ``"seed"`` (returns the next seed) or ``"close"``."""
+        """Runs a non-hot command: ``"seed"`` (returns the next seed), ``"env_state"``,
+        ``"load_env_state"`` (the env's state as tensors and plain data) or ``"close"``."""
         if name == "seed":
             return self.env.set_seed(*args)
+        if name == "env_state":
+            return self.env.env_state()
+        if name == "load_env_state":
+            return self.env.load_env_state(*args)
         if name == "close":
             return self.env.close()
-        raise ValueError(f"unknown worker command {name!r}, expected 'seed' or 'close'")
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Exits the worker when the parent process is gone (e.g. killed by SIGKILL)."""
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent_pid:
-            os._exit(1)
+        raise ValueError(
+            f"unknown worker command {name!r}, expected 'seed', 'env_state', "
+            "'load_env_state' or 'close'"
+        )
 
 
 def _send_error(fd: int, conn: Any) -> None:
@@ -200,12 +200,21 @@ def worker_main(
     buffers: Buffers,
     layout: BufferLayout,
     conn: Any,
-    parent_pid: int,
+    parent_pid: int | None,
     other_conns: list | None = None,
     torch_seed: int | None = None,
     num_threads: int = 1,
+    parent_death_signal: bool = True,
 ) -> None:
-    """The body of a ``ParallelEnv`` worker process (see the module docstring)."""
+    """The body of a ``ParallelEnv`` worker process (see the module docstring).
+
+    ``parent_pid``: the parent (``None``: this process's parent at start, the fork server
+    of a ``"forkserver"`` worker); ``parent_death_signal``: whether the kernel may kill
+    this worker when the parent thread that started it ends (see
+    :func:`rl.core.workers.die_with_parent`).
+    """
+    die_with_parent(parent_pid, parent_death_signal)
+    ignore_interrupts()
     torch.set_num_threads(num_threads)
     if hasattr(os, "SCHED_BATCH"):
         # a woken worker does not preempt the parent while it signals the other workers
@@ -218,9 +227,6 @@ def worker_main(
         torch.manual_seed(torch_seed)
     for other in other_conns or ():
         other.close()  # fork: ends inherited from the parent would keep sockets open
-    # the parent of a forkserver child is the fork server (which exits with the parent)
-    parent = parent_pid if os.getppid() == parent_pid else os.getppid()
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     fd = conn.fileno()
     try:
         creator = creator_payload

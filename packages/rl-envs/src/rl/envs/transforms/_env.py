@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from .._backends import auto_unwrap_transformed_env
-from .._common import EnvBase
+from .._common import EnvBase, _state_entry
 from .._partial_step import check_step_mask, masked_merge, peek_step_mask
 from .._rollout import rollout_generic
 from ._base import Transform
@@ -463,6 +463,15 @@ class TransformedEnv(EnvBase):
 
     def load_state_dict(self, state_dict, strict: bool = True):
         return self._transform.load_state_dict(state_dict, strict=strict)
+
+    def env_state(self) -> dict[str, Any]:
+        """The base env's state and the transforms' (counters, running statistics, ...)."""
+        return {**super().env_state(), "base": self.base_env.env_state()}
+
+    def load_env_state(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`env_state`: the base env's state, then the transforms'."""
+        self.base_env.load_env_state(_state_entry(self, state, "base"))
+        super().load_env_state(state)
 
     def close(self) -> None:
         if not self.is_closed:

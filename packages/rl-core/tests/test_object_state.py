@@ -139,6 +139,16 @@ class TestRoundTrip:
         with pytest.raises(TypeError, match=r"state\.x is a numpy array of dtype object"):
             object_state(sim)
 
+    def test_object_keys_are_found_among_the_live_keys(self):
+        sim = Sim()
+        sim.by_leaf = {sim.leaf: np.zeros(2), "plain": 1}
+        state = _through_disk(object_state(sim))
+        sim.by_leaf[sim.leaf] += 5
+        sim.by_leaf["plain"] = 2
+        load_object_state(sim, state)
+        assert list(sim.by_leaf) == [sim.leaf, "plain"]
+        assert sim.by_leaf[sim.leaf].tolist() == [0.0, 0.0] and sim.by_leaf["plain"] == 1
+
     def test_skip_keeps_live_values(self):
         sim = Sim()
         sim.config = [1, 2]
@@ -187,6 +197,16 @@ class TestCraftedStates:
         with pytest.raises(ValueError, match="expected a saved object state, got a dict"):
             load_object_state(Sim(), state)
         assert not marker.exists()
+
+    def test_object_key_of_another_type(self):
+        sim = Sim()
+        sim.by_leaf = {sim.leaf: 0}
+        state = object_state(sim)
+        sim.by_leaf = {Sim(): 0}
+        with pytest.raises(
+            ValueError, match=r"state\.by_leaf has a .*Leaf key at position 0, a .*Sim here"
+        ):
+            load_object_state(sim, state)
 
     def test_state_of_another_type(self):
         with pytest.raises(ValueError, match=r"saved from a .*Sim, and this is a .*Leaf"):

@@ -181,15 +181,17 @@ class _Writer:
             items = [self.write(v, f"{path}[{i}]") for i, v in enumerate(value)]
             return {_TAG: "deque", "maxlen": value.maxlen, "items": items}
         if isinstance(value, dict):
-            keys = list(value)
-            for key in keys:
-                if not _plain_key(key):
-                    raise self.fail(f"{path}[{key!r}]", f"a dict key of type {type(key).__name__}")
+            # an object key (an entity keying a map) is written as its position: restoring
+            # finds it among the live dict's keys, in the same order
+            keys = [
+                k if _plain_key(k) else {_TAG: "key_at", "index": i, "type": _qualname(k)}
+                for i, k in enumerate(value)
+            ]
             return {
                 _TAG: "dict",
                 "ordered": isinstance(value, OrderedDict),
                 "keys": keys,
-                "values": [self.write(value[k], f"{path}[{k!r}]") for k in keys],
+                "values": [self.write(v, f"{path}[{k!r}]") for k, v in value.items()],
             }
         if _is_mjdata(value):
             return {_TAG: "mjdata", "state": self._mjdata_state(value)}
@@ -224,10 +226,19 @@ def _slot_names(cls: type) -> list[str]:
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python (or a heap type)
 
 
+def _opaque(cls: type) -> bool:
+    """A built-in, pybind11 or nanobind class, whose instances keep state in C."""
+    return (
+        not cls.__flags__ & _HEAPTYPE
+        or cls.__module__ == "pybind11_builtins"
+        or type(cls).__name__.startswith("nb_type")
+    )
+
+
 def _attributes(obj: Any) -> dict[str, Any] | None:
     """``obj``'s instance attributes (``__dict__`` and ``__slots__``), or None when it has
     none, or when a built-in base class keeps state out of sight (a socket, a file)."""
-    if any(not cls.__flags__ & _HEAPTYPE for cls in type(obj).__mro__[:-1]):
+    if any(_opaque(cls) for cls in type(obj).__mro__[:-1]):
         return None
     attrs = getattr(obj, "__dict__", None)
     attrs = dict(attrs) if isinstance(attrs, dict) else None
@@ -439,9 +450,10 @@ class _Reader:
     def _read_dict(self, saved: dict, live: Any, path: str) -> Any:
         keys = self._field(saved, "keys", list, path)
         values = self._field(saved, "values", list, path)
-        if len(keys) != len(values) or not all(_plain_key(k) for k in keys):
-            raise self.fail(path, "has mismatched or non-plain dict keys")
+        if len(keys) != len(values):
+            raise self.fail(path, f"has {len(keys)} dict keys and {len(values)} values")
         lives = live if isinstance(live, dict) else {}
+        keys = [self._key(k, lives, path) for k in keys]
         items = [
             (k, self.read(v, lives.get(k, _MISSING), f"{path}[{k!r}]"))
             for k, v in zip(keys, values)
@@ -453,6 +465,21 @@ class _Reader:
             live.update(items)
             return live
         return OrderedDict(items) if saved.get("ordered") else dict(items)
+
+    def _key(self, key: Any, live: dict, path: str) -> Any:
+        if _plain_key(key):
+            return key
+        if not (isinstance(key, dict) and key.get(_TAG) == "key_at"):
+            raise self.fail(path, f"has the dict key {key!r}, expected a plain value")
+        index, kind = key.get("index"), key.get("type")
+        live_keys = list(live)
+        if not (isinstance(index, int) and 0 <= index < len(live_keys)):
+            raise self.fail(path, f"has an object key at position {index!r}, absent here")
+        if _qualname(live_keys[index]) != kind:
+            raise self.fail(
+                path, f"has a {kind} key at position {index}, a {_qualname(live_keys[index])} here"
+            )
+        return live_keys[index]
 
     def _read_mjdata(self, saved: dict, live: Any, path: str) -> Any:
         state = self._field(saved, "state", torch.Tensor, path)
@@ -552,13 +579,13 @@ def load_object_state(obj: Any, state: Any, *, name: str = "the object") -> None
         ValueError: ``state`` does not come from :func:`object_state` of an object of this
             kind (naming the first entry that differs).
     """
-    saved_type = state.get("type") if isinstance(state, dict) else None
-    if not (isinstance(state, dict) and state.get(_TAG) == "object"):
+    if not (isinstance(state, dict) and isinstance(state.get(_TAG), str)):
         raise ValueError(
             f"cannot restore the state of {name}: expected a saved object state, got a "
             f"{type(state).__name__}"
         )
-    if _qualname(obj) != saved_type:
+    saved_type = state.get("type")
+    if state[_TAG] == "object" and _qualname(obj) != saved_type:
         raise ValueError(
             f"cannot restore the state of {name}: it was saved from a {saved_type}, and "
             f"this is a {_qualname(obj)}"

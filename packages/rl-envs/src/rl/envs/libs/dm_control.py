@@ -22,7 +22,15 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
+from rl.core import (
+    Bounded,
+    Categorical,
+    Composite,
+    OneHot,
+    Unbounded,
+    load_object_state,
+    object_state,
+)
 from rl.envs._common import EnvBase
 from rl.envs._done import default_done_spec
 from rl.envs._gym_rollout import _key
@@ -327,6 +335,30 @@ class DMControlWrapper(EnvBase):
         if not hasattr(task, "_random"):
             raise RuntimeError(f"the dm_control task {type(task).__name__} has no _random to seed")
         task._random = np.random.RandomState(seed)
+
+    def env_state(self) -> dict[str, Any]:
+        """The physics' integration state (``mj_getState``), the task's attributes (its
+        ``RandomState`` included) and the env's step counter, as tensors and plain data."""
+        inner = getattr(self._env, "_env", self._env)  # pixels.Wrapper keeps it in _env
+        name = repr(self)
+        return {
+            "physics": object_state(inner.physics.data.ptr, name=name),
+            "task": object_state(self._task(), name=name),
+            "steps": [int(inner._step_count), bool(inner._reset_next_step)],
+        }
+
+    def load_env_state(self, state: dict[str, Any]) -> None:
+        inner = getattr(self._env, "_env", self._env)
+        name = repr(self)
+        steps = state.get("steps") if isinstance(state, dict) else None
+        if not (isinstance(steps, list) and len(steps) == 2 and "physics" in state):
+            raise ValueError(
+                f"cannot restore the state of {name}: expected the dict of "
+                f"{type(self).__name__}.env_state(), got {type(state).__name__}"
+            )
+        load_object_state(inner.physics.data.ptr, state["physics"], name=name)
+        load_object_state(self._task(), state["task"], name=name)
+        inner._step_count, inner._reset_next_step = int(steps[0]), bool(steps[1])
 
     def close(self) -> None:
         if not self.is_closed:

@@ -350,6 +350,18 @@ class MultiThreadedEnvWrapper(EnvBase):
             break_when_all_done=break_when_all_done,
         )
 
+    def env_state(self) -> dict[str, Any]:
+        """Refused: EnvPool keeps its envs' state in C++, out of Python's reach.
+
+        Raises:
+            TypeError: always, so a checkpoint is never written without it.
+        """
+        raise TypeError(
+            f"cannot save the state of {self!r}: EnvPool keeps its envs' physics and random "
+            "state in C++, where it cannot be read; use rl.envs.ParallelEnv or GymEnv with "
+            "vectorization_mode='sync' for a checkpoint that resumes exactly"
+        )
+
     def close(self) -> None:
         if not self.is_closed:
             self._env.close()

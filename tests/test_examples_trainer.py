@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl.core.trainers import load_checkpoint
+from rl.core.trainers import CheckpointError, load_checkpoint
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -212,6 +212,35 @@ def test_rerun_resumes_from_the_checkpoint_exactly(dqn, tmp_path, monkeypatch):
     started_at.clear()
     longer = dqn.main(_tiny(dqn, tmp_path / "stopped", total_frames=768))
     assert started_at == [512] and longer["trainer"].collected_frames == 768
+
+
+def _cloudpickle_payload(marker: Path) -> bytes:
+    """The hostile test's attack: gymnasium's CloudpickleWrapper runs pickle.loads on its
+    payload, here one that touches ``marker``."""
+    inner = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
+    head = b"cgymnasium.vector.utils.misc\nCloudpickleWrapper\n)\x81C"
+    return head + bytes([len(inner)]) + inner + b"b."
+
+
+@pytest.mark.parametrize("where", ["collector", "evaluation"])
+def test_crafted_checkpoint_does_not_run_code_on_resume(dqn, tmp_path, monkeypatch, where):
+    """A checkpoint whose env state is a pickle payload is refused on resume, before any
+    code in it runs, and the run stops with an error instead of exiting 0."""
+    cfg = _tiny(dqn, tmp_path, total_frames=256)
+    dqn.main(cfg)
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = load_checkpoint(path)
+    marker = tmp_path / "pwned"
+    payload = torch.frombuffer(bytearray(_cloudpickle_payload(marker)), dtype=torch.uint8)
+    if where == "collector":
+        state["collector"]["env_state"] = payload
+    else:
+        (hook,) = [h for h in state["hooks"].values() if "env_state" in h]
+        hook["env_state"] = payload
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match="cannot be restored: cannot restore the state of"):
+        dqn.main(_tiny(dqn, tmp_path, total_frames=512))
+    assert not marker.exists()
 
 
 def test_help_lists_every_field(dqn, capsys, monkeypatch):

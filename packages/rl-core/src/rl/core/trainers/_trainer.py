@@ -482,11 +482,11 @@ class Trainer:
         if isinstance(self.loss_module, nn.Module):
             self.loss_module.load_state_dict(state_dict["loss_module"])
         for name, module in self._modules.items():
-            module.load_state_dict(from_plain(hooks[name]))
+            _restore(f"hook {name!r}", module, hooks[name])
         if "collector" in state_dict and hasattr(self.collector, "load_state_dict"):
-            self.collector.load_state_dict(from_plain(state_dict["collector"]))
+            _restore("the collector", self.collector, state_dict["collector"])
         if "logger" in state_dict and hasattr(self.logger, "load_state_dict"):
-            self.logger.load_state_dict(from_plain(state_dict["logger"]))
+            _restore("the logger", self.logger, state_dict["logger"])
         inner = state_dict["state"]
         self.collected_frames = int(inner["collected_frames"])
         self._optim_count = int(inner["_optim_count"])
@@ -523,3 +523,13 @@ class Trainer:
             f"{self.total_frames}, optim_steps_per_batch={self.optim_steps_per_batch}, "
             f"hooks={sorted(self._modules)})"
         )
+
+
+def _restore(what: str, target: Any, state: Any) -> None:
+    """``target.load_state_dict(state)``, a refusal reported as a :class:`CheckpointError`."""
+    try:
+        target.load_state_dict(from_plain(state))
+    except (ValueError, TypeError, KeyError) as err:
+        raise CheckpointError(
+            f"the checkpoint's state of {what} cannot be restored: {err}"
+        ) from err

@@ -19,6 +19,7 @@ from rl.data.replay_buffers.storages._tensor import LazyTensorStorage
 
 _META = "rl_storage.json"
 _COUNTER = "rl_storage_len.bin"
+_COUNTER_FIELDS = 5
 _TENSOR_FILE = "data.memmap"
 
 
@@ -47,6 +48,13 @@ class LazyMemmapStorage(LazyTensorStorage):
     The data lives in ``scratch_dir`` as tensordict memory-mapped files. The number of valid
     items is kept in a small memory-mapped counter next to them, so constructing a storage on
     the same directory again (after a process restart) gives back the data written so far.
+
+    A process killed at any instant (``SIGKILL`` included) leaves every item the storage
+    counts as valid whole: before a write overwrites valid items (a full ring), the counter
+    records their rows as in flight, and reopening the directory drops those rows (the
+    oldest items, which the write was replacing) and keeps the others in ring order. This
+    costs a few stores into the counter per write. (Power loss is another matter: nothing
+    is fsynced.)
 
     Args:
         max_size: the capacity.
@@ -90,7 +98,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         else:
             self.scratch_dir = Path(scratch_dir)
             _check_writable(self.scratch_dir)
-        self._counter: np.memmap | None = None
+        self._counter: np.ndarray | None = None
         if (self.scratch_dir / _META).exists():
             if not existsok:
                 raise FileExistsError(
@@ -122,9 +130,18 @@ class LazyMemmapStorage(LazyTensorStorage):
     def _open_counter(self, create: bool) -> None:
         path = self.scratch_dir / _COUNTER
         if create:
-            np.zeros(2, dtype=np.int64).tofile(path)
-        # [number of valid items, position after the last item written]
-        self._counter = np.memmap(path, dtype=np.int64, mode="r+", shape=(2,))
+            np.zeros(_COUNTER_FIELDS, dtype=np.int64).tofile(path)
+        elif path.stat().st_size < _COUNTER_FIELDS * 8:
+            # written by a version that kept [len, write_end] only: no write in flight
+            old = np.fromfile(path, dtype=np.int64)
+            tmp = path.with_name(path.name + ".tmp")
+            np.concatenate([old, np.zeros(_COUNTER_FIELDS - old.size, np.int64)]).tofile(tmp)
+            os.replace(tmp, path)
+        # [valid rows, row after the last written, in-flight start, in-flight count,
+        #  write_end after the recovery under way + 1]
+        mapping = np.memmap(path, dtype=np.int64, mode="r+", shape=(_COUNTER_FIELDS,))
+        self._counter = mapping.view(np.ndarray)  # same bytes; plain ndarray stores are cheaper
+        self._in_flight = False
 
     def _reopen(self) -> None:
         meta = json.loads((self.scratch_dir / _META).read_text())
@@ -143,8 +160,7 @@ class LazyMemmapStorage(LazyTensorStorage):
             )
         self._adopt(stored)
         self._open_counter(create=False)
-        self._len = int(self._counter[0])
-        self._write_end = int(self._counter[1])
+        self._recover()
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         if (self.scratch_dir / _META).exists():
@@ -221,16 +237,118 @@ class LazyMemmapStorage(LazyTensorStorage):
         array = np.memmap(filename, dtype=np_dtype, mode="r+", shape=tuple(tensor.shape))
         return torch.from_numpy(array)
 
+    # -- crash safety ----------------------------------------------------------------------------
+    # The counter file is a shared memory map: each store below reaches the page cache when
+    # it executes, so a process killed at any instant leaves the stores made before the
+    # kill and none after. Before a write overwrites valid rows, the rows it covers are
+    # recorded as in flight (start, then count: the record is in effect once count is
+    # set); the valid rows are [0, len) minus the rows in flight. Reopening the directory
+    # (or an exception in the middle of the copy) drops the rows in flight: see _recover.
+    _journals_writes = True
+
+    def _mark_in_flight(self, cursor: int | slice | torch.Tensor, lo: int, end: int) -> None:
+        if lo >= self._len or end <= lo:
+            return  # past the valid rows: a kill leaves them past len
+        start, count = lo, end - lo
+        if isinstance(cursor, torch.Tensor) and cursor.numel() > 1:
+            # a write that wraps around the end (a full ring): the ring span from the
+            # first index covers it exactly, where [lo, end) covers the whole storage
+            index = cursor.numpy()
+            first = int(index[0])
+            ring = int(((index - first) % self._rows).max()) + 1
+            if ring < count:
+                start, count = first, ring
+        counter = self._counter
+        counter[2] = start
+        counter[3] = count
+        self._in_flight = True
+
     def _record_write(self, new_len: int, write_end: int) -> None:
         super()._record_write(new_len, write_end)
         # after the data: a process killed in between loses the last write, nothing else
-        self._counter[1] = self._write_end
-        self._counter[0] = self._len
+        counter = self._counter
+        counter[1] = self._write_end
+        counter[0] = self._len
+        if self._in_flight:
+            counter[3] = 0
+            self._in_flight = False
+
+    def _write_interrupted(self) -> None:
+        self._recover()
+
+    def _move_rows(self, source: int, dest: int, count: int) -> None:
+        """Copies the rows ``[source, source + count)`` to ``[dest, dest + count)``
+        (the two ranges do not overlap)."""
+        tensors = [t for _, t in self._leaves] if self._is_td else [self._tensor]
+        for t in tensors:
+            t.narrow(0, dest, count).copy_(t.narrow(0, source, count))
+
+    def _recover(self) -> None:
+        """Drops the rows of a write left in flight, keeping the others whole and in order.
+
+        A round-robin writer overwrites the oldest items: those in flight. What is left is
+        made contiguous again, ``[0, len)``, keeping the order of the ring:
+
+        - rows in flight at the end of the valid rows: ``len`` shrinks to their start;
+        - at the start (``[0, k)``, or a write that wrapped around the end) where they
+          held the oldest items: the last ``k`` valid rows move there, a rotation of the
+          ring (``write_end = k`` points at the oldest item);
+        - otherwise (``[s, s + k)``): the rows after them move down by ``k``, ``k`` rows
+          at a time, and ``write_end`` follows the item it pointed at.
+
+        Every copy goes into rows in flight, and the in-flight record moves with the
+        copies: a process killed during the recovery leaves a state that the next
+        reopening recovers the same way. (Killed in the few stores that end it, the
+        next reopening may drop more rows; it never counts a torn one.)
+        """
+        counter, rows = self._counter, self._rows
+        length, start, count = int(counter[0]), int(counter[2]), int(counter[3])
+        if count:
+            if start + count > rows:  # wrapped around the end: [start, rows) and [0, head)
+                head = start + count - rows
+                if start < length:
+                    counter[0] = length = start
+                counter[2] = 0  # (0, count) covers [0, head): still a superset
+                counter[3] = count = head
+                start = 0
+            count = min(count, length - start)
+            if count > 0:
+                position = int(counter[1])
+                kept = length - count
+                # the rows in flight held the oldest items when write_end pointed at them
+                rotate = start == 0 and kept > 0 and (position <= count or position >= length)
+                target = int(counter[4]) - 1  # decided by an earlier, interrupted recovery
+                if target < 0:
+                    if rotate:
+                        target = min(count, kept)
+                    elif position < start:
+                        target = position
+                    else:
+                        target = max(start, position - count)
+                    counter[4] = target + 1
+                if rotate:
+                    self._move_rows(max(count, kept), 0, min(count, kept))
+                    new_len = kept
+                else:
+                    h = start
+                    while h + count < length:
+                        step = min(count, length - h - count)
+                        self._move_rows(h + count, h, step)
+                        counter[2] = h = h + step
+                    new_len = h
+                counter[1] = target
+                counter[0] = new_len
+            counter[3] = 0
+        counter[4] = 0
+        self._in_flight = False
+        self._len = int(counter[0])
+        self._write_end = int(counter[1]) % rows
 
     def _empty(self) -> None:
         super()._empty()
         if self._counter is not None:
             self._counter[:] = 0
+            self._in_flight = False
 
     # -- reads -----------------------------------------------------------------------------------
     @property

@@ -421,6 +421,8 @@ class TensorStorage(Storage):
                 raise ValueError(f"got {data.shape[0]} items for a slice of {n} positions")
             end = start + (n - 1) * step + 1 if n else 0
             write_end = end
+            last = start + (n - 1) * step
+            lo, hi = (min(start, last), max(start, last)) if n else (0, -1)
         elif batched:
             cursor = torch.as_tensor(cursor, device=self._device).reshape(-1).long()
             if cursor.numel() != data.shape[0]:
@@ -436,7 +438,10 @@ class TensorStorage(Storage):
             cursor = int(cursor)
             if not 0 <= cursor < self._rows:
                 raise IndexError(f"index {cursor} is out of range [0, {self._rows})")
+            lo = hi = cursor
             end = write_end = cursor + 1
+        if self._journals_writes:
+            self._mark_in_flight(cursor, lo, hi + 1)
         # copy_ moves data across devices itself; index_copy_ needs it on the storage's device
         pairs = (
             [(dest, leaves[key]) for key, dest in self._leaves]
@@ -444,16 +449,32 @@ class TensorStorage(Storage):
             else [(self._tensor, data)]
         )
         contiguous = isinstance(cursor, slice) and cursor.step in (None, 1)
-        for dest, value in pairs:
-            if type(value) is not torch.Tensor:  # e.g. a MemoryMappedTensor
-                value = value.as_subclass(torch.Tensor)
-            if isinstance(cursor, torch.Tensor):
-                dest.index_copy_(0, cursor, value.to(dest.device))
-            elif contiguous:
-                dest.narrow(0, start, n).copy_(value)
-            else:
-                dest[cursor].copy_(value)
+        try:
+            for dest, value in pairs:
+                if type(value) is not torch.Tensor:  # e.g. a MemoryMappedTensor
+                    value = value.as_subclass(torch.Tensor)
+                if isinstance(cursor, torch.Tensor):
+                    dest.index_copy_(0, cursor, value.to(dest.device))
+                elif contiguous:
+                    dest.narrow(0, start, n).copy_(value)
+                else:
+                    dest[cursor].copy_(value)
+        except BaseException:
+            if self._journals_writes:
+                self._write_interrupted()
+            raise
         self._record_write(end, write_end)
+
+    # storages whose items outlive the process (memory-mapped files) mark the slots a
+    # write is overwriting before the copy, so that a kill in the middle of it never
+    # leaves an item made of two transitions among the valid ones
+    _journals_writes = False
+
+    def _mark_in_flight(self, cursor: int | slice | torch.Tensor, lo: int, end: int) -> None:
+        """Records that the rows ``cursor`` (all in ``[lo, end)``) are being written."""
+
+    def _write_interrupted(self) -> None:
+        """Makes the storage whole again after an exception in the middle of a write."""
 
     # -- reads -----------------------------------------------------------------------------------
     def __len__(self) -> int:

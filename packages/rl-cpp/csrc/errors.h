@@ -3,6 +3,7 @@
 // std::invalid_argument -> ValueError.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -45,6 +46,31 @@ inline void check_capacity(int64_t capacity) {
     throw std::invalid_argument("scan value " + format_number(value) + " (at position " +
                                 std::to_string(position) +
                                 ") is invalid; expected a value >= 0, such as uniform(0, 1) * total()");
+}
+
+// Every priority is zero: no leaf can be drawn (a scan would silently return 0).
+[[noreturn]] inline void throw_empty_scan_error() {
+    throw std::invalid_argument(
+        "cannot scan a sum tree whose priorities are all zero (total 0); expected at least one "
+        "priority > 0");
+}
+
+// The importance-sampling exponent of a prioritized draw.
+inline void check_beta(double beta) {
+    if (!(std::isfinite(beta) && beta >= 0.0)) {
+        throw std::invalid_argument("beta must be a finite number >= 0, got " + format_number(beta));
+    }
+}
+
+// The priority transform (priority + eps) ** alpha of a prioritized update.
+inline void check_eps_alpha(double eps, double alpha) {
+    if (!std::isfinite(eps)) {
+        throw std::invalid_argument("eps must be a finite number, got " + format_number(eps));
+    }
+    if (!(std::isfinite(alpha) && alpha >= 0.0)) {
+        throw std::invalid_argument("alpha must be a finite number >= 0, got " +
+                                    format_number(alpha));
+    }
 }
 
 [[noreturn]] inline void throw_range_error(int64_t position, int64_t start, int64_t end,

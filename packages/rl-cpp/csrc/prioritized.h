@@ -35,6 +35,7 @@ double prioritized_sample(const SegmentTree<T, SumOp>& sum, const SegmentTree<T,
     if (count < 1 || count > sum.capacity() || count > min.capacity()) {
         throw_range_error(0, 0, count, std::min(sum.capacity(), min.capacity()));
     }
+    check_beta(beta);
     for (int64_t t = 0; t < n_tables; ++t) {
         if (tables[t].rows < count) {
             throw std::out_of_range("table " + std::to_string(t) + " holds " +
@@ -72,6 +73,7 @@ template <typename T>
 double prioritized_update(SegmentTree<T, SumOp>& sum, SegmentTree<T, MinOp>& min,
                           const int64_t* indices, const T* priority, int64_t n, double eps,
                           double alpha) {
+    check_eps_alpha(eps, alpha);
     std::vector<T> values(static_cast<size_t>(n));
     T largest = T(0);
     const T e = T(eps), a = T(alpha);

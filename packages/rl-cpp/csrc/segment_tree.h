@@ -109,13 +109,15 @@ class SegmentTree {
         }
     }
 
-    // Prefix-sum search (meaningful for the sum tree only).
+    // Prefix-sum search (meaningful for the sum tree only); a tree whose leaves are
+    // all zero has nothing to draw and raises.
     void scan(const T* values, int64_t* out, int64_t n) const {
         for (int64_t k = 0; k < n; ++k) {
             if (!valid_scan_value(values[k])) throw_scan_error(k, double(values[k]));
         }
         std::lock_guard<std::mutex> lock(mutex_);
         const T* tree = tree_.data();
+        if (n > 0 && !(tree[1] > T(0))) throw_empty_scan_error();
         int64_t nodes[kLanes];
         T rest[kLanes];
         for (int64_t base = 0; base < n; base += kLanes) {

@@ -28,7 +28,7 @@ constexpr int kFusedThreads = 1024;
 // block barriers (one launch); larger ones launch one kernel per level.
 constexpr int64_t kFusedMaxBatch = 8192;
 
-enum ErrorCode : int { kIndex = 1, kValue = 2, kScan = 3, kRange = 4 };
+enum ErrorCode : int { kIndex = 1, kValue = 2, kScan = 3, kRange = 4, kEmpty = 5 };
 
 // One slot per error kind, so that the host can raise the same error the CPU
 // tree raises (index errors before value errors) whatever thread came first.
@@ -44,7 +44,7 @@ struct ErrorSlot {
 struct ErrorRecord {
     int any;
     int pad;
-    ErrorSlot slots[5];  // indexed by ErrorCode
+    ErrorSlot slots[6];  // indexed by ErrorCode
 };
 
 constexpr size_t kScratchBytes = 256;
@@ -241,6 +241,11 @@ __global__ void scan_kernel(const T* tree, int64_t size, int depth, const T* val
             out[k] = 0;
             continue;
         }
+        if (!(tree[1] > T(0))) {  // all leaves zero: nothing to draw
+            report(err, kEmpty, k, 0, 0, 0.0);
+            out[k] = 0;
+            continue;
+        }
         int64_t node = 1;
         for (int level = 0; level < depth; ++level) node = descend_step(tree, node, value);
         out[k] = node - size;
@@ -265,7 +270,8 @@ __global__ void query_one_kernel(const T* tree, int64_t size, int64_t start, int
 
 template <typename T>
 __global__ void scan_one_kernel(const T* tree, int64_t size, T value, int64_t* out) {
-    *out = scan_lower_bound(tree, size, value);
+    // -1: every leaf is zero (the host raises)
+    *out = tree[1] > T(0) ? scan_lower_bound(tree, size, value) : int64_t(-1);
 }
 
 }  // namespace
@@ -348,7 +354,8 @@ void CudaSegmentTree<T, Op>::raise_if_error(std::uintptr_t stream) {
                           capacity_);
     }
     if (slots[kValue].set) throw_value_error(Op::name, slots[kValue].position, slots[kValue].value);
-    throw_scan_error(slots[kScan].position, slots[kScan].value);
+    if (slots[kScan].set) throw_scan_error(slots[kScan].position, slots[kScan].value);
+    throw_empty_scan_error();
 }
 
 template <typename T, typename Op>
@@ -471,6 +478,7 @@ int64_t CudaSegmentTree<T, Op>::scan_one(T value, std::uintptr_t stream) {
     auto* host = static_cast<int64_t*>(host_scratch_);
     RLCPP_CUDA_CHECK(cudaMemcpyAsync(host, result, sizeof(int64_t), cudaMemcpyDeviceToHost, s));
     RLCPP_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (*host < 0) throw_empty_scan_error();
     return *host;
 }
 

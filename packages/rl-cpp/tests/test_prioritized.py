@@ -79,6 +79,73 @@ class TestPrioritizedSample:
             prioritized_sample(s, m, 1, np.array([0.5j]), beta=0.5)
 
 
+class TestArgumentChecks:
+    """Scalars that were silently truncated (count) or let through (NaN beta, eps, alpha)."""
+
+    @pytest.mark.parametrize("beta", [float("nan"), float("inf"), -0.5])
+    def test_beta(self, beta):
+        s, m = filled(np.array([1.0, 2.0]), capacity=4)
+        match = rf"beta must be a finite number >= 0, got {beta}"
+        gather = RowGather([np.zeros((4, 2))])
+        uniform = np.array([0.1, 0.9], dtype=np.float32)
+        with pytest.raises(ValueError, match=match):
+            prioritized_sample(s, m, 2, uniform, beta)
+        with pytest.raises(ValueError, match=match):
+            prioritized_sample_rows(s, m, 2, uniform, beta, gather)
+        with pytest.raises(ValueError, match=match):
+            prioritized_sample_rows(s, m, 2, uniform, beta, gather, check=False)
+        index, weight = np.empty(2, np.int64), np.empty(2, np.float32)
+        with pytest.raises(ValueError, match=match):
+            prioritized_sample_rows_into(
+                s, m, 2, uniform, beta, index, weight, gather, gather.empty(2)
+            )
+
+    @pytest.mark.parametrize("count, shown", [(7.5, r"7\.5 \(float\)"), (True, r"True \(bool\)")])
+    def test_count_must_be_an_int(self, count, shown):
+        s, m = filled(np.array([1.0, 2.0, 3.0]), capacity=8)
+        match = rf"count must be an int, got {shown}"
+        with pytest.raises(TypeError, match=match):
+            prioritized_sample(s, m, count, np.array([0.5]), 1.0)
+        with pytest.raises(TypeError, match=match):
+            prioritized_sample_rows(s, m, count, np.array([0.5]), 1.0, RowGather([np.zeros(8)]))
+
+    def test_integer_counts(self):
+        s, m = filled(np.array([1.0, 2.0, 3.0]), capacity=8)
+        for count in (3, np.int64(3)):
+            assert prioritized_sample(s, m, count, np.array([0.99]), 1.0)[0].tolist() == [2]
+
+    @pytest.mark.parametrize(
+        "eps, alpha, match",
+        [
+            (float("nan"), 1.0, r"eps must be a finite number, got nan"),
+            (float("inf"), 1.0, r"eps must be a finite number, got inf"),
+            (0.0, float("nan"), r"alpha must be a finite number >= 0, got nan"),
+            (0.0, -1.0, r"alpha must be a finite number >= 0, got -1"),
+        ],
+    )
+    def test_eps_and_alpha(self, eps, alpha, match):
+        s, m = filled(np.array([1.0, 2.0]), capacity=4)
+        index, priority = np.array([0, 1]), np.array([2.0, 3.0], dtype=np.float32)
+        with pytest.raises(ValueError, match=match):
+            prioritized_update(s, m, index, priority, eps, alpha)
+        with pytest.raises(ValueError, match=match):
+            prioritized_update_at(s, m, index, priority, eps, alpha)
+        assert s.total() == 3.0 and m.min() == 1.0
+
+    def test_update_index_checks(self):
+        s, m = filled(np.array([1.0, 2.0]), capacity=4)
+        big = 2**64 - 1
+        with pytest.raises(IndexError, match=rf"index {big} \(at position 0\) is out of range"):
+            prioritized_update(s, m, np.array([big], dtype=np.uint64), [1.0], 0.0, 1.0)
+        with pytest.raises(
+            ValueError, match=r"priority has shape \(4,\), expected \(2, 2\) \(the shape of index"
+        ):
+            prioritized_update(s, m, np.array([[0, 1], [2, 3]]), np.ones(4), 0.0, 1.0)
+        assert s.total() == 3.0 and m.min() == 1.0
+        prioritized_update(s, m, np.array([0, 1]), np.array([[4.0], [4.0]]), 0.0, 1.0)
+        assert s.total() == 8.0
+
+
 class TestPrioritizedUpdate:
     @pytest.mark.parametrize("alpha", [1.0, 0.6])
     def test_matches_the_separate_calls(self, alpha):

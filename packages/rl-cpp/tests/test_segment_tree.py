@@ -59,10 +59,28 @@ class TestSumSegmentTree:
         )
         assert t.scan_lower_bound(5.0) == 5
 
-    def test_all_zero_tree_scans_to_zero(self, dtype, device):
+    def test_all_zero_tree_refuses_to_scan(self, dtype, device):
+        # nothing can be drawn: an index 0 returned without a word would be a silent draw
         t = SumSegmentTree(6, dtype=dtype, device=device)
         assert t.total() == 0.0
-        np.testing.assert_array_equal(host(t.scan_lower_bound(arr([0, 1], dtype, device))), [0, 0])
+        match = (
+            r"cannot scan a sum tree whose priorities are all zero \(total 0\); expected at "
+            r"least one priority > 0"
+        )
+        with pytest.raises(ValueError, match=match):
+            t.scan_lower_bound(arr([0, 1], dtype, device))
+        with pytest.raises(ValueError, match=match):
+            t.scan_lower_bound(0.0)
+        # no value: nothing to draw, an empty result
+        assert host(t.scan_lower_bound(arr([], dtype, device))).shape == (0,)
+        # an invalid value is reported first, as on a tree with mass
+        with pytest.raises(ValueError, match=r"scan value -1 \(at position 1\) is invalid"):
+            t.scan_lower_bound(arr([0, -1], dtype, device))
+        t.update(3, 2.0)
+        np.testing.assert_array_equal(host(t.scan_lower_bound(arr([0, 1], dtype, device))), [3, 3])
+        t.update(3, 0.0)  # back to all zero
+        with pytest.raises(ValueError, match=match):
+            t.scan_lower_bound(arr([0.5], dtype, device))
 
     def test_scalar_api(self, dtype, device):
         t = SumSegmentTree(10, dtype=dtype, device=device)
@@ -373,6 +391,44 @@ class TestErrors:
             t.update(idx([0, 1, 2], device), arr([1, 2], np.float32, device))
         with pytest.raises(ValueError, match=r"end has 1 elements, expected 2"):
             t.query(idx([0, 1], device), idx([3], device))
+
+    def test_uint64_index_is_reported_not_wrapped(self, device):
+        # 2**64 - 1 would wrap to -1 in an int64 conversion: the message names the value
+        t = SumSegmentTree(8, device=device)
+        big = 2**64 - 1
+        match = (
+            rf"index {big} \(at position 1\) is out of range for a tree of capacity 8; "
+            r"expected 0 <= index < 8"
+        )
+        index = torch.tensor([0, big], dtype=torch.uint64, device=device)
+        with pytest.raises(IndexError, match=match):
+            t.update(index, torch.ones(2, device=device))
+        with pytest.raises(IndexError, match=match):
+            t[index]
+        if device == "cpu":
+            with pytest.raises(IndexError, match=match):
+                t.update(np.array([0, big], dtype=np.uint64), np.ones(2, np.float32))
+            with pytest.raises(IndexError, match=match):
+                t.update([0, big], [1.0, 1.0])
+        with pytest.raises(IndexError, match=rf"index {big} is out of range for a tree"):
+            t.update(np.uint64(big), 1.0)
+        assert t.total() == 0.0
+        t.update(np.array([0, 7], dtype=np.uint64), 1.0)  # in range: converted
+        assert t.total() == 2.0
+
+    def test_values_have_the_layout_of_indices(self, device):
+        t = SumSegmentTree(8, device=device)
+        with pytest.raises(
+            ValueError,
+            match=r"values has shape \(4,\), expected \(2, 2\) \(the shape of indices, up to "
+            r"trailing dims of size 1\)",
+        ):
+            t.update(idx([[0, 1], [2, 3]], device), arr([1, 2, 3, 4], np.float32, device))
+        assert t.total() == 0.0
+        # [B] indices with TorchRL's [B, 1] priorities: the same layout
+        t.update(idx([0, 1], device), arr([[1], [2]], np.float32, device))
+        t.update(idx([[2, 3]], device), arr([[3, 4]], np.float32, device))
+        np.testing.assert_array_equal(host(t[idx(range(4), device)]), [1, 2, 3, 4])
 
     def test_unsupported_types(self, device):
         t = SumSegmentTree(8, device=device)

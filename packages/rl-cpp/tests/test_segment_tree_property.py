@@ -135,12 +135,16 @@ def _run(program, op, dtype, device, reference_tree):
                     tree.query(_on(starts, device), _on(ends, device))
         elif kind == "scan" and op == "sum":
             values = np.asarray(step[1], dtype=dtype) * dtype.type(ref.root())
-            if np.all(values >= 0):
-                got = _host(tree.scan_lower_bound(_on(values, device)))
-                np.testing.assert_array_equal(got, [ref.scan(v) for v in values])
-            else:
+            if not np.all(values >= 0):
                 with pytest.raises(ValueError, match="scan value"):
                     tree.scan_lower_bound(_on(values, device))
+            elif values.size and not ref.root() > 0:
+                # every leaf zero: nothing to draw
+                with pytest.raises(ValueError, match="priorities are all zero"):
+                    tree.scan_lower_bound(_on(values, device))
+            else:
+                got = _host(tree.scan_lower_bound(_on(values, device)))
+                np.testing.assert_array_equal(got, [ref.scan(v) for v in values])
         elif kind == "root":
             got = tree.total() if op == "sum" else tree.min()
             assert got == ref.root()  # same pairwise reductions in the same dtype

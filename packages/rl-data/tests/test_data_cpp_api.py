@@ -108,15 +108,23 @@ def test_torch_trees_match_the_rl_cpp_trees(dtype):
         mass = torch.cat(
             [torch.rand(50, generator=g) * total, torch.tensor([0.0, total, 2 * total])]
         )
-        assert torch.equal(ours.scan_lower_bound(mass), ref.scan_lower_bound(mass))
+        if total > 0:
+            assert torch.equal(ours.scan_lower_bound(mass), ref.scan_lower_bound(mass))
+        else:  # all zero (step 0): both refuse to draw
+            for tree in (ours, ref):
+                with pytest.raises(ValueError, match="priorities are all zero"):
+                    tree.scan_lower_bound(mass)
     assert trees[0][0].total() == pytest.approx(trees[0][1].total())
     assert trees[1][0].min() == trees[1][1].min()
     trees[0][0].update(everything, 0.0)
     trees[0][1].update(everything, 0.0)
     zero = torch.tensor([0.0, 1.0])
-    assert torch.equal(trees[0][0].scan_lower_bound(zero), trees[0][1].scan_lower_bound(zero))
-    with pytest.raises(IndexError, match="index 37 is out of range"):
-        trees[0][0].update(torch.tensor([1, 37]), 1.0)
+    for tree in trees[0]:
+        with pytest.raises(ValueError, match="priorities are all zero"):
+            tree.scan_lower_bound(zero)
+    for tree in trees[0]:
+        with pytest.raises(IndexError, match=r"index 37 \(at position 1\) is out of range"):
+            tree.update(torch.tensor([1, 37]), 1.0)
 
 
 def _random_tree_pairs(count: int, seed: int):
@@ -134,7 +142,8 @@ def _random_tree_pairs(count: int, seed: int):
             value[torch.rand(capacity, generator=g) < 0.5] = 0
             ours.update(torch.arange(capacity), value)
             ref.update(torch.arange(capacity), value)
-            yield ours, ref, value
+            if ref.total() > 0:  # an all-zero tree has nothing to draw (both raise)
+                yield ours, ref, value
 
 
 def test_torch_sum_tree_draws_what_rl_cpp_draws_at_every_boundary():
@@ -152,8 +161,8 @@ def test_torch_sum_tree_draws_what_rl_cpp_draws_at_every_boundary():
             ]
         ).to(value.dtype)
         assert torch.equal(ours.scan_lower_bound(mass), ref.scan_lower_bound(mass)), ours
-    zero = TorchSumSegmentTree(5)
-    assert zero.scan_lower_bound(torch.tensor([0.0, 1.0])).tolist() == [0, 0]
+    with pytest.raises(ValueError, match="priorities are all zero"):
+        TorchSumSegmentTree(5).scan_lower_bound(torch.tensor([0.0, 1.0]))
 
 
 def test_torch_trees_check_and_return_as_rl_cpp_trees():

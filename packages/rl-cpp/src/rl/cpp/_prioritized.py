@@ -10,6 +10,7 @@ https://arxiv.org/abs/1511.05952).
 
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Any
 
@@ -17,7 +18,12 @@ import numpy as np
 
 from rl.cpp import _C
 from rl.cpp._gather import RowGather
-from rl.cpp._segment_tree import MinSegmentTree, SumSegmentTree
+from rl.cpp._segment_tree import (
+    MinSegmentTree,
+    SumSegmentTree,
+    check_layout,
+    check_unsigned_index,
+)
 
 __all__ = [
     "prioritized_sample",
@@ -46,8 +52,26 @@ def _cpu_pair(sum_tree: Any, min_tree: Any) -> None:
         raise TypeError(f"the trees' dtypes differ: {sum_tree.dtype} and {min_tree.dtype}")
 
 
-def _vector(x: Any, name: str, dtype: np.dtype) -> np.ndarray:
-    """A contiguous 1-D numpy array of ``dtype`` (numpy in place; torch CPU as a view)."""
+def _shape(x: Any) -> tuple:
+    shape = getattr(x, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(x)
+
+
+def _count(count: Any) -> int:
+    """``count`` as an int; a float (``7.5``) or a bool is refused rather than truncated."""
+    if isinstance(count, bool):
+        raise TypeError(f"count must be an int, got {count!r} (bool)")
+    try:
+        return operator.index(count)
+    except TypeError:
+        raise TypeError(f"count must be an int, got {count!r} ({type(count).__name__})") from None
+
+
+def _vector(x: Any, name: str, dtype: np.dtype, capacity: int = 0) -> np.ndarray:
+    """A contiguous 1-D numpy array of ``dtype`` (numpy in place; torch CPU as a view).
+
+    ``capacity`` names the tree in the error of a uint64 index above the int64 range.
+    """
     if type(x) is not np.ndarray:
         if type(x).__module__.startswith("torch"):
             if x.device.type != "cpu":
@@ -59,6 +83,8 @@ def _vector(x: Any, name: str, dtype: np.dtype) -> np.ndarray:
         kinds = "iu" if dtype == _INT64 else "biuf"
         if x.dtype.kind not in kinds:
             raise TypeError(f"{name} has dtype {x.dtype}, expected {dtype}")
+        if x.dtype.kind == "u" and x.dtype.itemsize == 8 and dtype == _INT64:
+            check_unsigned_index(x, name, capacity)
         x = x.astype(dtype)
     if x.ndim != 1:
         x = x.reshape(-1)
@@ -96,6 +122,8 @@ def prioritized_sample(
     Raises:
         RuntimeError: the priorities of ``[0, count)`` sum to zero.
         IndexError: ``count`` is not in ``[1, capacity]``.
+        TypeError: ``count`` is not an int (``7.5`` is refused, not truncated).
+        ValueError: ``beta`` is NaN, infinite or negative.
 
     Examples:
         >>> import numpy as np
@@ -109,11 +137,12 @@ def prioritized_sample(
     """
     _cpu_pair(sum_tree, min_tree)
     values = _vector(uniform, "uniform", sum_tree.dtype)
+    count = _count(count)
     n = values.shape[0]
     index = np.empty(n, dtype=_INT64)
     weight = np.empty(n, dtype=_FLOAT32)
     total = _C.prioritized_sample(
-        sum_tree._impl, min_tree._impl, int(count), values, float(beta), index, weight
+        sum_tree._impl, min_tree._impl, count, values, float(beta), index, weight
     )
     if not total > 0:
         raise RuntimeError(
@@ -154,6 +183,8 @@ def prioritized_sample_rows(
     Raises:
         RuntimeError: the priorities of ``[0, count)`` sum to zero.
         IndexError: ``count`` is not in ``[1, capacity]`` or exceeds a table's rows.
+        TypeError: ``count`` is not an int.
+        ValueError: ``beta`` is NaN, infinite or negative.
 
     Examples:
         >>> import numpy as np
@@ -174,7 +205,7 @@ def prioritized_sample_rows(
         if not isinstance(gather, RowGather):
             raise TypeError(f"gather must be a RowGather, got {type(gather).__name__}")
         uniform = _vector(uniform, "uniform", sum_tree.dtype)
-        count, beta = int(count), float(beta)
+        count, beta = _count(count), float(beta)
     n = uniform.shape[0]
     index = np.empty(n, dtype=_INT64)
     weight = np.empty(n, dtype=_FLOAT32)
@@ -219,8 +250,11 @@ def prioritized_update(
         The largest priority of the batch (before ``eps`` and ``alpha``).
 
     Raises:
-        IndexError: an index is out of range; ValueError: a priority is negative, NaN
-            or infinite, or the lengths differ. Neither tree changes then.
+        IndexError: an index is out of range (a uint64 one above the int64 range
+            included). ValueError: a priority is negative, NaN or infinite, the lengths
+            or layouts differ (``(2, 2)`` indices with ``(4,)`` priorities; ``[B]`` with
+            ``[B, 1]`` is accepted), ``eps`` is not finite or ``alpha`` not a finite
+            number >= 0. Neither tree changes then.
 
     Examples:
         >>> import numpy as np
@@ -233,8 +267,11 @@ def prioritized_update(
     """
     if check:
         _cpu_pair(sum_tree, min_tree)
-        index = _vector(index, "index", _INT64)
+        index_shape, priority_shape = _shape(index), _shape(priority)
+        index = _vector(index, "index", _INT64, sum_tree.capacity)
         priority = _vector(priority, "priority", sum_tree.dtype)
+        if priority.shape[0] == index.shape[0] and priority_shape != index_shape:
+            check_layout("priority", priority_shape, "index", index_shape)
         if priority.shape[0] == 1 and index.shape[0] != 1:
             priority = np.repeat(priority, index.shape[0])
         eps, alpha = float(eps), float(alpha)
@@ -275,6 +312,7 @@ def prioritized_sample_rows_into(
     Raises:
         IndexError: ``count`` is not in ``[1, capacity]`` or exceeds a table's rows.
         TypeError: an argument has the wrong type, dtype or shape.
+        ValueError: ``beta`` is NaN, infinite or negative.
 
     Examples:
         >>> import numpy as np
@@ -371,7 +409,8 @@ def prioritized_update_at(
         TypeError: a tree is not an rl-cpp CPU tree of the pair's dtype, or ``index`` /
             ``priority`` is not a tensor or array of int64 / the trees' dtype.
         ValueError: ``index`` or ``priority`` is not 1-D, contiguous and on the CPU, their
-            lengths differ, or a priority is negative, NaN or infinite.
+            lengths differ, a priority is negative, NaN or infinite, ``eps`` is not
+            finite or ``alpha`` not a finite number >= 0.
         IndexError: an index is out of range. Neither tree changes on an error.
 
     Examples:

@@ -22,7 +22,58 @@ __all__ = ["MinSegmentTree", "SumSegmentTree", "cuda_compiled", "cuda_device_cou
 
 _DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 _INT64 = np.dtype(np.int64)
+_INT64_MAX = np.iinfo(np.int64).max
 _NUMBER = (int, float, np.integer, np.floating)
+
+
+def _unit_free(shape: tuple) -> tuple:
+    """``shape`` without its trailing dims of size 1 (``[B]`` and ``[B, 1]`` alike)."""
+    end = len(shape)
+    while end and shape[end - 1] == 1:
+        end -= 1
+    return tuple(shape[:end])
+
+
+def check_layout(name: str, shape: tuple, reference: str, expected: tuple) -> None:
+    """Raises unless ``shape`` is ``expected`` up to trailing dims of size 1.
+
+    Arrays of one element per index must have the indices' layout: ``(2, 2)`` indices
+    with ``(4,)`` values would pair them by memory order, silently. ``[B]`` indices
+    with TorchRL's ``[B, 1]`` priorities are the same layout.
+    """
+    if shape != expected and _unit_free(tuple(shape)) != _unit_free(tuple(expected)):
+        raise ValueError(
+            f"{name} has shape {tuple(shape)}, expected {tuple(expected)} (the shape of "
+            f"{reference}, up to trailing dims of size 1)"
+        )
+
+
+def check_big_ints(values: Any, name: str, capacity: int) -> None:
+    """Raises for a list of Python ints that numpy could not hold as int64 (it made them
+    floats or objects): the first index outside the tree is named, as the tree does."""
+    flat = np.asarray(values, dtype=object).reshape(-1)
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in flat):
+        for at, v in enumerate(flat):
+            if not 0 <= v < capacity:
+                raise IndexError(
+                    f"index {int(v)} (at position {at}) is out of range for a tree of "
+                    f"capacity {capacity}; expected 0 <= index < {capacity}"
+                )
+
+
+def check_unsigned_index(values: np.ndarray, name: str, capacity: int) -> None:
+    """Rejects uint64 indices above the int64 range before they wrap to negatives.
+
+    One vectorised comparison; called only on the conversion path of unsigned arrays.
+    """
+    flat = values.reshape(-1)
+    big = np.flatnonzero(flat > _INT64_MAX)
+    if big.size:
+        at = int(big[0])
+        raise IndexError(
+            f"index {int(flat[at])} (at position {at}) is out of range for a tree of "
+            f"capacity {capacity}; expected 0 <= index < {capacity}"
+        )
 
 
 def cuda_compiled() -> bool:
@@ -153,16 +204,18 @@ class _SegmentTree:
             indices: a Python int, or an integer array (numpy or torch, any shape,
                 contiguous, on the tree's device; int64 passes without a copy, other
                 integer dtypes are converted) or a list of ints.
-            values: a number broadcast to every index, or an array with as many
-                elements as ``indices``. An array of the tree's dtype passes without a
+            values: a number broadcast to every index, or an array of the shape of
+                ``indices`` (a trailing dim of size 1 may differ: ``[B]`` indices take
+                ``[B, 1]`` values). An array of the tree's dtype passes without a
                 copy; other real dtypes (float64 for a float32 tree, ints, bools) are
                 cast to the tree's dtype, as TorchRL's trees do. With repeated indices
                 the last occurrence wins.
 
         Raises:
-            IndexError: an index is outside ``[0, capacity)``.
+            IndexError: an index is outside ``[0, capacity)`` (a uint64 index above the
+                int64 range included, reported with its value).
             ValueError: a priority is negative or NaN (or infinite for a sum tree),
-                or ``values`` has the wrong length or device; the tree is unchanged.
+                or ``values`` has the wrong length, shape or device; the tree is unchanged.
             TypeError: wrong dtype, non-contiguous array or unsupported type.
         """
         if isinstance(indices, (int, np.integer)):
@@ -173,18 +226,20 @@ class _SegmentTree:
             else:
                 self._impl.update_one(index, value)
             return
-        idx, kind, _ = self._array(indices, "indices", _INT64)
+        idx, kind, idx_shape = self._array(indices, "indices", _INT64)
         if isinstance(values, _NUMBER):
             if self._cuda:
                 self._impl.update_fill(idx, float(values), self._stream())
             else:
                 self._impl.update_fill(idx, float(values))
             return
-        vals, _, _ = self._array(values, "values", self._dtype)
+        vals, _, vals_shape = self._array(values, "values", self._dtype)
         if vals.shape[0] != idx.shape[0]:
             raise ValueError(
                 f"values has {vals.shape[0]} elements, expected {idx.shape[0]} (one per index)"
             )
+        if vals_shape != idx_shape:
+            check_layout("values", vals_shape, "indices", idx_shape)
         if self._cuda:
             self._impl.update(idx, vals, self._stream())
         else:
@@ -313,6 +368,8 @@ class _SegmentTree:
                     f"{self._device} (the tree's device)"
                 )
             if x.dtype != dtype:
+                if x.dtype.kind == "u" and x.dtype.itemsize == 8 and dtype == _INT64:
+                    check_unsigned_index(x, name, self._capacity)
                 x = self._convert_numpy(x, name, dtype)
             if not x.flags.c_contiguous:
                 raise TypeError(
@@ -329,8 +386,10 @@ class _SegmentTree:
                 kind = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
                 return self._tensor(torch.tensor(x, dtype=kind, device=self._device), name, dtype)
             arr = np.asarray(x)
-            if arr.size == 0 or np.issubdtype(arr.dtype, np.integer) or dtype != _INT64:
+            if arr.size == 0 or dtype != _INT64:
                 arr = np.asarray(x, dtype=dtype)
+            elif arr.dtype.kind in "fO":
+                check_big_ints(x, name, self._capacity)
             return self._array(arr, name, dtype)
         raise TypeError(
             f"{name} must be a numpy array, a torch tensor, a list or an int, "
@@ -362,6 +421,8 @@ class _SegmentTree:
                     f"{name} has dtype {x.dtype}, expected {expected} or {what} dtype to "
                     "convert from"
                 )
+            if dtype == _INT64 and x.dtype is getattr(sys.modules["torch"], "uint64", None):
+                check_unsigned_index(x.detach().cpu().numpy(), name, self._capacity)
             x = x.detach().to(expected).contiguous()
         if self._cuda:
             wrong_device = not x.is_cuda or x.device.index != self._device_index
@@ -446,13 +507,15 @@ class SumSegmentTree(_SegmentTree):
                 real dtypes than the tree's are cast to it, as in :meth:`update`),
                 compared in the tree's dtype. Values should lie in ``[0, total())``; a value at or
                 above ``total()`` (float rounding) maps to the last index with a nonzero
-                priority, and every result is a valid index (0 on an all-zero tree).
+                priority, so every result is a valid index.
 
         Returns:
-            A Python int for a number, else an int64 array of the input's library and shape.
+            A Python int for a number, else an int64 array of the input's library and shape
+            (an empty array for no values, whatever the tree holds).
 
         Raises:
-            ValueError: a value is negative or NaN.
+            ValueError: a value is negative or NaN, or every priority is zero (nothing
+                can be drawn; TorchRL's tree returned index 0 or ``capacity`` there).
         """
         if isinstance(values, _NUMBER):
             if self._cuda:

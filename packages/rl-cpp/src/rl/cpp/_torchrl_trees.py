@@ -11,7 +11,8 @@ Differences kept from rl.cpp's trees: ``capacity`` is the number of leaves (Torc
 ``size`` rounded up to a power of two), ``scan_lower_bound`` of a value at or above the
 total returns the last index with a nonzero priority (TorchRL's returns ``size``), a value
 equal to a prefix sum maps to the next index (rl.cpp finds the first prefix sum ``> value``,
-TorchRL the first ``>= value``; the two agree except on those exact ties), and
+TorchRL the first ``>= value``; the two agree except on those exact ties), scanning a
+tree whose priorities are all zero raises (TorchRL's returns 0 or ``size``), and
 priorities are checked (negative or NaN values raise).
 """
 

@@ -12,9 +12,29 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import numpy as np
 import torch
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_INT64_MAX = torch.iinfo(torch.int64).max
+_UINT64 = getattr(torch, "uint64", None)
+
+
+def _unit_free(shape: tuple) -> tuple:
+    """``shape`` without its trailing dims of size 1 (``[B]`` and ``[B, 1]`` alike)."""
+    end = len(shape)
+    while end and shape[end - 1] == 1:
+        end -= 1
+    return tuple(shape[:end])
+
+
+def _index_error(value: int, capacity: int, at: int | None = None) -> IndexError:
+    """rl-cpp's message for an index outside ``[0, capacity)``."""
+    where = "" if at is None else f" (at position {at})"
+    return IndexError(
+        f"index {value}{where} is out of range for a tree of capacity {capacity}; "
+        f"expected 0 <= index < {capacity}"
+    )
 
 
 class _TorchSegmentTree:
@@ -66,28 +86,88 @@ class _TorchSegmentTree:
         # lists on a CPU tree)
         return not isinstance(given, torch.Tensor) and self._device.type == "cpu"
 
+    def _scalar_index(self, index: Any) -> int:
+        index = int(index)
+        if not 0 <= index < self._capacity:
+            raise _index_error(index, self._capacity)
+        return index
+
     def _index(self, indices: Any) -> torch.Tensor:
+        """``indices`` as a flat int64 tensor on the tree's device, checked as rl-cpp does
+        (a uint64 index above the int64 range is reported with its value, not wrapped)."""
         if isinstance(indices, slice):
             indices = range(*indices.indices(self._capacity))
+        if isinstance(indices, (list, tuple)):
+            given = indices
+            indices = np.asarray(given)  # its natural dtype: uint64 for 2**64 - 1
+            if indices.size == 0:
+                indices = indices.astype(np.int64)
+            elif indices.dtype.kind in "fO":  # ints beyond int64 among others
+                flat = np.asarray(given, dtype=object).reshape(-1)
+                if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in flat):
+                    for at, v in enumerate(flat):
+                        if not 0 <= v < self._capacity:
+                            raise _index_error(int(v), self._capacity, at)
+        if isinstance(indices, torch.Tensor) and _UINT64 is not None and indices.dtype == _UINT64:
+            indices = indices.cpu().numpy()
+        if isinstance(indices, np.ndarray) and indices.dtype.kind not in "iu":
+            raise TypeError(
+                f"indices has dtype {indices.dtype}, expected int64 or an integer dtype to "
+                "convert from"
+            )
+        if isinstance(indices, np.ndarray) and indices.dtype == np.uint64:
+            flat = indices.reshape(-1)
+            big = np.flatnonzero(flat > _INT64_MAX)
+            if big.size:
+                raise _index_error(int(flat[big[0]]), self._capacity, int(big[0]))
+            indices = flat.astype(np.int64)
         index = torch.as_tensor(indices, device=self._device).reshape(-1)
-        if index.dtype.is_floating_point or index.dtype == torch.bool:
-            raise TypeError(f"indices must be integers, got dtype {index.dtype}")
+        if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+            raise TypeError(
+                f"indices has dtype {index.dtype}, expected torch.int64 or an integer dtype "
+                "to convert from"
+            )
         index = index.long()
-        if index.numel() and not (int(index.min()) >= 0 and int(index.max()) < self._capacity):
-            bad = index[(index < 0) | (index >= self._capacity)][0]
-            raise IndexError(f"index {int(bad)} is out of range for capacity {self._capacity}")
+        if index.numel():
+            bad = (index < 0) | (index >= self._capacity)
+            if bool(bad.any()):
+                at = int(bad.nonzero()[0, 0])
+                raise _index_error(int(index[at]), self._capacity, at)
         return index
 
     def update(self, indices: Any, values: Any) -> None:
-        """Writes ``values`` (one per index, or one for all) at ``indices``; with a
-        repeated index, the last value wins."""
+        """Writes ``values`` at ``indices``, as :meth:`rl.cpp.SumSegmentTree.update`: a
+        number for all, or an array of the shape of ``indices`` (a trailing dim of size 1
+        may differ); with a repeated index, the last value wins."""
+        if isinstance(indices, numbers.Integral):
+            if not isinstance(values, numbers.Real):
+                raise TypeError(
+                    f"values must be a number when the index is an int, got {type(values).__name__}"
+                )
+            indices = [self._scalar_index(indices)]
         index = self._index(indices)
         n = index.numel()
-        value = torch.as_tensor(values, dtype=self._dtype, device=self._device).reshape(-1)
-        if value.numel() == 1 and n != 1:
+        value = torch.as_tensor(values, dtype=self._dtype, device=self._device)
+        if isinstance(values, numbers.Real):
             value = value.expand(n)
-        elif value.numel() != n:
-            raise ValueError(f"got {value.numel()} values for {n} indices")
+        else:
+            shape = tuple(value.shape)
+            value = value.reshape(-1)
+            if value.numel() != n:
+                raise ValueError(
+                    f"values has {value.numel()} elements, expected {n} (one per index)"
+                )
+            if isinstance(indices, (slice, range)):
+                expected = (n,)
+            elif isinstance(indices, torch.Tensor):
+                expected = tuple(indices.shape)
+            else:
+                expected = tuple(np.shape(indices))
+            if shape != expected and _unit_free(shape) != _unit_free(expected):
+                raise ValueError(
+                    f"values has shape {shape}, expected {expected} (the shape of indices, up "
+                    "to trailing dims of size 1)"
+                )
         self._check_values(value)
         if n == 0:
             return
@@ -127,7 +207,7 @@ class _TorchSegmentTree:
         """The leaves at ``indices``: a float for an int, else an array of the input's
         library and shape (numpy for a list, a slice or a numpy array on a CPU tree)."""
         if isinstance(indices, numbers.Integral):
-            return float(self._nodes[self._index(indices) + self._size])
+            return float(self._nodes[self._scalar_index(indices) + self._size])
         index = self._index(indices)
         shape = index.shape if isinstance(indices, slice) else torch.as_tensor(indices).shape
         out = self._nodes[index + self._size].reshape(shape)
@@ -137,7 +217,10 @@ class _TorchSegmentTree:
         """The sum (min) of the leaves ``[start, end)``."""
         start, end = int(start), int(end)
         if not 0 <= start <= end <= self._capacity:
-            raise IndexError(f"query [{start}, {end}) is out of range [0, {self._capacity}]")
+            raise IndexError(
+                f"query range [{start}, {end}) is invalid for a tree of capacity "
+                f"{self._capacity}; expected 0 <= start <= end <= {self._capacity}"
+            )
         nodes = []
         low, high = start + self._size, end + self._size
         while low < high:
@@ -189,22 +272,30 @@ class TorchSumSegmentTree(_TorchSegmentTree):
 
         The descent is rl-cpp's (it goes right only into a subtree holding mass), so both
         draw the same index for the same value: a value at or above the total gives the
-        last nonzero leaf, an all-zero tree gives 0. An int for a number, else an int64
-        array of the input's library and shape.
+        last nonzero leaf. An int for a number, else an int64 array of the input's
+        library and shape.
 
         Raises:
-            ValueError: a value is negative or NaN.
+            ValueError: a value is negative or NaN, or every priority is zero (nothing
+                can be drawn), with rl-cpp's messages.
         """
         value = torch.as_tensor(values, device=self._device).to(self._dtype)
         shape = value.shape
         value = value.reshape(-1).clone()
-        bad = ~(value >= 0)
-        if value.numel() and bool(bad.any()):
-            at = int(bad.nonzero()[0, 0])
-            raise ValueError(
-                f"scan value {float(value[at]):g} (at position {at}) is invalid; expected a "
-                "value >= 0, such as uniform(0, 1) * total()"
-            )
+        if value.numel():
+            bad = ~(value >= 0)
+            # one read back for both checks (a sync on a CUDA tree)
+            if bool(bad.any() | ~(self._nodes[1] > 0)):
+                if bool(bad.any()):
+                    at = int(bad.nonzero()[0, 0])
+                    raise ValueError(
+                        f"scan value {float(value[at]):g} (at position {at}) is invalid; "
+                        "expected a value >= 0, such as uniform(0, 1) * total()"
+                    )
+                raise ValueError(
+                    "cannot scan a sum tree whose priorities are all zero (total 0); expected "
+                    "at least one priority > 0"
+                )
         node = torch.ones_like(value, dtype=torch.long)
         for _ in range(self._levels):
             left = self._nodes[2 * node]

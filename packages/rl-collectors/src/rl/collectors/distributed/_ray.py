@@ -58,12 +58,13 @@ class RayCollector(RayActorRequests, CollectorBase):
     ``remote_configs={"max_restarts": k}`` Ray restarts it instead (up to ``k`` times),
     the actor gets the latest weights and collects the lost batch again.
 
-    Note:
-        A driver started with ``uv run`` makes Ray start each worker with ``uv run`` in a
-        copy of the working directory (Ray's uv integration), which syncs the project
-        for every actor. Set ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0`` before importing Ray to
-        run the actors with the driver's interpreter (a local instance, or a cluster whose
-        nodes have the same environment).
+    The actors must run a Python with Ray and rl. When this object starts Ray, it turns
+    off Ray's ``uv run`` integration (which would start each worker with ``uv run`` in a
+    copy of the working directory, without the driver's packages): the actors run the
+    driver's interpreter on a local instance (set ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=1`` to
+    keep the integration). Whoever started Ray, a worker that cannot import Ray or rl is
+    reported within seconds by a ``RuntimeError`` that names the missing module and the
+    fix, instead of waiting for ``startup_timeout``.
 
     Args:
         create_env_fn: one env factory (or env) for every collector, or a list with one
@@ -113,7 +114,7 @@ class RayCollector(RayActorRequests, CollectorBase):
         use_env_creator: wrap the env factories in :class:`~rl.envs.EnvCreator`.
         startup_timeout: seconds to wait for the actors to start before raising (an
             actor asking for resources the cluster lacks waits forever otherwise);
-            ``None`` waits.
+            ``None`` waits. A worker that dies at start-up is reported at once.
         pre_collect_hook: called in each actor before it collects a batch.
         post_collect_hook: called in each actor with each batch it collected (after the
             trajectory ids are made unique, before the batch is sent here or written
@@ -126,6 +127,8 @@ class RayCollector(RayActorRequests, CollectorBase):
 
     Raises:
         ImportError: Ray is not installed (``pip install "rl-collectors[ray]"``).
+        RuntimeError: the actors could not start (a worker that cannot import rl or
+            Ray, an actor's ``__init__`` that raised, ``startup_timeout`` passed).
         ValueError: inconsistent arguments (``frames_per_batch`` not a multiple of the
             number of collectors in sync mode or of an actor's env batch size, lists of
             the wrong length, an unknown ``collector_class``, ``policy`` and

@@ -7,7 +7,7 @@ import time
 
 from tensordict import TensorDictBase
 
-from rl.core._ray import release_runtime
+from rl.core._ray import release_runtime, wait_started
 
 __all__ = ["RayActorRequests"]
 
@@ -30,17 +30,22 @@ class RayActorRequests:
         ray = self._ray
         refs = [self._actors[i].ready.remote() for i in indices]
         try:
-            infos = ray.get(refs, timeout=self.startup_timeout)
+            infos = wait_started(
+                ray, refs, what="the RayCollector actors", timeout=self.startup_timeout
+            )
         except ray.exceptions.GetTimeoutError:
             self._fail(
                 f"the RayCollector actors did not start within {self.startup_timeout} s; "
                 f"they ask for {self._describe_resources()} and the cluster has "
-                f"{ray.available_resources()} available"
+                f"{ray.available_resources()} available (actors still starting count as "
+                "using theirs)"
             )
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+        except ray.exceptions.RayTaskError as err:
             self._fail(
                 f"a RayCollector actor failed during {what} (all actors were shut down): {err}"
             )
+        except RuntimeError as err:  # an actor or its worker died: the cause and the fix
+            self._fail(f"{err}\n(all actors were shut down)")
         for i, info in zip(indices, infos):
             self._pids[i] = info["pid"]
             self._incarnations[i] = info["incarnation"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from rl.core._ray import acquire_runtime, import_ray, release_runtime
+from rl.core._ray import acquire_runtime, import_ray, release_runtime, wait_started
 from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers._utils import CheckpointAliases
 from rl.data.replay_buffers.samplers import Sampler
@@ -68,7 +68,8 @@ class RayReplayBuffer(CheckpointAliases):
     Storage, sampler and writer may be given as instances (sent to the actor) or as
     constructors (``functools.partial(LazyTensorStorage, 10_000)``, built in the actor).
     Errors raised in the actor are raised here with their type (a ``ValueError`` stays a
-    ``ValueError``); a dead actor raises a ``RuntimeError``.
+    ``ValueError``); a dead actor raises a ``RuntimeError``, and so does, within seconds,
+    an actor whose worker cannot import rl or Ray (the message names the fix).
 
     It is not a :class:`~rl.data.ReplayBuffer` (``isinstance`` is ``False``): it has no
     local ``storage``, ``sampler`` or ``writer`` that code checking for a replay buffer
@@ -150,7 +151,10 @@ class RayReplayBuffer(CheckpointAliases):
                 ray.remote(_BufferActor).options(**config).remote(replay_buffer_cls, args, kwargs)
             )
             self._owner = True
-            info = self._get(self._actor.info.remote())
+            # a worker that cannot import rl or Ray is reported at once, not awaited forever
+            info = wait_started(
+                ray, [self._actor.info.remote()], what="the RayReplayBuffer actor", timeout=None
+            )[0]
         except BaseException:
             self.shutdown()
             raise

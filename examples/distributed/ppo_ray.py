@@ -18,23 +18,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
-# the actors run with the driver's interpreter (Ray's `uv run` integration would instead
-# sync the whole workspace for every actor); set it to 1 to use that integration
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+import ray
+import torch
+import tyro
 
-import ray  # noqa: E402
-import torch  # noqa: E402
-import tyro  # noqa: E402
-
-from rl.collectors.distributed import RayCollector  # noqa: E402
-from rl.core import seed_everything  # noqa: E402
-from rl.core.loggers import generate_exp_name, get_logger  # noqa: E402
-from rl.objectives.value import GAE  # noqa: E402
+from rl.collectors.distributed import RayCollector
+from rl.core import seed_everything
+from rl.core.loggers import generate_exp_name, get_logger
+from rl.objectives.value import GAE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _common  # noqa: E402

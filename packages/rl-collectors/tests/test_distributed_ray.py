@@ -1,25 +1,21 @@
 """RayCollector on a local Ray instance with 2 CPUs (one instance for this file)."""
 
+import functools
+import inspect
 import os
+import signal
+import sys
+import time
+from types import SimpleNamespace
 
-# the actors run with this interpreter, not through Ray's `uv run` integration
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
-import functools  # noqa: E402
-import inspect  # noqa: E402
-import signal  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
-from tensordict.nn import TensorDictModule  # noqa: E402
-
-from rl.collectors import Collector  # noqa: E402
-from rl.core._ray import acquire_runtime, local_ray, processes_left, release_runtime  # noqa: E402
-from rl.envs import GymEnv  # noqa: E402
+from rl.collectors import Collector
+from rl.core._ray import acquire_runtime, local_ray, processes_left, release_runtime
+from rl.envs import GymEnv
 
 ray = pytest.importorskip("ray")
 

@@ -1,20 +1,15 @@
 """RayReplayBuffer on a local Ray instance with 2 CPUs (one instance for this file)."""
 
-import os
+import subprocess
+import sys
+from functools import partial
 
-# the actors run with this interpreter, not through Ray's `uv run` integration
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+import pytest
+import torch
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from functools import partial  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from rl.core._ray import local_ray, processes_left  # noqa: E402
-from rl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer  # noqa: E402
-from rl.data.replay_buffers._utils import CheckpointAliases  # noqa: E402
+from rl.core._ray import local_ray, processes_left
+from rl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
+from rl.data.replay_buffers._utils import CheckpointAliases
 
 ray = pytest.importorskip("ray")
 

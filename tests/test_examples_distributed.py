@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 ray = pytest.importorskip("ray")
 
@@ -33,9 +30,6 @@ def _load(name: str, folder: Path = EXAMPLES):
 
 @pytest.mark.timeout(240)
 def test_ppo_ray_learns_the_probe_action_and_stops_ray(tmp_path):
-    from ray._private import ray_constants
-
-    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False  # if ray was imported before
     assert not ray.is_initialized()
     ppo_ray = _load("ppo_ray", EXAMPLES / "distributed")
     env_id = "ObservationActionRewardProbe"

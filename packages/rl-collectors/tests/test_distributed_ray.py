@@ -132,6 +132,32 @@ class TestRayCollectorSync:
         assert closed_pids(tmp_path / "closed") == set(pids)
 
 
+class TestRayCollectorState:
+    def test_crafted_env_state_is_refused_in_the_actor(self, ray_local, tmp_path):
+        """A checkpoint's worker state reaches the actors as plain data; a pickle payload
+        in place of the env state is refused there and never runs."""
+        marker = tmp_path / "pwned"
+        inner = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
+        attack = b"cgymnasium.vector.utils.misc\nCloudpickleWrapper\n)\x81C"
+        attack += bytes([len(inner)]) + inner + b"b."
+        collector = RayCollector(
+            cartpole, marked_policy(), frames_per_batch=20, total_frames=-1, num_collectors=1
+        )
+        try:
+            next(iter(collector))
+            torch.save(collector.state_dict(), tmp_path / "state.pt")
+            state = torch.load(tmp_path / "state.pt", weights_only=True)
+            assert isinstance(state["workers"][0]["env_state"], dict)
+            state["workers"][0]["env_state"] = torch.frombuffer(
+                bytearray(attack), dtype=torch.uint8
+            )
+            with pytest.raises(Exception, match="cannot restore the state of GymEnv"):
+                collector.load_state_dict(state)
+        finally:
+            collector.shutdown()
+        assert not marker.exists()
+
+
 class TestRayCollectorAsync:
     def test_exact_frames_and_update_after_each_batch(self, ray_local):
         policy = marked_policy()

@@ -36,6 +36,8 @@ _BAD_UPDATES = {
     "one value for two": (torch.tensor([0, 1]), torch.ones(1)),
     "float indices numpy": (np.array([0.0, 1.0]), np.ones(2, np.float32)),
     "float indices torch": (torch.tensor([0.0, 1.0]), torch.ones(2)),
+    "float indices list": ([0.0, 1.5], [1.0, 1.0]),
+    "huge int list": ([2**70, 0], [1.0, 1.0]),
     "array for an int": (1, np.ones(1, np.float32)),
     "nan": (torch.tensor([0, 1]), torch.tensor([1.0, float("nan")])),
 }

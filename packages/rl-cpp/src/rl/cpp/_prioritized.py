@@ -84,7 +84,7 @@ def _vector(x: Any, name: str, dtype: np.dtype, capacity: int = 0) -> np.ndarray
         if x.dtype.kind not in kinds:
             raise TypeError(f"{name} has dtype {x.dtype}, expected {dtype}")
         if x.dtype.kind == "u" and x.dtype.itemsize == 8 and dtype == _INT64:
-            check_unsigned_index(x, name, capacity)
+            check_unsigned_index(x, capacity)
         x = x.astype(dtype)
     if x.ndim != 1:
         x = x.reshape(-1)

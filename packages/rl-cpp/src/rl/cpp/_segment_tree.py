@@ -48,7 +48,7 @@ def check_layout(name: str, shape: tuple, reference: str, expected: tuple) -> No
         )
 
 
-def check_big_ints(values: Any, name: str, capacity: int) -> None:
+def check_big_ints(values: Any, capacity: int) -> None:
     """Raises for a list of Python ints that numpy could not hold as int64 (it made them
     floats or objects): the first index outside the tree is named, as the tree does."""
     flat = np.asarray(values, dtype=object).reshape(-1)
@@ -61,7 +61,7 @@ def check_big_ints(values: Any, name: str, capacity: int) -> None:
                 )
 
 
-def check_unsigned_index(values: np.ndarray, name: str, capacity: int) -> None:
+def check_unsigned_index(values: np.ndarray, capacity: int) -> None:
     """Rejects uint64 indices above the int64 range before they wrap to negatives.
 
     One vectorised comparison; called only on the conversion path of unsigned arrays.
@@ -369,7 +369,7 @@ class _SegmentTree:
                 )
             if x.dtype != dtype:
                 if x.dtype.kind == "u" and x.dtype.itemsize == 8 and dtype == _INT64:
-                    check_unsigned_index(x, name, self._capacity)
+                    check_unsigned_index(x, self._capacity)
                 x = self._convert_numpy(x, name, dtype)
             if not x.flags.c_contiguous:
                 raise TypeError(
@@ -380,16 +380,21 @@ class _SegmentTree:
         if _is_torch(x) and hasattr(x, "is_contiguous"):
             return self._tensor(x, name, dtype)
         if isinstance(x, (list, tuple, range)):
+            arr = np.asarray(x)  # its natural dtype: uint64 for 2**64 - 1
+            if dtype == _INT64 and arr.size:
+                if arr.dtype.kind in "fO":  # floats, or ints beyond int64 among others
+                    check_big_ints(x, self._capacity)
+                elif arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
+                    check_unsigned_index(arr, self._capacity)
+                if arr.dtype.kind not in "iu":
+                    self._convert_numpy(arr, name, dtype)  # raises the dtype error
             if self._cuda:
                 import torch
 
                 kind = torch.int64 if dtype == _INT64 else getattr(torch, dtype.name)
                 return self._tensor(torch.tensor(x, dtype=kind, device=self._device), name, dtype)
-            arr = np.asarray(x)
             if arr.size == 0 or dtype != _INT64:
                 arr = np.asarray(x, dtype=dtype)
-            elif arr.dtype.kind in "fO":
-                check_big_ints(x, name, self._capacity)
             return self._array(arr, name, dtype)
         raise TypeError(
             f"{name} must be a numpy array, a torch tensor, a list or an int, "
@@ -422,7 +427,7 @@ class _SegmentTree:
                     "convert from"
                 )
             if dtype == _INT64 and x.dtype is getattr(sys.modules["torch"], "uint64", None):
-                check_unsigned_index(x.detach().cpu().numpy(), name, self._capacity)
+                check_unsigned_index(x.detach().cpu().numpy(), self._capacity)
             x = x.detach().to(expected).contiguous()
         if self._cuda:
             wrong_device = not x.is_cuda or x.device.index != self._device_index

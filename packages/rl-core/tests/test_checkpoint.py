@@ -15,6 +15,7 @@ and SIGKILL it:
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -27,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl.core.trainers import CheckpointError, atomic_save, load_checkpoint
+from rl.core.trainers import CheckpointError, _checkpoint, atomic_save, load_checkpoint
 from rl.core.trainers._checkpoint import from_plain, get_rng_state, set_rng_state, to_plain
 
 HERE = Path(__file__).parent
@@ -69,16 +70,76 @@ class _Evil:
         return (open, (self.path, "w"))
 
 
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _full_disk_open(module, monkeypatch):
+    """Makes ``module``'s ``open(path, "wb")`` create ``path`` but write to ``/dev/full``:
+    the writes fail with the kernel's own ``ENOSPC``, as on a full disk."""
+    real_open = open
+
+    def open_on_full_disk(path, mode="r", *args, **kwargs):
+        if "w" in mode:
+            real_open(path, mode).close()
+            return real_open("/dev/full", mode, *args, **kwargs)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(module, "open", open_on_full_disk, raising=False)
+
+
 class TestFiles:
     def test_atomic_save_replaces_and_cleans_temporaries(self, tmp_path):
         path = tmp_path / "ckpt.pt"
         atomic_save({"a": torch.ones(2)}, path)
-        stale = tmp_path / ".ckpt.pt.tmp-123-dead"
+        dead = _dead_pid()
+        stale = tmp_path / f".ckpt.pt.tmp-{dead}-0123abcd"
         stale.write_bytes(b"half a checkpoint")
+        # the temporary of a live writer (here, this process) is its own to rename
+        live = tmp_path / f".ckpt.pt.tmp-{os.getpid()}-0123abcd"
+        live.write_bytes(b"being written")
         atomic_save({"a": torch.zeros(2)}, path)
-        assert not stale.exists()
+        assert not stale.exists() and live.exists()
+        live.unlink()
         assert torch.equal(load_checkpoint(path)["a"], torch.zeros(2))
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+
+    @pytest.mark.parametrize("size", [10, 1_000_000])  # one buffered write; many records
+    def test_full_disk_names_the_file_and_removes_the_partial_one(
+        self, tmp_path, monkeypatch, size
+    ):
+        path = tmp_path / "ckpt.pt"
+        atomic_save({"a": torch.ones(2)}, path)
+        _full_disk_open(_checkpoint, monkeypatch)
+        with pytest.raises(
+            OSError,
+            match=r"cannot write '.*ckpt.pt': no space left on device "
+            r"\(the disk is full; .* [kMG]B free",
+        ) as info:
+            atomic_save({"a": torch.zeros(size)}, path)
+        assert info.value.errno == errno.ENOSPC
+        monkeypatch.undo()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+        assert torch.equal(load_checkpoint(path)["a"], torch.ones(2))
+
+    def test_full_disk_found_by_fsync(self, tmp_path, monkeypatch):
+        """Some file systems accept the writes and report the full disk at fsync."""
+
+        def fsync(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        with pytest.raises(OSError, match=r"cannot write '.*c.pt': no space left on device"):
+            atomic_save({"a": torch.zeros(3)}, tmp_path / "c.pt")
+        assert list(tmp_path.iterdir()) == []
+
+    def test_other_errors_are_left_alone(self, tmp_path):
+        with pytest.raises(AttributeError, match="Can't pickle local object"):
+            atomic_save({"fn": lambda: 0}, tmp_path / "c.pt")
+        assert list(tmp_path.iterdir()) == []
 
     def test_pickled_callable_is_refused_and_not_run(self, tmp_path):
         marker = tmp_path / "pwned"

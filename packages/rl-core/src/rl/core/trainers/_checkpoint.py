@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
@@ -45,13 +46,63 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _remove_stale_temporaries(final: Path) -> None:
-    """Deletes temporaries that a killed writer of ``final`` left behind."""
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+    """Deletes the temporaries of ``final`` that writers which died left behind (those of
+    live processes are theirs to rename)."""
+    prefix = f".{final.name}.tmp-"
+    for stale in final.parent.glob(prefix + "*"):
+        pid = stale.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and _pid_alive(int(pid)):
+            continue
         try:
             stale.unlink()
         except OSError:
             pass
+
+
+class _KeepWriteErrors:
+    """A file whose first write error is kept: torch's writer turns it into ``unexpected
+    pos``, which names neither the file nor the cause."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+
+def _free_space(path: Path) -> str:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return "unknown"
+    free = st.f_bavail * st.f_frsize
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if free >= scale:
+            return f"{free / scale:.1f} {unit}"
+    return f"{free / 1e3:.1f} kB"
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
@@ -66,22 +117,40 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
 
     Returns:
         The path written.
+
+    Raises:
+        OSError: the file could not be written (a full disk: ``errno.ENOSPC``), naming the
+            file and the cause; the temporary file is removed and the previous file is
+            left as it was.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(final)
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    writer = None
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
+            writer = _KeepWriteErrors(f)
+            torch.save(obj, writer)
+            writer.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as err:
         try:
             tmp.unlink()
         except OSError:
             pass
+        cause = writer.error if writer is not None and writer.error is not None else err
+        failed_io = isinstance(err, (OSError, RuntimeError))  # torch: "unexpected pos"
+        if failed_io and isinstance(cause, OSError) and cause.errno is not None:
+            reason = os.strerror(cause.errno).lower()
+            if cause.errno in (errno.ENOSPC, errno.EDQUOT):
+                free = _free_space(final.parent)
+                reason += f" (the disk is full; {free} free once the partial file was removed)"
+            raise OSError(
+                cause.errno,
+                f"cannot write '{final}': {reason}; the previous file, if any, is unchanged",
+            ) from None
         raise
     _fsync_dir(final.parent)
     return final
@@ -116,7 +185,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"'{path}' is not a readable checkpoint: {err}") from None
     if not isinstance(state, dict):
         raise CheckpointError(
-            f"'{path}' is not a trainer checkpoint: it holds a {type(state).__name__}"
+            f"'{path}' is not a checkpoint: expected a dict of tensors and plain containers, "
+            f"it holds a {type(state).__name__}"
         )
     return state
 

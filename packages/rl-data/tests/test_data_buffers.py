@@ -1,4 +1,3 @@
-import pickle
 import threading
 
 import pytest
@@ -6,6 +5,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rl.core.trainers import CheckpointError
 from rl.data import (
     LazyMemmapStorage,
     LazyTensorStorage,
@@ -415,7 +415,7 @@ class TestCheckpointSafety:
         with open(tmp_path / "ckpt" / "replay_buffer.pt", "wb") as f:
             torch.save({"version": 1, "evil": Evil()}, f)
         rb = ReplayBuffer(storage=LazyTensorStorage(4))
-        with pytest.raises(pickle.UnpicklingError):
+        with pytest.raises(CheckpointError, match="refusing to load .*replay_buffer.pt"):
             rb.loads(tmp_path / "ckpt")
         assert not marker.exists()
 

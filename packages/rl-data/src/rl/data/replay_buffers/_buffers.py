@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rl.data.replay_buffers._utils import CheckpointAliases, atomic_torch_save
+from rl.core.trainers import atomic_save, load_checkpoint
+from rl.data.replay_buffers._utils import CheckpointAliases
 from rl.data.replay_buffers.samplers._random import RandomSampler, Sampler
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
 from rl.data.replay_buffers.writers._writers import (
@@ -462,6 +463,10 @@ class ReplayBuffer(CheckpointAliases):
         The checkpoint is written to a temporary file in ``path`` and renamed over the
         previous one: a process killed during the dump leaves the previous checkpoint intact.
         A buffer built with a ``checkpointer`` hands the storage to it (``path/storage``).
+
+        Raises:
+            OSError: the file could not be written (a full disk: ``errno.ENOSPC``), naming
+                the file and the cause; the partial file is removed.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -471,14 +476,20 @@ class ReplayBuffer(CheckpointAliases):
             if checkpointer is not None:
                 state["storage"] = None
                 checkpointer.dumps(self._storage, path / "storage")
-        atomic_torch_save(state, path / _CHECKPOINT_FILE)
+        atomic_save(state, path / _CHECKPOINT_FILE)
 
     def loads(self, path: str | Path) -> None:
-        """Restores a buffer saved by :meth:`dumps` (tensors only: nothing is unpickled)."""
+        """Restores a buffer saved by :meth:`dumps` (tensors only: nothing is unpickled).
+
+        Raises:
+            FileNotFoundError: ``path`` holds no checkpoint.
+            CheckpointError: the file holds anything but tensors and plain containers
+                (nothing in it is run), or is not a checkpoint.
+        """
         file = Path(path) / _CHECKPOINT_FILE
         if not file.exists():
             raise FileNotFoundError(f"no replay-buffer checkpoint at '{file}'")
-        state = torch.load(file, map_location="cpu", weights_only=True)
+        state = load_checkpoint(file)
         if state.get("version") != _CHECKPOINT_VERSION:
             raise ValueError(
                 f"'{file}' has checkpoint version {state.get('version')}, "

@@ -1,9 +1,7 @@
-"""Shared helpers: index normalisation, checkpoint encoding and atomic file writes."""
+"""Shared helpers: index normalisation, checkpoint encoding, components' dumps and loads."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,6 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+
+from rl.core.trainers import atomic_save, load_checkpoint
 
 _TD_TAG = "__rl_tensordict__"
 
@@ -33,6 +33,18 @@ def as_index_tensor(index: Any, device: torch.device | None = None) -> torch.Ten
     if device is not None and out.device != device:
         out = out.to(device)
     return out
+
+
+def dtype_from_name(name: Any) -> torch.dtype:
+    """The torch dtype named ``name`` (``"float32"`` or ``"torch.float32"``), read from a file.
+
+    Raises:
+        ValueError: ``name`` names no dtype (any other attribute of ``torch`` included).
+    """
+    dtype = getattr(torch, name.removeprefix("torch."), None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"expected the name of a torch dtype (such as 'float32'), got {name!r}")
+    return dtype
 
 
 def encode_tensordict(td: TensorDictBase) -> dict:
@@ -95,64 +107,6 @@ def decode_item(item: Any) -> Any:
     return item
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_temporaries(final: Path) -> None:
-    """Deletes half-written temporaries of ``final`` left by dead processes."""
-    prefix = f".{final.name}.tmp-"
-    for candidate in final.parent.glob(prefix + "*"):
-        pid_text = candidate.name[len(prefix) :].split("-", 1)[0]
-        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
-            try:
-                candidate.unlink()
-            except OSError:
-                pass
-
-
-def atomic_torch_save(obj: Any, final: str | Path) -> None:
-    """Saves ``obj`` with :func:`torch.save` to a temporary file, fsyncs it and renames it.
-
-    A process killed at any point leaves either the previous file or the new one, whole.
-    """
-    final = Path(final)
-    remove_stale_temporaries(final)
-    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}"
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    _fsync_dir(final.parent)
-
-
 class KeyMismatchError(KeyError):
     """A ``KeyError`` whose message prints as written (``KeyError`` quotes and escapes it)."""
 
@@ -179,26 +133,29 @@ class CheckpointAliases:
 class Checkpointable(CheckpointAliases):
     """``dumps(path)`` / ``loads(path)`` of a component's ``state_dict`` in a directory.
 
-    The state is written atomically (a temporary file renamed over the previous one) and
-    read back with ``weights_only=True``: nothing is unpickled.
+    The state is written atomically (a temporary file renamed over the previous one, see
+    :func:`rl.core.trainers.atomic_save`) and read back with ``weights_only=True``
+    (:func:`rl.core.trainers.load_checkpoint`): nothing is unpickled.
     """
 
     def dumps(self, path: str | Path) -> None:
         """Saves :meth:`state_dict` in the directory ``path`` (created if needed)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(self.state_dict(), path / _COMPONENT_FILE)
+        atomic_save(self.state_dict(), path / _COMPONENT_FILE)
 
     def loads(self, path: str | Path) -> None:
         """Restores a state saved by :meth:`dumps`.
 
         Raises:
             FileNotFoundError: ``path`` holds no saved state.
+            CheckpointError: the file holds anything but tensors and plain containers
+                (nothing in it is run), or is not a checkpoint.
         """
         file = Path(path) / _COMPONENT_FILE
         if not file.exists():
             raise FileNotFoundError(f"no {type(self).__name__} state at '{file}'")
-        self.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
+        self.load_state_dict(load_checkpoint(file))
 
 
 class StatelessComponent(Checkpointable):

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
-from rl.data.replay_buffers._utils import encode_item
+from rl.data.replay_buffers._utils import dtype_from_name, encode_item
 from rl.data.replay_buffers.storages._base import ListStorage
 
 
@@ -71,7 +71,7 @@ def _zlib_compress(tensor: torch.Tensor, level: int) -> torch.Tensor:
 
 def _zlib_decompress(blob: torch.Tensor, meta: dict) -> torch.Tensor:
     raw = bytearray(zlib.decompress(blob.numpy().tobytes()))
-    dtype = getattr(torch, meta["dtype"])
+    dtype = dtype_from_name(meta["dtype"])
     if not raw:
         return torch.empty(meta["shape"], dtype=dtype)
     return torch.frombuffer(raw, dtype=dtype).reshape(meta["shape"])

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from rl.core.trainers import CheckpointError
+from rl.data.replay_buffers._utils import dtype_from_name
 from rl.data.replay_buffers.storages._tensor import LazyTensorStorage
 
 _META = "rl_storage.json"
@@ -42,6 +44,63 @@ def _check_writable(path: Path) -> None:
         ) from None
 
 
+def _reserve_disk(stored: torch.Tensor | TensorDictBase) -> None:
+    """Allocates the files' blocks now.
+
+    Writing into a sparse memory map when the disk is full kills the process with
+    SIGBUS; reserving the space turns that into an error (``ENOSPC``) at allocation.
+    """
+    if isinstance(stored, TensorDictBase):
+        tensors = list(stored.values(include_nested=True, leaves_only=True))
+    else:
+        tensors = [stored]
+    for tensor in tensors:
+        filename = getattr(tensor, "filename", None)
+        size = tensor.numel() * tensor.element_size()
+        if filename is None or size == 0:
+            continue
+        fd = os.open(filename, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+        finally:
+            os.close(fd)
+
+
+def _remove_new_paths(root: Path, before: set[Path]) -> None:
+    """Deletes what appeared under ``root`` since ``before`` was listed (files first)."""
+    for path in sorted(set(root.rglob("*")) - before, key=lambda p: len(p.parts), reverse=True):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink()
+        except OSError:
+            pass
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _human_size(nbytes: float) -> str:
+    """``nbytes`` in kB, MB or GB, whichever reads best."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes / 1e3:.1f} kB"
+
+
+def _free_space(path: Path) -> str:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return "unknown"
+    return _human_size(st.f_bavail * st.f_frsize)
+
+
 class LazyMemmapStorage(LazyTensorStorage):
     """A storage of memory-mapped tensors on disk, allocated on the first write.
 
@@ -67,6 +126,8 @@ class LazyMemmapStorage(LazyTensorStorage):
     Raises:
         PermissionError: ``scratch_dir`` cannot be created or written to.
         ValueError: ``scratch_dir`` holds a storage of another ``max_size``.
+        OSError: (at the first write, which creates the files) the disk cannot hold
+            ``max_size`` items (``errno.ENOSPC``); the files created are removed.
 
     Examples:
         >>> import tempfile, torch
@@ -144,23 +205,96 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._in_flight = False
 
     def _reopen(self) -> None:
-        meta = json.loads((self.scratch_dir / _META).read_text())
-        if int(meta["max_size"]) != self.max_size:
+        """Adopts the files of ``scratch_dir``: JSON and raw tensor data, nothing unpickled
+        (tensordict refuses pickled entries and classes it does not know)."""
+        meta = self._read_meta()
+        if meta["max_size"] != self.max_size:
             raise ValueError(
                 f"scratch_dir '{self.scratch_dir}' holds a storage of max_size {meta['max_size']}, "
                 f"got max_size={self.max_size}"
             )
-        if meta["kind"] == "tensordict":
-            stored = TensorDict.load_memmap(self.scratch_dir, allow_pickle=False)
-        else:
-            stored = MemoryMappedTensor.from_filename(
-                self.scratch_dir / _TENSOR_FILE,
-                dtype=getattr(torch, meta["dtype"]),
-                shape=torch.Size(meta["shape"]),
-            )
+        # the sizes before loading: tensordict extends a file shorter than its shape
+        sizes = {os.path.realpath(f): f.stat().st_size for f in self.scratch_dir.rglob("*.memmap")}
+        try:
+            if meta["kind"] == "tensordict":
+                stored = TensorDict.load_memmap(self.scratch_dir, allow_pickle=False)
+            else:
+                stored = MemoryMappedTensor.from_filename(
+                    self.scratch_dir / _TENSOR_FILE,
+                    dtype=dtype_from_name(meta["dtype"]),
+                    shape=torch.Size(meta["shape"]),
+                )
+        except (RuntimeError, KeyError, ValueError, TypeError, OSError) as err:
+            raise self._unreadable(f"its tensors cannot be loaded ({err})") from None
+        self._check_files(stored, sizes)
         self._adopt(stored)
         self._open_counter(create=False)
+        self._check_counter()
         self._recover()
+
+    def _unreadable(self, reason: str) -> CheckpointError:
+        return CheckpointError(
+            f"scratch_dir '{self.scratch_dir}' does not hold a readable LazyMemmapStorage: {reason}"
+        )
+
+    def _read_meta(self) -> dict[str, Any]:
+        try:
+            meta = json.loads((self.scratch_dir / _META).read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise self._unreadable(f"{_META} is not JSON ({err})") from None
+        if not isinstance(meta, dict) or meta.get("kind") not in ("tensordict", "tensor"):
+            raise self._unreadable(
+                f"{_META} has kind {meta.get('kind') if isinstance(meta, dict) else meta!r}, "
+                "expected 'tensordict' or 'tensor'"
+            )
+        if not _is_count(meta.get("max_size")):
+            raise self._unreadable(f"{_META} has max_size {meta.get('max_size')!r}")
+        if meta["kind"] == "tensor":
+            shape = meta.get("shape")
+            if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+                raise self._unreadable(f"{_META} has shape {shape!r}, expected a list of sizes")
+        return meta
+
+    def _check_files(self, stored: torch.Tensor | TensorDictBase, sizes: dict[str, int]) -> None:
+        """Each tensor's file holds all its bytes (a map past the end of a file kills the
+        process with SIGBUS on the first read there)."""
+        if isinstance(stored, TensorDictBase):
+            tensors = dict(stored.items(include_nested=True, leaves_only=True))
+            rows = stored.batch_size[0] if stored.batch_size else None
+        else:
+            tensors, rows = {_TENSOR_FILE: stored}, None
+        for key, tensor in tensors.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise self._unreadable(f"the entry {key!r} is a {type(tensor).__name__}")
+            if rows is not None and (tensor.ndim == 0 or tensor.shape[0] != rows):
+                raise self._unreadable(
+                    f"the entry {key!r} has shape {tuple(tensor.shape)}, expected {rows} rows"
+                )
+            filename = getattr(tensor, "filename", None)
+            if filename is None:
+                continue
+            size = sizes.get(os.path.realpath(filename), os.path.getsize(filename))
+            needed = tensor.numel() * tensor.element_size()
+            if size < needed:
+                raise self._unreadable(
+                    f"the file of {key!r} holds {size} bytes, its shape {tuple(tensor.shape)} "
+                    f"needs {needed}"
+                )
+
+    def _check_counter(self) -> None:
+        length, end, start, count, target = (int(v) for v in self._counter)
+        rows = self._rows
+        if not (
+            0 <= length <= rows
+            and 0 <= end <= rows
+            and 0 <= start < max(rows, 1)
+            and 0 <= count <= rows
+            and 0 <= target <= rows + 1
+        ):
+            raise self._unreadable(
+                f"{_COUNTER} holds {[length, end, start, count, target]}, out of range for "
+                f"{rows} rows"
+            )
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         if (self.scratch_dir / _META).exists():
@@ -170,6 +304,33 @@ class LazyMemmapStorage(LazyTensorStorage):
                 f"scratch_dir '{self.scratch_dir}' already holds a storage written by another "
                 "LazyMemmapStorage; give each storage its own scratch_dir"
             )
+        before = set(self.scratch_dir.rglob("*"))
+        try:
+            return self._create_files(template)
+        except BaseException as err:
+            # nothing half-made stays behind: a full disk would otherwise keep what the
+            # files got before it filled
+            self._counter = None
+            _remove_new_paths(self.scratch_dir, before)
+            if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+                leaves = (
+                    template.values(include_nested=True, leaves_only=True)
+                    if isinstance(template, TensorDictBase)
+                    else [template]
+                )
+                needed = self._rows * sum(t.numel() * t.element_size() for t in leaves)
+                raise OSError(
+                    err.errno,
+                    f"scratch_dir '{self.scratch_dir}' has not enough free space for "
+                    f"max_size={self.max_size} items: {_human_size(needed)} needed, "
+                    f"{_free_space(self.scratch_dir)} free (the disk is full); the files "
+                    "created for them were removed",
+                ) from None
+            raise
+
+    def _create_files(
+        self, template: torch.Tensor | TensorDictBase
+    ) -> torch.Tensor | TensorDictBase:
         if isinstance(template, TensorDictBase):
             stored = template.expand(self._rows, *template.batch_size).memmap_like(
                 prefix=self.scratch_dir, existsok=True
@@ -186,43 +347,12 @@ class LazyMemmapStorage(LazyTensorStorage):
                 "dtype": str(template.dtype).removeprefix("torch."),
                 "shape": list(shape),
             }
-        self._reserve_disk(stored)
+        _reserve_disk(stored)
         self._open_counter(create=True)
         tmp = self.scratch_dir / (_META + ".tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, self.scratch_dir / _META)
         return stored
-
-    def _reserve_disk(self, stored: torch.Tensor | TensorDictBase) -> None:
-        """Allocates the files' blocks now.
-
-        Writing into a sparse memory map when the disk is full kills the process with
-        SIGBUS; reserving the space turns that into an error here, at allocation.
-        """
-        if isinstance(stored, TensorDictBase):
-            tensors = list(stored.values(include_nested=True, leaves_only=True))
-        else:
-            tensors = [stored]
-        needed = sum(t.numel() * t.element_size() for t in tensors)
-        for tensor in tensors:
-            filename = getattr(tensor, "filename", None)
-            size = tensor.numel() * tensor.element_size()
-            if filename is None or size == 0:
-                continue
-            fd = os.open(filename, os.O_RDWR)
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as err:
-                if err.errno == errno.ENOSPC:
-                    raise OSError(
-                        errno.ENOSPC,
-                        f"scratch_dir '{self.scratch_dir}' has not enough free space for "
-                        f"max_size={self.max_size} items ({needed / 1e9:.2f} GB)",
-                    ) from None
-                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-            finally:
-                os.close(fd)
 
     def _leaf_view(self, tensor: torch.Tensor) -> torch.Tensor:
         # Reads and writes go through a numpy mapping of the same file: copying into it is

@@ -23,7 +23,7 @@ from rl.core.loggers import (
     generate_exp_name,
     get_logger,
 )
-from rl.core.loggers._common import video_frames
+from rl.core.loggers._video import video_frames
 
 
 def _video(t=6, h=10, w=12):

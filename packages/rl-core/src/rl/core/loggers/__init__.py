@@ -5,8 +5,8 @@ when a logger of that kind is built: ``rl-core[tensorboard]``, ``rl-core[wandb]`
 ``rl-core[mlflow]`` (and ``rl-core[video]`` for mp4 / GIF videos).
 """
 
-from ._common import Logger
 from ._csv import CSVLogger
+from ._logger import Logger
 from ._mlflow import MLFlowLogger
 from ._tensorboard import TensorboardLogger
 from ._utils import generate_exp_name, get_logger

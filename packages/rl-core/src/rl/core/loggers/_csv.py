@@ -12,7 +12,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ._common import Logger, as_config, to_float, video_frames, write_video
+from ._logger import Logger, as_config, to_float
+from ._video import video_frames, write_video
 
 __all__ = ["CSVLogger"]
 

@@ -13,15 +13,8 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 
-from ._common import (
-    Logger,
-    as_config,
-    flatten_dict,
-    missing_extra,
-    to_float,
-    video_frames,
-    write_video,
-)
+from ._logger import Logger, as_config, flatten_dict, missing_extra, to_float
+from ._video import video_frames, write_video
 
 __all__ = ["MLFlowLogger"]
 

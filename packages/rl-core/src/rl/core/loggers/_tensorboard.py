@@ -9,15 +9,8 @@ from typing import Any
 
 import torch
 
-from ._common import (
-    Logger,
-    as_config,
-    encode_video,
-    flatten_dict,
-    missing_extra,
-    to_float,
-    video_frames,
-)
+from ._logger import Logger, as_config, flatten_dict, missing_extra, to_float
+from ._video import encode_video, video_frames
 
 __all__ = ["TensorboardLogger"]
 

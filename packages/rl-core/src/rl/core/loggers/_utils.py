@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from ._common import Logger
+from ._logger import Logger
 
 __all__ = ["generate_exp_name", "get_logger"]
 

@@ -14,7 +14,8 @@ from tensordict import TensorDictBase
 
 from rl.core.trainers import atomic_save, load_checkpoint
 from rl.data.replay_buffers._utils import CheckpointAliases
-from rl.data.replay_buffers.samplers._random import RandomSampler, Sampler
+from rl.data.replay_buffers.samplers._random import RandomSampler
+from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
 from rl.data.replay_buffers.writers._writers import (
     RoundRobinWriter,

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rl.data.replay_buffers._buffers import ReplayBuffer
-from rl.data.replay_buffers.samplers._random import Sampler
+from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.storages._base import Storage
 from rl.data.replay_buffers.writers._writers import Writer
 

@@ -13,7 +13,8 @@ from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers._td_buffers import TensorDictReplayBuffer
 from rl.data.replay_buffers._utils import KeyMismatchError
-from rl.data.replay_buffers.samplers._random import RandomSampler, Sampler
+from rl.data.replay_buffers.samplers._random import RandomSampler
+from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.storages._base import Storage
 
 

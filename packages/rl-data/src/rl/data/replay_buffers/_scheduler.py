@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from rl.data.replay_buffers.samplers._random import Sampler
+from rl.data.replay_buffers.samplers._sampler import Sampler
 
 
 class ParameterScheduler(ABC):

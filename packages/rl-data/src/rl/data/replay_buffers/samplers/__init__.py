@@ -2,11 +2,8 @@
 
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
 from rl.data.replay_buffers.samplers._prioritized_slice import PrioritizedSliceSampler
-from rl.data.replay_buffers.samplers._random import (
-    RandomSampler,
-    Sampler,
-    SamplerWithoutReplacement,
-)
+from rl.data.replay_buffers.samplers._random import RandomSampler, SamplerWithoutReplacement
+from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.samplers._slice import SliceSampler, SliceSamplerWithoutReplacement
 
 __all__ = [

@@ -19,7 +19,7 @@ from rl.data.replay_buffers._cpp import (
 from rl.data.replay_buffers._cpp import update_at_tensors as _update_at
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._prioritized_rows import FusedRows
-from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
+from rl.data.replay_buffers.samplers._sampler import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
 from rl.data.replay_buffers.storages._rows import RowPlan
 

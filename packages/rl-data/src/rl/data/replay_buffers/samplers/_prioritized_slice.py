@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, importance_weights
-from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR
+from rl.data.replay_buffers.samplers._sampler import EMPTY_STORAGE_ERROR
 from rl.data.replay_buffers.samplers._slice import SliceSampler
 from rl.data.replay_buffers.storages._base import Storage
 

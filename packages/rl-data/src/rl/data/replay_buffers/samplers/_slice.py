@@ -9,7 +9,7 @@ import torch
 from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers._utils import KeyMismatchError, as_index_tensor
-from rl.data.replay_buffers.samplers._random import EMPTY_STORAGE_ERROR, Sampler
+from rl.data.replay_buffers.samplers._sampler import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
 
 

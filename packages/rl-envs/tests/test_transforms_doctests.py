@@ -11,16 +11,16 @@ MODULES = [
     "_action",
     "_base",
     "_compose",
-    "_dtype",
     "_env",
     "_episode",
     "_frames",
     "_image",
     "_keys",
     "_norm",
-    "_observation",
     "_recording",
     "_reward",
+    "_shape",
+    "_tensor",
 ]
 
 

@@ -831,14 +831,15 @@ def test_in_replay_buffer(name):
 @pytest.mark.parametrize(
     "name",
     [
-        "_parity_episode",
-        "_parity_misc",
-        "_parity_module",
-        "_parity_obs_delta",
-        "_parity_reward",
-        "_parity_tensor",
-        "_parity_unary",
-        "_parity_vecnorm",
+        "_episode",
+        "_image",
+        "_keys",
+        "_module",
+        "_norm",
+        "_replay",
+        "_reward",
+        "_shape",
+        "_tensor",
     ],
 )
 def test_docstring_examples(name):

@@ -624,7 +624,7 @@ def test_end_of_life_matches_torchrl(lives_env_cls):
 
 @pytest.mark.parametrize(
     "name",
-    ["_parity_action", "_parity_chunk", "_parity_control", "_parity_nstep", "_parity_replay"],
+    ["_action", "_control", "_frames", "_nstep", "_replay"],
 )
 def test_docstring_examples(name):
     module = importlib.import_module(f"rl.envs.transforms.{name}")

@@ -5,62 +5,76 @@ the actions it receives); each one updates the specs it changes. They also run o
 batches of data (``transform(td)``, ``transform.inv(td)``) and as ``nn.Module`` s.
 """
 
-from ._action import ActionDiscretizer, ActionMask
-from ._atari import EndOfLifeTransform
+from ._action import (
+    ActionDiscretizer,
+    ActionMask,
+    ActionScaling,
+    DiscreteActionProjection,
+    FlattenAction,
+)
 from ._auto_reset import AutoResetEnv, AutoResetTransform
 from ._base import Transform
 from ._compose import Compose
-from ._dtype import DeviceCastTransform, DoubleToFloat, DTypeCastTransform
-from ._env import TransformedEnv
-from ._episode import (
-    FrameSkipTransform,
-    InitTracker,
-    NoopResetEnv,
-    StepCounter,
-    TensorDictPrimer,
-)
-from ._frames import CatFrames, TimeMaxPool
-from ._image import CenterCrop, GrayScale, Resize, ToTensorImage
-from ._keys import CatTensors, ExcludeTransform, RenameTransform, SelectTransform
-from ._norm import ObservationNorm, VecNorm
-from ._observation import (
-    ClipTransform,
-    FlattenObservation,
-    SqueezeTransform,
-    UnsqueezeTransform,
-)
-from ._parity_action import ActionScaling, DiscreteActionProjection, FlattenAction
-from ._parity_chunk import MultiAction
-from ._parity_control import (
+from ._control import (
     ConditionalPolicySwitch,
     ConditionalSkip,
+    EndOfLifeTransform,
+    NoopResetEnv,
     RandomTruncationTransform,
     TerminateTransform,
 )
-from ._parity_episode import Timer, TrajCounter
-from ._parity_misc import (
-    BatchSizeTransform,
-    FiniteTensorDictCheck,
-    PinMemoryTransform,
-    RandomCropTensorDict,
+from ._env import TransformedEnv
+from ._episode import InitTracker, StepCounter, TensorDictPrimer, Timer, TrajCounter
+from ._frames import CatFrames, FrameSkipTransform, MultiAction, TimeMaxPool
+from ._image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
+from ._keys import (
+    CatTensors,
+    ExcludeTransform,
     RemoveEmptySpecs,
+    RenameTransform,
+    SelectTransform,
+    Stack,
 )
-from ._parity_module import ModuleTransform
-from ._parity_nstep import MultiStepTransform
-from ._parity_obs_delta import NextObservationDelta
-from ._parity_replay import BurnInTransform, NextStateReconstructor, PolicyAgeFilter
-from ._parity_reward import (
+from ._module import ModuleTransform
+from ._norm import ObservationNorm, RunningMeanStd, VecNorm, VecNormV2
+from ._nstep import MultiStepTransform
+from ._recording import VideoRecorder
+from ._replay import (
+    BurnInTransform,
+    NextObservationDelta,
+    NextStateReconstructor,
+    PolicyAgeFilter,
+    RandomCropTensorDict,
+)
+from ._reward import (
     BinarizeReward,
     LineariseRewards,
     Reward2GoTransform,
+    RewardClipping,
+    RewardScaling,
+    RewardSum,
     SignTransform,
     SuccessReward,
+    TargetReturn,
 )
-from ._parity_tensor import Crop, ExpandAs, PermuteTransform, Stack
-from ._parity_unary import Hash, UnaryTransform
-from ._parity_vecnorm import RunningMeanStd, VecNormV2
-from ._recording import VideoRecorder
-from ._reward import RewardClipping, RewardScaling, RewardSum, TargetReturn
+from ._shape import (
+    BatchSizeTransform,
+    ExpandAs,
+    FlattenObservation,
+    PermuteTransform,
+    SqueezeTransform,
+    UnsqueezeTransform,
+)
+from ._tensor import (
+    ClipTransform,
+    DeviceCastTransform,
+    DoubleToFloat,
+    DTypeCastTransform,
+    FiniteTensorDictCheck,
+    Hash,
+    PinMemoryTransform,
+    UnaryTransform,
+)
 
 __all__ = [
     "AutoResetEnv",

@@ -1,4 +1,4 @@
-"""Image transforms: to-tensor layout, resize, center crop, grayscale.
+"""Image transforms: to-tensor layout, resize, center crop, crop, grayscale.
 
 Images are ``[*B, C, H, W]`` after :class:`ToTensorImage` (``[*B, H, W, C]`` uint8 before).
 """
@@ -16,7 +16,8 @@ from rl.core import Bounded
 from ._base import Transform
 from ._spec_utils import NestedKey, spec_with
 
-__all__ = ["ToTensorImage", "Resize", "CenterCrop", "GrayScale"]
+__all__ = ["CenterCrop", "Crop", "GrayScale", "Resize", "ToTensorImage"]
+
 
 _PIXELS = ["pixels"]
 
@@ -291,3 +292,73 @@ class GrayScale(Transform):
 
     def _repr_args(self) -> str:
         return f"keys={self.in_keys}"
+
+
+class Crop(Transform):
+    """Crops images ``[..., H, W]`` from ``(top, left)``, as TorchRL's ``Crop``.
+
+    As in TorchRL (which calls ``torchvision.transforms.functional.crop(img, top, left,
+    w, h)``), the output has height ``w`` and width ``h``; regions outside the image are
+    zero-padded.
+
+    Args:
+        w: the first (height) extent of the crop.
+        h: the second (width) extent (default ``w``).
+        top: first row.
+        left: first column.
+        in_keys: image keys (default ``["pixels"]``).
+        out_keys: where to write (default ``in_keys``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> Crop(2, 3)(TensorDict(pixels=torch.zeros(3, 8, 8)))["pixels"].shape
+        torch.Size([3, 2, 3])
+    """
+
+    _elementwise = True
+
+    def __init__(
+        self,
+        w: int,
+        h: int | None = None,
+        top: int = 0,
+        left: int = 0,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+    ):
+        super().__init__(["pixels"] if in_keys is None else in_keys, out_keys)
+        self.w = int(w)
+        self.h = int(h) if h else self.w
+        self.top = int(top)
+        self.left = int(left)
+        if self.w < 1 or self.h < 1:
+            raise ValueError(f"Crop sizes must be positive, got w={w} and h={h}")
+
+    def _apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.ndim < 2:
+            raise ValueError(f"Crop needs an image [..., H, W], got shape {tuple(obs.shape)}")
+        H, W = obs.shape[-2:]
+        rows, cols = self.w, self.h
+        r0, c0 = self.top, self.left
+        r1, c1 = r0 + rows, c0 + cols
+        pad = (max(0, -c0), max(0, c1 - W), max(0, -r0), max(0, r1 - H))
+        out = obs[..., max(r0, 0) : min(r1, H), max(c0, 0) : min(c1, W)]
+        if any(pad):
+            out = (
+                F.pad(out, pad)
+                if out.is_floating_point()
+                else F.pad(out.float(), pad).to(obs.dtype)
+            )
+        return out
+
+    def _leaf_spec(self, spec, in_key):
+        shape = torch.Size([*spec.shape[:-2], self.w, self.h])
+        if isinstance(spec, Bounded):
+            low = self._apply_transform(spec.low.expand(spec.shape))
+            high = self._apply_transform(spec.high.expand(spec.shape))
+            return spec_with(spec, shape=shape, low=low, high=high)
+        return spec_with(spec, shape=shape)
+
+    def _repr_args(self) -> str:
+        return f"w={self.w}, h={self.h}, top={self.top}, left={self.left}, keys={self.in_keys}"

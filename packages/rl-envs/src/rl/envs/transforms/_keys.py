@@ -1,17 +1,27 @@
-"""Key-level transforms: rename, exclude, select, concatenate."""
+"""Key-level transforms: rename, exclude, select, concatenate or stack entries, and remove
+empty sub-TensorDicts.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
+from tensordict import NonTensorData, TensorDictBase, is_tensor_collection
 
-from rl.core import Bounded, Unbounded
+from rl.core import Bounded, Composite, Unbounded
 
 from ._base import Transform, _missing_key_error
-from ._spec_utils import NestedKey, leaf_keys, normalize_key, normalize_keys
+from ._spec_utils import NestedKey, leaf_keys, normalize_key, normalize_keys, tget
 
-__all__ = ["RenameTransform", "ExcludeTransform", "SelectTransform", "CatTensors"]
+__all__ = [
+    "CatTensors",
+    "ExcludeTransform",
+    "RemoveEmptySpecs",
+    "RenameTransform",
+    "SelectTransform",
+    "Stack",
+]
 
 
 class RenameTransform(Transform):
@@ -438,3 +448,263 @@ class CatTensors(Transform):
 
     def _repr_args(self) -> str:
         return f"in_keys={self.in_keys}, out_key={self.out_key!r}, dim={self.dim}"
+
+
+class Stack(Transform):
+    """Stacks several entries into one along a new dim ``dim`` (and unstacks on ``inv``).
+
+    Args:
+        in_keys: the entries to stack (same shape and dtype).
+        out_key: the stacked entry.
+        in_key_inv: the stacked entry read by ``inv`` (outer side).
+        out_keys_inv: the entries ``inv`` unstacks it into (inner side).
+        dim: the new dim, negative unless ``allow_positive_dim``.
+        allow_positive_dim: accept ``dim >= 0``.
+        del_keys: remove the stacked entries (default ``True``).
+
+    Raises:
+        ValueError: a non-negative ``dim``, only one of ``in_key_inv`` / ``out_keys_inv``, or
+            ``out_key`` among ``in_keys``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "b": torch.ones(2)}, [])
+        >>> out = Stack(in_keys=["a", "b"], out_key="ab")(td)
+        >>> out["ab"].shape, "a" in out.keys()
+        (torch.Size([2, 2]), False)
+    """
+
+    invertible = True
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey],
+        out_key: NestedKey,
+        in_key_inv: NestedKey | None = None,
+        out_keys_inv: Sequence[NestedKey] | None = None,
+        dim: int = -1,
+        allow_positive_dim: bool = False,
+        *,
+        del_keys: bool = True,
+    ):
+        if not allow_positive_dim and dim >= 0:
+            raise ValueError(
+                f"Stack dim should be negative to work with any batch size, got dim={dim}; "
+                "pass allow_positive_dim=True to use a positive dim"
+            )
+        if in_key_inv is None and out_keys_inv is not None:
+            raise ValueError("Stack got out_keys_inv but no in_key_inv")
+        if in_key_inv is not None and out_keys_inv is None:
+            raise ValueError("Stack got in_key_inv but no out_keys_inv")
+        # the inner (env) side holds the separate entries: inv reads the stack (outer)
+        super().__init__(
+            in_keys=in_keys,
+            out_keys=None,
+            in_keys_inv=None if out_keys_inv is None else out_keys_inv,
+            out_keys_inv=None if out_keys_inv is None else [in_key_inv] * len(out_keys_inv),
+        )
+        self._out_key = normalize_key(out_key)
+        if self._out_key in self.in_keys:
+            raise ValueError(f"Stack out_key {self._out_key!r} cannot be one of in_keys")
+        self._in_key_inv = None if in_key_inv is None else normalize_key(in_key_inv)
+        self._out_keys_inv_list = (
+            [] if out_keys_inv is None else [normalize_key(k) for k in out_keys_inv]
+        )
+        parents = []
+        for key in self.in_keys:
+            if isinstance(key, tuple):
+                for level in range(1, len(key)):
+                    p = key[:-level]
+                    p = p[0] if len(p) == 1 else p
+                    if p not in parents:
+                        parents.append(p)
+        self._maybe_del_parent_keys = sorted(
+            parents, key=lambda k: 1 if isinstance(k, str) else len(k), reverse=True
+        )
+        self.dim = dim
+        self._del_keys = del_keys
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        out = self.__dict__.get("_out_key")
+        return list(self._in_keys) if out is None else [out]
+
+    @out_keys.setter
+    def out_keys(self, value) -> None:
+        self._on_keys_changed()
+
+    def _on_keys_changed(self) -> None:
+        d = self.__dict__
+        if "_in_keys" not in d or "_in_keys_inv" not in d:
+            return
+        d["_io_pairs"] = []
+        d["_io_pairs_inv"] = list(zip(d["_in_keys_inv"], self.out_keys_inv))
+        self.empty_cache()
+
+    @property
+    def has_step(self) -> bool:
+        return True
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        values = []
+        for in_key in self.in_keys:
+            value = tget(next_tensordict, in_key)
+            if value is not None:
+                values.append(value)
+            elif not self.missing_tolerance:
+                raise _missing_key_error(self, in_key, next_tensordict)
+        if not values:
+            return next_tensordict
+        next_tensordict.set(self._out_key, torch.stack(values, dim=self.dim))
+        if self._del_keys:
+            next_tensordict.exclude(*self.in_keys, inplace=True)
+            for parent in self._maybe_del_parent_keys:
+                sub = next_tensordict.get(parent, None)
+                if sub is not None and len(sub.keys()) == 0:
+                    next_tensordict.exclude(parent, inplace=True)
+        return next_tensordict
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._in_key_inv is None:
+            return tensordict
+        value = tensordict.get(self._in_key_inv, None)
+        if value is None:
+            return tensordict
+        parts = torch.unbind(value, dim=self.dim)
+        if len(parts) != len(self._out_keys_inv_list):
+            raise ValueError(
+                f"Stack inv: {self._in_key_inv!r} has {len(parts)} entries along dim {self.dim}, "
+                f"expected {len(self._out_keys_inv_list)} for {self._out_keys_inv_list}"
+            )
+        for part, key in zip(parts, self._out_keys_inv_list):
+            tensordict.set(key, part)
+        return tensordict.exclude(self._in_key_inv)
+
+    @property
+    def has_inverse(self) -> bool:
+        return self._in_key_inv is not None
+
+    def _transform_spec(self, spec: Composite, keys, out_key) -> Composite:
+        present = set(spec.keys(True, True))
+        found = [k for k in keys if k in present]
+        if not found:
+            return spec
+        spec[out_key] = torch.stack([spec[k] for k in found], dim=self.dim)
+        if self._del_keys:
+            for k in found:
+                del spec[k]
+            for parent in self._maybe_del_parent_keys:
+                if parent in spec.keys(True) and len(spec[parent].keys()) == 0:
+                    del spec[parent]
+        return spec
+
+    def transform_observation_spec(self, observation_spec):
+        return self._transform_spec(observation_spec, self.in_keys, self._out_key)
+
+    def transform_reward_spec(self, reward_spec):
+        return self._transform_spec(reward_spec, self.in_keys, self._out_key)
+
+    def transform_done_spec(self, done_spec):
+        return self._transform_spec(done_spec, self.in_keys, self._out_key)
+
+    def transform_action_spec(self, action_spec):
+        if self._in_key_inv is None:
+            return action_spec
+        return self._transform_spec(action_spec, self._out_keys_inv_list, self._in_key_inv)
+
+    def transform_state_spec(self, state_spec):
+        if self._in_key_inv is None:
+            return state_spec
+        return self._transform_spec(state_spec, self._out_keys_inv_list, self._in_key_inv)
+
+    def __repr__(self) -> str:
+        return f"Stack(in_keys={self.in_keys}, out_key={self._out_key}, dim={self.dim})"
+
+
+def _depth(item) -> int:
+    key = item[0]
+    return 0 if isinstance(key, str) else len(key)
+
+
+class RemoveEmptySpecs(Transform):
+    """Removes empty sub-TensorDicts (and their empty ``Composite`` specs).
+
+    The inverse call re-creates the empty entries the inner env's input specs hold.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(1), "empty": TensorDict()}, [])
+        >>> sorted(RemoveEmptySpecs()(td).keys())
+        ['a']
+    """
+
+    def __init__(self, in_keys=None, out_keys=None, in_keys_inv=None, out_keys_inv=None):
+        super().__init__()
+        self._has_empty_input = True
+
+    @property
+    def has_step(self) -> bool:
+        return True
+
+    @staticmethod
+    def _prune(comp: Composite) -> bool:
+        found = False
+        for key, spec in sorted(comp.items(True), key=_depth, reverse=True):
+            if isinstance(spec, Composite) and spec.is_empty():
+                del comp[key]
+                found = True
+        return found
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        output_spec = output_spec.clone()
+        for name in ("full_done_spec", "full_observation_spec", "full_reward_spec"):
+            if name in output_spec.keys():
+                self._prune(output_spec[name])
+        return output_spec
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        input_spec = input_spec.clone()
+        found = False
+        for name in ("full_action_spec", "full_state_spec"):
+            if name in input_spec.keys():
+                found = self._prune(input_spec[name]) or found
+        self._has_empty_input = found
+        return input_spec
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not self._has_empty_input:
+            return tensordict
+        parent = self.parent
+        if parent is None:
+            return tensordict
+        input_spec = parent.input_spec
+        present = set(tensordict.keys(True))
+        for name in ("full_action_spec", "full_state_spec"):
+            if name not in input_spec.keys():
+                continue
+            for key, spec in sorted(input_spec[name].items(True), key=_depth):
+                if isinstance(spec, Composite) and spec.is_empty() and key not in present:
+                    tensordict.create_nested(key)
+        return tensordict
+
+    @property
+    def has_inverse(self) -> bool:
+        return self._has_empty_input
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for key, value in sorted(next_tensordict.items(True), key=_depth, reverse=True):
+            if (
+                is_tensor_collection(value)
+                and not isinstance(value, NonTensorData)
+                and value.is_empty()
+            ):
+                del next_tensordict[key]
+        return next_tensordict
+
+    def _reset(self, tensordict, tensordict_reset):
+        return self._call(tensordict_reset)
+
+    def _repr_args(self) -> str:
+        return ""

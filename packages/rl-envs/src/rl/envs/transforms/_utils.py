@@ -10,6 +10,7 @@ from ._spec_utils import NestedKey
 __all__ = [
     "carry_preset",
     "reset_mask",
+    "reset_entry_mask",
     "masked_reset",
     "sibling_key",
     "episode_starts",
@@ -30,6 +31,25 @@ def reset_mask(tensordict: TensorDictBase | None) -> torch.Tensor | None:
     if mask.ndim > nb:
         mask = mask.reshape(*mask.shape[:nb], -1).any(-1)
     return mask
+
+
+def reset_entry_mask(tensordict, reset_key: NestedKey | None) -> torch.Tensor | None:
+    """The partial-reset mask ``[*B]`` read from ``reset_key`` (None: reset everything).
+
+    ``reset_key=None`` reads the env's root ``"_reset"``. Trailing dims of the entry
+    (e.g. ``[*B, 1]``) are reduced with ``any``.
+    """
+    if reset_key is None:
+        return reset_mask(tensordict)
+    if tensordict is None:
+        return None
+    reset = tensordict.get(reset_key, None)
+    if reset is None:
+        return None
+    nb = tensordict.batch_dims
+    if reset.ndim > nb:
+        reset = reset.reshape(*reset.shape[:nb], -1).any(-1)
+    return reset
 
 
 def masked_reset(

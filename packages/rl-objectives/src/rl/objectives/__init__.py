@@ -24,14 +24,22 @@ from ._dqn import *  # noqa: E402,F403
 from ._dqn import __all__ as _all_dqn  # noqa: E402
 from ._iql import *  # noqa: E402,F403
 from ._iql import __all__ as _all_iql  # noqa: E402
+from ._next_state_value import *  # noqa: E402,F403
+from ._next_state_value import __all__ as _all_next_state_value  # noqa: E402
+from ._optim import *  # noqa: E402,F403
+from ._optim import __all__ as _all_optim  # noqa: E402
 from ._ppo import *  # noqa: E402,F403
 from ._ppo import __all__ as _all_ppo  # noqa: E402
 from ._qmixer import *  # noqa: E402,F403
 from ._qmixer import __all__ as _all_qmixer  # noqa: E402
+from ._random_modules import *  # noqa: E402,F403
+from ._random_modules import __all__ as _all_random_modules  # noqa: E402
 from ._redq import *  # noqa: E402,F403
 from ._redq import __all__ as _all_redq  # noqa: E402
 from ._reinforce import *  # noqa: E402,F403
 from ._reinforce import __all__ as _all_reinforce  # noqa: E402
+from ._rnd import *  # noqa: E402,F403
+from ._rnd import __all__ as _all_rnd  # noqa: E402
 from ._sac import *  # noqa: E402,F403
 from ._sac import __all__ as _all_sac  # noqa: E402
 from ._td3 import *  # noqa: E402,F403
@@ -63,4 +71,8 @@ __all__ = [
     *_all_a2c,
     *_all_reinforce,
     *_all_qmixer,
+    *_all_rnd,
+    *_all_optim,
+    *_all_next_state_value,
+    *_all_random_modules,
 ]

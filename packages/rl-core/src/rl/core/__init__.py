@@ -1,8 +1,10 @@
-"""rl.core: tensor specs, exploration type, seeding, the trainer, its loggers and checkpoints."""
+"""rl.core: tensor specs, exploration type, seeding, the n-step return, the trainer, its loggers
+and checkpoints."""
 
 from tensordict.utils import NestedKey
 
 from ._exploration import ExplorationType, exploration_type, set_exploration_type
+from ._n_step_return import n_step_return
 from ._object_state import load_object_state, object_state
 from ._seed import seed_everything
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
@@ -22,6 +24,7 @@ __all__ = [
     "NestedKey",
     "exploration_type",
     "load_object_state",
+    "n_step_return",
     "object_state",
     "seed_everything",
     "set_exploration_type",

@@ -7,18 +7,8 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from rl.core import n_step_return
 from rl.data.replay_buffers._utils import KeyMismatchError
-
-
-def _shift_left(x: torch.Tensor, j: int, dim: int, fill: float | bool) -> torch.Tensor:
-    """``x`` shifted ``j`` steps to the past along ``dim`` (``out[t] = x[t + j]``), padded."""
-    if j == 0:
-        return x
-    size = x.shape[dim]
-    pad_shape = list(x.shape)
-    pad_shape[dim] = min(j, size)
-    pad = torch.full(pad_shape, fill, dtype=x.dtype, device=x.device)
-    return torch.cat([x.narrow(dim, min(j, size), size - min(j, size)), pad], dim)
 
 
 class MultiStep(nn.Module):
@@ -28,8 +18,8 @@ class MultiStep(nn.Module):
     ``k_t = min(n_steps, steps until its trajectory ends (included), T - t)`` and, as
     TorchRL's ``MultiStep`` writes them:
 
-    - ``("next", "reward")``: ``sum_{j<k_t} gamma^j r_{t+j}``; the one-step reward moves to
-      ``("next", "original_reward")``;
+    - ``("next", "reward")``: ``sum_{j<k_t} gamma^j r_{t+j}`` (:func:`rl.core.n_step_return`);
+      the one-step reward moves to ``("next", "original_reward")``;
     - every other ``("next", ...)`` entry but the done flags (``done``, ``terminated``,
       ``truncated`` stay those of step ``t``) is taken from step ``t + k_t - 1``;
     - ``"steps_to_next_obs"``: ``k_t`` (int64), ``"gamma"``: ``gamma ** k_t`` and
@@ -107,19 +97,10 @@ class MultiStep(nn.Module):
         batch = out.batch_size
         T = batch[-1]
         reward = out.get(self.reward_key)
-        done = out.get(self.done_key).reshape(*batch, -1).any(-1)
-        time = torch.arange(T, device=done.device)
-        ret = torch.zeros_like(reward)
-        steps = torch.zeros(batch, dtype=torch.int64, device=done.device)
-        going = torch.ones(batch, dtype=torch.bool, device=done.device)
-        for j in range(self.n_steps):
-            valid = going & (time + j < T)
-            r_j = _shift_left(reward, j, tdim, 0.0)
-            mask = valid.reshape(*batch, *([1] * (reward.ndim - len(batch))))
-            ret = ret + (self.gamma**j) * r_j * mask
-            steps += valid
-            going = valid & ~_shift_left(done, j, tdim, True)
-        last = time + steps - 1
+        done = out.get(self.done_key).reshape(*batch, -1).any(-1, keepdim=True)
+        ret, steps = n_step_return(reward, done, self.gamma, self.n_steps)
+        steps = steps.squeeze(-1)
+        last = torch.arange(T, device=done.device) + steps - 1
 
         def pick(x: torch.Tensor) -> torch.Tensor:
             idx = last.reshape(*batch, *([1] * (x.ndim - len(batch)))).expand_as(x)

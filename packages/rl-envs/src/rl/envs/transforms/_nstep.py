@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from rl.core import n_step_return
+
 from ._base import Transform
 from ._spec_utils import NestedKey, normalize_key
 
@@ -40,8 +42,9 @@ def multi_step_returns(
     step ``t`` with ``r_t`` steps left in its trajectory (``t`` included),
     ``k_t = min(r_t, n_steps)``:
 
-    - ``("next", reward)`` becomes ``sum_{j < k_t} gamma^j reward_{t+j}``; the one-step
-      reward moves to ``("next", "original_reward")``;
+    - ``("next", reward)`` becomes ``sum_{j < k_t} gamma^j reward_{t+j}``
+      (:func:`rl.core.n_step_return`); the one-step reward moves to
+      ``("next", "original_reward")``;
     - the other ``"next"`` entries, except the done keys, are read at ``t + k_t - 1``;
     - ``"steps_to_next_obs"`` is ``k_t``, ``"gamma"`` is ``gamma ** k_t`` and
       ``"nonterminal"`` is ``k_t != 1`` (False where ``mask_key`` is False), all ``[*B, T]``.
@@ -66,19 +69,20 @@ def multi_step_returns(
             )
     data = data.clone(False)
     nb = data.ndim
-    T = shape[-1]
-    done = done.bool()
-    steps = torch.arange(T, device=done.device)
-    # index of the last step of each step's trajectory: the next done (or T - 1)
-    ends = torch.where(done, steps, torch.full_like(steps, T - 1))
-    ends = ends.flip(-1).cummin(-1).values.flip(-1)
-    k = (ends - steps + 1).clamp_max(n_steps)  # [*B, T], in [1, n_steps]
-    time_to_obs = k - 1
-
     next_td = data.get("next")
+    flags = done.unsqueeze(-1)
+    returns, steps = {}, None
+    for key in reward_keys:
+        returns[key], steps = n_step_return(next_td.get(key), flags, gamma, n_steps)
+    if steps is None:  # no reward to sum, only the look-ahead of each step
+        _, steps = n_step_return(
+            torch.zeros(flags.shape, device=flags.device), flags, gamma, n_steps
+        )
+    time_to_obs = steps.squeeze(-1) - 1  # [*B, T]
+
     reward_set = {normalize_key(key) for key in reward_keys}
     excluded = reward_set | {normalize_key(key) for key in done_keys}
-    gather_idx = steps + time_to_obs
+    gather_idx = torch.arange(shape[-1], device=done.device) + time_to_obs
     gathered = {}
     for key in next_td.keys(True, True):
         if key in excluded:
@@ -87,23 +91,8 @@ def multi_step_returns(
         idx = _along_time(gather_idx, value.ndim).expand(*shape, *value.shape[nb:])
         gathered[key] = torch.gather(value, nb - 1, idx)
 
-    summed = []
-    for key in reward_keys:
-        reward = next_td.get(key)
-        total = torch.zeros_like(reward)
-        for j in range(n_steps):
-            if j >= T:
-                break
-            shifted = torch.cat(
-                [reward.narrow(nb - 1, j, T - j), torch.zeros_like(reward.narrow(nb - 1, 0, j))],
-                nb - 1,
-            )
-            keep = _along_time(j < k, reward.ndim)
-            total = total + torch.where(keep, shifted * (gamma**j), torch.zeros_like(shifted))
-        summed.append((key, total))
-
     data.set("steps_to_next_obs", time_to_obs + 1)
-    for key, total in summed:
+    for key, total in returns.items():
         next_td.rename_key_(key, "original_reward")
         next_td.set(key, total)
     for key, value in gathered.items():

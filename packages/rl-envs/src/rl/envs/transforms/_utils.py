@@ -20,11 +20,15 @@ __all__ = [
 ]
 
 
-def reset_mask(tensordict: TensorDictBase | None) -> torch.Tensor | None:
-    """The ``"_reset"`` mask of a reset input, reduced to the batch dims ``[*B]`` (or None)."""
+def reset_mask(
+    tensordict: TensorDictBase | None, reset_key: NestedKey = "_reset"
+) -> torch.Tensor | None:
+    """The partial-reset mask of a reset input (``reset_key``, default the env's root
+    ``"_reset"``), with trailing dims (e.g. ``[*B, 1]``) reduced with ``any`` to the batch
+    dims ``[*B]``; None where there is none."""
     if tensordict is None:
         return None
-    mask = tensordict.get("_reset", None)
+    mask = tensordict.get(reset_key, None)
     if mask is None:
         return None
     nb = tensordict.batch_dims
@@ -34,22 +38,8 @@ def reset_mask(tensordict: TensorDictBase | None) -> torch.Tensor | None:
 
 
 def reset_entry_mask(tensordict, reset_key: NestedKey | None) -> torch.Tensor | None:
-    """The partial-reset mask ``[*B]`` read from ``reset_key`` (None: reset everything).
-
-    ``reset_key=None`` reads the env's root ``"_reset"``. Trailing dims of the entry
-    (e.g. ``[*B, 1]``) are reduced with ``any``.
-    """
-    if reset_key is None:
-        return reset_mask(tensordict)
-    if tensordict is None:
-        return None
-    reset = tensordict.get(reset_key, None)
-    if reset is None:
-        return None
-    nb = tensordict.batch_dims
-    if reset.ndim > nb:
-        reset = reset.reshape(*reset.shape[:nb], -1).any(-1)
-    return reset
+    """The partial-reset mask ``[*B]`` read from ``reset_key`` (None: the env's ``"_reset"``)."""
+    return reset_mask(tensordict, "_reset" if reset_key is None else reset_key)
 
 
 def masked_reset(

@@ -10,8 +10,6 @@ from ._a2c import *  # noqa: E402,F403
 from ._a2c import __all__ as _all_a2c  # noqa: E402
 from ._bc import *  # noqa: E402,F403
 from ._bc import __all__ as _all_bc  # noqa: E402
-from ._common import *  # noqa: E402,F403
-from ._common import __all__ as _all_common  # noqa: E402
 from ._cql import *  # noqa: E402,F403
 from ._cql import __all__ as _all_cql  # noqa: E402
 from ._cql_discrete import *  # noqa: E402,F403
@@ -24,6 +22,8 @@ from ._dqn import *  # noqa: E402,F403
 from ._dqn import __all__ as _all_dqn  # noqa: E402
 from ._iql import *  # noqa: E402,F403
 from ._iql import __all__ as _all_iql  # noqa: E402
+from ._loss import *  # noqa: E402,F403
+from ._loss import __all__ as _all_loss  # noqa: E402
 from ._next_state_value import *  # noqa: E402,F403
 from ._next_state_value import __all__ as _all_next_state_value  # noqa: E402
 from ._optim import *  # noqa: E402,F403
@@ -53,7 +53,7 @@ from ._utils import __all__ as _all_utils  # noqa: E402
 
 __all__ = [
     "__version__",
-    *_all_common,
+    *_all_loss,
     *_all_utils,
     *_all_dqn,
     *_all_ddpg,

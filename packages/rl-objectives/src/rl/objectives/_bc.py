@@ -13,8 +13,8 @@ from tensordict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDict
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._common import LossModule
 from ._dqn import _check_reduction
+from ._loss import LossModule
 
 __all__ = ["BCLoss"]
 

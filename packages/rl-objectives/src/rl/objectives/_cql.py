@@ -17,9 +17,9 @@ from torch import nn
 
 from rl.core import Composite, TensorSpec
 
-from ._common import LossModule
 from ._dqn import _check_reduction, _reduce
 from ._iql import _check_loss_function, _ensemble_values, _next_keys, _sample_and_log_prob
+from ._loss import LossModule
 from ._utils import distance_loss
 
 __all__ = ["CQLLoss"]

@@ -12,9 +12,9 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._common import LossModule
 from ._dqn import _check_reduction, _find_action_space, _reduce, _resolve_space, _select
 from ._iql import _check_loss_function, _next_keys
+from ._loss import LossModule
 from ._utils import distance_loss
 
 __all__ = ["DiscreteCQLLoss"]

@@ -13,9 +13,9 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._common import LossModule
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
+from ._loss import LossModule
 from ._sac import _action_numel, _rsample_log_prob, _TemperatureMixin
 from ._utils import _network_dist, _network_output, distance_loss
 

@@ -10,8 +10,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._common import LossModule
 from ._dqn import _check_reduction, _reduce
+from ._loss import LossModule
 from ._utils import _network_output, distance_loss
 
 __all__ = ["DDPGLoss"]

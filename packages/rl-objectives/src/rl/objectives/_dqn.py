@@ -12,7 +12,7 @@ from torch import nn
 
 from rl.core import Categorical, Composite, OneHot, TensorSpec
 
-from ._common import LossModule
+from ._loss import LossModule
 from ._utils import _network_output, distance_loss
 
 __all__ = ["DQNLoss", "DistributionalDQNLoss"]

@@ -20,7 +20,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
-from ._common import LossModule
+from ._loss import LossModule
 from ._utils import _network_dist, _network_output, distance_loss
 
 __all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]

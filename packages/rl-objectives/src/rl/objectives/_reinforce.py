@@ -11,7 +11,7 @@ from tensordict.nn import ProbabilisticTensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._common import LossModule
+from ._loss import LossModule
 from ._ppo import _CRITIC_LOSSES, _REDUCTIONS, _check_choice, _reduce
 from ._utils import _network_dist, distance_loss
 

@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._common import LossModule
+from ._loss import LossModule
 
 __all__ = ["RNDLoss"]
 

@@ -14,9 +14,9 @@ from torch import nn
 
 from rl.core import Composite, TensorSpec
 
-from ._common import LossModule
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _find_action_space, _reduce, _select
+from ._loss import LossModule
 from ._td3 import _run_ensemble
 from ._utils import _network_dist, _network_output, distance_loss
 

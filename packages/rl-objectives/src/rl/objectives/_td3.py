@@ -12,9 +12,9 @@ from torch import nn
 
 from rl.core import Bounded, Composite, TensorSpec
 
-from ._common import LossModule
 from ._ddpg import _next_keys
 from ._dqn import _check_reduction, _reduce
+from ._loss import LossModule
 from ._utils import _network_output, distance_loss
 
 __all__ = ["TD3Loss"]

@@ -13,10 +13,10 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._common import LossModule
 from ._cql import _EntropyTemperature
 from ._dqn import _check_reduction, _reduce
 from ._iql import _ensemble_values, _next_keys, _sample_and_log_prob
+from ._loss import LossModule
 
 __all__ = ["TQCLoss"]
 

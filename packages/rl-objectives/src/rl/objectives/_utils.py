@@ -12,7 +12,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
 from torch import nn
 
-from ._common import LossModule
+from ._loss import LossModule
 from .value import ValueEstimators
 
 __all__ = [

@@ -51,6 +51,18 @@ class TestBounded:
         # project casts to the spec dtype
         assert spec.project(torch.tensor([1], dtype=torch.int64)).dtype == torch.float32
 
+    def test_bool_rand_within_bounds(self):
+        # bool boxes: low=-1 and high=1 both cast to True, so every draw is True
+        spec = Bounded(-torch.ones(10), torch.ones(()), dtype=torch.bool)
+        assert spec.rand().tolist() == [True] * 10
+        assert spec.expand(5, 10).rand().shape == (5, 10)
+        free = Bounded(False, True, shape=(2000,), dtype=torch.bool).rand()
+        assert free.dtype == torch.bool and 0 < int(free.sum()) < 2000
+        low = torch.tensor([True, False, False])
+        high = torch.tensor([True, True, False])
+        draws = Bounded(low, high, dtype=torch.bool).rand((200,))
+        assert draws[:, 0].all() and not draws[:, 2].any() and draws[:, 1].any()
+
     def test_project_integer_rounds(self):
         spec = Bounded(0, 3, shape=(3,), dtype=torch.int32)
         assert spec.project(torch.tensor([-1.2, 1.6, 9.0])).tolist() == [0, 2, 3]

@@ -3,7 +3,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
+from rl.core import Bounded, Categorical, Composite, NonTensor, OneHot, Unbounded
 
 
 def make(batch=()):
@@ -162,6 +162,23 @@ class TestCompositeShapes:
             match=r"cannot set Composite shape to \(5,\): entry 'observation' has shape \(4, 3\)",
         ):
             spec.shape = (5,)
+
+    def test_entry_with_fewer_batch_dims_takes_ours(self):
+        # as TorchRL: a Composite (or NonTensor) entry whose shape is a prefix of the batch
+        # shape is set as a copy with the Composite's batch dims
+        inner = Composite(obs=Unbounded(shape=(2, 3, 4)), shape=(2,))
+        spec = Composite(shape=(2, 3))
+        spec["inner"] = inner
+        assert spec["inner"].shape == (2, 3) and inner.shape == (2,)
+        assert spec["inner", "obs"].shape == (2, 3, 4)
+        nested = Composite(a=Composite(b=Composite(c=Unbounded(shape=(2, 3)))), shape=(2, 3))
+        assert nested["a"].shape == (2, 3) and nested["a", "b"].shape == (2, 3)
+        spec["text"] = NonTensor(example_data="hi")
+        assert spec["text"].shape == (2, 3)
+        with pytest.raises(ValueError, match=r"key 'leaf' has shape \(2,\), expected it to start"):
+            spec["leaf"] = Unbounded(shape=(2,))
+        with pytest.raises(ValueError, match=r"cannot set Composite shape to \(2, 3\): entry"):
+            spec["bad"] = Composite(x=Unbounded(shape=(2, 5)), shape=(2,))
 
     def test_clone_to_eq(self):
         spec = make((2,))

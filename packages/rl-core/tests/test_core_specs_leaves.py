@@ -47,6 +47,8 @@ class TestLeafContract:
         spec = make_leaf(batch)
         x = spec.rand()
         torch.testing.assert_close(spec.project(x), x)
+        # _project is the mapping project applies (TorchRL's hook): the identity on the spec
+        torch.testing.assert_close(spec._project(x), x)
 
     def test_encode_to_numpy_round_trip(self, make_leaf, batch):
         spec = make_leaf(batch)

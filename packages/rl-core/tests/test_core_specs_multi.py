@@ -82,6 +82,25 @@ class TestMultiCategorical:
         assert MultiCategorical([2, 3]) == MultiCategorical([2, 3])
         assert MultiCategorical([2, 3]) != MultiCategorical([2, 4])
 
+    @pytest.mark.parametrize("nvec", [5, [5]])
+    def test_remove_singleton(self, nvec):
+        # TorchRL: a spec of shape (1,) draws values without that dim, and accepts and
+        # projects values with or without it
+        spec = MultiCategorical(nvec)
+        assert spec.shape == (1,) and spec.zero().shape == (1,)
+        assert spec.rand().shape == () and spec.rand((3,)).shape == (3,)
+        assert spec.is_in(torch.tensor(4)) and spec.is_in(torch.tensor([4]))
+        assert spec.is_in(torch.tensor([0, 3, 4])) and not spec.is_in(torch.tensor([0, 5]))
+        assert spec.project(torch.tensor(9)).tolist() == 4
+        assert spec.project(torch.tensor([7.0, 2.0, -1.0])).tolist() == [4, 2, 0]
+        assert spec.project(torch.tensor([7])).tolist() == [4]
+        kept = MultiCategorical(nvec, remove_singleton=False)
+        assert kept.rand().shape == (1,) and kept.rand((3,)).shape == (3, 1)
+        assert not kept.is_in(torch.tensor(4))
+        # only the (1,) shape: batched or longer specs keep every dim
+        assert MultiCategorical([5], shape=(4, 1)).rand().shape == (4, 1)
+        assert MultiCategorical([5, 2]).rand().shape == (2,)
+
 
 def test_multi_conversions():
     spec = MultiCategorical([2, 3], shape=(4, 2))

@@ -241,7 +241,15 @@ class TensorSpec(abc.ABC):
             raise SpecMismatchError(f"value {why}, so it is not in {self!r}")
 
     def project(self, value: torch.Tensor) -> torch.Tensor:
-        """The closest value in the spec (clamped, rounded, re-encoded)."""
+        """The closest value in the spec (clamped, rounded, re-encoded).
+
+        A value already in the spec comes back with the same values (TorchRL returns it
+        unchanged). Each spec defines the mapping in :meth:`_project`.
+        """
+        return self._project(value)
+
+    def _project(self, value: torch.Tensor) -> torch.Tensor:
+        """Maps ``value`` into the spec; the identity on values already in it (TorchRL's hook)."""
         if value.dtype != self.dtype:
             value = value.to(self.dtype)
         return value
@@ -559,6 +567,10 @@ class TensorSpec(abc.ABC):
 
 class _NestedSpec(TensorSpec):
     """Marker base of the specs holding named entries (:class:`Composite`, stacked form)."""
+
+    def _project(self, value: Any) -> Any:
+        """A projected shallow copy of ``value`` (:meth:`project` writes into ``value``)."""
+        return self.project(value.copy())
 
     @abc.abstractmethod
     def _iter_keys(self, include_nested: bool, leaves_only: bool):

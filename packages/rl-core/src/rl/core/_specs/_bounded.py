@@ -175,7 +175,9 @@ class Bounded(TensorSpec):
                 return r.mul_(high - low).add_(low)
             return self._rand_infinite(r)
         if self.dtype == torch.bool:
-            return torch.randint(0, 2, full, device=self.device, dtype=torch.bool).clamp(low, high)
+            # clamp has no bool kernel; for bools low <= high makes (r | low) & high the clamp
+            bits = torch.randint(0, 2, full, device=self.device, dtype=torch.bool)
+            return bits.logical_or_(low).logical_and_(high)
         r = torch.rand(full, dtype=torch.float64, device=self.device)
         span = high.double() - low.double() + 1
         out = (r * span).floor_().add_(low.double())
@@ -195,7 +197,7 @@ class Bounded(TensorSpec):
             return None
         return f"has values outside [low, high] (min {value.min().item()!r}, max {value.max().item()!r})"
 
-    def project(self, value: torch.Tensor) -> torch.Tensor:
+    def _project(self, value: torch.Tensor) -> torch.Tensor:
         if value.dtype != self.dtype:
             if not self._float and value.is_floating_point():
                 value = value.round()

@@ -126,7 +126,7 @@ class Choice(TensorSpec):
             return None
         return f"is in none of the {len(self._choices)} choices"
 
-    def project(self, value: Any) -> Any:
+    def _project(self, value: Any) -> Any:
         """``value`` when a choice holds it; otherwise there is no single closest choice.
 
         Raises:

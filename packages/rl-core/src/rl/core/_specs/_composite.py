@@ -22,6 +22,7 @@ from ._dynamic import _indexed_shape
 from ._keys import _NO_DEFAULT, _CompositeKeys, _expand_ellipsis, _is_key, _key_out, _unravel
 from ._lock import _Lockable
 from ._names import _Named
+from ._nontensor import NonTensor
 
 __all__ = ["Composite", "NestedKey"]
 
@@ -278,6 +279,11 @@ class Composite(_Lockable, _Named, _CompositeValues, _NestedSpec):
                     f"Composite entry {key!r} must be a spec (or None), got {type(value).__name__}"
                 )
             n = len(self.shape)
+            if value.shape[:n] != self.shape and self._takes_batch_shape(value):
+                # as TorchRL: a Composite (or NonTensor) whose batch dims are a prefix of
+                # ours is given our batch dims (a copy: the caller's spec is left as it was)
+                value = value.clone()
+                value.shape = self.shape
             if value.shape[:n] != self.shape:
                 raise ValueError(
                     f"spec for key {key!r} has shape {tuple(value.shape)}, expected it to start "
@@ -286,6 +292,18 @@ class Composite(_Lockable, _Named, _CompositeValues, _NestedSpec):
             if self.device is not None and value.device != self.device:
                 value = value.to(self.device)
         self._specs[key] = value
+
+    def _takes_batch_shape(self, value: TensorSpec) -> bool:
+        """Whether ``value`` can be given this Composite's batch dims when set as an entry.
+
+        Composites and NonTensor specs whose shape is a strict prefix of ours can (their
+        shape is only batch dims); other leaves cannot (their trailing dims are data).
+        """
+        return (
+            isinstance(value, Composite | NonTensor)
+            and value.ndim < self.ndim
+            and self.shape[: value.ndim] == value.shape
+        )
 
     def set(self, key: NestedKey, value: TensorSpec | None) -> Composite:
         """Sets ``key`` (like ``spec[key] = value``) and returns the Composite."""

@@ -213,7 +213,7 @@ class Categorical(_MaskedDiscrete):
             return "has values the mask does not allow"
         return None
 
-    def project(self, value: torch.Tensor) -> torch.Tensor:
+    def _project(self, value: torch.Tensor) -> torch.Tensor:
         if value.dtype != self.dtype:
             if value.is_floating_point():
                 value = value.round()
@@ -363,7 +363,7 @@ class OneHot(_MaskedDiscrete):
         out = torch.zeros((*idx.shape, self.n), dtype=self.dtype, device=idx.device)
         return out.scatter_(-1, idx.unsqueeze(-1), 1)
 
-    def project(self, value: torch.Tensor) -> torch.Tensor:
+    def _project(self, value: torch.Tensor) -> torch.Tensor:
         scores = value.to(torch.float32)
         if self.mask is not None:
             scores = scores.masked_fill(~self.mask, float("-inf"))
@@ -506,7 +506,7 @@ class Binary(TensorSpec):
             return "has values other than 0 and 1"
         return None
 
-    def project(self, value: torch.Tensor) -> torch.Tensor:
+    def _project(self, value: torch.Tensor) -> torch.Tensor:
         if value.dtype == self.dtype == torch.bool:
             return value
         if value.is_floating_point():

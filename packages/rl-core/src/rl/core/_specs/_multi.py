@@ -127,7 +127,7 @@ class MultiOneHot(_MaskedDiscrete):
     def _indices(self, value: torch.Tensor) -> torch.Tensor:
         return torch.stack([p.argmax(-1) for p in self._segments(value)], -1)
 
-    def project(self, value: torch.Tensor) -> torch.Tensor:
+    def _project(self, value: torch.Tensor) -> torch.Tensor:
         scores = value.to(torch.float32)
         if self.mask is not None:
             scores = scores.masked_fill(~self.mask, float("-inf"))
@@ -214,7 +214,9 @@ class MultiCategorical(_MaskedDiscrete):
         dtype: the values' dtype (``torch.int64`` by default).
         mask: optional boolean tensor of the allowed values, broadcastable to
             ``(*batch, sum(nvec))`` (one-dimensional ``nvec`` only).
-        remove_singleton: accepted for compatibility with TorchRL, unused.
+        remove_singleton: for a spec of shape ``(1,)`` (one entry, no batch), ``rand``
+            drops that dim (a value of shape ``(*shape,)``) and ``is_in``/``project``
+            accept values without it, as TorchRL (default ``True``).
 
     Examples:
         >>> import torch
@@ -278,6 +280,14 @@ class MultiCategorical(_MaskedDiscrete):
     def _mask_segments(self) -> tuple[torch.Tensor, ...]:
         return self.mask.split(self._nvec_list, dim=-1)
 
+    def _singleton_removed(self, value: torch.Tensor) -> bool:
+        """Whether ``value`` lacks the single entry dim that ``remove_singleton`` drops."""
+        return (
+            self.remove_singleton
+            and self.shape == (1,)
+            and (value.ndim == 0 or value.shape[-1] != 1)
+        )
+
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
             shape = ()
@@ -285,17 +295,26 @@ class MultiCategorical(_MaskedDiscrete):
         if self.mask is None:
             r = torch.rand(full, device=self.device, dtype=torch.float64)
             out = (r * self.nvec).floor_().long()
-            return torch.minimum(out, self.nvec - 1).to(self.dtype)
-        parts = [
-            _sample_index(self, shape, self.shape[:-1], k, m)
-            for k, m in zip(self._nvec_list, self._mask_segments())
-        ]
-        return torch.stack(parts, -1).to(self.dtype)
+            out = torch.minimum(out, self.nvec - 1).to(self.dtype)
+        else:
+            parts = [
+                _sample_index(self, shape, self.shape[:-1], k, m)
+                for k, m in zip(self._nvec_list, self._mask_segments())
+            ]
+            out = torch.stack(parts, -1).to(self.dtype)
+        if self.remove_singleton and self.shape == (1,):
+            out = out.squeeze(-1)
+        return out
 
     def _allowed(self, value: torch.Tensor) -> torch.Tensor:
         offsets = torch.as_tensor(np.cumsum([0, *self._nvec_list[:-1]]), device=value.device)
         mask = self.mask.expand(*value.shape[:-1], self.n)
         return mask.gather(-1, value.long() + offsets)
+
+    def _mismatch(self, value: Any) -> str | None:
+        if isinstance(value, torch.Tensor) and self._singleton_removed(value):
+            value = value.unsqueeze(-1)
+        return super()._mismatch(value)
 
     def _values_mismatch(self, value: torch.Tensor) -> str | None:
         if not bool(((value >= 0) & (value < self.nvec)).all()):
@@ -304,14 +323,18 @@ class MultiCategorical(_MaskedDiscrete):
             return "has values the mask does not allow"
         return None
 
-    def project(self, value: torch.Tensor) -> torch.Tensor:
+    def _project(self, value: torch.Tensor) -> torch.Tensor:
+        squeezed = self._singleton_removed(value)
+        if squeezed:
+            value = value.unsqueeze(-1)
         if value.is_floating_point():
             value = value.round()
         value = torch.minimum(value.long().clamp_min(0), self.nvec - 1)
         if self.mask is not None:
             first = torch.stack([m.to(torch.uint8).argmax(-1) for m in self._mask_segments()], -1)
             value = torch.where(self._allowed(value), value, first)
-        return value.to(self.dtype)
+        value = value.to(self.dtype)
+        return value.squeeze(-1) if squeezed else value
 
     def cardinality(self) -> int:
         """``prod(nvec)``, the number of combinations (masks are ignored, as in TorchRL)."""

@@ -102,7 +102,7 @@ class NonTensor(TensorSpec):
             return f"is a tensor of shape {tuple(value.shape)}, expected non-tensor data"
         return None
 
-    def project(self, value: Any) -> Any:
+    def _project(self, value: Any) -> Any:
         return value
 
     def encode(self, value: Any, *, ignore_device: bool = False) -> NonTensorData:

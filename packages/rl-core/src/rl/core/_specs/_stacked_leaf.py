@@ -143,7 +143,7 @@ class Stacked(TensorSpec):
                 return f"has a member {i} that {why}"
         return None
 
-    def project(self, value: Any) -> torch.Tensor:
+    def _project(self, value: Any) -> torch.Tensor:
         """Each member's slice projected onto its spec, stacked back."""
         parts = self._parts(value)
         if isinstance(parts, str):

@@ -268,7 +268,7 @@ class TestSharedAndFastPath:
         )
 
     def test_fast_path_matches_tensordict_call(self):
-        from rl.objectives._utils import _network_output
+        from rl.objectives._networks import _network_output
 
         net = _net()
         td = _data()

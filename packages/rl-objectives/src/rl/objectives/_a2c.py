@@ -10,13 +10,13 @@ from tensordict.nn import ProbabilisticTensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._ppo import PPOLoss, _reduce
-from ._utils import _network_dist
+from ._actor_critic import _ActorCriticLoss, _reduce_samples
+from ._networks import _network_dist
 
 __all__ = ["A2CLoss"]
 
 
-class A2CLoss(PPOLoss):
+class A2CLoss(_ActorCriticLoss):
     """Advantage actor-critic: ``-log pi(a|s) * A``, plus critic and entropy terms.
 
     The advantage is read from ``tensor_keys.advantage`` or computed by the value
@@ -108,12 +108,6 @@ class A2CLoss(PPOLoss):
             clip_value=clip_value,
         )
 
-    def _extra_out_keys(self) -> list[str]:
-        return []
-
-    def _required_key_names(self) -> tuple[str, ...]:
-        return ("action",)
-
     def set_keys(self, **kwargs) -> None:
         kwargs.pop("sample_log_prob", None)  # A2C does not read it
         super().set_keys(**kwargs)
@@ -129,5 +123,5 @@ class A2CLoss(PPOLoss):
         log_prob = dist.log_prob(action)
         if log_prob.shape == advantage.shape[:-1]:
             log_prob = log_prob.unsqueeze(-1)
-        out = {"loss_objective": _reduce(-(log_prob * advantage), self.reduction)}
+        out = {"loss_objective": _reduce_samples(-(log_prob * advantage), self.reduction)}
         return self._finish(tensordict, dist, out)

@@ -13,8 +13,8 @@ from tensordict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDict
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._dqn import _check_reduction
 from ._loss import LossModule
+from ._reduction import _check_reduction, _reduce
 
 __all__ = ["BCLoss"]
 
@@ -164,8 +164,4 @@ class BCLoss(LossModule):
                     )
                 keep = keep.reshape(*keep.shape, *([1] * (loss.ndim - keep.ndim)))
                 loss = loss[keep.expand_as(loss)]
-        if self.reduction == "mean":
-            loss = loss.mean()
-        elif self.reduction == "sum":
-            loss = loss.sum()
-        return TensorDict(loss_bc=loss)
+        return TensorDict(loss_bc=_reduce(loss, self.reduction))

@@ -15,86 +15,16 @@ from tensordict.nn.probabilistic import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rl.core import Composite, TensorSpec
+from rl.core import TensorSpec
 
-from ._dqn import _check_reduction, _reduce
-from ._iql import _check_loss_function, _ensemble_values, _next_keys, _sample_and_log_prob
+from ._actions import _action_leaf, _rsample_log_prob
 from ._loss import LossModule
-from ._utils import distance_loss
+from ._networks import _ensemble_output, _network_dist, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._temperature import _EntropyTemperature
+from .value import ValueEstimators
 
 __all__ = ["CQLLoss"]
-
-
-class _EntropyTemperature:
-    """The learned entropy temperature of the soft actor-critic family (CQL, TQC).
-
-    ``log_alpha`` is a parameter of the loss (a buffer with ``fixed_alpha=True``),
-    clamped to ``[log(min_alpha), log(max_alpha)]``; ``target_entropy="auto"`` is minus
-    the number of action dimensions, read from ``action_spec`` or the actor's spec.
-    """
-
-    def _init_temperature(
-        self,
-        alpha_init: float,
-        min_alpha: float | None,
-        max_alpha: float | None,
-        fixed_alpha: bool,
-        target_entropy,
-        action_spec,
-    ) -> None:
-        if bool(min_alpha) ^ bool(max_alpha):
-            min_alpha = min_alpha if min_alpha else 0.0
-            if max_alpha == 0:
-                raise ValueError("max_alpha must be either None or greater than 0.")
-            max_alpha = max_alpha if max_alpha else 1e9
-        self.register_buffer("alpha_init", torch.tensor(float(alpha_init)))
-        self.min_log_alpha = math.log(min_alpha) if min_alpha else None
-        self.max_log_alpha = math.log(max_alpha) if max_alpha else None
-        self.fixed_alpha = fixed_alpha
-        log_alpha = torch.tensor(math.log(alpha_init))
-        if fixed_alpha:
-            self.register_buffer("log_alpha", log_alpha)
-        else:
-            self.log_alpha = nn.Parameter(log_alpha)
-        self._target_entropy = target_entropy
-        self._action_spec = action_spec
-
-    @property
-    def target_entropy(self) -> float:
-        """The entropy the temperature steers the policy towards."""
-        if self._target_entropy != "auto":
-            return float(self._target_entropy)
-        spec = self._action_spec
-        if spec is None:
-            spec = getattr(self.actor_network, "spec", None)
-        key = self.tensor_keys.action
-        shape = None
-        if isinstance(spec, Composite):
-            leaf = spec.get(key, None) if key in spec.keys(True, True) else None
-            if leaf is not None:
-                container = spec.shape
-                if isinstance(key, tuple) and len(key) > 1:
-                    container = spec[key[:-1]].shape
-                shape = leaf.shape[len(container) :]
-        elif spec is not None:
-            shape = spec.shape
-        if shape is None:
-            raise RuntimeError(
-                f"{type(self).__name__} cannot infer the action dimension for "
-                f"target_entropy='auto' (no spec for {key!r}): pass target_entropy=... or "
-                "action_spec=..., or give the actor a spec"
-            )
-        self._target_entropy = -float(math.prod(shape))
-        return self._target_entropy
-
-    @property
-    def _alpha(self) -> torch.Tensor:
-        if self.min_log_alpha is not None or self.max_log_alpha is not None:
-            self.log_alpha.data.clamp_(self.min_log_alpha, self.max_log_alpha)
-        return self.log_alpha.detach().exp()
-
-    def _alpha_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
-        return -self.log_alpha * (log_prob.detach() + self.target_entropy)
 
 
 def _repeat(td: TensorDictBase, keys, n: int) -> TensorDictBase:
@@ -239,6 +169,12 @@ class CQLLoss(_EntropyTemperature, LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
+    _target_entropy_hint = "pass target_entropy=... or action_spec=..., or give the actor a spec"
 
     def __init__(
         self,
@@ -291,8 +227,14 @@ class CQLLoss(_EntropyTemperature, LossModule):
             create_target_params=delay_qvalue,
             compare_against=list(actor_network.parameters()),
         )
+        self._action_spec = action_spec
         self._init_temperature(
-            alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, action_spec
+            alpha_init,
+            min_alpha,
+            max_alpha,
+            fixed_alpha,
+            target_entropy,
+            self._action_entropy_target(action_spec, actor_network),
         )
         if with_lagrange:
             self.target_action_gap = lagrange_thresh
@@ -321,18 +263,6 @@ class CQLLoss(_EntropyTemperature, LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
     # ---------------------------------------------------------------- pieces
     def _policy(self, kind: str = "online") -> nn.Module:
         if kind == "target":
@@ -344,14 +274,12 @@ class CQLLoss(_EntropyTemperature, LossModule):
     def _sample(self, tensordict: TensorDictBase, kind: str = "online"):
         """``(action, log_prob)`` drawn from the actor (reparameterized)."""
         with set_interaction_type(InteractionType.RANDOM):
-            dist = self._policy(kind).get_dist(tensordict.copy())
-            return _sample_and_log_prob(dist)
+            return _rsample_log_prob(_network_dist(self._policy(kind), tensordict))
 
     def _q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         """``Q_i(s, a)`` of both critics, ``[2, *B, 1]``."""
-        return _ensemble_values(
-            self, "qvalue_network", tensordict, self.tensor_keys.state_action_value, kind
-        )
+        members = self._ensemble("qvalue_network", kind)
+        return _ensemble_output(members, tensordict, self.tensor_keys.state_action_value)
 
     def _policy_actions(self, tensordict: TensorDictBase, kind: str):
         """``num_random`` actions per state: ``(td [*B[:-1], B*n], log_prob [*B[:-1], B*n])``."""
@@ -458,9 +386,7 @@ class CQLLoss(_EntropyTemperature, LossModule):
         explicit = spec is not None
         if spec is None:
             spec = getattr(self.actor_network, "spec", None)
-        if isinstance(spec, Composite):
-            key = self.tensor_keys.action
-            spec = spec.get(key, None) if key in spec.keys(True, True) else None
+        spec, _ = _action_leaf(spec, self.tensor_keys.action)
         space = getattr(spec, "space", None)
         low, high = getattr(space, "low", None), getattr(space, "high", None)
         if not (isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor)):
@@ -499,8 +425,8 @@ class CQLLoss(_EntropyTemperature, LossModule):
     def actor_bc_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a|s) - log pi(a_data|s)``; returns ``(loss, metadata)``."""
         with set_interaction_type(InteractionType.RANDOM):
-            dist = self.actor_network.get_dist(tensordict.copy())
-            _, log_prob = _sample_and_log_prob(dist)
+            dist = _network_dist(self.actor_network, tensordict)
+            _, log_prob = _rsample_log_prob(dist)
         bc_log_prob = dist.log_prob(self._get(tensordict, "action"))
         loss = self._alpha * log_prob - bc_log_prob
         return _reduce(loss, self.reduction, None), {"bc_log_prob": bc_log_prob.mean().detach()}

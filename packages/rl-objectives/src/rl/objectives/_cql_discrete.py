@@ -12,10 +12,11 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._dqn import _check_reduction, _find_action_space, _reduce, _resolve_space, _select
-from ._iql import _check_loss_function, _next_keys
+from ._actions import _find_action_space, _resolve_space, _select
 from ._loss import LossModule
-from ._utils import distance_loss
+from ._networks import _network_output, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from .value import ValueEstimators
 
 __all__ = ["DiscreteCQLLoss"]
 
@@ -90,6 +91,11 @@ class DiscreteCQLLoss(LossModule):
         pred_val: NestedKey = "pred_val"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
 
     def __init__(
         self,
@@ -122,32 +128,19 @@ class DiscreteCQLLoss(LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value_target=tk.value_target,
-                value=tk.value,
-                reward=tk.reward,
-                done=tk.done,
-                terminated=tk.terminated,
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
     def value_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """The DQN regression; writes ``td_error`` and ``pred_val`` into the input."""
         action = self._get(tensordict, "action")
-        pred_val = self.value_network(tensordict.copy()).get(self.tensor_keys.action_value)
+        pred_val = _network_output(self.value_network, tensordict, self.tensor_keys.action_value)
         space = _resolve_space(self.action_space, action, pred_val)
         pred = _select(pred_val, action, space)
         with torch.no_grad():
-            next_td = tensordict.get("next").copy()
-            next_values = self._target_network("value_network")(next_td)
-            next_value = next_values.get(self.tensor_keys.action_value).max(-1, keepdim=True)
+            next_values = _network_output(
+                self._target_network("value_network"),
+                tensordict.get("next"),
+                self.tensor_keys.action_value,
+            )
+            next_value = next_values.max(-1, keepdim=True)
             target = self._value_target(tensordict, next_value.values).squeeze(-1)
         td_error = (pred.detach() - target).pow(2).unsqueeze(-1)
         tensordict.set(self.tensor_keys.priority, td_error, inplace=True)

@@ -13,16 +13,17 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._ddpg import _next_keys
-from ._dqn import _check_reduction, _reduce
+from ._actions import _rsample_log_prob, _sum_action_dims
 from ._loss import LossModule
-from ._sac import _action_numel, _rsample_log_prob, _TemperatureMixin
-from ._utils import _network_dist, _network_output, distance_loss
+from ._networks import _ensemble_output, _network_dist, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._temperature import _EntropyTemperature
+from .value import ValueEstimators
 
 __all__ = ["CrossQLoss"]
 
 
-class CrossQLoss(_TemperatureMixin, LossModule):
+class CrossQLoss(_EntropyTemperature, LossModule):
     """The CrossQ loss: SAC whose critics see ``(s, a)`` and ``(s', a')`` in one batch.
 
     There are no target networks. The Q networks (typically MLPs with
@@ -99,6 +100,11 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
 
     def __init__(
         self,
@@ -118,10 +124,7 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> None:
         super().__init__()
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-            )
+        _check_loss_function(loss_function)
         self.num_qvalue_nets = num_qvalue_nets
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
@@ -134,15 +137,13 @@ class CrossQLoss(_TemperatureMixin, LossModule):
             create_target_params=False,
             compare_against=list(actor_network.parameters()) if separate_losses else None,
         )
-        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
-        if target_entropy == "auto":
-            numel = _action_numel(action_spec, self.tensor_keys.action)
-            if numel is None:
-                numel = _action_numel(getattr(actor_network, "spec", None), self.tensor_keys.action)
-            target_entropy = None if numel is None else -float(numel)
-        self.register_buffer(
-            "_target_entropy",
-            None if target_entropy is None else torch.tensor(float(target_entropy)),
+        self._init_temperature(
+            alpha_init,
+            min_alpha,
+            max_alpha,
+            fixed_alpha,
+            target_entropy,
+            self._action_entropy_target(action_spec, actor_network),
         )
         actor_keys = list(getattr(actor_network, "in_keys", []))
         self._q_in_keys = list(getattr(qvalue_network, "in_keys", []))
@@ -160,29 +161,8 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
         self._in_keys_extra = list(dict.fromkeys(actor_keys + self._q_in_keys))
 
-    @property
-    def target_entropy(self) -> torch.Tensor:
-        """The entropy the temperature aims at."""
-        if self._target_entropy is None:
-            raise RuntimeError(
-                "target_entropy='auto' could not be sized: give action_spec=... or a first batch"
-            )
-        return self._target_entropy
-
     def _required_key_names(self):
         return ("action",)
-
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
 
     def qvalue_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Critic regression on the joint batch; returns ``(loss, {"td_error": [*B]})``."""
@@ -192,9 +172,7 @@ class CrossQLoss(_TemperatureMixin, LossModule):
             next_td = tensordict.get("next").copy()
             dist = _network_dist(self.actor_network, next_td)
             next_action = dist.sample()
-            next_log_prob = dist.log_prob(next_action)
-            if next_log_prob.shape == next_action.shape:
-                next_log_prob = next_log_prob.sum(-1)
+            next_log_prob = _sum_action_dims(dist.log_prob(next_action), next_action)
             next_td.set(self.tensor_keys.action, next_action)
         keys = self._q_in_keys
         joint = torch.cat(
@@ -204,7 +182,7 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         members = self._ensemble("qvalue_network")
         for m in members:
             m.train()
-        q = torch.stack([_network_output(m, joint, sav) for m in members]).squeeze(-1)  # [N, 2B]
+        q = _ensemble_output(members, joint, sav).squeeze(-1)  # [N, 2B]
         pred, next_q = q[:, :n], q[:, n:]
         next_value = (next_q.min(0)[0] - self._alpha * next_log_prob).detach()
         target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
@@ -216,18 +194,15 @@ class CrossQLoss(_TemperatureMixin, LossModule):
         """``alpha * log pi - min_i Q_i`` with the critics in eval mode and held out."""
         with set_interaction_type(InteractionType.RANDOM):
             action, log_prob = _rsample_log_prob(_network_dist(self.actor_network, tensordict))
-        if self._target_entropy is None:
-            self._target_entropy = torch.tensor(
-                -float(action.shape[tensordict.batch_dims :].numel())
-            )
+        self._size_target_entropy(
+            -float(action.shape[tensordict.batch_dims :].numel()), action.device
+        )
         td_q = tensordict.copy()
         td_q.set(self.tensor_keys.action, action)
         members = self._ensemble("qvalue_network", "detached")
         for m in members:
             m.eval()
-        q = torch.stack(
-            [_network_output(m, td_q, self.tensor_keys.state_action_value) for m in members]
-        )
+        q = _ensemble_output(members, td_q, self.tensor_keys.state_action_value)
         min_q = q.min(0)[0].squeeze(-1)
         return _reduce(self._alpha * log_prob - min_q, self.reduction, None), {
             "log_prob": log_prob.detach()

@@ -10,15 +10,12 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._dqn import _check_reduction, _reduce
 from ._loss import LossModule
-from ._utils import _network_output, distance_loss
+from ._networks import _network_output, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from .value import ValueEstimators
 
 __all__ = ["DDPGLoss"]
-
-
-def _next_keys(keys) -> list:
-    return [("next", *k) if isinstance(k, tuple) else ("next", k) for k in keys]
 
 
 class DDPGLoss(LossModule):
@@ -97,6 +94,12 @@ class DDPGLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
+    _value_estimator_key_names = {"value": "state_action_value"}
 
     def __init__(
         self,
@@ -112,13 +115,9 @@ class DDPGLoss(LossModule):
         use_prioritized_weights: str | bool = "auto",
     ) -> None:
         super().__init__()
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-            )
         self.delay_actor = delay_actor
         self.delay_value = delay_value
-        self.loss_function = loss_function
+        self.loss_function = _check_loss_function(loss_function)
         self.reduction = _check_reduction(reduction)
         self.use_prioritized_weights = use_prioritized_weights
         self.gamma = gamma
@@ -141,33 +140,13 @@ class DDPGLoss(LossModule):
         self.out_keys = ["loss_actor", "loss_value", "pred_value", "target_value", "td_error"]
         self._in_keys_extra = list(dict.fromkeys(actor_keys + value_keys))
 
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.state_action_value,
-                reward=tk.reward,
-                done=tk.done,
-                terminated=tk.terminated,
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
-    def _weights(self, tensordict):
-        if self.use_prioritized_weights in (True, "auto"):
-            return tensordict.get(self.tensor_keys.priority_weight, None)
-        return None
-
     def loss_actor(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-Q(s, mu(s))`` with the critic held out; returns ``(loss, metadata)``."""
         td = self.actor_network(tensordict.copy())
         q = _network_output(
             self._detached_network("value_network"), td, self.tensor_keys.state_action_value
         )
-        return _reduce(-q.squeeze(-1), self.reduction, self._weights(tensordict)), {}
+        return _reduce(-q.squeeze(-1), self.reduction, self._priority_weight(tensordict)), {}
 
     def loss_value(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Critic regression; writes ``td_error``; returns ``(loss, metadata)``."""
@@ -187,7 +166,7 @@ class DDPGLoss(LossModule):
             "target_value_max": target.max(),
             "pred_value_max": pred.detach().max(),
         }
-        return _reduce(loss, self.reduction, self._weights(tensordict)), metadata
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), metadata
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute both losses on a batch of transitions; writes ``td_error`` into it.

@@ -10,107 +10,15 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rl.core import Categorical, Composite, OneHot, TensorSpec
+from rl.core import TensorSpec
 
+from ._actions import _check_action, _find_action_space, _mask, _resolve_space, _select
 from ._loss import LossModule
-from ._utils import _network_output, distance_loss
+from ._networks import _network_output
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from .value import ValueEstimators
 
 __all__ = ["DQNLoss", "DistributionalDQNLoss"]
-
-_SPACES = ("one-hot", "categorical")
-
-
-def _find_action_space(action_space, value_network) -> str | None:
-    """Normalise ``action_space`` (a string or spec) or read it from the network."""
-    if action_space is None:
-        action_space = getattr(value_network, "action_space", None)
-    if action_space is None:
-        action_space = getattr(value_network, "spec", None)
-    if action_space is None:
-        return None
-    if isinstance(action_space, Composite):
-        action_space = action_space.get("action", None) if "action" in action_space.keys() else None
-        if action_space is None:
-            return None
-    if isinstance(action_space, TensorSpec):
-        if isinstance(action_space, OneHot):
-            return "one-hot"
-        if isinstance(action_space, Categorical):
-            return "categorical"
-        raise ValueError(
-            f"DQN losses support OneHot and Categorical action specs, got {type(action_space).__name__}"
-        )
-    name = str(action_space).replace("_", "-").lower()
-    if name not in _SPACES:
-        raise ValueError(f"unknown action_space {action_space!r}; valid ones are {list(_SPACES)}")
-    return name
-
-
-def _resolve_space(space: str | None, action: torch.Tensor, values: torch.Tensor) -> str:
-    if space is not None:
-        return space
-    # Not declared anywhere: a one-hot action has the shape of the action values.
-    return "one-hot" if action.shape == values.shape else "categorical"
-
-
-def _check_action(key, action: torch.Tensor, values: torch.Tensor, space: str) -> None:
-    """Rejects an action whose shape does not fit ``space`` next to ``values`` ``[*B, n]``.
-
-    As TorchRL 0.14.1's DQNLoss: one-hot actions are ``[*B, n]``, categorical ones
-    ``[*B]`` or ``[*B, 1]`` indices. Shapes only, no data is read (no device sync).
-    """
-    batch, n = tuple(values.shape[:-1]), values.shape[-1]
-    shape = tuple(action.shape)
-    if space == "one-hot":
-        if shape == (*batch, n):
-            return
-        hint = ""
-        if shape in (batch, (*batch, 1)) and not action.is_floating_point():
-            hint = "; it holds action indices: pass action_space='categorical' to the loss"
-        raise ValueError(
-            f"action {key!r} has shape {shape}, expected {(*batch, n)} (one-hot over the {n} "
-            f"actions of action_value) for action_space='one-hot'{hint}"
-        )
-    if shape in (batch, (*batch, 1)):
-        return
-    hint = ""
-    if shape == (*batch, n):
-        hint = "; it looks one-hot: pass action_space='one-hot' to the loss"
-    raise ValueError(
-        f"action {key!r} has shape {shape}, expected {batch} or {(*batch, 1)} (indices "
-        f"into the {n} actions of action_value) for action_space='categorical'{hint}"
-    )
-
-
-def _select(values: torch.Tensor, action: torch.Tensor, space: str) -> torch.Tensor:
-    """Values of the taken actions, ``[*B]``, from ``values`` ``[*B, n]``."""
-    if space == "categorical":
-        if action.ndim == values.ndim - 1:
-            action = action.unsqueeze(-1)
-        return values.gather(-1, action.long()).squeeze(-1)
-    return (values * action.to(values.dtype)).sum(-1)
-
-
-def _mask(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    if mask is None:
-        return values
-    return values.masked_fill(~mask.bool(), torch.finfo(values.dtype).min)
-
-
-def _reduce(loss: torch.Tensor, reduction: str, weights: torch.Tensor | None) -> torch.Tensor:
-    if weights is not None:
-        loss = loss * weights.reshape(loss.shape)
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
-
-
-def _check_reduction(reduction: str) -> str:
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"unknown reduction {reduction!r}; valid ones are ['mean', 'sum', 'none']")
-    return reduction
 
 
 class DQNLoss(LossModule):
@@ -195,6 +103,11 @@ class DQNLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
 
     def __init__(
         self,
@@ -211,13 +124,9 @@ class DQNLoss(LossModule):
         super().__init__()
         if double_dqn and not delay_value:
             raise ValueError("double_dqn=True requires delay_value=True")
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-            )
         self.delay_value = delay_value
         self.double_dqn = double_dqn
-        self.loss_function = loss_function
+        self.loss_function = _check_loss_function(loss_function)
         self.reduction = _check_reduction(reduction)
         self.use_prioritized_weights = use_prioritized_weights
         self.gamma = gamma
@@ -239,11 +148,6 @@ class DQNLoss(LossModule):
 
     def _required_key_names(self):
         return ("action",)
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
 
     def _next_value(self, next_td: TensorDictBase) -> torch.Tensor:
         """``Q_target(s', a*)``, ``[*B, 1]``, without gradient."""
@@ -278,10 +182,7 @@ class DQNLoss(LossModule):
         td_error = (pred.detach() - target).pow(2)
         tensordict.set(self.tensor_keys.priority, td_error.unsqueeze(-1), inplace=True)
         loss = distance_loss(pred, target, self.loss_function)
-        weights = None
-        if self.use_prioritized_weights in (True, "auto"):
-            weights = tensordict.get(self.tensor_keys.priority_weight, None)
-        return TensorDict(loss=_reduce(loss, self.reduction, weights))
+        return TensorDict(loss=_reduce(loss, self.reduction, self._priority_weight(tensordict)))
 
 
 class DistributionalDQNLoss(LossModule):
@@ -354,6 +255,7 @@ class DistributionalDQNLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (ValueEstimators.TD0,)
 
     def __init__(
         self,
@@ -395,15 +297,8 @@ class DistributionalDQNLoss(LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0,)
-
     def make_value_estimator(self, value_type=None, **hyperparams):
         """Only TD(0) is supported; ``gamma=`` updates the discount."""
-        from .value import ValueEstimators
-
         if value_type is not None and value_type not in (ValueEstimators.TD0, "TD0"):
             raise ValueError(
                 f"DistributionalDQNLoss does not support the {value_type} value estimator; supported: ['TD0']"
@@ -468,7 +363,4 @@ class DistributionalDQNLoss(LossModule):
             m.scatter_add_(-1, up, p_next * (b - low.to(b.dtype)))
         loss = -(m * log_p_a).sum(-1)
         tensordict.set(self.tensor_keys.priority, loss.detach().unsqueeze(-1), inplace=True)
-        weights = None
-        if self.use_prioritized_weights in (True, "auto"):
-            weights = tensordict.get(self.tensor_keys.priority_weight, None)
-        return TensorDict(loss=_reduce(loss, self.reduction, weights))
+        return TensorDict(loss=_reduce(loss, self.reduction, self._priority_weight(tensordict)))

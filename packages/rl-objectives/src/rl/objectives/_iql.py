@@ -12,47 +12,13 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._dqn import _check_reduction, _find_action_space, _reduce, _resolve_space, _select
+from ._actions import _find_action_space, _resolve_space, _select
 from ._loss import LossModule
-from ._utils import distance_loss
+from ._networks import _ensemble_output, _network_dist, _network_output, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from .value import ValueEstimators
 
 __all__ = ["DiscreteIQLLoss", "IQLLoss"]
-
-_LOSS_FUNCTIONS = ("l2", "l1", "smooth_l1")
-
-
-def _check_loss_function(loss_function: str) -> str:
-    if loss_function not in _LOSS_FUNCTIONS:
-        raise ValueError(
-            f"unknown loss_function {loss_function!r}; valid ones are {list(_LOSS_FUNCTIONS)}"
-        )
-    return loss_function
-
-
-def _next_keys(keys) -> list:
-    return [("next", *k) if isinstance(k, tuple) else ("next", k) for k in keys]
-
-
-def _ensemble_values(
-    loss: LossModule, name: str, tensordict: TensorDictBase, key: NestedKey, kind: str
-) -> torch.Tensor:
-    """Outputs ``key`` of every member of ensemble ``name``, stacked: ``[N, *B, ...]``.
-
-    ``kind`` is ``"online"`` (gradients to the stacked parameters), ``"detached"``
-    (online values, no gradient to them; gradients still reach the inputs) or
-    ``"target"``.
-    """
-    members = loss._ensemble(name, kind)
-    return torch.stack([m(tensordict.copy()).get(key) for m in members])
-
-
-def _sample_and_log_prob(dist) -> tuple[torch.Tensor, torch.Tensor]:
-    """A reparameterized sample and its log-probability (scored on the same draw)."""
-    fn = getattr(dist, "rsample_and_log_prob", None)
-    if callable(fn):
-        return fn()
-    action = dist.rsample()
-    return action, dist.log_prob(action)
 
 
 def _expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
@@ -171,6 +137,11 @@ class IQLLoss(LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
 
     def __init__(
         self,
@@ -237,18 +208,6 @@ class IQLLoss(LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
     # ---------------------------------------------------------------- pieces
     @staticmethod
     def loss_value_diff(diff: torch.Tensor, expectile: float = 0.8) -> torch.Tensor:
@@ -257,17 +216,17 @@ class IQLLoss(LossModule):
 
     def _chosen_q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         """``Q_i(s, a)`` of the dataset action for every critic, ``[N, *B]``."""
-        q = _ensemble_values(
-            self, "qvalue_network", tensordict, self.tensor_keys.state_action_value, kind
+        members = self._ensemble("qvalue_network", kind)
+        return _ensemble_output(members, tensordict, self.tensor_keys.state_action_value).squeeze(
+            -1
         )
-        return q.squeeze(-1)
 
     def _state_value(self, tensordict: TensorDictBase, network: nn.Module) -> torch.Tensor:
-        return network(tensordict.copy()).get(self.tensor_keys.value).squeeze(-1)
+        return _network_output(network, tensordict, self.tensor_keys.value).squeeze(-1)
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Advantage-weighted regression; writes ``_log_prob``; returns ``(loss, metadata)``."""
-        dist = self.actor_network.get_dist(tensordict.copy())
+        dist = _network_dist(self.actor_network, tensordict)
         log_prob = dist.log_prob(self._get(tensordict, "action"))
         with torch.no_grad():
             min_q = self._chosen_q(tensordict, "target").min(0).values
@@ -293,7 +252,7 @@ class IQLLoss(LossModule):
         """``V(s')``, ``[*B, 1]``, without gradient."""
         with torch.no_grad():
             net = self._detached_network("value_network")
-            return net(tensordict.get("next").copy()).get(self.tensor_keys.value)
+            return _network_output(net, tensordict.get("next"), self.tensor_keys.value)
 
     def qvalue_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Critic regression on ``r + gamma V(s')``; returns ``(loss, {"td_error": [N, *B]})``."""
@@ -418,9 +377,8 @@ class DiscreteIQLLoss(IQLLoss):
         self.action_space = _find_action_space(action_space, None)
 
     def _chosen_q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
-        values = _ensemble_values(
-            self, "qvalue_network", tensordict, self.tensor_keys.state_action_value, kind
-        )
+        members = self._ensemble("qvalue_network", kind)
+        values = _ensemble_output(members, tensordict, self.tensor_keys.state_action_value)
         action = self._get(tensordict, "action")
         space = _resolve_space(self.action_space, action, values[0])
         return torch.stack([_select(v, action, space) for v in values.unbind(0)])

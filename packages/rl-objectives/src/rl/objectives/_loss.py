@@ -27,6 +27,17 @@ from tensordict.nn import TensorDictModuleBase, TensorDictParams
 from tensordict.nn.probabilistic import InteractionType, set_interaction_type
 from torch import nn
 
+from .value import (
+    GAE,
+    TD0Estimator,
+    TD1Estimator,
+    TDLambdaEstimator,
+    ValueEstimatorBase,
+    ValueEstimators,
+    VTrace,
+)
+from .value._enum import default_value_kwargs
+
 __all__ = ["LossModule"]
 
 
@@ -169,6 +180,8 @@ class LossModule(TensorDictModuleBase):
         """The TensorDict keys a loss reads and writes, with their defaults."""
 
     default_value_estimator = None
+    #: the estimators :meth:`make_value_estimator` accepts (all of them unless a loss narrows it)
+    SUPPORTED_VALUE_ESTIMATORS: tuple[ValueEstimators, ...] = tuple(ValueEstimators)
     deterministic_sampling_mode = InteractionType.DETERMINISTIC
     SEP = "."
 
@@ -235,18 +248,32 @@ class LossModule(TensorDictModuleBase):
         "terminated",
     )
 
+    #: estimator key names this loss calls otherwise, e.g. ``{"value": "state_action_value"}``
+    _value_estimator_key_names: dict[str, str] = {}
+
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         """Forward this loss's keys to its value estimator (override to rename)."""
         estimator = self._value_estimator
         if estimator is None:
             return
+        renamed = self._value_estimator_key_names
         keys = {
-            name: getattr(self.tensor_keys, name)
+            name: getattr(self.tensor_keys, renamed.get(name, name))
             for name in self._value_estimator_default_keys
-            if hasattr(self.tensor_keys, name)
+            if hasattr(self.tensor_keys, renamed.get(name, name))
         }
         if keys:
             estimator.set_keys(**keys)
+
+    def _priority_weight(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        """The importance weights of a prioritized buffer, when the loss uses them.
+
+        ``None`` unless ``use_prioritized_weights`` is ``True`` or ``"auto"`` and the
+        input holds ``tensor_keys.priority_weight``.
+        """
+        if getattr(self, "use_prioritized_weights", False) in (True, "auto"):
+            return tensordict.get(self.tensor_keys.priority_weight, None)
+        return None
 
     def _first_missing_key(self, tensordict) -> tuple[str | None, Any] | None:
         """The first key this loss reads that ``tensordict`` lacks, as ``(name, key)``."""
@@ -330,9 +357,6 @@ class LossModule(TensorDictModuleBase):
             ValueError: if ``value_type`` is not a ``ValueEstimators`` member (the
                 message lists them) or this loss does not support it.
         """
-        from ._utils import default_value_kwargs
-        from .value import ValueEstimatorBase, ValueEstimators
-
         if value_type is None:
             value_type = self.default_value_estimator
         if isinstance(value_type, ValueEstimatorBase):
@@ -391,15 +415,11 @@ class LossModule(TensorDictModuleBase):
         return self.value_estimator.value_estimate(tensordict.copy(), next_value=next_value)
 
     def _supported_value_estimators(self) -> tuple:
-        """Estimators :meth:`make_value_estimator` accepts for this loss (override)."""
-        from .value import ValueEstimators
-
-        return tuple(ValueEstimators)
+        """Estimators :meth:`make_value_estimator` accepts (``SUPPORTED_VALUE_ESTIMATORS``)."""
+        return self.SUPPORTED_VALUE_ESTIMATORS
 
     def _build_value_estimator(self, value_type, hyperparams: dict):
         """Instantiate the estimator for ``value_type`` (override to pass a network)."""
-        from .value import GAE, TD0Estimator, TD1Estimator, TDLambdaEstimator, VTrace
-
         cls = {
             "TD0": TD0Estimator,
             "TD1": TD1Estimator,

@@ -7,75 +7,21 @@ https://arxiv.org/abs/1707.06347.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import (
-    ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
-    composite_lp_aggregate,
-)
+from tensordict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
-from ._loss import LossModule
-from ._utils import _network_dist, _network_output, distance_loss
+from ._actor_critic import _ActorCriticLoss, _default_log_prob_key, _reduce_samples
+from ._networks import _network_dist
 
 __all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
 
-_CRITIC_LOSSES = ("l1", "l2", "smooth_l1")
-_REDUCTIONS = ("mean", "sum", "none")
 
-
-def _check_choice(name: str, value, valid: tuple[str, ...]):
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid ones are {list(valid)}")
-    return value
-
-
-def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss.squeeze(-1)
-
-
-def _entropy(dist: D.Distribution, samples: int) -> torch.Tensor:
-    """Analytic entropy, else a Monte-Carlo estimate over ``samples`` draws."""
-    pre_tanh = getattr(dist, "_log_prob_pre_tanh", None)
-    if pre_tanh is not None:  # rl.modules.TanhNormal: score pre-tanh draws, no squashing needed
-        eps = torch.randn(
-            dist._extended_shape(torch.Size((samples,))),
-            dtype=dist.loc.dtype,
-            device=dist.loc.device,
-        )
-        return -pre_tanh(dist.loc + eps * dist.scale).mean(0)
-    sampler = getattr(dist, "rsample_and_log_prob", None)
-    if sampler is not None:  # other squashed distributions without a closed form
-        return -sampler((samples,))[1].mean(0)
-    try:
-        return dist.entropy()
-    except NotImplementedError:
-        x = dist.rsample((samples,)) if dist.has_rsample else dist.sample((samples,))
-        return -dist.log_prob(x).mean(0)
-
-
-def _standardize(x: torch.Tensor, exclude_dims: tuple[int, ...] = ()) -> torch.Tensor:
-    if not exclude_dims:
-        return (x - x.mean()) / x.std().clamp_min(1e-6)
-    exclude = {d % x.ndim for d in exclude_dims}
-    dims = [d for d in range(x.ndim) if d not in exclude]
-    return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True).clamp_min(1e-6)
-
-
-def _default_log_prob_key() -> str:
-    return "sample_log_prob" if composite_lp_aggregate(nowarn=True) else "action_log_prob"
-
-
-class PPOLoss(LossModule):
+class PPOLoss(_ActorCriticLoss):
     """The PPO loss without clipping: ``-ratio * advantage``, plus critic and entropy terms.
 
     ``ratio = pi(a|s) / pi_old(a|s)``, with ``pi_old``'s log-probability read from the
@@ -169,129 +115,6 @@ class PPOLoss(LossModule):
             if self.sample_log_prob is None:
                 self.sample_log_prob = _default_log_prob_key()
 
-    default_value_estimator = "GAE"
-    _value_estimator_default_keys = (
-        "advantage",
-        "value_target",
-        "value",
-        "reward",
-        "done",
-        "terminated",
-    )
-
-    def __init__(
-        self,
-        actor_network: ProbabilisticTensorDictSequential | None = None,
-        critic_network: nn.Module | None = None,
-        *,
-        entropy_bonus: bool = True,
-        samples_mc_entropy: int = 1,
-        entropy_coeff: float | None = None,
-        log_explained_variance: bool = True,
-        critic_coeff: float | None = None,
-        loss_critic_type: Literal["l1", "l2", "smooth_l1"] = "smooth_l1",
-        normalize_advantage: bool = False,
-        normalize_advantage_exclude_dims: tuple[int, ...] = (),
-        gamma: float | None = None,
-        separate_losses: bool = False,
-        advantage_key: NestedKey | None = None,
-        value_target_key: NestedKey | None = None,
-        value_key: NestedKey | None = None,
-        functional: bool = True,
-        actor: ProbabilisticTensorDictSequential | None = None,
-        critic: nn.Module | None = None,
-        reduction: Literal["mean", "sum", "none"] | None = None,
-        clip_value: float | None = None,
-        device: torch.device | None = None,
-    ) -> None:
-        actor_network = actor if actor is not None else actor_network
-        critic_network = critic if critic is not None else critic_network
-        if critic_coeff is None and critic_network is not None:
-            critic_coeff = 1.0
-        if actor_network is None or (critic_network is None and critic_coeff not in (None, 0, 0.0)):
-            raise TypeError(
-                f"{type(self).__name__} needs actor_network, and critic_network when critic_coeff is set"
-            )
-        super().__init__()
-        self.loss_critic_type = _check_choice("loss_critic_type", loss_critic_type, _CRITIC_LOSSES)
-        self.reduction = _check_choice(
-            "reduction", "mean" if reduction is None else reduction, _REDUCTIONS
-        )
-        self._functional_flag = functional
-        self.convert_to_functional(actor_network, "actor_network")
-        self.has_critic = critic_network is not None and critic_coeff not in (None, 0, 0.0)
-        if critic_network is not None:
-            shared = list(actor_network.parameters()) if separate_losses else None
-            self.convert_to_functional(critic_network, "critic_network", compare_against=shared)
-        else:
-            self.__dict__["critic_network"] = None
-        self.entropy_bonus = entropy_bonus
-        self.samples_mc_entropy = samples_mc_entropy
-        self.log_explained_variance = log_explained_variance
-        self.separate_losses = separate_losses
-        self.normalize_advantage = normalize_advantage
-        self.normalize_advantage_exclude_dims = tuple(normalize_advantage_exclude_dims)
-        self.gamma = gamma
-        if device is None:
-            device = next(iter(self.parameters()), torch.empty(0)).device
-        self.register_buffer(
-            "entropy_coeff",
-            torch.tensor(0.01 if entropy_coeff is None else float(entropy_coeff), device=device),
-        )
-        self.register_buffer(
-            "critic_coeff", torch.tensor(float(critic_coeff or 0.0), device=device)
-        )
-        self.register_buffer(
-            "clip_value",
-            None if clip_value is None else torch.tensor(float(clip_value), device=device),
-        )
-        keys = {"advantage": advantage_key, "value_target": value_target_key, "value": value_key}
-        log_prob_keys = getattr(actor_network, "log_prob_keys", None)
-        sample_keys = getattr(actor_network, "dist_sample_keys", None)
-        if log_prob_keys:
-            keys["sample_log_prob"] = log_prob_keys[0]
-        if sample_keys:
-            keys["action"] = sample_keys[0]
-        self.set_keys(**{k: v for k, v in keys.items() if v is not None})
-
-    @property
-    def functional(self) -> bool:
-        return self._functional_flag
-
-    # ---------------------------------------------------------------- keys
-    def _set_in_keys(self) -> None:
-        tk = self.tensor_keys
-        actor_keys = list(getattr(self.actor_network, "in_keys", []))
-        critic_keys = (
-            list(getattr(self.critic_network, "in_keys", []))
-            if self.critic_network is not None
-            else []
-        )
-        nxt = [
-            ("next", k) if isinstance(k, str) else ("next", *k)
-            for k in (tk.reward, tk.done, tk.terminated)
-        ]
-        self.in_keys = list(
-            dict.fromkeys(
-                [
-                    *actor_keys,
-                    *critic_keys,
-                    tk.action,
-                    getattr(tk, "sample_log_prob", tk.action),
-                    *nxt,
-                ]
-            )
-        )
-        out = ["loss_objective"]
-        if self.entropy_bonus:
-            out += ["entropy", "loss_entropy"]
-        if self.has_critic:
-            out.append("loss_critic")
-        if self.clip_value is not None:
-            out.append("value_clip_fraction")
-        self.out_keys = out + self._extra_out_keys()
-        self._in_keys_extra = actor_keys
-
     def _extra_out_keys(self) -> list[str]:
         return ["kl_approx"]
 
@@ -299,38 +122,7 @@ class PPOLoss(LossModule):
         return ("action", "sample_log_prob")
 
     # ---------------------------------------------------- value estimator
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
 
-        return tuple(ValueEstimators)
-
-    def _build_value_estimator(self, value_type, hyperparams: dict):
-        from .value import VTrace
-
-        hyperparams.setdefault("value_network", self.critic_network)
-        if value_type.name == "VTrace":
-            hyperparams.setdefault("actor_network", self.actor_network)
-            estimator = VTrace(**hyperparams)
-            estimator.set_keys(sample_log_prob=self.tensor_keys.sample_log_prob)
-            return estimator
-        return super()._build_value_estimator(value_type, hyperparams)
-
-    def _advantage(self, tensordict: TensorDictBase) -> torch.Tensor:
-        advantage = tensordict.get(self.tensor_keys.advantage, None)
-        if advantage is None:
-            if self.critic_network is None:
-                raise RuntimeError(
-                    f"{type(self).__name__} has no critic to compute {self.tensor_keys.advantage!r}; "
-                    "write the advantage into the input first"
-                )
-            with torch.no_grad():
-                self.value_estimator(tensordict)
-            advantage = tensordict.get(self.tensor_keys.advantage)
-        if self.normalize_advantage and advantage.numel() > 1:
-            advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
-        return advantage
-
-    # ------------------------------------------------------------ pieces
     def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size):
         """``log(pi / pi_old)`` ``[*B, 1]``, the current distribution, ``kl_approx`` ``[*B, 1]``."""
         prev_log_prob = self._get(tensordict, "sample_log_prob")
@@ -348,60 +140,6 @@ class PPOLoss(LossModule):
             diff = diff.unsqueeze(-1)
         return diff, dist, -diff
 
-    def _entropy_terms(self, dist: D.Distribution, out: dict) -> None:
-        entropy = _entropy(dist, self.samples_mc_entropy)
-        out["entropy"] = entropy.detach().mean()
-        out["loss_entropy"] = _reduce(-self.entropy_coeff * entropy.unsqueeze(-1), self.reduction)
-
-    def loss_critic(
-        self, tensordict: TensorDictBase
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``critic_coeff * distance(value_target, V(s))`` (unreduced), clip fraction, explained variance."""
-        if self.separate_losses:
-            tensordict = tensordict.detach()
-        target = self._get(tensordict, "value_target")
-        old_value = self._get(tensordict, "value") if self.clip_value is not None else None
-        value_key = self.tensor_keys.value
-        if self.separate_losses:
-            # the critic's own parameters, with those it shares with the actor detached
-            with self.critic_network_params.to_module(self.critic_network):
-                value = _network_output(self.critic_network, tensordict, value_key)
-        else:
-            value = _network_output(self.critic_network, tensordict, value_key)
-        loss = distance_loss(target, value, self.loss_critic_type, strict_shape=False)
-        clip_fraction = None
-        if old_value is not None:
-            delta = value - old_value
-            clipped = delta.clamp(-self.clip_value, self.clip_value)
-            with torch.no_grad():
-                clip_fraction = (delta != clipped).to(value.dtype).mean()
-            loss_clipped = distance_loss(
-                target, old_value + clipped, self.loss_critic_type, strict_shape=False
-            )
-            loss = torch.maximum(loss, loss_clipped)
-        explained = None
-        if self.log_explained_variance:
-            with torch.no_grad():
-                resid = torch.var(target - value, correction=0, dim=0)
-                total = torch.var(target, correction=0, dim=0)
-                explained = 1.0 - resid / (total + torch.finfo(target.dtype).eps)
-        return self.critic_coeff * loss, clip_fraction, explained
-
-    def _critic_terms(self, tensordict: TensorDictBase, out: dict) -> None:
-        loss, clip_fraction, explained = self.loss_critic(tensordict)
-        out["loss_critic"] = _reduce(loss, self.reduction)
-        if clip_fraction is not None:
-            out["value_clip_fraction"] = clip_fraction
-        if explained is not None:
-            out["explained_variance"] = explained
-
-    def _finish(self, tensordict: TensorDictBase, dist: D.Distribution, out: dict) -> TensorDict:
-        if self.entropy_bonus:
-            self._entropy_terms(dist, out)
-        if self.has_critic:
-            self._critic_terms(tensordict, out)
-        return TensorDict(out, batch_size=[])
-
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Losses ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics.
 
@@ -417,7 +155,7 @@ class PPOLoss(LossModule):
         advantage = self._advantage(tensordict)
         log_weight, dist, kl = self._log_weight(tensordict, advantage.shape[:-1])
         out = {
-            "loss_objective": _reduce(-log_weight.exp() * advantage, self.reduction),
+            "loss_objective": _reduce_samples(-log_weight.exp() * advantage, self.reduction),
             "kl_approx": kl.detach().mean(),
         }
         return self._finish(tensordict, dist, out)
@@ -493,7 +231,7 @@ class ClipPPOLoss(PPOLoss):
             lw = log_weight.reshape(-1)
             ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.numel()
         out = {
-            "loss_objective": _reduce(-gain, self.reduction),
+            "loss_objective": _reduce_samples(-gain, self.reduction),
             "clip_fraction": clip_fraction,
             "kl_approx": kl.detach().mean(),
             "ESS": ess,
@@ -581,7 +319,7 @@ class KLPENPPOLoss(PPOLoss):
             shrink = (mean_kl < self.dtarg / 1.5).to(self.beta.dtype)
             factor = 1 + grow * (self.increment - 1) + shrink * (self.decrement - 1)
         out = {
-            "loss_objective": _reduce(-neg_loss, self.reduction),
+            "loss_objective": _reduce_samples(-neg_loss, self.reduction),
             "kl": kl.detach().mean(),
             "kl_approx": kl_approx.detach().mean(),
         }

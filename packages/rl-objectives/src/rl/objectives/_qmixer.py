@@ -17,40 +17,15 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rl.core import Categorical, Composite, OneHot, TensorSpec
+from rl.core import TensorSpec
 
+from ._actions import _find_action_space, _resolve_space, _select
 from ._loss import LossModule
-from ._utils import _network_output, distance_loss
+from ._networks import _network_output, _next_keys
+from ._reduction import _check_loss_function, distance_loss
+from .value import ValueEstimators
 
 __all__ = ["QMixerLoss"]
-
-_SPACES = ("one-hot", "categorical")
-_LOSSES = ("l1", "l2", "smooth_l1")
-
-
-def _action_space(action_space, network: nn.Module, action_key: NestedKey) -> str | None:
-    """``"one-hot"`` or ``"categorical"`` from a name or spec (or the network's spec)."""
-    if action_space is None:
-        action_space = getattr(network, "action_space", None)
-    if action_space is None:
-        action_space = getattr(network, "spec", None)
-    if isinstance(action_space, Composite):
-        action_space = action_space.get(action_key, None)
-    if action_space is None:
-        return None
-    if isinstance(action_space, TensorSpec):
-        if isinstance(action_space, OneHot):
-            return "one-hot"
-        if isinstance(action_space, Categorical):
-            return "categorical"
-        raise ValueError(
-            "QMixerLoss supports OneHot and Categorical action specs, got "
-            f"{type(action_space).__name__}"
-        )
-    name = str(action_space).replace("_", "-").lower()
-    if name not in _SPACES:
-        raise ValueError(f"unknown action_space {action_space!r}; valid ones are {list(_SPACES)}")
-    return name
 
 
 class QMixerLoss(LossModule):
@@ -154,6 +129,11 @@ class QMixerLoss(LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
 
     def __init__(
         self,
@@ -172,10 +152,7 @@ class QMixerLoss(LossModule):
                 "QMixerLoss needs a TensorDict module as local_value_network (writing "
                 f"{self.tensor_keys.action_value!r}), got {type(local_value_network).__name__}"
             )
-        if loss_function not in _LOSSES:
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are {list(_LOSSES)}"
-            )
+        _check_loss_function(loss_function)
         if not isinstance(mixer_network, TensorDictModuleBase):
             mixer_network = TensorDictModule(
                 mixer_network,
@@ -186,7 +163,9 @@ class QMixerLoss(LossModule):
         self.delay_value = delay_value
         self.gamma = gamma
         self._action_space_arg = action_space
-        self.action_space = _action_space(action_space, local_value_network, ("agents", "action"))
+        self.action_space = _find_action_space(
+            action_space, local_value_network, ("agents", "action")
+        )
         self.convert_to_functional(
             local_value_network, "local_value_network", create_target_params=delay_value
         )
@@ -196,20 +175,12 @@ class QMixerLoss(LossModule):
         self._set_in_keys()
 
     # ------------------------------------------------------------------- keys
-    _value_estimator_default_keys = (
-        "advantage",
-        "value_target",
-        "reward",
-        "done",
-        "terminated",
-    )
+    _value_estimator_key_names = {"value": "global_value"}
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         super()._forward_value_estimator_keys(**kwargs)
-        if self._value_estimator is not None:
-            self._value_estimator.set_keys(value=self.tensor_keys.global_value)
         if "action" in kwargs and self._action_space_arg is None:
-            self.action_space = _action_space(
+            self.action_space = _find_action_space(
                 None, self.local_value_network, self.tensor_keys.action
             )
 
@@ -219,10 +190,7 @@ class QMixerLoss(LossModule):
         produced = {tk.local_value, *self.local_value_network.out_keys}
         mixer_keys = [k for k in self.mixer_network.in_keys if k not in produced]
         obs = list(dict.fromkeys([*net_keys, *mixer_keys]))
-        nxt = [
-            ("next", *k) if isinstance(k, tuple) else ("next", k)
-            for k in (tk.reward, tk.done, tk.terminated, *obs)
-        ]
+        nxt = _next_keys([tk.reward, tk.done, tk.terminated, *obs])
         self.in_keys = list(dict.fromkeys([tk.action, *obs, *nxt]))
         self.out_keys = ["loss"]
         self._in_keys_extra = obs
@@ -230,22 +198,11 @@ class QMixerLoss(LossModule):
     def _required_key_names(self) -> tuple[str, ...]:
         return ("action",)
 
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
     # ------------------------------------------------------------------ pieces
     def _chosen(self, values: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The values of the taken actions, ``[*B, n_agents, 1]``."""
-        space = self.action_space
-        if space is None:  # a one-hot action has the shape of the action values
-            space = "one-hot" if action.shape == values.shape else "categorical"
-        if space == "categorical":
-            if action.ndim == values.ndim - 1:
-                action = action.unsqueeze(-1)
-            return values.gather(-1, action.long())
-        return (values * action.to(values.dtype)).sum(-1, keepdim=True)
+        space = _resolve_space(self.action_space, action, values)
+        return _select(values, action, space).unsqueeze(-1)
 
     def _mix(self, mixer: nn.Module, tensordict: TensorDictBase, local: torch.Tensor):
         tk = self.tensor_keys

@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rl.core import TensorSpec
 
-from ._ddpg import _next_keys
-from ._dqn import _check_reduction, _reduce
+from ._actions import _rsample_log_prob
 from ._loss import LossModule
-from ._sac import _action_numel, _rsample_log_prob
-from ._td3 import _run_ensemble
-from ._utils import _network_dist, distance_loss
+from ._networks import _ensemble_output, _network_dist, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._temperature import _EntropyTemperature
+from .value import ValueEstimators
 
 __all__ = ["REDQLoss"]
 
 
-class REDQLoss(LossModule):
+class REDQLoss(_EntropyTemperature, LossModule):
     """The REDQ loss: a large Q ensemble with targets from a random subset of it.
 
     Each call draws ``sub_sample_len`` of the ``num_qvalue_nets`` target Q networks; the
@@ -104,7 +104,13 @@ class REDQLoss(LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
     delay_actor: bool = False
+    _clamp_log_alpha_in_place = False
 
     def __init__(
         self,
@@ -126,10 +132,7 @@ class REDQLoss(LossModule):
         reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> None:
         super().__init__()
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-            )
+        _check_loss_function(loss_function)
         if not 1 <= sub_sample_len <= num_qvalue_nets:
             raise ValueError(
                 f"sub_sample_len must lie in [1, num_qvalue_nets={num_qvalue_nets}], got {sub_sample_len}"
@@ -148,22 +151,13 @@ class REDQLoss(LossModule):
             create_target_params=delay_qvalue,
             compare_against=list(actor_network.parameters()) if separate_losses else None,
         )
-        self.min_log_alpha = math.log(min_alpha)
-        self.max_log_alpha = math.log(max_alpha)
-        self.fixed_alpha = fixed_alpha
-        log_alpha = torch.tensor(math.log(alpha_init))
-        if fixed_alpha:
-            self.register_buffer("log_alpha", log_alpha)
-        else:
-            self.log_alpha = nn.Parameter(log_alpha)
-        if target_entropy == "auto":
-            numel = _action_numel(action_spec, self.tensor_keys.action)
-            if numel is None:
-                numel = _action_numel(getattr(actor_network, "spec", None), self.tensor_keys.action)
-            target_entropy = None if numel is None else -float(numel)
-        self.register_buffer(
-            "_target_entropy",
-            None if target_entropy is None else torch.tensor(float(target_entropy)),
+        self._init_temperature(
+            alpha_init,
+            min_alpha,
+            max_alpha,
+            fixed_alpha,
+            target_entropy,
+            self._action_entropy_target(action_spec, actor_network),
         )
         actor_keys = list(getattr(actor_network, "in_keys", []))
         q_keys = list(getattr(qvalue_network, "in_keys", []))
@@ -177,34 +171,12 @@ class REDQLoss(LossModule):
         self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
 
     @property
-    def target_entropy(self) -> torch.Tensor:
-        """The entropy the temperature aims at."""
-        if self._target_entropy is None:
-            raise RuntimeError(
-                "target_entropy='auto' could not be sized: give action_spec=... or a first batch"
-            )
-        return self._target_entropy
-
-    @property
     def alpha(self) -> torch.Tensor:
         """The clamped temperature (no gradient)."""
-        with torch.no_grad():
-            return self.log_alpha.clamp(self.min_log_alpha, self.max_log_alpha).exp()
+        return self._alpha
 
     def _required_key_names(self):
         return ("action",)
-
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch of transitions; writes ``td_error`` into it.
@@ -214,8 +186,6 @@ class REDQLoss(LossModule):
             ``entropy``, ``state_action_value_actor``, ``action_log_prob_actor``,
             ``next.state_value`` and ``target_value`` (the last four averaged).
         """
-        from tensordict.nn import InteractionType, set_interaction_type
-
         sav = self.tensor_keys.state_action_value
         self._get(tensordict, "action")
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
@@ -227,14 +197,13 @@ class REDQLoss(LossModule):
                 next_action, next_log_prob = _rsample_log_prob(
                     _network_dist(self._target_network("actor_network"), next_td)
                 )
-        if self._target_entropy is None:
-            self._target_entropy = torch.tensor(
-                -float(action.shape[tensordict.batch_dims :].numel())
-            )
+        self._size_target_entropy(
+            -float(action.shape[tensordict.batch_dims :].numel()), action.device
+        )
 
         td_actor = tensordict.copy()
         td_actor.set(self.tensor_keys.action, action)
-        q_actor = _run_ensemble(
+        q_actor = _ensemble_output(
             self._ensemble("qvalue_network", "detached"), td_actor, sav
         ).squeeze(-1)
         loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction, None)
@@ -242,10 +211,10 @@ class REDQLoss(LossModule):
         with torch.no_grad():
             next_td.set(self.tensor_keys.action, next_action)
             targets = self._ensemble("qvalue_network", "target")
-            next_q = _run_ensemble([targets[j] for j in subset], next_td, sav).squeeze(-1)
+            next_q = _ensemble_output([targets[j] for j in subset], next_td, sav).squeeze(-1)
             next_value = (next_q - alpha * next_log_prob).min(0)[0]
             target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
-        pred = _run_ensemble(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
+        pred = _ensemble_output(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
         loss_qvalue = _reduce(
             distance_loss(pred, target.expand_as(pred), self.loss_function), self.reduction, None
         )

@@ -11,9 +11,10 @@ from tensordict.nn import ProbabilisticTensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
 
+from ._actor_critic import _critic_regression, _reduce_samples
 from ._loss import LossModule
-from ._ppo import _CRITIC_LOSSES, _REDUCTIONS, _check_choice, _reduce
-from ._utils import _network_dist, distance_loss
+from ._networks import _network_dist, _next_keys
+from ._reduction import _check_loss_function, _check_reduction
 
 __all__ = ["ReinforceLoss"]
 
@@ -93,10 +94,8 @@ class ReinforceLoss(LossModule):
         if actor_network is None:
             raise TypeError("ReinforceLoss needs actor_network")
         super().__init__()
-        self.loss_critic_type = _check_choice("loss_critic_type", loss_critic_type, _CRITIC_LOSSES)
-        self.reduction = _check_choice(
-            "reduction", "mean" if reduction is None else reduction, _REDUCTIONS
-        )
+        self.loss_critic_type = _check_loss_function(loss_critic_type, "loss_critic_type")
+        self.reduction = _check_reduction("mean" if reduction is None else reduction)
         self.delay_value = delay_value
         self.gamma = gamma
         self.separate_losses = separate_losses
@@ -131,10 +130,7 @@ class ReinforceLoss(LossModule):
             if self.critic_network is not None
             else []
         )
-        nxt = [
-            ("next", k) if isinstance(k, str) else ("next", *k)
-            for k in (tk.reward, tk.done, tk.terminated)
-        ]
+        nxt = _next_keys([tk.reward, tk.done, tk.terminated])
         self.in_keys = list(dict.fromkeys([*actor_keys, *critic_keys, tk.action, *nxt]))
         self.out_keys = ["loss_actor", "loss_value"]
         self._in_keys_extra = actor_keys
@@ -165,36 +161,15 @@ class ReinforceLoss(LossModule):
         log_prob = dist.log_prob(action)
         if log_prob.shape == advantage.shape[:-1]:
             log_prob = log_prob.unsqueeze(-1)
-        out = {"loss_actor": _reduce(-log_prob * advantage.detach(), self.reduction)}
+        out = {"loss_actor": _reduce_samples(-log_prob * advantage.detach(), self.reduction)}
         if self.critic_network is not None:
             loss_value, clip_fraction = self.loss_critic(tensordict)
-            out["loss_value"] = _reduce(loss_value, self.reduction)
+            out["loss_value"] = _reduce_samples(loss_value, self.reduction)
             if clip_fraction is not None:
                 out["value_clip_fraction"] = clip_fraction
         return TensorDict(out, batch_size=[])
 
     def loss_critic(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``distance(value_target, V(s))`` (unreduced) and the value clip fraction."""
-        if self.separate_losses:
-            tensordict = tensordict.detach()
-        target = self._get(tensordict, "value_target")
-        old_value = self._get(tensordict, "value").clone() if self.clip_value is not None else None
-        critic_in = tensordict.select(*self.critic_network.in_keys, strict=False)
-        if self.separate_losses:
-            # the critic's own parameters, with those it shares with the actor detached
-            with self.critic_network_params.to_module(self.critic_network):
-                value = self.critic_network(critic_in).get(self.tensor_keys.value)
-        else:
-            value = self.critic_network(critic_in).get(self.tensor_keys.value)
-        loss = distance_loss(target, value, self.loss_critic_type, strict_shape=False)
-        clip_fraction = None
-        if old_value is not None:
-            delta = value - old_value
-            clipped = delta.clamp(-self.clip_value, self.clip_value)
-            with torch.no_grad():
-                clip_fraction = (delta != clipped).to(value.dtype).mean()
-            clipped_loss = distance_loss(
-                target, old_value + clipped, self.loss_critic_type, strict_shape=False
-            )
-            loss = torch.maximum(loss, clipped_loss)
+        loss, clip_fraction, _, _ = _critic_regression(self, tensordict)
         return loss, clip_fraction

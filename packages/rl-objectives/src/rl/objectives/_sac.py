@@ -12,75 +12,19 @@ from tensordict.nn import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rl.core import Composite, TensorSpec
+from rl.core import TensorSpec
 
-from ._ddpg import _next_keys
-from ._dqn import _check_reduction, _find_action_space, _reduce, _select
+from ._actions import _find_action_space, _rsample_log_prob, _select
 from ._loss import LossModule
-from ._td3 import _run_ensemble
-from ._utils import _network_dist, _network_output, distance_loss
+from ._networks import _ensemble_output, _network_dist, _network_output, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._temperature import _EntropyTemperature
+from .value import ValueEstimators
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
 
-def _rsample_log_prob(dist) -> tuple[torch.Tensor, torch.Tensor]:
-    """A reparameterised sample and its log-probability summed over the action dims."""
-    joint = getattr(dist, "rsample_and_log_prob", None)
-    if joint is not None:  # scores the pre-squash value: cheaper and exact near the bounds
-        action, log_prob = joint()
-    else:
-        action = dist.rsample()
-        log_prob = dist.log_prob(action)
-    if log_prob.shape == action.shape and action.ndim > 0:
-        # a factorised distribution that does not sum over the event: sum it here
-        log_prob = log_prob.sum(-1)
-    return action, log_prob
-
-
-def _action_numel(spec, action_key) -> int | None:
-    if spec is None:
-        return None
-    if isinstance(spec, Composite):
-        if action_key not in spec.keys(True, True):
-            return None
-        spec = spec[action_key]
-    return int(math.prod(spec.shape)) if len(spec.shape) else 1
-
-
-class _TemperatureMixin:
-    """The learned (or fixed) entropy temperature shared by the SAC losses."""
-
-    def _init_temperature(self, alpha_init, min_alpha, max_alpha, fixed_alpha) -> None:
-        if alpha_init <= 0:
-            raise ValueError(f"alpha_init must be > 0, got {alpha_init}")
-        if (min_alpha is None) != (max_alpha is None):
-            min_alpha = 0.0 if min_alpha is None else min_alpha
-            max_alpha = 1e9 if max_alpha is None else max_alpha
-        if max_alpha is not None and max_alpha <= 0:
-            raise ValueError(f"max_alpha must be None or > 0, got {max_alpha}")
-        self.min_log_alpha = math.log(min_alpha) if min_alpha else None
-        self.max_log_alpha = math.log(max_alpha) if max_alpha else None
-        self.fixed_alpha = fixed_alpha
-        self.register_buffer("alpha_init", torch.tensor(float(alpha_init)))
-        log_alpha = torch.tensor(math.log(alpha_init))
-        if fixed_alpha:
-            self.register_buffer("log_alpha", log_alpha)
-        else:
-            self.log_alpha = nn.Parameter(log_alpha)
-
-    @property
-    def _alpha(self) -> torch.Tensor:
-        if self.min_log_alpha is not None or self.max_log_alpha is not None:
-            with torch.no_grad():
-                self.log_alpha.clamp_(self.min_log_alpha, self.max_log_alpha)
-        return self.log_alpha.detach().exp()
-
-    def _alpha_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
-        target_entropy = self.target_entropy
-        return -self.log_alpha * (log_prob + target_entropy)
-
-
-class SACLoss(_TemperatureMixin, LossModule):
+class SACLoss(_EntropyTemperature, LossModule):
     """The Soft Actor-Critic loss (SAC v2 with twin Q networks; SAC v1 with a value network).
 
     With the default ``value_network=None``, the Q networks regress on
@@ -181,6 +125,11 @@ class SACLoss(_TemperatureMixin, LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
 
     def __init__(
         self,
@@ -205,10 +154,7 @@ class SACLoss(_TemperatureMixin, LossModule):
         use_prioritized_weights: str | bool = "auto",
     ) -> None:
         super().__init__()
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-            )
+        _check_loss_function(loss_function)
         if num_qvalue_nets < 1:
             raise ValueError(f"num_qvalue_nets must be >= 1, got {num_qvalue_nets}")
         self.delay_actor = delay_actor
@@ -238,30 +184,16 @@ class SACLoss(_TemperatureMixin, LossModule):
             create_target_params=delay_qvalue,
             compare_against=shared,
         )
-        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
-        if target_entropy == "auto":
-            numel = _action_numel(action_spec, self.tensor_keys.action)
-            if numel is None:
-                numel = _action_numel(getattr(actor_network, "spec", None), self.tensor_keys.action)
-            target_entropy = None if numel is None else -float(numel)
-        elif isinstance(target_entropy, str):
-            raise ValueError(f"target_entropy must be a number or 'auto', got {target_entropy!r}")
-        # None until the first batch tells the action size ("auto" without a spec)
-        self.register_buffer(
-            "_target_entropy",
-            None if target_entropy is None else torch.tensor(float(target_entropy)),
+        # "auto" without a spec stays unsized until the first batch tells the action size
+        self._init_temperature(
+            alpha_init,
+            min_alpha,
+            max_alpha,
+            fixed_alpha,
+            target_entropy,
+            self._action_entropy_target(action_spec, actor_network),
         )
         self._set_in_keys()
-
-    @property
-    def target_entropy(self) -> torch.Tensor:
-        """The entropy the temperature aims at (``-action dims`` for ``"auto"``)."""
-        if self._target_entropy is None:
-            raise RuntimeError(
-                "target_entropy='auto' could not be sized: give action_spec=..., an actor with a "
-                "spec, or run a batch through the loss first"
-            )
-        return self._target_entropy
 
     def _set_in_keys(self) -> None:
         actor_keys = list(getattr(self.actor_network, "in_keys", []))
@@ -277,23 +209,6 @@ class SACLoss(_TemperatureMixin, LossModule):
 
     def _required_key_names(self):
         return ("action",)
-
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
-    def _weights(self, tensordict):
-        if self.use_prioritized_weights in (True, "auto"):
-            return tensordict.get(self.tensor_keys.priority_weight, None)
-        return None
 
     def _sample(self, actor, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         with set_interaction_type(InteractionType.RANDOM):
@@ -311,7 +226,7 @@ class SACLoss(_TemperatureMixin, LossModule):
                 next_action, next_log_prob = self._sample(
                     self._target_network("actor_network"), next_td
                 )
-                q = _run_ensemble(
+                q = _ensemble_output(
                     self._ensemble("qvalue_network", "target"),
                     next_td,
                     self.tensor_keys.state_action_value,
@@ -325,26 +240,30 @@ class SACLoss(_TemperatureMixin, LossModule):
         target = self._target_value(tensordict)
         self._get(tensordict, "action")
         members = self._ensemble("qvalue_network")
-        pred = _run_ensemble(members, tensordict, self.tensor_keys.state_action_value).squeeze(-1)
+        pred = _ensemble_output(members, tensordict, self.tensor_keys.state_action_value).squeeze(
+            -1
+        )
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0)[0]
-        return _reduce(loss, self.reduction, self._weights(tensordict)), {"td_error": td_error}
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {
+            "td_error": td_error
+        }
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi(a|s) - min_i Q_i(s, a)``; returns ``(loss, {"log_prob": ...})``."""
         action, log_prob = self._sample(self.actor_network, tensordict)
-        q = _run_ensemble(
+        q = _ensemble_output(
             self._ensemble("qvalue_network", "detached"),
             tensordict,
             self.tensor_keys.state_action_value,
             {self.tensor_keys.action: action},
         )
         min_q = q.min(0)[0].squeeze(-1)
-        if self._target_entropy is None:  # "auto" sized by the first batch
-            numel = action.shape[tensordict.batch_dims :].numel()
-            self._target_entropy = torch.tensor(-float(numel), device=action.device)
+        self._size_target_entropy(
+            -float(action.shape[tensordict.batch_dims :].numel()), action.device
+        )
         loss = self._alpha * log_prob - min_q
-        return _reduce(loss, self.reduction, self._weights(tensordict)), {
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {
             "log_prob": log_prob.detach()
         }
 
@@ -355,14 +274,14 @@ class SACLoss(_TemperatureMixin, LossModule):
             action, log_prob = self._sample(self._target_network("actor_network"), tensordict)
             td_q = tensordict.copy()
             td_q.set(self.tensor_keys.action, action)
-            q = _run_ensemble(
+            q = _ensemble_output(
                 self._ensemble("qvalue_network", "target"),
                 td_q,
                 self.tensor_keys.state_action_value,
             )
             target = q.squeeze(-1).min(0)[0] - self._alpha * log_prob
         loss = distance_loss(value, target, self.loss_function)
-        return _reduce(loss, self.reduction, self._weights(tensordict)), {}
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {}
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch of transitions; writes ``td_error`` into it.
@@ -375,7 +294,9 @@ class SACLoss(_TemperatureMixin, LossModule):
         loss_value = self.value_loss(tensordict)[0] if self._version == 1 else None
         loss_actor, metadata_actor = self.actor_loss(tensordict)
         log_prob = metadata_actor["log_prob"]
-        loss_alpha = _reduce(self._alpha_loss(log_prob), self.reduction, self._weights(tensordict))
+        loss_alpha = _reduce(
+            self._alpha_loss(log_prob), self.reduction, self._priority_weight(tensordict)
+        )
         tensordict.set(self.tensor_keys.priority, metadata["td_error"], inplace=True)
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha}
         if loss_value is not None:
@@ -385,7 +306,7 @@ class SACLoss(_TemperatureMixin, LossModule):
         return TensorDict(out)
 
 
-class DiscreteSACLoss(_TemperatureMixin, LossModule):
+class DiscreteSACLoss(_EntropyTemperature, LossModule):
     """Soft Actor-Critic for discrete actions.
 
     The actor gives a categorical distribution (``probs`` / ``logits``) and the Q networks
@@ -459,6 +380,12 @@ class DiscreteSACLoss(_TemperatureMixin, LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
+    _target_entropy_hint = "give num_actions=... or run a batch through the loss first"
 
     def __init__(
         self,
@@ -482,10 +409,7 @@ class DiscreteSACLoss(_TemperatureMixin, LossModule):
         use_prioritized_weights: str | bool = "auto",
     ) -> None:
         super().__init__()
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-            )
+        _check_loss_function(loss_function)
         self.action_space = _find_action_space(action_space, qvalue_network)
         self.delay_qvalue = delay_qvalue
         self.num_qvalue_nets = num_qvalue_nets
@@ -502,16 +426,13 @@ class DiscreteSACLoss(_TemperatureMixin, LossModule):
             create_target_params=delay_qvalue,
             compare_against=list(actor_network.parameters()) if separate_losses else None,
         )
-        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
-        if target_entropy == "auto":
-            target_entropy = (
-                None if num_actions is None else target_entropy_weight * math.log(num_actions)
-            )
-        elif isinstance(target_entropy, str):
-            raise ValueError(f"target_entropy must be a number or 'auto', got {target_entropy!r}")
-        self.register_buffer(
-            "_target_entropy",
-            None if target_entropy is None else torch.tensor(float(target_entropy)),
+        self._init_temperature(
+            alpha_init,
+            min_alpha,
+            max_alpha,
+            fixed_alpha,
+            target_entropy,
+            None if num_actions is None else target_entropy_weight * math.log(num_actions),
         )
         actor_keys = list(getattr(actor_network, "in_keys", []))
         q_keys = list(getattr(qvalue_network, "in_keys", []))
@@ -524,32 +445,8 @@ class DiscreteSACLoss(_TemperatureMixin, LossModule):
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
         self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
 
-    @property
-    def target_entropy(self) -> torch.Tensor:
-        """The entropy the temperature aims at (``weight * log(num_actions)`` for "auto")."""
-        if self._target_entropy is None:
-            raise RuntimeError("target_entropy='auto' needs num_actions=... or a first batch")
-        return self._target_entropy
-
     def _required_key_names(self):
         return ("action",)
-
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.value, reward=tk.reward, done=tk.done, terminated=tk.terminated
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
-    def _weights(self, tensordict):
-        if self.use_prioritized_weights in (True, "auto"):
-            return tensordict.get(self.tensor_keys.priority_weight, None)
-        return None
 
     def _probs(self, actor, tensordict) -> tuple[torch.Tensor, torch.Tensor]:
         dist = _network_dist(actor, tensordict)
@@ -570,28 +467,27 @@ class DiscreteSACLoss(_TemperatureMixin, LossModule):
         with torch.no_grad():
             next_td = tensordict.get("next").copy()
             next_probs, next_log_probs = self._probs(self._target_network("actor_network"), next_td)
-            next_q = _run_ensemble(self._ensemble("qvalue_network", "target"), next_td, key).min(0)[
+            next_q = _ensemble_output(self._ensemble("qvalue_network", "target"), next_td, key).min(
                 0
-            ]
+            )[0]
             next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1, keepdim=True)
             target = self._value_target(tensordict, next_value).squeeze(-1)
-        values = _run_ensemble(self._ensemble("qvalue_network"), tensordict, key)  # [N, *B, n]
-        if self._target_entropy is None:
-            self._target_entropy = torch.tensor(
-                self.target_entropy_weight * math.log(values.shape[-1])
-            )
+        values = _ensemble_output(self._ensemble("qvalue_network"), tensordict, key)  # [N, *B, n]
+        self._size_target_entropy(
+            self.target_entropy_weight * math.log(values.shape[-1]), values.device
+        )
         pred = torch.stack([_select(v, action, self.action_space or "one-hot") for v in values])
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
-        weights = self._weights(tensordict)
+        weights = self._priority_weight(tensordict)
         loss_qvalue = _reduce(loss_qvalue, self.reduction, weights)
         tensordict.set(
             self.tensor_keys.priority, (pred.detach() - target).abs().max(0)[0], inplace=True
         )
 
         probs, log_probs = self._probs(self.actor_network, tensordict)
-        min_q = _run_ensemble(self._ensemble("qvalue_network", "detached"), tensordict, key).min(0)[
+        min_q = _ensemble_output(self._ensemble("qvalue_network", "detached"), tensordict, key).min(
             0
-        ]
+        )[0]
         loss_actor = _reduce((probs * (alpha * log_probs - min_q)).sum(-1), self.reduction, weights)
         neg_entropy = (probs * log_probs).sum(-1).detach()
         loss_alpha = _reduce(self._alpha_loss(neg_entropy), self.reduction, weights)

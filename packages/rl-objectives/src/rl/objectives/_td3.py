@@ -10,39 +10,15 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rl.core import Bounded, Composite, TensorSpec
+from rl.core import TensorSpec
 
-from ._ddpg import _next_keys
-from ._dqn import _check_reduction, _reduce
+from ._actions import _bounds
 from ._loss import LossModule
-from ._utils import _network_output, distance_loss
+from ._networks import _ensemble_output, _network_output, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from .value import ValueEstimators
 
 __all__ = ["TD3Loss"]
-
-
-def _run_ensemble(members, tensordict: TensorDictBase, key, overrides=None) -> torch.Tensor:
-    """Outputs of every member of an ensemble on ``tensordict``, stacked: ``[N, *B, 1]``."""
-    return torch.stack([_network_output(m, tensordict, key, overrides) for m in members])
-
-
-def _bounds_from(action_spec, bounds, action_key) -> tuple[torch.Tensor, torch.Tensor]:
-    if (action_spec is None) == (bounds is None):
-        raise ValueError(
-            f"give exactly one of action_spec and bounds, got action_spec={action_spec} and bounds={bounds}"
-        )
-    if action_spec is not None:
-        if isinstance(action_spec, Composite):
-            action_spec = action_spec[action_key]
-        if not isinstance(action_spec, Bounded):
-            raise ValueError(f"action_spec must be Bounded, got {type(action_spec).__name__}")
-        low, high = action_spec.space.low, action_spec.space.high
-    else:
-        low, high = bounds
-    low = torch.as_tensor(low, dtype=torch.get_default_dtype())
-    high = torch.as_tensor(high, dtype=torch.get_default_dtype())
-    if (low > high).any():
-        raise ValueError(f"the low bound {low} is above the high bound {high}")
-    return low, high
 
 
 class TD3Loss(LossModule):
@@ -129,6 +105,12 @@ class TD3Loss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
+    _value_estimator_key_names = {"value": "state_action_value"}
 
     def __init__(
         self,
@@ -149,13 +131,10 @@ class TD3Loss(LossModule):
         use_prioritized_weights: str | bool = "auto",
     ) -> None:
         super().__init__()
-        if loss_function not in ("l2", "l1", "smooth_l1"):
-            raise ValueError(
-                f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-            )
+        _check_loss_function(loss_function)
         if num_qvalue_nets < 1:
             raise ValueError(f"num_qvalue_nets must be >= 1, got {num_qvalue_nets}")
-        low, high = _bounds_from(action_spec, bounds, self.tensor_keys.action)
+        low, high = _bounds(action_spec, bounds, self.tensor_keys.action)
         self.register_buffer("min_action", low)
         self.register_buffer("max_action", high)
         self.delay_actor = delay_actor
@@ -196,35 +175,13 @@ class TD3Loss(LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.state_action_value,
-                reward=tk.reward,
-                done=tk.done,
-                terminated=tk.terminated,
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
-    def _weights(self, tensordict):
-        if self.use_prioritized_weights in (True, "auto"):
-            return tensordict.get(self.tensor_keys.priority_weight, None)
-        return None
-
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-Q_1(s, mu(s))`` with the critics held out; returns ``(loss, metadata)``."""
         td = self.actor_network(tensordict.copy())
-        q1 = self._ensemble("qvalue_network", "detached")[0](td).get(
-            self.tensor_keys.state_action_value
-        )
-        q1 = q1.squeeze(-1)
+        critic = self._ensemble("qvalue_network", "detached")[0]
+        q1 = _network_output(critic, td, self.tensor_keys.state_action_value).squeeze(-1)
         metadata = {"state_action_value_actor": q1.detach()}
-        return _reduce(-q1, self.reduction, self._weights(tensordict)), metadata
+        return _reduce(-q1, self.reduction, self._priority_weight(tensordict)), metadata
 
     def value_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Q regression to the smoothed clipped-double-Q target; returns ``(loss, metadata)``."""
@@ -239,10 +196,10 @@ class TD3Loss(LossModule):
                 self.min_action, self.max_action
             )
             next_td.set(self.tensor_keys.action, next_action)
-            next_q = _run_ensemble(self._ensemble("qvalue_network", "target"), next_td, sav)
+            next_q = _ensemble_output(self._ensemble("qvalue_network", "target"), next_td, sav)
             next_value = next_q.min(0)[0]
             target = self._value_target(tensordict, next_value).squeeze(-1)
-        pred = _run_ensemble(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
+        pred = _ensemble_output(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).pow(2)
         metadata = {
@@ -251,7 +208,7 @@ class TD3Loss(LossModule):
             "pred_value": pred.detach(),
             "target_value": target,
         }
-        return _reduce(loss, self.reduction, self._weights(tensordict)), metadata
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), metadata
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute both losses on a batch of transitions; writes ``td_error`` into it.

@@ -10,41 +10,15 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
-from rl.core import Bounded, Composite, TensorSpec
+from rl.core import TensorSpec
 
-from ._dqn import _check_reduction, _reduce
-from ._iql import _check_loss_function, _ensemble_values, _next_keys
+from ._actions import _bounds
 from ._loss import LossModule
-from ._utils import distance_loss
+from ._networks import _ensemble_output, _next_keys
+from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from .value import ValueEstimators
 
 __all__ = ["TD3BCLoss"]
-
-
-def _action_bounds(action_spec, bounds, action_key) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(low, high)`` from exactly one of a ``Bounded`` spec or a ``(low, high)`` pair."""
-    if (action_spec is None) == (bounds is None):
-        raise ValueError(
-            "One of 'bounds' and 'action_spec' must be provided, but not both or none. "
-            f"Got bounds={bounds} and action_spec={action_spec}."
-        )
-    if action_spec is not None:
-        if isinstance(action_spec, Composite):
-            container = action_spec.shape
-            if isinstance(action_key, tuple) and len(action_key) > 1:
-                container = action_spec[action_key[:-1]].shape
-            action_spec = action_spec[action_key][(0,) * len(container)]
-        if not isinstance(action_spec, Bounded):
-            raise ValueError(
-                f"action_spec must be a Bounded spec, got {type(action_spec).__name__}"
-            )
-        low, high = action_spec.space.low, action_spec.space.high
-    else:
-        low, high = bounds
-    low = torch.as_tensor(low, dtype=torch.get_default_dtype())
-    high = torch.as_tensor(high, dtype=low.dtype)
-    if (low > high).any():
-        raise ValueError(f"Got a low bound higher than a high bound: low={low}, high={high}")
-    return low.clone(), high.clone()
 
 
 class TD3BCLoss(LossModule):
@@ -143,6 +117,12 @@ class TD3BCLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (
+        ValueEstimators.TD0,
+        ValueEstimators.TD1,
+        ValueEstimators.TDLambda,
+    )
+    _value_estimator_key_names = {"value": "state_action_value"}
 
     def __init__(
         self,
@@ -170,7 +150,7 @@ class TD3BCLoss(LossModule):
             raise ValueError(f"num_qvalue_nets must be >= 1, got {num_qvalue_nets}")
         if priority_key is not None:
             self._tensor_keys.priority = priority_key
-        low, high = _action_bounds(action_spec, bounds, self.tensor_keys.action)
+        low, high = _bounds(action_spec, bounds, self.tensor_keys.action)
         self.register_buffer("min_action", low)
         self.register_buffer("max_action", high)
         self.loss_function = _check_loss_function(loss_function)
@@ -216,29 +196,9 @@ class TD3BCLoss(LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _forward_value_estimator_keys(self, **kwargs) -> None:
-        if self._value_estimator is not None:
-            tk = self.tensor_keys
-            self._value_estimator.set_keys(
-                value=tk.state_action_value,
-                reward=tk.reward,
-                done=tk.done,
-                terminated=tk.terminated,
-            )
-
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
-    def _weights(self, tensordict):
-        if self.use_prioritized_weights in (True, "auto"):
-            return tensordict.get(self.tensor_keys.priority_weight, None)
-        return None
-
     def _q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         key = self.tensor_keys.state_action_value
-        return _ensemble_values(self, "qvalue_network", tensordict, key, kind).squeeze(-1)
+        return _ensemble_output(self._ensemble("qvalue_network", kind), tensordict, key).squeeze(-1)
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-lmbd * Q_1(s, mu(s)) + bc_loss`` with the critics held out."""
@@ -253,7 +213,7 @@ class TD3BCLoss(LossModule):
             "bc_loss": bc_loss.detach(),
             "lmbd": lmbd,
         }
-        return _reduce(loss, self.reduction, self._weights(tensordict)), metadata
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), metadata
 
     def qvalue_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Critic regression on the smoothed clipped double-Q target; ``(loss, metadata)``."""
@@ -278,7 +238,7 @@ class TD3BCLoss(LossModule):
             "pred_value": pred.detach(),
             "target_value": target,
         }
-        return _reduce(loss, self.reduction, self._weights(tensordict)), metadata
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), metadata
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute both losses; writes ``td_error`` into the input.

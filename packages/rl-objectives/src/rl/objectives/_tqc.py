@@ -13,10 +13,12 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._cql import _EntropyTemperature
-from ._dqn import _check_reduction, _reduce
-from ._iql import _ensemble_values, _next_keys, _sample_and_log_prob
+from ._actions import _rsample_log_prob
 from ._loss import LossModule
+from ._networks import _ensemble_output, _network_dist, _next_keys
+from ._reduction import _check_reduction, _reduce
+from ._temperature import _EntropyTemperature
+from .value import ValueEstimators
 
 __all__ = ["TQCLoss"]
 
@@ -155,6 +157,8 @@ class TQCLoss(_EntropyTemperature, LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
+    SUPPORTED_VALUE_ESTIMATORS = (ValueEstimators.TD0,)
+    _target_entropy_hint = "pass target_entropy=... or action_spec=..., or give the actor a spec"
 
     def __init__(
         self,
@@ -204,7 +208,12 @@ class TQCLoss(_EntropyTemperature, LossModule):
             compare_against=list(actor_network.parameters()) if separate_losses else None,
         )
         self._init_temperature(
-            alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, action_spec
+            alpha_init,
+            min_alpha,
+            max_alpha,
+            fixed_alpha,
+            target_entropy,
+            self._action_entropy_target(action_spec, actor_network),
         )
         self._set_in_keys()
 
@@ -221,21 +230,10 @@ class TQCLoss(_EntropyTemperature, LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _supported_value_estimators(self):
-        from .value import ValueEstimators
-
-        return (ValueEstimators.TD0,)
-
-    def _weights(self, tensordict):
-        if self.use_prioritized_weights in (True, "auto"):
-            return tensordict.get(self.tensor_keys.priority_weight, None)
-        return None
-
     def _quantiles(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         """Quantiles of every critic, ``[N, *B, M]``."""
-        z = _ensemble_values(
-            self, "qvalue_network", tensordict, self.tensor_keys.state_action_value, kind
-        )
+        members = self._ensemble("qvalue_network", kind)
+        z = _ensemble_output(members, tensordict, self.tensor_keys.state_action_value)
         if z.ndim != tensordict.ndim + 2:
             raise RuntimeError(
                 f"{type(self).__name__}: the critic must write one quantile dimension after "
@@ -246,7 +244,7 @@ class TQCLoss(_EntropyTemperature, LossModule):
 
     def _sample(self, tensordict: TensorDictBase, network: nn.Module):
         with set_interaction_type(InteractionType.RANDOM):
-            return _sample_and_log_prob(network.get_dist(tensordict.copy()))
+            return _rsample_log_prob(_network_dist(network, tensordict))
 
     def compute_target(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The kept target atoms, ``[*B, K]`` with ``K = N * (M - drop)``."""
@@ -309,7 +307,9 @@ class TQCLoss(_EntropyTemperature, LossModule):
         with torch.no_grad():
             td_error = (target.unsqueeze(0).unsqueeze(-2) - z.unsqueeze(-1)).abs()
             td_error = td_error.mean(dim=(-1, -2)).max(0).values
-        return _reduce(loss, self.reduction, self._weights(tensordict)), {"td_error": td_error}
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {
+            "td_error": td_error
+        }
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a|s) - mean Z(s, a)`` with the critics held out."""
@@ -323,7 +323,7 @@ class TQCLoss(_EntropyTemperature, LossModule):
                 f"critics give {tuple(q.shape)}; they must match"
             )
         loss = self._alpha * log_prob - q
-        return _reduce(loss, self.reduction, self._weights(tensordict)), {
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {
             "log_prob": log_prob.detach()
         }
 
@@ -338,7 +338,9 @@ class TQCLoss(_EntropyTemperature, LossModule):
         loss_qvalue, metadata_q = self.qvalue_loss(tensordict)
         loss_actor, metadata_actor = self.actor_loss(tensordict)
         log_prob = metadata_actor["log_prob"]
-        loss_alpha = _reduce(self._alpha_loss(log_prob), self.reduction, self._weights(tensordict))
+        loss_alpha = _reduce(
+            self._alpha_loss(log_prob), self.reduction, self._priority_weight(tensordict)
+        )
         tensordict.set(self.tensor_keys.priority, metadata_q["td_error"])
         entropy = -log_prob.mean()
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha}

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 import torch
-import torch.nn.functional as F
-from tensordict import TensorDictBase
-from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
 from torch import nn
 
 from ._loss import LossModule
+from ._reduction import distance_loss
 from .value import ValueEstimators
+from .value._enum import default_value_kwargs
 
 __all__ = [
     "HardUpdate",
@@ -25,151 +24,6 @@ __all__ = [
     "hold_out_net",
     "hold_out_params",
 ]
-
-
-def _is_plain_tdmodule(module) -> bool:
-    """A TensorDictModule whose call is exactly ``module.module(*inputs)`` -> ``out_keys``."""
-    return (
-        isinstance(module, TensorDictModule)
-        and type(module).forward is TensorDictModule.forward
-        and module._kwargs is None
-        and module.method is None
-        and not module.method_kwargs
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-    )
-
-
-def _network_output(
-    module: nn.Module, tensordict: TensorDictBase, out_key, overrides=None
-) -> torch.Tensor:
-    """Entry ``out_key`` written by ``module`` on ``tensordict`` (left unchanged).
-
-    ``overrides`` maps input keys to tensors used instead of the entries of
-    ``tensordict`` (e.g. a freshly sampled action).
-
-    A plain TensorDictModule is called on the tensors directly, skipping the copy of the
-    input and the writes of the outputs (the per-call cost of TensorDict dispatch is
-    comparable to a small network's compute). Anything else runs as a TensorDict module
-    on a shallow copy.
-    """
-    if _is_plain_tdmodule(module) and len(module.out_keys) == 1 and module.out_keys[0] == out_key:
-        if overrides:
-            inputs = [
-                overrides[key] if key in overrides else tensordict.get(key, None)
-                for key in module.in_keys
-            ]
-        else:
-            inputs = [tensordict.get(key, None) for key in module.in_keys]
-        if all(x is not None for x in inputs):
-            return module.module(*inputs)
-    tensordict = tensordict.copy()
-    if overrides:
-        tensordict.update(overrides)
-    return module(tensordict).get(out_key)
-
-
-def _network_dist(actor: nn.Module, tensordict: TensorDictBase):
-    """``actor.get_dist(tensordict)`` without TensorDict writes for the common actor shape.
-
-    The fast path covers a probabilistic sequence of one plain TensorDictModule that
-    writes the distribution parameters followed by the distribution module.
-    """
-    modules = getattr(actor, "module", None)
-    if (
-        isinstance(actor, ProbabilisticTensorDictSequential)
-        and isinstance(modules, nn.ModuleList)
-        and len(modules) == 2
-        and _is_plain_tdmodule(modules[0])
-    ):
-        params_module, dist_module = modules[0], modules[1]
-        out_keys = list(params_module.out_keys)
-        inputs = [tensordict.get(key, None) for key in params_module.in_keys]
-        if all(key in out_keys for key in dist_module.in_keys) and all(
-            x is not None for x in inputs
-        ):
-            outputs = params_module.module(*inputs)
-            if isinstance(outputs, torch.Tensor):
-                outputs = (outputs,)
-            by_key = dict(zip(out_keys, outputs, strict=True))
-            kwargs = {
-                (name[-1] if isinstance(name, tuple) else name): by_key[key]
-                for name, key in zip(dist_module.dist_keys, dist_module.in_keys, strict=True)
-            }
-            return dist_module.distribution_class(**kwargs, **dict(dist_module.distribution_kwargs))
-    return actor.get_dist(tensordict.copy())
-
-
-_DEFAULT_VALUE_KWARGS: dict[str, dict[str, Any]] = {
-    "TD0": {"gamma": 0.99, "differentiable": True},
-    "TD1": {"gamma": 0.99, "differentiable": True},
-    "TDLambda": {"gamma": 0.99, "lmbda": 0.95, "differentiable": True},
-    "GAE": {"gamma": 0.99, "lmbda": 0.95, "differentiable": True},
-    "VTrace": {"gamma": 0.99, "differentiable": True},
-}
-
-
-def default_value_kwargs(value_type) -> dict[str, Any]:
-    """The default hyperparameters of a value estimator, as in TorchRL.
-
-    Args:
-        value_type (ValueEstimators or str): the estimator.
-
-    Returns:
-        a new dict, e.g. ``{"gamma": 0.99, "lmbda": 0.95, "differentiable": True}`` for
-        ``TDLambda``.
-
-    Examples:
-        >>> default_value_kwargs("TD0")
-        {'gamma': 0.99, 'differentiable': True}
-    """
-    name = getattr(value_type, "name", value_type)
-    if name not in _DEFAULT_VALUE_KWARGS:
-        raise ValueError(
-            f"unknown value estimator {value_type!r}; valid ones are {list(_DEFAULT_VALUE_KWARGS)}"
-        )
-    return dict(_DEFAULT_VALUE_KWARGS[name])
-
-
-def distance_loss(
-    v1: torch.Tensor,
-    v2: torch.Tensor,
-    loss_function: Literal["l2", "l1", "smooth_l1"],
-    strict_shape: bool = True,
-) -> torch.Tensor:
-    """Element-wise distance between two tensors (no reduction).
-
-    Args:
-        v1 (Tensor): predictions, any shape.
-        v2 (Tensor): targets, the shape of ``v1`` unless ``strict_shape=False``.
-        loss_function (str): ``"l2"`` (squared error), ``"l1"`` or ``"smooth_l1"``
-            (Huber with delta 1).
-        strict_shape (bool): raise when the shapes differ. Defaults to ``True``.
-
-    Returns:
-        a tensor of the broadcast shape of ``v1`` and ``v2``.
-
-    Raises:
-        ValueError: on an unknown ``loss_function`` or mismatched shapes.
-
-    Examples:
-        >>> distance_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 0.0]), "l2")
-        tensor([1., 9.])
-    """
-    if strict_shape and v1.shape != v2.shape:
-        raise ValueError(
-            f"distance_loss got tensors of shapes {tuple(v1.shape)} and {tuple(v2.shape)}; "
-            "they must match (or pass strict_shape=False)"
-        )
-    if loss_function == "l2":
-        return F.mse_loss(v1, v2, reduction="none")
-    if loss_function == "l1":
-        return F.l1_loss(v1, v2, reduction="none")
-    if loss_function == "smooth_l1":
-        return F.smooth_l1_loss(v1, v2, reduction="none")
-    raise ValueError(
-        f"unknown loss_function {loss_function!r}; valid ones are ['l2', 'l1', 'smooth_l1']"
-    )
 
 
 class TargetNetUpdater:

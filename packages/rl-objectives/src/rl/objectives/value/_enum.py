@@ -1,10 +1,12 @@
-"""The names of the value estimators a loss can be given (``make_value_estimator``)."""
+"""The names of the value estimators a loss can be given (``make_value_estimator``), and
+their default hyperparameters."""
 
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
-__all__ = ["ValueEstimators"]
+__all__ = ["ValueEstimators", "default_value_kwargs"]
 
 
 class ValueEstimators(Enum):
@@ -32,3 +34,35 @@ class ValueEstimators(Enum):
                     return member
         valid = ", ".join(f"ValueEstimators.{m.name}" for m in cls)
         raise ValueError(f"{value!r} is not a value estimator; valid ones are {valid}")
+
+
+_DEFAULT_VALUE_KWARGS: dict[str, dict[str, Any]] = {
+    "TD0": {"gamma": 0.99, "differentiable": True},
+    "TD1": {"gamma": 0.99, "differentiable": True},
+    "TDLambda": {"gamma": 0.99, "lmbda": 0.95, "differentiable": True},
+    "GAE": {"gamma": 0.99, "lmbda": 0.95, "differentiable": True},
+    "VTrace": {"gamma": 0.99, "differentiable": True},
+}
+
+
+def default_value_kwargs(value_type) -> dict[str, Any]:
+    """The default hyperparameters of a value estimator, as in TorchRL.
+
+    Args:
+        value_type (ValueEstimators or str): the estimator.
+
+    Returns:
+        a new dict, e.g. ``{"gamma": 0.99, "lmbda": 0.95, "differentiable": True}`` for
+        ``TDLambda``.
+
+    Examples:
+        >>> from rl.objectives import default_value_kwargs
+        >>> default_value_kwargs("TD0")
+        {'gamma': 0.99, 'differentiable': True}
+    """
+    name = getattr(value_type, "name", value_type)
+    if name not in _DEFAULT_VALUE_KWARGS:
+        raise ValueError(
+            f"unknown value estimator {value_type!r}; valid ones are {list(_DEFAULT_VALUE_KWARGS)}"
+        )
+    return dict(_DEFAULT_VALUE_KWARGS[name])

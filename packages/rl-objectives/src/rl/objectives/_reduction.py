@@ -1,0 +1,86 @@
+"""From per-sample errors to a loss value: distances, importance weights and reduction.
+
+Every loss measures its terms with :func:`distance_loss` and reduces them with
+:func:`_reduce`; the argument checks of ``loss_function`` and ``reduction`` live here
+so that every loss words its errors the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["distance_loss"]
+
+_LOSS_FUNCTIONS = ("l1", "l2", "smooth_l1")
+_REDUCTIONS = ("mean", "sum", "none")
+_DISTANCES = {"l1": F.l1_loss, "l2": F.mse_loss, "smooth_l1": F.smooth_l1_loss}
+
+
+def _check_choice(name: str, value, valid: tuple[str, ...]):
+    """``value`` when it is one of ``valid``, else a ``ValueError`` naming ``name``."""
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid ones are {list(valid)}")
+    return value
+
+
+def _check_reduction(reduction: str) -> str:
+    return _check_choice("reduction", reduction, _REDUCTIONS)
+
+
+def _check_loss_function(loss_function: str, name: str = "loss_function") -> str:
+    return _check_choice(name, loss_function, _LOSS_FUNCTIONS)
+
+
+def distance_loss(
+    v1: torch.Tensor,
+    v2: torch.Tensor,
+    loss_function: Literal["l2", "l1", "smooth_l1"],
+    strict_shape: bool = True,
+) -> torch.Tensor:
+    """Element-wise distance between two tensors (no reduction).
+
+    Args:
+        v1 (Tensor): predictions, any shape.
+        v2 (Tensor): targets, the shape of ``v1`` unless ``strict_shape=False``.
+        loss_function (str): ``"l2"`` (squared error), ``"l1"`` or ``"smooth_l1"``
+            (Huber with delta 1).
+        strict_shape (bool): raise when the shapes differ. Defaults to ``True``.
+
+    Returns:
+        a tensor of the broadcast shape of ``v1`` and ``v2``.
+
+    Raises:
+        ValueError: on an unknown ``loss_function`` or mismatched shapes.
+
+    Examples:
+        >>> import torch
+        >>> from rl.objectives import distance_loss
+        >>> distance_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 0.0]), "l2")
+        tensor([1., 9.])
+    """
+    if strict_shape and v1.shape != v2.shape:
+        raise ValueError(
+            f"distance_loss got tensors of shapes {tuple(v1.shape)} and {tuple(v2.shape)}; "
+            "they must match (or pass strict_shape=False)"
+        )
+    distance = _DISTANCES.get(loss_function)
+    if distance is None:
+        _check_loss_function(loss_function)
+    return distance(v1, v2, reduction="none")
+
+
+def _reduce(
+    loss: torch.Tensor, reduction: str, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``loss`` (``[*B]``) weighted by ``weights`` (any shape with ``*B``'s elements),
+    then averaged, summed or returned as is (``reduction="none"``)."""
+    if weights is not None:
+        loss = loss * weights.reshape(loss.shape)
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss

@@ -108,6 +108,19 @@ class TestCompositeValues:
             spec.assert_is_in(td)
         assert not spec.is_in(torch.zeros(3))
 
+    def test_is_in_missing_entry_raises_key_error(self):
+        # as TorchRL: is_in raises KeyError for a value that lacks an entry of the spec
+        spec = make()
+        td = spec.rand()
+        del td["next", "reward"]
+        with pytest.raises(KeyError, match=r"value has an entry 'next' that has no entry 'reward'"):
+            spec.is_in(td)
+        with pytest.raises(KeyError, match="has no entry 'action'"):
+            spec.assert_is_in(spec.rand().exclude("action"))
+        # an empty nested Composite asks for no entry; a None entry neither
+        spec = Composite(a=Unbounded(shape=(1,)), empty=Composite(), free=None)
+        assert spec.is_in(TensorDict(a=torch.zeros(1)))
+
     def test_project(self):
         spec = make()
         td = spec.rand()

@@ -94,6 +94,10 @@ class TestMultiCategorical:
         assert spec.project(torch.tensor(9)).tolist() == 4
         assert spec.project(torch.tensor([7.0, 2.0, -1.0])).tolist() == [4, 2, 0]
         assert spec.project(torch.tensor([7])).tolist() == [4]
+        assert spec.to_one_hot(torch.tensor([1, 4])).int().tolist() == [
+            [0, 1, 0, 0, 0],
+            [0, 0, 0, 0, 1],
+        ]
         kept = MultiCategorical(nvec, remove_singleton=False)
         assert kept.rand().shape == (1,) and kept.rand((3,)).shape == (3, 1)
         assert not kept.is_in(torch.tensor(4))

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict
@@ -147,22 +148,81 @@ class TestStackedComposite:
     def test_encode_to_numpy(self):
         spec = StackedComposite(*members())
         td = spec.rand()
+        # as TorchRL: one array per entry every member holds, stacked along the stack dim
         arrays = spec.to_numpy(td)
-        assert len(arrays) == 2 and set(arrays[1]) == {"obs", "action", "extra"}
+        assert set(arrays) == {"obs", "action"} and arrays["obs"].shape == (2, 3)
+        np.testing.assert_array_equal(arrays["action"], td["action"].numpy())
         back = spec.encode(arrays)
+        assert isinstance(back, LazyStackedTensorDict) and back.batch_size == (2,)
+        assert (back["obs"] == td["obs"]).all() and "extra" not in back.tensordicts[1].keys()
+        # one mapping per member carries the members' own entries too
+        per_member = [spec[i].to_numpy(td[i]) for i in range(2)]
+        back = spec.encode(per_member)
         assert (back.tensordicts[1]["extra"] == td.tensordicts[1]["extra"]).all()
         with pytest.raises(ValueError, match=r"expects 2 mappings \(one per member\), got 1"):
-            spec.encode(arrays[:1])
+            spec.encode(per_member[:1])
+
+    def test_to_numpy_heterogeneous_and_batched(self):
+        a = Composite(obs=Unbounded(shape=(3,)), n=Composite(z=Bounded(0, 1, shape=(1,))))
+        b = Composite(obs=Unbounded(shape=(4,)), n=Composite(z=Bounded(0, 1, shape=(1,))))
+        spec = StackedComposite(a, b)
+        td = spec.rand()
+        arrays = spec.to_numpy(td)
+        assert [x.shape for x in arrays["obs"]] == [(3,), (4,)]
+        assert arrays["n"]["z"].shape == (2, 1)
+        back = spec.encode(arrays)
+        assert back[1]["obs"].shape == (4,) and spec.is_in(back)
+        batched = StackedComposite(
+            Composite(x=Unbounded(shape=(5, 2)), shape=(5,)),
+            Composite(x=Unbounded(shape=(5, 2)), shape=(5,)),
+            dim=1,
+        )
+        td = batched.rand((3,))
+        arrays = batched.to_numpy(td)
+        assert arrays["x"].shape == (3, 5, 2, 2)
+        assert (batched.encode(arrays)["x"] == td["x"]).all()
+
+    def test_delitem_reaches_every_member_holding_the_key(self):
+        # as TorchRL: a key held by some members is deleted from them
+        a, b = members()
+        spec = StackedComposite(a, b)
+        del spec["extra"]
+        assert "extra" not in b.keys() and list(spec[1].keys()) == list(spec[0].keys())
+        del spec["obs"]
+        assert list(a.keys()) == ["action"] == list(b.keys())
+        with pytest.raises(KeyError, match="key 'extra' is in no member of StackedComposite"):
+            del spec["extra"]
+
+    def test_setitem_needs_a_key(self):
+        spec = StackedComposite(*members())
+        with pytest.raises(RuntimeError, match="key should be a Sequence<NestedKey>"):
+            spec[0] = Unbounded(shape=(2, 1))
+
+    def test_is_in_missing_entry_is_a_key_error(self):
+        # as TorchRL: a value missing an entry raises KeyError in is_in
+        spec = StackedComposite(*members())
+        td = spec.rand()
+        del td.tensordicts[1]["extra"]
+        with pytest.raises(KeyError, match=r"has a member 1 that has no entry 'extra'"):
+            spec.is_in(td)
+        with pytest.raises(ValueError, match=r"member 1 that has no entry 'extra', so it is not"):
+            spec.assert_is_in(td)
 
     def test_constructor_errors(self):
         with pytest.raises(ValueError, match="expects at least one Composite, got none"):
             StackedComposite()
-        with pytest.raises(
-            ValueError, match=r"member 0 has \(\) on None, member 1 has \(2,\) on None"
-        ):
+        with pytest.raises(ValueError, match=r"share their shape: member 0 has \(\), member 1 has \(2,\)"):
             StackedComposite(Composite(), Composite(shape=(2,)))
         with pytest.raises(TypeError, match="member 0 is a Unbounded"):
             StackedComposite(Unbounded())
+
+    def test_devices(self):
+        # as TorchRL: members without a device do not count; different devices give None
+        on_cpu = Composite(device="cpu")
+        assert StackedComposite(Composite(), on_cpu).device == torch.device("cpu")
+        assert StackedComposite(Composite(), Composite()).device is None
+        mixed = StackedComposite(Composite(), on_cpu, Composite(device="meta"))
+        assert mixed.device is None and mixed.rand().batch_size == (3,)
 
 
 class TestStackSpecs:

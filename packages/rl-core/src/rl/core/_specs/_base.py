@@ -15,6 +15,7 @@ from ._dynamic import _concrete, _indexed_shape, _make_neg_dim, _no_dynamic, _sh
 
 __all__ = [
     "SpecMismatchError",
+    "SpecMissingEntryError",
     "TensorSpec",
     "DEVICE_TYPING",
 ]
@@ -135,6 +136,27 @@ class SpecMismatchError(ValueError, AssertionError):
     """
 
 
+class SpecMissingEntryError(KeyError, SpecMismatchError):
+    """A value lacks an entry its Composite spec describes (``is_in``, ``assert_is_in``).
+
+    A ``KeyError``, as TorchRL raises there, and a :class:`SpecMismatchError`.
+    """
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+class _MissingEntry(str):
+    """A mismatch reason (see ``TensorSpec._mismatch``) saying an entry is missing."""
+
+
+def _nest_reason(prefix: str, why: str | None) -> str | None:
+    """``why`` behind ``prefix``, still marked as a missing entry when it was one."""
+    if why is None:
+        return None
+    return type(why)(f"{prefix}{why}") if isinstance(why, _MissingEntry) else f"{prefix}{why}"
+
+
 class TensorSpec(abc.ABC):
     """Base class of the tensor specs: what a tensor must look like (shape, dtype, device, values).
 
@@ -227,8 +249,17 @@ class TensorSpec(abc.ABC):
         """Whether ``value`` has the spec's trailing shape, its dtype and allowed values.
 
         Leading dims beyond ``spec.shape`` are accepted (a batch of values).
+
+        Raises:
+            SpecMissingEntryError: a ``KeyError``, when ``value`` lacks an entry of a
+                Composite spec (as TorchRL: a missing entry is an error, not a mismatch).
         """
-        return self._mismatch(value) is None
+        why = self._mismatch(value)
+        if why is None:
+            return True
+        if isinstance(why, _MissingEntry):
+            raise SpecMissingEntryError(f"value {why}, which {type(self).__name__}.is_in needs")
+        return False
 
     def assert_is_in(self, value: Any) -> None:
         """Raises ``ValueError`` naming the spec and the value when ``value`` is not in the spec.
@@ -238,7 +269,8 @@ class TensorSpec(abc.ABC):
         """
         why = self._mismatch(value)
         if why is not None:
-            raise SpecMismatchError(f"value {why}, so it is not in {self!r}")
+            cls = SpecMissingEntryError if isinstance(why, _MissingEntry) else SpecMismatchError
+            raise cls(f"value {why}, so it is not in {self!r}")
 
     def project(self, value: torch.Tensor) -> torch.Tensor:
         """The closest value in the spec (clamped, rounded, re-encoded).

@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
-from ._base import _NestedSpec
+from ._base import _MissingEntry, _NestedSpec, _nest_reason
 from ._dynamic import _concrete
 
 if TYPE_CHECKING:
@@ -86,19 +86,15 @@ class _CompositeValues(_InPlaceUpdates):
         elif not isinstance(value, TensorDictBase | Mapping):
             return f"is a {type(value).__name__}, expected a TensorDict"
         for key, spec in self._specs.items():
-            if spec is None:
-                continue
+            if spec is None or (isinstance(spec, _CompositeValues) and not spec._specs):
+                continue  # as TorchRL: an empty Composite asks for no entry
             item = value.get(key, None)
             if item is None:
-                return f"has no entry {key!r}"
+                return _MissingEntry(f"has no entry {key!r}")
             why = spec._mismatch(item)
             if why is not None:
-                return f"has an entry {key!r} that {why}"
+                return _nest_reason(f"has an entry {key!r} that ", why)
         return None
-
-    def is_in(self, value: Any) -> bool:
-        """Whether every entry of the spec is present in ``value`` and in its spec."""
-        return self._mismatch(value) is None
 
     def project(self, value: TensorDictBase) -> TensorDictBase:
         """Projects every entry of ``value`` the spec describes (in place), returns ``value``."""

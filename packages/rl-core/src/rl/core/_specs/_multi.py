@@ -370,6 +370,8 @@ class MultiCategorical(_MaskedDiscrete):
         """The concatenated one-hot encodings (``torch.bool``), shape ``(..., sum(nvec))``."""
         if safe:
             self.assert_is_in(value)
+        if self._singleton_removed(value):
+            value = value.unsqueeze(-1)
         return self.to_one_hot_spec()._from_indices(value.long())
 
     def to_one_hot_spec(self) -> MultiOneHot:

@@ -8,8 +8,17 @@ from typing import Any
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict.utils import unravel_key
 
-from ._base import DEVICE_TYPING, TensorSpec, _NestedSpec, _normalize_dim, _shape_args, _to_device
+from ._base import (
+    DEVICE_TYPING,
+    TensorSpec,
+    _NestedSpec,
+    _nest_reason,
+    _normalize_dim,
+    _shape_args,
+    _to_device,
+)
 from ._composite import Composite
 from ._composite_values import _InPlaceUpdates
 from ._keys import _NO_DEFAULT, _expand_ellipsis, _is_key, _unravel
@@ -143,11 +152,13 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
     every member gives the stacked spec of that entry.
 
     Args:
-        *specs: the member Composites (or one list of them), all of the same shape and device.
+        *specs: the member Composites (or one list of them), all of the same shape; the
+            stack's ``device`` is theirs (members without a device do not count, members on
+            different devices give ``None``).
         dim: the stack dim, in ``[0, member.ndim]`` (negative values count from the end).
 
     Raises:
-        ValueError: if members differ in shape or device, or there is none.
+        ValueError: if members differ in shape, or there is none.
 
     Examples:
         >>> import torch
@@ -180,16 +191,18 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
                     f"StackedComposite members must be Composite specs, member {i} is a "
                     f"{type(s).__name__}"
                 )
-            if s.shape != first.shape or s.device != first.device:
+            if s.shape != first.shape:
                 raise ValueError(
-                    f"StackedComposite members must share shape and device: member 0 has "
-                    f"{tuple(first.shape)} on {first.device}, member {i} has {tuple(s.shape)} on "
-                    f"{s.device}"
+                    f"StackedComposite members must share their shape: member 0 has "
+                    f"{tuple(first.shape)}, member {i} has {tuple(s.shape)}"
                 )
         self._specs = list(specs)
         self.dim = _normalize_dim(dim, first.ndim + 1, "StackedComposite")
         self.shape = torch.Size((*first.shape[: self.dim], len(specs), *first.shape[self.dim :]))
-        self.device = first.device
+        # as TorchRL: the members' device, where members without one (None) do not count;
+        # None when members sit on different devices
+        devices = {s.device for s in specs if s.device is not None}
+        self.device = devices.pop() if len(devices) == 1 else None
 
     @classmethod
     def _new(cls, specs: list, dim: int) -> StackedComposite:
@@ -215,6 +228,9 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
 
     # ------------------------------------------------------------------ values
     def _stack(self, tds: list[TensorDictBase], lead: int) -> LazyStackedTensorDict:
+        if any(td.device != self.device for td in tds):
+            # members without a device (or on different ones) stack on the stack's device
+            tds = [td.clear_device_() if self.device is None else td.to(self.device) for td in tds]
         return LazyStackedTensorDict(*tds, stack_dim=lead + self.dim)
 
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> LazyStackedTensorDict:
@@ -248,7 +264,7 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
         for i, (spec, part) in enumerate(zip(self._specs, parts[1])):
             why = spec._mismatch(part)
             if why is not None:
-                return f"has a member {i} that {why}"
+                return _nest_reason(f"has a member {i} that ", why)
         return None
 
     def project(self, value: TensorDictBase) -> LazyStackedTensorDict:
@@ -258,8 +274,19 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
         lead, tds = parts
         return self._stack([s.project(td) for s, td in zip(self._specs, tds)], lead)
 
-    def encode(self, value: Sequence[Mapping[str, Any]], *, ignore_device: bool = False):
-        """A lazy stack of the members' encodings of ``value``, one mapping per member."""
+    def encode(
+        self, value: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, ignore_device: bool = False
+    ) -> LazyStackedTensorDict:
+        """A lazy stack of TensorDicts from numpy arrays / python values.
+
+        Args:
+            value: what :meth:`to_numpy` returns (a mapping of the entries every member
+                holds, each stacked along the stack dim), or one mapping per member (which
+                may hold the members' own entries too).
+            ignore_device: leave the values where they are.
+        """
+        if isinstance(value, Mapping):
+            value = self._member_mappings(value, ignore_device)
         if len(value) != len(self._specs):
             raise ValueError(
                 f"StackedComposite.encode expects {len(self._specs)} mappings (one per member), "
@@ -268,14 +295,44 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
         tds = [s.encode(v, ignore_device=ignore_device) for s, v in zip(self._specs, value)]
         return self._stack(tds, tds[0].batch_dims - self._specs[0].ndim)
 
-    def to_numpy(self, value: TensorDictBase, safe: bool | None = None) -> list[dict]:
-        """One nested dict of numpy arrays per member."""
+    def _member_mappings(self, value: Mapping[str, Any], ignore_device: bool) -> list[dict]:
+        """Splits a mapping of stacked entries into one mapping of encoded values per member."""
+        out: list[dict] = [{} for _ in self._specs]
+        for key, item in value.items():
+            spec = self[key]
+            encoded = spec.encode(item, ignore_device=ignore_device)
+            ndim = encoded.batch_dims if isinstance(encoded, TensorDictBase) else encoded.ndim
+            dim = 0 if getattr(encoded, "is_nested", False) else ndim - spec.ndim + self.dim
+            for member, part in zip(out, encoded.unbind(dim)):
+                member[key] = part
+        return out
+
+    def to_numpy(self, value: TensorDictBase, safe: bool | None = None) -> dict[str, Any]:
+        """A dict of numpy arrays, one per entry every member holds, stacked (as TorchRL).
+
+        An entry whose members differ in shape gives a list of arrays (see
+        :meth:`Stacked.to_numpy`); :meth:`encode` takes the dict back.
+        """
         if safe:
             self.assert_is_in(value)
         parts = self._parts(value)
         if isinstance(parts, str):
             raise ValueError(f"cannot convert a value that {parts} with {self!r}")
-        return [s.to_numpy(td) for s, td in zip(self._specs, parts[1])]
+        lead, members = parts
+        out: dict[str, Any] = {}
+        for key in self.keys():
+            values = [m.get(key, None) for m in members]
+            if any(v is None for v in values):
+                continue
+            if isinstance(values[0], TensorDictBase):
+                stacked = LazyStackedTensorDict(*values, stack_dim=lead + self.dim)
+            elif all(v.shape == values[0].shape for v in values[1:]):
+                stacked = torch.stack(values, lead + self.dim)
+            else:  # members' entries differ in shape: one array per member
+                out[key] = [s[key].to_numpy(v) for s, v in zip(self._specs, values)]
+                continue
+            out[key] = self[key].to_numpy(stacked)
+        return out
 
     # ------------------------------------------------------------------ keys
     def _iter_keys(self, include_nested: bool, leaves_only: bool) -> Iterator[Any]:
@@ -334,7 +391,17 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
         return out
 
     def __delitem__(self, key: Any) -> None:
-        self.pop(key)
+        """Deletes ``key`` from every member that holds it (as TorchRL).
+
+        Raises:
+            KeyError: if no member holds ``key``.
+        """
+        holders = [s for s in self._specs if key in s]
+        if not holders:
+            raise KeyError(f"key {key!r} is in no member of StackedComposite")
+        self._check_unlocked(f"deleting key {key!r}")
+        for s in holders:
+            del s[key]
 
     def is_empty(self, recurse: bool = False) -> bool:
         """Whether every member is empty."""
@@ -408,8 +475,7 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
         return StackedComposite(members[sel], dim=new_dim)
 
     def __setitem__(self, key: Any, value: TensorSpec) -> None:
-        if not _is_key(key):
-            raise TypeError(f"StackedComposite keys are strings or tuples of strings, got {key!r}")
+        unravel_key(key)  # tensordict's check of a nested key (RuntimeError otherwise, as TorchRL)
         self._check_unlocked(f"key {key!r}")
         if value.shape[: self.ndim] != self.shape:
             raise ValueError(

@@ -20,6 +20,8 @@ from ._ddpg import *  # noqa: E402,F403
 from ._ddpg import __all__ as _all_ddpg  # noqa: E402
 from ._dqn import *  # noqa: E402,F403
 from ._dqn import __all__ as _all_dqn  # noqa: E402
+from ._hold_out import *  # noqa: E402,F403
+from ._hold_out import __all__ as _all_hold_out  # noqa: E402
 from ._iql import *  # noqa: E402,F403
 from ._iql import __all__ as _all_iql  # noqa: E402
 from ._loss import *  # noqa: E402,F403
@@ -36,25 +38,32 @@ from ._random_modules import *  # noqa: E402,F403
 from ._random_modules import __all__ as _all_random_modules  # noqa: E402
 from ._redq import *  # noqa: E402,F403
 from ._redq import __all__ as _all_redq  # noqa: E402
+from ._reduction import *  # noqa: E402,F403
+from ._reduction import __all__ as _all_reduction  # noqa: E402
 from ._reinforce import *  # noqa: E402,F403
 from ._reinforce import __all__ as _all_reinforce  # noqa: E402
 from ._rnd import *  # noqa: E402,F403
 from ._rnd import __all__ as _all_rnd  # noqa: E402
 from ._sac import *  # noqa: E402,F403
 from ._sac import __all__ as _all_sac  # noqa: E402
+from ._target_updaters import *  # noqa: E402,F403
+from ._target_updaters import __all__ as _all_target_updaters  # noqa: E402
 from ._td3 import *  # noqa: E402,F403
 from ._td3 import __all__ as _all_td3  # noqa: E402
 from ._td3_bc import *  # noqa: E402,F403
 from ._td3_bc import __all__ as _all_td3_bc  # noqa: E402
 from ._tqc import *  # noqa: E402,F403
 from ._tqc import __all__ as _all_tqc  # noqa: E402
-from ._utils import *  # noqa: E402,F403
-from ._utils import __all__ as _all_utils  # noqa: E402
+from .value._enum import *  # noqa: E402,F403
+from .value._enum import __all__ as _all_value_enum  # noqa: E402
 
 __all__ = [
     "__version__",
     *_all_loss,
-    *_all_utils,
+    *_all_target_updaters,
+    *_all_value_enum,
+    *_all_reduction,
+    *_all_hold_out,
     *_all_dqn,
     *_all_ddpg,
     *_all_td3,

@@ -1,29 +1,18 @@
-"""Target-network updaters and small helpers shared by the losses."""
+"""Target-network updaters: Polyak averaging (SoftUpdate) and periodic copies (HardUpdate).
+
+They find every ``target_<name>_params`` of a loss and move it towards ``<name>_params``.
+"""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch import nn
 
 from ._loss import LossModule
-from ._reduction import distance_loss
-from .value import ValueEstimators
-from .value._enum import default_value_kwargs
 
-__all__ = [
-    "HardUpdate",
-    "SoftUpdate",
-    "TargetNetUpdater",
-    "ValueEstimators",
-    "default_value_kwargs",
-    "distance_loss",
-    "hold_out_net",
-    "hold_out_params",
-]
+__all__ = ["HardUpdate", "SoftUpdate", "TargetNetUpdater"]
 
 
 class TargetNetUpdater:
@@ -212,43 +201,3 @@ class HardUpdate(TargetNetUpdater):
         if self.counter >= self.value_network_update_interval:
             self.counter = 0
             self.init_()
-
-
-class hold_out_net:
-    """Context manager that turns off ``requires_grad`` of a network's parameters.
-
-    Args:
-        network (nn.Module): the network to freeze inside the ``with`` block.
-    """
-
-    def __init__(self, network: nn.Module) -> None:
-        self.network = network
-        self._params: list[torch.Tensor] = []
-
-    def __enter__(self):
-        self._params = [p for p in self.network.parameters() if p.requires_grad]
-        for p in self._params:
-            p.requires_grad_(False)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for p in self._params:
-            p.requires_grad_(True)
-
-
-class hold_out_params(hold_out_net):
-    """Context manager that turns off ``requires_grad`` of the given parameters.
-
-    Args:
-        params (iterable of tensors): the parameters to freeze inside the ``with`` block.
-    """
-
-    def __init__(self, params: Iterable[torch.Tensor]) -> None:
-        self._given = list(params)
-        self._params = []
-
-    def __enter__(self):
-        self._params = [p for p in self._given if p.requires_grad]
-        for p in self._params:
-            p.requires_grad_(False)
-        return self

@@ -176,6 +176,12 @@ class TestCompositeShapes:
         ):
             spec.shape = (5,)
 
+    def test_index_backward_slice(self):
+        spec = Composite(a=Bounded(torch.arange(5.0), 10.0), b=OneHot(7, shape=(5, 7)), shape=(5,))
+        rev = spec[10:1:-1]
+        assert rev.shape == (3,) and rev["b"].shape == (3, 7)
+        assert rev["a"].low.tolist() == [4.0, 3.0, 2.0]
+
     def test_entry_with_fewer_batch_dims_takes_ours(self):
         # as TorchRL: a Composite (or NonTensor) entry whose shape is a prefix of the batch
         # shape is set as a copy with the Composite's batch dims

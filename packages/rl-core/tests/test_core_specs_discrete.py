@@ -58,11 +58,18 @@ class TestCategorical:
 
     def test_bad_n(self):
         with pytest.raises(
-            ValueError, match=r"expects n to be a positive int \(the number of values\), got 0"
+            ValueError, match=r"expects n to be a non-negative int \(the number of values\), got -3"
         ):
-            Categorical(0)
+            Categorical(-3)
         with pytest.raises(ValueError, match="got 2.5"):
             Categorical(2.5)
+
+    def test_empty_value_sets(self):
+        # as TorchRL: n=0 builds (an empty set of values); drawing from it fails in torch
+        assert Categorical(0).n == 0 and Categorical(0, shape=(5, 3))[1].shape == (3,)
+        assert OneHot(0).shape == (0,) and Binary(0).shape == (0,)
+        with pytest.raises(RuntimeError):
+            Categorical(0).rand()
 
     def test_eq_depends_on_n_and_mask(self):
         assert Categorical(3) == Categorical(3)
@@ -153,6 +160,18 @@ class TestBinary:
     def test_enumerate(self):
         assert Binary(2).enumerate().tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]
 
+    def test_one_bit_of_shape_empty(self):
+        # as TorchRL: Binary(shape=()) holds one bit, its n is 0
+        spec = Binary(shape=())
+        assert spec.shape == () and spec.n == 0 and spec == spec.clone()
+        assert spec.rand().shape == () and spec.rand((4,)).shape == (4,)
+        assert spec.is_in(torch.tensor(1, dtype=torch.int8))
+        assert not spec.is_in(torch.tensor(2, dtype=torch.int8))
+        assert spec.cardinality() == 2 and spec.enumerate().tolist() == [0, 1]
+        assert spec.expand(3).shape == (3,) and spec.unsqueeze(0).rand().shape == (1,)
+        with pytest.raises(ValueError, match=r"Binary of shape \(\) holds one bit and takes n=0, got n=3"):
+            Binary(3, shape=())
+
 
 class TestConversions:
     def test_categorical_one_hot_round_trip(self):
@@ -202,7 +221,7 @@ class TestCategoricalUndefinedN:
         assert spec == Categorical(-1) and spec != Categorical(5)
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="expects n to be a positive int"):
+        with pytest.raises(ValueError, match="expects n to be a non-negative int"):
             Categorical(-2)
-        with pytest.raises(ValueError, match="expects n to be a positive int"):
-            Categorical(-1).set_provisional_n(0)
+        with pytest.raises(ValueError, match="expects n to be a non-negative int"):
+            Categorical(-1).set_provisional_n(-1)

@@ -91,6 +91,14 @@ class TestLeafContract:
         assert spec[torch.tensor([0, 2, 3])].shape == (3, *spec.shape[1:])
         assert spec[..., 0].shape[-1:] == spec.shape[-1:] or spec._nfeat == 0
 
+    def test_index_backward_slice(self, make_leaf, batch):
+        # as TorchRL (and numpy): a negative step walks the dim backwards
+        spec = make_leaf((5, *batch))
+        assert spec[10:1:-1].shape == (3, *spec.shape[1:])
+        assert spec[::-2] == torch.stack([spec[4], spec[2], spec[0]], 0)
+        with pytest.raises(IndexError, match="negative step cannot be combined with index lists"):
+            spec[[0, 1], ::-1]
+
     def test_repr(self, make_leaf, batch):
         spec = make_leaf(batch)
         text = repr(spec)

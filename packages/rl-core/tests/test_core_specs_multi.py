@@ -43,8 +43,8 @@ class TestMultiOneHot:
             MultiOneHot([2, 3]).encode([2, 0])
         with pytest.raises(ValueError, match="expects a non-empty nvec"):
             MultiOneHot([])
-        with pytest.raises(ValueError, match="expects n to be a positive int .* got 0"):
-            MultiOneHot([2, 0])
+        with pytest.raises(ValueError, match="expects n to be a non-negative int .* got -1"):
+            MultiOneHot([2, -1])
 
 
 class TestMultiCategorical:

@@ -476,6 +476,27 @@ class TestTorchRLCallForms:
         assert picked.shape == (2,) and picked["a"].high.tolist() == [[3.0, 4.0], [5.0, 6.0]]
         assert torch.squeeze(torch.unsqueeze(c, 0)).shape == (4,)
 
+    @pytest.mark.parametrize(
+        "spec",
+        [OneHot(3, shape=(5, 3)), Binary(4, shape=(5, 4)), MultiOneHot([2, 3, 4], shape=(5, 9))],
+        ids=["onehot", "binary", "multionehot"],
+    )
+    def test_encoding_dim_stays_whole(self, spec):
+        # as TorchRL: the one-hot (or bit) dim can be neither unbound nor index-selected
+        with pytest.raises(ValueError, match=r"cannot unbind dim -1 of \w+ of shape \(5, \d\): it is a feature dim"):
+            spec.unbind(-1)
+        with pytest.raises(ValueError, match="Cannot index_select along the last dimension of"):
+            torch.index_select(spec, -1, torch.tensor([0, 1]))
+        assert torch.stack(spec.unbind(0), 0) == spec
+        assert torch.index_select(spec, 0, torch.tensor([0, 4])).shape == (2, spec.shape[-1])
+
+    def test_unbind_counts_dims_from_the_last(self):
+        # a negative dim counts from the spec's last dim, as torch.unbind
+        assert [s.shape for s in Unbounded(shape=(2, 3)).unbind(-1)] == [(2,)] * 3
+        assert len(Categorical(4, shape=(5, 6)).unbind(-1)) == 6
+        with pytest.raises(ValueError, match=r"cannot unbind dim 1 of MultiCategorical .* feature"):
+            MultiCategorical([4, 5, 6], shape=(5, 3)).unbind(1)
+
     def test_keys_is_leaf(self):
         c = Composite(
             a=Unbounded(()),

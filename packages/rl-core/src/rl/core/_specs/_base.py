@@ -11,7 +11,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._dynamic import _concrete, _indexed_shape, _make_neg_dim, _no_dynamic, _shape_fits
+from ._dynamic import (
+    _concrete,
+    _indexed_shape,
+    _make_neg_dim,
+    _no_dynamic,
+    _positive_steps,
+    _shape_fits,
+)
 
 __all__ = [
     "SpecMismatchError",
@@ -419,6 +426,7 @@ class TensorSpec(abc.ABC):
         """
         bn = self._batch_ndim
         full = (idx if isinstance(idx, tuple) else (idx,)) + (slice(None),) * self._nfeat
+        full = _positive_steps(self.shape, full, type(self).__name__, idx)
         shape = _indexed_shape(self.shape, full, self.device, type(self).__name__, bn, idx)
 
         def index(t: torch.Tensor) -> torch.Tensor:
@@ -484,8 +492,19 @@ class TensorSpec(abc.ABC):
         return self._copy_with(self._new_shape(batch), lambda t: t.reshape(*tb, *t.shape[bn:]))
 
     def unbind(self, dim: int = 0) -> tuple[TensorSpec, ...]:
-        """The specs of the slices along batch dim ``dim``."""
-        d = _normalize_dim(dim, self._batch_ndim, f"unbind of {type(self).__name__}")
+        """The specs of the slices along batch dim ``dim`` (negative: counted from the last dim).
+
+        Raises:
+            ValueError: if ``dim`` is a feature dim (the one-hot or bit dim, ...), which
+                must stay whole, as in TorchRL, or a dynamic (``-1``) dim.
+        """
+        d = _normalize_dim(dim, self.ndim, f"unbind of {type(self).__name__}")
+        if d >= self._batch_ndim:
+            raise ValueError(
+                f"cannot unbind dim {dim} of {type(self).__name__} of shape "
+                f"{tuple(self.shape)}: it is a feature dim, only the first {self._batch_ndim} "
+                "can be unbound"
+            )
         if self.shape[d] == -1:
             raise ValueError(
                 f"cannot unbind dim {dim} of {type(self).__name__} of shape "

@@ -18,7 +18,7 @@ from ._base import (
     _to_shape,
 )
 from ._composite_values import _CompositeValues
-from ._dynamic import _indexed_shape
+from ._dynamic import _indexed_shape, _positive_steps
 from ._keys import _NO_DEFAULT, _CompositeKeys, _expand_ellipsis, _is_key, _key_out, _unravel
 from ._lock import _Lockable
 from ._names import _Named
@@ -419,6 +419,7 @@ class Composite(_Lockable, _Named, _CompositeValues, _NestedSpec):
     def _index(self, idx: Any) -> Composite:
         idx = _expand_ellipsis(idx, self.ndim)
         full = idx if isinstance(idx, tuple) else (idx,)
+        idx = full = _positive_steps(self.shape, full, "Composite", idx)
         shape = _indexed_shape(self.shape, full, self.device, "Composite", self.ndim, idx)
         return self._map(lambda s: s[idx], shape, names=self._names_after_index(idx))
 

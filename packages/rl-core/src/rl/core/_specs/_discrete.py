@@ -27,8 +27,10 @@ __all__ = ["Categorical", "OneHot", "Binary"]
 def _check_n(n: Any, cls: str) -> int:
     if isinstance(n, torch.Tensor):
         n = n.item()
-    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n <= 0:
-        raise ValueError(f"{cls} expects n to be a positive int (the number of values), got {n!r}")
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 0:
+        raise ValueError(
+            f"{cls} expects n to be a non-negative int (the number of values), got {n!r}"
+        )
     return int(n)
 
 
@@ -447,7 +449,8 @@ class Binary(TensorSpec):
 
     Args:
         n: the number of bits (``shape[-1]``); taken from ``shape`` if omitted.
-        shape: the spec's shape, ending with ``n`` (default ``(n,)``).
+        shape: the spec's shape, ending with ``n`` (default ``(n,)``); ``()`` holds one bit
+            (``n`` is then 0, as in TorchRL).
         device: where values live.
         dtype: the values' dtype (``torch.int8`` by default).
 
@@ -477,14 +480,18 @@ class Binary(TensorSpec):
         if n is None and shape is None:
             raise TypeError("Binary needs n or shape, got neither")
         shape = _to_shape(shape) if shape is not None else None
-        if n is None:
-            if not shape:
-                raise ValueError("Binary shape must end with the number of bits n, got ()")
+        if shape is not None and len(shape) == 0:
+            # as TorchRL: a Binary of shape () holds one bit, and then n is 0
+            if n not in (None, 0):
+                raise ValueError(f"Binary of shape () holds one bit and takes n=0, got n={n}")
+            n = 0
+            self._nfeat = 0
+        elif n is None:
             n = shape[-1]
         self.n = _check_n(n, "Binary")
         if shape is None:
             shape = torch.Size((self.n,))
-        if len(shape) == 0 or shape[-1] != self.n:
+        if self._nfeat and (len(shape) == 0 or shape[-1] != self.n):
             raise ValueError(f"Binary shape must end with n={self.n}, got {tuple(shape)}")
         self.shape = shape
         self.device = _to_device(device)
@@ -516,8 +523,8 @@ class Binary(TensorSpec):
     mask = None  # Binary has no mask (TorchRL's attribute, always None)
 
     def cardinality(self) -> int:
-        """``2**n``, the number of bit vectors (the length of :meth:`enumerate`)."""
-        return 2**self.n
+        """``2**n``, the number of bit vectors (the length of :meth:`enumerate`); 2 for one bit."""
+        return 2**self.n if self._nfeat else 2
 
     def to_categorical(self, value: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
         """Identity, as in TorchRL: each bit is already the index of one of two values."""
@@ -527,6 +534,9 @@ class Binary(TensorSpec):
 
     def enumerate(self, use_mask: bool | None = None) -> torch.Tensor:
         """All ``2**n`` bit vectors, stacked along a new first dim: ``(2**n, *spec.shape)``."""
+        if not self._nfeat:  # one bit per entry
+            values = torch.arange(2, device=self.device).to(self.dtype)
+            return values.reshape(2, *[1] * self.ndim).expand(2, *self.shape)
         if self.n > 20:
             raise ValueError(f"Binary.enumerate would build 2**{self.n} values, expected n <= 20")
         codes = torch.arange(2**self.n, device=self.device).unsqueeze(-1)

@@ -73,6 +73,41 @@ def _check_dynamic_slices(shape: torch.Size, full: tuple, name: str, idx: Any) -
         dim += _dims_taken(item)
 
 
+def _positive_steps(shape: torch.Size, full: tuple, name: str, idx: Any) -> tuple:
+    """``full`` with each slice of negative step (``[10:1:-1]``) made an index tensor.
+
+    torch slices only forward; the positions a backward slice picks, as one index tensor,
+    give the same values in the same place when no other advanced index is in ``full``.
+    """
+    if not any(isinstance(i, slice) and i.step is not None and i.step < 0 for i in full):
+        return full
+    if any(_is_advanced(i) for i in full):
+        raise IndexError(
+            f"cannot index {name} of shape {tuple(shape)} with {idx!r}: a slice with a "
+            "negative step cannot be combined with index lists or tensors"
+        )
+    ellipsis_dims = len(shape) - sum(_dims_taken(i) for i in full if i is not Ellipsis)
+    out = []
+    dim = 0
+    for item in full:
+        if item is Ellipsis:
+            dim += ellipsis_dims
+        elif isinstance(item, slice) and item.step is not None and item.step < 0:
+            if dim >= len(shape) or shape[dim] == -1:
+                raise IndexError(
+                    f"cannot index {name} of shape {tuple(shape)} with {idx!r}: a slice with a "
+                    f"negative step needs a known size at dim {dim}"
+                )
+            item = torch.tensor(range(shape[dim])[item], dtype=torch.long)
+        dim += 0 if item is Ellipsis else _dims_taken(item)
+        out.append(item)
+    return tuple(out)
+
+
+def _is_advanced(item: Any) -> bool:
+    return isinstance(item, list | np.ndarray | range | torch.Tensor)
+
+
 def _indexed_shape(
     shape: torch.Size, full: tuple, device: Any, name: str, bn: int, idx: Any
 ) -> torch.Size:

@@ -21,8 +21,10 @@ from ._base import (
 )
 from ._composite import Composite
 from ._composite_values import _InPlaceUpdates
+from ._discrete import Binary, OneHot
 from ._keys import _NO_DEFAULT, _expand_ellipsis, _is_key, _unravel
 from ._lock import _Lockable
+from ._multi import MultiOneHot
 from ._stacked_leaf import Stacked, _stacked_make_neg_dim
 
 __all__ = ["StackedComposite", "stack_specs"]
@@ -89,7 +91,17 @@ def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
 
 
 def _index_select(spec: TensorSpec, dim: int, index: torch.Tensor) -> TensorSpec:
+    """``torch.index_select(spec, dim, index)``: the spec of the selected slices along ``dim``.
+
+    Raises:
+        ValueError: if ``dim`` is the one-hot (or bit) dim of OneHot, MultiOneHot or Binary.
+    """
     d = _normalize_dim(dim, spec.ndim, f"index_select of {type(spec).__name__}")
+    if d == spec.ndim - 1 and isinstance(spec, OneHot | MultiOneHot | Binary):
+        raise ValueError(
+            f"Cannot index_select along the last dimension of {type(spec).__name__} of shape "
+            f"{tuple(spec.shape)}: it holds the encoding of a value, not a batch dim"
+        )
     return spec[(slice(None),) * d + (torch.as_tensor(index, dtype=torch.long),)]
 
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 import math
 
 import torch
+from tensordict import TensorDictBase
+from tensordict.nn import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rl.core import Bounded, Categorical, Composite, OneHot, TensorSpec
+
+from ._networks import _network_dist
 
 __all__: list[str] = []
 
@@ -177,3 +181,15 @@ def _rsample_log_prob(dist) -> tuple[torch.Tensor, torch.Tensor]:
         action = dist.rsample()
         log_prob = dist.log_prob(action)
     return action, _sum_action_dims(log_prob, action)
+
+
+def _policy_rsample(
+    actor: nn.Module, tensordict: TensorDictBase
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reparameterised action of ``actor`` at ``tensordict`` and its log-probability.
+
+    The policy is sampled (``InteractionType.RANDOM``) whatever the loss's
+    deterministic sampling mode; ``tensordict`` is not written.
+    """
+    with set_interaction_type(InteractionType.RANDOM):
+        return _rsample_log_prob(_network_dist(actor, tensordict))

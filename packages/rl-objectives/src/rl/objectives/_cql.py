@@ -17,12 +17,17 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._actions import _action_leaf, _rsample_log_prob
-from ._loss import LossModule
+from ._actions import _action_leaf, _policy_rsample, _rsample_log_prob
+from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _network_dist, _next_keys
-from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._reduction import (
+    _check_loss_function,
+    _check_reduction,
+    _loss_output,
+    _reduce,
+    distance_loss,
+)
 from ._temperature import _EntropyTemperature
-from .value import ValueEstimators
 
 __all__ = ["CQLLoss"]
 
@@ -169,11 +174,7 @@ class CQLLoss(_EntropyTemperature, LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
     _target_entropy_hint = "pass target_entropy=... or action_spec=..., or give the actor a spec"
 
     def __init__(
@@ -271,11 +272,6 @@ class CQLLoss(_EntropyTemperature, LossModule):
             return self._detached_network("actor_network")
         return self.actor_network
 
-    def _sample(self, tensordict: TensorDictBase, kind: str = "online"):
-        """``(action, log_prob)`` drawn from the actor (reparameterized)."""
-        with set_interaction_type(InteractionType.RANDOM):
-            return _rsample_log_prob(_network_dist(self._policy(kind), tensordict))
-
     def _q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         """``Q_i(s, a)`` of both critics, ``[2, *B, 1]``."""
         members = self._ensemble("qvalue_network", kind)
@@ -285,7 +281,7 @@ class CQLLoss(_EntropyTemperature, LossModule):
         """``num_random`` actions per state: ``(td [*B[:-1], B*n], log_prob [*B[:-1], B*n])``."""
         keys = list(getattr(self.actor_network, "in_keys", []))
         repeated = _repeat(tensordict, keys, self.num_random)
-        action, log_prob = self._sample(repeated, kind)
+        action, log_prob = _policy_rsample(self._policy(kind), repeated)
         repeated.set(self.tensor_keys.action, action)
         return repeated, log_prob
 
@@ -293,7 +289,7 @@ class CQLLoss(_EntropyTemperature, LossModule):
         actor_kind = "target" if self.delay_actor else "detached"
         next_td = tensordict.get("next").copy()
         with torch.no_grad():
-            action, log_prob = self._sample(next_td, actor_kind)
+            action, log_prob = _policy_rsample(self._policy(actor_kind), next_td)
             next_td.set(self.tensor_keys.action, action)
             if not self.max_q_backup:
                 next_value = self._q(next_td, "target").min(0).values
@@ -433,7 +429,7 @@ class CQLLoss(_EntropyTemperature, LossModule):
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a|s) - min_i Q_i(s, a)`` with the critics held out."""
-        action, log_prob = self._sample(tensordict)
+        action, log_prob = _policy_rsample(self.actor_network, tensordict)
         td_q = tensordict.select(*self.qvalue_network.in_keys, strict=False)
         td_q.set(self.tensor_keys.action, action)
         min_q = self._q(td_q, "detached").min(0).values.squeeze(-1)
@@ -461,32 +457,27 @@ class CQLLoss(_EntropyTemperature, LossModule):
         self._get(tensordict, "action")
         q_loss, metadata = self.q_loss(tensordict)
         cql_loss, _ = self.cql_loss(tensordict)
-        out = {}
-        if self.with_lagrange:
-            out["loss_alpha_prime"] = self.alpha_prime_loss(tensordict)[0]
+        scalars = {}
+        if self.with_lagrange:  # a scalar: kept as non-tensor data with reduction="none"
+            scalars["loss_alpha_prime"] = self.alpha_prime_loss(tensordict)[0]
         loss_actor_bc, _ = self.actor_bc_loss(tensordict)
         loss_actor, actor_metadata = self.actor_loss(tensordict)
         loss_alpha, _ = self.alpha_loss(actor_metadata)
         tensordict.set(self.tensor_keys.priority, metadata["td_error"].max(0).values)
-        entropy = -actor_metadata[self.tensor_keys.log_prob].mean()
-        out = {
+        scalars["alpha"] = self._alpha
+        scalars["entropy"] = -actor_metadata[self.tensor_keys.log_prob].mean()
+        losses = {
             "loss_actor": loss_actor,
             "loss_actor_bc": loss_actor_bc,
             "loss_qvalue": q_loss,
             "loss_cql": cql_loss,
             "loss_alpha": loss_alpha,
-            **out,
         }
-        if self.reduction == "none":
-            lagrange = out.pop("loss_alpha_prime", None)
-            td_out = TensorDict(out, batch_size=tensordict.batch_size)
-            if lagrange is not None or self.scalar_output_mode == "non_tensor":
-                if lagrange is not None:
-                    td_out.set_non_tensor("loss_alpha_prime", lagrange)
-                if self.scalar_output_mode == "non_tensor":
-                    td_out.set_non_tensor("alpha", self._alpha)
-                    td_out.set_non_tensor("entropy", entropy)
-            return td_out
-        out["alpha"] = self._alpha
-        out["entropy"] = entropy
-        return TensorDict(out)
+        return _loss_output(
+            losses,
+            scalars,
+            reduction=self.reduction,
+            scalar_output_mode=self.scalar_output_mode,
+            batch_size=tensordict.batch_size,
+            kept=("loss_alpha_prime",),
+        )

@@ -13,10 +13,9 @@ from torch import nn
 from rl.core import TensorSpec
 
 from ._actions import _find_action_space, _resolve_space, _select
-from ._loss import LossModule
+from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _network_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
-from .value import ValueEstimators
 
 __all__ = ["DiscreteCQLLoss"]
 
@@ -91,11 +90,7 @@ class DiscreteCQLLoss(LossModule):
         pred_val: NestedKey = "pred_val"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
 
     def __init__(
         self,

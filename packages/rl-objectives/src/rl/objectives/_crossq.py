@@ -13,12 +13,11 @@ from torch import nn
 
 from rl.core import TensorSpec
 
-from ._actions import _rsample_log_prob, _sum_action_dims
-from ._loss import LossModule
+from ._actions import _policy_rsample, _sum_action_dims
+from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _network_dist, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 from ._temperature import _EntropyTemperature
-from .value import ValueEstimators
 
 __all__ = ["CrossQLoss"]
 
@@ -100,11 +99,7 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
 
     def __init__(
         self,
@@ -192,8 +187,7 @@ class CrossQLoss(_EntropyTemperature, LossModule):
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi - min_i Q_i`` with the critics in eval mode and held out."""
-        with set_interaction_type(InteractionType.RANDOM):
-            action, log_prob = _rsample_log_prob(_network_dist(self.actor_network, tensordict))
+        action, log_prob = _policy_rsample(self.actor_network, tensordict)
         self._size_target_entropy(
             -float(action.shape[tensordict.batch_dims :].numel()), action.device
         )

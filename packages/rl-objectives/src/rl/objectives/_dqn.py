@@ -13,7 +13,7 @@ from torch import nn
 from rl.core import TensorSpec
 
 from ._actions import _check_action, _find_action_space, _mask, _resolve_space, _select
-from ._loss import LossModule
+from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _network_output
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 from .value import ValueEstimators
@@ -103,11 +103,7 @@ class DQNLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
 
     def __init__(
         self,

@@ -13,10 +13,15 @@ from torch import nn
 from rl.core import TensorSpec
 
 from ._actions import _find_action_space, _resolve_space, _select
-from ._loss import LossModule
+from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _network_dist, _network_output, _next_keys
-from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
-from .value import ValueEstimators
+from ._reduction import (
+    _check_loss_function,
+    _check_reduction,
+    _loss_output,
+    _reduce,
+    distance_loss,
+)
 
 __all__ = ["DiscreteIQLLoss", "IQLLoss"]
 
@@ -137,11 +142,7 @@ class IQLLoss(LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
 
     def __init__(
         self,
@@ -280,14 +281,13 @@ class IQLLoss(LossModule):
         loss_value, _ = self.value_loss(tensordict)
         tensordict.set(self.tensor_keys.priority, metadata_q["td_error"].max(0).values)
         entropy = -tensordict.get(self.tensor_keys.log_prob).mean()
-        out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value}
-        if self.reduction == "none":
-            td_out = TensorDict(out, batch_size=tensordict.batch_size)
-            if self.scalar_output_mode == "non_tensor":
-                td_out.set_non_tensor("entropy", entropy)
-            return td_out
-        out["entropy"] = entropy
-        return TensorDict(out)
+        return _loss_output(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value},
+            {"entropy": entropy},
+            reduction=self.reduction,
+            scalar_output_mode=self.scalar_output_mode,
+            batch_size=tensordict.batch_size,
+        )
 
 
 class DiscreteIQLLoss(IQLLoss):

@@ -40,6 +40,9 @@ from .value._enum import default_value_kwargs
 
 __all__ = ["LossModule"]
 
+#: the estimators of a bootstrapped target that the off-policy losses accept
+_TD_ESTIMATORS = (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
+
 
 def _wrap_forward(func):
     """Run a loss's forward in its deterministic sampling mode; name missing keys."""

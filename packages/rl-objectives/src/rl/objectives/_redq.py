@@ -7,18 +7,16 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rl.core import TensorSpec
 
-from ._actions import _rsample_log_prob
-from ._loss import LossModule
-from ._networks import _ensemble_output, _network_dist, _next_keys
+from ._actions import _policy_rsample
+from ._loss import _TD_ESTIMATORS, LossModule
+from ._networks import _ensemble_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 from ._temperature import _EntropyTemperature
-from .value import ValueEstimators
 
 __all__ = ["REDQLoss"]
 
@@ -104,11 +102,7 @@ class REDQLoss(_EntropyTemperature, LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
     delay_actor: bool = False
     _clamp_log_alpha_in_place = False
 
@@ -190,13 +184,12 @@ class REDQLoss(_EntropyTemperature, LossModule):
         self._get(tensordict, "action")
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
         alpha = self.alpha
-        with set_interaction_type(InteractionType.RANDOM):
-            action, log_prob = _rsample_log_prob(_network_dist(self.actor_network, tensordict))
-            next_td = tensordict.get("next").copy()
-            with torch.no_grad():
-                next_action, next_log_prob = _rsample_log_prob(
-                    _network_dist(self._target_network("actor_network"), next_td)
-                )
+        action, log_prob = _policy_rsample(self.actor_network, tensordict)
+        next_td = tensordict.get("next").copy()
+        with torch.no_grad():
+            next_action, next_log_prob = _policy_rsample(
+                self._target_network("actor_network"), next_td
+            )
         self._size_target_entropy(
             -float(action.shape[tensordict.batch_dims :].numel()), action.device
         )

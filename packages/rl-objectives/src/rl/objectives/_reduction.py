@@ -1,8 +1,9 @@
 """From per-sample errors to a loss value: distances, importance weights and reduction.
 
-Every loss measures its terms with :func:`distance_loss` and reduces them with
-:func:`_reduce`; the argument checks of ``loss_function`` and ``reduction`` live here
-so that every loss words its errors the same way.
+Every loss measures its terms with :func:`distance_loss`, reduces them with
+:func:`_reduce` and, where TorchRL offers ``scalar_output_mode``, packs them with
+:func:`_loss_output`; the argument checks of ``loss_function`` and ``reduction`` live
+here so that every loss words its errors the same way.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from tensordict import TensorDict
 
 __all__ = ["distance_loss"]
 
@@ -84,3 +86,27 @@ def _reduce(
     if reduction == "sum":
         return loss.sum()
     return loss
+
+
+def _loss_output(
+    losses: dict,
+    scalars: dict,
+    *,
+    reduction: str,
+    scalar_output_mode: str,
+    batch_size,
+    kept: tuple[str, ...] = (),
+) -> TensorDict:
+    """The TensorDict a loss returns: its ``losses`` followed by its ``scalars``.
+
+    With ``reduction="none"`` the losses are per sample (a TensorDict of ``batch_size``)
+    and scalars do not fit it: ``scalar_output_mode="exclude"`` leaves them out (but for
+    those named in ``kept``), ``"non_tensor"`` stores them as non-tensor data.
+    """
+    if reduction != "none":
+        return TensorDict({**losses, **scalars})
+    out = TensorDict(losses, batch_size=batch_size)
+    for key, value in scalars.items():
+        if key in kept or scalar_output_mode == "non_tensor":
+            out.set_non_tensor(key, value)
+    return out

@@ -8,18 +8,16 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rl.core import TensorSpec
 
-from ._actions import _find_action_space, _rsample_log_prob, _select
-from ._loss import LossModule
+from ._actions import _find_action_space, _policy_rsample, _select
+from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _network_dist, _network_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 from ._temperature import _EntropyTemperature
-from .value import ValueEstimators
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
@@ -125,11 +123,7 @@ class SACLoss(_EntropyTemperature, LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
 
     def __init__(
         self,
@@ -210,11 +204,6 @@ class SACLoss(_EntropyTemperature, LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _sample(self, actor, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        with set_interaction_type(InteractionType.RANDOM):
-            dist = _network_dist(actor, tensordict)
-        return _rsample_log_prob(dist)
-
     def _target_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The soft Bellman target ``[*B]`` (no gradient)."""
         with torch.no_grad():
@@ -223,7 +212,7 @@ class SACLoss(_EntropyTemperature, LossModule):
                 value_net = self._target_network("value_network")
                 next_value = _network_output(value_net, next_td, self.tensor_keys.value)
             else:
-                next_action, next_log_prob = self._sample(
+                next_action, next_log_prob = _policy_rsample(
                     self._target_network("actor_network"), next_td
                 )
                 q = _ensemble_output(
@@ -251,7 +240,7 @@ class SACLoss(_EntropyTemperature, LossModule):
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi(a|s) - min_i Q_i(s, a)``; returns ``(loss, {"log_prob": ...})``."""
-        action, log_prob = self._sample(self.actor_network, tensordict)
+        action, log_prob = _policy_rsample(self.actor_network, tensordict)
         q = _ensemble_output(
             self._ensemble("qvalue_network", "detached"),
             tensordict,
@@ -271,7 +260,7 @@ class SACLoss(_EntropyTemperature, LossModule):
         """SAC v1 value regression on ``min_i Q_target_i(s, a) - alpha * log pi(a|s)``."""
         value = _network_output(self.value_network, tensordict, self.tensor_keys.value).squeeze(-1)
         with torch.no_grad():
-            action, log_prob = self._sample(self._target_network("actor_network"), tensordict)
+            action, log_prob = _policy_rsample(self._target_network("actor_network"), tensordict)
             td_q = tensordict.copy()
             td_q.set(self.tensor_keys.action, action)
             q = _ensemble_output(
@@ -380,11 +369,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
     _target_entropy_hint = "give num_actions=... or run a batch through the loss first"
 
     def __init__(

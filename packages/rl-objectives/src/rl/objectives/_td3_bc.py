@@ -13,10 +13,9 @@ from torch import nn
 from rl.core import TensorSpec
 
 from ._actions import _bounds
-from ._loss import LossModule
+from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
-from .value import ValueEstimators
 
 __all__ = ["TD3BCLoss"]
 
@@ -117,11 +116,7 @@ class TD3BCLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_value_estimator = "TD0"
-    SUPPORTED_VALUE_ESTIMATORS = (
-        ValueEstimators.TD0,
-        ValueEstimators.TD1,
-        ValueEstimators.TDLambda,
-    )
+    SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
     _value_estimator_key_names = {"value": "state_action_value"}
 
     def __init__(

@@ -7,16 +7,15 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn.probabilistic import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
 from rl.core import TensorSpec
 
-from ._actions import _rsample_log_prob
+from ._actions import _policy_rsample
 from ._loss import LossModule
-from ._networks import _ensemble_output, _network_dist, _next_keys
-from ._reduction import _check_reduction, _reduce
+from ._networks import _ensemble_output, _next_keys
+from ._reduction import _check_reduction, _loss_output, _reduce
 from ._temperature import _EntropyTemperature
 from .value import ValueEstimators
 
@@ -242,10 +241,6 @@ class TQCLoss(_EntropyTemperature, LossModule):
             )
         return z
 
-    def _sample(self, tensordict: TensorDictBase, network: nn.Module):
-        with set_interaction_type(InteractionType.RANDOM):
-            return _rsample_log_prob(_network_dist(network, tensordict))
-
     def compute_target(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The kept target atoms, ``[*B, K]`` with ``K = N * (M - drop)``."""
         with torch.no_grad():
@@ -260,7 +255,9 @@ class TQCLoss(_EntropyTemperature, LossModule):
                     selection = ~terminated.reshape(next_td.batch_size)
                     selected = next_td[selection]
             if selected.numel():
-                action, log_prob = self._sample(selected, self._detached_network("actor_network"))
+                action, log_prob = _policy_rsample(
+                    self._detached_network("actor_network"), selected
+                )
                 selected.set(self.tensor_keys.action, action)
                 z = self._quantiles(selected, "target")  # [N, *b, M]
             else:
@@ -313,7 +310,7 @@ class TQCLoss(_EntropyTemperature, LossModule):
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a|s) - mean Z(s, a)`` with the critics held out."""
-        action, log_prob = self._sample(tensordict, self.actor_network)
+        action, log_prob = _policy_rsample(self.actor_network, tensordict)
         td = tensordict.select(*self.qvalue_network.in_keys, strict=False)
         td.set(self.tensor_keys.action, action)
         q = self._quantiles(td, "detached").mean(dim=(0, -1))
@@ -343,13 +340,10 @@ class TQCLoss(_EntropyTemperature, LossModule):
         )
         tensordict.set(self.tensor_keys.priority, metadata_q["td_error"])
         entropy = -log_prob.mean()
-        out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha}
-        if self.reduction == "none":
-            td_out = TensorDict(out, batch_size=tensordict.batch_size)
-            if self.scalar_output_mode == "non_tensor":
-                td_out.set_non_tensor("alpha", self._alpha)
-                td_out.set_non_tensor("entropy", entropy)
-            return td_out
-        out["alpha"] = self._alpha
-        out["entropy"] = entropy
-        return TensorDict(out)
+        return _loss_output(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha},
+            {"alpha": self._alpha, "entropy": entropy},
+            reduction=self.reduction,
+            scalar_output_mode=self.scalar_output_mode,
+            batch_size=tensordict.batch_size,
+        )

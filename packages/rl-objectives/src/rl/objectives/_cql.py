@@ -229,14 +229,8 @@ class CQLLoss(_EntropyTemperature, LossModule):
             compare_against=list(actor_network.parameters()),
         )
         self._action_spec = action_spec
-        self._init_temperature(
-            alpha_init,
-            min_alpha,
-            max_alpha,
-            fixed_alpha,
-            target_entropy,
-            self._action_entropy_target(action_spec, actor_network),
-        )
+        auto = self._action_entropy_target(action_spec, actor_network)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
         if with_lagrange:
             self.target_action_gap = lagrange_thresh
             self.log_alpha_prime = nn.Parameter(torch.tensor(0.0))

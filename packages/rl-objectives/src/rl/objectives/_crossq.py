@@ -132,14 +132,8 @@ class CrossQLoss(_EntropyTemperature, LossModule):
             create_target_params=False,
             compare_against=list(actor_network.parameters()) if separate_losses else None,
         )
-        self._init_temperature(
-            alpha_init,
-            min_alpha,
-            max_alpha,
-            fixed_alpha,
-            target_entropy,
-            self._action_entropy_target(action_spec, actor_network),
-        )
+        auto = self._action_entropy_target(action_spec, actor_network)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
         actor_keys = list(getattr(actor_network, "in_keys", []))
         self._q_in_keys = list(getattr(qvalue_network, "in_keys", []))
         tk = self.tensor_keys

@@ -179,14 +179,8 @@ class SACLoss(_EntropyTemperature, LossModule):
             compare_against=shared,
         )
         # "auto" without a spec stays unsized until the first batch tells the action size
-        self._init_temperature(
-            alpha_init,
-            min_alpha,
-            max_alpha,
-            fixed_alpha,
-            target_entropy,
-            self._action_entropy_target(action_spec, actor_network),
-        )
+        auto = self._action_entropy_target(action_spec, actor_network)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
         self._set_in_keys()
 
     def _set_in_keys(self) -> None:
@@ -411,14 +405,8 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
             create_target_params=delay_qvalue,
             compare_against=list(actor_network.parameters()) if separate_losses else None,
         )
-        self._init_temperature(
-            alpha_init,
-            min_alpha,
-            max_alpha,
-            fixed_alpha,
-            target_entropy,
-            None if num_actions is None else target_entropy_weight * math.log(num_actions),
-        )
+        auto = None if num_actions is None else target_entropy_weight * math.log(num_actions)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
         actor_keys = list(getattr(actor_network, "in_keys", []))
         q_keys = list(getattr(qvalue_network, "in_keys", []))
         tk = self.tensor_keys

@@ -206,14 +206,8 @@ class TQCLoss(_EntropyTemperature, LossModule):
             create_target_params=delay_qvalue,
             compare_against=list(actor_network.parameters()) if separate_losses else None,
         )
-        self._init_temperature(
-            alpha_init,
-            min_alpha,
-            max_alpha,
-            fixed_alpha,
-            target_entropy,
-            self._action_entropy_target(action_spec, actor_network),
-        )
+        auto = self._action_entropy_target(action_spec, actor_network)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
         self._set_in_keys()
 
     def _set_in_keys(self) -> None:

@@ -150,6 +150,17 @@ class TestPPOAndKLPEN:
         loss.reset()
         assert float(loss.beta) == pytest.approx(0.5)
 
+    def test_klpen_backward_uses_the_beta_of_the_call(self):
+        data = two_samples()
+        data["logits"] = torch.tensor([0.25, 0.5, 0.25]).log().expand(2, 3)
+        grads = []
+        for dtarg in (0.01, 1e3):  # beta doubles after the call, or halves
+            loss = KLPENPPOLoss(const_actor(), const_critic(), beta=0.5, dtarg=dtarg)
+            loss(data)["loss_objective"].backward()  # beta changed in place after the loss
+            assert float(loss.beta) != pytest.approx(0.5)
+            grads.append(loss.actor_network_params.get(("module", "0", "module", "bias")).grad)
+        torch.testing.assert_close(grads[0], grads[1])
+
     def test_klpen_needs_the_old_distribution_parameters(self):
         with pytest.raises(KeyError, match=r"distribution parameters \['logits'\]"):
             KLPENPPOLoss(const_actor(), const_critic())(two_samples())

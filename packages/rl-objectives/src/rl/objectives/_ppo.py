@@ -312,7 +312,8 @@ class KLPENPPOLoss(PPOLoss):
             kl = (previous.log_prob(x) - dist.log_prob(x)).mean(0)
         if kl.shape == advantage.shape[:-1]:
             kl = kl.unsqueeze(-1)
-        neg_loss = log_weight.exp() * advantage - self.beta * kl
+        # a copy: the in-place update of beta below must not change what backward reads
+        neg_loss = log_weight.exp() * advantage - self.beta.clone() * kl
         with torch.no_grad():
             mean_kl = kl.mean()
             grow = (mean_kl > self.dtarg * 1.5).to(self.beta.dtype)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl.core import Bounded, ContinuousBox, Unbounded
+from rl.core import Bounded, CategoricalBox, ContinuousBox, Unbounded
 
 
 class TestBounded:
@@ -62,6 +62,33 @@ class TestBounded:
         high = torch.tensor([True, True, False])
         draws = Bounded(low, high, dtype=torch.bool).rand((200,))
         assert draws[:, 0].all() and not draws[:, 2].any() and draws[:, 1].any()
+
+    def test_space_setter(self):
+        # as TorchRL: spec.space can be replaced; the box is checked and expanded to shape
+        spec = Bounded(0.0, 1.0, shape=(3,))
+        spec.space = ContinuousBox(torch.zeros(()), torch.tensor([1.0, 2.0, 3.0]))
+        assert spec.low.tolist() == [0.0] * 3 and spec.high.tolist() == [1.0, 2.0, 3.0]
+        assert bool((spec.rand((100,)) <= spec.high).all())
+        with pytest.raises(ValueError, match=r"expects low <= high everywhere, got low=1.0"):
+            spec.space = ContinuousBox(torch.ones(3), torch.zeros(3))
+        with pytest.raises(ValueError, match=r"high of shape \(2,\) does not broadcast to"):
+            spec.space = ContinuousBox(torch.zeros(3), torch.ones(2))
+        with pytest.raises(TypeError, match="takes a ContinuousBox"):
+            spec.space = CategoricalBox(2)
+        assert spec.high.tolist() == [1.0, 2.0, 3.0]
+
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int32, torch.bool])
+    def test_equals_unbounded_when_it_spans_the_dtype(self, dtype):
+        # TorchRL: an Unbounded and a Bounded at the dtype's limits are the same spec
+        unbounded = Unbounded(shape=(2, 3), dtype=dtype)
+        whole = Bounded(unbounded.low, unbounded.high, dtype=dtype)
+        assert whole == unbounded and unbounded == whole
+        if dtype.is_floating_point:
+            info = torch.finfo(dtype)
+            assert Bounded(info.min, info.max, shape=(2, 3), dtype=dtype) == unbounded
+        part = Bounded(1, 1, shape=(2, 3), dtype=dtype)
+        assert part != unbounded and unbounded != part
+        assert whole != Unbounded(shape=(2, 2), dtype=dtype)
 
     def test_project_integer_rounds(self):
         spec = Bounded(0, 3, shape=(3,), dtype=torch.int32)

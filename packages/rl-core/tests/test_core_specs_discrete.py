@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl.core import Binary, Categorical, CategoricalBox, OneHot
+from rl.core import Binary, Categorical, CategoricalBox, MultiOneHot, OneHot
 
 
 class TestCategorical:
@@ -137,6 +137,12 @@ class TestOneHot:
 
     def test_enumerate(self):
         assert OneHot(2, dtype=torch.int64).enumerate().tolist() == [[1, 0], [0, 1]]
+
+
+def test_one_hot_equality_includes_use_register():
+    # as TorchRL: use_register is part of what makes two one-hot specs equal
+    assert OneHot(5) == OneHot(5) and OneHot(5) != OneHot(5, use_register=True)
+    assert MultiOneHot([2, 3]) != MultiOneHot([2, 3], use_register=True)
 
 
 class TestBinary:

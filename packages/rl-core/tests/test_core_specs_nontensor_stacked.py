@@ -33,6 +33,16 @@ class TestNonTensor:
         ):
             spec.assert_is_in(torch.zeros(2))
 
+    def test_equality_includes_example_data(self):
+        # as TorchRL: specs of different example data differ
+        spec = NonTensor(shape=(3, 4), example_data="a")
+        assert spec == NonTensor(shape=(3, 4), example_data="a") == spec.clone()
+        assert spec != NonTensor(shape=(3, 4), example_data="b")
+        arr = NonTensor(example_data=np.arange(3))
+        assert arr == NonTensor(example_data=np.arange(3))
+        assert arr != NonTensor(example_data=np.arange(4))
+        assert NonTensor(example_data=torch.ones(2)) != NonTensor(example_data=torch.zeros(2))
+
     def test_in_composite(self):
         spec = Composite(
             text=NonTensor(shape=(4,), example_data="hi"), obs=Unbounded(shape=(4, 2)), shape=(4,)

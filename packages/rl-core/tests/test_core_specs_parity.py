@@ -550,6 +550,15 @@ class TestCompositeNames:
         with pytest.raises(ValueError, match=r"takes 4 names, got 1: \['a'\]"):
             spec.names = ["a"]
 
+    def test_has_and_erase_names(self):
+        # TorchRL's private helpers, which its users and tests call
+        spec = self.spec()
+        assert spec._has_names() and not Composite(shape=(2,))._has_names()
+        assert Composite({}, shape=(10,), names=["batch"])._has_names()
+        spec._erase_names()
+        assert not spec._has_names() and spec.names == [None, None]
+        assert spec.refine_names(None, "y")._has_names()
+
 
 class TestExtensionAPI:
     def test_implements_for_spec(self):

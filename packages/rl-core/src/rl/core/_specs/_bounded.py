@@ -39,6 +39,41 @@ def _as_bound(value: Any, name: str, dtype: torch.dtype, device: torch.device) -
     return torch.as_tensor(_numpy_ready(value), dtype=dtype, device=device)
 
 
+def _checked_bounds(
+    low: torch.Tensor, high: torch.Tensor, shape: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``low`` and ``high`` expanded to ``shape`` (copies), after checking they make a box.
+
+    Raises:
+        ValueError: if they do not broadcast to ``shape``, hold NaN, or ``low > high``.
+    """
+    tshape = _concrete(shape)
+    for name, t in (("low", low), ("high", high)):
+        try:
+            ok = torch.broadcast_shapes(t.shape, tshape) == tshape
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"Bounded {name} of shape {tuple(t.shape)} does not broadcast to the spec "
+                f"shape {tuple(shape)}"
+            )
+    low = low.expand(tshape).clone()
+    high = high.expand(tshape).clone()
+    if low.is_floating_point() and bool((low.isnan() | high.isnan()).any()):
+        # NaN compares false both ways: the box would contain nothing and rand NaN
+        raise ValueError(
+            f"Bounded expects low and high without NaN (numbers or +-inf), got "
+            f"low={_fmt_tensor(low)} and high={_fmt_tensor(high)}"
+        )
+    if bool((low > high).any()):
+        raise ValueError(
+            f"Bounded expects low <= high everywhere, got low={_fmt_tensor(low)} and "
+            f"high={_fmt_tensor(high)}"
+        )
+    return low, high
+
+
 class Bounded(TensorSpec):
     """A tensor whose values lie in the box ``[low, high]`` (inclusive).
 
@@ -122,35 +157,10 @@ class Bounded(TensorSpec):
                 ) from None
         else:
             shape = _to_shape(shape)
-        tshape = _concrete(shape)
-        for name, t in (("low", low_t), ("high", high_t)):
-            try:
-                ok = torch.broadcast_shapes(t.shape, tshape) == tshape
-            except RuntimeError:
-                ok = False
-            if not ok:
-                raise ValueError(
-                    f"Bounded {name} of shape {tuple(t.shape)} does not broadcast to the spec "
-                    f"shape {tuple(shape)}"
-                )
-        low_t = low_t.expand(tshape).clone()
-        high_t = high_t.expand(tshape).clone()
-        if low_t.is_floating_point() and bool((low_t.isnan() | high_t.isnan()).any()):
-            # NaN compares false both ways: the box would contain nothing and rand NaN
-            raise ValueError(
-                f"Bounded expects low and high without NaN (numbers or +-inf), got "
-                f"low={_fmt_tensor(low_t)} and high={_fmt_tensor(high_t)}"
-            )
-        if bool((low_t > high_t).any()):
-            raise ValueError(
-                f"Bounded expects low <= high everywhere, got low={_fmt_tensor(low_t)} and "
-                f"high={_fmt_tensor(high_t)}"
-            )
         self.shape = shape
         self.dtype = dtype
         self.device = device
-        self.low = low_t
-        self.high = high_t
+        self.low, self.high = _checked_bounds(low_t, high_t, shape)
         self._on_dtype_change()
         if domain is not None:
             self.domain = _check_domain(domain, "Bounded")
@@ -162,7 +172,23 @@ class Bounded(TensorSpec):
 
     @property
     def space(self) -> ContinuousBox:
+        """The box ``[low, high]`` (its tensors are the spec's own: in-place edits reach it).
+
+        Setting it (as TorchRL allows) replaces ``low`` and ``high``, checked and expanded
+        to ``spec.shape`` as in the constructor.
+        """
         return ContinuousBox(self.low, self.high)
+
+    @space.setter
+    def space(self, box: ContinuousBox) -> None:
+        if not isinstance(box, ContinuousBox):
+            raise TypeError(
+                f"Bounded.space takes a ContinuousBox (low and high), got {type(box).__name__}"
+            )
+        low = torch.as_tensor(box.low, dtype=self.dtype, device=self.device)
+        high = torch.as_tensor(box.high, dtype=self.dtype, device=self.device)
+        self.low, self.high = _checked_bounds(low, high, self.shape)
+        self._on_dtype_change()
 
     def rand(self, shape: Sequence[int] | torch.Size | None = ()) -> torch.Tensor:
         if shape is None:
@@ -207,6 +233,39 @@ class Bounded(TensorSpec):
     def cardinality(self) -> float:
         """``inf``, as in TorchRL (a box is not enumerated, even with an integer dtype)."""
         return float("inf")
+
+    def _spans_dtype(self) -> bool:
+        """Whether the box is every value of the dtype (``+-inf`` or the dtype's limits)."""
+        if self.dtype.is_complex:
+            return False
+        if self.dtype == torch.bool:
+            limits = [(False, True)]
+        elif self.dtype.is_floating_point:
+            info = torch.finfo(self.dtype)
+            limits = [(float("-inf"), float("inf")), (info.min, info.max)]
+        else:
+            info = torch.iinfo(self.dtype)
+            limits = [(info.min, info.max)]
+        return any(
+            bool((self.low == lo).all()) and bool((self.high == hi).all()) for lo, hi in limits
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal specs; a box spanning its whole dtype also equals that :class:`Unbounded`.
+
+        TorchRL counts an ``Unbounded`` and a ``Bounded`` at the dtype's limits as the same
+        spec; here the equality holds both ways.
+        """
+        if isinstance(other, Unbounded):
+            return (
+                self.shape == other.shape
+                and self.dtype == other.dtype
+                and self.device == other.device
+                and self._spans_dtype()
+            )
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def _repr_fields(self) -> list[str]:
         return [f"low={_fmt_tensor(self.low)}", f"high={_fmt_tensor(self.high)}"]
@@ -258,6 +317,13 @@ class Unbounded(TensorSpec):
     def _on_dtype_change(self) -> None:
         self.domain = _domain(self.dtype)
         self._float = self.domain == "continuous"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Bounded):
+            return other == self  # equal to a box spanning the whole dtype
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def _limits(self) -> tuple[float, float]:
         if self.dtype.is_floating_point:

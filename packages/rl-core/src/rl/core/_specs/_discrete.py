@@ -317,6 +317,7 @@ class OneHot(_MaskedDiscrete):
     """
 
     _nfeat = 1
+    _eq_attrs = ("n", "use_register")  # as TorchRL
 
     def __init__(
         self,

@@ -62,7 +62,7 @@ class MultiOneHot(_MaskedDiscrete):
     """
 
     _nfeat = 1
-    _eq_attrs = ("nvec",)
+    _eq_attrs = ("nvec", "use_register")  # as TorchRL
 
     def __init__(
         self,

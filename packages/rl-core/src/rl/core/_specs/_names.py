@@ -20,17 +20,25 @@ class _Named:
 
     _names: list | None = None
 
+    def _has_names(self) -> bool:
+        """Whether some batch dim is named (TorchRL's name)."""
+        return self._names is not None
+
+    def _erase_names(self) -> None:
+        """Forgets the names of this spec's batch dims (TorchRL's name; ``names = None``)."""
+        self._names = None
+
     @property
     def names(self) -> list[str | None]:
         """The names of the batch dims (``None`` for an unnamed dim)."""
-        if self._names is None:
+        if not self._has_names():
             return [None] * len(self.shape)  # type: ignore[attr-defined]
         return list(self._names)
 
     @names.setter
     def names(self, value: Sequence[str | None] | None) -> None:
         if value is None:
-            self._names = None
+            self._erase_names()
             return
         value = list(value)
         ndim = len(self.shape)  # type: ignore[attr-defined]
@@ -78,7 +86,7 @@ class _Named:
 
     def _names_after_index(self, idx: tuple) -> list | None:
         """The names left by an int/slice index (``None`` for any other index)."""
-        if self._names is None or not all(isinstance(i, int | slice) for i in idx):
+        if not self._has_names() or not all(isinstance(i, int | slice) for i in idx):
             return None
         return [n for n, i in zip(self._names, idx) if not isinstance(i, int)] + self._names[
             len(idx) :

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import NonTensorData, NonTensorStack
 
@@ -12,6 +13,18 @@ from ._base import DEVICE_TYPING, TensorSpec, _to_device, _to_shape
 from ._dynamic import _concrete, _shape_fits
 
 __all__ = ["NonTensor"]
+
+
+def _same_data(a: Any, b: Any) -> bool:
+    """``a == b`` for example data of any type (arrays and tensors compare whole)."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    try:
+        return bool(np.all(a == b)) if isinstance(a, np.ndarray) else bool(a == b)
+    except (TypeError, ValueError):  # objects whose == does not give one truth value
+        return False
 
 
 class NonTensor(TensorSpec):
@@ -133,6 +146,7 @@ class NonTensor(TensorSpec):
             isinstance(other, NonTensor)
             and self.shape == other.shape
             and self.device == other.device
+            and _same_data(self.example_data, other.example_data)
         )
 
     __hash__ = None  # type: ignore[assignment]

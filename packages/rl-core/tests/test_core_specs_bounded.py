@@ -214,6 +214,18 @@ class TestUnbounded:
         assert spec.encode(3.0).tolist() == [3.0]
         assert spec.encode(np.array([[1.0], [2.0]])).shape == (2, 1)
 
+    def test_encode_shape_mismatch(self):
+        # a value that is neither the spec's shape (after a reshape) nor a batch of it
+        spec = Unbounded(shape=(3,))
+        for cls in (ValueError, RuntimeError):  # RuntimeError is what TorchRL raises
+            with pytest.raises(
+                cls, match=r"Shape mismatch: Unbounded.encode got a value of shape \(2,\)"
+            ):
+                spec.encode([1.0, 2.0])
+        with pytest.raises(ValueError, match=r"expected \(3,\) \(or \(\*batch, 3\)"):
+            spec.encode(np.zeros((4, 2)))
+        assert spec.encode(np.zeros((4, 3))).shape == (4, 3)
+
     def test_project_casts(self):
         assert Unbounded(shape=(2,), dtype=torch.int64).project(
             torch.tensor([1.7, -2.0])

@@ -23,6 +23,7 @@ from ._dynamic import (
 __all__ = [
     "SpecMismatchError",
     "SpecMissingEntryError",
+    "SpecShapeError",
     "TensorSpec",
     "DEVICE_TYPING",
 ]
@@ -140,6 +141,13 @@ class SpecMismatchError(ValueError, AssertionError):
 
     A ``ValueError``, and an ``AssertionError`` as TorchRL raises there, so code catching
     either carries over.
+    """
+
+
+class SpecShapeError(ValueError, RuntimeError):
+    """A value's (or a spec's) shape does not fit where it is used (``encode``, stacking).
+
+    A ``ValueError``, and a ``RuntimeError`` as TorchRL raises there.
     """
 
 
@@ -297,12 +305,26 @@ class TensorSpec(abc.ABC):
         """Turns a numpy array, a python number or list, or a tensor into a tensor of the spec.
 
         The result has the spec's dtype and device. A value whose number of elements equals the
-        spec's is reshaped to ``spec.shape`` (a python float for a spec of shape ``(1,)``).
+        spec's is reshaped to ``spec.shape`` (a python float for a spec of shape ``(1,)``); a
+        value of shape ``(*batch, *spec.shape)`` is a batch of values and keeps its shape.
+
+        Raises:
+            SpecShapeError: a ``ValueError`` (and the ``RuntimeError`` TorchRL raises) when
+                the value is neither.
         """
         device = None if ignore_device else self.device
         out = torch.as_tensor(_numpy_ready(value), dtype=self.dtype, device=device)
-        if out.shape != self.shape and -1 not in self.shape and out.numel() == self.shape.numel():
-            out = out.reshape(self.shape)
+        if out.shape == self.shape:
+            return out
+        if -1 not in self.shape and out.numel() == self.shape.numel():
+            return out.reshape(self.shape)
+        n = self.ndim
+        if out.ndim < n or not _shape_fits(out.shape[out.ndim - n :], self.shape):
+            raise SpecShapeError(
+                f"Shape mismatch: {type(self).__name__}.encode got a value of shape "
+                f"{tuple(out.shape)}, expected {tuple(self.shape)} (or (*batch, "
+                f"{', '.join(map(str, self.shape))}) for a batch of values)"
+            )
         return out
 
     def to_numpy(self, value: torch.Tensor, safe: bool | None = None) -> np.ndarray:

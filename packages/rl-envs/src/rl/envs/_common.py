@@ -635,13 +635,16 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
                 such an env is refused rather than pickled.
 
         Examples:
+            >>> import torch
             >>> from rl.envs import PendulumEnv
             >>> env = PendulumEnv(); _ = env.set_seed(0)
-            >>> _ = env.reset(); state = env.env_state()
-            >>> a = env.rollout(3)["next", "observation"]
-            >>> _ = env.reset(); env.load_env_state(state)
-            >>> b = env.rollout(3, auto_reset=False, tensordict=a[0].exclude("next"))
-            >>> bool((b["observation"][0] == a["observation"][0]).all())
+            >>> push = lambda td: td.set("action", torch.ones(1))
+            >>> root = env.reset(); state = env.env_state()
+            >>> a = env.rollout(3, push, auto_reset=False, tensordict=root.clone())
+            >>> _ = env.reset()  # another episode: other physics
+            >>> env.load_env_state(state)
+            >>> b = env.rollout(3, push, auto_reset=False, tensordict=root.clone())
+            >>> torch.equal(a["next", "observation"], b["next", "observation"])
             True
         """
         return {"object": object_state(self, name=repr(self), skip=self._held_config)}

@@ -175,7 +175,9 @@ class TestBinary:
         assert not spec.is_in(torch.tensor(2, dtype=torch.int8))
         assert spec.cardinality() == 2 and spec.enumerate().tolist() == [0, 1]
         assert spec.expand(3).shape == (3,) and spec.unsqueeze(0).rand().shape == (1,)
-        with pytest.raises(ValueError, match=r"Binary of shape \(\) holds one bit and takes n=0, got n=3"):
+        with pytest.raises(
+            ValueError, match=r"Binary of shape \(\) holds one bit and takes n=0, got n=3"
+        ):
             Binary(3, shape=())
 
 

@@ -221,7 +221,9 @@ class TestStackedComposite:
     def test_constructor_errors(self):
         with pytest.raises(ValueError, match="expects at least one Composite, got none"):
             StackedComposite()
-        with pytest.raises(ValueError, match=r"share their shape: member 0 has \(\), member 1 has \(2,\)"):
+        with pytest.raises(
+            ValueError, match=r"share their shape: member 0 has \(\), member 1 has \(2,\)"
+        ):
             StackedComposite(Composite(), Composite(shape=(2,)))
         with pytest.raises(TypeError, match="member 0 is a Unbounded"):
             StackedComposite(Unbounded())

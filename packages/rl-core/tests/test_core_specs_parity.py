@@ -483,7 +483,9 @@ class TestTorchRLCallForms:
     )
     def test_encoding_dim_stays_whole(self, spec):
         # as TorchRL: the one-hot (or bit) dim can be neither unbound nor index-selected
-        with pytest.raises(ValueError, match=r"cannot unbind dim -1 of \w+ of shape \(5, \d\): it is a feature dim"):
+        with pytest.raises(
+            ValueError, match=r"cannot unbind dim -1 of \w+ of shape \(5, \d\): it is a feature dim"
+        ):
             spec.unbind(-1)
         with pytest.raises(ValueError, match="Cannot index_select along the last dimension of"):
             torch.index_select(spec, -1, torch.tensor([0, 1]))

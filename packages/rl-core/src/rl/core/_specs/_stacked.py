@@ -13,14 +13,13 @@ from tensordict.utils import unravel_key
 from ._base import (
     DEVICE_TYPING,
     TensorSpec,
-    _NestedSpec,
     _nest_reason,
+    _NestedSpec,
     _normalize_dim,
     _shape_args,
     _to_device,
 )
-from ._composite import Composite
-from ._composite_values import _InPlaceUpdates
+from ._composite import Composite, _InPlaceUpdates
 from ._discrete import Binary, OneHot
 from ._keys import _NO_DEFAULT, _expand_ellipsis, _is_key, _unravel
 from ._lock import _Lockable

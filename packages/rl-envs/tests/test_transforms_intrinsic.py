@@ -174,6 +174,26 @@ class TestRNDTransform:
         torch.testing.assert_close(copy.reward_rms.var, transform.reward_rms.var)
         torch.testing.assert_close(copy.predictor_network[0].weight, _net(3, 8, 5, 1.0)[0].weight)
 
+    @pytest.mark.parametrize(
+        "device",
+        [
+            "cpu",
+            pytest.param(
+                "cuda",
+                marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"),
+            ),
+        ],
+    )
+    def test_device(self, device):
+        transform = _transform().to(device)
+        next_td = TensorDict(observation=_obs(0, n=4).to(device), batch_size=[4], device=device)
+        transform._step(TensorDict(batch_size=[4], device=device), next_td)
+        assert next_td["intrinsic_reward"].device.type == device
+        assert transform.obs_rms.mean.device.type == device
+        torch.testing.assert_close(
+            next_td["intrinsic_reward"].squeeze(-1).cpu(), torch.tensor(TORCHRL[True, True][0])
+        )
+
     def test_reward_spec_takes_the_rewards_shape(self):
         spec = _transform().transform_reward_spec(
             Composite(reward=Unbounded(shape=(3, 1)), shape=(3,))

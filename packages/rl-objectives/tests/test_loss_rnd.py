@@ -98,6 +98,23 @@ def _loss(**kwargs) -> RNDLoss:
 
 
 class TestRNDLoss:
+    @pytest.mark.parametrize(
+        "device",
+        [
+            "cpu",
+            pytest.param(
+                "cuda",
+                marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"),
+            ),
+        ],
+    )
+    def test_device(self, device):
+        loss = _loss(update_fraction=0.5).to(device)
+        out = loss(_batch().to(device))["loss_predictor"]
+        assert out.device.type == device and out.shape == ()
+        full = _loss(update_fraction=1.0).to(device)(_batch().to(device))["loss_predictor"]
+        torch.testing.assert_close(full.cpu(), torch.tensor(TORCHRL_RAW["mean"]))
+
     def test_per_sample_error_by_hand(self):
         loss = _loss(reduction="none", update_fraction=1.0)
         obs = _batch()["next", "observation"]

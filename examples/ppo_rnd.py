@@ -42,7 +42,7 @@ from rl.collectors import Collector
 from rl.core import Bounded, seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.envs import TransformedEnv
-from rl.envs.transforms._intrinsic import RNDTransform
+from rl.envs.transforms import RNDTransform
 from rl.modules import MLP, ValueOperator
 from rl.objectives import RNDLoss, group_optimizers
 from rl.objectives.value import GAE

@@ -15,6 +15,7 @@ MODULES = [
     "_episode",
     "_frames",
     "_image",
+    "_intrinsic",
     "_keys",
     "_norm",
     "_recording",

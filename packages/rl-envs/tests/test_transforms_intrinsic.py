@@ -17,7 +17,7 @@ from torch import nn
 import rl.envs.transforms._intrinsic as intrinsic
 from rl.core import Composite, Unbounded
 from rl.envs import GymEnv, TransformedEnv, check_env_specs
-from rl.envs.transforms._intrinsic import RNDTransform
+from rl.envs.transforms import RNDTransform
 
 
 def _net(in_f: int, hidden: int, out: int, offset: float) -> nn.Sequential:

@@ -35,6 +35,7 @@ from ._keys import (
     SelectTransform,
     Stack,
 )
+from ._intrinsic import RNDTransform
 from ._module import ModuleTransform
 from ._norm import ObservationNorm, RunningMeanStd, VecNorm, VecNormV2
 from ._nstep import MultiStepTransform
@@ -99,6 +100,7 @@ __all__ = [
     "PermuteTransform",
     "Stack",
     "UnaryTransform",
+    "RNDTransform",
     "RunningMeanStd",
     "VecNormV2",
     "ActionDiscretizer",

@@ -192,11 +192,14 @@ class TestBounded:
 
 class TestUnbounded:
     def test_defaults(self):
+        # as TorchRL: one value of shape (1,) by default (the shape of a reward)
         spec = Unbounded()
         assert (
-            spec.shape == () and spec.dtype == torch.float32 and spec.device == torch.device("cpu")
+            spec.shape == (1,)
+            and spec.dtype == torch.float32
+            and spec.device == torch.device("cpu")
         )
-        assert spec.rand().shape == ()
+        assert spec.rand().shape == (1,) and Unbounded(shape=()).rand().shape == ()
 
     @pytest.mark.parametrize("dtype", [torch.float64, torch.int64, torch.uint8, torch.bool])
     def test_dtypes(self, dtype):

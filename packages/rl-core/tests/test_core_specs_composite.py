@@ -192,7 +192,7 @@ class TestCompositeShapes:
         assert spec["inner", "obs"].shape == (2, 3, 4)
         nested = Composite(a=Composite(b=Composite(c=Unbounded(shape=(2, 3)))), shape=(2, 3))
         assert nested["a"].shape == (2, 3) and nested["a", "b"].shape == (2, 3)
-        spec["text"] = NonTensor(example_data="hi")
+        spec["text"] = NonTensor(shape=(), example_data="hi")
         assert spec["text"].shape == (2, 3)
         with pytest.raises(ValueError, match=r"key 'leaf' has shape \(2,\), expected it to start"):
             spec["leaf"] = Unbounded(shape=(2,))

@@ -49,12 +49,18 @@ class TestNonTensor:
         )
         td = spec.rand()
         assert td["text"] == "hi" and spec.is_in(td)
-        assert spec[0]["text"] == NonTensor(example_data="hi")
+        assert spec[0]["text"] == NonTensor(shape=(), example_data="hi")
 
     def test_encode_to_numpy(self):
-        spec = NonTensor()
+        spec = NonTensor(shape=())
         assert spec.to_numpy(spec.encode("abc")) == "abc"
         assert spec.clone() == spec and spec.expand(3).shape == (3,)
+
+    def test_default_shape(self):
+        # as TorchRL: shape (1,) unless given
+        spec = NonTensor(example_data="x")
+        assert spec.shape == (1,) and spec.zero().batch_size == (1,)
+        assert spec.to_numpy(spec.encode("abc")) == ["abc"]
 
 
 def members():

@@ -45,6 +45,13 @@ def _alias(parent: type, name: str, deprecated: bool, **defaults: Any) -> type:
                     kwargs[key] = value
         parent.__init__(self, *args, **kwargs)
 
+    # introspection (help(), IDEs) shows the parent's arguments, with this name's defaults
+    __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[
+            p.replace(default=defaults[p.name]) if p.name in defaults else p
+            for p in signature.parameters.values()
+        ]
+    )
     doc = (
         f"Deprecated name of :class:`{parent.__name__}` (warns on construction)."
         if deprecated

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 DEVICE_TYPING = torch.device | str | int
+_DEFAULT_SHAPE = torch.Size((1,))  # TorchRL's default shape of Unbounded and NonTensor
 
 
 def _build_dtype_names() -> dict[str, torch.dtype]:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ._base import (
+    _DEFAULT_SHAPE,
     DEVICE_TYPING,
     TensorSpec,
     _fmt_tensor,
@@ -275,7 +276,7 @@ class Unbounded(TensorSpec):
     """A tensor of a given shape and dtype with any value.
 
     Args:
-        shape: the spec's shape (default ``()``).
+        shape: the spec's shape (default ``(1,)``, as TorchRL: one value, like a reward).
         device: where values live.
         dtype: the values' dtype (``torch.float32`` by default; strings such as ``"int64"``
             are accepted).
@@ -302,7 +303,7 @@ class Unbounded(TensorSpec):
 
     def __init__(
         self,
-        shape: Sequence[int] | torch.Size | int | None = (),
+        shape: Sequence[int] | torch.Size | int | None = _DEFAULT_SHAPE,
         device: DEVICE_TYPING | None = None,
         dtype: torch.dtype | str | None = None,
         domain: str | None = None,

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tensordict import NonTensorData, NonTensorStack
 
-from ._base import DEVICE_TYPING, TensorSpec, _to_device, _to_shape
+from ._base import _DEFAULT_SHAPE, DEVICE_TYPING, TensorSpec, _to_device, _to_shape
 from ._dynamic import _concrete, _shape_fits
 
 __all__ = ["NonTensor"]
@@ -31,7 +31,7 @@ class NonTensor(TensorSpec):
     """Non-tensor data (text, python objects) carried in a TensorDict as ``NonTensorData``.
 
     Args:
-        shape: the batch shape of the data (default ``()``).
+        shape: the batch shape of the data (default ``(1,)``, as TorchRL).
         device: the device of the TensorDict entries.
         dtype: unused (non-tensor data has none), kept for TorchRL compatibility.
         example_data: the value ``rand``/``zero``/``one`` return (wrapped in ``NonTensorData``).
@@ -45,10 +45,10 @@ class NonTensor(TensorSpec):
         >>> from rl.core import Composite, NonTensor
         >>> spec = NonTensor(example_data="hello")
         >>> spec.zero()
-        NonTensorData(data=hello, batch_size=torch.Size([]), device=cpu)
+        NonTensorData(data=hello, batch_size=torch.Size([1]), device=cpu)
         >>> spec.is_in("any python object")
         True
-        >>> Composite(text=spec).rand()["text"]
+        >>> Composite(text=NonTensor(shape=(), example_data="hello")).rand()["text"]
         'hello'
     """
 
@@ -56,7 +56,7 @@ class NonTensor(TensorSpec):
 
     def __init__(
         self,
-        shape: Sequence[int] | torch.Size | int | None = (),
+        shape: Sequence[int] | torch.Size | int | None = _DEFAULT_SHAPE,
         device: DEVICE_TYPING | None = None,
         dtype: Any = None,
         example_data: Any = None,

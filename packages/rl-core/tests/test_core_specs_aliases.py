@@ -1,3 +1,4 @@
+import inspect
 import warnings
 
 import pytest
@@ -78,3 +79,10 @@ def test_dtype_specific_names_do_not_warn():
         assert UnboundedContinuous(shape=(1,)) == Unbounded(shape=(1,))
         assert BoundedDiscrete(0, 3, shape=(1,)).dtype == torch.int64
         assert BoundedContinuous(0, 3, shape=(1,)) == Bounded(0, 3, shape=(1,))
+
+
+def test_alias_signature_is_the_parents_with_its_defaults():
+    params = inspect.signature(UnboundedDiscrete).parameters
+    assert list(params) == ["shape", "device", "dtype", "domain"]
+    assert params["dtype"].default == torch.int64 and params["shape"].default == (1,)
+    assert inspect.signature(BoundedContinuous).parameters["dtype"].default == torch.float32

@@ -21,6 +21,7 @@ from ._base import TensorSpec
 from ._bounded import Bounded, Unbounded
 from ._choice import Choice
 from ._composite import Composite
+from ._consolidate import check_no_exclusive_keys, consolidate_spec, contains_lazy_spec
 from ._discrete import Binary, Categorical, OneHot
 from ._multi import MultiCategorical, MultiOneHot
 from ._nontensor import NonTensor
@@ -60,5 +61,8 @@ __all__ = [
     "UnboundedContinuousTensorSpec",
     "UnboundedDiscrete",
     "UnboundedDiscreteTensorSpec",
+    "check_no_exclusive_keys",
+    "consolidate_spec",
+    "contains_lazy_spec",
     "stack_specs",
 ]

@@ -447,10 +447,12 @@ class Composite(_Lockable, _InPlaceUpdates, _NestedSpec):
         elif not isinstance(value, TensorDictBase | Mapping):
             return f"is a {type(value).__name__}, expected a TensorDict"
         for key, spec in self._specs.items():
-            if spec is None or (isinstance(spec, Composite) and not spec._specs):
-                continue  # as TorchRL: an empty Composite asks for no entry
+            if spec is None:
+                continue
             item = value.get(key, None)
             if item is None:
+                if isinstance(spec, Composite) and not spec._specs:
+                    continue  # as TorchRL: an empty Composite asks for no entry
                 return _MissingEntry(f"has no entry {key!r}")
             why = spec._mismatch(item)
             if why is not None:

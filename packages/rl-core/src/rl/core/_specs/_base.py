@@ -146,7 +146,7 @@ class SpecMismatchError(ValueError, AssertionError):
 
 
 class SpecShapeError(ValueError, RuntimeError):
-    """A value's (or a spec's) shape does not fit where it is used (``encode``, stacking).
+    """A value's shape fits neither the spec's shape nor a batch of it (``encode``).
 
     A ``ValueError``, and a ``RuntimeError`` as TorchRL raises there.
     """

@@ -66,7 +66,7 @@ class RNDTransform(Transform):
         >>> import torch
         >>> from torch import nn
         >>> from rl.envs import GymEnv, TransformedEnv
-        >>> from rl.envs.transforms._intrinsic import RNDTransform
+        >>> from rl.envs.transforms import RNDTransform
         >>> target = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 32))
         >>> predictor = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 32))
         >>> env = TransformedEnv(GymEnv("MountainCar-v0"), RNDTransform(target, predictor))

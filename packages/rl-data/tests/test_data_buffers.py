@@ -65,7 +65,7 @@ class TestReplayBuffer:
         rb = ReplayBuffer(storage=LazyTensorStorage(4))
         with pytest.raises(ValueError, match="sample\\(\\) needs a batch_size"):
             rb.sample()
-        with pytest.raises(RuntimeError, match="cannot sample from an empty replay buffer"):
+        with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
             rb.sample(3)
         with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
             rb.sample(0)
@@ -195,7 +195,7 @@ class TestReplayBuffer:
 
     def test_prefetch_propagates_errors_and_recovers(self):
         rb = ReplayBuffer(storage=LazyTensorStorage(10), prefetch=2, batch_size=2)
-        with pytest.raises(RuntimeError, match="empty replay buffer"):
+        with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
             rb.sample()
         rb.extend(torch.arange(3))
         assert rb.sample().shape == (2,)

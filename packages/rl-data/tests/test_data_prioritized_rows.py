@@ -453,7 +453,7 @@ class TestRepeatedDraws:
         rb = buffer()
         rb.sample(8)
         rb.empty()
-        with pytest.raises(RuntimeError, match="cannot sample from an empty replay buffer"):
+        with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
             rb.sample(8)
 
     def test_subclass_with_its_own_sample_step_keeps_it(self):

@@ -33,7 +33,7 @@ class TestRandomSampler:
         assert counts.shape == (7,) and counts.min() > 600  # expectation 714
 
     def test_empty_storage_raises(self):
-        with pytest.raises(RuntimeError, match="cannot sample from an empty replay buffer"):
+        with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
             RandomSampler().sample(LazyTensorStorage(3), 2)
 
 
@@ -53,8 +53,44 @@ class TestSamplerWithoutReplacement:
         batches = [sampler.sample(s, 4)[0] for _ in range(2)]
         assert sampler.ran_out
         assert len(set(torch.cat(batches).tolist())) == 8
-        with pytest.raises(ValueError, match="at least batch_size=20 stored items, got 10"):
+        with pytest.raises(
+            ValueError, match=r"The batch size \(20\) is greater than the storage capacity \(10\)"
+        ):
             sampler.sample(s, 20)
+
+    def test_the_next_epoch_is_drawn_when_one_is_used_up(self):
+        # as TorchRL: the items left are kept in ``_sample_list``, refilled at once
+        s, sampler = _storage(10), SamplerWithoutReplacement(shuffle=False)
+        assert sampler._sample_list is None
+        assert sampler.sample(s, 6)[0].tolist() == [0, 1, 2, 3, 4, 5]
+        assert sampler._sample_list.tolist() == [6, 7, 8, 9] and not sampler.ran_out
+        assert sampler.sample(s, 6)[0].tolist() == [6, 7, 8, 9]
+        assert sampler.ran_out and sampler._sample_list.tolist() == list(range(10))
+
+    def test_drop_last_refills_when_a_batch_is_short(self):
+        s, sampler = _storage(10), SamplerWithoutReplacement(drop_last=True, shuffle=False)
+        assert sampler.sample(s, 4)[0].tolist() == [0, 1, 2, 3]
+        assert sampler.sample(s, 4)[0].tolist() == [4, 5, 6, 7]
+        assert sampler.ran_out
+        assert sampler.sample(s, 4)[0].tolist() == [0, 1, 2, 3]
+
+    def test_a_new_length_starts_a_new_epoch(self):
+        s, sampler = _storage(6), SamplerWithoutReplacement(shuffle=False)
+        assert sampler.sample(s, 2)[0].tolist() == [0, 1]
+        s.set(slice(6, 8), torch.arange(6, 8))
+        assert sampler.sample(s, 3)[0].tolist() == [0, 1, 2]
+        assert sampler.len_storage == 8
+
+    def test_state_dict_is_torchrl_s(self):
+        s, sampler = _storage(5), SamplerWithoutReplacement(shuffle=False)
+        sampler.sample(s, 2)
+        state = sampler.state_dict()
+        assert set(state) == {"len_storage", "_sample_list", "drop_last", "_ran_out"}
+        assert state["len_storage"] == 5 and state["_sample_list"].tolist() == [2, 3, 4]
+        other = SamplerWithoutReplacement()
+        other.load_state_dict(state)
+        state["_sample_list"].fill_(-1)  # the loaded sampler holds a copy
+        assert other.sample(s, 3)[0].tolist() == [2, 3, 4]
 
     def test_no_shuffle_is_storage_order(self):
         s, sampler = _storage(5), SamplerWithoutReplacement(shuffle=False)
@@ -195,7 +231,7 @@ class TestPrioritizedSampler:
 
     def test_empty_raises(self):
         sampler = PrioritizedSampler(4, 0.5, 0.5)
-        with pytest.raises(RuntimeError, match="empty replay buffer"):
+        with pytest.raises(RuntimeError, match="Cannot sample from an empty storage"):
             sampler.sample(LazyTensorStorage(4), 2)
 
     def test_constructor_checks(self):

@@ -51,6 +51,65 @@ class TestSliceSampler:
         assert (batch["next", "done"] >= expected).all()
         assert batch["next", "done"].shape == (8, 1)
 
+    @pytest.mark.parametrize("stored", [True, False])
+    def test_info_holds_done_and_terminated(self, make_episodes, stored):
+        # as TorchRL: done (stored or'ed with the slice ends, or the slice ends alone) and
+        # terminated (stored, or zeros) beside truncated_key
+        data = make_episodes([6, 6])
+        terminated = data["next", "done"].clone()
+        if stored:
+            data["next", "terminated"] = terminated
+        else:
+            del data["next", "done"]
+        sampler = SliceSampler(slice_len=3, traj_key="episode", truncated_key="truncated")
+        storage = LazyTensorStorage(20)
+        storage.set(torch.arange(12), data)
+        torch.manual_seed(0)
+        index, info = sampler.sample(storage, 6)
+        assert set(info) == {"truncated", "done", "terminated"}
+        ends = torch.tensor([0, 0, 1, 0, 0, 1], dtype=torch.bool).unsqueeze(-1)
+        torch.testing.assert_close(info["truncated"], ends)
+        # the flags are the item's own: an episode end (index 5, 11) is done and terminated
+        episode_end = terminated[index]
+        torch.testing.assert_close(info["done"], ends)
+        expected_terminated = episode_end if stored else torch.zeros_like(ends)
+        torch.testing.assert_close(info["terminated"], expected_terminated)
+
+    def test_slice_starts_are_marked_is_init(self, make_episodes):
+        data = make_episodes([8, 8])
+        is_init = data["step"] == 0
+        data["is_init"] = is_init.unsqueeze(-1)
+        rb = _buffer(SliceSampler(slice_len=4, traj_key="episode"), data)
+        torch.manual_seed(0)
+        for _ in range(10):
+            batch = rb.sample(8)
+            starts = torch.zeros(8, dtype=torch.bool)
+            starts[[0, 4]] = True
+            expected = starts | (batch["step"] == 0)  # slice starts and the stored resets
+            torch.testing.assert_close(batch["is_init"].squeeze(-1), expected)
+        # without the stored key (no InitTracker) no flags are made up; init_key=None
+        # leaves the stored ones as they are
+        del data["is_init"]
+        assert "is_init" not in _buffer(SliceSampler(slice_len=4), data).sample(8).keys()
+        data["is_init"] = torch.zeros(16, 1, dtype=torch.bool)
+        rb = _buffer(SliceSampler(slice_len=4, init_key=None), data)
+        assert not rb.sample(8)["is_init"].any()
+
+    def test_padded_slice_starts_are_marked_is_init(self):
+        data = TensorDict(
+            {"episode": torch.tensor([0, 0, 1, 1, 1, 1]), "is_init": torch.zeros(6, 1).bool()},
+            batch_size=[6],
+        )
+        sampler = SliceSampler(
+            traj_key="episode", slice_len=4, strict_length=False, pad_output=True
+        )
+        rb = _buffer(sampler, data)
+        torch.manual_seed(1)
+        for _ in range(5):
+            batch = rb.sample(8)
+            expected = torch.tensor([1, 0, 0, 0, 1, 0, 0, 0], dtype=torch.bool)
+            torch.testing.assert_close(batch["is_init"].squeeze(-1), expected)
+
     def test_short_episodes_are_skipped_when_strict(self, make_episodes):
         torch.manual_seed(0)
         rb = _buffer(SliceSampler(slice_len=4), make_episodes([2, 3, 8, 1]))

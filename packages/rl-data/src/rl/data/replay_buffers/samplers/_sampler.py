@@ -12,7 +12,7 @@ from rl.data.replay_buffers.storages._base import Storage
 
 __all__ = ["EMPTY_STORAGE_ERROR", "Sampler"]
 
-EMPTY_STORAGE_ERROR = "cannot sample from an empty replay buffer; add or extend it first"
+EMPTY_STORAGE_ERROR = "Cannot sample from an empty storage: add or extend the replay buffer first."
 
 
 class Sampler(StatelessComponent, ABC):

@@ -13,6 +13,11 @@ from rl.data.replay_buffers.samplers._sampler import EMPTY_STORAGE_ERROR, Sample
 from rl.data.replay_buffers.storages._base import Storage
 
 
+def _as_flag_shape(flags: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``flags`` (``[N, 1]``) broadcastable against ``like`` (``[N, *F]``)."""
+    return flags.reshape(like.shape[:1] + (1,) * (like.ndim - 1))
+
+
 def _as_key(key: NestedKey) -> NestedKey:
     if isinstance(key, tuple) and len(key) == 1:
         return key[0]
@@ -64,6 +69,10 @@ class SliceSampler(Sampler):
             order; a missing step splits a trajectory. 1-D storages, :class:`SliceSampler`
             only; ``span`` is not supported with it. A repeated (id, step) pair raises.
         step_key: the key of the step numbers (``fragmented=True``).
+        init_key: where the first item of every slice is flagged (or'ed with the stored
+            flags) so that a recurrent module restarts from the stored hidden state at
+            each slice; only when the storage holds the key (an ``InitTracker`` wrote it).
+            ``None`` returns the stored flags untouched.
 
     Examples:
         >>> import torch
@@ -102,6 +111,7 @@ class SliceSampler(Sampler):
         pad_output: bool = False,
         fragmented: bool = False,
         step_key: NestedKey | None = None,
+        init_key: NestedKey | None = "is_init",
     ) -> None:
         if fragmented:
             if type(self).sample is not SliceSampler.sample:
@@ -166,6 +176,7 @@ class SliceSampler(Sampler):
         self.traj_key = None if traj_key is None else _as_key(traj_key)
         self.cache_values = bool(cache_values)
         self.truncated_key = None if truncated_key is None else _as_key(truncated_key)
+        self.init_key = None if init_key is None else _as_key(init_key)
         self.strict_length = bool(strict_length)
         self._cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._last_written = -1
@@ -197,7 +208,7 @@ class SliceSampler(Sampler):
         return {"last_written": self._last_written}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._last_written = int(state_dict["last_written"])
+        self._last_written = int(state_dict.get("last_written", -1))
         self._cache = None
 
     # -- trajectories ----------------------------------------------------------------------------
@@ -402,24 +413,44 @@ class SliceSampler(Sampler):
         info = self._truncation_info(storage, index, last)
         if real is not None:
             info[("collector", "mask")] = real.to(storage.device)
+        if self.init_key is not None and storage._has_key(self.init_key):
+            # the first item of every slice starts a sequence for a recurrent module; the
+            # stored resets inside a slice are kept. A storage without the key (no
+            # InitTracker) gets none: the resets it would report are unknown.
+            after_end = torch.ones_like(last)
+            after_end[1:] = last[:-1] if real is None else last[:-1] | ~real[:-1]
+            first = after_end if real is None else after_end & real
+            stored = self._stored_flags(storage, self.init_key, index)
+            info[self.init_key] = stored | _as_flag_shape(first.to(stored.device), stored)
         return info
 
     def _truncation_info(self, storage: Storage, index: Any, last: torch.Tensor) -> dict:
+        """The end-of-slice flags: ``truncated`` (the last item of each slice), ``done``
+        (the stored flag or'ed with it) and ``terminated`` (the stored flag, or zeros),
+        all beside ``truncated_key``, as TorchRL returns them."""
         if self.truncated_key is None:
             return {}
         device = storage.device
         truncated = last.unsqueeze(-1).to(device)
-        info = {self.truncated_key: truncated}
         key = self.truncated_key
-        done_key = key[:-1] + ("done",) if isinstance(key, tuple) else "done"
-        if done_key != self.truncated_key and storage._has_key(done_key):
-            column = storage._column(done_key)
-            if isinstance(index, tuple):
-                done = column[index]
-            else:
-                done = column.index_select(0, index.to(device))
-            info[done_key] = done | truncated.reshape(done.shape[:1] + (1,) * (done.ndim - 1))
-        return info
+        sibling = (lambda name: key[:-1] + (name,)) if isinstance(key, tuple) else (lambda n: n)
+        done_key, terminated_key = sibling("done"), sibling("terminated")
+        done = self._stored_flags(storage, done_key, index)
+        done = truncated if done is None else done | _as_flag_shape(truncated, done)
+        terminated = self._stored_flags(storage, terminated_key, index)
+        if terminated is None:
+            terminated = torch.zeros_like(truncated)
+        return {key: truncated, done_key: done, terminated_key: terminated}
+
+    @staticmethod
+    def _stored_flags(storage: Storage, key: NestedKey, index: Any) -> torch.Tensor | None:
+        """The stored entry ``key`` at ``index``, or None when the storage lacks it."""
+        if not storage._has_key(key):
+            return None
+        column = storage._column(key)
+        if isinstance(index, tuple):
+            return column[index]
+        return column.index_select(0, index.to(column.device))
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
         if len(storage) == 0:
@@ -472,12 +503,14 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         super().__init__(**kwargs)
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)
-        self._epoch: torch.Tensor | None = None
-        self._pos = 0
+        # the trajectories left in this epoch, by their last index (stable across new
+        # writes); TorchRL's name, kept in its state dict
+        self._sample_list: torch.Tensor | None = None
+        self.len_storage = 0  # the number of trajectories the epoch was drawn over
         self._ran_out = False
 
     def _remaining(self) -> int:
-        return 0 if self._epoch is None else self._epoch.shape[0] - self._pos
+        return 0 if self._sample_list is None else self._sample_list.shape[0]
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
         if len(storage) == 0:
@@ -492,11 +525,10 @@ class SliceSamplerWithoutReplacement(SliceSampler):
                 if self.shuffle
                 else torch.arange(eligible.shape[0])
             )
-            # trajectories are remembered by their last index, stable across new writes
-            self._epoch = ends[eligible[order]]
-            self._pos = 0
-        picked_ends = self._epoch[self._pos : self._pos + num_slices]
-        self._pos += picked_ends.shape[0]
+            self._sample_list = ends[eligible[order]]
+            self.len_storage = eligible.shape[0]
+        picked_ends = self._sample_list[:num_slices]
+        self._sample_list = self._sample_list[num_slices:]
         remaining = self._remaining()
         self._ran_out = remaining == 0 or (self.drop_last and remaining < num_slices)
         chosen = torch.searchsorted(ends, picked_ends).clamp_(max=ends.shape[0] - 1)
@@ -507,17 +539,27 @@ class SliceSamplerWithoutReplacement(SliceSampler):
 
     def _empty(self) -> None:
         super()._empty()
-        self._epoch = None
-        self._pos = 0
+        self._sample_list = None
+        self.len_storage = 0
         self._ran_out = False
 
     def state_dict(self) -> dict[str, Any]:
+        """TorchRL's state (``len_storage``, ``_sample_list``, ``drop_last``, ``_ran_out``)
+        and the newest write (where a trajectory is cut)."""
         state = super().state_dict()
-        state.update(epoch=self._epoch, pos=self._pos, ran_out=self._ran_out)
+        sample_list = None if self._sample_list is None else self._sample_list.clone()
+        state.update(
+            len_storage=self.len_storage,
+            _sample_list=sample_list,
+            drop_last=self.drop_last,
+            _ran_out=self._ran_out,
+        )
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._epoch = state_dict["epoch"]
-        self._pos = int(state_dict["pos"])
-        self._ran_out = bool(state_dict["ran_out"])
+        sample_list = state_dict["_sample_list"]
+        self._sample_list = None if sample_list is None else torch.as_tensor(sample_list).clone()
+        self.len_storage = int(state_dict["len_storage"])
+        self.drop_last = bool(state_dict["drop_last"])
+        self._ran_out = bool(state_dict["_ran_out"])

@@ -19,6 +19,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from rl.core.workers import WorkerTimeoutError
 from rl.envs import ParallelEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -48,6 +49,13 @@ def wait_gone(pids, timeout=5.0) -> list[int]:
             return []
         time.sleep(0.05)
     return alive
+
+
+def kill_all(pids) -> None:
+    """SIGKILL what a failed test left running (so that it does not outlive the session)."""
+    for pid in pids:
+        if pid_running(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def ones(td):
@@ -171,7 +179,11 @@ class TestWorkerFailures:
         td = env.reset()
         pids = env.worker_pids
         start = time.monotonic()
-        with pytest.raises(TimeoutError, match=r"worker\(s\) \[1\] did not answer within 0.5 s"):
+        with pytest.raises(
+            WorkerTimeoutError,
+            match=rf"ParallelEnv worker 1 \(pid {pids[1]}, sleeping\) did not answer within "
+            r"0.5 s during step; it was killed and all workers shut down",
+        ):
             env.step(ones(td))
         assert time.monotonic() - start < 5
         assert wait_gone(pids) == []
@@ -180,11 +192,12 @@ class TestWorkerFailures:
         assert td["observation"].shape[0] == 2
         env.close()
 
-    def test_timeout_must_be_positive(self):
+    @pytest.mark.parametrize("bad", [0, -1.0, True, "5"])
+    def test_timeout_must_be_positive(self, bad):
         with pytest.raises(
-            ValueError, match="timeout must be a positive number of seconds or None, got 0"
+            ValueError, match=f"timeout must be a positive number of seconds or None, got {bad!r}"
         ):
-            ParallelEnv(2, CounterEnv, timeout=0)
+            ParallelEnv(2, CounterEnv, timeout=bad)
 
 
 class TestNoOrphans:
@@ -207,7 +220,8 @@ class TestNoOrphans:
         gc.collect()
         assert wait_gone(pids) == []
 
-    def test_workers_exit_when_parent_is_killed(self, tmp_path):
+    @pytest.mark.parametrize("stopped", [False, True], ids=["running", "stopped"])
+    def test_workers_exit_when_parent_is_killed(self, stopped):
         script = textwrap.dedent(
             f"""
             import sys, time
@@ -221,12 +235,209 @@ class TestNoOrphans:
             """
         )
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        pids = []
         try:
             pids = [int(pid) for pid in proc.stdout.readline().split()]
             assert len(pids) == 2 and all(pid_running(pid) for pid in pids)
+            if stopped:  # a stopped worker cannot notice: the kernel kills it
+                os.kill(pids[1], signal.SIGSTOP)
             proc.kill()
             proc.wait()
             assert wait_gone(pids, timeout=5) == []
         finally:
             proc.kill()
             proc.wait()
+            kill_all(pids)
+
+
+class LoopEnv(CounterEnv):
+    """A ``CounterEnv`` whose ``_step`` spins forever from step ``loop_at`` on."""
+
+    def __init__(self, loop_at: int = 2):
+        super().__init__()
+        self.loop_at = loop_at
+        self.calls = 0
+
+    def _step(self, tensordict):
+        self.calls += 1
+        while self.calls >= self.loop_at:
+            pass
+        return super()._step(tensordict)
+
+
+def hang_in_worker(parent_pid: int):
+    """A ``CounterEnv`` in ``parent_pid``, a factory that never returns anywhere else."""
+    while os.getpid() != parent_pid:
+        time.sleep(0.05)
+    return CounterEnv()
+
+
+class TestHungWorkers:
+    """A worker that answers nothing (stopped, or stuck in ``step``) is reported and killed."""
+
+    def test_default_timeout(self):
+        assert ParallelEnv(2, CounterEnv).timeout == 30.0
+
+    def test_stopped_worker(self):
+        env = ParallelEnv(3, CounterEnv, mp_start_method="fork", timeout=1.5)
+        td = env.reset()
+        pids = env.worker_pids
+        try:
+            os.kill(pids[1], signal.SIGSTOP)
+            start = time.monotonic()
+            with pytest.raises(
+                WorkerTimeoutError,
+                match=rf"^ParallelEnv worker 1 \(pid {pids[1]}, stopped\) did not answer "
+                r"within 1.5 s during step; it was killed and all workers shut down",
+            ) as err:
+                env.step(ones(td))
+            elapsed = time.monotonic() - start
+            assert 1.5 <= elapsed < 3.0, elapsed
+            assert isinstance(err.value, TimeoutError) and isinstance(err.value, RuntimeError)
+            assert wait_gone(pids, timeout=0.1) == []  # gone when the error is raised
+            start = time.monotonic()
+            env.close()
+            assert time.monotonic() - start < 0.5
+        finally:
+            kill_all(pids)
+
+    @pytest.mark.parametrize("op", ["step", "step_and_maybe_reset"])
+    def test_looping_step(self, op):
+        env = ParallelEnv(
+            2, [CounterEnv, functools.partial(LoopEnv, loop_at=2)],
+            mp_start_method="fork", timeout=2,
+        )  # fmt: skip
+        td = env.reset()
+        pids = env.worker_pids
+        try:
+            env.step(ones(td))
+            start = time.monotonic()
+            with pytest.raises(
+                WorkerTimeoutError,
+                match=rf"worker 1 \(pid {pids[1]}, running\) did not answer within 2 s "
+                rf"during {op};",
+            ):
+                if op == "step":
+                    env.step(ones(td))
+                else:
+                    env.step_and_maybe_reset(ones(td))
+            elapsed = time.monotonic() - start
+            assert 2.0 <= elapsed < 3.0, elapsed
+            assert wait_gone(pids, timeout=0.1) == []
+            td = env.reset()  # new workers
+            assert td["observation"].shape == (2, 3)
+            env.close()
+        finally:
+            kill_all(pids + env.worker_pids)
+
+    def test_several_stopped_workers_named(self):
+        env = ParallelEnv(3, CounterEnv, mp_start_method="fork", timeout=1)
+        env.reset()
+        pids = env.worker_pids
+        try:
+            for pid in pids[1:]:
+                os.kill(pid, signal.SIGSTOP)
+            with pytest.raises(
+                WorkerTimeoutError,
+                match=rf"worker 1 \(pid {pids[1]}, stopped\), worker 2 \(pid {pids[2]}, "
+                r"stopped\) did not answer within 1 s during reset; they were killed",
+            ):
+                env.reset()
+            assert wait_gone(pids, timeout=0.1) == []
+        finally:
+            kill_all(pids)
+
+    def test_call_times_out(self):
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork", timeout=1)
+        env.reset()
+        pids = env.worker_pids
+        try:
+            os.kill(pids[0], signal.SIGSTOP)
+            with pytest.raises(WorkerTimeoutError, match=r"worker 0 .* during seed\(3, False\)"):
+                env.set_seed(3)
+            assert wait_gone(pids, timeout=0.1) == []
+        finally:
+            kill_all(pids)
+
+    def test_hung_start_up(self, monkeypatch):
+        from rl.envs._batched import _pool
+
+        monkeypatch.setattr(_pool, "_START_S", 1.0)
+        env = ParallelEnv(
+            2, functools.partial(hang_in_worker, os.getpid()), mp_start_method="fork", timeout=0.5
+        )
+        start = time.monotonic()
+        with pytest.raises(
+            WorkerTimeoutError,
+            match=r"worker 0 \(pid \d+, sleeping\), worker 1 \(pid \d+, sleeping\) did not "
+            r"answer within 1.0 s during start-up \(creating the env\)",
+        ):
+            env.reset()
+        assert time.monotonic() - start < 2.5
+        assert env.worker_pids == []
+
+    def test_close_does_not_wait_for_a_stopped_worker(self):
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork", shutdown_timeout=10)
+        env.reset()
+        pids = env.worker_pids
+        try:
+            os.kill(pids[0], signal.SIGSTOP)
+            start = time.monotonic()
+            env.close()
+            assert time.monotonic() - start < 1.0
+            assert wait_gone(pids, timeout=0.1) == []
+        finally:
+            kill_all(pids)
+
+    def test_workers_started_from_a_thread_outlive_it(self):
+        # the kernel's parent-death signal follows the thread that forked: a worker
+        # started from a thread that ends must not die with that thread
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork")
+        thread = threading.Thread(target=env.reset)
+        thread.start()
+        thread.join()
+        pids = env.worker_pids
+        time.sleep(0.3)
+        assert all(pid_running(pid) for pid in pids)
+        out = env.step(ones(env.reset()))
+        assert out["next", "observation"][:, 0].tolist() == [1.0, 1.0]
+        env.close()
+
+
+class TestInterrupt:
+    def test_ctrl_c_is_reported_once(self):
+        script = textwrap.dedent(
+            f"""
+            import sys, torch
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from _batched_factories import CounterEnv
+            from rl.envs import ParallelEnv
+            env = ParallelEnv(3, CounterEnv, mp_start_method="fork")
+            td = env.reset()
+            print(*env.worker_pids, flush=True)
+            while True:
+                td = env.step(td.set("action", torch.ones(3, 1)))["next"].clone()
+            """
+        )
+        # its own process group: the test sends SIGINT to the group, as a terminal does
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        pids = []
+        try:
+            pids = [int(pid) for pid in proc.stdout.readline().split()]
+            assert len(pids) == 3, proc.stderr.read()
+            time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)
+            start = time.monotonic()
+            _, err = proc.communicate(timeout=20)
+            assert time.monotonic() - start < 5
+            assert proc.returncode != 0
+            assert err.count("Traceback") == 1, err
+            assert err.count("KeyboardInterrupt") == 1, err
+            assert wait_gone(pids) == []
+        finally:
+            proc.kill()
+            proc.wait()
+            kill_all(pids)

@@ -53,7 +53,7 @@ class LazyParallelEnv(ParallelEnv):
         mp_start_method: str | None = None,
         num_sub_threads: int = 1,
         run_type_checks: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = 30.0,
         **options: Any,
     ) -> None:
         self.batched_options = batched_options(type(self).__name__, options)

@@ -37,10 +37,15 @@ class ParallelEnv(BatchedEnvBase):
 
     Failures: a worker that raises is reported here as a ``RuntimeError`` naming the
     worker and holding its traceback (the env stays usable); a worker that dies (e.g.
-    killed) is reported within about a second with its exit code, and all workers are
-    shut down (``reset()`` starts new ones), as they are when a wait is interrupted
-    (``KeyboardInterrupt``). ``close()``, garbage collection and interpreter exit stop
-    every worker; workers also exit when the parent dies.
+    killed) is reported within about a second with its exit code, and one that does not
+    answer within ``timeout`` (30 s by default: stuck in a loop, stopped by SIGSTOP) is
+    killed and reported as a :class:`~rl.core.workers.WorkerTimeoutError` naming its pid,
+    its state and the command; all workers are then shut down (``reset()`` starts new
+    ones), as they are when a wait is interrupted (``KeyboardInterrupt``: workers leave
+    Ctrl-C to this process, which reports it once). ``close()``, garbage collection and
+    interpreter exit stop every worker, stopped ones included; workers exit when the
+    parent dies (on Linux the kernel kills them, even stopped, when this process, or the
+    thread that started them, ends).
 
     ``set_seed(seed)`` seeds worker ``i`` with the ``i``-th seed of the chain each
     sub-env's ``set_seed`` returns (as :class:`SerialEnv`, so both give the same
@@ -66,10 +71,16 @@ class ParallelEnv(BatchedEnvBase):
             ``benchmarks/bench_batched_envs.py``).
         num_sub_threads: the number of torch threads of each worker.
         run_type_checks: check actions against ``action_spec`` at each step.
-        timeout: seconds a reset, step or call may wait for a worker's answer (``None``,
-            the default: no limit). A worker that exceeds it (e.g. stuck in an endless
-            loop) raises ``TimeoutError`` here, naming it, and every worker is shut
-            down (``reset()`` starts new ones). Start-up is not limited by it.
+        timeout: seconds a reset, step or call may wait for a worker's answer (default
+            30; ``None``: no limit). A worker that exceeds it (stuck in an endless loop,
+            stopped) is killed and raises :class:`~rl.core.workers.WorkerTimeoutError`
+            here (a ``RuntimeError`` and a ``TimeoutError``) about ``timeout`` seconds
+            after the command, naming the worker, its pid and state and the command;
+            every worker is shut down (``reset()`` starts new ones). The wait is the one
+            the answers arrive on: the check costs nothing while workers answer.
+            Start-up (spawned workers import torch) may take ``max(timeout, 600)``
+            seconds. TorchRL has no such argument (its workers wait
+            ``BATCHED_PIPE_TIMEOUT``, 10000 s by default).
         serial_for_single: with ``num_workers=1``, build a :class:`SerialEnv` instead
             (no worker process), as TorchRL does.
         num_threads: torch threads of this (the parent) process, set when the workers
@@ -102,7 +113,8 @@ class ParallelEnv(BatchedEnvBase):
     Raises:
         ValueError: bad ``num_workers``, list lengths, ``mp_start_method`` or
             ``timeout``, or sub-env specs whose entries vary in shape.
-        TimeoutError: a worker did not answer within ``timeout``.
+        WorkerTimeoutError: a worker did not answer within ``timeout`` (a
+            ``TimeoutError``).
         TypeError: the factory cannot be pickled for a non-fork start method.
         RuntimeError: a worker failed (see above), or a step on a closed env.
 
@@ -144,7 +156,7 @@ class ParallelEnv(BatchedEnvBase):
         mp_start_method: str | None = None,
         num_sub_threads: int = 1,
         run_type_checks: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = 30.0,
         **options: Any,
     ) -> None:
         self.batched_options = batched_options(type(self).__name__, options)
@@ -154,7 +166,9 @@ class ParallelEnv(BatchedEnvBase):
                 {"shared_memory": False},
                 {"shared_memory": "the buffers the workers write are always in shared memory"},
             )
-        if timeout is not None and not timeout > 0:
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
             raise ValueError(
                 f"timeout must be a positive number of seconds or None, got {timeout!r}"
             )

@@ -2,9 +2,13 @@
 
 Each worker has one socket (a duplex ``multiprocessing.Pipe``) carrying one-byte commands
 and answers (see ``_worker``). The parent waits on all sockets at once with
-``select.poll`` and a one-second timeout, so that a worker that dies (its socket reports
-end-of-file, or ``is_alive()`` turns false) is reported within about a second, and one
-that raises sends its traceback, which is raised here as a ``RuntimeError``.
+``select.poll``, waking at least once a second, so that a worker that dies (its socket
+reports end-of-file, or ``is_alive()`` turns false) is reported within about a second,
+and one that raises sends its traceback, which is raised here as a ``RuntimeError``.
+A worker that does not answer within the pool's ``timeout`` (stuck in a loop, stopped
+by SIGSTOP) is killed and reported as a :class:`~rl.core.workers.WorkerTimeoutError`
+naming it, its pid and state and the command; the wait itself is the ``poll`` the
+answers arrive on, so the check costs nothing while workers answer.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import multiprocessing.util
 import os
 import pickle
 import select
-import signal
+import threading
 import time
 import weakref
 from collections.abc import Iterable
@@ -23,6 +27,8 @@ from typing import Any
 
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the shared-memory tensor pickler)
+
+from rl.core.workers import WorkerTimeoutError, describe_process, exit_description, stop_processes
 
 from ._buffers import BufferLayout, Buffers
 from ._worker import ANS_ERROR, OP_CALL, OP_CLOSE, worker_main
@@ -33,17 +39,11 @@ logger = logging.getLogger(__name__)
 
 _POLL_MS = 1000
 _JOIN_S = 2.0
-
-
-def _exit_description(code: int | None) -> str:
-    if code is None:
-        return "an unknown exit code"
-    if code < 0:
-        try:
-            return f"exit code {code} (killed by {signal.Signals(-code).name})"
-        except ValueError:
-            return f"exit code {code}"
-    return f"exit code {code}"
+#: seconds start-up may take at least when answers are limited (spawned workers import
+#: torch, which takes minutes on a loaded machine)
+_START_S = 600.0
+#: the worker-death wording, shared with rl-collectors (kept here for older imports)
+_exit_description = exit_description
 
 
 def _shutdown(
@@ -70,16 +70,7 @@ def _shutdown(
                 os.write(conn.fileno(), OP_CLOSE)
             except OSError:
                 pass
-    deadline = time.monotonic() + grace_s
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(_JOIN_S)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(_JOIN_S)
+    stop_processes(procs, grace_s)  # then SIGTERM, SIGKILL: nothing outlives close()
     for conn in conns:
         conn.close()
     for proc in procs:
@@ -98,7 +89,7 @@ class WorkerPool:
         name: the owner's class name, used in error messages.
         num_threads: ``torch.set_num_threads`` of each worker.
         timeout: seconds a command may wait for the answers (``None``: no limit); start-up
-            is not limited.
+            may take ``max(timeout, 600)`` seconds. A worker that exceeds it is killed.
         daemon: the worker processes' daemon flag (non-daemonic workers may start
             processes of their own; they are stopped at exit all the same).
         shutdown_timeout: seconds the workers get to exit on ``close`` before they are
@@ -145,6 +136,12 @@ class WorkerPool:
             self._exit_hooks.append(mp.util.Finalize(None, self._finalizer, exitpriority=100))
         # distinct torch seeds per worker, drawn from this process's generator
         seeds = torch.randint(0, 2**62, (self.num_workers,)).tolist()
+        # the kernel kills a worker when the thread that forked it ends: only a thread
+        # that lives as long as this process may rely on it (a fork server's does)
+        death_signal = (
+            mp_start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        )
+        parent = None if mp_start_method == "forkserver" else os.getpid()
         try:
             for index, payload in enumerate(payloads):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -153,8 +150,12 @@ class WorkerPool:
                 others = [*self.conns, parent_conn] if mp_start_method == "fork" else None
                 proc = ctx.Process(
                     target=worker_main,
-                    args=(index, payload, buffers, layout, child_conn, os.getpid(), others),
-                    kwargs={"torch_seed": seeds[index], "num_threads": num_threads},
+                    args=(index, payload, buffers, layout, child_conn, parent, others),
+                    kwargs={
+                        "torch_seed": seeds[index],
+                        "num_threads": num_threads,
+                        "parent_death_signal": death_signal,
+                    },
                     name=f"{name}-worker-{index}",
                     daemon=daemon,
                 )
@@ -176,8 +177,8 @@ class WorkerPool:
         self.pids = [proc.pid for proc in self.procs]
         self.closed = False
         try:
-            # start-up (spawned workers import torch) waits as long as it takes
-            self.collect(range(self.num_workers), "start-up (creating the env)", limited=False)
+            # start-up (spawned workers import torch) gets minutes
+            self.collect(range(self.num_workers), "start-up (creating the env)", start=True)
         except BaseException:
             self.close(grace_s=_JOIN_S)
             raise
@@ -192,13 +193,13 @@ class WorkerPool:
             except OSError:
                 pass  # a dead worker: collect() reports it
 
-    def collect(self, workers: Iterable[int], what: str, limited: bool = True) -> dict[int, bytes]:
-        """Waits for the answer of each of ``workers``; raises if one failed or died.
+    def collect(self, workers: Iterable[int], what: str, start: bool = False) -> dict[int, bytes]:
+        """Waits for the answer of each of ``workers``; raises if one failed, died or hung.
 
         Args:
             workers: the indices of the workers that were sent a command.
             what: the command, for error messages.
-            limited: whether the pool's ``timeout`` applies (not at start-up).
+            start: the workers are starting (they get ``max(timeout, 600)`` seconds).
 
         Returns:
             ``{worker_index: answer_byte}``.
@@ -206,11 +207,13 @@ class WorkerPool:
         Raises:
             RuntimeError: naming the worker and holding its traceback (it raised) or its
                 exit code (it died; the pool is then shut down).
-            TimeoutError: a worker did not answer within ``timeout`` (the pool is then
-                shut down).
+            WorkerTimeoutError: a worker did not answer within ``timeout`` (it is
+                killed and the pool shut down); also a ``TimeoutError``.
         """
         pending = set(workers)
-        limit = self.timeout if limited else None
+        limit = self.timeout
+        if limit is not None and start:
+            limit = max(limit, _START_S)
         deadline = None if limit is None else time.monotonic() + limit
         answers: dict[int, bytes] = {}
         errors: list[str] = []
@@ -222,12 +225,10 @@ class WorkerPool:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    stuck = sorted(pending)
-                    self.close(grace_s=_JOIN_S)
-                    raise TimeoutError(
-                        f"{self.name} worker(s) {stuck} did not answer within {limit} s "
-                        f"during {what}; all workers were shut down"
-                    )
+                    dead += [index for index in pending if not self.procs[index].is_alive()]
+                    if dead:
+                        break  # reported as deaths below
+                    self._hung(sorted(pending), what, limit)
                 wait_ms = min(_POLL_MS, max(1, int(left * 1000)))
             events = poll(wait_ms)
             if not events:
@@ -263,13 +264,25 @@ class WorkerPool:
                 proc.join(_JOIN_S)
                 msgs.append(
                     f"{self.name} worker {index} (pid {self.pids[index]}) died during {what} "
-                    f"with {_exit_description(proc.exitcode)}"
+                    f"with {exit_description(proc.exitcode)}"
                 )
             self.close(grace_s=_JOIN_S)
             raise RuntimeError("; ".join(msgs + errors) + "; all workers were shut down")
         if errors:
             raise RuntimeError("\n".join(errors))
         return answers
+
+    def _hung(self, stuck: list[int], what: str, limit: float) -> None:
+        """Kills the workers ``stuck`` (they did not answer), shuts the others down and
+        raises :class:`~rl.core.workers.WorkerTimeoutError`."""
+        workers = ", ".join(f"worker {i} ({describe_process(self.pids[i])})" for i in stuck)
+        stop_processes([self.procs[i] for i in stuck], 0.0)  # no polite request: they hang
+        self.close(grace_s=_JOIN_S)
+        raise WorkerTimeoutError(
+            f"{self.name} {workers} did not answer within {limit} s during {what}; "
+            f"{'it was' if len(stuck) == 1 else 'they were'} killed and all workers shut "
+            "down (timeout=None lifts the limit)"
+        )
 
     def _recv(self, index: int) -> Any:
         try:

@@ -1,0 +1,196 @@
+"""Worker processes: how rl's multiprocess objects report them, stop them and tie them to
+their parent.
+
+``ParallelEnv`` (rl-envs) and the multiprocess collectors (rl-collectors) share these:
+one wording for a worker that died (:func:`exit_description`) or hung
+(:func:`describe_process`), one error for a worker that did not answer in time
+(:class:`WorkerTimeoutError`), one way to stop workers that leaves none behind
+(:func:`stop_processes`), and what each worker does first: exit with its parent
+(:func:`die_with_parent`) and leave Ctrl-C to it (:func:`ignore_interrupts`).
+
+Examples:
+    >>> from rl.core.workers import WorkerTimeoutError, exit_description
+    >>> exit_description(-9)
+    'exit code -9 (killed by SIGKILL)'
+    >>> issubclass(WorkerTimeoutError, RuntimeError) and issubclass(WorkerTimeoutError, TimeoutError)
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "WorkerTimeoutError",
+    "describe_process",
+    "die_with_parent",
+    "exit_description",
+    "ignore_interrupts",
+    "stop_processes",
+]
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_WATCH_S = 0.5
+_STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in uninterruptible sleep",
+    "T": "stopped",
+    "t": "stopped by a debugger",
+    "Z": "exited",
+    "X": "exited",
+}
+
+
+class WorkerTimeoutError(RuntimeError, TimeoutError):
+    """A worker process did not answer within the time allowed (it hung or was stopped).
+
+    A ``RuntimeError``, as the errors of a worker that raised or died, and a
+    ``TimeoutError``: either ``except`` clause catches it. When it is raised, the workers
+    that did not answer were killed and the others shut down.
+    """
+
+
+def exit_description(code: int | None) -> str:
+    """How a worker process ended, from its exit code (``Process.exitcode``).
+
+    Examples:
+        >>> exit_description(1)
+        'exit code 1'
+    """
+    if code is None:
+        return "an unknown exit code"
+    if code < 0:
+        try:
+            return f"exit code {code} (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            return f"exit code {code}"
+    return f"exit code {code}"
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def describe_process(pid: int) -> str:
+    """``"pid 1234, stopped"``: a process id and, where ``/proc`` tells it (Linux), its
+    state (``running``, ``sleeping``, ``stopped``...), for the message about a worker that
+    does not answer."""
+    state = _STATES.get(_state(pid) or "")
+    return f"pid {pid}" if state is None else f"pid {pid}, {state}"
+
+
+def _set_parent_death_signal(sig: int) -> bool:
+    """Asks Linux to send ``sig`` to this process when its parent thread ends."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return False
+    # the arguments are C unsigned longs: a bare int could leave garbage in the high bits
+    zero = ctypes.c_ulong(0)
+    return prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(sig), zero, zero, zero) == 0
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(_WATCH_S)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def die_with_parent(parent_pid: int | None = None, signal_parent_thread: bool = True) -> bool:
+    """Makes this worker process exit when its parent does (even killed by SIGKILL).
+
+    On Linux the kernel sends this process SIGKILL when the parent thread that started it
+    ends (``prctl(PR_SET_PDEATHSIG)``), which also ends a stopped (SIGSTOP) worker; if the
+    parent died before that was set, this process exits now. Elsewhere, or with
+    ``signal_parent_thread=False`` (the parent started this worker from a thread that may
+    end before the parent does), a daemon thread checks the parent every half second
+    (which a stopped worker cannot do).
+
+    Args:
+        parent_pid: the process that started this one (``None``: the current parent,
+            e.g. the fork server of a ``"forkserver"`` worker, which exits with it).
+        signal_parent_thread: whether the kernel's parent-death signal may be used.
+
+    Returns:
+        whether the kernel's signal is set (else the watching thread runs).
+    """
+    if parent_pid is None:
+        parent_pid = os.getppid()
+    armed = signal_parent_thread and _set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent is already gone (before the signal was set)
+        os._exit(1)
+    if not armed:
+        threading.Thread(
+            target=_watch_parent, args=(parent_pid,), name="rl-watch-parent", daemon=True
+        ).start()
+    return armed
+
+
+def _do_nothing(signum: int, frame: Any) -> None:
+    pass
+
+
+def ignore_interrupts() -> None:
+    """Leaves Ctrl-C to the parent: SIGINT, which a terminal sends to the whole process
+    group, does nothing in this worker (the parent raises ``KeyboardInterrupt`` once and
+    stops its workers).
+
+    A Python handler that does nothing rather than ``SIG_IGN``: processes the worker's env
+    starts (a simulator) get the default behaviour back when they exec.
+    """
+    signal.signal(signal.SIGINT, _do_nothing)
+
+
+def _signal(proc: Any, sig: int) -> None:
+    try:
+        os.kill(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _join_all(procs: list, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+
+
+def stop_processes(procs: Iterable[Any], grace_s: float, kill_after_s: float = 1.0) -> None:
+    """Waits up to ``grace_s`` for the processes to exit, then terminates the others
+    (SIGTERM, with SIGCONT so that a stopped one acts on it) and kills (SIGKILL) those
+    still running ``kill_after_s`` later.
+
+    A stopped process cannot exit on its own: it is terminated without waiting. Takes at
+    most about ``grace_s + 2 * kill_after_s`` seconds, whatever the number of processes.
+
+    Args:
+        procs: ``multiprocessing.Process`` objects (started ones; others are skipped).
+        grace_s: seconds the processes get to exit on their own (after being asked to).
+        kill_after_s: seconds between SIGTERM and SIGKILL.
+    """
+    procs = [proc for proc in procs if proc.pid is not None]
+    waiting = [proc for proc in procs if proc.is_alive() and _state(proc.pid) not in ("T", "t")]
+    _join_all(waiting, grace_s)
+    left = [proc for proc in procs if proc.is_alive()]
+    for proc in left:  # is_alive() has not reaped it: the pid is still this process's
+        _signal(proc, signal.SIGTERM)
+        _signal(proc, signal.SIGCONT)
+    _join_all(left, kill_after_s)
+    left = [proc for proc in left if proc.is_alive()]
+    for proc in left:
+        _signal(proc, signal.SIGKILL)
+    _join_all(left, kill_after_s)

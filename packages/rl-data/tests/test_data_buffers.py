@@ -138,6 +138,75 @@ class TestReplayBuffer:
         assert rb.sample()["y"].tolist() == [1.0] * 3
         assert len(rb.transform) == 3
 
+    def test_inverted_transform_runs_on_writes(self):
+        # append_transform(t, invert=True): t runs on written data, its inv (if any) on
+        # sampled data; a plain callable has none, so samples are the stored values
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+        data = TensorDict({"a": torch.zeros(10)}, [10])
+
+        def add_one(td):
+            td["a"] = td["a"] + 1
+            return td
+
+        rb.append_transform(add_one, invert=True)
+        rb.extend(data)
+        assert rb.storage.get(slice(None))["a"].tolist() == [1.0] * 10
+        assert rb.sample()["a"].tolist() == [1.0] * 4
+
+        class Shift(nn.Module):
+            def forward(self, td):
+                return td.set("a", td["a"] + 10)
+
+            def inv(self, td):
+                return td.set("a", td["a"] - 100)
+
+        rb.insert_transform(0, Shift(), invert=True)
+        assert rb.sample()["a"].tolist() == [-99.0] * 4  # Shift.inv runs on samples
+        rb.extend(TensorDict({"a": torch.zeros(10)}, [10]))
+        # writes run the inverted chain backwards: add_one, then Shift.forward
+        assert rb.storage.get(slice(None))["a"].tolist() == [11.0] * 10
+
+    def test_transform_chain(self):
+        rb = ReplayBuffer(transform=lambda x: x + 1)
+        assert len(rb.transform) == 1 and callable(rb.transform[0])
+        rb.append_transform(lambda x: 2 * x)
+        assert rb.transform(torch.zeros(1)).tolist() == [2.0]
+        with pytest.raises(ValueError, match=r"between -2 and 2 .* got 3"):
+            rb.insert_transform(3, lambda x: x)
+        with pytest.raises(TypeError, match="a transform must be callable, got int"):
+            rb.append_transform(1)
+        rb.insert_transform(-2, lambda x: x - 1)
+        assert rb.transform(torch.zeros(1)).tolist() == [0.0]
+
+    def test_state_dict_is_torchrl_s(self):
+        class Offset(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("loc", torch.zeros(()))
+
+            def forward(self, x):
+                return x + self.loc
+
+        generator = torch.Generator().manual_seed(3)
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(10), transform=Offset(), batch_size=3, generator=generator
+        )
+        rb.extend(torch.arange(10))
+        rb.transform[0].loc.fill_(0.5)
+        state = rb.state_dict()
+        assert set(state) == {
+            "_storage", "_sampler", "_writer", "_transforms", "_batch_size", "_rng"
+        }  # fmt: skip
+        assert state["_batch_size"] == 3 and list(state["_transforms"]) == ["0.loc"]
+        assert state["_rng"][1] == "cpu"
+        first = rb.sample()
+        other = ReplayBuffer(storage=LazyTensorStorage(10), transform=Offset())
+        other.load_state_dict(state)
+        # the same generator state, batch size and transform state: the same batch
+        assert other.batch_size == 3
+        torch.testing.assert_close(other.sample(), first)
+        assert ReplayBuffer(storage=LazyTensorStorage(10)).state_dict()["_rng"] is None
+
     @pytest.mark.parametrize("storage_cls", [LazyTensorStorage, LazyMemmapStorage])
     def test_indexing_goes_through_the_transforms_as_torchrl(self, storage_cls, tmp_path):
         # TorchRL 0.14.1: rb[index] returns what sample would (transforms applied), a key
@@ -426,7 +495,7 @@ class TestCheckpointSafety:
     def test_wrong_version(self, tmp_path):
         (tmp_path / "replay_buffer.pt").write_bytes(b"")
         torch.save({"version": 99}, tmp_path / "replay_buffer.pt")
-        with pytest.raises(ValueError, match="checkpoint version 99, expected 1"):
+        with pytest.raises(ValueError, match="checkpoint version 99, expected 2"):
             ReplayBuffer().loads(tmp_path)
 
     def test_structure_mismatch_on_load(self, tmp_path, make_transitions):

@@ -18,6 +18,7 @@ from rl.data.replay_buffers._offline_to_online import (
     OfflineToOnlineReplayBuffer,
     prefill_replay_buffer,
 )
+from rl.data.replay_buffers._remote import RemoteTensorDictReplayBuffer
 from rl.data.replay_buffers._scheduler import (
     LambdaScheduler,
     LinearScheduler,
@@ -77,6 +78,7 @@ __all__ = [
     "PrioritizedSliceSampler",
     "RandomSampler",
     "RayReplayBuffer",
+    "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
     "RoundRobinWriter",

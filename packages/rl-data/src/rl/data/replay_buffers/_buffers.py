@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rl.core.trainers import atomic_save, load_checkpoint
+from rl.data.replay_buffers._transform_chain import InvertedTransform, TransformChain
 from rl.data.replay_buffers._utils import CheckpointAliases
 from rl.data.replay_buffers.samplers._random import RandomSampler
 from rl.data.replay_buffers.samplers._sampler import Sampler
@@ -23,7 +24,7 @@ from rl.data.replay_buffers.writers._writers import (
 )
 
 _CHECKPOINT_FILE = "replay_buffer.pt"
-_CHECKPOINT_VERSION = 1
+_CHECKPOINT_VERSION = 2  # 2: TorchRL's state_dict layout ("_storage", "_sampler", ...)
 
 
 def _check_batch_size(batch_size: Any, name: str = "batch_size") -> int | None:
@@ -160,14 +161,12 @@ class ReplayBuffer(CheckpointAliases):
         self._futures: deque[tuple[int, Future]] = deque()
         self._batch_size = _check_batch_size(batch_size)
         if transform is None:
-            self._transforms: list[Callable] = []
+            transform = ()
+        elif isinstance(transform, TransformChain):
+            transform = transform.transforms
         elif callable(transform):
-            self._transforms = [transform]
-        else:
-            self._transforms = list(transform)
-        for t in self._transforms:
-            if not callable(t):
-                raise TypeError(f"a transform must be callable, got {type(t).__name__}")
+            transform = (transform,)
+        self._transform = TransformChain(transform)
         self._lock = threading.RLock()
         self._prefetch_lock = threading.Lock()
 
@@ -250,19 +249,32 @@ class ReplayBuffer(CheckpointAliases):
         return self._batch_size
 
     @property
-    def transform(self) -> list[Callable]:
-        return self._transforms
+    def transform(self) -> TransformChain:
+        """The transforms, in the order sampled batches go through them."""
+        return self._transform
 
-    def append_transform(self, transform: Callable) -> ReplayBuffer:
-        if not callable(transform):
-            raise TypeError(f"a transform must be callable, got {type(transform).__name__}")
-        self._transforms.append(transform)
+    def append_transform(self, transform: Callable, *, invert: bool = False) -> ReplayBuffer:
+        """Adds ``transform`` after the others.
+
+        Args:
+            transform: a callable run on sampled batches (its ``inv`` method, if any, on
+                written data).
+            invert: run it the other way round: on written data, and its ``inv`` (if any)
+                on sampled batches.
+        """
+        self._transform.append(InvertedTransform(transform) if invert else transform)
         return self
 
-    def insert_transform(self, index: int, transform: Callable) -> ReplayBuffer:
-        if not callable(transform):
-            raise TypeError(f"a transform must be callable, got {type(transform).__name__}")
-        self._transforms.insert(index, transform)
+    def insert_transform(
+        self, index: int, transform: Callable, *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Inserts ``transform`` before position ``index`` (see :meth:`append_transform`).
+
+        Raises:
+            ValueError: ``index`` is not between ``-len(rb.transform)`` and
+                ``len(rb.transform)``.
+        """
+        self._transform.insert(index, InvertedTransform(transform) if invert else transform)
         return self
 
     def __len__(self) -> int:
@@ -275,17 +287,10 @@ class ReplayBuffer(CheckpointAliases):
         )
 
     # -- writes ----------------------------------------------------------------------------------
-    def _inverse_transform(self, data: Any) -> Any:
-        for t in reversed(self._transforms):
-            inv = getattr(t, "inv", None)
-            if inv is not None:
-                data = inv(data)
-        return data
-
     def add(self, data: Any) -> int:
         """Writes one item and returns its index."""
-        if self._transforms:
-            data = self._inverse_transform(data)
+        if len(self._transform):
+            data = self._transform.inv(data)
         with self._lock:
             index = self._writer.add(data)
             self._sampler.add(index)
@@ -303,8 +308,8 @@ class ReplayBuffer(CheckpointAliases):
 
     def extend(self, data: Any) -> torch.Tensor:
         """Writes a batch of items (along ``dim_extend``) and returns their indices."""
-        if self._transforms:
-            data = self._inverse_transform(data)
+        if len(self._transform):
+            data = self._transform.inv(data)
             if data is None:  # the transform holds the batch back (e.g. MultiStepTransform)
                 return torch.zeros(
                     (0, self._storage.ndim) if self._storage.ndim > 1 else (0,), dtype=torch.long
@@ -345,7 +350,7 @@ class ReplayBuffer(CheckpointAliases):
             data = self._collate_fn(data)
         if self.dim_extend and isinstance(index, slice):
             data = self._move_dim_extend(data)
-        if self._transforms:
+        if len(self._transform):
             if isinstance(data, TensorDictBase):
                 # a shallow copy: the transforms replace its entries, never the storage's
                 # (a memmap storage returns locked views)
@@ -354,8 +359,8 @@ class ReplayBuffer(CheckpointAliases):
         return data
 
     def _postprocess(self, data: Any) -> Any:
-        for t in self._transforms:
-            data = t(data)
+        if len(self._transform):
+            data = self._transform(data)
         if self._pin_memory and torch.cuda.is_available():
             data = data.pin_memory()
         return data
@@ -441,22 +446,41 @@ class ReplayBuffer(CheckpointAliases):
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The storage, sampler and writer states, made of plain containers and tensors."""
+        """The buffer's state, made of plain containers and tensors, laid out as TorchRL's:
+        ``_storage``, ``_sampler``, ``_writer``, ``_transforms`` (the states of the
+        transforms that have one), ``_batch_size`` and ``_rng`` (the generator's state and
+        device, ``None`` without a generator)."""
         with self._lock:
+            rng = self._rng
             return {
-                "version": _CHECKPOINT_VERSION,
-                "storage": self._storage.state_dict(),
-                "sampler": self._sampler.state_dict(),
-                "writer": self._writer.state_dict(),
+                "_storage": self._storage.state_dict(),
+                "_sampler": self._sampler.state_dict(),
+                "_writer": self._writer.state_dict(),
+                "_transforms": self._transform.state_dict(),
+                "_batch_size": self._batch_size,
+                "_rng": None if rng is None else (rng.get_state().clone(), str(rng.device)),
             }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores a :meth:`state_dict`; a saved generator state replaces the buffer's."""
         with self._prefetch_lock:
             self._drain_prefetch()
         with self._lock:
-            self._storage.load_state_dict(state_dict["storage"])
-            self._sampler.load_state_dict(state_dict["sampler"])
-            self._writer.load_state_dict(state_dict["writer"])
+            self._storage.load_state_dict(state_dict["_storage"])
+            self._load_components(state_dict)
+
+    def _load_components(self, state_dict: dict[str, Any]) -> None:
+        """Everything but the storage (which a checkpointer may restore instead)."""
+        self._sampler.load_state_dict(state_dict["_sampler"])
+        self._writer.load_state_dict(state_dict["_writer"])
+        self._transform.load_state_dict(state_dict.get("_transforms", {}))
+        self._batch_size = state_dict["_batch_size"]
+        rng = state_dict.get("_rng")
+        if rng is not None:
+            state, device = rng
+            generator = torch.Generator(device=device)
+            generator.set_state(state)
+            self.set_rng(generator)
 
     def dumps(self, path: str | Path) -> None:
         """Saves the buffer in the directory ``path``, atomically.
@@ -474,8 +498,9 @@ class ReplayBuffer(CheckpointAliases):
         checkpointer = self._storage.checkpointer
         with self._lock:
             state = self.state_dict()
+            state["version"] = _CHECKPOINT_VERSION
             if checkpointer is not None:
-                state["storage"] = None
+                state["_storage"] = None
                 checkpointer.dumps(self._storage, path / "storage")
         atomic_save(state, path / _CHECKPOINT_FILE)
 
@@ -496,7 +521,7 @@ class ReplayBuffer(CheckpointAliases):
                 f"'{file}' has checkpoint version {state.get('version')}, "
                 f"expected {_CHECKPOINT_VERSION}"
             )
-        if state["storage"] is None:
+        if state["_storage"] is None:
             checkpointer = self._storage.checkpointer
             if checkpointer is None:
                 raise ValueError(
@@ -507,8 +532,7 @@ class ReplayBuffer(CheckpointAliases):
                 self._drain_prefetch()
             with self._lock:
                 checkpointer.loads(self._storage, Path(path) / "storage")
-                self._sampler.load_state_dict(state["sampler"])
-                self._writer.load_state_dict(state["writer"])
+                self._load_components(state)
             return
         self.load_state_dict(state)
 

@@ -87,7 +87,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                     fused.batch_size == size
                     and self._sampler._fused is fused
                     and self._storage._row_plans is plans
-                    and not (self._custom_collate or self._transforms or self._pin_memory)
+                    and not (self._custom_collate or len(self._transform) or self._pin_memory)
                 ):
                     n = len(self._storage)
                     if n:
@@ -110,13 +110,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
                     n = len(self._storage)
                     index, weight, data = sampler._sample_rows(n, plan, batch_size)
                     if (
-                        not (self._prefetch or self._transforms or self._pin_memory)
+                        not (self._prefetch or len(self._transform) or self._pin_memory)
                         # a subclass's own _sample must keep running: no shortcut then
                         and type(self)._sample is TensorDictReplayBuffer._sample
                     ):
                         self._fused_draw = (sampler._fused, storage._row_plans)
         if plan is not None:
-            if self._transforms or self._pin_memory:
+            if len(self._transform) or self._pin_memory:
                 data = self._postprocess(data)
             return data, {"priority_weight": weight, "index": index}
         fast = (

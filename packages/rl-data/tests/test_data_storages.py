@@ -7,12 +7,14 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, tensorclass
 
 from rl.data import (
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     TensorStorage,
@@ -116,7 +118,9 @@ class TestTensorStorage:
         torch.testing.assert_close(data["x"][4:].sum(), torch.tensor(4.0))
         with pytest.raises(ValueError, match="differs from the storage's length 6"):
             TensorStorage(data, max_size=3)
-        with pytest.raises(TypeError, match="tensor or a TensorDict"):
+        with pytest.raises(
+            TypeError, match="stores tensors, TensorDicts, tensorclasses and pytrees .* got int"
+        ):
             TensorStorage([1, 2])
 
     def test_missing_key_names_the_key(self, make_transitions):
@@ -316,3 +320,92 @@ class TestLazyMemmapStorage:
         s = LazyMemmapStorage(10, scratch_dir=tmp_path)
         s.set(slice(0, 1), torch.zeros(1))
         assert os.path.getsize(tmp_path / "rl_storage_len.bin") == 5 * np.dtype(np.int64).itemsize
+
+
+@tensorclass
+class _Inner:
+    z: torch.Tensor
+
+
+@tensorclass
+class _Pair:
+    x: torch.Tensor
+    nested: TensorDict
+    inner: _Inner
+
+
+def _pytree(n: int, offset: int = 0) -> dict:
+    i = torch.arange(offset, offset + n)
+    return {"a": i, "b": {"c": [i[:, None] * 2.0, (-i[:, None, None].expand(n, 2, 3),)]}, 30: i}
+
+
+@pytest.mark.parametrize("storage_cls", [LazyTensorStorage, LazyMemmapStorage])
+class TestPytreeAndTensorclassItems:
+    """As TorchRL: tensor storages keep pytrees of tensors and tensorclasses."""
+
+    def test_pytree_set_get(self, storage_cls):
+        storage = storage_cls(10)
+        storage.set(range(3), _pytree(3))
+        storage.set(torch.tensor([3, 4]), _pytree(2, offset=3))
+        out = storage.get(torch.tensor([4, 0, 2]))
+        assert set(out) == {"a", "b", 30}
+        assert out["a"].tolist() == [4, 0, 2] and out[30].tolist() == [4, 0, 2]
+        assert out["b"]["c"][0].tolist() == [[8.0], [0.0], [4.0]]
+        assert isinstance(out["b"]["c"][1], tuple) and out["b"]["c"][1][0].shape == (3, 2, 3)
+        torch.testing.assert_close(out["b"]["c"][1][0][:, 1, 2], torch.tensor([-4, 0, -2]))
+        assert storage.get(1)["a"].item() == 1  # one item: no batch dim
+
+    def test_pytree_structure_is_checked(self, storage_cls):
+        storage = storage_cls(10)
+        storage.set(range(3), _pytree(3))
+        with pytest.raises(ValueError, match="the storage holds items of structure"):
+            storage.set(range(3, 5), {"a": torch.zeros(2)})
+        with pytest.raises(TypeError, match="pytrees .* of tensors, got str"):
+            storage.set(range(3, 5), {"a": "text"})
+
+    def test_pytree_state_dict(self, storage_cls):
+        storage = storage_cls(10)
+        storage.set(range(3), _pytree(3))
+        other = storage_cls(10)  # not written to yet: the structure comes from the state
+        other.load_state_dict(storage.state_dict())
+        assert len(other) == 3
+        assert other.get(torch.tensor([2]))["b"]["c"][0].tolist() == [[4.0]]
+
+    def test_tensorclass(self, storage_cls):
+        storage = storage_cls(10)
+        data = _Pair(
+            x=torch.arange(4),
+            nested=TensorDict({"y": -torch.arange(4)}, [4]),
+            inner=_Inner(z=10 * torch.arange(4), batch_size=[4]),
+            batch_size=[4],
+        )
+        storage.set(range(4), data)
+        out = storage.get(torch.tensor([3, 1]))
+        assert type(out) is _Pair and out.batch_size == (2,)
+        assert out.x.tolist() == [3, 1] and out.nested["y"].tolist() == [-3, -1]
+        assert type(out.inner) is _Inner and out.inner.z.tolist() == [30, 10]
+        other = storage_cls(10)
+        with pytest.raises(RuntimeError, match="write one such item to the storage before"):
+            other.load_state_dict(storage.state_dict())
+        other.set(0, data[0])
+        other.load_state_dict(storage.state_dict())
+        assert other.get(torch.tensor([2])).x.tolist() == [2]
+
+    def test_a_list_is_a_batch_to_stack(self, storage_cls):
+        rb = ReplayBuffer(storage=storage_cls(20), sampler=SamplerWithoutReplacement())
+        rb.extend([(torch.full((2,), i), {"a": torch.full((2,), i)}) for i in range(10)])
+        assert len(rb) == 10
+        first, second = rb.sample(10)
+        assert sorted(first[:, 0].tolist()) == list(range(10))
+        torch.testing.assert_close(first, second["a"])
+        with pytest.raises(RuntimeError, match="Stacking the elements of the list"):
+            rb.extend([torch.zeros(4), torch.zeros(1)])
+
+
+def test_memmap_pytree_reopens_with_its_structure(tmp_path):
+    storage = LazyMemmapStorage(10, scratch_dir=tmp_path)
+    storage.set(range(3), _pytree(3))
+    reopened = LazyMemmapStorage(10, scratch_dir=tmp_path)
+    assert len(reopened) == 3
+    out = reopened.get(torch.tensor([1, 2]))
+    assert out["a"].tolist() == [1, 2] and isinstance(out["b"]["c"], list)

@@ -31,6 +31,17 @@ class TestRoundRobinWriter:
         assert rb[:].tolist() == [17, 18, 19, 16]
         assert rb.writer.state_dict() == {"cursor": 3, "write_count": 11}
 
+    def test_pytree_batch_larger_than_capacity_keeps_the_last_items(self):
+        # a dict of tensors is one batch whose length is the leaves' first dim (not the
+        # number of keys); the last max_size items survive, as for a tensor
+        rb = ReplayBuffer(storage=LazyTensorStorage(3))
+        data = {"a": torch.arange(5), "b": (torch.arange(5)[:, None] * 10,)}
+        assert rb.extend(data).tolist() == [2, 0, 1]
+        stored = rb[:]
+        assert stored["a"].tolist() == [3, 4, 2]
+        assert stored["b"][0].reshape(-1).tolist() == [30, 40, 20]
+        assert rb.write_count == 5
+
     @settings(max_examples=30, deadline=None)
     @given(st.lists(st.integers(1, 9), min_size=1, max_size=8), st.integers(1, 7))
     def test_matches_a_python_ring(self, chunks, capacity):
@@ -166,6 +177,16 @@ class TestTensorDictMaxValueWriter:
         )
         with pytest.raises(KeyError, match="the data has no rank_key 'r'"):
             rb.extend(TensorDict({"x": torch.zeros(2)}, [2]))
+        # TorchRL raises a RuntimeError there: the error is both
+        for bad, name in ((torch.zeros(2), "Tensor"), ({"r": torch.zeros(2)}, "dict")):
+            for error in (TypeError, RuntimeError):
+                with pytest.raises(
+                    error, match=f"expects data to be a tensor collection .* {name}"
+                ):
+                    rb.extend(bad)
+        with pytest.raises(TypeError, match="expects data to be a tensor collection"):
+            rb.add({"r": torch.zeros(())})
+        assert len(rb) == 0
 
     def test_state_round_trip(self):
         rb = TensorDictReplayBuffer(

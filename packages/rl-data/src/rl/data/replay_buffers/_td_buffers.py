@@ -124,6 +124,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             and isinstance(storage, TensorStorage)
             and storage.initialized
             and storage._is_td
+            and storage._layout is None
             and not storage._item_batch
         )
         with self._lock:

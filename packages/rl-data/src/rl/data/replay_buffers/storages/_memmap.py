@@ -17,6 +17,7 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from rl.core.trainers import CheckpointError
 from rl.data.replay_buffers._utils import dtype_from_name
+from rl.data.replay_buffers.storages._layout import ItemLayout
 from rl.data.replay_buffers.storages._tensor import LazyTensorStorage
 
 _META = "rl_storage.json"
@@ -228,6 +229,14 @@ class LazyMemmapStorage(LazyTensorStorage):
             raise self._unreadable(f"its tensors cannot be loaded ({err})") from None
         self._check_files(stored, sizes)
         self._adopt(stored)
+        layout = meta.get("layout")
+        if isinstance(layout, dict) and isinstance(layout.get("pytree"), str):
+            # pytrees come back as they were written; tensorclasses as TensorDicts (their
+            # class is never imported from the files)
+            try:
+                self._layout = ItemLayout.from_state(layout, None)
+            except (ValueError, TypeError, KeyError, NotImplementedError) as err:
+                raise self._unreadable(f"its item structure cannot be read ({err})") from None
         self._open_counter(create=False)
         self._check_counter()
         self._recover()
@@ -336,6 +345,8 @@ class LazyMemmapStorage(LazyTensorStorage):
                 prefix=self.scratch_dir, existsok=True
             )
             meta = {"kind": "tensordict", "max_size": self.max_size}
+            if self._layout is not None:
+                meta["layout"] = self._layout.state()
         else:
             shape = torch.Size((self._rows, *template.shape))
             stored = MemoryMappedTensor.empty(

@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.data.replay_buffers._utils import KeyMismatchError, decode_tensordict, encode_tensordict
 from rl.data.replay_buffers.storages._base import Storage
+from rl.data.replay_buffers.storages._layout import ItemLayout, stack_items
 from rl.data.replay_buffers.storages._rows import RowPlan
 
 
@@ -176,11 +177,12 @@ class TensorStorage(Storage):
         self._rows: int | None = None  # the capacity along dim 0 (known once allocated)
         self._inner = 1  # items per row: the product of the dims 1..ndim-1
         self._shared = False
+        # how items that are not tensors or TensorDicts (tensorclasses, pytrees) are kept
+        self._layout: ItemLayout | None = None
         if storage is not None:
             if not isinstance(storage, (torch.Tensor, TensorDictBase)):
-                raise TypeError(
-                    f"storage must be a tensor or a TensorDict, got {type(storage).__name__}"
-                )
+                self._layout = ItemLayout.of(storage)
+                storage = self._layout.encode(storage, batch_dims=ndim)
             if len(storage.shape) == 0:
                 raise ValueError("storage must have a leading capacity dimension, got shape ()")
             if len(storage.shape) < ndim:
@@ -272,7 +274,7 @@ class TensorStorage(Storage):
             )
         return zeros((size, *template.shape), dtype=template.dtype, device=device)
 
-    def _init(self, data: Any, batched: bool) -> None:
+    def _init(self, data: Any, batched: bool = False) -> None:
         if not isinstance(data, (torch.Tensor, TensorDictBase)):
             raise TypeError(
                 f"{type(self).__name__} stores tensors or TensorDicts, got {type(data).__name__}; "
@@ -409,8 +411,27 @@ class TensorStorage(Storage):
             self._len = new_len
         self._write_end = write_end % self._rows
 
+    def _encode(self, data: Any, batched: bool) -> Any:
+        """Tensors and TensorDicts as they are; a list of items (a batch) stacked;
+        tensorclasses and pytrees of tensors as the TensorDicts the storage keeps."""
+        if isinstance(data, (torch.Tensor, TensorDictBase)):
+            return data
+        if batched and isinstance(data, list):
+            data = stack_items(data)
+            if isinstance(data, (torch.Tensor, TensorDictBase)):
+                return data
+        layout = ItemLayout.of(data)
+        if self._layout is None and (self._storage is None or self._is_td):
+            self._layout = layout
+        elif layout != self._layout:
+            held = "tensors" if self._layout is None else self._layout.describe()
+            raise ValueError(f"the storage holds {held}, got {layout.describe()}")
+        return layout.encode(data, batch_dims=(1 if batched else 0) + self.ndim - 1)
+
     def set(self, cursor: int | slice | torch.Tensor, data: Any) -> None:
         batched = not isinstance(cursor, (int, np.integer))
+        if not isinstance(data, (torch.Tensor, TensorDictBase)):
+            data = self._encode(data, batched)
         if self._storage is None:
             self._init(data, batched)
         leaves = self._check(data, batched)
@@ -484,12 +505,17 @@ class TensorStorage(Storage):
         if self._storage is None:
             raise RuntimeError(f"cannot read from an empty {type(self).__name__}")
         if isinstance(index, torch.Tensor) and index.ndim == 1:
-            return self._gather(index)
-        if isinstance(index, torch.Tensor) and index.ndim == 2 and self.ndim > 1:
-            index = tuple(index.unbind(-1))  # [N, ndim] coordinates
-        if isinstance(index, slice):
-            return self._storage[: self._len][index]
-        return self._storage[index]
+            data = self._gather(index)
+        else:
+            if isinstance(index, torch.Tensor) and index.ndim == 2 and self.ndim > 1:
+                index = tuple(index.unbind(-1))  # [N, ndim] coordinates
+            elif isinstance(index, range):
+                index = torch.as_tensor(index)
+            if isinstance(index, slice):
+                data = self._storage[: self._len][index]
+            else:
+                data = self._storage[index]
+        return data if self._layout is None else self._layout.decode(data)
 
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         """Gathers a 1-D batch of items; ``extra`` entries are added at the root of the result."""
@@ -538,6 +564,7 @@ class TensorStorage(Storage):
         plan = None
         if (
             self._is_td
+            and self._layout is None
             and self.ndim == 1
             and not self._item_batch
             and self._device.type == "cpu"
@@ -577,6 +604,7 @@ class TensorStorage(Storage):
             "len": self._len,
             "write_end": self._write_end,
             "data": None,
+            "layout": None if self._layout is None else self._layout.state(),
         }
         if self._storage is not None:
             valid = self._storage[: self._len] if self._len else self._storage[:1]
@@ -594,9 +622,12 @@ class TensorStorage(Storage):
             )
         data = state_dict["data"]
         length = int(state_dict["len"])
+        layout = state_dict.get("layout")
         self._empty()
         if data is None:
             return
+        if layout is not None:
+            self._layout = ItemLayout.from_state(layout, self._layout)
         if isinstance(data, dict):
             data = decode_tensordict(data)
         if self._storage is None:

@@ -8,19 +8,37 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensorclass
 from tensordict.utils import NestedKey
+from torch.utils._pytree import tree_leaves, tree_map
 
 from rl.data.replay_buffers._utils import KeyMismatchError, StatelessComponent
 from rl.data.replay_buffers.storages._base import Storage
 
 
 def _batch_len(data: Any) -> int:
-    if isinstance(data, (torch.Tensor, TensorDictBase, np.ndarray)):
-        if len(data.shape) == 0:
+    """The number of items in a batch: the first dim of a tensor, TensorDict, tensorclass
+    or pytree of tensors (a dict, a tuple); the length of a list (a list of items)."""
+    if not isinstance(data, (torch.Tensor, TensorDictBase, np.ndarray, list)):
+        if is_tensorclass(data):
+            data = data.batch_size
+        else:
+            leaves = tree_leaves(data)
+            if leaves and all(isinstance(x, torch.Tensor) for x in leaves):
+                data = leaves[0]
+    if isinstance(data, (torch.Tensor, TensorDictBase, np.ndarray, torch.Size)):
+        shape = data if isinstance(data, torch.Size) else data.shape
+        if len(shape) == 0:
             raise ValueError("extend expects data with a batch dimension, got a 0-dim value")
-        return data.shape[0]
+        return shape[0]
     return len(data)
+
+
+def _batch_tail(data: Any, start: int) -> Any:
+    """The items ``start:`` of a batch (see :func:`_batch_len`)."""
+    if isinstance(data, (torch.Tensor, TensorDictBase, np.ndarray, list)) or is_tensorclass(data):
+        return data[start:]
+    return tree_map(lambda x: x[start:], data)
 
 
 def _row_coords(rows: torch.Tensor, capacity: int, inner_shape: torch.Size) -> torch.Tensor:
@@ -171,7 +189,7 @@ class RoundRobinWriter(Writer):
         data = self._prepare(data, index)
         if total > max_size:
             # only the last max_size items survive; they land where a sequential write puts them
-            data, rows = data[total - max_size :], rows[total - max_size :]
+            data, rows = _batch_tail(data, total - max_size), rows[total - max_size :]
             index = index[index.shape[0] - rows.shape[0] * (index.shape[0] // total) :]
         if wraps:
             storage.set(rows, data)
@@ -267,6 +285,11 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
         return _set_index(data, index)
 
 
+class NotATensorCollectionError(TypeError, RuntimeError):
+    """Data that is not a TensorDict given to a writer that reads its keys (a
+    ``TypeError``, and a ``RuntimeError`` as TorchRL raises there)."""
+
+
 _REDUCTIONS = {
     "sum": lambda x: x.sum(-1),
     "max": lambda x: x.max(-1).values,
@@ -340,8 +363,9 @@ class TensorDictMaxValueWriter(Writer):
 
     def _rank(self, data: TensorDictBase, batched: bool) -> torch.Tensor:
         if not isinstance(data, TensorDictBase):
-            raise TypeError(
-                f"TensorDictMaxValueWriter needs TensorDicts, got {type(data).__name__}"
+            raise NotATensorCollectionError(
+                f"TensorDictMaxValueWriter expects data to be a tensor collection (a "
+                f"TensorDict), got {type(data).__name__}"
             )
         try:
             value = data[self.rank_key]
@@ -354,7 +378,8 @@ class TensorDictMaxValueWriter(Writer):
         return value[:, 0]
 
     def add(self, data: TensorDictBase) -> int:
-        index = self._write(data.unsqueeze(0), self._rank(data, batched=False), count_all=False)
+        ranks = self._rank(data, batched=False)
+        index = self._write(data.unsqueeze(0), ranks, count_all=False)
         return int(index[0])
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:

@@ -359,6 +359,23 @@ class TestHungWorkers:
         finally:
             kill_all(pids)
 
+    def test_large_call_to_a_stopped_worker(self):
+        # arguments larger than the socket's buffer wait for the worker to read them
+        env = ParallelEnv(2, CounterEnv, mp_start_method="fork", timeout=1)
+        env.reset()
+        pids = env.worker_pids
+        try:
+            os.kill(pids[1], signal.SIGSTOP)
+            start = time.monotonic()
+            with pytest.raises(
+                WorkerTimeoutError, match=rf"worker 1 \(pid {pids[1]}, stopped\) .* seed\(b'xx"
+            ):
+                env._pool.call(1, "seed", b"x" * 20_000_000)
+            assert time.monotonic() - start < 2.5
+            assert wait_gone(pids, timeout=0.1) == []
+        finally:
+            kill_all(pids)
+
     def test_hung_start_up(self, monkeypatch):
         from rl.envs._batched import _pool
 

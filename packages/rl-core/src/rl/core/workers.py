@@ -5,7 +5,8 @@ their parent.
 one wording for a worker that died (:func:`exit_description`) or hung
 (:func:`describe_process`), one error for a worker that did not answer in time
 (:class:`WorkerTimeoutError`), one way to stop workers that leaves none behind
-(:func:`stop_processes`), and what each worker does first: exit with its parent
+(:func:`stop_processes`), a bound on reading an answer that has begun to arrive
+(:func:`kill_after`), and what each worker does first: exit with its parent
 (:func:`die_with_parent`) and leave Ctrl-C to it (:func:`ignore_interrupts`).
 
 Examples:
@@ -18,13 +19,15 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from multiprocessing.connection import wait
 from typing import Any
 
 __all__ = [
@@ -33,11 +36,14 @@ __all__ = [
     "die_with_parent",
     "exit_description",
     "ignore_interrupts",
+    "kill_after",
     "stop_processes",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _WATCH_S = 0.5
+_WATCHDOG_TICK_S = 0.05
+_STOP_TICK_S = 0.05
 _STATES = {
     "R": "running",
     "S": "sleeping",
@@ -183,8 +189,13 @@ def stop_processes(procs: Iterable[Any], grace_s: float, kill_after_s: float = 1
         kill_after_s: seconds between SIGTERM and SIGKILL.
     """
     procs = [proc for proc in procs if proc.pid is not None]
-    waiting = [proc for proc in procs if proc.is_alive() and _state(proc.pid) not in ("T", "t")]
-    _join_all(waiting, grace_s)
+    deadline = time.monotonic() + grace_s
+    while True:  # until all exited or are stopped (which a signal may make them any time)
+        waiting = [p for p in procs if p.is_alive() and _state(p.pid) not in ("T", "t")]
+        left_s = deadline - time.monotonic()
+        if not waiting or left_s <= 0:
+            break
+        wait([proc.sentinel for proc in waiting], timeout=min(_STOP_TICK_S, left_s))
     left = [proc for proc in procs if proc.is_alive()]
     for proc in left:  # is_alive() has not reaped it: the pid is still this process's
         _signal(proc, signal.SIGTERM)
@@ -194,3 +205,79 @@ def stop_processes(procs: Iterable[Any], grace_s: float, kill_after_s: float = 1
     for proc in left:
         _signal(proc, signal.SIGKILL)
     _join_all(left, kill_after_s)
+
+
+class _Deadline:
+    """A process to kill at ``deadline`` (``time.monotonic()``); ``state`` is what
+    :func:`describe_process` said just before the kill (``None``: not killed)."""
+
+    __slots__ = ("deadline", "pid", "state")
+
+    def __init__(self, deadline: float, pid: int) -> None:
+        self.deadline = deadline
+        self.pid = pid
+        self.state: str | None = None
+
+
+class _Watchdog:
+    """One daemon thread per process that kills the processes whose deadline passed; it
+    sleeps on an event while nothing is armed (arming costs a lock, no system call)."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._armed: set[_Deadline] = set()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, entry: _Deadline) -> None:
+        if self._pid != os.getpid():  # a forked copy: the thread did not come along
+            self.__init__()
+        with self._lock:
+            self._armed.add(entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rl-watchdog", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def disarm(self, entry: _Deadline) -> None:
+        with self._lock:
+            self._armed.discard(entry)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            with self._lock:
+                if not self._armed:
+                    self._wake.clear()  # under the lock: an arm() after this sets it again
+                    continue
+                now = time.monotonic()
+                due = [entry for entry in self._armed if entry.deadline <= now]
+                for entry in due:
+                    self._armed.discard(entry)
+                    entry.state = describe_process(entry.pid)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(entry.pid, signal.SIGKILL)
+            time.sleep(_WATCHDOG_TICK_S)
+
+
+_WATCHDOG = _Watchdog()
+
+
+@contextlib.contextmanager
+def kill_after(pid: int, seconds: float) -> Iterator[_Deadline]:
+    """Kills (SIGKILL) process ``pid`` if the block has not ended ``seconds`` from now.
+
+    For reading a worker's answer that has begun to arrive: a worker stopped in the
+    middle of sending it (or of handing over a shared-memory file descriptor, which it
+    serves from a thread of its own) would block the read forever; killed, it makes the
+    read fail. The caller must not reap ``pid`` inside the block. The yielded record's
+    ``state`` says whether it was killed (``None``: no) and in which state it was
+    (``"pid 1234, stopped"``). Costs a lock, no system call, when nothing is killed.
+    """
+    entry = _Deadline(time.monotonic() + seconds, pid)
+    _WATCHDOG.arm(entry)
+    try:
+        yield entry
+    finally:
+        _WATCHDOG.disarm(entry)

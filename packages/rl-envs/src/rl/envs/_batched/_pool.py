@@ -18,6 +18,7 @@ import multiprocessing as mp
 import multiprocessing.util
 import os
 import pickle
+import reprlib
 import select
 import threading
 import time
@@ -28,7 +29,13 @@ from typing import Any
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the shared-memory tensor pickler)
 
-from rl.core.workers import WorkerTimeoutError, describe_process, exit_description, stop_processes
+from rl.core.workers import (
+    WorkerTimeoutError,
+    describe_process,
+    exit_description,
+    kill_after,
+    stop_processes,
+)
 
 from ._buffers import BufferLayout, Buffers
 from ._worker import ANS_ERROR, OP_CALL, OP_CLOSE, worker_main
@@ -253,7 +260,7 @@ class WorkerPool:
                     continue
                 pending.discard(index)
                 if answer == ANS_ERROR:
-                    tb = self._recv(index)
+                    tb = self._recv(index, what)
                     errors.append(f"{self.name} worker {index} raised during {what}:\n{tb}")
                 else:
                     answers[index] = answer
@@ -272,10 +279,15 @@ class WorkerPool:
             raise RuntimeError("\n".join(errors))
         return answers
 
-    def _hung(self, stuck: list[int], what: str, limit: float) -> None:
-        """Kills the workers ``stuck`` (they did not answer), shuts the others down and
-        raises :class:`~rl.core.workers.WorkerTimeoutError`."""
-        workers = ", ".join(f"worker {i} ({describe_process(self.pids[i])})" for i in stuck)
+    def _hung(
+        self, stuck: list[int], what: str, limit: float, states: dict[int, str] | None = None
+    ) -> None:
+        """Kills the workers ``stuck`` (they did not answer; ``states``: their pid and
+        state, if they were killed already), shuts the others down and raises
+        :class:`~rl.core.workers.WorkerTimeoutError`."""
+        if states is None:
+            states = {i: describe_process(self.pids[i]) for i in stuck}
+        workers = ", ".join(f"worker {i} ({states[i]})" for i in stuck)
         stop_processes([self.procs[i] for i in stuck], 0.0)  # no polite request: they hang
         self.close(grace_s=_JOIN_S)
         raise WorkerTimeoutError(
@@ -284,9 +296,25 @@ class WorkerPool:
             "down (timeout=None lifts the limit)"
         )
 
-    def _recv(self, index: int) -> Any:
+    def _bounded(self, index: int, what: str, io: Any) -> Any:
+        """``io()``, a read or write on worker ``index``'s socket that a stopped worker
+        could block forever: the worker is killed after ``timeout`` seconds (and
+        reported as hung)."""
+        if self.timeout is None:
+            return io()
+        watch = None
         try:
-            return pickle.loads(self.conns[index].recv_bytes())
+            with kill_after(self.pids[index], self.timeout) as watch:
+                return io()
+        finally:
+            if watch is not None and watch.state is not None:
+                self._hung([index], what, self.timeout, {index: watch.state})
+
+    def _recv(self, index: int, what: str) -> Any:
+        try:
+            return pickle.loads(self._bounded(index, what, self.conns[index].recv_bytes))
+        except WorkerTimeoutError:  # (a TimeoutError is an OSError)
+            raise
         except (EOFError, OSError):
             return "<the worker died before sending its traceback>"
 
@@ -310,13 +338,17 @@ class WorkerPool:
     def call(self, index: int, name: str, *args: Any) -> Any:
         """Runs the non-hot command ``name`` on worker ``index`` and returns its result."""
         try:
+            what = name + reprlib.repr(args)  # (a state to load is not printed whole)
             try:
                 os.write(self.fds[index], OP_CALL)
-                self.conns[index].send((name, args))
+                # arguments larger than the socket's buffer wait for the worker to read
+                self._bounded(index, what, lambda: self.conns[index].send((name, args)))
+            except WorkerTimeoutError:  # (a TimeoutError is an OSError)
+                raise
             except OSError:
-                pass
-            self.collect([index], f"{name}{args}")
-            return self._recv(index)
+                pass  # a dead worker: collect() reports it
+            self.collect([index], what)
+            return self._recv(index, what)
         except RuntimeError:
             raise
         except BaseException:

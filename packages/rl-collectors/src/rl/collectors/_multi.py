@@ -7,6 +7,7 @@ import multiprocessing.util
 import os
 import pickle
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import wait
@@ -19,7 +20,8 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType
-from rl.envs._batched._pool import _exit_description  # one wording for worker deaths
+from rl.core.workers import WorkerTimeoutError, describe_process, exit_description, kill_after
+from rl.core.workers import stop_processes as _stop_processes
 
 from ._base import CollectorBase
 from ._worker import worker_main
@@ -33,6 +35,11 @@ __all__ = [
 
 _POLL_S = 0.5
 _JOIN_S = 2.0
+#: seconds start-up may take at least when answers are limited (spawned workers import
+#: torch, which takes minutes on a loaded machine)
+_START_S = 600.0
+#: the worker-death wording (rl.core.workers), under the name the distributed collectors use
+_exit_description = exit_description
 _GUARD_HINT = (
     "The worker processes of a {name} re-import the script that creates it (start method "
     '{method!r}); a script without an `if __name__ == "__main__":` guard starts the '
@@ -80,17 +87,9 @@ def _shutdown(procs: list, conns: list, owner_pid: int) -> None:
 
 def stop_processes(procs: list, join_s: float, kill_join_s: float) -> None:
     """Waits ``join_s`` for the processes to exit, then terminates and kills the rest
-    (waiting ``kill_join_s`` after each signal)."""
-    deadline = time.monotonic() + join_s
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(kill_join_s)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(kill_join_s)
+    (waiting ``kill_join_s`` after each signal; stopped ones are not waited for): see
+    :func:`rl.core.workers.stop_processes`."""
+    _stop_processes(procs, join_s, kill_join_s)
 
 
 def _per_worker(value: Any, num_workers: int, name: str) -> list:
@@ -137,8 +136,19 @@ class _MultiCollector(CollectorBase):
         num_threads: int | None = None,
         num_sub_threads: int = 1,
         mp_start_method: str | None = None,
+        worker_timeout: float | None = 60.0,
     ) -> None:
         self.closed = True  # until the workers run
+        if worker_timeout is not None and (
+            isinstance(worker_timeout, bool)
+            or not isinstance(worker_timeout, int | float)
+            or not worker_timeout > 0
+        ):
+            raise ValueError(
+                "worker_timeout must be a positive number of seconds or None, got "
+                f"{worker_timeout!r}"
+            )
+        self.worker_timeout = worker_timeout
         if _in_bootstrap():
             method = mp_start_method or "spawn"
             raise RuntimeError(_GUARD_HINT.format(name=type(self).__name__, method=method))
@@ -219,6 +229,14 @@ class _MultiCollector(CollectorBase):
         seeds = torch.randint(0, 2**62, (n,)).tolist()
         self._buffers: list = [None] * n
         self._pending: dict[int, int] = {}  # worker -> steps asked
+        # worker -> (when its answer is due, the limit, what it was asked): see _wait_any
+        self._asked: dict[int, tuple[float, float, str]] = {}
+        self._batches = [0] * n  # batches asked of each worker
+        # the kernel kills a worker when the thread that forked it ends: only a thread
+        # that lives as long as this process may rely on it (a fork server's does)
+        death_signal = (
+            mp_start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        )
         try:
             for i in range(n):
                 fn = fns[i]
@@ -234,7 +252,7 @@ class _MultiCollector(CollectorBase):
                     target=worker_main,
                     args=(
                         i, n, payload, child_conn, os.getpid(), self._weights, self._version,
-                        self._lock, num_sub_threads, seeds[i],
+                        self._lock, num_sub_threads, seeds[i], death_signal,
                     ),
                     name=f"{type(self).__name__}-worker-{i}",
                     daemon=False,  # a worker may run a ParallelEnv (with its own processes)
@@ -245,6 +263,7 @@ class _MultiCollector(CollectorBase):
                     proc.start()
                 finally:
                     child_conn.close()
+                self._expect(i, "starting (building its env and collector)", start=True)
             self.closed = False
             self.env_batch_sizes = [
                 torch.Size(self._answer(i, "start-up", "started")) for i in range(n)
@@ -290,10 +309,26 @@ class _MultiCollector(CollectorBase):
 
     def _receive(self, index: int, what: str) -> tuple:
         conn = self._conns[index]
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            self._died(index, what)
+        asked = self._asked.get(index)
+        if asked is None:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                self._died(index, what)
+        else:
+            # the answer has begun to arrive; a worker stopped while sending it (or while
+            # handing over its batch buffer's file descriptor) is killed after the limit
+            watch = None
+            try:
+                with kill_after(self._procs[index].pid, asked[1]) as watch:
+                    msg = conn.recv()
+            except (EOFError, OSError):
+                if watch is None or watch.state is None:
+                    self._died(index, what)
+                raise  # (killed: reported below)
+            finally:
+                if watch is not None and watch.state is not None:
+                    self._hung([index], {index: watch.state})
         if msg[0] == "error":
             if what == "start-up" and msg[2] in ("ValueError", "TypeError"):
                 # bad arguments: the same error as a Collector built here would raise
@@ -308,15 +343,64 @@ class _MultiCollector(CollectorBase):
             )
         return msg
 
+    def _expect(self, index: int, doing: str, start: bool = False) -> None:
+        """Worker ``index`` was asked ``doing``: its answer is due within ``worker_timeout``
+        seconds (at start-up, ``max(worker_timeout, 600)``)."""
+        limit = self.worker_timeout
+        if limit is None:
+            return
+        if start:
+            limit = max(limit, _START_S)
+        self._asked[index] = (time.monotonic() + limit, limit, doing)
+
+    def _check_answering(self, indices: list[int], got: list[int]) -> None:
+        """Kills the workers of ``indices`` whose answer is overdue and raises
+        :class:`~rl.core.workers.WorkerTimeoutError` (``got``: those with a message)."""
+        now = time.monotonic()
+        late = [
+            i
+            for i in indices
+            if i in self._asked
+            and self._asked[i][0] <= now
+            and i not in got
+            and not self._conns[i].poll()
+            and self._procs[i].is_alive()  # a dead one is reported as such
+        ]
+        if late:
+            self._hung(late, {i: describe_process(self._procs[i].pid) for i in late})
+
+    def _hung(self, late: list[int], states: dict[int, str]) -> None:
+        """Kills the workers ``late`` (``states``: their pid and state before), shuts the
+        others down and raises :class:`~rl.core.workers.WorkerTimeoutError`."""
+        name = type(self).__name__
+        workers = ", ".join(f"worker {i} ({states[i]}, {self._asked[i][2]})" for i in late)
+        limit = max(self._asked[i][1] for i in late)
+        _stop_processes([self._procs[i] for i in late], 0.0)  # no polite request: they hang
+        self.closed = True
+        self._close()
+        raise WorkerTimeoutError(
+            f"{name} {workers} did not answer within {limit} s; "
+            f"{'it was' if len(late) == 1 else 'they were'} killed and all workers shut down "
+            "(worker_timeout=None lifts the limit)"
+        )
+
     def _wait_any(self, indices: list[int], what: str) -> list[int]:
-        """Indices of ``indices`` with a message; a dead worker raises within ~0.5 s."""
+        """Indices of ``indices`` with a message; a dead worker raises within ~0.5 s, one
+        whose answer is overdue (see :meth:`_expect`) when it is due."""
         if not self._conns:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
         conns = {self._conns[i]: i for i in indices}
         sentinels = {self._procs[i].sentinel: i for i in indices}
+        asked = self._asked
         while True:
-            ready = wait([*conns, *sentinels], timeout=_POLL_S)
+            wait_s = _POLL_S
+            due = [asked[i][0] for i in indices if i in asked]
+            if due:
+                wait_s = min(_POLL_S, max(0.0, min(due) - time.monotonic()))
+            ready = wait([*conns, *sentinels], timeout=wait_s)
             got = sorted({conns[r] for r in ready if r in conns})
+            if due:
+                self._check_answering(indices, got)
             if got:
                 return got
             for r in ready:
@@ -328,15 +412,27 @@ class _MultiCollector(CollectorBase):
     def _answer(self, index: int, what: str, expected: str) -> Any:
         self._wait_any([index], what)
         msg = self._receive(index, what)
+        self._asked.pop(index, None)
         if msg[0] != expected:
             self._fail(f"worker {index} answered {msg[0]!r} to {what}, expected {expected!r}")
         return msg[1]
 
-    def _send(self, index: int, msg: tuple) -> None:
+    def _send(self, index: int, msg: tuple, doing: str | None = None) -> None:
+        self._expect(index, doing or msg[0])
+        conn = self._conns[index]
+        watch = None
         try:
-            self._conns[index].send(msg)
-        except (OSError, ValueError, BrokenPipeError):
-            self._died(index, msg[0])
+            if self.worker_timeout is None:
+                conn.send(msg)
+            else:  # a message larger than the pipe's buffer waits for the worker to read
+                with kill_after(self._procs[index].pid, self.worker_timeout) as watch:
+                    conn.send(msg)
+        except (OSError, ValueError):
+            if watch is None or watch.state is None:
+                self._died(index, msg[0])
+        finally:
+            if watch is not None and watch.state is not None:
+                self._hung([index], {index: watch.state})
 
     def _call(self, index: int, *msg: Any) -> Any:
         self._check_idle()
@@ -350,7 +446,8 @@ class _MultiCollector(CollectorBase):
             self._read_batch(index)  # an async batch in flight: dropped (not counted)
 
     def _ask(self, index: int, steps: int) -> None:
-        self._send(index, ("collect", steps))
+        self._batches[index] += 1
+        self._send(index, ("collect", steps), f"collecting batch {self._batches[index]}")
         self._pending[index] = steps
 
     def _read_batch(self, index: int, copy: bool = True) -> TensorDictBase:
@@ -358,6 +455,7 @@ class _MultiCollector(CollectorBase):
         view of it with ``copy=False``, valid until the worker is asked again)."""
         self._wait_any([index], "collect")
         msg = self._receive(index, "collect")
+        self._asked.pop(index, None)
         steps = self._pending.pop(index)
         if msg[0] == "buffer":
             self._buffers[index] = msg[1]
@@ -413,6 +511,7 @@ class _MultiCollector(CollectorBase):
     def _close(self) -> None:
         self.closed = True
         self._pending.clear()
+        self._asked.clear()
         self._finalizer()
 
     def _produce(self) -> TensorDictBase | None:
@@ -469,9 +568,15 @@ class MultiSyncCollector(_MultiCollector):
     batch when the iterator asks for it, so weights pushed with
     :meth:`update_policy_weights_` are used from the next batch on. A worker that
     raises, or dies (e.g. killed), makes the iterator raise here within about a second
-    with the worker's traceback or exit signal; every worker is then shut down.
+    with the worker's traceback or exit signal; one that does not answer within
+    ``worker_timeout`` (stopped, stuck in its env's ``step``) is killed and raises
+    :class:`~rl.core.workers.WorkerTimeoutError` naming its pid, its state and what it
+    was doing (``"collecting batch 12"``); every worker is then shut down.
     :meth:`shutdown`, garbage collection, an exception or ``KeyboardInterrupt`` in the
-    loop and interpreter exit stop the workers; workers exit when the parent dies.
+    loop (workers leave Ctrl-C to this process, which reports it once) and interpreter
+    exit stop the workers, stopped ones included; workers exit when the parent dies (on
+    Linux the kernel kills them, even stopped, when this process, or the thread that
+    started them, ends).
 
     Args:
         create_env_fn: a list with one env factory (or env instance, which each worker
@@ -487,6 +592,17 @@ class MultiSyncCollector(_MultiCollector):
             start at once), ``"spawn"`` or ``"forkserver"``. With the last two the
             workers re-import the script, which then needs an
             ``if __name__ == "__main__":`` guard (an error says so when it is missing).
+        worker_timeout: seconds a worker may take to answer a command (default 60;
+            ``None``: no limit): a batch (``frames_per_batch / num_workers`` frames for
+            :class:`MultiSyncCollector`, ``frames_per_batch`` for
+            :class:`MultiAsyncCollector`), ``set_seed``, ``state_dict``; start-up may
+            take ``max(worker_timeout, 600)``. A worker that exceeds it is killed, all
+            workers are shut down and :class:`~rl.core.workers.WorkerTimeoutError` (a
+            ``RuntimeError`` and a ``TimeoutError``) is raised about ``worker_timeout``
+            seconds after the worker was asked. Raise it when a batch may take longer
+            (slow simulators, large batches). The check is the wait the answers arrive
+            on: it costs nothing while workers answer. Not a TorchRL argument (TorchRL
+            has no limit by default: ``MAX_IDLE_COUNT``).
         device, storing_device, env_device, policy_device: as in ``Collector``, one
             value or a list with one per worker.
         create_env_kwargs, max_frames_per_traj, init_random_frames,

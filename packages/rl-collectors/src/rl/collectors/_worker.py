@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import threading
 import time
 import traceback
 from typing import Any
@@ -30,13 +29,15 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rl.core.workers import die_with_parent, ignore_interrupts
 from rl.envs import EnvBase
 
 __all__ = ["worker_main"]
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Exits the worker when its parent is gone (e.g. killed by SIGKILL)."""
+    """Exits the worker when its parent is gone (e.g. killed by SIGKILL); the distributed
+    workers' fallback (these workers use :func:`rl.core.workers.die_with_parent`)."""
     while True:
         time.sleep(0.5)
         if os.getppid() != parent_pid:
@@ -62,11 +63,18 @@ def worker_main(
     lock: Any,
     num_threads: int,
     torch_seed: int,
+    parent_death_signal: bool = True,
 ) -> None:
-    """Runs worker ``index`` until the parent sends ``("close",)`` or goes away."""
+    """Runs worker ``index`` until the parent sends ``("close",)`` or goes away.
+
+    The worker exits with its parent (``parent_death_signal``: whether the kernel may kill
+    it when the parent thread that started it ends, see
+    :func:`rl.core.workers.die_with_parent`) and leaves Ctrl-C to the parent.
+    """
+    die_with_parent(parent_pid, parent_death_signal)
+    ignore_interrupts()
     torch.set_num_threads(num_threads)
     torch.manual_seed(torch_seed)
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     collector = None
     try:
         from ._single import Collector  # noqa: PLC0415  (after the thread settings)

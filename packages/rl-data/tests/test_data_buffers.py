@@ -7,6 +7,7 @@ from torch import nn
 
 from rl.core.trainers import CheckpointError
 from rl.data import (
+    ImmutableDatasetWriter,
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
@@ -533,3 +534,118 @@ class TestCheckpointSafety:
         )
         other.load_state_dict(rb.state_dict())
         torch.testing.assert_close(other[:], torch.ones(2, 2))
+
+
+class TestInPlaceRewrites:
+    """``rb[index] = value``, ``set_``, ``set_at_``, ``update_``, ``write_all``, as TorchRL."""
+
+    @staticmethod
+    def _data(n: int = 10) -> TensorDict:
+        return TensorDict({"a": torch.arange(n), ("b", "c"): -torch.arange(n)}, [n])
+
+    @pytest.mark.parametrize("storage_cls", [LazyTensorStorage, LazyMemmapStorage, ListStorage])
+    def test_setitem_writes_positions_without_moving_the_cursor(self, storage_cls):
+        collate = torch.stack if storage_cls is ListStorage else None
+        rb = ReplayBuffer(storage=storage_cls(12), collate_fn=collate)
+        rb.extend(self._data())
+        rb[3:5] = TensorDict({"a": torch.tensor([30, 40]), ("b", "c"): torch.zeros(2).long()}, [2])
+        rb[torch.tensor([7, 0])] = TensorDict(
+            {"a": torch.tensor([70, 0]), ("b", "c"): torch.ones(2).long()}, [2]
+        )
+        rb[[9]] = TensorDict({"a": torch.tensor([90]), ("b", "c"): torch.ones(1).long()}, [1])
+        expected = [0, 1, 2, 30, 40, 5, 6, 70, 8, 90]
+        assert rb[:]["a"].tolist() == expected
+        assert rb[:]["b", "c"].tolist() == [1, -1, -2, 0, 0, -5, -6, 1, -8, 1]
+        assert len(rb) == 10 and rb.writer._cursor == 10 and rb.write_count == 10
+        assert rb.extend(self._data(1)).tolist() == [10]  # the next write goes on as before
+
+    def test_setitem_goes_through_the_inverted_transforms(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(12))
+        rb.append_transform(lambda td: td.set("a", td["a"] + 1), invert=True)
+        rb.append_transform(lambda td: td.set("a", td["a"] * 10))
+        rb.extend(self._data())
+        rb[2:4] = TensorDict({"a": torch.zeros(2).long(), ("b", "c"): torch.zeros(2).long()}, [2])
+        assert rb.storage.get(slice(0, 5))["a"].tolist() == [1, 2, 1, 1, 5]
+        assert rb[2:4]["a"].tolist() == [10, 10]
+
+    def test_setitem_of_a_two_dim_buffer(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(20, ndim=2))
+        data = TensorDict({"a": torch.arange(10).expand(2, 10)}, [2, 10])
+        rb.extend(data)
+        rb[0, 3:4] = TensorDict({"a": torch.tensor([-1])}, [1])
+        rb[:, 6:8] = TensorDict({"a": torch.tensor([-2, -3])}, [2])  # broadcast over dim 0
+        expected = torch.arange(10).expand(2, 10).clone()
+        expected[0, 3] = -1
+        expected[:, 6:8] = torch.tensor([-2, -3])
+        assert rb[:]["a"].tolist() == expected.tolist()
+
+    def test_key_set_and_update(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=5)
+        rb.extend(TensorDict({"a": torch.zeros(10), "b": torch.ones(10)}, [10]))
+        rb.set_at_("a", torch.tensor([99.0, 98.0]), torch.tensor([2, 5]))
+        assert rb["a"].tolist() == [0, 0, 99, 0, 0, 98, 0, 0, 0, 0]
+        rb["b"] = torch.full((10,), 3.0)
+        assert rb["b"].tolist() == [3.0] * 10
+        rb.set_("a", torch.arange(10.0))
+        rb.update_(TensorDict({"b": torch.full((10,), 8.0)}, [10]))
+        assert rb["a"].tolist() == list(range(10)) and rb["b"].tolist() == [8.0] * 10
+        rb_tensor = ReplayBuffer(storage=LazyTensorStorage(4))
+        rb_tensor.extend(torch.zeros(2))
+        with pytest.raises(TypeError, match="set_ rewrites the entries of stored TensorDicts"):
+            rb_tensor.set_("a", torch.zeros(2))
+
+    def test_read_and_write_all_in_order(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+        rb.extend(TensorDict({"obs": torch.arange(6)}, [6]))
+        assert rb.read_all_in_order()["obs"].tolist() == list(range(6))
+        part = rb.read_all_in_order(end=3)
+        assert part["obs"].tolist() == [0, 1, 2]
+        part["obs"] = part["obs"] + 10
+        rb.write_all(part)
+        assert rb.read_all_in_order()["obs"].tolist() == [10, 11, 12, 3, 4, 5]
+
+
+class TestStats:
+    def test_counters(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+        assert rb.stats() == {
+            "size": 0,
+            "write_count": 0,
+            "prefetch_queue_size": 0,
+            "initialized": True,
+            "capacity": 10,
+            "utilization": 0.0,
+        }
+        rb.extend(torch.arange(15))
+        stats = rb.stats()
+        assert (stats["size"], stats["write_count"], stats["utilization"]) == (10, 15, 1.0)
+        rb.sample()
+        assert rb.stats() == stats  # sampling changes none of them
+
+    def test_empty_may_keep_the_write_count(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10))
+        rb.extend(torch.arange(6))
+        rb.empty(empty_write_count=False)
+        assert (len(rb), rb.write_count) == (0, 6)
+        assert rb.extend(torch.arange(2)).tolist() == [0, 1]  # the cursor was reset
+        rb.empty()
+        assert rb.write_count == 0
+
+    def test_prefetched_batches_are_counted(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=3)
+        rb.extend(torch.arange(10))
+        rb.sample()
+        assert rb.stats()["prefetch_queue_size"] == 3
+
+
+class TestImmutableDatasetWriter:
+    def test_every_write_raises(self):
+        storage = LazyTensorStorage(4)
+        storage.set(torch.arange(4), torch.arange(4) * 10)
+        rb = ReplayBuffer(storage=storage, writer=ImmutableDatasetWriter(), batch_size=2)
+        assert (len(rb), rb.write_count, rb.stats()["write_count"]) == (4, 0, 0)
+        assert set(rb.sample().tolist()) <= {0, 10, 20, 30}
+        for write in (lambda: rb.add(torch.tensor(1)), lambda: rb.extend(torch.zeros(2)), rb.empty):
+            with pytest.raises(RuntimeError, match="This dataset doesn't allow writing"):
+                write()
+        assert len(rb) == 4

@@ -51,6 +51,7 @@ from rl.data.replay_buffers.storages import (
     TensorStorage,
 )
 from rl.data.replay_buffers.writers import (
+    ImmutableDatasetWriter,
     RoundRobinWriter,
     TensorDictMaxValueWriter,
     TensorDictRoundRobinWriter,
@@ -62,6 +63,7 @@ __all__ = [
     "OfflineToOnlineReplayBuffer",
     "HindsightStrategy",
     "HERReplayBuffer",
+    "ImmutableDatasetWriter",
     "CompressedListStorage",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",

@@ -325,14 +325,121 @@ class ReplayBuffer(CheckpointAliases):
         with self._lock:
             self._sampler.update_priority(index, priority)
 
-    def empty(self) -> None:
-        """Forgets every item, the sampler's state and the writer's cursor."""
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Forgets every item, the sampler's state and the writer's cursor.
+
+        Args:
+            empty_write_count: also reset :attr:`write_count` (``False`` keeps counting
+                the items written since construction).
+        """
         with self._prefetch_lock:
             self._drain_prefetch()
         with self._lock:
-            self._storage._empty()
+            # the writer first: a writer that refuses (an immutable dataset) leaves all as is
+            if empty_write_count:
+                self._writer._empty()
+            else:
+                self._writer._empty(empty_write_count=False)
             self._sampler._empty()
-            self._writer._empty()
+            self._storage._empty()
+
+    # -- in-place rewrites -----------------------------------------------------------------------
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Rewrites stored items in place, as TorchRL: ``rb[index] = value``.
+
+        ``index`` takes what ``rb[index]`` reads: storage positions (an int, slice, tensor
+        or list), through the buffer's inverted transforms as :meth:`extend` writes; a
+        tuple of them (one per dim of what ``rb[:]`` returns); or a key, which rewrites
+        that entry of every item. The writer's cursor does not move and the buffer's
+        length only grows when positions past it are written.
+        """
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
+        ):
+            self.set_(index, value)
+            return
+        if isinstance(index, tuple) and len(index) == 1:
+            index = index[0]
+        if len(self._transform):
+            value = self._transform.inv(value)
+        if isinstance(index, tuple) or self.dim_extend:
+            with self._lock:
+                view = self._move_dim_extend(self._storage.get(slice(None)))
+                view[index] = value
+            return
+        if isinstance(index, list):
+            index = torch.as_tensor(index)
+        with self._lock:
+            self._storage.set(index, value)
+
+    def _stored_tensordict(self, method: str) -> TensorDictBase:
+        """The stored items as one TensorDict of views (writes reach the storage)."""
+        data = self._storage.get(slice(None))
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(
+                f"{method} rewrites the entries of stored TensorDicts; this buffer's storage "
+                f"holds {type(data).__name__}"
+            )
+        return data
+
+    def set_(self, key: Any, value: torch.Tensor) -> ReplayBuffer:
+        """Overwrites the entry ``key`` of every stored item in place (``value`` has one
+        row per item)."""
+        with self._lock:
+            self._stored_tensordict("set_").set_(key, value)
+        return self
+
+    def set_at_(self, key: Any, value: torch.Tensor, index: Any) -> ReplayBuffer:
+        """Overwrites the entry ``key`` of the stored items at ``index`` in place."""
+        with self._lock:
+            self._stored_tensordict("set_at_").set_at_(key, value, torch.as_tensor(index))
+        return self
+
+    def update_(
+        self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None
+    ) -> ReplayBuffer:
+        """Overwrites, in place, the entries of every stored item that ``input_dict_or_td``
+        holds (one row per item)."""
+        with self._lock:
+            self._stored_tensordict("update_").update_(
+                input_dict_or_td, clone=clone, keys_to_update=keys_to_update
+            )
+        return self
+
+    def read_all_in_order(self, end: int | None = None) -> Any:
+        """The stored items in storage order, ``rb[:end]`` (``rb[:]`` by default)."""
+        return self[:] if end is None else self[:end]
+
+    def write_all(self, data: Any, end: int | None = None) -> None:
+        """Writes ``data`` back over the first stored items, ``rb[:end] = data`` (``end``:
+        the number of items in ``data`` by default)."""
+        if end is None:
+            end = data.shape[0] if isinstance(data, (torch.Tensor, TensorDictBase)) else len(data)
+        self[:end] = data
+
+    def stats(self) -> dict[str, int | float | bool]:
+        """A cheap snapshot of the buffer's counters, made of plain numbers (JSON-ready).
+
+        Returns:
+            ``size`` (``len(rb)``), ``write_count``, ``prefetch_queue_size`` (batches
+            sampled ahead), ``initialized`` and, for a storage with a capacity,
+            ``capacity`` and ``utilization`` (``size / capacity``).
+        """
+        with self._lock:
+            size = len(self._storage)
+            write_count = self._writer.write_count
+            queued = len(self._futures)
+        stats: dict[str, int | float | bool] = {
+            "size": int(size),
+            "write_count": int(write_count),
+            "prefetch_queue_size": int(queued),
+            "initialized": True,
+        }
+        capacity = getattr(self._storage, "max_size", None)
+        if capacity is not None:
+            stats["capacity"] = int(capacity)
+            stats["utilization"] = float(size) / capacity if capacity else 0.0
+        return stats
 
     # -- reads -----------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Any:

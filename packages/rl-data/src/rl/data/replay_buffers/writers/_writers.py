@@ -80,6 +80,41 @@ class Writer(StatelessComponent, ABC):
     @abstractmethod
     def extend(self, data: Any) -> torch.Tensor: ...
 
+    def _empty(self, empty_write_count: bool = True) -> None:
+        """Forgets the writer's position (and its count, unless ``empty_write_count``
+        is false)."""
+        if empty_write_count:
+            self._write_count = 0
+
+
+class ImmutableDatasetWriter(Writer):
+    """The writer of a dataset that must not change: every write raises.
+
+    Examples:
+        >>> import torch
+        >>> from rl.data import ImmutableDatasetWriter, LazyTensorStorage, ReplayBuffer
+        >>> storage = LazyTensorStorage(4)
+        >>> storage.set(torch.arange(4), torch.arange(4) * 10)
+        >>> rb = ReplayBuffer(storage=storage, writer=ImmutableDatasetWriter())
+        >>> len(rb), rb.write_count
+        (4, 0)
+        >>> rb.extend(torch.zeros(2))
+        Traceback (most recent call last):
+        ...
+        RuntimeError: This dataset doesn't allow writing.
+    """
+
+    WRITING_ERR = "This dataset doesn't allow writing."
+
+    def add(self, data: Any) -> int:
+        raise RuntimeError(self.WRITING_ERR)
+
+    def extend(self, data: Any) -> torch.Tensor:
+        raise RuntimeError(self.WRITING_ERR)
+
+    def _empty(self, empty_write_count: bool = True) -> None:
+        raise RuntimeError(self.WRITING_ERR)
+
 
 class RoundRobinWriter(Writer):
     """Writes items in order and wraps around to overwrite the oldest when the storage is full.
@@ -216,9 +251,10 @@ class RoundRobinWriter(Writer):
         self._bump_generation(index)
         return index
 
-    def _empty(self) -> None:
+    def _empty(self, empty_write_count: bool = True) -> None:
         self._cursor = 0
-        self._write_count = 0
+        if empty_write_count:
+            self._write_count = 0
         self._generation = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -417,9 +453,10 @@ class TensorDictMaxValueWriter(Writer):
         _set_index(data, slots)
         return slots
 
-    def _empty(self) -> None:
+    def _empty(self, empty_write_count: bool = True) -> None:
         self._count = 0
-        self._write_count = 0
+        if empty_write_count:
+            self._write_count = 0
         if self._ranks is not None:
             self._ranks.fill_(-float("inf"))
 

@@ -227,7 +227,7 @@ class TestHungWorkers:
                 while time.monotonic() - start < 10:  # async: worker 0 keeps delivering
                     next(it)
             elapsed = time.monotonic() - start
-            assert elapsed < 3.5, elapsed
+            assert elapsed < 6.0, elapsed
             # the async collector asked worker 1 for its 2nd batch (while its 1st was
             # read) before it was stopped: the 2nd or 3rd batch is the one it owes
             batch = r"\d+"
@@ -324,7 +324,7 @@ class TestHungWorkers:
                 WorkerTimeoutError, match=r"worker 1 \(pid \d+, stopped, load_state_dict\)"
             ):
                 collector.load_state_dict(state)
-            assert time.monotonic() - start < 2.5
+            assert time.monotonic() - start < 5.0
             assert live_processes(pids) == []
         finally:
             _kill_all(pids)
@@ -349,7 +349,7 @@ class TestHungWorkers:
             os.kill(pids[0], signal.SIGSTOP)
             start = time.monotonic()
             collector.shutdown()
-            assert time.monotonic() - start < 2.5
+            assert time.monotonic() - start < 5.0
             assert live_processes(pids) == []
         finally:
             _kill_all(pids)

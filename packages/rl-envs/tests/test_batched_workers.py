@@ -292,7 +292,7 @@ class TestHungWorkers:
             ) as err:
                 env.step(ones(td))
             elapsed = time.monotonic() - start
-            assert 1.5 <= elapsed < 3.0, elapsed
+            assert 1.5 <= elapsed < 4.5, elapsed
             assert isinstance(err.value, TimeoutError) and isinstance(err.value, RuntimeError)
             assert wait_gone(pids, timeout=0.1) == []  # gone when the error is raised
             start = time.monotonic()
@@ -322,7 +322,7 @@ class TestHungWorkers:
                 else:
                     env.step_and_maybe_reset(ones(td))
             elapsed = time.monotonic() - start
-            assert 2.0 <= elapsed < 3.0, elapsed
+            assert 2.0 <= elapsed < 5.0, elapsed
             assert wait_gone(pids, timeout=0.1) == []
             td = env.reset()  # new workers
             assert td["observation"].shape == (2, 3)
@@ -371,7 +371,7 @@ class TestHungWorkers:
                 WorkerTimeoutError, match=rf"worker 1 \(pid {pids[1]}, stopped\) .* seed\(b'xx"
             ):
                 env._pool.call(1, "seed", b"x" * 20_000_000)
-            assert time.monotonic() - start < 2.5
+            assert time.monotonic() - start < 5.0
             assert wait_gone(pids, timeout=0.1) == []
         finally:
             kill_all(pids)
@@ -390,7 +390,7 @@ class TestHungWorkers:
             r"answer within 1.0 s during start-up \(creating the env\)",
         ):
             env.reset()
-        assert time.monotonic() - start < 2.5
+        assert time.monotonic() - start < 5.0
         assert env.worker_pids == []
 
     def test_close_does_not_wait_for_a_stopped_worker(self):
@@ -401,7 +401,7 @@ class TestHungWorkers:
             os.kill(pids[0], signal.SIGSTOP)
             start = time.monotonic()
             env.close()
-            assert time.monotonic() - start < 1.0
+            assert time.monotonic() - start < 3.0
             assert wait_gone(pids, timeout=0.1) == []
         finally:
             kill_all(pids)

@@ -297,7 +297,7 @@ class TestTensorDictReplayBuffer:
         rb.extend(make_transitions(3))
         with pytest.raises(ValueError, match="key 'observation' has item shape"):
             rb.extend(make_transitions(2, obs_dim=5))
-        assert len(rb) == 3 and rb.writer.state_dict()["cursor"] == 3
+        assert len(rb) == 3 and rb.writer.state_dict()["_cursor"] == 3
         assert rb.extend(make_transitions(1)).tolist() == [3]
 
     def test_list_storage_path(self, make_transitions, assert_consistent):

@@ -59,7 +59,7 @@ def _run(rb, make_transitions, assert_consistent, read):
     total = CHUNK * CHUNKS
     # nothing lost: the ring holds exactly the last CAPACITY items, each at its place
     assert len(rb) == CAPACITY
-    assert rb.writer.state_dict()["write_count"] == total
+    assert rb.writer.state_dict()["_write_count"] == total
     stored = rb[torch.arange(CAPACITY)]
     assert sorted(stored["id"].tolist()) == list(range(total - CAPACITY, total))
     torch.testing.assert_close(stored["id"] % CAPACITY, torch.arange(CAPACITY))

@@ -26,6 +26,7 @@ from rl.data import (
     SliceSampler,
     StepScheduler,
     StorageEnsemble,
+    TensorDictMaxValueWriter,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     TensorDictRoundRobinWriter,
@@ -251,9 +252,79 @@ class TestWriterGenerations:
         assert sample["index_generation"].tolist() == expected.tolist()
         assert info["index_generation"].tolist() == expected.tolist()
 
-    def test_generations_need_tracking(self):
-        with pytest.raises(RuntimeError, match="track_generations=True"):
-            RoundRobinWriter().generations_of(0)
+    def test_untracked_generations_are_minus_one(self):
+        # as TorchRL: no counters, so no usable stamp
+        assert RoundRobinWriter().generations_of(0).tolist() == -1
+        assert RoundRobinWriter().generations_of(torch.arange(3)).tolist() == [-1] * 3
+        assert TensorDictMaxValueWriter().generations_of(torch.arange(2)).tolist() == [-1] * 2
+
+    def test_generations_live_on_the_storage(self):
+        storage = LazyTensorStorage(4)
+        tracking = ReplayBuffer(storage=storage, writer=RoundRobinWriter(track_generations=True))
+        plain = ReplayBuffer(storage=storage)
+        index = tracking.extend(torch.arange(4))
+        assert tracking.writer.generations_of(index).tolist() == [0, 0, 0, 0]
+        plain.extend(torch.arange(2))  # the other buffer's writes count too
+        assert tracking.writer.generations_of(index).tolist() == [1, 1, 0, 0]
+        assert not plain.writer.tracks_generations
+        assert plain.writer.generations_of(index).tolist() == [-1] * 4
+        # a storage nobody tracks gets no counters
+        other = ReplayBuffer(storage=LazyTensorStorage(4))
+        other.extend(torch.arange(4))
+        assert other.storage._slot_generations is None
+
+    def test_an_extend_that_wraps_counts_every_write(self):
+        # 10 items into 4 slots: slots 0 and 1 are written three times, 2 and 3 twice
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(4), writer=RoundRobinWriter(track_generations=True)
+        )
+        rb.extend(torch.arange(10))
+        assert rb.writer.generations_of(torch.arange(4)).tolist() == [2, 2, 1, 1]
+        assert rb[:].tolist() == [8, 9, 6, 7]
+
+    def test_empty_advances_written_slots(self):
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(4), writer=RoundRobinWriter(track_generations=True)
+        )
+        rb.extend(torch.arange(2))
+        rb.empty()
+        assert rb.writer.generations_of(torch.arange(4)).tolist() == [1, 1, -1, -1]
+        rb.extend(torch.arange(3))
+        assert rb.writer.generations_of(torch.arange(4)).tolist() == [2, 2, 0, -1]
+
+    def test_lookups(self):
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(12, ndim=2),
+            writer=TensorDictRoundRobinWriter(track_generations=True),
+        )
+        index = rb.extend(TensorDict({"a": torch.zeros(4, 3)}, [4, 3]))
+        assert index.shape == (12, 2)  # [N, ndim] coordinates: one generation each
+        assert rb.writer.generations_of(index).tolist() == [0] * 12
+        assert rb.writer.generations_of(torch.tensor([1, 2])).tolist() == [0, 0]  # two rows
+        single = rb.writer.generations_of((torch.tensor(1), torch.tensor(2)))
+        assert single.shape == () and single.item() == 0
+        # out of range: no stamp
+        assert rb.writer.generations_of(torch.tensor([-1, 4, 100])).tolist() == [-1, -1, -1]
+
+    def test_state_dict(self, tmp_path):
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(4), writer=RoundRobinWriter(track_generations=True)
+        )
+        rb.extend(torch.arange(5))
+        state = rb.writer.state_dict()
+        assert state["_generation"].tolist() == [1, 0, 0, 0]
+        other = ReplayBuffer(
+            storage=LazyTensorStorage(4), writer=RoundRobinWriter(track_generations=True)
+        )
+        other.load_state_dict(rb.state_dict())
+        assert other.writer.generations_of(torch.arange(4)).tolist() == [1, 0, 0, 0]
+        # a writer without a storage keeps loaded counters until it gets one
+        writer = RoundRobinWriter(track_generations=True)
+        rb.writer.dumps(tmp_path)
+        writer.loads(tmp_path)
+        assert writer.generations_of(torch.arange(4)).tolist() == [1, 0, 0, 0]
+        writer.register_storage(LazyTensorStorage(4))
+        assert writer.generations_of(torch.arange(4)).tolist() == [1, 0, 0, 0]
 
 
 class TestPrioritizedParameters:

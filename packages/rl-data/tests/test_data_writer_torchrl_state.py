@@ -1,4 +1,4 @@
-"""Writer checkpoints saved by TorchRL 0.14.1 (``_cursor`` / ``_write_count`` keys) load."""
+"""Writer state dicts have TorchRL 0.14.1's layout (``_cursor`` / ``_write_count`` keys)."""
 
 import pytest
 import torch
@@ -18,17 +18,17 @@ TORCHRL_STATE = {"_cursor": 2, "_write_count": 6}
 
 
 @pytest.mark.parametrize("writer_cls", [RoundRobinWriter, TensorDictRoundRobinWriter])
-def test_same_values_as_torchrl_under_our_keys(writer_cls):
+def test_same_state_as_torchrl(writer_cls):
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), writer=writer_cls())
     rb.extend(TensorDict(a=torch.arange(6.0), batch_size=[6]))
-    assert rb.writer.state_dict() == {"cursor": 2, "write_count": 6}
+    assert rb.writer.state_dict() == TORCHRL_STATE
 
 
 @pytest.mark.parametrize("writer_cls", [RoundRobinWriter, TensorDictRoundRobinWriter])
 def test_loads_a_torchrl_writer_state(writer_cls):
     writer = writer_cls()
     writer.load_state_dict(dict(TORCHRL_STATE))
-    assert writer.state_dict() == {"cursor": 2, "write_count": 6}
+    assert writer.state_dict() == TORCHRL_STATE
     assert writer.write_count == 6
 
 
@@ -39,15 +39,15 @@ def test_torchrl_state_resumes_writing_at_its_cursor():
     rb.writer.load_state_dict(dict(TORCHRL_STATE))
     assert rb.extend(torch.tensor([6, 7, 8])).tolist() == [2, 3, 0]
     assert rb[:].tolist() == [8, 5, 6, 7]
-    assert rb.writer.state_dict() == {"cursor": 1, "write_count": 9}
+    assert rb.writer.state_dict() == {"_cursor": 1, "_write_count": 9}
 
 
-def test_our_keys_still_load():
+def test_keys_without_underscore_load():
     writer = RoundRobinWriter()
     writer.load_state_dict({"cursor": 3, "write_count": 11})
-    assert writer.state_dict() == {"cursor": 3, "write_count": 11}
+    assert writer.state_dict() == {"_cursor": 3, "_write_count": 11}
 
 
-def test_missing_key_names_both_spellings():
-    with pytest.raises(KeyError, match="'write_count'.*'_write_count'.*got keys \\['_cursor'\\]"):
+def test_missing_key_is_named():
+    with pytest.raises(KeyError, match="needs the key '_write_count', got keys \\['_cursor'\\]"):
         RoundRobinWriter().load_state_dict({"_cursor": 1})

@@ -29,7 +29,7 @@ class TestRoundRobinWriter:
         index = rb.extend(torch.arange(10, 20))
         assert index.tolist() == [3, 0, 1, 2]
         assert rb[:].tolist() == [17, 18, 19, 16]
-        assert rb.writer.state_dict() == {"cursor": 3, "write_count": 11}
+        assert rb.writer.state_dict() == {"_cursor": 3, "_write_count": 11}
 
     def test_pytree_batch_larger_than_capacity_keeps_the_last_items(self):
         # a dict of tensors is one batch whose length is the leaves' first dim (not the
@@ -64,7 +64,7 @@ class TestRoundRobinWriter:
     def test_state_round_trip(self):
         w = RoundRobinWriter()
         w.load_state_dict({"cursor": 2, "write_count": 9})
-        assert w.state_dict() == {"cursor": 2, "write_count": 9}
+        assert w.state_dict() == {"_cursor": 2, "_write_count": 9}
 
 
 class TestTensorDictRoundRobinWriter:

@@ -3,6 +3,7 @@
 from rl.data.postprocs import MultiStep
 from rl.data.replay_buffers import (
     CompressedListStorage,
+    ConditionalUpdateResult,
     FlatStorageCheckpointer,
     HERReplayBuffer,
     HindsightStrategy,
@@ -55,6 +56,7 @@ __all__ = [
     "HERReplayBuffer",
     "ImmutableDatasetWriter",
     "CompressedListStorage",
+    "ConditionalUpdateResult",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",
     "LambdaScheduler",

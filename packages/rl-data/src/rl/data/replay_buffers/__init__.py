@@ -7,6 +7,7 @@ from rl.data.replay_buffers._checkpointers import (
     StorageCheckpointerBase,
     TensorStorageCheckpointer,
 )
+from rl.data.replay_buffers._conditional_update import ConditionalUpdateResult
 from rl.data.replay_buffers._ensemble import (
     ReplayBufferEnsemble,
     SamplerEnsemble,
@@ -65,6 +66,7 @@ __all__ = [
     "HERReplayBuffer",
     "ImmutableDatasetWriter",
     "CompressedListStorage",
+    "ConditionalUpdateResult",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",
     "LambdaScheduler",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,10 @@ import torch
 from tensordict import TensorDictBase
 
 from rl.core.trainers import atomic_save, load_checkpoint
+from rl.data.replay_buffers._conditional_update import (
+    ConditionalUpdateResult,
+    update_if_present,
+)
 from rl.data.replay_buffers._transform_chain import InvertedTransform, TransformChain
 from rl.data.replay_buffers._utils import CheckpointAliases
 from rl.data.replay_buffers.samplers._random import RandomSampler
@@ -405,6 +409,61 @@ class ReplayBuffer(CheckpointAliases):
                 input_dict_or_td, clone=clone, keys_to_update=keys_to_update
             )
         return self
+
+    def update_if_present(
+        self,
+        *,
+        index: torch.Tensor,
+        generation: torch.Tensor,
+        patch: Mapping[Any, torch.Tensor] | TensorDictBase,
+        version_key: Any = None,
+        version: int | torch.Tensor | None = None,
+        require_newer: bool = False,
+    ) -> ConditionalUpdateResult:
+        """Patches stored records that are still the ones sampled, as TorchRL.
+
+        A slot is reused when the writer wraps around, so an index sampled earlier may
+        now hold another record. A record is patched only while its slot's generation
+        (``writer.generations_of``) is the one taken with its index (``"index_generation"``
+        in a sample); other records are left untouched. The same handle works again
+        after a patch (a patch changes what a record holds, not which record it is).
+        With ``version_key``, a live record is patched only when ``version`` beats the
+        one stored there (``>=``, or ``>`` with ``require_newer``), and ``version`` is
+        written with the patch; among several rows for one record, the highest version
+        (the last on ties) is the one applied. Needs a tensor storage and
+        ``RoundRobinWriter(track_generations=True)``.
+
+        Args:
+            index: storage positions (``[N]``, or ``[N, ndim]`` coordinates), as
+                :meth:`extend` returns them or a sample's ``"index"``.
+            generation: ``[N]`` generations taken with them.
+            patch: new values of stored entries, ``N`` rows each (every entry is checked
+                before anything is written).
+            version_key: a stored entry of one number per record.
+            version: the incoming version: a number, or one per record.
+            require_newer: reject equal versions.
+
+        Returns:
+            a :class:`ConditionalUpdateResult` (``updated``, ``version_rejected``,
+            ``updated_count``, ``stale_count``, ``version_rejected_count``).
+
+        Raises:
+            RuntimeError: the storage or the writer cannot tell live records.
+            KeyError: a patched entry (or ``version_key``) is not stored.
+            ValueError: a patch of the wrong shape or dtype; ``version_key`` without
+                ``version`` (or the reverse), in the patch, or not one number per record.
+        """
+        return update_if_present(
+            self._storage,
+            self._writer,
+            self._lock,
+            index=index,
+            generation=generation,
+            patch=patch,
+            version_key=version_key,
+            version=version,
+            require_newer=require_newer,
+        )
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """The stored items in storage order, ``rb[:end]`` (``rb[:]`` by default)."""

@@ -21,6 +21,12 @@ class Storage(Checkpointable, ABC):
 
     ndim = 1
     _shared = False
+    # how many times each dim-0 slot was written, kept by the writers that track it
+    # (RoundRobinWriter(track_generations=True)); on the storage, so that every buffer
+    # writing to it advances them
+    _slot_generations: torch.Tensor | None = None
+    # whether ReplayBuffer.update_if_present can patch stored entries in place
+    supports_conditional_update = False
     checkpointer: Any = None  # set by the buffer (``ReplayBuffer(checkpointer=...)``)
 
     def __init__(self, max_size: int) -> None:

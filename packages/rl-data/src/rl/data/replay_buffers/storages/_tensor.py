@@ -161,6 +161,8 @@ class TensorStorage(Storage):
         torch.Size([4, 3])
     """
 
+    supports_conditional_update = True
+
     def __init__(
         self,
         storage: torch.Tensor | TensorDictBase | None = None,

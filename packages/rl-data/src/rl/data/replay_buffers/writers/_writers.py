@@ -66,6 +66,13 @@ class Writer(StatelessComponent, ABC):
     def tracks_generations(self) -> bool:
         return False
 
+    def generations_of(self, index: int | torch.Tensor) -> torch.Tensor:
+        """The generation of the storage slots at ``index`` (see
+        :class:`RoundRobinWriter`): ``-1`` everywhere for a writer that does not track
+        them."""
+        index = torch.as_tensor(index)
+        return torch.full(index.shape, -1, dtype=torch.int64, device=index.device)
+
     @property
     def write_count(self) -> int:
         """The number of items written since construction (or the last ``empty``)."""
@@ -124,9 +131,15 @@ class RoundRobinWriter(Writer):
 
     Args:
         compilable: accepted for TorchRL compatibility.
-        track_generations: count, per storage slot, how many times it was overwritten:
-            :meth:`generations_of` reads the counters (0 after the first write, -1 for
-            a slot never written) and sampled batches carry ``"index_generation"``.
+        track_generations: count, per storage slot (a dim-0 row), how many times it was
+            overwritten: :meth:`generations_of` reads the counters (0 after the first
+            write, -1 for a slot never written), sampled batches carry
+            ``"index_generation"`` and :meth:`ReplayBuffer.update_if_present` can tell
+            whether a sampled item is still stored. The counters live on the storage:
+            every writer of a storage shared by several buffers advances them (those
+            built without tracking too, once one tracking writer made them), and
+            emptying advances every written slot, so no handle taken before looks live
+            after.
 
     Examples:
         >>> import torch
@@ -143,38 +156,77 @@ class RoundRobinWriter(Writer):
         self._cursor = 0
         self._write_count = 0
         self._track_generations = bool(track_generations)
-        self._generation: torch.Tensor | None = None
+        # counters loaded before a storage is registered, handed to it then
+        self._pending_generation: torch.Tensor | None = None
 
     @property
     def tracks_generations(self) -> bool:
         return self._track_generations
 
+    @property
+    def _generation(self) -> torch.Tensor | None:
+        """The per-slot counters: the storage's (``_slot_generations``), or those waiting
+        for a storage."""
+        if self._storage is None:
+            return self._pending_generation
+        return self._storage._slot_generations
+
+    @_generation.setter
+    def _generation(self, value: torch.Tensor | None) -> None:
+        if self._storage is None:
+            self._pending_generation = value
+        else:
+            self._storage._slot_generations = value
+
     def _bump_generation(self, rows: torch.Tensor | int) -> None:
-        if not self._track_generations:
-            return
-        size = self._storage._max_size_along_dim0()
-        if self._generation is None or self._generation.numel() != size:
-            self._generation = torch.full((size,), -1, dtype=torch.int64)
+        generation = self._generation
+        if generation is None:
+            if not self._track_generations:
+                return  # nobody reads them: a non-tracking writer does not make them
+            size = self._storage._max_size_along_dim0()
+            generation = self._generation = torch.full((size,), -1, dtype=torch.int64)
         rows = torch.as_tensor(rows, dtype=torch.int64).reshape(-1).cpu()
-        self._generation.index_put_((rows,), torch.ones_like(rows), accumulate=True)
+        generation.index_put_((rows,), torch.ones_like(rows), accumulate=True)
 
-    def generations_of(self, index: int | torch.Tensor) -> torch.Tensor:
-        """How many times the slots at ``index`` were overwritten (-1: never written).
+    def generations_of(self, index: int | torch.Tensor | tuple) -> torch.Tensor:
+        """How many times the slots at ``index`` were overwritten.
 
-        Raises:
-            RuntimeError: the writer was built without ``track_generations=True``.
+        Args:
+            index: dim-0 slots: an int, a 1-D tensor of them, ``[N, ndim]`` coordinates
+                (as :meth:`extend` returns for a multi-dimensional storage) or a tuple of
+                per-dim indices (only its dim-0 part counts: a generation stamps a row).
+
+        Returns:
+            int64 counters shaped as the slots, on their device: ``-1`` for a slot never
+            written, out of range, or a writer built without ``track_generations``.
         """
         if not self._track_generations:
-            raise RuntimeError("generations_of needs a writer built with track_generations=True")
+            return super().generations_of(index[0] if isinstance(index, tuple) else index)
+        if isinstance(index, tuple):
+            index = index[0]
         index = torch.as_tensor(index, dtype=torch.int64)
-        if self._storage is not None and self._storage.ndim > 1 and index.ndim >= 2:
+        if (
+            index.ndim >= 2
+            and self._storage is not None
+            and self._storage.ndim > 1
+            and index.shape[-1] == self._storage.ndim
+        ):
             index = index[..., 0]  # the row of [N, ndim] coordinates
-        if self._generation is None:
-            return torch.full(index.shape, -1, dtype=torch.int64)
-        return self._generation[index.cpu()].to(index.device)
+        generation = self._generation
+        if generation is None or generation.numel() == 0:
+            return torch.full(index.shape, -1, dtype=torch.int64, device=index.device)
+        rows = index.cpu()
+        n = generation.numel()
+        found = generation[rows.clamp(0, n - 1)]
+        found = torch.where((rows >= 0) & (rows < n), found, torch.full_like(found, -1))
+        return found.to(index.device)
 
     def register_storage(self, storage: Storage) -> None:
         super().register_storage(storage)
+        pending, self._pending_generation = self._pending_generation, None
+        # a storage shared with another buffer already counts its slots: its counters win
+        if pending is not None and storage._slot_generations is None:
+            storage._slot_generations = pending
         # A storage that already holds items (reopened from disk): continue after the last
         # item written, which is not the end of the data once the ring has wrapped.
         if self._write_count == 0 and len(storage):
@@ -222,6 +274,8 @@ class RoundRobinWriter(Writer):
         if storage.ndim > 1:
             index = _row_coords(rows, max_size, inner_shape)
         data = self._prepare(data, index)
+        # every item counts as a write of its slot, those overwritten within this batch too
+        written_rows = rows
         if total > max_size:
             # only the last max_size items survive; they land where a sequential write puts them
             data, rows = _batch_tail(data, total - max_size), rows[total - max_size :]
@@ -232,7 +286,7 @@ class RoundRobinWriter(Writer):
             storage.set(slice(cursor, cursor + total), data)
         self._cursor = (cursor + total) % max_size
         self._write_count += total * (inner_shape.numel() if storage.ndim > 1 else 1)
-        self._bump_generation(rows)
+        self._bump_generation(written_rows)
         return index
 
     def write_at(self, index: int | torch.Tensor, data: Any) -> int | torch.Tensor:
@@ -255,36 +309,40 @@ class RoundRobinWriter(Writer):
         self._cursor = 0
         if empty_write_count:
             self._write_count = 0
-        self._generation = None
+        generation = self._generation
+        if generation is not None:
+            # every handle taken so far goes stale; never-written slots stay at -1
+            generation[generation >= 0] += 1
 
     def state_dict(self) -> dict[str, Any]:
-        state = {"cursor": self._cursor, "write_count": self._write_count}
-        if self._generation is not None:
-            state["generation"] = self._generation.clone()
+        """TorchRL's state: ``_cursor``, ``_write_count`` and, when tracked, the slots'
+        ``_generation``."""
+        state: dict[str, Any] = {"_cursor": self._cursor, "_write_count": self._write_count}
+        if self._track_generations and self._generation is not None:
+            state["_generation"] = self._generation.clone()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Loads a state saved by :meth:`state_dict` or by a TorchRL writer.
-
-        TorchRL 0.14 names the entries ``_cursor`` / ``_write_count``; both spellings load.
-        """
+        """Loads a state saved by :meth:`state_dict` (``cursor``/``write_count`` without
+        the underscore load too)."""
         self._cursor = int(_state_entry(self, state_dict, "cursor"))
         self._write_count = int(_state_entry(self, state_dict, "write_count"))
-        generation = state_dict.get("generation")
-        self._generation = None if generation is None else generation.clone()
+        generation = state_dict.get("_generation", state_dict.get("generation"))
+        if generation is not None:
+            self._generation = generation.clone()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
 
 
 def _state_entry(writer: Writer, state_dict: dict[str, Any], name: str) -> Any:
-    """Reads ``name`` from a writer state dict, or TorchRL's ``_name`` spelling of it."""
-    for key in (name, f"_{name}"):
+    """Reads ``_name`` (TorchRL's spelling) or ``name`` from a writer state dict."""
+    for key in (f"_{name}", name):
         if key in state_dict:
             return state_dict[key]
     raise KeyError(
-        f"{type(writer).__name__}.load_state_dict needs the key {name!r} (or TorchRL's "
-        f"'_{name}'), got keys {sorted(state_dict)}"
+        f"{type(writer).__name__}.load_state_dict needs the key '_{name}', got keys "
+        f"{sorted(state_dict)}"
     )
 
 

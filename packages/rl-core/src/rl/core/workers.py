@@ -43,6 +43,7 @@ __all__ = [
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _WATCH_S = 0.5
 _WATCHDOG_TICK_S = 0.05
+_WATCHDOG_LINGER_S = 1.0
 _STOP_TICK_S = 0.05
 _STATES = {
     "R": "running",
@@ -220,14 +221,20 @@ class _Deadline:
 
 
 class _Watchdog:
-    """One daemon thread per process that kills the processes whose deadline passed; it
-    sleeps on an event while nothing is armed (arming costs a lock, no system call)."""
+    """One daemon thread per process that kills the processes whose deadline passed.
+
+    While deadlines are armed (and for a second after the last one) it checks them every
+    ``_WATCHDOG_TICK_S``; otherwise it sleeps on an event, which only the first arming
+    sets: arming costs a lock, not a thread wake-up per use.
+    """
 
     def __init__(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._armed: set[_Deadline] = set()
         self._wake = threading.Event()
+        self._idle = True
+        self._last_armed = 0.0
         self._thread: threading.Thread | None = None
 
     def arm(self, entry: _Deadline) -> None:
@@ -238,7 +245,9 @@ class _Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="rl-watchdog", daemon=True)
                 self._thread.start()
-        self._wake.set()
+            if self._idle:
+                self._idle = False
+                self._wake.set()
 
     def disarm(self, entry: _Deadline) -> None:
         with self._lock:
@@ -248,10 +257,13 @@ class _Watchdog:
         while True:
             self._wake.wait()
             with self._lock:
-                if not self._armed:
-                    self._wake.clear()  # under the lock: an arm() after this sets it again
-                    continue
                 now = time.monotonic()
+                if self._armed:
+                    self._last_armed = now
+                elif now - self._last_armed > _WATCHDOG_LINGER_S:
+                    self._idle = True  # under the lock: the next arm() wakes this thread
+                    self._wake.clear()
+                    continue
                 due = [entry for entry in self._armed if entry.deadline <= now]
                 for entry in due:
                     self._armed.discard(entry)
@@ -273,7 +285,8 @@ def kill_after(pid: int, seconds: float) -> Iterator[_Deadline]:
     serves from a thread of its own) would block the read forever; killed, it makes the
     read fail. The caller must not reap ``pid`` inside the block. The yielded record's
     ``state`` says whether it was killed (``None``: no) and in which state it was
-    (``"pid 1234, stopped"``). Costs a lock, no system call, when nothing is killed.
+    (``"pid 1234, stopped"``). Costs about 3 us (a lock), no system call, when nothing
+    is killed.
     """
     entry = _Deadline(time.monotonic() + seconds, pid)
     _WATCHDOG.arm(entry)

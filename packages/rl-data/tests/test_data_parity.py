@@ -527,8 +527,25 @@ class TestTrajectories:
         assert start.tolist() == [[3, 0], [2, 0], [3, 1], [4, 2], [3, 2]]
         assert stop.tolist() == [[1, 0], [2, 0], [2, 1], [2, 2], [3, 2]]
         assert lengths.tolist() == [4, 1, 5, 4, 1]
-        with pytest.raises(ValueError, match="exactly one of trajectory and end"):
+        with pytest.raises(TypeError, match="Exactly one of trajectory and end .* neither"):
             find_start_stop_traj(at_capacity=False)
+        with pytest.raises(TypeError, match="Exactly one of trajectory and end .* both"):
+            find_start_stop_traj(trajectory=end, end=end, at_capacity=False)
+        for error in (ValueError, RuntimeError):  # TorchRL raises a RuntimeError
+            with pytest.raises(error, match="got an empty one of shape \\(0,\\)"):
+                find_start_stop_traj(end=torch.zeros(0, dtype=torch.bool), at_capacity=True)
+            with pytest.raises(error, match="cursor must not be empty"):
+                find_start_stop_traj(end=end, at_capacity=True, cursor=range(0))
+
+    @pytest.mark.parametrize("cursor", [4, torch.tensor(4), torch.tensor([2, 3, 4]), range(2, 5)])
+    def test_find_start_stop_traj_cursor_forms(self, cursor):
+        # the last row written counts: row 4 ends the trajectory that started at row 3
+        end = torch.zeros(10, dtype=torch.bool)
+        end[2] = end[7] = True
+        start, stop, lengths = find_start_stop_traj(end=end, at_capacity=True, cursor=cursor)
+        assert start.squeeze(-1).tolist() == [8, 3, 5]
+        assert stop.squeeze(-1).tolist() == [2, 4, 7]
+        assert lengths.tolist() == [5, 2, 3]
 
     def test_slice_sampler_given_both_keys(self):
         data = TensorDict(

@@ -5,13 +5,20 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensordict import TensorDict
 
 from rl.data import (
     LazyTensorStorage,
+    ListStorage,
     PrioritizedSampler,
+    PrioritizedSliceSampler,
     RandomSampler,
     ReplayBuffer,
     SamplerWithoutReplacement,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+    StalenessAwareSampler,
+    TensorDictReplayBuffer,
 )
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -277,3 +284,87 @@ class TestPrioritizedSampler:
         assert sampler._device.type == "cuda"
         assert data.device.type == "cuda" and info["priority_weight"].device.type == "cuda"
         assert int(info["index"].max()) < 8
+
+
+class TestReplacementArgument:
+    """``Sampler(replacement=False)`` builds the declared without-replacement variant."""
+
+    def test_random_sampler(self):
+        assert type(RandomSampler(replacement=True)) is RandomSampler
+        sampler = RandomSampler(replacement=False, drop_last=True, shuffle=False)
+        assert type(sampler) is SamplerWithoutReplacement
+        assert (sampler.drop_last, sampler.shuffle) == (True, False)
+        storage = _storage(5)
+        assert sampler.sample(storage, 2)[0].tolist() == [0, 1]  # storage order, no repeats
+
+    def test_slice_sampler(self):
+        sampler = SliceSampler(replacement=False, slice_len=5, traj_key="episode", drop_last=True)
+        assert type(sampler) is SliceSamplerWithoutReplacement
+        assert (sampler.slice_len, sampler.traj_key, sampler.drop_last) == (5, "episode", True)
+        assert isinstance(sampler, SliceSampler) and isinstance(sampler, SamplerWithoutReplacement)
+        # a subclass does not inherit its parent's variant
+        prioritized = PrioritizedSliceSampler(max_capacity=10, alpha=0.5, beta=0.5, slice_len=5)
+        assert type(prioritized) is PrioritizedSliceSampler
+
+    def test_without_replacement_samplers_accept_it(self):
+        assert type(SamplerWithoutReplacement(replacement=False)) is SamplerWithoutReplacement
+        assert type(SliceSamplerWithoutReplacement(replacement=False, slice_len=2)) is (
+            SliceSamplerWithoutReplacement
+        )
+
+    @pytest.mark.parametrize(
+        "build",
+        [
+            lambda: PrioritizedSampler(10, 0.5, 0.5, replacement=False),
+            lambda: PrioritizedSliceSampler(10, 0.5, 0.5, slice_len=2, replacement=False),
+        ],
+    )
+    def test_no_variant_raises(self, build):
+        with pytest.raises(TypeError, match="has no without-replacement variant"):
+            build()
+
+
+class TestStalenessAwareSampler:
+    @staticmethod
+    def _buffer(sampler, versions, storage=None):
+        rb = TensorDictReplayBuffer(storage=storage or LazyTensorStorage(100), sampler=sampler)
+        rb.extend(TensorDict({"policy_version": torch.as_tensor(versions)}, [len(versions)]))
+        return rb
+
+    def test_weights_follow_one_over_staleness_plus_one(self):
+        # staleness 0 and 3: probabilities 1 : 1/4, i.e. 0.8 and 0.2
+        sampler = StalenessAwareSampler()
+        rb = self._buffer(sampler, [3, 0])
+        sampler.consumer_version = 3
+        torch.manual_seed(0)
+        batch = rb.sample(20_000)
+        fresh = (batch["policy_version"] == 3).float().mean().item()
+        assert abs(fresh - 0.8) < 0.02
+        torch.testing.assert_close(batch["staleness"], (3 - batch["policy_version"]).float())
+
+    @pytest.mark.parametrize("storage", [LazyTensorStorage(100), ListStorage(100)])
+    def test_hard_gate(self, storage):
+        sampler = StalenessAwareSampler(max_staleness=1)
+        rb = self._buffer(sampler, [0, 1, 2, 3], storage)
+        sampler.consumer_version = 3
+        assert set(rb.sample(200)["policy_version"].tolist()) == {2, 3}
+        # fewer candidates than the batch: drawn without replacement otherwise
+        sampler.max_staleness = 3
+        assert sorted(rb.sample(4)["policy_version"].tolist()) == [0, 1, 2, 3]
+        sampler.consumer_version = 10
+        with pytest.raises(RuntimeError, match="All 4 stored items exceed max_staleness=3"):
+            rb.sample(2)
+
+    def test_custom_weights_state_and_errors(self):
+        sampler = StalenessAwareSampler(staleness_weight_fn=lambda s: (s == 0).float())
+        rb = self._buffer(sampler, [0, 1, 1])
+        sampler.increment_consumer_version()
+        assert sampler.consumer_version == 1
+        assert rb.sample(10)["policy_version"].tolist() == [1] * 10
+        other = StalenessAwareSampler()
+        other.load_state_dict(sampler.state_dict())
+        assert (other.consumer_version, other.max_staleness) == (1, -1)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), sampler=StalenessAwareSampler())
+        rb.extend(TensorDict({"x": torch.zeros(2)}, [2]))
+        with pytest.raises(KeyError, match="holds no 'policy_version' entry"):
+            rb.sample(2)

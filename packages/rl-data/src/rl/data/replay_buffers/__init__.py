@@ -41,6 +41,7 @@ from rl.data.replay_buffers.samplers import (
     SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
+    StalenessAwareSampler,
 )
 from rl.data.replay_buffers.storages import (
     CompressedListStorage,
@@ -92,6 +93,7 @@ __all__ = [
     "SchedulerList",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
     "StepScheduler",
     "Storage",
     "StorageCheckpointerBase",

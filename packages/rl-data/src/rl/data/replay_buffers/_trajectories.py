@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+
+
+class _EmptyError(ValueError, RuntimeError):
+    """An empty input or cursor: a ``ValueError``, and the ``RuntimeError`` TorchRL raises."""
+
+
+def _last_written(cursor: int | torch.Tensor | Sequence[int]) -> int:
+    """The last row of a write cursor: an int, or the last of a tensor / range of rows."""
+    if isinstance(cursor, int):
+        return cursor
+    rows = torch.as_tensor(cursor if isinstance(cursor, torch.Tensor) else list(cursor))
+    if rows.numel() == 0:
+        raise _EmptyError("cursor must not be empty: give the last row written (or rows)")
+    return int(rows.reshape(-1)[-1])
 
 
 def find_start_stop_traj(
@@ -24,7 +40,8 @@ def find_start_stop_traj(
         trajectory: trajectory ids ``[T, *B]``; a trajectory ends where the id changes.
         end: end-of-trajectory flags ``[T, *B]`` (exclusive with ``trajectory``).
         at_capacity: whether the storage is full (a ring).
-        cursor: the last row written (only used when ``at_capacity``).
+        cursor: the last row written, or the rows of the last write (a tensor, a range:
+            the last one counts); only used when ``at_capacity``.
         device: where the boundaries are computed (results come back on the input's).
 
     Returns:
@@ -34,7 +51,9 @@ def find_start_stop_traj(
         A trajectory crossing the wrap point has ``start[i, 0] > stop[i, 0]``.
 
     Raises:
-        ValueError: both or neither of ``trajectory`` and ``end`` are given.
+        TypeError: both or neither of ``trajectory`` and ``end`` are given.
+        ValueError: the input or the cursor is empty (also a ``RuntimeError``, as
+            TorchRL raises).
 
     Examples:
         >>> import torch
@@ -50,13 +69,16 @@ def find_start_stop_traj(
         (tensor([8, 3, 5]), tensor([2, 4, 7]), tensor([5, 2, 3]))
     """
     if (trajectory is None) == (end is None):
-        raise ValueError("pass exactly one of trajectory and end")
+        given = "both" if trajectory is not None else "neither"
+        raise TypeError(f"Exactly one of trajectory and end must be given, got {given}")
     source = trajectory if trajectory is not None else end
     out_device = source.device
     if device is not None:
         source = source.to(device)
     if source.ndim == 0 or source.shape[0] == 0:
-        raise ValueError(f"expected a [T, *B] tensor with T > 0, got shape {tuple(source.shape)}")
+        raise _EmptyError(
+            f"expected a [T, *B] tensor with T > 0, got an empty one of shape {tuple(source.shape)}"
+        )
     T = source.shape[0]
     batch_shape = source.shape[1:]
     flat = source.reshape(T, -1)
@@ -69,7 +91,7 @@ def find_start_stop_traj(
         if not at_capacity:
             ends[-1] = True
     if at_capacity and cursor is not None:
-        ends[int(cursor) % T] = True
+        ends[_last_written(cursor) % T] = True
     ends[-1] |= ~ends.any(0)  # a column with no end at all ends on its last row
     # per column (column-major): each end's start is one past the previous end
     col, row = ends.t().nonzero(as_tuple=True)

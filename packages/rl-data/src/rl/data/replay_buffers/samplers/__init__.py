@@ -5,6 +5,7 @@ from rl.data.replay_buffers.samplers._prioritized_slice import PrioritizedSliceS
 from rl.data.replay_buffers.samplers._random import RandomSampler, SamplerWithoutReplacement
 from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.samplers._slice import SliceSampler, SliceSamplerWithoutReplacement
+from rl.data.replay_buffers.samplers._staleness import StalenessAwareSampler
 
 __all__ = [
     "PrioritizedSampler",
@@ -14,4 +15,5 @@ __all__ = [
     "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
 ]

@@ -130,3 +130,7 @@ class SamplerWithoutReplacement(Sampler):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(drop_last={self.drop_last}, shuffle={self.shuffle})"
+
+
+# RandomSampler(replacement=False) builds a SamplerWithoutReplacement (see Sampler)
+RandomSampler._without_replacement = SamplerWithoutReplacement

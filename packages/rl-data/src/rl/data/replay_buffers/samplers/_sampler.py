@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC, ABCMeta, abstractmethod
 from typing import Any
 
 import torch
@@ -15,12 +15,37 @@ __all__ = ["EMPTY_STORAGE_ERROR", "Sampler"]
 EMPTY_STORAGE_ERROR = "Cannot sample from an empty storage: add or extend the replay buffer first."
 
 
-class Sampler(StatelessComponent, ABC):
+class _SamplerMeta(ABCMeta):
+    """Builds ``Cls(..., replacement=False)`` as the without-replacement variant that
+    ``Cls`` declares (``_without_replacement`` in its own class body), as TorchRL does.
+
+    ``replacement=True`` (the default) builds ``Cls`` itself; a sampler that already
+    draws without replacement (``_epoch_based``) takes ``replacement=False`` as is.
+    """
+
+    def __call__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> Any:
+        if not replacement and not cls._epoch_based:
+            variant = cls.__dict__.get("_without_replacement")
+            if variant is None:
+                raise TypeError(
+                    f"{cls.__name__} has no without-replacement variant; it cannot be built "
+                    "with replacement=False"
+                )
+            return variant(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+class Sampler(StatelessComponent, ABC, metaclass=_SamplerMeta):
     """Chooses which stored items a replay buffer returns.
 
     ``sample(storage, batch_size)`` returns ``(index, info)``: the indices to read and a dict
     of extra per-item entries (importance weights, ...) that TensorDict buffers add to the
     batch. ``add``/``extend`` are told which indices a writer has just filled.
+
+    Every sampler takes ``replacement=``: ``False`` builds the without-replacement
+    variant a sampler declares (``RandomSampler`` gives :class:`SamplerWithoutReplacement`,
+    ``SliceSampler`` :class:`SliceSamplerWithoutReplacement`); a sampler without one
+    raises ``TypeError``.
     """
 
     _epoch_based = False

@@ -9,6 +9,7 @@ import torch
 from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers._utils import KeyMismatchError, as_index_tensor
+from rl.data.replay_buffers.samplers._random import SamplerWithoutReplacement
 from rl.data.replay_buffers.samplers._sampler import EMPTY_STORAGE_ERROR, Sampler
 from rl.data.replay_buffers.storages._base import Storage
 
@@ -472,8 +473,11 @@ class SliceSampler(Sampler):
         )
 
 
-class SliceSamplerWithoutReplacement(SliceSampler):
+class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     """A :class:`SliceSampler` that uses every trajectory at most once per epoch.
+
+    It is a :class:`SamplerWithoutReplacement` too (as in TorchRL), whose epochs run
+    over trajectories instead of items.
 
     An epoch is a permutation of the (eligible) trajectories stored when it starts; each
     batch takes a random slice from each of the next ``num_slices`` of them. ``ran_out``
@@ -511,6 +515,9 @@ class SliceSamplerWithoutReplacement(SliceSampler):
 
     def _remaining(self) -> int:
         return 0 if self._sample_list is None else self._sample_list.shape[0]
+
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        return len(storage) > 0
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict]:
         if len(storage) == 0:
@@ -563,3 +570,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self.len_storage = int(state_dict["len_storage"])
         self.drop_last = bool(state_dict["drop_last"])
         self._ran_out = bool(state_dict["_ran_out"])
+
+
+# SliceSampler(replacement=False) builds a SliceSamplerWithoutReplacement (see Sampler)
+SliceSampler._without_replacement = SliceSamplerWithoutReplacement

@@ -20,6 +20,7 @@ from rl.data.replay_buffers._offline_to_online import (
     prefill_replay_buffer,
 )
 from rl.data.replay_buffers._remote import RemoteTensorDictReplayBuffer
+from rl.data.replay_buffers._sample_units import SampleUnit, Sequence, Transition
 from rl.data.replay_buffers._scheduler import (
     LambdaScheduler,
     LinearScheduler,
@@ -90,6 +91,8 @@ __all__ = [
     "Sampler",
     "SamplerEnsemble",
     "SamplerWithoutReplacement",
+    "SampleUnit",
+    "Sequence",
     "SchedulerList",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
@@ -104,6 +107,7 @@ __all__ = [
     "TensorDictRoundRobinWriter",
     "TensorStorage",
     "TensorStorageCheckpointer",
+    "Transition",
     "Writer",
     "WriterEnsemble",
 ]

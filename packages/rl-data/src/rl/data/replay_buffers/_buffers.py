@@ -17,6 +17,7 @@ from rl.data.replay_buffers._conditional_update import (
     ConditionalUpdateResult,
     update_if_present,
 )
+from rl.data.replay_buffers._sample_units import SampleUnit
 from rl.data.replay_buffers._transform_chain import InvertedTransform, TransformChain
 from rl.data.replay_buffers._utils import CheckpointAliases
 from rl.data.replay_buffers.samplers._random import RandomSampler
@@ -71,6 +72,9 @@ class ReplayBuffer(CheckpointAliases):
             used here, so the buffer can always be compiled around).
         transform_factory: builds the transform (instead of ``transform``).
         delayed_init: accepted for TorchRL compatibility; components are built at once.
+        sample_unit: what each item the sampler draws expands into (a
+            :class:`SampleUnit`: :class:`Sequence` gives windows of records around it);
+            by default, the item itself (:class:`Transition`).
 
     Examples:
         >>> import torch
@@ -103,7 +107,14 @@ class ReplayBuffer(CheckpointAliases):
         compilable: bool | None = None,
         transform_factory: Callable[[], Callable] | None = None,
         delayed_init: bool | None = None,
+        sample_unit: SampleUnit | None = None,
     ) -> None:
+        if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
+            raise TypeError(
+                f"sample_unit must be a SampleUnit (Transition, Sequence), got "
+                f"{type(sample_unit).__name__}"
+            )
+        self._sample_unit = sample_unit
         if transform_factory is not None:
             if transform is not None:
                 raise TypeError("pass transform or transform_factory, not both")
@@ -173,6 +184,8 @@ class ReplayBuffer(CheckpointAliases):
         self._transform = TransformChain(transform)
         self._lock = threading.RLock()
         self._prefetch_lock = threading.Lock()
+
+    _sample_unit: SampleUnit | None = None
 
     def set_rng(self, generator: torch.Generator | None) -> None:
         """Makes the sampler draw from ``generator`` (``None``: torch's global generator)."""
@@ -534,6 +547,8 @@ class ReplayBuffer(CheckpointAliases):
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         with self._lock:
             index, info = self._sampler.sample(self._storage, batch_size)
+            if self._sample_unit is not None:
+                index, info = self._sample_unit.expand(index, info, self._storage)
             data = self._storage.get(index)
             if self._writer.tracks_generations:
                 info["index_generation"] = self._writer.generations_of(index)

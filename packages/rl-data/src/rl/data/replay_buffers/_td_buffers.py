@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers._buffers import ReplayBuffer
+from rl.data.replay_buffers._sample_units import Sequence
 from rl.data.replay_buffers._utils import KeyMismatchError
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, _check_priority
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
@@ -60,6 +61,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         sampler, storage = self._sampler, self._storage
         if (
             type(sampler).sample is not PrioritizedSampler.sample
+            or self._sample_unit is not None
             or not isinstance(sampler, PrioritizedSampler)
             or not sampler._cpu
             or self._custom_collate
@@ -129,6 +131,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         )
         with self._lock:
             index, info = self._sampler.sample(storage, batch_size)
+            if self._sample_unit is not None:
+                index, info = self._sample_unit.expand(index, info, storage)
             if self._writer.tracks_generations:
                 info["index_generation"] = self._writer.generations_of(index)
             fast = (
@@ -242,7 +246,41 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 "the batch has no 'index' key; was it sampled from this buffer?"
             ) from None
         index_dims = index.ndim - 1 if self._storage.ndim > 1 else index.ndim
-        self.update_priority(index, self._reduce_priority(priority, data.batch_dims, index_dims))
+        priority = self._reduce_priority(priority, data.batch_dims, index_dims)
+        anchored = self._anchor_reduced_priority(data, priority)
+        if anchored is not None:
+            self.update_priority(*anchored)
+            return
+        self.update_priority(index, priority)
+
+    def _anchor_reduced_priority(
+        self, data: TensorDictBase, priority: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The anchors of a :class:`Sequence` batch and their priorities (the max over the
+        valid records of their windows), or ``None`` for a batch of plain records.
+
+        A window's records share their anchor's priority: updating every record would
+        give padded and bootstrap records (other anchors' items) priorities of their own.
+        """
+        anchor = data.get("anchor_index", None)
+        if not isinstance(self._sample_unit, Sequence) or anchor is None:
+            return None
+        ndim = self._storage.ndim
+        anchor = anchor.reshape(-1, ndim) if ndim > 1 else anchor.reshape(-1)
+        priority = priority.reshape(-1)
+        if anchor.shape[0] != priority.shape[0]:
+            raise ValueError(
+                f"the batch has {anchor.shape[0]} anchor_index entries and {priority.shape[0]} "
+                "priorities: give one priority per record of the sampled windows"
+            )
+        valid = data.get("validity_mask", None)
+        if valid is not None:  # an anchor's own record is always valid: none is lost
+            valid = valid.reshape(-1).to(anchor.device)
+            anchor, priority = anchor[valid], priority[valid.to(priority.device)]
+        unique, record = torch.unique(anchor, dim=0, return_inverse=True)
+        reduced = torch.zeros(unique.shape[0], dtype=priority.dtype, device=priority.device)
+        reduced.scatter_reduce_(0, record.to(priority.device), priority, "amax", include_self=False)
+        return unique, reduced
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

@@ -594,6 +594,26 @@ class TestInPlaceRewrites:
         with pytest.raises(TypeError, match="set_ rewrites the entries of stored TensorDicts"):
             rb_tensor.set_("a", torch.zeros(2))
 
+    def test_a_part_of_the_entries_rewrites_those_only(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+        rb.extend(TensorDict({"obs": torch.arange(4), "other": -torch.arange(4)}, [4]))
+        rb[1] = TensorDict({"obs": torch.tensor(10)}, [])
+        rb[2:4] = TensorDict({"other": torch.tensor([7, 7])}, [2])
+        stored = rb.storage.get(slice(None))
+        assert stored["obs"].tolist() == [0, 10, 2, 3]
+        assert stored["other"].tolist() == [0, -1, 7, 7]
+        assert stored["index"].tolist() == [0, 1, 2, 3]  # written by the writer, kept
+        with pytest.raises(KeyError, match="'new' that the storage does not hold"):
+            rb[0] = TensorDict(
+                {
+                    "obs": torch.tensor(0),
+                    "other": torch.tensor(0),
+                    "index": torch.tensor(0),
+                    "new": torch.tensor(0),
+                },
+                [],
+            )
+
     def test_read_and_write_all_in_order(self):
         rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
         rb.extend(TensorDict({"obs": torch.arange(6)}, [6]))
@@ -649,3 +669,52 @@ class TestImmutableDatasetWriter:
             with pytest.raises(RuntimeError, match="This dataset doesn't allow writing"):
                 write()
         assert len(rb) == 4
+
+
+class TestStorageRevision:
+    """Each change of the stored items advances the storage's revision once."""
+
+    def test_every_write_path(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+        revisions = [rb.storage._mutation_revision]
+        rb.extend(TensorDict({"obs": torch.arange(4)}, [4]))
+        revisions.append(rb.storage._mutation_revision)
+        rb[0] = TensorDict({"obs": torch.tensor(10)}, [])
+        revisions.append(rb.storage._mutation_revision)
+        rb.set_at_("obs", torch.tensor([11]), torch.tensor([1]))
+        revisions.append(rb.storage._mutation_revision)
+        rb.set_("obs", torch.arange(4) + 20)
+        revisions.append(rb.storage._mutation_revision)
+        rb.update_(TensorDict({"obs": torch.arange(4) + 30}, [4]))
+        revisions.append(rb.storage._mutation_revision)
+        rb.load_state_dict(rb.state_dict())
+        revisions.append(rb.storage._mutation_revision)
+        rb.empty()
+        revisions.append(rb.storage._mutation_revision)
+        assert revisions == list(range(8))
+
+    def test_list_storage(self):
+        rb = ReplayBuffer(storage=ListStorage(4))
+        rb.extend([1, 2])
+        rb.add(3)
+        rb.empty()
+        assert rb.storage._mutation_revision == 3
+
+    def test_slice_cache_follows_writes_of_another_buffer(self, make_episodes):
+        storage = LazyTensorStorage(12)
+        reader = TensorDictReplayBuffer(
+            storage=storage,
+            sampler=SliceSampler(slice_len=3, traj_key="episode", cache_values=True),
+        )
+        writer = TensorDictReplayBuffer(storage=storage)
+        writer.extend(make_episodes([6, 6]))
+        assert reader.sample(6)["episode"].unique().numel() <= 2
+        # the other buffer rewrites everything as one episode of 12 steps
+        data = make_episodes([12])
+        writer.extend(data)
+        torch.manual_seed(0)
+        for _ in range(5):
+            batch = reader.sample(6)
+            assert batch["episode"].tolist() == [0] * 6
+            steps = batch["step"].reshape(2, 3)
+            torch.testing.assert_close(steps - steps[:, :1], torch.arange(3).expand(2, 3))

@@ -367,8 +367,9 @@ class ReplayBuffer(CheckpointAliases):
         ``index`` takes what ``rb[index]`` reads: storage positions (an int, slice, tensor
         or list), through the buffer's inverted transforms as :meth:`extend` writes; a
         tuple of them (one per dim of what ``rb[:]`` returns); or a key, which rewrites
-        that entry of every item. The writer's cursor does not move and the buffer's
-        length only grows when positions past it are written.
+        that entry of every item. A TensorDict holding a part of the stored entries
+        rewrites those only. The writer's cursor does not move and the buffer's length
+        only grows when positions past it are written.
         """
         if isinstance(index, str) or (
             isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
@@ -379,15 +380,24 @@ class ReplayBuffer(CheckpointAliases):
             index = index[0]
         if len(self._transform):
             value = self._transform.inv(value)
-        if isinstance(index, tuple) or self.dim_extend:
+        if isinstance(index, tuple) or self.dim_extend or self._is_partial(value):
             with self._lock:
                 view = self._move_dim_extend(self._storage.get(slice(None)))
                 view[index] = value
+                self._storage._bump_mutation_revision()
             return
         if isinstance(index, list):
             index = torch.as_tensor(index)
         with self._lock:
             self._storage.set(index, value)
+
+    def _is_partial(self, value: Any) -> bool:
+        """Whether ``value`` holds a part of the stored entries (those alone are rewritten)."""
+        storage = self._storage
+        if not (isinstance(value, TensorDictBase) and getattr(storage, "_is_td", False)):
+            return False
+        given = set(value.keys(include_nested=True, leaves_only=True))
+        return given < set(storage._sig)
 
     def _stored_tensordict(self, method: str) -> TensorDictBase:
         """The stored items as one TensorDict of views (writes reach the storage)."""
@@ -404,12 +414,14 @@ class ReplayBuffer(CheckpointAliases):
         row per item)."""
         with self._lock:
             self._stored_tensordict("set_").set_(key, value)
+            self._storage._bump_mutation_revision()
         return self
 
     def set_at_(self, key: Any, value: torch.Tensor, index: Any) -> ReplayBuffer:
         """Overwrites the entry ``key`` of the stored items at ``index`` in place."""
         with self._lock:
             self._stored_tensordict("set_at_").set_at_(key, value, torch.as_tensor(index))
+            self._storage._bump_mutation_revision()
         return self
 
     def update_(
@@ -421,6 +433,7 @@ class ReplayBuffer(CheckpointAliases):
             self._stored_tensordict("update_").update_(
                 input_dict_or_td, clone=clone, keys_to_update=keys_to_update
             )
+            self._storage._bump_mutation_revision()
         return self
 
     def update_if_present(

@@ -208,4 +208,5 @@ def update_if_present(
             for key, value in checked.items():
                 leaf = _stored_leaf(storage, key)
                 leaf[_coords(index[live].to(leaf.device))] = value[live.to(value.device)]
+            storage._bump_mutation_revision()
     return ConditionalUpdateResult(updated=live, version_rejected=rejected)

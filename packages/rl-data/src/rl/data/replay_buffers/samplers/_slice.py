@@ -45,8 +45,8 @@ class SliceSampler(Sampler):
             exactly one of the two.
         end_key: the key marking the last step of a trajectory.
         traj_key: the key holding a trajectory id (instead of ``end_key``).
-        cache_values: keep the trajectory boundaries until the next write through the buffer
-            (only valid when the storage is modified through the buffer).
+        cache_values: keep the trajectory boundaries until the storage changes (any write
+            to it, through this buffer or another one sharing it).
         truncated_key: where the end-of-slice flags are written.
         strict_length: only sample trajectories at least ``slice_len`` long; otherwise
             shorter trajectories give shorter slices (and a smaller batch).
@@ -180,6 +180,7 @@ class SliceSampler(Sampler):
         self.init_key = None if init_key is None else _as_key(init_key)
         self.strict_length = bool(strict_length)
         self._cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._cache_key: tuple[int, int] | None = None  # (storage, its revision) it was made for
         self._last_written = -1
         self.end_keys = None if end_keys is None else [_as_key(k) for k in end_keys]
         self._static = None
@@ -241,7 +242,8 @@ class SliceSampler(Sampler):
         Positions are flat over the storage's columns (``column * rows + row``); see
         :meth:`_storage_index`.
         """
-        if self.cache_values and self._cache is not None:
+        key = (id(storage), storage._mutation_revision)
+        if self.cache_values and self._cache is not None and self._cache_key == key:
             return self._cache
         if not hasattr(storage, "_column"):
             raise TypeError(f"{type(self).__name__} needs a tensor storage, got {storage}")
@@ -277,7 +279,7 @@ class SliceSampler(Sampler):
         starts = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
         result = (starts, ends - starts + 1, ends)
         if self.cache_values:
-            self._cache = result
+            self._cache, self._cache_key = result, key
         return result
 
     def _fragmented_runs(self, storage: Storage) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -313,7 +315,7 @@ class SliceSampler(Sampler):
         self._order = order
         result = (starts, ends - starts + 1, ends)
         if self.cache_values:
-            self._cache = result
+            self._cache, self._cache_key = result, (id(storage), storage._mutation_revision)
         return result
 
     def _storage_index(self, storage: Storage, position: torch.Tensor) -> Any:

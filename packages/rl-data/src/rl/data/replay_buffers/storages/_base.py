@@ -27,6 +27,14 @@ class Storage(Checkpointable, ABC):
     _slot_generations: torch.Tensor | None = None
     # whether ReplayBuffer.update_if_present can patch stored entries in place
     supports_conditional_update = False
+    # advances at every change of the stored items (writes, in-place rewrites, empty,
+    # loads): what a sampler derives from them (trajectory bounds, groups) holds for one
+    # revision, whichever buffer wrote
+    _mutation_revision = 0
+
+    def _bump_mutation_revision(self) -> None:
+        self._mutation_revision += 1
+
     checkpointer: Any = None  # set by the buffer (``ReplayBuffer(checkpointer=...)``)
 
     def __init__(self, max_size: int) -> None:
@@ -150,6 +158,7 @@ class ListStorage(Storage):
             )
 
     def set(self, cursor: Any, data: Any) -> None:
+        self._bump_mutation_revision()
         if not _is_batch_index(cursor):
             self._set_one(int(cursor), data)
             return
@@ -182,6 +191,7 @@ class ListStorage(Storage):
 
     def _empty(self) -> None:
         self._storage = []
+        self._bump_mutation_revision()
 
     def state_dict(self) -> dict[str, Any]:
         return {"max_size": self.max_size, "items": [encode_item(x) for x in self._storage]}
@@ -192,3 +202,4 @@ class ListStorage(Storage):
                 f"checkpoint has max_size {state_dict['max_size']}, this storage {self.max_size}"
             )
         self._storage = [decode_item(x) for x in state_dict["items"]]
+        self._bump_mutation_revision()

@@ -487,6 +487,7 @@ class TensorStorage(Storage):
                 self._write_interrupted()
             raise
         self._record_write(end, write_end)
+        self._bump_mutation_revision()
 
     # storages whose items outlive the process (memory-mapped files) mark the slots a
     # write is overwriting before the copy, so that a kill in the middle of it never
@@ -598,6 +599,7 @@ class TensorStorage(Storage):
     def _empty(self) -> None:
         self._len = 0
         self._write_end = 0
+        self._bump_mutation_revision()
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -625,7 +627,10 @@ class TensorStorage(Storage):
         data = state_dict["data"]
         length = int(state_dict["len"])
         layout = state_dict.get("layout")
+        revision = self._mutation_revision
         self._empty()
+        # a load is one change, whatever writes it takes
+        self._mutation_revision = revision + 1
         if data is None:
             return
         if layout is not None:
@@ -638,6 +643,7 @@ class TensorStorage(Storage):
         if length:
             self.set(slice(0, length), data[:length])
         self._record_write(length, int(state_dict.get("write_end", length)))
+        self._mutation_revision = revision + 1
 
 
 class LazyTensorStorage(TensorStorage):

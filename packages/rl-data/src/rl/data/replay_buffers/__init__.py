@@ -37,6 +37,7 @@ from rl.data.replay_buffers._trajectories import find_start_stop_traj
 from rl.data.replay_buffers.samplers import (
     PrioritizedSampler,
     PrioritizedSliceSampler,
+    PromptGroupSampler,
     RandomSampler,
     Sampler,
     SamplerWithoutReplacement,
@@ -82,6 +83,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
     "RayReplayBuffer",
     "RemoteTensorDictReplayBuffer",

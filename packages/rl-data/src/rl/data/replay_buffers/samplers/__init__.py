@@ -2,6 +2,7 @@
 
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
 from rl.data.replay_buffers.samplers._prioritized_slice import PrioritizedSliceSampler
+from rl.data.replay_buffers.samplers._prompt_group import PromptGroupSampler
 from rl.data.replay_buffers.samplers._random import RandomSampler, SamplerWithoutReplacement
 from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.samplers._slice import SliceSampler, SliceSamplerWithoutReplacement
@@ -10,6 +11,7 @@ from rl.data.replay_buffers.samplers._staleness import StalenessAwareSampler
 __all__ = [
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
     "Sampler",
     "SamplerWithoutReplacement",

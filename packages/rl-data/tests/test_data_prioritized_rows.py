@@ -161,7 +161,7 @@ class TestFusedSample:
         )
         rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=strided)
         assert rb._rows_fast_path() is None
-        rb.extend(TensorDict({"obs": torch.ones(4, 3)}, batch_size=[4]))
+        rb.extend(TensorDict({"obs": torch.ones(8, 3)}, batch_size=[8]))  # over the 8 given
         assert rb.sample(4)["obs"].sum() == 12
         collate = TensorDictPrioritizedReplayBuffer(
             alpha=1.0, beta=1.0, storage=LazyTensorStorage(8), collate_fn=lambda x: x

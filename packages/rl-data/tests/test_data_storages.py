@@ -112,9 +112,14 @@ class TestTensorStorage:
     def test_preallocated_storage(self):
         data = TensorDict({"x": torch.zeros(6, 2)}, [6])
         s = TensorStorage(data)
-        assert s.max_size == 6 and len(s) == 0
+        # as TorchRL: the given items are stored (a dataset to sample from)
+        assert s.max_size == 6 and len(s) == 6
         s.set(torch.tensor([4, 5]), TensorDict({"x": torch.ones(2, 2)}, [2]))
         assert len(s) == 6
+        rb = ReplayBuffer(storage=TensorStorage(torch.arange(5)), batch_size=3)
+        assert len(rb) == 5 and set(rb.sample().tolist()) <= set(range(5))
+        assert rb.extend(torch.tensor([10, 11])).tolist() == [0, 1]  # writes start at 0
+        assert rb[:].tolist() == [10, 11, 2, 3, 4]
         torch.testing.assert_close(data["x"][4:].sum(), torch.tensor(4.0))
         with pytest.raises(ValueError, match="differs from the storage's length 6"):
             TensorStorage(data, max_size=3)

@@ -141,8 +141,9 @@ class TensorStorage(Storage):
     """A storage backed by one preallocated tensor or TensorDict whose first dim is the capacity.
 
     Args:
-        storage: a tensor or TensorDict with a leading dimension of size ``max_size``; ``None``
-            allocates it on the first write (see :class:`LazyTensorStorage`).
+        storage: a tensor or TensorDict with a leading dimension of size ``max_size``: its
+            items are the storage's (a full storage, which writes overwrite from position
+            0); ``None`` allocates it on the first write (see :class:`LazyTensorStorage`).
         max_size: the capacity; inferred from ``storage`` when omitted.
         device: where the data lives; inferred from ``storage`` when omitted.
 
@@ -209,6 +210,9 @@ class TensorStorage(Storage):
         self._write_end = 0
         if storage is not None:
             self._adopt(storage.to(self._device) if storage.device != self._device else storage)
+            # as TorchRL: the given data is stored (a dataset to sample from); writes start
+            # over it at position 0
+            self._len = self._rows
 
     # -- allocation -------------------------------------------------------------------------
     @property

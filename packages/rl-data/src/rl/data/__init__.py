@@ -4,6 +4,7 @@ from rl.data.postprocs import MultiStep
 from rl.data.replay_buffers import (
     CompressedListStorage,
     ConditionalUpdateResult,
+    ConsumingSampler,
     FlatStorageCheckpointer,
     HERReplayBuffer,
     HindsightStrategy,
@@ -61,6 +62,7 @@ __all__ = [
     "HERReplayBuffer",
     "ImmutableDatasetWriter",
     "CompressedListStorage",
+    "ConsumingSampler",
     "ConditionalUpdateResult",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",

@@ -35,6 +35,7 @@ from rl.data.replay_buffers._td_buffers import (
 )
 from rl.data.replay_buffers._trajectories import find_start_stop_traj
 from rl.data.replay_buffers.samplers import (
+    ConsumingSampler,
     PrioritizedSampler,
     PrioritizedSliceSampler,
     PromptGroupSampler,
@@ -69,6 +70,7 @@ __all__ = [
     "HERReplayBuffer",
     "ImmutableDatasetWriter",
     "CompressedListStorage",
+    "ConsumingSampler",
     "ConditionalUpdateResult",
     "find_start_stop_traj",
     "FlatStorageCheckpointer",

@@ -20,16 +20,39 @@ from rl.data.replay_buffers._conditional_update import (
 from rl.data.replay_buffers._sample_units import SampleUnit
 from rl.data.replay_buffers._transform_chain import InvertedTransform, TransformChain
 from rl.data.replay_buffers._utils import CheckpointAliases
+from rl.data.replay_buffers.samplers._consuming import ConsumingSampler
 from rl.data.replay_buffers.samplers._random import RandomSampler
 from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
 from rl.data.replay_buffers.writers._writers import (
     RoundRobinWriter,
     Writer,
+    _batch_len,
 )
 
 _CHECKPOINT_FILE = "replay_buffer.pt"
 _CHECKPOINT_VERSION = 2  # 2: TorchRL's state_dict layout ("_storage", "_sampler", ...)
+
+
+def _consuming_sampler(sampler: Sampler, count: Any) -> ConsumingSampler:
+    """The sampler of ``consume_after_n_samples=count``: a :class:`ConsumingSampler` in
+    place of a plain :class:`RandomSampler`, or the one given if it agrees."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        error = ValueError if isinstance(count, int) and not isinstance(count, bool) else TypeError
+        raise error(f"consume_after_n_samples must be a positive integer, got {count!r}")
+    if isinstance(sampler, ConsumingSampler):
+        if sampler.max_sample_count != count:
+            raise ValueError(
+                f"consume_after_n_samples={count} conflicts with the given ConsumingSampler's "
+                f"max_sample_count={sampler.max_sample_count}"
+            )
+        return sampler
+    if type(sampler) is not RandomSampler:
+        raise ValueError(
+            f"consume_after_n_samples only supports the default RandomSampler or a "
+            f"ConsumingSampler, got {type(sampler).__name__}"
+        )
+    return ConsumingSampler(max_sample_count=count)
 
 
 def _check_batch_size(batch_size: Any, name: str = "batch_size") -> int | None:
@@ -75,6 +98,10 @@ class ReplayBuffer(CheckpointAliases):
         sample_unit: what each item the sampler draws expands into (a
             :class:`SampleUnit`: :class:`Sequence` gives windows of records around it);
             by default, the item itself (:class:`Transition`).
+        consume_after_n_samples: items leave the buffer after being sampled this many
+            times (``1``: each is used once); their slots are written first. Builds a
+            :class:`ConsumingSampler` in place of the default sampler; ``len(rb)`` counts
+            the items left. Needs a 1-D storage and no prefetching.
 
     Examples:
         >>> import torch
@@ -108,6 +135,7 @@ class ReplayBuffer(CheckpointAliases):
         transform_factory: Callable[[], Callable] | None = None,
         delayed_init: bool | None = None,
         sample_unit: SampleUnit | None = None,
+        consume_after_n_samples: int | None = None,
     ) -> None:
         if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
             raise TypeError(
@@ -123,6 +151,8 @@ class ReplayBuffer(CheckpointAliases):
         if not isinstance(self._storage, Storage):
             raise TypeError(f"storage must be a Storage, got {type(self._storage).__name__}")
         self._sampler = sampler if sampler is not None else self._default_sampler()
+        if consume_after_n_samples is not None:
+            self._sampler = _consuming_sampler(self._sampler, consume_after_n_samples)
         if not isinstance(self._sampler, Sampler):
             raise TypeError(f"sampler must be a Sampler, got {type(self._sampler).__name__}")
         self._writer = writer if writer is not None else self._default_writer()
@@ -184,8 +214,32 @@ class ReplayBuffer(CheckpointAliases):
         self._transform = TransformChain(transform)
         self._lock = threading.RLock()
         self._prefetch_lock = threading.Lock()
+        if isinstance(self._sampler, ConsumingSampler):
+            self._check_consumption()
 
     _sample_unit: SampleUnit | None = None
+
+    def _check_consumption(self) -> None:
+        """A buffer whose items are consumed reuses their slots: it needs a 1-D storage, a
+        writer that writes at given positions, and no batch sampled ahead."""
+        if self._prefetch:
+            raise ValueError(
+                "Prefetching is not supported when sampled items are consumed "
+                "(consume_after_n_samples / ConsumingSampler): a batch sampled ahead "
+                "would consume items early"
+            )
+        if self._storage.ndim != 1:
+            raise ValueError(
+                f"consuming sampled items supports 1-dimensional storages, got "
+                f"ndim={self._storage.ndim}"
+            )
+        if not callable(getattr(self._writer, "write_at", None)) or not hasattr(
+            self._writer, "_next_positions"
+        ):
+            raise TypeError(
+                f"consuming sampled items requires a writer with a callable write_at (a "
+                f"RoundRobinWriter), got {type(self._writer).__name__}"
+            )
 
     def set_rng(self, generator: torch.Generator | None) -> None:
         """Makes the sampler draw from ``generator`` (``None``: torch's global generator)."""
@@ -295,6 +349,9 @@ class ReplayBuffer(CheckpointAliases):
         return self
 
     def __len__(self) -> int:
+        """The stored items (those not consumed yet, with a :class:`ConsumingSampler`)."""
+        if isinstance(self._sampler, ConsumingSampler):
+            return self._sampler._num_sampleable(self._storage)
         return len(self._storage)
 
     def __repr__(self) -> str:
@@ -309,6 +366,12 @@ class ReplayBuffer(CheckpointAliases):
         if len(self._transform):
             data = self._transform.inv(data)
         with self._lock:
+            if isinstance(self._sampler, ConsumingSampler):
+                slots = self._sampler._pop_consumed_indices(self._storage, 1)
+                if slots.numel():
+                    index = self._writer.write_at(int(slots[0]), data)
+                    self._sampler.add(index)
+                    return index
             index = self._writer.add(data)
             self._sampler.add(index)
         return index
@@ -333,9 +396,27 @@ class ReplayBuffer(CheckpointAliases):
                 )
         data = self._move_dim_extend(data)
         with self._lock:
+            if isinstance(self._sampler, ConsumingSampler):
+                index = self._consumed_slots(data)
+                if index is not None:
+                    index = self._writer.write_at(index, data)
+                    self._sampler.extend(index)
+                    return index
             index = self._writer.extend(data)
             self._sampler.extend(index)
         return index
+
+    def _consumed_slots(self, data: Any) -> torch.Tensor | None:
+        """Where a batch goes when items are consumed: consumed slots first, then the
+        writer's next positions (skipping those slots); ``None`` when no slot is free."""
+        n = _batch_len(data)
+        slots = self._sampler._pop_consumed_indices(self._storage, n)
+        if not slots.numel():
+            return None
+        if slots.numel() < n:
+            rest = self._writer._next_positions(n - slots.numel(), skip=slots)
+            slots = torch.cat([slots, rest])
+        return slots
 
     def update_priority(self, index: Any, priority: Any) -> None:
         """Sets the priorities of the items at ``index`` (prioritized samplers only)."""

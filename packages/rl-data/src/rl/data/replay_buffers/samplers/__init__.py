@@ -1,5 +1,6 @@
 """Samplers: which stored items a replay buffer returns."""
 
+from rl.data.replay_buffers.samplers._consuming import ConsumingSampler
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler
 from rl.data.replay_buffers.samplers._prioritized_slice import PrioritizedSliceSampler
 from rl.data.replay_buffers.samplers._prompt_group import PromptGroupSampler
@@ -9,6 +10,7 @@ from rl.data.replay_buffers.samplers._slice import SliceSampler, SliceSamplerWit
 from rl.data.replay_buffers.samplers._staleness import StalenessAwareSampler
 
 __all__ = [
+    "ConsumingSampler",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "PromptGroupSampler",

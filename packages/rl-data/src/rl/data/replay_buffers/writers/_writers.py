@@ -289,6 +289,20 @@ class RoundRobinWriter(Writer):
         self._bump_generation(written_rows)
         return index
 
+    def _next_positions(self, count: int, skip: torch.Tensor) -> torch.Tensor:
+        """The next ``count`` positions from the cursor, leaving out those in ``skip``
+        (unless a whole lap finds no other), and moves the cursor past them."""
+        size = self._storage._max_size_along_dim0()
+        skipped = set(skip.reshape(-1).tolist())
+        cursor, scanned, positions = self._cursor, 0, []
+        while len(positions) < count:
+            if cursor not in skipped or scanned >= size:
+                positions.append(cursor)
+            cursor = (cursor + 1) % size
+            scanned += 1
+        self._cursor = cursor
+        return torch.tensor(positions, dtype=torch.long)
+
     def write_at(self, index: int | torch.Tensor, data: Any) -> int | torch.Tensor:
         """Writes ``data`` at the given storage ``index`` (the cursor does not move)."""
         storage = self._storage

@@ -56,8 +56,10 @@ class TestListStorage:
         items = [1, 2.5, "s", torch.arange(3), {"k": [1, 2]}, TensorDict({"a": torch.ones(2)}, [2])]
         s.set(slice(0, len(items)), items)
         state = s.state_dict()
+        assert set(state) == {"max_size", "_storage"} and len(state["_storage"]) == 6
         t = ListStorage(10)
         t.load_state_dict(state)
+        state["_storage"][3].zero_()  # the loaded items are copies
         assert t.get(slice(0, 5))[:3] == [1, 2.5, "s"]
         torch.testing.assert_close(t.get(3), torch.arange(3))
         assert t.get(4) == {"k": [1, 2]}
@@ -121,8 +123,10 @@ class TestTensorStorage:
         assert rb.extend(torch.tensor([10, 11])).tolist() == [0, 1]  # writes start at 0
         assert rb[:].tolist() == [10, 11, 2, 3, 4]
         torch.testing.assert_close(data["x"][4:].sum(), torch.tensor(4.0))
-        with pytest.raises(ValueError, match="differs from the storage's length 6"):
+        with pytest.raises(ValueError, match="shape mismatch: max_size=3 differs from the .* 6"):
             TensorStorage(data, max_size=3)
+        with pytest.raises(ValueError, match="Expected storage to be non-null"):
+            TensorStorage(None)
         with pytest.raises(
             TypeError, match="stores tensors, TensorDicts, tensorclasses and pytrees .* got int"
         ):

@@ -49,5 +49,16 @@ def test_keys_without_underscore_load():
 
 
 def test_missing_key_is_named():
-    with pytest.raises(KeyError, match="needs the key '_write_count', got keys \\['_cursor'\\]"):
-        RoundRobinWriter().load_state_dict({"_cursor": 1})
+    with pytest.raises(KeyError, match="needs the key '_cursor', got keys \\['_write_count'\\]"):
+        RoundRobinWriter().load_state_dict({"_write_count": 1})
+
+
+def test_write_count_is_optional():
+    # as TorchRL: a state without _write_count keeps the writer's count
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(5))
+    state = rb.state_dict()
+    del state["_writer"]["_write_count"]
+    other = ReplayBuffer(storage=LazyTensorStorage(10))
+    other.load_state_dict(state)
+    assert other.writer.state_dict() == {"_cursor": 5, "_write_count": 0}

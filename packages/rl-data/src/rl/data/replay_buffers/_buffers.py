@@ -34,6 +34,11 @@ _CHECKPOINT_FILE = "replay_buffer.pt"
 _CHECKPOINT_VERSION = 2  # 2: TorchRL's state_dict layout ("_storage", "_sampler", ...)
 
 
+class MissingBatchSizeError(ValueError, RuntimeError):
+    """``sample()`` without a batch size, here or at construction (a ``ValueError``, and
+    the ``RuntimeError`` TorchRL raises)."""
+
+
 def _consuming_sampler(sampler: Sampler, count: Any) -> ConsumingSampler:
     """The sampler of ``consume_after_n_samples=count``: a :class:`ConsumingSampler` in
     place of a plain :class:`RandomSampler`, or the one given if it agrees."""
@@ -216,6 +221,12 @@ class ReplayBuffer(CheckpointAliases):
         self._prefetch_lock = threading.Lock()
         if isinstance(self._sampler, ConsumingSampler):
             self._check_consumption()
+        if getattr(self._sampler, "drop_last", False) and self._batch_size is None:
+            raise ValueError(
+                "Samplers with drop_last=True must work with a predictable batch-size: pass "
+                "batch_size to the buffer's constructor (the sampler drops the last, smaller "
+                "batch of an epoch)"
+            )
 
     _sample_unit: SampleUnit | None = None
 
@@ -686,13 +697,15 @@ class ReplayBuffer(CheckpointAliases):
 
         Raises:
             RuntimeError: the buffer is empty.
-            ValueError: no batch size was given here nor at construction.
+            ValueError: no batch size was given here nor at construction (also a
+                ``RuntimeError``, as TorchRL raises).
         """
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
-                raise ValueError(
-                    "sample() needs a batch_size: pass one here or to the buffer's constructor"
+                raise MissingBatchSizeError(
+                    "sample() needs a batch_size (batch_size not specified): pass one here or "
+                    "to the buffer's constructor"
                 )
         else:
             _check_batch_size(batch_size)
@@ -705,7 +718,10 @@ class ReplayBuffer(CheckpointAliases):
 
     def __iter__(self) -> Iterator[Any]:
         if self._batch_size is None:
-            raise RuntimeError("iterating over a replay buffer needs batch_size at construction")
+            raise RuntimeError(
+                "Cannot iterate over the replay buffer. Batch_size was not specified: "
+                "iterating over a replay buffer needs batch_size at construction"
+            )
         sampler = self._sampler
         if sampler._epoch_based:
             # an epoch ends exactly where the sampler says: no batches sampled ahead

@@ -93,12 +93,15 @@ def encode_item(item: Any) -> Any:
 
 
 def decode_item(item: Any) -> Any:
-    """Inverse of :func:`encode_item`."""
+    """Inverse of :func:`encode_item`; the tensors are copies (those of a loaded state may
+    be memory-mapped from its file, or changed by the caller later)."""
+    if isinstance(item, torch.Tensor):
+        return item.clone()
     if isinstance(item, dict):
         if item.get(_TD_TAG):
-            return decode_tensordict(item)
+            return decode_tensordict(item).clone()
         if item.get("__rl_ndarray__"):
-            return item["value"].numpy()
+            return item["value"].numpy().copy()
         return {k: decode_item(v) for k, v in item.items()}
     if isinstance(item, list):
         return [decode_item(x) for x in item]

@@ -194,12 +194,13 @@ class ListStorage(Storage):
         self._bump_mutation_revision()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"max_size": self.max_size, "items": [encode_item(x) for x in self._storage]}
+        # TorchRL's key for the items; TensorDicts and arrays are encoded as plain data
+        return {"max_size": self.max_size, "_storage": [encode_item(x) for x in self._storage]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if int(state_dict["max_size"]) != self.max_size:
             raise ValueError(
                 f"checkpoint has max_size {state_dict['max_size']}, this storage {self.max_size}"
             )
-        self._storage = [decode_item(x) for x in state_dict["items"]]
+        self._storage = [decode_item(x) for x in state_dict["_storage"]]
         self._bump_mutation_revision()

@@ -172,7 +172,7 @@ class CompressedListStorage(ListStorage):
 
     def state_dict(self) -> dict[str, Any]:
         items = [encode_item(self._decompress(p)) for p in self._storage]
-        return {"max_size": self.max_size, "items": items}
+        return {"max_size": self.max_size, "_storage": items}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)

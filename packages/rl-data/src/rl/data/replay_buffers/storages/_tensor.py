@@ -195,12 +195,18 @@ class TensorStorage(Storage):
                 )
             size = storage.shape[:ndim].numel()
             if max_size is not None and max_size != size:
-                raise ValueError(f"max_size={max_size} differs from the storage's length {size}")
+                raise ValueError(
+                    f"The max-size and the storage shape mismatch: max_size={max_size} differs "
+                    f"from the storage's length {size}"
+                )
             max_size = size
             if device is None:
                 device = storage.device
         if max_size is None:
-            raise TypeError("TensorStorage needs a storage or a max_size")
+            raise ValueError(
+                "Expected storage to be non-null: give TensorStorage the data to hold (or a "
+                "max_size; LazyTensorStorage allocates on the first write)"
+            )
         super().__init__(max_size)
         if ndim == 1:
             self._rows = self.max_size

@@ -340,7 +340,8 @@ class RoundRobinWriter(Writer):
         """Loads a state saved by :meth:`state_dict` (``cursor``/``write_count`` without
         the underscore load too)."""
         self._cursor = int(_state_entry(self, state_dict, "cursor"))
-        self._write_count = int(_state_entry(self, state_dict, "write_count"))
+        if "_write_count" in state_dict or "write_count" in state_dict:  # optional, as TorchRL
+            self._write_count = int(_state_entry(self, state_dict, "write_count"))
         generation = state_dict.get("_generation", state_dict.get("generation"))
         if generation is not None:
             self._generation = generation.clone()

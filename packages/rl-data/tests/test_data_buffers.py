@@ -607,16 +607,6 @@ class TestInPlaceRewrites:
         assert stored["obs"].tolist() == [0, 10, 2, 3]
         assert stored["other"].tolist() == [0, -1, 7, 7]
         assert stored["index"].tolist() == [0, 1, 2, 3]  # written by the writer, kept
-        with pytest.raises(KeyError, match="'new' that the storage does not hold"):
-            rb[0] = TensorDict(
-                {
-                    "obs": torch.tensor(0),
-                    "other": torch.tensor(0),
-                    "index": torch.tensor(0),
-                    "new": torch.tensor(0),
-                },
-                [],
-            )
 
     def test_read_and_write_all_in_order(self):
         rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
@@ -627,6 +617,24 @@ class TestInPlaceRewrites:
         part["obs"] = part["obs"] + 10
         rb.write_all(part)
         assert rb.read_all_in_order()["obs"].tolist() == [10, 11, 12, 3, 4, 5]
+
+    def test_a_rewrite_may_add_entries(self):
+        # as TorchRL: e.g. value targets computed over the whole buffer, written back
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+        rb.extend(TensorDict({"obs": torch.arange(6)}, [6]))
+        data = rb.read_all_in_order()
+        data["value_target"] = data["obs"] * 2.0
+        rb.write_all(data)
+        assert rb[:]["value_target"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        rb[1] = TensorDict({"extra": torch.ones(2)}, [])  # a single item, a new entry
+        assert rb[0:3]["extra"].tolist() == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+        # extend stays strict: a batch with another key is an error
+        with pytest.raises(KeyError, match="data is missing the key"):
+            rb.extend(TensorDict({"obs": torch.arange(2)}, [2]))
+        memmap = ReplayBuffer(storage=LazyMemmapStorage(8))
+        memmap.extend(TensorDict({"a": torch.arange(4)}, [4]))
+        with pytest.raises(KeyError, match="LazyMemmapStorage cannot add entries"):
+            memmap[0:1] = TensorDict({"a": torch.tensor([1]), "z": torch.ones(1)}, [1])
 
 
 class TestStats:

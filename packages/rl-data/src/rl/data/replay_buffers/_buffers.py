@@ -460,8 +460,9 @@ class ReplayBuffer(CheckpointAliases):
         or list), through the buffer's inverted transforms as :meth:`extend` writes; a
         tuple of them (one per dim of what ``rb[:]`` returns); or a key, which rewrites
         that entry of every item. A TensorDict holding a part of the stored entries
-        rewrites those only. The writer's cursor does not move and the buffer's length
-        only grows when positions past it are written.
+        rewrites those only; one holding new entries adds them to the storage (zeros for
+        the other items; not to a memory-mapped one). The writer's cursor does not move
+        and the buffer's length only grows when positions past it are written.
         """
         if isinstance(index, str) or (
             isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
@@ -472,6 +473,10 @@ class ReplayBuffer(CheckpointAliases):
             index = index[0]
         if len(self._transform):
             value = self._transform.inv(value)
+        if isinstance(value, TensorDictBase) and getattr(self._storage, "_is_td", False):
+            # a rewrite may add entries (zeros elsewhere), as TorchRL
+            with self._lock:
+                self._storage._add_entries(value)
         if isinstance(index, tuple) or self.dim_extend or self._is_partial(value):
             with self._lock:
                 view = self._move_dim_extend(self._storage.get(slice(None)))

@@ -142,6 +142,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         (3, tensor([2.]))
     """
 
+    _adds_entries = False  # its files are made once, at the first write
+
     def __init__(
         self,
         max_size: int,

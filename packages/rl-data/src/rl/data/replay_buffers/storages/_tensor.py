@@ -416,6 +416,40 @@ class TensorStorage(Storage):
     def _stored_keys(self) -> str:
         return ", ".join(sorted(map(repr, self._sig)))
 
+    # whether an in-place rewrite (ReplayBuffer.__setitem__) may add entries
+    _adds_entries = True
+
+    def _add_entries(self, data: TensorDictBase) -> None:
+        """Adds the entries of ``data`` the storage lacks, zeros for every item until
+        written (as TorchRL, where rewriting stored items may add keys, e.g. the value
+        targets computed over the whole buffer).
+
+        Raises:
+            KeyError: the storage cannot add entries (memory-mapped files).
+        """
+        new = [
+            (key, value)
+            for key, value in data.items(include_nested=True, leaves_only=True)
+            if key not in self._sig
+        ]
+        if not new:
+            return
+        if not self._adds_entries:
+            raise KeyMismatchError(
+                f"data has the key {new[0][0]!r} that the storage does not hold, and a "
+                f"{type(self).__name__} cannot add entries (stored keys: {self._stored_keys()})"
+            )
+        was_locked = self._storage.is_locked
+        if was_locked:
+            self._storage.unlock_()
+        for key, value in new:
+            # the storage's batch dims, then the entry's own (after data's batch dims)
+            shape = (*self._storage.batch_size, *value.shape[data.batch_dims :])
+            self._storage.set(key, torch.zeros(shape, dtype=value.dtype, device=self._device))
+        if was_locked:
+            self._storage.lock_()
+        self._adopt(self._storage)
+
     # -- writes ----------------------------------------------------------------------------------
     def _record_write(self, new_len: int, write_end: int) -> None:
         """Grows ``len`` to ``new_len``; ``write_end`` follows the last item written."""

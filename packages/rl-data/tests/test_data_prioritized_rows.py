@@ -271,17 +271,19 @@ class TestFusedUpdate:
 
 
 class TestFusedUpdateWithSampledIndex:
-    """``update_priority(batch["index"], ...)``: CPU tensors' addresses go straight to
-    the compiled update."""
+    """``update_priority(batch["index"], ...)``: CPU tensors go straight to rl-cpp's
+    in-place update."""
 
     def test_trees_match_a_plain_loop_over_the_sampled_updates(self, monkeypatch):
         from rl.data.replay_buffers.samplers import _prioritized
 
         rb = buffer(seed=1)
         calls = []
-        compiled = _prioritized._update_at
+        compiled = _prioritized.prioritized_update_at
         monkeypatch.setattr(
-            _prioritized, "_update_at", lambda *args: calls.append(1) or compiled(*args)
+            _prioritized,
+            "prioritized_update_at",
+            lambda *args: calls.append(1) or compiled(*args),
         )
         eps, alpha = rb.sampler.eps, rb.sampler.alpha
         # the reference: the leaves written one by one in float64, the last write wins

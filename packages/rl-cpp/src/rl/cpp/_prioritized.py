@@ -441,24 +441,3 @@ def prioritized_update_at(
         sum_tree._impl, min_tree._impl, index_address, priority_address, n, eps, alpha
     )
 
-
-def _update_at_addresses(
-    sum_tree: SumSegmentTree,
-    min_tree: MinSegmentTree,
-    index_address: int,
-    priority_address: int,
-    n: int,
-    eps: float,
-    alpha: float,
-) -> float:
-    """:func:`prioritized_update_at` on raw addresses, without its argument checks.
-
-    Private: for rl-data's prioritized sampler, which has checked the two tensors itself
-    (the checks cost a few percent of its step). The caller guarantees ``n`` contiguous
-    int64 values at ``index_address`` and ``n`` values of the trees' dtype at
-    ``priority_address``, alive during the call; indices and priorities are still checked
-    before either tree changes.
-    """
-    return _C.prioritized_update_at(
-        sum_tree._impl, min_tree._impl, index_address, priority_address, n, eps, alpha
-    )

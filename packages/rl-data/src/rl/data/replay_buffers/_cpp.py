@@ -10,8 +10,6 @@ Every use of rl-cpp in rl-data goes through this module and rl-cpp's public API.
 
 from __future__ import annotations
 
-from typing import Any
-
 try:
     from rl.cpp import (
         MinSegmentTree,
@@ -40,38 +38,6 @@ else:
     HAS_CPP = True
 
 
-def update_at_tensors(
-    sum_tree: Any, min_tree: Any, index: Any, priority: Any, eps: float, alpha: float
-) -> float:
-    """``prioritized_update_at`` for 1-D contiguous CPU tensors the caller has checked."""
-    return prioritized_update_at(sum_tree, min_tree, index, priority, eps, alpha)
-
-
-if HAS_CPP:
-    try:
-        # The one private rl-cpp name rl-data uses: the same update on the tensors'
-        # addresses, without the argument checks that the sampler's hot path has already
-        # made (they cost a few percent of a prioritized step). An rl-cpp without it gets
-        # the public call above.
-        from rl.cpp._prioritized import _update_at_addresses
-    except ImportError:
-        pass
-    else:
-
-        def update_at_tensors(
-            sum_tree: Any, min_tree: Any, index: Any, priority: Any, eps: float, alpha: float
-        ) -> float:
-            return _update_at_addresses(
-                sum_tree,
-                min_tree,
-                index.data_ptr(),
-                priority.data_ptr(),
-                index.shape[0],
-                eps,
-                alpha,
-            )
-
-
 __all__ = [
     "HAS_CPP",
     "MinSegmentTree",
@@ -81,5 +47,4 @@ __all__ = [
     "prioritized_sample_rows_into",
     "prioritized_update",
     "prioritized_update_at",
-    "update_at_tensors",
 ]

@@ -15,8 +15,8 @@ from rl.data.replay_buffers._cpp import (
     SumSegmentTree,
     prioritized_sample,
     prioritized_update,
+    prioritized_update_at,
 )
-from rl.data.replay_buffers._cpp import update_at_tensors as _update_at
 from rl.data.replay_buffers._utils import as_index_tensor
 from rl.data.replay_buffers.samplers._prioritized_rows import FusedRows
 from rl.data.replay_buffers.samplers._sampler import EMPTY_STORAGE_ERROR, Sampler
@@ -295,10 +295,10 @@ class PrioritizedSampler(Sampler):
             and (self._storage is None or self._storage.ndim == 1)
         ):
             # the usual call, a sampled batch's "index" and its new priorities (checked
-            # above): their addresses straight to the compiled update, which checks every
+            # above) to rl-cpp's in-place update, which checks them again and every
             # index and priority before either tree changes
             try:
-                high = _update_at(
+                high = prioritized_update_at(
                     self._sum_tree, self._min_tree, index, priority, self._eps, self._alpha
                 )
             except (IndexError, ValueError):

@@ -1,0 +1,291 @@
+"""The rollout engine: one preallocated ``[*B, T]`` time loop for every env."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from .._utils import _merge_plain
+from ._buffers import (
+    RolloutBuffers,
+    StepViews,
+    flat_leaves,
+    nested_batch_dims,
+    restore_nested_batch,
+)
+from ._kernel import EnvKernel, RolloutKernel
+
+if TYPE_CHECKING:
+    from .._common import EnvBase
+
+__all__ = ["policy_runner", "presample_actions", "run_rollout"]
+
+
+def presample_actions(
+    env: EnvBase, max_steps: int, extra: tuple = ()
+) -> list[tuple[Any, torch.Tensor]]:
+    """Draws the random actions of all steps at once: ``[(key, tensor[*E, *B, T, *F])]``.
+
+    ``extra``: leading batch dims of the input beyond the env's (non batch-locked envs).
+    """
+    actions = env.full_action_spec.rand((max_steps, *extra))
+    nb = len(extra) + len(env.batch_size)
+    out = []
+    for key in actions.keys(True, True):
+        value = actions[key]
+        out.append((key, value.movedim(0, nb).contiguous() if nb else value))
+    return out
+
+
+def policy_runner(policy: Callable | None) -> Callable | None:
+    """The callable the engine runs at each step: the policy's tensor-level twin
+    (:func:`rl.core.tensor_policy`: the same tensor calls without tensordict's per-call
+    machinery) where it still does what the policy does, else the policy itself."""
+    if policy is None:
+        return None
+    import rl.core
+
+    tensor_policy = getattr(rl.core, "tensor_policy", None)  # TODO: lands with rl.core's protocol
+    twin = tensor_policy(policy) if tensor_policy is not None else None
+    return twin if twin is not None and twin.usable() else policy
+
+
+def _write_step(views: StepViews, t: int, srcs: list, writes: list, idx: tuple, ok: bool) -> bool:
+    """Copies step ``t``'s values into their buffers; returns whether views still serve.
+
+    One ``_foreach_copy_`` into the step's views, unless a value needs grad: views made by
+    ``unbind`` cannot be written in place by autograd, so from then on the rollout writes
+    ``buf[idx] = value`` (gradients flow through the rollout).
+    """
+    if ok and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
+        ok = False
+    if ok:
+        torch._foreach_copy_(views[t], srcs)
+    else:
+        for (_, buf), value in zip(writes, srcs):
+            buf[idx] = value
+    return ok
+
+
+def _set(td: TensorDictBase, key, value: torch.Tensor) -> None:
+    """``td.set(key, value)`` for a value of the td's batch size (no checks for a plain
+    TensorDict and a string key)."""
+    if type(key) is str and type(td) is TensorDict:
+        td._set_str(key, value, inplace=False, validated=True)
+    else:
+        td.set(key, value)
+
+
+def _any(done) -> bool:
+    return done if type(done) is bool else bool(done.any())
+
+
+def _copy(done):
+    """A copy of a step's done flags (a kernel may reuse its array at the next step)."""
+    if type(done) is bool:
+        return done
+    return done.copy() if isinstance(done, np.ndarray) else done.clone()
+
+
+def run_rollout(
+    env: EnvBase,
+    max_steps: int,
+    tensordict: TensorDictBase,
+    *,
+    policy: Callable[[TensorDictBase], TensorDictBase] | None,
+    callback: Callable[[EnvBase, TensorDictBase], Any] | None = None,
+    break_when_any_done: bool,
+    break_when_all_done: bool,
+    kernel: RolloutKernel | None = None,
+) -> TensorDictBase:
+    """Steps ``env`` up to ``max_steps`` times from the reset ``tensordict``.
+
+    The one time loop of ``rl.envs``: :meth:`EnvBase.rollout`, every batched env and every
+    collector run it. It records each step into ``[*B, T, ...]`` buffers allocated once;
+    root entries that the next step carries over (observations, done flags) are filled
+    from the ``"next"`` buffers in one copy at the end, except where a reset or the policy
+    replaced them.
+
+    Args:
+        env: the env (its specs, done and reward keys).
+        max_steps: ``T``.
+        tensordict: the root of step 0 (already reset).
+        policy: reads the root and writes the action; ``None`` draws uniform random
+            actions from the action spec, all at once.
+        callback: ``callback(env, tensordict)`` after each step (the root with its
+            ``"next"``).
+        break_when_any_done: stop after the first step where a sub-env is done.
+        break_when_all_done: stop once every sub-env has been done at least once.
+        kernel: the back-end (default: ``env.rollout_kernel()`` for a tensordict of the
+            env's batch size, else :class:`EnvKernel`).
+
+    Returns:
+        a TensorDict of batch size ``[*B, T']``, ``T' <= max_steps``.
+    """
+    batch_size = tensordict.batch_size
+    nb = len(batch_size)
+    prefix = (slice(None),) * nb
+    if kernel is None:
+        kernel = env.rollout_kernel() if batch_size == env.batch_size else EnvKernel(env)
+    runner = policy_runner(policy)
+    if runner is None and env._draws_actions_per_step():
+        runner = env.rand_action  # a spec that changes at every step (action masks)
+    done_key = env.done_key
+    reward_keys = set(env.reward_keys)
+    reward_drop = {(k,) if isinstance(k, str) else tuple(k) for k in reward_keys}
+    bufs = RolloutBuffers(batch_size, max_steps, env.device)
+    actions = None
+    if runner is None:
+        actions = presample_actions(env, max_steps, batch_size[: nb - len(env.batch_size)])
+        for key, value in actions:
+            bufs.root[key] = value
+    eager = runner is not None or callback is not None or kernel.reads_root
+    td = tensordict
+    if runner is not None:
+        out = runner(td)
+        if out is not None:
+            td = out
+        if not kernel.accepts(td):  # before the env moved
+            kernel = EnvKernel(env)
+    elif eager:
+        for key, value in actions:
+            td.set(key, value[(*prefix, 0)])
+    nested = nested_batch_dims(td, nb) if eager else {}
+    stops = break_when_any_done or break_when_all_done
+    first = kernel.start(bufs, td, actions, eager=eager, stops=stops)
+    first = td if first is None else first  # the root of step 0 the buffers record
+    presampled = {key for key, _ in actions} if actions is not None else set()
+    root_writes: list = []  # (key, buf): root entries copied at every step (eager)
+    root_carried: list = []  # (key, buf): root entries equal to the previous "next" ones
+    next_writes: list = []  # (key, buf): "next" entries the engine records (from a TD)
+    carried: dict = {}  # key -> the tensor object set in the root by the last carry
+    overrides: list = []  # (t, key, value): carried root entries replaced (reset, policy)
+    root_views = next_views = None
+    next_keys: list = []  # the "next" keys the kernel writes itself, in buffer order
+    views_ok = True
+    seen_done = None
+    steps = max_steps
+    last = max_steps - 1
+    for t in range(max_steps):
+        if t > 0:
+            if runner is not None:
+                out = runner(td)
+                if out is not None:
+                    td = out
+            elif eager:
+                for key, value in actions:
+                    _set(td, key, value[(*prefix, t)])
+        root = td if eager else None
+        kernel.begin(t, root)
+        if t > 0 and eager and (root_writes or root_carried):
+            root_flat = flat_leaves(td)
+            for key, _ in root_carried:
+                value = root_flat[key]
+                if value is not carried[key]:
+                    overrides.append((t, key, value.clone()))
+            if root_writes:
+                srcs = [root_flat[key] for key, _ in root_writes]
+                views_ok = _write_step(root_views, t, srcs, root_writes, (*prefix, t), views_ok)
+        result = kernel.step(t, root)
+        next_td = result if isinstance(result, TensorDictBase) else None
+        if t == 0:
+            # the buffers: known once the policy and the env wrote step 0
+            if next_td is not None:
+                nested.update({("next", *k): v for k, v in nested_batch_dims(next_td, nb).items()})
+                for key, value in flat_leaves(next_td).items():
+                    buf = bufs.next[key] = bufs.like(value)
+                    next_writes.append((key, buf))
+            next_keys = [key for key in bufs.next if all(key != k for k, _ in next_writes)]
+            carry_keys = [key for key in bufs.next if key not in reward_keys]
+            carry_set = set(carry_keys)
+            sources = flat_leaves(td) if eager else dict(first.items(True, True))
+            for key, value in sources.items():
+                if key == "_reset" or key in presampled:
+                    continue
+                buf = bufs.root[key] = bufs.like(value)
+                buf[(*prefix, 0)] = value
+                if key in carry_set:
+                    root_carried.append((key, buf))
+                else:
+                    root_writes.append((key, buf))
+            # a root buffer written with grad at step 0: no views (see _write_step)
+            views_ok = not any(buf.requires_grad for buf in bufs.root.values())
+            root_views = StepViews([buf for _, buf in root_writes], nb, max_steps)
+            next_views = StepViews([buf for _, buf in next_writes], nb, max_steps)
+            kernel_views = StepViews([bufs.next[key] for key in next_keys], nb, max_steps)
+        if next_td is not None:
+            next_flat = flat_leaves(next_td)
+            srcs = [next_flat[key] for key, _ in next_writes]
+            views_ok = _write_step(next_views, t, srcs, next_writes, (*prefix, t), views_ok)
+            done = next_flat[done_key]
+        else:
+            done = result
+            next_flat = dict(zip(next_keys, kernel_views[t])) if eager else None
+        if callback is not None:
+            if next_td is None:
+                next_td = TensorDict({}, batch_size=batch_size, device=env.device)
+                for key, value in next_flat.items():
+                    next_td.set(key, value)
+            td.set("next", next_td)
+            callback(env, td)
+            td.del_("next")
+        any_done = _any(done)
+        if any_done and break_when_any_done:
+            steps = t + 1
+            break
+        if break_when_all_done:
+            seen_done = _copy(done) if seen_done is None else seen_done | done
+            if seen_done if type(seen_done) is bool else bool(seen_done.all()):
+                steps = t + 1
+                break
+        if t == last:
+            break
+        if eager:
+            # the next root: the step's "next" entries (but the rewards) over this root
+            entries = None
+            if next_td is not None and type(td) is TensorDict and type(next_td) is TensorDict:
+                entries = _merge_plain(next_td, td, reward_drop, set(), set(), ())
+            if entries is not None:
+                td = TensorDict._new_unsafe(
+                    entries, batch_size=td.batch_size, device=td.device, nested=False
+                )
+                carried = {key: next_flat[key] for key in carry_keys}
+            else:
+                for key in carry_keys:
+                    value = next_flat[key]
+                    _set(td, key, value)
+                    carried[key] = value
+        if any_done:
+            reset = kernel.reset(t + 1, done, td if eager else None)
+            if isinstance(reset, TensorDictBase):
+                td = reset
+            elif eager:
+                for key, value in reset.items():
+                    _set(td, key, value)
+            else:
+                overrides.extend((t + 1, key, value) for key, value in reset.items())
+            if eager:
+                for key, _ in root_carried:
+                    value = td.get(key)
+                    if value is not carried[key]:
+                        overrides.append((t + 1, key, value.clone()))
+                        carried[key] = value
+    kernel.finish(steps)
+    if not eager:  # the root entries no step changes (a rollout without a root per step)
+        for _, buf in root_writes:
+            if steps > 1:
+                buf[(*prefix, slice(1, steps))] = buf[(*prefix, slice(0, 1))]
+    for key, buf in root_carried:
+        if steps > 1:
+            buf[(*prefix, slice(1, steps))] = bufs.next[key][(*prefix, slice(0, steps - 1))]
+    for t, key, value in overrides:
+        if t < steps:
+            bufs.root[key][(*prefix, t)] = value
+    out = bufs.output(steps)
+    if nested:
+        restore_nested_batch(out, nested, nb)
+    return kernel.output(out)

@@ -37,6 +37,8 @@ MODULES = [
     "rl.core.trainers",
     "rl.core.loggers",
     "rl.core.plot",
+    "rl.core.workers",
+    "rl.core.ray_runtime",
     "rl.cpp",
     "rl.envs",
     "rl.envs.transforms",

@@ -12,7 +12,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from rl.core import ExplorationType, set_exploration_type  # noqa: E402
-from rl.core._ray import child_pids, processes_left  # noqa: E402
+from rl.core.ray_runtime import child_pids, processes_left  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import Collector
-from rl.core._ray import acquire_runtime, local_ray, processes_left, release_runtime
+from rl.core.ray_runtime import acquire_runtime, local_ray, processes_left, release_runtime
 from rl.envs import GymEnv
 
 ray = pytest.importorskip("ray")

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rl.core._ray import (
-    _StartupCrashes,
+from rl.core.ray_runtime import (
     acquire_runtime,
     child_pids,
     local_ray,
@@ -43,48 +42,6 @@ cartpole = functools.partial(GymEnv, "CartPole-v1", categorical_action_encoding=
 
 def _has_ray(python: str) -> bool:
     return subprocess.run([python, "-c", "import ray"], capture_output=True).returncode == 0
-
-
-# ----------------------------------------------------------- Ray's forwarded stderr
-class TestStartupCrashes:
-    """The lines a raylet forwards for a worker that died before joining a job."""
-
-    TRACEBACK = [
-        "Traceback (most recent call last):",
-        '  File ".../ray/_private/workers/default_worker.py", line 8, in <module>',
-        "    import ray",
-        "ModuleNotFoundError: No module named 'ray'",
-    ]
-
-    @staticmethod
-    def lines(lines, pid="raylet", job="", is_err=True):
-        return {"ip": "10.0.0.1", "pid": pid, "job": job, "is_err": is_err, "lines": lines}
-
-    def test_traceback_over_several_messages(self):
-        crashes = _StartupCrashes()
-        crashes(self.lines(["Creating virtual environment at: .venv", *self.TRACEBACK[:2]]))
-        assert crashes.crash is None  # the exception line has not come yet
-        crashes(self.lines(self.TRACEBACK[2:]))
-        assert crashes.crash == "\n".join(self.TRACEBACK)
-
-    def test_raylet_says_the_worker_crashed(self):
-        crashes = _StartupCrashes()
-        line = (
-            "worker_pool.cc:660: Some workers of the worker process(7926) have not registered "
-            "within the timeout. The process is dead, probably it crashed during start."
-        )
-        crashes(self.lines([line]))
-        assert crashes.crash == line
-
-    @pytest.mark.parametrize(
-        "kwargs",
-        [{"job": "01000000"}, {"pid": "autoscaler"}, {"is_err": False}],
-        ids=["a job's worker", "Ray's autoscaler", "stdout"],
-    )
-    def test_other_lines_are_ignored(self, kwargs):
-        crashes = _StartupCrashes()
-        crashes(self.lines(self.TRACEBACK, **kwargs))
-        assert crashes.crash is None
 
 
 # ------------------------------------------------------------------ `uv run` drivers
@@ -151,7 +108,7 @@ class TestRayStartedByRlUnderUvRun:
                 """
                 import functools, json, sys
                 from rl.collectors.distributed import RayCollector
-                from rl.core._ray import child_pids
+                from rl.core.ray_runtime import child_pids
                 from rl.envs import GymEnv
 
                 collector = RayCollector(

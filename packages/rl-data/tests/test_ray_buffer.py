@@ -7,7 +7,7 @@ from functools import partial
 import pytest
 import torch
 
-from rl.core._ray import local_ray, processes_left
+from rl.core.ray_runtime import local_ray, processes_left
 from rl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
 from rl.data.replay_buffers._utils import CheckpointAliases
 

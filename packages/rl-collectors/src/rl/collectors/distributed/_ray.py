@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType
-from rl.core._ray import acquire_runtime, import_ray
+from rl.core.ray_runtime import acquire_runtime, import_ray
 from rl.envs import EnvBase, EnvCreator
 
 from .._base import CollectorBase

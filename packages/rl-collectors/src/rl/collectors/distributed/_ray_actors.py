@@ -7,7 +7,7 @@ import time
 
 from tensordict import TensorDictBase
 
-from rl.core._ray import release_runtime, wait_started
+from rl.core.ray_runtime import release_runtime, wait_started
 
 __all__ = ["RayActorRequests"]
 

@@ -2,7 +2,7 @@
 
 Ray is imported when a buffer is built (``rl-data[ray]``); ``import rl.data`` does not
 need it. The Ray runtime is shared with the other rl objects that use Ray (see
-``rl.core._ray``): it is started here when Ray does not run, and shut down by the last rl
+:mod:`rl.core.ray_runtime`): it is started here when Ray does not run, and shut down by the last rl
 object using it.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from rl.core._ray import acquire_runtime, import_ray, release_runtime, wait_started
+from rl.core.ray_runtime import acquire_runtime, import_ray, release_runtime, wait_started
 from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers._utils import CheckpointAliases
 from rl.data.replay_buffers.samplers import Sampler

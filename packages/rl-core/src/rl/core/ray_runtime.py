@@ -1,8 +1,14 @@
 """Ray, imported lazily, and the Ray runtime that rl objects share.
 
+This is the public contract between the packages that run on Ray: ``RayCollector``
+(``rl-collectors``) and ``RayReplayBuffer`` (``rl-data``) import Ray with
+:func:`import_ray`, start or join the shared runtime with :func:`acquire_runtime`, give
+it back with :func:`release_runtime` and wait for their actors with
+:func:`wait_started`. A user who writes a Ray-backed rl object of their own does the same.
+
 ``rl-core`` does not depend on Ray: ``ray`` is imported inside the functions here, when a
-Ray-backed object (``RayCollector`` in ``rl-collectors``, ``RayReplayBuffer`` in
-``rl-data``) is built, so ``import rl.collectors`` / ``import rl.data`` do not import it.
+Ray-backed object is built, so ``import rl.collectors`` / ``import rl.data`` do not
+import it.
 
 ``ray.init()`` is called by the first rl object that needs Ray when Ray is not running
 yet; that runtime is shut down when the last rl object using it is shut down, and never
@@ -23,6 +29,12 @@ cannot start (an interpreter without Ray or rl) at once, with the cause and the 
 The process helpers at the end (:func:`child_pids`, :func:`processes_left`,
 :func:`local_ray`) let tests check that a Ray runtime leaves no process behind (they read
 ``/proc``: Linux).
+
+Examples:
+    >>> from rl.core.ray_runtime import acquire_runtime, import_ray, release_runtime
+    >>> ray = import_ray("my Ray-backed object", "rl-collectors[ray]")  # doctest: +SKIP
+    >>> held = acquire_runtime(ray, {"num_cpus": 2})  # doctest: +SKIP
+    >>> release_runtime(ray, held)  # the last holder shuts down the runtime  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -172,15 +172,12 @@ class _GymKernelBase(RolloutKernel):
             return self.gym_actions[t]
         return self.env._action_from_td(tensordict)
 
-    def _reset_entries(self, t: int, idx: np.ndarray, arrays: list) -> dict:
-        """The root observations of step ``t``: the previous ``"next"`` ones with the rows
-        ``idx`` replaced by ``arrays`` (one per leaf); the flags cleared."""
-        entries = {}
-        for key, buf, rows in zip(self.obs_keys, self.obs_bufs, arrays):
-            value = buf[(*self.prefix, t - 1)].clone()
-            value[idx] = torch.from_numpy(np.asarray(rows))
-            entries[key] = value
-        entries.update(self.env._flags(False, False))
+    def _reset_entries(self, idx, arrays: list) -> dict:
+        """The root entries of a reset: the rows ``idx`` of the observations replaced by
+        ``arrays`` (one per leaf), the flags cleared (see ``RolloutKernel.reset``)."""
+        entries = {key: (idx, rows) for key, rows in zip(self.obs_keys, arrays)}
+        for key in ("done", "terminated", "truncated"):
+            entries[key] = (idx, False)
         return entries
 
     def finish(self, steps: int) -> None:
@@ -215,9 +212,7 @@ class GymKernel(_GymKernelBase):
     def reset(self, t: int, done, tensordict) -> dict:
         env = self.env
         obs, _ = self.reset_fn(seed=env._take_seed())
-        entries = env._obs_entries(obs)
-        entries.update(env._flags(False, False))
-        return entries
+        return self._reset_entries((), env._obs_arrays(obs))
 
 
 class VectorKernel(_GymKernelBase):
@@ -293,7 +288,7 @@ class VectorKernel(_GymKernelBase):
                 self.last_done = np.zeros_like(done)
             idx = np.flatnonzero(done)
             arrays = [a[idx] for a in env._obs_arrays(self.obs)]
-        return self._reset_entries(t, idx, arrays)
+        return self._reset_entries(idx, arrays)
 
     def finish(self, steps: int) -> None:
         super().finish(steps)
@@ -332,6 +327,7 @@ class SyncVectorKernel(_GymKernelBase):
             actions_t = self._split(self.env._action_from_td(tensordict))
         done, latest, fresh = self.done_np, self.latest, self.fresh
         write, rew, term, trunc = self.write_next, self.rew, self.term, self.trunc
+        any_done = False
         for i, sub in enumerate(self.subs):
             try:
                 obs, r, te, tr, _ = sub.step(actions_t[i])
@@ -343,7 +339,7 @@ class SyncVectorKernel(_GymKernelBase):
             term[i, t] = te
             trunc[i, t] = tr
             if te or tr:
-                done[i] = True
+                done[i] = any_done = True
                 obs, _ = sub.reset()
                 fresh[i] = obs
             else:
@@ -351,13 +347,13 @@ class SyncVectorKernel(_GymKernelBase):
             latest[i] = obs
         if self.eager:
             self.done[:, t] = done
-        return done
+        return done if any_done else False  # a bool: no array test per step
 
     def reset(self, t: int, done: np.ndarray, tensordict) -> dict:
         idx = np.flatnonzero(done)
         per_row = [self.env._obs_arrays(self.fresh[i]) for i in idx]
         arrays = [np.stack([row[k] for row in per_row]) for k in range(len(self.obs_keys))]
-        return self._reset_entries(t, idx, arrays)
+        return self._reset_entries(idx, arrays)
 
     def finish(self, steps: int) -> None:
         super().finish(steps)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 from tensordict import TensorDictBase
 
 from .._partial_step import peek_step_mask
@@ -97,10 +98,8 @@ class BatchedKernel(RolloutKernel):
             env._do_reset(workers)
             env.__dict__["_pending_promote"] = []
             source = shm.out
-        entries = {}
-        for key in self.layout.reset_keys:
-            value = shm.out[key].clone()
-            value[workers] = source[key][workers]
-            entries[key] = value
+        rows = torch.as_tensor(workers, dtype=torch.long)
+        # copies: the shared buffers are overwritten at the next step
+        entries = {key: (rows, source[key][rows].clone()) for key in self.layout.reset_keys}
         self.reset_workers = workers if source is shm.reset else []
         return entries

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["RolloutBuffers", "build_output", "flat_leaves", "StepViews"]
+__all__ = ["RolloutBuffers", "StepViews", "build_output", "flat_leaves", "patched"]
 
 
 def flat_leaves(td: TensorDictBase) -> dict:
@@ -28,6 +28,17 @@ def _walk(td: TensorDict, path: tuple, out: dict) -> bool:
         else:  # a tensorclass, a lazy stack, non-tensor data: the generic path
             return False
     return True
+
+
+def patched(previous: torch.Tensor, value) -> torch.Tensor:
+    """A root entry a kernel's reset returned: a tensor, or ``(rows, values)``: the
+    ``previous`` value (the step's ``"next"`` one) with ``rows`` replaced by ``values``."""
+    if type(value) is not tuple:
+        return value
+    rows, values = value
+    out = previous.clone()
+    out[rows] = values if isinstance(values, (bool, torch.Tensor)) else torch.as_tensor(values)
+    return out
 
 
 class StepViews:

@@ -87,9 +87,11 @@ class RolloutKernel:
         """Resets the sub-envs ``done`` (as :meth:`step` returned it) before step ``t``.
 
         Returns:
-            a dict ``{key: value of shape [*B, ...]}`` of the root entries of step ``t``
-            the reset set (the done rows fresh, the other rows their current values); or,
-            for a kernel that reads the root, the root TensorDict after the reset.
+            a dict of the root entries of step ``t`` the reset set, each a value of shape
+            ``[*B, ...]`` or ``(rows, values)``: the step's ``"next"`` value with the
+            ``rows`` (an index of the batch dims, ``()`` for an unbatched env) replaced
+            by ``values`` (numpy or torch); or, for a kernel that reads the root, the
+            root TensorDict after the reset.
         """
         raise NotImplementedError
 

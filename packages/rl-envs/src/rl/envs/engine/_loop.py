@@ -15,6 +15,7 @@ from ._buffers import (
     StepViews,
     flat_leaves,
     nested_batch_dims,
+    patched,
     restore_nested_batch,
 )
 from ._kernel import EnvKernel, RolloutKernel
@@ -81,7 +82,7 @@ def _set(td: TensorDictBase, key, value: torch.Tensor) -> None:
 
 
 def _any(done) -> bool:
-    return done if type(done) is bool else bool(done.any())
+    return done if done.__class__ is bool else bool(done.any())
 
 
 def _copy(done):
@@ -168,6 +169,8 @@ def run_rollout(
     next_keys: list = []  # the "next" keys the kernel writes itself, in buffer order
     views_ok = True
     seen_done = None
+    step = kernel.step
+    begin = kernel.begin if type(kernel).begin is not RolloutKernel.begin else None
     steps = max_steps
     last = max_steps - 1
     for t in range(max_steps):
@@ -180,7 +183,8 @@ def run_rollout(
                 for key, value in actions:
                     _set(td, key, value[(*prefix, t)])
         root = td if eager else None
-        kernel.begin(t, root)
+        if begin is not None:
+            begin(t, root)
         if t > 0 and eager and (root_writes or root_carried):
             root_flat = flat_leaves(td)
             for key, _ in root_carried:
@@ -190,8 +194,11 @@ def run_rollout(
             if root_writes:
                 srcs = [root_flat[key] for key, _ in root_writes]
                 views_ok = _write_step(root_views, t, srcs, root_writes, (*prefix, t), views_ok)
-        result = kernel.step(t, root)
-        next_td = result if isinstance(result, TensorDictBase) else None
+        result = step(t, root)
+        # a kernel returns its done flags (a bool, an array) or the step's TensorDict
+        cls = result.__class__
+        flags = cls is bool or cls is np.ndarray or cls is torch.Tensor
+        next_td = None if flags else result
         if t == 0:
             # the buffers: known once the policy and the env wrote step 0
             if next_td is not None:
@@ -233,7 +240,7 @@ def run_rollout(
             td.set("next", next_td)
             callback(env, td)
             td.del_("next")
-        any_done = _any(done)
+        any_done = done if done.__class__ is bool else bool(done.any())
         if any_done and break_when_any_done:
             steps = t + 1
             break
@@ -265,7 +272,7 @@ def run_rollout(
                 td = reset
             elif eager:
                 for key, value in reset.items():
-                    _set(td, key, value)
+                    _set(td, key, patched(td.get(key), value))
             else:
                 overrides.extend((t + 1, key, value) for key, value in reset.items())
             if eager:
@@ -284,7 +291,12 @@ def run_rollout(
             buf[(*prefix, slice(1, steps))] = bufs.next[key][(*prefix, slice(0, steps - 1))]
     for t, key, value in overrides:
         if t < steps:
-            bufs.root[key][(*prefix, t)] = value
+            if type(value) is tuple:  # (rows, values) of a kernel's reset
+                rows, value = value
+                view = bufs.root[key][(*prefix, t)]
+                view[rows] = value if isinstance(value, bool) else torch.as_tensor(value)
+            else:
+                bufs.root[key][(*prefix, t)] = value
     out = bufs.output(steps)
     if nested:
         restore_nested_batch(out, nested, nb)

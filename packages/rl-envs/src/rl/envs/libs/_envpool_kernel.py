@@ -189,12 +189,9 @@ class EnvPoolKernel(RolloutKernel):
             self.fresh = self.reset_recv()
         fresh, rows = self.fresh
         self.fresh = None
-        entries = {}
-        for key, buf, array in zip(self.obs_keys, self.obs_bufs, self.env._obs_arrays(fresh)):
-            value = buf[:, t - 1].clone()
-            value[rows] = torch.from_numpy(array)
-            entries[key] = value
-        entries.update(self.env._flags(False, False))
+        entries = dict(zip(self.obs_keys, ((rows, a) for a in self.env._obs_arrays(fresh))))
+        for key in ("done", "terminated", "truncated"):
+            entries[key] = (rows, False)
         return entries
 
     def finish(self, steps: int) -> None:

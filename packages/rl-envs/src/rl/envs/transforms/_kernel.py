@@ -20,7 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from .._common import _merge_partial_reset
 from ..engine import RolloutBuffers, RolloutKernel
-from ..engine._buffers import StepViews
+from ..engine._buffers import StepViews, patched
 
 if TYPE_CHECKING:
     from ._base import Transform
@@ -93,8 +93,11 @@ class TransformKernel(RolloutKernel):
             return self.base.reset(t, done, tensordict)
         entries = self.base.reset(t, self.base_done, tensordict)
         raw = TensorDict({}, batch_size=self.batch_size)
+        idx = (slice(None),) * len(self.batch_size) + (t - 1,)
         for key, value in entries.items():
-            raw.set(key, value)
+            previous = self.raw.next.get(key)
+            previous = tensordict.get(key) if previous is None else previous[idx]
+            raw.set(key, patched(previous, value))
         # EnvBase.reset of the TransformedEnv with a "_reset" mask, on the raw reset
         mask = done.clone()
         tensordict.set("_reset", mask)

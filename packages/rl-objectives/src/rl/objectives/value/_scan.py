@@ -22,17 +22,18 @@ _cpp: ModuleType | None | bool = None  # None: not looked up yet; False: unavail
 
 
 def cpp_kernels() -> ModuleType | None:
-    """rl.cpp's compiled module when it exposes the value kernels, else ``None``."""
+    """``rl.cpp`` when it exposes the value kernels (its public
+    ``generalized_advantage_estimate`` and ``td_lambda_return_estimate``), else ``None``."""
     global _cpp
     if _cpp is None:
         _cpp = False
         if _has_rl_cpp:
             try:
-                from rl.cpp import _C
+                import rl.cpp as cpp
             except ImportError:  # a broken build: fall back to torch
-                _C = None
-            if _C is not None and hasattr(_C, "gae"):
-                _cpp = _C
+                cpp = None
+            if cpp is not None and hasattr(cpp, "generalized_advantage_estimate"):
+                _cpp = cpp
     return _cpp or None
 
 

@@ -259,7 +259,7 @@ def vec_td_lambda_return_estimate(
     g, lm = _scalar(gamma), _scalar(lmbda)
     if g is not None and lm is not None and use_cpp(next_state_value, reward):
         out = torch.empty_like(reward, memory_format=torch.contiguous_format)
-        cpp_kernels().td_lambda_return(
+        cpp_kernels().td_lambda_return_estimate(
             g, lm, *map(_as3d, (next_state_value, reward, done, terminated, out))
         )
         return layout.back(out)
@@ -521,7 +521,7 @@ def vec_generalized_advantage_estimate(
         advantage = torch.empty_like(reward, memory_format=torch.contiguous_format)
         value_target = torch.empty_like(reward, memory_format=torch.contiguous_format)
         args = (state_value, next_state_value, reward, done, terminated, advantage, value_target)
-        cpp_kernels().gae(g, lm, *map(_as3d, args))
+        cpp_kernels().generalized_advantage_estimate(g, lm, *map(_as3d, args))
         return layout.back(advantage), layout.back(value_target)
     delta = reward + gamma * next_state_value * ~terminated - state_value
     advantage = reverse_linear_scan(delta, (gamma * lmbda) * ~done)

@@ -143,11 +143,7 @@ class VmasWrapper(ForwardsEnvAttributes, EnvBase):
                 f"wrapper=None), got {type(env).__name__}"
             )
         if from_pixels or pixels_only:
-            raise NotImplementedError(
-                "VmasWrapper does not render pixels (from_pixels / pixels_only): build it "
-                "with from_pixels=False and render frames with the VMAS env's "
-                "render(mode='rgb_array')"
-            )
+            raise NotImplementedError("VmasWrapper does not render pixels (from_pixels)")
         env_device = torch.device(env.device)
         if device is not None and torch.device(device) != env_device:
             raise TypeError(

@@ -29,7 +29,6 @@ __all__ = [
     "MarlConfig",
     "ProgressBar",
     "evaluate_team",
-    "expand_done",
     "finish_run",
     "make_vmas_env",
     "preset_cli",
@@ -127,17 +126,6 @@ def make_vmas_env(
         device="cpu",
         **scenario_kwargs,
     )
-
-
-def expand_done(batch: TensorDictBase, reward_key=(GROUP, "reward")) -> TensorDictBase:
-    """Copies the environment's ``done`` / ``terminated`` to every agent, shaped like its
-    reward (``[*B, T, n_agents, 1]``), under ``("next", "agents", ...)``: GAE over group
-    keys reads reward, done and value with one shape, as in TorchRL's MAPPO."""
-    shape = batch.get(("next", *reward_key)).shape
-    for name in ("done", "terminated"):
-        flag = batch.get(("next", name))
-        batch.set(("next", GROUP, name), flag.unsqueeze(-1).expand(shape))
-    return batch
 
 
 def team_view(batch: TensorDictBase, reward_key=(GROUP, "reward")) -> TensorDict:

@@ -6,8 +6,11 @@ All You Need in the StarCraft Multi-Agent Challenge?", https://arxiv.org/abs/201
 (IPPO). As TorchRL's ``sota-implementations/multiagent/mappo_ippo.py``: every agent acts
 from its own observation through a ``MultiAgentMLP`` (TanhNormal, bounded by the action
 spec); the critic is a ``MultiAgentMLP`` that reads all agents' observations
-(``centralized=True``, MAPPO) or only its own (IPPO, ``ippo.py``); ``ClipPPOLoss`` and
-GAE read the agents' reward, done and value under ``("agents", ...)``. The defaults are
+(``centralized=True``, MAPPO: ``MAPPOLoss``) or only its own (IPPO, ``ippo.py``:
+``IPPOLoss``); ``MultiAgentGAE`` reads the agents' reward and value under
+``("agents", ...)`` and repeats the environment's done flags along the agents.
+``--value-norm popart`` (or ``running``) measures the critic loss on the running scale
+of the value targets (MAPPO's value normalisation); off by default. The defaults are
 TorchRL's multi-agent PPO tutorial on ``navigation`` (3 agents, 60 envs x 100 steps per
 batch, 400-sample minibatches, lr 3e-4, gamma 0.99, lambda 0.9, 60k frames) with 10
 epochs per batch instead of 30, to fit a shared 2-core machine.
@@ -40,11 +43,14 @@ from rl.core.loggers import generate_exp_name, get_logger
 from rl.modules import (
     MultiAgentMLP,
     NormalParamExtractor,
+    PopArtValueNorm,
     ProbabilisticActor,
+    RunningValueNorm,
     TanhNormal,
     TensorDictModule,
+    ValueNorm,
 )
-from rl.objectives import ClipPPOLoss, ValueEstimators
+from rl.objectives import IPPOLoss, MAPPOLoss, ValueEstimators
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _marl_common import (  # noqa: E402
@@ -52,7 +58,6 @@ from _marl_common import (  # noqa: E402
     MarlConfig,
     ProgressBar,
     evaluate_team,
-    expand_done,
     finish_run,
     make_vmas_env,
     preset_cli,
@@ -81,6 +86,8 @@ class Config(MarlConfig):
     """Standardise the advantages of each minibatch."""
     loss_critic_type: Literal["l1", "l2", "smooth_l1"] = "smooth_l1"
     """Regression loss of the critic."""
+    value_norm: Literal["none", "popart", "running"] = "none"
+    """Critic loss on the value targets' running scale: PopArtValueNorm, RunningValueNorm or none."""
     ent_coef: float = 1e-4
     """Entropy bonus coefficient."""
     max_grad_norm: float = 1.0
@@ -183,6 +190,12 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, TensorDictModule]:
     return actor, critic
 
 
+def make_value_norm(cfg: Config) -> ValueNorm | None:
+    """The critic's value normaliser named by ``cfg.value_norm`` (``None`` for ``"none"``)."""
+    norms = {"popart": PopArtValueNorm, "running": RunningValueNorm}
+    return norms[cfg.value_norm](shape=1) if cfg.value_norm in norms else None
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
@@ -193,23 +206,22 @@ def main(cfg: Config) -> dict:
     collector = Collector(
         env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
     )
-    loss_module = ClipPPOLoss(
+    loss_cls = MAPPOLoss if cfg.centralised_critic else IPPOLoss
+    loss_module = loss_cls(
         actor,
         critic,
+        value_norm=make_value_norm(cfg),
         clip_epsilon=cfg.clip_coef,
         entropy_coeff=cfg.ent_coef,
         normalize_advantage=cfg.normalize_advantage,
         loss_critic_type=cfg.loss_critic_type,
     )
-    # the agents' entries: reward, action and value [*B, n_agents, 1], done copied per agent
+    # the agents' entries: reward, action and value [*B, n_agents, 1]; done and terminated
+    # stay at the root [*B, 1], repeated along the agents by MultiAgentGAE
     loss_module.set_keys(
-        reward=("agents", "reward"),
-        action=("agents", "action"),
-        value=("agents", "state_value"),
-        done=("agents", "done"),
-        terminated=("agents", "terminated"),
+        reward=("agents", "reward"), action=("agents", "action"), value=("agents", "state_value")
     )
-    loss_module.make_value_estimator(ValueEstimators.GAE, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
+    loss_module.make_value_estimator(ValueEstimators.MAGAE, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
     advantage = loss_module.value_estimator
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
     algo = ("ma" if cfg.centralised_critic else "i") + "ppo"
@@ -222,7 +234,6 @@ def main(cfg: Config) -> dict:
     frames, start = 0, time.perf_counter()
     for batch in collector:
         frames += batch.numel()
-        expand_done(batch)
         with torch.no_grad():
             advantage(batch)
         loss = update_epochs(cfg, loss_module, optimizer, batch, cfg.minibatch_size)

@@ -344,7 +344,7 @@ class TestValueEstimator:
         loss = DQNLoss(_qnet(), action_space="categorical")
         with pytest.raises(
             ValueError,
-            match=r"unknown value estimator 'TD2'.*\['TD0', 'TD1', 'TDLambda', 'GAE', 'VTrace'\]",
+            match=r"unknown value estimator 'TD2'.*\['TD0', 'TD1', 'TDLambda', 'GAE', 'MAGAE', 'VTrace'\]",
         ):
             loss.make_value_estimator("TD2")
         with pytest.raises(

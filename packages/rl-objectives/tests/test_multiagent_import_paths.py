@@ -7,17 +7,26 @@ from rl.objectives import multiagent as objectives_multiagent
 
 
 def test_modules_models_multiagent_path():
-    for name in ("MultiAgentMLP", "MultiAgentConvNet", "QMixer", "VDNMixer", "Mixer"):
+    for name in (
+        "MultiAgentMLP",
+        "MultiAgentConvNet",
+        "MultiAgentNetBase",
+        "QMixer",
+        "VDNMixer",
+        "Mixer",
+    ):
         assert getattr(models_multiagent, name) is getattr(rl.modules, name), name
     assert sorted(models_multiagent.__all__) == [
         "Mixer",
         "MultiAgentConvNet",
         "MultiAgentMLP",
+        "MultiAgentNetBase",
         "QMixer",
         "VDNMixer",
     ]
 
 
 def test_objectives_multiagent_path():
-    assert objectives_multiagent.QMixerLoss is rl.objectives.QMixerLoss
-    assert objectives_multiagent.__all__ == ["QMixerLoss"]
+    for name in ("IPPOLoss", "MAPPOLoss", "QMixerLoss"):
+        assert getattr(objectives_multiagent, name) is getattr(rl.objectives, name), name
+    assert objectives_multiagent.__all__ == ["IPPOLoss", "MAPPOLoss", "QMixerLoss"]

@@ -279,7 +279,14 @@ class TestVTrace:
 
 class TestEnumAndCompile:
     def test_enum_members_and_error(self):
-        assert [m.name for m in ValueEstimators] == ["TD0", "TD1", "TDLambda", "GAE", "VTrace"]
+        assert [m.name for m in ValueEstimators] == [
+            "TD0",
+            "TD1",
+            "TDLambda",
+            "GAE",
+            "MAGAE",
+            "VTrace",
+        ]
         assert ValueEstimators("gae") is ValueEstimators.GAE
         with pytest.raises(
             ValueError, match=r"'Foo' is not a value estimator; valid ones are ValueEstimators\.TD0"

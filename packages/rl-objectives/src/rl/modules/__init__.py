@@ -22,6 +22,8 @@ from .models import *  # noqa: F403
 from .models import __all__ as _models_all
 from .tensordict_module import *  # noqa: F403
 from .tensordict_module import __all__ as _td_module_all
+from ._value_norm import *  # noqa: F403
+from ._value_norm import __all__ as _value_norm_all
 
 __all__ = [
     "NormalParamExtractor",
@@ -34,4 +36,5 @@ __all__ = [
     *_distributions_all,
     *_models_all,
     *_td_module_all,
+    *_value_norm_all,
 ]

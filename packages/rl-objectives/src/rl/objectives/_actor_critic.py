@@ -65,14 +65,17 @@ def _default_log_prob_key() -> str:
 
 
 def _critic_regression(
-    loss: LossModule, tensordict: TensorDictBase
+    loss: LossModule, tensordict: TensorDictBase, value_norm: nn.Module | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """``distance(value_target, V(s))``, unreduced, of an actor-critic ``loss``.
 
     With ``loss.clip_value``, the prediction is also clipped to ``[old_value -
     clip_value, old_value + clip_value]`` around the stored value (PPO2-style) and the
     larger of the two distances is kept. With ``loss.separate_losses``, the parameters
-    the critic shares with the actor are held out.
+    the critic shares with the actor are held out. With a ``value_norm``
+    (:class:`~rl.modules.ValueNorm`), its statistics take in the target first, then the
+    target, the prediction and the old value are compared on its normalised scale (the
+    clip radius too); the critic itself keeps predicting returns.
 
     Returns:
         the distance ``[*B, 1]``, the clipped fraction (``None`` without clipping), the
@@ -89,6 +92,12 @@ def _critic_regression(
             value = _network_output(loss.critic_network, tensordict, value_key)
     else:
         value = _network_output(loss.critic_network, tensordict, value_key)
+    if value_norm is not None:
+        value_norm.update(target)
+        target = value_norm.normalize(target.detach())
+        value = value_norm.normalize(value)
+        if old_value is not None:
+            old_value = value_norm.normalize(old_value)
     distance = distance_loss(target, value, loss.loss_critic_type, strict_shape=False)
     clip_fraction = None
     if old_value is not None:
@@ -165,6 +174,8 @@ class _ActorCriticLoss(LossModule):
         self.normalize_advantage = normalize_advantage
         self.normalize_advantage_exclude_dims = tuple(normalize_advantage_exclude_dims)
         self.gamma = gamma
+        # a ValueNorm module set by the losses that take one (MAPPOLoss, IPPOLoss)
+        self.value_norm = None
         if device is None:
             device = next(iter(self.parameters()), torch.empty(0)).device
         self.register_buffer(
@@ -266,7 +277,7 @@ class _ActorCriticLoss(LossModule):
         self, tensordict: TensorDictBase
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``critic_coeff * distance(value_target, V(s))`` (unreduced), clip fraction, explained variance."""
-        loss, clip_fraction, value, target = _critic_regression(self, tensordict)
+        loss, clip_fraction, value, target = _critic_regression(self, tensordict, self.value_norm)
         explained = None
         if self.log_explained_variance:
             with torch.no_grad():

@@ -29,6 +29,7 @@ from torch import nn
 
 from .value import (
     GAE,
+    MultiAgentGAE,
     TD0Estimator,
     TD1Estimator,
     TDLambdaEstimator,
@@ -428,6 +429,7 @@ class LossModule(TensorDictModuleBase):
             "TD1": TD1Estimator,
             "TDLambda": TDLambdaEstimator,
             "GAE": GAE,
+            "MAGAE": MultiAgentGAE,
             "VTrace": VTrace,
         }[value_type.name]
         hyperparams.setdefault("value_network", None)

@@ -1,4 +1,5 @@
-"""PPO losses: PPOLoss (unclipped surrogate), ClipPPOLoss and KLPENPPOLoss.
+"""PPO losses: PPOLoss (unclipped surrogate), ClipPPOLoss, KLPENPPOLoss, and the
+multi-agent MAPPOLoss / IPPOLoss (ClipPPOLoss with MAPPO's defaults and a value normaliser).
 
 Paper: Schulman et al., 2017, "Proximal Policy Optimization Algorithms",
 https://arxiv.org/abs/1707.06347.
@@ -18,7 +19,7 @@ from torch import nn
 from ._actor_critic import _ActorCriticLoss, _default_log_prob_key, _reduce_samples
 from ._networks import _network_dist
 
-__all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
+__all__ = ["ClipPPOLoss", "IPPOLoss", "KLPENPPOLoss", "MAPPOLoss", "PPOLoss"]
 
 
 class PPOLoss(_ActorCriticLoss):
@@ -331,3 +332,130 @@ class KLPENPPOLoss(PPOLoss):
     def reset(self) -> None:
         """Restore the initial ``beta``."""
         self.beta.fill_(self._beta_init)
+
+
+class MAPPOLoss(ClipPPOLoss):
+    """Multi-agent PPO with a centralised critic (Yu et al., 2022, https://arxiv.org/abs/2103.01955).
+
+    The clipped PPO loss of :class:`ClipPPOLoss` with MAPPO's defaults: the agents'
+    policies act on their own observations, the critic (e.g.
+    ``MultiAgentMLP(centralized=True)`` or :class:`~rl.modules.CrossGroupCritic`) sees
+    the whole team and writes one value per agent, ``[*B, T, n_agents, 1]``. Compared with
+    :class:`ClipPPOLoss`:
+
+    - the default value estimator is :class:`~rl.objectives.value.MultiAgentGAE`
+      (``ValueEstimators.MAGAE``), which repeats team rewards and done flags
+      ``[*B, T, 1]`` along the agents;
+    - the advantage is standardized by default, each agent on its own
+      (``normalize_advantage_exclude_dims=(-2,)``);
+    - ``value_norm`` (a :class:`~rl.modules.ValueNorm`, e.g.
+      :class:`~rl.modules.PopArtValueNorm`) measures the critic loss on a normalised
+      scale: its statistics take in each value target, then target, prediction and old
+      value are normalised before the distance (and the ``clip_value`` radius applies
+      there). The critic keeps predicting returns, so the value estimator uses it as is.
+
+    The data follows the multi-agent layout: the group's entries under a key such as
+    ``"agents"`` (``("agents", "observation")`` ``[*B, T, n_agents, obs]``,
+    ``("agents", "action")``), team ``("next", "reward")``, ``("next", "done")``,
+    ``("next", "terminated")`` ``[*B, T, 1]`` (or per agent under the group). Point the
+    keys there with :meth:`set_keys` (``value=("agents", "state_value")``,
+    ``action=("agents", "action")``).
+
+    Args:
+        actor_network (ProbabilisticTensorDictSequential): the agents' policy.
+        critic_network (TensorDictModule): the centralised critic.
+
+    Keyword Args:
+        value_norm (ValueNorm, optional): the critic-loss normaliser (a submodule: it
+            follows ``.to()`` and ``state_dict()``). Defaults to ``None``.
+        entropy_coeff (float): Defaults to ``0.01``.
+        normalize_advantage (bool): Defaults to ``True``.
+        normalize_advantage_exclude_dims (tuple of int): Defaults to ``(-2,)``, the agents.
+        **kwargs: the other arguments of :class:`ClipPPOLoss` (``clip_epsilon``,
+            ``critic_coeff``, ``loss_critic_type``, ``clip_value``, ``separate_losses``, ...).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.modules import (MultiAgentMLP, NormalParamExtractor, PopArtValueNorm,
+        ...     ProbabilisticActor, TanhNormal, TensorDictModule)
+        >>> n, obs = 3, 4
+        >>> actor = ProbabilisticActor(
+        ...     TensorDictModule(torch.nn.Sequential(
+        ...         MultiAgentMLP(obs, 4, n, centralized=False, share_params=True, depth=1, num_cells=8),
+        ...         NormalParamExtractor()), [("agents", "observation")], [("agents", "loc"), ("agents", "scale")]),
+        ...     in_keys={"loc": ("agents", "loc"), "scale": ("agents", "scale")},
+        ...     out_keys=[("agents", "action")], distribution_class=TanhNormal, return_log_prob=True)
+        >>> critic = TensorDictModule(
+        ...     MultiAgentMLP(obs, 1, n, centralized=True, share_params=True, depth=1, num_cells=8),
+        ...     [("agents", "observation")], [("agents", "state_value")])
+        >>> loss = MAPPOLoss(actor, critic, value_norm=PopArtValueNorm(shape=1))
+        >>> loss.set_keys(value=("agents", "state_value"), action=("agents", "action"))
+        >>> flags = torch.zeros(2, 5, 1, dtype=torch.bool)
+        >>> data = TensorDict({"agents": {"observation": torch.randn(2, 5, n, obs)},
+        ...     "next": {"agents": {"observation": torch.randn(2, 5, n, obs)},
+        ...              "reward": torch.randn(2, 5, 1), "done": flags, "terminated": flags}}, [2, 5])
+        >>> with torch.no_grad():
+        ...     data = actor(data)
+        >>> out = loss(data)
+        >>> out["loss_objective"].shape, out["loss_critic"].shape
+        (torch.Size([]), torch.Size([]))
+    """
+
+    default_value_estimator = "MAGAE"
+
+    def __init__(
+        self,
+        actor_network: ProbabilisticTensorDictSequential | None = None,
+        critic_network: nn.Module | None = None,
+        *,
+        value_norm: nn.Module | None = None,
+        entropy_coeff: float = 0.01,
+        normalize_advantage: bool = True,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (-2,),
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_coeff=entropy_coeff,
+            normalize_advantage=normalize_advantage,
+            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
+            **kwargs,
+        )
+        self.value_norm = value_norm
+
+
+class IPPOLoss(MAPPOLoss):
+    """Independent PPO (de Witt et al., 2020, https://arxiv.org/abs/2011.09533).
+
+    The same loss as :class:`MAPPOLoss`; the critic is decentralised: each agent values
+    its own observation (``MultiAgentMLP(centralized=False)``). The separate name says
+    which algorithm runs.
+
+    Args:
+        actor_network (ProbabilisticTensorDictSequential): the agents' policy.
+        critic_network (TensorDictModule): the per-agent critic.
+
+    Keyword Args:
+        value_norm (ValueNorm, optional): see :class:`MAPPOLoss`. Defaults to ``None``.
+        entropy_coeff (float): Defaults to ``0.01``.
+        normalize_advantage (bool): Defaults to ``True``.
+        normalize_advantage_exclude_dims (tuple of int): Defaults to ``(-2,)``.
+        **kwargs: the other arguments of :class:`ClipPPOLoss`.
+
+    Examples:
+        >>> import torch
+        >>> from rl.modules import MultiAgentMLP, TensorDictModule
+        >>> from tensordict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(MultiAgentMLP(4, 3, 2, centralized=False, share_params=True),
+        ...                      [("agents", "observation")], [("agents", "logits")]),
+        ...     ProbabilisticTensorDictModule([("agents", "logits")], [("agents", "action")],
+        ...         distribution_class=torch.distributions.Categorical, return_log_prob=True))
+        >>> critic = TensorDictModule(MultiAgentMLP(4, 1, 2, centralized=False, share_params=True),
+        ...                           [("agents", "observation")], [("agents", "state_value")])
+        >>> loss = IPPOLoss(actor, critic)
+        >>> loss.default_value_estimator, loss.normalize_advantage_exclude_dims
+        ('MAGAE', (-2,))
+    """

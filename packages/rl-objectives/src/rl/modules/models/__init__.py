@@ -13,7 +13,8 @@ from ._heads import (
 )
 from ._mixers import Mixer, QMixer, VDNMixer
 from ._mlp import MLP
-from ._multiagent import MultiAgentConvNet, MultiAgentMLP
+from ._cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
+from ._multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 from ._noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 
@@ -23,6 +24,8 @@ __all__ = [
     "Conv2dNet",
     "Conv3dNet",
     "ConvNet",
+    "CrossCriticGroupSpec",
+    "CrossGroupCritic",
     "DdpgCnnActor",
     "DdpgCnnQNet",
     "DdpgMlpActor",
@@ -32,6 +35,7 @@ __all__ = [
     "Mixer",
     "MultiAgentConvNet",
     "MultiAgentMLP",
+    "MultiAgentNetBase",
     "NoisyLazyLinear",
     "NoisyLinear",
     "QMixer",

@@ -13,11 +13,16 @@ from torch import nn
 from ._conv import ConvNet
 from ._mlp import MLP
 
-__all__ = ["MultiAgentConvNet", "MultiAgentMLP"]
+__all__ = ["MultiAgentConvNet", "MultiAgentMLP", "MultiAgentNetBase"]
 
 
-class _MultiAgentNetBase(nn.Module):
-    """Holds the agents' parameters stacked in one TensorDict and calls one template net.
+class MultiAgentNetBase(nn.Module):
+    """Base of the multi-agent networks: the agents' parameters stacked in one TensorDict.
+
+    A subclass builds one agent's network in ``_build_single_net(**kwargs)`` (it receives
+    the keyword arguments the base was not given by name, ``device`` included) and checks
+    or reshapes the input in ``_pre_forward_check(inputs)``; the base stacks the agents'
+    parameters and calls the network once for all of them.
 
     ``share_params=False``: one network per agent, parameters stacked along a leading
     agent dimension and the template evaluated with ``torch.vmap`` over them.
@@ -31,6 +36,21 @@ class _MultiAgentNetBase(nn.Module):
     submodule ``_empty_net`` holding the (stacked) parameters (``state_dict`` keys
     ``_empty_net.*``) and ``self.params`` is a plain TensorDict of those same tensors. The
     two compute the same function from the same seed, but their state dicts do not mix.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from rl.modules import MultiAgentNetBase
+        >>> class PerAgentLinear(MultiAgentNetBase):
+        ...     def __init__(self, n_agents, share_params):
+        ...         super().__init__(n_agents=n_agents, centralized=False,
+        ...                          share_params=share_params, agent_dim=-2)
+        ...     def _build_single_net(self, **kwargs):
+        ...         return nn.Linear(4, 2)
+        ...     def _pre_forward_check(self, inputs):
+        ...         return inputs
+        >>> PerAgentLinear(3, share_params=False)(torch.randn(5, 3, 4)).shape
+        torch.Size([5, 3, 2])
     """
 
     agent_dim: int
@@ -167,7 +187,7 @@ class _MultiAgentNetBase(nn.Module):
         )
 
 
-class MultiAgentMLP(_MultiAgentNetBase):
+class MultiAgentMLP(MultiAgentNetBase):
     """An MLP per agent (or one shared), over inputs ``[*B, n_agents, n_agent_inputs]``.
 
     The output is ``[*B, n_agents, n_agent_outputs]``. With ``centralized=True`` every
@@ -273,7 +293,7 @@ class MultiAgentMLP(_MultiAgentNetBase):
         return inputs
 
 
-class MultiAgentConvNet(_MultiAgentNetBase):
+class MultiAgentConvNet(MultiAgentNetBase):
     """A ConvNet per agent (or one shared), over inputs ``[*B, n_agents, C, H, W]``.
 
     The output is ``[*B, n_agents, F]``. ``centralized`` stacks all agents' channels as

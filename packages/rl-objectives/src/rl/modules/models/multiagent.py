@@ -12,6 +12,6 @@ Examples:
 """
 
 from ._mixers import Mixer, QMixer, VDNMixer
-from ._multiagent import MultiAgentConvNet, MultiAgentMLP
+from ._multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 
-__all__ = ["Mixer", "MultiAgentConvNet", "MultiAgentMLP", "QMixer", "VDNMixer"]
+__all__ = ["Mixer", "MultiAgentConvNet", "MultiAgentMLP", "MultiAgentNetBase", "QMixer", "VDNMixer"]

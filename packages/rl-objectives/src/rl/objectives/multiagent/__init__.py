@@ -1,8 +1,8 @@
 """``rl.objectives.multiagent``: the multi-agent losses at TorchRL's import path.
 
-TorchRL's QMIX script imports ``QMixerLoss`` from ``torchrl.objectives.multiagent``; it
-lives in :mod:`rl.objectives` and is re-exported here so that path carries over. MAPPO and
-IPPO use :class:`rl.objectives.ClipPPOLoss` with the group's keys, as in TorchRL.
+TorchRL's multi-agent scripts import ``QMixerLoss``, ``MAPPOLoss`` and ``IPPOLoss`` from
+``torchrl.objectives.multiagent``; they live in :mod:`rl.objectives` and are re-exported
+here so that path carries over.
 
 Examples:
     >>> from rl.objectives.multiagent import QMixerLoss
@@ -11,6 +11,7 @@ Examples:
     True
 """
 
+from .._ppo import IPPOLoss, MAPPOLoss
 from .._qmixer import QMixerLoss
 
-__all__ = ["QMixerLoss"]
+__all__ = ["IPPOLoss", "MAPPOLoss", "QMixerLoss"]

@@ -8,10 +8,12 @@ from rl.objectives.value import functional
 from rl.objectives.value._base import ValueEstimatorBase
 from rl.objectives.value._enum import ValueEstimators
 from rl.objectives.value._estimators import GAE, TD0Estimator, TD1Estimator, TDLambdaEstimator
+from rl.objectives.value._multiagent import MultiAgentGAE
 from rl.objectives.value._vtrace import VTrace
 
 __all__ = [
     "GAE",
+    "MultiAgentGAE",
     "TD0Estimator",
     "TD1Estimator",
     "TDLambdaEstimator",

@@ -24,6 +24,7 @@ class ValueEstimators(Enum):
     TD1 = "TD(1) (infinity-step return)"
     TDLambda = "TD(lambda)"
     GAE = "Generalized advantage estimate"
+    MAGAE = "Multi-agent generalized advantage estimate"
     VTrace = "V-trace"
 
     @classmethod
@@ -41,6 +42,7 @@ _DEFAULT_VALUE_KWARGS: dict[str, dict[str, Any]] = {
     "TD1": {"gamma": 0.99, "differentiable": True},
     "TDLambda": {"gamma": 0.99, "lmbda": 0.95, "differentiable": True},
     "GAE": {"gamma": 0.99, "lmbda": 0.95, "differentiable": True},
+    "MAGAE": {"gamma": 0.99, "lmbda": 0.95, "differentiable": True},
     "VTrace": {"gamma": 0.99, "differentiable": True},
 }
 

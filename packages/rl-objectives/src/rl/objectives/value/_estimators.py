@@ -296,8 +296,16 @@ class GAE(ValueEstimatorBase):
         self.average_gae = average_gae
         self.vectorized = vectorized
 
+    def _prepare_signals(self, reward, done, terminated, value):
+        """Reward, done and terminated as the recursion reads them (here: unchanged)."""
+        return reward, done, terminated
+
+    def _normalize_advantage(self, advantage: torch.Tensor) -> torch.Tensor:
+        """The advantage standardized when ``average_gae`` (over all its entries)."""
+        return _standardize(advantage, 1e-4)
+
     def _gae(self, tensordict, value, next_value, time_dim):
-        reward, done, terminated = self._signals(tensordict)
+        reward, done, terminated = self._prepare_signals(*self._signals(tensordict), value)
         gamma = self._gamma(tensordict, reward)
         lmbda = self.lmbda if self.lmbda.device == reward.device else self.lmbda.to(reward.device)
         return vec_generalized_advantage_estimate(
@@ -314,7 +322,7 @@ class GAE(ValueEstimatorBase):
     def _estimate(self, tensordict, value, next_value, time_dim):
         advantage, target = self._gae(tensordict, value, next_value, time_dim)
         if self.average_gae:
-            advantage = _standardize(advantage, 1e-4)
+            advantage = self._normalize_advantage(advantage)
         return advantage, target
 
     def value_estimate(

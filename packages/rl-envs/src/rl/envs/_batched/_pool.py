@@ -49,8 +49,6 @@ _JOIN_S = 2.0
 #: seconds start-up may take at least when answers are limited (spawned workers import
 #: torch, which takes minutes on a loaded machine)
 _START_S = 600.0
-#: the worker-death wording, shared with rl-collectors (kept here for older imports)
-_exit_description = exit_description
 
 
 def _shutdown(

@@ -285,6 +285,14 @@ class TestVmasErrors:
         env = VmasWrapper(raw)
         assert env.batch_size == (2,) and env.group_map == {"agents": ["agent_0", "agent_1"]}
 
+    @pytest.mark.parametrize("kwargs", [{"from_pixels": True}, {"pixels_only": True}])
+    def test_pixels_are_refused_with_the_way_out(self, kwargs):
+        with pytest.raises(
+            NotImplementedError,
+            match=r"does not render pixels .* with from_pixels=False and render frames",
+        ):
+            nav(n_agents=2, **kwargs)
+
     def test_missing_library(self, monkeypatch):
         monkeypatch.setattr(vmas_lib, "_has_vmas", False)
         with pytest.raises(ImportError, match=r"rl-envs\[vmas\]"):

@@ -143,7 +143,11 @@ class VmasWrapper(ForwardsEnvAttributes, EnvBase):
                 f"wrapper=None), got {type(env).__name__}"
             )
         if from_pixels or pixels_only:
-            raise NotImplementedError("VmasWrapper does not render pixels (from_pixels)")
+            raise NotImplementedError(
+                "VmasWrapper does not render pixels (from_pixels / pixels_only): build it "
+                "with from_pixels=False and render frames with the VMAS env's "
+                "render(mode='rgb_array')"
+            )
         env_device = torch.device(env.device)
         if device is not None and torch.device(device) != env_device:
             raise TypeError(

@@ -317,6 +317,8 @@ class TestFailures:
             collector.update_policy_weights_()
         with pytest.raises(NotImplementedError, match="has no state_dict"):
             collector.state_dict()
+        with pytest.raises(NotImplementedError, match="has no load_state_dict: .* new collector"):
+            collector.load_state_dict({})
 
     def test_garbage_collection_stops_the_workers(self):
         collector = DistributedDataCollector([cartpole, cartpole], None, frames_per_batch=10)

@@ -455,7 +455,10 @@ class DistributedCollector(CollectorBase):
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError(f"{type(self).__name__} has no load_state_dict")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no load_state_dict: its workers' envs live on other "
+            "ranks; load the policy's weights and start a new collector instead"
+        )
 
     # ---------------------------------------------------------------- workers
     @staticmethod

@@ -1,4 +1,5 @@
-"""CrossGroupCritic / CrossCriticGroupSpec, and a user subclass of MultiAgentNetBase."""
+"""CrossGroupCritic / CrossCriticGroupSpec, and MultiAgentNetBase (a user subclass,
+reset_parameters, repr)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rl.modules import CrossCriticGroupSpec, CrossGroupCritic, MultiAgentNetBase
+from rl.modules import CrossCriticGroupSpec, CrossGroupCritic, MultiAgentMLP, MultiAgentNetBase
 
 GROUPS = {
     "red": CrossCriticGroupSpec(5, 3, ("red", "observation"), ("red", "state_value")),
@@ -120,3 +121,37 @@ class TestMultiAgentNetBase:
             torch.testing.assert_close(out[:, i], x[:, i] @ w.T + b)
         with pytest.raises(ValueError, match="expected 3 agents at dim 1"):
             net(torch.randn(2, 4, 6, 5))
+
+    @pytest.mark.parametrize("use_td_params", [True, False])
+    @pytest.mark.parametrize("share_params", [True, False])
+    def test_reset_parameters(self, share_params, use_td_params):
+        torch.manual_seed(0)
+        net = MultiAgentMLP(
+            4,
+            2,
+            3,
+            centralized=False,
+            share_params=share_params,
+            depth=1,
+            num_cells=8,
+            use_td_params=use_td_params,
+        )
+        before = net.params.clone()
+        net.reset_parameters()
+        for key, old in before.items(True, True):
+            new = net.params.get(key)
+            assert (new - old).abs().amin() > 0, key  # every entry drawn again
+            if not share_params:
+                assert (new[0] - new[1]).abs().amin() > 0, key  # agents drawn apart
+        x = torch.randn(5, 3, 4)
+        assert net(x).shape == (5, 3, 2)
+
+    def test_repr_lists_the_net_and_the_settings(self):
+        net = MultiAgentMLP(4, 2, 3, centralized=True, share_params=False, depth=1, num_cells=8)
+        text = repr(net)
+        assert text.startswith(
+            "MultiAgentMLP(\n    MLP(\n      (0): Linear(in_features=12, out_features=8"
+        )
+        assert text.endswith(
+            "n_agents=3,\n    share_params=False,\n    centralized=True,\n    agent_dim=-2)"
+        )

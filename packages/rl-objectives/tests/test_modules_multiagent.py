@@ -221,6 +221,20 @@ class TestMixers:
         with pytest.raises(ValueError, match="takes 2 input"):
             mixer(torch.randn(4, N_AGENTS, 1))
 
+    def test_errors_carry_torchrl_wording(self):
+        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS)
+        with pytest.raises(ValueError, match="^Mixer that needs state was passed more than 2"):
+            mixer(torch.randn(4, N_AGENTS, 1))
+        with pytest.raises(ValueError, match="Mixer that doesn't need state was passed more"):
+            VDNMixer(n_agents=N_AGENTS)(torch.randn(4, N_AGENTS, 1), torch.randn(4, 6))
+        match = r"Mixer network expected chosen_action_value with last 2 dimensions \(3, 1\)"
+        with pytest.raises(ValueError, match=match):
+            mixer(torch.randn(4, 2, 1), torch.randn(4, 6))
+        with pytest.raises(
+            ValueError, match=r"Mixer network expected state with ending shape \(6,\)"
+        ):
+            mixer(torch.randn(4, N_AGENTS, 1), torch.randn(4, 5))
+
 
 # tensordict warns that TensorDictParams' lock checks are skipped inside a compiled graph
 @pytest.mark.filterwarnings("ignore:Using lock_:UserWarning")

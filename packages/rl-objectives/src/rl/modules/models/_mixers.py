@@ -39,8 +39,14 @@ class Mixer(nn.Module):
         name = type(self).__name__
         expected = 2 if self.needs_state else 1
         if len(inputs) != expected:
+            # TorchRL's wording leads, for code matching it
+            torchrl = (
+                "Mixer that needs state was passed more than 2 inputs"
+                if self.needs_state
+                else "Mixer that doesn't need state was passed more than 1 input"
+            )
             raise ValueError(
-                f"{name} takes {expected} input(s) (chosen_action_value"
+                f"{torchrl}: {name} takes {expected} input(s) (chosen_action_value"
                 f"{', state' if self.needs_state else ''}), got {len(inputs)}"
             )
         chosen_action_value = inputs[0]
@@ -48,14 +54,16 @@ class Mixer(nn.Module):
         if chosen_action_value.shape[-2:] != (self.n_agents, 1):
             raise ValueError(
                 f"{name} expects chosen_action_value of shape [*B, {self.n_agents}, 1], "
-                f"got {tuple(chosen_action_value.shape)}"
+                f"got {tuple(chosen_action_value.shape)} (Mixer network expected "
+                f"chosen_action_value with last 2 dimensions ({self.n_agents}, 1))"
             )
         if state is not None and (
             state.shape[state.ndim - len(self.state_shape) :] != self.state_shape
         ):
             raise ValueError(
                 f"{name} expects a state ending with shape {tuple(self.state_shape)}, "
-                f"got {tuple(state.shape)}"
+                f"got {tuple(state.shape)} (Mixer network expected state with ending shape "
+                f"{tuple(self.state_shape)})"
             )
         return self.mix(chosen_action_value, state)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import textwrap
 from collections.abc import Sequence
 from copy import deepcopy as _deepcopy
 
@@ -179,12 +180,33 @@ class MultiAgentNetBase(nn.Module):
             )
         self.params.data.update_(params.data)
 
-    def extra_repr(self) -> str:
-        return (
-            f"n_agents={self.n_agents}, share_params={self.share_params}, "
-            f"centralized={self.centralized}, agent_dim={self.agent_dim}, "
-            f"use_td_params={self.use_td_params}, net={self._empty_net.__class__.__name__}"
+    def reset_parameters(self) -> None:
+        """Re-initialize every agent's parameters in place (each agent drawn on its own).
+
+        Calls ``reset_parameters`` of every submodule of the network that has one, once
+        with the shared parameters or once per agent's slice of the stacked ones.
+        """
+        net = self._empty_net
+        slices = [self.params.data] if self.share_params else self.params.data.unbind(0)
+        for params in slices:
+            with params.to_module(net, preserve_module_state=False):
+                for module in net.modules():
+                    reset = getattr(module, "reset_parameters", None)
+                    if callable(reset):
+                        reset()
+
+    def __repr__(self) -> str:
+        # TorchRL's layout: the network with its parameters, then the multi-agent settings
+        with self.params.to_module(self._empty_net, preserve_module_state=False):
+            net = textwrap.indent(repr(self._empty_net), "    ")
+        settings = (
+            f"n_agents={self.n_agents}",
+            f"share_params={self.share_params}",
+            f"centralized={self.centralized}",
+            f"agent_dim={self.agent_dim}",
         )
+        body = ",\n".join([net, *(textwrap.indent(x, "    ") for x in settings)])
+        return f"{type(self).__name__}(\n{body})"
 
 
 class MultiAgentMLP(MultiAgentNetBase):

@@ -112,9 +112,11 @@ def _probe_actions(out, cfg, module, key):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "centralised_critic, share_params", [(True, True), (False, False)], ids=["mappo", "ippo"]
+    "centralised_critic, share_params, value_norm",
+    [(True, True, "none"), (False, False, "none"), (True, True, "popart")],
+    ids=["mappo", "ippo", "mappo-popart"],
 )
-def test_ppo_learns_the_probe(mappo, tmp_path, centralised_critic, share_params):
+def test_ppo_learns_the_probe(mappo, tmp_path, centralised_critic, share_params, value_norm):
     cfg = mappo.Config(
         scenario="probe",
         n_agents=2,
@@ -128,6 +130,7 @@ def test_ppo_learns_the_probe(mappo, tmp_path, centralised_critic, share_params)
         eval_episodes=16,
         centralised_critic=centralised_critic,
         share_params=share_params,
+        value_norm=value_norm,
         log_dir=str(tmp_path),
         exp_name="run",
         progress=False,

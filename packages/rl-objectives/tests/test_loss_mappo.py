@@ -1,4 +1,4 @@
-"""MAPPOLoss, IPPOLoss and MultiAgentGAE.
+"""MAPPOLoss, IPPOLoss, MultiAgentGAE and the actor-critic losses' advantage_norm.
 
 Synthetic ``[B, T]`` batches in the multi-agent layout: the agents' entries under
 ``"agents"`` (``[B, T, n_agents, ...]``), team reward and done flags at the root
@@ -16,6 +16,7 @@ from torch import nn
 from rl.modules import (
     MultiAgentMLP,
     NormalParamExtractor,
+    PercentileValueNorm,
     PopArtValueNorm,
     ProbabilisticActor,
     RunningValueNorm,
@@ -262,3 +263,50 @@ class TestMAPPOLoss:
         data["advantage"] = torch.zeros(B, T, N, 1)
         with pytest.raises(KeyError, match="value_target"):
             loss(data)
+
+
+class TestAdvantageNorm:
+    """``advantage_norm`` (TorchRL's PPOLoss / A2CLoss argument): advantage / scale()."""
+
+    def test_scales_the_computed_advantage(self):
+        torch.manual_seed(0)
+        actor, critic = _actor(), _critic()
+        vn = PercentileValueNorm(shape=1, rate=1.0, min_scale=1e-3)
+        loss = ClipPPOLoss(actor, critic, advantage_norm=vn, entropy_bonus=False)
+        loss.set_keys(**KEYS)
+        loss.make_value_estimator(ValueEstimators.MAGAE, gamma=GAMMA, lmbda=LMBDA)
+        data = _data()
+        with torch.no_grad():
+            actor(data)
+        out = loss(data)
+        expected = data.clone()
+        gae = MultiAgentGAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic)
+        gae.set_keys(value=("agents", "state_value"))
+        with torch.no_grad():
+            gae(expected)
+        target = expected["value_target"].reshape(-1, 1)
+        q = torch.quantile(target, torch.tensor([0.05, 0.95]), dim=0)
+        torch.testing.assert_close(vn.scale(), q[1] - q[0])
+        # the policy has not moved: ratios are 1, the objective is -mean(advantage / scale)
+        adv = expected["advantage"] / (q[1] - q[0])
+        torch.testing.assert_close(out["loss_objective"], -adv.mean())
+
+    def test_given_advantage_leaves_the_statistics(self):
+        vn = RunningValueNorm(shape=1)
+        loss = ClipPPOLoss(_actor(), _critic(), advantage_norm=vn)
+        loss.set_keys(**KEYS)
+        data = _data()
+        with torch.no_grad():
+            loss.actor_network(data)
+        data["advantage"] = torch.ones(B, T, N, 1)
+        data["value_target"] = torch.zeros(B, T, N, 1)
+        loss(data)
+        assert float(vn.count) == 0
+
+    def test_excludes_normalize_advantage(self):
+        with pytest.raises(ValueError, match="normalize_advantage=True and advantage_norm"):
+            MAPPOLoss(_actor(), _critic(), advantage_norm=RunningValueNorm())
+        loss = MAPPOLoss(
+            _actor(), _critic(), advantage_norm=RunningValueNorm(), normalize_advantage=False
+        )
+        assert isinstance(loss.advantage_norm, RunningValueNorm)

@@ -40,6 +40,8 @@ class A2CLoss(_ActorCriticLoss):
         actor, critic: aliases of the two networks.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value (float, optional): clip the critic's prediction around the stored value.
+        advantage_norm (ValueNorm, optional): divide the advantage by its ``scale()``, see
+            :class:`~rl.objectives.PPOLoss`.
 
     Examples:
         >>> import torch
@@ -87,11 +89,13 @@ class A2CLoss(_ActorCriticLoss):
         critic: nn.Module | None = None,
         reduction: Literal["mean", "sum", "none"] | None = None,
         clip_value: float | None = None,
+        advantage_norm: nn.Module | None = None,
     ) -> None:
         critic_network = critic if critic is not None else critic_network
         super().__init__(
             actor_network,
             critic_network,
+            advantage_norm=advantage_norm,
             entropy_bonus=entropy_bonus,
             samples_mc_entropy=samples_mc_entropy,
             entropy_coeff=entropy_coeff,

@@ -147,7 +147,13 @@ class _ActorCriticLoss(LossModule):
         reduction: Literal["mean", "sum", "none"] | None = None,
         clip_value: float | None = None,
         device: torch.device | None = None,
+        advantage_norm: nn.Module | None = None,
     ) -> None:
+        if advantage_norm is not None and normalize_advantage:
+            raise ValueError(
+                "normalize_advantage=True and advantage_norm are mutually exclusive: pass "
+                "either the mean/std standardization flag or a ValueNorm instance, not both"
+            )
         actor_network = actor if actor is not None else actor_network
         critic_network = critic if critic is not None else critic_network
         if critic_coeff is None and critic_network is not None:
@@ -176,6 +182,7 @@ class _ActorCriticLoss(LossModule):
         self.gamma = gamma
         # a ValueNorm module set by the losses that take one (MAPPOLoss, IPPOLoss)
         self.value_norm = None
+        self.advantage_norm = advantage_norm
         if device is None:
             device = next(iter(self.parameters()), torch.empty(0)).device
         self.register_buffer(
@@ -252,7 +259,8 @@ class _ActorCriticLoss(LossModule):
 
     def _advantage(self, tensordict: TensorDictBase) -> torch.Tensor:
         advantage = tensordict.get(self.tensor_keys.advantage, None)
-        if advantage is None:
+        computed = advantage is None
+        if computed:
             if self.critic_network is None:
                 raise RuntimeError(
                     f"{type(self).__name__} has no critic to compute {self.tensor_keys.advantage!r}; "
@@ -261,6 +269,12 @@ class _ActorCriticLoss(LossModule):
             with torch.no_grad():
                 self.value_estimator(tensordict)
             advantage = tensordict.get(self.tensor_keys.advantage)
+        if self.advantage_norm is not None:
+            # statistics from the fresh targets only: repeated passes over a batch whose
+            # advantage is already written do not count it again
+            if computed and self.training:
+                self.advantage_norm.update(self._get(tensordict, "value_target"))
+            return advantage / self.advantage_norm.scale()
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
         return advantage

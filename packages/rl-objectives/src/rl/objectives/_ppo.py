@@ -64,9 +64,15 @@ class PPOLoss(_ActorCriticLoss):
             ``[old_value - clip_value, old_value + clip_value]`` (PPO2-style) and report
             ``value_clip_fraction``. ``old_value`` is read from ``tensor_keys.value``.
         device (torch.device, optional): device of the coefficient buffers.
+        advantage_norm (ValueNorm, optional): divide the advantage by its ``scale()`` (no
+            re-centring), e.g. :class:`~rl.modules.PercentileValueNorm` for DreamerV3's
+            return normalisation. In training mode its statistics take in the value
+            targets when the loss computes the advantage itself (the input has none).
+            Excludes ``normalize_advantage``.
 
     Raises:
-        ValueError: on an unknown ``loss_critic_type`` or ``reduction``.
+        ValueError: on an unknown ``loss_critic_type`` or ``reduction``, or with both
+            ``normalize_advantage`` and ``advantage_norm``.
         TypeError: when ``actor_network`` is missing, or the critic is missing while
             ``critic_coeff`` asks for a critic loss.
 

@@ -6,10 +6,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import (
+    InteractionType,
     NormalParamExtractor,
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
+    set_interaction_type,
 )
 
 from rl.objectives.value import (
@@ -250,28 +252,52 @@ class TestTDEstimators:
         )
 
 
+def vtrace_actor():
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(
+            torch.nn.Sequential(torch.nn.Linear(OBS, 2), NormalParamExtractor()),
+            ["obs"],
+            ["loc", "scale"],
+        ),
+        ProbabilisticTensorDictModule(
+            ["loc", "scale"], ["action"], distribution_class=torch.distributions.Normal
+        ),
+    )
+
+
 class TestVTrace:
     def test_matches_functional(self):
+        # pi scores the action the actor draws under its default (deterministic)
+        # interaction type, the mean for a Normal, as TorchRL 0.14; no stored action.
         torch.manual_seed(0)
-        net, td = value_net(), batch()
-        actor = ProbabilisticTensorDictSequential(
-            TensorDictModule(
-                torch.nn.Sequential(torch.nn.Linear(OBS, 2), NormalParamExtractor()),
-                ["obs"],
-                ["loc", "scale"],
-            ),
-            ProbabilisticTensorDictModule(
-                ["loc", "scale"], ["action"], distribution_class=torch.distributions.Normal
-            ),
-        )
-        td["action"] = torch.randn(B, T, 1)
+        net, td, actor = value_net(), batch(), vtrace_actor()
         td["action_log_prob"] = torch.randn(B, T, 1) - 1
+        assert "action" not in td.keys()
         VTrace(gamma=0.9, actor_network=actor, value_network=net, rho_thresh=1.2, c_thresh=0.9)(td)
         v, nv = expected_values(net, td)
         with torch.no_grad():
-            log_pi = actor.get_dist(td).log_prob(td["action"])
+            dist = actor.get_dist(td)
+            log_pi = dist.log_prob(dist.mean)
         adv, target = F.vtrace_advantage_estimate(
             0.9, log_pi, td["action_log_prob"], v, nv, *flags(td), rho_thresh=1.2, c_thresh=0.9
+        )
+        torch.testing.assert_close(td["advantage"], adv)
+        torch.testing.assert_close(td["value_target"], target)
+
+    def test_random_interaction_scores_a_fresh_sample(self):
+        torch.manual_seed(0)
+        net, td, actor = value_net(), batch(), vtrace_actor()
+        td["action_log_prob"] = torch.randn(B, T, 1) - 1
+        torch.manual_seed(5)
+        with set_interaction_type(InteractionType.RANDOM):
+            VTrace(gamma=0.9, actor_network=actor, value_network=net)(td)
+        v, nv = expected_values(net, td)
+        with torch.no_grad():
+            dist = actor.get_dist(td)
+            torch.manual_seed(5)
+            log_pi = dist.log_prob(dist.rsample())
+        adv, target = F.vtrace_advantage_estimate(
+            0.9, log_pi, td["action_log_prob"], v, nv, *flags(td)
         )
         torch.testing.assert_close(td["advantage"], adv)
         torch.testing.assert_close(td["value_target"], target)

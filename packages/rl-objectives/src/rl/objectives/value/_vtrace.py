@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict import TensorDictBase, is_tensor_collection
+from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_type
 
 from rl.objectives.value._base import ValueEstimatorBase, _held_out
 from rl.objectives.value.functional import vtrace_advantage_estimate
@@ -17,7 +17,9 @@ class VTrace(ValueEstimatorBase):
 
     The importance weight of each step is ``pi(a|s) / mu(a|s)``: ``mu`` is read from
     ``tensor_keys.sample_log_prob`` (written by the collecting policy), ``pi`` is the
-    current ``actor_network``'s log-probability of the stored action.
+    current ``actor_network``'s log-probability of the action it draws under the active
+    interaction type (its ``default_interaction_type`` when none is set), as TorchRL 0.14
+    does; the stored action is not read.
 
     Keyword Args:
         gamma (float or Tensor): discount (a scalar).
@@ -81,12 +83,23 @@ class VTrace(ValueEstimatorBase):
         self, tensordict: TensorDictBase, like: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         log_mu = self._require(tensordict, self.tensor_keys.sample_log_prob, "sample_log_prob")
+        if is_tensor_collection(log_mu):
+            log_mu = log_mu.sum(dim="feature", reduce=True)
         actor = self.actor_network
         with _held_out(actor):
             dist = actor.get_dist(tensordict.select(*actor.in_keys, strict=False))
-            # the stored action (TorchRL 0.14 scores a freshly sampled one)
-            keys = getattr(actor, "dist_sample_keys", None) or actor.out_keys
-            log_pi = dist.log_prob(self._require(tensordict, keys[0], "action"))
+            # As TorchRL 0.14: pi scores the action the current policy draws under the
+            # active interaction type (the actor's default when none is set), so the
+            # stored action is not needed.
+            mode = interaction_type() or actor.default_interaction_type
+            if mode is InteractionType.RANDOM:
+                shape = torch.Size(actor.num_samples or ())
+                action = dist.rsample(shape) if dist.has_rsample else dist.sample(shape)
+            else:
+                action = actor._dist_sample(dist, interaction_type=mode)
+            log_pi = dist.log_prob(action)
+            if is_tensor_collection(log_pi):
+                log_pi = log_pi.sum(dim="feature", reduce=True)
         return log_pi.reshape(like.shape), log_mu.reshape(like.shape)
 
     def _estimate(self, tensordict, value, next_value, time_dim):

@@ -9,6 +9,7 @@ from ._backends import (
 from ._batched import EnvCreator, ParallelEnv, SerialEnv
 from ._common import EnvBase
 from ._gym import GymEnv, GymWrapper
+from ._model_based import ModelBasedEnvBase
 from ._native import CartPoleEnv, PendulumEnv
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
@@ -70,6 +71,7 @@ __all__ = [
     "EnvCreator",
     "GymEnv",
     "GymWrapper",
+    "ModelBasedEnvBase",
     "ParallelEnv",
     "PendulumEnv",
     "RandomPolicy",

@@ -337,3 +337,64 @@ class TestEnumAndCompile:
         compiled = torch.compile(est, backend="eager")(td.clone())
         torch.testing.assert_close(compiled["advantage"], eager["advantage"])
         torch.testing.assert_close(compiled["value_target"], eager["value_target"])
+
+
+class TestValueChunks:
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda **kw: TD0Estimator(gamma=0.9, **kw),
+            lambda **kw: TD1Estimator(gamma=0.9, **kw),
+            lambda **kw: TDLambdaEstimator(gamma=0.9, lmbda=0.95, **kw),
+            lambda **kw: GAE(gamma=0.9, lmbda=0.95, **kw),
+        ],
+    )
+    @pytest.mark.parametrize("shifted", [False, True])
+    @pytest.mark.parametrize(
+        "chunks",
+        [
+            {"value_chunk_size": 2},
+            {"num_chunks": 2},
+            {"num_chunk": 4},
+            {"num_chunks": 4, "value_chunk_dim": 1},
+            {"value_chunk_size": 4, "value_chunk_dim": -1},
+        ],
+    )
+    def test_chunked_calls_give_the_same_values(self, make, shifted, chunks):
+        net, td = value_net(), batch()
+        calls = []
+        net.register_forward_hook(lambda m, i, o: calls.append(1))
+        expected = make(value_network=net, shifted=shifted)(td.clone())
+        n_plain = len(calls)
+        actual = make(value_network=net, shifted=shifted, **chunks)(td.clone())
+        assert len(calls) - n_plain > n_plain  # the network really ran in several calls
+        for key in ("advantage", "value_target", "state_value"):
+            torch.testing.assert_close(actual[key], expected[key])
+
+    def test_split_sizes(self):
+        td = TensorDict({"obs": torch.randn(4, 5, 3)}, [4, 5])
+        est = GAE(gamma=0.9, lmbda=0.95, value_network=value_net(), num_chunks=3, value_chunk_dim=1)
+        assert [c.batch_size for c in est._split_value_net_input(td)] == [
+            torch.Size([4, 2]),
+            torch.Size([4, 2]),
+            torch.Size([4, 1]),
+        ]
+        est = GAE(gamma=0.9, lmbda=0.95, value_network=value_net(), value_chunk_size=3)
+        assert [c.batch_size for c in est._split_value_net_input(td)] == [
+            torch.Size([3, 5]),
+            torch.Size([1, 5]),
+        ]
+
+    def test_bad_options(self):
+        net = value_net()
+        with pytest.raises(ValueError, match="value_chunk_size and num_chunks"):
+            GAE(gamma=0.9, lmbda=0.95, value_network=net, value_chunk_size=3, num_chunks=2)
+        with pytest.raises(ValueError, match="num_chunks and num_chunk"):
+            GAE(gamma=0.9, lmbda=0.95, value_network=net, num_chunks=2, num_chunk=3)
+        with pytest.raises(ValueError, match="num_chunks must be >= 1, got 0"):
+            GAE(gamma=0.9, lmbda=0.95, value_network=net, num_chunks=0)
+        with pytest.raises(TypeError, match="value_chunk_size must be an int"):
+            GAE(gamma=0.9, lmbda=0.95, value_network=net, value_chunk_size=2.5)
+        est = GAE(gamma=0.9, lmbda=0.95, value_network=net, num_chunks=2, value_chunk_dim=2)
+        with pytest.raises(ValueError, match="value_chunk_dim=2 is out of range"):
+            est(batch())

@@ -34,6 +34,16 @@ def _call(network, data: TensorDictBase, params: TensorDictBase | None) -> Tenso
         return network(data)
 
 
+def _positive_int_or_none(value, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
 def _next_key(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
@@ -61,6 +71,15 @@ class ValueEstimatorBase(TensorDictModuleBase):
             without vmap here (root and next inputs are stacked into one call).
         time_dim (int, optional): the time dimension of the input TensorDict; defaults to
             the dimension named ``"time"`` if any, else the last one.
+        value_chunk_size (int, optional): call the value network on chunks of at most this
+            many entries along ``value_chunk_dim`` (bounds its peak memory; same values).
+        num_chunks (int, optional): call it on this many chunks instead (at most one per
+            entry); exclusive with ``value_chunk_size``. ``num_chunk`` is an alias.
+        value_chunk_dim (int): the batch dimension the chunks cut. Defaults to ``0``.
+
+    Raises:
+        ValueError: both ``value_chunk_size`` and ``num_chunks`` given, ``num_chunks`` and
+            ``num_chunk`` disagreeing, or a chunk option below 1.
     """
 
     @dataclass
@@ -108,8 +127,32 @@ class ValueEstimatorBase(TensorDictModuleBase):
         device: torch.device | None = None,
         deactivate_vmap: bool = False,
         time_dim: int | None = None,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
     ) -> None:
         super().__init__()
+        value_chunk_size = _positive_int_or_none(value_chunk_size, "value_chunk_size")
+        num_chunks = _positive_int_or_none(num_chunks, "num_chunks")
+        num_chunk = _positive_int_or_none(num_chunk, "num_chunk")
+        if num_chunk is not None:
+            if num_chunks is not None and num_chunks != num_chunk:
+                raise ValueError(
+                    f"num_chunks and num_chunk cannot both be set to different values, got "
+                    f"num_chunks={num_chunks} and num_chunk={num_chunk}"
+                )
+            num_chunks = num_chunk
+        if value_chunk_size is not None and num_chunks is not None:
+            raise ValueError(
+                f"value_chunk_size and num_chunks cannot both be set, got "
+                f"value_chunk_size={value_chunk_size} and num_chunks={num_chunks}"
+            )
+        if isinstance(value_chunk_dim, bool) or not isinstance(value_chunk_dim, int):
+            raise TypeError(f"value_chunk_dim must be an int, got {value_chunk_dim!r}")
+        self.value_chunk_size = value_chunk_size
+        self.num_chunks = num_chunks
+        self.value_chunk_dim = value_chunk_dim
         if not isinstance(shifted, bool):
             raise ValueError(f"shifted must be a boolean, got {shifted!r}")
         self._device = torch.device(device) if device is not None else torch.get_default_device()
@@ -268,17 +311,59 @@ class ValueEstimatorBase(TensorDictModuleBase):
             elif target_params is None or target_params is params:
                 both = tensordict.select(*net.in_keys, strict=False)
                 nxt = tensordict.get("next").select(*net.in_keys, strict=False)
-                stacked = _call(net, torch.stack([both, nxt], 0), params)
-                value, next_value = stacked.get(k.value).unbind(0)
+                stacked = self._call_value_net(torch.stack([both, nxt], 0), params, lead=1)
+                value, next_value = stacked.unbind(0)
             else:
-                value = _call(net, tensordict.select(*net.in_keys, strict=False), params).get(
-                    k.value
-                )
+                value = self._call_value_net(tensordict.select(*net.in_keys, strict=False), params)
                 nxt = tensordict.get("next").select(*net.in_keys, strict=False)
-                next_value = _call(net, nxt, target_params.detach()).get(k.value)
+                next_value = self._call_value_net(nxt, target_params.detach())
         tensordict.set(k.value, value)
         tensordict.set(_next_key(k.value), next_value)
         return value, next_value.detach()
+
+    def _chunk_dim(self, data: TensorDictBase, lead: int = 0) -> int:
+        ndim = data.batch_dims - lead
+        if ndim < 1:
+            raise ValueError("cannot split value-network inputs with no batch dimension")
+        if not -ndim <= self.value_chunk_dim < ndim:
+            raise ValueError(
+                f"value_chunk_dim={self.value_chunk_dim} is out of range for value-network "
+                f"inputs with batch size {tuple(data.batch_size[lead:])}"
+            )
+        return lead + self.value_chunk_dim % ndim
+
+    def _split_value_net_input(
+        self, data: TensorDictBase, dim: int | None = None
+    ) -> tuple[TensorDictBase, ...]:
+        """``data`` cut along ``dim`` (default: ``value_chunk_dim``) into the asked chunks."""
+        dim = self._chunk_dim(data) if dim is None else dim
+        size = data.shape[dim]
+        if self.num_chunks is not None:
+            n = min(self.num_chunks, size)
+            return (data,) if n <= 1 else tuple(data.tensor_split(n, dim=dim))
+        if self.value_chunk_size is None or size <= self.value_chunk_size:
+            return (data,)
+        return tuple(data.split(self.value_chunk_size, dim=dim))
+
+    def _call_value_net(
+        self,
+        data: TensorDictBase,
+        params: TensorDictBase | None,
+        lead: int = 0,
+        flat: bool = False,
+    ) -> torch.Tensor:
+        """The value network on ``data``, in chunks when ``value_chunk_size``/``num_chunks`` ask.
+
+        ``lead`` leading dims added by the estimator (the root/next stack) do not count in
+        ``value_chunk_dim``; a ``flat`` input (the shifted call) is cut along its only dim.
+        """
+        net = self.value_network
+        key = self.tensor_keys.value
+        if self.value_chunk_size is None and self.num_chunks is None:
+            return _call(net, data, params).get(key)
+        dim = 0 if flat else self._chunk_dim(data, lead)
+        chunks = self._split_value_net_input(data, dim)
+        return torch.cat([_call(net, c, params).get(key) for c in chunks], dim)
 
     def _values_shifted(self, tensordict, params, time_dim):
         """One network call on the T root inputs plus the next inputs where a trajectory ends."""
@@ -291,7 +376,8 @@ class ValueEstimatorBase(TensorDictModuleBase):
         ends[..., -1] = True
         root = td.select(*net.in_keys, strict=False).reshape(-1)
         nxt = td.get("next").select(*net.in_keys, strict=False)[ends]
-        out = _call(net, torch.cat([root, nxt], 0), params).get(k.value)
+        # one flat batch of inputs: chunked along its only dimension
+        out = self._call_value_net(torch.cat([root, nxt], 0), params, flat=True)
         n = root.shape[0]
         value = out[:n].reshape(*td.batch_size, *out.shape[1:])
         steps = value.shape[last]
@@ -318,7 +404,7 @@ class ValueEstimatorBase(TensorDictModuleBase):
             return self._require(tensordict, key, "value")
         nxt = tensordict.get("next").select(*net.in_keys, strict=False)
         with _held_out(net) if target_params is None else contextlib.nullcontext():
-            return _call(net, nxt, target_params).get(self.tensor_keys.value)
+            return self._call_value_net(nxt, target_params)
 
     # --------------------------------------------------------------- contract
     def forward(

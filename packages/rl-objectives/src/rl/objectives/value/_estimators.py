@@ -75,6 +75,10 @@ class TD0Estimator(_RewardNormalizing):
         skip_existing: bool | None = None,
         device: torch.device | None = None,
         deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
         time_dim: int | None = None,
     ) -> None:
         super().__init__(
@@ -87,6 +91,10 @@ class TD0Estimator(_RewardNormalizing):
             value_key=value_key,
             device=device,
             deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
             time_dim=time_dim,
         )
         self.register_buffer("gamma", torch.as_tensor(gamma, device=self._device).clone())
@@ -145,6 +153,10 @@ class TDLambdaEstimator(_RewardNormalizing):
         device: torch.device | None = None,
         time_dim: int | None = None,
         deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
     ) -> None:
         super().__init__(
             value_network=value_network,
@@ -156,6 +168,10 @@ class TDLambdaEstimator(_RewardNormalizing):
             value_key=value_key,
             device=device,
             deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
             time_dim=time_dim,
         )
         self.register_buffer("gamma", torch.as_tensor(gamma, device=self._device).clone())
@@ -206,6 +222,10 @@ class TD1Estimator(TDLambdaEstimator):
         device: torch.device | None = None,
         time_dim: int | None = None,
         deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
     ) -> None:
         super().__init__(
             gamma=gamma,
@@ -221,6 +241,10 @@ class TD1Estimator(TDLambdaEstimator):
             device=device,
             time_dim=time_dim,
             deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
         )
 
 
@@ -278,6 +302,10 @@ class GAE(ValueEstimatorBase):
         device: torch.device | None = None,
         time_dim: int | None = None,
         deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
     ) -> None:
         super().__init__(
             value_network=value_network,
@@ -289,6 +317,10 @@ class GAE(ValueEstimatorBase):
             value_key=value_key,
             device=device,
             deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
             time_dim=time_dim,
         )
         self.register_buffer("gamma", torch.as_tensor(gamma, device=self._device).clone())

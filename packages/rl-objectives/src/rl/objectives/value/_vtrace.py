@@ -51,6 +51,10 @@ class VTrace(ValueEstimatorBase):
         device: torch.device | None = None,
         time_dim: int | None = None,
         deactivate_vmap: bool = False,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
     ) -> None:
         super().__init__(
             value_network=value_network,
@@ -62,6 +66,10 @@ class VTrace(ValueEstimatorBase):
             value_key=value_key,
             device=device,
             deactivate_vmap=deactivate_vmap,
+            value_chunk_size=value_chunk_size,
+            num_chunks=num_chunks,
+            num_chunk=num_chunk,
+            value_chunk_dim=value_chunk_dim,
             time_dim=time_dim,
         )
         gamma = torch.as_tensor(gamma, device=self._device).clone()

@@ -1,8 +1,8 @@
-"""The collector's tensor fast path: which policies get it, and that it changes no data."""
+"""The collector's tensor fast path (rl.core.tensor_policy): rl.modules' actors, and that
+the fast path changes no collected data. The recognition itself is tested in rl-core."""
 
 from __future__ import annotations
 
-import doctest
 import sys
 from pathlib import Path
 
@@ -16,12 +16,11 @@ from tensordict.nn import (
     TensorDictModule,
     TensorDictSequential,
     set_interaction_type,
-    set_skip_existing,
 )
 from torch.testing import assert_close
 
 from rl.collectors import Collector
-from rl.collectors._tensor_policy import TensorPolicy, tensor_policy
+from rl.core import tensor_policy
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _collector_helpers import cartpole  # noqa: E402
@@ -158,24 +157,6 @@ ENVS = {
 
 
 class TestTensorPolicy:
-    def test_docstrings(self):
-        from rl.collectors import _tensor_policy
-
-        result = doctest.testmod(_tensor_policy, optionflags=doctest.ELLIPSIS)
-        assert result.attempted > 0 and result.failed == 0
-
-    def test_plain_module_and_sequence_are_recognised(self):
-        fast = tensor_policy(one_module())
-        assert isinstance(fast, TensorPolicy)
-        assert fast.in_keys == ["observation"]
-        assert fast.out_keys == ["action", "sample_log_prob"]
-        seq = tensor_policy(sequence())
-        assert seq.in_keys == ["observation"]
-        assert seq.out_keys == ["logits", "action", "noise"]
-        prob = tensor_policy(prob_actor())
-        assert prob.in_keys == ["observation"]
-        assert prob.out_keys == ["logits", "action", "action_log_prob"]
-
     @pytest.mark.parametrize(
         "itype",
         [
@@ -225,7 +206,7 @@ class TestTensorPolicy:
 
     def test_call_matches_policy(self):
         td = TensorDict(observation=torch.randn(5, 4), batch_size=[5])
-        for make in (one_module, sequence, rl_actor):
+        for make in (rl_actor,):
             policy = make()
             torch.manual_seed(1)
             expected = policy(td.clone())
@@ -233,62 +214,6 @@ class TestTensorPolicy:
             got = tensor_policy(policy)(td.clone())
             assert list(got.keys()) == list(expected.keys())
             assert (got == expected).all()
-
-    def test_other_policies_keep_the_general_path(self):
-        net = torch.nn.Linear(4, 2)
-        hooked = TensorDictModule(net, ["observation"], ["action"])
-        hooked.register_forward_hook(lambda *args: None)
-
-        class Custom(TensorDictModule):
-            def forward(self, tensordict):
-                return super().forward(tensordict)
-
-        sampled_twice = ProbabilisticTensorDictSequential(
-            TensorDictModule(lambda x: (x, x), ["observation"], ["logits", "action"]),
-            ProbabilisticTensorDictModule(
-                in_keys=["logits"],
-                out_keys=["action"],
-                distribution_class=torch.distributions.Categorical,
-            ),
-        )
-        nested = TensorDictModule(net, [("agents", "observation")], ["action"])
-        selected = TensorDictModule(
-            lambda x: (x, x), ["observation"], ["action", "extra"]
-        ).select_out_keys("action")
-        for policy in (
-            hooked,
-            Custom(net, ["observation"], ["action"]),
-            sampled_twice,  # the prefix writes the sample: the last module does not draw
-            prob_actor(num_samples=2),
-            prob_actor(generator=torch.Generator()),
-            nested,
-            selected,
-            TensorDictModule(net, ["observation"], ["action"], inplace=False),
-            lambda td: td,
-            TensorDictSequential(hooked),
-        ):
-            assert tensor_policy(policy) is None, policy
-
-    def test_policy_twin_protocol(self):
-        """A policy's own ``_rl_tensor_forward`` is asked first and its answer is final."""
-
-        class Twin(TensorDictModule):
-            twin = None
-
-            def _rl_tensor_forward(self):
-                return self.twin
-
-        policy = Twin(torch.nn.Linear(4, 2), ["observation"], ["action"])
-        assert tensor_policy(policy) is None  # declined, though structurally plain
-        policy.twin = (["observation"], ["doubled"], lambda obs: (obs * 2,))
-        fast = tensor_policy(policy)
-        assert (fast.in_keys, fast.out_keys) == (["observation"], ["doubled"])
-        td = fast(TensorDict(observation=torch.ones(3, 4), batch_size=[3]))
-        assert_close(td["doubled"], torch.full((3, 4), 2.0))
-        with pytest.raises(KeyError, match="observation"):
-            fast(TensorDict(other=torch.ones(3, 4), batch_size=[3]))
-        policy.twin = ([("nested", "observation")], ["action"], lambda obs: (obs,))
-        assert tensor_policy(policy) is None
 
     def test_actor_inside_a_sequence_uses_its_twin(self):
         """A TensorDictSequential holding an actor with a twin (then a plain module)."""
@@ -310,9 +235,8 @@ class TestTensorPolicy:
         actor.register_forward_hook(lambda *args: None)
         assert tensor_policy(policy) is None
 
-    @pytest.mark.parametrize("make", [prob_actor, rl_prob_actor], ids=["tensordict", "rl"])
-    def test_usable_follows_attributes_changed_after_construction(self, make):
-        policy = make()
+    def test_usable_follows_attributes_changed_after_construction(self):
+        policy = rl_prob_actor()
         fast = tensor_policy(policy)
         assert fast.out_keys[-1] == "action_log_prob"
         policy.module[-1].return_log_prob = False
@@ -332,17 +256,6 @@ class TestTensorPolicy:
         fast = tensor_policy(policy)
         assert fast.usable()
         handle = policy.module[-1].register_forward_hook(lambda *args: None)
-        assert not fast.usable()
-        handle.remove()
-        assert fast.usable()
-
-    def test_usable_follows_hooks_and_skip_existing(self):
-        policy = one_module()
-        fast = tensor_policy(policy)
-        assert fast.usable()
-        with set_skip_existing(True):
-            assert not fast.usable()
-        handle = policy.register_forward_pre_hook(lambda *args: None)
         assert not fast.usable()
         handle.remove()
         assert fast.usable()
@@ -371,7 +284,7 @@ class TestTensorPolicy:
         assert len(calls) == 32 // 8
 
     def test_envpool_wrong_action_shape_later_raises(self):
-        """An action of the wrong shape after step 0 (the tensor loop) is reported."""
+        """An action of the wrong shape after step 0 is reported, naming the key."""
 
         class Shrinks(torch.nn.Module):
             calls = 0

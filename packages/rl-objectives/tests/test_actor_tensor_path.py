@@ -1,4 +1,4 @@
-"""The actors' tensor twins (``_rl_tensor_forward``): the collectors' fast path.
+"""The actors' tensor twins (``tensor_forward``): the collectors' fast path.
 
 The twin is ``(in_keys, out_keys, fn)``; ``fn`` on the tensors at ``in_keys`` must return
 exactly what the actor's forward writes at ``out_keys``, random draws included.
@@ -58,7 +58,7 @@ def discrete_actor(distribution=torch.distributions.Categorical, **kwargs) -> Pr
 
 def run_both(actor, td: TensorDict, itype, seed: int = 1):
     """``(actor's output, twin's outputs by key)`` under ``itype`` from the same seed."""
-    in_keys, out_keys, fn = actor._rl_tensor_forward()
+    in_keys, out_keys, fn = actor.tensor_forward()
     outs = []
     for call in (
         lambda: actor(td.clone()),
@@ -115,32 +115,32 @@ class TestProbabilisticActorTwin:
         )
         value = ValueOperator(torch.nn.Linear(8, 1), in_keys=["hidden"])
         policy = ActorValueOperator(trunk, head, value).get_policy_operator()
-        in_keys, out_keys, _ = policy._rl_tensor_forward()
+        in_keys, out_keys, _ = policy.tensor_forward()
         assert in_keys == ["observation"]
         assert out_keys == ["hidden", "loc", "scale", "action", "action_log_prob"]
         td = TensorDict(observation=torch.randn(6, 3), batch_size=[6])
         assert_twin_matches(policy, td, itype)
 
     def test_keys(self):
-        in_keys, out_keys, _ = gaussian_actor(return_log_prob=True)._rl_tensor_forward()
+        in_keys, out_keys, _ = gaussian_actor(return_log_prob=True).tensor_forward()
         assert in_keys == ["observation"]
         assert out_keys == ["loc", "scale", "action", "action_log_prob"]
         in_keys, out_keys, _ = discrete_actor(
             out_keys=["act"], log_prob_key="lp", return_log_prob=True
-        )._rl_tensor_forward()
+        ).tensor_forward()
         assert (in_keys, out_keys) == (["observation"], ["logits", "act", "lp"])
 
     def test_follows_attributes_changed_after_construction(self):
         actor = gaussian_actor()
-        assert actor._rl_tensor_forward()[1][-1] == "action"
+        assert actor.tensor_forward()[1][-1] == "action"
         actor.module[-1].return_log_prob = True
-        assert actor._rl_tensor_forward()[1][-1] == "action_log_prob"
+        assert actor.tensor_forward()[1][-1] == "action_log_prob"
         td = TensorDict(observation=torch.randn(4, 3), batch_size=[4])
         assert_twin_matches(actor, td, ExplorationType.RANDOM)
 
     def test_weights_updated_in_place_are_used(self):
         actor = discrete_actor()
-        _, _, fn = actor._rl_tensor_forward()
+        _, _, fn = actor.tensor_forward()
         obs = torch.randn(4, 3)
         with torch.no_grad():
             actor.module[0].module.weight.zero_()
@@ -184,7 +184,7 @@ class TestProbabilisticActorTwin:
             custom,
             composite,
         ):
-            assert actor._rl_tensor_forward() is None, actor
+            assert actor.tensor_forward() is None, actor
 
 
 class TestQValueActorTwin:
@@ -198,7 +198,7 @@ class TestQValueActorTwin:
         if masked:
             td["action_mask"] = torch.rand(6, 4) > 0.3
             td["action_mask"][:, 0] = True
-        in_keys, out_keys, fn = actor._rl_tensor_forward()
+        in_keys, out_keys, fn = actor.tensor_forward()
         assert in_keys == ["observation"] + (["action_mask"] if masked else [])
         assert out_keys == ["action_value", "action", "chosen_action_value"]
         expected = actor(td.clone())
@@ -208,7 +208,7 @@ class TestQValueActorTwin:
 
     def test_qvalue_module_alone(self):
         module = QValueModule(spec=Categorical(3))
-        in_keys, out_keys, fn = module._rl_tensor_forward()
+        in_keys, out_keys, fn = module.tensor_forward()
         assert in_keys == ["action_value"]
         action, values, chosen = fn(torch.tensor([[1.0, 5.0, 2.0]]))
         assert action.tolist() == [1] and chosen.tolist() == [[5.0]]
@@ -223,4 +223,4 @@ class TestQValueActorTwin:
         )
         safe = QValueActor(torch.nn.Linear(3, 4), spec=Categorical(4), safe=True)
         for actor in (hooked, distributional, safe):
-            assert actor._rl_tensor_forward() is None, actor
+            assert actor.tensor_forward() is None, actor

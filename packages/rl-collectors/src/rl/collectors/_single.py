@@ -23,7 +23,7 @@ from ._common import (
     set_rng_state,
     wrap_policy,
 )
-from ._tensor_policy import tensor_policy
+from rl.core import tensor_policy
 
 __all__ = ["Collector", "SyncDataCollector"]
 

@@ -1,4 +1,5 @@
-"""rl.core: tensor specs, exploration type, seeding, the n-step return, the trainer, its loggers
+"""rl.core: tensor specs, exploration type, seeding, the n-step return, the tensor-policy
+protocol, the trainer, its loggers
 and checkpoints."""
 
 from tensordict.utils import NestedKey
@@ -9,6 +10,7 @@ from ._object_state import load_object_state, object_state
 from ._seed import seed_everything
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
 from ._specs import __all__ as _spec_names
+from ._tensor_policy import TensorPolicy, tensor_policy
 from .loggers import *  # noqa: F403  (CSV, TensorBoard, W&B and MLflow loggers)
 from .loggers import __all__ as _logger_names
 from .trainers import *  # noqa: F403  (the trainer and its hooks)
@@ -22,10 +24,12 @@ __all__ = [
     *_logger_names,
     "ExplorationType",
     "NestedKey",
+    "TensorPolicy",
     "exploration_type",
     "load_object_state",
     "n_step_return",
     "object_state",
     "seed_everything",
     "set_exploration_type",
+    "tensor_policy",
 ]

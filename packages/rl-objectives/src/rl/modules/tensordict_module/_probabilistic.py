@@ -247,7 +247,7 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
             sample = self._dist_sample(dist, interaction_type=itype)
         return sample, (dist.log_prob(sample) if log_prob else None)
 
-    def _rl_tensor_forward(self) -> TensorForward | None:
+    def tensor_forward(self) -> TensorForward | None:
         """The tensor-level twin of this module's forward, for collectors (see
         :func:`_tensor_stage`): ``fn(*params) -> (sample[, log_prob])``, or ``None``
         where the lean path does not apply (hooks, ``safe=True``, a composite
@@ -298,10 +298,10 @@ def _same_methods(cls: type, methods: tuple[tuple[type, str], ...]) -> bool:
 def _tensor_stage(module: nn.Module) -> TensorForward | None:
     """The tensor twin of one module of an actor, or ``None``.
 
-    A module opts in with a ``_rl_tensor_forward()`` method returning a
+    A module opts in with a ``tensor_forward()`` method returning a
     :data:`TensorForward` (or ``None`` when unsafe); a plain ``TensorDictModule`` (keys
     to keys, no hooks) gets one from its network. Collectors ask an actor for its twin
-    with ``getattr(policy, "_rl_tensor_forward", None)`` (duck-typed: rl-collectors does
+    with ``getattr(policy, "tensor_forward", None)`` (duck-typed: rl-collectors does
     not import rl.modules) and call ``fn`` on tensors instead of the actor on a
     TensorDict; ``fn`` makes the same tensor calls in the same order, so values and
     random draws are identical. The twin's keys are fixed when it is built (the
@@ -309,7 +309,7 @@ def _tensor_stage(module: nn.Module) -> TensorForward | None:
     """
     if _has_hooks(module):
         return None
-    own = getattr(module, "_rl_tensor_forward", None)
+    own = getattr(module, "tensor_forward", None)
     if own is not None:
         return own()
     step = _plain_step(module)
@@ -464,7 +464,7 @@ class SafeProbabilisticTensorDictSequential(_SpecMixin, ProbabilisticTensorDictS
             return last(tensordict)
         return last._lean_forward(tensordict)
 
-    def _rl_tensor_forward(self) -> TensorForward | None:
+    def tensor_forward(self) -> TensorForward | None:
         """The tensor-level twin of this sequence's forward, for collectors (see
         :func:`_tensor_stage`): its plain modules' networks, then the sample (and
         log-probability) drawn as :class:`SafeProbabilisticModule` draws it; ``None``

@@ -190,7 +190,7 @@ class QValueModule(_SpecMixin, TensorDictModuleBase):
             tensordict.set(key, value)
         return tensordict
 
-    def _rl_tensor_forward(self) -> TensorForward | None:
+    def tensor_forward(self) -> TensorForward | None:
         """The tensor-level twin of :meth:`forward`, for collectors:
         ``fn(action_value[, action_mask]) -> (action, action_value, chosen_action_value)``;
         ``None`` with hooks, ``safe=True``, nested keys or a subclass's forward (see
@@ -399,7 +399,7 @@ class QValueActor(SafeSequential):
         super().__init__(module, qvalue)
         self.action_value_key = action_value_key
 
-    def _rl_tensor_forward(self) -> TensorForward | None:
+    def tensor_forward(self) -> TensorForward | None:
         """The tensor-level twin of this actor's forward, for collectors: the value
         network, then the greedy choice of :class:`QValueModule`; ``None`` where a module
         has no twin (hooks, ``safe=True``, a distributional head, nested keys)."""

@@ -1,16 +1,22 @@
-"""The tensor fast path of a collector's policy.
+"""The tensor-policy protocol: a policy's tensors-in / tensors-out twin.
 
 A ``TensorDictModule`` reads its ``in_keys``, calls its module on the tensors and writes
 its ``out_keys``; most of the cost of a call on a small network is tensordict's own
 machinery around it (dispatch, skip-existing checks, key parsing, hooks of the wrapper).
 :func:`tensor_policy` recognises the policies that are only that (a plain
-``TensorDictModule``, or a ``TensorDictSequential`` of them) and builds, once, a
-:class:`TensorPolicy` that does the same tensor calls in the same order without that
-machinery. Policies that know their own tensor twin (rl.modules' ``ProbabilisticActor``
-and ``QValueActor``) hand it over through a duck-typed method, ``_rl_tensor_forward()``
-(see :func:`tensor_policy`): this package does not import rl.modules. Envs whose rollout loop knows the protocol (EnvPool's) call it on tensors
-and never build a TensorDict per step; other envs call it on the root TensorDict as they
-would call the policy.
+``TensorDictModule``, a ``TensorDictSequential`` of them, a plain
+``ProbabilisticTensorDictSequential``) and builds, once, a :class:`TensorPolicy` that
+does the same tensor calls in the same order without that machinery. This is the one
+place where that recognition lives; rollout loops (collectors, envs) and rl.modules'
+actors use it.
+
+The protocol: a module that knows its own tensor twin implements a public method
+``tensor_forward(self) -> tuple[in_keys, out_keys, fn] | None``. ``fn(*tensors at
+in_keys)`` returns the tensors its forward writes at ``out_keys`` (string keys, each
+once, in the order first written), with the same values and random draws; ``None``
+where that is not safe (hooks, a subclass's forward, nested keys, ...).
+:func:`tensor_policy` asks for it first, and its answer is final. rl-core imports
+neither rl.modules nor rl.collectors: the protocol is duck-typed.
 """
 
 from __future__ import annotations
@@ -67,7 +73,7 @@ class TensorPolicy:
         forward: the tensor function.
     """
 
-    _rl_tensor_policy = True  # the protocol flag the env rollout loops look for
+    _rl_tensor_policy = True  # the flag EnvPool's rollout loop looks for (duck-typed)
 
     def __init__(
         self,
@@ -156,7 +162,7 @@ def _module_step(tdm: TensorDictModule):
 
 def _steps(policy) -> list | None:
     """The ``(in_keys, out_keys, fn)`` stages of ``policy`` in call order, else ``None``."""
-    own = getattr(policy, "_rl_tensor_forward", None)
+    own = getattr(policy, "tensor_forward", None)
     if own is not None:  # a module with its own twin (an rl.modules actor in a sequence)
         twin = _checked_twin(own())
         return None if twin is None else [(*twin, (NO_DEFAULT, {}))]
@@ -263,16 +269,16 @@ def tensor_policy(policy) -> TensorPolicy | None:
     ``ProbabilisticTensorDictSequential`` (string keys, the module called with the
     tensors, outputs written in place, no hooks).
 
-    A policy with a ``_rl_tensor_forward()`` method (rl.modules' ``ProbabilisticActor``,
-    ``QValueActor``, ...) is asked for its own tensor twin first, duck-typed, so that
-    this package needs no import of rl.modules; its answer is final (``None``: no fast
-    path).
+    A policy with a ``tensor_forward()`` method (the protocol: rl.modules'
+    ``ProbabilisticActor``, ``QValueActor``, ...) is asked for its own tensor twin first,
+    duck-typed, so that rl-core needs no import of rl.modules; its answer is final
+    (``None``: no fast path).
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule, TensorDictSequential
-        >>> from rl.collectors._tensor_policy import tensor_policy
+        >>> from rl.core import tensor_policy
         >>> policy = TensorDictSequential(
         ...     TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
         ...     TensorDictModule(lambda x: x.argmax(-1), ["logits"], ["action"]),
@@ -291,7 +297,7 @@ def tensor_policy(policy) -> TensorPolicy | None:
     """
     if not isinstance(policy, nn.Module):
         return None
-    own = getattr(policy, "_rl_tensor_forward", None)
+    own = getattr(policy, "tensor_forward", None)
     if own is not None:
         return _from_protocol(policy, own())
     prob_default = None
@@ -323,7 +329,7 @@ def tensor_policy(policy) -> TensorPolicy | None:
 def _from_protocol(policy: nn.Module, twin) -> TensorPolicy | None:
     """The :class:`TensorPolicy` of a policy's own tensor twin (``None`` if it has none).
 
-    A policy class (rl.modules' actors) opts in with a method ``_rl_tensor_forward()``
+    A policy class (rl.modules' actors) opts in with a method ``tensor_forward()``
     returning ``(in_keys, out_keys, fn)``: ``fn(*tensors at in_keys)`` returns the tensors
     its forward writes at ``out_keys`` (string keys, each once, in the order first
     written), with the same values and random draws; or ``None`` where that is not

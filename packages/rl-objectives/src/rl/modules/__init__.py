@@ -24,6 +24,8 @@ from .tensordict_module import *  # noqa: F403
 from .tensordict_module import __all__ as _td_module_all
 from ._value_norm import *  # noqa: F403
 from ._value_norm import __all__ as _value_norm_all
+from .planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
+from .tensordict_module._world_models import WorldModelWrapper
 
 __all__ = [
     "NormalParamExtractor",
@@ -31,7 +33,11 @@ __all__ = [
     "ProbabilisticTensorDictSequential",
     "TensorDictModule",
     "TensorDictModuleBase",
+    "CEMPlanner",
+    "MPCPlannerBase",
+    "MPPIPlanner",
     "TensorDictSequential",
+    "WorldModelWrapper",
     "__version__",
     *_distributions_all,
     *_models_all,

@@ -1,5 +1,6 @@
 """rl.data: replay buffers, storages, samplers, writers and data post-processing."""
 
+from rl.data.map import BinaryToDecimal, HashToInt, QueryModule, RandomProjectionHash, SipHash
 from rl.data.postprocs import MultiStep
 from rl.data.replay_buffers import (
     CompressedListStorage,
@@ -56,6 +57,11 @@ from rl.data.replay_buffers import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BinaryToDecimal",
+    "HashToInt",
+    "QueryModule",
+    "RandomProjectionHash",
+    "SipHash",
     "prefill_replay_buffer",
     "OfflineToOnlineReplayBuffer",
     "HindsightStrategy",

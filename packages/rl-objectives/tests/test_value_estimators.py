@@ -398,3 +398,24 @@ class TestValueChunks:
         est = GAE(gamma=0.9, lmbda=0.95, value_network=net, num_chunks=2, value_chunk_dim=2)
         with pytest.raises(ValueError, match="value_chunk_dim=2 is out of range"):
             est(batch())
+
+
+class TestKeywordCall:
+    @pytest.mark.parametrize(
+        "make",
+        [
+            lambda net: TD0Estimator(gamma=0.9, value_network=net),
+            lambda net: TDLambdaEstimator(gamma=0.9, lmbda=0.95, value_network=net),
+            lambda net: GAE(gamma=0.9, lmbda=0.95, value_network=net),
+        ],
+    )
+    def test_keyword_tensors_return_out_keys_in_order(self, make):
+        # TorchRL's estimators also take the in_keys as keyword tensors ("next_obs" for
+        # ("next", "obs")) and return the out_keys (advantage, value_target) as a tuple.
+        net, td = value_net(), batch()
+        est = make(net)
+        kwargs = {"_".join((k,) if isinstance(k, str) else k): td.get(k) for k in est.in_keys}
+        advantage, target = est(**kwargs)
+        est(td)
+        torch.testing.assert_close(advantage, td["advantage"])
+        torch.testing.assert_close(target, td["value_target"])

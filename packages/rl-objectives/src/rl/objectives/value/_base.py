@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 from tensordict import TensorDictBase, unravel_key
-from tensordict.nn import TensorDictModuleBase, composite_lp_aggregate
+from tensordict.nn import TensorDictModuleBase, composite_lp_aggregate, dispatch
 from tensordict.utils import NestedKey
 
 __all__ = ["ValueEstimatorBase"]
@@ -407,6 +407,7 @@ class ValueEstimatorBase(TensorDictModuleBase):
             return self._call_value_net(nxt, target_params)
 
     # --------------------------------------------------------------- contract
+    @dispatch
     def forward(
         self,
         tensordict: TensorDictBase,

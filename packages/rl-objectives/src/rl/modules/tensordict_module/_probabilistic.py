@@ -25,7 +25,7 @@ from torch import distributions as D
 from torch import nn
 from torch.nn.modules import module as _module_mod
 
-from rl.core import Composite, TensorSpec
+from rl.core import Composite, TensorSpec, tensor_policy
 
 from ._common import SafeModule, _register_spec, _SpecMixin
 from ._sequence import _merged_spec
@@ -299,12 +299,13 @@ def _tensor_stage(module: nn.Module) -> TensorForward | None:
     """The tensor twin of one module of an actor, or ``None``.
 
     A module opts in with a ``tensor_forward()`` method returning a
-    :data:`TensorForward` (or ``None`` when unsafe); a plain ``TensorDictModule`` (keys
-    to keys, no hooks) gets one from its network. Collectors ask an actor for its twin
-    with ``getattr(policy, "tensor_forward", None)`` (duck-typed: rl-collectors does
-    not import rl.modules) and call ``fn`` on tensors instead of the actor on a
-    TensorDict; ``fn`` makes the same tensor calls in the same order, so values and
-    random draws are identical. The twin's keys are fixed when it is built (the
+    :data:`TensorForward` (or ``None`` when unsafe), the protocol of
+    :func:`rl.core.tensor_policy`; a plain ``TensorDictModule`` (keys to keys, no hooks,
+    not ``safe``) gets the twin :func:`rl.core.tensor_policy` builds from its network.
+    Collectors ask an actor for its twin through :func:`rl.core.tensor_policy` and call
+    ``fn`` on tensors instead of the actor on a TensorDict; ``fn`` makes the same tensor
+    calls in the same order, so values and random draws are identical. The twin's keys
+    are fixed when it is built (the
     collector rebuilds it at each batch, following attributes changed since).
     """
     if _has_hooks(module):
@@ -312,26 +313,10 @@ def _tensor_stage(module: nn.Module) -> TensorForward | None:
     own = getattr(module, "tensor_forward", None)
     if own is not None:
         return own()
-    step = _plain_step(module)
-    if step is None:
+    if not isinstance(module, TensorDictModule) or getattr(module, "safe", False):
         return None
-    net, in_keys, out_keys = step
-    if not _plain_keys(in_keys + out_keys) or len(set(out_keys)) != len(out_keys):
-        return None
-    n = len(out_keys)
-
-    def forward(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = net(*tensors)
-        if isinstance(out, torch.Tensor):
-            out = (out,)
-        if len(out) != n:
-            raise RuntimeError(
-                f"the network of the module writing {out_keys} returned {len(out)} "
-                f"values for {n} out_keys"
-            )
-        return tuple(out)
-
-    return in_keys, out_keys, forward
+    twin = tensor_policy(module)  # rl.core's recognition of a plain TensorDictModule
+    return None if twin is None else (twin.in_keys, twin.out_keys, twin.forward)
 
 
 def _tensor_chain(modules: Sequence[nn.Module]) -> TensorForward | None:

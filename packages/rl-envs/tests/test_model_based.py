@@ -43,6 +43,15 @@ class TestModelBasedEnvBase:
         assert td.batch_size == (2, 3, 4)
         torch.testing.assert_close(td["next", "x"][..., -1, :], start["x"] + td["action"].sum(-2))
 
+    def test_batch_locked_settable(self):
+        env = LinearModelEnv()
+        env.batch_locked = True
+        assert env.batch_locked
+        with pytest.raises((RuntimeError, ValueError)):
+            env.rollout(
+                2, auto_reset=False, tensordict=TensorDict(x=torch.zeros(3, 1), batch_size=[3])
+            )
+
     def test_step_keeps_declared_keys_only(self):
         env = LinearModelEnv()
         td = env.reset().set("action", torch.zeros(1)).set("extra", torch.zeros(2))

@@ -84,6 +84,15 @@ class ModelBasedEnvBase(EnvBase, metaclass=abc.ABCMeta):
         self.world_model_params = params
         self.world_model_buffers = buffers
 
+    @property
+    def batch_locked(self) -> bool:
+        """``False`` by default (any leading batch dims); settable, as in TorchRL."""
+        return self.__dict__.get("_batch_locked", False)
+
+    @batch_locked.setter
+    def batch_locked(self, value: bool) -> None:
+        self.__dict__["_batch_locked"] = bool(value)
+
     def set_specs_from_env(self, env: EnvBase) -> None:
         """Copies ``env``'s input and output specs (moved to this env's device)."""
         output_spec = env.output_spec.clone()

@@ -89,3 +89,16 @@ def test_query_module_indices():
         QueryModule(in_keys=[])
     with pytest.raises(ValueError, match="number of hash_modules"):
         QueryModule(in_keys=["a", "b"], hash_module=[SipHash()])
+
+
+def test_query_module_nested_keys_flattened():
+    from rl.data.map import QueryModule
+
+    qm = QueryModule(
+        in_keys=[(("key1",),), (("another",), "key2")],
+        index_key=("some", ("_index",)),
+        hash_module=SipHash(),
+    )
+    assert qm.in_keys == ["key1", ("another", "key2")]
+    assert qm.index_key == ("some", "_index")
+    assert set(qm.hash_module) == {"key1", ("another", "key2")}

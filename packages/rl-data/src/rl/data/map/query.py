@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from tensordict import NestedKey, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import unravel_key, unravel_key_list
 from torch import nn
 
 from rl.data.map.hash import SipHash
@@ -86,8 +87,9 @@ class QueryModule(TensorDictModuleBase):
             raise ValueError("`in_keys` cannot be empty.")
         in_keys = in_keys if isinstance(in_keys, list) else [in_keys]
         super().__init__()
-        self.in_keys = in_keys
-        self.out_keys = [index_key, hash_key]
+        # nested tuples such as (("a",), "b") are flattened to ("a", "b"), a 1-tuple to its string
+        in_keys = self.in_keys = unravel_key_list(in_keys)
+        self.out_keys = [unravel_key(index_key), unravel_key(hash_key)]
         index_key, self.hash_key = self.out_keys
         if aggregator is not None and len(in_keys) == 1:
             warnings.warn(

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from tensordict import NestedKey, TensorDictBase
 
-from ._planner import MPCPlannerBase, mask_post_done_reward
+from ._planner import MPCPlannerBase
 
 __all__ = ["CEMPlanner"]
 
@@ -63,45 +63,15 @@ class CEMPlanner(MPCPlannerBase):
         action_key: NestedKey = "action",
     ) -> None:
         super().__init__(env=env, action_key=action_key)
-        if top_k > num_candidates:
-            raise ValueError(f"top_k={top_k} exceeds num_candidates={num_candidates}")
-        self.planning_horizon = planning_horizon
-        self.optim_steps = optim_steps
-        self.num_candidates = num_candidates
-        self.top_k = top_k
-        self.reward_key = self._check_reward_key(reward_key)
+        self._set_search(planning_horizon, optim_steps, num_candidates, top_k, reward_key)
 
     def planning(self, tensordict: TensorDictBase) -> torch.Tensor:
-        batch = tensordict.batch_size
-        act_shape = self.action_spec.shape
-        n_act = len(act_shape)
-        k_dim = -(n_act + 2)  # candidates' dim in [*B, N, H, *A]
-        start = tensordict.unsqueeze(-1).expand(*batch, self.num_candidates).to_tensordict()
-        dtype = self.action_spec.dtype
-        mean = torch.zeros(
-            *batch, 1, self.planning_horizon, *act_shape, device=tensordict.device, dtype=dtype
-        )
-        std = torch.ones_like(mean)
-        for _ in range(self.optim_steps):
-            noise = torch.randn(
-                *batch,
-                self.num_candidates,
-                self.planning_horizon,
-                *act_shape,
-                device=mean.device,
-                dtype=dtype,
-            )
-            actions = self.action_spec.project(mean + std * noise)
-            rollout = self.imagine(start.clone(), actions)
-            reward = mask_post_done_reward(
-                rollout.get(self.reward_key), self._done(rollout), time_dim=-2
-            )
-            returns = reward.sum(-2)  # [*B, N, 1]
-            top = returns.topk(self.top_k, dim=-2).indices  # [*B, k, 1]
-            idx = top.reshape(*top.shape[:-1], *([1] * (n_act + 1))).expand(
-                *batch, self.top_k, self.planning_horizon, *act_shape
-            )
-            best = actions.gather(k_dim, idx)
-            mean = best.mean(k_dim, keepdim=True)
-            std = best.std(k_dim, keepdim=True)
-        return mean.select(k_dim, 0).select(-(n_act + 1), 0)
+        return self._search(tensordict, self._returns, _refit)
+
+    def _returns(self, rollout: TensorDictBase) -> torch.Tensor:
+        return self._masked_reward(rollout).sum(-2)  # [*B, N, 1]
+
+
+def _refit(best: torch.Tensor, top_scores: torch.Tensor, k_dim: int) -> tuple:
+    """The Gaussian of the ``top_k`` sequences."""
+    return best.mean(k_dim, keepdim=True), best.std(k_dim, keepdim=True)

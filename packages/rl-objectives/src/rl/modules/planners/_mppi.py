@@ -8,7 +8,7 @@ import torch
 from tensordict import NestedKey, TensorDictBase
 from torch import nn
 
-from ._planner import MPCPlannerBase, mask_post_done_reward
+from ._planner import MPCPlannerBase
 
 __all__ = ["MPPIPlanner"]
 
@@ -73,58 +73,26 @@ class MPPIPlanner(MPCPlannerBase):
         action_key: NestedKey = "action",
     ) -> None:
         super().__init__(env=env, action_key=action_key)
-        if top_k > num_candidates:
-            raise ValueError(f"top_k={top_k} exceeds num_candidates={num_candidates}")
+        self._set_search(planning_horizon, optim_steps, num_candidates, top_k, reward_key)
         self.advantage_module = advantage_module
-        self.planning_horizon = planning_horizon
-        self.optim_steps = optim_steps
-        self.num_candidates = num_candidates
-        self.top_k = top_k
-        self.reward_key = self._check_reward_key(reward_key)
         self.register_buffer("temperature", torch.as_tensor(temperature))
 
     def planning(self, tensordict: TensorDictBase) -> torch.Tensor:
-        batch = tensordict.batch_size
-        act_shape = self.action_spec.shape
-        n_act = len(act_shape)
-        k_dim = -(n_act + 2)  # candidates' dim in [*B, N, H, *A]
-        start = tensordict.unsqueeze(-1).expand(*batch, self.num_candidates).to_tensordict()
-        dtype = self.action_spec.dtype
-        mean = torch.zeros(
-            *batch, 1, self.planning_horizon, *act_shape, device=tensordict.device, dtype=dtype
-        )
-        std = torch.ones_like(mean)
-        for _ in range(self.optim_steps):
-            noise = torch.randn(
-                *batch,
-                self.num_candidates,
-                self.planning_horizon,
-                *act_shape,
-                device=mean.device,
-                dtype=dtype,
-            )
-            actions = self.action_spec.project(mean + std * noise)
-            rollout = self.imagine(start.clone(), actions)
-            rollout.set(
-                self.reward_key,
-                mask_post_done_reward(
-                    rollout.get(self.reward_key), self._done(rollout), time_dim=-2
-                ),
-            )
-            self.advantage_module(rollout)
-            if "advantage" not in rollout.keys():
-                raise KeyError(
-                    "advantage_module wrote no 'advantage' entry into the imagined rollout"
-                )
-            advantage = rollout.get("advantage")[..., 0, :]  # [*B, N, 1]
-            top = advantage.topk(self.top_k, dim=-2).indices  # [*B, k, 1]
-            weights = (self.temperature * advantage.gather(-2, top)).exp()  # [*B, k, 1]
-            weights = weights.reshape(*weights.shape[:-1], *([1] * (n_act + 1)))
-            idx = top.reshape(*top.shape[:-1], *([1] * (n_act + 1))).expand(
-                *batch, self.top_k, self.planning_horizon, *act_shape
-            )
-            best = actions.gather(k_dim, idx)
-            total = weights.sum(k_dim, keepdim=True)
-            mean = (weights * best).sum(k_dim, keepdim=True) / total
-            std = ((weights * (best - mean).pow(2)).sum(k_dim, keepdim=True) / total).sqrt()
-        return mean.select(k_dim, 0).select(-(n_act + 1), 0)
+        return self._search(tensordict, self._advantage, self._refit)
+
+    def _advantage(self, rollout: TensorDictBase) -> torch.Tensor:
+        rollout.set(self.reward_key, self._masked_reward(rollout))
+        self.advantage_module(rollout)
+        if "advantage" not in rollout.keys():
+            raise KeyError("advantage_module wrote no 'advantage' entry into the imagined rollout")
+        return rollout.get("advantage")[..., 0, :]  # [*B, N, 1]
+
+    def _refit(self, best: torch.Tensor, top_scores: torch.Tensor, k_dim: int) -> tuple:
+        """The Gaussian of the ``top_k`` sequences weighted by ``exp(temperature * A)``."""
+        n_act = len(self.action_spec.shape)
+        weights = (self.temperature * top_scores).exp()  # [*B, k, 1]
+        weights = weights.reshape(*weights.shape[:-1], *([1] * (n_act + 1)))
+        total = weights.sum(k_dim, keepdim=True)
+        mean = (weights * best).sum(k_dim, keepdim=True) / total
+        std = ((weights * (best - mean).pow(2)).sum(k_dim, keepdim=True) / total).sqrt()
+        return mean, std

@@ -141,6 +141,55 @@ class MPCPlannerBase(TensorDictModuleBase, metaclass=abc.ABCMeta):
                 done = flag if done is None else done | flag
         return done
 
+    def _set_search(
+        self,
+        planning_horizon: int,
+        optim_steps: int,
+        num_candidates: int,
+        top_k: int,
+        reward_key: NestedKey,
+    ) -> None:
+        """Stores (and checks) the arguments of a sampling planner (CEM, MPPI)."""
+        if top_k > num_candidates:
+            raise ValueError(f"top_k={top_k} exceeds num_candidates={num_candidates}")
+        self.planning_horizon = planning_horizon
+        self.optim_steps = optim_steps
+        self.num_candidates = num_candidates
+        self.top_k = top_k
+        self.reward_key = self._check_reward_key(reward_key)
+
+    def _masked_reward(self, rollout: TensorDictBase) -> torch.Tensor:
+        """The rollout's rewards, zero after each candidate's first ``done``."""
+        return mask_post_done_reward(rollout.get(self.reward_key), self._done(rollout), -2)
+
+    def _search(self, tensordict: TensorDictBase, score, refit) -> torch.Tensor:
+        """The sampling loop of CEM and MPPI: ``optim_steps`` times, draw
+        ``num_candidates`` action sequences from a Gaussian (zero mean, unit std at first),
+        roll them out, keep the ``top_k`` of ``score(rollout) -> [*B, N, 1]`` and refit
+        the Gaussian with ``refit(best [*B, k, H, *A], top_scores [*B, k, 1], k_dim) ->
+        (mean, std)``. Returns the mean's first action."""
+        batch = tensordict.batch_size
+        act_shape = self.action_spec.shape
+        n_act = len(act_shape)
+        k_dim = -(n_act + 2)  # candidates' dim in [*B, N, H, *A]
+        start = tensordict.unsqueeze(-1).expand(*batch, self.num_candidates).to_tensordict()
+        dtype = self.action_spec.dtype
+        horizon = self.planning_horizon
+        mean = torch.zeros(*batch, 1, horizon, *act_shape, device=tensordict.device, dtype=dtype)
+        std = torch.ones_like(mean)
+        for _ in range(self.optim_steps):
+            noise = torch.randn(
+                *batch, self.num_candidates, horizon, *act_shape, device=mean.device, dtype=dtype
+            )
+            actions = self.action_spec.project(mean + std * noise)
+            scores = score(self.imagine(start.clone(), actions))  # [*B, N, 1]
+            top_scores, top = scores.topk(self.top_k, dim=-2)  # [*B, k, 1]
+            idx = top.reshape(*top.shape[:-1], *([1] * (n_act + 1))).expand(
+                *batch, self.top_k, horizon, *act_shape
+            )
+            mean, std = refit(actions.gather(k_dim, idx), top_scores, k_dim)
+        return mean.select(k_dim, 0).select(-(n_act + 1), 0)
+
     def imagine(self, tensordict: TensorDictBase, actions: torch.Tensor) -> TensorDictBase:
         """Rolls ``actions`` ``[*B, N, H, *A]`` out from ``tensordict`` expanded to ``[*B, N]``."""
         return self.env.rollout(

@@ -73,8 +73,6 @@ class TensorPolicy:
         forward: the tensor function.
     """
 
-    _rl_tensor_policy = True  # the flag EnvPool's rollout loop looks for (duck-typed)
-
     def __init__(
         self,
         policy: nn.Module,

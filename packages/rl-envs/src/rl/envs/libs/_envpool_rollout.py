@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rl.core import TensorPolicy
 from rl.envs._gym_policy import PolicyActions
 from rl.envs._gym_rollout import _obs_writer, fast_or_generic_rollout, rollout_entries
 from rl.envs._rollout import build_output, presample_actions
@@ -211,7 +212,7 @@ class TensorPolicyActions(PipelinedPolicyActions):
     @staticmethod
     def accepts(env, policy) -> bool:
         """Whether ``policy`` has a usable tensor twin this loop can feed."""
-        if not getattr(policy, "_rl_tensor_policy", False) or not policy.usable():
+        if not isinstance(policy, TensorPolicy) or not policy.usable():
             return False
         obs_keys = {key for key, _ in env._obs_np_dtypes}
         roots = obs_keys | set(env.done_keys)

@@ -5,15 +5,16 @@
    + ObservationNorm(loc, scale)``. Target: ratio <= 1.5. These transforms are
    trajectory-safe, so the TransformedEnv runs the base env's fast rollout and maps the
    trajectory at once.
-2. The step-by-step loop (``rollout_generic``, what any env runs with a policy) for both
+2. The step-by-step loop (the engine with ``EnvKernel``: the env's own ``_step`` /
+   ``reset``, what any env without a kernel of its own runs) for both
    envs, with a random policy: the per-step cost of the four transforms.
 3. The same with ``StepCounter(max_steps=500)`` (it changes done flags, so it cannot be
    applied after the fact) in place of ``StepCounter()``.
-4. ``rollout(..., policy)`` through the public API: the bare GymEnv takes its policy fast
-   path (the policy reads zero-copy views of its buffers); the TransformedEnv drives the
-   same gym loop and runs the transforms' ``_step`` / ``_reset`` on views of its buffers
-   before each policy call (the policy must see the transformed entries). Target: ratio
-   <= 1.5.
+4. ``rollout(..., policy)`` through the public API: the bare GymEnv runs the gym kernel
+   (the policy reads zero-copy views of the rollout's buffers); the TransformedEnv runs
+   the same kernel under its ``TransformKernel``, the transforms' ``_step`` / ``_reset`` on
+   views of the raw outputs before each policy call (the policy must see the transformed
+   entries). Target: ratio <= 1.5.
 
 The plain gymnasium loop (``env.step(env.action_space.sample())`` with resets) is shown as
 the floor of everything. Best of several repeats, ``torch.set_num_threads(1)``.
@@ -33,7 +34,7 @@ import gymnasium as gym
 import torch
 
 from rl.envs import GymEnv
-from rl.envs._rollout import rollout_generic
+from rl.envs.engine import EnvKernel, run_rollout
 from rl.envs.transforms import (
     Compose,
     DoubleToFloat,
@@ -113,12 +114,12 @@ def main() -> None:
     pol = RandomPolicy(bare.action_spec)
 
     def loop(env):
-        return lambda: rollout_generic(
+        return lambda: run_rollout(
             env,
             policy_steps,
             env.reset(),
+            kernel=EnvKernel(env),
             policy=pol,
-            callback=None,
             break_when_any_done=False,
             break_when_all_done=False,
         )

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (_engine_helpers)
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from _engine_helpers import rollout_generic
 from tensordict import TensorDict
 
 from rl.envs import ParallelEnv, SerialEnv
-from rl.envs._rollout import rollout_generic
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _batched_factories import CounterEnv  # noqa: E402

@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from _engine_helpers import rollout_generic
 from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
@@ -19,7 +20,6 @@ from rl.core import (
     Unbounded,
 )
 from rl.envs import GymEnv, GymWrapper, StepCounter, TransformedEnv, check_env_specs, step_mdp
-from rl.envs._rollout import rollout_generic
 
 
 def _generic(env, steps, **kwargs):

@@ -9,7 +9,7 @@ from tensordict.nn import TensorDictModule
 
 from rl.core import Unbounded
 from rl.envs import PendulumEnv, TransformedEnv, step_mdp
-from rl.envs._rollout import _Slots
+from rl.envs.engine._buffers import StepViews as _Slots
 from rl.envs.transforms import StepCounter
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _engine_helpers import rollout_generic
 from tensordict.nn import TensorDictModule
 from torch.testing import assert_close
 
 from rl.core import Categorical, OneHot, Unbounded
 from rl.envs import check_env_specs
-from rl.envs._rollout import rollout_generic
 
 envpool = pytest.importorskip("envpool")
 

@@ -8,9 +8,9 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 import pytest
 import torch
+from _engine_helpers import rollout_generic
 
 from rl.envs import GymEnv, check_env_specs
-from rl.envs._rollout import rollout_generic
 from rl.envs.transforms import (
     CenterCrop,
     ClipTransform,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
+from _engine_helpers import rollout_generic
 from gymnasium.vector import AutoresetMode
 from tensordict.nn import TensorDictModule
 
 from rl.envs import GymEnv, GymWrapper
-from rl.envs._rollout import rollout_generic
 from rl.envs.transforms import (
     ClipTransform,
     Compose,
@@ -21,21 +21,21 @@ from rl.envs.transforms import (
     StepCounter,
     Transform,
     TransformedEnv,
-    _policy_fast,
 )
+from rl.envs.transforms._kernel import TransformKernel
 
 
 @pytest.fixture
 def fast_calls(monkeypatch):
-    """Counts the rollouts that went through the policy fast path."""
+    """Counts the rollouts whose transforms ran on the base env's kernel (the steps taken)."""
     calls = []
-    finish = _policy_fast.TransformedPolicyActions.finish
+    finish = TransformKernel.finish
 
-    def spy(self, rollout):
-        calls.append(rollout.batch_size)
-        return finish(self, rollout)
+    def spy(self, steps):
+        calls.append(steps)
+        return finish(self, steps)
 
-    monkeypatch.setattr(_policy_fast.TransformedPolicyActions, "finish", spy)
+    monkeypatch.setattr(TransformKernel, "finish", spy)
     return calls
 
 
@@ -246,10 +246,11 @@ class TestPolicyFastPath:
             break_when_any_done=False, break_when_all_done=False,
         )  # fmt: skip
         assert (fast == generic).all()
-        # from a tensordict that is not a fresh reset: the step loop
+        # from a tensordict that is not a fresh reset: the kernel too (it needs no raw root)
         second = env.rollout(5, _policy, auto_reset=False, tensordict=fast[-1]["next"].clone())
-        assert len(fast_calls) == 1
+        assert len(fast_calls) == 2
         assert second["step_count"][0].item() == fast["next", "step_count"][-1].item()
+        assert second["step_count"][1].item() == second["step_count"][0].item() + 1
 
     def test_missing_action_error(self):
         env = TransformedEnv(GymEnv("CartPole-v1"), _bench_stack())
@@ -258,12 +259,13 @@ class TestPolicyFastPath:
 
 
 class TestCollectorContinuation:
-    """A rollout that goes on from the root the last fast one ended on (a collector's next
-    batch) runs the fast path too, with the same data as the generic loop."""
+    """A rollout that goes on from the root the last one ended on (a collector's next
+    batch) runs the transform kernel too, with the step loop's data."""
 
-    def test_fast_path_kept_across_batches(self):
+    def test_kernel_at_every_batch(self, fast_calls):
         from rl.collectors import Collector
         from rl.envs import Compose, ObservationNorm, RewardSum, StepCounter, TransformedEnv
+        from rl.envs.engine import EnvKernel
 
         torch.manual_seed(0)
         net = torch.nn.Linear(4, 2)
@@ -272,8 +274,8 @@ class TestCollectorContinuation:
             td["action"] = net(td["observation"]).argmax(-1)
             return td
 
-        outs, calls = [], []
-        for keep in (True, False):
+        outs = []
+        for step_loop in (False, True):
             env = TransformedEnv(
                 GymEnv("CartPole-v1", num_envs=4, categorical_action_encoding=True),
                 Compose(
@@ -285,25 +287,15 @@ class TestCollectorContinuation:
                 ),
             )
             env.set_seed(0)
-            fast = env.base_env._rollout_fast_policy
-            count = [0]
-
-            def spy(*args, _fast=fast, _count=count, **kwargs):
-                _count[0] += 1
-                return _fast(*args, **kwargs)
-
-            env.base_env.__dict__["_rollout_fast_policy"] = spy
-            if not keep:
-                env.__dict__["_continuation"] = lambda td: None
+            if step_loop:
+                env.__dict__["rollout_kernel"] = lambda env=env: EnvKernel(env)
             collector = Collector(env, policy, frames_per_batch=64, total_frames=640)
             outs.append(torch.cat(list(collector), -1))
-            calls.append(count[0])
-        assert calls[0] == 10  # every batch; without: only those after a reset
-        assert calls[1] < 10
+        assert len(fast_calls) == 10  # every batch of the first collector, none of the second
         assert outs[0]["next", "done"].any()
         assert (outs[0] == outs[1]).all()
 
-    def test_other_roots_use_the_generic_loop(self):
+    def test_root_given_is_the_root_used(self):
         env = TransformedEnv(
             GymEnv("CartPole-v1", num_envs=2, categorical_action_encoding=True), StepCounter()
         )
@@ -313,9 +305,9 @@ class TestCollectorContinuation:
             td["action"] = torch.zeros(2, dtype=torch.int64)
             return td
 
-        out = env.rollout(5, policy, break_when_any_done=False)
+        out = env.rollout(3, policy, break_when_any_done=False)
         root = out["next"][..., -1].exclude("reward").clone()
-        assert env.__dict__["_raw_next"] is not None
-        root["step_count"] = root["step_count"] + 1  # not the values the rollout ended on
-        assert env._continuation(root) is None
-        assert env.__dict__["_raw_next"] is None  # used once at most
+        root["step_count"] = root["step_count"] + 10  # not the values the rollout ended on
+        again = env.rollout(2, policy, auto_reset=False, tensordict=root)
+        assert again["step_count"][:, 0].squeeze(-1).tolist() == [13, 13]
+        assert again["next", "step_count"][:, -1].squeeze(-1).tolist() == [15, 15]

@@ -18,9 +18,10 @@ from ._env_module import EnvModule, normalize_device
 from ._env_specs import EnvSpecs
 from ._partial_step import peek_step_mask, skip_tensordict, step_masked
 from ._policy import ActionsPolicy, compatible_policy, device_casting_policy
-from ._rollout import is_lazy, rollout_generic, rollout_stacked
+from ._rollout import is_lazy, rollout_stacked
 from ._td_utils import mark_truncated
 from ._utils import step_mdp
+from .engine import EnvKernel, RolloutKernel, run_rollout
 
 __all__ = ["EnvBase"]
 
@@ -562,37 +563,27 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
                 out,
                 storing_device,
             )
-        if tensordict.batch_size != self.batch_size:  # not batch-locked: extra leading dims
-            fast = fast_policy = None
-        else:
-            fast = getattr(self, "_rollout_fast", None)
-            fast_policy = getattr(self, "_rollout_fast_policy", None)
-        if fast is not None and policy is None and callback is None:
-            out_td = fast(
-                max_steps,
-                tensordict,
-                break_when_any_done=break_when_any_done,
-                break_when_all_done=break_when_all_done,
-            )
-        elif fast_policy is not None and policy is not None and callback is None:
-            out_td = fast_policy(
-                max_steps,
-                tensordict,
-                policy,
-                break_when_any_done=break_when_any_done,
-                break_when_all_done=break_when_all_done,
-            )
-        else:
-            out_td = rollout_generic(
-                self,
-                max_steps,
-                tensordict,
-                policy=policy,
-                callback=callback,
-                break_when_any_done=break_when_any_done,
-                break_when_all_done=break_when_all_done,
-            )
+        out_td = run_rollout(
+            self,
+            max_steps,
+            tensordict,
+            policy=policy,
+            callback=callback,
+            break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done,
+        )
         return self._finish_rollout(out_td, set_truncated, out, storing_device)
+
+    def rollout_kernel(self) -> RolloutKernel:
+        """The back-end of :meth:`rollout` (see :mod:`rl.envs.engine`): how this env steps
+        into the rollout's preallocated buffers. The default, :class:`EnvKernel`, calls
+        :meth:`_step` and :meth:`reset`; a simulator wrapper returns its own kernel."""
+        return EnvKernel(self)
+
+    def _draws_actions_per_step(self) -> bool:
+        """Whether random actions must be drawn at each step (an action spec that changes
+        with the state) rather than all at once."""
+        return False
 
     def _finish_rollout(
         self, result: TensorDictBase, set_truncated: bool, out=None, storing_device=None

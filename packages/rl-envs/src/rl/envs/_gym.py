@@ -15,9 +15,9 @@ from rl.core import Composite
 
 from ._common import EnvBase
 from ._done import default_done_spec
-from ._gym_rollout import SIMULATOR_ERRORS, _key, gym_rollout, raise_if_rejected
+from ._gym_kernel import SIMULATOR_ERRORS, _key, gym_kernel, raise_if_rejected
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
-from ._rollout import rollout_generic
+from .engine import RolloutKernel
 
 __all__ = ["GymWrapper", "GymEnv", "FrameSkip"]
 
@@ -350,42 +350,15 @@ class GymWrapper(EnvBase):
             for leaf, array in zip(self._obs_leaves, self._obs_arrays(final[i])):
                 entries[_key(leaf.key)][i] = torch.as_tensor(array)
 
-    def _fast_path_ok(self) -> bool:
-        """The fast path reproduces ``_step`` / ``_reset``: not when a subclass changed them."""
+    def rollout_kernel(self) -> RolloutKernel:
+        """The gym kernels (:mod:`rl.envs._gym_kernel`: gymnasium stepped directly, outputs
+        written into the rollout's buffers) for a CPU env whose ``_step`` / ``_reset`` are
+        this class's; else the env's own ``_step`` / ``reset``."""
         cls = type(self)
-        return cls._step is GymWrapper._step and cls._reset is GymWrapper._reset
-
-    def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
-        if not self._fast_path_ok():
-            return rollout_generic(
-                self, max_steps, tensordict, policy=None, callback=None,
-                break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
-            )  # fmt: skip
-        return gym_rollout(
-            self,
-            max_steps,
-            tensordict,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
-
-    def _rollout_fast_policy(
-        self, max_steps, tensordict, policy, *, break_when_any_done, break_when_all_done
-    ):
         on_cpu = self.device is None or self.device.type == "cpu"
-        if not (on_cpu and self._fast_path_ok()):
-            return rollout_generic(
-                self, max_steps, tensordict, policy=policy, callback=None,
-                break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
-            )  # fmt: skip
-        return gym_rollout(
-            self,
-            max_steps,
-            tensordict,
-            policy=policy,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
+        if on_cpu and cls._step is GymWrapper._step and cls._reset is GymWrapper._reset:
+            return gym_kernel(self)
+        return super().rollout_kernel()
 
     def env_state(self) -> dict[str, Any]:
         """The gymnasium env's state (its wrappers' counters, physics and ``np_random``,

@@ -18,12 +18,12 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from .._common import EnvBase, _state_entry
 from .._partial_step import check_step_mask, peek_step_mask
-from .._rollout import rollout_generic
 from .._utils import step_mdp
+from ..engine import RolloutKernel
 from ._buffers import BufferLayout, allocate_buffers
 from ._creator import EnvCreator
 from ._dynamic import dynamic_spec_entry, dynamic_specs_error
-from ._rollout import batched_rollout
+from ._kernel import BatchedKernel
 
 __all__ = ["BatchedEnvBase"]
 
@@ -468,62 +468,13 @@ class BatchedEnvBase(EnvBase):
             entries, batch_size=tensordict.batch_size, device=tensordict.device
         )
 
-    def _rollout_fast(
-        self,
-        max_steps: int,
-        tensordict: TensorDictBase,
-        *,
-        break_when_any_done: bool,
-        break_when_all_done: bool,
-    ) -> TensorDictBase:
-        """Random-action rollout that reads and writes the buffers directly."""
-        if self._to_device or set(tensordict.keys(True, True)) != set(self._layout.reset_keys):
-            return rollout_generic(
-                self,
-                max_steps,
-                tensordict,
-                policy=None,
-                callback=None,
-                break_when_any_done=break_when_any_done,
-                break_when_all_done=break_when_all_done,
-            )
-        self._ensure_started()
-        return batched_rollout(
-            self,
-            max_steps,
-            tensordict,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
-
-    def _rollout_fast_policy(
-        self,
-        max_steps: int,
-        tensordict: TensorDictBase,
-        policy,
-        *,
-        break_when_any_done: bool,
-        break_when_all_done: bool,
-    ) -> TensorDictBase:
-        """Rollout with a policy reading views of the rollout buffers (see ``_rollout``)."""
-        if (
-            self._to_device
-            or self.run_type_checks
-            or set(tensordict.keys(True, True)) != set(self._layout.reset_keys)
-        ):
-            return rollout_generic(
-                self, max_steps, tensordict, policy=policy, callback=None,
-                break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
-            )  # fmt: skip
-        self._ensure_started()
-        return batched_rollout(
-            self,
-            max_steps,
-            tensordict,
-            policy=policy,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
+    def rollout_kernel(self) -> RolloutKernel:
+        """:class:`~rl.envs._batched._kernel.BatchedKernel`: the rollout reads and writes
+        the shared buffers directly (the env's ``_step`` / ``reset`` for a device copy or
+        type checks)."""
+        if self._to_device or self.run_type_checks:
+            return super().rollout_kernel()
+        return BatchedKernel(self)
 
     def to(self, *args, **kwargs) -> BatchedEnvBase:
         """Casts buffers / parameters; the device is fixed at construction (``device=``).

@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .._gym import GymWrapper
-from .._gym_rollout import _obs_writer
+from .._gym_kernel import _obs_writer
 from ._buffers import BufferLayout, Buffers
 
 __all__ = ["gym_fast_reset", "gym_fast_step"]

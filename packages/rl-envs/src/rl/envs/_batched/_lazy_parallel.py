@@ -16,6 +16,7 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from .._common import EnvBase
 from .._partial_step import peek_step_mask
+from ..engine import EnvKernel, RolloutKernel
 from ._base import _bind_workers
 from ._options import batched_options
 from ._parallel import ParallelEnv
@@ -39,8 +40,10 @@ class LazyParallelEnv(ParallelEnv):
         >>> env.close()
     """
 
-    _rollout_fast = None
-    _rollout_fast_policy = None
+    def rollout_kernel(self) -> RolloutKernel:
+        """The env's own ``_step`` / ``reset`` (its outputs are stacked, not buffered)."""
+        return EnvKernel(self)
+
     _reset_keeps_unmasked = True
 
     def __init__(

@@ -15,6 +15,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from .._common import EnvBase
+from ..engine import EnvKernel, RolloutKernel
 from ._base import _bind_workers
 from ._options import batched_options
 from ._serial import SerialEnv
@@ -39,8 +40,10 @@ class LazySerialEnv(SerialEnv):
         torch.Size([2, 4, 3])
     """
 
-    _rollout_fast = None
-    _rollout_fast_policy = None
+    def rollout_kernel(self) -> RolloutKernel:
+        """The env's own ``_step`` / ``reset`` (its outputs are stacked, not buffered)."""
+        return EnvKernel(self)
+
     _reset_keeps_unmasked = True
 
     def __init__(

@@ -33,7 +33,7 @@ from rl.core import (
 )
 from rl.envs._common import EnvBase
 from rl.envs._done import default_done_spec
-from rl.envs._gym_rollout import _key
+from rl.envs._gym_kernel import _key
 from rl.envs._gym_spaces import numpy_to_torch_dtype
 
 __all__ = ["DMControlWrapper", "DMControlEnv"]

@@ -23,11 +23,11 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core import Bounded, Composite, Unbounded
 from rl.envs._common import EnvBase
 from rl.envs._done import default_done_spec
-from rl.envs._gym_rollout import _key
+from rl.envs._gym_kernel import _key
 from rl.envs._gym_spaces import SpaceLeaf, space_leaves, walk
-from rl.envs._rollout import rollout_generic
+from rl.envs.engine import RolloutKernel
 
-from ._envpool_rollout import envpool_rollout
+from ._envpool_kernel import EnvPoolKernel
 
 __all__ = ["MultiThreadedEnvWrapper", "MultiThreadedEnv"]
 
@@ -313,42 +313,20 @@ class MultiThreadedEnvWrapper(EnvBase):
         self.__dict__["_last_obs"] = None
 
     # ---------------------------------------------------------------------- fast paths
-    def _fast_path_ok(self) -> bool:
-        """The fast loop reproduces ``_step`` / ``_reset`` (not for subclasses that
-        change them) on CPU data."""
+    def rollout_kernel(self) -> RolloutKernel:
+        """:class:`~rl.envs.libs._envpool_kernel.EnvPoolKernel` (the pool driven directly)
+        for a CPU env whose ``_step`` / ``_reset`` are this class's and that was reset;
+        else the env's own ``_step`` / ``reset``."""
         cls = type(self)
         on_cpu = self.device is None or self.device.type == "cpu"
-        return (
+        if (
             on_cpu
+            and self.__dict__["_last_obs"] is not None
             and cls._step is MultiThreadedEnvWrapper._step
             and cls._reset is MultiThreadedEnvWrapper._reset
-        )
-
-    def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
-        return self._rollout_fast_policy(
-            max_steps,
-            tensordict,
-            None,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
-
-    def _rollout_fast_policy(
-        self, max_steps, tensordict, policy, *, break_when_any_done, break_when_all_done
-    ):
-        if not self._fast_path_ok() or self.__dict__["_last_obs"] is None:
-            return rollout_generic(
-                self, max_steps, tensordict, policy=policy, callback=None,
-                break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
-            )  # fmt: skip
-        return envpool_rollout(
-            self,
-            max_steps,
-            tensordict,
-            policy=policy,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
+        ):
+            return EnvPoolKernel(self)
+        return super().rollout_kernel()
 
     def env_state(self) -> dict[str, Any]:
         """Refused: EnvPool keeps its envs' state in C++, out of Python's reach.

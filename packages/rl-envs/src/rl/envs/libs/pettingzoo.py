@@ -24,7 +24,6 @@ from rl.core import Categorical, Composite, Unbounded
 from rl.envs._common import EnvBase
 from rl.envs._gym_spaces import assemble, space_leaves
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
-from rl.envs._rollout import rollout_generic
 
 from ._common import ClassProperty, ForwardsEnvAttributes
 from ._pz_hetero import HeteroGroup, make_hetero_group, same_layout, set_agent_entries
@@ -477,18 +476,10 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
             if value.shape != spec.shape or not spec.is_in(value):
                 raise ValueError(f"action {key!r} = {value} is outside action_spec {spec!r}")
 
-    def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
+    def _draws_actions_per_step(self) -> bool:
         # random actions are drawn at each step (rather than for all steps at once) so that
         # they respect the current action masks
-        return rollout_generic(
-            self,
-            max_steps,
-            tensordict,
-            policy=self.rand_action,
-            callback=None,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
+        return True
 
     def close(self) -> None:
         if not self.is_closed:

@@ -27,6 +27,7 @@ from ._env import TransformedEnv
 from ._episode import InitTracker, StepCounter, TensorDictPrimer, Timer, TrajCounter
 from ._frames import CatFrames, FrameSkipTransform, MultiAction, TimeMaxPool
 from ._image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
+from ._intrinsic import RNDTransform
 from ._keys import (
     CatTensors,
     ExcludeTransform,
@@ -35,7 +36,6 @@ from ._keys import (
     SelectTransform,
     Stack,
 )
-from ._intrinsic import RNDTransform
 from ._module import ModuleTransform
 from ._norm import ObservationNorm, RunningMeanStd, VecNorm, VecNormV2
 from ._nstep import MultiStepTransform

@@ -10,10 +10,10 @@ from tensordict import TensorDict, TensorDictBase
 from .._backends import auto_unwrap_transformed_env
 from .._common import EnvBase, _state_entry
 from .._partial_step import check_step_mask, masked_merge, peek_step_mask
-from .._rollout import rollout_generic
+from ..engine import EnvKernel, RolloutKernel
 from ._base import Transform
 from ._compose import Compose
-from ._policy_fast import PolicyDriver, UseTransformedLoop
+from ._kernel import TransformKernel
 from ._spec_utils import tget
 from ._utils import carry_preset
 
@@ -115,7 +115,6 @@ class TransformedEnv(EnvBase):
         self.__dict__["base_env"] = env
         self.__dict__["_spec_cache"] = None
         self.__dict__["_raw_reset"] = None
-        self.__dict__["_raw_next"] = None
         super().__init__(
             device=env.device, batch_size=env.batch_size, run_type_checks=env.run_type_checks
         )
@@ -165,7 +164,6 @@ class TransformedEnv(EnvBase):
         """Drops the cached specs (recomputed at the next access)."""
         self.__dict__["_spec_cache"] = None
         self.__dict__["_raw_reset"] = None
-        self.__dict__["_raw_next"] = None
 
     # -------------------------------------------------------------------------- specs
     def _specs(self):
@@ -176,25 +174,10 @@ class TransformedEnv(EnvBase):
             input_spec = self._transform.transform_input_spec(base.input_spec.clone())
             self._transform._refresh()
             flat = _flat_transforms(self._transform)
-            fast = (
-                getattr(base, "_rollout_fast", None) is not None
-                and all(t._rollout_safe() for t in flat)
-                and not _reads_outer_root(base)
-            )
+            fast = all(t._rollout_safe() for t in flat) and not _reads_outer_root(base)
             self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
             self.__dict__["_post_hooks"] = any(
                 type(t)._post_step_mdp_hooks is not Transform._post_step_mdp_hooks for t in flat
-            )
-            # the policy fast path drives the base env's own (a gym env's); it replays the
-            # hooks of this class, not those of a subclass
-            cls = type(self)
-            self.__dict__["_fast_policy"] = (
-                fast
-                and getattr(base, "_rollout_fast_policy", None) is not None
-                and getattr(base, "_drives_transform_policy", True)
-                and not isinstance(base, TransformedEnv)
-                and cls._step is TransformedEnv._step
-                and cls._reset is TransformedEnv._reset
             )
             if self.__dict__.get("_is_spec_locked", True):
                 output_spec.lock_(recurse=True)
@@ -265,7 +248,6 @@ class TransformedEnv(EnvBase):
 
     # --------------------------------------------------------------------------- hooks
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
-        self.__dict__["_raw_next"] = None
         transform = self._transform
         if transform._has_reset_preprocess:
             # entries written before the base env resets (TensorDictPrimer(
@@ -280,12 +262,13 @@ class TransformedEnv(EnvBase):
         # (as TorchRL): a truncation a transform adds must not read as termination
         self.base_env._complete_outputs(raw)
         # shallow copy: transforms set new tensors, the raw ones stay for the fast rollout
-        self.__dict__["_raw_reset"] = raw.copy() if self._specs()[2] else None
+        # (a full reset: the raw outputs of a partial one may hold only the reset rows)
+        full = tensordict is None or "_reset" not in tensordict.keys()
+        self.__dict__["_raw_reset"] = raw.copy() if full and self._specs()[2] else None
         return transform._reset(tensordict, raw)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self.__dict__["_raw_reset"] = None
-        self.__dict__["_raw_next"] = None
         transform = self._transform
         td_in = transform.inv(tensordict)
         partial = peek_step_mask(td_in)
@@ -357,104 +340,28 @@ class TransformedEnv(EnvBase):
         """The specs' zero transition, as the transforms store it (``NextObservationDelta``)."""
         return self._transform.transform_fake_tensordict(super().fake_tensordict())
 
-    def _rollout_fast(self, max_steps, tensordict, *, break_when_any_done, break_when_all_done):
+    def rollout_kernel(self) -> RolloutKernel:
+        """:class:`~rl.envs.transforms._kernel.TransformKernel` over the base env's kernel
+        when every transform is rollout-safe (``Transform._rollout_safe``) and the base env
+        has a kernel of its own; else the env's ``_step`` / ``reset``."""
         raw = self.__dict__["_raw_reset"]
         self.__dict__["_raw_reset"] = None
-        self.__dict__["_raw_next"] = None
-        if raw is None or not self._specs()[2]:
-            # a spec that changes at every step (action masks): draw each action when needed
-            dynamic = self.__dict__.get("_dynamic_action_spec", False)
-            return rollout_generic(
-                self,
-                max_steps,
-                tensordict,
-                policy=self.rand_action if dynamic else None,
-                callback=None,
-                break_when_any_done=break_when_any_done,
-                break_when_all_done=break_when_all_done,
-            )
-        rollout = self.base_env._rollout_fast(
-            max_steps,
-            raw,
-            break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done,
-        )
-        for t in _flat_transforms(self._transform):
-            rollout = t._transform_rollout(rollout, tensordict)
-        return rollout
+        cls = type(self)
+        if (
+            not self._specs()[2]
+            or self.run_type_checks
+            or cls._step is not TransformedEnv._step
+            or cls._reset is not TransformedEnv._reset
+        ):
+            return EnvKernel(self)
+        base = self.base_env.rollout_kernel()
+        if isinstance(base, (EnvKernel, TransformKernel)):  # nested: the step loop
+            return EnvKernel(self)
+        return TransformKernel(self, base, _flat_transforms(self._transform), raw)
 
-    def _rollout_fast_policy(
-        self, max_steps, tensordict, policy, *, break_when_any_done, break_when_all_done
-    ):
-        raw = self.__dict__["_raw_reset"]
-        self.__dict__["_raw_reset"] = None
-        if raw is None:  # a rollout that goes on from where the last fast one stopped
-            raw = self._continuation(tensordict)
-        generic = {
-            "callback": None,
-            "break_when_any_done": break_when_any_done,
-            "break_when_all_done": break_when_all_done,
-        }
+    def _draws_actions_per_step(self) -> bool:
         self._specs()
-        if raw is None or not self.__dict__["_fast_policy"] or self.run_type_checks:
-            return rollout_generic(self, max_steps, tensordict, policy=policy, **generic)
-        driver = PolicyDriver(self, policy, tensordict)
-        try:
-            rollout = self.base_env._rollout_fast_policy(
-                max_steps,
-                raw,
-                driver,
-                break_when_any_done=break_when_any_done,
-                break_when_all_done=break_when_all_done,
-            )
-        except UseTransformedLoop as use_generic:  # raised before the env moved
-            if use_generic.driver is not driver:
-                raise
-            if use_generic.tensordict is None:
-                return rollout_generic(self, max_steps, tensordict, policy=policy, **generic)
-            return rollout_generic(
-                self, max_steps, use_generic.tensordict, policy=policy,
-                skip_first_policy=True, **generic,
-            )  # fmt: skip
-        out = driver.actions.finish(rollout)
-        self._keep_continuation(raw, rollout, out)
-        return out
-
-    def _keep_continuation(
-        self, raw_root: TensorDictBase, raw_rollout: TensorDictBase, out: TensorDictBase
-    ) -> None:
-        """Keeps the base env's last ``"next"`` root of a fast rollout, with the
-        transformed entries a caller carries on from (a collector's next root), so that the
-        next rollout from that root runs the fast path too (the base env has not moved)."""
-        idx = (slice(None),) * len(self.batch_size) + (-1,)
-        raw_next, nxt = raw_rollout.get("next"), out.get("next")
-        rewards = set(self.reward_keys)
-        values = {}
-        for key in raw_root.keys(True, True):
-            value = raw_next.get(key, None)
-            if value is None:
-                return
-            values[key] = value[idx]
-        check = [(k, nxt.get(k)[idx]) for k in nxt.keys(True, True) if k not in rewards]
-        root = TensorDict(values, batch_size=self.batch_size)
-        self.__dict__["_raw_next"] = (root, check)
-
-    def _continuation(self, tensordict: TensorDictBase) -> TensorDictBase | None:
-        """The raw root :meth:`_keep_continuation` kept, when ``tensordict`` holds the
-        values it ended on and no episode ended there; else None (the generic loop)."""
-        kept = self.__dict__["_raw_next"]
-        self.__dict__["_raw_next"] = None
-        if kept is None or tensordict is None:
-            return None
-        root, check = kept
-        for key, value in check:
-            given = tensordict.get(key, None)
-            if given is None or given.shape != value.shape or not torch.equal(given, value):
-                return None
-        present = set(root.keys(True, True))
-        if any(bool(root.get(key).any()) for key in self.base_env.done_keys if key in present):
-            return None
-        return root
+        return self.__dict__["_dynamic_action_spec"] or self.base_env._draws_actions_per_step()
 
     # ---------------------------------------------------------------------------- misc
     def state_dict(self, *args, **kwargs):
@@ -506,7 +413,6 @@ class TransformedEnv(EnvBase):
         state = self.__dict__.copy()
         state["_spec_cache"] = None
         state["_raw_reset"] = None
-        state["_raw_next"] = None
         return state
 
     def __setstate__(self, state):

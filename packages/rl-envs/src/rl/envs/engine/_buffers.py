@@ -1,0 +1,166 @@
+"""The preallocated ``[*B, T, ...]`` buffers of a rollout and their per-step views."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+__all__ = ["RolloutBuffers", "StepViews", "build_output", "flat_leaves", "patched"]
+
+
+def flat_leaves(td: TensorDictBase) -> dict:
+    """``{key: tensor}`` of the leaves of ``td``, keyed as ``td.keys(True, True)`` names
+    them. Plain TensorDicts of tensors are walked through their dicts (a fraction of the
+    cost of one ``td.get`` per key); anything else goes through ``items``."""
+    out: dict = {}
+    if type(td) is TensorDict and _walk(td, (), out):
+        return out
+    return dict(td.items(True, True))
+
+
+def _walk(td: TensorDict, path: tuple, out: dict) -> bool:
+    for name, value in td._tensordict.items():
+        if type(value) is TensorDict:
+            if not _walk(value, (*path, name), out):
+                return False
+        elif isinstance(value, torch.Tensor):
+            out[(*path, name) if path else name] = value
+        else:  # a tensorclass, a lazy stack, non-tensor data: the generic path
+            return False
+    return True
+
+
+def patched(previous: torch.Tensor, value) -> torch.Tensor:
+    """A root entry a kernel's reset returned: a tensor, or ``(rows, values)``: the
+    ``previous`` value (the step's ``"next"`` one) with ``rows`` replaced by ``values``."""
+    if type(value) is not tuple:
+        return value
+    rows, values = value
+    out = previous.clone()
+    if out.device.type == "cpu" and not out.requires_grad and out.dtype is not torch.bfloat16:
+        out.numpy()[rows] = values  # numpy indexes with a numpy row index at a fraction
+        return out
+    out[rows] = values if isinstance(values, (bool, torch.Tensor)) else torch.as_tensor(values)
+    return out
+
+
+class StepViews:
+    """The per-step views ``buf[..., t, ...]`` of a list of ``[*B, T, ...]`` buffers, made
+    in chunks of steps by ``unbind`` (one call per buffer and chunk, not one indexing per
+    buffer and step); ``views[t]`` is the tuple of step ``t``'s views, in buffer order."""
+
+    CHUNK = 32
+
+    def __init__(self, bufs: list, nb: int, steps: int) -> None:
+        self.bufs, self.nb, self.steps = bufs, nb, steps
+        self.start, self.views = 0, []
+
+    def __getitem__(self, t: int) -> tuple:
+        i = t - self.start
+        if not 0 <= i < len(self.views):
+            size = min(self.CHUNK, self.steps - t)
+            chunks = [buf.narrow(self.nb, t, size).unbind(self.nb) for buf in self.bufs]
+            self.start, self.views, i = t, list(zip(*chunks)), 0
+        return self.views[i]
+
+
+class RolloutBuffers:
+    """The root and ``"next"`` buffers of one rollout, ``[*B, T, ...]`` each.
+
+    A kernel that knows its outputs before the first step allocates its ``"next"``
+    buffers with :meth:`next_buffer` and writes row ``t`` of them at step ``t``; the
+    engine allocates the others from the first step's values.
+
+    Args:
+        batch_size: the rollout's batch size ``B`` (the env's, or more for an env that is
+            not batch-locked).
+        max_steps: ``T``.
+        device: where the buffers live.
+    """
+
+    def __init__(self, batch_size: torch.Size, max_steps: int, device=None) -> None:
+        self.batch_size = torch.Size(batch_size)
+        self.nb = len(self.batch_size)
+        self.max_steps = max_steps
+        self.device = device
+        self.root: dict = {}
+        self.next: dict = {}
+
+    def empty(self, shape, dtype: torch.dtype, device=None) -> torch.Tensor:
+        """A ``[*B, T, *shape]`` buffer."""
+        full = (*self.batch_size, self.max_steps, *shape)
+        return torch.empty(full, dtype=dtype, device=self.device if device is None else device)
+
+    def like(self, value: torch.Tensor) -> torch.Tensor:
+        """A buffer for a ``[*B, ...]`` value (its trailing dims, dtype and device)."""
+        nb = self.nb
+        shape = (*value.shape[:nb], self.max_steps, *value.shape[nb:])
+        return torch.empty(shape, dtype=value.dtype, device=value.device)
+
+    def next_buffer(self, key, shape, dtype: torch.dtype, zero: bool = False) -> torch.Tensor:
+        """Allocates (once) and returns the ``"next"`` buffer of ``key``."""
+        buf = self.next.get(key)
+        if buf is None:
+            buf = self.empty(shape, dtype)
+            if zero:
+                buf.zero_()
+            self.next[key] = buf
+        return buf
+
+    def output(self, steps: int) -> TensorDictBase:
+        """The ``[*B, steps]`` rollout TensorDict over the buffers."""
+        return build_output(
+            self.root, self.next, self.batch_size, steps, self.device, time_dim=self.nb
+        )
+
+
+def build_output(
+    root: dict,
+    nxt: dict,
+    batch_size: torch.Size,
+    steps: int,
+    device,
+    time_dim: int,
+) -> TensorDictBase:
+    """Assembles ``{key: buffer}`` dicts into the ``[*B, T]`` rollout TensorDict.
+
+    ``time_dim`` is where the buffers hold time: ``0`` (time-first buffers, moved to
+    ``len(batch_size)`` here) or ``len(batch_size)`` (already laid out ``[*B, T]``).
+    """
+    nb = len(batch_size)
+
+    def layout(buf: torch.Tensor) -> torch.Tensor:
+        if buf.shape[time_dim] != steps:
+            buf = buf.narrow(time_dim, 0, steps)
+        if time_dim != nb:
+            buf = buf.movedim(time_dim, nb).contiguous()
+        return buf
+
+    out = TensorDict({}, batch_size=(*batch_size, steps), device=device)
+    for key, buf in root.items():
+        out.set(key, layout(buf))
+    next_td = TensorDict({}, batch_size=(*batch_size, steps), device=device)
+    for key, buf in nxt.items():
+        next_td.set(key, layout(buf))
+    out.set("next", next_td)
+    return out
+
+
+def nested_batch_dims(td: TensorDictBase, nb: int, prefix: tuple = ()) -> dict:
+    """``{path: extra batch dims}`` of the sub-tensordicts batched beyond ``[*B]``."""
+    found = {}
+    for name, value in td.items():
+        if isinstance(value, TensorDictBase):
+            path = (*prefix, name)
+            if value.batch_dims > nb:
+                found[path] = value.batch_size[nb:]
+            found.update(nested_batch_dims(value, nb, path))
+    return found
+
+
+def restore_nested_batch(out: TensorDictBase, nested: dict, nb: int) -> None:
+    """Gives the rollout's groups (``("agents", ...)``) their ``[*B, T, n_agents]`` batch."""
+    for path, extra in sorted(nested.items(), key=lambda item: len(item[0])):
+        sub = out.get(path, None)
+        if sub is not None:
+            sub.batch_size = (*sub.batch_size[: nb + 1], *extra)

@@ -1,0 +1,169 @@
+"""The back-end seam of the rollout engine: :class:`RolloutKernel`, and :class:`EnvKernel`,
+the kernel of any env (its ``_step`` and ``reset``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDictBase
+
+from .._partial_step import peek_step_mask, step_masked
+
+if TYPE_CHECKING:
+    from .._common import EnvBase
+    from ._buffers import RolloutBuffers
+
+__all__ = ["EnvKernel", "RolloutKernel"]
+
+
+class RolloutKernel:
+    """What the rollout engine asks of a back-end: step into preallocated views, reset a
+    masked subset.
+
+    The engine (:func:`~rl.envs.engine.run_rollout`) owns the time loop, the policy, the
+    carrying of ``"next"`` into the next root, the resets' bookkeeping, the early stops and
+    the output; a kernel only moves its simulator. A simulator back-end implements one
+    kernel and returns it from its env's :meth:`~rl.envs.EnvBase.rollout_kernel`.
+
+    A kernel either writes each step into the ``"next"`` buffers it allocated in
+    :meth:`start` and returns the step's done flags, or returns the step's ``"next"``
+    TensorDict for the engine to record (:class:`EnvKernel` does: its outputs are only
+    known once the env has stepped).
+
+    Attributes:
+        reads_root: whether :meth:`step` reads the root TensorDict of each step. When it
+            does not, and no policy or callback runs, the engine never builds one (random
+            actions are presampled into the action buffers, read by the kernel).
+        root_inputs: the root entries :meth:`step` reads besides the actions, or ``None``
+            (any). With a policy given as a tensor twin, the other carried entries are
+            not kept in the root at each step.
+    """
+
+    reads_root: bool = True
+    #: the root entries :meth:`step` reads besides the actions (``None``: any of them)
+    root_inputs: tuple | None = None
+
+    def accepts(self, tensordict: TensorDictBase) -> bool:
+        """Whether the kernel takes the first root (after the policy's first call): a
+        policy writing ``"next"`` entries or a ``"_step"`` mask needs :class:`EnvKernel`.
+        Asked once, before the env moved."""
+        return True
+
+    def start(
+        self,
+        buffers: RolloutBuffers,
+        tensordict: TensorDictBase,
+        actions: list | None,
+        *,
+        eager: bool,
+        stops: bool,
+    ) -> TensorDictBase | None:
+        """Prepares a rollout; may return the root of step 0 to record instead of
+        ``tensordict`` (a kernel whose buffers hold data below the env's, mapped by
+        :meth:`output`).
+
+        Args:
+            buffers: the rollout's buffers (``buffers.next_buffer`` allocates outputs).
+            tensordict: the root of step 0 (reset observations and flags, and what the
+                policy wrote at step 0).
+            actions: ``[(key, [*B, T, ...] buffer)]`` of presampled random actions, or
+                ``None`` (the policy writes them into the root at each step).
+            eager: the engine keeps a root TensorDict at every step (a policy or a
+                callback runs, or the kernel reads it); ``step`` gets it.
+            stops: the rollout may stop early (``break_when_any/all_done``).
+        """
+
+    def begin(self, t: int, tensordict: TensorDictBase | None) -> None:
+        """Optional: starts step ``t`` (sends the action to workers); the engine records
+        the root of step ``t`` while they step, then calls :meth:`step`."""
+
+    def step(self, t: int, tensordict: TensorDictBase | None) -> Any:
+        """Takes step ``t`` from the root ``tensordict`` (``None`` when not eager).
+
+        Returns:
+            the done flags of the step (a bool, a numpy / torch bool array of shape
+            ``[*B]`` or ``[*B, 1]``) after writing row ``t`` of the ``"next"`` buffers; or
+            the step's ``"next"`` TensorDict, which the engine records.
+        """
+        raise NotImplementedError
+
+    def reset(self, t: int, done: Any, tensordict: TensorDictBase | None) -> Any:
+        """Resets the sub-envs ``done`` (as :meth:`step` returned it) before step ``t``.
+
+        Returns:
+            a dict of the root entries of step ``t`` the reset set, each a value of shape
+            ``[*B, ...]`` or ``(rows, values)``: the step's ``"next"`` value with the
+            ``rows`` (an index of the batch dims, ``()`` for an unbatched env) replaced
+            by ``values`` (numpy or torch); or, for a kernel that reads the root, the
+            root TensorDict after the reset.
+        """
+        raise NotImplementedError
+
+    def completed(self, next_td: TensorDictBase) -> None:
+        """A ``"next"`` TensorDict :meth:`step` returned lacks an entry step 0 had: fill
+        it (``EnvKernel`` completes done flags from the spec) or raise a ``KeyError``."""
+        present = sorted(map(str, next_td.keys(True, True)))
+        raise KeyError(f"a step's output lacks an entry of the first step's; it has {present}")
+
+    def finish(self, steps: int) -> None:
+        """Called once after the last step (``steps`` were taken): leave the env where a
+        step-by-step loop would have left it."""
+
+    def output(self, rollout: TensorDictBase) -> TensorDictBase:
+        """Maps the assembled ``[*B, T]`` rollout (a whole-rollout transform)."""
+        return rollout
+
+
+class EnvKernel(RolloutKernel):
+    """The kernel of any :class:`~rl.envs.EnvBase`: its ``_step`` on the root at each step,
+    its ``reset`` with a ``"_reset"`` mask. It follows ``env.step`` (partial steps with a
+    ``"_step"`` mask, ``"next"`` entries written by the policy, done flags completed from
+    the spec) without building the step's output twice."""
+
+    reads_root = True
+
+    def __init__(self, env: EnvBase) -> None:
+        self.env = env
+        self._root_has_next = False
+        self.complete = False
+
+    def start(self, buffers, tensordict, actions, *, eager, stops) -> None:
+        self._root_has_next = False
+        self.complete = False
+
+    def step(self, t: int, tensordict: TensorDictBase) -> TensorDictBase:
+        env = self.env
+        preset = tensordict.get("next", None) if t == 0 or self._root_has_next else None
+        partial = peek_step_mask(tensordict)
+        try:
+            if partial is None:
+                next_td = env._step(tensordict)
+            else:  # a "_step" mask written by the policy (as env.step would take it)
+                tensordict.del_("_step")
+                next_td = step_masked(env, tensordict, partial)
+        except KeyError:
+            env._raise_missing_action(tensordict)
+            raise
+        if preset is not None:
+            keys = set(next_td.keys(True, True))
+            for key in preset.keys(True, True):
+                if key not in keys:
+                    next_td.set(key, preset[key])
+            tensordict.del_("next")
+        if t == 0:
+            self._root_has_next = preset is not None
+            keys = set(next_td.keys(True, True))
+            self.complete = not all(key in keys for key in env.done_keys)
+        if self.complete:  # _step leaves done entries out (TorchRL fills them)
+            env._complete_done(next_td)
+        return next_td
+
+    def completed(self, next_td: TensorDictBase) -> None:
+        """A step lacked a done entry that step 0 had: fill it, and from now on."""
+        self.complete = True
+        self.env._complete_done(next_td)
+
+    def reset(self, t: int, done: torch.Tensor, tensordict: TensorDictBase) -> TensorDictBase:
+        tensordict.set("_reset", done.clone())
+        return self.env.reset(tensordict)

@@ -1,0 +1,469 @@
+"""The rollout engine: one preallocated ``[*B, T]`` time loop for every env."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from rl.core import tensor_policy
+from tensordict import TensorDict, TensorDictBase
+
+from .._utils import _merge_plain
+from ._buffers import (
+    RolloutBuffers,
+    StepViews,
+    flat_leaves,
+    nested_batch_dims,
+    patched,
+    restore_nested_batch,
+)
+from ._kernel import EnvKernel, RolloutKernel
+
+if TYPE_CHECKING:
+    from .._common import EnvBase
+
+__all__ = ["policy_runner", "presample_actions", "run_rollout"]
+
+
+def presample_actions(
+    env: EnvBase, max_steps: int, extra: tuple = ()
+) -> list[tuple[Any, torch.Tensor]]:
+    """Draws the random actions of all steps at once: ``[(key, tensor[*E, *B, T, *F])]``.
+
+    ``extra``: leading batch dims of the input beyond the env's (non batch-locked envs).
+    """
+    actions = env.full_action_spec.rand((max_steps, *extra))
+    nb = len(extra) + len(env.batch_size)
+    out = []
+    for key in actions.keys(True, True):
+        value = actions[key]
+        out.append((key, value.movedim(0, nb).contiguous() if nb else value))
+    return out
+
+
+def policy_runner(policy: Callable | None) -> Callable | None:
+    """The callable the engine runs at each step: the policy's tensor-level twin
+    (:func:`rl.core.tensor_policy`: the same tensor calls without tensordict's per-call
+    machinery) where it still does what the policy does, else the policy itself."""
+    if policy is None:
+        return None
+    twin = tensor_policy(policy)
+    return twin if twin is not None and twin.usable() else policy
+
+
+def _write_step(views: StepViews, t: int, srcs: list, writes: list, idx: tuple, ok: bool) -> bool:
+    """Copies step ``t``'s values into their buffers; returns whether views still serve.
+
+    One ``_foreach_copy_`` into the step's views, unless a value needs grad: views made by
+    ``unbind`` cannot be written in place by autograd, so from then on the rollout writes
+    ``buf[idx] = value`` (gradients flow through the rollout).
+    """
+    if ok and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
+        ok = False
+    if ok:
+        torch._foreach_copy_(views[t], srcs)
+    else:
+        for (_, buf), value in zip(writes, srcs):
+            buf[idx] = value
+    return ok
+
+
+def _set(td: TensorDictBase, key, value: torch.Tensor) -> None:
+    """``td.set(key, value)`` for a value of the td's batch size (no checks for a plain
+    TensorDict and a string key)."""
+    if type(key) is str and type(td) is TensorDict:
+        td._set_str(key, value, inplace=False, validated=True)
+    else:
+        td.set(key, value)
+
+
+def _any(done) -> bool:
+    return done if done.__class__ is bool else bool(done.any())
+
+
+def _numpy_or_none(buf: torch.Tensor):
+    """A numpy view of a CPU buffer without grad, else None."""
+    if buf.device.type != "cpu" or buf.requires_grad:
+        return None
+    try:
+        return buf.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16)
+        return None
+
+
+def _copy(done):
+    """A copy of a step's done flags (a kernel may reuse its array at the next step)."""
+    if type(done) is bool:
+        return done
+    return done.copy() if isinstance(done, np.ndarray) else done.clone()
+
+
+def _allocate(bufs, next_td, sources: dict, reward_keys: set, presampled: set) -> tuple:
+    """The buffers of a rollout, once step 0 is known: the ``"next"`` ones of a kernel's
+    TensorDict (``next_td``) and the root ones of ``sources`` (the root of step 0).
+
+    Returns:
+        ``(next_writes, next_keys, carry_keys, root_writes, root_carried)``: the
+        ``"next"`` entries the engine records, those the kernel writes, the entries
+        carried into the next root, the root entries written at each step and the root
+        entries filled from the previous ``"next"`` ones.
+    """
+    prefix = (slice(None),) * bufs.nb
+    next_writes = []
+    if next_td is not None:
+        for key, value in flat_leaves(next_td).items():
+            buf = bufs.next[key] = bufs.like(value)
+            next_writes.append((key, buf))
+    recorded = {key for key, _ in next_writes}
+    next_keys = [key for key in bufs.next if key not in recorded]
+    carry_keys = [key for key in bufs.next if key not in reward_keys]
+    carry_set = set(carry_keys)
+    root_writes, root_carried = [], []
+    for key, value in sources.items():
+        if key == "_reset" or key in presampled:
+            continue
+        buf = bufs.root[key] = bufs.like(value)
+        buf[(*prefix, 0)] = value
+        (root_carried if key in carry_set else root_writes).append((key, buf))
+    return next_writes, next_keys, carry_keys, root_writes, root_carried
+
+
+def _tensor_slots(runner, td, root_writes: list, root_arrays: list) -> list | None:
+    """The outputs of a policy given as a tensor twin (``in_keys``, ``out_keys``,
+    ``forward(*tensors) -> tensors``, not a module), recorded through numpy views of the root
+    buffers, when from step 1 on the engine can call ``forward`` on the root's entries
+    directly: a plain TensorDict root, and the twin writes exactly the root entries the
+    rollout records at each step. ``None`` otherwise (the runner takes the TensorDict)."""
+    if runner is None or isinstance(runner, torch.nn.Module):
+        return None
+    in_keys = getattr(runner, "in_keys", None)
+    out_keys = getattr(runner, "out_keys", None)
+    if in_keys is None or out_keys is None or not callable(getattr(runner, "forward", None)):
+        return None
+    if type(td) is not TensorDict or not all(type(key) is str for key in in_keys):
+        return None
+    if any(key not in td._tensordict for key in in_keys):
+        return None
+    arrays = {key: array for (key, _), array in zip(root_writes, root_arrays)}
+    if set(out_keys) != set(arrays) or len(set(out_keys)) != len(out_keys):
+        return None
+    return [(key, arrays[key], td._tensordict[key].shape) for key in out_keys]
+
+
+def _raise_shape(env: EnvBase, key, value: torch.Tensor, shape: torch.Size) -> None:
+    """The error of a policy output whose shape changed after step 0 (named by key and,
+    for an action, by its spec)."""
+    where = f"action {key!r}" if key in env.action_keys else repr(key)
+    spec = f" from action_spec {env.full_action_spec[key]!r}" if key in env.action_keys else ""
+    raise ValueError(
+        f"{where} has shape {tuple(value.shape)}, expected {tuple(shape)}{spec} (the policy's "
+        "output at the first step)"
+    )
+
+
+def _lean_loop(kernel, max_steps: int, break_any: bool, break_all: bool, resets: list) -> int:
+    """The time loop of a rollout without a root per step (no policy, no callback, a kernel
+    that reads the presampled actions): the kernel's steps and resets only; returns the
+    number of steps taken."""
+    step = kernel.step
+    begin = kernel.begin if type(kernel).begin is not RolloutKernel.begin else None
+    reset = kernel.reset
+    last = max_steps - 1
+    seen = None
+    for t in range(max_steps):
+        if begin is not None:
+            begin(t, None)
+        done = step(t, None)
+        if done.__class__ is bool:
+            if not done:
+                continue
+        elif not done.any():
+            continue
+        if break_any:
+            return t + 1
+        if break_all:
+            seen = _copy(done) if seen is None else seen | done
+            if seen if type(seen) is bool else bool(seen.all()):
+                return t + 1
+        if t < last:
+            resets.append((t + 1, reset(t + 1, done, None)))
+    return max_steps
+
+
+def run_rollout(
+    env: EnvBase,
+    max_steps: int,
+    tensordict: TensorDictBase,
+    *,
+    policy: Callable[[TensorDictBase], TensorDictBase] | None,
+    callback: Callable[[EnvBase, TensorDictBase], Any] | None = None,
+    break_when_any_done: bool,
+    break_when_all_done: bool,
+    kernel: RolloutKernel | None = None,
+) -> TensorDictBase:
+    """Steps ``env`` up to ``max_steps`` times from the reset ``tensordict``.
+
+    The one time loop of ``rl.envs``: :meth:`EnvBase.rollout`, every batched env and every
+    collector run it. It records each step into ``[*B, T, ...]`` buffers allocated once;
+    root entries that the next step carries over (observations, done flags) are filled
+    from the ``"next"`` buffers in one copy at the end, except where a reset or the policy
+    replaced them.
+
+    Args:
+        env: the env (its specs, done and reward keys).
+        max_steps: ``T``.
+        tensordict: the root of step 0 (already reset).
+        policy: reads the root and writes the action; ``None`` draws uniform random
+            actions from the action spec, all at once.
+        callback: ``callback(env, tensordict)`` after each step (the root with its
+            ``"next"``).
+        break_when_any_done: stop after the first step where a sub-env is done.
+        break_when_all_done: stop once every sub-env has been done at least once.
+        kernel: the back-end (default: ``env.rollout_kernel()`` for a tensordict of the
+            env's batch size, else :class:`EnvKernel`).
+
+    Returns:
+        a TensorDict of batch size ``[*B, T']``, ``T' <= max_steps``.
+    """
+    batch_size = tensordict.batch_size
+    nb = len(batch_size)
+    prefix = (slice(None),) * nb
+    if kernel is None:
+        kernel = env.rollout_kernel() if batch_size == env.batch_size else EnvKernel(env)
+    runner = policy_runner(policy)
+    if runner is None and env._draws_actions_per_step():
+        runner = env.rand_action  # a spec that changes at every step (action masks)
+    done_key = env.done_key
+    reward_keys = set(env.reward_keys)
+    reward_drop = {(k,) if isinstance(k, str) else tuple(k) for k in reward_keys}
+    bufs = RolloutBuffers(batch_size, max_steps, env.device)
+    actions = None
+    if runner is None:
+        actions = presample_actions(env, max_steps, batch_size[: nb - len(env.batch_size)])
+        for key, value in actions:
+            bufs.root[key] = value
+    eager = runner is not None or callback is not None or kernel.reads_root
+    td = tensordict
+    if runner is not None:
+        out = runner(td)
+        if out is not None:
+            td = out
+        if not kernel.accepts(td):  # before the env moved
+            kernel = EnvKernel(env)
+    elif eager:
+        for key, value in actions:
+            td.set(key, value[(*prefix, 0)])
+    nested = nested_batch_dims(td, nb) if eager else {}
+    stops = break_when_any_done or break_when_all_done
+    first = kernel.start(bufs, td, actions, eager=eager, stops=stops)
+    first = td if first is None else first  # the root of step 0 the buffers record
+    presampled = {key for key, _ in actions} if actions is not None else set()
+    root_writes: list = []  # (key, buf): root entries copied at every step (eager)
+    root_carried: list = []  # (key, buf): root entries equal to the previous "next" ones
+    next_writes: list = []  # (key, buf): "next" entries the engine records (from a TD)
+    carried: dict = {}  # key -> the tensor object set in the root by the last carry
+    overrides: list = []  # (t, key, value): carried root entries replaced (reset, policy)
+    resets: list = []  # (t, {key: value}): a kernel's resets (no root per step)
+    root_views = next_views = None
+    next_keys: list = []  # the "next" keys the kernel writes itself, in buffer order
+    views_ok = True
+    str_keys, root_arrays = False, None  # set at step 0
+    tensor_slots = None  # (key, numpy view): the outputs of a tensor twin, from step 1
+    merge = isinstance(kernel, EnvKernel)
+    lazy_keys: set = set()  # carried entries recorded without a root (a tensor twin)
+    seen_done = None
+    step = kernel.step
+    begin = kernel.begin if type(kernel).begin is not RolloutKernel.begin else None
+    steps = max_steps
+    last = max_steps - 1
+    if not eager:  # no root per step: the kernel reads the presampled actions
+        layout = _allocate(bufs, None, dict(first.items(True, True)), reward_keys, presampled)
+        root_writes, root_carried = layout[3], layout[4]
+        steps = _lean_loop(kernel, max_steps, break_when_any_done, break_when_all_done, resets)
+    for t in range(max_steps if eager else 0):
+        if t > 0:
+            if tensor_slots is not None:  # the policy's tensor twin, on the root's entries
+                entries = td._tensordict
+                outs = runner.forward(*[entries[key] for key in runner.in_keys])
+                for (key, _, shape), value in zip(tensor_slots, outs):
+                    if value.shape != shape:
+                        _raise_shape(env, key, value, shape)
+                    entries[key] = value
+            elif runner is not None:
+                out = runner(td)
+                if out is not None:
+                    td = out
+            elif eager:
+                for key, value in actions:
+                    _set(td, key, value[(*prefix, t)])
+        root = td if eager else None
+        if begin is not None:
+            begin(t, root)
+        if tensor_slots is not None and t > 0:  # recorded while the kernel's workers step
+            for (key, array, _), value in zip(tensor_slots, outs):
+                if value.requires_grad or not value.is_cpu:
+                    bufs.root[key][(*prefix, t)] = value
+                else:
+                    array[(*prefix, t)] = value.numpy()
+        elif t > 0 and eager and (root_writes or root_carried):
+            # a plain TensorDict with string keys is read from its entry dict
+            root_flat = td._tensordict if str_keys and type(td) is TensorDict else flat_leaves(td)
+            for key, _ in root_carried:
+                value = root_flat[key]
+                if value is not carried[key]:
+                    overrides.append((t, key, value.clone()))
+            if root_writes:
+                srcs = [root_flat[key] for key, _ in root_writes]
+                if root_arrays is not None and not any(v.requires_grad for v in srcs):
+                    for array, value in zip(root_arrays, srcs):
+                        array[(*prefix, t)] = value.numpy()  # a fraction of a torch copy
+                else:
+                    views_ok = _write_step(root_views, t, srcs, root_writes, (*prefix, t), views_ok)
+        result = step(t, root)
+        # a kernel returns its done flags (a bool, an array) or the step's TensorDict
+        cls = result.__class__
+        flags = cls is bool or cls is np.ndarray or cls is torch.Tensor
+        next_td = None if flags else result
+        if t == 0:
+            # the buffers: known once the policy and the env wrote step 0
+            if next_td is not None:
+                nested.update({("next", *k): v for k, v in nested_batch_dims(next_td, nb).items()})
+            layout = _allocate(bufs, next_td, flat_leaves(td), reward_keys, presampled)
+            next_writes, next_keys, carry_keys, root_writes, root_carried = layout
+            # a root buffer written with grad at step 0: no views (see _write_step)
+            views_ok = not any(buf.requires_grad for buf in bufs.root.values())
+            root_views = StepViews([buf for _, buf in root_writes], nb, max_steps)
+            next_views = StepViews([buf for _, buf in next_writes], nb, max_steps)
+            kernel_views = StepViews([bufs.next[key] for key in next_keys], nb, max_steps)
+            str_keys = all(type(key) is str for key, _ in root_carried + root_writes)
+            str_keys = str_keys and all(type(key) is str for key in carry_keys)
+            # numpy views of the CPU root buffers written at each step (None: torch writes)
+            root_arrays = [_numpy_or_none(buf) for _, buf in root_writes]
+            if any(a is None for a in root_arrays) or not all(
+                td.get(key).device.type == "cpu" for key, _ in root_writes
+            ):
+                root_arrays = None
+            if next_td is None and str_keys and root_arrays is not None:
+                tensor_slots = _tensor_slots(runner, td, root_writes, root_arrays)
+            if tensor_slots is not None and kernel.root_inputs is not None:
+                # only what the twin and the kernel read lives in the root; the other
+                # carried entries are filled at the end, as in a rollout without a policy
+                live = {*runner.in_keys, *kernel.root_inputs}
+                lazy_keys = {key for key in carry_keys if key not in live}
+                carry_keys = [key for key in carry_keys if key in live]
+        if next_td is not None:
+            next_flat = flat_leaves(next_td)
+            try:
+                srcs = [next_flat[key] for key, _ in next_writes]
+            except KeyError:  # the step left out an entry step 0 had (a done flag)
+                kernel.completed(next_td)
+                next_flat = flat_leaves(next_td)
+                srcs = [next_flat[key] for key, _ in next_writes]
+            views_ok = _write_step(next_views, t, srcs, next_writes, (*prefix, t), views_ok)
+            done = next_flat[done_key]
+        else:
+            done = result
+            next_flat = dict(zip(next_keys, kernel_views[t])) if eager else None
+        if callback is not None:
+            if next_td is None:
+                next_td = TensorDict({}, batch_size=batch_size, device=env.device)
+                for key, value in next_flat.items():
+                    next_td.set(key, value)
+            td.set("next", next_td)
+            callback(env, td)
+            td.del_("next")
+        any_done = done if done.__class__ is bool else bool(done.any())
+        if any_done and break_when_any_done:
+            steps = t + 1
+            break
+        if break_when_all_done:
+            seen_done = _copy(done) if seen_done is None else seen_done | done
+            if seen_done if type(seen_done) is bool else bool(seen_done.all()):
+                steps = t + 1
+                break
+        if t == last:
+            break
+        if eager:
+            # the next root: the step's "next" entries (but the rewards) over this root
+            entries = None
+            if merge and type(td) is TensorDict and type(next_td) is TensorDict:
+                # an env's own outputs: merged as step_mdp does (keys may vary by step)
+                entries = _merge_plain(next_td, td, reward_drop, set(), set(), ())
+            if entries is not None:
+                td = TensorDict._new_unsafe(
+                    entries, batch_size=td.batch_size, device=td.device, nested=False
+                )
+                carried = {key: next_flat[key] for key in carry_keys}
+            else:
+                entries = td._tensordict if str_keys and type(td) is TensorDict else None
+                for key in carry_keys:
+                    value = next_flat[key]
+                    if entries is not None:  # a view of a buffer of the td's batch size
+                        entries[key] = value
+                    else:
+                        _set(td, key, value)
+                    carried[key] = value
+        if any_done:
+            reset = kernel.reset(t + 1, done, td if eager else None)
+            if isinstance(reset, TensorDictBase):
+                td = reset
+            elif eager:
+                later = {}
+                for key, value in reset.items():
+                    if key in lazy_keys:
+                        later[key] = value
+                        continue
+                    value = patched(td.get(key), value)  # a new tensor: recorded as it is
+                    _set(td, key, value)
+                    if key in carried:
+                        overrides.append((t + 1, key, value))
+                        carried[key] = value
+                if later:
+                    resets.append((t + 1, later))
+            else:
+                resets.append((t + 1, reset))
+            if eager and tensor_slots is None:
+                for key, _ in root_carried:
+                    value = td.get(key)
+                    if value is not carried[key]:
+                        overrides.append((t + 1, key, value.clone()))
+                        carried[key] = value
+    kernel.finish(steps)
+    if not eager:  # the root entries no step changes (a rollout without a root per step)
+        for _, buf in root_writes:
+            if steps > 1:
+                buf[(*prefix, slice(1, steps))] = buf[(*prefix, slice(0, 1))]
+    for key, buf in root_carried:
+        if steps > 1:
+            buf[(*prefix, slice(1, steps))] = bufs.next[key][(*prefix, slice(0, steps - 1))]
+    arrays: dict = {}  # numpy views of CPU root buffers (a row write costs less there)
+    for t, entries in resets:  # the kernel's resets of a rollout without a root per step
+        if t < steps:
+            overrides.extend((t, key, value) for key, value in entries.items())
+    for t, key, value in overrides:
+        if t >= steps:
+            continue
+        if type(value) is tuple:  # (rows, values) of a kernel's reset
+            rows, value = value
+            array = arrays.get(key)
+            if array is None:
+                array = arrays[key] = _numpy_or_none(bufs.root[key])
+            if array is not None:
+                array[(*prefix, t)][rows] = value
+            else:
+                view = bufs.root[key][(*prefix, t)]
+                view[rows] = value if isinstance(value, bool) else torch.as_tensor(value)
+        else:
+            array = arrays.get(key)
+            if array is None:
+                array = arrays[key] = _numpy_or_none(bufs.root[key])
+            if array is not None and value.device.type == "cpu" and not value.requires_grad:
+                array[(*prefix, t)] = value.numpy()
+            else:
+                bufs.root[key][(*prefix, t)] = value
+    out = bufs.output(steps)
+    if nested:
+        restore_nested_batch(out, nested, nb)
+    return kernel.output(out)

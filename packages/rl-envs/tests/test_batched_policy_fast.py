@@ -73,3 +73,28 @@ def test_policy_fast_path_equals_generic_loop(kind, options):
         assert again.batch_size == (3, 3)
     finally:
         env.close()
+
+
+def test_break_when_all_done_resets_only_the_done_sub_envs_of_a_worker():
+    """A worker holding several sub-envs resets only its done ones (the shared mask),
+    as the env's own reset does: the kernel gives what EnvKernel gives."""
+    from rl.envs import GymEnv, StepCounter, TransformedEnv
+    from rl.envs.engine import EnvKernel
+
+    def make():
+        return TransformedEnv(GymEnv("CartPole-v1", num_envs=3), StepCounter())
+
+    outs = []
+    for step_loop in (False, True):
+        env = SerialEnv(2, make)
+        if step_loop:
+            env.__dict__["rollout_kernel"] = lambda env=env: EnvKernel(env)
+        env.set_seed(0)
+        torch.manual_seed(0)
+        outs.append(env.rollout(200, break_when_all_done=True, break_when_any_done=False))
+        env.close()
+    fast, ref = outs
+    assert fast.batch_size == ref.batch_size
+    assert (fast == ref).all()
+    # a sub-env that was not done keeps counting past another one's reset
+    assert int(fast["next", "step_count"].max()) == fast.batch_size[-1]

@@ -99,6 +99,8 @@ class BatchedKernel(RolloutKernel):
         source = shm.reset
         if not workers:  # no auto-reset in the step (a rollout that may stop early)
             workers = np.flatnonzero(done.reshape(env.num_workers, -1).any(-1)).tolist()
+            # the workers reset the sub-envs of the mask only (as BatchedEnvBase._reset)
+            shm.mask.copy_(torch.from_numpy(done).reshape(shm.mask.shape))
             env._do_reset(workers)
             env.__dict__["_pending_promote"] = []
             source = shm.out

@@ -36,10 +36,12 @@ def patched(previous: torch.Tensor, value) -> torch.Tensor:
     if type(value) is not tuple:
         return value
     rows, values = value
+    if previous.is_cpu and not previous.requires_grad:
+        if previous.dtype is not torch.bfloat16:  # numpy copies and indexes at a fraction
+            array = previous.numpy().copy()
+            array[rows] = values
+            return torch.from_numpy(array)
     out = previous.clone()
-    if out.device.type == "cpu" and not out.requires_grad and out.dtype is not torch.bfloat16:
-        out.numpy()[rows] = values  # numpy indexes with a numpy row index at a fraction
-        return out
     out[rows] = values if isinstance(values, (bool, torch.Tensor)) else torch.as_tensor(values)
     return out
 

@@ -83,7 +83,8 @@ class RolloutKernel:
 
         Returns:
             the done flags of the step (a bool, a numpy / torch bool array of shape
-            ``[*B]`` or ``[*B, 1]``) after writing row ``t`` of the ``"next"`` buffers; or
+            ``[*B]`` or ``[*B, 1]``; ``False`` where no sub-env is done) after writing
+            row ``t`` of the ``"next"`` buffers; or
             the step's ``"next"`` TensorDict, which the engine records.
         """
         raise NotImplementedError

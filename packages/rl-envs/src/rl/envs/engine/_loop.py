@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from rl.core import tensor_policy
 from tensordict import TensorDict, TensorDictBase
+
+from rl.core import tensor_policy
 
 from .._utils import _merge_plain
 from ._buffers import (
@@ -53,21 +54,41 @@ def policy_runner(policy: Callable | None) -> Callable | None:
     return twin if twin is not None and twin.usable() else policy
 
 
-def _write_step(views: StepViews, t: int, srcs: list, writes: list, idx: tuple, ok: bool) -> bool:
-    """Copies step ``t``'s values into their buffers; returns whether views still serve.
+class _StepWriter:
+    """Copies each step's values into row ``t`` of a list of ``[*B, T, ...]`` buffers.
 
-    One ``_foreach_copy_`` into the step's views, unless a value needs grad: views made by
-    ``unbind`` cannot be written in place by autograd, so from then on the rollout writes
-    ``buf[idx] = value`` (gradients flow through the rollout).
+    CPU buffers are written through numpy views (a row write there costs a fraction of
+    torch's indexing); a value numpy cannot take (one that needs grad, one off the CPU)
+    sends this and later steps to torch: one ``_foreach_copy_`` into the step's views,
+    unless a value needs grad (autograd cannot write views made by ``unbind`` in place),
+    then ``buf[..., t] = value`` (gradients flow through the rollout).
     """
-    if ok and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
-        ok = False
-    if ok:
-        torch._foreach_copy_(views[t], srcs)
-    else:
-        for (_, buf), value in zip(writes, srcs):
-            buf[idx] = value
-    return ok
+
+    def __init__(self, writes: list, nb: int, max_steps: int) -> None:
+        self.bufs = [buf for _, buf in writes]
+        arrays = [_numpy_or_none(buf) for buf in self.bufs]
+        self.arrays = arrays if all(a is not None for a in arrays) else None
+        self.views = StepViews(self.bufs, nb, max_steps)
+        self.views_ok = not any(buf.requires_grad for buf in self.bufs)
+        self.prefix = (slice(None),) * nb
+
+    def __call__(self, t: int, srcs: list) -> None:
+        idx = (*self.prefix, t)
+        arrays = self.arrays
+        if arrays is not None:
+            try:
+                for array, value in zip(arrays, srcs):
+                    array[idx] = value.numpy()
+                return
+            except (RuntimeError, TypeError):  # grad, another device, a dtype numpy lacks
+                self.arrays = None
+        if self.views_ok and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
+            self.views_ok = False
+        if self.views_ok:
+            torch._foreach_copy_(self.views[t], srcs)
+        else:
+            for buf, value in zip(self.bufs, srcs):
+                buf[idx] = value
 
 
 def _set(td: TensorDictBase, key, value: torch.Tensor) -> None:
@@ -152,6 +173,34 @@ def _tensor_slots(runner, td, root_writes: list, root_arrays: list) -> list | No
     return [(key, arrays[key], td._tensordict[key].shape) for key in out_keys]
 
 
+def _apply_rows(buf: torch.Tensor, patches: list, nb: int) -> None:
+    """Writes the ``(t, rows, values)`` patches of kernel resets into the root buffer
+    ``buf``: for a CPU buffer of one batch dim, one numpy scatter per buffer (each patch
+    is a few rows of one step: one write each costs more than the rows)."""
+    array = _numpy_or_none(buf)
+    if array is None or nb != 1:
+        prefix = (slice(None),) * nb
+        for t, rows, values in patches:
+            if array is not None:
+                array[(*prefix, t)][rows] = values
+            else:
+                view = buf[(*prefix, t)]
+                view[rows] = values if isinstance(values, bool) else torch.as_tensor(values)
+        return
+    first = patches[0][2]  # one bool for every patch (reset done flags): no gather
+    scalar = type(first) is bool and all(values is first for _, _, values in patches)
+    envs = [np.asarray(rows) for _, rows, _ in patches]
+    envs = [np.flatnonzero(rows) if rows.dtype == np.bool_ else rows for rows in envs]
+    counts = [len(rows) for rows in envs]
+    steps = np.repeat([t for t, _, _ in patches], counts)
+    if scalar:
+        array[np.concatenate(envs), steps] = first
+    else:
+        shape = array.shape[2:]
+        parts = [np.broadcast_to(v, (n, *shape)) for (_, _, v), n in zip(patches, counts)]
+        array[np.concatenate(envs), steps] = np.concatenate(parts)
+
+
 def _raise_shape(env: EnvBase, key, value: torch.Tensor, shape: torch.Size) -> None:
     """The error of a policy output whose shape changed after step 0 (named by key and,
     for an action, by its spec)."""
@@ -163,12 +212,18 @@ def _raise_shape(env: EnvBase, key, value: torch.Tensor, shape: torch.Size) -> N
     )
 
 
+def _begin(kernel: RolloutKernel):
+    """The kernel's ``begin``, or ``None`` where it does nothing (not called per step)."""
+    begin = kernel.begin
+    return None if getattr(begin, "__func__", None) is RolloutKernel.begin else begin
+
+
 def _lean_loop(kernel, max_steps: int, break_any: bool, break_all: bool, resets: list) -> int:
     """The time loop of a rollout without a root per step (no policy, no callback, a kernel
     that reads the presampled actions): the kernel's steps and resets only; returns the
     number of steps taken."""
     step = kernel.step
-    begin = kernel.begin if type(kernel).begin is not RolloutKernel.begin else None
+    begin = _begin(kernel)
     reset = kernel.reset
     last = max_steps - 1
     seen = None
@@ -266,16 +321,15 @@ def run_rollout(
     carried: dict = {}  # key -> the tensor object set in the root by the last carry
     overrides: list = []  # (t, key, value): carried root entries replaced (reset, policy)
     resets: list = []  # (t, {key: value}): a kernel's resets (no root per step)
-    root_views = next_views = None
     next_keys: list = []  # the "next" keys the kernel writes itself, in buffer order
-    views_ok = True
     str_keys, root_arrays = False, None  # set at step 0
+    write_root = write_next = None  # the _StepWriters of the root / "next" entries (step 0)
     tensor_slots = None  # (key, numpy view): the outputs of a tensor twin, from step 1
     merge = isinstance(kernel, EnvKernel)
     lazy_keys: set = set()  # carried entries recorded without a root (a tensor twin)
     seen_done = None
     step = kernel.step
-    begin = kernel.begin if type(kernel).begin is not RolloutKernel.begin else None
+    begin = _begin(kernel)
     steps = max_steps
     last = max_steps - 1
     if not eager:  # no root per step: the kernel reads the presampled actions
@@ -315,12 +369,7 @@ def run_rollout(
                 if value is not carried[key]:
                     overrides.append((t, key, value.clone()))
             if root_writes:
-                srcs = [root_flat[key] for key, _ in root_writes]
-                if root_arrays is not None and not any(v.requires_grad for v in srcs):
-                    for array, value in zip(root_arrays, srcs):
-                        array[(*prefix, t)] = value.numpy()  # a fraction of a torch copy
-                else:
-                    views_ok = _write_step(root_views, t, srcs, root_writes, (*prefix, t), views_ok)
+                write_root(t, [root_flat[key] for key, _ in root_writes])
         result = step(t, root)
         # a kernel returns its done flags (a bool, an array) or the step's TensorDict
         cls = result.__class__
@@ -332,16 +381,14 @@ def run_rollout(
                 nested.update({("next", *k): v for k, v in nested_batch_dims(next_td, nb).items()})
             layout = _allocate(bufs, next_td, flat_leaves(td), reward_keys, presampled)
             next_writes, next_keys, carry_keys, root_writes, root_carried = layout
-            # a root buffer written with grad at step 0: no views (see _write_step)
-            views_ok = not any(buf.requires_grad for buf in bufs.root.values())
-            root_views = StepViews([buf for _, buf in root_writes], nb, max_steps)
-            next_views = StepViews([buf for _, buf in next_writes], nb, max_steps)
+            write_root = _StepWriter(root_writes, nb, max_steps)
+            write_next = _StepWriter(next_writes, nb, max_steps)
             kernel_views = StepViews([bufs.next[key] for key in next_keys], nb, max_steps)
             str_keys = all(type(key) is str for key, _ in root_carried + root_writes)
             str_keys = str_keys and all(type(key) is str for key in carry_keys)
             # numpy views of the CPU root buffers written at each step (None: torch writes)
-            root_arrays = [_numpy_or_none(buf) for _, buf in root_writes]
-            if any(a is None for a in root_arrays) or not all(
+            root_arrays = write_root.arrays
+            if root_arrays is not None and not all(
                 td.get(key).device.type == "cpu" for key, _ in root_writes
             ):
                 root_arrays = None
@@ -353,6 +400,8 @@ def run_rollout(
                 live = {*runner.in_keys, *kernel.root_inputs}
                 lazy_keys = {key for key in carry_keys if key not in live}
                 carry_keys = [key for key in carry_keys if key in live]
+            # the kernel's "next" views the next root takes (those it writes itself)
+            carry_views = StepViews([bufs.next[key] for key in carry_keys], nb, max_steps)
         if next_td is not None:
             next_flat = flat_leaves(next_td)
             try:
@@ -361,15 +410,15 @@ def run_rollout(
                 kernel.completed(next_td)
                 next_flat = flat_leaves(next_td)
                 srcs = [next_flat[key] for key, _ in next_writes]
-            views_ok = _write_step(next_views, t, srcs, next_writes, (*prefix, t), views_ok)
+            write_next(t, srcs)
             done = next_flat[done_key]
         else:
             done = result
-            next_flat = dict(zip(next_keys, kernel_views[t])) if eager else None
+            next_flat = None  # the carried entries come from carry_views
         if callback is not None:
             if next_td is None:
                 next_td = TensorDict({}, batch_size=batch_size, device=env.device)
-                for key, value in next_flat.items():
+                for key, value in zip(next_keys, kernel_views[t]):
                     next_td.set(key, value)
             td.set("next", next_td)
             callback(env, td)
@@ -398,8 +447,10 @@ def run_rollout(
                 carried = {key: next_flat[key] for key in carry_keys}
             else:
                 entries = td._tensordict if str_keys and type(td) is TensorDict else None
-                for key in carry_keys:
-                    value = next_flat[key]
+                values = (
+                    carry_views[t] if next_flat is None else [next_flat[key] for key in carry_keys]
+                )
+                for key, value in zip(carry_keys, values):
                     if entries is not None:  # a view of a buffer of the td's batch size
                         entries[key] = value
                     else:
@@ -407,16 +458,20 @@ def run_rollout(
                     carried[key] = value
         if any_done:
             reset = kernel.reset(t + 1, done, td if eager else None)
-            if isinstance(reset, TensorDictBase):
+            if reset.__class__ is not dict and isinstance(reset, TensorDictBase):
                 td = reset
             elif eager:
                 later = {}
+                entries = td._tensordict if str_keys and type(td) is TensorDict else None
                 for key, value in reset.items():
                     if key in lazy_keys:
                         later[key] = value
                         continue
-                    value = patched(td.get(key), value)  # a new tensor: recorded as it is
-                    _set(td, key, value)
+                    if entries is not None:
+                        value = entries[key] = patched(entries[key], value)
+                    else:
+                        value = patched(td.get(key), value)  # a new tensor: recorded as it is
+                        _set(td, key, value)
                     if key in carried:
                         overrides.append((t + 1, key, value))
                         carried[key] = value
@@ -439,9 +494,16 @@ def run_rollout(
         if steps > 1:
             buf[(*prefix, slice(1, steps))] = bufs.next[key][(*prefix, slice(0, steps - 1))]
     arrays: dict = {}  # numpy views of CPU root buffers (a row write costs less there)
+    patches: dict = {}  # key -> [(t, rows, values)]: the (rows, values) of kernel resets
     for t, entries in resets:  # the kernel's resets of a rollout without a root per step
         if t < steps:
-            overrides.extend((t, key, value) for key, value in entries.items())
+            for key, value in entries.items():
+                if type(value) is tuple:
+                    patches.setdefault(key, []).append((t, *value))
+                else:
+                    overrides.append((t, key, value))
+    for key, rows in patches.items():  # before the whole-value overrides (made later)
+        _apply_rows(bufs.root[key], rows, nb)
     for t, key, value in overrides:
         if t >= steps:
             continue

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rl.envs._gym_kernel import _key, _obs_writer
 from rl.envs._partial_step import peek_step_mask
@@ -165,13 +165,17 @@ class EnvPoolKernel(RolloutKernel):
     def begin(self, t: int, tensordict) -> None:
         if self.pool_actions is not None:
             self.send(self.pool_actions[t])
+        elif type(tensordict) is TensorDict and "action" in tensordict._tensordict:
+            # a plain root's entry, read from its dict (td.get parses the key per call)
+            self.send(self.env._action_from_td(tensordict, tensordict._tensordict.__getitem__))
         else:
             self.send(self.env._action_from_td(tensordict))
 
     def step(self, t: int, tensordict) -> np.ndarray:
         obs, r, te, tr = self.recv()
         done = te | tr
-        early = not self.stops and t < self.last and done.any()
+        any_done = done.any()
+        early = any_done and not self.stops and t < self.last
         if early:
             self.reset_send(np.flatnonzero(done))  # the pool resets while we write
         self.write_next((slice(None), t), obs)
@@ -182,7 +186,7 @@ class EnvPoolKernel(RolloutKernel):
             self.done[:, t] = done
         if early:
             self.fresh = self.reset_recv()
-        return done
+        return done if any_done else False  # False: the engine needs no second look
 
     def reset(self, t: int, done: np.ndarray, tensordict) -> dict:
         if self.fresh is None:

@@ -60,6 +60,8 @@ class TransformKernel(RolloutKernel):
         if self.lazy:  # the base kernel writes the engine's buffers; mapped at the end
             self.initial = tensordict
             root = self.base.start(buffers, self.raw_root, actions, eager=False, stops=stops)
+            # the engine calls the base kernel's methods itself (no layer per step)
+            self.begin, self.step, self.reset = self.base.begin, self.base.step, self.base.reset
             return self.raw_root if root is None else root
         self.raw = RolloutBuffers(buffers.batch_size, buffers.max_steps, buffers.device)
         self.base.start(self.raw, tensordict, actions, eager=True, stops=stops)

@@ -1,0 +1,116 @@
+"""The rollout engine's writers: reset patches scattered at the end, step rows through
+numpy or torch, against hand-made expectations."""
+
+import numpy as np
+import pytest
+import torch
+
+from rl.envs import GymEnv
+from rl.envs.engine._buffers import patched
+from rl.envs.engine._loop import _apply_rows, _StepWriter
+
+
+class TestApplyRows:
+    def test_scalar_flags_one_scatter(self):
+        buf = torch.ones(3, 5, 1, dtype=torch.bool)
+        _apply_rows(buf, [(1, np.array([0, 2]), False), (3, np.array([1]), False)], nb=1)
+        want = torch.ones(3, 5, 1, dtype=torch.bool)
+        want[0, 1] = want[2, 1] = want[1, 3] = False
+        assert torch.equal(buf, want)
+
+    def test_values_per_row_and_boolean_rows(self):
+        buf = torch.zeros(3, 4, 2)
+        first = np.array([[1.0, 2.0], [3.0, 4.0]])
+        _apply_rows(
+            buf,
+            [
+                (1, np.array([0, 2]), first),
+                (2, np.array([False, True, False]), np.array([5.0, 6.0])),
+            ],
+            nb=1,
+        )
+        want = torch.zeros(3, 4, 2)
+        want[0, 1] = torch.tensor([1.0, 2.0])
+        want[2, 1] = torch.tensor([3.0, 4.0])
+        want[1, 2] = torch.tensor([5.0, 6.0])
+        assert torch.equal(buf, want)
+
+    def test_mixed_bools_are_not_one_scalar(self):
+        buf = torch.zeros(2, 3, dtype=torch.bool)
+        _apply_rows(buf, [(0, np.array([0]), True), (2, np.array([1]), False), (1, [1], True)], 1)
+        assert buf.tolist() == [[True, False, False], [False, True, False]]
+
+    def test_two_batch_dims_row_by_row(self):
+        buf = torch.zeros(2, 2, 3)
+        _apply_rows(buf, [(1, (0, 1), 7.0), (2, (1, 0), 8.0)], nb=2)
+        want = torch.zeros(2, 2, 3)
+        want[0, 1, 1] = 7.0
+        want[1, 0, 2] = 8.0
+        assert torch.equal(buf, want)
+
+
+class TestStepWriter:
+    def test_numpy_rows(self):
+        bufs = [("a", torch.zeros(2, 3)), ("b", torch.zeros(2, 3, 2, dtype=torch.int64))]
+        write = _StepWriter(bufs, nb=1, max_steps=3)
+        assert write.arrays is not None
+        write(1, [torch.tensor([1.0, 2.0]), torch.tensor([[1, 2], [3, 4]])])
+        assert bufs[0][1][:, 1].tolist() == [1.0, 2.0]
+        assert bufs[1][1][:, 1].tolist() == [[1, 2], [3, 4]]
+        assert bufs[0][1][:, 0].tolist() == [0.0, 0.0]
+
+    def test_a_value_with_grad_switches_to_torch_and_keeps_the_graph(self):
+        buf = torch.zeros(2, 3)
+        write = _StepWriter([("a", buf)], nb=1, max_steps=3)
+        write(0, [torch.tensor([1.0, 2.0])])
+        x = torch.tensor([3.0, 4.0], requires_grad=True)
+        write(1, [x * 2])
+        assert write.arrays is None and buf.requires_grad
+        assert buf.detach()[:, :2].tolist() == [[1.0, 6.0], [2.0, 8.0]]
+        buf.sum().backward()
+        assert x.grad.tolist() == [2.0, 2.0]
+        write(2, [torch.tensor([5.0, 6.0])])  # later steps keep writing
+        assert buf.detach()[:, 2].tolist() == [5.0, 6.0]
+
+    def test_bfloat16_buffers_take_torch(self):
+        buf = torch.zeros(2, 2, dtype=torch.bfloat16)
+        write = _StepWriter([("a", buf)], nb=1, max_steps=2)
+        assert write.arrays is None
+        write(1, [torch.tensor([1.5, 2.5], dtype=torch.bfloat16)])
+        assert buf[:, 1].tolist() == [1.5, 2.5]
+
+
+def test_patched_copies_and_leaves_the_previous_value():
+    previous = torch.arange(6.0).reshape(3, 2)
+    out = patched(previous, (np.array([1]), np.array([[9.0, 9.0]])))
+    assert out.tolist() == [[0.0, 1.0], [9.0, 9.0], [4.0, 5.0]]
+    assert previous.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    whole = torch.zeros(2)
+    assert patched(previous, whole) is whole
+
+
+@pytest.mark.parametrize("num_envs", [None, 3])
+def test_reset_rows_of_a_rollout_match_a_step_loop(num_envs):
+    """Root observations after resets (patched at the end) equal the ones a plain
+    step-and-reset loop sees: the root of step t + 1 is the reset observation where step
+    t ended, else the "next" one."""
+    kwargs = {} if num_envs is None else {"num_envs": num_envs}
+    env = GymEnv("CartPole-v1", **kwargs)
+    env.set_seed(3)
+    out = env.rollout(120, break_when_any_done=False)
+    done = out["next", "done"].squeeze(-1)
+    obs, nxt = out["observation"], out["next", "observation"]
+    if num_envs is None:
+        done, obs, nxt = done[None], obs[None], nxt[None]
+    assert done.any()
+    for b in range(done.shape[0]):
+        for t in range(done.shape[1] - 1):
+            if not done[b, t]:
+                assert torch.equal(obs[b, t + 1], nxt[b, t])
+            else:  # a fresh CartPole start: every entry within +-0.05
+                assert obs[b, t + 1].abs().max() <= 0.05
+    # the root done flags after a reset are False, the "next" ones say where it ended
+    root_done = out["done"].squeeze(-1)
+    if num_envs is None:
+        root_done = root_done[None]
+    assert not root_done[:, 1:][done[:, :-1]].any()

@@ -362,7 +362,7 @@ class TestHelpers:
 @pytest.mark.parametrize(
     "module",
     [
-        "rl.envs._common",
+        "rl.envs._env_base",
         "rl.envs._utils",
         "rl.envs._gym",
         "rl.envs._native._pendulum",

@@ -7,7 +7,7 @@ from ._backends import (
     set_gym_backend,
 )
 from ._batched import EnvCreator, ParallelEnv, SerialEnv
-from ._common import EnvBase
+from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._model_based import ModelBasedEnvBase
 from ._native import CartPoleEnv, PendulumEnv

@@ -13,8 +13,8 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Composite
 
-from ._common import EnvBase
 from ._done import default_done_spec
+from ._env_base import EnvBase
 from ._gym_kernel import SIMULATOR_ERRORS, _key, gym_kernel, raise_if_rejected
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
 from .engine import RolloutKernel

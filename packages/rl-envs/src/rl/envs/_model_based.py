@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from ._common import EnvBase
+from ._env_base import EnvBase
 
 __all__ = ["ModelBasedEnvBase"]
 

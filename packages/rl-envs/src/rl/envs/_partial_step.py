@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 if TYPE_CHECKING:
-    from ._common import EnvBase
+    from ._env_base import EnvBase
 
 __all__ = [
     "check_step_mask",

@@ -11,7 +11,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
 if TYPE_CHECKING:
-    from ._common import EnvBase
+    from ._env_base import EnvBase
 
 __all__ = ["ActionsPolicy", "compatible_policy", "device_casting_policy"]
 

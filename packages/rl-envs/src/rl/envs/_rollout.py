@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 if TYPE_CHECKING:
-    from ._common import EnvBase
+    from ._env_base import EnvBase
 
 __all__ = ["is_lazy", "rollout_stacked"]
 

@@ -12,7 +12,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_ten
 from rl.core import Composite, StackedComposite, Unbounded
 
 if TYPE_CHECKING:
-    from ._common import EnvBase
+    from ._env_base import EnvBase
 
 __all__ = ["step_mdp", "check_env_specs", "RandomPolicy"]
 

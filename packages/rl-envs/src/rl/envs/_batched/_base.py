@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
-from .._common import EnvBase, _state_entry
+from .._env_base import EnvBase, _state_entry
 from .._partial_step import check_step_mask, peek_step_mask
 from .._utils import step_mdp
 from ..engine import RolloutKernel

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
-from .._common import EnvBase
+from .._env_base import EnvBase
 from .._partial_step import peek_step_mask
 from ..engine import EnvKernel, RolloutKernel
 from ._base import _bind_workers

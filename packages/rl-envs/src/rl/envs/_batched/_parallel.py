@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._common import EnvBase
+from .._env_base import EnvBase
 from ._base import BatchedEnvBase
 from ._options import batched_options, warn_without_effect
 from ._pool import WorkerPool

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._common import EnvBase
+from .._env_base import EnvBase
 from ._base import BatchedEnvBase, _bind_workers
 from ._dynamic import dynamic_spec_entry
 from ._options import batched_options, warn_without_effect

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from .._common import EnvBase
 from .._done import default_done_spec
+from .._env_base import EnvBase
 
 __all__ = ["NativeEnv"]
 

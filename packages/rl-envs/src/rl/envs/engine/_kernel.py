@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from .._partial_step import peek_step_mask, step_masked
 
 if TYPE_CHECKING:
-    from .._common import EnvBase
+    from .._env_base import EnvBase
     from ._buffers import RolloutBuffers
 
 __all__ = ["EnvKernel", "RolloutKernel"]

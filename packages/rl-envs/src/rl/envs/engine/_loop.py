@@ -23,7 +23,7 @@ from ._buffers import (
 from ._kernel import EnvKernel, RolloutKernel
 
 if TYPE_CHECKING:
-    from .._common import EnvBase
+    from .._env_base import EnvBase
 
 __all__ = ["policy_runner", "presample_actions", "run_rollout"]
 

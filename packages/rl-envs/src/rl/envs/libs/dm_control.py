@@ -31,8 +31,8 @@ from rl.core import (
     load_object_state,
     object_state,
 )
-from rl.envs._common import EnvBase
 from rl.envs._done import default_done_spec
+from rl.envs._env_base import EnvBase
 from rl.envs._gym_kernel import _key
 from rl.envs._gym_spaces import numpy_to_torch_dtype
 

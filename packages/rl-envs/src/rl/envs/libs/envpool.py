@@ -21,8 +21,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Bounded, Composite, Unbounded
-from rl.envs._common import EnvBase
 from rl.envs._done import default_done_spec
+from rl.envs._env_base import EnvBase
 from rl.envs._gym_kernel import _key
 from rl.envs._gym_spaces import SpaceLeaf, space_leaves, walk
 from rl.envs.engine import RolloutKernel

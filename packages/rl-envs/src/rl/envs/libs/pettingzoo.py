@@ -21,7 +21,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Categorical, Composite, Unbounded
-from rl.envs._common import EnvBase
+from rl.envs._env_base import EnvBase
 from rl.envs._gym_spaces import assemble, space_leaves
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 

@@ -28,7 +28,7 @@ from rl.core import (
     OneHot,
     Unbounded,
 )
-from rl.envs._common import EnvBase
+from rl.envs._env_base import EnvBase
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
 
 from ._common import ClassProperty, ForwardsEnvAttributes

@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from .._backends import auto_unwrap_transformed_env
-from .._common import EnvBase, _state_entry
+from .._env_base import EnvBase, _state_entry
 from .._partial_step import check_step_mask, masked_merge, peek_step_mask
 from ..engine import EnvKernel, RolloutKernel
 from ._base import Transform

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from tensordict import TensorDict, TensorDictBase
 
-from .._common import _merge_partial_reset
+from .._env_base import _merge_partial_reset
 from ..engine import RolloutBuffers, RolloutKernel
 from ..engine._buffers import StepViews, patched
 

@@ -762,7 +762,7 @@ class Reward2GoTransform(Transform):
         self.register_buffer("gamma", gamma)
 
     def set_container(self, container) -> None:
-        from rl.envs._common import EnvBase
+        from rl.envs._env_base import EnvBase
 
         if isinstance(container, EnvBase) or getattr(container, "parent", None) is not None:
             raise ValueError(_R2G_ENV_ERR)

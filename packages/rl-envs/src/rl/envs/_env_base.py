@@ -1,4 +1,10 @@
-"""EnvBase: the environment contract every component of ``rl`` relies on."""
+"""EnvBase: the environment contract every component of ``rl`` relies on.
+
+One class: its specs (two composites, ``output_spec`` and ``input_spec``, that every
+other spec property reads or writes), ``reset`` / ``step`` / ``rollout`` (the rollout
+engine, :mod:`rl.envs.engine`), seeding and state, TorchRL's convenience methods and
+the ``nn.Module`` side (attribute writes kept cheap for per-step state).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch import nn
 
 from rl.core import Composite, TensorSpec, Unbounded, load_object_state, object_state
 
 from ._done import complete_done, complete_done_spec
-from ._env_helpers import EnvHelpers
-from ._env_module import EnvModule, normalize_device
-from ._env_specs import EnvSpecs
 from ._partial_step import peek_step_mask, skip_tensordict, step_masked
 from ._policy import ActionsPolicy, compatible_policy, device_casting_policy
 from ._rollout import is_lazy, rollout_stacked
@@ -30,6 +34,24 @@ NestedKey = str | tuple[str, ...]
 _OUTPUT_KEYS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT_KEYS = ("full_action_spec", "full_state_spec")
 _MAX_SEED = 2**32 - 1
+
+# exact types whose assignment to an existing plain attribute skips nn.Module.__setattr__
+_PLAIN_TYPES = frozenset(
+    {
+        torch.Tensor,
+        np.ndarray,
+        int,
+        float,
+        bool,
+        str,
+        type(None),
+        list,
+        tuple,
+        dict,
+        torch.Size,
+        torch.device,
+    }
+)
 
 
 def _seed_generator(seed: int) -> int:
@@ -64,7 +86,7 @@ class _EnvMeta(ABCMeta):
         return env
 
 
-class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
+class EnvBase(nn.Module, metaclass=_EnvMeta):
     """Base class of every environment: a TensorDict in, a TensorDict out.
 
     A subclass sets its specs in ``__init__`` and implements three methods:
@@ -194,7 +216,7 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
         spec_locked: bool = True,
         auto_reset: bool = False,
     ) -> None:
-        EnvModule.__init__(self)
+        nn.Module.__init__(self)
         if isinstance(batch_size, int):
             batch_size = (batch_size,)
         self._batch_size = torch.Size(batch_size if batch_size is not None else ())
@@ -659,6 +681,423 @@ class EnvBase(EnvSpecs, EnvHelpers, EnvModule, metaclass=_EnvMeta):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_size={self.batch_size}, device={self.device})"
 
+    # -- specs and keys (TorchRL's layout: input_spec / output_spec) ----------------
+
+    @property
+    def output_spec(self) -> Composite:
+        """Composite of ``full_observation_spec``, ``full_reward_spec`` and ``full_done_spec``."""
+        return self._output_spec
+
+    @output_spec.setter
+    def output_spec(self, value: Composite) -> None:
+        old = self.__dict__.get("_output_spec")
+        self._output_spec = value
+        if old is not None and _is_locked(old) and isinstance(value, Composite):
+            value.lock_(recurse=True)
+
+    @property
+    def input_spec(self) -> Composite:
+        """Composite of ``full_action_spec`` and ``full_state_spec``."""
+        return self._input_spec
+
+    @input_spec.setter
+    def input_spec(self, value: Composite) -> None:
+        old = self.__dict__.get("_input_spec")
+        self._input_spec = value
+        if old is not None and _is_locked(old) and isinstance(value, Composite):
+            value.lock_(recurse=True)
+
+    def _set_spec(self, parent: str, key: str, value: Composite) -> None:
+        """``output_spec[key] = value`` (or ``input_spec``), through the spec lock: the env's
+        setters may change locked specs (as TorchRL's), direct item assignment may not."""
+        self.__dict__.pop("_keys_cache", None)
+        composite = getattr(self, parent)
+        if not _is_locked(composite):
+            composite[key] = value
+            return
+        composite.unlock_()
+        try:
+            composite[key] = value
+        finally:
+            composite.lock_(recurse=True)
+
+    def _check_composite(self, name: str, value: Any) -> Composite:
+        if not isinstance(value, Composite):
+            raise TypeError(
+                f"{name} must be a Composite with shape {tuple(self.batch_size)}, got {value!r}"
+            )
+        if tuple(value.shape) != tuple(self.batch_size):
+            raise ValueError(
+                f"{name} must have shape {tuple(self.batch_size)} (the env batch_size), "
+                f"got a Composite of shape {tuple(value.shape)}"
+            )
+        return value
+
+    def _check_leaf(self, name: str, value: Any) -> None:
+        if tuple(value.shape[: len(self.batch_size)]) != tuple(self.batch_size):
+            raise ValueError(
+                f"{name} must have leading dims {tuple(self.batch_size)} (the env batch_size), "
+                f"got shape {tuple(value.shape)} for {value!r}"
+            )
+
+    def _wrap_leaf(self, name: str, key: str, value: Any) -> Composite:
+        if isinstance(value, Composite):
+            return self._check_composite(name, value)
+        self._check_leaf(name, value)
+        return Composite({key: value}, shape=self.batch_size, device=self._device)
+
+    @property
+    def full_observation_spec(self) -> Composite:
+        """All the observation entries, as a Composite of shape ``batch_size``."""
+        return self.output_spec["full_observation_spec"]
+
+    @full_observation_spec.setter
+    def full_observation_spec(self, value: Composite) -> None:
+        self._set_spec(
+            "output_spec", "full_observation_spec", self._check_composite("observation_spec", value)
+        )
+
+    observation_spec = full_observation_spec
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        """The reward entries (``"reward"`` by default), as a Composite."""
+        return self.output_spec["full_reward_spec"]
+
+    @full_reward_spec.setter
+    def full_reward_spec(self, value: Composite) -> None:
+        self._set_spec(
+            "output_spec", "full_reward_spec", self._check_composite("reward_spec", value)
+        )
+
+    @property
+    def reward_spec(self):
+        """The reward leaf spec when there is a single reward key, else the Composite."""
+        return _single_leaf(self.full_reward_spec)
+
+    @reward_spec.setter
+    def reward_spec(self, value) -> None:
+        self.full_reward_spec = self._wrap_leaf("reward_spec", "reward", value)
+
+    @property
+    def full_done_spec(self) -> Composite:
+        """The done flags (``done``, ``terminated``, maybe ``truncated``), as a Composite."""
+        return self.output_spec["full_done_spec"]
+
+    @full_done_spec.setter
+    def full_done_spec(self, value: Composite) -> None:
+        self._set_spec("output_spec", "full_done_spec", self._check_composite("done_spec", value))
+
+    @property
+    def done_spec(self):
+        """The done leaf spec when there is a single done key, else the Composite."""
+        return _single_leaf(self.full_done_spec)
+
+    @done_spec.setter
+    def done_spec(self, value) -> None:
+        if isinstance(value, Composite):
+            if getattr(self, "auto_complete_done_specs", True):
+                value = value.clone()  # completed as TorchRL's setter does
+                complete_done_spec(value, self._device)
+            self.full_done_spec = value
+            return
+        self._check_leaf("done_spec", value)
+        self.full_done_spec = Composite(
+            done=value, terminated=value.clone(), shape=self.batch_size, device=self._device
+        )
+
+    def add_truncated_keys(self):
+        """Adds a ``truncated`` flag next to every done flag of the done spec (TorchRL's).
+
+        Each done key gets a sibling with its last name replaced by ``"truncated"`` (a
+        clone of that flag's spec): ``done`` / ``terminated`` give ``truncated``,
+        ``("agents", "done")`` gives ``("agents", "truncated")``, a lone ``stop`` flag
+        gives ``truncated``.
+
+        Returns:
+            the env itself.
+
+        Raises:
+            KeyError: the done spec has no entry at all.
+        """
+        spec = self.full_done_spec.clone()
+        keys = _leaf_keys(spec)
+        if not keys:
+            raise KeyError(f"add_truncated_keys found no done key in the done spec {spec!r}")
+        for key in keys:  # as TorchRL: the last flag of a group gives the spec
+            trunc = "truncated" if isinstance(key, str) else (*key[:-1], "truncated")
+            spec[trunc] = spec[key].clone()
+        self.full_done_spec = spec
+        return self
+
+    @property
+    def full_action_spec(self) -> Composite:
+        """The action entries (``"action"`` by default), as a Composite."""
+        return self.input_spec["full_action_spec"]
+
+    @full_action_spec.setter
+    def full_action_spec(self, value: Composite) -> None:
+        self._set_spec(
+            "input_spec", "full_action_spec", self._check_composite("action_spec", value)
+        )
+
+    @property
+    def action_spec(self):
+        """The action leaf spec when there is a single action key, else the Composite."""
+        return _single_leaf(self.full_action_spec)
+
+    @action_spec.setter
+    def action_spec(self, value) -> None:
+        self.full_action_spec = self._wrap_leaf("action_spec", "action", value)
+
+    @property
+    def full_state_spec(self) -> Composite:
+        """Inputs other than the action that ``_step`` reads from the root."""
+        return self.input_spec["full_state_spec"]
+
+    @full_state_spec.setter
+    def full_state_spec(self, value: Composite) -> None:
+        self._set_spec("input_spec", "full_state_spec", self._check_composite("state_spec", value))
+
+    state_spec = full_state_spec
+
+    # ------------------------------------------------------------------------------ keys
+    def _cached_keys(self, name: str, compute) -> Any:
+        """``compute()`` (keys derived from the specs), cached while the specs are locked.
+
+        Locked specs cannot change in place (a nested spec cannot be unlocked without its
+        root), so the keys hold until a spec setter (``_set_spec``), a new ``output_spec``
+        / ``input_spec`` object or an unlock. Per-step code reads them for free.
+        """
+        out, inp = self.output_spec, self.input_spec
+        if not (_is_locked(out) and _is_locked(inp)):
+            self.__dict__.pop("_keys_cache", None)  # the specs may change while unlocked
+            return compute()
+        cache = self.__dict__.get("_keys_cache")
+        if cache is None or cache[0] is not out or cache[1] is not inp:
+            cache = self.__dict__["_keys_cache"] = (out, inp, {})
+        values = cache[2]
+        if name not in values:
+            values[name] = compute()
+        return values[name]
+
+    @property
+    def action_keys(self) -> list[NestedKey]:
+        return list(self._cached_keys("action", lambda: _leaf_keys(self.full_action_spec)))
+
+    @property
+    def action_key(self) -> NestedKey:
+        """The action key (``"action"`` unless the subclass chose another)."""
+        return _only_key(self.action_keys, "action")
+
+    @property
+    def reward_keys(self) -> list[NestedKey]:
+        return list(self._cached_keys("reward", lambda: _leaf_keys(self.full_reward_spec)))
+
+    @property
+    def reward_key(self) -> NestedKey:
+        return _only_key(self.reward_keys, "reward")
+
+    @property
+    def done_keys(self) -> list[NestedKey]:
+        return list(self._done_keys_view())
+
+    def _done_keys_view(self) -> list[NestedKey]:
+        """The done keys without a copy: the same list object for as long as the specs are
+        locked and unchanged, a new one after any spec change (or on each call while the
+        specs are unlocked). Callers must not modify it."""
+        return self._cached_keys("done", lambda: _leaf_keys(self.full_done_spec))
+
+    @property
+    def done_key(self) -> NestedKey:
+        """The key of the ``done`` flag (``"done"``)."""
+        return self._cached_keys("done_key", lambda: _done_key(self.done_keys))
+
+    @property
+    def observation_keys(self) -> list[NestedKey]:
+        return list(
+            self._cached_keys("observation", lambda: _leaf_keys(self.full_observation_spec))
+        )
+
+    @property
+    def state_keys(self) -> list[NestedKey]:
+        return list(self._cached_keys("state", lambda: _leaf_keys(self.full_state_spec)))
+
+    @property
+    def shape(self):
+        """The batch size (TorchRL's ``env.shape``)."""
+        return self.batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        """The number of batch dims (``len(env.batch_size)``)."""
+        return len(self.batch_size)
+
+    ndim = batch_dims
+
+    def ndimension(self) -> int:
+        return len(self.batch_size)
+
+    def numel(self) -> int:
+        """The number of environments in the batch."""
+        return self.batch_size.numel()
+
+    @property
+    def done_keys_groups(self) -> list[list[NestedKey]]:
+        """The done keys grouped by the sub-tensordict they live in (root first)."""
+        groups: dict[tuple, list] = {}
+        for key in self.done_keys:
+            path = (key,) if isinstance(key, str) else tuple(key)
+            groups.setdefault(path[:-1], []).append(key)
+        return list(groups.values())
+
+    @property
+    def reset_keys(self) -> list[NestedKey]:
+        """Where a ``"_reset"`` mask goes: one per group of done keys (``"_reset"`` at the root)."""
+        return list(self._cached_keys("reset", self._reset_keys))
+
+    def _reset_keys(self) -> list[NestedKey]:
+        out = []
+        for group in self.done_keys_groups:
+            first = group[0]
+            parent = () if isinstance(first, str) else tuple(first[:-1])
+            out.append((*parent, "_reset") if parent else "_reset")
+        return out
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled transition ``(root, ("next", ...))`` laid out as the specs say."""
+        root = self.full_observation_spec.zero()
+        root.update(self.full_state_spec.zero())
+        root.update(self.full_action_spec.zero())
+        root.update(self.full_done_spec.zero())
+        nxt = self.full_observation_spec.zero()
+        nxt.update(self.full_reward_spec.zero())
+        nxt.update(self.full_done_spec.zero())
+        root.set("next", nxt)
+        return root
+
+    # -- TorchRL's convenience methods: transforms, done handling, checks --------
+
+    def append_transform(self, transform) -> EnvBase:
+        """Returns ``TransformedEnv(self, transform)`` (TorchRL's ``EnvBase.append_transform``).
+
+        ``transform`` is a :class:`~rl.envs.transforms.Transform` or a callable taking and
+        returning a tensordict (applied to the step and reset outputs; specs unchanged).
+        A :class:`~rl.envs.TransformedEnv` appends to its own list instead (and returns
+        itself).
+
+        Raises:
+            TypeError: ``transform`` is neither a Transform nor callable.
+        """
+        from ._callable_transform import CallableTransform
+        from .transforms import Transform, TransformedEnv
+
+        if not isinstance(transform, Transform):
+            if not callable(transform):
+                raise TypeError(
+                    "append_transform expects a Transform or a callable, got "
+                    f"{type(transform).__name__}: {transform!r}"
+                )
+            transform = CallableTransform(transform)
+        return TransformedEnv(self, transform)
+
+    def any_done(self, tensordict: TensorDictBase) -> torch.Tensor | bool:
+        """Whether a done flag is set (0-d bool tensor, as TorchRL); writes ``"_reset"`` if so."""
+        from ._td_utils import terminated_or_truncated
+
+        return terminated_or_truncated(tensordict, full_done_spec=self.full_done_spec)
+
+    def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Resets the entries whose ``"_reset"`` mask is set (see :meth:`any_done`)."""
+        if "_reset" in tensordict.keys():
+            return self.reset(tensordict)
+        return tensordict
+
+    def step_mdp(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        """``step_mdp`` with this env's reward / done / action keys."""
+        from ._utils import step_mdp
+
+        return step_mdp(
+            next_tensordict,
+            reward_keys=self.reward_keys,
+            done_keys=self.done_keys,
+            action_keys=self.action_keys,
+        )
+
+    def check_env_specs(self, *args, **kwargs) -> None:
+        """:func:`~rl.envs.check_env_specs` on this env."""
+        from ._utils import check_env_specs
+
+        check_env_specs(self, *args, **kwargs)
+
+    def set_spec_lock_(self, mode: bool = True) -> EnvBase:
+        """Locks (or unlocks) the env's specs, as TorchRL's method.
+
+        Locked specs refuse direct changes (``env.observation_spec["x"] = spec`` raises a
+        ``RuntimeError``); the env's spec setters (``env.observation_spec = spec``)
+        still work. Envs are built locked unless given ``spec_locked=False``.
+
+        Returns:
+            the env.
+        """
+        mode = bool(mode)
+        self.__dict__.pop("_keys_cache", None)
+        for name in ("output_spec", "input_spec"):
+            spec = getattr(self, name, None)
+            if spec is None or not hasattr(spec, "lock_"):
+                continue
+            if mode:
+                spec.lock_(recurse=True)
+            elif spec.is_locked:
+                spec.unlock_()
+        self.__dict__["_is_spec_locked"] = mode
+        return self
+
+    def empty_cache(self) -> None:
+        """Drops cached specs (nothing is cached by a plain env)."""
+
+    # -- the nn.Module side: cheap attribute writes, to(), forward ---------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # nn.Module.__setattr__ costs microseconds (Parameter / Buffer instance checks);
+        # an env that keeps its state in plain attributes (``self.state = new``) at every
+        # step skips it when the name already is a plain attribute and the value a plain
+        # tensor / python object (parameters, buffers and modules live outside __dict__)
+        d = self.__dict__
+        if name in d and type(value) in _PLAIN_TYPES:
+            if type(value) is not torch.Tensor or not getattr(value, "_is_buffer", False):
+                d[name] = value
+                return
+        nn.Module.__setattr__(self, name, value)
+
+    def forward(self, *args, **kwargs):
+        """Envs are stepped with :meth:`step` / :meth:`rollout`, not called."""
+        raise NotImplementedError(
+            f"{type(self).__name__} is not callable: use env.step(td), env.reset() or env.rollout()"
+        )
+
+    def to(self, *args, **kwargs) -> EnvBase:
+        """Moves the specs, buffers and parameters to a device (and/or casts a dtype).
+
+        Returns:
+            the env itself.
+        """
+        device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None:
+            device = normalize_device(device)
+            self._move_specs(device)
+            self.__dict__["_device"] = device
+        nn.Module.to(self, *args, **kwargs)
+        return self
+
+    def _move_specs(self, device: torch.device) -> None:
+        self.output_spec = self.output_spec.to(device)
+        self.input_spec = self.input_spec.to(device)
+
+    def train(self, mode: bool = True) -> EnvBase:
+        nn.Module.train(self, mode)
+        return self
+
 
 def _state_entry(env: EnvBase, state: Any, key: str) -> Any:
     """``state[key]``, or a ValueError naming the env and what it was given."""
@@ -685,3 +1124,43 @@ def _merge_partial_reset(
             continue
         m = mask.reshape(*mask.shape, *((1,) * (new.ndim - nb)))
         td_reset.set(key, torch.where(m, new, old))
+
+
+def _is_locked(spec: Any) -> bool:
+    return bool(getattr(spec, "is_locked", False))
+
+
+def _leaf_keys(spec: Composite) -> list[NestedKey]:
+    return list(spec.keys(include_nested=True, leaves_only=True))
+
+
+def _done_key(keys: list[NestedKey]) -> NestedKey:
+    for key in keys:
+        if (key if isinstance(key, str) else key[-1]) == "done":
+            return key
+    return keys[0]
+
+
+def _only_key(keys: list[NestedKey], default: str) -> NestedKey:
+    if default in keys:
+        return default
+    if len(keys) == 1:
+        return keys[0]
+    raise KeyError(f"cannot pick a single {default!r} key among {keys}")
+
+
+def _single_leaf(spec: Composite):
+    keys = _leaf_keys(spec)
+    if len(keys) == 1:
+        return spec[keys[0]]
+    return spec
+
+
+def normalize_device(device) -> torch.device | None:
+    """``torch.device`` with an explicit index for CUDA (``"cuda"`` -> ``"cuda:0"``)."""
+    if device is None:
+        return None
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device

@@ -20,15 +20,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
-from tensordict import TensorDictBase
 
 from ._gym_spaces import walk
-from ._partial_step import peek_step_mask
-from .engine import RolloutKernel
+from .engine import BufferKernel, RolloutKernel
 
 if TYPE_CHECKING:
     from ._gym import GymWrapper
@@ -118,17 +115,8 @@ def gym_kernel(env: GymWrapper) -> RolloutKernel | None:
     return VectorKernel(env)
 
 
-class _GymKernelBase(RolloutKernel):
-    """Buffers, action conversion and reset entries shared by the gym kernels."""
-
-    reads_root = False
-    root_inputs = ()
-
-    def __init__(self, env: GymWrapper) -> None:
-        self.env = env
-
-    def accepts(self, tensordict: TensorDictBase) -> bool:
-        return "next" not in tensordict.keys() and peek_step_mask(tensordict) is None
+class _GymKernelBase(BufferKernel):
+    """Buffers and action conversion shared by the gym kernels."""
 
     def start(self, buffers, tensordict, actions, *, eager, stops) -> None:
         env = self.env
@@ -141,16 +129,7 @@ class _GymKernelBase(RolloutKernel):
             for key, leaf in zip(self.obs_keys, leaves)
         ]
         self.write_next = _obs_writer(leaves, [buf.numpy() for buf in self.obs_bufs])
-        flags = {}
-        for key, dtype in (
-            ("reward", torch.float32),
-            ("done", torch.bool),
-            ("terminated", torch.bool),
-            ("truncated", torch.bool),
-        ):
-            flags[key] = buffers.next_buffer(key, (1,), dtype).numpy()[..., 0]
-        self.rew, self.done = flags["reward"], flags["done"]
-        self.term, self.trunc = flags["terminated"], flags["truncated"]
+        self.flag_buffers(buffers)
         self.eager = eager
         self.max_steps = buffers.max_steps
         self.gym_actions = None if actions is None else self._convert(actions)
@@ -172,18 +151,6 @@ class _GymKernelBase(RolloutKernel):
         if self.gym_actions is not None:
             return self.gym_actions[t]
         return self.env._action_from_td(tensordict)
-
-    def _reset_entries(self, idx, arrays: list) -> dict:
-        """The root entries of a reset: the rows ``idx`` of the observations replaced by
-        ``arrays`` (one per leaf), the flags cleared (see ``RolloutKernel.reset``)."""
-        entries = {key: (idx, rows) for key, rows in zip(self.obs_keys, arrays)}
-        cleared = (idx, False)
-        entries["done"] = entries["terminated"] = entries["truncated"] = cleared
-        return entries
-
-    def finish(self, steps: int) -> None:
-        rows = (*self.prefix, slice(0, steps))
-        np.logical_or(self.term[rows], self.trunc[rows], out=self.done[rows])
 
 
 class GymKernel(_GymKernelBase):
@@ -213,7 +180,7 @@ class GymKernel(_GymKernelBase):
     def reset(self, t: int, done, tensordict) -> dict:
         env = self.env
         obs, _ = self.reset_fn(seed=env._take_seed())
-        return self._reset_entries((), env._obs_arrays(obs))
+        return self.reset_entries((), env._obs_arrays(obs))
 
 
 class VectorKernel(_GymKernelBase):
@@ -289,7 +256,7 @@ class VectorKernel(_GymKernelBase):
                 self.last_done = np.zeros_like(done)
             idx = np.flatnonzero(done)
             arrays = [a[idx] for a in env._obs_arrays(self.obs)]
-        return self._reset_entries(idx, arrays)
+        return self.reset_entries(idx, arrays)
 
     def finish(self, steps: int) -> None:
         super().finish(steps)
@@ -356,7 +323,7 @@ class SyncVectorKernel(_GymKernelBase):
 
     def reset(self, t: int, done: np.ndarray, tensordict) -> dict:
         idx = np.flatnonzero(done)
-        return self._reset_entries(idx, [fresh[idx] for fresh in self.fresh])
+        return self.reset_entries(idx, [fresh[idx] for fresh in self.fresh])
 
     def finish(self, steps: int) -> None:
         super().finish(steps)

@@ -14,27 +14,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
 
-from .._partial_step import peek_step_mask
-from ..engine import RolloutKernel
+from ..engine import BufferKernel
 
 if TYPE_CHECKING:
-    from ._base import BatchedEnvBase
+    pass
 
 __all__ = ["BatchedKernel"]
 
 
-class BatchedKernel(RolloutKernel):
+class BatchedKernel(BufferKernel):
     """The kernel of a batched env over its shared buffers."""
 
-    reads_root = False
-
-    def __init__(self, env: BatchedEnvBase) -> None:
-        self.env = env
-
-    def accepts(self, tensordict: TensorDictBase) -> bool:
-        return "next" not in tensordict.keys() and peek_step_mask(tensordict) is None
+    root_inputs = None  # the workers' envs may read any root entry
 
     def start(self, buffers, tensordict, actions, *, eager, stops) -> None:
         env = self.env

@@ -29,10 +29,11 @@ Examples:
 """
 
 from ._buffers import RolloutBuffers, build_output
-from ._kernel import EnvKernel, RolloutKernel
+from ._kernel import BufferKernel, EnvKernel, RolloutKernel
 from ._loop import policy_runner, presample_actions, run_rollout
 
 __all__ = [
+    "BufferKernel",
     "EnvKernel",
     "RolloutBuffers",
     "RolloutKernel",

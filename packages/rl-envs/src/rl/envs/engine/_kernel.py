@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from .._env_base import EnvBase
     from ._buffers import RolloutBuffers
 
-__all__ = ["EnvKernel", "RolloutKernel"]
+__all__ = ["BufferKernel", "EnvKernel", "RolloutKernel"]
 
 
 class RolloutKernel:
@@ -168,3 +169,57 @@ class EnvKernel(RolloutKernel):
     def reset(self, t: int, done: torch.Tensor, tensordict: TensorDictBase) -> TensorDictBase:
         tensordict.set("_reset", done.clone())
         return self.env.reset(tensordict)
+
+
+class BufferKernel(RolloutKernel):
+    """Base of the kernels that write their simulator's outputs into the engine's
+    ``"next"`` buffers themselves (gym, EnvPool, the batched envs).
+
+    Such a kernel never reads the root (actions come presampled or through
+    :meth:`begin` / :meth:`step`'s root argument), leaves a first root that carries
+    ``"next"`` entries or a ``"_step"`` mask to :class:`EnvKernel`, and may share the
+    reward and done-flag buffers (:meth:`flag_buffers`), the entries of a reset
+    (:meth:`reset_entries`) and the ``done = terminated | truncated`` of :meth:`finish`.
+    """
+
+    reads_root = False
+    root_inputs = ()
+    flag_prefix: tuple | None = None  # set by flag_buffers
+
+    def __init__(self, env: EnvBase) -> None:
+        self.env = env
+
+    def accepts(self, tensordict: TensorDictBase) -> bool:
+        return "next" not in tensordict.keys() and peek_step_mask(tensordict) is None
+
+    def flag_buffers(self, buffers: RolloutBuffers) -> None:
+        """Allocates the ``"next"`` reward, ``done``, ``terminated`` and ``truncated``
+        buffers (``[*B, T, 1]``) and keeps numpy views of them without their last dim as
+        ``rew``, ``done``, ``term`` and ``trunc`` (written at ``[*B, t]``)."""
+        self.flag_prefix = (slice(None),) * buffers.nb
+        views = [
+            buffers.next_buffer(key, (1,), dtype).numpy()[..., 0]
+            for key, dtype in (
+                ("reward", torch.float32),
+                ("done", torch.bool),
+                ("terminated", torch.bool),
+                ("truncated", torch.bool),
+            )
+        ]
+        self.rew, self.done, self.term, self.trunc = views
+
+    def reset_entries(self, idx, arrays: list) -> dict:
+        """The root entries of a reset (see :meth:`RolloutKernel.reset`): the rows ``idx``
+        of the observations ``obs_keys`` replaced by ``arrays`` (one per key), the done
+        flags cleared."""
+        entries = {key: (idx, rows) for key, rows in zip(self.obs_keys, arrays)}
+        cleared = (idx, False)
+        entries["done"] = entries["terminated"] = entries["truncated"] = cleared
+        return entries
+
+    def finish(self, steps: int) -> None:
+        """``done = terminated | truncated`` over the steps taken (with :meth:`flag_buffers`)."""
+        if self.flag_prefix is None:
+            return
+        rows = (*self.flag_prefix, slice(0, steps))
+        np.logical_or(self.term[rows], self.trunc[rows], out=self.done[rows])

@@ -20,15 +20,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 from rl.envs._gym_kernel import _key, _obs_writer
-from rl.envs._partial_step import peek_step_mask
-from rl.envs.engine import RolloutKernel
+from rl.envs.engine import BufferKernel
 
 if TYPE_CHECKING:
-    from .envpool import MultiThreadedEnvWrapper
+    pass
 
 __all__ = ["EnvPoolKernel"]
 
@@ -119,17 +117,8 @@ class _PublicPool:
         return obs, info["env_id"]
 
 
-class EnvPoolKernel(RolloutKernel):
+class EnvPoolKernel(BufferKernel):
     """The kernel of an EnvPool env (one synchronous pool of ``n`` envs)."""
-
-    reads_root = False
-    root_inputs = ()
-
-    def __init__(self, env: MultiThreadedEnvWrapper) -> None:
-        self.env = env
-
-    def accepts(self, tensordict: TensorDictBase) -> bool:
-        return "next" not in tensordict.keys() and peek_step_mask(tensordict) is None
 
     def start(self, buffers, tensordict, actions, *, eager, stops) -> None:
         env = self.env
@@ -140,16 +129,7 @@ class EnvPoolKernel(RolloutKernel):
             for key, leaf in zip(self.obs_keys, leaves)
         ]
         self.write_next = _obs_writer(leaves, [buf.numpy() for buf in self.obs_bufs])
-        flags = {}
-        for key, dtype in (
-            ("reward", torch.float32),
-            ("done", torch.bool),
-            ("terminated", torch.bool),
-            ("truncated", torch.bool),
-        ):
-            flags[key] = buffers.next_buffer(key, (1,), dtype).numpy()[..., 0]
-        self.rew, self.done = flags["reward"], flags["done"]
-        self.term, self.trunc = flags["terminated"], flags["truncated"]
+        self.flag_buffers(buffers)
         self.pool_actions = None
         if actions is not None:  # [n, T, ...] -> one pool action per step
             value = actions[0][1].movedim(1, 0).numpy()
@@ -194,13 +174,9 @@ class EnvPoolKernel(RolloutKernel):
             self.fresh = self.reset_recv()
         fresh, rows = self.fresh
         self.fresh = None
-        entries = dict(zip(self.obs_keys, ((rows, a) for a in self.env._obs_arrays(fresh))))
-        for key in ("done", "terminated", "truncated"):
-            entries[key] = (rows, False)
-        return entries
+        return self.reset_entries(rows, self.env._obs_arrays(fresh))
 
     def finish(self, steps: int) -> None:
-        rows = (slice(None), slice(0, steps))
-        np.logical_or(self.term[rows], self.trunc[rows], out=self.done[rows])
+        super().finish(steps)
         # the env's current observation: the last "next" one (done rows are reset later)
         self.env.__dict__["_last_obs"] = [buf[:, steps - 1].clone() for buf in self.obs_bufs]

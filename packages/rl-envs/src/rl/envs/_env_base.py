@@ -364,13 +364,10 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
                 return tensordict
         td_reset = self._reset(tensordict)
         self._complete_outputs(td_reset)
-        if (
-            mask is not None
-            and self.batch_size
-            and not self._reset_keeps_unmasked
-            and not bool(mask.all())
-        ):
-            _merge_partial_reset(td_reset, tensordict, mask, len(self.batch_size))
+        # the input's batch dims: an env that is not batch-locked may run over more
+        nb = tensordict.batch_dims if tensordict is not None else 0
+        if mask is not None and nb and not self._reset_keeps_unmasked and not bool(mask.all()):
+            _merge_partial_reset(td_reset, tensordict, mask, nb)
         if self.run_type_checks and not self.allow_done_after_reset:
             done = td_reset[self.done_key]
             reset_entries = done if mask is None else done & mask.reshape(done.shape)

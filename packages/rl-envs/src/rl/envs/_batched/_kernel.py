@@ -83,6 +83,8 @@ class BatchedKernel(BufferKernel):
         self.reset_workers = workers
         for dst, src in self.next_writes:
             dst[idx] = src
+        if self.auto_reset and t < self.last and not workers:
+            return False  # the workers reset every done sub-env: none was done
         return self.done
 
     def reset(self, t: int, done: np.ndarray, tensordict) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -64,10 +65,18 @@ class _StepWriter:
     then ``buf[..., t] = value`` (gradients flow through the rollout).
     """
 
+    #: numpy writes a row of a ``[B, T, F]`` buffer as ``B`` strided copies; past this many
+    #: (summed over the buffers whose rows are not scalars) torch's copy is cheaper
+    NUMPY_CHUNKS = 512
+
     def __init__(self, writes: list, nb: int, max_steps: int) -> None:
         self.bufs = [buf for _, buf in writes]
         arrays = [_numpy_or_none(buf) for buf in self.bufs]
-        self.arrays = arrays if all(a is not None for a in arrays) else None
+        chunks = sum(
+            math.prod(buf.shape[:nb]) for buf in self.bufs if math.prod(buf.shape[nb + 1 :]) > 1
+        )
+        numpy_ok = all(a is not None for a in arrays) and chunks <= self.NUMPY_CHUNKS
+        self.arrays = arrays if numpy_ok else None
         self.views = StepViews(self.bufs, nb, max_steps)
         self.views_ok = not any(buf.requires_grad for buf in self.bufs)
         self.prefix = (slice(None),) * nb
@@ -197,7 +206,9 @@ def _apply_rows(buf: torch.Tensor, patches: list, nb: int) -> None:
         array[np.concatenate(envs), steps] = first
     else:
         shape = array.shape[2:]
-        parts = [np.broadcast_to(v, (n, *shape)) for (_, _, v), n in zip(patches, counts)]
+        parts = [np.asarray(v) for _, _, v in patches]
+        if any(p.shape != (n, *shape) for p, n in zip(parts, counts)):  # values to broadcast
+            parts = [np.broadcast_to(p, (n, *shape)) for p, n in zip(parts, counts)]
         array[np.concatenate(envs), steps] = np.concatenate(parts)
 
 
@@ -387,8 +398,8 @@ def run_rollout(
             str_keys = all(type(key) is str for key, _ in root_carried + root_writes)
             str_keys = str_keys and all(type(key) is str for key in carry_keys)
             # numpy views of the CPU root buffers written at each step (None: torch writes)
-            root_arrays = write_root.arrays
-            if root_arrays is not None and not all(
+            root_arrays = [_numpy_or_none(buf) for _, buf in root_writes]
+            if any(a is None for a in root_arrays) or not all(
                 td.get(key).device.type == "cpu" for key, _ in root_writes
             ):
                 root_arrays = None

@@ -671,8 +671,14 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         """Specs and the envs this one holds are not part of its own state."""
         return value is not self and isinstance(value, TensorSpec | EnvBase)
 
-    def close(self) -> None:
-        """Releases the resources held by the environment (idempotent)."""
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        """Releases the resources held by the environment.
+
+        Args:
+            raise_if_closed: TorchRL's argument, accepted by every env. Closing is
+                idempotent in ``rl`` (collectors, finalizers and users may all close the
+                same env), so a second ``close()`` never raises, whatever its value.
+        """
         self.is_closed = True
 
     def __repr__(self) -> str:

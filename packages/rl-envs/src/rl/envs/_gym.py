@@ -377,7 +377,7 @@ class GymWrapper(EnvBase):
             )
         return super().env_state()
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         if not self.is_closed:
             self._env.close()
         super().close()

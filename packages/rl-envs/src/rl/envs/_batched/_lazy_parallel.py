@@ -114,7 +114,7 @@ class LazyParallelEnv(ParallelEnv):
     def start(self) -> None:
         self._ensure_started()
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         for worker in self._workers:
             worker.close()
         self.is_closed = True

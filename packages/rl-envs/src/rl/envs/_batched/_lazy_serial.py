@@ -94,7 +94,7 @@ class LazySerialEnv(SerialEnv):
             self._envs = [creator() for creator in self._creators]
             self.is_closed = False
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         if self.is_closed:
             return
         for env in self._envs:

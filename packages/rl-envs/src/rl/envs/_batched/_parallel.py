@@ -287,7 +287,7 @@ class ParallelEnv(BatchedEnvBase):
     def _do_load_env_state(self, index: int, state: dict[str, Any]) -> None:
         self._pool.call(index, "load_env_state", state)
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         """Stops every worker process (idempotent); a later ``reset()`` restarts them."""
         if self._pool is not None:
             self._pool.close()

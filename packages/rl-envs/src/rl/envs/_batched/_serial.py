@@ -207,7 +207,7 @@ class SerialEnv(BatchedEnvBase):
     def _do_load_env_state(self, index: int, state: dict[str, Any]) -> None:
         self._envs[index].load_env_state(state)
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         """Closes every sub-environment (a later reset recreates them)."""
         if self.is_closed:
             return

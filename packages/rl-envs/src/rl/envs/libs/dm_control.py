@@ -360,7 +360,7 @@ class DMControlWrapper(EnvBase):
         load_object_state(self._task(), state["task"], name=name)
         inner._step_count, inner._reset_next_step = int(steps[0]), bool(steps[1])
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         if not self.is_closed:
             self._env.close()
         super().close()

@@ -340,7 +340,7 @@ class MultiThreadedEnvWrapper(EnvBase):
             "vectorization_mode='sync' for a checkpoint that resumes exactly"
         )
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         if not self.is_closed:
             self._env.close()
         super().close()

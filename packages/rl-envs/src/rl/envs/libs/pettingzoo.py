@@ -481,7 +481,7 @@ class PettingZooWrapper(ForwardsEnvAttributes, EnvBase):
         # they respect the current action masks
         return True
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         if not self.is_closed:
             self._env.close()
         super().close()

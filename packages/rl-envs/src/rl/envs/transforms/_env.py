@@ -380,7 +380,7 @@ class TransformedEnv(EnvBase):
         self.base_env.load_env_state(_state_entry(self, state, "base"))
         super().load_env_state(state)
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = True) -> None:
         if not self.is_closed:
             self.base_env.close()
         super().close()

@@ -3,6 +3,7 @@
 from ._multi import (
     MultiAsyncCollector,
     MultiaSyncDataCollector,
+    MultiCollector,
     MultiSyncCollector,
     MultiSyncDataCollector,
 )
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Collector",
     "MultiAsyncCollector",
+    "MultiCollector",
     "MultiSyncCollector",
     "MultiSyncDataCollector",
     "MultiaSyncDataCollector",

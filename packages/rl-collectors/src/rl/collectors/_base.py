@@ -29,6 +29,12 @@ class CollectorBase(ABC):
     postproc: Callable[[TensorDictBase], TensorDictBase] | None
     replay_buffer: Any
     closed: bool
+    #: called (no argument) before each batch is collected, as TorchRL's
+    pre_collect_hook: Callable[[], None] | None = None
+    #: called with each batch the collector yields (after ``postproc``), as TorchRL's
+    post_collect_hook: Callable[[TensorDictBase], None] | None = None
+    #: the hooks run in the worker processes (multiprocess collectors), not here
+    _hooks_in_workers = False
 
     def _init_base(self) -> None:
         self._frames = 0
@@ -84,8 +90,20 @@ class CollectorBase(ABC):
             if getattr(storage, "ndim", 1) == 1 and batch.ndim > 1:
                 batch = batch.reshape(-1)
             self.replay_buffer.extend(batch)
+            self._post_hook(batch)
             return None
+        self._post_hook(batch)
         return batch
+
+    def _pre_hook(self) -> None:
+        hook = self.pre_collect_hook
+        if hook is not None and not self._hooks_in_workers:
+            hook()
+
+    def _post_hook(self, batch: TensorDictBase) -> None:
+        hook = self.post_collect_hook
+        if hook is not None and not self._hooks_in_workers:
+            hook(batch)
 
     def _frames_left(self) -> int | None:
         """Frames still to collect (``None``: no limit)."""

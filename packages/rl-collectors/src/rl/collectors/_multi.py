@@ -27,6 +27,7 @@ from ._base import CollectorBase
 from ._worker import worker_main
 
 __all__ = [
+    "MultiCollector",
     "MultiSyncCollector",
     "MultiAsyncCollector",
     "MultiSyncDataCollector",
@@ -102,10 +103,61 @@ def _per_worker(value: Any, num_workers: int, name: str) -> list:
     return [value] * num_workers
 
 
-class _MultiCollector(CollectorBase):
-    """The worker processes, the weights they share and the failure handling."""
+class _MultiCollectorMeta(type(CollectorBase)):
+    """``MultiCollector(..., sync=...)`` builds the mode's class, as TorchRL's."""
+
+    def __call__(cls, *args, sync: bool | None = None, **kwargs):
+        if cls is MultiCollector:
+            target = MultiSyncCollector if sync else MultiAsyncCollector
+            return target(*args, **kwargs)
+        if sync is not None:
+            raise TypeError(f"{cls.__name__} takes no sync argument (it is one mode)")
+        return super().__call__(*args, **kwargs)
+
+
+class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
+    """One collector per worker process: the base of :class:`MultiSyncCollector` and
+    :class:`MultiAsyncCollector`, and TorchRL's entry point for them:
+    ``MultiCollector(..., sync=True)`` builds a :class:`MultiSyncCollector`,
+    ``sync=False`` (or ``None``) a :class:`MultiAsyncCollector` (the object returned has
+    that type; the other arguments are theirs).
+
+    Examples:
+        >>> from rl.collectors import MultiCollector, MultiSyncCollector
+        >>> from rl.envs import PendulumEnv
+        >>> c = MultiCollector([PendulumEnv, PendulumEnv], None, sync=True, frames_per_batch=8)
+        >>> type(c) is MultiSyncCollector and isinstance(c, MultiCollector)
+        True
+        >>> c.shutdown()
+    """
 
     _sync: bool
+    _hooks_in_workers = True
+    _hooks: tuple = (None, None)
+
+    @property
+    def pre_collect_hook(self) -> Callable[[], None] | None:
+        """Called in each worker process before it collects a batch (set at construction)."""
+        return self._hooks[0]
+
+    @pre_collect_hook.setter
+    def pre_collect_hook(self, hook) -> None:
+        self._refuse_hook("pre_collect_hook")
+
+    @property
+    def post_collect_hook(self) -> Callable[[TensorDictBase], None] | None:
+        """Called in each worker process with each batch it collects (set at construction)."""
+        return self._hooks[1]
+
+    @post_collect_hook.setter
+    def post_collect_hook(self, hook) -> None:
+        self._refuse_hook("post_collect_hook")
+
+    def _refuse_hook(self, name: str) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__}.{name} runs in the worker processes, which have "
+            f"started: pass {name}= to the constructor"
+        )
 
     def __init__(
         self,
@@ -137,6 +189,8 @@ class _MultiCollector(CollectorBase):
         num_sub_threads: int = 1,
         mp_start_method: str | None = None,
         worker_timeout: float | None = 60.0,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
     ) -> None:
         self.closed = True  # until the workers run
         if worker_timeout is not None and (
@@ -213,7 +267,11 @@ class _MultiCollector(CollectorBase):
             "set_truncated": set_truncated,
             "trust_policy": trust_policy,
             "compile_policy": compile_policy,
+            # each worker runs them around its batches (in its own process)
+            "pre_collect_hook": pre_collect_hook,
+            "post_collect_hook": post_collect_hook,
         }
+        self._hooks = (pre_collect_hook, post_collect_hook)
         # the policy's weights, in shared memory: update_policy_weights_ writes them
         self._weights = None
         self._version = None
@@ -558,7 +616,7 @@ def load_weights_into(shared: TensorDictBase, source: Any) -> None:
     )
 
 
-class MultiSyncCollector(_MultiCollector):
+class MultiSyncCollector(MultiCollector):
     """Worker processes that each collect ``frames_per_batch / num_workers`` frames per
     batch; every batch holds one piece of each worker, stacked (``cat_results="stack"``,
     ``[num_workers, *env_batch, T]``) or concatenated along a dim (``cat_results=-1``).
@@ -603,6 +661,10 @@ class MultiSyncCollector(_MultiCollector):
             (slow simulators, large batches). The check is the wait the answers arrive
             on: it costs nothing while workers answer. Not a TorchRL argument (TorchRL
             has no limit by default: ``MAX_IDLE_COUNT``).
+        pre_collect_hook, post_collect_hook: run in each worker process around each of
+            its batches (``post_collect_hook`` gets the worker's batch); picklable with
+            cloudpickle for ``spawn`` workers. Set at construction: the attributes are
+            read-only once the workers run.
         device, storing_device, env_device, policy_device: as in ``Collector``, one
             value or a list with one per worker.
         create_env_kwargs, max_frames_per_traj, init_random_frames,
@@ -643,7 +705,7 @@ class MultiSyncCollector(_MultiCollector):
         return torch.cat(pieces, self.cat_results) if n > 1 else pieces[0].clone()
 
 
-class MultiAsyncCollector(_MultiCollector):
+class MultiAsyncCollector(MultiCollector):
     """Worker processes that each collect ``frames_per_batch`` frames per batch and hand
     them over as soon as they are ready (``[*env_batch, T]``, in completion order).
 

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from rl.core import ExplorationType, set_exploration_type
+from rl.core import ExplorationType, set_exploration_type, tensor_policy
 from rl.envs import EnvBase, mark_truncated, truncated_keys
 
 from ._base import CollectorBase
@@ -23,7 +23,7 @@ from ._common import (
     set_rng_state,
     wrap_policy,
 )
-from rl.core import tensor_policy
+from ._dispatch import CollectorMeta
 
 __all__ = ["Collector", "SyncDataCollector"]
 
@@ -32,7 +32,7 @@ def _device(device) -> torch.device | None:
     return None if device is None else torch.device(device)
 
 
-class Collector(CollectorBase):
+class Collector(CollectorBase, metaclass=CollectorMeta):
     """Iterates over ``[*env_batch, T]`` batches of a policy acting in an environment.
 
     Each batch is one call of the env's own rollout machinery (``env.rollout``: its fast
@@ -74,7 +74,24 @@ class Collector(CollectorBase):
         trust_policy: skip the checks of the actions against the spec (before the first
             batch and at the last step of every batch).
         compile_policy: ``torch.compile`` the policy (``True`` or the compile kwargs).
+        backend: where to collect (TorchRL's dispatch, done by the constructor before
+            this class is built): ``"direct"`` (this class, in this process),
+            ``"process"`` (:class:`MultiSyncCollector` with ``sync=True``, else
+            :class:`MultiAsyncCollector`), ``"ray"`` (:class:`RayCollector`),
+            ``"distributed"`` (:class:`DistributedCollector`); ``"rpc"`` and
+            ``"submitit"`` are refused. Default: the enclosing
+            :func:`rl.core.service_backend`, else ``"process"`` when ``num_collectors``
+            is given, else ``"direct"``.
+        backend_options: extra arguments of the back-end's collector class.
+        num_collectors: how many collectors (one env constructor each) a
+            multi-collector back-end runs.
+        sync: whether a multi-collector back-end yields batches gathered from every
+            collector (default ``False``: batches as they come).
         track_traj_ids: write ``("collector", "traj_ids")``.
+        pre_collect_hook: called (no argument) before each batch is collected.
+        post_collect_hook: called with each batch the collector yields (after
+            ``postproc``; also when the batch goes to ``replay_buffer``). Both may be
+            set or replaced later through the attributes of the same names.
 
     Raises:
         ValueError: ``frames_per_batch`` (or ``total_frames``) is not a multiple of the
@@ -105,6 +122,10 @@ class Collector(CollectorBase):
         create_env_fn: EnvBase | Callable[..., EnvBase] | None = None,
         policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
         *,
+        backend: str | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+        num_collectors: int | None = None,
+        sync: bool | None = None,
         frames_per_batch: int,
         total_frames: int = -1,
         device=None,
@@ -125,6 +146,8 @@ class Collector(CollectorBase):
         trust_policy: bool | None = None,
         compile_policy: bool | Mapping[str, Any] | None = None,
         track_traj_ids: bool = True,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         env: EnvBase | None = None,
     ) -> None:
         if create_env_fn is None:
@@ -166,6 +189,8 @@ class Collector(CollectorBase):
         self.extend_buffer = extend_buffer
         self.trust_policy = bool(trust_policy)
         self.track_traj_ids = track_traj_ids
+        self.pre_collect_hook = pre_collect_hook
+        self.post_collect_hook = post_collect_hook
         self._init_base()
         self._root: TensorDictBase | None = None
         self._traj_ids = TrajIds(self.env.batch_size)
@@ -180,6 +205,7 @@ class Collector(CollectorBase):
             steps = min(steps, left // max(self.env.batch_size.numel(), 1))
             if steps <= 0:
                 return None
+        self._pre_hook()
         return self.rollout(steps)
 
     @torch.no_grad()

@@ -101,7 +101,11 @@ def worker_main(
                     with lock:
                         local.update_(weights)
                         seen = int(version[0])
+                if collector.pre_collect_hook is not None:
+                    collector.pre_collect_hook()
                 batch = collector.rollout(steps)
+                if collector.post_collect_hook is not None:
+                    collector.post_collect_hook(batch)
                 collector._frames += batch.numel()
                 collector._iter += 1
                 if collector.track_traj_ids:

@@ -8,6 +8,11 @@ from ._exploration import ExplorationType, exploration_type, set_exploration_typ
 from ._n_step_return import n_step_return
 from ._object_state import load_object_state, object_state
 from ._seed import seed_everything
+from ._service_backend import (
+    current_service_backend,
+    normalize_service_backend,
+    service_backend,
+)
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
 from ._specs import __all__ as _spec_names
 from ._tensor_policy import TensorPolicy, tensor_policy
@@ -25,11 +30,14 @@ __all__ = [
     "ExplorationType",
     "NestedKey",
     "TensorPolicy",
+    "current_service_backend",
     "exploration_type",
     "load_object_state",
     "n_step_return",
+    "normalize_service_backend",
     "object_state",
     "seed_everything",
+    "service_backend",
     "set_exploration_type",
     "tensor_policy",
 ]

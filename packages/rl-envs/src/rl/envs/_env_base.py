@@ -200,7 +200,16 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         # TorchRL's subclasses override ``__new__`` as
         # ``super().__new__(cls, *args, _batch_locked=False, **kwargs)``: the extra
         # arguments are accepted here and the constructor ones ignored
+        # specs a subclass's ``__new__`` assigned to the class (``cls._output_spec = ...``,
+        # as TorchRL's mock envs do) belong to the instance: taken off the class here,
+        # kept by ``__init__``
+        specs = {}
+        for name in ("_input_spec", "_output_spec"):
+            if name in cls.__dict__ and isinstance(cls.__dict__[name], Composite):
+                specs[name] = cls.__dict__[name].clone()
+                delattr(cls, name)
         env = super().__new__(cls)
+        env.__dict__.update(specs)
         env.__dict__["_inplace_update"] = _inplace_update
         if not _batch_locked:
             env.__dict__["_batch_locked"] = False
@@ -228,16 +237,16 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             self.__dict__["_auto_reset_requested"] = True
         bs = self._batch_size
         spec_device = self._device
-        self._output_spec = Composite(
-            {key: Composite(shape=bs, device=spec_device) for key in _OUTPUT_KEYS},
-            shape=bs,
-            device=spec_device,
-        )
-        self._input_spec = Composite(
-            {key: Composite(shape=bs, device=spec_device) for key in _INPUT_KEYS},
-            shape=bs,
-            device=spec_device,
-        )
+        for name, keys in (("_output_spec", _OUTPUT_KEYS), ("_input_spec", _INPUT_KEYS)):
+            spec = self.__dict__.get(name)  # set by __new__ from the class (see there)
+            if spec is None:
+                spec = Composite(shape=bs, device=spec_device)
+            elif spec_device is not None and spec.device != spec_device:
+                spec = spec.to(spec_device)
+            for key in keys:
+                if key not in spec.keys():
+                    spec[key] = Composite(shape=spec.shape, device=spec.device)
+            self.__dict__[name] = spec
         self.is_closed = False
 
     def _post_init(self) -> None:

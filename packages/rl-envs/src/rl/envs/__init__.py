@@ -10,7 +10,7 @@ from ._batched import EnvCreator, ParallelEnv, SerialEnv
 from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._model_based import ModelBasedEnvBase
-from ._native import CartPoleEnv, PendulumEnv
+from ._native import CartPoleEnv, PendulumEnv, TicTacToeEnv
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
 from ._td_utils import (
@@ -76,6 +76,7 @@ __all__ = [
     "PendulumEnv",
     "RandomPolicy",
     "SerialEnv",
+    "TicTacToeEnv",
     "auto_unwrap_transformed_env",
     "check_env_specs",
     "gym_backend",

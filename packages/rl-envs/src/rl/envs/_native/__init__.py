@@ -2,5 +2,6 @@
 
 from ._cartpole import CartPoleEnv
 from ._pendulum import PendulumEnv
+from ._tictactoe import TicTacToeEnv
 
-__all__ = ["CartPoleEnv", "PendulumEnv"]
+__all__ = ["CartPoleEnv", "PendulumEnv", "TicTacToeEnv"]

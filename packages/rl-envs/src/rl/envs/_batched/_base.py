@@ -87,8 +87,6 @@ class BatchedEnvBase(EnvBase):
     """
 
     _share_memory = False
-    # TransformedEnv's policy fast path drives a gym env's loop, not this one
-    _drives_transform_policy = False
     # ``_reset`` reads every entry from the buffers, where workers outside the mask keep
     # their current values
     _reset_keeps_unmasked = True

@@ -24,6 +24,7 @@ from .tensordict_module import *  # noqa: F403
 from .tensordict_module import __all__ as _td_module_all
 from ._value_norm import *  # noqa: F403
 from ._value_norm import __all__ as _value_norm_all
+from .mcts import EXP3Score, MCTSScore, MCTSScores, PUCTScore, UCB1TunedScore, UCBScore
 from .planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
 from .tensordict_module._world_models import WorldModelWrapper
 
@@ -36,6 +37,12 @@ __all__ = [
     "CEMPlanner",
     "MPCPlannerBase",
     "MPPIPlanner",
+    "EXP3Score",
+    "MCTSScore",
+    "MCTSScores",
+    "PUCTScore",
+    "UCB1TunedScore",
+    "UCBScore",
     "TensorDictSequential",
     "WorldModelWrapper",
     "__version__",

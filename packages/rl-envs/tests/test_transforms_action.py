@@ -6,7 +6,15 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core import Categorical, Composite, OneHot, Unbounded
+from rl.core import (
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
 from rl.envs import EnvBase, PendulumEnv, check_env_specs
 from rl.envs._done import default_done_spec
 from rl.envs.transforms import ActionDiscretizer, ActionMask, Compose, StepCounter, TransformedEnv
@@ -146,7 +154,8 @@ class TestActionDiscretizer:
     def test_specs_and_rollout(self):
         env = TransformedEnv(PendulumEnv(batch_size=[2]), ActionDiscretizer(7))
         spec = env.action_spec
-        assert isinstance(spec, Categorical) and spec.n == 7 and spec.shape == torch.Size([2, 1])
+        assert isinstance(spec, MultiCategorical) and spec.shape == torch.Size([2, 1])
+        assert spec.nvec.reshape(-1).tolist() == [7, 7]
         r = env.rollout(5)
         assert r["action"].dtype == torch.int64 and r["action"].max() < 7
         check_env_specs(env)
@@ -156,9 +165,51 @@ class TestActionDiscretizer:
             PendulumEnv(), ActionDiscretizer(4, out_action_key="choice", categorical=False)
         )
         spec = env.full_action_spec["choice"]
-        assert isinstance(spec, OneHot) and spec.shape == torch.Size([1, 4])
+        assert isinstance(spec, MultiOneHot) and spec.shape == torch.Size([4])
         assert "action" not in env.full_action_spec.keys()
+        # the continuous action moved to the state spec: the transform writes it
+        assert isinstance(env.full_state_spec["action"], Bounded)
+        r = env.rollout(3)
+        assert r["action"].dtype == torch.float32 and r["choice"].dtype == torch.bool
         check_env_specs(env)
+
+    def test_sampling_strategy_enum(self):
+        S = ActionDiscretizer.SamplingStrategy
+        assert [S.MEDIAN, S.LOW, S.HIGH, S.RANDOM] == [0, 1, 2, 3]
+        assert ActionDiscretizer(3).sampling is S.MEDIAN
+        assert ActionDiscretizer(3, sampling="high").sampling is S.HIGH
+        t = ActionDiscretizer(4, sampling=S.LOW, low=0.0, high=4.0)
+        out = t.inv(TensorDict(action=torch.tensor([0, 3]), batch_size=[2]))["action"]
+        torch.testing.assert_close(out, torch.tensor([0.0, 3.0]))
+
+    def test_per_dim_counts(self):
+        # two dims over [0, 1]: 2 and 4 intervals; medians (i + 0.5) / n
+        t = ActionDiscretizer(torch.tensor([2, 4]), low=torch.zeros(2), high=torch.ones(2))
+        out = t.inv(TensorDict(action=torch.tensor([[1, 3], [0, 0]]), batch_size=[2]))
+        torch.testing.assert_close(out["action"], torch.tensor([[0.75, 0.875], [0.25, 0.125]]))
+        one_hot = ActionDiscretizer(
+            torch.tensor([2, 4]), categorical=False, low=torch.zeros(2), high=torch.ones(2)
+        )
+        a = torch.tensor([[False, True, False, False, False, True]])
+        out = one_hot.inv(TensorDict(action=a, batch_size=[1]))["action"]
+        torch.testing.assert_close(out, torch.tensor([[0.75, 0.875]]))
+
+    def test_scalar_action(self):
+        class ScalarEnv(PendulumEnv):
+            def __init__(self):
+                super().__init__()
+                self.action_spec = Bounded(-2.0, 2.0, shape=())
+
+            def _step(self, td):
+                return super()._step(td.set("action", td["action"].unsqueeze(-1)))
+
+        env = TransformedEnv(ScalarEnv(), ActionDiscretizer(5, categorical=False))
+        spec = env.action_spec
+        assert isinstance(spec, OneHot) and spec.shape == torch.Size([5])
+        env = TransformedEnv(ScalarEnv(), ActionDiscretizer(5))
+        assert isinstance(env.action_spec, Categorical) and env.action_spec.shape == ()
+        out = env.transform.inv(TensorDict(action=torch.tensor(4)))["action"]
+        torch.testing.assert_close(out, torch.tensor(1.6))
 
     def test_random_sampling_within_interval(self):
         t = ActionDiscretizer(4, sampling="random", low=0.0, high=4.0)
@@ -170,7 +221,7 @@ class TestActionDiscretizer:
             ActionDiscretizer(1)
         with pytest.raises(ValueError, match="sampling must be"):
             ActionDiscretizer(3, sampling="mid")
-        with pytest.raises(RuntimeError, match="has no action bounds"):
+        with pytest.raises(RuntimeError, match="Cannot execute transform ActionDiscretizer"):
             ActionDiscretizer(3).inv(TensorDict(action=torch.tensor([1])))
         with pytest.raises(TypeError, match="needs a Bounded action spec"):
             TransformedEnv(MaskedEnv(), ActionDiscretizer(3))

@@ -302,7 +302,7 @@ def test_squeeze_dim_required(cls):
 
 def test_action_discretizer_sampling_none_is_median():
     t_none = ActionDiscretizer(5)
-    assert t_none.sampling == "median"
+    assert t_none.sampling is ActionDiscretizer.SamplingStrategy.MEDIAN
     a = TransformedEnv(PendulumEnv(), ActionDiscretizer(5)).action_spec
     b = TransformedEnv(PendulumEnv(), ActionDiscretizer(5, sampling="median")).action_spec
     assert a == b

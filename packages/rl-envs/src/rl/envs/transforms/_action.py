@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from enum import IntEnum
 from typing import Any, Literal
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rl.core import Bounded, Categorical, Composite, ContinuousBox, OneHot, Unbounded
+from rl.core import (
+    Bounded,
+    Categorical,
+    Composite,
+    ContinuousBox,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    Unbounded,
+)
 
 from ._base import Transform, _missing_key_error
 from ._spec_utils import NestedKey, normalize_key, normalize_keys
@@ -110,62 +120,92 @@ class ActionMask(Transform):
 
 
 class ActionDiscretizer(Transform):
-    """Exposes a continuous (``Bounded``) action as ``num_intervals`` discrete choices.
+    """Exposes a continuous (``Bounded``) action as discrete choices.
 
-    The outer action spec becomes ``Categorical(num_intervals)`` with the inner action's
-    shape (one choice per action dim), or ``OneHot`` with an extra trailing dim of size
-    ``num_intervals`` when ``categorical=False``. Before reaching the env, choice ``i`` of a
-    dim with bounds ``[low, high]`` becomes ``low + (high - low) * (i + c) / num_intervals``
-    with ``c = 0.5`` (``"median"``), ``0`` (``"low"``), ``1`` (``"high"``) or a uniform
-    draw (``"random"``).
+    Each action dim with bounds ``[low, high]`` is cut into ``n`` intervals (``n`` from
+    ``num_intervals``: one int for every dim, or a 1-D tensor with one count per dim).
+    Before reaching the env, choice ``i`` becomes ``low + (high - low) * (i + c) / n`` with
+    ``c = 0.5`` (``MEDIAN``), ``0`` (``LOW``), ``1`` (``HIGH``) or a uniform draw in
+    ``[0, 1)`` (``RANDOM``).
+
+    The outer action spec is ``MultiCategorical(nvec)`` with the inner action's shape
+    (``MultiOneHot(nvec)`` with a last dim of ``sum(nvec)`` when ``categorical=False``);
+    a scalar action (shape ``()``) gives ``Categorical(n)`` / ``OneHot(n)``. When
+    ``out_action_key`` differs from ``action_key``, the continuous action spec moves to the
+    state spec: the policy writes the discrete action, the transform the continuous one.
 
     Args:
-        num_intervals: number of choices per action dim (``>= 2``).
+        num_intervals: number of choices per action dim (an int ``>= 2``, or a 1-D tensor
+            of one count per element of the action's last dim).
         action_key: the inner env's action key.
         out_action_key: the outer action key (default: ``action_key``).
-        sampling: ``"median"``, ``"low"``, ``"high"`` or ``"random"`` (``None``: ``"median"``).
+        sampling: a :class:`ActionDiscretizer.SamplingStrategy` (``MEDIAN``, ``LOW``,
+            ``HIGH``, ``RANDOM``) or its lower-case name (``None``: ``MEDIAN``).
         categorical: index actions (else one-hot).
         low / high: bounds for use on data outside an env (read from the spec otherwise).
 
     Raises:
-        ValueError: ``num_intervals < 2`` or unknown ``sampling``.
+        ValueError: a count ``< 2``, a ``num_intervals`` tensor that is not 1-D, or an
+            unknown ``sampling``.
         TypeError: at spec time, the inner action spec is not ``Bounded``.
+        RuntimeError: ``inv`` with no bounds (no parent env and no ``low``/``high``).
 
     Examples:
         >>> from rl.envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), ActionDiscretizer(5))
-        >>> env.action_spec.n
-        5
+        >>> env.action_spec.nvec
+        tensor([5])
+        >>> from tensordict import TensorDict
+        >>> t = ActionDiscretizer(4, sampling="low", low=0.0, high=4.0)
+        >>> t.inv(TensorDict(action=torch.tensor([0, 3]), batch_size=[2]))["action"]
+        tensor([0., 3.])
     """
 
+    class SamplingStrategy(IntEnum):
+        """Where in its interval a discrete choice lands (TorchRL's values)."""
+
+        MEDIAN = 0
+        LOW = 1
+        HIGH = 2
+        RANDOM = 3
+
     invertible = True
-    _OFFSETS = {"median": 0.5, "low": 0.0, "high": 1.0}
+    _OFFSETS = {SamplingStrategy.MEDIAN: 0.5, SamplingStrategy.LOW: 0.0, SamplingStrategy.HIGH: 1.0}
 
     def __init__(
         self,
-        num_intervals: int,
+        num_intervals: int | torch.Tensor,
         action_key: NestedKey = "action",
         out_action_key: NestedKey | None = None,
-        sampling: Literal["median", "low", "high", "random"] | None = None,
+        sampling: SamplingStrategy | Literal["median", "low", "high", "random"] | None = None,
         categorical: bool = True,
         low: float | torch.Tensor | None = None,
         high: float | torch.Tensor | None = None,
     ):
-        if not isinstance(num_intervals, int) or num_intervals < 2:
+        counts = torch.as_tensor(num_intervals) if not isinstance(num_intervals, int) else None
+        if counts is not None and (counts.ndim > 1 or counts.is_floating_point()):
             raise ValueError(
-                f"ActionDiscretizer num_intervals must be an int >= 2, got {num_intervals!r}"
+                f"ActionDiscretizer num_intervals must be an int or a 1-D integer tensor, "
+                f"got {num_intervals!r}"
             )
-        if sampling is None:
-            sampling = "median"
-        if sampling not in ("median", "low", "high", "random"):
+        if (counts is None and (isinstance(num_intervals, bool) or num_intervals < 2)) or (
+            counts is not None and bool((counts < 2).any())
+        ):
             raise ValueError(
-                f"ActionDiscretizer sampling must be 'median', 'low', 'high' or 'random', got {sampling!r}"
+                f"ActionDiscretizer num_intervals must be an int >= 2 (or a tensor of such "
+                f"counts), got {num_intervals!r}"
             )
+        self_sampling = self._parse_sampling(sampling)
         action_key = normalize_key(action_key)
         out_action_key = action_key if out_action_key is None else normalize_key(out_action_key)
         super().__init__(in_keys_inv=[action_key], out_keys_inv=[out_action_key])
-        self.num_intervals = num_intervals
-        self.sampling = sampling
+        self.action_key = action_key
+        self.out_action_key = out_action_key
+        if counts is None:
+            self.num_intervals = num_intervals
+        else:
+            self.register_buffer("num_intervals", counts.to(torch.int64))
+        self.sampling = self_sampling
         self.categorical = categorical
         self.register_buffer(
             "low", None if low is None else torch.as_tensor(low, dtype=torch.float32)
@@ -174,22 +214,88 @@ class ActionDiscretizer(Transform):
             "high", None if high is None else torch.as_tensor(high, dtype=torch.float32)
         )
         self.__dict__["_inner_dtype"] = torch.get_default_dtype()
+        # whether the inner action has no dims (one scalar choice): set from the spec
+        self.__dict__["_scalar"] = None
+        self.__dict__["_last_value"] = None
+
+    @classmethod
+    def _parse_sampling(cls, sampling) -> ActionDiscretizer.SamplingStrategy:
+        if sampling is None:
+            return cls.SamplingStrategy.MEDIAN
+        if isinstance(sampling, str):
+            names = {s.name.lower(): s for s in cls.SamplingStrategy}
+            if sampling.lower() in names:
+                return names[sampling.lower()]
+        else:
+            try:
+                return cls.SamplingStrategy(sampling)
+            except ValueError:
+                pass
+        raise ValueError(
+            "ActionDiscretizer sampling must be one of ActionDiscretizer.SamplingStrategy "
+            f"(MEDIAN, LOW, HIGH, RANDOM) or its name ('median', 'low', 'high', 'random'), "
+            f"got {sampling!r}"
+        )
+
+    def _nvec(self, device=None) -> torch.Tensor:
+        n = self.num_intervals
+        return torch.as_tensor(n, device=device).to(torch.int64)
+
+    def _init(self) -> None:
+        """Reads the parent env's action spec, which sets the bounds (TorchRL's hook)."""
+        container = self.container
+        if container is None or isinstance(container, Transform):
+            raise RuntimeError(
+                f"Cannot execute transform {type(self).__name__} without a parent env: it "
+                "has no action bounds; put it in a TransformedEnv over a Bounded action "
+                "spec, or pass low= and high="
+            )
+        _ = container.full_action_spec
+
+    def _indices(self, action: torch.Tensor) -> torch.Tensor:
+        """The chosen interval of each action dim, ``[*B, *action_shape]`` (int64)."""
+        if self.categorical:
+            return action.to(torch.int64)
+        scalar = self.__dict__["_scalar"]
+        if scalar is None:  # no env: the bounds' shape tells
+            scalar = self.low.ndim == 0
+        if scalar:
+            return action.to(torch.int64).argmax(-1)
+        nvec = self._nvec()
+        if nvec.numel() == 1:
+            # same count per dim: the last dim holds the dims' one-hot blocks side by side
+            n = int(nvec)
+            blocks = action.unflatten(-1, (action.shape[-1] // n, n))
+            return blocks.to(torch.int64).argmax(-1)
+        parts = action.to(torch.int64).split(nvec.tolist(), dim=-1)
+        return torch.stack([p.argmax(-1) for p in parts], -1)
 
     def _inv_apply_transform(self, action):
         if self.low is None:
-            raise RuntimeError(
-                "ActionDiscretizer has no action bounds: put it in a TransformedEnv over a "
-                "Bounded action spec, or pass low= and high="
-            )
-        n = self.num_intervals
-        idx = action.to(torch.int64).argmax(-1) if not self.categorical else action
-        idx = idx.to(self.low.dtype)
-        if self.sampling == "random":
+            self._init()
+        idx = self._indices(action).to(self.low.dtype)
+        nvec = self._nvec(idx.device).to(self.low.dtype)
+        if self.sampling == self.SamplingStrategy.RANDOM:
             offset = torch.rand_like(idx)
         else:
             offset = self._OFFSETS[self.sampling]
-        value = self.low + (self.high - self.low) * (idx + offset) / n
-        return value.to(self.__dict__["_inner_dtype"])
+        value = self.low + (self.high - self.low) * (idx + offset) / nvec
+        value = value.to(self.__dict__["_inner_dtype"])
+        self.__dict__["_last_value"] = value
+        return value
+
+    @property
+    def has_step(self) -> bool:
+        return self.out_action_key != self.action_key
+
+    def _step(self, tensordict, next_tensordict):
+        # a discrete action under its own key: the continuous one the env received is a
+        # state entry of the step's root (as TorchRL, which writes it there in ``inv``)
+        if self.out_action_key != self.action_key:
+            value = self.__dict__.get("_last_value")
+            if value is not None and self.out_action_key in tensordict.keys(True, True):
+                tensordict.set(self.action_key, value)
+        return next_tensordict
 
     def transform_input_spec(self, input_spec):
         input_spec = input_spec.clone()
@@ -203,25 +309,53 @@ class ActionDiscretizer(Transform):
         spec = actions[in_key]
         if not isinstance(spec, Bounded):
             raise TypeError(
-                f"ActionDiscretizer needs a Bounded action spec for {in_key!r}, got {spec!r}"
+                f"ActionDiscretizer needs a Bounded action spec for {in_key!r}: action spec "
+                f"type {type(spec)} is not supported. The action spec type must be Bounded; "
+                f"got {spec!r}"
             )
-        nb = len(actions.shape)
+        batch = actions.shape
+        nb = len(batch)
+        shape = spec.shape[nb:]
         self.low = spec.low.expand(spec.shape)[(0,) * nb].clone().float()
         self.high = spec.high.expand(spec.shape)[(0,) * nb].clone().float()
         self.__dict__["_inner_dtype"] = spec.dtype
-        if self.categorical:
-            new = Categorical(self.num_intervals, shape=spec.shape, device=spec.device)
-        else:
-            new = OneHot(
-                self.num_intervals, shape=(*spec.shape, self.num_intervals), device=spec.device
+        nvec = self._nvec(spec.device)
+        if nvec.ndim == 1 and len(shape) and nvec.numel() not in (1, shape[-1]):
+            raise ValueError(
+                f"ActionDiscretizer num_intervals has {nvec.numel()} counts, expected 1 or "
+                f"{shape[-1]} (the last dim of action spec {in_key!r}, shape {tuple(shape)})"
             )
+        scalar = len(shape) == 0
+        self.__dict__["_scalar"] = scalar
+        if scalar:
+            n = int(nvec.reshape(-1)[0])
+            if self.categorical:
+                new = Categorical(n, shape=(), device=spec.device)
+            else:
+                new = OneHot(n, shape=(n,), device=spec.device)
+        else:
+            full = nvec.reshape(-1).expand(shape[-1]) if nvec.numel() == 1 else nvec
+            if self.categorical:
+                new = MultiCategorical(
+                    nvec=full, shape=shape, device=spec.device, remove_singleton=False
+                )
+            else:
+                new = MultiOneHot(
+                    nvec=full, shape=(*shape[:-1], int(full.sum())), device=spec.device
+                )
+        if nb:
+            new = new.expand(*batch, *new.shape)
         if out_key != in_key:
+            input_spec["full_state_spec"][in_key] = spec.clone()
             del actions[in_key]
         actions[out_key] = new
         return input_spec
 
     def _repr_args(self) -> str:
-        return f"num_intervals={self.num_intervals}, sampling={self.sampling!r}, categorical={self.categorical}"
+        return (
+            f"num_intervals={self.num_intervals}, sampling={self.sampling.name}, "
+            f"categorical={self.categorical}"
+        )
 
 
 def _keys_or_default(keys, default: list) -> list[NestedKey]:

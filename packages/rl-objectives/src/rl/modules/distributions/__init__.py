@@ -6,6 +6,7 @@ one-hot, masked and ordinal categoricals, with TorchRL's names and arguments. Ea
 ``ExplorationType.DETERMINISTIC`` acts with).
 """
 
+from ._analytic import has_analytic_entropy, has_analytic_kl
 from ._continuous import Delta, IndependentNormal, TanhDelta, TruncatedNormal
 from ._discrete import (
     MaskedCategorical,
@@ -29,4 +30,6 @@ __all__ = [
     "TanhDelta",
     "TanhNormal",
     "TruncatedNormal",
+    "has_analytic_entropy",
+    "has_analytic_kl",
 ]

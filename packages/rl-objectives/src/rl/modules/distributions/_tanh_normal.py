@@ -83,6 +83,8 @@ class TanhNormal(D.Distribution):
         "scale": constraints.greater_than(1e-6),
     }
     has_rsample = True
+    # entropy() is a Monte Carlo estimate (see has_analytic_entropy)
+    analytic_entropy = False
     num_params: int = 2
 
     def __init__(

@@ -24,6 +24,7 @@ from ._qvalue import (
     QValueModule,
 )
 from ._rnn import GRUModule, LSTMModule, get_primers_from_module
+from ._rnn_cells import GRUCell, LSTMCell
 from ._rnn_layers import GRU, LSTM, recurrent_mode, set_recurrent_mode
 from ._sequence import SafeSequential
 from ._vmap import VmapModule
@@ -38,8 +39,10 @@ __all__ = [
     "RandomPolicy",
     "set_exploration_modules_spec_from_env",
     "GRU",
+    "GRUCell",
     "GRUModule",
     "LSTM",
+    "LSTMCell",
     "LSTMModule",
     "get_primers_from_module",
     "recurrent_mode",

@@ -15,6 +15,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from ._trajs import TrajectoryAssembler, check_traj_args
 from ._utils import split_trajectories
 
 __all__ = ["CollectorBase"]
@@ -35,6 +36,15 @@ class CollectorBase(ABC):
     post_collect_hook: Callable[[TensorDictBase], None] | None = None
     #: the hooks run in the worker processes (multiprocess collectors), not here
     _hooks_in_workers = False
+    #: with ``trajs_per_batch``: cuts the produced batches into whole trajectories
+    _trajs: TrajectoryAssembler | None = None
+
+    def _init_trajs(self, trajs_per_batch, traj_format, replay_buffer, split_trajs) -> None:
+        """TorchRL's ``trajs_per_batch`` / ``traj_format`` (see :mod:`._trajs`)."""
+        fmt = check_traj_args(trajs_per_batch, traj_format, replay_buffer, split_trajs)
+        self.trajs_per_batch = trajs_per_batch
+        self.traj_format = fmt
+        self._trajs = None if fmt is None else TrajectoryAssembler(trajs_per_batch, fmt)
 
     def _init_base(self) -> None:
         self._frames = 0
@@ -64,6 +74,12 @@ class CollectorBase(ABC):
     def iterator(self) -> Iterator[TensorDictBase | None]:
         """Yields the batches (``None`` for each batch when a replay buffer is given)."""
         while not self.closed:
+            if self._trajs is not None:
+                batch = self._traj_batch()
+                if batch is None:
+                    return
+                yield self._emit(batch, counted=True)
+                continue
             batch = self._produce()
             if batch is None:
                 return
@@ -73,13 +89,26 @@ class CollectorBase(ABC):
         """Collects and returns one batch (outside a ``for`` loop)."""
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
-        batch = self._produce()
+        batch = self._produce() if self._trajs is None else self._traj_batch()
         if batch is None:
             raise StopIteration(f"the {type(self).__name__} collected its total_frames")
-        return self._emit(batch)
+        return self._emit(batch, counted=self._trajs is not None)
 
-    def _emit(self, batch: TensorDictBase) -> TensorDictBase | None:
-        self._frames += batch.numel()
+    def _traj_batch(self) -> TensorDictBase | None:
+        """The next ``trajs_per_batch`` whole trajectories, collecting (and counting the
+        frames of) as many batches as they take; ``None`` once the frames are spent."""
+        trajs = self._trajs
+        while len(trajs) < trajs.n:
+            batch = self._produce()
+            if batch is None:
+                return None
+            self._frames += batch.numel()
+            trajs.ingest(batch)
+        return trajs.pop()
+
+    def _emit(self, batch: TensorDictBase, counted: bool = False) -> TensorDictBase | None:
+        if not counted:
+            self._frames += batch.numel()
         self._iter += 1
         if self.split_trajs:
             batch = split_trajectories(batch)

@@ -191,6 +191,8 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         worker_timeout: float | None = 60.0,
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
     ) -> None:
         self.closed = True  # until the workers run
         if worker_timeout is not None and (
@@ -242,6 +244,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self.use_buffers = use_buffers
         self.policy = policy
         self._init_base()
+        self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs)
         self.closed = True
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -661,6 +664,8 @@ class MultiSyncCollector(MultiCollector):
             (slow simulators, large batches). The check is the wait the answers arrive
             on: it costs nothing while workers answer. Not a TorchRL argument (TorchRL
             has no limit by default: ``MAX_IDLE_COUNT``).
+        trajs_per_batch, traj_format: as in ``Collector`` (the trajectories of every
+            worker are assembled here, in completion order).
         pre_collect_hook, post_collect_hook: run in each worker process around each of
             its batches (``post_collect_hook`` gets the worker's batch); picklable with
             cloudpickle for ``spawn`` workers. Set at construction: the attributes are

@@ -88,6 +88,13 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         sync: whether a multi-collector back-end yields batches gathered from every
             collector (default ``False``: batches as they come).
         track_traj_ids: write ``("collector", "traj_ids")``.
+        trajs_per_batch: yield batches of this many whole trajectories (cut from the
+            collected frames by ``("collector", "traj_ids")``; a trajectory may span
+            several collected batches) instead of fixed-size batches.
+        traj_format: with ``trajs_per_batch``: ``"padded"`` (``[N, T_max]``, zeros after
+            each trajectory's end and a ``("collector", "mask")`` of the valid steps) or
+            ``"cat"`` (the trajectories concatenated along time, ``[sum T]``). Left out,
+            ``"padded"`` with a ``FutureWarning`` (TorchRL's default becomes ``"cat"``).
         pre_collect_hook: called (no argument) before each batch is collected.
         post_collect_hook: called with each batch the collector yields (after
             ``postproc``; also when the batch goes to ``replay_buffer``). Both may be
@@ -146,6 +153,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         trust_policy: bool | None = None,
         compile_policy: bool | Mapping[str, Any] | None = None,
         track_traj_ids: bool = True,
+        trajs_per_batch: int | None = None,
+        traj_format: str | None = None,
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         env: EnvBase | None = None,
@@ -192,6 +201,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self.pre_collect_hook = pre_collect_hook
         self.post_collect_hook = post_collect_hook
         self._init_base()
+        self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs)
         self._root: TensorDictBase | None = None
         self._traj_ids = TrajIds(self.env.batch_size)
         self._checked = self.trust_policy or policy is None
@@ -285,6 +295,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         if self._root is not None:
             self._traj_ids.assign(torch.ones(*self.env.batch_size, 1, 1, dtype=torch.bool))
         self._root = None
+        if self._trajs is not None:  # the episodes in flight and those not yet yielded
+            self._trajs.clear()
 
     # ------------------------------------------------------------------ policy weights
     def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs) -> None:

@@ -1,0 +1,129 @@
+"""``trajs_per_batch`` / ``traj_format``: batches of whole trajectories, as TorchRL 0.14.1."""
+
+import warnings
+
+import pytest
+import torch
+
+from rl.collectors import Collector, MultiSyncCollector
+from rl.data import LazyTensorStorage, ReplayBuffer
+from rl.envs import GymEnv, PendulumEnv, StepCounter, TransformedEnv
+
+
+def _cartpole(seed=0):
+    env = GymEnv("CartPole-v1")
+    env.set_seed(seed)
+    return env
+
+
+def _check_trajectory(traj):
+    """One trajectory: one id, done only at its last step, each root the previous next."""
+    ids = traj["collector", "traj_ids"]
+    assert (ids == ids[0]).all()
+    done = traj["next", "done"].squeeze(-1)
+    assert done[-1] and not done[:-1].any()
+    torch.testing.assert_close(traj["observation"][1:], traj["next", "observation"][:-1])
+
+
+def test_padded_batches_hold_whole_trajectories():
+    torch.manual_seed(0)
+    collector = Collector(
+        _cartpole(), None, frames_per_batch=32, total_frames=640, trajs_per_batch=3,
+        traj_format="padded",
+    )  # fmt: skip
+    batches = list(collector)
+    collector.shutdown()
+    assert len(batches) >= 2
+    seen = set()
+    for batch in batches:
+        assert batch.batch_size[0] == 3
+        mask = batch["collector", "mask"]
+        lengths = mask.sum(-1)
+        assert batch.batch_size[1] == int(lengths.max())
+        for row, n in enumerate(lengths.tolist()):
+            assert mask[row, :n].all() and not mask[row, n:].any()
+            _check_trajectory(batch[row, :n])
+            assert (batch[row, n:]["observation"] == 0).all()  # zero padding
+            seen.add(int(batch["collector", "traj_ids"][row, 0]))
+    assert len(seen) == 3 * len(batches)  # no trajectory twice
+
+
+def test_cat_format_and_trajectories_spanning_batches():
+    # 5-step episodes, 4-frame batches: every episode spans two collected batches
+    env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=5))
+    collector = Collector(env, None, frames_per_batch=4, total_frames=40, trajs_per_batch=2,
+                          traj_format="cat")  # fmt: skip
+    batches = list(collector)
+    collector.shutdown()
+    assert len(batches) == 4 and all(b.batch_size == (10,) for b in batches)
+    for batch in batches:
+        assert ("collector", "mask") not in batch.keys(True)
+        assert batch["next", "done"].squeeze(-1).nonzero().squeeze(-1).tolist() == [4, 9]
+        for half in (batch[:5], batch[5:]):
+            _check_trajectory(half)
+            assert half["step_count"].squeeze(-1).tolist() == [0, 1, 2, 3, 4]
+    assert collector._frames == 40
+
+
+def test_format_default_warns_where_it_matters():
+    env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=2))
+    with pytest.warns(FutureWarning, match="will change to 'cat'"):
+        c = Collector(env, None, frames_per_batch=4, trajs_per_batch=2)
+    assert c.traj_format == "padded"
+    for kwargs in (
+        {"trajs_per_batch": 2, "traj_format": "cat"},
+        {},
+        {"trajs_per_batch": 2, "replay_buffer": ReplayBuffer(storage=LazyTensorStorage(10))},
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            Collector(env, None, frames_per_batch=4, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"trajs_per_batch": 2, "traj_format": "flat"}, ValueError, "must be 'padded' or 'cat'"),
+        ({"traj_format": "cat"}, ValueError, "pass trajs_per_batch"),
+        ({"trajs_per_batch": 0, "traj_format": "cat"}, ValueError, "positive int"),
+        ({"trajs_per_batch": 2.0, "traj_format": "cat"}, TypeError, "positive int"),
+        ({"trajs_per_batch": 2, "traj_format": "cat", "split_trajs": True}, ValueError, "split"),
+    ],
+)
+def test_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        Collector(PendulumEnv(), None, frames_per_batch=4, **kwargs)
+
+
+def test_reset_drops_episodes_in_flight_and_queued():
+    env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=3))
+    collector = Collector(env, None, frames_per_batch=10, trajs_per_batch=2, traj_format="cat")
+    it = iter(collector)
+    first = next(it)
+    assert first.batch_size == (6,)
+    trajs = collector._trajs
+    assert len(trajs.complete) == 1 and len(trajs.partial) == 1  # 10 frames: 3 done + 1 step
+    collector.reset()
+    assert not trajs.complete and not trajs.partial
+    second = next(it)
+    assert second["step_count"].squeeze(-1).tolist() == [0, 1, 2, 0, 1, 2]
+    collector.shutdown()
+
+
+def test_multiprocess_collector_assembles_across_workers():
+    make = lambda: TransformedEnv(PendulumEnv(), StepCounter(max_steps=3))  # noqa: E731
+    collector = MultiSyncCollector(
+        [make, make], None, frames_per_batch=8, total_frames=48, trajs_per_batch=4,
+        traj_format="padded",
+    )  # fmt: skip
+    try:
+        batches = list(collector)
+    finally:
+        collector.shutdown()
+    assert batches and all(b.batch_size == (4, 3) for b in batches)
+    for batch in batches:
+        assert batch["collector", "mask"].all()
+        ids = batch["collector", "traj_ids"][:, 0].tolist()
+        assert len(set(ids)) == 4
+        for row in range(4):
+            _check_trajectory(batch[row])

@@ -146,6 +146,19 @@ def test_one_hot_equality_includes_use_register():
 
 
 class TestBinary:
+    def test_unsqueeze_after_bits(self):
+        # as TorchRL: each bit becomes a vector of one bit
+        spec = Binary(n=3, shape=(2, 3)).unsqueeze(-1)
+        assert spec.shape == (2, 3, 1) and spec.n == 1
+        assert spec.is_in(torch.ones(2, 3, 1, dtype=torch.int8))
+        assert Binary(n=1, shape=(1,)).unsqueeze(0).shape == (1, 1)
+        assert Binary(n=1, shape=(32, 2, 1)).unsqueeze(-1).expand(32, 2, 1, 1).shape == (
+            32,
+            2,
+            1,
+            1,
+        )
+
     def test_defaults_and_shape(self):
         spec = Binary(3)
         assert spec.shape == (3,) and spec.dtype == torch.int8 and spec.space.n == 2

@@ -13,6 +13,7 @@ from ._base import (
     DEVICE_TYPING,
     TensorSpec,
     _describe,
+    _normalize_dim,
     _numpy_ready,
     _to_device,
     _to_dtype,
@@ -545,6 +546,19 @@ class Binary(TensorSpec):
         bits = bits.to(self.dtype)
         count = bits.shape[0]
         return bits.reshape(count, *[1] * (self.ndim - 1), self.n).expand(count, *self.shape)
+
+    def unsqueeze(self, dim: int) -> TensorSpec:
+        """Inserts a dim of size 1 at ``dim``.
+
+        As TorchRL: the bits are independent, so any position is allowed; unsqueezing
+        after the bit dim (``dim=-1``) turns each bit into a vector of ``n=1`` bit.
+        """
+        d = _normalize_dim(dim, self.ndim + 1, f"unsqueeze of {type(self).__name__}")
+        if d <= self._batch_ndim:
+            return super().unsqueeze(dim)
+        shape = list(self.shape)
+        shape.insert(d, 1)
+        return Binary(n=shape[-1], shape=shape, device=self.device, dtype=self.dtype)
 
     def _repr_fields(self) -> list[str]:
         return [f"n={self.n}"]

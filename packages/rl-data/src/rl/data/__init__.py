@@ -1,6 +1,14 @@
 """rl.data: replay buffers, storages, samplers, writers and data post-processing."""
 
-from rl.data.map import BinaryToDecimal, HashToInt, QueryModule, RandomProjectionHash, SipHash
+from rl.data.map import (
+    BinaryToDecimal,
+    HashToInt,
+    QueryModule,
+    RandomProjectionHash,
+    SipHash,
+    TensorDictMap,
+    TensorMap,
+)
 from rl.data.postprocs import MultiStep
 from rl.data.replay_buffers import (
     CompressedListStorage,
@@ -62,6 +70,8 @@ __all__ = [
     "QueryModule",
     "RandomProjectionHash",
     "SipHash",
+    "TensorDictMap",
+    "TensorMap",
     "prefill_replay_buffer",
     "OfflineToOnlineReplayBuffer",
     "HindsightStrategy",

@@ -2,5 +2,14 @@
 
 from rl.data.map.hash import BinaryToDecimal, RandomProjectionHash, SipHash
 from rl.data.map.query import HashToInt, QueryModule
+from rl.data.map.tdstorage import TensorDictMap, TensorMap
 
-__all__ = ["BinaryToDecimal", "HashToInt", "QueryModule", "RandomProjectionHash", "SipHash"]
+__all__ = [
+    "BinaryToDecimal",
+    "HashToInt",
+    "QueryModule",
+    "RandomProjectionHash",
+    "SipHash",
+    "TensorDictMap",
+    "TensorMap",
+]

@@ -1,0 +1,10 @@
+"""LLM post-training data: chat histories and the prompt/response containers.
+
+Needs the ``llm`` extra for tokenizers (``pip install "rl-data[llm]"``); the containers
+themselves are plain TensorClasses.
+"""
+
+from ._containers import ChatHistory, LogProbs, Masks, Text, Tokens
+from ._history import ROLES, ContentBase, History
+
+__all__ = ["ROLES", "ChatHistory", "ContentBase", "History", "LogProbs", "Masks", "Text", "Tokens"]

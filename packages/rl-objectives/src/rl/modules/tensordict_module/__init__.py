@@ -23,6 +23,7 @@ from ._qvalue import (
     QValueActor,
     QValueModule,
 )
+from ._qvalue_hooks import DistributionalQValueHook, QValueHook
 from ._rnn import GRUModule, LSTMModule, get_primers_from_module
 from ._rnn_cells import GRUCell, LSTMCell
 from ._rnn_layers import GRU, LSTM, recurrent_mode, set_recurrent_mode
@@ -57,6 +58,8 @@ __all__ = [
     "ProbabilisticActor",
     "QValueActor",
     "QValueModule",
+    "QValueHook",
+    "DistributionalQValueHook",
     "SafeModule",
     "SafeProbabilisticModule",
     "SafeProbabilisticTensorDictSequential",

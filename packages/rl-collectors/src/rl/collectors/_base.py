@@ -89,10 +89,15 @@ class CollectorBase(ABC):
         """Collects and returns one batch (outside a ``for`` loop)."""
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
-        batch = self._produce() if self._trajs is None else self._traj_batch()
+        if self._trajs is not None:
+            batch = self._traj_batch()
+            if batch is None:
+                raise StopIteration(f"the {type(self).__name__} collected its total_frames")
+            return self._emit(batch, counted=True)
+        batch = self._produce()
         if batch is None:
             raise StopIteration(f"the {type(self).__name__} collected its total_frames")
-        return self._emit(batch, counted=self._trajs is not None)
+        return self._emit(batch)
 
     def _traj_batch(self) -> TensorDictBase | None:
         """The next ``trajs_per_batch`` whole trajectories, collecting (and counting the

@@ -1,0 +1,22 @@
+"""LLM policies (``pip install "rl-objectives[llm]"``): ``TransformersWrapper`` around a
+Hugging Face causal language model, and the token distribution ``LLMMaskedCategorical``.
+
+The data containers (``ChatHistory``, ``Text``, ``Tokens``, ``Masks``, ``LogProbs``) live
+in :mod:`rl.data.llm` and are re-exported here, where TorchRL exposes them.
+"""
+
+from rl.data.llm import ChatHistory, LogProbs, Masks, Text, Tokens
+
+from ._masked_categorical import LLMMaskedCategorical
+from ._transformers import LLMWrapperBase, TransformersWrapper
+
+__all__ = [
+    "ChatHistory",
+    "LLMMaskedCategorical",
+    "LLMWrapperBase",
+    "LogProbs",
+    "Masks",
+    "Text",
+    "Tokens",
+    "TransformersWrapper",
+]

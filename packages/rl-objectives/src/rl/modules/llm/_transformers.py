@@ -1,0 +1,455 @@
+"""LLM policies: ``LLMWrapperBase`` and the Hugging Face ``TransformersWrapper``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from tensordict import LazyStackedTensorDict, NestedKey, TensorDictBase, lazy_stack
+from tensordict.nn import TensorDictModuleBase
+
+from rl.data.llm import ChatHistory, History, LogProbs, Masks, Text, Tokens
+
+from ._masked_categorical import LLMMaskedCategorical
+
+__all__ = ["LLMWrapperBase", "TransformersWrapper"]
+
+_INPUT_MODES = ("history", "text", "tokens")
+
+
+class LLMWrapperBase(TensorDictModuleBase):
+    """Base of the LLM policies: what they read and write, and their distributions.
+
+    A wrapper reads a prompt (``input_mode``: ``"history"``, ``"text"`` or ``"tokens"``)
+    and writes, under ``text_key``, ``tokens_key``, ``masks_key``, ``log_probs_key`` (and
+    ``history_key`` in history mode), the containers :class:`~rl.data.llm.Text`,
+    :class:`~rl.data.llm.Tokens`, :class:`~rl.data.llm.Masks`,
+    :class:`~rl.data.llm.LogProbs` (and :class:`~rl.data.llm.ChatHistory`). With
+    ``generate=True`` it samples a response; with ``generate=False`` it scores the ``full``
+    sequence it is given.
+
+    Subclasses implement ``forward`` and ``_logits(tokens, attention_mask)``.
+    """
+
+    generate: bool
+    pad_output: bool
+    text_key: NestedKey
+    tokens_key: NestedKey
+    masks_key: NestedKey
+    log_probs_key: NestedKey
+    history_key: NestedKey
+
+    def _logits(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def get_dist(
+        self,
+        tensordict: TensorDictBase,
+        tensordict_out: TensorDictBase | None = None,
+        logits_key: NestedKey = "logits",
+        mask_key: NestedKey | None = None,
+        **kwargs,
+    ) -> LLMMaskedCategorical:
+        """The per-token distribution over the ``full`` tokens of ``tensordict``.
+
+        ``logits[..., t, :]`` scores token ``t`` given the tokens before it. Positions
+        counted: those of ``mask_key`` if given, else the attention mask without the first
+        token (which has no context).
+        """
+        tokens, attention = self._full_tokens(tensordict)
+        logits = self._logits(tokens, attention)
+        if mask_key is not None:
+            mask = tensordict.get(mask_key, as_padded_tensor=True, padding_value=0).bool()
+        else:
+            mask = attention.bool().clone()
+        mask[..., 0] = False
+        return LLMMaskedCategorical(logits, mask & attention.bool())
+
+    def _get_sft_dist(self, tensordict: TensorDictBase, **kwargs) -> LLMMaskedCategorical:
+        """Distribution scoring the response: tokens past the prompt (``tokens.prompt``),
+        or the assistant's tokens when the prompt tokens are not stored."""
+        prompt = tensordict.get((*_as_tuple(self.tokens_key), "prompt"), None)
+        if prompt is None:
+            return self._get_rlhf_dist(tensordict)
+        tokens, attention = self._full_tokens(tensordict)
+        plen = _row_lengths(prompt, tensordict, (*_as_tuple(self.tokens_key), "prompt"))
+        pos = torch.arange(tokens.shape[-1], device=tokens.device)
+        mask = attention.bool() & (pos >= plen.unsqueeze(-1))
+        return LLMMaskedCategorical(self._logits(tokens, attention), mask)
+
+    def _get_rlhf_dist(self, tensordict: TensorDictBase, **kwargs) -> LLMMaskedCategorical:
+        """Distribution scoring the assistant's tokens (``masks.all_assistant_mask``)."""
+        return self.get_dist(
+            tensordict, mask_key=(*_as_tuple(self.masks_key), "all_assistant_mask")
+        )
+
+    def _get_generic_dist(self, tensordict: TensorDictBase, **kwargs) -> LLMMaskedCategorical:
+        """Distribution scoring every attended token but the first."""
+        return self.get_dist(tensordict)
+
+    def _full_tokens(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (*_as_tuple(self.tokens_key), "full")
+        tokens = tensordict.get(key, None, as_padded_tensor=True, padding_value=0)
+        if tokens is None:
+            raise KeyError(f"the tensordict has no full tokens at {key}: run the wrapper first")
+        mask_key = (*_as_tuple(self.masks_key), "all_attention_mask")
+        attention = tensordict.get(mask_key, None, as_padded_tensor=True, padding_value=0)
+        if attention is None:
+            lengths = _row_lengths(tokens, tensordict, key)
+            attention = torch.arange(tokens.shape[-1]) < lengths.unsqueeze(-1)
+        return tokens.long(), attention.long()
+
+
+def _as_tuple(key: NestedKey) -> tuple:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _row_lengths(value: torch.Tensor, tensordict: TensorDictBase, key) -> torch.Tensor:
+    """Lengths of the rows at ``key`` (their own lengths when stacked lazily)."""
+    return torch.tensor([r.shape[-1] for r in _rows(tensordict, key)])
+
+
+def _rows(tensordict: TensorDictBase, key) -> list[torch.Tensor]:
+    """The entries at ``key``, one per row of a ``[B]`` tensordict, each at its own length."""
+    if not tensordict.batch_dims:
+        return [tensordict.get(key)]
+    if isinstance(tensordict, LazyStackedTensorDict):
+        return list(tensordict.get(key, as_list=True))
+    return list(tensordict.get(key).unbind(0))
+
+
+class TransformersWrapper(LLMWrapperBase):
+    """A Hugging Face causal language model as a TensorDict policy.
+
+    Args:
+        model: a ``transformers`` causal LM (``model(input_ids, attention_mask).logits``
+            and ``model.generate``).
+
+    Keyword Args:
+        tokenizer: its tokenizer (needs a ``chat_template`` in history mode unless
+            ``chat_template`` / ``chat_template_name`` is given).
+        input_mode (str): ``"history"`` (reads ``ChatHistory`` at ``history_key``),
+            ``"text"`` (reads ``Text`` at ``text_key``) or ``"tokens"`` (reads ``Tokens`` at
+            ``tokens_key``). Defaults to ``"history"``.
+        input_key (NestedKey, optional): where the input container is; defaults to the
+            mode's key.
+        generate (bool): sample a response (``True``) or score the ``full`` input
+            (``False``). Defaults to ``True``.
+        generate_kwargs (dict, optional): passed to ``model.generate`` (``max_new_tokens``
+            defaults to 32, ``do_sample`` to ``True``).
+        tokenizer_kwargs (dict, optional): passed to the tokenizer.
+        pad_output (bool): write padded ``[B, T]`` tensors (right padding, ``padded=True``)
+            instead of a lazy stack of rows of their own length. Defaults to ``False``.
+        inplace (bool, optional): write into the input tensordict (default) or a new one.
+        return_log_probs (bool, optional): also write log-probabilities when generating
+            (always in scoring mode). Defaults to ``True``.
+        chat_template_name, chat_template: the chat template for history inputs.
+        history_key, text_key, tokens_key, masks_key, log_probs_key: output keys.
+
+    Raises:
+        ValueError: an unknown ``input_mode``; a prompt longer than the model's context
+            (``n_positions`` / ``max_position_embeddings``).
+
+    Examples:
+        See ``docs/llm.md``: the model and tokenizer must be built or loaded first.
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        tokenizer=None,
+        input_mode: Literal["history", "text", "tokens"] = "history",
+        input_key: NestedKey | None = None,
+        attention_mask_key: str = "attention_mask",
+        generate: bool = True,
+        generate_kwargs: dict | None = None,
+        tokenizer_kwargs: dict | None = None,
+        pad_output: bool = False,
+        inplace: bool | None = None,
+        device: torch.device | None = None,
+        num_samples: int | None = None,
+        chat_template_name: str | None = None,
+        chat_template: str | None = None,
+        return_log_probs: bool | None = None,
+        history_key: NestedKey = "history",
+        text_key: NestedKey = "text",
+        tokens_key: NestedKey = "tokens",
+        masks_key: NestedKey = "masks",
+        log_probs_key: NestedKey = "log_probs",
+    ):
+        super().__init__()
+        if input_mode not in _INPUT_MODES:
+            raise ValueError(f"input_mode {input_mode!r} is not one of {_INPUT_MODES}")
+        if input_mode != "tokens" and tokenizer is None:
+            raise ValueError(f"input_mode={input_mode!r} needs a tokenizer")
+        if num_samples is not None:
+            raise NotImplementedError(
+                "num_samples is not supported yet: repeat the prompts instead"
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.input_mode = input_mode
+        self.history_key, self.text_key = history_key, text_key
+        self.tokens_key, self.masks_key, self.log_probs_key = tokens_key, masks_key, log_probs_key
+        self.input_key = (
+            input_key
+            or {"history": history_key, "text": text_key, "tokens": tokens_key}[input_mode]
+        )
+        self.attention_mask_key = attention_mask_key
+        self.generate = generate
+        self.generate_kwargs = {"max_new_tokens": 32, "do_sample": True, **(generate_kwargs or {})}
+        self.tokenizer_kwargs = dict(tokenizer_kwargs or {})
+        self.pad_output = pad_output
+        self.inplace = True if inplace is None else inplace
+        self.device = device
+        self.return_log_probs = True if return_log_probs is None else return_log_probs
+        self.chat_template_name = chat_template_name
+        self.chat_template = chat_template
+        self.in_keys = [self.input_key]
+        self.out_keys = [k for k in (history_key, text_key, tokens_key, masks_key, log_probs_key)]
+        cfg = getattr(model, "config", None)
+        self.max_length = getattr(cfg, "n_positions", None) or getattr(
+            cfg, "max_position_embeddings", None
+        )
+
+    # ------------------------------------------------------------------ model calls
+    def _logits(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``[B, T, C]`` logits aligned with ``tokens``: row ``t`` scores token ``t``."""
+        self._check_length(tokens.shape[-1], "full")
+        positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
+        logits = self.model(
+            input_ids=tokens, attention_mask=attention_mask, position_ids=positions
+        ).logits
+        return torch.cat([torch.zeros_like(logits[..., :1, :]), logits[..., :-1, :]], -2)
+
+    def _check_length(self, length: int, field: str) -> None:
+        if self.max_length is not None and length > self.max_length:
+            raise ValueError(
+                f"the {field} tokens are {length} long, longer than the model's context of "
+                f"{self.max_length} (config.n_positions / max_position_embeddings)"
+            )
+
+    def _template_kwargs(self) -> dict:
+        return {"chat_template": self.chat_template, "chat_template_name": self.chat_template_name}
+
+    # ------------------------------------------------------------------ inputs
+    def _read_prompt_rows(self, td: TensorDictBase) -> tuple[list[torch.Tensor], dict]:
+        """Token rows of the prompt (generate) or full sequence (score), and the containers read."""
+        which = "prompt" if self.generate else "full"
+        extra = {}
+        key = (*_as_tuple(self.input_key), which)
+        if self.input_mode == "history":
+            history = td.get(key, None)
+            if history is None:
+                raise KeyError(f"history input: no History at {key}")
+            extra["history"] = history
+            out = history.apply_chat_template(
+                tokenizer=self.tokenizer,
+                add_generation_prompt=self.generate,
+                tokenize=True,
+                return_dict=True,
+                return_assistant_tokens_mask=not self.generate,
+                **self._template_kwargs(),
+            )
+            if out.batch_dims == 0:
+                out = out.unsqueeze(0)
+            rows = list(out.get("input_ids", as_list=True))
+            if not self.generate:
+                extra["assistant"] = [m.bool() for m in out.get("assistant_masks", as_list=True)]
+        elif self.input_mode == "text":
+            text = td.get(key, None)
+            if text is None:
+                raise KeyError(f"text input: no text at {key}")
+            texts = (
+                [text]
+                if isinstance(text, str)
+                else [str(t) for t in (text.tolist() if hasattr(text, "tolist") else text)]
+            )
+            extra["text"] = texts
+            rows = [
+                torch.as_tensor(self.tokenizer(t, **self.tokenizer_kwargs)["input_ids"])
+                for t in texts
+            ]
+        else:
+            if key not in td.keys(True):
+                raise KeyError(f"tokens input: no tokens at {key}")
+            rows = _rows(td, key)
+            mask_key = (*_as_tuple(self.masks_key), "all_attention_mask")
+            if (
+                not self.generate
+                and mask_key in td.keys(True)
+                and td.get((*_as_tuple(self.tokens_key), "padded"), False)
+            ):
+                masks = td.get(mask_key)
+                rows = [r[m.bool()] for r, m in zip(rows, masks)]
+        for r in rows:
+            self._check_length(r.shape[-1], which)
+        return [r.long().reshape(-1) for r in rows], extra
+
+    # ------------------------------------------------------------------ forward
+    @torch.no_grad()
+    def _generate(self, rows: list[torch.Tensor]) -> list[torch.Tensor]:
+        width = max(r.numel() for r in rows)
+        pad_id = self._pad_id()
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        att = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):  # left padding: every prompt ends where generation starts
+            ids[i, width - r.numel() :] = r
+            att[i, width - r.numel() :] = 1
+        kwargs = dict(self.generate_kwargs)
+        kwargs.setdefault("pad_token_id", pad_id)
+        if self.max_length is not None:
+            kwargs["max_new_tokens"] = min(kwargs["max_new_tokens"], self.max_length - width)
+        out = self.model.generate(input_ids=ids, attention_mask=att, **kwargs)
+        responses = []
+        eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None
+        for seq in out[:, width:]:
+            keep = seq.numel()
+            if eos is not None and (seq == eos).any():
+                keep = int((seq == eos).nonzero()[0]) + 1
+            pads = (seq[:keep] == pad_id).nonzero()
+            if pad_id != eos and pads.numel():
+                keep = int(pads[0])
+            responses.append(seq[:keep])
+        return responses
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        for attr in ("pad_token_id", "eos_token_id"):
+            value = getattr(tok, attr, None) if tok is not None else None
+            if value is not None:
+                return value
+        return 0
+
+    def forward(self, tensordict: TensorDictBase, **kwargs) -> TensorDictBase:
+        td = tensordict if tensordict.batch_dims else tensordict.unsqueeze(0)
+        rows, extra = self._read_prompt_rows(td)
+        if len(rows) != td.batch_size[0]:
+            raise ValueError(
+                f"read {len(rows)} prompts for a tensordict of batch {tuple(td.batch_size)}"
+            )
+        if self.generate:
+            prompts = rows
+            responses = self._generate(prompts)
+            fulls = [torch.cat([p, r]) for p, r in zip(prompts, responses)]
+            assistant = [torch.arange(f.numel()) >= p.numel() for p, f in zip(prompts, fulls)]
+        else:
+            fulls = rows
+            prompts = responses = None
+            assistant = extra.get("assistant")
+        out = td if self.inplace else td.empty()
+        width = max(f.numel() for f in fulls)
+        tokens = torch.zeros(len(fulls), width, dtype=torch.long).fill_(self._pad_id())
+        attention = torch.zeros(len(fulls), width, dtype=torch.long)
+        for i, f in enumerate(fulls):
+            tokens[i, : f.numel()] = f
+            attention[i, : f.numel()] = 1
+        logp = None
+        if self.return_log_probs or not self.generate:
+            grad = torch.is_grad_enabled() and not self.generate
+            with torch.set_grad_enabled(grad):
+                logits = self._logits(tokens, attention)
+                dist = LLMMaskedCategorical(logits, _no_first(attention.bool()))
+                logp = dist.log_prob(tokens)
+        self._write(out, td, extra, prompts, responses, fulls, attention, assistant, logp)
+        if not tensordict.batch_dims:
+            out = out.squeeze(0)
+        return out
+
+    def _write(self, out, td, extra, prompts, responses, fulls, attention, assistant, logp):
+        n = len(fulls)
+        lengths = [f.numel() for f in fulls]
+
+        def rows_or_pad(values, fill=0):
+            if values is None:
+                return None
+            if self.pad_output:
+                width = max(v.numel() for v in values)
+                res = torch.full((n, width), fill, dtype=values[0].dtype)
+                for i, v in enumerate(values):
+                    res[i, : v.numel()] = v
+                return res
+            return values
+
+        def container(cls, **fields):
+            if self.pad_output:
+                return cls(**fields, padded=True, batch_size=(n,))
+            rows = []
+            for i in range(n):
+                rows.append(
+                    cls(
+                        **{k: (v[i] if v is not None else None) for k, v in fields.items()},
+                        padded=False,
+                        batch_size=(),
+                    )
+                )
+            return lazy_stack(rows)
+
+        plens = [p.numel() for p in prompts] if prompts is not None else None
+        log_rows = [logp[i, : lengths[i]] for i in range(n)] if logp is not None else None
+        tok_fields = {"full": fulls}
+        lp_fields = {"full": log_rows}
+        if prompts is not None:
+            tok_fields.update(prompt=prompts, response=responses)
+            if log_rows is not None:
+                lp_fields.update(
+                    prompt=[lr[:p] for lr, p in zip(log_rows, plens)],
+                    response=[lr[p:] for lr, p in zip(log_rows, plens)],
+                )
+        out.set(
+            self.tokens_key,
+            container(Tokens, **{k: rows_or_pad(v, self._pad_id()) for k, v in tok_fields.items()}),
+        )
+        att_rows = [attention[i, : lengths[i]].bool() for i in range(n)]
+        asst_rows = assistant if assistant is not None else None
+        out.set(
+            self.masks_key,
+            container(
+                Masks,
+                all_attention_mask=rows_or_pad(att_rows),
+                all_assistant_mask=rows_or_pad(asst_rows),
+            ),
+        )
+        if log_rows is not None:
+            lp_out = {k: rows_or_pad(v) for k, v in lp_fields.items()}
+            if self.pad_output:
+                out.set(self.log_probs_key, LogProbs(**lp_out, padded=True, batch_size=(n,)))
+            else:
+                out.set(self.log_probs_key, container(LogProbs, **lp_fields))
+        if self.tokenizer is not None:
+            decode = self.tokenizer.decode
+            texts = {"full": [decode(f) for f in fulls]}
+            if prompts is not None:
+                texts.update(
+                    prompt=[decode(p) for p in prompts],
+                    response=[decode(r, skip_special_tokens=True) for r in responses],
+                )
+            out.set(
+                self.text_key,
+                lazy_stack(
+                    [Text(**{k: v[i] for k, v in texts.items()}, batch_size=()) for i in range(n)]
+                ),
+            )
+        if self.input_mode == "history" and self.generate:
+            prompt_h = extra["history"]
+            if prompt_h.batch_dims == 1:
+                prompt_h = prompt_h.unsqueeze(0)
+            resp = lazy_stack(
+                [
+                    History(
+                        role="assistant",
+                        content=self.tokenizer.decode(r, skip_special_tokens=True),
+                        is_complete=bool(r.numel()) and int(r[-1]) == self.tokenizer.eos_token_id,
+                        batch_size=(),
+                    )
+                    for r in responses
+                ]
+            ).unsqueeze(-1)
+            out.set(self.history_key, ChatHistory(prompt=prompt_h, response=resp, batch_size=(n,)))
+
+
+def _no_first(mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.clone()
+    mask[..., 0] = False
+    return mask

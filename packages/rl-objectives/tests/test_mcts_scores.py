@@ -109,3 +109,14 @@ def test_mcts_scores_enum():
     assert MCTSScores.UCB.value().c == math.sqrt(2)
     assert MCTSScores.UCB1_TUNED.value().exploration_constant == 2.0
     assert MCTSScores.EXP3.value().gamma == 0.1
+
+
+def test_exp3_update_of_a_slice_updates_the_batched_node():
+    exp3 = EXP3Score(gamma=0.3)
+    node = TensorDict(num_actions=torch.full((2,), 3), batch_size=[2])
+    exp3(node)
+    p = node["score"][1, 2].item()
+    exp3.update_weights(node[1:2], action_idx=2, reward=1.0)
+    expected = torch.ones(2, 3)
+    expected[1, 2] = math.exp(0.1 / p)
+    torch.testing.assert_close(node["weights"], expected)

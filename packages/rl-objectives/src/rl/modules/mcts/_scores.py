@@ -317,10 +317,8 @@ class EXP3Score(MCTSScore):
             )
             return
         reward_t = torch.as_tensor(reward, device=weights.device, dtype=weights.dtype)
-        weights = weights.clone()
-        weights[..., action_idx] = weights[..., action_idx] * torch.exp(
-            self.gamma / k * reward_t / p_i
-        )
+        # in place, so that updating a slice of a batched node updates the node itself
+        weights[..., action_idx] *= torch.exp(self.gamma / k * reward_t / p_i)
         node.set(self.weights_key, weights)
 
 

@@ -101,3 +101,9 @@ class TestTensorDictMap:
         torch.testing.assert_close(tdmap[source[[3, 1]]]["reward"], torch.tensor([[3.0], [1.0]]))
         tdmap.clear()
         assert len(tdmap) == 0 and not tdmap.contains(source).any()
+
+
+def test_contains_with_a_list_storage():
+    tdmap = make(storage=ListStorage(10))
+    tdmap[keys((1, 2))] = TensorDict(out=torch.ones(1, 1), batch_size=[1])
+    assert tdmap.contains(keys((1, 2), (5, 5))).tolist() == [True, False]

@@ -203,7 +203,7 @@ class TensorDictMap(TensorDictModuleBase, TensorMap[TensorDictBase, TensorDictBa
     def __getitem__(self, item: TensorDictBase) -> TensorDictBase:
         item, _ = self._maybe_add_batch(item.copy(), None)
         index = self._to_index(item, extend=False, clone=False)
-        stored = torch.as_tensor(self.storage.contains(index)) if len(self) else None
+        stored = self._filled(index) if len(self) else None
         if stored is None or not stored.all():
             row = 0 if stored is None else int((~stored).nonzero()[0])
             missing = item[row].select(*self.in_keys)
@@ -246,4 +246,12 @@ class TensorDictMap(TensorDictModuleBase, TensorMap[TensorDictBase, TensorDictBa
         """A bool per row of ``item``: whether a value is stored for its keys."""
         item, _ = self._maybe_add_batch(item, None)
         index = self._to_index(item, extend=False, clone=True)
-        return self._maybe_remove_batch(self.storage.contains(index))
+        return self._maybe_remove_batch(self._filled(index))
+
+    def _filled(self, index: torch.Tensor) -> torch.Tensor:
+        """Whether each storage index holds an item (storages without ``contains``: the
+        first ``len(storage)`` indices do, as the map writes new keys in order)."""
+        contains = getattr(self.storage, "contains", None)
+        if contains is not None:
+            return torch.as_tensor(contains(index))
+        return (index >= 0) & (index < len(self.storage))

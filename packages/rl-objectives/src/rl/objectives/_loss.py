@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
+import os
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, TensorDictParams
+from tensordict.nn import TensorDictModuleBase, TensorDictParams, dispatch
 from tensordict.nn.probabilistic import InteractionType, set_interaction_type
 from torch import nn
 
@@ -39,10 +42,31 @@ from .value import (
 )
 from .value._enum import default_value_kwargs
 
-__all__ = ["LossModule"]
+__all__ = ["AUTO_LOSS_MASK_KEYS", "LossModule"]
+
+#: the validity masks ``loss_mask_key="auto"`` reads, ANDed where several are present:
+#: ``("collector", "mask")`` (``False`` on the padding a slice sampler adds) and
+#: ``"shifted_valid"`` (``False`` where a bootstrapped target crosses an episode end)
+AUTO_LOSS_MASK_KEYS: tuple = (("collector", "mask"), "shifted_valid")
 
 #: the estimators of a bootstrapped target that the off-policy losses accept
 _TD_ESTIMATORS = (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
+
+
+def rl_warnings() -> bool:
+    """Whether the library's advisory warnings are on (environment variable ``RL_WARNINGS``).
+
+    Read at each call; any of ``0``, ``false``, ``no``, ``off`` turns them off. Defaults to on,
+    as in TorchRL.
+    """
+    return os.environ.get("RL_WARNINGS", "1").strip().lower() not in (
+        "0",
+        "false",
+        "no",
+        "off",
+        "n",
+        "f",
+    )
 
 
 def _wrap_forward(func):
@@ -50,6 +74,8 @@ def _wrap_forward(func):
 
     @functools.wraps(func)
     def forward(self, tensordict, *args, **kwargs):
+        if not all(self._has_update_associated.values()) and rl_warnings():
+            self._warn_no_updater()
         with set_interaction_type(self.deterministic_sampling_mode):
             try:
                 return func(self, tensordict, *args, **kwargs)
@@ -59,6 +85,11 @@ def _wrap_forward(func):
                     raise
                 raise self._missing_key_error(tensordict, *missing) from err
 
+    # ``loss(observation=..., next_reward=...)``: the keywords (nested keys joined by "_")
+    # fill a TensorDict of ``in_keys`` and the call returns the ``out_keys`` values, in order
+    params = list(inspect.signature(func).parameters)
+    if len(params) > 1 and params[1] == "tensordict":
+        forward = dispatch(forward)
     forward._rl_wrapped = True
     return forward
 
@@ -188,6 +219,14 @@ class LossModule(TensorDictModuleBase):
     SUPPORTED_VALUE_ESTIMATORS: tuple[ValueEstimators, ...] = tuple(ValueEstimators)
     deterministic_sampling_mode = InteractionType.DETERMINISTIC
     SEP = "."
+    #: warned (``UserWarning``) at each forward, and at each read of ``target_*_params``, while
+    #: a network with a target copy has no updater (``SoftUpdate``/``HardUpdate``) bound to it
+    TARGET_NET_WARNING = (
+        "No target network updater has been associated with this loss module, but it holds "
+        "target parameters: they change only if you update them yourself. Bind a SoftUpdate "
+        "or HardUpdate to the loss, or set the RL_WARNINGS environment variable to 0 to "
+        "silence this warning."
+    )
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -610,10 +649,128 @@ class LossModule(TensorDictModuleBase):
             return info["target_ensemble"].copies
         return info["detached"].copies
 
+    # ------------------------------------------------------------------ reduction
+    _loss_mask_key: Any = "auto"
+
+    @property
+    def loss_mask_key(self):
+        """The input entry marking the positions that count in :meth:`_reduce_loss`.
+
+        ``"auto"`` (the default) ANDs every entry of :data:`AUTO_LOSS_MASK_KEYS` found in the
+        input; a (nested) key reads that entry only (``("auto",)`` reaches an entry named
+        ``"auto"``); ``None`` turns masking off. A key absent from the input masks nothing.
+        """
+        return self._loss_mask_key
+
+    @loss_mask_key.setter
+    def loss_mask_key(self, value) -> None:
+        valid = value is None or isinstance(value, str)
+        if isinstance(value, tuple):
+            valid = len(value) > 0 and all(isinstance(part, str) for part in value)
+        if not valid:
+            raise ValueError(
+                f"loss_mask_key must be 'auto', None or a (nested) key of strings, got {value!r}"
+            )
+        self._loss_mask_key = value
+
+    def _loss_mask_keys(self) -> tuple:
+        key = self._loss_mask_key
+        if key is None:
+            return ()
+        if isinstance(key, str) and key == "auto":
+            return AUTO_LOSS_MASK_KEYS
+        return (key,)
+
+    @staticmethod
+    def _expand_loss_mask(mask: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+        # masks carry the trailing singleton of the [..., 1] rewards they go with
+        while mask.ndim > loss.ndim and mask.shape[-1] == 1:
+            mask = mask.squeeze(-1)
+        if mask.ndim > loss.ndim:
+            raise ValueError(
+                f"a mask of shape {tuple(mask.shape)} has more non-singleton dimensions than "
+                f"the loss of shape {tuple(loss.shape)} it masks; mask an element-wise loss "
+                "before its event dimensions are reduced"
+            )
+        return mask.reshape(*mask.shape, *(1,) * (loss.ndim - mask.ndim)).expand_as(loss)
+
+    def _reduce_loss(
+        self,
+        loss: torch.Tensor,
+        tensordict: TensorDictBase | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        reduction: str | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Reduce a per-position ``loss`` over the valid positions.
+
+        Args:
+            loss (Tensor): the element-wise loss, ``[*B, *F]``.
+            tensordict (TensorDictBase, optional): the input, read for the masks named by
+                :attr:`loss_mask_key`.
+
+        Keyword Args:
+            mask (Tensor, optional): a mask given by the caller (``True`` counts), ANDed with
+                the input's. With ``reduction="none"`` it drops the masked elements (the
+                result is 1-dimensional); masks read from the input zero them instead, so the
+                result keeps ``loss``'s shape.
+            reduction (str, optional): ``"mean"``, ``"sum"`` or ``"none"``; defaults to
+                ``self.reduction``.
+            weights (Tensor, optional): importance weights; ``"mean"`` is then
+                ``sum(w * loss) / sum(w)`` over the valid positions.
+
+        Masked positions are selected out (``torch.where``), never multiplied by zero, so a
+        non-finite value there reaches neither the loss nor its gradient.
+        """
+        if reduction is None:
+            reduction = getattr(self, "reduction", "mean")
+        caller_mask = mask is not None
+        if mask is not None:
+            mask = self._expand_loss_mask(mask, loss).bool()
+        if tensordict is not None:
+            for key in self._loss_mask_keys():
+                found = tensordict.get(key, None)
+                if found is not None:
+                    found = self._expand_loss_mask(found, loss).bool()
+                    mask = found if mask is None else mask & found
+        if weights is not None and weights.shape != loss.shape:
+            weights = self._expand_loss_mask(weights, loss)
+        if mask is None:
+            if weights is not None:
+                if reduction == "mean":
+                    return (loss * weights).sum() / weights.sum()
+                loss = loss * weights
+            if reduction == "mean":
+                return loss.mean()
+            return loss.sum() if reduction == "sum" else loss
+        loss = torch.where(mask, loss, torch.zeros_like(loss))
+        if weights is not None:
+            weights = torch.where(mask, weights, torch.zeros_like(weights))
+        if reduction == "none":
+            if weights is not None:
+                loss = loss * weights
+            return loss[mask] if caller_mask else loss
+        if reduction == "sum":
+            return (loss if weights is None else loss * weights).sum()
+        if weights is None:
+            return loss.sum() / mask.sum().clamp_min(1)
+        return (loss * weights).sum() / weights.sum()
+
+    def _warn_no_updater(self) -> None:
+        if not torch.compiler.is_compiling():
+            warnings.warn(self.TARGET_NET_WARNING, category=UserWarning, stacklevel=3)
+
     def __getattr__(self, item: str):
         if item.startswith("target_") and item.endswith("_params"):
             modules = self.__dict__.get("_modules", {})
             if item in modules:
+                name = item[len("target_") : -len("_params")]
+                if (
+                    not self.__dict__.get("_has_update_associated", {}).get(name, True)
+                    and rl_warnings()
+                ):
+                    self._warn_no_updater()
                 return modules[item]
             online = item[len("target_") :]
             if online in modules:

@@ -67,7 +67,14 @@ class TargetNetUpdater:
         return floats_src, floats_tgt, other_src, other_tgt
 
     def init_(self) -> None:
-        """Copy the online values into the targets."""
+        """Copy the online values into the targets (warns if they were copied before)."""
+        if self.initialized:
+            warnings.warn(
+                f"{type(self).__name__} already initialized: init_() copies the online "
+                "parameters into the targets again",
+                category=UserWarning,
+                stacklevel=2,
+            )
         with torch.no_grad():
             fs, ft, os_, ot = self._pairs()
             if ft:

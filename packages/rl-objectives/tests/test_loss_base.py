@@ -1,0 +1,175 @@
+"""LossModule's shared behaviours: updater warnings, masked reduction, keyword calls."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rl.core import OneHot
+from rl.modules import QValueActor
+from rl.objectives import AUTO_LOSS_MASK_KEYS, DQNLoss, LossModule, SoftUpdate, TD3Loss
+
+
+class _ElementwiseLoss(LossModule):
+    """Reduces the input entry ``"elementwise"`` with ``_reduce_loss``."""
+
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, tensordict):
+        return TensorDict({"loss_x": self._reduce_loss(tensordict.get("elementwise"), tensordict)})
+
+
+def _dqn(delay_value=True):
+    actor = QValueActor(
+        spec=OneHot(4), module=nn.Linear(3, 4), in_keys=["observation"], action_space="one_hot"
+    )
+    return DQNLoss(actor, delay_value=delay_value)
+
+
+def _dqn_inputs():
+    return {
+        "observation": torch.randn(5, 3),
+        "next_observation": torch.randn(5, 3),
+        "next_reward": torch.randn(5, 1),
+        "next_done": torch.zeros(5, 1, dtype=torch.bool),
+        "next_terminated": torch.zeros(5, 1, dtype=torch.bool),
+        "action": OneHot(4).rand((5,)),
+    }
+
+
+class TestTargetUpdaterWarning:
+    def test_forward_warns_until_an_updater_is_bound(self):
+        loss = _dqn()
+        td = TensorDict(_dqn_inputs(), [5]).unflatten_keys("_")
+        with pytest.warns(UserWarning, match="No target network updater has been associated"):
+            loss(td)
+        with pytest.warns(UserWarning, match="No target network updater"):
+            loss.target_value_network_params  # noqa: B018
+        SoftUpdate(loss, eps=0.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loss(td)
+            loss.target_value_network_params  # noqa: B018
+
+    def test_no_warning_without_target_copy(self):
+        loss = _dqn(delay_value=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loss(TensorDict(_dqn_inputs(), [5]).unflatten_keys("_"))
+
+    def test_rl_warnings_off(self, monkeypatch):
+        monkeypatch.setenv("RL_WARNINGS", "0")
+        loss = _dqn()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loss(TensorDict(_dqn_inputs(), [5]).unflatten_keys("_"))
+
+    def test_init_twice_warns(self):
+        updater = SoftUpdate(_dqn(), eps=0.5)
+        with pytest.warns(UserWarning, match="already initialized"):
+            updater.init_()
+
+
+class TestReduceLoss:
+    def test_auto_keys(self):
+        assert _ElementwiseLoss().loss_mask_key == "auto"
+        assert AUTO_LOSS_MASK_KEYS == (("collector", "mask"), "shifted_valid")
+
+    @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+    def test_unmasked_is_plain_reduction(self, reduction):
+        x = torch.tensor([1.0, 2.0, 6.0])
+        out = _ElementwiseLoss(reduction)(TensorDict({"elementwise": x}, [3]))["loss_x"]
+        expected = {"mean": torch.tensor(3.0), "sum": torch.tensor(9.0), "none": x}[reduction]
+        torch.testing.assert_close(out, expected)
+
+    def test_masks_are_anded_and_select_out_non_finite(self):
+        base = torch.ones(4, requires_grad=True)
+        x = base + torch.tensor([0.0, 2.0, float("nan"), 4.0])
+        td = TensorDict({"elementwise": x}, [4])
+        td["collector", "mask"] = torch.tensor([True, True, False, True]).unsqueeze(-1)
+        td["shifted_valid"] = torch.tensor([True, True, True, False])
+        out = _ElementwiseLoss("mean")(td)["loss_x"]
+        torch.testing.assert_close(out, torch.tensor(2.0))  # (1 + 3) / 2
+        out.backward()
+        torch.testing.assert_close(base.grad, torch.tensor([0.5, 0.5, 0.0, 0.0]))
+
+    def test_input_mask_keeps_shape_caller_mask_compacts(self):
+        x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+        valid = torch.tensor([True, False, True, False])
+        td = TensorDict({"elementwise": x, "shifted_valid": valid}, [4])
+        torch.testing.assert_close(
+            _ElementwiseLoss("none")(td)["loss_x"], torch.tensor([1.0, 0.0, 3.0, 0.0])
+        )
+        torch.testing.assert_close(
+            _ElementwiseLoss("none")._reduce_loss(x, None, mask=valid), torch.tensor([1.0, 3.0])
+        )
+
+    def test_weights_normalise_the_mean(self):
+        x = torch.tensor([1.0, 2.0, 3.0])
+        w = torch.tensor([1.0, 1.0, 2.0])
+        out = _ElementwiseLoss()._reduce_loss(x, None, weights=w)
+        torch.testing.assert_close(out, torch.tensor((1.0 + 2.0 + 6.0) / 4.0))
+
+    def test_explicit_key_and_none(self):
+        x = torch.arange(4.0)
+        td = TensorDict({"elementwise": x, "shifted_valid": torch.tensor([1, 0, 1, 0]).bool()}, [4])
+        td["mine"] = torch.tensor([True, True, False, False])
+        loss = _ElementwiseLoss("sum")
+        loss.loss_mask_key = "mine"
+        torch.testing.assert_close(loss(td)["loss_x"], torch.tensor(1.0))
+        loss.loss_mask_key = None
+        torch.testing.assert_close(loss(td)["loss_x"], torch.tensor(6.0))
+
+    @pytest.mark.parametrize("bad", [0, 1.5, (), ("mask", None)])
+    def test_bad_key(self, bad):
+        loss = _ElementwiseLoss()
+        with pytest.raises(ValueError, match="loss_mask_key must be"):
+            loss.loss_mask_key = bad
+        assert loss.loss_mask_key == "auto"
+
+    def test_mask_with_more_dims_than_loss(self):
+        td = TensorDict({"elementwise": torch.ones(2, 3)}, [2])
+        td["shifted_valid"] = torch.ones(2, 3, 4, dtype=torch.bool)
+        with pytest.raises(ValueError, match="more non-singleton dimensions"):
+            _ElementwiseLoss()(td)
+
+
+class TestKeywordCall:
+    def test_dqn_keywords_match_tensordict(self):
+        loss = _dqn()
+        SoftUpdate(loss, eps=0.5)
+        kwargs = _dqn_inputs()
+        by_td = loss(TensorDict(kwargs, [5]).unflatten_keys("_"))["loss"]
+        torch.testing.assert_close(loss(**kwargs), by_td)
+        torch.testing.assert_close(copy.deepcopy(loss)(**kwargs), by_td)
+
+    def test_several_out_keys_come_back_in_order(self):
+        actor = TensorDictModule(nn.Linear(3, 2), ["observation"], ["action"])
+
+        class Q(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(5, 1)
+
+            def forward(self, obs, act):
+                return self.lin(torch.cat([obs, act], -1))
+
+        qvalue = TensorDictModule(Q(), ["observation", "action"], ["state_action_value"])
+        loss = TD3Loss(actor, qvalue, action_spec=None, bounds=(-1.0, 1.0))
+        SoftUpdate(loss, eps=0.5)
+        kwargs = {k: v for k, v in _dqn_inputs().items() if k != "action"}
+        kwargs["action"] = torch.rand(5, 2)
+        td = TensorDict(kwargs, [5]).unflatten_keys("_")
+        torch.manual_seed(0)
+        out = loss(**kwargs)
+        torch.manual_seed(0)
+        expected = loss(td)
+        assert isinstance(out, tuple) and len(out) == len(loss.out_keys)
+        for value, key in zip(out, loss.out_keys, strict=True):
+            torch.testing.assert_close(value, expected[key])

@@ -1,6 +1,7 @@
 """rl.modules.models: plain ``nn.Module`` networks (MLP, ConvNet, noisy layers, ...)."""
 
 from ._batchrenorm import BatchRenorm1d
+from ._consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from ._conv import Conv2dNet, Conv3dNet, ConvNet
 from ._heads import (
     DdpgCnnActor,
@@ -13,6 +14,14 @@ from ._heads import (
 )
 from ._mixers import Mixer, QMixer, VDNMixer
 from ._mlp import MLP
+from ._model_based import (
+    DreamerActor,
+    ObsDecoder,
+    ObsEncoder,
+    RSSMPosterior,
+    RSSMPrior,
+    RSSMRollout,
+)
 from ._cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
 from ._multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 from ._noisy import NoisyLazyLinear, NoisyLinear, reset_noise
@@ -21,12 +30,15 @@ from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 __all__ = [
     "MLP",
     "BatchRenorm1d",
+    "ConsistentDropout",
+    "ConsistentDropoutModule",
     "Conv2dNet",
     "Conv3dNet",
     "ConvNet",
     "CrossCriticGroupSpec",
     "CrossGroupCritic",
     "DdpgCnnActor",
+    "DreamerActor",
     "DdpgCnnQNet",
     "DdpgMlpActor",
     "DdpgMlpQNet",
@@ -38,7 +50,12 @@ __all__ = [
     "MultiAgentNetBase",
     "NoisyLazyLinear",
     "NoisyLinear",
+    "ObsDecoder",
+    "ObsEncoder",
     "QMixer",
+    "RSSMPosterior",
+    "RSSMPrior",
+    "RSSMRollout",
     "SquashDims",
     "Squeeze2dLayer",
     "SqueezeLayer",

@@ -66,10 +66,11 @@ class LLMWrapperBase(TensorDictModuleBase):
         return LLMMaskedCategorical(logits, mask & attention.bool())
 
     def _get_sft_dist(self, tensordict: TensorDictBase, **kwargs) -> LLMMaskedCategorical:
-        """Distribution scoring the response: tokens past the prompt (``tokens.prompt``),
-        or the assistant's tokens when the prompt tokens are not stored."""
+        """Distribution scoring the response: the assistant's tokens
+        (``masks.all_assistant_mask``) when stored, else the tokens past ``tokens.prompt``."""
+        asst_key = (*_as_tuple(self.masks_key), "all_assistant_mask")
         prompt = tensordict.get((*_as_tuple(self.tokens_key), "prompt"), None)
-        if prompt is None:
+        if prompt is None or asst_key in tensordict.keys(True):
             return self._get_rlhf_dist(tensordict)
         tokens, attention = self._full_tokens(tensordict)
         plen = _row_lengths(prompt, tensordict, (*_as_tuple(self.tokens_key), "prompt"))

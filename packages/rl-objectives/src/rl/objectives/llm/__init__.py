@@ -1,0 +1,29 @@
+"""LLM post-training losses (``pip install "rl-objectives[llm]"`` for the policies they
+train): GRPO and its variants, SFT, the group-relative advantage and the k3 KL estimate."""
+
+from ._grpo import (
+    DAPO,
+    CISPOLoss,
+    CISPOLossOutput,
+    DAPOLossOutput,
+    GRPOLoss,
+    GRPOLossOutput,
+    LLMLossOutput,
+    MCAdvantage,
+)
+from ._kl import k3_kl_token_estimate
+from ._sft import SFTLoss, SFTLossOutput
+
+__all__ = [
+    "CISPOLoss",
+    "CISPOLossOutput",
+    "DAPO",
+    "DAPOLossOutput",
+    "GRPOLoss",
+    "GRPOLossOutput",
+    "LLMLossOutput",
+    "MCAdvantage",
+    "SFTLoss",
+    "SFTLossOutput",
+    "k3_kl_token_estimate",
+]

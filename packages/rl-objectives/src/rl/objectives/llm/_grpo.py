@@ -1,0 +1,445 @@
+"""Group-relative policy optimisation for LLMs: ``GRPOLoss`` (and its ``DAPO`` /
+``CISPOLoss`` variants) and the group-relative advantage ``MCAdvantage``.
+
+Per-token tensors are ``[B, T]``, right-padded; the policy's distribution says which
+tokens count (its ``mask``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from tensordict import NestedKey, TensorClass, TensorDict, TensorDictBase
+from torch import nn
+
+from .._loss import LossModule
+from ._kl import k3_kl_token_estimate
+
+__all__ = [
+    "CISPOLoss",
+    "CISPOLossOutput",
+    "DAPO",
+    "DAPOLossOutput",
+    "GRPOLoss",
+    "GRPOLossOutput",
+    "LLMLossOutput",
+    "MCAdvantage",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class LLMLossOutput(TensorClass["nocast"]):
+    """What an LLM policy-gradient loss returns: ``loss_*`` terms to sum, and diagnostics.
+
+    ``loss_objective`` (policy term), ``clip_fraction``, ``kl_approx`` (mean of
+    ``old - new`` log-probability), ``ESS`` (effective sample size of the importance
+    weights over the scored tokens, divided by their number), and the optional
+    ``entropy`` / ``loss_entropy``, ``kl_to_ref`` / ``loss_kl_to_ref``,
+    ``kl_to_inference`` / ``loss_kl_to_inference``.
+    """
+
+    loss_objective: torch.Tensor
+    clip_fraction: torch.Tensor
+    kl_approx: torch.Tensor
+    ESS: torch.Tensor
+    entropy: torch.Tensor | None = None
+    loss_entropy: torch.Tensor | None = None
+    loss_kl_to_ref: torch.Tensor | None = None
+    kl_to_ref: torch.Tensor | None = None
+    loss_kl_to_inference: torch.Tensor | None = None
+    kl_to_inference: torch.Tensor | None = None
+
+
+class GRPOLossOutput(LLMLossOutput):
+    """Output of :class:`GRPOLoss`."""
+
+
+class DAPOLossOutput(LLMLossOutput):
+    """Output of :class:`DAPO`."""
+
+
+class CISPOLossOutput(LLMLossOutput):
+    """Output of :class:`CISPOLoss`."""
+
+
+def _clip_epsilon(clip_epsilon) -> tuple[float, float]:
+    if isinstance(clip_epsilon, (tuple, list)):
+        if len(clip_epsilon) != 2:
+            raise ValueError(f"clip_epsilon tuple must have length 2, got {clip_epsilon}")
+        low, high = float(clip_epsilon[0]), float(clip_epsilon[1])
+    else:
+        low = high = float(clip_epsilon)
+    if low < 0 or high < 0:
+        raise ValueError(f"clip_epsilon values must be non-negative, got ({low}, {high})")
+    if low >= 1:
+        raise ValueError(f"clip_epsilon low must be < 1 (so that 1 - low > 0), got {low}")
+    return low, high
+
+
+class GRPOLoss(LossModule):
+    """GRPO: a PPO-style clipped objective over tokens, with a group-relative advantage.
+
+    ``loss_objective = -min(w * A, clip(w, 1 - eps_low, 1 + eps_high) * A)`` per scored
+    token, ``w = exp(log_prob - sample_log_prob)``, averaged over the scored tokens
+    (``aggregation="token_mean"``) or per sequence then over the batch (``"prompt_mean"``).
+    See `DeepSeekMath <https://arxiv.org/abs/2402.03300>`_.
+
+    Args:
+        actor_network (LLMWrapperBase): the policy; its ``_get_sft_dist`` /
+            ``_get_rlhf_dist`` / ``_get_generic_dist`` give the per-token distribution.
+        clip_epsilon (float or (float, float)): clipping of the ratio. Defaults to ``0.2``.
+        kl_mask_threshold (float, optional): drop tokens whose ``0.5 * (log w)^2`` exceeds it.
+        aggregation (str): ``"token_mean"`` (default), ``"prompt_mean"`` or ``"none"``.
+        entropy_bonus (bool): add ``loss_entropy = -entropy_coeff * entropy``. Defaults to ``True``.
+        samples_mc_entropy (int): kept for TorchRL's signature (the entropy is exact here).
+        entropy_coeff (float): defaults to ``0.01``.
+        gamma (float, optional): unused (TorchRL's signature).
+        reduction (str, optional): ``"none"`` keeps per-token losses (masked tokens are 0).
+        clip_value: unused (TorchRL's signature).
+        kl_to_ref_coeff (float, optional): weight of the k3 KL to the reference log-probs
+            at ``ref_log_probs``.
+        kl_to_inference_coeff (float, optional): weight of the k3 KL to the sampling
+            log-probs.
+        device: where the clip bounds live.
+        masking_strategy (str): ``"sft"`` (response tokens, default), ``"rlhf"``
+            (assistant tokens) or ``"generic"`` (every attended token).
+
+    The advantage is ``[B]`` / ``[B, 1]`` (one per sequence) or ``[B, T]`` / ``[B, T, 1]``
+    (one per token).
+
+    Raises:
+        KeyError: no tokens, advantage or sample log-probs at their keys.
+        ValueError: log-probs whose shape differs from the policy's.
+        RuntimeError: stored sample log-probs that require grad.
+    """
+
+    output_type: type[LLMLossOutput] = GRPOLossOutput
+
+    @dataclass
+    class _AcceptedKeys:
+        """Keys: ``advantage``, ``action`` (full tokens), ``sample_log_prob`` (full log-probs
+        at sampling time), ``ref_log_probs`` (full log-probs of the reference model)."""
+
+        advantage: NestedKey = "advantage"
+        action: NestedKey = ("tokens", "full")
+        sample_log_prob: NestedKey = ("log_probs", "full")
+        ref_log_probs: NestedKey = ("next", "ref_log_probs", "full")
+
+    def __init__(
+        self,
+        actor_network: nn.Module | None = None,
+        *,
+        clip_epsilon: float | tuple[float, float] = 0.2,
+        kl_mask_threshold: float | None = None,
+        aggregation: str | None = "token_mean",
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float = 0.01,
+        gamma: float | None = None,
+        reduction: str | None = None,
+        clip_value: bool | float | None = None,
+        kl_to_ref_coeff: float | None = None,
+        kl_to_inference_coeff: float | None = None,
+        device: torch.device | None = None,
+        masking_strategy: Literal["sft", "rlhf", "generic"] = "sft",
+        **kwargs,
+    ):
+        super().__init__()
+        if masking_strategy not in ("sft", "rlhf", "generic"):
+            raise ValueError(
+                f"masking_strategy {masking_strategy!r} is not one of ('sft', 'rlhf', 'generic')"
+            )
+        aggregation = aggregation or "token_mean"
+        if aggregation not in ("token_mean", "prompt_mean", "none"):
+            raise ValueError(
+                f"aggregation {aggregation!r} is not one of ('token_mean', 'prompt_mean', 'none')"
+            )
+        self.actor_network = actor_network
+        self.entropy_bonus = entropy_bonus
+        self.samples_mc_entropy = samples_mc_entropy
+        self.entropy_coeff = entropy_coeff
+        self.reduction = reduction if reduction is not None else "mean"
+        self.kl_mask_threshold = kl_mask_threshold
+        self.aggregation = aggregation
+        self.masking_strategy = masking_strategy
+        self.kl_to_ref_coeff = kl_to_ref_coeff
+        self.kl_to_inference_coeff = kl_to_inference_coeff
+        low, high = _clip_epsilon(clip_epsilon)
+        self.register_buffer("clip_epsilon_low", torch.tensor(low, device=device))
+        self.register_buffer("clip_epsilon_high", torch.tensor(high, device=device))
+        self._set_in_keys()
+
+    def _set_in_keys(self) -> None:
+        keys = self.tensor_keys
+        self.in_keys = [keys.action, keys.advantage, keys.sample_log_prob]
+        if self.kl_to_ref_coeff:
+            self.in_keys.append(keys.ref_log_probs)
+        self.out_keys = ["loss_objective", "clip_fraction", "kl_approx", "ESS"]
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        self._set_in_keys()
+
+    @property
+    def _clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return (-self.clip_epsilon_low).log1p(), self.clip_epsilon_high.log1p()
+
+    def _dist(self, tensordict: TensorDictBase):
+        actor = self.actor_network
+        if actor is None:
+            raise RuntimeError("GRPOLoss has no actor_network to score the tokens")
+        method = {"sft": "_get_sft_dist", "rlhf": "_get_rlhf_dist", "generic": "_get_generic_dist"}[
+            self.masking_strategy
+        ]
+        if hasattr(actor, method):
+            return getattr(actor, method)(tensordict)
+        return actor.get_dist(tensordict)
+
+    def _padded(self, tensordict: TensorDictBase, key: NestedKey, name: str) -> torch.Tensor:
+        value = tensordict.get(key, None, as_padded_tensor=True, padding_value=0)
+        if value is None:
+            raise KeyError(f"{name} key {key} not in tensordict")
+        return value
+
+    def forward(self, tensordict: TensorDictBase) -> LLMLossOutput:
+        keys = self.tensor_keys
+        action = self._padded(tensordict, keys.action, "action").long()
+        advantage = self._padded(tensordict, keys.advantage, "advantage")
+        prev_log_prob = self._padded(tensordict, keys.sample_log_prob, "sample_log_prob")
+        if prev_log_prob.requires_grad:
+            raise RuntimeError(
+                f"the stored {keys.sample_log_prob} requires grad: detach it when collecting"
+            )
+        dist = self._dist(tensordict)
+        cur_log_prob = dist.log_prob(action)
+        if cur_log_prob.shape != prev_log_prob.shape:
+            raise ValueError(
+                f"{keys.sample_log_prob} has shape {tuple(prev_log_prob.shape)}, expected "
+                f"{tuple(cur_log_prob.shape)} from the policy's log-probs (masking_strategy="
+                f"{self.masking_strategy!r})"
+            )
+        mask = dist.mask & torch.isfinite(prev_log_prob)
+        cur_log_prob = torch.where(mask, cur_log_prob, 0.0)
+        prev_log_prob = torch.where(mask, prev_log_prob, 0.0)
+        log_weight = cur_log_prob - prev_log_prob
+        if self.kl_mask_threshold is not None and self.kl_mask_threshold > 0:
+            mask = mask & (0.5 * log_weight.detach() ** 2 <= self.kl_mask_threshold)
+        advantage = self._per_token(advantage, log_weight, tensordict.batch_dims)
+        with torch.no_grad():
+            lw = log_weight[mask]
+            count = mask.sum()
+            ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / count
+        loss_objective, clip_fraction = self._compute_policy_objective(log_weight, advantage, mask)
+        out = {
+            "loss_objective": self._aggregate(loss_objective, mask),
+            "clip_fraction": clip_fraction,
+            "kl_approx": (-log_weight).detach()[mask].mean(),
+            "ESS": ess,
+        }
+        if self.entropy_bonus:
+            entropy = dist.entropy()
+            out["entropy"] = entropy.detach()[mask].mean()
+            out["loss_entropy"] = self._aggregate(-self.entropy_coeff * entropy, mask)
+        if self.kl_to_ref_coeff:
+            ref = self._padded(tensordict, keys.ref_log_probs, "ref_log_probs")
+            out["loss_kl_to_ref"], out["kl_to_ref"] = self._kl(
+                ref, cur_log_prob, mask, self.kl_to_ref_coeff, "ref_log_probs"
+            )
+        if self.kl_to_inference_coeff is not None:
+            out["loss_kl_to_inference"], out["kl_to_inference"] = self._kl(
+                prev_log_prob, cur_log_prob, mask, self.kl_to_inference_coeff, "sample_log_prob"
+            )
+        return self.output_type.from_tensordict(TensorDict(out))
+
+    @staticmethod
+    def _per_token(
+        advantage: torch.Tensor, log_weight: torch.Tensor, batch_dims: int
+    ) -> torch.Tensor:
+        """An advantage per sequence (``[B]``, ``[B, 1]``) or per token (``[B, T(, 1)]``) as ``[B, T]``."""
+        if advantage.ndim == log_weight.ndim + 1 and advantage.shape[-1] == 1:
+            advantage = advantage.squeeze(-1)
+        if advantage.shape == log_weight.shape:
+            return advantage
+        if advantage.ndim == batch_dims + 1 and advantage.shape[-1] == 1:
+            advantage = advantage.squeeze(-1)
+        if advantage.ndim == batch_dims:
+            return advantage.unsqueeze(-1).expand_as(log_weight)
+        raise ValueError(
+            f"advantage has shape {tuple(advantage.shape)}, expected one per sequence "
+            f"[B] / [B, 1] or one per token {tuple(log_weight.shape)}"
+        )
+
+    def _compute_policy_objective(self, log_weight, advantage, mask):
+        gain1 = log_weight.exp() * advantage
+        clipped = log_weight.clamp(*self._clip_bounds)
+        gain2 = clipped.exp() * advantage
+        clip_fraction = (clipped != log_weight)[mask].float().mean()
+        return -torch.minimum(gain1, gain2), clip_fraction
+
+    def _aggregate(self, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        value = torch.where(mask, value, 0.0)
+        if self.aggregation == "none" or self.reduction == "none":
+            return value
+        if self.aggregation == "prompt_mean":
+            per_seq = value.sum(-1) / mask.sum(-1).clamp_min(1)
+            return per_seq.mean()
+        return value.sum() / mask.sum().clamp_min(1)
+
+    def _kl(self, target, cur, mask, coeff, name):
+        if target.shape != cur.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(target.shape)}, expected {tuple(cur.shape)} from the policy's log-probs"
+            )
+        kl = k3_kl_token_estimate(torch.where(mask, target, 0.0), cur)
+        kl = kl[mask].mean()
+        return coeff * kl, kl.detach()
+
+
+class DAPO(GRPOLoss):
+    """DAPO: GRPO with decoupled (``(low, high)``) clipping, e.g. ``clip_epsilon=(0.2, 0.28)``.
+
+    See `DAPO <https://arxiv.org/abs/2503.14476>`_.
+    """
+
+    output_type = DAPOLossOutput
+
+
+class CISPOLoss(GRPOLoss):
+    """CISPO: ``loss = -clip(w, 1 - eps_low, 1 + eps_high).detach()``-free clipped ratio
+    times the advantage (no ``min`` with the unclipped term).
+
+    See `MiniMax-M1 <https://arxiv.org/abs/2506.13585>`_.
+    """
+
+    output_type = CISPOLossOutput
+
+    def _compute_policy_objective(self, log_weight, advantage, mask):
+        clipped = log_weight.clamp(*self._clip_bounds)
+        clip_fraction = (clipped != log_weight)[mask].float().mean()
+        return -clipped.exp() * advantage, clip_fraction
+
+
+class MCAdvantage(nn.Module):
+    """Group-relative (Monte-Carlo) advantage for GRPO, as a replay-buffer write transform.
+
+    Trajectories are queued by their prompt (``prompt_key`` of their first step); when
+    ``grpo_size`` trajectories of one prompt are in, their rewards are standardised
+    together, ``A = (r - mean) / max(std, 1e-6)`` (unbiased std), written at
+    ``advantage_key`` and the group is returned; until then ``inv`` returns ``None``.
+    With ``trajectory_return`` (``"sum"``, ``"max"``, ``"mean"``) each trajectory's return
+    is standardised instead, and broadcast over its steps.
+
+    Args:
+        grpo_size (int): trajectories per prompt.
+        prompt_key (NestedKey): the group identifier (a string or tensor). Defaults to ``"query"``.
+        rewards_key (NestedKey): defaults to ``("next", "reward")``.
+        advantage_key (NestedKey): defaults to ``"advantage"``.
+        done_key (NestedKey): defaults to ``("next", "done")``.
+        verbose (bool): log each completed group.
+        trajectory_return (str, optional): see above.
+
+    Raises:
+        ValueError: bad ``grpo_size`` / ``trajectory_return``.
+        RuntimeError: a trajectory whose last step is not done.
+    """
+
+    def __init__(
+        self,
+        grpo_size: int,
+        prompt_key: NestedKey = "query",
+        rewards_key: NestedKey = ("next", "reward"),
+        advantage_key: NestedKey = "advantage",
+        done_key: NestedKey = ("next", "done"),
+        verbose: bool = False,
+        *,
+        trajectory_return: Literal["sum", "max", "mean"] | None = None,
+    ):
+        super().__init__()
+        if grpo_size < 1:
+            raise ValueError(f"grpo_size must be >= 1, got {grpo_size}")
+        if trajectory_return not in (None, "sum", "max", "mean"):
+            raise ValueError(
+                f"trajectory_return must be one of 'sum', 'max', 'mean' or None, got {trajectory_return!r}"
+            )
+        if trajectory_return is not None and grpo_size < 2:
+            raise ValueError(
+                f"trajectory_return needs grpo_size >= 2 (a std over the group), got {grpo_size}"
+            )
+        self.grpo_size = grpo_size
+        self.prompt_key, self.rewards_key = prompt_key, rewards_key
+        self.advantage_key, self.done_key = advantage_key, done_key
+        self.in_keys = [prompt_key, rewards_key, done_key]
+        self.out_keys = [advantage_key]
+        self.verbose = verbose
+        self.trajectory_return = trajectory_return
+        self.queues: dict = defaultdict(list)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict
+
+    def inv(self, tensordict: TensorDictBase) -> TensorDictBase | None:
+        """Queues the trajectories of ``tensordict`` (``[T]``, or ``[N, T]`` / ``[N]`` of
+        one-step trajectories); returns the completed groups with their advantage, or ``None``."""
+        if tensordict.ndim == 0:
+            tensordict = tensordict.unsqueeze(0)
+        if tensordict.ndim == 1:
+            done = tensordict.get(self.done_key).reshape(tensordict.shape[0], -1).any(-1)
+            if done.sum() > 1:
+                ends = done.nonzero().squeeze(-1) + 1
+                sizes = torch.cat([ends[:1], ends.diff()]).tolist()
+                if sum(sizes) < tensordict.shape[0]:
+                    sizes.append(tensordict.shape[0] - sum(sizes))
+                outs = [self._one(t) for t in tensordict.split(sizes)]
+            else:
+                outs = [self._one(tensordict)]
+        else:
+            flat = (
+                tensordict.reshape(-1, tensordict.shape[-1]) if tensordict.ndim > 2 else tensordict
+            )
+            outs = [self._one(t) for t in flat.unbind(0)]
+        outs = [o for o in outs if o is not None]
+        if not outs:
+            return None
+        return torch.cat(outs, 0)
+
+    _inv_call = inv
+
+    def _one(self, traj: TensorDictBase) -> TensorDictBase | None:
+        if not traj[-1].get(self.done_key).all():
+            raise RuntimeError(
+                f"MCAdvantage expects complete trajectories: the last step's {self.done_key} is False"
+            )
+        group = traj[0].get(self.prompt_key)
+        if isinstance(group, torch.Tensor):
+            group = group.item() if group.numel() == 1 else tuple(group.reshape(-1).tolist())
+        elif not isinstance(group, str):
+            raise TypeError(
+                f"{self.prompt_key} must be a string or a tensor to group trajectories, got {type(group).__name__}"
+            )
+        queue = self.queues[group]
+        queue.append(traj)
+        if len(queue) < self.grpo_size:
+            return None
+        del self.queues[group]
+        if self.trajectory_return is not None:
+            rewards = [t.get(self.rewards_key) for t in queue]
+            reduce = {"sum": torch.sum, "max": torch.max, "mean": torch.mean}[
+                self.trajectory_return
+            ]
+            returns = torch.stack([reduce(r.float()) for r in rewards])
+            adv = (returns - returns.mean()) / returns.std().clamp_min(1e-6)
+            for t, r, a in zip(queue, rewards, adv):
+                t.set(self.advantage_key, torch.full_like(r, a.item(), dtype=adv.dtype))
+            out = torch.cat(queue, 0)
+        else:
+            out = torch.cat(queue, 0)
+            reward = out.get(self.rewards_key).float()
+            scale = reward.std() if reward.numel() > 1 else reward.new_ones(())
+            out.set(self.advantage_key, (reward - reward.mean()) / scale.clamp_min(1e-6))
+        if self.verbose:
+            logger.info("MCAdvantage: group %r complete (%d trajectories)", group, self.grpo_size)
+        return out

@@ -20,6 +20,8 @@ from ._ddpg import *  # noqa: E402,F403
 from ._ddpg import __all__ as _all_ddpg  # noqa: E402
 from ._dqn import *  # noqa: E402,F403
 from ._dqn import __all__ as _all_dqn  # noqa: E402
+from ._dreamer import *  # noqa: E402,F403
+from ._dreamer import __all__ as _all_dreamer  # noqa: E402
 from ._gail import *  # noqa: E402,F403
 from ._gail import __all__ as _all_gail  # noqa: E402
 from ._hold_out import *  # noqa: E402,F403
@@ -86,5 +88,6 @@ __all__ = [
     *_all_optim,
     *_all_next_state_value,
     *_all_random_modules,
+    *_all_dreamer,
     *_all_gail,
 ]

@@ -14,6 +14,14 @@ from ._heads import (
 )
 from ._mixers import Mixer, QMixer, VDNMixer
 from ._mlp import MLP
+from ._model_based import (
+    DreamerActor,
+    ObsDecoder,
+    ObsEncoder,
+    RSSMPosterior,
+    RSSMPrior,
+    RSSMRollout,
+)
 from ._cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
 from ._multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 from ._noisy import NoisyLazyLinear, NoisyLinear, reset_noise
@@ -30,6 +38,7 @@ __all__ = [
     "CrossCriticGroupSpec",
     "CrossGroupCritic",
     "DdpgCnnActor",
+    "DreamerActor",
     "DdpgCnnQNet",
     "DdpgMlpActor",
     "DdpgMlpQNet",
@@ -41,7 +50,12 @@ __all__ = [
     "MultiAgentNetBase",
     "NoisyLazyLinear",
     "NoisyLinear",
+    "ObsDecoder",
+    "ObsEncoder",
     "QMixer",
+    "RSSMPosterior",
+    "RSSMPrior",
+    "RSSMRollout",
     "SquashDims",
     "Squeeze2dLayer",
     "SqueezeLayer",

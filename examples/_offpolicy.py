@@ -44,14 +44,24 @@ from rl.modules import (
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     ProgressBar,
+    compile_policy,
+    compile_update,
     evaluate,
     finish_run,
     make_base_env,
+    prime_soft_update,
     record_video,
+    set_lr,
+    zero_grad,
 )
 
 __all__ = [
     "TRANSITION_KEYS",
+    "compile_policy",
+    "compile_update",
+    "prime_soft_update",
+    "set_lr",
+    "zero_grad",
     "Run",
     "RunConfig",
     "cli",
@@ -99,6 +109,11 @@ class RunConfig:
     """Show a progress bar (only when attached to a terminal)."""
     threads: int = 1
     """torch CPU threads (small networks run fastest on one)."""
+    compile: bool = False
+    """torch.compile the collector's policy and the whole update step (loss, backward,
+    optimizer step, target update), once."""
+    cudagraphs: bool = False
+    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 @dataclasses.dataclass

@@ -28,7 +28,16 @@ from rl.objectives import A2CLoss
 from rl.objectives.value import GAE
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import EpisodeReturns, ProgressBar, evaluate, finish_run  # noqa: E402
+from _common import (  # noqa: E402
+    EpisodeReturns,
+    ProgressBar,
+    compile_policy,
+    compile_update,
+    evaluate,
+    finish_run,
+    set_lr,
+    zero_grad,
+)
 from ppo import make_agent, make_env  # noqa: E402
 
 
@@ -74,6 +83,11 @@ class Config:
     """Name of the run (default: generated from the algorithm, env and seed)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the collector's policy and the whole update step (loss, backward,
+    gradient clipping, optimizer step), once."""
+    cudagraphs: bool = False
+    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 def main(cfg: Config) -> dict:
@@ -85,13 +99,31 @@ def main(cfg: Config) -> dict:
 
     frames_per_batch = cfg.num_envs * cfg.num_steps
     collector = Collector(
-        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+        env,
+        compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.total_frames,
     )
     advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
     loss_module = A2CLoss(
         actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
     )
-    optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=cfg.lr, alpha=0.99, eps=1e-5)
+    lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
+    optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
+    params = list(loss_module.parameters())
+
+    def update(batch):
+        losses = loss_module(batch)
+        loss = losses["loss_objective"] + losses["loss_critic"]
+        if "loss_entropy" in losses.keys():
+            loss = loss + losses["loss_entropy"]
+        zero_grad(optimizer)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        optimizer.step()
+        return loss.detach()
+
+    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
     exp_name = cfg.exp_name or generate_exp_name("a2c", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -100,20 +132,13 @@ def main(cfg: Config) -> dict:
     returns = EpisodeReturns(window=20)
     frames, start = 0, time.perf_counter()
     num_updates = max(cfg.total_frames // frames_per_batch, 1)
-    for update, batch in enumerate(collector):
+    for iteration, batch in enumerate(collector):
         frames += batch.numel()
         if cfg.anneal_lr:
-            optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
+            set_lr(optimizer, cfg.lr * (1.0 - iteration / num_updates))
         with torch.no_grad():
             advantage(batch)
-        losses = loss_module(batch.reshape(-1))
-        loss = losses["loss_objective"] + losses["loss_critic"]
-        if "loss_entropy" in losses.keys():
-            loss = loss + losses["loss_entropy"]
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-        optimizer.step()
+        loss = update(batch.reshape(-1).exclude("collector"))
 
         returns.update(batch)
         if returns.mean is not None:

@@ -17,6 +17,7 @@ evaluation video under ``runs/<exp_name>/``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 
@@ -32,11 +33,14 @@ from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
+    compile_policy,
+    compile_update,
     make_env,
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
     transitions,
+    zero_grad,
 )
 
 
@@ -85,7 +89,7 @@ def main(cfg: Config) -> dict:
     )
     collector = Collector(
         env,
-        actor,
+        compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
@@ -108,6 +112,26 @@ def main(cfg: Config) -> dict:
     )
     run = Run("crossq", cfg, cfg.total_frames)
 
+    def update(sample, actor_step: bool):
+        losses = loss_module(sample)
+        # the actor loss reads detached critics: one backward, no cross-talk
+        zero_grad(critic_optim, actor_optim)
+        (losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]).backward()
+        critic_optim.step()
+        if actor_step:
+            actor_optim.step()
+        return losses.select("loss_actor", "loss_qvalue", "alpha").detach()
+
+    # two steps, each compiled once (a flag argument would recompile when it flips)
+    updates = {
+        flag: compile_update(
+            functools.partial(update, actor_step=flag),
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+        for flag in (False, True)
+    }
+
     # the loop: collect, store, update the critics; every policy_delay updates the actor
     # and the temperature (no target networks)
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)
@@ -117,15 +141,8 @@ def main(cfg: Config) -> dict:
         buffer.extend(transitions(batch))
         if run.frames >= cfg.init_random_frames:
             for _ in range(updates_per_batch):
-                losses = loss_module(buffer.sample())
-                # the actor loss reads detached critics: one backward, no cross-talk
-                critic_optim.zero_grad()
-                actor_optim.zero_grad()
-                (losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]).backward()
-                critic_optim.step()
                 num_updates += 1
-                if num_updates % cfg.policy_delay == 0:
-                    actor_optim.step()
+                losses = updates[num_updates % cfg.policy_delay == 0](buffer.sample())
             run.log(
                 loss_actor=losses["loss_actor"].item(),
                 loss_qvalue=losses["loss_qvalue"].item(),

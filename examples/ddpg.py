@@ -31,11 +31,15 @@ from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
+    compile_policy,
+    compile_update,
     make_deterministic_actor,
     make_env,
     make_qvalue,
     make_replay_buffer,
+    prime_soft_update,
     transitions,
+    zero_grad,
 )
 
 
@@ -66,7 +70,9 @@ def main(cfg: Config) -> dict:
     exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma)
     collector = Collector(
         env,
-        TensorDictSequential(actor, exploration),
+        compile_policy(
+            TensorDictSequential(actor, exploration), compile=cfg.compile, cudagraphs=cfg.cudagraphs
+        ),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
@@ -80,6 +86,20 @@ def main(cfg: Config) -> dict:
     critic_optim = torch.optim.Adam(loss_module.value_network_params.parameters(), cfg.lr)
     run = Run("ddpg", cfg, cfg.total_frames)
 
+    def update(sample):
+        losses = loss_module(sample)
+        # the actor loss reads a detached critic: one backward, no cross-talk
+        zero_grad(critic_optim, actor_optim)
+        (losses["loss_value"] + losses["loss_actor"]).backward()
+        critic_optim.step()
+        actor_optim.step()
+        target_update.step()
+        return losses.select("loss_actor", "loss_value").detach()
+
+    if cfg.compile:  # targets still equal the online networks: a no-op on the values
+        prime_soft_update(target_update)
+    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+
     # the loop: collect, store, update critic and actor, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)
     for batch in collector:
@@ -87,14 +107,7 @@ def main(cfg: Config) -> dict:
         buffer.extend(transitions(batch))
         if run.frames >= cfg.init_random_frames:
             for _ in range(updates_per_batch):
-                losses = loss_module(buffer.sample())
-                # the actor loss reads a detached critic: one backward, no cross-talk
-                critic_optim.zero_grad()
-                actor_optim.zero_grad()
-                (losses["loss_value"] + losses["loss_actor"]).backward()
-                critic_optim.step()
-                actor_optim.step()
-                target_update.step()
+                losses = update(buffer.sample())
             run.log(loss_actor=losses["loss_actor"].item(), loss_value=losses["loss_value"].item())
         run.step_bar(batch.numel())
     collector.shutdown()

@@ -35,7 +35,18 @@ from rl.modules import MLP, DuelingMlpDQNet, EGreedyModule, QValueActor, TensorD
 from rl.objectives import DQNLoss, HardUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _offpolicy import Run, RunConfig, cli, make_env, make_replay_buffer, transitions  # noqa: E402
+from _offpolicy import (  # noqa: E402
+    Run,
+    RunConfig,
+    cli,
+    compile_policy,
+    compile_update,
+    make_env,
+    make_replay_buffer,
+    set_lr,
+    transitions,
+    zero_grad,
+)
 
 
 @dataclasses.dataclass
@@ -131,7 +142,7 @@ def main(cfg: Config) -> dict:
     policy = TensorDictSequential(qnet, egreedy)
     collector = Collector(
         env,
-        policy,
+        compile_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
@@ -154,8 +165,21 @@ def main(cfg: Config) -> dict:
     target_update = HardUpdate(
         loss_module, value_network_update_interval=cfg.target_update_interval
     )
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+    lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=lr)
     run = Run("dqn", cfg, cfg.total_frames)
+    params = list(loss_module.parameters())
+
+    def update(sample):
+        loss = loss_module(sample)["loss"]
+        zero_grad(optimizer)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        optimizer.step()
+        target_update.step()
+        return loss.detach()
+
+    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
 
     # the loop: collect, store, update, copy the target; evaluate now and then
     best_return, best_state, next_eval = -float("inf"), None, cfg.eval_interval
@@ -164,16 +188,11 @@ def main(cfg: Config) -> dict:
         buffer.extend(transitions(batch))
         egreedy.step(batch.numel())
         if cfg.anneal_lr:
-            optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - run.frames / cfg.total_frames)
+            set_lr(optimizer, cfg.lr * (1.0 - run.frames / cfg.total_frames))
         if run.frames >= cfg.init_random_frames:
             for _ in range(cfg.updates_per_batch):
                 sample = buffer.sample()
-                loss = loss_module(sample)["loss"]
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                target_update.step()
+                loss = update(sample)
                 buffer.update_tensordict_priority(sample)
             run.log(loss=loss.item(), epsilon=egreedy.eps.item())
         if cfg.eval_interval and run.frames >= next_eval:

@@ -39,6 +39,7 @@ and, with ``--video``, an evaluation video under ``runs/<exp_name>/``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 from typing import Literal
@@ -55,10 +56,13 @@ from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
+    compile_update,
     make_env,
     make_qvalue,
     make_tanh_normal_actor,
     open_dataset,
+    prime_soft_update,
+    zero_grad,
 )
 
 
@@ -219,18 +223,33 @@ def main(cfg: Config) -> dict:
     target_update = SoftUpdate(loss_module, tau=cfg.tau)
     run = Run(cfg.algo, cfg, cfg.num_updates, eval_transform=obs_norm)
 
-    # the loop: sample the dataset, update every network, move the targets
-    for step in range(1, cfg.num_updates + 1):
-        losses = loss_module(buffer.sample())
-        if cfg.algo == "cql" and step <= cfg.bc_steps:  # warm-up: clone the data's actions
+    def update(sample, behaviour_cloning: bool):
+        losses = loss_module(sample)
+        if behaviour_cloning:  # CQL's warm-up: clone the data's actions
             losses["loss_actor"] = losses["loss_actor_bc"]
         loss = sum(losses[key] for key in loss_keys)
-        for optimizer in optimizers:
-            optimizer.zero_grad()
+        zero_grad(*optimizers)
         loss.backward()
         for optimizer in optimizers:
             optimizer.step()
         target_update.step()
+        return losses.select(*loss_keys).detach()
+
+    # two steps, each compiled once (a flag argument would recompile when it flips)
+    if cfg.compile:  # targets still equal the online networks: a no-op on the values
+        prime_soft_update(target_update)
+    updates = {
+        flag: compile_update(
+            functools.partial(update, behaviour_cloning=flag),
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+        for flag in (False, True)
+    }
+
+    # the loop: sample the dataset, update every network, move the targets
+    for step in range(1, cfg.num_updates + 1):
+        losses = updates[cfg.algo == "cql" and step <= cfg.bc_steps](buffer.sample())
         run.frames = step  # the x axis of the logs: gradient steps
         if step % cfg.log_interval == 0:
             run.log(**{key: losses[key].item() for key in loss_keys})

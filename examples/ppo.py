@@ -48,10 +48,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
+    compile_policy,
+    compile_update,
     evaluate,
     finish_run,
     make_base_env,
     record_video,
+    set_lr,
+    zero_grad,
 )
 
 
@@ -107,6 +111,11 @@ class Config:
     """Record an evaluation episode as an mp4."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the collector's policy, the advantage and the whole update step
+    (loss, backward, gradient clipping, optimizer step), once."""
+    cudagraphs: bool = False
+    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 PRESETS = {
@@ -232,28 +241,50 @@ def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam
         normalize_advantage=True,
         clip_value=cfg.clip_coef if cfg.clip_vloss else None,
     )
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+    # compiled: the learning rate is a tensor, annealed in place (a float would be a
+    # constant of the compiled optimizer step, recompiled at every change)
+    lr = torch.tensor(cfg.lr) if getattr(cfg, "compile", False) else cfg.lr
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=lr, eps=1e-5)
     return loss_module, optimizer
 
 
-def update_epochs(cfg: Config, loss_module, optimizer, batch, minibatch: int) -> torch.Tensor:
+def make_update_step(cfg: Config, loss_module, optimizer, compile: bool | None = None):
+    """One clipped gradient step on a minibatch (loss, backward, clipping, optimizer
+    step), compiled once with ``cfg.compile`` / captured with ``cfg.cudagraphs``."""
+    params = list(loss_module.parameters())
+
+    def step(minibatch):
+        losses = loss_module(minibatch)
+        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+        zero_grad(optimizer)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        optimizer.step()
+        return loss.detach()
+
+    if compile is None:
+        compile = getattr(cfg, "compile", False)
+    return compile_update(step, compile=compile, cudagraphs=getattr(cfg, "cudagraphs", False))
+
+
+def update_epochs(
+    cfg: Config, loss_module, optimizer, batch, minibatch: int, step=None
+) -> torch.Tensor:
     """PPO's update: ``cfg.update_epochs`` passes over the batch in shuffled minibatches,
-    one clipped gradient step each; returns the last minibatch's loss."""
+    one clipped gradient step each (``step``, from :func:`make_update_step`; an eager
+    one when not given); returns the last minibatch's loss."""
     if cfg.update_epochs < 1 or minibatch < 1:
         raise ValueError(
             f"PPO needs update_epochs >= 1 and a minibatch of >= 1 sample; got "
             f"update_epochs={cfg.update_epochs}, minibatch={minibatch} (the batch's frames "
             "divided by num_minibatches)"
         )
+    if step is None:
+        step = make_update_step(cfg, loss_module, optimizer, compile=False)
     flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
     for _ in range(cfg.update_epochs):
         for idx in torch.randperm(flat.numel()).split(minibatch):
-            losses = loss_module(flat[idx])
-            loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-            optimizer.step()
+            loss = step(flat[idx])
     return loss
 
 
@@ -267,10 +298,16 @@ def main(cfg: Config) -> dict:
 
     frames_per_batch = cfg.num_envs * cfg.num_steps
     collector = Collector(
-        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+        env,
+        compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.total_frames,
     )
-    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    # the advantage stays eager: it runs rl-cpp's scan kernel, which compiled code cannot
+    # call (rl's GAE under torch.compile breaks its graph three times)
+    advantage = torch.no_grad()(GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic))
     loss_module, optimizer = make_loss(cfg, actor, critic)
+    step = make_update_step(cfg, loss_module, optimizer)
     exp_name = cfg.exp_name or generate_exp_name("ppo", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -283,10 +320,9 @@ def main(cfg: Config) -> dict:
     for update, batch in enumerate(collector):
         frames += batch.numel()
         if cfg.anneal_lr:
-            optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
-        with torch.no_grad():
-            advantage(batch)
-        loss = update_epochs(cfg, loss_module, optimizer, batch, minibatch)
+            set_lr(optimizer, cfg.lr * (1.0 - update / num_updates))
+        batch = advantage(batch)
+        loss = update_epochs(cfg, loss_module, optimizer, batch, minibatch, step)
         returns.update(batch)
         if returns.mean is not None:
             logger.log_scalar("train/episode_return", returns.mean, frames)

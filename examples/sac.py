@@ -32,12 +32,16 @@ from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
+    compile_policy,
+    compile_update,
     make_env,
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    prime_soft_update,
     save_dataset,
     transitions,
+    zero_grad,
 )
 
 
@@ -65,7 +69,7 @@ def main(cfg: Config) -> dict:
     qvalue = make_qvalue(env, cfg.hidden)
     collector = Collector(
         env,
-        actor,
+        compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
@@ -88,6 +92,19 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
     run = Run("sac", cfg, cfg.total_frames)
 
+    def update(sample):
+        losses = loss_module(sample)
+        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+        zero_grad(optimizer)
+        loss.backward()
+        optimizer.step()
+        target_update.step()
+        return losses.select("loss_actor", "loss_qvalue", "alpha").detach()
+
+    if cfg.compile:  # targets still equal the online networks: a no-op on the values
+        prime_soft_update(target_update)
+    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+
     # the loop: collect, store, update actor, critics and temperature, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)
     for batch in collector:
@@ -95,12 +112,7 @@ def main(cfg: Config) -> dict:
         buffer.extend(transitions(batch))
         if run.frames >= cfg.init_random_frames:
             for _ in range(updates_per_batch):
-                losses = loss_module(buffer.sample())
-                loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                target_update.step()
+                losses = update(buffer.sample())
             run.log(
                 loss_actor=losses["loss_actor"].item(),
                 loss_qvalue=losses["loss_qvalue"].item(),

@@ -31,11 +31,15 @@ from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
+    compile_policy,
+    compile_update,
     make_deterministic_actor,
     make_env,
     make_qvalue,
     make_replay_buffer,
+    prime_soft_update,
     transitions,
+    zero_grad,
 )
 
 
@@ -72,7 +76,9 @@ def main(cfg: Config) -> dict:
     exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma)
     collector = Collector(
         env,
-        TensorDictSequential(actor, exploration),
+        compile_policy(
+            TensorDictSequential(actor, exploration), compile=cfg.compile, cudagraphs=cfg.cudagraphs
+        ),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
@@ -93,6 +99,28 @@ def main(cfg: Config) -> dict:
     critic_optim = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), cfg.lr)
     run = Run("td3", cfg, cfg.total_frames)
 
+    def update_critic(sample):
+        loss_qvalue, _ = loss_module.value_loss(sample)
+        zero_grad(critic_optim)
+        loss_qvalue.backward()
+        critic_optim.step()
+        return loss_qvalue.detach()
+
+    def update_actor(sample):
+        loss_actor, _ = loss_module.actor_loss(sample)
+        zero_grad(actor_optim)
+        loss_actor.backward()
+        actor_optim.step()
+        target_update.step()
+        return loss_actor.detach()
+
+    if cfg.compile:  # targets still equal the online networks: a no-op on the values
+        prime_soft_update(target_update)
+    update_critic, update_actor = (
+        compile_update(fn, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+        for fn in (update_critic, update_actor)
+    )
+
     # the loop: collect, store, update the critics; every policy_delay updates the actor
     # and the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)
@@ -103,17 +131,10 @@ def main(cfg: Config) -> dict:
         if run.frames >= cfg.init_random_frames:
             for _ in range(updates_per_batch):
                 sample = buffer.sample()
-                loss_qvalue, _ = loss_module.value_loss(sample)
-                critic_optim.zero_grad()
-                loss_qvalue.backward()
-                critic_optim.step()
+                loss_qvalue = update_critic(sample)
                 num_updates += 1
                 if num_updates % cfg.policy_delay == 0:
-                    loss_actor, _ = loss_module.actor_loss(sample)
-                    actor_optim.zero_grad()
-                    loss_actor.backward()
-                    actor_optim.step()
-                    target_update.step()
+                    loss_actor = update_actor(sample)
             run.log(loss_actor=loss_actor.item(), loss_qvalue=loss_qvalue.item())
         run.step_bar(batch.numel())
     collector.shutdown()

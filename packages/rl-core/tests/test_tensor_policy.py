@@ -249,3 +249,14 @@ class TestTensorPolicy:
         assert not fast.usable()
         handle.remove()
         assert fast.usable()
+
+
+def test_compiled_policy_has_no_tensor_twin():
+    # torch.compile's wrapper forwards attribute reads to the module it wraps; a twin
+    # built through it would run that module eagerly, or call it with tensors
+    policy = TensorDictSequential(
+        TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["logits"]),
+        TensorDictModule(lambda x: x.argmax(-1), ["logits"], ["action"]),
+    )
+    assert tensor_policy(policy) is not None
+    assert tensor_policy(torch.compile(policy)) is None

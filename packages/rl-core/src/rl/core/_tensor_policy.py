@@ -261,6 +261,13 @@ def _prob_steps(policy) -> list | None:
     return [*stages, sampler]
 
 
+def _is_compiled(module: nn.Module) -> bool:
+    """Whether ``module`` is the wrapper ``torch.compile`` returns for a module."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(module, OptimizedModule)
+
+
 def tensor_policy(policy) -> TensorPolicy | None:
     """A :class:`TensorPolicy` doing what ``policy`` does, or ``None`` where ``policy``
     is not a plain ``TensorDictModule`` / ``TensorDictSequential`` of them, or a plain
@@ -293,7 +300,9 @@ def tensor_policy(policy) -> TensorPolicy | None:
         >>> print(tensor_policy(lambda td: td))
         None
     """
-    if not isinstance(policy, nn.Module):
+    if not isinstance(policy, nn.Module) or _is_compiled(policy):
+        # a torch.compile'd module forwards attribute reads to the module it wraps: its
+        # twin would be that module's, eager, and called with tensors through the wrapper
         return None
     own = getattr(policy, "tensor_forward", None)
     if own is not None:

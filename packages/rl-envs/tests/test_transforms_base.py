@@ -65,6 +65,20 @@ class TestSeedExamples:
 
 
 class TestTransformList:
+    def test_single_transform_attributes_read_through(self):
+        # TorchRL's env.transform is the single transform itself
+        env = TransformedEnv(PendulumEnv(), ObservationNorm(in_keys=["observation"]))
+        env.transform.init_stats(num_iter=4, reduce_dim=0, cat_dim=0)
+        norm = env.transform[0]
+        assert env.transform.loc is norm.loc and norm.loc.shape == (3,)
+        with pytest.raises(
+            AttributeError, match="Compose \\(of one ObservationNorm\\) has no attribute 'nope'"
+        ):
+            _ = env.transform.nope
+        two = Compose(StepCounter(), RewardSum())
+        with pytest.raises(AttributeError, match="max_steps"):
+            _ = two.max_steps  # several transforms: nothing is read through
+
     def test_single_transform_is_wrapped_in_compose(self):
         t = StepCounter()
         env = TransformedEnv(PendulumEnv(), t)

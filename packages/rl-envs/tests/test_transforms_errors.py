@@ -20,6 +20,7 @@ from rl.envs.transforms import (  # noqa: E402
     Compose,
     FrameSkipTransform,
     GrayScale,
+    LineariseRewards,
     NoopResetEnv,
     ObservationNorm,
     Resize,
@@ -43,7 +44,7 @@ CONSTRUCTION = [
     (
         lambda: Compose(StepCounter()).pop(3),
         IndexError,
-        "pop index 3 out of range for a Compose of 1",
+        "pop index 3 is out of range for a Compose of 1",
     ),
     (
         lambda: TransformedEnv(PendulumEnv(), StepCounter(), cache=True),
@@ -132,7 +133,8 @@ def test_runtime_errors():
     with pytest.raises(RuntimeError, match="NoopResetEnv needs to be inside a TransformedEnv"):
         NoopResetEnv(2)._reset(None, TensorDict({}, []))
     with pytest.raises(
-        RuntimeError, match="FrameSkipTransform needs to be inside a TransformedEnv"
+        RuntimeError,
+        match="parent not found for FrameSkipTransform: it needs to be inside a TransformedEnv",
     ):
         FrameSkipTransform(2)._step(TensorDict({}, []), TensorDict({}, []))
     t = ObservationNorm(in_keys=["a", "b"])
@@ -176,3 +178,26 @@ def test_missing_key_raises_on_every_rollout_path(base):
         env.rollout(3, policy=lambda td: td.set("action", env.action_spec.rand()))
     with pytest.raises(KeyError, match=msg):
         check_env_specs(make())
+
+
+@pytest.mark.parametrize(
+    "make, exc, torchrl_words",
+    [
+        (lambda: FrameSkipTransform(-1), ValueError, "frame_skip should have a value greater"),
+        (lambda: CatFrames(N=2, dim=1), ValueError, "dim must be < 0 to accommodate"),
+        (
+            lambda: LineariseRewards(in_keys=["r"], weights=torch.ones(2, 2)),
+            ValueError,
+            "Expected weights to be a unidimensional tensor",
+        ),
+        (
+            lambda: ObservationNorm(in_keys=["observation"]).init_stats(3),
+            RuntimeError,
+            "Cannot initialize the transform if parent env is not defined",
+        ),
+    ],
+)
+def test_torchrl_wording(make, exc, torchrl_words):
+    # TorchRL's users match on its messages: rl's carry them before rl's own detail
+    with pytest.raises(exc, match=torchrl_words):
+        make()

@@ -272,6 +272,18 @@ class TestDeviceCast:
         assert env.device == torch.device("cpu")
         check_env_specs(env)
 
+    def test_some_keys_leave_the_env_without_a_device(self):
+        # as TorchRL: entries on two devices, so the env and the data have none
+        cast = DeviceCastTransform("cpu:1", in_keys=["observation"], in_keys_inv=["action"])
+        env = TransformedEnv(PendulumEnv(device="cpu:0"), cast)
+        assert env.device is None
+        check_env_specs(env)
+        t = DeviceCastTransform("cpu:1", "cpu:0", in_keys=["a"], out_keys=["b"])
+        td = TensorDict({"a": torch.ones(())}, [], device="cpu:0")
+        out = t._call(td)
+        assert out.device is None and td.device == torch.device("cpu:0")
+        assert "b" in out.keys() and "b" not in td.keys()
+
     @pytest.mark.gpu
     @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
     def test_cuda(self):

@@ -165,6 +165,9 @@ class TestReward2Go:
     def test_errors(self):
         with pytest.raises(ValueError, match="only an inverse transform"):
             TransformedEnv(PendulumEnv(), Reward2GoTransform()).reset()
+        # TorchRL's public message, matched as a pattern by its users
+        with pytest.raises(ValueError, match=Reward2GoTransform.ENV_ERR):
+            TransformedEnv(PendulumEnv(), Reward2GoTransform())
         no_end = TensorDict(
             {"next": {"done": torch.zeros(3, 1, dtype=torch.bool), "reward": torch.ones(3, 1)}},
             [3],
@@ -724,7 +727,7 @@ class TestCatFramesUnfolding:
             env = TransformedEnv(
                 PendulumEnv(), CatFrames(N=2, dim=-1, in_keys=["observation"], **kwargs)
             )
-            with pytest.raises(RuntimeError, match="only works on stored data"):
+            with pytest.raises(RuntimeError, match="only works offline, on stored data"):
                 env.reset()
 
     def test_replay_buffer_sampling(self):

@@ -443,6 +443,11 @@ class Transform(nn.Module):
         """The batch size of the env seen through this transform (unchanged by default)."""
         return batch_size
 
+    def transform_env_device(self, device: torch.device | None) -> torch.device | None:
+        """The device of the env seen through this transform (unchanged by default;
+        ``None`` when its entries end up on several devices, as TorchRL)."""
+        return device
+
     # ---------------------------------------------------------------- misc
     def _repr_args(self) -> str:
         args = []

@@ -41,6 +41,24 @@ class Compose(Transform):
             self.transforms.append(t)
         self._refresh()
 
+    def __getattr__(self, name: str):
+        # TorchRL's ``TransformedEnv(env, t).transform`` is ``t`` itself; here it is a
+        # Compose holding ``t``: its public attributes (``init_stats``, ``loc``, ...) are
+        # read through, so ``env.transform.init_stats(...)`` works in both
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            ts = self.__dict__["_modules"].get("transforms")
+            if ts is None or len(ts) != 1 or name.startswith("_"):
+                raise
+            only = ts[0]
+        try:
+            return getattr(only, name)
+        except AttributeError:
+            raise AttributeError(
+                f"Compose (of one {type(only).__name__}) has no attribute {name!r}"
+            ) from None
+
     def _refresh(self) -> None:
         ts = list(self.transforms)
         for t in ts:
@@ -135,7 +153,7 @@ class Compose(Transform):
         """Removes and returns the transform at ``index``."""
         n = len(self.transforms)
         if not -n <= index < n:
-            raise IndexError(f"pop index {index} out of range for a Compose of {n} transforms")
+            raise IndexError(f"pop index {index} is out of range for a Compose of {n} transforms")
         t = self.transforms[index]
         del self.transforms[index]
         t.reset_parent()
@@ -233,6 +251,11 @@ class Compose(Transform):
         for t in self.transforms:
             batch_size = t.transform_env_batch_size(batch_size)
         return batch_size
+
+    def transform_env_device(self, device):
+        for t in self.transforms:
+            device = t.transform_env_device(device)
+        return device
 
     def transform_observation_spec(self, observation_spec):
         for t in self.transforms:

@@ -68,7 +68,9 @@ class NoopResetEnv(Transform):
             return tensordict_reset
         parent = self.parent
         if parent is None:
-            raise RuntimeError("NoopResetEnv needs to be inside a TransformedEnv")
+            raise RuntimeError(
+                "NoopResetEnv.parent not found. Make sure that the parent is set. NoopResetEnv needs to be inside a TransformedEnv"
+            )
         n = int(torch.randint(self.noops, ())) if self.random else self.noops
         keys = list(tensordict_reset.keys(True, True))
         done_key = parent.done_key

@@ -189,7 +189,8 @@ class TransformedEnv(EnvBase):
                 self._transform.transform_env_batch_size(base.batch_size)
             )
             device = output_spec.device
-            self._device = device if device is not None else base.device
+            device = device if device is not None else base.device
+            self._device = self._transform.transform_env_device(device)
         return cache
 
     @property

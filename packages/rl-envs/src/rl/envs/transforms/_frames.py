@@ -126,7 +126,7 @@ class CatFrames(Transform):
             raise ValueError(f"CatFrames N must be a positive int, got {N!r}")
         if not isinstance(dim, int) or dim >= 0:
             raise ValueError(
-                f"CatFrames dim must be a negative int (counted from the end), got {dim!r}"
+                f"dim must be < 0 to accommodate for tensordict of different batch-sizes: CatFrames dim must be a negative int (counted from the end), got {dim!r}"
             )
         if padding not in ("same", "constant"):
             raise ValueError(f"CatFrames padding must be 'same' or 'constant', got {padding!r}")
@@ -150,12 +150,12 @@ class CatFrames(Transform):
         for flag, name in ((self.as_inverse, "as_inverse"), (self.future, "future")):
             if flag:
                 raise RuntimeError(
-                    f"CatFrames({name}=True) only works on stored data (a replay buffer), "
+                    f"CatFrames({name}=True) only works offline, on stored data (a replay buffer), "
                     "not in an env"
                 )
         if self.mask_key is not None:
             raise RuntimeError(
-                "CatFrames(mask_key=...) only works on stored data (a replay buffer), not in an env"
+                "CatFrames(mask_key=...) only works offline, on stored data (a replay buffer), not in an env"
             )
 
     @property
@@ -224,7 +224,7 @@ class CatFrames(Transform):
         """The frame stacks of a stored trajectory ``[*B, T]``, written in place."""
         if tensordict.batch_dims == 0:
             raise ValueError(
-                "CatFrames on data needs a trajectory with a time dim (batch_size [*B, T]), "
+                "CatFrames cannot process unbatched tensordict instances: CatFrames on data needs a trajectory with a time dim (batch_size [*B, T]), "
                 "got batch_size []"
             )
         nb = tensordict.batch_dims
@@ -456,7 +456,7 @@ class FrameSkipTransform(Transform):
     def __init__(self, frame_skip: int = 1):
         if not isinstance(frame_skip, int) or frame_skip < 1:
             raise ValueError(
-                f"FrameSkipTransform frame_skip must be an int >= 1, got {frame_skip!r}"
+                f"frame_skip should have a value greater or equal to one: FrameSkipTransform frame_skip must be an int >= 1, got {frame_skip!r}"
             )
         super().__init__()
         self.frame_skip = frame_skip
@@ -470,7 +470,9 @@ class FrameSkipTransform(Transform):
             return next_tensordict
         parent = self.parent
         if parent is None:
-            raise RuntimeError("FrameSkipTransform needs to be inside a TransformedEnv")
+            raise RuntimeError(
+                "parent not found for FrameSkipTransform: it needs to be inside a TransformedEnv"
+            )
         reward_keys = parent.reward_keys
         done_key = parent.done_key
         rewards = [next_tensordict.get(k) for k in reward_keys]

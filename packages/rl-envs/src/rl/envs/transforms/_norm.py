@@ -106,7 +106,7 @@ class ObservationNorm(Transform):
     def _check_init(self) -> None:
         if self.loc is None:
             raise RuntimeError(
-                "ObservationNorm has no loc/scale: pass them to the constructor or call "
+                "Loc/Scale have not been initialized. Either pass in values in the constructor or call the init_stats method. ObservationNorm has no loc/scale: pass them to the constructor or call "
                 "init_stats() first"
             )
 
@@ -177,7 +177,7 @@ class ObservationNorm(Transform):
             raise ValueError(f"init_stats num_iter must be a positive int, got {num_iter!r}")
         if self.loc is not None:
             raise RuntimeError(
-                "ObservationNorm loc/scale are already set; init_stats refuses to overwrite them"
+                "Loc/Scale are already initialized: ObservationNorm loc/scale are already set; init_stats refuses to overwrite them"
             )
         if key is None:
             if len(self.in_keys) != 1:
@@ -190,7 +190,7 @@ class ObservationNorm(Transform):
         parent = self.parent
         if parent is None:
             raise RuntimeError(
-                "ObservationNorm.init_stats needs the transform to be in a TransformedEnv"
+                "Cannot initialize the transform if parent env is not defined: ObservationNorm.init_stats needs the transform to be in a TransformedEnv"
             )
         reduce = (reduce_dim,) if isinstance(reduce_dim, int) else tuple(reduce_dim)
         if cat_dim is None:
@@ -667,7 +667,9 @@ class VecNormV2(Transform):
         if not self.stateful:
             raise RuntimeError("Cannot create a frozen copy of a stateless VecNormV2.")
         if self._loc is None:
-            raise RuntimeError("VecNormV2 has no statistics yet: run it on data before frozen_copy")
+            raise RuntimeError(
+                "VecNormV2 has no statistics yet: run it on data before frozen_copy. Make sure the VecNorm has been initialized"
+            )
         out = self.clone()
         return out.freeze()
 

@@ -469,7 +469,7 @@ class RandomCropTensorDict(Transform):
             raise RuntimeError("RandomCropTensorDict cannot crop a tensordict with batch_size []")
         if shape[dim] < self.sub_seq_len:
             raise RuntimeError(
-                f"RandomCropTensorDict cannot take {self.sub_seq_len} steps along dim {dim} of a "
+                f"Cannot sample trajectories of length {self.sub_seq_len}: RandomCropTensorDict cannot take {self.sub_seq_len} steps along dim {dim} of a "
                 f"tensordict of batch_size {tuple(shape)}: reduce sub_seq_len or collect longer "
                 "sequences"
             )
@@ -491,7 +491,7 @@ class RandomCropTensorDict(Transform):
             lengths = mask.cumsum(dim).max(dim, True)[0]
             if bool((lengths < self.sub_seq_len).any()):
                 raise RuntimeError(
-                    f"RandomCropTensorDict cannot take {self.sub_seq_len} steps when the shortest "
+                    f"Cannot sample trajectories of length {self.sub_seq_len}: RandomCropTensorDict cannot take {self.sub_seq_len} steps when the shortest "
                     f"trajectory has {int(lengths.min())}"
                 )
             start = (torch.rand(idx_shape, device=device) * (lengths - self.sub_seq_len + 1)).long()

@@ -102,7 +102,7 @@ class RewardSum(Transform):
             reset_keys = normalize_keys(reset_keys)
             if len(reset_keys) != len(in_keys):
                 raise ValueError(
-                    f"RewardSum needs one reset key per in_key, got reset_keys={reset_keys} "
+                    f"RewardSum expects the same number of input and output keys as reset keys (one reset key per in_key), got reset_keys={reset_keys} "
                     f"for in_keys={in_keys}"
                 )
         super().__init__(in_keys, out_keys)
@@ -587,7 +587,7 @@ class LineariseRewards(Transform):
             weights = weights if isinstance(weights, torch.Tensor) else torch.tensor(weights)
             if weights.ndim >= 2:
                 raise ValueError(
-                    f"LineariseRewards expects 1-d weights, got weights with {weights.ndim} dims"
+                    f"Expected weights to be a unidimensional tensor: LineariseRewards expects 1-d weights, got weights with {weights.ndim} dims"
                 )
             self.register_buffer("weights", weights)
         else:
@@ -711,9 +711,12 @@ class SuccessReward(Transform):
         )
 
 
+# TorchRL's wording (users match on it), then why; no regex specials: TorchRL's tests
+# pass ``match=Reward2GoTransform.ENV_ERR``
 _R2G_ENV_ERR = (
-    "Reward2GoTransform is only an inverse transform: it needs whole episodes, so it goes "
-    "in a replay buffer (or a collector's postproc=transform.inv), not in an env"
+    "The Reward2GoTransform is only an inverse transform and can only be applied to the "
+    "replay buffer: it needs whole episodes, so it goes in a replay buffer or a "
+    "collector's postproc, not in an env"
 )
 
 
@@ -745,6 +748,8 @@ class Reward2GoTransform(Transform):
         >>> r2g.inv(td)["reward_to_go"].squeeze(-1)
         tensor([1.5000, 1.0000, 1.5000, 1.0000])
     """
+
+    ENV_ERR = _R2G_ENV_ERR
 
     def __init__(
         self,
@@ -806,7 +811,7 @@ class Reward2GoTransform(Transform):
                 tensordict.set(out_key, reward_to_go(reward, done.expand_as(reward), self.gamma))
         if not found:
             raise KeyError(
-                f"Reward2GoTransform found none of its in_keys {self.in_keys_inv}; keys present: "
+                f"Could not find any of its in_keys: Reward2GoTransform found none of its in_keys {self.in_keys_inv}; keys present: "
                 f"{sorted(map(str, present))}"
             )
         return tensordict

@@ -208,7 +208,15 @@ class DeviceCastTransform(Transform):
     def _call(self, next_tensordict):
         if self._whole:
             return next_tensordict.to(self.device)
+        device = next_tensordict.device
+        if device is not None and device != self.device:
+            # some entries move: the data holds two devices, so it has none (TorchRL)
+            next_tensordict = next_tensordict.clone(False).clear_device_()
         return super()._call(next_tensordict)
+
+    def transform_env_device(self, device):
+        # the whole env moves, or only some entries (then it has no single device)
+        return self.device if self._whole else None
 
     def _inv_call(self, tensordict):
         if self._whole:

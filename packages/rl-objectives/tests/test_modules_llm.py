@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import sys
 from pathlib import Path
 
@@ -176,10 +175,3 @@ class TestTransformersWrapper:
         )
         with pytest.raises(ValueError, match="chat_template"):
             TransformersWrapper(model, tokenizer=bare)(td)
-
-
-def test_docstring_examples():
-    import rl.modules.llm._masked_categorical as mod
-
-    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

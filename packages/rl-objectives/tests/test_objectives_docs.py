@@ -29,6 +29,8 @@ NO_EXAMPLES = {
     "rl.modules.distributions._utils": "internal numeric helpers (safe_tanh, ...), not exported",
     "rl.objectives.value._base": "ValueEstimatorBase: abstract, its subclasses have examples",
     "rl.objectives.value._vtrace": "VTrace: its docstring has no Examples block yet",
+    "rl.modules.llm._transformers": "needs a transformers model and tokenizer: tests/test_modules_llm.py builds them",
+    "rl.objectives.llm._sft": "SFTLoss needs a transformers model and tokenizer: tests/test_loss_llm.py builds them",
 }
 
 

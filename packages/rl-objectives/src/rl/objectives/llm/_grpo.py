@@ -345,6 +345,21 @@ class MCAdvantage(nn.Module):
     Raises:
         ValueError: bad ``grpo_size`` / ``trajectory_return``.
         RuntimeError: a trajectory whose last step is not done.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rl.objectives.llm import MCAdvantage
+        >>> transform = MCAdvantage(grpo_size=2)
+        >>> answers = TensorDict(
+        ...     {"query": torch.tensor([7, 7]),
+        ...      "next": {"reward": torch.tensor([[1.0], [3.0]]),
+        ...               "done": torch.ones(2, 1, dtype=torch.bool)}},
+        ...     batch_size=(2,),
+        ... )
+        >>> transform.inv(answers)["advantage"]
+        tensor([[-0.7071],
+                [ 0.7071]])
     """
 
     def __init__(

@@ -173,3 +173,44 @@ class TestKeywordCall:
         assert isinstance(out, tuple) and len(out) == len(loss.out_keys)
         for value, key in zip(out, loss.out_keys, strict=True):
             torch.testing.assert_close(value, expected[key])
+
+
+class TestDeepCopy:
+    def test_ensemble_loss_copies_independently(self):
+        actor = TensorDictModule(nn.Linear(3, 2), ["observation"], ["action"])
+
+        class Q(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(5, 1)
+
+            def forward(self, obs, act):
+                return self.lin(torch.cat([obs, act], -1))
+
+        qvalue = TensorDictModule(Q(), ["observation", "action"], ["state_action_value"])
+        loss = TD3Loss(actor, qvalue, action_spec=None, bounds=(-1.0, 1.0))
+        SoftUpdate(loss, eps=0.5)
+        inputs = {k: v for k, v in _dqn_inputs().items() if k != "action"}
+        td = TensorDict({**inputs, "action": torch.rand(5, 2)}, [5]).unflatten_keys("_")
+        torch.manual_seed(0)
+        before = loss(td)["loss_qvalue"]
+        twin = copy.deepcopy(loss)
+        torch.manual_seed(0)
+        out = twin(td)["loss_qvalue"]
+        torch.testing.assert_close(out, before)
+        out.backward()
+        weight = ("module", "lin", "weight")
+        assert twin.qvalue_network_params[weight].grad is not None
+        assert loss.qvalue_network_params[weight].grad is None
+        with torch.no_grad():
+            twin.qvalue_network_params[weight].add_(1.0)
+        torch.manual_seed(0)
+        torch.testing.assert_close(loss(td)["loss_qvalue"], before)
+
+
+def test_reduction_none_means_mean():
+    assert _dqn().reduction == "mean"
+    actor = QValueActor(
+        spec=OneHot(4), module=nn.Linear(3, 4), in_keys=["observation"], action_space="one_hot"
+    )
+    assert DQNLoss(actor, reduction=None).reduction == "mean"

@@ -377,3 +377,21 @@ def test_cuda_stays_on_device(fn):
     cpu = {k: v.cpu() for k, v in data.items()}
     for o, want in zip(out, _as_tuple(ref(cpu)), strict=True):
         torch.testing.assert_close(o.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_one_element_gamma_and_lmbda_are_scalars():
+    from rl.objectives.value.functional import vec_td_lambda_return_estimate
+
+    value = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(1, 4, 1)
+    reward = torch.ones(1, 4, 1)
+    done = torch.zeros(1, 4, 1, dtype=torch.bool)
+    out = vec_td_lambda_return_estimate(
+        torch.tensor([0.9]), torch.tensor([0.5]), value, reward, done
+    )
+    # plain loop over next values v: G[T-1] = r + g v[T-1], G[t] = r + g ((1 - l) v[t] + l G[t+1])
+    expected, g = [], 1.0 + 0.9 * 4.0
+    expected.append(g)
+    for t in (2, 1, 0):
+        g = 1.0 + 0.9 * (0.5 * value[0, t, 0].item() + 0.5 * g)
+        expected.insert(0, g)
+    torch.testing.assert_close(out.flatten(), torch.tensor(expected))

@@ -607,6 +607,22 @@ class LossModule(TensorDictModuleBase):
             else:
                 info["target_ensemble"].bind(tensors)
 
+    def __deepcopy__(self, memo):
+        # An ensemble's members hold views of the stacked parameters, which torch refuses
+        # to deep-copy (they are not graph leaves): copy them bound to detached values, then
+        # bind the copy's members to the copy's own parameters.
+        functional = self.__dict__.get("_functional", {})
+        for info in functional.values():
+            if "ensemble" in info:
+                info["ensemble"].bind(info["stacked_detached"])
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        for name in functional:
+            new._bind_functional(name)
+        return new
+
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self._cast_version = getattr(self, "_cast_version", 0) + 1

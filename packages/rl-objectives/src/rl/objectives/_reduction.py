@@ -28,8 +28,9 @@ def _check_choice(name: str, value, valid: tuple[str, ...]):
     return value
 
 
-def _check_reduction(reduction: str) -> str:
-    return _check_choice("reduction", reduction, _REDUCTIONS)
+def _check_reduction(reduction: str | None) -> str:
+    """``reduction`` checked; ``None`` is ``"mean"``, as in TorchRL."""
+    return _check_choice("reduction", "mean" if reduction is None else reduction, _REDUCTIONS)
 
 
 def _check_loss_function(loss_function: str, name: str = "loss_function") -> str:

@@ -89,6 +89,8 @@ def _as_param(fn: str, name: str, value: Scalar, like: torch.Tensor, layout: _Ti
     """A python float, a 0-dim tensor or a tensor shaped like the inputs (time-sensitive)."""
     if not isinstance(value, torch.Tensor):
         return float(value)
+    if value.numel() == 1 and tuple(value.shape) != tuple(like.shape):
+        value = value.reshape(())  # a one-element tensor is a scalar, as in TorchRL
     if value.ndim and tuple(value.shape) != tuple(like.shape):
         raise ValueError(
             f"{fn}: {name} must be a scalar or shaped like the inputs {tuple(like.shape)}, "

@@ -23,6 +23,7 @@ from ._utils import RandomPolicy, check_env_specs, step_mdp
 from .transforms import *  # noqa: F403  (transforms: TransformedEnv, Compose, every transform)
 from .transforms import __all__ as _transforms_all
 from .transforms._auto_reset import AutoResetEnv, AutoResetTransform
+from ._dreamer import DreamerDecoder, DreamerEnv
 
 __version__ = "0.1.0"
 
@@ -72,6 +73,8 @@ __all__ = [
     "GymEnv",
     "GymWrapper",
     "ModelBasedEnvBase",
+    "DreamerDecoder",
+    "DreamerEnv",
     "ParallelEnv",
     "PendulumEnv",
     "RandomPolicy",

@@ -436,9 +436,6 @@ class RSSMRollout(TensorDictModuleBase):
     def forward(self, tensordict):
         if tensordict.ndim == 0:
             raise ValueError("RSSMRollout needs a TensorDict with a time dimension (batch [*B, T])")
-        for key in ("state", "belief"):
-            if key not in tensordict.keys():
-                raise KeyError(f"RSSMRollout needs the primer {key!r} in the input TensorDict")
         steps = tensordict.exclude(*self.out_keys).unbind(-1)
         output_keys = list(steps[0].keys(include_nested=True, leaves_only=True)) + list(
             self.out_keys

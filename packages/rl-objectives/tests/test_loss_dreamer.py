@@ -275,3 +275,12 @@ class _ActorNet(nn.Module):
 
     def forward(self, s, b):
         return self.lin(torch.cat([s, b], -1))
+
+
+def test_reset_parameters_recursive():
+    value = TensorDictModule(_ValueNet(), in_keys=["state", "belief"], out_keys=["state_value"])
+    loss = DreamerValueLoss(value)
+    with torch.no_grad():
+        value.module.lin.weight.fill_(1000.0)
+    loss.reset_parameters_recursive()
+    assert (value.module.lin.weight.abs() < 1).all()

@@ -16,7 +16,7 @@ from torch import nn
 from rl.core import ExplorationType, set_exploration_type
 
 from ._hold_out import hold_out_net
-from ._loss import _TD_ESTIMATORS, LossModule
+from ._loss import _TD_ESTIMATORS, LossModule, _reinit
 from ._reduction import distance_loss
 from .value.functional import (
     td0_return_estimate,
@@ -32,6 +32,18 @@ _GAMMA_LMBDA_ERROR = (
 )
 
 
+class _DreamerLossBase(LossModule):
+    """The Dreamer losses hold their networks as plain submodules (no functional copies)."""
+
+    def reset_parameters_recursive(self) -> None:
+        """Re-initialise every layer of the loss's networks (``reset_parameters``)."""
+        for module in self.children():
+            _reinit(module)
+        for module in self.__dict__.values():
+            if isinstance(module, nn.Module):
+                _reinit(module)
+
+
 def _discount_weights(gamma, like: torch.Tensor) -> torch.Tensor:
     """``[1, gamma, gamma**2, ...]`` along the time dim (-2) of ``like``."""
     discount = torch.as_tensor(gamma, dtype=like.dtype, device=like.device).expand(like.shape)
@@ -40,7 +52,7 @@ def _discount_weights(gamma, like: torch.Tensor) -> torch.Tensor:
     return discount.cumprod(dim=-2)
 
 
-class DreamerModelLoss(LossModule):
+class DreamerModelLoss(_DreamerLossBase):
     """Dreamer's world-model loss: KL(posterior || prior), pixel reconstruction and reward.
 
     The world model is run on the sampled sequence (the ``("next", "reward")`` entry is
@@ -197,7 +209,7 @@ class DreamerModelLoss(LossModule):
         return kl.clamp_min(self.free_nats).mean()
 
 
-class DreamerActorLoss(LossModule):
+class DreamerActorLoss(_DreamerLossBase):
     """Dreamer's actor loss: minus the (discounted) lambda return of imagined rollouts.
 
     From the posterior ``state`` and ``belief`` of the data, the model-based env is rolled
@@ -323,7 +335,7 @@ class DreamerActorLoss(LossModule):
         return vec_td_lambda_return_estimate(gamma, estimator.lmbda, value, reward, done, done)
 
 
-class DreamerValueLoss(LossModule):
+class DreamerValueLoss(_DreamerLossBase):
     """Dreamer's value loss: the value model regressed on the imagined ``lambda_target``.
 
     ``loss_value = (discount * distance(V(s), lambda_target)).sum(time, feature).mean()``,

@@ -3,6 +3,7 @@
 from ._batchrenorm import BatchRenorm1d
 from ._consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from ._conv import Conv2dNet, Conv3dNet, ConvNet
+from ._gsde import LazygSDEModule, gSDEModule
 from ._heads import (
     DdpgCnnActor,
     DdpgCnnQNet,
@@ -33,6 +34,8 @@ __all__ = [
     "ConsistentDropout",
     "ConsistentDropoutModule",
     "Conv2dNet",
+    "LazygSDEModule",
+    "gSDEModule",
     "Conv3dNet",
     "ConvNet",
     "CrossCriticGroupSpec",

@@ -266,6 +266,8 @@ def test_actor_loss_td0_estimator():
     torch.testing.assert_close(loss.lambda_target(r, v), r + 0.5 * v)
     with pytest.raises(ValueError, match="same shape"):
         loss.lambda_target(r, v[..., :2, :])
+    with pytest.raises(NotImplementedError, match="GAE"):
+        loss.make_value_estimator(ValueEstimators.GAE)
 
 
 class _ActorNet(nn.Module):

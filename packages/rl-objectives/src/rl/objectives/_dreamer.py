@@ -18,6 +18,7 @@ from rl.core import ExplorationType, set_exploration_type
 from ._hold_out import hold_out_net
 from ._loss import _TD_ESTIMATORS, LossModule, _reinit
 from ._reduction import distance_loss
+from .value import ValueEstimators
 from .value.functional import (
     td0_return_estimate,
     vec_td1_return_estimate,
@@ -278,6 +279,16 @@ class DreamerActorLoss(_DreamerLossBase):
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         if self._value_estimator is not None and hasattr(self._value_estimator, "set_keys"):
             self._value_estimator.set_keys(value=self.tensor_keys.value)
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """As :meth:`LossModule.make_value_estimator`; GAE, MAGAE and VTrace (which need a
+        value network on the data) raise ``NotImplementedError``, as in TorchRL."""
+        if isinstance(value_type, ValueEstimators) and value_type not in _TD_ESTIMATORS:
+            raise NotImplementedError(
+                f"{type(self).__name__} does not support the {value_type.name} value estimator; "
+                f"supported: {[m.name for m in _TD_ESTIMATORS]}"
+            )
+        return super().make_value_estimator(value_type, **hyperparams)
 
     def forward(self, tensordict: TensorDictBase):
         for key in ("state", self.tensor_keys.belief):

@@ -11,7 +11,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
 from rl.envs import step_mdp
-from rl.envs._utils import _key_set, _step_mdp_generic
+from rl.envs._utils import _finish, _key_set, _step_mdp_generic
 
 GROUP_KEYS = dict(
     reward_keys=["reward", ("agents", "reward")],
@@ -35,7 +35,8 @@ def _generic(
         excluded |= _key_set(done_keys)
     drop = excluded | {("_reset",)} if "_reset" in nxt.keys() else excluded
     root_excluded = excluded | _key_set(action_keys) if exclude_action else excluded
-    return _step_mdp_generic(td, nxt, keep_other, drop, root_excluded)
+    out = _step_mdp_generic(td, nxt, keep_other, drop, root_excluded)
+    return _finish(out, td, keep_other, exclude_action, reward_keys, done_keys, action_keys)
 
 
 def _assert_same(a, b):

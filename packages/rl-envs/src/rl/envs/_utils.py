@@ -151,12 +151,14 @@ def step_mdp(
 
     Args:
         tensordict: a transition with a ``"next"`` sub-tensordict.
-        next_tensordict: the ``"next"`` content, when it is not stored in ``tensordict``.
+        next_tensordict: where to write the result (TorchRL's destination tensordict,
+            updated and returned); ``None``: a new TensorDict.
         keep_other: keep the root entries that ``"next"`` does not hold (policy outputs,
             recurrent states...).
         exclude_reward: drop the reward keys.
         exclude_done: drop the done keys.
-        exclude_action: drop the action keys from the kept root entries.
+        exclude_action: drop the action keys of the root (kept otherwise, also with
+            ``keep_other=False``).
         reward_keys, done_keys, action_keys: the keys these options refer to (a key or
             a list of keys; TorchRL's defaults ``"reward"``, ``"done"``, ``"action"``).
 
@@ -180,13 +182,73 @@ def step_mdp(
         >>> step_mdp(td)["agents"].batch_size
         torch.Size([2, 5])
     """
+    out = _step_mdp(
+        tensordict, keep_other, exclude_reward, exclude_done, exclude_action,
+        reward_keys, done_keys, action_keys,
+    )  # fmt: skip
+    out = _finish(out, tensordict, keep_other, exclude_action, reward_keys, done_keys, action_keys)
+    if next_tensordict is not None:  # TorchRL's destination tensordict
+        next_tensordict.update(out)
+        return next_tensordict
+    return out
+
+
+def _finish(out, tensordict, keep_other, exclude_action, reward_keys, done_keys, action_keys):
+    """TorchRL's last rules of ``step_mdp``: the root's action stays without the other
+    root entries, and no group is left empty by the exclusions."""
+    if not keep_other and not exclude_action:  # the action stays without the others
+        # select: a lazy stack's heterogeneous actions stay lazy (get would stack them)
+        actions = tensordict.select(*_key_set(action_keys), strict=False)
+        if type(out) is TensorDict and type(actions) is TensorDict:
+            for key, value in actions.items(True, True):
+                _set_unshared(out, key, value)
+        elif not actions.is_empty():
+            out.update(actions)
+    # a sub-tensordict the exclusions emptied goes too (TorchRL keeps no empty group)
+    groups = {k[:i] for k in _key_set(reward_keys) | _key_set(done_keys) | _key_set(action_keys)
+              for i in range(len(k) - 1, 0, -1)}  # fmt: skip
+    for group in sorted(groups, key=len, reverse=True):
+        sub = out.get(group, None)
+        if isinstance(sub, TensorDictBase) and sub.is_empty():
+            out.del_(group)
+    return out
+
+
+def _set_unshared(out: TensorDict, key, value: torch.Tensor) -> None:
+    """``out.set(key, value)`` without writing into a sub-tensordict ``out`` shares with
+    the input (the groups of ``"next"`` are taken as they are): the groups on the path
+    are shallow-copied first."""
+    if isinstance(key, str) or len(key) == 1:
+        out.set(key, value)
+        return
+    node = out
+    for name in key[:-1]:
+        sub = node.get(name, None)
+        if sub is None:
+            node.set(key[key.index(name) :], value)
+            return
+        sub = sub.clone(recurse=False)
+        node.set(name, sub)
+        node = sub
+    node.set(key[-1], value)
+
+
+def _step_mdp(
+    tensordict: TensorDictBase,
+    keep_other: bool,
+    exclude_reward: bool,
+    exclude_done: bool,
+    exclude_action: bool,
+    reward_keys,
+    done_keys,
+    action_keys,
+) -> TensorDictBase:
+    next_tensordict = tensordict.get("next", None)
     if next_tensordict is None:
-        next_tensordict = tensordict.get("next", None)
-        if next_tensordict is None:
-            raise KeyError(
-                "step_mdp needs a 'next' entry in the tensordict (or next_tensordict), "
-                f"got keys {sorted(map(str, tensordict.keys()))}"
-            )
+        raise KeyError(
+            "step_mdp needs a 'next' entry in the tensordict, got keys "
+            f"{sorted(map(str, tensordict.keys()))}"
+        )
     excluded = set()
     if exclude_reward:
         excluded |= _key_set(reward_keys)

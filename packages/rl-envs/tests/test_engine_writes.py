@@ -114,3 +114,36 @@ def test_reset_rows_of_a_rollout_match_a_step_loop(num_envs):
     if num_envs is None:
         root_done = root_done[None]
     assert not root_done[:, 1:][done[:, :-1]].any()
+
+
+def test_a_policy_output_changing_shape_raises_naming_the_key():
+    env = GymEnv("Pendulum-v1", num_envs=3)
+    calls = [0]
+
+    def policy(td):
+        td["action"] = env.action_spec.zero()
+        td["hidden"] = torch.zeros(3, 2 if calls[0] == 0 else 1)
+        calls[0] += 1
+        return td
+
+    with pytest.raises(
+        ValueError, match=r"'hidden' with shape \(3, 1\) at step 1, expected \(3, 2\)"
+    ):
+        env.rollout(4, policy)
+
+
+def test_a_policy_output_missing_later_raises_naming_the_key():
+    env = GymEnv("Pendulum-v1")
+    calls = [0]
+
+    def policy(td):
+        td["action"] = env.action_spec.zero()
+        if calls[0] == 0:
+            td["extra"] = torch.zeros(1)
+        else:
+            td.pop("extra", None)
+        calls[0] += 1
+        return td
+
+    with pytest.raises(KeyError, match="'extra' written at the first step is missing at step 1"):
+        env.rollout(3, policy)

@@ -119,14 +119,13 @@ class CollectorBase(ABC):
             batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
+        self._post_hook(batch)  # as TorchRL: before a replay buffer gets it
         if self.replay_buffer is not None:
             storage = getattr(self.replay_buffer, "storage", None)
             if getattr(storage, "ndim", 1) == 1 and batch.ndim > 1:
                 batch = batch.reshape(-1)
             self.replay_buffer.extend(batch)
-            self._post_hook(batch)
             return None
-        self._post_hook(batch)
         return batch
 
     def _pre_hook(self) -> None:

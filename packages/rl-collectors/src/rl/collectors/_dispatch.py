@@ -27,6 +27,13 @@ class CollectorMeta(ABCMeta):
     itself dispatches to the back-end's collector class (the object returned keeps that
     concrete type); constructing any subclass builds it as usual."""
 
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        """The constructor's signature (``__init__``'s without ``self``), for ``help()``,
+        IDEs and config tools (the metaclass's ``__call__`` would hide it)."""
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=tuple(signature.parameters.values())[1:])
+
     def __call__(
         cls, *args, backend=None, backend_options=None, num_collectors=None, sync=None, **kwargs
     ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing as mp
 import multiprocessing.util
 import os
@@ -105,6 +106,12 @@ def _per_worker(value: Any, num_workers: int, name: str) -> list:
 
 class _MultiCollectorMeta(type(CollectorBase)):
     """``MultiCollector(..., sync=...)`` builds the mode's class, as TorchRL's."""
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        """The constructor's signature (``__init__``'s without ``self``)."""
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=tuple(signature.parameters.values())[1:])
 
     def __call__(cls, *args, sync: bool | None = None, **kwargs):
         if cls is MultiCollector:

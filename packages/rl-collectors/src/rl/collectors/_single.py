@@ -215,7 +215,6 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             steps = min(steps, left // max(self.env.batch_size.numel(), 1))
             if steps <= 0:
                 return None
-        self._pre_hook()
         return self.rollout(steps)
 
     @torch.no_grad()
@@ -227,6 +226,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         """
         env = self.env
         steps = self.steps_per_batch if steps is None else steps
+        self._pre_hook()
         if self._root is None or self.reset_at_each_iter:
             self._root = env.reset()
             if self.reset_at_each_iter and self._iter > 0:
@@ -281,8 +281,11 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             self._carry_keys = [k for k in nxt.keys(True, True) if k not in rewards]
         nb = len(env.batch_size)
         idx = (slice(None),) * nb + (-1,)
+        # the last root (what a policy wrote there: recurrent states, counters...) under
+        # the step's "next" entries, as the rollout carries them from step to step;
         # select-then-index keeps the batch dims of nested groups ([*B, n_agents])
-        root = nxt.select(*self._carry_keys)[idx].clone()
+        root = out.exclude("next", "collector")[idx].clone()
+        root.update(nxt.select(*self._carry_keys)[idx].clone())
         done = root.get(env.done_key)
         if bool(done.any()):
             root.set("_reset", done.clone())

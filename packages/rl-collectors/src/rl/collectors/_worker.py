@@ -101,16 +101,14 @@ def worker_main(
                     with lock:
                         local.update_(weights)
                         seen = int(version[0])
-                if collector.pre_collect_hook is not None:
-                    collector.pre_collect_hook()
-                batch = collector.rollout(steps)
-                if collector.post_collect_hook is not None:
-                    collector.post_collect_hook(batch)
+                batch = collector.rollout(steps)  # runs the pre-collect hook
                 collector._frames += batch.numel()
                 collector._iter += 1
                 if collector.track_traj_ids:
                     ids = batch.get(("collector", "traj_ids"))
                     ids.mul_(num_workers).add_(index)  # unique across workers
+                if collector.post_collect_hook is not None:  # on the ids the learner gets
+                    collector.post_collect_hook(batch)
                 structure = _structure(batch)
                 if shared is None or structure != layout or shared.batch_size[-1] < steps:
                     shared = batch.clone().share_memory_()

@@ -186,6 +186,8 @@ class GymKernel(_GymKernelBase):
 class VectorKernel(_GymKernelBase):
     """A gymnasium vector env (``NEXT_STEP`` or ``SAME_STEP`` auto-reset)."""
 
+    uses_begin = True  # the pipelined async step sends step 0's action there
+
     def start(self, buffers, tensordict, actions, *, eager, stops) -> None:
         super().start(buffers, tensordict, actions, eager=eager, stops=stops)
         env = self.env

@@ -39,11 +39,15 @@ class RolloutKernel:
         root_inputs: the root entries :meth:`step` reads besides the actions, or ``None``
             (any). With a policy given as a tensor twin, the other carried entries are
             not kept in the root at each step.
+        uses_begin: whether the kernel implements :meth:`begin` (declared, so that the
+            engine never calls an empty one per step).
     """
 
     reads_root: bool = True
     #: the root entries :meth:`step` reads besides the actions (``None``: any of them)
     root_inputs: tuple | None = None
+    #: whether :meth:`begin` does anything (the engine calls it at each step only then)
+    uses_begin: bool = False
 
     def accepts(self, tensordict: TensorDictBase) -> bool:
         """Whether the kernel takes the first root (after the policy's first call): a

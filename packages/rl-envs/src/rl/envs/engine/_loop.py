@@ -58,18 +58,21 @@ def policy_runner(policy: Callable | None) -> Callable | None:
 class _StepWriter:
     """Copies each step's values into row ``t`` of a list of ``[*B, T, ...]`` buffers.
 
-    CPU buffers are written through numpy views (a row write there costs a fraction of
-    torch's indexing); a value numpy cannot take (one that needs grad, one off the CPU)
-    sends this and later steps to torch: one ``_foreach_copy_`` into the step's views,
-    unless a value needs grad (autograd cannot write views made by ``unbind`` in place),
-    then ``buf[..., t] = value`` (gradients flow through the rollout).
+    CPU buffers are written through numpy views (a fraction of torch's indexing cost),
+    while each value allows it; a value that needs grad, lives on another device or has a
+    dtype numpy lacks sends this and later steps to torch: one ``_foreach_copy_`` into the
+    step's views, unless a value needs grad (autograd cannot write views made by
+    ``unbind`` in place), then ``buf[..., t] = value`` (gradients flow through the
+    rollout). With ``check``, a value whose shape is not the first step's raises, naming
+    its key (the entries a policy writes: numpy would broadcast them silently).
     """
 
     #: numpy writes a row of a ``[B, T, F]`` buffer as ``B`` strided copies; past this many
     #: (summed over the buffers whose rows are not scalars) torch's copy is cheaper
     NUMPY_CHUNKS = 512
 
-    def __init__(self, writes: list, nb: int, max_steps: int) -> None:
+    def __init__(self, writes: list, nb: int, max_steps: int, check: bool = False) -> None:
+        self.keys = [key for key, _ in writes]
         self.bufs = [buf for _, buf in writes]
         arrays = [_numpy_or_none(buf) for buf in self.bufs]
         chunks = sum(
@@ -80,17 +83,27 @@ class _StepWriter:
         self.views = StepViews(self.bufs, nb, max_steps)
         self.views_ok = not any(buf.requires_grad for buf in self.bufs)
         self.prefix = (slice(None),) * nb
+        self.shapes = [buf.shape[:nb] + buf.shape[nb + 1 :] for buf in self.bufs] if check else None
 
     def __call__(self, t: int, srcs: list) -> None:
         idx = (*self.prefix, t)
+        if self.shapes is not None:
+            for key, value, shape in zip(self.keys, srcs, self.shapes):
+                if value.shape != shape:
+                    raise ValueError(
+                        f"the policy wrote {key!r} with shape {tuple(value.shape)} at step {t}, "
+                        f"expected {tuple(shape)} (its shape at the first step)"
+                    )
         arrays = self.arrays
         if arrays is not None:
-            try:
+            for value in srcs:
+                if value.requires_grad or not value.is_cpu or value.dtype is torch.bfloat16:
+                    self.arrays = arrays = None  # torch from now on
+                    break
+            else:
                 for array, value in zip(arrays, srcs):
                     array[idx] = value.numpy()
                 return
-            except (RuntimeError, TypeError):  # grad, another device, a dtype numpy lacks
-                self.arrays = None
         if self.views_ok and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
             self.views_ok = False
         if self.views_ok:
@@ -224,9 +237,9 @@ def _raise_shape(env: EnvBase, key, value: torch.Tensor, shape: torch.Size) -> N
 
 
 def _begin(kernel: RolloutKernel):
-    """The kernel's ``begin``, or ``None`` where it does nothing (not called per step)."""
-    begin = kernel.begin
-    return None if getattr(begin, "__func__", None) is RolloutKernel.begin else begin
+    """The kernel's ``begin``, or ``None`` where it declares it has none
+    (:attr:`RolloutKernel.uses_begin`): not called per step."""
+    return kernel.begin if kernel.uses_begin else None
 
 
 def _lean_loop(kernel, max_steps: int, break_any: bool, break_all: bool, resets: list) -> int:
@@ -360,10 +373,10 @@ def run_rollout(
                 out = runner(td)
                 if out is not None:
                     td = out
-            elif eager:
+            else:
                 for key, value in actions:
                     _set(td, key, value[(*prefix, t)])
-        root = td if eager else None
+        root = td
         if begin is not None:
             begin(t, root)
         if tensor_slots is not None and t > 0:  # recorded while the kernel's workers step
@@ -372,7 +385,7 @@ def run_rollout(
                     bufs.root[key][(*prefix, t)] = value
                 else:
                     array[(*prefix, t)] = value.numpy()
-        elif t > 0 and eager and (root_writes or root_carried):
+        elif t > 0 and (root_writes or root_carried):
             # a plain TensorDict with string keys is read from its entry dict
             root_flat = td._tensordict if str_keys and type(td) is TensorDict else flat_leaves(td)
             for key, _ in root_carried:
@@ -380,7 +393,14 @@ def run_rollout(
                 if value is not carried[key]:
                     overrides.append((t, key, value.clone()))
             if root_writes:
-                write_root(t, [root_flat[key] for key, _ in root_writes])
+                try:
+                    srcs = [root_flat[key] for key, _ in root_writes]
+                except KeyError as err:
+                    raise KeyError(
+                        f"the root entry {err.args[0]!r} written at the first step is missing "
+                        f"at step {t} (a policy must write the same entries at every step)"
+                    ) from None
+                write_root(t, srcs)
         result = step(t, root)
         # a kernel returns its done flags (a bool, an array) or the step's TensorDict
         cls = result.__class__
@@ -392,7 +412,7 @@ def run_rollout(
                 nested.update({("next", *k): v for k, v in nested_batch_dims(next_td, nb).items()})
             layout = _allocate(bufs, next_td, flat_leaves(td), reward_keys, presampled)
             next_writes, next_keys, carry_keys, root_writes, root_carried = layout
-            write_root = _StepWriter(root_writes, nb, max_steps)
+            write_root = _StepWriter(root_writes, nb, max_steps, check=True)
             write_next = _StepWriter(next_writes, nb, max_steps)
             kernel_views = StepViews([bufs.next[key] for key in next_keys], nb, max_steps)
             str_keys = all(type(key) is str for key, _ in root_carried + root_writes)
@@ -445,33 +465,30 @@ def run_rollout(
                 break
         if t == last:
             break
-        if eager:
-            # the next root: the step's "next" entries (but the rewards) over this root
-            entries = None
-            if merge and type(td) is TensorDict and type(next_td) is TensorDict:
-                # an env's own outputs: merged as step_mdp does (keys may vary by step)
-                entries = _merge_plain(next_td, td, reward_drop, set(), set(), ())
-            if entries is not None:
-                td = TensorDict._new_unsafe(
-                    entries, batch_size=td.batch_size, device=td.device, nested=False
-                )
-                carried = {key: next_flat[key] for key in carry_keys}
-            else:
-                entries = td._tensordict if str_keys and type(td) is TensorDict else None
-                values = (
-                    carry_views[t] if next_flat is None else [next_flat[key] for key in carry_keys]
-                )
-                for key, value in zip(carry_keys, values):
-                    if entries is not None:  # a view of a buffer of the td's batch size
-                        entries[key] = value
-                    else:
-                        _set(td, key, value)
-                    carried[key] = value
+        # the next root: the step's "next" entries (but the rewards) over this root
+        entries = None
+        if merge and type(td) is TensorDict and type(next_td) is TensorDict:
+            # an env's own outputs: merged as step_mdp does (keys may vary by step)
+            entries = _merge_plain(next_td, td, reward_drop, set(), set(), ())
+        if entries is not None:
+            td = TensorDict._new_unsafe(
+                entries, batch_size=td.batch_size, device=td.device, nested=False
+            )
+            carried = {key: next_flat[key] for key in carry_keys}
+        else:
+            entries = td._tensordict if str_keys and type(td) is TensorDict else None
+            values = carry_views[t] if next_flat is None else [next_flat[key] for key in carry_keys]
+            for key, value in zip(carry_keys, values):
+                if entries is not None:  # a view of a buffer of the td's batch size
+                    entries[key] = value
+                else:
+                    _set(td, key, value)
+                carried[key] = value
         if any_done:
-            reset = kernel.reset(t + 1, done, td if eager else None)
+            reset = kernel.reset(t + 1, done, td)
             if reset.__class__ is not dict and isinstance(reset, TensorDictBase):
                 td = reset
-            elif eager:
+            else:
                 later = {}
                 entries = td._tensordict if str_keys and type(td) is TensorDict else None
                 for key, value in reset.items():
@@ -488,9 +505,7 @@ def run_rollout(
                         carried[key] = value
                 if later:
                     resets.append((t + 1, later))
-            else:
-                resets.append((t + 1, reset))
-            if eager and tensor_slots is None:
+            if tensor_slots is None:
                 for key, _ in root_carried:
                     value = td.get(key)
                     if value is not carried[key]:
@@ -515,27 +530,16 @@ def run_rollout(
                     overrides.append((t, key, value))
     for key, rows in patches.items():  # before the whole-value overrides (made later)
         _apply_rows(bufs.root[key], rows, nb)
-    for t, key, value in overrides:
+    for t, key, value in overrides:  # whole values (a reset's (rows, values) went above)
         if t >= steps:
             continue
-        if type(value) is tuple:  # (rows, values) of a kernel's reset
-            rows, value = value
-            array = arrays.get(key)
-            if array is None:
-                array = arrays[key] = _numpy_or_none(bufs.root[key])
-            if array is not None:
-                array[(*prefix, t)][rows] = value
-            else:
-                view = bufs.root[key][(*prefix, t)]
-                view[rows] = value if isinstance(value, bool) else torch.as_tensor(value)
+        array = arrays.get(key)
+        if array is None:
+            array = arrays[key] = _numpy_or_none(bufs.root[key])
+        if array is not None and value.device.type == "cpu" and not value.requires_grad:
+            array[(*prefix, t)] = value.numpy()
         else:
-            array = arrays.get(key)
-            if array is None:
-                array = arrays[key] = _numpy_or_none(bufs.root[key])
-            if array is not None and value.device.type == "cpu" and not value.requires_grad:
-                array[(*prefix, t)] = value.numpy()
-            else:
-                bufs.root[key][(*prefix, t)] = value
+            bufs.root[key][(*prefix, t)] = value
     out = bufs.output(steps)
     if nested:
         restore_nested_batch(out, nested, nb)

@@ -120,6 +120,8 @@ class _PublicPool:
 class EnvPoolKernel(BufferKernel):
     """The kernel of an EnvPool env (one synchronous pool of ``n`` envs)."""
 
+    uses_begin = True  # the action goes to the pool's threads before the engine records
+
     def start(self, buffers, tensordict, actions, *, eager, stops) -> None:
         env = self.env
         leaves = env._obs_leaves

@@ -49,6 +49,7 @@ class TransformKernel(RolloutKernel):
         raw_root: TensorDictBase | None,
     ) -> None:
         self.env, self.base, self.transforms = env, base, transforms
+        self.uses_begin = base.uses_begin
         self.raw_root = raw_root
         self.reads_root = raw_root is None
 

@@ -7,6 +7,7 @@ from ._backends import (
     set_gym_backend,
 )
 from ._batched import EnvCreator, ParallelEnv, SerialEnv
+from ._dreamer import DreamerDecoder, DreamerEnv
 from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._model_based import ModelBasedEnvBase
@@ -23,7 +24,6 @@ from ._utils import RandomPolicy, check_env_specs, step_mdp
 from .transforms import *  # noqa: F403  (transforms: TransformedEnv, Compose, every transform)
 from .transforms import __all__ as _transforms_all
 from .transforms._auto_reset import AutoResetEnv, AutoResetTransform
-from ._dreamer import DreamerDecoder, DreamerEnv
 
 __version__ = "0.1.0"
 

@@ -187,6 +187,8 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
             and self._generator is None
             and getattr(self, "_generator_key", None) is None
             and not self.cache_dist
+            # a class (not a factory such as functools.partial), and not a composite one
+            and isinstance(self.distribution_class, type)
             and not issubclass(self.distribution_class, CompositeDistribution)
         )
         self._lean_params = [

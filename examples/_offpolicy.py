@@ -385,11 +385,15 @@ class Run:
         }
 
 
-def cli(config_cls, presets: dict, default: str, description: str):
-    """Parses the command line into ``config_cls``; with several presets, one
-    subcommand each (``script.py preset --seed 1``)."""
+def cli(config_cls, presets: dict, default: str, description: str, args=None):
+    """Parses the command line (or ``args``) into ``config_cls``; with several presets,
+    one subcommand each (``script.py preset --seed 1``), the default preset when the
+    flags come first (``script.py --seed 1``)."""
+    args = sys.argv[1:] if args is None else list(args)
     if len(presets) == 1:
-        return tyro.cli(config_cls, default=presets[default][1], description=description)
+        return tyro.cli(config_cls, default=presets[default][1], description=description, args=args)
+    if args and args[0] not in presets and args[0] not in ("-h", "--help"):
+        args = [default, *args]
     choices = tuple(
         Annotated[config_cls, tyro.conf.subcommand(name, default=preset, description=text)]
         for name, (text, preset) in presets.items()
@@ -398,4 +402,5 @@ def cli(config_cls, presets: dict, default: str, description: str):
         Union[choices],  # noqa: UP007
         default=presets[default][1],
         description=description,
+        args=args,
     )

@@ -343,12 +343,22 @@ def main(cfg: Config) -> dict:
     return {**summary, "cpu_fps": cpu_fps, "actor": actor, "critic": critic}
 
 
-def cli() -> Config:
+def cli(args=None) -> Config:
+    """The config from the command line (or ``args``): ``ppo.py [preset] [--flags]``, the
+    ``cartpole`` preset when the flags come first."""
+    args = sys.argv[1:] if args is None else list(args)
+    if args and args[0] not in PRESETS and args[0] not in ("-h", "--help"):
+        args = ["cartpole", *args]
     choices = tuple(
         Annotated[Config, tyro.conf.subcommand(name, default=preset, description=text)]
         for name, (text, preset) in PRESETS.items()
     )
-    return tyro.cli(Union[choices], default=PRESETS["cartpole"][1], description=__doc__)  # noqa: UP007
+    return tyro.cli(
+        Union[choices],  # noqa: UP007
+        default=PRESETS["cartpole"][1],
+        description=__doc__,
+        args=args,
+    )
 
 
 if __name__ == "__main__":

@@ -74,26 +74,30 @@ class CollectorBase(ABC):
     def iterator(self) -> Iterator[TensorDictBase | None]:
         """Yields the batches (``None`` for each batch when a replay buffer is given)."""
         while not self.closed:
-            batch, counted = self._next_batch()
+            if self._trajs is not None:
+                batch = self._traj_batch()
+                if batch is None:
+                    return
+                yield self._emit(batch, counted=True)
+                continue
+            batch = self._produce()
             if batch is None:
                 return
-            yield self._emit(batch, counted=counted)
+            yield self._emit(batch)
 
     def next(self) -> TensorDictBase | None:
         """Collects and returns one batch (outside a ``for`` loop)."""
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
-        batch, counted = self._next_batch()
+        if self._trajs is not None:
+            batch = self._traj_batch()
+            if batch is None:
+                raise StopIteration(f"the {type(self).__name__} collected its total_frames")
+            return self._emit(batch, counted=True)
+        batch = self._produce()
         if batch is None:
             raise StopIteration(f"the {type(self).__name__} collected its total_frames")
-        return self._emit(batch, counted=counted)
-
-    def _next_batch(self) -> tuple[Any, bool]:
-        """``(batch, counted)``: the next batch to emit (``None`` once the frames are
-        spent) and whether its frames were counted already (trajectory batches)."""
-        if self._trajs is not None:
-            return self._traj_batch(), True
-        return self._produce(), False
+        return self._emit(batch)
 
     def _traj_batch(self) -> TensorDictBase | None:
         """The next ``trajs_per_batch`` whole trajectories, collecting (and counting the

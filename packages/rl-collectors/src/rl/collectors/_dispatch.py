@@ -16,17 +16,10 @@ from typing import Any
 
 from rl.core import current_service_backend, normalize_service_backend
 
-__all__ = ["CollectorMeta", "init_signature"]
+__all__ = ["CollectorMeta"]
 
 _BACKENDS = ("direct", "process", "ray", "rpc", "distributed", "submitit")
 _RESERVED = frozenset({"backend_options", "num_collectors", "num_workers", "sync"})
-
-
-def init_signature(cls: type) -> inspect.Signature:
-    """``cls``'s constructor signature (``__init__``'s without ``self``), for ``help()``,
-    IDEs and config tools: a metaclass ``__call__`` would otherwise hide it."""
-    signature = inspect.signature(cls.__init__)
-    return signature.replace(parameters=tuple(signature.parameters.values())[1:])
 
 
 class CollectorMeta(ABCMeta):
@@ -36,7 +29,10 @@ class CollectorMeta(ABCMeta):
 
     @property
     def __signature__(cls) -> inspect.Signature:
-        return init_signature(cls)
+        """The constructor's signature (``__init__``'s without ``self``), for ``help()``,
+        IDEs and config tools (the metaclass's ``__call__`` would hide it)."""
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=tuple(signature.parameters.values())[1:])
 
     def __call__(
         cls, *args, backend=None, backend_options=None, num_collectors=None, sync=None, **kwargs

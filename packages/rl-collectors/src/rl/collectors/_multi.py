@@ -25,7 +25,6 @@ from rl.core.workers import WorkerTimeoutError, describe_process, exit_descripti
 from rl.core.workers import stop_processes as _stop_processes
 
 from ._base import CollectorBase
-from ._dispatch import init_signature
 from ._worker import worker_main
 
 __all__ = [
@@ -110,7 +109,9 @@ class _MultiCollectorMeta(type(CollectorBase)):
 
     @property
     def __signature__(cls) -> inspect.Signature:
-        return init_signature(cls)
+        """The constructor's signature (``__init__``'s without ``self``)."""
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=tuple(signature.parameters.values())[1:])
 
     def __call__(cls, *args, sync: bool | None = None, **kwargs):
         if cls is MultiCollector:

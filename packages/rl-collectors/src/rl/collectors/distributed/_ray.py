@@ -408,10 +408,8 @@ class RayCollector(CollectorBase):
             self._assigned += frames
             self._submit(index, frames)
 
-    def _emit(
-        self, item: tuple[TensorDictBase | None, int], counted: bool = False
-    ) -> TensorDictBase | None:
-        batch, frames = item  # (_produce's pair; RayCollector takes no trajs_per_batch)
+    def _emit(self, item: tuple[TensorDictBase | None, int]) -> TensorDictBase | None:
+        batch, frames = item
         if batch is None:  # written into the Ray replay buffer by the actors
             self._frames += frames
             self._iter += 1

@@ -122,6 +122,10 @@ def _set(td: TensorDictBase, key, value: torch.Tensor) -> None:
         td.set(key, value)
 
 
+def _any(done) -> bool:
+    return done if done.__class__ is bool else bool(done.any())
+
+
 def _numpy_or_none(buf: torch.Tensor):
     """A numpy view of a CPU buffer without grad, else None."""
     if buf.device.type != "cpu" or buf.requires_grad:

@@ -1,0 +1,29 @@
+"""LLM environments (``pip install "rl-envs[llm]"``): chats as environments, datasets of
+prompts, reward parsers, and the transforms of LLM post-training.
+
+The data containers (``History``, ``ChatHistory``, ``Text``, ``Tokens``) come from
+:mod:`rl.data.llm`; policies (``TransformersWrapper``) from :mod:`rl.modules.llm`, which
+this package never imports: the transforms that run a model take it as an argument.
+"""
+
+from ._chat import ChatEnv, DatasetChatEnv
+from ._dataset import load_local_dataset
+from .datasets import CountdownEnv, GSM8KEnv, GSM8KPrepareQuestion, MATHEnv
+from .reward import CountdownRewardParser, GSM8KRewardParser, MATHRewardParser
+from .transforms import DataLoadingPrimer, as_nested_tensor, as_padded_tensor
+
+__all__ = [
+    "ChatEnv",
+    "CountdownEnv",
+    "CountdownRewardParser",
+    "GSM8KEnv",
+    "GSM8KPrepareQuestion",
+    "GSM8KRewardParser",
+    "MATHEnv",
+    "MATHRewardParser",
+    "DataLoadingPrimer",
+    "DatasetChatEnv",
+    "as_nested_tensor",
+    "as_padded_tensor",
+    "load_local_dataset",
+]

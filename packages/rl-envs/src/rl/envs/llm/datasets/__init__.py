@@ -1,0 +1,7 @@
+"""Dataset-backed chat environments (local datasets only)."""
+
+from ._countdown import CountdownEnv
+from ._gsm8k import GSM8KEnv, GSM8KPrepareQuestion
+from ._math import MATHEnv
+
+__all__ = ["CountdownEnv", "GSM8KEnv", "GSM8KPrepareQuestion", "MATHEnv"]

@@ -3,11 +3,13 @@
 from rl.data.map import (
     BinaryToDecimal,
     HashToInt,
+    MCTSForest,
     QueryModule,
     RandomProjectionHash,
     SipHash,
     TensorDictMap,
     TensorMap,
+    Tree,
 )
 from rl.data.postprocs import MultiStep
 from rl.data.replay_buffers import (
@@ -72,6 +74,8 @@ __all__ = [
     "SipHash",
     "TensorDictMap",
     "TensorMap",
+    "MCTSForest",
+    "Tree",
     "prefill_replay_buffer",
     "OfflineToOnlineReplayBuffer",
     "HindsightStrategy",

@@ -149,6 +149,8 @@ class TensorDictMap(TensorDictModuleBase, TensorMap[TensorDictBase, TensorDictBa
         Each key entry gets a :class:`SipHash`, or a :class:`RandomProjectionHash` when it
         has more features than that hash projects to; the values go to a
         ``LazyTensorStorage(max_size)`` unless ``storage_constructor`` builds another.
+        ``consolidated`` (when given) goes to the storage: ``True`` keeps the stored
+        entries in one contiguous block.
 
         Examples:
             >>> import torch
@@ -170,7 +172,11 @@ class TensorDictMap(TensorDictModuleBase, TensorMap[TensorDictBase, TensorDictBa
                 hash_module.append(RandomProjectionHash() if large else SipHash())
         query_module = QueryModule(in_keys, hash_module=hash_module)
         if storage_constructor is None:
-            storage_constructor = functools.partial(LazyTensorStorage, max_size)
+            storage_constructor = functools.partial(
+                LazyTensorStorage, max_size, consolidated=bool(consolidated)
+            )
+        elif consolidated is not None:
+            storage_constructor = functools.partial(storage_constructor, consolidated=consolidated)
         return cls(
             query_module=query_module,
             storage=storage_constructor(),

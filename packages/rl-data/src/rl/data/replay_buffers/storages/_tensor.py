@@ -697,6 +697,9 @@ class LazyTensorStorage(TensorStorage):
         max_size: the capacity.
         device: where the data lives (``"cuda"`` keeps the replay buffer on the GPU; a
             prioritized sampler then keeps its trees there too).
+        consolidated: allocate the stored TensorDict's entries in one contiguous block
+            (``TensorDict.consolidate``), as TorchRL; only for TensorDict data. Defaults to
+            ``False``.
 
     Examples:
         >>> import torch
@@ -720,8 +723,20 @@ class LazyTensorStorage(TensorStorage):
         device: torch.device | str = "cpu",
         ndim: int = 1,
         compilable: bool = False,
+        consolidated: bool = False,
     ) -> None:
         super().__init__(None, max_size=max_size, device=device, ndim=ndim, compilable=compilable)
+        self.consolidated = consolidated
+
+    def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        stored = super()._allocate(template)
+        if self.consolidated:
+            if not isinstance(stored, TensorDictBase):
+                raise ValueError(
+                    f"consolidated=True stores TensorDicts in one block; got a {type(template).__name__}"
+                )
+            stored = stored.consolidate()
+        return stored
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, device={self.device})"

@@ -10,9 +10,29 @@ from ._chat import ChatEnv, DatasetChatEnv
 from ._dataset import load_local_dataset
 from .datasets import CountdownEnv, GSM8KEnv, GSM8KPrepareQuestion, MATHEnv
 from .reward import CountdownRewardParser, GSM8KRewardParser, MATHRewardParser
-from .transforms import DataLoadingPrimer, as_nested_tensor, as_padded_tensor
+from .transforms import (
+    AddThinkingPrompt,
+    DataLoadingPrimer,
+    KLComputation,
+    KLRewardTransform,
+    PythonInterpreter,
+    RetrieveKL,
+    RetrieveLogProb,
+    TemplateTransform,
+    Tokenizer,
+    as_nested_tensor,
+    as_padded_tensor,
+)
 
 __all__ = [
+    "AddThinkingPrompt",
+    "KLComputation",
+    "KLRewardTransform",
+    "PythonInterpreter",
+    "RetrieveKL",
+    "RetrieveLogProb",
+    "TemplateTransform",
+    "Tokenizer",
     "ChatEnv",
     "CountdownEnv",
     "CountdownRewardParser",

@@ -104,7 +104,7 @@ class ChatEnv(EnvBase):
         >>> from rl.envs.llm import ChatEnv
         >>> env = ChatEnv(batch_size=(1,), system_prompt="Be brief.")
         >>> td = env.reset(TensorDict(query="Hello", batch_size=(1,)))
-        >>> td["history"].prompt[0].role
+        >>> list(td["history"].prompt[0].role)
         ['system', 'user']
     """
 
@@ -390,7 +390,7 @@ class DatasetChatEnv(TransformedEnv):
         >>> rows = [{"query": "2+2?", "answer": "4"}, {"query": "3+3?", "answer": "6"}]
         >>> env = DatasetChatEnv(dataset=rows, shuffle=False, num_envs=2)
         >>> td = env.reset()
-        >>> td["answer"]
+        >>> list(td["answer"])
         ['4', '6']
     """
 

@@ -34,7 +34,7 @@ class MATHEnv(DatasetChatEnv):
     Examples:
         >>> from rl.envs.llm import MATHEnv
         >>> rows = [{"problem": "1/2 + 0?", "solution": r"It is $\boxed{\frac{1}{2}}$."}]
-        >>> MATHEnv(dataset=rows).reset()["answer"]
+        >>> list(MATHEnv(dataset=rows).reset()["answer"])
         ['It is $\\boxed{\\frac{1}{2}}$.']
     """
 

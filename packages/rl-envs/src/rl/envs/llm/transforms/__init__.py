@@ -1,5 +1,22 @@
 """Transforms of the LLM environments."""
 
 from ._dataloading import DataLoadingPrimer, as_nested_tensor, as_padded_tensor
+from ._format import TemplateTransform
+from ._kl import KLComputation, KLRewardTransform, RetrieveKL, RetrieveLogProb
+from ._python import PythonInterpreter
+from ._reason import AddThinkingPrompt
+from ._tokenizer import Tokenizer
 
-__all__ = ["DataLoadingPrimer", "as_nested_tensor", "as_padded_tensor"]
+__all__ = [
+    "AddThinkingPrompt",
+    "DataLoadingPrimer",
+    "KLComputation",
+    "KLRewardTransform",
+    "PythonInterpreter",
+    "RetrieveKL",
+    "RetrieveLogProb",
+    "TemplateTransform",
+    "Tokenizer",
+    "as_nested_tensor",
+    "as_padded_tensor",
+]

@@ -139,7 +139,7 @@ class DataLoadingPrimer(TensorDictPrimer):
         >>> from rl.envs.llm import ChatEnv, DataLoadingPrimer
         >>> rows = [{"query": ["hi", "yo"]}]
         >>> env = ChatEnv(batch_size=(2,)).append_transform(DataLoadingPrimer(rows, batch_size=(2,)))
-        >>> env.reset()["query"]
+        >>> list(env.reset()["query"])
         ['hi', 'yo']
     """
 

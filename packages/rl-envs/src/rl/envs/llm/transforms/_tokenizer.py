@@ -1,0 +1,201 @@
+"""``Tokenizer``: strings in a tensordict become token ids (and back, for actions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import NestedKey, NonTensorData, NonTensorStack, TensorDictBase
+
+from rl.core import Bounded, Composite
+
+from ...transforms import Transform
+
+__all__ = ["Tokenizer"]
+
+
+def _strings(value) -> str | list[str]:
+    if isinstance(value, NonTensorStack):
+        return [str(v) for v in value.tolist()]
+    if isinstance(value, NonTensorData):
+        return _strings(value.data)
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return str(value)
+
+
+def _sibling(key: NestedKey, name: str) -> NestedKey:
+    return name if isinstance(key, str) else (*key[:-1], name)
+
+
+class Tokenizer(Transform):
+    """Tokenizes the strings at ``in_keys`` into ``out_keys`` (with an ``attention_mask``
+    beside each), and decodes the token ids at ``out_keys_inv`` back into strings at
+    ``in_keys_inv`` before the env steps.
+
+    Args:
+        in_keys, out_keys (list of NestedKey, optional): strings in, token ids out.
+        in_keys_inv, out_keys_inv (list of NestedKey, optional): strings the env reads,
+            token ids the policy writes.
+
+    Keyword Args:
+        tokenizer: a ``transformers`` tokenizer (required: nothing is downloaded).
+        use_raw_nontensor (bool): kept for TorchRL's signature.
+        additional_tokens (list of str, optional): added to the tokenizer's vocabulary.
+        skip_special_tokens (bool): when decoding. Defaults to ``True``.
+        add_special_tokens (bool): when encoding. Defaults to ``False``.
+        padding (bool): pad a batch of strings to the longest. Defaults to ``True``.
+        max_length (int, optional): pad every sequence to this length; a string with more
+            tokens raises.
+        return_attention_mask (bool): write ``attention_mask`` beside the ids. Defaults
+            to ``True``.
+        missing_tolerance (bool): skip missing keys. Defaults to ``True``.
+        call_before_reset (bool): tokenize the reset INPUT (before the base env resets).
+            Defaults to ``False``.
+
+    Raises:
+        ValueError: no tokenizer, or a string longer than ``max_length`` tokens (the
+            error names the key).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from rl.envs.llm import Tokenizer
+        >>> t = Tokenizer(in_keys=["text"], out_keys=["tokens"], tokenizer=tok)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        in_keys_inv: Sequence[NestedKey] | None = None,
+        out_keys_inv: Sequence[NestedKey] | None = None,
+        *,
+        tokenizer=None,
+        use_raw_nontensor: bool = False,
+        additional_tokens: list[str] | None = None,
+        skip_special_tokens: bool = True,
+        add_special_tokens: bool = False,
+        padding: bool = True,
+        max_length: int | None = None,
+        return_attention_mask: bool = True,
+        missing_tolerance: bool = True,
+        call_before_reset: bool = False,
+    ):
+        if tokenizer is None or isinstance(tokenizer, str):
+            raise ValueError(
+                "Tokenizer needs a tokenizer object (TorchRL's default downloads "
+                "bert-base-uncased; rl downloads nothing): pass tokenizer="
+            )
+        super().__init__(
+            in_keys=in_keys, out_keys=out_keys, in_keys_inv=in_keys_inv, out_keys_inv=out_keys_inv
+        )
+        self.tokenizer = tokenizer
+        if additional_tokens:
+            tokenizer.add_tokens(additional_tokens)
+        self.use_raw_nontensor = use_raw_nontensor
+        self.skip_special_tokens = skip_special_tokens
+        self.add_special_tokens = add_special_tokens
+        self.padding = padding
+        self.max_length = max_length
+        self.return_attention_mask = return_attention_mask
+        self.missing_tolerance = missing_tolerance
+        self.call_before_reset = call_before_reset
+
+    # ------------------------------------------------------------------ encode / decode
+    def call_tokenizer_fn(self, value, key: NestedKey = "text"):
+        """``(ids, attention_mask)`` of a string (``[T]``) or a list of strings (``[B, T]``)."""
+        text = _strings(value)
+        batch = [text] if isinstance(text, str) else text
+        ids = [
+            self.tokenizer(t, add_special_tokens=self.add_special_tokens)["input_ids"]
+            for t in batch
+        ]
+        if self.max_length is not None:
+            for t, row in zip(batch, ids):
+                if len(row) > self.max_length:
+                    raise ValueError(
+                        f"the text at {key!r} tokenizes to {len(row)} tokens, more than "
+                        f"max_length={self.max_length}: {t[:40]!r}..."
+                    )
+        width = self.max_length or max(len(r) for r in ids)
+        if not self.padding and self.max_length is None and len({len(r) for r in ids}) > 1:
+            width = None
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        if width is None:
+            rows = [torch.tensor(r, dtype=torch.long) for r in ids]
+            out = torch.nested.as_nested_tensor(rows)
+            mask = torch.nested.as_nested_tensor([torch.ones_like(r) for r in rows])
+        else:
+            out = torch.full((len(ids), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(ids), width), dtype=torch.long)
+            for i, r in enumerate(ids):
+                out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+                mask[i, : len(r)] = 1
+        if isinstance(text, str):
+            out, mask = out[0], mask[0]
+        return out, mask
+
+    def call_tokenizer_inv_fn(self, value: torch.Tensor):
+        """Strings of ``[T]`` or ``[B, T]`` token ids."""
+        if value.ndim == 1:
+            return NonTensorData(
+                self.tokenizer.decode(value.tolist(), skip_special_tokens=self.skip_special_tokens)
+            )
+        texts = self.tokenizer.batch_decode(
+            value.tolist(), skip_special_tokens=self.skip_special_tokens
+        )
+        return NonTensorStack(*[NonTensorData(t) for t in texts])
+
+    # ------------------------------------------------------------------ hooks
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            value = next_tensordict.get(in_key, None)
+            if value is None:
+                if self.missing_tolerance:
+                    continue
+                raise KeyError(f"Tokenizer: {in_key!r} is not in the tensordict")
+            ids, mask = self.call_tokenizer_fn(value, in_key)
+            next_tensordict.set(out_key, ids)
+            if self.return_attention_mask:
+                next_tensordict.set(_sibling(out_key, "attention_mask"), mask)
+        return next_tensordict
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self._call(tensordict)
+
+    def _reset_env_preprocess(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.call_before_reset:
+            tol, self.missing_tolerance = self.missing_tolerance, True
+            try:
+                return self._call(tensordict)
+            finally:
+                self.missing_tolerance = tol
+        return tensordict
+
+    def _reset(self, tensordict, tensordict_reset):
+        if self.call_before_reset:
+            return tensordict_reset
+        return super()._reset(tensordict, tensordict_reset)
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
+            ids = tensordict.get(out_key, None)
+            if ids is None:
+                if self.missing_tolerance:
+                    continue
+                raise KeyError(f"Tokenizer: {out_key!r} is not in the tensordict")
+            tensordict.set(in_key, self.call_tokenizer_inv_fn(ids))
+        return tensordict
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        shape = (*observation_spec.shape, self.max_length or -1)
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            if in_key in observation_spec.keys(True, True):
+                observation_spec[out_key] = Bounded(
+                    0,
+                    len(self.tokenizer),
+                    shape=shape,
+                    dtype=torch.int64,
+                    device=observation_spec.device,
+                )
+        return observation_spec

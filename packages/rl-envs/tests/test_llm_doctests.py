@@ -11,6 +11,7 @@ pytest.importorskip("transformers")
 
 MODULES = [
     "_chat",
+    "_llm_env",
     "datasets._countdown",
     "datasets._gsm8k",
     "datasets._math",

@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 from _tiny_llm import make_tokenizer  # noqa: E402
 from tensordict import TensorDict, lazy_stack  # noqa: E402
 
+from rl.data import SipHash  # noqa: E402
 from rl.data.llm import History  # noqa: E402
 from rl.envs.llm import (  # noqa: E402
     ChatEnv,
@@ -21,6 +22,8 @@ from rl.envs.llm import (  # noqa: E402
     DatasetChatEnv,
     GSM8KEnv,
     GSM8KRewardParser,
+    LLMEnv,
+    LLMHashingEnv,
     MATHEnv,
     MATHRewardParser,
     as_nested_tensor,
@@ -248,3 +251,74 @@ class TestStacking:
             DataLoadingPrimer(rows, stack_method="stack")
         with pytest.raises(TypeError, match="expected a mapping"):
             DataLoadingPrimer([["not", "a", "dict"]])
+
+
+@pytest.mark.filterwarnings("ignore:LLMEnv is deprecated:DeprecationWarning")
+class TestLLMEnv:
+    def test_text_appends_action(self):
+        with pytest.warns(DeprecationWarning, match="use ChatEnv"):
+            env = LLMEnv.from_dataloader(
+                [{"text": ["hello ", "bye "]}], batch_size=(2,), eos_token_id=0
+            )
+        td = env.reset()
+        assert td["text"] == ["hello ", "bye "]
+        td["text_response"] = ["world", "now"]
+        td["tokens_response"] = torch.tensor([[3, 4], [5, 0]])
+        out = env.step(td)["next"]
+        assert out["text"] == ["hello world", "bye now"]
+        assert out["done"].flatten().tolist() == [False, True]  # eos_token_id=0 in row 1
+
+    def test_tokens_and_per_token_done(self):
+        env = LLMEnv(from_text=False, batch_size=(1,), eos_token_id=2, assign_done=True)
+        td = TensorDict(
+            tokens=torch.tensor([[5, 6]]),
+            attention_mask=torch.ones(1, 2, dtype=torch.long),
+            batch_size=(1,),
+        )
+        td = env.reset(td)
+        td["tokens_response"] = torch.tensor([[7, 2]])
+        out = env.step(td)["next"]
+        torch.testing.assert_close(out["tokens"], torch.tensor([[5, 6, 7, 2]]))
+        torch.testing.assert_close(out["attention_mask"], torch.ones(1, 4, dtype=torch.long))
+        assert out["tokens_data", "done"].tolist() == [[False, True]] and out["done"].all()
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="from_text cannot be True"):
+            LLMEnv(assign_reward=True, eos_token_id=0)
+        env = LLMEnv(batch_size=(1,), eos_token_id=0)
+        with pytest.raises(KeyError, match="needs the observation 'text'"):
+            env.reset(TensorDict(batch_size=(1,)))
+
+
+class TestLLMHashingEnv:
+    def test_hash_chain(self):
+        tok = make_tokenizer()
+        env = LLMHashingEnv(tokenizer=tok)
+        td = env.make_tensordict("Check")
+        ids = torch.tensor([tok.convert_tokens_to_ids(c) for c in "Check"])
+        torch.testing.assert_close(td["observation"], ids)
+        torch.testing.assert_close(td["hashing"], SipHash()(ids[None]))
+        td["action"] = torch.tensor([tok.convert_tokens_to_ids("!")])
+        out = env.step(td)["next"]
+        assert out["text"] == "Check!"
+        torch.testing.assert_close(
+            out["hashing"], SipHash()(torch.cat([td["hashing"], td["action"]])[None])
+        )
+        # the same chain from another start hashes the same; another token does not
+        again = env.step(env.make_tensordict("Check").set("action", td["action"]))[
+            "next", "hashing"
+        ]
+        other = env.step(env.make_tensordict("Check").set("action", td["action"] + 1))[
+            "next", "hashing"
+        ]
+        assert again == out["hashing"] and other != out["hashing"]
+
+    def test_batched_and_errors(self):
+        tok = make_tokenizer()
+        env = LLMHashingEnv(tokenizer=tok)
+        td = env.make_tensordict(["ab", "cd"])
+        assert td["hashing"].shape == (2, 1) and td["text"] == ["ab", "cd"]
+        with pytest.raises(TypeError, match="needs a vocab_size"):
+            LLMHashingEnv()
+        with pytest.raises(RuntimeError, match="needs a prompt"):
+            env.reset(TensorDict())

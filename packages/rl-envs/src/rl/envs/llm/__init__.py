@@ -8,6 +8,8 @@ this package never imports: the transforms that run a model take it as an argume
 
 from ._chat import ChatEnv, DatasetChatEnv
 from ._dataset import load_local_dataset
+from ._hashing import LLMHashingEnv
+from ._llm_env import LLMEnv
 from .datasets import CountdownEnv, GSM8KEnv, GSM8KPrepareQuestion, MATHEnv
 from .reward import CountdownRewardParser, GSM8KRewardParser, MATHRewardParser
 from .transforms import (
@@ -28,6 +30,8 @@ __all__ = [
     "AddThinkingPrompt",
     "KLComputation",
     "KLRewardTransform",
+    "LLMEnv",
+    "LLMHashingEnv",
     "PythonInterpreter",
     "RetrieveKL",
     "RetrieveLogProb",

@@ -57,11 +57,16 @@ from rl.data.replay_buffers import (
     TensorDictRoundRobinWriter,
     TensorStorage,
     TensorStorageCheckpointer,
+    Trajectory,
+    TrajectoryPredicate,
     Transition,
     Writer,
     WriterEnsemble,
+    filter_trajectories,
     find_start_stop_traj,
+    iter_trajectories,
     prefill_replay_buffer,
+    traj,
 )
 
 __version__ = "0.1.0"
@@ -85,6 +90,11 @@ __all__ = [
     "ConsumingSampler",
     "ConditionalUpdateResult",
     "find_start_stop_traj",
+    "filter_trajectories",
+    "iter_trajectories",
+    "traj",
+    "Trajectory",
+    "TrajectoryPredicate",
     "FlatStorageCheckpointer",
     "LambdaScheduler",
     "LazyMemmapStorage",

@@ -19,6 +19,13 @@ from rl.data.replay_buffers._offline_to_online import (
     OfflineToOnlineReplayBuffer,
     prefill_replay_buffer,
 )
+from rl.data.replay_buffers._query import (
+    Trajectory,
+    TrajectoryPredicate,
+    filter_trajectories,
+    iter_trajectories,
+    traj,
+)
 from rl.data.replay_buffers._remote import RemoteTensorDictReplayBuffer
 from rl.data.replay_buffers._sample_units import SampleUnit, Sequence, Transition
 from rl.data.replay_buffers._scheduler import (
@@ -73,6 +80,11 @@ __all__ = [
     "ConsumingSampler",
     "ConditionalUpdateResult",
     "find_start_stop_traj",
+    "filter_trajectories",
+    "iter_trajectories",
+    "traj",
+    "Trajectory",
+    "TrajectoryPredicate",
     "FlatStorageCheckpointer",
     "LambdaScheduler",
     "LazyMemmapStorage",

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import NestedKey, TensorDictBase
 
 from rl.core.trainers import atomic_save, load_checkpoint
 from rl.data.replay_buffers._conditional_update import (
     ConditionalUpdateResult,
     update_if_present,
 )
+from rl.data.replay_buffers._query import Trajectory, query_trajectories, storage_content
 from rl.data.replay_buffers._sample_units import SampleUnit
 from rl.data.replay_buffers._transform_chain import InvertedTransform, TransformChain
 from rl.data.replay_buffers._utils import CheckpointAliases
@@ -692,6 +693,66 @@ class ReplayBuffer(CheckpointAliases):
             raise
         self._futures.append((batch_size, self._executor.submit(self._sample, batch_size)))
         return result
+
+    def query(
+        self,
+        predicate: Callable[[Trajectory], bool] | None = None,
+        *,
+        trajectory_key: NestedKey | None = None,
+    ) -> list[Trajectory]:
+        """The stored trajectories that ``predicate`` accepts, oldest first.
+
+        Trajectories are cut as :class:`~rl.data.SliceSampler` cuts them (by trajectory ids,
+        else by end-of-episode flags; see :func:`~rl.data.iter_trajectories`), following a
+        trajectory through the wrap point of a full buffer; the oldest one may have lost
+        its first steps to overwriting. Each comes back with the buffer's transforms
+        applied, as a sample would. A predicate made from :data:`~rl.data.traj` is decided
+        on the entries it reads only, after the transforms that can change them.
+
+        Args:
+            predicate (callable, optional): a :class:`~rl.data.TrajectoryPredicate` or any
+                ``Trajectory -> bool``. Defaults to every trajectory.
+
+        Keyword Args:
+            trajectory_key (NestedKey, optional): the entry of trajectory ids (default:
+                ``("collector", "traj_ids")``, ``"traj_ids"`` or ``"episode"``).
+
+        Raises:
+            TypeError: the storage holds something other than tensordicts.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from rl.data import LazyTensorStorage, ReplayBuffer, traj
+            >>> rb = ReplayBuffer(storage=LazyTensorStorage(10))
+            >>> _ = rb.extend(TensorDict(
+            ...     episode=torch.tensor([0, 0, 0, 1, 1]),
+            ...     next=TensorDict(reward=torch.tensor([[1.], [1.], [1.], [0.], [5.]]),
+            ...                     batch_size=[5]),
+            ...     batch_size=[5]))
+            >>> [t.length for t in rb.query()], [t.length for t in rb.query(traj.reward.max() > 2)]
+            ([3, 2], [2])
+        """
+        storage = self._storage
+        with self._lock:
+            content = storage_content(storage)
+            if content is None:
+                return []
+            rows = storage._max_size_along_dim0()
+            full = storage._len_along_dim0 >= rows
+            # the next row to write: the storage's own record, else the writer's
+            following = getattr(storage, "_write_end", None)
+            if following is None:
+                following = getattr(self._writer, "_cursor", storage._len_along_dim0)
+            cursor = (int(following) - 1) % rows
+        return query_trajectories(
+            content,
+            predicate,
+            transforms=list(self._transform),
+            trajectory_key=trajectory_key,
+            at_capacity=full,
+            cursor=cursor,
+        )
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Samples a batch.

@@ -10,8 +10,14 @@ from ._chat import ChatEnv, DatasetChatEnv
 from ._dataset import load_local_dataset
 from ._hashing import LLMHashingEnv
 from ._llm_env import LLMEnv
-from .datasets import CountdownEnv, GSM8KEnv, GSM8KPrepareQuestion, MATHEnv
-from .reward import CountdownRewardParser, GSM8KRewardParser, MATHRewardParser
+from .datasets import CountdownEnv, GSM8KEnv, GSM8KPrepareQuestion, IFEvalData, IFEvalEnv, MATHEnv
+from .reward import (
+    CountdownRewardParser,
+    GSM8KRewardParser,
+    IFEvalScoreData,
+    IfEvalScorer,
+    MATHRewardParser,
+)
 from .transforms import (
     AddThinkingPrompt,
     DataLoadingPrimer,
@@ -43,6 +49,10 @@ __all__ = [
     "GSM8KEnv",
     "GSM8KPrepareQuestion",
     "GSM8KRewardParser",
+    "IFEvalData",
+    "IFEvalEnv",
+    "IFEvalScoreData",
+    "IfEvalScorer",
     "MATHEnv",
     "MATHRewardParser",
     "DataLoadingPrimer",

@@ -2,6 +2,7 @@
 
 from ._countdown import CountdownEnv
 from ._gsm8k import GSM8KEnv, GSM8KPrepareQuestion
+from ._ifeval import IFEvalData, IFEvalEnv
 from ._math import MATHEnv
 
-__all__ = ["CountdownEnv", "GSM8KEnv", "GSM8KPrepareQuestion", "MATHEnv"]
+__all__ = ["CountdownEnv", "GSM8KEnv", "GSM8KPrepareQuestion", "IFEvalData", "IFEvalEnv", "MATHEnv"]

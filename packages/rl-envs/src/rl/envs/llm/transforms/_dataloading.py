@@ -97,6 +97,20 @@ def as_padded_tensor(
     return first.apply(pad_and_stack, *list_of_tensordicts[1:], batch_size=batch_size)
 
 
+def _row(fields: Mapping) -> TensorDictBase:
+    """One dataset row as a tensordict of batch size ``()``: tensors and numbers as tensors,
+    anything else (text, lists, dicts) as non-tensor data."""
+    td = TensorDict(batch_size=())
+    for key, value in fields.items():
+        if isinstance(value, torch.Tensor):
+            td.set(key, value)
+        elif isinstance(value, (bool, int, float)):
+            td.set(key, torch.tensor(value))
+        else:
+            td.set_non_tensor(key, value)
+    return td
+
+
 _STACK_METHODS = {"as_nested_tensor": as_nested_tensor, "as_padded_tensor": as_padded_tensor}
 
 
@@ -262,20 +276,19 @@ class DataLoadingPrimer(TensorDictPrimer):
 
     def _from_mapping(self, data: Mapping) -> TensorDictBase:
         if not self.auto_batch_size:
-            return TensorDict.from_dict(dict(data), batch_size=())
-        sizes = set()
-        for value in data.values():
-            if isinstance(value, (list, tuple)) or (isinstance(value, torch.Tensor) and value.ndim):
-                sizes.add(len(value))
+            return _row(data)
+        sizes = {
+            len(v)
+            for v in data.values()
+            if isinstance(v, (list, tuple)) or (isinstance(v, torch.Tensor) and v.ndim)
+        }
         if len(sizes) != 1:
+            lengths = {k: len(v) if hasattr(v, "__len__") else None for k, v in data.items()}
             raise ValueError(
-                "the dataloader's batch has fields of lengths "
-                f"{ {k: len(v) if hasattr(v, '__len__') else None for k, v in data.items()} }; "
-                "expected one batch length"
+                f"the dataloader's batch has fields of lengths {lengths}; expected one batch length"
             )
         (size,) = sizes
-        rows = [{k: v[i] for k, v in data.items()} for i in range(size)]
-        return lazy_stack([TensorDict.from_dict(r, batch_size=()) for r in rows])
+        return lazy_stack([_row({k: v[i] for k, v in data.items()}) for i in range(size)])
 
     def _load_from_dataloader(self, reset: torch.Tensor | None = None) -> TensorDictBase:
         """The rows for one reset: one per True entry of ``reset`` (one row when ``None``)."""

@@ -192,6 +192,19 @@ class TestMCTSForestStructure:
         assert len(forest) == 4
         assert [next_obs(v) for v in tree.subtree.unbind(0)] == [[1, 2], [3, 4]]
 
+    def test_one_batch_through_a_node_several_times(self):
+        # three transitions from 0 in one extend: a1 twice (same outcome), a2 once
+        forest = MCTSForest()
+        forest.extend(rollout([0, 1], [1]).expand(2).clone().reshape(-1))
+        batch = torch.cat([rollout([0, 1], [1]), rollout([0, 2], [2]), rollout([0, 1], [1])])
+        forest.extend(batch)
+        assert len(forest) == 2
+        meta = forest.node_map[root(0)]
+        assert meta["count"].item() == 5  # every step that left 0
+        assert meta["_index"].tolist() == [0, 1]
+        tree = forest.get_tree(root(0))
+        assert [next_obs(v) for v in tree.subtree.unbind(0)] == [[1], [2]]
+
     def test_nested_keys(self):
         data = rollout([0, 1, 2], [1, 1])
         data = TensorDict(

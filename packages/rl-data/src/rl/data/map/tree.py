@@ -547,28 +547,26 @@ class MCTSForest:
 
     @staticmethod
     def _write_fn_stack(new: TensorDictBase, old: TensorDictBase | None = None) -> TensorDictBase:
-        """The node map's ``write_fn``: a node's children gathered, counted once per write.
+        """The node map's ``write_fn``: the actions taken at a node, and how often it was left.
 
-        ``new`` holds one data-map ``_index``/``_hash`` per row; a new node keeps them as
-        length-1 vectors with ``count=1``; a known node appends the indices it has not
-        seen yet (with their hashes, in order of arrival) and adds one to ``count``.
+        Each row of ``new`` holds data-map ``_index``/``_hash`` entries (one, or a vector
+        of them) and optionally a ``count`` of the steps it stands for (default 1). A new
+        node keeps them as vectors; a known node (``old``) appends the indices it has not
+        seen yet, with their hashes, in order of arrival, and adds the counts.
         """
-        if old is None:
-            result = new.apply(lambda x: x.unsqueeze(-1), filter_empty=False)
-            result.set("count", torch.ones(result.shape, dtype=torch.int, device=result.device))
-            return result
         rows = []
-        for new_row, old_row in zip(new.unbind(0), old.unbind(0)) if new.ndim else [(new, old)]:
-            index, hash_ = old_row["_index"], old_row["_hash"]
-            fresh = ~torch.isin(new_row["_index"].reshape(-1), index)
-            rows.append(
-                TensorDict(
-                    _index=torch.cat([index, new_row["_index"].reshape(-1)[fresh]]),
-                    _hash=torch.cat([hash_, new_row["_hash"].reshape(-1)[fresh]]),
-                    count=old_row["count"] + 1,
-                    device=old_row.device,
-                )
-            )
+        pairs = zip(new.unbind(0), old.unbind(0) if old is not None else [None] * len(new))
+        for new_row, old_row in pairs if new.ndim else [(new, old)]:
+            index = new_row["_index"].reshape(-1)
+            hashes = new_row["_hash"].reshape(-1)
+            count = new_row.get("count", None)
+            count = torch.ones((), dtype=torch.int) if count is None else count.to(torch.int)
+            if old_row is not None:
+                fresh = ~torch.isin(index, old_row["_index"])
+                index = torch.cat([old_row["_index"], index[fresh]])
+                hashes = torch.cat([old_row["_hash"], hashes[fresh]])
+                count = old_row["count"] + count
+            rows.append(TensorDict(_index=index, _hash=hashes, count=count, device=new_row.device))
         return lazy_stack(rows) if new.ndim else rows[0]
 
     def _check_keys(self, data: TensorDictBase, what: str, *, with_next: bool) -> None:
@@ -642,15 +640,41 @@ class MCTSForest:
             dest.set("next", dest.get("next").exclude(*self.excluded_keys))
         if self.data_map is None:
             self._make_data_map(source, dest)
-        query = self.data_map.query_module
-        self.data_map[source] = dest
-        if query.index_key not in source.keys(True):
-            # a step repeated within the rollout is written row by row, on copies
-            query(source, extend=False)
+        # one data-map write per distinct (observation, action) (the last row of each), then
+        # one node-map write per distinct observation with all the actions taken there
+        keyed = self.data_map.query_module(source, extend=True, clone=True)
+        index_key, hash_key = self.data_map.query_module.out_keys
+        step_index, step_hash = keyed[index_key], keyed[hash_key]
+        last = {i: row for row, i in enumerate(step_index.tolist())}
+        rows = torch.tensor(sorted(last.values()))
+        self.data_map[source[rows]] = dest[rows]
         if self.node_map is None:
             self._make_node_map(source, dest)
-        children = source.select(query.index_key, query.hash_key)
-        self.node_map[source] = lazy_stack(children.unbind(0))
+        nodes = self.node_map.query_module(source, extend=True, clone=True)[index_key]
+        groups: dict[int, list[int]] = {}
+        for row, node in enumerate(nodes.tolist()):
+            groups.setdefault(node, []).append(row)
+        firsts, children = [], []
+        for members in groups.values():
+            firsts.append(members[0])
+            picked = torch.tensor(members)
+            index, order = step_index[picked], []
+            seen: set[int] = set()
+            for position, i in enumerate(index.tolist()):
+                if i not in seen:
+                    seen.add(i)
+                    order.append(position)
+            order = torch.tensor(order)
+            children.append(
+                TensorDict(
+                    {
+                        index_key: index[order],
+                        hash_key: step_hash[picked][order],
+                        "count": torch.tensor(len(members), dtype=torch.int),
+                    }
+                )
+            )
+        self.node_map[source[torch.tensor(firsts)]] = lazy_stack(children)
         if return_node:
             return self.get_tree(flat[0])
         return None
@@ -665,6 +689,14 @@ class MCTSForest:
     def get_child(self, root: TensorDictBase) -> TensorDictBase:
         """What the data map holds for ``root``'s ``(observation, action)``: its ``"next"`` and action."""
         return self.data_map[root]
+
+    @property
+    def _index_key(self) -> NestedKey:
+        return self.data_map.query_module.index_key
+
+    @property
+    def _hash_key(self) -> NestedKey:
+        return self.data_map.query_module.hash_key
 
     def _lookup(self, node: TensorDictBase) -> TensorDictBase:
         """The node map's row for ``node``, or a KeyError naming its observation."""
@@ -688,7 +720,7 @@ class MCTSForest:
         hashes = None
         if index is None:
             meta = self._lookup(node)
-            index, hashes = meta["_index"], meta["_hash"]
+            index, hashes = meta[self._index_key], meta[self._hash_key]
         steps = []
         while index is not None and index.numel() == 1:
             stored = self.data_map.storage[index.reshape(())]
@@ -699,7 +731,7 @@ class MCTSForest:
             following = stored["next"].select(*self.observation_keys)
             if bool(self.node_map.contains(following)):
                 meta = self.node_map[following]
-                node, index, hashes = following, meta["_index"], meta["_hash"]
+                node, index, hashes = following, meta[self._index_key], meta[self._hash_key]
                 if not compact:
                     break
             else:

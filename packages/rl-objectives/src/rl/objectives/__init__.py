@@ -18,6 +18,8 @@ from ._crossq import *  # noqa: E402,F403
 from ._crossq import __all__ as _all_crossq  # noqa: E402
 from ._ddpg import *  # noqa: E402,F403
 from ._ddpg import __all__ as _all_ddpg  # noqa: E402
+from ._decision_transformer import *  # noqa: E402,F403
+from ._decision_transformer import __all__ as _all_decision_transformer  # noqa: E402
 from ._dqn import *  # noqa: E402,F403
 from ._dqn import __all__ as _all_dqn  # noqa: E402
 from ._dreamer import *  # noqa: E402,F403
@@ -90,4 +92,5 @@ __all__ = [
     *_all_random_modules,
     *_all_dreamer,
     *_all_gail,
+    *_all_decision_transformer,
 ]

@@ -3,6 +3,7 @@
 from ._batchrenorm import BatchRenorm1d
 from ._consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from ._conv import Conv2dNet, Conv3dNet, ConvNet
+from ._decision_transformer import DecisionTransformer, DTActor, OnlineDTActor
 from ._gsde import LazygSDEModule, gSDEModule
 from ._heads import (
     DdpgCnnActor,
@@ -30,6 +31,9 @@ from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 
 __all__ = [
     "MLP",
+    "DTActor",
+    "DecisionTransformer",
+    "OnlineDTActor",
     "BatchRenorm1d",
     "ConsistentDropout",
     "ConsistentDropoutModule",

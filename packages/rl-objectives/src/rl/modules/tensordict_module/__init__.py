@@ -3,6 +3,7 @@
 from ._actor_critic import ActorCriticOperator, ActorCriticWrapper, ActorValueOperator
 from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
 from ._common import SafeModule
+from ._decision_transformer import DecisionTransformerInferenceWrapper
 from ._exploration import (
     AdditiveGaussianModule,
     EGreedyModule,
@@ -52,6 +53,7 @@ __all__ = [
     "ActorCriticOperator",
     "ActorCriticWrapper",
     "ActorValueOperator",
+    "DecisionTransformerInferenceWrapper",
     "DistributionalDQNnet",
     "DistributionalQValueActor",
     "DistributionalQValueModule",

@@ -7,18 +7,45 @@ applies ``postproc``, writes into the replay buffer, and runs the background mod
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from tensordict import TensorDictBase
 
+from ._profile import ProfileConfig, _ProfilerHook
 from ._trajs import TrajectoryAssembler, check_traj_args
 from ._utils import split_trajectories
+from ._weight_update import WeightUpdaterBase
 
-__all__ = ["CollectorBase"]
+__all__ = ["CollectorBase", "BaseCollector"]
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[([^\]]+)\]")
+
+
+def _resolve_attr(obj: Any, path: str) -> Any:
+    """``obj`` followed along ``path``: attributes (``a.b``) and item look-ups with a
+    literal key (``a['k'][0]``)."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"expected an attribute path such as 'env.batch_size', got {path!r}")
+    out = obj
+    for name, item in _PATH_PART.findall(path):
+        if name:
+            out = getattr(out, name)
+        else:
+            try:
+                key = ast.literal_eval(item)
+            except (ValueError, SyntaxError):
+                raise ValueError(
+                    f"{path!r}: the index [{item}] is not a literal (a quoted key or a number)"
+                ) from None
+            out = out[key]
+    return out
 
 
 class CollectorBase(ABC):
@@ -38,6 +65,15 @@ class CollectorBase(ABC):
     _hooks_in_workers = False
     #: with ``trajs_per_batch``: cuts the produced batches into whole trajectories
     _trajs: TrajectoryAssembler | None = None
+    #: set by :meth:`enable_profile`
+    _profile_config: ProfileConfig | None = None
+    _saved_post_collect_hook: Callable | None = None
+    #: set when the first batch is asked for
+    _iteration_started = False
+    #: a subclass whose batches another component writes (a runner) yields them instead
+    #: of extending ``replay_buffer``, as TorchRL's ``_ignore_rb``
+    _ignore_rb = False
+    _weight_updater: WeightUpdaterBase | None = None
 
     def _init_trajs(self, trajs_per_batch, traj_format, replay_buffer, split_trajs) -> None:
         """TorchRL's ``trajs_per_batch`` / ``traj_format`` (see :mod:`._trajs`)."""
@@ -73,6 +109,7 @@ class CollectorBase(ABC):
 
     def iterator(self) -> Iterator[TensorDictBase | None]:
         """Yields the batches (``None`` for each batch when a replay buffer is given)."""
+        self._iteration_started = True
         while not self.closed:
             if self._trajs is not None:
                 batch = self._traj_batch()
@@ -89,6 +126,7 @@ class CollectorBase(ABC):
         """Collects and returns one batch (outside a ``for`` loop)."""
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
+        self._iteration_started = True
         if self._trajs is not None:
             batch = self._traj_batch()
             if batch is None:
@@ -120,7 +158,7 @@ class CollectorBase(ABC):
         if self.postproc is not None:
             batch = self.postproc(batch)
         self._post_hook(batch)  # as TorchRL: before a replay buffer gets it
-        if self.replay_buffer is not None:
+        if self.replay_buffer is not None and not self._ignore_rb:
             storage = getattr(self.replay_buffer, "storage", None)
             if getattr(storage, "ndim", 1) == 1 and batch.ndim > 1:
                 batch = batch.reshape(-1)
@@ -141,6 +179,206 @@ class CollectorBase(ABC):
     def _frames_left(self) -> int | None:
         """Frames still to collect (``None``: no limit)."""
         return None if self.total_frames < 0 else self.total_frames - self._frames
+
+    # ------------------------------------------------------------------ monitoring
+    @property
+    def requested_frames_per_batch(self) -> int:
+        """The frames per batch asked for at construction."""
+        return self.frames_per_batch
+
+    @property
+    def policy_version(self) -> int | str | None:
+        """The policy's version (``None`` unless the collector tracks it)."""
+        return None
+
+    def get_policy_version(self) -> int | str | None:
+        """:attr:`policy_version`, as a method (callable on remote actors)."""
+        return self.policy_version
+
+    def stats(self) -> dict[str, int | float | bool]:
+        """A snapshot of the collector's progress: plain numbers, JSON-serialisable, cheap.
+
+        Keys: ``"frames"`` (collected so far), ``"batches"`` (yielded so far),
+        ``"total_frames"`` and ``"completed"`` (when the budget is finite),
+        ``"requested_frames_per_batch"``, and ``"policy_version"`` when the collector
+        tracks an integer version.
+        """
+        stats: dict[str, int | float | bool] = {
+            "frames": int(self._frames),
+            "batches": int(self._iter),
+        }
+        if isinstance(self.total_frames, int) and self.total_frames >= 0:
+            stats["total_frames"] = self.total_frames
+            stats["completed"] = bool(self._frames >= self.total_frames)
+        stats["requested_frames_per_batch"] = int(self.requested_frames_per_batch)
+        version = self.policy_version
+        if isinstance(version, int) and not isinstance(version, bool):
+            stats["policy_version"] = version
+        return stats
+
+    # -------------------------------------------------------------------- profiling
+    def enable_profile(
+        self,
+        *,
+        workers: list[int] | None = None,
+        num_rollouts: int = 3,
+        warmup_rollouts: int = 1,
+        save_path: str | Path | None = None,
+        activities: list[str] | None = None,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = True,
+        with_flops: bool = False,
+        on_trace_ready: Callable | None = None,
+    ) -> None:
+        """Profiles the next rollouts with ``torch.profiler`` (see :class:`ProfileConfig`
+        for the arguments): the first ``warmup_rollouts`` batches are skipped, the
+        following ones recorded, and the Chrome trace written after ``num_rollouts``.
+        The profiler runs as the ``post_collect_hook`` (the one set before is restored by
+        :meth:`disable_profile`).
+
+        Raises:
+            RuntimeError: the collector has started iterating.
+            ValueError: ``num_rollouts <= warmup_rollouts`` or ``warmup_rollouts < 0``.
+        """
+        if self._iteration_started:
+            raise RuntimeError(
+                "Cannot enable profiling after iteration has started: call enable_profile() "
+                "before iterating over the collector"
+            )
+        config = ProfileConfig(
+            workers=[0] if workers is None else list(workers),
+            num_rollouts=num_rollouts,
+            warmup_rollouts=warmup_rollouts,
+            save_path=save_path,
+            activities=["cpu", "cuda"] if activities is None else list(activities),
+            record_shapes=record_shapes,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            with_flops=with_flops,
+            on_trace_ready=on_trace_ready,
+        )
+        self._install_profile_hooks(config)
+        self._profile_config = config
+
+    def _install_profile_hooks(self, config: ProfileConfig) -> None:
+        """Puts the profiler in place of ``post_collect_hook`` (this process)."""
+        self._saved_post_collect_hook = self.post_collect_hook
+        self.post_collect_hook = _ProfilerHook(config, worker_idx=0)
+
+    def disable_profile(self) -> None:
+        """Stops the profiler and restores the previous ``post_collect_hook`` (no-op
+        when profiling is off)."""
+        if self._profile_config is None:
+            return
+        hook = self.post_collect_hook
+        if isinstance(hook, _ProfilerHook):
+            hook.stop()
+        self.post_collect_hook = self._saved_post_collect_hook
+        self._saved_post_collect_hook = None
+        self._profile_config = None
+
+    @property
+    def profile_config(self) -> ProfileConfig | None:
+        """The profiling configuration (``None`` when profiling is off)."""
+        return self._profile_config
+
+    # ------------------------------------------------------------------ remote helpers
+    @property
+    def worker_idx(self) -> int | None:
+        """This collector's worker index (given at construction, or by its parent)."""
+        if not hasattr(self, "_worker_idx"):
+            raise RuntimeError(
+                "worker_idx has not been set: this collector was not created as a worker"
+            )
+        return self._worker_idx
+
+    @worker_idx.setter
+    def worker_idx(self, value: int | None) -> None:
+        self._worker_idx = value
+
+    def get_distant_attr(self, attr: str) -> Any:
+        """The attribute at path ``attr`` (``"env.batch_size"``, ``"a['k']"``)."""
+        return _resolve_attr(self, attr)
+
+    def cascade_execute(self, attr_path: str, *args, **kwargs) -> Any:
+        """Calls the method at ``attr_path`` with the arguments (an attribute that is not
+        callable is returned, and then takes no arguments)."""
+        attr = _resolve_attr(self, attr_path)
+        if callable(attr):
+            return attr(*args, **kwargs)
+        if args or kwargs:
+            raise ValueError(
+                f"{attr_path!r} is not callable, so it takes no arguments; got {args} and {kwargs}"
+            )
+        return attr
+
+    def map_fn(
+        self,
+        method_name: str,
+        list_of_args: list[tuple] | None = None,
+        list_of_kwargs: list[dict] | None = None,
+    ) -> list[Any]:
+        """Calls the method ``method_name`` once per entry of the argument lists and
+        returns the results in order.
+
+        Raises:
+            ValueError: the two lists have different lengths.
+        """
+        if list_of_args is None:
+            list_of_args = [()] * len(list_of_kwargs) if list_of_kwargs else [()]
+        if list_of_kwargs is None:
+            list_of_kwargs = [{}] * len(list_of_args)
+        if len(list_of_args) != len(list_of_kwargs):
+            raise ValueError(
+                "list_of_args and list_of_kwargs must have the same length, got "
+                f"{len(list_of_args)} and {len(list_of_kwargs)}"
+            )
+        method = _resolve_attr(self, method_name)
+        if not callable(method):
+            raise AttributeError(f"{method_name!r} of {type(self).__name__} is not callable")
+        return [method(*a, **k) for a, k in zip(list_of_args, list_of_kwargs, strict=True)]
+
+    # ------------------------------------------------------------------ weight updates
+    @property
+    def weight_updater(self) -> WeightUpdaterBase | None:
+        """The :class:`WeightUpdaterBase` that ``update_policy_weights_`` hands weights
+        to (``None``: the collector's own path)."""
+        return self._weight_updater
+
+    @weight_updater.setter
+    def weight_updater(self, value: WeightUpdaterBase | Callable | None) -> None:
+        if value is not None:
+            if not isinstance(value, WeightUpdaterBase):
+                if not callable(value):
+                    raise TypeError(
+                        "weight_updater must be a WeightUpdaterBase or a callable returning "
+                        f"one, got {type(value).__name__}"
+                    )
+                value = value()
+                if not isinstance(value, WeightUpdaterBase):
+                    raise TypeError(
+                        "weight_updater's factory must return a WeightUpdaterBase, got "
+                        f"{type(value).__name__}"
+                    )
+            value.register_collector(self)
+        self._weight_updater = value
+
+    @property
+    def _legacy_weight_updater(self) -> bool:
+        """Whether weights go through a :class:`WeightUpdaterBase` (TorchRL's name)."""
+        return self._weight_updater is not None
+
+    def _maybe_fallback_update(self, policy_or_weights: Any = None, *, model_id=None) -> None:
+        """Where weights land when the collector has no policy to put them in."""
+        raise RuntimeError(
+            "No weight updater or local policy is configured for this collector: the weights "
+            "have nowhere to go (pass weight_updater= or a policy with parameters)"
+        )
+
+    def increment_version(self) -> None:
+        """Bumps the policy version (no-op unless the collector tracks it)."""
+        return
 
     # -------------------------------------------------------------------- background
     def start(self) -> None:
@@ -202,3 +440,7 @@ class CollectorBase(ABC):
             self.shutdown()
         except Exception:
             pass
+
+
+#: TorchRL's name of the collectors' base class
+BaseCollector = CollectorBase

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NonTensorData, TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType, set_exploration_type, tensor_policy
@@ -24,6 +25,9 @@ from ._common import (
     wrap_policy,
 )
 from ._dispatch import CollectorMeta
+from ._policy_transforms import append_policy_transforms, missing_policy_transforms
+from ._utils import split_trajectories
+from ._weight_update import WeightUpdaterBase
 
 __all__ = ["Collector", "SyncDataCollector"]
 
@@ -99,6 +103,26 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         post_collect_hook: called with each batch the collector yields (after
             ``postproc``; also when the batch goes to ``replay_buffer``). Both may be
             set or replaced later through the attributes of the same names.
+        policy_factory: builds the policy (instead of ``policy``; useful when the policy
+            cannot be pickled to a worker).
+        return_same_td: yield the same TensorDict at every batch, its values overwritten
+            (no new allocation per batch; clone what you keep). Not with
+            ``replay_buffer``.
+        reset_when_done: must be ``True`` (done sub-environments are always reset);
+            ``False`` raises, as TorchRL, where it is deprecated.
+        weight_updater: a :class:`~rl.collectors.WeightUpdaterBase` (or a callable
+            returning one) that :meth:`update_policy_weights_` hands the weights to.
+        track_policy_version: write the policy's version as ``"policy_version"`` (root
+            and ``"next"``, ``int64``, ``[*env_batch, T]``); :meth:`update_policy_weights_`
+            bumps it once per call. ``True`` counts from 0; an object with ``version``
+            and ``increment_version()`` (TorchRL's ``PolicyVersion``) is used as given.
+        worker_idx: this collector's index among several (read by
+            :attr:`worker_idx`; the multiprocess collectors set it in their workers).
+        auto_register_policy_transforms: append the :class:`~rl.envs.InitTracker` and
+            ``TensorDictPrimer`` a recurrent policy needs (its submodules with
+            ``make_tensordict_primer()``) when the env's specs lack them. ``None``
+            (default) appends nothing and warns (``FutureWarning``) when something is
+            missing; ``False`` is silent.
 
     Raises:
         ValueError: ``frames_per_batch`` (or ``total_frames``) is not a multiple of the
@@ -157,6 +181,13 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         traj_format: str | None = None,
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        policy_factory: Callable[[], Callable] | None = None,
+        return_same_td: bool = False,
+        reset_when_done: bool = True,
+        weight_updater: WeightUpdaterBase | Callable[[], WeightUpdaterBase] | None = None,
+        track_policy_version: bool | Any = False,
+        worker_idx: int | None = None,
+        auto_register_policy_transforms: bool | None = None,
         env: EnvBase | None = None,
     ) -> None:
         if create_env_fn is None:
@@ -165,8 +196,31 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             raise TypeError("pass the env as create_env_fn or env=, not both")
         if create_env_fn is None:
             raise TypeError("Collector needs an env: pass create_env_fn (an env or a factory)")
+        if not reset_when_done:
+            raise ValueError(
+                "reset_when_done is deprecated: done sub-environments are always reset "
+                "(pass reset_when_done=True or leave it out)"
+            )
+        self.reset_when_done = True
+        if policy_factory is not None:
+            if policy is not None:
+                raise TypeError("policy_factory cannot be used with policy argument.")
+            policy = policy_factory()
+        if return_same_td and replay_buffer is not None and not self._ignore_rb:
+            raise TypeError(
+                "return_same_td must be False when a replay buffer is passed: the batches "
+                "go to the buffer, none is yielded"
+            )
+        self.return_same_td = bool(return_same_td)
+        self._same_td: TensorDictBase | None = None
+        self.worker_idx = worker_idx
         device = _device(device)
         self.env = make_env(create_env_fn, create_env_kwargs, max_frames_per_traj)
+        self._auto_register_policy_transforms = auto_register_policy_transforms
+        self.env = self._register_policy_transforms(self.env, policy)
+        set_spec = getattr(policy, "set_action_spec_from_env", None)
+        if callable(set_spec):  # a RandomPolicy built without a spec takes the env's
+            set_spec(self.env)
         self.env_device = _device(env_device) or device or self.env.device
         env_dev = self.env.device or torch.device("cpu")
         if self.env_device is not None and self.env_device != env_dev:
@@ -206,6 +260,27 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self._traj_ids = TrajIds(self.env.batch_size)
         self._checked = self.trust_policy or policy is None
         self._carry_keys: list | None = None
+        self._version_tracker = _version_tracker(track_policy_version)
+        self.weight_updater = weight_updater
+
+    def _register_policy_transforms(self, env: EnvBase, policy: Any) -> EnvBase:
+        """``auto_register_policy_transforms``: the recurrent policy's env transforms."""
+        flag = self._auto_register_policy_transforms
+        if flag:
+            return append_policy_transforms(env, policy)
+        if flag is None:
+            missing = missing_policy_transforms(env, policy)
+            if missing:
+                names = ", ".join(type(t).__name__ for t in missing)
+                warnings.warn(
+                    f"The env passed to {type(self).__name__} is missing transforms required "
+                    f"by the policy ({names}). TorchRL 0.15 appends them automatically; pass "
+                    "auto_register_policy_transforms=True to append them now (and silence "
+                    "this warning), or auto_register_policy_transforms=False to opt out.",
+                    FutureWarning,
+                    stacklevel=4,
+                )
+        return env
 
     # ------------------------------------------------------------------------ batches
     def _produce(self) -> TensorDictBase | None:
@@ -250,10 +325,88 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         if self.track_traj_ids:
             ids = self._traj_ids.assign(out["next", env.done_key])
             out.set(("collector", "traj_ids"), ids)
+        if self._version_tracker is not None:
+            self._write_version(out)
         if self.set_truncated:
             mark_truncated(out, env.done_keys)
         if self.storing_device is not None and out.device != self.storing_device:
             out = out.to(self.storing_device)
+        if self.return_same_td:
+            out = self._into_same_td(out)
+        return out
+
+    def _into_same_td(self, out: TensorDictBase) -> TensorDictBase:
+        """``out`` copied into the one TensorDict yielded at every batch (reallocated
+        only when the keys or shapes change, e.g. after ``init_random_frames``)."""
+        same = self._same_td
+        if (
+            same is None
+            or same.batch_size != out.batch_size
+            or set(same.keys(True, True)) != set(out.keys(True, True))
+        ):
+            self._same_td = out
+            return out
+        return same.update_(out)
+
+    # ---------------------------------------------------------------- policy version
+    def _write_version(self, out: TensorDictBase) -> None:
+        version = self._version_tracker.version
+        if isinstance(version, str):
+            value = NonTensorData(version, batch_size=out.batch_size, device=out.device)
+        else:
+            value = torch.full(out.batch_size, int(version), dtype=torch.int64, device=out.device)
+        out.set("policy_version", value)
+        out.set(("next", "policy_version"), value.clone())
+
+    @property
+    def policy_version(self) -> int | str | None:
+        """The policy's version (``None`` without ``track_policy_version``)."""
+        tracker = self._version_tracker
+        return None if tracker is None else tracker.version
+
+    def increment_version(self) -> None:
+        """Bumps the policy version (no-op without ``track_policy_version``)."""
+        if self._version_tracker is not None:
+            self._version_tracker.increment_version()
+
+    @torch.no_grad()
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled TensorDict with the keys, shapes and dtypes of one batch, built
+        from the specs and one policy call on a fake root (the env is not stepped; no
+        random generator moves). For storage initialisation or compile warm-up.
+        """
+        env = self.env
+        fake = env.fake_tensordict()
+        nxt = fake.get("next")
+        root = fake.exclude("next")
+        policy = self._policy
+        if policy is not None:
+            with torch.random.fork_rng(devices=[]), set_exploration_type(self.exploration_type):
+                root = policy(root.clone())
+            written = root.get("next", None)
+            if written is not None:  # a policy writing next entries (recurrent states)
+                nxt = nxt.clone()
+                nxt.update(written)
+                root = root.exclude("next")
+        root.set("next", nxt)
+        steps = self.steps_per_batch
+        out = root.unsqueeze(-1).expand(*root.batch_size, steps).clone().zero_()
+        if self.track_traj_ids:
+            ids = torch.zeros(out.batch_size, dtype=torch.int64, device=out.device)
+            out.set(("collector", "traj_ids"), ids)
+        if self._version_tracker is not None:
+            self._write_version(out)
+            if not isinstance(self._version_tracker.version, str):
+                out.get("policy_version").zero_()
+                out.get(("next", "policy_version")).zero_()
+        if self.set_truncated:
+            mark_truncated(out, env.done_keys)
+        if self.storing_device is not None and out.device != self.storing_device:
+            out = out.to(self.storing_device)
+        if self.split_trajs:
+            out = split_trajectories(out)
+        if self.postproc is not None:
+            out = self.postproc(out)
         return out
 
     def _acting_policy(self) -> Callable:
@@ -309,12 +462,23 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         place need no call; ``policy_or_weights`` (a module, a state dict or a
         TensorDict of parameters) is copied into the policy the collector runs.
         """
+        worker_ids = kwargs.pop("worker_ids", None)
+        if "policy_weights" in kwargs:  # TorchRL's older keyword
+            policy_or_weights = kwargs.pop("policy_weights")
+        if self._weight_updater is not None:
+            self._weight_updater(policy_or_weights, worker_ids=worker_ids)
+            self.increment_version()
+            return
         target = self._policy
         if policy_or_weights is None:
             if target is not self.policy and isinstance(self.policy, nn.Module):
                 load_weights(_inner(target), TensorDict.from_module(self.policy))
+            self.increment_version()
             return
+        if target is None:
+            self._maybe_fallback_update(policy_or_weights)
         load_weights(_inner(target), policy_or_weights)
+        self.increment_version()
 
     # ----------------------------------------------------------------------- seeding
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
@@ -350,6 +514,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             state["policy_state_dict"] = self.policy.state_dict()
         if self._root is not None:
             state["env_state"] = self.env.env_state()
+        if self._version_tracker is not None:
+            state["policy_version"] = self._version_tracker.version
         return state
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -364,6 +530,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             self.update_policy_weights_()
         if "env_state" in state:
             self.env.load_env_state(state["env_state"])
+        version = state.get("policy_version")
+        if version is not None and self._version_tracker is not None:
+            self._version_tracker.version = version
         root = state.get("root")
         self._root = (
             None
@@ -379,6 +548,29 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             f"{type(self).__name__}(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "
             f"total_frames={self.total_frames}, frames={self._frames})"
         )
+
+
+class _VersionCounter:
+    """The integer policy version of ``track_policy_version=True`` (starts at 0)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+
+    def increment_version(self) -> None:
+        self.version += 1
+
+
+def _version_tracker(track: Any) -> Any:
+    if track is None or track is False:
+        return None
+    if track is True:
+        return _VersionCounter()
+    if hasattr(track, "increment_version") and hasattr(track, "version"):
+        return track
+    raise TypeError(
+        "track_policy_version must be a bool or an object with `version` and "
+        f"`increment_version()` (e.g. a PolicyVersion), got {type(track).__name__}"
+    )
 
 
 def _inner(policy: Any) -> Any:

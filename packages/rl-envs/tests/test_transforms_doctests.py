@@ -10,9 +10,12 @@ import pytest
 MODULES = [
     "_action",
     "_base",
+    "_belief",
+    "_chunk",
     "_compose",
     "_env",
     "_episode",
+    "_exploration",
     "_frames",
     "_image",
     "_intrinsic",

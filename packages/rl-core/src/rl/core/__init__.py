@@ -4,6 +4,7 @@ and checkpoints."""
 
 from tensordict.utils import NestedKey
 
+from ._action_chunk import ACTION_CHUNK_KEY, ACTION_IS_PAD_KEY, VLA_ACTION_KEY
 from ._exploration import ExplorationType, exploration_type, set_exploration_type
 from ._n_step_return import n_step_return
 from ._object_state import load_object_state, object_state
@@ -27,6 +28,9 @@ __all__ = [
     *_spec_names,
     *_trainer_names,
     *_logger_names,
+    "ACTION_CHUNK_KEY",
+    "ACTION_IS_PAD_KEY",
+    "VLA_ACTION_KEY",
     "ExplorationType",
     "NestedKey",
     "TensorPolicy",

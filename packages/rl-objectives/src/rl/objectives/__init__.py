@@ -8,6 +8,8 @@ __version__ = "0.1.0"
 
 from ._a2c import *  # noqa: E402,F403
 from ._a2c import __all__ as _all_a2c  # noqa: E402
+from ._act import *  # noqa: E402,F403
+from ._act import __all__ as _all_act  # noqa: E402
 from ._bc import *  # noqa: E402,F403
 from ._bc import __all__ as _all_bc  # noqa: E402
 from ._cql import *  # noqa: E402,F403
@@ -20,6 +22,8 @@ from ._ddpg import *  # noqa: E402,F403
 from ._ddpg import __all__ as _all_ddpg  # noqa: E402
 from ._decision_transformer import *  # noqa: E402,F403
 from ._decision_transformer import __all__ as _all_decision_transformer  # noqa: E402
+from ._diffusion_bc import *  # noqa: E402,F403
+from ._diffusion_bc import __all__ as _all_diffusion_bc  # noqa: E402
 from ._dqn import *  # noqa: E402,F403
 from ._dqn import __all__ as _all_dqn  # noqa: E402
 from ._dreamer import *  # noqa: E402,F403
@@ -91,6 +95,8 @@ __all__ = [
     *_all_next_state_value,
     *_all_random_modules,
     *_all_dreamer,
+    *_all_act,
+    *_all_diffusion_bc,
     *_all_gail,
     *_all_decision_transformer,
 ]

@@ -14,6 +14,8 @@ from ._action import (
 )
 from ._auto_reset import AutoResetEnv, AutoResetTransform
 from ._base import Transform
+from ._belief import MeanActionSelector
+from ._chunk import ActionChunkTransform
 from ._compose import Compose
 from ._control import (
     ConditionalPolicySwitch,
@@ -25,6 +27,7 @@ from ._control import (
 )
 from ._env import TransformedEnv
 from ._episode import InitTracker, StepCounter, TensorDictPrimer, Timer, TrajCounter
+from ._exploration import gSDENoise
 from ._frames import CatFrames, FrameSkipTransform, MultiAction, TimeMaxPool
 from ._image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
 from ._intrinsic import RNDTransform
@@ -78,6 +81,9 @@ from ._tensor import (
 )
 
 __all__ = [
+    "ActionChunkTransform",
+    "MeanActionSelector",
+    "gSDENoise",
     "AutoResetEnv",
     "AutoResetTransform",
     "BatchSizeTransform",

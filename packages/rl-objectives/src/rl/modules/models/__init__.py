@@ -1,5 +1,6 @@
 """rl.modules.models: plain ``nn.Module`` networks (MLP, ConvNet, noisy layers, ...)."""
 
+from ._act import ACTModel
 from ._batchrenorm import BatchRenorm1d
 from ._consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from ._conv import Conv2dNet, Conv3dNet, ConvNet
@@ -31,6 +32,7 @@ from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 
 __all__ = [
     "MLP",
+    "ACTModel",
     "DTActor",
     "DecisionTransformer",
     "OnlineDTActor",

@@ -3,6 +3,7 @@
 from ._actor_critic import ActorCriticOperator, ActorCriticWrapper, ActorValueOperator
 from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
 from ._common import SafeModule
+from ._diffusion import DiffusionActor
 from ._decision_transformer import DecisionTransformerInferenceWrapper
 from ._exploration import (
     AdditiveGaussianModule,
@@ -16,6 +17,7 @@ from ._exploration_wrappers import (
     EGreedyWrapper,
     OrnsteinUhlenbeckProcessWrapper,
 )
+from ._multistep import MultiStepActorWrapper
 from ._probabilistic import SafeProbabilisticModule, SafeProbabilisticTensorDictSequential
 from ._qvalue import (
     DistributionalDQNnet,
@@ -54,6 +56,7 @@ __all__ = [
     "ActorCriticWrapper",
     "ActorValueOperator",
     "DecisionTransformerInferenceWrapper",
+    "DiffusionActor",
     "DistributionalDQNnet",
     "DistributionalQValueActor",
     "DistributionalQValueModule",
@@ -68,5 +71,6 @@ __all__ = [
     "SafeSequential",
     "TanhModule",
     "ValueOperator",
+    "MultiStepActorWrapper",
     "VmapModule",
 ]

@@ -8,7 +8,8 @@ selection (the children's ``UCBScore`` from ``rl.modules``), expansion (one step
 back-up, then plays the most visited move. The env is stateless and batched, so the
 ``num_games`` games, and their trees, advance together: each round is a handful of batched
 env steps, whatever the number of games. The MCTS player moves first in even games and
-second in odd ones.
+second in odd ones. Every move played goes into an ``rl.data.MCTSForest``, whose tree from
+the empty board summarises the match (its branching points and longest line).
 
     uv run examples/mcts.py
     uv run examples/mcts.py --seed 1 --num-simulations 200
@@ -28,6 +29,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
+from rl.data import MCTSForest
 from rl.envs import TicTacToeEnv
 from rl.modules import UCBScore
 
@@ -176,6 +178,10 @@ def main(cfg: Config) -> dict:
     logger.log_hparams(dataclasses.asdict(cfg))
 
     games = env.reset(TensorDict(batch_size=[cfg.num_games]))
+    # the match record: every (position, move) -> next position played, in a search forest
+    record = MCTSForest(max_size=9 * cfg.num_games)
+    record.get_keys_from_env(env)  # board, turn and mask identify a position
+    empty_board = games[0].clone()
     mcts_player = torch.arange(cfg.num_games) % 2
     winner = torch.full((cfg.num_games,), NO_WINNER)
     progress = ProgressBar(cfg.progress, total=9)
@@ -192,6 +198,7 @@ def main(cfg: Config) -> dict:
             action[ours] = search(env, state[ours], cfg, score)
         state["action"] = action
         nxt = env.step(state)["next"]
+        record.extend(state.select(*record.observation_keys, "action").set("next", nxt))
         winner[live] = winner_of(nxt, mover)
         games[live] = nxt.select("board", "turn", "mask", "done", "terminated", "truncated")
         progress.values["games_over"] = float((winner != NO_WINNER).sum())
@@ -199,6 +206,9 @@ def main(cfg: Config) -> dict:
         logger.log_scalar("play/games_over", float((winner != NO_WINNER).sum()), ply + 1)
     progress.close()
     seconds = time.perf_counter() - start
+    match = record.get_tree(empty_board)
+    logger.log_scalar("match/distinct_moves", float(len(record)), cfg.num_games)
+    logger.log_scalar("match/branching_points", float(match.num_vertices()), cfg.num_games)
 
     won = (winner == mcts_player).float().mean().item()
     drawn = (winner == DRAW).float().mean().item()
@@ -212,7 +222,9 @@ def main(cfg: Config) -> dict:
     logger.log_scalar("eval/win_or_draw_rate", won + drawn, cfg.num_games)
     print(
         f"{cfg.num_games} games against a random player in {seconds:.1f} s: "
-        f"won {won:.1%}, drew {drawn:.1%}, lost {lost:.1%} (win or draw {won + drawn:.1%})"
+        f"won {won:.1%}, drew {drawn:.1%}, lost {lost:.1%} (win or draw {won + drawn:.1%}); "
+        f"the games played {len(record)} distinct moves, branching at {match.num_vertices()} "
+        f"points of the match tree"
     )
     return {"win_rate": won, "draw_rate": drawn, "loss_rate": lost, "seconds": seconds}
 

@@ -29,6 +29,7 @@ def test_smoke_runs_and_logs(mcts, tmp_path):
     assert out["win_rate"] + out["draw_rate"] + out["loss_rate"] == pytest.approx(1.0)
     csvs = list(tmp_path.rglob("*.csv"))
     assert any("win_or_draw_rate" in str(p) for p in csvs)
+    assert any("branching_points" in str(p) for p in csvs)  # the match record (MCTSForest)
 
 
 def test_search_takes_a_winning_move_and_blocks(mcts):

@@ -322,3 +322,18 @@ class TestLLMHashingEnv:
             LLMHashingEnv()
         with pytest.raises(RuntimeError, match="needs a prompt"):
             env.reset(TensorDict())
+
+
+class TestPartialReset:
+    def test_unmasked_conversations_are_kept(self):
+        rows = [{"query": f"q{i}", "answer": str(i)} for i in range(4)]
+        env = DatasetChatEnv(dataset=rows, shuffle=False, num_envs=2)
+        td = env.reset()
+        td = env.step_mdp(env.step(respond(td, ["a0", "a1"])))
+        assert td["history"].prompt.content == [["q0", "a0"], ["q1", "a1"]]
+        td["_reset"] = torch.tensor([[False], [True]])
+        td = env.reset(td)
+        assert td["history"].prompt.content == [["q0", "a0"], ["q2"]]
+        assert td["answer"] == ["0", "2"]
+        td = env.reset(td)  # a full reset: the next rows, whatever the lengths before
+        assert td["history"].prompt.content == [["q3"], ["q0"]]

@@ -69,6 +69,26 @@ def _is_chat(obj: Any) -> bool:
     return False
 
 
+def _chat_reset(reset, tensordict: TensorDictBase | None, mode: str, **kwargs) -> TensorDictBase:
+    """``reset`` (``EnvBase.reset``) where the new prompts REPLACE the caller's ``mode``
+    container (conversations of another length cannot be updated in place), and the
+    conversations outside a partial ``"_reset"`` mask keep theirs."""
+    if tensordict is None:
+        return reset(None, **kwargs)
+    mask = tensordict.get("_reset", None)
+    previous = tensordict.get(mode, None)
+    if previous is None or (mask is not None and not bool(mask.any())):
+        return reset(tensordict, **kwargs)
+    tensordict.del_(mode)
+    out = reset(tensordict, **kwargs)
+    if mask is not None and not bool(mask.all()):
+        keep = mask.reshape(-1)
+        fresh = out.get(mode)
+        rows = [fresh[i] if keep[i] else previous[i] for i in range(keep.numel())]
+        out.set(mode, lazy_stack(rows).reshape(out.batch_size))
+    return out
+
+
 class ChatEnv(EnvBase):
     """A chat environment: the observation is the conversation so far, the action its next turn.
 
@@ -109,6 +129,8 @@ class ChatEnv(EnvBase):
     """
 
     data_key: str = "query"
+    # reset() keeps the conversations outside a partial reset mask itself (see _chat_reset)
+    _reset_keeps_unmasked = True
 
     def __init__(
         self,
@@ -152,6 +174,11 @@ class ChatEnv(EnvBase):
         self.user_role = user_role
         self.policy_role = policy_role
         self._make_specs()
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        """Resets the conversations (those of the ``"_reset"`` mask only, when given): see
+        :class:`ChatEnv`. The prompts replace the input's ``input_mode`` entry."""
+        return _chat_reset(super().reset, tensordict, self.input_mode, **kwargs)
 
     def _post_init(self) -> None:
         # TorchRL's ChatEnv has no reward entry: reward parsers and KL transforms add theirs
@@ -395,6 +422,7 @@ class DatasetChatEnv(TransformedEnv):
     """
 
     SYSTEM_PROMPT: str | None = None
+    _reset_keeps_unmasked = True  # as ChatEnv: the transforms and reset() keep the others
 
     def __init__(
         self,
@@ -526,6 +554,10 @@ class DatasetChatEnv(TransformedEnv):
         )
         TransformedEnv.__init__(self, base, primer)
         return self
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        """Draws new rows and resets the conversations (see :class:`ChatEnv`)."""
+        return _chat_reset(super().reset, tensordict, self.base_env.input_mode, **kwargs)
 
     def reset_dataloader(self) -> DatasetChatEnv:
         """Restarts the dataloader from its first batch (a finite one that ran out)."""

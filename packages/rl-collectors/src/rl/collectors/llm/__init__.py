@@ -1,0 +1,5 @@
+"""LLM collection: ``LLMCollector`` runs an LLM policy in a chat environment."""
+
+from ._collector import LLMCollector
+
+__all__ = ["LLMCollector"]

@@ -29,6 +29,7 @@ from rl.envs.llm import (  # noqa: E402
     as_nested_tensor,
     as_padded_tensor,
     load_local_dataset,
+    make_gsm8k_env,
 )
 
 GSM8K_ROWS = [
@@ -223,6 +224,15 @@ class TestDatasetEnvs:
         assert out["next", "reward"][1].item() == 0.0
         expected = 1.0 if sum(numbers) == target else 0.1
         assert out["next", "reward"][0].item() == pytest.approx(expected)
+
+    def test_make_gsm8k_env_text(self):
+        env = make_gsm8k_env(GSM8K_ROWS[:1], seed=0, tokenizer=make_tokenizer())
+        td = env.reset()
+        assert td["text"][0].endswith("User: What is 6 * 12?. Assistant: <think>")
+        td["text_response"] = ["<answer>72</answer>"]
+        out = env.step(td)["next"]
+        assert out["text"][0].endswith("<think><answer>72</answer>")
+        assert out["reward"].item() == 1.0 and out["done"].all()
 
     def test_math_env(self):
         rows = [{"problem": "1/2?", "solution": r"$\boxed{\frac12}$"}]

@@ -10,7 +10,15 @@ from ._chat import ChatEnv, DatasetChatEnv
 from ._dataset import load_local_dataset
 from ._hashing import LLMHashingEnv
 from ._llm_env import LLMEnv
-from .datasets import CountdownEnv, GSM8KEnv, GSM8KPrepareQuestion, IFEvalData, IFEvalEnv, MATHEnv
+from .datasets import (
+    CountdownEnv,
+    GSM8KEnv,
+    GSM8KPrepareQuestion,
+    IFEvalData,
+    IFEvalEnv,
+    MATHEnv,
+    make_gsm8k_env,
+)
 from .reward import (
     CountdownRewardParser,
     GSM8KRewardParser,
@@ -60,4 +68,5 @@ __all__ = [
     "as_nested_tensor",
     "as_padded_tensor",
     "load_local_dataset",
+    "make_gsm8k_env",
 ]

@@ -10,9 +10,11 @@ from tensordict import NestedKey, NonTensorData, NonTensorStack, TensorDictBase
 
 from ...transforms import StepCounter, Transform
 from .._chat import DatasetChatEnv
+from .._dataset import make_dataloader
+from .._llm_env import LLMEnv
 from ..reward import GSM8KRewardParser
 
-__all__ = ["GSM8KEnv", "GSM8KPrepareQuestion"]
+__all__ = ["GSM8KEnv", "GSM8KPrepareQuestion", "make_gsm8k_env"]
 
 BASE_PROMPT = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant "
@@ -159,3 +161,60 @@ class GSM8KEnv(DatasetChatEnv):
             self.append_transform(StepCounter(max_steps=max_steps))
         if compute_reward:
             self.append_transform(GSM8KRewardParser(tokenizer=tokenizer))
+
+
+def make_gsm8k_env(
+    dataset: Any = "openai/gsm8k",
+    num_envs: int = 1,
+    repeats: int | None = None,
+    batch_size_dl: int = 1,
+    seed: int | None = None,
+    group_repeats: bool = False,
+    tokenizer=None,
+):
+    """GSM8K as a text :class:`~rl.envs.llm.LLMEnv` (TorchRL's older builder; prefer
+    :class:`GSM8KEnv`): the question wrapped by :class:`GSM8KPrepareQuestion` under
+    ``"text"``, one step, and with a ``tokenizer`` a :class:`GSM8KRewardParser` reading
+    ``"text_response"``. ``dataset`` is LOCAL (see :class:`GSM8KEnv`).
+
+    Examples:
+        >>> from rl.envs.llm import make_gsm8k_env
+        >>> env = make_gsm8k_env([{"question": "1+1?", "answer": "#### 2"}], seed=0)
+        >>> env.reset()["text"][0].endswith("User: 1+1?. Assistant: <think>")
+        True
+    """
+
+    def collate(batch):
+        return {
+            "text": [row["question"] for row in batch],
+            "answer": [row["answer"] for row in batch],
+        }
+
+    dataloader = make_dataloader(
+        dataset,
+        split="train",
+        seed=seed,
+        batch_size=batch_size_dl,
+        shuffle=True,
+        collate_fn=collate,
+    )
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # LLMEnv's deprecation: this builder is TorchRL's
+        env = LLMEnv.from_dataloader(
+            dataloader,
+            from_text=True,
+            batch_size=(num_envs,),
+            repeats=repeats,
+            group_repeats=group_repeats,
+        )
+    env.insert_transform(0, GSM8KPrepareQuestion())
+    env.append_transform(StepCounter(max_steps=1))
+    if tokenizer is not None:
+        env.append_transform(
+            GSM8KRewardParser(
+                tokenizer=tokenizer, input_mode="text", in_keys=["text_response", "answer"]
+            )
+        )
+    return env

@@ -24,6 +24,8 @@ from .tensordict_module import *  # noqa: F403
 from .tensordict_module import __all__ as _td_module_all
 from ._value_norm import *  # noqa: F403
 from ._value_norm import __all__ as _value_norm_all
+from ._value_transforms import *  # noqa: F403
+from ._value_transforms import __all__ as _value_transforms_all
 from .mcts import EXP3Score, MCTSScore, MCTSScores, PUCTScore, UCB1TunedScore, UCBScore
 from .planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
 from .tensordict_module._world_models import WorldModelWrapper
@@ -50,4 +52,5 @@ __all__ = [
     *_models_all,
     *_td_module_all,
     *_value_norm_all,
+    *_value_transforms_all,
 ]

@@ -28,6 +28,8 @@ from ._dqn import *  # noqa: E402,F403
 from ._dqn import __all__ as _all_dqn  # noqa: E402
 from ._dreamer import *  # noqa: E402,F403
 from ._dreamer import __all__ as _all_dreamer  # noqa: E402
+from ._dreamer_v3 import *  # noqa: E402,F403
+from ._dreamer_v3 import __all__ as _all_dreamer_v3  # noqa: E402
 from ._gail import *  # noqa: E402,F403
 from ._gail import __all__ as _all_gail  # noqa: E402
 from ._hold_out import *  # noqa: E402,F403
@@ -95,6 +97,7 @@ __all__ = [
     *_all_next_state_value,
     *_all_random_modules,
     *_all_dreamer,
+    *_all_dreamer_v3,
     *_all_act,
     *_all_diffusion_bc,
     *_all_gail,

@@ -4,6 +4,15 @@ from ._act import ACTModel
 from ._batchrenorm import BatchRenorm1d
 from ._consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from ._conv import Conv2dNet, Conv3dNet, ConvNet
+from ._dreamer_v3_nets import (
+    DreamerV3BlockGRU,
+    DreamerV3BlockGRUCell,
+    DreamerV3ImageDecoder,
+    DreamerV3ImageEncoder,
+    DreamerV3MLP,
+)
+from ._rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3, RSSMStateEstimatorV3
+from ._two_hot import SymExpTwoHot, two_hot_cross_entropy, two_hot_decode, two_hot_encode
 from ._decision_transformer import DecisionTransformer, DTActor, OnlineDTActor
 from ._gsde import LazygSDEModule, gSDEModule
 from ._heads import (
@@ -48,6 +57,19 @@ __all__ = [
     "CrossGroupCritic",
     "DdpgCnnActor",
     "DreamerActor",
+    "DreamerV3BlockGRU",
+    "DreamerV3BlockGRUCell",
+    "DreamerV3ImageDecoder",
+    "DreamerV3ImageEncoder",
+    "DreamerV3MLP",
+    "RSSMPosteriorV3",
+    "RSSMPriorV3",
+    "RSSMRolloutV3",
+    "RSSMStateEstimatorV3",
+    "SymExpTwoHot",
+    "two_hot_cross_entropy",
+    "two_hot_decode",
+    "two_hot_encode",
     "DdpgCnnQNet",
     "DdpgMlpActor",
     "DdpgMlpQNet",

@@ -5,6 +5,7 @@ from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
 from ._common import SafeModule
 from ._diffusion import DiffusionActor
 from ._decision_transformer import DecisionTransformerInferenceWrapper
+from ._dreamer_v3_actors import DreamerV3DiscreteActor, DreamerV3SeededPolicy
 from ._exploration import (
     AdditiveGaussianModule,
     EGreedyModule,
@@ -34,6 +35,8 @@ from ._sequence import SafeSequential
 from ._vmap import VmapModule
 
 __all__ = [
+    "DreamerV3DiscreteActor",
+    "DreamerV3SeededPolicy",
     "AdditiveGaussianModule",
     "AdditiveGaussianWrapper",
     "EGreedyModule",

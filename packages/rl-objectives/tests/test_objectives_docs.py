@@ -104,7 +104,7 @@ def test_readme_has_the_sections():
 def test_readme_loss_table_names_every_loss():
     table = README.read_text().split("## Losses", 1)[1].split("## Target updates", 1)[0]
     losses = [n for n in rl.objectives.__all__ if n.endswith("Loss") and n != "LossModule"]
-    assert len(losses) == 36  # + ACTLoss, DiffusionBCLoss, the 4 DreamerV3 losses
+    assert len(losses) == 37  # + ACTLoss, DiffusionBCLoss, the 4 DreamerV3 losses, WorldModelLoss
     for name in losses:
         assert f"`{name}`" in table, name
 

@@ -125,6 +125,14 @@ class TestPlanners:
         with pytest.raises(ValueError, match="reward_key 'cost' is not among the rewards"):
             make_planner(kind, PointEnv(), reward_key="cost")
 
+    def test_env_without_reward_spec(self, kind):
+        env = PointEnv()
+        env.full_reward_spec = Composite()  # declares no reward at all
+        with pytest.raises(
+            ValueError, match=r"reward_key \('next', 'reward'\) .*\(no reward spec\)"
+        ):
+            make_planner(kind, env)
+
     def test_top_k_too_large(self, kind):
         with pytest.raises(ValueError, match="top_k=65 exceeds num_candidates=64"):
             make_planner(kind, PointEnv(), top_k=65)

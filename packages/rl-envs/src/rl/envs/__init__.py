@@ -10,7 +10,9 @@ from ._batched import EnvCreator, ParallelEnv, SerialEnv
 from ._dreamer import DreamerDecoder, DreamerEnv
 from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
+from ._imagined import ImaginedEnv
 from ._model_based import ModelBasedEnvBase
+from ._world_model_env import WorldModelEnv
 from ._native import CartPoleEnv, PendulumEnv, TicTacToeEnv
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
@@ -73,6 +75,8 @@ __all__ = [
     "GymEnv",
     "GymWrapper",
     "ModelBasedEnvBase",
+    "ImaginedEnv",
+    "WorldModelEnv",
     "DreamerDecoder",
     "DreamerEnv",
     "ParallelEnv",

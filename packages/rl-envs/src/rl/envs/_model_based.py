@@ -86,12 +86,12 @@ class ModelBasedEnvBase(EnvBase, metaclass=abc.ABCMeta):
 
     @property
     def batch_locked(self) -> bool:
-        """``False`` by default (any leading batch dims); settable, as in TorchRL."""
+        """``False``: the env takes any leading batch dims (read-only, as in TorchRL)."""
         return self.__dict__.get("_batch_locked", False)
 
     @batch_locked.setter
     def batch_locked(self, value: bool) -> None:
-        self.__dict__["_batch_locked"] = bool(value)
+        raise RuntimeError("batch_locked is a read-only property")
 
     def set_specs_from_env(self, env: EnvBase) -> None:
         """Copies ``env``'s input and output specs (moved to this env's device)."""

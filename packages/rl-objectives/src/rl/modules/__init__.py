@@ -28,7 +28,7 @@ from ._value_transforms import *  # noqa: F403
 from ._value_transforms import __all__ as _value_transforms_all
 from .mcts import EXP3Score, MCTSScore, MCTSScores, PUCTScore, UCB1TunedScore, UCBScore
 from .planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
-from .tensordict_module._world_models import WorldModelWrapper
+from .tensordict_module._world_models import WorldModel, WorldModelWrapper
 
 __all__ = [
     "NormalParamExtractor",
@@ -46,6 +46,7 @@ __all__ = [
     "UCB1TunedScore",
     "UCBScore",
     "TensorDictSequential",
+    "WorldModel",
     "WorldModelWrapper",
     "__version__",
     *_distributions_all,

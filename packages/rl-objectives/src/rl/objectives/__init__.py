@@ -42,6 +42,8 @@ from ._next_state_value import *  # noqa: E402,F403
 from ._next_state_value import __all__ as _all_next_state_value  # noqa: E402
 from ._optim import *  # noqa: E402,F403
 from ._optim import __all__ as _all_optim  # noqa: E402
+from ._pilco import *  # noqa: E402,F403
+from ._pilco import __all__ as _all_pilco  # noqa: E402
 from ._ppo import *  # noqa: E402,F403
 from ._ppo import __all__ as _all_ppo  # noqa: E402
 from ._qmixer import *  # noqa: E402,F403
@@ -66,6 +68,8 @@ from ._td3_bc import *  # noqa: E402,F403
 from ._td3_bc import __all__ as _all_td3_bc  # noqa: E402
 from ._tqc import *  # noqa: E402,F403
 from ._tqc import __all__ as _all_tqc  # noqa: E402
+from ._world_model import *  # noqa: E402,F403
+from ._world_model import __all__ as _all_world_model  # noqa: E402
 from .value._enum import *  # noqa: E402,F403
 from .value._enum import __all__ as _all_value_enum  # noqa: E402
 
@@ -101,5 +105,7 @@ __all__ = [
     *_all_act,
     *_all_diffusion_bc,
     *_all_gail,
+    *_all_pilco,
+    *_all_world_model,
     *_all_decision_transformer,
 ]

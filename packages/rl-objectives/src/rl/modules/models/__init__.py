@@ -4,6 +4,7 @@ from ._act import ACTModel
 from ._batchrenorm import BatchRenorm1d
 from ._consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from ._conv import Conv2dNet, Conv3dNet, ConvNet
+from ._gp import GPWorldModel
 from ._dreamer_v3_nets import (
     DreamerV3BlockGRU,
     DreamerV3BlockGRUCell,
@@ -37,6 +38,7 @@ from ._model_based import (
 from ._cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
 from ._multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 from ._noisy import NoisyLazyLinear, NoisyLinear, reset_noise
+from ._rbf_controller import RBFController
 from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "DdpgMlpQNet",
     "DuelingCnnDQNet",
     "DuelingMlpDQNet",
+    "GPWorldModel",
     "Mixer",
     "MultiAgentConvNet",
     "MultiAgentMLP",
@@ -84,6 +87,7 @@ __all__ = [
     "ObsDecoder",
     "ObsEncoder",
     "QMixer",
+    "RBFController",
     "RSSMPosterior",
     "RSSMPrior",
     "RSSMRollout",

@@ -8,7 +8,15 @@ import torch
 from tensordict import TensorDict, assert_close, lazy_stack
 
 import rl.data.map.tree as tree_module
-from rl.data import LazyTensorStorage, MCTSForest, Tree
+from rl.data import (
+    LazyMemmapStorage,
+    LazyStackStorage,
+    LazyTensorStorage,
+    ListStorage,
+    MCTSForest,
+    TensorDictMap,
+    Tree,
+)
 
 
 def rollout(observations, actions, *, done_last=False):
@@ -232,6 +240,24 @@ class TestMCTSForestStructure:
         tree = forest.get_tree(root(0))
         assert tree.num_vertices() == 8
         assert next_obs(tree.subtree[0].subtree[0].subtree[1]) == [4, 5]
+
+    @pytest.mark.parametrize(
+        "storage", [LazyTensorStorage, LazyMemmapStorage, ListStorage, LazyStackStorage]
+    )
+    def test_data_map_storages(self, storage):
+        example = rollout(*TRAJECTORIES[0])
+        data_map = TensorDictMap.from_tensordict_pair(
+            example.exclude("next"),
+            example.select("next", "action"),
+            in_keys=["observation", "action"],
+            storage_constructor=lambda: storage(50),
+        )
+        forest = make_forest(data_map=data_map)
+        assert forest.max_size == 50
+        tree = forest.get_tree(root(0))
+        assert tree.num_vertices() == 8
+        assert next_obs(tree.subtree[0].subtree[0].subtree[1]) == [4, 5]
+        assert tree.rollout_from_path((0, 1))["next", "observation"].tolist() == [1, 8]
 
     def test_given_storage_size(self):
         forest = make_forest(max_size=20)

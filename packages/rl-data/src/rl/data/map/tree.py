@@ -723,7 +723,7 @@ class MCTSForest:
             index, hashes = meta[self._index_key], meta[self._hash_key]
         steps = []
         while index is not None and index.numel() == 1:
-            stored = self.data_map.storage[index.reshape(())]
+            stored = self.data_map.storage[int(index.reshape(()))]
             step = stored.copy()
             for key in self.observation_keys:
                 step.set(key, node.get(key).to(step.device))

@@ -1,0 +1,71 @@
+"""``benchmarks/bench_gpu.py`` in its ``--device cpu`` mode (no GPU has been lent: the
+CUDA parts have never run; these tests keep the parts a CPU can run working)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gpu"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestCpuMode:
+    def test_quick_eager_run(self, bench, tmp_path, capsys):
+        out = tmp_path / "gpu.md"
+        res = bench.main(["--device", "cpu", "--quick", "--no-compile", "--out", str(out)])
+        sz = bench.sizes(quick=True)
+        # the CPU parts only: no build, no gpu tests, one CPU row per measurement
+        assert "build" not in res and "tests" not in res
+        assert [r["device"] for r in res["per"]] == ["cpu"]
+        assert res["per"][0]["steps_per_s"] > 0
+        (ppo,) = res["ppo"]
+        assert (ppo["device"], ppo["compile"], ppo["cudagraphs"]) == ("cpu", False, False)
+        assert ppo["frames"] == sz.ppo_envs * sz.ppo_steps * sz.ppo_batches
+        assert ppo["frames_per_s"] > 0
+        assert [(r["compile"], r["cudagraphs"]) for r in res["sac"]] == [(False, False)]
+        assert res["sac"][0]["updates_per_s"] > 0
+        text = out.read_text()
+        assert text == capsys.readouterr().out.rstrip("\n") + "\n"
+        assert "| cpu trees |" in text and "| cpu | eager |" in text
+
+    def test_prioritized_step_keeps_buffer_full(self, bench):
+        sz = bench.sizes(quick=True)
+        row = bench.bench_prioritized(torch.device("cpu"), sz)
+        assert row["device"] == "cpu" and row["steps_per_s"] > 0
+
+    @pytest.mark.slow
+    def test_compiled_cpu_run(self, bench):
+        res = bench.main(["--device", "cpu", "--quick", "--parts", "ppo,sac"])
+        assert res["ppo"][0]["compile"] is True
+        assert [(r["compile"], r["cudagraphs"]) for r in res["sac"]] == [
+            (False, False),
+            (True, False),
+        ]
+
+
+class TestArguments:
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+    def test_cuda_without_a_device(self, bench):
+        with pytest.raises(SystemExit, match="torch.cuda.is_available\\(\\) is False"):
+            bench.main(["--device", "cuda", "--quick"])
+
+    def test_unknown_part(self, bench):
+        with pytest.raises(SystemExit, match="unknown part\\(s\\) \\['gae'\\]"):
+            bench.main(["--device", "cpu", "--parts", "per,gae"])
+
+    def test_build_needs_cuda(self, bench):
+        with pytest.raises(SystemExit, match="--parts build needs --device cuda"):
+            bench.main(["--device", "cpu", "--parts", "build"])

@@ -107,3 +107,12 @@ def test_contains_with_a_list_storage():
     tdmap = make(storage=ListStorage(10))
     tdmap[keys((1, 2))] = TensorDict(out=torch.ones(1, 1), batch_size=[1])
     assert tdmap.contains(keys((1, 2), (5, 5))).tolist() == [True, False]
+
+
+def test_get_with_default():
+    tdmap = make()
+    assert tdmap.get(keys((1, 2))) is None  # empty map
+    tdmap[keys((1, 2), (3, 4))] = TensorDict(out=torch.tensor([[1.0], [2.0]]), batch_size=[2])
+    assert tdmap.get(keys((3, 4)))["out"].tolist() == [[2.0]]
+    assert tdmap.get(keys((3, 4), (9, 9)), default="none") == "none"  # one row missing
+    assert tdmap.get(keys((1, 2))[0])["out"].tolist() == [1.0]  # unbatched

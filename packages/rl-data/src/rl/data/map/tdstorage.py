@@ -206,15 +206,27 @@ class TensorDictMap(TensorDictModuleBase, TensorMap[TensorDictBase, TensorDictBa
     def _maybe_remove_batch(self, item: Any) -> Any:
         return item.squeeze(0) if self.batch_added else item
 
-    def __getitem__(self, item: TensorDictBase) -> TensorDictBase:
+    def _read(self, item: TensorDictBase) -> tuple[TensorDictBase | None, TensorDictBase, int]:
+        """``(value, keyed item, first row without a value)``; the value is ``None`` unless
+        every row of ``item`` has one (the row is then -1)."""
         item, _ = self._maybe_add_batch(item.copy(), None)
         index = self._to_index(item, extend=False, clone=False)
         stored = self._filled(index) if len(self) else None
         if stored is None or not stored.all():
-            row = 0 if stored is None else int((~stored).nonzero()[0])
-            missing = item[row].select(*self.in_keys)
-            raise KeyError(f"no value stored for the keys {missing.to_dict()}")
-        return self._maybe_remove_batch(self.collate_fn(self.storage[index]))
+            return None, item, 0 if stored is None else int((~stored).nonzero()[0])
+        return self._maybe_remove_batch(self.collate_fn(self.storage[index])), item, -1
+
+    def __getitem__(self, item: TensorDictBase) -> TensorDictBase:
+        value, item, missing = self._read(item)
+        if value is None:
+            keys = item[missing].select(*self.in_keys)
+            raise KeyError(f"no value stored for the keys {keys.to_dict()}")
+        return value
+
+    def get(self, item: TensorDictBase, default: Any = None) -> TensorDictBase | Any:
+        """``self[item]``, or ``default`` when a row of ``item`` has no value stored."""
+        value, _, _ = self._read(item)
+        return default if value is None else value
 
     def __setitem__(self, item: TensorDictBase, value: TensorDictBase) -> None:
         if not self._has_lazy_out_keys():

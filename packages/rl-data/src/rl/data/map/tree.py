@@ -700,13 +700,14 @@ class MCTSForest:
 
     def _lookup(self, node: TensorDictBase) -> TensorDictBase:
         """The node map's row for ``node``, or a KeyError naming its observation."""
-        if self.node_map is None or not bool(self.node_map.contains(node)):
+        meta = None if self.node_map is None else self.node_map.get(node)
+        if meta is None:
             shown = {str(k): v for k, v in node.to_dict().items()}
             raise KeyError(
                 f"no rollout in the forest leaves the root {shown} (observation_keys="
                 f"{self.observation_keys}); extend the forest with a rollout from it first"
             )
-        return self.node_map[node]
+        return meta
 
     def _local_tree(
         self, node: TensorDictBase, index: torch.Tensor | None, compact: bool
@@ -729,13 +730,13 @@ class MCTSForest:
                 step.set(key, node.get(key).to(step.device))
             steps.append(step)
             following = stored["next"].select(*self.observation_keys)
-            if bool(self.node_map.contains(following)):
-                meta = self.node_map[following]
+            meta = self.node_map.get(following)
+            if meta is None:
+                node, index, hashes = following, None, None
+            else:
                 node, index, hashes = following, meta[self._index_key], meta[self._hash_key]
                 if not compact:
                     break
-            else:
-                node, index, hashes = following, None, None
         vertex = Tree(
             rollout=torch.stack(steps, -1) if steps else None,
             count=torch.zeros((), dtype=torch.int32),

@@ -449,7 +449,7 @@ class TestInterrupt:
             os.killpg(proc.pid, signal.SIGINT)
             start = time.monotonic()
             _, err = proc.communicate(timeout=20)
-            assert time.monotonic() - start < 5
+            assert time.monotonic() - start < 15  # seconds, not the 20 s timeout (a loaded CI)
             assert proc.returncode != 0
             assert err.count("Traceback") == 1, err
             assert err.count("KeyboardInterrupt") == 1, err

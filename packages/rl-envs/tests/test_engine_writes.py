@@ -7,7 +7,8 @@ import torch
 
 from rl.envs import GymEnv
 from rl.envs.engine._buffers import patched
-from rl.envs.engine._loop import _apply_rows, _StepWriter
+from rl.envs.engine._buffers import StepWriter
+from rl.envs.engine._loop import _apply_rows
 
 
 class TestApplyRows:
@@ -52,7 +53,7 @@ class TestApplyRows:
 class TestStepWriter:
     def test_numpy_rows(self):
         bufs = [("a", torch.zeros(2, 3)), ("b", torch.zeros(2, 3, 2, dtype=torch.int64))]
-        write = _StepWriter(bufs, nb=1, max_steps=3)
+        write = StepWriter(bufs, nb=1, max_steps=3)
         assert write.arrays is not None
         write(1, [torch.tensor([1.0, 2.0]), torch.tensor([[1, 2], [3, 4]])])
         assert bufs[0][1][:, 1].tolist() == [1.0, 2.0]
@@ -61,7 +62,7 @@ class TestStepWriter:
 
     def test_a_value_with_grad_switches_to_torch_and_keeps_the_graph(self):
         buf = torch.zeros(2, 3)
-        write = _StepWriter([("a", buf)], nb=1, max_steps=3)
+        write = StepWriter([("a", buf)], nb=1, max_steps=3)
         write(0, [torch.tensor([1.0, 2.0])])
         x = torch.tensor([3.0, 4.0], requires_grad=True)
         write(1, [x * 2])
@@ -74,7 +75,7 @@ class TestStepWriter:
 
     def test_bfloat16_buffers_take_torch(self):
         buf = torch.zeros(2, 2, dtype=torch.bfloat16)
-        write = _StepWriter([("a", buf)], nb=1, max_steps=2)
+        write = StepWriter([("a", buf)], nb=1, max_steps=2)
         assert write.arrays is None
         write(1, [torch.tensor([1.5, 2.5], dtype=torch.bfloat16)])
         assert buf[:, 1].tolist() == [1.5, 2.5]

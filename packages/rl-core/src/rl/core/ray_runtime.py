@@ -330,7 +330,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-def processes_left(pids: Iterable[int], timeout: float = 20.0) -> list[int]:
+def processes_left(pids: Iterable[int], timeout: float = 60.0) -> list[int]:
     """The processes of ``pids`` still running (zombies count as gone) after waiting up
     to ``timeout`` seconds for all of them to exit; ``[]`` when they all did."""
     pids = list(pids)
@@ -343,7 +343,7 @@ def processes_left(pids: Iterable[int], timeout: float = 20.0) -> list[int]:
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2, timeout: float = 20.0, **init_kwargs: Any) -> Iterator[ModuleType]:
+def local_ray(num_cpus: int = 2, timeout: float = 60.0, **init_kwargs: Any) -> Iterator[ModuleType]:
     """A local Ray instance with ``num_cpus`` CPUs, shut down on exit; raises an
     ``AssertionError`` when one of its processes (the raylet, the GCS, the workers) is
     still running ``timeout`` seconds later. ``init_kwargs`` go to ``ray.init()``

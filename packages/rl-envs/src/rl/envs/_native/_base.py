@@ -7,12 +7,24 @@ from tensordict import TensorDict, TensorDictBase
 
 from .._done import default_done_spec
 from .._env_base import EnvBase
+from ._kernel import NativeKernel
 
 __all__ = ["NativeEnv"]
 
 
 class NativeEnv(EnvBase):
     """An env whose state lives in torch tensors of shape ``[*batch_size, ...]``.
+
+    A subclass writes two tensor-level methods, which both :meth:`_step` / :meth:`_reset`
+    and the rollout kernel (:class:`NativeKernel`) call, so a rollout writes the env's
+    tensors straight into its buffers without a TensorDict per step:
+
+    - ``_step_entries(action) -> dict``: the step's ``"next"`` entries (observations,
+      ``"reward"`` and, unless the step ends no episode, ``"done"`` / ``"terminated"`` /
+      ``"truncated"``; absent flags are all False);
+    - ``_reset_entries(mask) -> dict``: the reset observations (and flags, if any) of the
+      whole batch: the sub-envs outside ``mask`` (``[*batch_size]`` bool, ``None`` for
+      all) keep their current values.
 
     Randomness (reset states) comes from a private ``torch.Generator`` seeded by
     :meth:`set_seed`; until then it is seeded from torch's global generator, so
@@ -89,3 +101,38 @@ class NativeEnv(EnvBase):
 
     def _make_td(self, entries: dict) -> TensorDictBase:
         return TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=self.device)
+
+    def _step_entries(self, action: torch.Tensor) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} must implement _step_entries(action)")
+
+    def _reset_entries(self, mask: torch.Tensor | None) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} must implement _reset_entries(mask)")
+
+    def _check_action(self, action: torch.Tensor) -> None:
+        if action.shape != self._action_shape:
+            self._raise_action_shape(action)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = tensordict["action"]
+        self._check_action(action)
+        entries = self._step_entries(action)
+        if "done" not in entries:
+            entries.update(self._zero_flags())
+        return self._make_td(entries)
+
+    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+        entries = self._reset_entries(self._reset_mask(tensordict))
+        if "done" not in entries:
+            entries.update(self._zero_flags())
+        return self._make_td(entries)
+
+    def rollout_kernel(self):
+        """:class:`NativeKernel` (the env's tensors written into the rollout's buffers)
+        for an env whose ``_step`` / ``_reset`` are :class:`NativeEnv`'s and without
+        per-step type checks; else the env's own ``_step`` / ``reset``."""
+        cls = type(self)
+        if self.run_type_checks or cls._step is not NativeEnv._step:
+            return super().rollout_kernel()
+        if cls._reset is not NativeEnv._reset:
+            return super().rollout_kernel()
+        return NativeKernel(self)

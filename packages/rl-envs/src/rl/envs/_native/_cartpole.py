@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from tensordict import TensorDictBase
 
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded
 
@@ -107,9 +106,8 @@ class CartPoleEnv(NativeEnv):
         self.elapsed_steps = torch.zeros(bs, dtype=torch.int64, device=dev)
         self._was_terminated = torch.zeros(bs, dtype=torch.bool, device=dev)
 
-    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+    def _reset_entries(self, mask: torch.Tensor | None) -> dict:
         new = self._uniform(-0.05, 0.05, 4)
-        mask = self._reset_mask(tensordict)
         d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
         if mask is None:
             d["state"] = new
@@ -119,12 +117,9 @@ class CartPoleEnv(NativeEnv):
             d["state"] = torch.where(mask.unsqueeze(-1), new, self.state)
             d["elapsed_steps"] = self.elapsed_steps.masked_fill(mask, 0)
             d["_was_terminated"] = self._was_terminated & ~mask
-        return self._make_td({"observation": d["state"].to(torch.float32), **self._zero_flags()})
+        return {"observation": d["state"].to(torch.float32)}
 
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = tensordict["action"]
-        if action.shape != self._action_shape:
-            self._raise_action_shape(action)
+    def _step_entries(self, action: torch.Tensor) -> dict:
         push_right = (action == 1) if self.categorical_action_encoding else action[..., 1].bool()
         d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
         d["state"] = state = cartpole_dynamics(d["state"], push_right)
@@ -140,10 +135,8 @@ class CartPoleEnv(NativeEnv):
             truncated = torch.zeros_like(terminated)
         else:
             truncated = elapsed >= self.max_episode_steps
-        return self._make_td(
-            {
-                "observation": state.to(torch.float32),
-                "reward": reward,
-                **self._flags(terminated, truncated),
-            }
-        )
+        return {
+            "observation": state.to(torch.float32),
+            "reward": reward,
+            **self._flags(terminated, truncated),
+        }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from tensordict import TensorDictBase
 
 from rl.core import Bounded, Composite, Unbounded
 
@@ -104,29 +103,20 @@ class PendulumEnv(NativeEnv):
         th = self._th
         return torch.stack([torch.cos(th), torch.sin(th), self._thdot], -1).to(torch.float32)
 
-    def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
+    def _reset_entries(self, mask: torch.Tensor | None) -> dict:
         th = self._uniform(-math.pi, math.pi)
         thdot = self._uniform(-1.0, 1.0)
-        mask = self._reset_mask(tensordict)
         d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
         if mask is None:
             d["_th"], d["_thdot"] = th, thdot
         else:
             d["_th"] = torch.where(mask, th, d["_th"])
             d["_thdot"] = torch.where(mask, thdot, d["_thdot"])
-        return self._make_td({"observation": self._observation(), **self._zero_flags()})
+        return {"observation": self._observation()}
 
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        action = tensordict["action"]
-        if action.shape != self._action_shape:
-            self._raise_action_shape(action)
+    def _step_entries(self, action: torch.Tensor) -> dict:
         u = action.to(torch.float64).squeeze(-1)
         d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
         d["_th"], d["_thdot"], reward = pendulum_dynamics(d["_th"], d["_thdot"], u)
-        return self._make_td(
-            {
-                "observation": self._observation(),
-                "reward": reward.to(torch.float32).unsqueeze(-1),
-                **self._zero_flags(),
-            }
-        )
+        # no time limit and no termination: the done flags are all False (left out)
+        return {"observation": self._observation(), "reward": reward.to(torch.float32)[..., None]}

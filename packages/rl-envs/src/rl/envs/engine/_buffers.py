@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["RolloutBuffers", "StepViews", "build_output", "flat_leaves", "patched"]
+__all__ = [
+    "RolloutBuffers",
+    "StepViews",
+    "StepWriter",
+    "build_output",
+    "flat_leaves",
+    "numpy_or_none",
+    "patched",
+]
 
 
 def flat_leaves(td: TensorDictBase) -> dict:
@@ -64,6 +74,74 @@ class StepViews:
             chunks = [buf.narrow(self.nb, t, size).unbind(self.nb) for buf in self.bufs]
             self.start, self.views, i = t, list(zip(*chunks)), 0
         return self.views[i]
+
+
+def numpy_or_none(buf: torch.Tensor):
+    """A numpy view of a CPU buffer without grad, else None."""
+    if buf.device.type != "cpu" or buf.requires_grad:
+        return None
+    try:
+        return buf.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16)
+        return None
+
+
+class StepWriter:
+    """Copies each step's values into row ``t`` of a list of ``[*B, T, ...]`` buffers.
+
+    CPU buffers are written through numpy views (a fraction of torch's indexing cost),
+    while each value allows it; a value that needs grad, lives on another device or has a
+    dtype numpy lacks sends this and later steps to torch: one ``_foreach_copy_`` into the
+    step's views, unless a value needs grad (autograd cannot write views made by
+    ``unbind`` in place), then ``buf[..., t] = value`` (gradients flow through the
+    rollout). With ``check``, a value whose shape is not the first step's raises, naming
+    its key (the entries a policy writes: numpy would broadcast them silently).
+    """
+
+    #: numpy writes a row of a ``[B, T, F]`` buffer as ``B`` strided copies; past this many
+    #: (summed over the buffers whose rows are not scalars) torch's copy is cheaper
+    NUMPY_CHUNKS = 512
+
+    def __init__(self, writes: list, nb: int, max_steps: int, check: bool = False) -> None:
+        self.keys = [key for key, _ in writes]
+        self.bufs = [buf for _, buf in writes]
+        arrays = [numpy_or_none(buf) for buf in self.bufs]
+        chunks = sum(
+            math.prod(buf.shape[:nb]) for buf in self.bufs if math.prod(buf.shape[nb + 1 :]) > 1
+        )
+        numpy_ok = all(a is not None for a in arrays) and chunks <= self.NUMPY_CHUNKS
+        self.arrays = arrays if numpy_ok else None
+        self.views = StepViews(self.bufs, nb, max_steps)
+        self.views_ok = not any(buf.requires_grad for buf in self.bufs)
+        self.prefix = (slice(None),) * nb
+        self.shapes = [buf.shape[:nb] + buf.shape[nb + 1 :] for buf in self.bufs] if check else None
+
+    def __call__(self, t: int, srcs: list) -> None:
+        idx = (*self.prefix, t)
+        if self.shapes is not None:
+            for key, value, shape in zip(self.keys, srcs, self.shapes):
+                if value.shape != shape:
+                    raise ValueError(
+                        f"the policy wrote {key!r} with shape {tuple(value.shape)} at step {t}, "
+                        f"expected {tuple(shape)} (its shape at the first step)"
+                    )
+        arrays = self.arrays
+        if arrays is not None:
+            for value in srcs:
+                if value.requires_grad or not value.is_cpu or value.dtype is torch.bfloat16:
+                    self.arrays = arrays = None  # torch from now on
+                    break
+            else:
+                for array, value in zip(arrays, srcs):
+                    array[idx] = value.numpy()
+                return
+        if self.views_ok and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
+            self.views_ok = False
+        if self.views_ok:
+            torch._foreach_copy_(self.views[t], srcs)
+        else:
+            for buf, value in zip(self.bufs, srcs):
+                buf[idx] = value
 
 
 class RolloutBuffers:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +15,10 @@ from .._utils import _merge_plain
 from ._buffers import (
     RolloutBuffers,
     StepViews,
+    StepWriter,
     flat_leaves,
     nested_batch_dims,
+    numpy_or_none,
     patched,
     restore_nested_batch,
 )
@@ -55,64 +56,6 @@ def policy_runner(policy: Callable | None) -> Callable | None:
     return twin if twin is not None and twin.usable() else policy
 
 
-class _StepWriter:
-    """Copies each step's values into row ``t`` of a list of ``[*B, T, ...]`` buffers.
-
-    CPU buffers are written through numpy views (a fraction of torch's indexing cost),
-    while each value allows it; a value that needs grad, lives on another device or has a
-    dtype numpy lacks sends this and later steps to torch: one ``_foreach_copy_`` into the
-    step's views, unless a value needs grad (autograd cannot write views made by
-    ``unbind`` in place), then ``buf[..., t] = value`` (gradients flow through the
-    rollout). With ``check``, a value whose shape is not the first step's raises, naming
-    its key (the entries a policy writes: numpy would broadcast them silently).
-    """
-
-    #: numpy writes a row of a ``[B, T, F]`` buffer as ``B`` strided copies; past this many
-    #: (summed over the buffers whose rows are not scalars) torch's copy is cheaper
-    NUMPY_CHUNKS = 512
-
-    def __init__(self, writes: list, nb: int, max_steps: int, check: bool = False) -> None:
-        self.keys = [key for key, _ in writes]
-        self.bufs = [buf for _, buf in writes]
-        arrays = [_numpy_or_none(buf) for buf in self.bufs]
-        chunks = sum(
-            math.prod(buf.shape[:nb]) for buf in self.bufs if math.prod(buf.shape[nb + 1 :]) > 1
-        )
-        numpy_ok = all(a is not None for a in arrays) and chunks <= self.NUMPY_CHUNKS
-        self.arrays = arrays if numpy_ok else None
-        self.views = StepViews(self.bufs, nb, max_steps)
-        self.views_ok = not any(buf.requires_grad for buf in self.bufs)
-        self.prefix = (slice(None),) * nb
-        self.shapes = [buf.shape[:nb] + buf.shape[nb + 1 :] for buf in self.bufs] if check else None
-
-    def __call__(self, t: int, srcs: list) -> None:
-        idx = (*self.prefix, t)
-        if self.shapes is not None:
-            for key, value, shape in zip(self.keys, srcs, self.shapes):
-                if value.shape != shape:
-                    raise ValueError(
-                        f"the policy wrote {key!r} with shape {tuple(value.shape)} at step {t}, "
-                        f"expected {tuple(shape)} (its shape at the first step)"
-                    )
-        arrays = self.arrays
-        if arrays is not None:
-            for value in srcs:
-                if value.requires_grad or not value.is_cpu or value.dtype is torch.bfloat16:
-                    self.arrays = arrays = None  # torch from now on
-                    break
-            else:
-                for array, value in zip(arrays, srcs):
-                    array[idx] = value.numpy()
-                return
-        if self.views_ok and torch.is_grad_enabled() and any(v.requires_grad for v in srcs):
-            self.views_ok = False
-        if self.views_ok:
-            torch._foreach_copy_(self.views[t], srcs)
-        else:
-            for buf, value in zip(self.bufs, srcs):
-                buf[idx] = value
-
-
 def _set(td: TensorDictBase, key, value: torch.Tensor) -> None:
     """``td.set(key, value)`` for a value of the td's batch size (no checks for a plain
     TensorDict and a string key)."""
@@ -120,20 +63,6 @@ def _set(td: TensorDictBase, key, value: torch.Tensor) -> None:
         td._set_str(key, value, inplace=False, validated=True)
     else:
         td.set(key, value)
-
-
-def _any(done) -> bool:
-    return done if done.__class__ is bool else bool(done.any())
-
-
-def _numpy_or_none(buf: torch.Tensor):
-    """A numpy view of a CPU buffer without grad, else None."""
-    if buf.device.type != "cpu" or buf.requires_grad:
-        return None
-    try:
-        return buf.numpy()
-    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16)
-        return None
 
 
 def _copy(done):
@@ -199,7 +128,7 @@ def _apply_rows(buf: torch.Tensor, patches: list, nb: int) -> None:
     """Writes the ``(t, rows, values)`` patches of kernel resets into the root buffer
     ``buf``: for a CPU buffer of one batch dim, one numpy scatter per buffer (each patch
     is a few rows of one step: one write each costs more than the rows)."""
-    array = _numpy_or_none(buf)
+    array = numpy_or_none(buf)
     if array is None or nb != 1:
         prefix = (slice(None),) * nb
         for t, rows, values in patches:
@@ -347,7 +276,7 @@ def run_rollout(
     resets: list = []  # (t, {key: value}): a kernel's resets (no root per step)
     next_keys: list = []  # the "next" keys the kernel writes itself, in buffer order
     str_keys, root_arrays = False, None  # set at step 0
-    write_root = write_next = None  # the _StepWriters of the root / "next" entries (step 0)
+    write_root = write_next = None  # the StepWriters of the root / "next" entries (step 0)
     tensor_slots = None  # (key, numpy view): the outputs of a tensor twin, from step 1
     merge = isinstance(kernel, EnvKernel)
     lazy_keys: set = set()  # carried entries recorded without a root (a tensor twin)
@@ -412,13 +341,13 @@ def run_rollout(
                 nested.update({("next", *k): v for k, v in nested_batch_dims(next_td, nb).items()})
             layout = _allocate(bufs, next_td, flat_leaves(td), reward_keys, presampled)
             next_writes, next_keys, carry_keys, root_writes, root_carried = layout
-            write_root = _StepWriter(root_writes, nb, max_steps, check=True)
-            write_next = _StepWriter(next_writes, nb, max_steps)
+            write_root = StepWriter(root_writes, nb, max_steps, check=True)
+            write_next = StepWriter(next_writes, nb, max_steps)
             kernel_views = StepViews([bufs.next[key] for key in next_keys], nb, max_steps)
             str_keys = all(type(key) is str for key, _ in root_carried + root_writes)
             str_keys = str_keys and all(type(key) is str for key in carry_keys)
             # numpy views of the CPU root buffers written at each step (None: torch writes)
-            root_arrays = [_numpy_or_none(buf) for _, buf in root_writes]
+            root_arrays = [numpy_or_none(buf) for _, buf in root_writes]
             if any(a is None for a in root_arrays) or not all(
                 td.get(key).device.type == "cpu" for key, _ in root_writes
             ):
@@ -535,7 +464,7 @@ def run_rollout(
             continue
         array = arrays.get(key)
         if array is None:
-            array = arrays[key] = _numpy_or_none(bufs.root[key])
+            array = arrays[key] = numpy_or_none(bufs.root[key])
         if array is not None and value.device.type == "cpu" and not value.requires_grad:
             array[(*prefix, t)] = value.numpy()
         else:

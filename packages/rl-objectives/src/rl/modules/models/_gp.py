@@ -105,9 +105,10 @@ class GPWorldModel(nn.Module):
             max_iter: L-BFGS iterations on the negative log marginal likelihood.
         """
         dtype = self.ell.dtype
-        x = dataset.get("observation").to(self.device, dtype)
-        u = dataset.get("action").to(self.device, dtype)
-        x_next = dataset.get(("next", "observation")).to(self.device, dtype)
+        # fitted in float64 whatever the module's dtype: Gram matrices are ill-conditioned
+        x = dataset.get("observation").to(self.device, torch.float64)
+        u = dataset.get("action").to(self.device, torch.float64)
+        x_next = dataset.get(("next", "observation")).to(self.device, torch.float64)
         if x.ndim != 2 or x.shape[-1] != self.obs_dim or u.shape[-1] != self.action_dim:
             raise ValueError(
                 f"GPWorldModel.fit needs 'observation' [n, {self.obs_dim}] and 'action' "
@@ -116,16 +117,22 @@ class GPWorldModel(nn.Module):
         inputs = torch.cat([x, u], -1).detach()
         targets = (x_next - x).detach().T  # [D, n]
         n = inputs.shape[0]
-        eye = torch.eye(n, dtype=dtype, device=self.device)
+        eye = torch.eye(n, dtype=torch.float64, device=self.device)
         spread = inputs.std(0).clamp_min(1e-3)
-        y_var = targets.var(-1).clamp_min(1e-6)
+        y_var = targets.var(-1).clamp_min(1e-8)
+        # a noise floor of 1e-4 of the targets' variance (BoTorch's floor on standardised
+        # outcomes): without it the likelihood of a few noisy points drives the noise to 0
+        floor = 1e-4 * y_var
         log_ell = spread.log().expand(self.obs_dim, -1).clone().requires_grad_(True)
         log_alpha = y_var.log().clone().requires_grad_(True)
         log_noise = (0.01 * y_var).log().clone().requires_grad_(True)
 
+        def gram(ell, alpha_sq, noise):
+            k = self._kernel(inputs, inputs, ell, alpha_sq)
+            return k + noise[:, None, None] * eye
+
         def nll() -> torch.Tensor:
-            k = self._kernel(inputs, inputs, log_ell.exp(), log_alpha.exp())
-            k = k + (log_noise.exp()[:, None, None] + 1e-6) * eye
+            k = gram(log_ell.exp(), log_alpha.exp(), log_noise.exp() + floor)
             chol = torch.linalg.cholesky(k)
             alpha = torch.cholesky_solve(targets[..., None], chol)
             fit_term = 0.5 * (targets[..., None] * alpha).sum()
@@ -144,15 +151,17 @@ class GPWorldModel(nn.Module):
         with torch.enable_grad():
             optim.step(closure)
         with torch.no_grad():
-            self.X_tilde_train = inputs
-            self.ell = log_ell.exp().detach()
-            self.alpha_sq = log_alpha.exp().detach()[:, None]
-            self.sigma_sq_eps = log_noise.exp().detach()
-            k = self._kernel(inputs, inputs, self.ell, self.alpha_sq[:, 0])
-            k = k + (self.sigma_sq_eps[:, None, None] + 1e-6) * eye
-            chol = torch.linalg.cholesky(k)
-            self._cached_inv_K_noisy = torch.cholesky_solve(eye.expand(self.obs_dim, n, n), chol)
-            self._cached_beta = torch.cholesky_solve(targets[..., None], chol)[..., 0]
+            ell, alpha_sq = log_ell.exp(), log_alpha.exp()
+            noise = log_noise.exp() + floor
+            chol = torch.linalg.cholesky(gram(ell, alpha_sq, noise))
+            inv_k = torch.cholesky_solve(eye.expand(self.obs_dim, n, n), chol)
+            beta = torch.cholesky_solve(targets[..., None], chol)[..., 0]
+            self.X_tilde_train = inputs.to(dtype)
+            self.ell = ell.to(dtype)
+            self.alpha_sq = alpha_sq[:, None].to(dtype)
+            self.sigma_sq_eps = noise.to(dtype)
+            self._cached_inv_K_noisy = inv_k.to(dtype)
+            self._cached_beta = beta.to(dtype)
 
     @staticmethod
     def _kernel(a: torch.Tensor, b: torch.Tensor, ell: torch.Tensor, alpha_sq: torch.Tensor):

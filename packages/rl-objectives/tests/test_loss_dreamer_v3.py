@@ -477,3 +477,36 @@ def test_dreamer_v3_loss_end_to_end():
     ]
     with pytest.raises(ValueError, match="detach_output=False"):
         DreamerV3Loss(DreamerV3ModelLoss(wm), actor_loss, DreamerV3ValueLoss(value))
+
+
+def test_dreamer_v3_loss_with_optimizer_and_stepper():
+    from rl.core.trainers import DreamerV3OptimizationStepper, DreamerV3Optimizer
+
+    torch.manual_seed(0)
+    wm = _world_model()
+    value = _value(bins=5)
+    actor_loss = DreamerV3ActorLoss(_actor(), value, _LatentEnv(), imagination_horizon=2)
+    value_loss = DreamerV3ValueLoss(
+        value, value_loss="two_hot", num_value_bins=5, slow_critic_regularization=1.0
+    )
+    wm_state = TensorDictModule(
+        lambda s: (torch.tanh(s), torch.zeros(*s.shape[:-1], H)),
+        in_keys=["state"],
+        out_keys=[("next", "state"), ("next", "belief")],
+    )
+    loss = DreamerV3Loss(
+        DreamerV3ModelLoss(TensorDictSequential(wm, wm_state), num_reward_bins=5),
+        actor_loss,
+        value_loss,
+        replay_value_loss_weight=0.0,
+    )
+    optimizer = DreamerV3Optimizer(loss.parameters(), lr=1e-2, warmup_steps=0)
+    stepper = DreamerV3OptimizationStepper(
+        loss, optimizer, SoftUpdate(value_loss, tau=0.1), compile_train_step=False
+    )
+    before = [p.detach().clone() for p in loss.parameters()]
+    batch = _replay()
+    metrics = stepper.step(None, batch)
+    assert {"loss_model_kl", "loss_actor", "loss_value", "loss_replay_value"} <= set(metrics.keys())
+    assert any(not torch.equal(p, b) for p, b in zip(loss.parameters(), before))
+    assert not batch["replay_context", "state"].requires_grad

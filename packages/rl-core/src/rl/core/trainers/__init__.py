@@ -5,6 +5,7 @@ environments are duck-typed.
 """
 
 from ._checkpoint import CheckpointError, atomic_save, load_checkpoint
+from ._dreamer_v3 import DreamerV3OptimizationStepper, DreamerV3Optimizer, DreamerV3UpdateRatio
 from ._hooks_data import (
     BatchSubSampler,
     ReplayBufferTrainer,
@@ -28,6 +29,9 @@ __all__ = [
     "BatchSubSampler",
     "CheckpointError",
     "CountFramesLog",
+    "DreamerV3OptimizationStepper",
+    "DreamerV3Optimizer",
+    "DreamerV3UpdateRatio",
     "EarlyStopping",
     "EpisodeReturns",
     "LRSchedulerHook",

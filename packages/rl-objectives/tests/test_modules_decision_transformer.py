@@ -19,6 +19,7 @@ from rl.modules import (
     ProbabilisticActor,
     TanhDelta,
     TanhNormal,
+    TensorDictSequential,
 )
 
 SMALL = DecisionTransformer.DTConfig(n_embd=16, n_layer=2, n_head=2, n_inner=32, n_positions=64)
@@ -207,6 +208,48 @@ class TestInferenceWrapper:
             policy(td)
         with pytest.raises(ValueError, match="inference_context must be >= 1"):
             make_wrapper(context=0)
+
+    def test_env_rollout(self):
+        """In a rollout the wrapper runs (not the wrapped actor's tensor twin)."""
+        from rl.core import tensor_policy
+        from rl.envs import Compose, PendulumEnv, TransformedEnv
+        from rl.envs.transforms import (
+            CatFrames,
+            TargetReturn,
+            TensorDictPrimer,
+            UnsqueezeTransform,
+        )
+
+        keys = ["observation_cat", "action_cat", "return_to_go_cat"]
+        base = PendulumEnv()
+        env = TransformedEnv(
+            base,
+            Compose(
+                TargetReturn(-100.0, out_keys=["return_to_go"]),
+                TensorDictPrimer(base.full_action_spec.clone()),
+                UnsqueezeTransform(
+                    -2, in_keys=["observation", "action", "return_to_go"], out_keys=keys
+                ),
+                CatFrames(N=4, dim=-2, in_keys=keys, padding="constant"),
+            ),
+        )
+        inputs = [*keys[:2], "return_to_go_scaled"]
+        module = TensorDictModule(DTActor(3, 1, transformer_config=SMALL), inputs, ["param"])
+        actor = ProbabilisticActor(
+            module,
+            in_keys=["param"],
+            distribution_class=TanhDelta,
+            distribution_kwargs={"low": -2.0, "high": 2.0},
+        )
+        wrapper = DecisionTransformerInferenceWrapper(actor, inference_context=4)
+        wrapper.set_tensor_keys(observation=keys[0], action=keys[1], return_to_go=inputs[2])
+        assert tensor_policy(wrapper) is None
+        # the wrapper writes the last return-to-go back at its key: a key of the policy's own,
+        # as the rollout carries the env's "return_to_go_cat" at its [4, 1] shape
+        scale = TensorDictModule(lambda r: r / 100, [keys[2]], [inputs[2]])
+        rollout = env.rollout(5, TensorDictSequential(scale, wrapper))
+        assert rollout["action"].shape == (5, 1)
+        assert rollout["observation_cat"].shape == (5, 4, 3)
 
     @pytest.mark.parametrize("online", [True, False])
     def test_with_dt_actors(self, online):

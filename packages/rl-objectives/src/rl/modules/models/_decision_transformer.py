@@ -184,7 +184,7 @@ class DecisionTransformer(nn.Module):
             dim=-2,
         )  # [*B, T, 3, H]: the sequence R_1, s_1, a_1, R_2, ...
         tokens = self.embed_ln(tokens.reshape(-1, 3 * steps, self.hidden_size))
-        hidden = self.transformer(inputs_embeds=tokens).last_hidden_state
+        hidden = self.transformer(inputs_embeds=tokens, use_cache=False).last_hidden_state
         return hidden[:, 1::3].reshape(*batch, steps, self.hidden_size)
 
     def _check_inputs(

@@ -1,0 +1,350 @@
+"""Decision Transformer on the Pendulum dataset that ``sac.py --save-buffer`` writes.
+
+Chen et al. 2021, "Decision Transformer: Reinforcement Learning via Sequence Modeling",
+https://arxiv.org/abs/2106.01345: a causal GPT-2 reads windows of (return-to-go, state,
+action) tokens and is trained to output the dataset's action at each state token
+(``DTLoss``, squared error). Acting, it is conditioned on a target return that counts down
+by the rewards received (``TargetReturn``), with the last ``context`` steps stacked by
+``CatFrames`` and ``DecisionTransformerInferenceWrapper`` keeping the last action.
+
+``--online`` follows Zheng et al. 2022, "Online Decision Transformer",
+https://arxiv.org/abs/2202.05607: a stochastic actor (``OnlineDTActor``, a ``TanhNormal``)
+is pretrained offline with ``OnlineDTLoss`` (action log-likelihood plus an entropy bonus
+with a learned temperature), evaluated, then fine-tuned on episodes it collects itself
+(each relabelled with its own return-to-go, replacing the dataset's oldest); the summary
+reports the normalised score before (``offline_score``) and after (``score``).
+
+Windows end at every step of every episode; those reaching before an episode's start are
+zero-padded, as ``CatFrames(padding="constant")`` pads the first steps of an evaluation
+episode. Observations are standardised by the dataset's mean and std, returns-to-go
+scaled by ``reward_scale`` inside the policy.
+
+    uv run examples/sac.py --save-buffer data/pendulum      # the dataset (once)
+    uv run examples/decision_transformer.py --dataset data/pendulum
+    uv run examples/decision_transformer.py --dataset data/pendulum --online
+
+The normalised score is ``100 * (R - R_random) / (R_data - R_random)``, as ``offline.py``
+reports it. Writes CSV logs (or another logger) and a learning-curve PNG of the periodic
+evaluations under ``runs/<exp_name>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict
+
+from rl.core import ExplorationType, seed_everything, set_exploration_type
+from rl.envs import Compose
+from rl.envs.transforms import (
+    CatFrames,
+    ObservationNorm,
+    Reward2GoTransform,
+    TargetReturn,
+    TensorDictPrimer,
+    UnsqueezeTransform,
+)
+from rl.modules import (
+    DecisionTransformer,
+    DecisionTransformerInferenceWrapper,
+    DTActor,
+    OnlineDTActor,
+    ProbabilisticActor,
+    TanhDelta,
+    TanhNormal,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from rl.objectives import DTLoss, OnlineDTLoss
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _offpolicy import Run, RunConfig, cli, make_env, open_dataset  # noqa: E402
+
+#: the actor's input sequences: what the windows hold; in an env, CatFrames stacks the
+#: first two and "return_to_go_cat", which the acting policy scales into the third
+KEYS = ("observation_cat", "action_cat", "return_to_go_scaled")
+STACKED = ["observation_cat", "action_cat", "return_to_go_cat"]
+
+
+@dataclasses.dataclass
+class Config(RunConfig):
+    """Decision Transformer hyperparameters."""
+
+    dataset: str = "data/pendulum"
+    """Folder of the memmap replay buffer written by ``sac.py --save-buffer``."""
+    num_updates: int = 500
+    """Gradient steps on the dataset (the online pretraining too)."""
+    batch_size: int = 64
+    """Windows per gradient step."""
+    context: int = 20
+    """Steps per window (K): the policy sees the last ``context`` steps."""
+    lr: float = 3e-4
+    """AdamW learning rate (after a linear warm-up)."""
+    warmup_steps: int = 300
+    """Gradient steps of the linear learning-rate warm-up."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay."""
+    clip_grad: float = 0.25
+    """Gradient norm clip."""
+    n_embd: int = 64
+    """Width of the GPT-2 backbone."""
+    n_layer: int = 3
+    """Transformer blocks."""
+    n_head: int = 1
+    """Attention heads."""
+    dropout: float = 0.1
+    """Dropout of the residual branches and of the attention weights."""
+    reward_scale: float = 0.001
+    """Returns-to-go are multiplied by this before the network reads them."""
+    target_return: float | None = None
+    """Return the policy is conditioned on (default: the evaluation return of the policy
+    that collected the dataset, saved with it)."""
+    online: bool = False
+    """Online DT: pretrain a stochastic actor with OnlineDTLoss, then fine-tune it online."""
+    online_episodes: int = 20
+    """Online: episodes collected (one before each round of updates)."""
+    online_updates: int = 50
+    """Online: gradient steps after each collected episode."""
+    online_lr: float = 1e-4
+    """Online: learning rate of the fine-tuning."""
+    alpha_init: float = 0.1
+    """Online: initial entropy temperature."""
+    log_interval: int = 250
+    """Gradient steps between two log lines."""
+    eval_interval: int = 250
+    """Gradient steps between two evaluations (the learning curve)."""
+    eval_interval_episodes: int = 2
+    """Deterministic episodes of each periodic evaluation."""
+
+
+PRESETS = {"dt": ("Decision Transformer on the saved dataset", Config())}
+
+
+def episodes(
+    buffer, loc: torch.Tensor, scale: torch.Tensor, reward_scale: float
+) -> list[TensorDict]:
+    """The dataset cut into episodes (at ``("next", "done")``), each with its return-to-go
+    (times ``reward_scale``) and its observations standardised by ``loc`` and ``scale``,
+    ``[T]`` each."""
+    data = buffer[: len(buffer)].exclude("index")
+    data = Reward2GoTransform(
+        gamma=1.0, in_keys=[("next", "reward")], out_keys=["return_to_go"]
+    ).inv(data)
+    ends = data["next", "done"].squeeze(-1).nonzero().squeeze(-1).tolist()
+    starts = [0, *(e + 1 for e in ends[:-1])]
+    data["observation"] = (data["observation"] - loc) / scale
+    return [as_sequence(data[s : e + 1], reward_scale) for s, e in zip(starts, ends, strict=True)]
+
+
+def as_sequence(episode: TensorDict, reward_scale: float) -> TensorDict:
+    """One episode's observation, action and scaled return-to-go under the actor's keys."""
+    return TensorDict(
+        {
+            KEYS[0]: episode["observation"],
+            KEYS[1]: episode["action"],
+            KEYS[2]: episode["return_to_go"] * reward_scale,
+        },
+        batch_size=episode.batch_size,
+    )
+
+
+class Windows:
+    """Episodes held zero-padded in one ``[E, K - 1 + T_max]`` TensorDict; ``sample(B)``
+    draws ``B`` windows ``[B, K]`` ending at uniformly drawn steps."""
+
+    def __init__(self, episodes: list[TensorDict], context: int) -> None:
+        self.context = context
+        self.length = max(len(e) for e in episodes)
+        self.store = torch.stack([self._pad(e) for e in episodes])
+        self.lengths = torch.tensor([len(e) for e in episodes])
+
+    def _pad(self, episode: TensorDict) -> TensorDict:
+        pad = self.context - 1 + self.length - len(episode)
+        zeros = episode[:1].apply(torch.zeros_like).expand(pad).clone()
+        return torch.cat([zeros[: self.context - 1], episode, zeros[self.context - 1 :]])
+
+    def replace(self, index: int, episode: TensorDict) -> None:
+        """Puts ``episode`` in the place of the ``index``-th one."""
+        self.store[index] = self._pad(episode[: self.length])
+        self.lengths[index] = min(len(episode), self.length)
+
+    def sample(self, batch_size: int) -> TensorDict:
+        ep = torch.randint(len(self.lengths), (batch_size,))
+        end = (torch.rand(batch_size) * self.lengths[ep]).long()  # last step, episode time
+        steps = end[:, None] + torch.arange(self.context)  # padded time: K - 1 zeros first
+        window = self.store[ep[:, None], steps]
+        window["action"] = window[KEYS[1]]  # the targets: the window's own actions
+        return window
+
+
+def make_actor(cfg: Config, obs_dim: int, action_spec) -> ProbabilisticActor:
+    """``DTActor`` + ``TanhDelta`` (or, online, ``OnlineDTActor`` + ``TanhNormal``) in the
+    action spec's bounds."""
+    config = DecisionTransformer.DTConfig(
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_inner=4 * cfg.n_embd,
+        n_positions=3 * cfg.context,
+        resid_pdrop=cfg.dropout,
+        attn_pdrop=cfg.dropout,
+    )
+    net_cls, dist_cls, params = (
+        (OnlineDTActor, TanhNormal, ["loc", "scale"])
+        if cfg.online
+        else (DTActor, TanhDelta, ["param"])
+    )
+    net = TensorDictModule(
+        net_cls(obs_dim, action_spec.shape[-1], transformer_config=config),
+        in_keys=list(KEYS),
+        out_keys=params,
+    )
+    return ProbabilisticActor(
+        net,
+        in_keys=params,
+        spec=action_spec,
+        distribution_class=dist_cls,
+        distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
+    )
+
+
+def acting_transform(cfg: Config, obs_norm: ObservationNorm, target: float, action_spec) -> Compose:
+    """What an env needs for the policy: standardised observations, the return-to-go
+    counting down from ``target``, the previous action, the last ``context`` steps of each."""
+    return Compose(
+        obs_norm.clone(),
+        TargetReturn(target, out_keys=["return_to_go"]),
+        TensorDictPrimer(action_spec.clone()),  # carries the last action
+        UnsqueezeTransform(-2, in_keys=["observation", "action", "return_to_go"], out_keys=STACKED),
+        CatFrames(N=cfg.context, dim=-2, in_keys=STACKED, padding="constant"),
+    )
+
+
+def main(cfg: Config) -> dict:
+    seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    buffer, info = open_dataset(cfg.dataset, cfg.batch_size)
+    cfg.env_id = info["env_id"]
+    env = make_env(cfg.env_id)  # for the specs, the evaluation and the online episodes
+    obs = buffer[: len(buffer)]["observation"]
+    loc, scale = obs.mean(0), obs.std(0).clamp_min(1e-6)
+    obs_norm = ObservationNorm(loc, scale, standard_normal=True)
+    data = episodes(buffer, loc, scale, cfg.reward_scale)
+    target = cfg.target_return
+    if target is None:
+        target = info["policy_return"]
+    windows = Windows(data, cfg.context)
+    act = acting_transform(cfg, obs_norm, target, env.full_action_spec)
+
+    # the pieces: actor, its loss, the optimiser with warm-up, the acting policy
+    actor = make_actor(cfg, obs.shape[-1], env.action_spec)
+    if cfg.online:
+        loss_module = OnlineDTLoss(actor, alpha_init=cfg.alpha_init)
+        loss_keys = ("loss_log_likelihood", "loss_entropy", "loss_alpha")
+    else:
+        loss_module = DTLoss(actor)
+        loss_keys = ("loss",)
+    optimizer = torch.optim.AdamW(actor.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.online:
+        alpha_optimizer = torch.optim.Adam([loss_module.log_alpha], lr=1e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / cfg.warmup_steps)
+    )
+    # acting: scale the env's return-to-go window, mask the context, keep the last action
+    # (the wrapper writes the last return-to-go back at its key: one of the policy's own)
+    wrapper = DecisionTransformerInferenceWrapper(actor, inference_context=cfg.context)
+    wrapper.set_tensor_keys(observation=KEYS[0], action=KEYS[1], return_to_go=KEYS[2])
+    scale_rtg = TensorDictModule(lambda r: r * cfg.reward_scale, [STACKED[2]], [KEYS[2]])
+    policy = TensorDictSequential(scale_rtg, wrapper)
+    run = Run("dt", cfg, cfg.num_updates, eval_transform=act)
+
+    def update(batch: TensorDict) -> TensorDict:
+        actor.train()
+        losses = loss_module(batch)
+        optimizer.zero_grad()
+        if cfg.online:
+            alpha_optimizer.zero_grad()
+        sum(losses[key] for key in loss_keys).backward()
+        torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.clip_grad)
+        optimizer.step()
+        if cfg.online:
+            alpha_optimizer.step()
+        scheduler.step()
+        return losses.select(*loss_keys).detach()
+
+    def evaluate(episodes: int, seed_offset: int) -> float:
+        actor.eval()
+        with torch.no_grad():
+            returns = run.evaluate(cfg.env_id, policy, episodes, seed_offset=seed_offset)
+        return sum(returns) / len(returns)
+
+    def score(ret: float) -> float:
+        return 100 * (ret - info["random_return"]) / (info["policy_return"] - info["random_return"])
+
+    # offline: windows of the dataset
+    for step in range(1, cfg.num_updates + 1):
+        losses = update(windows.sample(cfg.batch_size))
+        run.frames = step  # the x axis of the logs: gradient steps
+        if step % cfg.log_interval == 0:
+            run.log(**{key: losses[key].item() for key in loss_keys})
+        if step % cfg.eval_interval == 0 and step < cfg.num_updates:
+            mean = evaluate(cfg.eval_interval_episodes, seed_offset=2000 + step)
+            run.logger.log_scalar("eval/return", mean, step)
+        run.step_bar(1)
+
+    # online: collect an episode, relabel it, replace the oldest one, update
+    summary_extra = {}
+    if cfg.online:
+        offline_return = evaluate(cfg.eval_episodes, seed_offset=1000)
+        summary_extra = {"offline_return": offline_return, "offline_score": score(offline_return)}
+        print(
+            f"offline pretraining: return {offline_return:.1f}, score {score(offline_return):.1f}"
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.online_lr
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        collect_env = make_env(cfg.env_id)
+        collect_env.append_transform(act.clone())
+        collect_env.set_seed(cfg.seed + 3000)
+        r2g = Reward2GoTransform(gamma=1.0, in_keys=[("next", "reward")], out_keys=["return_to_go"])
+        step = cfg.num_updates
+        for episode in range(cfg.online_episodes):
+            actor.eval()
+            with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+                rollout = collect_env.rollout(1000, policy, break_when_any_done=True)
+            run.log(episode_return=rollout["next", "reward"].sum().item())
+            rollout = r2g.inv(
+                rollout.select("observation", "action", ("next", "reward"), ("next", "done"))
+            )
+            windows.replace(episode % len(windows.lengths), as_sequence(rollout, cfg.reward_scale))
+            for _ in range(cfg.online_updates):
+                losses = update(windows.sample(cfg.batch_size))
+                step += 1
+                run.frames = step
+            run.log(**{key: losses[key].item() for key in loss_keys})
+
+    actor.eval()
+    summary = run.finish(
+        cfg.env_id, policy, curve_key="eval/return", actor=actor, loss_module=loss_module
+    )
+    summary.update(summary_extra)
+    summary["data_return"] = info["policy_return"]
+    summary["random_return"] = info["random_return"]
+    summary["target_return"] = target
+    summary["score"] = score(summary["eval_mean"])
+    print(
+        f"normalised score {summary['score']:.1f} (data-collecting policy {info['policy_return']:.1f}, "
+        f"random {info['random_return']:.1f}; target return {target:.1f})"
+    )
+    return summary
+
+
+def cli_config() -> Config:
+    return cli(Config, PRESETS, "dt", __doc__)
+
+
+if __name__ == "__main__":
+    main(cli_config())

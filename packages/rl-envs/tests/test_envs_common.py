@@ -382,3 +382,19 @@ def test_readme_examples():
     assert len(blocks) >= 4
     for block in blocks:
         exec(compile(block, str(readme), "exec"), {"__name__": "__main__"})
+
+
+def test_step_mdp_keeps_an_action_under_a_repeated_group_name():
+    # the action ("g", "g", "action") goes under the group "g" taken from "next", which
+    # has no "g" of its own: the path is cut at its depth, not at the first "g"
+    td = TensorDict(
+        {
+            "g": {"g": {"action": torch.zeros(2)}},
+            "next": {"g": {"obs": torch.ones(2)}, "reward": torch.ones(2)},
+        },
+        [2],
+    )
+    out = step_mdp(td, keep_other=False, exclude_action=False, action_keys=[("g", "g", "action")])
+    assert sorted(out.keys(True, True)) == [("g", "g", "action"), ("g", "obs")]
+    assert torch.equal(out["g", "g", "action"], torch.zeros(2))
+    assert "g" not in td["next", "g"].keys()  # the input's "next" group is not written

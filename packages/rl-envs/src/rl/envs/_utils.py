@@ -222,10 +222,10 @@ def _set_unshared(out: TensorDict, key, value: torch.Tensor) -> None:
         out.set(key, value)
         return
     node = out
-    for name in key[:-1]:
+    for depth, name in enumerate(key[:-1]):
         sub = node.get(name, None)
-        if sub is None:
-            node.set(key[key.index(name) :], value)
+        if sub is None:  # the rest of the path is new: set creates it
+            node.set(key[depth:], value)
             return
         sub = sub.clone(recurse=False)
         node.set(name, sub)

@@ -94,12 +94,23 @@ class TestCollector:
         with pytest.raises(RuntimeError, match="shut down"):
             collector.next()
 
+    def test_frames_not_divisible_round_up(self):
+        # as TorchRL: frames_per_batch rounded up to whole steps of every env (a warning);
+        # total_frames reached with whole steps (the last batch shortened)
+        with pytest.warns(UserWarning, match=r"frames_per_batch \(7\) is not exactly divisible"):
+            collector = Collector(cartpole(2), frames_per_batch=7, total_frames=15)
+        try:
+            assert collector.frames_per_batch == 8
+            assert [b.batch_size for b in collector] == [(2, 4), (2, 4)]
+            assert collector._frames == 16
+        finally:
+            collector.shutdown()
+
     @pytest.mark.parametrize(
         ("frames", "total", "match"),
-        [(7, 14, "frames_per_batch=7 must be a positive multiple of the env batch size \\(2"),
-         (8, 15, "total_frames=15 must be -1")],
-    )  # fmt: skip
-    def test_frames_not_divisible(self, frames, total, match):
+        [(0, 8, "frames_per_batch must be a positive int"), (8, 0, "total_frames=0 must be -1")],
+    )
+    def test_bad_frames(self, frames, total, match):
         with pytest.raises(ValueError, match=match):
             Collector(cartpole(2), frames_per_batch=frames, total_frames=total)
 

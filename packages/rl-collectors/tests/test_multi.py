@@ -89,8 +89,20 @@ class TestShapes:
     def test_bad_arguments(self):
         with pytest.raises(ValueError, match="multiple of the number of workers"):
             MultiSyncCollector([PendulumEnv] * 2, None, frames_per_batch=7)
-        with pytest.raises(ValueError, match=r"multiple of the env batch size \(3 envs.*worker 0"):
-            MultiSyncCollector([lambda: PendulumEnv(batch_size=[3])] * 2, None, frames_per_batch=8)
+        with pytest.raises(ValueError, match="total_frames=0 must be -1"):
+            MultiSyncCollector([PendulumEnv] * 2, None, frames_per_batch=8, total_frames=0)
+
+    def test_frames_rounded_up_to_whole_env_steps(self):
+        # as TorchRL: 4 frames per worker of 3 envs -> 2 steps (6 frames), with a warning
+        with pytest.warns(UserWarning, match="not a multiple of worker 0's env batch size"):
+            collector = MultiSyncCollector(
+                [lambda: PendulumEnv(batch_size=[3])] * 2, None, frames_per_batch=8,
+                total_frames=20,
+            )  # fmt: skip
+        try:
+            assert [b.batch_size for b in collector] == [(2, 3, 2), (2, 3, 2)]
+        finally:
+            collector.shutdown()
         with pytest.raises(ValueError, match="cat_results applies to MultiSyncCollector"):
             MultiAsyncCollector([PendulumEnv], None, frames_per_batch=8, cat_results=0)
 

@@ -127,3 +127,49 @@ def test_multiprocess_collector_assembles_across_workers():
         assert len(set(ids)) == 4
         for row in range(4):
             _check_trajectory(batch[row])
+
+
+class _Recorder:
+    """A replay buffer stand-in recording each ``extend``."""
+
+    def __init__(self):
+        self.writes = []
+
+    def extend(self, data):
+        self.writes.append(data.clone())
+
+
+@pytest.mark.parametrize(("per_write", "sizes"), [(None, [9, 9]), (2, [6, 3, 6, 3]), (1, [3] * 6)])
+def test_replay_buffer_gets_whole_trajectories_flat(per_write, sizes):
+    # 3-step episodes, 10-frame batches: batch 1 completes 3 trajectories (1 step in
+    # flight), batch 2 completes 3 more (its first is the one in flight)
+    env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=3))
+    rb = _Recorder()
+    collector = Collector(
+        env, None, frames_per_batch=10, total_frames=20, replay_buffer=rb, trajs_per_batch=2,
+        trajs_per_write=per_write,
+    )  # fmt: skip
+    try:
+        assert list(collector) == [None, None]
+    finally:
+        collector.shutdown()
+    assert [w.batch_size[0] for w in rb.writes] == sizes
+    flat = torch.cat(rb.writes, 0)
+    assert flat.ndim == 1
+    ends = flat["next", "done"].squeeze(-1).nonzero().squeeze(-1).tolist()
+    assert ends == [2, 5, 8, 11, 14, 17]
+    for start in range(0, 18, 3):
+        _check_trajectory(flat[start : start + 3])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"trajs_per_write": 2}, ValueError, "needs trajs_per_batch and replay_buffer"),
+        ({"trajs_per_write": 0, "trajs_per_batch": 2}, ValueError, "positive int"),
+        ({"trajs_per_write": 1.5, "trajs_per_batch": 2}, TypeError, "positive int"),
+    ],
+)
+def test_trajs_per_write_checked(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        Collector(PendulumEnv(), None, frames_per_batch=4, replay_buffer=_Recorder(), **kwargs)

@@ -75,9 +75,23 @@ class CollectorBase(ABC):
     _ignore_rb = False
     _weight_updater: WeightUpdaterBase | None = None
 
-    def _init_trajs(self, trajs_per_batch, traj_format, replay_buffer, split_trajs) -> None:
-        """TorchRL's ``trajs_per_batch`` / ``traj_format`` (see :mod:`._trajs`)."""
+    def _init_trajs(
+        self, trajs_per_batch, traj_format, replay_buffer, split_trajs, trajs_per_write=None
+    ) -> None:
+        """TorchRL's ``trajs_per_batch`` / ``traj_format`` / ``trajs_per_write`` (see
+        :mod:`._trajs`)."""
         fmt = check_traj_args(trajs_per_batch, traj_format, replay_buffer, split_trajs)
+        if trajs_per_write is not None:
+            if isinstance(trajs_per_write, bool) or not isinstance(trajs_per_write, int):
+                raise TypeError(f"trajs_per_write must be a positive int, got {trajs_per_write!r}")
+            if trajs_per_write < 1:
+                raise ValueError(f"trajs_per_write must be a positive int, got {trajs_per_write}")
+            if trajs_per_batch is None or replay_buffer is None:
+                raise ValueError(
+                    "trajs_per_write sets how many whole trajectories each replay-buffer write "
+                    "holds: it needs trajs_per_batch and replay_buffer"
+                )
+        self.trajs_per_write = trajs_per_write
         self.trajs_per_batch = trajs_per_batch
         self.traj_format = fmt
         self._trajs = None if fmt is None else TrajectoryAssembler(trajs_per_batch, fmt)
@@ -111,6 +125,11 @@ class CollectorBase(ABC):
         """Yields the batches (``None`` for each batch when a replay buffer is given)."""
         self._iteration_started = True
         while not self.closed:
+            if self._writes_trajs():
+                if not self._traj_write():
+                    return
+                yield None
+                continue
             if self._trajs is not None:
                 batch = self._traj_batch()
                 if batch is None:
@@ -127,6 +146,10 @@ class CollectorBase(ABC):
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
         self._iteration_started = True
+        if self._writes_trajs():
+            if not self._traj_write():
+                raise StopIteration(f"the {type(self).__name__} collected its total_frames")
+            return None
         if self._trajs is not None:
             batch = self._traj_batch()
             if batch is None:
@@ -136,6 +159,30 @@ class CollectorBase(ABC):
         if batch is None:
             raise StopIteration(f"the {type(self).__name__} collected its total_frames")
         return self._emit(batch)
+
+    def _writes_trajs(self) -> bool:
+        """``trajs_per_batch`` with a replay buffer: whole trajectories go to the buffer."""
+        return self._trajs is not None and self.replay_buffer is not None and not self._ignore_rb
+
+    def _traj_write(self) -> bool:
+        """Collects one batch and writes every trajectory it completes into the replay
+        buffer, flat (``[sum T]``, as TorchRL: what a ``SliceSampler`` reads), at most
+        ``trajs_per_write`` per ``extend`` (all at once by default); ``False`` once the
+        frames are spent."""
+        batch = self._produce()
+        if batch is None:
+            return False
+        self._frames += batch.numel()
+        self._iter += 1
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        self._post_hook(batch)
+        trajs = self._trajs
+        trajs.ingest(batch)
+        per = self.trajs_per_write or len(trajs)
+        while len(trajs):
+            self.replay_buffer.extend(trajs.pop_cat(per))
+        return True
 
     def _traj_batch(self) -> TensorDictBase | None:
         """The next ``trajs_per_batch`` whole trajectories, collecting (and counting the

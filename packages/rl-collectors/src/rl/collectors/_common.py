@@ -51,8 +51,19 @@ def make_env(
             f"got {type(create_env_fn).__name__}"
         )
     if max_frames_per_traj is not None and max_frames_per_traj > 0:
+        counted = [k for k in env.output_spec.keys(True, True) if "step_count" in _as_tuple(k)]
+        if counted:
+            raise ValueError(
+                f"max_frames_per_traj={max_frames_per_traj} adds a StepCounter, but the env "
+                f"already counts steps ({counted[0]!r}): the two limits may conflict. Set "
+                "max_frames_per_traj to 0 (or None) or remove the StepCounter from the env"
+            )
         env = TransformedEnv(env, StepCounter(max_steps=max_frames_per_traj))
     return env
+
+
+def _as_tuple(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
 
 
 class _DevicePolicy(nn.Module):
@@ -100,24 +111,32 @@ def wrap_policy(
 
 
 def check_batch_args(env: EnvBase, frames_per_batch: int, total_frames: int) -> int:
-    """Validates the frame arguments against the env batch; returns the steps per batch."""
+    """Validates the frame arguments against the env batch; returns the steps per batch.
+
+    As TorchRL, a ``frames_per_batch`` that is not a multiple of the env batch size is
+    rounded up (with a warning): every env steps as many times in a batch.
+    """
     if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int):
         raise TypeError(f"frames_per_batch must be an int, got {frames_per_batch!r}")
     if isinstance(total_frames, bool) or not isinstance(total_frames, int):
         raise TypeError(f"total_frames must be an int, got {total_frames!r}")
+    if frames_per_batch < 1:
+        raise ValueError(f"frames_per_batch must be a positive int, got {frames_per_batch}")
+    if total_frames != -1 and total_frames <= 0:
+        raise ValueError(
+            f"total_frames={total_frames} must be -1 (collect until shutdown) or a positive int"
+        )
     n_env = max(env.batch_size.numel(), 1)
-    if frames_per_batch < n_env or frames_per_batch % n_env:
-        raise ValueError(
-            f"frames_per_batch={frames_per_batch} must be a positive multiple of the env "
-            f"batch size ({n_env} envs, batch_size {list(env.batch_size)}): each batch holds "
-            f"frames_per_batch / {n_env} steps of every env"
+    steps = -(-frames_per_batch // n_env)
+    if frames_per_batch % n_env:
+        warnings.warn(
+            f"frames_per_batch ({frames_per_batch}) is not exactly divisible by the number of "
+            f"batched environments ({n_env}): each batch holds {steps * n_env} frames "
+            f"({steps} steps of each env)",
+            UserWarning,
+            stacklevel=3,
         )
-    if total_frames != -1 and (total_frames <= 0 or total_frames % n_env):
-        raise ValueError(
-            f"total_frames={total_frames} must be -1 (collect until shutdown) or a positive "
-            f"multiple of the env batch size ({n_env} envs)"
-        )
-    return frames_per_batch // n_env
+    return steps
 
 
 class TrajIds:
@@ -183,7 +202,7 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
                     f"the policy wrote action {key!r} with shape {tuple(step_value.shape)}, "
                     f"expected {tuple(leaf.shape)} from action_spec {leaf!r}"
                 )
-            if not leaf.is_in(step_value):
+            if not leaf.is_in(step_value) and not _in_after_cast(leaf, step_value):
                 message = (
                     f"the policy wrote action {key!r} = {step_value} (step {t}), outside "
                     f"action_spec {leaf!r}"
@@ -192,6 +211,15 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
                     warnings.warn(message + "; the env receives it as is", stacklevel=3)
                     return
                 raise ValueError(message)
+
+
+def _in_after_cast(leaf: Any, value: torch.Tensor) -> bool:
+    """Whether ``value`` is in ``leaf`` once cast to the spec's dtype, the cast losing
+    nothing (an ``int64`` one-hot for a ``bool`` ``OneHot``): the env stores it cast."""
+    if value.dtype == leaf.dtype:
+        return False
+    cast = value.to(leaf.dtype)
+    return bool(torch.equal(cast.to(value.dtype), value)) and bool(leaf.is_in(cast))
 
 
 def rng_state() -> dict:

@@ -10,6 +10,7 @@ import pickle
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import wait
 from typing import Any
@@ -25,6 +26,7 @@ from rl.core.workers import WorkerTimeoutError, describe_process, exit_descripti
 from rl.core.workers import stop_processes as _stop_processes
 
 from ._base import CollectorBase
+from ._profile import ProfileConfig
 from ._worker import worker_main
 
 __all__ = [
@@ -200,8 +202,16 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
+        trajs_per_write: int | None = None,
+        track_policy_version: bool = False,
     ) -> None:
         self.closed = True  # until the workers run
+        if not isinstance(track_policy_version, bool):
+            raise TypeError(
+                "track_policy_version of a multiprocess collector must be a bool (each worker "
+                f"counts its own version), got {type(track_policy_version).__name__}"
+            )
+        self.track_policy_version = track_policy_version
         if worker_timeout is not None and (
             isinstance(worker_timeout, bool)
             or not isinstance(worker_timeout, int | float)
@@ -251,7 +261,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self.use_buffers = use_buffers
         self.policy = policy
         self._init_base()
-        self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs)
+        self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs, trajs_per_write)
         self.closed = True
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -280,6 +290,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
             # each worker runs them around its batches (in its own process)
             "pre_collect_hook": pre_collect_hook,
             "post_collect_hook": post_collect_hook,
+            "track_policy_version": track_policy_version,
         }
         self._hooks = (pre_collect_hook, post_collect_hook)
         # the policy's weights, in shared memory: update_policy_weights_ writes them
@@ -312,6 +323,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
                     fn = _Partial(fn, kwargs_per[i])
                 wkw = {**common, **{k: v[i] for k, v in devices.items()}}
                 wkw["frames_per_batch"] = self.frames_per_batch_worker
+                wkw["worker_idx"] = i
                 payload: Any = (fn, policy, wkw)
                 if mp_start_method != "fork":
                     payload = cloudpickle.dumps(payload)
@@ -336,18 +348,18 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
             self.env_batch_sizes = [
                 torch.Size(self._answer(i, "start-up", "started")) for i in range(n)
             ]
+            if total_frames != -1 and total_frames <= 0:
+                raise ValueError(f"total_frames={total_frames} must be -1 or a positive int")
             for i, batch_size in enumerate(self.env_batch_sizes):
                 n_env = max(batch_size.numel(), 1)
-                if self.frames_per_batch_worker % n_env:
-                    raise ValueError(
+                if self.frames_per_batch_worker % n_env:  # rounded up, as TorchRL
+                    warnings.warn(
                         f"frames_per_batch={frames_per_batch} gives {self.frames_per_batch_worker} "
                         f"frames per worker, not a multiple of worker {i}'s env batch size "
-                        f"({n_env} envs, batch_size {list(batch_size)})"
-                    )
-                if total_frames != -1 and (total_frames <= 0 or total_frames % n_env):
-                    raise ValueError(
-                        f"total_frames={total_frames} must be -1 or a positive multiple of the "
-                        f"env batch size ({n_env} envs)"
+                        f"({n_env} envs, batch_size {list(batch_size)}): the worker collects "
+                        f"{self._steps_for(i, self.frames_per_batch_worker) * n_env}",
+                        UserWarning,
+                        stacklevel=3,
                     )
             if self._sync and len(set(self.env_batch_sizes)) > 1 and self.cat_results == "stack":
                 raise ValueError(
@@ -532,7 +544,8 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         return view.clone() if copy else view
 
     def _steps_for(self, index: int, frames: int) -> int:
-        return frames // max(self.env_batch_sizes[index].numel(), 1)
+        """Steps of worker ``index``'s envs that collect ``frames`` (rounded up)."""
+        return -(-frames // max(self.env_batch_sizes[index].numel(), 1))
 
     # ------------------------------------------------------------------ policy weights
     def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs) -> None:
@@ -595,6 +608,89 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
     def alive(self) -> list[bool]:
         """Whether each worker process runs."""
         return [proc.is_alive() for proc in self._procs]
+
+    # ------------------------------------------------------------ monitoring, helpers
+    @property
+    def policy_version(self) -> int | None:
+        """The number of weight updates pushed to the workers (``None`` without
+        ``track_policy_version``); each worker's batches carry the version it used."""
+        if not self.track_policy_version:
+            return None
+        return 0 if self._version is None else int(self._version[0])
+
+    def stats(self, workers: str = "aggregate") -> dict[str, int | float | bool]:
+        """Progress snapshot (see :meth:`Collector.stats`) plus ``"workers"`` and
+        ``"workers_alive"``.
+
+        Args:
+            workers: ``"aggregate"`` (this process's counts), ``"per_worker"`` (each
+                worker's own stats, keys ``"worker_<i>/<key>"``; asks the workers, which
+                drops an asynchronous batch in flight) or ``"both"``.
+        """
+        if workers not in ("aggregate", "per_worker", "both"):
+            raise ValueError(
+                f"workers must be one of 'aggregate', 'per_worker', 'both', got {workers!r}"
+            )
+        out: dict[str, int | float | bool] = {}
+        if workers != "per_worker":
+            out.update(super().stats())
+            out["workers"] = self.num_workers
+            out["workers_alive"] = sum(self.alive()) if not self.closed else 0
+        if workers != "aggregate":
+            for index in range(self.num_workers):
+                for key, value in self._call(index, "call", "stats", (), {}).items():
+                    out[f"worker_{index}/{key}"] = value
+        return out
+
+    def get_distant_attr(self, attr: str) -> list[Any]:
+        """The attribute at path ``attr`` of each worker's collector (a list, in worker
+        order), e.g. ``"worker_idx"`` -> ``[0, 1]``."""
+        return [
+            self._call(i, "call", "get_distant_attr", (attr,), {}) for i in range(self.num_workers)
+        ]
+
+    def map_fn(
+        self,
+        method_name: str,
+        list_of_args: list[tuple] | None = None,
+        list_of_kwargs: list[dict] | None = None,
+    ) -> list[Any]:
+        """Calls ``method_name`` of worker ``i``'s collector with the ``i``-th arguments.
+
+        Raises:
+            ValueError: an argument list does not have one entry per worker.
+        """
+        n = self.num_workers
+        list_of_args = [()] * n if list_of_args is None else list(list_of_args)
+        list_of_kwargs = [{}] * n if list_of_kwargs is None else list(list_of_kwargs)
+        if len(list_of_args) != n or len(list_of_kwargs) != n:
+            raise ValueError(
+                f"Expected {n} argument entries (one per worker), got {len(list_of_args)} "
+                f"args and {len(list_of_kwargs)} kwargs"
+            )
+        return [
+            self._call(i, "call", method_name, tuple(a), dict(k))
+            for i, (a, k) in enumerate(zip(list_of_args, list_of_kwargs, strict=True))
+        ]
+
+    def _install_profile_hooks(self, config: ProfileConfig) -> None:
+        """Each profiled worker runs its own profiler as its post-collect hook."""
+        payload = cloudpickle.dumps(config)
+        for index in range(self.num_workers):
+            if config.should_profile_worker(index):
+                self._call(index, "profile", payload)
+
+    def disable_profile(self) -> None:
+        """Stops the workers' profilers and restores their post-collect hooks."""
+        config = self._profile_config
+        if config is None:
+            return
+        self._profile_config = None
+        if self.closed:
+            return
+        for index in range(self.num_workers):
+            if config.should_profile_worker(index):
+                self._call(index, "profile", None)
 
     @property
     def worker_pids(self) -> list[int]:
@@ -671,8 +767,13 @@ class MultiSyncCollector(MultiCollector):
             (slow simulators, large batches). The check is the wait the answers arrive
             on: it costs nothing while workers answer. Not a TorchRL argument (TorchRL
             has no limit by default: ``MAX_IDLE_COUNT``).
-        trajs_per_batch, traj_format: as in ``Collector`` (the trajectories of every
-            worker are assembled here, in completion order).
+        trajs_per_batch, traj_format, trajs_per_write: as in ``Collector`` (the
+            trajectories of every worker are assembled here, in completion order).
+        track_policy_version: each worker writes ``"policy_version"`` (as
+            ``Collector``'s), bumped once per :meth:`update_policy_weights_` when it
+            takes the new weights (at the start of its next batch). Each worker's
+            collector also knows its index (``worker_idx``, read with
+            :meth:`get_distant_attr`).
         pre_collect_hook, post_collect_hook: run in each worker process around each of
             its batches (``post_collect_hook`` gets the worker's batch); picklable with
             cloudpickle for ``spawn`` workers. Set at construction: the attributes are
@@ -706,7 +807,7 @@ class MultiSyncCollector(MultiCollector):
         n = self.num_workers
         frames = self.frames_per_batch_worker
         if left is not None:
-            frames = min(frames, left // n)
+            frames = min(frames, -(-left // n))
             if frames <= 0:
                 return None
         for index in range(n):

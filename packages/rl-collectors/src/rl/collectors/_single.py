@@ -51,9 +51,11 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         policy: a callable reading the root TensorDict and writing the action (e.g. a
             ``TensorDictModule``); ``None`` acts uniformly at random from the action spec.
         frames_per_batch: env steps per batch, a multiple of the env batch size
-            (``T = frames_per_batch / env.batch_size.numel()``).
+            (``T = frames_per_batch / env.batch_size.numel()``; rounded up, with a
+            warning, as TorchRL, when it is not one).
         total_frames: frames to collect in all (the last batch is shortened so that the
-            total is exact); ``-1`` collects until :meth:`shutdown`.
+            total is exact, up to whole steps of every env); ``-1`` collects until
+            :meth:`shutdown`.
         device: default of ``storing_device``, ``policy_device`` and ``env_device``.
         storing_device: where the yielded batches live (default: the env's device).
         policy_device: where the policy runs; the root is moved there and back.
@@ -99,6 +101,10 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             each trajectory's end and a ``("collector", "mask")`` of the valid steps) or
             ``"cat"`` (the trajectories concatenated along time, ``[sum T]``). Left out,
             ``"padded"`` with a ``FutureWarning`` (TorchRL's default becomes ``"cat"``).
+        trajs_per_write: with ``trajs_per_batch`` and ``replay_buffer``, the whole
+            trajectories of each collected batch are written to the buffer flat
+            (``[sum T]``), at most this many per ``extend`` (default: all in one); the
+            iterator yields ``None`` per collected batch.
         pre_collect_hook: called (no argument) before each batch is collected.
         post_collect_hook: called with each batch the collector yields (after
             ``postproc``; also when the batch goes to ``replay_buffer``). Both may be
@@ -179,6 +185,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         track_traj_ids: bool = True,
         trajs_per_batch: int | None = None,
         traj_format: str | None = None,
+        trajs_per_write: int | None = None,
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         policy_factory: Callable[[], Callable] | None = None,
@@ -230,9 +237,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             )
         self.policy_device = _device(policy_device) or device
         self.storing_device = _device(storing_device) or device
-        self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
         self.steps_per_batch = check_batch_args(self.env, frames_per_batch, total_frames)
+        self.frames_per_batch = self.steps_per_batch * max(self.env.batch_size.numel(), 1)
         self.policy = policy
         self._policy = wrap_policy(policy, self.policy_device, self.env.device, compile_policy)
         # the same calls on tensors, without tensordict's per-call machinery (None: the
@@ -255,7 +262,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self.pre_collect_hook = pre_collect_hook
         self.post_collect_hook = post_collect_hook
         self._init_base()
-        self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs)
+        self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs, trajs_per_write)
         self._root: TensorDictBase | None = None
         self._traj_ids = TrajIds(self.env.batch_size)
         self._checked = self.trust_policy or policy is None
@@ -287,7 +294,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         steps = self.steps_per_batch
         left = self._frames_left()
         if left is not None:
-            steps = min(steps, left // max(self.env.batch_size.numel(), 1))
+            # the last batch: the steps left (rounded up to whole steps of every env)
+            steps = min(steps, -(-left // max(self.env.batch_size.numel(), 1)))
             if steps <= 0:
                 return None
         return self.rollout(steps)
@@ -329,6 +337,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             self._write_version(out)
         if self.set_truncated:
             mark_truncated(out, env.done_keys)
+        if out.names[-1] != "time":  # TorchRL's name of the rollout dim
+            out.refine_names(..., "time")
         if self.storing_device is not None and out.device != self.storing_device:
             out = out.to(self.storing_device)
         if self.return_same_td:
@@ -391,6 +401,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         root.set("next", nxt)
         steps = self.steps_per_batch
         out = root.unsqueeze(-1).expand(*root.batch_size, steps).clone().zero_()
+        out.refine_names(..., "time")
         if self.track_traj_ids:
             ids = torch.zeros(out.batch_size, dtype=torch.int64, device=out.device)
             out.set(("collector", "traj_ids"), ids)

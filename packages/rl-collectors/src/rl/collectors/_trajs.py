@@ -101,6 +101,11 @@ class TrajectoryAssembler:
         finished.sort(key=lambda item: item[:2])
         self.complete.extend(traj for _, _, traj in finished)
 
+    def pop_cat(self, n: int) -> TensorDictBase:
+        """The next ``n`` (at most) finished trajectories, concatenated along time."""
+        trajs, self.complete = self.complete[:n], self.complete[n:]
+        return trajs[0] if len(trajs) == 1 else torch.cat(trajs, 0)
+
     def pop(self) -> TensorDictBase:
         """The next batch of ``n`` finished trajectories (``len(self) >= n``)."""
         trajs, self.complete = self.complete[: self.n], self.complete[self.n :]

@@ -32,6 +32,8 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core.workers import die_with_parent, ignore_interrupts
 from rl.envs import EnvBase
 
+from ._profile import _ProfilerHook
+
 __all__ = ["worker_main"]
 
 
@@ -86,6 +88,8 @@ def worker_main(
         collector = Collector(env, policy, total_frames=-1, **kwargs)
         local = TensorDict.from_module(policy).data if weights is not None else None
         seen = -1
+        updates = 0  # weight updates applied (the parent's counter starts at 0)
+        saved_hook = None
         conn.send(("started", tuple(collector.env.batch_size)))
         shared: TensorDictBase | None = None
         layout = None
@@ -101,6 +105,9 @@ def worker_main(
                     with lock:
                         local.update_(weights)
                         seen = int(version[0])
+                    for _ in range(seen - updates):  # one bump per update pushed
+                        collector.increment_version()
+                    updates = seen
                 batch = collector.rollout(steps)  # runs the pre-collect hook
                 collector._frames += batch.numel()
                 collector._iter += 1
@@ -124,6 +131,19 @@ def worker_main(
             elif op == "load_state_dict":
                 collector.load_state_dict(pickle.loads(msg[1]))
                 conn.send(("result", None))
+            elif op == "call":  # a method of the worker's collector (stats, map_fn, ...)
+                conn.send(("result", getattr(collector, msg[1])(*msg[2], **msg[3])))
+            elif op == "profile":  # a profiler as the post-collect hook, or the old hook back
+                hook = collector.post_collect_hook
+                if msg[1] is None:
+                    if isinstance(hook, _ProfilerHook):
+                        hook.stop()
+                        collector.post_collect_hook = saved_hook
+                else:
+                    saved_hook = hook
+                    config = pickle.loads(msg[1])
+                    collector.post_collect_hook = _ProfilerHook(config, worker_idx=index)
+                conn.send(("result", None))
             elif op == "close":
                 break
             else:
@@ -136,6 +156,9 @@ def worker_main(
     finally:
         try:
             if collector is not None:
+                hook = collector.post_collect_hook
+                if isinstance(hook, _ProfilerHook):  # a trace cut short is still written
+                    hook.stop()
                 collector.shutdown()
         finally:
             try:

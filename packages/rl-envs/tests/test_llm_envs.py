@@ -347,3 +347,18 @@ class TestPartialReset:
         assert td["answer"] == ["0", "2"]
         td = env.reset(td)  # a full reset: the next rows, whatever the lengths before
         assert td["history"].prompt.content == [["q3"], ["q0"]]
+
+
+def test_step_mdp_carries_a_containers_plain_field():
+    """A policy's padded Tokens (``padded`` a plain bool) carried to the next root."""
+    from rl.data.llm import Tokens
+    from rl.envs import step_mdp
+
+    nxt = TensorDict(
+        tokens=Tokens(prompt=torch.ones(2, 3, dtype=torch.long), batch_size=(2,)), batch_size=(2,)
+    )
+    root = Tokens(full=torch.zeros(2, 3, dtype=torch.long), padded=True, batch_size=(2,))
+    out = step_mdp(TensorDict(tokens=root, next=nxt, batch_size=(2,)), keep_other=True)["tokens"]
+    assert out.padded is True
+    torch.testing.assert_close(out.prompt, torch.ones(2, 3, dtype=torch.long))
+    torch.testing.assert_close(out.full, torch.zeros(2, 3, dtype=torch.long))

@@ -73,7 +73,10 @@ def _merge_other(
         value = root.get(name)
         if key in partial and is_tensor_collection(value):
             value = _excluding(value, {k[len(key) :] for k in excluded if k[: len(key)] == key})
-        out.set(name, value)
+        if isinstance(value, torch.Tensor) or is_tensor_collection(value):
+            out.set(name, value)
+        else:  # a tensorclass's plain field (``Tokens.padded``) read back as a Python value
+            out.set_non_tensor(name, value)
 
 
 def _merge_plain(

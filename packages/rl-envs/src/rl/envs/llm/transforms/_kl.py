@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import NestedKey, TensorDictBase
+from tensordict import LazyStackedTensorDict, NestedKey, TensorDictBase
 from torch.nn.utils.rnn import pad_sequence
 
 from rl.core import Composite, Unbounded
@@ -29,12 +29,13 @@ def _as_tuple(key: NestedKey) -> tuple:
 
 def _rows(td: TensorDictBase, key: NestedKey) -> list[torch.Tensor] | None:
     """The rows at ``key`` at their own lengths (padded, nested or lazily stacked)."""
-    value = td.get(key, None)
-    if value is None:
+    if key not in td.keys(True):
         return None
-    if isinstance(value, torch.Tensor):
-        return list(value.unbind(0))
-    return list(td.get(key, as_list=True))
+    if isinstance(td, LazyStackedTensorDict):
+        return list(td.get(key, as_list=True))
+    # row by row: a lazy stack of rows of their own length may sit inside a dense tensordict,
+    # and a nested tensor unbinds into its rows
+    return [row.get(key) for row in td.unbind(0)]
 
 
 def _pack(rows: list[torch.Tensor], padded: bool, padding_side: str) -> torch.Tensor:

@@ -218,6 +218,22 @@ class TestMCAdvantage:
         with pytest.raises(ValueError, match="trajectory_return must be one of"):
             MCAdvantage(grpo_size=2, trajectory_return="median")
 
+    def test_query_as_non_tensor_data(self):
+        """Groups by the query string a chat env stores (a NonTensorData)."""
+        transform = MCAdvantage(grpo_size=2)
+        step = TensorDict(
+            {"next": {"reward": torch.tensor([[1.0]]), "done": torch.ones(1, 1, dtype=torch.bool)}},
+            batch_size=(1,),
+        )
+        first, second = step.clone(), step.clone()
+        first.set_non_tensor("query", "2+2?")
+        second.set_non_tensor("query", "2+2?")
+        second["next", "reward"] = torch.tensor([[3.0]])
+        assert transform.inv(first) is None
+        out = transform.inv(second)
+        r = torch.tensor([1.0, 3.0])
+        torch.testing.assert_close(out["advantage"].reshape(-1), (r - r.mean()) / r.std())
+
 
 class TestSFTLoss:
     def test_against_hand_computation(self, tok, model):

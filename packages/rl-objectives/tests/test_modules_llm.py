@@ -154,6 +154,36 @@ class TestTransformersWrapper:
         # greedy decoding: the same prompt gives the same answer through both inputs
         torch.testing.assert_close(out2[0]["tokens", "response"], out[0]["tokens", "response"])
 
+    @pytest.mark.parametrize("pad_output", [True, False])
+    def test_score_the_generated_tokens(self, tok, model, pad_output):
+        """A tokens-mode scorer reads a generating wrapper's output (padded, with its
+        ``padded`` flag stored by the container, or rows of their own length)."""
+        torch.manual_seed(0)
+        td = TensorDict(
+            {"history": ChatHistory(prompt=History.from_chats(PROMPTS), batch_size=(2,))},
+            batch_size=(2,),
+        )
+        td = TransformersWrapper(
+            model, tokenizer=tok, pad_output=pad_output, generate_kwargs={"max_new_tokens": 4}
+        )(td)
+        scorer = TransformersWrapper(
+            model,
+            tokenizer=tok,
+            input_mode="tokens",
+            generate=False,
+            pad_output=True,
+            log_probs_key="scored",
+        )
+        out = scorer(td.copy())
+        for i in range(2):
+            ids = (
+                td.get(("tokens", "full"), as_list=True)[i]
+                if not pad_output
+                else (td["tokens", "full"][i][td["masks", "all_attention_mask"][i].bool()])
+            )
+            lp = out["scored", "full"][i, 1 : ids.numel()]
+            torch.testing.assert_close(lp, direct_log_probs(model, ids), atol=1e-5, rtol=1e-4)
+
     def test_prompt_longer_than_context(self, tok):
         small = make_model(tok, n_positions=16)
         history = History.from_chats([[{"role": "user", "content": "x" * 40}]])

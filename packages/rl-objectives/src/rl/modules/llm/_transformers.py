@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from tensordict import LazyStackedTensorDict, NestedKey, TensorDictBase, lazy_stack
+from tensordict import (
+    LazyStackedTensorDict,
+    NestedKey,
+    NonTensorData,
+    NonTensorStack,
+    TensorDictBase,
+    lazy_stack,
+)
 from tensordict.nn import TensorDictModuleBase
 
 from rl.data.llm import ChatHistory, History, LogProbs, Masks, Text, Tokens
@@ -116,7 +123,9 @@ def _rows(tensordict: TensorDictBase, key) -> list[torch.Tensor]:
         return [tensordict.get(key)]
     if isinstance(tensordict, LazyStackedTensorDict):
         return list(tensordict.get(key, as_list=True))
-    return list(tensordict.get(key).unbind(0))
+    # row by row: the container at ``key`` may be a lazy stack of rows of their own length
+    # inside a dense tensordict
+    return [row.get(key) for row in tensordict.unbind(0)]
 
 
 class TransformersWrapper(LLMWrapperBase):
@@ -277,12 +286,13 @@ class TransformersWrapper(LLMWrapperBase):
                 raise KeyError(f"tokens input: no tokens at {key}")
             rows = _rows(td, key)
             mask_key = (*_as_tuple(self.masks_key), "all_attention_mask")
-            if (
-                not self.generate
-                and mask_key in td.keys(True)
-                and td.get((*_as_tuple(self.tokens_key), "padded"), False)
-            ):
-                masks = td.get(mask_key)
+            padded = td.get((*_as_tuple(self.tokens_key), "padded"), False)
+            if isinstance(padded, NonTensorStack):  # one flag per row (a lazy stack of rows)
+                padded = all(bool(p) for p in padded.tolist())
+            elif isinstance(padded, NonTensorData):  # the flag as a Tokens container stores it
+                padded = padded.data
+            if not self.generate and mask_key in td.keys(True) and bool(padded):
+                masks = _rows(td, mask_key)
                 rows = [r[m.bool()] for r, m in zip(rows, masks)]
         for r in rows:
             self._check_length(r.shape[-1], which)

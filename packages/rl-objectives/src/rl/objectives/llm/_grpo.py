@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from tensordict import NestedKey, TensorClass, TensorDict, TensorDictBase
+from tensordict import NestedKey, NonTensorData, TensorClass, TensorDict, TensorDictBase
 from torch import nn
 
 from .._loss import LossModule
@@ -429,6 +429,8 @@ class MCAdvantage(nn.Module):
                 f"MCAdvantage expects complete trajectories: the last step's {self.done_key} is False"
             )
         group = traj[0].get(self.prompt_key)
+        if isinstance(group, NonTensorData):  # a query string as a chat env stores it
+            group = group.data
         if isinstance(group, torch.Tensor):
             group = group.item() if group.numel() == 1 else tuple(group.reshape(-1).tolist())
         elif not isinstance(group, str):

@@ -235,5 +235,5 @@ class TestRandomPolicy:
         assert out["action"].shape == (5,) and ((out["action"] >= 0) & (out["action"] < 4)).all()
 
     def test_needs_spec(self):
-        with pytest.raises(RuntimeError, match="no action_spec"):
+        with pytest.raises(RuntimeError, match="action_spec is not set"):
             RandomPolicy()(TensorDict(batch_size=[2]))

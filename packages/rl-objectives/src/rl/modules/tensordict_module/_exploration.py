@@ -412,7 +412,7 @@ class RandomPolicy:
         spec = self.action_spec
         if spec is None:
             raise RuntimeError(
-                "RandomPolicy has no action_spec: pass one to the constructor, or call "
+                "RandomPolicy action_spec is not set: pass one to the constructor, or call "
                 "set_action_spec_from_env(env)"
             )
         batch = td.batch_size

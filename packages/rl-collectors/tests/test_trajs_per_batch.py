@@ -173,3 +173,21 @@ def test_replay_buffer_gets_whole_trajectories_flat(per_write, sizes):
 def test_trajs_per_write_checked(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         Collector(PendulumEnv(), None, frames_per_batch=4, replay_buffer=_Recorder(), **kwargs)
+
+
+def test_trajectories_take_the_storage_device():
+    class OnCpu(_Recorder):
+        class storage:  # noqa: N801  (a buffer's public storage attribute)
+            device = torch.device("cpu")
+
+    env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=3))
+    rb = OnCpu()
+    collector = Collector(
+        env, None, frames_per_batch=10, total_frames=10, replay_buffer=rb, trajs_per_batch=1,
+        postproc=lambda td: td.clear_device_(),
+    )  # fmt: skip
+    try:
+        list(collector)
+    finally:
+        collector.shutdown()
+    assert rb.writes and all(w.device == torch.device("cpu") for w in rb.writes)

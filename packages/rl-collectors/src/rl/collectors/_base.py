@@ -180,8 +180,14 @@ class CollectorBase(ABC):
         trajs = self._trajs
         trajs.ingest(batch)
         per = self.trajs_per_write or len(trajs)
+        device = getattr(getattr(self.replay_buffer, "storage", None), "device", None)
         while len(trajs):
-            self.replay_buffer.extend(trajs.pop_cat(per))
+            chunk = trajs.pop_cat(per)
+            if device is not None and chunk.device != device:
+                # as TorchRL: the trajectory carries the storage's device (a postproc may
+                # have cleared it), so that the buffer stores it where it keeps the rest
+                chunk = chunk.to(device)
+            self.replay_buffer.extend(chunk)
         return True
 
     def _traj_batch(self) -> TensorDictBase | None:

@@ -122,6 +122,32 @@ class TestA2C:
         with pytest.raises(ValueError, match=r"valid ones are \['l1', 'l2', 'smooth_l1'\]"):
             A2CLoss(const_actor(), const_critic(), loss_critic_type="mse")
 
+    def test_log_probs(self):
+        loss = A2CLoss(const_actor(), const_critic())
+        log_prob, dist = loss._log_probs(data())
+        torch.testing.assert_close(log_prob, torch.tensor([[math.log(0.5)], [math.log(0.25)]]))
+        torch.testing.assert_close(dist.probs, PROBS.expand(2, 3))
+
+    def test_log_probs_refuses_an_action_with_grad(self):
+        d = data()
+        d["action"] = torch.tensor([0.0, 1.0], requires_grad=True)
+        with pytest.raises(RuntimeError, match="tensordict stored action requires grad"):
+            A2CLoss(const_actor(), const_critic())._log_probs(d)
+
+    @pytest.mark.parametrize("clip_value", [0.5, torch.tensor(0.5)])
+    def test_clip_value_needs_the_stored_value(self, clip_value):
+        loss = A2CLoss(const_actor(), const_critic(), clip_value=clip_value)
+        with pytest.raises(
+            KeyError,
+            match="clip_value is set to 0.5, but the key state_value was not found in the "
+            "input tensordict. Make sure that the value_key passed to A2C exists",
+        ):
+            loss(data())
+        d = data()
+        d["state_value"] = torch.tensor([[1.0], [1.0]])
+        # V = 0.5 is within 0.5 of the stored 1.0: nothing clipped
+        assert loss(d)["loss_critic"].isfinite()
+
 
 class TestReinforce:
     def test_by_hand(self):
@@ -130,6 +156,15 @@ class TestReinforce:
             out["loss_actor"], torch.tensor(-(2 * math.log(0.5) - math.log(0.25)) / 2)
         )
         torch.testing.assert_close(out["loss_value"], torch.tensor((1.0 + 0.0) / 2))
+
+    def test_clip_value_needs_the_stored_value(self):
+        loss = ReinforceLoss(const_actor(), const_critic(), clip_value=0.5)
+        with pytest.raises(KeyError, match="the value_key passed to Reinforce exists"):
+            loss(data())
+
+    def test_updater_needs_a_loss_module(self):
+        with pytest.raises(ValueError, match="The loss_module must be a LossModule instance"):
+            HardUpdate(torch.nn.Linear(1, 1))
 
     def test_actor_loss_does_not_train_the_critic(self):
         actor, critic = const_actor(), const_critic()

@@ -188,7 +188,7 @@ class TestTD3Loss:
         assert all(t.grad is None for t in loss.target_qvalue_network_params.values(True, True))
 
     def test_bounds_errors(self):
-        with pytest.raises(ValueError, match="exactly one of action_spec and bounds"):
+        with pytest.raises(ValueError, match="but not both or none"):
             TD3Loss(_actor(), _critic())
         with pytest.raises(ValueError, match="low bound"):
             TD3Loss(_actor(), _critic(), bounds=(1.0, -1.0))

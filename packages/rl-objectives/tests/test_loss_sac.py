@@ -297,3 +297,88 @@ class TestDiscreteSACLoss:
         torch.testing.assert_close(out["entropy"], -neg_h)
         torch.testing.assert_close(loss.target_entropy, torch.tensor(0.98 * math.log(2)))
         torch.testing.assert_close(td["td_error"], (2.0 - target).abs().reshape(1))
+
+
+def _terminal_data():
+    """Two transitions; the second ends in a terminal state whose observation is NaN."""
+    td = _data(2)
+    td["next", "terminated"][1] = True
+    td["next", "done"][1] = True
+    return td
+
+
+class TestSkipDoneStates:
+    def test_sac_same_losses_and_no_nan(self):
+        td = _terminal_data()
+        loss, _ = _sac(skip_done_states=True)
+        out = loss(td.clone())
+        # transition 0 as in TestSACLoss.test_values: target 4.15; transition 1 is
+        # terminal: target r = 1, Q_1 = 1 + 0.4 = 1.4, Q_2 = 1.2 (smooth_l1: 0.08 + 0.02)
+        torch.testing.assert_close(out["loss_qvalue"], torch.tensor((4.7 + 0.1) / 2))
+        nan_td = td.clone()
+        nan_td["next", "observation"][1] = float("nan")
+        out_nan = loss(nan_td)
+        assert all(v.isfinite().all() for v in out_nan.values())
+        torch.testing.assert_close(out_nan["loss_qvalue"], out["loss_qvalue"])
+        plain, _ = _sac()
+        assert plain(nan_td.clone())["loss_qvalue"].isnan()
+
+    def test_sac_all_terminal(self):
+        td = _terminal_data()
+        td["next", "terminated"][:] = True
+        td["next", "observation"][:] = float("nan")
+        loss, _ = _sac(skip_done_states=True)
+        out = loss(td)
+        # targets are the rewards: Q_1 = 1.4, Q_2 = 1.2 against 1
+        torch.testing.assert_close(out["loss_qvalue"], torch.tensor(0.1))
+
+    def test_discrete_sac(self):
+        loss = TestDiscreteSACLoss()._loss()
+        loss.skip_done_states = True
+        td = _terminal_data()
+        td["action"] = torch.tensor([[0, 1], [0, 1]])
+        out = loss(td.clone())
+        p2 = torch.softmax(torch.tensor([2.0, -2.0]), 0)
+        target0 = 1 + 0.9 * (p2 * (torch.tensor([2.0, 4.0]) - p2.log())).sum()
+        expected = ((2.0 - target0) ** 2 + (2.0 - 1.0) ** 2) / 2
+        torch.testing.assert_close(out["loss_qvalue"], expected)
+        td["next", "observation"][1] = float("nan")
+        torch.testing.assert_close(loss(td)["loss_qvalue"], expected)
+
+    def test_constructor_arguments(self):
+        loss, _ = _sac(skip_done_states=True, deactivate_vmap=True)
+        assert loss.skip_done_states and loss.deactivate_vmap
+        actor = TestDiscreteSACLoss()._loss().actor_network
+        qnet = TensorDictModule(nn.Linear(1, 2), ["observation"], ["action_value"])
+        d = DiscreteSACLoss(actor, qnet, action_space="one-hot", skip_done_states=True)
+        assert d.skip_done_states and d.delay_actor is False
+
+
+class TestScalarOutputMode:
+    def test_exclude_by_default(self):
+        loss, _ = _sac(reduction="none")
+        out = loss(_data(3))
+        assert set(out.keys()) == {"loss_actor", "loss_qvalue", "loss_alpha"}
+        assert out.batch_size == torch.Size([3])
+        torch.testing.assert_close(out["loss_qvalue"], torch.full((3,), 4.7))
+
+    def test_non_tensor(self):
+        loss, _ = _sac(reduction="none", scalar_output_mode="non_tensor")
+        out = loss(_data(3))
+        torch.testing.assert_close(out["alpha"], torch.tensor(0.5))
+        torch.testing.assert_close(out["entropy"], torch.tensor(0.25))
+
+    def test_reduced_outputs_keep_scalars(self):
+        loss, _ = _sac(scalar_output_mode="exclude")
+        assert {"alpha", "entropy"} <= set(loss(_data()).keys())
+
+    def test_discrete(self):
+        loss = TestDiscreteSACLoss()._loss()
+        loss.reduction = "none"
+        td = _data(2)
+        td["action"] = torch.tensor([[0, 1], [1, 0]])
+        assert set(loss(td).keys()) == {"loss_actor", "loss_qvalue", "loss_alpha"}
+
+    def test_bad_mode(self):
+        with pytest.raises(ValueError, match="unknown scalar_output_mode 'keep'"):
+            _sac(scalar_output_mode="keep")

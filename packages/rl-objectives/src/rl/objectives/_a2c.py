@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential
 from tensordict.utils import NestedKey
+from torch import distributions as D
 from torch import nn
 
 from ._actor_critic import _ActorCriticLoss, _reduce_samples
@@ -57,6 +59,8 @@ class A2CLoss(_ActorCriticLoss):
         >>> sorted(A2CLoss(actor, critic)(data).keys())
         ['entropy', 'loss_critic', 'loss_entropy', 'loss_objective']
     """
+
+    _algorithm_name = "A2C"  # how clip_value errors name the loss, as TorchRL's
 
     @dataclass
     class _AcceptedKeys:
@@ -116,15 +120,30 @@ class A2CLoss(_ActorCriticLoss):
         kwargs.pop("sample_log_prob", None)  # A2C does not read it
         super().set_keys(**kwargs)
 
+    def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:
+        """``log pi(a|s)`` ``[*B, 1]`` of the stored action under the current actor, and the distribution.
+
+        Raises:
+            RuntimeError: if the stored action requires grad (the policy gradient would
+                flow into the data).
+        """
+        action = self._get(tensordict, "action")
+        if action.requires_grad:
+            raise RuntimeError(
+                f"tensordict stored {self.tensor_keys.action} requires grad. The stored "
+                "action must be data, detach it before calling the loss."
+            )
+        dist = _network_dist(self.actor_network, tensordict)
+        log_prob = dist.log_prob(action)
+        if log_prob.shape == tensordict.batch_size:
+            log_prob = log_prob.unsqueeze(-1)
+        return log_prob, dist
+
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """``loss_objective``, ``loss_critic``, ``loss_entropy`` and ``entropy``."""
         tensordict = tensordict.copy()
         advantage = self._advantage(tensordict)
-        action = self._get(tensordict, "action")
-        if action.requires_grad:
-            raise RuntimeError(f"the stored {self.tensor_keys.action!r} must not require grad")
-        dist = _network_dist(self.actor_network, tensordict)
-        log_prob = dist.log_prob(action)
+        log_prob, dist = self._log_probs(tensordict)
         if log_prob.shape == advantage.shape[:-1]:
             log_prob = log_prob.unsqueeze(-1)
         out = {"loss_objective": _reduce_samples(-(log_prob * advantage), self.reduction)}

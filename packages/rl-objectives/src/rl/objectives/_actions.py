@@ -140,8 +140,8 @@ def _bounds(
     """``(low, high)`` from exactly one of a ``Bounded`` spec or a ``(low, high)`` pair."""
     if (action_spec is None) == (bounds is None):
         raise ValueError(
-            "One of 'bounds' and 'action_spec' must be provided: give exactly one of "
-            f"action_spec and bounds, got bounds={bounds} and action_spec={action_spec}"
+            "One of 'bounds' and 'action_spec' must be provided, but not both or none; "
+            f"got bounds={bounds} and action_spec={action_spec}"
         )
     if action_spec is not None:
         leaf, container = _action_leaf(action_spec, action_key)

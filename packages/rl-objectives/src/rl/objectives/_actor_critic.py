@@ -17,7 +17,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
-from ._loss import LossModule
+from ._loss import LossModule, _MissingKeyError
 from ._networks import _network_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 from .value import VTrace
@@ -84,7 +84,15 @@ def _critic_regression(
     if loss.separate_losses:
         tensordict = tensordict.detach()
     target = loss._get(tensordict, "value_target")
-    old_value = loss._get(tensordict, "value") if loss.clip_value is not None else None
+    old_value = None
+    if loss.clip_value is not None:
+        old_value = tensordict.get(loss.tensor_keys.value, None)
+        if old_value is None:
+            raise _MissingKeyError(
+                f"clip_value is set to {loss.clip_value}, but the key {loss.tensor_keys.value} "
+                "was not found in the input tensordict. Make sure that the value_key passed to "
+                f"{loss._algorithm_name} exists in the input tensordict."
+            )
     value_key = loss.tensor_keys.value
     if loss.separate_losses:
         # the critic's own parameters, with those it shares with the actor detached

@@ -457,6 +457,30 @@ class LossModule(TensorDictModuleBase):
             return reward + gamma * not_terminated * next_value.to(reward.dtype)
         return self.value_estimator.value_estimate(tensordict.copy(), next_value=next_value)
 
+    def _on_nonterminal(self, tensordict: TensorDictBase, fn) -> torch.Tensor:
+        """``fn(next_td)`` on the next states, skipping terminal ones with ``skip_done_states``.
+
+        ``fn`` maps a ``"next"`` TensorDict of batch ``[*b]`` to a tensor ``[*b, *F]``.
+        Without ``self.skip_done_states`` it runs on the whole ``"next"`` entry. With it,
+        it runs only where ``("next", terminated)`` (``done`` when absent) is false and the
+        result ``[*B, *F]`` holds zeros at terminal states: their observation never
+        reaches the networks (it may be garbage, e.g. NaN), and the target multiplies
+        their value by ``1 - terminated`` anyway, so the losses are unchanged.
+        """
+        next_td = tensordict.get("next")
+        if not getattr(self, "skip_done_states", False):
+            return fn(next_td)
+        terminated = next_td.get(self.tensor_keys.terminated, None)
+        if terminated is None:
+            terminated = self._get(tensordict, "done", "next")
+        live = ~terminated.bool().reshape(next_td.batch_size)
+        if live.all():
+            return fn(next_td)
+        value = fn(next_td[live])
+        out = value.new_zeros(*next_td.batch_size, *value.shape[1:])
+        out[live] = value
+        return out
+
     def _supported_value_estimators(self) -> tuple:
         """Estimators :meth:`make_value_estimator` accepts (``SUPPORTED_VALUE_ESTIMATORS``)."""
         return self.SUPPORTED_VALUE_ESTIMATORS

@@ -96,6 +96,8 @@ class PPOLoss(_ActorCriticLoss):
         ['ESS', 'clip_fraction', 'entropy', 'explained_variance', 'kl_approx', 'loss_critic', 'loss_entropy', 'loss_objective']
     """
 
+    _algorithm_name = "PPO"  # how clip_value errors name the loss, as TorchRL's
+
     @dataclass
     class _AcceptedKeys:
         """Keys read by the PPO losses; remap them with ``set_keys``.

@@ -33,6 +33,13 @@ def _check_reduction(reduction: str | None) -> str:
     return _check_choice("reduction", "mean" if reduction is None else reduction, _REDUCTIONS)
 
 
+def _check_scalar_output_mode(mode: str | None) -> str:
+    """``scalar_output_mode`` checked; ``None`` is ``"exclude"``."""
+    return _check_choice(
+        "scalar_output_mode", "exclude" if mode is None else mode, ("exclude", "non_tensor")
+    )
+
+
 def _check_loss_function(loss_function: str, name: str = "loss_function") -> str:
     return _check_choice(name, loss_function, _LOSS_FUNCTIONS)
 

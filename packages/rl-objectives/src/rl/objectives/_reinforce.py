@@ -57,6 +57,8 @@ class ReinforceLoss(LossModule):
         ['loss_actor', 'loss_value']
     """
 
+    _algorithm_name = "Reinforce"  # how clip_value errors name the loss, as TorchRL's
+
     @dataclass
     class _AcceptedKeys:
         """Keys read by ReinforceLoss; remap them with ``set_keys``."""

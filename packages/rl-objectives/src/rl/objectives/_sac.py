@@ -16,7 +16,14 @@ from rl.core import TensorSpec
 from ._actions import _find_action_space, _policy_rsample, _select
 from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _network_dist, _network_output, _next_keys
-from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._reduction import (
+    _check_loss_function,
+    _check_reduction,
+    _check_scalar_output_mode,
+    _loss_output,
+    _reduce,
+    distance_loss,
+)
 from ._temperature import _EntropyTemperature
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
@@ -59,6 +66,14 @@ class SACLoss(_EntropyTemperature, LossModule):
             when the networks share them. Defaults to ``False``.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
         use_prioritized_weights (bool or "auto"): weight by ``priority_weight``.
+        skip_done_states (bool): run the actor and critics of the target only on next
+            states that are not terminal (their observation may be garbage, e.g. NaN);
+            the losses are unchanged. Defaults to ``False``.
+        deactivate_vmap (bool): accepted for compatibility (the critics always run as a
+            loop over the members).
+        scalar_output_mode (str, optional): with ``reduction="none"``, ``"exclude"``
+            (default) leaves ``alpha`` and ``entropy`` out, ``"non_tensor"`` keeps them as
+            non-tensor data.
 
     Examples:
         >>> import torch
@@ -146,9 +161,15 @@ class SACLoss(_EntropyTemperature, LossModule):
         separate_losses: bool = False,
         reduction: Literal["mean", "sum", "none"] = "mean",
         use_prioritized_weights: str | bool = "auto",
+        skip_done_states: bool = False,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: Literal["exclude", "non_tensor"] | None = None,
     ) -> None:
         super().__init__()
         _check_loss_function(loss_function)
+        self.skip_done_states = skip_done_states
+        self.deactivate_vmap = deactivate_vmap
+        self.scalar_output_mode = _check_scalar_output_mode(scalar_output_mode)
         if num_qvalue_nets < 1:
             raise ValueError(f"num_qvalue_nets must be >= 1, got {num_qvalue_nets}")
         self.delay_actor = delay_actor
@@ -201,22 +222,22 @@ class SACLoss(_EntropyTemperature, LossModule):
     def _target_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The soft Bellman target ``[*B]`` (no gradient)."""
         with torch.no_grad():
-            next_td = tensordict.get("next")
-            if self._version == 1:
-                value_net = self._target_network("value_network")
-                next_value = _network_output(value_net, next_td, self.tensor_keys.value)
-            else:
-                next_action, next_log_prob = _policy_rsample(
-                    self._target_network("actor_network"), next_td
-                )
-                q = _ensemble_output(
-                    self._ensemble("qvalue_network", "target"),
-                    next_td,
-                    self.tensor_keys.state_action_value,
-                    {self.tensor_keys.action: next_action},
-                )
-                next_value = (q - self._alpha * next_log_prob.unsqueeze(-1)).min(0)[0]
+            next_value = self._on_nonterminal(tensordict, self._next_state_value)
             return self._value_target(tensordict, next_value).squeeze(-1)
+
+    def _next_state_value(self, next_td: TensorDictBase) -> torch.Tensor:
+        """``V(s')`` ``[*b, 1]``: the target value network (v1) or the soft value of the twins."""
+        if self._version == 1:
+            value_net = self._target_network("value_network")
+            return _network_output(value_net, next_td, self.tensor_keys.value)
+        next_action, next_log_prob = _policy_rsample(self._target_network("actor_network"), next_td)
+        q = _ensemble_output(
+            self._ensemble("qvalue_network", "target"),
+            next_td,
+            self.tensor_keys.state_action_value,
+            {self.tensor_keys.action: next_action},
+        )
+        return (q - self._alpha * next_log_prob.unsqueeze(-1)).min(0)[0]
 
     def qvalue_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Soft Q regression; returns ``(loss, {"td_error": [*B]})``."""
@@ -284,9 +305,13 @@ class SACLoss(_EntropyTemperature, LossModule):
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha}
         if loss_value is not None:
             out["loss_value"] = loss_value
-        out["alpha"] = self._alpha
-        out["entropy"] = -log_prob.mean()
-        return TensorDict(out)
+        return _loss_output(
+            out,
+            {"alpha": self._alpha, "entropy": -log_prob.mean()},
+            reduction=self.reduction,
+            scalar_output_mode=self.scalar_output_mode,
+            batch_size=tensordict.batch_size,
+        )
 
 
 class DiscreteSACLoss(_EntropyTemperature, LossModule):
@@ -318,6 +343,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         separate_losses (bool): as in SACLoss.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
         use_prioritized_weights (bool or "auto"): weight by ``priority_weight``.
+        skip_done_states, deactivate_vmap, scalar_output_mode: as in SACLoss.
 
     Examples:
         >>> import torch
@@ -364,6 +390,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
 
     default_value_estimator = "TD0"
     SUPPORTED_VALUE_ESTIMATORS = _TD_ESTIMATORS
+    delay_actor: bool = False  # the target uses the online actor, as in TorchRL
     _target_entropy_hint = "give num_actions=... or run a batch through the loss first"
 
     def __init__(
@@ -386,9 +413,15 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         separate_losses: bool = False,
         reduction: Literal["mean", "sum", "none"] = "mean",
         use_prioritized_weights: str | bool = "auto",
+        skip_done_states: bool = False,
+        deactivate_vmap: bool = False,
+        scalar_output_mode: Literal["exclude", "non_tensor"] | None = None,
     ) -> None:
         super().__init__()
         _check_loss_function(loss_function)
+        self.skip_done_states = skip_done_states
+        self.deactivate_vmap = deactivate_vmap
+        self.scalar_output_mode = _check_scalar_output_mode(scalar_output_mode)
         self.action_space = _find_action_space(action_space, qvalue_network)
         self.delay_qvalue = delay_qvalue
         self.num_qvalue_nets = num_qvalue_nets
@@ -438,12 +471,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         action = self._get(tensordict, "action")
         alpha = self._alpha
         with torch.no_grad():
-            next_td = tensordict.get("next").copy()
-            next_probs, next_log_probs = self._probs(self._target_network("actor_network"), next_td)
-            next_q = _ensemble_output(self._ensemble("qvalue_network", "target"), next_td, key).min(
-                0
-            )[0]
-            next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1, keepdim=True)
+            next_value = self._on_nonterminal(tensordict, self._next_state_value)
             target = self._value_target(tensordict, next_value).squeeze(-1)
         values = _ensemble_output(self._ensemble("qvalue_network"), tensordict, key)  # [N, *B, n]
         self._size_target_entropy(
@@ -464,10 +492,19 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         loss_actor = _reduce((probs * (alpha * log_probs - min_q)).sum(-1), self.reduction, weights)
         neg_entropy = (probs * log_probs).sum(-1).detach()
         loss_alpha = _reduce(self._alpha_loss(neg_entropy), self.reduction, weights)
-        return TensorDict(
-            loss_actor=loss_actor,
-            loss_qvalue=loss_qvalue,
-            loss_alpha=loss_alpha,
-            alpha=alpha,
-            entropy=-neg_entropy.mean(),
+        return _loss_output(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha},
+            {"alpha": alpha, "entropy": -neg_entropy.mean()},
+            reduction=self.reduction,
+            scalar_output_mode=self.scalar_output_mode,
+            batch_size=tensordict.batch_size,
         )
+
+    def _next_state_value(self, next_td: TensorDictBase) -> torch.Tensor:
+        """``sum_a pi(a|s') (min_i Q_target_i(s', a) - alpha log pi(a|s'))`` ``[*b, 1]``."""
+        next_td = next_td.copy()
+        next_probs, next_log_probs = self._probs(self._target_network("actor_network"), next_td)
+        key = self.tensor_keys.action_value
+        next_q = _ensemble_output(self._ensemble("qvalue_network", "target"), next_td, key)
+        next_q = next_q.min(0)[0]
+        return (next_probs * (next_q - self._alpha * next_log_probs)).sum(-1, keepdim=True)

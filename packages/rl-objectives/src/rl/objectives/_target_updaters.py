@@ -35,7 +35,8 @@ class TargetNetUpdater:
     def __init__(self, loss_module: LossModule):
         if not isinstance(loss_module, LossModule):
             raise ValueError(
-                f"{type(self).__name__} needs a LossModule, got {type(loss_module).__name__}"
+                f"The loss_module must be a LossModule instance: {type(self).__name__} got "
+                f"{type(loss_module).__name__}"
             )
         names = list(loss_module._target_param_names())
         if not names:

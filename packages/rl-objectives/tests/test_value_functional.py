@@ -355,10 +355,115 @@ class TestErrors:
         with pytest.raises(ValueError, match=r"gamma must be a scalar or shaped like the inputs"):
             F.vec_generalized_advantage_estimate(torch.ones(3), 0.9, x, x, x, x.bool())
 
-    def test_rolling_gamma_false(self):
+
+def loop_non_rolling(gamma, lmbda, nv, r, done, term):
+    """Return from each k with the constant gamma[k], lmbda[k], as TorchRL's loop."""
+    T = r.shape[-2]
+    nv = nv * ~term
+    out = torch.empty_like(r)
+    for k in range(T):
+        g_k, l_k = _at(gamma, k), _at(lmbda, k)
+        g = nv[..., -1, :]
+        for i in reversed(range(k, T)):
+            dn = done[..., i, :].to(r.dtype)
+            g = g * (1 - dn) + nv[..., i, :] * dn
+            g = r[..., i, :] + g_k * ((1 - l_k) * nv[..., i, :] + l_k * g)
+        out[..., k, :] = g
+    return out
+
+
+class TestRollingGammaFalse:
+    def _data(self):
+        g = torch.Generator().manual_seed(3)
+        shape = (3, 9, 2)
+        done = torch.rand(shape, generator=g) < 0.25
+        return {
+            "gamma": torch.rand(shape, generator=g),
+            "lmbda": torch.rand(shape, generator=g),
+            "nv": torch.randn(shape, generator=g),
+            "r": torch.randn(shape, generator=g),
+            "done": done,
+            "term": done & (torch.rand(shape, generator=g) < 0.5),
+        }
+
+    def test_by_hand(self):
+        # values 0, rewards 1: the return from step 0 discounts every later step by
+        # gamma[0] = 0.5 (1 + 0.5 = 1.5, then 1 + 0.5 + 0.25 = 1.75 over three steps)
+        gamma = torch.tensor([[0.5], [0.1]])
+        r, v = torch.ones(2, 1), torch.zeros(2, 1)
+        done = torch.zeros(2, 1, dtype=torch.bool)
+        out = F.td1_return_estimate(gamma, v, r, done, rolling_gamma=False)
+        torch.testing.assert_close(out, torch.tensor([[1.5], [1.0]]))
+        three = torch.tensor([[0.5], [0.1], [0.1]])
+        out = F.td1_return_estimate(
+            three,
+            torch.zeros(3, 1),
+            torch.ones(3, 1),
+            torch.zeros(3, 1, dtype=torch.bool),
+            rolling_gamma=False,
+        )
+        torch.testing.assert_close(out, torch.tensor([[1.75], [1.1], [1.0]]))
+
+    @pytest.mark.parametrize("scalar_lmbda", [False, True])
+    def test_td_lambda_against_loop(self, scalar_lmbda):
+        d = self._data()
+        lmbda = 0.7 if scalar_lmbda else d["lmbda"]
+        out = F.td_lambda_return_estimate(
+            d["gamma"], lmbda, d["nv"], d["r"], d["done"], d["term"], rolling_gamma=False
+        )
+        ref = loop_non_rolling(d["gamma"], lmbda, d["nv"], d["r"], d["done"], d["term"])
+        torch.testing.assert_close(out, ref)
+        adv = F.td_lambda_advantage_estimate(
+            d["gamma"], lmbda, d["nv"], d["nv"], d["r"], d["done"], d["term"], rolling_gamma=False
+        )
+        torch.testing.assert_close(adv, ref - d["nv"])
+
+    def test_td1_against_loop(self):
+        d = self._data()
+        out = F.td1_return_estimate(
+            d["gamma"], d["nv"], d["r"], d["done"], d["term"], rolling_gamma=False
+        )
+        torch.testing.assert_close(
+            out, loop_non_rolling(d["gamma"], 1.0, d["nv"], d["r"], d["done"], d["term"])
+        )
+
+    def test_time_dim(self):
+        d = self._data()
+        moved = {k: v.transpose(0, 1) for k, v in d.items()}
+        out = F.td_lambda_return_estimate(
+            moved["gamma"],
+            moved["lmbda"],
+            moved["nv"],
+            moved["r"],
+            moved["done"],
+            moved["term"],
+            rolling_gamma=False,
+            time_dim=0,
+        )
+        ref = loop_non_rolling(d["gamma"], d["lmbda"], d["nv"], d["r"], d["done"], d["term"])
+        torch.testing.assert_close(out, ref.transpose(0, 1))
+
+    def test_scalars_are_refused_by_the_loop_version(self):
         x = torch.zeros(2, 5, 1)
-        with pytest.raises(NotImplementedError, match="rolling_gamma=False"):
-            F.vec_td_lambda_return_estimate(0.9, 0.9, x, x, x.bool(), rolling_gamma=False)
+        with pytest.raises(RuntimeError, match="time-sensitive gamma or lambda values"):
+            F.td_lambda_return_estimate(0.9, 0.9, x, x, x.bool(), rolling_gamma=False)
+        with pytest.raises(RuntimeError, match="time-sensitive gamma values"):
+            F.td1_return_estimate(0.9, x, x, x.bool(), rolling_gamma=False)
+
+    def test_vectorized_versions(self):
+        d = self._data()
+        args = (d["nv"], d["r"], d["done"], d["term"])
+        # scalars: both conventions agree, the vectorized return computes
+        torch.testing.assert_close(
+            F.vec_td_lambda_return_estimate(0.9, 0.7, *args, rolling_gamma=False),
+            F.vec_td_lambda_return_estimate(0.9, 0.7, *args),
+        )
+        with pytest.raises(NotImplementedError, match="When using rolling_gamma=False"):
+            F.vec_td_lambda_return_estimate(d["gamma"], 0.7, *args, rolling_gamma=False)
+        ends = torch.zeros_like(d["done"])
+        ends[:, -1] = True
+        with pytest.raises(NotImplementedError, match="The vectorized version of TD"):
+            F.vec_td1_return_estimate(d["gamma"], d["nv"], d["r"], ends, ends, rolling_gamma=False)
 
 
 @pytest.mark.parametrize("fn", ["gae", "td_lambda_return", "reward2go"])

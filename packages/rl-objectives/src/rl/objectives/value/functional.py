@@ -107,12 +107,77 @@ def _scalar(value) -> float | None:
     return None
 
 
-def _check_rolling_gamma(fn: str, rolling_gamma: bool | None) -> None:
-    if rolling_gamma is not None and not rolling_gamma:
+def _is_time_sensitive(value) -> bool:
+    """Whether a gamma or lmbda differs per step (a tensor of more than one element)."""
+    return isinstance(value, torch.Tensor) and value.numel() > 1
+
+
+def _refuse_vectorized_non_rolling(
+    fn: str, gamma, lmbda, terminated: torch.Tensor, rolling_gamma: bool | None
+) -> None:
+    """The vectorized TD(lambda) runs ``rolling_gamma=False`` only when it changes nothing.
+
+    With scalar ``gamma`` and ``lmbda`` both conventions give the same return. With
+    time-sensitive ones, as in TorchRL, the vectorized functions refuse it and name
+    the non-vectorized function that computes it.
+    """
+    if rolling_gamma is None or rolling_gamma:
+        return
+    if not (_is_time_sensitive(gamma) or _is_time_sensitive(lmbda)):
+        return
+    if not terminated[..., 1:, :][terminated[..., :-1, :]].all():
         raise NotImplementedError(
-            f"{fn}: rolling_gamma=False is not supported; each step's gamma and lmbda apply to "
-            "that step only (rolling_gamma=True)"
+            f"{fn}: When using rolling_gamma=False and vectorized TD(lambda) with "
+            "time-dependent gamma, make sure that consecutive trajectories are separated as "
+            "different batch items (a step that follows a terminated one starts a new "
+            "trajectory); or use the non-vectorized td_lambda_return_estimate"
         )
+    raise NotImplementedError(
+        f"{fn}: The vectorized version of TD(lambda) with rolling_gamma=False is not "
+        "available; use td_lambda_return_estimate / td1_return_estimate, which compute it"
+    )
+
+
+def _non_rolling_return(
+    fn: str,
+    gamma: Scalar,
+    lmbda: Scalar,
+    next_state_value: torch.Tensor,
+    reward: torch.Tensor,
+    done: torch.Tensor,
+    terminated: torch.Tensor | None,
+    time_dim: int,
+) -> torch.Tensor:
+    """TD(lambda) return with ``rolling_gamma=False``: ``gamma[k]``, ``lmbda[k]`` rule from ``k`` on.
+
+    The return from step ``k`` runs the TD(lambda) recursion over steps ``k..T-1`` with
+    the constant ``gamma[k]`` and ``lmbda[k]`` (``r[k] + g[k] v[k+1] + g[k]**2 v[k+2]
+    ...`` for TD(1)), restarting at done steps. All starts are computed at once on a
+    ``[*B, T(start), T, *F]`` expansion (memory ``T`` times the inputs').
+    """
+    _check_shapes(
+        fn, next_state_value=next_state_value, reward=reward, done=done, terminated=terminated
+    )
+    layout = _TimeLayout(fn, reward, time_dim)
+    # gamma and lmbda are checked against the inputs' shape before time moves to -2
+    gamma = _as_param(fn, "gamma", gamma, reward, layout)
+    lmbda = _as_param(fn, "lmbda", lmbda, reward, layout)
+    next_state_value, reward, done, terminated = map(
+        layout, (next_state_value, reward, done, terminated)
+    )
+    done, terminated = _flags(done, terminated)
+
+    def per_start(p):  # [*B, T, F] -> [*B, T(start), 1, F]; scalars broadcast as they are
+        return p.unsqueeze(-2) if isinstance(p, torch.Tensor) and p.ndim else p
+
+    g, lm = per_start(gamma), per_start(lmbda)
+    last_done = _last_step_done(done).unsqueeze(-3)
+    nv = (next_state_value * ~terminated).unsqueeze(-3)
+    x = reward.unsqueeze(-3) + g * nv * torch.where(last_done, 1.0, 1.0 - lm)
+    c = (g * lm) * ~last_done
+    x, c = torch.broadcast_tensors(x, c.to(x.dtype))
+    returns = reverse_linear_scan(x, c).diagonal(dim1=-3, dim2=-2)  # [*B, F, T]
+    return layout.back(returns.movedim(-1, -2))
 
 
 def _as3d(t: torch.Tensor) -> torch.Tensor:
@@ -231,8 +296,11 @@ def vec_td_lambda_return_estimate(
         reward (Tensor): ``[*B, T, *F]``.
         done (Tensor): trajectory ends, ``[*B, T, *F]`` bool.
         terminated (Tensor, optional): episode ends; defaults to ``done``.
-        rolling_gamma (bool, optional): only ``None``/``True`` (each step's gamma applies
-            to that step) is supported.
+        rolling_gamma (bool, optional): ``None``/``True``: each step's gamma applies to
+            that step. ``False`` (each gamma discounts the whole trajectory after its
+            step) is computed by :func:`td_lambda_return_estimate`; here it is refused
+            with time-sensitive ``gamma``/``lmbda`` (``NotImplementedError``), as in
+            TorchRL, and changes nothing with scalars.
 
     Keyword Args:
         time_dim (int): the time dimension. Defaults to ``-2``.
@@ -247,17 +315,18 @@ def vec_td_lambda_return_estimate(
         tensor([1.7500, 1.5000, 1.0000])
     """
     fn = "vec_td_lambda_return_estimate"
-    _check_rolling_gamma(fn, rolling_gamma)
     _check_shapes(
         fn, next_state_value=next_state_value, reward=reward, done=done, terminated=terminated
     )
     layout = _TimeLayout(fn, reward, time_dim)
+    # gamma and lmbda are checked against the inputs' shape before time moves to -2
+    gamma = _as_param(fn, "gamma", gamma, reward, layout)
+    lmbda = _as_param(fn, "lmbda", lmbda, reward, layout)
     next_state_value, reward, done, terminated = map(
         layout, (next_state_value, reward, done, terminated)
     )
-    gamma = _as_param(fn, "gamma", gamma, reward, layout)
-    lmbda = _as_param(fn, "lmbda", lmbda, reward, layout)
     done, terminated = _flags(done, terminated)
+    _refuse_vectorized_non_rolling(fn, gamma, lmbda, terminated, rolling_gamma)
     g, lm = _scalar(gamma), _scalar(lmbda)
     if g is not None and lm is not None and use_cpp(next_state_value, reward):
         out = torch.empty_like(reward, memory_format=torch.contiguous_format)
@@ -294,7 +363,7 @@ def vec_td_lambda_advantage_estimate(
         reward (Tensor): ``[*B, T, *F]``.
         done (Tensor): trajectory ends, bool.
         terminated (Tensor, optional): episode ends; defaults to ``done``.
-        rolling_gamma (bool, optional): only ``None``/``True`` is supported.
+        rolling_gamma (bool, optional): see :func:`vec_td_lambda_return_estimate`.
 
     Keyword Args:
         time_dim (int): the time dimension. Defaults to ``-2``.
@@ -327,9 +396,35 @@ def td_lambda_return_estimate(
     *,
     time_dim: int = -2,
 ) -> torch.Tensor:
-    r"""TD(:math:`\lambda`) return; the same computation as :func:`vec_td_lambda_return_estimate`."""
-    return vec_td_lambda_return_estimate(
-        gamma, lmbda, next_state_value, reward, done, terminated, rolling_gamma, time_dim=time_dim
+    r"""TD(:math:`\lambda`) return; :func:`vec_td_lambda_return_estimate`, or ``rolling_gamma=False``.
+
+    With ``rolling_gamma=False`` each step's ``gamma`` and ``lmbda`` discount the whole
+    trajectory that follows it: the return from ``k`` is the TD(lambda) recursion over
+    ``k..T-1`` with the constant ``gamma[k]`` and ``lmbda[k]`` (for TD(1),
+    ``r[k] + g[k] r[k+1] + g[k]**2 r[k+2] + ...``).
+
+    Raises:
+        RuntimeError: ``rolling_gamma=False`` with a scalar ``gamma`` and ``lmbda`` (both
+            conventions agree; TorchRL refuses it).
+    """
+    if rolling_gamma is None or rolling_gamma:
+        return vec_td_lambda_return_estimate(
+            gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim
+        )
+    if not (_is_time_sensitive(gamma) or _is_time_sensitive(lmbda)):
+        raise RuntimeError(
+            "td_lambda_return_estimate: rolling_gamma=False is expected only with "
+            "time-sensitive gamma or lambda values, got scalars"
+        )
+    return _non_rolling_return(
+        "td_lambda_return_estimate",
+        gamma,
+        lmbda,
+        next_state_value,
+        reward,
+        done,
+        terminated,
+        time_dim,
     )
 
 
@@ -345,18 +440,19 @@ def td_lambda_advantage_estimate(
     *,
     time_dim: int = -2,
 ) -> torch.Tensor:
-    r"""TD(:math:`\lambda`) advantage; the same computation as :func:`vec_td_lambda_advantage_estimate`."""
-    return vec_td_lambda_advantage_estimate(
-        gamma,
-        lmbda,
-        state_value,
-        next_state_value,
-        reward,
-        done,
-        terminated,
-        rolling_gamma,
-        time_dim=time_dim,
+    r"""TD(:math:`\lambda`) advantage: :func:`td_lambda_return_estimate` minus ``state_value``."""
+    _check_shapes(
+        "td_lambda_advantage_estimate",
+        state_value=state_value,
+        next_state_value=next_state_value,
+        reward=reward,
+        done=done,
+        terminated=terminated,
     )
+    ret = td_lambda_return_estimate(
+        gamma, lmbda, next_state_value, reward, done, terminated, rolling_gamma, time_dim=time_dim
+    )
+    return ret - state_value
 
 
 # --------------------------------------------------------------------------- TD(1)
@@ -381,7 +477,7 @@ def vec_td1_return_estimate(
         reward (Tensor): ``[*B, T, *F]``.
         done (Tensor): trajectory ends, bool.
         terminated (Tensor, optional): episode ends; defaults to ``done``.
-        rolling_gamma (bool, optional): only ``None``/``True`` is supported.
+        rolling_gamma (bool, optional): see :func:`vec_td_lambda_return_estimate`.
 
     Keyword Args:
         time_dim (int): the time dimension. Defaults to ``-2``.
@@ -429,9 +525,25 @@ def td1_return_estimate(
     *,
     time_dim: int = -2,
 ) -> torch.Tensor:
-    """TD(1) return; the same computation as :func:`vec_td1_return_estimate`."""
-    return vec_td1_return_estimate(
-        gamma, next_state_value, reward, done, terminated, rolling_gamma, time_dim=time_dim
+    """TD(1) return; :func:`vec_td1_return_estimate`, or ``rolling_gamma=False``.
+
+    With ``rolling_gamma=False`` the return from ``k`` is ``r[k] + g[k] r[k+1] +
+    g[k]**2 r[k+2] + ...`` (see :func:`td_lambda_return_estimate`).
+
+    Raises:
+        RuntimeError: ``rolling_gamma=False`` with a scalar ``gamma``.
+    """
+    if rolling_gamma is None or rolling_gamma:
+        return vec_td1_return_estimate(
+            gamma, next_state_value, reward, done, terminated, time_dim=time_dim
+        )
+    if not _is_time_sensitive(gamma):
+        raise RuntimeError(
+            "td1_return_estimate: rolling_gamma=False is expected only with time-sensitive "
+            "gamma values, got a scalar"
+        )
+    return _non_rolling_return(
+        "td1_return_estimate", gamma, 1.0, next_state_value, reward, done, terminated, time_dim
     )
 
 
@@ -446,17 +558,19 @@ def td1_advantage_estimate(
     *,
     time_dim: int = -2,
 ) -> torch.Tensor:
-    """TD(1) advantage; the same computation as :func:`vec_td1_advantage_estimate`."""
-    return vec_td1_advantage_estimate(
-        gamma,
-        state_value,
-        next_state_value,
-        reward,
-        done,
-        terminated,
-        rolling_gamma,
-        time_dim=time_dim,
+    """TD(1) advantage: :func:`td1_return_estimate` minus ``state_value``."""
+    _check_shapes(
+        "td1_advantage_estimate",
+        state_value=state_value,
+        next_state_value=next_state_value,
+        reward=reward,
+        done=done,
+        terminated=terminated,
     )
+    ret = td1_return_estimate(
+        gamma, next_state_value, reward, done, terminated, rolling_gamma, time_dim=time_dim
+    )
+    return ret - state_value
 
 
 # --------------------------------------------------------------------------- GAE

@@ -70,10 +70,28 @@ class TestREDQLoss:
     def test_alpha_clamped(self):
         loss = REDQLoss(_det_actor(), _critic(), num_qvalue_nets=2, alpha_init=50.0)
         torch.testing.assert_close(loss.alpha, torch.tensor(10.0))
-        with pytest.raises(
-            ValueError, match=r"sub_sample_len must lie in \[1, num_qvalue_nets=2\], got 3"
-        ):
-            REDQLoss(_det_actor(), _critic(), num_qvalue_nets=2, sub_sample_len=3)
+
+
+class TestREDQSubSample:
+    @pytest.mark.parametrize(
+        "num_qvalue_nets, asked, used", [(1, 2, 1), (2, 2, 1), (2, 3, 1), (4, 2, 2), (4, 9, 3)]
+    )
+    def test_clamped_to_a_strict_subset(self, num_qvalue_nets, asked, used):
+        loss = REDQLoss(
+            _det_actor(), _critic(), num_qvalue_nets=num_qvalue_nets, sub_sample_len=asked
+        )
+        assert loss.sub_sample_len == used
+
+    def test_single_critic(self):
+        # one critic: the subset is that critic, the target its own soft value
+        loss = REDQLoss(_det_actor(), _critic(), num_qvalue_nets=1, gamma=0.9, alpha_init=0.5)
+        assert loss(_data())["loss_qvalue"].isfinite()
+
+    def test_unsupported_estimator_is_both_errors(self):
+        loss = REDQLoss(_det_actor(), _critic(), num_qvalue_nets=2)
+        for error in (ValueError, NotImplementedError):
+            with pytest.raises(error, match="REDQLoss does not support the GAE value estimator"):
+                loss.make_value_estimator("GAE")
 
 
 class BNQNet(nn.Module):

@@ -152,6 +152,11 @@ def _reinit(module: nn.Module) -> None:
             reset()
 
 
+class _UnsupportedEstimatorError(ValueError, NotImplementedError):
+    """A value estimator the loss cannot use: a bad argument (``ValueError``) that TorchRL
+    reports as ``NotImplementedError``; catching either works."""
+
+
 class _MissingKeyError(KeyError):
     """A KeyError whose message prints as written (KeyError quotes its argument)."""
 
@@ -398,7 +403,8 @@ class LossModule(TensorDictModuleBase):
 
         Raises:
             ValueError: if ``value_type`` is not a ``ValueEstimators`` member (the
-                message lists them) or this loss does not support it.
+                message lists them) or this loss does not support it (that error is
+                also a ``NotImplementedError``, what TorchRL raises).
         """
         if value_type is None:
             value_type = self.default_value_estimator
@@ -424,7 +430,7 @@ class LossModule(TensorDictModuleBase):
             )
         supported = self._supported_value_estimators()
         if value_type not in supported:
-            raise ValueError(
+            raise _UnsupportedEstimatorError(
                 f"{type(self).__name__} does not support the {value_type.name} value "
                 f"estimator; supported: {[m.name for m in supported]}"
             )

@@ -40,7 +40,8 @@ class REDQLoss(_EntropyTemperature, LossModule):
 
     Keyword Args:
         num_qvalue_nets (int): ensemble size. Defaults to 10.
-        sub_sample_len (int): size of the target subset. Defaults to 2.
+        sub_sample_len (int): size of the target subset, clamped to
+            ``[1, num_qvalue_nets - 1]`` as in TorchRL. Defaults to 2.
         loss_function (str): ``"smooth_l1"`` (default), ``"l2"`` or ``"l1"``.
         alpha_init (float): initial temperature. Defaults to 1.0.
         min_alpha, max_alpha (float): temperature clamp. Default 0.1 and 10.0.
@@ -127,12 +128,9 @@ class REDQLoss(_EntropyTemperature, LossModule):
     ) -> None:
         super().__init__()
         _check_loss_function(loss_function)
-        if not 1 <= sub_sample_len <= num_qvalue_nets:
-            raise ValueError(
-                f"sub_sample_len must lie in [1, num_qvalue_nets={num_qvalue_nets}], got {sub_sample_len}"
-            )
         self.num_qvalue_nets = num_qvalue_nets
-        self.sub_sample_len = sub_sample_len
+        # as TorchRL: a strict subset of the critics (one at least), whatever was asked
+        self.sub_sample_len = max(1, min(sub_sample_len, num_qvalue_nets - 1))
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
         self.delay_qvalue = delay_qvalue

@@ -38,6 +38,40 @@ def _check_epsilon(epsilon: float) -> None:
         raise ValueError(f"epsilon must be positive, got {epsilon}.")
 
 
+class _SymLog(torch.autograd.Function):
+    """symlog with its exact derivative ``1 / (1 + |x|)`` (also ``1`` at ``0``)."""
+
+    @staticmethod
+    def forward(value):
+        return value.sign() * value.abs().log1p()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (value,) = ctx.saved_tensors
+        return grad / (1 + value.abs())
+
+
+class _SymExp(torch.autograd.Function):
+    """symexp with its exact derivative ``exp(|x|)`` (also ``1`` at ``0``)."""
+
+    @staticmethod
+    def forward(value):
+        return value.sign() * value.abs().expm1()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (value,) = ctx.saved_tensors
+        return grad * value.abs().exp()
+
+
 def symlog(value: torch.Tensor) -> torch.Tensor:
     """``sign(value) * log(1 + |value|)``, element-wise.
 
@@ -53,11 +87,8 @@ def symlog(value: torch.Tensor) -> torch.Tensor:
         >>> symlog(torch.tensor([-100.0, 0.0, 100.0]))
         tensor([-4.6151,  0.0000,  4.6151])
     """
-    out = value.sign() * value.abs().log1p()
-    if not value.requires_grad:
-        return out  # equal to the masked form below; the mask only fixes the gradient
-    # sign() has a zero derivative at 0 where symlog's is 1: keep the identity there
-    return torch.where(value == 0, value, out)
+    # sign() has a zero derivative at 0 where symlog's is 1: the backward is written out
+    return _SymLog.apply(value)
 
 
 def symexp(value: torch.Tensor) -> torch.Tensor:
@@ -75,10 +106,7 @@ def symexp(value: torch.Tensor) -> torch.Tensor:
         >>> symexp(symlog(torch.tensor([-100.0, 0.0, 100.0])))
         tensor([-100.0000,    0.0000,  100.0000])
     """
-    out = value.sign() * value.abs().expm1()
-    if not value.requires_grad:
-        return out
-    return torch.where(value == 0, value, out)
+    return _SymExp.apply(value)
 
 
 def signed_hyperbolic(value: torch.Tensor, epsilon: float = 1e-3) -> torch.Tensor:

@@ -3,8 +3,8 @@
 from ._actor_critic import ActorCriticOperator, ActorCriticWrapper, ActorValueOperator
 from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
 from ._common import SafeModule
-from ._diffusion import DiffusionActor
 from ._decision_transformer import DecisionTransformerInferenceWrapper
+from ._diffusion import DiffusionActor
 from ._dreamer_v3_actors import DreamerV3DiscreteActor, DreamerV3SeededPolicy
 from ._exploration import (
     AdditiveGaussianModule,
@@ -74,6 +74,6 @@ __all__ = [
     "SafeSequential",
     "TanhModule",
     "ValueOperator",
-    "MultiStepActorWrapper",
     "VmapModule",
+    "MultiStepActorWrapper",
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
@@ -13,17 +12,9 @@ from torch import nn
 from rl.core import ACTION_CHUNK_KEY
 
 from ._loss import LossModule
-from ._reduction import _check_reduction
+from ._reduction import _check_reduction, _reduce
 
 __all__ = ["ACTLoss"]
-
-
-def _reduce_batch(value: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "mean":
-        return value.mean()
-    if reduction == "sum":
-        return value.sum()
-    return value
 
 
 class ACTLoss(LossModule):
@@ -129,9 +120,9 @@ class ACTLoss(LossModule):
         out = self.actor_network(actor_input)
         keys = self.tensor_keys
         pred, mu, log_var = out.get(keys.action_pred), out.get(keys.mu), out.get(keys.log_var)
-        reconstruction = _reduce_batch((pred - chunk).abs().mean(dim=(-2, -1)), self.reduction)
+        reconstruction = _reduce((pred - chunk).abs().mean(dim=(-2, -1)), self.reduction)
         kl = -0.5 * (1.0 + log_var - mu.pow(2) - log_var.exp()).sum(-1)
-        kl = _reduce_batch(kl, self.reduction)
+        kl = _reduce(kl, self.reduction)
         return TensorDict(
             loss_act=reconstruction + self.kl_weight * kl,
             loss_reconstruction=reconstruction.detach(),

@@ -75,13 +75,13 @@ class Config(RunConfig):
 
     dataset: str = "data/pendulum"
     """Folder of the memmap replay buffer written by ``sac.py --save-buffer``."""
-    num_updates: int = 500
+    num_updates: int = 1_500
     """Gradient steps on the dataset (the online pretraining too)."""
     batch_size: int = 64
     """Windows per gradient step."""
     context: int = 20
     """Steps per window (K): the policy sees the last ``context`` steps."""
-    lr: float = 3e-4
+    lr: float = 1e-3
     """AdamW learning rate (after a linear warm-up)."""
     warmup_steps: int = 300
     """Gradient steps of the linear learning-rate warm-up."""
@@ -114,7 +114,7 @@ class Config(RunConfig):
     """Online: initial entropy temperature."""
     log_interval: int = 250
     """Gradient steps between two log lines."""
-    eval_interval: int = 250
+    eval_interval: int = 500
     """Gradient steps between two evaluations (the learning curve)."""
     eval_interval_episodes: int = 2
     """Deterministic episodes of each periodic evaluation."""

@@ -382,3 +382,51 @@ class TestScalarOutputMode:
     def test_bad_mode(self):
         with pytest.raises(ValueError, match="unknown scalar_output_mode 'keep'"):
             _sac(scalar_output_mode="keep")
+
+
+class TestListOfQNetworks:
+    def _critics(self):
+        return [
+            TensorDictModule(QNet(w), ["observation", "action"], ["state_action_value"])
+            for w in ((1.0, 2.0), (1.0, 1.0))
+        ]
+
+    def test_their_weights_are_stacked(self):
+        critics = self._critics()
+        loss = SACLoss(_det_actor(), critics, gamma=0.9, alpha_init=0.5)
+        weight = loss.qvalue_network_params.get(("module", "linear", "weight"))
+        assert isinstance(weight, nn.Parameter)
+        torch.testing.assert_close(weight.data, torch.tensor([[[1.0, 2.0]], [[1.0, 1.0]]]))
+        SoftUpdate(loss, tau=0.005)
+        # the same numbers as TestSACLoss.test_values, whose twins were set by hand
+        torch.testing.assert_close(loss(_data())["loss_qvalue"], torch.tensor(4.7))
+        # the user's networks are neither rebound nor trained by the loss
+        assert critics[1].module.linear.weight is not weight
+        torch.testing.assert_close(critics[1].module.linear.weight, torch.tensor([[1.0, 1.0]]))
+
+    def test_shared_tensor_is_expanded(self):
+        critics = self._critics()
+        critics[1].module.linear.weight = critics[0].module.linear.weight
+        loss = SACLoss(_det_actor(), critics)
+        weight = loss.qvalue_network_params.get(("module", "linear", "weight"))
+        assert not isinstance(weight, nn.Parameter) and weight.shape == (2, 1, 2)
+
+    def test_length_must_match(self):
+        with pytest.raises(RuntimeError, match="must match the length of the module list"):
+            SACLoss(_det_actor(), self._critics(), num_qvalue_nets=3)
+
+    def test_structures_must_match(self):
+        other = TensorDictModule(QNet3(), ["observation", "action"], ["state_action_value"])
+        with pytest.raises(ValueError, match="must share one structure"):
+            SACLoss(_det_actor(), [self._critics()[0], other])
+
+    def test_updater_views(self):
+        loss = SACLoss(_det_actor(), self._critics())
+        updater = SoftUpdate(loss, eps=0.5)
+        before = updater._targets.clone()
+        with torch.no_grad():
+            for source in updater._sources.values(True, True):
+                source.add_(1)
+        updater.step()
+        for key, target in updater._targets.items(True, True):
+            torch.testing.assert_close(target, before.get(key) + 0.5)

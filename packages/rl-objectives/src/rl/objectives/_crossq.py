@@ -135,7 +135,7 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         auto = self._action_entropy_target(action_spec, actor_network)
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
         actor_keys = list(getattr(actor_network, "in_keys", []))
-        self._q_in_keys = list(getattr(qvalue_network, "in_keys", []))
+        self._q_in_keys = list(getattr(self.qvalue_network, "in_keys", []))
         tk = self.tensor_keys
         self.in_keys = list(
             dict.fromkeys(

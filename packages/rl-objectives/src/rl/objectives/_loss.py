@@ -20,7 +20,7 @@ import functools
 import inspect
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -512,7 +512,7 @@ class LossModule(TensorDictModuleBase):
 
     def convert_to_functional(
         self,
-        module: nn.Module,
+        module: nn.Module | Sequence[nn.Module],
         module_name: str,
         expand_dim: int | None = None,
         create_target_params: bool = False,
@@ -534,13 +534,24 @@ class LossModule(TensorDictModuleBase):
             expand_dim (int, optional): make an ensemble of ``expand_dim`` networks whose
                 parameters are stacked along a new leading dimension. The first member
                 keeps ``module``'s weights; the others are re-initialised with their
-                layers' ``reset_parameters``.
+                layers' ``reset_parameters``. ``module`` may also be a list of
+                ``expand_dim`` networks of one structure: their own weights are stacked
+                (a tensor they all share is expanded, not trained here).
             create_target_params (bool): keep a separate target copy. Defaults to
                 ``False``.
             compare_against (iterable of tensors, optional): parameters owned by another
                 network of the loss (e.g. a trunk shared with the actor); they are held
                 detached here so this network's loss does not train them twice.
         """
+        members = None
+        if isinstance(module, (list, tuple)):
+            if len(module) != expand_dim:
+                raise RuntimeError(
+                    "The ``expand_dim`` value must match the length of the module list/tuple "
+                    f"if a single module isn't provided: {module_name} got {len(module)} "
+                    f"modules and expand_dim={expand_dim}"
+                )
+            members, module = list(module), module[0]
         shared = {id(p) for p in compare_against} if compare_against is not None else set()
         base = TensorDict.from_module(module)
         keys = [k if isinstance(k, tuple) else (k,) for k in base.keys(True, True)]
@@ -565,17 +576,36 @@ class LossModule(TensorDictModuleBase):
             self.__dict__[module_name] = module
             info["detached_module"] = copy.deepcopy(module)
         else:
-            copies = [module] + [copy.deepcopy(module) for _ in range(expand_dim - 1)]
-            for c in copies[1:]:
-                _reinit(c)
+            if members is not None:
+                # given networks: their own (distinct) weights are stacked as they are; the
+                # loss runs copies, the user's networks are never rebound
+                copies = [copy.deepcopy(m) for m in members]
+                for i, member in enumerate(members[1:], 1):
+                    member_keys = {
+                        k if isinstance(k, tuple) else (k,)
+                        for k in TensorDict.from_module(member).keys(True, True)
+                    }
+                    if member_keys != set(keys):
+                        raise ValueError(
+                            f"the networks given as {module_name} must share one structure: "
+                            f"network {i} has parameters {sorted(member_keys)}, network 0 "
+                            f"has {sorted(keys)}"
+                        )
+            else:
+                copies = [module] + [copy.deepcopy(module) for _ in range(expand_dim - 1)]
+                for c in copies[1:]:
+                    _reinit(c)
             stacked = {}
             for key in keys:
-                values = [_walk(c, key)[0]._parameters.get(key[-1]) for c in copies]
+                values = [_walk(c, key)[0]._parameters.get(key[-1]) for c in members or copies]
                 first = _walk(module, key)
                 original = first[0]._parameters.get(first[1])
                 if original is None:  # a buffer: each member keeps its own statistics
                     stacked[key] = torch.stack([_walk(c, key)[0]._buffers[key[-1]] for c in copies])
-                elif id(original) in shared:
+                elif id(original) in shared or (
+                    members is not None and all(v is original for v in values)
+                ):
+                    # held by another network, or one tensor every given network shares
                     stacked[key] = original.data.expand(expand_dim, *original.shape)
                 else:
                     stacked[key] = nn.Parameter(torch.stack([v.data for v in values]))

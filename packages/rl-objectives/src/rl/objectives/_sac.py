@@ -422,7 +422,10 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         self.skip_done_states = skip_done_states
         self.deactivate_vmap = deactivate_vmap
         self.scalar_output_mode = _check_scalar_output_mode(scalar_output_mode)
-        self.action_space = _find_action_space(action_space, qvalue_network)
+        self.action_space = _find_action_space(
+            action_space,
+            qvalue_network[0] if isinstance(qvalue_network, (list, tuple)) else qvalue_network,
+        )
         self.delay_qvalue = delay_qvalue
         self.num_qvalue_nets = num_qvalue_nets
         self.loss_function = loss_function
@@ -441,7 +444,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         auto = None if num_actions is None else target_entropy_weight * math.log(num_actions)
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
         actor_keys = list(getattr(actor_network, "in_keys", []))
-        q_keys = list(getattr(qvalue_network, "in_keys", []))
+        q_keys = list(getattr(self.qvalue_network, "in_keys", []))
         tk = self.tensor_keys
         self.in_keys = list(
             dict.fromkeys(

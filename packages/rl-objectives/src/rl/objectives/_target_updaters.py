@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 import torch
+from tensordict import TensorDict
 
 from ._loss import LossModule
 
@@ -50,6 +51,23 @@ class TargetNetUpdater:
             loss_module._has_update_associated[name] = True
         self.initialized = False
         self.init_()
+
+    @property
+    def _sources(self) -> TensorDict:
+        """The online values the targets follow, by ``<network>_params`` (as TorchRL's)."""
+        return TensorDict(
+            {n + "_params": getattr(self.loss_module, n + "_params").data for n in self._names}
+        )
+
+    @property
+    def _targets(self) -> TensorDict:
+        """The target values, by ``target_<network>_params`` (as TorchRL's)."""
+        return TensorDict(
+            {
+                "target_" + n + "_params": getattr(self.loss_module, "target_" + n + "_params").data
+                for n in self._names
+            }
+        )
 
     def _pairs(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list, list]:
         floats_src, floats_tgt, other_src, other_tgt = [], [], [], []

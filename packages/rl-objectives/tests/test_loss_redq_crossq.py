@@ -143,3 +143,44 @@ class TestCrossQLoss:
         td = _data(4).reshape(2, 2)
         with pytest.raises(ValueError, match=r"one batch dimension, got batch_size \(2, 2\)"):
             loss(td)
+
+
+class TestScalarOutputMode:
+    def _crossq(self, **kwargs):
+        loss = CrossQLoss(_det_actor(), _critic(), gamma=0.9, alpha_init=0.5, **kwargs)
+        with torch.no_grad():
+            loss.qvalue_network_params.get(("module", "linear", "weight")).copy_(
+                torch.tensor([[[1.0, 2.0]], [[1.0, 1.0]]])
+            )
+        return loss
+
+    def test_crossq_exclude(self):
+        out = self._crossq(reduction="none", deactivate_vmap=True)(_data(3))
+        assert set(out.keys()) == {"loss_actor", "loss_qvalue", "loss_alpha"}
+        torch.testing.assert_close(out["loss_qvalue"], torch.full((3,), 4.7))
+
+    def test_crossq_non_tensor(self):
+        out = self._crossq(reduction="none", scalar_output_mode="non_tensor")(_data(3))
+        torch.testing.assert_close(out["alpha"], torch.tensor(0.5))
+        torch.testing.assert_close(out["entropy"], torch.tensor(0.25))
+
+    @pytest.mark.parametrize("mode", [None, "exclude", "non_tensor"])
+    def test_redq(self, mode):
+        loss = REDQLoss(
+            _det_actor(),
+            _critic(),
+            num_qvalue_nets=3,
+            reduction="none",
+            scalar_output_mode=mode,
+            deactivate_vmap=True,
+        )
+        SoftUpdate(loss, tau=0.005)
+        out = loss(_data(3))
+        assert out["loss_qvalue"].shape[-1] == 3 and out["loss_actor"].shape[-1] == 3
+        assert ("alpha" in out.keys()) == (mode == "non_tensor")
+        if mode == "non_tensor":
+            torch.testing.assert_close(out["alpha"], torch.tensor(1.0))
+
+    def test_bad_mode(self):
+        with pytest.raises(ValueError, match="unknown scalar_output_mode"):
+            self._crossq(scalar_output_mode="drop")

@@ -16,7 +16,14 @@ from rl.core import TensorSpec
 from ._actions import _policy_rsample, _sum_action_dims
 from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _network_dist, _next_keys
-from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._reduction import (
+    _check_loss_function,
+    _check_reduction,
+    _check_scalar_output_mode,
+    _loss_output,
+    _reduce,
+    distance_loss,
+)
 from ._temperature import _EntropyTemperature
 
 __all__ = ["CrossQLoss"]
@@ -47,6 +54,11 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         gamma (float, optional): discount for the value estimator.
         separate_losses (bool): as in SACLoss.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap (bool): accepted for compatibility (the critics always run as a
+            loop over the members).
+        scalar_output_mode (str, optional): with ``reduction="none"``, ``"exclude"``
+            (default) leaves ``alpha`` and ``entropy`` out, ``"non_tensor"`` keeps them as
+            non-tensor data.
 
     Examples:
         >>> import torch
@@ -117,9 +129,13 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         gamma: float | None = None,
         separate_losses: bool = False,
         reduction: Literal["mean", "sum", "none"] = "mean",
+        deactivate_vmap: bool = False,
+        scalar_output_mode: Literal["exclude", "non_tensor"] | None = None,
     ) -> None:
         super().__init__()
         _check_loss_function(loss_function)
+        self.deactivate_vmap = deactivate_vmap
+        self.scalar_output_mode = _check_scalar_output_mode(scalar_output_mode)
         self.num_qvalue_nets = num_qvalue_nets
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
@@ -213,10 +229,10 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         log_prob = metadata_actor["log_prob"]
         loss_alpha = _reduce(self._alpha_loss(log_prob), self.reduction, None)
         tensordict.set(self.tensor_keys.priority, metadata["td_error"], inplace=True)
-        return TensorDict(
-            loss_actor=loss_actor,
-            loss_qvalue=loss_qvalue,
-            loss_alpha=loss_alpha,
-            alpha=self._alpha,
-            entropy=-log_prob.mean(),
+        return _loss_output(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha},
+            {"alpha": self._alpha, "entropy": -log_prob.mean()},
+            reduction=self.reduction,
+            scalar_output_mode=self.scalar_output_mode,
+            batch_size=tensordict.batch_size,
         )

@@ -15,7 +15,13 @@ from rl.core import TensorSpec
 from ._actions import _policy_rsample
 from ._loss import _TD_ESTIMATORS, LossModule
 from ._networks import _ensemble_output, _next_keys
-from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
+from ._reduction import (
+    _check_loss_function,
+    _check_reduction,
+    _check_scalar_output_mode,
+    _reduce,
+    distance_loss,
+)
 from ._temperature import _EntropyTemperature
 
 __all__ = ["REDQLoss"]
@@ -52,6 +58,11 @@ class REDQLoss(_EntropyTemperature, LossModule):
         gamma (float, optional): discount for the value estimator.
         separate_losses (bool): as in SACLoss.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap (bool): accepted for compatibility (the critics always run as a
+            loop over the members).
+        scalar_output_mode (str, optional): with ``reduction="none"``, ``"exclude"``
+            (default) leaves ``alpha`` and ``entropy`` out, ``"non_tensor"`` keeps them as
+            non-tensor data.
 
     Examples:
         >>> import torch
@@ -125,9 +136,13 @@ class REDQLoss(_EntropyTemperature, LossModule):
         gamma: float | None = None,
         separate_losses: bool = False,
         reduction: Literal["mean", "sum", "none"] = "mean",
+        deactivate_vmap: bool = False,
+        scalar_output_mode: Literal["exclude", "non_tensor"] | None = None,
     ) -> None:
         super().__init__()
         _check_loss_function(loss_function)
+        self.deactivate_vmap = deactivate_vmap
+        self.scalar_output_mode = _check_scalar_output_mode(scalar_output_mode)
         self.num_qvalue_nets = num_qvalue_nets
         # as TorchRL: a strict subset of the critics (one at least), whatever was asked
         self.sub_sample_len = max(1, min(sub_sample_len, num_qvalue_nets - 1))
@@ -212,16 +227,23 @@ class REDQLoss(_EntropyTemperature, LossModule):
         loss_alpha = _reduce(
             -safe_log_alpha.exp() * (both_log_probs + self.target_entropy), self.reduction, None
         )
-        return TensorDict(
+        out = TensorDict(
             {
                 "loss_actor": loss_actor,
                 "loss_qvalue": loss_qvalue,
                 "loss_alpha": loss_alpha,
-                "alpha": alpha,
-                "entropy": -both_log_probs.mean(),
                 "state_action_value_actor": q_actor.detach().mean(),
                 "action_log_prob_actor": log_prob.detach().mean(),
                 "next.state_value": next_value.mean(),
                 "target_value": target.mean(),
             }
         )
+        # the losses have different per-sample shapes ([N, B], [B], [2, B]): the output
+        # stays unbatched and, with reduction="none", the scalars follow scalar_output_mode
+        scalars = {"alpha": alpha, "entropy": -both_log_probs.mean()}
+        for key, value in scalars.items():
+            if self.reduction != "none":
+                out.set(key, value)
+            elif self.scalar_output_mode == "non_tensor":
+                out.set_non_tensor(key, value)
+        return out

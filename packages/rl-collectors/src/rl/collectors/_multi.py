@@ -361,6 +361,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
                         UserWarning,
                         stacklevel=3,
                     )
+                    break  # one warning says it
             if self._sync and len(set(self.env_batch_sizes)) > 1 and self.cat_results == "stack":
                 raise ValueError(
                     f"cat_results='stack' needs the same env batch size in every worker, got "

@@ -139,10 +139,16 @@ class TestCrossQLoss:
         assert q.grad is not None
 
     def test_batch_dims(self):
-        loss = CrossQLoss(_det_actor(), _critic(), target_entropy=-1.0)
-        td = _data(4).reshape(2, 2)
-        with pytest.raises(ValueError, match=r"one batch dimension, got batch_size \(2, 2\)"):
-            loss(td)
+        # a [2, 3] batch gives the losses of the same six transitions as a flat batch
+        loss = CrossQLoss(_det_actor(), _critic(), target_entropy=-1.0, gamma=0.9)
+        flat = _data(6)
+        flat["observation"] = torch.arange(6.0).unsqueeze(-1)
+        flat["next", "reward"] = torch.arange(6.0).unsqueeze(-1)
+        grid = flat.clone().reshape(2, 3)
+        out_flat, out_grid = loss(flat), loss(grid)
+        for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
+            torch.testing.assert_close(out_grid[key], out_flat[key])
+        torch.testing.assert_close(grid["td_error"], flat["td_error"].reshape(2, 3))
 
 
 class TestScalarOutputMode:

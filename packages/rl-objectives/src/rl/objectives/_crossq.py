@@ -213,17 +213,12 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         }
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """Compute the losses on a batch of transitions (batch dims ``[B]``); writes ``td_error``.
+        """Compute the losses on a batch of transitions (any batch dims); writes ``td_error``.
 
         Returns:
             a TensorDict with ``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha``
             and ``entropy``.
         """
-        if tensordict.batch_dims != 1:
-            raise ValueError(
-                f"CrossQLoss expects a batch of transitions with one batch dimension, got batch_size "
-                f"{tuple(tensordict.batch_size)}; reshape it with tensordict.reshape(-1)"
-            )
         loss_qvalue, metadata = self.qvalue_loss(tensordict)
         loss_actor, metadata_actor = self.actor_loss(tensordict)
         log_prob = metadata_actor["log_prob"]

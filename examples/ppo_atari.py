@@ -14,9 +14,9 @@ value bootstrap, the game goes on), ``RewardSum`` (the game score, for the logs)
 ``GrayScale``, ``Resize`` to 84x84 and ``CatFrames`` (the last 4 frames): observations
 ``[4, 84, 84]``.
 
-    uv run examples/ppo_atari.py                                  # ALE/Breakout-v5
-    uv run examples/ppo_atari.py --env-id ALE/Pong-v5 --parallel  # one process per env
-    uv run examples/ppo_atari.py --total-frames 2000 --num-envs 2 # a smoke run
+    uv run --group atari examples/ppo_atari.py                                   # ALE/Breakout-v5
+    uv run --group atari examples/ppo_atari.py --env-id ALE/Pong-v5 --parallel   # one process per env
+    uv run --group atari examples/ppo_atari.py --total-frames 2000 --num-envs 2  # a smoke run
 
 ``total_frames`` counts agent steps (each is ``frame_skip`` emulator frames), as CleanRL's
 ``total_timesteps``. Writes CSV logs (or another logger), a learning-curve PNG of the game

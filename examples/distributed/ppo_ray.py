@@ -7,8 +7,8 @@ here stacks one batch of every actor (sync mode), runs the PPO epochs, and broad
 new weights through Ray's object store before the next batch. Schulman et al. 2017,
 https://arxiv.org/abs/1707.06347.
 
-    uv run examples/distributed/ppo_ray.py                      # a local Ray instance
-    uv run examples/distributed/ppo_ray.py --ray-address auto   # the cluster of `ray start`
+    uv run --group distributed examples/distributed/ppo_ray.py                     # a local Ray instance
+    uv run --group distributed examples/distributed/ppo_ray.py --ray-address auto  # the cluster of `ray start`
 
 See examples/distributed/README.md for starting a multi-node cluster.
 """

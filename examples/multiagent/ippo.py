@@ -5,9 +5,9 @@ Challenge?", https://arxiv.org/abs/2011.09533. Each agent's critic reads only it
 observation (``MultiAgentMLP(centralized=False)``); everything else is ``mappo.py``
 (TorchRL runs both from one script, ``mappo_ippo.py``, switched by ``centralised_critic``).
 
-    uv run examples/multiagent/ippo.py                      # navigation, 3 agents
-    uv run examples/multiagent/ippo.py balance              # VMAS balance, 4 agents
-    uv run examples/multiagent/ippo.py --no-share-params    # one actor and critic per agent
+    uv run --group multiagent examples/multiagent/ippo.py                    # navigation, 3 agents
+    uv run --group multiagent examples/multiagent/ippo.py balance            # VMAS balance, 4 agents
+    uv run --group multiagent examples/multiagent/ippo.py --no-share-params  # one actor and critic per agent
 """
 
 from __future__ import annotations

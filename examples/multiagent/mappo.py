@@ -19,9 +19,9 @@ Presets: ``navigation`` (the defaults) and ``balance`` (4 agents as BenchMARL's 
 BenchMARL's ``fine_tuned/vmas`` on-policy settings: 600 envs x 100 steps per batch,
 minibatches of 4,096, lr 5e-5, gamma 0.9, 1.2M frames; README.md has the results).
 
-    uv run examples/multiagent/mappo.py                     # navigation, 60k frames: a few minutes
-    uv run examples/multiagent/mappo.py balance --seed 1    # VMAS balance, 4 agents, 1.2M frames
-    uv run examples/multiagent/ippo.py                      # decentralised critic
+    uv run --group multiagent examples/multiagent/mappo.py                   # navigation, 60k frames: a few minutes
+    uv run --group multiagent examples/multiagent/mappo.py balance --seed 1  # VMAS balance, 4 agents, 1.2M frames
+    uv run --group multiagent examples/multiagent/ippo.py                    # decentralised critic
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """

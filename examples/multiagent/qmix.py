@@ -12,9 +12,9 @@ mix; the target networks follow by ``SoftUpdate``. Transitions go through a repl
 with their group keys. Presets: ``navigation`` (the defaults) and ``balance`` (4 agents
 as BenchMARL's task, the same settings, 240k frames).
 
-    uv run examples/multiagent/qmix.py                      # navigation, discrete actions
-    uv run examples/multiagent/qmix.py --mixer vdn
-    uv run examples/multiagent/qmix.py balance              # VMAS balance, 4 agents, 240k frames
+    uv run --group multiagent examples/multiagent/qmix.py  # navigation, discrete actions
+    uv run --group multiagent examples/multiagent/qmix.py --mixer vdn
+    uv run --group multiagent examples/multiagent/qmix.py balance  # VMAS balance, 4 agents, 240k frames
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """

@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from rl.envs import PendulumEnv, check_env_specs
-from rl.envs.transforms import ObservationNorm, TransformedEnv, VecNorm
+from rl.envs.transforms import ObservationNorm, TransformedEnv, VecNorm, VecNormV2
 
 
 def _reference(xs: torch.Tensor, decay: float, eps: float):
@@ -21,8 +21,8 @@ def _reference(xs: torch.Tensor, decay: float, eps: float):
         ssq = ssq * decay + (x * x).sum(0)
         count = count * decay + x.shape[0]
         mean = s / count
-        var = (ssq / count - mean**2).clamp_min(eps**2)
-        outs.append((x - mean) / var.sqrt())
+        var = (ssq / count - mean**2).clamp_min(eps)
+        outs.append((x - mean) / var.sqrt().clamp_min(eps))
     return torch.stack(outs), s, ssq, count
 
 
@@ -121,3 +121,115 @@ def test_concurrent_updates_are_not_lost(memmap):
     # 3 processes x 3000 calls x 4 rows, none lost to an interleaved read-modify-write
     assert float(shared["observation_count"]) == 36000.0
     torch.testing.assert_close(shared["observation_sum"], torch.full((3,), 36000.0))
+
+
+def _obs(*rows) -> TensorDict:
+    return TensorDict(obs=torch.tensor(rows), batch_size=[len(rows)])
+
+
+class TestVecNormAffine:
+    # TorchRL 0.14.1, VecNorm(in_keys=["obs"], decay=0.9, eps=1e-4) on these three steps
+    STEPS = ([1.0, 2.0], [1.001, 2.5], [0.999, 3.0])
+
+    def _fed(self) -> VecNorm:
+        t = VecNorm(in_keys=["obs"], decay=0.9, eps=1e-4)
+        for row in self.STEPS:
+            t(_obs(row))
+        return t
+
+    def test_small_variance_floored_at_eps(self):
+        t = VecNorm(in_keys=["obs"], decay=0.9, eps=1e-4)
+        outs = torch.cat([t(_obs(row))["obs"] for row in self.STEPS])
+        expected = torch.tensor([[0.0, 0.0], [0.0474, 0.9487], [-0.0963, 1.1420]])
+        torch.testing.assert_close(outs, expected, atol=1e-4, rtol=0)
+        # std of the first coordinate is below sqrt(eps): the scale is sqrt(eps) = 0.01
+        torch.testing.assert_close(
+            t.scale["obs"], torch.tensor([0.0100, 0.4071]), atol=1e-4, rtol=0
+        )
+        torch.testing.assert_close(t.loc["obs"], torch.tensor([1.0000, 2.5351]), atol=1e-4, rtol=0)
+
+    def test_denorm_inverts_the_normalisation(self):
+        t = self._fed()
+        assert t.standard_normal
+        denormed = t.denorm(_obs([0.5, -0.5]))["obs"]
+        torch.testing.assert_close(denormed, torch.tensor([[1.0050, 2.3315]]), atol=1e-4, rtol=0)
+        x = _obs([1.2, 2.2])
+        frozen = t.frozen_copy()
+        back = frozen.denorm(frozen(x.clone()))
+        torch.testing.assert_close(back["obs"], x["obs"])
+
+    def test_uninitialized_errors(self):
+        t = VecNorm(in_keys=["obs"])
+        with pytest.raises(RuntimeError, match="initialized before calling denorm"):
+            t.denorm(_obs([1.0]))
+        with pytest.raises(RuntimeError, match="Make sure the VecNorm has been initialized"):
+            t.frozen_copy()
+        with pytest.raises(RuntimeError, match="Make sure the VecNorm has been initialized"):
+            _ = t.loc
+
+    def test_frozen_copy_reads_but_never_updates(self):
+        t = self._fed()
+        frozen = t.frozen_copy()
+        x = _obs([2.0, 1.0])
+        torch.testing.assert_close(frozen(x.clone())["obs"], t.clone().freeze()(x.clone())["obs"])
+        before = t.stats["obs_count"].clone()
+        frozen(x.clone())
+        torch.testing.assert_close(t.stats["obs_count"], before)
+        # the original keeps updating, and the frozen copy reads its new statistics
+        t(x.clone())
+        torch.testing.assert_close(frozen.loc["obs"], t.loc["obs"])
+
+    def test_clone_shares_statistics(self):
+        t = self._fed()
+        other = t.clone()
+        assert other.stats["obs_sum"].data_ptr() == t.stats["obs_sum"].data_ptr()
+
+    def test_state_dict_of_uninitialized(self):
+        t = VecNorm(in_keys=["obs"])
+        with pytest.warns(UserWarning, match="Querying state_dict on an uninitialized"):
+            empty = t.state_dict()
+        fed = self._fed()
+        with pytest.raises(KeyError, match="Could not find a tensordict"):
+            fed.load_state_dict(empty)
+        fresh = VecNorm(in_keys=["obs"])
+        with pytest.warns(UserWarning, match="VecNorm wasn't initialized"):
+            fresh.load_state_dict(fed.state_dict())
+        assert fresh.stats.is_shared()
+        torch.testing.assert_close(fresh.loc["obs"], fed.loc["obs"])
+
+
+class TestVecNormNewApi:
+    def test_v2_arguments_pass_through(self):
+        t = VecNorm(in_keys=["obs"], stateful=False, new_api=True)
+        assert type(t) is VecNormV2 and not t.stateful
+        t = VecNorm(in_keys=["obs"], reduce_batch_dims=True, new_api=True)
+        assert t.reduce_batch_dims
+        with pytest.raises(TypeError, match="both shared_td and shared_data"):
+            VecNorm(in_keys=["obs"], shared_td=TensorDict(), shared_data=TensorDict(), new_api=True)
+
+    def test_stateless_stack_carries_reward_statistics_from_reset(self):
+        env = PendulumEnv()
+        env = env.append_transform(VecNorm(in_keys=["observation"], stateful=False, new_api=True))
+        env = env.append_transform(VecNorm(in_keys=["reward"], stateful=False, new_api=True))
+        check_env_specs(env)
+        r = env.rollout(3)
+        prefix = env.transform[1].prefix
+        assert prefix != env.transform[0].prefix
+        # zero statistics from the specs at reset, one update per step afterwards
+        assert r[0][f"{prefix}_count", "reward"].item() == 0
+        assert r["next", f"{prefix}_count", "reward"].flatten().tolist() == [1, 2, 3]
+        # element-wise counts; the reset observation was counted too
+        assert r["next", "_vecnorm_count", "observation"].tolist() == [[2] * 3, [3] * 3, [4] * 3]
+
+    def test_v2_state_dict_warnings(self):
+        t = VecNormV2(in_keys=["obs"], decay=0.9)
+        with pytest.warns(UserWarning, match="Querying state_dict on an uninitialized"):
+            empty = t.state_dict()
+        t(TensorDict(obs=torch.ones(2)))
+        with pytest.raises(RuntimeError, match="void state-dict while the instance is initialized"):
+            t.load_state_dict(empty)
+        fresh = VecNormV2(in_keys=["obs"], decay=0.9)
+        with pytest.warns(UserWarning, match="VecNorm wasn't initialized"):
+            fresh.load_state_dict(t.state_dict())
+        torch.testing.assert_close(fresh.loc["obs"], t.loc["obs"])
+        assert VecNormV2(in_keys=["obs"], stateful=False).state_dict()["_extra_state"] == {}

@@ -10,6 +10,7 @@ import multiprocessing as mp
 import os
 import tempfile
 import uuid
+import warnings
 from collections.abc import Sequence
 
 try:
@@ -274,6 +275,8 @@ class _StatsLock:
 
 def _vecnorm_v2_args(args, kwargs) -> dict:
     names = ["in_keys", "out_keys", "shared_td", "lock", "decay", "eps", "shapes"]
+    # VecNormV2's own keyword arguments pass through unchanged, as in TorchRL
+    v2_names = ["stateful", "shared_data", "reduce_batch_dims"]
     if len(args) > len(names):
         raise TypeError(f"VecNorm takes at most {len(names)} positional arguments, got {len(args)}")
     given = dict(zip(names, args))
@@ -281,16 +284,18 @@ def _vecnorm_v2_args(args, kwargs) -> dict:
         if key in given:
             raise TypeError(f"VecNorm got multiple values for argument {key!r}")
         given[key] = value
-    unknown = sorted(set(given) - set(names))
+    unknown = sorted(set(given) - set(names) - set(v2_names))
     if unknown:
         raise TypeError(f"VecNorm got unexpected arguments {unknown}")
+    if given.get("shared_td") is not None and given.get("shared_data") is not None:
+        raise TypeError("VecNorm got both shared_td and shared_data: pass one of them")
     in_keys = given.pop("in_keys", None)
     if in_keys is None:
         in_keys = ["observation", "reward"]
     out = {"in_keys": in_keys, "out_keys": given.pop("out_keys", None)}
     if given.get("shared_td") is not None:
         out["shared_data"] = given["shared_td"]
-    for key in ("lock", "decay", "eps"):
+    for key in ("lock", "decay", "eps", *v2_names):
         if key in given:
             out[key] = given[key]
     return out
@@ -458,10 +463,90 @@ class VecNorm(Transform):
             if self._lock is not None:
                 # shared: read a snapshot under the lock, never another worker's half update
                 s, ssq, count = s.clone(), ssq.clone(), count.clone()
-        c = count.clamp_min(self.eps)
-        mean = s / c
-        var = (ssq / c - mean * mean).clamp_min(self.eps**2)
-        return ((value - mean) / var.sqrt()).to(value.dtype)
+        mean, std = self._moments(s, ssq, count)
+        return ((value - mean) / std).to(value.dtype)
+
+    def _moments(self, s, ssq, count) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std from the running sums, as TorchRL: ``sqrt(max(var, eps))``."""
+        mean = s / count.clamp_min(self.eps)
+        var = ssq / count.clamp_min(self.eps) - mean * mean
+        return mean, var.clamp_min(self.eps).sqrt().clamp_min(self.eps)
+
+    def _loc_scale(self) -> tuple[TensorDictBase, TensorDictBase]:
+        if self.__dict__["_td"] is None:
+            raise RuntimeError(
+                "VecNorm has no statistics yet: run it on data first. "
+                "Make sure the VecNorm has been initialized"
+            )
+        locs, scales = {}, {}
+        for key in self.in_keys:
+            s, ssq, count = self._stats_for(key, torch.zeros(()), 0)
+            locs[key], scales[key] = self._moments(s, ssq, count)
+        return TensorDict(locs, batch_size=[]), TensorDict(scales, batch_size=[])
+
+    @property
+    def loc(self) -> TensorDictBase:
+        """The running mean of each in_key (read afresh: other processes may update it)."""
+        return self._loc_scale()[0]
+
+    @property
+    def scale(self) -> TensorDictBase:
+        """The running std of each in_key, ``sqrt(max(var, eps))``."""
+        return self._loc_scale()[1]
+
+    @property
+    def standard_normal(self) -> bool:
+        """``loc`` and ``scale`` act as ``(x - loc) / scale`` (always ``True``)."""
+        return True
+
+    def denorm(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Maps the normalised ``out_keys`` back to the ``in_keys``: ``x * scale + loc``.
+
+        Args:
+            tensordict: data holding normalised entries; out_keys it lacks are skipped.
+
+        Returns:
+            A shallow copy of ``tensordict`` with the in_keys written.
+
+        Raises:
+            RuntimeError: the transform has seen no data yet.
+        """
+        if self.__dict__["_td"] is None:
+            raise RuntimeError("VecNorm must be initialized before calling denorm.")
+        locs, scales = self._loc_scale()
+        tensordict = tensordict.copy()
+        present = set(tensordict.keys(True, True))
+        for in_key, out_key in self._io_pairs:
+            if out_key in present:
+                value = tensordict.get(out_key)
+                tensordict.set(in_key, value * scales.get(in_key) + locs.get(in_key))
+        return tensordict
+
+    def clone(self) -> VecNorm:
+        """A copy that shares the statistics of this one (as TorchRL's VecNorm clone)."""
+        td = self.__dict__["_td"]
+        self.__dict__["_td"] = None
+        try:
+            out = super().clone()
+        finally:
+            self.__dict__["_td"] = td
+        out.__dict__["_td"] = td
+        return out
+
+    def frozen_copy(self) -> VecNorm:
+        """A frozen copy reading this transform's statistics (which it never updates).
+
+        Raises:
+            RuntimeError: the transform has seen no data yet.
+        """
+        td = self.__dict__["_td"]
+        if td is None:
+            raise RuntimeError(
+                "Make sure the VecNorm has been initialized before creating a frozen copy."
+            )
+        out = self.clone()
+        out.__dict__["_td"] = td.copy()
+        return out.freeze()
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         nbatch = next_tensordict.batch_dims
@@ -484,9 +569,7 @@ class VecNorm(Transform):
         norms = []
         for in_key, out_key in self._io_pairs:
             s, ssq, count = self._stats_for(in_key, torch.zeros(()), 0)
-            c = count.clamp_min(self.eps)
-            mean = s / c
-            std = (ssq / c - mean * mean).clamp_min(self.eps**2).sqrt()
+            mean, std = self._moments(s, ssq, count)
             norms.append(
                 ObservationNorm(
                     loc=mean.clone(),
@@ -500,14 +583,36 @@ class VecNorm(Transform):
 
     def get_extra_state(self):
         td = self.__dict__["_td"]
-        return None if td is None else td.clone().to_dict()
+        if td is None:
+            warnings.warn(
+                "Querying state_dict on an uninitialized VecNorm transform returns no "
+                "statistics; loading that state_dict into an initialized VecNorm raises.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return None
+        return td.clone().to_dict()
 
     def set_extra_state(self, state) -> None:
-        if state is None:
-            return
         td = self.__dict__["_td"]
+        if state is None:
+            if td is not None:
+                raise KeyError(
+                    "Could not find a tensordict in the state_dict: it was saved from an "
+                    "uninitialized VecNorm and this one holds statistics"
+                )
+            return
         new = TensorDict(state, batch_size=[])
         if td is None:
+            if not new.is_shared():
+                warnings.warn(
+                    "VecNorm wasn't initialized and the tensordict is not shared: the loaded "
+                    "statistics are put in shared memory now; hand the transform to worker "
+                    "processes after load_state_dict, not before.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                new.share_memory_()
             self.__dict__["_td"] = new
         else:
             # in place, so shared-memory statistics stay shared
@@ -814,6 +919,25 @@ class VecNormV2(Transform):
         next_tensordict.set(kcount, count)
         return next_tensordict
 
+    def _stateless_carry(self, tensordict, next_tensordict):
+        """No in_key present (a reward at reset): the statistics are still written, zero
+        from the env's specs when the data has none yet, so that every output the specs
+        announce is there (TorchRL initialises them the same way)."""
+        kloc, kvar, kcount = self._stats_keys()
+        source = tensordict if tensordict is not None else next_tensordict
+        if source.get(kloc, None) is not None:
+            if source is not next_tensordict and next_tensordict.get(kloc, None) is None:
+                for key in (kloc, kvar, kcount):
+                    next_tensordict.set(key, source.get(key).clone())
+            return next_tensordict
+        if self.parent is None:
+            return next_tensordict
+        loc, var, count = self._stateless_init(next_tensordict)
+        next_tensordict.set(kloc, loc)
+        next_tensordict.set(kvar, var)
+        next_tensordict.set(kcount, count)
+        return next_tensordict
+
     def _present_in_keys(self, next_tensordict) -> list:
         """The ``in_keys`` present in ``next_tensordict`` (a KeyError naming the missing
         ones unless ``missing_tolerance``)."""
@@ -831,7 +955,7 @@ class VecNormV2(Transform):
         if not self.stateful:
             keys = self._present_in_keys(next_tensordict)
             if not keys:
-                return next_tensordict
+                return self._stateless_carry(tensordict, next_tensordict)
             return self._stateless_step(tensordict, next_tensordict, keys)
         with self.lock:
             if self._loc is None:
@@ -919,20 +1043,40 @@ class VecNormV2(Transform):
     SEP = ".-|-."
 
     def get_extra_state(self):
+        if not self.stateful:
+            return {}
         if self._loc is None:
+            warnings.warn(
+                "Querying state_dict on an uninitialized VecNorm transform returns no "
+                "statistics; loading that state_dict into an initialized VecNorm raises.",
+                UserWarning,
+                stacklevel=2,
+            )
             return {}
         td = TensorDict(loc=self._loc, var=self._var, count=self._count)
         return td.flatten_keys(self.SEP).to_dict()
 
     def set_extra_state(self, state) -> None:
+        if not self.stateful:
+            return
         if not state:
             if self._loc is None:
                 return
             raise RuntimeError(
-                "VecNormV2.set_extra_state got an empty state while the transform holds statistics"
+                "VecNormV2.set_extra_state() called with a void state-dict while the instance "
+                "is initialized."
             )
         td = TensorDict(state).unflatten_keys(self.SEP)
         if self._loc is None:
+            if not all(v.is_shared() for v in td.values(True, True)):
+                warnings.warn(
+                    "VecNorm wasn't initialized and the tensordict is not shared: the loaded "
+                    "statistics are put in shared memory now; hand the transform to worker "
+                    "processes after load_state_dict, not before.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                td.share_memory_()
             self._loc, self._var, self._count = td["loc"], td["var"], td["count"]
         else:
             # in place: statistics shared with other processes stay shared

@@ -187,3 +187,17 @@ class TestReinforce:
         loss.value_estimator(out_td, target_params=loss.target_critic_network_params)
         torch.testing.assert_close(out_td["next", "state_value"], torch.ones(2, 4, 1))
         assert loss(d)["loss_actor"].isfinite()
+
+
+class TestA2CKeys:
+    def test_sample_log_prob_is_kept_not_read(self):
+        loss = A2CLoss(const_actor(), const_critic())
+        assert loss.tensor_keys.sample_log_prob == "action_log_prob"
+        loss.set_keys(sample_log_prob="lp")
+        assert loss.tensor_keys.sample_log_prob == "lp" and "lp" not in loss.in_keys
+
+    def test_next_state_in_keys_but_optional(self):
+        loss = A2CLoss(const_actor(), const_critic())
+        assert ("next", "obs") in loss.in_keys
+        # an advantage and a value target are given: no next state needed
+        assert loss(data())["loss_objective"].isfinite()

@@ -430,3 +430,31 @@ class TestListOfQNetworks:
         updater.step()
         for key, target in updater._targets.items(True, True):
             torch.testing.assert_close(target, before.get(key) + 0.5)
+
+
+class TestKeys:
+    def test_set_keys_refreshes_in_keys(self):
+        loss = TestDiscreteSACLoss()._loss()
+        assert ("next", "observation") in loss.in_keys
+        loss.set_keys(action="action2", reward="reward2")
+        assert "action2" in loss.in_keys and ("next", "reward2") in loss.in_keys
+        assert ("next", "action2") not in loss.in_keys
+
+    def test_keyword_call_with_remapped_keys(self):
+        loss = TestDiscreteSACLoss()._loss()
+        loss.set_keys(action="action2")
+        td = _data()
+        by_td = loss(td.clone().set("action2", torch.tensor([[0, 1]])).exclude("action"))
+        out = loss(
+            observation=td["observation"],
+            action2=torch.tensor([[0, 1]]),
+            next_observation=td["next", "observation"],
+            next_reward=td["next", "reward"],
+            next_done=td["next", "done"],
+            next_terminated=td["next", "terminated"],
+        )
+        torch.testing.assert_close(out[1], by_td["loss_qvalue"])
+
+    def test_sac_log_prob_key_follows_the_actor(self):
+        loss, _ = _sac()
+        assert loss.tensor_keys.log_prob == "action_log_prob"

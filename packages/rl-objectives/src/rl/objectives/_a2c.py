@@ -60,6 +60,7 @@ class A2CLoss(_ActorCriticLoss):
         ['entropy', 'loss_critic', 'loss_entropy', 'loss_objective']
     """
 
+    _reads_sample_log_prob = False
     _algorithm_name = "A2C"  # how clip_value errors name the loss, as TorchRL's
 
     @dataclass
@@ -73,6 +74,7 @@ class A2CLoss(_ActorCriticLoss):
         reward: NestedKey = "reward"
         done: NestedKey = "done"
         terminated: NestedKey = "terminated"
+        sample_log_prob: NestedKey = "action_log_prob"  # kept for TorchRL; A2C never reads it
 
     def __init__(
         self,
@@ -115,10 +117,6 @@ class A2CLoss(_ActorCriticLoss):
             reduction=reduction,
             clip_value=clip_value,
         )
-
-    def set_keys(self, **kwargs) -> None:
-        kwargs.pop("sample_log_prob", None)  # A2C does not read it
-        super().set_keys(**kwargs)
 
     def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:
         """``log pi(a|s)`` ``[*B, 1]`` of the stored action under the current actor, and the distribution.

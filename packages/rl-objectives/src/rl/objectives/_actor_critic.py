@@ -130,6 +130,8 @@ class _ActorCriticLoss(LossModule):
     """
 
     default_value_estimator = "GAE"
+    _next_state_optional = True  # only the value estimator reads it, without an advantage
+    _reads_sample_log_prob = True  # the behaviour policy's log-probability (PPO's ratio)
 
     def __init__(
         self,
@@ -233,8 +235,12 @@ class _ActorCriticLoss(LossModule):
                     *actor_keys,
                     *critic_keys,
                     tk.action,
-                    getattr(tk, "sample_log_prob", tk.action),
+                    getattr(tk, "sample_log_prob", tk.action)
+                    if self._reads_sample_log_prob
+                    else tk.action,
                     *nxt,
+                    # the next state, read by the value estimator's critic (as TorchRL's)
+                    *_next_keys(list(dict.fromkeys(actor_keys + critic_keys))),
                 ]
             )
         )

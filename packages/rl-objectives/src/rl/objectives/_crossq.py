@@ -150,21 +150,19 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         )
         auto = self._action_entropy_target(action_spec, actor_network)
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
-        actor_keys = list(getattr(actor_network, "in_keys", []))
-        self._q_in_keys = list(getattr(self.qvalue_network, "in_keys", []))
+        self._set_in_keys()
+
+    def _set_in_keys(self) -> None:
+        """``in_keys`` from the networks and ``tensor_keys`` (again after ``set_keys``)."""
         tk = self.tensor_keys
-        self.in_keys = list(
-            dict.fromkeys(
-                [
-                    tk.action,
-                    *actor_keys,
-                    *self._q_in_keys,
-                    *_next_keys([tk.reward, tk.done, tk.terminated]),
-                ]
-            )
-        )
+        actor_keys = list(getattr(self.actor_network, "in_keys", []))
+        q_keys = self._q_in_keys = list(getattr(self.qvalue_network, "in_keys", []))
+        keys = [tk.action, *actor_keys, *q_keys, *_next_keys([tk.reward, tk.done, tk.terminated])]
+        keys += _next_keys(list(dict.fromkeys(actor_keys + q_keys)))
+        next_action = _next_keys([tk.action])[0]  # drawn by the loss, never read
+        self.in_keys = [k for k in dict.fromkeys(keys) if k != next_action]
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
-        self._in_keys_extra = list(dict.fromkeys(actor_keys + self._q_in_keys))
+        self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
 
     def _required_key_names(self):
         return ("action",)

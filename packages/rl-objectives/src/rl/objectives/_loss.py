@@ -338,12 +338,17 @@ class LossModule(TensorDictModuleBase):
                 return None, key
         # then the networks' inputs under "next" that the loss declares (the next state);
         # other in_keys can be optional (rewards when an advantage is given), not named here
+        if self._next_state_optional:
+            return None
         extra = getattr(self, "_in_keys_extra", ())
         under_next = {("next", *k) if isinstance(k, tuple) else ("next", k) for k in extra}
         for key in self.in_keys:
             if key in under_next and tensordict.get(key, None) is None:
                 return None, key
         return None
+
+    #: whether the next state in ``in_keys`` may be absent (an advantage given instead)
+    _next_state_optional = False
 
     def _required_key_names(self) -> tuple[str, ...]:
         """Names of ``tensor_keys`` that must be present in the input (override)."""

@@ -73,6 +73,7 @@ class ReinforceLoss(LossModule):
         terminated: NestedKey = "terminated"
 
     default_value_estimator = "GAE"
+    _next_state_optional = True  # only the value estimator reads it, without an advantage
 
     def __init__(
         self,
@@ -133,7 +134,10 @@ class ReinforceLoss(LossModule):
             else []
         )
         nxt = _next_keys([tk.reward, tk.done, tk.terminated])
-        self.in_keys = list(dict.fromkeys([*actor_keys, *critic_keys, tk.action, *nxt]))
+        next_state = _next_keys(list(dict.fromkeys(actor_keys + critic_keys)))
+        self.in_keys = list(
+            dict.fromkeys([*actor_keys, *critic_keys, tk.action, *nxt, *next_state])
+        )
         self.out_keys = ["loss_actor", "loss_value"]
         self._in_keys_extra = actor_keys
 

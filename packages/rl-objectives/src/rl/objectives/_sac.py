@@ -121,7 +121,8 @@ class SACLoss(_EntropyTemperature, LossModule):
             value: the state value of the value network, v1 (``"state_value"``).
             state_action_value: the Q networks' output (``"state_action_value"``).
             log_prob: unused (the log-probability is computed from the distribution);
-                kept for TorchRL compatibility.
+                kept for TorchRL compatibility, named as the actor's ``log_prob_key``
+                (``"action_log_prob"``).
             priority: where the TD error is written (``"td_error"``).
             reward, done, terminated: read under ``"next"``.
             priority_weight: importance weights of a prioritized buffer.
@@ -202,6 +203,8 @@ class SACLoss(_EntropyTemperature, LossModule):
         # "auto" without a spec stays unsized until the first batch tells the action size
         auto = self._action_entropy_target(action_spec, actor_network)
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
+        if self.tensor_keys.log_prob is None:  # named as the actor writes it, as TorchRL
+            self.tensor_keys.log_prob = getattr(actor_network, "log_prob_key", "action_log_prob")
         self._set_in_keys()
 
     def _set_in_keys(self) -> None:
@@ -443,14 +446,17 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         )
         auto = None if num_actions is None else target_entropy_weight * math.log(num_actions)
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy, auto)
-        actor_keys = list(getattr(actor_network, "in_keys", []))
-        q_keys = list(getattr(self.qvalue_network, "in_keys", []))
+        self._set_in_keys()
+
+    def _set_in_keys(self) -> None:
+        """``in_keys`` from the networks and ``tensor_keys`` (again after ``set_keys``)."""
         tk = self.tensor_keys
-        self.in_keys = list(
-            dict.fromkeys(
-                [tk.action, *actor_keys, *q_keys, *_next_keys([tk.reward, tk.done, tk.terminated])]
-            )
-        )
+        actor_keys = list(getattr(self.actor_network, "in_keys", []))
+        q_keys = list(getattr(self.qvalue_network, "in_keys", []))
+        keys = [tk.action, *actor_keys, *q_keys, *_next_keys([tk.reward, tk.done, tk.terminated])]
+        keys += _next_keys(list(dict.fromkeys(actor_keys + q_keys)))
+        next_action = _next_keys([tk.action])[0]  # drawn by the loss, never read
+        self.in_keys = [k for k in dict.fromkeys(keys) if k != next_action]
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
         self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
 

@@ -503,3 +503,18 @@ class TestVmapModule:
         module = VmapModule(TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["y"]))
         with pytest.raises(ValueError, match="at least one batch dim"):
             module(TensorDict(x=torch.zeros(3)))
+
+
+def test_safe_module_reads_a_missing_in_key_as_none():
+    # TorchRL's SafeModule: a module that starts a state itself gets None for it
+    def step(x, state):
+        return x if state is None else x + state
+
+    module = SafeModule(step, in_keys=["x", "state"], out_keys=["state"])
+    td = module(TensorDict(x=torch.ones(2), batch_size=[2]))
+    assert torch.equal(td["state"], torch.ones(2))
+    assert torch.equal(module(td)["state"], torch.full((2,), 2.0))
+    # a module that cannot take None: the error names the missing key
+    actor = Actor(torch.nn.Linear(3, 2))
+    with pytest.raises(KeyError, match="observation"):
+        actor(TensorDict(obs=torch.ones(3)))

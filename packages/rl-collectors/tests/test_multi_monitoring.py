@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import MultiAsyncCollector, MultiSyncCollector
@@ -83,3 +84,40 @@ def test_profile_one_worker(tmp_path):
 def test_track_policy_version_must_be_a_bool():
     with pytest.raises(TypeError, match="must be a bool"):
         MultiSyncCollector([PendulumEnv], None, frames_per_batch=4, track_policy_version=object())
+
+
+def test_policy_factory_workers_take_pushed_weights():
+    collector = MultiSyncCollector(
+        [PendulumEnv, PendulumEnv], policy_factory=linear_policy, frames_per_batch=8,
+        total_frames=-1,
+    )  # fmt: skip
+    try:
+        it = iter(collector)
+        next(it)
+        # every worker acts with the same weights (the ones shared from here)
+        w0, w1 = collector.get_distant_attr("policy.module.weight")
+        torch.testing.assert_close(w0, w1, rtol=0, atol=0)
+        with pytest.raises(RuntimeError, match="pass the weights"):
+            collector.update_policy_weights_()
+        zeros = TensorDict.from_module(linear_policy()).data.clone().zero_()
+        collector.update_policy_weights_(zeros)
+        assert (next(it)["action"] == 0).all()
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"reset_when_done": False}, ValueError, "reset_when_done is deprecated"),
+        ({"policy_factory": linear_policy, "policy": None}, None, None),
+        ({"policy_factory": linear_policy}, TypeError, "policy_factory cannot be used"),
+    ],
+)
+def test_constructor_checks(kwargs, exc, match):
+    kwargs = {"policy": linear_policy(), **kwargs}
+    if exc is None:
+        MultiSyncCollector([PendulumEnv], frames_per_batch=4, **kwargs).shutdown()
+        return
+    with pytest.raises(exc, match=match):
+        MultiSyncCollector([PendulumEnv], frames_per_batch=4, **kwargs)

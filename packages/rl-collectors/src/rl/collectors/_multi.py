@@ -204,8 +204,19 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         traj_format: str | None = None,
         trajs_per_write: int | None = None,
         track_policy_version: bool = False,
+        policy_factory: Callable[[], Callable] | None = None,
+        reset_when_done: bool = True,
+        auto_register_policy_transforms: bool | None = None,
     ) -> None:
         self.closed = True  # until the workers run
+        if not reset_when_done:
+            raise ValueError(
+                "reset_when_done is deprecated: done sub-environments are always reset "
+                "(pass reset_when_done=True or leave it out)"
+            )
+        if policy_factory is not None and policy is not None:
+            raise TypeError("policy_factory cannot be used with policy argument.")
+        self.policy_factory = policy_factory
         if not isinstance(track_policy_version, bool):
             raise TypeError(
                 "track_policy_version of a multiprocess collector must be a bool (each worker "
@@ -291,14 +302,19 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
             "pre_collect_hook": pre_collect_hook,
             "post_collect_hook": post_collect_hook,
             "track_policy_version": track_policy_version,
+            "auto_register_policy_transforms": auto_register_policy_transforms,
+            "policy_factory": policy_factory,
         }
         self._hooks = (pre_collect_hook, post_collect_hook)
         # the policy's weights, in shared memory: update_policy_weights_ writes them
         self._weights = None
         self._version = None
         self._lock = ctx.Lock()
-        if isinstance(policy, nn.Module) and any(True for _ in policy.parameters()):
-            self._weights = TensorDict.from_module(policy).data.clone().share_memory_()
+        # with a policy_factory, one copy built here gives the weights' layout (each
+        # worker builds its own policy; update_policy_weights_ then needs the weights)
+        template = policy_factory() if policy_factory is not None else policy
+        if isinstance(template, nn.Module) and any(True for _ in template.parameters()):
+            self._weights = TensorDict.from_module(template).data.clone().share_memory_()
             self._version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._procs: list = []
         self._conns: list = []
@@ -554,6 +570,11 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         from the next batch they start on."""
         if self._weights is None:
             return
+        if policy_or_weights is None and self.policy is None:
+            raise RuntimeError(
+                f"{type(self).__name__} was built with a policy_factory: its workers' "
+                "policies are not here, pass the weights (update_policy_weights_(weights))"
+            )
         source = self.policy if policy_or_weights is None else policy_or_weights
         with self._lock:
             load_weights_into(self._weights, source)
@@ -768,6 +789,10 @@ class MultiSyncCollector(MultiCollector):
             (slow simulators, large batches). The check is the wait the answers arrive
             on: it costs nothing while workers answer. Not a TorchRL argument (TorchRL
             has no limit by default: ``MAX_IDLE_COUNT``).
+        policy_factory: builds each worker's policy in the worker (instead of
+            ``policy``); :meth:`update_policy_weights_` then needs the weights.
+        reset_when_done, auto_register_policy_transforms: as in ``Collector`` (the
+            transforms are appended to each worker's env).
         trajs_per_batch, traj_format, trajs_per_write: as in ``Collector`` (the
             trajectories of every worker are assembled here, in completion order).
         track_policy_version: each worker writes ``"policy_version"`` (as

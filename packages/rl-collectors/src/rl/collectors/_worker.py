@@ -86,6 +86,7 @@ def worker_main(
         # is used as is: the worker owns its copy (forked or unpickled)
         env = env_fn if isinstance(env_fn, EnvBase) else env_fn()
         collector = Collector(env, policy, total_frames=-1, **kwargs)
+        policy = collector.policy  # built by the policy_factory, when one was given
         local = TensorDict.from_module(policy).data if weights is not None else None
         seen = -1
         updates = 0  # weight updates applied (the parent's counter starts at 0)

@@ -310,3 +310,136 @@ def test_gym_cartpole_episode_transforms_check_specs():
     steps = r["next", "step_count"].squeeze(-1)
     assert int(steps.max()) <= 20
     env.close()
+
+
+class AgentsEnv(EnvBase):
+    """``n_agents`` agents under ``"agents"`` with their own done flags ``[*B, A, 1]``
+    (never set by the env), and root flags too when ``root_done``."""
+
+    def __init__(self, n_agents=3, root_done=False, batch_size=()):
+        super().__init__(batch_size=batch_size)
+        bs = self.batch_size
+        self.n_agents = n_agents
+        agents = (*bs, n_agents)
+        self.full_observation_spec = Composite(
+            agents=Composite(observation=Unbounded(shape=(*agents, 1)), shape=agents), shape=bs
+        )
+        self.full_action_spec = Composite(
+            agents=Composite(action=Unbounded(shape=(*agents, 1)), shape=agents), shape=bs
+        )
+        self.full_reward_spec = Composite(
+            agents=Composite(reward=Unbounded(shape=(*agents, 1)), shape=agents), shape=bs
+        )
+        done = default_done_spec(agents)
+        self.full_done_spec = (
+            Composite(agents=done, **default_done_spec(bs), shape=bs)
+            if root_done
+            else Composite(agents=done, shape=bs)
+        )
+        self.root_done = root_done
+
+    def _flags(self, td):
+        agents = (*self.batch_size, self.n_agents, 1)
+        td.set(("agents", "done"), torch.zeros(agents, dtype=torch.bool))
+        td.set(("agents", "terminated"), torch.zeros(agents, dtype=torch.bool))
+        if self.root_done:
+            td.set("done", torch.zeros(*self.batch_size, 1, dtype=torch.bool))
+            td.set("terminated", torch.zeros(*self.batch_size, 1, dtype=torch.bool))
+        return td
+
+    def _reset(self, tensordict):
+        td = TensorDict(batch_size=self.batch_size)
+        td.set(("agents", "observation"), torch.zeros(*self.batch_size, self.n_agents, 1))
+        return self._flags(td)
+
+    def _step(self, tensordict):
+        td = TensorDict(batch_size=self.batch_size)
+        obs = tensordict.get(("agents", "observation")) + 1
+        td.set(("agents", "observation"), obs)
+        td.set(("agents", "reward"), torch.ones_like(obs))
+        return self._flags(td)
+
+    def _set_seed(self, seed):
+        pass
+
+
+class TestStepCounterGroups:
+    def test_nested_group_counted_in_its_own_shape(self):
+        env = TransformedEnv(AgentsEnv(n_agents=3, batch_size=(2,)), StepCounter())
+        counter = env.transform[0]
+        assert counter.step_count_keys == [("agents", "step_count")]
+        assert counter.truncated_keys == [("agents", "truncated")]
+        assert counter.reset_keys == [("agents", "_reset")]
+        check_env_specs(env)
+        r = env.rollout(4)
+        counts = r["next", "agents", "step_count"]
+        assert counts.shape == (2, 4, 3, 1)
+        expected = torch.arange(1, 5).reshape(1, 4, 1, 1).expand(2, 4, 3, 1)
+        torch.testing.assert_close(counts, expected)
+        torch.testing.assert_close(r["agents", "step_count"], expected - 1)
+
+    def test_nested_partial_reset(self):
+        env = TransformedEnv(AgentsEnv(n_agents=3), StepCounter())
+        prev = torch.tensor([[5], [6], [7]])
+        mask = torch.tensor([[True], [False], [True]])
+        td = env.reset(TensorDict({("agents", "_reset"): mask, ("agents", "step_count"): prev}))
+        assert td["agents", "step_count"].flatten().tolist() == [0, 6, 0]
+
+    def test_nested_truncation(self):
+        env = TransformedEnv(AgentsEnv(n_agents=2), StepCounter(max_steps=3))
+        assert ("agents", "truncated") in env.full_done_spec.keys(True, True)
+        r = env.rollout(10)
+        assert r.shape == (3,)
+        assert r["next", "agents", "truncated"].flatten(1).tolist() == [
+            [False, False],
+            [False, False],
+            [True, True],
+        ]
+
+    def test_root_group_counts_and_spreads_truncation(self):
+        env = TransformedEnv(AgentsEnv(n_agents=2, root_done=True), StepCounter(max_steps=3))
+        counter = env.transform[0]
+        assert counter.step_count_keys == ["step_count"]
+        assert counter.done_keys == ["done"]
+        assert sorted(map(str, counter.all_done_keys)) == ["('agents', 'done')", "done"]
+        assert ("agents", "truncated") in counter.all_truncated_keys
+        check_env_specs(env)
+        r = env.rollout(10)
+        assert r.shape == (3,)
+        assert r["next", "step_count"].flatten().tolist() == [1, 2, 3]
+        assert r["next", "done"].flatten().tolist() == [False, False, True]
+        # the root truncation reaches every agent's done flag
+        assert r["next", "agents", "done"].flatten(1).tolist() == [
+            [False, False],
+            [False, False],
+            [True, True],
+        ]
+
+    def test_keys_without_env(self):
+        counter = StepCounter(step_count_key="count")
+        assert counter.step_count_keys == ["count"]
+        assert counter.reset_keys == ["_reset"]
+        assert counter.all_done_keys == ["done"]
+
+
+class TestInitTrackerGroups:
+    @pytest.mark.parametrize("root_done", [False, True])
+    def test_init_keys(self, root_done):
+        env = TransformedEnv(AgentsEnv(n_agents=3, root_done=root_done), InitTracker())
+        expected = "is_init" if root_done else ("agents", "is_init")
+        assert env.transform[0].init_keys == [expected]
+        check_env_specs(env)
+        r = env.rollout(3)
+        shape = (3, 1) if root_done else (3, 3, 1)
+        assert r[expected].shape == shape
+        assert r[expected].reshape(3, -1).all(-1).tolist() == [True, False, False]
+        assert not r["next", expected].any()
+
+    def test_nested_partial_reset(self):
+        env = TransformedEnv(AgentsEnv(n_agents=3), InitTracker())
+        mask = torch.tensor([[True], [False], [True]])
+        td = env.reset(TensorDict({("agents", "_reset"): mask}))
+        assert td["agents", "is_init"].flatten().tolist() == [True, False, True]
+
+    def test_keys_without_env(self):
+        assert InitTracker(init_key="first").init_keys == ["first"]

@@ -41,14 +41,21 @@ def _next_of(tensordict: TensorDictBase, who: str) -> TensorDictBase:
 class StepCounter(Transform):
     """Counts the steps of each episode in ``"step_count"`` and truncates at ``max_steps``.
 
-    ``step_count`` (int64, ``[*B, 1]``) is 0 after a reset and grows by one at every step.
-    When ``max_steps`` is reached, ``truncated`` (and ``done``) are set.
+    ``step_count`` (int64, shaped as the done flags: ``[*B, 1]`` at the root) is 0 after a
+    reset and grows by one at every step. When ``max_steps`` is reached, ``truncated`` (and
+    ``done``) are set.
+
+    On an env whose done flags are nested (multi-agent groups), one count is kept per group
+    of done keys: ``("agents", "step_count")`` next to ``("agents", "done")``. When the env
+    also has root done flags, only the root is counted (``step_count_keys`` lists what is
+    counted) and a truncation at the root is spread to the nested ``truncated`` / ``done``
+    flags (``all_truncated_keys``, ``all_done_keys``), as TorchRL does.
 
     Args:
         max_steps: truncation length (``None``: never truncate).
-        truncated_key: the truncation flag to set.
-        step_count_key: where the count is written.
-        update_done: also set the ``done`` flag next to ``truncated_key``.
+        truncated_key: the truncation flag's name (a nested key: that one flag only).
+        step_count_key: the count's name (a nested key: that one count only).
+        update_done: also set the ``done`` flag next to each truncation flag.
 
     Raises:
         ValueError: ``max_steps`` is not a positive int.
@@ -61,7 +68,19 @@ class StepCounter(Transform):
         tensor([1, 2, 3, 4, 5])
         >>> bool(r["next", "truncated"][-1])
         True
+        >>> env.transform[0].step_count_keys
+        ['step_count']
     """
+
+    _KEY_CACHES = (
+        "_reset_keys_cache",
+        "_step_count_keys",
+        "_truncated_keys",
+        "_done_keys",
+        "_terminated_keys",
+        "_all_truncated_keys",
+        "_all_done_keys",
+    )
 
     def __init__(
         self,
@@ -83,36 +102,167 @@ class StepCounter(Transform):
         self.step_count_key = normalize_key(step_count_key)
         self.update_done = update_done
 
+    # ------------------------------------------------------------------ keys
+    def _clear_key_caches(self) -> None:
+        for name in self._KEY_CACHES:
+            self.__dict__.pop(name, None)
+
+    def set_container(self, container) -> None:
+        super().set_container(container)
+        self._clear_key_caches()
+
+    def reset_parent(self) -> None:
+        super().reset_parent()
+        self._clear_key_caches()
+
+    def empty_cache(self) -> None:
+        self._clear_key_caches()
+        super().empty_cache()
+
+    def _derives_keys(self) -> bool:
+        """String names are placed next to each group's done flags; a nested key given by
+        the user names the one entry to use."""
+        return isinstance(self.step_count_key, str) and isinstance(self.truncated_key, str)
+
+    def _parent_reset_keys(self, filtered: bool) -> list[NestedKey] | None:
+        parent = self.parent if self._derives_keys() else None
+        if parent is None:
+            return None
+        return _group_reset_keys(parent, filtered)
+
+    def _cached_keys(self, cache: str, name, filtered: bool, default) -> list[NestedKey]:
+        keys = self.__dict__.get(cache)
+        if keys is not None:
+            return keys
+        resets = self._parent_reset_keys(filtered)
+        if resets is None:
+            return [default]
+        keys = [name if isinstance(r, str) else (*r[:-1], name) for r in resets]
+        self.__dict__[cache] = keys
+        return keys
+
+    @property
+    def reset_keys(self) -> list[NestedKey]:
+        """The reset keys of the counted groups (``["_reset"]`` without an env)."""
+        keys = self.__dict__.get("_reset_keys_cache")
+        if keys is None:
+            keys = self._parent_reset_keys(True) or ["_reset"]
+            if self.parent is not None:
+                self.__dict__["_reset_keys_cache"] = keys
+        return keys
+
+    @property
+    def step_count_keys(self) -> list[NestedKey]:
+        """Where the counts are written, one per counted group of done keys."""
+        return self._cached_keys("_step_count_keys", self.step_count_key, True, self.step_count_key)
+
+    @property
+    def truncated_keys(self) -> list[NestedKey]:
+        """The truncation flags set at ``max_steps``, one per counted group."""
+        return self._cached_keys("_truncated_keys", self.truncated_key, True, self.truncated_key)
+
+    @property
+    def done_keys(self) -> list[NestedKey]:
+        """The done flags set with the truncation flags, one per counted group."""
+        return self._cached_keys("_done_keys", "done", True, self.done_key)
+
+    @property
+    def terminated_keys(self) -> list[NestedKey]:
+        """The termination flags of the counted groups."""
+        return self._cached_keys(
+            "_terminated_keys", "terminated", True, sibling_key(self.truncated_key, "terminated")
+        )
+
+    @property
+    def all_truncated_keys(self) -> list[NestedKey]:
+        """The truncation flags of every group, nested ones included (a root truncation
+        is spread to them)."""
+        return self._cached_keys(
+            "_all_truncated_keys", self.truncated_key, False, self.truncated_key
+        )
+
+    @property
+    def all_done_keys(self) -> list[NestedKey]:
+        """The done flags of every group, nested ones included."""
+        return self._cached_keys("_all_done_keys", "done", False, self.done_key)
+
+    def _groups(self):
+        return zip(self.step_count_keys, self.truncated_keys, self.done_keys, self.reset_keys)
+
+    @property
+    def _root_only(self) -> bool:
+        return self.step_count_keys == [self.step_count_key] and self.reset_keys == ["_reset"]
+
+    # ------------------------------------------------------------------ data
     @property
     def has_step(self) -> bool:
         return True
 
+    @staticmethod
+    def _count_shape(tensordict, done_key, batch_size) -> torch.Size:
+        done = tensordict.get(done_key, None) if tensordict is not None else None
+        return done.shape if done is not None else torch.Size((*batch_size, 1))
+
     def _reset(self, tensordict, tensordict_reset):
-        key = self.step_count_key
-        fresh = torch.zeros(
-            (*tensordict_reset.batch_size, 1), dtype=torch.int64, device=tensordict_reset.device
-        )
-        prev = tensordict.get(key, None) if tensordict is not None else None
-        tensordict_reset.set(key, masked_reset(fresh, prev, reset_mask(tensordict)))
+        if self._root_only:
+            key = self.step_count_key
+            fresh = torch.zeros(
+                (*tensordict_reset.batch_size, 1),
+                dtype=torch.int64,
+                device=tensordict_reset.device,
+            )
+            prev = tensordict.get(key, None) if tensordict is not None else None
+            tensordict_reset.set(key, masked_reset(fresh, prev, reset_mask(tensordict)))
+            return tensordict_reset
+        for count_key, _, done_key, reset_key in self._groups():
+            shape = self._count_shape(tensordict_reset, done_key, tensordict_reset.batch_size)
+            fresh = torch.zeros(shape, dtype=torch.int64, device=tensordict_reset.device)
+            prev = tensordict.get(count_key, None) if tensordict is not None else None
+            reset = tensordict.get(reset_key, None) if tensordict is not None else None
+            if prev is not None and reset is not None and prev.shape == shape:
+                fresh = torch.where(_broadcast_mask(reset, prev), fresh, prev)
+            tensordict_reset.set(count_key, fresh)
         return tensordict_reset
 
     def _step(self, tensordict, next_tensordict):
-        prev = tget(tensordict, self.step_count_key)
-        if prev is None:
-            step = torch.ones(
-                (*next_tensordict.batch_size, 1), dtype=torch.int64, device=next_tensordict.device
-            )
-        else:
-            step = prev + 1
-        tset(next_tensordict, self.step_count_key, step)
-        if self.max_steps is not None:
-            trunc = step >= self.max_steps
-            old = next_tensordict.get(self.truncated_key, None)
-            next_tensordict.set(self.truncated_key, trunc if old is None else old | trunc)
-            if self.update_done:
-                done = next_tensordict.get(self.done_key, None)
-                next_tensordict.set(self.done_key, trunc if done is None else done | trunc)
+        for count_key, truncated_key, done_key, _ in self._groups():
+            prev = tget(tensordict, count_key)
+            if prev is None:
+                shape = self._count_shape(next_tensordict, done_key, next_tensordict.batch_size)
+                step = torch.ones(shape, dtype=torch.int64, device=next_tensordict.device)
+            else:
+                step = prev + 1
+            tset(next_tensordict, count_key, step)
+            if self.max_steps is not None:
+                trunc = step >= self.max_steps
+                old = next_tensordict.get(truncated_key, None)
+                next_tensordict.set(truncated_key, trunc if old is None else old | trunc)
+                if self.update_done:
+                    done = next_tensordict.get(done_key, None)
+                    next_tensordict.set(done_key, trunc if done is None else done | trunc)
+        if self.max_steps is not None and len(self.all_done_keys) > len(self.done_keys):
+            self._spread_to_nested(next_tensordict)
         return next_tensordict
+
+    def _spread_to_nested(self, next_tensordict) -> None:
+        """A truncation of a counted group also truncates the groups nested below it."""
+        pairs = [(self.truncated_keys, self.all_truncated_keys)]
+        if self.update_done:
+            pairs.append((self.done_keys, self.all_done_keys))
+        for counted, every in pairs:
+            for key in every:
+                if key in counted:
+                    continue
+                nested = next_tensordict.get(key, None)
+                if nested is None:
+                    continue
+                for parent_key in counted:
+                    flag = next_tensordict.get(parent_key, None)
+                    if flag is not None:
+                        while flag.ndim < nested.ndim:
+                            flag = flag.unsqueeze(-2)
+                        next_tensordict.set(key, nested | flag.expand_as(nested))
+                        break
 
     def forward(self, tensordict):
         """On a transition ``(root, "next")``: writes ``("next", step_count)`` from the root one."""
@@ -120,7 +270,7 @@ class StepCounter(Transform):
         return tensordict
 
     def _rollout_safe(self) -> bool:
-        return self.max_steps is None
+        return self.max_steps is None and self._root_only
 
     def _transform_rollout(self, rollout, initial):
         starts = episode_starts(rollout)
@@ -135,73 +285,184 @@ class StepCounter(Transform):
         rollout.get("next").set(self.step_count_key, count + 1)
         return rollout
 
-    def _count_spec(self, like):
+    def _count_spec(self, like, shape=None):
         high = self.max_steps if self.max_steps is not None else torch.iinfo(torch.int64).max
-        return Bounded(0, high, shape=(*like.shape, 1), device=like.device, dtype=torch.int64)
+        shape = (*like.shape, 1) if shape is None else shape
+        return Bounded(0, high, shape=shape, device=like.device, dtype=torch.int64)
+
+    def _group_shapes(self) -> list:
+        """The count shape of each counted group: its done flag's (root: ``[*B, 1]``)."""
+        parent = self.parent
+        if parent is None or self._root_only:
+            return [None] * len(self.step_count_keys)
+        done_spec = parent.full_done_spec
+        present = set(done_spec.keys(True, True))
+        return [done_spec[k].shape if k in present else None for k in self.done_keys]
 
     def transform_observation_spec(self, observation_spec):
-        observation_spec[self.step_count_key] = self._count_spec(observation_spec)
+        for key, shape in zip(self.step_count_keys, self._group_shapes()):
+            observation_spec[key] = self._count_spec(observation_spec, shape)
         return observation_spec
 
     def transform_state_spec(self, state_spec):
-        state_spec[self.step_count_key] = self._count_spec(state_spec)
+        for key, shape in zip(self.step_count_keys, self._group_shapes()):
+            state_spec[key] = self._count_spec(state_spec, shape)
         return state_spec
 
     def transform_done_spec(self, done_spec):
         if self.max_steps is None:  # never truncates: no flag added (as TorchRL)
             return done_spec
         present = set(done_spec.keys(True, True))
-        for key in (self.truncated_key, self.done_key):
-            if key not in present:
-                done_spec[key] = Categorical(
-                    2, shape=(*done_spec.shape, 1), device=done_spec.device, dtype=torch.bool
-                )
+        for truncated_key, done_key in zip(self.truncated_keys, self.done_keys):
+            like = done_spec[done_key] if done_key in present else None
+            shape = like.shape if like is not None else (*done_spec.shape, 1)
+            for key in (truncated_key, done_key):
+                if key not in present:
+                    done_spec[key] = Categorical(
+                        2, shape=shape, device=done_spec.device, dtype=torch.bool
+                    )
         return done_spec
 
     def _repr_args(self) -> str:
         return f"max_steps={self.max_steps}, step_count_key={self.step_count_key!r}"
 
 
+def _group_reset_keys(parent, filtered: bool) -> list[NestedKey]:
+    """The env's reset keys, one per group of done keys; ``filtered`` drops the groups
+    that sit below another group (a root ``"_reset"`` covers every nested one)."""
+    keys = [k if isinstance(k, str) else tuple(k) for k in parent.reset_keys]
+    if not filtered:
+        return keys
+    prefixes = [() if isinstance(k, str) else k[:-1] for k in keys]
+    return [
+        k
+        for k, pre in zip(keys, prefixes)
+        if not any(other != pre and pre[: len(other)] == other for other in prefixes)
+    ]
+
+
+def _broadcast_mask(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A reset mask brought to ``like``'s shape: trailing dims added (or reduced with
+    ``any``), then expanded."""
+    if mask.ndim > like.ndim:
+        mask = mask.reshape(*mask.shape[: like.ndim], -1).any(-1)
+    while mask.ndim < like.ndim:
+        mask = mask.unsqueeze(-1)
+    return mask.expand_as(like)
+
+
 class InitTracker(Transform):
     """Writes ``"is_init"``: True right after a reset, False after every step.
 
-    Recurrent policies read it to reset their hidden state.
+    Recurrent policies read it to reset their hidden state. On an env whose done flags are
+    nested (multi-agent groups), one flag is written per group of done keys, shaped as its
+    done flags (``("agents", "is_init")``); a root group covers the nested ones
+    (``init_keys`` lists the flags written), as TorchRL does.
 
     Args:
-        init_key: the flag's key.
+        init_key: the flag's name (a nested key: that one flag only).
 
     Examples:
         >>> from rl.envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), InitTracker())
         >>> env.rollout(3)["is_init"].squeeze(-1)
         tensor([ True, False, False])
+        >>> env.transform[0].init_keys
+        ['is_init']
     """
 
     def __init__(self, init_key: NestedKey = "is_init"):
         super().__init__()
         self.init_key = normalize_key(init_key)
 
+    # ------------------------------------------------------------------ keys
+    def _clear_key_caches(self) -> None:
+        self.__dict__.pop("_init_keys", None)
+        self.__dict__.pop("_reset_keys_cache", None)
+
+    def set_container(self, container) -> None:
+        super().set_container(container)
+        self._clear_key_caches()
+
+    def reset_parent(self) -> None:
+        super().reset_parent()
+        self._clear_key_caches()
+
+    def empty_cache(self) -> None:
+        self._clear_key_caches()
+        super().empty_cache()
+
+    @property
+    def reset_keys(self) -> list[NestedKey]:
+        """The reset key of each flagged group (``["_reset"]`` without an env)."""
+        keys = self.__dict__.get("_reset_keys_cache")
+        if keys is None:
+            parent = self.parent if isinstance(self.init_key, str) else None
+            if parent is None:
+                return ["_reset"]
+            keys = _group_reset_keys(parent, True)
+            self.__dict__["_reset_keys_cache"] = keys
+        return keys
+
+    @property
+    def init_keys(self) -> list[NestedKey]:
+        """The flags written, one per group of done keys (root only when there is one)."""
+        keys = self.__dict__.get("_init_keys")
+        if keys is not None:
+            return keys
+        resets = self.reset_keys
+        if resets == ["_reset"]:
+            return [self.init_key]
+        keys = [self.init_key if isinstance(r, str) else (*r[:-1], self.init_key) for r in resets]
+        self.__dict__["_init_keys"] = keys
+        return keys
+
+    @property
+    def _root_only(self) -> bool:
+        return self.init_keys == [self.init_key] and self.reset_keys == ["_reset"]
+
+    @staticmethod
+    def _flag_shape(tensordict, init_key) -> torch.Size:
+        done = tensordict.get(sibling_key(init_key, "done"), None)
+        return done.shape if done is not None else torch.Size((*tensordict.batch_size, 1))
+
+    # ------------------------------------------------------------------ data
     @property
     def has_step(self) -> bool:
         return True
 
     def _reset(self, tensordict, tensordict_reset):
-        shape = (*tensordict_reset.batch_size, 1)
-        mask = reset_mask(tensordict)
-        if mask is None:
-            flag = torch.ones(shape, dtype=torch.bool, device=tensordict_reset.device)
-        else:
-            flag = mask.reshape(shape).clone()
-        tensordict_reset.set(self.init_key, flag)
+        if self._root_only:
+            shape = (*tensordict_reset.batch_size, 1)
+            mask = reset_mask(tensordict)
+            if mask is None:
+                flag = torch.ones(shape, dtype=torch.bool, device=tensordict_reset.device)
+            else:
+                flag = mask.reshape(shape).clone()
+            tensordict_reset.set(self.init_key, flag)
+            return tensordict_reset
+        for init_key, reset_key in zip(self.init_keys, self.reset_keys):
+            flag = torch.ones(
+                self._flag_shape(tensordict_reset, init_key),
+                dtype=torch.bool,
+                device=tensordict_reset.device,
+            )
+            reset = tensordict.get(reset_key, None) if tensordict is not None else None
+            if reset is not None:
+                flag = _broadcast_mask(reset, flag).clone()
+            tensordict_reset.set(init_key, flag)
         return tensordict_reset
 
     def _step(self, tensordict, next_tensordict):
-        next_tensordict.set(
-            self.init_key,
-            torch.zeros(
-                (*next_tensordict.batch_size, 1), dtype=torch.bool, device=next_tensordict.device
-            ),
-        )
+        for init_key in self.init_keys:
+            next_tensordict.set(
+                init_key,
+                torch.zeros(
+                    self._flag_shape(next_tensordict, init_key),
+                    dtype=torch.bool,
+                    device=next_tensordict.device,
+                ),
+            )
         return next_tensordict
 
     def forward(self, tensordict):
@@ -214,7 +475,7 @@ class InitTracker(Transform):
         return tensordict
 
     def _rollout_safe(self) -> bool:
-        return True
+        return self._root_only
 
     def _transform_rollout(self, rollout, initial):
         starts = episode_starts(rollout)
@@ -226,9 +487,17 @@ class InitTracker(Transform):
         return rollout
 
     def transform_observation_spec(self, observation_spec):
-        observation_spec[self.init_key] = Categorical(
-            2, shape=(*observation_spec.shape, 1), device=observation_spec.device, dtype=torch.bool
-        )
+        parent = None if self._root_only else self.parent
+        done_spec = parent.full_done_spec if parent is not None else None
+        present = set(done_spec.keys(True, True)) if done_spec is not None else set()
+        for init_key in self.init_keys:
+            done_key = sibling_key(init_key, "done")
+            shape = (
+                done_spec[done_key].shape if done_key in present else (*observation_spec.shape, 1)
+            )
+            observation_spec[init_key] = Categorical(
+                2, shape=shape, device=observation_spec.device, dtype=torch.bool
+            )
         return observation_spec
 
     def _repr_args(self) -> str:

@@ -209,7 +209,9 @@ class SafeModule(_SpecMixin, TensorDictModule):
 
     A missing in_key is read as ``None``, as TorchRL's ``SafeModule`` does (a recurrent
     cell, an RSSM prior, starts its state there); a module that cannot take ``None``
-    raises a ``KeyError`` naming the missing keys and the keys present.
+    raises tensordict's ``KeyError`` naming the missing keys. (``forward`` is
+    tensordict's own, so the policy's tensor-level twin, :func:`rl.core.tensor_policy`,
+    still recognises the module.)
 
     Examples:
         >>> import torch
@@ -239,21 +241,6 @@ class SafeModule(_SpecMixin, TensorDictModule):
     ):
         super().__init__(module, in_keys, out_keys, inplace=inplace, strict=False)
         _register_spec(self, self.out_keys, spec, safe)
-
-    def forward(self, tensordict: TensorDictBase | None = None, *args: Any, **kwargs: Any):
-        try:
-            return super().forward(tensordict, *args, **kwargs)
-        except KeyError as err:  # tensordict's: a missing input the module could not take
-            if not isinstance(tensordict, TensorDictBase):
-                raise
-            keys = set(tensordict.keys(True, True))
-            missing = [key for key in self.in_keys if key not in keys]
-            if not missing:
-                raise
-            raise KeyError(
-                f"{type(self).__name__} reads in_keys {missing}, missing from its input (its "
-                f"module cannot take None for them); the input has {sorted(map(str, keys))}"
-            ) from err
 
     def to(self, *args: Any, **kwargs: Any) -> SafeModule:
         out = super().to(*args, **kwargs)

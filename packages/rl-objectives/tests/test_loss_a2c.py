@@ -166,6 +166,10 @@ class TestReinforce:
         with pytest.raises(ValueError, match="The loss_module must be a LossModule instance"):
             HardUpdate(torch.nn.Linear(1, 1))
 
+    def test_updater_needs_target_parameters(self):
+        with pytest.raises(RuntimeError, match="Did not find any target parameters or buffers"):
+            HardUpdate(ReinforceLoss(const_actor(), const_critic()))
+
     def test_actor_loss_does_not_train_the_critic(self):
         actor, critic = const_actor(), const_critic()
         ReinforceLoss(actor, critic)(data())["loss_actor"].backward()

@@ -42,6 +42,7 @@ class TargetNetUpdater:
         names = list(loss_module._target_param_names())
         if not names:
             raise RuntimeError(
+                "Did not find any target parameters or buffers in the loss module: "
                 f"{type(loss_module).__name__} has no target parameters to update; build it "
                 "with delay_value=True / delay_actor=True / delay_qvalue=True"
             )

@@ -317,3 +317,25 @@ class TestTensorPolicy:
         assert got["logits"].requires_grad
         for key in expected.keys(True, True):
             assert_close(got[key].detach(), expected[key].detach(), rtol=0, atol=0, msg=str(key))
+
+
+def test_a_wrapper_does_not_take_the_twin_of_the_module_it_wraps():
+    """A TensorDictModuleWrapper forwards attribute reads (``tensor_forward``) to the actor
+    it wraps; its own forward does more, so it has no twin and runs as itself."""
+    from tensordict.nn import TensorDictModuleWrapper
+
+    class ZeroAction(TensorDictModuleWrapper):
+        def forward(self, td):
+            td = self.td_module(td)
+            td["action"] = torch.zeros_like(td["action"])
+            return td
+
+    actor = rl_prob_actor()
+    wrapper = ZeroAction(actor)
+    assert getattr(wrapper, "tensor_forward", None) is not None  # forwarded to the actor
+    assert tensor_policy(actor) is not None
+    assert tensor_policy(wrapper) is None
+    env = cartpole()
+    env.set_seed(0)
+    rollout = env.rollout(5, wrapper, break_when_any_done=False)
+    assert (rollout["action"] == 0).all()

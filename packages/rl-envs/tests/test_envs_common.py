@@ -12,7 +12,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from rl.core import Bounded, Composite, Unbounded
+from rl.core import Binary, Bounded, Composite, Unbounded
 from rl.envs import EnvBase, PendulumEnv, RandomPolicy, check_env_specs, step_mdp
 
 
@@ -398,3 +398,59 @@ def test_step_mdp_keeps_an_action_under_a_repeated_group_name():
     assert sorted(out.keys(True, True)) == [("g", "g", "action"), ("g", "obs")]
     assert torch.equal(out["g", "g", "action"], torch.zeros(2))
     assert "g" not in td["next", "g"].keys()  # the input's "next" group is not written
+
+
+class _GroupDoneEnv(EnvBase):
+    """Three counters whose done flags live only in the group ``"agents"``; env ``i``
+    ends after ``i + 2`` steps. A reset reads ``("agents", "_reset")`` and refuses a root
+    ``"_reset"`` (TorchRL's nested mock envs do)."""
+
+    def __init__(self):
+        super().__init__(batch_size=[3])
+        self.observation_spec = Composite(
+            agents=Composite(count=Unbounded(shape=(3, 1)), shape=(3,)), shape=(3,)
+        )
+        self.action_spec = Unbounded(shape=(3, 1))
+        self.reward_spec = Unbounded(shape=(3, 1))
+        flag = Binary(n=1, shape=(3, 1), dtype=torch.bool)
+        self.full_done_spec = Composite(
+            agents=Composite(done=flag.clone(), terminated=flag.clone(), shape=(3,)), shape=(3,)
+        )
+        self.count = torch.zeros(3, 1)
+        self.limit = torch.tensor([[2.0], [3.0], [4.0]])
+
+    def _reset(self, tensordict):
+        if tensordict is not None and "_reset" in tensordict.keys():
+            raise KeyError("a root _reset on an env whose done flags are nested")
+        mask = None if tensordict is None else tensordict.get(("agents", "_reset"), None)
+        self.count = torch.zeros(3, 1) if mask is None else self.count.masked_fill(mask, 0)
+        flag = torch.zeros(3, 1, dtype=torch.bool)
+        agents = {"count": self.count.clone(), "done": flag, "terminated": flag.clone()}
+        return TensorDict({"agents": TensorDict(agents, [3])}, [3])
+
+    def _step(self, tensordict):
+        self.count = self.count + 1
+        done = self.count >= self.limit
+        agents = {"count": self.count.clone(), "done": done, "terminated": done.clone()}
+        return TensorDict({"agents": TensorDict(agents, [3]), "reward": torch.ones(3, 1)}, [3])
+
+    def _set_seed(self, seed):
+        pass
+
+
+def test_rollout_resets_an_env_whose_done_flags_are_nested():
+    env = _GroupDoneEnv()
+    out = env.rollout(8, break_when_any_done=False)
+    counts = out["next", "agents", "count"][..., 0]
+    # env i counts 1 .. i + 2, then starts again from 1 (a reset through ("agents", "_reset"))
+    expected = torch.tensor(
+        [[1, 2, 1, 2, 1, 2, 1, 2], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 4, 1, 2, 3, 4]],
+        dtype=torch.float32,
+    )
+    assert torch.equal(counts, expected)
+    assert torch.equal(
+        out["agents", "count"][:, 1:, 0],
+        torch.where(expected[:, :-1] >= torch.tensor([[2.0], [3.0], [4.0]]), 0.0, expected[:, :-1]),
+    )
+    keys = set(out.keys(True, True))
+    assert ("agents", "_reset") not in keys and "_reset" not in keys

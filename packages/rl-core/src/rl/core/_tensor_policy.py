@@ -158,9 +158,19 @@ def _module_step(tdm: TensorDictModule):
     return in_keys, out_keys, module, (default, dict(tdm._get_kwargs))
 
 
+def _declared_twin(policy):
+    """The policy's ``tensor_forward`` where its class declares one, else ``None``. Looked
+    up on the class: a wrapper that forwards attribute reads to the module it wraps
+    (``TensorDictModuleWrapper``) does what the wrapped module does and more, so the
+    wrapped module's twin is not the wrapper's."""
+    if getattr(type(policy), "tensor_forward", None) is None:
+        return None
+    return policy.tensor_forward
+
+
 def _steps(policy) -> list | None:
     """The ``(in_keys, out_keys, fn)`` stages of ``policy`` in call order, else ``None``."""
-    own = getattr(policy, "tensor_forward", None)
+    own = _declared_twin(policy)
     if own is not None:  # a module with its own twin (an rl.modules actor in a sequence)
         twin = _checked_twin(own())
         return None if twin is None else [(*twin, (NO_DEFAULT, {}))]
@@ -304,7 +314,7 @@ def tensor_policy(policy) -> TensorPolicy | None:
         # a torch.compile'd module forwards attribute reads to the module it wraps: its
         # twin would be that module's, eager, and called with tensors through the wrapper
         return None
-    own = getattr(policy, "tensor_forward", None)
+    own = _declared_twin(policy)
     if own is not None:
         return _from_protocol(policy, own())
     prob_default = None

@@ -390,6 +390,10 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             tensordict.update(td_reset)
         if "_reset" in tensordict.keys():
             tensordict.del_("_reset")
+        keys = self.reset_keys
+        if len(keys) > 1 or (keys and keys[0] != "_reset"):  # the groups' masks go too
+            for key in keys:
+                tensordict.pop(key, None)
         return tensordict
 
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from .._partial_step import peek_step_mask, step_masked
+from .._td_utils import terminated_or_truncated
 
 if TYPE_CHECKING:
     from .._env_base import EnvBase
@@ -171,8 +172,13 @@ class EnvKernel(RolloutKernel):
         self.env._complete_done(next_td)
 
     def reset(self, t: int, done: torch.Tensor, tensordict: TensorDictBase) -> TensorDictBase:
-        tensordict.set("_reset", done.clone())
-        return self.env.reset(tensordict)
+        env = self.env
+        keys = env.reset_keys
+        if len(keys) == 1 and keys[0] == "_reset":
+            tensordict.set("_reset", done.clone())
+        else:  # one mask per group of done flags (("agents", "_reset")), as TorchRL
+            terminated_or_truncated(tensordict, full_done_spec=env.full_done_spec)
+        return env.reset(tensordict)
 
 
 class BufferKernel(RolloutKernel):

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from rl.envs import GymEnv
-from rl.envs.engine._buffers import patched
-from rl.envs.engine._buffers import StepWriter
+from rl.envs.engine._buffers import StepWriter, patched
 from rl.envs.engine._loop import _apply_rows
 
 

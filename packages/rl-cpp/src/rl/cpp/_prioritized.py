@@ -440,4 +440,3 @@ def prioritized_update_at(
     return _C.prioritized_update_at(
         sum_tree._impl, min_tree._impl, index_address, priority_address, n, eps, alpha
     )
-

@@ -12,7 +12,6 @@ from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._imagined import ImaginedEnv
 from ._model_based import ModelBasedEnvBase
-from ._world_model_env import WorldModelEnv
 from ._native import CartPoleEnv, PendulumEnv, TicTacToeEnv
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
@@ -23,6 +22,7 @@ from ._td_utils import (
     truncated_keys,
 )
 from ._utils import RandomPolicy, check_env_specs, step_mdp
+from ._world_model_env import WorldModelEnv
 from .transforms import *  # noqa: F403  (transforms: TransformedEnv, Compose, every transform)
 from .transforms import __all__ as _transforms_all
 from .transforms._auto_reset import AutoResetEnv, AutoResetTransform

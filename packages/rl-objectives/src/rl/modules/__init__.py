@@ -16,18 +16,18 @@ from tensordict.nn import (
 
 __version__ = "0.1.0"  # rl-objectives' version; a test keeps it equal
 
-from .distributions import *  # noqa: F403
-from .distributions import __all__ as _distributions_all
-from .models import *  # noqa: F403
-from .models import __all__ as _models_all
-from .tensordict_module import *  # noqa: F403
-from .tensordict_module import __all__ as _td_module_all
 from ._value_norm import *  # noqa: F403
 from ._value_norm import __all__ as _value_norm_all
 from ._value_transforms import *  # noqa: F403
 from ._value_transforms import __all__ as _value_transforms_all
+from .distributions import *  # noqa: F403
+from .distributions import __all__ as _distributions_all
 from .mcts import EXP3Score, MCTSScore, MCTSScores, PUCTScore, UCB1TunedScore, UCBScore
+from .models import *  # noqa: F403
+from .models import __all__ as _models_all
 from .planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
+from .tensordict_module import *  # noqa: F403
+from .tensordict_module import __all__ as _td_module_all
 from .tensordict_module._world_models import WorldModel, WorldModelWrapper
 
 __all__ = [

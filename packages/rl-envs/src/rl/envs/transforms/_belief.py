@@ -42,7 +42,9 @@ class MeanActionSelector(Transform):
         tensor([0.5000])
     """
 
-    def __init__(self, observation_key: NestedKey = "observation", action_key: NestedKey = "action") -> None:
+    def __init__(
+        self, observation_key: NestedKey = "observation", action_key: NestedKey = "action"
+    ) -> None:
         observation_key = normalize_key(observation_key)
         action_key = normalize_key(action_key)
         super().__init__()
@@ -74,7 +76,9 @@ class MeanActionSelector(Transform):
         size = spec.shape[-1]
         observation_spec[self._observation_key] = Composite(
             mean=spec.clone(),
-            var=Unbounded(shape=torch.Size((*spec.shape, size)), dtype=spec.dtype, device=spec.device),
+            var=Unbounded(
+                shape=torch.Size((*spec.shape, size)), dtype=spec.dtype, device=spec.device
+            ),
             shape=spec.shape,
         )
         return observation_spec

@@ -102,7 +102,11 @@ class ActionChunkTransform(Transform):
     def _done(self, tensordict: TensorDictBase, lead: torch.Size) -> torch.Tensor | None:
         if self.done_key is None:
             return None
-        next_key = ("next", *self.done_key) if isinstance(self.done_key, tuple) else ("next", self.done_key)
+        next_key = (
+            ("next", *self.done_key)
+            if isinstance(self.done_key, tuple)
+            else ("next", self.done_key)
+        )
         done = tensordict.get(next_key, None)
         if done is None:
             return None
@@ -138,7 +142,9 @@ class ActionChunkTransform(Transform):
         if done is None:
             is_pad = (index >= length).expand(*lead, self.chunk_size)
             index = index.clamp_max(length - 1)
-            chunk = action.index_select(-2, index.reshape(-1)).unflatten(-2, (length, self.chunk_size))
+            chunk = action.index_select(-2, index.reshape(-1)).unflatten(
+                -2, (length, self.chunk_size)
+            )
         else:
             end = _trajectory_end(done, length).unsqueeze(-1)  # [*B, T, 1]
             is_pad = index > end
@@ -162,4 +168,3 @@ class ActionChunkTransform(Transform):
 
     def _repr_args(self) -> str:
         return f"chunk_size={self.chunk_size}, chunk_key={self.chunk_key!r}"
-

@@ -4,7 +4,8 @@ from ._act import ACTModel
 from ._batchrenorm import BatchRenorm1d
 from ._consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from ._conv import Conv2dNet, Conv3dNet, ConvNet
-from ._gp import GPWorldModel
+from ._cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
+from ._decision_transformer import DecisionTransformer, DTActor, OnlineDTActor
 from ._dreamer_v3_nets import (
     DreamerV3BlockGRU,
     DreamerV3BlockGRUCell,
@@ -12,9 +13,7 @@ from ._dreamer_v3_nets import (
     DreamerV3ImageEncoder,
     DreamerV3MLP,
 )
-from ._rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3, RSSMStateEstimatorV3
-from ._two_hot import SymExpTwoHot, two_hot_cross_entropy, two_hot_decode, two_hot_encode
-from ._decision_transformer import DecisionTransformer, DTActor, OnlineDTActor
+from ._gp import GPWorldModel
 from ._gsde import LazygSDEModule, gSDEModule
 from ._heads import (
     DdpgCnnActor,
@@ -35,10 +34,11 @@ from ._model_based import (
     RSSMPrior,
     RSSMRollout,
 )
-from ._cross_group_critic import CrossCriticGroupSpec, CrossGroupCritic
 from ._multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 from ._noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from ._rbf_controller import RBFController
+from ._rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3, RSSMStateEstimatorV3
+from ._two_hot import SymExpTwoHot, two_hot_cross_entropy, two_hot_decode, two_hot_encode
 from ._utils import SquashDims, Squeeze2dLayer, SqueezeLayer
 
 __all__ = [

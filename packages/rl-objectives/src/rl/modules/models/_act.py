@@ -102,9 +102,13 @@ class ACTModel(nn.Module):
         self.cls_embed = nn.Embedding(1, hidden_dim)
         self.action_proj = nn.Linear(action_dim, hidden_dim)
         self.cvae_encoder = nn.TransformerEncoder(
-            layer(nn.TransformerEncoderLayer), num_layers=num_encoder_layers, enable_nested_tensor=False
+            layer(nn.TransformerEncoderLayer),
+            num_layers=num_encoder_layers,
+            enable_nested_tensor=False,
         )
-        self.register_buffer("enc_pos", _sinusoidal_pos_enc(chunk_size + 2, hidden_dim), persistent=False)
+        self.register_buffer(
+            "enc_pos", _sinusoidal_pos_enc(chunk_size + 2, hidden_dim), persistent=False
+        )
         self.latent_proj = nn.Linear(hidden_dim, 2 * latent_dim)
         self.latent_out_proj = nn.Linear(latent_dim, hidden_dim)
         # action decoder: one learned query per step of the chunk
@@ -146,7 +150,9 @@ class ACTModel(nn.Module):
                     f"action_chunk has shape {tuple(action_chunk.shape)}, expected {expected} "
                     "(batch, chunk_size, action_dim)"
                 )
-            action_tokens = self.action_proj(action_chunk.reshape(n, self.chunk_size, self.action_dim))
+            action_tokens = self.action_proj(
+                action_chunk.reshape(n, self.chunk_size, self.action_dim)
+            )
             cls = self.cls_embed.weight.expand(n, 1, self.hidden_dim)
             tokens = torch.cat([cls, action_tokens, obs_token], dim=1) + self.enc_pos
             mu, log_var = self.latent_proj(self.cvae_encoder(tokens)[:, 0]).chunk(2, dim=-1)

@@ -194,7 +194,9 @@ class DiffusionActor(SafeModule):
         if spec is not None and "action" in out_keys and not isinstance(spec, Composite):
             spec = Composite(action=spec)
         if score_network is None:
-            first = nn.LazyLinear(256) if obs_dim is None else nn.Linear(action_dim + obs_dim + 1, 256)
+            first = (
+                nn.LazyLinear(256) if obs_dim is None else nn.Linear(action_dim + obs_dim + 1, 256)
+            )
             score_network = nn.Sequential(
                 first, nn.SiLU(), nn.Linear(256, 256), nn.SiLU(), nn.Linear(256, action_dim)
             )

@@ -20,8 +20,8 @@ episode. Observations are standardised by the dataset's mean and std, returns-to
 scaled by ``reward_scale`` inside the policy.
 
     uv run examples/sac.py --save-buffer data/pendulum      # the dataset (once)
-    uv run examples/decision_transformer.py --dataset data/pendulum
-    uv run examples/decision_transformer.py --dataset data/pendulum --online
+    uv run --group llm examples/decision_transformer.py --dataset data/pendulum
+    uv run --group llm examples/decision_transformer.py --dataset data/pendulum --online
 
 The normalised score is ``100 * (R - R_random) / (R_data - R_random)``, as ``offline.py``
 reports it. Writes CSV logs (or another logger) and a learning-curve PNG of the periodic

@@ -144,8 +144,8 @@ class TestProfile:
             )
             assert collector.profile_config.num_rollouts == 3
             assert collector.post_collect_hook is not seen.append
-            for _ in collector:
-                pass
+            batches = sum(1 for _ in collector)
+            assert batches > 3 and len(seen) == batches  # the user's hook ran at every batch
             trace = json.loads((tmp_path / "trace_0.json").read_text())
             assert trace["traceEvents"]
             collector.disable_profile()

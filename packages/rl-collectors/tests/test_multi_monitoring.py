@@ -27,10 +27,11 @@ def test_policy_version_follows_updates(cls):
         collector.update_policy_weights_()
         collector.update_policy_weights_()
         assert collector.policy_version == 2
-        # an asynchronous batch already running may still carry the old version
+        # an asynchronous batch already running may still carry the old version, and a
+        # worker that read the weights between the two updates carries version 1
         versions = [set(next(it)["policy_version"].unique().tolist()) for _ in range(4)]
         assert versions[-1] == {2}
-        assert all(v <= {0, 2} for v in versions)
+        assert all(v <= {0, 1, 2} for v in versions)
         assert collector.stats()["policy_version"] == 2
     finally:
         collector.shutdown()
@@ -121,3 +122,21 @@ def test_constructor_checks(kwargs, exc, match):
         return
     with pytest.raises(exc, match=match):
         MultiSyncCollector([PendulumEnv], frames_per_batch=4, **kwargs)
+
+
+def test_a_failing_remote_call_raises_and_the_workers_go_on():
+    collector = MultiSyncCollector(
+        [PendulumEnv, PendulumEnv], linear_policy(), frames_per_batch=8, total_frames=24
+    )
+    try:
+        batches = iter(collector)
+        first = next(batches)
+        with pytest.raises(AttributeError, match=r"nope.*worker 0; the workers keep running"):
+            collector.get_distant_attr("nope")
+        with pytest.raises(AttributeError, match="worker 0"):
+            collector.map_fn("no_such_method", list_of_args=[(), ()])
+        assert collector.get_distant_attr("worker_idx") == [0, 1]  # still answering
+        rest = list(batches)
+        assert first.numel() + sum(b.numel() for b in rest) == 24
+    finally:
+        collector.shutdown()

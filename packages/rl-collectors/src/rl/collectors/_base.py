@@ -316,8 +316,12 @@ class CollectorBase(ABC):
 
     def _install_profile_hooks(self, config: ProfileConfig) -> None:
         """Puts the profiler in place of ``post_collect_hook`` (this process)."""
-        self._saved_post_collect_hook = self.post_collect_hook
-        self.post_collect_hook = _ProfilerHook(config, worker_idx=0)
+        hook = self.post_collect_hook
+        if isinstance(hook, _ProfilerHook):  # enabled again: the user's hook is kept
+            hook.stop()
+            hook = hook.previous
+        self._saved_post_collect_hook = hook
+        self.post_collect_hook = _ProfilerHook(config, worker_idx=0, previous=hook)
 
     def disable_profile(self) -> None:
         """Stops the profiler and restores the previous ``post_collect_hook`` (no-op

@@ -27,7 +27,7 @@ from rl.core.workers import stop_processes as _stop_processes
 
 from ._base import CollectorBase
 from ._profile import ProfileConfig
-from ._worker import worker_main
+from ._worker import CallFailed, worker_main
 
 __all__ = [
     "MultiCollector",
@@ -534,7 +534,10 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
     def _call(self, index: int, *msg: Any) -> Any:
         self._check_idle()
         self._send(index, msg)
-        return self._answer(index, msg[0], "result")
+        value = self._answer(index, msg[0], "result")
+        if isinstance(value, CallFailed):  # a "call" whose method raised in the worker
+            value.raise_in(f"{type(self).__name__} worker {index}")
+        return value
 
     def _check_idle(self) -> None:
         if self.closed:

@@ -99,11 +99,15 @@ class ProfileConfig:
 
 class _ProfilerHook:
     """A ``post_collect_hook`` that drives a profiler in the process it runs in (built
-    on the first call, so the hook itself pickles to a worker)."""
+    on the first call, so the hook itself pickles to a worker), then calls the hook it
+    replaced (``previous``: the user's keeps running while, and after, it profiles)."""
 
-    def __init__(self, config: ProfileConfig, worker_idx: int = 0) -> None:
+    def __init__(self, config: ProfileConfig, worker_idx: int = 0, previous=None) -> None:
+        if isinstance(previous, _ProfilerHook):  # profiling again: wrap the user's hook
+            previous = previous.previous
         self.config = config
         self.worker_idx = worker_idx
+        self.previous = previous
         self._profiler: Any = None
         self._count = 0
         self._stopped = False
@@ -140,6 +144,11 @@ class _ProfilerHook:
         )
 
     def __call__(self, batch: TensorDictBase | None = None) -> None:
+        self._profile()
+        if self.previous is not None:
+            self.previous(batch)
+
+    def _profile(self) -> None:
         if self._stopped:
             return
         if self._profiler is None:

@@ -131,9 +131,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             missing; ``False`` is silent.
 
     Raises:
-        ValueError: ``frames_per_batch`` (or ``total_frames``) is not a multiple of the
-            env batch size, or a policy writes an action outside the action spec (the
-            message names the key, the spec and the value).
+        ValueError: a policy writes an action outside the action spec (the message names
+            the key, the spec and the value). (A ``frames_per_batch`` that is not a
+            multiple of the env batch size is rounded up with a warning.)
 
     Examples:
         >>> import torch

@@ -37,6 +37,23 @@ from ._profile import _ProfilerHook
 __all__ = ["worker_main"]
 
 
+class CallFailed:
+    """What a worker answers to a ``"call"`` whose method raised: the error's type name,
+    message and traceback. The worker keeps running (an inspection call with a wrong name
+    must not stop the collection); the parent raises it (:meth:`raise_in`)."""
+
+    BUILTIN = (AttributeError, KeyError, NotImplementedError, TypeError, ValueError)
+
+    def __init__(self, err: Exception) -> None:
+        self.kind, self.message = type(err).__name__, str(err)
+        self.trace = traceback.format_exc()
+
+    def raise_in(self, where: str) -> None:
+        kinds = {cls.__name__: cls for cls in self.BUILTIN}
+        cls = kinds.get(self.kind, RuntimeError)
+        raise cls(f"{self.kind}: {self.message} (in {where}; the workers keep running)")
+
+
 def _watch_parent(parent_pid: int) -> None:
     """Exits the worker when its parent is gone (e.g. killed by SIGKILL); the distributed
     workers' fallback (these workers use :func:`rl.core.workers.die_with_parent`)."""
@@ -90,7 +107,6 @@ def worker_main(
         local = TensorDict.from_module(policy).data if weights is not None else None
         seen = -1
         updates = 0  # weight updates applied (the parent's counter starts at 0)
-        saved_hook = None
         conn.send(("started", tuple(collector.env.batch_size)))
         shared: TensorDictBase | None = None
         layout = None
@@ -133,17 +149,19 @@ def worker_main(
                 collector.load_state_dict(pickle.loads(msg[1]))
                 conn.send(("result", None))
             elif op == "call":  # a method of the worker's collector (stats, map_fn, ...)
-                conn.send(("result", getattr(collector, msg[1])(*msg[2], **msg[3])))
+                try:
+                    value = getattr(collector, msg[1])(*msg[2], **msg[3])
+                except Exception as err:  # reported to the caller; the worker goes on
+                    value = CallFailed(err)
+                conn.send(("result", value))
             elif op == "profile":  # a profiler as the post-collect hook, or the old hook back
                 hook = collector.post_collect_hook
-                if msg[1] is None:
-                    if isinstance(hook, _ProfilerHook):
-                        hook.stop()
-                        collector.post_collect_hook = saved_hook
-                else:
-                    saved_hook = hook
+                if isinstance(hook, _ProfilerHook):  # the hook it wraps comes back
+                    hook.stop()
+                    collector.post_collect_hook = hook = hook.previous
+                if msg[1] is not None:
                     config = pickle.loads(msg[1])
-                    collector.post_collect_hook = _ProfilerHook(config, worker_idx=index)
+                    collector.post_collect_hook = _ProfilerHook(config, index, previous=hook)
                 conn.send(("result", None))
             elif op == "close":
                 break

@@ -145,3 +145,41 @@ class TestNativeKernel:
 
         with pytest.raises(ValueError, match=r"action has shape \(3, 5\), expected \(3, 2\)"):
             env.rollout(3, policy)
+
+
+class TestNativeKernelDeclared:
+    def test_a_subclass_overriding_public_step_or_reset_keeps_its_methods(self):
+        class Logged(CartPoleEnv):
+            calls = 0
+
+            def reset(self, tensordict=None, **kwargs):
+                type(self).calls += 1
+                return super().reset(tensordict, **kwargs)
+
+        class Declared(PendulumEnv):
+            uses_native_kernel = True
+
+            def _step(self, tensordict):  # declared equivalent: the kernel is kept
+                return super()._step(tensordict)
+
+        assert not Logged.uses_native_kernel and isinstance(Logged().rollout_kernel(), EnvKernel)
+        assert isinstance(Declared().rollout_kernel(), NativeKernel)
+        env = Logged(batch_size=[4], max_episode_steps=5)
+        env.rollout(12, break_when_any_done=False)
+        assert Logged.calls >= 3  # the first reset, then the resets of the rollout
+
+    def test_a_learnable_env_parameter_with_a_policy(self):
+        class Geared(PendulumEnv):
+            uses_native_kernel = True
+
+            def __init__(self):
+                super().__init__(batch_size=[2])
+                self.gain = torch.nn.Parameter(torch.tensor(1.5))
+
+            def _step_entries(self, action):
+                return super()._step_entries(action * self.gain)
+
+        env = Geared()
+        out = env.rollout(6, lambda td: td.set("action", torch.ones(2, 1)))
+        out["next", "reward"].sum().backward()
+        assert env.gain.grad is not None and env.gain.grad.abs() > 0

@@ -33,6 +33,19 @@ class NativeEnv(EnvBase):
 
     _reset_keeps_unmasked = True  # _reset returns the current state outside the mask
 
+    #: whether rollouts step through :class:`NativeKernel` (``_step_entries`` /
+    #: ``_reset_entries``). Declared per class: a subclass that writes its own ``_step``,
+    #: ``_reset``, ``step`` or ``reset`` gets ``False`` (its methods would be bypassed)
+    #: unless it sets the attribute itself.
+    uses_native_kernel: bool = True
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "uses_native_kernel" not in cls.__dict__:
+            own = ("_step", "_reset", "step", "reset")
+            if any(name in cls.__dict__ for name in own):
+                cls.uses_native_kernel = False
+
     def __init__(self, *, device=None, batch_size=None, run_type_checks: bool = False) -> None:
         super().__init__(device=device, batch_size=batch_size, run_type_checks=run_type_checks)
         # gymnasium's three flags (the native envs mirror gymnasium's time limits)
@@ -128,11 +141,8 @@ class NativeEnv(EnvBase):
 
     def rollout_kernel(self):
         """:class:`NativeKernel` (the env's tensors written into the rollout's buffers)
-        for an env whose ``_step`` / ``_reset`` are :class:`NativeEnv`'s and without
-        per-step type checks; else the env's own ``_step`` / ``reset``."""
-        cls = type(self)
-        if self.run_type_checks or cls._step is not NativeEnv._step:
-            return super().rollout_kernel()
-        if cls._reset is not NativeEnv._reset:
+        where the class declares it (:attr:`uses_native_kernel`) and without per-step
+        type checks; else the env's own ``_step`` / ``reset``."""
+        if self.run_type_checks or not self.uses_native_kernel:
             return super().rollout_kernel()
         return NativeKernel(self)

@@ -39,9 +39,12 @@ class NativeKernel(BufferKernel):
             return True
         if any(value.requires_grad for value in tensordict.values(True, True)):
             return False
+        env = self.env
+        if any(param.requires_grad for param in env.parameters()):
+            return False
         return not any(
             isinstance(value, torch.Tensor) and value.requires_grad
-            for value in self.env.__dict__.values()
+            for value in env.__dict__.values()
         )
 
     def start(self, buffers, tensordict, actions, *, eager, stops) -> None:

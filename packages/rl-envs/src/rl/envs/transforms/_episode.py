@@ -73,6 +73,8 @@ class StepCounter(Transform):
     """
 
     _KEY_CACHES = (
+        "_groups_cache",
+        "_spreads_cache",
         "_reset_keys_cache",
         "_step_count_keys",
         "_truncated_keys",
@@ -186,8 +188,25 @@ class StepCounter(Transform):
         """The done flags of every group, nested ones included."""
         return self._cached_keys("_all_done_keys", "done", False, self.done_key)
 
-    def _groups(self):
-        return zip(self.step_count_keys, self.truncated_keys, self.done_keys, self.reset_keys)
+    def _groups(self) -> list:
+        """``(count, truncated, done, reset)`` keys of each counted group (cached once the
+        transform has an env: read at every step)."""
+        groups = self.__dict__.get("_groups_cache")
+        if groups is None:
+            keys = (self.step_count_keys, self.truncated_keys, self.done_keys, self.reset_keys)
+            groups = list(zip(*keys))
+            if self.parent is not None:
+                self.__dict__["_groups_cache"] = groups
+        return groups
+
+    def _spreads(self) -> bool:
+        """Whether a truncation is spread to nested groups (cached as :meth:`_groups`)."""
+        spreads = self.__dict__.get("_spreads_cache")
+        if spreads is None:
+            spreads = len(self.all_done_keys) > len(self.done_keys)
+            if self.parent is not None:
+                self.__dict__["_spreads_cache"] = spreads
+        return spreads
 
     @property
     def _root_only(self) -> bool:
@@ -240,7 +259,7 @@ class StepCounter(Transform):
                 if self.update_done:
                     done = next_tensordict.get(done_key, None)
                     next_tensordict.set(done_key, trunc if done is None else done | trunc)
-        if self.max_steps is not None and len(self.all_done_keys) > len(self.done_keys):
+        if self.max_steps is not None and self._spreads():
             self._spread_to_nested(next_tensordict)
         return next_tensordict
 

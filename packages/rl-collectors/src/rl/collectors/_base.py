@@ -219,6 +219,19 @@ class CollectorBase(ABC):
             return None
         return batch
 
+    @staticmethod
+    def _check_reset_and_factory(reset_when_done: bool, policy, policy_factory) -> None:
+        """The checks every collector makes of ``reset_when_done`` (only ``True``: done
+        sub-environments are always reset) and of ``policy`` / ``policy_factory`` (one
+        of them)."""
+        if not reset_when_done:
+            raise ValueError(
+                "reset_when_done is deprecated: done sub-environments are always reset "
+                "(pass reset_when_done=True or leave it out)"
+            )
+        if policy_factory is not None and policy is not None:
+            raise TypeError("policy_factory cannot be used with policy argument.")
+
     def _pre_hook(self) -> None:
         hook = self.pre_collect_hook
         if hook is not None and not self._hooks_in_workers:

@@ -209,13 +209,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         auto_register_policy_transforms: bool | None = None,
     ) -> None:
         self.closed = True  # until the workers run
-        if not reset_when_done:
-            raise ValueError(
-                "reset_when_done is deprecated: done sub-environments are always reset "
-                "(pass reset_when_done=True or leave it out)"
-            )
-        if policy_factory is not None and policy is not None:
-            raise TypeError("policy_factory cannot be used with policy argument.")
+        self._check_reset_and_factory(reset_when_done, policy, policy_factory)
         self.policy_factory = policy_factory
         if not isinstance(track_policy_version, bool):
             raise TypeError(

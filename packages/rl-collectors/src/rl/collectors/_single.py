@@ -203,15 +203,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             raise TypeError("pass the env as create_env_fn or env=, not both")
         if create_env_fn is None:
             raise TypeError("Collector needs an env: pass create_env_fn (an env or a factory)")
-        if not reset_when_done:
-            raise ValueError(
-                "reset_when_done is deprecated: done sub-environments are always reset "
-                "(pass reset_when_done=True or leave it out)"
-            )
+        self._check_reset_and_factory(reset_when_done, policy, policy_factory)
         self.reset_when_done = True
         if policy_factory is not None:
-            if policy is not None:
-                raise TypeError("policy_factory cannot be used with policy argument.")
             policy = policy_factory()
         if return_same_td and replay_buffer is not None and not self._ignore_rb:
             raise TypeError(

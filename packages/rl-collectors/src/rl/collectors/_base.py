@@ -67,7 +67,6 @@ class CollectorBase(ABC):
     _trajs: TrajectoryAssembler | None = None
     #: set by :meth:`enable_profile`
     _profile_config: ProfileConfig | None = None
-    _saved_post_collect_hook: Callable | None = None
     #: set when the first batch is asked for
     _iteration_started = False
     #: a subclass whose batches another component writes (a runner) yields them instead
@@ -333,7 +332,6 @@ class CollectorBase(ABC):
         if isinstance(hook, _ProfilerHook):  # enabled again: the user's hook is kept
             hook.stop()
             hook = hook.previous
-        self._saved_post_collect_hook = hook
         self.post_collect_hook = _ProfilerHook(config, worker_idx=0, previous=hook)
 
     def disable_profile(self) -> None:
@@ -342,10 +340,9 @@ class CollectorBase(ABC):
         if self._profile_config is None:
             return
         hook = self.post_collect_hook
-        if isinstance(hook, _ProfilerHook):
+        if isinstance(hook, _ProfilerHook):  # the hook it wraps comes back
             hook.stop()
-        self.post_collect_hook = self._saved_post_collect_hook
-        self._saved_post_collect_hook = None
+            self.post_collect_hook = hook.previous
         self._profile_config = None
 
     @property

@@ -103,8 +103,6 @@ class _ProfilerHook:
     replaced (``previous``: the user's keeps running while, and after, it profiles)."""
 
     def __init__(self, config: ProfileConfig, worker_idx: int = 0, previous=None) -> None:
-        if isinstance(previous, _ProfilerHook):  # profiling again: wrap the user's hook
-            previous = previous.previous
         self.config = config
         self.worker_idx = worker_idx
         self.previous = previous

@@ -10,7 +10,7 @@ from ..engine import BufferKernel
 from ..engine._buffers import StepViews, StepWriter
 
 if TYPE_CHECKING:
-    from ._base import NativeEnv
+    pass
 
 __all__ = ["NativeKernel"]
 
@@ -25,9 +25,6 @@ class NativeKernel(BufferKernel):
     The done-flag buffers start zeroed; a step whose entries leave the flags out (no
     episode ends) writes only its observations and reward and reports ``False``.
     """
-
-    def __init__(self, env: NativeEnv) -> None:
-        super().__init__(env)
 
     def accepts(self, tensordict) -> bool:
         """Not when gradients flow through the rollout (a policy's action or the env's
@@ -53,18 +50,18 @@ class NativeKernel(BufferKernel):
         steps = buffers.max_steps
         self.action_key = env.action_key
         self.check = env._check_action
-        specs = [(key, spec) for key, spec in env.full_observation_spec.items(True, True)]
+        specs = list(env.full_observation_spec.items(True, True))
         self.obs_keys = [key for key, _ in specs]
+        specs.append((env.reward_key, env.full_reward_spec[env.reward_key]))
         values = [
             (key, buffers.next_buffer(key, spec.shape[nb:], spec.dtype)) for key, spec in specs
         ]
-        reward = env.full_reward_spec[env.reward_key]
-        values.append(("reward", buffers.next_buffer("reward", reward.shape[nb:], reward.dtype)))
         flags = []
         for key in FLAGS:
             spec = env.full_done_spec[key]
             flags.append((key, buffers.next_buffer(key, spec.shape[nb:], spec.dtype, zero=True)))
         self.value_keys = [key for key, _ in values]
+        self.all_keys = [*self.value_keys, *FLAGS]
         self.write_values = StepWriter(values, nb, steps)
         self.write_all = StepWriter(values + flags, nb, steps)
         self.actions = None
@@ -82,7 +79,7 @@ class NativeKernel(BufferKernel):
         if done is None:
             self.write_values(t, [entries[key] for key in self.value_keys])
             return False
-        self.write_all(t, [entries[key] for key in (*self.value_keys, *FLAGS)])
+        self.write_all(t, [entries[key] for key in self.all_keys])
         return done
 
     def reset(self, t: int, done: torch.Tensor, tensordict) -> dict:

@@ -129,12 +129,6 @@ class DecisionTransformerInferenceWrapper(TensorDictModuleWrapper):
         self.out_action_key = out_action
         self.checked = True
 
-    def tensor_forward(self) -> None:
-        """No tensor-level twin (``rl.core.tensor_policy``): the masking and the last-step
-        selection need the TensorDict, so a rollout calls :meth:`forward` (without this,
-        the wrapped actor's twin would be found through attribute forwarding)."""
-        return None
-
     def step(self, frames: int = 1) -> None:
         """No exploration schedule to advance (kept for the exploration-wrapper protocol)."""
 

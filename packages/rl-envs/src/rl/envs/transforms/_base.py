@@ -151,6 +151,14 @@ class Transform(nn.Module):
             container = above
         return container
 
+    #: ``__dict__`` entries a subclass caches from its env (keys derived from the parent's
+    #: specs): dropped whenever the transform changes container or its specs change
+    _KEY_CACHES: tuple[str, ...] = ()
+
+    def _drop_key_caches(self) -> None:
+        for name in self._KEY_CACHES:
+            self.__dict__.pop(name, None)
+
     def set_container(self, container) -> None:
         current = self.__dict__["_container"]
         if current is not None and current is not container:
@@ -160,15 +168,18 @@ class Transform(nn.Module):
             )
         self.__dict__["_container"] = container
         self.__dict__["_parent_cache"] = None
+        self._drop_key_caches()
 
     def reset_parent(self) -> None:
         """Detaches the transform from its container."""
         self.__dict__["_container"] = None
         self.__dict__["_parent_cache"] = None
+        self._drop_key_caches()
 
     def empty_cache(self) -> None:
         """Drops cached parents and tells the owning env to recompute its specs."""
         self.__dict__["_parent_cache"] = None
+        self._drop_key_caches()
         container = self.__dict__.get("_container")
         if container is not None:
             container.empty_cache()

@@ -105,22 +105,6 @@ class StepCounter(Transform):
         self.update_done = update_done
 
     # ------------------------------------------------------------------ keys
-    def _clear_key_caches(self) -> None:
-        for name in self._KEY_CACHES:
-            self.__dict__.pop(name, None)
-
-    def set_container(self, container) -> None:
-        super().set_container(container)
-        self._clear_key_caches()
-
-    def reset_parent(self) -> None:
-        super().reset_parent()
-        self._clear_key_caches()
-
-    def empty_cache(self) -> None:
-        self._clear_key_caches()
-        super().empty_cache()
-
     def _derives_keys(self) -> bool:
         """String names are placed next to each group's done flags; a nested key given by
         the user names the one entry to use."""
@@ -394,23 +378,9 @@ class InitTracker(Transform):
         super().__init__()
         self.init_key = normalize_key(init_key)
 
+    _KEY_CACHES = ("_init_keys", "_reset_keys_cache")
+
     # ------------------------------------------------------------------ keys
-    def _clear_key_caches(self) -> None:
-        self.__dict__.pop("_init_keys", None)
-        self.__dict__.pop("_reset_keys_cache", None)
-
-    def set_container(self, container) -> None:
-        super().set_container(container)
-        self._clear_key_caches()
-
-    def reset_parent(self) -> None:
-        super().reset_parent()
-        self._clear_key_caches()
-
-    def empty_cache(self) -> None:
-        self._clear_key_caches()
-        super().empty_cache()
-
     @property
     def reset_keys(self) -> list[NestedKey]:
         """The reset key of each flagged group (``["_reset"]`` without an env)."""

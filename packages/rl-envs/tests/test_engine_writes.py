@@ -4,8 +4,10 @@ numpy or torch, against hand-made expectations."""
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
-from rl.envs import GymEnv
+from rl.envs import GymEnv, step_mdp
+from rl.envs.engine import EnvKernel, RolloutBuffers, StepViews, run_rollout
 from rl.envs.engine._buffers import StepWriter, patched
 from rl.envs.engine._loop import _apply_rows
 
@@ -147,3 +149,88 @@ def test_a_policy_output_missing_later_raises_naming_the_key():
 
     with pytest.raises(KeyError, match="'extra' written at the first step is missing at step 1"):
         env.rollout(3, policy)
+
+
+class _RawBufferKernel(EnvKernel):
+    """Steps the env through ``EnvKernel``, keeps its outputs in buffers of its own and
+    returns a TensorDict of row-``t`` views of them (as ``TransformKernel`` does), with the
+    reward replaced by a new tensor from step ``replace_from`` on."""
+
+    def __init__(self, env, replace_from):
+        super().__init__(env)
+        self.replace_from = replace_from
+
+    def start(self, buffers, tensordict, actions, *, eager, stops):
+        super().start(buffers, tensordict, actions, eager=eager, stops=stops)
+        self.raw = RolloutBuffers(buffers.batch_size, buffers.max_steps)
+        self.keys = None
+
+    def step(self, t, tensordict):
+        out = super().step(t, tensordict)
+        if self.keys is None:
+            self.keys = list(out.keys(True, True))
+            bufs = [self.raw.next_buffer(k, out[k].shape, out[k].dtype) for k in self.keys]
+            self.views = StepViews(bufs, 0, self.raw.max_steps)
+        row = self.views[t]
+        for view, key in zip(row, self.keys):
+            view.copy_(out[key])
+        td = TensorDict(dict(zip(self.keys, row)), batch_size=[])
+        if t >= self.replace_from:
+            td["reward"] = td["reward"] * 10
+        return td
+
+    def shared_next(self):
+        return self.keys, self.views
+
+
+class TestSharedNext:
+    """``RolloutKernel.shared_next``: entries a kernel's TensorDict passes as its own buffer
+    rows are recorded by sharing the buffer; from the step where one is replaced, the
+    engine records it in a buffer of its own, keeping the kernel's earlier rows."""
+
+    def _rollout(self, replace_from):
+        env = GymEnv("Pendulum-v1")
+        env.set_seed(0)
+        kernel = _RawBufferKernel(env, replace_from)
+        policy = lambda td: td.set("action", torch.full((1,), 0.5))  # noqa: E731
+        out = run_rollout(
+            env,
+            6,
+            env.reset(),
+            policy=policy,
+            break_when_any_done=False,
+            break_when_all_done=False,
+            kernel=kernel,
+        )
+        return out, kernel
+
+    def test_passed_through_entries_share_the_kernel_buffers(self):
+        out, kernel = self._rollout(replace_from=100)
+        raw = kernel.raw.next
+        for key in ("observation", "reward", "terminated"):
+            assert out["next", key].data_ptr() == raw[key].data_ptr()
+            assert torch.equal(out["next", key], raw[key])
+
+    def test_an_entry_replaced_later_gets_its_own_buffer_with_the_earlier_rows(self):
+        out, kernel = self._rollout(replace_from=2)
+        raw_reward = kernel.raw.next["reward"]
+        reward = out["next", "reward"]
+        assert reward.data_ptr() != raw_reward.data_ptr()
+        assert torch.equal(reward[:2], raw_reward[:2])
+        assert torch.allclose(reward[2:], raw_reward[2:] * 10)
+        assert out["next", "observation"].data_ptr() == kernel.raw.next["observation"].data_ptr()
+        # the root observations are still carried from the recorded "next" ones
+        assert torch.equal(out["observation"][1:], out["next", "observation"][:-1])
+
+    def test_values_equal_a_rollout_without_sharing(self):
+        out, _ = self._rollout(replace_from=3)
+        env = GymEnv("Pendulum-v1")
+        env.set_seed(0)
+        td = env.reset()
+        for t in range(6):
+            td.set("action", torch.full((1,), 0.5))
+            td = env.step(td)
+            reward = td["next", "reward"] * (10 if t >= 3 else 1)
+            assert torch.allclose(out["next", "reward"][t], reward)
+            assert torch.equal(out["next", "observation"][t], td["next", "observation"])
+            td = step_mdp(td)

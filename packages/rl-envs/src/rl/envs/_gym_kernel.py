@@ -162,7 +162,9 @@ class GymKernel(_GymKernelBase):
         self.step_fn, self.reset_fn = gym_env.step, gym_env.reset
 
     def step(self, t: int, tensordict) -> bool:
-        action = self._action(t, tensordict)  # outside the try: a policy's errors pass
+        # outside the try: a policy's errors pass (``_action``, inlined: one call a step)
+        actions = self.gym_actions
+        action = self.env._action_from_td(tensordict) if actions is None else actions[t]
         try:
             obs, r, te, tr, _ = self.step_fn(action)
         except SIMULATOR_ERRORS as err:

@@ -28,7 +28,7 @@ Examples:
     torch.Size([5])
 """
 
-from ._buffers import RolloutBuffers, build_output
+from ._buffers import RolloutBuffers, StepViews, build_output
 from ._kernel import BufferKernel, EnvKernel, RolloutKernel
 from ._loop import policy_runner, presample_actions, run_rollout
 
@@ -37,6 +37,7 @@ __all__ = [
     "EnvKernel",
     "RolloutBuffers",
     "RolloutKernel",
+    "StepViews",
     "build_output",
     "policy_runner",
     "presample_actions",

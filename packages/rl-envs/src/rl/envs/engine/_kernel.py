@@ -113,6 +113,19 @@ class RolloutKernel:
         present = sorted(map(str, next_td.keys(True, True)))
         raise KeyError(f"a step's output lacks an entry of the first step's; it has {present}")
 
+    def shared_next(self) -> tuple[list, Any] | None:
+        """Optional, for a kernel whose :meth:`step` returns a TensorDict: ``(keys, views)``,
+        where ``views[t]`` (a :class:`~rl.envs.engine.StepViews`) is the tuple of row-``t``
+        views of ``[*B, T, ...]`` buffers that step ``t`` filled with the values of ``keys``.
+
+        An entry of a step's TensorDict that is that very view object is already recorded:
+        the engine makes the buffer its own and does not copy the entry (a transform that
+        passes the base env's output through costs no write). From the first step where
+        the entry is another tensor, the engine records it in a buffer of its own.
+        Asked once, after step 0; the kernel never writes those buffers again after step
+        ``t`` (they hold its raw outputs)."""
+        return None
+
     def finish(self, steps: int) -> None:
         """Called once after the last step (``steps`` were taken): leave the env where a
         step-by-step loop would have left it."""

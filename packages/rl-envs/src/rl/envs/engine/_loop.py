@@ -72,23 +72,35 @@ def _copy(done):
     return done.copy() if isinstance(done, np.ndarray) else done.clone()
 
 
-def _allocate(bufs, next_td, sources: dict, reward_keys: set, presampled: set) -> tuple:
+def _allocate(
+    bufs, next_td, sources: dict, reward_keys: set, presampled: set, kernel=None
+) -> tuple:
     """The buffers of a rollout, once step 0 is known: the ``"next"`` ones of a kernel's
     TensorDict (``next_td``) and the root ones of ``sources`` (the root of step 0).
 
     Returns:
-        ``(next_writes, next_keys, carry_keys, root_writes, root_carried)``: the
+        ``(next_writes, next_keys, carry_keys, root_writes, root_carried, shared)``: the
         ``"next"`` entries the engine records, those the kernel writes, the entries
-        carried into the next root, the root entries written at each step and the root
-        entries filled from the previous ``"next"`` ones.
+        carried into the next root, the root entries written at each step, the root
+        entries filled from the previous ``"next"`` ones, and the ``"next"`` entries of
+        ``next_td`` that are rows of buffers the kernel filled
+        (:meth:`RolloutKernel.shared_next`): ``[(key, index in its views)]``, recorded by
+        taking those buffers.
     """
     prefix = (slice(None),) * bufs.nb
-    next_writes = []
+    next_writes, shared = [], []
     if next_td is not None:
+        found = kernel.shared_next() if kernel is not None else None
+        row, index = (found[1][0], {k: i for i, k in enumerate(found[0])}) if found else ((), {})
         for key, value in flat_leaves(next_td).items():
+            i = index.get(key)
+            if i is not None and value is row[i]:
+                bufs.next[key] = found[1].bufs[i]
+                shared.append((key, i))
+                continue
             buf = bufs.next[key] = bufs.like(value)
             next_writes.append((key, buf))
-    recorded = {key for key, _ in next_writes}
+    recorded = {key for key, _ in next_writes} | {key for key, _ in shared}
     next_keys = [key for key in bufs.next if key not in recorded]
     carry_keys = [key for key in bufs.next if key not in reward_keys]
     carry_set = set(carry_keys)
@@ -99,7 +111,27 @@ def _allocate(bufs, next_td, sources: dict, reward_keys: set, presampled: set) -
         buf = bufs.root[key] = bufs.like(value)
         buf[(*prefix, 0)] = value
         (root_carried if key in carry_set else root_writes).append((key, buf))
-    return next_writes, next_keys, carry_keys, root_writes, root_carried
+    return next_writes, next_keys, carry_keys, root_writes, root_carried, shared
+
+
+def _unshare(bufs, shared: list, next_writes: list, next_flat: dict, row: tuple, t: int) -> bool:
+    """Moves the shared ``"next"`` entries (see :func:`_allocate`) whose value at step ``t``
+    is not the kernel's own view to buffers of the engine's, which hold the kernel's rows
+    of the earlier steps; returns whether any moved (a missing entry raises ``KeyError``)."""
+    moved = [(key, i) for key, i in shared if next_flat[key] is not row[i]]
+    if not moved:
+        return False
+    prefix = (slice(None),) * bufs.nb
+    for item in moved:
+        key = item[0]
+        value = next_flat[key]
+        old, buf = bufs.next[key], bufs.like(value)
+        if t:
+            buf[(*prefix, slice(0, t))] = old[(*prefix, slice(0, t))]
+        bufs.next[key] = buf
+        next_writes.append((key, buf))
+        shared.remove(item)
+    return True
 
 
 def _tensor_slots(runner, td, root_writes: list, root_arrays: list) -> list | None:
@@ -271,6 +303,8 @@ def run_rollout(
     root_writes: list = []  # (key, buf): root entries copied at every step (eager)
     root_carried: list = []  # (key, buf): root entries equal to the previous "next" ones
     next_writes: list = []  # (key, buf): "next" entries the engine records (from a TD)
+    shared: list = []  # (key, i): "next" entries in the kernel's own buffers (shared_next)
+    shared_views = None
     carried: dict = {}  # key -> the tensor object set in the root by the last carry
     overrides: list = []  # (t, key, value): carried root entries replaced (reset, policy)
     resets: list = []  # (t, {key: value}): a kernel's resets (no root per step)
@@ -339,8 +373,9 @@ def run_rollout(
             # the buffers: known once the policy and the env wrote step 0
             if next_td is not None:
                 nested.update({("next", *k): v for k, v in nested_batch_dims(next_td, nb).items()})
-            layout = _allocate(bufs, next_td, flat_leaves(td), reward_keys, presampled)
-            next_writes, next_keys, carry_keys, root_writes, root_carried = layout
+            layout = _allocate(bufs, next_td, flat_leaves(td), reward_keys, presampled, kernel)
+            next_writes, next_keys, carry_keys, root_writes, root_carried, shared = layout
+            shared_views = kernel.shared_next()[1] if shared else None
             write_root = StepWriter(root_writes, nb, max_steps, check=True)
             write_next = StepWriter(next_writes, nb, max_steps)
             kernel_views = StepViews([bufs.next[key] for key in next_keys], nb, max_steps)
@@ -366,9 +401,18 @@ def run_rollout(
             next_flat = flat_leaves(next_td)
             try:
                 srcs = [next_flat[key] for key, _ in next_writes]
+                moved = shared and _unshare(
+                    bufs, shared, next_writes, next_flat, shared_views[t], t
+                )
             except KeyError:  # the step left out an entry step 0 had (a done flag)
                 kernel.completed(next_td)
                 next_flat = flat_leaves(next_td)
+                srcs = [next_flat[key] for key, _ in next_writes]
+                moved = shared and _unshare(
+                    bufs, shared, next_writes, next_flat, shared_views[t], t
+                )
+            if moved:  # entries a transform replaced from this step on: copied from now
+                write_next = StepWriter(next_writes, nb, max_steps)
                 srcs = [next_flat[key] for key, _ in next_writes]
             write_next(t, srcs)
             done = next_flat[done_key]

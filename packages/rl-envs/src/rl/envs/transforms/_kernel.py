@@ -114,6 +114,10 @@ class TransformKernel(RolloutKernel):
             tensordict.del_("_reset")
         return tensordict
 
+    def shared_next(self):
+        # the base kernel's raw outputs, which a transform may pass through unchanged
+        return None if self.lazy else (self.raw_keys, self.views)
+
     def finish(self, steps: int) -> None:
         self.base.finish(steps)
 

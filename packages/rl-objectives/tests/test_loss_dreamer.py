@@ -170,6 +170,33 @@ def test_model_loss_hand(free_nats, global_average):
     torch.testing.assert_close(wm_data["next", "true_reward"], data["next", "reward"])
 
 
+def test_model_loss_vector_observation_sums_features_only():
+    # a state observation [B, T, F]: the squared error is summed over F, averaged over B, T
+    B, T, F = 2, 3, 4
+    obs = torch.arange(B * T * F, dtype=torch.float32).reshape(B, T, F) / 10
+    mean, std = torch.zeros(B, T, S), torch.ones(B, T, S)
+    key = ("next", "observation")
+    world_model = TensorDictSequential(
+        TensorDictSequential(
+            TensorDictModule(
+                _Fixed(mean, std, mean, std),
+                in_keys=[key],
+                out_keys=[
+                    ("next", k)
+                    for k in ("prior_mean", "prior_std", "posterior_mean", "posterior_std")
+                ],
+            ),
+            TensorDictModule(_Fixed(torch.zeros(B, T, F)), [key], [("next", "reco_observation")]),
+        ),
+        TensorDictModule(_Fixed(torch.zeros(B, T, 1)), [key], [("next", "reward")]),
+    )
+    data = TensorDict({key: obs, ("next", "reward"): torch.zeros(B, T, 1)}, [B, T])
+    loss = DreamerModelLoss(world_model, free_nats=0.0)
+    loss.set_keys(pixels="observation", reco_pixels="reco_observation")
+    out, _ = loss(data)
+    torch.testing.assert_close(out["loss_model_reco"], (obs**2).sum(-1).mean().reshape(1))
+
+
 def test_model_loss_delayed_clamp_and_missing_key():
     world_model, data, (pm, ps, qm, qs, *_r) = _model_loss_setup()
     loss = DreamerModelLoss(world_model, free_nats=100, delayed_clamp=True, lambda_kl=0.5)

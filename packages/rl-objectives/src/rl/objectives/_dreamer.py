@@ -63,8 +63,9 @@ class DreamerModelLoss(_DreamerLossBase):
     ``kl = log(prior_std / post_std) + (post_std**2 + (prior_mean - post_mean)**2)
     / (2 prior_std**2) - 1/2``, summed over the state dimension (unless
     ``global_average``), clamped below at ``free_nats`` then averaged (or averaged then
-    clamped with ``delayed_clamp``). The reconstruction loss is summed over ``C, H, W``
-    (unless ``global_average``) and averaged; the reward loss is averaged.
+    clamped with ``delayed_clamp``). The reconstruction loss is summed over the
+    observation's dims (``C, H, W`` for pixels, the features of a vector observation)
+    unless ``global_average``, and averaged; the reward loss is averaged.
 
     Args:
         world_model (TensorDictModule): a sequence whose first element ends with the pixel
@@ -168,7 +169,9 @@ class DreamerModelLoss(_DreamerLossBase):
         reco_pixels = self._next(tensordict, "reco_pixels").contiguous()
         reco_loss = distance_loss(pixels, reco_pixels, self.reco_loss)
         if not self.global_average:
-            reco_loss = reco_loss.sum((-3, -2, -1))
+            # summed over the observation's own dims (C, H, W for pixels, the features of
+            # a vector observation), never over the batch and time dims
+            reco_loss = reco_loss.flatten(tensordict.batch_dims).sum(-1)
         reco_loss = reco_loss.mean().unsqueeze(-1)
 
         true_reward = self._next(tensordict, "true_reward")

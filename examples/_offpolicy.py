@@ -9,6 +9,7 @@ be read top to bottom.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import sys
@@ -62,6 +63,7 @@ __all__ = [
     "prime_soft_update",
     "set_lr",
     "zero_grad",
+    "BestWeights",
     "Run",
     "RunConfig",
     "cli",
@@ -202,12 +204,18 @@ class _NormedInput(nn.Module):
 
 
 def make_qvalue(
-    env, hidden: int, depth: int = 2, input_norm: nn.Module | None = None, **mlp_kwargs
+    env,
+    hidden: int,
+    depth: int = 2,
+    input_norm: nn.Module | None = None,
+    out_features: int = 1,
+    **mlp_kwargs,
 ) -> ValueOperator:
     """A Q-network ``Q(observation, action)`` writing ``"state_action_value"``; with
-    ``input_norm``, that layer first normalises the concatenated observation and action."""
+    ``input_norm``, that layer first normalises the concatenated observation and action;
+    ``out_features > 1`` writes that many values (TQC's return quantiles)."""
     mlp_kwargs.setdefault("activation_class", nn.ReLU)
-    net = MLP(out_features=1, num_cells=[hidden] * depth, **mlp_kwargs)
+    net = MLP(out_features=out_features, num_cells=[hidden] * depth, **mlp_kwargs)
     if input_norm is not None:
         net = _NormedInput(input_norm, net)
     qvalue = ValueOperator(net, in_keys=["observation", "action"])
@@ -383,6 +391,42 @@ class Run:
             "eval_mean": mean,
             "curve": curve,
         }
+
+
+class BestWeights:
+    """Evaluates ``policy`` every ``interval`` frames on ``episodes`` deterministic
+    episodes (logged as ``eval/return``) and keeps the state of ``module`` that scored
+    best, as SB3's EvalCallback keeps its best model; ``restore()`` logs the last
+    weights' return as ``eval/last_weights_return`` and loads the best ones. An interval
+    of 0 evaluates nothing and restores nothing."""
+
+    def __init__(
+        self, run: Run, env_id: str, policy, module: nn.Module, interval: int, episodes: int
+    ):
+        self.run, self.env_id, self.policy, self.module = run, env_id, policy, module
+        self.interval, self.episodes = interval, episodes
+        self.next_eval, self.best_return, self.best_state = interval, -float("inf"), None
+
+    def step(self) -> None:
+        """Evaluates when the run has passed the next evaluation's frame."""
+        if not self.interval or self.run.frames < self.next_eval:
+            return
+        self.next_eval += self.interval
+        # seeds apart from the final evaluation's (1000) and the last weights' (3000)
+        returns = self.run.evaluate(self.env_id, self.policy, self.episodes, 2000 + self.run.frames)
+        mean_return = sum(returns) / len(returns)
+        self.run.logger.log_scalar("eval/return", mean_return, self.run.frames)
+        if mean_return >= self.best_return:  # ties: the later weights
+            self.best_return, self.best_state = mean_return, copy.deepcopy(self.module.state_dict())
+
+    def restore(self, episodes: int) -> None:
+        if self.best_state is None:
+            return
+        returns = self.run.evaluate(self.env_id, self.policy, episodes, 3000)
+        self.run.logger.log_scalar(
+            "eval/last_weights_return", sum(returns) / len(returns), self.run.frames
+        )
+        self.module.load_state_dict(self.best_state)
 
 
 def cli(config_cls, presets: dict, default: str, description: str, args=None):

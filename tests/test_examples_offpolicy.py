@@ -69,6 +69,17 @@ SMOKE = {
     "ddpg": TINY_CONTINUOUS,
     "redq": {**TINY_CONTINUOUS, "num_qvalue_nets": 4},
     "crossq": {**TINY_CONTINUOUS, "critic_hidden": 16},
+    "tqc": {**TINY_CONTINUOUS, "n_quantiles": 5},
+    "cql_online": {**TINY_CONTINUOUS, "num_random": 4},
+    "discrete_sac": {
+        "total_frames": 300,
+        "init_random_frames": 100,
+        "frames_per_batch": 50,
+        "utd_ratio": 0.2,
+        "batch_size": 32,
+        "hidden": 16,
+        "eval_interval": 0,
+    },
 }
 
 
@@ -170,7 +181,7 @@ CONTINUOUS_PROBE = {
 }
 
 
-@pytest.mark.parametrize("name", ["sac", "td3", "ddpg", "redq", "crossq"])
+@pytest.mark.parametrize("name", ["sac", "td3", "ddpg", "redq", "crossq", "tqc", "cql_online"])
 @pytest.mark.parametrize("seed", [0])
 def test_continuous_agent_finds_the_scaled_best_action(name, seed, tmp_path):
     module = _load(name)
@@ -194,6 +205,50 @@ def test_continuous_agent_finds_the_scaled_best_action(name, seed, tmp_path):
         action = summary["actor"](td)["action"]
     # the best actions are -1.5 and +1.5: an unscaled tanh could not pass
     torch.testing.assert_close(action, probe.optimal_action(obs), atol=0.3, rtol=0)
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_discrete_sac_learns_observation_action_probe(seed, tmp_path):
+    discrete_sac = _load("discrete_sac")
+    cfg = discrete_sac.Config(
+        env_id="ObservationActionRewardProbe",
+        total_frames=1_000,
+        init_random_frames=200,
+        frames_per_batch=50,
+        utd_ratio=0.5,
+        batch_size=64,
+        lr=3e-3,
+        hidden=32,
+        eval_interval=500,
+        eval_interval_episodes=2,
+        eval_episodes=1,
+        progress=False,
+        seed=seed,
+        log_dir=str(tmp_path),
+    )
+    summary = discrete_sac.main(cfg)
+    probe = ObservationActionRewardProbe()
+    obs = _probe_obs()
+    td = TensorDict(observation=obs, batch_size=[2])
+    critics = summary["loss_module"].qvalue_network_params  # the two trained critics
+    with torch.no_grad():
+        logits = summary["actor"](td.clone())["logits"]
+        qs = []
+        for i in range(2):
+            with critics[i].to_module(summary["qvalue"]):
+                qs.append(summary["qvalue"](td.clone())["action_value"])  # [2 obs, 2 actions]
+    best = probe.optimal_action(obs)
+    assert logits.argmax(-1).tolist() == best.tolist()
+    # one step then terminated: each critic's value of an action is its reward, +1 or -1
+    for q in qs:
+        torch.testing.assert_close(
+            q.gather(-1, best.view(2, 1)), torch.ones(2, 1), atol=0.2, rtol=0
+        )
+        torch.testing.assert_close(q.min(-1).values, -torch.ones(2), atol=0.4, rtol=0)
+    assert summary["eval_mean"] == 1.0
+    # the evaluations during training were logged, the last weights' return beside them
+    assert [step for step, _ in _scalars(_run_dir(tmp_path), "eval/return")] == [500, 1000, 1000]
+    assert _scalars(_run_dir(tmp_path), "eval/last_weights_return")[0][0] == 1000
 
 
 # ----------------------------------------------------------------------- offline

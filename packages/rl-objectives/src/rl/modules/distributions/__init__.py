@@ -1,7 +1,8 @@
 """rl.modules.distributions: action distributions for probabilistic actors.
 
 ``TanhNormal``, ``IndependentNormal``, ``TruncatedNormal``, ``Delta``, ``TanhDelta`` and the
-one-hot, masked and ordinal categoricals, with TorchRL's names and arguments. Each has
+one-hot, masked and ordinal categoricals (and ``LLMMaskedCategorical`` over a
+language model's vocabulary), with TorchRL's names and arguments. Each has
 ``log_prob``, ``entropy`` and a ``deterministic_sample`` (what
 ``ExplorationType.DETERMINISTIC`` acts with).
 """
@@ -16,20 +17,26 @@ from ._discrete import (
     Ordinal,
     ReparamGradientStrategy,
 )
+from ._llm import LLMMaskedCategorical
 from ._tanh_normal import TanhNormal
+from ._utils import SafeTanhTransform, safeatanh, safetanh
 
 __all__ = [
     "Delta",
     "IndependentNormal",
+    "LLMMaskedCategorical",
     "MaskedCategorical",
     "MaskedOneHotCategorical",
     "OneHotCategorical",
     "OneHotOrdinal",
     "Ordinal",
     "ReparamGradientStrategy",
+    "SafeTanhTransform",
     "TanhDelta",
     "TanhNormal",
     "TruncatedNormal",
     "has_analytic_entropy",
     "has_analytic_kl",
+    "safeatanh",
+    "safetanh",
 ]

@@ -7,6 +7,7 @@ from numbers import Number
 
 import torch
 import torch.nn.functional as F
+from torch import distributions as D
 
 _LOG2 = math.log(2.0)
 
@@ -47,6 +48,94 @@ def safe_atanh(y: torch.Tensor) -> torch.Tensor:
     lim = _tanh_limit(y.dtype)
     y = y + (y.clamp(-lim, lim) - y).detach()
     return y.atanh()
+
+
+class _ClampedTanh(torch.autograd.Function):
+    """``tanh`` clamped to ``[-1 + eps, 1 - eps]``, differentiated as ``1 - y^2`` at the
+    clamped output ``y`` (so that :class:`_ClampedAtanh` after it has a unit gradient)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, eps):
+        lim = 1.0 - eps
+        return x.tanh().clamp(-lim, lim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * (1 - y * y), None
+
+
+class _ClampedAtanh(torch.autograd.Function):
+    """``atanh`` of the input clamped to ``[-1 + eps, 1 - eps]``, differentiated as
+    ``1 / (1 - c^2)`` at the clamped input ``c`` (finite at ``+-1``)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(y, eps):
+        lim = 1.0 - eps
+        return y.clamp(-lim, lim).atanh()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        y, eps = inputs
+        ctx.save_for_backward(y)
+        ctx.eps = eps
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        lim = 1.0 - ctx.eps
+        c = y.clamp(-lim, lim)
+        return grad / (1 - c * c), None
+
+
+def safetanh(x: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+    """TorchRL's ``safetanh``: ``tanh(x)`` clamped to ``[-1 + eps, 1 - eps]`` (``eps``
+    defaults to the dtype's resolution), whose gradient is ``1 - y^2`` at the clamped
+    output ``y``: ``safeatanh(safetanh(x, eps), eps)`` has a gradient of exactly one, even
+    where ``tanh`` saturates. Works under ``vmap``.
+
+    Args:
+        x: any shape.
+        eps: the margin kept from ``+-1``.
+    """
+    return _ClampedTanh.apply(x, _tanh_eps(x, eps))
+
+
+def safeatanh(y: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+    """TorchRL's ``safeatanh``: ``atanh`` of ``y`` clamped to ``[-1 + eps, 1 - eps]``
+    (``eps`` defaults to the dtype's resolution), finite at ``+-1``; the inverse of
+    :func:`safetanh`, gradients included. Works under ``vmap``.
+
+    Args:
+        y: any shape, values in ``[-1, 1]``.
+        eps: the margin kept from ``+-1``.
+    """
+    return _ClampedAtanh.apply(y, _tanh_eps(y, eps))
+
+
+def _tanh_eps(x: torch.Tensor, eps: float | None) -> float:
+    return 1.0 - _tanh_limit(x.dtype) if eps is None else float(eps)
+
+
+class SafeTanhTransform(D.TanhTransform):
+    """A :class:`torch.distributions.TanhTransform` that stays invertible: its outputs
+    are kept ``resolution`` away from ``+-1`` (:func:`safetanh`) and its inverse clamps
+    its inputs the same way (:func:`safeatanh`), so huge inputs map to finite values and
+    back."""
+
+    def _call(self, x: torch.Tensor) -> torch.Tensor:
+        return safetanh(x)
+
+    def _inverse(self, y: torch.Tensor) -> torch.Tensor:
+        return safeatanh(y)
 
 
 def tanh_log_abs_det_jacobian(x: torch.Tensor) -> torch.Tensor:

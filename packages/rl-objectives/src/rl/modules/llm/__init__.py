@@ -7,7 +7,7 @@ in :mod:`rl.data.llm` and are re-exported here, where TorchRL exposes them.
 
 from rl.data.llm import ChatHistory, LogProbs, Masks, Text, Tokens
 
-from ._masked_categorical import LLMMaskedCategorical
+from ..distributions import LLMMaskedCategorical
 from ._transformers import LLMWrapperBase, TransformersWrapper
 
 __all__ = [

@@ -17,7 +17,7 @@ from tensordict.nn import TensorDictModuleBase
 
 from rl.data.llm import ChatHistory, History, LogProbs, Masks, Text, Tokens
 
-from ._masked_categorical import LLMMaskedCategorical
+from ..distributions import LLMMaskedCategorical
 
 __all__ = ["LLMWrapperBase", "TransformersWrapper"]
 

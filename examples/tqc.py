@@ -45,11 +45,12 @@ from _offpolicy import (  # noqa: E402
 
 @dataclasses.dataclass
 class Config(ContinuousConfig):
-    """TQC hyperparameters (sb3-contrib's names)."""
+    """TQC hyperparameters (the names of TorchRL's sota config)."""
 
     num_qvalue_nets: int = 2
-    """Number of distributional critics (n_critics)."""
-    n_quantiles: int = 25
+    """Number of distributional critics (sb3-contrib's n_critics; TorchRL's HalfCheetah
+    config: 5)."""
+    num_quantiles: int = 25
     """Return quantiles each critic predicts."""
     top_quantiles_to_drop_per_net: int = 2
     """Largest atoms dropped from the pooled target, per critic."""
@@ -68,7 +69,7 @@ def main(cfg: Config) -> dict:
 
     # the pieces: actor, quantile critics, collector, buffer, loss, optimiser, targets
     actor = make_tanh_normal_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden, out_features=cfg.n_quantiles)
+    qvalue = make_qvalue(env, cfg.hidden, out_features=cfg.num_quantiles)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),

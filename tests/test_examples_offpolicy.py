@@ -69,7 +69,7 @@ SMOKE = {
     "ddpg": TINY_CONTINUOUS,
     "redq": {**TINY_CONTINUOUS, "num_qvalue_nets": 4},
     "crossq": {**TINY_CONTINUOUS, "critic_hidden": 16},
-    "tqc": {**TINY_CONTINUOUS, "n_quantiles": 5},
+    "tqc": {**TINY_CONTINUOUS, "num_quantiles": 5},
     "cql_online": {**TINY_CONTINUOUS, "num_random": 4},
     "discrete_sac": {
         "total_frames": 300,

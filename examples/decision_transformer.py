@@ -61,6 +61,12 @@ from rl.modules import (
 from rl.objectives import DTLoss, OnlineDTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _offline_data import (  # noqa: E402
+    episode_bounds,
+    normalised_score,
+    observation_stats,
+    report_score,
+)
 from _offpolicy import Run, RunConfig, cli, make_env, open_dataset  # noqa: E402
 
 #: the actor's input sequences: what the windows hold; in an env, CatFrames stacks the
@@ -133,10 +139,8 @@ def episodes(
     data = Reward2GoTransform(
         gamma=1.0, in_keys=[("next", "reward")], out_keys=["return_to_go"]
     ).inv(data)
-    ends = data["next", "done"].squeeze(-1).nonzero().squeeze(-1).tolist()
-    starts = [0, *(e + 1 for e in ends[:-1])]
     data["observation"] = (data["observation"] - loc) / scale
-    return [as_sequence(data[s : e + 1], reward_scale) for s, e in zip(starts, ends, strict=True)]
+    return [as_sequence(data[s : e + 1], reward_scale) for s, e in episode_bounds(data)]
 
 
 def as_sequence(episode: TensorDict, reward_scale: float) -> TensorDict:
@@ -229,8 +233,7 @@ def main(cfg: Config) -> dict:
     buffer, info = open_dataset(cfg.dataset, cfg.batch_size)
     cfg.env_id = info["env_id"]
     env = make_env(cfg.env_id)  # for the specs, the evaluation and the online episodes
-    obs = buffer[: len(buffer)]["observation"]
-    loc, scale = obs.mean(0), obs.std(0).clamp_min(1e-6)
+    loc, scale = observation_stats(buffer)
     obs_norm = ObservationNorm(loc, scale, standard_normal=True)
     data = episodes(buffer, loc, scale, cfg.reward_scale)
     target = cfg.target_return
@@ -240,7 +243,7 @@ def main(cfg: Config) -> dict:
     act = acting_transform(cfg, obs_norm, target, env.full_action_spec)
 
     # the pieces: actor, its loss, the optimiser with warm-up, the acting policy
-    actor = make_actor(cfg, obs.shape[-1], env.action_spec)
+    actor = make_actor(cfg, loc.shape[-1], env.action_spec)
     if cfg.online:
         loss_module = OnlineDTLoss(actor, alpha_init=cfg.alpha_init)
         loss_keys = ("loss_log_likelihood", "loss_entropy", "loss_alpha")
@@ -282,7 +285,7 @@ def main(cfg: Config) -> dict:
         return sum(returns) / len(returns)
 
     def score(ret: float) -> float:
-        return 100 * (ret - info["random_return"]) / (info["policy_return"] - info["random_return"])
+        return normalised_score(ret, info)
 
     # offline: windows of the dataset
     for step in range(1, cfg.num_updates + 1):
@@ -331,14 +334,9 @@ def main(cfg: Config) -> dict:
         cfg.env_id, policy, curve_key="eval/return", actor=actor, loss_module=loss_module
     )
     summary.update(summary_extra)
-    summary["data_return"] = info["policy_return"]
-    summary["random_return"] = info["random_return"]
     summary["target_return"] = target
-    summary["score"] = score(summary["eval_mean"])
-    print(
-        f"normalised score {summary['score']:.1f} (data-collecting policy {info['policy_return']:.1f}, "
-        f"random {info['random_return']:.1f}; target return {target:.1f})"
-    )
+    report_score(summary, info)
+    print(f"(conditioned on the target return {target:.1f})")
     return summary
 
 

@@ -47,11 +47,11 @@ from typing import Literal
 import torch
 
 from rl.core import seed_everything
-from rl.envs.transforms import ObservationNorm
 from rl.modules import MLP, ValueOperator
 from rl.objectives import CQLLoss, IQLLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _offline_data import observation_norms, report_score  # noqa: E402
 from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
@@ -143,19 +143,6 @@ def resolve(cfg: Config) -> Config:
         if getattr(cfg, name) is None:
             setattr(cfg, name, value)
     return cfg
-
-
-def observation_norms(buffer) -> tuple[ObservationNorm, ObservationNorm]:
-    """Two ``ObservationNorm`` that standardise observations by the dataset's mean and std
-    (per feature): one for the sampled batches (``"observation"`` and
-    ``("next", "observation")``), one for the evaluation env."""
-    obs = buffer[: len(buffer)]["observation"]
-    loc, scale = obs.mean(0), obs.std(0).clamp_min(1e-6)
-    batch_keys = ["observation", ("next", "observation")]
-    return (
-        ObservationNorm(loc, scale, in_keys=batch_keys, standard_normal=True),
-        ObservationNorm(loc, scale, standard_normal=True),
-    )
 
 
 def main(cfg: Config) -> dict:
@@ -267,14 +254,7 @@ def main(cfg: Config) -> dict:
         loss_module=loss_module,
         obs_norm=obs_norm,
     )
-    span = info["policy_return"] - info["random_return"]
-    summary["data_return"] = info["policy_return"]
-    summary["random_return"] = info["random_return"]
-    summary["score"] = 100 * (summary["eval_mean"] - info["random_return"]) / span
-    print(
-        f"normalised score {summary['score']:.1f} (data-collecting policy {info['policy_return']:.1f}, "
-        f"random {info['random_return']:.1f})"
-    )
+    report_score(summary, info)
     return summary
 
 

@@ -337,12 +337,71 @@ class TestSplitTrajectories:
         with pytest.raises(KeyError, match="needs the trajectory ids"):
             split_trajectories(TensorDict(obs=torch.zeros(3), batch_size=[3]))
 
-    def test_nested_output_is_refused_with_the_padded_alternative(self):
+    @staticmethod
+    def _two_envs() -> TensorDict:
+        # env 0: steps 0..5, done after step 1 and step 4 -> trajectories [0, 1], [2, 3, 4], [5]
+        # env 1: steps 6..11, done after step 8 -> trajectories [6, 7, 8], [9, 10, 11]
+        done = torch.zeros(2, 6, 1, dtype=torch.bool)
+        done[0, 1] = done[0, 4] = done[1, 2] = True
+        return TensorDict(
+            obs=torch.arange(12.0).reshape(2, 6, 1).expand(2, 6, 3).clone(),
+            step=torch.arange(12).reshape(2, 6),
+            next=TensorDict(done=done, batch_size=[2, 6]),
+            batch_size=[2, 6],
+        )
+
+    @pytest.mark.parametrize("as_nested", [True, torch.strided, torch.jagged])
+    def test_nested_against_hand_split(self, as_nested):
         from rl.collectors.utils import split_trajectories
 
-        td = TensorDict(obs=torch.zeros(3), batch_size=[3])
-        with pytest.raises(NotImplementedError, match="output is padded.*as_nested=False"):
-            split_trajectories(td, as_nested=True)
+        out = split_trajectories(self._two_envs(), as_nested=as_nested)
+        expected = [[0, 1], [2, 3, 4], [5], [6, 7, 8], [9, 10, 11]]
+        assert out.batch_size == (5, -1)
+        assert "mask" not in out.keys()  # every trajectory keeps its own length
+        for key in ("obs", "step", ("next", "done"), "traj_ids"):
+            assert out[key].is_nested and out[key].layout == torch.strided
+        steps = out["step"].unbind()
+        assert [t.tolist() for t in steps] == expected
+        for traj, values in zip(out["obs"].unbind(), expected, strict=True):
+            assert traj.shape == (len(values), 3)
+            torch.testing.assert_close(
+                traj, torch.tensor(values, dtype=torch.float32)[:, None].expand(-1, 3)
+            )
+        # done sits on the last step of the trajectories that ended, nowhere else
+        dones = [t[:, 0].tolist() for t in out["next", "done"].unbind()]
+        assert dones == [
+            [False, True],
+            [False, False, True],
+            [False],
+            [False, False, True],
+            [False, False, False],
+        ]
+        # ids are derived from the done flags and written under "traj_ids"
+        assert [t.tolist() for t in out["traj_ids"].unbind()] == [
+            [i] * len(v) for i, v in enumerate(expected)
+        ]
+        assert out[1]["step"].tolist() == [2, 3, 4]
+
+    def test_nested_padded_equals_padded_output(self):
+        from rl.collectors.utils import split_trajectories
+
+        ids = torch.tensor([[0, 0, 2, 2, 2], [1, 3, 3, 4, 4]])
+        td = TensorDict(
+            obs=torch.arange(10).reshape(2, 5),
+            collector=TensorDict(traj_ids=ids, batch_size=[2, 5]),
+            batch_size=[2, 5],
+        )
+        padded = split_trajectories(td)
+        nested = split_trajectories(td, as_nested=True)
+        assert ("collector", "mask") not in nested.keys(True)
+        assert [t.tolist() for t in nested["collector", "traj_ids"].unbind()] == [
+            [0, 0],
+            [2, 2, 2],
+            [1],
+            [3, 3],
+            [4, 4],
+        ]
+        assert (nested.to_padded_tensor(mask_key=("collector", "mask")) == padded).all()
 
 
 class TestEnvStateLoading:

@@ -1,4 +1,6 @@
-"""``split_trajectories``: a ``[*B, T]`` batch as zero-padded ``[n_traj, max_len]`` trajectories."""
+"""``split_trajectories``: a ``[*B, T]`` batch as ``[n_traj, max_len]`` trajectories.
+
+Zero-padded with a mask by default, or as nested tensors (``as_nested=True``)."""
 
 from __future__ import annotations
 
@@ -20,13 +22,14 @@ def split_trajectories(
     prefix: NestedKey | None = None,
     trajectory_key: NestedKey | None = None,
     done_key: NestedKey | None = None,
-    as_nested: bool = False,
+    as_nested: bool | torch.layout = False,
 ) -> TensorDictBase:
-    """Splits a rollout into its trajectories, zero-padded to the longest one.
+    """Splits a rollout into its trajectories, zero-padded to the longest one or nested.
 
     The batch is read in memory order (env by env, time last); a trajectory is a run of
     consecutive steps with the same id. Each trajectory becomes one row of the output,
-    left-aligned, with a boolean mask telling the valid steps.
+    left-aligned, with a boolean mask telling the valid steps; with ``as_nested`` each
+    entry is instead a nested tensor holding one tensor per trajectory, of its own length.
 
     Args:
         rollout_tensordict: a ``[*B, T]`` (or ``[T]``) TensorDict of adjacent steps.
@@ -36,15 +39,19 @@ def split_trajectories(
             is written next to it.
         done_key: when there are no ids, trajectories end where ``("next", done_key)``
             (default ``"done"``) is set, and ids are written.
-        as_nested: not supported, by choice: the output is padded with a ``mask`` (what
-            the losses and value estimators read); TorchRL's nested-tensor layout is not
-            provided.
+        as_nested: return nested tensors (``torch.strided`` layout, as TorchRL 0.14.1
+            returns them) instead of padded ones. A ``torch.layout`` is accepted for
+            TorchRL's spelling; the result is strided whichever is given, because a
+            TensorDict cannot hold jagged tensors under a ``[n_traj, -1]`` batch size.
+            ``out.to_padded_tensor(mask_key=mask_key)`` gives the padded output.
 
     Returns:
-        a TensorDict of batch size ``[n_traj, max_len]`` with the mask entry.
+        a TensorDict of batch size ``[n_traj, max_len]`` with the mask entry; with
+        ``as_nested``, batch size ``[n_traj, -1]`` and no mask (each trajectory keeps
+        its own length).
 
     Raises:
-        NotImplementedError: ``as_nested=True``.
+        KeyError: neither the trajectory ids nor the done flags are in the input.
 
     Examples:
         >>> import torch
@@ -62,12 +69,12 @@ def split_trajectories(
         >>> out["mask"]
         tensor([[ True,  True,  True,  True],
                 [ True,  True, False, False]])
+        >>> nested = split_trajectories(data, as_nested=True)
+        >>> nested.batch_size
+        torch.Size([2, -1])
+        >>> [traj.tolist() for traj in nested["obs"].unbind()]
+        [[0, 1, 2, 3], [4, 5]]
     """
-    if as_nested:
-        raise NotImplementedError(
-            "split_trajectories(as_nested=True) is not supported: the output is padded, "
-            "with a 'mask' entry marking the valid steps; pass as_nested=False"
-        )
     td = rollout_tensordict
     if trajectory_key is not None:
         ids_key, mask_key = trajectory_key, _with_last(trajectory_key, "mask")
@@ -106,6 +113,15 @@ def split_trajectories(
     n_traj, max_len = starts.numel(), int(lengths.max())
     offset = torch.arange(n, device=flat_ids.device) - starts[run]
     flat = td.reshape(-1)
+    if as_nested is not False:
+        split_sizes = lengths.tolist()
+
+        def nest(value: torch.Tensor) -> torch.Tensor:
+            return torch.nested.as_nested_tensor(
+                list(value.split(split_sizes)), layout=torch.strided
+            )
+
+        return flat.apply(nest, batch_size=[n_traj, -1])
 
     def pad(value: torch.Tensor) -> torch.Tensor:
         out = value.new_zeros((n_traj, max_len, *value.shape[1:]))

@@ -139,3 +139,53 @@ def test_policy_factory_and_env_factory():
     assert batch.shape == (2, 1)
     torch.testing.assert_close(batch["next", "reward"].reshape(-1), torch.tensor([1.0, 0.0]))
     collector.shutdown()
+
+
+class TestLLMCollectorWeights:
+    """update_policy_weights_: the trainer's weights reach the model the collector samples with."""
+
+    def policy_with_model(self):
+        policy = ScriptedPolicy()
+        policy.model = torch.nn.Linear(2, 1)
+        return policy
+
+    def test_weights_copied_into_the_model(self):
+        policy = self.policy_with_model()
+        collector = LLMCollector(
+            make_env(), policy=policy, dialog_turns_per_batch=2, track_policy_version=True
+        )
+        trained = torch.nn.Linear(2, 1)
+        collector.update_policy_weights_(trained)
+        torch.testing.assert_close(policy.model.weight, trained.weight)
+        assert policy.model.weight is not trained.weight  # copied, not shared
+        weights = {"weight": torch.full((1, 2), 3.0), "bias": torch.zeros(1)}
+        collector.update_policy_weights_(policy_weights=weights)  # TorchRL's older keyword
+        assert policy.model.weight.tolist() == [[3.0, 3.0]]
+        collector.update_policy_weights_()  # nothing given, no updater: only the version
+        assert policy.model.weight.tolist() == [[3.0, 3.0]]
+        assert collector.policy_version == 3
+        assert collector.next()["policy_version"].unique().tolist() == [3]
+        with pytest.raises(KeyError, match="'layer.weight', which the collector's model"):
+            collector.update_policy_weights_({"layer.weight": torch.zeros(1, 2)})
+
+    def test_through_a_weight_updater(self):
+        from tensordict import TensorDict
+
+        from rl.collectors import VanillaWeightUpdater
+
+        policy = self.policy_with_model()
+        trained = torch.nn.Linear(2, 1)
+        collector = LLMCollector(
+            make_env(),
+            policy=policy,
+            dialog_turns_per_batch=2,
+            weight_updater=VanillaWeightUpdater(
+                weight_getter=lambda: TensorDict.from_module(trained).data,
+                policy_weights=TensorDict.from_module(policy.model).data,
+            ),
+        )
+        with torch.no_grad():
+            trained.weight.fill_(-2.0)
+        collector.update_policy_weights_()  # the updater reads the trained weights itself
+        assert policy.model.weight.tolist() == [[-2.0, -2.0]]
+        torch.testing.assert_close(policy.model.bias, trained.bias)

@@ -168,6 +168,28 @@ class LLMCollector(CollectorBase):
         """The policy's model (``policy.model``), where weight updates go."""
         return self.policy.model
 
+    def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs) -> None:
+        """Writes new weights into the model the collector generates with, then raises the
+        policy version.
+
+        With a ``weight_updater`` the weights go through it (``None``: the updater's own
+        ``weight_getter``, e.g. the trained model's parameters). Otherwise
+        ``policy_or_weights`` (a module, a state dict or a TensorDict of parameters) is
+        copied into :meth:`get_policy_model`; ``None`` copies nothing (the collector runs
+        the trained model itself).
+
+        Raises:
+            KeyError: weights whose names are not the model's (naming the first).
+        """
+        worker_ids = kwargs.pop("worker_ids", None)
+        if "policy_weights" in kwargs:  # TorchRL's older keyword
+            policy_or_weights = kwargs.pop("policy_weights")
+        if self.weight_updater is not None:
+            self.weight_updater(policy_or_weights, worker_ids=worker_ids)
+        elif policy_or_weights is not None:
+            _copy_weights(self.get_policy_model(), policy_or_weights)
+        self.increment_version()
+
     def set_postproc(self, postproc: Callable[[TensorDictBase], TensorDictBase]) -> None:
         if self.postproc is not None:
             raise RuntimeError("the LLMCollector already has a postproc")
@@ -236,3 +258,21 @@ class LLMCollector(CollectorBase):
         close = getattr(self.env, "close", None)
         if close is not None and not getattr(self.env, "is_closed", False):
             close()
+
+
+def _copy_weights(model: torch.nn.Module, weights: Any) -> None:
+    """Copies ``weights`` (a module, a state dict or a TensorDict) into ``model`` in place."""
+    if isinstance(weights, torch.nn.Module):
+        weights = weights.state_dict()
+    elif isinstance(weights, TensorDictBase):
+        weights = weights.flatten_keys(".").to_dict()
+    params = model.state_dict()
+    for name in weights:
+        if name not in params:
+            raise KeyError(
+                f"the weights hold {name!r}, which the collector's model does not have "
+                f"(it has {len(params)} entries, e.g. {next(iter(params), None)!r})"
+            )
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)

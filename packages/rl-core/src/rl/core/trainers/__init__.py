@@ -6,6 +6,7 @@ environments are duck-typed.
 
 from ._checkpoint import CheckpointError, atomic_save, load_checkpoint
 from ._dreamer_v3 import DreamerV3OptimizationStepper, DreamerV3Optimizer, DreamerV3UpdateRatio
+from ._grpo import GRPOTrainer
 from ._hooks_data import (
     BatchSubSampler,
     ReplayBufferTrainer,
@@ -34,6 +35,7 @@ __all__ = [
     "DreamerV3UpdateRatio",
     "EarlyStopping",
     "EpisodeReturns",
+    "GRPOTrainer",
     "LRSchedulerHook",
     "LogScalar",
     "LogValidationReward",

@@ -349,6 +349,9 @@ class Trainer:
             self._optim_count += 1
             sub_batch = self._call_transform("process_optim_batch", batch)
             losses = self.loss_module(sub_batch)
+            if not isinstance(losses, TensorDictBase) and hasattr(losses, "to_tensordict"):
+                # a tensorclass output (the LLM losses'): hooks add entries (grad_norm_0)
+                losses = losses.to_tensordict()
             self._call_transform("post_loss", sub_batch)
             for i, (op, kwargs) in enumerate(self._ops["optimizer"]):
                 out = op(losses, self.clip_grad_norm, self.clip_norm, i, **kwargs)

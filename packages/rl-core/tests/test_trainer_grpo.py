@@ -1,0 +1,225 @@
+"""GRPOTrainer: optimization steps per batch, gradient accumulation, weight pushes, the
+on-policy buffer, reward logging and bad arguments, on a one-token "policy" whose
+updates are computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rl.core.trainers import GRPOTrainer
+
+
+class RecordingLogger:
+    def __init__(self):
+        self.calls = []
+
+    def log_scalar(self, name, value, step=None):
+        self.calls.append((name, float(value), step))
+
+
+class ListBuffer:
+    """What the trainer calls of a replay buffer: extend, sample without replacement
+    (one pass, then a new one), len, empty; ``advantage`` is the reward (the role of
+    MCAdvantage)."""
+
+    def __init__(self, batch_size):
+        self.batch_size = batch_size
+        self.items = []
+        self.order = []
+        self.extends = 0
+
+    def extend(self, data):
+        self.extends += 1
+        data = data.clone()
+        data["advantage"] = data["next", "reward"]
+        self.items.extend(data.unbind(0))
+
+    def sample(self, batch_size=None):
+        size = batch_size or self.batch_size
+        if not self.order:
+            self.order = list(range(len(self.items)))
+        idx, self.order = self.order[:size], self.order[size:]
+        return torch.stack([self.items[i] for i in idx])
+
+    def __len__(self):
+        return len(self.items)
+
+    def empty(self, empty_write_count=True):
+        self.items, self.order = [], []
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+class Sender:
+    def __init__(self, source, target):
+        self.source, self.target, self.calls = source, target, 0
+
+    def update_weights(self):
+        self.calls += 1
+        self.target.data.copy_(self.source.data)
+
+
+def answers(actions, rewards):
+    """A batch of one-token answers and their rewards."""
+    n = len(actions)
+    return TensorDict(
+        {
+            "action": torch.tensor(actions),
+            "next": {"reward": torch.tensor(rewards, dtype=torch.float).reshape(n, 1)},
+        },
+        batch_size=[n],
+    )
+
+
+def make_loss(logits):
+    def loss(td):
+        logp = logits.log_softmax(-1)[td["action"]]
+        adv = td.get("advantage", td["next", "reward"]).reshape(-1)
+        return TensorDict(loss_objective=-(adv * logp).mean(), kl_to_ref=torch.tensor(0.25))
+
+    return loss
+
+
+def grad(logits, actions, adv):
+    """The hand gradient of -mean(adv * log softmax(logits)[a])."""
+    p = logits.detach().softmax(-1)
+    g = torch.zeros_like(p)
+    for a, w in zip(actions, adv):
+        g -= w * (torch.nn.functional.one_hot(torch.tensor(a), p.numel()).float() - p)
+    return g / len(actions)
+
+
+class TestGRPOTrainer:
+    def test_one_step_per_batch_without_buffer(self):
+        logits = torch.nn.Parameter(torch.zeros(3))
+        batches = [answers([0, 1, 2, 1], [0.0, 1.0, -1.0, 1.0]) for _ in range(2)]
+        logger = RecordingLogger()
+        trainer = GRPOTrainer(
+            collector=batches,
+            total_frames=8,
+            loss_module=make_loss(logits),
+            optimizer=torch.optim.SGD([logits], lr=0.5),
+            clip_norm=None,
+            logger=logger,
+            log_interval=0,
+            progress_bar=False,
+        )
+        expected = torch.zeros(3)
+        for _ in range(2):
+            expected = expected - 0.5 * grad(expected, [0, 1, 2, 1], [0.0, 1.0, -1.0, 1.0])
+        trainer.train()
+        assert trainer._optim_count == 2
+        torch.testing.assert_close(logits.detach(), expected)
+        logged = {name: value for name, value, _ in logger.calls}
+        assert logged["reward_mean"] == pytest.approx(0.25)
+        assert logged["reward_max"] == pytest.approx(1.0)
+        assert logged["reward_mean_std"] == pytest.approx(
+            torch.tensor([0.0, 1, -1, 1]).std().item()
+        )
+        assert logged["kl_to_ref"] == pytest.approx(0.25)  # the loss's diagnostics
+
+    @pytest.mark.parametrize("num_epochs", [1, 2])
+    def test_passes_over_the_buffer_then_push_and_empty(self, num_epochs):
+        logits = torch.nn.Parameter(torch.zeros(3))
+        copy = torch.zeros(3)
+        sender = Sender(logits, copy)
+        buffer = ListBuffer(batch_size=2)
+        seen = []
+
+        def loss(td):
+            seen.append(td["action"].tolist())
+            return make_loss(logits)(td)
+
+        batches = [answers([0, 1, 2], [1.0, 0.0, -1.0]) for _ in range(3)]
+        trainer = GRPOTrainer(
+            collector=batches,
+            total_frames=9,
+            loss_module=loss,
+            optimizer=torch.optim.SGD([logits], lr=0.1),
+            replay_buffer=buffer,
+            weight_sync_sender=sender,
+            empty_replay_buffer_on_weight_update=True,
+            num_epochs=num_epochs,
+            progress_bar=False,
+        )
+        trainer.train()
+        per_batch = math.ceil(3 / 2) * num_epochs  # every answer once per epoch
+        assert trainer._optim_count == 3 * per_batch
+        assert seen[:per_batch] == [[0, 1], [2]] * num_epochs
+        assert buffer.extends == 3 and len(buffer) == 0  # emptied after each push
+        assert sender.calls == 3  # one push per collected batch
+        torch.testing.assert_close(copy, logits.detach())  # the collector's copy is current
+
+    def test_gradient_accumulation(self):
+        logits = torch.nn.Parameter(torch.zeros(2))
+        buffer = ListBuffer(batch_size=1)
+        trainer = GRPOTrainer(
+            collector=[answers([0, 1], [1.0, 2.0])],
+            total_frames=2,
+            loss_module=make_loss(logits),
+            optimizer=torch.optim.SGD([logits], lr=1.0),
+            replay_buffer=buffer,
+            gradient_accumulation_steps=2,
+            clip_norm=None,
+            progress_bar=False,
+        )
+        trainer.train()
+        # one optimizer step on the mean of the two answers' gradients (each from logits 0)
+        g = (grad(torch.zeros(2), [0], [1.0]) + grad(torch.zeros(2), [1], [2.0])) / 2
+        torch.testing.assert_close(logits.detach(), -g)
+
+    def test_async_pushes_every_k_optim_steps(self):
+        logits = torch.nn.Parameter(torch.zeros(2))
+        sender = Sender(logits, torch.zeros(2))
+        trainer = GRPOTrainer(
+            collector=[answers([0, 1], [1.0, 0.0]) for _ in range(3)],
+            total_frames=6,
+            optim_steps_per_batch=2,
+            loss_module=make_loss(logits),
+            optimizer=torch.optim.SGD([logits], lr=0.1),
+            weight_sync_sender=sender,
+            weight_update_frequency=3,
+            async_collection=True,
+            progress_bar=False,
+        )
+        trainer.train()
+        assert trainer._optim_count == 6
+        assert sender.calls == 2  # after optimizer steps 3 and 6
+
+    def test_mixed_precision_bfloat16(self):
+        logits = torch.nn.Parameter(torch.zeros(3))
+        trainer = GRPOTrainer(
+            collector=[answers([0, 1, 2, 1], [0.0, 1.0, -1.0, 1.0])],
+            total_frames=4,
+            loss_module=make_loss(logits),
+            optimizer=torch.optim.SGD([logits], lr=0.5),
+            mixed_precision=True,
+            clip_norm=None,
+            progress_bar=False,
+        )
+        trainer.train()
+        expected = -0.5 * grad(torch.zeros(3), [0, 1, 2, 1], [0.0, 1.0, -1.0, 1.0])
+        torch.testing.assert_close(logits.detach(), expected, atol=1e-2, rtol=1e-2)
+
+    def test_bad_arguments(self):
+        logits = torch.nn.Parameter(torch.zeros(2))
+        kwargs = dict(collector=[], total_frames=2, loss_module=make_loss(logits))
+        with pytest.raises(ValueError, match="requires an optimizer"):
+            GRPOTrainer(**kwargs)
+        opt = torch.optim.SGD([logits], lr=0.1)
+        with pytest.raises(ValueError, match="num_epochs must be a positive int, got 0"):
+            GRPOTrainer(**kwargs, optimizer=opt, num_epochs=0)
+        with pytest.raises(
+            ValueError, match="gradient_accumulation_steps must be a positive int, got 1.5"
+        ):
+            GRPOTrainer(**kwargs, optimizer=opt, gradient_accumulation_steps=1.5)
+        with pytest.raises(TypeError, match="weight_sync_sender must have an update_weights"):
+            GRPOTrainer(**kwargs, optimizer=opt, weight_sync_sender=object())

@@ -1,0 +1,169 @@
+"""examples/impala.py: V-trace corrects with the actors' own log-probabilities, the
+asynchronous learner learns a probe env's observation-dependent action and its value,
+CartPole's return rises on a small budget, the worker processes (and with --ray the Ray
+actors and the local Ray instance) are gone after the run."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rl.collectors import Collector
+from rl.core import ExplorationType, set_exploration_type
+from rl.core.ray_runtime import child_pids, processes_left
+from rl.objectives.value.functional import vtrace_advantage_estimate
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+PROBE = "ObservationActionRewardProbe"
+
+
+def _load(name: str):
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and `from ppo import ...` look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def impala():
+    _load("ppo")
+    return _load("impala")
+
+
+def _probe_config(impala, tmp_path, **kwargs):
+    defaults = {
+        "env_id": PROBE,
+        "total_frames": 6144,
+        "num_workers": 2,
+        "envs_per_worker": 16,
+        "num_steps": 8,
+        "gamma": 0.9,
+        "lr": 3e-3,
+        "ent_coef": 0.0,
+        "eval_interval": 0,
+        "eval_episodes": 1,
+        "log_dir": str(tmp_path),
+        "exp_name": "run",
+        "progress": False,
+    }
+    return impala.Config(**{**defaults, **kwargs})
+
+
+def _assert_learned_the_probe(out, gamma: float):
+    env = _load("_common").make_base_env(PROBE, 8)
+    env.set_seed(123)
+    td = env.reset()
+    with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+        out["actor"](td)
+        out["critic"](td)
+    obs = td["observation"]
+    assert (td["action"].argmax(-1) == env.optimal_action(obs)).all()
+    torch.testing.assert_close(td["state_value"], env.expected_value(obs, gamma), atol=0.2, rtol=0)
+
+
+class TestVTrace:
+    def test_behaviour_log_probs_are_the_collectors(self, impala):
+        """log mu is read from the batch (what the collecting policy wrote), log pi is the
+        learner's current policy on the stored action: after the learner's weights move,
+        the importance weights are their ratio, computed by hand here."""
+        torch.manual_seed(0)
+        cfg = impala.Config(envs_per_worker=4, num_steps=10)
+        env = impala.make_base_env(cfg.env_id, cfg.envs_per_worker, categorical=True)
+        actor, critic = impala.make_agent(cfg, env)
+        collector = Collector(env, actor, frames_per_batch=40, total_frames=40)
+        batch = next(iter(collector))
+        collector.shutdown()
+        assert batch.shape == (4, 10)
+
+        with torch.no_grad():
+            impala.vtrace(cfg, actor, critic, batch)  # the same weights: on-policy
+        torch.testing.assert_close(batch["importance_weight"], torch.ones(4, 10, 1))
+
+        with torch.no_grad():  # the learner moves on; the batch keeps the actor's log-probs
+            for p in actor.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+            impala.vtrace(cfg, actor, critic, batch)
+            logits = actor.module[0](batch["observation"])
+        log_pi = torch.log_softmax(logits, -1).gather(-1, batch["action"].unsqueeze(-1))
+        rho = (log_pi - batch["action_log_prob"].unsqueeze(-1)).exp()
+        torch.testing.assert_close(batch["importance_weight"], rho)
+        assert (rho - 1).abs().max() > 0.05
+        value = critic(batch.select("observation"))["state_value"].detach()
+        next_value = critic(batch["next"].select("observation"))["state_value"].detach()
+        advantage, target = vtrace_advantage_estimate(
+            cfg.gamma,
+            log_pi,
+            batch["action_log_prob"].unsqueeze(-1),
+            value,
+            next_value,
+            batch["next", "reward"],
+            batch["next", "done"],
+            batch["next", "terminated"],
+        )
+        torch.testing.assert_close(batch["advantage"], advantage)
+        torch.testing.assert_close(batch["value_target"], target)
+
+
+class TestIMPALA:
+    def test_learns_the_probe_with_worker_processes_and_leaves_none(self, impala, tmp_path):
+        children_before = set(child_pids())
+        cfg = _probe_config(impala, tmp_path)
+        out = impala.main(cfg)
+        assert out["frames"] == 6144 and out["updates"] == 6144 // 128
+        _assert_learned_the_probe(out, cfg.gamma)
+        assert out["eval_mean"] == 1.0
+        # every rollout's update is logged at its frame count; the weights are near 1
+        train = tmp_path / "run" / "scalars" / "train"
+        rows = [r.split(",") for r in (train / "importance_weight.csv").read_text().split()]
+        assert [int(f) for f, _ in rows] == [128 * i for i in range(1, 49)]
+        assert all(0.5 < float(w) < 1.5 for _, w in rows)
+        assert out["curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert not processes_left([p for p in child_pids() if p not in children_before], 10)
+
+    def test_cartpole_return_rises_on_a_small_budget(self, impala, tmp_path):
+        cfg = impala.Config(
+            total_frames=12_288,
+            eval_interval=0,
+            eval_episodes=2,
+            log_dir=str(tmp_path),
+            exp_name="run",
+            progress=False,
+        )
+        out = impala.main(cfg)
+        rows = (tmp_path / "run" / "scalars" / "train" / "episode_return.csv").read_text()
+        returns = [float(r.split(",")[1]) for r in rows.split()]
+        # random play lasts about 22 steps; the last 20 episodes last several times that
+        assert returns[0] < 40 and returns[-1] > 80
+        assert out["eval_mean"] > 80
+
+    def test_help_lists_every_field(self, impala, capsys, monkeypatch):
+        import tyro
+
+        monkeypatch.setattr(sys, "argv", ["impala.py", "--help"])
+        with pytest.raises(SystemExit) as exit_info:
+            tyro.cli(impala.Config, description=impala.__doc__)
+        assert exit_info.value.code == 0
+        help_text = capsys.readouterr().out
+        for field in impala.Config.__dataclass_fields__:
+            assert "--" + field.replace("_", "-") in help_text, field
+
+
+@pytest.mark.timeout(240)
+def test_ray_actors_learn_the_probe_and_ray_stops(impala, tmp_path):
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    children_before = set(child_pids())
+    cfg = _probe_config(impala, tmp_path, ray=True, num_cpus=2)
+    out = impala.main(cfg)
+    assert out["frames"] == 6144
+    _assert_learned_the_probe(out, cfg.gamma)
+    # the example started Ray, so its collector's shutdown stopped it and its processes
+    assert not ray.is_initialized()
+    assert not processes_left([p for p in child_pids() if p not in children_before])

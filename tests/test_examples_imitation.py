@@ -231,3 +231,22 @@ class TestGAIL:
         run_dir = _run_dir(tmp_path)
         assert _scalars(run_dir, "train/loss_discriminator")
         assert _scalars(run_dir, "train/gail_reward")
+
+
+@pytest.mark.parametrize(
+    "script, preset, args, expected",
+    [
+        ("td3_bc", "td3_bc", ["--alpha", "2.5", "--seed", "3"], {"alpha": 2.5, "seed": 3}),
+        ("diffusion_bc", "diffusion_bc", ["--top-episodes", "None"], {"top_episodes": None}),
+        (
+            "gail",
+            "pendulum",
+            ["--use-grad-penalty", "--total-frames", "500"],
+            {"total_frames": 500, "use_grad_penalty": True},
+        ),
+    ],
+)
+def test_flags_work_without_naming_a_preset(helpers, script, preset, args, expected):
+    module = _load(script)
+    cfg = helpers.offpolicy.cli(module.Config, module.PRESETS, preset, script, args)
+    assert {key: getattr(cfg, key) for key in expected} == expected

@@ -85,7 +85,10 @@ class TestSafeModule:
         torch.testing.assert_close(module(td)["action"], linear(td["observation"]))
 
     def test_safe_without_spec_raises(self):
-        with pytest.raises(RuntimeError, match=r"safe=True\) needs a spec"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"safe=True\) is not a valid configuration as the tensor specs are not specified",
+        ):
             SafeModule(nn.Linear(3, 2), ["observation"], ["action"], safe=True)
 
     def test_one_spec_many_out_keys_raises(self):
@@ -388,7 +391,7 @@ class TestQValue:
     def test_bad_action_space(self):
         with pytest.raises(ValueError, match="action_space must be one of"):
             QValueModule("gaussian")
-        with pytest.raises(ValueError, match="neither action_space nor spec"):
+        with pytest.raises(ValueError, match="Neither action_space nor spec"):
             QValueModule()
 
     def test_missing_action_value_key(self):

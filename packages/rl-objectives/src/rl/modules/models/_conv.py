@@ -62,7 +62,9 @@ class _ConvNetBase(nn.Sequential):
             paddings=paddings,
         )
         if depth == 0:
-            raise ValueError(f"{name} needs a depth of at least 1, got 0")
+            raise ValueError(
+                f"Null depth is not permitted with {name}: a depth of at least 1 is needed"
+            )
 
         def as_list(value):
             return list(value) if isinstance(value, (list, tuple)) else [value] * depth
@@ -119,7 +121,7 @@ class _ConvNetBase(nn.Sequential):
         n_feature_dims = self._spatial_dims + 1
         if inputs.ndim < n_feature_dims:
             raise ValueError(
-                f"{type(self).__name__} expects inputs with at least {n_feature_dims} "
+                f"{type(self).__name__} inputs must have at least {n_feature_dims} "
                 f"dimensions (channels and {self._spatial_dims} spatial), got shape "
                 f"{tuple(inputs.shape)}"
             )

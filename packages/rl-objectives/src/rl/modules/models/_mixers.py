@@ -51,12 +51,7 @@ class Mixer(nn.Module):
             )
         chosen_action_value = inputs[0]
         state = inputs[1] if self.needs_state else None
-        if chosen_action_value.shape[-2:] != (self.n_agents, 1):
-            raise ValueError(
-                f"{name} expects chosen_action_value of shape [*B, {self.n_agents}, 1], "
-                f"got {tuple(chosen_action_value.shape)} (Mixer network expected "
-                f"chosen_action_value with last 2 dimensions ({self.n_agents}, 1))"
-            )
+        # the state first, as TorchRL checks them
         if state is not None and (
             state.shape[state.ndim - len(self.state_shape) :] != self.state_shape
         ):
@@ -64,6 +59,12 @@ class Mixer(nn.Module):
                 f"{name} expects a state ending with shape {tuple(self.state_shape)}, "
                 f"got {tuple(state.shape)} (Mixer network expected state with ending shape "
                 f"{tuple(self.state_shape)})"
+            )
+        if chosen_action_value.shape[-2:] != (self.n_agents, 1):
+            raise ValueError(
+                f"{name} expects chosen_action_value of shape [*B, {self.n_agents}, 1], "
+                f"got {tuple(chosen_action_value.shape)} (Mixer network expected "
+                f"chosen_action_value with last 2 dimensions ({self.n_agents}, 1))"
             )
         return self.mix(chosen_action_value, state)
 

@@ -244,7 +244,7 @@ class TanhModule(TensorDictModuleBase):
             out_keys = [out_keys]
         if len(in_keys) != len(out_keys):
             raise ValueError(
-                f"in_keys and out_keys must have the same length, got in_keys={in_keys} and "
+                f"in_keys and out_keys should have the same length, got in_keys={in_keys} and "
                 f"out_keys={out_keys}"
             )
         self.in_keys = list(in_keys)

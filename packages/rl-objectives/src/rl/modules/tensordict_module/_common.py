@@ -89,14 +89,14 @@ def _process_action_space_spec(action_space: Any, spec: TensorSpec | None) -> tu
         name = _find_action_space(action_space)
         if leaf is not None and _find_action_space(leaf) != name:
             raise ValueError(
-                f"the action spec and the action space do not match: action_space={action_space!r} "
+                f"The action spec and the action space do not match: action_space={action_space!r} "
                 f"but spec={leaf!r}"
             )
     elif leaf is not None:
         name = _find_action_space(leaf)
     else:
         raise ValueError(
-            "neither action_space nor spec was given: the action space cannot be inferred"
+            "Neither action_space nor spec was defined: the action space cannot be inferred"
         )
     return name, spec
 
@@ -148,7 +148,8 @@ def _register_spec(
     if safe:
         if all(leaf is None for leaf in spec.values(True, True)):
             raise RuntimeError(
-                f"{type(module).__name__}(safe=True) needs a spec to project into, got spec=None"
+                f"{type(module).__name__}(safe=True) is not a valid configuration as the tensor specs "
+                "are not specified (spec=None: nothing to project the outputs into)"
             )
         module.register_forward_hook(_forward_hook_safe_action)
 

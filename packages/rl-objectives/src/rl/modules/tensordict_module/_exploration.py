@@ -19,6 +19,7 @@ from torch import nn
 from rl.core import Composite, ExplorationType, TensorSpec, exploration_type
 
 from ._common import _forward_hook_safe_action
+from ._probabilistic import _missing_key_error
 
 __all__ = [
     "AdditiveGaussianModule",
@@ -155,14 +156,21 @@ class EGreedyModule(_AnnealedSpecModule):
             )
         spec = self._action_spec()
         # expand (a copy) to the action's shape; a copy also keeps the mask off self.spec
-        spec = spec.expand(action.shape) if spec.shape != action.shape else spec.clone()
+        if spec.shape != action.shape:
+            try:
+                spec = spec.expand(action.shape)
+            except ValueError as err:
+                raise ValueError(
+                    f"Action spec shape does not match the action shape: the action at "
+                    f"{self.action_key!r} has shape {tuple(action.shape)} ({err})"
+                ) from None
+        else:
+            spec = spec.clone()
         if self.action_mask_key is not None:
             mask = tensordict.get(self.action_mask_key, None)
             if mask is None:
-                raise KeyError(
-                    f"EGreedyModule reads the action mask at {self.action_mask_key!r}, which "
-                    f"is not in the input. Keys present: "
-                    f"{[str(k) for k in tensordict.keys(True, True)]}"
+                raise _missing_key_error(
+                    tensordict, self.action_mask_key, "EGreedyModule", "Action mask key"
                 )
             spec.update_mask(mask)
         parent = (
@@ -306,7 +314,9 @@ class OrnsteinUhlenbeckProcessModule(_AnnealedSpecModule):
     ):
         super().__init__()
         if spec is None:
-            raise RuntimeError("OrnsteinUhlenbeckProcessModule needs an action spec, got None")
+            raise RuntimeError(
+                "spec cannot be None. OrnsteinUhlenbeckProcessModule needs an action spec"
+            )
         self.action_key = action_key
         self.is_init_key = is_init_key
         self.noise_key = "_ou_prev_noise"

@@ -50,8 +50,16 @@ _LEAN_ATTRS = frozenset(
 )
 
 
-def _missing_key_error(tensordict: TensorDictBase, key: NestedKey, owner: str) -> KeyError:
+def _missing_key_error(
+    tensordict: TensorDictBase, key: NestedKey, owner: str, label: str | None = None
+) -> KeyError:
+    """The error of a key ``owner`` reads and ``tensordict`` lacks; ``label`` names its
+    role (``"Action mask key"``: TorchRL's wording for that key)."""
     present = [str(k) for k in tensordict.keys(True, True)]
+    if label is not None:
+        return KeyError(
+            f"{label} {key} not found in TensorDict: {owner} reads it. Keys present: {present}"
+        )
     return KeyError(
         f"{owner} reads the key {key!r}, which is not in the input tensordict. Keys present: "
         f"{present}"

@@ -18,6 +18,7 @@ from ._common import _process_action_space_spec, _register_spec, _SpecMixin
 from ._probabilistic import (
     TensorForward,
     _has_hooks,
+    _missing_key_error,
     _plain_keys,
     _same_methods,
     _tensor_chain,
@@ -33,14 +34,12 @@ __all__ = [
 ]
 
 
-def _get_or_raise(tensordict: TensorDictBase, key: NestedKey, owner: str) -> torch.Tensor:
+def _get_or_raise(
+    tensordict: TensorDictBase, key: NestedKey, owner: str, label: str | None = None
+) -> torch.Tensor:
     value = tensordict.get(key, None)
     if value is None:
-        present = [str(k) for k in tensordict.keys(True, True)]
-        raise KeyError(
-            f"{owner} reads the key {key!r}, which is not in the input tensordict. Keys "
-            f"present: {present}"
-        )
+        raise _missing_key_error(tensordict, key, owner, label)
     return value
 
 
@@ -141,7 +140,7 @@ class QValueModule(_SpecMixin, TensorDictModuleBase):
         name = type(self).__name__
         values = _get_or_raise(tensordict, self.action_value_key, name)
         if self.action_mask_key is not None:
-            mask = _get_or_raise(tensordict, self.action_mask_key, name)
+            mask = _get_or_raise(tensordict, self.action_mask_key, name, "Action mask key")
             values = torch.where(mask, values, torch.finfo(values.dtype).min)
         return values
 
@@ -171,8 +170,8 @@ class QValueModule(_SpecMixin, TensorDictModuleBase):
         if self.strict_shape == "auto":
             return action.reshape(target)
         raise RuntimeError(
-            f"action shape {tuple(action.shape)} does not match the shape {tuple(target)} "
-            f"expected from the spec {leaf!r}; pass strict_shape='auto' to reshape it"
+            f"action shape {tuple(action.shape)} does not match expected shape {tuple(target)} "
+            f"(from the spec {leaf!r}); pass strict_shape='auto' to reshape it"
         )
 
     def _greedy(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -304,7 +303,9 @@ class DistributionalQValueModule(QValueModule):
         log_probs = _get_or_raise(tensordict, self.action_value_key, type(self).__name__)
         expected = self._expected(log_probs, self.support)
         if self.action_mask_key is not None:
-            mask = _get_or_raise(tensordict, self.action_mask_key, type(self).__name__)
+            mask = _get_or_raise(
+                tensordict, self.action_mask_key, type(self).__name__, "Action mask key"
+            )
             expected = torch.where(mask, expected, torch.finfo(expected.dtype).min)
         action = self._action(expected)
         for key, value in zip(self.out_keys, (action, log_probs)):

@@ -458,3 +458,65 @@ class TestKeys:
     def test_sac_log_prob_key_follows_the_actor(self):
         loss, _ = _sac()
         assert loss.tensor_keys.log_prob == "action_log_prob"
+
+
+class TestMultiAgentCritic:
+    """SACLoss with a MultiAgentMLP critic (parameters held in a TensorDictParams), as
+    TorchRL's multi-agent SAC: the twin critics are stacked, drawn apart, and trained."""
+
+    @pytest.mark.parametrize("share_params", [True, False])
+    def test_twin_multiagent_critics(self, share_params):
+        from rl.modules import MultiAgentMLP
+
+        torch.manual_seed(0)
+        n_agents, n_obs = 3, 4
+        actor_net = nn.Sequential(
+            MultiAgentMLP(n_obs, 2, n_agents, centralized=False, share_params=True, depth=1),
+            NormalParamExtractor(),
+        )
+        actor = ProbabilisticActor(
+            TensorDictModule(
+                actor_net, [("agents", "observation")], [("agents", "loc"), ("agents", "scale")]
+            ),
+            in_keys=[("agents", "loc"), ("agents", "scale")],
+            out_keys=[("agents", "action")],
+            distribution_class=TanhNormal,
+        )
+        critic_net = MultiAgentMLP(
+            n_obs + 1, 1, n_agents, centralized=True, share_params=share_params, depth=1
+        )
+        critic = TensorDictModule(
+            critic_net,
+            [("agents", "observation"), ("agents", "action")],
+            [("agents", "state_action_value")],
+        )
+        loss = SACLoss(actor, critic, target_entropy=-1.0)
+        loss.set_keys(
+            state_action_value=("agents", "state_action_value"),
+            action=("agents", "action"),
+            reward=("agents", "reward"),
+            done=("agents", "done"),
+            terminated=("agents", "terminated"),
+        )
+        b = 5
+        agents = lambda: TensorDict(  # noqa: E731
+            observation=torch.randn(b, n_agents, n_obs),
+            action=torch.rand(b, n_agents, 1) * 2 - 1,
+            reward=torch.randn(b, n_agents, 1),
+            done=torch.zeros(b, n_agents, 1, dtype=torch.bool),
+            terminated=torch.zeros(b, n_agents, 1, dtype=torch.bool),
+            batch_size=[b, n_agents],
+        )
+        data = TensorDict(
+            agents=agents(), next=TensorDict(agents=agents(), batch_size=[b]), batch_size=[b]
+        )
+        q_params = list(loss.qvalue_network_params.values(True, True))
+        # two members, drawn independently (identical twins would stay identical)
+        assert all(p.shape[0] == 2 for p in q_params)
+        assert all(not torch.equal(p[0], p[1]) for p in q_params)
+        out = loss(data)
+        (out["loss_actor"] + out["loss_qvalue"]).backward()
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in q_params)
+        assert all(p.grad.abs().sum() > 0 for p in actor.parameters())
+        # the user's critic is left as it was (the loss trains its own stacked copies)
+        assert all(p.grad is None for p in critic.parameters())

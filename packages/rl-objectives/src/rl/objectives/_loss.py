@@ -119,6 +119,14 @@ def _set_slot(sub: nn.Module, name, tensor: torch.Tensor, is_param: bool) -> Non
         sub._buffers[name] = tensor
 
 
+def _slot_tensor(sub: nn.Module, name) -> torch.Tensor:
+    """The parameter or buffer that :func:`_walk` located (a tuple name: an entry of a
+    :class:`~tensordict.nn.TensorDictParams`)."""
+    if isinstance(name, tuple):
+        return sub.get(name)
+    return sub._parameters[name] if name in sub._parameters else sub._buffers[name]
+
+
 def _bind(slots: list[tuple[nn.Module, str, bool]], tensors: Iterable[torch.Tensor]) -> None:
     """Put ``tensors`` in the parameter/buffer slots of a module without any check."""
     for (sub, name, is_param), tensor in zip(slots, tensors, strict=True):
@@ -145,10 +153,13 @@ def _as_buffers(module: nn.Module, keys, tensors) -> None:
 
 
 def _reinit(module: nn.Module) -> None:
-    """Re-initialise every layer that owns parameters and knows how to reset them."""
+    """Re-initialise every layer that owns parameters and knows how to reset them (its
+    own, or a :class:`~tensordict.nn.TensorDictParams` child's, as
+    :class:`~rl.modules.MultiAgentMLP`)."""
     for sub in module.modules():
         reset = getattr(sub, "reset_parameters", None)
-        if callable(reset) and sub._parameters:
+        owns = sub._parameters or any(isinstance(c, TensorDictParams) for c in sub.children())
+        if callable(reset) and owns:
             reset()
 
 
@@ -602,11 +613,10 @@ class LossModule(TensorDictModuleBase):
                     _reinit(c)
             stacked = {}
             for key in keys:
-                values = [_walk(c, key)[0]._parameters.get(key[-1]) for c in members or copies]
-                first = _walk(module, key)
-                original = first[0]._parameters.get(first[1])
-                if original is None:  # a buffer: each member keeps its own statistics
-                    stacked[key] = torch.stack([_walk(c, key)[0]._buffers[key[-1]] for c in copies])
+                values = [_slot_tensor(*_walk(c, key)) for c in members or copies]
+                original = _slot_tensor(*_walk(module, key))
+                if not isinstance(original, nn.Parameter):  # a buffer: each member keeps its own
+                    stacked[key] = torch.stack([_slot_tensor(*_walk(c, key)) for c in copies])
                 elif id(original) in shared or (
                     members is not None and all(v is original for v in values)
                 ):

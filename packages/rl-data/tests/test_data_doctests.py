@@ -6,6 +6,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "rl.data.postprocs._densify",
     "rl.data.postprocs._multistep",
     "rl.data.replay_buffers._buffers",
     "rl.data.replay_buffers._td_buffers",

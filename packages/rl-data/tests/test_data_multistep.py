@@ -107,3 +107,42 @@ class TestMultiStep:
             MultiStep(0.9, 2, reward_key="reward")
         with pytest.raises(ValueError, match="needs a batch with a time dimension"):
             MultiStep(0.9, 2)(TensorDict({}, []))
+
+    def test_done_with_trailing_dims_is_per_agent(self):
+        # done of shape [B, T, A]: each of the A agents is its own trajectory (the agent dim
+        # joins the batch, time stays the time), as TorchRL's MultiStep does
+        g = torch.Generator().manual_seed(3)
+        B, T, A, n, gamma = 2, 7, 3, 3, 0.5
+        done = torch.rand(B, T, A, generator=g) < 0.3
+        reward = torch.randn(B, T, A, generator=g)
+        obs = torch.arange(T, dtype=torch.float32)[:, None].expand(B, T, A)
+        td = TensorDict(
+            {
+                "observation": obs.clone(),
+                "next": {"observation": obs + 1, "reward": reward, "done": done},
+            },
+            batch_size=[B, T],
+        )
+        out = MultiStep(gamma=gamma, n_steps=n)(td)
+        assert out.batch_size == (B, T)
+        per_agent = lambda x: x.permute(0, 2, 1).reshape(B * A, T)  # noqa: E731
+        ret, steps, last = _reference(per_agent(done), per_agent(reward), gamma, n)
+        torch.testing.assert_close(per_agent(out["next", "reward"]), ret)
+        torch.testing.assert_close(per_agent(out["steps_to_next_obs"]), steps)
+        torch.testing.assert_close(per_agent(out["next", "observation"]), (last + 1).float())
+        assert out["steps_to_next_obs"].shape == (B, T, A)
+
+    def test_done_shape_incompatible_with_an_entry(self):
+        # an action of shape [B, T, A] cannot take the batch [B, T, A, 1] of a done flag
+        td = TensorDict(
+            {
+                "action": torch.zeros(2, 5, 3),
+                "next": {
+                    "reward": torch.zeros(2, 5, 3, 1),
+                    "done": torch.zeros(2, 5, 3, 1, dtype=torch.bool),
+                },
+            },
+            batch_size=[2, 5],
+        )
+        with pytest.raises(RuntimeError, match=r"compatible with the done's shape.*\(2, 5, 3, 1\)"):
+            MultiStep(0.9, 2)(td)

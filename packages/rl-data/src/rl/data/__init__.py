@@ -11,7 +11,7 @@ from rl.data.map import (
     TensorMap,
     Tree,
 )
-from rl.data.postprocs import MultiStep
+from rl.data.postprocs import DensifyReward, MultiStep
 from rl.data.replay_buffers import (
     CompressedListStorage,
     ConditionalUpdateResult,
@@ -103,6 +103,7 @@ __all__ = [
     "LinearScheduler",
     "ListStorage",
     "ListStorageCheckpointer",
+    "DensifyReward",
     "MultiStep",
     "ParameterScheduler",
     "PrioritizedReplayBuffer",

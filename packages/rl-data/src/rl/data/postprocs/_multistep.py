@@ -93,6 +93,34 @@ class MultiStep(nn.Module):
             if key not in tensordict.keys(include_nested=True):
                 raise KeyMismatchError(f"MultiStep needs the key {key!r}, which the batch lacks")
         out = tensordict.clone(False)
+        done_shape = out.get(self.done_key).shape
+        batch = out.batch_size
+        if done_shape in (batch, (*batch, 1)):
+            return self._n_step(out)
+        # Done flags with dims after the batch (one per agent, say): those dims are batch
+        # dims too, and time moves last while the n-step returns are computed.
+        ndim, full = len(batch), len(done_shape)
+        try:
+            out.batch_size = done_shape
+        except RuntimeError as err:
+            raise RuntimeError(
+                f"the tensordict shape must be compatible with the done's shape (trailing "
+                f"singleton dimension excluded): {self.done_key!r} has shape "
+                f"{tuple(done_shape)}, which not every entry of the batch of shape "
+                f"{tuple(batch)} has as leading dims"
+            ) from err
+
+        def swap(td: TensorDictBase) -> TensorDictBase:
+            shape = list(td.batch_size)
+            shape[ndim - 1], shape[full - 1] = shape[full - 1], shape[ndim - 1]
+            return td.apply(lambda x: x.transpose(ndim - 1, full - 1), batch_size=shape)
+
+        out = swap(self._n_step(swap(out)))
+        out.batch_size = batch
+        return out
+
+    def _n_step(self, out: TensorDictBase) -> TensorDictBase:
+        """The n-step transitions of ``out``, whose done flags have its batch shape."""
         tdim = out.batch_dims - 1
         batch = out.batch_size
         T = batch[-1]

@@ -1,0 +1,496 @@
+"""Dreamer on Pendulum-v1: a world model learned from replay, a policy learned in imagination.
+
+DreamerV3 by default (Hafner et al. 2023, "Mastering Diverse Domains through World
+Models", https://arxiv.org/abs/2301.04104): categorical latents with a block-GRU RSSM,
+symlog reconstruction, two-hot reward and value heads, a balanced KL with free bits, and
+an actor trained on percentile-normalised lambda returns. ``--version 1`` is Dreamer v1
+(Hafner et al. 2020, https://arxiv.org/abs/1912.01603): Gaussian latents, MSE heads.
+
+Each update: a batch of replayed sequences is filtered through the RSSM (world-model
+loss); from every posterior latent the actor imagines ``imagination-horizon`` steps in
+the model (``rl.envs.DreamerEnv``) and climbs the lambda return the critic bootstraps.
+The agent acts by filtering its observations through the same RSSM. The defaults are a
+CPU-sized model (DreamerV3's smallest, "XS", has 12M parameters; this one 0.14M: width
+64, belief 64, 8x8 categoricals) with one update of 16 x 32 replayed steps every 20
+agent steps, imagining 15 steps from 128 of the batch's latents.
+
+    uv run examples/dreamer.py                         # DreamerV3, state observations
+    uv run examples/dreamer.py --version 1             # Dreamer v1
+    uv run examples/dreamer.py --from-pixels --total-frames 2000   # 64x64 pixels
+
+Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import torch
+import tyro
+from tensordict import TensorDict
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from torch import nn
+
+from rl.core import Composite, ExplorationType, Unbounded, seed_everything, set_exploration_type
+from rl.core.loggers import generate_exp_name, get_logger
+from rl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+from rl.envs import ActionScaling, DreamerEnv, GymEnv, Resize, ToTensorImage, TransformedEnv
+from rl.modules import (
+    MLP,
+    DreamerActor,
+    DreamerV3ImageDecoder,
+    DreamerV3ImageEncoder,
+    DreamerV3MLP,
+    ObsDecoder,
+    ObsEncoder,
+    RSSMPosterior,
+    RSSMPosteriorV3,
+    RSSMPrior,
+    RSSMPriorV3,
+    RSSMRollout,
+    RSSMRolloutV3,
+    SymExpTwoHot,
+    TanhNormal,
+    symlog,
+)
+from rl.objectives import (
+    DreamerActorLoss,
+    DreamerModelLoss,
+    DreamerV3ActorLoss,
+    DreamerV3ModelLoss,
+    DreamerV3ValueLoss,
+    DreamerValueLoss,
+)
+from rl.objectives.value import ValueEstimators
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import ProgressBar, finish_run  # noqa: E402
+
+
+@dataclasses.dataclass
+class Config:
+    """Dreamer's hyperparameters (DreamerV3's names in parentheses where they differ)."""
+
+    version: Literal[1, 3] = 3
+    """DreamerV3 or Dreamer v1."""
+    env_id: str = "Pendulum-v1"
+    """The gymnasium task (continuous actions)."""
+    from_pixels: bool = False
+    """Learn from 64x64 RGB renderings instead of the state observation."""
+    image_size: int = 64
+    """Side of the square pixel observation."""
+    action_repeat: int = 2
+    """Environment frames per agent step (frames count environment frames)."""
+    total_frames: int = 50_000
+    """Environment frames of the run."""
+    init_random_frames: int = 2_000
+    """Frames of uniformly random actions before the agent acts (prefill)."""
+    train_every: int = 20
+    """Agent steps between two updates (train_ratio = batch_size * batch_length /
+    train_every replayed steps per agent step)."""
+    batch_size: int = 16
+    """Sequences per update."""
+    batch_length: int = 32
+    """Steps per replayed sequence."""
+    buffer_size: int = 100_000
+    """Replay capacity in agent steps."""
+    imagination_horizon: int = 15
+    """Imagined steps per start latent (imag_horizon)."""
+    imagination_starts: int = 128
+    """Posterior latents of the batch the imagination starts from, drawn at random (all
+    ``batch_size * batch_length`` of them in DreamerV3; fewer cost less on a CPU)."""
+    gamma: float = 0.99
+    """Discount of the imagined returns (horizon ~100 agent steps)."""
+    lmbda: float = 0.95
+    """Lambda of the imagined returns (return_lambda)."""
+    hidden: int = 64
+    """Width of every MLP and of the RSSM projections (units)."""
+    rnn_hidden: int = 64
+    """Size of the deterministic belief (deter)."""
+    num_categoricals: int = 8
+    """DreamerV3: categoricals of the stochastic latent (stoch)."""
+    num_classes: int = 8
+    """DreamerV3: classes per categorical (classes)."""
+    state_dim: int = 30
+    """Dreamer v1: size of the Gaussian stochastic latent."""
+    depth: int = 16
+    """Base channels of the image encoder / decoder (pixels)."""
+    model_lr: float = 1e-3
+    """Adam learning rate of the world model."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
+    value_lr: float = 3e-4
+    """Adam learning rate of the critic."""
+    grad_clip: float = 100.0
+    """Gradient-norm clip of each of the three optimisers."""
+    free_bits: float = 1.0
+    """KL floor in nats (v1 uses 3)."""
+    entropy_bonus: float = 3e-4
+    """DreamerV3: weight of the actor's entropy (actent)."""
+    eval_every: int = 5_000
+    """Frames between evaluations (their returns are the curve's eval points)."""
+    eval_episodes: int = 5
+    """Deterministic evaluation episodes, during training and at the end."""
+    stop_at_return: float | None = None
+    """Stop once an evaluation's mean return reaches this (the task is solved); ``None``
+    trains the whole budget."""
+    seed: int = 0
+    """Seed of torch, numpy and python random."""
+    threads: int = 1
+    """torch intra-op threads."""
+    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
+    """Logging back-end (CSV needs nothing extra)."""
+    log_dir: str = "runs"
+    """Where the logs go."""
+    exp_name: str | None = None
+    """Run name (default: generated from the version, the env and the seed)."""
+    progress: bool = True
+    """Show a progress bar (only when attached to a terminal)."""
+
+
+def make_env(cfg: Config):
+    """The task with actions in ``[-1, 1]``; ``pixels`` as ``uint8 [3, size, size]``."""
+    env = GymEnv(
+        cfg.env_id, from_pixels=cfg.from_pixels, pixels_only=False, frame_skip=cfg.action_repeat
+    )
+    env = TransformedEnv(env, ActionScaling())
+    if cfg.from_pixels:
+        env.append_transform(ToTensorImage())
+        env.append_transform(Resize(cfg.image_size, cfg.image_size))
+    return env
+
+
+class Symlog(nn.Module):
+    """``symlog`` as a module: DreamerV3 squashes vector observations before encoding."""
+
+    def forward(self, x):
+        return symlog(x)
+
+
+class V3Actor(nn.Module):
+    """DreamerV3's continuous actor: a normal whose std is squashed into ``[0.1, 1]``."""
+
+    def __init__(self, in_features: int, action_dim: int, cfg: Config) -> None:
+        super().__init__()
+        self.mlp = DreamerV3MLP(in_features, 2 * action_dim, depth=2, num_cells=cfg.hidden)
+
+    def forward(self, state, belief):
+        loc, scale = self.mlp(state, belief).chunk(2, -1)
+        return loc, 0.9 * torch.sigmoid(scale + 2.0) + 0.1
+
+
+class TwoHotHead(nn.Module):
+    """A DreamerV3 MLP on the latents giving the logits of ``bins`` two-hot bins."""
+
+    def __init__(self, in_features: int, cfg: Config, bins: int = 255) -> None:
+        super().__init__()
+        self.mlp = DreamerV3MLP(in_features, bins, depth=2, num_cells=cfg.hidden, outscale=0.0)
+
+    def forward(self, state, belief):
+        return self.mlp(state, belief)
+
+
+def make_agent(cfg: Config, env) -> dict:
+    """The networks, the world model, the imagination env and the three losses."""
+    obs_key = "pixels" if cfg.from_pixels else "observation"
+    obs_shape = env.observation_spec[obs_key].shape
+    act_dim = env.action_spec.shape[-1]
+    nx = lambda key: ("next", key)  # noqa: E731
+    elu_mlp = lambda i, o: MLP(i, o, depth=2, num_cells=cfg.hidden, activation_class=nn.ELU)  # noqa: E731
+    v3 = cfg.version == 3
+    stoch = cfg.num_categoricals * cfg.num_classes if v3 else cfg.state_dim
+    latent = stoch + cfg.rnn_hidden
+
+    # encoder / decoder of the observation
+    if cfg.from_pixels and v3:
+        encoder = DreamerV3ImageEncoder(depth=cfg.depth, mults=(1, 2, 4, 8))
+        embed = encoder.output_features(obs_shape)
+        decoder = DreamerV3ImageDecoder(
+            latent, image_shape=obs_shape, depth=cfg.depth, mults=(1, 2, 4, 8)
+        )
+    elif cfg.from_pixels:
+        encoder = ObsEncoder(channels=cfg.depth)
+        embed = encoder(torch.zeros(1, *obs_shape)).shape[-1]
+        decoder = ObsDecoder(channels=cfg.depth)
+    elif v3:  # vector observations enter the encoder in symlog space
+        encoder = nn.Sequential(
+            Symlog(), DreamerV3MLP(obs_shape[-1], None, depth=2, num_cells=cfg.hidden)
+        )
+        embed = cfg.hidden
+        decoder = DreamerV3MLP(latent, obs_shape[-1], depth=2, num_cells=cfg.hidden)
+    else:
+        encoder, embed = elu_mlp(obs_shape[-1], cfg.hidden), cfg.hidden
+        decoder = elu_mlp(latent, obs_shape[-1])
+
+    # the RSSM, the reward head, the actor and the critic
+    if v3:
+        prior = RSSMPriorV3(
+            action_shape=(act_dim,),
+            hidden_dim=cfg.hidden,
+            rnn_hidden_dim=cfg.rnn_hidden,
+            num_categoricals=cfg.num_categoricals,
+            num_classes=cfg.num_classes,
+            action_dim=act_dim,
+            recurrent_model="block_gru",
+        )
+        posterior = RSSMPosteriorV3(
+            hidden_dim=cfg.hidden,
+            num_categoricals=cfg.num_categoricals,
+            num_classes=cfg.num_classes,
+            rnn_hidden_dim=cfg.rnn_hidden,
+            obs_embed_dim=embed,
+            use_rms_norm=True,
+        )
+        reward_net, two_hot = TwoHotHead(latent, cfg), SymExpTwoHot(255)
+        value = TensorDictSequential(
+            TensorDictModule(TwoHotHead(latent, cfg), ["state", "belief"], ["state_value_logits"]),
+            TensorDictModule(two_hot, ["state_value_logits"], ["state_value"]),
+        )
+        actor_net = V3Actor(latent, act_dim, cfg)
+        prior_out = ["prior_logits", "state", "belief"]
+        posterior_out = ["posterior_logits", "state"]
+    else:
+        prior = RSSMPrior(
+            env.action_spec,
+            hidden_dim=cfg.hidden,
+            rnn_hidden_dim=cfg.rnn_hidden,
+            state_dim=cfg.state_dim,
+            action_dim=act_dim,
+        )
+        posterior = RSSMPosterior(
+            hidden_dim=cfg.hidden,
+            state_dim=cfg.state_dim,
+            rnn_hidden_dim=cfg.rnn_hidden,
+            obs_embed_dim=embed,
+        )
+        reward_net = elu_mlp(latent, 1)
+        value = TensorDictModule(elu_mlp(latent, 1), ["state", "belief"], ["state_value"])
+        actor_net = DreamerActor(act_dim, depth=2, num_cells=cfg.hidden)
+        actor_net(torch.zeros(1, stoch), torch.zeros(1, cfg.rnn_hidden))  # lazy layers
+        if cfg.from_pixels:
+            decoder(torch.zeros(1, stoch), torch.zeros(1, cfg.rnn_hidden))
+        prior_out = ["prior_mean", "prior_std", "state", "belief"]
+        posterior_out = ["posterior_mean", "posterior_std", "state"]
+    actor = ProbabilisticTensorDictSequential(
+        TensorDictModule(actor_net, ["state", "belief"], ["loc", "scale"]),
+        ProbabilisticTensorDictModule(["loc", "scale"], ["action"], distribution_class=TanhNormal),
+    )
+
+    def reward_head(key):
+        """The reward head on the latents under ``key(...)`` (the root or ``"next"``)."""
+        if not v3:
+            return [TensorDictModule(reward_net, [key("state"), key("belief")], [key("reward")])]
+        return [
+            TensorDictModule(reward_net, [key("state"), key("belief")], [key("reward_logits")]),
+            TensorDictModule(two_hot, [key("reward_logits")], [key("reward")]),
+        ]
+
+    # the world model on replayed sequences: encode, filter through the RSSM, decode
+    rollout_cls = RSSMRolloutV3 if v3 else RSSMRollout
+    world_model = TensorDictSequential(
+        TensorDictModule(encoder, [nx(obs_key)], [nx("encoded_latents")]),
+        rollout_cls(
+            TensorDictModule(prior, ["state", "belief", "action"], [nx(k) for k in prior_out]),
+            TensorDictModule(
+                posterior, [nx("belief"), nx("encoded_latents")], [nx(k) for k in posterior_out]
+            ),
+        ),
+        TensorDictModule(decoder, [nx("state"), nx("belief")], [nx("reco_" + obs_key)]),
+        *reward_head(nx),
+    )
+
+    # imagination: the prior and the reward head stepped from posterior latents
+    unused = ["_" + k for k in prior_out[:-2]]
+    model_env = DreamerEnv(
+        TensorDictSequential(
+            TensorDictModule(prior, ["state", "belief", "action"], [*unused, "state", "belief"]),
+            *reward_head(lambda k: k),
+        ),
+        prior_shape=(stoch,),
+        belief_shape=(cfg.rnn_hidden,),
+    )
+    latents = dict(state=Unbounded(stoch), belief=Unbounded(cfg.rnn_hidden))
+    model_env.observation_spec = Composite(**latents)
+    model_env.state_spec = Composite(**latents)
+    model_env.action_spec = Unbounded(act_dim)
+    model_env.reward_spec = Unbounded(1)
+
+    if v3:
+        model_loss = DreamerV3ModelLoss(
+            world_model, free_bits=cfg.free_bits, reco_symlog=not cfg.from_pixels
+        )
+        actor_loss = DreamerV3ActorLoss(
+            actor,
+            value,
+            model_env,
+            imagination_horizon=cfg.imagination_horizon,
+            entropy_bonus=cfg.entropy_bonus,
+        )
+        value_loss = DreamerV3ValueLoss(value, value_loss="two_hot", actor_loss=actor_loss)
+    else:
+        model_loss = DreamerModelLoss(world_model, free_nats=cfg.free_bits)
+        actor_loss = DreamerActorLoss(
+            actor, value, model_env, imagination_horizon=cfg.imagination_horizon
+        )
+        value_loss = DreamerValueLoss(value, gamma=cfg.gamma)
+    model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
+    actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=cfg.gamma, lmbda=cfg.lmbda)
+    return dict(
+        obs_key=obs_key,
+        encoder=encoder,
+        prior=prior,
+        posterior=posterior,
+        actor=actor,
+        world_model=world_model,
+        model_loss=model_loss,
+        actor_loss=actor_loss,
+        value_loss=value_loss,
+        value=value,
+        stoch=stoch,
+    )
+
+
+@torch.no_grad()
+def play(env, agent: dict, mode: Literal["random", "explore", "eval"]):
+    """One episode; the agent filters each observation through the RSSM (belief from the
+    previous latent and action, then the posterior of the new observation) and acts on
+    the latent. Returns the episode ``[T]`` as the replay stores it."""
+    obs_key, prior, posterior = agent["obs_key"], agent["prior"], agent["posterior"]
+    td = env.reset()
+    state = torch.zeros(agent["stoch"])
+    belief = torch.zeros(prior.rnn_hidden_dim)
+    action = torch.zeros(env.action_spec.shape)
+    steps, first = [], True
+    exploration = ExplorationType.DETERMINISTIC if mode == "eval" else ExplorationType.RANDOM
+    while True:
+        obs = td[obs_key]
+        if mode == "random":
+            action = env.action_spec.rand()
+        else:
+            belief = prior(state, belief, action)[-1]
+            state = posterior(belief, agent["encoder"](obs.unsqueeze(0)).squeeze(0))[-1]
+            with set_exploration_type(exploration):
+                latent = TensorDict(state=state, belief=belief)
+                action = agent["actor"](latent)["action"]
+        td["action"] = action
+        td = env.step(td)
+        steps.append(
+            TensorDict(
+                action=action,
+                is_init=torch.tensor([first]),
+                next=td["next"].select(obs_key, "reward", "done"),
+            )
+        )
+        first = False
+        if td["next", "done"].item():
+            return torch.stack(steps)
+        td = td["next"]
+
+
+def update(agent: dict, optimizers: dict, batch, cfg: Config) -> dict:
+    """One world-model, actor and critic step on a batch of sequences ``[B, T]``."""
+    batch = batch.reshape(cfg.batch_size, cfg.batch_length)
+    batch["state"] = torch.zeros(*batch.shape, agent["stoch"])
+    batch["belief"] = torch.zeros(*batch.shape, agent["prior"].rnn_hidden_dim)
+    model_losses, world = agent["model_loss"](batch)
+    latents = world.get("next").select("state", "belief").reshape(-1)
+    starts = torch.randperm(latents.numel())[: cfg.imagination_starts]
+    actor_losses, imagined = agent["actor_loss"](latents[starts])
+    value_losses, _ = agent["value_loss"](imagined.detach())
+    totals = {
+        "model": sum(v for k, v in model_losses.items() if k.startswith("loss")).sum(),
+        "actor": actor_losses["loss_actor"].sum(),
+        "value": value_losses["loss_value"].sum(),
+    }
+    for optimizer in optimizers.values():
+        optimizer.zero_grad()
+    # each loss only reaches its own networks (the others are held out or detached)
+    sum(totals.values()).backward()
+    for optimizer in optimizers.values():
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        optimizer.step()
+    return {
+        **{f"loss_{k}": v.item() for k, v in totals.items()},
+        **{k: v.mean().item() for k, v in model_losses.items()},
+    }
+
+
+def main(cfg: Config) -> dict:
+    seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    exp_name = cfg.exp_name or generate_exp_name(
+        f"dreamer-v{cfg.version}{'-pixels' if cfg.from_pixels else ''}", f"{cfg.env_id}-s{cfg.seed}"
+    )
+    logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
+    logger.log_hparams(dataclasses.asdict(cfg))
+    env, eval_env = make_env(cfg), make_env(cfg)
+    env.set_seed(cfg.seed)
+    eval_env.set_seed(cfg.seed + 1000)
+
+    agent = make_agent(cfg, env)
+    world_params = list(agent["world_model"].parameters())
+    optimizers = {
+        "model": torch.optim.Adam(world_params, lr=cfg.model_lr, eps=1e-8),
+        "actor": torch.optim.Adam(agent["actor"].parameters(), lr=cfg.actor_lr, eps=1e-5),
+        "value": torch.optim.Adam(agent["value"].parameters(), lr=cfg.value_lr, eps=1e-5),
+    }
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(cfg.buffer_size),
+        sampler=SliceSampler(slice_len=cfg.batch_length, end_key=("next", "done")),
+        batch_size=cfg.batch_size * cfg.batch_length,
+    )
+
+    start = time.perf_counter()
+    frames = steps = updates = 0
+    next_eval = cfg.eval_every
+    history: list[dict] = []
+    progress = ProgressBar(cfg.progress, total=cfg.total_frames)
+    while frames < cfg.total_frames:
+        mode = "random" if frames < cfg.init_random_frames else "explore"
+        episode = play(env, agent, mode)
+        buffer.extend(episode)
+        ep_return = episode["next", "reward"].sum().item()
+        frames += len(episode) * cfg.action_repeat
+        steps += len(episode)
+        logger.log_scalar("train/episode_return", ep_return, frames)
+        # catch up on the updates the episode's steps owe (train_every steps each)
+        if frames >= cfg.init_random_frames:
+            owed = steps // cfg.train_every - updates
+            for _ in range(owed):
+                metrics = update(agent, optimizers, buffer.sample(), cfg)
+                updates += 1
+            history.append(metrics)
+            for key, val in metrics.items():
+                logger.log_scalar(f"train/{key}", val, frames)
+            progress.values.update(model=metrics["loss_model"], episode_return=ep_return)
+        progress.update(len(episode) * cfg.action_repeat)
+        if frames >= next_eval or frames >= cfg.total_frames:
+            next_eval += cfg.eval_every
+            returns = [
+                play(eval_env, agent, "eval")["next", "reward"].sum().item()
+                for _ in range(cfg.eval_episodes)
+            ]
+            mean = sum(returns) / len(returns)
+            logger.log_scalar("eval/episode_return", mean, frames)
+            if cfg.stop_at_return is not None and mean >= cfg.stop_at_return:
+                break
+    progress.close()
+    seconds = time.perf_counter() - start
+    logger.log_scalar("train/updates_per_second", updates / seconds, frames)
+    summary = finish_run(logger, returns, frames, seconds)
+    summary.update(updates=updates, history=history)
+    return summary
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config, description=__doc__))

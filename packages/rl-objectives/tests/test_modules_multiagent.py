@@ -8,6 +8,7 @@ import pickle
 import pytest
 import torch
 from tensordict import TensorDict
+from torch import nn
 
 from rl.modules import MLP, ConvNet, MultiAgentConvNet, MultiAgentMLP, QMixer, VDNMixer
 
@@ -156,8 +157,37 @@ class TestMultiAgentMLP:
             net(torch.randn(5, 2, 4))
         with pytest.raises(TypeError, match="centralized"):
             MultiAgentMLP(4, 2, 3, share_params=True)
-        with pytest.raises(ValueError, match="needs n_agent_inputs"):
-            MultiAgentMLP(None, 2, 3, centralized=False, share_params=True)
+
+    @pytest.mark.parametrize("centralized", [False, True])
+    @pytest.mark.parametrize("share_params", [False, True])
+    def test_lazy_input_size(self, centralized, share_params):
+        """n_agent_inputs=None: layers sized at the first call; an optimizer built before
+        it trains the materialized parameters; each agent draws its own weights."""
+        torch.manual_seed(0)
+        net = MultiAgentMLP(None, 2, 3, centralized=centralized, share_params=share_params)
+        lazy = [p for p in net.parameters() if isinstance(p, nn.parameter.UninitializedParameter)]
+        assert lazy
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        x = torch.randn(5, 3, 4)
+        out = net(x)
+        assert out.shape == (5, 3, 2) and net.initialized
+        assert not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters())
+        if not share_params:
+            assert not torch.isclose(
+                net.params[0]["0", "weight"], net.params[1]["0", "weight"]
+            ).any()
+        before = net.params.detach().clone()
+        out.pow(2).mean().backward()
+        opt.step()
+        assert (net.params.detach() != before).any()
+        # the same maths as a per-agent loop over the materialized parameters
+        want = []
+        for i in range(3):
+            params = net.params if share_params else net.params[i]
+            with params.to_module(net._empty_net):
+                inp = x.flatten(-2) if centralized else x[:, i]
+                want.append(net._empty_net(inp))
+        torch.testing.assert_close(net(x), torch.stack(want, -2))
 
 
 class TestMultiAgentConvNet:

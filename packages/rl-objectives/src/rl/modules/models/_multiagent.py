@@ -84,12 +84,11 @@ class MultiAgentNetBase(nn.Module):
         nets = [
             self._build_single_net(**net_kwargs) for _ in range(1 if share_params else n_agents)
         ]
-        for p in nets[0].parameters():
-            if isinstance(p, nn.parameter.UninitializedParameter):
-                raise ValueError(
-                    f"{name} needs its input size (the agent inputs or in_features); "
-                    "lazy layers cannot be stacked across agents"
-                )
+        # lazy layers (no input size given) are stacked uninitialized: they take their
+        # shapes at the first call, each agent drawing its own weights (see vmap_randomness)
+        self.initialized = not any(
+            isinstance(p, nn.parameter.UninitializedParameter) for p in nets[0].parameters()
+        )
         as_module = self.use_td_params
         if share_params:
             params = TensorDict.from_module(nets[0], as_module=as_module)
@@ -101,15 +100,23 @@ class MultiAgentNetBase(nn.Module):
         )
         if as_module:
             self.params = params
-            # parameter-free template kept out of the module tree: state_dict, .to() and
-            # parameters() only see self.params
-            self.__dict__["_empty_net"] = template
+            # the template is a submodule (as in TorchRL: ``modules()`` lists its layers)
+            # whose weights are plain meta tensors, not parameters or buffers: state_dict,
+            # .to() and parameters() only see self.params
+            self._empty_net = template
         else:
             # the template holds the parameters, as a submodule; self.params (a plain
             # TensorDict, not registered) refers to the same tensors
             params.to_module(template, preserve_module_state=False)
             self._empty_net = template
             self._bind_params()
+
+    @property
+    def vmap_randomness(self) -> str:
+        """The ``randomness`` of the per-agent ``vmap``: ``"same"`` until lazy layers took
+        their shapes (their initialisation draws in place, which ``vmap`` only allows with
+        ``"same"``; the stacked parameters still differ per agent)."""
+        return self._vmap_randomness if self.initialized else "same"
 
     def _bind_params(self) -> None:
         """``use_td_params=False``: ``self.params`` from the tensors of ``_empty_net``."""
@@ -145,7 +152,7 @@ class MultiAgentNetBase(nn.Module):
                 call,
                 in_dims=(0, None if self.centralized else agent_dim),
                 out_dims=(agent_dim,),
-                randomness=self._vmap_randomness,
+                randomness=self.vmap_randomness,
             )(self.params, inputs)
         else:
             with self.params.to_module(net, preserve_module_state=False):
@@ -155,6 +162,8 @@ class MultiAgentNetBase(nn.Module):
                 shape = list(output.shape)
                 shape[agent_dim] = self.n_agents
                 output = output.expand(shape)
+        if not self.initialized:  # lazy layers took their shapes
+            self.initialized = True
         return output
 
     def get_stateful_net(self, copy: bool = True) -> nn.Module:
@@ -274,10 +283,6 @@ class MultiAgentMLP(MultiAgentNetBase):
         self.num_cells = num_cells
         self.depth = depth
         self.activation_class = activation_class
-        if n_agent_inputs is None:
-            raise ValueError(
-                "MultiAgentMLP needs n_agent_inputs; lazy layers cannot be stacked across agents"
-            )
         self._n_agents_for_build = n_agents
         self._centralized_for_build = centralized
         super().__init__(
@@ -291,8 +296,8 @@ class MultiAgentMLP(MultiAgentNetBase):
         )
 
     def _build_single_net(self, *, device=None, **kwargs) -> nn.Module:
-        n_in = self.n_agent_inputs
-        if self._centralized_for_build:
+        n_in = self.n_agent_inputs  # None: lazy layers, sized at the first call
+        if self._centralized_for_build and n_in is not None:
             n_in = n_in * self._n_agents_for_build
         return MLP(
             in_features=n_in,
@@ -364,10 +369,6 @@ class MultiAgentConvNet(MultiAgentNetBase):
         use_td_params: bool = True,
         **kwargs,
     ) -> None:
-        if in_features is None:
-            raise ValueError(
-                "MultiAgentConvNet needs in_features; lazy layers cannot be stacked across agents"
-            )
         self.in_features = in_features
         self.num_cells = num_cells
         self.kernel_sizes = kernel_sizes
@@ -387,8 +388,8 @@ class MultiAgentConvNet(MultiAgentNetBase):
         )
 
     def _build_single_net(self, *, device=None, **kwargs) -> nn.Module:
-        in_features = self.in_features
-        if self._centralized_for_build:
+        in_features = self.in_features  # None: lazy layers, sized at the first call
+        if self._centralized_for_build and in_features is not None:
             in_features = in_features * self._n_agents_for_build
         return ConvNet(
             in_features=in_features,

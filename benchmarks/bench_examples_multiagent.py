@@ -38,6 +38,9 @@ RUNS = {
     "mappo": ("mappo", {}),
     "ippo": ("mappo", {"centralised_critic": False}),
     "qmix": ("qmix", {}),
+    "maddpg": ("maddpg", {}),
+    "iddpg": ("maddpg", {"centralised_critic": False}),
+    "masac": ("masac", {}),
 }
 RESULTS = ROOT / "benchmarks" / "results" / "examples_multiagent.md"
 
@@ -111,6 +114,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--preset", default="navigation", choices=["navigation", "balance"])
+    # maddpg, iddpg and masac have the navigation preset only
     parser.add_argument(
         "--log-dir", help="keep the runs' logs here (default: a temporary folder per script)"
     )

@@ -1,11 +1,12 @@
-"""The multi-agent examples (mappo.py, ippo.py, qmix.py) run on VMAS and learn.
+"""The multi-agent examples (mappo.py, ippo.py, qmix.py, maddpg.py, iddpg.py, masac.py) run
+on VMAS and learn.
 
 A tiny VMAS budget checks each script end to end on ``navigation`` and on the
 ``balance`` preset (logs, curve, evaluation);
 the multi-agent sign probe (``--scenario probe``: every agent must answer its own random
 sign) checks in seconds that each algorithm learns through the group keys: MAPPO with a
 centralised critic and shared parameters, IPPO with one actor and critic per agent, QMIX
-and VDN with discrete actions.
+and VDN with discrete actions, MADDPG / IDDPG and MASAC off-policy from a replay buffer.
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ def qmix():
 @pytest.fixture(scope="module")
 def ippo(mappo):
     return _load("ippo")
+
+
+@pytest.fixture(scope="module")
+def maddpg():
+    return _load("maddpg")
+
+
+@pytest.fixture(scope="module")
+def iddpg(maddpg):
+    return _load("iddpg")
+
+
+@pytest.fixture(scope="module")
+def masac():
+    return _load("masac")
 
 
 def test_presets_name_the_task(mappo, ippo, qmix):
@@ -238,3 +254,131 @@ def test_qmix_learns_vmas_balance(qmix, tmp_path):
 def test_qmix_refuses_a_run_without_updates(qmix):
     with pytest.raises(ValueError, match="updates_per_batch must be at least 1, got 0"):
         qmix.Config(updates_per_batch=0)
+
+
+def _off_policy_probe(module, tmp_path, **overrides):
+    """A probe run of an off-policy script: 2 agents, 4-step episodes, 16 batches of 32 envs
+    x 4 steps, 20 updates of 64 each; gamma 0 (the probe's signs are drawn anew each step,
+    so a transition's value is its reward)."""
+    cfg = module.Config(
+        scenario="probe",
+        n_agents=2,
+        max_steps=4,
+        num_envs=32,
+        collect_steps=4,
+        total_frames=32 * 4 * 16,
+        batch_size=64,
+        updates_per_batch=20,
+        hidden=32,
+        gamma=0.0,
+        eval_episodes=16,
+        log_dir=str(tmp_path),
+        exp_name="run",
+        progress=False,
+        **overrides,
+    )
+    torch.manual_seed(0)
+    return cfg, module.main(cfg)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("script", ["maddpg", "iddpg"])
+def test_ddpg_learns_the_probe(maddpg, iddpg, tmp_path, script):
+    # iddpg.py is maddpg.py with centralised_critic=False (its presets)
+    critic = iddpg.PRESETS["navigation"][1].centralised_critic if script == "iddpg" else True
+    module = maddpg
+    cfg, out = _off_policy_probe(
+        module,
+        tmp_path,
+        lr=1e-2,
+        lr_actor=1e-3,
+        sigma_init=0.5,
+        sigma_end=0.5,
+        centralised_critic=critic,
+    )
+    assert out["critic"].module.centralized == (script == "maddpg")
+    # reward -4 (a - s/2)^2 a step: an answer blind to the sign earns -4 an episode at best
+    # (a = 0), an untrained policy about -20; the deterministic actions follow the signs
+    assert out["eval_mean"] > -3.0, out["eval_returns"]
+    action, sign = _probe_actions(out, cfg, module, "actor")
+    assert (action.sign() == sign).float().mean() >= 0.95
+    assert (tmp_path / "run" / "learning_curve.png").is_file()
+
+
+@pytest.mark.timeout(120)
+def test_masac_learns_the_probe(masac, tmp_path):
+    cfg, out = _off_policy_probe(masac, tmp_path, lr=3e-3)
+    # the best answer a = s / 2 earns 0; answering 0 earns -4 an episode
+    assert out["eval_mean"] > -1.0, out["eval_returns"]
+    action, sign = _probe_actions(out, cfg, masac, "actor")
+    torch.testing.assert_close(action, sign / 2, atol=0.3, rtol=0)
+
+
+def test_off_policy_presets(maddpg, iddpg, masac):
+    # the navigation preset is each script's defaults (the README's rows); IDDPG is MADDPG
+    # with a per-agent critic
+    assert maddpg.PRESETS["navigation"][1] == maddpg.Config()
+    assert iddpg.PRESETS["navigation"][1] == maddpg.Config(centralised_critic=False)
+    assert masac.PRESETS["navigation"][1] == masac.Config()
+    from _marl_common import preset_cli
+
+    # one preset: no subcommand needed, its name accepted, every field a flag
+    assert preset_cli(maddpg.PRESETS, "navigation", "", args=[]) == maddpg.Config()
+    cfg = preset_cli(iddpg.PRESETS, "navigation", "", args=["navigation", "--seed", "2"])
+    assert cfg == maddpg.Config(centralised_critic=False, seed=2)
+    cfg = preset_cli(masac.PRESETS, "navigation", "", args=["--no-share-params", "--lr", "0.01"])
+    assert cfg == masac.Config(share_params=False, lr=0.01)
+    with pytest.raises(SystemExit):
+        preset_cli(maddpg.PRESETS, "navigation", "", args=["--no-such-flag"])
+    with pytest.raises(ValueError, match="updates_per_batch must be at least 1, got 0"):
+        maddpg.Config(updates_per_batch=0)
+    with pytest.raises(ValueError, match="collect_steps must be at least 1, got 0"):
+        masac.Config(collect_steps=0)
+
+
+def test_agents_done_repeats_the_root_flags():
+    from _marl_common import agents_done
+    from tensordict import TensorDict
+
+    done = torch.tensor([[[False], [True]], [[True], [False]]])  # [envs 2, time 2, 1]
+    batch = TensorDict(
+        next=TensorDict(
+            done=done,
+            terminated=~done,
+            agents=TensorDict(reward=torch.zeros(2, 2, 3, 1), batch_size=[2, 2, 3]),
+            batch_size=[2, 2],
+        ),
+        batch_size=[2, 2],
+    )
+    agents_done(batch)
+    assert batch["next", "agents", "done"].shape == (2, 2, 3, 1)
+    for agent in range(3):
+        assert torch.equal(batch["next", "agents", "done"][:, :, agent], done)
+        assert torch.equal(batch["next", "agents", "terminated"][:, :, agent], ~done)
+
+
+@pytest.mark.skipif(not _has_vmas, reason='needs VMAS: pip install "rl-envs[vmas]"')
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("script", ["maddpg", "iddpg", "masac"])
+def test_off_policy_scripts_run_on_vmas(maddpg, iddpg, masac, tmp_path, script):
+    module = {"maddpg": maddpg, "iddpg": iddpg, "masac": masac}[script]
+    cfg = dataclasses.replace(
+        module.PRESETS["navigation"][1],
+        num_envs=4,
+        max_steps=5,
+        collect_steps=5,
+        total_frames=40,
+        batch_size=8,
+        updates_per_batch=2,
+        hidden=16,
+        eval_episodes=2,
+        log_dir=str(tmp_path),
+        exp_name="run",
+        progress=False,
+    )
+    out = module.main(cfg)
+    assert out["frames"] == 40
+    assert len(out["eval_returns"]) == 2 and all(math.isfinite(r) for r in out["eval_returns"])
+    assert (tmp_path / "run" / "scalars" / "train" / "loss_actor.csv").is_file()
+    # the critic reads every agent (MADDPG, MASAC) or its own (IDDPG)
+    assert out["critic"].module.centralized == (script != "iddpg")

@@ -1,25 +1,42 @@
-"""What the multi-agent scripts share: the VMAS env, team rewards, deterministic evaluation.
+"""What the multi-agent scripts share: the VMAS env, team rewards, deterministic evaluation,
+the agents' networks and the off-policy training loop of MADDPG / IDDPG / MASAC.
 
-Kept apart so that ``mappo.py`` and ``qmix.py`` read as their algorithm alone. Data of the
-agents sits under the group key ``"agents"`` (batch ``[*B, n_agents]``); VMAS writes one
-``done`` / ``terminated`` per environment at the root.
+Kept apart so that each script (``mappo.py``, ``qmix.py``, ``maddpg.py``, ``masac.py``)
+reads as its algorithm alone. Data of the agents sits under the group key ``"agents"``
+(batch ``[*B, n_agents]``); VMAS writes one ``done`` / ``terminated`` per environment at
+the root.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar, Union
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch import nn
 
+from rl.collectors import Collector
 from rl.core import (
     ExplorationType,
     set_exploration_type,
 )
+from rl.core.loggers import generate_exp_name, get_logger
+from rl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
 from rl.envs import SignProbe
+from rl.modules import (
+    MultiAgentMLP,
+    NormalParamExtractor,
+    ProbabilisticActor,
+    TanhNormal,
+    TensorDictModule,
+    TensorDictSequential,
+    ValueOperator,
+)
+from rl.objectives import SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import EpisodeReturns, ProgressBar, finish_run  # noqa: E402
@@ -27,13 +44,18 @@ from _common import EpisodeReturns, ProgressBar, finish_run  # noqa: E402
 __all__ = [
     "EpisodeReturns",
     "MarlConfig",
+    "OffPolicyConfig",
     "ProgressBar",
     "evaluate_team",
     "finish_run",
     "make_vmas_env",
     "preset_cli",
     "SignProbe",
+    "agents_done",
+    "make_q_critic",
+    "make_tanh_normal_actor",
     "team_view",
+    "train_off_policy",
 ]
 
 GROUP = "agents"
@@ -71,6 +93,52 @@ class MarlConfig:
     """Show a progress bar (only when attached to a terminal)."""
 
 
+@dataclasses.dataclass
+class OffPolicyConfig(MarlConfig):
+    """The fields of the off-policy actor-critic scripts (MADDPG, IDDPG, MASAC): a replay
+    buffer, gradient steps between short collections, target networks by soft update.
+
+    TorchRL's ``maddpg_iddpg.yaml`` / ``sac.yaml`` (BenchMARL's off-policy settings) take
+    60,000-frame batches, 630 updates of 4,096 each and lr 5e-5 for millions of frames;
+    this budget is 30,000 frames on a shared 2-core machine, so batches are short (600
+    frames), 30 updates of 256 follow each, the networks are narrower and the learning
+    rate higher.
+    """
+
+    total_frames: int = 30_000
+    """Environment steps (of the vectorised env, all agents at once) to train for."""
+    collect_steps: int = 10
+    """Steps of each vectorised env per collected batch (num_envs * collect_steps frames)."""
+    buffer_size: int = 60_000
+    """Replay buffer capacity (transitions, all agents each)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    updates_per_batch: int = 30
+    """Gradient steps after each collected batch."""
+    lr: float = 1e-3
+    """Adam learning rate of the critic (and, for SAC, the temperature)."""
+    lr_actor: float = 1e-3
+    """Adam learning rate of the actor (the DDPG paper's is 10x slower than the critic's)."""
+    gamma: float = 0.9
+    """Discount factor."""
+    tau: float = 0.005
+    """Soft update rate of the target networks."""
+    hidden: int = 128
+    """Width of the two hidden layers of actor and critic."""
+    centralised_critic: bool = True
+    """The critic reads every agent's observation and action (False: only its own)."""
+    share_params: bool = True
+    """One actor and one critic network shared by the agents (False: one per agent)."""
+    max_grad_norm: float = 10.0
+    """Gradient clipping norm."""
+
+    def __post_init__(self) -> None:
+        if self.updates_per_batch < 1:
+            raise ValueError(f"updates_per_batch must be at least 1, got {self.updates_per_batch}")
+        if self.collect_steps < 1:
+            raise ValueError(f"collect_steps must be at least 1, got {self.collect_steps}")
+
+
 C = TypeVar("C", bound=MarlConfig)
 
 
@@ -87,6 +155,10 @@ def preset_cli(
     import tyro
 
     args = sys.argv[1:] if args is None else list(args)
+    if len(presets) == 1:  # one task: no subcommand (its name is still accepted)
+        text, cfg = presets[default]
+        args = args[1:] if args and args[0] == default else args
+        return tyro.cli(type(cfg), default=cfg, description=description, args=args)
     if args and args[0] not in presets and args[0] not in ("-h", "--help"):
         args = [default, *args]
 
@@ -154,3 +226,152 @@ def evaluate_team(env, policy, max_steps: int, reward_key=(GROUP, "reward")) -> 
     # count each environment's first episode only (VMAS resets it in place after a done)
     alive = torch.cat([torch.ones_like(done[:, :1]), ~done[:, :-1]], -1).long().cumprod(-1)
     return (reward.squeeze(-1) * alive).sum(-1).tolist()
+
+
+def agents_done(batch: TensorDictBase, group: str = GROUP) -> TensorDictBase:
+    """Writes the root ``("next", "done")`` / ``("next", "terminated")`` (``[*B, 1]``) under
+    the group, repeated along the agents (``[*B, n_agents, 1]``), where a loss reads them
+    beside the agents' reward (TorchRL's multi-agent scripts do this in a ``DoneTransform``)."""
+    n_agents = batch.get(("next", group)).batch_size[-1]
+    for key in ("done", "terminated"):
+        flag = batch.get(("next", key))
+        flag = flag.unsqueeze(-2).expand(*flag.shape[:-1], n_agents, flag.shape[-1])
+        batch.set(("next", group, key), flag.clone())
+    return batch
+
+
+def _agents_mlp(env, n_in: int, n_out: int, centralised: bool, share_params: bool, hidden: int):
+    return MultiAgentMLP(
+        n_in,
+        n_out,
+        env.n_agents,
+        centralized=centralised,
+        share_params=share_params,
+        depth=2,
+        num_cells=hidden,
+        activation_class=nn.Tanh,
+    )
+
+
+def make_tanh_normal_actor(
+    env, hidden: int, share_params: bool, init_scale: float = 1.0
+) -> ProbabilisticActor:
+    """Each agent's stochastic policy from its own observation: a ``MultiAgentMLP`` to the
+    loc and scale of a ``TanhNormal`` bounded by the action spec, writing
+    ``("agents", "action")`` and its log-probability (MAPPO, IPPO and MASAC's actor)."""
+    n_obs = env.observation_spec[GROUP, "observation"].shape[-1]
+    action_spec = env.full_action_spec[GROUP, "action"]
+    n_act = action_spec.shape[-1]
+    net = nn.Sequential(
+        _agents_mlp(env, n_obs, 2 * n_act, False, share_params, hidden),
+        NormalParamExtractor(scale_mapping=f"biased_softplus_{init_scale}"),
+    )
+    return ProbabilisticActor(
+        TensorDictModule(
+            net,
+            in_keys=[(GROUP, "observation")],
+            out_keys=[(GROUP, "loc"), (GROUP, "scale")],
+        ),
+        in_keys=[(GROUP, "loc"), (GROUP, "scale")],
+        out_keys=[(GROUP, "action")],
+        spec=env.full_action_spec,
+        distribution_class=TanhNormal,
+        # the bounds of one agent (the spec repeats them per env and agent)
+        distribution_kwargs={
+            "low": action_spec.space.low.reshape(-1, n_act)[0],
+            "high": action_spec.space.high.reshape(-1, n_act)[0],
+        },
+        return_log_prob=True,
+    )
+
+
+def make_q_critic(env, hidden: int, centralised: bool, share_params: bool) -> ValueOperator:
+    """Each agent's ``Q(s, a)`` at ``("agents", "state_action_value")`` (``[*B, n_agents,
+    1]``): from every agent's observation and action (``centralised``: MADDPG, MASAC) or
+    from its own (IDDPG)."""
+    n_obs = env.observation_spec[GROUP, "observation"].shape[-1]
+    n_act = env.full_action_spec[GROUP, "action"].shape[-1]
+    return ValueOperator(
+        _agents_mlp(env, n_obs + n_act, 1, centralised, share_params, hidden),
+        in_keys=[(GROUP, "observation"), (GROUP, "action")],
+        out_keys=[(GROUP, "state_action_value")],
+    )
+
+
+def train_off_policy(
+    cfg: OffPolicyConfig,
+    algo: str,
+    env,
+    make_env,
+    actor,
+    loss_module,
+    loss_keys: tuple[str, ...],
+    exploration=None,
+) -> dict:
+    """The off-policy loop of MADDPG, IDDPG and MASAC: collect ``num_envs * collect_steps``
+    frames with ``actor`` (followed by ``exploration``, whose ``step`` anneals it), store
+    them with the done flags repeated along the agents, take ``updates_per_batch``
+    gradient steps on the sum of ``loss_module``'s ``loss_keys`` (one Adam, gradients
+    clipped), each followed by a soft update of the targets; evaluate the deterministic
+    ``actor`` at the end on ``make_env(cfg, cfg.eval_episodes, seed)``. The loss module's
+    keys must name the agents' reward and flags.
+
+    Returns ``finish_run``'s summary.
+    """
+    policy = actor if exploration is None else TensorDictSequential(actor, exploration)
+    collector = Collector(
+        env,
+        policy,
+        frames_per_batch=cfg.num_envs * cfg.collect_steps,
+        total_frames=cfg.total_frames,
+    )
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(cfg.buffer_size),
+        sampler=RandomSampler(),
+        batch_size=cfg.batch_size,
+    )
+    target_updater = SoftUpdate(loss_module, tau=cfg.tau)
+    # the actor's parameters are the actor module's own (the loss reads them in place)
+    actor_ids = {id(p) for p in actor.parameters()}
+    params = list(loss_module.parameters())
+    optimizer = torch.optim.Adam(
+        [
+            {"params": [p for p in params if id(p) in actor_ids], "lr": cfg.lr_actor},
+            {"params": [p for p in params if id(p) not in actor_ids], "lr": cfg.lr},
+        ]
+    )
+    exp_name = cfg.exp_name or generate_exp_name(algo, f"{cfg.scenario}-s{cfg.seed}")
+    logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
+    logger.log_hparams(dataclasses.asdict(cfg))
+
+    progress = ProgressBar(cfg.progress, total=cfg.total_frames)
+    returns = EpisodeReturns(window=cfg.num_envs)
+    frames, start = 0, time.perf_counter()
+    for batch in collector:
+        frames += batch.numel()
+        buffer.extend(agents_done(batch.exclude("collector")).reshape(-1))
+        for _ in range(cfg.updates_per_batch):
+            losses = loss_module(buffer.sample())
+            loss = sum(losses[key] for key in loss_keys)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            target_updater.step()
+        if exploration is not None:
+            exploration.step(batch.numel())
+        team = team_view(batch)
+        returns.update(team)
+        progress.observe(team)
+        if returns.mean is not None:
+            logger.log_scalar("train/episode_return", returns.mean, frames)
+        for key in loss_keys:
+            logger.log_scalar(f"train/{key}", losses[key].item(), frames)
+        progress.values["loss"] = loss.item()
+        progress.update(batch.numel())
+    seconds = time.perf_counter() - start
+    collector.shutdown()
+    progress.close()
+
+    eval_env = make_env(cfg, cfg.eval_episodes, cfg.seed + 1000)
+    return finish_run(logger, evaluate_team(eval_env, actor, cfg.max_steps), frames, seconds)

@@ -9,7 +9,7 @@ spec); the critic is a ``MultiAgentMLP`` that reads all agents' observations
 (``centralized=True``, MAPPO: ``MAPPOLoss``) or only its own (IPPO, ``ippo.py``:
 ``IPPOLoss``); ``MultiAgentGAE`` reads the agents' reward and value under
 ``("agents", ...)`` and repeats the environment's done flags along the agents.
-``--value-norm popart`` (or ``running``) measures the critic loss on the running scale
+``--value-norm popart`` (or ``running``, ``percentile``) measures the critic loss on the running scale
 of the value targets (MAPPO's value normalisation); off by default. The defaults are
 TorchRL's multi-agent PPO tutorial on ``navigation`` (3 agents, 60 envs x 100 steps per
 batch, 400-sample minibatches, lr 3e-4, gamma 0.99, lambda 0.9, 60k frames) with 10
@@ -42,11 +42,10 @@ from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.modules import (
     MultiAgentMLP,
-    NormalParamExtractor,
+    PercentileValueNorm,
     PopArtValueNorm,
     ProbabilisticActor,
     RunningValueNorm,
-    TanhNormal,
     TensorDictModule,
     ValueNorm,
 )
@@ -59,6 +58,7 @@ from _marl_common import (  # noqa: E402
     ProgressBar,
     evaluate_team,
     finish_run,
+    make_tanh_normal_actor,
     make_vmas_env,
     preset_cli,
     team_view,
@@ -86,8 +86,8 @@ class Config(MarlConfig):
     """Standardise the advantages of each minibatch."""
     loss_critic_type: Literal["l1", "l2", "smooth_l1"] = "smooth_l1"
     """Regression loss of the critic."""
-    value_norm: Literal["none", "popart", "running"] = "none"
-    """Critic loss on the value targets' running scale: PopArtValueNorm, RunningValueNorm or none."""
+    value_norm: Literal["none", "popart", "running", "percentile"] = "none"
+    """Critic loss on the value targets' running scale: PopArtValueNorm, RunningValueNorm, PercentileValueNorm or none."""
     ent_coef: float = 1e-4
     """Entropy bonus coefficient."""
     max_grad_norm: float = 1.0
@@ -141,38 +141,7 @@ def make_env(cfg: Config, num_envs: int, seed: int):
 
 def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, TensorDictModule]:
     n_obs = env.observation_spec["agents", "observation"].shape[-1]
-    action_spec = env.full_action_spec["agents", "action"]
-    n_act = action_spec.shape[-1]
-    actor_net = nn.Sequential(
-        MultiAgentMLP(
-            n_obs,
-            2 * n_act,
-            env.n_agents,
-            centralized=False,
-            share_params=cfg.share_params,
-            depth=2,
-            num_cells=cfg.hidden,
-            activation_class=nn.Tanh,
-        ),
-        NormalParamExtractor(scale_mapping=f"biased_softplus_{cfg.init_scale}"),
-    )
-    actor = ProbabilisticActor(
-        TensorDictModule(
-            actor_net,
-            in_keys=[("agents", "observation")],
-            out_keys=[("agents", "loc"), ("agents", "scale")],
-        ),
-        in_keys=[("agents", "loc"), ("agents", "scale")],
-        out_keys=[("agents", "action")],
-        spec=env.full_action_spec,
-        distribution_class=TanhNormal,
-        # the bounds of one agent (the spec repeats them per env and agent)
-        distribution_kwargs={
-            "low": action_spec.space.low.reshape(-1, n_act)[0],
-            "high": action_spec.space.high.reshape(-1, n_act)[0],
-        },
-        return_log_prob=True,
-    )
+    actor = make_tanh_normal_actor(env, cfg.hidden, cfg.share_params, cfg.init_scale)
     critic = TensorDictModule(
         MultiAgentMLP(
             n_obs,
@@ -192,7 +161,11 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, TensorDictModule]:
 
 def make_value_norm(cfg: Config) -> ValueNorm | None:
     """The critic's value normaliser named by ``cfg.value_norm`` (``None`` for ``"none"``)."""
-    norms = {"popart": PopArtValueNorm, "running": RunningValueNorm}
+    norms = {
+        "popart": PopArtValueNorm,
+        "running": RunningValueNorm,
+        "percentile": PercentileValueNorm,
+    }
     return norms[cfg.value_norm](shape=1) if cfg.value_norm in norms else None
 
 

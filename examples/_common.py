@@ -9,16 +9,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from rl.core import ExplorationType, set_exploration_type
+from rl.core import ExplorationType, TensorPolicy, set_exploration_type, tensor_policy
 from rl.core.loggers import CSVLogger
 from rl.core.trainers import EpisodeReturns, ProgressBar
 from rl.envs import PROBES, GymEnv, VideoRecorder
 
 __all__ = [
+    "CompiledPolicy",
     "EpisodeReturns",
     "ProgressBar",
+    "UpdateStep",
     "check_cudagraphs",
+    "compile_advantage",
     "compile_policy",
     "compile_update",
     "evaluate",
@@ -83,6 +87,235 @@ def compile_update(fn, *, compile: bool, cudagraphs: bool = False, warmup: int =
     return fn
 
 
+class UpdateStep:
+    """One gradient step: ``loss_fn``, the gradients, clipping, every optimizer's step
+    and the target update; compiled, all of it is ONE graph.
+
+    ``loss_fn(*args)`` returns ``(loss, logs)`` (``logs``: a tensor, a dict or a
+    TensorDict of tensors, returned detached). Eager (``compile=False``), a call runs what a script
+    would write: ``zero_grad``, ``loss.backward()``, ``clip_grad_norm_`` (with
+    ``max_grad_norm``), ``optimizer.step()`` of each optimizer, ``target_update.step()``.
+
+    Compiled, a call runs one graph that computes the loss, its gradients
+    (``torch.autograd.grad``, traced by dynamo with ``trace_autograd_ops``), the
+    clipping, each optimizer's update (Adam / AdamW / RMSprop, written here with the
+    same arithmetic as ``torch.optim``'s, on the optimizers' own state, so that their
+    ``state_dict`` stays valid) and a ``SoftUpdate``'s Polyak step, and returns the new
+    parameter and target values; one ``torch._foreach_copy_`` writes them (the losses
+    keep views of their parameters that a graph cannot mutate). A ``HardUpdate`` (a
+    counter and, every ``interval`` steps, a copy) runs after it, eagerly. The
+    learning rates become tensors (``set_lr`` fills them in place: no recompilation
+    when they are annealed). Optional ``cudagraphs`` wraps the call in a
+    ``tensordict.nn.CudaGraphModule`` (fixed shapes).
+
+    ``compile`` may be a dict of ``torch.compile`` arguments (``{"fullgraph": True}``).
+
+    Raises:
+        ValueError: an optimizer the compiled step does not write (other than Adam,
+            AdamW, RMSprop without momentum / centering / amsgrad / weight decay on
+            Adam's gradient).
+    """
+
+    def __init__(
+        self,
+        loss_fn,
+        optimizers,
+        *,
+        compile: bool | dict = False,
+        cudagraphs: bool = False,
+        max_grad_norm: float | None = None,
+        target_update=None,
+        warmup: int = 10,
+    ) -> None:
+        check_cudagraphs(cudagraphs)
+        if isinstance(optimizers, torch.optim.Optimizer):
+            optimizers = [optimizers]
+        self.loss_fn = loss_fn
+        self.optimizers = list(optimizers)
+        self.max_grad_norm = max_grad_norm
+        self.target_update = target_update
+        self.params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
+        self.compiled = compile
+        fn = self._eager
+        if compile:
+            for optimizer in self.optimizers:
+                _check_fusable(optimizer)
+                _init_state(optimizer)
+            soft = target_update is not None and not hasattr(target_update, "counter")
+            self._soft = _soft_pairs(target_update) if soft else None
+            self._hard = None if soft else target_update
+            if soft:  # the copies hold the targets, in place
+                self._dst = self.params + self._soft[0]
+                index = {id(p): i for i, p in enumerate(self.params)}
+                self._at = [index.get(id(src)) for src in self._soft[1]]
+            else:
+                self._dst = self.params
+            graph = torch.compile(self._graph, **_compile_kwargs(compile))
+
+            def fn(*args):
+                with torch._dynamo.config.patch(trace_autograd_ops=True):
+                    logs, new = graph(*args)
+                with torch.no_grad():
+                    torch._foreach_copy_(self._dst, list(new))
+                if self._hard is not None:
+                    self._hard.step()
+                return logs
+
+        if cudagraphs:
+            from tensordict.nn import CudaGraphModule
+
+            fn = CudaGraphModule(fn, in_keys=[], out_keys=[], warmup=warmup)
+        self._fn = fn
+
+    def __call__(self, *args):
+        return self._fn(*args)
+
+    def _eager(self, *args):
+        loss, logs = self.loss_fn(*args)
+        zero_grad(*self.optimizers)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        for optimizer in self.optimizers:
+            optimizer.step()
+        if self.target_update is not None:
+            self.target_update.step()
+        return _detached(logs)
+
+    def _graph(self, *args):
+        loss, logs = self.loss_fn(*args)
+        logs = _detached(logs)
+        # retain_graph: the losses keep module attributes that reference the graph
+        grads = torch.autograd.grad(loss, self.params, retain_graph=True, allow_unused=True)
+        with torch.no_grad():
+            if self.max_grad_norm is not None:
+                grads = _clip(grads, self.max_grad_norm)
+            new = []
+            i = 0
+            for optimizer in self.optimizers:
+                for group in optimizer.param_groups:
+                    n = len(group["params"])
+                    new += _optimizer_step(optimizer, group, grads[i : i + n])
+                    i += n
+            if self._soft is not None:  # towards the online values just computed
+                targets, sources, tau = self._soft
+                ahead = [s.detach() if i is None else new[i] for s, i in zip(sources, self._at)]
+                new += torch._foreach_lerp([t.detach() for t in targets], ahead, tau)
+        return logs, new
+
+
+def _detached(logs):
+    if isinstance(logs, dict):
+        return {key: value.detach() for key, value in logs.items()}
+    return logs.detach()
+
+
+def _compile_kwargs(compile: bool | dict) -> dict:
+    return dict(compile) if isinstance(compile, dict) else {}
+
+
+def _check_fusable(optimizer) -> None:
+    kind = type(optimizer)
+    for group in optimizer.param_groups:
+        if kind in (torch.optim.Adam, torch.optim.AdamW):
+            adam_wd = group["weight_decay"] and not _decoupled(optimizer, group)
+            if group["amsgrad"] or group["maximize"] or adam_wd:
+                break
+        elif kind is torch.optim.RMSprop:
+            if group["momentum"] or group["centered"] or group["weight_decay"]:
+                break
+            if group["maximize"]:
+                break
+        else:
+            break
+    else:
+        return
+    raise ValueError(
+        f"the compiled update step writes Adam, AdamW and RMSprop (no amsgrad, maximize, "
+        f"momentum, centering, or L2 weight decay on Adam), got {kind.__name__} with "
+        f"{ {k: v for k, v in optimizer.defaults.items() if k not in ('params',)} }"
+    )
+
+
+def _decoupled(optimizer, group) -> bool:
+    return isinstance(optimizer, torch.optim.AdamW) or bool(group.get("decoupled_weight_decay"))
+
+
+def _init_state(optimizer) -> None:
+    """The optimizer's per-parameter state as its first ``step`` creates it (kept where it
+    exists); float learning rates become tensors."""
+    adam = isinstance(optimizer, torch.optim.Adam)
+    for group in optimizer.param_groups:
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(float(group["lr"]))
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if state:
+                continue
+            state["step"] = torch.tensor(0.0)
+            if adam:
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            else:
+                state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def _clip(grads, max_norm: float):
+    """``clip_grad_norm_``'s arithmetic on a list of gradients (``None``: unused)."""
+    used = [g for g in grads if g is not None]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(used)))
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    scaled = iter(torch._foreach_mul(used, coef))
+    return [None if g is None else next(scaled) for g in grads]
+
+
+def _optimizer_step(optimizer, group, grads) -> list[torch.Tensor]:
+    """The new values of ``group``'s parameters after one step (its state updated in
+    place), with ``torch.optim``'s arithmetic (single-tensor Adam / RMSprop)."""
+    lr = group["lr"]
+    out = []
+    for p, g in zip(group["params"], grads):
+        value = p.detach()
+        if g is None:  # no gradient: torch.optim leaves the parameter and its state
+            out.append(value)
+            continue
+        state = optimizer.state[p]
+        step = state["step"]
+        step.add_(1)
+        if isinstance(optimizer, torch.optim.Adam):
+            beta1, beta2 = group["betas"]
+            if group["weight_decay"]:
+                value = value * (1 - lr * group["weight_decay"])
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            exp_avg.lerp_(g, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            step_size = lr / (1 - beta1**step)
+            denom = (exp_avg_sq.sqrt() / (1 - beta2**step).sqrt()).add_(group["eps"])
+            out.append(value - step_size * exp_avg / denom)
+        else:
+            alpha = group["alpha"]
+            square_avg = state["square_avg"]
+            square_avg.mul_(alpha).addcmul_(g, g, value=1 - alpha)
+            out.append(value - lr * g / square_avg.sqrt().add_(group["eps"]))
+    return out
+
+
+def _soft_pairs(updater) -> tuple[list, list, float]:
+    """(targets, sources, tau) of a ``SoftUpdate``: the loss's ``target_<net>_params``
+    entries and the ``<net>_params`` entries they follow."""
+    loss = updater.loss_module
+    targets, sources = [], []
+    for name, target in loss.named_children():
+        if not (name.startswith("target_") and name.endswith("_params")):
+            continue
+        source = getattr(loss, name[len("target_") :])
+        for key, value in target.items(True, True):
+            if value.is_floating_point():
+                targets.append(value)
+                sources.append(source.get(key))
+    return targets, sources, 1.0 - updater.eps
+
+
 def zero_grad(*optimizers) -> None:
     """``optimizer.zero_grad()`` (gradients set to ``None``) written so that
     ``torch.compile`` traces it (dynamo does not trace ``Optimizer.zero_grad`` itself)."""
@@ -111,16 +344,34 @@ def set_lr(optimizer, lr: float) -> None:
             group["lr"] = lr
 
 
-def compile_policy(policy, *, compile: bool, cudagraphs: bool = False, warmup: int = 10):
+def compile_advantage(advantage, *, compile: bool):
+    """``advantage(batch)`` (a value estimator: GAE, TD(lambda)...) run without gradients,
+    compiled once with ``compile`` (one graph: the value network on the batch and the
+    vectorised scan; rl-cpp's kernel is for eager calls)."""
+
+    def run(batch):
+        with torch.no_grad():
+            return advantage(batch)
+
+    return torch.compile(run) if compile else run
+
+
+def compile_policy(policy, *, compile: bool | dict, cudagraphs: bool = False, warmup: int = 10):
     """The policy a collector runs, compiled (``torch.compile``) and/or captured in a CUDA
     graph (``tensordict.nn.CudaGraphModule``); the policy itself is left as it is (the
-    evaluation and the losses keep using it)."""
+    evaluation and the losses keep using it).
+
+    Compiled, a policy with a tensor twin (``rl.core.tensor_policy``: rl.modules' actors)
+    becomes a :class:`CompiledPolicy`, whose twin is the compiled one: the collector
+    calls it on tensors at each step, with no TensorDict in the compiled code."""
     check_cudagraphs(cudagraphs)
     if not (compile or cudagraphs):
         return policy
+    if compile and not cudagraphs and tensor_policy(policy) is not None:
+        return CompiledPolicy(policy, **_compile_kwargs(compile))
     in_keys = list(getattr(policy, "in_keys", ()))
     if compile:
-        policy = torch.compile(policy)
+        policy = torch.compile(policy, **_compile_kwargs(compile))
     if cudagraphs:
         from tensordict.nn import CudaGraphModule
 
@@ -137,6 +388,49 @@ def compile_policy(policy, *, compile: bool, cudagraphs: bool = False, warmup: i
         return tensordict.update(policy(tensordict.select(*in_keys).contiguous()))
 
     return act
+
+
+class CompiledPolicy(nn.Module):
+    """``policy`` whose tensor twin (``rl.core.tensor_policy``) is compiled once.
+
+    It declares the tensor-policy protocol (``tensor_forward``): a collector finds the
+    twin and calls the compiled function on the step's tensors (``observation`` in,
+    ``action`` out), with no TensorDict inside the compiled code; called on a TensorDict,
+    it reads the in_keys, runs the same compiled function and writes the out_keys. The
+    inputs are made contiguous (a rollout hands strided views of its buffers) and it
+    runs without gradients, so dynamo's guards hold from step to step and it compiles
+    once. ``policy`` is shared,
+    not copied: updated weights act at the next step. ``compile_kwargs`` go to
+    ``torch.compile``.
+    """
+
+    def __init__(self, policy: nn.Module, **compile_kwargs) -> None:
+        super().__init__()
+        twin = tensor_policy(policy)
+        if twin is None:
+            raise TypeError(
+                f"CompiledPolicy needs a policy with a tensor twin (rl.core.tensor_policy), "
+                f"got {type(policy).__name__}, which has none"
+            )
+        self.policy = policy
+        self.in_keys, self.out_keys = list(twin.in_keys), list(twin.out_keys)
+        compiled = torch.compile(twin.forward, **compile_kwargs)
+
+        def forward(*tensors):
+            # acting needs no gradient; one grad mode for every caller (the collector's
+            # first probe and its rollouts), so no guard on it fails
+            with torch.no_grad():
+                return compiled(*[t.contiguous() for t in tensors])
+
+        self._twin = TensorPolicy(policy, self.in_keys, self.out_keys, forward)
+        self._forward = forward
+
+    def tensor_forward(self):
+        """``(in_keys, out_keys, compiled fn)``: the protocol of ``rl.core.tensor_policy``."""
+        return self.in_keys, self.out_keys, self._forward
+
+    def forward(self, tensordict):
+        return self._twin(tensordict)
 
 
 @torch.no_grad()

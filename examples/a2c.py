@@ -19,7 +19,6 @@ from typing import Literal
 
 import torch
 import tyro
-from torch import nn
 
 from rl.collectors import Collector
 from rl.core import seed_everything
@@ -31,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
+    UpdateStep,
+    compile_advantage,
     compile_policy,
-    compile_update,
     evaluate,
     finish_run,
     set_lr,
-    zero_grad,
 )
 from ppo import make_agent, make_env  # noqa: E402
 
@@ -104,26 +103,30 @@ def main(cfg: Config) -> dict:
         frames_per_batch=frames_per_batch,
         total_frames=cfg.total_frames,
     )
-    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    advantage = compile_advantage(
+        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
+    )
     loss_module = A2CLoss(
         actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
     )
     lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
     optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
-    params = list(loss_module.parameters())
 
-    def update(batch):
+    def a2c_loss(batch):
         losses = loss_module(batch)
         loss = losses["loss_objective"] + losses["loss_critic"]
         if "loss_entropy" in losses.keys():
             loss = loss + losses["loss_entropy"]
-        zero_grad(optimizer)
-        loss.backward()
-        nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        optimizer.step()
-        return loss.detach()
+        return loss, loss
 
-    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    # one clipped gradient step (backward, RMSprop); one graph with --compile
+    update = UpdateStep(
+        a2c_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
     exp_name = cfg.exp_name or generate_exp_name("a2c", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -136,8 +139,7 @@ def main(cfg: Config) -> dict:
         frames += batch.numel()
         if cfg.anneal_lr:
             set_lr(optimizer, cfg.lr * (1.0 - iteration / num_updates))
-        with torch.no_grad():
-            advantage(batch)
+        advantage(batch)
         loss = update(batch.reshape(-1).exclude("collector"))
 
         returns.update(batch)

@@ -48,14 +48,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
+    UpdateStep,
+    compile_advantage,
     compile_policy,
-    compile_update,
     evaluate,
     finish_run,
     make_base_env,
     record_video,
     set_lr,
-    zero_grad,
 )
 
 
@@ -250,21 +250,22 @@ def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam
 
 def make_update_step(cfg: Config, loss_module, optimizer, compile: bool | None = None):
     """One clipped gradient step on a minibatch (loss, backward, clipping, optimizer
-    step), compiled once with ``cfg.compile`` / captured with ``cfg.cudagraphs``."""
-    params = list(loss_module.parameters())
+    step); with ``cfg.compile`` all of it is one compiled graph (``UpdateStep``)."""
 
-    def step(minibatch):
+    def ppo_loss(minibatch):
         losses = loss_module(minibatch)
         loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-        zero_grad(optimizer)
-        loss.backward()
-        nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        optimizer.step()
-        return loss.detach()
+        return loss, loss
 
     if compile is None:
         compile = getattr(cfg, "compile", False)
-    return compile_update(step, compile=compile, cudagraphs=getattr(cfg, "cudagraphs", False))
+    return UpdateStep(
+        ppo_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        compile=compile,
+        cudagraphs=getattr(cfg, "cudagraphs", False),
+    )
 
 
 def update_epochs(
@@ -303,9 +304,10 @@ def main(cfg: Config) -> dict:
         frames_per_batch=frames_per_batch,
         total_frames=cfg.total_frames,
     )
-    # the advantage stays eager: it runs rl-cpp's scan kernel, which compiled code cannot
-    # call (rl's GAE under torch.compile breaks its graph three times)
-    advantage = torch.no_grad()(GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic))
+    # eager, rl-cpp's fused scan kernel; compiled, one graph with the value network
+    advantage = compile_advantage(
+        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
+    )
     loss_module, optimizer = make_loss(cfg, actor, critic)
     step = make_update_step(cfg, loss_module, optimizer)
     exp_name = cfg.exp_name or generate_exp_name("ppo", f"{cfg.env_id}-s{cfg.seed}")

@@ -1,12 +1,11 @@
 """``--compile`` and ``--cudagraphs`` of the example scripts.
 
-PPO and SAC run a few compiled updates on a tiny budget under ``torch._dynamo``'s
-``error_on_recompile``: every compiled function (the whole update step and the
-collector's policy) is compiled once, at its first call, and never again. The graph
-breaks left are PyTorch's own, none in rl's code or in the scripts: ``Tensor.backward()``
-(dynamo does not trace it unless its experimental ``trace_autograd_ops`` is on) and the
-two that ``torch.optim.Optimizer.step`` inserts on purpose around its grad-mode switch.
-After the first batch's updates, no new graph is compiled and no new break is met.
+The update step (``_common.UpdateStep``) compiles to ONE graph: loss, gradients
+(``torch.autograd.grad`` traced), clipping, the optimizer's arithmetic and the target
+update; checked here with ``fullgraph=True`` on dynamo's eager backend (fast) against
+``torch.optim``'s own step, and with dynamo's counters on the scripts (slow: inductor).
+The collector's compiled policy is the policy's tensor twin compiled
+(``_common.CompiledPolicy``), called on tensors.
 """
 
 from __future__ import annotations
@@ -21,11 +20,6 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-#: the breaks PyTorch itself makes in a compiled ``loss.backward(); optimizer.step()``
-TORCH_OWN_BREAKS = (
-    "Unsupported Tensor.backward() call",  # backward is not traced by default
-    "Call to `torch._dynamo.graph_break()`",  # torch.optim's _use_grad wrapper, twice
-)
 
 
 def _load(name: str):
@@ -48,22 +42,18 @@ def _compiled_totals() -> tuple[int, int]:
 
 
 def _watch(module, monkeypatch) -> list[tuple[int, int]]:
-    """Records the dynamo totals after every call of the script's compiled update
-    step(s); the script builds them with ``compile_update``."""
+    """Records the dynamo totals after every call of the script's update step(s); the
+    script builds them with ``UpdateStep``."""
     seen: list[tuple[int, int]] = []
-    real = module.compile_update
+    real = module.UpdateStep
 
-    def compile_update(fn, **kwargs):
-        compiled = real(fn, **kwargs)
-
-        def watched(*args):
-            out = compiled(*args)
+    class Watched(real):
+        def __call__(self, *args):
+            out = super().__call__(*args)
             seen.append(_compiled_totals())
             return out
 
-        return watched
-
-    monkeypatch.setattr(module, "compile_update", compile_update)
+    monkeypatch.setattr(module, "UpdateStep", Watched)
     return seen
 
 
@@ -81,12 +71,13 @@ def _check(seen: list[tuple[int, int]], first: int) -> None:
     # after the first ``first`` updates (a branch of a loss first taken there is compiled
     # then, once): no frame compiled, no graph break met
     assert seen[first:] == [seen[first]] * len(seen[first:]), seen
-    unexpected = {r for r in _break_reasons() if not r.startswith(TORCH_OWN_BREAKS)}
-    assert not unexpected, unexpected
+    assert not _break_reasons()
+    # one graph per compiled function: the update step, the policy (and the advantage)
+    assert counters["stats"]["unique_graphs"] == counters["frames"]["ok"]
 
 
 @pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU
-def test_ppo_compiled_once_without_breaks_of_its_own(fresh_dynamo, monkeypatch, tmp_path):
+def test_ppo_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path):
     ppo = _load("ppo")
     seen = _watch(ppo, monkeypatch)
     cfg = ppo.Config(
@@ -104,10 +95,11 @@ def test_ppo_compiled_once_without_breaks_of_its_own(fresh_dynamo, monkeypatch, 
     assert summary["frames"] == 512
     assert len(seen) == 4 * 2 * 2  # batches x epochs x minibatches
     _check(seen, first=4)  # the first batch's updates
+    assert counters["frames"]["ok"] == 3  # update step, policy, advantage
 
 
 @pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU
-def test_sac_compiled_once_without_breaks_of_its_own(fresh_dynamo, monkeypatch, tmp_path):
+def test_sac_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path):
     sac = _load("sac")
     seen = _watch(sac, monkeypatch)
     cfg = sac.Config(
@@ -126,32 +118,187 @@ def test_sac_compiled_once_without_breaks_of_its_own(fresh_dynamo, monkeypatch, 
     assert summary["frames"] == 300
     assert len(seen) == 5 * 10  # batches past the random frames x updates per batch
     _check(seen, first=10)  # the first batch's updates
+    assert counters["frames"]["ok"] == 2  # update step, policy
 
 
-@pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU
-def test_compiled_update_matches_eager():
-    common = _load("_common")
+ONE_GRAPH = {"backend": "eager", "fullgraph": True}  # dynamo only: fast, raises on a break
+
+
+def _nets(n: int = 2):
     torch.manual_seed(0)
-    nets = [torch.nn.Linear(3, 2) for _ in range(2)]
-    nets[1].load_state_dict(nets[0].state_dict())
-    optims = [torch.optim.Adam(net.parameters(), lr=torch.tensor(1e-2)) for net in nets]
+    nets = [torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))]
+    for _ in range(n - 1):
+        nets.append(
+            torch.nn.Sequential(
+                *(
+                    type(m)()
+                    if not isinstance(m, torch.nn.Linear)
+                    else torch.nn.Linear(m.in_features, m.out_features)
+                    for m in nets[0]
+                )
+            )
+        )
+        nets[-1].load_state_dict(nets[0].state_dict())
+    return nets
 
-    def make(net, optim):
-        def step(x):
+
+@pytest.mark.parametrize(
+    ("make_optim", "max_grad_norm"),
+    [
+        (lambda p: torch.optim.Adam(p, lr=1e-2), None),
+        (lambda p: torch.optim.Adam(p, lr=1e-2, betas=(0.5, 0.9), eps=1e-5), 0.1),
+        (lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1), 0.1),
+        (lambda p: torch.optim.RMSprop(p, lr=1e-2, alpha=0.99, eps=1e-5), 0.1),
+    ],
+    ids=["adam", "adam-betas-clipped", "adamw-clipped", "rmsprop-clipped"],
+)
+def test_update_step_one_graph_matches_torch_optim(make_optim, max_grad_norm):
+    common = _load("_common")
+    torch._dynamo.reset()
+    counters.clear()
+    eager_net, fused_net = _nets()
+    # an unused parameter: no gradient, left as it is (torch.optim skips it)
+    eager_net.unused = torch.nn.Parameter(torch.ones(2))
+    fused_net.unused = torch.nn.Parameter(torch.ones(2))
+
+    def loss_of(net):
+        def loss_fn(x):
             loss = net(x).pow(2).mean()
-            common.zero_grad(optim)
-            loss.backward()
-            optim.step()
-            return loss.detach()
+            return loss, {"loss": loss}
 
-        return step
+        return loss_fn
 
-    eager = make(nets[0], optims[0])
-    compiled = common.compile_update(make(nets[1], optims[1]), compile=True)
-    for _ in range(3):
-        x = torch.randn(8, 3)
-        torch.testing.assert_close(compiled(x), eager(x))
-    torch.testing.assert_close(nets[1].weight, nets[0].weight)
+    eager_opt, fused_opt = make_optim(eager_net.parameters()), make_optim(fused_net.parameters())
+    eager = common.UpdateStep(loss_of(eager_net), eager_opt, max_grad_norm=max_grad_norm)
+    fused = common.UpdateStep(
+        loss_of(fused_net), fused_opt, max_grad_norm=max_grad_norm, compile=ONE_GRAPH
+    )
+    for step in range(4):
+        x = torch.randn(16, 3)
+        if step == 2:  # annealed in place: no recompilation
+            common.set_lr(eager_opt, 5e-3)
+            common.set_lr(fused_opt, 5e-3)
+        torch.testing.assert_close(fused(x)["loss"], eager(x)["loss"])
+        for p, q in zip(fused_net.parameters(), eager_net.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    # one graph, traced once (a recompilation would add one), no break (fullgraph)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"] and not counters["recompiles"]
+    assert not fused_net.unused.grad and torch.equal(fused_net.unused, torch.ones(2))
+    # the optimizer's own state: a checkpoint of it stays valid
+    # (index 0 is ``unused``: a module's own parameters come before its children's)
+    state, eager_state = fused_opt.state_dict()["state"], eager_opt.state_dict()["state"]
+    assert float(state[1]["step"]) == 4 and float(state[0]["step"]) == 0
+    for key in state[1]:
+        torch.testing.assert_close(state[1][key], eager_state[1][key], rtol=1e-5, atol=1e-6)
+
+
+def test_update_step_soft_and_hard_target_updates_match_eager():
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+
+    from rl.objectives import DQNLoss, HardUpdate, SoftUpdate
+
+    common = _load("_common")
+    torch._dynamo.reset()
+    counters.clear()
+    sample = TensorDict(
+        observation=torch.randn(32, 3),
+        action=torch.nn.functional.one_hot(torch.randint(2, (32,)), 2),
+        next=TensorDict(
+            observation=torch.randn(32, 3),
+            reward=torch.randn(32, 1),
+            done=torch.zeros(32, 1, dtype=torch.bool),
+            terminated=torch.zeros(32, 1, dtype=torch.bool),
+        ),
+        batch_size=[32],
+    )
+    for updater in (
+        lambda loss: SoftUpdate(loss, tau=0.1),
+        lambda loss: HardUpdate(loss, value_network_update_interval=2),
+    ):
+        steps, losses = [], []
+        for compile in (False, ONE_GRAPH):
+            (net,) = _nets(1)
+            qnet = TensorDictModule(net, ["observation"], ["action_value"])
+            loss = DQNLoss(qnet, action_space="one-hot", delay_value=True)
+            optim = torch.optim.Adam(loss.parameters(), lr=1e-2)
+            step = common.UpdateStep(
+                lambda td, loss=loss: (loss(td)["loss"], loss(td).select("loss")),
+                optim,
+                target_update=updater(loss),
+                compile=compile,
+            )
+            steps.append(step)
+            losses.append(loss)
+        for _ in range(3):
+            torch.testing.assert_close(steps[1](sample.clone()), steps[0](sample.clone()))
+        target = [dict(loss.target_value_network_params.flatten_keys()) for loss in losses]
+        for key, value in target[0].items():
+            torch.testing.assert_close(target[1][key], value, rtol=1e-5, atol=1e-6)
+        online = dict(losses[0].value_network_params.flatten_keys())
+        assert not all(torch.equal(online[k], v) for k, v in target[0].items())
+    assert not counters["graph_break"]
+
+
+def test_update_step_refuses_an_optimizer_it_does_not_write():
+    common = _load("_common")
+    (net,) = _nets(1)
+    optim = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    with pytest.raises(ValueError, match="writes Adam, AdamW and RMSprop .* got SGD"):
+        common.UpdateStep(lambda x: (net(x).sum(), {}), optim, compile=True)
+    amsgrad = torch.optim.Adam(net.parameters(), amsgrad=True)
+    with pytest.raises(ValueError, match="got Adam"):
+        common.UpdateStep(lambda x: (net(x).sum(), {}), amsgrad, compile=True)
+
+
+def test_compiled_policy_is_the_collectors_tensor_twin():
+    from tensordict.nn import NormalParamExtractor
+
+    from rl.collectors import Collector
+    from rl.core import ExplorationType, set_exploration_type, tensor_policy
+    from rl.envs import PendulumEnv
+    from rl.modules import MLP, ProbabilisticActor, TanhNormal, TensorDictModule
+
+    common = _load("_common")
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    env = PendulumEnv(batch_size=[4])
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            torch.nn.Sequential(
+                MLP(in_features=3, out_features=2, num_cells=[8]), NormalParamExtractor()
+            ),
+            ["observation"],
+            ["loc", "scale"],
+        ),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": -2.0, "high": 2.0},
+        spec=env.action_spec,
+    )
+    compiled = common.compile_policy(actor, compile=ONE_GRAPH)
+    assert isinstance(compiled, common.CompiledPolicy)
+    twin = tensor_policy(compiled)
+    assert twin.in_keys == ["observation"] and twin.out_keys == ["loc", "scale", "action"]
+    collector = Collector(env, compiled, frames_per_batch=40, total_frames=120)
+    for batch in collector:
+        action = batch["action"]
+        assert action.shape == (4, 10, 1) and action.abs().max() <= 2.0
+    collector.shutdown()
+    # compiled once, at the first step, called on tensors at every step since
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"]
+    assert not counters["graph_break"]
+    # on a TensorDict, the same compiled function (the collector's exploration type:
+    # another one is another program, compiled once more)
+    with set_exploration_type(ExplorationType.RANDOM):
+        td = compiled(env.reset())
+    assert td["action"].shape == (4, 1)
+    assert counters["stats"]["unique_graphs"] == 1
+    # no twin: a TypeError naming the policy
+    with pytest.raises(TypeError, match="needs a policy with a tensor twin .* got function"):
+        common.CompiledPolicy(lambda td: td)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")

@@ -338,6 +338,24 @@ class TestEnumAndCompile:
         torch.testing.assert_close(compiled["advantage"], eager["advantage"])
         torch.testing.assert_close(compiled["value_target"], eager["value_target"])
 
+    @pytest.mark.parametrize("make", [GAE, TDLambdaEstimator], ids=["gae", "tdlambda"])
+    def test_compile_one_graph_with_value_network(self, make):
+        # the examples' compiled advantage: value network and scan under no_grad, no
+        # graph break (fullgraph raises on one), same values as the eager rl-cpp path
+        torch._dynamo.reset()
+
+        def advantage(est, td):
+            with torch.no_grad():
+                return est(td)
+
+        est = make(gamma=torch.tensor(0.9), lmbda=0.8, value_network=value_net())
+        td = batch()
+        eager = advantage(est, td.clone())
+        compiled = torch.compile(advantage, backend="eager", fullgraph=True)(est, td.clone())
+        torch.testing.assert_close(compiled["advantage"], eager["advantage"])
+        torch.testing.assert_close(compiled["value_target"], eager["value_target"])
+        assert all(p.requires_grad for p in est.value_network.parameters())
+
 
 class TestValueChunks:
     @pytest.mark.parametrize(

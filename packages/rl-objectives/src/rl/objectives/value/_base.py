@@ -16,8 +16,14 @@ __all__ = ["ValueEstimatorBase"]
 
 @contextlib.contextmanager
 def _held_out(network: torch.nn.Module | None) -> Iterator[None]:
-    """Run ``network`` without giving its parameters gradients (inputs still get them)."""
-    params = [p for p in network.parameters() if p.requires_grad] if network is not None else []
+    """Run ``network`` without giving its parameters gradients (inputs still get them).
+
+    Nothing to do where no gradient is recorded (``torch.no_grad()``): the parameters
+    are left untouched, which also keeps the estimator traceable by ``torch.compile``."""
+    if network is None or not torch.is_grad_enabled():
+        yield
+        return
+    params = [p for p in network.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
     try:

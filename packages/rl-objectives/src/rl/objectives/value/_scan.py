@@ -69,6 +69,8 @@ def reverse_linear_scan(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         return x.clone()
     if torch.is_grad_enabled() and (x.requires_grad or c.requires_grad):
         return _scan_autograd(x, c, n)
+    if torch.compiler.is_compiling():  # out= into strided views breaks a graph; the
+        return _scan_autograd(x, c, n)  # compiler fuses the out-of-place steps instead
     return _scan_inplace(x, c, n)
 
 

@@ -100,8 +100,12 @@ def _as_param(fn: str, name: str, value: Scalar, like: torch.Tensor, layout: _Ti
 
 
 def _scalar(value) -> float | None:
+    """``value`` as a python float for rl-cpp's kernel, else ``None`` (no kernel runs
+    under ``torch.compile``: no ``.item()`` to break its graph)."""
     if isinstance(value, float):
         return value
+    if torch.compiler.is_compiling():
+        return None
     if value.ndim == 0 and value.device.type == "cpu":
         return float(value)
     return None

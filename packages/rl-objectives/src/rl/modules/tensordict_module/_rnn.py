@@ -36,7 +36,7 @@ from rl.core import Unbounded
 
 from ._rnn_layers import GRU, LSTM, recurrent_mode
 
-__all__ = ["GRUModule", "LSTMModule", "get_primers_from_module"]
+__all__ = ["GRUModule", "LSTMModule", "canonicalize_rnn_subset", "get_primers_from_module"]
 
 _ENVS_HINT = "make_tensordict_primer() needs rl.envs: pip install rl-envs"
 
@@ -63,6 +63,81 @@ def _segments(is_init: torch.Tensor) -> tuple[torch.Tensor, ...]:
     pos = torch.arange(flat.numel(), device=flat.device) - start_idx[seg_id]
     lengths = torch.bincount(seg_id, minlength=start_idx.numel())
     return seg_id, pos, start_idx, lengths
+
+
+_BACKENDS = ("auto", "pad", "scan", "triton")
+_RECOMPUTE = ("none", "full")
+_PRECISIONS = ("auto", "fast", "high-prec", "ieee", "tf32", "tf32x3")
+#: recurrent_matmul_precision -> TF32 matmuls on CUDA (None: torch's global setting)
+_TF32 = {"fast": True, "tf32": True, "tf32x3": True, "high-prec": False, "ieee": False}
+
+
+def _check_backend(
+    backend: str, recompute: str, compute_dtype: torch.dtype, precision: str
+) -> None:
+    """TorchRL's checks of the recurrent-mode options, with its wording."""
+    if backend not in _BACKENDS:
+        raise ValueError(
+            f"recurrent_backend must be one of 'auto', 'pad', 'scan' or 'triton'. Got {backend}."
+        )
+    if backend == "triton":
+        # rl ships no triton kernels: 'scan' computes the same recurrence on any device
+        raise RuntimeError(
+            "recurrent_backend='triton' requires the triton package and TorchRL's triton "
+            "kernels, which rl does not ship: use recurrent_backend='scan' (a step loop with "
+            "resets, any device) or 'pad'"
+        )
+    if recompute not in _RECOMPUTE:
+        raise ValueError(f"recurrent_recompute must be one of 'none' or 'full'. Got {recompute}.")
+    if recompute != "none" and backend in ("pad", "auto"):
+        raise ValueError(
+            "recurrent_recompute is only supported for recurrent_backend 'scan' and 'triton'. "
+            "Set recurrent_backend explicitly ('auto' selects 'pad', whose backward keeps "
+            "its own activations)."
+        )
+    if not compute_dtype.is_floating_point:
+        raise ValueError(f"recurrent_compute_dtype must be a floating dtype, got {compute_dtype}")
+    if precision not in _PRECISIONS:
+        raise ValueError(
+            f"Invalid recurrent_matmul_precision={precision!r}. Expected one of "
+            f"{sorted(_PRECISIONS)}."
+        )
+
+
+def canonicalize_rnn_subset(
+    data: TensorDictBase, modules: Sequence[Any], *, inplace: bool = False
+) -> TensorDictBase:
+    """Makes contiguous only the entries the recurrent ``modules`` read and write (the
+    union of their :attr:`~LSTMModule.canonical_keys`); other entries keep their storage.
+
+    Args:
+        data: the tensordict.
+        modules: :class:`LSTMModule` / :class:`GRUModule` instances.
+        inplace: write into ``data`` (and return it) instead of a shallow copy.
+    """
+    out = data if inplace else data.copy()
+    seen = set()
+    for module in modules:
+        for key in module.canonical_keys:
+            key = (key,) if isinstance(key, str) else tuple(key)
+            if key in seen:
+                continue
+            seen.add(key)
+            value = out.get(key, None)
+            if isinstance(value, torch.Tensor) and not _is_canonical(value):
+                out.set(key, value.clone(memory_format=torch.contiguous_format))
+    return out
+
+
+def _is_canonical(value: torch.Tensor) -> bool:
+    """Whether ``value`` has the row-major strides of its shape (``is_contiguous`` also
+    accepts any stride on a size-1 dim)."""
+    stride, expected = value.stride(), 1
+    for size, st in zip(reversed(value.shape), reversed(stride)):
+        if st != expected:
+            return False
+        expected *= size
+    return True
 
 
 class _RecurrentModule(TensorDictModuleBase):
@@ -140,6 +215,25 @@ class _RecurrentModule(TensorDictModuleBase):
                 "sees the past"
             )
         setattr(self, self._layer_name, rnn)
+
+    def _init_backend(
+        self, backend: str, compute_dtype: torch.dtype, recompute: str, precision: str
+    ) -> None:
+        _check_backend(backend, recompute, compute_dtype, precision)
+        self.recurrent_backend = backend
+        self.recurrent_compute_dtype = compute_dtype
+        self.recurrent_recompute = recompute
+        self.recurrent_matmul_precision = precision
+
+    @property
+    def canonical_keys(self) -> list[NestedKey]:
+        """The entries whose memory layout the module cares about: its in and out keys."""
+        return [*self.in_keys, *self.out_keys]
+
+    def canonicalize(self, data: TensorDictBase, *, inplace: bool = False) -> TensorDictBase:
+        """``data`` with the module's :attr:`canonical_keys` made contiguous (row-major),
+        the other entries untouched; a shallow copy unless ``inplace``."""
+        return canonicalize_rnn_subset(data, [self], inplace=inplace)
 
     # ------------------------------------------------------------------ modes
     @property
@@ -239,6 +333,47 @@ class _RecurrentModule(TensorDictModuleBase):
             y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
         return y, list(hn) if self._num_states > 1 else [hn]
 
+    def _scan(
+        self, x: torch.Tensor, states: list[torch.Tensor], is_init: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The ``"scan"`` backend: one step at a time over ``[n, T]``, the state replaced
+        by the stored one where a trajectory starts; the same outputs as the ``"pad"``
+        backend (the next states at each trajectory's last step, zeros elsewhere).
+        ``recurrent_recompute="full"`` recomputes the steps in the backward pass instead
+        of keeping their activations."""
+        if self.recurrent_recompute == "full" and torch.is_grad_enabled():
+            flat = torch.utils.checkpoint.checkpoint(
+                self._scan_steps, x, is_init, *states, use_reentrant=False
+            )
+        else:
+            flat = self._scan_steps(x, is_init, *states)
+        return flat[0], list(flat[1:])
+
+    def _scan_steps(self, x: torch.Tensor, is_init: torch.Tensor, *states: torch.Tensor):
+        n, steps = is_init.shape
+        ends = torch.ones_like(is_init)
+        ends[:, :-1] = is_init[:, 1:]  # a step is a trajectory's last where the next starts
+        hx = [s[:, 0].transpose(0, 1) for s in states]  # [layers, n, H]
+        dtype = self.recurrent_compute_dtype
+        cast = dtype != x.dtype
+        ys, outs = [], [[] for _ in states]
+        for t in range(steps):
+            if t:
+                start = is_init[:, t].view(1, n, 1)
+                hx = [torch.where(start, s[:, t].transpose(0, 1), h) for s, h in zip(states, hx)]
+            xt = x[:, t : t + 1]
+            if cast:
+                with torch.autocast(x.device.type, dtype=dtype):
+                    y, hx = self._call_rnn(xt, [h.contiguous() for h in hx], None)
+                y, hx = y.to(x.dtype), [h.to(x.dtype) for h in hx]
+            else:
+                y, hx = self._call_rnn(xt, [h.contiguous() for h in hx], None)
+            ys.append(y)
+            end = ends[:, t].view(n, 1, 1)
+            for out, h in zip(outs, hx):
+                out.append(h.transpose(0, 1).masked_fill(~end, 0.0))
+        return (torch.cat(ys, 1), *[torch.stack(out, 1) for out in outs])
+
     def _read(self, tensordict: TensorDictBase, key: NestedKey) -> torch.Tensor:
         value = tensordict.get(key, None)
         if value is None:
@@ -251,6 +386,18 @@ class _RecurrentModule(TensorDictModuleBase):
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        tf32 = _TF32.get(self.recurrent_matmul_precision)
+        if tf32 is None or not torch.cuda.is_available():
+            return self._forward(tensordict)
+        # a precision preset: TF32 matmuls on or off for this call (CUDA only, as TorchRL)
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            return self._forward(tensordict)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+
+    def _forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         recurrent = self.recurrent_mode
         batch = tensordict.batch_size
         if recurrent and len(batch) == 0:
@@ -285,6 +432,8 @@ class _RecurrentModule(TensorDictModuleBase):
                 if steps > 1:  # the next state is written at the last step only
                     last = torch.cat([last.new_zeros(n, steps - 1, *shape), last], 1)
                 out_states.append(last)
+        elif self.recurrent_backend == "scan":
+            y, out_states = self._scan(x, states, is_init)
         else:
             seg_id, pos, start_idx, lengths = _segments(is_init)
             flat_x = x.reshape(n * steps, *x.shape[2:])
@@ -322,6 +471,19 @@ class LSTMModule(_RecurrentModule):
         bidirectional: must be ``False``.
         python_based: use the Python recurrence (:class:`~rl.modules.LSTM`, traceable by
             ``vmap``/``compile``) instead of ``torch.nn.LSTM``. Defaults to ``False``.
+        recurrent_backend: how the recurrent mode runs sequences cut by ``is_init``:
+            ``"pad"`` (default; the pieces padded into one batch, one call of the layer),
+            ``"scan"`` (one step at a time, the state replaced where a trajectory starts;
+            the same values), ``"auto"`` (``"pad"``). ``"triton"`` raises: rl ships no
+            triton kernels.
+        recurrent_compute_dtype: the dtype the ``"scan"`` steps compute in (under
+            ``torch.autocast``). Defaults to ``torch.float32``.
+        recurrent_recompute: ``"full"`` recomputes the ``"scan"`` steps in the backward
+            pass (activation checkpointing) instead of keeping them. Defaults to
+            ``"none"``.
+        recurrent_matmul_precision: TF32 matmuls on CUDA for the module's calls
+            (``"fast"``/``"tf32"``/``"tf32x3"``: on, ``"high-prec"``/``"ieee"``: off,
+            ``"auto"``: torch's setting); no effect on CPU.
 
     Keyword Args:
         in_key: the input key; the states are then read at ``"recurrent_state_h"`` and
@@ -375,6 +537,10 @@ class LSTMModule(_RecurrentModule):
         proj_size: int = 0,
         bidirectional: bool = False,
         python_based: bool = False,
+        recurrent_backend: str = "pad",
+        recurrent_compute_dtype: torch.dtype = torch.float32,
+        recurrent_recompute: str = "none",
+        recurrent_matmul_precision: str = "auto",
         *,
         in_key: NestedKey | None = None,
         in_keys: Sequence[NestedKey] | None = None,
@@ -385,6 +551,12 @@ class LSTMModule(_RecurrentModule):
         default_recurrent_mode: bool | None = None,
     ):
         super().__init__()
+        self._init_backend(
+            recurrent_backend,
+            recurrent_compute_dtype,
+            recurrent_recompute,
+            recurrent_matmul_precision,
+        )
         kwargs = dict(
             input_size=input_size,
             hidden_size=hidden_size,
@@ -443,6 +615,10 @@ class GRUModule(_RecurrentModule):
         dropout: float = 0,
         bidirectional: bool = False,
         python_based: bool = False,
+        recurrent_backend: str = "pad",
+        recurrent_compute_dtype: torch.dtype = torch.float32,
+        recurrent_recompute: str = "none",
+        recurrent_matmul_precision: str = "auto",
         *,
         in_key: NestedKey | None = None,
         in_keys: Sequence[NestedKey] | None = None,
@@ -453,6 +629,12 @@ class GRUModule(_RecurrentModule):
         default_recurrent_mode: bool | None = None,
     ):
         super().__init__()
+        self._init_backend(
+            recurrent_backend,
+            recurrent_compute_dtype,
+            recurrent_recompute,
+            recurrent_matmul_precision,
+        )
         self._build_rnn(
             gru,
             python_based,

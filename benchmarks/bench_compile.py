@@ -12,8 +12,18 @@ Budgets are cut from the scripts' learning targets so that the whole run fits in
 25 minutes on a 2-core CPU; the returns are therefore those of short runs, compared
 between eager and compiled on the same seed, not the learning targets.
 
+Each compiled run starts with an empty inductor kernel cache (a first run of the
+script pays the whole compilation); ``--warm-cache`` keeps the cache, as a second run of
+a script finds it.
+
+``--micro sac ppo`` times the update step alone instead (the example's loss, gradients,
+clipping, optimizer and target update at the example's sizes), eager against compiled
+in interleaved blocks, in updates per second: a figure less sensitive to the machine's
+load than whole runs.
+
 Usage:
     python benchmarks/bench_compile.py [--algos ppo sac ...] [--scale 1.0] [--seed 0]
+    python benchmarks/bench_compile.py --micro sac ppo
 
 Results go to benchmarks/results/compile.md.
 """
@@ -99,13 +109,18 @@ def run_one(algo: str, compile: bool, seed: int, scale: float, dataset: str | No
     }
 
 
-def child(algo: str, compile: bool, seed: int, scale: float, dataset: str | None) -> dict:
+def child(
+    algo: str, compile: bool, seed: int, scale: float, dataset: str | None, warm_cache: bool
+) -> dict:
     cmd = [sys.executable, __file__, "--child", algo, "--seed", str(seed), "--scale", str(scale)]
     if compile:
         cmd.append("--compile")
     if dataset:
         cmd += ["--dataset", dataset]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    env = dict(os.environ)
+    if not warm_cache:  # a first run: inductor's on-disk cache of compiled kernels empty
+        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_compile_inductor_")
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if out.returncode:
         raise RuntimeError(f"{algo} (compile={compile}) failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -133,6 +148,93 @@ def make_dataset(seed: int, scale: float) -> str:
     return str(path)
 
 
+def micro(algo: str, rounds: int, block: int) -> dict:
+    """Update-only figure: the example's update step, eager and compiled (one graph), at
+    the example's sizes, timed in interleaved blocks of ``block`` updates on the same
+    data (one thread); returns updates/s of both (median of the blocks) and the compile
+    time (the compiled step's first call)."""
+    import statistics
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    steps, data = {}, None
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        if algo == "sac":
+            step, data = _sac_step(compiled, data)
+        else:
+            step, data = _ppo_step(compiled, data)
+        steps[compiled] = step
+    start = time.perf_counter()
+    steps[True](data)
+    compile_s = time.perf_counter() - start
+    steps[False](data)
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(rounds):
+        for compiled in (False, True) if i % 2 == 0 else (True, False):
+            start = time.perf_counter()
+            for _ in range(block):
+                steps[compiled](data)
+            rates[compiled].append(block / (time.perf_counter() - start))
+    eager, fused = statistics.median(rates[False]), statistics.median(rates[True])
+    return {"eager": eager, "compiled": fused, "ratio": fused / eager, "compile_s": compile_s}
+
+
+def _sac_step(compiled: bool, sample):
+    """sac.py's update at its defaults (batch 256, 64x64 networks, twin critics)."""
+    import sac
+    from _offpolicy import make_env, make_qvalue, make_tanh_normal_actor
+
+    from rl.objectives import SACLoss, SoftUpdate
+
+    cfg = sac.Config()
+    env = make_env(cfg.env_id)
+    actor, qvalue = make_tanh_normal_actor(env, cfg.hidden), make_qvalue(env, cfg.hidden)
+    loss = SACLoss(
+        actor, qvalue, num_qvalue_nets=2, loss_function="l2", action_spec=env.action_spec
+    )
+    import torch
+
+    optim = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
+
+    def sac_loss(td):
+        out = loss(td)
+        return out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], out.select("alpha")
+
+    step = sac.UpdateStep(
+        sac_loss, optim, target_update=SoftUpdate(loss, tau=cfg.tau), compile=compiled
+    )
+    if sample is None:
+        env.set_seed(0)
+        sample = env.rollout(cfg.batch_size, break_when_any_done=False)
+    return step, sample
+
+
+def _ppo_step(compiled: bool, minibatch):
+    """ppo.py's minibatch step at its cartpole defaults (8 x 32 frames, 64x64)."""
+    import ppo
+
+    cfg = ppo.Config(compile=compiled)
+    env = ppo.make_env(cfg, cfg.num_envs)
+    actor, critic = ppo.make_agent(cfg, env)
+    loss, optim = ppo.make_loss(cfg, actor, critic)
+    step = ppo.make_update_step(cfg, loss, optim)
+    if minibatch is None:
+        env.set_seed(0)
+        batch = env.rollout(cfg.num_steps, actor, break_when_any_done=False)
+        import torch
+
+        from rl.objectives.value import GAE
+
+        with torch.no_grad():
+            GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)(batch)
+        minibatch = batch.exclude("next").reshape(-1)
+    return step, minibatch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=list(RUNS), choices=list(RUNS))
@@ -142,7 +244,29 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="keep inductor's on-disk kernel cache between runs (a second run of a script); "
+        "by default each compiled run starts with an empty one, as a first run does",
+    )
+    parser.add_argument(
+        "--micro",
+        nargs="+",
+        choices=["sac", "ppo"],
+        help="update-only: the example's update step eager vs compiled, in updates/s",
+    )
+    parser.add_argument("--rounds", type=int, default=10, help="--micro: timed blocks per mode")
     args = parser.parse_args()
+    if args.micro:
+        for algo in args.micro:
+            r = micro(algo, args.rounds, block=50)
+            print(
+                f"{algo} update: eager {r['eager']:.1f}/s  compiled {r['compiled']:.1f}/s  "
+                f"ratio {r['ratio']:.2f}x  (compile {r['compile_s']:.1f} s)",
+                flush=True,
+            )
+        return
     if args.child:
         result = run_one(args.child, args.compile, args.seed, args.scale, args.dataset)
         print(json.dumps(result))
@@ -155,7 +279,10 @@ def main() -> None:
     for i, algo in enumerate(args.algos):
         # alternate which mode runs first, so neither always gets the other's warm caches
         order = (False, True) if i % 2 == 0 else (True, False)
-        res = {mode: child(algo, mode, args.seed, args.scale, dataset) for mode in order}
+        res = {
+            mode: child(algo, mode, args.seed, args.scale, dataset, args.warm_cache)
+            for mode in order
+        }
         eager, compiled = res[False], res[True]
         row = {"algo": algo, "eager": eager, "compiled": compiled}
         row["ratio"] = compiled["fps"] / eager["fps"]

@@ -27,19 +27,17 @@ from rl.modules import AdditiveGaussianModule, TensorDictSequential
 from rl.objectives import DDPGLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
     compile_policy,
-    compile_update,
     make_deterministic_actor,
     make_env,
     make_qvalue,
     make_replay_buffer,
-    prime_soft_update,
     transitions,
-    zero_grad,
 )
 
 
@@ -86,19 +84,21 @@ def main(cfg: Config) -> dict:
     critic_optim = torch.optim.Adam(loss_module.value_network_params.parameters(), cfg.lr)
     run = Run("ddpg", cfg, cfg.total_frames)
 
-    def update(sample):
+    def ddpg_loss(sample):
         losses = loss_module(sample)
         # the actor loss reads a detached critic: one backward, no cross-talk
-        zero_grad(critic_optim, actor_optim)
-        (losses["loss_value"] + losses["loss_actor"]).backward()
-        critic_optim.step()
-        actor_optim.step()
-        target_update.step()
-        return losses.select("loss_actor", "loss_value").detach()
+        return losses["loss_value"] + losses["loss_actor"], losses.select(
+            "loss_actor", "loss_value"
+        )
 
-    if cfg.compile:  # targets still equal the online networks: a no-op on the values
-        prime_soft_update(target_update)
-    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    # one gradient step of both networks and the target update; one graph with --compile
+    update = UpdateStep(
+        ddpg_loss,
+        [critic_optim, actor_optim],
+        target_update=target_update,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
 
     # the loop: collect, store, update critic and actor, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

@@ -35,17 +35,16 @@ from rl.modules import MLP, DuelingMlpDQNet, EGreedyModule, QValueActor, TensorD
 from rl.objectives import DQNLoss, HardUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
     compile_policy,
-    compile_update,
     make_env,
     make_replay_buffer,
     set_lr,
     transitions,
-    zero_grad,
 )
 
 
@@ -168,18 +167,21 @@ def main(cfg: Config) -> dict:
     lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=lr)
     run = Run("dqn", cfg, cfg.total_frames)
-    params = list(loss_module.parameters())
 
-    def update(sample):
+    def dqn_loss(sample):
         loss = loss_module(sample)["loss"]
-        zero_grad(optimizer)
-        loss.backward()
-        nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        optimizer.step()
-        target_update.step()
-        return loss.detach()
+        return loss, loss
 
-    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    # one clipped gradient step and the target's counter (a copy every interval); the
+    # gradient step is one graph with --compile
+    update = UpdateStep(
+        dqn_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        target_update=target_update,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
 
     # the loop: collect, store, update, copy the target; evaluate now and then
     best_return, best_state, next_eval = -float("inf"), None, cfg.eval_interval

@@ -27,19 +27,17 @@ from rl.modules import AdditiveGaussianModule, TensorDictSequential
 from rl.objectives import SoftUpdate, TD3Loss
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
     compile_policy,
-    compile_update,
     make_deterministic_actor,
     make_env,
     make_qvalue,
     make_replay_buffer,
-    prime_soft_update,
     transitions,
-    zero_grad,
 )
 
 
@@ -99,27 +97,19 @@ def main(cfg: Config) -> dict:
     critic_optim = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), cfg.lr)
     run = Run("td3", cfg, cfg.total_frames)
 
-    def update_critic(sample):
+    def critic_loss(sample):
         loss_qvalue, _ = loss_module.value_loss(sample)
-        zero_grad(critic_optim)
-        loss_qvalue.backward()
-        critic_optim.step()
-        return loss_qvalue.detach()
+        return loss_qvalue, loss_qvalue
 
-    def update_actor(sample):
+    def actor_loss(sample):
         loss_actor, _ = loss_module.actor_loss(sample)
-        zero_grad(actor_optim)
-        loss_actor.backward()
-        actor_optim.step()
-        target_update.step()
-        return loss_actor.detach()
+        return loss_actor, loss_actor
 
-    if cfg.compile:  # targets still equal the online networks: a no-op on the values
-        prime_soft_update(target_update)
-    update_critic, update_actor = (
-        compile_update(fn, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
-        for fn in (update_critic, update_actor)
-    )
+    # the two gradient steps (the actor's with the target update); one graph each with
+    # --compile
+    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+    update_critic = UpdateStep(critic_loss, critic_optim, **flags)
+    update_actor = UpdateStep(actor_loss, actor_optim, target_update=target_update, **flags)
 
     # the loop: collect, store, update the critics; every policy_delay updates the actor
     # and the targets

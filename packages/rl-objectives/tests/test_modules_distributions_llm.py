@@ -102,3 +102,23 @@ class TestSafeTanh:
         back = t.inv(torch.tensor([1.0, -1.0], dtype=dtype))
         assert torch.isfinite(back).all() and (back.sign() == torch.tensor([1.0, -1.0])).all()
         assert torch.allclose(t.inv(y)[2], big[2].to(dtype), atol=1e-4)
+
+
+def test_tanh_delta_as_a_transformed_delta():
+    from rl.modules import TanhDelta
+
+    x = torch.randn(100, 4, dtype=torch.double)
+    d = TanhDelta(x, -0.5, 1.0, atol=1e-4, rtol=1e-4)
+    back = d.transforms[0].inv(d.mode)
+    assert torch.allclose(back, x, atol=1e-6)
+    assert d.base_dist._is_equal(back).all() and d.base_dist.batch_shape == (100,)
+    assert torch.allclose(d.transforms[0](x), d.mode)
+
+
+def test_truncated_normal_device_and_tanh_module_non_trivial():
+    from rl.modules import TanhModule, TruncatedNormal
+
+    assert TruncatedNormal(torch.zeros(3), torch.ones(3)).device == torch.device("cpu")
+    mod = TanhModule(in_keys=["a", "b"], out_keys=["a", "b"], low=-2.0, high=3.0)
+    assert mod.non_trivial == {"a": True, "b": True}
+    assert TanhModule(in_keys=["a"]).non_trivial == {"a": False}

@@ -12,6 +12,7 @@ from torch import distributions as D
 from torch.distributions import constraints
 
 from ._utils import (
+    SafeTanhTransform,
     as_tensor_like,
     check_broadcast,
     check_low_high,
@@ -148,6 +149,11 @@ class TruncatedNormal(D.Independent):
         self.high = as_tensor_like(high, loc)
         self.update(loc, scale)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the distribution's parameters live."""
+        return self.base_dist.loc.device
+
     def update(self, loc: torch.Tensor, scale: torch.Tensor) -> None:
         """Replaces the parameters (``tanh_loc`` applies to the new ``loc``)."""
         if self.tanh_loc:
@@ -270,6 +276,27 @@ class TanhDelta(D.Distribution):
     @property
     def deterministic_sample(self) -> torch.Tensor:
         return self.mode
+
+    @property
+    def transforms(self) -> list[D.Transform]:
+        """The distribution seen as a transformed :class:`Delta` (TorchRL's layout):
+        ``[param -> mode]``, a (safe) tanh then the affine map to ``[low, high]``; its
+        ``inv`` maps a point back to ``param``."""
+        tanh = SafeTanhTransform() if self.safe else D.TanhTransform()
+        affine = D.AffineTransform((self.high + self.low) / 2, (self.high - self.low) / 2)
+        return [D.ComposeTransform([tanh, affine])]
+
+    @property
+    def base_dist(self) -> Delta:
+        """The :class:`Delta` at ``param`` that :attr:`transforms` map to this one."""
+        split = self.param.ndim - self._event_dims
+        return Delta(
+            self.param,
+            atol=self.atol,
+            rtol=self.rtol,
+            batch_shape=self.param.shape[:split],
+            event_shape=self.param.shape[split:],
+        )
 
     def rsample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
         value = self.mode

@@ -257,7 +257,8 @@ class TanhModule(TensorDictModuleBase):
         else:
             spec = Composite({key: spec for key in self.out_keys})
         self.spec = spec
-        self._rescale = []
+        # out_key -> whether the bounds differ from [-1, 1] (a rescale after the tanh)
+        self.non_trivial = {}
         for key in self.out_keys:
             _low, _high = self._make_low_high(low, high, spec[key])
             if bool((_high < _low).any()):
@@ -265,7 +266,7 @@ class TanhModule(TensorDictModuleBase):
             name = _buffer_name(key)
             self.register_buffer(f"{name}_low", _low)
             self.register_buffer(f"{name}_high", _high)
-            self._rescale.append(bool((_high != 1).any() or (_low != -1).any()))
+            self.non_trivial[key] = bool((_high != 1).any() or (_low != -1).any())
         self.clamp = clamp
 
     @staticmethod
@@ -286,7 +287,8 @@ class TanhModule(TensorDictModuleBase):
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        for in_key, out_key, rescale in zip(self.in_keys, self.out_keys, self._rescale):
+        for in_key, out_key in zip(self.in_keys, self.out_keys):
+            rescale = self.non_trivial[out_key]
             feature = tensordict.get(in_key).tanh()
             if self.clamp:
                 eps = torch.finfo(feature.dtype).resolution

@@ -1,0 +1,305 @@
+"""GRPO on a small Countdown game, after a short SFT warm-up, with a language model built
+from a config (no downloaded weights).
+
+Shao et al. 2024, "DeepSeekMath" (https://arxiv.org/abs/2402.03300) for GRPO. The task:
+given ``num_count`` numbers and a target reached by combining them, answer
+``<answer>expression</answer>`` with an expression of ``+ - *`` and parentheses over the
+numbers (each at most once) that equals the target; ``CountdownRewardParser`` scores it
+(1 right, 0 otherwise), never evaluating Python. Many problems have several right
+answers, of which the SFT data shows one.
+
+1. A character-level tokenizer and a small GPT-2 (``transformers`` config) are built here.
+2. SFT: ``SFTLoss`` on generated problems and their generating expression, driven by
+   ``rl.core.trainers.Trainer`` for a fraction of an epoch (a deliberately weak start).
+3. GRPO: an ``LLMCollector`` samples ``group_size`` answers to each prompt of a
+   ``DatasetChatEnv`` with a copy of the model (as an inference engine would);
+   ``MCAdvantage`` in the replay buffer standardises the rewards within each group;
+   ``GRPOTrainer`` runs ``GRPOLoss`` over the buffer, then pushes the weights to the
+   collector's copy and empties the buffer.
+
+The score is the success rate of sampled answers (temperature 1) on held-out prompts,
+measured after SFT and along GRPO.
+
+    uv run --group llm examples/llm/grpo_countdown.py
+    uv run --group llm examples/llm/grpo_countdown.py --seed 1 --grpo-minutes 10
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import torch
+import tyro
+from tensordict import TensorDict
+
+from rl.collectors import VanillaWeightUpdater
+from rl.collectors.llm import LLMCollector
+from rl.core import seed_everything
+from rl.core.loggers import CSVLogger, generate_exp_name, get_logger
+from rl.core.trainers import GRPOTrainer, Trainer
+from rl.data import LazyStackStorage, ReplayBuffer, SamplerWithoutReplacement
+from rl.data.llm import ChatHistory, History
+from rl.envs import StepCounter
+from rl.envs.llm import CountdownRewardParser, DatasetChatEnv
+from rl.modules.llm import TransformersWrapper
+from rl.objectives.llm import GRPOLoss, MCAdvantage, SFTLoss
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_lm import make_model, make_tokenizer  # noqa: E402
+
+
+@dataclasses.dataclass
+class Config:
+    """The task, the model, the SFT warm-up and GRPO."""
+
+    seed: int = 0
+    """Seed of torch, numpy, python random and the problems."""
+    num_count: int = 2
+    """Numbers per problem."""
+    max_number: int = 9
+    """The numbers are drawn in [1, max_number]."""
+    n_embd: int = 128
+    """Model width."""
+    n_layer: int = 2
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads."""
+    sft_examples: int = 3000
+    """Generated (problem, expression) pairs the SFT stage draws from."""
+    sft_steps: int = 100
+    """SFT optimizer steps (a weak start on purpose: the model copies the numbers but
+    mostly guesses the operation)."""
+    sft_batch_size: int = 32
+    """Conversations per SFT step."""
+    sft_lr: float = 3e-3
+    """SFT learning rate (AdamW)."""
+    prompts_per_batch: int = 8
+    """Prompts per GRPO batch."""
+    group_size: int = 8
+    """Sampled answers per prompt (the group GRPO's advantages compare)."""
+    grpo_batches: int = 400
+    """GRPO batches at most (the time budget may stop it first)."""
+    grpo_minutes: float = 15.0
+    """Wall-clock budget of the GRPO stage."""
+    grpo_lr: float = 1e-3
+    """GRPO learning rate (AdamW)."""
+    minibatch_size: int = 32
+    """Answers per GRPO optimization step (each batch is one pass over its answers)."""
+    clip_epsilon: float = 0.2
+    """GRPO ratio clipping."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus."""
+    max_new_tokens: int = 16
+    """Tokens an answer may have."""
+    eval_prompts: int = 64
+    """Held-out prompts (never trained on) scored after SFT and along GRPO."""
+    eval_samples: int = 4
+    """Sampled answers scored per held-out prompt."""
+    eval_interval: int = 10
+    """GRPO batches between two evaluations."""
+    final_evals: int = 4
+    """Evaluations averaged for the SFT level and the final level (each
+    ``eval_prompts * eval_samples`` answers)."""
+    logger: Literal["csv", "tensorboard", "wandb", "mlflow"] = "csv"
+    """Logging back-end (CSV needs nothing extra)."""
+    log_dir: str = "runs"
+    """Where the logs go."""
+    exp_name: str | None = None
+    """Run name (default: generated from the algorithm, the task and the seed)."""
+    progress: bool = True
+    """Show a progress bar when attached to a terminal."""
+
+
+ANSWER_TAGS = ["<answer>", "</answer>"]  # one token each
+
+
+def make_problems(
+    n: int, cfg: Config, rng: random.Random, exclude=(), distinct: bool = False
+) -> list[dict]:
+    """Countdown problems: numbers, a target reached by folding them with ``+ - *`` in a
+    random order, and that expression (the SFT answer). Targets are positive; no query of
+    ``exclude`` is drawn, and with ``distinct`` no query twice."""
+    rows, seen = [], set(exclude)
+    while len(rows) < n:
+        numbers = [rng.randint(1, cfg.max_number) for _ in range(cfg.num_count)]
+        order = rng.sample(numbers, len(numbers))
+        expr, value = str(order[0]), order[0]
+        for k in order[1:]:
+            op = rng.choice("+-*")
+            if op == "*" and ("+" in expr or "-" in expr):
+                expr = f"({expr})"
+            expr, value = f"{expr}{op}{k}", {"+": value + k, "-": value - k, "*": value * k}[op]
+        query = f"{' '.join(map(str, numbers))} -> {value}"
+        if value <= 0 or query in seen:
+            continue
+        if distinct:
+            seen.add(query)
+        reference = f"target={value}, numbers={','.join(map(str, numbers))}"
+        rows.append({"query": query, "answer": reference, "solution": expr})
+    return rows
+
+
+def make_env(rows: list[dict], tok, num_envs: int, repeats: int | None, seed: int, shuffle=True):
+    """A one-turn chat env over ``rows``, its answers scored by ``CountdownRewardParser``."""
+    env = DatasetChatEnv(
+        dataset=rows,
+        num_envs=num_envs,
+        repeats=repeats,
+        shuffle=shuffle,
+        seed=seed,
+        tokenizer=tok,
+    )
+    env.append_transform(StepCounter(max_steps=1))
+    env.append_transform(CountdownRewardParser(tokenizer=tok, format_reward=0.0))
+    return env
+
+
+@torch.no_grad()
+def evaluate(env, policy) -> float:
+    """Success rate of the sampled answers to the held-out prompts."""
+    td = env.step(policy(env.reset()))
+    return td["next", "reward"].float().mean().item()
+
+
+def sft_batches(rows: list[dict], cfg: Config, rng: random.Random):
+    """``sft_steps`` batches of chats (the problem, then its generating expression)."""
+    for _ in range(cfg.sft_steps):
+        chosen = rng.sample(rows, cfg.sft_batch_size)
+        chats = [
+            [
+                {"role": "user", "content": r["query"]},
+                {"role": "assistant", "content": f"<answer>{r['solution']}</answer>"},
+            ]
+            for r in chosen
+        ]
+        history = ChatHistory(full=History.from_chats(chats), batch_size=(len(chats),))
+        yield TensorDict({"history": history}, batch_size=(len(chats),))
+
+
+def main(cfg: Config) -> dict:
+    seed_everything(cfg.seed)
+    torch.set_num_threads(1)
+    rng = random.Random(cfg.seed)
+    exp_name = cfg.exp_name or generate_exp_name("grpo", f"countdown{cfg.num_count}-s{cfg.seed}")
+    logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
+    logger.log_hparams(dataclasses.asdict(cfg))
+    start = time.perf_counter()
+
+    tok = make_tokenizer(ANSWER_TAGS)
+    model = make_model(tok, cfg.n_embd, cfg.n_layer, cfg.n_head, n_positions=64)
+    eval_rows = make_problems(cfg.eval_prompts, cfg, rng, distinct=True)
+    train_rows = make_problems(cfg.sft_examples, cfg, rng, exclude=[r["query"] for r in eval_rows])
+    scorer = TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True)
+    sample_kwargs = {"max_new_tokens": cfg.max_new_tokens, "do_sample": True}
+    n_eval = cfg.eval_samples * len(eval_rows)
+    eval_env = make_env(eval_rows, tok, n_eval, cfg.eval_samples, cfg.seed, shuffle=False)
+    eval_policy = TransformersWrapper(model, tokenizer=tok, generate_kwargs=sample_kwargs)
+
+    # 1. SFT, a fraction of an epoch, on the trainer's loop
+    sft = Trainer(
+        collector=sft_batches(train_rows, cfg, rng),
+        total_frames=cfg.sft_steps * cfg.sft_batch_size,
+        frame_skip=1,
+        optim_steps_per_batch=1,
+        loss_module=SFTLoss(scorer),
+        optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr),
+        clip_norm=1.0,
+        progress_bar=cfg.progress,
+        logger=logger,
+        log_interval=0,
+    )
+    model.train()
+    sft.train()
+    model.eval()
+    sft_success = sum(evaluate(eval_env, eval_policy) for _ in range(cfg.final_evals))
+    sft_success /= cfg.final_evals
+    logger.log_scalar("eval/success", sft_success, 0)
+    print(f"after SFT ({cfg.sft_steps} steps): held-out success {sft_success:.1%}")
+
+    # 2. GRPO: a collector with its own copy of the model, refreshed after each batch
+    gen_model = copy.deepcopy(model)
+    num_envs = cfg.prompts_per_batch * cfg.group_size
+    collector = LLMCollector(
+        make_env(train_rows, tok, num_envs, cfg.group_size, cfg.seed),
+        policy=TransformersWrapper(
+            gen_model, tokenizer=tok, pad_output=True, generate_kwargs=sample_kwargs
+        ),
+        dialog_turns_per_batch=num_envs,
+        total_dialog_turns=cfg.grpo_batches * num_envs,
+        flatten_data=True,
+        weight_updater=VanillaWeightUpdater(
+            weight_getter=lambda: TensorDict.from_module(model).data,
+            policy_weights=TensorDict.from_module(gen_model).data,
+        ),
+    )
+    buffer = ReplayBuffer(
+        storage=LazyStackStorage(num_envs),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=cfg.minibatch_size,
+    )
+    buffer.append_transform(MCAdvantage(grpo_size=cfg.group_size))
+    loss = GRPOLoss(
+        TransformersWrapper(model, tokenizer=tok, pad_output=True),
+        clip_epsilon=cfg.clip_epsilon,
+        entropy_bonus=cfg.entropy_coeff > 0,
+        entropy_coeff=cfg.entropy_coeff,
+    )
+    trainer = GRPOTrainer(
+        collector=collector,
+        total_frames=cfg.grpo_batches * num_envs,
+        loss_module=loss,
+        optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.grpo_lr),
+        weight_sync_sender=collector,
+        empty_replay_buffer_on_weight_update=True,
+        replay_buffer=buffer,
+        logger=logger,
+        log_interval=0,
+        progress_bar=cfg.progress,
+    )
+    curve = [(0, sft_success)]
+    grpo_start = time.perf_counter()
+
+    def evaluate_and_stop(batch):
+        batches = trainer.collected_frames // num_envs
+        if batches % cfg.eval_interval == 0:
+            curve.append((trainer.collected_frames, evaluate(eval_env, eval_policy)))
+            logger.log_scalar("eval/success", curve[-1][1], trainer.collected_frames)
+        if time.perf_counter() - grpo_start > 60 * cfg.grpo_minutes:
+            trainer.request_stop(f"the GRPO budget of {cfg.grpo_minutes} minutes is spent")
+
+    trainer.register_op("post_steps_log", evaluate_and_stop)
+    trainer.train()
+    final = sum(evaluate(eval_env, eval_policy) for _ in range(cfg.final_evals))
+    final /= cfg.final_evals
+    if curve[-1][0] == trainer.collected_frames:
+        curve.pop()
+    curve.append((trainer.collected_frames, final))
+    logger.log_scalar("eval/final_success", final, trainer.collected_frames)
+    seconds = time.perf_counter() - start
+    image = None
+    if isinstance(logger, CSVLogger):
+        from rl.core.plot import plot_runs
+
+        image = plot_runs([logger.experiment], f"{logger.experiment}/curve.png", ["eval/success"])
+    print(
+        f"GRPO: {trainer.collected_frames} answers in {time.perf_counter() - grpo_start:.0f} s; "
+        f"held-out success {sft_success:.1%} -> {final:.1%} ({100 * (final - sft_success):+.1f} "
+        f"points); {seconds:.0f} s in all" + (f"; curve: {image}" if image else "")
+    )
+    return {
+        "sft_success": sft_success,
+        "final_success": final,
+        "curve": curve,
+        "answers": trainer.collected_frames,
+        "seconds": seconds,
+    }
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config, description=__doc__))

@@ -10,7 +10,8 @@ answers, of which the SFT data shows one.
 
 1. A character-level tokenizer and a small GPT-2 (``transformers`` config) are built here.
 2. SFT: ``SFTLoss`` on generated problems and their generating expression, driven by
-   ``rl.core.trainers.Trainer`` for a fraction of an epoch (a deliberately weak start).
+   ``rl.core.trainers.Trainer`` for about one pass over the examples (a deliberately weak
+   start: the model copies the numbers but mostly guesses the operation).
 3. GRPO: an ``LLMCollector`` samples ``group_size`` answers to each prompt of a
    ``DatasetChatEnv`` with a copy of the model (as an inference engine would);
    ``MCAdvantage`` in the replay buffer standardises the rewards within each group;

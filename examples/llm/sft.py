@@ -119,8 +119,7 @@ def main(cfg: Config) -> dict:
     train, test = chats[: -cfg.held_out], chats[-cfg.held_out :]
     tok = make_tokenizer()
     longest = max(
-        len(tok.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"])
-        for c in chats
+        len(tok.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"]) for c in chats
     )
     model = make_model(tok, cfg.n_embd, cfg.n_layer, cfg.n_head, n_positions=longest + 32)
     loss = SFTLoss(

@@ -320,6 +320,7 @@ def test_readme_training_example(capsys):
         "rl.core.trainers._hooks_data",
         "rl.core.trainers._hooks_optim",
         "rl.core.trainers._hooks_log",
+        "rl.core.trainers._grpo",
         "rl.core.loggers._csv",
         "rl.core.loggers._tensorboard",
         "rl.core.loggers._utils",

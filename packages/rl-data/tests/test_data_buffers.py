@@ -1,3 +1,4 @@
+import pickle
 import threading
 
 import pytest
@@ -199,7 +200,8 @@ class TestReplayBuffer:
         rb.transform[0].loc.fill_(0.5)
         state = rb.state_dict()
         assert set(state) == {
-            "_storage", "_sampler", "_writer", "_transforms", "_batch_size", "_rng"
+            "_storage", "_sampler", "_writer", "_transforms", "_batch_size", "_rng",
+            "_prefetch_state",
         }  # fmt: skip
         assert state["_batch_size"] == 3 and list(state["_transforms"]) == ["0.loc"]
         assert state["_rng"][1] == "cpu"
@@ -238,9 +240,9 @@ class TestReplayBuffer:
             batch = rb.sample()
             assert batch.batch_size == torch.Size([8])
             assert_consistent(batch)
-        assert len(rb._futures) == 3
+        assert len(rb._prefetch_queue) == 3
         assert rb.sample(4).batch_size == torch.Size([4])
-        assert all(bs == 4 for bs, _ in rb._futures)
+        assert rb._prefetch_batch_size == 4 and len(rb._prefetch_queue) == 3
 
     def test_prefetch_samples_in_background_threads(self):
         names = []
@@ -253,7 +255,9 @@ class TestReplayBuffer:
         rb.extend(torch.arange(5))
         for _ in range(4):
             rb.sample()
-        assert names and all(name.startswith("rl-replay-prefetch") for name in names)
+        # the first batch (nothing queued yet) is sampled in the calling thread, as TorchRL
+        assert names[0] == threading.current_thread().name
+        assert len(names) > 1 and all(name.startswith("rl-replay-prefetch") for name in names[1:])
 
     def test_prefetch_keeps_epochs_exact(self):
         rb = ReplayBuffer(
@@ -730,3 +734,101 @@ class TestStorageRevision:
             assert batch["episode"].tolist() == [0] * 6
             steps = batch["step"].reshape(2, 3)
             torch.testing.assert_close(steps - steps[:, :1], torch.arange(3).expand(2, 3))
+
+
+class TestPrefetchQueue:
+    """Batches sampled ahead: order, checkpoints (state_dict, dumps, pickle), epochs."""
+
+    @staticmethod
+    def _buffer(seed=0, prefetch=2, sampler=None, storage=None, size=20, values=None):
+        rb = ReplayBuffer(
+            storage=ListStorage(size) if storage is None else storage,
+            sampler=sampler,
+            batch_size=3,
+            prefetch=prefetch,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        rb.extend(torch.arange(size) if values is None else values)
+        return rb
+
+    def test_same_batches_as_without_prefetch(self):
+        plain, ahead = self._buffer(prefetch=0), self._buffer(prefetch=3)
+        for _ in range(6):
+            assert torch.equal(plain.sample(), ahead.sample())
+        assert len(ahead._prefetch_queue) == 3
+
+    @pytest.mark.parametrize("how", ["state_dict", "dumps", "pickle"])
+    def test_checkpoint_restores_the_queued_batches(self, how, tmp_path):
+        storage = LazyTensorStorage(20) if how == "dumps" else None
+        source = self._buffer(storage=storage)
+        source.sample()
+        if how == "state_dict":
+            state = source.state_dict()
+            assert len(state["_prefetch_state"]["queue"]) == 2
+            restored = self._buffer(seed=1)
+            restored.sample()
+            restored.load_state_dict(state)
+        elif how == "dumps":
+            source.dumps(tmp_path)
+            restored = self._buffer(seed=1, storage=LazyTensorStorage(20))
+            restored.sample()
+            restored.loads(tmp_path)
+        else:
+            restored = pickle.loads(pickle.dumps(source))
+        for _ in range(4):
+            (a, info_a), (b, info_b) = (
+                source.sample(return_info=True),
+                restored.sample(return_info=True),
+            )
+            assert torch.equal(a, b) and torch.equal(info_a["index"], info_b["index"])
+
+    def test_saved_queue_is_a_copy_keeping_requires_grad(self):
+        values = torch.arange(20.0, requires_grad=True) * 2  # not leaves
+        source = self._buffer(values=values)
+        source.sample()
+        state = source.state_dict()
+        saved = state["_prefetch_state"]["queue"][0][0]
+        assert saved.is_leaf and saved.requires_grad
+        queued = source._prefetch_queue[0].result()[0]
+        saved.detach().fill_(-1)
+        assert not torch.equal(saved, queued)
+        restored = pickle.loads(pickle.dumps(source))
+        assert restored._prefetch_queue[0].result()[0].requires_grad
+
+    def test_capacity_mismatch_is_refused_and_changes_nothing(self):
+        source = self._buffer(prefetch=2)
+        source.sample()
+        restored = self._buffer(prefetch=1)
+        restored.sample()
+        queue = tuple(restored._prefetch_queue)
+        with pytest.raises(
+            RuntimeError,
+            match="prefetch queue with capacity 2 into a replay buffer with capacity 1",
+        ):
+            restored.load_state_dict(source.state_dict())
+        assert tuple(restored._prefetch_queue) == queue
+
+    def test_state_without_a_queue_empties_it(self):
+        source = self._buffer()
+        source.sample()
+        state = source.state_dict()
+        del state["_prefetch_state"]
+        restored = self._buffer()
+        restored.sample()
+        restored.load_state_dict(state)
+        assert not restored._prefetch_queue
+
+    def test_no_batch_sampled_past_the_epoch(self):
+        rb = self._buffer(size=10, sampler=SamplerWithoutReplacement(drop_last=False))
+        first = rb.sample()
+        rest = list(rb)  # the two queued batches and the last item: one epoch in all
+        assert [len(b) for b in rest] == [3, 3, 1]
+        assert torch.equal(torch.cat([first, *rest]).sort().values, torch.arange(10))
+        # the next epoch starts when it is asked for
+        assert sorted(torch.cat(list(rb)).tolist()) == list(range(10))
+
+    def test_shared_buffers_cannot_prefetch(self):
+        with pytest.raises(
+            ValueError, match="Cannot share prefetched replay buffers.*prefetch=0 or shared=False"
+        ):
+            ReplayBuffer(storage=LazyTensorStorage(10), prefetch=1, shared=True)

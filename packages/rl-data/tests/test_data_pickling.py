@@ -85,7 +85,7 @@ def test_the_copy_samples_the_same_data_and_is_written_alone(kind, how, tmp_path
         rb.update_priority(torch.arange(10), torch.linspace(0.5, 5.0, 10))
     rb.sample(4)  # the fused draw's caches, the prefetch threads and queue exist now
     other = COPIES[how](rb)
-    assert other._lock is not rb._lock and other._prefetch_lock is not rb._prefetch_lock
+    assert other._lock is not rb._lock and other._futures_lock is not rb._futures_lock
     # same data, same generator state: the same batches (a prefetched one included)
     for _ in range(3):
         mine, info = rb.sample(4, return_info=True)

@@ -199,3 +199,37 @@ class TestTensorDictMaxValueWriter:
         rb2.load_state_dict(rb.state_dict())
         rb2.extend(TensorDict({"r": torch.tensor([1.5])}, [1]))
         assert sorted(rb2[:]["r"].tolist()) == [1.5, 2.0]
+
+
+class TestMaxValueWriterTorchRLState:
+    """The cursor and top-values heap TorchRL users read (``_cursor``, ``_current_top_values``)."""
+
+    def _buffer(self, size):
+        return TensorDictReplayBuffer(
+            storage=LazyTensorStorage(size), writer=TensorDictMaxValueWriter(rank_key="r")
+        )
+
+    def test_cursor_moves_while_filling_and_wraps_when_full(self):
+        rb = self._buffer(4)
+        assert rb.writer._cursor == 0
+        rb.extend(TensorDict({"r": torch.tensor([1.0, 2.0, 3.0])}, [3]))
+        assert rb.writer._cursor == 3
+        rb.extend(TensorDict({"r": torch.tensor([0.5, 9.0])}, [2]))
+        assert rb.writer._cursor == 0  # full: new items replace the lowest ranked ones
+
+    def test_top_values_are_a_min_heap_of_rank_and_index(self):
+        rb = self._buffer(3)
+        rb.extend(TensorDict({"r": torch.tensor([5.0, 1.0, 3.0, 4.0])}, [4]))
+        heap = rb.writer._current_top_values
+        assert heap[0][0] == 3.0  # the lowest kept rank first
+        assert sorted(rank for rank, _ in heap) == [3.0, 4.0, 5.0]  # 1.0 was replaced
+        for rank, index in heap:  # each pair names the slot holding that rank
+            assert rb[index]["r"].item() == rank
+
+    def test_top_values_survive_dumps_and_loads(self, tmp_path):
+        rb = self._buffer(5)
+        rb.extend(TensorDict({"r": torch.tensor([2.0, 7.0, 1.0])}, [3]))
+        rb.writer.dumps(tmp_path)
+        other = TensorDictMaxValueWriter(rank_key="r")
+        other.loads(tmp_path)
+        assert other._current_top_values == rb.writer._current_top_values

@@ -20,7 +20,7 @@ from rl.data.replay_buffers._conditional_update import (
 from rl.data.replay_buffers._query import Trajectory, query_trajectories, storage_content
 from rl.data.replay_buffers._sample_units import SampleUnit
 from rl.data.replay_buffers._transform_chain import InvertedTransform, TransformChain
-from rl.data.replay_buffers._utils import CheckpointAliases
+from rl.data.replay_buffers._utils import CheckpointAliases, decode_item, encode_item
 from rl.data.replay_buffers.samplers._consuming import ConsumingSampler
 from rl.data.replay_buffers.samplers._random import RandomSampler
 from rl.data.replay_buffers.samplers._sampler import Sampler
@@ -61,6 +61,21 @@ def _consuming_sampler(sampler: Sampler, count: Any) -> ConsumingSampler:
     return ConsumingSampler(max_sample_count=count)
 
 
+def _clone_result(result: Any) -> Any:
+    """A copy of a sampled ``(data, info)`` that shares no memory with it: tensors are
+    detached copies that keep ``requires_grad`` (a checkpoint holds values, not graphs)."""
+    if isinstance(result, torch.Tensor):
+        out = result.detach().clone()
+        return out.requires_grad_() if result.requires_grad else out
+    if isinstance(result, TensorDictBase):
+        return result.apply(_clone_result)
+    if isinstance(result, dict):
+        return {k: _clone_result(v) for k, v in result.items()}
+    if isinstance(result, (list, tuple)):
+        return type(result)(_clone_result(v) for v in result)
+    return result
+
+
 def _check_batch_size(batch_size: Any, name: str = "batch_size") -> int | None:
     if batch_size is None:
         return None
@@ -82,7 +97,10 @@ class ReplayBuffer(CheckpointAliases):
         collate_fn: turns what the storage returns into a batch (default: stack lists of
             tensors/TensorDicts, return tensor storages' batches as they are).
         pin_memory: pin sampled batches (when CUDA is available).
-        prefetch: the number of batches sampled ahead in background threads.
+        prefetch: the number of batches sampled ahead, in order, by a background thread
+            (a seeded buffer returns the batches it would return without prefetching). The
+            queued batches travel with :meth:`state_dict`, :meth:`dumps` and pickling; with
+            an epoch-based sampler no batch is sampled past the end of the epoch.
         transform: a callable (or a list of them) applied to every sampled batch, e.g. an
             rl-envs transform; a transform with an ``inv`` method is also applied, inverted,
             to the data given to ``add``/``extend``.
@@ -96,7 +114,7 @@ class ReplayBuffer(CheckpointAliases):
         generator: the ``torch.Generator`` of every random draw of the sampler (seeded
             buffers give the same batches, independently of torch's global seed).
         shared: keep the data of tensor storages in shared memory (for buffers handed to
-            other processes).
+            other processes); not with ``prefetch``.
         compilable: accepted for TorchRL compatibility (no process-shared counters are
             used here, so the buffer can always be compiled around).
         transform_factory: builds the transform (instead of ``transform``).
@@ -182,6 +200,12 @@ class ReplayBuffer(CheckpointAliases):
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         self.set_rng(generator)
+        if shared and prefetch:
+            raise ValueError(
+                f"Cannot share prefetched replay buffers: the batches sampled ahead live in "
+                f"this process's threads, not in shared memory; got prefetch={prefetch} and "
+                f"shared=True: pass prefetch=0 or shared=False"
+            )
         self.shared = bool(shared)
         if self.shared:
             self._storage._shared = True
@@ -209,7 +233,9 @@ class ReplayBuffer(CheckpointAliases):
             raise ValueError(f"prefetch must be non-negative, got {prefetch}")
         self._prefetch = prefetch or 0
         self._executor: ThreadPoolExecutor | None = None
-        self._futures: deque[tuple[int, Future]] = deque()
+        # the batches sampled ahead, oldest first, and the batch size they were sampled with
+        self._prefetch_queue: deque[Future] = deque()
+        self._prefetch_batch_size: int | None = None
         self._batch_size = _check_batch_size(batch_size)
         if transform is None:
             transform = ()
@@ -219,7 +245,7 @@ class ReplayBuffer(CheckpointAliases):
             transform = (transform,)
         self._transform = TransformChain(transform)
         self._lock = threading.RLock()
-        self._prefetch_lock = threading.Lock()
+        self._futures_lock = threading.RLock()
         if isinstance(self._sampler, ConsumingSampler):
             self._check_consumption()
         if getattr(self._sampler, "drop_last", False) and self._batch_size is None:
@@ -442,7 +468,7 @@ class ReplayBuffer(CheckpointAliases):
             empty_write_count: also reset :attr:`write_count` (``False`` keeps counting
                 the items written since construction).
         """
-        with self._prefetch_lock:
+        with self._futures_lock:
             self._drain_prefetch()
         with self._lock:
             # the writer first: a writer that refuses (an immutable dataset) leaves all as is
@@ -611,7 +637,7 @@ class ReplayBuffer(CheckpointAliases):
         with self._lock:
             size = len(self._storage)
             write_count = self._writer.write_count
-            queued = len(self._futures)
+            queued = len(self._prefetch_queue)
         stats: dict[str, int | float | bool] = {
             "size": int(size),
             "write_count": int(write_count),
@@ -668,31 +694,95 @@ class ReplayBuffer(CheckpointAliases):
         return self._postprocess(data), info
 
     def _drain_prefetch(self) -> None:
-        while self._futures:
-            _, future = self._futures.popleft()
+        while self._prefetch_queue:
+            future = self._prefetch_queue.popleft()
             future.cancel()
             try:
                 future.result()
-            except Exception:  # noqa: BLE001 - the batch is thrown away anyway
+            except BaseException:  # noqa: BLE001 - the batch is thrown away anyway
                 pass
+
+    def _sample_ahead(self, batch_size: int) -> tuple[Any, dict] | None:
+        """One prefetched batch; ``None`` past the end of an epoch-based sampler's epoch
+        (the consumer has not reached that end yet: a new epoch starts when it asks)."""
+        with self._lock:
+            if self._sampler._epoch_based and self._sampler.ran_out:
+                return None
+            return self._sample(batch_size)
 
     def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict]:
         if self._executor is None:
+            # one thread: the batches are drawn in the order they are queued, so that the
+            # generator gives the same batches as without prefetching
             self._executor = ThreadPoolExecutor(
-                max_workers=self._prefetch, thread_name_prefix="rl-replay-prefetch"
+                max_workers=1, thread_name_prefix="rl-replay-prefetch"
             )
-        if self._futures and self._futures[0][0] != batch_size:
+        if self._prefetch_queue and self._prefetch_batch_size != batch_size:
             self._drain_prefetch()
-        while len(self._futures) < self._prefetch:
-            self._futures.append((batch_size, self._executor.submit(self._sample, batch_size)))
-        _, future = self._futures.popleft()
-        try:
-            result = future.result()
-        except BaseException:
+        result = None
+        if self._prefetch_queue:
+            future = self._prefetch_queue.popleft()
+            try:
+                result = future.result()
+            except BaseException:
+                self._drain_prefetch()
+                raise
+        if result is None:  # nothing queued, or the epoch ended: sample now
             self._drain_prefetch()
-            raise
-        self._futures.append((batch_size, self._executor.submit(self._sample, batch_size)))
+            result = self._sample(batch_size)
+        self._prefetch_batch_size = batch_size
+        while len(self._prefetch_queue) < self._prefetch:
+            self._prefetch_queue.append(self._executor.submit(self._sample_ahead, batch_size))
         return result
+
+    def _queued_results(self) -> list[tuple[Any, dict]]:
+        """The prefetched batches, waited for (the caller holds ``_futures_lock``)."""
+        results = []
+        for future in self._prefetch_queue:
+            result = future.result()
+            if result is None:  # the end of the epoch: nothing after it
+                break
+            results.append(result)
+        return results
+
+    def _prefetch_state(self, results: list[tuple[Any, dict]]) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "capacity": self._prefetch,
+            "queue": [_clone_result(result) for result in results],
+            "batch_size": self._prefetch_batch_size,
+        }
+
+    def _check_prefetch_state(self, state: Mapping[str, Any] | None) -> None:
+        if state is None:
+            return
+        if state.get("version") != 1:
+            raise RuntimeError(f"Unsupported prefetch state version: {state.get('version')!r}")
+        capacity, queue = state.get("capacity"), state.get("queue")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(
+                f"the saved prefetch capacity must be a non-negative int, got {capacity!r}"
+            )
+        if capacity != self._prefetch:
+            raise RuntimeError(
+                f"Cannot restore a prefetch queue with capacity {capacity} into a replay "
+                f"buffer with capacity {self._prefetch} (prefetch={self._prefetch})"
+            )
+        if not isinstance(queue, (list, tuple)) or len(queue) > capacity:
+            raise ValueError(
+                f"the saved prefetch queue must be a list of at most {capacity} batches, "
+                f"got {queue!r:.80}"
+            )
+
+    def _restore_prefetch(self, state: Mapping[str, Any] | None) -> None:
+        """Replaces the queue (the caller holds ``_futures_lock`` and drained it)."""
+        if not state or not state["queue"]:
+            return
+        self._prefetch_batch_size = state.get("batch_size", self._batch_size)
+        for result in state["queue"]:
+            future: Future = Future()
+            future.set_result(_clone_result(result))
+            self._prefetch_queue.append(future)
 
     def query(
         self,
@@ -776,7 +866,7 @@ class ReplayBuffer(CheckpointAliases):
         else:
             _check_batch_size(batch_size)
         if self._prefetch:
-            with self._prefetch_lock:
+            with self._futures_lock:
                 data, info = self._sample_prefetched(batch_size)
         else:
             data, info = self._sample(batch_size)
@@ -789,8 +879,19 @@ class ReplayBuffer(CheckpointAliases):
                 "iterating over a replay buffer needs batch_size at construction"
             )
         sampler = self._sampler
+        if sampler._epoch_based and self._prefetch:
+            # the batches sampled ahead belong to this epoch; it ends when the sampler ran
+            # out and none of them is left
+            with self._futures_lock:
+                if sampler.ran_out and not self._queued_results():
+                    sampler.ran_out = False
+            while True:
+                yield self.sample()
+                with self._futures_lock:
+                    if sampler.ran_out and not self._queued_results():
+                        return
         if sampler._epoch_based:
-            # an epoch ends exactly where the sampler says: no batches sampled ahead
+            # an epoch ends exactly where the sampler says
             if sampler.ran_out:
                 sampler.ran_out = False
             while True:
@@ -806,25 +907,40 @@ class ReplayBuffer(CheckpointAliases):
         """The buffer's state, made of plain containers and tensors, laid out as TorchRL's:
         ``_storage``, ``_sampler``, ``_writer``, ``_transforms`` (the states of the
         transforms that have one), ``_batch_size`` and ``_rng`` (the generator's state and
-        device, ``None`` without a generator)."""
-        with self._lock:
-            rng = self._rng
-            return {
-                "_storage": self._storage.state_dict(),
-                "_sampler": self._sampler.state_dict(),
-                "_writer": self._writer.state_dict(),
-                "_transforms": self._transform.state_dict(),
-                "_batch_size": self._batch_size,
-                "_rng": None if rng is None else (rng.get_state().clone(), str(rng.device)),
-            }
+        device, ``None`` without a generator) and ``_prefetch_state`` (the batches sampled
+        ahead, waited for, copied: ``version``, ``capacity``, ``queue`` of ``(data, info)``)."""
+        # the queued batches take the buffer's lock to sample: wait for them before taking it
+        with self._futures_lock:
+            results = self._queued_results()
+            with self._lock:
+                rng = self._rng
+                return {
+                    "_storage": self._storage.state_dict(),
+                    "_sampler": self._sampler.state_dict(),
+                    "_writer": self._writer.state_dict(),
+                    "_transforms": self._transform.state_dict(),
+                    "_batch_size": self._batch_size,
+                    "_rng": None if rng is None else (rng.get_state().clone(), str(rng.device)),
+                    "_prefetch_state": self._prefetch_state(results),
+                }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores a :meth:`state_dict`; a saved generator state replaces the buffer's."""
-        with self._prefetch_lock:
+        """Restores a :meth:`state_dict`; a saved generator state replaces the buffer's, and
+        the saved prefetched batches replace the queued ones (a state without any, as older
+        ones, leaves the queue empty).
+
+        Raises:
+            RuntimeError: the state's prefetch queue was saved with another ``prefetch``
+                (nothing is changed).
+        """
+        prefetch_state = state_dict.get("_prefetch_state")
+        self._check_prefetch_state(prefetch_state)
+        with self._futures_lock:
             self._drain_prefetch()
-        with self._lock:
-            self._storage.load_state_dict(state_dict["_storage"])
-            self._load_components(state_dict)
+            with self._lock:
+                self._storage.load_state_dict(state_dict["_storage"])
+                self._load_components(state_dict)
+                self._restore_prefetch(prefetch_state)
 
     def _load_components(self, state_dict: dict[str, Any]) -> None:
         """Everything but the storage (which a checkpointer may restore instead)."""
@@ -853,12 +969,18 @@ class ReplayBuffer(CheckpointAliases):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         checkpointer = self._storage.checkpointer
-        with self._lock:
-            state = self.state_dict()
-            state["version"] = _CHECKPOINT_VERSION
-            if checkpointer is not None:
-                state["_storage"] = None
-                checkpointer.dumps(self._storage, path / "storage")
+        # the queued batches take the buffer's lock to sample: they are waited for before it
+        # is taken (holding the futures' lock, no batch is queued meanwhile)
+        with self._futures_lock:
+            self._queued_results()
+            with self._lock:
+                state = self.state_dict()
+                state["version"] = _CHECKPOINT_VERSION
+                prefetch = state["_prefetch_state"]
+                prefetch["queue"] = [encode_item(result) for result in prefetch["queue"]]
+                if checkpointer is not None:
+                    state["_storage"] = None
+                    checkpointer.dumps(self._storage, path / "storage")
         atomic_save(state, path / _CHECKPOINT_FILE)
 
     def loads(self, path: str | Path) -> None:
@@ -878,6 +1000,9 @@ class ReplayBuffer(CheckpointAliases):
                 f"'{file}' has checkpoint version {state.get('version')}, "
                 f"expected {_CHECKPOINT_VERSION}"
             )
+        prefetch = state.get("_prefetch_state")
+        if prefetch is not None and isinstance(prefetch.get("queue"), list):
+            prefetch["queue"] = [decode_item(result) for result in prefetch["queue"]]
         if state["_storage"] is None:
             checkpointer = self._storage.checkpointer
             if checkpointer is None:
@@ -885,18 +1010,20 @@ class ReplayBuffer(CheckpointAliases):
                     f"'{file}' was saved with a storage checkpointer; build this buffer with "
                     "the same checkpointer to load it"
                 )
-            with self._prefetch_lock:
+            self._check_prefetch_state(prefetch)
+            with self._futures_lock:
                 self._drain_prefetch()
-            with self._lock:
-                checkpointer.loads(self._storage, Path(path) / "storage")
-                self._load_components(state)
+                with self._lock:
+                    checkpointer.loads(self._storage, Path(path) / "storage")
+                    self._load_components(state)
+                    self._restore_prefetch(prefetch)
             return
         self.load_state_dict(state)
 
     # -- pickling --------------------------------------------------------------------------------
     # what a copy rebuilds instead of pickling: the locks, the prefetch threads and their
     # futures (a subclass adds its own caches)
-    _UNPICKLED: tuple[str, ...] = ("_lock", "_prefetch_lock", "_executor", "_futures")
+    _UNPICKLED: tuple[str, ...] = ("_lock", "_futures_lock", "_executor", "_prefetch_queue")
 
     def __getstate__(self) -> dict[str, Any]:
         """The buffer's state for ``pickle`` and ``copy.deepcopy``, as TorchRL 0.14.
@@ -909,31 +1036,26 @@ class ReplayBuffer(CheckpointAliases):
         own. A copy made before the storage's first write gets its own temporary
         directory (or, sharing a given ``scratch_dir``, raises on its second allocation).
         """
-        with self._prefetch_lock:
-            prefetched = []
-            for batch_size, future in self._futures:
-                try:
-                    prefetched.append((batch_size, future.result()))
-                except Exception:  # noqa: BLE001 - the copy samples that batch again
-                    break
+        with self._futures_lock:
+            try:
+                results = self._queued_results()
+            except Exception:  # noqa: BLE001 - a failed prefetch: the copy samples again
+                results = []
             with self._lock:
                 state = self.__dict__.copy()
+                state["_prefetch_state"] = self._prefetch_state(results)
         for name in self._UNPICKLED:
             state.pop(name, None)
-        state["_prefetched"] = prefetched
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        prefetched = state.pop("_prefetched", [])
+        prefetch = state.pop("_prefetch_state", None)
         self.__dict__.update(state)
         self._lock = threading.RLock()
-        self._prefetch_lock = threading.Lock()
+        self._futures_lock = threading.RLock()
         self._executor = None
-        self._futures = deque()
-        for batch_size, result in prefetched:
-            future: Future = Future()
-            future.set_result(result)
-            self._futures.append((batch_size, future))
+        self._prefetch_queue = deque()
+        self._restore_prefetch(prefetch)
 
     def __del__(self) -> None:
         executor = getattr(self, "_executor", None)

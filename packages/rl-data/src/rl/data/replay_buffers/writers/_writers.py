@@ -486,6 +486,20 @@ class TensorDictMaxValueWriter(Writer):
             return _REDUCTIONS[self.reduction](value)
         return value[:, 0]
 
+    @property
+    def _cursor(self) -> int:
+        """TorchRL's cursor: the next free slot while the storage fills, ``0`` once full."""
+        return self._count % self._storage.max_size if self._storage is not None else 0
+
+    @property
+    def _current_top_values(self) -> list[tuple[float, int]]:
+        """TorchRL's view of the kept items: a min-heap of ``(rank, storage index)``."""
+        if self._ranks is None:
+            return []
+        heap = list(zip(self._ranks[: self._count].tolist(), range(self._count), strict=True))
+        heapq.heapify(heap)
+        return heap
+
     def add(self, data: TensorDictBase) -> int:
         ranks = self._rank(data, batched=False)
         index = self._write(data.unsqueeze(0), ranks, count_all=False)

@@ -12,7 +12,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
-from ._actor_critic import _ActorCriticLoss, _reduce_samples
+from ._actor_critic import _ActorCriticLoss, _reduce_samples, _stored_action_log_prob
 from ._networks import _network_dist
 
 __all__ = ["A2CLoss"]
@@ -118,6 +118,17 @@ class A2CLoss(_ActorCriticLoss):
             clip_value=clip_value,
         )
 
+    def _default_out_keys(self) -> list[str]:
+        # TorchRL's A2C order (a keyword call's tuple): the critic before the entropy terms
+        out = ["loss_objective"]
+        if self.has_critic:
+            out.append("loss_critic")
+        if self.entropy_bonus:
+            out += ["entropy", "loss_entropy"]
+        if self.clip_value is not None:
+            out.append("value_clip_fraction")
+        return out
+
     def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:
         """``log pi(a|s)`` ``[*B, 1]`` of the stored action under the current actor, and the distribution.
 
@@ -125,14 +136,8 @@ class A2CLoss(_ActorCriticLoss):
             RuntimeError: if the stored action requires grad (the policy gradient would
                 flow into the data).
         """
-        action = self._get(tensordict, "action")
-        if action.requires_grad:
-            raise RuntimeError(
-                f"tensordict stored {self.tensor_keys.action} requires grad. The stored "
-                "action must be data, detach it before calling the loss."
-            )
         dist = _network_dist(self.actor_network, tensordict)
-        log_prob = dist.log_prob(action)
+        log_prob, _ = _stored_action_log_prob(self, dist, tensordict)
         if log_prob.shape == tensordict.batch_size:
             log_prob = log_prob.unsqueeze(-1)
         return log_prob, dist

@@ -12,7 +12,11 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import ProbabilisticTensorDictSequential, composite_lp_aggregate
+from tensordict.nn import (
+    CompositeDistribution,
+    ProbabilisticTensorDictSequential,
+    composite_lp_aggregate,
+)
 from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
@@ -58,6 +62,41 @@ def _standardize(x: torch.Tensor, exclude_dims: tuple[int, ...] = ()) -> torch.T
     exclude = {d % x.ndim for d in exclude_dims}
     dims = [d for d in range(x.ndim) if d not in exclude]
     return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True).clamp_min(1e-6)
+
+
+def _stored_action_log_prob(
+    loss: LossModule, dist: D.Distribution, tensordict: TensorDictBase
+) -> tuple[torch.Tensor, torch.Tensor | TensorDictBase]:
+    """``log pi(a|s)`` of the stored action (``loss.tensor_keys.action``) under ``dist``,
+    and that action.
+
+    A composite distribution (several action heads, ``tensordict.nn.CompositeDistribution``)
+    scores the action entries it names, read from the root; its per-head log-probs are
+    summed over their feature dims into one log-prob per sample, as TorchRL does.
+
+    Raises:
+        RuntimeError: if the stored action (any head) requires grad.
+    """
+    action_key = loss.tensor_keys.action
+    if isinstance(dist, CompositeDistribution):
+        keys = [action_key] if isinstance(action_key, (str, tuple)) else list(action_key)
+        action = tensordict.select(*keys)
+        if any(v.requires_grad for v in action.values(True, True)):
+            raise RuntimeError(f"tensordict stored {action_key} requires grad.")
+        log_prob = dist.log_prob(action)
+        if isinstance(log_prob, TensorDictBase):
+            batch = tensordict.batch_dims
+            log_prob = sum(
+                v.reshape(*v.shape[:batch], -1).sum(-1) for v in log_prob.values(True, True)
+            )
+        return log_prob, action
+    action = loss._get(tensordict, "action")
+    if action.requires_grad:
+        raise RuntimeError(
+            f"tensordict stored {action_key} requires grad. The stored action must be "
+            "data, detach it before calling the loss."
+        )
+    return dist.log_prob(action), action
 
 
 def _default_log_prob_key() -> str:
@@ -244,6 +283,12 @@ class _ActorCriticLoss(LossModule):
                 ]
             )
         )
+        self.out_keys = self._default_out_keys() + self._extra_out_keys()
+        self._in_keys_extra = actor_keys
+
+    def _default_out_keys(self) -> list[str]:
+        """The loss terms in TorchRL's order for PPO: the objective, the entropy terms, the
+        critic, the value clip fraction (the order of a keyword call's returned tuple)."""
         out = ["loss_objective"]
         if self.entropy_bonus:
             out += ["entropy", "loss_entropy"]
@@ -251,8 +296,7 @@ class _ActorCriticLoss(LossModule):
             out.append("loss_critic")
         if self.clip_value is not None:
             out.append("value_clip_fraction")
-        self.out_keys = out + self._extra_out_keys()
-        self._in_keys_extra = actor_keys
+        return out
 
     def _extra_out_keys(self) -> list[str]:
         """Diagnostics the subclass adds to ``out_keys``."""

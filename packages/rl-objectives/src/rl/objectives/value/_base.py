@@ -101,7 +101,8 @@ class ValueEstimatorBase(TensorDictModuleBase):
                 returns discount by ``gamma ** steps``). Defaults to ``"steps_to_next_obs"``.
             sample_log_prob: log-probability of the collected action (V-trace); defaults to
                 ``"action_log_prob"`` (``"sample_log_prob"`` under
-                ``tensordict.nn.set_composite_lp_aggregate(True)``), as TorchRL.
+                ``tensordict.nn.set_composite_lp_aggregate(True)``), as TorchRL. A list of
+                keys (a composite action's per-head log-probs) is summed.
         """
 
         advantage: NestedKey = "advantage"
@@ -111,7 +112,7 @@ class ValueEstimatorBase(TensorDictModuleBase):
         done: NestedKey = "done"
         terminated: NestedKey = "terminated"
         steps_to_next_obs: NestedKey = "steps_to_next_obs"
-        sample_log_prob: NestedKey | None = None
+        sample_log_prob: NestedKey | list[NestedKey] | None = None
 
         def __post_init__(self):
             if self.sample_log_prob is None:  # as tensordict's probabilistic modules name it
@@ -198,6 +199,14 @@ class ValueEstimatorBase(TensorDictModuleBase):
                 raise KeyError(
                     f"{name!r} is not a key of {type(self).__name__}; valid names are {valid}"
                 )
+            if field == "sample_log_prob" and isinstance(key, list):
+                # the per-head log-probs of a composite distribution (actor.log_prob_keys)
+                if not key or not all(isinstance(k, (str, tuple)) for k in key):
+                    raise ValueError(
+                        f"{name} must be a key or a non-empty list of keys, got {key!r}"
+                    )
+                conf[field] = [unravel_key(k) for k in key]
+                continue
             if key is None or not isinstance(key, (str, tuple)):
                 raise ValueError(f"{name} must be a str or a tuple of str, got {key!r}")
             key = unravel_key(key)

@@ -85,12 +85,18 @@ class VTrace(ValueEstimatorBase):
 
     @property
     def in_keys(self):
-        return [*super().in_keys, self.tensor_keys.sample_log_prob]
+        key = self.tensor_keys.sample_log_prob
+        return [*super().in_keys, *(key if isinstance(key, list) else [key])]
 
     def _log_probs(
         self, tensordict: TensorDictBase, like: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        log_mu = self._require(tensordict, self.tensor_keys.sample_log_prob, "sample_log_prob")
+        keys = self.tensor_keys.sample_log_prob
+        if isinstance(keys, list):  # per-head log-probs: the action's is their sum
+            parts = [self._require(tensordict, key, "sample_log_prob") for key in keys]
+            log_mu = sum(p.reshape(*like.shape[:-1], -1).sum(-1) for p in parts)
+        else:
+            log_mu = self._require(tensordict, keys, "sample_log_prob")
         if is_tensor_collection(log_mu):
             log_mu = log_mu.sum(dim="feature", reduce=True)
         actor = self.actor_network

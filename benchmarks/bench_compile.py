@@ -223,13 +223,13 @@ def _ppo_step(compiled: bool, minibatch):
     loss, optim = ppo.make_loss(cfg, actor, critic)
     step = ppo.make_update_step(cfg, loss, optim)
     if minibatch is None:
-        env.set_seed(0)
-        batch = env.rollout(cfg.num_steps, actor, break_when_any_done=False)
         import torch
 
         from rl.objectives.value import GAE
 
+        env.set_seed(0)
         with torch.no_grad():
+            batch = env.rollout(cfg.num_steps, actor, break_when_any_done=False)
             GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)(batch)
         minibatch = batch.exclude("next").reshape(-1)
     return step, minibatch

@@ -205,3 +205,15 @@ class TestA2CKeys:
         assert ("next", "obs") in loss.in_keys
         # an advantage and a value target are given: no next state needed
         assert loss(data())["loss_objective"].isfinite()
+
+
+def test_reinforce_log_prob_key_default_follows_the_aggregate_setting():
+    """As TorchRL: "action_log_prob" (tensordict's default), "sample_log_prob" when the
+    composite log-probs are aggregated."""
+    from tensordict.nn import set_composite_lp_aggregate
+
+    from rl.objectives import ReinforceLoss
+
+    assert ReinforceLoss._AcceptedKeys().sample_log_prob == "action_log_prob"
+    with set_composite_lp_aggregate(True):
+        assert ReinforceLoss._AcceptedKeys().sample_log_prob == "sample_log_prob"

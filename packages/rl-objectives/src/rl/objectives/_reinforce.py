@@ -11,7 +11,7 @@ from tensordict.nn import ProbabilisticTensorDictSequential
 from tensordict.utils import NestedKey
 from torch import nn
 
-from ._actor_critic import _critic_regression, _reduce_samples
+from ._actor_critic import _critic_regression, _default_log_prob_key, _reduce_samples
 from ._loss import LossModule
 from ._networks import _network_dist, _next_keys
 from ._reduction import _check_loss_function, _check_reduction
@@ -66,11 +66,15 @@ class ReinforceLoss(LossModule):
         advantage: NestedKey = "advantage"
         value_target: NestedKey = "value_target"
         value: NestedKey = "state_value"
-        sample_log_prob: NestedKey = "sample_log_prob"
+        sample_log_prob: NestedKey | None = None
         action: NestedKey = "action"
         reward: NestedKey = "reward"
         done: NestedKey = "done"
         terminated: NestedKey = "terminated"
+
+        def __post_init__(self):
+            if self.sample_log_prob is None:  # as the probabilistic modules name it
+                self.sample_log_prob = _default_log_prob_key()
 
     default_value_estimator = "GAE"
     _next_state_optional = True  # only the value estimator reads it, without an advantage

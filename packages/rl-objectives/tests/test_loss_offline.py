@@ -259,8 +259,12 @@ class TestIQLLoss:
             loss.make_value_estimator(ValueEstimators.GAE)
 
     def test_bad_arguments(self):
-        with pytest.raises(ValueError, match="expectile must lie in"):
+        with pytest.raises(ValueError, match=r"expectile must lie in \[0, 1\], got 1.5"):
             IQLLoss(normal_actor(), qnet(), vnet(), expectile=1.5)
+        # the closed ends are valid: 1.0 weighs only positive errors (V -> max Q)
+        loss = IQLLoss(normal_actor(), qnet(), vnet(), expectile=1.0)
+        diff = torch.tensor([-2.0, 3.0])
+        assert loss.loss_value_diff(diff, loss.expectile).tolist() == [0.0, 9.0]
         with pytest.raises(ValueError, match="unknown loss_function 'huber'"):
             IQLLoss(normal_actor(), qnet(), vnet(), loss_function="huber")
 

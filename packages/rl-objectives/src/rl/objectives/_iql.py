@@ -164,8 +164,8 @@ class IQLLoss(LossModule):
         super().__init__()
         if value_network is None:
             raise ValueError(f"{type(self).__name__} needs a value_network, got None")
-        if not 0.0 < expectile < 1.0:
-            raise ValueError(f"expectile must lie in (0, 1), got {expectile}")
+        if not 0.0 <= expectile <= 1.0:  # 1.0: V regresses on the max (TorchRL allows it)
+            raise ValueError(f"expectile must lie in [0, 1], got {expectile}")
         if num_qvalue_nets < 1:
             raise ValueError(f"num_qvalue_nets must be >= 1, got {num_qvalue_nets}")
         self.temperature = temperature

@@ -207,3 +207,63 @@ class TestTD3Loss:
         compiled = torch.compile(loss, backend="aot_eager")(_data())
         for key in ("loss_actor", "loss_qvalue"):
             torch.testing.assert_close(compiled[key], eager[key])
+
+
+@pytest.mark.filterwarnings("ignore:No target network updater")
+@pytest.mark.parametrize("cls", [DDPGLoss, TD3Loss])
+def test_keyword_call_returns_the_out_keys_in_torchrl_order(cls):
+    """``loss(**tensors)`` returns the values of ``out_keys`` in order, equal to the
+    TensorDict call's entries (TorchRL's out_keys order)."""
+
+    class Critic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 1)
+
+        def forward(self, obs, act):
+            return self.lin(torch.cat([obs, act], -1))
+
+    torch.manual_seed(0)
+    actor = TensorDictModule(nn.Linear(3, 2), ["observation"], ["action"])
+    critic = TensorDictModule(Critic(), ["observation", "action"], ["state_action_value"])
+    kwargs = {"bounds": (-1.0, 1.0)} if cls is TD3Loss else {}
+    loss = cls(actor, critic, **kwargs)
+    if cls is TD3Loss:
+        assert loss.out_keys[:6] == [
+            "loss_actor",
+            "loss_qvalue",
+            "pred_value",
+            "state_action_value_actor",
+            "next_state_value",
+            "target_value",
+        ]
+    else:
+        assert loss.out_keys[:6] == [
+            "loss_actor",
+            "loss_value",
+            "pred_value",
+            "target_value",
+            "pred_value_max",
+            "target_value_max",
+        ]
+    n = 4
+    td = TensorDict(
+        observation=torch.randn(n, 3),
+        action=torch.rand(n, 2),
+        next=TensorDict(
+            observation=torch.randn(n, 3),
+            reward=torch.randn(n, 1),
+            done=torch.zeros(n, 1, dtype=torch.bool),
+            terminated=torch.zeros(n, 1, dtype=torch.bool),
+            batch_size=[n],
+        ),
+        batch_size=[n],
+    )
+    flat = {"_".join(k) if isinstance(k, tuple) else k: v for k, v in td.items(True, True)}
+    torch.manual_seed(0)
+    values = loss(**flat)
+    torch.manual_seed(0)
+    out = loss(td)
+    assert len(values) == len(loss.out_keys)
+    for key, value in zip(loss.out_keys, values):
+        torch.testing.assert_close(value, out[key])

@@ -158,12 +158,13 @@ class TD3Loss(LossModule):
         keys = [tk.action, *actor_keys, *q_keys, *_next_keys([tk.reward, tk.done, tk.terminated])]
         keys += _next_keys(actor_keys)
         self.in_keys = list(dict.fromkeys(keys))
-        self.out_keys = [
+        self.out_keys = [  # TorchRL's order (a keyword call's tuple)
             "loss_actor",
             "loss_qvalue",
             "pred_value",
-            "target_value",
+            "state_action_value_actor",
             "next_state_value",
+            "target_value",
         ]
         self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
 

@@ -12,7 +12,7 @@ is the learner's current policy scored on the same stored action.
 
 As TorchRL's ``sota-implementations/impala``: ``A2CLoss`` on V-trace advantages and
 targets, RMSprop, gradient clipping, the learning rate annealed to 0. The actor and critic
-are ``ppo.py``'s MLPs.
+are ``ppo.py``'s MLPs, the per-actor batch and optimiser ``a2c.py``'s.
 
     uv run examples/impala.py                                   # 2 collector processes
     uv run examples/impala.py --seed 1 --num-workers 3
@@ -58,7 +58,9 @@ from ppo import make_agent  # noqa: E402
 
 @dataclasses.dataclass
 class Config:
-    """IMPALA hyperparameters (TorchRL's sota-implementations names where they exist)."""
+    """IMPALA hyperparameters. Each actor steps a2c.py's batch (RL-Zoo's tuned CartPole
+    A2C: 8 envs x 5 steps, RMSprop 7e-4, no entropy bonus); 16-step rollouts at 1e-3 with
+    an entropy bonus of 0.01 solved CartPole too, then fell back to about 200."""
 
     env_id: str = "CartPole-v1"
     """Gymnasium environment id with discrete actions (or a probe env name)."""
@@ -68,11 +70,11 @@ class Config:
     """Actors: collector processes (or Ray actors with --ray)."""
     envs_per_worker: int = 8
     """Environments each actor steps together (a gymnasium vector env)."""
-    num_steps: int = 16
+    num_steps: int = 5
     """Unroll length: steps per environment in one rollout an actor hands over."""
     batch_size: int = 1
     """Rollouts (from any actors) per gradient step."""
-    lr: float = 1e-3
+    lr: float = 7e-4
     """RMSprop learning rate."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over total_frames."""
@@ -86,7 +88,7 @@ class Config:
     """V-trace clip of the importance weights in the TD errors (rho bar)."""
     c_thresh: float = 1.0
     """V-trace clip of the trace coefficients (c bar)."""
-    ent_coef: float = 0.01
+    ent_coef: float = 0.0
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
     """Value loss coefficient."""

@@ -281,3 +281,40 @@ class TestSharedAndFastPath:
         slow = _network_output(net, td, "state_value")
         assert calls == [1] and "state_value" not in td.keys()
         torch.testing.assert_close(fast, slow)
+
+
+class TestCoeffBufferAndVmapRandomness:
+    class _Loss(LossModule):
+        def forward(self, td):
+            return td
+
+    def test_register_coeff_buffer(self):
+        loss = self._Loss()
+        loss.register_coeff_buffer("a", 0.25)
+        loss.register_coeff_buffer("b", 2, dtype=torch.float64)
+        loss.register_coeff_buffer("c", None)
+        buffers = dict(loss.named_buffers())
+        assert buffers["a"].item() == 0.25 and buffers["b"].dtype is torch.float64
+        assert loss.c is None and "c" not in buffers
+        with pytest.raises(ValueError, match=r"d must be a float or a scalar tensor.*shape \(2,\)"):
+            loss.register_coeff_buffer("d", torch.ones(2))
+        with pytest.raises(ValueError, match="e must be a float or a scalar tensor"):
+            loss.register_coeff_buffer("e", True)
+        # a buffer moves with the loss and is in its state dict
+        assert "a" in loss.state_dict()
+
+    def test_vmap_randomness_follows_random_modules_and_can_be_set(self):
+        loss = self._Loss()
+        loss.net = torch.nn.Linear(2, 2)
+        assert loss.vmap_randomness == "error"
+        noisy = self._Loss()
+        noisy.net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+        assert noisy.vmap_randomness == "different"
+        noisy.set_vmap_randomness("same")
+        assert noisy.vmap_randomness == "same"
+        with pytest.raises(ValueError, match="Wrong vmap randomness"):
+            noisy.set_vmap_randomness("sometimes")
+        # a vmapped dropout call with the loss's setting runs ("error" would raise)
+        x = torch.ones(3, 2)
+        out = torch.vmap(noisy.net, randomness=noisy.vmap_randomness)(x)
+        assert out.shape == (3, 2)

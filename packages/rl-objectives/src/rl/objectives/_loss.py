@@ -30,6 +30,7 @@ from tensordict.nn import TensorDictModuleBase, TensorDictParams, dispatch
 from tensordict.nn.probabilistic import InteractionType, set_interaction_type
 from torch import nn
 
+from . import _random_modules
 from .value import (
     GAE,
     MultiAgentGAE,
@@ -381,6 +382,61 @@ class LossModule(TensorDictModuleBase):
             f"loss {type(self).__name__} needs key {key!r} which is missing from the input "
             f"(keys present: [{present}]; the loss reads in_keys [{expected}]); {how}"
         )
+
+    def register_coeff_buffer(
+        self,
+        name: str,
+        value: float | int | torch.Tensor | None,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Stores a scalar coefficient as a buffer (``None``: a plain ``None`` attribute).
+
+        Args:
+            name: the attribute.
+            value: a float, an int or a one-element tensor, or ``None``.
+            device, dtype: of the buffer.
+
+        Raises:
+            ValueError: a bool, a non-number or a tensor of more than one element.
+        """
+        if value is None:
+            setattr(self, name, None)
+            return
+        if isinstance(value, bool) or not isinstance(value, (float, int, torch.Tensor)):
+            raise ValueError(f"{name} must be a float or a scalar tensor, got {value!r}.")
+        value = torch.as_tensor(value, device=device, dtype=dtype)
+        if value.numel() != 1:
+            raise ValueError(
+                f"{name} must be a float or a scalar tensor, got a tensor of shape "
+                f"{tuple(value.shape)}."
+            )
+        self.register_buffer(name, value)
+
+    @property
+    def vmap_randomness(self) -> str:
+        """What ``torch.vmap`` does with random ops in the loss's ensembles: ``"different"``
+        when one of its networks holds a random module (see
+        :func:`~rl.objectives.add_random_module`), else ``"error"``; or what
+        :meth:`set_vmap_randomness` set."""
+        value = self.__dict__.get("_vmap_randomness_value")
+        if value is None:
+            modules = [
+                m for m in (*self.__dict__.values(), *self.children()) if isinstance(m, nn.Module)
+            ]
+            value = _random_modules.vmap_randomness(*modules)
+            self.__dict__["_vmap_randomness_value"] = value
+        return value
+
+    def set_vmap_randomness(self, value: str) -> None:
+        """Sets :attr:`vmap_randomness` (``"error"``, ``"same"`` or ``"different"``)."""
+        if value not in ("error", "same", "different"):
+            raise ValueError(
+                "Wrong vmap randomness, should be one of 'error', 'same' or 'different'; "
+                f"got {value!r}"
+            )
+        self.__dict__["_vmap_randomness_value"] = value
 
     def _get(self, tensordict: TensorDictBase, name: str, under: str | None = None) -> torch.Tensor:
         """Read ``tensor_keys.<name>`` (below ``under``, e.g. ``"next"``) with a clear error."""

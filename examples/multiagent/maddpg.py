@@ -11,12 +11,13 @@ critic ``Q(s, a)`` is a ``MultiAgentMLP`` that reads all agents' observations an
 the agents' keys and TD(0) targets, the critic's target by ``SoftUpdate``.
 
 The defaults differ from TorchRL's ``maddpg_iddpg.yaml`` (BenchMARL's off-policy settings:
-60,000-frame batches, 45 x 14 updates of 4,096, lr 5e-5, no shared parameters, millions
-of frames) to learn ``navigation`` in 60,000 frames on a shared 2-core machine: batches
-of 600 frames (60 envs x 10 steps), 50 updates of 256 after each, lr 1e-3, parameters
-shared by the agents (``--no-share-params`` gives one network per agent).
+60,000-frame batches, 45 x 14 updates of 4,096, lr 5e-5, gamma 0.9, no shared
+parameters, millions of frames) to learn ``navigation`` in 30,000 frames on a shared
+2-core machine: batches of 600 frames (60 envs x 10 steps), 50 updates of 256 after
+each, lr 1e-3, parameters shared by the agents (``--no-share-params`` gives one network
+per agent); gamma 0.9 and the soft updates (tau 0.005) as TorchRL's.
 
-    uv run --group multiagent examples/multiagent/maddpg.py                    # navigation, 3 agents, 60k frames
+    uv run --group multiagent examples/multiagent/maddpg.py                    # navigation, 3 agents, 30k frames
     uv run --group multiagent examples/multiagent/iddpg.py                     # decentralised critic
     uv run --group multiagent examples/multiagent/maddpg.py --no-share-params  # one actor and critic per agent
 

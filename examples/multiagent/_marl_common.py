@@ -101,8 +101,7 @@ class OffPolicyConfig(MarlConfig):
     TorchRL's ``maddpg_iddpg.yaml`` / ``sac.yaml`` (BenchMARL's off-policy settings) take
     60,000-frame batches, 630 updates of 4,096 each and lr 5e-5 for millions of frames;
     this budget is 30,000 frames on a shared 2-core machine, so batches are short (600
-    frames), 30 updates of 256 follow each, the networks are narrower and the learning
-    rate higher.
+    frames), 50 updates of 256 follow each, and the learning rate is higher.
     """
 
     total_frames: int = 30_000
@@ -113,7 +112,7 @@ class OffPolicyConfig(MarlConfig):
     """Replay buffer capacity (transitions, all agents each)."""
     batch_size: int = 256
     """Transitions per gradient step."""
-    updates_per_batch: int = 30
+    updates_per_batch: int = 50
     """Gradient steps after each collected batch."""
     lr: float = 1e-3
     """Adam learning rate of the critic (and, for SAC, the temperature)."""
@@ -123,7 +122,7 @@ class OffPolicyConfig(MarlConfig):
     """Discount factor."""
     tau: float = 0.005
     """Soft update rate of the target networks."""
-    hidden: int = 128
+    hidden: int = 256
     """Width of the two hidden layers of actor and critic."""
     centralised_critic: bool = True
     """The critic reads every agent's observation and action (False: only its own)."""

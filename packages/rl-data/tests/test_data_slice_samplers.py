@@ -443,3 +443,45 @@ class TestFragmentedSliceSampler:
         rb.extend(TensorDict({"traj": torch.zeros(4, dtype=torch.long)}, [4]))
         with pytest.raises(KeyError, match="step numbers .'t'.; the storage lacks 't'"):
             rb.sample()
+
+
+class TestSliceSamplerKeyDetection:
+    """Neither traj_key nor end_key given: ids first, then "episode", then done flags."""
+
+    @staticmethod
+    def _sample(data, num_slices=2, batch_size=6):
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(len(data)),
+            sampler=SliceSampler(num_slices=num_slices),
+            batch_size=batch_size,
+        )
+        rb.extend(data)
+        return rb.sampler, rb.sample().reshape(num_slices, -1)
+
+    def test_collector_ids_win_over_episode_and_done(self):
+        ids = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
+        done = torch.zeros(8, 1, dtype=torch.bool)  # no done flag: only the ids split
+        data = TensorDict(
+            {("collector", "traj_ids"): ids, "episode": torch.zeros(8), ("next", "done"): done},
+            batch_size=[8],
+        )
+        sampler, sample = self._sample(data)
+        assert sampler.traj_key == ("collector", "traj_ids") and sampler._fetch_traj
+        for row in sample:
+            assert row["collector", "traj_ids"].unique().numel() == 1
+
+    def test_episode_then_done(self):
+        episode = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
+        sampler, sample = self._sample(TensorDict({"episode": episode}, batch_size=[8]))
+        assert sampler.traj_key == "episode"
+        for row in sample:
+            assert row["episode"].unique().numel() == 1
+        done = torch.zeros(9, 1, dtype=torch.bool)
+        done[[2, 5, 8]] = True
+        obs = torch.arange(9)
+        sampler, sample = self._sample(
+            TensorDict({"obs": obs, ("next", "done"): done}, batch_size=[9]), 3, 9
+        )
+        assert sampler.traj_key is None and not sampler._fetch_traj
+        for row in sample["obs"].tolist():  # each slice is one whole trajectory
+            assert row in ([0, 1, 2], [3, 4, 5], [6, 7, 8])

@@ -32,6 +32,9 @@ class SliceSampler(Sampler):
     or by ``traj_key`` (a trajectory id such as ``("collector", "traj_ids")``). Given both,
     ``traj_key`` is used when the storage holds it and ``end_key`` otherwise; given one that
     the storage lacks, the other (or ``("collector", "traj_ids")`` / ``"episode"``) is tried.
+    Given neither, the first sample picks, as TorchRL, ``("collector", "traj_ids")``, then
+    ``"episode"``, then ``("next", "done")``, whichever the storage holds first
+    (``traj_key`` then names the ids found).
     In a multi-dimensional storage (``ndim=2``, rows of ``[T, B]``) each column is a
     sequence of its own: a slice never crosses from one column to the next. A slice never
     crosses a trajectory boundary, the end of the stored data or the newest write of a full
@@ -169,6 +172,10 @@ class SliceSampler(Sampler):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         # with both keys, traj_key is used when the storage holds it, end_key otherwise
         self._traj_first = traj_key is not None
+        # neither given: the first sample picks, as TorchRL, trajectory ids written by a
+        # collector, then "episode", then the done flags (traj_key then names the ids)
+        self._traj_key_auto = traj_key is None and end_key is None and end_keys is None
+        self._fetch_traj = traj_key is not None or self._traj_key_auto
         if end_key is None:
             end_key = ("next", "done")
         self.num_slices = num_slices
@@ -216,6 +223,8 @@ class SliceSampler(Sampler):
     # -- trajectories ----------------------------------------------------------------------------
     def _boundary_key(self, storage: Storage) -> tuple[NestedKey, bool]:
         """The key delimiting trajectories in this storage and whether it holds ids."""
+        if self._traj_key_auto:
+            self._resolve_traj_key(storage)
         candidates: list[tuple[NestedKey, bool]] = [(self.end_key, False)]
         if self.traj_key is not None:
             candidates.insert(0 if self._traj_first else 1, (self.traj_key, True))
@@ -225,6 +234,15 @@ class SliceSampler(Sampler):
             if storage._has_key(key):
                 return key, is_id
         return candidates[0]  # the storage's error names it and lists the stored keys
+
+    def _resolve_traj_key(self, storage: Storage) -> None:
+        for key in (("collector", "traj_ids"), "episode"):
+            if storage._has_key(key):
+                self.traj_key, self._traj_first = key, True
+                self._traj_key_auto = False
+                return
+        if storage._has_key(self.end_key):
+            self._fetch_traj = self._traj_key_auto = False
 
     def _column_view(self, storage: Storage, key: NestedKey) -> torch.Tensor:
         """``[rows * items_per_row, -1]``: the column of ``key``, one storage column after

@@ -25,10 +25,11 @@ class _AccumulatingOptimizerHook(OptimizerHook):
     the calls in between add up, each loss divided by ``accumulation``), back-propagates
     outside autocast, and scales the loss for float16 mixed precision."""
 
-    def __init__(self, optimizer, accumulation: int, scaler) -> None:
+    def __init__(self, optimizer, accumulation: int, scaler, device_type: str) -> None:
         super().__init__(optimizer)
         self.accumulation = accumulation
         self.scaler = scaler
+        self.device_type = device_type
         self.calls = 0
 
     def __call__(self, losses_td, clip_grad_norm=True, clip_norm=None, index=0):
@@ -38,7 +39,7 @@ class _AccumulatingOptimizerHook(OptimizerHook):
                 f"GRPOTrainer: no 'loss*' entry to minimize among {sorted(losses_td.keys())}"
             )
         loss = sum(terms) / self.accumulation
-        with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+        with torch.autocast(self.device_type, enabled=False):
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         self.calls += 1
         if self.calls % self.accumulation:
@@ -219,10 +220,13 @@ class GRPOTrainer(Trainer):
         self.async_collection = async_collection
         self.mixed_precision = mixed_precision
         self.autocast_dtype = autocast_dtype
+        self._device_type = "cuda" if torch.cuda.is_available() else "cpu"
         scaler = None
         if mixed_precision and autocast_dtype == torch.float16:
-            scaler = torch.amp.GradScaler()
-        _AccumulatingOptimizerHook(optimizer, gradient_accumulation_steps, scaler).register(self)
+            scaler = torch.amp.GradScaler(self._device_type)
+        _AccumulatingOptimizerHook(
+            optimizer, gradient_accumulation_steps, scaler, self._device_type
+        ).register(self)
 
         if replay_buffer is not None:
             self._rb_hook = ReplayBufferTrainer(replay_buffer, batch_size=batch_size, device=device)
@@ -271,9 +275,8 @@ class GRPOTrainer(Trainer):
 
     def optim_steps(self, batch: TensorDictBase) -> None:
         self.optim_steps_per_batch = self._optim_count_for()
-        device_type = "cuda" if torch.cuda.is_available() else "cpu"
         context = (
-            torch.autocast(device_type, dtype=self.autocast_dtype)
+            torch.autocast(self._device_type, dtype=self.autocast_dtype)
             if self.mixed_precision
             else contextlib.nullcontext()
         )

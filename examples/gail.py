@@ -48,11 +48,13 @@ from _offpolicy import (  # noqa: E402
     RunConfig,
     cli,
     compile_policy,
+    compile_update,
     make_env,
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
     open_dataset,
+    prime_soft_update,
     transitions,
     zero_grad,
 )
@@ -194,6 +196,13 @@ def main(cfg: Config) -> dict:
         target_update.step()
         losses["gail_reward"] = sample["next", "reward"].mean()
         return losses.select("loss_actor", "loss_qvalue", "alpha", "gail_reward").detach()
+
+    if cfg.compile:  # targets still equal the online networks: a no-op on the values
+        prime_soft_update(target_update)
+    update_discriminator, update_learner = (
+        compile_update(fn, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+        for fn in (update_discriminator, update_learner)
+    )
 
     # the loop: collect, store; update the discriminator, then the learner on its reward
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

@@ -485,3 +485,10 @@ class TestSliceSamplerKeyDetection:
         assert sampler.traj_key is None and not sampler._fetch_traj
         for row in sample["obs"].tolist():  # each slice is one whole trajectory
             assert row in ([0, 1, 2], [3, 4, 5], [6, 7, 8])
+
+
+def test_end_key_and_end_keys_are_exclusive():
+    with pytest.raises(
+        RuntimeError, match=r"end_key and end_keys are exclusive.*\('next', 'done'\)"
+    ):
+        SliceSampler(slice_len=2, end_key=("next", "done"), end_keys=[("next", "truncated")])

@@ -56,7 +56,8 @@ class SliceSampler(Sampler):
         compile, use_gpu: accepted for TorchRL compatibility (the boundaries are computed
             with a few vectorized torch ops on the CPU).
         end_keys: several end flags (a trajectory ends where any of them is set), used
-            instead of ``end_key``; the keys the storage lacks are skipped.
+            instead of ``end_key`` (giving both raises); the keys the storage lacks are
+            skipped.
         ends, trajectories: the end flags or trajectory ids of the stored items, given
             once (with ``cache_values=True``) instead of read from the storage.
         span: lets slices run over the beginning (``span[0]``) and the end (``span[1]``) of
@@ -160,6 +161,11 @@ class SliceSampler(Sampler):
             )
         if ends is not None and trajectories is not None:
             raise RuntimeError("pass ends or trajectories, not both")
+        if end_key is not None and end_keys is not None:
+            raise RuntimeError(
+                f"end_key and end_keys are exclusive: got end_key={end_key!r} and "
+                f"end_keys={end_keys!r}; pass the flags as end_keys only"
+            )
         if (ends is not None or trajectories is not None) and not cache_values:
             raise RuntimeError("ends and trajectories need cache_values=True")
         if (num_slices is None) == (slice_len is None):

@@ -97,6 +97,18 @@ def grad(logits, actions, adv):
     return g / len(actions)
 
 
+class CountingBuffer(ListBuffer):
+    """A ListBuffer with a write count (frames written since creation)."""
+
+    def __init__(self, batch_size):
+        super().__init__(batch_size)
+        self.write_count = 0
+
+    def extend(self, data):
+        super().extend(data)
+        self.write_count += data.numel()
+
+
 class TestGRPOTrainer:
     def test_one_step_per_batch_without_buffer(self):
         logits = torch.nn.Parameter(torch.zeros(3))
@@ -208,6 +220,51 @@ class TestGRPOTrainer:
         trainer.train()
         expected = -0.5 * grad(torch.zeros(3), [0, 1, 2, 1], [0.0, 1.0, -1.0, 1.0])
         torch.testing.assert_close(logits.detach(), expected, atol=1e-2, rtol=1e-2)
+
+    def test_collector_writing_into_the_buffer_yields_none(self):
+        """A collector with its own replay buffer yields None: the frames are what the
+        buffer took in, rewards are logged from the sampled batches."""
+        logits = torch.nn.Parameter(torch.zeros(3))
+        buffer = CountingBuffer(batch_size=2)
+
+        class WritingCollector:
+            replay_buffer = buffer
+
+            def __iter__(self):
+                for _ in range(2):
+                    buffer.extend(answers([0, 1, 2, 1], [0.0, 1.0, -1.0, 1.0]))
+                    yield None
+
+        logger = RecordingLogger()
+        trainer = GRPOTrainer(
+            collector=WritingCollector(),
+            total_frames=8,
+            loss_module=make_loss(logits),
+            optimizer=torch.optim.SGD([logits], lr=0.5),
+            replay_buffer=buffer,
+            empty_replay_buffer_on_weight_update=False,
+            logger=logger,
+            log_interval=0,
+            progress_bar=False,
+        )
+        trainer.train()
+        assert trainer.collected_frames == 8  # 4 answers written per collection
+        assert buffer.extends == 2  # only the collector wrote: the trainer did not extend
+        assert trainer._optim_count > 0
+        logged = {name: value for name, value, _ in logger.calls}
+        assert "reward_mean" in logged
+
+    def test_async_collection_with_a_buffer_is_refused(self):
+        logits = torch.nn.Parameter(torch.zeros(2))
+        with pytest.raises(ValueError, match="async_collection=True\\) with a replay_buffer"):
+            GRPOTrainer(
+                collector=[],
+                total_frames=2,
+                loss_module=make_loss(logits),
+                optimizer=torch.optim.SGD([logits], lr=0.1),
+                replay_buffer=ListBuffer(batch_size=1),
+                async_collection=True,
+            )
 
     def test_bad_arguments(self):
         logits = torch.nn.Parameter(torch.zeros(2))

@@ -68,7 +68,9 @@ def test_composite_log_prob_is_the_sum_of_the_heads():
         out = loss(td)
         assert out["loss_objective"].requires_grad
         td["action", "a1"].requires_grad_(True)
-        with pytest.raises(RuntimeError, match="tensordict stored .*a1.* requires grad"):
+        with pytest.raises(
+            RuntimeError, match=r"tensordict stored .*a1.* requires grad \(heads .*a1.*\)"
+        ):
             loss._log_probs(td)
 
 

@@ -162,7 +162,8 @@ class GymKernel(_GymKernelBase):
         self.step_fn, self.reset_fn = gym_env.step, gym_env.reset
 
     def step(self, t: int, tensordict) -> bool:
-        # outside the try: a policy's errors pass (``_action``, inlined: one call a step)
+        # outside the try: a policy's errors pass; _GymKernelBase._action, inlined (one
+        # call less a step): keep the two in step
         actions = self.gym_actions
         action = self.env._action_from_td(tensordict) if actions is None else actions[t]
         try:

@@ -119,14 +119,13 @@ class A2CLoss(_ActorCriticLoss):
         )
 
     def _default_out_keys(self) -> list[str]:
-        # TorchRL's A2C order (a keyword call's tuple): the critic before the entropy terms
+        # TorchRL's A2C out_keys (a keyword call's tuple): the critic before the entropy
+        # terms; value_clip_fraction stays in the TensorDict output only, as TorchRL
         out = ["loss_objective"]
         if self.has_critic:
             out.append("loss_critic")
         if self.entropy_bonus:
             out += ["entropy", "loss_entropy"]
-        if self.clip_value is not None:
-            out.append("value_clip_fraction")
         return out
 
     def _log_probs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, D.Distribution]:

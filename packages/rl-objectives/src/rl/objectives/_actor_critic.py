@@ -81,8 +81,12 @@ def _stored_action_log_prob(
     if isinstance(dist, CompositeDistribution):
         keys = [action_key] if isinstance(action_key, (str, tuple)) else list(action_key)
         action = tensordict.select(*keys)
-        if any(v.requires_grad for v in action.values(True, True)):
-            raise RuntimeError(f"tensordict stored {action_key} requires grad.")
+        heads = [str(k) for k, v in action.items(True, True) if v.requires_grad]
+        if heads:
+            raise RuntimeError(
+                f"tensordict stored {action_key} requires grad (heads {heads}). The stored "
+                "action must be data, detach it before calling the loss."
+            )
         log_prob = dist.log_prob(action)
         if isinstance(log_prob, TensorDictBase):
             batch = tensordict.batch_dims

@@ -132,14 +132,14 @@ class DDPGLoss(LossModule):
         keys = [*actor_keys, *value_keys, *_next_keys([tk.reward, tk.done, tk.terminated])]
         keys += _next_keys(actor_keys)
         self.in_keys = list(dict.fromkeys(keys))
-        self.out_keys = [  # TorchRL's (its td_error comes after, as rl's output holds it)
+        # TorchRL's (a keyword call's tuple); the TensorDict output also holds td_error
+        self.out_keys = [
             "loss_actor",
             "loss_value",
             "pred_value",
             "target_value",
             "pred_value_max",
             "target_value_max",
-            "td_error",
         ]
         self._in_keys_extra = list(dict.fromkeys(actor_keys + value_keys))
 

@@ -220,7 +220,9 @@ class GRPOTrainer(Trainer):
         self.async_collection = async_collection
         self.mixed_precision = mixed_precision
         self.autocast_dtype = autocast_dtype
-        self._device_type = "cuda" if torch.cuda.is_available() else "cpu"
+        # autocast and the grad scaler on the device the parameters live on
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        self._device_type = params[0].device.type if params else "cpu"
         scaler = None
         if mixed_precision and autocast_dtype == torch.float16:
             scaler = torch.amp.GradScaler(self._device_type)
@@ -228,10 +230,18 @@ class GRPOTrainer(Trainer):
             optimizer, gradient_accumulation_steps, scaler, self._device_type
         ).register(self)
 
+        if async_collection and replay_buffer is not None:
+            # rl's GRPOTrainer pulls the collector's batches itself; an asynchronous
+            # collection into the buffer is not supported (TorchRL starts the collector in
+            # the background): refused rather than left with an empty buffer
+            raise ValueError(
+                "GRPOTrainer(async_collection=True) with a replay_buffer is not supported: "
+                "collect synchronously (async_collection=False) or pass no replay_buffer"
+            )
         if replay_buffer is not None:
             self._rb_hook = ReplayBufferTrainer(replay_buffer, batch_size=batch_size, device=device)
             self.register_module("replay_buffer", self._rb_hook)
-            if getattr(collector, "replay_buffer", None) is None and not async_collection:
+            if getattr(collector, "replay_buffer", None) is None:
                 self.register_op("batch_process", self._rb_hook.extend)
             self.register_op("process_optim_batch", self._rb_hook.sample)
         if weight_sync_sender is not None:
@@ -244,9 +254,12 @@ class GRPOTrainer(Trainer):
         if empty_replay_buffer_on_weight_update and replay_buffer is not None:
             self.register_op("post_steps", self._empty_replay_buffer)
         if log_rewards:
+            # with a buffer, from the sampled sub-batches (a collector writing into the
+            # buffer yields no batch), as TorchRL; else from each collected batch
+            stage = "post_optim_log" if replay_buffer is not None else "pre_steps_log"
             for reduction in ("mean", "max"):
                 self.register_op(
-                    "pre_steps_log",
+                    stage,
                     LogScalar(
                         logname=f"reward_{reduction}",
                         log_pbar=reduction == "mean",

@@ -317,17 +317,24 @@ class Trainer:
         init_random_frames = getattr(self.collector, "init_random_frames", 0) or 0
         try:
             for batch in self.collector:
-                self._pbar.observe(batch)
-                batch = self._call_transform("batch_process", batch)
-                mask = batch.get(("collector", "mask"), None)
-                steps = int(mask.sum()) if mask is not None else batch.numel()
-                current_frames = steps * self.frame_skip
+                if batch is None:
+                    # the collector writes into the trainer's replay buffer itself: the
+                    # frames are what the buffer took in; no batch for the batch hooks
+                    current_frames = self._frames_written() * self.frame_skip
+                else:
+                    self._pbar.observe(batch)
+                    batch = self._call_transform("batch_process", batch)
+                    mask = batch.get(("collector", "mask"), None)
+                    steps = int(mask.sum()) if mask is not None else batch.numel()
+                    current_frames = steps * self.frame_skip
                 self.collected_frames += current_frames
-                self._call_log("pre_steps_log", batch)
+                if batch is not None:
+                    self._call_log("pre_steps_log", batch)
                 if self.collected_frames >= init_random_frames:
                     self.optim_steps(batch)
                 self._call_plain("post_steps")
-                self._call_log("post_steps_log", batch)
+                if batch is not None:
+                    self._call_log("post_steps_log", batch)
                 self._pbar.update(current_frames)
                 done = self._stop_training or self.collected_frames >= self.total_frames
                 self.save_trainer(force_save=done)
@@ -341,7 +348,22 @@ class Trainer:
             self._pbar.close()
         self.shutdown()
 
-    def optim_steps(self, batch: TensorDictBase) -> None:
+    def _frames_written(self) -> int:
+        """Frames the replay buffer took in since the last call (a collector that yields
+        ``None`` writes into it itself)."""
+        buffer = getattr(self, "replay_buffer", None)
+        count = getattr(buffer, "write_count", None)
+        if count is None:
+            raise RuntimeError(
+                "the collector yielded None (it writes into a replay buffer itself), but the "
+                "trainer has no replay_buffer with a write_count to count the frames from: "
+                "pass the collector's replay buffer to the trainer"
+            )
+        frames = count - self.__dict__.get("_seen_write_count", 0)
+        self.__dict__["_seen_write_count"] = count
+        return frames
+
+    def optim_steps(self, batch: TensorDictBase | None) -> None:
         """Runs ``optim_steps_per_batch`` optimization steps on ``batch``."""
         self._call_plain("pre_optim_steps")
         average = None

@@ -68,8 +68,6 @@ def _segments(is_init: torch.Tensor) -> tuple[torch.Tensor, ...]:
 _BACKENDS = ("auto", "pad", "scan", "triton")
 _RECOMPUTE = ("none", "full")
 _PRECISIONS = ("auto", "fast", "high-prec", "ieee", "tf32", "tf32x3")
-#: recurrent_matmul_precision -> TF32 matmuls on CUDA (None: torch's global setting)
-_TF32 = {"fast": True, "tf32": True, "tf32x3": True, "high-prec": False, "ieee": False}
 
 
 def _check_backend(
@@ -386,18 +384,6 @@ class _RecurrentModule(TensorDictModuleBase):
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        tf32 = _TF32.get(self.recurrent_matmul_precision)
-        if tf32 is None or not torch.cuda.is_available():
-            return self._forward(tensordict)
-        # a precision preset: TF32 matmuls on or off for this call (CUDA only, as TorchRL)
-        previous = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        try:
-            return self._forward(tensordict)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = previous
-
-    def _forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         recurrent = self.recurrent_mode
         batch = tensordict.batch_size
         if recurrent and len(batch) == 0:
@@ -481,9 +467,9 @@ class LSTMModule(_RecurrentModule):
         recurrent_recompute: ``"full"`` recomputes the ``"scan"`` steps in the backward
             pass (activation checkpointing) instead of keeping them. Defaults to
             ``"none"``.
-        recurrent_matmul_precision: TF32 matmuls on CUDA for the module's calls
-            (``"fast"``/``"tf32"``/``"tf32x3"``: on, ``"high-prec"``/``"ieee"``: off,
-            ``"auto"``: torch's setting); no effect on CPU.
+        recurrent_matmul_precision: the matmul precision of TorchRL's triton kernels
+            (validated; as TorchRL's other backends, ``"pad"`` and ``"scan"`` run at
+            torch's own matmul precision, so it has no effect in rl).
 
     Keyword Args:
         in_key: the input key; the states are then read at ``"recurrent_state_h"`` and

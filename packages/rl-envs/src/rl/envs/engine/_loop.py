@@ -118,9 +118,12 @@ def _unshare(bufs, shared: list, next_writes: list, next_flat: dict, row: tuple,
     """Moves the shared ``"next"`` entries (see :func:`_allocate`) whose value at step ``t``
     is not the kernel's own view to buffers of the engine's, which hold the kernel's rows
     of the earlier steps; returns whether any moved (a missing entry raises ``KeyError``)."""
-    moved = [(key, i) for key, i in shared if next_flat[key] is not row[i]]
-    if not moved:
+    for key, i in shared:  # per step: no allocation while every entry is the kernel's own
+        if next_flat[key] is not row[i]:
+            break
+    else:
         return False
+    moved = [(key, i) for key, i in shared if next_flat[key] is not row[i]]
     prefix = (slice(None),) * bufs.nb
     for item in moved:
         key = item[0]

@@ -254,6 +254,29 @@ class TestGRPOTrainer:
         logged = {name: value for name, value, _ in logger.calls}
         assert "reward_mean" in logged
 
+    def test_buffer_write_count_survives_a_checkpoint(self):
+        """A resumed run counts only the frames written after the checkpoint."""
+        logits = torch.nn.Parameter(torch.zeros(3))
+        buffer = CountingBuffer(batch_size=2)
+
+        def make():
+            return GRPOTrainer(
+                collector=[],
+                total_frames=8,
+                loss_module=make_loss(logits),
+                optimizer=torch.optim.SGD([logits], lr=0.5),
+                replay_buffer=buffer,
+                progress_bar=False,
+            )
+
+        trainer = make()
+        buffer.extend(answers([0, 1, 2, 1], [0.0, 1.0, -1.0, 1.0]))
+        assert trainer._frames_written() == 4
+        restored = make()
+        restored.load_state_dict(trainer.state_dict())
+        buffer.extend(answers([0, 1], [0.0, 1.0]))
+        assert restored._frames_written() == 2
+
     def test_async_collection_with_a_buffer_is_refused(self):
         logits = torch.nn.Parameter(torch.zeros(2))
         with pytest.raises(ValueError, match="async_collection=True\\) with a replay_buffer"):

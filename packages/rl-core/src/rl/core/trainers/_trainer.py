@@ -203,6 +203,7 @@ class Trainer:
 
         self.collected_frames = 0
         self._optim_count = 0
+        self._seen_write_count = 0  # the replay buffer's write_count at the last batch
         self._last_log: dict[str, int] = {}
         self._last_save = 0
         self._log_dict: dict[str, list] = defaultdict(list)
@@ -359,8 +360,7 @@ class Trainer:
                 "trainer has no replay_buffer with a write_count to count the frames from: "
                 "pass the collector's replay buffer to the trainer"
             )
-        frames = count - self.__dict__.get("_seen_write_count", 0)
-        self.__dict__["_seen_write_count"] = count
+        frames, self._seen_write_count = count - self._seen_write_count, count
         return frames
 
     def optim_steps(self, batch: TensorDictBase | None) -> None:
@@ -430,6 +430,7 @@ class Trainer:
                 "_optim_count": self._optim_count,
                 "_last_log": dict(self._last_log),
                 "_last_save": self._last_save,
+                "_seen_write_count": self._seen_write_count,
             },
             "rng": rng,
             "hooks": {name: to_plain(m.state_dict()) for name, m in self._modules.items()},
@@ -517,6 +518,8 @@ class Trainer:
         self._optim_count = int(inner["_optim_count"])
         self._last_log = dict(inner["_last_log"])
         self._last_save = int(inner["_last_save"])
+        # absent from checkpoints written before collectors could yield None
+        self._seen_write_count = int(inner.get("_seen_write_count", 0))
         set_rng_state(state_dict["rng"])
 
     def save_trainer(self, force_save: bool = False) -> pathlib.Path | None:

@@ -1,6 +1,7 @@
 """LLM post-training losses (``pip install "rl-objectives[llm]"`` for the policies they
-train): GRPO and its variants, SFT, the group-relative advantage and the k3 KL estimate."""
+train): GRPO and its variants, SFT, distillation, the group-relative advantage and the k3 KL estimate."""
 
+from ._distillation import DistillationLoss, DistillationLossOutput
 from ._grpo import (
     DAPO,
     CISPOLoss,
@@ -19,6 +20,8 @@ __all__ = [
     "CISPOLossOutput",
     "DAPO",
     "DAPOLossOutput",
+    "DistillationLoss",
+    "DistillationLossOutput",
     "GRPOLoss",
     "GRPOLossOutput",
     "LLMLossOutput",

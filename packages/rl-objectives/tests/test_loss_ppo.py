@@ -166,6 +166,110 @@ class TestPPOAndKLPEN:
             KLPENPPOLoss(const_actor(), const_critic())(two_samples())
 
 
+def set_actor_bias(loss, probs, target=False):
+    """Point the loss's actor (or its proximal copy, ``target=True``) at ``probs``."""
+    params = loss.target_actor_network_params if target else loss.actor_network_params
+    with torch.no_grad():
+        params.get(("module", "0", "module", "bias")).copy_(probs.log())
+
+
+class TestOutKeysAndRatios:
+    def test_out_keys_in_torchrl_order(self):
+        critic = const_critic()
+        assert PPOLoss(const_actor(), critic).out_keys == [
+            "loss_objective",
+            "entropy",
+            "loss_entropy",
+            "loss_critic",
+        ]
+        assert ClipPPOLoss(const_actor(), critic, clip_value=0.1).out_keys == [
+            "loss_objective",
+            "clip_fraction",
+            "entropy",
+            "loss_entropy",
+            "loss_critic",
+            "value_clip_fraction",
+            "ESS",
+            "kl_approx",
+            "max_ratio",
+            "mean_ratio",
+        ]
+        assert KLPENPPOLoss(const_actor(), critic, entropy_bonus=False).out_keys == [
+            "loss_objective",
+            "kl",
+            "loss_critic",
+        ]
+
+    def test_max_and_mean_ratio(self):
+        out = ClipPPOLoss(const_actor(), const_critic())(two_samples())
+        # ratios 1.5 and 0.5 (see two_samples)
+        torch.testing.assert_close(out["max_ratio"], torch.tensor(1.5))
+        torch.testing.assert_close(out["mean_ratio"], torch.tensor(1.0))
+
+    def test_asymmetric_clip(self):
+        loss = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.3))
+        out = loss(two_samples())
+        # gains: min(1.5, 1.3) * 1 and min(0.5 * -1, 0.9 * -1)
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.3 - 0.9) / 2))
+        low, high = loss._clip_bounds
+        torch.testing.assert_close(low, torch.tensor(math.log(0.9)))
+        torch.testing.assert_close(high, torch.tensor(math.log(1.3)))
+        with pytest.raises(ValueError, match="asymmetric clip_epsilon"):
+            ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.3), clip_value=True)
+        with pytest.raises(ValueError, match="low must be < 1"):
+            ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(1.0, 0.3))
+        with pytest.raises(ValueError, match="length 2"):
+            ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.2, 0.3))
+
+    def test_max_importance_ratio_caps_the_behaviour_ratio(self):
+        loss = ClipPPOLoss(
+            const_actor(), const_critic(), clip_epsilon=0.6, max_importance_ratio=1.2
+        )
+        out = loss(two_samples())
+        # ratio 1.5 is capped at 1.2 (clip range [0.4, 1.6]): gains 1.2 * 1 and 0.5 * -1
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.2 - 0.5) / 2))
+        torch.testing.assert_close(out["max_ratio"], torch.tensor(1.2))
+        # the capped sample keeps a gradient, rescaled: d(1.2 * exp(lp - lp.detach())) = 1.2
+        bias = loss.actor_network_params.get(("module", "0", "module", "bias"))
+        out["loss_objective"].backward()
+        # d log p(a=0) / d bias = onehot(0) - probs; each sample's weight is its ratio
+        expected = -(1.2 * 1 + 0.5 * -1) / 2 * (torch.tensor([1.0, 0, 0]) - PROBS)
+        torch.testing.assert_close(bias.grad, expected)
+        with pytest.raises(ValueError, match="max_importance_ratio must be > 0"):
+            PPOLoss(const_actor(), const_critic(), max_importance_ratio=0.0)
+
+    def test_delay_actor_clips_the_proximal_ratio(self):
+        loss = ClipPPOLoss(const_actor(), const_critic(), delay_actor=True, clip_epsilon=0.2)
+        assert loss.target_actor_network_params is not None
+        # proximal policy: p(a=0) = 0.4, current 0.5 -> r = 1.25 clipped to 1.2; behaviour
+        # probabilities 1/3 and 1 (two_samples) -> pi_prox / pi_behav = 1.2 and 0.4
+        set_actor_bias(loss, torch.tensor([0.4, 0.3, 0.3]), target=True)
+        out = loss(two_samples())
+        gain1 = min(1.25 * 1.2 * 1, 1.2 * 1.2 * 1)
+        gain2 = min(1.25 * 0.4 * -1, 1.2 * 0.4 * -1)
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(gain1 + gain2) / 2))
+        torch.testing.assert_close(out["clip_fraction"], torch.tensor(1.0))
+        torch.testing.assert_close(out["kl_approx"], torch.tensor(math.log(0.4 / 0.5)))
+        torch.testing.assert_close(out["max_ratio"], torch.tensor(1.5))  # pi / pi_behav
+
+    def test_delay_actor_ppo_and_klpen(self):
+        data = two_samples()
+        data["logits"] = torch.zeros(2, 3)  # ignored with delay_actor: the proximal policy is used
+        prox = torch.tensor([0.4, 0.3, 0.3])
+        ppo = PPOLoss(const_actor(), const_critic(), delay_actor=True)
+        set_actor_bias(ppo, prox, target=True)
+        # the surrogate is weighted by the behaviour ratio whatever the proximal policy
+        torch.testing.assert_close(ppo(data)["loss_objective"], torch.tensor(-(1.5 - 0.5) / 2))
+        klpen = KLPENPPOLoss(const_actor(), const_critic(), delay_actor=True, beta=0.5)
+        set_actor_bias(klpen, prox, target=True)
+        kl = float((prox * (prox / PROBS).log()).sum())  # KL(prox || current)
+        out = klpen(data)
+        torch.testing.assert_close(out["kl"], torch.tensor(kl))
+        torch.testing.assert_close(
+            out["loss_objective"], torch.tensor(-((1.5 - 0.5) / 2 - 0.5 * kl))
+        )
+
+
 class TestGradients:
     def test_objective_trains_only_the_actor(self):
         actor, critic = const_actor(), const_critic()

@@ -201,6 +201,8 @@ class _ActorCriticLoss(LossModule):
         clip_value: float | None = None,
         device: torch.device | None = None,
         advantage_norm: nn.Module | None = None,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
     ) -> None:
         if advantage_norm is not None and normalize_advantage:
             raise ValueError(
@@ -219,7 +221,8 @@ class _ActorCriticLoss(LossModule):
         self.loss_critic_type = _check_loss_function(loss_critic_type, "loss_critic_type")
         self.reduction = _check_reduction("mean" if reduction is None else reduction)
         self._functional_flag = functional
-        self.convert_to_functional(actor_network, "actor_network")
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=delay_actor)
+        self.delay_actor = delay_actor
         self.has_critic = critic_network is not None and critic_coeff not in (None, 0, 0.0)
         if critic_network is not None:
             shared = list(actor_network.parameters()) if separate_losses else None
@@ -249,6 +252,9 @@ class _ActorCriticLoss(LossModule):
             "clip_value",
             None if clip_value is None else torch.tensor(float(clip_value), device=device),
         )
+        if max_importance_ratio is not None and max_importance_ratio <= 0:
+            raise ValueError(f"max_importance_ratio must be > 0, got {max_importance_ratio}.")
+        self.register_coeff_buffer("max_importance_ratio", max_importance_ratio, device=device)
         keys = {"advantage": advantage_key, "value_target": value_target_key, "value": value_key}
         log_prob_keys = getattr(actor_network, "log_prob_keys", None)
         sample_keys = getattr(actor_network, "dist_sample_keys", None)
@@ -287,23 +293,28 @@ class _ActorCriticLoss(LossModule):
                 ]
             )
         )
-        self.out_keys = self._default_out_keys() + self._extra_out_keys()
+        self.out_keys = self._default_out_keys()
         self._in_keys_extra = actor_keys
 
     def _default_out_keys(self) -> list[str]:
-        """The loss terms in TorchRL's order for PPO: the objective, the entropy terms, the
-        critic, the value clip fraction (the order of a keyword call's returned tuple)."""
-        out = ["loss_objective"]
+        """The loss terms in TorchRL's order for PPO (the order of a keyword call's
+        returned tuple): the policy terms, the entropy terms, the critic, the value clip
+        fraction, then the subclass's diagnostics."""
+        out = self._policy_out_keys()
         if self.entropy_bonus:
             out += ["entropy", "loss_entropy"]
         if self.has_critic:
             out.append("loss_critic")
         if self.clip_value is not None:
             out.append("value_clip_fraction")
-        return out
+        return out + self._extra_out_keys()
+
+    def _policy_out_keys(self) -> list[str]:
+        """The policy terms that open ``out_keys``."""
+        return ["loss_objective"]
 
     def _extra_out_keys(self) -> list[str]:
-        """Diagnostics the subclass adds to ``out_keys``."""
+        """Diagnostics the subclass appends to ``out_keys``."""
         return []
 
     def _required_key_names(self) -> tuple[str, ...]:

@@ -22,6 +22,25 @@ from ._networks import _network_dist
 __all__ = ["ClipPPOLoss", "IPPOLoss", "KLPENPPOLoss", "MAPPOLoss", "PPOLoss"]
 
 
+def _clip_epsilon(clip_epsilon: float | tuple[float, float]) -> tuple[float, float]:
+    """``(eps_low, eps_high)`` of a symmetric ``eps`` or an ``(eps_low, eps_high)`` pair.
+
+    Raises:
+        ValueError: on a pair of another length, a negative value, or ``eps_low >= 1``.
+    """
+    if isinstance(clip_epsilon, (tuple, list)):
+        if len(clip_epsilon) != 2:
+            raise ValueError(f"clip_epsilon tuple must have length 2, got {clip_epsilon}")
+        low, high = float(clip_epsilon[0]), float(clip_epsilon[1])
+    else:
+        low = high = float(clip_epsilon)
+    if low < 0 or high < 0:
+        raise ValueError(f"clip_epsilon values must be non-negative, got ({low}, {high})")
+    if low >= 1:
+        raise ValueError(f"clip_epsilon low must be < 1 (so that 1 - low > 0), got {low}")
+    return low, high
+
+
 class PPOLoss(_ActorCriticLoss):
     """The PPO loss without clipping: ``-ratio * advantage``, plus critic and entropy terms.
 
@@ -69,10 +88,24 @@ class PPOLoss(_ActorCriticLoss):
             return normalisation. In training mode its statistics take in the value
             targets when the loss computes the advantage itself (the input has none).
             Excludes ``normalize_advantage``.
+        delay_actor (bool): keep a detached copy of the actor's parameters
+            (``target_actor_network_params``) as the *proximal* policy of the objective,
+            apart from the *behaviour* policy that collected the data (whose
+            log-probability is read from ``sample_log_prob``). The surrogate stays
+            weighted by the behaviour ratio ``pi / pi_behav``; the trust region (the clip
+            of :class:`ClipPPOLoss`, the KL of :class:`KLPENPPOLoss`) and ``kl_approx``
+            act on ``pi / pi_prox``. A :class:`~rl.objectives.SoftUpdate` after each
+            optimizer step makes the proximal policy a moving average of the policy:
+            PPO-EWMA (Hilton et al., 2021, https://arxiv.org/abs/2110.00641). Defaults
+            to ``False``.
+        max_importance_ratio (float, optional): cap the behaviour ratio at this value by
+            raising the (gradient-free) behaviour log-probability, so a capped sample
+            keeps a rescaled gradient rather than none. Defaults to ``None`` (no cap).
 
     Raises:
-        ValueError: on an unknown ``loss_critic_type`` or ``reduction``, or with both
-            ``normalize_advantage`` and ``advantage_norm``.
+        ValueError: on an unknown ``loss_critic_type`` or ``reduction``, with both
+            ``normalize_advantage`` and ``advantage_norm``, or a ``max_importance_ratio``
+            that is not positive.
         TypeError: when ``actor_network`` is missing, or the critic is missing while
             ``critic_coeff`` asks for a critic loss.
 
@@ -93,7 +126,7 @@ class PPOLoss(_ActorCriticLoss):
         >>> data["advantage"] = torch.randn(5, 1)
         >>> data["value_target"] = torch.randn(5, 1)
         >>> sorted(loss(data.detach()).keys())
-        ['ESS', 'clip_fraction', 'entropy', 'explained_variance', 'kl_approx', 'loss_critic', 'loss_entropy', 'loss_objective']
+        ['ESS', 'clip_fraction', 'entropy', 'explained_variance', 'kl_approx', 'loss_critic', 'loss_entropy', 'loss_objective', 'max_ratio', 'mean_ratio']
     """
 
     _algorithm_name = "PPO"  # how clip_value errors name the loss, as TorchRL's
@@ -124,16 +157,20 @@ class PPOLoss(_ActorCriticLoss):
             if self.sample_log_prob is None:
                 self.sample_log_prob = _default_log_prob_key()
 
-    def _extra_out_keys(self) -> list[str]:
-        return ["kl_approx"]
-
     def _required_key_names(self) -> tuple[str, ...]:
         return ("action", "sample_log_prob")
 
     # ---------------------------------------------------- value estimator
 
     def _log_weight(self, tensordict: TensorDictBase, adv_shape: torch.Size):
-        """``log(pi / pi_old)`` ``[*B, 1]``, the current distribution, ``kl_approx`` ``[*B, 1]``."""
+        """The log-ratios of a batch and the current distribution.
+
+        Returns ``(log_weight, dist, kl_approx, log_is_weight)``: ``log(pi / pi_prox)``
+        ``[*B, 1]`` (the ratio the trust region acts on), the current distribution,
+        ``log(pi_prox / pi)`` ``[*B, 1]``, and ``log(pi_prox / pi_behav)`` ``[*B, 1]``, the
+        gradient-free correction to the behaviour ratio (``None`` when the proximal
+        policy is the behaviour policy and no ratio cap is set).
+        """
         prev_log_prob = self._get(tensordict, "sample_log_prob")
         if prev_log_prob.requires_grad:
             raise RuntimeError(
@@ -144,10 +181,27 @@ class PPOLoss(_ActorCriticLoss):
         log_prob = dist.log_prob(action)
         if log_prob.shape != prev_log_prob.shape:
             prev_log_prob = prev_log_prob.reshape(log_prob.shape)
-        diff = log_prob - prev_log_prob
-        if diff.shape == adv_shape:
+        prox_log_prob = prev_log_prob
+        if self.delay_actor:
+            with torch.no_grad():
+                proximal = _network_dist(self._target_network("actor_network"), tensordict)
+                prox_log_prob = proximal.log_prob(action)
+        diff = log_prob - prox_log_prob
+        unsqueeze = diff.shape == adv_shape
+        if unsqueeze:
             diff = diff.unsqueeze(-1)
-        return diff, dist, -diff
+        log_is_weight = None
+        if self.delay_actor:
+            log_is_weight = prox_log_prob - prev_log_prob
+            if unsqueeze:
+                log_is_weight = log_is_weight.unsqueeze(-1)
+        if self.max_importance_ratio is not None:
+            if log_is_weight is None:
+                log_is_weight = torch.zeros_like(diff)
+            log_is_weight = torch.minimum(
+                log_is_weight, self.max_importance_ratio.log() - diff.detach()
+            )
+        return diff, dist, -diff, log_is_weight
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Losses ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics.
@@ -162,7 +216,9 @@ class PPOLoss(_ActorCriticLoss):
         """
         tensordict = tensordict.copy()
         advantage = self._advantage(tensordict)
-        log_weight, dist, kl = self._log_weight(tensordict, advantage.shape[:-1])
+        log_weight, dist, kl, log_is_weight = self._log_weight(tensordict, advantage.shape[:-1])
+        if log_is_weight is not None:  # weighted by the behaviour ratio pi / pi_behav
+            log_weight = log_weight + log_is_weight
         out = {
             "loss_objective": _reduce_samples(-log_weight.exp() * advantage, self.reduction),
             "kl_approx": kl.detach().mean(),
@@ -181,10 +237,12 @@ class ClipPPOLoss(PPOLoss):
         actor_network, critic_network: see :class:`PPOLoss`.
 
     Keyword Args:
-        clip_epsilon (float): the clip range. Defaults to ``0.2``.
-        clip_value (bool or float, optional): ``True`` clips the critic by ``clip_epsilon``;
-            a float by that value.
-        **kwargs: the other arguments of :class:`PPOLoss`.
+        clip_epsilon (float or (float, float)): the clip range ``[1 - eps, 1 + eps]``, or
+            ``(eps_low, eps_high)`` for ``[1 - eps_low, 1 + eps_high]`` (DAPO's
+            clip-higher). Defaults to ``0.2``.
+        clip_value (bool or float, optional): ``True`` clips the critic by ``clip_epsilon``
+            (a float ``clip_epsilon`` only); a float by that value.
+        the others: see :class:`PPOLoss`.
 
     Examples:
         >>> import torch
@@ -209,41 +267,108 @@ class ClipPPOLoss(PPOLoss):
         actor_network: ProbabilisticTensorDictSequential | None = None,
         critic_network: nn.Module | None = None,
         *,
-        clip_epsilon: float = 0.2,
+        clip_epsilon: float | tuple[float, float] = 0.2,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float | None = None,
+        critic_coeff: float | None = None,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
         clip_value: bool | float | None = None,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
+        device: torch.device | None = None,
         **kwargs,
     ) -> None:
+        asymmetric = isinstance(clip_epsilon, (tuple, list))
         if isinstance(clip_value, bool):
+            if clip_value and asymmetric:
+                raise ValueError(
+                    "clip_value=True cannot take its threshold from the asymmetric "
+                    f"clip_epsilon {tuple(clip_epsilon)}: pass a float, e.g. clip_value=0.2"
+                )
             clip_value = clip_epsilon if clip_value else None
-        super().__init__(actor_network, critic_network, clip_value=clip_value, **kwargs)
-        self.register_buffer(
-            "clip_epsilon", torch.tensor(float(clip_epsilon), device=self.entropy_coeff.device)
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage,
+            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
+            advantage_norm=advantage_norm,
+            gamma=gamma,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            delay_actor=delay_actor,
+            max_importance_ratio=max_importance_ratio,
+            device=device,
+            **kwargs,
         )
+        device = self.entropy_coeff.device
+        self._asymmetric_clip = asymmetric
+        if asymmetric:  # DAPO's clip-higher: (eps_low, eps_high)
+            low, high = _clip_epsilon(clip_epsilon)
+            self.register_buffer("clip_epsilon_low", torch.tensor(low, device=device))
+            self.register_buffer("clip_epsilon_high", torch.tensor(high, device=device))
+        else:  # a schedulable scalar, not validated (as TorchRL's)
+            self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=device))
+
+    @property
+    def _clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clip range of the log-ratio: ``(log(1 - eps_low), log(1 + eps_high))``."""
+        if self._asymmetric_clip:
+            return (-self.clip_epsilon_low).log1p(), self.clip_epsilon_high.log1p()
+        return (-self.clip_epsilon).log1p(), self.clip_epsilon.log1p()
+
+    def _policy_out_keys(self) -> list[str]:
+        return ["loss_objective", "clip_fraction"]
 
     def _extra_out_keys(self) -> list[str]:
-        return ["clip_fraction", "ESS", "kl_approx"]
+        return ["ESS", "kl_approx", "max_ratio", "mean_ratio"]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """See :meth:`PPOLoss.forward`; adds ``clip_fraction`` and ``ESS``."""
+        """See :meth:`PPOLoss.forward`; adds ``clip_fraction``, ``ESS`` and the behaviour
+        ratio's ``max_ratio`` / ``mean_ratio``."""
         tensordict = tensordict.copy()
         advantage = self._advantage(tensordict)
-        log_weight, dist, kl = self._log_weight(tensordict, advantage.shape[:-1])
-        eps = self.clip_epsilon
+        log_weight, dist, kl, log_is_weight = self._log_weight(tensordict, advantage.shape[:-1])
+        # the clip acts on the proximal ratio, the surrogate is weighted by the behaviour one;
+        # clamping the ratio is clamping log_weight to _clip_bounds with one exp fewer
+        if self._asymmetric_clip:
+            low, high = 1 - self.clip_epsilon_low, 1 + self.clip_epsilon_high
+        else:
+            low, high = 1 - self.clip_epsilon, 1 + self.clip_epsilon
         ratio = log_weight.exp()
-        # clamping the ratio is clamping log_weight to [log1p(-eps), log1p(eps)] (TorchRL)
-        # with one exp fewer
-        ratio_clip = ratio.clamp(1 - eps, 1 + eps)
-        gain = torch.minimum(ratio * advantage, ratio_clip * advantage)
+        ratio_clip = ratio.clamp(low, high)
         with torch.no_grad():
             clip_fraction = (ratio_clip != ratio).to(ratio.dtype).mean()
+        behaviour = log_weight
+        if log_is_weight is not None:
+            behaviour = log_weight + log_is_weight
+            is_weight = log_is_weight.exp()
+            ratio, ratio_clip = ratio * is_weight, ratio_clip * is_weight
+        gain = torch.minimum(ratio * advantage, ratio_clip * advantage)
+        with torch.no_grad():
             # over every sample of the batch (TorchRL reduces only the first dimension)
-            lw = log_weight.reshape(-1)
+            lw = behaviour.reshape(-1)
             ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.numel()
+            max_ratio, mean_ratio = ratio.max(), ratio.mean()
         out = {
             "loss_objective": _reduce_samples(-gain, self.reduction),
             "clip_fraction": clip_fraction,
             "kl_approx": kl.detach().mean(),
             "ESS": ess,
+            "max_ratio": max_ratio,
+            "mean_ratio": mean_ratio,
         }
         return self._finish(tensordict, dist, out)
 
@@ -252,7 +377,8 @@ class KLPENPPOLoss(PPOLoss):
     """PPO with an adaptive KL penalty: ``-(ratio * A - beta * KL(pi_old || pi))``.
 
     ``pi_old`` is rebuilt from the distribution parameters stored in the data (e.g.
-    ``loc``/``scale`` or ``logits`` written by the collecting policy). After each call,
+    ``loc``/``scale`` or ``logits`` written by the collecting policy), or with
+    ``delay_actor=True`` is the proximal policy (the actor on its target parameters). After each call,
     ``beta`` is multiplied by ``increment`` when the mean KL exceeds ``1.5 * dtarg`` and by
     ``decrement`` when it is below ``dtarg / 1.5``; :meth:`reset` restores it.
 
@@ -265,7 +391,7 @@ class KLPENPPOLoss(PPOLoss):
         increment (float): Defaults to ``2``.
         decrement (float): Defaults to ``0.5``.
         samples_mc_kl (int): draws of the Monte-Carlo KL when no closed form exists.
-        **kwargs: the other arguments of :class:`PPOLoss`.
+        the others: see :class:`PPOLoss`.
     """
 
     def __init__(
@@ -278,9 +404,43 @@ class KLPENPPOLoss(PPOLoss):
         increment: float = 2,
         decrement: float = 0.5,
         samples_mc_kl: int = 1,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float | None = None,
+        critic_coeff: float | None = None,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        advantage_norm: nn.Module | None = None,
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = None,
+        clip_value: float | None = None,
+        delay_actor: bool = False,
+        max_importance_ratio: float | None = None,
+        device: torch.device | None = None,
         **kwargs,
     ) -> None:
-        super().__init__(actor_network, critic_network, **kwargs)
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            normalize_advantage=normalize_advantage,
+            normalize_advantage_exclude_dims=normalize_advantage_exclude_dims,
+            advantage_norm=advantage_norm,
+            gamma=gamma,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            delay_actor=delay_actor,
+            max_importance_ratio=max_importance_ratio,
+            device=device,
+            **kwargs,
+        )
         device = self.entropy_coeff.device
         self.register_buffer("beta", torch.tensor(float(beta), device=device))
         self.register_buffer("dtarg", torch.tensor(float(dtarg), device=device))
@@ -289,10 +449,13 @@ class KLPENPPOLoss(PPOLoss):
         self.decrement = decrement
         self.samples_mc_kl = samples_mc_kl
 
-    def _extra_out_keys(self) -> list[str]:
-        return ["kl", "kl_approx"]
+    def _policy_out_keys(self) -> list[str]:
+        return ["loss_objective", "kl"]
 
     def _previous_dist(self, tensordict: TensorDictBase) -> D.Distribution:
+        if self.delay_actor:  # the proximal policy: the actor on its target parameters
+            with torch.no_grad():
+                return _network_dist(self._target_network("actor_network"), tensordict)
         actor = self.actor_network
         head = actor
         if isinstance(actor, ProbabilisticTensorDictSequential):
@@ -313,7 +476,11 @@ class KLPENPPOLoss(PPOLoss):
         tensordict = tensordict.copy()
         previous = self._previous_dist(tensordict)
         advantage = self._advantage(tensordict)
-        log_weight, dist, kl_approx = self._log_weight(tensordict, advantage.shape[:-1])
+        log_weight, dist, kl_approx, log_is_weight = self._log_weight(
+            tensordict, advantage.shape[:-1]
+        )
+        if log_is_weight is not None:  # weighted by the behaviour ratio pi / pi_behav
+            log_weight = log_weight + log_is_weight
         try:
             kl = D.kl_divergence(previous, dist)
         except NotImplementedError:

@@ -17,6 +17,7 @@ from tensordict import NestedKey, NonTensorData, TensorClass, TensorDict, Tensor
 from torch import nn
 
 from .._loss import LossModule
+from .._ppo import _clip_epsilon
 from ._kl import k3_kl_token_estimate
 
 __all__ = [
@@ -65,20 +66,6 @@ class DAPOLossOutput(LLMLossOutput):
 
 class CISPOLossOutput(LLMLossOutput):
     """Output of :class:`CISPOLoss`."""
-
-
-def _clip_epsilon(clip_epsilon) -> tuple[float, float]:
-    if isinstance(clip_epsilon, (tuple, list)):
-        if len(clip_epsilon) != 2:
-            raise ValueError(f"clip_epsilon tuple must have length 2, got {clip_epsilon}")
-        low, high = float(clip_epsilon[0]), float(clip_epsilon[1])
-    else:
-        low = high = float(clip_epsilon)
-    if low < 0 or high < 0:
-        raise ValueError(f"clip_epsilon values must be non-negative, got ({low}, {high})")
-    if low >= 1:
-        raise ValueError(f"clip_epsilon low must be < 1 (so that 1 - low > 0), got {low}")
-    return low, high
 
 
 class GRPOLoss(LossModule):

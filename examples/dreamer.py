@@ -11,8 +11,9 @@ loss); from every posterior latent the actor imagines ``imagination-horizon`` st
 the model (``rl.envs.DreamerEnv``) and climbs the lambda return the critic bootstraps.
 The agent acts by filtering its observations through the same RSSM. The defaults are a
 CPU-sized model (DreamerV3's smallest, "XS", has 12M parameters; this one 0.14M: width
-64, belief 64, 8x8 categoricals) with one update of 16 x 32 replayed steps every 20
-agent steps, imagining 15 steps from 128 of the batch's latents.
+64, belief 64, 8x8 categoricals) with one update of 16 x 16 replayed steps every 10
+agent steps, imagining 15 steps from 128 of the batch's latents; the critic is also
+regressed on its slow (EMA) copy, as in DreamerV3.
 
     uv run examples/dreamer.py                         # DreamerV3, state observations
     uv run examples/dreamer.py --version 1             # Dreamer v1
@@ -69,6 +70,7 @@ from rl.objectives import (
     DreamerV3ModelLoss,
     DreamerV3ValueLoss,
     DreamerValueLoss,
+    SoftUpdate,
 )
 from rl.objectives.value import ValueEstimators
 
@@ -94,13 +96,14 @@ class Config:
     """Environment frames of the run."""
     init_random_frames: int = 2_000
     """Frames of uniformly random actions before the agent acts (prefill)."""
-    train_every: int = 20
+    train_every: int = 10
     """Agent steps between two updates (train_ratio = batch_size * batch_length /
     train_every replayed steps per agent step)."""
     batch_size: int = 16
     """Sequences per update."""
-    batch_length: int = 32
-    """Steps per replayed sequence."""
+    batch_length: int = 16
+    """Steps per replayed sequence (DreamerV3: 64; Pendulum's state is Markov, and every
+    step of a sequence costs a sequential RSSM step)."""
     buffer_size: int = 100_000
     """Replay capacity in agent steps."""
     imagination_horizon: int = 15
@@ -132,8 +135,19 @@ class Config:
     """Adam learning rate of the critic."""
     grad_clip: float = 100.0
     """Gradient-norm clip of each of the three optimisers."""
+    slow_critic_regularization: float = 1.0
+    """DreamerV3: weight of the critic's regression on its slow (EMA) copy (slowreg);
+    0 keeps no slow copy."""
+    slow_critic_tau: float = 0.02
+    """DreamerV3: rate of the slow critic's exponential moving average (slow_critic_fraction)."""
     free_bits: float = 1.0
     """KL floor in nats (v1 uses 3)."""
+    kl_dynamic: float = 0.5
+    """DreamerV3: weight of the dynamics KL (the prior's; dyn)."""
+    kl_representation: float = 0.1
+    """DreamerV3: weight of the representation KL (the posterior's; rep)."""
+    unimix: float = 0.01
+    """DreamerV3: uniform fraction mixed into the latent categoricals."""
     entropy_bonus: float = 3e-4
     """DreamerV3: weight of the actor's entropy (actent)."""
     eval_every: int = 5_000
@@ -241,6 +255,7 @@ def make_agent(cfg: Config, env) -> dict:
             num_classes=cfg.num_classes,
             action_dim=act_dim,
             recurrent_model="block_gru",
+            unimix=cfg.unimix,
         )
         posterior = RSSMPosteriorV3(
             hidden_dim=cfg.hidden,
@@ -249,6 +264,7 @@ def make_agent(cfg: Config, env) -> dict:
             rnn_hidden_dim=cfg.rnn_hidden,
             obs_embed_dim=embed,
             use_rms_norm=True,
+            unimix=cfg.unimix,
         )
         reward_net, two_hot = TwoHotHead(latent, cfg), SymExpTwoHot(255)
         value = TensorDictSequential(
@@ -326,7 +342,13 @@ def make_agent(cfg: Config, env) -> dict:
 
     if v3:
         model_loss = DreamerV3ModelLoss(
-            world_model, free_bits=cfg.free_bits, reco_symlog=not cfg.from_pixels
+            world_model,
+            kl_mode="separate",
+            lambda_dynamic=cfg.kl_dynamic,
+            lambda_representation=cfg.kl_representation,
+            unimix=cfg.unimix,
+            free_bits=cfg.free_bits,
+            reco_symlog=not cfg.from_pixels,
         )
         actor_loss = DreamerV3ActorLoss(
             actor,
@@ -335,7 +357,12 @@ def make_agent(cfg: Config, env) -> dict:
             imagination_horizon=cfg.imagination_horizon,
             entropy_bonus=cfg.entropy_bonus,
         )
-        value_loss = DreamerV3ValueLoss(value, value_loss="two_hot", actor_loss=actor_loss)
+        value_loss = DreamerV3ValueLoss(
+            value,
+            value_loss="two_hot",
+            actor_loss=actor_loss,
+            slow_critic_regularization=cfg.slow_critic_regularization,
+        )
     else:
         model_loss = DreamerModelLoss(world_model, free_nats=cfg.free_bits)
         actor_loss = DreamerActorLoss(
@@ -356,6 +383,11 @@ def make_agent(cfg: Config, env) -> dict:
         value_loss=value_loss,
         value=value,
         stoch=stoch,
+        slow_critic=(
+            SoftUpdate(value_loss, tau=cfg.slow_critic_tau)
+            if v3 and cfg.slow_critic_regularization > 0
+            else None
+        ),
     )
 
 
@@ -419,6 +451,8 @@ def update(agent: dict, optimizers: dict, batch, cfg: Config) -> dict:
         params = [p for g in optimizer.param_groups for p in g["params"]]
         nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         optimizer.step()
+    if agent["slow_critic"] is not None:
+        agent["slow_critic"].step()
     return {
         **{f"loss_{k}": v.item() for k, v in totals.items()},
         **{k: v.mean().item() for k, v in model_losses.items()},
@@ -482,6 +516,8 @@ def main(cfg: Config) -> dict:
             ]
             mean = sum(returns) / len(returns)
             logger.log_scalar("eval/episode_return", mean, frames)
+            logger.log_scalar("eval/updates", updates, frames)
+            logger.log_scalar("eval/wall_seconds", time.perf_counter() - start, frames)
             if cfg.stop_at_return is not None and mean >= cfg.stop_at_return:
                 break
     progress.close()

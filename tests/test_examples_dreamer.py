@@ -108,3 +108,38 @@ def test_run_logs_evaluates_and_stops_at_the_target(dreamer, tmp_path):
     csvs = {p.stem for p in (tmp_path / "run").rglob("*.csv")}
     assert {"episode_return", "loss_model", "loss_actor", "loss_value"} <= csvs
     assert (tmp_path / "run" / "learning_curve.png").exists()
+
+
+def test_slow_critic_is_an_ema_of_the_critic(dreamer):
+    """After each update the slow critic moves ``slow_critic_tau`` of the way to the critic."""
+    cfg = dreamer.Config(**TINY, slow_critic_tau=0.25)
+    torch.manual_seed(0)
+    env = dreamer.make_env(cfg)
+    env.set_seed(0)
+    agent = dreamer.make_agent(cfg, env)
+    value_loss = agent["value_loss"]
+    assert value_loss.slow_critic_regularization == cfg.slow_critic_regularization == 1.0
+    optimizers = {
+        "model": torch.optim.Adam(agent["world_model"].parameters(), lr=cfg.model_lr),
+        "actor": torch.optim.Adam(agent["actor"].parameters(), lr=cfg.actor_lr),
+        "value": torch.optim.Adam(agent["value"].parameters(), lr=cfg.value_lr),
+    }
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(1_000),
+        sampler=SliceSampler(slice_len=cfg.batch_length, end_key=("next", "done")),
+        batch_size=cfg.batch_size * cfg.batch_length,
+    )
+    buffer.extend(dreamer.play(env, agent, "random"))
+    slow = value_loss.target_value_model_params.clone()
+    assert (slow == value_loss.value_model_params.data).all()  # the copy starts equal
+    for _ in range(3):
+        metrics = dreamer.update(agent, optimizers, buffer.sample(), cfg)
+        online = value_loss.value_model_params.data
+        slow = slow.apply(lambda s, o: 0.75 * s + 0.25 * o, online)
+        torch.testing.assert_close(value_loss.target_value_model_params, slow)
+    assert metrics["loss_value"] > 0
+    # the critic the optimiser trains is the one the loss regresses (and the loss also
+    # holds the two-hot bins, a buffer)
+    assert {id(p) for p in agent["value"].parameters()} <= {
+        id(p) for p in value_loss.value_model_params.values(True, True)
+    }

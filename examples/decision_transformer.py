@@ -10,9 +10,14 @@ by the rewards received (``TargetReturn``), with the last ``context`` steps stac
 ``--online`` follows Zheng et al. 2022, "Online Decision Transformer",
 https://arxiv.org/abs/2202.05607: a stochastic actor (``OnlineDTActor``, a ``TanhNormal``)
 is pretrained offline with ``OnlineDTLoss`` (action log-likelihood plus an entropy bonus
-with a learned temperature), evaluated, then fine-tuned on episodes it collects itself
-(each relabelled with its own return-to-go, replacing the dataset's oldest); the summary
-reports the normalised score before (``offline_score``) and after (``score``).
+with a learned temperature) on the whole dataset, evaluated, then fine-tuned on a replay of
+trajectories as Zheng et al.'s is: it starts with the dataset's ``replay_size`` best
+episodes (by return) and each episode the policy collects, sampling its actions while
+conditioned on a higher ``online_target_return`` (exploration), enters it relabelled with
+the return-to-go it actually reached (hindsight), in the place of the oldest one (the
+lowest-return dataset episode first). The summary reports the normalised score before
+(``offline_score``) and after (``score``) on the same evaluation episodes, and the noise of
+their difference (``score_change`` and its standard error ``score_change_se``).
 
 Windows end at every step of every episode; those reaching before an episode's start are
 zero-padded, as ``CatFrames(padding="constant")`` pads the first steps of an evaluation
@@ -110,10 +115,16 @@ class Config(RunConfig):
     that collected the dataset, saved with it)."""
     online: bool = False
     """Online DT: pretrain a stochastic actor with OnlineDTLoss, then fine-tune it online."""
-    online_episodes: int = 20
+    online_episodes: int = 10
     """Online: episodes collected (one before each round of updates)."""
-    online_updates: int = 50
+    online_updates: int = 30
     """Online: gradient steps after each collected episode."""
+    replay_size: int = 80
+    """Online: the replay starts with the dataset's ``replay_size`` best episodes by return
+    (Zheng et al.; here the SAC learner's 20 first, near-random episodes stay out)."""
+    online_target_return: float | None = None
+    """Online: return the collecting policy is conditioned on (default: a return twice as
+    good as ``target_return``: twice it when positive, half of it when negative)."""
     online_lr: float = 1e-4
     """Online: learning rate of the fine-tuning."""
     alpha_init: float = 0.1
@@ -153,6 +164,16 @@ def as_sequence(episode: TensorDict, reward_scale: float) -> TensorDict:
         },
         batch_size=episode.batch_size,
     )
+
+
+def best_episodes_first_replaced(
+    data: list[TensorDict], reward_scale: float, size: int, context: int
+) -> tuple[Windows, list[float]]:
+    """Zheng et al.'s replay: the ``size`` episodes of ``data`` with the highest return,
+    lowest first (the first that ``replace`` in FIFO order removes), and their returns."""
+    returns = [episode[KEYS[2]][0].item() / reward_scale for episode in data]
+    kept = sorted(range(len(data)), key=lambda i: returns[i])[-size:]
+    return Windows([data[i] for i in kept], context), [returns[i] for i in kept]
 
 
 class Windows:
@@ -279,10 +300,12 @@ def main(cfg: Config) -> dict:
         return losses.select(*loss_keys).detach()
 
     def evaluate(episodes: int, seed_offset: int) -> float:
+        return mean_std(evaluate_returns(episodes, seed_offset))[0]
+
+    def evaluate_returns(episodes: int, seed_offset: int) -> list[float]:
         actor.eval()
         with torch.no_grad():
-            returns = run.evaluate(cfg.env_id, policy, episodes, seed_offset=seed_offset)
-        return sum(returns) / len(returns)
+            return run.evaluate(cfg.env_id, policy, episodes, seed_offset=seed_offset)
 
     def score(ret: float) -> float:
         return normalised_score(ret, info)
@@ -298,19 +321,39 @@ def main(cfg: Config) -> dict:
             run.logger.log_scalar("eval/return", mean, step)
         run.step_bar(1)
 
-    # online: collect an episode, relabel it, replace the oldest one, update
+    # online: the best episodes; collect one aiming higher, relabel it, replace the oldest
     summary_extra = {}
     if cfg.online:
-        offline_return = evaluate(cfg.eval_episodes, seed_offset=1000)
-        summary_extra = {"offline_return": offline_return, "offline_score": score(offline_return)}
+        offline_returns = evaluate_returns(cfg.eval_episodes, seed_offset=1000)
+        offline_return, offline_std = mean_std(offline_returns)
+        summary_extra = {
+            "offline_returns": offline_returns,
+            "offline_return": offline_return,
+            "offline_score": score(offline_return),
+        }
         print(
-            f"offline pretraining: return {offline_return:.1f}, score {score(offline_return):.1f}"
+            f"offline pretraining: return {offline_return:.1f} (std {offline_std:.1f} over "
+            f"{len(offline_returns)} episodes), score {score(offline_return):.1f}"
         )
+        windows, kept_returns = best_episodes_first_replaced(
+            data, cfg.reward_scale, cfg.replay_size, cfg.context
+        )
+        online_target = cfg.online_target_return
+        if online_target is None:
+            online_target = 2 * target if target > 0 else 0.5 * target
+        print(
+            f"replay: the dataset's best {len(kept_returns)} episodes (returns "
+            f"{kept_returns[0]:.1f} to {kept_returns[-1]:.1f}); collecting with the target "
+            f"return {online_target:.1f}"
+        )
+        collected = []
         for group in optimizer.param_groups:
             group["lr"] = cfg.online_lr
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         collect_env = make_env(cfg.env_id)
-        collect_env.append_transform(act.clone())
+        collect_env.append_transform(
+            acting_transform(cfg, obs_norm, online_target, env.full_action_spec)
+        )
         collect_env.set_seed(cfg.seed + 3000)
         r2g = Reward2GoTransform(gamma=1.0, in_keys=[("next", "reward")], out_keys=["return_to_go"])
         step = cfg.num_updates
@@ -318,7 +361,8 @@ def main(cfg: Config) -> dict:
             actor.eval()
             with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
                 rollout = collect_env.rollout(1000, policy, break_when_any_done=True)
-            run.log(episode_return=rollout["next", "reward"].sum().item())
+            collected.append(rollout["next", "reward"].sum().item())
+            run.log(episode_return=collected[-1])
             rollout = r2g.inv(
                 rollout.select("observation", "action", ("next", "reward"), ("next", "done"))
             )
@@ -334,10 +378,34 @@ def main(cfg: Config) -> dict:
         cfg.env_id, policy, curve_key="eval/return", actor=actor, loss_module=loss_module
     )
     summary.update(summary_extra)
+    if cfg.online:  # the same evaluation episodes before and after: a paired difference
+        change = [
+            after - before
+            for after, before in zip(summary["eval_returns"], offline_returns, strict=True)
+        ]
+        mean, std = mean_std(change)
+        span = info["policy_return"] - info["random_return"]
+        summary["online_returns"] = collected
+        summary["online_target_return"] = online_target
+        summary["score_change"] = 100 * mean / span
+        summary["score_change_se"] = 100 * std / len(change) ** 0.5 / span
+        print(
+            f"online fine-tuning on {len(collected)} episodes (returns "
+            f"{', '.join(f'{r:.0f}' for r in collected)}): score change "
+            f"{summary['score_change']:+.1f} +- {summary['score_change_se']:.1f} (standard "
+            f"error of the paired difference); evaluation std before {offline_std:.1f}, "
+            f"after {mean_std(summary['eval_returns'])[1]:.1f}"
+        )
     summary["target_return"] = target
     report_score(summary, info)
     print(f"(conditioned on the target return {target:.1f})")
     return summary
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    return t.mean().item(), (t.std().item() if len(values) > 1 else 0.0)
 
 
 def cli_config() -> Config:

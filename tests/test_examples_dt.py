@@ -1,5 +1,6 @@
-"""examples/decision_transformer.py: windows of the dataset, and the offline and --online
-runs on a tiny budget (logs, curve, the normalised score)."""
+"""examples/decision_transformer.py: windows of the dataset, the online replay of the best
+episodes, and the offline and --online runs on a tiny budget (logs, curve, the normalised
+score, the paired score change)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,39 @@ def test_windows_end_at_a_step_and_are_zero_padded_before_the_start(dt):
     assert ends == {101, 102, 103, 201, 202, 203, 204, 205}  # every step ends some window
 
 
+def test_replay_keeps_the_best_episodes_and_replaces_the_lowest_first(dt):
+    # Zheng et al.'s replay: the best `size` episodes by return, the lowest of them first
+    def episode(ret: float, length: int = 3) -> TensorDict:
+        rtg = torch.full((length, 1), ret * 0.01)  # returns-to-go scaled by 0.01
+        rtg[1:] = rtg[1:] / 2  # only the first step's is the episode's return
+        value = torch.full((length, 1), ret)
+        return TensorDict(
+            {dt.KEYS[0]: value, dt.KEYS[1]: value, dt.KEYS[2]: rtg}, batch_size=[length]
+        )
+
+    data = [episode(r) for r in (-500.0, -10.0, -300.0, -50.0, -1000.0)]
+    replay, returns = dt.best_episodes_first_replaced(data, 0.01, size=3, context=2)
+    assert returns == pytest.approx([-300.0, -50.0, -10.0])
+    assert len(replay.lengths) == 3
+    stored = replay.store[dt.KEYS[0]][:, 1, 0]  # the first real step (one zero before it)
+    torch.testing.assert_close(stored, torch.tensor([-300.0, -50.0, -10.0]))
+    replay.replace(0, episode(-20.0, length=2))  # the slot of the lowest return
+    torch.testing.assert_close(
+        replay.store[dt.KEYS[0]][0, 1:, 0], torch.tensor([-20.0, -20.0, 0.0])
+    )
+    assert replay.lengths.tolist() == [2, 3, 3]
+    torch.manual_seed(0)
+    ends = replay.sample(300)[dt.KEYS[0]][:, -1, 0]
+    assert set(ends.tolist()) == {-20.0, -50.0, -10.0}  # -300 and the dropped ones are gone
+    _, all_returns = dt.best_episodes_first_replaced(data, 0.01, size=10, context=2)
+    assert len(all_returns) == 5  # all of them when the dataset holds fewer
+
+
+def test_mean_std(dt):
+    assert dt.mean_std([1.0, 3.0]) == pytest.approx((2.0, 2**0.5))
+    assert dt.mean_std([4.0]) == (4.0, 0.0)
+
+
 def test_offline_run(dt, tiny_dataset, tmp_path):
     cfg = dt.Config(
         dataset=str(tiny_dataset),
@@ -122,3 +156,13 @@ def test_online_run(dt, tiny_dataset, tmp_path):
     assert [step for step, _ in _scalars(run_dir, "train/episode_return")] == [10, 13]
     assert [step for step, _ in _scalars(run_dir, "train/loss_alpha")] == [10, 13, 16]
     assert type(summary["loss_module"]).__name__ == "OnlineDTLoss"
+    # collected aiming at half the (negative) evaluation target, paired before/after change
+    assert summary["online_target_return"] == summary["target_return"] / 2 == -500.0
+    assert len(summary["online_returns"]) == 2
+    assert [r for _, r in _scalars(run_dir, "train/episode_return")] == pytest.approx(
+        summary["online_returns"]
+    )
+    span = summary["data_return"] - summary["random_return"]
+    change = [a - b for a, b in zip(summary["eval_returns"], summary["offline_returns"])]
+    assert summary["score_change"] == pytest.approx(100 * sum(change) / len(change) / span)
+    assert summary["score"] - summary["offline_score"] == pytest.approx(summary["score_change"])

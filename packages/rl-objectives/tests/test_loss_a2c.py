@@ -148,6 +148,16 @@ class TestA2C:
         # V = 0.5 is within 0.5 of the stored 1.0: nothing clipped
         assert loss(d)["loss_critic"].isfinite()
 
+    @pytest.mark.parametrize("loss_cls", ["A2CLoss", "ReinforceLoss"])
+    def test_clip_value_must_be_a_number(self, loss_cls):
+        cls = {"A2CLoss": A2CLoss, "ReinforceLoss": ReinforceLoss}[loss_cls]
+        with pytest.raises(
+            ValueError, match="clip_value must be a float or a scalar tensor, got True"
+        ):
+            cls(const_actor(), const_critic(), clip_value=True)
+        with pytest.raises(ValueError, match="got a tensor of shape \\(2,\\)"):
+            cls(const_actor(), const_critic(), clip_value=torch.ones(2))
+
 
 class TestReinforce:
     def test_by_hand(self):

@@ -206,6 +206,25 @@ class TestOutKeysAndRatios:
         torch.testing.assert_close(out["max_ratio"], torch.tensor(1.5))
         torch.testing.assert_close(out["mean_ratio"], torch.tensor(1.0))
 
+    def test_ess_over_the_first_batch_dim(self):
+        # a [B, T] batch of ratios: one ESS per step t, over the B samples
+        data = TensorDict(
+            {
+                "obs": torch.zeros(2, 3, 1),
+                "action": torch.zeros(2, 3, dtype=torch.long),
+                "action_log_prob": torch.tensor([[1.5, 1.0, 2.0], [0.5, 1.0, 2.0]])
+                .reciprocal()
+                .mul(0.5)
+                .log(),
+                "advantage": torch.ones(2, 3, 1),
+                "value_target": torch.zeros(2, 3, 1),
+            },
+            [2, 3],
+        )
+        out = ClipPPOLoss(const_actor(), const_critic())(data)
+        # ratios (1.5, 0.5), (1, 1), (0.25, 0.25): (sum w)^2 / sum w^2 / 2
+        torch.testing.assert_close(out["ESS"], torch.tensor([0.8, 1.0, 1.0]))
+
     def test_asymmetric_clip(self):
         loss = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.3))
         out = loss(two_samples())
@@ -237,6 +256,8 @@ class TestOutKeysAndRatios:
         torch.testing.assert_close(bias.grad, expected)
         with pytest.raises(ValueError, match="max_importance_ratio must be > 0"):
             PPOLoss(const_actor(), const_critic(), max_importance_ratio=0.0)
+        with pytest.raises(ValueError, match="clip_value must be a float or a scalar tensor"):
+            PPOLoss(const_actor(), const_critic(), clip_value=True)
 
     def test_delay_actor_clips_the_proximal_ratio(self):
         loss = ClipPPOLoss(const_actor(), const_critic(), delay_actor=True, clip_epsilon=0.2)

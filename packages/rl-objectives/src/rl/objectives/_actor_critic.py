@@ -248,9 +248,8 @@ class _ActorCriticLoss(LossModule):
         self.register_buffer(
             "critic_coeff", torch.tensor(float(critic_coeff or 0.0), device=device)
         )
-        self.register_buffer(
-            "clip_value",
-            None if clip_value is None else torch.tensor(float(clip_value), device=device),
+        self.register_coeff_buffer(
+            "clip_value", clip_value, device=device, dtype=torch.get_default_dtype()
         )
         if max_importance_ratio is not None and max_importance_ratio <= 0:
             raise ValueError(f"max_importance_ratio must be > 0, got {max_importance_ratio}.")

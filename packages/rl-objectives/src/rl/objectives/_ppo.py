@@ -230,8 +230,9 @@ class ClipPPOLoss(PPOLoss):
     """Clipped PPO loss: ``-min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)``.
 
     Reports ``clip_fraction`` (share of clipped ratios), ``kl_approx`` (mean of
-    ``log pi_old - log pi``) and ``ESS`` (effective sample size of the ratios, over the
-    batch size), besides the losses of :class:`PPOLoss`.
+    ``log pi_old - log pi``), ``ESS`` (effective sample size of the ratios over the first
+    batch dimension, divided by its size; one per entry of the other dimensions, as
+    TorchRL's) and ``max_ratio`` / ``mean_ratio``, besides the losses of :class:`PPOLoss`.
 
     Args:
         actor_network, critic_network: see :class:`PPOLoss`.
@@ -358,9 +359,9 @@ class ClipPPOLoss(PPOLoss):
             ratio, ratio_clip = ratio * is_weight, ratio_clip * is_weight
         gain = torch.minimum(ratio * advantage, ratio_clip * advantage)
         with torch.no_grad():
-            # over every sample of the batch (TorchRL reduces only the first dimension)
-            lw = behaviour.reshape(-1)
-            ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.numel()
+            # over the first batch dimension: feature dims (tokens, agents) keep their own
+            lw = behaviour.squeeze(-1)
+            ess = (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.shape[0]
             max_ratio, mean_ratio = ratio.max(), ratio.mean()
         out = {
             "loss_objective": _reduce_samples(-gain, self.reduction),

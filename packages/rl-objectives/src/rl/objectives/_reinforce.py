@@ -118,7 +118,7 @@ class ReinforceLoss(LossModule):
             )
         else:
             self.__dict__["critic_network"] = None
-        self.clip_value = clip_value
+        self.register_coeff_buffer("clip_value", clip_value, dtype=torch.get_default_dtype())
         keys = {"advantage": advantage_key, "value_target": value_target_key}
         sample_keys = getattr(actor_network, "dist_sample_keys", None)
         if sample_keys:

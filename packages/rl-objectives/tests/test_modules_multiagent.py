@@ -218,6 +218,57 @@ class TestMultiAgentConvNet:
             torch.testing.assert_close(out[:, i], template(agent_in))
 
 
+class TestMultiAgentExport:
+    """``torch.export`` of unshared networks: the exported program reads the stacked
+    parameters as inputs (no constants), matches eager, and leaves the module as it was."""
+
+    @pytest.mark.parametrize(
+        "centralized, use_td_params, conv",
+        [
+            (False, True, False),
+            # each export traces for seconds: the other layouts run with the slow tests
+            pytest.param(True, False, False, marks=pytest.mark.slow),
+            pytest.param(False, False, True, marks=pytest.mark.slow),
+        ],
+    )
+    def test_export_matches_eager(self, centralized, use_td_params, conv):
+        from tensordict.nn import TensorDictModule
+
+        torch.manual_seed(0)
+        if conv:
+            net = MultiAgentConvNet(
+                n_agents=N_AGENTS,
+                centralized=centralized,
+                share_params=False,
+                use_td_params=use_td_params,
+                in_features=3,
+                num_cells=[4],
+                kernel_sizes=3,
+                strides=1,
+            )
+            x = torch.randn(2, N_AGENTS, 3, 6, 6)
+        else:
+            net = _mlp(centralized, False, use_td_params=use_td_params)
+            x = torch.randn(5, N_AGENTS, 4)
+        state = {k: v.clone() for k, v in net.state_dict().items()}
+        template = {k: v for k, v in TensorDict.from_module(net._empty_net).items(True, True)}
+        module = TensorDictModule(net, in_keys=["input"], out_keys=["output"])
+        module.select_out_keys("output")  # kwargs in, the output tensor out
+        exported = torch.export.export(module, args=(), kwargs={"input": x}, strict=True)
+        assert not exported.constants
+        torch.testing.assert_close(exported.module()(input=x), net(x))
+        torch.testing.assert_close(net.state_dict(), state)
+        after = TensorDict.from_module(net._empty_net)
+        assert all(after.get(k) is v for k, v in template.items())
+
+    def test_vmap_func_module_eager(self):
+        torch.manual_seed(0)
+        net = _mlp(False, False)
+        mapped = net.vmap_func_module(net._empty_net, in_dims=(0, -2), out_dims=(-2,))
+        x = torch.randn(5, N_AGENTS, 4)
+        torch.testing.assert_close(mapped(net.params, x), net(x))
+
+
 class TestMixers:
     def test_vdn_is_sum(self):
         q = torch.randn(4, 5, N_AGENTS, 1)

@@ -143,13 +143,8 @@ class MultiAgentNetBase(nn.Module):
         inputs = self._pre_forward_check(inputs)
         net = self._empty_net
         if not self.share_params:
-
-            def call(params, x):
-                with params.to_module(net, preserve_module_state=False):
-                    return net(x)
-
-            output = torch.vmap(
-                call,
+            output = self.vmap_func_module(
+                net,
                 in_dims=(0, None if self.centralized else agent_dim),
                 out_dims=(agent_dim,),
                 randomness=self.vmap_randomness,
@@ -165,6 +160,36 @@ class MultiAgentNetBase(nn.Module):
         if not self.initialized:  # lazy layers took their shapes
             self.initialized = True
         return output
+
+    @staticmethod
+    def vmap_func_module(
+        module: nn.Module,
+        in_dims=0,
+        out_dims=0,
+        randomness: str = "error",
+        *,
+        chunk_size: int | None = None,
+    ):
+        """``module`` as a function of stacked parameters, vectorised with ``torch.vmap``.
+
+        The returned function takes ``(params, *inputs)``: ``params`` a TensorDict whose
+        leading dimension indexes the copies of ``module``; ``in_dims``, ``out_dims``,
+        ``randomness`` and ``chunk_size`` are :func:`torch.vmap`'s. Under
+        :func:`torch.export.export` the parameters go in through
+        :func:`torch.func.functional_call` (which export traces) and the mapped dimension
+        is moved to ``out_dims`` after the map, so the exported program holds no copy of
+        them as constants.
+        """
+        if torch.compiler.is_exporting():
+            return _exportable_vmap(module, in_dims, out_dims, randomness, chunk_size)
+
+        def call(params, *inputs):
+            with params.to_module(module, preserve_module_state=False):
+                return module(*inputs)
+
+        return torch.vmap(
+            call, in_dims=in_dims, out_dims=out_dims, randomness=randomness, chunk_size=chunk_size
+        )
 
     def get_stateful_net(self, copy: bool = True) -> nn.Module:
         """A network holding the parameters (stacked when not shared), e.g. to re-initialize them.
@@ -216,6 +241,39 @@ class MultiAgentNetBase(nn.Module):
         )
         body = ",\n".join([net, *(textwrap.indent(x, "    ") for x in settings)])
         return f"{type(self).__name__}(\n{body})"
+
+
+def _exportable_vmap(module: nn.Module, in_dims, out_dims, randomness: str, chunk_size):
+    """``MultiAgentNetBase.vmap_func_module`` under ``torch.export``: export traces
+    ``functional_call`` but not ``TensorDict.to_module``, and lifts a vmap output moved to
+    a nonzero dimension as a constant, so the map writes dimension 0 and moves it after."""
+    out_dim = out_dims[0] if isinstance(out_dims, tuple) else out_dims
+
+    def call(params, *inputs):
+        return torch.func.functional_call(module, params, inputs)
+
+    def mapped(params, *inputs):
+        flat = params.flatten_keys(".").to_dict()
+        # the template's weights are plain (meta) attributes, not parameters or buffers:
+        # functional_call only swaps registered tensors, so they are emptied for the call
+        # and put back after it, by this call itself (calls may nest)
+        emptied = []
+        try:
+            for key in flat:
+                path, _, name = key.rpartition(".")
+                owner = module.get_submodule(path)
+                if name not in owner._parameters and name not in owner._buffers:
+                    emptied.append((owner, name, getattr(owner, name)))
+                    setattr(owner, name, None)
+            out = torch.vmap(
+                call, in_dims=in_dims, out_dims=0, randomness=randomness, chunk_size=chunk_size
+            )(flat, *inputs)
+        finally:
+            for owner, name, value in reversed(emptied):
+                setattr(owner, name, value)
+        return out.movedim(0, out_dim)
+
+    return mapped
 
 
 class MultiAgentMLP(MultiAgentNetBase):

@@ -177,7 +177,9 @@ def _decode(logits, bins):
 
 def _sample(logits):
     probs = torch.softmax(logits, -1)
-    index = torch.multinomial(probs.detach().reshape(-1, CLASSES), 1).reshape(*probs.shape[:-1], 1)
+    cdf = probs.detach().cumsum(-1)  # inverse-cdf draw, as rl's RSSM samples
+    index = torch.searchsorted(cdf, torch.rand(*probs.shape[:-1], 1), right=True)
+    index = index.clamp_max_(CLASSES - 1)
     one_hot = torch.zeros_like(probs).scatter_(-1, index, 1.0)
     return (probs + (one_hot - probs).detach()).flatten(-2)
 

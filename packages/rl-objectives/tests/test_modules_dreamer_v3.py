@@ -180,6 +180,17 @@ class TestRSSMV3:
         ((0.9 * torch.softmax(ref, -1) + 0.025).flatten(-2) * weights).sum().backward()
         torch.testing.assert_close(logits.grad, ref.grad)
 
+    def test_straight_through_sample_frequencies_and_impossible_classes(self):
+        from rl.modules.models._rssm_v3 import _straight_through_sample
+
+        torch.manual_seed(0)
+        probs = torch.tensor([[0.5, 0.25, 0.0, 0.25], [0.0, 0.0, 0.9, 0.1]])
+        logits = probs.log().expand(3, 20000, 2, 4)  # batch dims [3, 20000], 2 categoricals
+        sample = _straight_through_sample(logits, 0.0).reshape(3, 20000, 2, 4)
+        assert torch.equal(sample.sum(-1), torch.ones(3, 20000, 2))
+        assert (sample[..., 0, 2] == 0).all() and (sample[..., 1, :2] == 0).all()
+        torch.testing.assert_close(sample.mean((0, 1)), probs, atol=0.01, rtol=0)
+
     def test_wrong_latent_sizes_name_them(self):
         prior = _prior()
         with pytest.raises(ValueError, match=r"state has shape \(3, 7\), expected a last dim of 8"):

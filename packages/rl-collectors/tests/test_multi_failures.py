@@ -317,7 +317,7 @@ class TestHungWorkers:
         pids = collector.worker_pids
         try:
             state = collector.state_dict()
-            state["workers"][1]["padding"] = b"x" * 20_000_000
+            state["worker1"]["padding"] = b"x" * 20_000_000
             os.kill(pids[1], signal.SIGSTOP)
             start = time.monotonic()
             with pytest.raises(

@@ -13,6 +13,29 @@ from ._multi import (
 from ._profile import ProfileConfig
 from ._single import Collector, SyncDataCollector
 from ._utils import split_trajectories
+from ._weight_sync import (
+    InitialSyncTransport,
+    TransportBackend,
+    WeightStrategy,
+    WeightSyncBackend,
+    WeightSyncScheme,
+)
+from ._weight_sync_process import (
+    MPTransport,
+    MultiProcessWeightSyncScheme,
+    NoWeightSyncScheme,
+    SharedMemTransport,
+    SharedMemWeightSyncScheme,
+)
+from ._weight_sync_remote import (
+    DistributedTransport,
+    DistributedWeightSyncScheme,
+    RayModuleTransformScheme,
+    RayTransport,
+    RayWeightSyncScheme,
+    RPCTransport,
+    RPCWeightSyncScheme,
+)
 from ._weight_update import (
     MultiProcessedWeightUpdater,
     RemoteModuleWeightUpdater,
@@ -25,6 +48,23 @@ __version__ = "0.1.0"
 __all__ = [
     "BaseCollector",
     "Collector",
+    "DistributedTransport",
+    "DistributedWeightSyncScheme",
+    "InitialSyncTransport",
+    "MPTransport",
+    "MultiProcessWeightSyncScheme",
+    "NoWeightSyncScheme",
+    "RPCTransport",
+    "RPCWeightSyncScheme",
+    "RayModuleTransformScheme",
+    "RayTransport",
+    "RayWeightSyncScheme",
+    "SharedMemTransport",
+    "SharedMemWeightSyncScheme",
+    "TransportBackend",
+    "WeightStrategy",
+    "WeightSyncBackend",
+    "WeightSyncScheme",
     "MultiAsyncCollector",
     "MultiCollector",
     "MultiProcessedWeightUpdater",

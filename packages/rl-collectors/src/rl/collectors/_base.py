@@ -12,7 +12,7 @@ import math
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tensordict import TensorDictBase
 from ._profile import ProfileConfig, _ProfilerHook
 from ._trajs import TrajectoryAssembler, check_traj_args
 from ._utils import split_trajectories
+from ._weight_sync import WeightSyncScheme
 from ._weight_update import WeightUpdaterBase
 
 __all__ = ["CollectorBase", "BaseCollector"]
@@ -436,6 +437,109 @@ class CollectorBase(ABC):
         """Whether weights go through a :class:`WeightUpdaterBase` (TorchRL's name)."""
         return self._weight_updater is not None
 
+    # ------------------------------------------------------------- weight-sync schemes
+    _weight_sync_schemes: dict | None = None
+    _receiver_schemes: dict | None = None
+    #: held while a batch is collected when weights arrive from a sender (see
+    #: :meth:`register_scheme_receiver`): a receiver applies them between batches
+    receive_lock: threading.Lock | None = None
+
+    def get_model(self, model_id: str) -> Any:
+        """The object at path ``model_id`` of this collector (``"policy"``,
+        ``"env.transform[0]"``): what a weight-sync scheme reads or writes."""
+        return _resolve_attr(self, model_id)
+
+    def _init_weight_sync(self, weight_sync_schemes: Mapping | None, **init_kwargs) -> None:
+        """Sets ``weight_sync_schemes`` up as senders with this collector as context."""
+        if weight_sync_schemes is None:
+            self._weight_sync_schemes = None
+            return
+        if self._weight_updater is not None:
+            raise ValueError("Cannot specify both weight_sync_schemes and weight_updater.")
+        schemes = dict(weight_sync_schemes)
+        for model_id, scheme in schemes.items():
+            if not isinstance(scheme, WeightSyncScheme):
+                raise TypeError(
+                    f"weight_sync_schemes[{model_id!r}] must be a WeightSyncScheme, got "
+                    f"{type(scheme).__name__}"
+                )
+            if not scheme.initialized_on_sender:
+                scheme.init_on_sender(model_id=model_id, context=self, **init_kwargs)
+            elif scheme.context is None:
+                scheme.context = self
+        self._weight_sync_schemes = schemes
+
+    def _connect_weight_sync(self) -> None:
+        for scheme in (self._weight_sync_schemes or {}).values():
+            if not scheme.synchronized_on_sender:
+                scheme.connect()
+
+    def register_scheme_receiver(
+        self, weight_recv_schemes: Mapping, *, synchronize_weights: bool = True
+    ) -> None:
+        """Makes this collector receive weights through ``weight_recv_schemes``
+        (``{model_id: scheme}`` set up on a sender): each scheme is initialised as a
+        receiver with this collector as context and, with ``synchronize_weights``,
+        connected (which installs the sender's weights).
+
+        Raises:
+            RuntimeError: a scheme is already the sending side here.
+        """
+        if self._receiver_schemes is None:
+            self._receiver_schemes = {}
+        if self.receive_lock is None:
+            self.receive_lock = threading.Lock()
+        for model_id, scheme in weight_recv_schemes.items():
+            previous = self._receiver_schemes.get(model_id)
+            if previous is not None and previous is not scheme:
+                previous.shutdown()
+            if not scheme.initialized_on_receiver:
+                scheme.init_on_receiver(model_id=model_id, context=self, worker_idx=self.worker_idx)
+            elif scheme.context is None:
+                scheme.context = self
+            self._receiver_schemes[model_id] = scheme
+        if synchronize_weights:
+            for scheme in weight_recv_schemes.values():
+                if not scheme.synchronized_on_receiver:
+                    scheme.connect(worker_idx=self.worker_idx)
+
+    def receive_weights(self) -> None:
+        """Applies the weights that arrived through the receiver schemes."""
+        if not self._receiver_schemes:
+            raise RuntimeError("No receiver schemes registered.")
+        for scheme in self._receiver_schemes.values():
+            scheme.receive()
+
+    def _send_through_schemes(
+        self,
+        policy_or_weights: Any,
+        worker_ids: Any,
+        model_id: str | None,
+        weights_dict: Mapping | None,
+    ) -> None:
+        if weights_dict is not None and model_id is not None:
+            raise ValueError("Cannot specify both 'weights_dict' and 'model_id'")
+        if weights_dict is not None and policy_or_weights is not None:
+            raise ValueError("Cannot specify both 'weights_dict' and 'policy_or_weights'")
+        if weights_dict is None:
+            weights_dict = {model_id or "policy": policy_or_weights}
+        schemes = self._weight_sync_schemes
+        for target, weights in weights_dict.items():
+            if target not in schemes:
+                raise KeyError(
+                    f"Model '{target}' not found in registered weight sync schemes. "
+                    f"Available models: {list(schemes)}"
+                )
+            schemes[target].send(weights=weights, worker_ids=worker_ids)
+
+    def _shutdown_weight_sync(self) -> None:
+        for schemes in (self._weight_sync_schemes, self._receiver_schemes):
+            for scheme in (schemes or {}).values():
+                try:
+                    scheme.shutdown()
+                except Exception:  # a scheme that cannot stop must not block the others
+                    pass
+
     def _maybe_fallback_update(self, policy_or_weights: Any = None, *, model_id=None) -> None:
         """Where weights land when the collector has no policy to put them in."""
         raise RuntimeError(
@@ -496,6 +600,7 @@ class CollectorBase(ABC):
             self._stop.set()
             thread.join(timeout)
             self._thread = None
+        self._shutdown_weight_sync()
         if getattr(self, "closed", True):
             return
         self.closed = True

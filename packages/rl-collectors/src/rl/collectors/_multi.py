@@ -207,9 +207,17 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         policy_factory: Callable[[], Callable] | None = None,
         reset_when_done: bool = True,
         auto_register_policy_transforms: bool | None = None,
+        weight_sync_schemes: Mapping[str, Any] | None = None,
+        weight_recv_schemes: Mapping[str, Any] | None = None,
+        cudagraph_policy: bool | Mapping[str, Any] = False,
     ) -> None:
         self.closed = True  # until the workers run
-        self._check_reset_and_factory(reset_when_done, policy, policy_factory)
+        if not isinstance(policy_factory, list | tuple):
+            self._check_reset_and_factory(reset_when_done, policy, policy_factory)
+        elif policy is not None and weight_sync_schemes is None:
+            raise TypeError(
+                "policy and policy_factory are mutually exclusive without weight_sync_schemes"
+            )
         self.policy_factory = policy_factory
         if not isinstance(track_policy_version, bool):
             raise TypeError(
@@ -297,8 +305,18 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
             "post_collect_hook": post_collect_hook,
             "track_policy_version": track_policy_version,
             "auto_register_policy_transforms": auto_register_policy_transforms,
-            "policy_factory": policy_factory,
+            "cudagraph_policy": cudagraph_policy,
         }
+        factories = _per_worker(policy_factory, n, "policy_factory")
+        self.worker_policy_devices = [
+            torch.device(d) if d is not None else None
+            for d in (
+                devices["policy_device"][i]
+                if devices["policy_device"][i] is not None
+                else devices["device"][i]
+                for i in range(n)
+            )
+        ]
         self._hooks = (pre_collect_hook, post_collect_hook)
         # the policy's weights, in shared memory: update_policy_weights_ writes them
         self._weights = None
@@ -306,10 +324,19 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self._lock = ctx.Lock()
         # with a policy_factory, one copy built here gives the weights' layout (each
         # worker builds its own policy; update_policy_weights_ then needs the weights)
-        template = policy_factory() if policy_factory is not None else policy
+        if policy_factory is None:
+            self._policy_templates = [policy] * n
+        elif isinstance(policy_factory, list | tuple):
+            self._policy_templates = [factory() for factory in factories]
+        else:
+            self._policy_templates = [policy_factory()] * n
+        template = self._policy_templates[0]
         if isinstance(template, nn.Module) and any(True for _ in template.parameters()):
-            self._weights = TensorDict.from_module(template).data.clone().share_memory_()
+            if weight_sync_schemes is None:  # rl's own path: one shared copy
+                self._weights = TensorDict.from_module(template).data.clone().share_memory_()
             self._version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._init_weight_sync(weight_sync_schemes, ctx=ctx)
+        schemes = self._weight_sync_schemes
         self._procs: list = []
         self._conns: list = []
         self._finalizer = multiprocessing.util.Finalize(
@@ -334,7 +361,8 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
                 wkw = {**common, **{k: v[i] for k, v in devices.items()}}
                 wkw["frames_per_batch"] = self.frames_per_batch_worker
                 wkw["worker_idx"] = i
-                payload: Any = (fn, policy, wkw)
+                wkw["policy_factory"] = factories[i]
+                payload: Any = (fn, policy if factories[i] is None else None, wkw)
                 if mp_start_method != "fork":
                     payload = cloudpickle.dumps(payload)
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -342,7 +370,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
                     target=worker_main,
                     args=(
                         i, n, payload, child_conn, os.getpid(), self._weights, self._version,
-                        self._lock, num_sub_threads, seeds[i], death_signal,
+                        self._lock, num_sub_threads, seeds[i], death_signal, schemes,
                     ),
                     name=f"{type(self).__name__}-worker-{i}",
                     daemon=False,  # a worker may run a ParallelEnv (with its own processes)
@@ -354,6 +382,9 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
                 finally:
                     child_conn.close()
                 self._expect(i, "starting (building its env and collector)", start=True)
+            self._connect_weight_sync()  # the workers wait for their first weights
+            if weight_recv_schemes is not None:
+                self.register_scheme_receiver(weight_recv_schemes)
             self.closed = False
             self.env_batch_sizes = [
                 torch.Size(self._answer(i, "start-up", "started")) for i in range(n)
@@ -563,8 +594,26 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
 
     # ------------------------------------------------------------------ policy weights
     def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs) -> None:
-        """Pushes the policy's weights (or the given ones) to the workers, which use them
-        from the next batch they start on."""
+        """Pushes the policy's weights (or the given ones) to the workers.
+
+        Without ``weight_sync_schemes`` the workers take them at the start of their next
+        batch (or when asked for their ``state_dict``); with schemes, each scheme's
+        :meth:`~rl.collectors.WeightSyncScheme.send` delivers them (``worker_ids``,
+        ``model_id``, ``weights_dict`` as TorchRL; a ``{worker_idx: weights}`` dict
+        updates each worker's own copy with ``per_worker_weights``).
+        """
+        worker_ids = kwargs.pop("worker_ids", None)
+        if "policy_weights" in kwargs:
+            policy_or_weights = kwargs.pop("policy_weights")
+        if self._weight_sync_schemes:
+            self._send_through_schemes(
+                policy_or_weights, worker_ids, kwargs.pop("model_id", None),
+                kwargs.pop("weights_dict", None),
+            )  # fmt: skip
+            if self._version is not None:
+                with self._lock:
+                    self._version += 1
+            return
         if self._weights is None:
             return
         if policy_or_weights is None and self.policy is None:
@@ -594,22 +643,26 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         """Frames counted and each worker's collector state (see ``Collector.state_dict``);
         ``"exact"`` says whether resuming from it gives the batches an uninterrupted run
         would have given."""
-        return {
-            "frames": self._frames,
-            "iter": self._iter,
-            "exact": self._exact_resume,
-            "workers": [pickle.loads(self._call(i, "state_dict")) for i in range(self.num_workers)],
+        state: dict = {
+            f"worker{i}": pickle.loads(self._call(i, "state_dict")) for i in range(self.num_workers)
         }
+        state.update(frames=self._frames, iter=self._iter, exact=self._exact_resume)
+        return state
 
     def load_state_dict(self, state: Mapping) -> None:
         self._frames = int(state["frames"])
         self._iter = int(state["iter"])
-        for index, worker_state in enumerate(state["workers"]):
+        if "workers" in state:  # rl's earlier layout: a list
+            workers = list(state["workers"])
+        else:
+            workers = [state[f"worker{i}"] for i in range(self.num_workers)]
+        for index, worker_state in enumerate(workers):
             self._call(index, "load_state_dict", pickle.dumps(worker_state))
 
     # ----------------------------------------------------------------------- shutdown
     def _close(self) -> None:
         self.closed = True
+        self._shutdown_weight_sync()
         self._pending.clear()
         self._asked.clear()
         self._finalizer()
@@ -710,6 +763,13 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         for index in range(self.num_workers):
             if config.should_profile_worker(index):
                 self._call(index, "profile", None)
+
+    def worker_model(self, model_id: str, worker_idx: int) -> Any:
+        """The model at ``model_id`` that worker ``worker_idx`` starts from (its policy:
+        ``policy``, or what its ``policy_factory`` built here)."""
+        if model_id == "policy":
+            return self._policy_templates[worker_idx]
+        return self.get_model(model_id)
 
     @property
     def worker_pids(self) -> list[int]:

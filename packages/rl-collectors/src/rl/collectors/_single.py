@@ -36,6 +36,21 @@ def _device(device) -> torch.device | None:
     return None if device is None else torch.device(device)
 
 
+def _cudagraph(policy: Any, options: bool | Mapping[str, Any], device: torch.device | None) -> Any:
+    """``policy`` captured in a CUDA graph (tensordict's ``CudaGraphModule``)."""
+    on_cuda = torch.cuda.is_available() and (device is None or device.type == "cuda")
+    if not on_cuda:
+        warnings.warn(
+            f"cudagraph_policy needs a CUDA policy device (got {device}); the policy runs eagerly",
+            UserWarning,
+            stacklevel=4,
+        )
+        return policy
+    from tensordict.nn import CudaGraphModule  # noqa: PLC0415
+
+    return CudaGraphModule(policy, **({} if options is True else dict(options)))
+
+
 class Collector(CollectorBase, metaclass=CollectorMeta):
     """Iterates over ``[*env_batch, T]`` batches of a policy acting in an environment.
 
@@ -129,6 +144,15 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             ``make_tensordict_primer()``) when the env's specs lack them. ``None``
             (default) appends nothing and warns (``FutureWarning``) when something is
             missing; ``False`` is silent.
+        weight_sync_schemes: ``{model_id: WeightSyncScheme}`` that
+            :meth:`update_policy_weights_` sends through (set up as senders with this
+            collector as context); not with ``weight_updater``.
+        weight_recv_schemes: ``{model_id: WeightSyncScheme}`` this collector receives
+            weights through (from a sender elsewhere): set up as receivers and
+            connected at construction; weights are applied between batches.
+        cudagraph_policy: wrap the policy in tensordict's ``CudaGraphModule`` (``True`` or
+            its kwargs); on a machine without CUDA the policy runs eagerly, with a
+            warning.
 
     Raises:
         ValueError: a policy writes an action outside the action spec (the message names
@@ -196,6 +220,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         worker_idx: int | None = None,
         auto_register_policy_transforms: bool | None = None,
         env: EnvBase | None = None,
+        weight_sync_schemes: Mapping[str, Any] | None = None,
+        weight_recv_schemes: Mapping[str, Any] | None = None,
+        cudagraph_policy: bool | Mapping[str, Any] = False,
     ) -> None:
         if create_env_fn is None:
             create_env_fn = env
@@ -236,6 +263,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self.frames_per_batch = self.steps_per_batch * max(self.env.batch_size.numel(), 1)
         self.policy = policy
         self._policy = wrap_policy(policy, self.policy_device, self.env.device, compile_policy)
+        if cudagraph_policy:
+            self._policy = _cudagraph(self._policy, cudagraph_policy, self.policy_device)
         # the same calls on tensors, without tensordict's per-call machinery (None: the
         # policy is not a plain TensorDictModule / TensorDictSequential of them)
         self._tensor_policy = tensor_policy(self._policy) if self._policy is policy else None
@@ -263,6 +292,10 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self._carry_keys: list | None = None
         self._version_tracker = _version_tracker(track_policy_version)
         self.weight_updater = weight_updater
+        self._init_weight_sync(weight_sync_schemes)
+        self._connect_weight_sync()
+        if weight_recv_schemes is not None:
+            self.register_scheme_receiver(weight_recv_schemes)
 
     def _register_policy_transforms(self, env: EnvBase, policy: Any) -> EnvBase:
         """``auto_register_policy_transforms``: the recurrent policy's env transforms."""
@@ -292,6 +325,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             steps = min(steps, -(-left // max(self.env.batch_size.numel(), 1)))
             if steps <= 0:
                 return None
+        if self.receive_lock is not None:  # weights arriving wait for the batch's end
+            with self.receive_lock:
+                return self.rollout(steps)
         return self.rollout(steps)
 
     @torch.no_grad()
@@ -470,6 +506,10 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         worker_ids = kwargs.pop("worker_ids", None)
         if "policy_weights" in kwargs:  # TorchRL's older keyword
             policy_or_weights = kwargs.pop("policy_weights")
+        model_id, weights_dict = kwargs.pop("model_id", None), kwargs.pop("weights_dict", None)
+        if self._weight_sync_schemes:
+            self._send_through_schemes(policy_or_weights, worker_ids, model_id, weights_dict)
+            return
         if self._weight_updater is not None:
             self._weight_updater(policy_or_weights, worker_ids=worker_ids)
             self.increment_version()

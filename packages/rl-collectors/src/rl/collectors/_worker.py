@@ -19,6 +19,7 @@ Commands (parent -> worker): ``("collect", steps)``, ``("seed", seed, static)``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import sys
@@ -83,12 +84,15 @@ def worker_main(
     num_threads: int,
     torch_seed: int,
     parent_death_signal: bool = True,
+    weight_schemes: dict | None = None,
 ) -> None:
     """Runs worker ``index`` until the parent sends ``("close",)`` or goes away.
 
     The worker exits with its parent (``parent_death_signal``: whether the kernel may kill
     it when the parent thread that started it ends, see
     :func:`rl.core.workers.die_with_parent`) and leaves Ctrl-C to the parent.
+    ``weight_schemes`` (``{model_id: WeightSyncScheme}`` set up on the parent) become the
+    worker collector's receivers.
     """
     die_with_parent(parent_pid, parent_death_signal)
     ignore_interrupts()
@@ -102,11 +106,26 @@ def worker_main(
         # an env instance (TorchRL accepts one per worker, e.g. an unstarted SerialEnv)
         # is used as is: the worker owns its copy (forked or unpickled)
         env = env_fn if isinstance(env_fn, EnvBase) else env_fn()
-        collector = Collector(env, policy, total_frames=-1, **kwargs)
+        collector = Collector(
+            env, policy, total_frames=-1, weight_recv_schemes=weight_schemes, **kwargs
+        )
         policy = collector.policy  # built by the policy_factory, when one was given
         local = TensorDict.from_module(policy).data if weights is not None else None
         seen = -1
         updates = 0  # weight updates applied (the parent's counter starts at 0)
+
+        def take_weights() -> None:
+            """Copies the parent's shared weights in when they changed (rl's own path)."""
+            nonlocal seen, updates
+            if weights is not None and int(version[0]) != seen:
+                with lock:
+                    local.update_(weights)
+                    seen = int(version[0])
+                for _ in range(seen - updates):  # one bump per update pushed
+                    collector.increment_version()
+                updates = seen
+
+        batch_lock = collector.receive_lock or contextlib.nullcontext()
         conn.send(("started", tuple(collector.env.batch_size)))
         shared: TensorDictBase | None = None
         layout = None
@@ -118,14 +137,9 @@ def worker_main(
             op = msg[0]
             if op == "collect":
                 steps = msg[1]
-                if weights is not None and int(version[0]) != seen:
-                    with lock:
-                        local.update_(weights)
-                        seen = int(version[0])
-                    for _ in range(seen - updates):  # one bump per update pushed
-                        collector.increment_version()
-                    updates = seen
-                batch = collector.rollout(steps)  # runs the pre-collect hook
+                take_weights()
+                with batch_lock:  # weights from a scheme are applied between batches
+                    batch = collector.rollout(steps)  # runs the pre-collect hook
                 collector._frames += batch.numel()
                 collector._iter += 1
                 if collector.track_traj_ids:
@@ -144,6 +158,7 @@ def worker_main(
             elif op == "seed":
                 conn.send(("result", collector.set_seed(msg[1], static_seed=msg[2])))
             elif op == "state_dict":
+                take_weights()  # the state holds the weights last pushed
                 conn.send(("result", pickle.dumps(collector.state_dict())))
             elif op == "load_state_dict":
                 collector.load_state_dict(pickle.loads(msg[1]))

@@ -31,6 +31,7 @@ NO_EXAMPLES = {
     "rl.objectives.value._vtrace": "VTrace: its docstring has no Examples block yet",
     "rl.modules.llm._transformers": "needs a transformers model and tokenizer: tests/test_modules_llm.py builds them",
     "rl.objectives.llm._sft": "SFTLoss needs a transformers model and tokenizer: tests/test_loss_llm.py builds them",
+    "rl.objectives.llm._grpo": "GRPOLoss needs a transformers model and tokenizer: tests/test_loss_llm.py builds them",
 }
 
 

@@ -1,6 +1,7 @@
 """LLM post-training losses (``pip install "rl-objectives[llm]"`` for the policies they
 train): GRPO and its variants, SFT, distillation, the group-relative advantage and the k3 KL estimate."""
 
+from ._advantage import MCAdvantage, MCAdvantageSelector, RayMCAdvantage
 from ._distillation import DistillationLoss, DistillationLossOutput
 from ._grpo import (
     DAPO,
@@ -10,7 +11,6 @@ from ._grpo import (
     GRPOLoss,
     GRPOLossOutput,
     LLMLossOutput,
-    MCAdvantage,
 )
 from ._kl import k3_kl_token_estimate
 from ._sft import SFTLoss, SFTLossOutput
@@ -26,6 +26,8 @@ __all__ = [
     "GRPOLossOutput",
     "LLMLossOutput",
     "MCAdvantage",
+    "MCAdvantageSelector",
+    "RayMCAdvantage",
     "SFTLoss",
     "SFTLossOutput",
     "k3_kl_token_estimate",

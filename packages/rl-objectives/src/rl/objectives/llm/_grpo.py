@@ -1,5 +1,5 @@
 """Group-relative policy optimisation for LLMs: ``GRPOLoss`` (and its ``DAPO`` /
-``CISPOLoss`` variants) and the group-relative advantage ``MCAdvantage``.
+``CISPOLoss`` variants); the group-relative advantage is in ``_advantage``.
 
 Per-token tensors are ``[B, T]``, right-padded; the policy's distribution says which
 tokens count (its ``mask``).
@@ -7,13 +7,11 @@ tokens count (its ``mask``).
 
 from __future__ import annotations
 
-import logging
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from tensordict import NestedKey, NonTensorData, TensorClass, TensorDict, TensorDictBase
+from tensordict import NestedKey, TensorClass, TensorDict, TensorDictBase
 from torch import nn
 
 from .._loss import LossModule
@@ -28,10 +26,7 @@ __all__ = [
     "GRPOLoss",
     "GRPOLossOutput",
     "LLMLossOutput",
-    "MCAdvantage",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 class LLMLossOutput(TensorClass["nocast"]):
@@ -308,142 +303,3 @@ class CISPOLoss(GRPOLoss):
         clipped = log_weight.clamp(*self._clip_bounds)
         clip_fraction = (clipped != log_weight)[mask].float().mean()
         return -clipped.exp() * advantage, clip_fraction
-
-
-class MCAdvantage(nn.Module):
-    """Group-relative (Monte-Carlo) advantage for GRPO, as a replay-buffer write transform.
-
-    Trajectories are queued by their prompt (``prompt_key`` of their first step); when
-    ``grpo_size`` trajectories of one prompt are in, their rewards are standardised
-    together, ``A = (r - mean) / max(std, 1e-6)`` (unbiased std), written at
-    ``advantage_key`` and the group is returned; until then ``inv`` returns ``None``.
-    With ``trajectory_return`` (``"sum"``, ``"max"``, ``"mean"``) each trajectory's return
-    is standardised instead, and broadcast over its steps.
-
-    Args:
-        grpo_size (int): trajectories per prompt.
-        prompt_key (NestedKey): the group identifier (a string or tensor). Defaults to ``"query"``.
-        rewards_key (NestedKey): defaults to ``("next", "reward")``.
-        advantage_key (NestedKey): defaults to ``"advantage"``.
-        done_key (NestedKey): defaults to ``("next", "done")``.
-        verbose (bool): log each completed group.
-        trajectory_return (str, optional): see above.
-
-    Raises:
-        ValueError: bad ``grpo_size`` / ``trajectory_return``.
-        RuntimeError: a trajectory whose last step is not done.
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from rl.objectives.llm import MCAdvantage
-        >>> transform = MCAdvantage(grpo_size=2)
-        >>> answers = TensorDict(
-        ...     {"query": torch.tensor([7, 7]),
-        ...      "next": {"reward": torch.tensor([[1.0], [3.0]]),
-        ...               "done": torch.ones(2, 1, dtype=torch.bool)}},
-        ...     batch_size=(2,),
-        ... )
-        >>> transform.inv(answers)["advantage"]
-        tensor([[-0.7071],
-                [ 0.7071]])
-    """
-
-    def __init__(
-        self,
-        grpo_size: int,
-        prompt_key: NestedKey = "query",
-        rewards_key: NestedKey = ("next", "reward"),
-        advantage_key: NestedKey = "advantage",
-        done_key: NestedKey = ("next", "done"),
-        verbose: bool = False,
-        *,
-        trajectory_return: Literal["sum", "max", "mean"] | None = None,
-    ):
-        super().__init__()
-        if grpo_size < 1:
-            raise ValueError(f"grpo_size must be >= 1, got {grpo_size}")
-        if trajectory_return not in (None, "sum", "max", "mean"):
-            raise ValueError(
-                f"trajectory_return must be one of 'sum', 'max', 'mean' or None, got {trajectory_return!r}"
-            )
-        if trajectory_return is not None and grpo_size < 2:
-            raise ValueError(
-                f"trajectory_return needs grpo_size >= 2 (a std over the group), got {grpo_size}"
-            )
-        self.grpo_size = grpo_size
-        self.prompt_key, self.rewards_key = prompt_key, rewards_key
-        self.advantage_key, self.done_key = advantage_key, done_key
-        self.in_keys = [prompt_key, rewards_key, done_key]
-        self.out_keys = [advantage_key]
-        self.verbose = verbose
-        self.trajectory_return = trajectory_return
-        self.queues: dict = defaultdict(list)
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return tensordict
-
-    def inv(self, tensordict: TensorDictBase) -> TensorDictBase | None:
-        """Queues the trajectories of ``tensordict`` (``[T]``, or ``[N, T]`` / ``[N]`` of
-        one-step trajectories); returns the completed groups with their advantage, or ``None``."""
-        if tensordict.ndim == 0:
-            tensordict = tensordict.unsqueeze(0)
-        if tensordict.ndim == 1:
-            done = tensordict.get(self.done_key).reshape(tensordict.shape[0], -1).any(-1)
-            if done.sum() > 1:
-                ends = done.nonzero().squeeze(-1) + 1
-                sizes = torch.cat([ends[:1], ends.diff()]).tolist()
-                if sum(sizes) < tensordict.shape[0]:
-                    sizes.append(tensordict.shape[0] - sum(sizes))
-                outs = [self._one(t) for t in tensordict.split(sizes)]
-            else:
-                outs = [self._one(tensordict)]
-        else:
-            flat = (
-                tensordict.reshape(-1, tensordict.shape[-1]) if tensordict.ndim > 2 else tensordict
-            )
-            outs = [self._one(t) for t in flat.unbind(0)]
-        outs = [o for o in outs if o is not None]
-        if not outs:
-            return None
-        return torch.cat(outs, 0)
-
-    _inv_call = inv
-
-    def _one(self, traj: TensorDictBase) -> TensorDictBase | None:
-        if not traj[-1].get(self.done_key).all():
-            raise RuntimeError(
-                f"MCAdvantage expects complete trajectories: the last step's {self.done_key} is False"
-            )
-        group = traj[0].get(self.prompt_key)
-        if isinstance(group, NonTensorData):  # a query string as a chat env stores it
-            group = group.data
-        if isinstance(group, torch.Tensor):
-            group = group.item() if group.numel() == 1 else tuple(group.reshape(-1).tolist())
-        elif not isinstance(group, str):
-            raise TypeError(
-                f"{self.prompt_key} must be a string or a tensor to group trajectories, got {type(group).__name__}"
-            )
-        queue = self.queues[group]
-        queue.append(traj)
-        if len(queue) < self.grpo_size:
-            return None
-        del self.queues[group]
-        if self.trajectory_return is not None:
-            rewards = [t.get(self.rewards_key) for t in queue]
-            reduce = {"sum": torch.sum, "max": torch.max, "mean": torch.mean}[
-                self.trajectory_return
-            ]
-            returns = torch.stack([reduce(r.float()) for r in rewards])
-            adv = (returns - returns.mean()) / returns.std().clamp_min(1e-6)
-            for t, r, a in zip(queue, rewards, adv):
-                t.set(self.advantage_key, torch.full_like(r, a.item(), dtype=adv.dtype))
-            out = torch.cat(queue, 0)
-        else:
-            out = torch.cat(queue, 0)
-            reward = out.get(self.rewards_key).float()
-            scale = reward.std() if reward.numel() > 1 else reward.new_ones(())
-            out.set(self.advantage_key, (reward - reward.mean()) / scale.clamp_min(1e-6))
-        if self.verbose:
-            logger.info("MCAdvantage: group %r complete (%d trajectories)", group, self.grpo_size)
-        return out

@@ -297,7 +297,9 @@ class TestDistributionalDQNLoss:
     def test_needs_support(self):
         net = TensorDictModule(nn.Linear(2, 6), ["observation"], ["action_value"])
         with pytest.raises(ValueError, match="needs the atoms: pass support"):
-            DistributionalDQNLoss(net)
+            DistributionalDQNLoss(net, gamma=0.99)
+        with pytest.raises(TypeError, match="gamma"):
+            DistributionalDQNLoss(net, support=self.support)
 
     def test_bad_shape(self):
         loss = self._loss([[0.0, 1.0], [1.0, 2.0]])

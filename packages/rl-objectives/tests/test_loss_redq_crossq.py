@@ -72,6 +72,50 @@ class TestREDQLoss:
         torch.testing.assert_close(loss.alpha, torch.tensor(10.0))
 
 
+class _RecordEps(nn.Module):
+    """``loc = 0.5 s``; records the ``_eps_gSDE`` placeholders it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(1, 1, bias=False)
+        nn.init.constant_(self.lin.weight, 0.5)
+        self.seen = []
+
+    def forward(self, obs, eps):
+        self.seen.append(eps)
+        return self.lin(obs)
+
+
+class TestREDQgSDE:
+    def test_gsde_placeholder_reaches_the_actor(self):
+        from tensordict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+
+        from .test_loss_sac import _Det
+
+        rec = _RecordEps()
+        actor = ProbabilisticTensorDictSequential(
+            TensorDictModule(rec, ["observation", "_eps_gSDE"], ["loc"]),
+            ProbabilisticTensorDictModule(["loc"], ["action"], distribution_class=_Det),
+        )
+        loss = REDQLoss(actor, _critic(), num_qvalue_nets=3, gamma=0.9, gSDE=True)
+        SoftUpdate(loss, tau=0.005)
+        out = loss(_data(2))
+        assert out["loss_actor"].isfinite()
+        # the current and the next observations, each with a zero placeholder of batch shape
+        assert len(rec.seen) == 2
+        for eps in rec.seen:
+            torch.testing.assert_close(eps, torch.zeros(2))
+        # without gSDE the input is left as it is: no placeholder is written
+        rec.seen.clear()
+        plain = REDQLoss(actor, _critic(), num_qvalue_nets=3, gamma=0.9)
+        SoftUpdate(plain, tau=0.005)
+        data = _data(2)
+        data["_eps_gSDE"] = torch.ones(2)
+        data["next", "_eps_gSDE"] = torch.full((2,), 2.0)
+        plain(data)
+        assert [float(e[0]) for e in rec.seen] == [1.0, 2.0]
+
+
 class TestREDQSubSample:
     @pytest.mark.parametrize(
         "num_qvalue_nets, asked, used", [(1, 2, 1), (2, 2, 1), (2, 3, 1), (4, 2, 2), (4, 9, 3)]

@@ -89,7 +89,7 @@ class ACTLoss(LossModule):
         actor_network: nn.Module,
         *,
         kl_weight: float = 10.0,
-        reduction: Literal["mean", "sum", "none"] | None = None,
+        reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> None:
         super().__init__()
         self.kl_weight = kl_weight

@@ -54,6 +54,7 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         gamma (float, optional): discount for the value estimator.
         separate_losses (bool): as in SACLoss.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        priority_key (NestedKey, optional): deprecated shortcut for ``set_keys(priority=...)``.
         deactivate_vmap (bool): accepted for compatibility (the critics always run as a
             loop over the members).
         scalar_output_mode (str, optional): with ``reduction="none"``, ``"exclude"``
@@ -128,7 +129,8 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         target_entropy: str | float = "auto",
         gamma: float | None = None,
         separate_losses: bool = False,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        priority_key: NestedKey | None = None,
         deactivate_vmap: bool = False,
         scalar_output_mode: Literal["exclude", "non_tensor"] | None = None,
     ) -> None:
@@ -139,6 +141,8 @@ class CrossQLoss(_EntropyTemperature, LossModule):
         self.num_qvalue_nets = num_qvalue_nets
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
+        if priority_key is not None:  # deprecated in TorchRL: set_keys(priority=...)
+            self._tensor_keys.priority = priority_key
         self.gamma = gamma
         self.convert_to_functional(actor_network, "actor_network")
         self.convert_to_functional(

@@ -106,7 +106,7 @@ class DDPGLoss(LossModule):
         delay_value: bool = True,
         gamma: float | None = None,
         separate_losses: bool = False,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
         use_prioritized_weights: str | bool = "auto",
     ) -> None:
         super().__init__()

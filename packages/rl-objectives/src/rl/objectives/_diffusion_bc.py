@@ -65,7 +65,7 @@ class DiffusionBCLoss(LossModule):
         self,
         actor_network: nn.Module,
         *,
-        reduction: Literal["mean", "sum", "none"] | None = None,
+        reduction: Literal["mean", "sum", "none"] = "mean",
     ) -> None:
         super().__init__()
         ddpm = getattr(actor_network, "module", None)

@@ -48,6 +48,7 @@ class DQNLoss(LossModule):
             a spec; read from ``value_network.action_space`` / ``.spec`` when ``None``, and
             from the shapes of the data as a last resort.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        priority_key (NestedKey, optional): deprecated shortcut for ``set_keys(priority=...)``.
         use_prioritized_weights (bool or "auto"): weight the loss by
             ``priority_weight`` when present. Defaults to ``"auto"``.
 
@@ -114,7 +115,8 @@ class DQNLoss(LossModule):
         double_dqn: bool = False,
         gamma: float | None = None,
         action_space: str | TensorSpec | None = None,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        priority_key: NestedKey | None = None,
         use_prioritized_weights: str | bool = "auto",
     ) -> None:
         super().__init__()
@@ -124,6 +126,8 @@ class DQNLoss(LossModule):
         self.double_dqn = double_dqn
         self.loss_function = _check_loss_function(loss_function)
         self.reduction = _check_reduction(reduction)
+        if priority_key is not None:  # deprecated in TorchRL: set_keys(priority=...)
+            self._tensor_keys.priority = priority_key
         self.use_prioritized_weights = use_prioritized_weights
         self.gamma = gamma
         self.action_space = _find_action_space(action_space, value_network)
@@ -198,11 +202,12 @@ class DistributionalDQNLoss(LossModule):
             gives the atoms unless ``support`` is passed.
 
     Keyword Args:
-        gamma (float): discount. Defaults to 0.99.
+        gamma (float): discount (required, as TorchRL's).
         delay_value (bool): keep a target copy of the network. Defaults to ``True``.
         support (Tensor, optional): the atoms ``[atoms]``.
         action_space (str or TensorSpec, optional): as in :class:`DQNLoss`.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        priority_key (NestedKey, optional): deprecated shortcut for ``set_keys(priority=...)``.
         use_prioritized_weights (bool or "auto"): weight by ``priority_weight``.
 
     Examples:
@@ -257,11 +262,12 @@ class DistributionalDQNLoss(LossModule):
         self,
         value_network: nn.Module,
         *,
-        gamma: float = 0.99,
+        gamma: float,
         delay_value: bool = True,
         support: torch.Tensor | None = None,
         action_space: str | TensorSpec | None = None,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        priority_key: NestedKey | None = None,
         use_prioritized_weights: str | bool = "auto",
     ) -> None:
         super().__init__()
@@ -283,6 +289,8 @@ class DistributionalDQNLoss(LossModule):
         self.gamma = gamma
         self.delay_value = delay_value
         self.reduction = _check_reduction(reduction)
+        if priority_key is not None:  # deprecated in TorchRL: set_keys(priority=...)
+            self._tensor_keys.priority = priority_key
         self.use_prioritized_weights = use_prioritized_weights
         self.action_space = _find_action_space(action_space, value_network)
         self.convert_to_functional(value_network, "value_network", create_target_params=delay_value)

@@ -58,6 +58,10 @@ class REDQLoss(_EntropyTemperature, LossModule):
         gamma (float, optional): discount for the value estimator.
         separate_losses (bool): as in SACLoss.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        priority_key (NestedKey, optional): deprecated shortcut for ``set_keys(priority=...)``.
+        gSDE (bool): the actor is a gSDE policy (:class:`~rl.modules.gSDEModule`): give it
+            a zero ``"_eps_gSDE"`` placeholder so that it draws fresh noise. Defaults to
+            ``False``.
         deactivate_vmap (bool): accepted for compatibility (the critics always run as a
             loop over the members).
         scalar_output_mode (str, optional): with ``reduction="none"``, ``"exclude"``
@@ -133,21 +137,26 @@ class REDQLoss(_EntropyTemperature, LossModule):
         fixed_alpha: bool = False,
         target_entropy: str | float = "auto",
         delay_qvalue: bool = True,
+        gSDE: bool = False,  # noqa: N803 (TorchRL's name)
         gamma: float | None = None,
         separate_losses: bool = False,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        priority_key: NestedKey | None = None,
         deactivate_vmap: bool = False,
         scalar_output_mode: Literal["exclude", "non_tensor"] | None = None,
     ) -> None:
         super().__init__()
         _check_loss_function(loss_function)
         self.deactivate_vmap = deactivate_vmap
+        self.gSDE = gSDE
         self.scalar_output_mode = _check_scalar_output_mode(scalar_output_mode)
         self.num_qvalue_nets = num_qvalue_nets
         # as TorchRL: a strict subset of the critics (one at least), whatever was asked
         self.sub_sample_len = max(1, min(sub_sample_len, num_qvalue_nets - 1))
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
+        if priority_key is not None:  # deprecated in TorchRL: set_keys(priority=...)
+            self._tensor_keys.priority = priority_key
         self.delay_qvalue = delay_qvalue
         self.gamma = gamma
         self.convert_to_functional(actor_network, "actor_network")
@@ -194,8 +203,12 @@ class REDQLoss(_EntropyTemperature, LossModule):
         self._get(tensordict, "action")
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
         alpha = self.alpha
-        action, log_prob = _policy_rsample(self.actor_network, tensordict)
-        next_td = tensordict.get("next").copy()
+        actor_td, next_td = tensordict, tensordict.get("next").copy()
+        if self.gSDE:  # a zero placeholder: the gSDE actor draws fresh exploration noise
+            actor_td = tensordict.copy()
+            for td in (actor_td, next_td):
+                td.set("_eps_gSDE", torch.zeros(td.shape, device=td.device))
+        action, log_prob = _policy_rsample(self.actor_network, actor_td)
         with torch.no_grad():
             next_action, next_log_prob = _policy_rsample(
                 self._target_network("actor_network"), next_td

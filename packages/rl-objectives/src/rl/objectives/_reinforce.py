@@ -81,7 +81,7 @@ class ReinforceLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: ProbabilisticTensorDictSequential | None = None,
+        actor_network: ProbabilisticTensorDictSequential,
         critic_network: nn.Module | None = None,
         *,
         delay_value: bool = False,

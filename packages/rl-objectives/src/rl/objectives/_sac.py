@@ -65,6 +65,7 @@ class SACLoss(_EntropyTemperature, LossModule):
         separate_losses (bool): hold the actor's parameters out of the critic losses
             when the networks share them. Defaults to ``False``.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        priority_key (NestedKey, optional): deprecated shortcut for ``set_keys(priority=...)``.
         use_prioritized_weights (bool or "auto"): weight by ``priority_weight``.
         skip_done_states (bool): run the actor and critics of the target only on next
             states that are not terminal (their observation may be garbage, e.g. NaN);
@@ -160,7 +161,8 @@ class SACLoss(_EntropyTemperature, LossModule):
         delay_value: bool = True,
         gamma: float | None = None,
         separate_losses: bool = False,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        priority_key: NestedKey | None = None,
         use_prioritized_weights: str | bool = "auto",
         skip_done_states: bool = False,
         deactivate_vmap: bool = False,
@@ -179,6 +181,8 @@ class SACLoss(_EntropyTemperature, LossModule):
         self.num_qvalue_nets = num_qvalue_nets
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
+        if priority_key is not None:  # deprecated in TorchRL: set_keys(priority=...)
+            self._tensor_keys.priority = priority_key
         self.use_prioritized_weights = use_prioritized_weights
         self.gamma = gamma
         self._version = 1 if value_network is not None else 2
@@ -345,6 +349,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         gamma (float, optional): discount for the value estimator.
         separate_losses (bool): as in SACLoss.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        priority_key (NestedKey, optional): deprecated shortcut for ``set_keys(priority=...)``.
         use_prioritized_weights (bool or "auto"): weight by ``priority_weight``.
         skip_done_states, deactivate_vmap, scalar_output_mode: as in SACLoss.
 
@@ -414,7 +419,8 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         delay_qvalue: bool = True,
         gamma: float | None = None,
         separate_losses: bool = False,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        priority_key: NestedKey | None = None,
         use_prioritized_weights: str | bool = "auto",
         skip_done_states: bool = False,
         deactivate_vmap: bool = False,
@@ -433,6 +439,8 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         self.num_qvalue_nets = num_qvalue_nets
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
+        if priority_key is not None:  # deprecated in TorchRL: set_keys(priority=...)
+            self._tensor_keys.priority = priority_key
         self.use_prioritized_weights = use_prioritized_weights
         self.gamma = gamma
         self.target_entropy_weight = target_entropy_weight

@@ -50,7 +50,10 @@ class TD3Loss(LossModule):
         separate_losses (bool): hold the actor's parameters out of the Q loss when the
             networks share them. Defaults to ``False``.
         reduction (str): ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        priority_key (NestedKey, optional): deprecated shortcut for ``set_keys(priority=...)``.
         use_prioritized_weights (bool or "auto"): weight by ``priority_weight``.
+        deactivate_vmap (bool): accepted for compatibility (the critics always run as a
+            loop over the members).
 
     Examples:
         >>> import torch
@@ -122,11 +125,14 @@ class TD3Loss(LossModule):
         delay_qvalue: bool = True,
         gamma: float | None = None,
         separate_losses: bool = False,
-        reduction: Literal["mean", "sum", "none"] = "mean",
+        reduction: Literal["mean", "sum", "none"] | None = None,
+        priority_key: NestedKey | None = None,
         use_prioritized_weights: str | bool = "auto",
+        deactivate_vmap: bool = False,
     ) -> None:
         super().__init__()
         _check_loss_function(loss_function)
+        self.deactivate_vmap = deactivate_vmap
         if num_qvalue_nets < 1:
             raise ValueError(f"num_qvalue_nets must be >= 1, got {num_qvalue_nets}")
         low, high = _bounds(action_spec, bounds, self.tensor_keys.action)
@@ -139,6 +145,8 @@ class TD3Loss(LossModule):
         self.noise_clip = noise_clip
         self.loss_function = loss_function
         self.reduction = _check_reduction(reduction)
+        if priority_key is not None:  # deprecated in TorchRL: set_keys(priority=...)
+            self._tensor_keys.priority = priority_key
         self.use_prioritized_weights = use_prioritized_weights
         self.gamma = gamma
         self.convert_to_functional(actor_network, "actor_network", create_target_params=delay_actor)

@@ -354,7 +354,6 @@ def vec_td_lambda_advantage_estimate(
     done: torch.Tensor,
     terminated: torch.Tensor | None = None,
     rolling_gamma: bool | None = None,
-    *,
     time_dim: int = -2,
 ) -> torch.Tensor:
     r"""TD(:math:`\lambda`) advantage: :func:`vec_td_lambda_return_estimate` minus ``state_value``.
@@ -441,7 +440,6 @@ def td_lambda_advantage_estimate(
     done: torch.Tensor,
     terminated: torch.Tensor | None = None,
     rolling_gamma: bool | None = None,
-    *,
     time_dim: int = -2,
 ) -> torch.Tensor:
     r"""TD(:math:`\lambda`) advantage: :func:`td_lambda_return_estimate` minus ``state_value``."""
@@ -467,7 +465,6 @@ def vec_td1_return_estimate(
     done: torch.Tensor,
     terminated: torch.Tensor | None = None,
     rolling_gamma: bool | None = None,
-    *,
     time_dim: int = -2,
 ) -> torch.Tensor:
     """TD(1) return: the discounted sum of rewards to the trajectory end, bootstrapped there.
@@ -502,7 +499,6 @@ def vec_td1_advantage_estimate(
     done: torch.Tensor,
     terminated: torch.Tensor | None = None,
     rolling_gamma: bool | None = None,
-    *,
     time_dim: int = -2,
 ) -> torch.Tensor:
     """TD(1) advantage: :func:`vec_td1_return_estimate` minus ``state_value``."""
@@ -559,7 +555,6 @@ def td1_advantage_estimate(
     done: torch.Tensor,
     terminated: torch.Tensor | None = None,
     rolling_gamma: bool | None = None,
-    *,
     time_dim: int = -2,
 ) -> torch.Tensor:
     """TD(1) advantage: :func:`td1_return_estimate` minus ``state_value``."""

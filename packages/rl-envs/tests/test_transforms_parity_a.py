@@ -168,6 +168,9 @@ class TestReward2Go:
         # TorchRL's public message, matched as a pattern by its users
         with pytest.raises(ValueError, match=Reward2GoTransform.ENV_ERR):
             TransformedEnv(PendulumEnv(), Reward2GoTransform())
+        # inside a Compose appended to an env, as TorchRL refuses it too
+        with pytest.raises(ValueError, match=Reward2GoTransform.ENV_ERR):
+            TransformedEnv(PendulumEnv()).append_transform(Compose(Reward2GoTransform()))
         no_end = TensorDict(
             {"next": {"done": torch.zeros(3, 1, dtype=torch.bool), "reward": torch.ones(3, 1)}},
             [3],

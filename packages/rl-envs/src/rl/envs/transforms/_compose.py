@@ -170,6 +170,8 @@ class Compose(Transform):
     def set_container(self, container) -> None:
         super().set_container(container)
         if "transforms" in self._modules:
+            for t in self.transforms:  # each member sees its new place, as in TorchRL (an
+                t.set_container(self)  # inverse-only transform refuses to end up in an env)
             self._invalidate_members()
 
     def reset_parent(self) -> None:

@@ -417,15 +417,14 @@ class TargetReturn(Transform):
         return next_tensordict
 
     def forward(self, tensordict):
-        """On a transition: ``("next", target_return)`` from the root target and reward."""
-        nxt = tensordict.get("next", None)
-        if nxt is None:
-            raise KeyError(
-                f"TargetReturn on data needs a 'next' entry; keys present: "
-                f"{sorted(map(str, tensordict.keys()))}"
-            )
-        self._step(tensordict, nxt)
-        return tensordict
+        """Refused, as in TorchRL: the target counts down only inside an env (from its reset).
+
+        Raises:
+            NotImplementedError: always (in a module or a replay buffer).
+        """
+        raise NotImplementedError(
+            f"class {type(self).__name__} cannot be executed without a parent environment."
+        )
 
     def transform_output_spec(self, output_spec):
         output_spec = output_spec.clone()

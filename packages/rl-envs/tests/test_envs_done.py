@@ -387,3 +387,41 @@ class TestSetTruncated:
             truncated_keys(["done", ("agents", "done")])
         with pytest.raises(RuntimeError, match=r"add_truncated_keys\(\) before passing it$"):
             truncated_keys(["done"], when="before passing it")
+
+
+class _BoolFlags(EnvBase):
+    """Writes done / terminated as Python bools (0-dim) while the spec says ``(1,)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_spec = Composite(observation=Unbounded((3,)))
+        self.action_spec = Categorical(2, (1,), dtype=torch.bool)
+        self.done_spec = Categorical(2, (1,), dtype=torch.bool)
+        self.full_done_spec["truncated"] = self.full_done_spec["terminated"].clone()
+        self.reward_spec = Unbounded((1,))
+        self.t = 0
+
+    def _reset(self, td):
+        self.t = 0
+        return self.observation_spec.zero()
+
+    def _step(self, td):
+        self.t += 1
+        end = self.t == 3
+        return TensorDict(
+            {"observation": torch.zeros(3), "done": end, "terminated": end, "reward": torch.ones(1)}
+        )
+
+    def _set_seed(self, seed):
+        pass
+
+
+class TestFlagShapes:
+    def test_flags_reshaped_to_the_spec(self):
+        # TorchRL's _complete_done reshapes the flags a _step gives to the spec's shape
+        rollout = _BoolFlags().rollout(5)
+        assert rollout.shape == (3,)
+        for key in ("done", "terminated", "truncated"):
+            assert rollout["next", key].shape == (3, 1)
+        assert rollout["next", "done"].squeeze(-1).tolist() == [False, False, True]
+        assert rollout["next", "truncated"].sum() == 0

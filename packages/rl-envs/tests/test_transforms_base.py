@@ -105,8 +105,28 @@ class TestTransformList:
             env.insert_transform(5, RewardSum())
 
     def test_non_transform_rejected(self):
-        with pytest.raises(TypeError, match="Compose expects Transform instances"):
-            Compose(StepCounter(), nn.Linear(2, 2))
+        with pytest.raises(TypeError, match="Compose expects a Transform or a callable, got int"):
+            Compose(StepCounter(), 3)
+        with pytest.raises(TypeError, match="unexpected keyword arguments"):
+            Compose(StepCounter(), foo=1)
+
+    def test_callables_are_wrapped(self):
+        # TorchRL: a plain callable on tensordicts is accepted wherever a transform is
+        def add_y(data):
+            if "y" in data.keys():
+                data["y"] += 1
+                return data
+            return data.set("y", torch.zeros(data.shape))
+
+        env = TransformedEnv(PendulumEnv(), add_y)
+        env.append_transform(add_y)
+        env.insert_transform(0, add_y)
+        env.transform.append(add_y)
+        assert env.reset()["y"] == 3
+        env.transform = add_y
+        assert env.reset()["y"] == 0
+        t = Compose(transforms=[StepCounter(), add_y])
+        assert len(t) == 2 and isinstance(t[1], Transform)
         with pytest.raises(TypeError, match="expects an EnvBase"):
             TransformedEnv(object(), StepCounter())
 
@@ -241,3 +261,31 @@ class TestModuleBehaviour:
             _ = env._not_there
         env.close()
         assert env.base_env.is_closed
+
+
+class TestLeafSpecs:
+    """A leaf spec given to ``transform_*_spec`` is mapped as the in_key's (TorchRL)."""
+
+    def test_reward_scaling_leaf(self):
+        from rl.core import Unbounded
+        from rl.envs.transforms import RewardScaling
+
+        t = RewardScaling(loc=1.0, scale=2.0, in_keys=["reward"])
+        out = t.transform_reward_spec(Unbounded((1,)))
+        assert isinstance(out, Unbounded) and out.shape == (1,)
+
+    def test_double_to_float_leaf(self):
+        from rl.core import Unbounded
+
+        t = DoubleToFloat(in_keys=["observation"])
+        out = t.transform_observation_spec(Unbounded((3,), dtype=torch.float64))
+        assert out.dtype == torch.float32 and out.shape == (3,)
+
+    def test_cat_tensors_leaf(self):
+        from rl.core import Bounded
+        from rl.envs.transforms import CatTensors
+
+        spec = Bounded(0, 1, (1, 4, 32))
+        assert CatTensors(["a"], "b", dim=-2).transform_observation_spec(spec) is spec
+        with pytest.raises(ValueError, match="cannot infer the output spec of 2 in_keys"):
+            CatTensors(["a", "c"], "b", dim=-2).transform_observation_spec(spec)

@@ -40,7 +40,11 @@ def _pendulum(*transforms):
 
 
 CONSTRUCTION = [
-    (lambda: Compose().insert(0, "x"), TypeError, "Compose.insert expects a Transform, got str"),
+    (
+        lambda: Compose().insert(0, "x"),
+        TypeError,
+        "Compose.insert expects a Transform or a callable, got str",
+    ),
     (
         lambda: Compose(StepCounter()).pop(3),
         IndexError,
@@ -52,9 +56,9 @@ CONSTRUCTION = [
         r"unexpected arguments \['cache'\]",
     ),
     (
-        lambda: TransformedEnv(PendulumEnv(), torch.nn.Linear(1, 1)),
+        lambda: TransformedEnv(PendulumEnv(), 3),
         TypeError,
-        "expects a Transform as transform, got Linear",
+        "TransformedEnv expects a Transform or a callable, got int",
     ),
     (
         lambda: Transform(in_keys_inv=["a"], out_keys_inv=["b", "c"]),

@@ -5,9 +5,15 @@ and checkpoints."""
 from tensordict.utils import NestedKey
 
 from ._action_chunk import ACTION_CHUNK_KEY, ACTION_IS_PAD_KEY, VLA_ACTION_KEY
+from ._action_tokenizers import (
+    ActionTokenizerBase,
+    UniformActionTokenizer,
+    VocabTailActionTokenizer,
+)
 from ._exploration import ExplorationType, exploration_type, set_exploration_type
 from ._n_step_return import n_step_return
 from ._object_state import load_object_state, object_state
+from ._robot_metadata import RobotDatasetMetadata
 from ._seed import seed_everything
 from ._service_backend import (
     current_service_backend,
@@ -17,6 +23,7 @@ from ._service_backend import (
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
 from ._specs import __all__ as _spec_names
 from ._tensor_policy import TensorPolicy, tensor_policy
+from ._vla_schema import ACTION_TOKENS_KEY, validate_vla_tensordict
 from .loggers import *  # noqa: F403  (CSV, TensorBoard, W&B and MLflow loggers)
 from .loggers import __all__ as _logger_names
 from .trainers import *  # noqa: F403  (the trainer and its hooks)
@@ -30,7 +37,13 @@ __all__ = [
     *_logger_names,
     "ACTION_CHUNK_KEY",
     "ACTION_IS_PAD_KEY",
+    "ACTION_TOKENS_KEY",
     "VLA_ACTION_KEY",
+    "ActionTokenizerBase",
+    "RobotDatasetMetadata",
+    "UniformActionTokenizer",
+    "VocabTailActionTokenizer",
+    "validate_vla_tensordict",
     "ExplorationType",
     "NestedKey",
     "TensorPolicy",

@@ -68,10 +68,22 @@ from rl.data.replay_buffers import (
     prefill_replay_buffer,
     traj,
 )
+from rl.data.vla import (
+    ActionTokenizerBase,
+    RobotDatasetMetadata,
+    UniformActionTokenizer,
+    VocabTailActionTokenizer,
+    validate_vla_tensordict,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActionTokenizerBase",
+    "RobotDatasetMetadata",
+    "UniformActionTokenizer",
+    "VocabTailActionTokenizer",
+    "validate_vla_tensordict",
     "BinaryToDecimal",
     "HashToInt",
     "QueryModule",

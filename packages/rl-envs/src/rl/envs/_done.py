@@ -87,6 +87,13 @@ def complete_done(spec: Composite, td: TensorDictBase, nb: int) -> None:
         path = (key,) if isinstance(key, str) else tuple(key)
         groups.setdefault(path[:-1], []).append(path[-1])
     extra = td.batch_size[: td.batch_dims - nb]  # leading dims of envs not batch-locked
+    for key in declared:
+        # a flag given in another shape (a Python bool for a (1,) flag): reshaped to the
+        # spec's, as TorchRL's ``_complete_done``
+        if key in present:
+            value, shape = td.get(key), (*extra, *spec[key].shape)
+            if value.shape != shape:
+                td.set(key, value.reshape(shape))
     for group, names in groups.items():
 
         def given(name: str, group=group) -> torch.Tensor | None:

@@ -12,6 +12,7 @@ from ._action import (
     DiscreteActionProjection,
     FlattenAction,
 )
+from ._action_tokens import ActionTokenizerTransform
 from ._auto_reset import AutoResetEnv, AutoResetTransform
 from ._base import Transform
 from ._belief import MeanActionSelector
@@ -82,6 +83,7 @@ from ._tensor import (
 
 __all__ = [
     "ActionChunkTransform",
+    "ActionTokenizerTransform",
     "MeanActionSelector",
     "gSDENoise",
     "AutoResetEnv",

@@ -386,6 +386,10 @@ class Transform(nn.Module):
         return spec
 
     def _map_leaves(self, composite):
+        if not hasattr(composite, "keys"):
+            # a leaf spec given alone (TorchRL's ``_apply_to_composite``): it is the
+            # spec of the in_key, mapped as such
+            return self._leaf_spec(composite, self._io_pairs[0][0] if self._io_pairs else None)
         present = set(composite.keys(include_nested=True, leaves_only=True))
         for in_key, out_key in self._io_pairs:
             if in_key in present:
@@ -393,6 +397,9 @@ class Transform(nn.Module):
         return composite
 
     def _map_leaves_inv(self, composite):
+        if not hasattr(composite, "keys"):
+            pairs = self._io_pairs_inv
+            return self._leaf_spec_inv(composite, pairs[0][0] if pairs else None)
         present = set(composite.keys(include_nested=True, leaves_only=True))
         for in_key, out_key in self._io_pairs_inv:
             if in_key in present:

@@ -11,11 +11,27 @@ from ._base import Transform
 __all__ = ["Compose"]
 
 
+def as_transform(transform, where: str) -> Transform:
+    """``transform`` itself, or a plain callable on tensordicts wrapped as a transform."""
+    if isinstance(transform, Transform):
+        return transform
+    if callable(transform):
+        from .._callable_transform import CallableTransform
+
+        return CallableTransform(transform)
+    raise TypeError(
+        f"{where} expects a Transform or a callable, got {type(transform).__name__}: {transform!r}"
+    )
+
+
 class Compose(Transform):
     """A list of transforms applied in order (inverse transforms in reverse order).
 
     Args:
-        *transforms: the transforms, in application order.
+        *transforms: the transforms, in application order (or one list of them). A plain
+            callable on tensordicts is wrapped in a transform that calls it at each
+            step and reset, as TorchRL does.
+        transforms: the list of transforms, as a keyword (TorchRL's third spelling).
 
     Examples:
         >>> import torch
@@ -26,15 +42,15 @@ class Compose(Transform):
         tensor([3., 3.])
     """
 
-    def __init__(self, *transforms: Transform):
+    def __init__(self, *transforms: Transform, **kwargs):
         super().__init__()
-        if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
+        if not transforms and "transforms" in kwargs:
+            transforms = tuple(kwargs.pop("transforms"))
+        elif len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
             transforms = tuple(transforms[0])
-        for t in transforms:
-            if not isinstance(t, Transform):
-                raise TypeError(
-                    f"Compose expects Transform instances, got {type(t).__name__}: {t!r}"
-                )
+        if kwargs:
+            raise TypeError(f"Compose got unexpected keyword arguments {sorted(kwargs)}")
+        transforms = [as_transform(t, "Compose") for t in transforms]
         self.transforms = nn.ModuleList()
         for t in transforms:
             t.set_container(self)
@@ -136,10 +152,7 @@ class Compose(Transform):
 
     def insert(self, index: int, transform: Transform) -> None:
         """Inserts a transform before position ``index`` (negative indices allowed)."""
-        if not isinstance(transform, Transform):
-            raise TypeError(
-                f"Compose.insert expects a Transform, got {type(transform).__name__}: {transform!r}"
-            )
+        transform = as_transform(transform, "Compose.insert")
         n = len(self.transforms)
         if not -n <= index <= n:
             raise IndexError(f"insert index {index} out of range for a Compose of {n} transforms")

@@ -12,7 +12,7 @@ from .._env_base import EnvBase, _state_entry
 from .._partial_step import check_step_mask, masked_merge, peek_step_mask
 from ..engine import EnvKernel, RolloutKernel
 from ._base import Transform
-from ._compose import Compose
+from ._compose import Compose, as_transform
 from ._kernel import TransformKernel
 from ._spec_utils import tget
 from ._utils import carry_preset
@@ -120,11 +120,8 @@ class TransformedEnv(EnvBase):
         )
         if transform is None:
             transform = Compose()
-        elif not isinstance(transform, Transform):
-            raise TypeError(
-                f"TransformedEnv expects a Transform as transform, got {type(transform).__name__}: {transform!r}"
-            )
-        elif not isinstance(transform, Compose):
+        transform = as_transform(transform, "TransformedEnv")
+        if not isinstance(transform, Compose):
             transform = Compose(transform)
         transform.set_container(self)
         self.__dict__["_transform"] = transform
@@ -137,8 +134,7 @@ class TransformedEnv(EnvBase):
 
     @transform.setter
     def transform(self, transform: Transform) -> None:
-        if not isinstance(transform, Transform):
-            raise TypeError(f"expected a Transform, got {type(transform).__name__}: {transform!r}")
+        transform = as_transform(transform, "TransformedEnv.transform")
         if not isinstance(transform, Compose):
             transform = Compose(transform)
         self._transform.reset_parent()
@@ -148,10 +144,6 @@ class TransformedEnv(EnvBase):
 
     def append_transform(self, transform: Transform) -> TransformedEnv:
         """Adds ``transform`` (or a callable on tensordicts) at the end of the list; returns the env."""
-        if not isinstance(transform, Transform) and callable(transform):
-            from .._callable_transform import CallableTransform
-
-            transform = CallableTransform(transform)
         self._transform.append(transform)
         return self
 

@@ -392,6 +392,14 @@ class CatTensors(Transform):
         return next_tensordict
 
     def transform_observation_spec(self, observation_spec):
+        if not hasattr(observation_spec, "keys"):
+            # a leaf spec given alone: the spec of the one in_key, unchanged (TorchRL)
+            if len(self.in_keys) > 1:
+                raise ValueError(
+                    f"CatTensors cannot infer the output spec of {len(self.in_keys)} in_keys "
+                    f"{self.in_keys} from one leaf spec; give a Composite holding them"
+                )
+            return observation_spec
         if self.__dict__.get("_lazy_in_keys"):
             items = [(k, observation_spec[k].shape) for k in leaf_keys(observation_spec)]
             self._find_in_keys(items, len(observation_spec.shape))

@@ -605,7 +605,8 @@ class LineariseRewards(Transform):
     def _leaf_spec(self, spec, in_key):
         if spec.domain != "continuous":
             raise NotImplementedError(
-                f"LineariseRewards cannot aggregate the discrete reward {in_key!r} ({spec})"
+                "Aggregation of rewards that take discrete values is not supported: "
+                f"LineariseRewards got the discrete reward {in_key!r} ({spec})"
             )
         *batch, num = spec.shape
         weights = (

@@ -4,7 +4,9 @@ reach it, a replay buffer here is extended, and no process is left behind."""
 
 from __future__ import annotations
 
+import functools
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +124,31 @@ class TestRayLLMCollector:
         with pytest.raises(RuntimeError, match="pass a RayReplayBuffer"):
             collector.start()
         collector.shutdown()
+
+    def test_ray_replay_buffer_written_by_the_actor(self, ray_local):
+        data = pytest.importorskip("rl.data")
+        tok = make_tokenizer()
+        rb = data.RayReplayBuffer(
+            replay_buffer_cls=data.ReplayBuffer,
+            storage=functools.partial(data.LazyStackStorage, 16),
+            remote_config={"num_cpus": 0},
+        )
+        collector = RayLLMCollector(
+            make_env,
+            policy=greedy_policy(make_model(tok, n_positions=128), tok),
+            dialog_turns_per_batch=4,
+            total_dialog_turns=12,
+            replay_buffer=rb,
+        )
+        assert collector.next() is None and len(rb) == 4  # written in the actor
+        collector.start()  # the rest, in the actor's background thread
+        deadline = time.monotonic() + 120
+        while collector.is_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        collector.async_shutdown()
+        assert len(rb) == 12 and collector.closed
+        assert sorted(rb[:12]["collector", "traj_ids"].tolist()) == list(range(12))
+        rb.shutdown()
 
     def test_errors(self, ray_local):
         tok = make_tokenizer()

@@ -153,15 +153,17 @@ class TestMultiprocessCollectors:
             batch = next(batches)
             assert torch.all(batch["action"] == -0.5)
             assert torch.all(batch["policy_version"] == 1)
-            # given weights (not the policy's) go through too; an asynchronous worker
-            # may be collecting a batch begun before the update: the one after it has them
+            # given weights (not the policy's) go through too; an asynchronous worker may
+            # be collecting batches begun before the update: a later batch has them
             collector.update_policy_weights_(bias_weights(0.75))
-            later = [next(batches)["action"] for _ in range(3)]
-            assert torch.all(later[-1] == 0.75)
+            later = [next(batches)["action"] for _ in range(4)]
+            assert any(torch.all(a == 0.75) for a in later)
             if scheme_cls is MultiProcessWeightSyncScheme or cls is MultiSyncCollector:
                 # copies are applied between batches: a batch has one set of weights (shared
                 # memory is read as it is written, so a batch in flight may mix them)
                 assert all(torch.all(a == 0.75) or torch.all(a == -0.5) for a in later)
+            if cls is MultiSyncCollector:
+                assert torch.all(later[0] == 0.75)
         finally:
             collector.shutdown()
         assert live_processes(pids) == []

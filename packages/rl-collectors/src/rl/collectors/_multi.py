@@ -261,7 +261,9 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
             )
         if cat_results is not None and cat_results != "stack" and not isinstance(cat_results, int):
             raise ValueError(f"cat_results must be 'stack' or an int dim, got {cat_results!r}")
-        if cat_results is not None and not self._sync:
+        if cat_results not in (None, "stack") and not self._sync:
+            # "stack" says nothing for batches handed over one worker at a time: TorchRL
+            # accepts it there
             raise ValueError("cat_results applies to MultiSyncCollector only")
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
@@ -582,6 +584,8 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         msg = self._receive(index, "collect")
         self._asked.pop(index, None)
         steps = self._pending.pop(index)
+        if msg[0] == "batch":  # dynamic-shape entries: the worker sent the batch itself
+            return msg[1]
         if msg[0] == "buffer":
             self._buffers[index] = msg[1]
         buf = self._buffers[index]
@@ -897,7 +901,10 @@ class MultiSyncCollector(MultiCollector):
             self._ask(index, self._steps_for(index, frames))
         pieces = [self._read_batch(index, copy=False) for index in range(n)]
         if self.cat_results == "stack":
-            return torch.stack(pieces, 0)
+            out = torch.stack(pieces, 0)
+            if out.names[-1] != "time":  # a lazy stack (dynamic shapes) drops the names
+                out.names = [None] * (out.batch_dims - 1) + ["time"]
+            return out
         return torch.cat(pieces, self.cat_results) if n > 1 else pieces[0].clone()
 
 

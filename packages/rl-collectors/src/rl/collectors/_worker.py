@@ -14,6 +14,7 @@ start of a batch when the version changed, so a batch runs with one set of weigh
 Commands (parent -> worker): ``("collect", steps)``, ``("seed", seed, static)``,
 ``("state_dict",)``, ``("load_state_dict", state)``, ``("close",)``. Answers:
 ``("started", batch_size)``, ``("ready", steps)``, ``("buffer", td, steps)``,
+``("batch", lazy_td, steps)`` (a lazily stacked batch of dynamic-shape entries),
 ``("result", value)``, ``("error", traceback, type name, message)``.
 """
 
@@ -28,7 +29,7 @@ import traceback
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from rl.core.workers import die_with_parent, ignore_interrupts
 from rl.envs import EnvBase
@@ -147,6 +148,11 @@ def worker_main(
                     ids.mul_(num_workers).add_(index)  # unique across workers
                 if collector.post_collect_hook is not None:  # on the ids the learner gets
                     collector.post_collect_hook(batch)
+                if isinstance(batch, LazyStackedTensorDict):
+                    # entries whose shape changes from step to step (dynamic specs): no
+                    # fixed shared buffer can hold them, the batch itself is sent
+                    conn.send(("batch", batch, steps))
+                    continue
                 structure = _structure(batch)
                 if shared is None or structure != layout or shared.batch_size[-1] < steps:
                     shared = batch.clone().share_memory_()

@@ -580,7 +580,9 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             policy = compatible_policy(self, policy)
         if policy is not None and auto_cast_to_device:
             policy = device_casting_policy(self, policy)
-        if is_lazy(tensordict):  # heterogeneous data: one tensordict per step, stacked
+        if is_lazy(tensordict) or self._has_dynamic_specs():
+            # heterogeneous data (lazy stacks, shapes that change from step to step): one
+            # tensordict per step, stacked
             return self._finish_rollout(
                 rollout_stacked(
                     self,
@@ -611,6 +613,18 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         into the rollout's preallocated buffers. The default, :class:`EnvKernel`, calls
         :meth:`_step` and :meth:`reset`; a simulator wrapper returns its own kernel."""
         return EnvKernel(self)
+
+    def _has_dynamic_specs(self) -> bool:
+        """Whether an observation or state entry has a dim of size ``-1`` (its shape
+        changes from step to step, e.g. ``Unbounded(shape=(3, -1, 2))``): such entries
+        are stacked lazily instead of written into preallocated buffers."""
+        for spec in (self.observation_spec, self.state_spec):
+            if spec is None:
+                continue
+            for leaf in spec.values(True, True):
+                if -1 in leaf.shape:
+                    return True
+        return False
 
     def _draws_actions_per_step(self) -> bool:
         """Whether random actions must be drawn at each step (an action spec that changes

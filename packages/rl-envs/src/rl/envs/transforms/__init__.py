@@ -40,6 +40,13 @@ from ._keys import (
     SelectTransform,
     Stack,
 )
+from ._macro import (
+    HumanoidMacroAction,
+    MacroAction,
+    MacroPrimitive,
+    MacroPrimitiveTransform,
+    TargetMacroAction,
+)
 from ._module import ModuleTransform
 from ._norm import ObservationNorm, RunningMeanStd, VecNorm, VecNormV2
 from ._nstep import MultiStepTransform
@@ -84,6 +91,11 @@ from ._tensor import (
 __all__ = [
     "ActionChunkTransform",
     "ActionTokenizerTransform",
+    "HumanoidMacroAction",
+    "MacroAction",
+    "MacroPrimitive",
+    "MacroPrimitiveTransform",
+    "TargetMacroAction",
     "MeanActionSelector",
     "gSDENoise",
     "AutoResetEnv",

@@ -47,6 +47,13 @@ from ._macro import (
     MacroPrimitiveTransform,
     TargetMacroAction,
 )
+from ._macro_ur import (
+    CartesianSolver,
+    RobotMacroAction,
+    RobotMacroActionMode,
+    URScriptPrimitive,
+    URScriptPrimitiveTransform,
+)
 from ._module import ModuleTransform
 from ._norm import ObservationNorm, RunningMeanStd, VecNorm, VecNormV2
 from ._nstep import MultiStepTransform
@@ -91,7 +98,12 @@ from ._tensor import (
 __all__ = [
     "ActionChunkTransform",
     "ActionTokenizerTransform",
+    "CartesianSolver",
     "HumanoidMacroAction",
+    "RobotMacroAction",
+    "RobotMacroActionMode",
+    "URScriptPrimitive",
+    "URScriptPrimitiveTransform",
     "MacroAction",
     "MacroPrimitive",
     "MacroPrimitiveTransform",

@@ -392,6 +392,17 @@ class MacroPrimitiveTransform(Transform):
             device=device,
         )
 
+    def _find_parent_env_with(self, attr: str) -> Any | None:
+        """The first env holding ``attr`` down the parent chain (``parent``, its
+        ``base_env``, ...), or ``None``."""
+        env, seen = self.parent, set()
+        while env is not None and id(env) not in seen:
+            seen.add(id(env))
+            if hasattr(env, attr):
+                return env
+            env = getattr(env, "base_env", None)
+        return None
+
     def _repr_args(self) -> str:
         return (
             f"macro_steps={self.macro_steps}, settle_steps={self.settle_steps}, "

@@ -47,6 +47,7 @@ from ._macro import (
     MacroPrimitiveTransform,
     TargetMacroAction,
 )
+from ._macro_satellite import SatelliteAttitudeTransform, SatelliteMacroAction
 from ._macro_ur import (
     CartesianSolver,
     RobotMacroAction,
@@ -102,6 +103,8 @@ __all__ = [
     "HumanoidMacroAction",
     "RobotMacroAction",
     "RobotMacroActionMode",
+    "SatelliteAttitudeTransform",
+    "SatelliteMacroAction",
     "URScriptPrimitive",
     "URScriptPrimitiveTransform",
     "MacroAction",

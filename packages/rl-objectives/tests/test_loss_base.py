@@ -208,6 +208,73 @@ class TestDeepCopy:
         torch.testing.assert_close(loss(td)["loss_qvalue"], before)
 
 
+def test_reset_parameters_after_an_in_place_change_of_an_ensemble():
+    actor = TensorDictModule(nn.Linear(3, 1), ["observation"], ["action"])
+
+    class Q(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 1)
+
+        def forward(self, obs, act):
+            return self.lin(torch.cat([obs, act], -1))
+
+    qvalue = TensorDictModule(Q(), ["observation", "action"], ["state_action_value"])
+    loss = TD3Loss(actor, qvalue, bounds=(-1.0, 1.0))
+    weight = ("module", "lin", "weight")
+    with torch.no_grad():  # the stacked parameters change in place (an optimizer step)
+        loss.qvalue_network_params[weight].add_(1000.0)
+        loss.target_qvalue_network_params[weight].add_(1000.0)
+    loss.reset_parameters_recursive()
+    online = loss.qvalue_network_params[weight]
+    assert online.abs().max() < 10  # re-initialised (nn.Linear's uniform bound is 0.5)
+    assert not torch.equal(online[0], online[1])  # each member drawn on its own
+    torch.testing.assert_close(loss.target_qvalue_network_params[weight], online.detach())
+
+
+class TestSchedulableBuffers:
+    def _ppo(self):
+        from rl.objectives import ClipPPOLoss
+
+        from .test_loss_ppo import const_actor, const_critic
+
+        return ClipPPOLoss(const_actor(), const_critic())
+
+    def test_number_is_copied_into_the_buffer(self):
+        loss = self._ppo()
+        buffer = loss.entropy_coeff
+        loss.entropy_coeff = 0.003
+        loss.clip_epsilon = 0  # an int, from a scheduler
+        assert loss.entropy_coeff is buffer  # the same tensor: optimisers/compiled graphs keep it
+        torch.testing.assert_close(loss.entropy_coeff, torch.tensor(0.003))
+        assert loss.clip_epsilon.dtype == torch.float32 and float(loss.clip_epsilon) == 0.0
+        assert float(loss.state_dict()["entropy_coeff"]) == pytest.approx(0.003)
+        # a tensor replaces the buffer, as nn.Module does; other names are plain attributes
+        loss.entropy_coeff = torch.tensor(0.5)
+        assert "entropy_coeff" in loss._buffers and float(loss.entropy_coeff) == 0.5
+        loss.some_number = 0.3
+        assert loss.some_number == 0.3 and "some_number" not in loss._buffers
+
+    def test_names_merge_along_the_bases(self):
+        from rl.objectives import ClipPPOLoss, SACLoss
+
+        assert {"entropy_coeff", "critic_coeff", "clip_value", "clip_epsilon"} <= (
+            ClipPPOLoss._all_schedulable_buffers
+        )
+        assert "log_alpha" in SACLoss._all_schedulable_buffers
+
+    def test_sac_log_alpha(self):
+        from rl.objectives import SACLoss
+
+        from .test_loss_sac import _critic, _det_actor
+
+        fixed = SACLoss(_det_actor(), _critic(), fixed_alpha=True)
+        fixed.log_alpha = 0.5
+        assert "log_alpha" in fixed._buffers and float(fixed.log_alpha) == 0.5
+        learned = SACLoss(_det_actor(), _critic())
+        assert isinstance(learned.log_alpha, nn.Parameter)
+
+
 def test_reduction_none_means_mean():
     assert _dqn().reduction == "mean"
     actor = QValueActor(

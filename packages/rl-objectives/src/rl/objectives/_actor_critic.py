@@ -172,6 +172,10 @@ class _ActorCriticLoss(LossModule):
     arguments are those of :class:`~rl.objectives.PPOLoss`.
     """
 
+    _schedulable_buffers = frozenset(
+        {"clip_value", "critic_coeff", "entropy_coeff", "max_importance_ratio"}
+    )
+
     default_value_estimator = "GAE"
     _next_state_optional = True  # only the value estimator reads it, without an advantage
     _reads_sample_log_prob = True  # the behaviour policy's log-probability (PPO's ratio)

@@ -245,11 +245,32 @@ class LossModule(TensorDictModuleBase):
         "silence this warning."
     )
 
+    #: buffers a plain number may be assigned to (``loss.entropy_coeff = 0.003``): the number
+    #: is copied into the buffer, which keeps its device and dtype (for schedulers); each
+    #: class names its own, :attr:`_all_schedulable_buffers` merges those of its bases
+    _schedulable_buffers: frozenset[str] = frozenset()
+    _all_schedulable_buffers: frozenset[str] = frozenset()
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         fwd = cls.__dict__.get("forward")
         if fwd is not None and not getattr(fwd, "_rl_wrapped", False):
             cls.forward = _wrap_forward(fwd)
+        cls._all_schedulable_buffers = frozenset().union(
+            *(getattr(base, "_schedulable_buffers", frozenset()) for base in cls.__mro__)
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            isinstance(value, (int, float))
+            and name in type(self)._all_schedulable_buffers
+            and self.__dict__.get("_buffers", {}).get(name) is not None
+        ):
+            buffer = self._buffers[name]
+            with torch.no_grad():
+                buffer.copy_(torch.as_tensor(value, dtype=buffer.dtype, device=buffer.device))
+            return
+        super().__setattr__(name, value)
 
     def __init__(self) -> None:
         super().__init__()
@@ -936,7 +957,11 @@ class LossModule(TensorDictModuleBase):
                 _reinit(self.__dict__[name])
             else:
                 params = self._modules[name + "_params"]
-                scratch = copy.deepcopy(self.__dict__[name])
+                # a member bound to fresh detached views: views of the stacked parameters
+                # taken before an in-place change of them can no longer be copied
+                detached = info["detached"]
+                detached.bind(info["stacked_detached"])
+                scratch = copy.deepcopy(detached.copies[0])
                 for i in range(info["expand_dim"]):
                     _reinit(scratch)
                     with torch.no_grad():

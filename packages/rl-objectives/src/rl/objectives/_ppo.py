@@ -263,6 +263,8 @@ class ClipPPOLoss(PPOLoss):
         (0.0, 1.0)
     """
 
+    _schedulable_buffers = frozenset({"clip_epsilon", "clip_epsilon_high", "clip_epsilon_low"})
+
     def __init__(
         self,
         actor_network: ProbabilisticTensorDictSequential | None = None,
@@ -394,6 +396,8 @@ class KLPENPPOLoss(PPOLoss):
         samples_mc_kl (int): draws of the Monte-Carlo KL when no closed form exists.
         the others: see :class:`PPOLoss`.
     """
+
+    _schedulable_buffers = frozenset({"beta"})
 
     def __init__(
         self,

@@ -57,6 +57,8 @@ class ReinforceLoss(LossModule):
         ['loss_actor', 'loss_value']
     """
 
+    _schedulable_buffers = frozenset({"clip_value"})
+
     _algorithm_name = "Reinforce"  # how clip_value errors name the loss, as TorchRL's
 
     @dataclass

@@ -32,6 +32,8 @@ class _EntropyTemperature:
     size it from the first batch with :meth:`_size_target_entropy`.
     """
 
+    _schedulable_buffers = frozenset({"alpha_init", "log_alpha", "max_log_alpha", "min_log_alpha"})
+
     #: ``True``: the clamp to ``[min_alpha, max_alpha]`` writes ``log_alpha`` back
     #: (SAC, CQL, ...). ``False``: only the value read is clamped and ``log_alpha`` stays
     #: where the optimizer put it (REDQ, as TorchRL).

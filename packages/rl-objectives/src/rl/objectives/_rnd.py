@@ -176,19 +176,19 @@ class RNDLoss(LossModule):
             target = self.target_network(obs)
         loss = (self.predictor_network(obs) - target).pow(2).mean(-1)
 
+        # one mask of the samples that enter the loss: the update fraction's draw and
+        # the validity masks; the others are set to 0 in place (``"none"``) and left
+        # out of the reduction
         keep = None
         if self.update_fraction < 1.0:
             keep = torch.rand(loss.shape, device=loss.device) < self.update_fraction
-            loss = torch.where(keep, loss, torch.zeros_like(loss))
-            if self.reduction == "none":
-                keep = None  # the dropped samples stay in place, as zeros
         for key in _MASK_KEYS:
             valid = tensordict.get(key, None)
             if valid is not None:
                 valid = _expand_mask(valid, loss, key)
                 keep = valid if keep is None else keep & valid
         if keep is not None:
-            loss = torch.where(keep, loss, torch.zeros_like(loss))
+            loss = torch.where(keep, loss, 0.0)
             if self.reduction == "mean":
                 loss = loss.sum() / keep.sum().clamp_min(1)
             elif self.reduction == "sum":

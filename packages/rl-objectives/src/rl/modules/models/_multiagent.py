@@ -150,8 +150,13 @@ class MultiAgentNetBase(nn.Module):
                 randomness=self.vmap_randomness,
             )(self.params, inputs)
         else:
-            with self.params.to_module(net, preserve_module_state=False):
-                output = net(inputs)
+            if not self.use_td_params:
+                output = net(inputs)  # the template holds the parameters itself
+            elif self.initialized and not torch.compiler.is_compiling():
+                output = _call_bound(net, self.params, inputs)
+            else:  # lazy layers take their shapes in place; compile traces to_module
+                with self.params.to_module(net, preserve_module_state=False):
+                    output = net(inputs)
             if self.centralized:
                 output = output.unsqueeze(agent_dim)
                 shape = list(output.shape)
@@ -241,6 +246,32 @@ class MultiAgentNetBase(nn.Module):
         )
         body = ",\n".join([net, *(textwrap.indent(x, "    ") for x in settings)])
         return f"{type(self).__name__}(\n{body})"
+
+
+def _call_bound(net: nn.Module, params: TensorDict, inputs: torch.Tensor) -> torch.Tensor:
+    """``net(inputs)`` with ``params`` in the template's weight slots for the call.
+
+    Where the template's weights are plain attributes (meta tensors), the shared
+    parameters are put in them and the meta tensors back after the call by a few
+    attribute writes: what ``params.to_module`` does, without its generic swap machinery
+    (a per-call cost the update of a multi-agent loss pays once per network). Any other
+    layout (e.g. a lazy layer materialized in place) goes through ``to_module``."""
+    slots = []
+    for key, value in params.items(True, True):
+        owner = net.get_submodule(".".join(key[:-1]))
+        if key[-1] not in owner.__dict__:
+            with params.to_module(net, preserve_module_state=False):
+                return net(inputs)
+        slots.append((owner, key[-1], value))
+    bound = []
+    try:
+        for owner, name, value in slots:
+            bound.append((owner, name, owner.__dict__[name]))
+            owner.__dict__[name] = value
+        return net(inputs)
+    finally:
+        for owner, name, meta in reversed(bound):
+            owner.__dict__[name] = meta
 
 
 def _exportable_vmap(module: nn.Module, in_dims, out_dims, randomness: str, chunk_size):

@@ -332,6 +332,18 @@ class TestSkipDoneStates:
         # targets are the rewards: Q_1 = 1.4, Q_2 = 1.2 against 1
         torch.testing.assert_close(out["loss_qvalue"], torch.tensor(0.1))
 
+    def test_truncated_states_are_skipped_too(self):
+        # done without terminated (a time limit): skipped as TorchRL does, the next value
+        # taken as 0, so a garbage next observation there never reaches the networks
+        td = _terminal_data()
+        td["next", "terminated"][1] = False
+        td["next", "observation"][1] = float("nan")
+        loss, _ = _sac(skip_done_states=True)
+        out = loss(td)
+        assert all(v.isfinite().all() for v in out.values())
+        # transition 1's target is its reward alone: Q_1 = 1.4, Q_2 = 1.2 against 1
+        torch.testing.assert_close(out["loss_qvalue"], torch.tensor((4.7 + 0.1) / 2))
+
     def test_discrete_sac(self):
         loss = TestDiscreteSACLoss()._loss()
         loss.skip_done_states = True
@@ -520,3 +532,11 @@ class TestMultiAgentCritic:
         assert all(p.grad.abs().sum() > 0 for p in actor.parameters())
         # the user's critic is left as it was (the loss trains its own stacked copies)
         assert all(p.grad is None for p in critic.parameters())
+
+
+def test_composite_log_prob_is_summed_over_heads():
+    from rl.objectives._actions import _sum_action_dims
+
+    action = TensorDict(a=torch.zeros(4, 2), b=torch.zeros(4, 3), batch_size=[4])
+    log_prob = TensorDict(a_log_prob=torch.ones(4), b_log_prob=torch.full((4, 3), 2.0))
+    torch.testing.assert_close(_sum_action_dims(log_prob, action), torch.full((4,), 7.0))

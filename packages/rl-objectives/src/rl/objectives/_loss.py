@@ -561,18 +561,22 @@ class LossModule(TensorDictModuleBase):
 
         ``fn`` maps a ``"next"`` TensorDict of batch ``[*b]`` to a tensor ``[*b, *F]``.
         Without ``self.skip_done_states`` it runs on the whole ``"next"`` entry. With it,
-        it runs only where ``("next", terminated)`` (``done`` when absent) is false and the
-        result ``[*B, *F]`` holds zeros at terminal states: their observation never
-        reaches the networks (it may be garbage, e.g. NaN), and the target multiplies
-        their value by ``1 - terminated`` anyway, so the losses are unchanged.
+        it runs only where ``("next", done)`` (and ``terminated``) is false, as TorchRL's, and the result
+        ``[*B, *F]`` holds zeros at done states: their observation never reaches the
+        networks (it may be garbage, e.g. NaN). At a terminated state the target multiplies
+        the value by ``1 - terminated`` anyway; at a truncated one the next value is taken
+        as 0 (TorchRL's choice), so leave ``skip_done_states`` off when truncated next
+        observations are valid and must be bootstrapped from.
         """
         next_td = tensordict.get("next")
         if not getattr(self, "skip_done_states", False):
             return fn(next_td)
+        done = next_td.get(self.tensor_keys.done, None)
         terminated = next_td.get(self.tensor_keys.terminated, None)
-        if terminated is None:
-            terminated = self._get(tensordict, "done", "next")
-        live = ~terminated.bool().reshape(next_td.batch_size)
+        if done is None and terminated is None:
+            done = self._get(tensordict, "done", "next")  # the missing-key error
+        ended = [x.bool().reshape(next_td.batch_size) for x in (done, terminated) if x is not None]
+        live = ~(ended[0] | ended[1]) if len(ended) == 2 else ~ended[0]
         if live.all():
             return fn(next_td)
         value = fn(next_td[live])

@@ -223,3 +223,19 @@ class TestMultiprocessCollectors:
                 weight_updater=VanillaWeightUpdater.from_policy(policy),
                 weight_sync_schemes={"policy": NoWeightSyncScheme()},
             )  # fmt: skip
+
+    def test_shared_buffers_are_the_policy_tensors_on_its_device(self):
+        # as TorchRL: on the policy's device the workers read the policy's own tensors
+        policy = constant_policy(0.0)
+        collector = MultiSyncCollector(
+            [PendulumEnv, PendulumEnv], policy, frames_per_batch=20,
+            weight_sync_schemes={"policy": SharedMemWeightSyncScheme()},
+        )  # fmt: skip
+        try:
+            assert policy.module.bias.is_shared()
+            with torch.no_grad():
+                policy.module.bias.add_(2.0)
+            state = collector.state_dict()
+            assert state["worker1"]["policy_state_dict"]["module.bias"].item() == 2.0
+        finally:
+            collector.shutdown()

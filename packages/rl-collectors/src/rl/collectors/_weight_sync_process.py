@@ -262,9 +262,12 @@ class MPTransport:
 class SharedMemWeightSyncScheme(WeightSyncScheme):
     """Weights in shared memory that the workers' models are made of.
 
-    The sender keeps one shared copy per device its workers' policies use (one per worker
-    with ``per_worker_weights=True``, e.g. distinct ``policy_factory`` per worker) and
-    hands it to each worker at :meth:`connect`; the worker's model then *is* that copy.
+    The sender keeps one shared buffer per device its workers' policies use (one per
+    worker with ``per_worker_weights=True``, e.g. distinct ``policy_factory`` per worker)
+    and hands it to each worker at :meth:`connect`; the worker's model then *is* that
+    buffer. On the policy's own device the buffer is the policy's tensors, moved to shared
+    memory (as TorchRL): in-place changes to the policy reach the workers even before
+    :meth:`send`.
     :meth:`send` writes new values into it (a ``{worker_idx: weights}`` dict writes each
     worker's own copy) and tells the workers, whose collectors refresh their policy and
     bump their policy version; with ``sync=True`` (default) it returns once every worker
@@ -429,7 +432,12 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
                 out[worker_idx] = _shared_copy(source, device)
             else:
                 if device not in by_device:
-                    by_device[device] = _shared_copy(source, device)
+                    if device is None or _device_of(source) in (None, device):
+                        # as TorchRL: on the model's own device the buffer is the model's
+                        # tensors, moved to shared memory (in-place changes reach the workers)
+                        by_device[device] = _share_in_place(source)
+                    else:
+                        by_device[device] = _shared_copy(source, device)
                 out[worker_idx] = by_device[device]
         return out
 
@@ -642,6 +650,18 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
         state["_is_shutdown"] = False
         state["_receiver_shared_weights"] = None
         return state
+
+
+def _device_of(weights: TensorDictBase) -> torch.device | None:
+    devices = {t.device for t in weights.values(True, True)}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _share_in_place(weights: TensorDictBase) -> TensorDictBase:
+    """``weights`` themselves, their CPU storages moved to shared memory."""
+    if _device_of(weights) in (None, torch.device("cpu")) and not weights.is_shared():
+        weights.share_memory_()
+    return weights
 
 
 def _shared_copy(weights: TensorDictBase, device: torch.device | None) -> TensorDictBase:

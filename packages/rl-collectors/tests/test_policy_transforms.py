@@ -61,27 +61,23 @@ class TestAutoRegister:
         finally:
             collector.shutdown()
 
-    def test_default_warns_and_leaves_the_env(self):
+    def test_default_warns_then_refuses_the_bare_env(self):
+        # as TorchRL: the FutureWarning, then a KeyError naming what the policy reads
         env = PendulumEnv()
         with pytest.warns(FutureWarning, match="auto_register_policy_transforms"):
-            collector = Collector(env, recurrent_policy(), frames_per_batch=4, total_frames=4)
-        try:
-            assert collector.env is env
-        finally:
-            collector.shutdown()
+            with pytest.raises(KeyError, match=r"\['is_init', 'recurrent_state'\]"):
+                Collector(env, recurrent_policy(), frames_per_batch=4, total_frames=4)
 
-    def test_false_is_silent(self):
+    def test_false_is_silent_and_does_not_wrap(self):
         env = PendulumEnv()
         with warnings.catch_warnings():
             warnings.simplefilter("error", FutureWarning)
-            collector = Collector(
-                env, recurrent_policy(), frames_per_batch=4, total_frames=4,
-                auto_register_policy_transforms=False,
-            )  # fmt: skip
-        try:
-            assert collector.env is env
-        finally:
-            collector.shutdown()
+            with pytest.raises(KeyError, match="is_init.*auto_register_policy_transforms=True"):
+                Collector(
+                    env, recurrent_policy(), frames_per_batch=4, total_frames=4,
+                    auto_register_policy_transforms=False,
+                )  # fmt: skip
+        assert not isinstance(env, TransformedEnv)
 
     def test_plain_policy_needs_nothing(self):
         env = PendulumEnv()

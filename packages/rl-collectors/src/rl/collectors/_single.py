@@ -11,7 +11,7 @@ from tensordict import NonTensorData, TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType, set_exploration_type, tensor_policy
-from rl.envs import EnvBase, mark_truncated, truncated_keys
+from rl.envs import EnvBase, InitTracker, mark_truncated, truncated_keys
 
 from ._base import CollectorBase
 from ._common import (
@@ -302,17 +302,38 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         flag = self._auto_register_policy_transforms
         if flag:
             return append_policy_transforms(env, policy)
-        if flag is None:
-            missing = missing_policy_transforms(env, policy)
-            if missing:
-                names = ", ".join(type(t).__name__ for t in missing)
-                warnings.warn(
-                    f"The env passed to {type(self).__name__} is missing transforms required "
-                    f"by the policy ({names}). TorchRL 0.15 appends them automatically; pass "
-                    "auto_register_policy_transforms=True to append them now (and silence "
-                    "this warning), or auto_register_policy_transforms=False to opt out.",
-                    FutureWarning,
-                    stacklevel=4,
+        missing = missing_policy_transforms(env, policy)
+        if missing and flag is None:
+            names = ", ".join(type(t).__name__ for t in missing)
+            warnings.warn(
+                f"The env passed to {type(self).__name__} is missing transforms required "
+                f"by the policy ({names}). TorchRL 0.15 appends them automatically; pass "
+                "auto_register_policy_transforms=True to append them now (and silence "
+                "this warning), or auto_register_policy_transforms=False to opt out.",
+                FutureWarning,
+                stacklevel=4,
+            )
+        if missing:
+            # the policy cannot act on this env: say so now, as TorchRL (whose first policy
+            # call at construction raises), rather than at the first batch
+            # (only a policy reading the missing init flag: a recurrent module, which cannot
+            # run without it; e.g. a consistent-dropout mask is drawn when absent)
+            written, init = set(), set()
+            for transform in missing:
+                keys = getattr(transform, "init_keys", None) or list(
+                    getattr(transform, "primers", {}).keys()
+                )
+                keys = {k if isinstance(k, str) else tuple(k) for k in keys}
+                written |= keys
+                if isinstance(transform, InitTracker):
+                    init |= keys
+            reads = {k if isinstance(k, str) else tuple(k) for k in getattr(policy, "in_keys", ())}
+            lacking = sorted(reads & written, key=str)
+            if reads & init:
+                raise KeyError(
+                    f"the policy reads {lacking}, which the env does not provide (its "
+                    "specs lack them): pass auto_register_policy_transforms=True to append "
+                    "the InitTracker / TensorDictPrimer transforms the policy needs"
                 )
         return env
 

@@ -12,7 +12,7 @@ from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._imagined import ImaginedEnv
 from ._model_based import ModelBasedEnvBase
-from ._native import CartPoleEnv, PendulumEnv, TicTacToeEnv
+from ._native import CartPoleEnv, PendulumEnv, TicTacToeEnv, ToyVLAEnv
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
 from ._td_utils import (
@@ -81,6 +81,7 @@ __all__ = [
     "DreamerEnv",
     "ParallelEnv",
     "PendulumEnv",
+    "ToyVLAEnv",
     "RandomPolicy",
     "SerialEnv",
     "TicTacToeEnv",

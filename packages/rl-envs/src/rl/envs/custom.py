@@ -4,6 +4,6 @@ The classes live in ``rl.envs`` (``rl.envs.TicTacToeEnv``); this module lets cod
 imports them from ``torchrl.envs.custom`` carry over.
 """
 
-from ._native import PendulumEnv, TicTacToeEnv
+from ._native import PendulumEnv, TicTacToeEnv, ToyVLAEnv
 
-__all__ = ["PendulumEnv", "TicTacToeEnv"]
+__all__ = ["PendulumEnv", "TicTacToeEnv", "ToyVLAEnv"]

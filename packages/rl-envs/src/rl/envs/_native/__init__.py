@@ -3,5 +3,6 @@
 from ._cartpole import CartPoleEnv
 from ._pendulum import PendulumEnv
 from ._tictactoe import TicTacToeEnv
+from ._toy_vla import ToyVLAEnv
 
-__all__ = ["CartPoleEnv", "PendulumEnv", "TicTacToeEnv"]
+__all__ = ["CartPoleEnv", "PendulumEnv", "TicTacToeEnv", "ToyVLAEnv"]

@@ -4,6 +4,7 @@ updates are computed by hand."""
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
@@ -303,3 +304,120 @@ class TestGRPOTrainer:
             GRPOTrainer(**kwargs, optimizer=opt, gradient_accumulation_steps=1.5)
         with pytest.raises(TypeError, match="weight_sync_sender must have an update_weights"):
             GRPOTrainer(**kwargs, optimizer=opt, weight_sync_sender=object())
+
+
+class OneToken(torch.nn.Module):
+    """The one-token policy as a module, so that its logits are in the checkpoints."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.zeros(n))
+
+    def forward(self, td):
+        return make_loss(self.logits)(td)
+
+
+class TestGRPOTrainerSafety:
+    """Non-finite losses never reach the weights; checkpoints resume mid-accumulation."""
+
+    def test_a_non_finite_loss_drops_its_accumulation_cycle(self):
+        logits = torch.nn.Parameter(torch.zeros(3))
+        nan = float("nan")
+        batches = [
+            answers([0, 1], [1.0, 0.0]),  # accumulated, then dropped with the NaN's cycle
+            answers([0, 1], [nan, 0.0]),
+            answers([1, 2], [1.0, -1.0]),
+            answers([2, 0], [2.0, 1.0]),
+        ]
+        trainer = GRPOTrainer(
+            collector=batches,
+            total_frames=8,
+            loss_module=make_loss(logits),
+            optimizer=torch.optim.SGD([logits], lr=1.0),
+            gradient_accumulation_steps=2,
+            clip_norm=None,
+            progress_bar=False,
+        )
+        with pytest.warns(RuntimeWarning, match="the loss is non-finite \\(nan\\); 1 skipped"):
+            trainer.train()
+        assert trainer.skipped_nonfinite_steps == 1
+        # one optimizer step, on the last two batches only (all gradients at logits 0)
+        g = grad(torch.zeros(3), [1, 2], [1.0, -1.0]) + grad(torch.zeros(3), [2, 0], [2.0, 1.0])
+        torch.testing.assert_close(logits.detach(), -g / 2)
+        assert torch.isfinite(logits).all()
+
+    def test_a_non_finite_gradient_skips_the_step(self):
+        logits = torch.nn.Parameter(torch.zeros(2))
+
+        def loss(td):  # finite (0) at logits 0, its gradient NaN (0 * inf)
+            return TensorDict(loss_objective=logits.pow(2).sum().sqrt())
+
+        trainer = GRPOTrainer(
+            collector=[answers([0], [1.0]) for _ in range(2)],
+            total_frames=2,
+            loss_module=loss,
+            optimizer=torch.optim.SGD([logits], lr=1.0),
+            progress_bar=False,
+            log_rewards=False,
+        )
+        with pytest.warns(RuntimeWarning, match="the gradient norm is non-finite"):
+            trainer.train()
+        assert trainer.skipped_nonfinite_steps == 2
+        torch.testing.assert_close(logits.detach(), torch.zeros(2))
+        assert logits.grad is None
+
+    @pytest.mark.filterwarnings("ignore:the collector")
+    def test_a_checkpoint_mid_accumulation_resumes_exactly(self):
+        """Save after 2 of 3 accumulated batches, load into a fresh trainer: the next
+        steps give the weights of the uninterrupted run."""
+        batches = [
+            answers([0, 1, 2, 1], [1.0, 0.0, -1.0, 2.0]),
+            answers([2, 2, 0, 1], [0.5, -1.0, 1.0, 0.0]),
+            answers([1, 0, 0, 2], [-1.0, 2.0, 0.0, 1.0]),
+        ]
+
+        def make(collector, module):
+            return GRPOTrainer(
+                collector=collector,
+                total_frames=12,
+                loss_module=module,
+                optimizer=torch.optim.Adam(module.parameters(), lr=0.1),
+                replay_buffer=ListBuffer(batch_size=2),
+                empty_replay_buffer_on_weight_update=True,
+                gradient_accumulation_steps=3,
+                progress_bar=False,
+            )
+
+        whole = OneToken(3)
+        make(batches, whole).train()  # 6 optimization batches: 2 optimizer steps
+
+        first = make(batches[:1], OneToken(3))
+        first.total_frames = 4
+        first.train()  # 2 optimization batches: mid-cycle
+        assert first.state_dict()["hooks"]["optimizer"]["calls"] == 2
+        buffer = io.BytesIO()
+        torch.save(first.state_dict(), buffer)
+        buffer.seek(0)
+        fresh = OneToken(3)
+        resumed = make(batches[1:], fresh)
+        resumed.load_state_dict(torch.load(buffer, weights_only=True))
+        resumed.train()
+        assert resumed.collected_frames == 12
+        torch.testing.assert_close(fresh.logits.detach(), whole.logits.detach())
+        assert not torch.equal(whole.logits.detach(), torch.zeros(3))
+
+    def test_a_checkpoint_of_other_parameters_is_refused(self):
+        module = OneToken(3)
+        trainer = GRPOTrainer(
+            collector=[],
+            total_frames=2,
+            loss_module=make_loss(module.logits),
+            optimizer=torch.optim.SGD(module.parameters(), lr=0.1),
+            gradient_accumulation_steps=2,
+            progress_bar=False,
+        )
+        hook = trainer._optimizer_hook
+        state = hook.state_dict()
+        state["grads"] = [None, None]
+        with pytest.raises(ValueError, match="gradients of 2 parameters, the optimizer has 1"):
+            hook.load_state_dict(state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import pathlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,14 @@ __all__ = ["GRPOTrainer"]
 class _AccumulatingOptimizerHook(OptimizerHook):
     """An :class:`OptimizerHook` that steps every ``accumulation`` calls (the gradients of
     the calls in between add up, each loss divided by ``accumulation``), back-propagates
-    outside autocast, and scales the loss for float16 mixed precision."""
+    outside autocast, and scales the loss for float16 mixed precision.
+
+    A non-finite loss is not back-propagated: the gradients accumulated in its cycle are
+    dropped and the cycle restarts; a non-finite gradient norm (without a grad scaler, which
+    skips those steps itself) skips the optimizer step. Each skip warns and is counted in
+    ``skipped_nonfinite_steps``. Mid-cycle, the accumulated gradients are part of the
+    state, so a checkpoint taken between two optimizer steps resumes exactly.
+    """
 
     def __init__(self, optimizer, accumulation: int, scaler, device_type: str) -> None:
         super().__init__(optimizer)
@@ -31,6 +39,17 @@ class _AccumulatingOptimizerHook(OptimizerHook):
         self.scaler = scaler
         self.device_type = device_type
         self.calls = 0
+        self.skipped_nonfinite_steps = 0
+
+    def _skip(self, what: str, value: torch.Tensor) -> None:
+        self.skipped_nonfinite_steps += 1
+        warnings.warn(
+            f"GRPOTrainer: optimizer step skipped, the {what} is non-finite ({value.item()}); "
+            f"{self.skipped_nonfinite_steps} skipped so far",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
 
     def __call__(self, losses_td, clip_grad_norm=True, clip_norm=None, index=0):
         terms = [v for k, v in losses_td.items() if str(k).startswith("loss")]
@@ -39,6 +58,11 @@ class _AccumulatingOptimizerHook(OptimizerHook):
                 f"GRPOTrainer: no 'loss*' entry to minimize among {sorted(losses_td.keys())}"
             )
         loss = sum(terms) / self.accumulation
+        if not torch.isfinite(loss.detach()).all():
+            # one such loss would poison the whole cycle's gradients: drop them, restart it
+            self._skip("loss", loss.detach().sum())
+            self.calls = 0
+            return losses_td
         with torch.autocast(self.device_type, enabled=False):
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         self.calls += 1
@@ -46,10 +70,13 @@ class _AccumulatingOptimizerHook(OptimizerHook):
             return losses_td
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        losses_td.set(f"grad_norm_{index}", self._grad_clip(clip_grad_norm, clip_norm))
+        norm = self._grad_clip(clip_grad_norm, clip_norm)
+        losses_td.set(f"grad_norm_{index}", norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
+        elif not torch.isfinite(norm):
+            self._skip("gradient norm", norm)
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -58,13 +85,29 @@ class _AccumulatingOptimizerHook(OptimizerHook):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["calls"] = self.calls
+        state["skipped_nonfinite_steps"] = self.skipped_nonfinite_steps
+        if self.calls % self.accumulation:
+            # mid-cycle: the gradients accumulated so far (None where a parameter has none)
+            state["grads"] = [
+                None if p.grad is None else p.grad.detach().clone() for p in self._params()
+            ]
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        grads = state_dict.get("grads")
+        params = self._params()
+        if grads is not None and len(grads) != len(params):
+            raise ValueError(
+                f"the checkpoint holds the gradients of {len(grads)} parameters, the "
+                f"optimizer has {len(params)}"
+            )
         super().load_state_dict(state_dict)
         self.calls = int(state_dict.get("calls", 0))
+        self.skipped_nonfinite_steps = int(state_dict.get("skipped_nonfinite_steps", 0))
+        for p, g in zip(params, grads or [None] * len(params), strict=True):
+            p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype).clone()
         if self.scaler is not None and "scaler" in state_dict:
             self.scaler.load_state_dict(state_dict["scaler"])
 
@@ -99,6 +142,14 @@ class GRPOTrainer(Trainer):
     ``empty_replay_buffer_on_weight_update``, empties the buffer (on-policy GRPO). The
     mean and max reward of each batch and the loss's diagnostics (``ESS``,
     ``clip_fraction``, ``kl_approx``, ``kl_to_ref``...) are logged.
+
+    A non-finite loss never reaches the weights: it is not back-propagated, the gradients
+    of its accumulation cycle are dropped and the cycle restarts; a non-finite gradient
+    norm skips the optimizer step (a float16 ``GradScaler`` skips those itself). Each skip
+    warns (``RuntimeWarning``) and is counted in :attr:`skipped_nonfinite_steps`. A
+    checkpoint (:meth:`state_dict`) taken between two optimizer steps of an accumulation
+    cycle holds the gradients accumulated so far, so the resumed run steps as the
+    uninterrupted one would.
 
     DeepSeekMath (GRPO): https://arxiv.org/abs/2402.03300
 
@@ -226,9 +277,10 @@ class GRPOTrainer(Trainer):
         scaler = None
         if mixed_precision and autocast_dtype == torch.float16:
             scaler = torch.amp.GradScaler(self._device_type)
-        _AccumulatingOptimizerHook(
+        self._optimizer_hook = _AccumulatingOptimizerHook(
             optimizer, gradient_accumulation_steps, scaler, self._device_type
-        ).register(self)
+        )
+        self._optimizer_hook.register(self)
 
         if async_collection and replay_buffer is not None:
             # rl's GRPOTrainer pulls the collector's batches itself; an asynchronous
@@ -268,6 +320,11 @@ class GRPOTrainer(Trainer):
                     ),
                 )
         self.log_kl = log_kl
+
+    @property
+    def skipped_nonfinite_steps(self) -> int:
+        """Optimizer steps skipped because a loss or the gradient norm was non-finite."""
+        return self._optimizer_hook.skipped_nonfinite_steps
 
     def _empty_replay_buffer(self) -> None:
         self.replay_buffer.empty(empty_write_count=False)

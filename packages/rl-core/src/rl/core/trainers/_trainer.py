@@ -366,8 +366,9 @@ class Trainer:
     def optim_steps(self, batch: TensorDictBase | None) -> None:
         """Runs ``optim_steps_per_batch`` optimization steps on ``batch``."""
         self._call_plain("pre_optim_steps")
-        average = None
-        for j in range(self.optim_steps_per_batch):
+        sums: dict = {}
+        counts: dict = {}
+        for _ in range(self.optim_steps_per_batch):
             self._optim_count += 1
             sub_batch = self._call_transform("process_optim_batch", batch)
             losses = self.loss_module(sub_batch)
@@ -382,11 +383,16 @@ class Trainer:
             losses = losses.detach()
             self._call_plain("post_optim")
             self._call_log("post_optim_log", sub_batch)
-            if average is None:
-                average = losses.clone()
-            else:
-                average = average.apply(lambda a, x, j=j: a * (j / (j + 1)) + x / (j + 1), losses)
-        if average is not None:
+            # each entry averaged over the steps that wrote it (an optimizer hook that
+            # accumulates gradients writes its grad norm only on the steps it steps)
+            for key, value in losses.items(include_nested=True, leaves_only=True):
+                count = counts.get(key, 0)
+                sums[key] = value if count == 0 else sums[key] + value
+                counts[key] = count + 1
+        if counts:
+            average = losses.empty()
+            for key, total in sums.items():
+                average.set(key, total / counts[key])
             self.last_losses = average
             total = sum(v for k, v in average.items() if str(k).startswith("loss"))
             if self._pbar is not None and isinstance(total, torch.Tensor):

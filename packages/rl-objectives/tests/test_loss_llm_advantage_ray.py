@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core.ray_runtime import local_ray
+from rl.core.ray_runtime import local_ray, processes_left
 from rl.objectives.llm import MCAdvantage, RayMCAdvantage
 
 ray = pytest.importorskip("ray")
@@ -79,10 +79,8 @@ class TestRayMCAdvantage:
             out["advantage"].reshape(-1), torch.tensor([-0.7071, 0.7071]), atol=1e-4, rtol=0
         )
         assert repr(transform) == "RayMCAdvantage(grpo_size=2, anonymous actor)"
-        actor = transform._actor
         transform.close()
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.ready.remote(), timeout=30)
+        assert not processes_left([transform.worker_pid])  # the actor's process is gone
         with pytest.raises(RuntimeError, match="the RayMCAdvantage was closed"):
             transform.inv(traj(3, [1.0]))
         with pytest.raises(ValueError, match="keep_return_bounds filters groups"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +25,8 @@ class _LLMCollectorActor:
     def __init__(self, kwargs: dict[str, Any]) -> None:
         self.collector = LLMCollector(**kwargs)
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> int:
+        return os.getpid()
 
     def next(self) -> tuple[TensorDictBase | None, int] | None:
         """The next batch (``None`` when the collector wrote it into its Ray replay
@@ -134,6 +135,8 @@ class RayLLMCollector(LLMCollector):
         self.closed = True  # until the actor runs
         self._actor = None
         self._held_runtime = False
+        #: the process id of the actor's worker (on this machine with a local Ray)
+        self.worker_pid: int | None = None
         self._ray = ray = import_ray("RayLLMCollector", "rl-collectors[ray]")
         if (policy is None) == (policy_factory is None):
             raise TypeError("RayLLMCollector takes exactly one of policy / policy_factory")
@@ -181,7 +184,7 @@ class RayLLMCollector(LLMCollector):
         try:
             self._actor = ray.remote(_LLMCollectorActor).options(**config).remote(kwargs)
             self.closed = False
-            wait_started(
+            (self.worker_pid,) = wait_started(
                 ray,
                 [self._actor.ready.remote()],
                 what="the RayLLMCollector actor",

@@ -6,6 +6,7 @@ that several writers share."""
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict, deque
 from functools import partial
 from itertools import combinations
@@ -522,8 +523,8 @@ class _MCAdvantageActor:
     def __init__(self, args: tuple, kwargs: dict) -> None:
         self.transform = MCAdvantage(*args, **kwargs)
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> int:
+        return os.getpid()
 
     def inv(self, tensordict: TensorDictBase) -> TensorDictBase | None:
         return self.transform.inv(tensordict)
@@ -631,6 +632,8 @@ class RayMCAdvantage(nn.Module):
         super().__init__()
         self._actor = None
         self._held_runtime = False
+        #: the process id of the actor's worker (on this machine with a local Ray)
+        self.worker_pid: int | None = None
         candidate_group_size, candidate_selection_min_size, keep_return_bounds = _check_args(
             grpo_size,
             trajectory_return,
@@ -675,7 +678,7 @@ class RayMCAdvantage(nn.Module):
                     options.update(name=actor_name, get_if_exists=True)
                 actor = ray.remote(_MCAdvantageActor).options(**options).remote(args, kwargs)
             self._actor = actor
-            wait_started(
+            (self.worker_pid,) = wait_started(
                 ray, [actor.ready.remote()], what="the RayMCAdvantage actor", timeout=300.0
             )
         except BaseException:

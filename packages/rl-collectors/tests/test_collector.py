@@ -477,3 +477,20 @@ class TestEnvStateLoading:
         with pytest.raises(TypeError, match="keeps the sub-envs in gymnasium's worker processes"):
             collector.state_dict()
         collector.shutdown()
+
+
+class TestCudagraphPolicy:
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU fallback")
+    def test_without_cuda_the_policy_runs_eagerly(self):
+        from tensordict.nn import TensorDictModule
+
+        from rl.envs import PendulumEnv
+
+        policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
+        with pytest.warns(UserWarning, match="cudagraph_policy needs a CUDA policy device"):
+            collector = Collector(
+                PendulumEnv(), policy, frames_per_batch=4, total_frames=4, cudagraph_policy=True
+            )
+        data = next(iter(collector))
+        torch.testing.assert_close(data["action"], policy.module(data["observation"]))
+        collector.shutdown()

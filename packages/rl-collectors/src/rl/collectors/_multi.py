@@ -209,7 +209,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         auto_register_policy_transforms: bool | None = None,
         weight_sync_schemes: Mapping[str, Any] | None = None,
         weight_recv_schemes: Mapping[str, Any] | None = None,
-        cudagraph_policy: bool | Mapping[str, Any] = False,
+        cudagraph_policy: bool | Mapping[str, Any] | None = None,
     ) -> None:
         self.closed = True  # until the workers run
         if not isinstance(policy_factory, list | tuple):

@@ -222,7 +222,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         env: EnvBase | None = None,
         weight_sync_schemes: Mapping[str, Any] | None = None,
         weight_recv_schemes: Mapping[str, Any] | None = None,
-        cudagraph_policy: bool | Mapping[str, Any] = False,
+        cudagraph_policy: bool | Mapping[str, Any] | None = None,
     ) -> None:
         if create_env_fn is None:
             create_env_fn = env

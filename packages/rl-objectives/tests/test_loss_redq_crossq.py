@@ -72,6 +72,49 @@ class TestREDQLoss:
         torch.testing.assert_close(loss.alpha, torch.tensor(10.0))
 
 
+class TestREDQLossDeprecated:
+    w = torch.tensor([2.0, 1.0, 3.0])
+
+    def test_values(self):
+        from rl.objectives.deprecated import DoubleREDQLoss_deprecated, REDQLoss_deprecated
+
+        loss = REDQLoss_deprecated(
+            _det_actor(), _critic(), num_qvalue_nets=3, sub_sample_len=2, gamma=0.9, alpha_init=0.5
+        )
+        with torch.no_grad():
+            weight = torch.stack([torch.ones(3), self.w], -1).reshape(3, 1, 2)
+            loss.qvalue_network_params.get(("module", "linear", "weight")).copy_(weight)
+        SoftUpdate(loss, tau=0.005)
+        torch.manual_seed(7)
+        subset = torch.randperm(3)[:2].sort()[0]
+        torch.manual_seed(7)
+        td = _data()
+        out = loss(td)
+        assert sorted(out.keys()) == ["alpha", "entropy", "loss_actor", "loss_alpha", "loss_qvalue"]
+        assert loss.out_keys == ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+        torch.testing.assert_close(out["loss_actor"], (-0.125 - (1 + 0.5 * self.w)).mean())
+        target = 1 + 0.9 * (2 + self.w[subset] + 0.5).min()
+        pred = 1 + 0.2 * self.w
+        torch.testing.assert_close(out["loss_qvalue"], _smooth_l1(pred - target).mean())
+        # the absolute TD error (REDQLoss squares it)
+        torch.testing.assert_close(td["td_error"], (pred - target).abs().max().reshape(1))
+        # the current draw only: -alpha * (log pi + target_entropy) = -0.5 * (-0.25 - 1)
+        torch.testing.assert_close(out["loss_alpha"], torch.tensor(0.625))
+        torch.testing.assert_close(out["entropy"], torch.tensor(0.25))
+        assert issubclass(DoubleREDQLoss_deprecated, REDQLoss_deprecated)
+
+    def test_reduction_none_keeps_one_term_per_member(self):
+        from rl.objectives.deprecated import REDQLoss_deprecated
+
+        loss = REDQLoss_deprecated(_det_actor(), _critic(), num_qvalue_nets=3, reduction="none")
+        SoftUpdate(loss, tau=0.005)
+        out = loss(_data(4))
+        assert out["loss_actor"].shape == (3, 4) and out["loss_qvalue"].shape == (3, 4)
+        assert out["loss_alpha"].shape == (4,)
+        loss.set_keys(log_prob="my_log_prob")  # TorchRL's key name, accepted
+        assert loss.tensor_keys.log_prob == "my_log_prob"
+
+
 class _RecordEps(nn.Module):
     """``loc = 0.5 s``; records the ``_eps_gSDE`` placeholders it is given."""
 

@@ -109,3 +109,6 @@ __all__ = [
     *_all_world_model,
     *_all_decision_transformer,
 ]
+
+# torchrl.objectives.deprecated's losses, reachable from here too (outside __all__, as TorchRL)
+from .deprecated import DoubleREDQLoss_deprecated, REDQLoss_deprecated  # noqa: E402,F401

@@ -180,7 +180,17 @@ class REDQLoss(_EntropyTemperature, LossModule):
         keys += _next_keys(list(dict.fromkeys(actor_keys + q_keys)))
         next_action = _next_keys([tk.action])[0]  # drawn by the loss, never read
         self.in_keys = [k for k in dict.fromkeys(keys) if k != next_action]
-        self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+        self.out_keys = [
+            "loss_actor",
+            "loss_qvalue",
+            "loss_alpha",
+            "alpha",
+            "entropy",
+            "state_action_value_actor",
+            "action_log_prob_actor",
+            "next.state_value",
+            "target_value",
+        ]
         self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys))
 
     @property

@@ -11,6 +11,7 @@ from torch import nn
 
 from rl.core import Categorical, OneHot
 from rl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate
+from rl.objectives.value import ValueEstimators
 
 
 def _qnet(weight=((1.0, 0.0), (0.0, 1.0))):
@@ -293,6 +294,16 @@ class TestDistributionalDQNLoss:
         out["loss"].backward()
         grad = loss.value_network_params.get(("module", "logits")).grad
         assert grad[:, 0].abs().sum() == 0 and grad[:, 1].abs().sum() > 0
+
+    def test_only_td0(self):
+        loss = self._loss([[0.0, 1.0], [1.0, 2.0], [2.0, 0.0]])
+        for estimator in (ValueEstimators.TD1, ValueEstimators.GAE):
+            # TorchRL raises NotImplementedError; the error is a ValueError too
+            with pytest.raises(NotImplementedError, match="supported: \\['TD0'\\]"):
+                loss.make_value_estimator(estimator)
+            with pytest.raises(ValueError):
+                loss.make_value_estimator(estimator)
+        assert loss.make_value_estimator(ValueEstimators.TD0, gamma=0.5).gamma == 0.5
 
     def test_needs_support(self):
         net = TensorDictModule(nn.Linear(2, 6), ["observation"], ["action_value"])

@@ -13,7 +13,7 @@ from torch import nn
 from rl.core import TensorSpec
 
 from ._actions import _check_action, _find_action_space, _mask, _resolve_space, _select
-from ._loss import _TD_ESTIMATORS, LossModule
+from ._loss import _TD_ESTIMATORS, LossModule, _UnsupportedEstimatorError
 from ._networks import _network_output
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 from .value import ValueEstimators
@@ -304,8 +304,9 @@ class DistributionalDQNLoss(LossModule):
     def make_value_estimator(self, value_type=None, **hyperparams):
         """Only TD(0) is supported; ``gamma=`` updates the discount."""
         if value_type is not None and value_type not in (ValueEstimators.TD0, "TD0"):
-            raise ValueError(
-                f"DistributionalDQNLoss does not support the {value_type} value estimator; supported: ['TD0']"
+            raise _UnsupportedEstimatorError(
+                f"DistributionalDQNLoss does not support the {value_type} value estimator; "
+                "supported: ['TD0']"
             )
         if "gamma" in hyperparams:
             self.gamma = hyperparams.pop("gamma")

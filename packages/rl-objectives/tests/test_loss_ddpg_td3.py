@@ -89,6 +89,19 @@ class TestDDPGLoss:
             assert all(t.grad is None for t in getattr(loss, name).values(True, True))
         assert not any(n.startswith("target") for n, _ in loss.named_parameters())
 
+    def test_value_loss_treats_a_policy_written_action_as_data(self):
+        # the action in the batch was written by the actor with its graph (as after
+        # ``value(actor(td))``): the critic's loss must not reach the actor through it
+        actor, value = _actor(), _critic()
+        loss = DDPGLoss(actor, value, gamma=0.9)
+        td = _data()
+        td["action"] = actor.module(td["observation"])  # 0.5, with a graph to the actor
+        out = loss(td)
+        out["loss_value"].backward()
+        assert actor.module.weight.grad is None or (actor.module.weight.grad == 0).all()
+        # pred = 1 + 2 * 0.5 = 2; target 4.6: d (Q - 4.6)^2 / dw = 2 * (2 - 4.6) * [1, 0.5]
+        torch.testing.assert_close(value.module.linear.weight.grad, torch.tensor([[-5.2, -2.6]]))
+
     def test_delay_actor_and_soft_update(self):
         loss = DDPGLoss(_actor(), _critic(), gamma=0.9, delay_actor=True)
         upd = SoftUpdate(loss, tau=0.5)

@@ -154,7 +154,10 @@ class DDPGLoss(LossModule):
     def loss_value(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Critic regression; writes ``td_error``; returns ``(loss, metadata)``."""
         sav = self.tensor_keys.state_action_value
-        pred = _network_output(self.value_network, tensordict, sav).squeeze(-1)
+        # the critic's inputs as data: an action (or features) written by a policy with its
+        # graph must not carry the critic's loss into the policy (as TorchRL)
+        inputs = tensordict.select(*self.value_network.in_keys, strict=False).detach()
+        pred = _network_output(self.value_network, inputs, sav).squeeze(-1)
         with torch.no_grad():
             next_td = self._target_network("actor_network")(tensordict.get("next").copy())
             next_value = _network_output(self._target_network("value_network"), next_td, sav)

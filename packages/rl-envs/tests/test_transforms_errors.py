@@ -77,9 +77,9 @@ CONSTRUCTION = [
     ),
     (lambda: CatTensors(["a"], dim=0), ValueError, "dim must be a negative int, got 0"),
     (
-        lambda: ObservationNorm(loc=0.0, scale=torch.tensor([1.0, 0.0])),
+        lambda: ObservationNorm(loc=0.0, scale=torch.tensor([1.0, 0.0]), standard_normal=True),
         ValueError,
-        r"scale must be non-zero, got scale=tensor\(\[1., 0.\]\)",
+        r"scale must be non-zero with standard_normal=True, got scale=tensor\(\[1., 0.\]\)",
     ),
 ]
 
@@ -142,12 +142,23 @@ def test_runtime_errors():
     ):
         FrameSkipTransform(2)._step(TensorDict({}, []), TensorDict({}, []))
     t = ObservationNorm(in_keys=["a", "b"])
-    with pytest.raises(
-        ValueError, match=r"init_stats needs key= when there are several in_keys, got \['a', 'b'\]"
-    ):
+    with pytest.raises(RuntimeError, match=r"multiple in_keys .* needs key= among \['a', 'b'\]"):
         t.init_stats(3)
-    with pytest.raises(ValueError, match=r"init_stats key 'c' is not one of in_keys \['a', 'b'\]"):
-        t.init_stats(3, key="c")
+    with pytest.raises(
+        ValueError, match="cat_dim must be specified if reduce_dim is not an integer"
+    ):
+        t.init_stats(3, reduce_dim=(0, 1))
+    with pytest.raises(
+        ValueError, match="cat_dim must be part of or equal to reduce_dim, got cat_dim=2"
+    ):
+        t.init_stats(3, reduce_dim=(0, 1), cat_dim=2)
+    # TorchRL's order: an ObservationNorm before this one must be initialized first
+    env = TransformedEnv(PendulumEnv(), ObservationNorm(in_keys=["observation"]))
+    env.append_transform(ObservationNorm(in_keys=["observation"]))
+    with pytest.raises(
+        RuntimeError, match="ObservationNorms need to be initialized in the right order"
+    ):
+        env.transform[1].init_stats(3)
     with pytest.raises(ValueError, match=r"write_video expects uint8 frames \[T, H, W, 3\]"):
         write_video(torch.zeros(2, 4, 4, 3), "/tmp/never.mp4")
 

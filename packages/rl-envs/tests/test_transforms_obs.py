@@ -98,8 +98,11 @@ class TestObservationNorm:
         check_env_specs(env)
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="scale must be non-zero"):
-            ObservationNorm(loc=0.0, scale=0.0)
+        with pytest.raises(ValueError, match="scale must be non-zero with standard_normal=True"):
+            ObservationNorm(loc=0.0, scale=0.0, standard_normal=True)
+        # obs * 0 + loc is a valid (constant) map, as in TorchRL
+        const = ObservationNorm(loc=2.0, scale=0.0)(TensorDict({"observation": torch.ones(3)}, []))
+        assert const["observation"].tolist() == [2.0, 2.0, 2.0]
         with pytest.raises(ValueError, match="needs both loc and scale"):
             ObservationNorm(loc=1.0)
         with pytest.raises(RuntimeError, match="call init_stats"):

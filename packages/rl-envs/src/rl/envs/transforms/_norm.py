@@ -49,7 +49,7 @@ class ObservationNorm(Transform):
 
     Args:
         loc: the offset (scalar or tensor broadcastable to the observation).
-        scale: the scale; must not contain 0.
+        scale: the scale; must not contain 0 with ``standard_normal``.
         in_keys: keys to normalise (default ``["observation"]``).
         out_keys: where to write (default ``in_keys``).
         in_keys_inv / out_keys_inv: keys of the inverse map (e.g. to scale actions).
@@ -57,7 +57,8 @@ class ObservationNorm(Transform):
         eps: lower bound of the std estimated by ``init_stats``.
 
     Raises:
-        ValueError: ``scale`` contains a zero, or only one of ``loc`` / ``scale`` is given.
+        ValueError: ``scale`` contains a zero with ``standard_normal``, or only one of ``loc`` /
+            ``scale`` is given.
 
     Examples:
         >>> import torch
@@ -93,8 +94,11 @@ class ObservationNorm(Transform):
             )
         loc = _as_float_tensor(loc, "loc")
         scale = _as_float_tensor(scale, "scale")
-        if scale is not None and bool((scale == 0).any()):
-            raise ValueError(f"ObservationNorm scale must be non-zero, got scale={scale}")
+        if standard_normal and scale is not None and bool((scale == 0).any()):
+            # ``(obs - loc) / scale``; ``obs * 0 + loc`` (a constant) is a valid map
+            raise ValueError(
+                f"ObservationNorm scale must be non-zero with standard_normal=True, got scale={scale}"
+            )
         self.standard_normal = standard_normal
         self.eps = eps
         self.register_buffer("loc", loc)
@@ -165,37 +169,55 @@ class ObservationNorm(Transform):
             num_iter: number of steps to collect (rollouts are repeated until reached).
             reduce_dim: dims of the collected data ``[*B, T, *F]`` averaged over. For a
                 batched env pass e.g. ``(0, 1)``.
-            cat_dim: dim along which successive rollouts are concatenated (default: the
-                first of ``reduce_dim``).
-            key: which in_key to use when there are several (default: the only one).
+            cat_dim: dim along which successive rollouts are concatenated, one of
+                ``reduce_dim`` (default: ``reduce_dim`` when it is an int).
+            key: the rollout entry the statistics are computed on (needed when there
+                are several in_keys; default: the only one).
             keep_dims: reduced dims kept as size-1 dims in ``loc`` / ``scale``.
 
         Raises:
-            ValueError: ``num_iter`` is not positive, or ``key`` is ambiguous / unknown.
-            RuntimeError: the transform is in no env, or stats are already set.
+            ValueError: ``num_iter`` is not positive, or ``cat_dim`` is missing / not in
+                ``reduce_dim``.
+            RuntimeError: several in_keys and no ``key``, the transform is in no env, an
+                ObservationNorm before it has no stats yet, or stats are already set.
         """
         if not isinstance(num_iter, int) or num_iter < 1:
             raise ValueError(f"init_stats num_iter must be a positive int, got {num_iter!r}")
+        if cat_dim is None:
+            if not isinstance(reduce_dim, int):
+                raise ValueError(
+                    f"cat_dim must be specified if reduce_dim is not an integer, got reduce_dim={reduce_dim}"
+                )
+            cat_dim = reduce_dim
+        if cat_dim not in ((reduce_dim,) if isinstance(reduce_dim, int) else tuple(reduce_dim)):
+            raise ValueError(
+                f"cat_dim must be part of or equal to reduce_dim, got cat_dim={cat_dim} and "
+                f"reduce_dim={reduce_dim}"
+            )
         if self.loc is not None:
             raise RuntimeError(
                 "Loc/Scale are already initialized: ObservationNorm loc/scale are already set; init_stats refuses to overwrite them"
             )
         if key is None:
             if len(self.in_keys) != 1:
-                raise ValueError(
-                    f"init_stats needs key= when there are several in_keys, got {self.in_keys}"
+                raise RuntimeError(
+                    "Transform has multiple in_keys but no specific key was passed as an "
+                    f"argument: init_stats needs key= among {self.in_keys}"
                 )
             key = self.in_keys[0]
-        elif key not in self.in_keys:
-            raise ValueError(f"init_stats key {key!r} is not one of in_keys {self.in_keys}")
         parent = self.parent
         if parent is None:
             raise RuntimeError(
                 "Cannot initialize the transform if parent env is not defined: ObservationNorm.init_stats needs the transform to be in a TransformedEnv"
             )
+        before = [t for t in parent.transform.modules() if isinstance(t, ObservationNorm)]
+        if any(t.loc is None for t in before):
+            raise RuntimeError(
+                "ObservationNorms need to be initialized in the right order."
+                "Trying to initialize an ObservationNorm while a parent ObservationNorm "
+                "transform is still uninitialized"
+            )
         reduce = (reduce_dim,) if isinstance(reduce_dim, int) else tuple(reduce_dim)
-        if cat_dim is None:
-            cat_dim = reduce[0]
         chunks, collected = [], 0
         steps_dim = len(parent.batch_size)
         while collected < num_iter:

@@ -686,7 +686,25 @@ class TestBCLoss:
         loss.set_keys(action="expert")
         td = data()
         td["expert"] = td.pop("action")
+        # the actor writes "action", the expert sits at "expert": TorchRL's deprecated
+        # fallback reads the prediction from "action", with a FutureWarning
+        with pytest.warns(FutureWarning, match="hardcoded 'action' key"):
+            out = loss(td.clone())
+        torch.testing.assert_close(out["loss_bc"], ((0.5 * S - A) ** 2).mean())
+        other = BCLoss(TensorDictModule(_linear([[0.5]], [0.0]), ["observation"], ["other"]))
+        other.set_keys(action="expert")
         with pytest.raises(RuntimeError, match="did not write a prediction at 'expert'"):
-            loss(td)
+            other(td)
         with pytest.raises(KeyError, match=r"BCLoss needs key 'expert'.*set_keys\(action="):
             loss(data())
+
+    def test_collector_mask_is_honoured(self):
+        # ("collector", "mask") as SliceSampler(pad_output=True) writes it: the padded row
+        # (a garbage target) counts in neither the loss nor its gradient
+        actor = Actor(_linear([[0.5]], [0.0]))
+        loss = BCLoss(actor, loss_function="l1")
+        td = data(action=torch.tensor([[0.5], [1e6]]))
+        td["collector", "mask"] = torch.tensor([True, False])
+        torch.testing.assert_close(loss(td)["loss_bc"], (0.5 * S[0] - 0.5).abs())
+        loss.loss_mask_key = None  # off: the padded row counts
+        assert loss(td)["loss_bc"] > 1e5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -14,7 +15,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from ._loss import LossModule
-from ._reduction import _check_reduction, _reduce
+from ._reduction import _check_reduction
 
 __all__ = ["BCLoss"]
 
@@ -127,13 +128,25 @@ class BCLoss(LossModule):
 
     def _prediction(self, td: TensorDictBase, expert: torch.Tensor) -> torch.Tensor:
         pred = td.get(self.tensor_keys.action)
-        if pred is expert:
-            raise RuntimeError(
-                f"{type(self).__name__}: the actor did not write a prediction at "
-                f"{self.tensor_keys.action!r}; make its out_keys match the loss's action key "
-                "(loss.set_keys(action=...))"
+        if pred is not expert:
+            return pred
+        legacy = td.get("action", None)
+        if legacy is not None and legacy is not expert:
+            # TorchRL's released behaviour, deprecated there until v0.16
+            warnings.warn(
+                f"{type(self).__name__}: the actor wrote its prediction at 'action' while the "
+                f"loss's action key is {self.tensor_keys.action!r}; reading the prediction from "
+                "the hardcoded 'action' key is deprecated (as in TorchRL, until its v0.16): make "
+                "the actor's out_keys match the loss's action key",
+                FutureWarning,
+                stacklevel=3,
             )
-        return pred
+            return legacy
+        raise RuntimeError(
+            f"{type(self).__name__}: the actor did not write a prediction at "
+            f"{self.tensor_keys.action!r}; make its out_keys match the loss's action key "
+            "(loss.set_keys(action=...))"
+        )
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the behaviour-cloning loss.
@@ -152,6 +165,7 @@ class BCLoss(LossModule):
             if fn is None:
                 fn = "l2" if expert.is_floating_point() else "cross_entropy"
             loss = _FUNCTIONS[fn](pred, expert) if isinstance(fn, str) else fn(pred, expert)
+        keep = None
         if self.tensor_keys.pad_mask is not None:
             pad = tensordict.get(self.tensor_keys.pad_mask, None)
             if pad is not None:
@@ -162,6 +176,6 @@ class BCLoss(LossModule):
                         f"({keep.ndim}) than the loss ({loss.ndim}): masking needs an "
                         "element-wise loss (e.g. loss_function='l1')"
                     )
-                keep = keep.reshape(*keep.shape, *([1] * (loss.ndim - keep.ndim)))
-                loss = loss[keep.expand_as(loss)]
-        return TensorDict(loss_bc=_reduce(loss, self.reduction))
+        # the pad mask and the input's validity masks (loss_mask_key, e.g. the
+        # ("collector", "mask") of padded slices)
+        return TensorDict(loss_bc=self._reduce_loss(loss, tensordict, mask=keep))

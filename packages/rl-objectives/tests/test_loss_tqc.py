@@ -226,6 +226,15 @@ class TestTQCLoss:
             torch.tensor([[b for *_, b in c] for c in CRITICS]) + 0.1,
         )
 
+    def test_qvalue_v2_loss_is_the_critic_loss(self):
+        loss = make()
+        torch.manual_seed(0)
+        out = loss(data())
+        torch.manual_seed(0)
+        critic, meta = loss.qvalue_v2_loss(data())  # TorchRL's name
+        torch.testing.assert_close(critic, out["loss_qvalue"])
+        assert "td_error" in meta
+
     def test_state_dict_round_trip(self):
         loss = make()
         with torch.no_grad():

@@ -302,6 +302,9 @@ class TQCLoss(_EntropyTemperature, LossModule):
             "td_error": td_error
         }
 
+    #: TorchRL's name for the critic loss
+    qvalue_v2_loss = qvalue_loss
+
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha log pi(a|s) - mean Z(s, a)`` with the critics held out."""
         action, log_prob = _policy_rsample(self.actor_network, tensordict)

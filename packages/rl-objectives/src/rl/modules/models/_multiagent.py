@@ -258,6 +258,7 @@ def _call_bound(net: nn.Module, params: TensorDict, inputs: torch.Tensor) -> tor
     layout (e.g. a lazy layer materialized in place) goes through ``to_module``."""
     slots = []
     for key, value in params.items(True, True):
+        key = (key,) if isinstance(key, str) else key  # a root entry's key is a str
         owner = net.get_submodule(".".join(key[:-1]))
         if key[-1] not in owner.__dict__:
             with params.to_module(net, preserve_module_state=False):

@@ -185,9 +185,9 @@ class TestTargetUpdates:
 
     def test_soft_update_args(self):
         loss = _ToyLoss(_net())
-        with pytest.raises(ValueError, match="exactly one of eps or tau"):
+        with pytest.raises(ValueError, match=r"One and only one argument \(eps or tau\)"):
             SoftUpdate(loss)
-        with pytest.raises(ValueError, match="exactly one of eps or tau"):
+        with pytest.raises(ValueError, match=r"One and only one argument \(eps or tau\)"):
             SoftUpdate(loss, eps=0.9, tau=0.1)
         with pytest.raises(ValueError, match=r"must lie in \[0, 1\], got eps=1.5"):
             SoftUpdate(loss, eps=1.5)

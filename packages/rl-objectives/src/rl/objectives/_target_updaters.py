@@ -151,7 +151,8 @@ class SoftUpdate(TargetNetUpdater):
     ):
         if (eps is None) == (tau is None):
             raise ValueError(
-                f"SoftUpdate takes exactly one of eps or tau, got eps={eps}, tau={tau}"
+                "One and only one argument (eps or tau) can be given to SoftUpdate, got "
+                f"eps={eps}, tau={tau}"
             )
         if eps is None:
             eps = 1.0 - tau

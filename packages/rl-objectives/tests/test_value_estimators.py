@@ -437,3 +437,43 @@ class TestKeywordCall:
         est(td)
         torch.testing.assert_close(advantage, td["advantage"])
         torch.testing.assert_close(target, td["value_target"])
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        ("TD0Estimator", {}),
+        ("TD1Estimator", {}),
+        ("TDLambdaEstimator", {"lmbda": 0.95}),
+        ("GAE", {"lmbda": 0.95}),
+    ],
+)
+def test_nan_next_observation_at_a_trajectory_end(cls, kwargs):
+    # a compact buffer rebuilt by NextStateReconstructor leaves NaN next observations
+    # where trajectories end: the returns stay finite and the caller's data is untouched
+    import rl.objectives.value as value_mod
+
+    torch.manual_seed(0)
+    net = TensorDictModule(torch.nn.Linear(3, 1, bias=False), ["obs"], ["state_value"])
+    obs = torch.randn(2, 5, 3)
+    nxt = torch.empty(2, 5, 3)
+    nxt[:, :-1] = obs[:, 1:]
+    nxt[:, -1] = float("nan")
+    done = torch.zeros(2, 5, 1, dtype=torch.bool)
+    done[:, -1] = True
+    td = TensorDict(
+        obs=obs,
+        next=TensorDict(
+            obs=nxt,
+            reward=torch.ones(2, 5, 1),
+            done=done,
+            terminated=done.clone(),
+            batch_size=[2, 5],
+        ),
+        batch_size=[2, 5],
+    )
+    out = getattr(value_mod, cls)(gamma=0.9, value_network=net, **kwargs)(td.clone())
+    assert out["advantage"].isfinite().all() and out["value_target"].isfinite().all()
+    # the terminated last step: advantage r - V(s), no bootstrap
+    torch.testing.assert_close(out["advantage"][:, -1], 1 - out["state_value"][:, -1])
+    assert torch.isnan(td["next", "obs"][:, -1]).all()

@@ -54,6 +54,29 @@ def _next_key(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
 
+def _finite_next(nxt: TensorDictBase, root: TensorDictBase) -> TensorDictBase:
+    """``nxt`` with its NaN entries replaced by the root's values at the same place.
+
+    A next observation may be NaN where a trajectory ends (a compact buffer rebuilt by
+    ``NextStateReconstructor``); ``V(NaN)`` would reach every return through ``0 * NaN``.
+    At a terminated step the stand-in's value is masked out; at a truncated one it
+    approximates the bootstrap by ``V(s_t)`` (TorchRL's choice).
+    """
+    for key in list(nxt.keys(True, True)):
+        value = nxt.get(key)
+        if not value.is_floating_point():
+            continue
+        stand_in = root.get(key, None)
+        if stand_in is None or stand_in.shape != value.shape:
+            continue
+        nan = torch.isnan(value)
+        # eagerly, no copy unless a NaN is there; a compiled graph takes the branchless form
+        if not torch.compiler.is_compiling() and not nan.any():
+            continue
+        nxt.set(key, torch.where(nan, stand_in, value))  # nxt is a selection: no caller's td
+    return nxt
+
+
 class ValueEstimatorBase(TensorDictModuleBase):
     """Base class of the value estimators: reads TensorDict keys, writes advantage and target.
 
@@ -325,12 +348,13 @@ class ValueEstimatorBase(TensorDictModuleBase):
                 value, next_value = self._values_shifted(tensordict, params, time_dim)
             elif target_params is None or target_params is params:
                 both = tensordict.select(*net.in_keys, strict=False)
-                nxt = tensordict.get("next").select(*net.in_keys, strict=False)
+                nxt = _finite_next(tensordict.get("next").select(*net.in_keys, strict=False), both)
                 stacked = self._call_value_net(torch.stack([both, nxt], 0), params, lead=1)
                 value, next_value = stacked.unbind(0)
             else:
-                value = self._call_value_net(tensordict.select(*net.in_keys, strict=False), params)
-                nxt = tensordict.get("next").select(*net.in_keys, strict=False)
+                root = tensordict.select(*net.in_keys, strict=False)
+                value = self._call_value_net(root, params)
+                nxt = _finite_next(tensordict.get("next").select(*net.in_keys, strict=False), root)
                 next_value = self._call_value_net(nxt, target_params.detach())
         tensordict.set(k.value, value)
         tensordict.set(_next_key(k.value), next_value)

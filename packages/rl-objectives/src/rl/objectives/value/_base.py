@@ -69,10 +69,11 @@ def _finite_next(nxt: TensorDictBase, root: TensorDictBase) -> TensorDictBase:
         stand_in = root.get(key, None)
         if stand_in is None or stand_in.shape != value.shape:
             continue
-        nan = torch.isnan(value)
-        # eagerly, no copy unless a NaN is there; a compiled graph takes the branchless form
-        if not torch.compiler.is_compiling() and not nan.any():
+        # eagerly, one reduction (a NaN anywhere makes the sum NaN) and no copy unless a NaN
+        # is there; a compiled graph takes the branchless form
+        if not torch.compiler.is_compiling() and not torch.isnan(value.sum()):
             continue
+        nan = torch.isnan(value)
         nxt.set(key, torch.where(nan, stand_in, value))  # nxt is a selection: no caller's td
     return nxt
 

@@ -8,10 +8,12 @@ in :mod:`rl.data.llm` and are re-exported here, where TorchRL exposes them.
 from rl.data.llm import ChatHistory, LogProbs, Masks, Text, Tokens
 
 from ..distributions import LLMMaskedCategorical
+from ._reward_model import HFRewardModelWrapper
 from ._transformers import LLMWrapperBase, TransformersWrapper
 
 __all__ = [
     "ChatHistory",
+    "HFRewardModelWrapper",
     "LLMMaskedCategorical",
     "LLMWrapperBase",
     "LogProbs",

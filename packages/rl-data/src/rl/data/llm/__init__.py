@@ -4,10 +4,30 @@ Needs the ``llm`` extra for tokenizers (``pip install "rl-data[llm]"``); the con
 themselves are plain TensorClasses.
 """
 
+from ._chat_templates import add_chat_template
 from ._containers import ChatHistory, LogProbs, Masks, Text, Tokens
+from ._dataset import (
+    TensorDictTokenizer,
+    TokenizedDatasetLoader,
+    create_infinite_iterator,
+    get_dataloader,
+)
 from ._history import ROLES, ContentBase, History
+from ._prompt import PromptData, PromptTensorDictTokenizer
+from ._reward import PairwiseDataset, RewardData
 from ._kl_controllers import AdaptiveKLController, ConstantKLController
 from ._topk import TopKRewardSelector
 
 __all__ = ["ROLES", "ChatHistory", "ContentBase", "History", "LogProbs", "Masks", "Text", "Tokens"]
+__all__ += [
+    "PairwiseDataset",
+    "PromptData",
+    "PromptTensorDictTokenizer",
+    "RewardData",
+    "TensorDictTokenizer",
+    "TokenizedDatasetLoader",
+    "add_chat_template",
+    "create_infinite_iterator",
+    "get_dataloader",
+]
 __all__ += ["AdaptiveKLController", "ConstantKLController", "TopKRewardSelector"]

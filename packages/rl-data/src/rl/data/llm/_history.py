@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from tensordict import TensorClass, TensorDict, lazy_stack
 
+from ._chat_templates import _CHAT_TEMPLATES, _CUSTOM_INVERSE_PARSERS, _template_name_for
+
 __all__ = ["ContentBase", "History", "ROLES"]
 
 #: The roles a message may take (TorchRL's chat roles).
@@ -28,7 +30,7 @@ _CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-_CHAT_TEMPLATES = {"chatml_format": _CHATML}
+_CHAT_TEMPLATES["chatml_format"] = _CHATML
 
 _CHATML_TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(<\|im_end\|>|$)", re.S)
 
@@ -140,9 +142,18 @@ class History(TensorClass["nocast"]):
         """Parses ChatML text (``<|im_start|>role\\ncontent<|im_end|>``) back into a history.
 
         A last assistant turn without ``<|im_end|>`` gets ``is_complete=False``. Only the
-        ChatML layout is parsed: ``chat_template_name`` other than ``"chatml_format"`` (or
-        ``None``) raises ``NotImplementedError``.
+        ChatML layout is parsed, unless ``chat_template_name`` (or a tokenizer whose name
+        matches keywords given to :func:`add_chat_template`) names a template registered
+        with an ``inverse_parser``, which then parses; any other name raises
+        ``NotImplementedError``.
         """
+        if chat_template_name is None and tokenizer is not None:
+            chat_template_name = _template_name_for(tokenizer)
+        if chat_template_name in _CUSTOM_INVERSE_PARSERS:
+            parse = _CUSTOM_INVERSE_PARSERS[chat_template_name]
+            if isinstance(text, list):
+                return lazy_stack([parse(t) for t in text])
+            return parse(text)
         if chat_template_name not in (None, "chatml_format"):
             raise NotImplementedError(
                 f"from_text parses chatml_format only, got chat_template_name={chat_template_name!r}"
@@ -219,7 +230,9 @@ class History(TensorClass["nocast"]):
             add_generation_prompt (bool): end with the assistant's turn opener. Defaults to ``True``.
             chat_template (str, optional): a Jinja template; else ``chat_template_name``'s,
                 else the tokenizer's ``chat_template``.
-            chat_template_name (str, optional): ``"chatml_format"``.
+            chat_template_name (str, optional): ``"chatml_format"`` or a name given to
+                :func:`add_chat_template` (picked from the tokenizer's ``name_or_path``
+                when its family keywords match).
             continue_final_message (bool): leave the last message open.
             tokenize (bool, optional): return tokens; defaults to ``return_dict`` or
                 ``return_assistant_tokens_mask``.
@@ -237,6 +250,8 @@ class History(TensorClass["nocast"]):
             ValueError: no ``chat_template`` (argument, name or tokenizer's), an unknown
                 ``chat_template_name``, or an unknown role.
         """
+        if chat_template is None and chat_template_name is None:
+            chat_template_name = _template_name_for(tokenizer)
         if chat_template is None and chat_template_name is not None:
             if chat_template_name not in _CHAT_TEMPLATES:
                 raise ValueError(

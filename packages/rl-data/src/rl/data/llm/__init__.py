@@ -16,6 +16,7 @@ from ._history import ROLES, ContentBase, History
 from ._prompt import PromptData, PromptTensorDictTokenizer
 from ._reward import PairwiseDataset, RewardData
 from ._kl_controllers import AdaptiveKLController, ConstantKLController
+from ._rollout import RolloutFromModel
 from ._topk import TopKRewardSelector
 
 __all__ = ["ROLES", "ChatHistory", "ContentBase", "History", "LogProbs", "Masks", "Text", "Tokens"]
@@ -30,4 +31,4 @@ __all__ += [
     "create_infinite_iterator",
     "get_dataloader",
 ]
-__all__ += ["AdaptiveKLController", "ConstantKLController", "TopKRewardSelector"]
+__all__ += ["AdaptiveKLController", "ConstantKLController", "RolloutFromModel", "TopKRewardSelector"]

@@ -8,6 +8,7 @@ in :mod:`rl.data.llm` and are re-exported here, where TorchRL exposes them.
 from rl.data.llm import ChatHistory, LogProbs, Masks, Text, Tokens
 
 from ..distributions import LLMMaskedCategorical
+from ._remote import RemoteTransformersWrapper
 from ._reward_model import HFRewardModelWrapper
 from ._transformers import LLMWrapperBase, TransformersWrapper
 
@@ -18,6 +19,7 @@ __all__ = [
     "LLMWrapperBase",
     "LogProbs",
     "Masks",
+    "RemoteTransformersWrapper",
     "Text",
     "Tokens",
     "TransformersWrapper",

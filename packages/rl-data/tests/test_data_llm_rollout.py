@@ -173,3 +173,22 @@ class TestRolloutFromModel:
             torch.tensor([[EOS, EOS, 3, 4, EOS, 5], [1, 2, 3, EOS, EOS, EOS]]), sequence_length=8
         )
         assert right.tolist() == [[3, 4, EOS, 5] + [EOS] * 4, [1, 2, 3] + [EOS] * 5]
+
+    def test_rollout_from_prompt_data(self, models, batch):
+        from rl.data.llm import PromptData
+
+        model, ref = models
+        data = PromptData(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            prompt_rindex=batch.prompt_rindex,
+            batch_size=[2],
+        )
+        torch.manual_seed(1)
+        td = RolloutFromModel(model, ref, reward_model, max_new_tokens=N).rollout_from_data(data)
+        assert td.batch_size == (2, N)
+        # the first step sees the prompt alone
+        for row, r in enumerate([3, 2]):
+            assert (td["input_ids"][row, 0, :r] == batch.input_ids[row, :r]).all()
+            assert (td["input_ids"][row, 0, r:] == EOS).all()
+        assert td["next", "done"][:, -1].all()

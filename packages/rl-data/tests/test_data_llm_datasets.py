@@ -269,16 +269,6 @@ class TestTokenizedDatasetLoader:
         with pytest.raises(ImportError, match="pip install datasets"):
             loader.load()
 
-    @pytest.mark.skipif(not _has_datasets, reason="needs the `datasets` package")
-    def test_datasets_dataset(self, tok, tmp_path):
-        from datasets import Dataset
-
-        data = Dataset.from_dict({"text": ["ab", "c"]})
-        out = TokenizedDatasetLoader(
-            "train", 3, data, TensorDictTokenizer, root_dir=tmp_path, tokenizer=tok
-        ).load()
-        assert out["input_ids"].tolist() == [ids(tok, "ab") + [EOS], ids(tok, "c") + [EOS] * 2]
-
     def test_dataset_to_tensordict(self, tmp_path):
         columns = {"tokens": torch.arange(6).view(3, 2), "ok": torch.tensor([True, False, True])}
 

@@ -163,14 +163,53 @@ class TestTokenizedDatasetLoader:
         assert data["attention_mask"].tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
         assert data["n"].tolist() == [1, 2]
         assert data.is_memmap()
-        cache = tmp_path / "c" / "texts.jsonl" / "train" / "5"
-        assert cache.is_dir()
+        (cache_dir,) = (tmp_path / "c").glob("texts-*")  # no unfinished write left behind
+        assert (cache_dir / "train" / "5").is_dir()
+        assert (cache_dir / "train" / "5.complete").exists()  # the write completed
         # a second load reads the cache back without the source
         path.unlink()
         again = TokenizedDatasetLoader(
             "train", 5, str(path), TensorDictTokenizer, root_dir=tmp_path / "c", tokenizer=tok
         ).load()
         assert (again == data).all()
+
+    def test_different_datasets_never_share_a_cache(self, tok, tmp_path):
+        rows_a, rows_b = [{"text": "ab"}], [{"text": "ba"}, {"text": "abc"}]
+        first = TokenizedDatasetLoader(
+            "train", 4, rows_a, TensorDictTokenizer, root_dir=tmp_path, tokenizer=tok
+        ).load()
+        second = TokenizedDatasetLoader(
+            "train", 4, rows_b, TensorDictTokenizer, root_dir=tmp_path, tokenizer=tok
+        ).load()
+        assert first.shape == (1,) and second.shape == (2,)
+        assert second["input_ids"][0].tolist() == ids(tok, "ba") + [EOS] * 2
+        # two files whose names share the part before a dash
+        for name, text in (("my-train.jsonl", "ab"), ("my-other.jsonl", "abc")):
+            write_jsonl(tmp_path / name, [{"text": text}])
+        a, b = (
+            TokenizedDatasetLoader(
+                "train",
+                4,
+                tmp_path / name,
+                TensorDictTokenizer,
+                root_dir=tmp_path / "c",
+                tokenizer=tok,
+            ).load()
+            for name in ("my-train.jsonl", "my-other.jsonl")
+        )
+        assert a["input_ids"][0].tolist() != b["input_ids"][0].tolist()
+
+    def test_an_interrupted_write_is_rebuilt(self, tok, tmp_path):
+        rows = [{"text": "ab"}]
+        loader = TokenizedDatasetLoader(
+            "train", 4, rows, TensorDictTokenizer, root_dir=tmp_path, tokenizer=tok
+        )
+        first = loader.load()
+        (marker,) = tmp_path.glob("*/train/4.complete")
+        marker.unlink()  # as if the process died before the write completed
+        again = loader.load()
+        assert again["input_ids"].tolist() == first["input_ids"].tolist()
+        assert marker.exists()
 
     def test_tokenizer_from_local_folder(self, tok, tmp_path):
         tok.save_pretrained(tmp_path / "tok")

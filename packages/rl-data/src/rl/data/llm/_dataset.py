@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib.util
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -167,7 +169,7 @@ class TokenizedDatasetLoader:
         pre_tokenization_hook (callable, optional): maps the dataset (rows) before
             tokenization, e.g. to filter rows.
         root_dir (path, optional): where the cache is written. Defaults to
-            ``"$HOME/.cache/torchrl/data"``.
+            ``"$HOME/.cache/rl/data"``.
         from_disk (bool, optional): read ``dataset_name`` with ``datasets.load_from_disk``.
             Defaults to ``False``.
         valid_size (int, optional): a split starting with ``"valid"`` keeps its first
@@ -179,8 +181,9 @@ class TokenizedDatasetLoader:
         tokenizer_model_name (str, optional): defaults to ``"gpt2"``.
         tokenizer (optional): a tokenizer instance, used instead of loading one.
 
-    The cache is ``<root_dir>/<dataset name>/<split>/<max_length>/``: a later
-    :meth:`load` reads it back without tokenizing.
+    The cache is ``<root_dir>/<dataset name>-<digest>/<split>/<max_length>/``, the digest
+    covering the data, the tokenizer and the recipe: a later :meth:`load` of the same
+    dataset reads it back without tokenizing, another dataset never does.
 
     Examples:
         >>> rows = [{"text": "ab"}, {"text": "abc"}]
@@ -238,27 +241,58 @@ class TokenizedDatasetLoader:
         self.tokenizer = tokenizer
 
     def _cache_name(self) -> str:
+        """A readable stem and a digest of what the cache depends on.
+
+        The digest covers the data (a file's or folder's resolved path; an in-memory
+        dataset's fingerprint or contents), the tokenizer
+        (its name and vocabulary size), the tokenizer class and ``from_disk``, so that two
+        datasets never share a cache.
+        """
         name = self.dataset_name
         if isinstance(name, (str, os.PathLike)):
-            return Path(name).name.split("-")[0]
-        return type(name).__name__.lower()
+            path = Path(name).expanduser().resolve()
+            stem = path.name.split("-")[0].split(".")[0] or "dataset"
+            content = str(path)  # the cache outlives its source, as TorchRL's
+        else:
+            stem = type(name).__name__.lower()
+            content = getattr(name, "_fingerprint", None) or repr(name)
+        tokenizer = self.tokenizer
+        key = repr(
+            (
+                content,
+                getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+                len(tokenizer) if hasattr(tokenizer, "__len__") else None,
+                getattr(self.tokenizer_fn, "__qualname__", repr(self.tokenizer_fn)),
+                self.from_disk,
+                self.valid_size,
+            )
+        )
+        return f"{stem}-{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
     def load(self):
-        """Reads the memory-mapped cache if it exists, else builds and writes it."""
+        """Reads the memory-mapped cache if it exists, else builds and writes it.
+
+        A cache counts once its write completed (a marker file written last), so an
+        interrupted write is rebuilt rather than read back.
+        """
         root_dir = self.root_dir
         if root_dir is None:
-            root_dir = Path(os.environ.get("HOME", ".")) / ".cache/torchrl/data/"
-            os.makedirs(root_dir, exist_ok=True)
+            root_dir = Path(os.environ.get("HOME", ".")) / ".cache/rl/data/"
+        os.makedirs(root_dir, exist_ok=True)
         data_dir = Path(root_dir) / self._cache_name()
         data_dir_total = data_dir / self.split / str(self.max_length)
+        complete = data_dir / self.split / f"{self.max_length}.complete"
         logger.info("Looking for data in %s", data_dir_total)
         if data_dir_total.exists():
-            return TensorDict.load_memmap(data_dir_total)
+            if complete.exists():
+                return TensorDict.load_memmap(data_dir_total)
+            shutil.rmtree(data_dir_total)  # an interrupted write
         dataset = self._tokenize(self._load_dataset())
         prefix = (self.split, str(self.max_length))
         result = self.dataset_to_tensordict(
             dataset, data_dir=data_dir, prefix=prefix, valid_mask_key="valid_sample"
         )
+        complete.touch()
         return result[prefix]
 
     def _load_dataset(self):

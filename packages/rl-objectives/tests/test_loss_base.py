@@ -262,6 +262,10 @@ class TestSchedulableBuffers:
             ClipPPOLoss._all_schedulable_buffers
         )
         assert "log_alpha" in SACLoss._all_schedulable_buffers
+        from rl.objectives.llm import DAPO, CISPOLoss, GRPOLoss
+
+        for cls in (GRPOLoss, DAPO, CISPOLoss):  # as TorchRL's: both clip bounds
+            assert {"clip_epsilon_low", "clip_epsilon_high"} <= cls._all_schedulable_buffers
 
     def test_sac_log_alpha(self):
         from rl.objectives import SACLoss

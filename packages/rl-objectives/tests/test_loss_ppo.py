@@ -240,6 +240,18 @@ class TestOutKeysAndRatios:
         with pytest.raises(ValueError, match="length 2"):
             ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.2, 0.3))
 
+    def test_the_other_clip_flavour_cannot_be_scheduled(self):
+        pair = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.3))
+        pair.clip_epsilon_high = 0.4  # its own flavour: copied into the buffer
+        torch.testing.assert_close(pair.clip_epsilon_high, torch.tensor(0.4))
+        with pytest.raises(AttributeError, match="asymmetric clip_epsilon tuple"):
+            pair.clip_epsilon = 0.25
+        single = ClipPPOLoss(const_actor(), const_critic())
+        with pytest.raises(AttributeError, match="symmetric float clip_epsilon"):
+            single.clip_epsilon_low = 0.1
+        single.clip_epsilon = 0.1
+        torch.testing.assert_close(single.clip_epsilon, torch.tensor(0.1))
+
     def test_max_importance_ratio_caps_the_behaviour_ratio(self):
         loss = ClipPPOLoss(
             const_actor(), const_critic(), clip_epsilon=0.6, max_importance_ratio=1.2

@@ -448,7 +448,8 @@ class TestKeywordCall:
         ("GAE", {"lmbda": 0.95}),
     ],
 )
-def test_nan_next_observation_at_a_trajectory_end(cls, kwargs):
+@pytest.mark.parametrize("shifted", [False, True])
+def test_nan_next_observation_at_a_trajectory_end(cls, kwargs, shifted):
     # a compact buffer rebuilt by NextStateReconstructor leaves NaN next observations
     # where trajectories end: the returns stay finite and the caller's data is untouched
     import rl.objectives.value as value_mod
@@ -472,7 +473,9 @@ def test_nan_next_observation_at_a_trajectory_end(cls, kwargs):
         ),
         batch_size=[2, 5],
     )
-    out = getattr(value_mod, cls)(gamma=0.9, value_network=net, **kwargs)(td.clone())
+    out = getattr(value_mod, cls)(gamma=0.9, value_network=net, shifted=shifted, **kwargs)(
+        td.clone()
+    )
     assert out["advantage"].isfinite().all() and out["value_target"].isfinite().all()
     # the terminated last step: advantage r - V(s), no bootstrap
     torch.testing.assert_close(out["advantage"][:, -1], 1 - out["state_value"][:, -1])

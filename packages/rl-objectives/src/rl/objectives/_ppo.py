@@ -18,27 +18,9 @@ from torch import nn
 
 from ._actor_critic import _ActorCriticLoss, _default_log_prob_key, _reduce_samples
 from ._networks import _network_dist
+from ._reduction import _clip_epsilon
 
 __all__ = ["ClipPPOLoss", "IPPOLoss", "KLPENPPOLoss", "MAPPOLoss", "PPOLoss"]
-
-
-def _clip_epsilon(clip_epsilon: float | tuple[float, float]) -> tuple[float, float]:
-    """``(eps_low, eps_high)`` of a symmetric ``eps`` or an ``(eps_low, eps_high)`` pair.
-
-    Raises:
-        ValueError: on a pair of another length, a negative value, or ``eps_low >= 1``.
-    """
-    if isinstance(clip_epsilon, (tuple, list)):
-        if len(clip_epsilon) != 2:
-            raise ValueError(f"clip_epsilon tuple must have length 2, got {clip_epsilon}")
-        low, high = float(clip_epsilon[0]), float(clip_epsilon[1])
-    else:
-        low = high = float(clip_epsilon)
-    if low < 0 or high < 0:
-        raise ValueError(f"clip_epsilon values must be non-negative, got ({low}, {high})")
-    if low >= 1:
-        raise ValueError(f"clip_epsilon low must be < 1 (so that 1 - low > 0), got {low}")
-    return low, high
 
 
 class PPOLoss(_ActorCriticLoss):
@@ -324,6 +306,29 @@ class ClipPPOLoss(PPOLoss):
             self.register_buffer("clip_epsilon_high", torch.tensor(high, device=device))
         else:  # a schedulable scalar, not validated (as TorchRL's)
             self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=device))
+
+    _CLIP_EPSILON_NAMES = ("clip_epsilon", "clip_epsilon_low", "clip_epsilon_high")
+
+    def __setattr__(self, name: str, value) -> None:
+        # scheduling the other flavour of the clip (a float on a loss built with a pair, or
+        # the reverse) would add an attribute the clip never reads: refused, as TorchRL
+        if (
+            name in self._CLIP_EPSILON_NAMES
+            and isinstance(value, (int, float))
+            and name not in self.__dict__.get("_buffers", {})
+            and any(n in self.__dict__.get("_buffers", {}) for n in self._CLIP_EPSILON_NAMES)
+        ):
+            if self._asymmetric_clip:
+                raise AttributeError(
+                    f"Cannot schedule {name!r}: this {type(self).__name__} was built with an "
+                    "asymmetric clip_epsilon tuple; schedule 'clip_epsilon_low' / "
+                    "'clip_epsilon_high' instead."
+                )
+            raise AttributeError(
+                f"Cannot schedule {name!r}: this {type(self).__name__} was built with a "
+                "symmetric float clip_epsilon; schedule 'clip_epsilon' instead."
+            )
+        super().__setattr__(name, value)
 
     @property
     def _clip_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -118,3 +118,22 @@ def _loss_output(
         if key in kept or scalar_output_mode == "non_tensor":
             out.set_non_tensor(key, value)
     return out
+
+
+def _clip_epsilon(clip_epsilon: float | tuple[float, float]) -> tuple[float, float]:
+    """``(eps_low, eps_high)`` of a symmetric ``eps`` or an ``(eps_low, eps_high)`` pair.
+
+    Raises:
+        ValueError: on a pair of another length, a negative value, or ``eps_low >= 1``.
+    """
+    if isinstance(clip_epsilon, (tuple, list)):
+        if len(clip_epsilon) != 2:
+            raise ValueError(f"clip_epsilon tuple must have length 2, got {clip_epsilon}")
+        low, high = float(clip_epsilon[0]), float(clip_epsilon[1])
+    else:
+        low = high = float(clip_epsilon)
+    if low < 0 or high < 0:
+        raise ValueError(f"clip_epsilon values must be non-negative, got ({low}, {high})")
+    if low >= 1:
+        raise ValueError(f"clip_epsilon low must be < 1 (so that 1 - low > 0), got {low}")
+    return low, high

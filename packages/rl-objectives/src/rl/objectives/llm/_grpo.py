@@ -15,7 +15,7 @@ from tensordict import NestedKey, TensorClass, TensorDict, TensorDictBase
 from torch import nn
 
 from .._loss import LossModule
-from .._ppo import _clip_epsilon
+from .._reduction import _clip_epsilon
 from ._kl import k3_kl_token_estimate
 
 __all__ = [
@@ -101,6 +101,7 @@ class GRPOLoss(LossModule):
     """
 
     output_type: type[LLMLossOutput] = GRPOLossOutput
+    _schedulable_buffers = frozenset({"clip_epsilon_low", "clip_epsilon_high"})
 
     @dataclass
     class _AcceptedKeys:

@@ -414,8 +414,9 @@ class ValueEstimatorBase(TensorDictModuleBase):
         done = self._require(td, _next_key(k.done), "done")
         ends = done.reshape(*td.batch_size, -1).any(-1).clone()
         ends[..., -1] = True
-        root = td.select(*net.in_keys, strict=False).reshape(-1)
-        nxt = td.get("next").select(*net.in_keys, strict=False)[ends]
+        root_td = td.select(*net.in_keys, strict=False)
+        nxt = _finite_next(td.get("next").select(*net.in_keys, strict=False), root_td)[ends]
+        root = root_td.reshape(-1)
         # one flat batch of inputs: chunked along its only dimension
         out = self._call_value_net(torch.cat([root, nxt], 0), params, flat=True)
         n = root.shape[0]

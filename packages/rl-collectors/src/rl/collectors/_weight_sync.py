@@ -317,7 +317,7 @@ class WeightSyncScheme(metaclass=abc.ABCMeta):
             raise
 
     def _init_on_sender_impl(self, *args, **kwargs) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _init_on_sender_impl()")
 
     def init_on_receiver(self, *, model_id: str, context: Any = None, **kwargs) -> None:
         """Sets up one worker's side: ``context`` is the worker's collector (its
@@ -333,7 +333,7 @@ class WeightSyncScheme(metaclass=abc.ABCMeta):
             raise
 
     def _init_on_receiver_impl(self, *, model_id: str, context: Any = None, **kwargs) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _init_on_receiver_impl()")
 
     @property
     def initialized_on_sender(self) -> bool:
@@ -667,7 +667,7 @@ class WeightSyncScheme(metaclass=abc.ABCMeta):
                 logger.warning("weight receiver got an unknown instruction %r", instruction)
 
     def _receive_now(self) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _receive_now()")
 
     def _wait_for_instruction(self, timeout: float | None = None) -> str | None:
         raise NotImplementedError(f"{type(self).__name__} must implement _wait_for_instruction()")

@@ -160,13 +160,19 @@ def _bounds(
 
 
 # ---------------------------------------------------------------- samples
+def _sum_heads(log_prob: TensorDictBase, batch_dims: int) -> torch.Tensor:
+    """One log-probability per sample ``[*B]`` from a composite distribution's per-head
+    entries, each summed over its dims past the ``batch_dims`` first."""
+    return sum(v.reshape(*v.shape[:batch_dims], -1).sum(-1) for v in log_prob.values(True, True))
+
+
 def _sum_action_dims(log_prob: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     """The log-probability of the whole action: summed when the distribution scored
     each action dimension apart (a factorised distribution without an event dim), and
     over the heads of a composite action (one log-probability per head), as TorchRL."""
     if isinstance(log_prob, TensorDictBase):
         batch = action.batch_dims if isinstance(action, TensorDictBase) else log_prob.batch_dims
-        return sum(v.reshape(*v.shape[:batch], -1).sum(-1) for v in log_prob.values(True, True))
+        return _sum_heads(log_prob, batch)
     if log_prob.shape == action.shape and action.ndim > 0:
         return log_prob.sum(-1)
     return log_prob

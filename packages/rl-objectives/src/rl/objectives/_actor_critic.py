@@ -21,6 +21,7 @@ from tensordict.utils import NestedKey
 from torch import distributions as D
 from torch import nn
 
+from ._actions import _sum_heads
 from ._loss import LossModule, _MissingKeyError
 from ._networks import _network_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
@@ -89,10 +90,7 @@ def _stored_action_log_prob(
             )
         log_prob = dist.log_prob(action)
         if isinstance(log_prob, TensorDictBase):
-            batch = tensordict.batch_dims
-            log_prob = sum(
-                v.reshape(*v.shape[:batch], -1).sum(-1) for v in log_prob.values(True, True)
-            )
+            log_prob = _sum_heads(log_prob, tensordict.batch_dims)
         return log_prob, action
     action = loss._get(tensordict, "action")
     if action.requires_grad:

@@ -201,14 +201,13 @@ class REDQLoss(_EntropyTemperature, LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def forward(self, tensordict: TensorDictBase) -> TensorDict:
-        """Compute the losses on a batch of transitions; writes ``td_error`` into it.
-
-        Returns:
-            a TensorDict with ``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha``,
-            ``entropy``, ``state_action_value_actor``, ``action_log_prob_actor``,
-            ``next.state_value`` and ``target_value`` (the last four averaged).
-        """
+    def _terms(self, tensordict: TensorDictBase) -> dict[str, torch.Tensor]:
+        """What every REDQ loss is made of: the temperature, the reparameterised draw at the
+        current states (``log_prob`` ``[*B]``) and its value under each critic held out
+        (``q_actor`` ``[N, *B]``), the target policy's draw at the next states
+        (``next_log_prob``), the soft value of a random subset of target critics
+        (``next_value``), the bootstrapped ``target`` ``[*B]`` and the critics' ``pred``
+        ``[N, *B]``."""
         sav = self.tensor_keys.state_action_value
         self._get(tensordict, "action")
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
@@ -226,14 +225,11 @@ class REDQLoss(_EntropyTemperature, LossModule):
         self._size_target_entropy(
             -float(action.shape[tensordict.batch_dims :].numel()), action.device
         )
-
         td_actor = tensordict.copy()
         td_actor.set(self.tensor_keys.action, action)
         q_actor = _ensemble_output(
             self._ensemble("qvalue_network", "detached"), td_actor, sav
         ).squeeze(-1)
-        loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction, None)
-
         with torch.no_grad():
             next_td.set(self.tensor_keys.action, next_action)
             targets = self._ensemble("qvalue_network", "target")
@@ -241,6 +237,28 @@ class REDQLoss(_EntropyTemperature, LossModule):
             next_value = (next_q - alpha * next_log_prob).min(0)[0]
             target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
         pred = _ensemble_output(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
+        return {
+            "alpha": alpha,
+            "log_prob": log_prob,
+            "q_actor": q_actor,
+            "next_log_prob": next_log_prob,
+            "next_value": next_value,
+            "target": target,
+            "pred": pred,
+        }
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDict:
+        """Compute the losses on a batch of transitions; writes ``td_error`` into it.
+
+        Returns:
+            a TensorDict with ``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha``,
+            ``entropy``, ``state_action_value_actor``, ``action_log_prob_actor``,
+            ``next.state_value`` and ``target_value`` (the last four averaged).
+        """
+        t = self._terms(tensordict)
+        log_prob, next_log_prob, alpha = t["log_prob"], t["next_log_prob"], t["alpha"]
+        q_actor, pred, target = t["q_actor"], t["pred"], t["target"]
+        loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction, None)
         loss_qvalue = _reduce(
             distance_loss(pred, target.expand_as(pred), self.loss_function), self.reduction, None
         )
@@ -260,7 +278,7 @@ class REDQLoss(_EntropyTemperature, LossModule):
                 "loss_alpha": loss_alpha,
                 "state_action_value_actor": q_actor.detach().mean(),
                 "action_log_prob_actor": log_prob.detach().mean(),
-                "next.state_value": next_value.mean(),
+                "next.state_value": t["next_value"].mean(),
                 "target_value": target.mean(),
             }
         )

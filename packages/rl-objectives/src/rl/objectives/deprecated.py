@@ -17,13 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
-from ._actions import _policy_rsample
 from ._actor_critic import _default_log_prob_key
-from ._networks import _ensemble_output
 from ._redq import REDQLoss
 from ._reduction import _reduce, distance_loss
 
@@ -90,36 +87,9 @@ class REDQLoss_deprecated(REDQLoss):  # noqa: N801 (TorchRL's name)
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha`` and ``entropy``;
         writes ``td_error`` into ``tensordict``."""
-        sav = self.tensor_keys.state_action_value
-        self._get(tensordict, "action")
-        subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
-        alpha = self.alpha
-        actor_td, next_td = tensordict, tensordict.get("next").copy()
-        if self.gSDE:
-            actor_td = tensordict.copy()
-            for td in (actor_td, next_td):
-                td.set("_eps_gSDE", torch.zeros(td.shape, device=td.device))
-        action, log_prob = _policy_rsample(self.actor_network, actor_td)
-        self._size_target_entropy(
-            -float(action.shape[tensordict.batch_dims :].numel()), action.device
-        )
-        td_actor = tensordict.copy()
-        td_actor.set(self.tensor_keys.action, action)
-        q_actor = _ensemble_output(
-            self._ensemble("qvalue_network", "detached"), td_actor, sav
-        ).squeeze(-1)
-        loss_actor = alpha * log_prob - q_actor  # [N, *B]
-
-        with torch.no_grad():
-            next_action, next_log_prob = _policy_rsample(
-                self._target_network("actor_network"), next_td
-            )
-            next_td.set(self.tensor_keys.action, next_action)
-            targets = self._ensemble("qvalue_network", "target")
-            next_q = _ensemble_output([targets[j] for j in subset], next_td, sav).squeeze(-1)
-            next_value = (next_q - alpha * next_log_prob).min(0)[0]
-            target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
-        pred = _ensemble_output(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
+        t = self._terms(tensordict)
+        log_prob, pred, target = t["log_prob"], t["pred"], t["target"]
+        loss_actor = t["alpha"] * log_prob - t["q_actor"]  # [N, *B]
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function)
         tensordict.set(
             self.tensor_keys.priority, (pred.detach() - target).abs().max(0)[0], inplace=True
@@ -134,7 +104,7 @@ class REDQLoss_deprecated(REDQLoss):  # noqa: N801 (TorchRL's name)
                 "loss_actor": _reduce(loss_actor, self.reduction, None),
                 "loss_qvalue": _reduce(loss_qvalue, self.reduction, None),
                 "loss_alpha": _reduce(loss_alpha, self.reduction, None),
-                "alpha": alpha,
+                "alpha": t["alpha"],
                 "entropy": -log_prob.detach().mean(),
             }
         )

@@ -163,7 +163,8 @@ class TestClipTransform:
         env = TransformedEnv(
             PendulumEnv(), ClipTransform(in_keys_inv=["action"], low=-1.0, high=1.0)
         )
-        assert float(env.action_spec.high.max()) == 1.0
+        # the action spec stays the inner env's: anything sent is clipped on its way in
+        assert float(env.action_spec.high.max()) == 2.0
         td = env.reset()
         td["action"] = torch.tensor([1.0])
         out = env.transform.inv(td.set("action", torch.tensor([3.0])))
@@ -171,10 +172,14 @@ class TestClipTransform:
         check_env_specs(env)
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="needs low < high"):
+        with pytest.raises(ValueError, match="`low` must be strictly lower than `high`"):
             ClipTransform(in_keys=["x"], low=1.0, high=1.0)
-        with pytest.raises(ValueError, match="needs low or high"):
+        with pytest.raises(TypeError, match="Either one or both of `high` and `low`"):
             ClipTransform(in_keys=["x"])
+        with pytest.raises(TypeError, match="low and high must be scalars or None"):
+            ClipTransform(in_keys=["x"], low=torch.zeros(2))
+        with pytest.raises(TypeError):  # the bounds are keyword-only, as TorchRL
+            ClipTransform(["x"], None, None, None, -1.0, 1.0)
 
 
 class Float64Env(EnvBase):

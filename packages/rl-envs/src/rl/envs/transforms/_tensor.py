@@ -284,12 +284,14 @@ class ClipTransform(Transform):
 
     Args:
         in_keys / out_keys: forward keys.
-        in_keys_inv / out_keys_inv: inverse keys (clipped before reaching the env).
+        in_keys_inv / out_keys_inv: inverse keys (clipped before reaching the env; their
+            specs stay those of the inner env, as TorchRL).
         low: lower bound (``None``: none).
         high: upper bound (``None``: none).
 
     Raises:
-        ValueError: both bounds are ``None`` or ``low >= high``.
+        TypeError: both bounds are ``None``, or a bound is not a scalar.
+        ValueError: ``low >= high``.
 
     Examples:
         >>> import torch
@@ -309,13 +311,25 @@ class ClipTransform(Transform):
         out_keys: Sequence[NestedKey] | None = None,
         in_keys_inv: Sequence[NestedKey] | None = None,
         out_keys_inv: Sequence[NestedKey] | None = None,
+        *,
         low: float | None = None,
         high: float | None = None,
     ):
         if low is None and high is None:
-            raise ValueError("ClipTransform needs low or high, got neither")
+            raise TypeError(
+                "Either one or both of `high` and `low` must be provided to ClipTransform, "
+                "got neither"
+            )
+        for value in (low, high):
+            if value is not None and torch.as_tensor(value).numel() > 1:
+                raise TypeError(
+                    f"low and high must be scalars or None. Got low={low} and high={high}."
+                )
         if low is not None and high is not None and not low < high:
-            raise ValueError(f"ClipTransform needs low < high, got low={low} and high={high}")
+            raise ValueError(
+                f"`low` must be strictly lower than `high` in ClipTransform, got low={low} "
+                f"and high={high}"
+            )
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
         self.low = low
         self.high = high
@@ -338,8 +352,8 @@ class ClipTransform(Transform):
     def _leaf_spec(self, spec, in_key):
         return self._clipped_spec(spec)
 
-    def _leaf_spec_inv(self, spec, in_key):
-        return self._clipped_spec(spec)
+    # the input specs stay the inner env's (as TorchRL): what the outside sends may be
+    # anything, it is clipped on its way in
 
     def _repr_args(self) -> str:
         return f"low={self.low}, high={self.high}, {super()._repr_args()}"

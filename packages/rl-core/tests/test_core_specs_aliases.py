@@ -54,7 +54,7 @@ def test_deprecated_alias_builds_same_spec(name, args, kwargs, expected):
 def test_lazy_stacked_composite_spec():
     a = Composite(obs=Unbounded(shape=(1,)))
     with pytest.warns(DeprecationWarning, match="LazyStackedCompositeSpec is deprecated"):
-        spec = rl.core.LazyStackedCompositeSpec(a, a.clone())
+        spec = rl.core.LazyStackedCompositeSpec(a, a.clone(), dim=0)
     assert isinstance(spec, StackedComposite) and spec.shape == (2,)
 
 
@@ -85,4 +85,20 @@ def test_alias_signature_is_the_parents_with_its_defaults():
     params = inspect.signature(UnboundedDiscrete).parameters
     assert list(params) == ["shape", "device", "dtype", "domain"]
     assert params["dtype"].default == torch.int64 and params["shape"].default == (1,)
-    assert inspect.signature(BoundedContinuous).parameters["dtype"].default == torch.float32
+    # TorchRL's BoundedContinuous / UnboundedContinuous: dtype None (inferred), domain pinned
+    params = inspect.signature(BoundedContinuous).parameters
+    assert list(params) == ["low", "high", "shape", "device", "dtype", "domain"]
+    assert params["dtype"].default is None and params["domain"].default == "continuous"
+    assert inspect.signature(UnboundedContinuous).parameters["dtype"].default is None
+
+
+def test_continuous_names_infer_dtype_and_keep_the_continuous_domain():
+    assert BoundedContinuous(-1.0, 1.0, shape=(2,)).dtype == torch.float32
+    assert UnboundedContinuous(shape=(2,)).dtype == torch.float32
+    # as TorchRL: a positional integer dtype keeps the domain the name states
+    spec = BoundedContinuous(0, 3, (1,), None, torch.int64)
+    assert spec.dtype == torch.int64 and spec.domain == "continuous"
+    assert UnboundedContinuous((3,), None, torch.float64).dtype == torch.float64
+    assert UnboundedContinuous(shape=(1,), domain="discrete").domain == "discrete"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'low'"):
+        UnboundedContinuous(low=0.0)

@@ -27,7 +27,9 @@ def test_pickle_and_deepcopy(copier):
     spec = _composite()
     back = copier(spec)
     assert back == spec and back["act"].mask.tolist() == spec["act"].mask.tolist()
-    stacked = StackedComposite(Composite(a=Unbounded()), Composite(a=Unbounded(), b=Unbounded()))
+    stacked = StackedComposite(
+        Composite(a=Unbounded()), Composite(a=Unbounded(), b=Unbounded()), dim=0
+    )
     assert copier(stacked) == stacked
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

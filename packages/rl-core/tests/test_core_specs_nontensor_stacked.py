@@ -74,7 +74,7 @@ def members():
 class TestStackedComposite:
     def test_rand_zero_lazy_stack(self):
         a, b = members()
-        spec = StackedComposite(a, b)
+        spec = StackedComposite(a, b, dim=0)
         for method in ("rand", "zero", "one"):
             td = getattr(spec, method)((4,))
             assert isinstance(td, LazyStackedTensorDict)
@@ -84,7 +84,7 @@ class TestStackedComposite:
 
     def test_is_in_checks_each_member(self):
         a, b = members()
-        spec = StackedComposite([a, b])
+        spec = StackedComposite([a, b], dim=0)
         td = spec.rand()
         td.tensordicts[1]["extra"] = torch.full((2,), 5.0)
         with pytest.raises(
@@ -97,13 +97,13 @@ class TestStackedComposite:
 
     def test_index_returns_member(self):
         a, b = members()
-        spec = StackedComposite(a, b)
+        spec = StackedComposite(a, b, dim=0)
         assert spec[0] is a and spec[1] is b and spec[-1] is b
-        assert spec[0:1] == StackedComposite(a)
+        assert spec[0:1] == StackedComposite(a, dim=0)
         assert spec.unbind(0) == (a, b) and len(spec) == 2
 
     def test_keys_are_common(self):
-        spec = StackedComposite(*members())
+        spec = StackedComposite(*members(), dim=0)
         assert spec.keys() == ["obs", "action"]
         assert "obs" in spec and "extra" not in spec
         assert spec["obs"] == Unbounded(shape=(2, 3))
@@ -117,7 +117,7 @@ class TestStackedComposite:
         # as TorchRL: the entry is a lazy Stacked of the members' entries
         a = Composite(obs=Unbounded(shape=(3,)))
         b = Composite(obs=Unbounded(shape=(4,)))
-        spec = StackedComposite(a, b)
+        spec = StackedComposite(a, b, dim=0)
         obs = spec["obs"]
         assert isinstance(obs, Stacked) and obs.shape == (2, -1)
         assert obs[0] == a["obs"] and obs[1] == b["obs"]
@@ -148,7 +148,7 @@ class TestStackedComposite:
             spec.expand(5, 3)
 
     def test_setitem_distributes(self):
-        spec = StackedComposite(*members())
+        spec = StackedComposite(*members(), dim=0)
         spec["reward"] = Unbounded(shape=(2, 1))
         assert spec[0]["reward"] == Unbounded(shape=(1,))
         with pytest.raises(
@@ -157,12 +157,12 @@ class TestStackedComposite:
             spec["reward"] = Unbounded(shape=(1,))
 
     def test_clone_to_eq_repr(self):
-        spec = StackedComposite(*members())
+        spec = StackedComposite(*members(), dim=0)
         assert spec.clone() == spec and spec.to("cpu").device == torch.device("cpu")
         assert repr(spec).startswith("StackedComposite(\n    0: Composite(")
 
     def test_encode_to_numpy(self):
-        spec = StackedComposite(*members())
+        spec = StackedComposite(*members(), dim=0)
         td = spec.rand()
         # as TorchRL: one array per entry every member holds, stacked along the stack dim
         arrays = spec.to_numpy(td)
@@ -181,7 +181,7 @@ class TestStackedComposite:
     def test_to_numpy_heterogeneous_and_batched(self):
         a = Composite(obs=Unbounded(shape=(3,)), n=Composite(z=Bounded(0, 1, shape=(1,))))
         b = Composite(obs=Unbounded(shape=(4,)), n=Composite(z=Bounded(0, 1, shape=(1,))))
-        spec = StackedComposite(a, b)
+        spec = StackedComposite(a, b, dim=0)
         td = spec.rand()
         arrays = spec.to_numpy(td)
         assert [x.shape for x in arrays["obs"]] == [(3,), (4,)]
@@ -201,7 +201,7 @@ class TestStackedComposite:
     def test_delitem_reaches_every_member_holding_the_key(self):
         # as TorchRL: a key held by some members is deleted from them
         a, b = members()
-        spec = StackedComposite(a, b)
+        spec = StackedComposite(a, b, dim=0)
         del spec["extra"]
         assert "extra" not in b.keys() and list(spec[1].keys()) == list(spec[0].keys())
         del spec["obs"]
@@ -210,13 +210,13 @@ class TestStackedComposite:
             del spec["extra"]
 
     def test_setitem_needs_a_key(self):
-        spec = StackedComposite(*members())
+        spec = StackedComposite(*members(), dim=0)
         with pytest.raises(RuntimeError, match="key should be a Sequence<NestedKey>"):
             spec[0] = Unbounded(shape=(2, 1))
 
     def test_is_in_missing_entry_is_a_key_error(self):
         # as TorchRL: a value missing an entry raises KeyError in is_in
-        spec = StackedComposite(*members())
+        spec = StackedComposite(*members(), dim=0)
         td = spec.rand()
         del td.tensordicts[1]["extra"]
         with pytest.raises(KeyError, match=r"has a member 1 that has no entry 'extra'"):
@@ -226,20 +226,20 @@ class TestStackedComposite:
 
     def test_constructor_errors(self):
         with pytest.raises(ValueError, match="expects at least one Composite, got none"):
-            StackedComposite()
+            StackedComposite(dim=0)
         with pytest.raises(
             ValueError, match=r"share their shape: member 0 has \(\), member 1 has \(2,\)"
         ):
-            StackedComposite(Composite(), Composite(shape=(2,)))
+            StackedComposite(Composite(), Composite(shape=(2,)), dim=0)
         with pytest.raises(TypeError, match="member 0 is a Unbounded"):
-            StackedComposite(Unbounded())
+            StackedComposite(Unbounded(), dim=0)
 
     def test_devices(self):
         # as TorchRL: members without a device do not count; different devices give None
         on_cpu = Composite(device="cpu")
-        assert StackedComposite(Composite(), on_cpu).device == torch.device("cpu")
-        assert StackedComposite(Composite(), Composite()).device is None
-        mixed = StackedComposite(Composite(), on_cpu, Composite(device="meta"))
+        assert StackedComposite(Composite(), on_cpu, dim=0).device == torch.device("cpu")
+        assert StackedComposite(Composite(), Composite(), dim=0).device is None
+        mixed = StackedComposite(Composite(), on_cpu, Composite(device="meta"), dim=0)
         assert mixed.device is None and mixed.rand().batch_size == (3,)
 
 

@@ -10,7 +10,7 @@ from rl.core import Bounded, Categorical, Composite, Stacked, StackedComposite, 
 
 
 def hetero():
-    return Stacked(Bounded(0.0, 1.0, shape=(3,)), Bounded(-1.0, 0.0, shape=(4,)))
+    return Stacked(Bounded(0.0, 1.0, shape=(3,)), Bounded(-1.0, 0.0, shape=(4,)), dim=0)
 
 
 class TestStacked:
@@ -43,7 +43,9 @@ class TestStacked:
         assert [a.shape for a in spec.to_numpy(encoded)] == [(3,), (4,)]
 
     def test_same_shaped_values_stack_densely(self):
-        masked = Stacked(Categorical(3, mask=torch.tensor([True, False, False])), Categorical(3))
+        masked = Stacked(
+            Categorical(3, mask=torch.tensor([True, False, False])), Categorical(3), dim=0
+        )
         assert masked.shape == (2,)
         value = masked.rand((4,))
         assert value.shape == (4, 2) and value[:, 0].tolist() == [0] * 4
@@ -71,21 +73,26 @@ class TestStacked:
         # as TorchRL: leaf specs whose shapes differ stack into a lazy Stacked
         spec = torch.stack([Unbounded(shape=(3,)), Unbounded(shape=(4,))])
         assert isinstance(spec, Stacked) and spec.shape == (2, -1) and spec.stack_dim == 0
-        assert spec == Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,)))
+        assert spec == Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,)), dim=0)
         last = torch.stack([Bounded(0.0, 1.0, shape=(2, 3)), Bounded(0.0, 1.0, shape=(2, 4))], 1)
         assert isinstance(last, Stacked) and last.shape == (2, 2, -1) and last.stack_dim == 1
         stacked = StackedComposite(
-            Composite(a=Unbounded(shape=(3,))), Composite(a=Unbounded(shape=(4,)))
+            Composite(a=Unbounded(shape=(3,))), Composite(a=Unbounded(shape=(4,))), dim=0
         )
         td = stacked.rand()
         assert stacked.is_in(td) and td[1]["a"].shape == (4,)
 
     def test_errors(self):
         with pytest.raises(ValueError, match=r"different dtype"):
-            Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,), dtype=torch.float64))
+            Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,), dtype=torch.float64), dim=0)
         with pytest.raises(ValueError, match=r"different kind"):
-            Stacked(Unbounded(shape=(3,)), Bounded(0.0, 1.0, shape=(4,)))
+            Stacked(Unbounded(shape=(3,)), Bounded(0.0, 1.0, shape=(4,)), dim=0)
         with pytest.raises(TypeError, match="use StackedComposite for Composites"):
-            Stacked(Composite(), Composite())
+            Stacked(Composite(), Composite(), dim=0)
+        # TorchRL's signature: the stack dim is a required keyword
+        with pytest.raises(TypeError, match="required keyword-only argument: 'dim'"):
+            Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,)))
+        with pytest.raises(TypeError, match="required keyword-only argument: 'dim'"):
+            StackedComposite(Composite(), Composite())
         with pytest.raises(ValueError, match="Stacked members must share kind"):
             torch.stack([Unbounded(shape=(3,)), Bounded(0.0, 1.0, shape=(4,))])

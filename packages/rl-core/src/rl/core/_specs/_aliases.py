@@ -18,11 +18,12 @@ Examples:
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ._base import TensorSpec, _warn_deprecated
+from ._base import _DEFAULT_SHAPE, DEVICE_TYPING, TensorSpec, _warn_deprecated
 from ._bounded import Bounded, Unbounded
 from ._composite import Composite
 from ._discrete import Binary, Categorical, OneHot
@@ -64,9 +65,71 @@ def _alias(parent: type, name: str, deprecated: bool, **defaults: Any) -> type:
     )
 
 
-BoundedContinuous = _alias(Bounded, "BoundedContinuous", False, dtype=torch.float32)
+class BoundedContinuous(Bounded):
+    """:class:`Bounded` in the continuous domain, with TorchRL's arguments.
+
+    Args:
+        low, high, shape, device: as :class:`Bounded`.
+        dtype: the dtype of the values; ``None`` (default): as :class:`Bounded`
+            (``torch.float32``).
+        domain: ``"continuous"`` (default): the spec's domain whatever its dtype, as in
+            TorchRL.
+
+    Examples:
+        >>> import torch
+        >>> from rl.core import BoundedContinuous
+        >>> spec = BoundedContinuous(-1.0, 1.0, shape=(2,))
+        >>> spec.dtype, spec.domain
+        (torch.float32, 'continuous')
+        >>> BoundedContinuous(0, 3, (1,), None, torch.int64).domain
+        'continuous'
+    """
+
+    _alias_of_parent = True
+
+    def __init__(
+        self,
+        low: float | torch.Tensor | None = None,
+        high: float | torch.Tensor | None = None,
+        shape: Sequence[int] | torch.Size | int | None = None,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = None,
+        domain: str = "continuous",
+    ) -> None:
+        Bounded.__init__(self, low, high, shape, device, dtype, domain=domain)
+
+
 BoundedDiscrete = _alias(Bounded, "BoundedDiscrete", False, dtype=torch.int64)
-UnboundedContinuous = _alias(Unbounded, "UnboundedContinuous", False, dtype=torch.float32)
+
+
+class UnboundedContinuous(Unbounded):
+    """:class:`Unbounded` with TorchRL's arguments for continuous values.
+
+    Args:
+        shape, device: as :class:`Unbounded`.
+        dtype: the dtype of the values; ``None`` (default): as :class:`Unbounded`
+            (``torch.float32``).
+        **kwargs: the other arguments of :class:`Unbounded` (``domain``).
+
+    Examples:
+        >>> from rl.core import UnboundedContinuous
+        >>> spec = UnboundedContinuous(shape=(3,))
+        >>> spec.dtype, spec.domain
+        (torch.float32, 'continuous')
+    """
+
+    _alias_of_parent = True
+
+    def __init__(
+        self,
+        shape: Sequence[int] | torch.Size | int | None = _DEFAULT_SHAPE,
+        device: DEVICE_TYPING | None = None,
+        dtype: torch.dtype | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        Unbounded.__init__(self, shape, device, dtype, **kwargs)
+
+
 UnboundedDiscrete = _alias(Unbounded, "UnboundedDiscrete", False, dtype=torch.int64)
 
 BoundedTensorSpec = _alias(Bounded, "BoundedTensorSpec", True)

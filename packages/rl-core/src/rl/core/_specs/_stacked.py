@@ -176,7 +176,7 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
         >>> from rl.core import Composite, StackedComposite, Unbounded
         >>> a = Composite(obs=Unbounded(shape=(3,)))
         >>> b = Composite(obs=Unbounded(shape=(3,)), extra=Unbounded(shape=(2,)))
-        >>> spec = StackedComposite(a, b)
+        >>> spec = StackedComposite(a, b, dim=0)
         >>> spec.shape
         torch.Size([2])
         >>> td = spec.rand()
@@ -190,7 +190,7 @@ class StackedComposite(_InPlaceUpdates, _Lockable, _NestedSpec):
 
     domain = "composite"
 
-    def __init__(self, *specs: Composite | Sequence[Composite], dim: int = 0):
+    def __init__(self, *specs: Composite | Sequence[Composite], dim: int):
         if len(specs) == 1 and isinstance(specs[0], list | tuple):
             specs = tuple(specs[0])
         if not specs:

@@ -34,7 +34,7 @@ class Stacked(TensorSpec):
     Examples:
         >>> import torch
         >>> from rl.core import Stacked, Unbounded
-        >>> spec = Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,)))
+        >>> spec = Stacked(Unbounded(shape=(3,)), Unbounded(shape=(4,)), dim=0)
         >>> type(spec).__name__, spec.shape
         ('Stacked', torch.Size([2, -1]))
         >>> value = spec.rand()
@@ -44,7 +44,7 @@ class Stacked(TensorSpec):
         (True, torch.Size([4]))
     """
 
-    def __init__(self, *specs: TensorSpec | Sequence[TensorSpec], dim: int = 0):
+    def __init__(self, *specs: TensorSpec | Sequence[TensorSpec], dim: int):
         if len(specs) == 1 and isinstance(specs[0], list | tuple):
             specs = tuple(specs[0])
         if not specs:

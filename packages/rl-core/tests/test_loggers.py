@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import json
 import struct
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tensordict import MemoryMappedTensor
 
 from rl.core.loggers import (
     CSVLogger,
@@ -70,7 +72,7 @@ class TestCSVLogger:
             logger.log_scalar("bad", torch.ones(2))
 
     def test_video_mp4_decodes_back(self, tmp_path):
-        logger = CSVLogger("exp", log_dir=tmp_path, video_fps=10)
+        logger = CSVLogger("exp", log_dir=tmp_path, video_format="mp4", video_fps=10)
         logger.log_video("eval", _video().permute(0, 3, 1, 2)[None], step=100)
         frames = _decode_mp4(tmp_path / "exp" / "videos" / "eval_100.mp4")
         assert frames.shape == (6, 10, 12, 3)
@@ -78,13 +80,21 @@ class TestCSVLogger:
         np.testing.assert_allclose(brightness, np.arange(6) * 40, atol=4)
 
     def test_video_pt(self, tmp_path):
-        logger = CSVLogger("exp", log_dir=tmp_path, video_format="pt")
+        logger = CSVLogger("exp", log_dir=tmp_path)  # "pt" is the default, as in TorchRL
+        assert logger.video_format == "pt"
         logger.log_video("eval", _video())
         logger.log_video("eval", _video())
         saved = torch.load(tmp_path / "exp" / "videos" / "eval_1.pt", weights_only=True)
         assert torch.equal(saved, _video())
-        with pytest.raises(ValueError, match="video_format must be 'mp4' or 'pt'"):
+        with pytest.raises(ValueError, match="video_format must be 'pt', 'memmap' or 'mp4'"):
             CSVLogger("exp", log_dir=tmp_path, video_format="gif")
+
+    def test_video_memmap(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path, video_format="memmap")
+        logger.log_video("eval", _video(), step=3)
+        path = tmp_path / "exp" / "videos" / "eval_3.memmap"
+        saved = MemoryMappedTensor.from_filename(path, dtype=torch.uint8, shape=_video().shape)
+        assert torch.equal(saved, _video())
 
     def test_hparams_and_histogram(self, tmp_path):
         logger = CSVLogger("exp", log_dir=tmp_path)
@@ -200,6 +210,29 @@ class TestWandbLogger:
         assert hist["w/bins"] == [0, 1.8, 3.6, 5.4, 7.2, 9] and hist["_step"] == 20
         assert config["lr"] == 0.1
         assert state["id"] == run_dir.name.rsplit("-", 1)[1]
+        # log_env_packages=True (default): the runtime and the installed packages
+        assert config["env"]["python"]["version"] == sys.version
+        assert config["env"]["packages"]["torch"] == importlib.metadata.version("torch")
+        assert logger.video_fps == 32
+
+    def test_base_url_and_no_env_packages(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+        logger = WandbLogger(
+            "exp",
+            True,
+            tmp_path,
+            None,
+            "rl-test",
+            "http://localhost:8123",
+            log_env_packages=False,
+        )
+        try:
+            assert logger.base_url == "http://localhost:8123"
+            assert logger.experiment.settings.base_url == "http://localhost:8123"
+            assert "env" not in dict(logger.experiment.config)
+        finally:
+            logger.close()
 
 
 class TestMLFlowLogger:
@@ -226,6 +259,25 @@ class TestMLFlowLogger:
         video = client.download_artifacts(logger.run_id, "videos/eval_step_4.mp4")
         assert _decode_mp4(video).shape == (6, 10, 12, 3)
 
+    def test_artifact_location(self, tmp_path):
+        from mlflow.tracking import MlflowClient
+
+        store = tmp_path / "mlruns"
+        logger = MLFlowLogger("exp", store, artifact_location=(tmp_path / "art").as_uri())
+        logger.log_histogram("w", torch.arange(4.0), step=1, bins=2)
+        logger.close()
+        client = MlflowClient(tracking_uri=store.as_uri())
+        assert client.get_experiment_by_name("exp").artifact_location == (tmp_path / "art").as_uri()
+        run_dir = tmp_path / "art" / logger.run_id / "artifacts" / "histograms"
+        assert (run_dir / "w_step_1.json").exists()
+        # as TorchRL: a file: tracking URI is also the default artifact location
+        uri = (tmp_path / "other").as_uri()
+        logger = MLFlowLogger("exp2", uri)
+        logger.close()
+        assert (
+            MlflowClient(tracking_uri=uri).get_experiment_by_name("exp2").artifact_location == uri
+        )
+
 
 class TestFactory:
     def test_get_logger_kinds(self, tmp_path):
@@ -236,6 +288,43 @@ class TestFactory:
         assert get_logger(None, tmp_path, "exp") is None
         with pytest.raises(ValueError, match="unknown logger_type 'neptune'; expected one of csv"):
             get_logger("neptune", tmp_path, "exp")
+
+    def test_get_logger_csv_writes_mp4_and_resumes(self, tmp_path):
+        logger = get_logger("csv", tmp_path, "exp")
+        assert logger.video_format == "mp4"  # TorchRL's factory asks for mp4 videos
+        logger.log_scalar("a", 1.0, step=1)
+        state = logger.state_dict()
+        logger.log_scalar("a", 2.0, step=2)
+        resumed = get_logger("csv", tmp_path / "elsewhere", "other", state_dict=state)
+        assert resumed.exp_name == "exp" and resumed.experiment == tmp_path / "exp"
+        assert (tmp_path / "exp" / "scalars" / "a.csv").read_text() == "1,1.0\n"
+
+    def test_get_logger_mlflow_file_uri(self, tmp_path):
+        logger = get_logger("mlflow", tmp_path / "mlruns", "exp")
+        assert logger.tracking_uri == (tmp_path / "mlruns").as_uri()
+        assert logger.artifact_location == logger.tracking_uri
+        logger.close()
+        with pytest.raises(NotImplementedError, match="logger_type='mlflow'"):
+            get_logger("mlflow", tmp_path, "exp", state_dict={"log_dir": "x", "exp_name": "y"})
+
+    def test_get_logger_service_backends(self, tmp_path):
+        with pytest.raises(NotImplementedError, match="service_backend='process'"):
+            get_logger("csv", tmp_path, "exp", service_backend="process")
+        with pytest.raises(NotImplementedError, match="service_backend='ray'"):
+            get_logger("csv", tmp_path, "exp", use_ray_service=True)
+        with pytest.raises(ValueError, match="Unsupported service backend 'gpu'"):
+            get_logger("csv", tmp_path, "exp", service_backend="gpu")
+        with pytest.raises(ValueError, match="the 'direct' back-end takes none"):
+            get_logger("csv", tmp_path, "exp", service_backend_options={"context": "spawn"})
+        with pytest.raises(ValueError, match="mutually exclusive"):
+            get_logger(
+                "csv",
+                tmp_path,
+                "exp",
+                service_backend_options={"actor_options": {}},
+                ray_actor_options={"num_cpus": 1},
+            )
+        assert isinstance(get_logger("csv", tmp_path, "exp", service_backend="direct"), CSVLogger)
 
     @pytest.mark.parametrize(
         "module, flag, cls, extra",

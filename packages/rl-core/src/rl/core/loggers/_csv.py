@@ -1,4 +1,4 @@
-"""CSVLogger: one CSV file per scalar, videos as mp4 files; no extra dependency."""
+"""CSVLogger: one CSV file per scalar, videos as tensor or mp4 files; no extra dependency."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from tensordict import MemoryMappedTensor
 
 from ._logger import Logger, as_config, to_float
 from ._video import video_frames, write_video
@@ -31,7 +32,10 @@ class CSVLogger(Logger):
     Args:
         exp_name: the experiment name (a sub-directory of ``log_dir``).
         log_dir: the root directory (default ``"csv_logs"``).
-        video_format: ``"mp4"`` or ``"pt"`` (the uint8 ``[T, H, W, 3]`` tensor, torch.save).
+        video_format: how :meth:`log_video` saves a video, as TorchRL: ``"pt"`` (default;
+            the uint8 ``[T, H, W, 3]`` tensor with ``torch.save``, ``<name>_<step>.pt``),
+            ``"memmap"`` (the same tensor as a :class:`~tensordict.MemoryMappedTensor`
+            file, ``<name>_<step>.memmap``) or ``"mp4"`` (needs PyAV).
         video_fps: frames per second of the mp4 files.
 
     Raises:
@@ -51,11 +55,13 @@ class CSVLogger(Logger):
         self,
         exp_name: str,
         log_dir: str | os.PathLike | None = None,
-        video_format: Literal["mp4", "pt"] = "mp4",
+        video_format: Literal["pt", "memmap", "mp4"] = "pt",
         video_fps: int = 30,
     ) -> None:
-        if video_format not in ("mp4", "pt"):
-            raise ValueError(f"CSVLogger video_format must be 'mp4' or 'pt', got {video_format!r}")
+        if video_format not in ("pt", "memmap", "mp4"):
+            raise ValueError(
+                f"CSVLogger video_format must be 'pt', 'memmap' or 'mp4', got {video_format!r}"
+            )
         self.video_format = video_format
         self.video_fps = video_fps
         self._rows: dict[str, int] = defaultdict(int)
@@ -90,6 +96,9 @@ class CSVLogger(Logger):
         if self.video_format == "pt":
             path.parent.mkdir(parents=True, exist_ok=True)
             torch.save(torch.from_numpy(frames), path)
+        elif self.video_format == "memmap":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            MemoryMappedTensor.from_tensor(torch.from_numpy(frames), filename=path)
         else:
             write_video(frames, path, fps or self.video_fps)
 

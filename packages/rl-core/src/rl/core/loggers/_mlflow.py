@@ -40,6 +40,10 @@ class MLFlowLogger(Logger):
         tags: tags of the run.
 
     Keyword Args:
+        artifact_location: where the experiment stores its runs' artifacts (videos,
+            histograms), used when the experiment is created; ``None`` (default): MLflow's
+            default, or ``tracking_uri`` itself when it is given as a ``file:`` URI (as
+            TorchRL).
         video_fps: frames per second of logged videos.
         run_id: continue this run instead of starting one.
 
@@ -57,11 +61,15 @@ class MLFlowLogger(Logger):
         tracking_uri: str | os.PathLike,
         tags: dict[str, Any] | None = None,
         *,
+        artifact_location: str | None = None,
         video_fps: int = 30,
         run_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         uri = os.fspath(tracking_uri)
+        if artifact_location is None and uri.startswith("file:"):
+            artifact_location = uri
+        self.artifact_location = artifact_location
         if _is_local(uri) and not uri.startswith("file:"):
             uri = Path(uri).resolve().as_uri()
         self.tracking_uri = uri
@@ -84,7 +92,9 @@ class MLFlowLogger(Logger):
         exp_id = (
             experiment.experiment_id
             if experiment is not None
-            else self.client.create_experiment(self.exp_name)
+            else self.client.create_experiment(
+                self.exp_name, artifact_location=self.artifact_location
+            )
         )
         tags = {k: str(v) for k, v in self.tags.items()}
         return self.client.create_run(exp_id, tags=tags, run_name=self.exp_name)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
+
+from rl.core._service_backend import normalize_service_backend
 
 from ._logger import Logger
 
@@ -30,6 +34,12 @@ def get_logger(
     logger_type: Literal["csv", "tensorboard", "wandb", "mlflow", ""] | None,
     logger_name: str | os.PathLike,
     experiment_name: str,
+    *,
+    state_dict: Mapping[str, Any] | None = None,
+    service_backend: Literal["direct", "process", "ray"] = "direct",
+    service_backend_options: dict[str, Any] | None = None,
+    use_ray_service: bool = False,
+    ray_actor_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Logger | None:
     """Builds a logger by kind.
@@ -37,13 +47,32 @@ def get_logger(
     Args:
         logger_type: ``"csv"``, ``"tensorboard"``, ``"wandb"`` or ``"mlflow"``; ``""`` or
             ``None`` gives ``None`` (no logging).
-        logger_name: the log directory (the tracking directory for MLflow).
+        logger_name: the log directory (the tracking directory for MLflow, given to
+            :class:`MLFlowLogger` as a ``file:`` URI, as TorchRL).
         experiment_name: the run name.
+
+    Keyword Args:
+        state_dict: a saved :meth:`Logger.state_dict` to resume from (CSV, TensorBoard and
+            W&B): its directory and name replace ``logger_name`` / ``experiment_name``, its
+            counters are restored, and a W&B logger resumes the saved run
+            (``id=<saved id>, resume="must"``).
+        service_backend: where the logger runs; ``"direct"`` (default, in the calling
+            process) is the only one in rl: TorchRL's ``"process"`` and ``"ray"`` logger
+            services raise ``NotImplementedError``.
+        service_backend_options: options of a ``"process"`` / ``"ray"`` service (none apply
+            to ``"direct"``: giving any raises ``ValueError``).
+        use_ray_service: TorchRL's deprecated spelling of ``service_backend="ray"``
+            (``True`` raises ``NotImplementedError``).
+        ray_actor_options: TorchRL's deprecated spelling of the Ray service's
+            ``actor_options``.
         **kwargs: ``wandb_kwargs`` / ``mlflow_kwargs`` for those back-ends, ``video_format``
-            / ``video_fps`` for the CSV logger.
+            (``"mp4"`` here, as TorchRL's factory) / ``video_fps`` for the CSV logger.
 
     Raises:
-        ValueError: unknown ``logger_type``.
+        ValueError: unknown ``logger_type`` or ``service_backend``; service options with the
+            ``"direct"`` back-end; a W&B state without a run id.
+        NotImplementedError: a ``"process"`` or ``"ray"`` logger service; a ``state_dict``
+            for an MLflow logger (as TorchRL).
         ImportError: the back-end is not installed (naming the extra).
 
     Examples:
@@ -53,26 +82,61 @@ def get_logger(
         >>> get_logger("", "logs", "run") is None
         True
     """
+    if logger_type not in ("", None, *_KINDS):
+        raise ValueError(
+            f"unknown logger_type {logger_type!r}; expected one of {', '.join(_KINDS)} or ''"
+        )
+    if ray_actor_options is not None and service_backend_options:
+        raise ValueError("ray_actor_options and service_backend_options are mutually exclusive")
+    backend = "ray" if use_ray_service else normalize_service_backend(service_backend)
+    if backend != "direct":
+        if backend in ("process", "ray"):
+            raise NotImplementedError(
+                f"rl's loggers run in the calling process: service_backend={backend!r} "
+                "(a logger service) is not available; use service_backend='direct'"
+            )
+        raise ValueError(f"Logger does not support service_backend={backend!r}")
+    if service_backend_options or ray_actor_options is not None:
+        raise ValueError(
+            "service_backend_options / ray_actor_options configure a 'process' or 'ray' "
+            "logger service; the 'direct' back-end takes none"
+        )
     if logger_type in ("", None):
         return None
+    if state_dict is not None:
+        if logger_type not in ("csv", "tensorboard", "wandb"):
+            raise NotImplementedError(
+                f"resuming from a state_dict is not supported for logger_type={logger_type!r}"
+            )
+        logger_name = state_dict["log_dir"]
+        experiment_name = state_dict["exp_name"]
     if logger_type == "csv":
         from ._csv import CSVLogger
 
-        return CSVLogger(experiment_name, log_dir=logger_name, **kwargs)
-    if logger_type == "tensorboard":
+        logger: Logger = CSVLogger(
+            experiment_name, log_dir=logger_name, **{"video_format": "mp4", **kwargs}
+        )
+    elif logger_type == "tensorboard":
         from ._tensorboard import TensorboardLogger
 
-        return TensorboardLogger(experiment_name, log_dir=logger_name)
-    if logger_type == "wandb":
+        logger = TensorboardLogger(experiment_name, log_dir=logger_name)
+    elif logger_type == "wandb":
         from ._wandb import WandbLogger
 
-        return WandbLogger(experiment_name, save_dir=logger_name, **kwargs.get("wandb_kwargs", {}))
-    if logger_type == "mlflow":
-        from ._mlflow import MLFlowLogger
+        wandb_kwargs = dict(kwargs.get("wandb_kwargs", {}))
+        if state_dict is not None:
+            run_id = state_dict.get("id") or state_dict.get("local", {}).get("id")
+            if not run_id:
+                raise ValueError("the saved W&B logger state has no run id")
+            wandb_kwargs.update(id=run_id, resume="must")
+        logger = WandbLogger(experiment_name, save_dir=logger_name, **wandb_kwargs)
+    else:
+        from ._mlflow import MLFlowLogger, _is_local
 
-        return MLFlowLogger(
-            experiment_name, tracking_uri=logger_name, **kwargs.get("mlflow_kwargs", {})
-        )
-    raise ValueError(
-        f"unknown logger_type {logger_type!r}; expected one of {', '.join(_KINDS)} or ''"
-    )
+        uri = os.fspath(logger_name)
+        if _is_local(uri) and not uri.startswith("file:"):
+            uri = Path(os.path.abspath(uri)).as_uri()
+        logger = MLFlowLogger(experiment_name, tracking_uri=uri, **kwargs.get("mlflow_kwargs", {}))
+    if state_dict is not None:
+        logger.load_state_dict(state_dict)
+    return logger

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import platform
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,34 @@ __all__ = ["WandbLogger"]
 _has_wandb = importlib.util.find_spec("wandb") is not None
 
 
+def _env_metadata() -> dict[str, Any]:
+    """The Python runtime, the installed distributions' versions and the editable ones'
+    source locations: what ``log_env_packages=True`` records under ``config["env"]``."""
+    packages: dict[str, str] = {}
+    editable: dict[str, str | None] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata.get("Name")
+        if name is None:
+            continue
+        packages[name] = dist.version
+        direct_url = dist.read_text("direct_url.json")
+        if direct_url is not None:
+            info = json.loads(direct_url)
+            if (info.get("dir_info") or {}).get("editable"):
+                editable[name] = info.get("url")
+    return {
+        "python": {
+            "version": sys.version,
+            "executable": sys.executable,
+            "prefix": sys.prefix,
+            "base_prefix": sys.base_prefix,
+            "platform": platform.platform(),
+        },
+        "packages": dict(sorted(packages.items())),
+        "editable_sources": dict(sorted(editable.items())),
+    }
+
+
 class WandbLogger(Logger):
     """Logs to a W&B run; ``offline=True`` writes the run under ``save_dir`` with no network
     (upload it later with ``wandb sync``).
@@ -30,9 +62,15 @@ class WandbLogger(Logger):
         save_dir: where W&B writes its files (``log_dir`` is accepted as an alias).
         id: the run id (to resume a run).
         project: the W&B project.
+        base_url: the W&B server URL (a self-hosted server): set as the run's
+            ``wandb.Settings(base_url=...)`` (merged into a ``settings`` keyword if one is
+            given), and, online, logged in to with ``wandb.login(host=base_url)``.
 
     Keyword Args:
-        video_fps: frames per second of logged videos.
+        video_fps: frames per second of logged videos (32, as TorchRL).
+        log_env_packages: record the Python runtime, the installed packages' versions and
+            the editable installs' source locations under ``config["env"]`` (default
+            ``True``, as TorchRL).
         **kwargs: passed to ``wandb.init``.
 
     Raises:
@@ -51,8 +89,10 @@ class WandbLogger(Logger):
         save_dir: str | os.PathLike | None = None,
         id: str | None = None,
         project: str | None = None,
+        base_url: str | None = None,
         *,
-        video_fps: int = 30,
+        video_fps: int = 32,
+        log_env_packages: bool = True,
         **kwargs: Any,
     ) -> None:
         log_dir = kwargs.pop("log_dir", None)
@@ -66,7 +106,9 @@ class WandbLogger(Logger):
         self.save_dir = save_dir
         self.id = id
         self.project = project
+        self.base_url = base_url
         self.video_fps = video_fps
+        self.log_env_packages = log_env_packages
         self._wandb_kwargs = {
             "name": exp_name,
             "dir": save_dir,
@@ -78,12 +120,25 @@ class WandbLogger(Logger):
         if offline:
             self._wandb_kwargs["mode"] = "offline"
         super().__init__(exp_name, save_dir)
+        if log_env_packages:
+            self.experiment.config.update({"env": _env_metadata()}, allow_val_change=True)
 
     def _create_experiment(self) -> Any:
         if not _has_wandb:
             raise missing_extra("WandbLogger", "wandb", "wandb")
         import wandb
 
+        if self.base_url is not None:
+            settings = self._wandb_kwargs.get("settings")
+            if settings is None:
+                settings = wandb.Settings(base_url=self.base_url)
+            elif isinstance(settings, Mapping):
+                settings = wandb.Settings(**{**settings, "base_url": self.base_url})
+            else:
+                settings.base_url = self.base_url
+            self._wandb_kwargs["settings"] = settings
+            if not self.offline:
+                wandb.login(host=self.base_url, key=getattr(settings, "api_key", None))
         return wandb.init(**self._wandb_kwargs)
 
     def log_scalar(self, name: str, value: float, step: int | None = None) -> None:

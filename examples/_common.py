@@ -6,6 +6,7 @@ an algorithm, and all of it is thin glue over rl's pieces.
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import torch
@@ -150,7 +151,7 @@ class UpdateStep:
                 self._at = [index.get(id(src)) for src in self._soft[1]]
             else:
                 self._dst = self.params
-            graph = torch.compile(self._graph, **_compile_kwargs(compile))
+            graph = torch.compile(_own_code(self._graph), **_compile_kwargs(compile))
 
             def fn(*args):
                 with torch._dynamo.config.patch(trace_autograd_ops=True):
@@ -202,6 +203,17 @@ class UpdateStep:
                 ahead = [s.detach() if i is None else new[i] for s, i in zip(sources, self._at)]
                 new += torch._foreach_lerp([t.detach() for t in targets], ahead, tau)
         return logs, new
+
+
+def _own_code(method):
+    """``method`` bound to a copy of its code object: dynamo keeps its compiled graphs per
+    code object, so each ``UpdateStep`` gets a cache of its own (a script's second step,
+    the actor's after the critics', is then no recompilation of the first)."""
+    fn = method.__func__
+    copy = types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    return types.MethodType(copy, method.__self__)
 
 
 def _detached(logs):

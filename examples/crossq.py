@@ -29,18 +29,17 @@ from rl.modules import BatchRenorm1d
 from rl.objectives import CrossQLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
     compile_policy,
-    compile_update,
     make_env,
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
     transitions,
-    zero_grad,
 )
 
 
@@ -112,24 +111,21 @@ def main(cfg: Config) -> dict:
     )
     run = Run("crossq", cfg, cfg.total_frames)
 
-    def update(sample, actor_step: bool):
+    def crossq_loss(sample, actor_step: bool):
         losses = loss_module(sample)
-        # the actor loss reads detached critics: one backward, no cross-talk
-        zero_grad(critic_optim, actor_optim)
-        (losses["loss_qvalue"] + losses["loss_actor"] + losses["loss_alpha"]).backward()
-        critic_optim.step()
-        if actor_step:
-            actor_optim.step()
-        return losses.select("loss_actor", "loss_qvalue", "alpha").detach()
+        loss = losses["loss_qvalue"]
+        if actor_step:  # the actor loss reads detached critics: one backward, no cross-talk
+            loss = loss + losses["loss_actor"] + losses["loss_alpha"]
+        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
 
-    # two steps, each compiled once (a flag argument would recompile when it flips)
+    # the critics' step, and the step of all networks every policy_delay updates; one
+    # graph each with --compile
+    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
     updates = {
-        flag: compile_update(
-            functools.partial(update, actor_step=flag),
-            compile=cfg.compile,
-            cudagraphs=cfg.cudagraphs,
-        )
-        for flag in (False, True)
+        False: UpdateStep(functools.partial(crossq_loss, actor_step=False), critic_optim, **flags),
+        True: UpdateStep(
+            functools.partial(crossq_loss, actor_step=True), [critic_optim, actor_optim], **flags
+        ),
     }
 
     # the loop: collect, store, update the critics; every policy_delay updates the actor

@@ -39,16 +39,15 @@ from rl.modules import MLP, DiffusionActor, TensorDictModule, TensorDictSequenti
 from rl.objectives import DiffusionBCLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offline_data import best_episodes, observation_norms, report_score  # noqa: E402
 from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
-    compile_update,
     make_env,
     make_replay_buffer,
     open_dataset,
-    zero_grad,
 )
 
 
@@ -142,14 +141,12 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.AdamW(actor.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run = Run("diffusion_bc", cfg, cfg.num_updates, eval_transform=obs_norm)
 
-    def update(batch: TensorDict) -> torch.Tensor:
+    def diffusion_loss(batch: TensorDict):
         loss = loss_module(batch)["loss_diffusion_bc"]
-        zero_grad(optimizer)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+        return loss, loss
 
-    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    # one gradient step (backward, AdamW); one graph with --compile
+    update = UpdateStep(diffusion_loss, optimizer, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
 
     # the loop: sample the data, noise its actions, learn to predict the noise
     for step in range(1, cfg.num_updates + 1):

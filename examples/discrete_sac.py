@@ -32,18 +32,16 @@ from rl.modules import MLP, OneHotCategorical, ProbabilisticActor, TensorDictMod
 from rl.objectives import DiscreteSACLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     BestWeights,
     Run,
     RunConfig,
     cli,
     compile_policy,
-    compile_update,
     make_env,
     make_replay_buffer,
-    prime_soft_update,
     transitions,
-    zero_grad,
 )
 
 
@@ -162,18 +160,19 @@ def main(cfg: Config) -> dict:
         cfg.eval_interval_episodes,
     )
 
-    def update(sample):
+    def sac_loss(sample):
         losses = loss_module(sample)
         loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        zero_grad(optimizer)
-        loss.backward()
-        optimizer.step()
-        target_update.step()
-        return losses.select("loss_actor", "loss_qvalue", "alpha", "entropy").detach()
+        return loss, losses.select("loss_actor", "loss_qvalue", "alpha", "entropy")
 
-    if cfg.compile:  # targets still equal the online networks: a no-op on the values
-        prime_soft_update(target_update)
-    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    # one gradient step (backward, Adam, target update); one graph with --compile
+    update = UpdateStep(
+        sac_loss,
+        optimizer,
+        target_update=target_update,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
 
     # the loop: collect, store, update actor, critics and temperature; evaluate now and then
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

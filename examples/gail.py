@@ -42,21 +42,19 @@ from rl.modules import MLP, TensorDictModule
 from rl.objectives import GAILLoss, SACLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offline_data import best_episodes, report_score  # noqa: E402
 from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
     compile_policy,
-    compile_update,
     make_env,
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
     open_dataset,
-    prime_soft_update,
     transitions,
-    zero_grad,
 )
 
 
@@ -169,40 +167,34 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.Adam(sac_loss.parameters(), lr=cfg.lr)
     run = Run("gail", cfg, cfg.total_frames)
 
-    def update_discriminator() -> TensorDict:
+    def discriminator_batch() -> TensorDict:
         demo, own = expert.sample(), buffer.sample()
-        batch = TensorDict(
+        return TensorDict(
             observation=demo["observation"],
             action=demo["action"],
             collector_observation=own["observation"],
             collector_action=own["action"],
             batch_size=demo.batch_size,
         )
-        losses = gail_loss(batch)
-        zero_grad(disc_optim)
-        losses["loss"].backward()
-        disc_optim.step()
-        return losses.detach()
 
-    def update_learner(sample) -> TensorDict:
+    def discriminator_loss(batch):
+        losses = gail_loss(batch)
+        return losses["loss"], losses
+
+    def learner_loss(sample):
         with torch.no_grad():  # the imitation reward, from the current discriminator
             d = discriminator(sample.select("observation", "action"))["d_logits"]
             sample["next", "reward"] = -torch.log1p(-d.clamp(max=1 - 1e-6))
         losses = sac_loss(sample)
         loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        zero_grad(optimizer)
-        loss.backward()
-        optimizer.step()
-        target_update.step()
         losses["gail_reward"] = sample["next", "reward"].mean()
-        return losses.select("loss_actor", "loss_qvalue", "alpha", "gail_reward").detach()
+        return loss, losses.select("loss_actor", "loss_qvalue", "alpha", "gail_reward")
 
-    if cfg.compile:  # targets still equal the online networks: a no-op on the values
-        prime_soft_update(target_update)
-    update_discriminator, update_learner = (
-        compile_update(fn, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
-        for fn in (update_discriminator, update_learner)
-    )
+    # the discriminator's gradient step, and the learner's (SAC's, with the target
+    # update); one graph each with --compile
+    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+    update_discriminator = UpdateStep(discriminator_loss, disc_optim, **flags)
+    update_learner = UpdateStep(learner_loss, optimizer, target_update=target_update, **flags)
 
     # the loop: collect, store; update the discriminator, then the learner on its reward
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)
@@ -211,7 +203,7 @@ def main(cfg: Config) -> dict:
         buffer.extend(transitions(batch))
         if run.frames >= cfg.init_random_frames:
             for _ in range(cfg.disc_updates):
-                disc_losses = update_discriminator()
+                disc_losses = update_discriminator(discriminator_batch())
             for _ in range(updates_per_batch):
                 losses = update_learner(buffer.sample())
             run.log(

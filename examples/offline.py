@@ -39,7 +39,6 @@ and, with ``--video``, an evaluation video under ``runs/<exp_name>/``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
 from pathlib import Path
 from typing import Literal
@@ -51,18 +50,16 @@ from rl.modules import MLP, ValueOperator
 from rl.objectives import CQLLoss, IQLLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offline_data import observation_norms, report_score  # noqa: E402
 from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
-    compile_update,
     make_env,
     make_qvalue,
     make_tanh_normal_actor,
     open_dataset,
-    prime_soft_update,
-    zero_grad,
 )
 
 
@@ -210,33 +207,28 @@ def main(cfg: Config) -> dict:
     target_update = SoftUpdate(loss_module, tau=cfg.tau)
     run = Run(cfg.algo, cfg, cfg.num_updates, eval_transform=obs_norm)
 
-    def update(sample, behaviour_cloning: bool):
+    def offline_loss(sample, behaviour_cloning):
         losses = loss_module(sample)
-        if behaviour_cloning:  # CQL's warm-up: clone the data's actions
-            losses["loss_actor"] = losses["loss_actor_bc"]
-        loss = sum(losses[key] for key in loss_keys)
-        zero_grad(*optimizers)
-        loss.backward()
-        for optimizer in optimizers:
-            optimizer.step()
-        target_update.step()
-        return losses.select(*loss_keys).detach()
+        if cfg.algo == "cql":  # the warm-up clones the data's actions (a tensor flag: one graph)
+            losses["loss_actor"] = torch.where(
+                behaviour_cloning, losses["loss_actor_bc"], losses["loss_actor"]
+            )
+        return sum(losses[key] for key in loss_keys), losses.select(*loss_keys)
 
-    # two steps, each compiled once (a flag argument would recompile when it flips)
-    if cfg.compile:  # targets still equal the online networks: a no-op on the values
-        prime_soft_update(target_update)
-    updates = {
-        flag: compile_update(
-            functools.partial(update, behaviour_cloning=flag),
-            compile=cfg.compile,
-            cudagraphs=cfg.cudagraphs,
-        )
-        for flag in (False, True)
-    }
+    # one gradient step of every network and the target update; one graph with --compile
+    update = UpdateStep(
+        offline_loss,
+        optimizers,
+        target_update=target_update,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
+    cloning, learning = torch.tensor(True), torch.tensor(False)
 
     # the loop: sample the dataset, update every network, move the targets
     for step in range(1, cfg.num_updates + 1):
-        losses = updates[cfg.algo == "cql" and step <= cfg.bc_steps](buffer.sample())
+        warm_up = cfg.algo == "cql" and step <= cfg.bc_steps
+        losses = update(buffer.sample(), cloning if warm_up else learning)
         run.frames = step  # the x axis of the logs: gradient steps
         if step % cfg.log_interval == 0:
             run.log(**{key: losses[key].item() for key in loss_keys})

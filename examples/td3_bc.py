@@ -35,18 +35,16 @@ from rl.core import seed_everything
 from rl.objectives import SoftUpdate, TD3BCLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offline_data import observation_norms, report_score  # noqa: E402
 from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
-    compile_update,
     make_deterministic_actor,
     make_env,
     make_qvalue,
     open_dataset,
-    prime_soft_update,
-    zero_grad,
 )
 
 
@@ -122,27 +120,19 @@ def main(cfg: Config) -> dict:
     critic_optim = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), cfg.lr)
     run = Run("td3_bc", cfg, cfg.num_updates, eval_transform=obs_norm)
 
-    def update_critic(sample):
+    def critic_loss(sample):
         loss_qvalue, _ = loss_module.qvalue_loss(sample)
-        zero_grad(critic_optim)
-        loss_qvalue.backward()
-        critic_optim.step()
-        return loss_qvalue.detach()
+        return loss_qvalue, loss_qvalue
 
-    def update_actor(sample):
+    def actor_loss(sample):
         loss_actor, metadata = loss_module.actor_loss(sample)
-        zero_grad(actor_optim)
-        loss_actor.backward()
-        actor_optim.step()
-        target_update.step()
-        return loss_actor.detach(), metadata["bc_loss"].detach()
+        return loss_actor, {"loss_actor": loss_actor, "bc_loss": metadata["bc_loss"]}
 
-    if cfg.compile:  # targets still equal the online networks: a no-op on the values
-        prime_soft_update(target_update)
-    update_critic, update_actor = (
-        compile_update(fn, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
-        for fn in (update_critic, update_actor)
-    )
+    # the two gradient steps (the actor's with the target update); one graph each with
+    # --compile
+    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+    update_critic = UpdateStep(critic_loss, critic_optim, **flags)
+    update_actor = UpdateStep(actor_loss, actor_optim, target_update=target_update, **flags)
 
     # the loop: sample the dataset, update the critics; every policy_delay steps the
     # actor (Q term + behaviour cloning) and the targets
@@ -150,12 +140,10 @@ def main(cfg: Config) -> dict:
         sample = buffer.sample()
         loss_qvalue = update_critic(sample)
         if step % cfg.policy_delay == 0:
-            loss_actor, bc_loss = update_actor(sample)
+            actor_logs = update_actor(sample)
         run.frames = step  # the x axis of the logs: gradient steps
         if step % cfg.log_interval == 0:
-            run.log(
-                loss_qvalue=loss_qvalue.item(), loss_actor=loss_actor.item(), bc_loss=bc_loss.item()
-            )
+            run.log(loss_qvalue=loss_qvalue.item(), **{k: v.item() for k, v in actor_logs.items()})
         if step % cfg.eval_interval == 0 and step < cfg.num_updates:
             returns = run.evaluate(cfg.env_id, actor, cfg.eval_interval_episodes, seed_offset=2000)
             run.logger.log_scalar("eval/return", sum(returns) / len(returns), step)

@@ -27,19 +27,17 @@ from rl.core import seed_everything
 from rl.objectives import SoftUpdate, TQCLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
     compile_policy,
-    compile_update,
     make_env,
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
-    prime_soft_update,
     transitions,
-    zero_grad,
 )
 
 
@@ -91,18 +89,19 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
     run = Run("tqc", cfg, cfg.total_frames)
 
-    def update(sample):
+    def tqc_loss(sample):
         losses = loss_module(sample)
         loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        zero_grad(optimizer)
-        loss.backward()
-        optimizer.step()
-        target_update.step()
-        return losses.select("loss_actor", "loss_qvalue", "alpha").detach()
+        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
 
-    if cfg.compile:  # targets still equal the online networks: a no-op on the values
-        prime_soft_update(target_update)
-    update = compile_update(update, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    # one gradient step (backward, Adam, target update); one graph with --compile
+    update = UpdateStep(
+        tqc_loss,
+        optimizer,
+        target_update=target_update,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
 
     # the loop: collect, store, update actor, critics and temperature, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

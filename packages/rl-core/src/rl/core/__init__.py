@@ -23,6 +23,7 @@ from ._service_backend import (
 from ._specs import *  # noqa: F403  (the spec classes and their deprecated aliases)
 from ._specs import __all__ as _spec_names
 from ._tensor_policy import TensorPolicy, tensor_policy
+from ._vla_containers import VLAAction, VLAImages, VLAObservation
 from ._vla_schema import ACTION_TOKENS_KEY, validate_vla_tensordict
 from .loggers import *  # noqa: F403  (CSV, TensorBoard, W&B and MLflow loggers)
 from .loggers import __all__ as _logger_names
@@ -42,6 +43,9 @@ __all__ = [
     "ActionTokenizerBase",
     "RobotDatasetMetadata",
     "UniformActionTokenizer",
+    "VLAAction",
+    "VLAImages",
+    "VLAObservation",
     "VocabTailActionTokenizer",
     "validate_vla_tensordict",
     "ExplorationType",

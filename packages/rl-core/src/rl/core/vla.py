@@ -1,7 +1,8 @@
 """Vision-Language-Action contracts shared by ``rl.envs``, ``rl.data`` and ``rl.objectives``.
 
-The TensorDict key layout of VLA data, the action tokenizers and the robot dataset
-metadata (TorchRL's ``torchrl.data.vla``, also gathered as :mod:`rl.data.vla`).
+The TensorDict key layout of VLA data, its typed containers, the action tokenizers
+and the robot dataset metadata (TorchRL's ``torchrl.data.vla``, also gathered as
+:mod:`rl.data.vla`).
 """
 
 from ._action_tokenizers import (
@@ -10,6 +11,7 @@ from ._action_tokenizers import (
     VocabTailActionTokenizer,
 )
 from ._robot_metadata import ActionSpace, GripperMode, RobotDatasetMetadata
+from ._vla_containers import VLAAction, VLAImages, VLAObservation
 from ._vla_schema import (
     ACTION_CHUNK_KEY,
     ACTION_IS_PAD_KEY,
@@ -38,6 +40,9 @@ __all__ = [
     "GripperMode",
     "RobotDatasetMetadata",
     "UniformActionTokenizer",
+    "VLAAction",
+    "VLAImages",
+    "VLAObservation",
     "VocabTailActionTokenizer",
     "validate_vla_tensordict",
 ]

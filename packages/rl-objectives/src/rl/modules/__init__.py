@@ -29,6 +29,7 @@ from .planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
 from .tensordict_module import *  # noqa: F403
 from .tensordict_module import __all__ as _td_module_all
 from .tensordict_module._world_models import WorldModel, WorldModelWrapper
+from .vla import LeRobotPolicyWrapper, TinyVLA, VLAWrapperBase
 
 __all__ = [
     "NormalParamExtractor",
@@ -46,6 +47,9 @@ __all__ = [
     "UCB1TunedScore",
     "UCBScore",
     "TensorDictSequential",
+    "LeRobotPolicyWrapper",
+    "TinyVLA",
+    "VLAWrapperBase",
     "WorldModel",
     "WorldModelWrapper",
     "__version__",

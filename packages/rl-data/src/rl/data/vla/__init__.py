@@ -20,6 +20,9 @@ from rl.core.vla import (
     GripperMode,
     RobotDatasetMetadata,
     UniformActionTokenizer,
+    VLAAction,
+    VLAImages,
+    VLAObservation,
     VocabTailActionTokenizer,
     validate_vla_tensordict,
 )
@@ -39,6 +42,9 @@ __all__ = [
     "GripperMode",
     "RobotDatasetMetadata",
     "UniformActionTokenizer",
+    "VLAAction",
+    "VLAImages",
+    "VLAObservation",
     "VocabTailActionTokenizer",
     "validate_vla_tensordict",
 ]

@@ -250,6 +250,30 @@ class TestDTypeCasts:
         assert inner["action"].dtype == torch.float64
         env.close()
 
+    def test_double_to_float_inverse_on_data(self):
+        # outside an env, inv casts every float32 leaf back to float64 (TorchRL)
+        td = _td(a=torch.ones(2), n=torch.zeros(2, dtype=torch.int64))
+        out = DoubleToFloat().inv(td)
+        assert out["a"].dtype == torch.float64 and out["n"].dtype == torch.int64
+        assert td["a"].dtype == torch.float32  # on a copy of the input
+        torch.testing.assert_close(out["a"], torch.ones(2, dtype=torch.float64))
+
+    def test_double_to_float_in_env_leaves_float32_actions(self):
+        # in an env, the keys come from the specs: a float32 action stays float32
+        env = TransformedEnv(PendulumEnv(), DoubleToFloat())
+        td = env.reset().set("action", torch.zeros(1))
+        assert env.transform.inv(td)["action"].dtype == torch.float32
+        check_env_specs(env)
+
+    def test_input_spec_without_state_spec(self):
+        t = DoubleToFloat(in_keys=["action"], in_keys_inv=["action"])
+        spec = Composite(
+            full_action_spec=Composite(action=Bounded(0, 1, (3,), dtype=torch.float64)),
+            full_state_spec=None,
+        )
+        out = t.transform_input_spec(spec)
+        assert out["full_action_spec", "action"].dtype == torch.float32
+
     def test_explicit_keys_and_inverse(self):
         t = DTypeCastTransform(torch.int64, torch.float32, in_keys=["count"], in_keys_inv=["act"])
         td = _td(count=torch.tensor([3]), act=torch.tensor([1.0]))

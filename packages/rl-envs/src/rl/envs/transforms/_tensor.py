@@ -34,8 +34,9 @@ class DTypeCastTransform(Transform):
 
     Without any keys, every observation / reward entry of dtype ``dtype_in`` is cast, and
     every action / state entry of the inner env with dtype ``dtype_in`` is exposed as
-    ``dtype_out`` (and cast back before reaching the env). On data without specs, all
-    leaves of dtype ``dtype_in`` are cast.
+    ``dtype_out`` (and cast back before reaching the env). On data, outside an env (no
+    specs to pick the keys from), ``forward`` casts every ``dtype_in`` leaf to
+    ``dtype_out`` and ``inv`` every ``dtype_out`` leaf back to ``dtype_in`` (TorchRL).
 
     Args:
         dtype_in: the inner dtype.
@@ -80,9 +81,14 @@ class DTypeCastTransform(Transform):
     def has_step(self) -> bool:
         return bool(self._io_pairs)
 
+    def _casts_all(self) -> bool:
+        """Without keys and outside an env (no specs to pick keys from), every entry of
+        the matching dtype is cast (TorchRL)."""
+        return self._auto and self._top_env() is None
+
     @property
     def has_inverse(self) -> bool:
-        return bool(self._io_pairs_inv)
+        return bool(self._io_pairs_inv) or self._casts_all()
 
     def _apply_transform(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.to(self.dtype_out)
@@ -90,14 +96,23 @@ class DTypeCastTransform(Transform):
     def _inv_apply_transform(self, state: torch.Tensor) -> torch.Tensor:
         return state.to(self.dtype_in)
 
+    @staticmethod
+    def _cast_leaves(tensordict: TensorDictBase, src: torch.dtype, dst: torch.dtype):
+        for key in list(tensordict.keys(True, True)):
+            value = tensordict.get(key)
+            if isinstance(value, torch.Tensor) and value.dtype == src:
+                tensordict.set(key, value.to(dst))
+        return tensordict
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._auto and not self._io_pairs:
-            for key in list(tensordict.keys(True, True)):
-                value = tensordict.get(key)
-                if isinstance(value, torch.Tensor) and value.dtype == self.dtype_in:
-                    tensordict.set(key, value.to(self.dtype_out))
-            return tensordict
+            return self._cast_leaves(tensordict, self.dtype_in, self.dtype_out)
         return self._call(tensordict)
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._casts_all():
+            return self._cast_leaves(tensordict, self.dtype_out, self.dtype_in)
+        return super()._inv_call(tensordict)
 
     def _leaf_spec(self, spec, in_key):
         return spec_with(spec, dtype=self.dtype_out)
@@ -116,12 +131,18 @@ class DTypeCastTransform(Transform):
         return super().transform_output_spec(output_spec)
 
     def transform_input_spec(self, input_spec):
+        input_spec = input_spec.clone()
+        actions = input_spec["full_action_spec"]
+        states = input_spec.get("full_state_spec", None)
         if self._auto:
-            keys = self._matching(input_spec["full_action_spec"])
-            if "full_state_spec" in input_spec.keys():
-                keys += self._matching(input_spec["full_state_spec"])
+            keys = self._matching(actions)
+            if states is not None:
+                keys += self._matching(states)
             self._set_pairs("_io_pairs_inv", keys)
-        return super().transform_input_spec(input_spec)
+        input_spec["full_action_spec"] = self.transform_action_spec(actions)
+        if states is not None:  # TorchRL's input specs may hold a None state spec
+            input_spec["full_state_spec"] = self.transform_state_spec(states)
+        return input_spec
 
     def _repr_args(self) -> str:
         keys = self._repr_keys()

@@ -14,7 +14,9 @@ critic loss is measured through a ``PopArtValueNorm`` (its statistics updated ea
 - floor: the same networks (weights copied into plain ``nn.Sequential``), the same math
   (per-agent advantage standardization, TanhNormal log-density, one-sample entropy
   estimate, clipped surrogate, PopArt update and normalised smooth-L1 critic loss, and the
-  diagnostics the loss reports: clip fraction, approximate KL, effective sample size) in
+  diagnostics the loss reports: clip fraction, approximate KL, effective sample size over
+  the first batch dimension, largest and mean ratio, mean entropy; the scale's lower
+  bound of the NormalParamExtractor) in
   plain PyTorch on tensors.
 
 Both run on one thread, interleaved in blocks; the median block is reported.
@@ -91,11 +93,12 @@ def make_rl(centralized: bool):
 class PlainAgent(nn.Module):
     """The same update on tensors ``[B, n_agents, ...]`` with plain modules and buffers."""
 
-    def __init__(self, actor_mlp, critic_mlp, scale_bias, min_scale, centralized) -> None:
+    def __init__(self, actor_mlp, critic_mlp, scale_bias, min_scale, scale_lb, centralized) -> None:
         super().__init__()
         self.actor = actor_mlp
         self.critic = critic_mlp
         self.scale_bias, self.min_scale, self.centralized = scale_bias, min_scale, centralized
+        self.scale_lb = scale_lb
         self.register_buffer("mean", torch.zeros(1))
         self.register_buffer("mean_sq", torch.zeros(1))
         self.register_buffer("debias", torch.zeros(()))
@@ -106,7 +109,7 @@ class PlainAgent(nn.Module):
             (0, 2), keepdim=True
         ).clamp_min(1e-6)
         loc, scale_raw = self.actor(obs).chunk(2, -1)
-        scale = F.softplus(scale_raw + self.scale_bias) + self.min_scale
+        scale = (F.softplus(scale_raw + self.scale_bias) + self.min_scale).clamp_min(self.scale_lb)
         eps = torch.finfo(action.dtype).eps
         x = action.clamp(-1 + eps, 1 - eps).atanh()
         log_prob = self._log_prob_pre_tanh(loc, scale, x)  # [B, n_agents]
@@ -115,12 +118,15 @@ class PlainAgent(nn.Module):
         ratio = log_ratio.exp()
         clipped = ratio.clamp(1 - CLIP, 1 + CLIP)
         gain = torch.minimum(ratio * adv, clipped * adv)
-        with torch.no_grad():  # the diagnostics the loss reports (as CleanRL logs them)
-            lw = log_ratio.reshape(-1)
+        with torch.no_grad():  # the diagnostics the loss reports
+            lw = log_ratio.squeeze(-1)
             self.diagnostics = (
                 (clipped != ratio).float().mean(),  # clip fraction
                 -log_ratio.mean(),  # approximate KL
-                (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.numel(),  # ESS
+                (2 * lw.logsumexp(0) - (2 * lw).logsumexp(0)).exp() / lw.shape[0],  # ESS
+                ratio.max(),
+                ratio.mean(),
+                entropy.mean(),
             )
         if self.centralized:
             value = self.critic(obs.flatten(-2, -1)).unsqueeze(-2).expand(returns.shape)
@@ -201,6 +207,7 @@ def build(centralized: bool, batch: int = BATCH):
         copy.deepcopy(critic.module.get_stateful_net()),
         float(extractor.scale_mapping.bias),
         float(extractor.scale_mapping.min_val),
+        float(extractor.scale_lb),
         centralized,
     )
     td = make_batch(actor, batch)
@@ -223,6 +230,11 @@ def check_equal(loss, plain, td, tensors) -> None:
     torch.testing.assert_close(out["loss_objective"], objective, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["loss_critic"], critic, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(loss.value_norm.running_mean, plain.mean)
+    # the diagnostics the floor computes are the loss's (the entropy draws differ)
+    for key, value in zip(
+        ("clip_fraction", "kl_approx", "ESS", "max_ratio", "mean_ratio"), plain.diagnostics
+    ):
+        torch.testing.assert_close(out[key], value, rtol=1e-4, atol=1e-5)
 
 
 def run(batch: int, steps: int, blocks: int) -> list[str]:

@@ -240,6 +240,19 @@ class TestOutKeysAndRatios:
         with pytest.raises(ValueError, match="length 2"):
             ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.2, 0.3))
 
+    def test_clip_range_read_at_each_call_and_equal_to_the_buffers(self):
+        loss = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.3))
+        low, high = loss._ratio_bounds()
+        # the Python bounds the CPU path clamps by are the buffers' float32 bounds
+        assert torch.tensor(low) == 1 - loss.clip_epsilon_low
+        assert torch.tensor(high) == 1 + loss.clip_epsilon_high
+        loss.clip_epsilon_high = 0.2  # a scheduler's step: the next call sees it
+        out = loss(two_samples())
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.2 - 0.9) / 2))
+        loss.clip_epsilon_low.fill_(0.6)  # an in-place change is read too
+        out = loss(two_samples())
+        torch.testing.assert_close(out["loss_objective"], torch.tensor(-(1.2 - 0.5) / 2))
+
     def test_the_other_clip_flavour_cannot_be_scheduled(self):
         pair = ClipPPOLoss(const_actor(), const_critic(), clip_epsilon=(0.1, 0.3))
         pair.clip_epsilon_high = 0.4  # its own flavour: copied into the buffer

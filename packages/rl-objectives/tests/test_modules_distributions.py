@@ -491,3 +491,19 @@ def test_compiled_fullgraph_matches_eager():
     compiled = torch.compile(f, fullgraph=True, backend="eager")
     for got, expected in zip(compiled(*args), f(*args)):
         torch.testing.assert_close(got, expected)
+
+
+def test_safe_atanh_on_data_and_on_a_graph_agree():
+    """A tensor without grad takes the plain clamp; one with grad the straight-through
+    clamp: the same values, and a finite unit-clamped gradient at +-1."""
+    from rl.modules.distributions._utils import safe_atanh
+
+    y = torch.tensor([-1.0, -0.5, 0.0, 0.999, 1.0])
+    data = safe_atanh(y)
+    leaf = y.clone().requires_grad_(True)
+    graph = safe_atanh(leaf)
+    assert torch.equal(data, graph.detach())
+    assert torch.isfinite(data).all()
+    graph.sum().backward()
+    assert torch.isfinite(leaf.grad).all()
+    torch.testing.assert_close(leaf.grad[1:4], 1 / (1 - y[1:4] ** 2))

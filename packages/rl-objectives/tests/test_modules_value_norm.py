@@ -73,6 +73,44 @@ class TestPopArtValueNorm:
             vn.normalize(torch.tensor([2.0])), torch.tensor([(2.0 - mean) / var**0.5])
         )
 
+    def test_statistics_follow_every_change_of_the_buffers(self):
+        """normalize reuses the statistics of the buffers' current state only: an
+        update, an in-place edit, load_state_dict and a dtype change each show."""
+
+        def expected(vn, x):
+            mean, var = vn._running_stats()
+            return (x - mean) / var.sqrt()
+
+        vn = PopArtValueNorm(shape=1, beta=0.5)
+        x = torch.tensor([[2.0], [-1.0]])
+        vn.update(torch.tensor([[1.0], [3.0]]))
+        first = vn.normalize(x)
+        torch.testing.assert_close(first, expected(vn, x))
+        torch.testing.assert_close(vn.normalize(x), first)  # same state: same numbers
+        vn.update(torch.tensor([[10.0], [30.0]]))
+        assert not torch.allclose(vn.normalize(x), first)
+        torch.testing.assert_close(vn.normalize(x), expected(vn, x))
+        vn.running_mean.add_(1.0)  # in place, outside update
+        torch.testing.assert_close(vn.normalize(x), expected(vn, x))
+        other = PopArtValueNorm(shape=1, beta=0.5)
+        other.update(torch.tensor([[-4.0], [4.0]]))
+        vn.normalize(x)
+        vn.load_state_dict(other.state_dict())
+        torch.testing.assert_close(vn.normalize(x), other.normalize(x))
+        torch.testing.assert_close(vn.denormalize(vn.normalize(x)), x)
+        vn.double()
+        out = vn.normalize(x.double())
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out, expected(vn, x.double()))
+
+    def test_gradient_flows_through_normalize(self):
+        vn = PopArtValueNorm(shape=1)
+        vn.update(torch.tensor([[1.0], [5.0]]))
+        value = torch.tensor([[2.0], [4.0]], requires_grad=True)
+        vn.normalize(value).sum().backward()
+        std = vn._running_stats()[1].sqrt()
+        torch.testing.assert_close(value.grad, (1 / std).expand(2, 1))
+
     def test_state_dict_keys(self):
         assert sorted(PopArtValueNorm().state_dict()) == [
             "debiasing_term",

@@ -145,6 +145,32 @@ class PopArtValueNorm(ValueNorm):
         var = (self.running_mean_sq / weight - mean.square()).clamp_min(self.epsilon)
         return mean, var
 
+    def _mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, sqrt(var))``, computed once per state of the statistics.
+
+        A loss normalises its target and its prediction with the same statistics: the
+        second call reuses the first's. The cache is keyed on the buffers themselves and
+        their version counters, so an update, a ``load_state_dict``, a ``.to()`` or any
+        in-place change of a buffer recomputes them.
+        """
+        if torch.compiler.is_compiling():
+            mean, var = self._running_stats()
+            return mean, var.sqrt()
+        buffers = (self.running_mean, self.running_mean_sq, self.debiasing_term)
+        versions = tuple(b._version for b in buffers)
+        cached = self.__dict__.get("_stats_cache")
+        if (
+            cached is not None
+            and cached[1] == versions
+            and all(b is c for b, c in zip(buffers, cached[0], strict=True))
+        ):
+            return cached[2]
+        with torch.no_grad():
+            mean, var = self._running_stats()
+            stats = (mean, var.sqrt())
+        self.__dict__["_stats_cache"] = (buffers, versions, stats)
+        return stats
+
     @torch.no_grad()
     def update(self, value_target: torch.Tensor) -> None:
         """Fold ``value_target`` ``[*B, *shape]`` into the averages."""
@@ -159,13 +185,13 @@ class PopArtValueNorm(ValueNorm):
 
     def normalize(self, value_target: torch.Tensor) -> torch.Tensor:
         """``(value_target - mean) / std``."""
-        mean, var = self._running_stats()
-        return (value_target - mean) / var.sqrt()
+        mean, std = self._mean_std()
+        return (value_target - mean) / std
 
     def denormalize(self, normalised_value: torch.Tensor) -> torch.Tensor:
         """``normalised_value * std + mean``."""
-        mean, var = self._running_stats()
-        return normalised_value * var.sqrt() + mean
+        mean, std = self._mean_std()
+        return normalised_value * std + mean
 
     def scale(self) -> torch.Tensor:
         """The standard deviation ``[*shape]``."""

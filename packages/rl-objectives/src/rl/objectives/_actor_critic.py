@@ -37,16 +37,27 @@ def _reduce_samples(loss: torch.Tensor, reduction: str) -> torch.Tensor:
     return _reduce(loss, reduction)
 
 
+def _scaled_reduce(coeff: torch.Tensor, loss: torch.Tensor, reduction: str) -> torch.Tensor:
+    """``_reduce_samples(coeff * loss, reduction)`` for a scalar ``coeff``, scaled after
+    the reduction where that is the same number (mean, sum): one product of scalars
+    instead of one over the batch, in the forward and in the backward."""
+    if reduction in ("mean", "sum") and getattr(coeff, "ndim", 0) == 0:
+        return coeff * _reduce(loss, reduction)
+    return _reduce_samples(coeff * loss, reduction)
+
+
 def _entropy(dist: D.Distribution, samples: int) -> torch.Tensor:
     """Analytic entropy, else a Monte-Carlo estimate over ``samples`` draws."""
     pre_tanh = getattr(dist, "_log_prob_pre_tanh", None)
     if pre_tanh is not None:  # rl.modules.TanhNormal: score pre-tanh draws, no squashing needed
+        # one draw (the default) without a sample dimension: the same numbers, no
+        # broadcast against it in the backward and no mean over a dimension of one
+        shape = () if samples == 1 else (samples,)
         eps = torch.randn(
-            dist._extended_shape(torch.Size((samples,))),
-            dtype=dist.loc.dtype,
-            device=dist.loc.device,
+            dist._extended_shape(torch.Size(shape)), dtype=dist.loc.dtype, device=dist.loc.device
         )
-        return -pre_tanh(dist.loc + eps * dist.scale).mean(0)
+        log_prob = pre_tanh(dist.loc + eps * dist.scale)
+        return -(log_prob if samples == 1 else log_prob.mean(0))
     sampler = getattr(dist, "rsample_and_log_prob", None)
     if sampler is not None:  # other squashed distributions without a closed form
         return -sampler((samples,))[1].mean(0)
@@ -357,14 +368,21 @@ class _ActorCriticLoss(LossModule):
     def _entropy_terms(self, dist: D.Distribution, out: dict) -> None:
         entropy = _entropy(dist, self.samples_mc_entropy)
         out["entropy"] = entropy.detach().mean()
-        out["loss_entropy"] = _reduce_samples(
-            -self.entropy_coeff * entropy.unsqueeze(-1), self.reduction
+        out["loss_entropy"] = _scaled_reduce(
+            -self.entropy_coeff, entropy.unsqueeze(-1), self.reduction
         )
 
     def loss_critic(
         self, tensordict: TensorDictBase
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``critic_coeff * distance(value_target, V(s))`` (unreduced), clip fraction, explained variance."""
+        loss, clip_fraction, explained = self._critic_distance(tensordict)
+        return self.critic_coeff * loss, clip_fraction, explained
+
+    def _critic_distance(
+        self, tensordict: TensorDictBase
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """:meth:`loss_critic` before the ``critic_coeff`` factor."""
         loss, clip_fraction, value, target = _critic_regression(self, tensordict, self.value_norm)
         explained = None
         if self.log_explained_variance:
@@ -372,11 +390,15 @@ class _ActorCriticLoss(LossModule):
                 resid = torch.var(target - value, correction=0, dim=0)
                 total = torch.var(target, correction=0, dim=0)
                 explained = 1.0 - resid / (total + torch.finfo(target.dtype).eps)
-        return self.critic_coeff * loss, clip_fraction, explained
+        return loss, clip_fraction, explained
 
     def _critic_terms(self, tensordict: TensorDictBase, out: dict) -> None:
-        loss, clip_fraction, explained = self.loss_critic(tensordict)
-        out["loss_critic"] = _reduce_samples(loss, self.reduction)
+        if type(self).loss_critic is _ActorCriticLoss.loss_critic:
+            loss, clip_fraction, explained = self._critic_distance(tensordict)
+            out["loss_critic"] = _scaled_reduce(self.critic_coeff, loss, self.reduction)
+        else:  # a subclass's own loss_critic
+            loss, clip_fraction, explained = self.loss_critic(tensordict)
+            out["loss_critic"] = _reduce_samples(loss, self.reduction)
         if clip_fraction is not None:
             out["value_clip_fraction"] = clip_fraction
         if explained is not None:

@@ -149,7 +149,7 @@ class PPOLoss(_ActorCriticLoss):
 
         Returns ``(log_weight, dist, kl_approx, log_is_weight)``: ``log(pi / pi_prox)``
         ``[*B, 1]`` (the ratio the trust region acts on), the current distribution,
-        ``log(pi_prox / pi)`` ``[*B, 1]``, and ``log(pi_prox / pi_behav)`` ``[*B, 1]``, the
+        ``log(pi_prox / pi)`` ``[*B, 1]`` (detached: a diagnostic), and ``log(pi_prox / pi_behav)`` ``[*B, 1]``, the
         gradient-free correction to the behaviour ratio (``None`` when the proximal
         policy is the behaviour policy and no ratio cap is set).
         """
@@ -183,7 +183,7 @@ class PPOLoss(_ActorCriticLoss):
             log_is_weight = torch.minimum(
                 log_is_weight, self.max_importance_ratio.log() - diff.detach()
             )
-        return diff, dist, -diff, log_is_weight
+        return diff, dist, -diff.detach(), log_is_weight
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Losses ``loss_objective``, ``loss_critic``, ``loss_entropy`` and diagnostics.
@@ -337,6 +337,22 @@ class ClipPPOLoss(PPOLoss):
             return (-self.clip_epsilon_low).log1p(), self.clip_epsilon_high.log1p()
         return (-self.clip_epsilon).log1p(), self.clip_epsilon.log1p()
 
+    def _ratio_bounds(self) -> tuple[torch.Tensor | float, torch.Tensor | float]:
+        """The clip range of the ratio, ``(1 - eps_low, 1 + eps_high)``.
+
+        Python numbers when the coefficients live on the CPU and nothing is being
+        compiled: a clamp by numbers has no tensor bounds to broadcast, forward or
+        backward, and reading a CPU buffer waits for no device. The same float32 bounds
+        either way (``1 - eps`` is exact in double, rounded once by the clamp).
+        """
+        if self._asymmetric_clip:
+            eps_low, eps_high = self.clip_epsilon_low, self.clip_epsilon_high
+        else:
+            eps_low = eps_high = self.clip_epsilon
+        if eps_low.device.type == "cpu" and not torch.compiler.is_compiling():
+            return 1.0 - float(eps_low), 1.0 + float(eps_high)
+        return 1 - eps_low, 1 + eps_high
+
     def _policy_out_keys(self) -> list[str]:
         return ["loss_objective", "clip_fraction"]
 
@@ -351,10 +367,7 @@ class ClipPPOLoss(PPOLoss):
         log_weight, dist, kl, log_is_weight = self._log_weight(tensordict, advantage.shape[:-1])
         # the clip acts on the proximal ratio, the surrogate is weighted by the behaviour one;
         # clamping the ratio is clamping log_weight to _clip_bounds with one exp fewer
-        if self._asymmetric_clip:
-            low, high = 1 - self.clip_epsilon_low, 1 + self.clip_epsilon_high
-        else:
-            low, high = 1 - self.clip_epsilon, 1 + self.clip_epsilon
+        low, high = self._ratio_bounds()
         ratio = log_weight.exp()
         ratio_clip = ratio.clamp(low, high)
         with torch.no_grad():

@@ -46,6 +46,8 @@ def safe_atanh(y: torch.Tensor) -> torch.Tensor:
         A tensor of the shape of ``y``.
     """
     lim = _tanh_limit(y.dtype)
+    if not y.requires_grad:  # data (e.g. a stored action): no gradient to pass through
+        return y.clamp(-lim, lim).atanh()
     y = y + (y.clamp(-lim, lim) - y).detach()
     return y.atanh()
 

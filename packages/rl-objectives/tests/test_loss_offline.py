@@ -412,6 +412,22 @@ class TestCQLLoss:
         with pytest.raises(ValueError, match="must be finite"):
             self.make(action_spec=Bounded(-math.inf, math.inf, (1,)))(data())
 
+    def test_compiles_in_one_graph_with_a_bounded_spec(self):
+        """The spec's bounds are decided once per spec (no branch on their values in
+        the forward): dynamo traces the whole loss as one graph."""
+        import torch._dynamo
+
+        loss = self.make(action_spec=Bounded(-2.0, 2.0, (1,)))
+        torch.manual_seed(0)
+        eager = loss(data())
+        torch._dynamo.reset()
+        compiled = torch.compile(loss, backend="eager", fullgraph=True)
+        torch.manual_seed(0)
+        out = compiled(data())
+        torch.testing.assert_close(out["loss_cql"], eager["loss_cql"])
+        torch.testing.assert_close(out["loss_qvalue"], eager["loss_qvalue"])
+        torch._dynamo.reset()
+
     def test_unbounded_actor_spec_draws_in_unit_box(self):
         # a TanhNormal actor declared with an Unbounded spec: TorchRL's [-1, 1] draws
         actor = tanh_actor(spec=Unbounded(shape=(1,)))

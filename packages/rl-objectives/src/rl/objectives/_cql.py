@@ -254,6 +254,10 @@ class CQLLoss(_EntropyTemperature, LossModule):
             "entropy",
         ] + (["loss_alpha_prime"] if self.with_lagrange else [])
         self._in_keys_extra = list(dict.fromkeys(actor_keys + q_keys + _next_keys(actor_keys)))
+        try:  # decided before any call, compiled or not
+            self._spec_bounds()
+        except ValueError:  # an unusable spec is reported by the call that needs it
+            pass
 
     def _required_key_names(self):
         return ("action",)
@@ -371,28 +375,48 @@ class CQLLoss(_EntropyTemperature, LossModule):
         """``(low, high)`` of the action spec (``action_spec``, else the actor's), or
         ``None`` where there is none or it is ``[-1, 1]``, or where the actor's spec (no
         ``action_spec`` given) is unbounded: TorchRL's ``[-1, 1]`` then, as for a
-        ``TanhNormal`` actor declared with an ``Unbounded`` spec."""
+        ``TanhNormal`` actor declared with an ``Unbounded`` spec.
+
+        The decision reads the spec's tensors: it is made once per spec and action key
+        (:meth:`_set_in_keys` primes it), so that a compiled update traces no branch on
+        data."""
+        low_high = self._spec_bounds()
+        if low_high is None:
+            return None
+        low, high = low_high
+        return low.to(device=action.device, dtype=action.dtype), high.to(
+            device=action.device, dtype=action.dtype
+        )
+
+    def _spec_bounds(self):
+        """The spec's ``(low, high)`` of one action (on the spec's device), or ``None``;
+        cached per spec object and action key."""
         spec = self._action_spec
         explicit = spec is not None
         if spec is None:
             spec = getattr(self.actor_network, "spec", None)
-        spec, _ = _action_leaf(spec, self.tensor_keys.action)
-        space = getattr(spec, "space", None)
+        key = (spec, self.tensor_keys.action)
+        cached = self.__dict__.get("_spec_bounds_cache")
+        if cached is not None and cached[0][0] is spec and cached[0][1] == key[1]:
+            return cached[1]
+        leaf, _ = _action_leaf(spec, self.tensor_keys.action)
+        space = getattr(leaf, "space", None)
         low, high = getattr(space, "low", None), getattr(space, "high", None)
-        if not (isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor)):
-            return None
-        low = low.to(device=action.device, dtype=action.dtype).reshape(-1, low.shape[-1])[0]
-        high = high.to(device=action.device, dtype=action.dtype).reshape(-1, high.shape[-1])[0]
-        if bool((low == -1).all() and (high == 1).all()):
-            return None
-        if not torch.isfinite(high - low).all():
-            if not explicit:
-                return None
-            raise ValueError(
-                f"{type(self).__name__} draws uniform actions in the action spec's bounds, "
-                f"which must be finite; got low={low.tolist()}, high={high.tolist()}"
-            )
-        return low, high
+        bounds = None
+        if isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):
+            low = low.detach().reshape(-1, low.shape[-1])[0]
+            high = high.detach().reshape(-1, high.shape[-1])[0]
+            if not bool((low == -1).all() and (high == 1).all()):
+                if torch.isfinite(high - low).all():
+                    bounds = (low, high)
+                elif explicit:
+                    raise ValueError(
+                        f"{type(self).__name__} draws uniform actions in the action spec's "
+                        f"bounds, which must be finite; got low={low.tolist()}, "
+                        f"high={high.tolist()}"
+                    )
+        self.__dict__["_spec_bounds_cache"] = (key, bounds)
+        return bounds
 
     @property
     def _alpha_prime(self) -> torch.Tensor:

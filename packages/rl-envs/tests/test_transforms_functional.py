@@ -59,6 +59,16 @@ class TestCatFrames:
         out = cat_frames(x, N=2, dim=-1, time_dim=-2, done_mask=mask, padding="constant")
         torch.testing.assert_close(out[3], torch.tensor([0.0, 3.0]))
 
+    def test_done_mask_with_feature_singleton(self):
+        # the unfolded ("next", "done") mask of CatFrames is [*B, T, 1, N]
+        x = torch.arange(5.0).view(5, 1)
+        mask = torch.zeros(5, 1, 2, dtype=torch.bool)
+        mask[3, 0, 0] = True
+        out = cat_frames(x, N=2, dim=-1, time_dim=-2, done_mask=mask, padding="constant")
+        torch.testing.assert_close(out[3], torch.tensor([0.0, 3.0]))
+        with pytest.raises(ValueError, match="singleton dims allowed before N"):
+            cat_frames(x, N=2, dim=-1, time_dim=-2, done_mask=torch.zeros(5, 3, 2).bool())
+
     def test_keeps_dtype(self):
         x = torch.arange(6).view(3, 2)
         out = cat_frames(x, N=2, dim=-1, time_dim=-2, padding="constant", padding_value=7)

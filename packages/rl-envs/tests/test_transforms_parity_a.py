@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import warnings
 
 import pytest
 import torch
@@ -724,14 +725,41 @@ class TestCatFramesUnfolding:
         del td["next", "done"]
         with pytest.raises(KeyError, match="entry to delimit the stored episodes"):
             CatFrames(N=3, dim=-1, in_keys=["obs"])(td)
-        with pytest.raises(NotImplementedError, match="future=True"):
+        with pytest.raises(NotImplementedError, match="future=True.*history"):
             CatFrames(N=2, dim=-1, in_keys=["obs", ("next", "obs")], future=True)(self._td())
-        for kwargs in ({"future": True}, {"mask_key": "m"}, {"as_inverse": True}):
+        for kwargs in ({"future": True}, {"mask_key": "m"}):
             env = TransformedEnv(
                 PendulumEnv(), CatFrames(N=2, dim=-1, in_keys=["observation"], **kwargs)
             )
             with pytest.raises(RuntimeError, match="only works offline, on stored data"):
                 env.reset()
+        env = TransformedEnv(
+            PendulumEnv(), CatFrames(N=2, dim=-1, in_keys=["observation"], as_inverse=True)
+        )
+        with pytest.raises(RuntimeError, match="CatFrames as inverse is not supported"):
+            env.reset()
+
+    def test_unnamed_time_dim_warns(self):
+        # the last batch dim is taken as time, with TorchRL's UserWarning; a dim named
+        # "time" is used silently
+        with pytest.warns(UserWarning, match="name the time dim"):
+            out = CatFrames(N=3, dim=-1, in_keys=["obs"])(self._td())
+        assert out["obs"].tolist() == self.EXPLICIT["same"][0]
+        td = self._td().refine_names("time")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            CatFrames(N=3, dim=-1, in_keys=["obs"])(td)
+
+    @pytest.mark.parametrize("padding", ["same", "constant"])
+    def test_step_before_reset_pads_with_padding_value(self, padding):
+        # outside an env, steps before any reset see padding_value history (TorchRL)
+        t = CatFrames(N=3, dim=-1, in_keys=["x"], padding=padding, padding_value=-1)
+        td = TensorDict({"x": torch.tensor([[5.0]])}, [1])
+        assert t._call(td.clone())["x"].tolist() == [[-1, -1, 5]]
+        assert t._call(td.clone().set("x", torch.tensor([[6.0]])))["x"].tolist() == [[-1, 5, 6]]
+        t._reset(td.clone(), td.clone())
+        after = t._call(td.clone().set("x", torch.tensor([[7.0]])))["x"].tolist()
+        assert after == ([[5, 5, 7]] if padding == "same" else [[-1, 5, 7]])
 
     def test_replay_buffer_sampling(self):
         rb = _buffer(CatFrames(N=3, dim=-1, in_keys=["obs", ("next", "obs")]))
@@ -1006,9 +1034,4 @@ def test_constructor_matches_torchrl(name):
         (p.name, "<req>" if p.default is inspect.Parameter.empty else repr(p.default))
         for p in params
     ]
-    # CatFrames keeps its float default padding_value=0.0 (TorchRL: the int 0, same values)
-    expected = [
-        (k, "0.0" if (name, k) == ("CatFrames", "padding_value") else d)
-        for k, d in TORCHRL_SIGNATURES[name]
-    ]
-    assert got == expected
+    assert got == TORCHRL_SIGNATURES[name]

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -115,7 +116,7 @@ class CatFrames(Transform):
         in_keys: Sequence[NestedKey] | None = None,
         out_keys: Sequence[NestedKey] | None = None,
         padding: Literal["same", "constant"] = "same",
-        padding_value: float = 0.0,
+        padding_value: float = 0,
         as_inverse: bool = False,
         reset_key: NestedKey | None = None,
         done_key: NestedKey | None = None,
@@ -147,12 +148,16 @@ class CatFrames(Transform):
         return self.as_inverse
 
     def _check_env_use(self) -> None:
-        for flag, name in ((self.as_inverse, "as_inverse"), (self.future, "future")):
-            if flag:
-                raise RuntimeError(
-                    f"CatFrames({name}=True) only works offline, on stored data (a replay buffer), "
-                    "not in an env"
-                )
+        if self.as_inverse:
+            raise RuntimeError(
+                "CatFrames as inverse is not supported as a transform for environments, only "
+                "for replay buffers."
+            )
+        if self.future:
+            raise RuntimeError(
+                "CatFrames(future=True) only works offline, on stored data (a replay buffer), "
+                "not in an env"
+            )
         if self.mask_key is not None:
             raise RuntimeError(
                 "CatFrames(mask_key=...) only works offline, on stored data (a replay buffer), not in an env"
@@ -196,7 +201,10 @@ class CatFrames(Transform):
                 raise _missing_key_error(self, in_key, next_tensordict)
             stack = frames.get(out_key)
             if stack is None:
-                stack = self._fill(obs)
+                # a step before any reset: the history is padding_value whatever the
+                # padding (TorchRL); a reset fills it as ``padding`` says
+                pad = torch.full_like(obs, self.padding_value)
+                stack = torch.cat([pad] * (self.N - 1) + [obs], self.dim)
             else:
                 d = obs.shape[self.dim]
                 keep = stack.narrow(self.dim, d, stack.shape[self.dim] - d)
@@ -229,7 +237,17 @@ class CatFrames(Transform):
             )
         nb = tensordict.batch_dims
         names = tensordict.names if tensordict._has_names() else [None] * nb
-        tdim = names.index("time") if "time" in names else nb - 1
+        if "time" in names:
+            tdim = names.index("time")
+        else:
+            tdim = nb - 1
+            warnings.warn(
+                "CatFrames unfolds stored data along its last batch dim, taken as time: name "
+                "the time dim of the tensordict 'time' (tensordict.refine_names(..., 'time')) "
+                "to choose it and silence this warning",
+                UserWarning,
+                stacklevel=2,
+            )
 
         def to_last(x: torch.Tensor) -> torch.Tensor:
             return x if tdim == nb - 1 else x.transpose(tdim, nb - 1)
@@ -285,7 +303,8 @@ class CatFrames(Transform):
                     if self.future:
                         raise NotImplementedError(
                             "CatFrames(future=True) cannot stack a ('next', key) entry along "
-                            f"with its root entry {root!r}"
+                            f"with its root entry {root!r}: the one-step offset between them "
+                            "is only implemented for history (backward) windows"
                         )
                     root_win = windows(to_last(tensordict.get(root)))
                     win = unfold.next_windows(root_win, win)

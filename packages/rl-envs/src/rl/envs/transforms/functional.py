@@ -38,9 +38,10 @@ def cat_frames(
         padding: ``"same"`` or ``"constant"``.
         padding_value: the fill of ``"constant"`` padding.
         time_dim: the (negative) time dim of ``tensor``.
-        done_mask: optional ``[*B, T, N]`` bool, True where a window position reaches
-            across a trajectory start (it is padded); ``None``: one trajectory, only the
-            first ``N - 1`` positions are padded.
+        done_mask: optional ``[*B, T, N]`` bool (or ``[*B, T, 1, N]``: singleton dims
+            before ``N`` are dropped), True where a window position reaches across a
+            trajectory start (it is padded); ``None``: one trajectory, only the first
+            ``N - 1`` positions are padded.
 
     Returns:
         ``tensor`` with its size along ``dim`` multiplied by ``N``; same dtype and device.
@@ -75,10 +76,16 @@ def cat_frames(
     valid = pos >= 0
     if done_mask is not None:
         expected = (*tensor.shape[:n_batch], T, N)
-        if tuple(done_mask.shape) != expected:
+        shape = tuple(done_mask.shape)
+        # a done entry's feature dims may sit between T and N (``[*B, T, 1, N]``, as
+        # the unfolded ``("next", "done")`` of CatFrames): singletons, dropped
+        lead, mid = shape[: n_batch + 1], shape[n_batch + 1 : -1]
+        if lead + shape[-1:] != expected or any(d != 1 for d in mid):
             raise ValueError(
-                f"done_mask must have shape {expected} ([*B, T, N]), got {tuple(done_mask.shape)}"
+                f"done_mask must have shape {expected} ([*B, T, N], singleton dims allowed "
+                f"before N), got {shape}"
             )
+        done_mask = done_mask.reshape(expected)
         valid = valid & ~done_mask.to(torch.bool)
         pos = pos.expand(done_mask.shape)
     if padding == "same":

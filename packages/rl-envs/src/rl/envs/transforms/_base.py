@@ -184,6 +184,10 @@ class Transform(nn.Module):
         if container is not None:
             container.empty_cache()
 
+    def close(self) -> None:
+        """Releases what the transform holds (processes, connections); the env's ``close``
+        calls it. Nothing by default."""
+
     @property
     def parent(self):
         """The env seen by this transform: the base env plus the transforms before it.

@@ -91,6 +91,11 @@ class Compose(Transform):
                 t.__dict__["_parent_cache"] = None
         super().empty_cache()
 
+    def close(self) -> None:
+        """Closes each member."""
+        for t in self.transforms:
+            t.close()
+
     @property
     def has_inverse(self) -> bool:
         return bool(self.__dict__.get("_inv_list"))

@@ -376,6 +376,7 @@ class TransformedEnv(EnvBase):
     def close(self, *, raise_if_closed: bool = True) -> None:
         if not self.is_closed:
             self.base_env.close()
+            self._transform.close()
         super().close()
 
     def to(self, *args, **kwargs) -> TransformedEnv:

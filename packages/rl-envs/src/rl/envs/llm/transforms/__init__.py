@@ -3,6 +3,7 @@
 from ._dataloading import DataLoadingPrimer, as_nested_tensor, as_padded_tensor
 from ._format import TemplateTransform
 from ._kl import KLComputation, KLRewardTransform, RetrieveKL, RetrieveLogProb
+from ._mcp import MCPToolTransform
 from ._python import PythonInterpreter
 from ._reason import AddThinkingPrompt
 from ._tokenizer import Tokenizer
@@ -12,6 +13,7 @@ __all__ = [
     "DataLoadingPrimer",
     "KLComputation",
     "KLRewardTransform",
+    "MCPToolTransform",
     "PythonInterpreter",
     "RetrieveKL",
     "RetrieveLogProb",

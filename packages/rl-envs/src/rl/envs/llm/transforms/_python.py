@@ -9,12 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from tensordict import TensorDictBase, lazy_stack
-
-from rl.data.llm import ChatHistory, History
-
-from ...transforms import Transform
-from .._base_env import base_env_of
+from ._tool import ToolTransformBase
 
 __all__ = ["PythonInterpreter"]
 
@@ -34,7 +29,7 @@ def _limits(memory_bytes: int | None):
     return apply if os.name == "posix" else None
 
 
-class PythonInterpreter(Transform):
+class PythonInterpreter(ToolTransformBase):
     r"""Executes the `` ```python `` blocks of the assistant's last turn and appends each
     block's output to the conversation, as a message of role ``tool_name``.
 
@@ -144,33 +139,3 @@ class PythonInterpreter(Transform):
             else:
                 out.append(f"Code block {i} failed:\n{result['stderr']}")
         return out
-
-    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        env = base_env_of(self)
-        if env is None or getattr(env, "input_mode", None) != "history":
-            raise RuntimeError(f"{type(self).__name__} needs a ChatEnv in history mode")
-        if next_tensordict.batch_dims != 1:
-            raise ValueError(
-                f"{type(self).__name__} runs on a [B] batch, got {tuple(next_tensordict.batch_size)}"
-            )
-        history = next_tensordict["history"].prompt
-        rows, changed = [], False
-        for i, row in enumerate(history.unbind(0)):
-            content = row[-1].content
-            results = self._process_batch_item(str(getattr(content, "text", content)), i)
-            if results:
-                changed = True
-                tools = lazy_stack(
-                    [History(role=self.tool_role, content=r, batch_size=()) for r in results]
-                )
-                row = row.extend(tools)
-            rows.append(row)
-        if changed:
-            next_tensordict.set(
-                "history",
-                ChatHistory(prompt=lazy_stack(rows), batch_size=next_tensordict.batch_size),
-            )
-        return next_tensordict
-
-    def _reset(self, tensordict, tensordict_reset):
-        return tensordict_reset

@@ -28,7 +28,13 @@ from ._qvalue import (
     QValueModule,
 )
 from ._qvalue_hooks import DistributionalQValueHook, QValueHook
-from ._rnn import GRUModule, LSTMModule, canonicalize_rnn_subset, get_primers_from_module
+from ._rnn import (
+    GRUModule,
+    LSTMModule,
+    canonicalize_rnn_subset,
+    get_env_transforms_from_module,
+    get_primers_from_module,
+)
 from ._rnn_cells import GRUCell, LSTMCell
 from ._rnn_layers import GRU, LSTM, recurrent_mode, set_recurrent_mode
 from ._sequence import SafeSequential
@@ -52,6 +58,7 @@ __all__ = [
     "LSTMCell",
     "LSTMModule",
     "canonicalize_rnn_subset",
+    "get_env_transforms_from_module",
     "get_primers_from_module",
     "recurrent_mode",
     "set_recurrent_mode",

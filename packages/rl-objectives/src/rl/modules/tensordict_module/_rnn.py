@@ -36,7 +36,13 @@ from rl.core import Unbounded
 
 from ._rnn_layers import GRU, LSTM, recurrent_mode
 
-__all__ = ["GRUModule", "LSTMModule", "canonicalize_rnn_subset", "get_primers_from_module"]
+__all__ = [
+    "GRUModule",
+    "LSTMModule",
+    "canonicalize_rnn_subset",
+    "get_env_transforms_from_module",
+    "get_primers_from_module",
+]
 
 _ENVS_HINT = "make_tensordict_primer() needs rl.envs: pip install rl-envs"
 
@@ -174,8 +180,9 @@ class _RecurrentModule(TensorDictModuleBase):
             in_keys = [in_key, *self.DEFAULT_IN_KEYS]
         if out_key is not None:
             out_keys = [out_key, *self.DEFAULT_OUT_KEYS]
-        in_keys = unravel_key_list(list(in_keys))
-        out_keys = unravel_key_list(list(out_keys))
+        # a single string is refused (tensordict's TypeError), as in TorchRL
+        in_keys = unravel_key_list(in_keys)
+        out_keys = unravel_key_list(out_keys)
         n = 1 + self._num_states
         if len(in_keys) == n + 1 and in_keys[-1] == "is_init":
             in_keys = in_keys[:-1]
@@ -382,7 +389,7 @@ class _RecurrentModule(TensorDictModuleBase):
             )
         return value
 
-    @dispatch(auto_batch_size=False)
+    @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         recurrent = self.recurrent_mode
         batch = tensordict.batch_size
@@ -453,7 +460,7 @@ class LSTMModule(_RecurrentModule):
         bias: use biases. Defaults to ``True``.
         batch_first: must be ``True`` (time is the last batch dim of a tensordict).
         dropout: dropout between layers. Defaults to ``0``.
-        proj_size: projection size of ``torch.nn.LSTM`` (cuDNN path only). Defaults to ``0``.
+        proj_size: projection size of the hidden state, as in ``torch.nn.LSTM``. Defaults to ``0``.
         bidirectional: must be ``False``.
         python_based: use the Python recurrence (:class:`~rl.modules.LSTM`, traceable by
             ``vmap``/``compile``) instead of ``torch.nn.LSTM``. Defaults to ``False``.
@@ -675,3 +682,33 @@ def get_primers_from_module(module: nn.Module, warn: bool = True, strict: bool =
     if len(primers) == 1:
         return primers[0]
     return _import_envs_transforms().Compose(*primers)
+
+
+def get_env_transforms_from_module(module: nn.Module, init_key: NestedKey = "is_init") -> Any:
+    """The env transforms a policy with recurrent modules needs, ready for ``TransformedEnv``.
+
+    An :class:`~rl.envs.InitTracker` (marks the first step of each trajectory at
+    ``init_key``) followed by the primers of :func:`get_primers_from_module` (zero
+    hidden states at reset). Requires ``rl-envs``.
+
+    Args:
+        module: the policy.
+        init_key: the key ``InitTracker`` writes; the recurrent modules read
+            ``"is_init"``. Defaults to ``"is_init"``.
+
+    Returns:
+        ``Compose(InitTracker, primer(s))`` when the module has primers, else the
+        ``InitTracker`` alone.
+
+    Examples:
+        >>> from rl.modules import GRUModule, get_env_transforms_from_module
+        >>> gru = GRUModule(input_size=4, hidden_size=8, in_key="obs", out_key="features")
+        >>> [type(t).__name__ for t in get_env_transforms_from_module(gru)]
+        ['InitTracker', 'TensorDictPrimer']
+    """
+    transforms = _import_envs_transforms()
+    primer = get_primers_from_module(module, warn=False)
+    tracker = transforms.InitTracker(init_key=init_key)
+    if primer is None:
+        return tracker
+    return transforms.Compose(tracker, primer)

@@ -9,6 +9,7 @@ steps, so padded sequences of different lengths end with their own final state.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any, Literal
 
 import torch
@@ -18,17 +19,29 @@ from torch.utils._contextlib import _DecoratorContextManager
 
 __all__ = ["GRU", "LSTM", "recurrent_mode", "set_recurrent_mode"]
 
-_RECURRENT_MODE: list[bool | None] = [None]
+# The mode is per thread (and per asyncio task): a ContextVar. Dynamo cannot trace
+# ContextVar.get, so a compiled call reads a plain mirror that every set also writes
+# (a compiled region runs in one thread).
+_RECURRENT_MODE = contextvars.ContextVar("rl_recurrent_mode", default=None)
+_COMPILE_MIRROR: list[bool | None] = [None]
 
 
 def recurrent_mode() -> bool | None:
-    """The mode set by :class:`set_recurrent_mode` (``None`` outside of it).
+    """The mode set by :class:`set_recurrent_mode` in this thread (``None`` outside of it).
 
     ``True``: recurrent modules read whole sequences (the last batch dim is time);
     ``False``: one step at a time. With ``None``, each module uses its
-    ``default_recurrent_mode``.
+    ``default_recurrent_mode``. Other threads do not see the mode set here.
     """
-    return _RECURRENT_MODE[0]
+    if torch.compiler.is_compiling():
+        return _COMPILE_MIRROR[0]
+    return _RECURRENT_MODE.get()
+
+
+def _set_mode(mode: bool | None) -> None:
+    _COMPILE_MIRROR[0] = mode
+    if not torch.compiler.is_compiling():
+        _RECURRENT_MODE.set(mode)
 
 
 class set_recurrent_mode(_DecoratorContextManager):
@@ -62,31 +75,71 @@ class set_recurrent_mode(_DecoratorContextManager):
         return type(self)(self.mode)
 
     def __enter__(self) -> None:
-        self._prev = _RECURRENT_MODE[0]
-        _RECURRENT_MODE[0] = self.mode
+        self._prev = recurrent_mode()
+        _set_mode(self.mode)
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-        _RECURRENT_MODE[0] = self._prev
+        _set_mode(self._prev)
 
 
-def _keep_valid(new: torch.Tensor, old: torch.Tensor, mask: torch.Tensor | None, t: int):
+def _recur(cell, state: tuple[torch.Tensor, ...], gates_x: torch.Tensor, mask, use_scan: bool):
+    """Runs ``cell(gates_x[:, t], *state) -> state`` over time (``gates_x``: ``[B, T, G]``).
+
+    Where ``mask[:, t]`` (``[B, T]`` bool) is ``False`` the state is kept. Returns the
+    outputs ``[B, T, H]`` (the first state entry at each step) and the final state.
+    ``use_scan`` runs the loop as ``torch._higher_order_ops.scan`` (one traced step).
+    """
     if mask is None:
-        return new
-    return torch.where(mask[:, t].reshape(-1, 1), new, old)
+        mask = torch.ones(gates_x.shape[:2], dtype=torch.bool, device=gates_x.device)
+
+    def step(carry, inputs):
+        g_t, m_t = inputs
+        new = cell(g_t, *carry)
+        keep = m_t.unsqueeze(-1)
+        new = tuple(torch.where(keep, n, o) for n, o in zip(new, carry))
+        return new, new[0].clone()
+
+    if use_scan:
+        from torch._higher_order_ops.scan import scan
+
+        final, outs = scan(step, tuple(state), (gates_x.transpose(0, 1), mask.transpose(0, 1)))
+        return outs.transpose(0, 1), final
+    outs = []
+    for t in range(gates_x.shape[1]):
+        state, out = step(state, (gates_x[:, t], mask[:, t]))
+        outs.append(out)
+    return torch.stack(outs, 1), state
 
 
-def _check_python_based(rnn: nn.RNNBase) -> None:
-    if rnn.bidirectional:
-        raise ValueError(f"the python-based {type(rnn).__name__} does not support bidirectional")
-    if getattr(rnn, "proj_size", 0):
-        raise ValueError("the python-based LSTM does not support proj_size")
+def _refuse_bidirectional(name: str, bidirectional: bool) -> None:
+    if bidirectional:
+        raise ValueError(f"the python-based {name} does not support bidirectional=True")
 
 
 class LSTM(nn.LSTM):
     """An LSTM written in Python, with the parameters (and state dict) of :class:`torch.nn.LSTM`.
 
-    Same arguments as :class:`torch.nn.LSTM` (``batch_first`` defaults to ``True``);
-    bidirectional and ``proj_size`` are not supported.
+    The recurrence is a Python loop over time (or a ``torch`` scan), which
+    ``torch.vmap`` and ``torch.compile`` can trace; ``forward`` also takes a ``mask`` of
+    the valid steps. Bidirectional layers are not supported.
+
+    Args:
+        input_size: input features.
+        hidden_size: hidden (cell) features.
+        num_layers: stacked layers. Defaults to ``1``.
+        batch_first: inputs and outputs are ``[B, T, F]`` (else ``[T, B, F]``).
+            Defaults to ``True``.
+        bias: use biases. Defaults to ``True``.
+        dropout: dropout on the outputs of each layer but the last, in training.
+            Defaults to ``0.0``.
+        bidirectional: must be ``False`` (raises ``ValueError`` otherwise).
+        proj_size: project ``h`` to this size (``torch.nn.LSTM``'s ``weight_hr``);
+            ``h`` then has ``proj_size`` features. Defaults to ``0`` (none).
+        device: where the parameters live.
+        dtype: the parameters' dtype.
+        use_scan: run the time loop as ``torch._higher_order_ops.scan`` instead of a
+            Python loop (same values; one traced step under ``torch.compile``).
+            Defaults to ``False``.
 
     Examples:
         >>> import torch
@@ -98,10 +151,34 @@ class LSTM(nn.LSTM):
         >>> torch.testing.assert_close(lstm(x)[0], ref(x)[0])
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, **kwargs: Any):
-        kwargs.setdefault("batch_first", True)
-        super().__init__(input_size, hidden_size, num_layers, **kwargs)
-        _check_python_based(self)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        batch_first: bool = True,
+        bias: bool = True,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        use_scan: bool = False,
+    ) -> None:
+        _refuse_bidirectional("LSTM", bidirectional)
+        super().__init__(
+            input_size,
+            hidden_size,
+            num_layers,
+            bias=bias,
+            batch_first=batch_first,
+            dropout=dropout,
+            bidirectional=False,
+            proj_size=proj_size,
+            device=device,
+            dtype=dtype,
+        )
+        self.use_scan = bool(use_scan)
 
     def forward(  # type: ignore[override]
         self,
@@ -113,33 +190,42 @@ class LSTM(nn.LSTM):
 
         Args:
             input: ``[B, T, F]`` (``[T, B, F]`` if not ``batch_first``).
-            hx: initial ``(h, c)``, each ``[num_layers, B, H]`` (zeros when ``None``).
-            mask: optional boolean ``[B, T]`` of the valid steps; the state is kept
-                unchanged through the others (padding).
+            hx: initial ``(h, c)``, ``[num_layers, B, H_out]`` and ``[num_layers, B, H]``
+                (zeros when ``None``; ``H_out`` is ``proj_size`` or ``hidden_size``).
+            mask: optional boolean ``[B, T]`` (``[T, B]`` if not ``batch_first``) of the
+                valid steps; the state is kept unchanged through the others (padding).
 
         Returns:
             The last layer's outputs (shaped like ``input``) and the final ``(h, c)``.
         """
+        if input.dim() != 3:
+            raise ValueError(f"LSTM expects a 3-D input, got {input.dim()}-D")
         x = input if self.batch_first else input.transpose(0, 1)
-        batch, steps = x.shape[:2]
+        if mask is not None and not self.batch_first:
+            mask = mask.transpose(0, 1)
+        batch = x.shape[0]
+        h_size = self.proj_size or self.hidden_size
         if hx is None:
-            zeros = x.new_zeros(self.num_layers, batch, self.hidden_size)
-            hx = (zeros, zeros)
+            hx = (
+                x.new_zeros(self.num_layers, batch, h_size),
+                x.new_zeros(self.num_layers, batch, self.hidden_size),
+            )
         h_n, c_n = [], []
         for layer in range(self.num_layers):
-            w_ih, w_hh = getattr(self, f"weight_ih_l{layer}"), getattr(self, f"weight_hh_l{layer}")
-            gates_x = F.linear(x, w_ih, getattr(self, f"bias_ih_l{layer}", None))
+            w_hh = getattr(self, f"weight_hh_l{layer}")
             b_hh = getattr(self, f"bias_hh_l{layer}", None)
-            h, c = hx[0][layer], hx[1][layer]
-            outs = []
-            for t in range(steps):
-                gates = gates_x[:, t] + F.linear(h, w_hh, b_hh)
-                i, f, g, o = gates.chunk(4, -1)
-                c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-                h_new = torch.sigmoid(o) * torch.tanh(c_new)
-                h, c = _keep_valid(h_new, h, mask, t), _keep_valid(c_new, c, mask, t)
-                outs.append(h)
-            x = torch.stack(outs, 1)
+            w_hr = getattr(self, f"weight_hr_l{layer}", None)
+            gates_x = F.linear(
+                x, getattr(self, f"weight_ih_l{layer}"), getattr(self, f"bias_ih_l{layer}", None)
+            )
+
+            def cell(g_x, h, c, w_hh=w_hh, b_hh=b_hh, w_hr=w_hr):
+                i, f, g, o = (g_x + F.linear(h, w_hh, b_hh)).chunk(4, -1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(c)
+                return (h if w_hr is None else F.linear(h, w_hr)), c
+
+            x, (h, c) = _recur(cell, (hx[0][layer], hx[1][layer]), gates_x, mask, self.use_scan)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
             h_n.append(h)
@@ -151,8 +237,23 @@ class LSTM(nn.LSTM):
 class GRU(nn.GRU):
     """A GRU written in Python, with the parameters (and state dict) of :class:`torch.nn.GRU`.
 
-    Same arguments as :class:`torch.nn.GRU` (``batch_first`` defaults to ``True``);
-    bidirectional is not supported.
+    As :class:`LSTM`: a Python (or scan) loop over time that ``vmap`` and ``compile``
+    trace, a ``mask`` of valid steps in ``forward``, no bidirectional layers.
+
+    Args:
+        input_size: input features.
+        hidden_size: hidden features.
+        num_layers: stacked layers. Defaults to ``1``.
+        bias: use biases. Defaults to ``True``.
+        batch_first: inputs and outputs are ``[B, T, F]`` (else ``[T, B, F]``).
+            Defaults to ``True``.
+        dropout: dropout on the outputs of each layer but the last, in training.
+            Defaults to ``0.0``.
+        bidirectional: must be ``False`` (raises ``ValueError`` otherwise).
+        device: where the parameters live.
+        dtype: the parameters' dtype.
+        use_scan: run the time loop as ``torch._higher_order_ops.scan``. Defaults to
+            ``False``.
 
     Examples:
         >>> import torch
@@ -164,10 +265,32 @@ class GRU(nn.GRU):
         >>> torch.testing.assert_close(gru(x)[0], ref(x)[0])
     """
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, **kwargs: Any):
-        kwargs.setdefault("batch_first", True)
-        super().__init__(input_size, hidden_size, num_layers, **kwargs)
-        _check_python_based(self)
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = True,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        use_scan: bool = False,
+    ) -> None:
+        _refuse_bidirectional("GRU", bidirectional)
+        super().__init__(
+            input_size,
+            hidden_size,
+            num_layers,
+            bias=bias,
+            batch_first=batch_first,
+            dropout=dropout,
+            bidirectional=False,
+            device=device,
+            dtype=dtype,
+        )
+        self.use_scan = bool(use_scan)
 
     def forward(  # type: ignore[override]
         self,
@@ -176,26 +299,30 @@ class GRU(nn.GRU):
         mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Runs the recurrence (see :meth:`LSTM.forward`; ``hx`` is ``[num_layers, B, H]``)."""
+        if input.dim() != 3:
+            raise ValueError(f"GRU expects a 3-D input, got {input.dim()}-D")
         x = input if self.batch_first else input.transpose(0, 1)
-        batch, steps = x.shape[:2]
+        if mask is not None and not self.batch_first:
+            mask = mask.transpose(0, 1)
         if hx is None:
-            hx = x.new_zeros(self.num_layers, batch, self.hidden_size)
+            hx = x.new_zeros(self.num_layers, x.shape[0], self.hidden_size)
         h_n = []
         for layer in range(self.num_layers):
-            w_ih, w_hh = getattr(self, f"weight_ih_l{layer}"), getattr(self, f"weight_hh_l{layer}")
-            gates_x = F.linear(x, w_ih, getattr(self, f"bias_ih_l{layer}", None))
+            w_hh = getattr(self, f"weight_hh_l{layer}")
             b_hh = getattr(self, f"bias_hh_l{layer}", None)
-            h = hx[layer]
-            outs = []
-            for t in range(steps):
-                x_r, x_z, x_n = gates_x[:, t].chunk(3, -1)
+            gates_x = F.linear(
+                x, getattr(self, f"weight_ih_l{layer}"), getattr(self, f"bias_ih_l{layer}", None)
+            )
+
+            def cell(g_x, h, w_hh=w_hh, b_hh=b_hh):
+                x_r, x_z, x_n = g_x.chunk(3, -1)
                 h_r, h_z, h_n_ = F.linear(h, w_hh, b_hh).chunk(3, -1)
                 r = torch.sigmoid(x_r + h_r)
                 z = torch.sigmoid(x_z + h_z)
                 n = torch.tanh(x_n + r * h_n_)
-                h = _keep_valid((1 - z) * n + z * h, h, mask, t)
-                outs.append(h)
-            x = torch.stack(outs, 1)
+                return ((1 - z) * n + z * h,)
+
+            x, (h,) = _recur(cell, (hx[layer],), gates_x, mask, self.use_scan)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, training=True)
             h_n.append(h)

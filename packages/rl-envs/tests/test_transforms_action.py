@@ -17,7 +17,14 @@ from rl.core import (
 )
 from rl.envs import EnvBase, PendulumEnv, check_env_specs
 from rl.envs._done import default_done_spec
-from rl.envs.transforms import ActionDiscretizer, ActionMask, Compose, StepCounter, TransformedEnv
+from rl.envs.transforms import (
+    FORWARD_NOT_IMPLEMENTED,
+    ActionDiscretizer,
+    ActionMask,
+    Compose,
+    StepCounter,
+    TransformedEnv,
+)
 
 
 class MaskedEnv(EnvBase):
@@ -122,20 +129,43 @@ class TestActionMask:
         assert r.batch_size == torch.Size([3, 5])
         assert sorted(r["action"][0].tolist()) == [0, 1, 2, 3, 4]
 
-    def test_on_data_checks_actions(self):
+    def test_on_data_raises(self):
+        # TorchRL's: the mask lives in the env's spec, so data alone cannot be transformed
         t = ActionMask()
-        mask = torch.tensor([[True, False, True], [False, True, True]])
-        td = TensorDict(action=torch.tensor([2, 1]), action_mask=mask, batch_size=[2])
-        assert t(td) is td
-        td["action"] = torch.tensor([1, 1])
-        with pytest.raises(ValueError, match="'action' holds actions that 'action_mask' forbids"):
+        td = TensorDict(
+            action=torch.tensor([2]), action_mask=torch.ones(1, 3, dtype=torch.bool), batch_size=[1]
+        )
+        with pytest.raises(
+            RuntimeError,
+            match=r"class .*ActionMask'> cannot be executed without a parent environment",
+        ):
             t(td)
-        with pytest.raises(KeyError, match="'action_mask'"):
-            t(TensorDict(action=torch.tensor([1]), batch_size=[1]))
+        assert FORWARD_NOT_IMPLEMENTED.format(type(t)) in str(
+            pytest.raises(RuntimeError, t, td).value
+        )
+        with pytest.raises(RuntimeError, match="parent cannot be None"):
+            t._call(TensorDict())
 
     def test_needs_discrete_spec(self):
-        with pytest.raises(TypeError, match="needs a discrete action spec with a mask"):
-            TransformedEnv(PendulumEnv(), ActionMask())
+        env = TransformedEnv(PendulumEnv(), ActionMask())
+        with pytest.raises(
+            ValueError, match="The action spec must be one of .*Got Bounded instead"
+        ):
+            env.rollout(2)
+
+    @pytest.mark.parametrize("key", [1, None])
+    def test_keys_must_be_nested_keys(self, key):
+        with pytest.raises(ValueError, match="The action key must be a nested key"):
+            ActionMask(action_key=key)
+        with pytest.raises(ValueError, match="The mask key must be a nested key"):
+            ActionMask(mask_key=key)
+
+    def test_check_env_specs_with_a_shrinking_mask(self):
+        # the spec's mask at the end forbids the actions taken earlier: check_env_specs
+        # checks each step's action against the spec's domain, not today's mask
+        env = TransformedEnv(MaskedEnv(n=4), ActionMask())
+        check_env_specs(env)
+        assert env.action_spec.mask is not None and not env.action_spec.mask.all()
 
 
 class TestActionDiscretizer:

@@ -891,6 +891,111 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
 
     state_spec = full_state_spec
 
+    # -- unbatched views: the spec of one env of the batch (TorchRL's *_spec_unbatched) ----
+    def _make_single_env_spec(self, spec):
+        """``spec`` indexed at 0 on each of the env's batch dims."""
+        if not self.batch_dims:
+            return spec
+        return spec[(0,) * self.batch_dims]
+
+    def _expand_to_batch(self, spec):
+        """A spec of one env, expanded to the env's ``batch_size``."""
+        return spec.expand(*self.batch_size, *spec.shape)
+
+    @property
+    def full_action_spec_unbatched(self) -> Composite:
+        """``full_action_spec`` without the batch dims; setting it expands to ``batch_size``."""
+        return self._make_single_env_spec(self.full_action_spec)
+
+    @full_action_spec_unbatched.setter
+    def full_action_spec_unbatched(self, spec) -> None:
+        self.full_action_spec = self._expand_to_batch(spec)
+
+    @property
+    def action_spec_unbatched(self):
+        """``action_spec`` without the batch dims; setting it expands to ``batch_size``."""
+        return self._make_single_env_spec(self.action_spec)
+
+    @action_spec_unbatched.setter
+    def action_spec_unbatched(self, spec) -> None:
+        self.action_spec = self._expand_to_batch(spec)
+
+    @property
+    def full_observation_spec_unbatched(self) -> Composite:
+        """``full_observation_spec`` without the batch dims (setting expands it)."""
+        return self._make_single_env_spec(self.full_observation_spec)
+
+    @full_observation_spec_unbatched.setter
+    def full_observation_spec_unbatched(self, spec) -> None:
+        self.full_observation_spec = self._expand_to_batch(spec)
+
+    observation_spec_unbatched = full_observation_spec_unbatched
+
+    @property
+    def full_reward_spec_unbatched(self) -> Composite:
+        """``full_reward_spec`` without the batch dims (setting expands it)."""
+        return self._make_single_env_spec(self.full_reward_spec)
+
+    @full_reward_spec_unbatched.setter
+    def full_reward_spec_unbatched(self, spec) -> None:
+        self.full_reward_spec = self._expand_to_batch(spec)
+
+    @property
+    def reward_spec_unbatched(self):
+        """``reward_spec`` without the batch dims; setting it expands to ``batch_size``."""
+        return self._make_single_env_spec(self.reward_spec)
+
+    @reward_spec_unbatched.setter
+    def reward_spec_unbatched(self, spec) -> None:
+        self.reward_spec = self._expand_to_batch(spec)
+
+    @property
+    def full_done_spec_unbatched(self) -> Composite:
+        """``full_done_spec`` without the batch dims (setting expands it)."""
+        return self._make_single_env_spec(self.full_done_spec)
+
+    @full_done_spec_unbatched.setter
+    def full_done_spec_unbatched(self, spec) -> None:
+        self.full_done_spec = self._expand_to_batch(spec)
+
+    @property
+    def done_spec_unbatched(self):
+        """``done_spec`` without the batch dims; setting it expands to ``batch_size``."""
+        return self._make_single_env_spec(self.done_spec)
+
+    @done_spec_unbatched.setter
+    def done_spec_unbatched(self, spec) -> None:
+        self.done_spec = self._expand_to_batch(spec)
+
+    @property
+    def full_state_spec_unbatched(self) -> Composite:
+        """``full_state_spec`` without the batch dims (setting expands it)."""
+        return self._make_single_env_spec(self.full_state_spec)
+
+    @full_state_spec_unbatched.setter
+    def full_state_spec_unbatched(self, spec) -> None:
+        self.full_state_spec = self._expand_to_batch(spec)
+
+    state_spec_unbatched = full_state_spec_unbatched
+
+    @property
+    def output_spec_unbatched(self) -> Composite:
+        """``output_spec`` without the batch dims (setting expands it)."""
+        return self._make_single_env_spec(self.output_spec)
+
+    @output_spec_unbatched.setter
+    def output_spec_unbatched(self, spec) -> None:
+        self.output_spec = self._expand_to_batch(spec)
+
+    @property
+    def input_spec_unbatched(self) -> Composite:
+        """``input_spec`` without the batch dims (setting expands it)."""
+        return self._make_single_env_spec(self.input_spec)
+
+    @input_spec_unbatched.setter
+    def input_spec_unbatched(self, spec) -> None:
+        self.input_spec = self._expand_to_batch(spec)
+
     # ------------------------------------------------------------------------------ keys
     def _cached_keys(self, name: str, compute) -> Any:
         """``compute()`` (keys derived from the specs), cached while the specs are locked.

@@ -14,7 +14,7 @@ from ._action import (
 )
 from ._action_tokens import ActionTokenizerTransform
 from ._auto_reset import AutoResetEnv, AutoResetTransform
-from ._base import Transform
+from ._base import FORWARD_NOT_IMPLEMENTED, Transform
 from ._belief import MeanActionSelector
 from ._chunk import ActionChunkTransform
 from ._compose import Compose
@@ -97,6 +97,7 @@ from ._tensor import (
 )
 
 __all__ = [
+    "FORWARD_NOT_IMPLEMENTED",
     "ActionChunkTransform",
     "ActionTokenizerTransform",
     "CartesianSolver",

@@ -26,7 +26,7 @@ from rl.core import (
     Unbounded,
 )
 
-from ._base import Transform, _missing_key_error
+from ._base import FORWARD_NOT_IMPLEMENTED, Transform, _missing_key_error
 from ._spec_utils import NestedKey, normalize_key, normalize_keys
 
 __all__ = [
@@ -43,28 +43,55 @@ class ActionMask(Transform):
 
     After every reset and step, the mask read from the data is written into the env's
     action spec (``spec.update_mask``), so that ``env.rand_action()`` and random rollouts
-    only draw allowed actions. On data (``transform(td)``), it checks that the actions of
-    ``td`` are allowed by its masks.
+    only draw allowed actions. It only works inside an environment: calling it on data
+    raises, as TorchRL's.
 
     Args:
         action_key: the action entry.
         mask_key: the boolean mask entry (``[*B, n]``).
 
     Raises:
-        ValueError: on data, an action that the mask forbids.
-        TypeError: at spec time, the action spec has no mask (not Categorical / OneHot).
+        ValueError: a key that is not a nested key; at reset or step, the action spec is
+            not one of ``ACCEPTED_SPECS`` (``OneHot``, ``Categorical``, ``MultiOneHot``,
+            ``MultiCategorical``).
+        RuntimeError: called on data (``transform(td)``) or outside an env.
 
     Examples:
         >>> import torch
-        >>> from tensordict import TensorDict
-        >>> td = TensorDict(action=torch.tensor(2), action_mask=torch.tensor([True, False, True]))
-        >>> ActionMask()(td) is td  # action 2 is allowed
-        True
+        >>> from rl.core import Binary, Categorical, Composite, Unbounded
+        >>> from rl.envs import EnvBase, TransformedEnv
+        >>> class MaskedEnv(EnvBase):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.action_spec = Categorical(4)
+        ...         self.state_spec = Composite(action_mask=Binary(4, dtype=torch.bool))
+        ...         self.observation_spec = Composite(
+        ...             obs=Unbounded(3), action_mask=Binary(4, dtype=torch.bool)
+        ...         )
+        ...         self.reward_spec = Unbounded(1)
+        ...     def _reset(self, td):
+        ...         return self.observation_spec.zero().update(
+        ...             {"action_mask": torch.ones(4, dtype=torch.bool)}
+        ...         )
+        ...     def _step(self, td):
+        ...         mask = td["action_mask"].scatter(-1, td["action"].unsqueeze(-1), False)
+        ...         out = self.observation_spec.zero().update({"action_mask": mask})
+        ...         return out.update({"reward": torch.zeros(1), "done": ~mask.any().view(1)})
+        ...     def _set_seed(self, seed):
+        ...         pass
+        >>> r = TransformedEnv(MaskedEnv(), ActionMask()).rollout(10)
+        >>> sorted(r["action"].tolist())  # each action once: the mask forbids repeats
+        [0, 1, 2, 3]
     """
 
+    ACCEPTED_SPECS = (OneHot, Categorical, MultiOneHot, MultiCategorical)
+    SPEC_TYPE_ERROR = "The action spec must be one of {}. Got {} instead."
     _dynamic_action_spec = True
 
     def __init__(self, action_key: NestedKey = "action", mask_key: NestedKey = "action_mask"):
+        for name, key in (("action", action_key), ("mask", mask_key)):
+            if not isinstance(key, (tuple, str)):
+                raise ValueError(f"The {name} key must be a nested key. Got {type(key)} instead.")
         super().__init__()
         self.action_key = normalize_key(action_key)
         self.mask_key = normalize_key(mask_key)
@@ -73,13 +100,30 @@ class ActionMask(Transform):
     def has_step(self) -> bool:
         return True
 
+    @property
+    def action_spec(self):
+        """The env's action spec whose mask this transform updates."""
+        env = self._top_env()
+        if env is None:
+            raise RuntimeError(
+                f"{type(self)}.parent cannot be None: make sure this transform is executed "
+                "within an environment."
+            )
+        spec = env.full_action_spec[self.action_key]
+        if not isinstance(spec, self.ACCEPTED_SPECS):
+            raise ValueError(
+                self.SPEC_TYPE_ERROR.format(
+                    tuple(t.__name__ for t in self.ACCEPTED_SPECS), type(spec).__name__
+                )
+            )
+        return spec
+
     def _update(self, tensordict):
+        spec = self.action_spec
         mask = tensordict.get(self.mask_key, None)
         if mask is None:
             raise _missing_key_error(self, self.mask_key, tensordict)
-        env = self._top_env()
-        if env is not None:
-            env.full_action_spec[self.action_key].update_mask(mask.clone())
+        spec.update_mask(mask.clone())
         return tensordict
 
     def _call(self, next_tensordict):
@@ -89,31 +133,7 @@ class ActionMask(Transform):
         return self._update(tensordict_reset)
 
     def forward(self, tensordict):
-        mask = tensordict.get(self.mask_key, None)
-        if mask is None:
-            raise _missing_key_error(self, self.mask_key, tensordict)
-        action = tensordict.get(self.action_key, None)
-        if action is None:
-            raise _missing_key_error(self, self.action_key, tensordict)
-        if action.dtype == torch.bool or action.shape == mask.shape:
-            allowed = (action.bool() & mask).any(-1)
-        else:
-            allowed = mask.gather(-1, action.long().reshape(*mask.shape[:-1], -1)).all(-1)
-        if not bool(allowed.all()):
-            raise ValueError(
-                f"ActionMask: {self.action_key!r} holds actions that {self.mask_key!r} forbids "
-                f"(actions {action.tolist()}, mask {mask.tolist()})"
-            )
-        return tensordict
-
-    def transform_input_spec(self, input_spec):
-        spec = input_spec["full_action_spec"][self.action_key]
-        if not hasattr(spec, "update_mask"):
-            raise TypeError(
-                f"ActionMask needs a discrete action spec with a mask for {self.action_key!r}, "
-                f"got {spec!r}"
-            )
-        return input_spec
+        raise RuntimeError(FORWARD_NOT_IMPLEMENTED.format(type(self)))
 
     def _repr_args(self) -> str:
         return f"action_key={self.action_key!r}, mask_key={self.mask_key!r}"

@@ -21,7 +21,11 @@ from torch import nn
 
 from ._spec_utils import NestedKey, normalize_keys, tget, tset
 
-__all__ = ["Transform"]
+__all__ = ["FORWARD_NOT_IMPLEMENTED", "Transform"]
+
+#: the message of the RuntimeError a transform that only works inside an env raises when
+#: called on data (``.format(type(transform))``), as TorchRL's
+FORWARD_NOT_IMPLEMENTED = "class {} cannot be executed without a parent environment."
 
 
 def _missing_key_error(transform: Transform, key: NestedKey, td: TensorDictBase) -> KeyError:

@@ -62,22 +62,33 @@ def _reward_shape_from_spec(composite, key):
 class RewardSum(Transform):
     """Accumulates the reward of the current episode in ``"episode_reward"``.
 
-    The sum is reset to 0 at every (partial) reset. On a stored trajectory
-    ``[*B, T]`` (``transform(td)``), it writes the running per-episode sums, restarting
-    after each ``("next", "done")``.
+    The sum is reset to 0 at every (partial) reset. Called on stored data
+    (``transform(td)``), it writes the cumulative sum of each ``in_key`` along the time
+    dimension, restarting after each ``("next", "done")``.
 
     Args:
-        in_keys: reward keys (default ``["reward"]``).
-        out_keys: sums (default ``"episode_<name>"`` for each in_key).
+        in_keys: reward keys. Default: the parent env's ``reward_keys`` (every reward
+            entry); ``["reward"]`` outside an env.
+        out_keys: sums, one per in_key (default ``"episode_<name>"`` beside each in_key).
         reset_keys: one reset entry per in_key (e.g. ``("agents", "_reset")`` for a
             nested multi-agent reward); the entry is right-expanded to the sum, so a
             per-agent reset clears only that agent's sum. Default: the env's root
-            ``"_reset"``.
+            ``"_reset"``. Needed when ``_reset`` is called outside an env.
         reward_spec: declare the sums in the env's reward spec instead of its
             observation spec.
 
     Raises:
-        ValueError: ``reset_keys`` and ``in_keys`` differ in length.
+        ValueError: ``in_keys`` and ``out_keys`` differ in length; at reset,
+            ``reset_keys`` and ``in_keys`` differ in length; on data, the tensordict has
+            no time dimension.
+        TypeError: ``_reset`` is called outside an env with no ``reset_keys``.
+
+    Note:
+        On data the time dimension is the one named ``"time"`` or, where no dimension is
+        named so, the last batch dimension (rl's rollouts are ``[*B, T]``); the in_keys
+        are read as given (``("next", "reward")`` for a rollout). TorchRL 0.14.1 sums
+        over the reward's last dimension instead of time, and across episodes; here
+        each episode restarts from 0.
 
     Examples:
         >>> from rl.envs import PendulumEnv, TransformedEnv
@@ -95,25 +106,73 @@ class RewardSum(Transform):
         *,
         reward_spec: bool = False,
     ):
-        in_keys = normalize_keys(["reward"] if in_keys is None else in_keys)
-        if out_keys is None:
+        given_in = None if in_keys is None else normalize_keys(in_keys)
+        given_out = None if out_keys is None else normalize_keys(out_keys)
+        if given_in is not None and given_out is not None and len(given_in) != len(given_out):
+            raise ValueError(
+                "RewardSum expects the same number of input and output keys, got "
+                f"in_keys={given_in} and out_keys={given_out}"
+            )
+        in_keys = ["reward"] if given_in is None else given_in
+        if given_out is None:
             out_keys = [_prefixed(k, "episode_") for k in in_keys]
-        if reset_keys is not None:
-            reset_keys = normalize_keys(reset_keys)
-            if len(reset_keys) != len(in_keys):
-                raise ValueError(
-                    f"RewardSum expects the same number of input and output keys as reset keys (one reset key per in_key), got reset_keys={reset_keys} "
-                    f"for in_keys={in_keys}"
-                )
         super().__init__(in_keys, out_keys)
-        self.reset_keys = reset_keys
+        self.__dict__["_given_keys"] = (given_in, given_out)
+        self._reset_keys = None if reset_keys is None else normalize_keys(reset_keys)
         self.reward_spec = bool(reward_spec)
         self.__dict__["_specs"] = {}
         self.__dict__["_last"] = {}
 
+    def _default_keys_from(self, reward_keys) -> None:
+        """In an env, in_keys given as None are the env's reward keys (TorchRL's rule)."""
+        given_in, given_out = self.__dict__["_given_keys"]
+        if given_in is not None or not reward_keys:
+            return
+        in_keys = list(reward_keys)
+        out_keys = given_out
+        if out_keys is None or len(out_keys) != len(in_keys):
+            out_keys = [_prefixed(k, "episode_") for k in in_keys]
+        d = self.__dict__
+        # set without empty_cache(): this runs while the env computes its specs
+        d["_in_keys"], d["_out_keys"] = in_keys, out_keys
+        d["_io_pairs"] = list(zip(in_keys, out_keys))
+
+    @property
+    def reset_keys(self) -> list[NestedKey]:
+        """The reset entries, one per in_key: those given, else the env's root ``_reset``."""
+        if self._reset_keys is not None:
+            return list(self._reset_keys)
+        if self.parent is None:
+            raise TypeError(
+                "reset_keys not provided but parent env not found: give RewardSum its "
+                "reset_keys when it is used outside an environment"
+            )
+        return ["_reset"] * len(self.in_keys)
+
+    @reset_keys.setter
+    def reset_keys(self, value) -> None:
+        self._reset_keys = None if value is None else normalize_keys(value)
+
+    def _in_env(self) -> bool:
+        from ._env import TransformedEnv
+
+        return isinstance(self.container, TransformedEnv)
+
     def _reset(self, tensordict, tensordict_reset):
+        reset_keys = self._reset_keys
+        if reset_keys is None:
+            if not self._in_env():
+                raise TypeError(
+                    "reset_keys not provided but parent env not found: give RewardSum "
+                    "its reset_keys when it is used outside an environment"
+                )
+            reset_keys = [None] * len(self.in_keys)
+        elif len(reset_keys) != len(self.in_keys):
+            raise ValueError(
+                f"Could not match the env reset_keys {reset_keys} with the in_keys "
+                f"{self.in_keys}: give one reset key per in_key"
+            )
         bs = tensordict_reset.batch_size
-        reset_keys = self.reset_keys or [None] * len(self.in_keys)
         for (_, out_key), reset_key in zip(self._io_pairs, reset_keys):
             prev = tensordict.get(out_key, None) if tensordict is not None else None
             if self.reward_spec and out_key in self._last:
@@ -137,6 +196,8 @@ class RewardSum(Transform):
         for in_key, out_key in self._io_pairs:
             reward = tget(next_tensordict, in_key)
             if reward is None:
+                if self.missing_tolerance:
+                    continue
                 raise _missing_key_error(self, in_key, next_tensordict)
             prev = tget(tensordict, out_key)
             if self.reward_spec and out_key in self._last:
@@ -150,19 +211,34 @@ class RewardSum(Transform):
         return next_tensordict
 
     def forward(self, tensordict):
-        """On a stored trajectory ``[*B, T]`` with ``("next", reward)``: per-episode sums."""
-        nxt = tensordict.get("next", None)
-        if nxt is None or tensordict.batch_dims == 0:
-            return self._step(tensordict, tensordict if nxt is None else nxt)
-        starts = episode_starts(tensordict)
+        """Per-episode cumulative sums of the in_keys along the time dim of stored data.
+
+        The time dim is the batch dim named ``"time"``, else the last batch dim; an
+        episode restarts after each ``("next", "done")``.
+        """
+        nb = tensordict.batch_dims
+        if nb == 0:
+            raise ValueError(
+                "At least one dimension of the tensordict must be named 'time' in offline "
+                "mode (unnamed, the last batch dim is time): RewardSum got a tensordict "
+                "with batch_size torch.Size([])"
+            )
+        names = list(tensordict.names)
+        tdim = names.index("time") if "time" in names else nb - 1
+        shape = tensordict.batch_size
+        starts = torch.zeros(shape, dtype=torch.bool, device=tensordict.device)
+        starts.select(tdim, 0).fill_(True)
+        done = tensordict.get(("next", "done"), None)
+        if done is not None:
+            done = done.reshape(*shape, -1).any(-1)
+            starts.narrow(tdim, 1, shape[tdim] - 1).copy_(done.narrow(tdim, 0, shape[tdim] - 1))
+        starts = starts.movedim(tdim, -1)
         for in_key, out_key in self._io_pairs:
-            reward = nxt.get(in_key, None)
+            reward = tensordict.get(in_key, None)
             if reward is None:
-                raise _missing_key_error(self, ("next", in_key), tensordict)
-            total = episode_cumsum(reward, starts)
-            nxt.set(out_key, total)
-            m = starts.reshape(*starts.shape, *((1,) * (reward.ndim - starts.ndim)))
-            tensordict.set(out_key, torch.where(m, torch.zeros_like(total), total - reward))
+                raise _missing_key_error(self, in_key, tensordict)
+            total = episode_cumsum(reward.movedim(tdim, nb - 1), starts)
+            tensordict.set(out_key, total.movedim(nb - 1, tdim))
         return tensordict
 
     @property
@@ -201,6 +277,7 @@ class RewardSum(Transform):
         output_spec = output_spec.clone()
         obs = output_spec["full_observation_spec"]
         rew = output_spec["full_reward_spec"]
+        self._default_keys_from(list(rew.keys(True, True)))
         for in_key, out_key in self._io_pairs:
             found = _reward_shape_from_spec(rew, in_key)
             if found is None:
@@ -217,7 +294,7 @@ class RewardSum(Transform):
         return output_spec
 
     def _repr_args(self) -> str:
-        extra = f", reset_keys={self.reset_keys}" if self.reset_keys is not None else ""
+        extra = f", reset_keys={self._reset_keys}" if self._reset_keys is not None else ""
         if self.reward_spec:
             extra += ", reward_spec=True"
         return f"in_keys={self.in_keys}, out_keys={self.out_keys}{extra}"

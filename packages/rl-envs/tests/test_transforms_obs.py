@@ -304,6 +304,14 @@ class TestDeviceCast:
         assert env.device == torch.device("cpu")
         check_env_specs(env)
 
+    def test_indexed_cpu_device(self):
+        # torch has one CPU: data sent to "cpu:1" reports "cpu", which check_env_specs
+        # takes as the specs' "cpu:1"
+        env = TransformedEnv(PendulumEnv(device="cpu:0"), DeviceCastTransform("cpu:1"))
+        assert env.device == torch.device("cpu:1")
+        assert env.rollout(2)["next", "observation"].device == torch.device("cpu")
+        check_env_specs(env)
+
     def test_some_keys_leave_the_env_without_a_device(self):
         # as TorchRL: entries on two devices, so the env and the data have none
         cast = DeviceCastTransform("cpu:1", in_keys=["observation"], in_keys_inv=["action"])

@@ -301,6 +301,9 @@ def _step_mdp_generic(
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
     a, b = torch.device(a), torch.device(b)
+    if a.type == "cpu":
+        # torch has one CPU device: a tensor sent to "cpu:1" reports "cpu"
+        return b.type == "cpu"
     return a.type == b.type and (a.index or 0) == (b.index or 0)
 
 

@@ -290,6 +290,25 @@ class TestReplayBuffer:
         assert rb.sample(2)["a"].is_pinned()
 
 
+class TestServiceBackendArguments:
+    def test_direct_buffer(self):
+        rb = ReplayBuffer(service_backend="direct", transport="direct", batch_size=2)
+        assert rb.service_backend == "direct" and type(rb) is ReplayBuffer
+
+    @pytest.mark.parametrize(
+        "kwargs, match",
+        [
+            ({"service_backend": "process"}, "supports service_backend='direct' or 'ray', not"),
+            ({"transport": "ray"}, "direct ReplayBuffer only supports transport='auto' or"),
+            ({"transport_options": {"backend": "gloo"}}, "only valid for a remote ReplayBuffer"),
+            ({"service_backend_options": {"x": 1}}, "configure a remote ReplayBuffer"),
+        ],
+    )
+    def test_direct_buffer_errors(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            TensorDictReplayBuffer(**kwargs)
+
+
 class TestTensorDictReplayBuffer:
     def test_sample_holds_index_and_data(self, make_transitions, assert_consistent):
         rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), batch_size=16)
@@ -353,8 +372,35 @@ class TestPrioritizedBuffers:
         assert set(data.tolist()) == {0, 3}
         expected = torch.where(data == 0, 1.0, 1 / 3)
         torch.testing.assert_close(info["priority_weight"], expected)
-        with pytest.raises(TypeError, match="builds its own sampler"):
-            PrioritizedReplayBuffer(alpha=1, beta=1, sampler=RandomSampler())
+        # TorchRL's arguments: a given sampler replaces the built one
+        own = PrioritizedSampler(10, alpha=0.5, beta=0.2)
+        rb = PrioritizedReplayBuffer(alpha=1, beta=1, storage=LazyTensorStorage(10), sampler=own)
+        assert rb.sampler is own and rb.sampler.alpha == 0.5
+        with pytest.raises(TypeError, match="sampler_device cannot be passed when sampler"):
+            PrioritizedReplayBuffer(alpha=1, beta=1, sampler=own, sampler_device="cpu")
+        with pytest.raises(NotImplementedError, match=r"sync=False\) is not supported"):
+            PrioritizedReplayBuffer(alpha=1, beta=1, sync=False)
+        with pytest.raises(NotImplementedError, match=r"sync=False\) is not supported"):
+            TensorDictPrioritizedReplayBuffer(alpha=1, beta=1, sync=False)
+
+    def test_tensordict_prioritized_torchrl_keywords(self):
+        gen = torch.Generator().manual_seed(3)
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=0.6,
+            beta=0.4,
+            priority_key="prio",
+            eps=1e-4,
+            storage=LazyTensorStorage(8),
+            batch_size=3,
+            reduction="mean",
+            generator=gen,
+            dim_extend=0,
+            transport="direct",
+        )
+        assert rb.batch_size == 3 and rb.priority_key == "prio" and rb.reduction == "mean"
+        assert rb.sampler.reduction == "mean" and rb.sampler._eps == 1e-4
+        rb.extend(TensorDict({"a": torch.arange(4)}, [4]))
+        assert rb.sample().shape == (3,)
 
     def test_tensordict_prioritized_keys_and_update(self, make_transitions, assert_consistent):
         torch.manual_seed(0)

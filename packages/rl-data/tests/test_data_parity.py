@@ -466,6 +466,49 @@ class TestEnsembles:
         with pytest.raises(RuntimeError, match="pass p or sample_from_all=True, not both"):
             ReplayBufferEnsemble(*self._members(), p=[1, 1, 1], sample_from_all=True)
 
+    @staticmethod
+    def _empty_members(n):
+        return [TensorDictReplayBuffer(storage=LazyTensorStorage(10)) for _ in range(n)]
+
+    def test_routing_key(self):
+        # values from TorchRL 0.14.1 on the same data
+        rbs = self._empty_members(3)
+        rb = ReplayBufferEnsemble(*rbs, routing_key="member")
+        data = TensorDict({"member": torch.tensor([2, 0, 2, 1, 0]), "x": torch.arange(5)}, [5])
+        out = rb.extend(data)
+        assert out["buffer_ids"].tolist() == [2, 0, 2, 1, 0]
+        assert out["index"].tolist() == [0, 0, 1, 0, 1]
+        assert [r[:]["x"].tolist() for r in rbs] == [[1, 4], [3], [0, 2]]
+        one = rb.add(TensorDict({"member": torch.tensor(1), "x": torch.tensor(9)}, []))
+        assert (one["buffer_ids"].item(), one["index"].item()) == (1, 1)
+        assert rbs[1][:]["x"].tolist() == [3, 9]
+
+    def test_routing_dim(self):
+        rbs = self._empty_members(2)
+        rb = ReplayBufferEnsemble(*rbs, routing_dim=0)
+        out = rb.extend(TensorDict({"x": torch.arange(6).reshape(2, 3)}, [2, 3]))
+        assert out["buffer_ids"].tolist() == [0, 0, 0, 1, 1, 1]
+        assert out["index"].tolist() == [0, 1, 2, 0, 1, 2]
+        assert [r[:]["x"].tolist() for r in rbs] == [[0, 1, 2], [3, 4, 5]]
+
+    def test_routing_errors(self):
+        with pytest.raises(ValueError, match="routing_key and routing_dim are mutually"):
+            ReplayBufferEnsemble(*self._empty_members(2), routing_key="m", routing_dim=0)
+        with pytest.raises(TypeError, match="routing_dim must be an integer, got 0.5"):
+            ReplayBufferEnsemble(*self._empty_members(2), routing_dim=0.5)
+        rb = ReplayBufferEnsemble(*self._empty_members(2), routing_key="m")
+        with pytest.raises(ValueError, match=r"member ids must lie in \[0, 1\], got \[0, 2\]"):
+            rb.extend(TensorDict({"m": torch.tensor([0, 2])}, [2]))
+        with pytest.raises(TypeError, match="member ids must be integers, got dtype torch.float32"):
+            rb.extend(TensorDict({"m": torch.tensor([0.0, 1.0])}, [2]))
+        with pytest.raises(ValueError, match="one member id per record, got shape"):
+            rb.extend(TensorDict({"m": torch.zeros(2, 3, dtype=torch.long)}, [2]))
+        rb = ReplayBufferEnsemble(*self._empty_members(2), routing_dim=1)
+        with pytest.raises(ValueError, match="routing_dim 1 has size 3, expected 2"):
+            rb.extend(TensorDict({"x": torch.zeros(2, 3)}, [2, 3]))
+        with pytest.raises(RuntimeError, match="Use extend"):
+            rb.add(TensorDict({"x": torch.zeros(())}, []))
+
 
 class TestTransforms:
     def test_envs_transform_at_sampling_and_its_inverse_at_extend(self):

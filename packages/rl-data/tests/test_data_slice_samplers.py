@@ -369,13 +369,35 @@ class TestSliceSamplerSpanAndPadding:
         with pytest.raises(ValueError, match="span must be a bool, a non-negative int or a pair"):
             SliceSampler(slice_len=4, span=(1, 2, 3))
         with pytest.raises(ValueError, match="fragmented=True needs step_key"):
-            SliceSampler(slice_len=4, fragmented=True, traj_key="episode")
+            SliceSampler(slice_len=4, fragmented=True, traj_key="episode", step_key=None)
         with pytest.raises(NotImplementedError, match="span is not supported with fragmented"):
             SliceSampler(slice_len=4, fragmented=True, step_key="step", span=True)
-        with pytest.raises(NotImplementedError, match="SliceSampler only, not SliceSamplerWith"):
+        # TorchRL's SliceSamplerWithoutReplacement takes no fragmented / span / pad_output
+        with pytest.raises(TypeError, match="unexpected keyword argument 'fragmented'"):
             SliceSamplerWithoutReplacement(slice_len=4, fragmented=True, step_key="step")
-        with pytest.raises(NotImplementedError, match="does not support span or pad_output"):
+        with pytest.raises(NotImplementedError, match=r"does not support span \(got span=True\)"):
             PrioritizedSliceSampler(max_capacity=10, alpha=1.0, beta=1.0, slice_len=2, span=True)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'pad_output'"):
+            PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, pad_output=True)
+
+    def test_torchrl_keywords_reach_the_sampler(self):
+        keys = dict(
+            end_key=("next", "end"),
+            truncated_key=("next", "trunc"),
+            init_key="first",
+            strict_length=False,
+        )
+        wor = SliceSamplerWithoutReplacement(num_slices=2, drop_last=True, shuffle=False, **keys)
+        prio = PrioritizedSliceSampler(
+            10, 0.5, 0.4, 1e-6, torch.float64, "min", num_slices=2, **keys
+        )
+        for sampler in (wor, prio):
+            assert sampler.num_slices == 2 and sampler.strict_length is False
+            assert sampler.end_key == ("next", "end") and sampler.init_key == "first"
+            assert sampler.truncated_key == ("next", "trunc")
+        assert wor.drop_last and not wor.shuffle
+        assert (prio.alpha, prio.beta) == (0.5, 0.4)
+        assert prio._priority._eps == 1e-6 and prio._priority.dtype == torch.float64
 
 
 class TestPrioritizedSliceSamplerNdim2:
@@ -432,6 +454,17 @@ class TestFragmentedSliceSampler:
             for chunk in batch.split(3):  # one trajectory, consecutive steps
                 assert chunk["traj"].unique().numel() == 1
                 assert torch.equal(chunk["step"], chunk["step"][0] + torch.arange(3))
+
+    def test_default_step_key_is_step_count(self):
+        # TorchRL's default: the steps StepCounter writes
+        sampler = SliceSampler(traj_key="traj", fragmented=True, slice_len=2)
+        assert sampler.step_key == "step_count"
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), sampler=sampler, batch_size=4)
+        traj, step = torch.tensor([0, 1, 0, 1]), torch.tensor([0, 0, 1, 1])
+        rb.extend(TensorDict({"traj": traj, "step_count": step, "obs": torch.arange(4)}, [4]))
+        for chunk in rb.sample().split(2):  # one trajectory, consecutive steps
+            assert chunk["traj"].unique().numel() == 1
+            assert chunk["step_count"].tolist() == [0, 1]
 
     def test_errors(self):
         with pytest.raises(

@@ -18,10 +18,61 @@ from rl.data import (
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     TensorStorage,
+    TensorStorageCheckpointer,
 )
 from rl.data.replay_buffers.storages import Storage
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+class _CountingCheckpointer(TensorStorageCheckpointer):
+    def __init__(self):
+        self.calls = []
+
+    def dumps(self, storage, path):
+        self.calls.append("dumps")
+        super().dumps(storage, path)
+
+    def loads(self, storage, path):
+        self.calls.append("loads")
+        super().loads(storage, path)
+
+
+class TestStorageArguments:
+    """TorchRL's ``Storage(max_size, checkpointer=None, compilable=False)``."""
+
+    def test_storage_checkpointer_is_used_by_the_buffer(self, tmp_path):
+        ckpt = _CountingCheckpointer()
+        storage = LazyTensorStorage(10)
+        Storage.__init__(storage, 10, ckpt, True)  # TorchRL's positional order
+        assert storage.checkpointer is ckpt and storage._compilable
+        rb = ReplayBuffer(storage=storage)
+        rb.extend(torch.arange(3))
+        rb.dumps(tmp_path)
+        rb2 = ReplayBuffer(storage=LazyTensorStorage(10), checkpointer=_CountingCheckpointer())
+        rb2.loads(tmp_path)
+        assert ckpt.calls == ["dumps"] and rb2.storage.checkpointer.calls == ["loads"]
+        assert rb2[:].tolist() == [0, 1, 2]
+        with pytest.raises(TypeError, match="checkpointer must have dumps.*object has no dumps"):
+            Storage.__init__(ListStorage(3), 3, object())
+
+    def test_list_storage_is_unbounded_by_default(self):
+        storage = ListStorage()
+        assert storage.max_size == sys.maxsize
+        rb = ReplayBuffer(storage=storage, collate_fn=lambda x: x)
+        rb.extend(list(range(2000)))
+        assert len(rb) == 2000 and rb[1999] == 1999
+        assert ListStorage(compilable=True)._compilable
+
+    def test_tensor_storage_device_defaults(self):
+        assert TensorStorage(torch.arange(4.0)).device == torch.device("cpu")
+        meta = torch.arange(4.0, device="meta")
+        assert TensorStorage(meta, device="auto").device == torch.device("meta")
+        with pytest.raises(TypeError, match="missing 1 required positional argument: 'storage'"):
+            TensorStorage(max_size=3)
+        assert len(TensorStorage(None, max_size=3)) == 0
+        with pytest.raises(ValueError, match="device='auto' takes the device of the given"):
+            TensorStorage(None, max_size=3, device="auto")
 
 
 class TestListStorage:

@@ -100,6 +100,23 @@ class TestRayReplayBuffer:
         assert not processes_left([pid])
 
 
+class TestServiceBackend:
+    def test_service_backend_ray_builds_a_ray_buffer(self, ray_local, make_transitions):
+        # TorchRL's selector: the buffer class, built in a Ray actor
+        rb = TensorDictReplayBuffer(
+            storage=partial(LazyTensorStorage, 10),
+            batch_size=3,
+            service_backend="ray",
+            service_backend_options={"remote_config": {"num_cpus": 0}},
+        )
+        try:
+            assert isinstance(rb, RayReplayBuffer) and rb.service_backend == "ray"
+            rb.extend(make_transitions(5))
+            assert len(rb) == 5 and rb.sample().shape == (3,)
+        finally:
+            rb.shutdown()
+
+
 class TestRayReplayBufferArguments:
     @pytest.mark.parametrize(
         "kwargs, match",
@@ -112,6 +129,10 @@ class TestRayReplayBufferArguments:
     def test_unsupported_transports(self, kwargs, match):
         with pytest.raises(ValueError, match=match):
             RayReplayBuffer(batch_size=4, **kwargs)
+
+    def test_service_backend_options_are_checked(self):
+        with pytest.raises(TypeError, match=r"Ray replay-buffer service options: \['num_cpus'\]"):
+            ReplayBuffer(service_backend="ray", service_backend_options={"num_cpus": 1})
 
     def test_checkpoint_names_and_type(self):
         # dump / save / load are the local buffers' aliases of dumps / loads

@@ -24,7 +24,7 @@ from rl.data.replay_buffers._utils import CheckpointAliases, decode_item, encode
 from rl.data.replay_buffers.samplers._consuming import ConsumingSampler
 from rl.data.replay_buffers.samplers._random import RandomSampler
 from rl.data.replay_buffers.samplers._sampler import Sampler
-from rl.data.replay_buffers.storages._base import ListStorage, Storage
+from rl.data.replay_buffers.storages._base import ListStorage, Storage, _check_checkpointer
 from rl.data.replay_buffers.writers._writers import (
     RoundRobinWriter,
     Writer,
@@ -84,6 +84,33 @@ def _check_batch_size(batch_size: Any, name: str = "batch_size") -> int | None:
     return batch_size
 
 
+def _check_direct_service(
+    service_backend: str,
+    service_backend_options: Mapping[str, Any] | None,
+    transport: str,
+    transport_options: Mapping[str, Any] | None,
+) -> None:
+    """The arguments a buffer built in this process (``service_backend="direct"``) takes."""
+    if service_backend != "direct":
+        raise ValueError(
+            f"ReplayBuffer supports service_backend='direct' or 'ray', not {service_backend!r}"
+        )
+    if transport not in ("auto", "direct"):
+        raise ValueError(
+            f"A direct ReplayBuffer only supports transport='auto' or 'direct', got {transport!r}"
+        )
+    if transport_options:
+        raise ValueError(
+            "transport_options are only valid for a remote ReplayBuffer "
+            f"(service_backend='ray'), got {dict(transport_options)!r}"
+        )
+    if service_backend_options:
+        raise ValueError(
+            "service_backend_options configure a remote ReplayBuffer (service_backend='ray'), "
+            f"got {dict(service_backend_options)!r} for a direct one"
+        )
+
+
 class ReplayBuffer(CheckpointAliases):
     """A replay buffer: a storage holds the items, a writer places them, a sampler picks them.
 
@@ -110,7 +137,8 @@ class ReplayBuffer(CheckpointAliases):
             ``ndim=2`` storage); reads through ``rb[...]`` put it back in place.
         checkpointer: an object with ``dumps(storage, path)`` and ``loads(storage, path)``
             used by :meth:`dumps`/:meth:`loads` for the storage (e.g.
-            :class:`TensorStorageCheckpointer`).
+            :class:`TensorStorageCheckpointer`); ``None`` keeps the storage's own (see
+            :class:`Storage`).
         generator: the ``torch.Generator`` of every random draw of the sampler (seeded
             buffers give the same batches, independently of torch's global seed).
         shared: keep the data of tensor storages in shared memory (for buffers handed to
@@ -126,6 +154,22 @@ class ReplayBuffer(CheckpointAliases):
             times (``1``: each is used once); their slots are written first. Builds a
             :class:`ConsumingSampler` in place of the default sampler; ``len(rb)`` counts
             the items left. Needs a 1-D storage and no prefetching.
+        service_backend: where the buffer lives: ``"direct"`` (default, this object) or
+            ``"ray"``: the call then returns a :class:`~rl.data.RayReplayBuffer` holding a
+            buffer of this class (built with the other arguments) in a Ray actor, as
+            TorchRL does.
+        service_backend_options: with ``"ray"``, ``ray_init_config`` (arguments of
+            ``ray.init``) and ``remote_config`` (the actor's Ray options); none apply to
+            ``"direct"``.
+        transport: how a remote buffer moves data: ``"auto"`` (default) or, for
+            ``"direct"``, ``"direct"``; see :class:`~rl.data.RayReplayBuffer` for Ray.
+        transport_options: options of a remote buffer's transport (a direct buffer takes
+            none).
+
+    Raises:
+        ValueError: an unknown ``service_backend``; a ``transport`` other than
+            ``"auto"``/``"direct"``, ``transport_options`` or ``service_backend_options``
+            for a direct buffer.
 
     Examples:
         >>> import torch
@@ -139,6 +183,37 @@ class ReplayBuffer(CheckpointAliases):
         >>> len(rb), sorted(set(rb.sample(16))) <= [1, 2, 3]
         (3, True)
     """
+
+    def __new__(
+        cls,
+        *args: Any,
+        service_backend: str = "direct",
+        service_backend_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        # TorchRL's service selector: a "ray" buffer is a RayReplayBuffer whose actor holds
+        # a buffer of this class (Python then skips this class's __init__)
+        if service_backend != "ray":
+            return super().__new__(cls)
+        from rl.data.replay_buffers._ray import RayReplayBuffer
+
+        options = dict(service_backend_options or {})
+        ray_init_config = options.pop("ray_init_config", None)
+        remote_config = options.pop("remote_config", None)
+        if options:
+            raise TypeError(f"Unexpected Ray replay-buffer service options: {sorted(options)}")
+        return RayReplayBuffer(
+            *args,
+            replay_buffer_cls=cls,
+            ray_init_config=ray_init_config,
+            remote_config=remote_config,
+            **kwargs,
+        )
+
+    @property
+    def service_backend(self) -> str:
+        """Where this buffer lives: ``"direct"`` (this process)."""
+        return "direct"
 
     def __init__(
         self,
@@ -160,7 +235,14 @@ class ReplayBuffer(CheckpointAliases):
         delayed_init: bool | None = None,
         sample_unit: SampleUnit | None = None,
         consume_after_n_samples: int | None = None,
+        service_backend: str = "direct",
+        service_backend_options: dict[str, Any] | None = None,
+        transport: str = "auto",
+        transport_options: dict[str, Any] | None = None,
     ) -> None:
+        _check_direct_service(
+            service_backend, service_backend_options, transport, transport_options
+        )
         if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
             raise TypeError(
                 f"sample_unit must be a SampleUnit (Transition, Sequence), got "
@@ -190,13 +272,8 @@ class ReplayBuffer(CheckpointAliases):
             raise ValueError(f"dim_extend must be a non-negative int, got {dim_extend!r}")
         self.dim_extend = dim_extend
         if checkpointer is not None:
-            for name in ("dumps", "loads"):
-                if not callable(getattr(checkpointer, name, None)):
-                    raise TypeError(
-                        f"checkpointer must have dumps(storage, path) and loads(storage, path), "
-                        f"{type(checkpointer).__name__} has no {name}"
-                    )
-        self._storage.checkpointer = checkpointer
+            _check_checkpointer(checkpointer)
+            self._storage.checkpointer = checkpointer
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         self.set_rng(generator)

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey, unravel_key
 
 from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers.samplers._sampler import Sampler
@@ -178,7 +179,9 @@ class ReplayBufferEnsemble(ReplayBuffer):
     transformed by its own transforms. TensorDict sub-batches are stacked into a
     ``[num_buffer_sampled, batch_size // num_buffer_sampled]`` batch whose ``"index"``
     holds ``"buffer_ids"`` and the members' ``"index"``; the ensemble's ``transform``
-    then applies to it. Write through the members: ``rb[i].extend(data)``.
+    then applies to it. Write through the members (``rb[i].extend(data)``), or, with
+    ``routing_key`` or ``routing_dim``, through the ensemble, which routes each record to
+    its member (as TorchRL).
 
     Args:
         *rbs: the member buffers (or pass ``storages``/``samplers``/``writers``).
@@ -189,7 +192,12 @@ class ReplayBufferEnsemble(ReplayBuffer):
         collate_fn: turns the list of sub-batches into the batch (``torch.stack``).
         collate_fns: one collate function per member (built from storages only).
         p, sample_from_all, num_buffer_sampled: see :class:`SamplerEnsemble`.
+        routing_key: the key holding each record's member id: ``extend``/``add`` then
+            write every record into that member (exclusive with ``routing_dim``).
+        routing_dim: the batch dim whose entries are the members (its size is the number
+            of members): ``extend`` writes entry ``i`` along it into member ``i``.
         generator: the generator of every draw (members' samplers included).
+        shared: as in :class:`ReplayBuffer`.
 
     Examples:
         >>> import torch
@@ -218,9 +226,20 @@ class ReplayBufferEnsemble(ReplayBuffer):
         p: Sequence[float] | torch.Tensor | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
+        routing_key: NestedKey | None = None,
+        routing_dim: int | None = None,
         generator: torch.Generator | None = None,
+        shared: bool = False,
         **kwargs: Any,
     ) -> None:
+        if routing_key is not None and routing_dim is not None:
+            raise ValueError("routing_key and routing_dim are mutually exclusive")
+        if routing_dim is not None and (
+            isinstance(routing_dim, bool) or not isinstance(routing_dim, int)
+        ):
+            raise TypeError(f"routing_dim must be an integer, got {routing_dim!r}")
+        self.routing_key = None if routing_key is None else unravel_key(routing_key)
+        self.routing_dim = routing_dim
         if rbs:
             if storages is not None or samplers is not None or writers is not None:
                 raise TypeError("pass replay buffers or storages/samplers/writers, not both")
@@ -270,6 +289,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
             batch_size=batch_size,
             collate_fn=collate_fn if collate_fn is not None else torch.stack,
             generator=generator,
+            shared=shared,
             **kwargs,
         )
 
@@ -281,11 +301,94 @@ class ReplayBufferEnsemble(ReplayBuffer):
     def __len__(self) -> int:
         return len(self._rbs)
 
-    def add(self, data: Any) -> int:
-        raise RuntimeError(_WRITE_ERROR)
+    def _route(self, data: Any) -> tuple[TensorDictBase, torch.Tensor]:
+        """The flattened records and the member id of each (``routing_key``/``routing_dim``)."""
+        if self.routing_key is None and self.routing_dim is None:
+            raise RuntimeError(_WRITE_ERROR)
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"routed ensemble writes take a TensorDict, got {type(data).__name__}")
+        if len(self._transform):
+            data = self._transform.inv(data)
+        flat = data.reshape(-1)
+        n = len(self._rbs)
+        if self.routing_key is not None:
+            ids = flat.get(self.routing_key)
+            while ids.ndim > 1 and ids.shape[-1] == 1:
+                ids = ids.squeeze(-1)
+            if ids.shape != flat.batch_size:
+                raise ValueError(
+                    f"routing_key {self.routing_key!r} must hold one member id per record, "
+                    f"got shape {tuple(ids.shape)} for {flat.numel()} records"
+                )
+        else:
+            if not data.ndim:
+                raise ValueError("routing_dim needs a batched TensorDict")
+            dim = self.routing_dim % data.ndim
+            if data.shape[dim] != n:
+                raise ValueError(
+                    f"routing_dim {self.routing_dim} has size {data.shape[dim]}, expected {n} "
+                    "(one entry per ensemble member)"
+                )
+            shape = [1] * data.ndim
+            shape[dim] = n
+            ids = torch.arange(n).reshape(shape).expand(data.batch_size).reshape(-1)
+        if ids.dtype == torch.bool or ids.is_floating_point():
+            raise TypeError(f"ensemble member ids must be integers, got dtype {ids.dtype}")
+        ids = ids.long()
+        if ids.numel() and ((ids < 0).any() or (ids >= n).any()):
+            raise ValueError(f"ensemble member ids must lie in [0, {n - 1}], got {ids.tolist()}")
+        return flat, ids
 
-    def extend(self, data: Any) -> torch.Tensor:
-        raise RuntimeError(_WRITE_ERROR)
+    def add(self, data: Any) -> TensorDictBase:
+        """Writes one record into the member its ``routing_key`` entry names.
+
+        Returns:
+            a TensorDict with the record's ``"buffer_ids"`` and member ``"index"``.
+        """
+        if self.routing_dim is not None:
+            raise RuntimeError("Use extend() for routing_dim writes")
+        if self.routing_key is None:
+            raise RuntimeError(_WRITE_ERROR)
+        if not isinstance(data, TensorDictBase) or data.ndim:
+            raise ValueError("add() expects one record: a TensorDict with an empty batch size")
+        return self.extend(data.unsqueeze(0))[0]
+
+    def extend(self, data: Any) -> TensorDictBase:
+        """Writes each record into the member it is routed to (``routing_key``: the id it
+        holds; ``routing_dim``: its position along that dim), members in order, records in
+        their order within each member.
+
+        Returns:
+            a TensorDict aligned with ``data.reshape(-1)``: ``"buffer_ids"`` and the
+            member-local ``"index"`` of every record.
+
+        Raises:
+            RuntimeError: the ensemble was built without ``routing_key``/``routing_dim``.
+        """
+        flat, ids = self._route(data)
+        index: torch.Tensor | None = None
+        with self._lock:
+            for member_id, member in enumerate(self._rbs):
+                positions = (ids == member_id).nonzero().flatten()
+                if not positions.numel():
+                    continue
+                local = member.extend(flat[positions])
+                if isinstance(local, tuple):
+                    local = torch.stack(local, -1)
+                local = torch.as_tensor(local).reshape(positions.numel(), -1).squeeze(-1)
+                if index is None:
+                    index = torch.empty(
+                        (ids.numel(), *local.shape[1:]), dtype=local.dtype, device=ids.device
+                    )
+                elif local.shape[1:] != index.shape[1:]:
+                    raise RuntimeError(
+                        "routed ensemble members must have index shapes that agree, got "
+                        f"{tuple(index.shape[1:])} and {tuple(local.shape[1:])}"
+                    )
+                index[positions] = local.to(ids.device)
+        if index is None:
+            index = torch.empty(0, dtype=torch.long)
+        return TensorDict({"buffer_ids": ids, "index": index}, batch_size=[ids.numel()])
 
     def _sample(self, batch_size: int) -> tuple[Any, dict]:
         sampler = self._sampler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -9,9 +10,10 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers._buffers import ReplayBuffer
-from rl.data.replay_buffers._sample_units import Sequence
+from rl.data.replay_buffers._sample_units import SampleUnit, Sequence
 from rl.data.replay_buffers._utils import KeyMismatchError
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, _check_priority
+from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.storages._base import ListStorage, Storage
 from rl.data.replay_buffers.storages._rows import RowPlan
 from rl.data.replay_buffers.storages._tensor import TensorStorage
@@ -289,7 +291,22 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     Args:
         alpha, beta, eps, dtype: see :class:`PrioritizedSampler`.
         storage: default ``ListStorage(1000)``; the trees have its capacity (and device).
-        **kwargs: the other :class:`ReplayBuffer` arguments.
+        sampler: the prioritized sampler to use instead of the one built from ``alpha``,
+            ``beta``, ``eps``, ``dtype`` (e.g. a :class:`PrioritizedSliceSampler`); not
+            with ``sampler_device``.
+        sampler_device: the device of the sum/min trees of the built sampler.
+        sync: TorchRL's ``sync=False`` keeps the priority trees in the owning process and
+            updates them lazily from the writes of other processes; only ``True``
+            (default: the trees follow every write) exists here, ``False`` raises
+            ``NotImplementedError``.
+        sample_unit, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
+        delayed_init, transport, transport_options: as in :class:`ReplayBuffer`.
+        **kwargs: the other :class:`ReplayBuffer` arguments (``writer``, ``generator``,
+            ``shared``, ...).
+
+    Raises:
+        TypeError: ``sampler`` with ``sampler_device``.
+        NotImplementedError: ``sync=False``.
 
     Examples:
         >>> from rl.data import PrioritizedReplayBuffer
@@ -309,16 +326,52 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         eps: float = 1e-8,
         dtype: torch.dtype = torch.float,
         storage: Storage | None = None,
+        sampler: Sampler | None = None,
+        sample_unit: SampleUnit | None = None,
         sampler_device: torch.device | str | None = None,
+        sync: bool = True,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Callable | list[Callable] | None = None,
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        delayed_init: bool = False,
+        transport: str = "auto",
+        transport_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if "sampler" in kwargs:
-            raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
+        _check_sync(self, sync)
         storage = storage if storage is not None else ListStorage(1000)
-        sampler = PrioritizedSampler(
-            storage.max_size, alpha, beta, eps, dtype, device=sampler_device
+        if sampler is None:
+            sampler = PrioritizedSampler(
+                storage.max_size, alpha, beta, eps, dtype, device=sampler_device
+            )
+        elif sampler_device is not None:
+            raise TypeError("sampler_device cannot be passed when sampler is provided")
+        super().__init__(
+            storage=storage,
+            sampler=sampler,
+            sample_unit=sample_unit,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            batch_size=batch_size,
+            dim_extend=dim_extend,
+            delayed_init=delayed_init,
+            transport=transport,
+            transport_options=transport_options,
+            **kwargs,
         )
-        super().__init__(storage=storage, sampler=sampler, **kwargs)
+
+
+def _check_sync(buffer: ReplayBuffer, sync: bool) -> None:
+    if not sync:
+        raise NotImplementedError(
+            f"{type(buffer).__name__}(sync=False) is not supported: the priority trees follow "
+            "every write (sync=True)"
+        )
 
 
 class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
@@ -329,11 +382,18 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     call :meth:`update_tensordict_priority`.
 
     Args:
-        alpha, beta, eps, dtype: see :class:`PrioritizedSampler`.
+        alpha, beta, eps: see :class:`PrioritizedSampler`.
         priority_key: where priorities are read (default ``"td_error"``).
-        reduction: how a priority with extra dims is reduced per item (``"max"``...).
         storage: default ``ListStorage(1000)``.
-        **kwargs: the other :class:`ReplayBuffer` arguments.
+        sampler_device: the device of the sum/min trees.
+        sync: only ``True`` (default) exists here; ``False`` raises
+            ``NotImplementedError`` (see :class:`PrioritizedReplayBuffer`).
+        reduction: how a priority with extra dims is reduced per item (``"max"``...).
+        sample_unit, collate_fn, pin_memory, prefetch, transform, batch_size, dim_extend,
+        generator, shared, compilable, transport, transport_options: as in
+            :class:`ReplayBuffer`.
+        dtype: the dtype of the priority trees (rl's addition; ``torch.float``).
+        **kwargs: the other :class:`ReplayBuffer` arguments (``writer``, ...).
 
     Examples:
         >>> import torch
@@ -355,17 +415,48 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         beta: float,
         priority_key: NestedKey = "td_error",
         eps: float = 1e-8,
-        dtype: torch.dtype = torch.float,
-        reduction: str = "max",
         storage: Storage | None = None,
+        sample_unit: SampleUnit | None = None,
         sampler_device: torch.device | str | None = None,
+        sync: bool = True,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Callable | list[Callable] | None = None,
+        reduction: str = "max",
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        generator: torch.Generator | None = None,
+        shared: bool = False,
+        compilable: bool = False,
+        transport: str = "auto",
+        transport_options: dict[str, Any] | None = None,
+        dtype: torch.dtype = torch.float,
         **kwargs: Any,
     ) -> None:
         if "sampler" in kwargs:
             raise TypeError(f"{type(self).__name__} builds its own sampler; do not pass one")
+        _check_sync(self, sync)
         storage = storage if storage is not None else ListStorage(1000)
         sampler = PrioritizedSampler(
             storage.max_size, alpha, beta, eps, dtype, reduction, device=sampler_device
         )
-        super().__init__(storage=storage, sampler=sampler, priority_key=priority_key, **kwargs)
+        super().__init__(
+            storage=storage,
+            sampler=sampler,
+            priority_key=priority_key,
+            sample_unit=sample_unit,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            batch_size=batch_size,
+            dim_extend=dim_extend,
+            generator=generator,
+            shared=shared,
+            compilable=compilable,
+            transport=transport,
+            transport_options=transport_options,
+            **kwargs,
+        )
         self.reduction = reduction

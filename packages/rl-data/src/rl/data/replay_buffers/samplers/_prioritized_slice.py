@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from tensordict.utils import NestedKey
 
 from rl.data.replay_buffers.samplers._prioritized import PrioritizedSampler, importance_weights
 from rl.data.replay_buffers.samplers._sampler import EMPTY_STORAGE_ERROR
@@ -21,8 +22,14 @@ class PrioritizedSliceSampler(SliceSampler):
     ``"priority_weight"``, and ``update_priority`` takes per-item priorities.
 
     Args:
-        max_capacity, alpha, beta, eps, dtype: as in :class:`PrioritizedSampler`.
-        **kwargs: the :class:`SliceSampler` arguments.
+        max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer: as
+            in :class:`PrioritizedSampler`.
+        num_slices, slice_len, end_key, end_keys, traj_key, ends, trajectories,
+        cache_values, truncated_key, init_key, strict_length, compile: as in
+            :class:`SliceSampler` (TorchRL's arguments).
+        span: TorchRL lets prioritized slices run over their trajectory's edges; here only
+            ``False`` (default) is supported: a true value raises ``NotImplementedError``
+            (use :class:`SliceSampler`).
 
     Examples:
         >>> import torch
@@ -46,14 +53,40 @@ class PrioritizedSliceSampler(SliceSampler):
         eps: float = 1e-8,
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: NestedKey | None = None,
+        end_keys: list[NestedKey] | None = None,
+        traj_key: NestedKey | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        cache_values: bool = False,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+        init_key: NestedKey | None = "is_init",
+        strict_length: bool = True,
+        compile: bool = False,
+        span: bool | int | tuple[bool | int, bool | int] = False,
         max_priority_within_buffer: bool = False,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if any(self.span) or self.pad_output:
+        if any(span if isinstance(span, tuple) else (span,)):
             raise NotImplementedError(
-                f"{type(self).__name__} does not support span or pad_output; use SliceSampler"
+                f"{type(self).__name__} does not support span (got span={span!r}); use SliceSampler"
             )
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            end_keys=end_keys,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            cache_values=cache_values,
+            truncated_key=truncated_key,
+            init_key=init_key,
+            strict_length=strict_length,
+            compile=compile,
+        )
         self._priority = PrioritizedSampler(
             max_capacity,
             alpha,

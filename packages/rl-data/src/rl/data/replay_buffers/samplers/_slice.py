@@ -73,7 +73,8 @@ class SliceSampler(Sampler):
             steps written apart (several collectors sharing a buffer) are still sliced in
             order; a missing step splits a trajectory. 1-D storages, :class:`SliceSampler`
             only; ``span`` is not supported with it. A repeated (id, step) pair raises.
-        step_key: the key of the step numbers (``fragmented=True``).
+        step_key: the key of the step numbers (``fragmented=True``); ``"step_count"`` by
+            default, as TorchRL (what :class:`~rl.envs.StepCounter` writes).
         init_key: where the first item of every slice is flagged (or'ed with the stored
             flags) so that a recurrent module restarts from the stored hidden state at
             each slice; only when the storage holds the key (an ``InitTracker`` wrote it).
@@ -115,7 +116,7 @@ class SliceSampler(Sampler):
         span: bool | int | tuple[bool | int, bool | int] = False,
         pad_output: bool = False,
         fragmented: bool = False,
-        step_key: NestedKey | None = None,
+        step_key: NestedKey | None = "step_count",
         init_key: NestedKey | None = "is_init",
     ) -> None:
         if fragmented:
@@ -513,7 +514,10 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
         drop_last: drop the last batch of an epoch when fewer than ``num_slices``
             trajectories are left (otherwise it is smaller).
         shuffle: visit the trajectories in random order (otherwise in storage order).
-        **kwargs: the :class:`SliceSampler` arguments.
+        num_slices, slice_len, end_key, end_keys, traj_key, ends, trajectories,
+        truncated_key, init_key, strict_length, compile, use_gpu: as in
+            :class:`SliceSampler` (TorchRL's arguments; ``span``, ``pad_output`` and
+            ``fragmented`` are :class:`SliceSampler`'s only).
 
     Examples:
         >>> import torch
@@ -529,8 +533,38 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
 
     _epoch_based = True
 
-    def __init__(self, *, drop_last: bool = False, shuffle: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        drop_last: bool = False,
+        end_key: NestedKey | None = None,
+        end_keys: list[NestedKey] | None = None,
+        traj_key: NestedKey | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+        init_key: NestedKey | None = "is_init",
+        strict_length: bool = True,
+        shuffle: bool = True,
+        compile: bool = False,
+        use_gpu: bool = False,
+    ) -> None:
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            end_keys=end_keys,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            truncated_key=truncated_key,
+            init_key=init_key,
+            strict_length=strict_length,
+            compile=compile,
+            use_gpu=use_gpu,
+        )
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)
         # the trajectories left in this epoch, by their last index (stable across new

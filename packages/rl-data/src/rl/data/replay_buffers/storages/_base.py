@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -17,6 +18,14 @@ class Storage(Checkpointable, ABC):
 
     Args:
         max_size: the number of items the storage holds.
+        checkpointer: how a buffer's ``dumps``/``loads`` save this storage (an object with
+            ``dumps(storage, path)`` and ``loads(storage, path)``, e.g.
+            :class:`~rl.data.TensorStorageCheckpointer`); ``None`` (default): the storage's
+            ``state_dict`` is saved with the buffer's. A buffer built with its own
+            ``checkpointer`` replaces it.
+        compilable: kept as ``storage._compilable`` (TorchRL's flag for storages used under
+            ``torch.compile``); rl's storages keep no process-shared counters, so they
+            compile either way.
     """
 
     ndim = 1
@@ -35,14 +44,19 @@ class Storage(Checkpointable, ABC):
     def _bump_mutation_revision(self) -> None:
         self._mutation_revision += 1
 
-    checkpointer: Any = None  # set by the buffer (``ReplayBuffer(checkpointer=...)``)
+    checkpointer: Any = None  # or set by the buffer (``ReplayBuffer(checkpointer=...)``)
+    _compilable = False
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, checkpointer: Any = None, compilable: bool = False) -> None:
         if isinstance(max_size, bool) or not isinstance(max_size, (int, np.integer)):
             raise TypeError(f"max_size must be an int, got {max_size!r}")
         if max_size <= 0:
             raise ValueError(f"max_size must be positive, got {max_size}")
         self.max_size = int(max_size)
+        if checkpointer is not None:
+            _check_checkpointer(checkpointer)
+            self.checkpointer = checkpointer
+        self._compilable = bool(compilable)
 
     @abstractmethod
     def set(self, cursor: int | slice | torch.Tensor, data: Any) -> None:
@@ -104,6 +118,15 @@ class Storage(Checkpointable, ABC):
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
 
 
+def _check_checkpointer(checkpointer: Any) -> None:
+    for name in ("dumps", "loads"):
+        if not callable(getattr(checkpointer, name, None)):
+            raise TypeError(
+                f"checkpointer must have dumps(storage, path) and loads(storage, path), "
+                f"{type(checkpointer).__name__} has no {name}"
+            )
+
+
 def _is_batch_index(cursor: Any) -> bool:
     return not isinstance(cursor, (int, np.integer))
 
@@ -112,8 +135,9 @@ class ListStorage(Storage):
     """Stores arbitrary python objects in a list.
 
     Args:
-        max_size: the number of items the storage holds (default 1000).
-        compilable: accepted for TorchRL compatibility.
+        max_size: the number of items the storage holds; ``None`` (default, as TorchRL):
+            unbounded (``sys.maxsize``).
+        compilable: see :class:`Storage`.
         device: where tensors and TensorDicts are moved when written (``None``: left
             where they are).
 
@@ -128,14 +152,13 @@ class ListStorage(Storage):
 
     def __init__(
         self,
-        max_size: int = 1000,
+        max_size: int | None = None,
         *,
         compilable: bool = False,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(max_size)
+        super().__init__(sys.maxsize if max_size is None else max_size, compilable=compilable)
         self._storage: list[Any] = []
-        self._compilable = bool(compilable)
         self._device_arg = None if device is None else torch.device(device)
 
     def __len__(self) -> int:

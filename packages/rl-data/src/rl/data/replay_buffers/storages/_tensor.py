@@ -145,7 +145,12 @@ class TensorStorage(Storage):
             items are the storage's (a full storage, which writes overwrite from position
             0); ``None`` allocates it on the first write (see :class:`LazyTensorStorage`).
         max_size: the capacity; inferred from ``storage`` when omitted.
-        device: where the data lives; inferred from ``storage`` when omitted.
+        device: where the data lives (``"cpu"`` by default, as TorchRL: a given
+            ``storage`` elsewhere is moved there); ``"auto"``: where the given ``storage``
+            is.
+        ndim: how many leading dims of the data are storage dims (``[B, T]`` data in a
+            ``ndim=2`` storage).
+        compilable: see :class:`Storage`.
 
     Every write is checked against the stored structure: a key, shape or dtype that differs
     raises an error naming the key.
@@ -166,10 +171,10 @@ class TensorStorage(Storage):
 
     def __init__(
         self,
-        storage: torch.Tensor | TensorDictBase | None = None,
+        storage: torch.Tensor | TensorDictBase | None,
         max_size: int | None = None,
-        device: torch.device | str | None = None,
         *,
+        device: torch.device | str = "cpu",
         ndim: int = 1,
         compilable: bool = False,
     ) -> None:
@@ -200,14 +205,19 @@ class TensorStorage(Storage):
                     f"from the storage's length {size}"
                 )
             max_size = size
-            if device is None:
+            if device == "auto":
                 device = storage.device
+        if device == "auto":
+            raise ValueError(
+                "device='auto' takes the device of the given storage; with storage=None pass a "
+                "device (LazyTensorStorage allocates there at the first write)"
+            )
         if max_size is None:
             raise ValueError(
                 "Expected storage to be non-null: give TensorStorage the data to hold (or a "
                 "max_size; LazyTensorStorage allocates on the first write)"
             )
-        super().__init__(max_size)
+        super().__init__(max_size, compilable=compilable)
         if ndim == 1:
             self._rows = self.max_size
         self._device = torch.device(device) if device is not None else torch.device("cpu")

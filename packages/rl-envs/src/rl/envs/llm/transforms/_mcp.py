@@ -127,6 +127,12 @@ class _MCPClients:
         """Stops the servers (waiting for their processes to end), then the loop."""
         if not self.running:
             return
+        if threading.current_thread() is self._thread:
+            # the transform was collected on the loop's own thread: waiting here would
+            # block the loop that has to stop the servers, so stop once they are stopped
+            self._stop.set()
+            self._main.add_done_callback(lambda _: self.loop.stop())
+            return
         self.loop.call_soon_threadsafe(self._stop.set)
         try:
             self._main.result(timeout=_CLOSE_TIMEOUT)

@@ -116,3 +116,26 @@ def test_multicollector_builds_the_mode_class():
             c.shutdown()
     with pytest.raises(TypeError, match="takes no sync argument"):
         MultiSyncCollector([PendulumEnv], None, sync=True, frames_per_batch=8)
+
+
+def test_create_env_fn_is_required_and_env_is_its_alias():
+    import inspect
+
+    param = inspect.signature(Collector).parameters["create_env_fn"]
+    assert param.default is inspect.Parameter.empty  # as TorchRL
+    assert "env" not in inspect.signature(Collector).parameters
+    c = Collector(env=PendulumEnv(), frames_per_batch=4, total_frames=4)
+    try:
+        assert type(c) is Collector and next(iter(c)).batch_size == (4,)
+    finally:
+        c.shutdown()
+    with pytest.raises(TypeError, match="create_env_fn or env=, not both"):
+        Collector(PendulumEnv(), env=PendulumEnv(), frames_per_batch=4)
+    with pytest.raises(TypeError, match="create_env_fn"):
+        Collector(frames_per_batch=4)
+    # env= also reaches a multi-collector back-end as its create_env_fn
+    c = Collector(env=PendulumEnv, num_collectors=2, sync=True, frames_per_batch=8, total_frames=8)
+    try:
+        assert type(c) is MultiSyncCollector and c.num_workers == 2
+    finally:
+        c.shutdown()

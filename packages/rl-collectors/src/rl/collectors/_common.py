@@ -11,13 +11,14 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from rl.core import Bounded
+from rl.core import Bounded, Composite, StackedComposite
 from rl.envs import EnvBase, StepCounter, TransformedEnv
 
 __all__ = [
     "make_env",
     "wrap_policy",
     "TrajIds",
+    "end_of_traj",
     "check_batch_args",
     "check_actions",
     "rng_state",
@@ -139,6 +140,29 @@ def check_batch_args(env: EnvBase, frames_per_batch: int, total_frames: int) -> 
     return steps
 
 
+def end_of_traj(tensordict: TensorDictBase, done_keys: list, ndim: int) -> torch.Tensor:
+    """Where a trajectory ends: any of ``done_keys`` set, as a bool mask of the first
+    ``ndim`` dims of ``tensordict`` (``[*B, T]`` for ``ndim = len(B) + 1``).
+
+    A flag with more dims (a nested group's ``[*B, T, n_agents, 1]``) counts as set
+    where any of its entries is, as TorchRL's collectors aggregate the done flags.
+
+    Args:
+        tensordict: the ``"next"`` entries of a batch (``[*B, T]``).
+        done_keys: the env's done keys (every flag is read).
+        ndim: the number of leading dims the mask keeps.
+    """
+    mask = None
+    for key in done_keys:
+        flag = tensordict.get(key)
+        if flag.ndim > ndim:
+            flag = flag.flatten(ndim).any(-1)
+        mask = flag if mask is None else mask | flag
+    if mask is None:
+        raise KeyError(f"no done flag to end trajectories with: done_keys={done_keys!r}")
+    return mask
+
+
 class TrajIds:
     """Trajectory ids of ``[*B, T]`` batches, unique across batches (vectorized).
 
@@ -153,7 +177,8 @@ class TrajIds:
         self.next_id = n
 
     def assign(self, done: torch.Tensor) -> torch.Tensor:
-        """Ids of each step of a batch from its ``("next", "done")`` ``[*B, T, 1]``."""
+        """Ids of each step of a batch from where its trajectories end, ``[*B, T]`` (or
+        ``[*B, T, 1]``: a ``("next", "done")`` flag)."""
         steps = done.shape[len(self.batch_size)]
         d = done.reshape(-1, steps)  # [n, T]
         n = d.shape[0]
@@ -187,15 +212,25 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
     nb = len(env.batch_size)
     spec = env.full_action_spec
     total = tensordict.batch_size[nb]
+    steps = steps if steps is not None else range(total)
+    # a heterogeneous group (members with different entries or shapes, e.g. agents) is
+    # checked whole: its leaves have no dense value to read
+    groups = _stacked_groups(spec)
+    for key in groups:
+        group = spec[key]
+        value = _action_value(tensordict, key, group)
+        for t in steps:
+            if not group.is_in(value[(slice(None),) * nb + (t,)]):
+                raise ValueError(
+                    f"the policy wrote action group {key!r} (step {t}) outside action_spec "
+                    f"{group!r}"
+                )
     for key in spec.keys(True, True):
+        if groups and any(_under(key, group) for group in groups):
+            continue
         leaf = spec[key]
-        value = tensordict.get(key, None)
-        if value is None:
-            raise KeyError(
-                f"the policy did not write the action key {key!r} (action_spec {leaf!r}); "
-                f"the batch has keys {sorted(map(str, tensordict.keys(True, True)))}"
-            )
-        for t in steps if steps is not None else range(total):
+        value = _action_value(tensordict, key, leaf)
+        for t in steps:
             step_value = value.select(nb, t)
             if tuple(step_value.shape) != tuple(leaf.shape):
                 raise ValueError(
@@ -211,6 +246,31 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
                     warnings.warn(message + "; the env receives it as is", stacklevel=3)
                     return
                 raise ValueError(message)
+
+
+def _stacked_groups(spec: Composite) -> list[tuple[str, ...]]:
+    """The keys of the outermost ``StackedComposite`` entries of ``spec``."""
+    groups: list[tuple[str, ...]] = []
+    for key in spec.keys(True):
+        key = (key,) if isinstance(key, str) else tuple(key)
+        if isinstance(spec[key], StackedComposite) and not any(_under(key, g) for g in groups):
+            groups.append(key)
+    return groups
+
+
+def _under(key, group: tuple[str, ...]) -> bool:
+    key = (key,) if isinstance(key, str) else tuple(key)
+    return key[: len(group)] == group
+
+
+def _action_value(tensordict: TensorDictBase, key, spec: Any) -> Any:
+    value = tensordict.get(key, None)
+    if value is None:
+        raise KeyError(
+            f"the policy did not write the action key {key!r} (action_spec {spec!r}); "
+            f"the batch has keys {sorted(map(str, tensordict.keys(True, True)))}"
+        )
+    return value
 
 
 def _in_after_cast(leaf: Any, value: torch.Tensor) -> bool:

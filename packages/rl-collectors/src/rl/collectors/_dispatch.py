@@ -39,6 +39,10 @@ class CollectorMeta(ABCMeta):
     ):
         from ._single import Collector  # noqa: PLC0415  (this metaclass is Collector's)
 
+        if "env" in kwargs:  # rl's spelling of create_env_fn
+            if args or "create_env_fn" in kwargs:
+                raise TypeError("pass the env as create_env_fn or env=, not both")
+            kwargs["create_env_fn"] = kwargs.pop("env")
         if cls is not Collector:
             if any(v is not None for v in (backend, backend_options, num_collectors, sync)):
                 raise TypeError(
@@ -130,9 +134,8 @@ class CollectorMeta(ABCMeta):
 def _env_fn(args: tuple, kwargs: dict) -> tuple[Any, str | None]:
     if args:
         return args[0], "args"
-    for name in ("create_env_fn", "env"):
-        if name in kwargs:
-            return kwargs[name], name
+    if "create_env_fn" in kwargs:
+        return kwargs["create_env_fn"], "create_env_fn"
     return None, None
 
 
@@ -179,9 +182,6 @@ def _env_fn_list(args: tuple, kwargs: dict, num_collectors: int | None):
     else:
         num_collectors = num_collectors or 1
         fns = [fn] * num_collectors
-    if where == "env":  # the multi-collectors take create_env_fn
-        kwargs = {k: v for k, v in kwargs.items() if k != "env"}
-        where = "create_env_fn"
     args, kwargs = _set_env_fn(args, kwargs, where, fns)
     return args, kwargs, num_collectors
 

@@ -18,6 +18,7 @@ from ._common import (
     TrajIds,
     check_actions,
     check_batch_args,
+    end_of_traj,
     load_weights,
     make_env,
     rng_state,
@@ -62,7 +63,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
     batches.
 
     Args:
-        create_env_fn: an :class:`~rl.envs.EnvBase`, or a callable returning one.
+        create_env_fn: an :class:`~rl.envs.EnvBase`, or a callable returning one (also
+            accepted as ``env=``).
         policy: a callable reading the root TensorDict and writing the action (e.g. a
             ``TensorDictModule``); ``None`` acts uniformly at random from the action spec.
         frames_per_batch: env steps per batch, a multiple of the env batch size
@@ -180,7 +182,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
 
     def __init__(
         self,
-        create_env_fn: EnvBase | Callable[..., EnvBase] | None = None,
+        create_env_fn: EnvBase | Callable[..., EnvBase],
         policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
         *,
         backend: str | None = None,
@@ -219,15 +221,10 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         track_policy_version: bool | Any = False,
         worker_idx: int | None = None,
         auto_register_policy_transforms: bool | None = None,
-        env: EnvBase | None = None,
         weight_sync_schemes: Mapping[str, Any] | None = None,
         weight_recv_schemes: Mapping[str, Any] | None = None,
         cudagraph_policy: bool | Mapping[str, Any] | None = None,
     ) -> None:
-        if create_env_fn is None:
-            create_env_fn = env
-        elif env is not None:
-            raise TypeError("pass the env as create_env_fn or env=, not both")
         if create_env_fn is None:
             raise TypeError("Collector needs an env: pass create_env_fn (an env or a factory)")
         self._check_reset_and_factory(reset_when_done, policy, policy_factory)
@@ -382,7 +379,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             check_actions(env, out, [out.batch_size[-1] - 1])
         self._root = self._next_root(out)
         if self.track_traj_ids:
-            ids = self._traj_ids.assign(out["next", env.done_key])
+            ends = end_of_traj(out.get("next"), env.done_keys, len(env.batch_size) + 1)
+            ids = self._traj_ids.assign(ends)
             out.set(("collector", "traj_ids"), ids)
         if self._version_tracker is not None:
             self._write_version(out)
@@ -501,9 +499,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         # select-then-index keeps the batch dims of nested groups ([*B, n_agents])
         root = out.exclude("next", "collector")[idx].clone()
         root.update(nxt.select(*self._carry_keys)[idx].clone())
-        done = root.get(env.done_key)
-        if bool(done.any()):
-            root.set("_reset", done.clone())
+        # "_reset" next to each group's done flags (a nested group's own mask), as TorchRL
+        if env.any_done(root):
             root = env.reset(root)
         return root
 

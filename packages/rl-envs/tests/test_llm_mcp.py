@@ -111,7 +111,7 @@ class TestMCPToolTransform:
         tools.timeout = 1.0
         try:
             start = time.monotonic()
-            prompt = step_with(env, ['<tool>calc.sleep\n{"seconds": 30}</tool>', "nothing"])
+            prompt = step_with(env, ['<tool>calc.sleep\n{"seconds": 4}</tool>', "nothing"])
             elapsed = time.monotonic() - start
         finally:
             tools.timeout = 10.0

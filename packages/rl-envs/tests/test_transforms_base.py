@@ -103,10 +103,14 @@ class TestTransformList:
         env = TransformedEnv(PendulumEnv(), StepCounter())
         with pytest.raises(IndexError, match="insert index 5 out of range"):
             env.insert_transform(5, RewardSum())
+        with pytest.raises(ValueError, match="insert index -3 out of range"):  # TorchRL's type
+            env.insert_transform(-3, RewardSum())
 
     def test_non_transform_rejected(self):
         with pytest.raises(TypeError, match="Compose expects a Transform or a callable, got int"):
             Compose(StepCounter(), 3)
+        with pytest.raises(ValueError, match="Compose.insert expects a Transform"):  # TorchRL's
+            TransformedEnv(PendulumEnv()).insert_transform(0, "ffff")
         with pytest.raises(TypeError, match="unexpected keyword arguments"):
             Compose(StepCounter(), foo=1)
 
@@ -137,6 +141,23 @@ class TestTransformList:
             TransformedEnv(PendulumEnv(), t)
         env2 = TransformedEnv(PendulumEnv(), t.clone())
         assert env2.transform[0] is not t
+
+    def test_members_of_a_compose_in_no_env_can_move(self):
+        # TorchRL: only a transform inside an env is pinned to its container
+        loose = Compose(StepCounter(), RewardSum())
+        base = PendulumEnv()
+        env = TransformedEnv(base, Compose(DoubleToFloat(), *loose))
+        assert [type(t) for t in env.transform] == [DoubleToFloat, StepCounter, RewardSum]
+        assert env.transform[2].parent.base_env is base
+        assert [type(t) for t in env.transform[2].parent.transform] == [DoubleToFloat, StepCounter]
+
+    def test_append_plain_compose_flattens(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter())
+        env.append_transform(Compose(RewardSum(), StepCounter(step_count_key="other")))
+        assert [type(t) for t in env.transform] == [StepCounter, RewardSum, StepCounter]
+        assert all(t.container is env for t in env.transform)
+        assert [type(t) for t in env.transform[2].parent.transform] == [StepCounter, RewardSum]
+        assert env.rollout(3)["next", "other"].squeeze(-1).tolist() == [1, 2, 3]
 
     def test_parent_chain(self):
         base = PendulumEnv()
@@ -176,6 +197,68 @@ class TestTransformList:
 
 
 class TestSpecsAndErrors:
+    def test_specs_cached_and_locked(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter())
+        assert env.is_spec_locked
+        assert "step_count" in env.observation_spec.keys()
+        assert env.__dict__["_output_spec"].is_locked and env.__dict__["_input_spec"].is_locked
+        with pytest.raises(RuntimeError, match="locked"):
+            env.observation_spec["extra"] = env.observation_spec["step_count"].clone()
+        env.append_transform(StepCounter(step_count_key="other"))
+        assert env.__dict__["_output_spec"] is None
+        assert "other" in env.observation_spec.keys() and env.observation_spec.is_locked
+
+    def test_spec_lock_opt_out(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter(), spec_locked=False)
+        assert not env.is_spec_locked and not env.observation_spec.is_locked
+        env.set_spec_lock_(True)
+        assert env.observation_spec.is_locked
+
+    @pytest.mark.parametrize("cache_specs", [True, False])
+    def test_cache_specs(self, cache_specs):
+        class Dynamic(Transform):
+            enabled = False
+
+            def transform_observation_spec(self, observation_spec):
+                if self.enabled:
+                    observation_spec["dynamic"] = observation_spec["observation"].clone()
+                return observation_spec
+
+        t = Dynamic()
+        env = TransformedEnv(PendulumEnv(), t, cache_specs=cache_specs)
+        assert "dynamic" not in env.observation_keys
+        t.enabled = True
+        # cached specs follow list changes only; uncached ones are rebuilt at each access
+        assert ("dynamic" in env.observation_keys) is (not cache_specs)
+        assert env.observation_spec.is_locked
+
+    def test_batch_locked_is_read_only(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter())
+        assert env.batch_locked
+        with pytest.raises(RuntimeError, match="batch_locked is a read-only property"):
+            env.batch_locked = False
+
+    def test_attribute_error_inside_a_spec_is_reported(self):
+        class Buggy(Transform):
+            broken = True
+
+            def transform_observation_spec(self, observation_spec):
+                if self.broken:
+                    raise AttributeError("bug")
+                return observation_spec
+
+        # not silently answered with the base env's spec (specs are built with the env)
+        with pytest.raises(AttributeError, match="because an internal error was raised"):
+            TransformedEnv(PendulumEnv(), Buggy())
+        Buggy.broken = False
+        env = TransformedEnv(PendulumEnv(), Buggy())
+        Buggy.broken = True
+        env.empty_cache()
+        with pytest.raises(AttributeError, match="observation_spec because an internal error"):
+            _ = env.observation_spec
+        with pytest.raises(AttributeError, match="no attribute 'tralala'"):
+            _ = env.tralala
+
     def test_specs_recomputed_when_list_changes(self):
         env = TransformedEnv(PendulumEnv())
         assert "step_count" not in env.observation_spec.keys()
@@ -206,6 +289,15 @@ class TestSpecsAndErrors:
     def test_bad_key_type(self):
         with pytest.raises(TypeError, match="a key must be a str or a tuple of str"):
             ObservationNorm(loc=0.0, scale=1.0, in_keys=[3])
+        with pytest.raises(TypeError, match="a key must be a str or a tuple of str"):
+            ObservationNorm(loc=0.0, scale=1.0, in_keys=[("a", ())])
+
+    def test_keys_of_keys_are_unravelled(self):
+        # tensordict's unravel_key: a part of a key may be a key itself
+        t = ObservationNorm(loc=0.0, scale=2.0, in_keys=[("a", (("b",),))], out_keys=[(("c",),)])
+        assert t.in_keys == [("a", "b")] and t.out_keys == ["c"]
+        td = t(TensorDict({("a", "b"): torch.ones(2)}, []))
+        torch.testing.assert_close(td["c"], torch.full((2,), 2.0))
 
     def test_identity_transform(self):
         td = TensorDict({"x": torch.ones(2)}, [])

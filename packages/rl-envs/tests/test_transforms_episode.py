@@ -118,8 +118,10 @@ class TestStepCounter:
         assert td["next", "step_count"].squeeze(-1).tolist() == [3, 1]
         assert td["next", "truncated"].squeeze(-1).tolist() == [True, False]
         assert td["next", "done"].squeeze(-1).tolist() == [True, False]
-        with pytest.raises(KeyError, match="needs a 'next' entry"):
+        with pytest.raises(NotImplementedError, match="StepCounter cannot be called independently"):
             StepCounter()(TensorDict({"step_count": torch.zeros(1)}, []))
+        with pytest.raises(NotImplementedError, match="got int"):
+            StepCounter()(5)
 
     @pytest.mark.parametrize("bad", [0, -3, 2.5, True])
     def test_bad_max_steps(self, bad):
@@ -145,6 +147,16 @@ class TestInitTracker:
         td = TensorDict({"next": TensorDict({"done": done}, [6])}, [6])
         InitTracker()(td)
         assert td["is_init"].squeeze(-1).tolist() == [True, False, True, False, False, True]
+
+    @pytest.mark.parametrize(
+        "data",
+        [None, TensorDict(), TensorDict({"reward": torch.zeros(3, 1)}, [3])],
+        ids=["none", "no-time-dim", "no-done"],
+    )
+    def test_on_data_without_episode_flags(self, data):
+        # without an env, episode starts are read from ("next", "done") only
+        with pytest.raises(NotImplementedError, match="cannot be executed without a parent"):
+            InitTracker()(data)
 
 
 class TestRewardSum:
@@ -240,10 +252,23 @@ class TestTensorDictPrimer:
         assert z.shape == torch.Size([3]) and (z.abs() <= 1).all() and z.abs().sum() > 0
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="needs at least one primer"):
-            TensorDictPrimer()
-        with pytest.raises(TypeError, match="primer 'h' must be a leaf spec"):
+        with pytest.raises(TypeError, match="primer 'h' must be a spec"):
             TensorDictPrimer(h=3)
+
+    def test_no_primers_is_a_no_op(self):
+        # TorchRL: an empty primer adds nothing (and can be built, cloned, composed)
+        env = TransformedEnv(PendulumEnv(), TensorDictPrimer())
+        assert set(env.reset().keys()) == set(PendulumEnv().reset().keys())
+        check_env_specs(env)
+
+    def test_composite_value_adds_its_leaves_under_its_key(self):
+        group = Composite(b=Bounded(-3.0, 3.0, shape=(4,)), c=Unbounded(shape=(2,)))
+        env = TransformedEnv(PendulumEnv(), TensorDictPrimer(default_value=1.0, group=group))
+        td = env.reset()
+        torch.testing.assert_close(td["group", "b"], torch.ones(4))
+        torch.testing.assert_close(td["group", "c"], torch.ones(2))
+        assert env.observation_spec["group", "b"].shape == torch.Size([4])
+        check_env_specs(env)
 
     def test_on_data(self):
         td = TransformedEnv(PendulumEnv(), TensorDictPrimer(h=Unbounded(shape=(2,)))).transform[0](
@@ -278,6 +303,12 @@ class TestNoopResetEnv:
         with pytest.raises(ValueError, match="noops must be a non-negative int"):
             NoopResetEnv(-1)
 
+    def test_batched_parent_refused(self):
+        # TorchRL: one draw for a batch would start every sub-env after the same steps
+        env = TransformedEnv(ConstEnv(lengths=(100, 100)), NoopResetEnv(noops=3))
+        with pytest.raises(ValueError, match=r"batch-size is non-null \(batch_size=\(2,\)\)"):
+            env.reset()
+
 
 class TestFrameSkip:
     def test_sums_rewards_and_repeats(self):
@@ -298,6 +329,10 @@ class TestFrameSkip:
     def test_bad_frame_skip(self):
         with pytest.raises(ValueError, match="frame_skip must be an int >= 1"):
             FrameSkipTransform(0)
+
+    def test_refused_on_data(self):
+        with pytest.raises(RuntimeError, match="only be used when appended to a transformed env"):
+            FrameSkipTransform(2)(TensorDict({"a": torch.zeros(3)}, [3]))
 
 
 def test_gym_cartpole_episode_transforms_check_specs():

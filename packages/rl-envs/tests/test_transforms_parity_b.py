@@ -435,7 +435,10 @@ class TestRandomTruncationTransform:
 
     def test_errors(self):
         with pytest.raises(RuntimeError, match="requires a StepCounter earlier"):
-            _ = TransformedEnv(Counter(), RandomTruncationTransform(2, 5)).full_done_spec
+            TransformedEnv(Counter(), RandomTruncationTransform(2, 5))  # when built (TorchRL)
+        env = TransformedEnv(Counter())
+        with pytest.raises(RuntimeError, match="requires a StepCounter earlier"):
+            env.append_transform(RandomTruncationTransform(2, 5))
         with pytest.raises(ValueError, match="min_horizon must be >= 1, got 0"):
             RandomTruncationTransform(0, 5)
         with pytest.raises(ValueError, match=r"min_horizon \(3\) must be <= max_horizon \(2\)"):

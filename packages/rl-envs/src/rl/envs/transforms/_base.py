@@ -165,7 +165,9 @@ class Transform(nn.Module):
 
     def set_container(self, container) -> None:
         current = self.__dict__["_container"]
-        if current is not None and current is not container:
+        # a transform may move out of a Compose that is in no env (TorchRL); one inside
+        # an env stays there: the env's specs and parents are built from it
+        if current is not None and current is not container and self._parent_parts() is not None:
             raise RuntimeError(
                 f"{type(self).__name__} already belongs to {type(current).__name__}; "
                 "use transform.clone() to put a copy in another container"

@@ -11,6 +11,14 @@ from ._base import Transform
 __all__ = ["Compose"]
 
 
+class _NotATransformError(TypeError, ValueError):
+    """A TypeError that TorchRL code catches as the ValueError TorchRL raises."""
+
+
+class _InsertIndexError(IndexError, ValueError):
+    """An IndexError that TorchRL code catches as the ValueError TorchRL raises."""
+
+
 def as_transform(transform, where: str) -> Transform:
     """``transform`` itself, or a plain callable on tensordicts wrapped as a transform."""
     if isinstance(transform, Transform):
@@ -19,7 +27,7 @@ def as_transform(transform, where: str) -> Transform:
         from .._callable_transform import CallableTransform
 
         return CallableTransform(transform)
-    raise TypeError(
+    raise _NotATransformError(
         f"{where} expects a Transform or a callable, got {type(transform).__name__}: {transform!r}"
     )
 
@@ -148,7 +156,12 @@ class Compose(Transform):
         return iter(self.transforms)
 
     def append(self, transform: Transform) -> None:
-        """Adds a transform at the end."""
+        """Adds a transform at the end; the members of a plain ``Compose`` are added one
+        by one (the list stays flat, as TorchRL's)."""
+        if type(transform) is Compose and type(self) is Compose:
+            for t in list(transform.transforms):
+                self.append(t)
+            return
         self.insert(len(self.transforms), transform)
 
     def extend(self, transforms: Sequence[Transform]) -> None:
@@ -160,7 +173,9 @@ class Compose(Transform):
         transform = as_transform(transform, "Compose.insert")
         n = len(self.transforms)
         if not -n <= index <= n:
-            raise IndexError(f"insert index {index} out of range for a Compose of {n} transforms")
+            raise _InsertIndexError(
+                f"insert index {index} out of range for a Compose of {n} transforms"
+            )
         if index < 0:
             index = n + index
         transform.set_container(self)

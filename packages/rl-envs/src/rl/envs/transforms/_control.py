@@ -34,14 +34,15 @@ _MAX_NOOP_TRIALS = 10
 class NoopResetEnv(Transform):
     """Takes a random number (``0`` to ``noops - 1``) of random steps after each reset.
 
-    Only full resets are extended (partial resets of a batched env are left as they are).
+    It runs on a single env (batch size of one element); on a batch of envs put it inside
+    each sub-env (``SerialEnv(n, lambda: TransformedEnv(make_env(), NoopResetEnv()))``).
 
     Args:
         noops: the maximum number of no-op steps.
         random: draw the number of steps uniformly; else always ``noops``.
 
     Raises:
-        ValueError: ``noops`` is negative.
+        ValueError: ``noops`` is negative; at reset, the env has more than one element.
 
     Examples:
         >>> from rl.envs import PendulumEnv, TransformedEnv
@@ -70,6 +71,15 @@ class NoopResetEnv(Transform):
         if parent is None:
             raise RuntimeError(
                 "NoopResetEnv.parent not found. Make sure that the parent is set. NoopResetEnv needs to be inside a TransformedEnv"
+            )
+        if parent.batch_size.numel() > 1:
+            # one draw of random steps for the whole batch would start every sub-env
+            # after the same number of steps (and a done one would reset them all)
+            raise ValueError(
+                "The parent environment batch-size is non-null "
+                f"(batch_size={tuple(parent.batch_size)}): NoopResetEnv works on a single env (as "
+                "TorchRL's); put it inside each sub-env, e.g. "
+                "SerialEnv(n, lambda: TransformedEnv(make_env(), NoopResetEnv(30)))"
             )
         n = int(torch.randint(self.noops, ())) if self.random else self.noops
         keys = list(tensordict_reset.keys(True, True))
@@ -463,6 +473,26 @@ class RandomTruncationTransform(Transform):
     def set_container(self, container) -> None:
         self.__dict__.pop("_located_key", None)
         super().set_container(container)
+        if self._parent_parts() is not None:  # in an env: the counter must come first
+            try:
+                self._step_count_key_in(self.parent.observation_spec)
+            except RuntimeError:
+                self.reset_parent()  # refused: free to go elsewhere
+                raise
+
+    def _step_count_key_in(self, observation_spec) -> NestedKey:
+        """The step-count key of ``observation_spec``; RuntimeError when it has none."""
+        key = self._match(list(observation_spec.keys(True, True)))
+        if key is None:
+            raise RuntimeError(
+                "RandomTruncationTransform requires a StepCounter earlier in the transform "
+                f"chain that writes the {self.step_count_key!r} step-count key. Use:\n"
+                "  Compose(StepCounter(), RandomTruncationTransform(...))\n"
+                "or add StepCounter() before RandomTruncationTransform in your transform "
+                "pipeline. If StepCounter uses a custom step_count_key, pass the same key to "
+                "RandomTruncationTransform."
+            )
+        return key
 
     def _step(self, tensordict, next_tensordict):
         key = self._locate(next_tensordict)
@@ -521,16 +551,7 @@ class RandomTruncationTransform(Transform):
         output_spec = output_spec.clone()
         observations = output_spec["full_observation_spec"]
         dones = output_spec["full_done_spec"]
-        key = self._match(list(observations.keys(True, True)))
-        if key is None:
-            raise RuntimeError(
-                "RandomTruncationTransform requires a StepCounter earlier in the transform "
-                f"chain that writes the {self.step_count_key!r} step-count key. Use:\n"
-                "  Compose(StepCounter(), RandomTruncationTransform(...))\n"
-                "or add StepCounter() before RandomTruncationTransform in your transform "
-                "pipeline. If StepCounter uses a custom step_count_key, pass the same key to "
-                "RandomTruncationTransform."
-            )
+        key = self._step_count_key_in(observations)
         truncated_key = self._companion(key, self.truncated_key)
         done_key = self._companion(key, self.done_key)
         present = set(dones.keys(True, True))

@@ -58,8 +58,10 @@ class TransformedEnv(EnvBase):
     Args:
         env: the base env (TorchRL's keyword ``base_env=`` works too).
         transform: a transform or a :class:`Compose` (default: empty).
-        cache_specs: accepted for TorchRL compatibility (specs are always cached and
-            recomputed when the transform list changes).
+        cache_specs: keep the transformed specs until the transform list changes
+            (``True``, TorchRL's default); ``False`` recomputes them from the base env's
+            at every access (for a transform whose specs change without the list
+            changing), at the cost of a spec pass per access.
         auto_unwrap: whether ``TransformedEnv(TransformedEnv(env, t1), t2)`` becomes
             ``TransformedEnv(env, Compose(t1, t2))`` (``None``: the
             :func:`~rl.envs.set_auto_unwrap_transformed_env` setting, ``False`` by default).
@@ -118,6 +120,11 @@ class TransformedEnv(EnvBase):
         super().__init__(
             device=env.device, batch_size=env.batch_size, run_type_checks=env.run_type_checks
         )
+        # the transformed specs (computed once built, so that a transform refuses its env
+        # at once; again after each change of the transform list, which sets them to None)
+        self.__dict__["_output_spec"] = None
+        self.__dict__["_input_spec"] = None
+        self.__dict__["cache_specs"] = bool(cache_specs)
         if transform is None:
             transform = Compose()
         transform = as_transform(transform, "TransformedEnv")
@@ -142,6 +149,14 @@ class TransformedEnv(EnvBase):
         self.__dict__["_transform"] = transform
         self.empty_cache()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "transform":
+            # nn.Module.__setattr__ would register a Transform (an nn.Module) as a
+            # submodule named "transform" and never reach the property's setter
+            TransformedEnv.transform.fset(self, value)
+            return
+        super().__setattr__(name, value)
+
     def append_transform(self, transform: Transform) -> TransformedEnv:
         """Adds ``transform`` (or a callable on tensordicts) at the end of the list; returns the env."""
         self._transform.append(transform)
@@ -152,10 +167,34 @@ class TransformedEnv(EnvBase):
         self._transform.insert(index, transform)
         return self
 
+    def _post_init(self) -> None:
+        # the specs are the base env's (completed there) through the transforms: no done
+        # flag or reward is added back when a transform removed it (TorchRL's
+        # ExcludeTransform("done")); they are computed now, so a transform refuses its env
+        self._specs()
+
     def empty_cache(self) -> None:
         """Drops the cached specs (recomputed at the next access)."""
-        self.__dict__["_spec_cache"] = None
-        self.__dict__["_raw_reset"] = None
+        d = self.__dict__
+        d["_spec_cache"] = None
+        d["_raw_reset"] = None
+        d["_output_spec"] = None
+        d["_input_spec"] = None
+
+    def set_spec_lock_(self, mode: bool = True) -> TransformedEnv:
+        """Locks (or unlocks) the transformed specs, now or when they are next computed."""
+        mode = bool(mode)
+        d = self.__dict__
+        d["_is_spec_locked"] = mode
+        d.pop("_keys_cache", None)
+        cache = d.get("_spec_cache")
+        if cache is not None:
+            for spec in cache[:2]:
+                if mode:
+                    spec.lock_(recurse=True)
+                elif spec.is_locked:
+                    spec.unlock_()
+        return self
 
     # -------------------------------------------------------------------------- specs
     def _specs(self):
@@ -176,6 +215,8 @@ class TransformedEnv(EnvBase):
                 input_spec.lock_(recurse=True)
             cache = (output_spec, input_spec, fast)
             self.__dict__["_spec_cache"] = cache
+            self.__dict__["_output_spec"] = output_spec
+            self.__dict__["_input_spec"] = input_spec
             # a BatchSizeTransform changes the env's batch size (TorchRL)
             self.__dict__["_batch_size"] = torch.Size(
                 self._transform.transform_env_batch_size(base.batch_size)
@@ -185,8 +226,19 @@ class TransformedEnv(EnvBase):
             self._device = self._transform.transform_env_device(device)
         return cache
 
+    def _uncached_spec(self, name: str):
+        """``cache_specs=False``: the base env's spec through the transforms, now."""
+        spec = getattr(self.base_env, name).clone()
+        spec = getattr(self._transform, f"transform_{name}")(spec)
+        if self.is_spec_locked:
+            spec.lock_(recurse=True)
+        return spec
+
     @property
     def output_spec(self):
+        if not self.__dict__["cache_specs"]:
+            self._specs()
+            return self._uncached_spec("output_spec")
         return self._specs()[0]
 
     @output_spec.setter
@@ -195,9 +247,13 @@ class TransformedEnv(EnvBase):
             return  # EnvBase.__init__ placeholder
         cache = self._specs()
         self.__dict__["_spec_cache"] = (value, cache[1], cache[2])
+        self.__dict__["_output_spec"] = value
 
     @property
     def input_spec(self):
+        if not self.__dict__["cache_specs"]:
+            self._specs()
+            return self._uncached_spec("input_spec")
         return self._specs()[1]
 
     @input_spec.setter
@@ -206,6 +262,7 @@ class TransformedEnv(EnvBase):
             return
         cache = self._specs()
         self.__dict__["_spec_cache"] = (cache[0], value, cache[2])
+        self.__dict__["_input_spec"] = value
 
     @property
     def batch_size(self) -> torch.Size:
@@ -225,8 +282,15 @@ class TransformedEnv(EnvBase):
 
     @property
     def batch_locked(self) -> bool:
-        """The base env's (a stateless base env takes any leading batch dims)."""
+        """The base env's (a stateless base env takes any leading batch dims); read-only."""
         return self.__dict__["base_env"].batch_locked
+
+    @batch_locked.setter
+    def batch_locked(self, value) -> None:
+        raise RuntimeError(
+            "batch_locked is a read-only property of a TransformedEnv: it is its base "
+            f"env's ({self.__dict__['base_env'].batch_locked}), got {value!r}"
+        )
 
     @property
     def _step_reads_observations(self) -> bool:
@@ -270,7 +334,7 @@ class TransformedEnv(EnvBase):
         next_td = self.base_env._step(td_in)
         carry_preset(next_td, tget(tensordict, "next"))
         self.base_env._complete_outputs(next_td)
-        return transform._step(tensordict, next_td)
+        return transform._step(td_in, next_td)
 
     def _step_partial(
         self, tensordict: TensorDictBase, td_in: TensorDictBase, partial: torch.Tensor
@@ -295,19 +359,19 @@ class TransformedEnv(EnvBase):
             next_td = base._step(td_in)
             carry_preset(next_td, preset)
             base._complete_done(next_td)
-            return transform._step(tensordict, next_td)
+            return transform._step(td_in, next_td)
         partial = check_step_mask(partial, td_in.batch_size)
         if bool(partial.all()):
             next_td = base._step(td_in)
             carry_preset(next_td, preset)
             base._complete_done(next_td)
-            return transform._step(tensordict, next_td)
+            return transform._step(td_in, next_td)
         out = self._skip_tensordict(td_in)
         if bool(partial.any()):
             sub_in = td_in[partial]
             sub_next = base._step(sub_in)
             base._complete_done(sub_next)
-            masked_merge(out, partial, transform._step(tensordict[partial], sub_next))
+            masked_merge(out, partial, transform._step(td_in[partial], sub_next))
         carry_preset(out, preset)
         return out
 
@@ -399,6 +463,15 @@ class TransformedEnv(EnvBase):
                 return found[name]
         # only public attributes are forwarded: private hooks (_rollout_fast, ...) of the
         # base env must not leak into this env's logic
+        if isinstance(getattr(type(self), name, None), property):
+            # the property itself raised an AttributeError (Python then falls back to
+            # __getattr__): say so instead of answering with the base env's attribute
+            raise AttributeError(
+                f"Could not get {name} because an internal error was raised: an "
+                f"AttributeError inside TransformedEnv.{name} (a transform's "
+                "transform_*_spec, say); call env.transform.transform_output_spec("
+                "env.base_env.output_spec.clone()) (or transform_input_spec) to see it"
+            )
         if name.startswith("_") or "base_env" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
         return getattr(self.__dict__["base_env"], name)
@@ -407,6 +480,8 @@ class TransformedEnv(EnvBase):
         state = self.__dict__.copy()
         state["_spec_cache"] = None
         state["_raw_reset"] = None
+        state["_output_spec"] = None
+        state["_input_spec"] = None
         return state
 
     def __setstate__(self, state):

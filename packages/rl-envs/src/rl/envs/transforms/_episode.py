@@ -31,10 +31,16 @@ __all__ = ["InitTracker", "StepCounter", "TensorDictPrimer", "Timer", "TrajCount
 
 
 def _next_of(tensordict: TensorDictBase, who: str) -> TensorDictBase:
-    nxt = tensordict.get("next", None)
+    nxt = tensordict.get("next", None) if isinstance(tensordict, TensorDictBase) else None
     if nxt is None:
-        present = sorted(map(str, tensordict.keys()))
-        raise KeyError(f"{who} on data needs a 'next' entry; keys present: {present}")
+        if isinstance(tensordict, TensorDictBase):
+            got = f"keys present: {sorted(map(str, tensordict.keys()))}"
+        else:
+            got = f"got {type(tensordict).__name__}"
+        raise NotImplementedError(
+            f"{who} cannot be called independently, only its step and reset methods "
+            f"(in a TransformedEnv) or on transitions with a 'next' entry; {got}"
+        )
     return nxt
 
 
@@ -268,7 +274,11 @@ class StepCounter(Transform):
                         break
 
     def forward(self, tensordict):
-        """On a transition ``(root, "next")``: writes ``("next", step_count)`` from the root one."""
+        """On a transition ``(root, "next")``: writes ``("next", step_count)`` from the root one.
+
+        Raises:
+            NotImplementedError: the data has no ``"next"`` entry.
+        """
         self._step(tensordict, _next_of(tensordict, "StepCounter"))
         return tensordict
 
@@ -455,7 +465,27 @@ class InitTracker(Transform):
         return next_tensordict
 
     def forward(self, tensordict):
-        """On a stored trajectory ``[*B, T]``: flags the first step of every episode."""
+        """On a stored trajectory ``[*B, T]``: flags the first step of every episode.
+
+        Raises:
+            NotImplementedError: the data is not a trajectory with ``("next", "done")``
+                flags (episode starts cannot be told without them, nor without an env).
+        """
+        if (
+            not isinstance(tensordict, TensorDictBase)
+            or not tensordict.batch_dims
+            or tensordict.get(("next", "done"), None) is None
+        ):
+            got = (
+                f"batch_size {tuple(tensordict.batch_size)} and keys "
+                f"{sorted(map(str, tensordict.keys(True, True)))}"
+                if isinstance(tensordict, TensorDictBase)
+                else type(tensordict).__name__
+            )
+            raise NotImplementedError(
+                "InitTracker cannot be executed without a parent env, except on a stored "
+                f"trajectory [*B, T] with ('next', 'done') flags; got {got}"
+            )
         starts = episode_starts(tensordict)
         tensordict.set(self.init_key, starts.unsqueeze(-1))
         nxt = tensordict.get("next", None)
@@ -502,7 +532,8 @@ class TensorDictPrimer(Transform):
     the state specs, expanded to the env's batch size.
 
     Args:
-        primers: a Composite or a dict ``{key: leaf_spec}`` (specs without the batch dims).
+        primers: a Composite or a dict ``{key: spec}`` (specs without the batch dims; a
+            Composite value adds its leaves under its key). None or empty: no entries.
         random: draw initial values from the specs instead of constants.
         default_value: the fill value: a number; a callable returning the tensor of one
             primer (called per key); a dict ``{key: number or callable}`` (missing keys:
@@ -525,8 +556,8 @@ class TensorDictPrimer(Transform):
 
     Raises:
         TypeError: a primer is not a spec.
-        ValueError: no primers, ``random`` with a ``default_value``, or
-            ``single_default_value`` without a callable.
+        ValueError: ``random`` with a ``default_value``, or ``single_default_value``
+            without a callable.
         KeyError: a ``default_value`` dict names a key that is not a primer.
 
     Examples:
@@ -556,14 +587,20 @@ class TensorDictPrimer(Transform):
             else dict(primers or {})
         )
         items.update(kwargs)
-        if not items:
-            raise ValueError("TensorDictPrimer needs at least one primer spec, got none")
+        leaves = {}
         for key, spec in items.items():
-            if not hasattr(spec, "zero") or isinstance(spec, Composite):
-                raise TypeError(
-                    f"TensorDictPrimer primer {key!r} must be a leaf spec, got {spec!r}"
-                )
-        self.primers = {normalize_key(k): v for k, v in items.items()}
+            key = normalize_key(key)
+            if isinstance(spec, Composite):
+                # a Composite primer names a group: its leaves, under that key (TorchRL)
+                prefix = key if isinstance(key, tuple) else (key,)
+                for sub, leaf in spec.items(True, True):
+                    sub = sub if isinstance(sub, tuple) else (sub,)
+                    leaves[(*prefix, *sub)] = leaf
+                continue
+            if not hasattr(spec, "zero"):
+                raise TypeError(f"TensorDictPrimer primer {key!r} must be a spec, got {spec!r}")
+            leaves[key] = spec
+        self.primers = leaves
         random = bool(random)
         if random and default_value:
             raise ValueError(

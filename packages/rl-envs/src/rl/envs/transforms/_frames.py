@@ -463,6 +463,7 @@ class FrameSkipTransform(Transform):
 
     Raises:
         ValueError: ``frame_skip`` is smaller than 1.
+        RuntimeError: called on data (it repeats env steps, so it runs in an env only).
 
     Examples:
         >>> from rl.envs import PendulumEnv, TransformedEnv
@@ -503,6 +504,12 @@ class FrameSkipTransform(Transform):
         for k, r in zip(reward_keys, rewards):
             next_tensordict.set(k, r)
         return next_tensordict
+
+    def forward(self, tensordict):
+        raise RuntimeError(
+            "FrameSkipTransform can only be used when appended to a transformed env: "
+            "repeating an action needs the env to step"
+        )
 
     def _repr_args(self) -> str:
         return f"frame_skip={self.frame_skip}"
@@ -636,7 +643,9 @@ class MultiAction(Transform):
             if action is None:
                 raise KeyError(
                     f"{type(self).__name__} expected stacked actions at key {chunk_key!r} "
-                    "before env.step, but the key was missing. Available keys are "
+                    "before env.step, but the key was missing. For VLA policies, use "
+                    "MultiAction.from_vla() or pass chunk_key=('vla_action', 'chunk'). "
+                    "Available keys are "
                     f"{sorted(map(str, tensordict.keys(True, True)))}."
                 )
             actions.set(action_key, action)
@@ -739,7 +748,9 @@ class MultiAction(Transform):
     def _chunk_spec(self, spec, ndim: int):
         for _ in range(self.dim):
             spec = spec.unsqueeze(ndim)
-        return spec
+        # the chunk length is free: a dynamic (-1) dim, as TorchRL's
+        chunk_dim = ndim + self.dim - 1
+        return spec.expand(*(-1 if i == chunk_dim else d for i, d in enumerate(spec.shape)))
 
     def transform_input_spec(self, input_spec):
         input_spec = input_spec.clone()

@@ -40,12 +40,34 @@ def tset(td, key, value) -> None:
         td.set(key, value)
 
 
+def _unravel(key) -> list[str] | None:
+    """The strings of a key whose parts are strings or keys themselves (``("a", ("b",))``,
+    as tensordict's ``unravel_key`` reads it); None when a part is neither."""
+    out = []
+    for part in key:
+        if isinstance(part, str):
+            out.append(part)
+        elif isinstance(part, tuple) and part:
+            inner = _unravel(part)
+            if inner is None:
+                return None
+            out.extend(inner)
+        else:
+            return None
+    return out
+
+
 def normalize_key(key) -> NestedKey:
-    """``"a"`` stays ``"a"``, ``("a",)`` becomes ``"a"``, ``["a", "b"]`` becomes ``("a", "b")``."""
+    """``"a"`` stays ``"a"``, ``("a",)`` becomes ``"a"``, ``["a", "b"]`` becomes ``("a", "b")``;
+    a part that is itself a key is unravelled: ``("a", (("b",),))`` becomes ``("a", "b")``."""
     if isinstance(key, str):
         return key
-    if isinstance(key, (tuple, list)) and key and all(isinstance(k, str) for k in key):
-        return key[0] if len(key) == 1 else tuple(key)
+    if isinstance(key, (tuple, list)) and key:
+        if all(isinstance(k, str) for k in key):
+            return key[0] if len(key) == 1 else tuple(key)
+        flat = _unravel(key)
+        if flat:
+            return flat[0] if len(flat) == 1 else tuple(flat)
     raise TypeError(f"a key must be a str or a tuple of str, got {key!r}")
 
 

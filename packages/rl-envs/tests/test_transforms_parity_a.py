@@ -300,8 +300,10 @@ class TestPermuteCrop:
         assert back.shape == (3, 4, 2)
         assert back.flatten()[:8].tolist() == [0.0, 12.0, 1.0, 13.0, 2.0, 14.0, 3.0, 15.0]
         assert torch.equal(t.inv(TensorDict(z=out))["y"], x)
-        with pytest.raises(ValueError, match="trailing dims given as negative"):
+        with pytest.raises(ValueError, match="Only tailing dims with negative indices"):
             PermuteTransform([0, 1])
+        with pytest.raises(ValueError, match=r"permutation of \[-2, -1\], got \[-1, -10\]"):
+            PermuteTransform([-1, -10])
 
     def test_permute_input_spec_matches_inv(self):
         # the outer action spec is the inner one permuted forward, so that inv (outer ->
@@ -607,6 +609,17 @@ class TestMisc:
         assert "delta" not in out["next"].keys()
         with pytest.raises(ValueError, match="delta_dtype must be a floating-point"):
             NextObservationDelta(delta_dtype=torch.int32)
+
+    def test_next_observation_delta_inferred_in_keys(self):
+        # without in_keys, in an env they are the floating observation entries (TorchRL)
+        t = NextObservationDelta()
+        assert t.in_keys == []
+        base = PendulumEnv(spec_locked=False)
+        base.observation_spec["count"] = Bounded(0, 9, shape=(1,), dtype=torch.int64)
+        env = TransformedEnv(base, t)
+        assert env.transform.in_keys == ["observation"]
+        t.in_keys = ["observation"]  # given keys replace the inferred ones
+        assert env.transform.in_keys == ["observation"] and not t._auto_keys
 
 
 class TestCatFramesUnfolding:

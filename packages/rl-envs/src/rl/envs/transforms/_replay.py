@@ -574,12 +574,25 @@ class NextObservationDelta(Transform):
         self.excluded_dtypes = tuple(excluded_dtypes)
 
     @property
+    def in_keys(self) -> list[NestedKey]:
+        """The observation keys; without ``in_keys`` given, those the parent env's
+        observation spec holds in a floating dtype (TorchRL), ``[]`` outside an env."""
+        if self.__dict__.get("_auto_keys") and self.__dict__["_container"] is not None:
+            return self._keys()
+        return self._in_keys
+
+    @in_keys.setter
+    def in_keys(self, value) -> None:
+        self.__dict__["_auto_keys"] = False
+        Transform.in_keys.fset(self, value)
+
+    @property
     def has_step(self) -> bool:
         return True
 
     def _keys(self) -> list[NestedKey]:
         if not self._auto_keys:
-            return self.in_keys
+            return self._in_keys
         parent = self.parent
         if parent is None:
             return []

@@ -254,8 +254,9 @@ class PermuteTransform(Transform):
         self.dims = list(dims)
         if sorted(self.dims) != list(range(-len(self.dims), 0)):
             raise ValueError(
-                f"PermuteTransform only permutes trailing dims given as negative indices "
-                f"(a permutation of {list(range(-len(self.dims), 0))}), got {list(dims)}"
+                "Only tailing dims with negative indices are supported by PermuteTransform: "
+                f"dims must be a permutation of {list(range(-len(self.dims), 0))}, got "
+                f"{list(dims)}"
             )
 
     @property

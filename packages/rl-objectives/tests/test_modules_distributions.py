@@ -277,7 +277,9 @@ class TestOneHotCategorical:
         assert logits.grad is not None and logits.grad.abs().sum() > 0
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="exactly one of logits or probs"):
+        with pytest.raises(
+            ValueError, match="Either `probs` or `logits` must be specified, but not both"
+        ):
             OneHotCategorical()
         dist = OneHotCategorical(logits=torch.zeros(4))
         with pytest.raises(ValueError, match="4 categories.*got shape \\(3,\\)"):

@@ -18,6 +18,7 @@ from ._discrete import (
     ReparamGradientStrategy,
 )
 from ._llm import LLMMaskedCategorical
+from ._sampling import composite_entropy, rsample_and_log_prob, sample_and_log_prob
 from ._tanh_normal import TanhNormal
 from ._utils import SafeTanhTransform, safeatanh, safetanh
 
@@ -35,8 +36,11 @@ __all__ = [
     "TanhDelta",
     "TanhNormal",
     "TruncatedNormal",
+    "composite_entropy",
     "has_analytic_entropy",
     "has_analytic_kl",
+    "rsample_and_log_prob",
     "safeatanh",
     "safetanh",
+    "sample_and_log_prob",
 ]

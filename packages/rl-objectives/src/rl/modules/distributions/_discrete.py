@@ -47,7 +47,10 @@ def _squeeze_singleton(name: str, params: torch.Tensor | None) -> torch.Tensor |
 
 def _check_one(name: str, logits, probs) -> None:
     if (logits is None) == (probs is None):
-        raise ValueError(f"{name} needs exactly one of logits or probs")
+        given = "both" if logits is not None else "neither"
+        raise ValueError(
+            f"Either `probs` or `logits` must be specified, but not both: {name} got {given}"
+        )
 
 
 def _straight_through(
@@ -209,9 +212,12 @@ class MaskedCategorical(D.Categorical):
         padding_side: str = "left",
     ) -> None:
         name = type(self).__name__
-        if (mask is None) == (indices is None):
-            raise ValueError(f"{name} needs a mask or indices, not both nor neither")
         _check_one(name, logits, probs)
+        if (mask is None) == (indices is None):
+            given = "both" if mask is not None else "neither"
+            raise ValueError(
+                f"{name}: exactly one of mask or indices must be provided, got {given}"
+            )
         if probs is not None:
             logits = probs.log()
         if logits.ndim == 0:

@@ -25,6 +25,15 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _MODE_ITERATIONS = 64
 
 
+def _all_unit(low, high) -> bool:
+    """Whether the bounds are -1 and 1 everywhere (decided eagerly; not under compile)."""
+    if torch.compiler.is_compiling():
+        return False
+    low = torch.as_tensor(low)
+    high = torch.as_tensor(high)
+    return bool((low == -1).all()) and bool((high == 1).all())
+
+
 class TanhNormal(D.Distribution):
     """A Normal distribution squashed by ``tanh`` and rescaled to ``[low, high]``.
 
@@ -111,6 +120,10 @@ class TanhNormal(D.Distribution):
             )
         # Python-number bounds stay numbers: no tensor op for the default [-1, 1].
         self._numeric_bounds = isinstance(low, Number) and isinstance(high, Number)
+        if not self._numeric_bounds and _all_unit(low, high):
+            # bounds of -1 and 1 everywhere leave tanh alone, as in TorchRL: the sample
+            # keeps loc's shape instead of broadcasting to the bounds' shape
+            low, high, self._numeric_bounds = -1.0, 1.0, True
         if self._numeric_bounds:
             self._low, self._high = float(low), float(high)
             self._trivial_bounds = self._low == -1.0 and self._high == 1.0
@@ -279,6 +292,12 @@ class TanhNormal(D.Distribution):
 
         x = torch.where(log_density(hi) >= log_density(lo), hi, lo)
         return self._squash(x)
+
+    def get_mode(self) -> torch.Tensor:
+        """The mode, as :attr:`mode` (TorchRL's name; TorchRL estimates it with Adam steps
+        on the log-density, here it is solved by the fixed-point iteration of
+        :attr:`mode`). Detached from the parameters."""
+        return self.mode.detach()
 
     @property
     def mean(self) -> torch.Tensor:

@@ -262,7 +262,7 @@ class TanhModule(TensorDictModuleBase):
         for key in self.out_keys:
             _low, _high = self._make_low_high(low, high, spec[key])
             if bool((_high < _low).any()):
-                raise ValueError(f"TanhModule got high < low: low={_low}, high={_high}")
+                raise ValueError(f"TanhModule: Got high < low (low={_low}, high={_high})")
             name = _buffer_name(key)
             self.register_buffer(f"{name}_low", _low)
             self.register_buffer(f"{name}_high", _high)
@@ -274,13 +274,17 @@ class TanhModule(TensorDictModuleBase):
         low: Any, high: Any, leaf: TensorSpec | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         bounds = []
-        for name, value, default in (("low", low, -1.0), ("high", high, 1.0)):
+        for name, word, value, default in (
+            ("low", "minimum", low, -1.0),
+            ("high", "maximum", high, 1.0),
+        ):
             from_spec = getattr(leaf, name, None) if leaf is not None else None
             if value is None:
                 value = from_spec if from_spec is not None else default
             elif from_spec is not None and bool((torch.as_tensor(value) != from_spec).any()):
                 raise ValueError(
-                    f"TanhModule got {name}={value} but the spec's {name} is {from_spec}"
+                    f"The {word} value ({value}) provided to TanhModule does not match the "
+                    f"action spec one ({from_spec})."
                 )
             bounds.append(torch.as_tensor(value, dtype=torch.get_default_dtype()).clone())
         return bounds[0], bounds[1]

@@ -86,8 +86,8 @@ class _AnnealedSpecModule(TensorDictModuleBase):
     def _action_spec(self) -> TensorSpec:
         if self._spec is None:
             raise RuntimeError(
-                f"{type(self).__name__} has no action spec: pass spec= at construction, set "
-                "module.spec, or call set_exploration_modules_spec_from_env(policy, env)"
+                f"{type(self).__name__}: the spec has not been set; pass spec= at construction, "
+                "set module.spec, or call set_exploration_modules_spec_from_env(policy, env)"
             )
         return self._spec[self.action_key]
 
@@ -241,13 +241,16 @@ class AdditiveGaussianModule(_AnnealedSpecModule):
         if safe:
             self.register_forward_hook(_forward_hook_safe_action)
 
+    def _add_noise(self, action: torch.Tensor) -> torch.Tensor:
+        """``action + sigma * N(mean, std)``, projected into the spec (any shape)."""
+        spec = self._action_spec()
+        noise = torch.randn_like(action) * self.std + self.mean
+        return spec.project(action + noise * self.sigma)
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if not _explores():
             return tensordict
-        spec = self._action_spec()
-        action = tensordict.get(self.action_key)
-        noise = torch.randn_like(action) * self.std + self.mean
-        tensordict.set(self.action_key, spec.project(action + noise * self.sigma))
+        tensordict.set(self.action_key, self._add_noise(tensordict.get(self.action_key)))
         return tensordict
 
 

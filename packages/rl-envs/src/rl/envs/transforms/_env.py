@@ -167,12 +167,6 @@ class TransformedEnv(EnvBase):
         self._transform.insert(index, transform)
         return self
 
-    def _post_init(self) -> None:
-        # the specs are the base env's (completed there) through the transforms: no done
-        # flag or reward is added back when a transform removed it (TorchRL's
-        # ExcludeTransform("done")); they are computed now, so a transform refuses its env
-        self._specs()
-
     def empty_cache(self) -> None:
         """Drops the cached specs (recomputed at the next access)."""
         d = self.__dict__
@@ -334,7 +328,7 @@ class TransformedEnv(EnvBase):
         next_td = self.base_env._step(td_in)
         carry_preset(next_td, tget(tensordict, "next"))
         self.base_env._complete_outputs(next_td)
-        return transform._step(td_in, next_td)
+        return transform._step(tensordict, next_td)
 
     def _step_partial(
         self, tensordict: TensorDictBase, td_in: TensorDictBase, partial: torch.Tensor
@@ -359,19 +353,19 @@ class TransformedEnv(EnvBase):
             next_td = base._step(td_in)
             carry_preset(next_td, preset)
             base._complete_done(next_td)
-            return transform._step(td_in, next_td)
+            return transform._step(tensordict, next_td)
         partial = check_step_mask(partial, td_in.batch_size)
         if bool(partial.all()):
             next_td = base._step(td_in)
             carry_preset(next_td, preset)
             base._complete_done(next_td)
-            return transform._step(td_in, next_td)
+            return transform._step(tensordict, next_td)
         out = self._skip_tensordict(td_in)
         if bool(partial.any()):
             sub_in = td_in[partial]
             sub_next = base._step(sub_in)
             base._complete_done(sub_next)
-            masked_merge(out, partial, transform._step(td_in[partial], sub_next))
+            masked_merge(out, partial, transform._step(tensordict[partial], sub_next))
         carry_preset(out, preset)
         return out
 

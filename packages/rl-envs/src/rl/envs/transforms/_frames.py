@@ -643,9 +643,7 @@ class MultiAction(Transform):
             if action is None:
                 raise KeyError(
                     f"{type(self).__name__} expected stacked actions at key {chunk_key!r} "
-                    "before env.step, but the key was missing. For VLA policies, use "
-                    "MultiAction.from_vla() or pass chunk_key=('vla_action', 'chunk'). "
-                    "Available keys are "
+                    "before env.step, but the key was missing. Available keys are "
                     f"{sorted(map(str, tensordict.keys(True, True)))}."
                 )
             actions.set(action_key, action)
@@ -748,9 +746,7 @@ class MultiAction(Transform):
     def _chunk_spec(self, spec, ndim: int):
         for _ in range(self.dim):
             spec = spec.unsqueeze(ndim)
-        # the chunk length is free: a dynamic (-1) dim, as TorchRL's
-        chunk_dim = ndim + self.dim - 1
-        return spec.expand(*(-1 if i == chunk_dim else d for i, d in enumerate(spec.shape)))
+        return spec
 
     def transform_input_spec(self, input_spec):
         input_spec = input_spec.clone()

@@ -252,7 +252,7 @@ def main(cfg: Config) -> dict:
     ReplayBufferTrainer(buffer, flatten_tensordicts=True).register(trainer)
     OptimizerHook(optimizer).register(trainer)
     TargetNetUpdaterHook(target_update).register(trainer)
-    CountFramesLog().register(trainer)
+    CountFramesLog(frame_skip=1).register(trainer)
     LogScalar(logname="train/reward", include_std=False).register(trainer)
     EpisodeReturnLog().register(trainer)
     trainer.register_op("post_steps", egreedy.step, frames=cfg.frames_per_batch)

@@ -197,7 +197,9 @@ class TestConfiguration:
         with torch.random.fork_rng():
             make_trainer(path, total_frames=16).train()
             other = make_trainer(path, total_frames=32)
-        other.register_module("extra_hook", other._modules["update_weights"].__class__(None, 1))
+        other.register_module(
+            "extra_hook", other._modules["update_weights"].__class__(other.collector, 1)
+        )
         with pytest.raises(CheckpointError, match="hook 'extra_hook' is registered here but not"):
             other.load_from_file(path)
 

@@ -139,6 +139,59 @@ class TestUpdateWeights:
         with pytest.raises(ValueError, match="interval_unit must be 'batches' or 'optim_steps'"):
             UpdateWeights(Collector(), 1, interval_unit="frames")
 
+    def test_getter_map_and_sender(self):
+        class Collector:
+            def __init__(self):
+                self.calls = []
+
+            def update_policy_weights_(self, weights=None, **kwargs):
+                self.calls.append((weights, kwargs))
+
+        weights = TensorDict(w=torch.ones(2))
+        hook = UpdateWeights(Collector(), 1, policy_weights_getter=lambda: weights)
+        hook()
+        assert hook.collector.calls == [(weights, {})]
+
+        class Holder:
+            loss_module = torch.nn.Module()
+
+        Holder.loss_module.actor_network = torch.nn.Linear(2, 1)
+        hook = UpdateWeights(
+            Collector(),
+            2,
+            weight_update_map={"policy": "loss_module.actor_network"},
+            trainer=Holder(),
+        )
+        hook()
+        assert hook.collector.calls == []
+        hook()
+        ((w, kwargs),) = hook.collector.calls
+        assert w is None and set(kwargs) == {"weights_dict"}
+        sent = kwargs["weights_dict"]["policy"]
+        assert torch.equal(sent["weight"], Holder.loss_module.actor_network.weight)
+
+        class Sender:
+            pushes = 0
+
+            def update_weights(self):
+                self.pushes += 1
+
+        hook = UpdateWeights(update_weights_interval=1, sender=Sender())
+        hook()
+        hook()
+        assert hook.collector is None and hook.sender.pushes == 2
+        with pytest.raises(ValueError, match="needs a collector or a sender"):
+            UpdateWeights()
+        with pytest.raises(ValueError, match="sender is exclusive"):
+            UpdateWeights(sender=Sender(), policy_weights_getter=lambda: weights)
+        with pytest.raises(ValueError, match="weight_update_map needs the trainer"):
+            UpdateWeights(Collector(), weight_update_map={"policy": "loss_module"})
+        bad = UpdateWeights(
+            Collector(), weight_update_map={"policy": "loss.actor"}, trainer=Holder()
+        )
+        with pytest.raises(AttributeError, match="Holder has no attribute 'loss'"):
+            bad()
+
 
 class TestBatchSubSampler:
     def test_windows_are_consecutive_steps_of_one_trajectory(self):
@@ -216,9 +269,11 @@ class TestLogHooks:
         count = CountFramesLog(frame_skip=4)
         td = TensorDict({MASK: torch.tensor([[1, 1, 0], [1, 0, 0]]).bool()}, [2, 3])
         assert count(td)["n_frames"] == 12 and count(td)["n_frames"] == 24
-        other = CountFramesLog()
+        other = CountFramesLog(frame_skip=1)
         other.load_state_dict(count.state_dict())
         assert other.frame_count == 24
+        with pytest.raises(TypeError, match="frame_skip"):
+            CountFramesLog()  # required, as TorchRL
 
 
 class FakeEnv:
@@ -264,7 +319,8 @@ class TestLogValidationReward:
         assert (np.random.get_state()[1] == state[1]).all() and random.getstate() == state[2]
         assert out["r_evaluation"] == pytest.approx(7.5 / 6)
         assert out["total_r_evaluation"] == pytest.approx((3.0 + 4.0) / 2)  # two episodes
-        assert env.seen == [(ExplorationType.DETERMINISTIC, False)] and policy.training
+        # RANDOM by default, as TorchRL
+        assert env.seen == [(ExplorationType.RANDOM, False)] and policy.training
         assert env.transform[0].dumps == [None]
         assert hook() is None and hook() is not None  # every 2nd call
         assert hook.state_dict() == {"count": 3, "environment": {"calls": 2}}
@@ -290,6 +346,25 @@ class TestReplayBufferTrainer:
         other.load_state_dict(hook.state_dict())
         assert len(other_rb) == 12
         assert torch.equal(other_rb.storage.get(slice(0, 12))["obs"], torch.arange(12.0))
+
+    def test_iterate_ends_the_optimization_steps(self):
+        data = pytest.importorskip("rl.data")
+        rb = data.ReplayBuffer(
+            storage=data.ListStorage(10), batch_size=2, sampler=data.SamplerWithoutReplacement()
+        )
+        hook = ReplayBufferTrainer(rb, iterate=True)
+        hook.extend(TensorDict(obs=torch.arange(5.0), batch_size=[5]))
+        trainer = _trainer([TensorDict(obs=torch.zeros(1), batch_size=[1])], optim_steps=10)
+        hook.register(trainer)
+        seen = []
+        trainer.register_op("post_loss", lambda td: seen.append(td["obs"].numel()))
+        trainer.train()
+        # 6 items (5 + the collected 1) in batches of 2: 3 steps, then the iterator ends
+        assert seen == [2, 2, 2] and trainer._optim_count == 4
+        # the exhausted iterator was replaced: the next round iterates from the start
+        assert sum(hook.sample()["obs"].numel() for _ in range(3)) == 6
+        with pytest.raises(StopIteration):
+            hook.sample()
 
     def test_memmap_storage_is_saved_by_reference(self, tmp_path):
         data = pytest.importorskip("rl.data")

@@ -30,7 +30,22 @@ _NDARRAY = "__rl_ndarray__"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be read or does not belong to this run's configuration."""
+    """A checkpoint cannot be read or does not belong to this run's configuration.
+
+    Args:
+        message (str): what went wrong; ``str(error)`` is this message.
+        result (Any, optional): the partial result of the load that failed, kept on the
+            error as ``error.result`` for the caller to inspect. Defaults to ``None``.
+
+    Examples:
+        >>> error = CheckpointError("invalid checkpoint")
+        >>> str(error), error.result
+        ('invalid checkpoint', None)
+    """
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def _fsync_dir(path: Path) -> None:

@@ -92,6 +92,11 @@ class ReplayBufferTrainer(TrainerHookBase):
         flatten_tensordicts: flatten ``[*B, T]`` batches (keeping the valid steps of a
             masked batch) before extending.
         max_dims: unused here, accepted for TorchRL compatibility.
+        iterate: draw the optimization batches by iterating over the buffer
+            (``next(iter(replay_buffer))``) instead of calling ``sample``: once the
+            iterator is exhausted, ``sample`` starts a new one and raises
+            ``StopIteration``, which ends the trainer's optimization steps for this batch.
+            Defaults to ``False``.
 
     Examples:
         >>> rb_trainer = ReplayBufferTrainer(replay_buffer, batch_size=256)  # doctest: +SKIP
@@ -106,8 +111,11 @@ class ReplayBufferTrainer(TrainerHookBase):
         device: torch.device | str | None = None,
         flatten_tensordicts: bool = False,
         max_dims: Sequence[int] | None = None,
+        iterate: bool = False,
     ) -> None:
         self.replay_buffer = replay_buffer
+        self.iterate = iterate
+        self.replay_buffer_iter = iter(replay_buffer) if iterate else None
         self.batch_size = batch_size
         self.memmap = memmap
         self.device = device
@@ -121,7 +129,15 @@ class ReplayBufferTrainer(TrainerHookBase):
         self.replay_buffer.extend(batch.cpu() if batch.device is not None else batch)
 
     def sample(self, batch: TensorDictBase | None = None) -> TensorDictBase:
-        sample = self.replay_buffer.sample(batch_size=self.batch_size)
+        if self.iterate:
+            try:
+                sample = next(self.replay_buffer_iter)
+            except StopIteration:
+                # the next optimization round iterates over the buffer from the start
+                self.replay_buffer_iter = iter(self.replay_buffer)
+                raise
+        else:
+            sample = self.replay_buffer.sample(batch_size=self.batch_size)
         return sample.to(self.device) if self.device is not None else sample
 
     def update_priority(self, batch: TensorDictBase) -> None:

@@ -91,7 +91,7 @@ class CountFramesLog(TrainerHookBase):
     """Counts the frames collected (``frame_skip`` included) and logs them as ``n_frames``.
 
     Args:
-        frame_skip: frames per environment step.
+        frame_skip: frames per environment step (required, as TorchRL).
         log_pbar: also show the count on the progress bar.
 
     Examples:
@@ -102,7 +102,7 @@ class CountFramesLog(TrainerHookBase):
         24
     """
 
-    def __init__(self, frame_skip: int = 1, log_pbar: bool = False) -> None:
+    def __init__(self, frame_skip: int, log_pbar: bool = False) -> None:
         self.frame_skip = frame_skip
         self.log_pbar = log_pbar
         self.frame_count = 0
@@ -143,8 +143,9 @@ def _dump_videos(transform: Any, suffix: str | None) -> None:
 class LogValidationReward(TrainerHookBase):
     """Runs evaluation episodes every ``record_interval`` batches and logs their rewards.
 
-    The policy acts in ``exploration_type`` (deterministic by default: the mode of its
-    distribution) with ``policy.eval()``; the rollout runs ``record_frames`` steps without
+    The policy acts in ``exploration_type`` (``RANDOM`` by default, as TorchRL: it samples
+    from its distribution; pass ``ExplorationType.DETERMINISTIC`` for its mode) with
+    ``policy.eval()``; the rollout runs ``record_frames`` steps without
     stopping at episode ends. It logs ``r_evaluation`` (the mean reward per frame) and
     ``total_r_evaluation`` (the mean return of the episodes that ended, or of the partial
     episodes when none did). Transforms of the env with a ``dump`` method (``VideoRecorder``)
@@ -159,7 +160,8 @@ class LogValidationReward(TrainerHookBase):
         frame_skip: frames per environment step (the per-frame reward is divided by it).
         policy_exploration: the policy.
         environment: the evaluation env (``rollout(max_steps, policy, ...)``).
-        exploration_type: how the policy acts during evaluation.
+        exploration_type: how the policy acts during evaluation. Defaults to
+            ``ExplorationType.RANDOM``.
         log_keys: entries to log (default ``[("next", "reward")]``).
         out_keys: their logged names (default ``{("next", "reward"): "r_evaluation"}``).
         suffix: the video suffix passed to ``dump``.
@@ -179,7 +181,7 @@ class LogValidationReward(TrainerHookBase):
         frame_skip: int = 1,
         policy_exploration: Any,
         environment: Any = None,
-        exploration_type: ExplorationType = ExplorationType.DETERMINISTIC,
+        exploration_type: ExplorationType = ExplorationType.RANDOM,
         log_keys: list[NestedKey] | None = None,
         out_keys: dict[NestedKey, str] | None = None,
         suffix: str | None = None,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from ._trainer import Trainer, TrainerHookBase
@@ -227,25 +227,53 @@ class TargetNetUpdaterHook(TrainerHookBase):
         trainer.register_module(name, self)
 
 
+def _resolve_path(root: Any, path: str) -> Any:
+    """``root.a.b`` for ``path="a.b"``, naming the part that is missing."""
+    obj = root
+    for attr in path.split("."):
+        if not hasattr(obj, attr):
+            raise AttributeError(
+                f"weight_update_map source {path!r}: {type(obj).__name__} has no attribute {attr!r}"
+            )
+        obj = getattr(obj, attr)
+    return obj
+
+
 class UpdateWeights(TrainerHookBase):
     """Pushes the trained policy weights to the collector every ``update_weights_interval``
     batches (``collector.update_policy_weights_()``), or optimization steps with
     ``interval_unit="optim_steps"``.
 
     Args:
-        collector: the collector whose policy copy is refreshed.
+        collector: the collector whose policy copy is refreshed; not needed when a
+            ``sender`` is given. Defaults to ``None``.
         update_weights_interval: how many batches (or optimization steps) between two pushes.
+        policy_weights_getter (Callable, optional): called with no argument at each push;
+            its result (unless ``None``) is what ``collector.update_policy_weights_(weights)``
+            receives. Defaults to ``None`` (the collector reads its policy's own weights).
+        weight_update_map (dict[str, str], optional): ``{destination: source_path}``: each
+            source is an attribute path on the trainer (``"loss_module.actor_network"``),
+            whose module's parameters (``TensorDict.from_module``) are sent to the collector
+            in one call, ``collector.update_policy_weights_(weights_dict={destination:
+            weights})``. Takes precedence over ``policy_weights_getter``; needs ``trainer``.
+        trainer (Trainer, optional): the trainer the ``weight_update_map`` paths start
+            from; :meth:`register` sets it when it is not given.
 
     Keyword Args:
+        sender: an object with an ``update_weights()`` method (a weight-sync scheme's
+            sender); when given, each push calls it instead of the collector.
         interval_unit: ``"batches"`` (``post_steps``) or ``"optim_steps"`` (``post_optim``).
 
     Raises:
-        ValueError: the interval is not a positive int, or the unit is unknown.
+        ValueError: the interval is not a positive int, the unit is unknown, neither a
+            collector nor a sender is given, a sender is combined with
+            ``policy_weights_getter``/``weight_update_map``, or ``weight_update_map`` comes
+            without a ``trainer``.
 
     Examples:
         >>> class Collector:
         ...     pushes = 0
-        ...     def update_policy_weights_(self):
+        ...     def update_policy_weights_(self, weights=None):
         ...         self.pushes += 1
         >>> hook = UpdateWeights(Collector(), 2)
         >>> for _ in range(5):
@@ -256,9 +284,13 @@ class UpdateWeights(TrainerHookBase):
 
     def __init__(
         self,
-        collector: Any,
+        collector: Any = None,
         update_weights_interval: int = 1,
+        policy_weights_getter: Callable[[], Any] | None = None,
+        weight_update_map: dict[str, str] | None = None,
+        trainer: Trainer | None = None,
         *,
+        sender: Any = None,
         interval_unit: Literal["batches", "optim_steps"] = "batches",
     ) -> None:
         if isinstance(update_weights_interval, bool) or not isinstance(
@@ -278,15 +310,52 @@ class UpdateWeights(TrainerHookBase):
                 f"UpdateWeights interval_unit must be 'batches' or 'optim_steps', got "
                 f"{interval_unit!r}"
             )
+        if collector is None and sender is None:
+            raise ValueError("UpdateWeights needs a collector or a sender, got neither")
+        if sender is not None and (
+            policy_weights_getter is not None or weight_update_map is not None
+        ):
+            raise ValueError(
+                "UpdateWeights sender is exclusive with policy_weights_getter and "
+                "weight_update_map (the sender reads the weights itself)"
+            )
+        if weight_update_map is not None and trainer is None:
+            raise ValueError(
+                "UpdateWeights weight_update_map needs the trainer its source paths start from"
+            )
+        if sender is not None and not callable(getattr(sender, "update_weights", None)):
+            raise TypeError(
+                f"UpdateWeights sender must have an update_weights() method, got "
+                f"{type(sender).__name__}"
+            )
         self.collector = collector
         self.update_weights_interval = update_weights_interval
+        self.policy_weights_getter = policy_weights_getter
+        self.weight_update_map = weight_update_map
+        self.trainer = trainer
+        self.sender = sender
         self.interval_unit = interval_unit
         self.counter = 0
 
     def __call__(self, *args: Any) -> None:
         self.counter += 1
-        if self.counter % self.update_weights_interval == 0:
-            self.collector.update_policy_weights_()
+        if self.counter % self.update_weights_interval != 0:
+            return
+        if self.sender is not None:
+            self.sender.update_weights()
+        elif self.weight_update_map is not None:
+            weights = {
+                dest: TensorDict.from_module(_resolve_path(self.trainer, path))
+                for dest, path in self.weight_update_map.items()
+            }
+            self.collector.update_policy_weights_(weights_dict=weights)
+        else:
+            getter = self.policy_weights_getter
+            weights = getter() if getter is not None else None
+            if weights is None:
+                self.collector.update_policy_weights_()
+            else:
+                self.collector.update_policy_weights_(weights)
 
     def state_dict(self) -> dict[str, Any]:
         return {"counter": self.counter}
@@ -295,6 +364,8 @@ class UpdateWeights(TrainerHookBase):
         self.counter = int(state_dict["counter"])
 
     def register(self, trainer: Trainer, name: str = "update_weights") -> None:
+        if self.trainer is None:
+            self.trainer = trainer
         trainer.register_op(
             "post_optim" if self.interval_unit == "optim_steps" else "post_steps", self
         )

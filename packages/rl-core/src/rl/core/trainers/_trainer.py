@@ -370,7 +370,10 @@ class Trainer:
         counts: dict = {}
         for _ in range(self.optim_steps_per_batch):
             self._optim_count += 1
-            sub_batch = self._call_transform("process_optim_batch", batch)
+            try:
+                sub_batch = self._call_transform("process_optim_batch", batch)
+            except StopIteration:  # an iterated replay buffer ran out: no more steps
+                break
             losses = self.loss_module(sub_batch)
             if not isinstance(losses, TensorDictBase) and hasattr(losses, "to_tensordict"):
                 # a tensorclass output (the LLM losses'): hooks add entries (grad_norm_0)

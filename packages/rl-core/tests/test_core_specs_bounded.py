@@ -201,6 +201,19 @@ class TestUnbounded:
         )
         assert spec.rand().shape == (1,) and Unbounded(shape=()).rand().shape == ()
 
+    def test_default_dtype_follows_torch(self):
+        # as TorchRL: without a dtype, the specs take torch's default float dtype
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            assert Unbounded(shape=(2,)).dtype == torch.float64
+            assert Bounded(-1, 1, shape=(2,)).dtype == torch.float64
+            assert Bounded(-1, 1, shape=(2,)).rand().dtype == torch.float64
+            assert Bounded(-1, 1, shape=(2,), dtype=torch.float32).dtype == torch.float32
+        finally:
+            torch.set_default_dtype(old)
+        assert Unbounded(shape=(2,)).dtype == torch.float32
+
     @pytest.mark.parametrize("dtype", [torch.float64, torch.int64, torch.uint8, torch.bool])
     def test_dtypes(self, dtype):
         spec = Unbounded(shape=(50,), dtype=dtype)

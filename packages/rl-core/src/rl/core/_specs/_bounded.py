@@ -83,7 +83,8 @@ class Bounded(TensorSpec):
         high: upper bound, a number or a tensor broadcastable to ``shape``.
         shape: the spec's shape; by default the broadcast shape of ``low`` and ``high``.
         device: where values live (default: ``low``'s device if a tensor, else the default).
-        dtype: the values' dtype (``torch.float32`` by default; an integer dtype makes a
+        dtype: the values' dtype (by default ``torch.get_default_dtype()``, float32 unless
+            changed, as TorchRL; an integer dtype makes a
             discrete box whose ``rand`` draws integers in ``[low, high]``). A string such as
             ``"float64"`` is accepted.
         minimum, maximum: deprecated names of ``low`` and ``high``.
@@ -142,7 +143,7 @@ class Bounded(TensorSpec):
                 if high is not None:
                     raise TypeError("Bounded got both high and its deprecated name maximum")
                 high = maximum
-        dtype = _to_dtype(dtype)
+        dtype = _to_dtype(dtype, torch.get_default_dtype())
         if device is None and isinstance(low, torch.Tensor):
             device = low.device
         device = _to_device(device)
@@ -278,8 +279,8 @@ class Unbounded(TensorSpec):
     Args:
         shape: the spec's shape (default ``(1,)``, as TorchRL: one value, like a reward).
         device: where values live.
-        dtype: the values' dtype (``torch.float32`` by default; strings such as ``"int64"``
-            are accepted).
+        dtype: the values' dtype (by default ``torch.get_default_dtype()``, float32 unless
+            changed, as TorchRL; strings such as ``"int64"`` are accepted).
         domain: ``"continuous"`` or ``"discrete"``, overriding the label the dtype gives
             (``spec.domain``); values still follow the dtype.
 
@@ -310,7 +311,7 @@ class Unbounded(TensorSpec):
     ):
         self.shape = _to_shape(shape)
         self.device = _to_device(device)
-        self.dtype = _to_dtype(dtype)
+        self.dtype = _to_dtype(dtype, torch.get_default_dtype())
         self._on_dtype_change()
         if domain is not None:
             self.domain = _check_domain(domain, "Unbounded")

@@ -19,6 +19,7 @@ __all__ = [
     "wrap_policy",
     "TrajIds",
     "end_of_traj",
+    "traj_end_keys",
     "check_batch_args",
     "check_actions",
     "rng_state",
@@ -140,26 +141,42 @@ def check_batch_args(env: EnvBase, frames_per_batch: int, total_frames: int) -> 
     return steps
 
 
-def end_of_traj(tensordict: TensorDictBase, done_keys: list, ndim: int) -> torch.Tensor:
-    """Where a trajectory ends: any of ``done_keys`` set, as a bool mask of the first
-    ``ndim`` dims of ``tensordict`` (``[*B, T]`` for ``ndim = len(B) + 1``).
+def traj_end_keys(done_keys: list) -> list:
+    """The done flags that say where a trajectory ends: per group (the root, each nested
+    group such as ``"agents"``), its ``"done"`` flag when it has one (``done`` is
+    ``terminated | truncated`` there, the env contract), else every flag it has."""
+    groups: dict[tuple, list] = {}
+    for key in done_keys:
+        path = (key,) if isinstance(key, str) else tuple(key)
+        groups.setdefault(path[:-1], []).append(key)
+    out = []
+    for keys in groups.values():
+        done = [k for k in keys if (k if isinstance(k, str) else k[-1]) == "done"]
+        out.extend(done or keys)
+    return out
+
+
+def end_of_traj(tensordict: TensorDictBase, end_keys: list, ndim: int) -> torch.Tensor:
+    """Where a trajectory ends: any of ``end_keys`` set (see :func:`traj_end_keys`), as a
+    bool mask of the first ``ndim`` dims of ``tensordict`` (``[*B, T]`` for
+    ``ndim = len(B) + 1``).
 
     A flag with more dims (a nested group's ``[*B, T, n_agents, 1]``) counts as set
     where any of its entries is, as TorchRL's collectors aggregate the done flags.
 
     Args:
         tensordict: the ``"next"`` entries of a batch (``[*B, T]``).
-        done_keys: the env's done keys (every flag is read).
+        end_keys: the done flags to read.
         ndim: the number of leading dims the mask keeps.
     """
     mask = None
-    for key in done_keys:
+    for key in end_keys:
         flag = tensordict.get(key)
         if flag.ndim > ndim:
             flag = flag.flatten(ndim).any(-1)
         mask = flag if mask is None else mask | flag
     if mask is None:
-        raise KeyError(f"no done flag to end trajectories with: done_keys={done_keys!r}")
+        raise KeyError(f"no done flag to end trajectories with: done_keys={end_keys!r}")
     return mask
 
 

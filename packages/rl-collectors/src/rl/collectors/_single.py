@@ -12,6 +12,7 @@ from torch import nn
 
 from rl.core import ExplorationType, set_exploration_type, tensor_policy
 from rl.envs import EnvBase, InitTracker, mark_truncated, truncated_keys
+from rl.envs.utils import append_policy_transforms, missing_policy_transforms
 
 from ._base import CollectorBase
 from ._common import (
@@ -23,10 +24,10 @@ from ._common import (
     make_env,
     rng_state,
     set_rng_state,
+    traj_end_keys,
     wrap_policy,
 )
 from ._dispatch import CollectorMeta
-from ._policy_transforms import append_policy_transforms, missing_policy_transforms
 from ._utils import split_trajectories
 from ._weight_update import WeightUpdaterBase
 
@@ -285,6 +286,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs, trajs_per_write)
         self._root: TensorDictBase | None = None
         self._traj_ids = TrajIds(self.env.batch_size)
+        self._end_keys = traj_end_keys(self.env.done_keys)
         self._checked = self.trust_policy or policy is None
         self._carry_keys: list | None = None
         self._version_tracker = _version_tracker(track_policy_version)
@@ -379,7 +381,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             check_actions(env, out, [out.batch_size[-1] - 1])
         self._root = self._next_root(out)
         if self.track_traj_ids:
-            ends = end_of_traj(out.get("next"), env.done_keys, len(env.batch_size) + 1)
+            ends = end_of_traj(out.get("next"), self._end_keys, len(env.batch_size) + 1)
             ids = self._traj_ids.assign(ends)
             out.set(("collector", "traj_ids"), ids)
         if self._version_tracker is not None:
@@ -499,8 +501,12 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         # select-then-index keeps the batch dims of nested groups ([*B, n_agents])
         root = out.exclude("next", "collector")[idx].clone()
         root.update(nxt.select(*self._carry_keys)[idx].clone())
-        # "_reset" next to each group's done flags (a nested group's own mask), as TorchRL
-        if env.any_done(root):
+        if self._end_keys == ["done"]:  # flags at the root only: "done" is their or
+            done = root.get("done")
+            if bool(done.any()):
+                root.set("_reset", done.clone())
+                root = env.reset(root)
+        elif env.any_done(root):  # "_reset" next to each group's flags, as TorchRL
             root = env.reset(root)
         return root
 

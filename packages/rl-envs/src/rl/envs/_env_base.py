@@ -63,16 +63,20 @@ def _seed_generator(seed: int) -> int:
 class _EnvMeta(ABCMeta):
     """Runs ``_post_init`` once the subclass ``__init__`` has set the specs.
 
-    As TorchRL's metaclass, it takes ``spec_locked``, ``auto_reset`` and
-    ``auto_reset_replace`` out of the constructor arguments (so every subclass accepts
-    them, whatever its ``__init__`` signature) and wraps an ``auto_reset=True`` env in an
-    :class:`~rl.envs.transforms.AutoResetEnv`.
+    As TorchRL's metaclass, it takes ``spec_locked``, ``auto_reset``,
+    ``auto_reset_replace`` and ``policy`` out of the constructor arguments (so every
+    subclass accepts them, whatever its ``__init__`` signature), wraps an
+    ``auto_reset=True`` env in an :class:`~rl.envs.transforms.AutoResetEnv` and, given a
+    ``policy`` with recurrent submodules, appends the ``InitTracker`` and
+    ``TensorDictPrimer`` it needs and the env lacks
+    (:func:`rl.envs.utils.append_policy_transforms`).
     """
 
     def __call__(cls, *args, **kwargs):
         spec_locked = kwargs.pop("spec_locked", None)
         auto_reset = kwargs.pop("auto_reset", False)
         auto_reset_replace = kwargs.pop("auto_reset_replace", True)
+        policy = kwargs.pop("policy", None)
         env = super().__call__(*args, **kwargs)
         env._post_init()
         if spec_locked is None:
@@ -83,6 +87,10 @@ class _EnvMeta(ABCMeta):
 
             env.__dict__["_auto_reset_requested"] = False
             env = AutoResetEnv(env, AutoResetTransform(replace=auto_reset_replace))
+        if policy is not None:  # the InitTracker / TensorDictPrimer a recurrent policy needs
+            from ._policy_transforms import append_policy_transforms
+
+            env = append_policy_transforms(env, policy)
         return env
 
 

@@ -2,7 +2,10 @@
 
 ``step_mdp``, ``check_env_specs``, ``RandomPolicy``, ``make_composite_from_td``,
 ``terminated_or_truncated``, ``MarlGroupMapType`` and ``check_marl_grouping`` are those
-of :mod:`rl.envs` (``mark_truncated`` and ``truncated_keys`` too, this library's);
+of :mod:`rl.envs` (``mark_truncated`` and ``truncated_keys`` too, this library's;
+``missing_policy_transforms`` / ``append_policy_transforms``: the ``InitTracker`` and
+``TensorDictPrimer`` a recurrent policy needs, which ``EnvBase(..., policy=...)`` and the
+collectors append);
 ``ExplorationType``, ``exploration_type`` and ``set_exploration_type`` those of
 :mod:`rl.core` (tensordict's interaction type). The module exists so that code written
 for ``torchrl.envs.utils`` carries over.
@@ -16,6 +19,7 @@ Examples:
 
 from rl.core import ExplorationType, exploration_type, set_exploration_type
 from rl.envs._marl import MarlGroupMapType, check_marl_grouping
+from rl.envs._policy_transforms import append_policy_transforms, missing_policy_transforms
 from rl.envs._td_utils import (
     make_composite_from_td,
     mark_truncated,
@@ -28,11 +32,13 @@ __all__ = [
     "ExplorationType",
     "MarlGroupMapType",
     "RandomPolicy",
+    "append_policy_transforms",
     "check_env_specs",
     "check_marl_grouping",
     "exploration_type",
     "make_composite_from_td",
     "mark_truncated",
+    "missing_policy_transforms",
     "set_exploration_type",
     "step_mdp",
     "terminated_or_truncated",

@@ -1,4 +1,5 @@
-"""The env transforms a recurrent policy needs (``auto_register_policy_transforms``).
+"""The env transforms a recurrent policy needs (``EnvBase(..., policy=...)`` and the
+collectors' ``auto_register_policy_transforms``).
 
 A recurrent module (``rl.modules.GRUModule``, ``LSTMModule``, anything with a
 ``make_tensordict_primer()``) reads an ``"is_init"`` flag and its hidden state from the
@@ -14,7 +15,8 @@ from typing import Any
 
 from torch import nn
 
-from rl.envs import Compose, EnvBase, InitTracker, TensorDictPrimer
+from ._env_base import EnvBase
+from .transforms import Compose, InitTracker, TensorDictPrimer
 
 __all__ = ["missing_policy_transforms", "append_policy_transforms"]
 

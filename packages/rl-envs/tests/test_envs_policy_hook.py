@@ -3,6 +3,7 @@ construction (TorchRL's env post-init hook)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -49,3 +50,23 @@ class TestPolicyHook:
         env = TransformedEnv(PendulumEnv(), InitTracker())
         missing = missing_policy_transforms(env, nn.Sequential(Recurrent()))
         assert [type(t).__name__ for t in missing] == ["TensorDictPrimer"]
+
+
+class TestRandomPolicy:
+    def test_spec_is_copied_and_lazy_spec_comes_from_the_env(self):
+        from rl.envs import RandomPolicy
+
+        env = PendulumEnv()
+        spec = env.action_spec
+        policy = RandomPolicy(spec)
+        assert policy.action_spec is not spec and policy.action_spec == spec
+        lazy = RandomPolicy()
+        assert lazy.action_spec is None
+        with pytest.raises(RuntimeError, match="action_spec is not set"):
+            lazy(env.reset())
+        lazy.set_action_spec_from_env(env)
+        assert lazy.action_spec == env.full_action_spec
+        action = lazy(env.reset())["action"]
+        assert action.shape == (1,) and bool(((action >= -2) & (action <= 2)).all())
+        lazy.set_action_spec_from_env(PendulumEnv(batch_size=[2]))  # already set: kept
+        assert lazy.action_spec == env.full_action_spec

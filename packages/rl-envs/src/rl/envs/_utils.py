@@ -478,8 +478,14 @@ class RandomPolicy:
     """A policy writing uniformly random actions drawn from ``action_spec``.
 
     Args:
-        action_spec: a leaf spec (written under ``action_key``) or a Composite of actions.
+        action_spec: a leaf spec (written under ``action_key``) or a Composite of actions
+            (kept as a copy). ``None`` (as TorchRL) leaves it to be set later, e.g. by a
+            collector from its env's ``full_action_spec``
+            (:meth:`set_action_spec_from_env`).
         action_key: where to write a leaf spec's sample.
+
+    Raises:
+        RuntimeError: called while ``action_spec`` is still ``None``.
 
     Examples:
         >>> from rl.envs import PendulumEnv, RandomPolicy
@@ -487,13 +493,27 @@ class RandomPolicy:
         >>> policy = RandomPolicy(env.action_spec)
         >>> env.rollout(5, policy=policy)["action"].shape
         torch.Size([5, 1])
+        >>> lazy = RandomPolicy()
+        >>> lazy.set_action_spec_from_env(env)
+        >>> env.rollout(5, policy=lazy)["action"].shape
+        torch.Size([5, 1])
     """
 
-    def __init__(self, action_spec, action_key: NestedKey = "action") -> None:
-        self.action_spec = action_spec
+    def __init__(self, action_spec=None, action_key: NestedKey = "action") -> None:
+        self.action_spec = None if action_spec is None else action_spec.clone()
         self.action_key = action_key
 
+    def set_action_spec_from_env(self, env) -> None:
+        """Takes ``env.full_action_spec`` (a copy) when no spec was given; else a no-op."""
+        if self.action_spec is None:
+            self.action_spec = env.full_action_spec.clone()
+
     def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.action_spec is None:
+            raise RuntimeError(
+                "RandomPolicy.action_spec is not set: pass action_spec to the constructor, "
+                "or call set_action_spec_from_env(env) (a collector does it with its env)"
+            )
         if isinstance(self.action_spec, Composite):
             tensordict.update(self.action_spec.rand())
         else:

@@ -137,13 +137,13 @@ def make_agent(cfg: Config, env) -> tuple[TensorDictSequential, TensorDictModule
     if cfg.mixer == "qmix":
         # the state is every agent's observation, as in TorchRL's QMIX on VMAS
         mixer = TensorDictModule(
-            QMixer(obs_shape, cfg.mixing_embed_dim, env.n_agents),
+            QMixer(obs_shape, cfg.mixing_embed_dim, env.n_agents, device="cpu"),
             in_keys=[("agents", "chosen_action_value"), ("agents", "observation")],
             out_keys=["chosen_action_value"],
         )
     else:
         mixer = TensorDictModule(
-            VDNMixer(env.n_agents),
+            VDNMixer(env.n_agents, device="cpu"),
             in_keys=[("agents", "chosen_action_value")],
             out_keys=["chosen_action_value"],
         )

@@ -104,7 +104,7 @@ class TestEGreedy:
             module(_actions(n=3))
         with pytest.raises(KeyError, match="'action'.*Keys present.*obs"):
             module(TensorDict(obs=torch.zeros(3), batch_size=[3]))
-        with pytest.raises(RuntimeError, match="no action spec"):
+        with pytest.raises(RuntimeError, match="the spec has not been set"):
             EGreedyModule(None)(_actions(n=3))
 
     def test_state_dict_round_trip(self):

@@ -272,13 +272,13 @@ class TestMultiAgentExport:
 class TestMixers:
     def test_vdn_is_sum(self):
         q = torch.randn(4, 5, N_AGENTS, 1)
-        out = VDNMixer(n_agents=N_AGENTS)(q)
+        out = VDNMixer(n_agents=N_AGENTS, device="cpu")(q)
         torch.testing.assert_close(out, q.sum(-2))
         assert out.shape == (4, 5, 1)
 
     def test_qmixer_shapes_formula_and_monotonic(self):
         torch.manual_seed(0)
-        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS)
+        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS, device="cpu")
         q = torch.randn(4, 2, N_AGENTS, 1, requires_grad=True)
         state = torch.randn(4, 2, 6)
         out = mixer(q, state)
@@ -295,19 +295,21 @@ class TestMixers:
 
     def test_errors(self):
         with pytest.raises(ValueError, match=r"chosen_action_value of shape \[\*B, 3, 1\]"):
-            VDNMixer(n_agents=N_AGENTS)(torch.randn(4, 2, 1))
-        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS)
+            VDNMixer(n_agents=N_AGENTS, device="cpu")(torch.randn(4, 2, 1))
+        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS, device="cpu")
         with pytest.raises(ValueError, match=r"state ending with shape \(6,\)"):
             mixer(torch.randn(4, N_AGENTS, 1), torch.randn(4, 5))
         with pytest.raises(ValueError, match="takes 2 input"):
             mixer(torch.randn(4, N_AGENTS, 1))
 
     def test_errors_carry_torchrl_wording(self):
-        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS)
+        mixer = QMixer(state_shape=(6,), mixing_embed_dim=8, n_agents=N_AGENTS, device="cpu")
         with pytest.raises(ValueError, match="^Mixer that needs state was passed more than 2"):
             mixer(torch.randn(4, N_AGENTS, 1))
         with pytest.raises(ValueError, match="Mixer that doesn't need state was passed more"):
-            VDNMixer(n_agents=N_AGENTS)(torch.randn(4, N_AGENTS, 1), torch.randn(4, 6))
+            VDNMixer(n_agents=N_AGENTS, device="cpu")(
+                torch.randn(4, N_AGENTS, 1), torch.randn(4, 6)
+            )
         match = r"Mixer network expected chosen_action_value with last 2 dimensions \(3, 1\)"
         with pytest.raises(ValueError, match=match):
             mixer(torch.randn(4, 2, 1), torch.randn(4, 6))

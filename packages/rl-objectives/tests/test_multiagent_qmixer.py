@@ -44,9 +44,11 @@ def _qnet(share_params: bool = False) -> TensorDictSequential:
 def _mixer(kind: str) -> TensorDictModule:
     if kind == "vdn":
         return TensorDictModule(
-            VDNMixer(N_AGENTS), [("agents", "chosen_action_value")], ["chosen_action_value"]
+            VDNMixer(N_AGENTS, device="cpu"),
+            [("agents", "chosen_action_value")],
+            ["chosen_action_value"],
         )
-    mixer = QMixer(state_shape=(STATE,), mixing_embed_dim=8, n_agents=N_AGENTS)
+    mixer = QMixer(state_shape=(STATE,), mixing_embed_dim=8, n_agents=N_AGENTS, device="cpu")
     return TensorDictModule(
         mixer, [("agents", "chosen_action_value"), "state"], ["chosen_action_value"]
     )

@@ -83,7 +83,7 @@ class QMixerLoss(LossModule):
         ...     ),
         ... )
         >>> mixer = TensorDictModule(
-        ...     VDNMixer(n_agents), in_keys=[("agents", "chosen_action_value")], out_keys=["chosen_action_value"]
+        ...     VDNMixer(n_agents, device="cpu"), in_keys=[("agents", "chosen_action_value")], out_keys=["chosen_action_value"]
         ... )
         >>> loss = QMixerLoss(qnet, mixer, action_space="categorical", gamma=0.9)
         >>> agents = lambda: TensorDict(observation=torch.randn(5, n_agents, 4), batch_size=[5, n_agents])

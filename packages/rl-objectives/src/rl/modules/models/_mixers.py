@@ -77,19 +77,20 @@ class VDNMixer(Mixer):
 
     Args:
         n_agents (int): number of agents.
-        device (torch.device, optional): unused (no parameters); kept for TorchRL.
+        device (torch.device): the mixer's device (it has no parameters), required as
+            in TorchRL.
 
     Examples:
         >>> import torch
         >>> from rl.modules import VDNMixer
-        >>> VDNMixer(n_agents=3)(torch.ones(4, 3, 1))
+        >>> VDNMixer(n_agents=3, device="cpu")(torch.ones(4, 3, 1))
         tensor([[3.],
                 [3.],
                 [3.],
                 [3.]])
     """
 
-    def __init__(self, n_agents: int, device: torch.device | str | None = None) -> None:
+    def __init__(self, n_agents: int, device: torch.device | str | None) -> None:
         super().__init__(n_agents=n_agents, needs_state=False, state_shape=(), device=device)
 
     def mix(self, chosen_action_value: torch.Tensor, state=None) -> torch.Tensor:
@@ -107,12 +108,13 @@ class QMixer(Mixer):
         state_shape (tuple of int): shape of the global state.
         mixing_embed_dim (int): hidden size of the mixing network.
         n_agents (int): number of agents.
-        device (torch.device, optional): device of the parameters.
+        device (torch.device): device of the parameters (required, as in TorchRL;
+            ``None`` is torch's default device).
 
     Examples:
         >>> import torch
         >>> from rl.modules import QMixer
-        >>> mixer = QMixer(state_shape=(5,), mixing_embed_dim=8, n_agents=3)
+        >>> mixer = QMixer(state_shape=(5,), mixing_embed_dim=8, n_agents=3, device="cpu")
         >>> mixer(torch.zeros(4, 2, 3, 1), torch.zeros(4, 2, 5)).shape
         torch.Size([4, 2, 1])
     """
@@ -122,7 +124,7 @@ class QMixer(Mixer):
         state_shape: tuple[int, ...] | torch.Size,
         mixing_embed_dim: int,
         n_agents: int,
-        device: torch.device | str | None = None,
+        device: torch.device | str | None,
     ) -> None:
         super().__init__(
             n_agents=n_agents, needs_state=True, state_shape=state_shape, device=device

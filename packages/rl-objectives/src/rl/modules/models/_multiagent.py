@@ -60,19 +60,23 @@ class MultiAgentNetBase(nn.Module):
         self,
         *,
         n_agents: int,
-        centralized: bool | None,
-        share_params: bool | None,
-        agent_dim: int,
+        centralized: bool | None = None,
+        share_params: bool | None = None,
+        agent_dim: int | None = None,
         vmap_randomness: str = "different",
         use_td_params: bool = True,
         **net_kwargs,
     ) -> None:
         super().__init__()
         name = type(self).__name__
+        # TorchRL still reads the British spelling
+        centralized = net_kwargs.pop("centralised", centralized)
         if centralized is None:
             raise TypeError(f"{name} needs centralized=True or False")
         if share_params is None:
             raise TypeError(f"{name} needs share_params=True or False")
+        if agent_dim is None:
+            raise TypeError(f"{name} needs agent_dim (the dim of the agents in the input)")
         if n_agents < 1:
             raise ValueError(f"{name} needs n_agents >= 1, got {n_agents}")
         self.n_agents = n_agents

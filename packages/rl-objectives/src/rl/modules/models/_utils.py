@@ -150,7 +150,8 @@ def find_depth(depth: int | None, owner: str, **list_or_ints) -> int:
     if depth is None:
         if not lengths:
             raise ValueError(
-                f"{owner} needs a depth, or one of {', '.join(list_or_ints)} as a list"
+                f"{owner}: depth=None requires one of the input args ({', '.join(list_or_ints)}) "
+                "to be a list, whose length gives the depth"
             )
         depth = next(iter(lengths.values()))
     for key, length in lengths.items():

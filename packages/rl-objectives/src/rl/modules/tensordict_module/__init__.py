@@ -2,7 +2,7 @@
 
 from ._actor_critic import ActorCriticOperator, ActorCriticWrapper, ActorValueOperator
 from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
-from ._common import SafeModule
+from ._common import SafeModule, ensure_tensordict_compatible, is_tensordict_compatible
 from ._decision_transformer import DecisionTransformerInferenceWrapper
 from ._diffusion import DiffusionActor
 from ._dreamer_v3_actors import DreamerV3DiscreteActor, DreamerV3SeededPolicy
@@ -77,6 +77,8 @@ __all__ = [
     "QValueHook",
     "DistributionalQValueHook",
     "SafeModule",
+    "ensure_tensordict_compatible",
+    "is_tensordict_compatible",
     "SafeProbabilisticModule",
     "SafeProbabilisticTensorDictSequential",
     "SafeSequential",

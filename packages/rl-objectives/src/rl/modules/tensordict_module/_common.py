@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -21,7 +23,7 @@ from rl.core import (
     TensorSpec,
 )
 
-__all__ = ["SafeModule"]
+__all__ = ["SafeModule", "ensure_tensordict_compatible", "is_tensordict_compatible"]
 
 _ACTION_SPACE_MAP: dict[Any, str] = {
     OneHot: "one_hot",
@@ -133,6 +135,13 @@ def _register_spec(
         spec = Composite({out_keys[0]: spec.clone()})
     else:
         spec = spec.clone()
+        if "_" in spec.keys():
+            # "_" marks an output to discard: its spec has nothing to describe
+            if spec["_"] is not None:
+                warnings.warn(
+                    'got a spec with key "_": it will be ignored', UserWarning, stacklevel=3
+                )
+            del spec["_"]
     spec_keys = set(unravel_key_list(list(spec.keys(True, True))))
     for key in out_keys:
         if key not in spec_keys:
@@ -249,3 +258,109 @@ class SafeModule(_SpecMixin, TensorDictModule):
         if isinstance(dest, str | torch.device | int):
             self._spec = self._spec.to(dest)
         return out
+
+
+def is_tensordict_compatible(module: nn.Module) -> bool:
+    """Whether ``module`` already reads and writes a TensorDict.
+
+    ``True`` for a ``TensorDictModule``, or a module whose ``forward`` takes one argument
+    and that defines ``in_keys`` and ``out_keys``; ``False`` for a module defining
+    neither (a plain network, to be wrapped).
+
+    Raises:
+        TypeError: for a module that defines ``in_keys`` or ``out_keys`` but whose
+            ``forward`` takes several arguments (neither kind: ambiguous).
+
+    Examples:
+        >>> from torch import nn
+        >>> from rl.modules import SafeModule, is_tensordict_compatible
+        >>> is_tensordict_compatible(nn.Linear(3, 4))
+        False
+        >>> is_tensordict_compatible(SafeModule(nn.Linear(3, 4), in_keys=["x"], out_keys=["y"]))
+        True
+    """
+    if isinstance(module, TensorDictModule):
+        return True
+    forward = getattr(module, "forward", None)
+    if not callable(forward):
+        return False
+    n_args = len(inspect.signature(forward).parameters)
+    has_in, has_out = hasattr(module, "in_keys"), hasattr(module, "out_keys")
+    if n_args == 1 and has_in and has_out:
+        return True
+    if not has_in and not has_out:
+        return False
+    raise TypeError(
+        f"{type(module).__name__} defines in_keys/out_keys but its forward takes {n_args} "
+        "arguments: a TensorDict module takes one argument (the TensorDict) and defines both "
+        "in_keys and out_keys; a module to wrap takes tensors and defines neither."
+    )
+
+
+def ensure_tensordict_compatible(
+    module: nn.Module,
+    in_keys: Sequence[NestedKey] | None = None,
+    out_keys: Sequence[NestedKey] | None = None,
+    safe: bool = False,
+    wrapper_type: type | None = TensorDictModule,
+    **kwargs: Any,
+) -> nn.Module:
+    """``module`` itself if it reads a TensorDict, else ``module`` wrapped by ``wrapper_type``.
+
+    Args:
+        module: a TensorDict module, or an ``nn.Module`` taking tensors.
+        in_keys: the keys expected; for a module to wrap, they must be the names of its
+            ``forward`` arguments.
+        out_keys: the keys expected (checked against a TensorDict module's).
+        safe: when ``True``, passed on to ``wrapper_type``, which must take it (as
+            :class:`SafeModule` does, with a ``spec`` in ``kwargs``). Defaults to
+            ``False``.
+        wrapper_type: the wrapper class. Defaults to ``TensorDictModule``.
+        **kwargs: more arguments of ``wrapper_type``.
+
+    Raises:
+        TypeError: when a TensorDict module's keys differ from ``in_keys`` /
+            ``out_keys``, when ``module`` is not an ``nn.Module``, or when its
+            ``forward`` arguments are not ``in_keys``.
+
+    Examples:
+        >>> from torch import nn
+        >>> from rl.modules import ensure_tensordict_compatible
+        >>> class Add(nn.Module):
+        ...     def forward(self, x, y):
+        ...         return x + y
+        >>> ensure_tensordict_compatible(Add(), in_keys=["x", "y"], out_keys=["z"]).in_keys
+        ['x', 'y']
+    """
+    in_keys = unravel_key_list(list(in_keys)) if in_keys else in_keys
+    out_keys = unravel_key_list(list(out_keys)) if out_keys else out_keys
+    if is_tensordict_compatible(module):
+        if in_keys is not None and set(in_keys) != set(module.in_keys):
+            raise TypeError(
+                f"the module reads {set(module.in_keys)}, which does not match the expected "
+                f"in_keys {set(in_keys)}"
+            )
+        if out_keys is not None and set(out_keys) != set(module.out_keys):
+            raise TypeError(
+                f"the module writes {set(module.out_keys)}, which does not match the expected "
+                f"out_keys {set(out_keys)}"
+            )
+        return module
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            "ensure_tensordict_compatible takes a TensorDictModule or an nn.Module, got "
+            f"{type(module).__name__}"
+        )
+    arg_names = set(inspect.signature(module.forward).parameters)
+    if in_keys is not None and arg_names != set(in_keys):
+        raise TypeError(
+            f"the arguments of {type(module).__name__}.forward {sorted(arg_names)} must be the "
+            f"in_keys {in_keys} one to one to wrap it; write a TensorDictModule otherwise"
+        )
+    if in_keys is not None:
+        kwargs["in_keys"] = in_keys
+    if out_keys is not None:
+        kwargs["out_keys"] = out_keys
+    if safe:
+        kwargs["safe"] = safe
+    return wrapper_type(module, **kwargs)

@@ -6,6 +6,8 @@ with a ``step`` that anneals the exploration module; the spec defaults to the po
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
@@ -136,6 +138,10 @@ class OrnsteinUhlenbeckProcessWrapper(_ExplorationWrapper):
             n_steps_annealing, action_key, is_init_key, safe, device: as in
             :class:`OrnsteinUhlenbeckProcessModule`.
         spec: the action spec (default: the policy's spec of ``action_key``).
+        key: the older name of ``action_key`` (deprecated; a ``DeprecationWarning``).
+
+    Raises:
+        ValueError: when ``key`` and a different non-default ``action_key`` are both given.
     """
 
     def __init__(
@@ -156,8 +162,21 @@ class OrnsteinUhlenbeckProcessWrapper(_ExplorationWrapper):
         is_init_key: NestedKey = "is_init",
         spec: TensorSpec | None = None,
         safe: bool = True,
+        key: NestedKey | None = None,
         device: torch.device | None = None,
     ):
+        if key is not None:
+            if action_key not in ("action", key):
+                raise ValueError(
+                    f"got key={key!r} and action_key={action_key!r}: key is the older name of "
+                    "action_key, pass action_key only"
+                )
+            warnings.warn(
+                "OrnsteinUhlenbeckProcessWrapper(key=...) is deprecated: use action_key",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            action_key = key
         if spec is None:
             spec = _policy_action_spec(policy, action_key)
         explore = OrnsteinUhlenbeckProcessModule(

@@ -176,12 +176,13 @@ class QValueModule(_SpecMixin, TensorDictModuleBase):
 
     def _greedy(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(action, values, chosen_action_value)`` from the (masked) action values."""
-        action = self._check_shape(self._action(values), values)
+        action = self._action(values)
+        # the chosen value is read before the action is reshaped to the spec (as TorchRL)
         if self.action_space == "categorical":
             chosen = values.gather(-1, action.unsqueeze(-1))
         else:
             chosen = (action * values).sum(-1, True)
-        return action, values, chosen
+        return self._check_shape(action, values), values, chosen
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:

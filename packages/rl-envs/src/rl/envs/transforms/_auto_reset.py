@@ -98,10 +98,7 @@ class AutoResetTransform(Transform):
         return self.fill_bool
 
     def _owner(self):
-        obj = self.__dict__.get("_container")
-        while obj is not None and not isinstance(obj, TransformedEnv):
-            obj = obj.__dict__.get("_container")
-        return obj
+        return self._top_env()
 
     def _groups(self, done_keys: list) -> list[tuple[tuple[str, ...], NestedKey]]:
         """``(group path, done key)`` of every ``done`` flag (the root one: path ``()``)."""

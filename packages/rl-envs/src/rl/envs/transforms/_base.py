@@ -13,6 +13,7 @@ A transform is an ``nn.Module`` that reads ``in_keys`` from a TensorDict and wri
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -26,6 +27,14 @@ __all__ = ["FORWARD_NOT_IMPLEMENTED", "Transform"]
 #: the message of the RuntimeError a transform that only works inside an env raises when
 #: called on data (``.format(type(transform))``), as TorchRL's
 FORWARD_NOT_IMPLEMENTED = "class {} cannot be executed without a parent environment."
+
+
+def _container_of(obj):
+    """What holds ``obj`` (a Compose or an env), or None: containers are held through
+    weak references (TorchRL), so an env and its transforms form no reference cycle and
+    a dropped env is freed (its workers closed) at once."""
+    ref = obj.__dict__.get("_container")
+    return None if ref is None else ref()
 
 
 def _missing_key_error(transform: Transform, key: NestedKey, td: TensorDictBase) -> KeyError:
@@ -147,9 +156,9 @@ class Transform(nn.Module):
         """The env holding this transform, through the ``Compose`` lists it sits in (as
         TorchRL: ``env.transform[0].container is env``); the outermost ``Compose`` when it
         is in no env, ``None`` when it is in nothing."""
-        container = self.__dict__["_container"]
+        container = _container_of(self)
         while isinstance(container, Transform):
-            above = container.__dict__["_container"]
+            above = _container_of(container)
             if above is None:
                 return container
             container = above
@@ -164,7 +173,7 @@ class Transform(nn.Module):
             self.__dict__.pop(name, None)
 
     def set_container(self, container) -> None:
-        current = self.__dict__["_container"]
+        current = _container_of(self)
         # a transform may move out of a Compose that is in no env (TorchRL); one inside
         # an env stays there: the env's specs and parents are built from it
         if current is not None and current is not container and self._parent_parts() is not None:
@@ -172,7 +181,7 @@ class Transform(nn.Module):
                 f"{type(self).__name__} already belongs to {type(current).__name__}; "
                 "use transform.clone() to put a copy in another container"
             )
-        self.__dict__["_container"] = container
+        self.__dict__["_container"] = None if container is None else weakref.ref(container)
         self.__dict__["_parent_cache"] = None
         self._drop_key_caches()
 
@@ -186,7 +195,7 @@ class Transform(nn.Module):
         """Drops cached parents and tells the owning env to recompute its specs."""
         self.__dict__["_parent_cache"] = None
         self._drop_key_caches()
-        container = self.__dict__.get("_container")
+        container = _container_of(self)
         if container is not None:
             container.empty_cache()
 
@@ -203,7 +212,9 @@ class Transform(nn.Module):
         """
         cached = self.__dict__["_parent_cache"]
         if cached is not None:
-            return cached
+            if _container_of(self) is not None:
+                return cached
+            self.__dict__["_parent_cache"] = None  # its env was dropped
         from ._compose import Compose
         from ._env import TransformedEnv
 
@@ -220,7 +231,7 @@ class Transform(nn.Module):
         from ._compose import Compose
         from ._env import TransformedEnv
 
-        container = self.__dict__["_container"]
+        container = _container_of(self)
         if container is None:
             return None
         if isinstance(container, TransformedEnv):
@@ -244,7 +255,7 @@ class Transform(nn.Module):
 
         obj = self
         while obj is not None and not isinstance(obj, TransformedEnv):
-            obj = obj.__dict__.get("_container")
+            obj = _container_of(obj)
         return obj
 
     def clone(self) -> Transform:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 
 from torch import nn
@@ -219,7 +220,7 @@ class Compose(Transform):
         super().__setstate__(state)
         # members drop their container when pickled: relink them
         for t in self.transforms:
-            t.__dict__["_container"] = self
+            t.__dict__["_container"] = weakref.ref(self)
 
     # -------------------------------------------------------------- hooks
     def _call(self, next_tensordict):

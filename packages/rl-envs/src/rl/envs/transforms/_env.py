@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -480,7 +481,7 @@ class TransformedEnv(EnvBase):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._transform.__dict__["_container"] = self
+        self._transform.__dict__["_container"] = weakref.ref(self)
 
     def __repr__(self) -> str:
         t = repr(self._transform).replace("\n", "\n    ")

@@ -621,6 +621,17 @@ class TestMisc:
         t.in_keys = ["observation"]  # given keys replace the inferred ones
         assert env.transform.in_keys == ["observation"] and not t._auto_keys
 
+    def test_next_observation_delta_refused_in_batched_workers(self):
+        # a worker's buffers hold the spec keys only: the delta would silently vanish, so
+        # building the batched env refuses it (TorchRL); outside the batched env it works
+        def make():
+            return TransformedEnv(PendulumEnv(), Compose(StepCounter(), NextObservationDelta()))
+
+        with pytest.raises(RuntimeError, match="cannot live inside a SerialEnv/ParallelEnv"):
+            SerialEnv(2, make)
+        env = TransformedEnv(SerialEnv(2, PendulumEnv), NextObservationDelta())
+        assert ("next", "delta", "observation") in env.rollout(2).keys(True)
+
 
 class TestCatFramesUnfolding:
     T = 7

@@ -168,10 +168,15 @@ class BatchedEnvBase(EnvBase):
     # ------------------------------------------------------------ subclass interface
     @staticmethod
     def _check_env(env: Any) -> EnvBase:
+        from ..transforms import TransformedEnv
+
         if not isinstance(env, EnvBase):
             raise TypeError(
                 f"create_env_fn must return an rl.envs.EnvBase, got {type(env).__name__}"
             )
+        if isinstance(env, TransformedEnv):
+            # a transform that would silently do nothing in a worker refuses (TorchRL)
+            env.transform._check_batched_worker_compat()
         return env
 
     # The hooks SerialEnv (in process) and ParallelEnv (worker processes) implement.

@@ -474,6 +474,11 @@ class Transform(nn.Module):
         (``step_and_maybe_reset``, and the whole ``rollout``); identity by default."""
         return tensordict, tensordict_
 
+    def _check_batched_worker_compat(self) -> None:
+        """Raises ``RuntimeError`` when the transform cannot run inside a ``SerialEnv`` /
+        ``ParallelEnv`` worker (TorchRL's hook, called when a batched env builds its
+        sub-envs); a transform that can does nothing (the default)."""
+
     def transform_fake_tensordict(self, fake_tensordict: TensorDictBase) -> TensorDictBase:
         """The env's ``fake_tensordict`` as this transform stores transitions (identity)."""
         return fake_tensordict

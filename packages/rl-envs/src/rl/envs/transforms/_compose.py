@@ -278,6 +278,10 @@ class Compose(Transform):
             tensordict, tensordict_ = t._post_step_mdp_hooks(tensordict, tensordict_)
         return tensordict, tensordict_
 
+    def _check_batched_worker_compat(self) -> None:
+        for t in self.transforms:
+            t._check_batched_worker_compat()
+
     def transform_fake_tensordict(self, fake_tensordict):
         for t in self.transforms:
             fake_tensordict = t.transform_fake_tensordict(fake_tensordict)

@@ -635,6 +635,14 @@ class NextObservationDelta(Transform):
                 tensordict_ = tensordict_.exclude("delta")
         return tensordict, tensordict_
 
+    def _check_batched_worker_compat(self) -> None:
+        raise RuntimeError(
+            f"{type(self).__name__} cannot live inside a SerialEnv/ParallelEnv worker: the "
+            "batched env stores the keys of its specs only, so the delta would never reach "
+            "the data. Place the transform outside the batched env, e.g. "
+            f"TransformedEnv(ParallelEnv(N, make_env), {type(self).__name__}(...))."
+        )
+
     def transform_fake_tensordict(self, fake_tensordict):
         next_td = fake_tensordict.get("next", None)
         if next_td is not None:

@@ -16,6 +16,7 @@ from rl.core import ExplorationType, TensorPolicy, set_exploration_type, tensor_
 from rl.core.loggers import CSVLogger
 from rl.core.trainers import EpisodeReturns, ProgressBar
 from rl.envs import PROBES, GymEnv, VideoRecorder
+from rl.objectives.value.functional import generalized_advantage_estimate
 
 __all__ = [
     "CompiledPolicy",
@@ -30,6 +31,7 @@ __all__ = [
     "zero_grad",
     "finish_run",
     "prime_soft_update",
+    "prime_value_kernels",
     "set_lr",
     "make_base_env",
     "record_video",
@@ -95,7 +97,8 @@ class UpdateStep:
     ``loss_fn(*args)`` returns ``(loss, logs)`` (``logs``: a tensor, a dict or a
     TensorDict of tensors, returned detached). Eager (``compile=False``), a call runs what a script
     would write: ``zero_grad``, ``loss.backward()``, ``clip_grad_norm_`` (with
-    ``max_grad_norm``), ``optimizer.step()`` of each optimizer, ``target_update.step()``.
+    ``max_grad_norm``: over all parameters, or over each parameter group on its own with
+    ``clip_each_group``), ``optimizer.step()`` of each optimizer, ``target_update.step()``.
 
     Compiled, a call runs one graph that computes the loss, its gradients
     (``torch.autograd.grad``, traced by dynamo with ``trace_autograd_ops``), the
@@ -125,6 +128,7 @@ class UpdateStep:
         compile: bool | dict = False,
         cudagraphs: bool = False,
         max_grad_norm: float | None = None,
+        clip_each_group: bool = False,
         target_update=None,
         warmup: int = 10,
     ) -> None:
@@ -135,7 +139,11 @@ class UpdateStep:
         self.optimizers = list(optimizers)
         self.max_grad_norm = max_grad_norm
         self.target_update = target_update
-        self.params = [p for o in self.optimizers for g in o.param_groups for p in g["params"]]
+        groups = [g["params"] for o in self.optimizers for g in o.param_groups]
+        self.params = [p for params in groups for p in params]
+        # the parameter sets clipped together: all, or each group on its own
+        self._clipped = [list(g) for g in groups] if clip_each_group else [self.params]
+        self._sizes = [len(g) for g in self._clipped]
         self.compiled = compile
         fn = self._eager
         if compile:
@@ -176,7 +184,8 @@ class UpdateStep:
         zero_grad(*self.optimizers)
         loss.backward()
         if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+            for params in self._clipped:
+                nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         for optimizer in self.optimizers:
             optimizer.step()
         if self.target_update is not None:
@@ -190,7 +199,11 @@ class UpdateStep:
         grads = torch.autograd.grad(loss, self.params, retain_graph=True, allow_unused=True)
         with torch.no_grad():
             if self.max_grad_norm is not None:
-                grads = _clip(grads, self.max_grad_norm)
+                clipped, i = [], 0
+                for size in self._sizes:
+                    clipped += _clip(grads[i : i + size], self.max_grad_norm)
+                    i += size
+                grads = clipped
             new = []
             i = 0
             for optimizer in self.optimizers:
@@ -205,15 +218,17 @@ class UpdateStep:
         return logs, new
 
 
-def _own_code(method):
-    """``method`` bound to a copy of its code object: dynamo keeps its compiled graphs per
-    code object, so each ``UpdateStep`` gets a cache of its own (a script's second step,
-    the actor's after the critics', is then no recompilation of the first)."""
-    fn = method.__func__
+def _own_code(fn):
+    """``fn`` (a function or a bound method) with a copy of its code object: dynamo keeps
+    its compiled graphs per code object, so each ``UpdateStep`` (each compiled advantage)
+    gets a cache of its own (a script's second step, the actor's after the critics', is
+    then no recompilation of the first)."""
+    method = fn if isinstance(fn, types.MethodType) else None
+    fn = fn.__func__ if method is not None else fn
     copy = types.FunctionType(
         fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
     )
-    return types.MethodType(copy, method.__self__)
+    return copy if method is None else types.MethodType(copy, method.__self__)
 
 
 def _detached(logs):
@@ -275,6 +290,8 @@ def _init_state(optimizer) -> None:
 def _clip(grads, max_norm: float):
     """``clip_grad_norm_``'s arithmetic on a list of gradients (``None``: unused)."""
     used = [g for g in grads if g is not None]
+    if not used:
+        return list(grads)
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(used)))
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     scaled = iter(torch._foreach_mul(used, coef))
@@ -365,7 +382,17 @@ def compile_advantage(advantage, *, compile: bool):
         with torch.no_grad():
             return advantage(batch)
 
-    return torch.compile(run) if compile else run
+    return torch.compile(_own_code(run)) if compile else run
+
+
+def prime_value_kernels() -> None:
+    """Runs the functional GAE once, eagerly, on a tiny input, before a compiled advantage
+    calls it: rl-objectives looks rl-cpp's kernels up on its first call (a module global),
+    and a graph traced before that lookup is guarded on the global and recompiled once it
+    is set (as :func:`prime_soft_update` does for a target updater's cache)."""
+    zeros = torch.zeros(1, 1, 1)
+    flags = torch.zeros(1, 1, 1, dtype=torch.bool)
+    generalized_advantage_estimate(0.9, 0.9, zeros, zeros, zeros, flags, flags)
 
 
 def compile_policy(policy, *, compile: bool | dict, cudagraphs: bool = False, warmup: int = 10):

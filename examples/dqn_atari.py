@@ -40,7 +40,14 @@ from rl.modules import ConvNet, EGreedyModule, QValueActor, TensorDictSequential
 from rl.objectives import DQNLoss, HardUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ProgressBar, evaluate, finish_run, set_lr  # noqa: E402
+from _common import (  # noqa: E402
+    ProgressBar,
+    UpdateStep,
+    compile_policy,
+    evaluate,
+    finish_run,
+    set_lr,
+)
 from _offpolicy import make_replay_buffer  # noqa: E402
 from ppo_atari import make_game  # noqa: E402
 
@@ -105,6 +112,11 @@ class Config:
     """Name of the run (default: generated from the algorithm, env and seed)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the collector's policy and the whole update step (loss, backward,
+    gradient clipping, optimizer step), once."""
+    cudagraphs: bool = False
+    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 def make_qnet(cfg: Config, env) -> QValueActor:
@@ -168,7 +180,9 @@ def main(cfg: Config) -> dict:
     )
     collector = Collector(
         env,
-        TensorDictSequential(qnet, egreedy),
+        compile_policy(
+            TensorDictSequential(qnet, egreedy), compile=cfg.compile, cudagraphs=cfg.cudagraphs
+        ),
         frames_per_batch=cfg.train_frequency,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.learning_starts,
@@ -188,6 +202,21 @@ def main(cfg: Config) -> dict:
         loss_module, value_network_update_interval=cfg.target_network_frequency
     )
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+
+    def dqn_loss(sample):
+        loss = loss_module(sample)["loss"]
+        return loss, loss
+
+    # one clipped gradient step and the target's counter (a copy every interval); the
+    # gradient step is one graph with --compile
+    update = UpdateStep(
+        dqn_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        target_update=target_update,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
     exp_name = cfg.exp_name or generate_exp_name("dqn_atari", f"{cfg.env_id}-s{cfg.seed}")
     exp_name = exp_name.replace("/", "_")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
@@ -207,12 +236,7 @@ def main(cfg: Config) -> dict:
             if frames >= cfg.learning_starts:
                 if cfg.anneal_lr:
                     set_lr(optimizer, cfg.lr * (1.0 - frames / cfg.total_frames))
-                loss = loss_module(to_float(buffer.sample()))["loss"]
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                target_update.step()
+                loss = update(to_float(buffer.sample()))
                 updates += 1
                 if updates % 100 == 0:
                     logger.log_scalar("train/loss", loss.item(), frames)

@@ -64,12 +64,18 @@ from rl.modules import (
     TensorDictModule,
     ValueOperator,
 )
-from rl.objectives import ClipPPOLoss
 from rl.objectives.value import GAE
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ProgressBar, evaluate, finish_run  # noqa: E402
-from ppo import update_epochs  # noqa: E402
+from _common import (  # noqa: E402
+    ProgressBar,
+    compile_advantage,
+    compile_policy,
+    evaluate,
+    finish_run,
+    set_lr,
+)
+from ppo import make_loss, make_update_step, update_epochs  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -136,6 +142,11 @@ class Config:
     """Record an evaluation game as an mp4."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the collector's policy, the advantage and the whole update step (loss, backward,
+    gradient clipping, optimizer step), once."""
+    cudagraphs: bool = False
+    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 def make_game(cfg: Config, clip_rewards: bool = True, logger=None) -> TransformedEnv:
@@ -214,22 +225,19 @@ def main(cfg: Config) -> dict:
 
     frames_per_batch = cfg.num_envs * cfg.num_steps
     collector = Collector(
-        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+        env,
+        compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.total_frames,
     )
-    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
     if cfg.end_of_life:  # bootstrap stops at a lost life, the game does not reset
-        EndOfLifeTransform().register_keys(advantage)
-    loss_module = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip_coef,
-        entropy_coeff=cfg.ent_coef,
-        critic_coeff=cfg.vf_coef,
-        loss_critic_type="l2",
-        normalize_advantage=True,
-        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
-    )
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr, eps=1e-5)
+        EndOfLifeTransform().register_keys(gae)
+    advantage = compile_advantage(gae, compile=cfg.compile)
+    # CleanRL's PPO loss and Adam (ppo.py's: clipped ratio and value, normalised
+    # advantages); one clipped gradient step is one graph with --compile
+    loss_module, optimizer = make_loss(cfg, actor, critic)
+    step = make_update_step(cfg, loss_module, optimizer)
     exp_name = cfg.exp_name or generate_exp_name("ppo_atari", f"{cfg.env_id}-s{cfg.seed}")
     exp_name = exp_name.replace("/", "_")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
@@ -243,10 +251,9 @@ def main(cfg: Config) -> dict:
     for update, batch in enumerate(collector):
         frames += batch.numel()
         if cfg.anneal_lr:
-            optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
-        with torch.no_grad():
-            advantage(batch)
-        loss = update_epochs(cfg, loss_module, optimizer, batch, minibatch)
+            set_lr(optimizer, cfg.lr * (1.0 - update / num_updates))
+        batch = advantage(batch)
+        loss = update_epochs(cfg, loss_module, optimizer, batch, minibatch, step)
         flat = batch.reshape(-1)
         # the score of each game that ended in the batch (not of each life)
         ended = flat["next", "done"].squeeze(-1)
@@ -256,7 +263,7 @@ def main(cfg: Config) -> dict:
             logger.log_scalar("train/episode_return", mean_score, frames)
             progress.values["score"] = mean_score
         logger.log_scalar("train/loss", loss.item(), frames)
-        logger.log_scalar("train/lr", optimizer.param_groups[0]["lr"], frames)
+        logger.log_scalar("train/lr", float(optimizer.param_groups[0]["lr"]), frames)
         progress.values["loss"] = loss.item()
         progress.update(batch.numel())
     seconds = time.perf_counter() - start

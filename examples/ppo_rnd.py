@@ -28,6 +28,7 @@ evaluation video under ``runs/<exp_name>/``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -49,7 +50,18 @@ from rl.objectives.value import GAE
 from rl.objectives.value.functional import generalized_advantage_estimate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import EpisodeReturns, ProgressBar, evaluate, finish_run, record_video  # noqa: E402
+from _common import (  # noqa: E402
+    EpisodeReturns,
+    ProgressBar,
+    UpdateStep,
+    compile_advantage,
+    compile_policy,
+    evaluate,
+    finish_run,
+    prime_value_kernels,
+    record_video,
+    set_lr,
+)
 from ppo import make_agent, make_env, make_loss, orthogonal_init  # noqa: E402
 
 
@@ -127,6 +139,11 @@ class Config:
     """Show a progress bar (only when attached to a terminal)."""
     normalize_obs: bool = True
     """Scale the observations to [-1, 1] by the observation space's bounds."""
+    compile: bool = False
+    """torch.compile the collector's policy, both advantages and the two whole update
+    steps (PPO's and the predictor's: loss, backward, clipping, optimizer step), once."""
+    cudagraphs: bool = False
+    """Capture the update steps and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 def observation_scaling(cfg: Config):
@@ -158,9 +175,10 @@ def make_rnd(cfg: Config, obs_dim: int) -> tuple[nn.Module, nn.Module]:
     return target, predictor
 
 
-def intrinsic_advantage(cfg: Config, critic_int, batch) -> None:
+def intrinsic_advantage(cfg: Config, critic_int, batch):
     """GAE of the bonus with its own value head, never cut by an episode's end; writes
-    ``"advantage_int"`` and ``"value_target_int"`` into ``batch`` ``[num_envs, T]``."""
+    ``"advantage_int"`` and ``"value_target_int"`` into ``batch`` ``[num_envs, T]`` and
+    returns it."""
     with torch.no_grad():
         value = critic_int(batch.select(*critic_int.in_keys))["state_value_int"]
         next_value = critic_int(batch["next"].select(*critic_int.in_keys))["state_value_int"]
@@ -170,33 +188,45 @@ def intrinsic_advantage(cfg: Config, critic_int, batch) -> None:
         cfg.gamma_int, cfg.gae_lambda, value, next_value, reward, never, never
     )
     batch["advantage_int"], batch["value_target_int"] = adv, target
+    return batch
 
 
-def update(cfg, loss_module, critic_int, rnd_loss, optimizer, rnd_optimizer, batch, minibatch):
-    """``cfg.update_epochs`` passes of shuffled minibatches: one clipped PPO step (policy,
-    extrinsic and intrinsic value heads) and one predictor step each; returns the last
-    minibatch's losses (``"loss"``: the sum the PPO step minimised)."""
+def make_update_steps(cfg, loss_module, critic_int, rnd_loss, optimizer, rnd_optimizer):
+    """The clipped PPO step (policy, extrinsic and intrinsic value heads; each parameter
+    group clipped on its own) and the predictor's step (``None`` without RND); one
+    compiled graph each with ``cfg.compile``."""
+
+    def ppo_loss(mb):
+        losses = loss_module(mb)
+        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+        if rnd_loss is not None:
+            value_int = critic_int(mb.select(*critic_int.in_keys))["state_value_int"]
+            loss = loss + cfg.vf_coef * F.mse_loss(value_int, mb["value_target_int"])
+        return loss, loss
+
+    def predictor_loss(mb):
+        loss = rnd_loss(mb)["loss_predictor"]
+        return loss, loss
+
+    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+    ppo_step = UpdateStep(
+        ppo_loss, optimizer, max_grad_norm=cfg.max_grad_norm, clip_each_group=True, **flags
+    )
+    rnd_step = None if rnd_loss is None else UpdateStep(predictor_loss, rnd_optimizer, **flags)
+    return ppo_step, rnd_step
+
+
+def update(cfg, ppo_step, rnd_step, batch, minibatch) -> dict:
+    """``cfg.update_epochs`` passes of shuffled minibatches: one PPO step and one
+    predictor step each; returns the last minibatch's losses (``"loss"``: the sum the PPO
+    step minimised)."""
     flat = batch.exclude("collector").reshape(-1)
     for _ in range(cfg.update_epochs):
         for idx in torch.randperm(flat.numel()).split(minibatch):
             mb = flat[idx]
-            losses = loss_module(mb)
-            loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-            if rnd_loss is not None:
-                value_int = critic_int(mb.select(*critic_int.in_keys))["state_value_int"]
-                loss = loss + cfg.vf_coef * F.mse_loss(value_int, mb["value_target_int"])
-            losses["loss"] = loss.detach()
-            optimizer.zero_grad()
-            loss.backward()
-            for group in optimizer.param_groups:
-                nn.utils.clip_grad_norm_(group["params"], cfg.max_grad_norm)
-            optimizer.step()
-            if rnd_loss is not None:
-                loss_predictor = rnd_loss(mb)["loss_predictor"]
-                rnd_optimizer.zero_grad()
-                loss_predictor.backward()
-                rnd_optimizer.step()
-                losses["loss_predictor"] = loss_predictor.detach()
+            losses = {"loss": ppo_step(mb)}
+            if rnd_step is not None:
+                losses["loss_predictor"] = rnd_step(mb)
     return losses
 
 
@@ -239,9 +269,23 @@ def main(cfg: Config) -> dict:
 
     frames_per_batch = cfg.num_envs * cfg.num_steps
     collector = Collector(
-        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+        env,
+        compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.total_frames,
     )
-    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    advantage = compile_advantage(
+        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
+    )
+    if cfg.rnd:
+        if cfg.compile:
+            prime_value_kernels()
+        advantage_int = compile_advantage(
+            functools.partial(intrinsic_advantage, cfg, critic_int), compile=cfg.compile
+        )
+    ppo_step, rnd_step = make_update_steps(
+        cfg, loss_module, critic_int, rnd_loss, optimizer, rnd_optimizer
+    )
     algo = "ppo-rnd" if cfg.rnd else "ppo"
     exp_name = cfg.exp_name or generate_exp_name(algo, f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
@@ -257,23 +301,19 @@ def main(cfg: Config) -> dict:
         frames += batch.numel()
         if cfg.anneal_lr:
             frac = 1.0 - update_index / num_updates
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.lr * frac
-            for group in rnd_optimizer.param_groups if cfg.rnd else ():
-                group["lr"] = cfg.rnd_lr * frac
+            set_lr(optimizer, cfg.lr * frac)
+            if cfg.rnd:
+                set_lr(rnd_optimizer, cfg.rnd_lr * frac)
         returns.update(batch)  # the returns the env gives, before the scaling below
         progress.observe(batch)
         batch["next", "reward"] = batch["next", "reward"] * cfg.reward_scale
-        with torch.no_grad():
-            advantage(batch)
+        batch = advantage(batch)
         if cfg.rnd:
-            intrinsic_advantage(cfg, critic_int, batch)
+            batch = advantage_int(batch)
             batch["advantage"] = (
                 cfg.ext_coef * batch["advantage"] + cfg.int_coef * batch["advantage_int"]
             )
-        losses = update(
-            cfg, loss_module, critic_int, rnd_loss, optimizer, rnd_optimizer, batch, minibatch
-        )
+        losses = update(cfg, ppo_step, rnd_step, batch, minibatch)
         terminated = int(batch["next", "terminated"].sum())
         if terminated and first_terminated is None:
             first_terminated = frames

@@ -195,6 +195,7 @@ TINY_CONTINUOUS = {
     "batch_size": 32,
     "hidden": 16,
 }
+TINY_ATARI = {"eval_max_steps": 20}
 TINY_OFFLINE = {"num_updates": 6, "batch_size": 16, "hidden": 8, "eval_interval": 100}
 
 
@@ -210,6 +211,8 @@ class Case:
     """compiled functions, one graph each: the update step(s) and the collector's policy"""
     dataset: bool = False
     """the script learns from a saved dataset"""
+    steps_in: str | None = None
+    """the module whose ``UpdateStep`` the script's steps are (default: the script's)"""
 
 
 CASES = {
@@ -234,6 +237,38 @@ CASES = {
     "cql_online": Case("cql_online", {**TINY_CONTINUOUS, "num_random": 4}, 50, 10, 2),
     "tqc": Case("tqc", {**TINY_CONTINUOUS, "num_quantiles": 5}, 50, 10, 2),
     "discrete_sac": Case("discrete_sac", {**TINY_CONTINUOUS, "eval_interval": 0}, 50, 10, 2),
+    # 2 batches x 4 minibatches x (PPO step, predictor step); graphs: the two steps, the
+    # policy, the two advantages
+    "ppo_rnd": Case(
+        "ppo_rnd",
+        {"total_frames": 512, "num_envs": 2, "num_steps": 128, "update_epochs": 1},
+        16,
+        8,
+        5,
+    ),
+    # 2 batches x 4 minibatches; graphs: the update step, the policy, the advantage
+    "ppo_atari": Case(
+        "ppo_atari",
+        {**TINY_ATARI, "total_frames": 512, "num_envs": 2, "num_steps": 128, "update_epochs": 1},
+        2 * 4,
+        4,
+        3,
+        steps_in="ppo",  # ppo.make_update_step
+    ),
+    # an update every 4 frames from frame 360 on; graphs: the update step and the policy
+    "dqn_atari": Case(
+        "dqn_atari",
+        {
+            **TINY_ATARI,
+            "total_frames": 400,  # a game played at random ends within it
+            "learning_starts": 360,
+            "buffer_size": 400,
+            "batch_size": 8,
+        },
+        11,
+        1,
+        2,
+    ),
 }
 
 
@@ -264,10 +299,27 @@ CQL_BREAK = pytest.mark.xfail(
 )
 
 
+#: inductor (AOTAutograd) refuses CrossQLoss's graph: the batch-renorm statistics of the
+#: stacked critics and of their detached copies share storage, and the graph mutates them
+#: (as with the older per-part compilation); dynamo's trace is one graph
+CROSSQ_INDUCTOR = pytest.mark.xfail(
+    strict=True,
+    raises=torch._dynamo.exc.BackendCompilerFailed,
+    reason="aot_autograd does not handle mutations of CrossQ's shared-storage statistics",
+)
+
+
 @pytest.mark.slow  # compilation: 10-60 s a graph on a 2-core CPU
 @pytest.mark.parametrize("compile", [True, ONE_GRAPH], ids=["inductor", "dynamo-fullgraph"])
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=CQL_BREAK) if "cql" in n else n for n in sorted(CASES)]
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=[CQL_BREAK] * ("cql" in name) + [pytest.mark.atari] * ("atari" in name),
+        )
+        for name in sorted(CASES)
+    ],
 )
 def test_script_update_compiled_once_in_one_graph(
     name, compile, fresh_dynamo, monkeypatch, tmp_path, request
@@ -277,8 +329,10 @@ def test_script_update_compiled_once_in_one_graph(
     the eager ones (``_watch``); ``ONE_GRAPH`` (dynamo alone, ``fullgraph``) raises on a
     break and gives the same numbers bit for bit."""
     case = CASES[name]
+    if name == "crossq" and compile is True:
+        request.applymarker(CROSSQ_INDUCTOR)
     module = _load(case.script)
-    seen = _watch(module, monkeypatch)
+    seen = _watch(sys.modules[case.steps_in or case.script], monkeypatch)
     extra = {"dataset": str(request.getfixturevalue("pendulum_dataset"))} if case.dataset else {}
     cfg = module.Config(
         **case.config, **extra, eval_episodes=1, progress=False, log_dir=str(tmp_path)

@@ -521,9 +521,7 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
-@pytest.mark.parametrize(
-    "script", ["ppo", "sac", "crossq", "tqc", "cql_online", "discrete_sac", "ppo_rnd"]
-)
+@pytest.mark.parametrize("script", ["ppo", "sac"])
 def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):
     module = _load(script)
     cfg = module.Config(cudagraphs=True, progress=False, log_dir=str(tmp_path))

@@ -258,6 +258,20 @@ class TestSpecsAndErrors:
         with pytest.raises(RuntimeError, match="batch_locked is a read-only property"):
             env.batch_locked = False
 
+    def test_wrong_batch_size_raises_value_and_runtime_error(self):
+        env = TransformedEnv(PendulumEnv(), StepCounter())
+        td = env.reset()
+        td["action"] = env.action_spec.rand()
+        wrong = td.expand(2).clone()
+        # a ValueError (rl), and TorchRL's RuntimeError with its words
+        for error in (ValueError, RuntimeError):
+            with pytest.raises(error, match=r"Expected a tensordict with shape==env.batch_size, "):
+                env.step(wrong)
+        with pytest.raises(
+            ValueError, match=r"batch_size \(2,\), expected the env batch_size \(\)"
+        ):
+            env.step(wrong)
+
     def test_attribute_error_inside_a_spec_is_reported(self):
         class Buggy(Transform):
             broken = True

@@ -60,6 +60,11 @@ def _seed_generator(seed: int) -> int:
     return int.from_bytes(rng.bytes(8), "big") % _MAX_SEED
 
 
+class _BatchSizeError(ValueError, RuntimeError):
+    """A tensordict of the wrong batch size: a ValueError (a bad argument), and the
+    RuntimeError TorchRL raises for it."""
+
+
 class _EnvMeta(ABCMeta):
     """Runs ``_post_init`` once the subclass ``__init__`` has set the specs.
 
@@ -325,8 +330,9 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             nb = len(self.batch_size)
             if not self.batch_locked and len(bs) >= nb and bs[len(bs) - nb :] == self.batch_size:
                 return
-            raise ValueError(
-                f"{where} got a tensordict of batch_size {tuple(bs)}, "
+            raise _BatchSizeError(
+                f"Expected a tensordict with shape==env.batch_size, got {tuple(bs)} and "
+                f"{tuple(self.batch_size)}: {where} got a tensordict of batch_size {tuple(bs)}, "
                 f"expected the env batch_size {tuple(self.batch_size)}"
                 + ("" if self.batch_locked else " (with any leading dims: batch_locked=False)")
             )

@@ -402,8 +402,9 @@ class TestKeys:
         assert "step_count" not in env.observation_spec.keys()
         assert "step_count" not in env.reset().keys()
         check_env_specs(env)
-        with pytest.raises(ValueError, match="cannot exclude 'reward'"):
-            TransformedEnv(PendulumEnv(), ExcludeTransform("reward"))
+        # as TorchRL: a reward (or done) entry can be excluded too
+        env = TransformedEnv(PendulumEnv(), ExcludeTransform("reward"))
+        assert env.reward_keys == [] and "reward" not in env.rollout(2)["next"].keys()
 
     def test_select(self):
         env = TransformedEnv(PendulumEnv(), Compose(StepCounter(), SelectTransform("observation")))

@@ -493,7 +493,8 @@ class TestConditionalPolicySwitch:
 class TestMultiAction:
     def test_chunk(self):
         env = TransformedEnv(Counter(limit=10), MultiAction())
-        assert env.action_spec.shape == (1, 1) and env.reward_spec.shape == (1, 1)
+        # the chunk dim is dynamic (-1), as TorchRL's
+        assert env.action_spec.shape == (-1, 1) and env.reward_spec.shape == (-1, 1)
         td = env.reset()
         td["action"] = torch.tensor([[1.0], [2.0], [3.0]])
         out = env.step(td)

@@ -224,6 +224,11 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         env = super().__new__(cls)
         env.__dict__.update(specs)
         env.__dict__["_inplace_update"] = _inplace_update
+        # TorchRL's subclasses may set specs before calling ``super().__init__()``: a single
+        # env on no device until ``__init__`` says otherwise (specs made on first use,
+        # see ``__getattr__``)
+        env.__dict__["_batch_size"] = torch.Size([])
+        env.__dict__["_device"] = None
         if not _batch_locked:
             env.__dict__["_batch_locked"] = False
         return env
@@ -261,6 +266,19 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
                     spec[key] = Composite(shape=spec.shape, device=spec.device)
             self.__dict__[name] = spec
         self.is_closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for a missing attribute: the spec containers of a subclass that
+        # sets specs before ``EnvBase.__init__`` ran (TorchRL's EnvBase allows it)
+        if name in ("_output_spec", "_input_spec"):
+            keys = _OUTPUT_KEYS if name == "_output_spec" else _INPUT_KEYS
+            d = self.__dict__
+            spec = Composite(shape=d["_batch_size"], device=d["_device"])
+            for key in keys:
+                spec[key] = Composite(shape=spec.shape, device=spec.device)
+            d[name] = spec
+            return spec
+        return nn.Module.__getattr__(self, name)
 
     def _post_init(self) -> None:
         bs = self.batch_size
@@ -437,8 +455,8 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
                 next_td = self._step(tensordict)
             else:
                 next_td = step_masked(self, tensordict, partial)
-        except KeyError:
-            self._raise_missing_action(tensordict)
+        except KeyError as err:
+            self._raise_missing_action(tensordict, err)
             raise
         if next_preset is not None:
             for key in next_preset.keys(True, True):
@@ -452,9 +470,14 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         """The ``"next"`` of a skipped step (TorchRL's name): current values, zero reward."""
         return skip_tensordict(self, tensordict)
 
-    def _raise_missing_action(self, tensordict: TensorDictBase) -> None:
+    def _raise_missing_action(
+        self, tensordict: TensorDictBase, error: KeyError | None = None
+    ) -> None:
         for key in self.action_keys:
             if key not in tensordict.keys(True, True):
+                message = error.args[0] if error is not None and error.args else None
+                if isinstance(message, str) and repr(key) in message:
+                    return  # the step's own error already names the missing key
                 raise KeyError(
                     f"step() needs the action key {key!r} (action_spec {self.action_spec!r}) "
                     f"but the tensordict has keys {sorted(map(str, tensordict.keys(True, True)))}"

@@ -388,7 +388,9 @@ def check_env_specs(
             continue
         value = rollout[key]
         want = (*spec.shape[:nb], steps, *spec.shape[nb:])
-        if tuple(value.shape) != tuple(want):
+        if len(value.shape) != len(want) or any(
+            w != -1 and v != w for v, w in zip(value.shape, want)  # -1: a dynamic dim
+        ):
             raise AssertionError(
                 f"{key!r} has shape {tuple(value.shape)} in the rollout, expected {want} "
                 f"from spec {spec!r}"

@@ -168,6 +168,12 @@ class TransformedEnv(EnvBase):
         self._transform.insert(index, transform)
         return self
 
+    def _post_init(self) -> None:
+        # the specs are the base env's (completed there) through the transforms: no done
+        # flag or reward is added back when a transform removed it (TorchRL's
+        # ExcludeTransform("done")); they are computed now, so a transform refuses its env
+        self._specs()
+
     def empty_cache(self) -> None:
         """Drops the cached specs (recomputed at the next access)."""
         d = self.__dict__
@@ -202,6 +208,9 @@ class TransformedEnv(EnvBase):
             flat = _flat_transforms(self._transform)
             fast = all(t._rollout_safe() for t in flat) and not _reads_outer_root(base)
             self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
+            self.__dict__["_inv_steps_env"] = any(
+                getattr(t, "_inv_steps_env", False) for t in flat
+            )
             self.__dict__["_post_hooks"] = any(
                 type(t)._post_step_mdp_hooks is not Transform._post_step_mdp_hooks for t in flat
             )
@@ -329,7 +338,14 @@ class TransformedEnv(EnvBase):
         next_td = self.base_env._step(td_in)
         carry_preset(next_td, tget(tensordict, "next"))
         self.base_env._complete_outputs(next_td)
-        return transform._step(tensordict, next_td)
+        root = td_in if self.__dict__.get("_inv_steps_env") else tensordict  # _step_root
+        return transform._step(root, next_td)
+
+    def _step_root(self, tensordict: TensorDictBase, td_in: TensorDictBase) -> TensorDictBase:
+        """The root the transforms' ``_step`` reads: the caller's, or, when a transform's
+        ``inv`` steps the env itself (``MultiAction``), the root ``inv`` left (as TorchRL,
+        whose transforms always read ``inv``'s output)."""
+        return td_in if self.__dict__.get("_inv_steps_env", False) else tensordict
 
     def _step_partial(
         self, tensordict: TensorDictBase, td_in: TensorDictBase, partial: torch.Tensor
@@ -354,19 +370,21 @@ class TransformedEnv(EnvBase):
             next_td = base._step(td_in)
             carry_preset(next_td, preset)
             base._complete_done(next_td)
-            return transform._step(tensordict, next_td)
+            return transform._step(self._step_root(tensordict, td_in), next_td)
         partial = check_step_mask(partial, td_in.batch_size)
         if bool(partial.all()):
             next_td = base._step(td_in)
             carry_preset(next_td, preset)
             base._complete_done(next_td)
-            return transform._step(tensordict, next_td)
+            return transform._step(self._step_root(tensordict, td_in), next_td)
         out = self._skip_tensordict(td_in)
         if bool(partial.any()):
             sub_in = td_in[partial]
             sub_next = base._step(sub_in)
             base._complete_done(sub_next)
-            masked_merge(out, partial, transform._step(tensordict[partial], sub_next))
+            masked_merge(
+                out, partial, transform._step(self._step_root(tensordict, td_in)[partial], sub_next)
+            )
         carry_preset(out, preset)
         return out
 

@@ -563,6 +563,10 @@ class MultiAction(Transform):
         torch.Size([4, 1])
     """
 
+    #: its ``inv`` steps the env below: the transforms' ``_step`` then read the root
+    #: ``inv`` returns (the env advanced by the chunk's first actions), as TorchRL
+    _inv_steps_env = True
+
     def __init__(
         self,
         *,
@@ -643,7 +647,9 @@ class MultiAction(Transform):
             if action is None:
                 raise KeyError(
                     f"{type(self).__name__} expected stacked actions at key {chunk_key!r} "
-                    "before env.step, but the key was missing. Available keys are "
+                    "before env.step, but the key was missing. For VLA policies, use "
+                    "MultiAction.from_vla() or pass chunk_key=('vla_action', 'chunk'). "
+                    "Available keys are "
                     f"{sorted(map(str, tensordict.keys(True, True)))}."
                 )
             actions.set(action_key, action)
@@ -746,7 +752,9 @@ class MultiAction(Transform):
     def _chunk_spec(self, spec, ndim: int):
         for _ in range(self.dim):
             spec = spec.unsqueeze(ndim)
-        return spec
+        # the chunk length is free: a dynamic (-1) dim, as TorchRL's
+        chunk_dim = ndim + self.dim - 1
+        return spec.expand(*(-1 if i == chunk_dim else d for i, d in enumerate(spec.shape)))
 
     def transform_input_spec(self, input_spec):
         input_spec = input_spec.clone()

@@ -118,8 +118,8 @@ class ExcludeTransform(Transform):
         inverse: drop them from the input of the env below (``inv``, before each step)
             instead of from its output; the specs are then unchanged (as TorchRL).
 
-    Raises:
-        ValueError: at spec time, a key is a reward or done key (the env needs them).
+    A reward or done entry can be excluded too (as TorchRL): the env's reward / done spec
+    loses it.
 
     Examples:
         >>> import torch
@@ -165,18 +165,15 @@ class ExcludeTransform(Transform):
         if self.inverse:
             return output_spec
         output_spec = output_spec.clone()
-        for name in ("full_reward_spec", "full_done_spec"):
-            present = set(leaf_keys(output_spec[name])) if name in output_spec.keys() else set()
+        # as TorchRL: a done or reward entry can be excluded too (the env then has one
+        # flag or reward less, e.g. "terminated" alone)
+        for name in ("full_done_spec", "full_reward_spec", "full_observation_spec"):
+            if name not in output_spec.keys():
+                continue
+            spec = output_spec[name]
             for key in self.excluded_keys:
-                if key in present:
-                    raise ValueError(
-                        f"ExcludeTransform cannot exclude {key!r}: it is in the env's {name} "
-                        "and the env needs it"
-                    )
-        obs = output_spec["full_observation_spec"]
-        for key in self.excluded_keys:
-            if key in obs.keys(include_nested=True):
-                del obs[key]
+                if key in spec.keys(include_nested=True):
+                    del spec[key]
         return output_spec
 
     def transform_state_spec(self, state_spec):
@@ -246,10 +243,18 @@ class SelectTransform(Transform):
     def transform_output_spec(self, output_spec):
         output_spec = output_spec.clone()
         always = set()
-        if self.keep_rewards:
-            always.update(leaf_keys(output_spec["full_reward_spec"]))
-        if self.keep_dones:
-            always.update(leaf_keys(output_spec["full_done_spec"]))
+        for name, keep in (
+            ("full_reward_spec", self.keep_rewards),
+            ("full_done_spec", self.keep_dones),
+        ):
+            spec = output_spec[name]
+            if keep:
+                always.update(leaf_keys(spec))
+                continue
+            # as TorchRL: without keep_*, only the selected reward / done entries remain
+            for key in leaf_keys(spec):
+                if key not in self.selected_keys:
+                    del spec[key]
         self.__dict__["_always"] = always
         obs = output_spec["full_observation_spec"]
         for key in leaf_keys(obs):

@@ -239,7 +239,7 @@ class TestConvNet:
         torch.testing.assert_close(other(x), net(x))
 
     def test_errors(self):
-        with pytest.raises(ValueError, match="kernel_sizes of length 3 but a depth of 2"):
+        with pytest.raises(ValueError, match="depth=3 and num_cells=2 length conflict"):
             ConvNet(num_cells=[4, 4], kernel_sizes=[3, 3, 3])
         with pytest.raises(TypeError, match="activation_class"):
             ConvNet(num_cells=[4], activation_class="elu")

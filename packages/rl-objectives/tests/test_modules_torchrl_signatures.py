@@ -168,3 +168,8 @@ class TestMultiAgentNetBaseKeywords:
 def test_find_depth_message():
     with pytest.raises(ValueError, match="depth=None requires one of the input args"):
         Conv3dNet(in_features=5, num_cells=32, depth=None)
+    # the depth comes from the last list given; the first field of another length is named
+    with pytest.raises(
+        ValueError, match="depth=2 and num_cells=1 length conflict, consider matching"
+    ):
+        Conv3dNet(in_features=5, num_cells=[32], kernel_sizes=[3, 3])

@@ -153,11 +153,11 @@ def find_depth(depth: int | None, owner: str, **list_or_ints) -> int:
                 f"{owner}: depth=None requires one of the input args ({', '.join(list_or_ints)}) "
                 "to be a list, whose length gives the depth"
             )
-        depth = next(iter(lengths.values()))
+        depth = list(lengths.values())[-1]  # the last list, as TorchRL
     for key, length in lengths.items():
         if length != depth:
             raise ValueError(
-                f"{owner} got {key} of length {length} but a depth of {depth}: "
-                "give lists of one length, or ints with a depth"
+                f"{owner}: depth={depth} and {key}={length} length conflict, consider matching "
+                f"or specifying a constant {key} argument together with a desired depth"
             )
     return depth

@@ -47,6 +47,10 @@ class TestUpdateIfPresent:
         assert result.updated.tolist() == [True, False, True, False, True, False]
         assert isinstance(result, ConditionalUpdateResult)
         assert (result.updated_count, result.stale_count, result.version_rejected) == (3, 3, None)
+        # a tensorclass as TorchRL's: one row per record
+        assert result.batch_size == (6,) and result[2:4].updated.tolist() == [True, False]
+        built = ConditionalUpdateResult(torch.tensor([False, True]), batch_size=[2])
+        assert (built.updated_count, built.stale_count, built[1].updated.item()) == (1, 1, True)
         expected = torch.tensor([-1, -1, -1, -1, 4, 42, 6, 42, 8, 42.0])
         torch.testing.assert_close(rb[:]["obs"][:, 0], expected)
         # a handle keeps working after a patch (nested keys too)

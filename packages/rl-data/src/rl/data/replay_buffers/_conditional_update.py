@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorClass, TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
 
 from rl.data.replay_buffers._utils import KeyMismatchError
@@ -19,13 +18,20 @@ from rl.data.replay_buffers.writers._writers import Writer
 __all__ = ["ConditionalUpdateResult", "update_if_present"]
 
 
-@dataclass(frozen=True)
-class ConditionalUpdateResult:
+class ConditionalUpdateResult(TensorClass["nocast"]):
     """What :meth:`ReplayBuffer.update_if_present` did, record by record.
 
     Every record given lands in exactly one of three groups: updated, rejected by the
     version comparison, or stale (its slot was rewritten or emptied since its handle
-    was taken).
+    was taken). A tensorclass, as TorchRL's: its batch size is ``[N]`` (one row per
+    record), so it indexes, stacks and moves like a TensorDict.
+
+    Examples:
+        >>> import torch
+        >>> from rl.data import ConditionalUpdateResult
+        >>> result = ConditionalUpdateResult(torch.tensor([True, False]), batch_size=[2])
+        >>> result.updated_count, result.stale_count, result[1].updated.item()
+        (1, 1, False)
 
     Attributes:
         updated: ``[N]`` bool, in the order of the given indices: the record was live
@@ -209,4 +215,6 @@ def update_if_present(
                 leaf = _stored_leaf(storage, key)
                 leaf[_coords(index[live].to(leaf.device))] = value[live.to(value.device)]
             storage._bump_mutation_revision()
-    return ConditionalUpdateResult(updated=live, version_rejected=rejected)
+    return ConditionalUpdateResult(
+        updated=live, version_rejected=rejected, batch_size=live.shape[:1]
+    )

@@ -16,7 +16,7 @@ Each compiled run starts with an empty inductor kernel cache (a first run of the
 script pays the whole compilation); ``--warm-cache`` keeps the cache, as a second run of
 a script finds it.
 
-``--micro sac ppo`` times the update step alone instead (the example's loss, gradients,
+``--micro sac ppo iql cql`` times the update step alone instead (the example's loss, gradients,
 clipping, optimizer and target update at the example's sizes), eager against compiled
 in interleaved blocks, in updates per second: a figure less sensitive to the machine's
 load than whole runs.
@@ -163,10 +163,7 @@ def micro(algo: str, rounds: int, block: int) -> dict:
     steps, data = {}, None
     for compiled in (False, True):
         torch.manual_seed(0)
-        if algo == "sac":
-            step, data = _sac_step(compiled, data)
-        else:
-            step, data = _ppo_step(compiled, data)
+        step, data = MICRO[algo](compiled, data)
         steps[compiled] = step
     start = time.perf_counter()
     steps[True](data)
@@ -235,6 +232,33 @@ def _ppo_step(compiled: bool, minibatch):
     return step, minibatch
 
 
+def _offline_step(algo: str, compiled: bool, sample):
+    """offline.py's update at its defaults for ``algo`` (IQL: batch 256, 256x256 actor,
+    twin critics and value network; CQL: batch 256, 128x128, 10 random actions per
+    state), past CQL's warm-up, on a batch of random Pendulum transitions."""
+    import offline
+    import torch
+    from _offpolicy import make_env, transitions
+
+    cfg = offline.resolve(offline.Config(algo=algo, compile=compiled))
+    env = make_env("Pendulum-v1")
+    *_, update = offline.make_learner(cfg, env)
+    warm_up = torch.tensor(False)
+    if sample is None:
+        env.set_seed(0)
+        sample = transitions(env.rollout(cfg.batch_size, break_when_any_done=False))
+    return (lambda batch: update(batch, warm_up)), sample
+
+
+#: the update steps ``--micro`` times: algorithm -> builder(compiled, data)
+MICRO = {
+    "sac": _sac_step,
+    "ppo": _ppo_step,
+    "iql": lambda compiled, data: _offline_step("iql", compiled, data),
+    "cql": lambda compiled, data: _offline_step("cql", compiled, data),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=list(RUNS), choices=list(RUNS))
@@ -253,7 +277,7 @@ def main() -> None:
     parser.add_argument(
         "--micro",
         nargs="+",
-        choices=["sac", "ppo"],
+        choices=list(MICRO),
         help="update-only: the example's update step eager vs compiled, in updates/s",
     )
     parser.add_argument("--rounds", type=int, default=10, help="--micro: timed blocks per mode")

@@ -142,18 +142,12 @@ def resolve(cfg: Config) -> Config:
     return cfg
 
 
-def main(cfg: Config) -> dict:
-    cfg = resolve(dataclasses.replace(cfg))
-    seed_everything(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    buffer, info = open_dataset(cfg.dataset, cfg.batch_size)
-    cfg.env_id = info["env_id"]
-    env = make_env(cfg.env_id)  # for the specs and the evaluation only
-    obs_norm = None
-    if cfg.normalize_obs:
-        batch_norm, obs_norm = observation_norms(buffer)
-        buffer.append_transform(batch_norm)
-
+def make_learner(cfg: Config, env):
+    """The actor, the critic, the loss (IQL or CQL, by ``cfg.algo``), the keys of the
+    loss terms it sums, and its update step: the loss, the gradients, each optimizer's
+    step and the soft target update; one graph with ``cfg.compile``. The step takes a
+    batch and a boolean tensor, CQL's warm-up flag (the actor clones the data's actions
+    while it is true)."""
     # the pieces: actor, critics (and IQL's value network), loss, optimisers, targets
     actor = make_tanh_normal_actor(env, cfg.hidden)
     qvalue = make_qvalue(env, cfg.hidden)
@@ -205,7 +199,6 @@ def main(cfg: Config) -> dict:
             loss_keys += ("loss_alpha_prime",)
             optimizers.append(torch.optim.Adam([loss_module.log_alpha_prime], lr=cfg.lr))
     target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    run = Run(cfg.algo, cfg, cfg.num_updates, eval_transform=obs_norm)
 
     def offline_loss(sample, behaviour_cloning):
         losses = loss_module(sample)
@@ -223,6 +216,23 @@ def main(cfg: Config) -> dict:
         compile=cfg.compile,
         cudagraphs=cfg.cudagraphs,
     )
+    return actor, qvalue, loss_module, loss_keys, update
+
+
+def main(cfg: Config) -> dict:
+    cfg = resolve(dataclasses.replace(cfg))
+    seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    buffer, info = open_dataset(cfg.dataset, cfg.batch_size)
+    cfg.env_id = info["env_id"]
+    env = make_env(cfg.env_id)  # for the specs and the evaluation only
+    obs_norm = None
+    if cfg.normalize_obs:
+        batch_norm, obs_norm = observation_norms(buffer)
+        buffer.append_transform(batch_norm)
+
+    actor, qvalue, loss_module, loss_keys, update = make_learner(cfg, env)
+    run = Run(cfg.algo, cfg, cfg.num_updates, eval_transform=obs_norm)
     cloning, learning = torch.tensor(True), torch.tensor(False)
 
     # the loop: sample the dataset, update every network, move the targets

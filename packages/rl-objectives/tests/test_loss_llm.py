@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("transformers")
 
-from tensordict import TensorDict  # noqa: E402
+from tensordict import TensorDict, lazy_stack  # noqa: E402
 
 from rl.data.llm import ChatHistory, History  # noqa: E402
 from rl.modules.llm import TransformersWrapper  # noqa: E402
@@ -142,6 +142,33 @@ class TestGRPOLoss:
         expected = k3_kl_token_estimate(ref, cur)[mask].mean()
         torch.testing.assert_close(out.kl_to_ref, expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(out.loss_kl_to_ref, 0.5 * expected, atol=1e-5, rtol=1e-5)
+
+    def test_ref_log_prob_padding(self, model, rollout):
+        policy, td = rollout
+        *_, cur, mask = hand_grpo(model, td)
+        td = td.clone()
+        ref = cur - 0.3 * mask
+        td["next", "ref_log_probs", "full"] = ref.unsqueeze(-1)  # [B, T, 1]: squeezed
+        out = GRPOLoss(policy, kl_to_ref_coeff=0.5)(td)
+        expected = k3_kl_token_estimate(ref, cur)[mask].mean()
+        torch.testing.assert_close(out.kl_to_ref, expected, atol=1e-5, rtol=1e-5)
+        # ragged reference log-probs: padded with the given value on the given side
+        rows = lazy_stack(
+            [
+                TensorDict(next=TensorDict(ref_log_probs=TensorDict(full=torch.tensor(x))))
+                for x in ([1.0, 2.0, 3.0], [4.0])
+            ]
+        )
+        loss = GRPOLoss(policy, ref_log_prob_padding_side="right", ref_log_prob_padding_value=-1.0)
+        assert loss.ref_log_prob_padding_side == "right"
+        torch.testing.assert_close(
+            loss._ref_log_prob(rows, torch.zeros(2, 3)),
+            torch.tensor([[1.0, 2.0, 3.0], [4.0, -1.0, -1.0]]),
+        )
+        with pytest.raises(ValueError, match="ragged and ref_log_prob_padding_side='left'"):
+            GRPOLoss(policy)._ref_log_prob(rows, torch.zeros(2, 3))
+        with pytest.raises(ValueError, match="must be 'left' or 'right', got 'top'"):
+            CISPOLoss(policy, ref_log_prob_padding_side="top")
 
     def test_dapo_and_cispo(self, model, rollout):
         policy, td = rollout

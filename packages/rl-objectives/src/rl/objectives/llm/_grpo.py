@@ -90,6 +90,14 @@ class GRPOLoss(LossModule):
         device: where the clip bounds live.
         masking_strategy (str): ``"sft"`` (response tokens, default), ``"rlhf"``
             (assistant tokens) or ``"generic"`` (every attended token).
+        ref_log_prob_padding_side (str): the side on which ragged reference log-probs
+            (a lazy stack of sequences of different lengths) are padded into one tensor,
+            as TorchRL; ``"left"`` (the default) or ``"right"``. rl's policies pad the
+            tokens (hence the log-probs the KL compares them with) on the right, so ragged
+            reference log-probs need ``"right"``: with ``"left"`` they would be compared
+            with other tokens, and a clear error says so (dense ones are the same either
+            way).
+        ref_log_prob_padding_value (float): the value padded in. Defaults to ``0.0``.
 
     The advantage is ``[B]`` / ``[B, 1]`` (one per sequence) or ``[B, T]`` / ``[B, T, 1]``
     (one per token).
@@ -130,9 +138,18 @@ class GRPOLoss(LossModule):
         kl_to_inference_coeff: float | None = None,
         device: torch.device | None = None,
         masking_strategy: Literal["sft", "rlhf", "generic"] = "sft",
+        ref_log_prob_padding_side: Literal["left", "right"] = "left",
+        ref_log_prob_padding_value: float = 0.0,
         **kwargs,
     ):
         super().__init__()
+        if ref_log_prob_padding_side not in ("left", "right"):
+            raise ValueError(
+                f"ref_log_prob_padding_side must be 'left' or 'right', got "
+                f"{ref_log_prob_padding_side!r}"
+            )
+        self.ref_log_prob_padding_side = ref_log_prob_padding_side
+        self.ref_log_prob_padding_value = ref_log_prob_padding_value
         if masking_strategy not in ("sft", "rlhf", "generic"):
             raise ValueError(
                 f"masking_strategy {masking_strategy!r} is not one of ('sft', 'rlhf', 'generic')"
@@ -188,6 +205,31 @@ class GRPOLoss(LossModule):
             raise KeyError(f"{name} key {key} not in tensordict")
         return value
 
+    def _ref_log_prob(self, tensordict: TensorDictBase, cur: torch.Tensor) -> torch.Tensor:
+        """The reference log-probs, padded on ``ref_log_prob_padding_side`` with
+        ``ref_log_prob_padding_value``; a trailing feature dim (``[B, T, 1]``) is dropped."""
+        key = self.tensor_keys.ref_log_probs
+        side, fill = self.ref_log_prob_padding_side, self.ref_log_prob_padding_value
+        ref = tensordict.get(
+            key, None, as_padded_tensor=True, padding_side=side, padding_value=fill
+        )
+        if ref is None:
+            raise KeyError(f"ref_log_probs key {key} not in tensordict")
+        if side == "left":
+            right = tensordict.get(
+                key, as_padded_tensor=True, padding_side="right", padding_value=fill
+            )
+            if not torch.equal(ref, right):
+                raise ValueError(
+                    f"the reference log-probs at {key} are ragged and "
+                    "ref_log_prob_padding_side='left' would pad them against the policy's "
+                    "log-probs, which rl pads on the right: pass "
+                    "ref_log_prob_padding_side='right'"
+                )
+        if ref.ndim == cur.ndim + 1:
+            ref = ref.squeeze(-1)
+        return ref
+
     def forward(self, tensordict: TensorDictBase) -> LLMLossOutput:
         keys = self.tensor_keys
         action = self._padded(tensordict, keys.action, "action").long()
@@ -228,7 +270,7 @@ class GRPOLoss(LossModule):
             out["entropy"] = entropy.detach()[mask].mean()
             out["loss_entropy"] = self._aggregate(-self.entropy_coeff * entropy, mask)
         if self.kl_to_ref_coeff:
-            ref = self._padded(tensordict, keys.ref_log_probs, "ref_log_probs")
+            ref = self._ref_log_prob(tensordict, cur_log_prob)
             out["loss_kl_to_ref"], out["kl_to_ref"] = self._kl(
                 ref, cur_log_prob, mask, self.kl_to_ref_coeff, "ref_log_probs"
             )

@@ -75,6 +75,17 @@ class CollectorBase(ABC):
     _ignore_rb = False
     _weight_updater: WeightUpdaterBase | None = None
 
+    def __init__(
+        self,
+        *,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+    ) -> None:
+        """Sets the two hooks (TorchRL's ``BaseCollector.__init__``); a subclass that
+        defines its own ``__init__`` sets them there."""
+        self.pre_collect_hook = pre_collect_hook
+        self.post_collect_hook = post_collect_hook
+
     def _init_trajs(
         self, trajs_per_batch, traj_format, replay_buffer, split_trajs, trajs_per_write=None
     ) -> None:

@@ -27,6 +27,7 @@ from rl.core.workers import stop_processes as _stop_processes
 
 from ._base import CollectorBase
 from ._profile import ProfileConfig
+from ._single import Collector
 from ._worker import CallFailed, worker_main
 
 __all__ = [
@@ -210,8 +211,26 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         weight_sync_schemes: Mapping[str, Any] | None = None,
         weight_recv_schemes: Mapping[str, Any] | None = None,
         cudagraph_policy: bool | Mapping[str, Any] | None = None,
+        collector_class: type | None = None,
+        update_at_each_batch: bool = False,
+        no_cuda_sync: bool = False,
+        worker_idx: int | None = None,
+        init_fn: Callable[[], None] | None = None,
+        compact_obs: bool = False,
     ) -> None:
         self.closed = True  # until the workers run
+        if collector_class is None:
+            collector_class = Collector
+        if not (isinstance(collector_class, type) and issubclass(collector_class, Collector)):
+            raise TypeError(
+                "collector_class must be Collector or a subclass of it (each worker runs "
+                f"one), got {collector_class!r}"
+            )
+        self.collector_class = collector_class
+        self.update_at_each_batch = bool(update_at_each_batch)
+        self.no_cuda_sync = bool(no_cuda_sync)
+        self.worker_idx = worker_idx
+        self.compact_obs = bool(compact_obs)
         if not isinstance(policy_factory, list | tuple):
             self._check_reset_and_factory(reset_when_done, policy, policy_factory)
         elif policy is not None and weight_sync_schemes is None:
@@ -308,6 +327,11 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
             "track_policy_version": track_policy_version,
             "auto_register_policy_transforms": auto_register_policy_transforms,
             "cudagraph_policy": cudagraph_policy,
+            "no_cuda_sync": no_cuda_sync,
+            "compact_obs": compact_obs,
+            # taken out by the worker: the class it builds, what it runs first
+            "collector_class": collector_class,
+            "init_fn": init_fn,
         }
         factories = _per_worker(policy_factory, n, "policy_factory")
         self.worker_policy_devices = [
@@ -867,6 +891,19 @@ class MultiSyncCollector(MultiCollector):
             read-only once the workers run.
         device, storing_device, env_device, policy_device: as in ``Collector``, one
             value or a list with one per worker.
+        collector_class: the collector each worker runs: :class:`~rl.collectors.Collector`
+            (default) or a subclass (sent to the workers with cloudpickle). TorchRL also
+            takes a multiprocess collector class here (workers of workers); rl raises a
+            ``TypeError`` for one.
+        update_at_each_batch: call :meth:`update_policy_weights_` before each batch
+            (:class:`MultiSyncCollector`) or after each batch is received
+            (:class:`MultiAsyncCollector`), as TorchRL.
+        init_fn: called (no argument) in each worker process first, before its env is
+            built (seeding, logging set-up); sent with cloudpickle.
+        worker_idx: this collector's own index among several (kept as ``worker_idx``);
+            each worker's collector gets its index among this collector's workers.
+        no_cuda_sync, compact_obs: as in :class:`~rl.collectors.Collector` (each worker's
+            collector takes them).
         create_env_kwargs, max_frames_per_traj, init_random_frames,
         reset_at_each_iter, postproc, split_trajs, exploration_type, set_truncated,
         use_buffers, replay_buffer, extend_buffer, trust_policy, compile_policy: as in
@@ -897,6 +934,8 @@ class MultiSyncCollector(MultiCollector):
             frames = min(frames, -(-left // n))
             if frames <= 0:
                 return None
+        if self.update_at_each_batch:  # before each collection, as TorchRL
+            self.update_policy_weights_()
         for index in range(n):
             self._ask(index, self._steps_for(index, frames))
         pieces = [self._read_batch(index, copy=False) for index in range(n)]
@@ -965,6 +1004,8 @@ class MultiAsyncCollector(MultiCollector):
             self._ready_order = self._wait_any(sorted(self._pending), "collect")
         index = self._ready_order.pop(0)
         batch = self._read_batch(index)
+        if self.update_at_each_batch:  # after each collection, as TorchRL
+            self.update_policy_weights_()
         self._fill()  # the worker starts its next batch while this one is used
         return batch
 

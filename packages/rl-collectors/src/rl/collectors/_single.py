@@ -156,6 +156,15 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         cudagraph_policy: wrap the policy in tensordict's ``CudaGraphModule`` (``True`` or
             its kwargs); on a machine without CUDA the policy runs eagerly, with a
             warning.
+        no_cuda_sync: TorchRL's switch to bypass its explicit CUDA synchronizations
+            (after non-blocking copies). This collector issues none in either case: its
+            device copies are blocking, so ``True`` (what TorchRL recommends for envs
+            running on CUDA, e.g. IsaacLab) and ``False`` collect the same data; the
+            value is kept as ``no_cuda_sync``.
+        compact_obs: drop the ``("next", ...)`` observation and state entries from the
+            yielded batches (the next step's root holds them again; at a trajectory's
+            last step they are lost). Rewards and done flags stay. Roughly halves the
+            memory of observation-heavy batches, as TorchRL's.
 
     Raises:
         ValueError: a policy writes an action outside the action spec (the message names
@@ -225,6 +234,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         weight_sync_schemes: Mapping[str, Any] | None = None,
         weight_recv_schemes: Mapping[str, Any] | None = None,
         cudagraph_policy: bool | Mapping[str, Any] | None = None,
+        no_cuda_sync: bool = False,
+        compact_obs: bool = False,
     ) -> None:
         if create_env_fn is None:
             raise TypeError("Collector needs an env: pass create_env_fn (an env or a factory)")
@@ -275,6 +286,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             # TorchRL 0.14.1 raises here, at construction (its rollout raises on its own)
             truncated_keys(self.env.done_keys, when="before passing the env to the collector")
         self.set_truncated = set_truncated
+        self.no_cuda_sync = bool(no_cuda_sync)
+        self.compact_obs = bool(compact_obs)
+        self._compact_keys = _compact_keys(self.env) if self.compact_obs else ()
         self.use_buffers = use_buffers
         self.replay_buffer = replay_buffer
         self.extend_buffer = extend_buffer
@@ -388,6 +402,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             self._write_version(out)
         if self.set_truncated:
             mark_truncated(out, env.done_keys)
+        if self._compact_keys:  # after _next_root, which reads them
+            out = out.exclude(*self._compact_keys)
         if out.names[-1] != "time":  # TorchRL's name of the rollout dim
             out.refine_names(..., "time")
         if self.storing_device is not None and out.device != self.storing_device:
@@ -463,6 +479,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
                 out.get(("next", "policy_version")).zero_()
         if self.set_truncated:
             mark_truncated(out, env.done_keys)
+        if self._compact_keys:
+            out = out.exclude(*self._compact_keys)
         if self.storing_device is not None and out.device != self.storing_device:
             out = out.to(self.storing_device)
         if self.split_trajs:
@@ -640,6 +658,13 @@ def _version_tracker(track: Any) -> Any:
         "track_policy_version must be a bool or an object with `version` and "
         f"`increment_version()` (e.g. a PolicyVersion), got {type(track).__name__}"
     )
+
+
+def _compact_keys(env: EnvBase) -> tuple:
+    """``("next", key)`` of the observation and state entries (``compact_obs``): the next
+    step's root holds them again; rewards and done flags stay."""
+    keys = [*env.observation_keys, *env.state_keys]
+    return tuple(("next", *((k,) if isinstance(k, str) else k)) for k in dict.fromkeys(keys))
 
 
 def _inner(policy: Any) -> Any:

@@ -104,10 +104,15 @@ def worker_main(
         from ._single import Collector  # noqa: PLC0415  (after the thread settings)
 
         env_fn, policy, kwargs = pickle.loads(payload) if isinstance(payload, bytes) else payload
+        kwargs = dict(kwargs)
+        collector_class = kwargs.pop("collector_class", None) or Collector
+        init_fn = kwargs.pop("init_fn", None)
+        if init_fn is not None:
+            init_fn()
         # an env instance (TorchRL accepts one per worker, e.g. an unstarted SerialEnv)
         # is used as is: the worker owns its copy (forked or unpickled)
         env = env_fn if isinstance(env_fn, EnvBase) else env_fn()
-        collector = Collector(
+        collector = collector_class(
             env, policy, total_frames=-1, weight_recv_schemes=weight_schemes, **kwargs
         )
         policy = collector.policy  # built by the policy_factory, when one was given

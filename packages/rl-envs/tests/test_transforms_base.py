@@ -258,6 +258,16 @@ class TestSpecsAndErrors:
         with pytest.raises(RuntimeError, match="batch_locked is a read-only property"):
             env.batch_locked = False
 
+    def test_allow_done_after_reset_is_the_base_envs(self):
+        base = PendulumEnv()
+        base.allow_done_after_reset = True
+        env = TransformedEnv(base, StepCounter())
+        assert env.allow_done_after_reset and env._allow_done_after_reset  # TorchRL's name
+        with pytest.raises(RuntimeError, match="read-only property for TransformedEnvs"):
+            env._allow_done_after_reset = False
+        base._allow_done_after_reset = False
+        assert not env.allow_done_after_reset and not base.allow_done_after_reset
+
     def test_wrong_batch_size_raises_value_and_runtime_error(self):
         env = TransformedEnv(PendulumEnv(), StepCounter())
         td = env.reset()

@@ -310,6 +310,15 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         return self.__dict__.get("_batch_locked", True)
 
     @property
+    def _allow_done_after_reset(self) -> bool:
+        """TorchRL's name of :attr:`allow_done_after_reset` (settable)."""
+        return self.allow_done_after_reset
+
+    @_allow_done_after_reset.setter
+    def _allow_done_after_reset(self, value: bool) -> None:
+        self.allow_done_after_reset = value
+
+    @property
     def is_spec_locked(self) -> bool:
         """Whether the specs are locked (``spec_locked``, :meth:`set_spec_lock_`); settable."""
         return self.__dict__.get("_is_spec_locked", True)

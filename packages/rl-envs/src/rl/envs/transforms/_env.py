@@ -297,6 +297,20 @@ class TransformedEnv(EnvBase):
         )
 
     @property
+    def allow_done_after_reset(self) -> bool:
+        """The base env's (read-only): the transforms do not make a reset done."""
+        return self.__dict__["base_env"].allow_done_after_reset
+
+    @allow_done_after_reset.setter
+    def allow_done_after_reset(self, value: bool) -> None:
+        if value is None or "_transform" not in self.__dict__:
+            return  # EnvBase.__init__'s default: the base env's flag holds
+        raise RuntimeError(
+            "_allow_done_after_reset is a read-only property for TransformedEnvs: it is "
+            f"the base env's ({self.__dict__['base_env'].allow_done_after_reset}), got {value!r}"
+        )
+
+    @property
     def _step_reads_observations(self) -> bool:
         """The base env's: transforms hand it the root, they do not read it for it."""
         return self.__dict__["base_env"]._step_reads_observations

@@ -208,7 +208,7 @@ class TestTimeMaxPool:
 
 class TestVideoRecorder:
     def test_writes_decodable_mp4(self, tmp_path, pixel_env):
-        recorder = VideoRecorder(tag="cartpole", video_dir=tmp_path, fps=10)
+        recorder = VideoRecorder(None, "cartpole", skip=1, video_dir=tmp_path, fps=10)
         env = TransformedEnv(pixel_env, recorder)
         env.rollout(7, break_when_any_done=False)
         path = recorder.dump()
@@ -222,13 +222,13 @@ class TestVideoRecorder:
         check_env_specs(env)
 
     def test_skip_and_float_frames(self, tmp_path):
-        recorder = VideoRecorder(video_dir=tmp_path, skip=2)
+        recorder = VideoRecorder(None, "video", video_dir=tmp_path, skip=2)
         td = TensorDict(pixels=torch.rand(6, 3, 8, 10), batch_size=[6])
         recorder(td)
         path = recorder.dump(suffix="data")
         with av.open(str(path)) as container:
             assert sum(1 for _ in container.decode(video=0)) == 6
-        recorder = VideoRecorder(video_dir=tmp_path, skip=2)
+        recorder = VideoRecorder(None, "video", video_dir=tmp_path, skip=2)
         env = TransformedEnv(PendulumEnv(), Compose(recorder))
         with pytest.raises(KeyError, match="'pixels'"):
             env.rollout(2)
@@ -240,11 +240,67 @@ class TestVideoRecorder:
             def log_video(self, name, video, fps):
                 calls.append((name, video.shape, fps))
 
-        recorder = VideoRecorder(logger=Logger(), tag="v")
+        recorder = VideoRecorder(logger=Logger(), tag="v", fps=30)
         recorder(TensorDict(pixels=_img(3, 4, 4, 3), batch_size=[3]))
         assert recorder.dump() is None
         assert calls == [("v", torch.Size([3, 4, 4, 3]), 30)]
 
+    def test_torchrl_arguments(self):
+        calls = []
+
+        class Logger:
+            def log_video(self, name, video, **kwargs):
+                calls.append((name, video, kwargs))
+
+        # TorchRL's positional order: logger, tag, in_keys, skip, center_crop, make_grid,
+        # out_keys, fps, max_frames, dump_on_done (+ log_video keyword arguments)
+        frames = torch.arange(2 * 4 * 6 * 3, dtype=torch.uint8).reshape(2, 4, 6, 3)
+        rec = VideoRecorder(Logger(), "v", ["pixels"], 1, 2, True, ["copy"], None, 2, step=7)
+        td = TensorDict(pixels=frames, batch_size=[2])
+        rec(td)
+        assert torch.equal(td["copy"], frames)  # out_keys: the frames are also written there
+        rec(td)
+        rec(td)  # max_frames=2: the third grid is not recorded
+        rec.dump(suffix="x")
+        ((name, video, kwargs),) = calls
+        assert name == "v_x" and kwargs == {"step": 7}  # no fps given: the logger's own
+        # make_grid: the 2 frames side by side (ceil(sqrt(2)) = 2 columns), each cropped to
+        # its centered 2x2 window (rows 1:3, columns 2:4)
+        assert video.shape == (2, 2, 4, 3)
+        torch.testing.assert_close(
+            video[0], torch.cat([frames[0, 1:3, 2:4], frames[1, 1:3, 2:4]], 1)
+        )
+        # a grid of 3 frames: 2 columns, 2 rows, the last cell empty
+        rec = VideoRecorder(Logger(), "g", make_grid=True)
+        rec(TensorDict(pixels=torch.full((3, 2, 2, 3), 9, dtype=torch.uint8), batch_size=[3]))
+        assert rec.frames[0].shape == (4, 4, 3) and rec.frames[0][2:, 2:].sum() == 0
+        with pytest.raises(ValueError, match="keyword arguments \\['step'\\] are passed to"):
+            VideoRecorder(None, "v", step=1)
+
+    def test_defaults_follow_the_env(self, pixel_env):
+        rec = VideoRecorder(None, "v")
+        assert rec.skip == 1 and rec.make_grid is False  # on data
+        env = TransformedEnv(pixel_env, rec)
+        assert env.transform[0] is rec
+        assert rec.skip == 2 and rec.make_grid is True  # TorchRL: every other step, unbatched
+
+    def test_dump_on_done(self, pixel_env):
+        lengths = []
+
+        class Logger:
+            def log_video(self, name, video, **kwargs):
+                lengths.append(video.shape[0])
+
+        rec = VideoRecorder(Logger(), "v", skip=1, dump_on_done=True)
+        env = TransformedEnv(pixel_env, rec)
+        env.set_seed(0)
+        left = env.action_spec.zero()
+        left[..., 0] = 1  # always push left: the pole falls within a few dozen steps
+        rollout = env.rollout(200, lambda td: td.set("action", left))
+        assert rollout["next", "done"][-1].all()
+        # dumped once, at the last step: the reset frame and one frame per step
+        assert lengths == [rollout.shape[0] + 1] and rec.frames == []
+
     def test_bad_args(self):
         with pytest.raises(ValueError, match="skip must be a positive int"):
-            VideoRecorder(skip=0)
+            VideoRecorder(None, "v", skip=0)

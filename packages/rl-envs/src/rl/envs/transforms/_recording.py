@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,31 +79,73 @@ def write_video(frames: torch.Tensor, path: str | os.PathLike, fps: int = 30) ->
     return path
 
 
+def _make_video_grid(frames: torch.Tensor) -> torch.Tensor:
+    """Tiles ``[N, H, W, 3]`` frames in a grid of ``ceil(sqrt(N))`` columns (as TorchRL)."""
+    n, h, w, c = frames.shape
+    ncols = math.ceil(math.sqrt(n))
+    nrows = math.ceil(n / ncols)
+    grid = frames.new_zeros(nrows * h, ncols * w, c)
+    for index, frame in enumerate(frames):
+        row, col = divmod(index, ncols)
+        grid[row * h : (row + 1) * h, col * w : (col + 1) * w] = frame
+    return grid
+
+
+def _center_crop(frame: torch.Tensor, size: int) -> torch.Tensor:
+    """The centered ``size x size`` window of ``[H, W, 3]`` frames, zero-padded where the
+    frame is smaller (torchvision's ``center_crop``, which TorchRL calls)."""
+    h, w = frame.shape[-3], frame.shape[-2]
+    pad_h, pad_w = max(size - h, 0), max(size - w, 0)
+    if pad_h or pad_w:
+        frame = torch.nn.functional.pad(
+            frame.movedim(-1, -3),
+            (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2),
+        ).movedim(-3, -1)
+        h, w = frame.shape[-3], frame.shape[-2]
+    top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    return frame[..., top : top + size, left : left + size, :]
+
+
 class VideoRecorder(Transform):
     """Records the ``"pixels"`` frames an env produces and writes them as a video on ``dump()``.
 
     Frames (``[H, W, C]`` uint8 or ``[C, H, W]`` floats in [0, 1]) are collected at reset
-    and at every ``skip``-th step; batched envs are tiled side by side. ``dump()`` hands the
-    video ``[T, H, W, 3]`` to ``logger.log_video(tag, video)`` when a logger is given, and
-    otherwise writes ``<video_dir>/<tag>_<n>.mp4`` with PyAV.
+    and at every ``skip``-th step. ``dump()`` hands the video ``[T, H, W, 3]`` to
+    ``logger.log_video(tag, video, **kwargs)`` when a logger is given, and otherwise (``logger
+    =None``, rl's addition) writes ``<video_dir>/<tag>_<n>.mp4`` with PyAV.
 
     Args:
-        logger: optional object with ``log_video(name, video, fps=...)``.
+        logger: an object with ``log_video(name, video, **kwargs)``, or ``None`` to write mp4
+            files.
         tag: the video name.
         in_keys: frame keys (default ``["pixels"]``).
-        skip: keep one frame every ``skip`` steps.
-        fps: frames per second of the video.
-        video_dir: folder of the mp4 files (default: the current directory).
-        max_frames: frames kept in memory (older ones are dropped).
+        skip: keep one frame every ``skip`` steps; ``None`` (default, as TorchRL): 1, or 2
+            in an env without batch dims.
+        center_crop: crop the frames to their centered ``center_crop x center_crop`` window
+            (zero-padded where a frame is smaller).
+        make_grid: tile the frames of a batch (of envs) in one grid frame
+            (``ceil(sqrt(N))`` columns); otherwise each goes into the video in turn.
+            ``None`` (default): a grid in an env, not on data.
+        out_keys: where each frame is also written (default: ``in_keys``, nothing copied).
+        fps: frames per second: passed to ``log_video`` when given, and the mp4's rate
+            (30 when ``None``).
+        max_frames: the most frames kept until ``dump()``; later frames are not recorded
+            (as TorchRL).
+        dump_on_done: ``dump()`` on its own at a step where every ``"done"`` entry is
+            ``True`` (every sub-env of a batch).
+        video_dir: folder of the mp4 files when ``logger`` is ``None`` (default: the
+            current directory).
+        **kwargs: more keyword arguments of ``logger.log_video``.
 
     Raises:
-        ValueError: ``skip`` or ``fps`` is not a positive int.
+        ValueError: ``skip``, ``fps``, ``center_crop`` or ``max_frames`` is not a positive int,
+            or ``kwargs`` without a logger.
         ImportError: on ``dump()`` without a logger when PyAV is missing.
 
     Examples:
         >>> import tempfile, torch
         >>> from tensordict import TensorDict
-        >>> recorder = VideoRecorder(tag="demo", video_dir=tempfile.mkdtemp())
+        >>> recorder = VideoRecorder(None, "demo", video_dir=tempfile.mkdtemp())
         >>> _ = recorder(TensorDict(pixels=torch.rand(5, 3, 32, 32), batch_size=[5]))
         >>> path = recorder.dump()
         >>> path.name, path.stat().st_size > 0
@@ -111,72 +154,148 @@ class VideoRecorder(Transform):
 
     def __init__(
         self,
-        logger=None,
-        tag: str = "video",
+        logger,
+        tag: str,
         in_keys: Sequence[NestedKey] | None = None,
-        skip: int = 1,
-        fps: int = 30,
-        video_dir: str | os.PathLike | None = None,
+        skip: int | None = None,
+        center_crop: int | None = None,
+        make_grid: bool | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        fps: int | None = None,
         max_frames: int | None = None,
+        dump_on_done: bool = False,
+        *,
+        video_dir: str | os.PathLike | None = None,
+        **kwargs,
     ):
-        for name, v in (("skip", skip), ("fps", fps)):
-            if not isinstance(v, int) or v < 1:
+        for name, v in (
+            ("skip", skip),
+            ("fps", fps),
+            ("center_crop", center_crop),
+            ("max_frames", max_frames),
+        ):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"VideoRecorder {name} must be a positive int, got {v!r}")
-        super().__init__(["pixels"] if in_keys is None else in_keys)
+        if kwargs and logger is None:
+            raise ValueError(
+                f"VideoRecorder keyword arguments {sorted(kwargs)} are passed to "
+                "logger.log_video; no logger was given (logger=None writes mp4 files)"
+            )
+        in_keys = ["pixels"] if in_keys is None else in_keys
+        super().__init__(in_keys, in_keys if out_keys is None else out_keys)
         self.logger = logger
         self.tag = tag
-        self.skip = skip
+        self._skip = skip
+        self.center_crop = center_crop
+        self._make_grid = make_grid
         self.fps = fps
+        self.video_kwargs = dict(kwargs) if fps is None else {**kwargs, "fps": fps}
         self.video_dir = Path(video_dir) if video_dir is not None else Path.cwd()
         self.max_frames = max_frames
+        self.dump_on_done = bool(dump_on_done)
         self.frames: list[torch.Tensor] = []
         self._count = 0
         self._dumps = 0
 
     @property
+    def skip(self) -> int:
+        if self._skip is None:
+            parent = self.parent
+            return 2 if parent is not None and not len(parent.batch_size) else 1
+        return self._skip
+
+    @skip.setter
+    def skip(self, value: int | None) -> None:
+        self._skip = value
+
+    @property
+    def make_grid(self) -> bool:
+        if self._make_grid is None:
+            return self.parent is not None
+        return self._make_grid
+
+    @make_grid.setter
+    def make_grid(self, value: bool | None) -> None:
+        self._make_grid = value
+
+    @property
     def has_step(self) -> bool:
         return True
 
+    def _keep(self, frame: torch.Tensor) -> None:
+        if self.max_frames is None or len(self.frames) < self.max_frames:
+            self.frames.append(frame)
+
     def _record(self, value: torch.Tensor, nbatch: int) -> None:
         frame = value.detach().cpu()
-        if nbatch:
-            frames = [_to_hwc_uint8(f) for f in frame.reshape(-1, *frame.shape[nbatch:])]
-            frame = torch.cat(frames, 1)
+        frames = [_to_hwc_uint8(f) for f in frame.reshape(-1, *frame.shape[nbatch:])]
+        if self.center_crop:
+            frames = [_center_crop(f, self.center_crop) for f in frames]
+        if not nbatch:
+            self._keep(frames[0])
+        elif self.make_grid:
+            self._keep(_make_video_grid(torch.stack(frames)))
         else:
-            frame = _to_hwc_uint8(frame)
-        self.frames.append(frame)
-        if self.max_frames is not None and len(self.frames) > self.max_frames:
-            del self.frames[0]
+            for f in frames:
+                self._keep(f)
+
+    def _copy_out(self, tensordict, in_key, out_key, value) -> None:
+        if out_key != in_key:
+            tensordict.set(out_key, value)
 
     def _call(self, next_tensordict):
         self._count += 1
-        if self._count % self.skip:
-            return next_tensordict
-        for in_key in self.in_keys:
+        record = not self._count % self.skip
+        for in_key, out_key in zip(self.in_keys, self.out_keys, strict=True):
             value = next_tensordict.get(in_key, None)
             if value is None:
                 if self.missing_tolerance:
                     continue
                 raise _missing_key_error(self, in_key, next_tensordict)
-            self._record(value, next_tensordict.batch_dims)
+            if record:
+                self._record(value, next_tensordict.batch_dims)
+            self._copy_out(next_tensordict, in_key, out_key, value)
         return next_tensordict
+
+    def _step(self, tensordict, next_tensordict):
+        next_tensordict = self._call(next_tensordict)
+        if self.dump_on_done and self._all_done(next_tensordict):
+            self.dump()
+        return next_tensordict
+
+    def _all_done(self, next_tensordict) -> bool:
+        parent = self.parent
+        keys = (
+            ["done"]
+            if parent is None
+            else [k for k in parent.done_keys if (k if isinstance(k, str) else k[-1]) == "done"]
+        )
+        dones = [next_tensordict.get(k, None) for k in keys]
+        dones = [d for d in dones if d is not None]
+        return bool(dones) and all(bool(d.all()) for d in dones)
 
     def _reset(self, tensordict, tensordict_reset):
         self._count = 0
-        for in_key in self.in_keys:
+        for in_key, out_key in zip(self.in_keys, self.out_keys, strict=True):
             value = tensordict_reset.get(in_key, None)
             if value is not None:
                 self._record(value, tensordict_reset.batch_dims)
+                self._copy_out(tensordict_reset, in_key, out_key, value)
         return tensordict_reset
 
     def forward(self, tensordict):
-        """Records the frames of a batch of data (its leading dims are tiled / stacked)."""
-        for in_key in self.in_keys:
+        """Records the frames of a batch of data (its leading dims are frames in turn, or
+        one grid with ``make_grid=True``)."""
+        for in_key, out_key in zip(self.in_keys, self.out_keys, strict=True):
             value = tensordict.get(in_key, None)
             if value is None:
                 raise _missing_key_error(self, in_key, tensordict)
-            for frame in value.reshape(-1, *value.shape[tensordict.batch_dims :]):
-                self._record(frame, 0)
+            if self.make_grid:
+                self._record(value, tensordict.batch_dims)
+            else:
+                for frame in value.reshape(-1, *value.shape[tensordict.batch_dims :]):
+                    self._record(frame, 0)
+            self._copy_out(tensordict, in_key, out_key, value)
         return tensordict
 
     def dump(self, suffix: str | None = None) -> Path | None:
@@ -190,11 +309,12 @@ class VideoRecorder(Transform):
         video = torch.stack(self.frames, 0)
         self.frames = []
         if self.logger is not None:
-            self.logger.log_video(self.tag, video, fps=self.fps)
+            tag = self.tag if suffix is None else f"{self.tag}_{suffix}"
+            self.logger.log_video(tag, video, **self.video_kwargs)
             return None
         name = f"{self.tag}_{suffix if suffix is not None else self._dumps}.mp4"
         self._dumps += 1
-        return write_video(video, self.video_dir / name, fps=self.fps)
+        return write_video(video, self.video_dir / name, fps=self.fps or 30)
 
     def _repr_args(self) -> str:
         return f"tag={self.tag!r}, keys={self.in_keys}, skip={self.skip}"

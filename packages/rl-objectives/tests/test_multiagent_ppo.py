@@ -111,7 +111,9 @@ class TestGroupGAE:
     def test_matches_per_agent_loop(self, centralized, shifted):
         torch.manual_seed(0)
         critic = _critic(centralized)
-        gae = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic, shifted=shifted)
+        # a budget of 2 slots: row 1's inner truncation keeps its last step (TorchRL's
+        # default budget of 1 would drop it)
+        gae = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=critic, shifted=shifted, shifted_budget=2)
         gae.set_keys(**{k: v for k, v in GROUP_KEYS.items() if k != "action"})
         data = gae(_rollout())
         adv = data["advantage"]

@@ -116,11 +116,92 @@ class TestGAE:
             gae.set_keys(bogus="x")
 
     def test_shifted_equals_two_calls(self):
+        # row 0 has one truncation inside the rollout: a budget of 2 slots keeps every step
         net, td = value_net(), batch()
         a = GAE(gamma=0.9, lmbda=0.8, value_network=net)(td.clone())
-        b = GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True)(td.clone())
+        b = GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True, shifted_budget=2)(td.clone())
         torch.testing.assert_close(a["advantage"], b["advantage"])
         torch.testing.assert_close(a["next", "state_value"], b["next", "state_value"])
+        assert b["shifted_valid"].all()
+
+    def test_shifted_budget_drops_the_steps_that_do_not_fit(self):
+        # budget 1: row 0's truncation at t=6 takes the extra slot, so its last step (t=8)
+        # has no slot for V(s'); t=7 becomes the last step and bootstraps from V(s'_7)
+        net, td = value_net(), batch()
+        got = GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True)(td.clone())
+        valid = torch.ones(B, T, dtype=torch.bool)
+        valid[0, -1] = False
+        torch.testing.assert_close(got["shifted_valid"], valid)
+        cut = td.clone()
+        cut["next", "done"][0, 7] = True  # done, not terminated: bootstraps
+        ref = GAE(gamma=0.9, lmbda=0.8, value_network=net)(cut)
+        for key in ("advantage", "value_target"):
+            torch.testing.assert_close(got[key][valid], ref[key][valid])
+            assert (got[key][~valid] == 0).all()
+        with pytest.raises(ValueError, match="shifted_budget must be >= 1, got 0"):
+            GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True, shifted_budget=0)
+
+    @pytest.mark.parametrize("cls", ["TD0Estimator", "TD1Estimator", "TDLambdaEstimator"])
+    def test_shifted_budget_td(self, cls):
+        import rl.objectives.value as value_mod
+
+        kwargs = {"lmbda": 0.7} if cls == "TDLambdaEstimator" else {}
+        net, td = value_net(), batch()
+        make = getattr(value_mod, cls)
+        got = make(gamma=0.9, value_network=net, shifted=True, **kwargs)(td.clone())
+        cut = td.clone()
+        cut["next", "done"][0, 7] = True
+        ref = make(gamma=0.9, value_network=net, **kwargs)(cut)
+        valid = got["shifted_valid"]
+        assert not valid[0, -1] and valid.sum() == B * T - 1
+        torch.testing.assert_close(got["value_target"][valid], ref["value_target"][valid])
+        assert got["value_target"][0, -1].item() == 0
+
+    def test_group_key_standardizes_within_groups(self):
+        net, td = value_net(), batch()
+        td["task"] = torch.tensor([[0], [1], [0]]).expand(B, T).clone()
+        plain = GAE(gamma=0.9, lmbda=0.8, value_network=net)(td.clone())["advantage"]
+        gae = GAE(gamma=0.9, lmbda=0.8, value_network=net, average_gae=True, group_key="task")
+        assert "task" in gae.in_keys
+        got = gae(td.clone())["advantage"]
+        for rows in ([0, 2], [1]):
+            x = plain[rows]
+            torch.testing.assert_close(got[rows], (x - x.mean()) / x.std())
+        with pytest.raises(KeyError, match="group_key 'task' is missing from the input"):
+            gae(batch())
+
+    @pytest.mark.parametrize("cls", ["TD0Estimator", "TD1Estimator", "TDLambdaEstimator"])
+    def test_group_key_standardizes_rewards(self, cls):
+        import rl.objectives.value as value_mod
+
+        kwargs = {"lmbda": 0.7} if cls == "TDLambdaEstimator" else {}
+        net, td = value_net(), batch()
+        td["task"] = torch.tensor([[0], [1], [1]]).expand(B, T).clone()
+        reward = td["next", "reward"].clone()
+        est = getattr(value_mod, cls)(
+            gamma=0.9, value_network=net, average_rewards=True, group_key="task", **kwargs
+        )
+        out = est(td)
+        for rows in ([0], [1, 2]):
+            x = reward[rows]
+            torch.testing.assert_close(out["next", "reward"][rows], (x - x.mean()) / x.std())
+
+    def test_auto_reset_env_bootstraps_truncation_from_the_current_value(self):
+        # an auto-resetting env: the next observation at a truncation is the reset one,
+        # so the step ends like a termination with gamma * V(s_t) added to its reward
+        net, td = value_net(), batch()
+        td["next", "truncated"] = td["next", "done"] & ~td["next", "terminated"]
+        got = GAE(gamma=0.9, lmbda=0.8, value_network=net, auto_reset_env=True)(td.clone())
+        value, next_value = expected_values(net, td)
+        reward, done, _ = flags(td)
+        reward = reward + 0.9 * value * td["next", "truncated"]
+        adv, target = F.generalized_advantage_estimate(
+            0.9, 0.8, value, next_value, reward, done, done
+        )
+        torch.testing.assert_close(got["advantage"], adv)
+        torch.testing.assert_close(got["value_target"], target)
+        with pytest.raises(KeyError, match="truncated"):
+            GAE(gamma=0.9, lmbda=0.8, value_network=net, auto_reset_env=True)(batch())
 
     def test_time_first(self):
         net, td = value_net(), batch()
@@ -129,7 +210,7 @@ class TestGAE:
             td.transpose(0, 1).contiguous()
         )
         torch.testing.assert_close(got["advantage"].transpose(0, 1), ref["advantage"])
-        shifted = GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True)
+        shifted = GAE(gamma=0.9, lmbda=0.8, value_network=net, shifted=True, shifted_budget=2)
         got = shifted(td.transpose(0, 1).contiguous(), time_dim=0)
         torch.testing.assert_close(got["advantage"].transpose(0, 1), ref["advantage"])
 
@@ -301,6 +382,19 @@ class TestVTrace:
         )
         torch.testing.assert_close(td["advantage"], adv)
         torch.testing.assert_close(td["value_target"], target)
+
+    def test_group_key_standardizes_the_advantage_within_groups(self):
+        torch.manual_seed(0)
+        net, td, actor = value_net(), batch(), vtrace_actor()
+        td["action_log_prob"] = torch.randn(B, T, 1) - 1
+        td["task"] = torch.tensor([[3], [3], [7]]).expand(B, T).clone()
+        plain = VTrace(gamma=0.9, actor_network=actor, value_network=net)(td.clone())
+        got = VTrace(
+            gamma=0.9, actor_network=actor, value_network=net, average_adv=True, group_key="task"
+        )(td.clone())
+        for rows in ([0, 1], [2]):
+            x = plain["advantage"][rows]
+            torch.testing.assert_close(got["advantage"][rows], (x - x.mean()) / x.std())
 
 
 class TestEnumAndCompile:

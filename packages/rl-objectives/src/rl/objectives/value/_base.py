@@ -50,6 +50,50 @@ def _positive_int_or_none(value, name: str) -> int | None:
     return value
 
 
+def _standardize(
+    x: torch.Tensor,
+    eps: float,
+    groups: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x`` with zero mean and unit (unbiased) std, over all its entries or per group.
+
+    Args:
+        x: the values, ``[*B, T, *F]``.
+        eps: the smallest std divided by.
+        groups: integer ids whose leading dims match ``x`` (trailing dims broadcast):
+            each distinct id is standardized on its own.
+        mask: the entries that count in the statistics (broadcast to ``x``); the others
+            are standardized with them but do not move them.
+    """
+    if groups is None and mask is None:
+        return (x - x.mean()) / x.std().clamp_min(eps)
+    if groups is None:
+        w = mask.expand_as(x).to(x.dtype)
+        count = w.sum().clamp_min(1)
+        loc = (x * w).sum() / count
+        # the masked statistics are the population ones, as TorchRL's
+        scale = (((x - loc).square() * w).sum() / count).sqrt().clamp_min(eps)
+        return (x - loc) / scale
+    while groups.ndim < x.ndim:
+        groups = groups.unsqueeze(-1)
+    if groups.ndim > x.ndim:
+        raise ValueError(
+            f"group ids of shape {tuple(groups.shape)} cannot index values of shape "
+            f"{tuple(x.shape)}"
+        )
+    ids = groups.expand(x.shape).reshape(-1)
+    flat = x.reshape(-1)
+    w = torch.ones_like(flat) if mask is None else mask.expand(x.shape).reshape(-1).to(x.dtype)
+    _, index = torch.unique(ids, return_inverse=True)
+    n = int(index.max()) + 1 if index.numel() else 0
+    count = flat.new_zeros(n).index_add_(0, index, w)
+    mean = flat.new_zeros(n).index_add_(0, index, flat * w) / count.clamp_min(1)
+    centered = flat - mean[index]
+    var = flat.new_zeros(n).index_add_(0, index, centered.square() * w) / (count - 1).clamp_min(1)
+    return (centered / var.sqrt().clamp_min(eps)[index]).reshape(x.shape)
+
+
 def _next_key(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
@@ -106,10 +150,23 @@ class ValueEstimatorBase(TensorDictModuleBase):
         num_chunks (int, optional): call it on this many chunks instead (at most one per
             entry); exclusive with ``value_chunk_size``. ``num_chunk`` is an alias.
         value_chunk_dim (int): the batch dimension the chunks cut. Defaults to ``0``.
+        shifted_budget (int): with ``shifted=True``, how many value-network slots each
+            time row has beyond its ``T`` steps, as TorchRL: a step inside the rollout
+            where a trajectory is truncated (done, not terminated) needs one more slot for
+            its true next observation, and the rollout's last step one. Steps whose slots
+            do not fit in ``T + shifted_budget`` are dropped: their advantage and value
+            target are ``0``, the last step that fits bootstraps from its next value, and
+            the boolean ``"shifted_valid"`` mask (``[*B, T]``) is written into the input.
+            ``1`` (the default) keeps every step of rollouts without inner truncations; a
+            budget above the number of truncations of each row keeps all steps.
+        group_key (NestedKey, optional): an integer entry of the input (one id per batch
+            element, e.g. a task or prompt id): the standardizations (``average_gae``,
+            ``average_rewards``, ``average_adv``) are done within each group instead of
+            over the whole batch. Defaults to ``None``.
 
     Raises:
         ValueError: both ``value_chunk_size`` and ``num_chunks`` given, ``num_chunks`` and
-            ``num_chunk`` disagreeing, or a chunk option below 1.
+            ``num_chunk`` disagreeing, a chunk option or ``shifted_budget`` below 1.
     """
 
     @dataclass
@@ -162,8 +219,16 @@ class ValueEstimatorBase(TensorDictModuleBase):
         num_chunks: int | None = None,
         num_chunk: int | None = None,
         value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key: NestedKey | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(shifted_budget, bool) or not isinstance(shifted_budget, int):
+            raise TypeError(f"shifted_budget must be an int, got {shifted_budget!r}")
+        if shifted_budget < 1:
+            raise ValueError(f"shifted_budget must be >= 1, got {shifted_budget}")
+        self.shifted_budget = shifted_budget
+        self.group_key = unravel_key(group_key) if group_key is not None else None
         value_chunk_size = _positive_int_or_none(value_chunk_size, "value_chunk_size")
         num_chunks = _positive_int_or_none(num_chunks, "num_chunks")
         num_chunk = _positive_int_or_none(num_chunk, "num_chunk")
@@ -270,11 +335,14 @@ class ValueEstimatorBase(TensorDictModuleBase):
     def in_keys(self) -> list[NestedKey]:
         net_keys = list(getattr(self.value_network, "in_keys", []) or [])
         k = self.tensor_keys
-        return [
+        keys = [
             *net_keys,
             *(_next_key(x) for x in (k.reward, k.done, k.terminated)),
             *(_next_key(x) for x in net_keys),
         ]
+        if self.group_key is not None and self.group_key not in keys:
+            keys.append(self.group_key)
+        return keys
 
     @property
     def out_keys(self) -> list[NestedKey]:
@@ -300,6 +368,64 @@ class ValueEstimatorBase(TensorDictModuleBase):
         if terminated is None:
             terminated = done
         return reward, done, terminated
+
+    def _group_ids(self, tensordict: TensorDictBase) -> torch.Tensor | None:
+        """The ids under ``group_key`` (``None`` without one)."""
+        if self.group_key is None:
+            return None
+        groups = tensordict.get(self.group_key, None)
+        if groups is None:
+            raise KeyError(
+                f"group_key {self.group_key!r} is missing from the input; "
+                f"{type(self).__name__} standardizes within its groups"
+            )
+        return groups
+
+    def _shifted_valid(self, tensordict: TensorDictBase, time_dim: int) -> torch.Tensor:
+        """Which steps fit in the ``T + shifted_budget`` slots of the shifted call.
+
+        Step ``t`` sits at slot ``t + r`` (``r``: truncations inside the rollout before
+        ``t``) and its next value at the next slot.
+        """
+        k = self.tensor_keys
+        done = self._require(tensordict, _next_key(k.done), "done")
+        terminated = tensordict.get(_next_key(k.terminated), None)
+        if terminated is None:
+            terminated = done
+        batch = tensordict.batch_size
+        done = done.reshape(*batch, -1).any(-1)
+        terminated = terminated.reshape(*batch, -1).any(-1)
+        reset = (done & ~terminated).transpose(time_dim, -1)
+        steps = reset.shape[-1]
+        before = torch.cumsum(reset[..., :-1].long(), -1)
+        before = torch.cat([before.new_zeros(*before.shape[:-1], 1), before], -1)
+        slot = torch.arange(steps, device=reset.device) + before
+        return (slot + 1 < steps + self.shifted_budget).transpose(time_dim, -1)
+
+    @staticmethod
+    def _last_valid(valid: torch.Tensor, time_dim: int) -> torch.Tensor:
+        """The last valid step of each row, where later steps are dropped."""
+        valid = valid.transpose(time_dim, -1)
+        following = torch.cat([valid[..., 1:], valid.new_ones(*valid.shape[:-1], 1)], -1)
+        return (valid & ~following).transpose(time_dim, -1)
+
+    def _cut_at_valid(
+        self, tensordict: TensorDictBase, valid: torch.Tensor | None, time_dim: int
+    ) -> TensorDictBase:
+        """A shallow copy whose last valid step is done and not terminated (it bootstraps)."""
+        if valid is None:
+            return tensordict
+        k = self.tensor_keys
+        last = self._last_valid(valid, time_dim)
+        done = self._require(tensordict, _next_key(k.done), "done")
+        terminated = tensordict.get(_next_key(k.terminated), None)
+        if terminated is None:
+            terminated = done
+        mask = last.reshape(*last.shape, *(1,) * (done.ndim - last.ndim)).expand_as(done)
+        out = tensordict.copy()
+        out.set(_next_key(k.done), done.masked_fill(mask, True))
+        out.set(_next_key(k.terminated), terminated.masked_fill(mask, False))
+        return out
 
     def _gamma(self, tensordict: TensorDictBase, reward: torch.Tensor):
         gamma = self.gamma
@@ -346,7 +472,9 @@ class ValueEstimatorBase(TensorDictModuleBase):
             params = params.detach()
         with _held_out(net) if params is None else contextlib.nullcontext():
             if self.shifted:
-                value, next_value = self._values_shifted(tensordict, params, time_dim)
+                valid = self._shifted_valid(tensordict, time_dim)
+                value, next_value = self._values_shifted(tensordict, params, time_dim, valid)
+                tensordict.set("shifted_valid", valid)
             elif target_params is None or target_params is params:
                 both = tensordict.select(*net.in_keys, strict=False)
                 nxt = _finite_next(tensordict.get("next").select(*net.in_keys, strict=False), both)
@@ -405,8 +533,9 @@ class ValueEstimatorBase(TensorDictModuleBase):
         chunks = self._split_value_net_input(data, dim)
         return torch.cat([_call(net, c, params).get(key) for c in chunks], dim)
 
-    def _values_shifted(self, tensordict, params, time_dim):
-        """One network call on the T root inputs plus the next inputs where a trajectory ends."""
+    def _values_shifted(self, tensordict, params, time_dim, valid):
+        """One network call on the T root inputs plus the next inputs where a trajectory ends
+        (and at the last step kept by ``valid``, which bootstraps there)."""
         net = self.value_network
         k = self.tensor_keys
         last = tensordict.batch_dims - 1
@@ -414,6 +543,8 @@ class ValueEstimatorBase(TensorDictModuleBase):
         done = self._require(td, _next_key(k.done), "done")
         ends = done.reshape(*td.batch_size, -1).any(-1).clone()
         ends[..., -1] = True
+        last_valid = self._last_valid(valid, time_dim)
+        ends |= last_valid if time_dim == last else last_valid.transpose(time_dim, last)
         root_td = td.select(*net.in_keys, strict=False)
         nxt = _finite_next(td.get("next").select(*net.in_keys, strict=False), root_td)[ends]
         root = root_td.reshape(-1)
@@ -474,7 +605,13 @@ class ValueEstimatorBase(TensorDictModuleBase):
         with torch.set_grad_enabled(self.differentiable and torch.is_grad_enabled()):
             time_dim = self._time_dim(tensordict, time_dim)
             value, next_value = self._values(tensordict, params, target_params, time_dim)
-            advantage, target = self._estimate(tensordict, value, next_value, time_dim)
+            valid = tensordict.get("shifted_valid", None)
+            data = self._cut_at_valid(tensordict, valid, time_dim)
+            advantage, target = self._estimate(data, value, next_value, time_dim)
+        if valid is not None:  # the dropped steps of a shifted call carry no signal
+            mask = valid.reshape(*valid.shape, *(1,) * (advantage.ndim - valid.ndim))
+            advantage = advantage.masked_fill(~mask, 0)
+            target = target.masked_fill(~mask, 0)
         tensordict.set(self.tensor_keys.advantage, advantage)
         tensordict.set(self.tensor_keys.value_target, target)
         return tensordict

@@ -6,7 +6,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from rl.objectives.value._base import ValueEstimatorBase, _next_key
+from rl.objectives.value._base import ValueEstimatorBase, _next_key, _standardize
 from rl.objectives.value.functional import (
     td0_return_estimate,
     vec_generalized_advantage_estimate,
@@ -16,19 +16,16 @@ from rl.objectives.value.functional import (
 __all__ = ["GAE", "TD0Estimator", "TD1Estimator", "TDLambdaEstimator"]
 
 
-def _standardize(x: torch.Tensor, eps: float) -> torch.Tensor:
-    return (x - x.mean()) / x.std().clamp_min(eps)
-
-
 class _RewardNormalizing(ValueEstimatorBase):
     average_rewards: bool = False
+    _reward_eps: float = 1e-5  # the smallest std the rewards are divided by (TorchRL's)
 
     def _rewards(
         self, tensordict: TensorDictBase
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         reward, done, terminated = self._signals(tensordict)
         if self.average_rewards:
-            reward = _standardize(reward, 1e-4)
+            reward = _standardize(reward, self._reward_eps, self._group_ids(tensordict))
             # later readers of the batch (a loss) see the rewards the targets used
             tensordict.set(_next_key(self.tensor_keys.reward), reward)
         return reward, done, terminated
@@ -42,8 +39,10 @@ class TD0Estimator(_RewardNormalizing):
         value_network (TensorDictModule or None): the critic; ``None`` reads
             ``("next", value)`` (and ``value``) from the input.
         shifted, differentiable, skip_existing, advantage_key, value_target_key,
-        value_key, device, deactivate_vmap: see :class:`ValueEstimatorBase`.
-        average_rewards (bool): standardize the rewards before use. Defaults to ``False``.
+        value_key, device, deactivate_vmap, shifted_budget, group_key: see
+        :class:`ValueEstimatorBase`.
+        average_rewards (bool): standardize the rewards before use (within the groups of
+            ``group_key`` when given). Defaults to ``False``.
 
     Examples:
         >>> import torch
@@ -79,6 +78,8 @@ class TD0Estimator(_RewardNormalizing):
         num_chunks: int | None = None,
         num_chunk: int | None = None,
         value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key=None,
         time_dim: int | None = None,
     ) -> None:
         super().__init__(
@@ -95,6 +96,8 @@ class TD0Estimator(_RewardNormalizing):
             num_chunks=num_chunks,
             num_chunk=num_chunk,
             value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
             time_dim=time_dim,
         )
         self.register_buffer("gamma", torch.as_tensor(gamma, device=self._device).clone())
@@ -123,7 +126,8 @@ class TDLambdaEstimator(_RewardNormalizing):
         average_rewards (bool): standardize the rewards before use. Defaults to ``False``.
         vectorized (bool): accepted for TorchRL compatibility; always vectorized here.
         shifted, differentiable, skip_existing, advantage_key, value_target_key,
-        value_key, device, deactivate_vmap, time_dim: see :class:`ValueEstimatorBase`.
+        value_key, device, deactivate_vmap, time_dim, shifted_budget, group_key: see
+        :class:`ValueEstimatorBase`.
 
     Examples:
         >>> import torch
@@ -152,11 +156,14 @@ class TDLambdaEstimator(_RewardNormalizing):
         shifted: bool = False,
         device: torch.device | None = None,
         time_dim: int | None = None,
+        auto_reset_env: bool = False,
         deactivate_vmap: bool = False,
         value_chunk_size: int | None = None,
         num_chunks: int | None = None,
         num_chunk: int | None = None,
         value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key=None,
     ) -> None:
         super().__init__(
             value_network=value_network,
@@ -172,12 +179,16 @@ class TDLambdaEstimator(_RewardNormalizing):
             num_chunks=num_chunks,
             num_chunk=num_chunk,
             value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
             time_dim=time_dim,
         )
         self.register_buffer("gamma", torch.as_tensor(gamma, device=self._device).clone())
         self.register_buffer("lmbda", torch.as_tensor(lmbda, device=self._device).clone())
         self.average_rewards = average_rewards
         self.vectorized = vectorized
+
+    _reward_eps = 1e-4
 
     def _lmbda(self, reward: torch.Tensor):
         return self.lmbda if self.lmbda.device == reward.device else self.lmbda.to(reward.device)
@@ -204,8 +215,11 @@ class TD1Estimator(TDLambdaEstimator):
         value_network (TensorDictModule or None): the critic.
         average_rewards (bool): standardize the rewards before use. Defaults to ``False``.
         shifted, differentiable, skip_existing, advantage_key, value_target_key,
-        value_key, device, deactivate_vmap, time_dim: see :class:`ValueEstimatorBase`.
+        value_key, device, deactivate_vmap, time_dim, shifted_budget, group_key: see
+        :class:`ValueEstimatorBase`.
     """
+
+    _reward_eps = 1e-5
 
     def __init__(
         self,
@@ -226,6 +240,8 @@ class TD1Estimator(TDLambdaEstimator):
         num_chunks: int | None = None,
         num_chunk: int | None = None,
         value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key=None,
     ) -> None:
         super().__init__(
             gamma=gamma,
@@ -245,6 +261,8 @@ class TD1Estimator(TDLambdaEstimator):
             num_chunks=num_chunks,
             num_chunk=num_chunk,
             value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
         )
 
 
@@ -266,7 +284,14 @@ class GAE(ValueEstimatorBase):
         shifted (bool): one value-network call for ``V(s)`` and ``V(s')``.
         device (torch.device, optional): device of the buffers.
         time_dim (int, optional): the time dimension of the input TensorDict.
+        auto_reset_env (bool): the data come from an env that resets itself, so the next
+            observation of a truncated step is the reset one, not the true one: a
+            truncated step (``("next", "truncated")``) then ends its trajectory like a
+            termination, with ``gamma * V(s_t)`` added to its reward as the bootstrap.
+            Defaults to ``False``.
         deactivate_vmap (bool): accepted for TorchRL compatibility.
+        shifted_budget, group_key: see :class:`ValueEstimatorBase`; with ``group_key``,
+            ``average_gae`` standardizes within each group.
 
     Examples:
         >>> import torch
@@ -301,11 +326,14 @@ class GAE(ValueEstimatorBase):
         shifted: bool = False,
         device: torch.device | None = None,
         time_dim: int | None = None,
+        auto_reset_env: bool = False,
         deactivate_vmap: bool = False,
         value_chunk_size: int | None = None,
         num_chunks: int | None = None,
         num_chunk: int | None = None,
         value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key=None,
     ) -> None:
         super().__init__(
             value_network=value_network,
@@ -321,25 +349,46 @@ class GAE(ValueEstimatorBase):
             num_chunks=num_chunks,
             num_chunk=num_chunk,
             value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
             time_dim=time_dim,
         )
         self.register_buffer("gamma", torch.as_tensor(gamma, device=self._device).clone())
         self.register_buffer("lmbda", torch.as_tensor(lmbda, device=self._device).clone())
         self.average_gae = average_gae
         self.vectorized = vectorized
+        self.auto_reset_env = auto_reset_env
 
     def _prepare_signals(self, reward, done, terminated, value):
         """Reward, done and terminated as the recursion reads them (here: unchanged)."""
         return reward, done, terminated
 
-    def _normalize_advantage(self, advantage: torch.Tensor) -> torch.Tensor:
-        """The advantage standardized when ``average_gae`` (over all its entries)."""
-        return _standardize(advantage, 1e-4)
+    def _broadcast_optional(self, tensor: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """The ``truncated`` flags of ``auto_reset_env`` shaped as the value (unchanged)."""
+        return tensor
+
+    def _normalize_advantage(
+        self,
+        advantage: torch.Tensor,
+        valid: torch.Tensor | None = None,
+        groups: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The advantage standardized when ``average_gae``: over all its entries (the valid
+        ones of a shifted call), or within each group of ``groups``."""
+        if valid is not None:
+            valid = valid.reshape(*valid.shape, *(1,) * (advantage.ndim - valid.ndim))
+        return _standardize(advantage, 1e-4, groups, valid)
 
     def _gae(self, tensordict, value, next_value, time_dim):
         reward, done, terminated = self._prepare_signals(*self._signals(tensordict), value)
         gamma = self._gamma(tensordict, reward)
         lmbda = self.lmbda if self.lmbda.device == reward.device else self.lmbda.to(reward.device)
+        if self.auto_reset_env:
+            truncated = self._require(tensordict, ("next", "truncated"), "truncated")
+            truncated = self._broadcast_optional(truncated, value)
+            # the reset observation stands in the next slot: bootstrap from V(s_t) instead
+            reward = reward + gamma * value * truncated
+            terminated = done
         return vec_generalized_advantage_estimate(
             gamma,
             lmbda,
@@ -354,7 +403,9 @@ class GAE(ValueEstimatorBase):
     def _estimate(self, tensordict, value, next_value, time_dim):
         advantage, target = self._gae(tensordict, value, next_value, time_dim)
         if self.average_gae:
-            advantage = self._normalize_advantage(advantage)
+            advantage = self._normalize_advantage(
+                advantage, tensordict.get("shifted_valid", None), self._group_ids(tensordict)
+            )
         return advantage, target
 
     def value_estimate(
@@ -385,4 +436,5 @@ class GAE(ValueEstimatorBase):
             value = tensordict.get(self.tensor_keys.value, None)
             if value is None:
                 value = self._values(tensordict, params, target_params, time_dim)[0]
-        return self._gae(tensordict, value, next_value, time_dim)[1]
+        data = self._cut_at_valid(tensordict, tensordict.get("shifted_valid", None), time_dim)
+        return self._gae(data, value, next_value, time_dim)[1]

@@ -6,7 +6,7 @@ import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_type
 
-from rl.objectives.value._base import ValueEstimatorBase, _held_out
+from rl.objectives.value._base import ValueEstimatorBase, _held_out, _standardize
 from rl.objectives.value.functional import vtrace_advantage_estimate
 
 __all__ = ["VTrace"]
@@ -30,7 +30,9 @@ class VTrace(ValueEstimatorBase):
         c_thresh (float or Tensor): clip of the trace coefficients. Defaults to ``1.0``.
         average_adv (bool): standardize the advantage. Defaults to ``False``.
         differentiable, skip_existing, advantage_key, value_target_key, value_key,
-        shifted, device, time_dim: see :class:`ValueEstimatorBase`.
+        shifted, device, time_dim, shifted_budget, group_key: see
+        :class:`ValueEstimatorBase`; with ``group_key``, ``average_adv`` standardizes
+        within each group.
     """
 
     def __init__(
@@ -55,6 +57,8 @@ class VTrace(ValueEstimatorBase):
         num_chunks: int | None = None,
         num_chunk: int | None = None,
         value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key=None,
     ) -> None:
         super().__init__(
             value_network=value_network,
@@ -70,6 +74,8 @@ class VTrace(ValueEstimatorBase):
             num_chunks=num_chunks,
             num_chunk=num_chunk,
             value_chunk_dim=value_chunk_dim,
+            shifted_budget=shifted_budget,
+            group_key=group_key,
             time_dim=time_dim,
         )
         gamma = torch.as_tensor(gamma, device=self._device).clone()
@@ -134,7 +140,7 @@ class VTrace(ValueEstimatorBase):
             time_dim=time_dim,
         )
         if self.average_adv:
-            advantage = (advantage - advantage.mean()) / advantage.std().clamp_min(1e-5)
+            advantage = _standardize(advantage, 1e-5, self._group_ids(tensordict))
         return advantage, target
 
     def value_estimate(

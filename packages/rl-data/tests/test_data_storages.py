@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict, tensorclass
 
 from rl.data import (
+    FlatStorageCheckpointer,
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
@@ -73,6 +74,83 @@ class TestStorageArguments:
         assert len(TensorStorage(None, max_size=3)) == 0
         with pytest.raises(ValueError, match="device='auto' takes the device of the given"):
             TensorStorage(None, max_size=3, device="auto")
+
+
+def _trajectories(n, ends, start=0):
+    """``n`` transitions of a counter ``obs`` that restarts after each end step."""
+    obs, nxt, value = [], [], 0.0
+    done = torch.zeros(n, 1, dtype=torch.bool)
+    for t in range(n):
+        obs.append(value)
+        nxt.append(value + 1)
+        value += 1
+        if t in ends:
+            done[t] = True
+            value = 100.0 * (t + 1)  # the next trajectory starts elsewhere
+    obs = torch.tensor(obs).unsqueeze(-1) + start
+    nxt = torch.tensor(nxt).unsqueeze(-1) + start
+    return TensorDict(
+        {
+            "obs": obs,
+            "pix": {"x": obs.expand(n, 2).clone()},
+            "next": {"obs": nxt, "pix": {"x": nxt.expand(n, 2).clone()}, "done": done,
+                     "reward": torch.rand(n, 1)},
+        },
+        batch_size=[n],
+    )  # fmt: skip
+
+
+class TestFlatStorageCheckpointer:
+    def test_round_trip_is_exact_and_compact(self, tmp_path):
+        data = _trajectories(8, ends={2, 5})
+        storage = LazyTensorStorage(5)  # a ring: 8 writes into 5 slots
+        rb = ReplayBuffer(storage=storage, checkpointer=FlatStorageCheckpointer())
+        rb.extend(data[:4])
+        rb.extend(data[4:])
+        rb.dumps(tmp_path)
+        flat = torch.load(tmp_path / "storage" / "storage_flat.pt", weights_only=True)
+        # chronological items 3..7: next obs kept at the end of a trajectory (5) and the
+        # last step (7) only, the other next values are the following root values
+        keys = [tuple(k) for k in flat["sparse"]["keys"]]
+        assert sorted(keys) == [("obs",), ("pix", "x")]
+        index = flat["sparse"]["index"][keys.index(("obs",))]
+        assert index.tolist() == [2, 4]
+        rb2 = ReplayBuffer(storage=LazyTensorStorage(5), checkpointer=FlatStorageCheckpointer())
+        rb2.loads(tmp_path)
+        assert (rb2[:] == rb[:]).all() and rb2.storage._write_end == storage._write_end
+        torch.manual_seed(0)
+        a = rb.sample(4)
+        torch.manual_seed(0)
+        assert (rb2.sample(4) == a).all()
+
+    def test_interleaved_data_stays_exact(self, tmp_path):
+        # two environments written alternately: next obs never equals the following root
+        a, b = _trajectories(3, ends=set()), _trajectories(3, ends=set(), start=50)
+        data = torch.stack([a, b], 1).reshape(-1)
+        storage = LazyTensorStorage(10)
+        storage.set(slice(0, 6), data)
+        ckpt = FlatStorageCheckpointer()
+        ckpt.dumps(storage, tmp_path)
+        restored = LazyTensorStorage(10)
+        ckpt.loads(restored, tmp_path)
+        assert (restored[:6] == data).all()
+
+    def test_done_and_reward_keys(self, tmp_path):
+        data = _trajectories(4, ends={1})
+        data["obs_end"] = torch.zeros(4, 1, dtype=torch.bool)
+        data["next", "obs_end"] = data["next", "done"].clone()  # a done entry at the root too
+        storage = LazyTensorStorage(10)
+        storage.set(slice(0, 4), data)
+        ckpt = FlatStorageCheckpointer(done_keys=("obs_end",), reward_keys=("reward",))
+        ckpt.dumps(storage, tmp_path)
+        flat = torch.load(tmp_path / "storage_flat.pt", weights_only=True)
+        # "obs_end" is a done entry: saved whole; "done" is then an ordinary entry
+        assert ["obs_end"] not in flat["sparse"]["keys"] and ["done"] not in flat["sparse"]["keys"]
+        restored = LazyTensorStorage(10)
+        ckpt.loads(restored, tmp_path)
+        assert (restored[:4] == data).all()
+        with pytest.raises(ValueError, match="saves a storage of TensorDicts along one dim"):
+            FlatStorageCheckpointer().dumps(ListStorage(3), tmp_path)
 
 
 class TestListStorage:

@@ -183,6 +183,10 @@ class GRPOTrainer(Trainer):
         log_rewards: log ``reward_mean`` (with its std) and ``reward_max``.
         log_kl: kept for TorchRL's signature: the trainer logs every entry of the averaged
             losses, ``kl_to_ref`` / ``kl_to_inference`` among them.
+        optimization_stepper: runs each whole optimization step instead of the trainer's
+            gradient-accumulating optimizer hook (see :class:`Trainer`).
+        checkpoint, checkpoint_rotation, checkpoint_metadata, log_timings,
+            auto_log_optim_steps: as :class:`Trainer`.
 
     Raises:
         ValueError: no ``optimizer``; a non-positive ``num_epochs``,
@@ -237,6 +241,12 @@ class GRPOTrainer(Trainer):
         async_collection: bool = False,
         log_rewards: bool = True,
         log_kl: bool = True,
+        optimization_stepper: Any | None = None,
+        checkpoint: Any | None = None,
+        checkpoint_rotation: Any | None = None,
+        checkpoint_metadata: Callable | None = None,
+        log_timings: bool = False,
+        auto_log_optim_steps: bool = True,
     ) -> None:
         if optimizer is None:
             raise ValueError("GRPOTrainer requires an optimizer")
@@ -262,10 +272,16 @@ class GRPOTrainer(Trainer):
             save_trainer_interval=save_trainer_interval,
             log_interval=log_interval,
             save_trainer_file=save_trainer_file,
+            optimization_stepper=optimization_stepper,
+            checkpoint=checkpoint,
+            checkpoint_rotation=checkpoint_rotation,
+            checkpoint_metadata=checkpoint_metadata,
+            num_epochs=num_epochs,
+            log_timings=log_timings,
+            auto_log_optim_steps=auto_log_optim_steps,
         )
         self.optimizer = optimizer
         self._steps_per_epoch = optim_steps_per_batch
-        self.num_epochs = num_epochs
         self.replay_buffer = replay_buffer
         self.batch_size = batch_size
         self.async_collection = async_collection
@@ -280,7 +296,8 @@ class GRPOTrainer(Trainer):
         self._optimizer_hook = _AccumulatingOptimizerHook(
             optimizer, gradient_accumulation_steps, scaler, self._device_type
         )
-        self._optimizer_hook.register(self)
+        if optimization_stepper is None:  # a given stepper runs the whole step itself
+            self._optimizer_hook.register(self)
 
         if async_collection and replay_buffer is not None:
             # rl's GRPOTrainer pulls the collector's batches itself; an asynchronous
@@ -330,8 +347,8 @@ class GRPOTrainer(Trainer):
         self.replay_buffer.empty(empty_write_count=False)
 
     def _optim_count_for(self) -> int:
-        """Optimization batches for the batch just collected: the epochs times the draws
-        per epoch (the buffer's length over the batch size when not given)."""
+        """Optimization batches of one epoch on the batch just collected (the buffer's
+        length over the batch size when not given); the trainer runs ``num_epochs``."""
         per_epoch = self._steps_per_epoch
         if per_epoch is None:
             if self.replay_buffer is None or self.async_collection:
@@ -341,7 +358,7 @@ class GRPOTrainer(Trainer):
                 length = len(self.replay_buffer)
                 per_epoch = math.ceil(length / size) if size else 1
                 per_epoch = per_epoch if length else 0
-        return per_epoch * self.num_epochs
+        return per_epoch
 
     def optim_steps(self, batch: TensorDictBase) -> None:
         self.optim_steps_per_batch = self._optim_count_for()

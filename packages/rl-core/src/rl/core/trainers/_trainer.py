@@ -6,9 +6,10 @@ import logging
 import os
 import pathlib
 import re
+import time
 import warnings
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
@@ -128,6 +129,39 @@ class Trainer:
         save_trainer_interval: frames between two checkpoints.
         log_interval: frames between two logger writes of one value.
         save_trainer_file: the checkpoint file (``None``: no checkpoint).
+        optimization_stepper: an object whose ``step(trainer, sub_batch)`` runs one whole
+            optimization step (loss, backward, optimizer) and returns the detached metrics
+            to log, as TorchRL's ``OptimizationStepper``; it replaces the ``optimizer``
+            point (no :class:`OptimizerHook` is made for ``optimizer``) and is registered
+            as ``"optimization_stepper"`` (its state goes into the checkpoints).
+        replay_buffer: the buffer a collector yielding ``None`` writes into: the frames
+            collected are counted from its ``write_count``.
+        target_net_updater: a target-network updater (``SoftUpdate``...) whose state goes
+            into the checkpoints (register a :class:`TargetNetUpdaterHook` to step it).
+        batch_size: the learner's batch size; defaults to ``replay_buffer.batch_size``.
+        learner_backend: where the optimization runs: only ``"local"`` exists here
+            (``"ray"`` raises ``NotImplementedError``).
+        learner_backend_options: options of a remote learner backend: must be empty.
+        learner_poll_interval: the replay polling interval of a remote learner backend:
+            only the default ``0.05`` is accepted.
+        checkpoint: a TorchRL-style checkpoint object (``register(name, component)``,
+            ``name in checkpoint``, ``save(path)``): the scheduled saves register the
+            trainer's parts on it (``loss_module``, ``optimizer``, ``collector``,
+            ``replay_buffer``, ``logger``, ``target_updater``, ``trainer_state``,
+            ``trainer_module.<hook>``) and call ``checkpoint.save(save_trainer_file)``.
+        checkpoint_rotation: saves the ``checkpoint`` with
+            ``checkpoint_rotation.save(checkpoint, step=collected_frames, metadata=...)``
+            instead; needs ``checkpoint``, exclusive with ``save_trainer_file``.
+        checkpoint_metadata: called with the trainer before each rotated save; its mapping
+            is added to the metadata (with ``collected_frames`` and ``optim_steps``).
+        num_epochs: passes of ``optim_steps_per_batch`` steps over each batch.
+        async_collection: the collector fills ``replay_buffer`` in the background
+            (``collector.start()``): the trainer waits for its first write, then runs the
+            optimization steps on samples until the buffer has taken ``total_frames``.
+        log_timings: log the mean wall time per call of each hook as
+            ``time/hook/<name>`` after each batch.
+        auto_log_optim_steps: log ``optim_steps`` and the mean losses after each
+            optimization loop. Defaults to ``True``.
 
     Keyword Args:
         resume: load ``save_trainer_file`` at the start of :meth:`train` when it exists.
@@ -167,8 +201,57 @@ class Trainer:
         save_trainer_interval: int = 10000,
         log_interval: int = 10000,
         save_trainer_file: str | pathlib.Path | None = None,
+        optimization_stepper: Any | None = None,
+        replay_buffer: Any | None = None,
+        target_net_updater: Any | None = None,
+        batch_size: int | None = None,
+        learner_backend: Literal["local", "ray"] = "local",
+        learner_backend_options: dict[str, Any] | None = None,
+        learner_poll_interval: float = 0.05,
+        checkpoint: Any | None = None,
+        checkpoint_rotation: Any | None = None,
+        checkpoint_metadata: Callable[[Trainer], Mapping[str, Any]] | None = None,
+        num_epochs: int = 1,
+        async_collection: bool = False,
+        log_timings: bool = False,
+        auto_log_optim_steps: bool = True,
         resume: bool = False,
     ) -> None:
+        if learner_backend == "ray":
+            raise NotImplementedError(
+                "Trainer learner_backend='ray' (a remote learner) is not provided by rl; "
+                "use learner_backend='local'"
+            )
+        if learner_backend != "local":
+            raise ValueError(
+                f"Trainer learner_backend must be 'local' or 'ray', got {learner_backend!r}"
+            )
+        if learner_backend_options:
+            raise ValueError(
+                "Trainer learner_backend_options configure a remote learner backend, which rl "
+                f"does not provide; got {learner_backend_options!r} with learner_backend='local'"
+            )
+        if learner_poll_interval <= 0:
+            raise ValueError(
+                f"Trainer learner_poll_interval must be positive, got {learner_poll_interval!r}"
+            )
+        if learner_poll_interval != 0.05:
+            raise ValueError(
+                "Trainer learner_poll_interval is the replay polling interval of a remote "
+                f"learner backend, which rl does not provide; got {learner_poll_interval!r}"
+            )
+        if checkpoint_rotation is not None and checkpoint is None:
+            raise ValueError("Trainer checkpoint_rotation requires checkpoint")
+        if checkpoint_rotation is not None and save_trainer_file is not None:
+            raise ValueError("Trainer checkpoint_rotation and save_trainer_file cannot both be set")
+        if checkpoint_metadata is not None and checkpoint_rotation is None:
+            raise ValueError("Trainer checkpoint_metadata requires checkpoint_rotation")
+        if checkpoint_metadata is not None and not callable(checkpoint_metadata):
+            raise TypeError(
+                f"Trainer checkpoint_metadata must be callable, got {type(checkpoint_metadata)}"
+            )
+        if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1:
+            raise ValueError(f"Trainer num_epochs must be a positive int, got {num_epochs!r}")
         for name, value in (
             ("total_frames", total_frames),
             ("frame_skip", frame_skip),
@@ -215,13 +298,53 @@ class Trainer:
         self._pbar: ProgressBar | None = None
         self.last_losses: TensorDictBase | None = None
 
+        self.replay_buffer = replay_buffer
+        self.target_net_updater = target_net_updater
+        self._batch_size = batch_size
+        self.learner_backend = learner_backend
+        self.learner_backend_options: dict[str, Any] = {}
+        self.learner_poll_interval = float(learner_poll_interval)
+        self.checkpoint = checkpoint
+        self.checkpoint_rotation = checkpoint_rotation
+        self.checkpoint_metadata = checkpoint_metadata
+        self.num_epochs = num_epochs
+        self.async_collection = async_collection
+        self._collect_in_background = async_collection
+        self.log_timings = log_timings
+        self.auto_log_optim_steps = auto_log_optim_steps
+        self._hook_times: dict[str, list[float]] = {}
+
         self.seed = seed
         if seed is not None:
             self.set_seed()
-        if optimizer is not None:
+        self.optimization_stepper = optimization_stepper
+        if optimization_stepper is not None:
+            register = getattr(optimization_stepper, "register", None)
+            if callable(register):
+                register(self, name="optimization_stepper")
+            else:
+                self.register_module("optimization_stepper", optimization_stepper)
+        elif optimizer is not None:
             from ._hooks_optim import OptimizerHook
 
             OptimizerHook(optimizer).register(self)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The learner's batch size: the one given, else ``replay_buffer.batch_size``."""
+        if self._batch_size is not None:
+            return self._batch_size
+        return getattr(self.replay_buffer, "batch_size", None)
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        self._batch_size = value
+
+    def compute_loss(self, sub_batch: TensorDictBase, method: str | None = None) -> Any:
+        """``loss_module(sub_batch)`` (or its ``method``): what an optimization stepper calls."""
+        if method is None:
+            return self.loss_module(sub_batch)
+        return getattr(self.loss_module, method)(sub_batch)
 
     # -- hooks -------------------------------------------------------------------------------
     def register_op(self, dest: HookPoint, op: Callable, **kwargs) -> None:
@@ -279,22 +402,68 @@ class Trainer:
         self._stop_training = True
         self._stop_reason = reason
 
+    def _hook_name(self, op: Callable) -> str:
+        owner = getattr(op, "__self__", op)
+        for name, module in self._modules.items():
+            if module is owner:
+                return name
+        return getattr(op, "__name__", type(op).__name__)
+
+    def _run(self, op: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``op(*args, **kwargs)``, its wall time recorded when ``log_timings``."""
+        if not self.log_timings:
+            return op(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return op(*args, **kwargs)
+        finally:
+            entry = self._hook_times.setdefault(self._hook_name(op), [0.0, 0])
+            entry[0] += time.perf_counter() - start
+            entry[1] += 1
+
     def _call_transform(self, dest: str, batch: Any) -> Any:
         for op, kwargs in self._ops[dest]:
-            out = op(batch, **kwargs)
+            out = self._run(op, batch, **kwargs)
             if isinstance(out, TensorDictBase):
                 batch = out
         return batch
 
     def _call_log(self, dest: str, batch: Any) -> None:
         for op, kwargs in self._ops[dest]:
-            result = op(batch, **kwargs)
+            result = self._run(op, batch, **kwargs)
             if result:
                 self._log(**result)
 
     def _call_plain(self, dest: str) -> None:
         for op, kwargs in self._ops[dest]:
-            op(**kwargs)
+            self._run(op, **kwargs)
+
+    def _log_timings(self) -> None:
+        if self.log_timings and self._hook_times:
+            self._log(
+                **{f"time/hook/{name}": total / n for name, (total, n) in self._hook_times.items()}
+            )
+
+    def _batches(self):
+        """The collector's batches; with ``async_collection``, ``None`` until the buffer the
+        collector fills in the background has taken ``total_frames``."""
+        if not self._collect_in_background:
+            yield from self.collector
+            return
+        buffer = self.replay_buffer
+        if buffer is None:
+            buffer = getattr(self.collector, "replay_buffer", None)
+            self.replay_buffer = buffer
+        if getattr(buffer, "write_count", None) is None:
+            raise RuntimeError(
+                "Trainer(async_collection=True) needs the replay buffer the collector writes "
+                "into (with a write_count): pass replay_buffer="
+            )
+        self.collector.start()
+        while buffer.write_count == 0:
+            time.sleep(0.1)
+        while buffer.write_count < self.total_frames:
+            yield None
 
     # -- seeding ------------------------------------------------------------------------------
     def set_seed(self) -> None:
@@ -317,7 +486,7 @@ class Trainer:
         self._pbar = ProgressBar(self.progress_bar, self.total_frames, self.collected_frames)
         init_random_frames = getattr(self.collector, "init_random_frames", 0) or 0
         try:
-            for batch in self.collector:
+            for batch in self._batches():
                 if batch is None:
                     # the collector writes into the trainer's replay buffer itself: the
                     # frames are what the buffer took in; no batch for the batch hooks
@@ -336,6 +505,7 @@ class Trainer:
                 self._call_plain("post_steps")
                 if batch is not None:
                     self._call_log("post_steps_log", batch)
+                self._log_timings()
                 self._pbar.update(current_frames)
                 done = self._stop_training or self.collected_frames >= self.total_frames
                 self.save_trainer(force_save=done)
@@ -368,30 +538,37 @@ class Trainer:
         self._call_plain("pre_optim_steps")
         sums: dict = {}
         counts: dict = {}
-        for _ in range(self.optim_steps_per_batch):
-            self._optim_count += 1
-            try:
-                sub_batch = self._call_transform("process_optim_batch", batch)
-            except StopIteration:  # an iterated replay buffer ran out: no more steps
-                break
-            losses = self.loss_module(sub_batch)
-            if not isinstance(losses, TensorDictBase) and hasattr(losses, "to_tensordict"):
-                # a tensorclass output (the LLM losses'): hooks add entries (grad_norm_0)
-                losses = losses.to_tensordict()
-            self._call_transform("post_loss", sub_batch)
-            for i, (op, kwargs) in enumerate(self._ops["optimizer"]):
-                out = op(losses, self.clip_grad_norm, self.clip_norm, i, **kwargs)
-                if isinstance(out, TensorDictBase):
-                    losses = out
-            losses = losses.detach()
-            self._call_plain("post_optim")
-            self._call_log("post_optim_log", sub_batch)
-            # each entry averaged over the steps that wrote it (an optimizer hook that
-            # accumulates gradients writes its grad norm only on the steps it steps)
-            for key, value in losses.items(include_nested=True, leaves_only=True):
-                count = counts.get(key, 0)
-                sums[key] = value if count == 0 else sums[key] + value
-                counts[key] = count + 1
+        for _epoch in range(self.num_epochs):
+            for _ in range(self.optim_steps_per_batch):
+                self._optim_count += 1
+                try:
+                    sub_batch = self._call_transform("process_optim_batch", batch)
+                except StopIteration:  # an iterated replay buffer ran out: this epoch ends
+                    break
+                if self.optimization_stepper is not None:
+                    losses = self._run(self.optimization_stepper.step, self, sub_batch)
+                else:
+                    losses = self.loss_module(sub_batch)
+                if not isinstance(losses, TensorDictBase) and hasattr(losses, "to_tensordict"):
+                    # a tensorclass output (the LLM losses'): hooks add entries (grad_norm_0)
+                    losses = losses.to_tensordict()
+                if self.optimization_stepper is None:
+                    self._call_transform("post_loss", sub_batch)
+                    for i, (op, kwargs) in enumerate(self._ops["optimizer"]):
+                        out = self._run(
+                            op, losses, self.clip_grad_norm, self.clip_norm, i, **kwargs
+                        )
+                        if isinstance(out, TensorDictBase):
+                            losses = out
+                losses = losses.detach()
+                self._call_plain("post_optim")
+                self._call_log("post_optim_log", sub_batch)
+                # each entry averaged over the steps that wrote it (an optimizer hook that
+                # accumulates gradients writes its grad norm only on the steps it steps)
+                for key, value in losses.items(include_nested=True, leaves_only=True):
+                    count = counts.get(key, 0)
+                    sums[key] = value if count == 0 else sums[key] + value
+                    counts[key] = count + 1
         if counts:
             average = losses.empty()
             for key, total in sums.items():
@@ -400,7 +577,8 @@ class Trainer:
             total = sum(v for k, v in average.items() if str(k).startswith("loss"))
             if self._pbar is not None and isinstance(total, torch.Tensor):
                 self._pbar.values["loss"] = float(total)
-            self._log(optim_steps=self._optim_count, **dict(average.items()))
+            if self.auto_log_optim_steps:
+                self._log(optim_steps=self._optim_count, **dict(average.items()))
 
     def _log(self, log_pbar: bool = False, **kwargs) -> None:
         frames = self.collected_frames
@@ -534,22 +712,77 @@ class Trainer:
     def save_trainer(self, force_save: bool = False) -> pathlib.Path | None:
         """Saves a checkpoint when ``save_trainer_interval`` frames passed since the last one
         (or when ``force_save``); returns its path, ``None`` when nothing was saved."""
-        if self.save_trainer_file is None:
+        if self.save_trainer_file is None and self.checkpoint_rotation is None:
             return None
         if force_save or self.collected_frames - self._last_save >= self.save_trainer_interval:
             self._last_save = self.collected_frames
-            return atomic_save(self.state_dict(), self.save_trainer_file)
+            if self.checkpoint is None:
+                return atomic_save(self.state_dict(), self.save_trainer_file)
+            checkpoint = self._register_checkpoint_components()
+            if self.checkpoint_rotation is not None:
+                metadata = {}
+                if self.checkpoint_metadata is not None:
+                    extra = self.checkpoint_metadata(self)
+                    if not isinstance(extra, Mapping):
+                        raise TypeError(
+                            f"checkpoint_metadata must return a mapping, got {type(extra)}"
+                        )
+                    metadata.update(extra)
+                metadata.update(
+                    collected_frames=self.collected_frames, optim_steps=self._optim_count
+                )
+                self.checkpoint_rotation.save(
+                    checkpoint, step=self.collected_frames, metadata=metadata
+                )
+                return None
+            checkpoint.save(self.save_trainer_file)
+            return pathlib.Path(self.save_trainer_file)
         return None
+
+    def _register_checkpoint_components(self) -> Any:
+        """Registers the trainer's parts, by TorchRL's names, on ``self.checkpoint``."""
+        checkpoint = self.checkpoint
+
+        def register(name: str, component: Any) -> None:
+            if component is None or name in checkpoint:
+                return
+            if callable(getattr(component, "state_dict", None)) and callable(
+                getattr(component, "load_state_dict", None)
+            ):
+                checkpoint.register(name, component)
+            else:
+                self._warn_once(
+                    f"skipping the trainer's {name!r} ({type(component).__name__}): it has no "
+                    "state_dict/load_state_dict to checkpoint"
+                )
+
+        register("loss_module", self.loss_module)
+        register("optimizer", self.optimizer)
+        register("collector", self.collector)
+        register("replay_buffer", self.replay_buffer)
+        register("logger", self.logger)
+        register("target_updater", self.target_net_updater)
+        register("trainer_state", _TrainerState(self))
+        for name, module in self._modules.items():
+            if name in ("optimizer", "replay_buffer") and name in checkpoint:
+                continue
+            register(f"trainer_module.{name}", module)
+        return checkpoint
 
     def load_from_file(self, file: str | os.PathLike) -> Trainer:
         """Loads a checkpoint written by :meth:`save_trainer` (tensors and plain containers
-        only: ``weights_only=True``).
+        only: ``weights_only=True``); with a ``checkpoint`` object, its ``load(file)`` restores
+        the components registered on it.
 
         Raises:
             FileNotFoundError: there is no file.
             CheckpointError: the file holds other objects, or comes from another
                 configuration.
         """
+        if self.checkpoint is not None:
+            # a TorchRL-style checkpoint object reads its own format
+            self._register_checkpoint_components().load(file)
+            return self
         self.load_state_dict(load_checkpoint(file))
         return self
 
@@ -560,6 +793,32 @@ class Trainer:
             f"{self.total_frames}, optim_steps_per_batch={self.optim_steps_per_batch}, "
             f"hooks={sorted(self._modules)})"
         )
+
+
+class _TrainerState:
+    """The trainer's counters and RNG states, as a checkpoint component."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        t = self.trainer
+        return {
+            "collected_frames": t.collected_frames,
+            "_optim_count": t._optim_count,
+            "_last_log": dict(t._last_log),
+            "_last_save": t._last_save,
+            "rng": get_rng_state(),
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        t = self.trainer
+        t.collected_frames = int(state_dict["collected_frames"])
+        t._optim_count = int(state_dict["_optim_count"])
+        t._last_log = dict(state_dict["_last_log"])
+        t._last_save = int(state_dict["_last_save"])
+        if "rng" in state_dict:
+            set_rng_state(state_dict["rng"])
 
 
 def _restore(what: str, target: Any, state: Any) -> None:

@@ -163,3 +163,72 @@ class TestEnvTransformsFromModule:
         )
         assert isinstance(tracker, InitTracker)
         assert tracker.init_key == "my_init"
+
+
+class TestRecurrentMatmulPrecision:
+    @pytest.fixture(autouse=True)
+    def _restore(self):
+        from rl.modules import set_recurrent_matmul_precision
+
+        prev = torch.get_float32_matmul_precision()
+        yield
+        torch.set_float32_matmul_precision(prev)
+        set_recurrent_matmul_precision(None)
+
+    def _gpu(self, monkeypatch, major):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (major, 0))
+        monkeypatch.setattr(torch.version, "hip", None)
+
+    def test_set_get_and_presets(self, monkeypatch):
+        from rl.modules import get_recurrent_matmul_precision, set_recurrent_matmul_precision
+
+        for mode in ("ieee", "tf32", "tf32x3"):
+            set_recurrent_matmul_precision(mode)
+            assert get_recurrent_matmul_precision() == mode
+        self._gpu(monkeypatch, 9)
+        set_recurrent_matmul_precision("fast")
+        assert get_recurrent_matmul_precision() == "tf32"
+        set_recurrent_matmul_precision("high-prec")
+        assert get_recurrent_matmul_precision() == "tf32x3"
+        self._gpu(monkeypatch, 7)  # no TF32 tensor cores
+        assert get_recurrent_matmul_precision() == "ieee"
+
+    @pytest.mark.parametrize(
+        "torch_mode, ampere, volta",
+        [("highest", "ieee", "ieee"), ("high", "tf32x3", "ieee"), ("medium", "tf32", "ieee")],
+    )
+    def test_auto_follows_torch(self, monkeypatch, torch_mode, ampere, volta):
+        from rl.modules import get_recurrent_matmul_precision, set_recurrent_matmul_precision
+
+        monkeypatch.delenv("RL_RNN_PRECISION", raising=False)
+        monkeypatch.delenv("TORCHRL_RNN_PRECISION", raising=False)
+        set_recurrent_matmul_precision("auto")
+        torch.set_float32_matmul_precision(torch_mode)
+        self._gpu(monkeypatch, 8)
+        assert get_recurrent_matmul_precision() == ampere
+        self._gpu(monkeypatch, 7)
+        assert get_recurrent_matmul_precision() == volta
+
+    def test_env_var_and_errors(self, monkeypatch):
+        from rl.modules import get_recurrent_matmul_precision, set_recurrent_matmul_precision
+
+        monkeypatch.setenv("TORCHRL_RNN_PRECISION", "tf32x3")
+        set_recurrent_matmul_precision(None)
+        assert get_recurrent_matmul_precision() == "tf32x3"
+        monkeypatch.setenv("RL_RNN_PRECISION", "fp16")
+        with pytest.raises(
+            ValueError, match="RL_RNN_PRECISION='fp16' is not a valid recurrent matmul precision"
+        ):
+            set_recurrent_matmul_precision(None)
+        with pytest.raises(ValueError, match="Invalid recurrent matmul precision 'fp16'"):
+            set_recurrent_matmul_precision("fp16")
+        with pytest.raises(ValueError, match="recurrent_matmul_precision"):
+            GRUModule(
+                input_size=3,
+                hidden_size=4,
+                in_key="x",
+                out_key="y",
+                recurrent_matmul_precision="fp16",
+            )

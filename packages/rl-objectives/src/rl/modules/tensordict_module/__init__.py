@@ -37,6 +37,7 @@ from ._rnn import (
 )
 from ._rnn_cells import GRUCell, LSTMCell
 from ._rnn_layers import GRU, LSTM, recurrent_mode, set_recurrent_mode
+from ._rnn_precision import get_recurrent_matmul_precision, set_recurrent_matmul_precision
 from ._sequence import SafeSequential
 from ._vmap import VmapModule
 
@@ -59,6 +60,8 @@ __all__ = [
     "LSTMModule",
     "canonicalize_rnn_subset",
     "get_env_transforms_from_module",
+    "get_recurrent_matmul_precision",
+    "set_recurrent_matmul_precision",
     "get_primers_from_module",
     "recurrent_mode",
     "set_recurrent_mode",

@@ -173,3 +173,20 @@ def test_find_depth_message():
         ValueError, match="depth=2 and num_cells=1 length conflict, consider matching"
     ):
         Conv3dNet(in_features=5, num_cells=[32], kernel_sizes=[3, 3])
+
+
+def test_ou_process_submodule_step():
+    from rl.modules import OrnsteinUhlenbeckProcessModule
+
+    module = OrnsteinUhlenbeckProcessModule(
+        Bounded(-5, 5, (2,)), theta=0.5, mu=0.1, sigma=0.3, dt=0.04, x0=0.2
+    )
+    assert module.ou.steps_key == module.steps_key == "_ou_steps"
+    noise, steps = torch.tensor([[0.05, -0.1]]), torch.tensor([3])
+    torch.manual_seed(0)
+    new, new_steps = module.ou.step(noise, steps)
+    torch.manual_seed(0)
+    prev = noise + 0.2
+    expected = prev + 0.5 * (0.1 - prev) * 0.04 + 0.3 * 0.2 * torch.randn(1, 2)
+    torch.testing.assert_close(new, expected)
+    assert new_steps.tolist() == [4]

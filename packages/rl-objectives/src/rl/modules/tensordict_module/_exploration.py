@@ -254,6 +254,60 @@ class AdditiveGaussianModule(_AnnealedSpecModule):
         return tensordict
 
 
+class _OrnsteinUhlenbeckProcess(nn.Module):
+    """The Ornstein-Uhlenbeck process itself: its parameters and one step of it.
+
+    ``x += theta * (mu - x) * dt + sigma_t * sqrt(dt) * N(0, 1)``, with ``sigma_t``
+    going linearly from ``sigma`` to ``sigma_min`` over ``n_steps_annealing`` steps.
+    :class:`OrnsteinUhlenbeckProcessModule` keeps one per module (``module.ou``) and
+    reads and writes its state (``noise_key``, ``steps_key``) in the tensordict.
+    """
+
+    noise_key = "_ou_prev_noise"
+    steps_key = "_ou_steps"
+
+    def __init__(
+        self,
+        theta: float,
+        mu: float = 0.0,
+        sigma: float = 0.2,
+        dt: float = 0.01,
+        x0: torch.Tensor | np.ndarray | float | None = None,
+        sigma_min: float | None = None,
+        n_steps_annealing: int = 1000,
+        *,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        self.theta, self.mu, self.dt, self.sigma = theta, mu, dt, sigma
+        if sigma_min is not None:
+            self._sigma_slope = -float(sigma - sigma_min) / float(n_steps_annealing)
+            self.sigma_min = sigma_min
+        else:
+            self._sigma_slope = 0.0
+            self.sigma_min = sigma
+        self.register_buffer("x0", torch.as_tensor(0.0 if x0 is None else x0, device=device))
+
+    def current_sigma(self, n_steps: torch.Tensor) -> torch.Tensor:
+        """The noise scale after ``n_steps`` steps of a trajectory."""
+        return (self._sigma_slope * n_steps + self.sigma).clamp_min(self.sigma_min)
+
+    def step(self, noise: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step from the stored noise (``x - x0``) and step count ``[*B]``.
+
+        Returns:
+            The new value of the process ``x`` and the step count plus one.
+        """
+        prev = noise + self.x0
+        sigma = self.current_sigma(expand_as_right(steps, prev).to(prev.dtype))
+        new = (
+            prev
+            + self.theta * (self.mu - prev) * self.dt
+            + sigma * float(np.sqrt(self.dt)) * torch.randn_like(prev)
+        )
+        return new, steps + 1
+
+
 class OrnsteinUhlenbeckProcessModule(_AnnealedSpecModule):
     """Temporally correlated (Ornstein-Uhlenbeck) exploration noise, as in DDPG.
 
@@ -263,6 +317,7 @@ class OrnsteinUhlenbeckProcessModule(_AnnealedSpecModule):
     has its own process; both are reset to zero where ``is_init_key`` is ``True`` (add an
     ``InitTracker`` transform to the env). ``eps`` is annealed by :meth:`step`, ``sigma``
     from ``sigma`` to ``sigma_min`` over ``n_steps_annealing`` steps of each trajectory.
+    The process (its parameters and one step of it) is the submodule :attr:`ou`.
 
     Args:
         spec: the action spec.
@@ -322,20 +377,14 @@ class OrnsteinUhlenbeckProcessModule(_AnnealedSpecModule):
             )
         self.action_key = action_key
         self.is_init_key = is_init_key
-        self.noise_key = "_ou_prev_noise"
-        self.steps_key = "_ou_steps"
+        self.ou = _OrnsteinUhlenbeckProcess(
+            theta, mu, sigma, dt, x0, sigma_min, n_steps_annealing, device=device
+        )
+        self.noise_key = self.ou.noise_key
+        self.steps_key = self.ou.steps_key
         self.in_keys = [action_key]
         self.out_keys = [action_key, self.noise_key, self.steps_key]
         self._init_annealing("eps", eps_init, eps_end, annealing_num_steps, device)
-        self.theta, self.mu, self.dt = theta, mu, dt
-        self.sigma = sigma
-        if sigma_min is not None:
-            self._sigma_slope = -float(sigma - sigma_min) / float(n_steps_annealing)
-            self.sigma_min = sigma_min
-        else:
-            self._sigma_slope = 0.0
-            self.sigma_min = sigma
-        self.register_buffer("x0", torch.as_tensor(0.0 if x0 is None else x0, device=device))
         self.spec = spec
         self._spec.update({self.noise_key: None, self.steps_key: None})
         self.safe = safe
@@ -344,7 +393,7 @@ class OrnsteinUhlenbeckProcessModule(_AnnealedSpecModule):
 
     def current_sigma(self, n_steps: torch.Tensor) -> torch.Tensor:
         """The noise scale after ``n_steps`` steps of a trajectory."""
-        return (self._sigma_slope * n_steps + self.sigma).clamp_min(self.sigma_min)
+        return self.ou.current_sigma(n_steps)
 
     def _is_init(self, tensordict: TensorDictBase, batch: torch.Size) -> torch.Tensor | None:
         is_init = tensordict.get(self.is_init_key, None)
@@ -380,16 +429,10 @@ class OrnsteinUhlenbeckProcessModule(_AnnealedSpecModule):
         if is_init is not None:
             noise = noise.masked_fill(expand_right(is_init, noise.shape), 0)
             steps = steps.masked_fill(is_init, 0)
-        prev = noise + self.x0
-        sigma = self.current_sigma(expand_as_right(steps, prev).to(prev.dtype))
-        new = (
-            prev
-            + self.theta * (self.mu - prev) * self.dt
-            + sigma * float(np.sqrt(self.dt)) * torch.randn_like(prev)
-        )
-        tensordict.set(self.noise_key, new - self.x0)
-        tensordict.set(self.action_key, action + self.eps * new)
-        tensordict.set(self.steps_key, steps + 1)
+        noise, steps = self.ou.step(noise, steps)
+        tensordict.set(self.noise_key, noise - self.ou.x0)
+        tensordict.set(self.action_key, action + self.eps * noise)
+        tensordict.set(self.steps_key, steps)
         return tensordict
 
 

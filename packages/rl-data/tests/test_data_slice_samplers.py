@@ -379,6 +379,8 @@ class TestSliceSamplerSpanAndPadding:
             PrioritizedSliceSampler(max_capacity=10, alpha=1.0, beta=1.0, slice_len=2, span=True)
         with pytest.raises(TypeError, match="unexpected keyword argument 'pad_output'"):
             PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, pad_output=True)
+        # a span that lets no slice run over an edge is the default
+        assert PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, span=[False, False])
 
     def test_torchrl_keywords_reach_the_sampler(self):
         keys = dict(

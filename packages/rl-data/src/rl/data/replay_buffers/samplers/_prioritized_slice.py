@@ -69,7 +69,7 @@ class PrioritizedSliceSampler(SliceSampler):
         span: bool | int | tuple[bool | int, bool | int] = False,
         max_priority_within_buffer: bool = False,
     ) -> None:
-        if any(span if isinstance(span, tuple) else (span,)):
+        if any(span if isinstance(span, tuple | list) else (span,)):
             raise NotImplementedError(
                 f"{type(self).__name__} does not support span (got span={span!r}); use SliceSampler"
             )

@@ -186,3 +186,66 @@ class TestBatchedNonTensor:
     def test_parallel_env_names_the_entry(self):
         with pytest.raises(ValueError, match="ParallelEnv cannot hold the non-tensor entry 'text'"):
             ParallelEnv(2, StringObsEnv)
+
+
+class TestSuccessRewardSpec:
+    def test_reward_spec_alone_falls_back_to_the_reward_leaf(self):
+        from rl.envs.transforms import SuccessReward
+
+        spec = Composite(reward=Unbounded(shape=(4, 1)), shape=(4,))
+        out = SuccessReward(scale=-3.0).transform_reward_spec(spec)
+        assert out["reward"].shape == torch.Size([4, 1])
+        assert out["reward"].space.low.max().item() == -3.0
+        assert out["reward"].space.high.min().item() == 0.0
+
+    def test_reward_spec_alone_without_a_shape(self):
+        from rl.envs.transforms import SuccessReward
+
+        with pytest.raises(RuntimeError, match="SuccessReward could not infer the reward shape"):
+            SuccessReward().transform_reward_spec(Composite(shape=()))
+
+    def test_in_an_env_the_success_entry_sizes_it(self):
+        from rl.envs.transforms import SuccessReward
+
+        env = TransformedEnv(CounterEnv(), SuccessReward(success_key="done", scale=2.0))
+        spec = env.transform[0].transform_reward_spec(Composite(shape=()))
+        assert spec["reward"].shape == torch.Size([1])
+
+
+class EmptyGroupEnv(CounterEnv):
+    def __init__(self):
+        super().__init__()
+        self.observation_spec["group"] = Composite(inner=Composite())
+
+
+class TestBatchedEmptySpecs:
+    @pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+    def test_refused_with_the_way_out(self, cls):
+        with pytest.raises(
+            RuntimeError, match=f"The environment passed to {cls.__name__} has empty specs in"
+        ):
+            cls(2, EmptyGroupEnv)
+
+
+class ScalarActionEnv(CounterEnv):
+    def __init__(self):
+        super().__init__()
+        from rl.core import Bounded
+
+        self.action_spec = Bounded(-1.0, 1.0, shape=())
+
+
+class TestActionDiscretizerScalar:
+    @pytest.mark.parametrize("categorical", [True, False])
+    def test_one_count_tensor_keeps_the_scalar_shape(self, categorical):
+        from rl.envs.transforms import ActionDiscretizer
+
+        t = ActionDiscretizer(
+            num_intervals=torch.tensor([5]), categorical=categorical, out_action_key="choice"
+        )
+        env = TransformedEnv(ScalarActionEnv(), t)
+        check_env_specs(env)
+        choice = torch.tensor(4) if categorical else torch.nn.functional.one_hot(torch.tensor(4), 5)
+        out = env.transform.inv(TensorDict(choice=choice))
+        # choice i of n=5 over [-1, 1], MEDIAN: -1 + 2 * (i + 0.5) / 5
+        torch.testing.assert_close(out["action"], torch.tensor(0.8))

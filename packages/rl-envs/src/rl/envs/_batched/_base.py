@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
+from rl.core import Composite
+
 from .._env_base import EnvBase, _state_entry
 from .._partial_step import check_step_mask, peek_step_mask
 from .._utils import step_mdp
@@ -72,6 +74,27 @@ def _rebuild(cls: type, num_workers: int, creators: list, kwargs: dict) -> Batch
     return cls(num_workers, creators, **kwargs)
 
 
+def _check_no_empty_spec(owner: str, env: Any) -> None:
+    """TorchRL's check: a sub-env whose specs hold an empty ``Composite`` (no entry a
+    rollout would write) is refused, with the transform that removes such entries."""
+    for parent, name in (
+        ("input_spec", "full_state_spec"),
+        ("input_spec", "full_action_spec"),
+        ("output_spec", "full_done_spec"),
+        ("output_spec", "full_reward_spec"),
+        ("output_spec", "full_observation_spec"),
+    ):
+        composite = getattr(env, parent)
+        if name not in composite.keys():
+            continue
+        for key, spec in reversed(list(composite[name].items(True))):
+            if isinstance(spec, Composite) and spec.is_empty():
+                raise RuntimeError(
+                    f"The environment passed to {owner} has empty specs in {key}. Consider "
+                    "using rl.envs.transforms.RemoveEmptySpecs to remove the empty specs."
+                )
+
+
 class BatchedEnvBase(EnvBase):
     """Common machinery of :class:`SerialEnv` and :class:`ParallelEnv` (not for direct use).
 
@@ -104,6 +127,7 @@ class BatchedEnvBase(EnvBase):
         # what pickling sends (the sub-envs and buffers are rebuilt on the other side)
         self._init_kwargs = {"device": device, "run_type_checks": run_type_checks}
         meta = self._make_meta_env()
+        _check_no_empty_spec(type(self).__name__, meta)
         entry = dynamic_spec_entry(meta)
         if entry is not None:  # the buffers need one shape per entry
             raise dynamic_specs_error(type(self).__name__, *entry)

@@ -295,6 +295,8 @@ class ActionDiscretizer(Transform):
             self._init()
         idx = self._indices(action).to(self.low.dtype)
         nvec = self._nvec(idx.device).to(self.low.dtype)
+        if self.__dict__.get("_scalar"):
+            nvec = nvec.reshape(-1)[0]  # a one-count tensor for a scalar action
         if self.sampling == self.SamplingStrategy.RANDOM:
             offset = torch.rand_like(idx)
         else:

@@ -753,18 +753,15 @@ class SuccessReward(Transform):
         self._call(rollout.get("next"))
         return rollout
 
-    def transform_output_spec(self, output_spec: Composite) -> Composite:
-        output_spec = output_spec.clone()
+    def _set_reward_spec(self, rewards: Composite, sources: list) -> None:
+        """``rewards[reward_key]``: a ``Bounded`` spec over ``{0, scale}`` shaped like the
+        success entry found in ``sources`` (else like the existing reward entry)."""
         success_key, reward_key = self.in_keys[0], self.out_keys[0]
         leaf = None
-        for name in ("full_observation_spec", "full_done_spec", "full_reward_spec"):
-            if name not in output_spec.keys():
-                continue
-            comp = output_spec[name]
+        for comp in sources:
             if success_key in comp.keys(True, True):
                 leaf = comp[success_key]
                 break
-        rewards = output_spec["full_reward_spec"]
         if leaf is None and reward_key in rewards.keys(True, True):
             leaf = rewards[reward_key]
         if leaf is None:
@@ -780,7 +777,21 @@ class SuccessReward(Transform):
             device=leaf.device,
             dtype=torch.get_default_dtype(),
         )
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        output_spec = output_spec.clone()
+        names = ("full_observation_spec", "full_done_spec", "full_reward_spec")
+        sources = [output_spec[name] for name in names if name in output_spec.keys()]
+        self._set_reward_spec(output_spec["full_reward_spec"], sources)
         return output_spec
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        """The reward spec alone (TorchRL's hook): the success entry is looked up in the
+        parent env's observation and done specs, else the existing reward entry sizes it."""
+        parent = self.parent
+        sources = [] if parent is None else [parent.full_observation_spec, parent.full_done_spec]
+        self._set_reward_spec(reward_spec, [*sources, reward_spec])
+        return reward_spec
 
     def _repr_args(self) -> str:
         return (

@@ -285,3 +285,52 @@ def test_reduction_none_means_mean():
         spec=OneHot(4), module=nn.Linear(3, 4), in_keys=["observation"], action_space="one_hot"
     )
     assert DQNLoss(actor, reduction=None).reduction == "mean"
+
+
+class _TD0Loss(LossModule):
+    """A loss with nothing but its default estimator, to drive make_value_estimator."""
+
+    from rl.objectives.value import ValueEstimators as _VE
+
+    default_value_estimator = _VE.TD0
+
+    def forward(self, td):
+        return td
+
+    def _forward_value_estimator_keys(self, **kwargs):
+        pass
+
+
+class TestPrepareValueEstimatorKwargs:
+    def test_enum_and_name(self):
+        from rl.objectives.value import ValueEstimators
+
+        loss = _TD0Loss()
+        vtype, hp = loss._prepare_value_estimator_kwargs(None)
+        assert vtype is ValueEstimators.TD0 and hp == {"gamma": 0.99, "differentiable": True}
+        vtype, hp = loss._prepare_value_estimator_kwargs("GAE", lmbda=0.2)
+        assert vtype is ValueEstimators.GAE and loss.value_type is ValueEstimators.GAE
+        assert hp == {"gamma": 0.99, "lmbda": 0.2, "differentiable": True}
+        loss.gamma = 0.77  # the loss's gamma, then the caller's
+        assert loss._prepare_value_estimator_kwargs(ValueEstimators.TD0)[1]["gamma"] == 0.77
+        assert loss._prepare_value_estimator_kwargs("TD0", gamma=0.5)[1]["gamma"] == 0.5
+        with pytest.raises(ValueError, match="unknown value estimator 'nope'"):
+            loss._prepare_value_estimator_kwargs("nope")
+
+    def test_estimator_or_class_is_set_at_once(self):
+        from rl.objectives.value import TD0Estimator
+
+        net = TensorDictModule(nn.Linear(4, 1), ["observation"], ["state_value"])
+        loss = _TD0Loss()
+        estimator = TD0Estimator(gamma=0.9, value_network=net)
+        assert loss._prepare_value_estimator_kwargs(estimator) == (None, None)
+        assert loss._value_estimator is estimator
+        assert loss._prepare_value_estimator_kwargs(
+            TD0Estimator, gamma=0.42, value_network=net
+        ) == (
+            None,
+            None,
+        )
+        assert loss._value_estimator.gamma.item() == pytest.approx(0.42)
+        assert loss.make_value_estimator("TD0", gamma=0.3) is loss
+        assert isinstance(loss._value_estimator, TD0Estimator)

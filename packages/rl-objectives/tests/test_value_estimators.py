@@ -574,3 +574,39 @@ def test_nan_next_observation_at_a_trajectory_end(cls, kwargs, shifted):
     # the terminated last step: advantage r - V(s), no bootstrap
     torch.testing.assert_close(out["advantage"][:, -1], 1 - out["state_value"][:, -1])
     assert torch.isnan(td["next", "obs"][:, -1]).all()
+
+
+@pytest.mark.parametrize(
+    "cls,kwargs",
+    [
+        ("TD0Estimator", {}),
+        ("TD1Estimator", {}),
+        ("TDLambdaEstimator", {"lmbda": 0.95}),
+        ("GAE", {"lmbda": 0.95}),
+    ],
+)
+def test_shifted_without_next_observations(cls, kwargs):
+    # no ("next", obs) at all: the shifted call takes the next root observation inside a
+    # trajectory and the root one at its end, as with NaN next observations there
+    import rl.objectives.value as value_mod
+
+    torch.manual_seed(0)
+    net = TensorDictModule(torch.nn.Linear(3, 1, bias=False), ["obs"], ["state_value"])
+    obs = torch.randn(2, 5, 3)
+    done = torch.zeros(2, 5, 1, dtype=torch.bool)
+    done[:, 2] = done[:, -1] = True
+    missing = TensorDict(
+        obs=obs,
+        next=TensorDict(
+            reward=torch.ones(2, 5, 1), done=done, terminated=done.clone(), batch_size=[2, 5]
+        ),
+        batch_size=[2, 5],
+    )
+    reference = missing.clone()
+    nxt = torch.cat([obs[:, 1:], obs[:, -1:]], 1)
+    reference["next", "obs"] = torch.where(done, obs, nxt)
+    est = getattr(value_mod, cls)(gamma=0.9, value_network=net, shifted=True, **kwargs)
+    got, expected = est(missing.clone()), est(reference)
+    assert ("next", "obs") not in missing.keys(True)
+    torch.testing.assert_close(got["advantage"], expected["advantage"])
+    torch.testing.assert_close(got["value_target"], expected["value_target"])

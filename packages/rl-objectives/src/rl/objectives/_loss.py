@@ -499,43 +499,59 @@ class LossModule(TensorDictModuleBase):
                 message lists them) or this loss does not support it (that error is
                 also a ``NotImplementedError``, what TorchRL raises).
         """
-        if value_type is None:
-            value_type = self.default_value_estimator
-        if isinstance(value_type, ValueEstimatorBase):
-            self._value_estimator = value_type
-            self.value_type = type(value_type)
-            self._forward_value_estimator_keys()
+        value_type, hp = self._prepare_value_estimator_kwargs(value_type, **hyperparams)
+        if value_type is None:  # an estimator (or its class) given: already set
             return self
-        if isinstance(value_type, type) and issubclass(value_type, ValueEstimatorBase):
-            self._value_estimator = value_type(**hyperparams)
-            self.value_type = value_type
-            self._forward_value_estimator_keys()
-            return self
-        if isinstance(value_type, str):
-            try:
-                value_type = ValueEstimators[value_type]
-            except KeyError:
-                value_type = value_type  # handled below
-        if not isinstance(value_type, ValueEstimators):
-            raise ValueError(
-                f"unknown value estimator {value_type!r} for {type(self).__name__}; valid "
-                f"ones are {[m.name for m in ValueEstimators]}"
-            )
         supported = self._supported_value_estimators()
         if value_type not in supported:
             raise _UnsupportedEstimatorError(
                 f"{type(self).__name__} does not support the {value_type.name} value "
                 f"estimator; supported: {[m.name for m in supported]}"
             )
+        self._value_estimator = self._build_value_estimator(value_type, hp)
+        self._forward_value_estimator_keys()
+        return self
+
+    def _prepare_value_estimator_kwargs(self, value_type=None, **hyperparams):
+        """What :meth:`make_value_estimator` does before building a ``ValueEstimators`` one.
+
+        An estimator instance or class is set on the loss right away; a member (or its
+        name) is resolved, written to ``value_type``, and its hyperparameters gathered:
+        ``default_value_kwargs(value_type)``, then the loss's ``gamma`` if it has one,
+        then ``hyperparams``.
+
+        Returns:
+            ``(None, None)`` when the estimator was set, else ``(value_type, hp)``.
+
+        Raises:
+            ValueError: ``value_type`` is not a ``ValueEstimators`` member (or name).
+        """
+        if value_type is None:
+            value_type = self.default_value_estimator
+        if isinstance(value_type, ValueEstimatorBase):
+            self._value_estimator = value_type
+            self.value_type = type(value_type)
+            self._forward_value_estimator_keys()
+            return None, None
+        if isinstance(value_type, type) and issubclass(value_type, ValueEstimatorBase):
+            self._value_estimator = value_type(**hyperparams)
+            self.value_type = value_type
+            self._forward_value_estimator_keys()
+            return None, None
+        if isinstance(value_type, str) and value_type in ValueEstimators.__members__:
+            value_type = ValueEstimators[value_type]
+        if not isinstance(value_type, ValueEstimators):
+            raise ValueError(
+                f"unknown value estimator {value_type!r} for {type(self).__name__}; valid "
+                f"ones are {[m.name for m in ValueEstimators]}"
+            )
+        self.value_type = value_type
         hp = dict(default_value_kwargs(value_type))
         gamma = getattr(self, "gamma", None)
         if gamma is not None:
             hp["gamma"] = gamma
         hp.update(hyperparams)
-        self.value_type = value_type
-        self._value_estimator = self._build_value_estimator(value_type, hp)
-        self._forward_value_estimator_keys()
-        return self
+        return value_type, hp
 
     def _value_target(self, tensordict: TensorDictBase, next_value: torch.Tensor) -> torch.Tensor:
         """The bootstrapped target ``[*B, 1]`` from ``next_value`` (``[*B, 1]``).

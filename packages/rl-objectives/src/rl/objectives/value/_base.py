@@ -546,7 +546,13 @@ class ValueEstimatorBase(TensorDictModuleBase):
         last_valid = self._last_valid(valid, time_dim)
         ends |= last_valid if time_dim == last else last_valid.transpose(time_dim, last)
         root_td = td.select(*net.in_keys, strict=False)
-        nxt = _finite_next(td.get("next").select(*net.in_keys, strict=False), root_td)[ends]
+        nxt = td.get("next").select(*net.in_keys, strict=False)
+        for key in root_td.keys(True, True):
+            # no next observation stored (a compact buffer): the root one stands in, as
+            # for a NaN one; it only reaches the returns at the last step
+            if nxt.get(key, None) is None:
+                nxt.set(key, root_td.get(key))
+        nxt = _finite_next(nxt, root_td)[ends]
         root = root_td.reshape(-1)
         # one flat batch of inputs: chunked along its only dimension
         out = self._call_value_net(torch.cat([root, nxt], 0), params, flat=True)

@@ -270,6 +270,17 @@ class TestTensorDictPrimer:
         assert env.observation_spec["group", "b"].shape == torch.Size([4])
         check_env_specs(env)
 
+    def test_expand_specs_true_keeps_a_composites_declared_batch(self):
+        base = ConstEnv(lengths=(5, 5))  # batch [2]
+        declared = Composite(h=Unbounded(shape=(2, 4)), shape=(2,))
+        env = TransformedEnv(base, TensorDictPrimer(declared, expand_specs=True))
+        assert env.reset()["h"].shape == torch.Size([2, 4])  # already batched (TorchRL)
+        env = TransformedEnv(
+            ConstEnv(lengths=(5, 5)), TensorDictPrimer(h=Unbounded(shape=(2, 4)), expand_specs=True)
+        )
+        assert env.reset()["h"].shape == torch.Size([2, 2, 4])  # kwargs: no batch declared
+        check_env_specs(env)
+
     def test_on_data(self):
         td = TransformedEnv(PendulumEnv(), TensorDictPrimer(h=Unbounded(shape=(2,)))).transform[0](
             TensorDict({}, [5])

@@ -543,9 +543,10 @@ class TensorDictPrimer(Transform):
             for those sub-envs only. ``None``: ``0.0``.
         reset_key: the partial-reset entry read at reset (default: the env's
             ``"_reset"``).
-        expand_specs: ``True``: always prepend the env's batch dims to the primer
-            specs; ``False``: the specs already carry them (an error otherwise);
-            ``None``: prepend them when the leading dims do not match the batch size.
+        expand_specs: ``True``: prepend the env's batch dims to the primer specs, unless
+            ``primers`` is a Composite whose shape already starts with them (TorchRL);
+            ``False``: the specs already carry them (an error otherwise); ``None``:
+            prepend them when the leading dims do not match the batch size.
         single_default_value: ``default_value`` is one callable for all primers (see
             above).
         call_before_env_reset: write the primers into the reset INPUT, before the base
@@ -587,6 +588,10 @@ class TensorDictPrimer(Transform):
             else dict(primers or {})
         )
         items.update(kwargs)
+        # the batch dims the primers declare (a Composite's shape), as TorchRL reads them
+        self.__dict__["_declared_shape"] = (
+            primers.shape if isinstance(primers, Composite) else torch.Size([])
+        )
         leaves = {}
         for key, spec in items.items():
             key = normalize_key(key)
@@ -648,7 +653,11 @@ class TensorDictPrimer(Transform):
                         f"{tuple(spec.shape)}, which does not start with the batch size "
                         f"{tuple(batch_size)}"
                     )
-            elif nb and (self.expand_specs or not matches):
+            elif nb and self.expand_specs:
+                declared = self.__dict__.get("_declared_shape", torch.Size([]))
+                if tuple(declared[:nb]) != tuple(batch_size):
+                    spec = spec.expand(*batch_size, *spec.shape)
+            elif nb and not matches:
                 spec = spec.expand(*batch_size, *spec.shape)
             cache[(key, batch_size)] = spec
         return spec

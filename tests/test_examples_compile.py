@@ -291,14 +291,6 @@ def pendulum_dataset(tmp_path_factory):
     return path
 
 
-#: a graph break the scripts cannot avoid: CQLLoss._action_bounds (rl-objectives) tests
-#: the action bounds' values (``bool((low == -1).all() ...)``) at every call
-CQL_BREAK = pytest.mark.xfail(
-    strict=True,
-    reason="CQLLoss._action_bounds branches on the bounds' values: a graph break",
-)
-
-
 #: inductor (AOTAutograd) refuses CrossQLoss's graph: the batch-renorm statistics of the
 #: stacked critics and of their detached copies share storage, and the graph mutates them
 #: (as with the older per-part compilation); dynamo's trace is one graph
@@ -316,7 +308,7 @@ CROSSQ_INDUCTOR = pytest.mark.xfail(
     [
         pytest.param(
             name,
-            marks=[CQL_BREAK] * ("cql" in name) + [pytest.mark.atari] * ("atari" in name),
+            marks=[pytest.mark.atari] * ("atari" in name),
         )
         for name in sorted(CASES)
     ],
@@ -521,7 +513,9 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
-@pytest.mark.parametrize("script", ["ppo", "sac"])
+@pytest.mark.parametrize(
+    "script", ["ppo", "sac", "crossq", "tqc", "cql_online", "discrete_sac", "ppo_rnd"]
+)
 def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):
     module = _load(script)
     cfg = module.Config(cudagraphs=True, progress=False, log_dir=str(tmp_path))

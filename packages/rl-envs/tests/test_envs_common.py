@@ -325,6 +325,22 @@ class TestHelpers:
     def test_check_env_specs_passes(self, counting_env):
         check_env_specs(counting_env)
 
+    def test_check_env_specs_break_when_any_done(self, counting_env_cls, monkeypatch):
+        env = counting_env_cls(limits=(99,), truncate_at=2)  # done after 2 steps
+        lengths = []
+        rollout = env.rollout
+
+        def recording_rollout(*args, **kwargs):
+            out = rollout(*args, **kwargs)
+            lengths.append(out.batch_size[-1])
+            return out
+
+        monkeypatch.setattr(env, "rollout", recording_rollout)
+        check_env_specs(env, max_steps=5)  # None: TorchRL's rollout default, stop at done
+        check_env_specs(env, break_when_any_done=False, max_steps=5)
+        check_env_specs(env, None, True, None, None, "both", 5)  # both flavours, in order
+        assert lengths == [2, 5, 2, 5]
+
     def test_check_env_specs_detects_extra_key(self, counting_env_cls):
         class ExtraKey(counting_env_cls):
             def _step(self, tensordict):

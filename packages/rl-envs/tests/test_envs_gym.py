@@ -95,6 +95,13 @@ class TestSpaces:
         assert isinstance(env.action_spec, MultiCategorical) and env.action_spec.shape == (2,)
         check_env_specs(env, seed=0)
 
+    def test_positional_arguments_as_torchrl(self):
+        # TorchRL's GymWrapper(env=None, categorical_action_encoding=False, **kwargs)
+        env = GymWrapper(gym.make("CartPole-v1"), True)
+        assert isinstance(env.action_spec, Categorical)
+        with pytest.raises(TypeError, match="GymWrapper needs the gymnasium env to wrap"):
+            GymWrapper()
+
     def test_values_converted(self, all_spaces_env_cls):
         gym_env = all_spaces_env_cls()
         env = GymWrapper(gym_env, categorical_action_encoding=True)

@@ -177,6 +177,56 @@ def _gym_cartpole(state):
     return env
 
 
+class TestPendulumParams:
+    """TorchRL's ``PendulumEnv(td_params=None, seed=None, device=None)``."""
+
+    def test_gen_params_are_torchrls(self):
+        params = PendulumEnv.gen_params(g=9.81, batch_size=[2])
+        assert params.batch_size == (2,)
+        values = {k: params["params", k][0].item() for k in ("max_speed", "max_torque", "dt")}
+        assert values == pytest.approx({"max_speed": 8.0, "max_torque": 2.0, "dt": 0.05})
+        assert params["params", "g"].tolist() == pytest.approx([9.81, 9.81])
+
+    def test_params_drive_the_dynamics_and_specs(self):
+        params = PendulumEnv.gen_params(batch_size=[2])
+        params["params", "g"] = torch.tensor([10.0, 0.0])
+        params["params", "max_torque"] = torch.tensor([2.0, 1.0])
+        env = PendulumEnv(params, seed=0)
+        assert env.batch_size == (2,)
+        assert env.action_spec.high.reshape(-1).tolist() == [2.0, 1.0]
+        th, thdot = (
+            torch.tensor([0.3, 0.3], dtype=torch.float64),
+            torch.zeros(2, dtype=torch.float64),
+        )
+        env.reset()
+        env.state = torch.stack([th, thdot], -1)
+        td = env.step(TensorDict(action=torch.full((2, 1), 1.5), batch_size=[2]))
+        # by hand: thdot' = thdot + (3 g / 2 sin th + 3 clip(u)) dt, th' = th + thdot' dt
+        u = torch.tensor([1.5, 1.0], dtype=torch.float64)
+        g = torch.tensor([10.0, 0.0], dtype=torch.float64)
+        new_thdot = thdot + (1.5 * g * torch.sin(th) + 3 * u) * 0.05
+        torch.testing.assert_close(env.state[:, 1], new_thdot)
+        torch.testing.assert_close(env.state[:, 0], th + new_thdot * 0.05)
+        reward = -(th.square() + 0.001 * u.square())
+        torch.testing.assert_close(td["next", "reward"].squeeze(-1), reward.float())
+        check_env_specs(env)
+
+    def test_seed(self):
+        def still(td):
+            return td.set("action", torch.zeros(1))
+
+        a = PendulumEnv(seed=3).rollout(4, still)
+        env = PendulumEnv()
+        env.set_seed(3)
+        b = env.rollout(4, still)
+        torch.testing.assert_close(a["observation"], b["observation"])
+        with pytest.raises(TypeError, match="td_params must be a TensorDict with a 'params'"):
+            PendulumEnv({"g": 1.0})
+        bad = PendulumEnv.gen_params().exclude(("params", "dt"))
+        with pytest.raises(KeyError, match=r"td_params\['params'\] lacks \['dt'\]"):
+            PendulumEnv(bad)
+
+
 class TestCartPoleEnv:
     @pytest.mark.parametrize("categorical", [False, True])
     def test_matches_gymnasium(self, categorical):

@@ -9,6 +9,7 @@ with ``torchrl`` imports in a scratch TorchRL 0.14.1 install.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import numpy as np
 import pytest
@@ -34,6 +35,7 @@ from rl.envs import (
     set_auto_unwrap_transformed_env,
     set_gym_backend,
 )
+from rl.envs._batched._options import TORCHRL_BATCHED_OPTIONS
 from rl.envs.utils import make_composite_from_td, step_mdp, terminated_or_truncated
 
 
@@ -731,8 +733,14 @@ class TestHeterogeneousAndBatched:
         with pytest.raises(NotImplementedError, match="build the env with device='meta'"):
             env.to("meta")
         assert type(ParallelEnv(1, PendulumEnv, serial_for_single=True)) is SerialEnv
-        with pytest.raises(TypeError, match="unexpected keyword arguments \\['bogus'\\]"):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
             SerialEnv(2, PendulumEnv, bogus=1)
+        # TorchRL's keyword arguments, by name with TorchRL's defaults
+        for cls in (SerialEnv, ParallelEnv):
+            params = inspect.signature(cls.__init__).parameters
+            for name, default in TORCHRL_BATCHED_OPTIONS.items():
+                assert params[name].default == default, (cls, name)
+                assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
         with pytest.raises(TypeError, match="num_threads must be a positive int"):
             SerialEnv(2, PendulumEnv, num_threads=0)
 

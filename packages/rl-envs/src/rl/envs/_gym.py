@@ -115,9 +115,9 @@ class GymWrapper(EnvBase):
 
     def __init__(
         self,
-        env: gym.Env | VectorEnv,
-        *,
+        env: gym.Env | VectorEnv | None = None,
         categorical_action_encoding: bool = False,
+        *,
         from_pixels: bool = False,
         pixels_only: bool = True,
         frame_skip: int | None = None,
@@ -126,6 +126,8 @@ class GymWrapper(EnvBase):
         run_type_checks: bool = False,
         _wrappers_applied: bool = False,
     ) -> None:
+        if env is None:
+            raise TypeError("GymWrapper needs the gymnasium env to wrap: GymWrapper(env), got None")
         frame_skip = _check_frame_skip(frame_skip)
         self.is_vector = isinstance(env, VectorEnv)
         expected = (env.num_envs,) if self.is_vector else ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
@@ -337,12 +337,12 @@ def _expected_specs(env: EnvBase) -> dict:
 
 def check_env_specs(
     env: EnvBase,
-    return_contiguous: bool = True,
+    return_contiguous: bool | None = None,
     check_dtype: bool = True,
     seed: int | None = None,
     tensordict: TensorDictBase | None = None,
+    break_when_any_done: bool | Literal["both"] | None = None,
     max_steps: int = 3,
-    break_when_any_done: bool = False,
 ) -> None:
     """Checks that a real rollout of ``env`` matches its specs exactly.
 
@@ -352,12 +352,15 @@ def check_env_specs(
 
     Args:
         env: the environment to check.
-        return_contiguous: kept for TorchRL compatibility (rollouts are contiguous).
+        return_contiguous: passed to the rollout (``None``: TorchRL's default; rl's
+            rollouts are contiguous either way).
         check_dtype: compare dtypes too.
         seed: when given, seeds the env and torch's generator first.
         tensordict: the initial tensordict passed to the rollout's reset.
+        break_when_any_done: passed to the rollout; ``None`` (default) stops at the first
+            done step, as TorchRL's rollout; ``"both"`` checks a rollout that stops at the
+            first done and one that runs through (resetting done envs).
         max_steps: the rollout length.
-        break_when_any_done: passed to the rollout.
 
     Raises:
         AssertionError: naming the key, the spec and the value that disagree.
@@ -366,10 +369,19 @@ def check_env_specs(
         >>> from rl.envs import PendulumEnv, check_env_specs
         >>> check_env_specs(PendulumEnv(batch_size=[2]), seed=0)
     """
+    if break_when_any_done == "both":
+        for flag in (True, False):
+            check_env_specs(env, return_contiguous, check_dtype, seed, tensordict, flag, max_steps)
+        return
     if seed is not None:
         torch.manual_seed(seed)
         env.set_seed(seed)
-    rollout = env.rollout(max_steps, break_when_any_done=break_when_any_done, tensordict=tensordict)
+    rollout = env.rollout(
+        max_steps,
+        break_when_any_done=break_when_any_done,
+        return_contiguous=return_contiguous,
+        tensordict=tensordict,
+    )
     expected = _expected_specs(env)
     found = {key for key in rollout.keys(True, True)}
     missing = ", ".join(repr(k) for k in sorted(set(expected) - found, key=str))

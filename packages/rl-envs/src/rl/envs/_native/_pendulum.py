@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from rl.core import Bounded, Composite, Unbounded
 
@@ -21,26 +22,47 @@ L = 1.0
 
 
 def pendulum_dynamics(
-    th: torch.Tensor, thdot: torch.Tensor, u: torch.Tensor
+    th: torch.Tensor,
+    thdot: torch.Tensor,
+    u: torch.Tensor,
+    *,
+    max_speed: float | torch.Tensor = MAX_SPEED,
+    max_torque: float | torch.Tensor = MAX_TORQUE,
+    dt: float | torch.Tensor = DT,
+    g: float | torch.Tensor = G,
+    m: float | torch.Tensor = M,
+    l: float | torch.Tensor = L,  # noqa: E741 (TorchRL's and gymnasium's name)
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One step of the pendulum, as in gymnasium's ``Pendulum-v1``.
 
     Args:
         th: angles ``[*B]`` (0 is upright).
         thdot: angular speeds ``[*B]``.
-        u: torques ``[*B]`` (clipped to ``[-2, 2]``).
+        u: torques ``[*B]`` (clipped to ``[-max_torque, max_torque]``).
+        max_speed, max_torque, dt, g, m, l: the physical parameters (gymnasium's by
+            default), floats or tensors broadcasting with ``[*B]``.
 
     Returns:
         ``(new_th [*B], new_thdot [*B], reward [*B])`` with
         ``reward = -(norm(th)^2 + 0.1 thdot^2 + 0.001 u^2)`` computed on the old state.
     """
-    u = u.clamp(-MAX_TORQUE, MAX_TORQUE)
+    u = (
+        torch.clamp(u, -max_torque, max_torque)
+        if isinstance(max_torque, torch.Tensor)
+        else (u.clamp(-max_torque, max_torque))
+    )
     norm_th = torch.remainder(th + math.pi, 2 * math.pi) - math.pi
     costs = norm_th.square() + 0.1 * thdot.square() + 0.001 * u.square()
-    new_thdot = thdot + (3 * G / (2 * L) * torch.sin(th) + 3.0 / (M * L**2) * u) * DT
-    new_thdot = new_thdot.clamp(-MAX_SPEED, MAX_SPEED)
-    new_th = th + new_thdot * DT
+    new_thdot = thdot + (3 * g / (2 * l) * torch.sin(th) + 3.0 / (m * l**2) * u) * dt
+    if isinstance(max_speed, torch.Tensor):
+        new_thdot = torch.clamp(new_thdot, -max_speed, max_speed)
+    else:
+        new_thdot = new_thdot.clamp(-max_speed, max_speed)
+    new_th = th + new_thdot * dt
     return new_th, new_thdot, -costs
+
+
+_PARAMS = ("max_speed", "max_torque", "dt", "g", "m", "l")
 
 
 class PendulumEnv(NativeEnv):
@@ -54,8 +76,16 @@ class PendulumEnv(NativeEnv):
     in :attr:`state`, which can be read and assigned.
 
     Args:
-        batch_size: ``[]`` for one pendulum, ``[N]`` for N stepped together.
+        td_params: the physical parameters, as TorchRL: a TensorDict with
+            ``("params", name)`` entries for ``max_speed``, ``max_torque``, ``dt``, ``g``,
+            ``m`` and ``l`` (see :meth:`gen_params`); entries may carry the batch dims (one
+            pendulum per set of parameters). ``None``: gymnasium's values. The speed and
+            torque limits set the observation and action specs' bounds.
+        seed: seeds the env's generator (:meth:`set_seed`); ``None``: seeded from torch's
+            global generator, as TorchRL.
         device: where the state and outputs live.
+        batch_size: ``[]`` for one pendulum, ``[N]`` for N stepped together (default: the
+            batch size of ``td_params``, else ``[]``).
         run_type_checks: check actions against ``action_spec`` at every step.
 
     Examples:
@@ -70,20 +100,102 @@ class PendulumEnv(NativeEnv):
         torch.Size([8, 100, 3])
     """
 
-    def __init__(self, batch_size=None, device=None, run_type_checks: bool = False) -> None:
+    def __init__(
+        self,
+        td_params: TensorDictBase | None = None,
+        seed: int | None = None,
+        device=None,
+        *,
+        batch_size=None,
+        run_type_checks: bool = False,
+    ) -> None:
+        if td_params is not None and (
+            not isinstance(td_params, TensorDictBase) or "params" not in td_params.keys()
+        ):
+            raise TypeError(
+                "td_params must be a TensorDict with a 'params' entry (see "
+                f"PendulumEnv.gen_params()), got {type(td_params).__name__}"
+            )
+        if batch_size is None and td_params is not None:
+            batch_size = td_params.batch_size
         super().__init__(device=device, batch_size=batch_size, run_type_checks=run_type_checks)
         bs = self.batch_size
-        high = torch.tensor([1.0, 1.0, MAX_SPEED])
+        self._params = self._read_params(td_params)
+        max_speed = torch.as_tensor(self._params["max_speed"], dtype=torch.float32)
+        max_torque = torch.as_tensor(self._params["max_torque"], dtype=torch.float32)
+        ones = torch.ones(*bs, 1)
+        high = torch.cat([ones, ones, max_speed.expand(bs).unsqueeze(-1)], -1)
         self.observation_spec = Composite(
             observation=Bounded(-high, high, shape=(*bs, 3), device=self.device),
             shape=bs,
             device=self.device,
         )
-        self.action_spec = Bounded(-MAX_TORQUE, MAX_TORQUE, shape=(*bs, 1), device=self.device)
+        torque = max_torque.expand(bs).unsqueeze(-1)
+        if max_torque.ndim == 0:
+            torque = float(max_torque)
+        self.action_spec = Bounded(-torque, torque, shape=(*bs, 1), device=self.device)
         self.reward_spec = Unbounded(shape=(*bs, 1), device=self.device)
         self._action_shape = torch.Size((*bs, 1))
         self._th = torch.zeros(bs, dtype=torch.float64, device=self._tensor_device)
         self._thdot = torch.zeros(bs, dtype=torch.float64, device=self._tensor_device)
+        if seed is not None:
+            self.set_seed(seed)
+
+    @staticmethod
+    def gen_params(g: float = 10.0, batch_size=None, device=None) -> TensorDictBase:
+        """TorchRL's parameter TensorDict: ``("params", name)`` for ``max_speed`` (8),
+        ``max_torque`` (2), ``dt`` (0.05), ``g``, ``m`` (1) and ``l`` (1), expanded to
+        ``batch_size``.
+
+        Examples:
+            >>> from rl.envs import PendulumEnv
+            >>> params = PendulumEnv.gen_params(g=9.81)
+            >>> env = PendulumEnv(params, seed=0)
+            >>> round(float(params["params", "g"]), 2)
+            9.81
+        """
+        td = TensorDict(
+            {
+                "params": TensorDict(
+                    {
+                        "max_speed": MAX_SPEED,
+                        "max_torque": MAX_TORQUE,
+                        "dt": DT,
+                        "g": g,
+                        "m": M,
+                        "l": L,
+                    },
+                    [],
+                )
+            },
+            [],
+            device=device,
+        )
+        if batch_size:
+            td = td.expand(batch_size).contiguous()
+        return td
+
+    def _read_params(self, td_params: TensorDictBase | None) -> dict:
+        if td_params is None:
+            return dict(zip(_PARAMS, (MAX_SPEED, MAX_TORQUE, DT, G, M, L), strict=True))
+        missing = [k for k in _PARAMS if k not in td_params["params"].keys()]
+        if missing:
+            raise KeyError(f"td_params['params'] lacks {missing}; expected {list(_PARAMS)}")
+        out = {}
+        for name in _PARAMS:
+            value = td_params["params", name].detach()
+            if value.ndim == 0:
+                out[name] = float(value)
+                continue
+            try:
+                value = value.to(torch.float64).expand(self.batch_size)
+            except RuntimeError:
+                raise ValueError(
+                    f"td_params['params', {name!r}] has shape {tuple(value.shape)}, which does "
+                    f"not broadcast to the batch size {tuple(self.batch_size)}"
+                ) from None
+            out[name] = value.to(self._tensor_device).clone()
+        return out
 
     @property
     def state(self) -> torch.Tensor:
@@ -117,6 +229,6 @@ class PendulumEnv(NativeEnv):
     def _step_entries(self, action: torch.Tensor) -> dict:
         u = action.to(torch.float64).squeeze(-1)
         d = self.__dict__  # per-step state: plain dict writes, not nn.Module.__setattr__
-        d["_th"], d["_thdot"], reward = pendulum_dynamics(d["_th"], d["_thdot"], u)
+        d["_th"], d["_thdot"], reward = pendulum_dynamics(d["_th"], d["_thdot"], u, **self._params)
         # no time limit and no termination: the done flags are all False (left out)
         return {"observation": self._observation(), "reward": reward.to(torch.float32)[..., None]}

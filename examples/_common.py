@@ -16,7 +16,6 @@ from rl.core import ExplorationType, TensorPolicy, set_exploration_type, tensor_
 from rl.core.loggers import CSVLogger
 from rl.core.trainers import EpisodeReturns, ProgressBar
 from rl.envs import PROBES, GymEnv, VideoRecorder
-from rl.objectives.value.functional import generalized_advantage_estimate
 
 __all__ = [
     "CompiledPolicy",
@@ -31,7 +30,6 @@ __all__ = [
     "zero_grad",
     "finish_run",
     "prime_soft_update",
-    "prime_value_kernels",
     "set_lr",
     "make_base_env",
     "record_video",
@@ -383,16 +381,6 @@ def compile_advantage(advantage, *, compile: bool):
             return advantage(batch)
 
     return torch.compile(_own_code(run)) if compile else run
-
-
-def prime_value_kernels() -> None:
-    """Runs the functional GAE once, eagerly, on a tiny input, before a compiled advantage
-    calls it: rl-objectives looks rl-cpp's kernels up on its first call (a module global),
-    and a graph traced before that lookup is guarded on the global and recompiled once it
-    is set (as :func:`prime_soft_update` does for a target updater's cache)."""
-    zeros = torch.zeros(1, 1, 1)
-    flags = torch.zeros(1, 1, 1, dtype=torch.bool)
-    generalized_advantage_estimate(0.9, 0.9, zeros, zeros, zeros, flags, flags)
 
 
 def compile_policy(policy, *, compile: bool | dict, cudagraphs: bool = False, warmup: int = 10):

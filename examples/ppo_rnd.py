@@ -58,7 +58,6 @@ from _common import (  # noqa: E402
     compile_policy,
     evaluate,
     finish_run,
-    prime_value_kernels,
     record_video,
     set_lr,
 )
@@ -278,8 +277,6 @@ def main(cfg: Config) -> dict:
         GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
     )
     if cfg.rnd:
-        if cfg.compile:
-            prime_value_kernels()
         advantage_int = compile_advantage(
             functools.partial(intrinsic_advantage, cfg, critic_int), compile=cfg.compile
         )

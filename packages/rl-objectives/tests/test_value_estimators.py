@@ -610,3 +610,111 @@ def test_shifted_without_next_observations(cls, kwargs):
     assert ("next", "obs") not in missing.keys(True)
     torch.testing.assert_close(got["advantage"], expected["advantage"])
     torch.testing.assert_close(got["value_target"], expected["value_target"])
+
+
+def test_compiled_gae_before_the_kernel_lookup_is_not_recompiled(monkeypatch):
+    """A functional GAE compiled before any eager call (rl-cpp's kernels not looked up
+    yet) keeps its graph when an eager call then does the lookup."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from rl.objectives.value import _scan
+
+    monkeypatch.setattr(_scan, "_cpp", None)  # as in a fresh process
+    torch._dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(0)
+    value, next_value, reward = (torch.randn(2, 5, 1, generator=gen) for _ in range(3))
+    done = torch.zeros(2, 5, 1, dtype=torch.bool)
+    done[:, -1] = True
+
+    def gae(v, nv, r):
+        return F.generalized_advantage_estimate(0.9, 0.95, v, nv, r, done, done)
+
+    compiled = torch.compile(gae, backend="eager")
+    first = compiled(value, next_value, reward)
+    assert _scan._cpp is None  # the trace did not look the kernels up
+    eager = gae(value, next_value, reward)  # the eager call does
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        again = compiled(value, next_value, reward)
+    for got in (first, again):
+        torch.testing.assert_close(got[0], eager[0])
+        torch.testing.assert_close(got[1], eager[1])
+    assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
+
+
+class TestValueEstimatorRegistry:
+    def test_builtins_and_aliases(self):
+        from rl.objectives.value import get_value_estimator_entry
+
+        for member, cls in (
+            (ValueEstimators.TD0, TD0Estimator),
+            (ValueEstimators.TD1, TD1Estimator),
+            (ValueEstimators.TDLambda, TDLambdaEstimator),
+            (ValueEstimators.GAE, GAE),
+            (ValueEstimators.VTrace, VTrace),
+        ):
+            entry = get_value_estimator_entry(member)
+            assert entry.cls is cls and entry.default_kwargs["gamma"] == 0.99
+            assert get_value_estimator_entry(member.name.lower()) is entry
+        with pytest.raises(KeyError, match="Unknown value estimator alias 'nope'"):
+            get_value_estimator_entry("nope")
+        with pytest.raises(TypeError, match="must be a registered enum value"):
+            get_value_estimator_entry(42)
+
+    def test_register_build_and_dispatch(self):
+        from enum import Enum
+
+        from rl.objectives import default_value_kwargs
+        from rl.objectives.value import (
+            _VALUE_ESTIMATOR_REGISTRY,
+            build_value_estimator,
+            dispatch_value_estimator,
+            get_value_estimator_entry,
+            register_value_estimator,
+        )
+
+        class Mine(Enum):
+            FAKE = "fake"
+
+        @register_value_estimator(Mine.FAKE, default_kwargs={"gamma": 0.9, "lmbda": 0.5})
+        class MyGAE(GAE):
+            pass
+
+        class Loss:
+            gamma = 0.7
+
+        try:
+            entry = get_value_estimator_entry("fake")
+            assert entry.cls is MyGAE and default_value_kwargs(Mine.FAKE) == {
+                "gamma": 0.9,
+                "lmbda": 0.5,
+            }
+            net = value_net()
+            Loss.critic_network = net  # found by for_loss
+            est = build_value_estimator(Loss(), Mine.FAKE)
+            assert isinstance(est, MyGAE) and est.value_network is net
+            assert est.gamma.item() == pytest.approx(0.9) and est.lmbda.item() == 0.5
+            loss = Loss()
+            est = dispatch_value_estimator(
+                loss, "fake", supported=[Mine.FAKE], tensor_keys={"advantage": "adv"}
+            )
+            # the loss's gamma wins over the default; the estimator is set on the loss
+            assert est.gamma.item() == pytest.approx(0.7) and loss._value_estimator is est
+            assert loss.value_type is Mine.FAKE and est.tensor_keys.advantage == "adv"
+            with pytest.raises(NotImplementedError, match="Supported value types: \\['TD0'\\]"):
+                dispatch_value_estimator(loss, Mine.FAKE, supported=[ValueEstimators.TD0])
+        finally:
+            _VALUE_ESTIMATOR_REGISTRY.pop(Mine.FAKE, None)
+
+    def test_vtrace_for_loss_takes_the_actor(self):
+        from rl.objectives.value import build_value_estimator
+
+        class Loss:
+            pass
+
+        net, actor = value_net(), vtrace_actor()
+        Loss.actor_network = actor
+        est = build_value_estimator(Loss(), "vtrace", value_network=net)
+        assert isinstance(est, VTrace) and est.actor_network is actor and est.value_network is net

@@ -39,7 +39,9 @@ def cpp_kernels() -> ModuleType | None:
 
 def use_cpp(*tensors: torch.Tensor) -> bool:
     """Whether the compiled kernel may run on these tensors (same answer as torch would)."""
-    if cpp_kernels() is None or torch.compiler.is_compiling():
+    # compiling first: a trace never reads (nor sets) the lookup's module global, so a
+    # graph traced before the first eager call is not recompiled once the lookup is done
+    if torch.compiler.is_compiling() or cpp_kernels() is None:
         return False
     first = tensors[0]
     if first.device.type != "cpu" or first.dtype not in (torch.float32, torch.float64):

@@ -202,6 +202,20 @@ class ValueEstimatorBase(TensorDictModuleBase):
 
     default_keys = _AcceptedKeys
 
+    @classmethod
+    def for_loss(cls, loss_module, **hyperparams):
+        """The estimator for ``loss_module`` (what :func:`build_value_estimator` calls).
+
+        ``value_network`` defaults to the loss's ``critic_network``, else its
+        ``value_network``; the other ``hyperparams`` go to the constructor.
+        """
+        if "value_network" not in hyperparams:
+            network = getattr(loss_module, "critic_network", None)
+            if network is None:
+                network = getattr(loss_module, "value_network", None)
+            hyperparams["value_network"] = network
+        return cls(**hyperparams)
+
     def __init__(
         self,
         *,

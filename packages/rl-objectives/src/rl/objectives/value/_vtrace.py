@@ -89,6 +89,14 @@ class VTrace(ValueEstimatorBase):
         self.__dict__["actor_network"] = actor_network
         self.average_adv = average_adv
 
+    @classmethod
+    def for_loss(cls, loss_module, **hyperparams):
+        """As :meth:`ValueEstimatorBase.for_loss`, with the loss's ``actor_network`` too
+        (unless ``actor_network`` is given)."""
+        if hyperparams.get("actor_network") is None:
+            hyperparams["actor_network"] = loss_module.actor_network
+        return super().for_loss(loss_module, **hyperparams)
+
     @property
     def in_keys(self):
         key = self.tensor_keys.sample_log_prob

@@ -334,3 +334,16 @@ class TestPrepareValueEstimatorKwargs:
         assert loss._value_estimator.gamma.item() == pytest.approx(0.42)
         assert loss.make_value_estimator("TD0", gamma=0.3) is loss
         assert isinstance(loss._value_estimator, TD0Estimator)
+
+    def test_forwarding_keys_refreshes_the_in_keys(self):
+        calls = []
+
+        class Loss(_TD0Loss):
+            _forward_value_estimator_keys = LossModule._forward_value_estimator_keys
+
+            def _set_in_keys(self):
+                calls.append(True)
+
+        loss = Loss()
+        loss._forward_value_estimator_keys()  # no estimator yet: the in_keys still refresh
+        assert calls == [True]

@@ -333,18 +333,22 @@ class LossModule(TensorDictModuleBase):
     _value_estimator_key_names: dict[str, str] = {}
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
-        """Forward this loss's keys to its value estimator (override to rename)."""
+        """Forward this loss's keys to its value estimator (override to rename), then
+        refresh the loss's input keys with its ``_set_in_keys`` when it has one (as
+        TorchRL)."""
         estimator = self._value_estimator
-        if estimator is None:
-            return
-        renamed = self._value_estimator_key_names
-        keys = {
-            name: getattr(self.tensor_keys, renamed.get(name, name))
-            for name in self._value_estimator_default_keys
-            if hasattr(self.tensor_keys, renamed.get(name, name))
-        }
-        if keys:
-            estimator.set_keys(**keys)
+        if estimator is not None:
+            renamed = self._value_estimator_key_names
+            keys = {
+                name: getattr(self.tensor_keys, renamed.get(name, name))
+                for name in self._value_estimator_default_keys
+                if hasattr(self.tensor_keys, renamed.get(name, name))
+            }
+            if keys:
+                estimator.set_keys(**keys)
+        set_in_keys = getattr(self, "_set_in_keys", None)
+        if callable(set_in_keys):
+            set_in_keys()
 
     def _priority_weight(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The importance weights of a prioritized buffer, when the loss uses them.

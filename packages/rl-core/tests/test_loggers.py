@@ -95,6 +95,12 @@ class TestCSVLogger:
         path = tmp_path / "exp" / "videos" / "eval_3.memmap"
         saved = MemoryMappedTensor.from_filename(path, dtype=torch.uint8, shape=_video().shape)
         assert torch.equal(saved, _video())
+        # TorchRL's [N, T, C, H, W] layout is saved as given
+        video = _video().permute(0, 3, 1, 2)[None]
+        logger.log_video("nt", video, step=0)
+        path = tmp_path / "exp" / "videos" / "nt_0.memmap"
+        saved = MemoryMappedTensor.from_filename(path, dtype=torch.uint8, shape=video.shape)
+        assert torch.equal(saved, video)
 
     def test_hparams_and_histogram(self, tmp_path):
         logger = CSVLogger("exp", log_dir=tmp_path)

@@ -33,7 +33,7 @@ class CSVLogger(Logger):
         exp_name: the experiment name (a sub-directory of ``log_dir``).
         log_dir: the root directory (default ``"csv_logs"``).
         video_format: how :meth:`log_video` saves a video, as TorchRL: ``"pt"`` (default;
-            the uint8 ``[T, H, W, 3]`` tensor with ``torch.save``, ``<name>_<step>.pt``),
+            the video tensor as given, with ``torch.save``, ``<name>_<step>.pt``),
             ``"memmap"`` (the same tensor as a :class:`~tensordict.MemoryMappedTensor`
             file, ``<name>_<step>.memmap``) or ``"mp4"`` (needs PyAV).
         video_fps: frames per second of the mp4 files.
@@ -88,17 +88,20 @@ class CSVLogger(Logger):
     def log_video(
         self, name: str, video: Any, step: int | None = None, fps: int | None = None, **kwargs: Any
     ) -> None:
-        frames = video_frames(video)
+        frames = video_frames(video)  # checks the layout
         if step is None:
             step = self._videos[name]
         self._videos[name] += 1
         path = self.experiment / "videos" / f"{name}_{int(step)}.{self.video_format}"
-        if self.video_format == "pt":
+        if self.video_format in ("pt", "memmap"):
+            # the tensor as given, as TorchRL (a [N, T, C, H, W] video stays so)
+            raw = video if isinstance(video, torch.Tensor) else torch.as_tensor(np.asarray(video))
+            raw = raw.detach().cpu()
             path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(torch.from_numpy(frames), path)
-        elif self.video_format == "memmap":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            MemoryMappedTensor.from_tensor(torch.from_numpy(frames), filename=path)
+            if self.video_format == "pt":
+                torch.save(raw, path)
+            else:
+                MemoryMappedTensor.from_tensor(raw, filename=path)
         else:
             write_video(frames, path, fps or self.video_fps)
 

@@ -7,6 +7,7 @@ import importlib
 import pickle
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,8 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import Collector, SyncDataCollector
-from rl.core import ExplorationType, exploration_type
-from rl.envs import GymEnv, PendulumEnv
+from rl.core import Composite, ExplorationType, Unbounded, exploration_type
+from rl.envs import EnvBase, GymEnv, PendulumEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _collector_helpers import (  # noqa: E402
@@ -136,8 +137,57 @@ class TestCollector:
             out_keys=["action"],
         )
         collector = Collector(cartpole(2), bad, frames_per_batch=4, total_frames=8)
-        with pytest.raises(ValueError, match=r"action 'action' = tensor\(\[5, 5\]\).*Categorical"):
+        # the collector passes it on (as TorchRL); gymnasium refuses it, and the env
+        # names the key, the spec and the value
+        with pytest.raises(ValueError, match=r"action 'action' \(sub-env 0\) holds 5.*Categorical"):
             next(iter(collector))
+
+    def test_action_of_the_spec_size_in_another_shape_passes(self):
+        class Counter(EnvBase):
+            """Adds its (1,)-spec action to a counter; reads it whatever its shape."""
+
+            def __init__(self):
+                super().__init__()
+                self.observation_spec = Composite(count=Unbounded(shape=(1,)))
+                self.action_spec = Unbounded(shape=(1,))
+                self.reward_spec = Unbounded(shape=(1,))
+
+            def _reset(self, td):
+                self.count = torch.zeros(1)
+                return TensorDict({"count": self.count.clone()}, [])
+
+            def _step(self, td):
+                self.count = self.count + td["action"].reshape(1)
+                return TensorDict(
+                    {"count": self.count.clone(), "reward": torch.zeros(1),
+                     "done": torch.zeros(1, dtype=torch.bool),
+                     "terminated": torch.zeros(1, dtype=torch.bool)}, [],
+                )  # fmt: skip
+
+            def _set_seed(self, seed):
+                return seed
+
+        scalar = TensorDictModule(
+            lambda obs: torch.ones(obs.shape[:-1]), in_keys=["count"], out_keys=["action"]
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            batch = next(iter(Collector(Counter(), scalar, frames_per_batch=4, total_frames=4)))
+        assert batch["next", "count"].reshape(-1).tolist() == [1.0, 2.0, 3.0, 4.0]
+        wide = TensorDictModule(
+            lambda obs: torch.ones((*obs.shape[:-1], 3)), in_keys=["count"], out_keys=["action"]
+        )
+        with pytest.raises(ValueError, match=r"shape \(3,\), expected \(1,\)"):
+            next(iter(Collector(Counter(), wide, frames_per_batch=4, total_frames=4)))
+
+    def test_discrete_action_outside_spec_warns(self):
+        from rl.collectors._common import check_actions
+
+        env = cartpole(2)  # batch [2]; a [2, T] batch of actions 7 for Categorical(2)
+        data = TensorDict({"action": torch.full((2, 3), 7)}, [2, 3])
+        with pytest.warns(UserWarning, match=r"action 'action' = tensor\(\[7, 7\]\).*as is"):
+            check_actions(env, data, None)
+        env.close()
 
     def test_continuous_action_beyond_bounds_warns(self):
         loud = TensorDictModule(

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from rl.core import Bounded, Composite, StackedComposite
+from rl.core import Composite, StackedComposite
 from rl.envs import EnvBase, StepCounter, TransformedEnv
 
 __all__ = [
@@ -221,10 +221,13 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
     """Reports, naming the key, spec and value, an action of the ``[*B, T]`` batch (at
     ``steps``, all when ``None``) outside ``env.full_action_spec``.
 
-    A missing key, a wrong shape or a discrete action outside its spec raises (the env
-    cannot act on it). A continuous action beyond the bounds of a ``Bounded`` spec warns
-    once per collector instead: gymnasium clips such actions, as TorchRL's collectors
-    rely on, and an untrained linear policy writes them routinely.
+    A missing key or an action whose number of elements is not the spec's raises (the
+    env cannot act on it); a shape that only differs by dims of one (``()`` for a
+    ``(1,)`` spec) passes, as in TorchRL, which checks nothing. An action outside its
+    spec's values warns once per collector and reaches the env as is (TorchRL's
+    collectors pass it on silently): gymnasium clips continuous actions beyond a
+    ``Bounded`` spec, an untrained linear policy writes them routinely, and an env may
+    accept values its spec does not list.
     """
     nb = len(env.batch_size)
     spec = env.full_action_spec
@@ -249,20 +252,22 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
         value = _action_value(tensordict, key, leaf)
         for t in steps:
             step_value = value.select(nb, t)
-            if tuple(step_value.shape) != tuple(leaf.shape):
+            if tuple(step_value.shape) != tuple(leaf.shape) and (
+                step_value.numel() != leaf.shape.numel()
+            ):
                 raise ValueError(
                     f"the policy wrote action {key!r} with shape {tuple(step_value.shape)}, "
                     f"expected {tuple(leaf.shape)} from action_spec {leaf!r}"
                 )
+            if tuple(step_value.shape) != tuple(leaf.shape):
+                step_value = step_value.reshape(leaf.shape)
             if not leaf.is_in(step_value) and not _in_after_cast(leaf, step_value):
-                message = (
+                warnings.warn(
                     f"the policy wrote action {key!r} = {step_value} (step {t}), outside "
-                    f"action_spec {leaf!r}"
+                    f"action_spec {leaf!r}; the env receives it as is",
+                    stacklevel=3,
                 )
-                if isinstance(leaf, Bounded) and step_value.is_floating_point():
-                    warnings.warn(message + "; the env receives it as is", stacklevel=3)
-                    return
-                raise ValueError(message)
+                return
 
 
 def _stacked_groups(spec: Composite) -> list[tuple[str, ...]]:

@@ -12,6 +12,7 @@ from torch import nn
 
 from rl.core import ExplorationType, set_exploration_type, tensor_policy
 from rl.envs import EnvBase, InitTracker, mark_truncated, truncated_keys
+from rl.envs.engine import non_tensor_keys
 from rl.envs.utils import append_policy_transforms, missing_policy_transforms
 
 from ._base import CollectorBase
@@ -511,7 +512,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         nxt = out.get("next")
         if self._carry_keys is None:
             rewards = set(env.reward_keys)
-            self._carry_keys = [k for k in nxt.keys(True, True) if k not in rewards]
+            keys = [*nxt.keys(True, True), *non_tensor_keys(nxt)]  # strings too
+            self._carry_keys = [k for k in keys if k not in rewards]
         nb = len(env.batch_size)
         idx = (slice(None),) * nb + (-1,)
         # the last root (what a policy wrote there: recurrent states, counters...) under

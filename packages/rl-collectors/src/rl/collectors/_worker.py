@@ -33,6 +33,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from rl.core.workers import die_with_parent, ignore_interrupts
 from rl.envs import EnvBase
+from rl.envs.engine import non_tensor_keys
 
 from ._profile import _ProfilerHook
 
@@ -153,9 +154,10 @@ def worker_main(
                     ids.mul_(num_workers).add_(index)  # unique across workers
                 if collector.post_collect_hook is not None:  # on the ids the learner gets
                     collector.post_collect_hook(batch)
-                if isinstance(batch, LazyStackedTensorDict):
-                    # entries whose shape changes from step to step (dynamic specs): no
-                    # fixed shared buffer can hold them, the batch itself is sent
+                if isinstance(batch, LazyStackedTensorDict) or non_tensor_keys(batch):
+                    # entries whose shape changes from step to step (dynamic specs) or
+                    # that are no tensors (strings): no fixed shared buffer holds them,
+                    # the batch itself is sent
                     conn.send(("batch", batch, steps))
                     continue
                 structure = _structure(batch)

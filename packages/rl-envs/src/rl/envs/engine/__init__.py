@@ -28,7 +28,7 @@ Examples:
     torch.Size([5])
 """
 
-from ._buffers import RolloutBuffers, StepViews, build_output
+from ._buffers import RolloutBuffers, StepViews, build_output, non_tensor_keys
 from ._kernel import BufferKernel, EnvKernel, RolloutKernel
 from ._loop import policy_runner, presample_actions, run_rollout
 
@@ -39,6 +39,7 @@ __all__ = [
     "RolloutKernel",
     "StepViews",
     "build_output",
+    "non_tensor_keys",
     "policy_runner",
     "presample_actions",
     "run_rollout",

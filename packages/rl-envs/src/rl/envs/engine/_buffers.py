@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
+from tensordict.utils import is_non_tensor
 
 __all__ = [
     "RolloutBuffers",
@@ -13,6 +14,7 @@ __all__ = [
     "StepWriter",
     "build_output",
     "flat_leaves",
+    "non_tensor_keys",
     "numpy_or_none",
     "patched",
 ]
@@ -38,6 +40,23 @@ def _walk(td: TensorDict, path: tuple, out: dict) -> bool:
         else:  # a tensorclass, a lazy stack, non-tensor data: the generic path
             return False
     return True
+
+
+def non_tensor_keys(td: TensorDictBase, prefix: tuple = ()) -> list:
+    """The keys of the non-tensor entries of ``td`` (``NonTensorData``, ``NonTensorStack``),
+    nested ones as tuples; ``"next"`` is left out of a root."""
+    found = []
+    if isinstance(td, LazyStackedTensorDict):  # read without stacking (shapes may differ)
+        return non_tensor_keys(td.tensordicts[0], prefix) if td.tensordicts else found
+    items = td._tensordict.items() if type(td) is TensorDict else td.items()
+    for name, value in items:
+        if not prefix and name == "next":
+            continue
+        if is_non_tensor(value):
+            found.append((*prefix, name) if prefix else name)
+        elif is_tensor_collection(value):
+            found.extend(non_tensor_keys(value, (*prefix, name)))
+    return found
 
 
 def patched(previous: torch.Tensor, value) -> torch.Tensor:

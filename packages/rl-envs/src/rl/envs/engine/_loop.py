@@ -18,6 +18,7 @@ from ._buffers import (
     StepWriter,
     flat_leaves,
     nested_batch_dims,
+    non_tensor_keys,
     numpy_or_none,
     patched,
     restore_nested_batch,
@@ -318,6 +319,10 @@ def run_rollout(
     merge = isinstance(kernel, EnvKernel)
     lazy_keys: set = set()  # carried entries recorded without a root (a tensor twin)
     seen_done = None
+    # non-tensor entries (strings, objects): kept per step in lists, stacked at the end
+    nt_root: dict = {}  # key -> [value at each step]
+    nt_next: dict = {}
+    nt_carry: list = []  # the "next" ones the next root takes (all but rewards)
     step = kernel.step
     begin = _begin(kernel)
     steps = max_steps
@@ -400,6 +405,15 @@ def run_rollout(
                 carry_keys = [key for key in carry_keys if key in live]
             # the kernel's "next" views the next root takes (those it writes itself)
             carry_views = StepViews([bufs.next[key] for key in carry_keys], nb, max_steps)
+        if t == 0 and next_td is not None:
+            nt_root = {key: [] for key in non_tensor_keys(td)}
+            nt_next = {key: [] for key in non_tensor_keys(next_td)}
+            nt_carry = [key for key in nt_next if key not in reward_keys]
+        if nt_root or nt_next:
+            for key, values in nt_root.items():
+                values.append(td.get(key))
+            for key, values in nt_next.items():
+                values.append(next_td.get(key))
         if next_td is not None:
             next_flat = flat_leaves(next_td)
             try:
@@ -460,6 +474,8 @@ def run_rollout(
                 else:
                     _set(td, key, value)
                 carried[key] = value
+        for key in nt_carry:
+            td.set(key, next_td.get(key))
         if any_done:
             reset = kernel.reset(t + 1, done, td)
             if reset.__class__ is not dict and isinstance(reset, TensorDictBase):
@@ -519,4 +535,7 @@ def run_rollout(
     out = bufs.output(steps)
     if nested:
         restore_nested_batch(out, nested, nb)
+    for target, recorded in ((out, nt_root), (out.get("next"), nt_next)):
+        for key, values in recorded.items():
+            target.set(key, torch.stack(values[:steps], dim=nb))
     return kernel.output(out)

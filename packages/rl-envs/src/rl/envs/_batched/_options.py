@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TORCHRL_BATCHED_OPTIONS", "batched_options", "warn_without_effect"]
+__all__ = ["TORCHRL_BATCHED_OPTIONS", "batched_options", "given_options", "warn_without_effect"]
 
 #: TorchRL 0.14's defaults of the ``BatchedEnvBase`` keyword arguments accepted here
 TORCHRL_BATCHED_OPTIONS: dict[str, Any] = {
@@ -37,6 +37,12 @@ TORCHRL_BATCHED_OPTIONS: dict[str, Any] = {
     "daemon": False,
     "shutdown_timeout": 10.0,
 }
+
+
+def given_options(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The TorchRL keyword arguments among a constructor's ``arguments`` (its
+    ``locals()``), for :func:`batched_options`."""
+    return {name: arguments[name] for name in TORCHRL_BATCHED_OPTIONS}
 
 
 def batched_options(owner: str, given: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import torch
 
 from .._env_base import EnvBase
 from ._base import BatchedEnvBase
-from ._options import batched_options, warn_without_effect
+from ._options import batched_options, given_options, warn_without_effect
 from ._pool import WorkerPool
 from ._worker import OP_RESET, OP_STEP, OP_STEP_RESET
 
@@ -172,22 +172,7 @@ class ParallelEnv(BatchedEnvBase):
         run_type_checks: bool = False,
         timeout: float | None = 30.0,
     ) -> None:
-        options = {
-            "pin_memory": pin_memory,
-            "share_individual_td": share_individual_td,
-            "shared_memory": shared_memory,
-            "memmap": memmap,
-            "policy_proof": policy_proof,
-            "allow_step_when_done": allow_step_when_done,
-            "num_threads": num_threads,
-            "serial_for_single": serial_for_single,
-            "non_blocking": non_blocking,
-            "use_buffers": use_buffers,
-            "metadata_from_workers": metadata_from_workers,
-            "consolidate": consolidate,
-            "daemon": daemon,
-            "shutdown_timeout": shutdown_timeout,
-        }
+        options = given_options(locals())
         self.batched_options = batched_options(type(self).__name__, options)
         if shared_memory is False:
             warn_without_effect(

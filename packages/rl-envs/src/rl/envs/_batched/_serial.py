@@ -12,7 +12,7 @@ import torch
 from .._env_base import EnvBase
 from ._base import BatchedEnvBase, _bind_workers
 from ._dynamic import dynamic_spec_entry
-from ._options import batched_options, warn_without_effect
+from ._options import batched_options, given_options, warn_without_effect
 from ._worker import WorkerCore
 
 __all__ = ["SerialEnv"]
@@ -142,22 +142,7 @@ class SerialEnv(BatchedEnvBase):
         shutdown_timeout: float = 10.0,
         run_type_checks: bool = False,
     ) -> None:
-        options = {
-            "pin_memory": pin_memory,
-            "share_individual_td": share_individual_td,
-            "shared_memory": shared_memory,
-            "memmap": memmap,
-            "policy_proof": policy_proof,
-            "allow_step_when_done": allow_step_when_done,
-            "num_threads": num_threads,
-            "serial_for_single": serial_for_single,
-            "non_blocking": non_blocking,
-            "use_buffers": use_buffers,
-            "metadata_from_workers": metadata_from_workers,
-            "consolidate": consolidate,
-            "daemon": daemon,
-            "shutdown_timeout": shutdown_timeout,
-        }
+        options = given_options(locals())
         self.batched_options = batched_options(type(self).__name__, options)
         given = {
             "mp_start_method": mp_start_method,

@@ -180,6 +180,27 @@ class TestCollector:
         with pytest.raises(ValueError, match=r"shape \(3,\), expected \(1,\)"):
             next(iter(Collector(Counter(), wide, frames_per_batch=4, total_frames=4)))
 
+    def test_multi_action_env_collects_chunks(self):
+        from rl.envs import MultiAction, TransformedEnv
+
+        env = TransformedEnv(PendulumEnv(), MultiAction())  # action spec (-1, 1)
+        chunk = TensorDictModule(
+            lambda obs: torch.zeros(*obs.shape[:-1], 4, 1), ["observation"], ["action"]
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            batch = next(iter(Collector(env, chunk, frames_per_batch=4, total_frames=8)))
+        assert batch["action"].shape == (4, 4, 1)
+
+    def test_action_of_another_shape_with_the_same_size_raises(self):
+        from rl.collectors._common import check_actions
+
+        env = PendulumEnv()
+        env.action_spec = Unbounded(shape=(2, 3))
+        data = TensorDict({"action": torch.zeros(5, 3, 2)}, [5])
+        with pytest.raises(ValueError, match=r"shape \(3, 2\), expected \(2, 3\)"):
+            check_actions(env, data, None)
+
     def test_discrete_action_outside_spec_warns(self):
         from rl.collectors._common import check_actions
 

@@ -366,6 +366,21 @@ class TestReplayBufferTrainer:
         with pytest.raises(StopIteration):
             hook.sample()
 
+    def test_no_step_count_runs_until_the_iterator_ends(self):
+        data = pytest.importorskip("rl.data")
+        rb = data.ReplayBuffer(
+            storage=data.ListStorage(10), batch_size=2, sampler=data.SamplerWithoutReplacement()
+        )
+        hook = ReplayBufferTrainer(rb, iterate=True)
+        hook.extend(TensorDict(obs=torch.arange(7.0), batch_size=[7]))
+        trainer = _trainer([TensorDict(obs=torch.zeros(1), batch_size=[1])], optim_steps=None)
+        hook.register(trainer)
+        seen = []
+        trainer.register_op("post_loss", lambda td: seen.append(td["obs"].numel()))
+        trainer.train()
+        # optim_steps_per_batch=None (TorchRL): 8 items in batches of 2, 4 steps
+        assert seen == [2, 2, 2, 2]
+
     def test_memmap_storage_is_saved_by_reference(self, tmp_path):
         data = pytest.importorskip("rl.data")
 

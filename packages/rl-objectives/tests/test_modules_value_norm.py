@@ -103,6 +103,15 @@ class TestPopArtValueNorm:
         assert out.dtype == torch.float64
         torch.testing.assert_close(out, expected(vn, x.double()))
 
+    def test_inference_mode_call_then_backward(self):
+        vn = PopArtValueNorm(shape=1)
+        vn.update(torch.tensor([[1.0], [5.0]]))
+        with torch.inference_mode():
+            vn.denormalize(torch.zeros(2, 1))
+        value = torch.tensor([[2.0]], requires_grad=True)
+        vn.normalize(value).sum().backward()  # the stats are not inference tensors
+        assert value.grad is not None
+
     def test_gradient_flows_through_normalize(self):
         vn = PopArtValueNorm(shape=1)
         vn.update(torch.tensor([[1.0], [5.0]]))

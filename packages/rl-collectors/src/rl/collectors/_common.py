@@ -221,13 +221,13 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
     """Reports, naming the key, spec and value, an action of the ``[*B, T]`` batch (at
     ``steps``, all when ``None``) outside ``env.full_action_spec``.
 
-    A missing key or an action whose number of elements is not the spec's raises (the
-    env cannot act on it); a shape that only differs by dims of one (``()`` for a
-    ``(1,)`` spec) passes, as in TorchRL, which checks nothing. An action outside its
-    spec's values warns once per collector and reaches the env as is (TorchRL's
-    collectors pass it on silently): gymnasium clips continuous actions beyond a
-    ``Bounded`` spec, an untrained linear policy writes them routinely, and an env may
-    accept values its spec does not list.
+    A missing key or an action of another shape raises (the env cannot act on it); a
+    shape that only differs by dims of one (``()`` for a ``(1,)`` spec) passes, as in
+    TorchRL, which checks nothing, and a dynamic ``-1`` dim of the spec (``MultiAction``'s
+    chunk) takes any size. An action outside its spec's values warns (once per key and
+    call) and reaches the env as is (TorchRL's collectors pass it on silently):
+    gymnasium clips continuous actions beyond a ``Bounded`` spec, an untrained linear
+    policy writes them routinely, and an env may accept values its spec does not list.
     """
     nb = len(env.batch_size)
     spec = env.full_action_spec
@@ -252,14 +252,12 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
         value = _action_value(tensordict, key, leaf)
         for t in steps:
             step_value = value.select(nb, t)
-            if tuple(step_value.shape) != tuple(leaf.shape) and (
-                step_value.numel() != leaf.shape.numel()
-            ):
+            if not _shape_fits(step_value.shape, leaf.shape):
                 raise ValueError(
                     f"the policy wrote action {key!r} with shape {tuple(step_value.shape)}, "
                     f"expected {tuple(leaf.shape)} from action_spec {leaf!r}"
                 )
-            if tuple(step_value.shape) != tuple(leaf.shape):
+            if -1 not in leaf.shape and step_value.shape != leaf.shape:
                 step_value = step_value.reshape(leaf.shape)
             if not leaf.is_in(step_value) and not _in_after_cast(leaf, step_value):
                 warnings.warn(
@@ -267,7 +265,17 @@ def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | N
                     f"action_spec {leaf!r}; the env receives it as is",
                     stacklevel=3,
                 )
-                return
+                break  # this key's other steps: one warning is enough
+
+
+def _shape_fits(shape: torch.Size, spec_shape: torch.Size) -> bool:
+    """Whether an action of ``shape`` is one of a spec of ``spec_shape``: the same dims
+    but for dims of one, a ``-1`` dim of the spec taking any size."""
+    if -1 in spec_shape:
+        return len(shape) == len(spec_shape) and all(
+            w == -1 or v == w for v, w in zip(shape, spec_shape)
+        )
+    return [d for d in shape if d != 1] == [d for d in spec_shape if d != 1]
 
 
 def _stacked_groups(spec: Composite) -> list[tuple[str, ...]]:

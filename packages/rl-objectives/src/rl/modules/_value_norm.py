@@ -153,7 +153,9 @@ class PopArtValueNorm(ValueNorm):
         their version counters, so an update, a ``load_state_dict``, a ``.to()`` or any
         in-place change of a buffer recomputes them.
         """
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+            # nothing cached from or for inference mode: its tensors cannot be saved for
+            # a later backward
             mean, var = self._running_stats()
             return mean, var.sqrt()
         buffers = (self.running_mean, self.running_mean_sq, self.debiasing_term)

@@ -390,7 +390,9 @@ class CQLLoss(_EntropyTemperature, LossModule):
 
     def _spec_bounds(self):
         """The spec's ``(low, high)`` of one action (on the spec's device), or ``None``;
-        cached per spec object and action key."""
+        cached per spec object and action key (a new spec, e.g. ``loss._action_spec =
+        ...``, is read again; bounds edited in place keep the cached decision, while the
+        cached ``low`` / ``high`` views follow their values)."""
         spec = self._action_spec
         explicit = spec is not None
         if spec is None:

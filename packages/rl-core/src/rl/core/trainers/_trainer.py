@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import pathlib
@@ -117,7 +118,9 @@ class Trainer:
         collector: an iterable of TensorDict batches ``[*B, T]``.
         total_frames: frames to collect (``frame_skip`` included).
         frame_skip: frames per environment step.
-        optim_steps_per_batch: optimization steps after each batch.
+        optim_steps_per_batch: optimization steps after each batch; ``None`` runs as many
+            as ``process_optim_batch`` gives (until ``StopIteration`` or ``None``, e.g.
+            :class:`ReplayBufferTrainer` with ``iterate=True``).
         loss_module: maps a batch to a TensorDict whose ``loss*`` entries are summed.
         optimizer: registered as an :class:`OptimizerHook` when given.
         logger: an ``rl.core.loggers`` logger (``log_scalar(name, value, step)``).
@@ -190,7 +193,7 @@ class Trainer:
         collector: Any,
         total_frames: int,
         frame_skip: int,
-        optim_steps_per_batch: int,
+        optim_steps_per_batch: int | None,
         loss_module: nn.Module | Callable[[TensorDictBase], TensorDictBase],
         optimizer: torch.optim.Optimizer | None = None,
         logger: Any | None = None,
@@ -259,11 +262,14 @@ class Trainer:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Trainer {name} must be a positive int, got {value!r}")
-        if isinstance(optim_steps_per_batch, bool) or not isinstance(optim_steps_per_batch, int):
+        if optim_steps_per_batch is not None and (
+            isinstance(optim_steps_per_batch, bool) or not isinstance(optim_steps_per_batch, int)
+        ):
             raise ValueError(
-                f"Trainer optim_steps_per_batch must be an int >= 0, got {optim_steps_per_batch!r}"
+                "Trainer optim_steps_per_batch must be an int >= 0 or None, got "
+                f"{optim_steps_per_batch!r}"
             )
-        if optim_steps_per_batch < 0:
+        if optim_steps_per_batch is not None and optim_steps_per_batch < 0:
             raise ValueError(
                 f"Trainer optim_steps_per_batch must be an int >= 0, got {optim_steps_per_batch}"
             )
@@ -539,11 +545,15 @@ class Trainer:
         sums: dict = {}
         counts: dict = {}
         for _epoch in range(self.num_epochs):
-            for _ in range(self.optim_steps_per_batch):
-                self._optim_count += 1
+            # None: as many steps as process_optim_batch gives (an iterated replay buffer)
+            n = self.optim_steps_per_batch
+            for _ in itertools.count() if n is None else range(n):
+                self._optim_count += 1  # before the hooks, as TorchRL
                 try:
                     sub_batch = self._call_transform("process_optim_batch", batch)
                 except StopIteration:  # an iterated replay buffer ran out: this epoch ends
+                    break
+                if sub_batch is None:  # nothing left to train on (TorchRL's stop)
                     break
                 if self.optimization_stepper is not None:
                     losses = self._run(self.optimization_stepper.step, self, sub_batch)

@@ -176,7 +176,7 @@ def end_of_traj(tensordict: TensorDictBase, end_keys: list, ndim: int) -> torch.
             flag = flag.flatten(ndim).any(-1)
         mask = flag if mask is None else mask | flag
     if mask is None:
-        raise KeyError(f"no done flag to end trajectories with: done_keys={end_keys!r}")
+        raise KeyError(f"no done flag to end trajectories with: end_keys={end_keys!r}")
     return mask
 
 

@@ -243,6 +243,11 @@ class WeightSyncScheme(metaclass=abc.ABCMeta):
     Pickling a scheme keeps its configuration and queues and drops its runtime state (the
     context, the model, whether it was initialised), so one object configures both ends.
 
+    A concrete scheme implements ``_init_on_sender_impl`` and ``_init_on_receiver_impl``,
+    and, to serve a background receiver thread, ``_receive_now``,
+    ``_wait_for_instruction`` and ``_send_instruction``: the base's versions raise
+    ``NotImplementedError`` naming the scheme and the missing hook.
+
     Args:
         strategy: ``"tensordict"`` (default) or ``"state_dict"``: see
             :class:`WeightStrategy`.

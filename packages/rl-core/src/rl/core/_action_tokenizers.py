@@ -20,7 +20,9 @@ __all__ = ["ActionTokenizerBase", "UniformActionTokenizer", "VocabTailActionToke
 
 
 class ActionTokenizerBase(nn.Module):
-    """Base class of action tokenizers: :meth:`encode`, :meth:`decode`, :attr:`vocab_size`."""
+    """Base class of action tokenizers (as TorchRL's): a subclass implements
+    :meth:`encode`, :meth:`decode` and :attr:`vocab_size`; the base raises
+    ``NotImplementedError`` naming the subclass and the missing member."""
 
     def encode(self, actions: torch.Tensor) -> torch.Tensor:
         """Continuous actions ``[..., A]`` to token ids (``long``, same shape)."""

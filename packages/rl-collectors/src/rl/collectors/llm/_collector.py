@@ -95,7 +95,10 @@ class LLMCollector(CollectorBase):
         verbose: bool = False,
     ):
         if async_envs:
-            raise NotImplementedError("async_envs (an AsyncEnvPool) is not supported")
+            raise NotImplementedError(
+                "LLMCollector(async_envs=True): rl has no AsyncEnvPool; pass a batched "
+                "ChatEnv (num_envs=...) instead (docs/migration/torchrl.md)"
+            )
         if (policy is None) == (policy_factory is None):
             raise TypeError("LLMCollector takes exactly one of policy / policy_factory")
         if queue is not None and replay_buffer is not None:

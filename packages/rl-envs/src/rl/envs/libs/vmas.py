@@ -282,11 +282,7 @@ class VmasWrapper(ForwardsEnvAttributes, EnvBase):
         self.full_action_spec_unbatched = actions
         self.full_observation_spec_unbatched = observations
         self.full_reward_spec_unbatched = rewards
-        self.full_done_spec_unbatched = done
-        self.full_action_spec = actions.expand(n)
-        self.full_observation_spec = observations.expand(n)
-        self.full_reward_spec = rewards.expand(n)
-        self.full_done_spec = done.expand(n)
+        self.full_done_spec_unbatched = done  # each setter expands to the batch (n,)
         # one-hot (and multi-one-hot) actions go to VMAS as indices
         self._to_index = {}
         for group, _ in self._groups:

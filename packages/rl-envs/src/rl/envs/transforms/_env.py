@@ -352,8 +352,7 @@ class TransformedEnv(EnvBase):
         next_td = self.base_env._step(td_in)
         carry_preset(next_td, tget(tensordict, "next"))
         self.base_env._complete_outputs(next_td)
-        root = td_in if self.__dict__.get("_inv_steps_env") else tensordict  # _step_root
-        return transform._step(root, next_td)
+        return transform._step(self._step_root(tensordict, td_in), next_td)
 
     def _step_root(self, tensordict: TensorDictBase, td_in: TensorDictBase) -> TensorDictBase:
         """The root the transforms' ``_step`` reads: the caller's, or, when a transform's

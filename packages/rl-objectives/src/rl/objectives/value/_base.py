@@ -106,19 +106,24 @@ def _finite_next(nxt: TensorDictBase, root: TensorDictBase) -> TensorDictBase:
     At a terminated step the stand-in's value is masked out; at a truncated one it
     approximates the bootstrap by ``V(s_t)`` (TorchRL's choice).
     """
+    pairs = []  # (key, value, stand-in) of the floating entries the root also holds
     for key in list(nxt.keys(True, True)):
         value = nxt.get(key)
         if not value.is_floating_point():
             continue
         stand_in = root.get(key, None)
-        if stand_in is None or stand_in.shape != value.shape:
-            continue
-        # eagerly, one reduction (a NaN anywhere makes the sum NaN) and no copy unless a NaN
-        # is there; a compiled graph takes the branchless form
-        if not torch.compiler.is_compiling() and not torch.isnan(value.sum()):
-            continue
-        nan = torch.isnan(value)
-        nxt.set(key, torch.where(nan, stand_in, value))  # nxt is a selection: no caller's td
+        if stand_in is not None and stand_in.shape == value.shape:
+            pairs.append((key, value, stand_in))
+    # eagerly, one reduction per entry and a single read of the result (a NaN anywhere
+    # makes a sum NaN): no copy unless a NaN is there; a compiled graph takes the
+    # branchless form
+    if not pairs or (
+        not torch.compiler.is_compiling()
+        and not bool(torch.stack([value.sum().float() for _, value, _ in pairs]).isnan().any())
+    ):
+        return nxt
+    for key, value, stand_in in pairs:
+        nxt.set(key, torch.where(torch.isnan(value), stand_in, value))  # nxt is a selection
     return nxt
 
 

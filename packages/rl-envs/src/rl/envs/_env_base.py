@@ -99,6 +99,19 @@ class _EnvMeta(ABCMeta):
         return env
 
 
+def _unbatched(name: str) -> property:
+    """TorchRL's ``<name>_unbatched``: the spec ``name`` of one env of the batch (indexed
+    at 0 on each batch dim); setting it expands the given spec to ``batch_size``."""
+
+    def get(self):
+        return self._make_single_env_spec(getattr(self, name))
+
+    def set_(self, spec) -> None:
+        setattr(self, name, self._expand_to_batch(spec))
+
+    return property(get, set_, doc=f"``{name}`` without the batch dims (setting expands it).")
+
+
 class EnvBase(nn.Module, metaclass=_EnvMeta):
     """Base class of every environment: a TensorDict in, a TensorDict out.
 
@@ -948,99 +961,18 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         """A spec of one env, expanded to the env's ``batch_size``."""
         return spec.expand(*self.batch_size, *spec.shape)
 
-    @property
-    def full_action_spec_unbatched(self) -> Composite:
-        """``full_action_spec`` without the batch dims; setting it expands to ``batch_size``."""
-        return self._make_single_env_spec(self.full_action_spec)
-
-    @full_action_spec_unbatched.setter
-    def full_action_spec_unbatched(self, spec) -> None:
-        self.full_action_spec = self._expand_to_batch(spec)
-
-    @property
-    def action_spec_unbatched(self):
-        """``action_spec`` without the batch dims; setting it expands to ``batch_size``."""
-        return self._make_single_env_spec(self.action_spec)
-
-    @action_spec_unbatched.setter
-    def action_spec_unbatched(self, spec) -> None:
-        self.action_spec = self._expand_to_batch(spec)
-
-    @property
-    def full_observation_spec_unbatched(self) -> Composite:
-        """``full_observation_spec`` without the batch dims (setting expands it)."""
-        return self._make_single_env_spec(self.full_observation_spec)
-
-    @full_observation_spec_unbatched.setter
-    def full_observation_spec_unbatched(self, spec) -> None:
-        self.full_observation_spec = self._expand_to_batch(spec)
-
+    full_action_spec_unbatched = _unbatched("full_action_spec")
+    action_spec_unbatched = _unbatched("action_spec")
+    full_observation_spec_unbatched = _unbatched("full_observation_spec")
     observation_spec_unbatched = full_observation_spec_unbatched
-
-    @property
-    def full_reward_spec_unbatched(self) -> Composite:
-        """``full_reward_spec`` without the batch dims (setting expands it)."""
-        return self._make_single_env_spec(self.full_reward_spec)
-
-    @full_reward_spec_unbatched.setter
-    def full_reward_spec_unbatched(self, spec) -> None:
-        self.full_reward_spec = self._expand_to_batch(spec)
-
-    @property
-    def reward_spec_unbatched(self):
-        """``reward_spec`` without the batch dims; setting it expands to ``batch_size``."""
-        return self._make_single_env_spec(self.reward_spec)
-
-    @reward_spec_unbatched.setter
-    def reward_spec_unbatched(self, spec) -> None:
-        self.reward_spec = self._expand_to_batch(spec)
-
-    @property
-    def full_done_spec_unbatched(self) -> Composite:
-        """``full_done_spec`` without the batch dims (setting expands it)."""
-        return self._make_single_env_spec(self.full_done_spec)
-
-    @full_done_spec_unbatched.setter
-    def full_done_spec_unbatched(self, spec) -> None:
-        self.full_done_spec = self._expand_to_batch(spec)
-
-    @property
-    def done_spec_unbatched(self):
-        """``done_spec`` without the batch dims; setting it expands to ``batch_size``."""
-        return self._make_single_env_spec(self.done_spec)
-
-    @done_spec_unbatched.setter
-    def done_spec_unbatched(self, spec) -> None:
-        self.done_spec = self._expand_to_batch(spec)
-
-    @property
-    def full_state_spec_unbatched(self) -> Composite:
-        """``full_state_spec`` without the batch dims (setting expands it)."""
-        return self._make_single_env_spec(self.full_state_spec)
-
-    @full_state_spec_unbatched.setter
-    def full_state_spec_unbatched(self, spec) -> None:
-        self.full_state_spec = self._expand_to_batch(spec)
-
+    full_reward_spec_unbatched = _unbatched("full_reward_spec")
+    reward_spec_unbatched = _unbatched("reward_spec")
+    full_done_spec_unbatched = _unbatched("full_done_spec")
+    done_spec_unbatched = _unbatched("done_spec")
+    full_state_spec_unbatched = _unbatched("full_state_spec")
     state_spec_unbatched = full_state_spec_unbatched
-
-    @property
-    def output_spec_unbatched(self) -> Composite:
-        """``output_spec`` without the batch dims (setting expands it)."""
-        return self._make_single_env_spec(self.output_spec)
-
-    @output_spec_unbatched.setter
-    def output_spec_unbatched(self, spec) -> None:
-        self.output_spec = self._expand_to_batch(spec)
-
-    @property
-    def input_spec_unbatched(self) -> Composite:
-        """``input_spec`` without the batch dims (setting expands it)."""
-        return self._make_single_env_spec(self.input_spec)
-
-    @input_spec_unbatched.setter
-    def input_spec_unbatched(self, spec) -> None:
-        self.input_spec = self._expand_to_batch(spec)
+    output_spec_unbatched = _unbatched("output_spec")
+    input_spec_unbatched = _unbatched("input_spec")
 
     # ------------------------------------------------------------------------------ keys
     def _cached_keys(self, name: str, compute) -> Any:

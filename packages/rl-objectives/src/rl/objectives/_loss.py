@@ -32,16 +32,10 @@ from torch import nn
 
 from . import _random_modules
 from .value import (
-    GAE,
-    MultiAgentGAE,
-    TD0Estimator,
-    TD1Estimator,
-    TDLambdaEstimator,
     ValueEstimatorBase,
     ValueEstimators,
-    VTrace,
 )
-from .value._enum import default_value_kwargs
+from .value._enum import default_value_kwargs, get_value_estimator_entry
 
 __all__ = ["AUTO_LOSS_MASK_KEYS", "LossModule"]
 
@@ -609,15 +603,10 @@ class LossModule(TensorDictModuleBase):
         return self.SUPPORTED_VALUE_ESTIMATORS
 
     def _build_value_estimator(self, value_type, hyperparams: dict):
-        """Instantiate the estimator for ``value_type`` (override to pass a network)."""
-        cls = {
-            "TD0": TD0Estimator,
-            "TD1": TD1Estimator,
-            "TDLambda": TDLambdaEstimator,
-            "GAE": GAE,
-            "MAGAE": MultiAgentGAE,
-            "VTrace": VTrace,
-        }[value_type.name]
+        """Instantiate the estimator for ``value_type``: the class registered for it
+        (:func:`~rl.objectives.value.register_value_estimator`; override to pass a
+        network)."""
+        cls = get_value_estimator_entry(value_type).cls
         hyperparams.setdefault("value_network", None)
         return cls(**hyperparams)
 

@@ -89,6 +89,12 @@ def _recur(cell, state: tuple[torch.Tensor, ...], gates_x: torch.Tensor, mask, u
     outputs ``[B, T, H]`` (the first state entry at each step) and the final state.
     ``use_scan`` runs the loop as ``torch._higher_order_ops.scan`` (one traced step).
     """
+    if mask is None and not use_scan:  # every step kept: no mask, no select, no copy
+        outs = []
+        for t in range(gates_x.shape[1]):
+            state = tuple(cell(gates_x[:, t], *state))
+            outs.append(state[0])
+        return torch.stack(outs, 1), state
     if mask is None:
         mask = torch.ones(gates_x.shape[:2], dtype=torch.bool, device=gates_x.device)
 

@@ -15,6 +15,8 @@ import warnings
 import torch
 from tensordict import TensorDictBase, pad_sequence
 
+from ._common import end_of_traj
+
 __all__ = ["TrajectoryAssembler", "check_traj_args"]
 
 _FORMATS = ("padded", "cat")
@@ -120,16 +122,11 @@ class TrajectoryAssembler:
 
 def _done(rows: TensorDictBase) -> torch.Tensor:
     """``[R, T]``: whether a step ends its trajectory (any ``("next", done-like)`` flag)."""
-    out = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
-    found = False
-    for name in _DONE_NAMES:
-        flag = rows.get(("next", name), None)
-        if flag is not None:
-            found = True
-            out |= flag.reshape(*rows.shape, -1).any(-1)
-    if not found:
-        raise KeyError(
-            "trajs_per_batch needs a ('next', 'done') (or terminated / truncated) entry; keys "
-            f"present: {sorted(map(str, rows.keys(True, True)))}"
-        )
-    return out
+    present = rows.keys(True)
+    names = [name for name in _DONE_NAMES if ("next", name) in present]
+    if names:
+        return end_of_traj(rows.get("next"), names, rows.batch_dims)
+    raise KeyError(
+        "trajs_per_batch needs a ('next', 'done') (or terminated / truncated) entry; keys "
+        f"present: {sorted(map(str, rows.keys(True, True)))}"
+    )

@@ -676,14 +676,14 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
     def _has_dynamic_specs(self) -> bool:
         """Whether an observation or state entry has a dim of size ``-1`` (its shape
         changes from step to step, e.g. ``Unbounded(shape=(3, -1, 2))``): such entries
-        are stacked lazily instead of written into preallocated buffers."""
-        for spec in (self.observation_spec, self.state_spec):
-            if spec is None:
-                continue
-            for leaf in spec.values(True, True):
-                if -1 in leaf.shape:
-                    return True
-        return False
+        are stacked lazily instead of written into preallocated buffers. Read once per
+        state of the (locked) specs."""
+
+        def compute() -> bool:
+            specs = (s for s in (self.observation_spec, self.state_spec) if s is not None)
+            return any(-1 in leaf.shape for spec in specs for leaf in spec.values(True, True))
+
+        return self._cached_keys("dynamic_specs", compute)
 
     def _draws_actions_per_step(self) -> bool:
         """Whether random actions must be drawn at each step (an action spec that changes

@@ -96,7 +96,8 @@ class UpdateStep:
     TensorDict of tensors, returned detached). Eager (``compile=False``), a call runs what a script
     would write: ``zero_grad``, ``loss.backward()``, ``clip_grad_norm_`` (with
     ``max_grad_norm``: over all parameters, or over each parameter group on its own with
-    ``clip_each_group``), ``optimizer.step()`` of each optimizer, ``target_update.step()``.
+    ``clip_each_group``, or over ``clip_params`` alone when given), ``optimizer.step()``
+    of each optimizer, ``target_update.step()``.
 
     Compiled, a call runs one graph that computes the loss, its gradients
     (``torch.autograd.grad``, traced by dynamo with ``trace_autograd_ops``), the
@@ -129,6 +130,7 @@ class UpdateStep:
         clip_each_group: bool = False,
         target_update=None,
         warmup: int = 10,
+        clip_params=None,
     ) -> None:
         check_cudagraphs(cudagraphs)
         if isinstance(optimizers, torch.optim.Optimizer):
@@ -139,9 +141,13 @@ class UpdateStep:
         self.target_update = target_update
         groups = [g["params"] for o in self.optimizers for g in o.param_groups]
         self.params = [p for params in groups for p in params]
-        # the parameter sets clipped together: all, or each group on its own
-        self._clipped = [list(g) for g in groups] if clip_each_group else [self.params]
-        self._sizes = [len(g) for g in self._clipped]
+        # the parameter sets clipped together: all, each group on its own, or those given
+        if clip_params is not None:
+            self._clipped = [list(clip_params)]
+        else:
+            self._clipped = [list(g) for g in groups] if clip_each_group else [self.params]
+        at = {id(p): i for i, p in enumerate(self.params)}
+        self._clip_index = [[at[id(p)] for p in params] for params in self._clipped]
         self.compiled = compile
         fn = self._eager
         if compile:
@@ -197,11 +203,11 @@ class UpdateStep:
         grads = torch.autograd.grad(loss, self.params, retain_graph=True, allow_unused=True)
         with torch.no_grad():
             if self.max_grad_norm is not None:
-                clipped, i = [], 0
-                for size in self._sizes:
-                    clipped += _clip(grads[i : i + size], self.max_grad_norm)
-                    i += size
-                grads = clipped
+                grads = list(grads)
+                for index in self._clip_index:
+                    clipped = _clip([grads[i] for i in index], self.max_grad_norm)
+                    for i, grad in zip(index, clipped):
+                        grads[i] = grad
             new = []
             i = 0
             for optimizer in self.optimizers:
@@ -429,10 +435,15 @@ class CompiledPolicy(nn.Module):
     once. ``policy`` is shared,
     not copied: updated weights act at the next step. ``compile_kwargs`` go to
     ``torch.compile``.
+
+    Pickled (a distributed collector sending it to its workers) or deep-copied, it is
+    rebuilt from ``policy`` and ``compile_kwargs``: each copy compiles its own function
+    at its first call, in its own process.
     """
 
     def __init__(self, policy: nn.Module, **compile_kwargs) -> None:
         super().__init__()
+        self._compile_kwargs = compile_kwargs
         twin = tensor_policy(policy)
         if twin is None:
             raise TypeError(
@@ -455,6 +466,10 @@ class CompiledPolicy(nn.Module):
     def tensor_forward(self):
         """``(in_keys, out_keys, compiled fn)``: the protocol of ``rl.core.tensor_policy``."""
         return self.in_keys, self.out_keys, self._forward
+
+    def __reduce__(self):
+        # the compiled function does not pickle: a copy compiles its own
+        return _compiled_policy, (self.policy, self._compile_kwargs)
 
     def forward(self, tensordict):
         return self._twin(tensordict)
@@ -507,3 +522,9 @@ def finish_run(logger, returns: list[float], frames: int, seconds: float) -> dic
     if curve is not None:
         print(f"learning curve: {curve}")
     return summary
+
+
+def _compiled_policy(policy: nn.Module, compile_kwargs: dict) -> CompiledPolicy:
+    """Rebuilds a pickled :class:`CompiledPolicy` (keyword arguments cannot go through
+    ``__reduce__``)."""
+    return CompiledPolicy(policy, **compile_kwargs)

@@ -25,8 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
-import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
@@ -37,6 +36,16 @@ from tensordict.nn import TensorDictModule
 from rl.core import ACTION_CHUNK_KEY
 from rl.modules import ACTModel, DiffusionActor
 from rl.objectives import ACTLoss, DiffusionBCLoss
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers, when imported by path
+from _timing import (  # noqa: E402
+    best,
+    interleaved,
+    paired_ratio,
+    paired_table,
+    results_path,
+    write_report,
+)
 
 LR = 1e-4
 DIFF_BATCH, OBS, ACT, STEPS = 256, 17, 6, 100
@@ -114,34 +123,13 @@ class ACTPlain:
         self.opt.zero_grad(set_to_none=True)
 
 
-def timed(update, iters: int) -> float:
-    start = time.perf_counter()
-    for _ in range(iters):
-        update()
-    return (time.perf_counter() - start) / iters
-
-
-def best_alternating(fns: dict, iters: int, repeats: int) -> tuple[dict, float]:
-    """Best time per side, and the median over rounds of the paired ratio ours / plain."""
-    for fn in fns.values():
-        for _ in range(2):
-            fn()
-    best = {name: float("inf") for name in fns}
-    ratios = []
-    for _ in range(repeats):
-        round_times = {name: timed(fn, iters) for name, fn in fns.items()}
-        ratios.append(round_times["ours"] / round_times["plain"])
-        for name, value in round_times.items():
-            best[name] = min(best[name], value)
-    return best, statistics.median(ratios)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=20, help="DiffusionBC updates per round")
     parser.add_argument("--act-iters", type=int, default=2, help="ACT updates per round")
     parser.add_argument("--repeats", type=int, default=15)
-    args = parser.parse_args()
+    parser.add_argument("--out", default=results_path("chunking_update.md"))
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
@@ -160,11 +148,12 @@ def main() -> None:
     rows = []
     iters = dict(zip(cases, (args.iters, args.act_iters), strict=True))
     for label, fns in cases.items():
-        best, paired = best_alternating(fns, iters[label], args.repeats)
-        ratio = best["ours"] / best["plain"]
-        rows.append((label, best, ratio, paired))
+        times = interleaved(fns, iters[label], args.repeats, warmup=2)
+        fastest, paired = best(times), paired_ratio(times, "ours", "plain")
+        ratio = fastest["ours"] / fastest["plain"]
+        rows.append((label, fastest, ratio, paired))
         print(
-            f"{label}: plain {best['plain'] * 1e3:.3f} ms, ours {best['ours'] * 1e3:.3f} ms "
+            f"{label}: plain {fastest['plain'] * 1e3:.3f} ms, ours {fastest['ours'] * 1e3:.3f} ms "
             f"(best {ratio:.3f}x, median paired {paired:.3f}x)",
             flush=True,
         )
@@ -179,23 +168,13 @@ def main() -> None:
         "networks on tensors with the maths written out. Rounds alternate the two sides in "
         "one run.",
         "",
-        "| case | plain PyTorch (ms/update) | rl loss (ms/update) | ratio of bests | median paired ratio (target <= 1.1) |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for label, best, ratio, paired in rows:
-        lines.append(
-            f"| {label} | {best['plain'] * 1e3:.3f} | {best['ours'] * 1e3:.3f} | {ratio:.3f}x "
-            f"| {paired:.3f}x |"
-        )
-    lines += [
+        *paired_table("rl loss", rows),
         "",
         "Notes: the machine is shared (2 cores, several jobs); absolute times swing between runs.",
         "Each round times the plain update then the rl one; the paired ratio of a round",
         "cancels slow drifts of the load, and its median over the rounds is the headline.",
     ]
-    out = Path(__file__).parent / "results" / "chunking_update.md"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

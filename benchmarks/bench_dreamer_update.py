@@ -16,7 +16,8 @@ each figure is the best of ``--repeats`` rounds.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import torch
 from tensordict import TensorDict
@@ -41,6 +42,9 @@ from rl.modules import (
 )
 from rl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
 from rl.objectives.value import ValueEstimators
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers, when imported by path
+from _timing import best, interleaved  # noqa: E402
 
 B, T, HORIZON = 16, 64, 15
 S, H, HID, A, CH = 30, 64, 64, 2, 8
@@ -184,14 +188,14 @@ def build_plain(nets):
     return update
 
 
-def main():
+def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--compile", action="store_true", help="also time torch.compile of the plain update"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     nets = Nets()
@@ -209,18 +213,17 @@ def main():
     variants = {"rl": build_rl(nets), "plain torch": build_plain(nets)}
     if args.compile:
         variants["plain torch (compiled)"] = torch.compile(build_plain(nets))
-    best = {k: float("inf") for k in variants}
-    for _ in range(args.repeats):
-        for name, fn in variants.items():
-            t0 = time.perf_counter()
-            for _ in range(args.iters):
-                opt.zero_grad()
-                fn(data.clone()).backward()
-                opt.step()
-            best[name] = min(best[name], (time.perf_counter() - t0) / args.iters)
-    floor = best["plain torch"]
+
+    def step(fn):
+        opt.zero_grad()
+        fn(data.clone()).backward()
+        opt.step()
+
+    steps = {name: lambda fn=fn: step(fn) for name, fn in variants.items()}
+    fastest = best(interleaved(steps, args.iters, args.repeats, warmup=0))
+    floor = fastest["plain torch"]
     print(f"Dreamer update, batch {B}x{T} pixels 3x64x64, horizon {HORIZON}, 1 thread")
-    for name, sec in best.items():
+    for name, sec in fastest.items():
         print(f"{name:>24}: {sec * 1e3:8.1f} ms/update  ratio to plain torch {sec / floor:.2f}x")
 
 

@@ -19,10 +19,9 @@ Writes benchmarks/results/gail_update.md.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import platform
-import statistics
-import time
+import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -33,6 +32,17 @@ from torch import nn
 
 from rl.modules import MLP
 from rl.objectives import GAILLoss
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers, when imported by path
+from _timing import (  # noqa: E402
+    best,
+    interleaved,
+    paired_ratio,
+    paired_table,
+    raise_mmap_threshold,
+    results_path,
+    write_report,
+)
 
 BATCH = 256
 OBS, ACT = 17, 6
@@ -100,46 +110,13 @@ class PlainUpdate:
         self.opt.zero_grad(set_to_none=True)
 
 
-def timed(update, batch, iters: int) -> float:
-    start = time.perf_counter()
-    for _ in range(iters):
-        update(batch)
-    return (time.perf_counter() - start) / iters
-
-
-def best_alternating(fns: dict, batch, iters: int, repeats: int) -> tuple[dict, float]:
-    """Best time per side, and the median over rounds of the paired ratio ours / plain."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn(batch)
-    best = {name: float("inf") for name in fns}
-    ratios = []
-    for _ in range(repeats):
-        round_times = {name: timed(fn, batch, iters) for name, fn in fns.items()}
-        ratios.append(round_times["ours"] / round_times["plain"])
-        for name, value in round_times.items():
-            best[name] = min(best[name], value)
-    return best, statistics.median(ratios)
-
-
-def raise_mmap_threshold() -> bool:
-    """Keep glibc from mmapping (and page-faulting) each activation on every call (both sides)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(
-            libc.mallopt(m_trim_threshold, 1 << 30)
-        )
-    except OSError:
-        return False
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--default-malloc", action="store_true", help="keep glibc's mmap threshold")
-    args = parser.parse_args()
+    parser.add_argument("--out", default=results_path("gail_update.md"))
+    args = parser.parse_args(argv)
     tuned = False if args.default_malloc else raise_mmap_threshold()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -147,13 +124,15 @@ def main() -> None:
 
     rows = []
     for label, gp in (("BCE only", False), ("BCE + gradient penalty", True)):
-        best, paired = best_alternating(
-            {"plain": PlainUpdate(gp), "ours": OursUpdate(gp)}, batch, args.iters, args.repeats
+        fns = {"plain": PlainUpdate(gp), "ours": OursUpdate(gp)}
+        times = interleaved(
+            {k: partial(fn, batch) for k, fn in fns.items()}, args.iters, args.repeats
         )
-        ratio = best["ours"] / best["plain"]
-        rows.append((label, best, ratio, paired))
+        fastest, paired = best(times), paired_ratio(times, "ours", "plain")
+        ratio = fastest["ours"] / fastest["plain"]
+        rows.append((label, fastest, ratio, paired))
         print(
-            f"{label}: plain {best['plain'] * 1e3:.3f} ms, ours {best['ours'] * 1e3:.3f} ms "
+            f"{label}: plain {fastest['plain'] * 1e3:.3f} ms, ours {fastest['ours'] * 1e3:.3f} ms "
             f"(best {ratio:.3f}x, median paired {paired:.3f}x)",
             flush=True,
         )
@@ -171,24 +150,13 @@ def main() -> None:
             else "default glibc malloc."
         ),
         "",
-        "| case | plain PyTorch (ms/update) | GAILLoss (ms/update) | ratio of bests | "
-        "median paired ratio (target <= 1.1) |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for label, best, ratio, paired in rows:
-        lines.append(
-            f"| {label} | {best['plain'] * 1e3:.3f} | {best['ours'] * 1e3:.3f} | {ratio:.3f}x "
-            f"| {paired:.3f}x |"
-        )
-    lines += [
+        *paired_table("GAILLoss", rows),
         "",
         "Notes: the machine is shared (2 cores, several jobs); absolute times swing between runs.",
         "Each round times the plain update then the rl one; the paired ratio of a round",
         "cancels slow drifts of the load, and its median over the rounds is the headline.",
     ]
-    out = Path(__file__).parent / "results" / "gail_update.md"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

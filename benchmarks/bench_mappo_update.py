@@ -31,10 +31,11 @@ import argparse
 import copy
 import math
 import platform
+import sys
 import time
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
@@ -49,6 +50,9 @@ from rl.modules import (
     TensorDictModule,
 )
 from rl.objectives import IPPOLoss, MAPPOLoss
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers, when imported by path
+from _timing import interleaved, markdown_table, median, results_path, write_report  # noqa: E402
 
 N_AGENTS, OBS, ACT, BATCH, CELLS = 4, 18, 2, 4096, 64
 CLIP, ENT, VF, MAX_GRAD, BETA, EPS = 0.2, 0.01, 0.5, 0.5, 0.99999, 1e-5
@@ -184,21 +188,6 @@ def step_fn(params, optim, forward, total):
     return step
 
 
-def timed_blocks(candidates: dict, steps: int, blocks: int) -> dict:
-    """CPU seconds per step of each candidate: median over interleaved blocks of ``steps``."""
-    times = {k: [] for k in candidates}
-    for fn, arg in candidates.values():  # warm-up
-        for _ in range(3):
-            fn(arg)
-    for _ in range(blocks):
-        for name, (fn, arg) in candidates.items():
-            t0 = time.process_time()
-            for _ in range(steps):
-                fn(arg)
-            times[name].append((time.process_time() - t0) / steps)
-    return {k: float(np.median(v)) for k, v in times.items()}
-
-
 def build(centralized: bool, batch: int = BATCH):
     actor, critic, loss = make_rl(centralized)
     extractor = actor.module[0].module[1]
@@ -253,26 +242,35 @@ def run(batch: int, steps: int, blocks: int) -> list[str]:
             tensors,
         )
         candidates[f"rl {name}"] = (step_fn(loss.parameters(), opt_rl, loss, total), td)
-    res = timed_blocks(candidates, steps, blocks)
-    lines = [
-        f"Minibatch of {batch} environment steps ({batch * N_AGENTS} agent steps):",
-        "",
-        "| update | ms / step | steps / s | ratio to its plain floor | target |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
+    # CPU seconds per step of each candidate: median over interleaved blocks
+    res = median(
+        interleaved(
+            {name: partial(fn, arg) for name, (fn, arg) in candidates.items()},
+            steps,
+            blocks,
+            clock=time.process_time,
+        )
+    )
+    table = []
     for name in ("MAPPOLoss", "IPPOLoss"):
         floor = res[f"plain {name}"]
         for kind in ("plain", "rl"):
             secs = res[f"{kind} {name}"]
             label = f"plain PyTorch ({name} floor)" if kind == "plain" else f"rl {name}, eager"
             target = "<= 1.10x" if kind == "rl" else ""
-            lines.append(
-                f"| {label} | {secs * 1e3:.2f} | {1 / secs:.0f} | {secs / floor:.3f}x | {target} |"
+            table.append(
+                [label, f"{secs * 1e3:.2f}", f"{1 / secs:.0f}", f"{secs / floor:.3f}x", target]
             )
-    return lines + [""]
+    header = ["update", "ms / step", "steps / s", "ratio to its plain floor", "target"]
+    return [
+        f"Minibatch of {batch} environment steps ({batch * N_AGENTS} agent steps):",
+        "",
+        *markdown_table(header, table, align="---:"),
+        "",
+    ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="update steps per timed block")
     parser.add_argument("--blocks", type=int, default=9, help="interleaved blocks per candidate")
@@ -283,8 +281,8 @@ def main() -> None:
         default=[BATCH, 1024],
         help="environment steps per minibatch",
     )
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "mappo_update.md"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=results_path("mappo_update.md"))
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     lines = [
         "# MAPPO / IPPO update benchmark",
@@ -307,8 +305,7 @@ def main() -> None:
         f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python "
         f"{platform.python_version()}, torch {torch.__version__}, threads: {torch.get_num_threads()}.",
     ]
-    print("\n".join(lines))
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

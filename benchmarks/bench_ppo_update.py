@@ -24,10 +24,11 @@ from __future__ import annotations
 import argparse
 import math
 import platform
+import sys
 import time
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
@@ -36,6 +37,9 @@ from torch import nn
 
 from rl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from rl.objectives import ClipPPOLoss
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers, when imported by path
+from _timing import interleaved, markdown_table, median, results_path, write_report  # noqa: E402
 
 OBS, ACT, BATCH, CELLS = 17, 6, 4096, [64, 64]
 CLIP, ENT, VF, MAX_GRAD = 0.2, 0.01, 0.5, 0.5
@@ -144,30 +148,13 @@ def plain_step_fn(agent, optim, loss_fn):
     return step
 
 
-def timed_blocks(candidates: dict, steps: int, blocks: int) -> dict:
-    """CPU seconds per step of each candidate: median over interleaved blocks of ``steps``
-    steps. CPU time of this process (one torch thread): on a shared machine it does not
-    count the time another job held the core, which wall-clock time does."""
-    times = {k: [] for k in candidates}
-    for fn, arg in candidates.values():  # warm-up
-        for _ in range(3):
-            fn(arg)
-    for _ in range(blocks):
-        for name, (fn, arg) in candidates.items():
-            t0 = time.process_time()
-            for _ in range(steps):
-                fn(arg)
-            times[name].append((time.process_time() - t0) / steps)
-    return {k: float(np.median(v)) for k, v in times.items()}
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="update steps per timed block")
     parser.add_argument("--blocks", type=int, default=9, help="interleaved blocks per candidate")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppo_update.md"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=results_path("ppo_update.md"))
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
     actor, critic, loss = make_rl()
@@ -206,7 +193,16 @@ def main() -> None:
             candidates["rl_compiled"] = (rl_c, td)
         except Exception as err:  # noqa: BLE001 - report, do not fail the benchmark
             compile_note = f"torch.compile failed: {type(err).__name__}: {err}"[:300]
-    res = timed_blocks(candidates, args.steps, args.blocks)
+    # CPU time of this process (one torch thread): on a shared machine it does not count
+    # the time another job held the core, which wall-clock time does
+    res = median(
+        interleaved(
+            {name: partial(fn, arg) for name, (fn, arg) in candidates.items()},
+            args.steps,
+            args.blocks,
+            clock=time.process_time,
+        )
+    )
 
     lines = [
         "# PPO update benchmark",
@@ -218,8 +214,6 @@ def main() -> None:
         "update written CleanRL-style in plain PyTorch with the same weights (values checked equal "
         "before timing).",
         "",
-        "| update | ms / step | steps / s | ratio to plain eager | target |",
-        "| --- | ---: | ---: | ---: | ---: |",
     ]
     labels = {
         "plain": "plain PyTorch, eager (floor)",
@@ -227,11 +221,18 @@ def main() -> None:
         "plain_compiled": "plain PyTorch, torch.compile",
         "rl_compiled": "rl ClipPPOLoss, torch.compile",
     }
-    for name, secs in res.items():
-        target = "<= 1.05x" if name == "rl" else ""
-        lines.append(
-            f"| {labels[name]} | {secs * 1e3:.2f} | {1 / secs:.0f} | {secs / res['plain']:.3f}x | {target} |"
-        )
+    table = [
+        [
+            labels[name],
+            f"{secs * 1e3:.2f}",
+            f"{1 / secs:.0f}",
+            f"{secs / res['plain']:.3f}x",
+            "<= 1.05x" if name == "rl" else "",
+        ]
+        for name, secs in res.items()
+    ]
+    header = ["update", "ms / step", "steps / s", "ratio to plain eager", "target"]
+    lines += markdown_table(header, table, align="---:")
     if "rl_compiled" in res:
         lines += [
             "",
@@ -244,8 +245,7 @@ def main() -> None:
         f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}, "
         f"torch {torch.__version__}, threads: {torch.get_num_threads()}.",
     ]
-    print("\n".join(lines))
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_report(lines, args.out)
 
 
 def _clone(module: nn.Module) -> nn.Module:

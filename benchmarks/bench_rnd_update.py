@@ -26,8 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
-import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
@@ -37,6 +36,16 @@ from torch import nn
 from rl.envs.transforms import RunningMeanStd
 from rl.modules import MLP
 from rl.objectives import RNDLoss
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers, when imported by path
+from _timing import (  # noqa: E402
+    best,
+    interleaved,
+    paired_ratio,
+    paired_table,
+    results_path,
+    write_report,
+)
 
 LR, CLIP, FRACTION = 1e-4, 5.0, 0.25
 CASES = {
@@ -94,28 +103,6 @@ class PlainUpdate:
         self.opt.zero_grad(set_to_none=True)
 
 
-def timed(update, iters: int) -> float:
-    start = time.perf_counter()
-    for _ in range(iters):
-        update()
-    return (time.perf_counter() - start) / iters
-
-
-def best_alternating(fns: dict, iters: int, repeats: int) -> tuple[dict, float]:
-    """Best time per side, and the median over rounds of the paired ratio ours / plain."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    best = {name: float("inf") for name in fns}
-    ratios = []
-    for _ in range(repeats):
-        round_times = {name: timed(fn, iters) for name, fn in fns.items()}
-        ratios.append(round_times["ours"] / round_times["plain"])
-        for name, value in round_times.items():
-            best[name] = min(best[name], value)
-    return best, statistics.median(ratios)
-
-
 def build(obs: int, hidden: int, embed: int, batch_size: int) -> dict:
     predictor, target = make_net(obs, hidden, embed), make_net(obs, hidden, embed)
     rms = make_rms(obs)
@@ -131,21 +118,23 @@ def build(obs: int, hidden: int, embed: int, batch_size: int) -> dict:
     return {"plain": plain, "ours": ours}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=15)
-    args = parser.parse_args()
+    parser.add_argument("--out", default=results_path("rnd_update.md"))
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
     rows = []
     for label, sizes in CASES.items():
-        best, paired = best_alternating(build(*sizes), args.iters, args.repeats)
-        ratio = best["ours"] / best["plain"]
-        rows.append((label, best, ratio, paired))
+        times = interleaved(build(*sizes), args.iters, args.repeats)
+        fastest, paired = best(times), paired_ratio(times, "ours", "plain")
+        ratio = fastest["ours"] / fastest["plain"]
+        rows.append((label, fastest, ratio, paired))
         print(
-            f"{label}: plain {best['plain'] * 1e3:.3f} ms, rl {best['ours'] * 1e3:.3f} ms "
+            f"{label}: plain {fastest['plain'] * 1e3:.3f} ms, rl {fastest['ours'] * 1e3:.3f} ms "
             f"(best {ratio:.3f}x, median paired {paired:.3f}x)",
             flush=True,
         )
@@ -161,24 +150,13 @@ def main() -> None:
         "weights (losses checked equal before timing). Rounds alternate the two sides in "
         "one run.",
         "",
-        "| case | plain PyTorch (ms/update) | RNDLoss (ms/update) | ratio of bests | "
-        "median paired ratio (target <= 1.1) |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for label, best, ratio, paired in rows:
-        lines.append(
-            f"| {label} | {best['plain'] * 1e3:.3f} | {best['ours'] * 1e3:.3f} | {ratio:.3f}x "
-            f"| {paired:.3f}x |"
-        )
-    lines += [
+        *paired_table("RNDLoss", rows),
         "",
         "Notes: the machine is shared (2 cores, several jobs); absolute times swing between runs.",
         "Each round times the plain update then the rl one; the paired ratio of a round",
         "cancels slow drifts of the load, and its median over the rounds is the headline.",
     ]
-    out = Path(__file__).parent / "results" / "rnd_update.md"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,10 @@ Writes benchmarks/results/sac_update.md.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import math
 import platform
-import time
+import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -34,6 +34,16 @@ from torch import nn
 
 from rl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from rl.objectives import SACLoss, SoftUpdate
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers, when imported by path
+from _timing import (  # noqa: E402
+    best,
+    interleaved,
+    markdown_table,
+    raise_mmap_threshold,
+    results_path,
+    write_report,
+)
 
 BATCH = 256
 CELLS = [256, 256]
@@ -172,47 +182,14 @@ class PlainUpdate:
             torch._foreach_lerp_(self.t_params, self.q_params, TAU)
 
 
-def timed(update, batch, iters: int) -> float:
-    start = time.perf_counter()
-    for _ in range(iters):
-        update(batch)
-    return (time.perf_counter() - start) / iters
-
-
-def best_alternating(fns: dict, batch, iters: int, repeats: int) -> dict:
-    for fn in fns.values():  # warm-up (and compilation)
-        for _ in range(3):
-            fn(batch)
-    best = {name: float("inf") for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            best[name] = min(best[name], timed(fn, batch, iters))
-    return best
-
-
-def raise_mmap_threshold() -> bool:
-    """Keep glibc from mmapping (and page-faulting) every 256 KB activation on each call.
-
-    Applies to both sides; it makes the figures faster and much steadier on a shared
-    machine. Returns whether it could be set (glibc only).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(
-            libc.mallopt(m_trim_threshold, 1 << 30)
-        )
-    except OSError:
-        return False
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--default-malloc", action="store_true", help="keep glibc's mmap threshold")
-    args = parser.parse_args()
+    parser.add_argument("--out", default=results_path("sac_update.md"))
+    args = parser.parse_args(argv)
     tuned = False if args.default_malloc else raise_mmap_threshold()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -226,11 +203,13 @@ def main() -> None:
         fns = {"plain": PlainUpdate(obs_dim, act_dim), "ours": OursUpdate(obs_dim, act_dim)}
         if not args.no_compile:
             fns["compiled"] = OursUpdate(obs_dim, act_dim, compile_forward=True)
-        best = best_alternating(fns, batch, args.iters, args.repeats)
-        rows.append((label, best))
-        line = f"{label}: plain {best['plain'] * 1e3:.2f} ms, ours {best['ours'] * 1e3:.2f} ms ({best['ours'] / best['plain']:.3f}x)"
-        if "compiled" in best:
-            line += f", compiled forward {best['compiled'] * 1e3:.2f} ms ({best['ours'] / best['compiled']:.2f}x eager)"
+        fastest = best(
+            interleaved({k: partial(fn, batch) for k, fn in fns.items()}, args.iters, args.repeats)
+        )
+        rows.append((label, fastest))
+        line = f"{label}: plain {fastest['plain'] * 1e3:.2f} ms, ours {fastest['ours'] * 1e3:.2f} ms ({fastest['ours'] / fastest['plain']:.3f}x)"
+        if "compiled" in fastest:
+            line += f", compiled forward {fastest['compiled'] * 1e3:.2f} ms ({fastest['ours'] / fastest['compiled']:.2f}x eager)"
         print(line, flush=True)
 
     lines = [
@@ -245,17 +224,29 @@ def main() -> None:
             else "default glibc malloc."
         ),
         "",
-        "| case | plain PyTorch (ms/update) | SACLoss (ms/update) | ratio (target <= 1.1) "
-        "| compiled forward (ms/update) | compiled speed-up vs eager |",
-        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for label, best in rows:
-        comp = best.get("compiled")
-        comp_cells = f"{comp * 1e3:.2f} | {best['ours'] / comp:.2f}x" if comp else "- | -"
-        lines.append(
-            f"| {label} | {best['plain'] * 1e3:.2f} | {best['ours'] * 1e3:.2f} | "
-            f"{best['ours'] / best['plain']:.3f}x | {comp_cells} |"
+    header = [
+        "case",
+        "plain PyTorch (ms/update)",
+        "SACLoss (ms/update)",
+        "ratio (target <= 1.1)",
+        "compiled forward (ms/update)",
+        "compiled speed-up vs eager",
+    ]
+    table = []
+    for label, t in rows:
+        comp = t.get("compiled")
+        table.append(
+            [
+                label,
+                f"{t['plain'] * 1e3:.2f}",
+                f"{t['ours'] * 1e3:.2f}",
+                f"{t['ours'] / t['plain']:.3f}x",
+                f"{comp * 1e3:.2f}" if comp else "-",
+                f"{t['ours'] / comp:.2f}x" if comp else "-",
+            ]
         )
+    lines += markdown_table(header, table)
     lines += [
         "",
         "Notes: the machine these figures come from is shared (2 cores, several jobs), so absolute",
@@ -266,9 +257,7 @@ def main() -> None:
         "graph breaks); at 256x256 the update is matmul-bound, so compiling the forward gains little",
         "on this CPU.",
     ]
-    out = Path(__file__).parent / "results" / "sac_update.md"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -291,16 +291,6 @@ def pendulum_dataset(tmp_path_factory):
     return path
 
 
-#: inductor (AOTAutograd) refuses CrossQLoss's graph: the batch-renorm statistics of the
-#: stacked critics and of their detached copies share storage, and the graph mutates them
-#: (as with the older per-part compilation); dynamo's trace is one graph
-CROSSQ_INDUCTOR = pytest.mark.xfail(
-    strict=True,
-    raises=torch._dynamo.exc.BackendCompilerFailed,
-    reason="aot_autograd does not handle mutations of CrossQ's shared-storage statistics",
-)
-
-
 @pytest.mark.slow  # compilation: 10-60 s a graph on a 2-core CPU
 @pytest.mark.parametrize("compile", [True, ONE_GRAPH], ids=["inductor", "dynamo-fullgraph"])
 @pytest.mark.parametrize(
@@ -321,8 +311,6 @@ def test_script_update_compiled_once_in_one_graph(
     the eager ones (``_watch``); ``ONE_GRAPH`` (dynamo alone, ``fullgraph``) raises on a
     break and gives the same numbers bit for bit."""
     case = CASES[name]
-    if name == "crossq" and compile is True:
-        request.applymarker(CROSSQ_INDUCTOR)
     module = _load(case.script)
     seen = _watch(sys.modules[case.steps_in or case.script], monkeypatch)
     extra = {"dataset": str(request.getfixturevalue("pendulum_dataset"))} if case.dataset else {}

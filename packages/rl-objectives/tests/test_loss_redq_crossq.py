@@ -4,11 +4,14 @@ Deterministic policy: a = mu(s) = 0.5 s, log pi(a) = -a^2. Critics Q_i = s + w_i
 Transition: s = 1, a = 0.2, s' = 2, r = 1, gamma = 0.9, alpha = 0.5.
 """
 
+import copy
+
 import pytest
 import torch
 from tensordict.nn import TensorDictModule
 from torch import nn
 
+from rl.modules import BatchRenorm1d
 from rl.objectives import CrossQLoss, REDQLoss, SoftUpdate
 
 from .test_loss_sac import QNet, _data, _det_actor
@@ -236,6 +239,64 @@ class TestCrossQLoss:
         for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
             torch.testing.assert_close(out_grid[key], out_flat[key])
         torch.testing.assert_close(grid["td_error"], flat["td_error"].reshape(2, 3))
+
+
+class RenormQNet(nn.Module):
+    """A critic with a batch-renorm layer (running statistics and a step counter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = BatchRenorm1d(2, warmup_steps=1)
+        self.linear = nn.Linear(2, 1)
+
+    def forward(self, obs, act):
+        return self.linear(self.norm(torch.cat([obs, act], -1)))
+
+
+class TestCrossQCompile:
+    """The whole loss and its gradients compile as one graph through AOTAutograd (the
+    part of inductor that refused the critics' statistics, mutated by the online critics
+    and read by their detached copies), with the eager values."""
+
+    def test_one_graph_through_aot_autograd_with_eager_values(self):
+        from torch._dynamo.utils import counters
+
+        torch.manual_seed(0)
+        qnet = TensorDictModule(RenormQNet(), ["observation", "action"], ["state_action_value"])
+        loss = CrossQLoss(_det_actor(), qnet, gamma=0.9, target_entropy=-1.0)
+        twin = copy.deepcopy(loss)
+
+        def step(module, td):
+            out = module(td)
+            total = out["loss_qvalue"] + out["loss_actor"] + out["loss_alpha"]
+            params = list(module.parameters())
+            grads = torch.autograd.grad(total, params, retain_graph=True)
+            return [out[k].detach() for k in ("loss_qvalue", "loss_actor")], grads
+
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+        batches = []
+        for _ in range(3):
+            td = _data(8)
+            td["observation"] = torch.randn(8, 1)
+            td["next", "observation"] = torch.randn(8, 1)
+            batches.append(td)
+        with torch._dynamo.config.patch(trace_autograd_ops=True, error_on_recompile=True):
+            for td in batches:
+                got, want = compiled(loss, td.clone()), step(twin, td.clone())
+                torch.testing.assert_close(got, want)
+        torch._dynamo.reset()
+        assert counters["stats"]["unique_graphs"] == 1
+        assert not counters["graph_break"]
+        # the running statistics and counters of both critics, updated in the graph
+        stats, want = (
+            {k: v for k, v in m.qvalue_network_params.items(True, True) if not v.requires_grad}
+            for m in (loss, twin)
+        )
+        assert len(stats) == 3
+        assert stats["module", "norm", "num_batches_tracked"].tolist() == [3, 3]
+        torch.testing.assert_close(stats, want)
 
 
 class TestScalarOutputMode:

@@ -122,12 +122,6 @@ def _slot_tensor(sub: nn.Module, name) -> torch.Tensor:
     return sub._parameters[name] if name in sub._parameters else sub._buffers[name]
 
 
-def _bind(slots: list[tuple[nn.Module, str, bool]], tensors: Iterable[torch.Tensor]) -> None:
-    """Put ``tensors`` in the parameter/buffer slots of a module without any check."""
-    for (sub, name, is_param), tensor in zip(slots, tensors, strict=True):
-        _set_slot(sub, name, tensor, is_param)
-
-
 def _slots(module: nn.Module, keys: list[tuple[str, ...]]) -> list[tuple[nn.Module, str, bool]]:
     out = []
     for key in keys:
@@ -178,12 +172,20 @@ class _Ensemble:
         self.keys = keys
         self.slots = [_slots(c, keys) for c in copies]
 
-    def bind(self, stacked: list[torch.Tensor]) -> None:
+    def bind(self, stacked: list[torch.Tensor], positions: Iterable[int] | None = None) -> None:
+        """Member ``i`` holds ``stacked[k][i]`` in slot ``k``, for each ``k`` of
+        ``positions`` (every slot by default)."""
+        positions = range(len(stacked)) if positions is None else positions
         # one unbind per tensor: its backward stacks the members' gradients in one copy
         # (indexing member by member would zero-fill and add a full stack per member)
-        views = [t.unbind(0) for t in stacked]
+        self.bind_views({k: stacked[k].unbind(0) for k in positions})
+
+    def bind_views(self, views: dict[int, Sequence[torch.Tensor]]) -> None:
+        """Member ``i`` holds ``views[k][i]`` in slot ``k``."""
         for i, slots in enumerate(self.slots):
-            _bind(slots, [v[i] for v in views])
+            for k, member_views in views.items():
+                sub, name, is_param = slots[k]
+                _set_slot(sub, name, member_views[i], is_param)
 
 
 class LossModule(TensorDictModuleBase):
@@ -760,10 +762,22 @@ class LossModule(TensorDictModuleBase):
                     sub._buffers[name] = value
             _as_buffers(info["detached_module"], keys, [params.get(k).detach() for k in keys])
         else:
-            info["stacked"] = [params.get(k) for k in keys]
-            info["stacked_detached"] = [t.detach() for t in info["stacked"]]
-            info["ensemble"].bind(info["stacked"])
-            info["detached"].bind(info["stacked_detached"])
+            stacked = info["stacked"] = [params.get(k) for k in keys]
+            info["stacked_detached"] = [t.detach() for t in stacked]
+            # Parameters are sliced again at each forward (fresh views for each autograd
+            # graph); the buffers (running statistics, counters) once, into views that the
+            # online and the detached members hold together: a statistic the online
+            # critics update in place is read by the detached ones through the same
+            # tensor, never through a second alias of its storage (which torch.compile's
+            # AOTAutograd refuses as a mutated input)
+            grad = info["grad_positions"] = [
+                k for k, t in enumerate(stacked) if isinstance(t, nn.Parameter)
+            ]
+            views = {k: t.unbind(0) for k, t in enumerate(stacked) if k not in grad}
+            info["ensemble"].bind(stacked, grad)
+            info["ensemble"].bind_views(views)
+            info["detached"].bind(info["stacked_detached"], grad)
+            info["detached"].bind_views(views)
         target_params = self._modules.get("target_" + module_name + "_params")
         if target_params is not None:
             tensors = [target_params.get(k) for k in keys]
@@ -779,7 +793,7 @@ class LossModule(TensorDictModuleBase):
         functional = self.__dict__.get("_functional", {})
         for info in functional.values():
             if "ensemble" in info:
-                info["ensemble"].bind(info["stacked_detached"])
+                info["ensemble"].bind(info["stacked_detached"], info["grad_positions"])
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         for key, value in self.__dict__.items():
@@ -824,7 +838,7 @@ class LossModule(TensorDictModuleBase):
         info = self._functional[module_name]
         if kind == "online":
             ens = info["ensemble"]
-            ens.bind(info["stacked"])
+            ens.bind(info["stacked"], info["grad_positions"])
             return ens.copies
         if kind == "target" and "target_ensemble" in info:
             return info["target_ensemble"].copies
@@ -973,7 +987,7 @@ class LossModule(TensorDictModuleBase):
                 # a member bound to fresh detached views: views of the stacked parameters
                 # taken before an in-place change of them can no longer be copied
                 detached = info["detached"]
-                detached.bind(info["stacked_detached"])
+                detached.bind(info["stacked_detached"], info["grad_positions"])
                 scratch = copy.deepcopy(detached.copies[0])
                 for i in range(info["expand_dim"]):
                     _reinit(scratch)

@@ -75,11 +75,15 @@ class TestEagerRuns:
         text = run("sac", ["--iters", "1", "--repeats", "1", "--no-compile"], tmp_path, capsys)
         assert "| Pendulum (obs 3, act 1) |" in text
         assert "| HalfCheetah (obs 17, act 6) |" in text
+        # no compiled columns without compilation
+        assert "| SACLoss, UpdateStep compiled (ms/update) |" in text
+        assert text.count("| - | - | - | - | - | - |") == 2
 
     def test_ppo(self, tmp_path, capsys):
         text = run("ppo", ["--steps", "1", "--blocks", "1", "--no-compile"], tmp_path, capsys)
         assert "| plain PyTorch, eager (floor) |" in text and "| 1.000x |" in text
         assert "| rl ClipPPOLoss, eager |" in text
+        assert "| speed vs plain eager |" in text and "whole step" not in text
 
     def test_mappo(self, tmp_path, capsys):
         argv = ["--steps", "1", "--blocks", "1", "--batch", "32"]
@@ -104,3 +108,34 @@ class TestEagerRuns:
     def test_dreamer(self, capsys):
         load("bench_dreamer_update").main(["--iters", "1", "--repeats", "1"])
         assert "ratio to plain torch 1.00x" in capsys.readouterr().out
+
+
+def table_rows(text: str, first: str) -> list[list[str]]:
+    """The cells of the table rows whose first cell starts with ``first``."""
+    rows = [line.strip("|").split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in row] for row in rows if row[0].strip().startswith(first)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+class TestCompiledRuns:
+    """The whole-step columns: rl's update compiled with UpdateStep and the plain update
+    compiled whole, each with its speed over the plain eager loop (minutes: inductor)."""
+
+    def test_sac(self, tmp_path, capsys):
+        text = run("sac", ["--iters", "1", "--repeats", "1"], tmp_path, capsys)
+        for case in ("Pendulum", "HalfCheetah"):
+            (row,) = table_rows(text, case)
+            _, plain, *_, plain_whole, plain_speed, ours_whole, ours_speed = row
+            for ms, speed in ((plain_whole, plain_speed), (ours_whole, ours_speed)):
+                assert float(speed.rstrip("x")) == pytest.approx(float(plain) / float(ms), abs=0.01)
+
+    def test_ppo(self, tmp_path, capsys):
+        text = run("ppo", ["--steps", "1", "--blocks", "1"], tmp_path, capsys)
+        assert "failed" not in text
+        (floor,) = table_rows(text, "plain PyTorch, eager")
+        for label in ("plain PyTorch, whole step", "rl ClipPPOLoss, whole step compiled"):
+            (row,) = table_rows(text, label)
+            ms, speed = float(row[1]), float(row[4].rstrip("x"))
+            assert speed == pytest.approx(float(floor[1]) / ms, abs=0.01)
+        assert "Whole step compiled: rl (UpdateStep) at" in text

@@ -502,7 +502,29 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
 @pytest.mark.parametrize(
-    "script", ["ppo", "sac", "crossq", "tqc", "cql_online", "discrete_sac", "ppo_rnd"]
+    "script",
+    [
+        "ppo",
+        "sac",
+        "crossq",
+        "tqc",
+        "cql_online",
+        "discrete_sac",
+        "ppo_rnd",
+        pytest.param(
+            "distributed/ppo_ray",
+            marks=pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray"),
+        ),
+        *(
+            pytest.param(
+                name,
+                marks=pytest.mark.skipif(
+                    importlib.util.find_spec("transformers") is None, reason="needs transformers"
+                ),
+            )
+            for name in ("llm/sft", "llm/grpo_countdown")
+        ),
+    ],
 )
 def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):
     module = _load(script)

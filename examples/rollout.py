@@ -8,13 +8,21 @@ TensorDict policy that pushes the cart toward the side the pole leans to. A rand
 
     uv run examples/rollout.py --episodes 5
     uv run examples/rollout.py --native --num-envs 64 --random
+    uv run examples/rollout.py --native --num-envs 64 --compile
+
+``--compile`` compiles the policy (``torch.compile`` of the controller, through
+``examples/_common.py``'s ``compile_policy``: once, at the first step); the random policy
+has no network, so there is nothing to compile for it. ``--cudagraphs`` captures the
+controller in a CUDA graph (a CUDA device is needed).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
+from pathlib import Path
 
 import torch
 from tensordict.nn import TensorDictModule
@@ -22,6 +30,9 @@ from torch import nn
 
 from rl.core import seed_everything
 from rl.envs import CartPoleEnv, GymEnv, RewardSum, StepCounter, TransformedEnv
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import check_cudagraphs, compile_policy  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -38,6 +49,19 @@ class Config:
     """Act uniformly at random instead of with the hand-written controller."""
     seed: int = 0
     """Seed of torch, numpy, python random and the environment."""
+    compile: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "torch.compile the policy network (the hand-written controller; the "
+            "random policy has none, so nothing is compiled with --random)"
+        },
+    )
+    """torch.compile the policy (the controller), once."""
+    cudagraphs: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "capture the controller in a CUDA graph (needs a CUDA device)"},
+    )
+    """Capture the controller in a CUDA graph (needs a CUDA device)."""
 
 
 class PoleController(nn.Module):
@@ -58,7 +82,8 @@ def parse_args() -> Config:
     for field in dataclasses.fields(Config):
         flag = "--" + field.name.replace("_", "-")
         if field.type == "bool":
-            parser.add_argument(flag, action="store_true", help=field.name)
+            help_text = field.metadata.get("help", field.name)
+            parser.add_argument(flag, action="store_true", help=help_text)
         else:
             parser.add_argument(flag, type=int, default=field.default)
     return Config(**vars(parser.parse_args()))
@@ -76,6 +101,7 @@ def make_env(cfg: Config):
 
 
 def main(cfg: Config) -> list[float]:
+    check_cudagraphs(cfg.cudagraphs)
     seed_everything(cfg.seed)
     env = make_env(cfg)
     policy = None
@@ -84,6 +110,7 @@ def main(cfg: Config) -> list[float]:
         if env.action_spec.shape[-1:] == (2,):  # one-hot actions
             controller = nn.Sequential(controller, _OneHot())
         policy = TensorDictModule(controller, in_keys=["observation"], out_keys=["action"])
+        policy = compile_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
     returns: list[float] = []
     start = time.perf_counter()
     frames = 0

@@ -16,13 +16,21 @@ Williams 1992, "Simple statistical gradient-following algorithms for connectioni
 reinforcement learning", https://doi.org/10.1007/BF00992696. Episodes that run across
 two batches are cut at the batch end (their reward-to-go is truncated): this script is
 about the distributed plumbing, not a tuned learner.
+
+``--compile`` compiles the collecting policy (each collector rank rebuilds the
+``CompiledPolicy`` it receives and compiles its own copy at its first step) and the
+learner's whole update step (reward-to-go, the normalised advantage, the loss, backward
+and Adam: one graph, ``examples/_common.py``'s ``UpdateStep``). ``--cudagraphs`` captures
+the learner's update step in a CUDA graph (a CUDA device is needed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -34,6 +42,10 @@ from rl.collectors.distributed import DistributedDataCollector
 from rl.envs import CartPoleEnv
 from rl.modules import MLP, ProbabilisticActor
 from rl.objectives.value.functional import reward2go
+
+# the collector ranks unpickle the compiled policy's class from examples/_common.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import UpdateStep, check_cudagraphs, compile_policy  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -54,6 +66,11 @@ class Config:
     """discount of the reward-to-go"""
     seed: int = 0
     """seed of the learner and (chained) of the workers"""
+    compile: bool = False
+    """torch.compile the collecting policy (on each collector rank) and the learner's
+    whole update step (one graph), once"""
+    cudagraphs: bool = False
+    """capture the learner's update step in a CUDA graph (needs a CUDA device)"""
 
 
 def make_env() -> CartPoleEnv:
@@ -74,13 +91,30 @@ def make_policy(env: CartPoleEnv) -> ProbabilisticActor:
     )
 
 
+def make_update_step(cfg: Config, policy: ProbabilisticActor, optim) -> UpdateStep:
+    """One REINFORCE step on a batch: reward-to-go, advantage normalised over the batch,
+    ``-mean(log_prob * advantage)``, backward, Adam; one graph with ``cfg.compile``."""
+
+    def reinforce_loss(batch):
+        reward, done = batch["next", "reward"], batch["next", "done"]
+        returns = reward2go(reward, done, cfg.gamma).squeeze(-1)
+        advantage = (returns - returns.mean()) / (returns.std() + 1e-6)
+        log_prob = policy.get_dist(batch).log_prob(batch["action"])
+        loss = -(log_prob * advantage).mean()
+        return loss, loss
+
+    return UpdateStep(reinforce_loss, optim, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+
+
 def learner(cfg: Config, launcher: Literal["mp", "torchrun"]) -> None:
+    check_cudagraphs(cfg.cudagraphs)
     torch.manual_seed(cfg.seed)
     policy = make_policy(make_env())
     optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    step = make_update_step(cfg, policy, optim)
     collector = DistributedDataCollector(
         make_env,
-        policy,
+        compile_policy(policy, compile=cfg.compile),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         sync=cfg.sync,
@@ -92,16 +126,10 @@ def learner(cfg: Config, launcher: Literal["mp", "torchrun"]) -> None:
     start, frames = time.perf_counter(), 0
     for i, batch in enumerate(collector):
         frames += batch.numel()
-        reward, done = batch["next", "reward"], batch["next", "done"]
-        returns = reward2go(reward, done, cfg.gamma).squeeze(-1)
-        advantage = (returns - returns.mean()) / (returns.std() + 1e-6)
-        log_prob = policy.get_dist(batch).log_prob(batch["action"])
-        loss = -(log_prob * advantage).mean()
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        step(batch)
         collector.update_policy_weights_()  # the workers' next batches use these weights
         if i % 5 == 0:
+            done = batch["next", "done"]
             episodes = int(done.sum())
             mean_len = done.numel() / max(episodes, 1)
             print(f"batch {i:3d}  frames {frames:6d}  mean episode length {mean_len:6.1f}")

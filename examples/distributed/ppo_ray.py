@@ -10,6 +10,12 @@ https://arxiv.org/abs/1707.06347.
     uv run --group distributed examples/distributed/ppo_ray.py                     # a local Ray instance
     uv run --group distributed examples/distributed/ppo_ray.py --ray-address auto  # the cluster of `ray start`
 
+``--compile`` compiles, as in ``examples/ppo.py``, the learner's whole update step (loss,
+backward, clipping, Adam: one graph) and its advantage (GAE with the value network), and
+each actor compiles its own copy of the policy (the ``CompiledPolicy`` sent to the actors
+is rebuilt there, compiled at its first step). ``--cudagraphs`` captures the learner's
+update step in a CUDA graph (a CUDA device is needed).
+
 See examples/distributed/README.md for starting a multi-node cluster.
 """
 
@@ -34,7 +40,17 @@ from rl.objectives.value import GAE
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _common  # noqa: E402
 import ppo  # noqa: E402
-from _common import EpisodeReturns, ProgressBar, evaluate, finish_run, make_base_env  # noqa: E402
+from _common import (  # noqa: E402
+    EpisodeReturns,
+    ProgressBar,
+    check_cudagraphs,
+    compile_advantage,
+    compile_policy,
+    evaluate,
+    finish_run,
+    make_base_env,
+    set_lr,
+)
 
 # the env factory comes from examples/_common.py, which the actors cannot import (on a
 # cluster the examples folder is not on the other nodes): Ray sends it by value
@@ -63,6 +79,7 @@ def main(cfg: Config) -> dict:
         )
     if cfg.normalize_obs:
         raise ValueError("normalize_obs is not supported here: use examples/ppo.py")
+    check_cudagraphs(cfg.cudagraphs)
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     envs_per_collector = cfg.num_envs // cfg.num_collectors
@@ -77,7 +94,9 @@ def main(cfg: Config) -> dict:
     start_up = time.perf_counter()
     collector = RayCollector(
         make_env,
-        actor,
+        # compiled: each actor rebuilds the CompiledPolicy and compiles its own copy; the
+        # weights it receives are those of ``actor`` (its parameters, shared)
+        compile_policy(actor, compile=cfg.compile),
         frames_per_batch=frames_per_batch,
         total_frames=cfg.total_frames,
         num_collectors=cfg.num_collectors,
@@ -88,8 +107,11 @@ def main(cfg: Config) -> dict:
     )
     collector.set_seed(cfg.seed)
     start_up = time.perf_counter() - start_up
-    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    advantage = compile_advantage(
+        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
+    )
     loss_module, optimizer = ppo.make_loss(cfg, actor, critic)
+    step = ppo.make_update_step(cfg, loss_module, optimizer)
     exp_name = cfg.exp_name or generate_exp_name("ppo_ray", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -105,10 +127,9 @@ def main(cfg: Config) -> dict:
         for update, batch in enumerate(collector):
             frames += batch.numel()
             if cfg.anneal_lr:
-                optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - update / num_updates)
-            with torch.no_grad():
-                advantage(batch)
-            loss = ppo.update_epochs(cfg, loss_module, optimizer, batch, minibatch)
+                set_lr(optimizer, cfg.lr * (1.0 - update / num_updates))
+            batch = advantage(batch)
+            loss = ppo.update_epochs(cfg, loss_module, optimizer, batch, minibatch, step)
             losses_seen.append(loss.item())
             returns.update(batch.reshape(-1, batch.shape[-1]))
             if returns.mean is not None:

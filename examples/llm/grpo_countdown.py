@@ -24,6 +24,19 @@ measured after SFT and along GRPO.
 
     uv run --group llm examples/llm/grpo_countdown.py
     uv run --group llm examples/llm/grpo_countdown.py --seed 1 --grpo-batches 100
+    uv run --group llm examples/llm/grpo_countdown.py --compile
+
+``--compile``: each SFT step is ONE compiled graph (``sft.py``'s :class:`SFTStep`: the
+conversations tokenized eagerly to a fixed width, then the forward, the loss, backward,
+clipping and AdamW); in GRPO, the model's scoring forward inside ``GRPOLoss`` is compiled
+with dynamic shapes (one graph for every batch and sequence length, its backward
+compiled with it), while the GRPO objective, the clipping and the optimizer stay eager:
+``GRPOLoss`` reads the answers as rows of their own length (a Python loop over them) and
+masks with boolean indexing, whose data-dependent shapes dynamo breaks the graph on.
+Sampling (``model.generate``, in the collector and the evaluations) stays eager: each
+new token lengthens the sequence and the key-value cache. ``--cudagraphs`` captures the
+SFT steps in CUDA graphs (fixed shapes; a CUDA device is needed); GRPO's shapes change
+from batch to batch, so it runs without.
 """
 
 from __future__ import annotations
@@ -54,6 +67,7 @@ from rl.objectives.llm import GRPOLoss, MCAdvantage, SFTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
+from sft import SFTStep, check_cudagraphs  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -126,6 +140,11 @@ class Config:
     """Run name (default: generated from the algorithm, the task and the seed)."""
     progress: bool = True
     """Show a progress bar when attached to a terminal."""
+    compile: bool = False
+    """torch.compile each SFT step into one graph and GRPO's scoring forward (dynamic
+    shapes), once each."""
+    cudagraphs: bool = False
+    """Capture the SFT steps in CUDA graphs (needs a CUDA device)."""
 
 
 ANSWER_TAGS = ["<answer>", "</answer>"]  # one token each
@@ -179,22 +198,24 @@ def evaluate(env, policy) -> float:
     return td["next", "reward"].float().mean().item()
 
 
+def sft_chat(row: dict) -> list[dict]:
+    """The SFT conversation of a problem: its query, then its generating expression."""
+    return [
+        {"role": "user", "content": row["query"]},
+        {"role": "assistant", "content": f"<answer>{row['solution']}</answer>"},
+    ]
+
+
 def sft_batches(rows: list[dict], cfg: Config, rng: random.Random):
     """``sft_steps`` batches of chats (the problem, then its generating expression)."""
     for _ in range(cfg.sft_steps):
-        chosen = rng.sample(rows, cfg.sft_batch_size)
-        chats = [
-            [
-                {"role": "user", "content": r["query"]},
-                {"role": "assistant", "content": f"<answer>{r['solution']}</answer>"},
-            ]
-            for r in chosen
-        ]
+        chats = [sft_chat(r) for r in rng.sample(rows, cfg.sft_batch_size)]
         history = ChatHistory(full=History.from_chats(chats), batch_size=(len(chats),))
         yield TensorDict({"history": history}, batch_size=(len(chats),))
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     rng = random.Random(cfg.seed)
@@ -214,14 +235,31 @@ def main(cfg: Config) -> dict:
     eval_policy = TransformersWrapper(model, tokenizer=tok, generate_kwargs=sample_kwargs)
 
     # 1. SFT, a fraction of an epoch, on the trainer's loop
+    sft_optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr)
+    stepper = None
+    if cfg.compile or cfg.cudagraphs:  # one graph per step, on fixed-width tokens
+        width = max(
+            len(tok.apply_chat_template(sft_chat(r), tokenize=True, return_dict=True)["input_ids"])
+            for r in train_rows
+        )
+        stepper = SFTStep(
+            model,
+            tok,
+            width,
+            sft_optimizer,
+            max_grad_norm=1.0,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
     sft = Trainer(
         collector=sft_batches(train_rows, cfg, rng),
         total_frames=cfg.sft_steps * cfg.sft_batch_size,
         frame_skip=1,
         optim_steps_per_batch=1,
         loss_module=SFTLoss(scorer),
-        optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr),
+        optimizer=sft_optimizer,
         clip_norm=1.0,
+        optimization_stepper=stepper,
         progress_bar=cfg.progress,
         logger=logger,
         log_interval=0,
@@ -256,8 +294,11 @@ def main(cfg: Config) -> dict:
         batch_size=cfg.minibatch_size,
     )
     buffer.append_transform(MCAdvantage(grpo_size=cfg.group_size))
+    # compiled: the scoring forward, with dynamic shapes (one graph for every length);
+    # ``model`` itself (its parameters, the optimizer's) is shared, and generates eagerly
+    learner_model = torch.compile(model, dynamic=True) if cfg.compile else model
     loss = GRPOLoss(
-        TransformersWrapper(model, tokenizer=tok, pad_output=True),
+        TransformersWrapper(learner_model, tokenizer=tok, pad_output=True),
         clip_epsilon=cfg.clip_epsilon,
         entropy_bonus=cfg.entropy_coeff > 0,
         entropy_coeff=cfg.entropy_coeff,

@@ -12,6 +12,19 @@ whose last assistant turn the model reproduces exactly (greedy decoding).
 
     uv run --group llm examples/llm/sft.py
     uv run --group llm examples/llm/sft.py --data my_chats.jsonl --steps 500
+    uv run --group llm examples/llm/sft.py --compile
+
+``--compile`` runs each training step as ONE compiled graph (``examples/_common.py``'s
+``UpdateStep``: the model's forward, the SFT loss, backward, gradient clipping and AdamW),
+through the trainer's ``optimization_stepper`` (:class:`SFTStep`). The chat template and
+the tokenizer are Python string work that dynamo cannot trace, so the conversations are
+tokenized eagerly first, right-padded to one fixed width (the longest conversation of the
+data): the graph sees the same shapes at every step and is compiled once.
+``SFTLoss`` (which tokenizes inside its forward) stays the eager path and scores the
+held-out set in both modes; :func:`sft_loss` computes the same value on the tokens.
+Greedy decoding (``model.generate``) stays eager: each new token lengthens the sequence
+and the key-value cache, a new shape at every step of a generation.
+``--cudagraphs`` captures the step in a CUDA graph (a CUDA device is needed).
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ from rl.modules.llm import TransformersWrapper
 from rl.objectives.llm import SFTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from _common import UpdateStep, check_cudagraphs  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
 
 
@@ -71,6 +86,11 @@ class Config:
     """Run name (default: generated from the algorithm and the seed)."""
     progress: bool = True
     """Show a progress bar when attached to a terminal."""
+    compile: bool = False
+    """torch.compile each training step (forward, loss, backward, clipping, AdamW) into
+    one graph, once (the conversations tokenized eagerly to a fixed width)."""
+    cudagraphs: bool = False
+    """Capture the training step in a CUDA graph (needs a CUDA device)."""
 
 
 def load_chats(path: str) -> list[list[dict]]:
@@ -88,6 +108,74 @@ def as_batch(chats: list[list[dict]]) -> TensorDict:
 def batches(chats: list[list[dict]], cfg: Config, rng: random.Random):
     for _ in range(cfg.steps):
         yield as_batch(rng.sample(chats, cfg.batch_size))
+
+
+def tokenize(batch: TensorDict, tok, width: int) -> tuple[torch.Tensor, ...]:
+    """The conversations at ``("history", "full")`` as the tokens, attention mask and
+    assistant mask SFT scores, each ``[B, width]``, right-padded (``width`` at least the
+    longest conversation's tokens)."""
+    out = batch["history", "full"].apply_chat_template(
+        tokenizer=tok, add_generation_prompt=False, return_assistant_tokens_mask=True
+    )
+    rows = out.get("input_ids", as_list=True)
+    masks = out.get("assistant_masks", as_list=True)
+    tokens = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+    attention = torch.zeros(len(rows), width, dtype=torch.long)
+    assistant = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, (row, mask) in enumerate(zip(rows, masks)):
+        if row.numel() > width:
+            raise ValueError(f"a conversation has {row.numel()} tokens, more than width={width}")
+        tokens[i, : row.numel()] = row
+        attention[i, : row.numel()] = 1
+        assistant[i, : row.numel()] = mask.bool()
+    return tokens, attention, assistant
+
+
+def sft_loss(model, tokens, attention, assistant) -> torch.Tensor:
+    """``SFTLoss``'s value (``"sft"``, mean over conversations, normalised by length) on
+    tokenized conversations ``[B, T]``: minus the mean log-likelihood of each
+    conversation's assistant tokens, averaged over the batch."""
+    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=tokens, attention_mask=attention, position_ids=positions).logits
+    # logits[:, t] scores token t + 1
+    log_probs = logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    mask = assistant[:, 1:] & attention[:, 1:].bool()
+    per_chat = (log_probs * mask).sum(-1) / mask.sum(-1).clamp_min(1)
+    return -per_chat.mean()
+
+
+class SFTStep:
+    """The trainer's ``optimization_stepper`` under ``--compile``: tokenizes the batch
+    (eagerly, to ``width``), then runs one ``UpdateStep`` call (the forward, the loss,
+    backward, clipping at ``max_grad_norm`` and the optimizer: one graph); the optimizer's
+    state goes into the checkpoints as ``OptimizerHook`` saves it."""
+
+    def __init__(
+        self, model, tok, width: int, optimizer, *, max_grad_norm: float, compile, cudagraphs
+    ) -> None:
+        self.tok, self.width, self.optimizer = tok, width, optimizer
+
+        def loss_fn(tokens, attention, assistant):
+            loss = sft_loss(model, tokens, attention, assistant)
+            return loss, loss
+
+        self.update = UpdateStep(
+            loss_fn,
+            optimizer,
+            max_grad_norm=max_grad_norm,
+            compile=compile,
+            cudagraphs=cudagraphs,
+        )
+
+    def step(self, trainer, batch: TensorDict) -> TensorDict:
+        loss = self.update(*tokenize(batch, self.tok, self.width))
+        return TensorDict(loss_sft=loss)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.optimizer.load_state_dict(state_dict["optimizer"])
 
 
 @torch.no_grad()
@@ -109,6 +197,7 @@ def exact_match(model, tok, chats: list[list[dict]]) -> float:
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     rng = random.Random(cfg.seed)
@@ -134,14 +223,27 @@ def main(cfg: Config) -> dict:
 
     before = held_out_loss()
     logger.log_scalar("eval/loss_sft", before, 0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    stepper = None
+    if cfg.compile or cfg.cudagraphs:  # one graph per step, on fixed-width tokens
+        stepper = SFTStep(
+            model,
+            tok,
+            longest,
+            optimizer,
+            max_grad_norm=1.0,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
     trainer = Trainer(
         collector=batches(train, cfg, rng),
         total_frames=cfg.steps * cfg.batch_size,
         frame_skip=1,
         optim_steps_per_batch=1,
         loss_module=loss,
-        optimizer=torch.optim.AdamW(model.parameters(), lr=cfg.lr),
+        optimizer=optimizer,
         clip_norm=1.0,
+        optimization_stepper=stepper,
         logger=logger,
         log_interval=0,
         progress_bar=cfg.progress,

@@ -1,0 +1,326 @@
+"""``--compile`` of the scripts outside the single-process algorithms: rollout.py,
+distributed/ppo_ray.py, distributed/collect_torchrun.py, llm/sft.py, llm/grpo_countdown.py.
+
+The same checks as ``test_examples_compile.py`` (whose helpers are used here): dynamo's
+counters (the graphs each compiled function makes, no graph break, nothing compiled after
+the first updates, ``error_on_recompile``) and, for the scripts that train, the first
+compiled update's loss equal to the eager one on the same weights and batch. Policies
+compiled in other processes (Ray actors, collector ranks) report their own counters
+through a hook that writes them to a file after each batch they collect.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _load_path(name: str, path: Path):
+    for folder in (EXAMPLES, path.parent):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+# the neighbour's helpers: _watch (the first compiled step against eager), _check (the
+# counters after the warm-up), the fresh_dynamo fixture (error_on_recompile)
+_compile_tests = _load_path(
+    "_test_examples_compile", Path(__file__).with_name("test_examples_compile.py")
+)
+_watch, _check, fresh_dynamo = (
+    _compile_tests._watch,
+    _compile_tests._check,
+    _compile_tests.fresh_dynamo,
+)
+
+
+def _load(name: str):
+    return _load_path(name.replace("/", "_"), EXAMPLES / f"{name}.py")
+
+
+def _no_breaks_or_recompiles() -> None:
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert not counters["recompiles"]
+
+
+def _worker_stats(folder: Path) -> dict[str, list[dict]]:
+    """The counters each worker process wrote after each of its batches (not this
+    process's: ``RayCollector`` runs its ``post_collect_hook`` here too)."""
+    return {
+        path.stem: [json.loads(line) for line in path.read_text().splitlines()]
+        for path in sorted(folder.glob("*.jsonl"))
+        if path.stem != str(os.getpid())
+    }
+
+
+def _make_probe(folder: Path):
+    """A function of a batch that appends the dynamo counters of the process it runs in
+    (a Ray actor, a collector rank) to ``folder/<pid>.jsonl`` and returns the batch.
+    Written to be pickled by value (Ray's cloudpickle): it reads the counters through
+    the module, not a copy of the dict."""
+
+    def probe(batch):
+        import os
+
+        import torch._dynamo.utils as dynamo_utils
+
+        found = dynamo_utils.counters
+        row = {
+            "graphs": found["stats"]["unique_graphs"],
+            "frames": found["frames"]["ok"],
+            "breaks": sum(found["graph_break"].values()),
+            "recompiles": sum(found["recompiles"].values()),
+        }
+        with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:
+            f.write(json.dumps(row) + "\n")
+        return batch
+
+    return probe
+
+
+def _check_workers(stats: dict[str, list[dict]], workers: int, batches: int) -> None:
+    """Each worker compiled its policy (one graph) at its first batch, and nothing after."""
+    assert len(stats) == workers, json.dumps(stats)
+    for rows in stats.values():
+        assert len(rows) >= batches, rows
+        assert rows[0]["graphs"] == 1 and rows[0]["frames"] == 1, rows
+        assert all(row == rows[0] for row in rows), rows
+        assert rows[0]["breaks"] == 0 and rows[0]["recompiles"] == 0
+
+
+# --------------------------------------------------------------------------- rollout.py
+@pytest.mark.slow  # compilation: 10-30 s on a 2-core CPU
+def test_rollout_compiles_the_controller_once(fresh_dynamo):
+    rollout = _load("rollout")
+    cfg = dict(native=True, num_envs=8, episodes=2, max_steps=60)
+    eager = rollout.main(rollout.Config(**cfg))
+    assert counters["frames"]["total"] == 0
+    compiled = rollout.main(rollout.Config(**cfg, compile=True))
+    assert compiled == eager  # a deterministic controller: the same episodes
+    # one graph (the controller's tensor twin), compiled at the first step of 120
+    assert counters["stats"]["unique_graphs"] == 1 and counters["frames"]["ok"] == 1
+    _no_breaks_or_recompiles()
+
+
+def test_rollout_help_says_what_compile_compiles(capsys):
+    rollout = _load("rollout")
+    monkey_argv = ["rollout.py", "--help"]
+    old, sys.argv = sys.argv, monkey_argv
+    try:
+        with pytest.raises(SystemExit):
+            rollout.parse_args()
+    finally:
+        sys.argv = old
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--compile torch.compile the policy network" in out
+    assert "random policy has none" in out
+
+
+# ----------------------------------------------------------------- distributed/ppo_ray
+@pytest.mark.slow  # a local Ray instance, compilation in the learner and in each actor
+@pytest.mark.timeout(300)
+def test_ppo_ray_compiles_the_update_and_each_actors_policy(fresh_dynamo, monkeypatch, tmp_path):
+    pytest.importorskip("ray")
+    ppo_ray = _load("distributed/ppo_ray")
+    seen = _watch(ppo_ray.ppo, monkeypatch)  # ppo.make_update_step's UpdateStep
+    folder = tmp_path / "actors"
+    folder.mkdir()
+    monkeypatch.setattr(
+        ppo_ray,
+        "RayCollector",
+        functools.partial(ppo_ray.RayCollector, post_collect_hook=_make_probe(folder)),
+    )
+    cfg = ppo_ray.Config(
+        env_id="ObservationActionRewardProbe",
+        total_frames=512,
+        num_envs=4,
+        num_steps=32,
+        update_epochs=2,
+        num_minibatches=2,
+        eval_episodes=1,
+        num_collectors=2,
+        num_cpus=2,
+        log_dir=str(tmp_path),
+        progress=False,
+        compile=True,
+    )
+    out = ppo_ray.main(cfg)
+    assert out["frames"] == 512 and out["losses_finite"]
+    assert len(seen) == 4 * 2 * 2  # batches x epochs x minibatches
+    _check(seen, first=4)  # after the first batch's updates
+    assert counters["frames"]["ok"] == 2  # the learner: update step, advantage
+    _check_workers(_worker_stats(folder), workers=2, batches=4)
+
+
+# --------------------------------------------------------- distributed/collect_torchrun
+@pytest.mark.slow  # compilation in the learner and in each collector rank
+@pytest.mark.timeout(300)
+def test_collect_torchrun_compiles_the_step_and_each_ranks_policy(
+    fresh_dynamo, monkeypatch, tmp_path
+):
+    script = _load("distributed/collect_torchrun")
+    seen = _watch(script, monkeypatch)
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    from rl.collectors import Collector
+
+    probe = _make_probe(folder)
+
+    class Probed(Collector):  # a rank runs ``rollout`` itself (no postproc)
+        def rollout(self, *args, **kwargs):
+            return probe(super().rollout(*args, **kwargs))
+
+    monkeypatch.setattr(
+        script,
+        "DistributedDataCollector",
+        functools.partial(
+            script.DistributedDataCollector,
+            collector_class=Probed,
+            mp_start_method="fork",  # the ranks inherit Probed and error_on_recompile
+        ),
+    )
+    cfg = script.Config(total_frames=1200, frames_per_batch=200, num_workers=2, compile=True)
+    script.main(cfg)
+    assert len(seen) == 6  # one REINFORCE step per batch
+    _check(seen, first=1)
+    assert counters["frames"]["ok"] == 1  # the learner: the update step
+    _check_workers(_worker_stats(folder), workers=2, batches=2)
+
+
+# ------------------------------------------------------------------------------ llm/sft
+@pytest.fixture
+def sft():
+    pytest.importorskip("transformers")
+    return _load("llm/sft")
+
+
+def test_sft_loss_on_tokens_equals_sftloss(sft):
+    from rl.modules.llm import TransformersWrapper
+    from rl.objectives.llm import SFTLoss
+
+    torch.manual_seed(0)
+    chats = sft.load_chats(sft.Config().data)[:6]
+    tok = sft.make_tokenizer()
+    model = sft.make_model(tok, 32, 1, 2, n_positions=400)
+    batch = sft.as_batch(chats)
+    expected = SFTLoss(TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True))(
+        batch
+    ).loss_sft
+    tokens, attention, assistant = sft.tokenize(batch, tok, 300)
+    assert tokens.shape == attention.shape == assistant.shape == (6, 300)
+    # the padding changes nothing: right padding, causal attention
+    torch.testing.assert_close(sft.sft_loss(model, tokens, attention, assistant), expected)
+    with pytest.raises(ValueError, match="more than width=10"):
+        sft.tokenize(batch, tok, 10)
+
+
+@pytest.mark.slow  # compilation of the model's forward and backward: about a minute
+def test_sft_step_compiled_once_in_one_graph(sft, fresh_dynamo, monkeypatch, tmp_path):
+    seen = _watch(sft, monkeypatch)
+    cfg = sft.Config(
+        steps=6,
+        batch_size=4,
+        held_out=4,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        log_dir=str(tmp_path),
+        progress=False,
+        compile=True,
+    )
+    out = sft.main(cfg)
+    assert out["loss_after"] < out["loss_before"]
+    assert len(seen) == 6
+    _check(seen, first=1, graphs=1)  # one graph: forward, loss, backward, clipping, AdamW
+
+
+# ------------------------------------------------------------------- llm/grpo_countdown
+@pytest.mark.slow  # compilation of the SFT step and of the dynamic scoring forward: minutes
+@pytest.mark.timeout(600)
+def test_grpo_sft_step_one_graph_and_scoring_forward_compiled_once(
+    fresh_dynamo, monkeypatch, tmp_path
+):
+    pytest.importorskip("transformers")
+    grpo = _load("llm/grpo_countdown")
+    sft_seen = _watch(sys.modules["sft"], monkeypatch)  # grpo's SFT steps: sft.SFTStep
+    grpo_seen: list[tuple[int, int]] = []
+
+    class Compared(grpo.GRPOLoss):
+        """At its first call, the loss with the eager model on the same minibatch and
+        weights first; the dynamo totals after every call."""
+
+        def forward(self, tensordict):
+            if not grpo_seen:
+                wrapper = self.actor_network
+                compiled_model, wrapper.model = wrapper.model, wrapper.model._orig_mod
+                eager = super().forward(tensordict.clone())
+                wrapper.model = compiled_model
+                out = super().forward(tensordict)
+                for key in ("loss_objective", "kl_approx", "clip_fraction"):
+                    torch.testing.assert_close(
+                        getattr(out, key), getattr(eager, key), rtol=1e-4, atol=1e-5
+                    )
+            else:
+                out = super().forward(tensordict)
+            grpo_seen.append(_compile_tests._compiled_totals())
+            return out
+
+    monkeypatch.setattr(grpo, "GRPOLoss", Compared)
+    cfg = grpo.Config(
+        max_number=2,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        sft_examples=50,
+        sft_steps=4,
+        sft_batch_size=8,
+        prompts_per_batch=2,
+        group_size=4,
+        grpo_batches=4,
+        grpo_minutes=None,
+        num_epochs=1,
+        minibatch_size=8,
+        max_new_tokens=6,
+        eval_prompts=2,
+        eval_samples=4,
+        eval_interval=100,
+        final_evals=1,
+        log_dir=str(tmp_path),
+        progress=False,
+        compile=True,
+    )
+    out = grpo.main(cfg)
+    assert out["answers"] == 4 * 8
+    assert len(sft_seen) == 4 and len(grpo_seen) == 4  # one GRPO step per batch
+    # the SFT step's graph at its first call, the scoring forward's at GRPO's first:
+    # nothing compiled after (answers of other lengths included), no graph break
+    assert sft_seen[1:] == [sft_seen[0]] * 3
+    assert grpo_seen == [grpo_seen[0]] * 4
+    assert counters["stats"]["unique_graphs"] == 2 and counters["frames"]["ok"] == 2
+    _no_breaks_or_recompiles()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
+def test_cudagraphs_without_cuda_names_the_missing_device():
+    """rollout.py and collect_torchrun.py (their configs have no logger fields, unlike
+    those of ``test_examples_compile.py``'s parametrized test)."""
+    rollout = _load("rollout")
+    with pytest.raises(RuntimeError, match="--cudagraphs needs a CUDA device"):
+        rollout.main(rollout.Config(cudagraphs=True))
+    script = _load("distributed/collect_torchrun")
+    with pytest.raises(RuntimeError, match="--cudagraphs needs a CUDA device"):
+        script.learner(script.Config(cudagraphs=True), "mp")

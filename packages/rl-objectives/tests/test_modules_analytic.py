@@ -85,3 +85,29 @@ class TestHasAnalyticKL:
         assert not has_analytic_kl(t1, t2)
         # subclasses of registered pairs count (IndependentNormal is an Independent)
         assert has_analytic_kl(IndependentNormal(Z, ONE), IndependentNormal(Z, ONE))
+
+
+def test_traced_without_a_cache_guard():
+    """Under ``torch.compile`` the answers are constants of the classes: a first call
+    that fills the caches is no recompilation at the next one."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from rl.modules.distributions import _analytic
+
+    _analytic._ENTROPY_CACHE.clear()
+    _analytic._KL_CACHE.clear()
+
+    def entropy(loc):
+        dist = d.Normal(loc, ONE)
+        if has_analytic_entropy(dist) and has_analytic_kl(dist, dist):
+            return dist.entropy()
+        return -dist.log_prob(loc)
+
+    torch._dynamo.reset()
+    counters.clear()
+    fn = torch.compile(entropy, backend="eager", fullgraph=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(3):
+            torch.testing.assert_close(fn(Z), d.Normal(Z, ONE).entropy())
+    assert counters["stats"]["unique_graphs"] == 1

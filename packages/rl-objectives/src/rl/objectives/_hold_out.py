@@ -2,6 +2,9 @@
 
 Inside the ``with`` block the parameters have ``requires_grad=False``: a loss computed
 through the network trains its inputs (e.g. an actor's action) but not the network.
+Under ``torch.compile`` (dynamo does not trace ``requires_grad_``), the network's
+parameters are swapped for detached copies of themselves inside the block instead: the
+same gradients, in one graph.
 """
 
 from __future__ import annotations
@@ -34,14 +37,30 @@ class hold_out_net:
     def __init__(self, network: nn.Module) -> None:
         self.network = network
         self._params: list[torch.Tensor] = []
+        self._swapped: list[tuple[nn.Module, str, torch.Tensor]] = []
 
     def __enter__(self):
+        if torch.compiler.is_compiling():  # no requires_grad_ in a graph: detached copies
+            self._swapped = [
+                (module, name, param)
+                for module in self.network.modules()
+                for name, param in module._parameters.items()
+                if param is not None and param.requires_grad
+            ]
+            for module, name, param in self._swapped:
+                module._parameters[name] = param.detach()
+            return self
         self._params = [p for p in self.network.parameters() if p.requires_grad]
         for p in self._params:
             p.requires_grad_(False)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._swapped:
+            for module, name, param in self._swapped:
+                module._parameters[name] = param
+            self._swapped = []
+            return
         for p in self._params:
             p.requires_grad_(True)
 

@@ -6,6 +6,7 @@ calling the method and catching ``NotImplementedError``.
 
 from __future__ import annotations
 
+import torch
 from tensordict.nn import CompositeDistribution
 from torch import distributions as d
 from torch.distributions import Independent, TransformedDistribution
@@ -18,16 +19,22 @@ _KL_CACHE: dict[tuple[type, type], bool] = {}
 
 
 def _class_has_entropy(cls: type) -> bool:
+    if torch.compiler.is_compiling():
+        # a constant of the class for dynamo; a cache filled inside a graph would be a
+        # guard on the cache that fails at the next call (a recompilation)
+        return _entropy_declared(cls)
     found = _ENTROPY_CACHE.get(cls)
     if found is None:
-        method = getattr(cls, "entropy", None)
-        declared = getattr(cls, "analytic_entropy", None)
-        if declared is not None:
-            found = bool(declared)
-        else:
-            found = method is not None and method is not d.Distribution.entropy
-        _ENTROPY_CACHE[cls] = found
+        found = _ENTROPY_CACHE[cls] = _entropy_declared(cls)
     return found
+
+
+def _entropy_declared(cls: type) -> bool:
+    declared = getattr(cls, "analytic_entropy", None)
+    if declared is not None:
+        return bool(declared)
+    method = getattr(cls, "entropy", None)
+    return method is not None and method is not d.Distribution.entropy
 
 
 def has_analytic_entropy(dist: d.Distribution) -> bool:
@@ -96,13 +103,20 @@ def has_analytic_kl(p: d.Distribution, q: d.Distribution) -> bool:
             return False
         return has_analytic_kl(p.base_dist, q.base_dist)
     key = (type(p), type(q))
+    if torch.compiler.is_compiling():  # no cache filled in a graph (see _class_has_entropy)
+        return _kl_registered(key)
     found = _KL_CACHE.get(key)
     if found is None:
-        # the wrapper rules are resolved above: they raise when their bases have no rule
-        wrappers = (Independent, TransformedDistribution)
-        found = _KL_CACHE[key] = any(
-            issubclass(key[0], sp) and issubclass(key[1], sq)
-            for sp, sq in _KL_REGISTRY
-            if sp not in wrappers and sq not in wrappers
-        )
+        found = _KL_CACHE[key] = _kl_registered(key)
     return found
+
+
+def _kl_registered(key: tuple[type, type]) -> bool:
+    # the wrapper rules are resolved by has_analytic_kl: they raise when their bases
+    # have no rule
+    wrappers = (Independent, TransformedDistribution)
+    return any(
+        issubclass(key[0], sp) and issubclass(key[1], sq)
+        for sp, sq in _KL_REGISTRY
+        if sp not in wrappers and sq not in wrappers
+    )

@@ -114,3 +114,26 @@ def test_set_specs_from_env_needs_latents():
     bad.observation_spec = Composite(observation=Unbounded(S))
     with pytest.raises(KeyError, match="belief|state"):
         env.set_specs_from_env(bad)
+
+
+def test_dreamer_env_rollout_traces_in_one_graph():
+    """Under ``torch.compile`` a rollout takes the per-step path and the env's declared
+    ``any_done`` (a constant ``False``): one graph, no break, the eager values."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    env = _env(decoder=False)
+    policy = _policy()
+    start = TensorDict(state=torch.randn(5, S), belief=torch.ones(5, H), batch_size=[5])
+
+    def imagine(start):
+        return env.rollout(4, policy, auto_reset=False, tensordict=env.reset(start.clone()))
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(imagine, backend="eager", fullgraph=True)(start)
+    eager = imagine(start)
+    assert compiled.batch_size == eager.batch_size == (5, 4)
+    for key in eager.keys(True, True):
+        torch.testing.assert_close(compiled[key], eager[key])
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]

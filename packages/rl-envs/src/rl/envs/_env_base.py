@@ -639,9 +639,10 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             policy = compatible_policy(self, policy)
         if policy is not None and auto_cast_to_device:
             policy = device_casting_policy(self, policy)
-        if is_lazy(tensordict) or self._has_dynamic_specs():
-            # heterogeneous data (lazy stacks, shapes that change from step to step): one
-            # tensordict per step, stacked
+        if is_lazy(tensordict) or self._has_dynamic_specs() or torch.compiler.is_compiling():
+            # heterogeneous data (lazy stacks, shapes that change from step to step), or a
+            # rollout traced by torch.compile (a Dreamer loss's imagination; the engine's
+            # numpy views do not trace): one tensordict per step, stacked
             return self._finish_rollout(
                 rollout_stacked(
                     self,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 if TYPE_CHECKING:
@@ -61,7 +62,12 @@ def rollout_stacked(
         if callback is not None:
             callback(env, td)
         done = td.get(("next", *((done_key,) if isinstance(done_key, str) else done_key)))
-        any_done = bool(done.any())
+        if torch.compiler.is_compiling():
+            # as the env declares it (an imagination env: a constant False, no branch on
+            # data); the selection takes the "_reset" flag any_done writes
+            any_done = env.any_done(td.get("next").select(*env.done_keys))
+        else:
+            any_done = bool(done.any())
         if any_done and break_when_any_done:
             break
         if break_when_all_done:

@@ -116,15 +116,11 @@ def test_rollout_compiles_the_controller_once(fresh_dynamo):
     _no_breaks_or_recompiles()
 
 
-def test_rollout_help_says_what_compile_compiles(capsys):
+def test_rollout_help_says_what_compile_compiles(capsys, monkeypatch):
     rollout = _load("rollout")
-    monkey_argv = ["rollout.py", "--help"]
-    old, sys.argv = sys.argv, monkey_argv
-    try:
-        with pytest.raises(SystemExit):
-            rollout.parse_args()
-    finally:
-        sys.argv = old
+    monkeypatch.setattr(sys, "argv", ["rollout.py", "--help"])
+    with pytest.raises(SystemExit):
+        rollout.parse_args()
     out = " ".join(capsys.readouterr().out.split())
     assert "--compile torch.compile the policy network" in out
     assert "random policy has none" in out

@@ -326,3 +326,61 @@ def test_compiled_fullgraph_matches_eager():
     x = torch.randn(5, N_AGENTS, 4)
     compiled = torch.compile(net, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(x), net(x))
+
+
+class TestMultiAgentMLPTraced:
+    """Under ``torch.compile`` a plain MultiAgentMLP runs as a function of its parameters'
+    tensors (no template attribute written): one graph, no recompilation when the
+    weights move or a loss swaps its own parameters in, the eager values."""
+
+    @pytest.mark.filterwarnings("ignore:Using lock_:UserWarning")
+    @pytest.mark.parametrize("use_td_params", [True, False])
+    @pytest.mark.parametrize("share_params", [False, True])
+    @pytest.mark.parametrize("centralized", [False, True])
+    def test_one_graph_equals_the_tensordict_forward(
+        self, centralized, share_params, use_td_params
+    ):
+        from tensordict.nn import TensorDictModule
+        from torch._dynamo.utils import counters
+
+        torch.manual_seed(0)
+        net = _mlp(centralized, share_params, use_td_params=use_td_params)
+        module = TensorDictModule(net, [("agents", "obs")], [("agents", "out")])
+        agent_nets = [_agent_net(net, i) for i in range(N_AGENTS)]
+        torch._dynamo.reset()
+        counters.clear()
+        # as a policy is compiled: the TensorDict module around the network
+        compiled = torch.compile(module, fullgraph=True, backend="eager")
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for step in range(3):
+                x = torch.randn(5, N_AGENTS, 4)
+                td = TensorDict({"agents": TensorDict(obs=x, batch_size=[5, N_AGENTS])}, [5])
+                out = compiled(td)["agents", "out"]
+                # each agent's MLP on its input (no eager call of ``net`` in between)
+                for i in range(N_AGENTS):
+                    agent_input = x.flatten(-2) if centralized else x[:, i]
+                    torch.testing.assert_close(out[:, i], agent_nets[i](agent_input))
+                with torch.no_grad():  # an optimizer step: the next call reads the new weights
+                    for p in net.params.values(True, True):
+                        p.add_(0.1 * (step + 1))
+        assert counters["stats"]["unique_graphs"] == 1
+        assert not counters["graph_break"] and not counters["recompiles"]
+        # a loss's own copy of the parameters (plain tensors), swapped in for the call
+        other = TensorDict.from_module(net).data.apply(lambda p: p * 2)
+        with other.to_module(net):
+            torch.testing.assert_close(torch.compile(net, backend="eager")(x), net(x))
+        # the eager forward
+        fresh = td.exclude(("agents", "out"))
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            out = compiled(fresh.clone())["agents", "out"]
+        torch.testing.assert_close(out, module(fresh)["agents", "out"])
+
+    @pytest.mark.filterwarnings("ignore:Using lock_:UserWarning")
+    def test_other_layers_keep_the_generic_path(self):
+        torch.manual_seed(0)
+        net = _mlp(False, False, norm_class=nn.LayerNorm, norm_kwargs={"normalized_shape": 8})
+        assert net._linear_layers is None
+        x = torch.randn(5, N_AGENTS, 4)
+        torch._dynamo.reset()
+        compiled = torch.compile(net, backend="eager")
+        torch.testing.assert_close(compiled(x), net(x))

@@ -114,6 +114,9 @@ class MultiAgentNetBase(nn.Module):
             params.to_module(template, preserve_module_state=False)
             self._empty_net = template
             self._bind_params()
+        # the layers of a plain MLP template, for the traced forward (None: lazy layers,
+        # other layers, or a template that holds the shared parameters: called as it is)
+        self._linear_layers = self._traced_plan()
 
     @property
     def vmap_randomness(self) -> str:
@@ -146,6 +149,11 @@ class MultiAgentNetBase(nn.Module):
         agent_dim = self.agent_dim + inputs.ndim if self.agent_dim < 0 else self.agent_dim
         inputs = self._pre_forward_check(inputs)
         net = self._empty_net
+        if self._linear_layers is not None and torch.compiler.is_compiling():
+            # traced: a function of the parameters' tensors that writes no module
+            # attribute (to_module's swaps leave guards on the template's weights that
+            # fail at the next call); eager calls keep the paths below
+            return self._linear_forward(self._linear_layers, inputs, agent_dim)
         if not self.share_params:
             output = self.vmap_func_module(
                 net,
@@ -168,7 +176,45 @@ class MultiAgentNetBase(nn.Module):
                 output = output.expand(shape)
         if not self.initialized:  # lazy layers took their shapes
             self.initialized = True
+            self._linear_layers = self._traced_plan()
         return output
+
+    def _traced_plan(self) -> list[tuple[str | None, nn.Module]] | None:
+        if not self.initialized or (self.share_params and not self.use_td_params):
+            return None
+        return _linear_plan(self._empty_net)
+
+    def _linear_forward(self, layers, inputs: torch.Tensor, agent_dim: int) -> torch.Tensor:
+        """The network on ``inputs`` layer by layer from ``self.params``: each ``nn.Linear``
+        as a (batched, when unshared) matmul, parameter-free layers as they are. Computes
+        what :meth:`forward`'s ``vmap`` / bound call does, the agent dimension at
+        ``agent_dim`` (the one before the features)."""
+        params = self.params
+        out = inputs
+        per_agent = False  # the agents' dimension is in ``out`` (unshared, centralized)
+        for name, module in layers:
+            if name is None:
+                out = module(out)
+                continue
+            weight = params.get((name, "weight"))
+            bias = params.get((name, "bias"), None)
+            if self.share_params:
+                out = nn.functional.linear(out, weight, bias)
+                continue
+            # weight [n_agents, out, in]: each agent's row of ``out`` through its own
+            if per_agent or not self.centralized:
+                out = (out.unsqueeze(-2) @ weight.transpose(-1, -2)).squeeze(-2)
+            else:  # every agent reads the same (flattened) inputs
+                out = torch.einsum("...i,aoi->...ao", out, weight)
+            per_agent = True
+            if bias is not None:
+                out = out + bias
+        if self.share_params and self.centralized:
+            out = out.unsqueeze(agent_dim)
+            shape = list(out.shape)
+            shape[agent_dim] = self.n_agents
+            out = out.expand(shape)
+        return out
 
     @staticmethod
     def vmap_func_module(
@@ -250,6 +296,25 @@ class MultiAgentNetBase(nn.Module):
         )
         body = ",\n".join([net, *(textwrap.indent(x, "    ") for x in settings)])
         return f"{type(self).__name__}(\n{body})"
+
+
+def _linear_plan(net: nn.Module) -> list[tuple[str | None, nn.Module]] | None:
+    """``[(name, layer)]`` of a template that is a plain sequence of ``nn.Linear`` layers
+    (``name``: its key in the parameters) and parameter-free layers (``name`` ``None``);
+    ``None`` for any other network (a norm layer, a reshaped output, a ConvNet...)."""
+    if type(net) not in (nn.Sequential, MLP) or getattr(net, "_reshape_out", False):
+        return None
+    plan = []
+    for name, layer in net.named_children():
+        if type(layer) is nn.Linear:
+            plan.append((name, layer))
+            continue
+        # the template's weights are plain (meta) attributes, not parameters
+        tensors = [v for v in vars(layer).values() if isinstance(v, torch.Tensor)]
+        if tensors or any(True for _ in layer.parameters()) or any(True for _ in layer.buffers()):
+            return None  # a layer with weights or statistics of its own
+        plan.append((None, layer))
+    return plan
 
 
 def _call_bound(net: nn.Module, params: TensorDict, inputs: torch.Tensor) -> torch.Tensor:

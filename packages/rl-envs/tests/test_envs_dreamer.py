@@ -118,7 +118,8 @@ def test_set_specs_from_env_needs_latents():
 
 def test_dreamer_env_rollout_traces_in_one_graph():
     """Under ``torch.compile`` a rollout takes the per-step path and the env's declared
-    ``any_done`` (a constant ``False``): one graph, no break, the eager values."""
+    ``any_done`` (a constant ``False``): one graph, no break, no recompilation, the eager
+    values."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -131,8 +132,11 @@ def test_dreamer_env_rollout_traces_in_one_graph():
 
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(imagine, backend="eager", fullgraph=True)(start)
-    eager = imagine(start)
+    eager = imagine(start)  # fills the env's key caches: read by no graph
+    fn = torch.compile(imagine, backend="eager", fullgraph=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        compiled = fn(start)
+        fn(start)
     assert compiled.batch_size == eager.batch_size == (5, 4)
     for key in eager.keys(True, True):
         torch.testing.assert_close(compiled[key], eager[key])

@@ -983,6 +983,10 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         root), so the keys hold until a spec setter (``_set_spec``), a new ``output_spec``
         / ``input_spec`` object or an unlock. Per-step code reads them for free.
         """
+        if torch.compiler.is_compiling():
+            # constants of the trace; a cache filled inside a graph is a guard on the
+            # cache, which fails at the next call (a recompilation)
+            return compute()
         out, inp = self.output_spec, self.input_spec
         if not (_is_locked(out) and _is_locked(inp)):
             self.__dict__.pop("_keys_cache", None)  # the specs may change while unlocked

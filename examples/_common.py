@@ -26,6 +26,7 @@ __all__ = [
     "compile_advantage",
     "compile_policy",
     "compile_update",
+    "own_compiled",
     "evaluate",
     "zero_grad",
     "finish_run",
@@ -528,3 +529,25 @@ def _compiled_policy(policy: nn.Module, compile_kwargs: dict) -> CompiledPolicy:
     """Rebuilds a pickled :class:`CompiledPolicy` (keyword arguments cannot go through
     ``__reduce__``)."""
     return CompiledPolicy(policy, **compile_kwargs)
+
+
+def own_compiled(fn, compile: bool | dict = True, warmup: int = 0):
+    """``torch.compile(fn)`` with a dynamo cache of its own (a copy of ``fn``'s code): two
+    closures of one function (an acting step per exploration mode) each compile once,
+    neither a recompilation of the other. ``compile`` may be a dict of ``torch.compile``
+    arguments. The first ``warmup`` calls run ``fn`` eagerly (one that builds state on its
+    first call, a simulator for the batch shape it sees, is traced once that state
+    exists)."""
+    compiled = torch.compile(_own_code(fn), **_compile_kwargs(compile))
+    if not warmup:
+        return compiled
+    calls = 0
+
+    def run(*args, **kwargs):
+        nonlocal calls
+        if calls < warmup:
+            calls += 1
+            return fn(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    return run

@@ -28,6 +28,13 @@ scaled by ``reward_scale`` inside the policy.
     uv run --group llm examples/decision_transformer.py --dataset data/pendulum
     uv run --group llm examples/decision_transformer.py --dataset data/pendulum --online
 
+With ``--compile``, each gradient step (the loss, backward, clipping, AdamW, and online
+the temperature's Adam step) is one compiled graph (``_common.UpdateStep``), the same
+for the offline and the online updates; the learning rate is a tensor that the warm-up
+fills in place. The acting policy is left eager: an evaluation episode calls it on a
+context that grows for its first ``context`` steps. ``--cudagraphs`` captures the step
+in a CUDA graph (a CUDA device).
+
 The normalised score is ``100 * (R - R_random) / (R_data - R_random)``, as ``offline.py``
 reports it. Writes CSV logs (or another logger) and a learning-curve PNG of the periodic
 evaluations under ``runs/<exp_name>/``.
@@ -66,13 +73,14 @@ from rl.modules import (
 from rl.objectives import DTLoss, OnlineDTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _common import UpdateStep, check_cudagraphs  # noqa: E402
 from _offline_data import (  # noqa: E402
     episode_bounds,
     normalised_score,
     observation_stats,
     report_score,
 )
-from _offpolicy import Run, RunConfig, cli, make_env, open_dataset  # noqa: E402
+from _offpolicy import Run, RunConfig, cli, make_env, open_dataset, set_lr  # noqa: E402
 
 #: the actor's input sequences: what the windows hold; in an env, CatFrames stacks the
 #: first two and "return_to_go_cat", which the acting policy scales into the third
@@ -249,6 +257,7 @@ def acting_transform(cfg: Config, obs_norm: ObservationNorm, target: float, acti
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)  # before the dataset is read
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     buffer, info = open_dataset(cfg.dataset, cfg.batch_size)
@@ -272,10 +281,23 @@ def main(cfg: Config) -> dict:
         loss_module = DTLoss(actor)
         loss_keys = ("loss",)
     optimizer = torch.optim.AdamW(actor.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizers = [optimizer]
     if cfg.online:
-        alpha_optimizer = torch.optim.Adam([loss_module.log_alpha], lr=1e-4)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / cfg.warmup_steps)
+        optimizers.append(torch.optim.Adam([loss_module.log_alpha], lr=1e-4))
+
+    def dt_loss(batch: TensorDict):
+        losses = loss_module(batch)
+        return sum(losses[key] for key in loss_keys), losses.select(*loss_keys)
+
+    # one gradient step (the actor's gradients clipped, AdamW, online the temperature's
+    # Adam step); one graph with --compile
+    update_step = UpdateStep(
+        dt_loss,
+        optimizers,
+        max_grad_norm=cfg.clip_grad,
+        clip_params=list(actor.parameters()),
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
     )
     # acting: scale the env's return-to-go window, mask the context, keep the last action
     # (the wrapper writes the last return-to-go back at its key: one of the policy's own)
@@ -285,19 +307,10 @@ def main(cfg: Config) -> dict:
     policy = TensorDictSequential(scale_rtg, wrapper)
     run = Run("dt", cfg, cfg.num_updates, eval_transform=act)
 
-    def update(batch: TensorDict) -> TensorDict:
+    def update(batch: TensorDict, lr: float) -> TensorDict:
         actor.train()
-        losses = loss_module(batch)
-        optimizer.zero_grad()
-        if cfg.online:
-            alpha_optimizer.zero_grad()
-        sum(losses[key] for key in loss_keys).backward()
-        torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.clip_grad)
-        optimizer.step()
-        if cfg.online:
-            alpha_optimizer.step()
-        scheduler.step()
-        return losses.select(*loss_keys).detach()
+        set_lr(optimizer, lr)
+        return update_step(batch)
 
     def evaluate(episodes: int, seed_offset: int) -> float:
         return mean_std(evaluate_returns(episodes, seed_offset))[0]
@@ -312,7 +325,9 @@ def main(cfg: Config) -> dict:
 
     # offline: windows of the dataset
     for step in range(1, cfg.num_updates + 1):
-        losses = update(windows.sample(cfg.batch_size))
+        # the linear warm-up of the learning rate
+        lr = cfg.lr * min(1.0, step / cfg.warmup_steps)
+        losses = update(windows.sample(cfg.batch_size), lr)
         run.frames = step  # the x axis of the logs: gradient steps
         if step % cfg.log_interval == 0:
             run.log(**{key: losses[key].item() for key in loss_keys})
@@ -347,9 +362,6 @@ def main(cfg: Config) -> dict:
             f"return {online_target:.1f}"
         )
         collected = []
-        for group in optimizer.param_groups:
-            group["lr"] = cfg.online_lr
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         collect_env = make_env(cfg.env_id)
         collect_env.append_transform(
             acting_transform(cfg, obs_norm, online_target, env.full_action_spec)
@@ -368,7 +380,7 @@ def main(cfg: Config) -> dict:
             )
             windows.replace(episode % len(windows.lengths), as_sequence(rollout, cfg.reward_scale))
             for _ in range(cfg.online_updates):
-                losses = update(windows.sample(cfg.batch_size))
+                losses = update(windows.sample(cfg.batch_size), cfg.online_lr)
                 step += 1
                 run.frames = step
             run.log(**{key: losses[key].item() for key in loss_keys})

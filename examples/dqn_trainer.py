@@ -12,6 +12,12 @@ piece of the update is a hook registered at a named point of the loop.
     post_steps           EGreedyModule.step (anneal epsilon), UpdateWeights
     post_steps_log       LogValidationReward (deterministic evaluation episodes)
 
+With ``--compile``, the gradient step (the loss, backward, clipping, Adam and the target
+update) is one compiled graph (``_common.UpdateStep``) that the trainer runs as its
+``optimization_stepper`` in the place of the ``optimizer`` hook and of the target update's
+``post_optim`` hook, and the collector's policy (the Q-network and the epsilon-greedy
+choice) is compiled too; ``--cudagraphs`` captures both in CUDA graphs (a CUDA device).
+
 The trainer saves a checkpoint every ``--save-interval`` frames (modules, optimizer, target
 networks, replay buffer, collector and env state, hook state, RNG states). Running the
 same command again resumes from it and ends where an uninterrupted run would have.
@@ -19,6 +25,7 @@ same command again resumes from it and ends where an uninterrupted run would hav
     uv run examples/dqn_trainer.py                        # CartPole-v1, about 50k frames
     uv run examples/dqn_trainer.py --target-update soft --tau 0.01
     uv run examples/dqn_trainer.py --total-frames 80000   # continue a finished run further
+    uv run examples/dqn_trainer.py --compile              # one compiled graph per update
 
 Writes CSV logs (or another logger), the checkpoint and a learning-curve PNG under
 ``runs/<exp_name>/``.
@@ -57,7 +64,14 @@ from rl.modules import MLP, EGreedyModule, QValueActor, TensorDictSequential
 from rl.objectives import DQNLoss, HardUpdate, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import EpisodeReturns, evaluate, finish_run, make_base_env  # noqa: E402
+from _common import (  # noqa: E402
+    EpisodeReturns,
+    UpdateStep,
+    compile_policy,
+    evaluate,
+    finish_run,
+    make_base_env,
+)
 
 
 @dataclasses.dataclass
@@ -127,6 +141,12 @@ class Config:
     same command finds its checkpoint)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the collector's policy and the whole gradient step (loss, backward,
+    clipping, Adam, target update), once; the trainer runs the step as its
+    ``optimization_stepper``."""
+    cudagraphs: bool = False
+    """Capture the gradient step and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 #: what a transition holds in the replay buffer (what DQNLoss reads)
@@ -170,6 +190,24 @@ class EpisodeReturnLog(TrainerHookBase):
         trainer.register_module(name, self)
 
 
+class UpdateStepper:
+    """The trainer's ``optimization_stepper`` under ``--compile``: one ``UpdateStep`` call
+    per optimization step (the whole step, target update included, compiled once); the
+    optimizer's state goes into the checkpoints as ``OptimizerHook`` saves it."""
+
+    def __init__(self, update: UpdateStep, optimizer: torch.optim.Optimizer) -> None:
+        self.update, self.optimizer = update, optimizer
+
+    def step(self, trainer: Trainer, batch):
+        return self.update(batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+
+
 def make_env(cfg: Config, num_envs: int):
     # CartPole and the probes give float32 observations: no transform, so that the env
     # pickles into the checkpoints (exact resume)
@@ -202,7 +240,7 @@ def main(cfg: Config) -> dict:
     policy = TensorDictSequential(qnet, egreedy)
     collector = Collector(
         env,
-        policy,
+        compile_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
@@ -225,6 +263,23 @@ def main(cfg: Config) -> dict:
     else:
         target_update = SoftUpdate(loss_module, tau=cfg.tau)
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+    stepper = None
+    if cfg.compile or cfg.cudagraphs:
+
+        def dqn_loss(sample):
+            losses = loss_module(sample)
+            return losses["loss"], losses.select("loss")
+
+        # one graph: the loss, its gradients, clipping, Adam and the target update
+        update = UpdateStep(
+            dqn_loss,
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            target_update=target_update,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+        stepper = UpdateStepper(update, optimizer)
 
     exp_name = cfg.exp_name or f"dqn_trainer-{cfg.env_id}-s{cfg.seed}"
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
@@ -247,11 +302,15 @@ def main(cfg: Config) -> dict:
         log_interval=cfg.log_interval,
         save_trainer_file=checkpoint,
         resume=cfg.resume,
+        optimization_stepper=stepper,
     )
     SelectKeys(list(TRANSITION_KEYS)).register(trainer)
     ReplayBufferTrainer(buffer, flatten_tensordicts=True).register(trainer)
-    OptimizerHook(optimizer).register(trainer)
-    TargetNetUpdaterHook(target_update).register(trainer)
+    if stepper is None:
+        OptimizerHook(optimizer).register(trainer)
+        TargetNetUpdaterHook(target_update).register(trainer)
+    else:  # the stepper moves the target; the hook only keeps its state in checkpoints
+        trainer.register_module("target_net_updater", TargetNetUpdaterHook(target_update))
     CountFramesLog(frame_skip=1).register(trainer)
     LogScalar(logname="train/reward", include_std=False).register(trainer)
     EpisodeReturnLog().register(trainer)

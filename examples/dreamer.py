@@ -19,6 +19,13 @@ regressed on its slow (EMA) copy, as in DreamerV3.
     uv run examples/dreamer.py --version 1             # Dreamer v1
     uv run examples/dreamer.py --from-pixels --total-frames 2000   # 64x64 pixels
 
+With ``--compile``, each update is ONE compiled graph (``_common.UpdateStep``): the
+world model filtered over the replayed sequences, the imagination rollout in the model
+env inside the actor loss, the critic's loss, the gradients, each optimiser's clipping
+and Adam step and the slow critic's moving average; the acting step (the RSSM filter and
+the actor) is compiled too, once for exploration and once for evaluation.
+``--cudagraphs`` captures the update in a CUDA graph (a CUDA device).
+
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
 
@@ -75,7 +82,13 @@ from rl.objectives import (
 from rl.objectives.value import ValueEstimators
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ProgressBar, finish_run  # noqa: E402
+from _common import (  # noqa: E402
+    ProgressBar,
+    UpdateStep,
+    check_cudagraphs,
+    finish_run,
+    own_compiled,
+)
 
 
 @dataclasses.dataclass
@@ -169,6 +182,11 @@ class Config:
     """Run name (default: generated from the version, the env and the seed)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the whole update (world model, imagination, actor and critic
+    losses, gradients, clipping, Adam, slow critic) as one graph, and the acting step."""
+    cudagraphs: bool = False
+    """Capture the update in a CUDA graph (needs a CUDA device)."""
 
 
 def make_env(cfg: Config):
@@ -391,28 +409,49 @@ def make_agent(cfg: Config, env) -> dict:
     )
 
 
+def make_act(agent: dict, compile: bool) -> dict:
+    """The acting step ``(state, belief, action, obs) -> (state, belief, action)``: the
+    belief from the previous latent and action, the posterior of the new observation, the
+    actor's action on that latent; one per mode (``play`` runs it under that mode's
+    exploration type: sampled when exploring, the mode in evaluation), each compiled once
+    with ``compile``."""
+    prior, posterior, encoder, actor = (
+        agent["prior"],
+        agent["posterior"],
+        agent["encoder"],
+        agent["actor"],
+    )
+
+    def act(state, belief, action, obs):
+        belief = prior(state, belief, action)[-1]
+        state = posterior(belief, encoder(obs.unsqueeze(0)).squeeze(0))[-1]
+        action = actor(TensorDict(state=state, belief=belief))["action"]
+        return state, belief, action
+
+    return {mode: own_compiled(act, compile) if compile else act for mode in ("explore", "eval")}
+
+
 @torch.no_grad()
 def play(env, agent: dict, mode: Literal["random", "explore", "eval"]):
     """One episode; the agent filters each observation through the RSSM (belief from the
     previous latent and action, then the posterior of the new observation) and acts on
-    the latent. Returns the episode ``[T]`` as the replay stores it."""
-    obs_key, prior, posterior = agent["obs_key"], agent["prior"], agent["posterior"]
+    the latent (``agent["act"][mode]``). Returns the episode ``[T]`` as the replay stores
+    it."""
+    obs_key, prior = agent["obs_key"], agent["prior"]
     td = env.reset()
     state = torch.zeros(agent["stoch"])
     belief = torch.zeros(prior.rnn_hidden_dim)
     action = torch.zeros(env.action_spec.shape)
     steps, first = [], True
     exploration = ExplorationType.DETERMINISTIC if mode == "eval" else ExplorationType.RANDOM
+    act = agent.get("act") or make_act(agent, compile=False)
     while True:
         obs = td[obs_key]
         if mode == "random":
             action = env.action_spec.rand()
         else:
-            belief = prior(state, belief, action)[-1]
-            state = posterior(belief, agent["encoder"](obs.unsqueeze(0)).squeeze(0))[-1]
             with set_exploration_type(exploration):
-                latent = TensorDict(state=state, belief=belief)
-                action = agent["actor"](latent)["action"]
+                state, belief, action = act[mode](state, belief, action, obs)
         td["action"] = action
         td = env.step(td)
         steps.append(
@@ -428,35 +467,54 @@ def play(env, agent: dict, mode: Literal["random", "explore", "eval"]):
         td = td["next"]
 
 
+def make_update(agent: dict, optimizers: dict, cfg: Config) -> UpdateStep:
+    """One world-model, actor and critic step on a batch of sequences ``[B, T]``: the
+    three losses summed (each only reaches its own networks: the others are held out or
+    detached), each optimiser's gradients clipped on their own, its Adam step, and the
+    slow critic's moving average; one graph with ``cfg.compile``."""
+
+    model_loss, actor_loss, value_loss = (
+        agent["model_loss"],
+        agent["actor_loss"],
+        agent["value_loss"],
+    )
+    stoch, rnn_hidden = agent["stoch"], agent["prior"].rnn_hidden_dim
+
+    def dreamer_loss(batch):
+        batch = batch.reshape(cfg.batch_size, cfg.batch_length)
+        batch["state"] = torch.zeros(*batch.shape, stoch)
+        batch["belief"] = torch.zeros(*batch.shape, rnn_hidden)
+        model_losses, world = model_loss(batch)
+        latents = world.get("next").select("state", "belief").reshape(-1)
+        starts = torch.randperm(latents.numel())[: cfg.imagination_starts]
+        actor_losses, imagined = actor_loss(latents[starts])
+        value_losses, _ = value_loss(imagined.detach())
+        totals = {
+            "loss_model": sum(v for k, v in model_losses.items() if k.startswith("loss")).sum(),
+            "loss_actor": actor_losses["loss_actor"].sum(),
+            "loss_value": value_losses["loss_value"].sum(),
+        }
+        logs = {**totals, **{k: v.mean() for k, v in model_losses.items()}}
+        return sum(totals.values()), logs
+
+    return UpdateStep(
+        dreamer_loss,
+        list(optimizers.values()),
+        max_grad_norm=cfg.grad_clip,
+        clip_each_group=True,  # each optimiser's one group
+        target_update=agent["slow_critic"],
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
+
+
 def update(agent: dict, optimizers: dict, batch, cfg: Config) -> dict:
-    """One world-model, actor and critic step on a batch of sequences ``[B, T]``."""
-    batch = batch.reshape(cfg.batch_size, cfg.batch_length)
-    batch["state"] = torch.zeros(*batch.shape, agent["stoch"])
-    batch["belief"] = torch.zeros(*batch.shape, agent["prior"].rnn_hidden_dim)
-    model_losses, world = agent["model_loss"](batch)
-    latents = world.get("next").select("state", "belief").reshape(-1)
-    starts = torch.randperm(latents.numel())[: cfg.imagination_starts]
-    actor_losses, imagined = agent["actor_loss"](latents[starts])
-    value_losses, _ = agent["value_loss"](imagined.detach())
-    totals = {
-        "model": sum(v for k, v in model_losses.items() if k.startswith("loss")).sum(),
-        "actor": actor_losses["loss_actor"].sum(),
-        "value": value_losses["loss_value"].sum(),
-    }
-    for optimizer in optimizers.values():
-        optimizer.zero_grad()
-    # each loss only reaches its own networks (the others are held out or detached)
-    sum(totals.values()).backward()
-    for optimizer in optimizers.values():
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        optimizer.step()
-    if agent["slow_critic"] is not None:
-        agent["slow_critic"].step()
-    return {
-        **{f"loss_{k}": v.item() for k, v in totals.items()},
-        **{k: v.mean().item() for k, v in model_losses.items()},
-    }
+    """One world-model, actor and critic step on a batch of sequences ``[B, T]`` (the
+    update step is built at the first call with these optimisers); the logged values."""
+    step = agent.get("update")
+    if step is None:
+        step = agent["update"] = make_update(agent, optimizers, cfg)
+    return {k: v.item() for k, v in step(batch).items()}
 
 
 def main(cfg: Config) -> dict:
@@ -471,7 +529,9 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
     eval_env.set_seed(cfg.seed + 1000)
 
+    check_cudagraphs(cfg.cudagraphs)
     agent = make_agent(cfg, env)
+    agent["act"] = make_act(agent, cfg.compile)
     world_params = list(agent["world_model"].parameters())
     optimizers = {
         "model": torch.optim.Adam(world_params, lr=cfg.model_lr, eps=1e-8),

@@ -13,6 +13,13 @@ the empty board summarises the match (its branching points and longest line).
 
     uv run examples/mcts.py
     uv run examples/mcts.py --seed 1 --num-simulations 200
+
+No network is trained or evaluated here, and the env steps (whose batch is the games
+still searching, a size that changes at every step) stay eager; ``--compile`` compiles
+the search's policy, the selection rule a round applies at each depth (the children's
+UCB scores, unvisited moves first, random tie-breaks, illegal moves masked, the argmax),
+once for any number of games (dynamic shapes). ``--cudagraphs`` is refused: the search
+runs on the CPU, on batches whose size changes.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+import torch.fx.experimental._config
 import tyro
 from tensordict import TensorDict, TensorDictBase
 
@@ -34,7 +42,7 @@ from rl.envs import TicTacToeEnv
 from rl.modules import UCBScore
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ProgressBar  # noqa: E402
+from _common import ProgressBar, check_cudagraphs, own_compiled  # noqa: E402
 
 NO_WINNER, DRAW = -2, -1  # node_winner codes besides the winning player (0 or 1)
 
@@ -59,6 +67,10 @@ class Config:
     """Run name (default: generated from the algorithm, the env and the seed)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the selection rule (UCB scores and the move chosen), once."""
+    cudagraphs: bool = False
+    """Refused: the search runs on the CPU (see the module's docstring)."""
 
 
 class Forest:
@@ -78,15 +90,6 @@ class Forest:
         self.visits = torch.zeros(g, max_nodes, 9)
         self.wins = torch.zeros(g, max_nodes, 9)
         self.size = torch.ones(g, dtype=torch.long)
-
-    def node_stats(self, node: torch.Tensor) -> TensorDict:
-        visits = self.visits[self.games, node]
-        return TensorDict(
-            win_count=self.wins[self.games, node],
-            visits=visits,
-            total_visits=visits.sum(-1),
-            batch_size=[len(node)],
-        )
 
 
 def winner_of(step: TensorDictBase, mover: torch.Tensor) -> torch.Tensor:
@@ -111,8 +114,43 @@ def play_out(env: TicTacToeEnv, state: TensorDictBase, winner: torch.Tensor) -> 
     return winner
 
 
-def search(env: TicTacToeEnv, root: TensorDictBase, cfg: Config, score: UCBScore) -> torch.Tensor:
-    """Runs ``num_simulations`` UCT rounds from each root; returns the most visited moves."""
+def make_select(score: UCBScore, compile: bool | dict = False):
+    """The selection rule ``(win_count, visits, legal) -> move`` ``[G, 9] -> [G]``: the
+    children's UCB scores (an unvisited move first, ties broken at random), illegal
+    moves masked; compiled once with ``compile``, for any number of games ``G``."""
+
+    def select(win_count, visits, legal):
+        stats = TensorDict(
+            win_count=win_count,
+            visits=visits,
+            total_visits=visits.sum(-1),
+            batch_size=visits.shape[:1],
+        )
+        s = score(stats)["score"]
+        s = torch.where(visits == 0, torch.inf, s)
+        s = s + 1e-6 * torch.rand_like(s)  # break ties at random
+        return torch.where(legal, s, -torch.inf).argmax(-1)
+
+    if not compile:
+        return select
+    kwargs = dict(compile) if isinstance(compile, dict) else {}
+    kwargs.setdefault("dynamic", True)
+    compiled = own_compiled(select, kwargs)
+
+    def select_any_size(win_count, visits, legal):
+        # a size of 1 (one game left searching) is no special case of the dynamic graph
+        with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+            return compiled(win_count, visits, legal)
+
+    return select_any_size
+
+
+def search(
+    env: TicTacToeEnv, root: TensorDictBase, cfg: Config, score: UCBScore, select=None
+) -> torch.Tensor:
+    """Runs ``num_simulations`` UCT rounds from each root; returns the most visited moves.
+    ``select`` is the selection rule (default: :func:`make_select`'s, eager)."""
+    select = select or make_select(score)
     forest = Forest(root, cfg.num_simulations + 1)
     g = root.shape[0]
     for _ in range(cfg.num_simulations):
@@ -123,11 +161,11 @@ def search(env: TicTacToeEnv, root: TensorDictBase, cfg: Config, score: UCBScore
         move = torch.zeros(g, dtype=torch.long)
         # 1. selection: follow the best UCB child until a move has no child yet
         while descending.any():
-            stats = score(forest.node_stats(node))
-            s = torch.where(stats["visits"] == 0, torch.inf, stats["score"])
-            s = s + 1e-6 * torch.rand_like(s)  # break ties at random
-            legal = forest.states["mask"][forest.games, node]
-            a = torch.where(legal, s, -torch.inf).argmax(-1)
+            a = select(
+                forest.wins[forest.games, node],
+                forest.visits[forest.games, node],
+                forest.states["mask"][forest.games, node],
+            )
             terminal = forest.winner[forest.games, node] != NO_WINNER
             descending &= ~terminal
             path_nodes.append(node.clone())
@@ -171,8 +209,16 @@ def search(env: TicTacToeEnv, root: TensorDictBase, cfg: Config, score: UCBScore
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
+    check_cudagraphs(cfg.cudagraphs)
+    if cfg.cudagraphs:
+        raise ValueError(
+            "mcts.py searches on the CPU, on batches of games whose size changes at every "
+            "step: there is no fixed-shape CUDA computation to capture; run without "
+            "--cudagraphs (--compile compiles the selection rule)"
+        )
     env = TicTacToeEnv()
     score = UCBScore(c=cfg.c)
+    select = make_select(score, cfg.compile)
     exp_name = cfg.exp_name or generate_exp_name("mcts", f"TicTacToe-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -195,7 +241,7 @@ def main(cfg: Config) -> dict:
         ours = mover == mcts_player[live]
         action = env.rand_action(state.clone())["action"]
         if ours.any():
-            action[ours] = search(env, state[ours], cfg, score)
+            action[ours] = search(env, state[ours], cfg, score, select)
         state["action"] = action
         nxt = env.step(state)["next"]
         record.extend(state.select(*record.observation_keys, "action").set("next", nxt))

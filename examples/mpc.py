@@ -17,6 +17,13 @@ and plays the first action of the best ones (receding horizon).
     uv run examples/mpc.py --planner mppi
     uv run examples/mpc.py --model learned --total-frames 10000
 
+With ``--compile``, what the planner calls at each imagined step, the model of the
+dynamics (the true pendulum or the learned ensemble) and the known reward, is compiled
+once for the acting planner and once for the evaluation's (its batch of envs), and the
+ensemble's gradient step (its loss, backward and Adam step) is one compiled graph
+(``_common.UpdateStep``). ``--cudagraphs`` captures the gradient step in a CUDA graph (a
+CUDA device).
+
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
 
@@ -42,7 +49,13 @@ from rl.modules import CEMPlanner, MPPIPlanner, ValueOperator, WorldModel
 from rl.objectives.value import TDLambdaEstimator
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ProgressBar, finish_run  # noqa: E402
+from _common import (  # noqa: E402
+    ProgressBar,
+    UpdateStep,
+    check_cudagraphs,
+    finish_run,
+    own_compiled,
+)
 
 MAX_TORQUE = 2.0  # Pendulum-v1's action bound; the planner acts in [-1, 1]
 
@@ -98,6 +111,11 @@ class Config:
     """Run name (default: generated from the planner, the model and the seed)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the model and the reward the planner calls, and the ensemble's
+    gradient step, once."""
+    cudagraphs: bool = False
+    """Capture the ensemble's gradient step in a CUDA graph (needs a CUDA device)."""
 
 
 def pendulum_reward(observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -158,9 +176,29 @@ class Ensemble(nn.Module):
         return observation + delta.reshape(*batch, -1)
 
 
-def fit(model: Ensemble, optim, buffer: TensorDictReplayBuffer, cfg: Config) -> float:
-    """Refits the standardisation and runs ``updates_per_episode`` gradient steps; every
-    member draws its own minibatches (a bootstrap of the data)."""
+def make_fit_step(model: Ensemble, optim, cfg: Config) -> UpdateStep:
+    """One gradient step of the ensemble on standardised minibatches ``[E, M, in]`` and
+    their targets ``[E, M, out]`` (the squared error, backward, Adam); one graph with
+    ``cfg.compile``."""
+
+    def ensemble_loss(x, y):
+        loss = (model.members(x) - y).square().mean()
+        return loss, loss
+
+    return UpdateStep(ensemble_loss, optim, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+
+
+def fit(
+    model: Ensemble,
+    optim,
+    buffer: TensorDictReplayBuffer,
+    cfg: Config,
+    step: UpdateStep | None = None,
+) -> float:
+    """Refits the standardisation and runs ``updates_per_episode`` gradient steps
+    (``step``, by default :func:`make_fit_step`'s); every member draws its own
+    minibatches (a bootstrap of the data)."""
+    step = step or make_fit_step(model, optim, cfg)
     data = buffer[:]
     x = torch.cat([data["observation"], data["action"]], -1)
     y = data["next", "observation"] - data["observation"]
@@ -173,19 +211,23 @@ def fit(model: Ensemble, optim, buffer: TensorDictReplayBuffer, cfg: Config) -> 
     e = cfg.ensemble_size
     for _ in range(cfg.updates_per_episode):
         idx = torch.randint(len(x), (e, cfg.batch_size))
-        loss = (model.members(x[idx]) - y[idx]).square().mean()
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        loss = step(x[idx], y[idx])  # fixed shapes, whatever the data's size
     return loss.item()
 
 
 def make_planner(cfg: Config, base_env, dynamics: nn.Module):
-    """The planner, planning in ``WorldModelEnv(WorldModel(dynamics, known reward))``."""
+    """The planner, planning in ``WorldModelEnv(WorldModel(dynamics, known reward))``;
+    with ``cfg.compile``, the dynamics and the reward are compiled for this planner
+    alone (each planner sees one batch shape)."""
+    reward = pendulum_reward
+    if cfg.compile:
+        # the first call eager: the true model builds its simulator for the batch there
+        dynamics = own_compiled(dynamics.forward, cfg.compile, warmup=1)
+        reward = own_compiled(reward, cfg.compile)
     world_model = WorldModel(
         TensorDictModule(nn.Identity(), ["observation"], ["observation"]),
         TensorDictModule(dynamics, ["observation", "action"], [("next", "observation")]),
-        TensorDictModule(pendulum_reward, ["observation", "action"], [("next", "reward")]),
+        TensorDictModule(reward, ["observation", "action"], [("next", "reward")]),
     )
     model_env = WorldModelEnv(world_model, base_env, batch_size=[], latent_key="observation")
     search = dict(
@@ -211,6 +253,7 @@ def play(env, planner, max_steps: int) -> list[float]:
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
+    check_cudagraphs(cfg.cudagraphs)
     exp_name = cfg.exp_name or generate_exp_name(
         f"mpc-{cfg.planner}-{cfg.model}", f"{cfg.env_id}-s{cfg.seed}"
     )
@@ -240,6 +283,7 @@ def main(cfg: Config) -> dict:
     optim = torch.optim.Adam(ensemble.parameters(), lr=cfg.lr)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(cfg.total_frames))
     planner = make_planner(cfg, env, ensemble)
+    fit_step = make_fit_step(ensemble, optim, cfg)
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     while frames < cfg.total_frames:
         random = frames < cfg.init_random_frames
@@ -249,14 +293,14 @@ def main(cfg: Config) -> dict:
         frames += episode.numel()
         returns.append(episode["next", "reward"].sum().item())
         buffer.extend(episode)
-        loss = fit(ensemble, optim, buffer, cfg)
+        loss = fit(ensemble, optim, buffer, cfg, fit_step)
         logger.log_scalar("train/episode_return", returns[-1], frames)
         logger.log_scalar("train/model_loss", loss, frames)
         progress.values.update(model_loss=loss, episode_return=returns[-1])
         progress.update(episode.numel())
     progress.close()
     with torch.no_grad():  # the planner on the final model, no more training
-        evals = play(eval_env, planner, cfg.max_steps)
+        evals = play(eval_env, make_planner(cfg, env, ensemble), cfg.max_steps)
     return finish_run(logger, evals, frames, time.perf_counter() - start)
 
 

@@ -511,6 +511,16 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
         "cql_online",
         "discrete_sac",
         "ppo_rnd",
+        "dqn_trainer",
+        "dreamer",
+        "mpc",
+        "mcts",
+        pytest.param(
+            "decision_transformer",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("transformers") is None, reason="needs transformers"
+            ),
+        ),
         pytest.param(
             "distributed/ppo_ray",
             marks=pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray"),
@@ -524,6 +534,7 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
             )
             for name in ("llm/sft", "llm/grpo_countdown")
         ),
+        *(f"multiagent/{name}" for name in ("mappo", "maddpg", "masac", "qmix")),
     ],
 )
 def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):

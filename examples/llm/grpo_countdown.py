@@ -28,24 +28,26 @@ measured after SFT and along GRPO.
 
 ``--compile``: each SFT step is ONE compiled graph (``sft.py``'s :class:`SFTStep`: the
 conversations tokenized eagerly to a fixed width, then the forward, the loss, backward,
-clipping and AdamW); in GRPO, the model's scoring forward inside ``GRPOLoss`` is compiled
-with dynamic shapes (one graph for every batch and sequence length, its backward
-compiled with it), while the GRPO objective, the clipping and the optimizer stay eager:
-``GRPOLoss`` reads the answers as rows of their own length (a Python loop over them) and
-masks with boolean indexing, whose data-dependent shapes dynamo breaks the graph on.
-Sampling (``model.generate``, in the collector and the evaluations) stays eager: each
-new token lengthens the sequence and the key-value cache. ``--cudagraphs`` captures the
-SFT steps in CUDA graphs (fixed shapes; a CUDA device is needed); GRPO's shapes change
-from batch to batch, so it runs without.
+clipping and AdamW), and so is each GRPO step (:class:`GRPOStep`: the minibatch's answers
+padded eagerly to the model's context, then the forward, :func:`grpo_objective`,
+backward, clipping and AdamW). ``GRPOLoss`` itself cannot be that graph: it reads the
+answers as rows of their own length (a Python loop over them) and masks by boolean
+indexing, whose data-dependent shapes break a graph; :func:`grpo_objective` computes its
+values with masks instead (an equality the tests check). Sampling (``model.generate``,
+in the collector and the evaluations) stays eager: each new token lengthens the sequence
+and the key-value cache. ``--cudagraphs`` captures both steps in CUDA graphs (a CUDA
+device is needed).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import random
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -67,7 +69,7 @@ from rl.objectives.llm import GRPOLoss, MCAdvantage, SFTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
-from sft import SFTStep, check_cudagraphs  # noqa: E402
+from sft import SFTStep, UpdateStep, check_cudagraphs  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -141,10 +143,10 @@ class Config:
     progress: bool = True
     """Show a progress bar when attached to a terminal."""
     compile: bool = False
-    """torch.compile each SFT step into one graph and GRPO's scoring forward (dynamic
-    shapes), once each."""
+    """torch.compile each SFT step and each GRPO step (forward, loss, backward,
+    clipping, AdamW) into one graph each, once (no entropy bonus then)."""
     cudagraphs: bool = False
-    """Capture the SFT steps in CUDA graphs (needs a CUDA device)."""
+    """Capture the SFT and GRPO steps in CUDA graphs (needs a CUDA device)."""
 
 
 ANSWER_TAGS = ["<answer>", "</answer>"]  # one token each
@@ -191,6 +193,101 @@ def make_env(rows: list[dict], tok, num_envs: int, repeats: int | None, seed: in
     return env
 
 
+def grpo_tensors(batch, width: int) -> tuple[torch.Tensor, ...]:
+    """What GRPO's objective reads from a minibatch of answers, right-padded to ``width``:
+    the full tokens, their attention mask and the mask of the answer's tokens (``[B,
+    width]``), each answer's advantage (``[B]``) and the log-probs it was sampled with
+    (``[B, width]``; ``GRPOLoss``'s default keys)."""
+
+    def padded(key, dtype=None):
+        value = batch.get(key, as_padded_tensor=True, padding_value=0)
+        value = value if dtype is None else value.to(dtype)
+        return torch.nn.functional.pad(value, (0, width - value.shape[-1]))
+
+    advantage = batch.get("advantage").reshape(batch.shape[0])
+    return (
+        padded(("tokens", "full"), torch.long),
+        padded(("masks", "all_attention_mask"), torch.long),
+        padded(("masks", "all_assistant_mask"), torch.bool),
+        advantage,
+        padded(("log_probs", "full")),
+    )
+
+
+def grpo_objective(
+    model, clip_epsilon: float, tokens, attention, answer, advantage, sample_log_prob
+) -> dict[str, torch.Tensor]:
+    """``GRPOLoss``'s outputs (clipped objective averaged over the answers' tokens, the
+    clipped share, the approximate KL to the sampling policy, the effective sample size)
+    on :func:`grpo_tensors`, with masks in the place of its boolean indexing (no
+    data-dependent shape: one graph)."""
+    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=tokens, attention_mask=attention, position_ids=positions).logits
+    # logits[:, t] scores token t + 1; the first token has no context
+    log_prob = logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    log_prob = torch.nn.functional.pad(log_prob, (1, 0))
+    first = torch.arange(tokens.shape[-1], device=tokens.device) == 0
+    mask = answer & attention.bool() & ~first & torch.isfinite(sample_log_prob)
+    log_weight = torch.where(mask, log_prob - torch.where(mask, sample_log_prob, 0.0), 0.0)
+    count = mask.sum()
+    low, high = math.log1p(-clip_epsilon), math.log1p(clip_epsilon)
+    clipped = log_weight.clamp(low, high)
+    advantage = advantage.unsqueeze(-1)
+    objective = -torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
+    with torch.no_grad():
+        masked = log_weight.masked_fill(~mask, float("-inf")).flatten()
+        ess = (2 * masked.logsumexp(0) - (2 * masked).logsumexp(0)).exp() / count
+        clip_fraction = ((clipped != log_weight) & mask).sum() / count
+        kl_approx = torch.where(mask, -log_weight, 0.0).sum() / count
+    return {
+        "loss_objective": torch.where(mask, objective, 0.0).sum() / count.clamp_min(1),
+        "clip_fraction": clip_fraction,
+        "kl_approx": kl_approx,
+        "ESS": ess,
+    }
+
+
+class GRPOStep:
+    """GRPO's ``optimization_stepper`` under ``--compile``: pads the minibatch's answers
+    (eagerly, to ``width``), then runs one ``UpdateStep`` call (the forward,
+    :func:`grpo_objective`, backward, clipping at ``max_grad_norm``, AdamW: one graph);
+    the optimizer's state goes into the checkpoints as the trainer's hook saves it."""
+
+    def __init__(
+        self,
+        model,
+        width: int,
+        optimizer,
+        *,
+        clip_epsilon: float,
+        max_grad_norm: float,
+        compile,
+        cudagraphs: bool = False,
+    ) -> None:
+        self.width, self.optimizer = width, optimizer
+
+        def loss_fn(*tensors):
+            out = grpo_objective(model, clip_epsilon, *tensors)
+            return out["loss_objective"], out
+
+        self.update = UpdateStep(
+            loss_fn,
+            optimizer,
+            max_grad_norm=max_grad_norm,
+            compile=compile,
+            cudagraphs=cudagraphs,
+        )
+
+    def step(self, trainer, batch) -> TensorDict:
+        return TensorDict(self.update(*grpo_tensors(batch, self.width)))
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+
+
 @torch.no_grad()
 def evaluate(env, policy) -> float:
     """Success rate of the sampled answers to the held-out prompts."""
@@ -216,6 +313,11 @@ def sft_batches(rows: list[dict], cfg: Config, rng: random.Random):
 
 def main(cfg: Config) -> dict:
     check_cudagraphs(cfg.cudagraphs)
+    if (cfg.compile or cfg.cudagraphs) and cfg.entropy_coeff > 0:
+        raise ValueError(
+            f"the compiled GRPO step has no entropy bonus; got entropy_coeff="
+            f"{cfg.entropy_coeff} with --compile / --cudagraphs (set it to 0, or run eagerly)"
+        )
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     rng = random.Random(cfg.seed)
@@ -294,16 +396,24 @@ def main(cfg: Config) -> dict:
         batch_size=cfg.minibatch_size,
     )
     buffer.append_transform(MCAdvantage(grpo_size=cfg.group_size))
-    # compiled: the scoring forward, with dynamic shapes (one graph for every length);
-    # ``model`` itself (its parameters, the optimizer's) is shared, and generates eagerly
-    learner_model = torch.compile(model, dynamic=True) if cfg.compile else model
     loss = GRPOLoss(
-        TransformersWrapper(learner_model, tokenizer=tok, pad_output=True),
+        TransformersWrapper(model, tokenizer=tok, pad_output=True),
         clip_epsilon=cfg.clip_epsilon,
         entropy_bonus=cfg.entropy_coeff > 0,
         entropy_coeff=cfg.entropy_coeff,
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.grpo_lr)
+    grpo_stepper = None
+    if cfg.compile or cfg.cudagraphs:  # one graph per step, on answers padded to the context
+        grpo_stepper = GRPOStep(
+            model,
+            model.config.n_positions,
+            optimizer,
+            clip_epsilon=cfg.clip_epsilon,
+            max_grad_norm=1.0,  # GRPOTrainer's clip_norm
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
     trainer = GRPOTrainer(
         collector=collector,
         total_frames=cfg.grpo_batches * num_envs,
@@ -313,6 +423,7 @@ def main(cfg: Config) -> dict:
         empty_replay_buffer_on_weight_update=True,
         replay_buffer=buffer,
         num_epochs=cfg.num_epochs,
+        optimization_stepper=grpo_stepper,
         logger=logger,
         log_interval=0,
         progress_bar=cfg.progress,
@@ -336,7 +447,11 @@ def main(cfg: Config) -> dict:
             trainer.request_stop(f"the GRPO budget of {cfg.grpo_minutes} minutes is spent")
 
     trainer.register_op("post_steps_log", evaluate_and_stop)
-    trainer.train()
+    with warnings.catch_warnings():
+        if grpo_stepper is not None:  # it writes AdamW's update and never calls step(),
+            # which the scheduler's order check watches: the schedule itself is right
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step")
+        trainer.train()
     final = sum(evaluate(eval_env, eval_policy) for _ in range(cfg.final_evals))
     final /= cfg.final_evals
     if curve[-1][0] == trainer.collected_frames:

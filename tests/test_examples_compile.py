@@ -534,6 +534,7 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
             )
             for name in ("llm/sft", "llm/grpo_countdown")
         ),
+        *(f"multiagent/{name}" for name in ("mappo", "maddpg", "masac", "qmix")),
     ],
 )
 def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):

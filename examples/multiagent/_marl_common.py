@@ -39,7 +39,15 @@ from rl.modules import (
 from rl.objectives import SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import EpisodeReturns, ProgressBar, finish_run  # noqa: E402
+from _common import (  # noqa: E402
+    EpisodeReturns,
+    ProgressBar,
+    UpdateStep,
+    check_cudagraphs,
+    compile_advantage,
+    compile_policy,
+    finish_run,
+)
 
 __all__ = [
     "EpisodeReturns",
@@ -52,10 +60,14 @@ __all__ = [
     "preset_cli",
     "SignProbe",
     "agents_done",
+    "check_cudagraphs",
+    "compile_advantage",
+    "compile_group_policy",
     "make_q_critic",
     "make_tanh_normal_actor",
     "team_view",
     "train_off_policy",
+    "UpdateStep",
 ]
 
 GROUP = "agents"
@@ -91,6 +103,11 @@ class MarlConfig:
     """Name of the run (default: generated from the algorithm, scenario and seed)."""
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
+    compile: bool = False
+    """torch.compile the collector's policy, the advantage (PPO) and the whole update step
+    (loss, backward, gradient clipping, optimizer step, target update), once."""
+    cudagraphs: bool = False
+    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
 
 @dataclasses.dataclass
@@ -239,6 +256,35 @@ def agents_done(batch: TensorDictBase, group: str = GROUP) -> TensorDictBase:
     return batch
 
 
+def compile_group_policy(policy, *, compile: bool | dict, cudagraphs: bool = False):
+    """``_common.compile_policy`` for a policy that reads and writes group keys.
+
+    rl.core's tensor twins take string keys only, so a policy of ``("agents", ...)``
+    keys is compiled as a TensorDict module (``compile_policy`` without a twin); its
+    inputs are handed to it in a TensorDict built afresh at each step (the rollout's
+    views of a group differ from step to step in how their batch size is held, a guard
+    that would fail and recompile), and what it writes goes back into the step's
+    TensorDict. Eager (no option): ``policy`` itself."""
+    compiled = compile_policy(policy, compile=compile, cudagraphs=cudagraphs)
+    if compiled is policy or isinstance(compiled, nn.Module):
+        return compiled
+    in_keys = [(key,) if isinstance(key, str) else tuple(key) for key in policy.in_keys]
+
+    def act(tensordict: TensorDictBase) -> TensorDictBase:
+        inputs = TensorDict(batch_size=tensordict.batch_size)
+        for key in in_keys:
+            node, source = inputs, tensordict
+            for name in key[:-1]:  # each group as a new TensorDict of its own batch size
+                source = source.get(name)
+                if name not in node.keys():
+                    node.set(name, TensorDict(batch_size=source.batch_size))
+                node = node.get(name)
+            node.set(key[-1], source.get(key[-1]).contiguous())
+        return tensordict.update(compiled(inputs).exclude(*in_keys))
+
+    return act
+
+
 def _agents_mlp(env, n_in: int, n_out: int, centralised: bool, share_params: bool, hidden: int):
     return MultiAgentMLP(
         n_in,
@@ -311,7 +357,8 @@ def train_off_policy(
     frames with ``actor`` (followed by ``exploration``, whose ``step`` anneals it), store
     them with the done flags repeated along the agents, take ``updates_per_batch``
     gradient steps on the sum of ``loss_module``'s ``loss_keys`` (one Adam, gradients
-    clipped), each followed by a soft update of the targets; evaluate the deterministic
+    clipped), each followed by a soft update of the targets (one ``UpdateStep``: with
+    ``cfg.compile``, the policy and the whole step are compiled once); evaluate the deterministic
     ``actor`` at the end on ``make_env(cfg, cfg.eval_episodes, seed)``. The loss module's
     keys must name the agents' reward and flags.
 
@@ -320,7 +367,7 @@ def train_off_policy(
     policy = actor if exploration is None else TensorDictSequential(actor, exploration)
     collector = Collector(
         env,
-        policy,
+        compile_group_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.num_envs * cfg.collect_steps,
         total_frames=cfg.total_frames,
     )
@@ -339,6 +386,20 @@ def train_off_policy(
             {"params": [p for p in params if id(p) not in actor_ids], "lr": cfg.lr},
         ]
     )
+
+    def off_policy_loss(sample):
+        losses = loss_module(sample)
+        return sum(losses[key] for key in loss_keys), losses.select(*loss_keys)
+
+    # one gradient step (backward, clipping, Adam, soft update); one graph with --compile
+    update = UpdateStep(
+        off_policy_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        target_update=target_updater,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
     exp_name = cfg.exp_name or generate_exp_name(algo, f"{cfg.scenario}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -350,13 +411,7 @@ def train_off_policy(
         frames += batch.numel()
         buffer.extend(agents_done(batch.exclude("collector")).reshape(-1))
         for _ in range(cfg.updates_per_batch):
-            losses = loss_module(buffer.sample())
-            loss = sum(losses[key] for key in loss_keys)
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            target_updater.step()
+            losses = update(buffer.sample())
         if exploration is not None:
             exploration.step(batch.numel())
         team = team_view(batch)
@@ -366,7 +421,7 @@ def train_off_policy(
             logger.log_scalar("train/episode_return", returns.mean, frames)
         for key in loss_keys:
             logger.log_scalar(f"train/{key}", losses[key].item(), frames)
-        progress.values["loss"] = loss.item()
+        progress.values["loss"] = sum(losses[key].item() for key in loss_keys)
         progress.update(batch.numel())
     seconds = time.perf_counter() - start
     collector.shutdown()

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _marl_common import (  # noqa: E402
     OffPolicyConfig,
     _agents_mlp,
+    check_cudagraphs,
     make_q_critic,
     make_vmas_env,
     preset_cli,
@@ -96,6 +97,7 @@ def make_actor(cfg: Config, env) -> ProbabilisticActor:
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)  # before the env is built
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     env = make_env(cfg, cfg.num_envs, cfg.seed)

@@ -56,6 +56,9 @@ from _marl_common import (  # noqa: E402
     EpisodeReturns,
     MarlConfig,
     ProgressBar,
+    check_cudagraphs,
+    compile_advantage,
+    compile_group_policy,
     evaluate_team,
     finish_run,
     make_tanh_normal_actor,
@@ -63,7 +66,7 @@ from _marl_common import (  # noqa: E402
     preset_cli,
     team_view,
 )
-from ppo import update_epochs  # noqa: E402  (examples/, on the path through _marl_common)
+from ppo import make_update_step, update_epochs  # noqa: E402  (examples/, on the path through _marl_common)
 
 
 @dataclasses.dataclass
@@ -170,6 +173,7 @@ def make_value_norm(cfg: Config) -> ValueNorm | None:
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)  # before the env is built
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     env = make_env(cfg, cfg.num_envs, cfg.seed)
@@ -177,7 +181,10 @@ def main(cfg: Config) -> dict:
 
     frames_per_batch = cfg.num_envs * cfg.max_steps
     collector = Collector(
-        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+        env,
+        compile_group_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.total_frames,
     )
     loss_cls = MAPPOLoss if cfg.centralised_critic else IPPOLoss
     loss_module = loss_cls(
@@ -195,8 +202,11 @@ def main(cfg: Config) -> dict:
         reward=("agents", "reward"), action=("agents", "action"), value=("agents", "state_value")
     )
     loss_module.make_value_estimator(ValueEstimators.MAGAE, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
-    advantage = loss_module.value_estimator
+    # compiled: one graph with the critic
+    advantage = compile_advantage(loss_module.value_estimator, compile=cfg.compile)
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+    # one clipped gradient step on a minibatch; one graph with --compile
+    step = make_update_step(cfg, loss_module, optimizer)
     algo = ("ma" if cfg.centralised_critic else "i") + "ppo"
     exp_name = cfg.exp_name or generate_exp_name(algo, f"{cfg.scenario}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
@@ -207,9 +217,8 @@ def main(cfg: Config) -> dict:
     frames, start = 0, time.perf_counter()
     for batch in collector:
         frames += batch.numel()
-        with torch.no_grad():
-            advantage(batch)
-        loss = update_epochs(cfg, loss_module, optimizer, batch, cfg.minibatch_size)
+        batch = advantage(batch)
+        loss = update_epochs(cfg, loss_module, optimizer, batch, cfg.minibatch_size, step)
         team = team_view(batch)
         returns.update(team)
         progress.observe(team)

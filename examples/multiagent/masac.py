@@ -37,6 +37,7 @@ from rl.objectives import SACLoss, ValueEstimators
 sys.path.insert(0, str(Path(__file__).parent))
 from _marl_common import (  # noqa: E402
     OffPolicyConfig,
+    check_cudagraphs,
     make_q_critic,
     make_tanh_normal_actor,
     make_vmas_env,
@@ -67,6 +68,7 @@ def make_env(cfg: Config, num_envs: int, seed: int):
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)  # before the env is built
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     env = make_env(cfg, cfg.num_envs, cfg.seed)

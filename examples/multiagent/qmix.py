@@ -50,6 +50,9 @@ from _marl_common import (  # noqa: E402
     EpisodeReturns,
     MarlConfig,
     ProgressBar,
+    UpdateStep,
+    check_cudagraphs,
+    compile_group_policy,
     evaluate_team,
     finish_run,
     make_vmas_env,
@@ -151,6 +154,7 @@ def make_agent(cfg: Config, env) -> tuple[TensorDictSequential, TensorDictModule
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)  # before the env is built
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     env = make_env(cfg, cfg.num_envs, cfg.seed)
@@ -166,7 +170,10 @@ def main(cfg: Config) -> dict:
 
     frames_per_batch = cfg.num_envs * cfg.max_steps
     collector = Collector(
-        env, policy, frames_per_batch=frames_per_batch, total_frames=cfg.total_frames
+        env,
+        compile_group_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.total_frames,
     )
     buffer = TensorDictReplayBuffer(
         storage=LazyTensorStorage(cfg.buffer_size),
@@ -183,6 +190,20 @@ def main(cfg: Config) -> dict:
     loss_module.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
     target_updater = SoftUpdate(loss_module, tau=cfg.tau)
     optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+
+    def qmix_loss(sample):
+        loss = loss_module(sample)["loss"]
+        return loss, loss
+
+    # one gradient step (backward, clipping, Adam, soft update); one graph with --compile
+    update = UpdateStep(
+        qmix_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        target_update=target_updater,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
     exp_name = cfg.exp_name or generate_exp_name(cfg.mixer, f"{cfg.scenario}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -197,12 +218,7 @@ def main(cfg: Config) -> dict:
         batch.set(("next", "reward"), team.get(("next", "reward")))
         buffer.extend(batch.exclude("collector", ("next", "agents", "reward")).reshape(-1))
         for _ in range(cfg.updates_per_batch):
-            loss = loss_module(buffer.sample())["loss"]
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(loss_module.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            target_updater.step()
+            loss = update(buffer.sample())
         explore.step(batch.numel())
         returns.update(team)
         progress.observe(team)

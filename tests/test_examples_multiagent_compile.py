@@ -1,0 +1,110 @@
+"""``--compile`` of the multi-agent scripts (mappo, ippo, maddpg, iddpg, masac, qmix).
+
+Each script's update step (``_common.UpdateStep``) compiles to one graph, compiled at
+its first call and never again, with no graph break, and its first compiled step's
+losses equal the eager ones on the same weights and batch (the machinery of
+``test_examples_compile.py``, run here on the multi-agent sign probe). The collector's
+policy (a ``MultiAgentMLP`` behind group keys) and MAPPO's advantage compile once each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TESTS = Path(__file__).resolve().parent
+MULTIAGENT = TESTS.parent / "examples" / "multiagent"
+
+
+def _module(name: str, path: Path):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and `from mappo import ...` look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+# the dynamo counters' checks and fixtures of the single-agent scripts' compile tests
+_compile_tests = _module("_examples_compile_tests", TESTS / "test_examples_compile.py")
+fresh_dynamo = _compile_tests.fresh_dynamo
+ONE_GRAPH = _compile_tests.ONE_GRAPH
+
+
+def _load(name: str):
+    if str(MULTIAGENT) not in sys.path:
+        sys.path.insert(0, str(MULTIAGENT))
+    return _module(name, MULTIAGENT / f"{name}.py")
+
+
+PROBE = {"scenario": "probe", "n_agents": 2, "max_steps": 4, "hidden": 16, "eval_episodes": 2}
+#: 3 batches of 8 envs x 4 steps, 2 minibatches of 16 each: 6 update steps
+ON_POLICY = {**PROBE, "num_envs": 8, "total_frames": 96, "update_epochs": 1, "minibatch_size": 16}
+#: 3 batches of 8 envs x 2 steps, 3 updates of 8 transitions after each: 9 update steps
+OFF_POLICY = {
+    **PROBE,
+    "num_envs": 8,
+    "collect_steps": 2,
+    "total_frames": 48,
+    "updates_per_batch": 3,
+    "batch_size": 8,
+}
+
+
+@dataclasses.dataclass
+class Case:
+    script: str
+    config: dict
+    calls: int
+    """update-step calls of the run"""
+    first: int
+    """calls after which nothing is compiled any more"""
+    graphs: int
+    """compiled functions, one graph each: the update step, the policy (the advantage)"""
+    steps_in: str
+    """the module whose ``UpdateStep`` builds the script's step"""
+
+
+#: 3 batches of 8 envs x 4 steps, 3 updates of 8 transitions after each: 9 update steps
+QMIX = {**PROBE, "num_envs": 8, "total_frames": 96, "updates_per_batch": 3, "batch_size": 8}
+#: each script on its navigation preset (ippo / iddpg: a decentralised critic), made tiny
+CASES = {
+    "mappo": Case("mappo", ON_POLICY, 6, 2, 3, "ppo"),
+    "mappo-unshared": Case("mappo", {**ON_POLICY, "share_params": False}, 6, 2, 3, "ppo"),
+    "ippo": Case("ippo", ON_POLICY, 6, 2, 3, "ppo"),
+    "maddpg": Case("maddpg", OFF_POLICY, 9, 3, 2, "_marl_common"),
+    "iddpg": Case("iddpg", OFF_POLICY, 9, 3, 2, "_marl_common"),
+    "masac": Case("masac", OFF_POLICY, 9, 3, 2, "_marl_common"),
+    "qmix": Case("qmix", QMIX, 9, 3, 2, "qmix"),
+    "vdn": Case("qmix", {**QMIX, "mixer": "vdn"}, 9, 3, 2, "qmix"),
+}
+
+
+@pytest.mark.slow  # compilation: 10-60 s a graph on a 2-core CPU
+@pytest.mark.parametrize("compile", [True, ONE_GRAPH], ids=["inductor", "dynamo-fullgraph"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_multiagent_update_compiled_once_in_one_graph(
+    name, compile, fresh_dynamo, monkeypatch, tmp_path
+):
+    """The script's update step, policy (and advantage) under ``--compile``: one graph
+    each, compiled at their first call and never again, no graph break, the first
+    step's losses equal to the eager ones."""
+    case = CASES[name]
+    module = _load(case.script)
+    seen = _compile_tests._watch(sys.modules[case.steps_in], monkeypatch)
+    preset = module.PRESETS["navigation"][1]
+    cfg = dataclasses.replace(
+        preset, **case.config, compile=compile, progress=False, log_dir=str(tmp_path)
+    )
+    torch.manual_seed(0)
+    module.main(cfg)
+    if case.script != "qmix":  # ippo / iddpg: their presets' decentralised critic
+        assert cfg.centralised_critic == (name not in ("ippo", "iddpg"))
+    assert len(seen) == case.calls
+    _compile_tests._check(seen, first=case.first, graphs=case.graphs)

@@ -384,3 +384,11 @@ class TestMultiAgentMLPTraced:
         torch._dynamo.reset()
         compiled = torch.compile(net, backend="eager")
         torch.testing.assert_close(compiled(x), net(x))
+
+    def test_a_pickle_from_before_the_traced_forward_gets_its_plan(self):
+        net = _mlp(False, False)
+        names = [name for name, _ in net._linear_layers]
+        assert names == [name for name, _ in pickle.loads(pickle.dumps(net))._linear_layers]
+        del net.__dict__["_linear_layers"]  # as an object pickled by an older version
+        restored = pickle.loads(pickle.dumps(net))
+        assert [name for name, _ in restored._linear_layers] == names == ["0", None, "2"]

@@ -136,6 +136,9 @@ class MultiAgentNetBase(nn.Module):
         super().__setstate__(state)
         if not self.__dict__.get("use_td_params", True):
             self._bind_params()  # a copy's params must be its own net's (deepcopy, pickle)
+        if "_linear_layers" not in self.__dict__:  # pickled before the traced forward
+            known = "use_td_params" in self.__dict__
+            self._linear_layers = self._traced_plan() if known else None
 
     def _build_single_net(self, **kwargs) -> nn.Module:
         raise NotImplementedError

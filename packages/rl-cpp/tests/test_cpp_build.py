@@ -11,6 +11,8 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import rl.cpp
 from rl.cpp import _C, cuda_compiled, cuda_device_count
 
@@ -100,7 +102,7 @@ def test_cuda_flags_are_consistent():
 
 def test_cuda_kernels_are_built_where_asked():
     # RL_CPP_CUDA=ON (CI sets it where nvcc is, so that the CUDA code never rots
-    # unnoticed) builds the kernels; AUTO builds them only where a GPU is present too
+    # unnoticed) builds the kernels; AUTO builds them only where a GPU is visible too
     # (a first install on a machine with nvcc and no GPU skips them); OFF never.
     assert hasattr(_C, "CudaSumTreeF32") == cuda_compiled()
     nvcc = shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").is_file()
@@ -119,3 +121,94 @@ def _gpu_present() -> bool:
     if smi is None:
         return False
     return subprocess.run([smi, "-L"], capture_output=True, timeout=60).returncode == 0
+
+
+CMAKE = shutil.which("cmake")
+PLAN = PACKAGE_ROOT / "cmake" / "rl_cpp_cuda.cmake"
+ALL_ARCHS = "75-real;80-real;86-real;89-real;90"
+#: fake ``nvidia-smi`` programs: a machine with two kinds of GPU, one whose driver lists
+#: its GPU without reporting compute capabilities, one with the tools but no driver
+FAKE_SMI = {
+    "two_gpus": """
+        case "$1" in
+          --query-gpu=compute_cap) printf '9.0\\n8.6\\n9.0\\n' ;;
+          -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)"; echo "GPU 1: NVIDIA A10 (UUID: GPU-1)" ;;
+        esac
+        """,
+    "old_driver": """
+        case "$1" in
+          -L) echo "GPU 0: Tesla T4 (UUID: GPU-0)" ;;
+          *) echo "Field compute_cap is not a valid field to query." >&2; exit 2 ;;
+        esac
+        """,
+    "no_driver": """
+        echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+        exit 9
+        """,
+}
+
+
+@pytest.mark.skipif(CMAKE is None, reason="the build decision runs in CMake (no cmake on PATH)")
+class TestCudaBuildPlan:
+    """``cmake/rl_cpp_cuda.cmake``: whether the build compiles the CUDA kernels, and for
+    which architectures, with ``nvidia-smi`` (the probe) faked."""
+
+    def _plan(self, tmp_path, mode, smi, archs=None):
+        defines = [f"-DRL_CPP_CUDA={mode}"]
+        if smi is None:  # no nvidia-smi anywhere
+            defines.append("-DRL_CPP_NVIDIA_SMI=RL_CPP_NVIDIA_SMI-NOTFOUND")
+        else:
+            fake = tmp_path / "nvidia-smi"
+            fake.write_text("#!/bin/sh\n" + textwrap.dedent(FAKE_SMI[smi]))
+            fake.chmod(0o755)
+            defines.append(f"-DRL_CPP_NVIDIA_SMI={fake}")
+        if archs is not None:
+            defines.append(f"-DRL_CPP_CUDA_ARCHS={archs}")
+        out = subprocess.run(
+            [CMAKE, *defines, "-P", str(PLAN)], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        match = re.fullmatch(r"rl-cpp CUDA plan: build=(ON|OFF) archs=(.*)", out.stderr.strip())
+        assert match, out.stderr
+        return match.group(1), match.group(2)
+
+    @pytest.mark.parametrize(
+        ("smi", "expected"),
+        [
+            ("two_gpus", ("ON", "90-real;86-real")),  # each architecture present, once
+            ("old_driver", ("ON", "native")),  # CMake asks the GPU itself
+            ("no_driver", ("OFF", "")),
+            (None, ("OFF", "")),
+        ],
+    )
+    def test_auto_builds_for_the_visible_gpus_only(self, tmp_path, smi, expected):
+        assert self._plan(tmp_path, "AUTO", smi) == expected
+        assert self._plan(tmp_path, "auto", smi) == expected
+
+    @pytest.mark.parametrize(
+        ("smi", "archs"),
+        [("two_gpus", "90-real;86-real"), ("no_driver", ALL_ARCHS), (None, ALL_ARCHS)],
+    )
+    def test_on_always_builds(self, tmp_path, smi, archs):
+        # for the GPUs present, or every architecture from sm_75 (a wheel for others)
+        assert self._plan(tmp_path, "ON", smi) == ("ON", archs)
+
+    @pytest.mark.parametrize("smi", ["two_gpus", None])
+    def test_off_never_builds(self, tmp_path, smi):
+        assert self._plan(tmp_path, "OFF", smi) == ("OFF", "")
+
+    def test_archs_override(self, tmp_path):
+        assert self._plan(tmp_path, "ON", None, "80-real;90") == ("ON", "80-real;90")
+        assert self._plan(tmp_path, "AUTO", "two_gpus", "native") == ("ON", "native")
+        # the override never turns AUTO on without a GPU
+        assert self._plan(tmp_path, "AUTO", "no_driver", "native") == ("OFF", "")
+
+    def test_bad_mode_names_the_value(self):
+        out = subprocess.run(
+            [CMAKE, "-DRL_CPP_CUDA=maybe", "-P", str(PLAN)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode != 0
+        assert "RL_CPP_CUDA must be AUTO, ON or OFF, got 'maybe'" in out.stderr

@@ -29,8 +29,8 @@ measured after SFT and along GRPO.
 ``--compile``: each SFT step is ONE compiled graph (``sft.py``'s :class:`SFTStep`: the
 conversations tokenized eagerly to a fixed width, then the forward, the loss, backward,
 clipping and AdamW), and so is each GRPO step (:class:`GRPOStep`: the minibatch's answers
-padded eagerly to the model's context, then the forward, :func:`grpo_objective`,
-backward, clipping and AdamW). ``GRPOLoss`` itself cannot be that graph: it reads the
+padded eagerly, then the forward, :func:`grpo_objective`, backward, clipping and AdamW,
+compiled with dynamic shapes: one graph for every answer length). ``GRPOLoss`` itself cannot be that graph: it reads the
 answers as rows of their own length (a Python loop over them) and masks by boolean
 indexing, whose data-dependent shapes break a graph; :func:`grpo_objective` computes its
 values with masks instead (an equality the tests check). Sampling (``model.generate``,
@@ -193,15 +193,17 @@ def make_env(rows: list[dict], tok, num_envs: int, repeats: int | None, seed: in
     return env
 
 
-def grpo_tensors(batch, width: int) -> tuple[torch.Tensor, ...]:
-    """What GRPO's objective reads from a minibatch of answers, right-padded to ``width``:
-    the full tokens, their attention mask and the mask of the answer's tokens (``[B,
-    width]``), each answer's advantage (``[B]``) and the log-probs it was sampled with
-    (``[B, width]``; ``GRPOLoss``'s default keys)."""
+def grpo_tensors(batch, width: int | None = None) -> tuple[torch.Tensor, ...]:
+    """What GRPO's objective reads from a minibatch of answers, right-padded to ``width``
+    (default: the longest answer's): the full tokens, their attention mask and the mask of
+    the answer's tokens (``[B, T]``), each answer's advantage (``[B]``) and the log-probs
+    it was sampled with (``[B, T]``; ``GRPOLoss``'s default keys)."""
 
     def padded(key, dtype=None):
         value = batch.get(key, as_padded_tensor=True, padding_value=0)
         value = value if dtype is None else value.to(dtype)
+        if width is None:
+            return value
         return torch.nn.functional.pad(value, (0, width - value.shape[-1]))
 
     advantage = batch.get("advantage").reshape(batch.shape[0])
@@ -249,14 +251,19 @@ def grpo_objective(
 
 class GRPOStep:
     """GRPO's ``optimization_stepper`` under ``--compile``: pads the minibatch's answers
-    (eagerly, to ``width``), then runs one ``UpdateStep`` call (the forward,
-    :func:`grpo_objective`, backward, clipping at ``max_grad_norm``, AdamW: one graph);
-    the optimizer's state goes into the checkpoints as the trainer's hook saves it."""
+    (eagerly), then runs one ``UpdateStep`` call (the forward, :func:`grpo_objective`,
+    backward, clipping at ``max_grad_norm``, AdamW: one graph); the optimizer's state goes
+    into the checkpoints as the trainer's hook saves it.
+
+    ``width=None`` pads each minibatch to its longest answer and compiles with dynamic
+    shapes (one graph for every length: padding every answer to the model's context
+    would cost more than compiling saves); a ``width`` pads to it (fixed shapes, as CUDA
+    graphs need)."""
 
     def __init__(
         self,
         model,
-        width: int,
+        width: int | None,
         optimizer,
         *,
         clip_epsilon: float,
@@ -270,6 +277,8 @@ class GRPOStep:
             out = grpo_objective(model, clip_epsilon, *tensors)
             return out["loss_objective"], out
 
+        if compile and width is None:  # one graph for every batch and answer length
+            compile = {"dynamic": True, **(compile if isinstance(compile, dict) else {})}
         self.update = UpdateStep(
             loss_fn,
             optimizer,
@@ -407,7 +416,8 @@ def main(cfg: Config) -> dict:
     if cfg.compile or cfg.cudagraphs:  # one graph per step, on answers padded to the context
         grpo_stepper = GRPOStep(
             model,
-            model.config.n_positions,
+            # CUDA graphs: one fixed width (the context); else each batch's, dynamic shapes
+            model.config.n_positions if cfg.cudagraphs else None,
             optimizer,
             clip_epsilon=cfg.clip_epsilon,
             max_grad_norm=1.0,  # GRPOTrainer's clip_norm

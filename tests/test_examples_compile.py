@@ -233,6 +233,31 @@ CASES = {
         3,
         True,
     ),
+    # 10 batches of 10 frames, one update each; graphs: the update step, the policy, the
+    # advantage (all three compiled in the first batch)
+    "a2c": Case("a2c", {"total_frames": 100, "num_envs": 2, "num_steps": 5}, 10, 1, 3),
+    # 5 batches x 4 updates; the policy compiles in the second batch (the first is random)
+    "dqn": Case(
+        "dqn",
+        {
+            "total_frames": 500,
+            "init_random_frames": 100,
+            "frames_per_batch": 100,
+            "updates_per_batch": 4,
+            "batch_size": 16,
+            "hidden": 16,
+            "target_update_interval": 8,
+            "eval_interval": 0,
+        },
+        20,
+        4,
+        2,
+    ),
+    "ddpg": Case("ddpg", TINY_CONTINUOUS, 50, 10, 2),
+    # the critics' step at every update, the actor's (with the targets) at every second
+    "td3": Case("td3", TINY_CONTINUOUS, 50 + 25, 15, 3),
+    # the target subset is drawn in the graph: no Python index, no break
+    "redq": Case("redq", {**TINY_CONTINUOUS, "num_qvalue_nets": 4}, 50, 10, 2),
     "crossq": Case("crossq", {**TINY_CONTINUOUS, "critic_hidden": 16}, 50, 10, 3),
     "cql_online": Case("cql_online", {**TINY_CONTINUOUS, "num_random": 4}, 50, 10, 2),
     "tqc": Case("tqc", {**TINY_CONTINUOUS, "num_quantiles": 5}, 50, 10, 2),

@@ -210,7 +210,7 @@ class REDQLoss(_EntropyTemperature, LossModule):
         ``[N, *B]``."""
         sav = self.tensor_keys.state_action_value
         self._get(tensordict, "action")
-        subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0].tolist()
+        subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort()[0]
         alpha = self.alpha
         actor_td, next_td = tensordict, tensordict.get("next").copy()
         if self.gSDE:  # a zero placeholder: the gSDE actor draws fresh exploration noise
@@ -233,7 +233,13 @@ class REDQLoss(_EntropyTemperature, LossModule):
         with torch.no_grad():
             next_td.set(self.tensor_keys.action, next_action)
             targets = self._ensemble("qvalue_network", "target")
-            next_q = _ensemble_output([targets[j] for j in subset], next_td, sav).squeeze(-1)
+            if torch.compiler.is_compiling():
+                # a graph cannot pick Python list items by a drawn index: every target
+                # critic's value, then the subset's rows (same values, no graph break)
+                next_q = _ensemble_output(targets, next_td, sav).squeeze(-1)[subset]
+            else:
+                members = [targets[j] for j in subset.tolist()]
+                next_q = _ensemble_output(members, next_td, sav).squeeze(-1)
             next_value = (next_q - alpha * next_log_prob).min(0)[0]
             target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
         pred = _ensemble_output(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)

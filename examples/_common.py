@@ -34,6 +34,7 @@ __all__ = [
     "set_lr",
     "make_base_env",
     "record_video",
+    "whole_batches",
 ]
 
 
@@ -551,3 +552,15 @@ def own_compiled(fn, compile: bool | dict = True, warmup: int = 0):
         return compiled(*args, **kwargs)
 
     return run
+
+
+def whole_batches(total_frames: int, frames_per_batch: int) -> int:
+    """``total_frames`` rounded up to whole batches, as TorchRL's collectors count them.
+
+    An on-policy script trains on each batch as it comes: with whole batches, every
+    batch its advantage and update see has one shape, so compiled (``--compile``) they
+    compile once; a smaller last batch would compile them a second time at the end of
+    the run (a minute or more on a CPU)."""
+    if frames_per_batch < 1:
+        raise ValueError(f"frames_per_batch must be >= 1, got {frames_per_batch}")
+    return -(-total_frames // frames_per_batch) * frames_per_batch

@@ -36,6 +36,7 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     set_lr,
+    whole_batches,
 )
 from ppo import make_agent, make_env  # noqa: E402
 
@@ -101,7 +102,7 @@ def main(cfg: Config) -> dict:
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
-        total_frames=cfg.total_frames,
+        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
     )
     advantage = compile_advantage(
         GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
@@ -134,7 +135,7 @@ def main(cfg: Config) -> dict:
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     returns = EpisodeReturns(window=20)
     frames, start = 0, time.perf_counter()
-    num_updates = max(cfg.total_frames // frames_per_batch, 1)
+    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
     for iteration, batch in enumerate(collector):
         frames += batch.numel()
         if cfg.anneal_lr:

@@ -74,6 +74,7 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     set_lr,
+    whole_batches,
 )
 from ppo import make_loss, make_update_step, update_epochs  # noqa: E402
 
@@ -228,7 +229,7 @@ def main(cfg: Config) -> dict:
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
-        total_frames=cfg.total_frames,
+        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
     )
     gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
     if cfg.end_of_life:  # bootstrap stops at a lost life, the game does not reset
@@ -243,7 +244,7 @@ def main(cfg: Config) -> dict:
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
 
-    num_updates = max(cfg.total_frames // frames_per_batch, 1)
+    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
     minibatch = frames_per_batch // cfg.num_minibatches
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     scores: collections.deque[float] = collections.deque(maxlen=20)

@@ -60,6 +60,7 @@ from _common import (  # noqa: E402
     finish_run,
     record_video,
     set_lr,
+    whole_batches,
 )
 from ppo import make_agent, make_env, make_loss, orthogonal_init  # noqa: E402
 
@@ -271,7 +272,7 @@ def main(cfg: Config) -> dict:
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
-        total_frames=cfg.total_frames,
+        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
     )
     advantage = compile_advantage(
         GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
@@ -288,7 +289,7 @@ def main(cfg: Config) -> dict:
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
 
-    num_updates = max(cfg.total_frames // frames_per_batch, 1)
+    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
     minibatch = frames_per_batch // cfg.num_minibatches
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     returns = EpisodeReturns(window=20)

@@ -145,7 +145,7 @@ def test_ppo_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path
     ppo = _load("ppo")
     seen = _watch(ppo, monkeypatch)
     cfg = ppo.Config(
-        total_frames=512,
+        total_frames=400,  # not whole batches of 128: rounded up, no smaller last batch
         num_envs=4,
         num_steps=32,
         update_epochs=2,
@@ -160,6 +160,15 @@ def test_ppo_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path
     assert len(seen) == 4 * 2 * 2  # batches x epochs x minibatches
     _check(seen, first=4)  # the first batch's updates
     assert counters["frames"]["ok"] == 3  # update step, policy, advantage
+
+
+def test_whole_batches_rounds_up_as_torchrls_collectors_do():
+    whole_batches = _load("_common").whole_batches
+    assert whole_batches(100_000, 256) == 100_096  # 391 batches, not 390 and a 160-frame one
+    assert whole_batches(512, 128) == 512
+    assert whole_batches(1, 128) == 128
+    with pytest.raises(ValueError, match="frames_per_batch must be >= 1, got 0"):
+        whole_batches(10, 0)
 
 
 @pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU

@@ -50,6 +50,7 @@ from _common import (  # noqa: E402
     finish_run,
     make_base_env,
     set_lr,
+    whole_batches,
 )
 
 # the env factory comes from examples/_common.py, which the actors cannot import (on a
@@ -98,7 +99,7 @@ def main(cfg: Config) -> dict:
         # weights it receives are those of ``actor`` (its parameters, shared)
         compile_policy(actor, compile=cfg.compile),
         frames_per_batch=frames_per_batch,
-        total_frames=cfg.total_frames,
+        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
         num_collectors=cfg.num_collectors,
         sync=True,
         update_after_each_batch=True,  # on-policy: every batch acts with the latest weights
@@ -116,7 +117,7 @@ def main(cfg: Config) -> dict:
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
 
-    num_updates = max(cfg.total_frames // frames_per_batch, 1)
+    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
     minibatch = frames_per_batch // cfg.num_minibatches
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     returns = EpisodeReturns(window=20)

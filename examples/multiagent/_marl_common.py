@@ -47,6 +47,7 @@ from _common import (  # noqa: E402
     compile_advantage,
     compile_policy,
     finish_run,
+    whole_batches,
 )
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "team_view",
     "train_off_policy",
     "UpdateStep",
+    "whole_batches",
 ]
 
 GROUP = "agents"

@@ -65,6 +65,7 @@ from _marl_common import (  # noqa: E402
     make_vmas_env,
     preset_cli,
     team_view,
+    whole_batches,
 )
 from ppo import make_update_step, update_epochs  # noqa: E402  (examples/, on the path through _marl_common)
 
@@ -184,7 +185,7 @@ def main(cfg: Config) -> dict:
         env,
         compile_group_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
-        total_frames=cfg.total_frames,
+        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
     )
     loss_cls = MAPPOLoss if cfg.centralised_critic else IPPOLoss
     loss_module = loss_cls(

@@ -56,7 +56,7 @@ SEED_RATIO = {
 }
 #: algorithm -> (script, preset or None, Config overrides); budgets sized for ~25 min
 RUNS = {
-    "ppo": ("ppo", "cartpole", {"total_frames": 40_960}),
+    "ppo": ("ppo", "cartpole", {"total_frames": 100_000}),
     "a2c": ("a2c", None, {"total_frames": 40_000}),
     "dqn": ("dqn", None, {"total_frames": 20_000, "eval_interval": 0}),
     "ddpg": ("ddpg", None, {"total_frames": 5_000}),
@@ -95,18 +95,76 @@ def run_one(algo: str, compile: bool, seed: int, scale: float, dataset: str | No
     cfg = dataclasses.replace(
         cfg, **COMMON, **overrides, seed=seed, compile=compile, log_dir=log_dir
     )
+    timeline = _record_progress()
+    recompiled = _record_recompiles()
     summary = module.main(cfg)
     counters = dynamo_utils.counters
     return {
         "frames": summary["frames"],
         "seconds": summary["seconds"],
         "fps": summary["fps"],
+        "steady_fps": steady_rate(timeline),
+        "steady_cpu_fps": steady_rate(timeline, clock=2),
         "eval_mean": summary["eval_mean"],
         "graph_breaks": sum(counters["graph_break"].values()),
         "break_reasons": sorted({k.split("\n")[0] for k in counters["graph_break"]}),
         "graphs": counters["stats"].get("unique_graphs", 0),
-        "recompiles": sum(counters["recompiles"].values()),
+        "recompiles": len(recompiled),
+        "recompiled": sorted(set(recompiled)),
     }
+
+
+def _record_progress() -> list[tuple[float, int, float]]:
+    """Every example counts its frames (updates, offline) through ``ProgressBar.update``:
+    the list returned receives ``(wall time, frames so far, CPU time)`` at each call of
+    this process."""
+    from rl.core.trainers import ProgressBar
+
+    timeline: list[tuple[float, int, float]] = []
+    update = ProgressBar.update
+
+    def timed_update(self, frames: int) -> None:
+        update(self, frames)
+        done = timeline[-1][1] if timeline else 0
+        timeline.append((time.perf_counter(), done + frames, time.process_time()))
+
+    ProgressBar.update = timed_update
+    return timeline
+
+
+def _record_recompiles() -> list[str]:
+    """The list returned receives the first line of each recompilation dynamo logs in
+    this process ("Recompiling function ..."; torch keeps no counter of them)."""
+    import logging
+
+    import torch._logging
+
+    recompiled: list[str] = []
+
+    class Recompiles(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            recompiled.append(record.getMessage().splitlines()[0])
+
+    torch._logging.set_logs(recompiles=True)
+    logging.getLogger("torch._dynamo.guards.__recompiles").addHandler(Recompiles())
+    return recompiled
+
+
+def steady_rate(timeline: list[tuple[float, int, float]], clock: int = 0) -> float:
+    """Frames per second over the second half of a run's frames: the training loop after
+    its first updates, when compilation (at the first calls) is behind it. A long run's
+    rate tends to this one; the whole run's rate includes the compilation.
+
+    ``clock=0``: wall time; ``clock=2``: this process's CPU time (the examples run one
+    torch thread and gymnasium's synchronous vector envs in one process, so CPU time is
+    the wall time of a machine nobody else uses: the steadier figure on a shared one).
+    """
+    if len(timeline) < 3:
+        return float("nan")
+    total = timeline[-1][1]
+    first = next(entry for entry in timeline if entry[1] >= total / 2)
+    elapsed = timeline[-1][clock] - first[clock]
+    return (total - first[1]) / elapsed if elapsed > 0 else float("nan")
 
 
 def child(
@@ -313,7 +371,11 @@ def main() -> None:
         rows.append(row)
         print(
             f"{algo:5s} eager {eager['fps']:8.1f} fps  compiled {compiled['fps']:8.1f} fps  "
-            f"ratio {row['ratio']:.2f}x (seed {SEED_RATIO[algo]:.2f}x)  return eager "
+            f"ratio {row['ratio']:.2f}x; steady eager {eager['steady_fps']:8.1f} compiled "
+            f"{compiled['steady_fps']:8.1f} ratio "
+            f"{compiled['steady_fps'] / eager['steady_fps']:.2f}x, CPU time "
+            f"{compiled['steady_cpu_fps'] / eager['steady_cpu_fps']:.2f}x (seed "
+            f"{SEED_RATIO[algo]:.2f}x)  return eager "
             f"{eager['eval_mean']:.1f} compiled {compiled['eval_mean']:.1f}  breaks "
             f"{compiled['graph_breaks']} graphs {compiled['graphs']} recompiles "
             f"{compiled['recompiles']}",
@@ -324,38 +386,65 @@ def main() -> None:
 
 
 def write_table(rows: list[dict], args, total: float) -> None:
+    """Puts this run's table at the top of ``args.out``, above the earlier measurements."""
     unit = {"iql": "updates", "cql": "updates"}
+    cache = "warm (a second run of the script)" if args.warm_cache else "empty (a first run)"
     lines = [
-        "# Whole training scripts: eager against `--compile` (CPU)",
+        f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        f"`bench_compile.py --algos {' '.join(args.algos)} --scale {args.scale}`",
         "",
-        f"`python benchmarks/bench_compile.py --seed {args.seed} --scale {args.scale}`; "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{_torch_version()}, one thread, each run in its own process (the compiled run "
-        f"pays its compilation), eager and compiled interleaved; total {total / 60:.1f} min.",
+        f"{_torch_version()}, one thread, each run in its own process, eager and compiled "
+        f"runs of an algorithm side by side; inductor cache {cache}; load average "
+        f"{_load()} at the end; total {total / 60:.1f} min.",
         "",
-        "Frames/s is the script's training clock (collection and updates, compilation "
-        "included; the offline rows count gradient steps). Returns are the final "
-        "evaluation (5 deterministic episodes) of short runs, eager and compiled on the "
-        "same seed. Breaks / graphs / recompiles: `torch._dynamo` counters of the "
-        "compiled run.",
+        "Whole: the script's training clock over the budget (collection and updates, "
+        "compilation included, evaluation excluded; the offline rows count gradient "
+        "steps). Steady: the same clock over the second half of the budget, after the "
+        "first updates have compiled (what a long run tends to); the CPU column divides "
+        "by the process's CPU time instead (one thread, synchronous envs: what the "
+        "wall clock reads on an idle machine, less exposed to the other jobs of a shared "
+        "one). Returns: final "
+        "evaluation (5 deterministic episodes), eager and compiled on the same seed. "
+        "Breaks / graphs / recompiles: `torch._dynamo` counters of the compiled run.",
         "",
-        "| algorithm | budget | eager /s | compiled /s | ratio | seed's ratio | reached | "
-        "eval return eager | eval return compiled | breaks | graphs | recompiles |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: | ---: | ---: |",
+        "| algorithm | budget | eager whole /s | compiled whole /s | whole ratio | "
+        "eager steady /s | compiled steady /s | steady ratio | steady ratio, CPU time | "
+        "seed's ratio | eval return eager | eval return compiled | breaks | graphs | "
+        "recompiles |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+        "---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         e, c, algo = row["eager"], row["compiled"], row["algo"]
+        steady = c["steady_fps"] / e["steady_fps"]
+        steady_cpu = c["steady_cpu_fps"] / e["steady_cpu_fps"]
         lines.append(
-            f"| {algo} | {e['frames']} {unit.get(algo, 'frames')} | {e['fps']:.1f} | "
-            f"{c['fps']:.1f} | {row['ratio']:.2f}x | {SEED_RATIO[algo]:.2f}x | "
-            f"{'yes' if row['ratio'] >= SEED_RATIO[algo] else 'no'} | {e['eval_mean']:.1f} | "
-            f"{c['eval_mean']:.1f} | {c['graph_breaks']} | {c['graphs']} | {c['recompiles']} |"
+            f"| {algo} | {e['frames']:,} {unit.get(algo, 'frames')} | {e['fps']:.1f} | "
+            f"{c['fps']:.1f} | {row['ratio']:.2f}x | {e['steady_fps']:.1f} | "
+            f"{c['steady_fps']:.1f} | {steady:.2f}x | **{steady_cpu:.2f}x** | "
+            f"{SEED_RATIO[algo]:.2f}x | "
+            f"{e['eval_mean']:.1f} | {c['eval_mean']:.1f} | {c['graph_breaks']} | "
+            f"{c['graphs']} | {c['recompiles']} |"
         )
     reasons = sorted({r for row in rows for r in row["compiled"]["break_reasons"]})
     lines += ["", "Graph-break reasons seen in the compiled runs:", ""]
     lines += [f"- {r}" for r in reasons] or ["- none"]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    recompiled = sorted({r for row in rows for r in row["compiled"]["recompiled"]})
+    lines += ["", "Recompilations seen in the compiled runs:", ""]
+    lines += [f"- {r}" for r in recompiled] or ["- none"]
+    out = Path(args.out)
+    title = "# Whole training scripts: eager against `--compile` (CPU)"
+    earlier = out.read_text().split("\n", 1)[1].lstrip("\n") if out.exists() else ""
+    out.write_text("\n".join([title, "", *lines, "", earlier]).rstrip("\n") + "\n")
     print(f"written {args.out}")
+
+
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "unknown"
 
 
 def _torch_version() -> str:

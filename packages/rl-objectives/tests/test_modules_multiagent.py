@@ -375,6 +375,31 @@ class TestMultiAgentMLPTraced:
             out = compiled(fresh.clone())["agents", "out"]
         torch.testing.assert_close(out, module(fresh)["agents", "out"])
 
+    @pytest.mark.parametrize("share_params", [False, True])
+    @pytest.mark.parametrize("steps", [3, 5])
+    def test_an_agent_dim_before_other_dims_keeps_the_generic_path(self, share_params, steps):
+        from rl.modules import MultiAgentNetBase
+
+        class TimeMajor(MultiAgentNetBase):  # inputs [B, agents, T, F]: agent_dim -3
+            def __init__(self):
+                super().__init__(
+                    n_agents=N_AGENTS, centralized=False, share_params=share_params, agent_dim=-3
+                )
+
+            def _build_single_net(self, **kwargs):
+                return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+            def _pre_forward_check(self, inputs):
+                return inputs
+
+        torch.manual_seed(0)
+        net = TimeMajor()
+        x = torch.randn(5, N_AGENTS, steps, 4)
+        torch._dynamo.reset()
+        compiled = torch.compile(net, backend="eager")(x)
+        assert compiled.shape == (5, N_AGENTS, steps, 2)
+        torch.testing.assert_close(compiled, net(x))
+
     @pytest.mark.filterwarnings("ignore:Using lock_:UserWarning")
     def test_other_layers_keep_the_generic_path(self):
         torch.manual_seed(0)

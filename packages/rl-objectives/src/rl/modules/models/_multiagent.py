@@ -150,12 +150,14 @@ class MultiAgentNetBase(nn.Module):
         """Maps the agents' inputs to their outputs, the agent dimension kept in place."""
         inputs = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
         agent_dim = self.agent_dim + inputs.ndim if self.agent_dim < 0 else self.agent_dim
+        before_features = agent_dim == inputs.ndim - 2
         inputs = self._pre_forward_check(inputs)
         net = self._empty_net
-        if self._linear_layers is not None and torch.compiler.is_compiling():
+        if self._linear_layers is not None and before_features and torch.compiler.is_compiling():
             # traced: a function of the parameters' tensors that writes no module
             # attribute (to_module's swaps leave guards on the template's weights that
-            # fail at the next call); eager calls keep the paths below
+            # fail at the next call); eager calls, and an agent dimension elsewhere than
+            # just before the features, keep the paths below
             return self._linear_forward(self._linear_layers, inputs, agent_dim)
         if not self.share_params:
             output = self.vmap_func_module(
@@ -206,7 +208,7 @@ class MultiAgentNetBase(nn.Module):
                 continue
             # weight [n_agents, out, in]: each agent's row of ``out`` through its own
             if per_agent or not self.centralized:
-                out = (out.unsqueeze(-2) @ weight.transpose(-1, -2)).squeeze(-2)
+                out = torch.einsum("...ai,aoi->...ao", out, weight)
             else:  # every agent reads the same (flattened) inputs
                 out = torch.einsum("...i,aoi->...ao", out, weight)
             per_agent = True

@@ -141,3 +141,27 @@ def test_dreamer_env_rollout_traces_in_one_graph():
     for key in eager.keys(True, True):
         torch.testing.assert_close(compiled[key], eager[key])
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+
+
+def test_compiled_rollout_of_other_envs_reads_done_key_as_eager():
+    """Only an env that declares ``any_done`` (DreamerEnv) has it asked by a traced
+    rollout; another env's traced rollout stops on ``done_key``, where the eager one does."""
+    import torch._dynamo
+
+    from rl.envs import ConstantRewardProbe
+    from rl.envs._rollout import _declares_any_done
+
+    assert _declares_any_done(_env(decoder=False))
+    probe = ConstantRewardProbe(batch_size=[3])
+    assert not _declares_any_done(probe)
+
+    def run():
+        torch.manual_seed(0)
+        return probe.rollout(5, break_when_any_done=True)
+
+    eager = run()
+    torch._dynamo.reset()
+    compiled = torch.compile(run, backend="eager")()
+    assert compiled.batch_size == eager.batch_size
+    for key in eager.keys(True, True):
+        torch.testing.assert_close(compiled[key], eager[key])

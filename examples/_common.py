@@ -144,11 +144,20 @@ class UpdateStep:
         groups = [g["params"] for o in self.optimizers for g in o.param_groups]
         self.params = [p for params in groups for p in params]
         # the parameter sets clipped together: all, each group on its own, or those given
+        at = {id(p): i for i, p in enumerate(self.params)}
         if clip_params is not None:
+            if clip_each_group:
+                raise ValueError("UpdateStep takes clip_params or clip_each_group, not both")
             self._clipped = [list(clip_params)]
+            for i, param in enumerate(self._clipped[0]):
+                if id(param) not in at:
+                    raise ValueError(
+                        f"clip_params[{i}] (a parameter of shape {tuple(param.shape)}) is in "
+                        "none of the optimizers' param_groups: only parameters the step "
+                        "updates can be clipped"
+                    )
         else:
             self._clipped = [list(g) for g in groups] if clip_each_group else [self.params]
-        at = {id(p): i for i, p in enumerate(self.params)}
         self._clip_index = [[at[id(p)] for p in params] for params in self._clipped]
         self.compiled = compile
         fn = self._eager

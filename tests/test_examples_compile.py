@@ -131,8 +131,7 @@ def _check(seen: list[tuple[int, int]], first: int, graphs: int | None = None) -
     # after the first ``first`` updates (a branch of a loss first taken there is compiled
     # then, once): no frame compiled, no graph break met
     assert seen[first:] == [seen[first]] * len(seen[first:]), seen
-    assert not _break_reasons()
-    assert not counters["recompiles"]
+    assert not _break_reasons()  # (a recompilation raises: error_on_recompile)
     if graphs is None:
         # one graph per compiled function: the update step, the policy (and the advantage)
         assert counters["stats"]["unique_graphs"] == counters["frames"]["ok"]
@@ -415,8 +414,8 @@ def test_update_step_one_graph_matches_torch_optim(make_optim, max_grad_norm):
         for p, q in zip(fused_net.parameters(), eager_net.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     # one graph, traced once (a recompilation would add one), no break (fullgraph)
-    assert counters["stats"]["unique_graphs"] == 1
-    assert not counters["graph_break"] and not counters["recompiles"]
+    assert counters["stats"]["unique_graphs"] == 1  # (a recompilation: a second graph)
+    assert not counters["graph_break"]
     assert not fused_net.unused.grad and torch.equal(fused_net.unused, torch.ones(2))
     # the optimizer's own state: a checkpoint of it stays valid
     # (index 0 is ``unused``: a module's own parameters come before its children's)
@@ -521,7 +520,7 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
         assert action.shape == (4, 10, 1) and action.abs().max() <= 2.0
     collector.shutdown()
     # compiled once, at the first step, called on tensors at every step since
-    assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"]
+    assert counters["stats"]["unique_graphs"] == 1
     assert not counters["graph_break"]
     # on a TensorDict, the same compiled function (the collector's exploration type:
     # another one is another program, compiled once more)

@@ -54,7 +54,7 @@ def _load(name: str):
 
 def _no_breaks_or_recompiles() -> None:
     assert not counters["graph_break"], dict(counters["graph_break"])
-    assert not counters["recompiles"]
+    # (a recompilation raises: the fresh_dynamo fixture sets error_on_recompile)
 
 
 def _worker_stats(folder: Path) -> dict[str, list[dict]]:
@@ -83,7 +83,9 @@ def _make_probe(folder: Path):
             "graphs": found["stats"]["unique_graphs"],
             "frames": found["frames"]["ok"],
             "breaks": sum(found["graph_break"].values()),
-            "recompiles": sum(found["recompiles"].values()),
+            # frames compiled in all, recompilations included (torch counts no
+            # recompilation on its own)
+            "compiled": found["frames"]["total"],
         }
         with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -99,7 +101,7 @@ def _check_workers(stats: dict[str, list[dict]], workers: int, batches: int) -> 
         assert len(rows) >= batches, rows
         assert rows[0]["graphs"] == 1 and rows[0]["frames"] == 1, rows
         assert all(row == rows[0] for row in rows), rows
-        assert rows[0]["breaks"] == 0 and rows[0]["recompiles"] == 0
+        assert rows[0]["breaks"] == 0 and rows[0]["compiled"] == 1  # no recompilation
 
 
 # --------------------------------------------------------------------------- rollout.py

@@ -413,7 +413,7 @@ def main(cfg: Config) -> dict:
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.grpo_lr)
     grpo_stepper = None
-    if cfg.compile or cfg.cudagraphs:  # one graph per step, on answers padded to the context
+    if cfg.compile or cfg.cudagraphs:  # one graph per step (answers padded as below)
         grpo_stepper = GRPOStep(
             model,
             # CUDA graphs: one fixed width (the context); else each batch's, dynamic shapes

@@ -364,7 +364,7 @@ class TestMultiAgentMLPTraced:
                     for p in net.params.values(True, True):
                         p.add_(0.1 * (step + 1))
         assert counters["stats"]["unique_graphs"] == 1
-        assert not counters["graph_break"] and not counters["recompiles"]
+        assert not counters["graph_break"]  # (a recompilation raises: error_on_recompile)
         # a loss's own copy of the parameters (plain tensors), swapped in for the call
         other = TensorDict.from_module(net).data.apply(lambda p: p * 2)
         with other.to_module(net):

@@ -39,3 +39,15 @@ def test_hold_out_net_gradients_eager_and_compiled():
     assert all(p.requires_grad for p in critic.parameters())
     assert isinstance(critic.weight, torch.nn.Parameter)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+
+
+def test_hold_out_params_freezes_only_the_given_parameters_and_restores_them():
+    from rl.objectives import hold_out_params
+
+    critic = torch.nn.Linear(2, 1)
+    with hold_out_params([critic.weight]):
+        assert not critic.weight.requires_grad and critic.bias.requires_grad
+        critic(torch.ones(1, 2)).sum().backward()
+    assert critic.weight.requires_grad and critic.bias.requires_grad
+    assert critic.weight.grad is None
+    torch.testing.assert_close(critic.bias.grad, torch.ones(1))

@@ -6,6 +6,7 @@ an algorithm, and all of it is thin glue over rl's pieces.
 
 from __future__ import annotations
 
+import functools
 import types
 from pathlib import Path
 
@@ -174,7 +175,7 @@ class UpdateStep:
                 self._at = [index.get(id(src)) for src in self._soft[1]]
             else:
                 self._dst = self.params
-            graph = torch.compile(_own_code(self._graph), **_compile_kwargs(compile))
+            graph = own_compiled(self._graph, compile)
 
             def fn(*args):
                 with torch._dynamo.config.patch(trace_autograd_ops=True):
@@ -397,7 +398,7 @@ def compile_advantage(advantage, *, compile: bool):
         with torch.no_grad():
             return advantage(batch)
 
-    return torch.compile(_own_code(run)) if compile else run
+    return own_compiled(run, compile) if compile else run
 
 
 def compile_policy(policy, *, compile: bool | dict, cudagraphs: bool = False, warmup: int = 10):
@@ -480,7 +481,7 @@ class CompiledPolicy(nn.Module):
 
     def __reduce__(self):
         # the compiled function does not pickle: a copy compiles its own
-        return _compiled_policy, (self.policy, self._compile_kwargs)
+        return functools.partial(CompiledPolicy, **self._compile_kwargs), (self.policy,)
 
     def forward(self, tensordict):
         return self._twin(tensordict)
@@ -533,12 +534,6 @@ def finish_run(logger, returns: list[float], frames: int, seconds: float) -> dic
     if curve is not None:
         print(f"learning curve: {curve}")
     return summary
-
-
-def _compiled_policy(policy: nn.Module, compile_kwargs: dict) -> CompiledPolicy:
-    """Rebuilds a pickled :class:`CompiledPolicy` (keyword arguments cannot go through
-    ``__reduce__``)."""
-    return CompiledPolicy(policy, **compile_kwargs)
 
 
 def own_compiled(fn, compile: bool | dict = True, warmup: int = 0):

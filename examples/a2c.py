@@ -98,11 +98,12 @@ def main(cfg: Config) -> dict:
     actor, critic = make_agent(cfg, env)
 
     frames_per_batch = cfg.num_envs * cfg.num_steps
+    total_frames = whole_batches(cfg.total_frames, frames_per_batch)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
-        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
+        total_frames=total_frames,
     )
     advantage = compile_advantage(
         GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
@@ -135,7 +136,7 @@ def main(cfg: Config) -> dict:
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     returns = EpisodeReturns(window=20)
     frames, start = 0, time.perf_counter()
-    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
+    num_updates = total_frames // frames_per_batch
     for iteration, batch in enumerate(collector):
         frames += batch.numel()
         if cfg.anneal_lr:

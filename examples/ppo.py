@@ -299,11 +299,12 @@ def main(cfg: Config) -> dict:
     actor, critic = make_agent(cfg, env)
 
     frames_per_batch = cfg.num_envs * cfg.num_steps
+    total_frames = whole_batches(cfg.total_frames, frames_per_batch)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
-        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
+        total_frames=total_frames,
     )
     # eager, rl-cpp's fused scan kernel; compiled, one graph with the value network
     advantage = compile_advantage(
@@ -315,7 +316,7 @@ def main(cfg: Config) -> dict:
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
 
-    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
+    num_updates = total_frames // frames_per_batch
     minibatch = frames_per_batch // cfg.num_minibatches
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     returns = EpisodeReturns(window=20)

@@ -225,11 +225,12 @@ def main(cfg: Config) -> dict:
     agent, actor, critic = make_agent(cfg, env)
 
     frames_per_batch = cfg.num_envs * cfg.num_steps
+    total_frames = whole_batches(cfg.total_frames, frames_per_batch)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
-        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
+        total_frames=total_frames,
     )
     gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
     if cfg.end_of_life:  # bootstrap stops at a lost life, the game does not reset
@@ -244,7 +245,7 @@ def main(cfg: Config) -> dict:
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
 
-    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
+    num_updates = total_frames // frames_per_batch
     minibatch = frames_per_batch // cfg.num_minibatches
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     scores: collections.deque[float] = collections.deque(maxlen=20)

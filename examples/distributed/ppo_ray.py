@@ -92,6 +92,7 @@ def main(cfg: Config) -> dict:
     else:
         ray_init_config = {"address": "local", "num_cpus": cfg.num_cpus, "include_dashboard": False}
     frames_per_batch = cfg.num_envs * cfg.num_steps
+    total_frames = whole_batches(cfg.total_frames, frames_per_batch)
     start_up = time.perf_counter()
     collector = RayCollector(
         make_env,
@@ -99,7 +100,7 @@ def main(cfg: Config) -> dict:
         # weights it receives are those of ``actor`` (its parameters, shared)
         compile_policy(actor, compile=cfg.compile),
         frames_per_batch=frames_per_batch,
-        total_frames=whole_batches(cfg.total_frames, frames_per_batch),
+        total_frames=total_frames,
         num_collectors=cfg.num_collectors,
         sync=True,
         update_after_each_batch=True,  # on-policy: every batch acts with the latest weights
@@ -117,7 +118,7 @@ def main(cfg: Config) -> dict:
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
 
-    num_updates = whole_batches(cfg.total_frames, frames_per_batch) // frames_per_batch
+    num_updates = total_frames // frames_per_batch
     minibatch = frames_per_batch // cfg.num_minibatches
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     returns = EpisodeReturns(window=20)

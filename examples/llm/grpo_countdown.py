@@ -69,7 +69,7 @@ from rl.objectives.llm import GRPOLoss, MCAdvantage, SFTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
-from sft import SFTStep, UpdateStep, check_cudagraphs  # noqa: E402
+from sft import SFTStep, UpdateStep, check_cudagraphs, token_log_probs  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -223,11 +223,8 @@ def grpo_objective(
     clipped share, the approximate KL to the sampling policy, the effective sample size)
     on :func:`grpo_tensors`, with masks in the place of its boolean indexing (no
     data-dependent shape: one graph)."""
-    positions = (attention.cumsum(-1) - 1).clamp_min(0)
-    logits = model(input_ids=tokens, attention_mask=attention, position_ids=positions).logits
-    # logits[:, t] scores token t + 1; the first token has no context
-    log_prob = logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
-    log_prob = torch.nn.functional.pad(log_prob, (1, 0))
+    # the first token has no context
+    log_prob = torch.nn.functional.pad(token_log_probs(model, tokens, attention), (1, 0))
     first = torch.arange(tokens.shape[-1], device=tokens.device) == 0
     mask = answer & attention.bool() & ~first & torch.isfinite(sample_log_prob)
     log_weight = torch.where(mask, log_prob - torch.where(mask, sample_log_prob, 0.0), 0.0)

@@ -131,14 +131,20 @@ def tokenize(batch: TensorDict, tok, width: int) -> tuple[torch.Tensor, ...]:
     return tokens, attention, assistant
 
 
+def token_log_probs(model, tokens, attention) -> torch.Tensor:
+    """The model's log-probability of each token after the first, ``[B, T - 1]``, on
+    left- or right-padded ``tokens`` ``[B, T]`` (positions count the attended tokens)."""
+    positions = (attention.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=tokens, attention_mask=attention, position_ids=positions).logits
+    # logits[:, t] scores token t + 1
+    return logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+
+
 def sft_loss(model, tokens, attention, assistant) -> torch.Tensor:
     """``SFTLoss``'s value (``"sft"``, mean over conversations, normalised by length) on
     tokenized conversations ``[B, T]``: minus the mean log-likelihood of each
     conversation's assistant tokens, averaged over the batch."""
-    positions = (attention.cumsum(-1) - 1).clamp_min(0)
-    logits = model(input_ids=tokens, attention_mask=attention, position_ids=positions).logits
-    # logits[:, t] scores token t + 1
-    log_probs = logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    log_probs = token_log_probs(model, tokens, attention)
     mask = assistant[:, 1:] & attention[:, 1:].bool()
     per_chat = (log_probs * mask).sum(-1) / mask.sum(-1).clamp_min(1)
     return -per_chat.mean()

@@ -149,11 +149,10 @@ def test_compiled_rollout_of_other_envs_reads_done_key_as_eager():
     import torch._dynamo
 
     from rl.envs import ConstantRewardProbe
-    from rl.envs._rollout import _declares_any_done
 
-    assert _declares_any_done(_env(decoder=False))
+    assert _env(decoder=False)._constant_any_done
     probe = ConstantRewardProbe(batch_size=[3])
-    assert not _declares_any_done(probe)
+    assert not probe._constant_any_done
 
     def run():
         torch.manual_seed(0)

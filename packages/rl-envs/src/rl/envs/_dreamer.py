@@ -56,6 +56,8 @@ class DreamerEnv(ModelBasedEnvBase):
         self.prior_shape = prior_shape
         self.belief_shape = belief_shape
 
+    _constant_any_done = True
+
     def any_done(self, tensordict: TensorDictBase) -> bool:
         """Always ``False``: imagination never ends early (no device sync on ``done``)."""
         return False

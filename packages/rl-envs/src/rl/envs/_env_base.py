@@ -1119,6 +1119,10 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             transform = CallableTransform(transform)
         return TransformedEnv(self, transform)
 
+    #: ``any_done`` is a constant (no branch on data): a traced rollout asks it instead of
+    #: reading ``done_key`` (imagination envs, whose rollouts never end early)
+    _constant_any_done: bool = False
+
     def any_done(self, tensordict: TensorDictBase) -> torch.Tensor | bool:
         """Whether a done flag is set (0-d bool tensor, as TorchRL); writes ``"_reset"`` if so."""
         from ._td_utils import terminated_or_truncated

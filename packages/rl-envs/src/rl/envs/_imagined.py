@@ -103,6 +103,8 @@ class ImaginedEnv(ModelBasedEnvBase):
         self.full_reward_spec = _rebatch_spec(base_env.full_reward_spec, bs).to(self.device)
         self.full_done_spec = _rebatch_spec(base_env.full_done_spec, bs).to(self.device)
 
+    _constant_any_done = True
+
     def any_done(self, tensordict: TensorDictBase) -> bool:
         """``False``: imagined rollouts never end (and no device sync is spent asking)."""
         return False

@@ -50,6 +50,9 @@ def rollout_stacked(
     td = tensordict
     steps: list[TensorDictBase] = []
     seen_done = None
+    # traced, an env that declares a constant any_done (an imagination env: False, no
+    # branch on data) is asked it; other envs read ``done_key`` as in eager mode
+    declared = torch.compiler.is_compiling() and env._constant_any_done
     for t in range(max_steps):
         if policy is None:
             td = env.rand_action(td)
@@ -62,10 +65,7 @@ def rollout_stacked(
         if callback is not None:
             callback(env, td)
         done = td.get(("next", *((done_key,) if isinstance(done_key, str) else done_key)))
-        if torch.compiler.is_compiling() and _declares_any_done(env):
-            # as the env declares it (an imagination env: a constant False, no branch on
-            # data); the selection takes the "_reset" flag any_done writes. Other envs
-            # read ``done_key`` as in eager mode.
+        if declared:  # the selection takes the "_reset" flag any_done writes
             any_done = env.any_done(td.get("next").select(*env.done_keys))
         else:
             any_done = bool(done.any())
@@ -88,11 +88,3 @@ def rollout_stacked(
             td.set("_reset", done.clone())
             td = env.reset(td)
     return LazyStackedTensorDict.maybe_dense_stack(steps, nb)
-
-
-def _declares_any_done(env: EnvBase) -> bool:
-    """Whether ``env``'s class answers ``any_done`` itself (EnvBase's reads every done
-    key; a rollout reads ``done_key``, as the eager loop does)."""
-    from ._env_base import EnvBase
-
-    return type(env).any_done is not EnvBase.any_done

@@ -84,10 +84,13 @@ class hold_out_params(hold_out_net):
     def __init__(self, params: Iterable[torch.Tensor]) -> None:
         self._given = list(params)
         self._params = []
-        self._swapped = []  # (the network's compiled path; given parameters have none)
 
     def __enter__(self):
         self._params = [p for p in self._given if p.requires_grad]
         for p in self._params:
             p.requires_grad_(False)
         return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self._params:
+            p.requires_grad_(True)

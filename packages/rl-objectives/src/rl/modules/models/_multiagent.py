@@ -175,10 +175,7 @@ class MultiAgentNetBase(nn.Module):
                 with self.params.to_module(net, preserve_module_state=False):
                     output = net(inputs)
             if self.centralized:
-                output = output.unsqueeze(agent_dim)
-                shape = list(output.shape)
-                shape[agent_dim] = self.n_agents
-                output = output.expand(shape)
+                output = self._expand_agents(output, agent_dim)
         if not self.initialized:  # lazy layers took their shapes
             self.initialized = True
             self._linear_layers = self._traced_plan()
@@ -215,11 +212,15 @@ class MultiAgentNetBase(nn.Module):
             if bias is not None:
                 out = out + bias
         if self.share_params and self.centralized:
-            out = out.unsqueeze(agent_dim)
-            shape = list(out.shape)
-            shape[agent_dim] = self.n_agents
-            out = out.expand(shape)
+            out = self._expand_agents(out, agent_dim)
         return out
+
+    def _expand_agents(self, output: torch.Tensor, agent_dim: int) -> torch.Tensor:
+        """A shared centralized net's one output, seen by every agent at ``agent_dim``."""
+        output = output.unsqueeze(agent_dim)
+        shape = list(output.shape)
+        shape[agent_dim] = self.n_agents
+        return output.expand(shape)
 
     @staticmethod
     def vmap_func_module(

@@ -85,8 +85,8 @@ def _standardize(
     ids = groups.expand(x.shape).reshape(-1)
     flat = x.reshape(-1)
     w = torch.ones_like(flat) if mask is None else mask.expand(x.shape).reshape(-1).to(x.dtype)
-    _, index = torch.unique(ids, return_inverse=True)
-    n = int(index.max()) + 1 if index.numel() else 0
+    uniq, index = torch.unique(ids, return_inverse=True)
+    n = uniq.numel()
     count = flat.new_zeros(n).index_add_(0, index, w)
     mean = flat.new_zeros(n).index_add_(0, index, flat * w) / count.clamp_min(1)
     centered = flat - mean[index]
@@ -416,8 +416,8 @@ class ValueEstimatorBase(TensorDictModuleBase):
         terminated = terminated.reshape(*batch, -1).any(-1)
         reset = (done & ~terminated).transpose(time_dim, -1)
         steps = reset.shape[-1]
-        before = torch.cumsum(reset[..., :-1].long(), -1)
-        before = torch.cat([before.new_zeros(*before.shape[:-1], 1), before], -1)
+        resets = reset.long()
+        before = torch.cumsum(resets, -1) - resets  # resets strictly before each step
         slot = torch.arange(steps, device=reset.device) + before
         return (slot + 1 < steps + self.shifted_budget).transpose(time_dim, -1)
 

@@ -10,139 +10,23 @@ The collector's compiled policy is the policy's tensor twin compiled
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import importlib.util
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 import torch._dynamo
-import torch._inductor.config
 from torch._dynamo.utils import counters
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def _load(name: str):
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _break_reasons() -> set[str]:
-    return {reason.split("\n")[0] for reason in counters["graph_break"]}
-
-
-def _compiled_totals() -> tuple[int, int]:
-    """Frames dynamo has compiled so far and graph breaks it has met."""
-    return counters["frames"]["total"], sum(counters["graph_break"].values())
-
-
-def _logs(logs) -> dict:
-    """An update step's logs (a tensor, a dict or a TensorDict) as a flat dict."""
-    if isinstance(logs, torch.Tensor):
-        return {"": logs}
-    if isinstance(logs, dict):
-        return dict(logs)
-    return dict(logs.items(True, True))
-
-
-def _copy(arg):
-    return arg.clone() if hasattr(arg, "clone") else arg
-
-
-def _buffers(loss_fn) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The buffers (batch-norm statistics...) of the modules ``loss_fn`` closes over, each
-    with a copy of its value."""
-    while isinstance(loss_fn, functools.partial):
-        loss_fn = loss_fn.func
-    modules = [
-        cell.cell_contents
-        for cell in loss_fn.__closure__ or ()
-        if isinstance(cell.cell_contents, torch.nn.Module)
-    ]
-    state = {
-        id(value): value
-        for module in modules
-        for value in module.state_dict(keep_vars=True).values()
-        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
-    }
-    return [(value, value.detach().clone()) for value in state.values()]
-
-
-def _watch(module, monkeypatch) -> list[tuple[int, int]]:
-    """Records the dynamo totals after every call of the script's update step(s); the
-    script builds them with ``UpdateStep``.
-
-    At the first call of each compiled step, its loss is also computed eagerly on the
-    same weights, a copy of the same batch and the same random draws (the RNG state put
-    back in between), and the compiled step's logs must equal it."""
-    seen: list[tuple[int, int]] = []
-    real = module.UpdateStep
-
-    class Watched(real):
-        def __call__(self, *args):
-            if self.compiled and not getattr(self, "_compared", False):
-                self._compared = True
-                rng, state = torch.get_rng_state(), _buffers(self.loss_fn)
-                _, eager = self.loss_fn(*[_copy(arg) for arg in args])
-                eager = {k: v.detach() for k, v in _logs(eager).items()}
-                torch.set_rng_state(rng)
-                with torch.no_grad():  # the running statistics the eager call moved
-                    for buffer, value in state:
-                        buffer.copy_(value)
-                out = super().__call__(*args)
-                compiled = _logs(out)
-                assert sorted(compiled) == sorted(eager)
-                for key, value in eager.items():
-                    torch.testing.assert_close(compiled[key], value, rtol=1e-4, atol=1e-5)
-            else:
-                out = super().__call__(*args)
-            seen.append(_compiled_totals())
-            return out
-
-    monkeypatch.setattr(module, "UpdateStep", Watched)
-    return seen
-
-
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    # fallback_random: inductor draws the random numbers as eager torch does, so that
-    # a compiled loss equals the eager one on the same draws
-    with (
-        torch._dynamo.config.patch(error_on_recompile=True),
-        torch._inductor.config.patch(fallback_random=True),
-    ):
-        yield
-    torch._dynamo.reset()
-
-
-def _check(seen: list[tuple[int, int]], first: int, graphs: int | None = None) -> None:
-    assert len(seen) > first + 2, seen
-    # after the first ``first`` updates (a branch of a loss first taken there is compiled
-    # then, once): no frame compiled, no graph break met
-    assert seen[first:] == [seen[first]] * len(seen[first:]), seen
-    assert not _break_reasons()  # (a recompilation raises: error_on_recompile)
-    if graphs is None:
-        # one graph per compiled function: the update step, the policy (and the advantage)
-        assert counters["stats"]["unique_graphs"] == counters["frames"]["ok"]
-    else:  # (``fullgraph`` compilations are not counted in ``frames``)
-        assert counters["stats"]["unique_graphs"] == graphs
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_checks import ONE_GRAPH, Case, check, load, run_case, watch  # noqa: E402
 
 
 @pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU
 def test_ppo_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path):
-    ppo = _load("ppo")
-    seen = _watch(ppo, monkeypatch)
+    ppo = load("ppo")
+    seen = watch(ppo, monkeypatch)
     cfg = ppo.Config(
         total_frames=400,  # not whole batches of 128: rounded up, no smaller last batch
         num_envs=4,
@@ -157,12 +41,12 @@ def test_ppo_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path
     summary = ppo.main(cfg)
     assert summary["frames"] == 512
     assert len(seen) == 4 * 2 * 2  # batches x epochs x minibatches
-    _check(seen, first=4)  # the first batch's updates
+    check(seen, first=4)  # the first batch's updates
     assert counters["frames"]["ok"] == 3  # update step, policy, advantage
 
 
 def test_whole_batches_rounds_up_as_torchrls_collectors_do():
-    whole_batches = _load("_common").whole_batches
+    whole_batches = load("_common").whole_batches
     assert whole_batches(100_000, 256) == 100_096  # 391 batches, not 390 and a 160-frame one
     assert whole_batches(512, 128) == 512
     assert whole_batches(1, 128) == 128
@@ -172,8 +56,8 @@ def test_whole_batches_rounds_up_as_torchrls_collectors_do():
 
 @pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU
 def test_sac_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path):
-    sac = _load("sac")
-    seen = _watch(sac, monkeypatch)
+    sac = load("sac")
+    seen = watch(sac, monkeypatch)
     cfg = sac.Config(
         total_frames=300,
         init_random_frames=100,
@@ -189,11 +73,9 @@ def test_sac_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path
     summary = sac.main(cfg)
     assert summary["frames"] == 300
     assert len(seen) == 5 * 10  # batches past the random frames x updates per batch
-    _check(seen, first=10)  # the first batch's updates
+    check(seen, first=10)  # the first batch's updates
     assert counters["frames"]["ok"] == 2  # update step, policy
 
-
-ONE_GRAPH = {"backend": "eager", "fullgraph": True}  # dynamo only: fast, raises on a break
 
 TINY_CONTINUOUS = {
     "total_frames": 300,
@@ -205,22 +87,6 @@ TINY_CONTINUOUS = {
 }
 TINY_ATARI = {"eval_max_steps": 20}
 TINY_OFFLINE = {"num_updates": 6, "batch_size": 16, "hidden": 8, "eval_interval": 100}
-
-
-@dataclasses.dataclass
-class Case:
-    script: str
-    config: dict
-    calls: int
-    """update-step calls of the run"""
-    first: int
-    """calls after which nothing is compiled any more (each step has been called once)"""
-    graphs: int
-    """compiled functions, one graph each: the update step(s) and the collector's policy"""
-    dataset: bool = False
-    """the script learns from a saved dataset"""
-    steps_in: str | None = None
-    """the module whose ``UpdateStep`` the script's steps are (default: the script's)"""
 
 
 CASES = {
@@ -305,25 +171,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def pendulum_dataset(tmp_path_factory):
-    """400 transitions (2 episodes) of uniformly random actions on Pendulum-v1, saved as
-    ``sac.py --save-buffer`` saves its buffer."""
-    _load("_common")  # puts examples/ on the path
-    import _offpolicy
-
-    path = tmp_path_factory.mktemp("pendulum") / "data"
-    env = _offpolicy.make_env("Pendulum-v1")
-    env.set_seed(0)
-    torch.manual_seed(0)
-    rollout = env.rollout(400, break_when_any_done=False)
-    buffer = _offpolicy.make_replay_buffer(400, 16, scratch_dir=path)
-    buffer.extend(_offpolicy.transitions(rollout))
-    cfg = SimpleNamespace(env_id="Pendulum-v1", seed=0, eval_episodes=1)
-    _offpolicy.save_dataset(buffer, path, cfg, policy_return=-1000.0)
-    return path
-
-
 @pytest.mark.slow  # compilation: 10-60 s a graph on a 2-core CPU
 @pytest.mark.parametrize("compile", [True, ONE_GRAPH], ids=["inductor", "dynamo-fullgraph"])
 @pytest.mark.parametrize(
@@ -341,19 +188,9 @@ def test_script_update_compiled_once_in_one_graph(
 ):
     """Each script's update step(s) under ``--compile``: one graph each, compiled at
     their first call and never again, no graph break, the first step's losses equal to
-    the eager ones (``_watch``); ``ONE_GRAPH`` (dynamo alone, ``fullgraph``) raises on a
+    the eager ones (``watch``); ``ONE_GRAPH`` (dynamo alone, ``fullgraph``) raises on a
     break and gives the same numbers bit for bit."""
-    case = CASES[name]
-    module = _load(case.script)
-    seen = _watch(sys.modules[case.steps_in or case.script], monkeypatch)
-    extra = {"dataset": str(request.getfixturevalue("pendulum_dataset"))} if case.dataset else {}
-    cfg = module.Config(
-        **case.config, **extra, eval_episodes=1, progress=False, log_dir=str(tmp_path)
-    )
-    cfg.compile = compile
-    module.main(cfg)
-    assert len(seen) == case.calls
-    _check(seen, first=case.first, graphs=case.graphs)
+    run_case(CASES[name], compile, monkeypatch, tmp_path, request)
 
 
 def _nets(n: int = 2):
@@ -385,7 +222,7 @@ def _nets(n: int = 2):
     ids=["adam", "adam-betas-clipped", "adamw-clipped", "rmsprop-clipped"],
 )
 def test_update_step_one_graph_matches_torch_optim(make_optim, max_grad_norm):
-    common = _load("_common")
+    common = load("_common")
     torch._dynamo.reset()
     counters.clear()
     eager_net, fused_net = _nets()
@@ -431,7 +268,7 @@ def test_update_step_soft_and_hard_target_updates_match_eager():
 
     from rl.objectives import DQNLoss, HardUpdate, SoftUpdate
 
-    common = _load("_common")
+    common = load("_common")
     torch._dynamo.reset()
     counters.clear()
     sample = TensorDict(
@@ -474,7 +311,7 @@ def test_update_step_soft_and_hard_target_updates_match_eager():
 
 
 def test_update_step_refuses_an_optimizer_it_does_not_write():
-    common = _load("_common")
+    common = load("_common")
     (net,) = _nets(1)
     optim = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     with pytest.raises(ValueError, match="writes Adam, AdamW and RMSprop .* got SGD"):
@@ -492,7 +329,7 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
     from rl.envs import PendulumEnv
     from rl.modules import MLP, ProbabilisticActor, TanhNormal, TensorDictModule
 
-    common = _load("_common")
+    common = load("_common")
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
@@ -571,7 +408,7 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
     ],
 )
 def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):
-    module = _load(script)
+    module = load(script)
     cfg = module.Config(cudagraphs=True, progress=False, log_dir=str(tmp_path))
     with pytest.raises(RuntimeError, match="--cudagraphs needs a CUDA device"):
         module.main(cfg)

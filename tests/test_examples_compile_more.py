@@ -1,7 +1,7 @@
 """``--compile`` of the scripts outside the single-process algorithms: rollout.py,
 distributed/ppo_ray.py, distributed/collect_torchrun.py, llm/sft.py, llm/grpo_countdown.py.
 
-The same checks as ``test_examples_compile.py`` (whose helpers are used here): dynamo's
+The same checks as ``test_examples_compile.py`` (``_compile_checks``' helpers): dynamo's
 counters (the graphs each compiled function makes, no graph break, nothing compiled after
 the first updates, ``error_on_recompile``) and, for the scripts that train, the first
 compiled update's loss equal to the eager one on the same weights and batch. Policies
@@ -12,7 +12,6 @@ through a hook that writes them to a file after each batch they collect.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import sys
@@ -22,34 +21,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def _load_path(name: str, path: Path):
-    for folder in (EXAMPLES, path.parent):
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-# the neighbour's helpers: _watch (the first compiled step against eager), _check (the
-# counters after the warm-up), the fresh_dynamo fixture (error_on_recompile)
-_compile_tests = _load_path(
-    "_test_examples_compile", Path(__file__).with_name("test_examples_compile.py")
-)
-_watch, _check, fresh_dynamo = (
-    _compile_tests._watch,
-    _compile_tests._check,
-    _compile_tests.fresh_dynamo,
-)
-
-
-def _load(name: str):
-    return _load_path(name.replace("/", "_"), EXAMPLES / f"{name}.py")
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_checks import check, load, watch  # noqa: E402
 
 
 def _no_breaks_or_recompiles() -> None:
@@ -107,7 +80,7 @@ def _check_workers(stats: dict[str, list[dict]], workers: int, batches: int) -> 
 # --------------------------------------------------------------------------- rollout.py
 @pytest.mark.slow  # compilation: 10-30 s on a 2-core CPU
 def test_rollout_compiles_the_controller_once(fresh_dynamo):
-    rollout = _load("rollout")
+    rollout = load("rollout")
     cfg = dict(native=True, num_envs=8, episodes=2, max_steps=60)
     eager = rollout.main(rollout.Config(**cfg))
     assert counters["frames"]["total"] == 0
@@ -119,7 +92,7 @@ def test_rollout_compiles_the_controller_once(fresh_dynamo):
 
 
 def test_rollout_help_says_what_compile_compiles(capsys, monkeypatch):
-    rollout = _load("rollout")
+    rollout = load("rollout")
     monkeypatch.setattr(sys, "argv", ["rollout.py", "--help"])
     with pytest.raises(SystemExit):
         rollout.parse_args()
@@ -133,8 +106,8 @@ def test_rollout_help_says_what_compile_compiles(capsys, monkeypatch):
 @pytest.mark.timeout(300)
 def test_ppo_ray_compiles_the_update_and_each_actors_policy(fresh_dynamo, monkeypatch, tmp_path):
     pytest.importorskip("ray")
-    ppo_ray = _load("distributed/ppo_ray")
-    seen = _watch(ppo_ray.ppo, monkeypatch)  # ppo.make_update_step's UpdateStep
+    ppo_ray = load("distributed/ppo_ray")
+    seen = watch(ppo_ray.ppo, monkeypatch)  # ppo.make_update_step's UpdateStep
     folder = tmp_path / "actors"
     folder.mkdir()
     monkeypatch.setattr(
@@ -159,7 +132,7 @@ def test_ppo_ray_compiles_the_update_and_each_actors_policy(fresh_dynamo, monkey
     out = ppo_ray.main(cfg)
     assert out["frames"] == 512 and out["losses_finite"]
     assert len(seen) == 4 * 2 * 2  # batches x epochs x minibatches
-    _check(seen, first=4)  # after the first batch's updates
+    check(seen, first=4)  # after the first batch's updates
     assert counters["frames"]["ok"] == 2  # the learner: update step, advantage
     _check_workers(_worker_stats(folder), workers=2, batches=4)
 
@@ -170,8 +143,8 @@ def test_ppo_ray_compiles_the_update_and_each_actors_policy(fresh_dynamo, monkey
 def test_collect_torchrun_compiles_the_step_and_each_ranks_policy(
     fresh_dynamo, monkeypatch, tmp_path
 ):
-    script = _load("distributed/collect_torchrun")
-    seen = _watch(script, monkeypatch)
+    script = load("distributed/collect_torchrun")
+    seen = watch(script, monkeypatch)
     folder = tmp_path / "ranks"
     folder.mkdir()
     from rl.collectors import Collector
@@ -194,7 +167,7 @@ def test_collect_torchrun_compiles_the_step_and_each_ranks_policy(
     cfg = script.Config(total_frames=1200, frames_per_batch=200, num_workers=2, compile=True)
     script.main(cfg)
     assert len(seen) == 6  # one REINFORCE step per batch
-    _check(seen, first=1)
+    check(seen, first=1)
     assert counters["frames"]["ok"] == 1  # the learner: the update step
     _check_workers(_worker_stats(folder), workers=2, batches=2)
 
@@ -203,7 +176,7 @@ def test_collect_torchrun_compiles_the_step_and_each_ranks_policy(
 @pytest.fixture
 def sft():
     pytest.importorskip("transformers")
-    return _load("llm/sft")
+    return load("llm/sft")
 
 
 def test_sft_loss_on_tokens_equals_sftloss(sft):
@@ -228,7 +201,7 @@ def test_sft_loss_on_tokens_equals_sftloss(sft):
 
 @pytest.mark.slow  # compilation of the model's forward and backward: about a minute
 def test_sft_step_compiled_once_in_one_graph(sft, fresh_dynamo, monkeypatch, tmp_path):
-    seen = _watch(sft, monkeypatch)
+    seen = watch(sft, monkeypatch)
     cfg = sft.Config(
         steps=6,
         batch_size=4,
@@ -243,7 +216,7 @@ def test_sft_step_compiled_once_in_one_graph(sft, fresh_dynamo, monkeypatch, tmp
     out = sft.main(cfg)
     assert out["loss_after"] < out["loss_before"]
     assert len(seen) == 6
-    _check(seen, first=1, graphs=1)  # one graph: forward, loss, backward, clipping, AdamW
+    check(seen, first=1, graphs=1)  # one graph: forward, loss, backward, clipping, AdamW
 
 
 # ------------------------------------------------------------------- llm/grpo_countdown
@@ -253,9 +226,9 @@ def test_grpo_sft_and_grpo_steps_compiled_once_in_one_graph_each(
     fresh_dynamo, monkeypatch, tmp_path
 ):
     pytest.importorskip("transformers")
-    grpo = _load("llm/grpo_countdown")
-    sft_seen = _watch(sys.modules["sft"], monkeypatch)  # grpo's SFT steps: sft.SFTStep
-    grpo_seen = _watch(grpo, monkeypatch)  # grpo.GRPOStep
+    grpo = load("llm/grpo_countdown")
+    sft_seen = watch(sys.modules["sft"], monkeypatch)  # grpo's SFT steps: sft.SFTStep
+    grpo_seen = watch(grpo, monkeypatch)  # grpo.GRPOStep
     compared: list[float] = []
 
     class Compared(grpo.GRPOStep):
@@ -304,8 +277,8 @@ def test_grpo_sft_and_grpo_steps_compiled_once_in_one_graph_each(
     assert len(sft_seen) == 4 and len(grpo_seen) == len(compared) == 3 * 2
     assert any(kl != 0 for kl in compared)  # off-policy passes were compared
     # each step's graph at its first call: nothing compiled after, no graph break
-    _check(sft_seen, first=1, graphs=2)
-    _check(grpo_seen, first=1, graphs=2)
+    check(sft_seen, first=1, graphs=2)
+    check(grpo_seen, first=1, graphs=2)
     assert counters["frames"]["ok"] == 2
     _no_breaks_or_recompiles()
 
@@ -314,9 +287,9 @@ def test_grpo_sft_and_grpo_steps_compiled_once_in_one_graph_each(
 def test_cudagraphs_without_cuda_names_the_missing_device():
     """rollout.py and collect_torchrun.py (their configs have no logger fields, unlike
     those of ``test_examples_compile.py``'s parametrized test)."""
-    rollout = _load("rollout")
+    rollout = load("rollout")
     with pytest.raises(RuntimeError, match="--cudagraphs needs a CUDA device"):
         rollout.main(rollout.Config(cudagraphs=True))
-    script = _load("distributed/collect_torchrun")
+    script = load("distributed/collect_torchrun")
     with pytest.raises(RuntimeError, match="--cudagraphs needs a CUDA device"):
         script.learner(script.Config(cudagraphs=True), "mp")

@@ -4,13 +4,11 @@ Decision Transformer (offline and online), the ``Trainer``-driven DQN, Dreamer, 
 MCTS: each script's compiled pieces are counted with dynamo's counters on a tiny budget
 (graphs, graph breaks, no recompilation once every piece has run once), and the first
 compiled update's losses equal the eager ones on the same weights, batch and random
-draws (``_watch`` of ``test_examples_compile.py``, shared rather than copied).
+draws (``_compile_checks.watch``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,31 +16,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-_COMPILE_TESTS = Path(__file__).with_name("test_examples_compile.py")
-_spec = importlib.util.spec_from_file_location("_examples_compile_helpers", _COMPILE_TESTS)
-_helpers = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = _helpers  # its dataclasses look their module up there
-_spec.loader.exec_module(_helpers)
-
-_load, _watch, _check = _helpers._load, _helpers._watch, _helpers._check
-fresh_dynamo = _helpers.fresh_dynamo  # the fixture: counters cleared, recompilation an error
-pendulum_dataset = _helpers.pendulum_dataset  # 400 random Pendulum transitions, saved
-ONE_GRAPH = _helpers.ONE_GRAPH
-
-
-@dataclasses.dataclass
-class Case:
-    script: str
-    config: dict
-    calls: int
-    """update-step calls of the run"""
-    first: int
-    """calls after which nothing is compiled any more"""
-    graphs: int
-    """compiled functions, one graph each"""
-    dataset: bool = False
-    """the script learns from a saved dataset"""
-
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_checks import ONE_GRAPH, Case, load, run_case  # noqa: E402
 
 TINY_DT = {
     "num_updates": 4,
@@ -145,21 +120,11 @@ def test_script_update_compiled_once_in_one_graph(
     """Each script's update step under ``--compile``: one graph, compiled at its first
     call and never again, no graph break, the first step's losses equal to the eager
     ones; ``ONE_GRAPH`` (dynamo alone, ``fullgraph``) raises on a break."""
-    case = CASES[name]
-    module = _load(case.script)
-    seen = _watch(module, monkeypatch)
-    extra = {"dataset": str(request.getfixturevalue("pendulum_dataset"))} if case.dataset else {}
-    cfg = module.Config(
-        **case.config, **extra, eval_episodes=1, progress=False, log_dir=str(tmp_path)
-    )
-    cfg.compile = compile
-    module.main(cfg)
-    assert len(seen) == case.calls
-    _check(seen, first=case.first, graphs=case.graphs)
+    run_case(CASES[name], compile, monkeypatch, tmp_path, request)
 
 
 def test_update_step_refuses_clip_params_it_does_not_update():
-    common = _load("_common")
+    common = load("_common")
     net, stray = torch.nn.Linear(3, 2), torch.nn.Parameter(torch.zeros(4, 5))
     optimizer = torch.optim.Adam(net.parameters())
 
@@ -179,7 +144,7 @@ def test_update_step_refuses_clip_params_it_does_not_update():
 def test_update_step_clips_only_clip_params():
     """``UpdateStep(clip_params=...)``: only those gradients are clipped (together), the
     others step unclipped, as a plain loop does it; compiled (one graph) as eager."""
-    common = _load("_common")
+    common = load("_common")
     torch._dynamo.reset()
     counters.clear()
 
@@ -239,7 +204,7 @@ def test_mpc_true_model_compiled_once(compile, fresh_dynamo, tmp_path):
     """``mpc.py --compile`` with the true dynamics: the model and the reward the planner
     calls (on the evaluation's batch of envs) compiled once each, no break; dynamo's
     graphs (``ONE_GRAPH``) plan exactly as eager."""
-    mpc = _load("mpc")
+    mpc = load("mpc")
     tiny = {
         "max_steps": 10,
         "eval_episodes": 2,
@@ -263,7 +228,7 @@ def test_mpc_true_model_compiled_once(compile, fresh_dynamo, tmp_path):
 def test_mcts_selection_compiled_once(compile, fresh_dynamo, tmp_path):
     """``mcts.py --compile``: the selection rule compiled once for every number of games
     (dynamic shapes), no break, the same moves as eager on the same random draws."""
-    mcts = _load("mcts")
+    mcts = load("mcts")
     from rl.modules import UCBScore
 
     cfg = {"num_games": 6, "num_simulations": 8, "progress": False, "log_dir": str(tmp_path)}

@@ -3,44 +3,29 @@
 Each script's update step (``_common.UpdateStep``) compiles to one graph, compiled at
 its first call and never again, with no graph break, and its first compiled step's
 losses equal the eager ones on the same weights and batch (the machinery of
-``test_examples_compile.py``, run here on the multi-agent sign probe). The collector's
+``_compile_checks``, run here on the multi-agent sign probe). The collector's
 policy (a ``MultiAgentMLP`` behind group keys) and MAPPO's advantage compile once each.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-TESTS = Path(__file__).resolve().parent
-MULTIAGENT = TESTS.parent / "examples" / "multiagent"
-
-
-def _module(name: str, path: Path):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and `from mappo import ...` look it up there
-    spec.loader.exec_module(module)
-    return module
-
-
-# the dynamo counters' checks and fixtures of the single-agent scripts' compile tests
-_compile_tests = _module("_examples_compile_tests", TESTS / "test_examples_compile.py")
-fresh_dynamo = _compile_tests.fresh_dynamo
-ONE_GRAPH = _compile_tests.ONE_GRAPH
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_checks import EXAMPLES, ONE_GRAPH, Case, check, load_path, watch  # noqa: E402
 
 
 def _load(name: str):
-    if str(MULTIAGENT) not in sys.path:
-        sys.path.insert(0, str(MULTIAGENT))
-    return _module(name, MULTIAGENT / f"{name}.py")
+    """``examples/multiagent/<name>.py`` as the module ``name`` (``from mappo import ...``
+    finds it), loaded once."""
+    if name in sys.modules:
+        return sys.modules[name]
+    return load_path(name, EXAMPLES / "multiagent" / f"{name}.py")
 
 
 PROBE = {"scenario": "probe", "n_agents": 2, "max_steps": 4, "hidden": 16, "eval_episodes": 2}
@@ -55,34 +40,18 @@ OFF_POLICY = {
     "updates_per_batch": 3,
     "batch_size": 8,
 }
-
-
-@dataclasses.dataclass
-class Case:
-    script: str
-    config: dict
-    calls: int
-    """update-step calls of the run"""
-    first: int
-    """calls after which nothing is compiled any more"""
-    graphs: int
-    """compiled functions, one graph each: the update step, the policy (the advantage)"""
-    steps_in: str
-    """the module whose ``UpdateStep`` builds the script's step"""
-
-
 #: 3 batches of 8 envs x 4 steps, 3 updates of 8 transitions after each: 9 update steps
 QMIX = {**PROBE, "num_envs": 8, "total_frames": 96, "updates_per_batch": 3, "batch_size": 8}
 #: each script on its navigation preset (ippo / iddpg: a decentralised critic), made tiny
 CASES = {
-    "mappo": Case("mappo", ON_POLICY, 6, 2, 3, "ppo"),
-    "mappo-unshared": Case("mappo", {**ON_POLICY, "share_params": False}, 6, 2, 3, "ppo"),
-    "ippo": Case("ippo", ON_POLICY, 6, 2, 3, "ppo"),
-    "maddpg": Case("maddpg", OFF_POLICY, 9, 3, 2, "_marl_common"),
-    "iddpg": Case("iddpg", OFF_POLICY, 9, 3, 2, "_marl_common"),
-    "masac": Case("masac", OFF_POLICY, 9, 3, 2, "_marl_common"),
-    "qmix": Case("qmix", QMIX, 9, 3, 2, "qmix"),
-    "vdn": Case("qmix", {**QMIX, "mixer": "vdn"}, 9, 3, 2, "qmix"),
+    "mappo": Case("mappo", ON_POLICY, 6, 2, 3, steps_in="ppo"),
+    "mappo-unshared": Case("mappo", {**ON_POLICY, "share_params": False}, 6, 2, 3, steps_in="ppo"),
+    "ippo": Case("ippo", ON_POLICY, 6, 2, 3, steps_in="ppo"),
+    "maddpg": Case("maddpg", OFF_POLICY, 9, 3, 2, steps_in="_marl_common"),
+    "iddpg": Case("iddpg", OFF_POLICY, 9, 3, 2, steps_in="_marl_common"),
+    "masac": Case("masac", OFF_POLICY, 9, 3, 2, steps_in="_marl_common"),
+    "qmix": Case("qmix", QMIX, 9, 3, 2, steps_in="qmix"),
+    "vdn": Case("qmix", {**QMIX, "mixer": "vdn"}, 9, 3, 2, steps_in="qmix"),
 }
 
 
@@ -97,7 +66,7 @@ def test_multiagent_update_compiled_once_in_one_graph(
     step's losses equal to the eager ones."""
     case = CASES[name]
     module = _load(case.script)
-    seen = _compile_tests._watch(sys.modules[case.steps_in], monkeypatch)
+    seen = watch(sys.modules[case.steps_in], monkeypatch)
     preset = module.PRESETS["navigation"][1]
     cfg = dataclasses.replace(
         preset, **case.config, compile=compile, progress=False, log_dir=str(tmp_path)
@@ -107,4 +76,4 @@ def test_multiagent_update_compiled_once_in_one_graph(
     if case.script != "qmix":  # ippo / iddpg: their presets' decentralised critic
         assert cfg.centralised_critic == (name not in ("ippo", "iddpg"))
     assert len(seen) == case.calls
-    _compile_tests._check(seen, first=case.first, graphs=case.graphs)
+    check(seen, first=case.first, graphs=case.graphs)

@@ -1,0 +1,172 @@
+"""What the ``--compile`` tests of the example scripts share.
+
+Loading a script as a module, :func:`watch` (the dynamo totals after each call of a
+script's update step, and its first compiled step's logs against eager ones on the same
+weights, batch and random draws), :func:`check` (nothing compiled after the warm-up, no
+graph break, one graph per compiled function), the :class:`Case` of a script's tiny run,
+and :func:`run_case`, which runs one. The fixtures (``fresh_dynamo``,
+``pendulum_dataset``) are in ``conftest.py``.
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _compile_checks import ONE_GRAPH, Case, check, load, watch
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+from torch._dynamo.utils import counters
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+ONE_GRAPH = {"backend": "eager", "fullgraph": True}  # dynamo only: fast, raises on a break
+
+
+def load_path(name: str, path: Path):
+    """Runs the file ``path`` as the module ``name``, with ``examples/`` and the file's
+    folder on ``sys.path``."""
+    for folder in (EXAMPLES, path.parent):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def load(name: str):
+    """The script ``examples/<name>.py`` (``"ppo"``, ``"llm/sft"``), run afresh as the
+    module ``name`` with ``/`` as ``_``."""
+    return load_path(name.replace("/", "_"), EXAMPLES / f"{name}.py")
+
+
+def _break_reasons() -> set[str]:
+    return {reason.split("\n")[0] for reason in counters["graph_break"]}
+
+
+def _compiled_totals() -> tuple[int, int]:
+    """Frames dynamo has compiled so far and graph breaks it has met."""
+    return counters["frames"]["total"], sum(counters["graph_break"].values())
+
+
+def _logs(logs) -> dict:
+    """An update step's logs (a tensor, a dict or a TensorDict) as a flat dict."""
+    if isinstance(logs, torch.Tensor):
+        return {"": logs}
+    if isinstance(logs, dict):
+        return dict(logs)
+    return dict(logs.items(True, True))
+
+
+def _copy(arg):
+    return arg.clone() if hasattr(arg, "clone") else arg
+
+
+def _buffers(loss_fn) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The buffers (batch-norm statistics...) of the modules ``loss_fn`` closes over, each
+    with a copy of its value."""
+    while isinstance(loss_fn, functools.partial):
+        loss_fn = loss_fn.func
+    modules = [
+        cell.cell_contents
+        for cell in loss_fn.__closure__ or ()
+        if isinstance(cell.cell_contents, torch.nn.Module)
+    ]
+    state = {
+        id(value): value
+        for module in modules
+        for value in module.state_dict(keep_vars=True).values()
+        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+    }
+    return [(value, value.detach().clone()) for value in state.values()]
+
+
+def watch(module, monkeypatch) -> list[tuple[int, int]]:
+    """Records the dynamo totals after every call of the script's update step(s); the
+    script builds them with ``module.UpdateStep``.
+
+    At the first call of each compiled step, its loss is also computed eagerly on the
+    same weights, a copy of the same batch and the same random draws (the RNG state put
+    back in between), and the compiled step's logs must equal it."""
+    seen: list[tuple[int, int]] = []
+    real = module.UpdateStep
+
+    class Watched(real):
+        def __call__(self, *args):
+            if self.compiled and not getattr(self, "_compared", False):
+                self._compared = True
+                rng, state = torch.get_rng_state(), _buffers(self.loss_fn)
+                _, eager = self.loss_fn(*[_copy(arg) for arg in args])
+                eager = {k: v.detach() for k, v in _logs(eager).items()}
+                torch.set_rng_state(rng)
+                with torch.no_grad():  # the running statistics the eager call moved
+                    for buffer, value in state:
+                        buffer.copy_(value)
+                out = super().__call__(*args)
+                compiled = _logs(out)
+                assert sorted(compiled) == sorted(eager)
+                for key, value in eager.items():
+                    torch.testing.assert_close(compiled[key], value, rtol=1e-4, atol=1e-5)
+            else:
+                out = super().__call__(*args)
+            seen.append(_compiled_totals())
+            return out
+
+    monkeypatch.setattr(module, "UpdateStep", Watched)
+    return seen
+
+
+def check(seen: list[tuple[int, int]], first: int, graphs: int | None = None) -> None:
+    """After the first ``first`` calls of :func:`watch`'s steps, nothing compiled and no
+    graph break; ``graphs`` graphs in all (default: one per compiled function)."""
+    assert len(seen) > first + 2, seen
+    # after the first ``first`` updates (a branch of a loss first taken there is compiled
+    # then, once): no frame compiled, no graph break met
+    assert seen[first:] == [seen[first]] * len(seen[first:]), seen
+    assert not _break_reasons()  # (a recompilation raises: error_on_recompile)
+    if graphs is None:
+        # one graph per compiled function: the update step, the policy (and the advantage)
+        assert counters["stats"]["unique_graphs"] == counters["frames"]["ok"]
+    else:  # (``fullgraph`` compilations are not counted in ``frames``)
+        assert counters["stats"]["unique_graphs"] == graphs
+
+
+@dataclasses.dataclass
+class Case:
+    """A script's tiny ``--compile`` run and what its counters must read."""
+
+    script: str
+    config: dict
+    calls: int
+    """update-step calls of the run"""
+    first: int
+    """calls after which nothing is compiled any more (each step has been called once)"""
+    graphs: int
+    """compiled functions, one graph each: the update step(s), the collector's policy (the
+    advantage)"""
+    dataset: bool = False
+    """the script learns from a saved dataset"""
+    steps_in: str | None = None
+    """the module whose ``UpdateStep`` the script's steps are (default: the script's)"""
+
+
+def run_case(case: Case, compile, monkeypatch, tmp_path, request) -> None:
+    """Runs ``case``'s script under ``compile`` (``True`` or :data:`ONE_GRAPH`) with its
+    ``Config(**case.config)`` and checks its update steps' counters (:func:`watch`,
+    :func:`check`); the ``fresh_dynamo`` fixture is the caller's."""
+    module = load(case.script)
+    seen = watch(sys.modules[case.steps_in or case.script], monkeypatch)
+    extra = {"dataset": str(request.getfixturevalue("pendulum_dataset"))} if case.dataset else {}
+    cfg = module.Config(
+        **case.config, **extra, eval_episodes=1, progress=False, log_dir=str(tmp_path)
+    )
+    cfg.compile = compile
+    module.main(cfg)
+    assert len(seen) == case.calls
+    check(seen, first=case.first, graphs=case.graphs)

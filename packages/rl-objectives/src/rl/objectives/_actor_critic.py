@@ -26,6 +26,7 @@ from ._loss import LossModule, _MissingKeyError
 from ._networks import _network_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 from .value import VTrace
+from .value._base import _standardize
 
 __all__: list[str] = []
 
@@ -66,14 +67,6 @@ def _entropy(dist: D.Distribution, samples: int) -> torch.Tensor:
     except NotImplementedError:
         x = dist.rsample((samples,)) if dist.has_rsample else dist.sample((samples,))
         return -dist.log_prob(x).mean(0)
-
-
-def _standardize(x: torch.Tensor, exclude_dims: tuple[int, ...] = ()) -> torch.Tensor:
-    if not exclude_dims:
-        return (x - x.mean()) / x.std().clamp_min(1e-6)
-    exclude = {d % x.ndim for d in exclude_dims}
-    dims = [d for d in range(x.ndim) if d not in exclude]
-    return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True).clamp_min(1e-6)
 
 
 def _stored_action_log_prob(
@@ -361,7 +354,9 @@ class _ActorCriticLoss(LossModule):
                 self.advantage_norm.update(self._get(tensordict, "value_target"))
             return advantage / self.advantage_norm.scale()
         if self.normalize_advantage and advantage.numel() > 1:
-            advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
+            advantage = _standardize(
+                advantage, 1e-6, exclude_dims=self.normalize_advantage_exclude_dims
+            )
         return advantage
 
     # ------------------------------------------------------------ pieces

@@ -55,6 +55,7 @@ def _standardize(
     eps: float,
     groups: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    exclude_dims: tuple[int, ...] = (),
 ) -> torch.Tensor:
     """``x`` with zero mean and unit (unbiased) std, over all its entries or per group.
 
@@ -65,15 +66,22 @@ def _standardize(
             each distinct id is standardized on its own.
         mask: the entries that count in the statistics (broadcast to ``x``); the others
             are standardized with them but do not move them.
+        exclude_dims: dims of ``x`` kept apart (negative ones count from the end): each
+            index along them is standardized on its own (the agents of a multi-agent
+            advantage).
     """
+    stats = {}  # the reduction over all dims but the excluded ones
+    if exclude_dims:
+        excluded = {d % x.ndim for d in exclude_dims}
+        stats = {"dim": [d for d in range(x.ndim) if d not in excluded], "keepdim": True}
     if groups is None and mask is None:
-        return (x - x.mean()) / x.std().clamp_min(eps)
+        return (x - x.mean(**stats)) / x.std(**stats).clamp_min(eps)
     if groups is None:
         w = mask.expand_as(x).to(x.dtype)
-        count = w.sum().clamp_min(1)
-        loc = (x * w).sum() / count
+        count = w.sum(**stats).clamp_min(1)
+        loc = (x * w).sum(**stats) / count
         # the masked statistics are the population ones, as TorchRL's
-        scale = (((x - loc).square() * w).sum() / count).sqrt().clamp_min(eps)
+        scale = (((x - loc).square() * w).sum(**stats) / count).sqrt().clamp_min(eps)
         return (x - loc) / scale
     while groups.ndim < x.ndim:
         groups = groups.unsqueeze(-1)
@@ -82,7 +90,14 @@ def _standardize(
             f"group ids of shape {tuple(groups.shape)} cannot index values of shape "
             f"{tuple(x.shape)}"
         )
-    ids = groups.expand(x.shape).reshape(-1)
+    groups = groups.expand(x.shape)
+    for d in sorted({d % x.ndim for d in exclude_dims}):  # one group per (id, index)
+        n = x.shape[d]
+        index = torch.arange(n, device=x.device).reshape(
+            [-1 if i == d else 1 for i in range(x.ndim)]
+        )
+        groups = groups * n + index
+    ids = groups.reshape(-1)
     flat = x.reshape(-1)
     w = torch.ones_like(flat) if mask is None else mask.expand(x.shape).reshape(-1).to(x.dtype)
     uniq, index = torch.unique(ids, return_inverse=True)

@@ -367,6 +367,10 @@ class GAE(ValueEstimatorBase):
         """The ``truncated`` flags of ``auto_reset_env`` shaped as the value (unchanged)."""
         return tensor
 
+    def _kept_dims(self) -> tuple[int, ...]:
+        """The dims of the advantage standardized apart when ``average_gae`` (here: none)."""
+        return ()
+
     def _normalize_advantage(
         self,
         advantage: torch.Tensor,
@@ -374,10 +378,11 @@ class GAE(ValueEstimatorBase):
         groups: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The advantage standardized when ``average_gae``: over all its entries (the valid
-        ones of a shifted call), or within each group of ``groups``."""
+        ones of a shifted call), or within each group of ``groups``; each index of the
+        :meth:`_kept_dims` on its own."""
         if valid is not None:
             valid = valid.reshape(*valid.shape, *(1,) * (advantage.ndim - valid.ndim))
-        return _standardize(advantage, 1e-4, groups, valid)
+        return _standardize(advantage, 1e-4, groups, valid, self._kept_dims())
 
     def _gae(self, tensordict, value, next_value, time_dim):
         reward, done, terminated = self._prepare_signals(*self._signals(tensordict), value)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from rl.objectives.value._base import _standardize
 from rl.objectives.value._estimators import GAE
 
 __all__ = ["MultiAgentGAE"]
@@ -76,27 +75,6 @@ class MultiAgentGAE(GAE):
     def _broadcast_optional(self, tensor, value):
         return self._broadcast_to_agents(tensor, value, self.agent_dim)
 
-    def _normalize_advantage(self, advantage, valid=None, groups=None):
+    def _kept_dims(self) -> tuple[int, ...]:
         """Standardized per agent: over batch and time, the agents kept apart."""
-        agent_dim = self.agent_dim % advantage.ndim
-        if valid is not None:
-            valid = valid.reshape(*valid.shape, *(1,) * (advantage.ndim - valid.ndim))
-        if groups is not None:
-            # one group per (group id, agent)
-            while groups.ndim < advantage.ndim:
-                groups = groups.unsqueeze(-1)
-            n = advantage.shape[agent_dim]
-            agents = torch.arange(n, device=advantage.device).reshape(
-                [-1 if d == agent_dim else 1 for d in range(advantage.ndim)]
-            )
-            return _standardize(advantage, 1e-4, groups.expand(advantage.shape) * n + agents, valid)
-        dims = [d for d in range(advantage.ndim) if d != agent_dim]
-        if valid is None:
-            loc = advantage.mean(dims, keepdim=True)
-            scale = advantage.std(dims, keepdim=True).clamp_min(1e-4)
-            return (advantage - loc) / scale
-        w = valid.expand_as(advantage).to(advantage.dtype)
-        count = w.sum(dims, keepdim=True).clamp_min(1)
-        loc = (advantage * w).sum(dims, keepdim=True) / count
-        var = ((advantage - loc).square() * w).sum(dims, keepdim=True) / count
-        return (advantage - loc) / var.sqrt().clamp_min(1e-4)
+        return (self.agent_dim,)

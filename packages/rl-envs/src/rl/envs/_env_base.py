@@ -31,8 +31,11 @@ __all__ = ["EnvBase"]
 
 NestedKey = str | tuple[str, ...]
 
-_OUTPUT_KEYS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
-_INPUT_KEYS = ("full_action_spec", "full_state_spec")
+# the two spec containers and the sub-specs each one always holds
+_SPEC_CONTAINERS = {
+    "_output_spec": ("full_observation_spec", "full_reward_spec", "full_done_spec"),
+    "_input_spec": ("full_action_spec", "full_state_spec"),
+}
 _MAX_SEED = 2**32 - 1
 
 # exact types whose assignment to an existing plain attribute skips nn.Module.__setattr__
@@ -230,7 +233,7 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         # as TorchRL's mock envs do) belong to the instance: taken off the class here,
         # kept by ``__init__``
         specs = {}
-        for name in ("_input_spec", "_output_spec"):
+        for name in _SPEC_CONTAINERS:
             if name in cls.__dict__ and isinstance(cls.__dict__[name], Composite):
                 specs[name] = cls.__dict__[name].clone()
                 delattr(cls, name)
@@ -268,7 +271,7 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             self.__dict__["_auto_reset_requested"] = True
         bs = self._batch_size
         spec_device = self._device
-        for name, keys in (("_output_spec", _OUTPUT_KEYS), ("_input_spec", _INPUT_KEYS)):
+        for name, keys in _SPEC_CONTAINERS.items():
             spec = self.__dict__.get(name)  # set by __new__ from the class (see there)
             if spec is None:
                 spec = Composite(shape=bs, device=spec_device)
@@ -283,8 +286,8 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
     def __getattr__(self, name: str) -> Any:
         # only reached for a missing attribute: the spec containers of a subclass that
         # sets specs before ``EnvBase.__init__`` ran (TorchRL's EnvBase allows it)
-        if name in ("_output_spec", "_input_spec"):
-            keys = _OUTPUT_KEYS if name == "_output_spec" else _INPUT_KEYS
+        keys = _SPEC_CONTAINERS.get(name)
+        if keys is not None:
             d = self.__dict__
             spec = Composite(shape=d["_batch_size"], device=d["_device"])
             for key in keys:

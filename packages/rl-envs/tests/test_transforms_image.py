@@ -274,6 +274,15 @@ class TestVideoRecorder:
         rec = VideoRecorder(Logger(), "g", make_grid=True)
         rec(TensorDict(pixels=torch.full((3, 2, 2, 3), 9, dtype=torch.uint8), batch_size=[3]))
         assert rec.frames[0].shape == (4, 4, 3) and rec.frames[0][2:, 2:].sum() == 0
+        # 5 distinct frames: 3 columns, 2 rows; each tile placed as a plain loop places it
+        frames5 = torch.randint(0, 255, (5, 2, 3, 3), dtype=torch.uint8)
+        rec = VideoRecorder(Logger(), "g", make_grid=True)
+        rec(TensorDict(pixels=frames5, batch_size=[5]))
+        expected = torch.zeros(4, 9, 3, dtype=torch.uint8)
+        for i, frame in enumerate(frames5):
+            row, col = divmod(i, 3)
+            expected[row * 2 : row * 2 + 2, col * 3 : col * 3 + 3] = frame
+        assert torch.equal(rec.frames[0], expected)
         with pytest.raises(ValueError, match="keyword arguments \\['step'\\] are passed to"):
             VideoRecorder(None, "v", step=1)
 

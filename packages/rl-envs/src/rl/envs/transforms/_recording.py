@@ -84,11 +84,9 @@ def _make_video_grid(frames: torch.Tensor) -> torch.Tensor:
     n, h, w, c = frames.shape
     ncols = math.ceil(math.sqrt(n))
     nrows = math.ceil(n / ncols)
-    grid = frames.new_zeros(nrows * h, ncols * w, c)
-    for index, frame in enumerate(frames):
-        row, col = divmod(index, ncols)
-        grid[row * h : (row + 1) * h, col * w : (col + 1) * w] = frame
-    return grid
+    # blank tiles fill the last row; tile (row, col) lands at rows row*h.., cols col*w..
+    tiles = torch.cat([frames, frames.new_zeros(nrows * ncols - n, h, w, c)])
+    return tiles.reshape(nrows, ncols, h, w, c).transpose(1, 2).reshape(nrows * h, ncols * w, c)
 
 
 def _center_crop(frame: torch.Tensor, size: int) -> torch.Tensor:

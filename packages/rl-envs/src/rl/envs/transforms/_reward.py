@@ -225,14 +225,7 @@ class RewardSum(Transform):
             )
         names = list(tensordict.names)
         tdim = names.index("time") if "time" in names else nb - 1
-        shape = tensordict.batch_size
-        starts = torch.zeros(shape, dtype=torch.bool, device=tensordict.device)
-        starts.select(tdim, 0).fill_(True)
-        done = tensordict.get(("next", "done"), None)
-        if done is not None:
-            done = done.reshape(*shape, -1).any(-1)
-            starts.narrow(tdim, 1, shape[tdim] - 1).copy_(done.narrow(tdim, 0, shape[tdim] - 1))
-        starts = starts.movedim(tdim, -1)
+        starts = episode_starts(tensordict, time_dim=tdim).movedim(tdim, -1)
         for in_key, out_key in self._io_pairs:
             reward = tensordict.get(in_key, None)
             if reward is None:

@@ -59,8 +59,11 @@ def sibling_key(key: NestedKey, name: str) -> NestedKey:
     return (*key[:-1], name)
 
 
-def episode_starts(tensordict: TensorDictBase, done_key: NestedKey = "done") -> torch.Tensor:
-    """Boolean ``[*B, T]``: True where a step starts an episode in a stored trajectory.
+def episode_starts(
+    tensordict: TensorDictBase, done_key: NestedKey = "done", time_dim: int = -1
+) -> torch.Tensor:
+    """Boolean, the tensordict's batch shape: True where a step starts an episode in a
+    stored trajectory whose time runs along batch dim ``time_dim`` (the last by default).
 
     Step 0 starts an episode, and so does every step that follows a ``("next", done)``.
     """
@@ -71,10 +74,11 @@ def episode_starts(tensordict: TensorDictBase, done_key: NestedKey = "done") -> 
     full_key = ("next", done_key) if isinstance(done_key, str) else ("next", *done_key)
     done = tensordict.get(full_key, None)
     starts = torch.zeros(shape, dtype=torch.bool, device=tensordict.device)
-    starts[..., 0] = True
+    starts.select(time_dim, 0).fill_(True)
     if done is not None:
         done = done.reshape(*shape, -1).any(-1)
-        starts[..., 1:] = done[..., :-1]
+        t = shape[time_dim]
+        starts.narrow(time_dim, 1, t - 1).copy_(done.narrow(time_dim, 0, t - 1))
     return starts
 
 

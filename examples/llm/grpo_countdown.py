@@ -68,6 +68,8 @@ from rl.modules.llm import TransformersWrapper
 from rl.objectives.llm import GRPOLoss, MCAdvantage, SFTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from _stepper import UpdateStepper  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
 from sft import SFTStep, UpdateStep, check_cudagraphs, token_log_probs  # noqa: E402
 
@@ -246,7 +248,7 @@ def grpo_objective(
     }
 
 
-class GRPOStep:
+class GRPOStep(UpdateStepper):
     """GRPO's ``optimization_stepper`` under ``--compile``: pads the minibatch's answers
     (eagerly), then runs one ``UpdateStep`` call (the forward, :func:`grpo_objective`,
     backward, clipping at ``max_grad_norm``, AdamW: one graph); the optimizer's state goes
@@ -268,7 +270,7 @@ class GRPOStep:
         compile,
         cudagraphs: bool = False,
     ) -> None:
-        self.width, self.optimizer = width, optimizer
+        self.width = width
 
         def loss_fn(*tensors):
             out = grpo_objective(model, clip_epsilon, *tensors)
@@ -276,22 +278,20 @@ class GRPOStep:
 
         if compile and width is None:  # one graph for every batch and answer length
             compile = {"dynamic": True, **(compile if isinstance(compile, dict) else {})}
-        self.update = UpdateStep(
+        update = UpdateStep(
             loss_fn,
             optimizer,
             max_grad_norm=max_grad_norm,
             compile=compile,
             cudagraphs=cudagraphs,
         )
+        super().__init__(update, optimizer)
+
+    def inputs(self, batch) -> tuple[torch.Tensor, ...]:
+        return grpo_tensors(batch, self.width)
 
     def step(self, trainer, batch) -> TensorDict:
-        return TensorDict(self.update(*grpo_tensors(batch, self.width)))
-
-    def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.optimizer.load_state_dict(state_dict["optimizer"])
+        return TensorDict(super().step(trainer, batch))
 
 
 @torch.no_grad()

@@ -51,6 +51,7 @@ from rl.objectives.llm import SFTLoss
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from _common import UpdateStep, check_cudagraphs  # noqa: E402
+from _stepper import UpdateStepper  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
 
 
@@ -150,7 +151,7 @@ def sft_loss(model, tokens, attention, assistant) -> torch.Tensor:
     return -per_chat.mean()
 
 
-class SFTStep:
+class SFTStep(UpdateStepper):
     """The trainer's ``optimization_stepper`` under ``--compile``: tokenizes the batch
     (eagerly, to ``width``), then runs one ``UpdateStep`` call (the forward, the loss,
     backward, clipping at ``max_grad_norm`` and the optimizer: one graph); the optimizer's
@@ -159,29 +160,26 @@ class SFTStep:
     def __init__(
         self, model, tok, width: int, optimizer, *, max_grad_norm: float, compile, cudagraphs
     ) -> None:
-        self.tok, self.width, self.optimizer = tok, width, optimizer
+        self.tok, self.width = tok, width
 
         def loss_fn(tokens, attention, assistant):
             loss = sft_loss(model, tokens, attention, assistant)
             return loss, loss
 
-        self.update = UpdateStep(
+        update = UpdateStep(
             loss_fn,
             optimizer,
             max_grad_norm=max_grad_norm,
             compile=compile,
             cudagraphs=cudagraphs,
         )
+        super().__init__(update, optimizer)
+
+    def inputs(self, batch: TensorDict) -> tuple[torch.Tensor, ...]:
+        return tokenize(batch, self.tok, self.width)
 
     def step(self, trainer, batch: TensorDict) -> TensorDict:
-        loss = self.update(*tokenize(batch, self.tok, self.width))
-        return TensorDict(loss_sft=loss)
-
-    def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.optimizer.load_state_dict(state_dict["optimizer"])
+        return TensorDict(loss_sft=super().step(trainer, batch))
 
 
 @torch.no_grad()

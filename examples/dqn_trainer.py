@@ -72,6 +72,7 @@ from _common import (  # noqa: E402
     finish_run,
     make_base_env,
 )
+from _stepper import UpdateStepper  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -188,24 +189,6 @@ class EpisodeReturnLog(TrainerHookBase):
     def register(self, trainer: Trainer, name: str = "episode_return_log") -> None:
         trainer.register_op("pre_steps_log", self)
         trainer.register_module(name, self)
-
-
-class UpdateStepper:
-    """The trainer's ``optimization_stepper`` under ``--compile``: one ``UpdateStep`` call
-    per optimization step (the whole step, target update included, compiled once); the
-    optimizer's state goes into the checkpoints as ``OptimizerHook`` saves it."""
-
-    def __init__(self, update: UpdateStep, optimizer: torch.optim.Optimizer) -> None:
-        self.update, self.optimizer = update, optimizer
-
-    def step(self, trainer: Trainer, batch):
-        return self.update(batch)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state_dict["optimizer"])
 
 
 def make_env(cfg: Config, num_envs: int):

@@ -83,6 +83,13 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def _as_tensordict(losses: Any) -> Any:
+    """A tensorclass of losses (the LLM losses') as a TensorDict: hooks add entries to it."""
+    if not isinstance(losses, TensorDictBase) and hasattr(losses, "to_tensordict"):
+        return losses.to_tensordict()
+    return losses
+
+
 class Trainer:
     """Collects batches, runs optimization steps on each, and calls hooks at named points.
 
@@ -556,13 +563,11 @@ class Trainer:
                 if sub_batch is None:  # nothing left to train on (TorchRL's stop)
                     break
                 if self.optimization_stepper is not None:
-                    losses = self._run(self.optimization_stepper.step, self, sub_batch)
+                    losses = _as_tensordict(
+                        self._run(self.optimization_stepper.step, self, sub_batch)
+                    )
                 else:
-                    losses = self.loss_module(sub_batch)
-                if not isinstance(losses, TensorDictBase) and hasattr(losses, "to_tensordict"):
-                    # a tensorclass output (the LLM losses'): hooks add entries (grad_norm_0)
-                    losses = losses.to_tensordict()
-                if self.optimization_stepper is None:
+                    losses = _as_tensordict(self.loss_module(sub_batch))
                     self._call_transform("post_loss", sub_batch)
                     for i, (op, kwargs) in enumerate(self._ops["optimizer"]):
                         out = self._run(

@@ -273,6 +273,8 @@ class GRPOTrainer(Trainer):
             log_interval=log_interval,
             save_trainer_file=save_trainer_file,
             optimization_stepper=optimization_stepper,
+            replay_buffer=replay_buffer,
+            batch_size=batch_size,
             checkpoint=checkpoint,
             checkpoint_rotation=checkpoint_rotation,
             checkpoint_metadata=checkpoint_metadata,
@@ -282,8 +284,6 @@ class GRPOTrainer(Trainer):
         )
         self.optimizer = optimizer
         self._steps_per_epoch = optim_steps_per_batch
-        self.replay_buffer = replay_buffer
-        self.batch_size = batch_size
         self.async_collection = async_collection
         self.mixed_precision = mixed_precision
         self.autocast_dtype = autocast_dtype

@@ -61,7 +61,6 @@ from rl.core import seed_everything
 from rl.core.loggers import CSVLogger, generate_exp_name, get_logger
 from rl.core.trainers import GRPOTrainer, LRSchedulerHook, Trainer
 from rl.data import LazyStackStorage, ReplayBuffer, SamplerWithoutReplacement
-from rl.data.llm import ChatHistory, History
 from rl.envs import StepCounter
 from rl.envs.llm import CountdownRewardParser, DatasetChatEnv
 from rl.modules.llm import TransformersWrapper
@@ -71,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from _stepper import UpdateStepper  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
-from sft import SFTStep, UpdateStep, check_cudagraphs, token_log_probs  # noqa: E402
+from sft import SFTStep, UpdateStep, as_batch, check_cudagraphs, token_log_probs  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -295,10 +294,11 @@ class GRPOStep(UpdateStepper):
 
 
 @torch.no_grad()
-def evaluate(env, policy) -> float:
-    """Success rate of the sampled answers to the held-out prompts."""
-    td = env.step(policy(env.reset()))
-    return td["next", "reward"].float().mean().item()
+def evaluate(env, policy, times: int = 1) -> float:
+    """Success rate of the sampled answers to the held-out prompts (the mean of ``times``
+    evaluations)."""
+    rates = [env.step(policy(env.reset()))["next", "reward"].float().mean() for _ in range(times)]
+    return sum(rate.item() for rate in rates) / times
 
 
 def sft_chat(row: dict) -> list[dict]:
@@ -312,9 +312,7 @@ def sft_chat(row: dict) -> list[dict]:
 def sft_batches(rows: list[dict], cfg: Config, rng: random.Random):
     """``sft_steps`` batches of chats (the problem, then its generating expression)."""
     for _ in range(cfg.sft_steps):
-        chats = [sft_chat(r) for r in rng.sample(rows, cfg.sft_batch_size)]
-        history = ChatHistory(full=History.from_chats(chats), batch_size=(len(chats),))
-        yield TensorDict({"history": history}, batch_size=(len(chats),))
+        yield as_batch([sft_chat(r) for r in rng.sample(rows, cfg.sft_batch_size)])
 
 
 def main(cfg: Config) -> dict:
@@ -375,8 +373,7 @@ def main(cfg: Config) -> dict:
     model.train()
     sft.train()
     model.eval()
-    sft_success = sum(evaluate(eval_env, eval_policy) for _ in range(cfg.final_evals))
-    sft_success /= cfg.final_evals
+    sft_success = evaluate(eval_env, eval_policy, cfg.final_evals)
     logger.log_scalar("eval/success", sft_success, 0)
     print(f"after SFT ({cfg.sft_steps} steps): held-out success {sft_success:.1%}")
 
@@ -459,8 +456,7 @@ def main(cfg: Config) -> dict:
             # which the scheduler's order check watches: the schedule itself is right
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step")
         trainer.train()
-    final = sum(evaluate(eval_env, eval_policy) for _ in range(cfg.final_evals))
-    final /= cfg.final_evals
+    final = evaluate(eval_env, eval_policy, cfg.final_evals)
     if curve[-1][0] == trainer.collected_frames:
         curve.pop()
     curve.append((trainer.collected_frames, final))

@@ -18,6 +18,7 @@ from rl.envs.utils import append_policy_transforms, missing_policy_transforms
 from ._base import CollectorBase
 from ._common import (
     TrajIds,
+    _as_tuple,
     check_actions,
     check_batch_args,
     end_of_traj,
@@ -666,7 +667,7 @@ def _compact_keys(env: EnvBase) -> tuple:
     """``("next", key)`` of the observation and state entries (``compact_obs``): the next
     step's root holds them again; rewards and done flags stay."""
     keys = [*env.observation_keys, *env.state_keys]
-    return tuple(("next", *((k,) if isinstance(k, str) else k)) for k in dict.fromkeys(keys))
+    return tuple(("next", *_as_tuple(k)) for k in dict.fromkeys(keys))
 
 
 def _inner(policy: Any) -> Any:

@@ -38,6 +38,7 @@ MODULES = [
     "rl.core.loggers",
     "rl.core.plot",
     "rl.core.workers",
+    "rl.core.datafiles",
     "rl.core.ray_runtime",
     "rl.cpp",
     "rl.envs",

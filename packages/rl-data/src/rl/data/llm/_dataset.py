@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -17,6 +15,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
+from rl.core.datafiles import read_rows
 from rl.data.replay_buffers import ReplayBuffer, SamplerWithoutReplacement, TensorStorage
 
 __all__ = [
@@ -104,23 +103,6 @@ class TensorDictTokenizer:
             batch_size=batch_size,
             device=self.device,
         )
-
-
-def _read_file(path: Path) -> list[dict]:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        with path.open() as f:
-            return [json.loads(line) for line in f if line.strip()]
-    if suffix == ".json":
-        with path.open() as f:
-            data = json.load(f)
-        if isinstance(data, dict):  # {"field": [values]} columns
-            return [dict(zip(data, values)) for values in zip(*data.values())]
-        return list(data)
-    if suffix == ".csv":
-        with path.open(newline="") as f:
-            return list(csv.DictReader(f))
-    raise ValueError(f"dataset file {path} has suffix {suffix!r}, expected one of {_SUFFIXES}")
 
 
 def _columns(rows: Any) -> dict[str, list]:
@@ -312,9 +294,9 @@ class TokenizedDatasetLoader:
                     raise FileNotFoundError(
                         f"dataset folder {path} has no {split}.jsonl / .json / .csv for split={split!r}"
                     )
-                source = _read_file(files[0])
+                source = read_rows(files[0], _SUFFIXES)
             elif path.is_file():
-                source = _read_file(path)
+                source = read_rows(path, _SUFFIXES)
             else:
                 raise ValueError(
                     f"dataset_name={str(source)!r} is not a local file or folder: nothing "

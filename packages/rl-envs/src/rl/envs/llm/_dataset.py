@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import importlib.util
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,33 +9,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from rl.core.datafiles import SUFFIXES as _SUFFIXES
+from rl.core.datafiles import read_rows
+
 __all__ = ["load_local_dataset", "make_dataloader"]
-
-_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-
-
-def _read_file(path: Path) -> list[dict]:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        with path.open() as f:
-            return [json.loads(line) for line in f if line.strip()]
-    if suffix == ".json":
-        with path.open() as f:
-            data = json.load(f)
-        if isinstance(data, dict):  # {"field": [values]} columns
-            keys = list(data)
-            return [dict(zip(keys, values)) for values in zip(*data.values())]
-        return list(data)
-    if suffix == ".csv":
-        with path.open(newline="") as f:
-            return list(csv.DictReader(f))
-    if suffix == ".parquet":
-        if importlib.util.find_spec("pyarrow") is None:
-            raise ImportError(f"reading {path} needs pyarrow (pip install pyarrow)")
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    raise ValueError(f"dataset file {path} has suffix {suffix!r}, expected one of {_SUFFIXES}")
 
 
 def _pick_split(splits: Mapping[str, Any], split: str | None, where: str) -> Any:
@@ -89,8 +63,8 @@ def load_local_dataset(
             files = {p.stem: p for p in sorted(folder.iterdir()) if p.suffix.lower() in _SUFFIXES}
             if not files:
                 raise ValueError(f"folder {folder} holds no {_SUFFIXES} file")
-            return _read_file(_pick_split(files, split, f"folder {folder}"))
-        return _read_file(path)
+            return read_rows(_pick_split(files, split, f"folder {folder}"))
+        return read_rows(path)
     if isinstance(dataset, Mapping):
         return load_local_dataset(_pick_split(dataset, split, "the dataset"), split=None)
     if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):

@@ -19,7 +19,7 @@ from rl.core import TensorSpec
 
 from ._actions import _action_leaf, _policy_rsample, _rsample_log_prob
 from ._loss import _TD_ESTIMATORS, LossModule
-from ._networks import _ensemble_output, _network_dist, _next_keys
+from ._networks import _network_dist, _next_keys
 from ._reduction import (
     _check_loss_function,
     _check_reduction,
@@ -272,8 +272,9 @@ class CQLLoss(_EntropyTemperature, LossModule):
 
     def _q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         """``Q_i(s, a)`` of both critics, ``[2, *B, 1]``."""
-        members = self._ensemble("qvalue_network", kind)
-        return _ensemble_output(members, tensordict, self.tensor_keys.state_action_value)
+        return self._ensemble_values(
+            "qvalue_network", kind, tensordict, self.tensor_keys.state_action_value
+        )
 
     def _policy_actions(self, tensordict: TensorDictBase, kind: str):
         """``num_random`` actions per state: ``(td [*B[:-1], B*n], log_prob [*B[:-1], B*n])``."""

@@ -14,7 +14,7 @@ from rl.core import TensorSpec
 
 from ._actions import _find_action_space, _resolve_space, _select
 from ._loss import _TD_ESTIMATORS, LossModule
-from ._networks import _ensemble_output, _network_dist, _network_output, _next_keys
+from ._networks import _network_dist, _network_output, _next_keys
 from ._reduction import (
     _check_loss_function,
     _check_reduction,
@@ -217,10 +217,9 @@ class IQLLoss(LossModule):
 
     def _chosen_q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         """``Q_i(s, a)`` of the dataset action for every critic, ``[N, *B]``."""
-        members = self._ensemble("qvalue_network", kind)
-        return _ensemble_output(members, tensordict, self.tensor_keys.state_action_value).squeeze(
-            -1
-        )
+        return self._ensemble_values(
+            "qvalue_network", kind, tensordict, self.tensor_keys.state_action_value
+        ).squeeze(-1)
 
     def _state_value(self, tensordict: TensorDictBase, network: nn.Module) -> torch.Tensor:
         return _network_output(network, tensordict, self.tensor_keys.value).squeeze(-1)
@@ -377,8 +376,9 @@ class DiscreteIQLLoss(IQLLoss):
         self.action_space = _find_action_space(action_space, None)
 
     def _chosen_q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
-        members = self._ensemble("qvalue_network", kind)
-        values = _ensemble_output(members, tensordict, self.tensor_keys.state_action_value)
+        values = self._ensemble_values(
+            "qvalue_network", kind, tensordict, self.tensor_keys.state_action_value
+        )
         action = self._get(tensordict, "action")
         space = _resolve_space(self.action_space, action, values[0])
         return torch.stack([_select(v, action, space) for v in values.unbind(0)])

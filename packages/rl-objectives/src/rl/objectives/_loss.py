@@ -28,9 +28,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictParams, dispatch
 from tensordict.nn.probabilistic import InteractionType, set_interaction_type
+from tensordict.utils import expand_as_right
 from torch import nn
 
 from . import _random_modules
+from ._networks import _ensemble_output, _is_plain_tdmodule
 from .value import (
     ValueEstimatorBase,
     ValueEstimators,
@@ -723,6 +725,8 @@ class LossModule(TensorDictModuleBase):
             copies[0] = copy.deepcopy(module)  # never rebind the user's own module
             info["ensemble"] = _Ensemble(copies, keys)
             info["detached"] = _Ensemble([copy.deepcopy(module) for _ in copies], keys)
+            # the network vmapped over the stacks under compile, bound to none of them
+            info["vmap_template"] = copy.deepcopy(module)
             self.__dict__[module_name] = copies[0]
         setattr(self, module_name + "_params", params)
         if create_target_params:
@@ -784,6 +788,7 @@ class LossModule(TensorDictModuleBase):
             if "target" in info:
                 _as_buffers(info["target"], keys, tensors)
             else:
+                info["target_stacked"] = tensors
                 info["target_ensemble"].bind(tensors)
 
     def __deepcopy__(self, memo):
@@ -844,6 +849,72 @@ class LossModule(TensorDictModuleBase):
             return info["target_ensemble"].copies
         return info["detached"].copies
 
+    def _ensemble_values(
+        self,
+        module_name: str,
+        kind: str,
+        tensordict: TensorDictBase,
+        out_key,
+        overrides=None,
+        index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Entry ``out_key`` of every member of an ensemble (:meth:`_ensemble`'s ``kind``)
+        on ``tensordict``, stacked: ``[N, *B, ...]``; only the members ``index`` (a 1-D
+        integer tensor) when given, in its order.
+
+        Eagerly the members run one after the other (N small calls cost less than a
+        vmapped one). Compiled, a network that is one plain module of its parameters runs
+        once, vmapped over the stacked tensors: one graph reads N stacked tensors where
+        N members would be N module trees to trace and guard, and batched kernels replace
+        N small ones; ``index`` gathers the stack's rows inside the graph.
+        """
+        compiling = torch.compiler.is_compiling()
+        if compiling:
+            values = self._vmapped_values(module_name, kind, tensordict, out_key, overrides, index)
+            if values is not None:
+                return values
+        members = self._ensemble(module_name, kind)
+        if index is not None and not compiling:  # eagerly only the drawn members run
+            members, index = [members[j] for j in index.tolist()], None
+        values = _ensemble_output(members, tensordict, out_key, overrides)
+        # compiled, a graph cannot pick list items by a drawn index: all run, then the rows
+        return values if index is None else values[index]
+
+    def _vmapped_values(self, module_name, kind, tensordict, out_key, overrides, index):
+        """:meth:`_ensemble_values` as one vmapped call of the network over the stacked
+        tensors of ``kind``, when the network is a plain one-output TensorDictModule of
+        parameters only (no buffers: running statistics are updated in place, member by
+        member) whose inputs are all present; else None."""
+        info = self._functional[module_name]
+        template, keys = info["vmap_template"], info["keys"]
+        if not (
+            _is_plain_tdmodule(template)
+            and template.out_keys == [out_key]
+            and len(info["grad_positions"]) == len(keys)
+            and all(isinstance(k, tuple) and k[0] == "module" for k in keys)
+        ):
+            return None
+        overrides = overrides or {}
+        inputs = [overrides.get(k, tensordict.get(k, None)) for k in template.in_keys]
+        if any(x is None for x in inputs):
+            return None
+        if kind == "online":
+            tensors = info["stacked"]
+        elif kind == "target" and "target_stacked" in info:
+            tensors = info["target_stacked"]
+        else:
+            tensors = info["stacked_detached"]
+        if index is not None:
+            tensors = [t[index] for t in tensors]
+        names = [".".join(k[1:]) for k in keys]
+
+        def member(*params):
+            return torch.func.functional_call(
+                template.module, dict(zip(names, params)), tuple(inputs)
+            )
+
+        return torch.vmap(member, randomness="different")(*tensors)
+
     # ------------------------------------------------------------------ reduction
     _loss_mask_key: Any = "auto"
 
@@ -887,7 +958,7 @@ class LossModule(TensorDictModuleBase):
                 f"the loss of shape {tuple(loss.shape)} it masks; mask an element-wise loss "
                 "before its event dimensions are reduced"
             )
-        return mask.reshape(*mask.shape, *(1,) * (loss.ndim - mask.ndim)).expand_as(loss)
+        return expand_as_right(mask, loss)
 
     def _reduce_loss(
         self,

@@ -14,7 +14,7 @@ from rl.core import TensorSpec
 
 from ._actions import _policy_rsample
 from ._loss import _TD_ESTIMATORS, LossModule
-from ._networks import _ensemble_output, _next_keys
+from ._networks import _next_keys
 from ._reduction import (
     _check_loss_function,
     _check_reduction,
@@ -225,24 +225,17 @@ class REDQLoss(_EntropyTemperature, LossModule):
         self._size_target_entropy(
             -float(action.shape[tensordict.batch_dims :].numel()), action.device
         )
-        td_actor = tensordict.copy()
-        td_actor.set(self.tensor_keys.action, action)
-        q_actor = _ensemble_output(
-            self._ensemble("qvalue_network", "detached"), td_actor, sav
+        q_actor = self._ensemble_values(
+            "qvalue_network", "detached", tensordict, sav, {self.tensor_keys.action: action}
         ).squeeze(-1)
         with torch.no_grad():
             next_td.set(self.tensor_keys.action, next_action)
-            targets = self._ensemble("qvalue_network", "target")
-            if torch.compiler.is_compiling():
-                # a graph cannot pick Python list items by a drawn index: every target
-                # critic's value, then the subset's rows (same values, no graph break)
-                next_q = _ensemble_output(targets, next_td, sav).squeeze(-1)[subset]
-            else:
-                members = [targets[j] for j in subset.tolist()]
-                next_q = _ensemble_output(members, next_td, sav).squeeze(-1)
+            next_q = self._ensemble_values(
+                "qvalue_network", "target", next_td, sav, index=subset
+            ).squeeze(-1)
             next_value = (next_q - alpha * next_log_prob).min(0)[0]
             target = self._value_target(tensordict, next_value.unsqueeze(-1)).squeeze(-1)
-        pred = _ensemble_output(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
+        pred = self._ensemble_values("qvalue_network", "online", tensordict, sav).squeeze(-1)
         return {
             "alpha": alpha,
             "log_prob": log_prob,

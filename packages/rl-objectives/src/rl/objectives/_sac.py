@@ -238,8 +238,9 @@ class SACLoss(_EntropyTemperature, LossModule):
             value_net = self._target_network("value_network")
             return _network_output(value_net, next_td, self.tensor_keys.value)
         next_action, next_log_prob = _policy_rsample(self._target_network("actor_network"), next_td)
-        q = _ensemble_output(
-            self._ensemble("qvalue_network", "target"),
+        q = self._ensemble_values(
+            "qvalue_network",
+            "target",
             next_td,
             self.tensor_keys.state_action_value,
             {self.tensor_keys.action: next_action},
@@ -263,8 +264,9 @@ class SACLoss(_EntropyTemperature, LossModule):
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi(a|s) - min_i Q_i(s, a)``; returns ``(loss, {"log_prob": ...})``."""
         action, log_prob = _policy_rsample(self.actor_network, tensordict)
-        q = _ensemble_output(
-            self._ensemble("qvalue_network", "detached"),
+        q = self._ensemble_values(
+            "qvalue_network",
+            "detached",
             tensordict,
             self.tensor_keys.state_action_value,
             {self.tensor_keys.action: action},
@@ -285,8 +287,9 @@ class SACLoss(_EntropyTemperature, LossModule):
             action, log_prob = _policy_rsample(self._target_network("actor_network"), tensordict)
             td_q = tensordict.copy()
             td_q.set(self.tensor_keys.action, action)
-            q = _ensemble_output(
-                self._ensemble("qvalue_network", "target"),
+            q = self._ensemble_values(
+                "qvalue_network",
+                "target",
                 td_q,
                 self.tensor_keys.state_action_value,
             )
@@ -490,7 +493,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         with torch.no_grad():
             next_value = self._on_nonterminal(tensordict, self._next_state_value)
             target = self._value_target(tensordict, next_value).squeeze(-1)
-        values = _ensemble_output(self._ensemble("qvalue_network"), tensordict, key)  # [N, *B, n]
+        values = self._ensemble_values("qvalue_network", "online", tensordict, key)  # [N, *B, n]
         self._size_target_entropy(
             self.target_entropy_weight * math.log(values.shape[-1]), values.device
         )
@@ -503,9 +506,7 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         )
 
         probs, log_probs = self._probs(self.actor_network, tensordict)
-        min_q = _ensemble_output(self._ensemble("qvalue_network", "detached"), tensordict, key).min(
-            0
-        )[0]
+        min_q = self._ensemble_values("qvalue_network", "detached", tensordict, key).min(0)[0]
         loss_actor = _reduce((probs * (alpha * log_probs - min_q)).sum(-1), self.reduction, weights)
         neg_entropy = (probs * log_probs).sum(-1).detach()
         loss_alpha = _reduce(self._alpha_loss(neg_entropy), self.reduction, weights)
@@ -522,6 +523,6 @@ class DiscreteSACLoss(_EntropyTemperature, LossModule):
         next_td = next_td.copy()
         next_probs, next_log_probs = self._probs(self._target_network("actor_network"), next_td)
         key = self.tensor_keys.action_value
-        next_q = _ensemble_output(self._ensemble("qvalue_network", "target"), next_td, key)
+        next_q = self._ensemble_values("qvalue_network", "target", next_td, key)
         next_q = next_q.min(0)[0]
         return (next_probs * (next_q - self._alpha * next_log_probs)).sum(-1, keepdim=True)

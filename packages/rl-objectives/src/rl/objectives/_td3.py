@@ -14,7 +14,7 @@ from rl.core import TensorSpec
 
 from ._actions import _bounds
 from ._loss import _TD_ESTIMATORS, LossModule
-from ._networks import _ensemble_output, _network_output, _next_keys
+from ._networks import _network_output, _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 
 __all__ = ["TD3Loss"]
@@ -200,10 +200,10 @@ class TD3Loss(LossModule):
                 self.min_action, self.max_action
             )
             next_td.set(self.tensor_keys.action, next_action)
-            next_q = _ensemble_output(self._ensemble("qvalue_network", "target"), next_td, sav)
+            next_q = self._ensemble_values("qvalue_network", "target", next_td, sav)
             next_value = next_q.min(0)[0]
             target = self._value_target(tensordict, next_value).squeeze(-1)
-        pred = _ensemble_output(self._ensemble("qvalue_network"), tensordict, sav).squeeze(-1)
+        pred = self._ensemble_values("qvalue_network", "online", tensordict, sav).squeeze(-1)
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).pow(2)
         metadata = {

@@ -14,7 +14,7 @@ from rl.core import TensorSpec
 
 from ._actions import _bounds
 from ._loss import _TD_ESTIMATORS, LossModule
-from ._networks import _ensemble_output, _next_keys
+from ._networks import _next_keys
 from ._reduction import _check_loss_function, _check_reduction, _reduce, distance_loss
 
 __all__ = ["TD3BCLoss"]
@@ -193,7 +193,7 @@ class TD3BCLoss(LossModule):
 
     def _q(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         key = self.tensor_keys.state_action_value
-        return _ensemble_output(self._ensemble("qvalue_network", kind), tensordict, key).squeeze(-1)
+        return self._ensemble_values("qvalue_network", kind, tensordict, key).squeeze(-1)
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``-lmbd * Q_1(s, mu(s)) + bc_loss`` with the critics held out."""

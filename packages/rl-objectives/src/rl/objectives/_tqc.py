@@ -14,7 +14,7 @@ from rl.core import TensorSpec
 
 from ._actions import _policy_rsample
 from ._loss import LossModule
-from ._networks import _ensemble_output, _next_keys
+from ._networks import _next_keys
 from ._reduction import _check_reduction, _loss_output, _reduce
 from ._temperature import _EntropyTemperature
 from .value import ValueEstimators
@@ -225,8 +225,9 @@ class TQCLoss(_EntropyTemperature, LossModule):
 
     def _quantiles(self, tensordict: TensorDictBase, kind: str) -> torch.Tensor:
         """Quantiles of every critic, ``[N, *B, M]``."""
-        members = self._ensemble("qvalue_network", kind)
-        z = _ensemble_output(members, tensordict, self.tensor_keys.state_action_value)
+        z = self._ensemble_values(
+            "qvalue_network", kind, tensordict, self.tensor_keys.state_action_value
+        )
         if z.ndim != tensordict.ndim + 2:
             raise RuntimeError(
                 f"{type(self).__name__}: the critic must write one quantile dimension after "

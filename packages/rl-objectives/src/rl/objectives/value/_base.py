@@ -392,16 +392,18 @@ class ValueEstimatorBase(TensorDictModuleBase):
             )
         return value
 
+    def _done_terminated(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``("next", done)`` (required) and ``("next", terminated)`` (``done`` without one)."""
+        k = self.tensor_keys
+        done = self._require(tensordict, _next_key(k.done), "done")
+        terminated = tensordict.get(_next_key(k.terminated), None)
+        return done, done if terminated is None else terminated
+
     def _signals(
         self, tensordict: TensorDictBase
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        k = self.tensor_keys
-        reward = self._require(tensordict, _next_key(k.reward), "reward")
-        done = self._require(tensordict, _next_key(k.done), "done")
-        terminated = tensordict.get(_next_key(k.terminated), None)
-        if terminated is None:
-            terminated = done
-        return reward, done, terminated
+        reward = self._require(tensordict, _next_key(self.tensor_keys.reward), "reward")
+        return reward, *self._done_terminated(tensordict)
 
     def _group_ids(self, tensordict: TensorDictBase) -> torch.Tensor | None:
         """The ids under ``group_key`` (``None`` without one)."""
@@ -421,11 +423,7 @@ class ValueEstimatorBase(TensorDictModuleBase):
         Step ``t`` sits at slot ``t + r`` (``r``: truncations inside the rollout before
         ``t``) and its next value at the next slot.
         """
-        k = self.tensor_keys
-        done = self._require(tensordict, _next_key(k.done), "done")
-        terminated = tensordict.get(_next_key(k.terminated), None)
-        if terminated is None:
-            terminated = done
+        done, terminated = self._done_terminated(tensordict)
         batch = tensordict.batch_size
         done = done.reshape(*batch, -1).any(-1)
         terminated = terminated.reshape(*batch, -1).any(-1)
@@ -451,10 +449,7 @@ class ValueEstimatorBase(TensorDictModuleBase):
             return tensordict
         k = self.tensor_keys
         last = self._last_valid(valid, time_dim)
-        done = self._require(tensordict, _next_key(k.done), "done")
-        terminated = tensordict.get(_next_key(k.terminated), None)
-        if terminated is None:
-            terminated = done
+        done, terminated = self._done_terminated(tensordict)
         mask = last.reshape(*last.shape, *(1,) * (done.ndim - last.ndim)).expand_as(done)
         out = tensordict.copy()
         out.set(_next_key(k.done), done.masked_fill(mask, True))

@@ -199,8 +199,21 @@ class GRPOLoss(LossModule):
             return getattr(actor, method)(tensordict)
         return actor.get_dist(tensordict)
 
-    def _padded(self, tensordict: TensorDictBase, key: NestedKey, name: str) -> torch.Tensor:
-        value = tensordict.get(key, None, as_padded_tensor=True, padding_value=0)
+    def _padded(
+        self,
+        tensordict: TensorDictBase,
+        key: NestedKey,
+        name: str,
+        padding_side: str = "right",
+        padding_value: float = 0,
+    ) -> torch.Tensor:
+        value = tensordict.get(
+            key,
+            None,
+            as_padded_tensor=True,
+            padding_side=padding_side,
+            padding_value=padding_value,
+        )
         if value is None:
             raise KeyError(f"{name} key {key} not in tensordict")
         return value
@@ -210,15 +223,9 @@ class GRPOLoss(LossModule):
         ``ref_log_prob_padding_value``; a trailing feature dim (``[B, T, 1]``) is dropped."""
         key = self.tensor_keys.ref_log_probs
         side, fill = self.ref_log_prob_padding_side, self.ref_log_prob_padding_value
-        ref = tensordict.get(
-            key, None, as_padded_tensor=True, padding_side=side, padding_value=fill
-        )
-        if ref is None:
-            raise KeyError(f"ref_log_probs key {key} not in tensordict")
+        ref = self._padded(tensordict, key, "ref_log_probs", side, fill)
         if side == "left":
-            right = tensordict.get(
-                key, as_padded_tensor=True, padding_side="right", padding_value=fill
-            )
+            right = self._padded(tensordict, key, "ref_log_probs", "right", fill)
             if not torch.equal(ref, right):
                 raise ValueError(
                     f"the reference log-probs at {key} are ragged and "

@@ -7,7 +7,7 @@ from typing import Literal, Protocol
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, expand_as_right
 from torch import nn
 
 from ._loss import LossModule
@@ -34,8 +34,7 @@ def _expand_mask(mask: torch.Tensor, loss: torch.Tensor, key) -> torch.Tensor:
             f"the mask {key!r} has shape {tuple(mask.shape)}, which does not fit the "
             f"per-sample loss of shape {tuple(loss.shape)} (expected a prefix of it)"
         )
-    mask = mask.reshape(*mask.shape, *([1] * (loss.ndim - mask.ndim)))
-    return mask.expand_as(loss)
+    return expand_as_right(mask, loss)
 
 
 class RNDLoss(LossModule):

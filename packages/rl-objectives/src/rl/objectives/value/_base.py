@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from tensordict import TensorDictBase, unravel_key
 from tensordict.nn import TensorDictModuleBase, composite_lp_aggregate, dispatch
-from tensordict.utils import NestedKey
+from tensordict.utils import NestedKey, expand_as_right
 
 __all__ = ["ValueEstimatorBase"]
 
@@ -450,7 +450,7 @@ class ValueEstimatorBase(TensorDictModuleBase):
         k = self.tensor_keys
         last = self._last_valid(valid, time_dim)
         done, terminated = self._done_terminated(tensordict)
-        mask = last.reshape(*last.shape, *(1,) * (done.ndim - last.ndim)).expand_as(done)
+        mask = expand_as_right(last, done)
         out = tensordict.copy()
         out.set(_next_key(k.done), done.masked_fill(mask, True))
         out.set(_next_key(k.terminated), terminated.masked_fill(mask, False))
@@ -644,7 +644,7 @@ class ValueEstimatorBase(TensorDictModuleBase):
             data = self._cut_at_valid(tensordict, valid, time_dim)
             advantage, target = self._estimate(data, value, next_value, time_dim)
         if valid is not None:  # the dropped steps of a shifted call carry no signal
-            mask = valid.reshape(*valid.shape, *(1,) * (advantage.ndim - valid.ndim))
+            mask = expand_as_right(valid, advantage)
             advantage = advantage.masked_fill(~mask, 0)
             target = target.masked_fill(~mask, 0)
         tensordict.set(self.tensor_keys.advantage, advantage)

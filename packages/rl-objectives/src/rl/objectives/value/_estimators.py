@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import expand_as_right
 
 from rl.objectives.value._base import ValueEstimatorBase, _next_key, _standardize
 from rl.objectives.value.functional import (
@@ -381,7 +382,7 @@ class GAE(ValueEstimatorBase):
         ones of a shifted call), or within each group of ``groups``; each index of the
         :meth:`_kept_dims` on its own."""
         if valid is not None:
-            valid = valid.reshape(*valid.shape, *(1,) * (advantage.ndim - valid.ndim))
+            valid = expand_as_right(valid, advantage)
         return _standardize(advantage, 1e-4, groups, valid, self._kept_dims())
 
     def _gae(self, tensordict, value, next_value, time_dim):

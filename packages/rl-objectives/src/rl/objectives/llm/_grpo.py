@@ -200,20 +200,9 @@ class GRPOLoss(LossModule):
         return actor.get_dist(tensordict)
 
     def _padded(
-        self,
-        tensordict: TensorDictBase,
-        key: NestedKey,
-        name: str,
-        padding_side: str = "right",
-        padding_value: float = 0,
+        self, td: TensorDictBase, key: NestedKey, name: str, side: str = "right", fill: float = 0
     ) -> torch.Tensor:
-        value = tensordict.get(
-            key,
-            None,
-            as_padded_tensor=True,
-            padding_side=padding_side,
-            padding_value=padding_value,
-        )
+        value = td.get(key, None, as_padded_tensor=True, padding_side=side, padding_value=fill)
         if value is None:
             raise KeyError(f"{name} key {key} not in tensordict")
         return value

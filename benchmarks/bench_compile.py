@@ -16,10 +16,12 @@ Each compiled run starts with an empty inductor kernel cache (a first run of the
 script pays the whole compilation); ``--warm-cache`` keeps the cache, as a second run of
 a script finds it.
 
-``--micro sac ppo iql cql`` times the update step alone instead (the example's loss, gradients,
+``--micro sac redq ppo iql cql`` times the update step alone instead (the example's loss, gradients,
 clipping, optimizer and target update at the example's sizes), eager against compiled
 in interleaved blocks, in updates per second: a figure less sensitive to the machine's
-load than whole runs.
+load than whole runs. It also profiles each step's matrix products (their BLAS time,
+which compiling leaves as it is): the ratio cap is the speed-up the compiled step would
+reach if everything but its matrix products took no time, eager time over that.
 
 Usage:
     python benchmarks/bench_compile.py [--algos ppo sac ...] [--scale 1.0] [--seed 0]
@@ -235,7 +237,32 @@ def micro(algo: str, rounds: int, block: int) -> dict:
                 steps[compiled](data)
             rates[compiled].append(block / (time.perf_counter() - start))
     eager, fused = statistics.median(rates[False]), statistics.median(rates[True])
-    return {"eager": eager, "compiled": fused, "ratio": fused / eager, "compile_s": compile_s}
+    gemm = {compiled: gemm_seconds(steps[compiled], data) for compiled in (False, True)}
+    return {
+        "eager": eager,
+        "compiled": fused,
+        "ratio": fused / eager,
+        "compile_s": compile_s,
+        "gemm_share": gemm[True] * fused,
+        # the compiled step at its GEMMs' time alone, everything else free
+        "ratio_cap": 1.0 / (gemm[True] * eager),
+    }
+
+
+#: the matrix products of a step (what compiling leaves as they are, at their BLAS time)
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
+
+
+def gemm_seconds(step, data, n: int = 10) -> float:
+    """Seconds per call of ``step`` spent in matrix products (``torch.profiler`` self CPU
+    time of :data:`GEMM_OPS`, over ``n`` calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(n):
+            step(data)
+    us = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in GEMM_OPS)
+    return us * 1e-6 / n
 
 
 def _sac_step(compiled: bool, sample):
@@ -265,6 +292,43 @@ def _sac_step(compiled: bool, sample):
     if sample is None:
         env.set_seed(0)
         sample = env.rollout(cfg.batch_size, break_when_any_done=False)
+    return step, sample
+
+
+def _redq_step(compiled: bool, sample):
+    """redq.py's update at its defaults (batch 256, 64x64 networks, 10 critics, 2 drawn
+    for each target)."""
+    import redq
+    from _offpolicy import make_env, make_qvalue, make_tanh_normal_actor, transitions
+
+    from rl.objectives import REDQLoss, SoftUpdate
+
+    cfg = redq.Config()
+    env = make_env(cfg.env_id)
+    actor, qvalue = make_tanh_normal_actor(env, cfg.hidden), make_qvalue(env, cfg.hidden)
+    loss = REDQLoss(
+        actor,
+        qvalue,
+        num_qvalue_nets=cfg.num_qvalue_nets,
+        sub_sample_len=cfg.sub_sample_len,
+        loss_function="l2",
+        action_spec=env.action_spec,
+        gamma=cfg.gamma,
+    )
+    import torch
+
+    optim = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
+
+    def redq_loss(td):
+        out = loss(td)
+        return out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], out.select("alpha")
+
+    step = redq.UpdateStep(
+        redq_loss, optim, target_update=SoftUpdate(loss, tau=cfg.tau), compile=compiled
+    )
+    if sample is None:
+        env.set_seed(0)
+        sample = transitions(env.rollout(cfg.batch_size, break_when_any_done=False))
     return step, sample
 
 
@@ -311,6 +375,7 @@ def _offline_step(algo: str, compiled: bool, sample):
 #: the update steps ``--micro`` times: algorithm -> builder(compiled, data)
 MICRO = {
     "sac": _sac_step,
+    "redq": _redq_step,
     "ppo": _ppo_step,
     "iql": lambda compiled, data: _offline_step("iql", compiled, data),
     "cql": lambda compiled, data: _offline_step("cql", compiled, data),
@@ -345,7 +410,9 @@ def main() -> None:
             r = micro(algo, args.rounds, block=50)
             print(
                 f"{algo} update: eager {r['eager']:.1f}/s  compiled {r['compiled']:.1f}/s  "
-                f"ratio {r['ratio']:.2f}x  (compile {r['compile_s']:.1f} s)",
+                f"ratio {r['ratio']:.2f}x  (compile {r['compile_s']:.1f} s); GEMMs "
+                f"{100 * r['gemm_share']:.0f}% of the compiled step: ratio cap "
+                f"{r['ratio_cap']:.2f}x (seed {SEED_RATIO[algo]:.2f}x)",
                 flush=True,
             )
         return

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from rl.core import Composite, StackedComposite
+from rl.core import Composite, StackedComposite, shape_fits
 from rl.envs import EnvBase, StepCounter, TransformedEnv
 
 __all__ = [
@@ -283,11 +283,10 @@ def check_actions(
 
 def _shape_fits(shape: torch.Size, spec_shape: torch.Size) -> bool:
     """Whether an action of ``shape`` is one of a spec of ``spec_shape``: the same dims
-    but for dims of one, a ``-1`` dim of the spec taking any size."""
+    but for dims of one; with a ``-1`` dim of the spec (which takes any size), the same
+    dims (:func:`rl.core.shape_fits`)."""
     if -1 in spec_shape:
-        return len(shape) == len(spec_shape) and all(
-            w == -1 or v == w for v, w in zip(shape, spec_shape)
-        )
+        return shape_fits(shape, spec_shape)
     return [d for d in shape if d != 1] == [d for d in spec_shape if d != 1]
 
 

@@ -23,6 +23,7 @@ from ._choice import Choice
 from ._composite import Composite
 from ._consolidate import check_no_exclusive_keys, consolidate_spec, contains_lazy_spec
 from ._discrete import Binary, Categorical, OneHot
+from ._dynamic import shape_fits
 from ._multi import MultiCategorical, MultiOneHot
 from ._nontensor import NonTensor
 from ._spaces import BoxList, CategoricalBox, ContinuousBox
@@ -64,5 +65,6 @@ __all__ = [
     "check_no_exclusive_keys",
     "consolidate_spec",
     "contains_lazy_spec",
+    "shape_fits",
     "stack_specs",
 ]

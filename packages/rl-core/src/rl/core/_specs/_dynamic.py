@@ -24,9 +24,22 @@ def _concrete(shape: torch.Size) -> torch.Size:
     return torch.Size(1 if s == -1 else s for s in shape)
 
 
-def _shape_fits(vshape: Sequence[int], shape: Sequence[int]) -> bool:
-    """Whether ``vshape`` equals ``shape``, a dynamic (``-1``) dim of ``shape`` fitting any size."""
+def shape_fits(vshape: Sequence[int], shape: Sequence[int]) -> bool:
+    """Whether ``vshape`` equals ``shape``, a dynamic (``-1``) dim of ``shape`` fitting any size.
+
+    Args:
+        vshape: the shape of a value.
+        shape: the shape of a spec (``-1`` for a dynamic dim).
+
+    Examples:
+        >>> from rl.core import shape_fits
+        >>> shape_fits((3, 7), (3, -1)), shape_fits((3, 7), (3, 4)), shape_fits((7,), (3, -1))
+        (True, False, False)
+    """
     return len(vshape) == len(shape) and all(s == v or s == -1 for v, s in zip(vshape, shape))
+
+
+_shape_fits = shape_fits  # the name the spec modules use
 
 
 def _no_dynamic(spec: TensorSpec, op: str) -> None:

@@ -1,5 +1,6 @@
-"""LossModule._ensemble_values: member by member eagerly, one vmapped call compiled; the
-same values and gradients either way, a drawn subset gathered in the graph."""
+"""LossModule._ensemble_values: the member modules eagerly, one template network on the
+stacks' rows compiled; the same values and gradients either way, a drawn subset gathered
+in the graph."""
 
 import pytest
 import torch
@@ -99,9 +100,9 @@ def test_values_and_gradients_match_a_hand_computation(compiled):
     torch.testing.assert_close(action.grad, expected_action)
 
 
-def test_compiled_is_one_vmapped_call_without_member_modules(monkeypatch):
-    """Compiled, no member module runs (one vmapped call of the network); eagerly, only
-    the drawn members run."""
+def test_compiled_runs_no_member_module():
+    """Compiled, no member module runs (the template runs on the stacks' rows); eagerly,
+    only the drawn members run."""
     loss = _Ensemble(_critic())
     called = []
     for member in loss._ensemble("qvalue_network", "target"):
@@ -119,7 +120,7 @@ def test_compiled_is_one_vmapped_call_without_member_modules(monkeypatch):
 
 
 def test_a_network_with_buffers_runs_member_by_member_when_compiled():
-    """Running statistics are updated member by member: no vmap; a drawn subset is then
+    """Running statistics stay with the members: they run, and a drawn subset is then
     every member's value indexed (no graph break)."""
     loss = _Ensemble(_critic(norm=True), n=3)
     loss.eval()

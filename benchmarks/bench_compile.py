@@ -59,7 +59,7 @@ SEED_RATIO = {
 #: algorithm -> (script, preset or None, Config overrides); budgets sized for ~25 min
 RUNS = {
     "ppo": ("ppo", "cartpole", {"total_frames": 100_000}),
-    "a2c": ("a2c", None, {"total_frames": 40_000}),
+    "a2c": ("a2c", None, {"total_frames": 200_000}),
     "dqn": ("dqn", None, {"total_frames": 20_000, "eval_interval": 0}),
     "ddpg": ("ddpg", None, {"total_frames": 5_000}),
     "td3": ("td3", None, {"total_frames": 5_000}),
@@ -265,67 +265,18 @@ def gemm_seconds(step, data, n: int = 10) -> float:
     return us * 1e-6 / n
 
 
-def _sac_step(compiled: bool, sample):
-    """sac.py's update at its defaults (batch 256, 64x64 networks, twin critics)."""
-    import sac
-    from _offpolicy import make_env, make_qvalue, make_tanh_normal_actor
+def _soft_actor_critic_step(script: str, compiled: bool, sample):
+    """``script``'s update (sac.py, redq.py: ``make_learner``) at its defaults (batch 256,
+    64x64 networks; SAC's twin critics, REDQ's 10 with 2 drawn for each target)."""
+    import importlib
 
-    from rl.objectives import SACLoss, SoftUpdate
-
-    cfg = sac.Config()
-    env = make_env(cfg.env_id)
-    actor, qvalue = make_tanh_normal_actor(env, cfg.hidden), make_qvalue(env, cfg.hidden)
-    loss = SACLoss(
-        actor, qvalue, num_qvalue_nets=2, loss_function="l2", action_spec=env.action_spec
-    )
-    import torch
-
-    optim = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
-
-    def sac_loss(td):
-        out = loss(td)
-        return out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], out.select("alpha")
-
-    step = sac.UpdateStep(
-        sac_loss, optim, target_update=SoftUpdate(loss, tau=cfg.tau), compile=compiled
-    )
-    if sample is None:
-        env.set_seed(0)
-        sample = env.rollout(cfg.batch_size, break_when_any_done=False)
-    return step, sample
-
-
-def _redq_step(compiled: bool, sample):
-    """redq.py's update at its defaults (batch 256, 64x64 networks, 10 critics, 2 drawn
-    for each target)."""
-    import redq
     from _offpolicy import make_env, make_qvalue, make_tanh_normal_actor, transitions
 
-    from rl.objectives import REDQLoss, SoftUpdate
-
-    cfg = redq.Config()
+    module = importlib.import_module(script)
+    cfg = module.Config(compile=compiled)
     env = make_env(cfg.env_id)
     actor, qvalue = make_tanh_normal_actor(env, cfg.hidden), make_qvalue(env, cfg.hidden)
-    loss = REDQLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=cfg.num_qvalue_nets,
-        sub_sample_len=cfg.sub_sample_len,
-        loss_function="l2",
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-    )
-    import torch
-
-    optim = torch.optim.Adam(loss.parameters(), lr=cfg.lr)
-
-    def redq_loss(td):
-        out = loss(td)
-        return out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], out.select("alpha")
-
-    step = redq.UpdateStep(
-        redq_loss, optim, target_update=SoftUpdate(loss, tau=cfg.tau), compile=compiled
-    )
+    _, step = module.make_learner(cfg, env, actor, qvalue)
     if sample is None:
         env.set_seed(0)
         sample = transitions(env.rollout(cfg.batch_size, break_when_any_done=False))
@@ -374,8 +325,8 @@ def _offline_step(algo: str, compiled: bool, sample):
 
 #: the update steps ``--micro`` times: algorithm -> builder(compiled, data)
 MICRO = {
-    "sac": _sac_step,
-    "redq": _redq_step,
+    "sac": lambda compiled, data: _soft_actor_critic_step("sac", compiled, data),
+    "redq": lambda compiled, data: _soft_actor_critic_step("redq", compiled, data),
     "ppo": _ppo_step,
     "iql": lambda compiled, data: _offline_step("iql", compiled, data),
     "cql": lambda compiled, data: _offline_step("cql", compiled, data),

@@ -54,6 +54,37 @@ class Config(ContinuousConfig):
 PRESETS = {"pendulum": ("Pendulum-v1, REDQ with one update per frame", Config())}
 
 
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The REDQ loss (``num_qvalue_nets`` critics, ``sub_sample_len`` drawn for each
+    target) and its update: one gradient step of the summed losses (backward, Adam, the
+    soft target update); one graph with ``cfg.compile``. Returns ``(loss_module,
+    update)``, ``update(sample)`` returning the step's losses and temperature."""
+    loss_module = REDQLoss(
+        actor,
+        qvalue,
+        num_qvalue_nets=cfg.num_qvalue_nets,
+        sub_sample_len=cfg.sub_sample_len,
+        loss_function="l2",
+        action_spec=env.action_spec,
+        gamma=cfg.gamma,
+    )
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+
+    def redq_loss(sample):
+        losses = loss_module(sample)
+        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
+
+    update = UpdateStep(
+        redq_loss,
+        optimizer,
+        target_update=SoftUpdate(loss_module, tau=cfg.tau),
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
+    return loss_module, update
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -71,32 +102,8 @@ def main(cfg: Config) -> dict:
         init_random_frames=cfg.init_random_frames,
     )
     buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = REDQLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=cfg.num_qvalue_nets,
-        sub_sample_len=cfg.sub_sample_len,
-        loss_function="l2",
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-    )
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+    loss_module, update = make_learner(cfg, env, actor, qvalue)
     run = Run("redq", cfg, cfg.total_frames)
-
-    def redq_loss(sample):
-        losses = loss_module(sample)
-        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
-
-    # one gradient step (backward, Adam, target update); one graph with --compile
-    update = UpdateStep(
-        redq_loss,
-        optimizer,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
 
     # the loop: collect, store, update actor, ensemble and temperature, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

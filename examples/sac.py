@@ -56,6 +56,37 @@ class Config(ContinuousConfig):
 PRESETS = {"pendulum": ("Pendulum-v1, RL-Zoo's tuned SAC", Config())}
 
 
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The SAC loss (twin critics, learned temperature) and its update: one gradient step
+    of the summed losses (backward, Adam, the soft target update); one graph with
+    ``cfg.compile``. Returns ``(loss_module, update)``, ``update(sample)`` returning the
+    step's losses and temperature."""
+    loss_module = SACLoss(
+        actor,
+        qvalue,
+        num_qvalue_nets=2,
+        loss_function="l2",
+        alpha_init=cfg.alpha_init,
+        action_spec=env.action_spec,
+        gamma=cfg.gamma,
+    )
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+
+    def sac_loss(sample):
+        losses = loss_module(sample)
+        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
+
+    update = UpdateStep(
+        sac_loss,
+        optimizer,
+        target_update=SoftUpdate(loss_module, tau=cfg.tau),
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
+    return loss_module, update
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -77,32 +108,8 @@ def main(cfg: Config) -> dict:
         cfg.batch_size,
         scratch_dir=cfg.save_buffer,
     )
-    loss_module = SACLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=2,
-        loss_function="l2",
-        alpha_init=cfg.alpha_init,
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-    )
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+    loss_module, update = make_learner(cfg, env, actor, qvalue)
     run = Run("sac", cfg, cfg.total_frames)
-
-    def sac_loss(sample):
-        losses = loss_module(sample)
-        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
-
-    # one gradient step (backward, Adam, target update); one graph with --compile
-    update = UpdateStep(
-        sac_loss,
-        optimizer,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
 
     # the loop: collect, store, update actor, critics and temperature, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

@@ -21,7 +21,6 @@ __all__ = [
     "end_of_traj",
     "traj_end_keys",
     "check_batch_args",
-    "action_plan",
     "check_actions",
     "rng_state",
     "set_rng_state",
@@ -218,27 +217,9 @@ class TrajIds:
         self.next_id = int(state["next_id"])
 
 
-def action_plan(env: EnvBase) -> tuple:
-    """What :func:`check_actions` reads of ``env.full_action_spec`` (a collector reads it
-    once): the number of batch dims, the stacked action groups and the other action
-    leaves, each as ``(key, spec)``."""
-    spec = env.full_action_spec
-    # a heterogeneous group (members with different entries or shapes, e.g. agents) is
-    # checked whole: its leaves have no dense value to read
-    groups = _stacked_groups(spec)
-    leaves = [k for k in spec.keys(True, True) if not any(_under(k, g) for g in groups)]
-    return len(env.batch_size), [(k, spec[k]) for k in groups], [(k, spec[k]) for k in leaves]
-
-
-def check_actions(
-    env: EnvBase,
-    tensordict: TensorDictBase,
-    steps: list[int] | None,
-    plan: tuple | None = None,
-) -> None:
+def check_actions(env: EnvBase, tensordict: TensorDictBase, steps: list[int] | None) -> None:
     """Reports, naming the key, spec and value, an action of the ``[*B, T]`` batch (at
-    ``steps``, all when ``None``) outside ``env.full_action_spec`` (read from ``plan``,
-    the env's :func:`action_plan`, when given).
+    ``steps``, all when ``None``) outside ``env.full_action_spec``.
 
     A missing key or an action of another shape raises (the env cannot act on it); a
     shape that only differs by dims of one (``()`` for a ``(1,)`` spec) passes, as in
@@ -248,10 +229,15 @@ def check_actions(
     gymnasium clips continuous actions beyond a ``Bounded`` spec, an untrained linear
     policy writes them routinely, and an env may accept values its spec does not list.
     """
-    nb, groups, leaves = plan if plan is not None else action_plan(env)
+    nb = len(env.batch_size)
+    spec = env.full_action_spec
     total = tensordict.batch_size[nb]
     steps = steps if steps is not None else range(total)
-    for key, group in groups:
+    # a heterogeneous group (members with different entries or shapes, e.g. agents) is
+    # checked whole: its leaves have no dense value to read
+    groups = _stacked_groups(spec)
+    for key in groups:
+        group = spec[key]
         value = _action_value(tensordict, key, group)
         for t in steps:
             if not group.is_in(value[(slice(None),) * nb + (t,)]):
@@ -259,18 +245,19 @@ def check_actions(
                     f"the policy wrote action group {key!r} (step {t}) outside action_spec "
                     f"{group!r}"
                 )
-    for key, leaf in leaves:
+    for key in spec.keys(True, True):
+        if groups and any(_under(key, group) for group in groups):
+            continue
+        leaf = spec[key]
         value = _action_value(tensordict, key, leaf)
-        shape = value.shape[:nb] + value.shape[nb + 1 :]  # the shape of each step's action
-        if not _shape_fits(shape, leaf.shape):
-            raise ValueError(
-                f"the policy wrote action {key!r} with shape {tuple(shape)}, "
-                f"expected {tuple(leaf.shape)} from action_spec {leaf!r}"
-            )
-        reshape = -1 not in leaf.shape and shape != leaf.shape
         for t in steps:
             step_value = value.select(nb, t)
-            if reshape:
+            if not _shape_fits(step_value.shape, leaf.shape):
+                raise ValueError(
+                    f"the policy wrote action {key!r} with shape {tuple(step_value.shape)}, "
+                    f"expected {tuple(leaf.shape)} from action_spec {leaf!r}"
+                )
+            if -1 not in leaf.shape and step_value.shape != leaf.shape:
                 step_value = step_value.reshape(leaf.shape)
             if not leaf.is_in(step_value) and not _in_after_cast(leaf, step_value):
                 warnings.warn(

@@ -19,7 +19,6 @@ from ._base import CollectorBase
 from ._common import (
     TrajIds,
     _as_tuple,
-    action_plan,
     check_actions,
     check_batch_args,
     end_of_traj,
@@ -305,7 +304,6 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self._traj_ids = TrajIds(self.env.batch_size)
         self._end_keys = traj_end_keys(self.env.done_keys)
         self._checked = self.trust_policy or policy is None
-        self._action_plan: tuple | None = None  # read at the first check
         self._carry_keys: list | None = None
         self._version_tracker = _version_tracker(track_policy_version)
         self.weight_updater = weight_updater
@@ -396,7 +394,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
                 break_when_any_done=False,
             )
         if policy is not None and not self.trust_policy:
-            check_actions(env, out, [out.batch_size[-1] - 1], self._action_plan)
+            check_actions(env, out, [out.batch_size[-1] - 1])
         self._root = self._next_root(out)
         if self.track_traj_ids:
             ends = end_of_traj(out.get("next"), self._end_keys, len(env.batch_size) + 1)
@@ -505,8 +503,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             probe = policy(self._root.clone())
         if probe is None:
             raise RuntimeError("the policy returned None; it must return the tensordict")
-        self._action_plan = action_plan(self.env)  # the action spec, read once
-        check_actions(self.env, probe.unsqueeze(-1), [0], self._action_plan)
+        check_actions(self.env, probe.unsqueeze(-1), [0])
         self._checked = True
 
     def _next_root(self, out: TensorDictBase) -> TensorDictBase:

@@ -122,8 +122,7 @@ def test_compiled_runs_no_member_module():
 def test_a_network_with_buffers_runs_member_by_member_when_compiled():
     """Running statistics stay with the members: they run, and a drawn subset is then
     every member's value indexed (no graph break)."""
-    loss = _Ensemble(_critic(norm=True), n=3)
-    loss.eval()
+    loss = _Ensemble(_critic(norm=True), n=3)  # in train mode: the statistics move
     td = _data()
     index = torch.tensor([2, 0])
     eager = _values(loss, "target", td, index=index)
@@ -132,3 +131,76 @@ def test_a_network_with_buffers_runs_member_by_member_when_compiled():
     )(td, index)
     torch.testing.assert_close(compiled, eager)
     assert compiled.shape == (2, 5, 1)
+
+
+class _TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l0 = nn.Linear(3, 2)
+
+    def forward(self, obs, act):
+        out = self.l0(torch.cat([obs, act], -1))
+        return out[..., :1], out[..., 1:]
+
+
+def _compiled_values(loss, kind, td, **kwargs):
+    return torch.compile(
+        lambda td: _values(loss, kind, td, **kwargs), backend="aot_eager", fullgraph=True
+    )(td)
+
+
+def test_several_outputs_or_a_missing_input_run_the_members():
+    """A network writing two entries, or one whose input is absent (the members raise
+    then), is no template call: the members run, the values as eagerly."""
+    torch.manual_seed(0)
+    two = TensorDictModule(_TwoOutputs(), in_keys=["observation", "action"], out_keys=["q", "v"])
+    loss = _Ensemble(two, n=2)
+    td = _data()
+    torch.testing.assert_close(_compiled_values(loss, "online", td), _values(loss, "online", td))
+    loss = _Ensemble(_critic())
+    with pytest.raises(KeyError, match="action"):
+        _values(loss, "online", td.exclude("action"))
+    # the action given as an override instead: the template runs, as the members do
+    action = torch.randn(5, 1)
+    torch.testing.assert_close(
+        _compiled_values(loss, "online", td.exclude("action"), overrides={"action": action}),
+        _values(loss, "online", td.exclude("action"), overrides={"action": action}),
+    )
+
+
+def test_only_the_online_kind_gives_gradients_to_the_stacks():
+    loss = _Ensemble(_critic())
+    td = _data()
+    for kind in ("detached", "target"):
+        out = _compiled_values(loss, kind, td)
+        assert not out.requires_grad
+    out = _compiled_values(loss, "online", td)
+    out.sum().backward()
+    assert all(p.grad is not None for p in _stack(loss.qvalue_network_params))
+    assert all(p.grad is None for p in _stack(loss.target_qvalue_network_params))
+
+
+def test_a_copied_or_cast_loss_runs_its_own_stacks():
+    """deepcopy and .double() rebind the stacks; the template (meta tensors) holds none."""
+    import copy
+
+    loss = _Ensemble(_critic())
+    copied = copy.deepcopy(loss)
+    with torch.no_grad():
+        for p in copied.qvalue_network_params.values(True, True):
+            p.mul_(2.0)
+    td = _data()
+    torch.testing.assert_close(
+        _compiled_values(copied, "online", td),
+        _by_hand(copied, td, _stack(copied.qvalue_network_params)),
+    )
+    torch.testing.assert_close(
+        _compiled_values(loss, "online", td), _by_hand(loss, td, _stack(loss.qvalue_network_params))
+    )
+    loss.double()
+    td64 = td.apply(lambda t: t.double() if t.is_floating_point() else t)
+    out = _compiled_values(loss, "online", td64)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, _by_hand(loss, td64, _stack(loss.qvalue_network_params)))
+    template = loss._functional["qvalue_network"]["template"]
+    assert all(p.device.type == "meta" for p in template.parameters())

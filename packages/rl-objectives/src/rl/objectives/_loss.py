@@ -725,8 +725,9 @@ class LossModule(TensorDictModuleBase):
             copies[0] = copy.deepcopy(module)  # never rebind the user's own module
             info["ensemble"] = _Ensemble(copies, keys)
             info["detached"] = _Ensemble([copy.deepcopy(module) for _ in copies], keys)
-            # the network a compiled loss calls on the stacks' rows, bound to none of them
-            info["template"] = copy.deepcopy(module)
+            # the network a compiled loss calls on the stacks' rows (functional_call gives
+            # it every tensor: its own stay on the meta device, holding no memory)
+            info["template"] = copy.deepcopy(module).to("meta")
             self.__dict__[module_name] = copies[0]
         setattr(self, module_name + "_params", params)
         if create_target_params:
@@ -867,7 +868,9 @@ class LossModule(TensorDictModuleBase):
         parameters is one template called on each row of the stacked tensors
         (``torch.func.functional_call``): dynamo traces and guards one module and the
         stacks instead of N module trees (a guard check of every member's attributes at
-        each call), and ``index`` gathers the drawn rows inside the graph.
+        each call), and ``index`` gathers the drawn rows inside the graph. The template is
+        a copy of the network made when the loss was built: a hook or a mode set later on
+        a member (``loss.<name>``, member 0) reaches the eager calls only.
         """
         compiling = torch.compiler.is_compiling()
         if compiling:

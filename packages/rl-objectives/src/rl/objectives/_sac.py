@@ -15,7 +15,7 @@ from rl.core import TensorSpec
 
 from ._actions import _find_action_space, _policy_rsample, _select
 from ._loss import _TD_ESTIMATORS, LossModule
-from ._networks import _ensemble_output, _network_dist, _network_output, _next_keys
+from ._networks import _network_dist, _network_output, _next_keys
 from ._reduction import (
     _check_loss_function,
     _check_reduction,
@@ -251,10 +251,9 @@ class SACLoss(_EntropyTemperature, LossModule):
         """Soft Q regression; returns ``(loss, {"td_error": [*B]})``."""
         target = self._target_value(tensordict)
         self._get(tensordict, "action")
-        members = self._ensemble("qvalue_network")
-        pred = _ensemble_output(members, tensordict, self.tensor_keys.state_action_value).squeeze(
-            -1
-        )
+        pred = self._ensemble_values(
+            "qvalue_network", "online", tensordict, self.tensor_keys.state_action_value
+        ).squeeze(-1)
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0)[0]
         return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {

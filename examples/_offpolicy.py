@@ -41,10 +41,12 @@ from rl.modules import (
     TensorDictSequential,
     ValueOperator,
 )
+from rl.objectives import SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     ProgressBar,
+    UpdateStep,
     compile_policy,
     compile_update,
     evaluate,
@@ -74,6 +76,7 @@ __all__ = [
     "make_tanh_normal_actor",
     "open_dataset",
     "save_dataset",
+    "summed_update",
     "transitions",
 ]
 
@@ -226,6 +229,28 @@ def make_qvalue(
         qvalue(td.expand(2, *td.shape).reshape(-1))
         qvalue.train()
     return qvalue
+
+
+def summed_update(cfg, loss_module, terms: tuple[str, ...], logs: tuple[str, ...]):
+    """One gradient step of the sum of ``loss_module``'s ``terms`` (backward, Adam at
+    ``cfg.lr`` over all its parameters, the soft target update at ``cfg.tau``); one graph
+    with ``cfg.compile``. ``update(sample)`` returns the losses' ``logs`` entries."""
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+
+    def summed(sample):
+        losses = loss_module(sample)
+        loss = losses[terms[0]]
+        for key in terms[1:]:
+            loss = loss + losses[key]
+        return loss, losses.select(*logs)
+
+    return UpdateStep(
+        summed,
+        optimizer,
+        target_update=SoftUpdate(loss_module, tau=cfg.tau),
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
 
 
 def make_replay_buffer(

@@ -26,10 +26,9 @@ import torch
 
 from rl.collectors import Collector
 from rl.core import seed_everything
-from rl.objectives import CQLLoss, SoftUpdate
+from rl.objectives import CQLLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
@@ -39,6 +38,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    summed_update,
     transitions,
 )
 
@@ -104,22 +104,11 @@ def main(cfg: Config) -> dict:
     loss_keys = ("loss_actor", "loss_qvalue", "loss_cql", "loss_alpha")
     if cfg.with_lagrange:
         loss_keys += ("loss_alpha_prime",)
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
     run = Run("cql_online", cfg, cfg.total_frames)
 
-    def cql_loss(sample):
-        losses = loss_module(sample)
-        loss = sum(losses[key] for key in loss_keys)
-        return loss, losses.select("loss_actor", "loss_qvalue", "loss_cql", "alpha")
-
     # one gradient step (backward, Adam, target update); one graph with --compile
-    update = UpdateStep(
-        cql_loss,
-        optimizer,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
+    update = summed_update(
+        cfg, loss_module, loss_keys, ("loss_actor", "loss_qvalue", "loss_cql", "alpha")
     )
 
     # the loop: collect, store, update actor, critics (TD + penalty) and temperature

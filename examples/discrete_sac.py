@@ -29,10 +29,9 @@ from torch import nn
 from rl.collectors import Collector
 from rl.core import seed_everything
 from rl.modules import MLP, OneHotCategorical, ProbabilisticActor, TensorDictModule
-from rl.objectives import DiscreteSACLoss, SoftUpdate
+from rl.objectives import DiscreteSACLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     BestWeights,
     Run,
@@ -41,6 +40,7 @@ from _offpolicy import (  # noqa: E402
     compile_policy,
     make_env,
     make_replay_buffer,
+    summed_update,
     transitions,
 )
 
@@ -148,8 +148,6 @@ def main(cfg: Config) -> dict:
         target_entropy_weight=cfg.target_entropy_weight,
         gamma=cfg.gamma,
     )
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
     run = Run("discrete_sac", cfg, cfg.total_frames)
     best = BestWeights(
         run,
@@ -160,18 +158,12 @@ def main(cfg: Config) -> dict:
         cfg.eval_interval_episodes,
     )
 
-    def sac_loss(sample):
-        losses = loss_module(sample)
-        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        return loss, losses.select("loss_actor", "loss_qvalue", "alpha", "entropy")
-
     # one gradient step (backward, Adam, target update); one graph with --compile
-    update = UpdateStep(
-        sac_loss,
-        optimizer,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
+    update = summed_update(
+        cfg,
+        loss_module,
+        ("loss_actor", "loss_qvalue", "loss_alpha"),
+        ("loss_actor", "loss_qvalue", "alpha", "entropy"),
     )
 
     # the loop: collect, store, update actor, critics and temperature; evaluate now and then

@@ -25,10 +25,9 @@ import torch
 
 from rl.collectors import Collector
 from rl.core import seed_everything
-from rl.objectives import SACLoss, SoftUpdate
+from rl.objectives import SACLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
@@ -39,6 +38,7 @@ from _offpolicy import (  # noqa: E402
     make_replay_buffer,
     make_tanh_normal_actor,
     save_dataset,
+    summed_update,
     transitions,
 )
 
@@ -70,19 +70,12 @@ def make_learner(cfg: Config, env, actor, qvalue):
         action_spec=env.action_spec,
         gamma=cfg.gamma,
     )
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
 
-    def sac_loss(sample):
-        losses = loss_module(sample)
-        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
-
-    update = UpdateStep(
-        sac_loss,
-        optimizer,
-        target_update=SoftUpdate(loss_module, tau=cfg.tau),
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
+    update = summed_update(
+        cfg,
+        loss_module,
+        ("loss_actor", "loss_qvalue", "loss_alpha"),
+        ("loss_actor", "loss_qvalue", "alpha"),
     )
     return loss_module, update
 

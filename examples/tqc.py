@@ -24,10 +24,9 @@ import torch
 
 from rl.collectors import Collector
 from rl.core import seed_everything
-from rl.objectives import SoftUpdate, TQCLoss
+from rl.objectives import TQCLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import UpdateStep  # noqa: E402
 from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
@@ -37,6 +36,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    summed_update,
     transitions,
 )
 
@@ -85,22 +85,14 @@ def main(cfg: Config) -> dict:
         action_spec=env.action_spec,
         gamma=cfg.gamma,
     )
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
     run = Run("tqc", cfg, cfg.total_frames)
 
-    def tqc_loss(sample):
-        losses = loss_module(sample)
-        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
-
     # one gradient step (backward, Adam, target update); one graph with --compile
-    update = UpdateStep(
-        tqc_loss,
-        optimizer,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
+    update = summed_update(
+        cfg,
+        loss_module,
+        ("loss_actor", "loss_qvalue", "loss_alpha"),
+        ("loss_actor", "loss_qvalue", "alpha"),
     )
 
     # the loop: collect, store, update actor, critics and temperature, move the targets

@@ -57,7 +57,7 @@ def test_whole_batches_rounds_up_as_torchrls_collectors_do():
 @pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU
 def test_sac_compiled_once_in_one_graph_each(fresh_dynamo, monkeypatch, tmp_path):
     sac = load("sac")
-    seen = watch(sac, monkeypatch)
+    seen = watch(sys.modules[OFF], monkeypatch)  # sac.py's step: _offpolicy.summed_update
     cfg = sac.Config(
         total_frames=300,
         init_random_frames=100,
@@ -86,6 +86,8 @@ TINY_CONTINUOUS = {
     "hidden": 16,
 }
 TINY_ATARI = {"eval_max_steps": 20}
+#: the module whose UpdateStep builds the steps of _offpolicy.summed_update's scripts
+OFF = "_offpolicy"
 TINY_OFFLINE = {"num_updates": 6, "batch_size": 16, "hidden": 8, "eval_interval": 100}
 
 
@@ -131,11 +133,14 @@ CASES = {
     # the critics' step at every update, the actor's (with the targets) at every second
     "td3": Case("td3", TINY_CONTINUOUS, 50 + 25, 15, 3),
     # the target subset is drawn in the graph: no Python index, no break
-    "redq": Case("redq", {**TINY_CONTINUOUS, "num_qvalue_nets": 4}, 50, 10, 2),
+    # steps built by _offpolicy.summed_update
+    "redq": Case("redq", {**TINY_CONTINUOUS, "num_qvalue_nets": 4}, 50, 10, 2, steps_in=OFF),
     "crossq": Case("crossq", {**TINY_CONTINUOUS, "critic_hidden": 16}, 50, 10, 3),
-    "cql_online": Case("cql_online", {**TINY_CONTINUOUS, "num_random": 4}, 50, 10, 2),
-    "tqc": Case("tqc", {**TINY_CONTINUOUS, "num_quantiles": 5}, 50, 10, 2),
-    "discrete_sac": Case("discrete_sac", {**TINY_CONTINUOUS, "eval_interval": 0}, 50, 10, 2),
+    "cql_online": Case("cql_online", {**TINY_CONTINUOUS, "num_random": 4}, 50, 10, 2, steps_in=OFF),
+    "tqc": Case("tqc", {**TINY_CONTINUOUS, "num_quantiles": 5}, 50, 10, 2, steps_in=OFF),
+    "discrete_sac": Case(
+        "discrete_sac", {**TINY_CONTINUOUS, "eval_interval": 0}, 50, 10, 2, steps_in=OFF
+    ),
     # 2 batches x 4 minibatches x (PPO step, predictor step); graphs: the two steps, the
     # policy, the two advantages
     "ppo_rnd": Case(

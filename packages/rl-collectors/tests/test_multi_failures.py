@@ -375,7 +375,10 @@ class TestHungWorkers:
 
 # ---------------------------------------------------------- parent killed, Ctrl-C
 _PARENT = """
-import time
+import signal, time
+# Ctrl-C as a terminal's process gets it, whatever the test runner's parent ignored (a
+# shell's background job starts with SIGINT ignored, which a child would inherit)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from _collector_helpers import cartpole, serial_cartpole
 from rl.collectors import MultiSyncCollector
 from rl.envs import ParallelEnv

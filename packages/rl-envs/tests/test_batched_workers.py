@@ -425,7 +425,10 @@ class TestInterrupt:
     def test_ctrl_c_is_reported_once(self):
         script = textwrap.dedent(
             f"""
-            import sys, torch
+            import signal, sys, torch
+            # Ctrl-C as a terminal's process gets it, whatever the test runner's parent
+            # ignored (a shell's background job starts with SIGINT ignored)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             sys.path.insert(0, {str(Path(__file__).parent)!r})
             from _batched_factories import CounterEnv
             from rl.envs import ParallelEnv

@@ -131,6 +131,35 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
                 out.append(key)
         return out
 
+    def _compacted(self, state: dict) -> dict:
+        """The filled storage's entries in time order, each ``next`` entry that repeats
+        the following step's root value dropped (kept at episode ends and where it
+        differs): ``order``, ``data`` and the ``sparse`` next values."""
+        data, order = self._chronological(state)
+        keys = self._compressed_keys(data)
+        ends = torch.zeros(data.shape[0], dtype=torch.bool)
+        ends[-1] = True
+        for name in self.done_keys:
+            done = data.get(unravel_key(("next", name)), None)
+            if done is not None:
+                ends |= done.reshape(data.shape[0], -1).any(-1).cpu()
+        sparse = {}
+        for key in keys:
+            nxt, root = data[unravel_key(("next", key))], data[key]
+            keep = ends.clone()
+            # exact: any step whose next value is not the following root value is kept
+            keep[:-1] |= (nxt[:-1] != root[1:]).reshape(data.shape[0] - 1, -1).any(-1).cpu()
+            sparse[key] = (keep.nonzero().squeeze(-1), nxt[keep.to(nxt.device)])
+        return {
+            "order": order,
+            "data": encode_tensordict(data.exclude(*[("next", k) for k in keys]) if keys else data),
+            "sparse": {
+                "keys": [list((k,) if isinstance(k, str) else k) for k in sparse],
+                "index": [v[0] for v in sparse.values()],
+                "values": [v[1].as_subclass(torch.Tensor).cpu() for v in sparse.values()],
+            },
+        }
+
     def dumps(self, storage: Storage, path: str | Path) -> None:
         state = storage.state_dict()
         if not isinstance(state.get("data"), dict) or getattr(storage, "ndim", 1) != 1:
@@ -148,30 +177,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         if int(state["len"]) == 0:
             flat["data"] = state["data"]  # nothing to compact (the structure only)
         else:
-            data, order = self._chronological(state)
-            keys = self._compressed_keys(data)
-            ends = torch.zeros(data.shape[0], dtype=torch.bool)
-            ends[-1] = True
-            for name in self.done_keys:
-                done = data.get(("next", *((name,) if isinstance(name, str) else name)), None)
-                if done is not None:
-                    ends |= done.reshape(data.shape[0], -1).any(-1).cpu()
-            sparse = {}
-            for key in keys:
-                nxt, root = data["next", *((key,) if isinstance(key, str) else key)], data[key]
-                keep = ends.clone()
-                # exact: any step whose next value is not the following root value is kept
-                keep[:-1] |= (nxt[:-1] != root[1:]).reshape(data.shape[0] - 1, -1).any(-1).cpu()
-                sparse[key] = (keep.nonzero().squeeze(-1), nxt[keep.to(nxt.device)])
-            flat["order"] = order
-            flat["data"] = encode_tensordict(
-                data.exclude(*[("next", k) for k in keys]) if keys else data
-            )
-            flat["sparse"] = {
-                "keys": [list((k,) if isinstance(k, str) else k) for k in sparse],
-                "index": [v[0] for v in sparse.values()],
-                "values": [v[1].as_subclass(torch.Tensor).cpu() for v in sparse.values()],
-            }
+            flat.update(self._compacted(state))
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         atomic_save(flat, path / _FLAT_FILE)

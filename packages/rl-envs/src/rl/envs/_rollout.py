@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
+from ._td_utils import _as_tuple
+
 if TYPE_CHECKING:
     from ._env_base import EnvBase
 
@@ -53,6 +55,7 @@ def rollout_stacked(
     # traced, an env that declares a constant any_done (an imagination env: False, no
     # branch on data) is asked it; other envs read ``done_key`` as in eager mode
     declared = torch.compiler.is_compiling() and env._constant_any_done
+    next_done_key = ("next", *_as_tuple(done_key))
     for t in range(max_steps):
         if policy is None:
             td = env.rand_action(td)
@@ -64,7 +67,7 @@ def rollout_stacked(
         steps.append(td)
         if callback is not None:
             callback(env, td)
-        done = td.get(("next", *((done_key,) if isinstance(done_key, str) else done_key)))
+        done = td.get(next_done_key)
         if declared:  # the selection takes the "_reset" flag any_done writes
             any_done = env.any_done(td.get("next").select(*env.done_keys))
         else:

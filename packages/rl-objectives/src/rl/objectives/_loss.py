@@ -32,7 +32,7 @@ from tensordict.utils import expand_as_right
 from torch import nn
 
 from . import _random_modules
-from ._networks import _ensemble_output, _is_plain_tdmodule
+from ._networks import _ensemble_output, _is_plain_tdmodule, _module_inputs
 from .value import (
     ValueEstimatorBase,
     ValueEstimators,
@@ -898,8 +898,7 @@ class LossModule(TensorDictModuleBase):
             and all(isinstance(k, tuple) and k[0] == "module" for k in keys)
         ):
             return None
-        overrides = overrides or {}
-        inputs = [overrides.get(k, tensordict.get(k, None)) for k in template.in_keys]
+        inputs = _module_inputs(template, tensordict, overrides)
         if any(x is None for x in inputs):
             return None
         if kind == "online":

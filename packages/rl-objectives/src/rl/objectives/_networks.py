@@ -34,6 +34,16 @@ def _is_plain_tdmodule(module) -> bool:
     )
 
 
+def _module_inputs(module, tensordict: TensorDictBase, overrides=None) -> list:
+    """The entries of ``module.in_keys`` (``overrides`` first), None where absent."""
+    if overrides:
+        return [
+            overrides[key] if key in overrides else tensordict.get(key, None)
+            for key in module.in_keys
+        ]
+    return [tensordict.get(key, None) for key in module.in_keys]
+
+
 def _network_output(
     module: nn.Module, tensordict: TensorDictBase, out_key, overrides=None
 ) -> torch.Tensor:
@@ -43,13 +53,7 @@ def _network_output(
     ``tensordict`` (e.g. a freshly sampled action).
     """
     if _is_plain_tdmodule(module) and len(module.out_keys) == 1 and module.out_keys[0] == out_key:
-        if overrides:
-            inputs = [
-                overrides[key] if key in overrides else tensordict.get(key, None)
-                for key in module.in_keys
-            ]
-        else:
-            inputs = [tensordict.get(key, None) for key in module.in_keys]
+        inputs = _module_inputs(module, tensordict, overrides)
         if all(x is not None for x in inputs):
             return module.module(*inputs)
     tensordict = tensordict.copy()

@@ -284,13 +284,12 @@ class SACLoss(_EntropyTemperature, LossModule):
         value = _network_output(self.value_network, tensordict, self.tensor_keys.value).squeeze(-1)
         with torch.no_grad():
             action, log_prob = _policy_rsample(self._target_network("actor_network"), tensordict)
-            td_q = tensordict.copy()
-            td_q.set(self.tensor_keys.action, action)
             q = self._ensemble_values(
                 "qvalue_network",
                 "target",
-                td_q,
+                tensordict,
                 self.tensor_keys.state_action_value,
+                {self.tensor_keys.action: action},
             )
             target = q.squeeze(-1).min(0)[0] - self._alpha * log_prob
         loss = distance_loss(value, target, self.loss_function)

@@ -17,7 +17,7 @@ from ._dynamic import (
     _make_neg_dim,
     _no_dynamic,
     _positive_steps,
-    _shape_fits,
+    shape_fits,
 )
 
 __all__ = [
@@ -250,7 +250,7 @@ class TensorSpec(abc.ABC):
             return f"got {_describe(value)}, expected a tensor"
         vshape = value.shape
         n = len(self.shape)
-        if len(vshape) < n or not _shape_fits(vshape[len(vshape) - n :], self.shape):
+        if len(vshape) < n or not shape_fits(vshape[len(vshape) - n :], self.shape):
             return (
                 f"has shape {tuple(vshape)}, expected (*batch, {', '.join(map(str, self.shape))})"
             )
@@ -320,7 +320,7 @@ class TensorSpec(abc.ABC):
         if -1 not in self.shape and out.numel() == self.shape.numel():
             return out.reshape(self.shape)
         n = self.ndim
-        if out.ndim < n or not _shape_fits(out.shape[out.ndim - n :], self.shape):
+        if out.ndim < n or not shape_fits(out.shape[out.ndim - n :], self.shape):
             raise SpecShapeError(
                 f"Shape mismatch: {type(self).__name__}.encode got a value of shape "
                 f"{tuple(out.shape)}, expected {tuple(self.shape)} (or (*batch, "

@@ -39,9 +39,6 @@ def shape_fits(vshape: Sequence[int], shape: Sequence[int]) -> bool:
     return len(vshape) == len(shape) and all(s == v or s == -1 for v, s in zip(vshape, shape))
 
 
-_shape_fits = shape_fits  # the name the spec modules use
-
-
 def _no_dynamic(spec: TensorSpec, op: str) -> None:
     if -1 in spec.shape:
         raise ValueError(

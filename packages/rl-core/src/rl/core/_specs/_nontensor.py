@@ -10,7 +10,7 @@ import torch
 from tensordict import NonTensorData, NonTensorStack
 
 from ._base import _DEFAULT_SHAPE, DEVICE_TYPING, TensorSpec, _to_device, _to_shape
-from ._dynamic import _concrete, _shape_fits
+from ._dynamic import _concrete, shape_fits
 
 __all__ = ["NonTensor"]
 
@@ -105,7 +105,7 @@ class NonTensor(TensorSpec):
     def _mismatch(self, value: Any) -> str | None:
         if isinstance(value, NonTensorData | NonTensorStack):
             vshape, n = value.batch_size, len(self.shape)
-            if len(vshape) < n or not _shape_fits(vshape[len(vshape) - n :], self.shape):
+            if len(vshape) < n or not shape_fits(vshape[len(vshape) - n :], self.shape):
                 return (
                     f"has batch size {tuple(vshape)}, expected (*batch, "
                     f"{', '.join(map(str, self.shape))})"

@@ -70,10 +70,13 @@ def _standardize(
             index along them is standardized on its own (the agents of a multi-agent
             advantage).
     """
-    stats = {}  # the reduction over all dims but the excluded ones
-    if exclude_dims:
-        excluded = {d % x.ndim for d in exclude_dims}
-        stats = {"dim": [d for d in range(x.ndim) if d not in excluded], "keepdim": True}
+    excluded = sorted({d % x.ndim for d in exclude_dims})
+    # the reduction over all dims but the excluded ones
+    stats = (
+        {"dim": [d for d in range(x.ndim) if d not in excluded], "keepdim": True}
+        if excluded
+        else {}
+    )
     if groups is None and mask is None:
         return (x - x.mean(**stats)) / x.std(**stats).clamp_min(eps)
     if groups is None:
@@ -91,7 +94,7 @@ def _standardize(
             f"{tuple(x.shape)}"
         )
     groups = groups.expand(x.shape)
-    for d in sorted({d % x.ndim for d in exclude_dims}):  # one group per (id, index)
+    for d in excluded:  # one group per (id, index)
         n = x.shape[d]
         index = torch.arange(n, device=x.device).reshape(
             [-1 if i == d else 1 for i in range(x.ndim)]

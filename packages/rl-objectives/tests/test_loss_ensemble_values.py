@@ -204,3 +204,18 @@ def test_a_copied_or_cast_loss_runs_its_own_stacks():
     torch.testing.assert_close(out, _by_hand(loss, td64, _stack(loss.qvalue_network_params)))
     template = loss._functional["qvalue_network"]["template"]
     assert all(p.device.type == "meta" for p in template.parameters())
+
+
+def test_a_multi_agent_critic_runs_the_members_when_compiled():
+    """MultiAgentMLP keeps its weights in a TensorDictParams, which functional_call
+    cannot swap under dynamo: the members run, the values as eagerly."""
+    from rl.modules import MultiAgentMLP
+
+    torch.manual_seed(0)
+    net = MultiAgentMLP(
+        n_agent_inputs=3, n_agent_outputs=1, n_agents=2, centralized=True, share_params=False,
+        depth=1, num_cells=4,
+    )  # fmt: skip
+    loss = _Ensemble(TensorDictModule(net, in_keys=["obs"], out_keys=["q"]), n=2)
+    td = TensorDict({"obs": torch.randn(5, 2, 3)}, [5])
+    torch.testing.assert_close(_compiled_values(loss, "online", td), _values(loss, "online", td))

@@ -887,8 +887,8 @@ class LossModule(TensorDictModuleBase):
     def _stacked_values(self, module_name, kind, tensordict, out_key, overrides, index):
         """:meth:`_ensemble_values` by the template network on each row of the stacked
         tensors of ``kind``, when it is a plain one-output TensorDictModule of parameters
-        only (buffers, e.g. running statistics, stay with the members that update them)
-        whose inputs are all present; else None."""
+        only (buffers, e.g. running statistics, stay with the members that update them),
+        none held in a TensorDictParams, whose inputs are all present; else None."""
         info = self._functional[module_name]
         template, keys = info["template"], info["keys"]
         if not (
@@ -896,6 +896,9 @@ class LossModule(TensorDictModuleBase):
             and template.out_keys == [out_key]
             and len(info["grad_positions"]) == len(keys)
             and all(isinstance(k, tuple) and k[0] == "module" for k in keys)
+            # functional_call cannot swap the tensors of a TensorDictParams under dynamo
+            # (MultiAgentMLP keeps its weights in one)
+            and not any(isinstance(m, TensorDictParams) for m in template.module.modules())
         ):
             return None
         inputs = _module_inputs(template, tensordict, overrides)

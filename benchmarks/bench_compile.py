@@ -33,6 +33,8 @@ Results go to benchmarks/results/compile.md.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import json
 import os
 import platform
@@ -74,7 +76,6 @@ COMMON = {"eval_episodes": 5, "progress": False}
 def run_one(algo: str, compile: bool, seed: int, scale: float, dataset: str | None) -> dict:
     """Runs one script in this process; returns its figures (called in a child)."""
     import dataclasses
-    import importlib.util
 
     import torch._dynamo.utils as dynamo_utils
 
@@ -268,8 +269,6 @@ def gemm_seconds(step, data, n: int = 10) -> float:
 def _soft_actor_critic_step(script: str, compiled: bool, sample):
     """``script``'s update (sac.py, redq.py: ``make_learner``) at its defaults (batch 256,
     64x64 networks; SAC's twin critics, REDQ's 10 with 2 drawn for each target)."""
-    import importlib
-
     from _offpolicy import make_env, make_qvalue, make_tanh_normal_actor, transitions
 
     module = importlib.import_module(script)
@@ -325,11 +324,11 @@ def _offline_step(algo: str, compiled: bool, sample):
 
 #: the update steps ``--micro`` times: algorithm -> builder(compiled, data)
 MICRO = {
-    "sac": lambda compiled, data: _soft_actor_critic_step("sac", compiled, data),
-    "redq": lambda compiled, data: _soft_actor_critic_step("redq", compiled, data),
+    "sac": functools.partial(_soft_actor_critic_step, "sac"),
+    "redq": functools.partial(_soft_actor_critic_step, "redq"),
     "ppo": _ppo_step,
-    "iql": lambda compiled, data: _offline_step("iql", compiled, data),
-    "cql": lambda compiled, data: _offline_step("cql", compiled, data),
+    "iql": functools.partial(_offline_step, "iql"),
+    "cql": functools.partial(_offline_step, "cql"),
 }
 
 
@@ -386,13 +385,14 @@ def main() -> None:
         eager, compiled = res[False], res[True]
         row = {"algo": algo, "eager": eager, "compiled": compiled}
         row["ratio"] = compiled["fps"] / eager["fps"]
+        row["steady"] = compiled["steady_fps"] / eager["steady_fps"]
+        row["steady_cpu"] = compiled["steady_cpu_fps"] / eager["steady_cpu_fps"]
         rows.append(row)
         print(
             f"{algo:5s} eager {eager['fps']:8.1f} fps  compiled {compiled['fps']:8.1f} fps  "
             f"ratio {row['ratio']:.2f}x; steady eager {eager['steady_fps']:8.1f} compiled "
             f"{compiled['steady_fps']:8.1f} ratio "
-            f"{compiled['steady_fps'] / eager['steady_fps']:.2f}x, CPU time "
-            f"{compiled['steady_cpu_fps'] / eager['steady_cpu_fps']:.2f}x (seed "
+            f"{row['steady']:.2f}x, CPU time {row['steady_cpu']:.2f}x (seed "
             f"{SEED_RATIO[algo]:.2f}x)  return eager "
             f"{eager['eval_mean']:.1f} compiled {compiled['eval_mean']:.1f}  breaks "
             f"{compiled['graph_breaks']} graphs {compiled['graphs']} recompiles "
@@ -435,8 +435,7 @@ def write_table(rows: list[dict], args, total: float) -> None:
     ]
     for row in rows:
         e, c, algo = row["eager"], row["compiled"], row["algo"]
-        steady = c["steady_fps"] / e["steady_fps"]
-        steady_cpu = c["steady_cpu_fps"] / e["steady_cpu_fps"]
+        steady, steady_cpu = row["steady"], row["steady_cpu"]
         lines.append(
             f"| {algo} | {e['frames']:,} {unit.get(algo, 'frames')} | {e['fps']:.1f} | "
             f"{c['fps']:.1f} | {row['ratio']:.2f}x | {e['steady_fps']:.1f} | "

@@ -24,6 +24,7 @@ __all__ = [
     "ProgressBar",
     "UpdateStep",
     "check_cudagraphs",
+    "summed_losses",
     "compile_advantage",
     "compile_policy",
     "compile_update",
@@ -89,6 +90,21 @@ def compile_update(fn, *, compile: bool, cudagraphs: bool = False, warmup: int =
 
         fn = CudaGraphModule(fn, in_keys=[], out_keys=[], warmup=warmup)
     return fn
+
+
+def summed_losses(loss_module, terms: tuple[str, ...], logs: tuple[str, ...] | None = None):
+    """The ``loss_fn`` of an :class:`UpdateStep` that sums ``loss_module``'s ``terms`` and
+    logs its ``logs`` entries (the terms by default)."""
+    logs = terms if logs is None else logs
+
+    def summed(sample):
+        losses = loss_module(sample)
+        loss = losses[terms[0]]
+        for key in terms[1:]:
+            loss = loss + losses[key]
+        return loss, losses.select(*logs)
+
+    return summed
 
 
 class UpdateStep:

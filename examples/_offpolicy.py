@@ -55,6 +55,7 @@ from _common import (  # noqa: E402
     prime_soft_update,
     record_video,
     set_lr,
+    summed_losses,
     zero_grad,
 )
 
@@ -231,22 +232,18 @@ def make_qvalue(
     return qvalue
 
 
-def summed_update(cfg, loss_module, terms: tuple[str, ...], logs: tuple[str, ...]):
+def summed_update(
+    cfg,
+    loss_module,
+    terms: tuple[str, ...] = ("loss_actor", "loss_qvalue", "loss_alpha"),
+    logs: tuple[str, ...] = ("loss_actor", "loss_qvalue", "alpha"),
+):
     """One gradient step of the sum of ``loss_module``'s ``terms`` (backward, Adam at
     ``cfg.lr`` over all its parameters, the soft target update at ``cfg.tau``); one graph
     with ``cfg.compile``. ``update(sample)`` returns the losses' ``logs`` entries."""
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
-
-    def summed(sample):
-        losses = loss_module(sample)
-        loss = losses[terms[0]]
-        for key in terms[1:]:
-            loss = loss + losses[key]
-        return loss, losses.select(*logs)
-
     return UpdateStep(
-        summed,
-        optimizer,
+        summed_losses(loss_module, terms, logs),
+        torch.optim.Adam(loss_module.parameters(), lr=cfg.lr),
         target_update=SoftUpdate(loss_module, tau=cfg.tau),
         compile=cfg.compile,
         cudagraphs=cfg.cudagraphs,

@@ -73,7 +73,7 @@ from rl.modules import (
 from rl.objectives import DTLoss, OnlineDTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import UpdateStep, check_cudagraphs  # noqa: E402
+from _common import UpdateStep, check_cudagraphs, summed_losses  # noqa: E402
 from _offline_data import (  # noqa: E402
     episode_bounds,
     normalised_score,
@@ -285,14 +285,10 @@ def main(cfg: Config) -> dict:
     if cfg.online:
         optimizers.append(torch.optim.Adam([loss_module.log_alpha], lr=1e-4))
 
-    def dt_loss(batch: TensorDict):
-        losses = loss_module(batch)
-        return sum(losses[key] for key in loss_keys), losses.select(*loss_keys)
-
     # one gradient step (the actor's gradients clipped, AdamW, online the temperature's
     # Adam step); one graph with --compile
     update_step = UpdateStep(
-        dt_loss,
+        summed_losses(loss_module, loss_keys),
         optimizers,
         max_grad_norm=cfg.clip_grad,
         clip_params=list(actor.parameters()),

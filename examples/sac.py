@@ -71,12 +71,7 @@ def make_learner(cfg: Config, env, actor, qvalue):
         gamma=cfg.gamma,
     )
 
-    update = summed_update(
-        cfg,
-        loss_module,
-        ("loss_actor", "loss_qvalue", "loss_alpha"),
-        ("loss_actor", "loss_qvalue", "alpha"),
-    )
+    update = summed_update(cfg, loss_module)
     return loss_module, update
 
 

@@ -88,12 +88,7 @@ def main(cfg: Config) -> dict:
     run = Run("tqc", cfg, cfg.total_frames)
 
     # one gradient step (backward, Adam, target update); one graph with --compile
-    update = summed_update(
-        cfg,
-        loss_module,
-        ("loss_actor", "loss_qvalue", "loss_alpha"),
-        ("loss_actor", "loss_qvalue", "alpha"),
-    )
+    update = summed_update(cfg, loss_module)
 
     # the loop: collect, store, update actor, critics and temperature, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

@@ -47,6 +47,7 @@ from _common import (  # noqa: E402
     compile_advantage,
     compile_policy,
     finish_run,
+    summed_losses,
     whole_batches,
 )
 
@@ -389,13 +390,9 @@ def train_off_policy(
         ]
     )
 
-    def off_policy_loss(sample):
-        losses = loss_module(sample)
-        return sum(losses[key] for key in loss_keys), losses.select(*loss_keys)
-
     # one gradient step (backward, clipping, Adam, soft update); one graph with --compile
     update = UpdateStep(
-        off_policy_loss,
+        summed_losses(loss_module, loss_keys),
         optimizer,
         max_grad_norm=cfg.max_grad_norm,
         target_update=target_updater,
@@ -421,9 +418,10 @@ def train_off_policy(
         progress.observe(team)
         if returns.mean is not None:
             logger.log_scalar("train/episode_return", returns.mean, frames)
-        for key in loss_keys:
-            logger.log_scalar(f"train/{key}", losses[key].item(), frames)
-        progress.values["loss"] = sum(losses[key].item() for key in loss_keys)
+        values = {key: losses[key].item() for key in loss_keys}
+        for key, value in values.items():
+            logger.log_scalar(f"train/{key}", value, frames)
+        progress.values["loss"] = sum(values.values())
         progress.update(batch.numel())
     seconds = time.perf_counter() - start
     collector.shutdown()

@@ -84,7 +84,7 @@ def compile_update(fn, *, compile: bool, cudagraphs: bool = False, warmup: int =
     """
     check_cudagraphs(cudagraphs)
     if compile:
-        fn = torch.compile(fn)
+        fn = torch.compile(fn, **_compile_kwargs(compile))
     if cudagraphs:
         from tensordict.nn import CudaGraphModule
 
@@ -269,8 +269,22 @@ def _detached(logs):
     return logs.detach()
 
 
+#: inductor options of every function the examples compile (unless ``compile`` names a
+#: ``mode`` or another backend): on CPU, ``tanh`` as ``2 / (1 + exp(-2x)) - 1`` in the
+#: generated kernels instead of SLEEF's vectorised ``tanh``: 7 against 25 us a kernel on
+#: ppo's 256x64 activations (a tenth of its compiled update step), 1.8e-7 from
+#: ``torch.tanh`` at most (the activations of the Tanh networks, TanhNormal's squashing,
+#: whose log-probability reads the pre-tanh value); no effect on CUDA kernels.
+INDUCTOR_OPTIONS = {"cpp.use_decompose_tanh": True}
+
+
 def _compile_kwargs(compile: bool | dict) -> dict:
-    return dict(compile) if isinstance(compile, dict) else {}
+    """``torch.compile``'s arguments for ``compile`` (True or a dict of them), with
+    :data:`INDUCTOR_OPTIONS` under the caller's own ``options``."""
+    kwargs = dict(compile) if isinstance(compile, dict) else {}
+    if "mode" not in kwargs and kwargs.get("backend", "inductor") == "inductor":
+        kwargs["options"] = {**INDUCTOR_OPTIONS, **kwargs.get("options", {})}
+    return kwargs
 
 
 def _check_fusable(optimizer) -> None:

@@ -326,6 +326,33 @@ def test_update_step_refuses_an_optimizer_it_does_not_write():
         common.UpdateStep(lambda x: (net(x).sum(), {}), amsgrad, compile=True)
 
 
+def test_compile_kwargs_carry_the_inductor_options_unless_mode_or_backend():
+    common = load("_common")
+    opts = common.INDUCTOR_OPTIONS
+    assert opts == {"cpp.use_decompose_tanh": True}
+    assert common._compile_kwargs(True) == {"options": opts}
+    # the caller's own options win, and are kept
+    assert common._compile_kwargs({"options": {"cpp.use_decompose_tanh": False, "a": 1}}) == {
+        "options": {"cpp.use_decompose_tanh": False, "a": 1}
+    }
+    # torch.compile takes a mode or options, not both; another backend takes no inductor
+    # options
+    assert common._compile_kwargs({"mode": "max-autotune"}) == {"mode": "max-autotune"}
+    assert common._compile_kwargs(ONE_GRAPH) == ONE_GRAPH
+
+
+@pytest.mark.slow
+def test_compiled_tanh_within_float_error_of_torch_tanh():
+    """The inductor kernels the examples compile compute tanh from exp: within 2e-7 of
+    ``torch.tanh``, exact at the saturated ends, NaN kept (a network's activations)."""
+    common = load("_common")
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.tanh(x) * 1.0, **common._compile_kwargs(True))
+    x = torch.cat([torch.linspace(-20, 20, 4001), torch.tensor([-1e4, 1e4, 0.0])])
+    torch.testing.assert_close(fn(x), torch.tanh(x), atol=2e-7, rtol=0)
+    assert fn(torch.tensor([float("nan")])).isnan().all()
+
+
 def test_compiled_policy_is_the_collectors_tensor_twin():
     from tensordict.nn import NormalParamExtractor
 

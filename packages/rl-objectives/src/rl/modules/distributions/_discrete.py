@@ -71,6 +71,30 @@ def _straight_through(
     raise ValueError(f"Unknown grad_method {grad_method!r}")
 
 
+def gumbel_max_index(logits: torch.Tensor, sample_shape: Sequence[int] = ()) -> torch.Tensor:
+    """Category indices drawn from ``softmax(logits)`` (shape ``[*sample_shape, *batch]``)
+    by the Gumbel-max trick: ``argmax(logits + G)``, ``G = -log(-log(U))``, ``U`` uniform.
+
+    The law of ``torch.multinomial``'s draw, written as elementwise ops and one reduction,
+    which a compiled graph fuses into one kernel; inductor leaves ``torch.multinomial`` an
+    opaque call (on CPU, 40% of a compiled CartPole policy's step). The categoricals draw
+    this way under ``torch.compile`` only: an eager draw keeps torch's ``multinomial``
+    (and its random stream).
+    """
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    shape = (*sample_shape, *logits.shape)
+    uniform = torch.rand(shape, dtype=dtype, device=logits.device)
+    # U = 0 gives G = -inf: that category is not drawn (probability 2**-24)
+    return (logits - torch.log(-torch.log(uniform))).argmax(-1)
+
+
+def _draw_index(dist: D.Categorical, sample_shape: torch.Size) -> torch.Tensor:
+    """``dist``'s category indices: Gumbel-max under ``torch.compile``, else torch's draw."""
+    if torch.compiler.is_compiling():
+        return gumbel_max_index(dist.logits, sample_shape)
+    return D.Categorical.sample(dist, sample_shape)
+
+
 class OneHotCategorical(D.Categorical):
     """A categorical distribution over one-hot encoded values.
 
@@ -144,7 +168,7 @@ class OneHotCategorical(D.Categorical):
         return self.mode
 
     def sample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
-        return F.one_hot(super().sample(torch.Size(sample_shape)), self._num_events)
+        return F.one_hot(_draw_index(self, torch.Size(sample_shape)), self._num_events)
 
     def rsample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
         """A one-hot sample that carries a gradient (see ``grad_method``)."""
@@ -292,7 +316,7 @@ class MaskedCategorical(D.Categorical):
         return idx.gather(-1, position.unsqueeze(-1)).squeeze(-1)
 
     def sample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
-        out = super().sample(torch.Size(sample_shape))
+        out = _draw_index(self, torch.Size(sample_shape))
         if self._sparse_mask:
             out = self._to_category(out)
         return out

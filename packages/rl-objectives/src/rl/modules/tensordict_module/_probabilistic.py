@@ -27,6 +27,7 @@ from torch.nn.modules import module as _module_mod
 
 from rl.core import Composite, TensorSpec, tensor_policy
 
+from ..distributions._discrete import _draw_index
 from ._common import SafeModule, _register_spec, _SpecMixin
 from ._sequence import _merged_spec
 
@@ -252,7 +253,10 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
                 joint = getattr(type(dist), name, None)
                 if joint is not None:
                     return joint(dist, torch.Size())
-            sample = dist.rsample() if dist.has_rsample else dist.sample()
+            if type(dist) is D.Categorical:  # torch's own: drawn as rl's categoricals draw
+                sample = _draw_index(dist, torch.Size())
+            else:
+                sample = dist.rsample() if dist.has_rsample else dist.sample()
         else:
             sample = self._dist_sample(dist, interaction_type=itype)
         return sample, (dist.log_prob(sample) if log_prob else None)

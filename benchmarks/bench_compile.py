@@ -285,6 +285,7 @@ def _soft_actor_critic_step(script: str, compiled: bool, sample):
 def _ppo_step(compiled: bool, minibatch):
     """ppo.py's minibatch step at its cartpole defaults (8 x 32 frames, 64x64)."""
     import ppo
+    import torch
 
     cfg = ppo.Config(compile=compiled)
     env = ppo.make_env(cfg, cfg.num_envs)
@@ -292,8 +293,6 @@ def _ppo_step(compiled: bool, minibatch):
     loss, optim = ppo.make_loss(cfg, actor, critic)
     step = ppo.make_update_step(cfg, loss, optim)
     if minibatch is None:
-        import torch
-
         from rl.objectives.value import GAE
 
         env.set_seed(0)
@@ -301,7 +300,8 @@ def _ppo_step(compiled: bool, minibatch):
             batch = env.rollout(cfg.num_steps, actor, break_when_any_done=False)
             GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)(batch)
         minibatch = batch.exclude("next").reshape(-1)
-    return step, minibatch
+    index = torch.randperm(minibatch.numel())  # the whole batch, shuffled, as update_epochs
+    return (lambda batch: step(batch, index)), minibatch
 
 
 def _offline_step(algo: str, compiled: bool, sample):

@@ -250,11 +250,13 @@ def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam
 
 
 def make_update_step(cfg: Config, loss_module, optimizer, compile: bool | None = None):
-    """One clipped gradient step on a minibatch (loss, backward, clipping, optimizer
-    step); with ``cfg.compile`` all of it is one compiled graph (``UpdateStep``)."""
+    """One clipped gradient step on the minibatch ``batch[index]`` (``step(batch,
+    index)``: the gather, loss, backward, clipping, optimizer step); with
+    ``cfg.compile`` all of it is one compiled graph (``UpdateStep``), the minibatch
+    gathered in it."""
 
-    def ppo_loss(minibatch):
-        losses = loss_module(minibatch)
+    def ppo_loss(batch, index):
+        losses = loss_module(batch[index])
         loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
         return loss, loss
 
@@ -286,7 +288,7 @@ def update_epochs(
     flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
     for _ in range(cfg.update_epochs):
         for idx in torch.randperm(flat.numel()).split(minibatch):
-            loss = step(flat[idx])
+            loss = step(flat, idx)
     return loss
 
 

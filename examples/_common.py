@@ -549,6 +549,7 @@ def finish_run(logger, returns: list[float], frames: int, seconds: float) -> dic
         run_dir = Path(logger.experiment)
         curve = run_dir / "learning_curve.png"
         plot_runs([run_dir], curve, keys=["train/episode_return"])
+        logger.close()  # its scalar files (a later row opens its file again)
     summary = {
         "frames": frames,
         "seconds": seconds,

@@ -127,6 +127,32 @@ class TestCSVLogger:
         assert (scalars / "a.csv").read_text() == "1,1.0\n2,3.0\n"
         assert (scalars / "b.csv").read_text() == ""
 
+    def test_rows_on_disk_at_once_and_files_reopened_after_close(self, tmp_path):
+        import pickle
+
+        logger = CSVLogger("exp", log_dir=tmp_path)
+        path = tmp_path / "exp" / "scalars" / "train" / "loss.csv"
+        logger.log_scalar("train/loss", 0.5, step=1)
+        assert path.read_text() == "1,0.5\n"  # flushed while the file stays open
+        logger.log_scalar("train/loss", 0.25, step=2)
+        assert path.read_text() == "1,0.5\n2,0.25\n"
+        logger.close()
+        logger.log_scalar("train/loss", 0.125)  # reopened, appended; step = rows so far
+        assert path.read_text() == "1,0.5\n2,0.25\n2,0.125\n"
+        # the same logger resumed from its own state: its open file is truncated under it
+        state = logger.state_dict()
+        logger.log_scalar("train/loss", 3.0, step=11)
+        logger.load_state_dict(state)
+        logger.log_scalar("train/loss", 4.0, step=11)
+        assert path.read_text() == "1,0.5\n2,0.25\n2,0.125\n11,4.0\n"
+        # a pickled copy (a logger sent to another process) opens its own file
+        copy = pickle.loads(pickle.dumps(logger))
+        copy.log_scalar("train/loss", 1.0, step=12)
+        logger.log_scalar("train/loss", 2.0, step=13)
+        assert path.read_text().splitlines()[-2:] == ["12,1.0", "13,2.0"]
+        logger.close()
+        copy.close()
+
 
 class TestTensorboardLogger:
     def test_read_back_with_event_accumulator(self, tmp_path):

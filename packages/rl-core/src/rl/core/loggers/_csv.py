@@ -25,7 +25,8 @@ class CSVLogger(Logger):
     configuration as ``hparams.json``.
 
     Needs nothing beyond rl-core, except PyAV for mp4 videos (``rl-core[video]``). Rows are
-    flushed as they are written; a run resumed from a trainer checkpoint truncates each file
+    flushed as they are written (each scalar's file stays open between rows, as TorchRL's
+    does, until :meth:`close`); a run resumed from a trainer checkpoint truncates each file
     to the rows it had at the checkpoint, so no row is written twice.
     ``python -m rl.core.plot <log_dir>`` draws the scalars.
 
@@ -66,6 +67,7 @@ class CSVLogger(Logger):
         self.video_fps = video_fps
         self._rows: dict[str, int] = defaultdict(int)
         self._videos: dict[str, int] = defaultdict(int)
+        self._files: dict[str, Any] = {}  # scalar name -> its open file (append mode)
         super().__init__(exp_name, "csv_logs" if log_dir is None else log_dir)
 
     def _create_experiment(self) -> Path:
@@ -79,11 +81,25 @@ class CSVLogger(Logger):
     def log_scalar(self, name: str, value: float, step: int | None = None) -> None:
         if step is None:
             step = self._rows[name]
-        path = self._scalar_file(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(f"{int(step)},{to_float(value)!r}\n")
+        f = self._files.get(name)
+        if f is None or f.closed:
+            path = self._scalar_file(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = self._files[name] = open(path, "a")  # noqa: SIM115 (kept open; close())
+        f.write(f"{int(step)},{to_float(value)!r}\n")
+        f.flush()
         self._rows[name] += 1
+
+    def close(self) -> None:
+        """Closes the scalar files (a later :meth:`log_scalar` opens its file again)."""
+        files, self._files = self._files, {}
+        for f in files.values():
+            f.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_files"] = {}  # open files do not pickle: a copy opens its own
+        return state
 
     def log_video(
         self, name: str, video: Any, step: int | None = None, fps: int | None = None, **kwargs: Any
@@ -147,6 +163,7 @@ class CSVLogger(Logger):
         """Truncates every scalar and histogram file to the rows it had when ``state_dict``
         was taken (rows a killed run wrote after its last checkpoint are dropped)."""
         rows = dict(state_dict.get("rows", {}))
+        self.close()
         for folder in ("scalars", "histograms"):
             root = self.experiment / folder
             if not root.exists():

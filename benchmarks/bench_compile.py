@@ -300,7 +300,7 @@ def _ppo_step(compiled: bool, minibatch):
             batch = env.rollout(cfg.num_steps, actor, break_when_any_done=False)
             GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)(batch)
         minibatch = batch.exclude("next").reshape(-1)
-    index = torch.randperm(minibatch.numel())  # the whole batch, shuffled, as update_epochs
+    index = torch.randperm(minibatch.numel())  # one step on the whole batch (a permuted gather)
     return (lambda batch: step(batch, index)), minibatch
 
 

@@ -272,10 +272,30 @@ def _detached(logs):
 #: inductor options of every function the examples compile (unless ``compile`` names a
 #: ``mode`` or another backend): on CPU, ``tanh`` as ``2 / (1 + exp(-2x)) - 1`` in the
 #: generated kernels instead of SLEEF's vectorised ``tanh``: 7 against 25 us a kernel on
-#: ppo's 256x64 activations (a tenth of its compiled update step), 1.8e-7 from
-#: ``torch.tanh`` at most (the activations of the Tanh networks, TanhNormal's squashing,
-#: whose log-probability reads the pre-tanh value); no effect on CUDA kernels.
+#: ppo's 256x64 activations (a tenth of its compiled update step). Its error is absolute,
+#: 2e-7 at most: near 0 the relative error is large (tanh(1e-8) gives 0), which is why
+#: inductor keeps it off by default (pytorch#148241: an ``atan2`` of such a value flips);
+#: harmless for the activations of Tanh networks and TanhNormal's squashing (whose
+#: log-probability reads the pre-tanh value). No effect on CUDA kernels; left out on a
+#: torch whose inductor lacks the option (it came with torch 2.8).
 INDUCTOR_OPTIONS = {"cpp.use_decompose_tanh": True}
+
+
+@functools.cache
+def _inductor_options() -> dict:
+    """:data:`INDUCTOR_OPTIONS` this torch's inductor knows (read at the first compile:
+    importing inductor's config costs a second)."""
+    from torch._inductor import config
+
+    return {key: value for key, value in INDUCTOR_OPTIONS.items() if _has_option(config, key)}
+
+
+def _has_option(config, dotted: str) -> bool:
+    for name in dotted.split("."):
+        if not hasattr(config, name):
+            return False
+        config = getattr(config, name)
+    return True
 
 
 def _compile_kwargs(compile: bool | dict) -> dict:
@@ -283,7 +303,7 @@ def _compile_kwargs(compile: bool | dict) -> dict:
     :data:`INDUCTOR_OPTIONS` under the caller's own ``options``."""
     kwargs = dict(compile) if isinstance(compile, dict) else {}
     if "mode" not in kwargs and kwargs.get("backend", "inductor") == "inductor":
-        kwargs["options"] = {**INDUCTOR_OPTIONS, **kwargs.get("options", {})}
+        kwargs["options"] = {**_inductor_options(), **kwargs.get("options", {})}
     return kwargs
 
 
@@ -538,8 +558,16 @@ def record_video(env, policy, logger, max_steps: int = 1000):
     return recorder.dump()
 
 
-def finish_run(logger, returns: list[float], frames: int, seconds: float) -> dict:
-    """Logs the evaluation, draws the learning curve (CSV logger) and prints a summary."""
+def finish_run(
+    logger,
+    returns: list[float],
+    frames: int,
+    seconds: float,
+    curve_key: str = "train/episode_return",
+    unit: str = "frames",
+) -> dict:
+    """Logs the evaluation, draws the learning curve of ``curve_key`` (CSV logger), closes
+    the CSV logger's files and prints a summary (``frames`` counted as ``unit``)."""
     mean = sum(returns) / len(returns)
     logger.log_scalar("eval/return", mean, frames)
     curve = None
@@ -548,7 +576,7 @@ def finish_run(logger, returns: list[float], frames: int, seconds: float) -> dic
 
         run_dir = Path(logger.experiment)
         curve = run_dir / "learning_curve.png"
-        plot_runs([run_dir], curve, keys=["train/episode_return"])
+        plot_runs([run_dir], curve, keys=[curve_key])
         logger.close()  # its scalar files (a later row opens its file again)
     summary = {
         "frames": frames,
@@ -559,7 +587,7 @@ def finish_run(logger, returns: list[float], frames: int, seconds: float) -> dic
         "curve": curve,
     }
     print(
-        f"trained {frames} frames in {seconds:.1f} s ({frames / seconds:.0f} frames/s); "
+        f"trained {frames} {unit} in {seconds:.1f} s ({frames / seconds:.0f} {unit}/s); "
         f"evaluation over {len(returns)} deterministic episodes: mean return {mean:.1f}"
     )
     if curve is not None:

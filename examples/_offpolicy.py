@@ -380,39 +380,15 @@ class Run:
         if curve_key is None:
             summary = finish_run(self.logger, returns, self.frames, seconds)
         else:
-            summary = self._finish_with_curve_of(curve_key, returns, seconds)
+            summary = finish_run(
+                self.logger, returns, self.frames, seconds, curve_key=curve_key, unit="steps"
+            )
         if self.cfg.video:
             video = record_video(self._eval_env(env_id, from_pixels=True), policy, self.logger)
             summary["video"] = video
             print(f"evaluation video: {video}")
         summary.update(modules)
         return summary
-
-    def _finish_with_curve_of(self, key: str, returns: list[float], seconds: float) -> dict:
-        # finish_run (examples/_common.py) as it is, drawing ``key`` instead of the
-        # training episodes' returns
-        from rl.core.loggers import CSVLogger
-        from rl.core.plot import plot_runs
-
-        mean = sum(returns) / len(returns)
-        self.logger.log_scalar("eval/return", mean, self.frames)
-        curve = None
-        if isinstance(self.logger, CSVLogger):
-            curve = Path(self.logger.experiment) / "learning_curve.png"
-            plot_runs([Path(self.logger.experiment)], curve, keys=[key])
-            print(f"learning curve: {curve}")
-        print(
-            f"trained {self.frames} steps in {seconds:.1f} s; evaluation over "
-            f"{len(returns)} deterministic episodes: mean return {mean:.1f}"
-        )
-        return {
-            "frames": self.frames,
-            "seconds": seconds,
-            "fps": self.frames / seconds,
-            "eval_returns": returns,
-            "eval_mean": mean,
-            "curve": curve,
-        }
 
 
 class BestWeights:

@@ -253,7 +253,8 @@ def make_update_step(cfg: Config, loss_module, optimizer, compile: bool | None =
     """One clipped gradient step on the minibatch ``batch[index]`` (``step(batch,
     index)``: the gather, loss, backward, clipping, optimizer step); with
     ``cfg.compile`` all of it is one compiled graph (``UpdateStep``), the minibatch
-    gathered in it."""
+    gathered in it (with ``cfg.cudagraphs``, each replay copies the whole batch into the
+    graph's static inputs)."""
 
     def ppo_loss(batch, index):
         losses = loss_module(batch[index])

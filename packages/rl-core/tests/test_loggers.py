@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.metadata
 import json
+import pickle
 import struct
 import subprocess
 import sys
@@ -128,28 +129,39 @@ class TestCSVLogger:
         assert (scalars / "b.csv").read_text() == ""
 
     def test_rows_on_disk_at_once_and_files_reopened_after_close(self, tmp_path):
-        import pickle
-
         logger = CSVLogger("exp", log_dir=tmp_path)
         path = tmp_path / "exp" / "scalars" / "train" / "loss.csv"
         logger.log_scalar("train/loss", 0.5, step=1)
         assert path.read_text() == "1,0.5\n"  # flushed while the file stays open
         logger.log_scalar("train/loss", 0.25, step=2)
         assert path.read_text() == "1,0.5\n2,0.25\n"
+        (handle,) = logger._files.values()
         logger.close()
+        assert handle.closed and not logger._files
         logger.log_scalar("train/loss", 0.125)  # reopened, appended; step = rows so far
         assert path.read_text() == "1,0.5\n2,0.25\n2,0.125\n"
-        # the same logger resumed from its own state: its open file is truncated under it
+        logger.close()
+
+    def test_resume_closes_the_open_files_before_truncating(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path)
+        logger.log_scalar("a", 1.0, step=1)
         state = logger.state_dict()
-        logger.log_scalar("train/loss", 3.0, step=11)
-        logger.load_state_dict(state)
-        logger.log_scalar("train/loss", 4.0, step=11)
-        assert path.read_text() == "1,0.5\n2,0.25\n2,0.125\n11,4.0\n"
-        # a pickled copy (a logger sent to another process) opens its own file
-        copy = pickle.loads(pickle.dumps(logger))
-        copy.log_scalar("train/loss", 1.0, step=12)
-        logger.log_scalar("train/loss", 2.0, step=13)
-        assert path.read_text().splitlines()[-2:] == ["12,1.0", "13,2.0"]
+        logger.log_scalar("a", 2.0, step=2)
+        (handle,) = logger._files.values()
+        logger.load_state_dict(state)  # the same logger, resumed from its own state
+        assert handle.closed
+        logger.log_scalar("a", 3.0, step=2)
+        assert (tmp_path / "exp" / "scalars" / "a.csv").read_text() == "1,1.0\n2,3.0\n"
+        logger.close()
+
+    def test_a_pickled_copy_opens_its_own_files(self, tmp_path):
+        logger = CSVLogger("exp", log_dir=tmp_path)
+        logger.log_scalar("a", 1.0, step=1)
+        copy = pickle.loads(pickle.dumps(logger))  # a logger sent to another process
+        assert copy._files == {} and copy._rows == {"a": 1}
+        copy.log_scalar("a", 2.0, step=2)
+        logger.log_scalar("a", 3.0, step=3)
+        assert (tmp_path / "exp" / "scalars" / "a.csv").read_text() == "1,1.0\n2,2.0\n3,3.0\n"
         logger.close()
         copy.close()
 

@@ -2,8 +2,9 @@
 
 The ``eager`` backend captures the whole graph with dynamo (a graph break fails
 ``fullgraph=True``) and runs it with the eager kernels, so random samples match under the
-same seed (but for a categorical's draw: compiled, Gumbel-max instead of multinomial); the ``inductor`` cases also check the generated code, and are marked slow (the
-first inductor compile takes a minute on a small CPU).
+same seed (but a categorical's draw: compiled, it is Gumbel-max instead of multinomial);
+the ``inductor`` cases also check the generated code, and are marked slow (the first
+inductor compile takes a minute on a small CPU).
 """
 
 import pytest

@@ -7,7 +7,7 @@ import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ class CSVLogger(Logger):
 
     Needs nothing beyond rl-core, except PyAV for mp4 videos (``rl-core[video]``). Rows are
     flushed as they are written (each scalar's file stays open between rows, as TorchRL's
-    does, until :meth:`close`); a run resumed from a trainer checkpoint truncates each file
+    does, until :meth:`close`: one file descriptor per scalar name); a run resumed from a trainer checkpoint truncates each file
     to the rows it had at the checkpoint, so no row is written twice.
     ``python -m rl.core.plot <log_dir>`` draws the scalars.
 
@@ -67,7 +67,8 @@ class CSVLogger(Logger):
         self.video_fps = video_fps
         self._rows: dict[str, int] = defaultdict(int)
         self._videos: dict[str, int] = defaultdict(int)
-        self._files: dict[str, Any] = {}  # scalar name -> its open file (append mode)
+        # scalar name -> its open file (append mode): one file descriptor per scalar name
+        self._files: dict[str, TextIO] = {}
         super().__init__(exp_name, "csv_logs" if log_dir is None else log_dir)
 
     def _create_experiment(self) -> Path:

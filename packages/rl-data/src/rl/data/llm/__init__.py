@@ -13,9 +13,9 @@ from ._dataset import (
     get_dataloader,
 )
 from ._history import ROLES, ContentBase, History
+from ._kl_controllers import AdaptiveKLController, ConstantKLController
 from ._prompt import PromptData, PromptTensorDictTokenizer
 from ._reward import PairwiseDataset, RewardData
-from ._kl_controllers import AdaptiveKLController, ConstantKLController
 from ._rollout import RolloutFromModel
 from ._topk import TopKRewardSelector
 

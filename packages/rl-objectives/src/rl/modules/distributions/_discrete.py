@@ -71,27 +71,41 @@ def _straight_through(
     raise ValueError(f"Unknown grad_method {grad_method!r}")
 
 
-def gumbel_max_index(logits: torch.Tensor, sample_shape: Sequence[int] = ()) -> torch.Tensor:
+def _gumbel_max_index(logits: torch.Tensor, sample_shape: Sequence[int] = ()) -> torch.Tensor:
     """Category indices drawn from ``softmax(logits)`` (shape ``[*sample_shape, *batch]``)
     by the Gumbel-max trick: ``argmax(logits + G)``, ``G = -log(-log(U))``, ``U`` uniform.
 
     The law of ``torch.multinomial``'s draw, written as elementwise ops and one reduction,
     which a compiled graph fuses into one kernel; inductor leaves ``torch.multinomial`` an
-    opaque call (on CPU, 40% of a compiled CartPole policy's step). The categoricals draw
-    this way under ``torch.compile`` only: an eager draw keeps torch's ``multinomial``
-    (and its random stream).
+    opaque call (on CPU, 40% of a compiled CartPole policy's step). rl's categoricals
+    (``OneHotCategorical``, ``MaskedCategorical`` and its one-hot form) and torch's
+    ``Categorical`` drawn by a ProbabilisticActor draw this way under ``torch.compile``
+    only: an eager draw keeps torch's ``multinomial`` and its random stream (as TorchRL's);
+    a compiled run's draws follow another stream, the same law. A row with no finite
+    logit (NaN, or every category masked) raises, as ``multinomial`` does.
     """
+    logits = logits.detach()
+    torch._assert_async(
+        (logits.isfinite().any(-1) & ~logits.isnan().any(-1)).all(),
+        "categorical draw: a row of logits is NaN or has no finite entry (every category masked)",
+    )
     dtype = torch.promote_types(logits.dtype, torch.float32)
     shape = (*sample_shape, *logits.shape)
-    uniform = torch.rand(shape, dtype=dtype, device=logits.device)
-    # U = 0 gives G = -inf: that category is not drawn (probability 2**-24)
-    return (logits - torch.log(-torch.log(uniform))).argmax(-1)
+    # U > 0: a finite G for every category (U = 0 would rule out a row's only one)
+    uniform = torch.rand(shape, dtype=dtype, device=logits.device).clamp_min_(
+        torch.finfo(dtype).tiny
+    )
+    return (logits.to(dtype) - torch.log(-torch.log(uniform))).argmax(-1)
 
 
 def _draw_index(dist: D.Categorical, sample_shape: torch.Size) -> torch.Tensor:
-    """``dist``'s category indices: Gumbel-max under ``torch.compile``, else torch's draw."""
+    """``dist``'s category indices: Gumbel-max under ``torch.compile``, else torch's draw.
+
+    A distribution built from ``probs`` draws on their logarithm (a zero probability is
+    never drawn; torch's ``logits`` of it are clamped to ``log(eps)``)."""
     if torch.compiler.is_compiling():
-        return gumbel_max_index(dist.logits, sample_shape)
+        logits = dist.logits if "logits" in dist.__dict__ else dist.probs.log()
+        return _gumbel_max_index(logits, sample_shape)
     return D.Categorical.sample(dist, sample_shape)
 
 

@@ -115,7 +115,8 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
 
     def a2c_loss(batch):
-        losses = loss_module(batch)
+        # the batch flattened here: compiled, inside the graph (views, no TensorDict work)
+        losses = loss_module(batch.reshape(-1).exclude("collector"))
         loss = losses["loss_objective"] + losses["loss_critic"]
         if "loss_entropy" in losses.keys():
             loss = loss + losses["loss_entropy"]
@@ -142,7 +143,7 @@ def main(cfg: Config) -> dict:
         if cfg.anneal_lr:
             set_lr(optimizer, cfg.lr * (1.0 - iteration / num_updates))
         advantage(batch)
-        loss = update(batch.reshape(-1).exclude("collector"))
+        loss = update(batch)
 
         returns.update(batch)
         if returns.mean is not None:

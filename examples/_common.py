@@ -281,10 +281,9 @@ def _detached(logs):
 INDUCTOR_OPTIONS = {"cpp.use_decompose_tanh": True}
 
 
-@functools.cache
 def _inductor_options() -> dict:
-    """:data:`INDUCTOR_OPTIONS` this torch's inductor knows (read at the first compile:
-    importing inductor's config costs a second)."""
+    """:data:`INDUCTOR_OPTIONS` this torch's inductor knows (its config imported at a
+    compile, not with this module: importing it costs a second)."""
     from torch._inductor import config
 
     return {key: value for key, value in INDUCTOR_OPTIONS.items() if _has_option(config, key)}
@@ -567,7 +566,8 @@ def finish_run(
     unit: str = "frames",
 ) -> dict:
     """Logs the evaluation, draws the learning curve of ``curve_key`` (CSV logger), closes
-    the CSV logger's files and prints a summary (``frames`` counted as ``unit``)."""
+    the CSV logger's files and prints a summary (``frames`` counted as ``unit``; the
+    summary's ``"fps"`` is ``unit`` per second)."""
     mean = sum(returns) / len(returns)
     logger.log_scalar("eval/return", mean, frames)
     curve = None

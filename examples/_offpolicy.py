@@ -377,12 +377,14 @@ class Run:
         self.bar.close()
         seconds = time.perf_counter() - self.start
         returns = self.evaluate(env_id, policy, self.cfg.eval_episodes)
-        if curve_key is None:
-            summary = finish_run(self.logger, returns, self.frames, seconds)
-        else:
-            summary = finish_run(
-                self.logger, returns, self.frames, seconds, curve_key=curve_key, unit="steps"
-            )
+        summary = finish_run(
+            self.logger,
+            returns,
+            self.frames,
+            seconds,
+            curve_key=curve_key or "train/episode_return",
+            unit="frames" if curve_key is None else "steps",
+        )
         if self.cfg.video:
             video = record_video(self._eval_env(env_id, from_pixels=True), policy, self.logger)
             summary["video"] = video

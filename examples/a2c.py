@@ -115,7 +115,8 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
 
     def a2c_loss(batch):
-        # the batch flattened here: compiled, inside the graph (views, no TensorDict work)
+        # the batch flattened here: compiled, inside the graph (no TensorDict work at each
+        # step; with cudagraphs, each replay copies the whole batch into its inputs)
         losses = loss_module(batch.reshape(-1).exclude("collector"))
         loss = losses["loss_objective"] + losses["loss_critic"]
         if "loss_entropy" in losses.keys():

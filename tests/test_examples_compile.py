@@ -328,8 +328,11 @@ def test_update_step_refuses_an_optimizer_it_does_not_write():
 
 def test_compile_kwargs_carry_the_inductor_options_unless_mode_or_backend():
     common = load("_common")
-    opts = common.INDUCTOR_OPTIONS
-    assert opts == {"cpp.use_decompose_tanh": True}
+    assert common.INDUCTOR_OPTIONS == {"cpp.use_decompose_tanh": True}
+    opts = common._inductor_options()  # those this torch's inductor knows
+    assert opts == common.INDUCTOR_OPTIONS or not hasattr(
+        torch._inductor.config.cpp, "use_decompose_tanh"
+    )
     assert common._compile_kwargs(True) == {"options": opts}
     # the caller's own options win, and are kept
     assert common._compile_kwargs({"options": {"cpp.use_decompose_tanh": False, "a": 1}}) == {
@@ -339,6 +342,14 @@ def test_compile_kwargs_carry_the_inductor_options_unless_mode_or_backend():
     # options
     assert common._compile_kwargs({"mode": "max-autotune"}) == {"mode": "max-autotune"}
     assert common._compile_kwargs(ONE_GRAPH) == ONE_GRAPH
+
+
+def test_inductor_options_unknown_to_this_torch_are_left_out(monkeypatch):
+    common = load("_common")
+    wanted = {"cpp.use_decompose_tanh": True, "cpp.no_such_option": 1, "no_such_group.x": 2}
+    monkeypatch.setattr(common, "INDUCTOR_OPTIONS", wanted)
+    known = hasattr(torch._inductor.config.cpp, "use_decompose_tanh")
+    assert common._inductor_options() == ({"cpp.use_decompose_tanh": True} if known else {})
 
 
 @pytest.mark.slow

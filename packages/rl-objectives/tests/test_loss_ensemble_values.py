@@ -11,6 +11,14 @@ from torch import nn
 from rl.objectives import LossModule, SoftUpdate
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    # each test compiles the loss's code objects for losses of its own: a cache per test,
+    # not one shared by all (dynamo's recompile limit is per code object)
+    torch._dynamo.reset()
+    yield
+
+
 class _Ensemble(LossModule):
     def __init__(self, critic, n=4):
         super().__init__()
@@ -61,16 +69,18 @@ def _values(loss, kind, td, index=None, overrides=None):
     return loss._ensemble_values("qvalue_network", kind, td, "q", overrides, index)
 
 
+# compiled, 2 members (or 2 drawn rows) run one by one, 3 or more vmapped
+@pytest.mark.parametrize("n,index", [(2, [1, 0]), (3, [2, 0, 1]), (4, [2, 0]), (4, [3, 1, 2])])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_values_and_gradients_match_a_hand_computation(compiled):
-    loss = _Ensemble(_critic())
+def test_values_and_gradients_match_a_hand_computation(compiled, n, index):
+    loss = _Ensemble(_critic(), n=n)
     SoftUpdate(loss, tau=0.5)
     with torch.no_grad():  # targets distinct from the online stack
         for p in loss.target_qvalue_network_params.values(True, True):
             p.mul_(0.5)
     td = _data()
     action = torch.randn(5, 1)
-    index = torch.tensor([2, 0])
+    index = torch.tensor(index)
 
     def run(td, action, index):
         return (
@@ -86,7 +96,7 @@ def test_values_and_gradients_match_a_hand_computation(compiled):
     torch.testing.assert_close(online, _by_hand(loss, td, stacked))
     torch.testing.assert_close(detached, _by_hand(loss, td, stacked, action))
     torch.testing.assert_close(target, _by_hand(loss, td, target_stacked)[index])
-    assert online.shape == (4, 5, 1) and target.shape == (2, 5, 1)
+    assert online.shape == (n, 5, 1) and target.shape == (len(index), 5, 1)
     # gradients: online to the stack, detached to the overriding input only
     action.requires_grad_(True)
     online, detached, _ = fn(td, action, index)
@@ -98,6 +108,35 @@ def test_values_and_gradients_match_a_hand_computation(compiled):
         _by_hand(loss, td, [t.detach() for t in stacked], action).sum(), action
     )[0]
     torch.testing.assert_close(action.grad, expected_action)
+
+
+def test_a_vmapped_ensemble_draws_each_members_dropout_mask():
+    """Compiled, more than two members run vmapped: a random op (dropout) draws for each
+    member on its own, as the members called one by one do; gradients reach the stacks."""
+
+    class _DropQ(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l0, self.l1 = nn.Linear(3, 64), nn.Linear(64, 1)
+            self.drop = nn.Dropout(0.5)
+
+        def forward(self, obs, act):
+            return self.l1(self.drop(torch.relu(self.l0(torch.cat([obs, act], -1)))))
+
+    torch.manual_seed(0)
+    critic = TensorDictModule(_DropQ(), in_keys=["observation", "action"], out_keys=["q"])
+    loss = _Ensemble(critic, n=4)
+    with torch.no_grad():  # the same weights in every member: outputs differ by the masks
+        for p in loss.qvalue_network_params.values(True, True):
+            p.copy_(p[0].expand_as(p))
+    td = _data(b=64)
+    fn = torch.compile(lambda td: _values(loss, "online", td), backend="aot_eager", fullgraph=True)
+    out = fn(td)
+    assert out.shape == (4, 64, 1)
+    assert not torch.allclose(out[0], out[1]) and not torch.allclose(out[2], out[3])
+    out.sum().backward()
+    grads = [p.grad for p in loss.qvalue_network_params.values(True, True)]
+    assert all(g is not None and g.shape[0] == 4 and g.abs().sum() > 0 for g in grads)
 
 
 def test_compiled_runs_no_member_module():

@@ -88,6 +88,14 @@ class TestCategoricalCompiledDraw:
         compiled, _ = _recording_compile(lambda p: OneHotCategorical(probs=p).sample())
         assert compiled(probs)[:, 2].sum() == 0
 
+        def logits_read_first(p):
+            dist = OneHotCategorical(probs=p)
+            _ = dist.logits  # cached by torch (clamped to log(eps)) before the draw
+            return dist.sample().argmax(-1)
+
+        compiled, _ = _recording_compile(logits_read_first)
+        assert (compiled(probs) != 2).all()
+
     @pytest.mark.parametrize("bad", ["nan", "all_masked"])
     def test_a_row_without_a_finite_logit_raises_compiled_as_eagerly(self, bad):
         logits = torch.zeros(4, 3)

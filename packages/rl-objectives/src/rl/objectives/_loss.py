@@ -926,11 +926,19 @@ class LossModule(TensorDictModuleBase):
         if tensors[0].shape[0] > _VMAP_MEMBERS:
             # many members (REDQ's 10 critics): one batched product per layer instead of
             # N small ones, whose per-call cost dominates (REDQ's compiled update 3.1 ->
-            # 2.6 ms on CPU)
-            return torch.func.vmap(member)(*tensors)
+            # 2.6 ms on CPU, interleaved); random ops as :attr:`vmap_randomness` says
+            # ("different" where the network holds dropout: each member its own mask, as
+            # the members called one by one draw)
+            # (read without caching it on the loss: a first read inside the graph would
+            # grow the module's __dict__, which dynamo guards)
+            randomness = self.__dict__.get("_vmap_randomness_value")
+            if randomness is None:
+                randomness = _random_modules.vmap_randomness(template)
+            return torch.func.vmap(member, randomness=randomness)(*tensors)
         # few members: one unbind per tensor (its backward stacks the members' gradients
-        # in one copy); vmapped, inductor writes slow CPU kernels for the backward's
-        # reductions over the large batches of a pair of critics (CQL's update: 2x slower)
+        # in one copy); vmapped, inductor wrote slow CPU kernels for the backward's
+        # reductions of CQL's pair of critics (its update: 2x slower). The threshold is a
+        # CPU measurement (CQL's 2 critics, REDQ's 10), not tuned for CUDA
         rows = [t.unbind(0) for t in tensors]
         return torch.stack([member(*params) for params in zip(*rows, strict=True)])
 

@@ -26,8 +26,9 @@ class CSVLogger(Logger):
 
     Needs nothing beyond rl-core, except PyAV for mp4 videos (``rl-core[video]``). Rows are
     flushed as they are written (each scalar's file stays open between rows, as TorchRL's
-    does, until :meth:`close`: one file descriptor per scalar name); a run resumed from a trainer checkpoint truncates each file
-    to the rows it had at the checkpoint, so no row is written twice.
+    does, until :meth:`close`: one file descriptor per scalar name); a run resumed from a
+    trainer checkpoint truncates each file to the rows it had at the checkpoint, so no row
+    is written twice.
     ``python -m rl.core.plot <log_dir>`` draws the scalars.
 
     Args:

@@ -82,7 +82,8 @@ def _gumbel_max_index(logits: torch.Tensor, sample_shape: Sequence[int] = ()) ->
     ``Categorical`` drawn by a ProbabilisticActor draw this way under ``torch.compile``
     only: an eager draw keeps torch's ``multinomial`` and its random stream (as TorchRL's);
     a compiled run's draws follow another stream, the same law. A row with no finite
-    logit (NaN, or every category masked) raises, as ``multinomial`` does.
+    logit (NaN, or every category masked) raises, as ``multinomial`` does (on CUDA, a
+    device-side assert, which leaves the CUDA context unusable).
     """
     logits = logits.detach()
     torch._assert_async(
@@ -101,11 +102,12 @@ def _gumbel_max_index(logits: torch.Tensor, sample_shape: Sequence[int] = ()) ->
 def _draw_index(dist: D.Categorical, sample_shape: torch.Size) -> torch.Tensor:
     """``dist``'s category indices: Gumbel-max under ``torch.compile``, else torch's draw.
 
-    A distribution built from ``probs`` draws on their logarithm (a zero probability is
-    never drawn; torch's ``logits`` of it are clamped to ``log(eps)``)."""
+    Compiled, the draw reads the log of ``dist.probs``, as ``multinomial`` reads the
+    probabilities: a zero probability is never drawn (torch's ``logits`` of a
+    distribution built from ``probs`` clamp it to ``log(eps)``)."""
     if torch.compiler.is_compiling():
-        logits = dist.logits if "logits" in dist.__dict__ else dist.probs.log()
-        return _gumbel_max_index(logits, sample_shape)
+        dtype = torch.promote_types(dist.probs.dtype, torch.float32)
+        return _gumbel_max_index(dist.probs.to(dtype).log(), sample_shape)
     return D.Categorical.sample(dist, sample_shape)
 
 

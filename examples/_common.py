@@ -282,19 +282,12 @@ INDUCTOR_OPTIONS = {"cpp.use_decompose_tanh": True}
 
 
 def _inductor_options() -> dict:
-    """:data:`INDUCTOR_OPTIONS` this torch's inductor knows (its config imported at a
-    compile, not with this module: importing it costs a second)."""
+    """:data:`INDUCTOR_OPTIONS` this torch's inductor knows, by the dotted names its config
+    lists (imported at a compile, not with this module: importing it costs a second)."""
     from torch._inductor import config
 
-    return {key: value for key, value in INDUCTOR_OPTIONS.items() if _has_option(config, key)}
-
-
-def _has_option(config, dotted: str) -> bool:
-    for name in dotted.split("."):
-        if not hasattr(config, name):
-            return False
-        config = getattr(config, name)
-    return True
+    known = config.get_config_copy()
+    return {key: value for key, value in INDUCTOR_OPTIONS.items() if key in known}
 
 
 def _compile_kwargs(compile: bool | dict) -> dict:

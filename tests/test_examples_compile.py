@@ -328,15 +328,19 @@ def test_update_step_refuses_an_optimizer_it_does_not_write():
 
 def test_compile_kwargs_carry_the_inductor_options_unless_mode_or_backend():
     common = load("_common")
+    from _compile_passes import CommonSubexpressions
+
     assert common.INDUCTOR_OPTIONS == {"cpp.use_decompose_tanh": True}
-    opts = common._inductor_options()  # those this torch's inductor knows
+    opts = common._inductor_options()  # those this torch's inductor knows, and the pass
+    assert opts.pop("post_grad_custom_post_pass") == CommonSubexpressions()
     assert opts == common.INDUCTOR_OPTIONS or not hasattr(
         torch._inductor.config.cpp, "use_decompose_tanh"
     )
-    assert common._compile_kwargs(True) == {"options": opts}
+    cse = {"post_grad_custom_post_pass": CommonSubexpressions()}
+    assert common._compile_kwargs(True) == {"options": {**opts, **cse}}
     # the caller's own options win, and are kept
     assert common._compile_kwargs({"options": {"cpp.use_decompose_tanh": False, "a": 1}}) == {
-        "options": {"cpp.use_decompose_tanh": False, "a": 1}
+        "options": {"cpp.use_decompose_tanh": False, "a": 1, **cse}
     }
     # torch.compile takes a mode or options, not both; another backend takes no inductor
     # options
@@ -348,6 +352,7 @@ def test_inductor_options_unknown_to_this_torch_are_left_out(monkeypatch):
     common = load("_common")
     wanted = {"cpp.use_decompose_tanh": True, "cpp.no_such_option": 1, "no_such_group.x": 2}
     monkeypatch.setattr(common, "INDUCTOR_OPTIONS", wanted)
+    monkeypatch.setattr(common, "COMMON_SUBEXPRESSIONS", False)
     known = hasattr(torch._inductor.config.cpp, "use_decompose_tanh")
     assert common._inductor_options() == ({"cpp.use_decompose_tanh": True} if known else {})
 
@@ -411,6 +416,59 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
     # no twin: a TypeError naming the policy
     with pytest.raises(TypeError, match="needs a policy with a tensor twin .* got function"):
         common.CompiledPolicy(lambda td: td)
+
+
+def _egreedy_q_policy(env, eps: float):
+    from rl.modules import MLP, EGreedyModule, QValueActor, TensorDictSequential
+
+    qnet = QValueActor(
+        MLP(in_features=4, out_features=2, num_cells=[8]),
+        in_keys=["observation"],
+        spec=env.action_spec,
+    )
+    explore = EGreedyModule(env.action_spec, eps_init=eps, eps_end=eps)
+    return qnet, TensorDictSequential(qnet, explore)
+
+
+def test_policy_without_twin_compiles_on_tensors_once(fresh_dynamo):
+    """An epsilon-greedy Q policy (no tensor twin) is compiled on the tensors at its
+    in_keys: one graph, no break, no recompilation across a collector's steps; it writes
+    what the policy writes, greedy actions equal to the eager network's, random ones
+    drawn from the spec."""
+    from rl.collectors import Collector
+    from rl.core import tensor_policy
+    from rl.envs import CartPoleEnv
+
+    common = load("_common")
+    torch.manual_seed(0)
+    env = CartPoleEnv(batch_size=[4])
+    qnet, policy = _egreedy_q_policy(env, eps=0.0)
+    assert tensor_policy(policy) is None  # the path under test: no twin
+    compiled = common.compile_policy(policy, compile=ONE_GRAPH)
+    collector = Collector(env, compiled, frames_per_batch=40, total_frames=120)
+    for batch in collector:
+        assert batch["action"].shape == (4, 10, 2)
+        assert set(batch.keys()) >= {"action", "action_value", "chosen_action_value"}
+        with torch.no_grad():  # eps 0: the eager network's greedy action at each step
+            greedy = qnet(batch.select("observation").clone())["action"]
+        torch.testing.assert_close(batch["action"], greedy)
+    collector.shutdown()
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"]
+    # eps 1: random one-hot actions, both drawn; the TensorDict keeps its other keys
+    _, policy = _egreedy_q_policy(env, eps=1.0)
+    compiled = common.compile_policy(policy, compile=ONE_GRAPH)
+    td = env.reset().expand(256, 4).clone()  # a second batch size: compiled once more
+    td.set("marker", torch.ones(256, 4))
+    with torch.no_grad():
+        out = compiled(td)
+    assert out is td and "marker" in out.keys() and out["action_value"].shape == (256, 4, 2)
+    assert (out["action"].sum(-1) == 1).all()
+    share = out["action"][..., 0].float().mean().item()
+    assert 0.45 < share < 0.55  # 1,024 fair draws: 5 standard deviations of 0.5
+    assert counters["stats"]["unique_graphs"] == 2
+    with pytest.raises(KeyError, match="observation"):
+        compiled(td.exclude("observation"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")

@@ -162,6 +162,9 @@ def test_collect_torchrun_compiles_the_step_and_each_ranks_policy(
             script.DistributedDataCollector,
             collector_class=Probed,
             mp_start_method="fork",  # the ranks inherit Probed and error_on_recompile
+            # a rank that hangs fails the learner with its rank named, before pytest's
+            # timeout (each op, the ranks' first compilation included, takes far less)
+            timeout=200,
         ),
     )
     cfg = script.Config(total_frames=1200, frames_per_batch=200, num_workers=2, compile=True)

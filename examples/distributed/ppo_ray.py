@@ -39,6 +39,7 @@ from rl.objectives.value import GAE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _common  # noqa: E402
+import _compile_passes  # noqa: E402
 import ppo  # noqa: E402
 from _common import (  # noqa: E402
     EpisodeReturns,
@@ -54,8 +55,10 @@ from _common import (  # noqa: E402
 )
 
 # the env factory comes from examples/_common.py, which the actors cannot import (on a
-# cluster the examples folder is not on the other nodes): Ray sends it by value
+# cluster the examples folder is not on the other nodes): Ray sends it by value, and the
+# inductor pass a compiled policy's options name (_compile_passes.py)
 ray.cloudpickle.register_pickle_by_value(_common)
+ray.cloudpickle.register_pickle_by_value(_compile_passes)
 
 
 @dataclasses.dataclass

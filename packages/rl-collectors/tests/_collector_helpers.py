@@ -1,5 +1,8 @@
 """Shared policies, env factories and a fake replay buffer of the collector tests."""
 
+import contextlib
+import threading
+
 import torch
 from tensordict.nn import TensorDictModule
 
@@ -98,3 +101,49 @@ def children_of(pid: int) -> list[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             found.append(int(entry))
     return found
+
+
+@contextlib.contextmanager
+def busy_compile_pool():
+    """Inductor's C++ compile thread pool in this process as after compiling a graph of
+    several kernels: both its threads have run jobs and wait, idle. A child forked now
+    inherits the pool without its threads (see ``compile_job``)."""
+    import torch._inductor.config as inductor_config  # noqa: PLC0415
+    from torch._inductor.async_compile import AsyncCompile  # noqa: PLC0415
+
+    with inductor_config.patch(compile_threads=2):
+        AsyncCompile.pool.cache_clear()
+        pool = AsyncCompile.pool()
+        try:
+            release = threading.Event()
+            jobs = [AsyncCompile.submit(release.wait) for _ in range(2)]
+            release.set()
+            assert [job.result(10) for job in jobs] == [True, True]
+            assert len(pool._threads) == pool._max_workers == 2  # all idle
+            yield
+        finally:
+            pool.shutdown()
+            AsyncCompile.pool.cache_clear()
+
+
+def compile_job() -> None:
+    """Runs a job on inductor's compile thread pool, as a compiled policy's first call
+    does for each C++ kernel it builds (not found in the on-disk cache)."""
+    from torch._inductor.async_compile import AsyncCompile  # noqa: PLC0415
+
+    assert AsyncCompile.submit(lambda: 42).result() == 42
+
+
+class CompilingEnv(GymEnv):
+    """A CartPole that runs a :func:`compile_job` at its first step (in the worker that
+    steps it), as a compiled policy does at its first call."""
+
+    def __init__(self):
+        super().__init__("CartPole-v1", categorical_action_encoding=True)
+        self.compiled = False
+
+    def _step(self, tensordict):
+        if not self.compiled:
+            compile_job()
+            self.compiled = True
+        return super()._step(tensordict)

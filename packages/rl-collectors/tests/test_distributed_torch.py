@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from rl.envs import CartPoleEnv
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from _collector_helpers import live_processes  # noqa: E402
+from _collector_helpers import CompilingEnv, busy_compile_pool, live_processes  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -53,6 +54,20 @@ class FailingCartPole(CartPoleEnv):
         self.count += 1
         if self.count >= self.fail_at:
             raise ValueError(f"simulator exploded at step {self.count}")
+        return super()._step(tensordict)
+
+
+class HangingCartPole(CartPoleEnv):
+    """A CartPole whose ``_step`` blocks (for ever, as a deadlock) at its ``hang_at``-th step."""
+
+    def __init__(self, hang_at: int = 15):
+        super().__init__(categorical_action_encoding=True)
+        self.hang_at, self.count = hang_at, 0
+
+    def _step(self, tensordict):
+        self.count += 1
+        if self.count >= self.hang_at:
+            threading.Event().wait()
         return super()._step(tensordict)
 
 
@@ -255,6 +270,30 @@ class TestFailures:
         assert not dist.is_initialized()
         with pytest.raises(RuntimeError, match="shut down"):
             collector.next()
+
+    def test_hung_worker_is_reported_within_the_timeout(self, make):
+        # a worker that deadlocks (alive, silent) fails the learner's recv after `timeout`
+        collector = make(DistributedDataCollector, [HangingCartPole, cartpole], None,
+                         sync=True, frames_per_batch=20, total_frames=-1, timeout=5.0)  # fmt: skip
+        pids = collector.worker_pids
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"lost worker rank 1 during collect: it died or "
+                           r"hung longer than timeout=5.0 s \(.*Timed out"):  # fmt: skip
+            for _ in range(100):
+                collector.next()
+        assert 5.0 <= time.monotonic() - start < 30
+        assert _wait_gone(pids) == []
+        assert not dist.is_initialized()
+
+    def test_forked_worker_compiles_after_the_parent_compiled(self, make):
+        # a forked worker inherits the parent's inductor compile pool without its threads;
+        # unless it forgets that pool, its first compile job waits for ever (here: the
+        # worker hangs in its first batch until the timeout)
+        with busy_compile_pool():
+            collector = make(DistributedDataCollector, [CompilingEnv], None,
+                             mp_start_method="fork", frames_per_batch=10, total_frames=20,
+                             timeout=20.0)  # fmt: skip
+            assert [batch.numel() for batch in collector] == [10, 10]
 
     def test_worker_exception_is_raised_with_traceback(self, make):
         collector = make(DistributedDataCollector, [cartpole, FailingCartPole], None,

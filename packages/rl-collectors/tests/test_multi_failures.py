@@ -22,7 +22,9 @@ from rl.envs import GymEnv, ParallelEnv
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from _collector_helpers import (  # noqa: E402
+    CompilingEnv,
     FailingEnv,
+    busy_compile_pool,
     cartpole,
     children_of,
     live_processes,
@@ -208,6 +210,20 @@ def _hung_match(cls, index: int, pid: int, state: str, batch: int, limit) -> str
         rf"did not answer within {limit} s; it was killed and all workers shut down "
         r"\(worker_timeout=None lifts the limit\)$"
     )
+
+
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_forked_worker_compiles_after_the_parent_compiled(cls):
+    # a forked worker inherits the parent's inductor compile pool without its threads;
+    # unless it forgets that pool, its first compile job waits for ever (here: the
+    # worker hangs in its first batch and is reported after worker_timeout)
+    with busy_compile_pool():
+        collector = cls([CompilingEnv], None, frames_per_batch=10, total_frames=20,
+                        mp_start_method="fork", worker_timeout=20)  # fmt: skip
+        try:
+            assert [batch.numel() for batch in collector] == [10, 10]
+        finally:
+            collector.shutdown()
 
 
 class TestHungWorkers:

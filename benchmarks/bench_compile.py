@@ -354,6 +354,14 @@ def main() -> None:
         help="update-only: the example's update step eager vs compiled, in updates/s",
     )
     parser.add_argument("--rounds", type=int, default=10, help="--micro: timed blocks per mode")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each mode per algorithm, in ABBA order (eager, compiled, compiled, "
+        "eager, ...); the rates are the means of the runs, so a drift of the machine's speed "
+        "over the minutes of a row cancels out",
+    )
     args = parser.parse_args()
     if args.micro:
         for algo in args.micro:
@@ -377,12 +385,10 @@ def main() -> None:
     rows, start = [], time.perf_counter()
     for i, algo in enumerate(args.algos):
         # alternate which mode runs first, so neither always gets the other's warm caches
-        order = (False, True) if i % 2 == 0 else (True, False)
-        res = {
-            mode: child(algo, mode, args.seed, args.scale, dataset, args.warm_cache)
-            for mode in order
-        }
-        eager, compiled = res[False], res[True]
+        runs: dict[bool, list[dict]] = {False: [], True: []}
+        for mode in abba(args.repeats, first=i % 2 == 1):
+            runs[mode].append(child(algo, mode, args.seed, args.scale, dataset, args.warm_cache))
+        eager, compiled = mean_run(runs[False]), mean_run(runs[True])
         row = {"algo": algo, "eager": eager, "compiled": compiled}
         row["ratio"] = compiled["fps"] / eager["fps"]
         row["steady"] = compiled["steady_fps"] / eager["steady_fps"]
@@ -403,17 +409,44 @@ def main() -> None:
     write_table(rows, args, total)
 
 
+def abba(repeats: int, first: bool) -> list[bool]:
+    """The modes of a row's runs (``True``: compiled), ``first`` then the other, mirrored
+    at each repeat: ``abba(2, False)`` is eager, compiled, compiled, eager."""
+    pair = [first, not first]
+    return [mode for k in range(repeats) for mode in (pair if k % 2 == 0 else pair[::-1])]
+
+
+#: the figures of a run that :func:`mean_run` averages over repeats
+RATES = ("fps", "steady_fps", "steady_cpu_fps")
+
+
+def mean_run(runs: list[dict]) -> dict:
+    """The first run's figures with its rates replaced by the means over ``runs``."""
+    mean = dict(runs[0])
+    for key in RATES:
+        mean[key] = sum(run[key] for run in runs) / len(runs)
+    mean["runs"] = len(runs)
+    return mean
+
+
 def write_table(rows: list[dict], args, total: float) -> None:
     """Puts this run's table at the top of ``args.out``, above the earlier measurements."""
     unit = {"iql": "updates", "cql": "updates"}
     cache = "warm (a second run of the script)" if args.warm_cache else "empty (a first run)"
     lines = [
         f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-        f"`bench_compile.py --algos {' '.join(args.algos)} --scale {args.scale}`",
+        f"`bench_compile.py --algos {' '.join(args.algos)} --scale {args.scale}"
+        + (f" --repeats {args.repeats}`" if args.repeats > 1 else "`"),
         "",
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
         f"{_torch_version()}, one thread, each run in its own process, eager and compiled "
-        f"runs of an algorithm side by side; inductor cache {cache}; load average "
+        "runs of an algorithm side by side"
+        + (
+            f" ({args.repeats} of each in ABBA order, each rate the mean of its runs)"
+            if args.repeats > 1
+            else ""
+        )
+        + f"; inductor cache {cache}; load average "
         f"{_load()} at the end; total {total / 60:.1f} min.",
         "",
         "Whole: the script's training clock over the budget (collection and updates, "

@@ -1,0 +1,42 @@
+"""``benchmarks/bench_compile.py``'s repeat order and averaging (``--repeats``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_compile.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_compile", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_compile"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repeats_run_in_abba_order_starting_with_the_given_mode():
+    bench = _bench()
+    assert bench.abba(1, False) == [False, True]
+    assert bench.abba(1, True) == [True, False]
+    assert bench.abba(2, False) == [False, True, True, False]
+    assert bench.abba(3, True) == [True, False, False, True, True, False]
+
+
+def test_rates_are_averaged_over_the_runs_of_a_mode_the_rest_from_the_first():
+    bench = _bench()
+    runs = [
+        {"fps": 100.0, "steady_fps": 200.0, "steady_cpu_fps": 210.0, "eval_mean": -5.0},
+        {"fps": 300.0, "steady_fps": 100.0, "steady_cpu_fps": 110.0, "eval_mean": -7.0},
+    ]
+    mean = bench.mean_run(runs)
+    assert mean == {
+        "fps": 200.0,
+        "steady_fps": 150.0,
+        "steady_cpu_fps": 160.0,
+        "eval_mean": -5.0,
+        "runs": 2,
+    }
+    assert runs[0]["fps"] == 100.0  # the runs are left as they were

@@ -21,11 +21,14 @@ clipping, optimizer and target update at the example's sizes), eager against com
 in interleaved blocks, in updates per second: a figure less sensitive to the machine's
 load than whole runs. It also profiles each step's matrix products (their BLAS time,
 which compiling leaves as it is): the ratio cap is the speed-up the compiled step would
-reach if everything but its matrix products took no time, eager time over that.
+reach if everything but its matrix products took no time, eager time over that. With
+``--cse-ab`` it times the compiled step with and without the examples' inductor pass
+(``examples/_compile_passes.py``) instead.
 
 Usage:
     python benchmarks/bench_compile.py [--algos ppo sac ...] [--scale 1.0] [--seed 0]
     python benchmarks/bench_compile.py --micro sac ppo
+    python benchmarks/bench_compile.py --micro iql sac --cse-ab
 
 Results go to benchmarks/results/compile.md.
 """
@@ -250,6 +253,47 @@ def micro(algo: str, rounds: int, block: int) -> dict:
     }
 
 
+def micro_cse(algo: str, rounds: int, block: int) -> dict:
+    """The compiled update step with and without ``_compile_passes.CommonSubexpressions``
+    (the examples' inductor pass, ``_common.COMMON_SUBEXPRESSIONS``), timed in interleaved
+    blocks as :func:`micro`; returns updates/s of both and the largest difference of the
+    first step's logs (same seed, same data)."""
+    import statistics
+
+    import _common
+    import torch
+
+    torch.set_num_threads(1)
+    steps, data, logs = {}, None, {}
+    try:
+        for cse in (False, True):
+            _common.COMMON_SUBEXPRESSIONS = cse  # read when the step is built
+            torch.manual_seed(0)
+            step, data = MICRO[algo](True, data)
+            torch.manual_seed(1)
+            logs[cse] = step(data)  # compiles, under this setting
+            steps[cse] = step
+    finally:
+        _common.COMMON_SUBEXPRESSIONS = True
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(rounds):
+        for cse in (False, True) if i % 2 == 0 else (True, False):
+            start = time.perf_counter()
+            for _ in range(block):
+                steps[cse](data)
+            rates[cse].append(block / (time.perf_counter() - start))
+    without, with_ = statistics.median(rates[False]), statistics.median(rates[True])
+    diff = max(
+        float((torch.as_tensor(logs[True][k]) - torch.as_tensor(logs[False][k])).abs().max())
+        for k in _log_keys(logs[False])
+    )
+    return {"without": without, "with": with_, "gain": with_ / without, "max_diff": diff}
+
+
+def _log_keys(logs) -> list:
+    return list(logs.keys()) if hasattr(logs, "keys") else [slice(None)]
+
+
 #: the matrix products of a step (what compiling leaves as they are, at their BLAS time)
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
 
@@ -355,6 +399,12 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=10, help="--micro: timed blocks per mode")
     parser.add_argument(
+        "--cse-ab",
+        action="store_true",
+        help="--micro: the compiled step with and without the examples' common-subexpression "
+        "pass, instead of eager against compiled",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -363,6 +413,17 @@ def main() -> None:
         "over the minutes of a row cancels out",
     )
     args = parser.parse_args()
+    if args.micro and args.cse_ab:
+        sys.path.insert(0, str(ROOT / "examples"))
+        for algo in args.micro:
+            r = micro_cse(algo, args.rounds, block=50)
+            print(
+                f"{algo} compiled update: without the pass {r['without']:.1f}/s, with it "
+                f"{r['with']:.1f}/s ({r['gain']:.3f}x); first step's logs differ by at most "
+                f"{r['max_diff']:.3g}",
+                flush=True,
+            )
+        return
     if args.micro:
         for algo in args.micro:
             r = micro(algo, args.rounds, block=50)

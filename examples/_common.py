@@ -282,11 +282,11 @@ def _detached(logs):
 INDUCTOR_OPTIONS = {"cpp.use_decompose_tanh": True}
 
 
-#: the examples' compiled graphs run inductor's post-grad passes and then
-#: ``_compile_passes.CommonSubexpressions``: what a graph computes twice from the same
-#: inputs (IQL's target critics on the dataset actions, for two of its losses), it
-#: computes once. IQL's compiled update step +8%, CQL's +5%, SAC's +6%, REDQ's +5%,
-#: PPO's +3% (``--micro``-sized steps, interleaved A/B); the same values.
+#: the examples' compiled graphs run ``_compile_passes.CommonSubexpressions`` among
+#: inductor's post-grad passes: what a graph computes twice from the same inputs (IQL's
+#: target critics on the dataset actions, for two of its losses), it computes once; the
+#: same values, faster compiled update steps (``bench_compile.py --micro ... --cse-ab``,
+#: figures in benchmarks/results/compile.md).
 COMMON_SUBEXPRESSIONS = True
 
 
@@ -466,16 +466,19 @@ def compile_policy(policy, *, compile: bool | dict, cudagraphs: bool = False, wa
     Compiled, a policy with a tensor twin (``rl.core.tensor_policy``: rl.modules' actors)
     becomes a :class:`CompiledPolicy`, whose twin is the compiled one: the collector
     calls it on tensors at each step, with no TensorDict in the compiled code. Any other
-    policy with ``in_keys`` (a ``TensorDictSequential`` of an actor and an exploration
-    module, ...) is compiled on tensors too (:func:`_compiled_on_tensors`): the
-    TensorDict it reads is built inside the compiled code."""
+    policy whose ``in_keys`` are strings (a ``TensorDictSequential`` of an actor and an
+    exploration module, ...) is compiled on tensors too (:func:`_compiled_on_tensors`):
+    the TensorDict it reads is built inside the compiled code."""
     check_cudagraphs(cudagraphs)
     if not (compile or cudagraphs):
         return policy
     if compile and not cudagraphs and tensor_policy(policy) is not None:
         return CompiledPolicy(policy, **_compile_kwargs(compile))
     in_keys = list(getattr(policy, "in_keys", ()))
-    if compile and not cudagraphs and in_keys:
+    if compile and not cudagraphs and in_keys and all(type(key) is str for key in in_keys):
+        # nested keys stay below: a group's batch size is its own (``("agents", ...)``:
+        # the env's and the agents' dims), which a TensorDict built from the root's
+        # batch size would not give an exploration module that draws per group element
         return _compiled_on_tensors(policy, in_keys, compile)
     if compile:
         policy = torch.compile(policy, **_compile_kwargs(compile))
@@ -497,21 +500,22 @@ def compile_policy(policy, *, compile: bool | dict, cudagraphs: bool = False, wa
     return act
 
 
-def _compiled_on_tensors(policy, in_keys: list, compile: bool | dict):
-    """``policy`` (a TensorDict module without a tensor twin) compiled on the tensors at
-    its ``in_keys``: the compiled function builds the TensorDict it reads (the caller's
-    batch size, those keys only, contiguous) and returns what the policy returns, which
-    the caller's TensorDict is updated with, as ``policy(tensordict.select(*in_keys))``.
+def _compiled_on_tensors(policy, in_keys: list[str], compile: bool | dict):
+    """``policy`` (a TensorDict module without a tensor twin, string in_keys) compiled on
+    the tensors at its ``in_keys``: the compiled function builds the TensorDict it reads
+    (the caller's batch size and device, those keys only, contiguous) and returns what
+    the policy returns, which the caller's TensorDict is updated with, as
+    ``policy(tensordict.select(*in_keys))``.
 
     Dynamo then guards tensors and the policy's attributes, not the structure of a
-    TensorDict argument: a call of dqn.py's epsilon-greedy Q policy on one CartPole takes
-    84 us instead of 94-120 (the TensorDict passed to the compiled module). A change of
-    batch size compiles the function once more; each policy has a dynamo cache of its
-    own (:func:`own_compiled`)."""
-    batch_size = [None]  # the caller's, read (and guarded) inside the compiled code
+    TensorDict argument: a call of dqn.py's epsilon-greedy Q policy on one CartPole took
+    86 us instead of 100, ddpg.py's Gaussian-noise actor on one Pendulum 54 us instead of
+    69 (interleaved blocks of 500 calls, benchmarks/results/compile.md). Another batch
+    size or device compiles the function once more; each policy has a dynamo cache of
+    its own (:func:`own_compiled`)."""
 
-    def run(*tensors):
-        tensordict = TensorDict(batch_size=batch_size[0])
+    def run(batch_size, device, *tensors):
+        tensordict = TensorDict(batch_size=batch_size, device=device)
         for key, value in zip(in_keys, tensors):
             tensordict.set(key, value)
         return policy(tensordict)
@@ -519,8 +523,8 @@ def _compiled_on_tensors(policy, in_keys: list, compile: bool | dict):
     compiled = own_compiled(run, compile)
 
     def act(tensordict):
-        batch_size[0] = tensordict.batch_size
-        return tensordict.update(compiled(*[_read(tensordict, key) for key in in_keys]))
+        tensors = [_read(tensordict, key) for key in in_keys]
+        return tensordict.update(compiled(tensordict.batch_size, tensordict.device, *tensors))
 
     return act
 

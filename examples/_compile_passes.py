@@ -7,16 +7,22 @@ its value loss; SAC and REDQ compute the tanh-Gaussian's log-determinant terms a
 temperature's exponential more than once. Inductor shares an expression inside one kernel
 but not across kernels, and never shares a matrix product (an extern kernel call).
 AOTAutograd's own CSE runs on the joint graph of a training graph only, and an
-``UpdateStep`` graph is an inference graph (dynamo traces its backward). Run after
-inductor's own post-grad passes, this one removes those repeats: IQL's compiled update
-loses six of its forty 256-wide matrix products.
+``UpdateStep`` graph is an inference graph (dynamo traces its backward). Registered as
+inductor's ``post_grad_custom_post_pass``, this one runs at the end of its post-grad
+passes, before it turns functional ops back into in-place ones (the graph is functional
+then, but for the input mutations it writes back at its end and the wrappers of custom
+in-place ops). IQL's compiled update loses six of its fifty matrix products (the target
+critics' three layers, computed a second time).
 
 A node is replaced by an earlier one when both call the same pure operator on the same
-arguments with nothing written in place between them (the same mutation region). Pure:
-an ATen operator that writes none of its arguments and draws no random numbers
-(``nondeterministic_seeded``, inductor's random primitives), or ``getitem``. A node is
-kept when it shares storage with a graph output (two outputs that are equal values stay
-two tensors) or with a buffer some operator writes in place.
+arguments, in the same stream context, with nothing written in place between them (the
+same mutation region). Pure: an ATen operator that writes none of its arguments, draws no
+random numbers (``nondeterministic_seeded``, inductor's random primitives), allocates no
+uninitialised memory (``empty*``), is no collective and makes no data-dependent size
+(unbacked symbols); or ``getitem``. A node is kept when any tensor it gives shares
+storage with a graph output (two outputs that are equal values stay two tensors), with a
+tensor some operator writes in place, or with an input of a higher-order operator (a
+custom in-place op's wrapper, whose input buffers it mutates).
 
 Values are unchanged. Random draws are the same numbers with torch's random kernels
 (``fallback_random``); inductor's own kernels draw each element from its position in the
@@ -33,7 +39,9 @@ from pathlib import Path
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch._inductor.pattern_matcher import compute_mutation_region_ids, is_mutation_op
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._pytree import tree_leaves
 
 __all__ = ["CommonSubexpressions"]
 
@@ -52,14 +60,16 @@ class CommonSubexpressions(CustomGraphPass):
         kept = _pinned_storages(graph)
         first: dict = {}
         for node in list(graph.nodes):
-            if not _pure(node) or _storage(node) in kept:
+            if not _pure(node) or not kept.isdisjoint(_storages(node)):
                 continue
+            custom = node.meta.get("custom", {})
             try:
                 key = (
                     node.target,
                     _key(node.args),
                     _key(node.kwargs),
                     node.meta["mutation_region_id"],
+                    _key((custom.get("stream", 0), custom.get("mempool"))),
                 )
             except TypeError:  # an unhashable argument (a symbolic size): left alone
                 continue
@@ -78,6 +88,10 @@ class CommonSubexpressions(CustomGraphPass):
         return _VERSION
 
 
+#: operator namespaces never merged: collectives (each call is a message)
+_COLLECTIVES = ("_c10d_functional", "c10d_functional", "_dtensor")
+
+
 def _pure(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or node.is_impure():
         return False
@@ -86,10 +100,15 @@ def _pure(node: torch.fx.Node) -> bool:
         return True
     if not isinstance(target, torch._ops.OpOverload) or is_mutation_op(node):
         return False
-    if torch.Tag.nondeterministic_seeded in target.tags or target._schema.name == "aten::empty":
-        return False  # a draw, or uninitialised memory
+    name = target._schema.name
+    if torch.Tag.nondeterministic_seeded in target.tags or target.namespace in _COLLECTIVES:
+        return False  # a draw, a message
+    if name.startswith(("aten::empty", "aten::new_empty")):
+        return False  # uninitialised memory
     if target.namespace == "prims" and target._opname.startswith("inductor_"):
-        return False  # inductor's random draws and seeds
+        return False  # inductor's random draws and seeds (untagged)
+    if free_unbacked_symbols(node.meta.get("val")):
+        return False  # a data-dependent size or scalar (``.item()``, ``nonzero``)
     return not any(_writes(arg) for arg in target._schema.arguments)
 
 
@@ -97,33 +116,40 @@ def _writes(argument) -> bool:
     return argument.alias_info is not None and argument.alias_info.is_write
 
 
-def _storage(node: torch.fx.Node) -> StorageWeakRef | None:
-    value = node.meta.get("val")
-    if not isinstance(value, torch.Tensor):
-        return None
-    try:
-        return StorageWeakRef(value.untyped_storage())
-    except NotImplementedError:  # a tensor without storage (sparse, ...)
-        return None
+def _storages(node: torch.fx.Node) -> set:
+    """The storages of the tensors ``node`` gives (one, or each of a tuple's)."""
+    found = set()
+    for value in tree_leaves(node.meta.get("val")):
+        if isinstance(value, torch.Tensor):
+            try:
+                found.add(StorageWeakRef(value.untyped_storage()))
+            except NotImplementedError:  # a tensor without storage (sparse, ...)
+                pass
+    return found
 
 
 def _pinned_storages(graph: torch.fx.Graph) -> set:
-    """The storages of the graph's outputs and of every tensor an operator writes in place."""
-    pinned = {_storage(node) for node in graph.output_node().all_input_nodes}
+    """The storages of the graph's outputs, of every tensor an operator writes in place
+    and of every input of a higher-order operator (which may mutate it)."""
+    pinned: set = set()
+    for node in graph.output_node().all_input_nodes:
+        pinned |= _storages(node)
     for node in graph.nodes:
         target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        if node.op != "call_function" or target is operator.getitem:
+            continue
+        if not isinstance(target, torch._ops.OpOverload):
+            for item in node.all_input_nodes:  # auto_functionalized, a kernel wrapper, ...
+                pinned |= _storages(item)
             continue
         arguments = target._schema.arguments
         written = [value for arg, value in zip(arguments, node.args) if _writes(arg)]
         written += [
             node.kwargs[arg.name] for arg in arguments if _writes(arg) and arg.name in node.kwargs
         ]
-        for value in written:
-            for item in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(item, torch.fx.Node):
-                    pinned.add(_storage(item))
-    pinned.discard(None)
+        for item in tree_leaves(written):
+            if isinstance(item, torch.fx.Node):
+                pinned |= _storages(item)
     return pinned
 
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_checks import load_path  # noqa: E402
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_compile.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_compile", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_compile"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_path("bench_compile", BENCH)
 
 
 def test_repeats_run_in_abba_order_starting_with_the_given_mode():

@@ -70,39 +70,54 @@ def test_random_draws_are_never_shared(cse):
     assert not torch.equal(got[0], got[1]) and got[2].abs().sum() > 0
 
 
-def test_reads_on_either_side_of_an_in_place_write_are_kept(cse):
-    def fn(x):
-        before = x * 2
-        x.add_(1)
-        return before + x * 2  # 2x + 2(x + 1)
+def _write_between_reads(x):
+    before = x * 2
+    x.add_(1)
+    return before + x * 2  # 2x + 2(x + 1)
 
+
+def _written_buffer(x):
+    buffer = x * 2
+    same = x * 2
+    buffer.add_(1)
+    return buffer + same  # (2x + 1) + 2x
+
+
+@pytest.mark.parametrize(
+    "fn, offset",
+    [(_write_between_reads, 2), (_written_buffer, 1)],
+    ids=["reads-either-side-of-a-write", "a-buffer-written-in-place"],
+)
+def test_an_in_place_write_keeps_equal_looking_reads_apart(cse, fn, offset):
     before, after, got, want = _run(cse, fn, torch.arange(4.0))
     assert before["aten.mul.Tensor"] == after["aten.mul.Tensor"] == 2
     torch.testing.assert_close(got, want, rtol=0, atol=0)
-    torch.testing.assert_close(got, 4 * torch.arange(4.0) + 2)
-
-
-def test_a_buffer_written_in_place_is_not_shared(cse):
-    def fn(x):
-        buffer = x * 2
-        same = x * 2
-        buffer.add_(1)
-        return buffer + same  # (2x + 1) + 2x
-
-    before, after, got, want = _run(cse, fn, torch.arange(4.0))
-    assert before["aten.mul.Tensor"] == after["aten.mul.Tensor"] == 2
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    torch.testing.assert_close(got, 4 * torch.arange(4.0) + 1)
+    torch.testing.assert_close(got, 4 * torch.arange(4.0) + offset)
 
 
 def test_equal_outputs_stay_two_tensors(cse):
     def fn(x):
-        return x * 2, x * 2
+        return x * 2, x * 2, x.max(1).values, x.max(1).values  # a one- and a two-output op
 
-    _, after, got, _ = _run(cse, fn, torch.ones(3))
-    assert after["aten.mul.Tensor"] == 2
+    _, after, got, _ = _run(cse, fn, torch.ones(3, 2))
+    assert after["aten.mul.Tensor"] == 2 and after["aten.max.dim"] == 2
     got[0].add_(1)  # a caller writing one output does not write the other
-    torch.testing.assert_close(got[1], torch.full((3,), 2.0))
+    got[2].add_(1)
+    torch.testing.assert_close(got[1], torch.full((3, 2), 2.0))
+    torch.testing.assert_close(got[3], torch.ones(3))
+
+
+def test_inductor_random_draws_and_uninitialised_memory_are_never_shared(cse):
+    import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_*)
+
+    def fn(seed, x):
+        draw = torch.ops.prims.inductor_random.default
+        first, second = draw([4], seed, "rand"), draw([4], seed, "rand")
+        return first + second, torch.empty_like(x), torch.empty_like(x)
+
+    _, after, _, _ = _run(cse, fn, torch.tensor(7), torch.zeros(3))
+    assert after["prims.inductor_random.default"] == 2
+    assert after["aten.empty_like.default"] == 2
 
 
 def test_numbers_equal_by_value_but_not_by_type_or_sign_are_kept_apart(cse):

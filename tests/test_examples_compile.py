@@ -465,10 +465,37 @@ def test_policy_without_twin_compiles_on_tensors_once(fresh_dynamo):
     assert out is td and "marker" in out.keys() and out["action_value"].shape == (256, 4, 2)
     assert (out["action"].sum(-1) == 1).all()
     share = out["action"][..., 0].float().mean().item()
-    assert 0.45 < share < 0.55  # 1,024 fair draws: 5 standard deviations of 0.5
+    assert 0.45 < share < 0.55  # 1,024 fair draws: 3.2 standard deviations of 0.5
     assert counters["stats"]["unique_graphs"] == 2
     with pytest.raises(KeyError, match="observation"):
         compiled(td.exclude("observation"))
+
+
+class _GroupCoins(torch.nn.Module):
+    """Writes one coin per element of the ``agents`` group it reads (its batch size)."""
+
+    in_keys = [("agents", "observation")]
+    out_keys = [("agents", "coin")]
+
+    def forward(self, tensordict):
+        group = tensordict.get("agents")
+        tensordict.set(("agents", "coin"), torch.rand(group.batch_size))
+        return tensordict
+
+
+def test_policy_with_nested_keys_reads_each_group_at_its_batch_size(fresh_dynamo):
+    """A policy of group keys keeps its groups' batch sizes when compiled (an exploration
+    module draws per agent, not per env)."""
+    from tensordict import TensorDict
+
+    common = load("_common")
+    compiled = common.compile_policy(_GroupCoins(), compile=ONE_GRAPH)
+    td = TensorDict(
+        agents=TensorDict(observation=torch.zeros(5, 3, 2), batch_size=[5, 3]), batch_size=[5]
+    )
+    out = compiled(td)
+    coins = out["agents", "coin"]
+    assert coins.shape == (5, 3) and not (coins == coins[:, :1]).all()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")

@@ -39,7 +39,6 @@ from rl.objectives.value import GAE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _common  # noqa: E402
-import _compile_passes  # noqa: E402
 import ppo  # noqa: E402
 from _common import (  # noqa: E402
     EpisodeReturns,
@@ -55,10 +54,9 @@ from _common import (  # noqa: E402
 )
 
 # the env factory comes from examples/_common.py, which the actors cannot import (on a
-# cluster the examples folder is not on the other nodes): Ray sends it by value, and the
-# inductor pass a compiled policy's options name (_compile_passes.py)
+# cluster the examples folder is not on the other nodes): Ray sends it by value (and,
+# with --compile, the inductor pass a compiled policy's options hold: main())
 ray.cloudpickle.register_pickle_by_value(_common)
-ray.cloudpickle.register_pickle_by_value(_compile_passes)
 
 
 @dataclasses.dataclass
@@ -84,6 +82,10 @@ def main(cfg: Config) -> dict:
     if cfg.normalize_obs:
         raise ValueError("normalize_obs is not supported here: use examples/ppo.py")
     check_cudagraphs(cfg.cudagraphs)
+    if cfg.compile:  # imports inductor: only when compiling
+        import _compile_passes
+
+        ray.cloudpickle.register_pickle_by_value(_compile_passes)
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     envs_per_collector = cfg.num_envs // cfg.num_collectors

@@ -2,6 +2,7 @@
 
 import contextlib
 import threading
+import time
 
 import torch
 from tensordict.nn import TensorDictModule
@@ -119,7 +120,13 @@ def busy_compile_pool():
             jobs = [AsyncCompile.submit(release.wait) for _ in range(2)]
             release.set()
             assert [job.result(10) for job in jobs] == [True, True]
-            assert len(pool._threads) == pool._max_workers == 2  # all idle
+            assert len(pool._threads) == pool._max_workers == 2
+            # both threads back to waiting (each releases the idle semaphore once): a child
+            # forked now sees two idle threads it does not have, and starts none
+            deadline = time.monotonic() + 10
+            while pool._idle_semaphore._value < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert pool._idle_semaphore._value == 2
             yield
         finally:
             pool.shutdown()

@@ -44,7 +44,7 @@ cartpole3 = functools.partial(CartPoleEnv, batch_size=[3], categorical_action_en
 
 
 class FailingCartPole(CartPoleEnv):
-    """A CartPole whose ``_step`` raises at its ``fail_at``-th step."""
+    """A CartPole whose ``_step`` raises (:meth:`fault`) at its ``fail_at``-th step."""
 
     def __init__(self, fail_at: int = 15):
         super().__init__(categorical_action_encoding=True)
@@ -53,22 +53,18 @@ class FailingCartPole(CartPoleEnv):
     def _step(self, tensordict):
         self.count += 1
         if self.count >= self.fail_at:
-            raise ValueError(f"simulator exploded at step {self.count}")
+            self.fault()
         return super()._step(tensordict)
 
+    def fault(self):
+        raise ValueError(f"simulator exploded at step {self.count}")
 
-class HangingCartPole(CartPoleEnv):
-    """A CartPole whose ``_step`` blocks (for ever, as a deadlock) at its ``hang_at``-th step."""
 
-    def __init__(self, hang_at: int = 15):
-        super().__init__(categorical_action_encoding=True)
-        self.hang_at, self.count = hang_at, 0
+class HangingCartPole(FailingCartPole):
+    """A CartPole whose ``_step`` blocks for ever (as a deadlock) at its ``fail_at``-th step."""
 
-    def _step(self, tensordict):
-        self.count += 1
-        if self.count >= self.hang_at:
-            threading.Event().wait()
-        return super()._step(tensordict)
+    def fault(self):
+        threading.Event().wait()
 
 
 class Marked(nn.Module):
@@ -281,7 +277,7 @@ class TestFailures:
                            r"hung longer than timeout=5.0 s \(.*Timed out"):  # fmt: skip
             for _ in range(100):
                 collector.next()
-        assert 5.0 <= time.monotonic() - start < 30
+        assert 5.0 <= time.monotonic() - start < 60  # the timeout, not pytest's
         assert _wait_gone(pids) == []
         assert not dist.is_initialized()
 

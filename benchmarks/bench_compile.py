@@ -283,15 +283,17 @@ def micro_cse(algo: str, rounds: int, block: int) -> dict:
                 steps[cse](data)
             rates[cse].append(block / (time.perf_counter() - start))
     without, with_ = statistics.median(rates[False]), statistics.median(rates[True])
-    diff = max(
-        float((torch.as_tensor(logs[True][k]) - torch.as_tensor(logs[False][k])).abs().max())
-        for k in _log_keys(logs[False])
-    )
+    diff = _max_diff(logs[True], logs[False])
     return {"without": without, "with": with_, "gain": with_ / without, "max_diff": diff}
 
 
-def _log_keys(logs) -> list:
-    return list(logs.keys()) if hasattr(logs, "keys") else [slice(None)]
+def _max_diff(a, b) -> float:
+    """The largest absolute difference of two steps' logs (tensors, or dicts of them)."""
+    import torch
+
+    if hasattr(a, "keys"):
+        return max(_max_diff(a[key], b[key]) for key in a.keys())
+    return float((torch.as_tensor(a) - torch.as_tensor(b)).abs().max())
 
 
 #: the matrix products of a step (what compiling leaves as they are, at their BLAS time)

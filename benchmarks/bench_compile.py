@@ -217,7 +217,6 @@ def micro(algo: str, rounds: int, block: int) -> dict:
     the example's sizes, timed in interleaved blocks of ``block`` updates on the same
     data (one thread); returns updates/s of both (median of the blocks) and the compile
     time (the compiled step's first call)."""
-    import statistics
 
     import torch
 
@@ -233,14 +232,7 @@ def micro(algo: str, rounds: int, block: int) -> dict:
     steps[True](data)
     compile_s = time.perf_counter() - start
     steps[False](data)
-    rates: dict[bool, list[float]] = {False: [], True: []}
-    for i in range(rounds):
-        for compiled in (False, True) if i % 2 == 0 else (True, False):
-            start = time.perf_counter()
-            for _ in range(block):
-                steps[compiled](data)
-            rates[compiled].append(block / (time.perf_counter() - start))
-    eager, fused = statistics.median(rates[False]), statistics.median(rates[True])
+    eager, fused = interleaved_rates(steps, data, rounds, block)
     gemm = gemm_seconds(steps[True], data)
     return {
         "eager": eager,
@@ -258,7 +250,6 @@ def micro_cse(algo: str, rounds: int, block: int) -> dict:
     (the examples' inductor pass, ``_common.COMMON_SUBEXPRESSIONS``), timed in interleaved
     blocks as :func:`micro`; returns updates/s of both and the largest difference of the
     first step's logs (same seed, same data)."""
-    import statistics
 
     import _common
     import torch
@@ -275,16 +266,25 @@ def micro_cse(algo: str, rounds: int, block: int) -> dict:
             steps[cse] = step
     finally:
         _common.COMMON_SUBEXPRESSIONS = True
-    rates: dict[bool, list[float]] = {False: [], True: []}
-    for i in range(rounds):
-        for cse in (False, True) if i % 2 == 0 else (True, False):
-            start = time.perf_counter()
-            for _ in range(block):
-                steps[cse](data)
-            rates[cse].append(block / (time.perf_counter() - start))
-    without, with_ = statistics.median(rates[False]), statistics.median(rates[True])
+    without, with_ = interleaved_rates(steps, data, rounds, block)
     diff = _max_diff(logs[True], logs[False])
     return {"without": without, "with": with_, "gain": with_ / without, "max_diff": diff}
+
+
+def interleaved_rates(steps: dict, data, rounds: int, block: int) -> tuple[float, float]:
+    """Calls per second of ``steps[False]`` and ``steps[True]`` on ``data``: the medians
+    of ``rounds`` blocks of ``block`` calls each, the two alternating (which goes first
+    alternating too)."""
+    import statistics
+
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(rounds):
+        for key in (False, True) if i % 2 == 0 else (True, False):
+            start = time.perf_counter()
+            for _ in range(block):
+                steps[key](data)
+            rates[key].append(block / (time.perf_counter() - start))
+    return statistics.median(rates[False]), statistics.median(rates[True])
 
 
 def _max_diff(a, b) -> float:

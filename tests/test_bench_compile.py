@@ -38,3 +38,22 @@ def test_rates_are_averaged_over_the_runs_of_a_mode_the_rest_from_the_first():
         "runs": 2,
     }
     assert runs[0]["fps"] == 100.0  # the runs are left as they were
+
+
+def test_interleaved_rates_time_each_step_in_alternating_blocks():
+    bench = _bench()
+    calls: list[bool] = []
+    steps = {False: lambda data: calls.append(False), True: lambda data: calls.append(True)}
+    slow, fast = bench.interleaved_rates(steps, None, rounds=4, block=3)
+    assert (
+        calls
+        == [False] * 3
+        + [True] * 3
+        + [True] * 3
+        + [False] * 3
+        + [False] * 3
+        + [True] * 3
+        + [True] * 3
+        + [False] * 3
+    )
+    assert slow > 0 and fast > 0

@@ -230,3 +230,30 @@ def test_ignore_interrupts(children):
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(0.3)
     assert proc.is_alive()
+
+
+def test_a_forked_child_forgets_the_inherited_inductor_compile_pool():
+    """The at-fork hook: the child builds its own pool (the parent's, inherited, has no
+    threads); the parent keeps its own."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    from rl.core import workers
+
+    parent_pool = AsyncCompile.pool()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh pool, which runs a job
+        try:
+            fresh = AsyncCompile.pool() is not parent_pool
+            ok = fresh and AsyncCompile.submit(lambda: 42).result(timeout=10) == 42
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert AsyncCompile.pool() is parent_pool
+    workers.forget_inherited_compile_pool()  # called directly: the next pool is new
+    assert AsyncCompile.pool() is not parent_pool
+    parent_pool.shutdown()

@@ -37,7 +37,7 @@ from rl.envs.engine import non_tensor_keys
 
 from ._profile import _ProfilerHook
 
-__all__ = ["worker_main", "forget_inherited_compile_pool"]
+__all__ = ["worker_main"]
 
 
 class CallFailed:
@@ -55,23 +55,6 @@ class CallFailed:
         kinds = {cls.__name__: cls for cls in self.BUILTIN}
         cls = kinds.get(self.kind, RuntimeError)
         raise cls(f"{self.kind}: {self.message} (in {where}; the workers keep running)")
-
-
-def forget_inherited_compile_pool() -> None:
-    """Makes a forked worker start its own inductor compile thread pool.
-
-    A forked child inherits inductor's cached ``AsyncCompile.pool()`` (the
-    ``ThreadPoolExecutor`` that compiles C++ kernels) but none of its threads. torch's
-    own at-fork hook forgets its process pools, not this one (torch 2.15), and the
-    inherited executor counts the parent's idle threads as its own, so it starts none:
-    the worker's first C++ kernel compilation (a compiled policy's first call, when the
-    kernel is not in the on-disk cache yet) waits for ever on a future nobody runs.
-    Forgetting the cached pool makes the next compilation build a fresh one here. A no-op
-    when inductor was not imported (nothing inherited) and in a spawned worker."""
-    async_compile = sys.modules.get("torch._inductor.async_compile")
-    pool = getattr(getattr(async_compile, "AsyncCompile", None), "pool", None)
-    if hasattr(pool, "cache_clear"):
-        pool.cache_clear()
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -113,7 +96,6 @@ def worker_main(
     ``weight_schemes`` (``{model_id: WeightSyncScheme}`` set up on the parent) become the
     worker collector's receivers.
     """
-    forget_inherited_compile_pool()  # before anything compiles (a forked worker)
     die_with_parent(parent_pid, parent_death_signal)
     ignore_interrupts()
     torch.set_num_threads(num_threads)

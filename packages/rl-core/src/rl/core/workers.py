@@ -7,7 +7,9 @@ one wording for a worker that died (:func:`exit_description`) or hung
 (:class:`WorkerTimeoutError`), one way to stop workers that leaves none behind
 (:func:`stop_processes`), a bound on reading an answer that has begun to arrive
 (:func:`kill_after`), and what each worker does first: exit with its parent
-(:func:`die_with_parent`) and leave Ctrl-C to it (:func:`ignore_interrupts`).
+(:func:`die_with_parent`) and leave Ctrl-C to it (:func:`ignore_interrupts`). A process
+forked after this module is imported forgets inductor's compile thread pool
+(:func:`forget_inherited_compile_pool`, an at-fork hook).
 
 Examples:
     >>> from rl.core.workers import WorkerTimeoutError, exit_description
@@ -35,6 +37,7 @@ __all__ = [
     "describe_process",
     "die_with_parent",
     "exit_description",
+    "forget_inherited_compile_pool",
     "ignore_interrupts",
     "kill_after",
     "stop_processes",
@@ -54,6 +57,27 @@ _STATES = {
     "Z": "exited",
     "X": "exited",
 }
+
+
+def forget_inherited_compile_pool() -> None:
+    """Makes a forked process start its own inductor compile thread pool.
+
+    A forked child inherits inductor's cached ``AsyncCompile.pool()`` (the
+    ``ThreadPoolExecutor`` that compiles C++ kernels) but none of its threads. torch's
+    own at-fork hook forgets its process pools, not this one (torch 2.15), and the
+    inherited executor counts the parent's idle threads as its own, so it starts none:
+    a worker's first C++ kernel compilation (a compiled policy's first call, when the
+    kernel is not in the on-disk cache yet) waited for ever on a future nobody runs.
+    Registered with ``os.register_at_fork`` when this module is imported, so every
+    fork (the collectors' and ``ParallelEnv``'s workers, a user's own) runs it in the
+    child. A no-op when inductor was not imported (nothing inherited)."""
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    pool = getattr(getattr(async_compile, "AsyncCompile", None), "pool", None)
+    if hasattr(pool, "cache_clear"):
+        pool.cache_clear()
+
+
+os.register_at_fork(after_in_child=forget_inherited_compile_pool)
 
 
 class WorkerTimeoutError(RuntimeError, TimeoutError):

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
 from .._single import Collector
-from .._worker import _watch_parent, forget_inherited_compile_pool
+from .._worker import _watch_parent
 from . import _td_comm as comm
 from ._common import frames_per_step, unique_traj_ids
 
@@ -160,7 +160,6 @@ def mp_worker_main(
 ) -> None:
     """A worker started by the learner (``launcher="mp"``): joins the process group
     through the learner's TCP store, serves, then exits without interpreter teardown."""
-    forget_inherited_compile_pool()  # a forked worker: before its policy compiles
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()

@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -51,8 +52,9 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
-import ppo  # noqa: E402  (examples/ppo.py: the agent, loss and update step measured here)
-from _common import compile_policy, compile_update, prime_soft_update, zero_grad  # noqa: E402
+# examples/ppo.py and examples/_common.py (the agent, loss and update steps measured here)
+# are imported inside the parts, not here: they import rl.cpp, which the ``build`` part
+# rebuilds first, and a module loaded before the rebuild would stay the old one
 
 ALL_PARTS = ("build", "tests", "per", "ppo", "sac")
 CPU_PARTS = ("per", "ppo", "sac")
@@ -103,31 +105,27 @@ def _sync(device: torch.device) -> None:
 # ------------------------------------------------------------------------------- 1. build
 def build_rl_cpp() -> dict:
     """Rebuilds rl-cpp in this environment with its CUDA kernels (``RL_CPP_CUDA=ON``:
-    the build fails without a CUDA compiler) and checks them in a fresh interpreter."""
-    uv = shutil.which("uv")
-    if uv is None:
-        raise RuntimeError("the build part needs uv on PATH (pip install uv)")
+    the build fails without a CUDA compiler) and checks them in a fresh interpreter.
+
+    Run from the workspace's ``.venv`` (with uv on PATH), an editable reinstall there;
+    from any other interpreter (a machine with its own torch and no network),
+    ``pip install --no-build-isolation --no-index`` into that interpreter's environment,
+    with its own scikit-build-core, nanobind, CMake and ninja."""
     # ON: the CUDA kernels are required, built for the architecture of the GPU present
     # (rl-cpp's cmake/rl_cpp_cuda.cmake asks nvidia-smi), not for five
     env = dict(os.environ, RL_CPP_CUDA="ON")
+    source = str(ROOT / "packages" / "rl-cpp")
+    uv = shutil.which("uv")
+    # uv for the workspace's own environment (it resolves the build's requirements from
+    # the index); pip, offline, for any other interpreter (a GPU machine's own torch)
+    if uv is not None and Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
+        command = [uv, "pip", "install", "--python", sys.executable, "--no-deps"]
+        command += ["--reinstall-package", "rl-cpp", "-e", source]
+    else:
+        command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index"]
+        command += ["--no-build-isolation", "--force-reinstall", source]
     start = time.perf_counter()
-    subprocess.run(
-        [
-            uv,
-            "pip",
-            "install",
-            "--python",
-            sys.executable,
-            "--no-deps",
-            "--reinstall-package",
-            "rl-cpp",
-            "-e",
-            str(ROOT / "packages" / "rl-cpp"),
-        ],
-        check=True,
-        env=env,
-        cwd=ROOT,
-    )
+    subprocess.run(command, check=True, env=env, cwd=ROOT)
     seconds = time.perf_counter() - start
     probe = subprocess.run(
         [
@@ -146,20 +144,45 @@ def build_rl_cpp() -> dict:
 
 
 # ------------------------------------------------------------------------------- 2. tests
-def run_gpu_tests() -> dict:
-    """``pytest -m gpu`` over the packages, in a subprocess; returns its summary line."""
+def cuda_test_files() -> list[str]:
+    """The test files with a CUDA-only test: a ``gpu`` mark or a skip where
+    ``torch.cuda.is_available()`` is False (relative to the repository root)."""
+    found = []
+    for folder in sorted((ROOT / "packages").glob("*/tests")) + [ROOT / "tests"]:
+        for path in sorted(folder.glob("test_*.py")):
+            text = path.read_text()
+            if path != Path(__file__) and ("cuda.is_available()" in text or "mark.gpu" in text):
+                found.append(str(path.relative_to(ROOT)))
+    return [f for f in found if not f.endswith("test_bench_gpu.py")]
+
+
+def run_gpu_tests(workers: int = 8, log: Path | None = None) -> dict:
+    """The test files that hold CUDA-only tests, whole (their CPU tests too, so the
+    device's torch is checked there as well), in a subprocess, on ``workers`` processes
+    where pytest-xdist is installed; returns pytest's summary line (pytest's whole output
+    goes to ``log`` when given)."""
+    files = cuda_test_files()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--tb=short"]
+    try:
+        import xdist  # noqa: F401
+
+        command += ["-n", str(workers)]
+    except ImportError:
+        pass
     start = time.perf_counter()
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "packages"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    res = subprocess.run(command + files, cwd=ROOT, capture_output=True, text=True)
+    if log is not None:
+        log.write_text(res.stdout + res.stderr)
     lines = [line for line in res.stdout.splitlines() if line.strip()]
     summary = lines[-1] if lines else res.stderr.strip().splitlines()[-1]
-    if res.returncode not in (0, 5):  # 5: every test deselected (no gpu test collected)
-        print(res.stdout[-5000:], file=sys.stderr)
-    return {"seconds": time.perf_counter() - start, "summary": summary, "rc": res.returncode}
+    if res.returncode != 0:
+        print(res.stdout[-8000:], res.stderr[-2000:], file=sys.stderr)
+    return {
+        "seconds": time.perf_counter() - start,
+        "summary": summary,
+        "rc": res.returncode,
+        "files": len(files),
+    }
 
 
 # ----------------------------------------------------------------- 3. prioritized replay
@@ -205,6 +228,9 @@ def bench_ppo(device: torch.device, sz: Sizes, compile: bool, cudagraphs: bool) 
     """Training frames per second of PPO on ``CartPoleEnv(batch_size=[ppo_envs])`` on
     ``device``: collection (env, policy), GAE and the update epochs, after
     ``ppo_warmup`` batches (compilation, CUDA-graph capture) left out of the timing."""
+    import ppo
+    from _common import compile_policy
+
     from rl.collectors import Collector
     from rl.envs import CartPoleEnv
     from rl.objectives.value import GAE
@@ -272,6 +298,8 @@ def bench_ppo(device: torch.device, sz: Sizes, compile: bool, cudagraphs: bool) 
 def bench_sac(device: torch.device, sz: Sizes, compile: bool, cudagraphs: bool) -> dict:
     """Updates per second of one SAC update (losses, backward, Adam, Polyak targets) at
     ``sac_batch`` with 256x256 ReLU networks, observation 3 and action 1 (Pendulum)."""
+    from _common import compile_update, prime_soft_update, zero_grad
+
     from rl.modules import (
         MLP,
         NormalParamExtractor,
@@ -369,7 +397,12 @@ def _mode(row: dict) -> str:
     return "compiled" if row["compile"] else "eager"
 
 
+def _ratio(value: float, floor: float | None) -> str:
+    return "n/a" if floor is None else f"{value / floor:.2f}x"
+
+
 def report(results: dict) -> str:
+    sz = results["sizes"]
     lines = [
         "# GPU path (benchmarks/bench_gpu.py)",
         "",
@@ -379,6 +412,8 @@ def report(results: dict) -> str:
         f"{results['seconds']:.0f} s in all.",
         "",
     ]
+    for part, error in results.get("errors", {}).items():
+        lines += [f"- **{part} failed**: {error}"]
     if "build" in results:
         b = results["build"]
         lines += [
@@ -387,7 +422,10 @@ def report(results: dict) -> str:
         ]
     if "tests" in results:
         t = results["tests"]
-        lines += [f"- `pytest -m gpu`: {t['summary']} ({t['seconds']:.0f} s)"]
+        lines += [
+            f"- the {t['files']} test files with CUDA-only tests: {t['summary']} "
+            f"({t['seconds']:.0f} s)"
+        ]
     if "per" in results:
         rows = results["per"]
         lines += [
@@ -395,37 +433,41 @@ def report(results: dict) -> str:
             "| prioritized sample + update_priority | steps/s | vs CPU trees |",
             "| --- | ---: | ---: |",
         ]
-        cpu = next(r["steps_per_s"] for r in rows if r["device"] == "cpu")
+        cpu = next((r["steps_per_s"] for r in rows if r["device"] == "cpu"), None)
         for r in rows:
             lines.append(
-                f"| {r['device']} trees | {r['steps_per_s']:,.0f} | {r['steps_per_s'] / cpu:.2f}x |"
+                f"| {r['device']} trees | {r['steps_per_s']:,.0f} | "
+                f"{_ratio(r['steps_per_s'], cpu)} |"
             )
     if "ppo" in results:
         rows = results["ppo"]
-        head = f"| PPO, CartPoleEnv x {results['ppo_envs']:,} envs | mode | frames/s | vs CPU |"
+        head = f"| PPO, CartPoleEnv x {sz.ppo_envs:,} envs | mode | frames/s | vs CPU |"
         lines += ["", head, "| --- | --- | ---: | ---: |"]
-        cpu = next(r["frames_per_s"] for r in rows if r["device"] == "cpu")
+        cpu = next((r["frames_per_s"] for r in rows if r["device"] == "cpu"), None)
         for r in rows:
             lines.append(
                 f"| {r['device']} | {_mode(r)} | {r['frames_per_s']:,.0f} | "
-                f"{r['frames_per_s'] / cpu:.2f}x |"
+                f"{_ratio(r['frames_per_s'], cpu)} |"
             )
     if "sac" in results:
         rows = results["sac"]
         lines += [
             "",
-            "| SAC update, batch 256, 256x256 | mode | updates/s | vs eager |",
+            f"| SAC update, batch {sz.sac_batch}, 256x256 | mode | updates/s | vs eager |",
             "| --- | --- | ---: | ---: |",
         ]
         for r in rows:
             eager = next(
-                e["updates_per_s"]
-                for e in rows
-                if e["device"] == r["device"] and not e["compile"] and not e["cudagraphs"]
+                (
+                    e["updates_per_s"]
+                    for e in rows
+                    if e["device"] == r["device"] and not e["compile"] and not e["cudagraphs"]
+                ),
+                None,
             )
             lines.append(
                 f"| {r['device']} | {_mode(r)} | {r['updates_per_s']:,.0f} | "
-                f"{r['updates_per_s'] / eager:.2f}x |"
+                f"{_ratio(r['updates_per_s'], eager)} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -474,31 +516,72 @@ def main(argv=None) -> dict:
     compile = not args.no_compile
     gpu = torch.device("cuda", 0) if args.device == "cuda" else None
     cpu = torch.device("cpu")
-    results: dict = {"device": args.device, "quick": args.quick, "ppo_envs": sz.ppo_envs}
+    results: dict = {"device": args.device, "quick": args.quick, "sizes": sz}
+    results["errors"] = {}
     start = time.perf_counter()
 
-    if "build" in parts:
-        results["build"] = build_rl_cpp()
-    if "tests" in parts:
-        results["tests"] = run_gpu_tests()
-    if "per" in parts:
-        results["per"] = [bench_prioritized(cpu, sz)]
-        if gpu is not None:
-            results["per"].append(bench_prioritized(gpu, sz))
-    if "ppo" in parts:
-        results["ppo"] = [bench_ppo(cpu, sz, compile=compile, cudagraphs=False)]
-        if gpu is not None:
-            results["ppo"].append(bench_ppo(gpu, sz, compile=compile, cudagraphs=compile))
-    if "sac" in parts:
-        rows = [bench_sac(cpu, sz, compile=False, cudagraphs=False)]
-        if compile:
-            rows.append(bench_sac(cpu, sz, compile=True, cudagraphs=False))
-        if gpu is not None:
-            rows.append(bench_sac(gpu, sz, compile=False, cudagraphs=False))
-            if compile:
-                rows.append(bench_sac(gpu, sz, compile=True, cudagraphs=False))
-                rows.append(bench_sac(gpu, sz, compile=True, cudagraphs=True))
-        results["sac"] = rows
+    def save():
+        results["seconds"] = time.perf_counter() - start
+        if args.out:
+            Path(args.out).write_text(report(results))
+
+    def part(name, measure):
+        # one part failing (a build error, a test failure, an error on the device) is
+        # reported and the next one still runs; the report is rewritten after each part
+        # and each row, so a run cut short by its time limit keeps what it measured
+        if name not in parts:
+            return
+        try:
+            results[name] = measure()
+        except Exception as error:  # noqa: BLE001  (reported, then the next part runs)
+            traceback.print_exc()
+            results["errors"][name] = f"{type(error).__name__}: {error}"
+        save()
+
+    def rows_of(name, *measures):
+        # likewise one row: a mode that fails (CUDA graphs, say) leaves the others
+        rows = results.setdefault(name, [])
+        for measure, device, *arguments in measures:
+            try:
+                rows.append(measure(device, *arguments))
+            except Exception as error:  # noqa: BLE001  (reported, then the next row runs)
+                traceback.print_exc()
+                flags = ", ".join(map(str, arguments[1:]))
+                key = f"{name} on {device}" + (f" (compile, cudagraphs: {flags})" if flags else "")
+                results["errors"][key] = f"{type(error).__name__}: {error}"
+            save()
+        return rows
+
+    def on_gpu(*measures):
+        return measures if gpu is not None else ()
+
+    # the device rows first: a run cut short keeps the GPU figures
+    part("build", build_rl_cpp)
+    part(
+        "tests",
+        lambda: run_gpu_tests(log=Path(args.out).with_suffix(".tests.log") if args.out else None),
+    )
+    part(
+        "per",
+        lambda: rows_of("per", (bench_prioritized, cpu, sz), *on_gpu((bench_prioritized, gpu, sz))),
+    )
+    part(
+        "ppo",
+        lambda: rows_of(
+            "ppo",
+            *on_gpu((bench_ppo, gpu, sz, compile, compile)),
+            (bench_ppo, cpu, sz, compile, False),
+        ),
+    )
+    modes = [(False, False)] + ([(False, True), (True, False), (True, True)] if compile else [])
+    part(
+        "sac",
+        lambda: rows_of(
+            "sac",
+            *on_gpu(*[(bench_sac, gpu, sz, c, g) for c, g in modes]),
+            *[(bench_sac, cpu, sz, c, False) for c, g in modes if not g],
+        ),
+    )
     results["seconds"] = time.perf_counter() - start
     text = report(results)
     print(text)

@@ -565,3 +565,29 @@ class TestCudagraphPolicy:
         data = next(iter(collector))
         torch.testing.assert_close(data["action"], policy.module(data["observation"]))
         collector.shutdown()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_env_batches_carry_trajectory_ids_on_the_device():
+    """A batched env living on the GPU: the trajectory ids are computed there, and match
+    the ids of the same rollout collected on the CPU."""
+    from rl.envs import CartPoleEnv
+
+    batches = {}
+    for device in ("cpu", "cuda:0"):
+        torch.manual_seed(0)
+        env = CartPoleEnv(batch_size=[8], device=device)
+        env.set_seed(0)
+        collector = Collector(env, None, frames_per_batch=8 * 50, total_frames=8 * 100)
+        batches[device] = [b for b in collector]
+        collector.shutdown()
+    for cpu, cuda in zip(batches["cpu"], batches["cuda:0"], strict=True):
+        ids = cuda["collector", "traj_ids"]
+        assert ids.device.type == "cuda"
+        done = cuda["next", "done"].squeeze(-1)
+        # a new id after each end, shared by every step of one trajectory
+        assert (ids[:, 1:][done[:, :-1]] != ids[:, :-1][done[:, :-1]]).all()
+        assert (ids[:, 1:][~done[:, :-1]] == ids[:, :-1][~done[:, :-1]]).all()
+        if torch.equal(cpu["next", "done"], cuda["next", "done"].cpu()):
+            torch.testing.assert_close(ids.cpu(), cpu["collector", "traj_ids"])

@@ -440,3 +440,26 @@ class TestKeys:
         t = CatTensors(["a", "b"], "ab")
         with pytest.raises(KeyError, match="'b'.*keys present"):
             t(_td(a=torch.zeros(1)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+class TestTransformJoinsTheEnvDevice:
+    """As TorchRL: a transform's buffers move to the env's device when it joins it (built
+    with the env, set, appended or inserted)."""
+
+    def test_constructor_append_insert_and_setter(self):
+        from rl.envs.transforms import ObservationNorm, RewardScaling
+
+        env = TransformedEnv(PendulumEnv(device="cuda:0"), ObservationNorm(loc=0.5, scale=2.0))
+        assert env.transform[0].loc.device.type == "cuda"
+        env.append_transform(RewardScaling(loc=1.0, scale=3.0))
+        env.insert_transform(0, ObservationNorm(loc=0.0, scale=1.0))
+        assert all(t.loc.device.type == "cuda" for t in env.transform)
+        td = env.rollout(3)
+        assert td["next", "observation"].device.type == "cuda"
+        env.transform = ObservationNorm(loc=0.5, scale=2.0)
+        assert env.transform[0].loc.device.type == "cuda"
+        obs = torch.randn(5, 3, device="cuda:0")
+        out = env.transform(TensorDict(observation=obs, batch_size=[5], device="cuda:0"))
+        torch.testing.assert_close(out["observation"], obs * 2.0 + 0.5)

@@ -198,6 +198,8 @@ class TrajIds:
         ``[*B, T, 1]``: a ``("next", "done")`` flag)."""
         steps = done.shape[len(self.batch_size)]
         d = done.reshape(-1, steps)  # [n, T]
+        if self.current.device != d.device:  # the ids live where the env's flags do
+            self.current = self.current.to(d.device)
         n = d.shape[0]
         events = d.t().reshape(-1).cumsum(0).reshape(steps, n).t()
         events = torch.where(d, events, 0)

@@ -380,7 +380,9 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             self._root = env.reset()
             if self.reset_at_each_iter and self._iter > 0:
                 # a reset ends every running trajectory
-                self._traj_ids.assign(torch.ones(*env.batch_size, 1, 1, dtype=torch.bool))
+                self._traj_ids.assign(
+                    torch.ones(*env.batch_size, 1, 1, dtype=torch.bool, device=env.device)
+                )
         random = self._policy is None or self._frames < self.init_random_frames
         policy = None if random else self._acting_policy()
         with set_exploration_type(self.exploration_type):

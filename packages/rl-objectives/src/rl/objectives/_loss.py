@@ -783,9 +783,15 @@ class LossModule(TensorDictModuleBase):
                 k for k, t in enumerate(stacked) if isinstance(t, nn.Parameter)
             ]
             views = {k: t.unbind(0) for k, t in enumerate(stacked) if k not in grad}
-            info["ensemble"].bind(stacked, grad)
+            # at rest the online members hold views of the detached stacks, as the
+            # detached members do: a view of a parameter would keep its gradient
+            # accumulator (an autograd node) alive from one forward to the next, bound to
+            # the CUDA stream it was made on, and a CUDA graph captured on another stream
+            # then fails (see _ensemble)
+            rest = info["rest_views"] = {k: info["stacked_detached"][k].unbind(0) for k in grad}
+            info["ensemble"].bind_views(rest)
             info["ensemble"].bind_views(views)
-            info["detached"].bind(info["stacked_detached"], grad)
+            info["detached"].bind_views(rest)
             info["detached"].bind_views(views)
         target_params = self._modules.get("target_" + module_name + "_params")
         if target_params is not None:
@@ -848,6 +854,10 @@ class LossModule(TensorDictModuleBase):
         info = self._functional[module_name]
         if kind == "online":
             ens = info["ensemble"]
+            # the last forward's views are let go before the new ones are made, so that
+            # the parameters' gradient accumulators are made anew, on this call's CUDA
+            # stream (a graph captured on a side stream after eager warm-up calls)
+            ens.bind_views(info["rest_views"])
             ens.bind(info["stacked"], info["grad_positions"])
             return ens.copies
         if kind == "target" and "target_ensemble" in info:

@@ -131,6 +131,7 @@ class TransformedEnv(EnvBase):
         transform = as_transform(transform, "TransformedEnv")
         if not isinstance(transform, Compose):
             transform = Compose(transform)
+        transform = self._on_device(transform)
         transform.set_container(self)
         self.__dict__["_transform"] = transform
 
@@ -145,6 +146,7 @@ class TransformedEnv(EnvBase):
         transform = as_transform(transform, "TransformedEnv.transform")
         if not isinstance(transform, Compose):
             transform = Compose(transform)
+        transform = self._on_device(transform)
         self._transform.reset_parent()
         transform.set_container(self)
         self.__dict__["_transform"] = transform
@@ -158,14 +160,23 @@ class TransformedEnv(EnvBase):
             return
         super().__setattr__(name, value)
 
+    def _on_device(self, transform):
+        # as TorchRL: a transform's buffers (ObservationNorm's loc and scale, a running
+        # mean) move to the env's device when the transform joins it
+        if self.device is not None and isinstance(transform, torch.nn.Module):
+            transform = transform.to(self.device)
+        return transform
+
     def append_transform(self, transform: Transform) -> TransformedEnv:
-        """Adds ``transform`` (or a callable on tensordicts) at the end of the list; returns the env."""
-        self._transform.append(transform)
+        """Adds ``transform`` (or a callable on tensordicts) at the end of the list, moved
+        to the env's device; returns the env."""
+        self._transform.append(self._on_device(transform))
         return self
 
     def insert_transform(self, index: int, transform: Transform) -> TransformedEnv:
-        """Inserts ``transform`` before position ``index``; returns the env."""
-        self._transform.insert(index, transform)
+        """Inserts ``transform`` before position ``index``, moved to the env's device;
+        returns the env."""
+        self._transform.insert(index, self._on_device(transform))
         return self
 
     def _post_init(self) -> None:
@@ -208,9 +219,7 @@ class TransformedEnv(EnvBase):
             flat = _flat_transforms(self._transform)
             fast = all(t._rollout_safe() for t in flat) and not _reads_outer_root(base)
             self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
-            self.__dict__["_inv_steps_env"] = any(
-                getattr(t, "_inv_steps_env", False) for t in flat
-            )
+            self.__dict__["_inv_steps_env"] = any(getattr(t, "_inv_steps_env", False) for t in flat)
             self.__dict__["_post_hooks"] = any(
                 type(t)._post_step_mdp_hooks is not Transform._post_step_mdp_hooks for t in flat
             )

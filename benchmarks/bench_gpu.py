@@ -156,12 +156,14 @@ def cuda_test_files() -> list[str]:
     return [f for f in found if not f.endswith("test_bench_gpu.py")]
 
 
-def run_gpu_tests(workers: int = 8, log: Path | None = None) -> dict:
+def run_gpu_tests(
+    workers: int = 8, log: Path | None = None, tests: list[str] | None = None
+) -> dict:
     """The test files that hold CUDA-only tests, whole (their CPU tests too, so the
     device's torch is checked there as well), in a subprocess, on ``workers`` processes
     where pytest-xdist is installed; returns pytest's summary line (pytest's whole output
     goes to ``log`` when given)."""
-    files = cuda_test_files()
+    files = cuda_test_files() if tests is None else tests
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--tb=short"]
     try:
         import xdist  # noqa: F401
@@ -367,7 +369,7 @@ def bench_sac(device: torch.device, sz: Sizes, compile: bool, cudagraphs: bool) 
         loss.backward()
         optimizer.step()
         target_update.step()
-        return loss.detach()
+        return TensorDict(loss=loss.detach())  # CUDA graphs (CudaGraphModule): a TensorDict
 
     if compile:
         prime_soft_update(target_update)
@@ -380,6 +382,7 @@ def bench_sac(device: torch.device, sz: Sizes, compile: bool, cudagraphs: bool) 
         loss = update(data)
     _sync(device)
     seconds = time.perf_counter() - start
+    loss = loss["loss"]
     if not torch.isfinite(loss).all():
         raise RuntimeError(f"SAC update on {device} gave a non-finite loss {loss}")
     return {
@@ -491,6 +494,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--no-compile", action="store_true", help="eager only (no torch.compile, no CUDA graphs)"
     )
     parser.add_argument("--out", default=None, help="also write the markdown report here")
+    parser.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="with --device cuda: the GPU rows only (no CPU baselines; ratios to the CPU "
+        "print n/a)",
+    )
+    parser.add_argument(
+        "--tests",
+        default=None,
+        help="comma-separated pytest node ids for the tests part (default: every test file "
+        "holding a CUDA-only test)",
+    )
     return parser.parse_args(argv)
 
 
@@ -555,33 +570,33 @@ def main(argv=None) -> dict:
     def on_gpu(*measures):
         return measures if gpu is not None else ()
 
-    # the device rows first: a run cut short keeps the GPU figures
-    part("build", build_rl_cpp)
-    part(
-        "tests",
-        lambda: run_gpu_tests(log=Path(args.out).with_suffix(".tests.log") if args.out else None),
-    )
-    part(
-        "per",
-        lambda: rows_of("per", (bench_prioritized, cpu, sz), *on_gpu((bench_prioritized, gpu, sz))),
-    )
-    part(
-        "ppo",
-        lambda: rows_of(
+    cpu_rows = not args.gpu_only
+    modes = [(False, False)] + ([(False, True), (True, False), (True, True)] if compile else [])
+    measures = {
+        "build": build_rl_cpp,
+        "tests": lambda: run_gpu_tests(
+            log=Path(args.out).with_suffix(".tests.log") if args.out else None,
+            tests=args.tests.split(",") if args.tests else None,
+        ),
+        # the device rows first: a run cut short keeps the GPU figures
+        "per": lambda: rows_of(
+            "per",
+            *on_gpu((bench_prioritized, gpu, sz)),
+            *[(bench_prioritized, cpu, sz)][: int(cpu_rows)],
+        ),
+        "ppo": lambda: rows_of(
             "ppo",
             *on_gpu((bench_ppo, gpu, sz, compile, compile)),
-            (bench_ppo, cpu, sz, compile, False),
+            *[(bench_ppo, cpu, sz, compile, False)][: int(cpu_rows)],
         ),
-    )
-    modes = [(False, False)] + ([(False, True), (True, False), (True, True)] if compile else [])
-    part(
-        "sac",
-        lambda: rows_of(
+        "sac": lambda: rows_of(
             "sac",
             *on_gpu(*[(bench_sac, gpu, sz, c, g) for c, g in modes]),
-            *[(bench_sac, cpu, sz, c, False) for c, g in modes if not g],
+            *[(bench_sac, cpu, sz, c, False) for c, g in modes if not g and cpu_rows],
         ),
-    )
+    }
+    for name in parts:  # in the order asked for
+        part(name, measures[name])
     results["seconds"] = time.perf_counter() - start
     text = report(results)
     print(text)

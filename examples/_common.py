@@ -81,7 +81,8 @@ def compile_update(fn, *, compile: bool, cudagraphs: bool = False, warmup: int =
     optimizer step may be traced in parts, but none of it runs eagerly), and
     ``tensordict.nn.CudaGraphModule`` for the CUDA graph, replayed after ``warmup`` eager
     calls. The returned callable takes the same arguments as ``fn``; with CUDA graphs
-    those must keep their shapes (a fixed batch size).
+    those must keep their shapes (a fixed batch size), and ``fn`` must return a TensorDict
+    (or None), as ``CudaGraphModule`` does.
     """
     check_cudagraphs(cudagraphs)
     if compile:
@@ -298,6 +299,11 @@ def _inductor_options() -> dict:
 
     known = config.get_config_copy()
     options = {key: value for key, value in INDUCTOR_OPTIONS.items() if key in known}
+    if torch.torch_version.TorchVersion(torch.__version__) < "2.13":
+        # torch <= 2.12's scheduler asserts while reordering the loops of a fused node
+        # that holds a non-loop node (PPO's update on CUDA, torch 2.11); 2.13 skips the
+        # reordering there, as this does
+        options["loop_ordering_after_fusion"] = False
     if COMMON_SUBEXPRESSIONS and "post_grad_custom_post_pass" in known:
         from _compile_passes import CommonSubexpressions
 

@@ -164,7 +164,7 @@ class EGreedyModule(_AnnealedSpecModule):
                     f"Action spec shape does not match the action shape: the action at "
                     f"{self.action_key!r} has shape {tuple(action.shape)} ({err})"
                 ) from None
-        else:
+        elif self.action_mask_key is not None:  # the mask is set on a copy
             spec = spec.clone()
         if self.action_mask_key is not None:
             mask = tensordict.get(self.action_mask_key, None)

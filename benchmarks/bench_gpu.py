@@ -1,25 +1,29 @@
 """The GPU path in one run: build rl-cpp with CUDA, run the ``gpu`` tests, time the device code.
 
-**No GPU figures exist yet.** No CUDA device has been lent to this project so far: the
-CUDA branches of this script (the build with ``RL_CPP_CUDA=ON``, the ``gpu``-marked tests,
-the CUDA trees, PPO and SAC on the device, CUDA graphs) have never run. What runs on a
-CPU runs with ``--device cpu``, and ``tests/test_bench_gpu.py`` runs that mode on a tiny
-budget. On a CUDA machine the whole script is meant to take under 8 minutes:
+It ran on an H200 on 2026-11-30 (benchmarks/results/gpu.md: the build, the CUDA-only
+tests, the trees, SAC in four modes; PPO on the GPU not yet). What runs on a CPU runs
+with ``--device cpu``, and ``tests/test_bench_gpu.py`` runs that mode on a tiny budget. On
+a CUDA machine the whole script is meant to take under 8 minutes:
 
     RL_CPP_CUDA=ON uv run --all-groups python benchmarks/bench_gpu.py --out benchmarks/results/gpu.md
     uv run python benchmarks/bench_gpu.py --device cpu                 # the CPU parts only
     uv run python benchmarks/bench_gpu.py --device cpu --quick --no-compile   # a smoke run
 
+On a machine with its own torch and no network (as the lent GPU machines), run it with
+that python, the pure-Python dependencies installed from carried wheels and the packages'
+``src`` folders on ``PYTHONPATH``: the build part then uses pip offline (see gpu.md).
+
 (``RL_CPP_CUDA=ON`` in the environment of ``uv run`` itself: rl-cpp's build depends on it,
 so a later ``uv run`` without it rebuilds rl-cpp, with the default ``AUTO``: CUDA kernels
 for the GPU present, none on a machine without one.)
 
-Parts, in order (``--parts`` picks some):
+Parts (``--parts`` picks some, run in the order given; ``--gpu-only`` drops the CPU rows):
 
 1. ``build``: rl-cpp rebuilt in place with ``RL_CPP_CUDA=ON`` (CUDA kernels required) for
    the architecture of the GPU present, then ``rl.cpp.cuda_compiled()`` checked in a
    fresh interpreter. Timed.
-2. ``tests``: ``pytest -m gpu`` over the packages (on a CPU machine they all skip).
+2. ``tests``: the test files that hold a CUDA-only test (a ``gpu`` mark or a skip without
+   CUDA), whole, on 8 xdist workers (``--tests`` names others).
 3. ``per``: a prioritized replay buffer's ``sample()`` + ``update_priority()`` (capacity
    1M, batch 256, priorities of the sampled indices rewritten each step) with the storage
    and the trees on the GPU (rl-cpp's CUDA trees) against the same on the CPU (the CPU

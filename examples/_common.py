@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType, TensorPolicy, set_exploration_type, tensor_policy
@@ -205,9 +205,7 @@ class UpdateStep:
                 return logs
 
         if cudagraphs:
-            from tensordict.nn import CudaGraphModule
-
-            fn = CudaGraphModule(fn, in_keys=[], out_keys=[], warmup=warmup)
+            fn = _cuda_graphed(fn, warmup)
         self._fn = fn
 
     def __call__(self, *args):
@@ -250,6 +248,45 @@ class UpdateStep:
                 ahead = [s.detach() if i is None else new[i] for s, i in zip(sources, self._at)]
                 new += torch._foreach_lerp([t.detach() for t in targets], ahead, tau)
         return logs, new
+
+
+def _cuda_graphed(fn, warmup: int):
+    """``fn(*args) -> logs`` in a ``tensordict.nn.CudaGraphModule``, which takes its
+    tensors in one TensorDict and returns a TensorDict: the arguments (tensors and
+    TensorDicts, as an update step takes: a batch, minibatch indices) are packed into one,
+    and the logs (a tensor, a dict or a TensorDict of tensors) unpacked to what ``fn``
+    returns."""
+    from tensordict.nn import CudaGraphModule
+
+    kind = {}
+
+    def packed(arguments: TensorDict):
+        logs = fn(*(arguments.get(f"arg{i}") for i in range(len(arguments.keys()))))
+        kind["logs"] = type(logs)
+        if logs is None or isinstance(logs, TensorDictBase):
+            return logs
+        if isinstance(logs, torch.Tensor):
+            return TensorDict(logs=logs)
+        return TensorDict(dict(logs))
+
+    graphed = CudaGraphModule(packed, in_keys=[], out_keys=[], warmup=warmup)
+
+    def call(*args):
+        for i, arg in enumerate(args):
+            if not isinstance(arg, (torch.Tensor, TensorDictBase)):
+                raise TypeError(
+                    f"an update step captured in a CUDA graph takes tensors and TensorDicts; "
+                    f"argument {i} is a {type(arg).__name__} ({arg!r})"
+                )
+        out = graphed(TensorDict({f"arg{i}": arg for i, arg in enumerate(args)}))
+        logs = kind["logs"]
+        if out is None or issubclass(logs, TensorDictBase):
+            return out
+        if issubclass(logs, torch.Tensor):
+            return out.get("logs")
+        return logs(out.items())
+
+    return call
 
 
 def _own_code(fn):

@@ -1,5 +1,5 @@
-"""``benchmarks/bench_gpu.py`` in its ``--device cpu`` mode (no GPU has been lent: the
-CUDA parts have never run; these tests keep the parts a CPU can run working)."""
+"""``benchmarks/bench_gpu.py`` in its ``--device cpu`` mode (the CUDA parts ran on a lent
+H200, benchmarks/results/gpu.md; these tests keep the parts a CPU can run working)."""
 
 from __future__ import annotations
 

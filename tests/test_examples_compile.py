@@ -540,3 +540,35 @@ def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):
     cfg = module.Config(cudagraphs=True, progress=False, log_dir=str(tmp_path))
     with pytest.raises(RuntimeError, match="--cudagraphs needs a CUDA device"):
         module.main(cfg)
+
+
+@pytest.mark.filterwarnings("ignore:.*CudaGraphModule.*:UserWarning")
+def test_cuda_graphed_step_packs_its_arguments_and_unpacks_its_logs():
+    """``CudaGraphModule`` takes its tensors in one TensorDict and returns a TensorDict;
+    an update step takes a batch and minibatch indices and returns a tensor, a dict or a
+    TensorDict of logs. (Without CUDA the module runs the function eagerly: the packing is
+    what is checked here; the capture ran on an H200, benchmarks/results/gpu.md.)"""
+    from tensordict import TensorDict
+
+    common = load("_common")
+    batch = TensorDict(x=torch.arange(12.0).reshape(6, 2), batch_size=[6])
+    idx = torch.tensor([4, 1, 3])
+    seen = []
+
+    def step(data, index):
+        seen.append((data, index))
+        return data["x"][index].sum(-1)
+
+    graphed = common._cuda_graphed(step, warmup=2)
+    out = graphed(batch, idx)
+    torch.testing.assert_close(out, torch.tensor([17.0, 5.0, 13.0]))
+    ((data, index),) = seen
+    assert torch.equal(index, idx) and torch.equal(data["x"], batch["x"])
+    as_dict = common._cuda_graphed(lambda d: {"loss": d["x"].sum(), "n": d["x"][:, 0]}, 2)
+    logs = as_dict(batch)
+    assert type(logs) is dict and set(logs) == {"loss", "n"}
+    torch.testing.assert_close(logs["loss"], torch.tensor(66.0))
+    as_td = common._cuda_graphed(lambda d: TensorDict(loss=d["x"].mean()), 2)
+    assert isinstance(as_td(batch), TensorDict) and as_td(batch)["loss"].item() == 5.5
+    with pytest.raises(TypeError, match=r"argument 1 is a int \(3\)"):
+        graphed(batch, 3)

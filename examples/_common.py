@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, is_tensor_collection
 from torch import nn
 
 from rl.core import ExplorationType, TensorPolicy, set_exploration_type, tensor_policy
@@ -263,7 +263,7 @@ def _cuda_graphed(fn, warmup: int):
     def packed(arguments: TensorDict):
         logs = fn(*(arguments.get(f"arg{i}") for i in range(len(arguments.keys()))))
         kind["logs"] = type(logs)
-        if logs is None or isinstance(logs, TensorDictBase):
+        if logs is None or is_tensor_collection(logs):
             return logs
         if isinstance(logs, torch.Tensor):
             return TensorDict(logs=logs)
@@ -273,15 +273,15 @@ def _cuda_graphed(fn, warmup: int):
 
     def call(*args):
         for i, arg in enumerate(args):
-            if not isinstance(arg, (torch.Tensor, TensorDictBase)):
+            if not (isinstance(arg, torch.Tensor) or is_tensor_collection(arg)):
                 raise TypeError(
                     f"an update step captured in a CUDA graph takes tensors and TensorDicts; "
                     f"argument {i} is a {type(arg).__name__} ({arg!r})"
                 )
         out = graphed(TensorDict({f"arg{i}": arg for i, arg in enumerate(args)}))
         logs = kind["logs"]
-        if out is None or issubclass(logs, TensorDictBase):
-            return out
+        if out is None or not issubclass(logs, (torch.Tensor, dict)):
+            return out  # a TensorDict or a tensorclass, as fn returned it
         if issubclass(logs, torch.Tensor):
             return out.get("logs")
         return logs(out.items())
@@ -336,7 +336,10 @@ def _inductor_options() -> dict:
 
     known = config.get_config_copy()
     options = {key: value for key, value in INDUCTOR_OPTIONS.items() if key in known}
-    if torch.torch_version.TorchVersion(torch.__version__) < "2.13":
+    if (
+        torch.torch_version.TorchVersion(torch.__version__) < "2.13"
+        and "loop_ordering_after_fusion" in known
+    ):
         # torch <= 2.12's scheduler asserts while reordering the loops of a fused node
         # that holds a non-loop node (PPO's update on CUDA, torch 2.11); 2.13 skips the
         # reordering there, as this does

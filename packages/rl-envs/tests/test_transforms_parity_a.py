@@ -1059,3 +1059,33 @@ def test_constructor_matches_torchrl(name):
         for p in params
     ]
     assert got == TORCHRL_SIGNATURES[name]
+
+
+class TestModuleTransformMoves:
+    """As TorchRL: a ModuleTransform built with an I/O device sends the data where its
+    module is after a move, also when the move reaches it through a Compose or a
+    TransformedEnv; a dtype-only move keeps the device."""
+
+    def _transform(self, device):
+        net = TensorDictModule(torch.nn.Linear(3, 2), in_keys=["observation"], out_keys=["y"])
+        return ModuleTransform(module=net, device=device)
+
+    def test_to_moves_the_io_device_with_the_module(self):
+        t = self._transform("cpu")
+        t.to(torch.float64)
+        assert t._io_device == torch.device("cpu")
+        assert t.module.module.weight.dtype is torch.float64
+        composed = Compose(t)
+        composed.to("meta")  # a Compose moves each transform with its own to()
+        assert t._io_device == torch.device("meta")
+        assert t.module.module.weight.device.type == "meta"
+
+    def test_without_an_io_device_none_is_set(self):
+        t = self._transform(None)
+        Compose(t).to("meta")
+        assert t._io_device is None
+
+    def test_in_a_cpu_env_the_module_runs_on_the_env_data(self):
+        env = TransformedEnv(PendulumEnv(device="cpu"), self._transform("cpu"))
+        td = env.rollout(2)
+        assert td["y"].shape == (2, 2) and td["y"].device.type == "cpu"

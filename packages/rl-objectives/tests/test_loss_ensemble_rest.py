@@ -1,11 +1,13 @@
-"""An ensemble's online members hold no autograd graph between forwards.
+"""How an ensemble's online members hold the stacked parameters.
 
 A view of a stacked parameter keeps the parameter's gradient accumulator alive, and
-autograd records the CUDA stream that accumulator was made on: kept from one forward to
-the next (or from the loss's construction), it ties every later backward to that stream,
-and a CUDA graph captured on a side stream after eager warm-up calls fails ("operation
-would make the legacy stream depend on a capturing blocking stream"). These tests check
-the state at rest on any device and, where a GPU is present, the capture itself.
+autograd records the CUDA stream that accumulator was made on: kept from the loss's
+construction, or from one forward into the next one's binding, it ties every later backward
+to that stream, and a CUDA graph captured on a side stream after eager warm-up calls fails
+("operation would make the legacy stream depend on a capturing blocking stream"). Once
+built the members hold views of the detached stacks; a forward lets the last forward's views
+go before it binds its own. These tests check the state after construction and the
+gradients on any device and, where a GPU is present, the capture itself.
 """
 
 from __future__ import annotations
@@ -84,13 +86,13 @@ def test_members_hold_no_graph_after_construction_or_a_move():
     assert all(t.grad_fn is None for t in _member_tensors(loss))
 
 
-def test_a_forward_lets_the_last_forwards_views_go_and_grads_still_match():
+def test_rebinding_each_forward_keeps_the_gradients():
     loss, data = _sac(), _batch()
     torch.manual_seed(3)  # the next actions are drawn: the same draws in both forwards
     out = loss(data)
     (out["loss_qvalue"]).backward()
     first = {k: v.grad.clone() for k, v in loss.qvalue_network_params.items(True, True)}
-    # the views made by that forward are let go when the next one binds its own
+    # the members of an online call carry the graph to the stacked parameters
     members = loss._ensemble("qvalue_network")
     views = [t for m in members for t in m.parameters()]
     assert views and all(t.grad_fn is not None for t in views)

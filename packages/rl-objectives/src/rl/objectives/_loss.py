@@ -783,11 +783,11 @@ class LossModule(TensorDictModuleBase):
                 k for k, t in enumerate(stacked) if isinstance(t, nn.Parameter)
             ]
             views = {k: t.unbind(0) for k, t in enumerate(stacked) if k not in grad}
-            # at rest the online members hold views of the detached stacks, as the
-            # detached members do: a view of a parameter would keep its gradient
-            # accumulator (an autograd node) alive from one forward to the next, bound to
-            # the CUDA stream it was made on, and a CUDA graph captured on another stream
-            # then fails (see _ensemble)
+            # once built (or moved), the online members hold views of the detached stacks,
+            # as the detached members do: a view of a parameter keeps its gradient
+            # accumulator (an autograd node) alive, bound to the CUDA stream it was made
+            # on, and a CUDA graph captured on another stream then fails. After a
+            # forward they keep its views until the next one lets them go (_ensemble)
             rest = info["rest_views"] = {k: info["stacked_detached"][k].unbind(0) for k in grad}
             info["ensemble"].bind_views(rest)
             info["ensemble"].bind_views(views)

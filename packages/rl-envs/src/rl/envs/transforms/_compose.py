@@ -150,6 +150,14 @@ class Compose(Transform):
             return Compose(*[t.clone() for t in self.transforms[item]])
         return self.transforms[item]
 
+    def to(self, *args, **kwargs) -> Compose:
+        """Moves each transform with its own ``to`` (``nn.Module.to`` moves the children's
+        tensors without calling it: a :class:`ModuleTransform`'s I/O device follows its
+        module only through its own), then this one."""
+        for t in self.transforms:
+            t.to(*args, **kwargs)
+        return super().to(*args, **kwargs)
+
     def __len__(self) -> int:
         return len(self.transforms)
 

@@ -94,6 +94,16 @@ class ModuleTransform(Transform):
         self.done_spec_transform = done_spec_transform
         self.state_spec_transform = state_spec_transform
 
+    def to(self, *args, **kwargs) -> ModuleTransform:
+        """Moves the module; with an I/O device given at construction, the data follows it
+        to the new device (a dtype-only move keeps it), as TorchRL."""
+        out = super().to(*args, **kwargs)
+        if self._io_device is not None:
+            device = torch._C._nn._parse_to(*args, **kwargs)[0]
+            if device is not None:
+                self._io_device = torch.device(device)
+        return out
+
     @property
     def in_keys(self):
         module = self.__dict__.get("_modules", {}).get("module")

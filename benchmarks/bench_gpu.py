@@ -431,8 +431,7 @@ def report(results: dict) -> str:
     if "tests" in results:
         t = results["tests"]
         lines += [
-            f"- the {t['files']} test files with CUDA-only tests: {t['summary']} "
-            f"({t['seconds']:.0f} s)"
+            f"- tests ({t['files']} files or node ids): {t['summary']} ({t['seconds']:.0f} s)"
         ]
     if "per" in results:
         rows = results["per"]

@@ -489,10 +489,7 @@ class TestTanhModule:
             TanhModule(["x"], low=1.0, high=-1.0)
         with pytest.raises(ValueError, match="same length"):
             TanhModule(["x", "y"], ["z"])
-        with pytest.raises(
-            ValueError,
-            match=r"minimum value \(-2.0\) provided to TanhModule does not match the action spec",
-        ):
+        with pytest.raises(ValueError, match=r"minimum value \(-2.0\) provided to TanhModule does not match the action spec"):
             TanhModule(["x"], spec=Bounded(-1.0, 1.0, (1,)), low=-2.0)
 
 

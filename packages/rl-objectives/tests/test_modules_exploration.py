@@ -100,9 +100,7 @@ class TestEGreedy:
         with pytest.raises(ValueError, match="eps must decrease"):
             EGreedyModule(Categorical(3), eps_init=0.1, eps_end=0.5)
         module = EGreedyModule(Categorical(3), action_mask_key="mask")
-        with pytest.raises(
-            KeyError, match="Action mask key mask not found.*EGreedyModule.*Keys present.*action"
-        ):
+        with pytest.raises(KeyError, match="Action mask key mask not found.*EGreedyModule.*Keys present.*action"):
             module(_actions(n=3))
         with pytest.raises(KeyError, match="'action'.*Keys present.*obs"):
             module(TensorDict(obs=torch.zeros(3), batch_size=[3]))

@@ -401,8 +401,7 @@ def check_env_specs(
         value = rollout[key]
         want = (*spec.shape[:nb], steps, *spec.shape[nb:])
         if len(value.shape) != len(want) or any(
-            w != -1 and v != w
-            for v, w in zip(value.shape, want)  # -1: a dynamic dim
+            w != -1 and v != w for v, w in zip(value.shape, want)  # -1: a dynamic dim
         ):
             raise AssertionError(
                 f"{key!r} has shape {tuple(value.shape)} in the rollout, expected {want} "

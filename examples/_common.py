@@ -255,19 +255,35 @@ def _cuda_graphed(fn, warmup: int):
     tensors in one TensorDict and returns a TensorDict: the arguments (tensors and
     TensorDicts, as an update step takes: a batch, minibatch indices) are packed into one,
     and the logs (a tensor, a dict or a TensorDict of tensors) unpacked to what ``fn``
-    returns."""
+    returns.
+
+    What ``fn`` writes into a TensorDict argument (a loss's ``td_error`` for the
+    priorities of a replay buffer) is returned with the logs and written into the
+    caller's TensorDict: a replayed graph reads and writes its own copy of the inputs."""
     from tensordict.nn import CudaGraphModule
 
     kind = {}
 
-    def packed(arguments: TensorDict):
-        logs = fn(*(arguments.get(f"arg{i}") for i in range(len(arguments.keys()))))
+    def packed(arguments: TensorDict) -> TensorDict:
+        names = [f"arg{i}" for i in range(len(arguments.keys()))]
+        leaves = {
+            name: {k: id(v) for k, v in arguments.get(name).items(True, True)}
+            for name in names
+            if is_tensor_collection(arguments.get(name))
+        }
+        logs = fn(*(arguments.get(name) for name in names))
         kind["logs"] = type(logs)
-        if logs is None or is_tensor_collection(logs):
-            return logs
-        if isinstance(logs, torch.Tensor):
-            return TensorDict(logs=logs)
-        return TensorDict(dict(logs))
+        out = TensorDict()
+        if logs is not None:
+            if isinstance(logs, dict):
+                logs = TensorDict(dict(logs))
+            out.set("logs", logs)
+        for name, before in leaves.items():
+            arg = arguments.get(name)
+            written = [k for k, v in arg.items(True, True) if before.get(k) != id(v)]
+            if written:
+                out.set(("written", name), arg.select(*written))
+        return out
 
     graphed = CudaGraphModule(packed, in_keys=[], out_keys=[], warmup=warmup)
 
@@ -279,12 +295,14 @@ def _cuda_graphed(fn, warmup: int):
                     f"argument {i} is a {type(arg).__name__} ({arg!r})"
                 )
         out = graphed(TensorDict({f"arg{i}": arg for i, arg in enumerate(args)}))
-        logs = kind["logs"]
-        if out is None or not issubclass(logs, (torch.Tensor, dict)):
-            return out  # a TensorDict or a tensorclass, as fn returned it
-        if issubclass(logs, torch.Tensor):
-            return out.get("logs")
-        return logs(out.items())
+        written = out.get("written", None)
+        if written is not None:
+            for name, values in written.items():
+                args[int(name[3:])].update(values)
+        logs = out.get("logs", None)
+        if kind["logs"] is dict:
+            return dict(logs.items())
+        return logs
 
     return call
 

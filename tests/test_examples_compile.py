@@ -572,3 +572,43 @@ def test_cuda_graphed_step_packs_its_arguments_and_unpacks_its_logs():
     assert isinstance(as_td(batch), TensorDict) and as_td(batch)["loss"].item() == 5.5
     with pytest.raises(TypeError, match=r"argument 1 is a int \(3\)"):
         graphed(batch, 3)
+
+
+class _ReplayLike:
+    """Stands in for ``CudaGraphModule`` as a replay behaves: after ``warmup`` calls the
+    function runs on the module's own copy of the inputs, never the caller's."""
+
+    def __init__(self, module, in_keys, out_keys, warmup):
+        self.module, self.warmup, self.calls = module, warmup, 0
+
+    def __call__(self, tensordict):
+        self.calls += 1
+        if self.calls <= self.warmup:
+            return self.module(tensordict)
+        return self.module(tensordict.clone()).clone()
+
+
+def test_cuda_graphed_step_writes_back_what_the_loss_writes_into_its_batch(monkeypatch):
+    """A loss writes ``td_error`` into the sampled batch for the replay buffer's
+    priorities: under a CUDA graph that write lands in the graph's input copy, and the
+    step writes it back into the caller's batch (replaced entries too), with the logs."""
+    import tensordict.nn
+    from tensordict import TensorDict
+
+    common = load("_common")
+    monkeypatch.setattr(tensordict.nn, "CudaGraphModule", _ReplayLike)
+
+    def step(batch):
+        batch.set("td_error", batch["x"] * 2)
+        batch.set("x", batch["x"] + 1)  # an entry replaced, not only added
+        return {"loss": batch["td_error"].sum()}
+
+    graphed = common._cuda_graphed(step, warmup=1)
+    for call in range(3):  # the first runs on the caller's batch, the others on copies
+        batch = TensorDict(x=torch.arange(4.0) + call, batch_size=[4])
+        logs = graphed(batch)
+        x = torch.arange(4.0) + call
+        torch.testing.assert_close(batch["td_error"], x * 2)
+        torch.testing.assert_close(batch["x"], x + 1)
+        assert type(logs) is dict and logs["loss"].item() == (x * 2).sum().item()
+    assert graphed(TensorDict(x=torch.ones(4), batch_size=[4]))["loss"].item() == 8.0

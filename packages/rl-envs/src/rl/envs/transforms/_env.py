@@ -160,23 +160,28 @@ class TransformedEnv(EnvBase):
             return
         super().__setattr__(name, value)
 
-    def _on_device(self, transform):
+    def _on_device(self, transform, chained: bool = False):
         # as TorchRL: a transform's buffers (ObservationNorm's loc and scale, a running
-        # mean) move to the env's device when the transform joins it
-        if self.device is not None and isinstance(transform, torch.nn.Module):
-            transform = transform.to(self.device)
+        # mean) move to the env's device when the transform joins it: the base env's, or
+        # (``chained``: appended, inserted) the device the current transforms leave (read
+        # from the transforms alone, without computing the specs)
+        device = self.base_env.device
+        if chained:
+            device = self._transform.transform_env_device(device)
+        if device is not None and isinstance(transform, torch.nn.Module):
+            transform = transform.to(device)
         return transform
 
     def append_transform(self, transform: Transform) -> TransformedEnv:
         """Adds ``transform`` (or a callable on tensordicts) at the end of the list, moved
         to the env's device; returns the env."""
-        self._transform.append(self._on_device(transform))
+        self._transform.append(self._on_device(transform, chained=True))
         return self
 
     def insert_transform(self, index: int, transform: Transform) -> TransformedEnv:
         """Inserts ``transform`` before position ``index``, moved to the env's device;
         returns the env."""
-        self._transform.insert(index, self._on_device(transform))
+        self._transform.insert(index, self._on_device(transform, chained=True))
         return self
 
     def _post_init(self) -> None:

@@ -170,3 +170,41 @@ def run_case(case: Case, compile, monkeypatch, tmp_path, request) -> None:
     module.main(cfg)
     assert len(seen) == case.calls
     check(seen, first=case.first, graphs=case.graphs)
+
+
+class StrictCudaGraphs:
+    """Stands in for ``tensordict.nn.CudaGraphModule`` on a machine without CUDA (where
+    the real one only runs its function), holding callers to its contract: a TensorDict
+    first and no tensor among the other arguments, a TensorDict or None out, the input
+    shapes of the capture at every replay; and, as a replay does, after ``warmup`` calls
+    the function runs on a copy of the inputs and its output is a copy."""
+
+    made: list[StrictCudaGraphs] = []  # every instance, for a test to count its replays
+
+    def __init__(self, module, in_keys=None, out_keys=None, warmup=2, **kwargs):
+        self.module, self.warmup, self.calls, self.shapes = module, warmup, 0, None
+        StrictCudaGraphs.made.append(self)
+
+    @property
+    def replays(self) -> int:
+        return max(self.calls - self.warmup, 0)
+
+    def __call__(self, tensordict, *args, **kwargs):
+        from tensordict import is_tensor_collection
+
+        if not is_tensor_collection(tensordict):
+            raise TypeError(f"CudaGraphModule takes a TensorDict first, got {type(tensordict)}")
+        if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+            raise ValueError("All tensors must be passed in the tensordict, not as arg or kwarg.")
+        self.calls += 1
+        if self.calls <= self.warmup:
+            return self.module(tensordict, *args, **kwargs)
+        shapes = {k: v.shape for k, v in tensordict.items(True, True)}
+        if self.shapes is None:
+            self.shapes = shapes
+        if shapes != self.shapes:
+            raise ValueError(f"replayed with the input shapes {shapes}, captured {self.shapes}")
+        out = self.module(tensordict.clone(), *args, **kwargs)
+        if out is not None and not is_tensor_collection(out):
+            raise RuntimeError(f"The output must be a tensordict or None, got {type(out)}")
+        return None if out is None else out.clone()

@@ -69,3 +69,35 @@ class TestArguments:
     def test_build_needs_cuda(self, bench):
         with pytest.raises(SystemExit, match="--parts build needs --device cuda"):
             bench.main(["--device", "cpu", "--parts", "build"])
+
+
+class TestCudaGraphContract:
+    """The PPO part's CUDA-graph path, on CPU: ``CudaGraphModule`` replaced by a stand-in
+    that holds its callers to its contract (a TensorDict in and out, no tensor among the
+    other arguments, the shapes of the capture, a replay running on a copy). Its first
+    run on an H200 stopped at the update step's minibatch indices passed as a tensor
+    argument, which this catches."""
+
+    @pytest.mark.parametrize("compile", [False, True])
+    def test_ppo_policy_and_update_step_keep_the_contract(self, bench, monkeypatch, compile):
+        import importlib
+
+        import tensordict.nn
+
+        sys.path.insert(0, str(BENCH.parents[1] / "tests"))
+        from _compile_checks import StrictCudaGraphs
+
+        monkeypatch.setattr(tensordict.nn, "CudaGraphModule", StrictCudaGraphs)
+        common = importlib.import_module("_common")
+        monkeypatch.setattr(common, "check_cudagraphs", lambda cudagraphs: None)
+        sz = bench.sizes(quick=True)
+        # past the 10 warm-up calls of the policy's and the update's graphs: 16 steps and
+        # 24 update steps in 4 batches
+        sz.ppo_warmup, sz.ppo_batches, sz.ppo_epochs, sz.ppo_minibatches = 2, 2, 3, 2
+        StrictCudaGraphs.made.clear()
+        row = bench.bench_ppo(torch.device("cpu"), sz, compile=compile, cudagraphs=True)
+        assert len(StrictCudaGraphs.made) == 2  # the policy's and the update step's
+        assert all(graph.replays > 0 for graph in StrictCudaGraphs.made)
+        assert row["cudagraphs"] is True
+        assert row["frames"] == sz.ppo_envs * sz.ppo_steps * sz.ppo_batches
+        assert row["frames_per_s"] > 0

@@ -20,7 +20,15 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _compile_checks import ONE_GRAPH, Case, check, load, run_case, watch  # noqa: E402
+from _compile_checks import (  # noqa: E402
+    ONE_GRAPH,
+    Case,
+    StrictCudaGraphs,
+    check,
+    load,
+    run_case,
+    watch,
+)
 
 
 @pytest.mark.slow  # compilation: 10-60 s each on a 2-core CPU
@@ -574,20 +582,6 @@ def test_cuda_graphed_step_packs_its_arguments_and_unpacks_its_logs():
         graphed(batch, 3)
 
 
-class _ReplayLike:
-    """Stands in for ``CudaGraphModule`` as a replay behaves: after ``warmup`` calls the
-    function runs on the module's own copy of the inputs, never the caller's."""
-
-    def __init__(self, module, in_keys, out_keys, warmup):
-        self.module, self.warmup, self.calls = module, warmup, 0
-
-    def __call__(self, tensordict):
-        self.calls += 1
-        if self.calls <= self.warmup:
-            return self.module(tensordict)
-        return self.module(tensordict.clone()).clone()
-
-
 def test_cuda_graphed_step_writes_back_what_the_loss_writes_into_its_batch(monkeypatch):
     """A loss writes ``td_error`` into the sampled batch for the replay buffer's
     priorities: under a CUDA graph that write lands in the graph's input copy, and the
@@ -596,7 +590,7 @@ def test_cuda_graphed_step_writes_back_what_the_loss_writes_into_its_batch(monke
     from tensordict import TensorDict
 
     common = load("_common")
-    monkeypatch.setattr(tensordict.nn, "CudaGraphModule", _ReplayLike)
+    monkeypatch.setattr(tensordict.nn, "CudaGraphModule", StrictCudaGraphs)
 
     def step(batch):
         batch.set("td_error", batch["x"] * 2)

@@ -108,8 +108,16 @@ def wheels(tmp_path_factory, uv) -> dict[str, Path]:
 def constraints(tmp_path_factory, uv) -> Path:
     path = tmp_path_factory.mktemp("constraints") / "constraints.txt"
     out = subprocess.run(
-        [uv, "export", "--frozen", "--no-hashes", "--all-packages", "--no-emit-workspace",
-         "--no-header", "--no-annotate"],
+        [
+            uv,
+            "export",
+            "--frozen",
+            "--no-hashes",
+            "--all-packages",
+            "--no-emit-workspace",
+            "--no-header",
+            "--no-annotate",
+        ],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -151,8 +159,17 @@ def test_installs_alone(package, wheels, constraints, uv, tmp_path):
     # run outside the workspace: its `compile-bytecode` setting would byte-compile torch in
     # every throwaway venv (20-40 s each) for nothing
     subprocess.run(
-        [uv, "pip", "install", "--quiet", "--python", str(python), "-c", str(constraints),
-         *[str(wheels[n]) for n in needed]],
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(python),
+            "-c",
+            str(constraints),
+            *[str(wheels[n]) for n in needed],
+        ],
         check=True,
         cwd=tmp_path,
     )

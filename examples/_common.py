@@ -204,6 +204,10 @@ class UpdateStep:
                     self._hard.step()
                 return logs
 
+        if cudagraphs and not compile:
+            # torch.optim's step inside a CUDA graph: capturable (its step counts and
+            # learning-rate arithmetic on the device, no host sync), or the capture fails
+            _capturable(self.optimizers)
         if cudagraphs:
             fn = _cuda_graphed(fn, warmup)
         self._fn = fn
@@ -248,6 +252,20 @@ class UpdateStep:
                 ahead = [s.detach() if i is None else new[i] for s, i in zip(sources, self._at)]
                 new += torch._foreach_lerp([t.detach() for t in targets], ahead, tau)
         return logs, new
+
+
+def _capturable(optimizers) -> None:
+    """Sets ``capturable`` on every param group that has the option (Adam, AdamW,
+    RMSprop, ...), moving step counts already made to their parameters' device."""
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            if "capturable" not in group:
+                continue
+            group["capturable"] = True
+            for param in group["params"]:
+                step = optimizer.state.get(param, {}).get("step")
+                if torch.is_tensor(step) and step.device != param.device:
+                    optimizer.state[param]["step"] = step.to(param.device)
 
 
 def _cuda_graphed(fn, warmup: int):

@@ -176,8 +176,9 @@ class StrictCudaGraphs:
     """Stands in for ``tensordict.nn.CudaGraphModule`` on a machine without CUDA (where
     the real one only runs its function), holding callers to its contract: a TensorDict
     first and no tensor among the other arguments, a TensorDict or None out, the input
-    shapes of the capture at every replay; and, as a replay does, after ``warmup`` calls
-    the function runs on a copy of the inputs and its output is a copy."""
+    shapes of the capture at every replay; and, as the real one does, its warm-up calls
+    run on clones of the input leaves, and after ``warmup`` calls the function runs on a
+    copy of the inputs and its output is a copy."""
 
     made: list[StrictCudaGraphs] = []  # every instance, for a test to count its replays
 
@@ -198,6 +199,10 @@ class StrictCudaGraphs:
             raise ValueError("All tensors must be passed in the tensordict, not as arg or kwarg.")
         self.calls += 1
         if self.calls <= self.warmup:
+            # as the real one: a warm-up call runs on clones of the input leaves (put in
+            # place in the caller's TensorDict), which breaks their aliasing as a replay's
+            # copy does
+            tensordict.apply(torch.clone, out=tensordict)
             return self.module(tensordict, *args, **kwargs)
         shapes = {k: v.shape for k, v in tensordict.items(True, True)}
         if self.shapes is None:
@@ -208,3 +213,24 @@ class StrictCudaGraphs:
         if out is not None and not is_tensor_collection(out):
             raise RuntimeError(f"The output must be a tensordict or None, got {type(out)}")
         return None if out is None else out.clone()
+
+
+def cuda_graphs_on_cpu(monkeypatch, capturable: bool = False) -> None:
+    """``--cudagraphs`` on a machine without CUDA, for a test: ``StrictCudaGraphs`` in
+    place of ``CudaGraphModule``, and ``examples/_common.py``'s device check (in every
+    loaded module that holds it: ``_common`` copies and the scripts that import it by
+    name) made a no-op; unless ``capturable``, so is making optimizers capturable (torch
+    steps those on CUDA devices only)."""
+    import tensordict.nn
+
+    monkeypatch.setattr(tensordict.nn, "CudaGraphModule", StrictCudaGraphs)
+    names = ["check_cudagraphs"] + ([] if capturable else ["_capturable"])
+    common = str(EXAMPLES / "_common.py")
+    for module in list(sys.modules.values()):
+        attributes = getattr(module, "__dict__", None)
+        if not isinstance(attributes, dict):
+            continue
+        for name in names:
+            fn = attributes.get(name)
+            if getattr(getattr(fn, "__code__", None), "co_filename", None) == common:
+                monkeypatch.setattr(module, name, lambda *args: None)

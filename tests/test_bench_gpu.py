@@ -82,14 +82,11 @@ class TestCudaGraphContract:
     def test_ppo_policy_and_update_step_keep_the_contract(self, bench, monkeypatch, compile):
         import importlib
 
-        import tensordict.nn
-
         sys.path.insert(0, str(BENCH.parents[1] / "tests"))
-        from _compile_checks import StrictCudaGraphs
+        from _compile_checks import StrictCudaGraphs, cuda_graphs_on_cpu
 
-        monkeypatch.setattr(tensordict.nn, "CudaGraphModule", StrictCudaGraphs)
-        common = importlib.import_module("_common")
-        monkeypatch.setattr(common, "check_cudagraphs", lambda cudagraphs: None)
+        importlib.import_module("ppo")  # loaded, so that its _common is patched
+        cuda_graphs_on_cpu(monkeypatch)
         sz = bench.sizes(quick=True)
         # past the 10 warm-up calls of the policy's and the update's graphs: 16 steps and
         # 24 update steps in 4 batches

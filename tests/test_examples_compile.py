@@ -25,6 +25,7 @@ from _compile_checks import (  # noqa: E402
     Case,
     StrictCudaGraphs,
     check,
+    cuda_graphs_on_cpu,
     load,
     run_case,
     watch,
@@ -606,3 +607,42 @@ def test_cuda_graphed_step_writes_back_what_the_loss_writes_into_its_batch(monke
         torch.testing.assert_close(batch["x"], x + 1)
         assert type(logs) is dict and logs["loss"].item() == (x * 2).sum().item()
     assert graphed(TensorDict(x=torch.ones(4), batch_size=[4]))["loss"].item() == 8.0
+
+
+def test_eager_update_step_in_a_cuda_graph_makes_its_optimizers_capturable(monkeypatch):
+    """torch.optim refuses to step inside a CUDA graph capture unless ``capturable``:
+    ``UpdateStep(cudagraphs=True)`` without ``compile`` sets it on each param group that
+    has the option (its own compiled step needs none); without CUDA graphs nothing
+    changes."""
+    common = load("_common")
+    cuda_graphs_on_cpu(monkeypatch, capturable=True)
+    net = torch.nn.Linear(2, 1)
+    adam = torch.optim.Adam(net.parameters(), lr=1e-3)
+    sgd = torch.optim.SGD(net.parameters(), lr=1e-3)  # no such option: left alone
+    common.UpdateStep(lambda: (net.weight.sum(), None), [adam], cudagraphs=False)
+    assert adam.param_groups[0]["capturable"] is False
+    common.UpdateStep(lambda: (net.weight.sum(), None), [adam, sgd], cudagraphs=True)
+    assert adam.param_groups[0]["capturable"] is True
+    assert "capturable" not in sgd.param_groups[0]
+
+
+@pytest.mark.parametrize("name", ["dqn", "ddpg", "td3", "a2c", "crossq"])
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_example_with_cudagraphs_keeps_the_graph_contract(
+    name, compile, monkeypatch, tmp_path, fresh_dynamo
+):
+    """An example's ``--cudagraphs`` run (its collector policy and its update step in
+    CUDA graphs), on CPU with ``StrictCudaGraphs`` standing in for ``CudaGraphModule``:
+    each graph is called as the real one requires and replays. dqn runs with prioritized
+    replay, whose priorities read the ``td_error`` the loss writes into the batch."""
+    case = CASES[name]
+    module = load(case.script)
+    cuda_graphs_on_cpu(monkeypatch)
+    config = dict(case.config, prioritized=True) if name == "dqn" else case.config
+    cfg = module.Config(**config, eval_episodes=1, progress=False, log_dir=str(tmp_path))
+    cfg.compile = ONE_GRAPH if compile else False
+    cfg.cudagraphs = True
+    StrictCudaGraphs.made.clear()
+    module.main(cfg)
+    assert StrictCudaGraphs.made and all(g.calls > 0 for g in StrictCudaGraphs.made)
+    assert any(g.replays > 0 for g in StrictCudaGraphs.made)

@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 import torch
-from tensordict import TensorDict, is_tensor_collection
+from tensordict import LazyStackedTensorDict, TensorDict, is_tensor_collection
 from torch import nn
 
 from rl.core import ExplorationType, TensorPolicy, set_exploration_type, tensor_policy
@@ -179,6 +179,8 @@ class UpdateStep:
             self._clipped = [list(g) for g in groups] if clip_each_group else [self.params]
         self._clip_index = [[at[id(p)] for p in params] for params in self._clipped]
         self.compiled = compile
+        counted = target_update is not None and hasattr(target_update, "counter")
+        self._counted = target_update if counted else None
         fn = self._eager
         if compile:
             for optimizer in self.optimizers:
@@ -186,7 +188,6 @@ class UpdateStep:
                 _init_state(optimizer)
             soft = target_update is not None and not hasattr(target_update, "counter")
             self._soft = _soft_pairs(target_update) if soft else None
-            self._hard = None if soft else target_update
             if soft:  # the copies hold the targets, in place
                 self._dst = self.params + self._soft[0]
                 index = {id(p): i for i, p in enumerate(self.params)}
@@ -200,8 +201,6 @@ class UpdateStep:
                     logs, new = graph(*args)
                 with torch.no_grad():
                     torch._foreach_copy_(self._dst, list(new))
-                if self._hard is not None:
-                    self._hard.step()
                 return logs
 
         if cudagraphs and not compile:
@@ -213,7 +212,12 @@ class UpdateStep:
         self._fn = fn
 
     def __call__(self, *args):
-        return self._fn(*args)
+        logs = self._fn(*args)
+        if self._counted is not None:
+            # a HardUpdate counts its steps in Python, which a CUDA graph's replay would
+            # not run: it steps here, after the (compiled, captured) step, in either mode
+            self._counted.step()
+        return logs
 
     def _eager(self, *args):
         loss, logs = self.loss_fn(*args)
@@ -224,7 +228,7 @@ class UpdateStep:
                 nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         for optimizer in self.optimizers:
             optimizer.step()
-        if self.target_update is not None:
+        if self.target_update is not None and self._counted is None:
             self.target_update.step()
         return _detached(logs)
 
@@ -256,12 +260,17 @@ class UpdateStep:
 
 def _capturable(optimizers) -> None:
     """Sets ``capturable`` on every param group that has the option (Adam, AdamW,
-    RMSprop, ...), moving step counts already made to their parameters' device."""
+    RMSprop, ...), with its learning rate a tensor on the parameters' device (annealed in
+    place by :func:`set_lr`), moving step counts already made to their parameters'
+    device."""
     for optimizer in optimizers:
         for group in optimizer.param_groups:
             if "capturable" not in group:
                 continue
             group["capturable"] = True
+            if group["params"] and not isinstance(group["lr"], torch.Tensor):
+                # a float would be a constant of the capture: set_lr fills the tensor
+                group["lr"] = torch.tensor(float(group["lr"]), device=group["params"][0].device)
             for param in group["params"]:
                 step = optimizer.state.get(param, {}).get("step")
                 if torch.is_tensor(step) and step.device != param.device:
@@ -284,10 +293,12 @@ def _cuda_graphed(fn, warmup: int):
 
     def packed(arguments: TensorDict) -> TensorDict:
         names = [f"arg{i}" for i in range(len(arguments.keys()))]
+        # (a lazy stack makes new tensors at each read: not followed)
         leaves = {
-            name: {k: id(v) for k, v in arguments.get(name).items(True, True)}
+            name: dict(arguments.get(name).items(True, True))
             for name in names
             if is_tensor_collection(arguments.get(name))
+            and not isinstance(arguments.get(name), LazyStackedTensorDict)
         }
         logs = fn(*(arguments.get(name) for name in names))
         kind["logs"] = type(logs)
@@ -298,7 +309,7 @@ def _cuda_graphed(fn, warmup: int):
             out.set("logs", logs)
         for name, before in leaves.items():
             arg = arguments.get(name)
-            written = [k for k, v in arg.items(True, True) if before.get(k) != id(v)]
+            written = [k for k, v in arg.items(True, True) if before.get(k) is not v]
             if written:
                 out.set(("written", name), arg.select(*written))
         return out
@@ -428,13 +439,16 @@ def _init_state(optimizer) -> None:
     exists); float learning rates become tensors."""
     adam = isinstance(optimizer, torch.optim.Adam)
     for group in optimizer.param_groups:
+        # the learning rate and the step counts on the parameters' device: a CUDA graph
+        # replays device work only (CPU scalars would keep their values at the capture)
+        device = group["params"][0].device if group["params"] else None
         if not isinstance(group["lr"], torch.Tensor):
-            group["lr"] = torch.tensor(float(group["lr"]))
+            group["lr"] = torch.tensor(float(group["lr"]), device=device)
         for p in group["params"]:
             state = optimizer.state[p]
             if state:
                 continue
-            state["step"] = torch.tensor(0.0)
+            state["step"] = torch.tensor(0.0, device=p.device)
             if adam:
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)

@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -215,22 +216,45 @@ class StrictCudaGraphs:
         return None if out is None else out.clone()
 
 
+def _common_code(value) -> dict | None:
+    """The globals of ``value`` (a function, or a class's ``__init__``) when its code is
+    examples/_common.py's (any loaded copy of it), else None."""
+    try:
+        fn = value.__init__ if isinstance(value, type) else value
+        code = getattr(fn, "__code__", None)
+        if not isinstance(code, types.CodeType):
+            return None
+        if code.co_filename != str(EXAMPLES / "_common.py"):
+            return None
+        return fn.__globals__
+    except Exception:  # noqa: BLE001  (odd module attributes: proxies, lazy loaders)
+        return None
+
+
 def cuda_graphs_on_cpu(monkeypatch, capturable: bool = False) -> None:
     """``--cudagraphs`` on a machine without CUDA, for a test: ``StrictCudaGraphs`` in
-    place of ``CudaGraphModule``, and ``examples/_common.py``'s device check (in every
-    loaded module that holds it: ``_common`` copies and the scripts that import it by
-    name) made a no-op; unless ``capturable``, so is making optimizers capturable (torch
-    steps those on CUDA devices only)."""
+    place of ``CudaGraphModule``, and ``examples/_common.py``'s device check made a no-op
+    in the globals of every loaded copy of ``_common`` that a loaded module uses (a
+    script loaded before another test reloaded ``_common`` keeps its first copy) and in
+    the scripts that import it by name; unless ``capturable``, so is making optimizers
+    capturable (torch steps those on CUDA devices only)."""
     import tensordict.nn
 
     monkeypatch.setattr(tensordict.nn, "CudaGraphModule", StrictCudaGraphs)
     names = ["check_cudagraphs"] + ([] if capturable else ["_capturable"])
-    common = str(EXAMPLES / "_common.py")
+    spaces = {}
     for module in list(sys.modules.values()):
         attributes = getattr(module, "__dict__", None)
         if not isinstance(attributes, dict):
             continue
+        for value in list(attributes.values()):
+            space = _common_code(value)
+            if space is not None:
+                spaces[id(space)] = space
         for name in names:
-            fn = attributes.get(name)
-            if getattr(getattr(fn, "__code__", None), "co_filename", None) == common:
-                monkeypatch.setattr(module, name, lambda *args: None)
+            if name in attributes and _common_code(attributes[name]) is not None:
+                monkeypatch.setitem(attributes, name, lambda *args: None)
+    for space in spaces.values():
+        for name in names:
+            if name in space:
+                monkeypatch.setitem(space, name, lambda *args: None)

@@ -646,3 +646,72 @@ def test_example_with_cudagraphs_keeps_the_graph_contract(
     module.main(cfg)
     assert StrictCudaGraphs.made and all(g.calls > 0 for g in StrictCudaGraphs.made)
     assert any(g.replays > 0 for g in StrictCudaGraphs.made)
+
+
+class _NoPythonAtReplay(StrictCudaGraphs):
+    """As a real replay: after the warm-up calls no Python of the function runs (the
+    captured kernels would); it returns the last output again."""
+
+    def __call__(self, tensordict, *args, **kwargs):
+        if self.calls < self.warmup:
+            self.last = super().__call__(tensordict, *args, **kwargs)
+        else:
+            self.calls += 1
+        return self.last.clone()
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_hard_target_update_counts_outside_the_cuda_graph(compile, monkeypatch):
+    """A HardUpdate counts its steps in Python, which a replay does not run: the update
+    step steps it after the graph, so its copies keep their interval; the learning rates
+    and step counts of the compiled optimizer live on the parameters' device."""
+    import tensordict.nn
+    from tensordict import TensorDict
+
+    from rl.modules import QValueActor
+    from rl.objectives import DQNLoss, HardUpdate
+
+    common = load("_common")
+    cuda_graphs_on_cpu(monkeypatch)
+    monkeypatch.setattr(tensordict.nn, "CudaGraphModule", _NoPythonAtReplay)
+    torch.manual_seed(0)
+    actor = QValueActor(torch.nn.Linear(3, 2), in_keys=["observation"], action_space="one-hot")
+    loss = DQNLoss(actor, action_space="one-hot", delay_value=True)
+    hard = HardUpdate(loss, value_network_update_interval=5)
+    copies = []
+    monkeypatch.setattr(hard, "init_", lambda: copies.append(hard.counter))
+    optim = torch.optim.Adam(loss.parameters(), lr=1e-2)
+    n = 8
+    batch = TensorDict(
+        observation=torch.randn(n, 3),
+        action=torch.nn.functional.one_hot(torch.randint(2, (n,)), 2),
+        next=TensorDict(
+            observation=torch.randn(n, 3),
+            reward=torch.randn(n, 1),
+            done=torch.zeros(n, 1, dtype=torch.bool),
+            terminated=torch.zeros(n, 1, dtype=torch.bool),
+            batch_size=[n],
+        ),
+        batch_size=[n],
+    )
+
+    def dqn_loss(sample):
+        out = loss(sample)["loss"]
+        return out, out
+
+    step = common.UpdateStep(
+        dqn_loss,
+        optim,
+        compile=ONE_GRAPH if compile else False,
+        cudagraphs=True,
+        target_update=hard,
+        warmup=3,
+    )
+    for _ in range(12):  # 3 warm-ups, then 9 calls that run no Python of the step
+        step(batch.clone())
+    # counted at every call, replays included: copies at calls 5 and 10, then 2 counted
+    assert len(copies) == 2 and hard.counter == 2
+    group = optim.param_groups[0]
+    if compile:
+        p = group["params"][0]
+        assert group["lr"].device == p.device and optim.state[p]["step"].device == p.device

@@ -186,7 +186,7 @@ class UpdateStep:
             for optimizer in self.optimizers:
                 _check_fusable(optimizer)
                 _init_state(optimizer)
-            soft = target_update is not None and not hasattr(target_update, "counter")
+            soft = target_update is not None and self._counted is None
             self._soft = _soft_pairs(target_update) if soft else None
             if soft:  # the copies hold the targets, in place
                 self._dst = self.params + self._soft[0]
@@ -268,9 +268,7 @@ def _capturable(optimizers) -> None:
             if "capturable" not in group:
                 continue
             group["capturable"] = True
-            if group["params"] and not isinstance(group["lr"], torch.Tensor):
-                # a float would be a constant of the capture: set_lr fills the tensor
-                group["lr"] = torch.tensor(float(group["lr"]), device=group["params"][0].device)
+            _tensor_lr(group)  # a float would be a constant of the capture
             for param in group["params"]:
                 step = optimizer.state.get(param, {}).get("step")
                 if torch.is_tensor(step) and step.device != param.device:
@@ -292,26 +290,23 @@ def _cuda_graphed(fn, warmup: int):
     kind = {}
 
     def packed(arguments: TensorDict) -> TensorDict:
-        names = [f"arg{i}" for i in range(len(arguments.keys()))]
-        # (a lazy stack makes new tensors at each read: not followed)
+        args = [arguments.get(f"arg{i}") for i in range(len(arguments.keys()))]
+        # the entries of each TensorDict argument before the call (a lazy stack makes new
+        # tensors at each read: not followed)
         leaves = {
-            name: dict(arguments.get(name).items(True, True))
-            for name in names
-            if is_tensor_collection(arguments.get(name))
-            and not isinstance(arguments.get(name), LazyStackedTensorDict)
+            i: dict(arg.items(True, True))
+            for i, arg in enumerate(args)
+            if is_tensor_collection(arg) and not isinstance(arg, LazyStackedTensorDict)
         }
-        logs = fn(*(arguments.get(name) for name in names))
+        logs = fn(*args)
         kind["logs"] = type(logs)
         out = TensorDict()
         if logs is not None:
-            if isinstance(logs, dict):
-                logs = TensorDict(dict(logs))
-            out.set("logs", logs)
-        for name, before in leaves.items():
-            arg = arguments.get(name)
-            written = [k for k, v in arg.items(True, True) if before.get(k) is not v]
+            out.set("logs", TensorDict(dict(logs)) if isinstance(logs, dict) else logs)
+        for i, before in leaves.items():
+            written = [k for k, v in args[i].items(True, True) if before.get(k) is not v]
             if written:
-                out.set(("written", name), arg.select(*written))
+                out.set(("written", f"arg{i}"), args[i].select(*written))
         return out
 
     graphed = CudaGraphModule(packed, in_keys=[], out_keys=[], warmup=warmup)
@@ -441,9 +436,7 @@ def _init_state(optimizer) -> None:
     for group in optimizer.param_groups:
         # the learning rate and the step counts on the parameters' device: a CUDA graph
         # replays device work only (CPU scalars would keep their values at the capture)
-        device = group["params"][0].device if group["params"] else None
-        if not isinstance(group["lr"], torch.Tensor):
-            group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        _tensor_lr(group)
         for p in group["params"]:
             state = optimizer.state[p]
             if state:
@@ -454,6 +447,14 @@ def _init_state(optimizer) -> None:
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             else:
                 state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def _tensor_lr(group: dict) -> None:
+    """A float learning rate of ``group`` becomes a tensor on its parameters' device
+    (:func:`set_lr` fills it in place)."""
+    if not isinstance(group["lr"], torch.Tensor):
+        device = group["params"][0].device if group["params"] else None
+        group["lr"] = torch.tensor(float(group["lr"]), device=device)
 
 
 def _clip(grads, max_norm: float):

@@ -224,7 +224,9 @@ class TransformedEnv(EnvBase):
             flat = _flat_transforms(self._transform)
             fast = all(t._rollout_safe() for t in flat) and not _reads_outer_root(base)
             self.__dict__["_dynamic_action_spec"] = any(t._dynamic_action_spec for t in flat)
-            self.__dict__["_inv_steps_env"] = any(getattr(t, "_inv_steps_env", False) for t in flat)
+            self.__dict__["_inv_steps_env"] = any(
+                getattr(t, "_inv_steps_env", False) for t in flat
+            )
             self.__dict__["_post_hooks"] = any(
                 type(t)._post_step_mdp_hooks is not Transform._post_step_mdp_hooks for t in flat
             )

@@ -679,7 +679,7 @@ def test_hard_target_update_counts_outside_the_cuda_graph(compile, monkeypatch):
     loss = DQNLoss(actor, action_space="one-hot", delay_value=True)
     hard = HardUpdate(loss, value_network_update_interval=5)
     copies = []
-    monkeypatch.setattr(hard, "init_", lambda: copies.append(hard.counter))
+    monkeypatch.setattr(hard, "_copy", lambda: copies.append(hard.counter))
     optim = torch.optim.Adam(loss.parameters(), lr=1e-2)
     n = 8
     batch = TensorDict(

@@ -1,5 +1,6 @@
 """LossModule base, SoftUpdate / HardUpdate, distance_loss."""
 
+import warnings
 from dataclasses import dataclass
 
 import pytest
@@ -198,14 +199,18 @@ class TestTargetUpdates:
         online = loss.value_network_params.get(("module", "bias"))
         target = loss.target_value_network_params.get(("module", "bias"))
         seen = []
-        for step in range(1, 8):
-            with torch.no_grad():
-                online.fill_(float(step))
-            upd.step()
-            seen.append(target.item())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a copy at its interval is no second init_()
+            for step in range(1, 8):
+                with torch.no_grad():
+                    online.fill_(float(step))
+                upd.step()
+                seen.append(target.item())
         # copies at steps 3 and 6 only
         assert seen == [0.5, 0.5, 3.0, 3.0, 3.0, 6.0, 6.0]
         assert upd.state_dict() == {"initialized": True, "counter": 1}
+        with pytest.warns(UserWarning, match="already initialized"):
+            upd.init_()  # an explicit second init_ still says so
 
     def test_no_targets(self):
         class NoTarget(_ToyLoss):

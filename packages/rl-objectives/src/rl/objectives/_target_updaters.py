@@ -95,13 +95,16 @@ class TargetNetUpdater:
                 category=UserWarning,
                 stacklevel=2,
             )
+        self._copy()
+        self.initialized = True
+
+    def _copy(self) -> None:
         with torch.no_grad():
             fs, ft, os_, ot = self._pairs()
             if ft:
                 torch._foreach_copy_(ft, fs)
             for t, s in zip(ot, os_, strict=True):
                 t.copy_(s)
-        self.initialized = True
 
     def step(self) -> None:
         """Update the targets (see the subclass)."""
@@ -228,4 +231,5 @@ class HardUpdate(TargetNetUpdater):
         self.counter += 1
         if self.counter >= self.value_network_update_interval:
             self.counter = 0
-            self.init_()
+            self._copy()  # its job, not a second init_: no "already initialized" warning
+            self.initialized = True

@@ -1,0 +1,290 @@
+"""An ensemble of MLP critics runs as batched products on its stacks (``_BatchedMLP``):
+eagerly always, compiled where the products are small or the members many. The values and
+gradients equal the members called one by one; anything the batched form cannot honour (a
+hook, a norm layer, dropout, an online subset) keeps the member calls."""
+
+import copy
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from rl.modules import MLP, ValueOperator
+from rl.objectives import LossModule, SoftUpdate
+from rl.objectives import _loss as loss_module
+from rl.objectives._networks import _BatchedMLP
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+
+
+class _Ensemble(LossModule):
+    def __init__(self, critic, n=2):
+        super().__init__()
+        self.convert_to_functional(
+            critic, "qvalue_network", expand_dim=n, create_target_params=True
+        )
+
+    def forward(self, td):  # pragma: no cover - not used
+        raise NotImplementedError
+
+
+def _mlp_critic(out_features=1, **kwargs):
+    torch.manual_seed(0)
+    net = MLP(in_features=5, out_features=out_features, num_cells=[16, 16], **kwargs)
+    return ValueOperator(net, in_keys=["observation", "action"])
+
+
+def _data(*batch):
+    torch.manual_seed(1)
+    return TensorDict(
+        {"observation": torch.randn(*batch, 3), "action": torch.randn(*batch, 2)}, list(batch)
+    )
+
+
+def _loss(critic, n=2):
+    loss = _Ensemble(critic, n=n)
+    SoftUpdate(loss, tau=0.5)
+    with torch.no_grad():  # targets distinct from the online stack
+        for p in loss.target_qvalue_network_params.values(True, True):
+            p.mul_(0.5)
+    return loss
+
+
+def _values(loss, kind, td, index=None, overrides=None, key="state_action_value"):
+    return loss._ensemble_values("qvalue_network", kind, td, key, overrides, index)
+
+
+def _member_calls(loss, *args, **kwargs):
+    """The same call with the batched plan off: the members run one by one."""
+    info = loss._functional["qvalue_network"]
+    plan, info["batched"] = info["batched"], None
+    try:
+        return _values(loss, *args, **kwargs)
+    finally:
+        info["batched"] = plan
+
+
+def _no_member_calls(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a member module ran")
+
+    monkeypatch.setattr(LossModule, "_ensemble", refuse)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("batch", [(7,), (3, 4), ()], ids=["flat", "2d", "unbatched"])
+def test_eager_values_and_gradients_equal_the_member_calls(monkeypatch, n, batch):
+    loss = _loss(_mlp_critic(), n=n)
+    assert isinstance(loss._functional["qvalue_network"]["batched"], _BatchedMLP)
+    td = _data(*batch)
+    action = torch.randn(*batch, 2, requires_grad=True)
+    stacks = list(loss.qvalue_network_params.values(True, True))
+
+    expected = {}
+    for kind in ("online", "detached", "target"):
+        out = _member_calls(loss, kind, td, overrides={"action": action})
+        grads = torch.autograd.grad(
+            out.square().sum(), [action, *stacks] if kind == "online" else [action]
+        )
+        expected[kind] = (out.detach(), grads)
+
+    with monkeypatch.context() as patch:
+        _no_member_calls(patch)
+        for kind in ("online", "detached", "target"):
+            out = _values(loss, kind, td, overrides={"action": action})
+            assert out.shape == (n, *batch, 1)
+            assert out.requires_grad  # through the action, whatever the kind
+            params = [action, *stacks] if kind == "online" else [action]
+            grads = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
+            torch.testing.assert_close(out, expected[kind][0])
+            for got, want in zip(grads, expected[kind][1], strict=True):
+                torch.testing.assert_close(got, want)
+    # only the online kind reaches the stacks: detached and target ones take no gradient
+    for kind in ("detached", "target"):
+        out = _values(loss, kind, td)
+        assert not out.requires_grad
+    # the target kind reads the target stacks (halved above), not the online ones
+    assert not torch.allclose(_values(loss, "target", td), _values(loss, "detached", td))
+
+
+def test_a_drawn_subset_of_target_rows_is_gathered_and_an_online_subset_runs_the_members(
+    monkeypatch,
+):
+    loss = _loss(_mlp_critic(), n=4)
+    td = _data(6)
+    index = torch.tensor([3, 1])
+    for kind in ("target", "detached"):
+        want = _member_calls(loss, kind, td, index=index)
+        with monkeypatch.context() as patch:
+            _no_member_calls(patch)
+            torch.testing.assert_close(_values(loss, kind, td, index=index), want)
+    # online: the members run (a gathered stack would scatter its gradients back)
+    ran = []
+    loss._ensemble("qvalue_network", "online")[1].register_forward_hook(lambda *a: ran.append(1))
+    out = _values(loss, "online", td, index=index)
+    assert out.shape == (2, 6, 1) and ran == [1]  # member 1 (drawn, hooked) ran
+
+
+def test_a_reshaped_output_and_a_sequential_network_are_batched(monkeypatch):
+    loss = _loss(_mlp_critic(out_features=(2, 3)), n=3)
+    td = _data(5)
+    want = _member_calls(loss, "online", td)
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1, bias=False))
+    loss_seq = _loss(TensorDictModule(seq, ["observation"], ["q"]), n=2)
+    want_seq = _member_calls(loss_seq, "online", td, key="q")
+    with monkeypatch.context() as patch:
+        _no_member_calls(patch)
+        got = _values(loss, "online", td)
+        got_seq = _values(loss_seq, "online", td, key="q")
+    assert got.shape == (3, 5, 2, 3)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_seq, want_seq)
+
+
+@pytest.mark.parametrize(
+    "critic",
+    [
+        lambda: _mlp_critic(norm_class=nn.LayerNorm, norm_kwargs={"normalized_shape": 16}),
+        lambda: _mlp_critic(dropout=0.1),
+        lambda: _mlp_critic(single_bias_last_layer=True),
+        lambda: TensorDictModule(
+            nn.Sequential(nn.Linear(5, 4), nn.Flatten(0)), ["observation"], ["q"]
+        ),
+        lambda: TensorDictModule(nn.Linear(3, 1), ["observation"], ["q"]),
+    ],
+    ids=["layernorm", "dropout", "shared-bias", "flatten", "not-a-sequential"],
+)
+def test_networks_the_batched_form_cannot_honour_keep_no_plan(critic):
+    loss = _Ensemble(critic(), n=2)
+    assert loss._functional["qvalue_network"]["batched"] is None
+
+
+def test_a_hook_on_member_zero_is_honoured_then_the_batched_form_resumes(monkeypatch):
+    loss = _loss(_mlp_critic(), n=2)
+    td = _data(4)
+    seen = []
+    handle = loss.qvalue_network.module[0].register_forward_hook(
+        lambda mod, args, out: seen.append(out.shape)
+    )
+    out = _values(loss, "online", td)
+    assert seen == [torch.Size([4, 16])]  # member 0 ran, its hook with it
+    handle.remove()
+    with monkeypatch.context() as patch:
+        _no_member_calls(patch)
+        torch.testing.assert_close(_values(loss, "online", td), out)
+    # a hook registered for every module declines the batched form too
+    handle = nn.modules.module.register_module_forward_hook(lambda *a: seen.append("global"))
+    try:
+        _values(loss, "online", td)
+    finally:
+        handle.remove()
+    assert "global" in seen
+
+
+def test_a_copied_or_cast_loss_runs_its_own_network_and_stacks():
+    loss = _loss(_mlp_critic(), n=2)
+    copied = copy.deepcopy(loss)
+    plan = copied._functional["qvalue_network"]["batched"]
+    assert plan.network is copied.qvalue_network
+    assert plan.network is not loss.qvalue_network
+    with torch.no_grad():
+        for p in copied.qvalue_network_params.values(True, True):
+            p.mul_(2.0)
+    td = _data(5)
+    torch.testing.assert_close(_values(copied, "online", td), _member_calls(copied, "online", td))
+    assert not torch.allclose(_values(copied, "online", td), _values(loss, "online", td))
+    loss.double()
+    td64 = td.apply(lambda t: t.double())
+    out = _values(loss, "online", td64)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, _member_calls(loss, "online", td64))
+
+
+def _traced_routes(monkeypatch):
+    """Which form each compiled ensemble call took, recorded while dynamo traces."""
+    routes = []
+    call = _BatchedMLP.__call__
+
+    def recording(self, tensors, inputs):
+        routes.append("batched")
+        return call(self, tensors, inputs)
+
+    monkeypatch.setattr(_BatchedMLP, "__call__", recording)
+    return routes
+
+
+@pytest.mark.parametrize(
+    "n,rows,batched", [(2, 8, True), (2, 64, False), (4, 64, True)], ids=["small", "large", "many"]
+)
+def test_compiled_pairs_of_large_products_keep_the_per_member_graph(monkeypatch, n, rows, batched):
+    """Compiled, a pair runs batched while a layer's product stays under _BATCHED_MACS;
+    more members always (instead of vmap). Values and gradients equal eager's."""
+    monkeypatch.setattr(loss_module, "_BATCHED_MACS", 16 * 16 * 32)
+    loss = _loss(_mlp_critic(), n=n)
+    td = _data(rows)
+    routes = _traced_routes(monkeypatch)
+    fn = torch.compile(lambda td: _values(loss, "online", td), backend="aot_eager", fullgraph=True)
+    out = fn(td)
+    assert (routes == ["batched"]) is batched
+    assert routes == [] or batched
+    stacks = list(loss.qvalue_network_params.values(True, True))
+    grads = torch.autograd.grad(out.square().sum(), stacks)
+    want = _member_calls(loss, "online", td)
+    want_grads = torch.autograd.grad(want.square().sum(), stacks)
+    torch.testing.assert_close(out, want)
+    for got, expected in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, expected)
+
+
+def test_the_sac_update_is_unchanged_by_the_batched_form():
+    """SACLoss with MLP critics: losses and every gradient as with the member calls."""
+    from tensordict.nn import NormalParamExtractor
+
+    from rl.modules import ProbabilisticActor, TanhNormal
+    from rl.objectives import SACLoss
+
+    torch.manual_seed(0)
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            nn.Sequential(
+                MLP(in_features=3, out_features=4, num_cells=[16]), NormalParamExtractor()
+            ),
+            ["observation"],
+            ["loc", "scale"],
+        ),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+    )
+    loss = SACLoss(actor, _mlp_critic())
+    SoftUpdate(loss, tau=0.1)
+    td = _data(9)
+    td["next"] = TensorDict(
+        {
+            "observation": torch.randn(9, 3),
+            "reward": torch.randn(9, 1),
+            "done": torch.zeros(9, 1, dtype=torch.bool),
+            "terminated": torch.zeros(9, 1, dtype=torch.bool),
+        },
+        [9],
+    )
+    params = [p for p in loss.parameters() if p.requires_grad]
+    results = []
+    for plan in (loss._functional["qvalue_network"]["batched"], None):
+        assert (plan is None) == (len(results) == 1)
+        loss._functional["qvalue_network"]["batched"] = plan
+        torch.manual_seed(3)
+        out = loss(td.clone())
+        total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
+        results.append((out.detach(), torch.autograd.grad(total, params)))
+    (out_b, grads_b), (out_m, grads_m) = results
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy"):
+        torch.testing.assert_close(out_b[key], out_m[key])
+    for got, want in zip(grads_b, grads_m, strict=True):
+        torch.testing.assert_close(got, want)

@@ -271,6 +271,50 @@ def micro_cse(algo: str, rounds: int, block: int) -> dict:
     return {"without": without, "with": with_, "gain": with_ / without, "max_diff": diff}
 
 
+def micro_batched(algo: str, rounds: int, block: int) -> dict:
+    """The update step with its critic ensembles run batched (rl-objectives
+    ``LossModule._batched_values``) against the member calls, eager and compiled, timed
+    in interleaved blocks as :func:`micro`; returns updates/s of each and the largest
+    difference of the first step's logs (same seed, same data)."""
+
+    import torch
+
+    from rl.objectives import _loss
+
+    torch.set_num_threads(1)
+    result, data = {}, None
+    try:
+        for compiled in (False, True):
+            steps, logs = {}, {}
+            for batched in (False, True):
+                _loss._BATCHED_ENSEMBLES = batched
+                torch.manual_seed(0)
+                step, data = MICRO[algo](compiled, data)
+                torch.manual_seed(1)
+                logs[batched] = step(data)  # compiles, under this setting
+                steps[batched] = functools.partial(_with_batched, step, batched)
+            members, batched = interleaved_rates(steps, data, rounds, block)
+            mode = "compiled" if compiled else "eager"
+            result[mode] = {
+                "members": members,
+                "batched": batched,
+                "gain": batched / members,
+                "max_diff": _max_diff(logs[True], logs[False]),
+            }
+    finally:
+        _loss._BATCHED_ENSEMBLES = True
+    return result
+
+
+def _with_batched(step, batched: bool, data):
+    """``step(data)`` with the ensembles' batched form on or off (a compiled step holds
+    a graph for each setting: dynamo guards on the flag)."""
+    from rl.objectives import _loss
+
+    _loss._BATCHED_ENSEMBLES = batched
+    return step(data)
+
+
 def interleaved_rates(steps: dict, data, rounds: int, block: int) -> tuple[float, float]:
     """Calls per second of ``steps[False]`` and ``steps[True]`` on ``data``: the medians
     of ``rounds`` blocks of ``block`` calls each, the two alternating (which goes first
@@ -414,7 +458,25 @@ def main() -> None:
         "eager, ...); the rates are the means of the runs, so a drift of the machine's speed "
         "over the minutes of a row cancels out",
     )
+    parser.add_argument(
+        "--batched-ab",
+        action="store_true",
+        help="--micro: the step with the critic ensembles run batched against the member "
+        "calls, eager and compiled, instead of eager against compiled",
+    )
     args = parser.parse_args()
+    if args.micro and args.batched_ab:
+        sys.path.insert(0, str(ROOT / "examples"))
+        for algo in args.micro:
+            r = micro_batched(algo, args.rounds, block=20)
+            for mode, m in r.items():
+                print(
+                    f"{algo} {mode} update: member calls {m['members']:.1f}/s, batched "
+                    f"{m['batched']:.1f}/s ({m['gain']:.3f}x); first step's logs differ by at "
+                    f"most {m['max_diff']:.3g}",
+                    flush=True,
+                )
+        return
     if args.micro and args.cse_ab:
         sys.path.insert(0, str(ROOT / "examples"))
         for algo in args.micro:

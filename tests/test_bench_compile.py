@@ -57,3 +57,34 @@ def test_interleaved_rates_time_each_step_in_alternating_blocks():
         + [False] * 3
     )
     assert slow > 0 and fast > 0
+
+
+def test_the_batched_ab_runs_each_step_under_its_own_setting_and_restores_it(monkeypatch):
+    """--batched-ab: each step always runs with the flag it was built under (a compiled
+    step never retraces for the other setting), and the flag is on again afterwards."""
+    from rl.objectives import _loss
+
+    bench = _bench()
+    seen: list[tuple[bool, bool, bool]] = []
+
+    def builder(compiled, data):
+        built_under = _loss._BATCHED_ENSEMBLES
+
+        def step(batch):
+            seen.append((compiled, built_under, _loss._BATCHED_ENSEMBLES))
+            return {"loss": float(built_under)}
+
+        return step, data
+
+    monkeypatch.setitem(bench.MICRO, "fake", builder)
+    result = bench.micro_batched("fake", rounds=2, block=2)
+    assert set(result) == {"eager", "compiled"}
+    assert all(under == flag for _, under, flag in seen)
+    for compiled in (False, True):
+        calls = [under for c, under, _ in seen if c is compiled]
+        assert calls.count(True) == calls.count(False) == 1 + 2 * 2  # first call + 2 blocks of 2
+        mode = result["compiled" if compiled else "eager"]
+        assert mode["members"] > 0 and mode["batched"] > 0
+        assert mode["gain"] == mode["batched"] / mode["members"]
+        assert mode["max_diff"] == 1.0  # the logs of the two settings, as the steps returned them
+    assert _loss._BATCHED_ENSEMBLES is True

@@ -77,7 +77,7 @@ def _no_member_calls(monkeypatch):
     monkeypatch.setattr(LossModule, "_ensemble", refuse)
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, 4, 10])
 @pytest.mark.parametrize("batch", [(7,), (3, 4), ()], ids=["flat", "2d", "unbatched"])
 def test_eager_values_and_gradients_equal_the_member_calls(monkeypatch, n, batch):
     loss = _loss(_mlp_critic(), n=n)
@@ -155,15 +155,118 @@ def test_a_reshaped_output_and_a_sequential_network_are_batched(monkeypatch):
         lambda: _mlp_critic(dropout=0.1),
         lambda: _mlp_critic(single_bias_last_layer=True),
         lambda: TensorDictModule(
-            nn.Sequential(nn.Linear(5, 4), nn.Flatten(0)), ["observation"], ["q"]
+            nn.Sequential(nn.Linear(3, 4), nn.Flatten(0)), ["observation"], ["q"]
         ),
         lambda: TensorDictModule(nn.Linear(3, 1), ["observation"], ["q"]),
+        lambda: TensorDictModule(nn.Sequential(nn.Tanh()), ["observation"], ["q"]),
+        lambda: TensorDictModule(
+            nn.Sequential(nn.ReLU(inplace=True), nn.Linear(3, 1)), ["observation"], ["q"]
+        ),
+        lambda: TensorDictModule(
+            nn.Sequential(*(lambda lin: [lin, nn.Tanh(), lin])(nn.Linear(3, 3))),
+            ["observation"],
+            ["q"],
+        ),
     ],
-    ids=["layernorm", "dropout", "shared-bias", "flatten", "not-a-sequential"],
+    ids=[
+        "layernorm",
+        "dropout",
+        "shared-bias",
+        "flatten",
+        "not-a-sequential",
+        "no-parameters",
+        "activation-first",
+        "tied-weights",
+    ],
 )
 def test_networks_the_batched_form_cannot_honour_keep_no_plan(critic):
     loss = _Ensemble(critic(), n=2)
     assert loss._functional["qvalue_network"]["batched"] is None
+    # the members run, as before
+    td = _data(4)
+    out = _values(loss, "online", td, key=loss.qvalue_network.out_keys[0])
+    assert out.shape[0] == 2
+
+
+def test_an_activation_used_at_two_positions_runs_at_both(monkeypatch):
+    """nn.Sequential yields a module used twice at each of its positions (named_children
+    would list it once): the batched steps apply it twice, as the members do."""
+    act = nn.Tanh()
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(3, 8), act, nn.Linear(8, 8), act, nn.Linear(8, 1))
+    loss = _loss(TensorDictModule(seq, ["observation"], ["q"]), n=2)
+    assert [s[0] for s in loss._functional["qvalue_network"]["batched"].steps] == [
+        "linear", "act", "linear", "act", "linear",
+    ]  # fmt: skip
+    td = _data(5)
+    want = _member_calls(loss, "online", td, key="q")
+    with monkeypatch.context() as patch:
+        _no_member_calls(patch)
+        torch.testing.assert_close(_values(loss, "online", td, key="q"), want)
+
+
+def test_an_activated_last_layer_is_a_fresh_tensor_the_caller_may_change():
+    """With ``activate_last_layer`` the output is the activation's own (Tanh saves it
+    for its backward): it is copied, as the members' stack was."""
+    loss = _loss(_mlp_critic(activate_last_layer=True), n=2)
+    td = _data(5)
+    out = _values(loss, "online", td)
+    want = _member_calls(loss, "online", td)
+    torch.testing.assert_close(out, want)
+    out.mul_(2.0)
+    out.sum().backward()  # no "modified by an inplace operation"
+    grads = [p.grad for p in loss.qvalue_network_params.values(True, True)]
+    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_members_given_with_different_layers_keep_their_own_calls():
+    """Networks given as a list share parameter names, not necessarily activations: no
+    plan unless every one has member 0's layers."""
+    torch.manual_seed(0)
+    tanh = ValueOperator(
+        MLP(in_features=5, out_features=1, num_cells=[16]), ["observation", "action"]
+    )
+    relu = ValueOperator(
+        MLP(in_features=5, out_features=1, num_cells=[16], activation_class=nn.ReLU),
+        ["observation", "action"],
+    )
+    loss = _Ensemble([tanh, relu], n=2)
+    assert loss._functional["qvalue_network"]["batched"] is None
+    td = _data(4)
+    x = torch.cat([td["observation"], td["action"]], -1)
+    torch.testing.assert_close(
+        _values(loss, "online", td)[1], relu(td.clone())["state_action_value"]
+    )
+    assert torch.allclose(_values(loss, "online", td)[0], tanh.module(x))
+    same = _Ensemble([tanh, copy.deepcopy(tanh)], n=2)
+    assert same._functional["qvalue_network"]["batched"] is not None
+
+
+@pytest.mark.parametrize("change", ["replace", "parametrize", "forward"])
+def test_a_layer_changed_on_member_zero_after_the_loss_was_built_runs_the_members(change):
+    from torch.nn.utils import parametrize
+
+    loss = _loss(_mlp_critic(), n=2)
+    td = _data(4)
+    before = _values(loss, "online", td)
+    seq = loss.qvalue_network.module
+    if change == "replace":
+        seq[1] = nn.ReLU()
+    elif change == "parametrize":
+
+        class _Double(nn.Module):
+            def forward(self, w):
+                return 2 * w
+
+        parametrize.register_parametrization(seq[2], "weight", _Double())
+    else:
+        seq[1].forward = lambda x: x
+    after = _values(loss, "online", td)
+    assert not loss._functional["qvalue_network"]["batched"].usable(loss.qvalue_network, False)
+    # member 0 ran its changed layers (member 1 is a copy made at construction)
+    x = torch.cat([td["observation"], td["action"]], -1)
+    torch.testing.assert_close(after[0], seq(x))
+    assert not torch.allclose(after[0], before[0])
 
 
 def test_a_hook_on_member_zero_is_honoured_then_the_batched_form_resumes(monkeypatch):
@@ -179,13 +282,17 @@ def test_a_hook_on_member_zero_is_honoured_then_the_batched_form_resumes(monkeyp
     with monkeypatch.context() as patch:
         _no_member_calls(patch)
         torch.testing.assert_close(_values(loss, "online", td), out)
-    # a hook registered for every module declines the batched form too
-    handle = nn.modules.module.register_module_forward_hook(lambda *a: seen.append("global"))
+    # a hook registered for every module declines the batched form too: it sees each
+    # member's layers ([4, 16]), never a batched [2, 4, 16]
+    seen.clear()
+    handle = nn.modules.module.register_module_forward_hook(
+        lambda mod, args, out: seen.append(tuple(out.shape))
+    )
     try:
         _values(loss, "online", td)
     finally:
         handle.remove()
-    assert "global" in seen
+    assert (4, 16) in seen and not any(len(shape) == 3 for shape in seen)
 
 
 def test_a_copied_or_cast_loss_runs_its_own_network_and_stacks():
@@ -232,8 +339,7 @@ def test_compiled_pairs_of_large_products_keep_the_per_member_graph(monkeypatch,
     routes = _traced_routes(monkeypatch)
     fn = torch.compile(lambda td: _values(loss, "online", td), backend="aot_eager", fullgraph=True)
     out = fn(td)
-    assert (routes == ["batched"]) is batched
-    assert routes == [] or batched
+    assert routes == (["batched"] if batched else [])
     stacks = list(loss.qvalue_network_params.values(True, True))
     grads = torch.autograd.grad(out.square().sum(), stacks)
     want = _member_calls(loss, "online", td)
@@ -243,7 +349,7 @@ def test_compiled_pairs_of_large_products_keep_the_per_member_graph(monkeypatch,
         torch.testing.assert_close(got, expected)
 
 
-def test_the_sac_update_is_unchanged_by_the_batched_form():
+def test_the_sac_update_is_unchanged_by_the_batched_form(monkeypatch):
     """SACLoss with MLP critics: losses and every gradient as with the member calls."""
     from tensordict.nn import NormalParamExtractor
 
@@ -275,16 +381,32 @@ def test_the_sac_update_is_unchanged_by_the_batched_form():
         [9],
     )
     params = [p for p in loss.parameters() if p.requires_grad]
+    routes = _traced_routes(monkeypatch)
     results = []
     for plan in (loss._functional["qvalue_network"]["batched"], None):
-        assert (plan is None) == (len(results) == 1)
         loss._functional["qvalue_network"]["batched"] = plan
         torch.manual_seed(3)
         out = loss(td.clone())
         total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
         results.append((out.detach(), torch.autograd.grad(total, params)))
+    # batched: the target, the online and the detached (actor loss) critics; then none
+    assert routes == ["batched"] * 3
     (out_b, grads_b), (out_m, grads_m) = results
     for key in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy"):
         torch.testing.assert_close(out_b[key], out_m[key])
     for got, want in zip(grads_b, grads_m, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_the_switch_off_runs_the_member_calls(monkeypatch):
+    loss = _loss(_mlp_critic(), n=3)
+    td = _data(4)
+    batched = _values(loss, "online", td)
+    ran = []
+    for member in loss._ensemble("qvalue_network", "online")[1:]:
+        member.register_forward_hook(lambda *a: ran.append(1))
+    _values(loss, "online", td)
+    assert ran == []  # hooks on members other than 0 are not consulted: they never run
+    monkeypatch.setattr(loss_module, "_BATCHED_ENSEMBLES", False)
+    torch.testing.assert_close(_values(loss, "online", td), batched)
+    assert ran == [1, 1]

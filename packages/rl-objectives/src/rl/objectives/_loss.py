@@ -41,12 +41,16 @@ from .value._enum import default_value_kwargs, get_value_estimator_entry
 
 __all__ = ["AUTO_LOSS_MASK_KEYS", "LossModule"]
 
-#: a compiled ensemble of more members than this runs vmapped (one batched product per
-#: layer); of this many or fewer, member by member (see LossModule._stacked_values)
+#: a compiled ensemble of more members than this runs batched (an MLP: LossModule.
+#: _batched_values) or vmapped (another network, _stacked_values); of this many or fewer,
+#: member by member, or batched where the products are small
 _VMAP_MEMBERS = 2
 #: a compiled pair of members runs batched when no layer's product exceeds this many
 #: multiply-adds per member (rows x in x out); a CPU measurement, see _batched_values
 _BATCHED_MACS = 1 << 21
+#: whether ensembles of MLPs may run batched at all (off: the member calls, as before;
+#: ``benchmarks/bench_compile.py --batched-ab`` times one against the other)
+_BATCHED_ENSEMBLES = True
 
 #: the validity masks ``loss_mask_key="auto"`` reads, ANDed where several are present:
 #: ``("collector", "mask")`` (``False`` on the padding a slice sampler adds) and
@@ -736,7 +740,7 @@ class LossModule(TensorDictModuleBase):
             # it every tensor: its own stay on the meta device, holding no memory)
             info["template"] = copy.deepcopy(module).to("meta")
             self.__dict__[module_name] = copies[0]
-            info["batched"] = _BatchedMLP.of(copies[0], keys)
+            info["batched"] = _BatchedMLP.of(copies[0], keys, members)
         setattr(self, module_name + "_params", params)
         if create_target_params:
             target = TensorDictParams(params.data.clone(), no_convert=True)
@@ -907,13 +911,22 @@ class LossModule(TensorDictModuleBase):
         # compiled, a graph cannot pick list items by a drawn index: all run, then the rows
         return values if index is None else values[index]
 
-    def _kind_tensors(self, info: dict, kind: str) -> list[torch.Tensor]:
-        """The stacked tensors an ensemble's ``kind`` (:meth:`_ensemble`) runs on."""
+    def _rows(self, info: dict, network, kind, tensordict, overrides, index):
+        """``(inputs, tensors)`` of a batched or template call: ``network``'s inputs
+        (None when one is absent) and the stacked tensors of ``kind``
+        (:meth:`_ensemble`), only the rows ``index`` when given."""
+        inputs = _module_inputs(network, tensordict, overrides)
+        if any(x is None for x in inputs):
+            return None
         if kind == "online":
-            return info["stacked"]
-        if kind == "target" and "target_stacked" in info:
-            return info["target_stacked"]
-        return info["stacked_detached"]
+            tensors = info["stacked"]
+        elif kind == "target" and "target_stacked" in info:
+            tensors = info["target_stacked"]
+        else:
+            tensors = info["stacked_detached"]
+        if index is not None:
+            tensors = [t[index] for t in tensors]
+        return inputs, tensors
 
     def _batched_values(self, module_name, kind, tensordict, out_key, overrides, index):
         """:meth:`_ensemble_values` as batched products on the stacks when the network is
@@ -929,25 +942,23 @@ class LossModule(TensorDictModuleBase):
         faster at 64x64, REDQ's 14% against the vmapped members). ``index`` gathers the
         drawn rows; eagerly an online stack keeps the member calls instead (gathering
         its rows would scatter every gradient back into a zero stack)."""
+        if not _BATCHED_ENSEMBLES:
+            return None
         info = self._functional[module_name]
-        network = self.__dict__[module_name]
+        network = self._network(module_name)
         plan = info.get("batched")
         compiling = torch.compiler.is_compiling()
-        if plan is not None and plan.network is not network and not compiling:
-            plan = info["batched"] = _BatchedMLP.of(network, info["keys"])
         if (
             plan is None
             or (index is not None and kind == "online" and not compiling)
             or network.out_keys[0] != out_key
-            or not plan.usable(network)
+            or not plan.usable(network, compiling)
         ):
             return None
-        inputs = _module_inputs(network, tensordict, overrides)
-        if any(x is None for x in inputs):
+        rows = self._rows(info, network, kind, tensordict, overrides, index)
+        if rows is None:
             return None
-        tensors = self._kind_tensors(info, kind)
-        if index is not None:
-            tensors = [t[index] for t in tensors]
+        inputs, tensors = rows
         if (
             compiling
             and tensors[0].shape[0] <= _VMAP_MEMBERS
@@ -973,12 +984,10 @@ class LossModule(TensorDictModuleBase):
             and not any(isinstance(m, TensorDictParams) for m in template.module.modules())
         ):
             return None
-        inputs = _module_inputs(template, tensordict, overrides)
-        if any(x is None for x in inputs):
+        rows = self._rows(info, template, kind, tensordict, overrides, index)
+        if rows is None:
             return None
-        tensors = self._kind_tensors(info, kind)
-        if index is not None:
-            tensors = [t[index] for t in tensors]
+        inputs, tensors = rows
         names = [".".join(k[1:]) for k in keys]
 
         def member(*params):

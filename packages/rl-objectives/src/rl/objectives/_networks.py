@@ -100,97 +100,13 @@ _ELEMENTWISE = frozenset(
 
 
 def _hooked(module: nn.Module) -> bool:
+    """Whether ``module`` has a forward or backward hook of its own."""
     return bool(
         module._forward_hooks
         or module._forward_pre_hooks
         or module._backward_hooks
         or module._backward_pre_hooks
     )
-
-
-class _BatchedMLP:
-    """An ensemble of one MLP structure run as batched matrix products on its stacks.
-
-    Eagerly, N members called one by one cost N small products per layer, and the
-    backward of their views stacks the N gradients of every parameter again; a batched
-    product (``baddbmm`` on the ``[N, out, in]`` weight stack) gives the stacked
-    gradients directly. Built by :meth:`of` for a plain TensorDictModule around an
-    :class:`~rl.modules.MLP` (or ``nn.Sequential``) of ``nn.Linear`` layers and
-    parameter-free elementwise activations, every parameter stacked; anything else
-    (norms, dropout, noisy or custom layers, buffers, hooks) keeps the member calls.
-    """
-
-    def __init__(self, network, sequential, steps, out_shape):
-        self.network = network
-        self.sequential = sequential
-        self.steps = steps
-        self.out_shape = out_shape
-        self.layers = [sequential, *sequential.children()]
-        self._linear = [step for step in steps if step[2] is None]
-
-    @classmethod
-    def of(cls, network: nn.Module, keys: list) -> _BatchedMLP | None:
-        """The plan for ``network`` (member 0 of an ensemble whose stacked parameters
-        are ``keys``, in order), or None when it is not such an MLP."""
-        from rl.modules.models._mlp import MLP
-
-        if not (_is_plain_tdmodule(network) and len(network.out_keys) == 1):
-            return None
-        seq = network.module
-        if type(seq) is MLP:
-            out_shape = tuple(seq.out_features) if seq._reshape_out else None
-        elif type(seq) is nn.Sequential and len(network.in_keys) == 1:
-            out_shape = None
-        else:
-            return None
-        position = {key: i for i, key in enumerate(keys)}
-        steps, used = [], 0
-        for name, layer in seq.named_children():
-            if type(layer) is nn.Linear:
-                weight = position.get(("module", name, "weight"))
-                bias = position.get(("module", name, "bias")) if layer.bias is not None else None
-                if weight is None or (layer.bias is not None and bias is None):
-                    return None
-                steps.append((weight, bias, None))
-                used += 1 + (bias is not None)
-            elif type(layer) in _ELEMENTWISE:
-                steps.append((None, None, layer))
-            else:
-                return None
-        if used != len(keys) or not steps:
-            return None
-        return cls(network, seq, steps, out_shape)
-
-    def usable(self, network: nn.Module) -> bool:
-        """Whether member 0 is still the network planned for, with no hook to honour."""
-        return (
-            network is self.network
-            and network.module is self.sequential
-            and _is_plain_tdmodule(network)
-            and not _global_hooks()
-            and not any(_hooked(m) for m in self.layers)
-        )
-
-    def macs(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> int:
-        """Multiply-adds of the largest layer product for one member on ``inputs``."""
-        rows = inputs[0].shape[:-1].numel()
-        return rows * max(tensors[w].shape[1] * tensors[w].shape[2] for w, _, _ in self._linear)
-
-    def __call__(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
-        """Every member's output on ``inputs``, stacked: ``[N, *B, ...]``."""
-        x = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
-        lead = x.shape[:-1]
-        members = tensors[0].shape[0]
-        h = x.reshape(1, -1, x.shape[-1]).expand(members, -1, -1)
-        for weight, bias, layer in self.steps:
-            if layer is not None:
-                h = layer(h)
-            elif bias is None:
-                h = torch.bmm(h, tensors[weight].transpose(1, 2))
-            else:
-                h = torch.baddbmm(tensors[bias].unsqueeze(1), h, tensors[weight].transpose(1, 2))
-        out = h.view(members, *lead, h.shape[-1])
-        return out if self.out_shape is None else out.view(*out.shape[:-1], *self.out_shape)
 
 
 def _global_hooks() -> bool:
@@ -202,6 +118,140 @@ def _global_hooks() -> bool:
         or module._global_backward_hooks
         or module._global_backward_pre_hooks
     )
+
+
+def _layer_signature(layer: nn.Module) -> tuple:
+    """What a batched step takes from a layer: its class and its settings."""
+    return type(layer), layer.extra_repr()
+
+
+class _BatchedMLP:
+    """An ensemble of one MLP structure run as batched matrix products on its stacks.
+
+    Eagerly, N members called one by one cost N small products per layer, and the
+    backward of their views stacks the N gradients of every parameter again; a batched
+    product (``baddbmm`` on the ``[N, out, in]`` weight stack) gives the stacked
+    gradients directly. Built by :meth:`of` for a plain TensorDictModule around an
+    :class:`~rl.modules.MLP` (or ``nn.Sequential``) that starts with an ``nn.Linear``
+    and holds only linear layers (each its own parameters) and parameter-free
+    elementwise activations; anything else (norms, dropout, noisy, custom or
+    parametrized layers, buffers, hooks, members of different structures) keeps the
+    member calls. The values equal the member calls' up to rounding (``bmm`` against
+    ``addmm``).
+    """
+
+    def __init__(self, network, sequential, steps, out_shape):
+        self.network = network
+        self.sequential = sequential
+        #: ``("linear", weight position, bias position or None)`` or ``("act", module)``
+        self.steps = steps
+        self.out_shape = out_shape
+        self.children = tuple(sequential)
+        self.signature = tuple(_layer_signature(layer) for layer in self.children)
+        self.weights = [step[1] for step in steps if step[0] == "linear"]
+        # an activation last returns its own output (Tanh saves it for the backward):
+        # copied, as the members' stack was, a caller may still change it in place
+        self.copy_out = steps[-1][0] == "act"
+
+    @classmethod
+    def of(cls, network: nn.Module, keys: list, members: list | None = None) -> _BatchedMLP | None:
+        """The plan for ``network`` (member 0 of an ensemble whose stacked parameters
+        are ``keys``, in order), or None when it is not such an MLP. ``members``: the
+        networks the ensemble was given, when it was given several; they must all have
+        member 0's layers and inputs."""
+        from rl.modules.models._mlp import MLP
+
+        if not (_is_plain_tdmodule(network) and len(network.out_keys) == 1):
+            return None
+        seq = network.module
+        if type(seq) is MLP:
+            out_shape = tuple(seq.out_features) if seq._reshape_out else None
+        elif type(seq) is nn.Sequential and len(network.in_keys) == 1:
+            out_shape = None
+        else:
+            return None
+        layers = list(seq)  # every position, a module used twice included
+        if not layers or type(layers[0]) is not nn.Linear:
+            return None
+        names = list(seq._modules)
+        position = {key: i for i, key in enumerate(keys)}
+        steps, used, seen = [], set(), set()
+        for name, layer in zip(names, layers, strict=True):
+            if "forward" in layer.__dict__:  # a forward replaced on the instance
+                return None
+            if type(layer) is nn.Linear:
+                if id(layer) in seen:  # tied weights
+                    return None
+                seen.add(id(layer))
+                weight = position.get(("module", name, "weight"))
+                bias = position.get(("module", name, "bias")) if layer.bias is not None else None
+                if weight is None or (layer.bias is not None and bias is None):
+                    return None
+                steps.append(("linear", weight, bias))
+                used.update(p for p in (weight, bias) if p is not None)
+            elif type(layer) in _ELEMENTWISE:
+                steps.append(("act", layer))
+            else:
+                return None
+        if len(used) != len(keys):
+            return None
+        plan = cls(network, seq, steps, out_shape)
+        for other in members or ():
+            if not (
+                _is_plain_tdmodule(other)
+                and other.in_keys == network.in_keys
+                and type(other.module) is type(seq)
+                and tuple(_layer_signature(m) for m in other.module) == plan.signature
+                and getattr(other.module, "out_features", None)
+                == getattr(seq, "out_features", None)
+            ):
+                return None
+        return plan
+
+    def usable(self, network: nn.Module, compiling: bool) -> bool:
+        """Whether member 0 is still the network planned for (the same layers, of the
+        same classes and settings) with, eagerly, no hook to honour. Compiled, hooks are
+        not consulted: the compiled forms never run the member modules."""
+        seq = self.sequential
+        if not (
+            network is self.network
+            and network.module is seq
+            and _is_plain_tdmodule(network)
+            and tuple(seq) == self.children
+            and all(
+                type(m) is sig[0] and "forward" not in m.__dict__
+                for m, sig in zip(self.children, self.signature, strict=True)
+            )
+        ):
+            return False
+        if compiling:
+            return True
+        return not (_global_hooks() or _hooked(seq) or any(_hooked(m) for m in self.children))
+
+    def macs(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> int:
+        """Multiply-adds of the largest layer product for one member on ``inputs``."""
+        rows = inputs[0].shape[:-1].numel()
+        return rows * max(tensors[w].shape[1] * tensors[w].shape[2] for w in self.weights)
+
+    def __call__(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
+        """Every member's output on ``inputs``, stacked: ``[N, *B, ...]``."""
+        x = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
+        lead = x.shape[:-1]
+        members = tensors[0].shape[0]
+        h = x.reshape(1, -1, x.shape[-1]).expand(members, -1, -1)
+        for step in self.steps:
+            if step[0] == "act":
+                h = step[1](h)
+                continue
+            _, weight, bias = step
+            if bias is None:
+                h = torch.bmm(h, tensors[weight].transpose(1, 2))
+            else:
+                h = torch.baddbmm(tensors[bias].unsqueeze(1), h, tensors[weight].transpose(1, 2))
+        if self.copy_out:
+            h = h.clone()
+        out = h.view(members, *lead, h.shape[-1])
+        return out if self.out_shape is None else out.view(*out.shape[:-1], *self.out_shape)
 
 
 def _network_dist(actor: nn.Module, tensordict: TensorDictBase):

@@ -465,6 +465,10 @@ def main() -> None:
         "calls, eager and compiled, instead of eager against compiled",
     )
     args = parser.parse_args()
+    if (args.batched_ab or args.cse_ab) and not args.micro:
+        parser.error("--batched-ab and --cse-ab time update steps: give --micro ALGO...")
+    if args.batched_ab and args.cse_ab:
+        parser.error("--batched-ab and --cse-ab are two different A/Bs: give one")
     if args.micro and args.batched_ab:
         sys.path.insert(0, str(ROOT / "examples"))
         for algo in args.micro:

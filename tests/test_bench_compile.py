@@ -88,3 +88,17 @@ def test_the_batched_ab_runs_each_step_under_its_own_setting_and_restores_it(mon
         assert mode["gain"] == mode["batched"] / mode["members"]
         assert mode["max_diff"] == 1.0  # the logs of the two settings, as the steps returned them
     assert _loss._BATCHED_ENSEMBLES is True
+
+
+def test_an_ab_without_micro_or_two_abs_at_once_are_refused():
+    import subprocess
+
+    for args, message in (
+        (["--batched-ab"], "give --micro"),
+        (["--cse-ab"], "give --micro"),
+        (["--micro", "sac", "--batched-ab", "--cse-ab"], "give one"),
+    ):
+        out = subprocess.run(
+            [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-500:])

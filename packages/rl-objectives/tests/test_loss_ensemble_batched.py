@@ -205,13 +205,15 @@ def test_an_activation_used_at_two_positions_runs_at_both(monkeypatch):
         torch.testing.assert_close(_values(loss, "online", td, key="q"), want)
 
 
-def test_an_activated_last_layer_is_a_fresh_tensor_the_caller_may_change():
+def test_an_activated_last_layer_is_a_fresh_tensor_the_caller_may_change(monkeypatch):
     """With ``activate_last_layer`` the output is the activation's own (Tanh saves it
     for its backward): it is copied, as the members' stack was."""
     loss = _loss(_mlp_critic(activate_last_layer=True), n=2)
     td = _data(5)
-    out = _values(loss, "online", td)
     want = _member_calls(loss, "online", td)
+    with monkeypatch.context() as patch:
+        _no_member_calls(patch)
+        out = _values(loss, "online", td)
     torch.testing.assert_close(out, want)
     out.mul_(2.0)
     out.sum().backward()  # no "modified by an inplace operation"
@@ -240,9 +242,19 @@ def test_members_given_with_different_layers_keep_their_own_calls():
     assert torch.allclose(_values(loss, "online", td)[0], tanh.module(x))
     same = _Ensemble([tanh, copy.deepcopy(tanh)], n=2)
     assert same._functional["qvalue_network"]["batched"] is not None
+    # a given network with a hook, a forward of its own or other outputs: no plan either
+    hooked = copy.deepcopy(tanh)
+    hooked.module[1].register_forward_hook(lambda mod, args, out: out * 0)
+    patched = copy.deepcopy(tanh)
+    patched.module.forward = lambda *xs: torch.zeros(4, 1)
+    renamed = ValueOperator(copy.deepcopy(tanh.module), ["observation", "action"], ["other"])
+    for other in (hooked, patched, renamed):
+        assert _Ensemble([tanh, other], n=2)._functional["qvalue_network"]["batched"] is None
+    out = _values(_Ensemble([tanh, hooked], n=2), "online", td)
+    torch.testing.assert_close(out[1], hooked.module(x))  # its hook honoured
 
 
-@pytest.mark.parametrize("change", ["replace", "parametrize", "forward"])
+@pytest.mark.parametrize("change", ["replace", "parametrize", "forward", "mlp-forward"])
 def test_a_layer_changed_on_member_zero_after_the_loss_was_built_runs_the_members(change):
     from torch.nn.utils import parametrize
 
@@ -259,8 +271,10 @@ def test_a_layer_changed_on_member_zero_after_the_loss_was_built_runs_the_member
                 return 2 * w
 
         parametrize.register_parametrization(seq[2], "weight", _Double())
-    else:
+    elif change == "forward":
         seq[1].forward = lambda x: x
+    else:
+        seq.forward = lambda *xs: torch.full((*xs[0].shape[:-1], 1), 100.0)
     after = _values(loss, "online", td)
     assert not loss._functional["qvalue_network"]["batched"].usable(loss.qvalue_network, False)
     # member 0 ran its changed layers (member 1 is a copy made at construction)
@@ -295,7 +309,7 @@ def test_a_hook_on_member_zero_is_honoured_then_the_batched_form_resumes(monkeyp
     assert (4, 16) in seen and not any(len(shape) == 3 for shape in seen)
 
 
-def test_a_copied_or_cast_loss_runs_its_own_network_and_stacks():
+def test_a_copied_or_cast_loss_runs_its_own_network_and_stacks(monkeypatch):
     loss = _loss(_mlp_critic(), n=2)
     copied = copy.deepcopy(loss)
     plan = copied._functional["qvalue_network"]["batched"]
@@ -305,17 +319,22 @@ def test_a_copied_or_cast_loss_runs_its_own_network_and_stacks():
         for p in copied.qvalue_network_params.values(True, True):
             p.mul_(2.0)
     td = _data(5)
-    torch.testing.assert_close(_values(copied, "online", td), _member_calls(copied, "online", td))
-    assert not torch.allclose(_values(copied, "online", td), _values(loss, "online", td))
+    want_copied = _member_calls(copied, "online", td)
     loss.double()
     td64 = td.apply(lambda t: t.double())
-    out = _values(loss, "online", td64)
-    assert out.dtype == torch.float64
-    torch.testing.assert_close(out, _member_calls(loss, "online", td64))
+    want64 = _member_calls(loss, "online", td64)
+    with monkeypatch.context() as patch:
+        _no_member_calls(patch)  # both still batched
+        torch.testing.assert_close(_values(copied, "online", td), want_copied)
+        out = _values(loss, "online", td64)
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out, want64)
+    assert not torch.allclose(want_copied.double(), want64)
 
 
 def _traced_routes(monkeypatch):
-    """Which form each compiled ensemble call took, recorded while dynamo traces."""
+    """Which ensemble calls took the batched form: each eager call, or each traced one
+    when compiled (recorded while dynamo traces)."""
     routes = []
     call = _BatchedMLP.__call__
 
@@ -410,3 +429,40 @@ def test_the_switch_off_runs_the_member_calls(monkeypatch):
     monkeypatch.setattr(loss_module, "_BATCHED_ENSEMBLES", False)
     torch.testing.assert_close(_values(loss, "online", td), batched)
     assert ran == [1, 1]
+
+
+def test_compiled_the_member_modules_hooks_never_run():
+    """Compiled, the batched form calls the activations' class forward: a hook on member
+    0's layers (honoured eagerly by the member calls) sees no batched tensor."""
+    loss = _loss(_mlp_critic(), n=2)
+    td = _data(5)
+    seen = []
+    loss.qvalue_network.module[1].register_forward_hook(
+        lambda mod, args, out: seen.append(tuple(out.shape))
+    )
+    eager = _values(loss, "online", td)
+    assert seen == [(5, 16)]  # eagerly: member 0 ran, its hook with it
+    seen.clear()
+    compiled = torch.compile(
+        lambda td: _values(loss, "online", td), backend="aot_eager", fullgraph=True
+    )(td)
+    assert seen == []
+    torch.testing.assert_close(compiled[1], eager[1])
+
+
+def test_compiled_online_rows_drawn_by_index_give_the_member_calls_gradients():
+    loss = _loss(_mlp_critic(), n=4)
+    td = _data(6)
+    index = torch.tensor([3, 1, 3])
+    stacks = list(loss.qvalue_network_params.values(True, True))
+    fn = torch.compile(
+        lambda td, i: _values(loss, "online", td, index=i), backend="aot_eager", fullgraph=True
+    )
+    out = fn(td, index)
+    want = _member_calls(loss, "online", td, index=index)
+    torch.testing.assert_close(out, want)
+    grads = torch.autograd.grad(out.square().sum(), stacks)
+    want_grads = torch.autograd.grad(want.square().sum(), stacks)
+    for got, expected in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, expected)
+    assert grads[0][0].abs().sum() == 0 and grads[0][3].abs().sum() > 0  # undrawn: none

@@ -933,15 +933,17 @@ class LossModule(TensorDictModuleBase):
         an MLP of linear layers and activations (:class:`_BatchedMLP`); else None.
 
         Eagerly always: one ``baddbmm`` per layer instead of a product per member, and
-        no gradient stack in the backward (SAC's update at the examples' 64x64: 5-11%
-        faster, CQL's 12-16%, IQL's 256x256 even; interleaved on this 2-core CPU).
-        Compiled, where the products are small (at most :data:`_BATCHED_MACS`
-        multiply-adds per member and layer) or the members many: inductor's kernels
-        around larger batched products ran slower than the per-member graph (CQL's
-        update 19% slower at 7,680 rows of 128x128, IQL's 3% at 256x256; SAC's 9%
-        faster at 64x64, REDQ's 14% against the vmapped members). ``index`` gathers the
-        drawn rows; eagerly an online stack keeps the member calls instead (gathering
-        its rows would scatter every gradient back into a zero stack)."""
+        no gradient stack in the backward (on a 2-core CPU, interleaved: REDQ's update
+        at the examples' 64x64 and 10 critics 1.15-1.29x faster, SAC's 1.05-1.11x;
+        IQL's 256x256 and CQL's 7,680 rows of 128x128 even within noise). Compiled,
+        where the products are small (at most :data:`_BATCHED_MACS` multiply-adds per
+        member and layer) or the members many: inductor's kernels around larger batched
+        products ran slower than the per-member graph (CQL's update 19% slower, IQL's
+        3%), SAC's 64x64 pair 1.07-1.12x faster, REDQ's ten 1.02x against the vmapped
+        members. The decision is static under compile (a graph per side of the bound
+        when the rows are dynamic). ``index`` gathers the drawn rows; eagerly an online
+        stack keeps the member calls instead (gathering its rows would scatter every
+        gradient back into a zero stack)."""
         if not _BATCHED_ENSEMBLES:
             return None
         info = self._functional[module_name]

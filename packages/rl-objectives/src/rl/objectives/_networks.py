@@ -158,7 +158,8 @@ class _BatchedMLP:
         """The plan for ``network`` (member 0 of an ensemble whose stacked parameters
         are ``keys``, in order), or None when it is not such an MLP. ``members``: the
         networks the ensemble was given, when it was given several; they must all have
-        member 0's layers and inputs."""
+        member 0's layers, inputs and outputs, and no hook or replaced ``forward``
+        (the loss's copies of them keep theirs)."""
         from rl.modules.models._mlp import MLP
 
         if not (_is_plain_tdmodule(network) and len(network.out_keys) == 1):
@@ -171,7 +172,7 @@ class _BatchedMLP:
         else:
             return None
         layers = list(seq)  # every position, a module used twice included
-        if not layers or type(layers[0]) is not nn.Linear:
+        if not layers or type(layers[0]) is not nn.Linear or "forward" in seq.__dict__:
             return None
         names = list(seq._modules)
         position = {key: i for i, key in enumerate(keys)}
@@ -200,7 +201,11 @@ class _BatchedMLP:
             if not (
                 _is_plain_tdmodule(other)
                 and other.in_keys == network.in_keys
+                and other.out_keys == network.out_keys
                 and type(other.module) is type(seq)
+                and not any(
+                    _hooked(m) or "forward" in m.__dict__ for m in (other.module, *other.module)
+                )
                 and tuple(_layer_signature(m) for m in other.module) == plan.signature
                 and getattr(other.module, "out_features", None)
                 == getattr(seq, "out_features", None)
@@ -210,13 +215,15 @@ class _BatchedMLP:
 
     def usable(self, network: nn.Module, compiling: bool) -> bool:
         """Whether member 0 is still the network planned for (the same layers, of the
-        same classes and settings) with, eagerly, no hook to honour. Compiled, hooks are
-        not consulted: the compiled forms never run the member modules."""
+        same classes, no ``forward`` replaced on an instance) with, eagerly, no hook to
+        honour. Compiled, hooks are not consulted: the compiled forms never run the
+        member modules (:meth:`__call__` calls the activations' class ``forward``)."""
         seq = self.sequential
         if not (
             network is self.network
             and network.module is seq
             and _is_plain_tdmodule(network)
+            and "forward" not in seq.__dict__
             and tuple(seq) == self.children
             and all(
                 type(m) is sig[0] and "forward" not in m.__dict__
@@ -241,7 +248,9 @@ class _BatchedMLP:
         h = x.reshape(1, -1, x.shape[-1]).expand(members, -1, -1)
         for step in self.steps:
             if step[0] == "act":
-                h = step[1](h)
+                # the class's forward: the module's hooks were declined eagerly (usable)
+                # and never run compiled, where only the stacks are traced
+                h = type(step[1]).forward(step[1], h)
                 continue
             _, weight, bias = step
             if bias is None:

@@ -41,11 +41,11 @@ from .value._enum import default_value_kwargs, get_value_estimator_entry
 
 __all__ = ["AUTO_LOSS_MASK_KEYS", "LossModule"]
 
-#: a compiled ensemble of more members than this runs batched (an MLP: LossModule.
-#: _batched_values) or vmapped (another network, _stacked_values); of this many or fewer,
-#: member by member, or batched where the products are small
+#: an ensemble of more members than this runs batched (an MLP: LossModule.
+#: _batched_values), or compiled vmapped (another network, _stacked_values); of this
+#: many or fewer, member by member, or batched where the products are small
 _VMAP_MEMBERS = 2
-#: a compiled pair of members runs batched when no layer's product exceeds this many
+#: a pair of members runs batched when no layer's product exceeds this many
 #: multiply-adds per member (rows x in x out); a CPU measurement, see _batched_values
 _BATCHED_MACS = 1 << 21
 #: whether ensembles of MLPs may run batched at all (off: the member calls, as before;
@@ -886,7 +886,7 @@ class LossModule(TensorDictModuleBase):
         integer tensor) when given, in its order.
 
         An MLP of linear layers and activations runs as batched products on the stacks
-        (:meth:`_batched_values`: eagerly always, compiled where that is faster).
+        where that is faster (:meth:`_batched_values`: small products, or many members).
         Otherwise, eagerly the members run (their modules bound to views of the
         stacks), only the drawn ones with ``index``. Compiled, a network that is one plain
         module of its parameters is one template called on each row of the stacked
@@ -932,18 +932,20 @@ class LossModule(TensorDictModuleBase):
         """:meth:`_ensemble_values` as batched products on the stacks when the network is
         an MLP of linear layers and activations (:class:`_BatchedMLP`); else None.
 
-        Eagerly always: one ``baddbmm`` per layer instead of a product per member, and
-        no gradient stack in the backward (on a 2-core CPU, interleaved: REDQ's update
-        at the examples' 64x64 and 10 critics 1.15-1.29x faster, SAC's 1.05-1.11x;
-        IQL's 256x256 and CQL's 7,680 rows of 128x128 even within noise). Compiled,
-        where the products are small (at most :data:`_BATCHED_MACS` multiply-adds per
-        member and layer) or the members many: inductor's kernels around larger batched
-        products ran slower than the per-member graph (CQL's update 19% slower, IQL's
-        3%), SAC's 64x64 pair 1.07-1.12x faster, REDQ's ten 1.02x against the vmapped
-        members. The decision is static under compile (a graph per side of the bound
-        when the rows are dynamic). ``index`` gathers the drawn rows; eagerly an online
-        stack keeps the member calls instead (gathering its rows would scatter every
-        gradient back into a zero stack)."""
+        Where the products are small (at most :data:`_BATCHED_MACS` multiply-adds per
+        member and layer) or the members many: one ``baddbmm`` per layer instead of a
+        product per member, and no gradient stack in the backward. On a 2-core CPU,
+        interleaved: eagerly, REDQ's update at the examples' 64x64 and 10 critics
+        1.08-1.29x faster, SAC's 64x64 pair 1.05-1.11x; compiled, SAC's pair 1.07-1.12x,
+        REDQ's ten 1.02-1.03x against the vmapped members. Larger pairs keep the member
+        calls: batched, CQL's 7,680 rows of 128x128 read 0.89-1.16x eagerly from run to
+        run and 19% slower compiled, IQL's 256x256 even eagerly and 3% slower compiled
+        (batched products of that size run no faster than the per-member ones, and the
+        activations of both members no longer fit the cache together). The decision is
+        static under compile (a graph per side of the bound when the rows are dynamic).
+        ``index`` gathers the drawn rows; eagerly an online stack keeps the member
+        calls instead (gathering its rows would scatter every gradient back into a zero
+        stack)."""
         if not _BATCHED_ENSEMBLES:
             return None
         info = self._functional[module_name]
@@ -961,11 +963,7 @@ class LossModule(TensorDictModuleBase):
         if rows is None:
             return None
         inputs, tensors = rows
-        if (
-            compiling
-            and tensors[0].shape[0] <= _VMAP_MEMBERS
-            and plan.macs(tensors, inputs) > _BATCHED_MACS
-        ):
+        if tensors[0].shape[0] <= _VMAP_MEMBERS and plan.macs(tensors, inputs) > _BATCHED_MACS:
             return None
         return plan(tensors, inputs)
 

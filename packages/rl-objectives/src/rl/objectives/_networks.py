@@ -131,13 +131,13 @@ class _BatchedMLP:
     Eagerly, N members called one by one cost N small products per layer, and the
     backward of their views stacks the N gradients of every parameter again; a batched
     product (``baddbmm`` on the ``[N, out, in]`` weight stack) gives the stacked
-    gradients directly. Built by :meth:`of` for a plain TensorDictModule around an
-    :class:`~rl.modules.MLP` (or ``nn.Sequential``) that starts with an ``nn.Linear``
-    and holds only linear layers (each its own parameters) and parameter-free
-    elementwise activations; anything else (norms, dropout, noisy, custom or
-    parametrized layers, buffers, hooks, members of different structures) keeps the
-    member calls. The values equal the member calls' up to rounding (``bmm`` against
-    ``addmm``).
+    gradients directly (used where that is faster: LossModule._batched_values). Built
+    by :meth:`of` for a plain TensorDictModule around an :class:`~rl.modules.MLP` (or
+    ``nn.Sequential``) that starts with an ``nn.Linear`` and holds only linear layers
+    (each its own parameters) and parameter-free elementwise activations; anything
+    else (norms, dropout, noisy, custom or parametrized layers, buffers, hooks, members
+    of different structures) keeps the member calls. The values equal the member
+    calls' up to rounding (``bmm`` against ``addmm``).
     """
 
     def __init__(self, network, sequential, steps, out_shape):

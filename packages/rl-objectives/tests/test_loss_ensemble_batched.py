@@ -435,7 +435,7 @@ def test_the_switch_off_runs_the_member_calls(monkeypatch):
     assert ran == [1, 1]
 
 
-def test_compiled_the_member_modules_hooks_never_run():
+def test_compiled_the_member_modules_hooks_never_run(monkeypatch):
     """Compiled, the batched form calls the activations' class forward: a hook on member
     0's layers (honoured eagerly by the member calls) sees no batched tensor."""
     loss = _loss(_mlp_critic(), n=2)
@@ -447,22 +447,47 @@ def test_compiled_the_member_modules_hooks_never_run():
     eager = _values(loss, "online", td)
     assert seen == [(5, 16)]  # eagerly: member 0 ran, its hook with it
     seen.clear()
+    routes = _traced_routes(monkeypatch)
     compiled = torch.compile(
         lambda td: _values(loss, "online", td), backend="aot_eager", fullgraph=True
     )(td)
-    assert seen == []
-    torch.testing.assert_close(compiled[1], eager[1])
+    assert routes == ["batched"] and seen == []
+    torch.testing.assert_close(compiled, eager)  # a hook that changes nothing
 
 
-def test_compiled_online_rows_drawn_by_index_give_the_member_calls_gradients():
+def test_a_network_hooked_before_the_loss_was_built_has_no_plan():
+    """Its hooks travel with the copies: the members run them eagerly, the compiled
+    template too; the batched form, which runs no module, is not planned."""
+    critic = _mlp_critic()
+    critic.module[1].register_forward_hook(lambda mod, args, out: out * 0)
+    loss = _loss(critic, n=2)
+    assert loss._functional["qvalue_network"]["batched"] is None
+    td = _data(5)
+    eager = _values(loss, "online", td)
+    compiled = torch.compile(
+        lambda td: _values(loss, "online", td), backend="aot_eager", fullgraph=True
+    )(td)
+    torch.testing.assert_close(compiled, eager)
+    # the hook zeroed the first hidden layer in every member: the outputs no longer
+    # depend on the input rows
+    torch.testing.assert_close(eager, eager[:, :1].expand_as(eager))
+    assert not torch.allclose(eager[0], eager[1])  # the members keep their own weights
+    patched = _mlp_critic()
+    patched.module.forward = lambda *xs: torch.zeros(*xs[0].shape[:-1], 1)
+    assert _loss(patched, n=2)._functional["qvalue_network"]["batched"] is None
+
+
+def test_compiled_online_rows_drawn_by_index_give_the_member_calls_gradients(monkeypatch):
     loss = _loss(_mlp_critic(), n=4)
     td = _data(6)
     index = torch.tensor([3, 1, 3])
     stacks = list(loss.qvalue_network_params.values(True, True))
+    routes = _traced_routes(monkeypatch)
     fn = torch.compile(
         lambda td, i: _values(loss, "online", td, index=i), backend="aot_eager", fullgraph=True
     )
     out = fn(td, index)
+    assert routes == ["batched"]
     want = _member_calls(loss, "online", td, index=index)
     torch.testing.assert_close(out, want)
     grads = torch.autograd.grad(out.square().sum(), stacks)

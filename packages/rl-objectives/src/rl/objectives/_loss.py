@@ -936,8 +936,8 @@ class LossModule(TensorDictModuleBase):
         member and layer) or the members many: one ``baddbmm`` per layer instead of a
         product per member, and no gradient stack in the backward. On a 2-core CPU,
         interleaved: eagerly, REDQ's update at the examples' 64x64 and 10 critics
-        1.08-1.29x faster, SAC's 64x64 pair 1.05-1.11x; compiled, SAC's pair 1.07-1.12x,
-        REDQ's ten 1.02-1.03x against the vmapped members. Larger pairs keep the member
+        1.08-1.29x faster, SAC's 64x64 pair 1.05-1.11x; compiled, SAC's pair 1.12x,
+        REDQ's ten 1.02x against the vmapped members. Larger pairs keep the member
         calls: batched, CQL's 7,680 rows of 128x128 read 0.89-1.16x eagerly from run to
         run and 19% slower compiled, IQL's 256x256 even eagerly and 3% slower compiled
         (batched products of that size run no faster than the per-member ones, and the

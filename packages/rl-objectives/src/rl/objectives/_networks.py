@@ -172,7 +172,15 @@ class _BatchedMLP:
         else:
             return None
         layers = list(seq)  # every position, a module used twice included
-        if not layers or type(layers[0]) is not nn.Linear or "forward" in seq.__dict__:
+        if (
+            not layers
+            or type(layers[0]) is not nn.Linear
+            or "forward" in seq.__dict__
+            # hooked already: the compiled template (a copy) runs them; eagerly the
+            # members do (a hook added later is declined eagerly by usable)
+            or _hooked(seq)
+            or any(_hooked(layer) for layer in layers)
+        ):
             return None
         names = list(seq._modules)
         position = {key: i for i, key in enumerate(keys)}
@@ -216,8 +224,10 @@ class _BatchedMLP:
     def usable(self, network: nn.Module, compiling: bool) -> bool:
         """Whether member 0 is still the network planned for (the same layers, of the
         same classes, no ``forward`` replaced on an instance) with, eagerly, no hook to
-        honour. Compiled, hooks are not consulted: the compiled forms never run the
-        member modules (:meth:`__call__` calls the activations' class ``forward``)."""
+        honour. Compiled, hooks are not consulted: a network hooked when the loss was
+        built has no plan, and a hook added later reaches the eager calls only, as with
+        the compiled template (:meth:`__call__` calls the activations' class
+        ``forward``)."""
         seq = self.sequential
         if not (
             network is self.network

@@ -897,7 +897,9 @@ class LossModule(TensorDictModuleBase):
         on a member (``loss.<name>``, member 0) reaches the eager calls only.
         """
         compiling = torch.compiler.is_compiling()
-        values = self._batched_values(module_name, kind, tensordict, out_key, overrides, index)
+        values = self._batched_values(
+            module_name, kind, tensordict, out_key, overrides, index, compiling
+        )
         if values is not None:
             return values
         if compiling:
@@ -928,7 +930,7 @@ class LossModule(TensorDictModuleBase):
             tensors = [t[index] for t in tensors]
         return inputs, tensors
 
-    def _batched_values(self, module_name, kind, tensordict, out_key, overrides, index):
+    def _batched_values(self, module_name, kind, tensordict, out_key, overrides, index, compiling):
         """:meth:`_ensemble_values` as batched products on the stacks when the network is
         an MLP of linear layers and activations (:class:`_BatchedMLP`); else None.
 
@@ -951,7 +953,6 @@ class LossModule(TensorDictModuleBase):
         info = self._functional[module_name]
         network = self._network(module_name)
         plan = info.get("batched")
-        compiling = torch.compiler.is_compiling()
         if (
             plan is None
             or (index is not None and kind == "online" and not compiling)

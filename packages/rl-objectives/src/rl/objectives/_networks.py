@@ -109,6 +109,12 @@ def _hooked(module: nn.Module) -> bool:
     )
 
 
+def _altered(module: nn.Module) -> bool:
+    """Whether ``module`` has a hook of its own or a ``forward`` replaced on the instance:
+    something a batched step, which calls the class's forward, would skip."""
+    return _hooked(module) or "forward" in module.__dict__
+
+
 def _global_hooks() -> bool:
     """Whether a hook was registered for every module (``register_module_forward_hook``...)."""
     module = nn.modules.module
@@ -120,9 +126,9 @@ def _global_hooks() -> bool:
     )
 
 
-def _layer_signature(layer: nn.Module) -> tuple:
-    """What a batched step takes from a layer: its class and its settings."""
-    return type(layer), layer.extra_repr()
+def _layer_signature(layers) -> tuple:
+    """What batched steps take from ``layers``: each one's class and settings."""
+    return tuple((type(layer), layer.extra_repr()) for layer in layers)
 
 
 class _BatchedMLP:
@@ -147,7 +153,7 @@ class _BatchedMLP:
         self.steps = steps
         self.out_shape = out_shape
         self.children = tuple(sequential)
-        self.signature = tuple(_layer_signature(layer) for layer in self.children)
+        self.types = tuple(type(layer) for layer in self.children)
         self.weights = [step[1] for step in steps if step[0] == "linear"]
         # an activation last returns its own output (Tanh saves it for the backward):
         # copied, as the members' stack was, a caller may still change it in place
@@ -172,22 +178,14 @@ class _BatchedMLP:
         else:
             return None
         layers = list(seq)  # every position, a module used twice included
-        if (
-            not layers
-            or type(layers[0]) is not nn.Linear
-            or "forward" in seq.__dict__
-            # hooked already: the compiled template (a copy) runs them; eagerly the
-            # members do (a hook added later is declined eagerly by usable)
-            or _hooked(seq)
-            or any(_hooked(layer) for layer in layers)
-        ):
+        # hooked already: the compiled template (a copy) runs the hooks, eagerly the
+        # members do (a hook added later is declined eagerly by usable)
+        if not layers or type(layers[0]) is not nn.Linear or any(map(_altered, (seq, *layers))):
             return None
         names = list(seq._modules)
         position = {key: i for i, key in enumerate(keys)}
         steps, used, seen = [], set(), set()
         for name, layer in zip(names, layers, strict=True):
-            if "forward" in layer.__dict__:  # a forward replaced on the instance
-                return None
             if type(layer) is nn.Linear:
                 if id(layer) in seen:  # tied weights
                     return None
@@ -204,22 +202,20 @@ class _BatchedMLP:
                 return None
         if len(used) != len(keys):
             return None
-        plan = cls(network, seq, steps, out_shape)
+        signature = _layer_signature(layers)
         for other in members or ():
             if not (
                 _is_plain_tdmodule(other)
                 and other.in_keys == network.in_keys
                 and other.out_keys == network.out_keys
                 and type(other.module) is type(seq)
-                and not any(
-                    _hooked(m) or "forward" in m.__dict__ for m in (other.module, *other.module)
-                )
-                and tuple(_layer_signature(m) for m in other.module) == plan.signature
+                and not any(map(_altered, (other.module, *other.module)))
+                and _layer_signature(other.module) == signature
                 and getattr(other.module, "out_features", None)
                 == getattr(seq, "out_features", None)
             ):
                 return None
-        return plan
+        return cls(network, seq, steps, out_shape)
 
     def usable(self, network: nn.Module, compiling: bool) -> bool:
         """Whether member 0 is still the network planned for (the same layers, of the
@@ -235,10 +231,8 @@ class _BatchedMLP:
             and _is_plain_tdmodule(network)
             and "forward" not in seq.__dict__
             and tuple(seq) == self.children
-            and all(
-                type(m) is sig[0] and "forward" not in m.__dict__
-                for m, sig in zip(self.children, self.signature, strict=True)
-            )
+            and tuple(map(type, self.children)) == self.types
+            and not any("forward" in m.__dict__ for m in self.children)
         ):
             return False
         if compiling:

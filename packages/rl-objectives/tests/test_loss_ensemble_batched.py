@@ -1,7 +1,8 @@
 """An ensemble of MLP critics runs as batched products on its stacks (``_BatchedMLP``)
-where the products are small or the members many. The values and gradients equal the
-members called one by one; anything the batched form cannot honour (a hook, a norm
-layer, dropout, an online subset) keeps the member calls."""
+where the products are small or the members many, and eagerly otherwise as each
+member's own products on its rows of the stacks (``_BatchedMLP.members``, no member
+module called). The values and gradients equal the members called one by one; anything
+the plan cannot honour (a hook, a norm layer, dropout) keeps the member calls."""
 
 import copy
 
@@ -113,7 +114,7 @@ def test_eager_values_and_gradients_equal_the_member_calls(monkeypatch, n, batch
     assert not torch.allclose(_values(loss, "target", td), _values(loss, "detached", td))
 
 
-def test_a_drawn_subset_of_target_rows_is_gathered_and_an_online_subset_runs_the_members(
+def test_a_drawn_subset_of_target_rows_is_gathered_and_an_online_subset_runs_its_products(
     monkeypatch,
 ):
     loss = _loss(_mlp_critic(), n=4)
@@ -124,11 +125,24 @@ def test_a_drawn_subset_of_target_rows_is_gathered_and_an_online_subset_runs_the
         with monkeypatch.context() as patch:
             _no_member_calls(patch)
             torch.testing.assert_close(_values(loss, kind, td, index=index), want)
-    # online: the members run (a gathered stack would scatter its gradients back)
-    ran = []
-    loss._ensemble("qvalue_network", "online")[1].register_forward_hook(lambda *a: ran.append(1))
-    out = _values(loss, "online", td, index=index)
-    assert out.shape == (2, 6, 1) and ran == [1]  # member 1 (drawn, hooked) ran
+    # online: each drawn member's own products on its rows of the stacks (a gathered
+    # stack would scatter its gradients back into a zero stack), a row drawn twice twice
+    stacks = list(loss.qvalue_network_params.values(True, True))
+    for drawn in ([3, 1], [2, 0, 2]):
+        index = torch.tensor(drawn)
+        want = _member_calls(loss, "online", td, index=index)
+        want_grads = torch.autograd.grad(want.square().sum(), stacks)
+        routes = _traced_routes(monkeypatch)
+        with monkeypatch.context() as patch:
+            _no_member_calls(patch)
+            out = _values(loss, "online", td, index=index)
+        assert routes == ["members"] and out.shape == (len(drawn), 6, 1)
+        assert torch.equal(out, want)
+        grads = torch.autograd.grad(out.square().sum(), stacks)
+        for got, expected in zip(grads, want_grads, strict=True):
+            assert torch.equal(got, expected)
+        undrawn = sorted(set(range(4)) - set(drawn))
+        assert grads[0][undrawn].abs().sum() == 0 and grads[0][drawn].abs().sum() > 0
 
 
 def test_a_reshaped_output_and_a_sequential_network_are_batched(monkeypatch):
@@ -333,16 +347,22 @@ def test_a_copied_or_cast_loss_runs_its_own_network_and_stacks(monkeypatch):
 
 
 def _traced_routes(monkeypatch):
-    """Which ensemble calls took the batched form: each eager call, or each traced one
-    when compiled (recorded while dynamo traces)."""
+    """Which ensemble calls took the batched form (``"batched"``) or each member's own
+    products (``"members"``): each eager call, or each traced one when compiled
+    (recorded while dynamo traces)."""
     routes = []
-    call = _BatchedMLP.__call__
+    call, members = _BatchedMLP.__call__, _BatchedMLP.members
 
     def recording(self, tensors, inputs):
         routes.append("batched")
         return call(self, tensors, inputs)
 
+    def recording_members(self, tensors, inputs, rows=None):
+        routes.append("members")
+        return members(self, tensors, inputs, rows)
+
     monkeypatch.setattr(_BatchedMLP, "__call__", recording)
+    monkeypatch.setattr(_BatchedMLP, "members", recording_members)
     return routes
 
 
@@ -350,10 +370,11 @@ def _traced_routes(monkeypatch):
     "n,rows,batched", [(2, 8, True), (2, 64, False), (4, 64, True)], ids=["small", "large", "many"]
 )
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_pairs_of_large_products_keep_the_member_calls(monkeypatch, compiled, n, rows, batched):
+def test_pairs_of_large_products_keep_the_member_products(monkeypatch, compiled, n, rows, batched):
     """A pair runs batched while a layer's product stays under _BATCHED_MACS; more
-    members always (compiled: instead of vmap). Values and gradients equal the member
-    calls'."""
+    members always (compiled: instead of vmap). A pair past the bound runs each member's
+    products eagerly, the template on each row compiled. Values and gradients equal the
+    member calls'."""
     monkeypatch.setattr(loss_module, "_BATCHED_MACS", 16 * 16 * 32)
     loss = _loss(_mlp_critic(), n=n)
     td = _data(rows)
@@ -362,7 +383,7 @@ def test_pairs_of_large_products_keep_the_member_calls(monkeypatch, compiled, n,
     if compiled:
         fn = torch.compile(fn, backend="aot_eager", fullgraph=True)
     out = fn(td)
-    assert routes == (["batched"] if batched else [])
+    assert routes == (["batched"] if batched else [] if compiled else ["members"])
     stacks = list(loss.qvalue_network_params.values(True, True))
     grads = torch.autograd.grad(out.square().sum(), stacks)
     want = _member_calls(loss, "online", td)
@@ -370,6 +391,36 @@ def test_pairs_of_large_products_keep_the_member_calls(monkeypatch, compiled, n,
     torch.testing.assert_close(out, want)
     for got, expected in zip(grads, want_grads, strict=True):
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("batch", [(9,), (3, 4), ()], ids=["flat", "2d", "unbatched"])
+def test_a_pair_past_the_bound_runs_the_member_products_to_the_bit(monkeypatch, batch):
+    """Eagerly, each member's products on its rows of the stacks: the member calls'
+    additions and products in the same order, so values and gradients are equal to the
+    bit, for every kind, with the inputs concatenated once for both members."""
+    monkeypatch.setattr(loss_module, "_BATCHED_MACS", 0)
+    loss = _loss(_mlp_critic(out_features=(2, 3), activate_last_layer=True), n=2)
+    td = _data(*batch)
+    action = torch.randn(*batch, 2, requires_grad=True)
+    stacks = list(loss.qvalue_network_params.values(True, True))
+    cats, cat = [], torch.cat
+    for kind in ("online", "detached", "target"):
+        params = [action, *stacks] if kind == "online" else [action]
+        want = _member_calls(loss, kind, td, overrides={"action": action})
+        want_grads = torch.autograd.grad(want.square().sum(), params)
+        routes = _traced_routes(monkeypatch)
+        with monkeypatch.context() as patch:
+            _no_member_calls(patch)
+            patch.setattr(torch, "cat", lambda *a, **k: cats.append(1) or cat(*a, **k))
+            out = _values(loss, kind, td, overrides={"action": action})
+        assert routes == ["members"] and out.shape == (2, *batch, 2, 3)
+        assert torch.equal(out, want)
+        for got, expected in zip(torch.autograd.grad(out.square().sum(), params), want_grads):
+            assert torch.equal(got, expected)
+        # the output is a fresh tensor: changing it leaves the next call's values alone
+        out.detach().zero_()
+        assert torch.equal(_values(loss, kind, td, overrides={"action": action}), want)
+    assert len(cats) == 3  # one concatenation of (observation, action) per call
 
 
 def test_the_sac_update_is_unchanged_by_the_batched_form(monkeypatch):

@@ -886,8 +886,9 @@ class LossModule(TensorDictModuleBase):
         integer tensor) when given, in its order.
 
         An MLP of linear layers and activations runs as batched products on the stacks
-        where that is faster (:meth:`_batched_values`: small products, or many members).
-        Otherwise, eagerly the members run (their modules bound to views of the
+        where that is faster (:meth:`_batched_values`: small products, or many members),
+        and eagerly otherwise as each member's own products on its rows of the stacks.
+        Any other network runs its members eagerly (their modules bound to views of the
         stacks), only the drawn ones with ``index``. Compiled, a network that is one plain
         module of its parameters is one template called on each row of the stacked
         tensors (``torch.func.functional_call``): dynamo traces and guards one module and
@@ -945,27 +946,34 @@ class LossModule(TensorDictModuleBase):
         (batched products of that size run no faster than the per-member ones, and the
         activations of both members no longer fit the cache together). The decision is
         static under compile (a graph per side of the bound when the rows are dynamic).
-        ``index`` gathers the drawn rows; eagerly an online stack keeps the member
-        calls instead (gathering its rows would scatter every gradient back into a zero
-        stack)."""
+        ``index`` gathers the drawn rows. Eagerly, a pair past the bound and the drawn
+        members of an online stack (gathering its rows would scatter every gradient back
+        into a zero stack) run each member's own products on its rows of the stacks
+        (:meth:`_BatchedMLP.members`): the member calls' arithmetic without binding and
+        calling the member modules (SAC's 256x256 critic pair, forward and backward,
+        3.06 -> 2.96 ms against 2.88 ms for two plain ``nn.Sequential`` critics)."""
         if not _BATCHED_ENSEMBLES:
             return None
         info = self._functional[module_name]
         network = self._network(module_name)
         plan = info.get("batched")
-        if (
-            plan is None
-            or (index is not None and kind == "online" and not compiling)
-            or network.out_keys[0] != out_key
-            or not plan.usable(network, compiling)
-        ):
+        if plan is None or network.out_keys[0] != out_key or not plan.usable(network, compiling):
             return None
-        rows = self._rows(info, network, kind, tensordict, overrides, index)
+        drawn = index is not None and kind == "online" and not compiling
+        rows = self._rows(info, network, kind, tensordict, overrides, None if drawn else index)
         if rows is None:
             return None
         inputs, tensors = rows
-        if tensors[0].shape[0] <= _VMAP_MEMBERS and plan.macs(tensors, inputs) > _BATCHED_MACS:
-            return None
+        if drawn or (
+            tensors[0].shape[0] <= _VMAP_MEMBERS and plan.macs(tensors, inputs) > _BATCHED_MACS
+        ):
+            # the member calls' products; compiled, the template on each row instead
+            # (_stacked_values: the same products, one module traced)
+            return (
+                None
+                if compiling
+                else plan.members(tensors, inputs, index.tolist() if drawn else None)
+            )
         return plan(tensors, inputs)
 
     def _stacked_values(self, module_name, kind, tensordict, out_key, overrides, index):

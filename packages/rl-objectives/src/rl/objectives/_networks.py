@@ -9,6 +9,7 @@ a TensorDict module on a shallow copy, so the caller's TensorDict is never writt
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from tensordict import TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
 from torch import nn
@@ -243,6 +244,31 @@ class _BatchedMLP:
         """Multiply-adds of the largest layer product for one member on ``inputs``."""
         rows = inputs[0].shape[:-1].numel()
         return rows * max(tensors[w].shape[1] * tensors[w].shape[2] for w in self.weights)
+
+    def members(
+        self, tensors: list[torch.Tensor], inputs: list[torch.Tensor], rows=None
+    ) -> torch.Tensor:
+        """The outputs of the members ``rows`` (every member by default), each by its own
+        products on its row of the stacks, stacked: ``[len(rows), *B, ...]``.
+
+        The products of the member calls (one ``addmm`` per member and layer, the same
+        values to the bit), without binding the members' modules to views and calling
+        them: one unbind per stack (its backward stacks the members' gradients), the
+        inputs concatenated once for all members."""
+        x = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
+        views = [t.unbind(0) for t in tensors]
+        outs = []
+        for i in range(tensors[0].shape[0]) if rows is None else rows:
+            h = x
+            for step in self.steps:
+                if step[0] == "act":
+                    h = type(step[1]).forward(step[1], h)
+                else:
+                    _, weight, bias = step
+                    h = F.linear(h, views[weight][i], None if bias is None else views[bias][i])
+            outs.append(h)
+        out = torch.stack(outs)
+        return out if self.out_shape is None else out.view(*out.shape[:-1], *self.out_shape)
 
     def __call__(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
         """Every member's output on ``inputs``, stacked: ``[N, *B, ...]``."""

@@ -12,7 +12,9 @@ a CUDA machine the whole script is meant to take under 8 minutes:
 On a machine with its own torch and no network (as the lent GPU machines), run it with
 that python, the pure-Python dependencies installed from carried wheels and the packages'
 ``src`` folders on ``PYTHONPATH``: the build part then uses pip offline
-(``benchmarks/bench_gpu_offline.sh wheels`` here, ``... run`` there).
+(``benchmarks/bench_gpu_offline.sh wheels`` here, ``... run`` there). Before spending
+device time, ``benchmarks/bench_gpu_offline.sh rehearse`` runs the same install with that
+machine's Python and torch on this CPU, then the CPU parts and the tests part's files.
 
 (``RL_CPP_CUDA=ON`` in the environment of ``uv run`` itself: rl-cpp's build depends on it,
 so a later ``uv run`` without it rebuilds rl-cpp, with the default ``AUTO``: CUDA kernels

@@ -98,3 +98,35 @@ class TestCudaGraphContract:
         assert row["cudagraphs"] is True
         assert row["frames"] == sz.ppo_envs * sz.ppo_steps * sz.ppo_batches
         assert row["frames_per_s"] > 0
+
+
+class TestOfflineScript:
+    """``benchmarks/bench_gpu_offline.sh``: its steps and the rehearsal's precondition
+    (the rehearsal itself downloads torch: it is run by hand, its results in
+    benchmarks/results/gpu.md)."""
+
+    SCRIPT = BENCH.parent / "bench_gpu_offline.sh"
+
+    @staticmethod
+    def run(script: Path, *args: str):
+        import subprocess
+
+        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+
+    def test_an_unknown_step_prints_the_usage(self):
+        res = self.run(self.SCRIPT, "nope")
+        assert res.returncode == 2
+        assert "usage:" in res.stderr
+        assert all(step in res.stderr for step in ("wheels", "run", "rehearse"))
+
+    def test_the_rehearsal_needs_the_carried_wheels(self, tmp_path):
+        import shutil
+
+        # a copy in a tree without .whl/ (the script works from its folder's parent)
+        (tmp_path / "benchmarks").mkdir()
+        script = tmp_path / "benchmarks" / self.SCRIPT.name
+        shutil.copy(self.SCRIPT, script)
+        res = self.run(script, "rehearse")
+        assert res.returncode == 2
+        assert "no .whl/" in res.stderr and "wheels" in res.stderr
+        assert not (tmp_path / "rl_rehearse").exists()

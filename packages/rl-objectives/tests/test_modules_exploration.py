@@ -76,6 +76,37 @@ class TestEGreedy:
         # half the actions are resampled, half of those land on 1
         assert abs((out == 1).float().mean().item() - 0.25) < 0.02
 
+    @pytest.mark.parametrize(
+        "spec,action",
+        [
+            (Categorical(4), torch.zeros(6, dtype=torch.long)),
+            (OneHot(3), torch.zeros(2, 5, 3, dtype=torch.long)),
+            (Categorical(4, shape=(2,)), torch.zeros(6, 2, dtype=torch.long)),
+            (Categorical(4, shape=(6,)), torch.zeros(6, dtype=torch.long)),
+        ],
+        ids=["categorical", "onehot-2d", "categorical-feature", "same-shape"],
+    )
+    def test_draws_for_the_leading_dims_without_copying_the_spec(self, spec, action, monkeypatch):
+        """A spec whose shape ends the action's draws for the action's leading dims: the
+        draws of the spec expanded to the action's shape, with no copy of the spec per
+        call."""
+        module = EGreedyModule(spec, eps_init=1.0, eps_end=1.0)
+        td = TensorDict(action=action, batch_size=action.shape[: action.ndim - spec.ndim])
+        torch.manual_seed(3)
+        cond = torch.rand(td.batch_size) < 1.0  # the module's draw of who explores
+        want = spec.expand(action.shape).rand()
+        with monkeypatch.context() as patch:
+            for name in ("expand", "clone"):
+                patch.setattr(type(spec), name, lambda *a, **k: pytest.fail("spec copied"))
+            torch.manual_seed(3)
+            out = module(td.clone())["action"]
+        assert cond.all() and out.shape == action.shape and out.dtype == action.dtype
+        assert torch.equal(out, want)
+        # a spec that must be broadcast to the action still is (a copy, as before)
+        wide = EGreedyModule(Categorical(4, shape=(1,)), eps_init=1.0, eps_end=1.0)
+        out = wide(TensorDict(action=torch.zeros(6, dtype=torch.long), batch_size=[6]))
+        assert out["action"].shape == (6,) and ((out["action"] >= 0) & (out["action"] < 4)).all()
+
     @pytest.mark.parametrize("spec", [Categorical(4), OneHot(4)])
     def test_mask_respected(self, spec):
         n = 500
@@ -100,7 +131,9 @@ class TestEGreedy:
         with pytest.raises(ValueError, match="eps must decrease"):
             EGreedyModule(Categorical(3), eps_init=0.1, eps_end=0.5)
         module = EGreedyModule(Categorical(3), action_mask_key="mask")
-        with pytest.raises(KeyError, match="Action mask key mask not found.*EGreedyModule.*Keys present.*action"):
+        with pytest.raises(
+            KeyError, match="Action mask key mask not found.*EGreedyModule.*Keys present.*action"
+        ):
             module(_actions(n=3))
         with pytest.raises(KeyError, match="'action'.*Keys present.*obs"):
             module(TensorDict(obs=torch.zeros(3), batch_size=[3]))

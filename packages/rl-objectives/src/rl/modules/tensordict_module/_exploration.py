@@ -155,8 +155,14 @@ class EGreedyModule(_AnnealedSpecModule):
                 f"input. Keys present: {[str(k) for k in tensordict.keys(True, True)]}"
             )
         spec = self._action_spec()
-        # expand (a copy) to the action's shape; a copy also keeps the mask off self.spec
-        if spec.shape != action.shape:
+        lead = action.ndim - spec.ndim
+        if self.action_mask_key is None and lead >= 0 and action.shape[lead:] == spec.shape:
+            # the spec's own shape ends the action's: draw for the leading dims, no copy
+            # of the spec (a copy per call costs eager steps, and torch < 2.13's dynamo
+            # cannot trace the copy.copy of a spec's expand)
+            shape = action.shape[:lead]
+        elif spec.shape != action.shape:
+            # expand (a copy) to the action's shape; a copy also keeps the mask off self.spec
             try:
                 spec = spec.expand(action.shape)
             except ValueError as err:
@@ -164,8 +170,9 @@ class EGreedyModule(_AnnealedSpecModule):
                     f"Action spec shape does not match the action shape: the action at "
                     f"{self.action_key!r} has shape {tuple(action.shape)} ({err})"
                 ) from None
-        elif self.action_mask_key is not None:  # the mask is set on a copy
-            spec = spec.clone()
+            shape = ()
+        else:  # the mask is set on a copy
+            spec, shape = spec.clone(), ()
         if self.action_mask_key is not None:
             mask = tensordict.get(self.action_mask_key, None)
             if mask is None:
@@ -179,7 +186,7 @@ class EGreedyModule(_AnnealedSpecModule):
             else tensordict
         )
         cond = torch.rand(parent.batch_size, device=self.eps.device) < self.eps
-        random_action = spec.rand().to(action.device)
+        random_action = spec.rand(shape).to(action.device)
         action = torch.where(expand_as_right(cond, action), random_action, action)
         tensordict.set(self.action_key, action)
         return tensordict

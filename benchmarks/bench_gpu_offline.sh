@@ -64,11 +64,13 @@ run)
     ;;
 rehearse)
     shift
-    [ -d .whl ] || { echo "no .whl/: run '$0 wheels' first" >&2; exit 2; }
+    compgen -G ".whl/*.whl" >/dev/null || { echo "no .whl/*.whl: run '$0 wheels' first" >&2; exit 2; }
+    command -v uv >/dev/null || { echo "rehearse needs uv on PATH (python3 -m pip install --user uv)" >&2; exit 2; }
     venv="${REHEARSE_VENV:-/tmp/rl_rehearse}"
     uv venv -q --seed --allow-existing -p "${REHEARSE_PYTHON:-3.12}" "$venv"
     # what the GPU machine has installed of its own (torch's, the build's and the tests'
-    # tools, and the packages its 2026-11-30 runs imported without carrying them)
+    # tools, and the packages its 2026-11-30 runs imported without carrying them); torch
+    # from PyPI is its CUDA build (several GiB the first time, from uv's cache after)
     uv pip install -q --python "$venv/bin/python" "torch==${REHEARSE_TORCH:-2.11.0}" numpy \
         pytest pytest-xdist scikit-build-core nanobind cmake ninja cloudpickle packaging \
         importlib-metadata rich
@@ -80,9 +82,9 @@ rehearse)
         --force-reinstall packages/rl-cpp
     python3 -c "import sys, torch; print('rehearsal: python', sys.version.split()[0], 'torch', torch.__version__)"
     python3 benchmarks/bench_gpu.py --device cpu --quick "$@"
-    files=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; print(' '.join(bench_gpu.cuda_test_files()))")
-    # shellcheck disable=SC2086  # one argument per file
-    python3 -m pytest -q -p no:cacheprovider -rfE --tb=short -n 2 $files
+    mapfile -t files < <(python3 -c "import sys; sys.path.insert(0, 'benchmarks'); import bench_gpu; print('\n'.join(bench_gpu.cuda_test_files()))")
+    [ "${#files[@]}" -gt 0 ] || { echo "bench_gpu.cuda_test_files() found no test file" >&2; exit 1; }
+    python3 -m pytest -q -p no:cacheprovider -rfE --tb=short -n 2 "${files[@]}"
     ;;
 *)
     echo "usage: $0 wheels | run [bench_gpu.py arguments] | rehearse [bench_gpu.py arguments]" >&2

@@ -108,10 +108,16 @@ class TestOfflineScript:
     SCRIPT = BENCH.parent / "bench_gpu_offline.sh"
 
     @staticmethod
-    def run(script: Path, *args: str):
+    def run(script: Path, *args: str, env: dict | None = None):
+        import os
         import subprocess
 
-        return subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+        return subprocess.run(
+            ["bash", str(script), *args],
+            capture_output=True,
+            text=True,
+            env=None if env is None else {**os.environ, **env},
+        )
 
     def test_an_unknown_step_prints_the_usage(self):
         res = self.run(self.SCRIPT, "nope")
@@ -126,7 +132,11 @@ class TestOfflineScript:
         (tmp_path / "benchmarks").mkdir()
         script = tmp_path / "benchmarks" / self.SCRIPT.name
         shutil.copy(self.SCRIPT, script)
-        res = self.run(script, "rehearse")
+        venv = tmp_path / "rl_rehearse"
+        res = self.run(script, "rehearse", env={"REHEARSE_VENV": str(venv)})
         assert res.returncode == 2
         assert "no .whl/" in res.stderr and "wheels" in res.stderr
-        assert not (tmp_path / "rl_rehearse").exists()
+        (tmp_path / ".whl").mkdir()  # a folder without wheels is refused the same way
+        res = self.run(script, "rehearse", env={"REHEARSE_VENV": str(venv)})
+        assert res.returncode == 2 and "no .whl/" in res.stderr
+        assert not venv.exists()  # refused before it made anything

@@ -378,6 +378,23 @@ def test_inductor_options_unknown_to_this_torch_are_left_out(monkeypatch):
     assert common._inductor_options() == {**wanted, **_torch_workarounds()}
 
 
+def test_the_loop_reordering_is_off_before_torch_2_13(monkeypatch):
+    """torch <= 2.12's scheduler asserted reordering the loops of PPO's update on CUDA
+    (torch 2.11, benchmarks/results/gpu.md): the option is off there, left alone after."""
+    common = load("_common")
+    from torch._inductor import config
+
+    monkeypatch.setattr(common, "COMMON_SUBEXPRESSIONS", False)
+    if "loop_ordering_after_fusion" not in config.get_config_copy():
+        pytest.skip("this torch's inductor has no loop_ordering_after_fusion option")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    assert common._inductor_options()["loop_ordering_after_fusion"] is False
+    assert _torch_workarounds() == {"loop_ordering_after_fusion": False}
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    assert "loop_ordering_after_fusion" not in common._inductor_options()
+    assert _torch_workarounds() == {}
+
+
 @pytest.mark.slow
 def test_compiled_tanh_within_float_error_of_torch_tanh():
     """The inductor kernels the examples compile compute tanh from exp: within 2e-7 of

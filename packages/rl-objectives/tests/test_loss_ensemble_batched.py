@@ -417,8 +417,17 @@ def test_a_pair_past_the_bound_runs_the_member_products_to_the_bit(monkeypatch, 
         assert torch.equal(out, want)
         for got, expected in zip(torch.autograd.grad(out.square().sum(), params), want_grads):
             assert torch.equal(got, expected)
-        # the output is a fresh tensor: changing it leaves the next call's values alone
-        out.detach().zero_()
+        # the output is a fresh tensor: changing it in place leaves the backward (the
+        # Tanh last saved its own output) and the next call's values alone
+        out = _values(loss, kind, td, overrides={"action": action})
+        out.mul_(2)
+        doubled = 2 * _member_calls(loss, kind, td, overrides={"action": action})
+        for got, expected in zip(
+            torch.autograd.grad(out.sum(), params),
+            torch.autograd.grad(doubled.sum(), params),
+            strict=True,
+        ):
+            assert torch.equal(got, expected)
         assert torch.equal(_values(loss, kind, td, overrides={"action": action}), want)
     assert len(cats) == 3  # one concatenation of (observation, action) per call
 

@@ -13,6 +13,7 @@ from rl.core import (
     Categorical,
     Composite,
     ExplorationType,
+    MultiCategorical,
     OneHot,
     Unbounded,
     set_exploration_type,
@@ -83,8 +84,10 @@ class TestEGreedy:
             (OneHot(3), torch.zeros(2, 5, 3, dtype=torch.long)),
             (Categorical(4, shape=(2,)), torch.zeros(6, 2, dtype=torch.long)),
             (Categorical(4, shape=(6,)), torch.zeros(6, dtype=torch.long)),
+            (MultiCategorical([4]), torch.zeros(6, 1, dtype=torch.long)),
+            (MultiCategorical([4, 3]), torch.zeros(6, 2, dtype=torch.long)),
         ],
-        ids=["categorical", "onehot-2d", "categorical-feature", "same-shape"],
+        ids=["categorical", "onehot-2d", "categorical-feature", "same-shape", "multi-1", "multi-2"],
     )
     def test_draws_for_the_leading_dims_without_copying_the_spec(self, spec, action, monkeypatch):
         """A spec whose shape ends the action's draws for the action's leading dims: the

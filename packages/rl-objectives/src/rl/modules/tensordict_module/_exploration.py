@@ -158,7 +158,7 @@ class EGreedyModule(_AnnealedSpecModule):
         lead = action.ndim - spec.ndim
         if self.action_mask_key is None and lead >= 0 and action.shape[lead:] == spec.shape:
             # the spec's own shape ends the action's: draw for the leading dims, no copy
-            # of the spec (a copy per call costs eager steps, and torch < 2.13's dynamo
+            # of the spec (a copy per call costs eager steps, and torch 2.11's dynamo
             # cannot trace the copy.copy of a spec's expand)
             shape = action.shape[:lead]
         elif spec.shape != action.shape:
@@ -187,6 +187,10 @@ class EGreedyModule(_AnnealedSpecModule):
         )
         cond = torch.rand(parent.batch_size, device=self.eps.device) < self.eps
         random_action = spec.rand(shape).to(action.device)
+        if random_action.shape != action.shape:
+            # a draw whose singleton dims the spec squeezes (MultiCategorical([n])):
+            # the same values, at the action's shape
+            random_action = random_action.reshape(action.shape)
         action = torch.where(expand_as_right(cond, action), random_action, action)
         tensordict.set(self.action_key, action)
         return tensordict

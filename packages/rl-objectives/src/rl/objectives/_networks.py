@@ -255,42 +255,55 @@ class _BatchedMLP:
         values to the bit), without binding the members' modules to views and calling
         them: one unbind per stack (its backward stacks the members' gradients), the
         inputs concatenated once for all members."""
-        x = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
+        x = _joined(inputs)
         views = [t.unbind(0) for t in tensors]
-        outs = []
-        for i in range(tensors[0].shape[0]) if rows is None else rows:
-            h = x
-            for step in self.steps:
-                if step[0] == "act":
-                    h = type(step[1]).forward(step[1], h)
-                else:
-                    _, weight, bias = step
-                    h = F.linear(h, views[weight][i], None if bias is None else views[bias][i])
-            outs.append(h)
-        out = torch.stack(outs)
-        return out if self.out_shape is None else out.view(*out.shape[:-1], *self.out_shape)
+
+        def member(i: int) -> torch.Tensor:
+            def product(h, weight, bias):
+                return F.linear(h, views[weight][i], None if bias is None else views[bias][i])
+
+            return self._run(x, product)
+
+        members = range(tensors[0].shape[0]) if rows is None else rows
+        return self._shaped(torch.stack([member(i) for i in members]))
 
     def __call__(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
         """Every member's output on ``inputs``, stacked: ``[N, *B, ...]``."""
-        x = torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
-        lead = x.shape[:-1]
+        x = _joined(inputs)
         members = tensors[0].shape[0]
-        h = x.reshape(1, -1, x.shape[-1]).expand(members, -1, -1)
-        for step in self.steps:
-            if step[0] == "act":
-                # the class's forward: the module's hooks were declined eagerly (usable)
-                # and never run compiled, where only the stacks are traced
-                h = type(step[1]).forward(step[1], h)
-                continue
-            _, weight, bias = step
-            if bias is None:
-                h = torch.bmm(h, tensors[weight].transpose(1, 2))
-            else:
-                h = torch.baddbmm(tensors[bias].unsqueeze(1), h, tensors[weight].transpose(1, 2))
+
+        def product(h, weight, bias):
+            w = tensors[weight].transpose(1, 2)
+            return (
+                torch.bmm(h, w) if bias is None else torch.baddbmm(tensors[bias].unsqueeze(1), h, w)
+            )
+
+        h = self._run(x.reshape(1, -1, x.shape[-1]).expand(members, -1, -1), product)
         if self.copy_out:
             h = h.clone()
-        out = h.view(members, *lead, h.shape[-1])
+        return self._shaped(h.view(members, *x.shape[:-1], h.shape[-1]))
+
+    def _run(self, h: torch.Tensor, product) -> torch.Tensor:
+        """``h`` through the layers: each linear one by ``product(h, weight position,
+        bias position or None)``, each activation by its class's forward (its module's
+        hooks were declined eagerly by :meth:`usable`, and never run compiled, where only
+        the stacks are traced)."""
+        for step in self.steps:
+            if step[0] == "act":
+                h = type(step[1]).forward(step[1], h)
+            else:
+                h = product(h, step[1], step[2])
+        return h
+
+    def _shaped(self, out: torch.Tensor) -> torch.Tensor:
+        """``out`` (``[N, *B, features]``) with the MLP's ``out_features`` shape."""
         return out if self.out_shape is None else out.view(*out.shape[:-1], *self.out_shape)
+
+
+def _joined(inputs: list[torch.Tensor]) -> torch.Tensor:
+    """The network's inputs concatenated along the last dim, as :class:`~rl.modules.MLP`
+    does."""
+    return torch.cat(inputs, -1) if len(inputs) > 1 else inputs[0]
 
 
 def _network_dist(actor: nn.Module, tensordict: TensorDictBase):

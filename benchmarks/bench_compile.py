@@ -245,27 +245,48 @@ def micro(algo: str, rounds: int, block: int) -> dict:
     }
 
 
-def micro_cse(algo: str, rounds: int, block: int) -> dict:
-    """The compiled update step with and without ``_compile_passes.CommonSubexpressions``
-    (the examples' inductor pass, ``_common.COMMON_SUBEXPRESSIONS``), timed in interleaved
-    blocks as :func:`micro`; returns updates/s of both and the largest difference of the
-    first step's logs (same seed, same data)."""
-
-    import _common
+def _flag_ab(algo: str, compiled: bool, module, flag: str, per_call: bool):
+    """``algo``'s update step built twice, with ``module.<flag>`` False and True (the
+    same seed, the same data), each called once (it compiles there); ``per_call``: the
+    flag is also set at each call of its step (read then, not only at the build).
+    Returns ``(steps, data, logs)`` keyed by the flag; the flag is True again after."""
     import torch
 
     torch.set_num_threads(1)
     steps, data, logs = {}, None, {}
     try:
-        for cse in (False, True):
-            _common.COMMON_SUBEXPRESSIONS = cse  # read when the step is built
+        for value in (False, True):
+            setattr(module, flag, value)
             torch.manual_seed(0)
-            step, data = MICRO[algo](True, data)
+            step, data = MICRO[algo](compiled, data)
             torch.manual_seed(1)
-            logs[cse] = step(data)  # compiles, under this setting
-            steps[cse] = step
+            logs[value] = step(data)  # compiles, under this setting
+            steps[value] = (
+                functools.partial(_with_flag, step, module, flag, value) if per_call else step
+            )
     finally:
-        _common.COMMON_SUBEXPRESSIONS = True
+        setattr(module, flag, True)
+    return steps, data, logs
+
+
+def _with_flag(step, module, flag: str, value: bool, data):
+    """``step(data)`` with ``module.<flag>`` set to ``value`` (a compiled step holds a
+    graph for each setting: dynamo guards on the flag)."""
+    setattr(module, flag, value)
+    try:
+        return step(data)
+    finally:
+        setattr(module, flag, True)
+
+
+def micro_cse(algo: str, rounds: int, block: int) -> dict:
+    """The compiled update step with and without ``_compile_passes.CommonSubexpressions``
+    (the examples' inductor pass, ``_common.COMMON_SUBEXPRESSIONS``, read when the step is
+    built), timed in interleaved blocks as :func:`micro`; returns updates/s of both and
+    the largest difference of the first step's logs (same seed, same data)."""
+    import _common
+
+    steps, data, logs = _flag_ab(algo, True, _common, "COMMON_SUBEXPRESSIONS", per_call=False)
     without, with_ = interleaved_rates(steps, data, rounds, block)
     diff = _max_diff(logs[True], logs[False])
     return {"without": without, "with": with_, "gain": with_ / without, "max_diff": diff}
@@ -273,46 +294,23 @@ def micro_cse(algo: str, rounds: int, block: int) -> dict:
 
 def micro_batched(algo: str, rounds: int, block: int) -> dict:
     """The update step with its critic ensembles run batched (rl-objectives
-    ``LossModule._batched_values``) against the member calls, eager and compiled, timed
-    in interleaved blocks as :func:`micro`; returns updates/s of each and the largest
-    difference of the first step's logs (same seed, same data)."""
-
-    import torch
-
+    ``LossModule._batched_values``, ``_BATCHED_ENSEMBLES``, read at each call) against
+    the member calls, eager and compiled, timed in interleaved blocks as :func:`micro`;
+    returns updates/s of each and the largest difference of the first step's logs (same
+    seed, same data)."""
     from rl.objectives import _loss
 
-    torch.set_num_threads(1)
-    result, data = {}, None
-    try:
-        for compiled in (False, True):
-            steps, logs = {}, {}
-            for batched in (False, True):
-                _loss._BATCHED_ENSEMBLES = batched
-                torch.manual_seed(0)
-                step, data = MICRO[algo](compiled, data)
-                torch.manual_seed(1)
-                logs[batched] = step(data)  # compiles, under this setting
-                steps[batched] = functools.partial(_with_batched, step, batched)
-            members, batched = interleaved_rates(steps, data, rounds, block)
-            mode = "compiled" if compiled else "eager"
-            result[mode] = {
-                "members": members,
-                "batched": batched,
-                "gain": batched / members,
-                "max_diff": _max_diff(logs[True], logs[False]),
-            }
-    finally:
-        _loss._BATCHED_ENSEMBLES = True
+    result = {}
+    for compiled in (False, True):
+        steps, data, logs = _flag_ab(algo, compiled, _loss, "_BATCHED_ENSEMBLES", per_call=True)
+        members, batched = interleaved_rates(steps, data, rounds, block)
+        result["compiled" if compiled else "eager"] = {
+            "members": members,
+            "batched": batched,
+            "gain": batched / members,
+            "max_diff": _max_diff(logs[True], logs[False]),
+        }
     return result
-
-
-def _with_batched(step, batched: bool, data):
-    """``step(data)`` with the ensembles' batched form on or off (a compiled step holds
-    a graph for each setting: dynamo guards on the flag)."""
-    from rl.objectives import _loss
-
-    _loss._BATCHED_ENSEMBLES = batched
-    return step(data)
 
 
 def interleaved_rates(steps: dict, data, rounds: int, block: int) -> tuple[float, float]:

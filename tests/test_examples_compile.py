@@ -335,6 +335,45 @@ def test_update_step_refuses_an_optimizer_it_does_not_write():
         common.UpdateStep(lambda x: (net(x).sum(), {}), amsgrad, compile=True)
 
 
+def test_update_step_traces_autograd_only_within_its_calls():
+    """The compiled step traces ``torch.autograd.grad`` (one graph, fullgraph) at its
+    first call and at a recompilation, and leaves dynamo's flag as it found it, also when
+    its compilation fails."""
+    common = load("_common")
+    torch._dynamo.reset()
+    counters.clear()
+    config = torch._dynamo.config
+    (net,) = _nets(1)
+    optim = torch.optim.Adam(net.parameters(), lr=1e-2)
+    compiled_with = []  # the flag as each compilation found it
+
+    def backend(gm, example_inputs):
+        compiled_with.append(config.trace_autograd_ops)
+        sizes = [x.shape[0] for x in example_inputs if isinstance(x, torch.Tensor) and x.dim() == 2]
+        if 0 in [n for n in sizes if isinstance(n, int)]:  # (symbolic sizes: not 0)
+            raise ValueError("an empty batch")
+        return gm.forward
+
+    def loss_fn(x):
+        loss = net(x).pow(2).mean()
+        return loss, {"loss": loss}
+
+    step = common.UpdateStep(loss_fn, optim, compile={"backend": backend, "fullgraph": True})
+    assert config.trace_autograd_ops is False
+    before = [p.detach().clone() for p in net.parameters()]
+    step(torch.randn(4, 3))
+    assert compiled_with == [True] and config.trace_autograd_ops is False
+    assert all(not torch.equal(p, q) for p, q in zip(net.parameters(), before))
+    step(torch.randn(4, 3))  # the cached graph
+    assert compiled_with == [True]
+    step(torch.randn(6, 3))  # a new batch size: compiled again, the flag on again
+    assert compiled_with == [True, True] and config.trace_autograd_ops is False
+    with pytest.raises(Exception, match="an empty batch"):
+        step(torch.randn(0, 3))
+    assert compiled_with[-1] is True and config.trace_autograd_ops is False
+    assert not counters["graph_break"]
+
+
 def _torch_workarounds() -> dict:
     """The inductor settings _common adds for this torch's version: the loop reordering
     off before torch 2.13 (its scheduler asserted on PPO's update on CUDA, torch 2.11)."""

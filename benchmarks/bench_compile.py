@@ -22,13 +22,15 @@ in interleaved blocks, in updates per second: a figure less sensitive to the mac
 load than whole runs. It also profiles each step's matrix products (their BLAS time,
 which compiling leaves as it is): the ratio cap is the speed-up the compiled step would
 reach if everything but its matrix products took no time, eager time over that. With
-``--cse-ab`` it times the compiled step with and without the examples' inductor pass
-(``examples/_compile_passes.py``) instead.
+``--cse-ab`` (``--narrow-ab``) it times the compiled step with and without the examples'
+common-subexpression (narrow-product) inductor pass (``examples/_compile_passes.py``)
+instead.
 
 Usage:
     python benchmarks/bench_compile.py [--algos ppo sac ...] [--scale 1.0] [--seed 0]
     python benchmarks/bench_compile.py --micro sac ppo
     python benchmarks/bench_compile.py --micro iql sac --cse-ab
+    python benchmarks/bench_compile.py --micro sac cql --narrow-ab
 
 Results go to benchmarks/results/compile.md.
 """
@@ -279,14 +281,14 @@ def _with_flag(step, module, flag: str, value: bool, data):
         setattr(module, flag, True)
 
 
-def micro_cse(algo: str, rounds: int, block: int) -> dict:
-    """The compiled update step with and without ``_compile_passes.CommonSubexpressions``
-    (the examples' inductor pass, ``_common.COMMON_SUBEXPRESSIONS``, read when the step is
-    built), timed in interleaved blocks as :func:`micro`; returns updates/s of both and
+def micro_pass(algo: str, flag: str, rounds: int, block: int) -> dict:
+    """The compiled update step with and without one of the examples' inductor passes
+    (``_common.COMMON_SUBEXPRESSIONS`` or ``_common.NARROW_PRODUCTS``, read when the step
+    is built), timed in interleaved blocks as :func:`micro`; returns updates/s of both and
     the largest difference of the first step's logs (same seed, same data)."""
     import _common
 
-    steps, data, logs = _flag_ab(algo, True, _common, "COMMON_SUBEXPRESSIONS", per_call=False)
+    steps, data, logs = _flag_ab(algo, True, _common, flag, per_call=False)
     without, with_ = interleaved_rates(steps, data, rounds, block)
     diff = _max_diff(logs[True], logs[False])
     return {"without": without, "with": with_, "gain": with_ / without, "max_diff": diff}
@@ -449,6 +451,12 @@ def main() -> None:
         "pass, instead of eager against compiled",
     )
     parser.add_argument(
+        "--narrow-ab",
+        action="store_true",
+        help="--micro: the compiled step with and without the examples' narrow-product "
+        "pass, instead of eager against compiled",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -463,10 +471,13 @@ def main() -> None:
         "calls, eager and compiled, instead of eager against compiled",
     )
     args = parser.parse_args()
-    if (args.batched_ab or args.cse_ab) and not args.micro:
-        parser.error("--batched-ab and --cse-ab time update steps: give --micro ALGO...")
-    if args.batched_ab and args.cse_ab:
-        parser.error("--batched-ab and --cse-ab are two different A/Bs: give one")
+    ab = [name for name in ("batched_ab", "cse_ab", "narrow_ab") if getattr(args, name)]
+    if ab and not args.micro:
+        parser.error(
+            "--batched-ab, --cse-ab and --narrow-ab time update steps: give --micro ALGO..."
+        )
+    if len(ab) > 1:
+        parser.error("--batched-ab, --cse-ab and --narrow-ab are different A/Bs: give one")
     if args.micro and args.batched_ab:
         sys.path.insert(0, str(ROOT / "examples"))
         for algo in args.micro:
@@ -479,10 +490,11 @@ def main() -> None:
                     flush=True,
                 )
         return
-    if args.micro and args.cse_ab:
+    if args.micro and (args.cse_ab or args.narrow_ab):
         sys.path.insert(0, str(ROOT / "examples"))
+        flag = "COMMON_SUBEXPRESSIONS" if args.cse_ab else "NARROW_PRODUCTS"
         for algo in args.micro:
-            r = micro_cse(algo, args.rounds, block=50)
+            r = micro_pass(algo, flag, args.rounds, block=50)
             print(
                 f"{algo} compiled update: without the pass {r['without']:.1f}/s, with it "
                 f"{r['with']:.1f}/s ({r['gain']:.3f}x); first step's logs differ by at most "

@@ -96,7 +96,9 @@ def test_an_ab_without_micro_or_two_abs_at_once_are_refused():
     for args, message in (
         (["--batched-ab"], "give --micro"),
         (["--cse-ab"], "give --micro"),
+        (["--narrow-ab"], "give --micro"),
         (["--micro", "sac", "--batched-ab", "--cse-ab"], "give one"),
+        (["--micro", "sac", "--cse-ab", "--narrow-ab"], "give one"),
     ):
         out = subprocess.run(
             [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=120

@@ -165,3 +165,156 @@ def test_the_pass_keys_inductors_caches_on_its_source(cse):
     ).read_bytes()
     assert cse.uuid() == hashlib.sha256(source).hexdigest()  # a change to the pass: a new key
     assert cse == CommonSubexpressions() and hash(cse) == hash(CommonSubexpressions())
+
+
+# --- NarrowProducts -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def narrow():
+    load("_common")
+    from _compile_passes import NarrowProducts
+
+    return NarrowProducts()
+
+
+def _products(gm) -> list:
+    """(operator, output shape) of each matrix product of ``gm``."""
+    return [
+        (str(n.target), tuple(n.meta["val"].shape))
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target in (aten.mm.default, aten.bmm.default)
+    ]
+
+
+def _rewritten(narrow, fn, *args, tracing_mode="fake"):
+    gm = make_fx(fn, tracing_mode=tracing_mode)(*[a.clone() for a in args])
+    before = _products(gm)
+    narrow(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    return before, _products(gm), gm(*[a.clone() for a in args]), fn(*[a.clone() for a in args])
+
+
+def test_a_narrow_result_is_computed_transposed_same_sums(narrow):
+    """A first layer's weight gradient, grad.T @ input, over 3 input features: computed as
+    (input.T @ grad).T, a [3, 40] product; the same values to float rounding, the same
+    shape and strides as the eager result's transpose."""
+    g, x = torch.randn(256, 40, dtype=torch.float32), torch.randn(256, 3)
+    before, after, got, want = _rewritten(narrow, lambda g, x: g.t() @ x, g, x)
+    assert before == [("aten.mm.default", (40, 3))]
+    assert after == [("aten.mm.default", (3, 40))]
+    assert got.shape == (40, 3)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # batched (an ensemble's members): the same, per member
+    g, x = torch.randn(5, 64, 30), torch.randn(5, 64, 4)
+    before, after, got, want = _rewritten(narrow, lambda g, x: g.transpose(1, 2) @ x, g, x)
+    assert before == [("aten.bmm.default", (5, 30, 4))]
+    assert after == [("aten.bmm.default", (5, 4, 30))]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_outer_product_is_a_broadcast_product_equal_to_the_bit(narrow):
+    a, b = torch.randn(300, 1), torch.randn(1, 64)
+    before, after, got, want = _rewritten(narrow, lambda a, b: torch.relu(a @ b), a, b)
+    assert before == [("aten.mm.default", (300, 64))] and after == []
+    assert torch.equal(got, want)
+    a, b = torch.randn(3, 50, 1), torch.randn(3, 1, 7)
+    before, after, got, want = _rewritten(narrow, torch.bmm, a, b)
+    assert before == [("aten.bmm.default", (3, 50, 7))] and after == []
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("rows", "inner", "cols", "dtype"),
+    [
+        (256, 64, 32, torch.float32),  # wide enough: BLAS's own orientation is as fast
+        (256, 64, 1, torch.float32),  # a matrix-vector product
+        (5, 64, 3, torch.float32),  # fewer rows than twice the columns
+        (256, 64, 3, torch.float64),  # another dtype: not measured, left alone
+        (256, 1, 3, torch.float64),  # (an outer product in float64, the same)
+    ],
+)
+def test_other_products_are_left_alone(narrow, rows, inner, cols, dtype):
+    a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, cols, dtype=dtype)
+    before, after, got, want = _rewritten(narrow, torch.mm, a, b)
+    assert before == after == [("aten.mm.default", (rows, cols))]
+    assert torch.equal(got, want)
+
+
+def test_symbolic_sizes_are_left_alone(narrow):
+    g, x = torch.randn(256, 40), torch.randn(256, 3)
+    before, after, got, want = _rewritten(
+        narrow, lambda g, x: g.t() @ x, g, x, tracing_mode="symbolic"
+    )
+    assert len(before) == len(after) == 1 and str(after[0][0]) == "aten.mm.default"
+    torch.testing.assert_close(got, want)
+
+
+def test_inductor_runs_the_narrow_pass_through_the_examples_options(narrow):
+    """Through torch.compile with the examples' options: a linear layer of 3 inputs and 1
+    output, forward and backward: inductor's code calls no BLAS product for the outer
+    product, and the first layer's weight gradient in the transposed orientation; the
+    gradients equal eager's to float rounding."""
+    from torch._inductor.utils import run_and_get_code
+
+    common = load("_common")
+    assert common._inductor_options()["post_grad_custom_pre_pass"] == narrow
+    w1, w2 = torch.randn(64, 3, requires_grad=True), torch.randn(1, 64, requires_grad=True)
+
+    def fn(x):
+        loss = (torch.tanh(x @ w1.t()) @ w2.t()).square().mean()
+        return torch.autograd.grad(loss, (w1, w2))
+
+    x = torch.randn(256, 3)
+    found = {}
+    for name, kwargs in (
+        ("with", common._compile_kwargs(True)),
+        ("without", {"options": {"post_grad_custom_pre_pass": None}}),
+    ):
+        torch._dynamo.reset()
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            out, code = run_and_get_code(torch.compile(fn, fullgraph=True, **kwargs), x)
+        for got, want in zip(out, fn(x)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        found[name] = sorted(_product_shapes("\n".join(code)))
+    torch._dynamo.reset()
+    # forward: [256, 64] and [256, 1]; backward: dW2 [1, 64], the outer product dh
+    # [256, 64] (gone with the pass), dW1 [64, 3] (computed as [3, 64] with it)
+    assert found == {
+        "without": [(1, 64), (64, 3), (256, 1), (256, 64), (256, 64)],
+        "with": [(1, 64), (3, 64), (256, 1), (256, 64)],
+    }
+
+
+def _product_shapes(code: str) -> list:
+    """The shapes of the buffers inductor's code writes BLAS products into."""
+    shapes = dict(re.findall(r"(buf\d+) = empty_strided_cpu\(\(([\d, ]+)\)", code))
+    outs = re.findall(r"extern_kernels\.(?:mm|addmm|bmm)\(.*out=(buf\d+)\)", code)
+    return [tuple(int(n) for n in shapes[out].split(",")) for out in outs]
+
+
+def test_the_narrow_pass_keys_inductors_caches_on_its_source(narrow, cse):
+    from _compile_passes import NarrowProducts
+
+    assert narrow.uuid() == cse.uuid() and narrow == NarrowProducts() and narrow != cse
+    assert hash(narrow) == hash(NarrowProducts())
+
+
+def test_both_passes_travel_by_value_as_a_ray_actors_policy_sends_them(cse, narrow):
+    """A Ray actor's compiled policy holds the passes in its options, and the examples
+    folder is not on a cluster's other nodes: ppo_ray.py sends this module by value."""
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    import _compile_passes
+
+    cloudpickle.register_pickle_by_value(_compile_passes)
+    try:
+        for p in (cse, narrow):
+            copy = cloudpickle.loads(cloudpickle.dumps(p))
+            assert copy.uuid() == p.uuid() and type(copy).__name__ == type(p).__name__
+        g, x = torch.randn(64, 20), torch.randn(64, 3)
+        before, after, got, want = _rewritten(copy, lambda g, x: g.t() @ x, g, x)
+        assert after == [("aten.mm.default", (3, 20))]
+        torch.testing.assert_close(got, want)
+    finally:
+        cloudpickle.unregister_pickle_by_value(_compile_passes)

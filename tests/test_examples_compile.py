@@ -386,16 +386,20 @@ def _torch_workarounds() -> dict:
 
 def test_compile_kwargs_carry_the_inductor_options_unless_mode_or_backend():
     common = load("_common")
-    from _compile_passes import CommonSubexpressions
+    from _compile_passes import CommonSubexpressions, NarrowProducts
 
     assert common.INDUCTOR_OPTIONS == {"cpp.use_decompose_tanh": True}
-    opts = common._inductor_options()  # those this torch's inductor knows, and the pass
+    opts = common._inductor_options()  # those this torch's inductor knows, and the passes
     assert opts.pop("post_grad_custom_post_pass") == CommonSubexpressions()
+    assert opts.pop("post_grad_custom_pre_pass") == NarrowProducts()
     fixes = _torch_workarounds()
     assert opts == {**common.INDUCTOR_OPTIONS, **fixes} or not hasattr(
         torch._inductor.config.cpp, "use_decompose_tanh"
     )
-    cse = {"post_grad_custom_post_pass": CommonSubexpressions()}
+    cse = {
+        "post_grad_custom_post_pass": CommonSubexpressions(),
+        "post_grad_custom_pre_pass": NarrowProducts(),
+    }
     assert common._compile_kwargs(True) == {"options": {**opts, **cse}}
     # the caller's own options win, and are kept
     assert common._compile_kwargs({"options": {"cpp.use_decompose_tanh": False, "a": 1}}) == {
@@ -412,6 +416,7 @@ def test_inductor_options_unknown_to_this_torch_are_left_out(monkeypatch):
     wanted = {"cpp.use_decompose_tanh": True, "cpp.no_such_option": 1, "no_such_group.x": 2}
     monkeypatch.setattr(common, "INDUCTOR_OPTIONS", wanted)
     monkeypatch.setattr(common, "COMMON_SUBEXPRESSIONS", False)
+    monkeypatch.setattr(common, "NARROW_PRODUCTS", False)
     known = hasattr(torch._inductor.config.cpp, "use_decompose_tanh")
     wanted = {"cpp.use_decompose_tanh": True} if known else {}
     assert common._inductor_options() == {**wanted, **_torch_workarounds()}
@@ -424,6 +429,7 @@ def test_the_loop_reordering_is_off_before_torch_2_13(monkeypatch):
     from torch._inductor import config
 
     monkeypatch.setattr(common, "COMMON_SUBEXPRESSIONS", False)
+    monkeypatch.setattr(common, "NARROW_PRODUCTS", False)
     if "loop_ordering_after_fusion" not in config.get_config_copy():
         pytest.skip("this torch's inductor has no loop_ordering_after_fusion option")
     monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")

@@ -370,8 +370,10 @@ COMMON_SUBEXPRESSIONS = True
 
 #: and ``_compile_passes.NarrowProducts`` before inductor's post-grad passes: a matrix
 #: product with a narrow result (a first layer's weight gradient over a few observation
-#: features) computed transposed, the orientation this CPU's BLAS runs 2-8x faster, and an
-#: outer product (a one-output layer's input gradient) as a broadcast product
+#: features) computed transposed, the orientation MKL runs 1.5-8x faster on this project's
+#: CPU (one thread, an AMD EPYC), and an outer product (a one-output layer's input
+#: gradient) as a broadcast product. The bounds were measured on that one CPU: on another
+#: CPU or BLAS, time ``bench_compile.py --micro ... --narrow-ab`` before relying on them
 NARROW_PRODUCTS = True
 
 
@@ -761,7 +763,10 @@ def _tracing_autograd(compiled):
     """``compiled`` called with dynamo's ``trace_autograd_ops`` on (``torch.autograd.grad``
     traced into the graph, not a graph break), whichever call (re)compiles it. The flag is
     set around each call through the config's closure patcher where this torch has one
-    (2 us a call, against 29 us for ``config.patch``'s context manager)."""
+    (2 us a call, against 29 us for ``config.patch``'s context manager); it restores the
+    caller's own setting after the call. (torch 2.11's patcher leaves the config's hash
+    as it was, where ``config.patch`` marks it changed: nothing there hashes dynamo's
+    config.)"""
     config = torch._dynamo.config
     maker = getattr(config, "_make_closure_patcher", None)
     if maker is None:  # pragma: no cover - older torch

@@ -38,15 +38,18 @@ first and last layers makes:
 - a narrow result, ``a @ b`` with ``b`` of 2 to 24 columns and ``a`` of at least twice as many
   rows (the weight gradient of a first layer reading a few observation features, ``g.T @
   x``): computed as ``(b.T @ a.T).T``, the same sums in another order (float rounding). MKL
-  on this CPU (one thread) ran ``[128, 7680] @ [7680, 4]`` in 1,340 us and its transposed
-  form in 175 us, ``[256, 256] @ [256, 3]`` in 82 against 17 us; from 32 columns on, the two
-  are within a few percent;
+  on this project's CPU (an AMD EPYC, one thread) ran ``[128, 7680] @ [7680, 4]`` in 1,340
+  us and its transposed form in 175 us, ``[256, 256] @ [256, 3]`` in 82 against 17 us, 17
+  columns 1.2-1.6x faster transposed; from 32 columns on, the two are within a few
+  percent, and a single column (a matrix-vector product) is as fast either way;
 - an outer product, ``a @ b`` over an inner size of 1 (the input gradient of a layer with
-  one output, a critic's last): the broadcast product ``a * b``, the same values to the
-  bit, a pointwise kernel inductor fuses with its neighbours instead of a BLAS call
-  (``[256, 1] @ [1, 256]``: 6.7 us, the product 4.1).
+  one output, a critic's last): the broadcast product ``a * b``, the same values (the same
+  bits but for a zero's sign: BLAS adds each product to +0, so it never gives -0), a
+  pointwise kernel inductor fuses with its neighbours instead of a BLAS call (``[256, 1]
+  @ [1, 256]``: 6.7 us, the product 4.1).
 
-Other devices, dtypes and symbolic sizes are left alone (the figures are this CPU's).
+Other devices, dtypes and symbolic sizes are left alone (the figures are this CPU's: on
+another CPU or BLAS, ``bench_compile.py --micro ... --narrow-ab`` tells whether it pays).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch._inductor.pattern_matcher import compute_mutation_region_ids, is_mutation_op
 from torch._library.utils import lookup_op
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_leaves
 
@@ -127,22 +131,27 @@ class NarrowProducts(CustomGraphPass):
         for node in list(graph.nodes):
             if node.op != "call_function" or node.target not in products:
                 continue
-            a, b = node.args[:2]
+            if len(node.args) != 2 or node.kwargs:
+                continue
+            a, b = node.args
             values = [getattr(x, "meta", {}).get("val") for x in (a, b, node)]
             if not all(isinstance(v, torch.Tensor) for v in values):
                 continue
             va, vb, out = values
             if out.device.type != "cpu" or out.dtype != torch.float32:
                 continue
-            rows, inner, cols = va.shape[-2], va.shape[-1], vb.shape[-1]
-            if not all(type(n) is int for n in (rows, inner, cols)):
+            if not all(type(n) is int for n in (*va.shape, *vb.shape)):
                 continue  # a symbolic size: left alone
-            fake = detect_fake_mode(values) or contextlib.nullcontext()
+            rows, inner, cols = va.shape[-2], va.shape[-1], vb.shape[-1]
+            try:
+                fake = detect_fake_mode(values) or contextlib.nullcontext()
+            except AssertionError:  # values of two fake modes: not a graph inductor hands
+                continue
             if inner == 1:
                 with graph.inserting_before(node):
                     new = graph.call_function(mul, (a, b))
                 with fake:
-                    new.meta["val"] = va * vb
+                    _annotate(new, node, va * vb)
             elif _NARROW[0] <= cols <= _NARROW[1] and rows >= 2 * cols:
                 dims = [1, 0] if out.dim() == 2 else [0, 2, 1]
                 with graph.inserting_before(node):
@@ -150,12 +159,11 @@ class NarrowProducts(CustomGraphPass):
                     at = graph.call_function(permute, (a, dims))
                     product = graph.call_function(node.target, (bt, at))
                     new = graph.call_function(permute, (product, dims))
-                product.meta.update({k: v for k, v in node.meta.items() if k != "val"})
                 with fake:
-                    bt.meta["val"] = vb.permute(dims)
-                    at.meta["val"] = va.permute(dims)
-                    product.meta["val"] = node.target(bt.meta["val"], at.meta["val"])
-                    new.meta["val"] = product.meta["val"].permute(dims)
+                    _annotate(bt, node, vb.permute(dims))
+                    _annotate(at, node, va.permute(dims))
+                    _annotate(product, node, node.target(bt.meta["val"], at.meta["val"]))
+                    _annotate(new, node, product.meta["val"].permute(dims))
             else:
                 continue
             node.replace_all_uses_with(new)
@@ -169,6 +177,21 @@ class NarrowProducts(CustomGraphPass):
 
     def uuid(self) -> str:
         return _VERSION
+
+
+#: the metadata a node the pass adds takes from the node it replaces (where it came from)
+_PROVENANCE = (*getattr(torch.fx.proxy, "_COPY_META_FIELDS", ()), "stack_trace", "seq_nr")
+
+
+def _annotate(new: torch.fx.Node, like: torch.fx.Node, value: torch.Tensor) -> None:
+    """``new``'s metadata: ``like``'s provenance, and its own value (``val``, and
+    ``tensor_meta`` where ``like`` has one)."""
+    for key in _PROVENANCE:
+        if key in like.meta:
+            new.meta[key] = like.meta[key]
+    new.meta["val"] = value
+    if "tensor_meta" in like.meta:
+        new.meta["tensor_meta"] = _extract_tensor_metadata(value)
 
 
 #: operator namespaces never merged: collectives (each call is a message)

@@ -196,15 +196,19 @@ def _rewritten(narrow, fn, *args, tracing_mode="fake"):
     return before, _products(gm), gm(*[a.clone() for a in args]), fn(*[a.clone() for a in args])
 
 
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(torch.int32)  # -0.0 and 0.0 differ, NaNs by payload
+
+
 def test_a_narrow_result_is_computed_transposed_same_sums(narrow):
     """A first layer's weight gradient, grad.T @ input, over 3 input features: computed as
-    (input.T @ grad).T, a [3, 40] product; the same values to float rounding, the same
-    shape and strides as the eager result's transpose."""
+    (input.T @ grad).T, a [3, 40] product; the same values to float rounding, the shape of
+    the eager result (a transposed view of the [3, 40] product)."""
     g, x = torch.randn(256, 40, dtype=torch.float32), torch.randn(256, 3)
     before, after, got, want = _rewritten(narrow, lambda g, x: g.t() @ x, g, x)
     assert before == [("aten.mm.default", (40, 3))]
     assert after == [("aten.mm.default", (3, 40))]
-    assert got.shape == (40, 3)
+    assert got.shape == (40, 3) and got.stride() == (1, 40)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # batched (an ensemble's members): the same, per member
     g, x = torch.randn(5, 64, 30), torch.randn(5, 64, 4)
@@ -218,19 +222,26 @@ def test_an_outer_product_is_a_broadcast_product_equal_to_the_bit(narrow):
     a, b = torch.randn(300, 1), torch.randn(1, 64)
     before, after, got, want = _rewritten(narrow, lambda a, b: torch.relu(a @ b), a, b)
     assert before == [("aten.mm.default", (300, 64))] and after == []
-    assert torch.equal(got, want)
+    assert torch.equal(_bits(got), _bits(want))
     a, b = torch.randn(3, 50, 1), torch.randn(3, 1, 7)
+    a[0, :5] = torch.tensor([0.0, -0.0, float("inf"), 1e-30, -3e38]).unsqueeze(-1)
     before, after, got, want = _rewritten(narrow, torch.bmm, a, b)
     assert before == [("aten.bmm.default", (3, 50, 7))] and after == []
-    assert torch.equal(got, want)
+    assert got.shape == want.shape and torch.equal(got, want)
+    # the same bits, but for a zero's sign (BLAS adds each product to +0: never -0)
+    nonzero = got != 0
+    assert torch.equal(_bits(got)[nonzero], _bits(want)[nonzero])
+    assert (torch.signbit(got) & (got == 0)).any() and not torch.signbit(want[want == 0]).any()
 
 
 @pytest.mark.parametrize(
     ("rows", "inner", "cols", "dtype"),
     [
         (256, 64, 32, torch.float32),  # wide enough: BLAS's own orientation is as fast
+        (256, 64, 25, torch.float32),  # just past the bound (24 columns)
         (256, 64, 1, torch.float32),  # a matrix-vector product
         (5, 64, 3, torch.float32),  # fewer rows than twice the columns
+        (47, 64, 24, torch.float32),  # (one row short of twice 24)
         (256, 64, 3, torch.float64),  # another dtype: not measured, left alone
         (256, 1, 3, torch.float64),  # (an outer product in float64, the same)
     ],
@@ -242,13 +253,53 @@ def test_other_products_are_left_alone(narrow, rows, inner, cols, dtype):
     assert torch.equal(got, want)
 
 
-def test_symbolic_sizes_are_left_alone(narrow):
-    g, x = torch.randn(256, 40), torch.randn(256, 3)
-    before, after, got, want = _rewritten(
-        narrow, lambda g, x: g.t() @ x, g, x, tracing_mode="symbolic"
-    )
-    assert len(before) == len(after) == 1 and str(after[0][0]) == "aten.mm.default"
-    torch.testing.assert_close(got, want)
+@pytest.mark.parametrize(("rows", "cols"), [(48, 24), (256, 2), (4, 2)])
+def test_the_bounds_are_included(narrow, rows, cols):
+    a, b = torch.randn(rows, 64), torch.randn(64, cols)
+    before, after, got, want = _rewritten(narrow, torch.mm, a, b)
+    assert before == [("aten.mm.default", (rows, cols))]
+    assert after == [("aten.mm.default", (cols, rows))]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_sizes_and_other_devices_are_left_alone(narrow):
+    def fn(g, x, w, v):
+        return g.transpose(1, 2) @ x, w @ v  # a narrow bmm result, an outer product
+
+    args = torch.randn(5, 256, 40), torch.randn(5, 256, 3), torch.randn(30, 1), torch.randn(1, 9)
+    gm = make_fx(fn, tracing_mode="symbolic")(*args)  # every size symbolic, the batch too
+    ops = _ops(gm)
+    narrow(gm.graph)
+    assert _ops(gm) == ops
+    for got, want in zip(gm(*args), fn(*args)):
+        assert torch.equal(got, want)
+    meta = [x.to("meta") for x in args]  # another device (no BLAS of this CPU's)
+    gm = make_fx(fn, tracing_mode="fake")(*meta)
+    ops = _ops(gm)
+    narrow(gm.graph)
+    assert _ops(gm) == ops
+
+
+def test_new_nodes_carry_their_own_tensor_meta_and_the_products_provenance(narrow):
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    g, x = torch.randn(64, 40), torch.randn(64, 3)
+    gm = make_fx(lambda g, x: g.t() @ x, tracing_mode="fake")(g, x)
+    ShapeProp(gm).propagate(g, x)  # tensor_meta, as a graph inductor is handed has
+    (product,) = [n for n in gm.graph.nodes if n.target == aten.mm.default]
+    product.meta["stack_trace"] = "the layer's line"
+    old = set(gm.graph.nodes)
+    narrow(gm.graph)
+    added = [n for n in gm.graph.nodes if n not in old]
+    assert [str(n.target) for n in added] == ["aten.permute.default"] * 2 + [
+        "aten.mm.default",
+        "aten.permute.default",
+    ]
+    for node in added:
+        assert node.meta["tensor_meta"].shape == node.meta["val"].shape
+        assert node.meta["tensor_meta"].stride == node.meta["val"].stride()
+        assert node.meta["stack_trace"] == "the layer's line"
+    assert added[2].meta["val"].shape == (3, 40) and added[3].meta["val"].shape == (40, 3)
 
 
 def test_inductor_runs_the_narrow_pass_through_the_examples_options(narrow):
@@ -312,8 +363,9 @@ def test_both_passes_travel_by_value_as_a_ray_actors_policy_sends_them(cse, narr
         for p in (cse, narrow):
             copy = cloudpickle.loads(cloudpickle.dumps(p))
             assert copy.uuid() == p.uuid() and type(copy).__name__ == type(p).__name__
+        narrow_copy = cloudpickle.loads(cloudpickle.dumps(narrow))
         g, x = torch.randn(64, 20), torch.randn(64, 3)
-        before, after, got, want = _rewritten(copy, lambda g, x: g.t() @ x, g, x)
+        before, after, got, want = _rewritten(narrow_copy, lambda g, x: g.t() @ x, g, x)
         assert after == [("aten.mm.default", (3, 20))]
         torch.testing.assert_close(got, want)
     finally:

@@ -371,6 +371,10 @@ def test_update_step_traces_autograd_only_within_its_calls():
     with pytest.raises(Exception, match="an empty batch"):
         step(torch.randn(0, 3))
     assert compiled_with[-1] is True and config.trace_autograd_ops is False
+    with config.patch(trace_autograd_ops=True):  # a caller's own setting outlives a call
+        step(torch.randn(4, 3))
+        assert config.trace_autograd_ops is True
+    assert config.trace_autograd_ops is False
     assert not counters["graph_break"]
 
 

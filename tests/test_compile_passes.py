@@ -134,9 +134,6 @@ def test_numbers_equal_by_value_but_not_by_type_or_sign_are_kept_apart(cse):
 def test_inductor_runs_the_pass_a_product_once_same_values(cse):
     """Through torch.compile with the examples' options: the code inductor writes calls
     one matrix product where the function has two (without the pass, it calls two)."""
-    from torch._inductor.utils import run_and_get_code
-
-    common = load("_common")
     w = torch.randn(16, 16)
 
     def fn(x):
@@ -144,16 +141,29 @@ def test_inductor_runs_the_pass_a_product_once_same_values(cse):
 
     x = torch.randn(8, 16)
     calls = {}
+    for name, (out, code) in _with_and_without(fn, x, "post_grad_custom_post_pass").items():
+        torch.testing.assert_close(out, fn(x))
+        calls[name] = len(re.findall(r"extern_kernels\.(?:mm|addmm)\(", code))
+    assert calls == {"with": 1, "without": 2}
+
+
+def _with_and_without(fn, x, slot: str, **compile_kwargs) -> dict:
+    """``fn(x)`` compiled with the examples' options ("with") and with the pass in
+    ``slot`` left out ("without"): ``{name: (output, inductor's code)}``."""
+    from torch._inductor.utils import run_and_get_code
+
+    common = load("_common")
+    found = {}
     for name, kwargs in (
         ("with", common._compile_kwargs(True)),
-        ("without", {"options": {"post_grad_custom_post_pass": None}}),
+        ("without", {"options": {slot: None}}),
     ):
         torch._dynamo.reset()
-        out, code = run_and_get_code(torch.compile(fn, **kwargs), x)
-        torch.testing.assert_close(out, fn(x))
-        calls[name] = sum(len(re.findall(r"extern_kernels\.(?:mm|addmm)\(", c)) for c in code)
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            out, code = run_and_get_code(torch.compile(fn, **compile_kwargs, **kwargs), x)
+        found[name] = out, "\n".join(code)
     torch._dynamo.reset()
-    assert calls == {"with": 1, "without": 2}
+    return found
 
 
 def test_the_pass_keys_inductors_caches_on_its_source(cse):
@@ -307,8 +317,6 @@ def test_inductor_runs_the_narrow_pass_through_the_examples_options(narrow):
     output, forward and backward: inductor's code calls no BLAS product for the outer
     product, and the first layer's weight gradient in the transposed orientation; the
     gradients equal eager's to float rounding."""
-    from torch._inductor.utils import run_and_get_code
-
     common = load("_common")
     assert common._inductor_options()["post_grad_custom_pre_pass"] == narrow
     w1, w2 = torch.randn(64, 3, requires_grad=True), torch.randn(1, 64, requires_grad=True)
@@ -319,17 +327,11 @@ def test_inductor_runs_the_narrow_pass_through_the_examples_options(narrow):
 
     x = torch.randn(256, 3)
     found = {}
-    for name, kwargs in (
-        ("with", common._compile_kwargs(True)),
-        ("without", {"options": {"post_grad_custom_pre_pass": None}}),
-    ):
-        torch._dynamo.reset()
-        with torch._dynamo.config.patch(trace_autograd_ops=True):
-            out, code = run_and_get_code(torch.compile(fn, fullgraph=True, **kwargs), x)
+    runs = _with_and_without(fn, x, "post_grad_custom_pre_pass", fullgraph=True)
+    for name, (out, code) in runs.items():
         for got, want in zip(out, fn(x)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-        found[name] = sorted(_product_shapes("\n".join(code)))
-    torch._dynamo.reset()
+        found[name] = sorted(_product_shapes(code))
     # forward: [256, 64] and [256, 1]; backward: dW2 [1, 64], the outer product dh
     # [256, 64] (gone with the pass), dW1 [64, 3] (computed as [3, 64] with it)
     assert found == {

@@ -370,10 +370,11 @@ COMMON_SUBEXPRESSIONS = True
 
 #: and ``_compile_passes.NarrowProducts`` before inductor's post-grad passes: a matrix
 #: product with a narrow result (a first layer's weight gradient over a few observation
-#: features) computed transposed, the orientation MKL runs 1.5-8x faster on this project's
+#: features) computed transposed, the orientation MKL runs up to 8x faster on this project's
 #: CPU (one thread, an AMD EPYC), and an outer product (a one-output layer's input
 #: gradient) as a broadcast product. The bounds were measured on that one CPU: on another
-#: CPU or BLAS, time ``bench_compile.py --micro ... --narrow-ab`` before relying on them
+#: CPU or BLAS, time ``benchmarks/bench_compile.py --micro ... --narrow-ab`` before
+#: relying on them
 NARROW_PRODUCTS = True
 
 

@@ -44,12 +44,13 @@ first and last layers makes:
   percent, and a single column (a matrix-vector product) is as fast either way;
 - an outer product, ``a @ b`` over an inner size of 1 (the input gradient of a layer with
   one output, a critic's last): the broadcast product ``a * b``, the same values (the same
-  bits but for a zero's sign: BLAS adds each product to +0, so it never gives -0), a
-  pointwise kernel inductor fuses with its neighbours instead of a BLAS call (``[256, 1]
-  @ [1, 256]``: 6.7 us, the product 4.1).
+  bits, but a zero may differ in sign: eager ``bmm`` sums onto +0), a pointwise kernel
+  inductor fuses with its neighbours instead of a BLAS call (``[256, 1] @ [1, 256]``: 6.7
+  us, the product 4.1).
 
 Other devices, dtypes and symbolic sizes are left alone (the figures are this CPU's: on
-another CPU or BLAS, ``bench_compile.py --micro ... --narrow-ab`` tells whether it pays).
+another CPU or BLAS, ``benchmarks/bench_compile.py --micro ... --narrow-ab`` tells whether
+it pays).
 """
 
 from __future__ import annotations

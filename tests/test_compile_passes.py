@@ -1,7 +1,8 @@
-"""examples/_compile_passes.py: the common-subexpression pass the examples' ``--compile``
-runs after inductor's post-grad passes. It is checked on ATen graphs traced with
-``make_fx`` (the pass is called as inductor calls it, on the graph), and once through
-``torch.compile`` (the code inductor writes)."""
+"""examples/_compile_passes.py: the two inductor passes the examples' ``--compile`` runs,
+the common-subexpression pass after inductor's post-grad passes and the narrow-product pass
+before them. They are checked on ATen graphs traced with ``make_fx`` (a pass is called as
+inductor calls it, on the graph), and through ``torch.compile`` (the code inductor
+writes)."""
 
 from __future__ import annotations
 
@@ -228,20 +229,25 @@ def test_a_narrow_result_is_computed_transposed_same_sums(narrow):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_an_outer_product_is_a_broadcast_product_equal_to_the_bit(narrow):
+def test_an_outer_product_is_a_broadcast_product_same_values(narrow):
+    """The same values, and the same bits but for a zero's sign (eager bmm sums onto +0)."""
     a, b = torch.randn(300, 1), torch.randn(1, 64)
+    a[:3] = torch.tensor([0.0, -0.0, float("inf")]).unsqueeze(-1)
     before, after, got, want = _rewritten(narrow, lambda a, b: torch.relu(a @ b), a, b)
     assert before == [("aten.mm.default", (300, 64))] and after == []
-    assert torch.equal(_bits(got), _bits(want))
+    _assert_same_but_zero_signs(got, want)
     a, b = torch.randn(3, 50, 1), torch.randn(3, 1, 7)
     a[0, :5] = torch.tensor([0.0, -0.0, float("inf"), 1e-30, -3e38]).unsqueeze(-1)
     before, after, got, want = _rewritten(narrow, torch.bmm, a, b)
     assert before == [("aten.bmm.default", (3, 50, 7))] and after == []
-    assert got.shape == want.shape and torch.equal(got, want)
-    # the same bits, but for a zero's sign (BLAS adds each product to +0: never -0)
+    _assert_same_but_zero_signs(got, want)
+
+
+def _assert_same_but_zero_signs(got, want):
+    assert got.shape == want.shape and torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(0.0), want.nan_to_num(0.0))
     nonzero = got != 0
     assert torch.equal(_bits(got)[nonzero], _bits(want)[nonzero])
-    assert (torch.signbit(got) & (got == 0)).any() and not torch.signbit(want[want == 0]).any()
 
 
 @pytest.mark.parametrize(
@@ -290,6 +296,40 @@ def test_symbolic_sizes_and_other_devices_are_left_alone(narrow):
     assert _ops(gm) == ops
 
 
+@pytest.mark.parametrize("batch", ["symbolic", "static"])
+def test_a_symbolic_batch_size_alone_leaves_a_product(narrow, batch):
+    """An ensemble's bmm whose member count is symbolic (its matrices' sizes static) is
+    left alone; the same product with every size static is rewritten."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    first = DimDynamic.DYNAMIC if batch == "symbolic" else DimDynamic.STATIC
+    sizes = StatelessSymbolicContext(dynamic_sizes=[first, DimDynamic.STATIC, DimDynamic.STATIC])
+    a = mode.from_tensor(torch.randn(5, 40, 256), symbolic_context=sizes)
+    b = mode.from_tensor(torch.randn(5, 256, 3), symbolic_context=sizes)
+    graph = torch.fx.Graph()
+    pa, pb = graph.placeholder("a"), graph.placeholder("b")
+    pa.meta["val"], pb.meta["val"] = a, b
+    product = graph.call_function(aten.bmm.default, (pa, pb))
+    with mode:
+        product.meta["val"] = torch.bmm(a, b)
+    graph.output(product)
+    narrow(graph)
+    calls = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    if batch == "symbolic":
+        assert calls == ["aten.bmm.default"]
+    else:
+        assert calls == ["aten.permute.default"] * 2 + [
+            "aten.bmm.default",
+            "aten.permute.default",
+        ]
+
+
 def test_new_nodes_carry_their_own_tensor_meta_and_the_products_provenance(narrow):
     from torch.fx.passes.shape_prop import ShapeProp
 
@@ -298,6 +338,7 @@ def test_new_nodes_carry_their_own_tensor_meta_and_the_products_provenance(narro
     ShapeProp(gm).propagate(g, x)  # tensor_meta, as a graph inductor is handed has
     (product,) = [n for n in gm.graph.nodes if n.target == aten.mm.default]
     product.meta["stack_trace"] = "the layer's line"
+    product.meta["nn_module_stack"] = {"critic": ("critic", "Linear")}
     old = set(gm.graph.nodes)
     narrow(gm.graph)
     added = [n for n in gm.graph.nodes if n not in old]
@@ -305,11 +346,22 @@ def test_new_nodes_carry_their_own_tensor_meta_and_the_products_provenance(narro
         "aten.mm.default",
         "aten.permute.default",
     ]
+    assert added[2].meta["val"].shape == (3, 40) and added[3].meta["val"].shape == (40, 3)
+    # an outer product's broadcast product: the same
+    a, b = torch.randn(30, 1), torch.randn(1, 9)
+    gm2 = make_fx(torch.mm, tracing_mode="fake")(a, b)
+    ShapeProp(gm2).propagate(a, b)
+    (outer,) = [n for n in gm2.graph.nodes if n.target == aten.mm.default]
+    outer.meta["stack_trace"] = "the layer's line"
+    outer.meta["nn_module_stack"] = {"critic": ("critic", "Linear")}
+    narrow(gm2.graph)
+    added += [n for n in gm2.graph.nodes if n.op == "call_function"]
+    assert str(added[-1].target) == "aten.mul.Tensor" and added[-1].meta["val"].shape == (30, 9)
     for node in added:
         assert node.meta["tensor_meta"].shape == node.meta["val"].shape
         assert node.meta["tensor_meta"].stride == node.meta["val"].stride()
         assert node.meta["stack_trace"] == "the layer's line"
-    assert added[2].meta["val"].shape == (3, 40) and added[3].meta["val"].shape == (40, 3)
+        assert node.meta["nn_module_stack"] == {"critic": ("critic", "Linear")}
 
 
 def test_inductor_runs_the_narrow_pass_through_the_examples_options(narrow):

@@ -80,10 +80,23 @@ _NARROW = (2, 24)
 _VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
-class CommonSubexpressions(CustomGraphPass):
-    """The pass (``torch._inductor.config.post_grad_custom_post_pass``); ``uuid`` keys
-    inductor's caches on this module's source, so a compiled graph cached before a change
-    to it is not reused."""
+class _Pass(CustomGraphPass):
+    """A stateless pass of this module: any two of one class are the same pass, and
+    ``uuid`` keys inductor's caches on this module's source, so a compiled graph cached
+    before a change to it is not reused."""
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def uuid(self) -> str:
+        return _VERSION
+
+
+class CommonSubexpressions(_Pass):
+    """The pass (``torch._inductor.config.post_grad_custom_post_pass``)."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         compute_mutation_region_ids(graph)
@@ -108,20 +121,10 @@ class CommonSubexpressions(CustomGraphPass):
                 node.replace_all_uses_with(earlier)
                 graph.erase_node(node)
 
-    def __eq__(self, other) -> bool:  # stateless: any two are the same pass
-        return type(other) is type(self)
 
-    def __hash__(self) -> int:
-        return hash(type(self))
-
-    def uuid(self) -> str:
-        return _VERSION
-
-
-class NarrowProducts(CustomGraphPass):
+class NarrowProducts(_Pass):
     """The pass (``torch._inductor.config.post_grad_custom_pre_pass``): matrix products
-    with a narrow result or an inner size of 1, rewritten as the module's docstring says.
-    ``uuid`` as :class:`CommonSubexpressions`'s."""
+    with a narrow result or an inner size of 1, rewritten as the module's docstring says."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         # the operators by name: a copy of this module sent by value (a Ray actor's
@@ -149,39 +152,32 @@ class NarrowProducts(CustomGraphPass):
             except AssertionError:  # values of two fake modes: not a graph inductor hands
                 continue
             if inner == 1:
-                with graph.inserting_before(node):
-                    new = graph.call_function(mul, (a, b))
-                with fake:
-                    _annotate(new, node, va * vb)
+                new = _before(node, fake, mul, a, b)
             elif _NARROW[0] <= cols <= _NARROW[1] and rows >= 2 * cols:
                 dims = [1, 0] if out.dim() == 2 else [0, 2, 1]
-                with graph.inserting_before(node):
-                    bt = graph.call_function(permute, (b, dims))
-                    at = graph.call_function(permute, (a, dims))
-                    product = graph.call_function(node.target, (bt, at))
-                    new = graph.call_function(permute, (product, dims))
-                with fake:
-                    _annotate(bt, node, vb.permute(dims))
-                    _annotate(at, node, va.permute(dims))
-                    _annotate(product, node, node.target(bt.meta["val"], at.meta["val"]))
-                    _annotate(new, node, product.meta["val"].permute(dims))
+                bt, at = (
+                    _before(node, fake, permute, b, dims),
+                    _before(node, fake, permute, a, dims),
+                )
+                new = _before(node, fake, permute, _before(node, fake, node.target, bt, at), dims)
             else:
                 continue
             node.replace_all_uses_with(new)
             graph.erase_node(node)
 
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
-
-    def uuid(self) -> str:
-        return _VERSION
-
 
 #: the metadata a node the pass adds takes from the node it replaces (where it came from)
 _PROVENANCE = (*getattr(torch.fx.proxy, "_COPY_META_FIELDS", ()), "stack_trace", "seq_nr")
+
+
+def _before(like: torch.fx.Node, fake, target, *args) -> torch.fx.Node:
+    """A new node before ``like``, ``target(*args)``, its value computed in the fake mode
+    ``fake`` and its provenance ``like``'s."""
+    values = [x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in args]
+    with like.graph.inserting_before(like), fake:
+        new = like.graph.call_function(target, args)
+        _annotate(new, like, target(*values))
+    return new
 
 
 def _annotate(new: torch.fx.Node, like: torch.fx.Node, value: torch.Tensor) -> None:

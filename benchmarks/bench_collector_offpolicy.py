@@ -156,6 +156,12 @@ def rows(seed: int = 0) -> dict:
     }
 
 
+def _batches(collector):
+    """A callable collecting the next batch and returning its frames."""
+    it = iter(collector)
+    return lambda: next(it).numel()
+
+
 def frames_per_cpu_second(fn, batches: int) -> float:
     start = time.process_time()
     frames = sum(fn() for _ in range(batches))
@@ -168,12 +174,7 @@ def measure(rounds: int, frames: int = 10, batches: int = 200) -> list[dict]:
         small = make_collector(frames)
         large = make_collector(10 * frames)
         floor = make_floor(frames)
-        its = {"small": iter(small), "large": iter(large)}
-
-        def step(key):
-            return lambda: next(its[key]).numel()
-
-        fns = {"floor": floor.batch, "small": step("small"), "large": step("large")}
+        fns = {"floor": floor.batch, "small": _batches(small), "large": _batches(large)}
         counts = {"floor": batches, "small": batches, "large": batches // 10}
         for key, fn in fns.items():  # warm-up: first batches, first resets
             frames_per_cpu_second(fn, max(counts[key] // 4, 1))

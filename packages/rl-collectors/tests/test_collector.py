@@ -50,6 +50,30 @@ def _traj_ids_loop(done: torch.Tensor) -> torch.Tensor:
     return ids
 
 
+def test_traj_ids_over_batches_with_and_without_ends():
+    """Batches where no trajectory ends (ids carried as they are) and batches where some
+    do give the ids of one step-by-step pass over the whole sequence; a yielded id
+    tensor written in place changes nothing that follows."""
+    from rl.collectors._common import TrajIds
+
+    gen = torch.Generator().manual_seed(0)
+    n, steps, batches = 3, 5, 8
+    done = torch.rand(n, steps * batches, generator=gen) < 0.15
+    done[:, : 2 * steps] = False  # two whole batches without an end
+    done[:, 5 * steps : 6 * steps] = False
+    traj = TrajIds(torch.Size([n]))
+    parts = []
+    for b in range(batches):
+        ids = traj.assign(done[:, b * steps : (b + 1) * steps, None])
+        parts.append(ids.clone())
+        ids.fill_(-1)
+    torch.testing.assert_close(torch.cat(parts, 1), _traj_ids_loop(done))
+    one = TrajIds(torch.Size([]))  # an unbatched env: [T] ids
+    assert one.assign(torch.zeros(4, 1, dtype=torch.bool)).tolist() == [0, 0, 0, 0]
+    ends = torch.tensor([[False], [True], [False], [False]])
+    assert one.assign(ends).tolist() == [0, 0, 1, 1]
+
+
 class TestCollector:
     @pytest.mark.parametrize("kind", sorted(ENVS))
     def test_batches_continue_one_rollout(self, kind):

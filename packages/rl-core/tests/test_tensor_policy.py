@@ -250,6 +250,18 @@ class TestTensorPolicy:
         handle.remove()
         assert fast.usable()
 
+    def test_usable_sees_a_hook_on_an_inner_module_added_after_checks(self):
+        """A hook on a module inside the policy, added after the twin was built and
+        checked, turns the fast path off (the twin would skip it)."""
+        policy = prob_actor()
+        fast = tensor_policy(policy)
+        assert fast.usable()
+        inner = policy.module[0]
+        handle = inner.register_forward_hook(lambda *args: None)
+        assert not fast.usable()
+        handle.remove()
+        assert fast.usable()
+
 
 def test_compiled_policy_has_no_tensor_twin():
     # torch.compile's wrapper forwards attribute reads to the module it wraps; a twin

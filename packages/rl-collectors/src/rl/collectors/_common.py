@@ -201,6 +201,9 @@ class TrajIds:
         if self.current.device != d.device:  # the ids live where the env's flags do
             self.current = self.current.to(d.device)
         n = d.shape[0]
+        if not bool(d.any()):
+            # no trajectory ends in this batch (most small batches): each env keeps its id
+            return self.current[:, None].repeat(1, steps).reshape(*self.batch_size, steps)
         events = d.t().reshape(-1).cumsum(0).reshape(steps, n).t()
         events = torch.where(d, events, 0)
         upto = events.cummax(dim=1).values  # events up to and including t

@@ -519,11 +519,13 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             self._carry_keys = [k for k in keys if k not in rewards]
         nb = len(env.batch_size)
         idx = (slice(None),) * nb + (-1,)
-        # the last root (what a policy wrote there: recurrent states, counters...) under
-        # the step's "next" entries, as the rollout carries them from step to step;
-        # select-then-index keeps the batch dims of nested groups ([*B, n_agents])
-        root = out.exclude("next", "collector")[idx].clone()
-        root.update(nxt.select(*self._carry_keys)[idx].clone())
+        root = _flat_last_root(out, nxt, self._carry_keys, nb)
+        if root is None:
+            # the last root (what a policy wrote there: recurrent states, counters...)
+            # under the step's "next" entries, as the rollout carries them from step to
+            # step; select-then-index keeps the batch dims of nested groups ([*B, n_agents])
+            root = out.exclude("next", "collector")[idx].clone()
+            root.update(nxt.select(*self._carry_keys)[idx].clone())
         if self._end_keys == ["done"]:  # flags at the root only: "done" is their or
             done = root.get("done")
             if bool(done.any()):
@@ -662,6 +664,33 @@ def _version_tracker(track: Any) -> Any:
     raise TypeError(
         "track_policy_version must be a bool or an object with `version` and "
         f"`increment_version()` (e.g. a PolicyVersion), got {type(track).__name__}"
+    )
+
+
+def _flat_last_root(
+    out: TensorDictBase, nxt: TensorDictBase, carry_keys: list, nb: int
+) -> TensorDict | None:
+    """``_next_root``'s root built from the entry dicts, where ``out`` and its ``"next"``
+    are plain TensorDicts whose entries are tensors at string keys (one env's batch, the
+    off-policy examples' 10-frame batches): the same copies of the last step, without
+    tensordict's exclude / index / select / update per batch. ``None`` otherwise."""
+    if type(out) is not TensorDict or type(nxt) is not TensorDict:
+        return None
+    entries = {}
+    for key, value in out._tensordict.items():
+        if key == "next" or key == "collector":
+            continue
+        if type(value) is not torch.Tensor:
+            return None
+        entries[key] = value.select(nb, -1).clone()
+    flat = nxt._tensordict
+    for key in carry_keys:
+        value = flat.get(key) if type(key) is str else None
+        if type(value) is not torch.Tensor:
+            return None
+        entries[key] = value.select(nb, -1).clone()
+    return TensorDict._new_unsafe(
+        entries, batch_size=out.batch_size[:nb], device=out.device, nested=False
     )
 
 

@@ -87,7 +87,10 @@ class TensorPolicy:
         self.forward = forward
         # (default, get kwargs) of the TensorDictModule reading each in_key first
         self._gets = gets if gets is not None else [(None, {})] * len(in_keys)
-        self._hooked = [m for m in policy.modules() if isinstance(m, TensorDictModuleBase)]
+        # the modules whose hooks usable() checks: listed at its first check, as most
+        # twins are built to be checked never (usable()'s own rebuild, a sub-module's
+        # twin inside an actor's) and a walk of the module tree is most of a build
+        self._hooked: list | None = None
 
     def usable(self) -> bool:
         """Whether the fast path still does what the policy does (no hook was added, the
@@ -100,6 +103,8 @@ class TensorPolicy:
             return False
         if _torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks:
             return False
+        if self._hooked is None:
+            self._hooked = [m for m in self.policy.modules() if isinstance(m, TensorDictModuleBase)]
         if any(_has_hooks(m) for m in self._hooked):
             return False
         fresh = tensor_policy(self.policy)

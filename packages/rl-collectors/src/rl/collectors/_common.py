@@ -203,7 +203,8 @@ class TrajIds:
         n = d.shape[0]
         if not bool(d.any()):
             # no trajectory ends in this batch (most small batches): each env keeps its id
-            return self.current[:, None].repeat(1, steps).reshape(*self.batch_size, steps)
+            ids = self.current[:, None].expand(n, steps)
+            return ids.clone(memory_format=torch.contiguous_format).reshape(*self.batch_size, steps)
         events = d.t().reshape(-1).cumsum(0).reshape(steps, n).t()
         events = torch.where(d, events, 0)
         upto = events.cummax(dim=1).values  # events up to and including t

@@ -677,12 +677,14 @@ def _flat_last_root(
     if type(out) is not TensorDict or type(nxt) is not TensorDict:
         return None
     entries = {}
+    carried = set(carry_keys)
     for key, value in out._tensordict.items():
         if key == "next" or key == "collector":
             continue
         if type(value) is not torch.Tensor:
             return None
-        entries[key] = value.select(nb, -1).clone()
+        # a carried key takes its "next" value below, at this key's place in the order
+        entries[key] = None if key in carried else value.select(nb, -1).clone()
     flat = nxt._tensordict
     for key in carry_keys:
         value = flat.get(key) if type(key) is str else None

@@ -20,7 +20,14 @@ from torch import nn
 from rl.core import Composite, TensorSpec
 
 from ._common import SafeModule
-from ._probabilistic import SafeProbabilisticModule, SafeProbabilisticTensorDictSequential
+from ._probabilistic import (
+    SafeProbabilisticModule,
+    SafeProbabilisticTensorDictSequential,
+    TensorForward,
+    _has_hooks,
+    _plain_keys,
+    _same_methods,
+)
 
 __all__ = ["Actor", "ProbabilisticActor", "ValueOperator", "TanhModule"]
 
@@ -289,18 +296,62 @@ class TanhModule(TensorDictModuleBase):
             bounds.append(torch.as_tensor(value, dtype=torch.get_default_dtype()).clone())
         return bounds[0], bounds[1]
 
+    def _bounds(self, out_key: NestedKey) -> tuple[str, str] | None:
+        """The names of ``out_key``'s bound buffers, or ``None`` for ``[-1, 1]`` (no rescale)."""
+        if not self.non_trivial[out_key]:
+            return None
+        name = _buffer_name(out_key)
+        return f"{name}_low", f"{name}_high"
+
+    def _squash(self, feature: torch.Tensor, bounds: tuple[str, str] | None) -> torch.Tensor:
+        # one body for forward and its tensor twin, so that both compute the same bits;
+        # the buffers are read here, at each call, to follow .to() and load_state_dict
+        feature = feature.tanh()
+        if self.clamp:
+            eps = torch.finfo(feature.dtype).resolution
+            feature = feature.clamp(-1 + eps, 1 - eps)
+        if bounds is not None:
+            low, high = getattr(self, bounds[0]), getattr(self, bounds[1])
+            feature = low + (high - low) * (feature + 1) / 2
+        return feature
+
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         for in_key, out_key in zip(self.in_keys, self.out_keys):
-            rescale = self.non_trivial[out_key]
-            feature = tensordict.get(in_key).tanh()
-            if self.clamp:
-                eps = torch.finfo(feature.dtype).resolution
-                feature = feature.clamp(-1 + eps, 1 - eps)
-            if rescale:
-                name = _buffer_name(out_key)
-                low = getattr(self, f"{name}_low")
-                high = getattr(self, f"{name}_high")
-                feature = low + (high - low) * (feature + 1) / 2
-            tensordict.set(out_key, feature)
+            tensordict.set(out_key, self._squash(tensordict.get(in_key), self._bounds(out_key)))
         return tensordict
+
+    def tensor_forward(self) -> TensorForward | None:
+        """The tensor-level twin of :meth:`forward` (the protocol of
+        :func:`rl.core.tensor_policy`): ``fn(*features) -> squashed features``, one per
+        key pair, so that a deterministic actor ending in this module (DDPG's, TD3's) is
+        run by collectors on tensors.
+
+        The buffer names are resolved here, once, and the buffers read at each call.
+        ``None`` with hooks (the module's or global ones), a subclass's ``forward``,
+        nested keys, an out_key written twice, or a pair reading what an earlier pair
+        wrote (the twin maps each input to its output independently)."""
+        if _has_hooks(self) or not _same_methods(type(self), _TANH_METHODS):
+            return None
+        in_keys, out_keys = list(self.in_keys), list(self.out_keys)
+        if not _plain_keys(in_keys + out_keys) or len(set(out_keys)) != len(out_keys):
+            return None
+        if any(key in out_keys[:i] for i, key in enumerate(in_keys)):
+            return None
+        bounds = [self._bounds(key) for key in out_keys]
+        squash = self._squash
+        if len(bounds) == 1:  # the usual single pair, without the loop
+            (only,) = bounds
+
+            def forward(feature: torch.Tensor) -> tuple[torch.Tensor]:
+                return (squash(feature, only),)
+
+        else:
+
+            def forward(*features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                return tuple(squash(f, b) for f, b in zip(features, bounds, strict=True))
+
+        return in_keys, out_keys, forward
+
+
+_TANH_METHODS = tuple((TanhModule, name) for name in ("__call__", "forward"))

@@ -16,10 +16,16 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey, expand_as_right, expand_right
 from torch import nn
 
-from rl.core import Composite, ExplorationType, TensorSpec, exploration_type
+from rl.core import Categorical, Composite, ExplorationType, TensorSpec, exploration_type
 
 from ._common import _forward_hook_safe_action
-from ._probabilistic import _missing_key_error
+from ._probabilistic import (
+    TensorForward,
+    _has_hooks,
+    _missing_key_error,
+    _plain_keys,
+    _same_methods,
+)
 
 __all__ = [
     "AdditiveGaussianModule",
@@ -154,26 +160,9 @@ class EGreedyModule(_AnnealedSpecModule):
                 f"EGreedyModule reads the action at {self.action_key!r}, which is not in the "
                 f"input. Keys present: {[str(k) for k in tensordict.keys(True, True)]}"
             )
-        spec = self._action_spec()
-        lead = action.ndim - spec.ndim
-        if self.action_mask_key is None and lead >= 0 and action.shape[lead:] == spec.shape:
-            # the spec's own shape ends the action's: draw for the leading dims, no copy
-            # of the spec (a copy per call costs eager steps, and torch 2.11's dynamo
-            # cannot trace the copy.copy of a spec's expand)
-            shape = action.shape[:lead]
-        elif spec.shape != action.shape:
-            # expand (a copy) to the action's shape; a copy also keeps the mask off self.spec
-            try:
-                spec = spec.expand(action.shape)
-            except ValueError as err:
-                raise ValueError(
-                    f"Action spec shape does not match the action shape: the action at "
-                    f"{self.action_key!r} has shape {tuple(action.shape)} ({err})"
-                ) from None
-            shape = ()
-        else:  # the mask is set on a copy
-            spec, shape = spec.clone(), ()
-        if self.action_mask_key is not None:
+        masked = self.action_mask_key is not None
+        spec, shape, _ = self._random_source(action, masked)
+        if masked:
             mask = tensordict.get(self.action_mask_key, None)
             if mask is None:
                 raise _missing_key_error(
@@ -185,15 +174,89 @@ class EGreedyModule(_AnnealedSpecModule):
             if isinstance(self.action_key, tuple) and len(self.action_key) > 1
             else tensordict
         )
-        cond = torch.rand(parent.batch_size, device=self.eps.device) < self.eps
+        tensordict.set(self.action_key, self._choose(action, spec, shape, parent.batch_size))
+        return tensordict
+
+    def _random_source(
+        self, action: torch.Tensor, masked: bool
+    ) -> tuple[TensorSpec, torch.Size, int]:
+        """``(spec, shape, lead)``: random actions are ``spec.rand(shape)``; ``lead`` is the
+        number of the action's dims before the spec's own."""
+        spec = self._action_spec()
+        lead = action.ndim - spec.ndim
+        if not masked and lead >= 0 and action.shape[lead:] == spec.shape:
+            # the spec's own shape ends the action's: draw for the leading dims, no copy
+            # of the spec (a copy per call costs eager steps, and torch 2.11's dynamo
+            # cannot trace the copy.copy of a spec's expand)
+            return spec, action.shape[:lead], lead
+        if spec.shape != action.shape:
+            # expand (a copy) to the action's shape; a copy also keeps the mask off self.spec
+            try:
+                spec = spec.expand(action.shape)
+            except ValueError as err:
+                raise ValueError(
+                    f"Action spec shape does not match the action shape: the action at "
+                    f"{self.action_key!r} has shape {tuple(action.shape)} ({err})"
+                ) from None
+            return spec, torch.Size(()), lead
+        return spec.clone(), torch.Size(()), lead  # the mask is set on a copy
+
+    def _choose(
+        self, action: torch.Tensor, spec: TensorSpec, shape: torch.Size, batch: torch.Size
+    ) -> torch.Tensor:
+        """The action with each element of ``batch`` replaced, with probability eps, by a
+        draw of ``spec``: the coins first, then the random actions (forward's order, which
+        the tensor twin keeps)."""
+        cond = torch.rand(batch, device=self.eps.device) < self.eps
         random_action = spec.rand(shape).to(action.device)
         if random_action.shape != action.shape:
             # a draw whose singleton dims the spec squeezes (MultiCategorical([n])):
             # the same values, at the action's shape
             random_action = random_action.reshape(action.shape)
-        action = torch.where(expand_as_right(cond, action), random_action, action)
-        tensordict.set(self.action_key, action)
-        return tensordict
+        return torch.where(expand_as_right(cond, action), random_action, action)
+
+    def tensor_forward(self) -> TensorForward | None:
+        """The tensor-level twin of :meth:`forward` (the protocol of
+        :func:`rl.core.tensor_policy`): ``fn(action[, action_mask]) -> (action,)``, with
+        the same coins and random actions drawn in the same order, so that an
+        epsilon-greedy Q policy (dqn.py's) is run by collectors on tensors.
+
+        Forward draws one coin per element of the TensorDict's batch; the twin, which
+        sees no TensorDict, takes the action's dims before the spec's. The two agree when
+        the spec is an unbatched action's, as the env's unbatched ``action_spec`` (or a
+        single env's) is. ``None`` where they could differ: a spec with batch dims (a
+        batched env's spec: a leaf's dims before its last, or a Composite's shape), a
+        ``Categorical`` spec with dims (whose dims are the env's or the action's, a
+        shape cannot tell); and with hooks (the module's or global ones), a subclass's
+        ``forward``, nested keys. The spec is read at each call (one set later is used;
+        none raises as forward does): the twin is checked against the spec it is built
+        with, and collectors build it again at each batch."""
+        if _has_hooks(self) or not _same_methods(type(self), _EGREEDY_METHODS):
+            return None
+        masked = self.action_mask_key is not None
+        in_keys = [self.action_key] + ([self.action_mask_key] if masked else [])
+        if not _plain_keys(in_keys) or len(set(in_keys)) != len(in_keys):
+            return None
+        if self._spec is not None:
+            if self._spec.shape:
+                return None
+            leaf = self._spec[self.action_key]
+            if isinstance(leaf, Categorical) and leaf.ndim:
+                return None
+        source, choose = self._random_source, self._choose
+
+        def forward(action: torch.Tensor, mask: torch.Tensor | None = None) -> tuple:
+            if not _explores():
+                return (action,)
+            spec, shape, lead = source(action, masked)
+            if masked:
+                spec.update_mask(mask)
+            return (choose(action, spec, shape, action.shape[: max(lead, 0)]),)
+
+        return in_keys, in_keys[:1], forward
+
+
+_EGREEDY_METHODS = tuple((EGreedyModule, name) for name in ("__call__", "forward"))
 
 
 class AdditiveGaussianModule(_AnnealedSpecModule):
@@ -263,6 +326,30 @@ class AdditiveGaussianModule(_AnnealedSpecModule):
             return tensordict
         tensordict.set(self.action_key, self._add_noise(tensordict.get(self.action_key)))
         return tensordict
+
+    def tensor_forward(self) -> TensorForward | None:
+        """The tensor-level twin of :meth:`forward` (the protocol of
+        :func:`rl.core.tensor_policy`): ``fn(action) -> (noisy action,)``, the same noise
+        drawn as forward draws it, so that DDPG's and TD3's acting policy (a deterministic
+        actor, then this module) is run by collectors on tensors.
+
+        The exploration type, ``sigma`` and the spec are read at each call, as forward
+        reads them (a missing spec raises forward's ``RuntimeError``). ``None`` with
+        ``safe=True`` (its projection is a forward hook), other hooks (the module's or
+        global ones), a subclass's ``forward``, or a nested action key."""
+        if self.safe or _has_hooks(self) or not _same_methods(type(self), _GAUSSIAN_METHODS):
+            return None
+        if not _plain_keys([self.action_key]):
+            return None
+        add_noise = self._add_noise
+
+        def forward(action: torch.Tensor) -> tuple[torch.Tensor]:
+            return (add_noise(action),) if _explores() else (action,)
+
+        return [self.action_key], [self.action_key], forward
+
+
+_GAUSSIAN_METHODS = tuple((AdditiveGaussianModule, name) for name in ("__call__", "forward"))
 
 
 class _OrnsteinUhlenbeckProcess(nn.Module):

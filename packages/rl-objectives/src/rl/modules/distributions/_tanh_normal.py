@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from numbers import Number
 
@@ -32,6 +33,114 @@ def _all_unit(low, high) -> bool:
     low = torch.as_tensor(low)
     high = torch.as_tensor(high)
     return bool((low == -1).all()) and bool((high == 1).all())
+
+
+# What TanhNormal.__init__ derives from its bounds:
+# (numeric, low, high, trivial, mid, half, log_half); the last five are Python floats for
+# numeric bounds, else tensors on loc's device with loc's dtype.
+_Bounds = tuple
+
+
+def _derive_bounds(low, high, loc: torch.Tensor) -> _Bounds:
+    """The bounds as TanhNormal stores them, computed from scratch (no validation)."""
+    # Python-number bounds stay numbers: no tensor op for the default [-1, 1].
+    numeric = isinstance(low, Number) and isinstance(high, Number)
+    if not numeric and _all_unit(low, high):
+        # bounds of -1 and 1 everywhere leave tanh alone, as in TorchRL: the sample
+        # keeps loc's shape instead of broadcasting to the bounds' shape
+        low, high, numeric = -1.0, 1.0, True
+    if numeric:
+        low, high = float(low), float(high)
+        mid, half = (high + low) / 2, (high - low) / 2
+        return True, low, high, low == -1.0 and high == 1.0, mid, half, math.log(half)
+    low = as_tensor_like(low, loc)
+    high = as_tensor_like(high, loc)
+    mid, half = (high + low) / 2, (high - low) / 2  # in this order: the same compiled graph
+    return False, low, high, False, mid, half, half.log()
+
+
+# Tensor bounds that passed check_low_high, with what _derive_bounds made of them. An
+# actor passes the same low / high tensors (its spec's) to every TanhNormal it builds,
+# once per environment step in a collector and once per update in a loss; validating them
+# and deriving mid / half / log(half) again each time costs three host reads (.all())
+# and about ten small tensor ops, more than the sample itself costs. Keyed by
+# (id(low), id(high), loc's dtype, loc's device, the device's current stream, inference
+# mode); an entry holds weak references to low and high and their version counters, so it
+# is used only for the very same tensors, unchanged since: an in-place write to a bound
+# (through torch, which bumps its version) makes the next construction validate and
+# derive again, and a bad value raises there as it always did (a failed check is never
+# stored). Writes that bypass the version counter (through ``.data`` or a NumPy view) are
+# not seen, as autograd does not see them either.
+_BOUNDS_CACHE: dict[tuple, tuple] = {}
+_BOUNDS_CACHE_SIZE = 64
+
+
+def _bounds_key(low, high, loc: torch.Tensor) -> tuple | None:
+    """The cache key of ``low`` / ``high`` for ``loc``, or ``None`` where they are not cached.
+
+    Cached: plain tensors outside autograd (derived values of bounds that require grad
+    carry a graph) that track their version (inference tensors do not), outside dispatch
+    modes (fake tensors and tracers must see every op), for a ``loc`` on the CPU or a CUDA
+    device. On CUDA the derived tensors are written on the current stream, so an entry is
+    reused on that stream only, and never while a CUDA graph is captured (the graph would
+    read tensors it does not own; the checks' host reads fail there, as they always did).
+    Tensors made in inference mode cannot be saved for backward outside it, so entries
+    made inside it are kept apart.
+    """
+    if (
+        type(low) is not torch.Tensor
+        or type(high) is not torch.Tensor
+        or low.requires_grad
+        or high.requires_grad
+        or low.is_inference()
+        or high.is_inference()
+        or torch._C._len_torch_dispatch_stack()
+    ):
+        return None
+    device = loc.device
+    if device.type == "cpu":
+        stream = None
+    elif device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+        stream = torch.cuda.current_stream(device).stream_id
+    else:  # other devices: not cached
+        return None
+    return id(low), id(high), loc.dtype, device, stream, torch.is_inference_mode_enabled()
+
+
+def _cached_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor) -> _Bounds | None:
+    """The stored bounds under ``key`` if they were derived from ``low`` and ``high`` as
+    they are now, else ``None``."""
+    entry = _BOUNDS_CACHE.get(key)
+    if entry is None:
+        return None
+    low_ref, high_ref, versions, bounds = entry
+    if low_ref() is not low or high_ref() is not high:  # a recycled id
+        return None
+    if bounds[0]:  # unit bounds stored as numbers
+        current = (low._version, high._version)
+    else:  # the stored copies too, when converted: dist.low / dist.high hand them out
+        current = (low._version, high._version, bounds[1]._version, bounds[2]._version)
+    return bounds if current == versions else None
+
+
+def _store_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor, bounds: _Bounds) -> None:
+    """Stores ``bounds`` under ``key`` (not when converted copies of the bounds were made
+    in inference mode: without a version counter, a write to them would go unseen)."""
+    if not bounds[0] and (bounds[1].is_inference() or bounds[2].is_inference()):
+        return
+    if len(_BOUNDS_CACHE) >= _BOUNDS_CACHE_SIZE:
+        _BOUNDS_CACHE.clear()
+
+    # the entry dies with either bound (the dict bound now: module globals may be gone
+    # when a bound dies at interpreter exit)
+    def drop(_ref, key=key, cache=_BOUNDS_CACHE) -> None:
+        cache.pop(key, None)
+
+    if bounds[0]:
+        versions = (low._version, high._version)
+    else:
+        versions = (low._version, high._version, bounds[1]._version, bounds[2]._version)
+    _BOUNDS_CACHE[key] = (weakref.ref(low, drop), weakref.ref(high, drop), versions, bounds)
 
 
 class TanhNormal(D.Distribution):
@@ -70,7 +179,9 @@ class TanhNormal(D.Distribution):
 
     Raises:
         ValueError: if ``high <= low`` somewhere, or ``loc`` and ``scale`` do not
-            broadcast, or ``event_dims`` exceeds ``loc.ndim``.
+            broadcast, or ``event_dims`` exceeds ``loc.ndim``. Tensor bounds are checked
+            (and ``mid`` / ``half`` derived) once, then again only after an in-place
+            write to them (an actor passes the same bounds at every call).
 
     Examples:
         >>> import torch
@@ -109,7 +220,15 @@ class TanhNormal(D.Distribution):
     ) -> None:
         if not isinstance(loc, torch.Tensor):
             loc = torch.as_tensor(loc, dtype=torch.get_default_dtype())
-        if not torch.compiler.is_compiling():
+        # tensor bounds already validated and derived (see _BOUNDS_CACHE); under
+        # torch.compile the bounds are neither checked nor cached, as before
+        key = bounds = None
+        compiling = torch.compiler.is_compiling()
+        if not compiling and isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):
+            key = _bounds_key(low, high, loc)
+            if key is not None:
+                bounds = _cached_bounds(key, low, high)
+        if bounds is None and not compiling:
             check_low_high(type(self).__name__, low, high)
         if event_dims is None:
             event_dims = min(1, loc.ndim)
@@ -118,25 +237,19 @@ class TanhNormal(D.Distribution):
                 f"{type(self).__name__} got event_dims={event_dims} but loc has only "
                 f"{loc.ndim} dimensions (shape {tuple(loc.shape)})"
             )
-        # Python-number bounds stay numbers: no tensor op for the default [-1, 1].
-        self._numeric_bounds = isinstance(low, Number) and isinstance(high, Number)
-        if not self._numeric_bounds and _all_unit(low, high):
-            # bounds of -1 and 1 everywhere leave tanh alone, as in TorchRL: the sample
-            # keeps loc's shape instead of broadcasting to the bounds' shape
-            low, high, self._numeric_bounds = -1.0, 1.0, True
-        if self._numeric_bounds:
-            self._low, self._high = float(low), float(high)
-            self._trivial_bounds = self._low == -1.0 and self._high == 1.0
-            self._mid = (self._high + self._low) / 2
-            self._half = (self._high - self._low) / 2
-            self._log_half = math.log(self._half)
-        else:
-            self._low = as_tensor_like(low, loc)
-            self._high = as_tensor_like(high, loc)
-            self._trivial_bounds = False
-            self._mid = (self._high + self._low) / 2
-            self._half = (self._high - self._low) / 2
-            self._log_half = self._half.log()
+        if bounds is None:
+            bounds = _derive_bounds(low, high, loc)
+            if key is not None:
+                _store_bounds(key, low, high, bounds)
+        (
+            self._numeric_bounds,
+            self._low,
+            self._high,
+            self._trivial_bounds,
+            self._mid,
+            self._half,
+            self._log_half,
+        ) = bounds
         self.upscale = upscale
         self.tanh_loc = tanh_loc
         self.safe_tanh = safe_tanh
@@ -154,9 +267,13 @@ class TanhNormal(D.Distribution):
         if callable(scale) and not isinstance(scale, torch.Tensor):
             scale = scale(loc)
         scale = as_tensor_like(scale, loc)
+        shape = loc.shape
+        # equal shapes (an actor's loc and scale; bounds of the event's shape) need no
+        # broadcast, as check_broadcast would find, without building its arguments
         if self._numeric_bounds:
-            shape = check_broadcast(type(self).__name__, loc=loc, scale=scale)
-        else:
+            if scale.shape != shape:
+                shape = check_broadcast(type(self).__name__, loc=loc, scale=scale)
+        elif not (scale.shape == shape == self._low.shape == self._high.shape):
             shape = check_broadcast(
                 type(self).__name__, loc=loc, scale=scale, low=self._low, high=self._high
             )
@@ -221,6 +338,8 @@ class TanhNormal(D.Distribution):
         return self._squash(self.loc + eps * self.scale)
 
     def sample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
+        if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            return self.rsample(sample_shape)  # already under no_grad (a collector)
         with torch.no_grad():
             return self.rsample(sample_shape)
 

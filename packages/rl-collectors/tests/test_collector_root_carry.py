@@ -101,3 +101,28 @@ def test_carried_root_is_a_copy_of_the_batch():
     collector.shutdown()
     assert second["count"].squeeze(-1).tolist() == [5.0, 6.0, 7.0, 8.0]
     assert bool((second["observation"].abs() <= 8.0).all())
+
+
+def test_flat_root_is_built_for_plain_batches_only():
+    """The entry-dict root is the general path's, key for key, on a plain batch; a batch
+    with dim names or a nested entry takes the general path (None)."""
+    from rl.collectors._single import _flat_last_root
+
+    env = GymEnv("Pendulum-v1")
+    env.set_seed(0)
+    out = env.rollout(4, Counting(env.action_spec), break_when_any_done=False)
+    nxt = out.get("next")
+    carry = [k for k in nxt.keys(True, True) if k != "reward"]
+    root = _flat_last_root(out, nxt, carry, 0)
+    assert root is not None and root.batch_size == torch.Size([])
+    general = out.exclude("next")[-1].clone()
+    general.update(nxt.select(*carry)[-1].clone())
+    assert list(root.keys()) == list(general.keys())
+    assert (root == general).all()
+    assert root["count"].data_ptr() != out["count"][-1].data_ptr()
+    named = out.clone()
+    named.refine_names("time")
+    assert _flat_last_root(named, named.get("next"), carry, 0) is None
+    nested = out.clone()
+    nested["memory", "count"] = nested["count"]
+    assert _flat_last_root(nested, nested.get("next"), carry, 0) is None

@@ -19,6 +19,7 @@ from torch.testing import assert_close
 from rl.core import (
     Bounded,
     Categorical,
+    Composite,
     ExplorationType,
     MultiCategorical,
     OneHot,
@@ -272,7 +273,7 @@ class TestDeterministicActorWithNoise:
         assert tensor_policy(policy) is None
 
 
-def masked_td(spec, batch, masked: bool) -> TensorDict:
+def action_td(spec, batch) -> TensorDict:
     torch.manual_seed(7)
     n = 4
     if isinstance(spec, OneHot):
@@ -281,41 +282,29 @@ def masked_td(spec, batch, masked: bool) -> TensorDict:
         action = torch.zeros(*batch, 2, dtype=torch.long)
     else:
         action = torch.randint(n, batch)
-    td = TensorDict(action=action, batch_size=batch)
-    if masked:
-        mask = torch.rand(*batch, n) > 0.4
-        mask[..., 1] = True
-        td["action_mask"] = mask
-    return td
+    return TensorDict(action=action, batch_size=batch)
 
 
 class TestEGreedy:
     @pytest.mark.parametrize(
-        "spec,masked",
-        [
-            (Categorical(4), False),
-            (Categorical(4), True),
-            (OneHot(4), False),
-            (OneHot(4), True),
-            (MultiCategorical([4, 3]), False),
-        ],
-        ids=["categorical", "categorical-masked", "one_hot", "one_hot-masked", "multi_categorical"],
+        "spec",
+        [Categorical(4), OneHot(4), MultiCategorical([4, 3])],
+        ids=["categorical", "one_hot", "multi_categorical"],
     )
     @pytest.mark.parametrize("batch", BATCHES, ids=str)
-    def test_matches_forward(self, spec, masked, batch):
-        kwargs = {"action_mask_key": "action_mask"} if masked else {}
-        module = EGreedyModule(spec, eps_init=0.5, eps_end=0.5, **kwargs)
+    def test_matches_forward(self, spec, batch):
+        module = EGreedyModule(spec, eps_init=0.5, eps_end=0.5)
         twin = tensor_policy(module)
-        assert twin.in_keys == ["action"] + (["action_mask"] if masked else [])
+        assert twin.in_keys == ["action"]
         assert twin.out_keys == ["action"]
-        td = masked_td(spec, batch, masked)
+        td = action_td(spec, batch)
         for seed in range(4):  # some elements kept, some replaced
             got = assert_twin_matches(module, td, seed=seed)
         assert got["action"].shape == td["action"].shape
 
     def test_deterministic_leaves_the_action(self):
         module = EGreedyModule(Categorical(4), eps_init=1.0, eps_end=1.0)
-        td = masked_td(Categorical(4), (6,), masked=False)
+        td = action_td(Categorical(4), (6,))
         with set_exploration_type(ExplorationType.DETERMINISTIC):
             got = assert_twin_matches(module, td)
         assert got["action"] is td["action"]
@@ -323,7 +312,7 @@ class TestEGreedy:
     def test_follows_eps_annealing(self):
         module = EGreedyModule(Categorical(4), eps_init=1.0, eps_end=0.0, annealing_num_steps=2)
         twin = tensor_policy(module)
-        td = masked_td(Categorical(4), (50,), masked=False)
+        td = action_td(Categorical(4), (50,))
         module.step(2)  # eps 0: greedy, nothing replaced
         assert_exact(twin.forward(td["action"])[0], td["action"])
 
@@ -353,13 +342,31 @@ class TestEGreedy:
             Custom(Categorical(4)),
             EGreedyModule(Categorical(4), action_key=("agents", "action")),
             EGreedyModule(Categorical(4), action_mask_key=("agents", "mask")),
+            # forward reads the mask only while it explores; the twin's inputs are all read
+            EGreedyModule(Categorical(4), action_mask_key="action_mask"),
             # a batched env's spec: forward draws a coin per env, the twin would not know
             EGreedyModule(OneHot(4, shape=(5, 4))),
+            # the same leaf inside an unbatched Composite
+            EGreedyModule(Composite(action=OneHot(4, shape=(2, 4)))),
+            # a Composite without the action: forward raises when it explores
+            EGreedyModule(Composite(other=OneHot(4))),
             # the dims of a Categorical may be the env's: the same ambiguity
             EGreedyModule(Categorical(4, shape=(5,))),
         ):
             assert module.tensor_forward() is None, module
             assert tensor_policy(module) is None, module
+
+    def test_masked_policy_keeps_forwards_behaviour(self):
+        """No twin with a mask: a collector calls forward, which without exploration
+        does not read the (absent) mask, and with it masks the random actions."""
+        module = EGreedyModule(Categorical(4), eps_init=1.0, eps_end=1.0, action_mask_key="mask")
+        policy = TensorDictSequential(module)
+        assert tensor_policy(policy) is None
+        td = TensorDict(action=torch.zeros(200, dtype=torch.long), batch_size=[200])
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
+            assert (policy(td.clone())["action"] == 0).all()
+        td["mask"] = torch.tensor([False, False, True, False]).expand(200, 4)
+        assert (policy(td)["action"] == 2).all()
 
     def test_q_policy_matches_forward(self):
         torch.manual_seed(0)

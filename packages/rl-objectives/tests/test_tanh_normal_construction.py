@@ -285,3 +285,54 @@ class TestCompile:
                 torch.testing.assert_close(out[3], eager[3], rtol=0, atol=1e-7)
         out[1].sum().backward()
         assert loc.grad is not None and loc.grad.isfinite().all()
+
+
+class TestBoundsCache:
+    def test_same_bounds_hit_the_cache_and_it_holds_none_of_them(self):
+        """Bounds of loc's dtype: a second construction reuses the stored derivation (no
+        validation of the same tensors again), and the entry keeps neither bound alive."""
+        import gc
+        import weakref
+
+        from rl.modules.distributions import _tanh_normal as tn
+
+        low, high = -2 * torch.ones(3), 2 * torch.ones(3)
+        loc = torch.zeros(3)
+        TanhNormal(loc, torch.ones(3), low=low, high=high)
+        key = tn._bounds_key(low, high, loc)
+        assert key in tn._BOUNDS_CACHE
+        assert tn._cached_bounds(key, low, high) is not None
+        dist = TanhNormal(loc, torch.ones(3), low=low, high=high)
+        assert dist._low is low and dist._high is high
+        ref = weakref.ref(low)
+        del low, dist
+        gc.collect()
+        assert ref() is None
+        assert key not in tn._BOUNDS_CACHE
+
+    def test_converted_bounds_are_each_distributions_own(self):
+        """float64 bounds for a float32 loc: each distribution converts its own copy, so
+        writing into one's bounds leaves the other's alone."""
+        low = -2 * torch.ones(3, dtype=torch.float64)
+        high = 2 * torch.ones(3, dtype=torch.float64)
+        a = TanhNormal(torch.zeros(3), torch.ones(3), low=low, high=high)
+        b = TanhNormal(torch.zeros(3), torch.ones(3), low=low, high=high)
+        assert a._low is not b._low
+        a._low.fill_(-5.0)
+        assert (b.low == -2.0).all()
+        assert (b.deterministic_sample == 0).all()
+
+    def test_jit_trace_records_the_bounds_ops(self):
+        """A trace made after the cache holds the bounds still computes from the bounds
+        it is given (the cached mid / half are not baked into the trace)."""
+        low, high = -torch.ones(2) * 2, torch.ones(2) * 2
+        loc = torch.tensor([0.5, 1.0])
+        TanhNormal(loc, torch.ones(2), low=low, high=high)  # cached
+
+        def mean(loc, low, high):
+            return TanhNormal(loc, torch.ones(2), low=low, high=high).deterministic_sample
+
+        traced = torch.jit.trace(mean, (loc, low, high), check_trace=False)
+        other_low, other_high = torch.zeros(2), torch.full((2,), 10.0)
+        expected = 5.0 + 5.0 * loc.tanh()
+        torch.testing.assert_close(traced(loc, other_low, other_high), expected)

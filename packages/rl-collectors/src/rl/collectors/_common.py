@@ -201,7 +201,8 @@ class TrajIds:
         if self.current.device != d.device:  # the ids live where the env's flags do
             self.current = self.current.to(d.device)
         n = d.shape[0]
-        if not bool(d.any()):
+        ends = int(d.sum())
+        if not ends:
             # no trajectory ends in this batch (most small batches): each env keeps its id
             ids = self.current[:, None].expand(n, steps)
             return ids.clone(memory_format=torch.contiguous_format).reshape(*self.batch_size, steps)
@@ -212,7 +213,7 @@ class TrajIds:
         ids = torch.where(before > 0, self.next_id + before - 1, self.current[:, None])
         last = upto[:, -1]
         self.current = torch.where(last > 0, self.next_id + last - 1, self.current)
-        self.next_id += int(d.sum())
+        self.next_id += ends
         return ids.reshape(*self.batch_size, steps)
 
     def state_dict(self) -> dict:

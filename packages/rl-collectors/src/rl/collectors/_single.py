@@ -674,8 +674,8 @@ def _flat_last_root(
     are plain TensorDicts whose entries are tensors at string keys (one env's batch, the
     off-policy examples' 10-frame batches): the same copies of the last step, without
     tensordict's exclude / index / select / update per batch. ``None`` otherwise."""
-    if type(out) is not TensorDict or type(nxt) is not TensorDict:
-        return None
+    if type(out) is not TensorDict or type(nxt) is not TensorDict or out._has_names():
+        return None  # (the general path keeps dim names)
     entries = {}
     carried = set(carry_keys)
     for key, value in out._tensordict.items():

@@ -70,7 +70,10 @@ def _derive_bounds(low, high, loc: torch.Tensor) -> _Bounds:
 # (through torch, which bumps its version) makes the next construction validate and
 # derive again, and a bad value raises there as it always did (a failed check is never
 # stored). Writes that bypass the version counter (through ``.data`` or a NumPy view) are
-# not seen, as autograd does not see them either.
+# not seen, as autograd does not see them either. Only bounds that need no conversion
+# (loc's dtype and device already) are stored, and never the bounds themselves: each
+# distribution holds the caller's tensors as before (no copy shared between live
+# distributions), and an entry dies with its bounds.
 _BOUNDS_CACHE: dict[tuple, tuple] = {}
 _BOUNDS_CACHE_SIZE = 64
 
@@ -95,6 +98,8 @@ def _bounds_key(low, high, loc: torch.Tensor) -> tuple | None:
         or low.is_inference()
         or high.is_inference()
         or torch._C._len_torch_dispatch_stack()
+        or torch.jit.is_tracing()  # a trace records the ops on the bounds, not their values
+        or _functorch_active()
     ):
         return None
     device = loc.device
@@ -107,6 +112,13 @@ def _bounds_key(low, high, loc: torch.Tensor) -> tuple | None:
     return id(low), id(high), loc.dtype, device, stream, torch.is_inference_mode_enabled()
 
 
+def _functorch_active() -> bool:
+    """Whether a ``torch.func`` transform is running: derived bounds made inside one are
+    its wrapped tensors, not to be kept past it."""
+    peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)
+    return peek is None or peek() is not None
+
+
 def _cached_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor) -> _Bounds | None:
     """The stored bounds under ``key`` if they were derived from ``low`` and ``high`` as
     they are now, else ``None``."""
@@ -116,18 +128,21 @@ def _cached_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor) -> _Bounds
     low_ref, high_ref, versions, bounds = entry
     if low_ref() is not low or high_ref() is not high:  # a recycled id
         return None
-    if bounds[0]:  # unit bounds stored as numbers
-        current = (low._version, high._version)
-    else:  # the stored copies too, when converted: dist.low / dist.high hand them out
-        current = (low._version, high._version, bounds[1]._version, bounds[2]._version)
-    return bounds if current == versions else None
+    if (low._version, high._version) != versions:
+        return None
+    if bounds[0]:  # unit bounds, stored as numbers
+        return bounds
+    return (False, low, high, *bounds[3:])  # the caller's own bounds, not kept in the entry
 
 
 def _store_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor, bounds: _Bounds) -> None:
-    """Stores ``bounds`` under ``key`` (not when converted copies of the bounds were made
-    in inference mode: without a version counter, a write to them would go unseen)."""
-    if not bounds[0] and (bounds[1].is_inference() or bounds[2].is_inference()):
-        return
+    """Stores ``bounds`` under ``key``: what was derived from ``low`` and ``high``, without
+    them. Bounds converted to loc's dtype or device are not stored (each distribution
+    gets its own copy, as it always did)."""
+    if not bounds[0]:
+        if bounds[1] is not low or bounds[2] is not high:
+            return
+        bounds = (False, None, None, *bounds[3:])
     if len(_BOUNDS_CACHE) >= _BOUNDS_CACHE_SIZE:
         _BOUNDS_CACHE.clear()
 
@@ -136,10 +151,7 @@ def _store_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor, bounds: _Bo
     def drop(_ref, key=key, cache=_BOUNDS_CACHE) -> None:
         cache.pop(key, None)
 
-    if bounds[0]:
-        versions = (low._version, high._version)
-    else:
-        versions = (low._version, high._version, bounds[1]._version, bounds[2]._version)
+    versions = (low._version, high._version)
     _BOUNDS_CACHE[key] = (weakref.ref(low, drop), weakref.ref(high, drop), versions, bounds)
 
 

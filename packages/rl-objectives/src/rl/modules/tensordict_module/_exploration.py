@@ -223,37 +223,41 @@ class EGreedyModule(_AnnealedSpecModule):
 
         Forward draws one coin per element of the TensorDict's batch; the twin, which
         sees no TensorDict, takes the action's dims before the spec's. The two agree when
-        the spec is an unbatched action's, as the env's unbatched ``action_spec`` (or a
-        single env's) is. ``None`` where they could differ: a spec with batch dims (a
-        batched env's spec: a leaf's dims before its last, or a Composite's shape), a
-        ``Categorical`` spec with dims (whose dims are the env's or the action's, a
-        shape cannot tell); and with hooks (the module's or global ones), a subclass's
-        ``forward``, nested keys. The spec is read at each call (one set later is used;
-        none raises as forward does): the twin is checked against the spec it is built
-        with, and collectors build it again at each batch."""
+        the spec is an unbatched action's and the TensorDict's batch is the action's
+        leading dims, as in a collector's root (the env's batch) with a single env's
+        ``action_spec``; a caller whose TensorDict batch has fewer dims than the action's
+        leading ones gets other draws from the twin. ``None`` where the spec could make
+        them differ: a spec with batch dims (a leaf's dims before its last, or a
+        Composite's shape), a ``Categorical`` spec with dims (whose dims are the env's or
+        the action's, a shape cannot tell), a Composite without the action key; and with
+        an action mask (forward reads it only while exploring), hooks (the module's or
+        global ones), a subclass's ``forward``, a nested key. The spec is read at each
+        call (one set later is used; none raises as forward does): the twin is checked
+        against the spec it is built with, and collectors build it again at each batch."""
         if _has_hooks(self) or not _same_methods(type(self), _EGREEDY_METHODS):
             return None
-        masked = self.action_mask_key is not None
-        in_keys = [self.action_key] + ([self.action_mask_key] if masked else [])
-        if not _plain_keys(in_keys) or len(set(in_keys)) != len(in_keys):
+        if self.action_mask_key is not None:
+            # forward reads the mask only while exploring; a twin's inputs are all read
+            return None
+        if not _plain_keys([self.action_key]):
             return None
         if self._spec is not None:
             if self._spec.shape:
                 return None
-            leaf = self._spec[self.action_key]
-            if isinstance(leaf, Categorical) and leaf.ndim:
+            leaf = self._spec.get(self.action_key, None)
+            if leaf is None:  # forward raises when it explores; the general path does that
+                return None
+            if leaf.ndim > (0 if isinstance(leaf, Categorical) else 1):
                 return None
         source, choose = self._random_source, self._choose
 
-        def forward(action: torch.Tensor, mask: torch.Tensor | None = None) -> tuple:
+        def forward(action: torch.Tensor) -> tuple:
             if not _explores():
                 return (action,)
-            spec, shape, lead = source(action, masked)
-            if masked:
-                spec.update_mask(mask)
+            spec, shape, lead = source(action, False)
             return (choose(action, spec, shape, action.shape[: max(lead, 0)]),)
 
-        return in_keys, in_keys[:1], forward
+        return [self.action_key], [self.action_key], forward
 
 
 _EGREEDY_METHODS = tuple((EGreedyModule, name) for name in ("__call__", "forward"))

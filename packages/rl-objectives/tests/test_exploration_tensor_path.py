@@ -90,6 +90,21 @@ def global_hook():
     handle.remove()
 
 
+def unsafe_variants(cls, *args) -> list:
+    """``cls(*args)`` with a forward hook, with a pre-hook, and a subclass's forward: the
+    three configurations no twin may stand for."""
+    hooked = cls(*args)
+    hooked.register_forward_hook(lambda *a: None)
+    pre_hooked = cls(*args)
+    pre_hooked.register_forward_pre_hook(lambda *a: None)
+
+    class Custom(cls):
+        def forward(self, tensordict):
+            return super().forward(tensordict)
+
+    return [hooked, pre_hooked, Custom(*args)]
+
+
 class TestTanhModule:
     @pytest.mark.parametrize("spec", [PENDULUM, SKEWED, None], ids=["pendulum", "skewed", "unit"])
     @pytest.mark.parametrize("clamp", [False, True])
@@ -133,19 +148,8 @@ class TestTanhModule:
         assert tensor_policy(TanhModule(["param"], ["action"], spec=PENDULUM)) is None
 
     def test_hooks_subclasses_and_keys_without_twin(self):
-        hooked = TanhModule(["param"], ["action"])
-        hooked.register_forward_hook(lambda *args: None)
-        pre_hooked = TanhModule(["param"], ["action"])
-        pre_hooked.register_forward_pre_hook(lambda *args: None)
-
-        class Custom(TanhModule):
-            def forward(self, tensordict):
-                return super().forward(tensordict)
-
         for module in (
-            hooked,
-            pre_hooked,
-            Custom(["param"], ["action"]),
+            *unsafe_variants(TanhModule, ["param"], ["action"]),
             TanhModule([("nested", "param")], ["action"]),
             TanhModule(["param"], [("nested", "action")]),
             # the second pair reads what the first wrote
@@ -223,19 +227,8 @@ class TestAdditiveGaussian:
         assert out.abs().max() <= 2.0 and out.abs().max() > 0
 
     def test_unsafe_configurations_have_no_twin(self):
-        hooked = AdditiveGaussianModule(PENDULUM)
-        hooked.register_forward_hook(lambda *args: None)
-        pre_hooked = AdditiveGaussianModule(PENDULUM)
-        pre_hooked.register_forward_pre_hook(lambda *args: None)
-
-        class Custom(AdditiveGaussianModule):
-            def forward(self, tensordict):
-                return super().forward(tensordict)
-
         for module in (
-            hooked,
-            pre_hooked,
-            Custom(PENDULUM),
+            *unsafe_variants(AdditiveGaussianModule, PENDULUM),
             AdditiveGaussianModule(PENDULUM, safe=True),
             AdditiveGaussianModule(PENDULUM, action_key=("agents", "action")),
         ):
@@ -327,19 +320,8 @@ class TestEGreedy:
         assert str(from_twin.value) == str(from_forward.value)
 
     def test_unsafe_configurations_have_no_twin(self):
-        hooked = EGreedyModule(Categorical(4))
-        hooked.register_forward_hook(lambda *args: None)
-        pre_hooked = EGreedyModule(Categorical(4))
-        pre_hooked.register_forward_pre_hook(lambda *args: None)
-
-        class Custom(EGreedyModule):
-            def forward(self, tensordict):
-                return super().forward(tensordict)
-
         for module in (
-            hooked,
-            pre_hooked,
-            Custom(Categorical(4)),
+            *unsafe_variants(EGreedyModule, Categorical(4)),
             EGreedyModule(Categorical(4), action_key=("agents", "action")),
             EGreedyModule(Categorical(4), action_mask_key=("agents", "mask")),
             # forward reads the mask only while it explores; the twin's inputs are all read

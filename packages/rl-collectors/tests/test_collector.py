@@ -50,10 +50,12 @@ def _traj_ids_loop(done: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-def test_traj_ids_over_batches_with_and_without_ends():
+@pytest.mark.parametrize("path", ["numpy", "torch"])
+def test_traj_ids_over_batches_with_and_without_ends(path):
     """Batches where no trajectory ends (ids carried as they are) and batches where some
     do give the ids of one step-by-step pass over the whole sequence; a yielded id
-    tensor written in place changes nothing that follows."""
+    tensor written in place changes nothing that follows. CPU batches are numbered in
+    numpy; the torch path (other devices) is taken here through int32 ids."""
     from rl.collectors._common import TrajIds
 
     gen = torch.Generator().manual_seed(0)
@@ -61,13 +63,17 @@ def test_traj_ids_over_batches_with_and_without_ends():
     done = torch.rand(n, steps * batches, generator=gen) < 0.15
     done[:, : 2 * steps] = False  # two whole batches without an end
     done[:, 5 * steps : 6 * steps] = False
+    done[:, 7 * steps - 1] = True  # every env ends at a batch's last step
     traj = TrajIds(torch.Size([n]))
+    if path == "torch":
+        traj.current = traj.current.to(torch.int32)
     parts = []
     for b in range(batches):
         ids = traj.assign(done[:, b * steps : (b + 1) * steps, None])
-        parts.append(ids.clone())
+        parts.append(ids.clone().long())
         ids.fill_(-1)
     torch.testing.assert_close(torch.cat(parts, 1), _traj_ids_loop(done))
+    assert traj.next_id == n + int(done.sum())
     one = TrajIds(torch.Size([]))  # an unbatched env: [T] ids
     assert one.assign(torch.zeros(4, 1, dtype=torch.bool)).tolist() == [0, 0, 0, 0]
     ends = torch.tensor([[False], [True], [False], [False]])

@@ -86,7 +86,11 @@ def test_floor_batch_records_an_episode_as_gymnasium_runs_it(bench):
 def test_smallest_run_writes_its_table(bench, tmp_path, monkeypatch):
     out = tmp_path / "collector.md"
     monkeypatch.setattr(sys, "argv", ["bench", "--rounds", "1", "--out", str(out)])
-    bench.main()
+    threads = torch.get_num_threads()
+    try:
+        bench.main()  # sets one torch thread, as the examples run
+    finally:
+        torch.set_num_threads(threads)
     text = out.read_text()
     rows = [
         line

@@ -51,11 +51,11 @@ def _traj_ids_loop(done: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("path", ["numpy", "torch"])
-def test_traj_ids_over_batches_with_and_without_ends(path):
+def test_traj_ids_over_batches_with_and_without_ends(path, monkeypatch):
     """Batches where no trajectory ends (ids carried as they are) and batches where some
     do give the ids of one step-by-step pass over the whole sequence; a yielded id
     tensor written in place changes nothing that follows. CPU batches are numbered in
-    numpy; the torch path (other devices) is taken here through int32 ids."""
+    numpy; every batch goes through the torch path (other devices') in the second case."""
     from rl.collectors._common import TrajIds
 
     gen = torch.Generator().manual_seed(0)
@@ -64,20 +64,41 @@ def test_traj_ids_over_batches_with_and_without_ends(path):
     done[:, : 2 * steps] = False  # two whole batches without an end
     done[:, 5 * steps : 6 * steps] = False
     done[:, 7 * steps - 1] = True  # every env ends at a batch's last step
+    monkeypatch.setattr(TrajIds, "_numpy_path", lambda self, d: path == "numpy")
+    torch_calls = []
+    assign_torch = TrajIds._assign_torch
+    monkeypatch.setattr(
+        TrajIds,
+        "_assign_torch",
+        lambda self, d, e: torch_calls.append(e) or assign_torch(self, d, e),
+    )
     traj = TrajIds(torch.Size([n]))
-    if path == "torch":
-        traj.current = traj.current.to(torch.int32)
     parts = []
     for b in range(batches):
         ids = traj.assign(done[:, b * steps : (b + 1) * steps, None])
-        parts.append(ids.clone().long())
+        parts.append(ids.clone())
         ids.fill_(-1)
     torch.testing.assert_close(torch.cat(parts, 1), _traj_ids_loop(done))
     assert traj.next_id == n + int(done.sum())
+    batches_with_ends = sum(
+        bool(done[:, b * steps : (b + 1) * steps].any()) for b in range(batches)
+    )
+    assert len(torch_calls) == (batches_with_ends if path == "torch" else 0)
     one = TrajIds(torch.Size([]))  # an unbatched env: [T] ids
     assert one.assign(torch.zeros(4, 1, dtype=torch.bool)).tolist() == [0, 0, 0, 0]
     ends = torch.tensor([[False], [True], [False], [False]])
     assert one.assign(ends).tolist() == [0, 0, 1, 1]
+
+
+def test_traj_ids_of_integer_flags_are_integers():
+    """Done flags stored as integers are numbered as bools are, in int64."""
+    from rl.collectors._common import TrajIds
+
+    traj = TrajIds(torch.Size([2]))
+    flags = torch.tensor([[0, 1, 0], [1, 0, 0]], dtype=torch.uint8)
+    ids = traj.assign(flags)
+    assert ids.dtype == torch.int64 and traj.current.dtype == torch.int64
+    assert ids.tolist() == [[0, 0, 3], [1, 2, 2]]
 
 
 class TestCollector:

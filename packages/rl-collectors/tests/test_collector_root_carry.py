@@ -123,6 +123,15 @@ def test_flat_root_is_built_for_plain_batches_only():
     named = out.clone()
     named.refine_names("time")
     assert _flat_last_root(named, named.get("next"), carry, 0) is None
+    envs = GymEnv("Pendulum-v1", num_envs=2)  # named env dims, which the root keeps
+    envs.set_seed(0)
+    collector = Collector(envs, Counting(envs.action_spec), frames_per_batch=6, total_frames=12)
+    batch = collector.rollout()
+    batch.refine_names("env", "time")
+    root = collector._next_root(batch)
+    collector.shutdown()
+    assert root.names == ["env"] and root.batch_size == torch.Size([2])
+    assert (root["count"] == batch["count"][:, -1]).all()
     nested = out.clone()
     nested["memory", "count"] = nested["count"]
     assert _flat_last_root(nested, nested.get("next"), carry, 0) is None

@@ -334,6 +334,8 @@ class TestEGreedy:
             EGreedyModule(Composite(other=OneHot(4))),
             # the dims of a Categorical may be the env's: the same ambiguity
             EGreedyModule(Categorical(4, shape=(5,))),
+            # and of any other scalar action's spec (a batched env's integer box)
+            EGreedyModule(Bounded(0, 3, shape=(5,), dtype=torch.int64)),
         ):
             assert module.tensor_forward() is None, module
             assert tensor_policy(module) is None, module

@@ -198,6 +198,8 @@ class TrajIds:
         ``[*B, T, 1]``: a ``("next", "done")`` flag)."""
         steps = done.shape[len(self.batch_size)]
         d = done.reshape(-1, steps)  # [n, T]
+        if d.dtype != torch.bool:  # flags stored as integers
+            d = d.bool()
         if self.current.device != d.device:  # the ids live where the env's flags do
             self.current = self.current.to(d.device)
         n = d.shape[0]
@@ -206,9 +208,19 @@ class TrajIds:
             # no trajectory ends in this batch (most small batches): each env keeps its id
             ids = self.current[:, None].expand(n, steps)
             return ids.clone(memory_format=torch.contiguous_format).reshape(*self.batch_size, steps)
-        if d.device.type == "cpu" and self.current.dtype == torch.int64:
+        if self._numpy_path(d):
             ids = self._assign_numpy(d.numpy(), ends)  # a few us a call against ~100
             return torch.from_numpy(ids).reshape(*self.batch_size, steps)
+        return self._assign_torch(d, ends).reshape(*self.batch_size, steps)
+
+    def _numpy_path(self, d: torch.Tensor) -> bool:
+        """Whether a batch's ids are numbered in numpy: flags and ids on the CPU."""
+        return d.device.type == "cpu" and self.current.dtype == torch.int64
+
+    def _assign_torch(self, d: torch.Tensor, ends: int) -> torch.Tensor:
+        """:meth:`assign`'s ids of a batch ``[n, T]`` with ``ends`` trajectory ends, in
+        torch ops on the flags' device (no host read beyond ``ends``)."""
+        n, steps = d.shape
         events = d.t().reshape(-1).cumsum(0).reshape(steps, n).t()
         events = torch.where(d, events, 0)
         upto = events.cummax(dim=1).values  # events up to and including t
@@ -217,7 +229,7 @@ class TrajIds:
         last = upto[:, -1]
         self.current = torch.where(last > 0, self.next_id + last - 1, self.current)
         self.next_id += ends
-        return ids.reshape(*self.batch_size, steps)
+        return ids
 
     def _assign_numpy(self, d: np.ndarray, ends: int) -> np.ndarray:
         """:meth:`assign`'s ids of a CPU batch ``[n, T]`` with ``ends`` trajectory ends,

@@ -191,9 +191,11 @@ class TanhNormal(D.Distribution):
 
     Raises:
         ValueError: if ``high <= low`` somewhere, or ``loc`` and ``scale`` do not
-            broadcast, or ``event_dims`` exceeds ``loc.ndim``. Tensor bounds are checked
-            (and ``mid`` / ``half`` derived) once, then again only after an in-place
-            write to them (an actor passes the same bounds at every call).
+            broadcast, or ``event_dims`` exceeds ``loc.ndim``. Tensor bounds of loc's
+            dtype and device are checked (and ``mid`` / ``half`` derived) once, then
+            again only after an in-place write to them (an actor passes the same bounds
+            at every call); bounds converted to loc's dtype or device, at every
+            construction.
 
     Examples:
         >>> import torch

@@ -16,7 +16,16 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey, expand_as_right, expand_right
 from torch import nn
 
-from rl.core import Categorical, Composite, ExplorationType, TensorSpec, exploration_type
+from rl.core import (
+    Binary,
+    Composite,
+    ExplorationType,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    TensorSpec,
+    exploration_type,
+)
 
 from ._common import _forward_hook_safe_action
 from ._probabilistic import (
@@ -226,12 +235,15 @@ class EGreedyModule(_AnnealedSpecModule):
         the spec is an unbatched action's and the TensorDict's batch is the action's
         leading dims, as in a collector's root (the env's batch) with a single env's
         ``action_spec``; a caller whose TensorDict batch has fewer dims than the action's
-        leading ones gets other draws from the twin. ``None`` where the spec could make
-        them differ: a spec with batch dims (a leaf's dims before its last, or a
-        Composite's shape), a ``Categorical`` spec with dims (whose dims are the env's or
-        the action's, a shape cannot tell), a Composite without the action key; and with
-        an action mask (forward reads it only while exploring), hooks (the module's or
-        global ones), a subclass's ``forward``, a nested key. The spec is read at each
+        leading ones gets other draws from the twin.
+
+        ``None`` where the spec could make them differ: dims before a vector action's
+        last (``OneHot``, ``MultiOneHot``, ``MultiCategorical``, ``Binary``), any dim of
+        a scalar action's spec (``Categorical``, ``Bounded``, ...: the env's or the
+        action's, a shape cannot tell), a Composite's shape, a Composite without the
+        action key; and with an action mask (forward reads it only while exploring),
+        hooks (the module's or global ones), a subclass's ``forward``, a nested key.
+        The spec is read at each
         call (one set later is used; none raises as forward does): the twin is checked
         against the spec it is built with, and collectors build it again at each batch."""
         if _has_hooks(self) or not _same_methods(type(self), _EGREEDY_METHODS):
@@ -247,7 +259,7 @@ class EGreedyModule(_AnnealedSpecModule):
             leaf = self._spec.get(self.action_key, None)
             if leaf is None:  # forward raises when it explores; the general path does that
                 return None
-            if leaf.ndim > (0 if isinstance(leaf, Categorical) else 1):
+            if leaf.ndim > (1 if isinstance(leaf, _VECTOR_ACTIONS) else 0):
                 return None
         source, choose = self._random_source, self._choose
 
@@ -260,6 +272,9 @@ class EGreedyModule(_AnnealedSpecModule):
         return [self.action_key], [self.action_key], forward
 
 
+# the specs whose one action is a vector (its last dim); any other spec's action is a
+# scalar, and its dims are batch dims (a batched env's) which the twin cannot tell apart
+_VECTOR_ACTIONS = (OneHot, MultiOneHot, MultiCategorical, Binary)
 _EGREEDY_METHODS = tuple((EGreedyModule, name) for name in ("__call__", "forward"))
 
 

@@ -44,7 +44,7 @@ from _offpolicy import (  # noqa: E402
     make_env,
     make_tanh_normal_actor,
 )
-from _timing import results_path, write_report  # noqa: E402
+from _timing import per_call, results_path, write_report  # noqa: E402
 
 from rl.collectors import Collector  # noqa: E402
 from rl.modules import AdditiveGaussianModule, TensorDictSequential  # noqa: E402
@@ -157,15 +157,9 @@ def rows(seed: int = 0) -> dict:
 
 
 def _batches(collector):
-    """A callable collecting the next batch and returning its frames."""
+    """A callable collecting the next batch."""
     it = iter(collector)
-    return lambda: next(it).numel()
-
-
-def frames_per_cpu_second(fn, batches: int) -> float:
-    start = time.process_time()
-    frames = sum(fn() for _ in range(batches))
-    return frames / (time.process_time() - start)
+    return lambda: next(it)
 
 
 def measure(rounds: int, frames: int = 10, batches: int = 200) -> list[dict]:
@@ -176,12 +170,14 @@ def measure(rounds: int, frames: int = 10, batches: int = 200) -> list[dict]:
         floor = make_floor(frames)
         fns = {"floor": floor.batch, "small": _batches(small), "large": _batches(large)}
         counts = {"floor": batches, "small": batches, "large": batches // 10}
+        sizes = {"floor": frames, "small": frames, "large": 10 * frames}
         for key, fn in fns.items():  # warm-up: first batches, first resets
-            frames_per_cpu_second(fn, max(counts[key] // 4, 1))
+            per_call(fn, max(counts[key] // 4, 1))
         runs: dict[str, list[float]] = {key: [] for key in fns}
         for _ in range(rounds):
             for key, fn in fns.items():
-                runs[key].append(frames_per_cpu_second(fn, counts[key]))
+                seconds = per_call(fn, counts[key], clock=time.process_time)
+                runs[key].append(sizes[key] / seconds)
         med = {key: statistics.median(v) for key, v in runs.items()}
         # per frame = step + batch / frames_per_batch, at 10 and 100 frames a batch
         t_small, t_large = 1e6 / med["small"], 1e6 / med["large"]

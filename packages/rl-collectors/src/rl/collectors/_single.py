@@ -518,12 +518,12 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             keys = [*nxt.keys(True, True), *non_tensor_keys(nxt)]  # strings too
             self._carry_keys = [k for k in keys if k not in rewards]
         nb = len(env.batch_size)
-        idx = (slice(None),) * nb + (-1,)
         root = _flat_last_root(out, nxt, self._carry_keys, nb)
         if root is None:
             # the last root (what a policy wrote there: recurrent states, counters...)
             # under the step's "next" entries, as the rollout carries them from step to
             # step; select-then-index keeps the batch dims of nested groups ([*B, n_agents])
+            idx = (slice(None),) * nb + (-1,)
             root = out.exclude("next", "collector")[idx].clone()
             root.update(nxt.select(*self._carry_keys)[idx].clone())
         if self._end_keys == ["done"]:  # flags at the root only: "done" is their or

@@ -35,14 +35,10 @@ def _all_unit(low, high) -> bool:
     return bool((low == -1).all()) and bool((high == 1).all())
 
 
-# What TanhNormal.__init__ derives from its bounds:
-# (numeric, low, high, trivial, mid, half, log_half); the last five are Python floats for
-# numeric bounds, else tensors on loc's device with loc's dtype.
-_Bounds = tuple
-
-
-def _derive_bounds(low, high, loc: torch.Tensor) -> _Bounds:
-    """The bounds as TanhNormal stores them, computed from scratch (no validation)."""
+def _derive_bounds(low, high, loc: torch.Tensor) -> tuple:
+    """The bounds as TanhNormal stores them, computed from scratch (no validation):
+    ``(numeric, low, high, trivial, mid, half, log_half)``, the last five Python floats
+    for numeric bounds, else tensors on loc's device with loc's dtype."""
     # Python-number bounds stay numbers: no tensor op for the default [-1, 1].
     numeric = isinstance(low, Number) and isinstance(high, Number)
     if not numeric and _all_unit(low, high):
@@ -119,7 +115,7 @@ def _functorch_active() -> bool:
     return peek is None or peek() is not None
 
 
-def _cached_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor) -> _Bounds | None:
+def _cached_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor) -> tuple | None:
     """The stored bounds under ``key`` if they were derived from ``low`` and ``high`` as
     they are now, else ``None``."""
     entry = _BOUNDS_CACHE.get(key)
@@ -135,7 +131,7 @@ def _cached_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor) -> _Bounds
     return (False, low, high, *bounds[3:])  # the caller's own bounds, not kept in the entry
 
 
-def _store_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor, bounds: _Bounds) -> None:
+def _store_bounds(key: tuple, low: torch.Tensor, high: torch.Tensor, bounds: tuple) -> None:
     """Stores ``bounds`` under ``key``: what was derived from ``low`` and ``high``, without
     them. Bounds converted to loc's dtype or device are not stored (each distribution
     gets its own copy, as it always did)."""

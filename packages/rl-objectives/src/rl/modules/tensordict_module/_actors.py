@@ -24,9 +24,8 @@ from ._probabilistic import (
     SafeProbabilisticModule,
     SafeProbabilisticTensorDictSequential,
     TensorForward,
-    _has_hooks,
+    _plain_forward,
     _plain_keys,
-    _same_methods,
 )
 
 __all__ = ["Actor", "ProbabilisticActor", "ValueOperator", "TanhModule"]
@@ -331,7 +330,7 @@ class TanhModule(TensorDictModuleBase):
         ``None`` with hooks (the module's or global ones), a subclass's ``forward``,
         nested keys, an out_key written twice, or a pair reading what an earlier pair
         wrote (the twin maps each input to its output independently)."""
-        if _has_hooks(self) or not _same_methods(type(self), _TANH_METHODS):
+        if not _plain_forward(self, TanhModule):
             return None
         in_keys, out_keys = list(self.in_keys), list(self.out_keys)
         if not _plain_keys(in_keys + out_keys) or len(set(out_keys)) != len(out_keys):
@@ -340,18 +339,8 @@ class TanhModule(TensorDictModuleBase):
             return None
         bounds = [self._bounds(key) for key in out_keys]
         squash = self._squash
-        if len(bounds) == 1:  # the usual single pair, without the loop
-            (only,) = bounds
 
-            def forward(feature: torch.Tensor) -> tuple[torch.Tensor]:
-                return (squash(feature, only),)
-
-        else:
-
-            def forward(*features: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                return tuple(squash(f, b) for f, b in zip(features, bounds, strict=True))
+        def forward(*features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return tuple(squash(f, b) for f, b in zip(features, bounds, strict=True))
 
         return in_keys, out_keys, forward
-
-
-_TANH_METHODS = tuple((TanhModule, name) for name in ("__call__", "forward"))

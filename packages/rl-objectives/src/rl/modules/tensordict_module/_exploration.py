@@ -30,10 +30,9 @@ from rl.core import (
 from ._common import _forward_hook_safe_action
 from ._probabilistic import (
     TensorForward,
-    _has_hooks,
     _missing_key_error,
+    _plain_forward,
     _plain_keys,
-    _same_methods,
 )
 
 __all__ = [
@@ -246,7 +245,7 @@ class EGreedyModule(_AnnealedSpecModule):
         The spec is read at each
         call (one set later is used; none raises as forward does): the twin is checked
         against the spec it is built with, and collectors build it again at each batch."""
-        if _has_hooks(self) or not _same_methods(type(self), _EGREEDY_METHODS):
+        if not _plain_forward(self, EGreedyModule):
             return None
         if self.action_mask_key is not None:
             # forward reads the mask only while exploring; a twin's inputs are all read
@@ -275,7 +274,6 @@ class EGreedyModule(_AnnealedSpecModule):
 # the specs whose one action is a vector (its last dim); any other spec's action is a
 # scalar, and its dims are batch dims (a batched env's) which the twin cannot tell apart
 _VECTOR_ACTIONS = (OneHot, MultiOneHot, MultiCategorical, Binary)
-_EGREEDY_METHODS = tuple((EGreedyModule, name) for name in ("__call__", "forward"))
 
 
 class AdditiveGaussianModule(_AnnealedSpecModule):
@@ -356,7 +354,7 @@ class AdditiveGaussianModule(_AnnealedSpecModule):
         reads them (a missing spec raises forward's ``RuntimeError``). ``None`` with
         ``safe=True`` (its projection is a forward hook), other hooks (the module's or
         global ones), a subclass's ``forward``, or a nested action key."""
-        if self.safe or _has_hooks(self) or not _same_methods(type(self), _GAUSSIAN_METHODS):
+        if self.safe or not _plain_forward(self, AdditiveGaussianModule):
             return None
         if not _plain_keys([self.action_key]):
             return None
@@ -366,9 +364,6 @@ class AdditiveGaussianModule(_AnnealedSpecModule):
             return (add_noise(action),) if _explores() else (action,)
 
         return [self.action_key], [self.action_key], forward
-
-
-_GAUSSIAN_METHODS = tuple((AdditiveGaussianModule, name) for name in ("__call__", "forward"))
 
 
 class _OrnsteinUhlenbeckProcess(nn.Module):

@@ -309,6 +309,15 @@ def _same_methods(cls: type, methods: tuple[tuple[type, str], ...]) -> bool:
     return all(getattr(cls, name) is getattr(base, name) for base, name in methods)
 
 
+def _plain_forward(module: nn.Module, base: type) -> bool:
+    """Whether ``module`` runs ``base``'s own ``__call__`` and ``forward`` with no hook
+    (its own or global ones): what a module's tensor twin, written from ``base``'s
+    forward, stands for."""
+    return not _has_hooks(module) and _same_methods(
+        type(module), ((base, "__call__"), (base, "forward"))
+    )
+
+
 def _tensor_stage(module: nn.Module) -> TensorForward | None:
     """The tensor twin of one module of an actor, or ``None``.
 

@@ -31,7 +31,6 @@ from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
     UpdateStep,
-    compile_advantage,
     compile_policy,
     evaluate,
     finish_run,
@@ -105,9 +104,7 @@ def main(cfg: Config) -> dict:
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
     )
-    advantage = compile_advantage(
-        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
-    )
+    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
     loss_module = A2CLoss(
         actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
     )
@@ -115,15 +112,21 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
 
     def a2c_loss(batch):
-        # the batch flattened here: compiled, inside the graph (no TensorDict work at each
-        # step; with cudagraphs, each replay copies the whole batch into its inputs)
-        losses = loss_module(batch.reshape(-1).exclude("collector"))
+        # the advantage of the batch with the critic as it is before the step, then the
+        # batch flattened: compiled, both inside the update's graph (one call a batch, no
+        # TensorDict work at each step; with cudagraphs, each replay copies the whole
+        # batch into its inputs)
+        batch = batch.exclude("collector")
+        with torch.no_grad():
+            batch = advantage(batch)
+        losses = loss_module(batch.reshape(-1))
         loss = losses["loss_objective"] + losses["loss_critic"]
         if "loss_entropy" in losses.keys():
             loss = loss + losses["loss_entropy"]
         return loss, loss
 
-    # one clipped gradient step (backward, RMSprop); one graph with --compile
+    # the advantage and one clipped gradient step (backward, RMSprop); one graph with
+    # --compile
     update = UpdateStep(
         a2c_loss,
         optimizer,
@@ -143,7 +146,6 @@ def main(cfg: Config) -> dict:
         frames += batch.numel()
         if cfg.anneal_lr:
             set_lr(optimizer, cfg.lr * (1.0 - iteration / num_updates))
-        advantage(batch)
         loss = update(batch)
 
         returns.update(batch)

@@ -118,9 +118,9 @@ CASES = {
         3,
         True,
     ),
-    # 10 batches of 10 frames, one update each; graphs: the update step, the policy, the
-    # advantage (all three compiled in the first batch)
-    "a2c": Case("a2c", {"total_frames": 100, "num_envs": 2, "num_steps": 5}, 10, 1, 3),
+    # 10 batches of 10 frames, one update each; graphs: the update step (the advantage
+    # inside it) and the policy (both compiled in the first batch)
+    "a2c": Case("a2c", {"total_frames": 100, "num_envs": 2, "num_steps": 5}, 10, 1, 2),
     # 5 batches x 4 updates; the policy compiles in the second batch (the first is random)
     "dqn": Case(
         "dqn",

@@ -90,6 +90,28 @@ def test_traj_ids_over_batches_with_and_without_ends(path, monkeypatch):
     assert one.assign(ends).tolist() == [0, 0, 1, 1]
 
 
+def test_end_of_traj_reads_step_flags_and_group_flags():
+    """A step's flag (``[*B, T, 1]``) ends a trajectory where it is set; a group's
+    (``[*B, T, n, 1]``) where any member's is; two flags where either is."""
+    from rl.collectors._common import end_of_traj
+
+    gen = torch.Generator().manual_seed(0)
+    done = torch.rand(3, 6, 1, generator=gen) < 0.3
+    agents = torch.rand(3, 6, 4, 1, generator=gen) < 0.1
+    truncated = torch.zeros(3, 6, 1, dtype=torch.bool)
+    truncated[1, 2] = True
+    td = TensorDict(
+        {"done": done, "truncated": truncated, "agents": {"done": agents}}, batch_size=[3, 6]
+    )
+    assert torch.equal(end_of_traj(td, ["done"], 2), done[..., 0])
+    assert torch.equal(end_of_traj(td, [("agents", "done")], 2), agents.flatten(2).any(-1))
+    both = end_of_traj(td, ["done", "truncated"], 2)
+    assert torch.equal(both, done[..., 0] | truncated[..., 0]) and both.shape == (3, 6)
+    assert torch.equal(end_of_traj(td, ["done"], 1), done.flatten(1).any(-1))
+    with pytest.raises(KeyError, match="no done flag"):
+        end_of_traj(td, [], 2)
+
+
 def test_traj_ids_of_integer_flags_are_integers():
     """Done flags stored as integers are numbered as bools are, in int64."""
     from rl.collectors._common import TrajIds

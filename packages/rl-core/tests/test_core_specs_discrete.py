@@ -19,6 +19,23 @@ class TestCategorical:
         assert not spec.is_in(torch.tensor([-1, 0, 0]))
         assert spec.project(torch.tensor([-3.0, 1.6, 9.0])).tolist() == [0, 2, 3]
 
+    @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+    def test_range_check_of_views_and_empty_values(self, dtype):
+        """The range check reads strided views, expanded values and empty batches as
+        the values they hold (the CPU check reads them through numpy)."""
+        spec = Categorical(4, dtype=dtype)
+        base = torch.tensor([[0, 9], [3, 9], [2, 9]], dtype=dtype)
+        assert spec.is_in(base[:, 0])  # a strided column of in-range values
+        assert not spec.is_in(base[:, 1])
+        assert spec.is_in(torch.tensor(3, dtype=dtype).expand(5))
+        assert not spec.is_in(torch.tensor(4, dtype=dtype).expand(5))
+        assert spec.is_in(torch.empty(0, dtype=dtype))
+        assert spec.is_in(torch.tensor([[1, 2], [3, 0]], dtype=dtype).t())
+        with torch.inference_mode():
+            assert not spec.is_in(torch.full((2,), 7, dtype=dtype))
+        if dtype is not torch.uint8:
+            assert not spec.is_in(torch.tensor([0, -1], dtype=dtype))
+
     def test_mask_rand_is_in_project(self):
         spec = Categorical(4, shape=(2,))
         spec.update_mask(torch.tensor([[True, False, False, True], [False, True, False, False]]))

@@ -173,7 +173,13 @@ def end_of_traj(tensordict: TensorDictBase, end_keys: list, ndim: int) -> torch.
     for key in end_keys:
         flag = tensordict.get(key)
         if flag.ndim > ndim:
-            flag = flag.flatten(ndim).any(-1)
+            trailing = flag.shape[ndim:]
+            # a flag per step ([*B, T, 1]) is a view; a group's is reduced
+            flag = (
+                flag.flatten(ndim).any(-1)
+                if trailing.numel() != 1
+                else flag.view(flag.shape[:ndim])
+            )
         mask = flag if mask is None else mask | flag
     if mask is None:
         raise KeyError(f"no done flag to end trajectories with: end_keys={end_keys!r}")
@@ -198,19 +204,26 @@ class TrajIds:
         ``[*B, T, 1]``: a ``("next", "done")`` flag)."""
         steps = done.shape[len(self.batch_size)]
         d = done.reshape(-1, steps)  # [n, T]
-        if d.dtype != torch.bool:  # flags stored as integers
-            d = d.bool()
         if self.current.device != d.device:  # the ids live where the env's flags do
             self.current = self.current.to(d.device)
-        n = d.shape[0]
+        if self._numpy_path(d):
+            # numpy from the flags on (a few us a batch against ~50 in torch ops)
+            flags = d.detach().numpy()
+            if flags.dtype != np.bool_:  # flags stored as integers
+                flags = flags.astype(bool)
+            ends = int(np.count_nonzero(flags))
+            if not ends:
+                # no trajectory ends in this batch (most small batches): each env keeps its id
+                ids = np.repeat(self.current.numpy()[:, None], steps, axis=1)
+            else:
+                ids = self._assign_numpy(flags, ends)
+            return torch.from_numpy(ids).reshape(*self.batch_size, steps)
+        if d.dtype != torch.bool:
+            d = d.bool()
         ends = int(d.sum())
         if not ends:
-            # no trajectory ends in this batch (most small batches): each env keeps its id
-            ids = self.current[:, None].expand(n, steps)
+            ids = self.current[:, None].expand(d.shape[0], steps)
             return ids.clone(memory_format=torch.contiguous_format).reshape(*self.batch_size, steps)
-        if self._numpy_path(d):
-            ids = self._assign_numpy(d.numpy(), ends)  # a few us a call against ~100
-            return torch.from_numpy(ids).reshape(*self.batch_size, steps)
         return self._assign_torch(d, ends).reshape(*self.batch_size, steps)
 
     def _numpy_path(self, d: torch.Tensor) -> bool:

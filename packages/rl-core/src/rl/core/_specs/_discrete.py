@@ -35,6 +35,15 @@ def _check_n(n: Any, cls: str) -> int:
     return int(n)
 
 
+def _in_range(value: torch.Tensor, n: int) -> bool:
+    """Whether every entry of ``value`` lies in ``[0, n)``: on the CPU read through numpy
+    (two reductions, no tensor allocated), elsewhere in one device read."""
+    if value.device.type == "cpu" and value.layout == torch.strided:
+        array = value.detach().numpy()
+        return not array.size or bool(array.min() >= 0 and array.max() < n)
+    return bool(((value >= 0) & (value < n)).all())
+
+
 def _sample_index(
     spec: TensorSpec, lead: Sequence[int], batch: Sequence[int], n: int, mask: torch.Tensor | None
 ) -> torch.Tensor:
@@ -210,7 +219,7 @@ class Categorical(_MaskedDiscrete):
     def _values_mismatch(self, value: torch.Tensor) -> str | None:
         if self._n < 0 and self.mask is None:
             return None  # undefined n: any index of the right shape and dtype (TorchRL)
-        if self.dtype != torch.bool and not bool(((value >= 0) & (value < self.n)).all()):
+        if self.dtype != torch.bool and not _in_range(value, self.n):
             return f"has values outside [0, {self.n})"
         if self.mask is not None and not bool(self._allowed(value).all()):
             return "has values the mask does not allow"

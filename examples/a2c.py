@@ -31,6 +31,7 @@ from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
     UpdateStep,
+    compile_advantage,
     compile_policy,
     evaluate,
     finish_run,
@@ -83,8 +84,8 @@ class Config:
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
     compile: bool = False
-    """torch.compile the collector's policy and the whole update step (loss, backward,
-    gradient clipping, optimizer step), once."""
+    """torch.compile the collector's policy and the whole update step (the advantage, loss,
+    backward, gradient clipping, optimizer step), once."""
     cudagraphs: bool = False
     """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
@@ -104,7 +105,10 @@ def main(cfg: Config) -> dict:
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
     )
-    advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+    # with --cudagraphs the advantage runs before the captured step (the estimator checks
+    # its inputs with a host read, which a capture refuses); otherwise inside the step
+    advantage = compile_advantage(gae, compile=cfg.compile) if cfg.cudagraphs else None
     loss_module = A2CLoss(
         actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
     )
@@ -117,8 +121,9 @@ def main(cfg: Config) -> dict:
         # TensorDict work at each step; with cudagraphs, each replay copies the whole
         # batch into its inputs)
         batch = batch.exclude("collector")
-        with torch.no_grad():
-            batch = advantage(batch)
+        if advantage is None:
+            with torch.no_grad():
+                batch = gae(batch)
         losses = loss_module(batch.reshape(-1))
         loss = losses["loss_objective"] + losses["loss_critic"]
         if "loss_entropy" in losses.keys():
@@ -146,6 +151,8 @@ def main(cfg: Config) -> dict:
         frames += batch.numel()
         if cfg.anneal_lr:
             set_lr(optimizer, cfg.lr * (1.0 - iteration / num_updates))
+        if advantage is not None:
+            advantage(batch)
         loss = update(batch)
 
         returns.update(batch)

@@ -110,6 +110,11 @@ def test_end_of_traj_reads_step_flags_and_group_flags():
     assert torch.equal(end_of_traj(td, ["done"], 1), done.flatten(1).any(-1))
     with pytest.raises(KeyError, match="no done flag"):
         end_of_traj(td, [], 2)
+    # flags stored as integers or floats: a bool mask all the same, combinable
+    td.set("done", done.to(torch.uint8))
+    td.set("truncated", truncated.float())
+    mixed = end_of_traj(td, ["done", "truncated"], 2)
+    assert mixed.dtype == torch.bool and torch.equal(mixed, both)
 
 
 def test_traj_ids_of_integer_flags_are_integers():

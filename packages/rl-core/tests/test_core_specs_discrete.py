@@ -36,6 +36,27 @@ class TestCategorical:
         if dtype is not torch.uint8:
             assert not spec.is_in(torch.tensor([0, -1], dtype=dtype))
 
+    @pytest.mark.parametrize(
+        ("dtype", "n", "values", "expected"),
+        [
+            (torch.int64, 4, [0, 3, 2], True),
+            (torch.int64, 4, [0, 4, 2], False),
+            (torch.int64, 4, [-1, 0, 0], False),
+            (torch.uint8, 256, [0, 17, 255], True),  # n past the dtype: no upper bound
+            (torch.int8, 200, [0, 127], True),
+            (torch.int8, 200, [0, -3], False),
+        ],
+    )
+    def test_range_check_in_torch_ops_agrees_with_numpy(self, dtype, n, values, expected):
+        """The range check other devices run (torch ops) and the CPU's (numpy) give the
+        same answer, an ``n`` beyond the dtype's largest value included."""
+        from rl.core._specs._discrete import _in_range, _in_range_torch
+
+        value = torch.tensor(values, dtype=dtype)
+        assert _in_range_torch(value, n) is expected
+        assert _in_range(value, n) is expected
+        assert Categorical(n, dtype=dtype).is_in(value) is expected
+
     def test_mask_rand_is_in_project(self):
         spec = Categorical(4, shape=(2,))
         spec.update_mask(torch.tensor([[True, False, False, True], [False, True, False, False]]))

@@ -159,7 +159,8 @@ def traj_end_keys(done_keys: list) -> list:
 def end_of_traj(tensordict: TensorDictBase, end_keys: list, ndim: int) -> torch.Tensor:
     """Where a trajectory ends: any of ``end_keys`` set (see :func:`traj_end_keys`), as a
     bool mask of the first ``ndim`` dims of ``tensordict`` (``[*B, T]`` for
-    ``ndim = len(B) + 1``).
+    ``ndim = len(B) + 1``); with one bool flag of a step (``[*B, T, 1]``), a view of it
+    (read it, do not write it).
 
     A flag with more dims (a nested group's ``[*B, T, n_agents, 1]``) counts as set
     where any of its entries is, as TorchRL's collectors aggregate the done flags.
@@ -174,12 +175,14 @@ def end_of_traj(tensordict: TensorDictBase, end_keys: list, ndim: int) -> torch.
         flag = tensordict.get(key)
         if flag.ndim > ndim:
             trailing = flag.shape[ndim:]
-            # a flag per step ([*B, T, 1]) is a view; a group's is reduced
+            # a flag per step ([*B, T, 1]) is viewed, a group's reduced
             flag = (
                 flag.flatten(ndim).any(-1)
                 if trailing.numel() != 1
                 else flag.view(flag.shape[:ndim])
             )
+        if flag.dtype != torch.bool:  # flags stored as integers or floats
+            flag = flag.bool()
         mask = flag if mask is None else mask | flag
     if mask is None:
         raise KeyError(f"no done flag to end trajectories with: end_keys={end_keys!r}")
@@ -208,7 +211,7 @@ class TrajIds:
             self.current = self.current.to(d.device)
         if self._numpy_path(d):
             # numpy from the flags on (a few us a batch against ~50 in torch ops)
-            flags = d.detach().numpy()
+            flags = d.detach().resolve_neg().numpy()
             if flags.dtype != np.bool_:  # flags stored as integers
                 flags = flags.astype(bool)
             ends = int(np.count_nonzero(flags))

@@ -39,9 +39,17 @@ def _in_range(value: torch.Tensor, n: int) -> bool:
     """Whether every entry of ``value`` lies in ``[0, n)``: on the CPU read through numpy
     (two reductions, no tensor allocated), elsewhere in one device read."""
     if value.device.type == "cpu" and value.layout == torch.strided:
-        array = value.detach().numpy()
+        array = value.detach().resolve_neg().numpy()
         return not array.size or bool(array.min() >= 0 and array.max() < n)
-    return bool(((value >= 0) & (value < n)).all())
+    return _in_range_torch(value, n)
+
+
+def _in_range_torch(value: torch.Tensor, n: int) -> bool:
+    """:func:`_in_range` in torch ops, on any device (one read of the result)."""
+    inside = value >= 0
+    if value.is_floating_point() or n <= torch.iinfo(value.dtype).max:
+        inside = inside & (value < n)  # (an n past the dtype's range bounds nothing)
+    return bool(inside.all())
 
 
 def _sample_index(

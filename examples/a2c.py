@@ -85,7 +85,8 @@ class Config:
     """Show a progress bar (only when attached to a terminal)."""
     compile: bool = False
     """torch.compile the collector's policy and the whole update step (the advantage, loss,
-    backward, gradient clipping, optimizer step), once."""
+    backward, gradient clipping, optimizer step; the advantage on its own with
+    ``cudagraphs``), once."""
     cudagraphs: bool = False
     """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
 
@@ -106,8 +107,9 @@ def main(cfg: Config) -> dict:
         total_frames=total_frames,
     )
     gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    # with --cudagraphs the advantage runs before the captured step (the estimator checks
-    # its inputs with a host read, which a capture refuses); otherwise inside the step
+    # the advantage is part of the update step, but with --cudagraphs: there it runs before
+    # the captured step, as ppo's does (the estimator reads its inputs on the host and
+    # moves its constants to their device, which a capture refuses)
     advantage = compile_advantage(gae, compile=cfg.compile) if cfg.cudagraphs else None
     loss_module = A2CLoss(
         actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
@@ -116,10 +118,10 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
 
     def a2c_loss(batch):
-        # the advantage of the batch with the critic as it is before the step, then the
-        # batch flattened: compiled, both inside the update's graph (one call a batch, no
-        # TensorDict work at each step; with cudagraphs, each replay copies the whole
-        # batch into its inputs)
+        # the advantage of the batch with the critic as it is before the step (unless it
+        # was computed before the step), then the batch flattened: compiled, inside the
+        # update's graph (one call a batch, no TensorDict work at each step; with
+        # cudagraphs, each replay copies the whole batch into its inputs)
         batch = batch.exclude("collector")
         if advantage is None:
             with torch.no_grad():
@@ -130,8 +132,8 @@ def main(cfg: Config) -> dict:
             loss = loss + losses["loss_entropy"]
         return loss, loss
 
-    # the advantage and one clipped gradient step (backward, RMSprop); one graph with
-    # --compile
+    # the advantage (see above) and one clipped gradient step (backward, RMSprop); one
+    # graph with --compile
     update = UpdateStep(
         a2c_loss,
         optimizer,

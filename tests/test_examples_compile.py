@@ -738,6 +738,39 @@ class _NoPythonAtReplay(StrictCudaGraphs):
         return self.last.clone()
 
 
+@pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
+def test_a2c_computes_the_advantage_once_a_batch(cudagraphs, monkeypatch, tmp_path):
+    """a2c's advantage runs once a batch, before the gradient step: inside the update
+    step, or, with ``--cudagraphs``, outside the captured step (a replay, which runs no
+    Python here, would otherwise skip it after the warm-up calls)."""
+    import tensordict.nn
+
+    module = load("a2c")
+    calls = []
+
+    class CountedGAE(module.GAE):
+        def forward(self, *args, **kwargs):
+            calls.append(torch.is_grad_enabled())
+            return super().forward(*args, **kwargs)
+
+    monkeypatch.setattr(module, "GAE", CountedGAE)
+    if cudagraphs:
+        cuda_graphs_on_cpu(monkeypatch)
+        monkeypatch.setattr(tensordict.nn, "CudaGraphModule", _NoPythonAtReplay)
+    batches = 14  # more than the capture's 10 warm-up calls
+    cfg = module.Config(
+        total_frames=batches * 10,
+        num_envs=2,
+        num_steps=5,
+        eval_episodes=1,
+        progress=False,
+        log_dir=str(tmp_path),
+        cudagraphs=cudagraphs,
+    )
+    module.main(cfg)
+    assert calls == [False] * batches  # once a batch, without gradients
+
+
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
 def test_hard_target_update_counts_outside_the_cuda_graph(compile, monkeypatch):
     """A HardUpdate counts its steps in Python, which a replay does not run: the update

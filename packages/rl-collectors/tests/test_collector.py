@@ -103,7 +103,9 @@ def test_end_of_traj_reads_step_flags_and_group_flags():
     td = TensorDict(
         {"done": done, "truncated": truncated, "agents": {"done": agents}}, batch_size=[3, 6]
     )
-    assert torch.equal(end_of_traj(td, ["done"], 2), done[..., 0])
+    mask = end_of_traj(td, ["done"], 2)
+    assert torch.equal(mask, done[..., 0])
+    assert mask.data_ptr() == done.data_ptr()  # a bool step flag is viewed, not copied
     assert torch.equal(end_of_traj(td, [("agents", "done")], 2), agents.flatten(2).any(-1))
     both = end_of_traj(td, ["done", "truncated"], 2)
     assert torch.equal(both, done[..., 0] | truncated[..., 0]) and both.shape == (3, 6)
@@ -126,6 +128,11 @@ def test_traj_ids_of_integer_flags_are_integers():
     ids = traj.assign(flags)
     assert ids.dtype == torch.int64 and traj.current.dtype == torch.int64
     assert ids.tolist() == [[0, 0, 3], [1, 2, 2]]
+    # a batch without an end keeps the ids, whatever the flags' dtype (numpy has no bfloat16)
+    for dtype in (torch.uint8, torch.float32, torch.bfloat16):
+        assert traj.assign(torch.zeros(2, 2, dtype=dtype)).tolist() == [[3, 3], [2, 2]]
+    ends = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=torch.bfloat16)
+    assert traj.assign(ends).tolist() == [[3, 3], [2, 4]]
 
 
 class TestCollector:

@@ -169,13 +169,19 @@ def end_of_traj(tensordict: TensorDictBase, end_keys: list, ndim: int) -> torch.
         tensordict: the ``"next"`` entries of a batch (``[*B, T]``).
         end_keys: the done flags to read.
         ndim: the number of leading dims the mask keeps.
+
+    Returns:
+        the bool mask ``[*B, T]``.
+
+    Raises:
+        KeyError: ``end_keys`` is empty, or a flag is missing.
     """
     mask = None
     for key in end_keys:
         flag = tensordict.get(key)
         if flag.ndim > ndim:
             trailing = flag.shape[ndim:]
-            # a flag per step ([*B, T, 1]) is viewed, a group's reduced
+            # a group's flags ([*B, T, n, 1]) reduced to one per step
             flag = (
                 flag.flatten(ndim).any(-1)
                 if trailing.numel() != 1
@@ -211,9 +217,8 @@ class TrajIds:
             self.current = self.current.to(d.device)
         if self._numpy_path(d):
             # numpy from the flags on (a few us a batch against ~50 in torch ops)
-            flags = d.detach().resolve_neg().numpy()
-            if flags.dtype != np.bool_:  # flags stored as integers
-                flags = flags.astype(bool)
+            # flags stored as integers or floats: read as bools (numpy has no bfloat16)
+            flags = (d if d.dtype == torch.bool else d.bool()).detach().numpy()
             ends = int(np.count_nonzero(flags))
             if not ends:
                 # no trajectory ends in this batch (most small batches): each env keeps its id

@@ -36,19 +36,11 @@ def _check_n(n: Any, cls: str) -> int:
 
 
 def _in_range(value: torch.Tensor, n: int) -> bool:
-    """Whether every entry of ``value`` lies in ``[0, n)``: on the CPU read through numpy
-    (two reductions, no tensor allocated), elsewhere in one device read."""
-    if value.device.type == "cpu" and value.layout == torch.strided:
-        array = value.detach().resolve_neg().numpy()
-        return not array.size or bool(array.min() >= 0 and array.max() < n)
-    return _in_range_torch(value, n)
-
-
-def _in_range_torch(value: torch.Tensor, n: int) -> bool:
-    """:func:`_in_range` in torch ops, on any device (one read of the result)."""
+    """Whether every entry of ``value`` lies in ``[0, n)`` (one read of the result); an
+    ``n`` past the largest value of ``value``'s integer dtype bounds nothing above."""
     inside = value >= 0
     if value.is_floating_point() or n <= torch.iinfo(value.dtype).max:
-        inside = inside & (value < n)  # (an n past the dtype's range bounds nothing)
+        inside = inside & (value < n)
     return bool(inside.all())
 
 

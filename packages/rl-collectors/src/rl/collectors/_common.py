@@ -180,13 +180,10 @@ def end_of_traj(tensordict: TensorDictBase, end_keys: list, ndim: int) -> torch.
     for key in end_keys:
         flag = tensordict.get(key)
         if flag.ndim > ndim:
-            trailing = flag.shape[ndim:]
-            # a group's flags ([*B, T, n, 1]) reduced to one per step
-            flag = (
-                flag.flatten(ndim).any(-1)
-                if trailing.numel() != 1
-                else flag.view(flag.shape[:ndim])
-            )
+            if flag.shape[ndim:].numel() == 1:  # a step's flag ([*B, T, 1]): viewed
+                flag = flag.view(flag.shape[:ndim])
+            else:  # a group's flags ([*B, T, n, 1]): any of them
+                flag = flag.flatten(ndim).any(-1)
         if flag.dtype != torch.bool:  # flags stored as integers or floats
             flag = flag.bool()
         mask = flag if mask is None else mask | flag
@@ -213,12 +210,13 @@ class TrajIds:
         ``[*B, T, 1]``: a ``("next", "done")`` flag)."""
         steps = done.shape[len(self.batch_size)]
         d = done.reshape(-1, steps)  # [n, T]
+        if d.dtype != torch.bool:  # flags stored as integers or floats (bfloat16 too)
+            d = d.bool()
         if self.current.device != d.device:  # the ids live where the env's flags do
             self.current = self.current.to(d.device)
         if self._numpy_path(d):
             # numpy from the flags on (a few us a batch against ~50 in torch ops)
-            # flags stored as integers or floats: read as bools (numpy has no bfloat16)
-            flags = (d if d.dtype == torch.bool else d.bool()).detach().numpy()
+            flags = d.detach().numpy()
             ends = int(np.count_nonzero(flags))
             if not ends:
                 # no trajectory ends in this batch (most small batches): each env keeps its id
@@ -226,8 +224,6 @@ class TrajIds:
             else:
                 ids = self._assign_numpy(flags, ends)
             return torch.from_numpy(ids).reshape(*self.batch_size, steps)
-        if d.dtype != torch.bool:
-            d = d.bool()
         ends = int(d.sum())
         if not ends:
             ids = self.current[:, None].expand(d.shape[0], steps)

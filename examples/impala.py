@@ -18,6 +18,13 @@ are ``ppo.py``'s MLPs, the per-actor batch and optimiser ``a2c.py``'s.
     uv run examples/impala.py --seed 1 --num-workers 3
     uv run --group distributed examples/impala.py --ray         # Ray actors (local Ray)
 
+``--compile`` compiles, as in ``a2c.py``, the learner's whole update step (V-trace with the
+critic and the policy on the rollout, the loss, backward, clipping, RMSprop: one graph),
+and each actor compiles its own copy of the policy (the ``CompiledPolicy`` sent to the
+actors is rebuilt there, compiled at its first step). ``--cudagraphs`` captures the
+learner's update step in a CUDA graph (a CUDA device is needed); V-trace then runs before
+it, compiled on its own with ``--compile``.
+
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
 
@@ -34,7 +41,6 @@ from typing import Literal
 
 import torch
 import tyro
-from torch import nn
 
 from rl.collectors import MultiAsyncCollector
 from rl.core import seed_everything
@@ -46,12 +52,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
-    compile_update,
+    UpdateStep,
+    check_cudagraphs,
+    compile_advantage,
+    compile_policy,
     evaluate,
     finish_run,
     make_base_env,
     set_lr,
-    zero_grad,
 )
 from ppo import make_agent  # noqa: E402
 
@@ -126,17 +134,26 @@ class Config:
     progress: bool = True
     """Show a progress bar (only when attached to a terminal)."""
     compile: bool = False
-    """torch.compile the whole update step (loss, backward, clipping, optimizer step), once."""
+    """torch.compile the actors' policy and the learner's whole update step (V-trace, loss,
+    backward, gradient clipping, optimizer step; V-trace on its own with ``cudagraphs``),
+    once."""
+    cudagraphs: bool = False
+    """Capture the learner's update step in a CUDA graph (needs a CUDA device)."""
 
 
 def make_collector(cfg: Config, actor):
-    """Asynchronous actors: each hands over ``[envs_per_worker, num_steps]`` rollouts."""
+    """Asynchronous actors: each hands over ``[envs_per_worker, num_steps]`` rollouts.
+
+    With ``cfg.compile`` each actor rebuilds the ``CompiledPolicy`` it is sent and compiles
+    its own copy; the weights it receives are those of ``actor`` (its parameters, shared).
+    """
     make_env = functools.partial(make_base_env, cfg.env_id, cfg.envs_per_worker, categorical=True)
     frames_per_batch = cfg.envs_per_worker * cfg.num_steps
+    policy = compile_policy(actor, compile=cfg.compile)
     if not cfg.ray:
         return MultiAsyncCollector(
             [make_env] * cfg.num_workers,
-            actor,
+            policy,
             frames_per_batch=frames_per_batch,
             total_frames=cfg.total_frames,
         )
@@ -147,13 +164,17 @@ def make_collector(cfg: Config, actor):
 
     # the actors cannot import examples/_common.py on a cluster: Ray sends it by value
     ray.cloudpickle.register_pickle_by_value(_common)
+    if cfg.compile:  # (the compiled policy's inductor passes too)
+        import _compile_passes
+
+        ray.cloudpickle.register_pickle_by_value(_compile_passes)
     if cfg.ray_address is not None:
         init = {"address": cfg.ray_address}
     else:
         init = {"address": "local", "num_cpus": cfg.num_cpus, "include_dashboard": False}
     return RayCollector(
         make_env,
-        actor,
+        policy,
         frames_per_batch=frames_per_batch,
         total_frames=cfg.total_frames,
         num_collectors=cfg.num_workers,
@@ -190,6 +211,7 @@ def vtrace(cfg: Config, actor, critic, batch) -> None:
 
 
 def main(cfg: Config) -> dict:
+    check_cudagraphs(cfg.cudagraphs)
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     # the networks are built on an actor's (batched) env, as the collectors run them
@@ -205,18 +227,31 @@ def main(cfg: Config) -> dict:
     optimizer = torch.optim.RMSprop(
         loss_module.parameters(), lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps
     )
-    params = list(loss_module.parameters())
+    # V-trace is part of the update step, but with --cudagraphs: there it runs before the
+    # captured step, as a2c.py's advantage does (a replay runs no Python)
+    corrected = functools.partial(vtrace, cfg, actor, critic)
+    advantage = compile_advantage(corrected, compile=cfg.compile) if cfg.cudagraphs else None
 
-    def update(batch):
-        losses = loss_module(batch)
+    def impala_loss(batch):
+        # V-trace with the weights as they are before the step (unless it was computed
+        # before the step), then the rollouts flattened; compiled, inside the update's graph
+        batch = batch.copy()
+        if advantage is None:
+            with torch.no_grad():
+                corrected(batch)
+        losses = loss_module(batch.reshape(-1))
         loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-        zero_grad(optimizer)
-        loss.backward()
-        nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        optimizer.step()
-        return loss.detach()
+        return loss, {"loss": loss, "importance_weight": batch["importance_weight"].mean()}
 
-    update = compile_update(update, compile=cfg.compile)
+    # V-trace (see above) and one clipped gradient step (backward, RMSprop); one graph
+    # with --compile
+    update = UpdateStep(
+        impala_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
     exp_name = cfg.exp_name or generate_exp_name("impala", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
@@ -244,9 +279,9 @@ def main(cfg: Config) -> dict:
             batch, rollouts = torch.cat(rollouts, 0), []
             if cfg.anneal_lr:
                 set_lr(optimizer, cfg.lr * max(1.0 - frames / cfg.total_frames, 0.0))
-            with torch.no_grad():
-                vtrace(cfg, actor, critic, batch)
-            loss = update(batch.reshape(-1))
+            if advantage is not None:
+                advantage(batch)
+            logs = update(batch)
             updates += 1
             collector.update_policy_weights_()  # actors use them from their next rollout
 
@@ -254,9 +289,10 @@ def main(cfg: Config) -> dict:
                 mean_return = sum(recent) / len(recent)
                 logger.log_scalar("train/episode_return", mean_return, frames)
                 progress.values["return"] = mean_return
-            logger.log_scalar("train/loss", loss.item(), frames)
-            logger.log_scalar("train/importance_weight", batch["importance_weight"].mean(), frames)
-            progress.values["loss"] = loss.item()
+            loss = logs["loss"].item()
+            logger.log_scalar("train/loss", loss, frames)
+            logger.log_scalar("train/importance_weight", logs["importance_weight"], frames)
+            progress.values["loss"] = loss
             if cfg.eval_interval and frames >= next_eval:
                 next_eval += cfg.eval_interval
                 eval_env.set_seed(2000 + frames)

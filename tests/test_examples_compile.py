@@ -159,6 +159,22 @@ CASES = {
         8,
         5,
     ),
+    # 16 rollouts of one worker process, one update each; graphs: the update step
+    # (V-trace inside it); the policy compiles in the worker, out of these counters
+    "impala": Case(
+        "impala",
+        {
+            "env_id": "ObservationActionRewardProbe",
+            "total_frames": 512,
+            "num_workers": 1,
+            "envs_per_worker": 4,
+            "num_steps": 8,
+            "eval_interval": 0,
+        },
+        16,
+        1,
+        1,
+    ),
     # 2 batches x 4 minibatches; graphs: the update step, the policy, the advantage
     "ppo_atari": Case(
         "ppo_atari",
@@ -505,6 +521,41 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
         common.CompiledPolicy(lambda td: td)
 
 
+def test_compiled_policy_in_worker_processes_acts_with_pushed_weights():
+    """A ``CompiledPolicy`` sent to a process collector's worker (impala.py's actors) is
+    rebuilt and compiled there, and acts with the weights the learner pushes: after
+    zeroing the actor's weights and ``update_policy_weights_()``, a later rollout's
+    log-probabilities are those of the uniform policy."""
+    import functools
+    import math
+
+    from rl.collectors import MultiAsyncCollector
+
+    common = load("_common")
+    ppo = load("ppo")
+    torch.manual_seed(0)
+    make_env = functools.partial(common.make_base_env, "CartPole-v1", 2, categorical=True)
+    actor, _ = ppo.make_agent(ppo.Config(), make_env())
+    policy = common.compile_policy(actor, compile=ONE_GRAPH)
+    assert isinstance(policy, common.CompiledPolicy)
+    collector = MultiAsyncCollector([make_env], policy, frames_per_batch=16, total_frames=-1)
+    uniform = torch.tensor(math.log(0.5))
+    try:
+        collector.set_seed(0)
+        batches = iter(collector)
+        first = next(batches)["action_log_prob"]
+        assert not torch.allclose(first, uniform.expand_as(first))  # the initial weights
+        with torch.no_grad():
+            for param in actor.parameters():
+                param.zero_()  # logits 0: both actions at 0.5
+        collector.update_policy_weights_()
+        # a rollout in flight may still act with the old weights (asynchronous actors)
+        later = [next(batches)["action_log_prob"] for _ in range(3)]
+        assert torch.allclose(later[-1], uniform.expand_as(later[-1]))
+    finally:
+        collector.shutdown()
+
+
 def _egreedy_q_policy(env, eps: float):
     from rl.modules import MLP, EGreedyModule, QValueActor, TensorDictSequential
 
@@ -769,6 +820,50 @@ def test_a2c_computes_the_advantage_once_a_batch(cudagraphs, monkeypatch, tmp_pa
     )
     module.main(cfg)
     assert calls == [False] * batches  # once a batch, without gradients
+
+
+@pytest.mark.parametrize("cudagraphs", [False, True], ids=["plain", "cudagraphs"])
+def test_impala_computes_vtrace_once_a_rollout(cudagraphs, monkeypatch, tmp_path):
+    """impala's V-trace runs once a rollout, without gradients, before the gradient step:
+    inside the update step, or, with ``--cudagraphs``, outside the captured step (as
+    a2c's advantage); the logged loss and importance weights are the step's own."""
+    import tensordict.nn
+
+    load("ppo")  # impala builds ppo.py's networks
+    module = load("impala")
+    calls = []
+    vtrace = module.vtrace
+
+    def counted(*args):
+        calls.append(torch.is_grad_enabled())
+        return vtrace(*args)
+
+    monkeypatch.setattr(module, "vtrace", counted)
+    if cudagraphs:
+        cuda_graphs_on_cpu(monkeypatch)
+        monkeypatch.setattr(tensordict.nn, "CudaGraphModule", _NoPythonAtReplay)
+    rollouts = 14  # more than the capture's 10 warm-up calls
+    cfg = module.Config(
+        env_id="ObservationActionRewardProbe",
+        total_frames=rollouts * 32,
+        num_workers=1,
+        envs_per_worker=4,
+        num_steps=8,
+        eval_interval=0,
+        eval_episodes=1,
+        progress=False,
+        log_dir=str(tmp_path),
+        exp_name="run",
+        cudagraphs=cudagraphs,
+    )
+    out = module.main(cfg)
+    assert out["updates"] == rollouts
+    assert calls == [False] * rollouts  # once a rollout, without gradients
+    train = tmp_path / "run" / "scalars" / "train"
+    for name in ("loss", "importance_weight"):
+        rows = [r.split(",") for r in (train / f"{name}.csv").read_text().split()]
+        assert [int(f) for f, _ in rows] == [32 * i for i in range(1, rollouts + 1)]
+        assert all(torch.isfinite(torch.tensor(float(v))) for _, v in rows)
 
 
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])

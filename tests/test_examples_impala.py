@@ -127,6 +127,27 @@ class TestIMPALA:
         assert out["curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert not processes_left([p for p in child_pids() if p not in children_before], 10)
 
+    @pytest.mark.slow  # compilation: the learner's step and each worker's policy
+    def test_compiled_learns_the_probe(self, impala, tmp_path):
+        """--compile: each worker compiles its own copy of the policy, the learner's step
+        (V-trace inside) is one graph, and the run learns the probe as the eager one does
+        (that the workers act with the pushed weights: test_examples_compile.py's
+        test_compiled_policy_in_worker_processes_acts_with_pushed_weights)."""
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+        cfg = _probe_config(impala, tmp_path, compile=True)
+        out = impala.main(cfg)
+        assert out["updates"] == 6144 // 128
+        _assert_learned_the_probe(out, cfg.gamma)
+        assert out["eval_mean"] == 1.0
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+        # every update logged, its mean importance weight near 1, as in the eager run
+        train = tmp_path / "run" / "scalars" / "train"
+        rows = [r.split(",") for r in (train / "importance_weight.csv").read_text().split()]
+        assert len(rows) == 48 and all(0.5 < float(w) < 1.5 for _, w in rows)
+
     def test_cartpole_return_rises_on_a_small_budget(self, impala, tmp_path):
         cfg = impala.Config(
             total_frames=16_384,

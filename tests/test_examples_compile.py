@@ -641,6 +641,7 @@ def test_policy_with_nested_keys_reads_each_group_at_its_batch_size(fresh_dynamo
     "script",
     [
         "ppo",
+        "impala",
         "sac",
         "crossq",
         "tqc",

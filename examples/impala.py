@@ -20,10 +20,12 @@ are ``ppo.py``'s MLPs, the per-actor batch and optimiser ``a2c.py``'s.
 
 ``--compile`` compiles, as in ``a2c.py``, the learner's whole update step (V-trace with the
 critic and the policy on the rollout, the loss, backward, clipping, RMSprop: one graph),
-and each actor compiles its own copy of the policy (the ``CompiledPolicy`` sent to the
-actors is rebuilt there, compiled at its first step). ``--cudagraphs`` captures the
-learner's update step in a CUDA graph (a CUDA device is needed); V-trace then runs before
-it, compiled on its own with ``--compile``.
+and each actor compiles its own copy of the policy in its own process, at its first step.
+``--cudagraphs`` captures the learner's update step in a CUDA graph, V-trace then running
+before it (compiled on its own with ``--compile``); it needs a CUDA device, and has not run
+on one: the script keeps its networks and rollouts on the CPU, which a capture refuses, as
+a2c.py and ppo.py do (their ``--cudagraphs`` is tested on CPU stand-ins only). Frames are
+rounded up to whole updates, so that every update has one batch shape.
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -60,6 +62,7 @@ from _common import (  # noqa: E402
     finish_run,
     make_base_env,
     set_lr,
+    whole_batches,
 )
 from ppo import make_agent  # noqa: E402
 
@@ -138,14 +141,23 @@ class Config:
     backward, gradient clipping, optimizer step; V-trace on its own with ``cudagraphs``),
     once."""
     cudagraphs: bool = False
-    """Capture the learner's update step in a CUDA graph (needs a CUDA device)."""
+    """Capture the learner's update step in a CUDA graph (needs a CUDA device; not run on
+    one yet: the networks stay on the CPU)."""
+
+
+def total_frames(cfg: Config) -> int:
+    """``cfg.total_frames`` rounded up to whole updates (``batch_size`` rollouts of
+    ``envs_per_worker x num_steps``): every update sees one batch shape, so compiled it
+    compiles once (and a CUDA graph replays it)."""
+    return whole_batches(cfg.total_frames, cfg.envs_per_worker * cfg.num_steps * cfg.batch_size)
 
 
 def make_collector(cfg: Config, actor):
     """Asynchronous actors: each hands over ``[envs_per_worker, num_steps]`` rollouts.
 
-    With ``cfg.compile`` each actor rebuilds the ``CompiledPolicy`` it is sent and compiles
-    its own copy; the weights it receives are those of ``actor`` (its parameters, shared).
+    With ``cfg.compile`` each actor compiles its own copy of the policy, in its own process
+    (a Ray actor, or a worker started by spawn, rebuilds the ``CompiledPolicy`` it is sent);
+    the weights it receives are those of ``actor`` (its parameters, shared).
     """
     make_env = functools.partial(make_base_env, cfg.env_id, cfg.envs_per_worker, categorical=True)
     frames_per_batch = cfg.envs_per_worker * cfg.num_steps
@@ -155,7 +167,7 @@ def make_collector(cfg: Config, actor):
             [make_env] * cfg.num_workers,
             policy,
             frames_per_batch=frames_per_batch,
-            total_frames=cfg.total_frames,
+            total_frames=total_frames(cfg),
         )
     import _common
     import ray
@@ -176,7 +188,7 @@ def make_collector(cfg: Config, actor):
         make_env,
         policy,
         frames_per_batch=frames_per_batch,
-        total_frames=cfg.total_frames,
+        total_frames=total_frames(cfg),
         num_collectors=cfg.num_workers,
         sync=False,
         ray_init_config=init,
@@ -210,6 +222,46 @@ def vtrace(cfg: Config, actor, critic, batch) -> None:
     batch["importance_weight"] = (log_pi - log_mu).exp()
 
 
+def make_update(cfg: Config, actor, critic):
+    """The learner's optimizer, V-trace run before the step (only with ``cfg.cudagraphs``,
+    else None) and its update step ``update(batch) -> {"loss", "importance_weight"}`` on a
+    ``[B, T]`` batch of rollouts: V-trace with the weights as they are before the step,
+    then one clipped A2C gradient step (backward, RMSprop); one graph with ``cfg.compile``.
+
+    V-trace is part of the step, but with ``cfg.cudagraphs``: there it runs before the
+    captured step, as a2c.py's advantage does (a replay runs no Python).
+    """
+    loss_module = A2CLoss(
+        actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
+    )
+    lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
+    optimizer = torch.optim.RMSprop(
+        loss_module.parameters(), lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps
+    )
+    corrected = functools.partial(vtrace, cfg, actor, critic)
+    advantage = compile_advantage(corrected, compile=cfg.compile) if cfg.cudagraphs else None
+
+    def impala_loss(batch):
+        # (compiled: inside the update's graph) V-trace, unless it ran before the step, on
+        # a shallow copy, then the rollouts flattened
+        batch = batch.copy()
+        if advantage is None:
+            with torch.no_grad():
+                corrected(batch)
+        losses = loss_module(batch.reshape(-1))
+        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+        return loss, {"loss": loss, "importance_weight": batch["importance_weight"].mean()}
+
+    update = UpdateStep(
+        impala_loss,
+        optimizer,
+        max_grad_norm=cfg.max_grad_norm,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
+    return optimizer, advantage, update
+
+
 def main(cfg: Config) -> dict:
     check_cudagraphs(cfg.cudagraphs)
     seed_everything(cfg.seed)
@@ -220,43 +272,13 @@ def main(cfg: Config) -> dict:
     )
     eval_env = make_base_env(cfg.env_id, 1, categorical=True)
 
-    loss_module = A2CLoss(
-        actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
-    )
-    lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
-    optimizer = torch.optim.RMSprop(
-        loss_module.parameters(), lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps
-    )
-    # V-trace is part of the update step, but with --cudagraphs: there it runs before the
-    # captured step, as a2c.py's advantage does (a replay runs no Python)
-    corrected = functools.partial(vtrace, cfg, actor, critic)
-    advantage = compile_advantage(corrected, compile=cfg.compile) if cfg.cudagraphs else None
-
-    def impala_loss(batch):
-        # V-trace with the weights as they are before the step (unless it was computed
-        # before the step), then the rollouts flattened; compiled, inside the update's graph
-        batch = batch.copy()
-        if advantage is None:
-            with torch.no_grad():
-                corrected(batch)
-        losses = loss_module(batch.reshape(-1))
-        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-        return loss, {"loss": loss, "importance_weight": batch["importance_weight"].mean()}
-
-    # V-trace (see above) and one clipped gradient step (backward, RMSprop); one graph
-    # with --compile
-    update = UpdateStep(
-        impala_loss,
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    optimizer, advantage, update = make_update(cfg, actor, critic)
+    total = total_frames(cfg)
     exp_name = cfg.exp_name or generate_exp_name("impala", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
 
-    progress = ProgressBar(cfg.progress, total=cfg.total_frames)
+    progress = ProgressBar(cfg.progress, total=total)
     # an episode spans rollouts of one actor: returns are summed per actor, kept together
     returns_of: dict[int, EpisodeReturns] = {}
     recent: collections.deque[float] = collections.deque(maxlen=20)
@@ -274,11 +296,11 @@ def main(cfg: Config) -> dict:
             episodes.recent.clear()
             rollouts.append(rollout.exclude("collector"))
             progress.update(rollout.numel())
-            if len(rollouts) < cfg.batch_size and frames < cfg.total_frames:
+            if len(rollouts) < cfg.batch_size and frames < total:
                 continue
             batch, rollouts = torch.cat(rollouts, 0), []
             if cfg.anneal_lr:
-                set_lr(optimizer, cfg.lr * max(1.0 - frames / cfg.total_frames, 0.0))
+                set_lr(optimizer, cfg.lr * max(1.0 - frames / total, 0.0))
             if advantage is not None:
                 advantage(batch)
             logs = update(batch)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -26,6 +28,23 @@ from torch._dynamo.utils import counters
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 ONE_GRAPH = {"backend": "eager", "fullgraph": True}  # dynamo only: fast, raises on a break
+
+
+def record_dynamo_counters(folder: str, batch):
+    """A collector's ``post_collect_hook`` (bound with ``functools.partial``): appends
+    the dynamo counters of the process it runs in (a collector's worker) to
+    ``folder/<pid>.jsonl`` and returns the batch. Module-level, so that a worker started
+    by spawn unpickles it by reference."""
+    from torch._dynamo.utils import counters as found
+
+    row = {
+        "graphs": found["stats"]["unique_graphs"],
+        "breaks": sum(found["graph_break"].values()),
+        "compiled": found["frames"]["total"],  # recompilations included (not fullgraph's)
+    }
+    with open(Path(folder) / f"{os.getpid()}.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+    return batch
 
 
 def load_path(name: str, path: Path):

@@ -27,6 +27,7 @@ from _compile_checks import (  # noqa: E402
     check,
     cuda_graphs_on_cpu,
     load,
+    record_dynamo_counters,
     run_case,
     watch,
 )
@@ -521,12 +522,14 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
         common.CompiledPolicy(lambda td: td)
 
 
-def test_compiled_policy_in_worker_processes_acts_with_pushed_weights():
-    """A ``CompiledPolicy`` sent to a process collector's worker (impala.py's actors) is
-    rebuilt and compiled there, and acts with the weights the learner pushes: after
-    zeroing the actor's weights and ``update_policy_weights_()``, a later rollout's
-    log-probabilities are those of the uniform policy."""
+def test_compiled_policy_in_worker_processes_acts_with_pushed_weights(fresh_dynamo, tmp_path):
+    """A ``CompiledPolicy`` sent to a process collector's worker started by spawn
+    (impala.py's actors) is rebuilt there (pickled as its policy and compile arguments),
+    compiled there once, and acts with the weights the learner pushes: after zeroing the
+    actor's weights and ``update_policy_weights_()``, a later rollout's log-probabilities
+    are those of the uniform policy."""
     import functools
+    import json
     import math
 
     from rl.collectors import MultiAsyncCollector
@@ -538,7 +541,14 @@ def test_compiled_policy_in_worker_processes_acts_with_pushed_weights():
     actor, _ = ppo.make_agent(ppo.Config(), make_env())
     policy = common.compile_policy(actor, compile=ONE_GRAPH)
     assert isinstance(policy, common.CompiledPolicy)
-    collector = MultiAsyncCollector([make_env], policy, frames_per_batch=16, total_frames=-1)
+    collector = MultiAsyncCollector(
+        [make_env],
+        policy,
+        frames_per_batch=16,
+        total_frames=-1,
+        mp_start_method="spawn",  # the policy is pickled: the worker rebuilds it
+        post_collect_hook=functools.partial(record_dynamo_counters, str(tmp_path)),
+    )
     uniform = torch.tensor(math.log(0.5))
     try:
         collector.set_seed(0)
@@ -554,6 +564,13 @@ def test_compiled_policy_in_worker_processes_acts_with_pushed_weights():
         assert torch.allclose(later[-1], uniform.expand_as(later[-1]))
     finally:
         collector.shutdown()
+    # the worker (not this process) compiled the policy at its first batch, as one graph,
+    # and nothing after (a recompilation would add a graph)
+    (log,) = tmp_path.glob("*.jsonl")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) >= 4
+    assert all(row["graphs"] == 1 and row["breaks"] == 0 for row in rows), rows
+    assert counters["stats"]["unique_graphs"] == 0  # (this process compiled nothing)
 
 
 def _egreedy_q_policy(env, eps: float):
@@ -827,7 +844,8 @@ def test_a2c_computes_the_advantage_once_a_batch(cudagraphs, monkeypatch, tmp_pa
 def test_impala_computes_vtrace_once_a_rollout(cudagraphs, monkeypatch, tmp_path):
     """impala's V-trace runs once a rollout, without gradients, before the gradient step:
     inside the update step, or, with ``--cudagraphs``, outside the captured step (as
-    a2c's advantage); the logged loss and importance weights are the step's own."""
+    a2c's advantage); every update logs a finite loss and mean importance weight at its
+    frame count (their values: test_examples_impala.py's TestUpdate)."""
     import tensordict.nn
 
     load("ppo")  # impala builds ppo.py's networks

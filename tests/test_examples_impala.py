@@ -111,6 +111,71 @@ class TestVTrace:
         torch.testing.assert_close(batch["value_target"], target)
 
 
+class TestUpdate:
+    def test_step_is_vtrace_then_a_clipped_rmsprop_step(self, impala):
+        """The learner's step (eager) equals the update written out by hand: V-trace with
+        the weights before the step, A2CLoss on the flattened rollouts, backward, the
+        gradient norm clipped over every parameter, RMSprop; the logs are that loss and
+        the mean importance weight. Three steps, parameters equal to the bit."""
+        import copy
+
+        from rl.objectives import A2CLoss
+
+        torch.manual_seed(0)
+        cfg = impala.Config(envs_per_worker=4, num_steps=8, ent_coef=0.01)
+        env = impala.make_base_env(cfg.env_id, cfg.envs_per_worker, categorical=True)
+        actor, critic = impala.make_agent(cfg, env)
+        collector = Collector(env, actor, frames_per_batch=32, total_frames=96)
+        batches = [batch.exclude("collector") for batch in collector]
+        collector.shutdown()
+        with torch.no_grad():  # the learner's weights apart from the actor's: rho != 1
+            for p in actor.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        hand_actor, hand_critic = copy.deepcopy(actor), copy.deepcopy(critic)
+        before = [p.detach().clone() for p in actor.parameters()]
+        _, advantage, update = impala.make_update(cfg, actor, critic)
+        assert advantage is None  # (V-trace before the step with cudagraphs only)
+
+        loss_module = A2CLoss(
+            hand_actor,
+            hand_critic,
+            entropy_coeff=cfg.ent_coef,
+            critic_coeff=cfg.vf_coef,
+            loss_critic_type="l2",
+        )
+        params = list(loss_module.parameters())
+        optimizer = torch.optim.RMSprop(
+            params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps
+        )
+        for batch in batches:
+            logs = update(batch.clone())
+            by_hand = batch.clone()
+            with torch.no_grad():
+                impala.vtrace(cfg, hand_actor, hand_critic, by_hand)
+            losses = loss_module(by_hand.reshape(-1))
+            loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            optimizer.step()
+            assert torch.equal(logs["loss"], loss.detach())
+            iw = by_hand["importance_weight"]
+            assert torch.equal(logs["importance_weight"], iw.mean())
+            assert (iw - 1).abs().max() > 0.01  # off-policy: the weights matter
+        ours = [*actor.parameters(), *critic.parameters()]
+        theirs = [*hand_actor.parameters(), *hand_critic.parameters()]
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+        assert all(not torch.equal(a, b) for a, b in zip(actor.parameters(), before))  # moved
+
+    def test_frames_are_rounded_up_to_whole_updates(self, impala):
+        cfg = impala.Config(total_frames=100, envs_per_worker=8, num_steps=5)
+        assert impala.total_frames(cfg) == 120  # 3 rollouts of 40
+        cfg.batch_size = 2
+        assert impala.total_frames(cfg) == 160  # 2 updates of 2 rollouts
+        cfg.total_frames = 500_000
+        assert impala.total_frames(cfg) == 500_000
+
+
 class TestIMPALA:
     def test_learns_the_probe_with_worker_processes_and_leaves_none(self, impala, tmp_path):
         children_before = set(child_pids())

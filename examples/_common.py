@@ -25,6 +25,7 @@ __all__ = [
     "ProgressBar",
     "UpdateStep",
     "check_cudagraphs",
+    "check_on_cuda",
     "summed_losses",
     "compile_advantage",
     "compile_policy",
@@ -70,6 +71,20 @@ def check_cudagraphs(cudagraphs: bool) -> None:
             "--cudagraphs needs a CUDA device, and torch.cuda.is_available() is False on this "
             "machine (no CUDA GPU, or a CPU-only torch build); run without --cudagraphs "
             "(--compile alone works on CPU)"
+        )
+
+
+def check_on_cuda(what: str, tensors) -> None:
+    """Raises a clear error when a CUDA graph would capture ``what`` with ``tensors`` (its
+    parameters) off CUDA: tensordict's ``CudaGraphModule`` refuses them at the capture,
+    after its warm-up calls. The scripts keep their networks on the CPU (no device option
+    yet), so on a GPU machine ``--cudagraphs`` stops here, at the start."""
+    devices = sorted({str(t.device) for t in tensors if t.device.type != "cuda"})
+    if devices:
+        raise RuntimeError(
+            f"--cudagraphs captures {what} on a CUDA device, but its parameters are on "
+            f"{', '.join(devices)}: the example scripts keep their networks on the CPU (they "
+            "have no device option yet), so --cudagraphs cannot run as they stand"
         )
 
 
@@ -162,6 +177,8 @@ class UpdateStep:
         self.target_update = target_update
         groups = [g["params"] for o in self.optimizers for g in o.param_groups]
         self.params = [p for params in groups for p in params]
+        if cudagraphs:
+            check_on_cuda("the update step", self.params)
         # the parameter sets clipped together: all, each group on its own, or those given
         at = {id(p): i for i, p in enumerate(self.params)}
         if clip_params is not None:
@@ -596,6 +613,8 @@ def compile_policy(policy, *, compile: bool | dict, cudagraphs: bool = False, wa
     if cudagraphs:
         from tensordict.nn import CudaGraphModule
 
+        parameters = getattr(policy, "parameters", None)
+        check_on_cuda("the policy", list(parameters()) if callable(parameters) else [])
         policy = CudaGraphModule(policy, warmup=warmup)
 
     # a function, not the wrapper module: ``env.rollout`` takes a module that is no

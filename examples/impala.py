@@ -156,8 +156,8 @@ def make_collector(cfg: Config, actor):
     """Asynchronous actors: each hands over ``[envs_per_worker, num_steps]`` rollouts.
 
     With ``cfg.compile`` each actor compiles its own copy of the policy, in its own process
-    (a Ray actor, or a worker started by spawn, rebuilds the ``CompiledPolicy`` it is sent);
-    the weights it receives are those of ``actor`` (its parameters, shared).
+    (a forked worker inherits the ``CompiledPolicy``; a Ray actor or a spawned worker
+    rebuilds the one it is sent); the weights it receives are those of ``actor``.
     """
     make_env = functools.partial(make_base_env, cfg.env_id, cfg.envs_per_worker, categorical=True)
     frames_per_batch = cfg.envs_per_worker * cfg.num_steps

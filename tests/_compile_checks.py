@@ -33,8 +33,7 @@ ONE_GRAPH = {"backend": "eager", "fullgraph": True}  # dynamo only: fast, raises
 def record_dynamo_counters(folder: str, batch):
     """A collector's ``post_collect_hook`` (bound with ``functools.partial``): appends
     the dynamo counters of the process it runs in (a collector's worker) to
-    ``folder/<pid>.jsonl`` and returns the batch. Module-level, so that a worker started
-    by spawn unpickles it by reference."""
+    ``folder/<pid>.jsonl`` and returns the batch."""
     from torch._dynamo.utils import counters as found
 
     row = {
@@ -252,7 +251,7 @@ def _common_code(value) -> dict | None:
 
 def cuda_graphs_on_cpu(monkeypatch, capturable: bool = False) -> None:
     """``--cudagraphs`` on a machine without CUDA, for a test: ``StrictCudaGraphs`` in
-    place of ``CudaGraphModule``, and ``examples/_common.py``'s device check made a no-op
+    place of ``CudaGraphModule``, and ``examples/_common.py``'s device checks made no-ops
     in the globals of every loaded copy of ``_common`` that a loaded module uses (a
     script loaded before another test reloaded ``_common`` keeps its first copy) and in
     the scripts that import it by name; unless ``capturable``, so is making optimizers
@@ -260,7 +259,7 @@ def cuda_graphs_on_cpu(monkeypatch, capturable: bool = False) -> None:
     import tensordict.nn
 
     monkeypatch.setattr(tensordict.nn, "CudaGraphModule", StrictCudaGraphs)
-    names = ["check_cudagraphs"] + ([] if capturable else ["_capturable"])
+    names = ["check_cudagraphs", "check_on_cuda"] + ([] if capturable else ["_capturable"])
     spaces = {}
     for module in list(sys.modules.values()):
         attributes = getattr(module, "__dict__", None)

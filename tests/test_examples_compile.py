@@ -522,12 +522,16 @@ def test_compiled_policy_is_the_collectors_tensor_twin():
         common.CompiledPolicy(lambda td: td)
 
 
-def test_compiled_policy_in_worker_processes_acts_with_pushed_weights(fresh_dynamo, tmp_path):
-    """A ``CompiledPolicy`` sent to a process collector's worker started by spawn
-    (impala.py's actors) is rebuilt there (pickled as its policy and compile arguments),
-    compiled there once, and acts with the weights the learner pushes: after zeroing the
-    actor's weights and ``update_policy_weights_()``, a later rollout's log-probabilities
-    are those of the uniform policy."""
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_compiled_policy_in_worker_processes_acts_with_pushed_weights(
+    start, fresh_dynamo, tmp_path
+):
+    """A ``CompiledPolicy`` in a process collector's worker (impala.py's actors: forked
+    on Linux without CUDA, where the worker inherits it; spawned elsewhere, where it is
+    rebuilt from its policy and compile arguments) is compiled there once and acts with
+    the weights the learner pushes: after zeroing the actor's weights and
+    ``update_policy_weights_()``, a later rollout's log-probabilities are those of the
+    uniform policy."""
     import functools
     import json
     import math
@@ -546,7 +550,7 @@ def test_compiled_policy_in_worker_processes_acts_with_pushed_weights(fresh_dyna
         policy,
         frames_per_batch=16,
         total_frames=-1,
-        mp_start_method="spawn",  # the policy is pickled: the worker rebuilds it
+        mp_start_method=start,
         post_collect_hook=functools.partial(record_dynamo_counters, str(tmp_path)),
     )
     uniform = torch.tensor(math.log(0.5))
@@ -696,6 +700,24 @@ def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):
     cfg = module.Config(cudagraphs=True, progress=False, log_dir=str(tmp_path))
     with pytest.raises(RuntimeError, match="--cudagraphs needs a CUDA device"):
         module.main(cfg)
+
+
+def test_cudagraphs_on_parameters_off_cuda_names_their_device(monkeypatch):
+    """Where CUDA is present, the scripts' networks are still on the CPU (no device
+    option): the update step and the policy refuse to be captured at construction,
+    naming the device, instead of failing at the capture after the warm-up calls."""
+    common = load("_common")
+    monkeypatch.setitem(common.__dict__, "check_cudagraphs", lambda *args: None)
+    net = torch.nn.Linear(2, 1)
+    adam = torch.optim.Adam(net.parameters(), lr=1e-3)
+    match = r"captures the update step on a CUDA device, but its parameters are on cpu"
+    with pytest.raises(RuntimeError, match=match):
+        common.UpdateStep(lambda: (net.weight.sum(), None), adam, cudagraphs=True)
+    common.UpdateStep(lambda: (net.weight.sum(), None), adam)  # no capture: no check
+    policy = torch.nn.Sequential(net)
+    with pytest.raises(RuntimeError, match="captures the policy on a CUDA device, .* on cpu"):
+        common.compile_policy(policy, compile=False, cudagraphs=True)
+    common.check_on_cuda("a function without parameters", [])  # nothing to refuse
 
 
 @pytest.mark.filterwarnings("ignore:.*CudaGraphModule.*:UserWarning")

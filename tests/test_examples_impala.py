@@ -156,7 +156,8 @@ class TestUpdate:
             loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            assert norm > cfg.max_grad_norm  # the clipping acts
             optimizer.step()
             assert torch.equal(logs["loss"], loss.detach())
             iw = by_hand["importance_weight"]
@@ -191,6 +192,13 @@ class TestIMPALA:
         assert all(0.5 < float(w) < 1.5 for _, w in rows)
         assert out["curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert not processes_left([p for p in child_pids() if p not in children_before], 10)
+
+    def test_a_total_of_part_updates_is_rounded_up(self, impala, tmp_path):
+        """6,000 frames in updates of 2 rollouts of 16 x 8: 24 whole updates, 6,144 frames
+        (every update of one shape), as the collectors are told."""
+        cfg = _probe_config(impala, tmp_path, total_frames=6000, batch_size=2)
+        out = impala.main(cfg)
+        assert out["frames"] == 6144 and out["updates"] == 24
 
     @pytest.mark.slow  # compilation: the learner's step and each worker's policy
     def test_compiled_learns_the_probe(self, impala, tmp_path):

@@ -76,9 +76,10 @@ def check_cudagraphs(cudagraphs: bool) -> None:
 
 def check_on_cuda(what: str, tensors) -> None:
     """Raises a clear error when a CUDA graph would capture ``what`` with ``tensors`` (its
-    parameters) off CUDA: tensordict's ``CudaGraphModule`` refuses them at the capture,
-    after its warm-up calls. The scripts keep their networks on the CPU (no device option
-    yet), so on a GPU machine ``--cudagraphs`` stops here, at the start."""
+    parameters) off CUDA: a replay would not run their CPU work, and the scripts keep
+    their networks and batches on the CPU together (no device option yet), whose inputs
+    tensordict's ``CudaGraphModule`` refuses only at the capture, after its warm-up
+    calls. On a GPU machine ``--cudagraphs`` stops here, at the start, instead."""
     devices = sorted({str(t.device) for t in tensors if t.device.type != "cuda"})
     if devices:
         raise RuntimeError(

@@ -32,18 +32,32 @@ ONE_GRAPH = {"backend": "eager", "fullgraph": True}  # dynamo only: fast, raises
 
 def record_dynamo_counters(folder: str, batch):
     """A collector's ``post_collect_hook`` (bound with ``functools.partial``): appends
-    the dynamo counters of the process it runs in (a collector's worker) to
-    ``folder/<pid>.jsonl`` and returns the batch."""
-    from torch._dynamo.utils import counters as found
+    the dynamo counters of the process it runs in (a worker process, a Ray actor, a
+    collector rank) to ``folder/<pid>.jsonl`` and returns the batch. For Ray, register
+    this module to be pickled by value: the actors do not have ``tests/`` on their path."""
+    import torch._dynamo.utils as dynamo_utils  # the worker's own counters, at the call
 
+    found = dynamo_utils.counters
     row = {
         "graphs": found["stats"]["unique_graphs"],
+        "frames": found["frames"]["ok"],
         "breaks": sum(found["graph_break"].values()),
-        "compiled": found["frames"]["total"],  # recompilations included (not fullgraph's)
+        # frames compiled in all, recompilations included (fullgraph ones are not counted)
+        "compiled": found["frames"]["total"],
     }
-    with open(Path(folder) / f"{os.getpid()}.jsonl", "a") as f:
+    with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\n")
     return batch
+
+
+def worker_counters(folder: Path) -> dict[str, list[dict]]:
+    """The rows :func:`record_dynamo_counters` wrote, per worker process (not this
+    process's: ``RayCollector`` runs its ``post_collect_hook`` here too)."""
+    return {
+        path.stem: [json.loads(line) for line in path.read_text().splitlines()]
+        for path in sorted(Path(folder).glob("*.jsonl"))
+        if path.stem != str(os.getpid())
+    }
 
 
 def load_path(name: str, path: Path):

@@ -30,6 +30,7 @@ from _compile_checks import (  # noqa: E402
     record_dynamo_counters,
     run_case,
     watch,
+    worker_counters,
 )
 
 
@@ -533,7 +534,6 @@ def test_compiled_policy_in_worker_processes_acts_with_pushed_weights(
     ``update_policy_weights_()``, a later rollout's log-probabilities are those of the
     uniform policy."""
     import functools
-    import json
     import math
 
     from rl.collectors import MultiAsyncCollector
@@ -570,8 +570,7 @@ def test_compiled_policy_in_worker_processes_acts_with_pushed_weights(
         collector.shutdown()
     # the worker (not this process) compiled the policy at its first batch, as one graph,
     # and nothing after (a recompilation would add a graph)
-    (log,) = tmp_path.glob("*.jsonl")
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    (rows,) = worker_counters(tmp_path).values()
     assert len(rows) >= 4
     assert all(row["graphs"] == 1 and row["breaks"] == 0 for row in rows), rows
     assert counters["stats"]["unique_graphs"] == 0  # (this process compiled nothing)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,49 +21,18 @@ import torch
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _compile_checks import check, load, watch  # noqa: E402
+from _compile_checks import (  # noqa: E402
+    check,
+    load,
+    record_dynamo_counters,
+    watch,
+    worker_counters,
+)
 
 
 def _no_breaks_or_recompiles() -> None:
     assert not counters["graph_break"], dict(counters["graph_break"])
     # (a recompilation raises: the fresh_dynamo fixture sets error_on_recompile)
-
-
-def _worker_stats(folder: Path) -> dict[str, list[dict]]:
-    """The counters each worker process wrote after each of its batches (not this
-    process's: ``RayCollector`` runs its ``post_collect_hook`` here too)."""
-    return {
-        path.stem: [json.loads(line) for line in path.read_text().splitlines()]
-        for path in sorted(folder.glob("*.jsonl"))
-        if path.stem != str(os.getpid())
-    }
-
-
-def _make_probe(folder: Path):
-    """A function of a batch that appends the dynamo counters of the process it runs in
-    (a Ray actor, a collector rank) to ``folder/<pid>.jsonl`` and returns the batch.
-    Written to be pickled by value (Ray's cloudpickle): it reads the counters through
-    the module, not a copy of the dict."""
-
-    def probe(batch):
-        import os
-
-        import torch._dynamo.utils as dynamo_utils
-
-        found = dynamo_utils.counters
-        row = {
-            "graphs": found["stats"]["unique_graphs"],
-            "frames": found["frames"]["ok"],
-            "breaks": sum(found["graph_break"].values()),
-            # frames compiled in all, recompilations included (torch counts no
-            # recompilation on its own)
-            "compiled": found["frames"]["total"],
-        }
-        with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:
-            f.write(json.dumps(row) + "\n")
-        return batch
-
-    return probe
 
 
 def _check_workers(stats: dict[str, list[dict]], workers: int, batches: int) -> None:
@@ -105,7 +73,9 @@ def test_rollout_help_says_what_compile_compiles(capsys, monkeypatch):
 @pytest.mark.slow  # a local Ray instance, compilation in the learner and in each actor
 @pytest.mark.timeout(300)
 def test_ppo_ray_compiles_the_update_and_each_actors_policy(fresh_dynamo, monkeypatch, tmp_path):
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
+    # the actors do not have tests/ on their path: the hook's module goes by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[record_dynamo_counters.__module__])
     ppo_ray = load("distributed/ppo_ray")
     seen = watch(ppo_ray.ppo, monkeypatch)  # ppo.make_update_step's UpdateStep
     folder = tmp_path / "actors"
@@ -113,7 +83,10 @@ def test_ppo_ray_compiles_the_update_and_each_actors_policy(fresh_dynamo, monkey
     monkeypatch.setattr(
         ppo_ray,
         "RayCollector",
-        functools.partial(ppo_ray.RayCollector, post_collect_hook=_make_probe(folder)),
+        functools.partial(
+            ppo_ray.RayCollector,
+            post_collect_hook=functools.partial(record_dynamo_counters, str(folder)),
+        ),
     )
     cfg = ppo_ray.Config(
         env_id="ObservationActionRewardProbe",
@@ -134,7 +107,7 @@ def test_ppo_ray_compiles_the_update_and_each_actors_policy(fresh_dynamo, monkey
     assert len(seen) == 4 * 2 * 2  # batches x epochs x minibatches
     check(seen, first=4)  # after the first batch's updates
     assert counters["frames"]["ok"] == 2  # the learner: update step, advantage
-    _check_workers(_worker_stats(folder), workers=2, batches=4)
+    _check_workers(worker_counters(folder), workers=2, batches=4)
 
 
 # --------------------------------------------------------- distributed/collect_torchrun
@@ -149,7 +122,7 @@ def test_collect_torchrun_compiles_the_step_and_each_ranks_policy(
     folder.mkdir()
     from rl.collectors import Collector
 
-    probe = _make_probe(folder)
+    probe = functools.partial(record_dynamo_counters, str(folder))
 
     class Probed(Collector):  # a rank runs ``rollout`` itself (no postproc)
         def rollout(self, *args, **kwargs):
@@ -172,7 +145,7 @@ def test_collect_torchrun_compiles_the_step_and_each_ranks_policy(
     assert len(seen) == 6  # one REINFORCE step per batch
     check(seen, first=1)
     assert counters["frames"]["ok"] == 1  # the learner: the update step
-    _check_workers(_worker_stats(folder), workers=2, batches=2)
+    _check_workers(worker_counters(folder), workers=2, batches=2)
 
 
 # ------------------------------------------------------------------------------ llm/sft

@@ -6,6 +6,7 @@ an algorithm, and all of it is thin glue over rl's pieces.
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 from pathlib import Path
@@ -76,17 +77,47 @@ def check_cudagraphs(cudagraphs: bool) -> None:
 
 def check_on_cuda(what: str, tensors) -> None:
     """Raises a clear error when a CUDA graph would capture ``what`` with ``tensors`` (its
-    parameters) off CUDA: a replay would not run their CPU work, and the scripts keep
-    their networks and batches on the CPU together (no device option yet), whose inputs
-    tensordict's ``CudaGraphModule`` refuses only at the capture, after its warm-up
-    calls. On a GPU machine ``--cudagraphs`` stops here, at the start, instead."""
+    parameters) off CUDA: a replay would not run their CPU work, and tensordict's
+    ``CudaGraphModule`` refuses CPU inputs only at the capture, after its warm-up calls.
+    On a GPU machine ``--cudagraphs`` without ``--device cuda`` stops here, at the start."""
     devices = sorted({str(t.device) for t in tensors if t.device.type != "cuda"})
     if devices:
         raise RuntimeError(
             f"--cudagraphs captures {what} on a CUDA device, but its parameters are on "
-            f"{', '.join(devices)}: the example scripts keep their networks on the CPU (they "
-            "have no device option yet), so --cudagraphs cannot run as they stand"
+            f"{', '.join(devices)}: run with --device cuda (the networks, the update step "
+            "and the replay buffer then live on the GPU)"
         )
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device that ``--device name`` asks for: any torch device name (``cpu``,
+    ``cuda``, ``cuda:1``), or ``auto``: the first CUDA device where one is visible, else
+    the CPU. A CUDA device this machine does not have is refused here, at the start."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"--device {name!r} is not a torch device name: {err}") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise RuntimeError(
+                f"--device {name!r}: this machine has {count} CUDA device(s) visible to "
+                "torch (torch.cuda.is_available() is "
+                f"{torch.cuda.is_available()}); run with --device cpu"
+            )
+    return device
+
+
+def on_cpu(policy):
+    """``policy`` itself when its parameters and buffers are on the CPU (or it has none),
+    else a copy of it on the CPU: what the evaluations run in the CPU environments, so
+    that a run on a GPU evaluates its networks as they are, without moving every step."""
+    tensors = [*policy.parameters(), *policy.buffers()] if isinstance(policy, nn.Module) else []
+    if all(t.device.type == "cpu" for t in tensors):
+        return policy
+    return copy.deepcopy(policy).to("cpu")
 
 
 def compile_update(fn, *, compile: bool, cudagraphs: bool = False, warmup: int = 10):
@@ -725,7 +756,9 @@ class CompiledPolicy(nn.Module):
 
 @torch.no_grad()
 def evaluate(env, policy, episodes: int, max_steps: int = 1000) -> list[float]:
-    """Returns of ``episodes`` deterministic episodes of ``policy`` in the single env ``env``."""
+    """Returns of ``episodes`` deterministic episodes of ``policy`` in the single env ``env``
+    (a policy on another device than the CPU: a CPU copy of it, :func:`on_cpu`)."""
+    policy = on_cpu(policy)
     returns = []
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         for _ in range(episodes):
@@ -739,6 +772,7 @@ def record_video(env, policy, logger, max_steps: int = 1000):
     ``from_pixels=True``) through a ``VideoRecorder`` that hands it to ``logger``."""
     recorder = VideoRecorder(logger, tag="eval_video")
     env.append_transform(recorder)
+    policy = on_cpu(policy)
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         env.rollout(max_steps, policy, break_when_any_done=True)
     return recorder.dump()

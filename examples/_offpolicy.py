@@ -32,6 +32,7 @@ from rl.data import (
 from rl.envs import Compose, DoubleToFloat, RewardSum, StepCounter, TransformedEnv
 from rl.modules import (
     MLP,
+    AdditiveGaussianModule,
     NormalParamExtractor,
     ProbabilisticActor,
     RandomPolicy,
@@ -54,6 +55,7 @@ from _common import (  # noqa: E402
     make_base_env,
     prime_soft_update,
     record_video,
+    resolve_device,
     set_lr,
     summed_losses,
     zero_grad,
@@ -64,6 +66,7 @@ __all__ = [
     "compile_policy",
     "compile_update",
     "prime_soft_update",
+    "resolve_device",
     "set_lr",
     "zero_grad",
     "BestWeights",
@@ -72,6 +75,7 @@ __all__ = [
     "cli",
     "make_deterministic_actor",
     "make_env",
+    "make_exploration_policy",
     "make_qvalue",
     "make_replay_buffer",
     "make_tanh_normal_actor",
@@ -119,7 +123,11 @@ class RunConfig:
     """torch.compile the collector's policy and the whole update step (loss, backward,
     optimizer step, target update), once."""
     cudagraphs: bool = False
-    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the update step and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the networks, the update step and the replay buffer live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the CPU: the
+    collector moves what they return; evaluations run a CPU copy of the policy."""
 
 
 @dataclasses.dataclass
@@ -158,10 +166,10 @@ def make_env(env_id: str, num_envs: int = 1, *, from_pixels: bool = False) -> Tr
     return TransformedEnv(base, Compose(DoubleToFloat(), StepCounter(), RewardSum()))
 
 
-def make_tanh_normal_actor(env, hidden: int, depth: int = 2) -> ProbabilisticActor:
+def make_tanh_normal_actor(env, hidden: int, depth: int = 2, device=None) -> ProbabilisticActor:
     """The stochastic actor of SAC and its kin: an MLP gives the mean and scale of a
     Gaussian squashed by ``tanh`` into the action spec's bounds (deterministic mode: the
-    squashed mean)."""
+    squashed mean); on ``device`` (default: the CPU)."""
     spec = env.action_spec
     net = nn.Sequential(
         MLP(out_features=2 * spec.shape[-1], num_cells=[hidden] * depth, activation_class=nn.ReLU),
@@ -176,12 +184,12 @@ def make_tanh_normal_actor(env, hidden: int, depth: int = 2) -> ProbabilisticAct
     )
     with torch.no_grad():  # materialise the lazy first layer
         actor(env.fake_tensordict())
-    return actor
+    return actor.to(device) if device is not None else actor
 
 
-def make_deterministic_actor(env, hidden: int, depth: int = 2) -> TensorDictSequential:
+def make_deterministic_actor(env, hidden: int, depth: int = 2, device=None) -> TensorDictSequential:
     """The deterministic actor of DDPG and TD3: an MLP whose output a ``tanh`` maps into
-    the action spec's bounds."""
+    the action spec's bounds; on ``device`` (default: the CPU)."""
     spec = env.action_spec
     actor = TensorDictSequential(
         TensorDictModule(
@@ -193,7 +201,16 @@ def make_deterministic_actor(env, hidden: int, depth: int = 2) -> TensorDictSequ
     )
     with torch.no_grad():
         actor(env.fake_tensordict())
-    return actor
+    return actor.to(device) if device is not None else actor
+
+
+def make_exploration_policy(cfg, env, actor) -> TensorDictSequential:
+    """The actor followed by Gaussian noise of std ``cfg.exploration_noise`` times the
+    action range's half-width, on the actor's device (what the collector runs)."""
+    spec = env.action_spec
+    sigma = cfg.exploration_noise * float((spec.space.high - spec.space.low).max()) / 2
+    exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma)
+    return TensorDictSequential(actor, exploration.to(resolve_device(cfg.device)))
 
 
 class _NormedInput(nn.Module):
@@ -213,11 +230,13 @@ def make_qvalue(
     depth: int = 2,
     input_norm: nn.Module | None = None,
     out_features: int = 1,
+    device=None,
     **mlp_kwargs,
 ) -> ValueOperator:
     """A Q-network ``Q(observation, action)`` writing ``"state_action_value"``; with
     ``input_norm``, that layer first normalises the concatenated observation and action;
-    ``out_features > 1`` writes that many values (TQC's return quantiles)."""
+    ``out_features > 1`` writes that many values (TQC's return quantiles); on ``device``
+    (default: the CPU)."""
     mlp_kwargs.setdefault("activation_class", nn.ReLU)
     net = MLP(out_features=out_features, num_cells=[hidden] * depth, **mlp_kwargs)
     if input_norm is not None:
@@ -229,7 +248,7 @@ def make_qvalue(
         qvalue.eval()  # batch-normalised critics: running statistics for this dry run
         qvalue(td.expand(2, *td.shape).reshape(-1))
         qvalue.train()
-    return qvalue
+    return qvalue.to(device) if device is not None else qvalue
 
 
 def summed_update(
@@ -258,13 +277,14 @@ def make_replay_buffer(
     alpha: float = 0.6,
     beta: float = 0.4,
     scratch_dir: str | Path | None = None,
+    device="cpu",
 ) -> TensorDictReplayBuffer:
-    """A uniform (or prioritized) replay buffer in memory, or memory-mapped in
-    ``scratch_dir`` (the dataset ``offline.py`` reads)."""
+    """A uniform (or prioritized) replay buffer in memory on ``device``, or memory-mapped
+    in ``scratch_dir`` (the dataset ``offline.py`` reads; its samples sent to ``device``)."""
     if scratch_dir is not None:
-        storage = LazyMemmapStorage(size, scratch_dir=scratch_dir, existsok=False)
+        storage = LazyMemmapStorage(size, scratch_dir=scratch_dir, existsok=False, device=device)
     else:
-        storage = LazyTensorStorage(size)
+        storage = LazyTensorStorage(size, device=device)
     sampler = PrioritizedSampler(size, alpha=alpha, beta=beta) if prioritized else RandomSampler()
     return TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=batch_size)
 

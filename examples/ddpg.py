@@ -23,7 +23,6 @@ import torch
 
 from rl.collectors import Collector
 from rl.core import seed_everything
-from rl.modules import AdditiveGaussianModule, TensorDictSequential
 from rl.objectives import DDPGLoss, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,8 +34,10 @@ from _offpolicy import (  # noqa: E402
     compile_policy,
     make_deterministic_actor,
     make_env,
+    make_exploration_policy,
     make_qvalue,
     make_replay_buffer,
+    resolve_device,
     transitions,
 )
 
@@ -54,51 +55,63 @@ class Config(ContinuousConfig):
 PRESETS = {"pendulum": ("Pendulum-v1, RL-Zoo's tuned DDPG", Config())}
 
 
+def make_learner(cfg: Config, actor, critic):
+    """The DDPG loss and its update: one gradient step of both networks and the soft
+    target update; one graph with ``cfg.compile``. The loss's own tensors and the
+    optimizers' live on ``cfg.device``, with the networks. Returns ``(loss_module,
+    update)``, ``update(sample)`` returning both losses."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = DDPGLoss(
+            actor, critic, loss_function="l2", delay_actor=True, delay_value=True, gamma=cfg.gamma
+        )
+        target_update = SoftUpdate(loss_module, tau=cfg.tau)
+        actor_optim = torch.optim.Adam(loss_module.actor_network_params.parameters(), cfg.lr)
+        critic_optim = torch.optim.Adam(loss_module.value_network_params.parameters(), cfg.lr)
+
+        def ddpg_loss(sample):
+            losses = loss_module(sample)
+            # the actor loss reads a detached critic: one backward, no cross-talk
+            return losses["loss_value"] + losses["loss_actor"], losses.select(
+                "loss_actor", "loss_value"
+            )
+
+        update = UpdateStep(
+            ddpg_loss,
+            [critic_optim, actor_optim],
+            target_update=target_update,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+    return loss_module, update
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     env = make_env(cfg.env_id)
     env.set_seed(cfg.seed)
-    spec = env.action_spec
 
     # the pieces: actor, critic, exploration, collector, buffer, loss, optimisers
-    actor = make_deterministic_actor(env, cfg.hidden)
-    critic = make_qvalue(env, cfg.hidden)
-    sigma = cfg.exploration_noise * float((spec.space.high - spec.space.low).max()) / 2
-    exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma)
+    device = resolve_device(cfg.device)
+    actor = make_deterministic_actor(env, cfg.hidden, device=device)
+    critic = make_qvalue(env, cfg.hidden, device=device)
     collector = Collector(
         env,
         compile_policy(
-            TensorDictSequential(actor, exploration), compile=cfg.compile, cudagraphs=cfg.cudagraphs
+            make_exploration_policy(cfg, env, actor),
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
         ),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = DDPGLoss(
-        actor, critic, loss_function="l2", delay_actor=True, delay_value=True, gamma=cfg.gamma
-    )
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    actor_optim = torch.optim.Adam(loss_module.actor_network_params.parameters(), cfg.lr)
-    critic_optim = torch.optim.Adam(loss_module.value_network_params.parameters(), cfg.lr)
-    run = Run("ddpg", cfg, cfg.total_frames)
-
-    def ddpg_loss(sample):
-        losses = loss_module(sample)
-        # the actor loss reads a detached critic: one backward, no cross-talk
-        return losses["loss_value"] + losses["loss_actor"], losses.select(
-            "loss_actor", "loss_value"
-        )
-
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     # one gradient step of both networks and the target update; one graph with --compile
-    update = UpdateStep(
-        ddpg_loss,
-        [critic_optim, actor_optim],
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    loss_module, update = make_learner(cfg, actor, critic)
+    run = Run("ddpg", cfg, cfg.total_frames)
 
     # the loop: collect, store, update critic and actor, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

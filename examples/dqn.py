@@ -43,6 +43,7 @@ from _offpolicy import (  # noqa: E402
     compile_policy,
     make_env,
     make_replay_buffer,
+    resolve_device,
     set_lr,
     transitions,
 )
@@ -124,6 +125,42 @@ def make_qnet(cfg: Config, env) -> QValueActor:
     return qnet
 
 
+def make_learner(cfg: Config, env, qnet):
+    """The double-DQN loss, its optimizer and its update: one clipped gradient step and
+    the target's counter (a copy every ``cfg.target_update_interval`` steps); the gradient
+    step is one graph with ``cfg.compile``. The loss's own tensors and the optimizer's
+    (its learning rate, a tensor annealed in place when compiled) live on ``cfg.device``,
+    with the network. Returns ``(loss_module, optimizer, update)``."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = DQNLoss(
+            qnet,
+            double_dqn=True,
+            delay_value=True,
+            loss_function="smooth_l1",
+            gamma=cfg.gamma,
+            action_space=env.action_spec,
+        )
+        target_update = HardUpdate(
+            loss_module, value_network_update_interval=cfg.target_update_interval
+        )
+        lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
+        optimizer = torch.optim.Adam(loss_module.parameters(), lr=lr)
+
+        def dqn_loss(sample):
+            loss = loss_module(sample)["loss"]
+            return loss, loss
+
+        update = UpdateStep(
+            dqn_loss,
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            target_update=target_update,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+    return loss_module, optimizer, update
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -131,13 +168,14 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
 
     # the pieces: Q-network, epsilon-greedy policy, collector, buffer, loss, optimiser
-    qnet = make_qnet(cfg, env)
+    device = resolve_device(cfg.device)
+    qnet = make_qnet(cfg, env).to(device)
     egreedy = EGreedyModule(
         env.action_spec,
         eps_init=cfg.eps_start,
         eps_end=cfg.eps_end,
         annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
-    )
+    ).to(device)
     policy = TensorDictSequential(qnet, egreedy)
     collector = Collector(
         env,
@@ -145,6 +183,8 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
     buffer = make_replay_buffer(
         cfg.buffer_size,
@@ -152,36 +192,10 @@ def main(cfg: Config) -> dict:
         prioritized=cfg.prioritized,
         alpha=cfg.alpha,
         beta=cfg.beta,
+        device=device,
     )
-    loss_module = DQNLoss(
-        qnet,
-        double_dqn=True,
-        delay_value=True,
-        loss_function="smooth_l1",
-        gamma=cfg.gamma,
-        action_space=env.action_spec,
-    )
-    target_update = HardUpdate(
-        loss_module, value_network_update_interval=cfg.target_update_interval
-    )
-    lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=lr)
+    loss_module, optimizer, update = make_learner(cfg, env, qnet)
     run = Run("dqn", cfg, cfg.total_frames)
-
-    def dqn_loss(sample):
-        loss = loss_module(sample)["loss"]
-        return loss, loss
-
-    # one clipped gradient step and the target's counter (a copy every interval); the
-    # gradient step is one graph with --compile
-    update = UpdateStep(
-        dqn_loss,
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
 
     # the loop: collect, store, update, copy the target; evaluate now and then
     best_return, best_state, next_eval = -float("inf"), None, cfg.eval_interval

@@ -60,6 +60,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_tanh_normal_actor,
     open_dataset,
+    resolve_device,
 )
 
 
@@ -147,10 +148,12 @@ def make_learner(cfg: Config, env):
     loss terms it sums, and its update step: the loss, the gradients, each optimizer's
     step and the soft target update; one graph with ``cfg.compile``. The step takes a
     batch and a boolean tensor, CQL's warm-up flag (the actor clones the data's actions
-    while it is true)."""
+    while it is true). The networks, the loss's own tensors and the optimizers' live on
+    ``cfg.device``."""
     # the pieces: actor, critics (and IQL's value network), loss, optimisers, targets
-    actor = make_tanh_normal_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden)
+    device = resolve_device(cfg.device)
+    actor = make_tanh_normal_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, device=device)
     if cfg.algo == "iql":
         value = ValueOperator(
             MLP(out_features=1, num_cells=[cfg.hidden] * 2, activation_class=torch.nn.ReLU),
@@ -158,64 +161,68 @@ def make_learner(cfg: Config, env):
         )
         with torch.no_grad():
             value(env.fake_tensordict())  # materialise the lazy first layer
-        loss_module = IQLLoss(
-            actor,
-            qvalue,
-            value,
-            loss_function="l2",
-            temperature=cfg.temperature,
-            expectile=cfg.expectile,
-            gamma=cfg.gamma,
-        )
-        loss_keys = ("loss_actor", "loss_qvalue", "loss_value")
-        optimizers = [torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)]
-    else:
-        loss_module = CQLLoss(
-            actor,
-            qvalue,
-            loss_function="l2",
-            action_spec=env.action_spec,
-            gamma=cfg.gamma,
-            min_q_weight=cfg.min_q_weight,
-            num_random=cfg.num_random,
-            temperature=cfg.cql_temperature,
-            with_lagrange=cfg.with_lagrange,
-            lagrange_thresh=cfg.lagrange_thresh,
-            max_q_backup=cfg.max_q_backup,
-            deterministic_backup=cfg.deterministic_backup,
-            alpha_init=cfg.alpha_init,
-            fixed_alpha=cfg.fixed_alpha,
-        )
-        loss_keys = ("loss_actor", "loss_qvalue", "loss_cql")
-        actor_params = [*loss_module.actor_network_params.parameters()]
-        if not cfg.fixed_alpha:
-            loss_keys += ("loss_alpha",)
-            actor_params.append(loss_module.log_alpha)
-        optimizers = [
-            torch.optim.Adam(actor_params, lr=cfg.actor_lr),
-            torch.optim.Adam(loss_module.qvalue_network_params.parameters(), lr=cfg.lr),
-        ]
-        if cfg.with_lagrange:
-            loss_keys += ("loss_alpha_prime",)
-            optimizers.append(torch.optim.Adam([loss_module.log_alpha_prime], lr=cfg.lr))
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-
-    def offline_loss(sample, behaviour_cloning):
-        losses = loss_module(sample)
-        if cfg.algo == "cql":  # the warm-up clones the data's actions (a tensor flag: one graph)
-            losses["loss_actor"] = torch.where(
-                behaviour_cloning, losses["loss_actor_bc"], losses["loss_actor"]
+        value = value.to(device)
+    with torch.device(device):  # the loss's own tensors and the optimizers'
+        if cfg.algo == "iql":
+            loss_module = IQLLoss(
+                actor,
+                qvalue,
+                value,
+                loss_function="l2",
+                temperature=cfg.temperature,
+                expectile=cfg.expectile,
+                gamma=cfg.gamma,
             )
-        return sum(losses[key] for key in loss_keys), losses.select(*loss_keys)
+            loss_keys = ("loss_actor", "loss_qvalue", "loss_value")
+            optimizers = [torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)]
+        else:
+            loss_module = CQLLoss(
+                actor,
+                qvalue,
+                loss_function="l2",
+                action_spec=env.action_spec,
+                gamma=cfg.gamma,
+                min_q_weight=cfg.min_q_weight,
+                num_random=cfg.num_random,
+                temperature=cfg.cql_temperature,
+                with_lagrange=cfg.with_lagrange,
+                lagrange_thresh=cfg.lagrange_thresh,
+                max_q_backup=cfg.max_q_backup,
+                deterministic_backup=cfg.deterministic_backup,
+                alpha_init=cfg.alpha_init,
+                fixed_alpha=cfg.fixed_alpha,
+            )
+            loss_keys = ("loss_actor", "loss_qvalue", "loss_cql")
+            actor_params = [*loss_module.actor_network_params.parameters()]
+            if not cfg.fixed_alpha:
+                loss_keys += ("loss_alpha",)
+                actor_params.append(loss_module.log_alpha)
+            optimizers = [
+                torch.optim.Adam(actor_params, lr=cfg.actor_lr),
+                torch.optim.Adam(loss_module.qvalue_network_params.parameters(), lr=cfg.lr),
+            ]
+            if cfg.with_lagrange:
+                loss_keys += ("loss_alpha_prime",)
+                optimizers.append(torch.optim.Adam([loss_module.log_alpha_prime], lr=cfg.lr))
+        target_update = SoftUpdate(loss_module, tau=cfg.tau)
 
-    # one gradient step of every network and the target update; one graph with --compile
-    update = UpdateStep(
-        offline_loss,
-        optimizers,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+        def offline_loss(sample, behaviour_cloning):
+            losses = loss_module(sample)
+            # CQL's warm-up clones the data's actions (a tensor flag: one graph)
+            if cfg.algo == "cql":
+                losses["loss_actor"] = torch.where(
+                    behaviour_cloning, losses["loss_actor_bc"], losses["loss_actor"]
+                )
+            return sum(losses[key] for key in loss_keys), losses.select(*loss_keys)
+
+        # one gradient step of every network and the target update; one graph with --compile
+        update = UpdateStep(
+            offline_loss,
+            optimizers,
+            target_update=target_update,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
     return actor, qvalue, loss_module, loss_keys, update
 
 
@@ -233,12 +240,14 @@ def main(cfg: Config) -> dict:
 
     actor, qvalue, loss_module, loss_keys, update = make_learner(cfg, env)
     run = Run(cfg.algo, cfg, cfg.num_updates, eval_transform=obs_norm)
-    cloning, learning = torch.tensor(True), torch.tensor(False)
+    device = resolve_device(cfg.device)
+    cloning, learning = torch.tensor(True, device=device), torch.tensor(False, device=device)
 
     # the loop: sample the dataset, update every network, move the targets
     for step in range(1, cfg.num_updates + 1):
         warm_up = cfg.algo == "cql" and step <= cfg.bc_steps
-        losses = update(buffer.sample(), cloning if warm_up else learning)
+        # sampled (and standardised) on the CPU, where the dataset is, then moved
+        losses = update(buffer.sample().to(device), cloning if warm_up else learning)
         run.frames = step  # the x axis of the logs: gradient steps
         if step % cfg.log_interval == 0:
             run.log(**{key: losses[key].item() for key in loss_keys})

@@ -36,6 +36,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    resolve_device,
     summed_update,
     transitions,
 )
@@ -59,17 +60,17 @@ def make_learner(cfg: Config, env, actor, qvalue):
     target) and its update: one gradient step of the summed losses (backward, Adam, the
     soft target update); one graph with ``cfg.compile``. Returns ``(loss_module,
     update)``, ``update(sample)`` returning the step's losses and temperature."""
-    loss_module = REDQLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=cfg.num_qvalue_nets,
-        sub_sample_len=cfg.sub_sample_len,
-        loss_function="l2",
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-    )
-
-    update = summed_update(cfg, loss_module)
+    with torch.device(resolve_device(cfg.device)):  # the loss's and optimizer's tensors
+        loss_module = REDQLoss(
+            actor,
+            qvalue,
+            num_qvalue_nets=cfg.num_qvalue_nets,
+            sub_sample_len=cfg.sub_sample_len,
+            loss_function="l2",
+            action_spec=env.action_spec,
+            gamma=cfg.gamma,
+        )
+        update = summed_update(cfg, loss_module)
     return loss_module, update
 
 
@@ -80,16 +81,19 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
 
     # the pieces: actor, critic ensemble, collector, buffer, loss, optimiser, targets
-    actor = make_tanh_normal_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden)
+    device = resolve_device(cfg.device)
+    actor = make_tanh_normal_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, device=device)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     loss_module, update = make_learner(cfg, env, actor, qvalue)
     run = Run("redq", cfg, cfg.total_frames)
 

@@ -37,6 +37,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    resolve_device,
     save_dataset,
     summed_update,
     transitions,
@@ -60,18 +61,19 @@ def make_learner(cfg: Config, env, actor, qvalue):
     """The SAC loss (twin critics, learned temperature) and its update: one gradient step
     of the summed losses (backward, Adam, the soft target update); one graph with
     ``cfg.compile``. Returns ``(loss_module, update)``, ``update(sample)`` returning the
-    step's losses and temperature."""
-    loss_module = SACLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=2,
-        loss_function="l2",
-        alpha_init=cfg.alpha_init,
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-    )
-
-    update = summed_update(cfg, loss_module)
+    step's losses and temperature. The loss's own tensors (the temperature, the targets)
+    and the optimizer's live on ``cfg.device``, with the networks."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = SACLoss(
+            actor,
+            qvalue,
+            num_qvalue_nets=2,
+            loss_function="l2",
+            alpha_init=cfg.alpha_init,
+            action_spec=env.action_spec,
+            gamma=cfg.gamma,
+        )
+        update = summed_update(cfg, loss_module)
     return loss_module, update
 
 
@@ -82,19 +84,23 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
 
     # the pieces: actor, critics, collector, buffer, loss, optimiser, target update
-    actor = make_tanh_normal_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden)
+    device = resolve_device(cfg.device)
+    actor = make_tanh_normal_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, device=device)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
     buffer = make_replay_buffer(
         max(cfg.buffer_size, cfg.total_frames) if cfg.save_buffer else cfg.buffer_size,
         cfg.batch_size,
         scratch_dir=cfg.save_buffer,
+        device=device,
     )
     loss_module, update = make_learner(cfg, env, actor, qvalue)
     run = Run("sac", cfg, cfg.total_frames)

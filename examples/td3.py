@@ -23,7 +23,6 @@ import torch
 
 from rl.collectors import Collector
 from rl.core import seed_everything
-from rl.modules import AdditiveGaussianModule, TensorDictSequential
 from rl.objectives import SoftUpdate, TD3Loss
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,8 +34,10 @@ from _offpolicy import (  # noqa: E402
     compile_policy,
     make_deterministic_actor,
     make_env,
+    make_exploration_policy,
     make_qvalue,
     make_replay_buffer,
+    resolve_device,
     transitions,
 )
 
@@ -60,56 +61,69 @@ class Config(ContinuousConfig):
 PRESETS = {"pendulum": ("Pendulum-v1, RL-Zoo's tuned TD3", Config())}
 
 
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The TD3 loss (twin critics, target policy smoothing) and its two gradient steps,
+    the critics' and the actor's (with the soft target update); one graph each with
+    ``cfg.compile``. The loss's own tensors and the optimizers' live on ``cfg.device``,
+    with the networks. Returns ``(loss_module, update_critic, update_actor)``, each step
+    taking a sample and returning its loss."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = TD3Loss(
+            actor,
+            qvalue,
+            action_spec=env.action_spec,
+            num_qvalue_nets=2,
+            policy_noise=cfg.policy_noise,
+            noise_clip=cfg.noise_clip,
+            loss_function="l2",
+            gamma=cfg.gamma,
+        )
+        target_update = SoftUpdate(loss_module, tau=cfg.tau)
+        actor_optim = torch.optim.Adam(loss_module.actor_network_params.parameters(), cfg.lr)
+        critic_optim = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), cfg.lr)
+
+        def critic_loss(sample):
+            loss_qvalue, _ = loss_module.value_loss(sample)
+            return loss_qvalue, loss_qvalue
+
+        def actor_loss(sample):
+            loss_actor, _ = loss_module.actor_loss(sample)
+            return loss_actor, loss_actor
+
+        flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+        update_critic = UpdateStep(critic_loss, critic_optim, **flags)
+        update_actor = UpdateStep(actor_loss, actor_optim, target_update=target_update, **flags)
+    return loss_module, update_critic, update_actor
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     env = make_env(cfg.env_id)
     env.set_seed(cfg.seed)
-    spec = env.action_spec
 
     # the pieces: actor, twin critics, exploration, collector, buffer, loss, optimisers
-    actor = make_deterministic_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden)
-    sigma = cfg.exploration_noise * float((spec.space.high - spec.space.low).max()) / 2
-    exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma)
+    device = resolve_device(cfg.device)
+    actor = make_deterministic_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, device=device)
     collector = Collector(
         env,
         compile_policy(
-            TensorDictSequential(actor, exploration), compile=cfg.compile, cudagraphs=cfg.cudagraphs
+            make_exploration_policy(cfg, env, actor),
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
         ),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = TD3Loss(
-        actor,
-        qvalue,
-        action_spec=spec,
-        num_qvalue_nets=2,
-        policy_noise=cfg.policy_noise,
-        noise_clip=cfg.noise_clip,
-        loss_function="l2",
-        gamma=cfg.gamma,
-    )
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    actor_optim = torch.optim.Adam(loss_module.actor_network_params.parameters(), cfg.lr)
-    critic_optim = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), cfg.lr)
-    run = Run("td3", cfg, cfg.total_frames)
-
-    def critic_loss(sample):
-        loss_qvalue, _ = loss_module.value_loss(sample)
-        return loss_qvalue, loss_qvalue
-
-    def actor_loss(sample):
-        loss_actor, _ = loss_module.actor_loss(sample)
-        return loss_actor, loss_actor
-
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     # the two gradient steps (the actor's with the target update); one graph each with
     # --compile
-    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
-    update_critic = UpdateStep(critic_loss, critic_optim, **flags)
-    update_actor = UpdateStep(actor_loss, actor_optim, target_update=target_update, **flags)
+    loss_module, update_critic, update_actor = make_learner(cfg, env, actor, qvalue)
+    run = Run("td3", cfg, cfg.total_frames)
 
     # the loop: collect, store, update the critics; every policy_delay updates the actor
     # and the targets

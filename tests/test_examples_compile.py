@@ -702,14 +702,15 @@ def test_cudagraphs_without_cuda_names_the_missing_device(script, tmp_path):
 
 
 def test_cudagraphs_on_parameters_off_cuda_names_their_device(monkeypatch):
-    """Where CUDA is present, the scripts' networks are still on the CPU (no device
-    option): the update step and the policy refuse to be captured at construction,
-    naming the device, instead of failing at the capture after the warm-up calls."""
+    """Where CUDA is present but a script's networks are on the CPU (``--device cpu``,
+    the default): the update step and the policy refuse to be captured at construction,
+    naming the device and the option, instead of failing at the capture after the
+    warm-up calls."""
     common = load("_common")
     monkeypatch.setitem(common.__dict__, "check_cudagraphs", lambda *args: None)
     net = torch.nn.Linear(2, 1)
     adam = torch.optim.Adam(net.parameters(), lr=1e-3)
-    match = r"captures the update step on a CUDA device, but its parameters are on cpu"
+    match = r"captures the update step on a CUDA device, but its parameters are on cpu: run with --device cuda"
     with pytest.raises(RuntimeError, match=match):
         common.UpdateStep(lambda: (net.weight.sum(), None), adam, cudagraphs=True)
     common.UpdateStep(lambda: (net.weight.sum(), None), adam)  # no capture: no check

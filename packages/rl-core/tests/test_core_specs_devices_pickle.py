@@ -53,3 +53,16 @@ def test_cuda_round_trip():
     leaf = Bounded(-1.0, 1.0, shape=(3,), device="cuda")
     assert leaf.project(torch.full((3,), 2.0, device="cuda")).tolist() == [1.0, 1.0, 1.0]
     assert leaf[0].low.device.type == "cuda" and leaf.expand(2, 3).rand().device.type == "cuda"
+
+
+def test_a_value_on_another_device_is_projected_there():
+    """As TorchRL's, a CPU spec projects (and checks) a value on another device: its bounds
+    follow the value (``meta`` stands for a GPU here; it refuses CPU operands as CUDA
+    does)."""
+    spec = Bounded(-1.0, 1.0, shape=(3,))
+    out = spec.project(torch.empty(5, 3, device="meta"))
+    assert out.device.type == "meta" and out.shape == (5, 3)
+    assert spec.low.device.type == "cpu"  # the spec itself stays where it was
+    values = torch.tensor([[2.0, -3.0, 0.5]], dtype=torch.float64)
+    assert spec.project(values).tolist() == [[1.0, -1.0, 0.5]]
+    assert spec.is_in(torch.tensor([0.0, 1.0, -1.0])) and not spec.is_in(torch.full((3,), 2.0))

@@ -206,6 +206,20 @@ class TestTD3Loss:
         with pytest.raises(ValueError, match="low bound"):
             TD3Loss(_actor(), _critic(), bounds=(1.0, -1.0))
 
+    def test_bounds_follow_the_default_device(self):
+        """Built under ``with torch.device(d)`` (the examples' ``--device``), the bounds
+        are checked where they are given and kept on ``d`` (``meta`` stands for a GPU:
+        it has no values to check, and refuses CPU operands as CUDA does)."""
+        spec = Bounded(-0.5, 0.5, shape=(1,))
+        actor, critic = _actor().to("meta"), _critic().to("meta")
+        with torch.device("meta"):
+            loss = TD3Loss(actor, critic, action_spec=spec, policy_noise=0.0)
+            with pytest.raises(ValueError, match="low bound"):
+                TD3Loss(actor, critic, bounds=(1.0, -1.0))
+        assert loss.min_action.device.type == loss.max_action.device.type == "meta"
+        assert loss.min_action.shape == loss.max_action.shape == (1,)
+        assert spec.low.device.type == "cpu"  # the spec is left where it was
+
     def test_state_dict_round_trip(self):
         loss = _td3()
         sd = {k: v.clone() for k, v in loss.state_dict().items()}

@@ -152,11 +152,20 @@ def _bounds(
         low, high = leaf.space.low, leaf.space.high
     else:
         low, high = bounds
-    low = torch.as_tensor(low, dtype=torch.get_default_dtype())
-    high = torch.as_tensor(high, dtype=low.dtype)
+    # checked where the bounds are given (the CPU for numbers), then placed as
+    # ``torch.as_tensor`` places them: on the default device where one is set (a loss
+    # built under ``with torch.device(...)``), else where they were
+    low, high = _given(low, torch.get_default_dtype()), _given(high, torch.get_default_dtype())
     if (low > high).any():
         raise ValueError(f"Got a low bound higher than a high bound: low={low}, high={high}")
-    return low.clone(), high.clone()
+    return torch.as_tensor(low).clone(), torch.as_tensor(high).clone()
+
+
+def _given(bound, dtype: torch.dtype) -> torch.Tensor:
+    """``bound`` as a ``dtype`` tensor on its own device (a number or array: the CPU)."""
+    if isinstance(bound, torch.Tensor):
+        return bound.to(dtype)
+    return torch.as_tensor(bound, dtype=dtype, device="cpu")
 
 
 # ---------------------------------------------------------------- samples

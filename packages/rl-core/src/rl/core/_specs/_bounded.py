@@ -220,8 +220,16 @@ class Bounded(TensorSpec):
         out = torch.where(lf & ~hf, low + gauss, out)
         return torch.where(~lf & hf, high - gauss, out)
 
+    def _bounds_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(low, high)`` on ``device``: as TorchRL, a value on another device than the
+        spec's is checked and projected there (the bounds copied to it)."""
+        if self.low.device == device:
+            return self.low, self.high
+        return self.low.to(device), self.high.to(device)
+
     def _values_mismatch(self, value: torch.Tensor) -> str | None:
-        if bool(((value >= self.low) & (value <= self.high)).all()):
+        low, high = self._bounds_on(value.device)
+        if bool(((value >= low) & (value <= high)).all()):
             return None
         return f"has values outside [low, high] (min {value.min().item()!r}, max {value.max().item()!r})"
 
@@ -230,7 +238,8 @@ class Bounded(TensorSpec):
             if not self._float and value.is_floating_point():
                 value = value.round()
             value = value.to(self.dtype)
-        return torch.clamp(value, self.low, self.high)
+        low, high = self._bounds_on(value.device)
+        return torch.clamp(value, low, high)
 
     def cardinality(self) -> float:
         """``inf``, as in TorchRL (a box is not enumerated, even with an integer dtype)."""

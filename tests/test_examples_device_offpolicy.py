@@ -1,0 +1,120 @@
+"""``--device`` of the off-policy example scripts, on a device other than the CPU.
+
+This machine has no GPU, so the learners are built on PyTorch's ``meta`` device: a
+tensor there has a shape and a device but no values, and an operation that meets a
+non-scalar CPU tensor fails as it does on CUDA ("Tensor on device cpu is not on the
+expected device meta!"; a 0-dim CPU tensor is accepted by both). Each script's own
+construction (its ``make_*`` functions with ``cfg.device="meta"``) is built, its update
+step runs twice on a batch moved there, and everything it owns must be there: the loss's
+parameters and buffers, the optimizers' states and learning rates, the logs. What this
+cannot check: values, CUDA graphs' capture, the collector moving env outputs (copying a
+``meta`` tensor back to the CPU is impossible); those run on a GPU
+(``benchmarks/bench_gpu.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from itertools import chain
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_checks import load  # noqa: E402
+from _device_checks import META, assert_all_on_meta, random_transitions  # noqa: E402
+
+
+@pytest.mark.parametrize("script", ["sac", "redq"])
+def test_soft_actor_critic_learners_live_on_the_device(script):
+    module, off = load(script), load("_offpolicy")
+    cfg = module.Config(device="meta")
+    env = off.make_env(cfg.env_id)
+    actor = off.make_tanh_normal_actor(env, cfg.hidden, device=cfg.device)
+    qvalue = off.make_qvalue(env, cfg.hidden, device=cfg.device)
+    loss_module, update = module.make_learner(cfg, env, actor, qvalue)
+    batch = random_transitions(off, cfg.env_id).to(META)
+    for _ in range(2):
+        logs = update(batch)
+    assert set(logs.keys()) == {"loss_actor", "loss_qvalue", "alpha"}
+    assert_all_on_meta(loss_module, update.optimizers, logs)
+    # the policy the collector runs acts there
+    assert actor(batch.exclude("action"))["action"].device == META
+
+
+@pytest.mark.parametrize("script", ["td3", "ddpg"])
+def test_deterministic_actor_learners_live_on_the_device(script):
+    module, off = load(script), load("_offpolicy")
+    cfg = module.Config(device="meta")
+    env = off.make_env(cfg.env_id)
+    actor = off.make_deterministic_actor(env, cfg.hidden, device=cfg.device)
+    qvalue = off.make_qvalue(env, cfg.hidden, device=cfg.device)
+    loss_module, *updates = module.make_learner(
+        *((cfg, env, actor, qvalue) if script == "td3" else (cfg, actor, qvalue))
+    )
+    batch = random_transitions(off, cfg.env_id).to(META)
+    for _ in range(2):
+        logs = [update(batch) for update in updates]
+    for update, log in zip(updates, logs, strict=True):
+        assert_all_on_meta(loss_module, update.optimizers, log)
+    explore = off.make_exploration_policy(cfg, env, actor)
+    assert [b.device for b in explore.buffers()] == [META] * len(list(explore.buffers()))
+    assert explore(batch.exclude("action"))["action"].device == META
+
+
+def test_dqn_learner_lives_on_the_device():
+    dqn, off = load("dqn"), load("_offpolicy")
+    cfg = dqn.Config(device="meta", compile=False)
+    env = off.make_env(cfg.env_id)
+    qnet = dqn.make_qnet(cfg, env).to(META)
+    loss_module, optimizer, update = dqn.make_learner(cfg, env, qnet)
+    batch = random_transitions(off, cfg.env_id).to(META)
+    for _ in range(2):
+        loss = update(batch)
+    assert_all_on_meta(loss_module, [optimizer], loss)
+    assert qnet(batch.exclude("action"))["action"].device == META
+
+
+@pytest.mark.parametrize("algo", ["iql", "cql"])
+def test_offline_learners_live_on_the_device(algo):
+    offline, off = load("offline"), load("_offpolicy")
+    cfg = offline.resolve(offline.Config(algo=algo, device="meta"))
+    env = off.make_env("Pendulum-v1")
+    actor, qvalue, loss_module, loss_keys, update = offline.make_learner(cfg, env)
+    batch = random_transitions(off, "Pendulum-v1").to(META)
+    for flag in (True, False):  # CQL's warm-up flag, as main makes it
+        logs = update(batch, torch.tensor(flag, device=META))
+    assert set(logs.keys()) == set(loss_keys)
+    assert_all_on_meta(loss_module, update.optimizers, logs)
+    assert {p.device for p in chain(actor.parameters(), qvalue.parameters())} == {META}
+
+
+def test_resolve_device_names_what_it_refuses():
+    common = load("_common")
+    assert common.resolve_device("cpu") == torch.device("cpu")
+    assert common.resolve_device("meta") == META
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert common.resolve_device("auto").type == expected
+    with pytest.raises(ValueError, match="--device 'gpu0' is not a torch device name"):
+        common.resolve_device("gpu0")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(RuntimeError, match=rf"--device 'cuda:{count}': this machine has {count}"):
+        common.resolve_device(f"cuda:{count}")
+
+
+def test_a_cuda_device_this_machine_lacks_stops_the_script_at_the_start(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    sac = load("sac")
+    cfg = sac.Config(device="cuda", progress=False, log_dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="--device 'cuda': this machine has 0 CUDA"):
+        sac.main(cfg)
+
+
+def test_evaluation_runs_the_policy_itself_on_the_cpu():
+    common = load("_common")
+    net = torch.nn.Linear(2, 1)
+    assert common.on_cpu(net) is net
+    policy = lambda td: td  # noqa: E731 - a policy without parameters is kept as it is
+    assert common.on_cpu(policy) is policy

@@ -118,3 +118,83 @@ def test_evaluation_runs_the_policy_itself_on_the_cpu():
     assert common.on_cpu(net) is net
     policy = lambda td: td  # noqa: E731 - a policy without parameters is kept as it is
     assert common.on_cpu(policy) is policy
+
+
+# ---------------------------------------------------------------- on a GPU
+# These run where CUDA is (benchmarks/bench_gpu.py runs every file holding a ``gpu``
+# test); here they are skipped. They train on the probe envs of
+# tests/test_examples_offpolicy.py with the networks, the buffer and the captured (and
+# compiled) update step on the GPU, and check what was learned, as those tests do.
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+PROBE_RUN = {
+    "total_frames": 1_000,
+    "init_random_frames": 200,
+    "frames_per_batch": 50,
+    "batch_size": 64,
+    "lr": 3e-3,
+    "hidden": 32,
+    "eval_episodes": 1,
+    "progress": False,
+    "device": "cuda",
+    "cudagraphs": True,
+}
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize(
+    "script, compile",
+    [("sac", False), ("sac", True), ("td3", False), ("ddpg", False), ("redq", False)],
+)
+def test_cudagraphs_on_the_gpu_find_the_scaled_best_action(script, compile, tmp_path):
+    from rl.core import ExplorationType, set_exploration_type
+    from rl.envs import ObservationActionRewardProbe
+
+    module = load(script)
+    extra = {"num_qvalue_nets": 4} if script == "redq" else {}
+    cfg = module.Config(
+        env_id="ObservationActionRewardProbe-continuous",
+        **PROBE_RUN,
+        **extra,
+        compile=compile,
+        log_dir=str(tmp_path),
+    )
+    summary = module.main(cfg)
+    actor = summary["actor"]
+    assert {p.device.type for p in actor.parameters()} == {"cuda"}
+    probe = ObservationActionRewardProbe(continuous=True)
+    obs = torch.tensor([[-1.0], [1.0]])
+    td = probe.fake_tensordict().expand(2).clone()
+    td["observation"] = obs
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        action = actor(td.to("cuda"))["action"]
+    # the best actions are -1.5 and +1.5 (tests/test_examples_offpolicy.py)
+    torch.testing.assert_close(action.cpu(), probe.optimal_action(obs), atol=0.3, rtol=0)
+
+
+@pytest.mark.gpu
+@cuda
+def test_dqn_cudagraphs_on_the_gpu_learns_the_probe(tmp_path):
+    dqn = load("dqn")
+    cfg = dqn.Config(
+        env_id="ObservationActionRewardProbe",
+        total_frames=1_000,
+        init_random_frames=200,
+        frames_per_batch=50,
+        updates_per_batch=25,
+        batch_size=64,
+        lr=3e-3,
+        hidden=32,
+        target_update_interval=25,
+        exploration_fraction=0.5,
+        eval_episodes=1,
+        progress=False,
+        device="cuda",
+        cudagraphs=True,
+        log_dir=str(tmp_path),
+    )
+    summary = dqn.main(cfg)
+    assert {p.device.type for p in summary["qnet"].parameters()} == {"cuda"}
+    assert summary["eval_mean"] == 1.0

@@ -38,6 +38,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    resolve_device,
     summed_update,
     transitions,
 )
@@ -69,6 +70,38 @@ class Config(ContinuousConfig):
 PRESETS = {"pendulum": ("Pendulum-v1, online CQL on the SAC example's settings", Config())}
 
 
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The CQL loss (SAC's, the critics paying the conservative penalty) and its update:
+    one gradient step of the summed losses (backward, Adam, the soft target update); one
+    graph with ``cfg.compile``. The loss's own tensors (the temperature, the Lagrange
+    multiplier, the targets) and the optimizer's live on ``cfg.device``, with the
+    networks. Returns ``(loss_module, update)``, ``update(sample)`` returning the step's
+    losses and temperature."""
+    loss_keys = ("loss_actor", "loss_qvalue", "loss_cql", "loss_alpha")
+    if cfg.with_lagrange:
+        loss_keys += ("loss_alpha_prime",)
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = CQLLoss(
+            actor,
+            qvalue,
+            loss_function="l2",
+            alpha_init=cfg.alpha_init,
+            action_spec=env.action_spec,
+            gamma=cfg.gamma,
+            temperature=cfg.cql_temperature,
+            min_q_weight=cfg.min_q_weight,
+            max_q_backup=cfg.max_q_backup,
+            deterministic_backup=cfg.deterministic_backup,
+            num_random=cfg.num_random,
+            with_lagrange=cfg.with_lagrange,
+            lagrange_thresh=cfg.lagrange_thresh,
+        )
+        update = summed_update(
+            cfg, loss_module, loss_keys, ("loss_actor", "loss_qvalue", "loss_cql", "alpha")
+        )
+    return loss_module, update
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -76,40 +109,22 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
 
     # the pieces: actor, twin critics, collector, buffer, loss, optimiser, targets
-    actor = make_tanh_normal_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden)
+    device = resolve_device(cfg.device)
+    actor = make_tanh_normal_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, device=device)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = CQLLoss(
-        actor,
-        qvalue,
-        loss_function="l2",
-        alpha_init=cfg.alpha_init,
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-        temperature=cfg.cql_temperature,
-        min_q_weight=cfg.min_q_weight,
-        max_q_backup=cfg.max_q_backup,
-        deterministic_backup=cfg.deterministic_backup,
-        num_random=cfg.num_random,
-        with_lagrange=cfg.with_lagrange,
-        lagrange_thresh=cfg.lagrange_thresh,
-    )
-    loss_keys = ("loss_actor", "loss_qvalue", "loss_cql", "loss_alpha")
-    if cfg.with_lagrange:
-        loss_keys += ("loss_alpha_prime",)
-    run = Run("cql_online", cfg, cfg.total_frames)
-
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     # one gradient step (backward, Adam, target update); one graph with --compile
-    update = summed_update(
-        cfg, loss_module, loss_keys, ("loss_actor", "loss_qvalue", "loss_cql", "alpha")
-    )
+    loss_module, update = make_learner(cfg, env, actor, qvalue)
+    run = Run("cql_online", cfg, cfg.total_frames)
 
     # the loop: collect, store, update actor, critics (TD + penalty) and temperature
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

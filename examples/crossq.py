@@ -39,6 +39,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    resolve_device,
     transitions,
 )
 
@@ -69,6 +70,68 @@ class Config(ContinuousConfig):
 PRESETS = {"pendulum": ("Pendulum-v1, CrossQ", Config())}
 
 
+def make_critic(cfg: Config, env, device=None):
+    """The Q-network the loss copies into its twin critics: batch renormalisation after
+    each hidden layer (and on the input with ``cfg.input_norm``); on ``device`` (default:
+    the CPU)."""
+    renorm = {"momentum": cfg.renorm_momentum, "warmup_steps": cfg.renorm_warmup}
+    in_features = env.observation_spec["observation"].shape[-1] + env.action_spec.shape[-1]
+    return make_qvalue(
+        env,
+        cfg.critic_hidden,
+        input_norm=BatchRenorm1d(in_features, **renorm) if cfg.input_norm else None,
+        norm_class=BatchRenorm1d,
+        norm_kwargs={"num_features": cfg.critic_hidden, **renorm},
+        device=device,
+    )
+
+
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The CrossQ loss and its two gradient steps: the critics' alone, and every
+    ``cfg.policy_delay`` updates the step of all networks (critics, actor, temperature);
+    one graph each with ``cfg.compile``. The loss's own tensors and the optimizers' live
+    on ``cfg.device``, with the networks. Returns ``(loss_module, updates)``,
+    ``updates[actor_step](sample)`` returning the step's losses and temperature."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = CrossQLoss(
+            actor,
+            qvalue,
+            num_qvalue_nets=2,
+            loss_function="l2",
+            action_spec=env.action_spec,
+            gamma=cfg.gamma,
+        )
+        betas = (cfg.adam_beta1, 0.999)
+        critic_optim = torch.optim.Adam(
+            loss_module.qvalue_network_params.parameters(), cfg.lr, betas=betas
+        )
+        actor_optim = torch.optim.Adam(
+            [*loss_module.actor_network_params.parameters(), loss_module.log_alpha],
+            cfg.lr,
+            betas=betas,
+        )
+
+        def crossq_loss(sample, actor_step: bool):
+            losses = loss_module(sample)
+            loss = losses["loss_qvalue"]
+            if actor_step:  # the actor loss reads detached critics: one backward, no cross-talk
+                loss = loss + losses["loss_actor"] + losses["loss_alpha"]
+            return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
+
+        flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+        updates = {
+            False: UpdateStep(
+                functools.partial(crossq_loss, actor_step=False), critic_optim, **flags
+            ),
+            True: UpdateStep(
+                functools.partial(crossq_loss, actor_step=True),
+                [critic_optim, actor_optim],
+                **flags,
+            ),
+        }
+    return loss_module, updates
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -76,57 +139,23 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
 
     # the pieces: actor, batch-renormalised critics, collector, buffer, loss, optimisers
-    actor = make_tanh_normal_actor(env, cfg.hidden)
-    renorm = {"momentum": cfg.renorm_momentum, "warmup_steps": cfg.renorm_warmup}
-    in_features = env.observation_spec["observation"].shape[-1] + env.action_spec.shape[-1]
-    qvalue = make_qvalue(
-        env,
-        cfg.critic_hidden,
-        input_norm=BatchRenorm1d(in_features, **renorm) if cfg.input_norm else None,
-        norm_class=BatchRenorm1d,
-        norm_kwargs={"num_features": cfg.critic_hidden, **renorm},
-    )
+    device = resolve_device(cfg.device)
+    actor = make_tanh_normal_actor(env, cfg.hidden, device=device)
+    qvalue = make_critic(cfg, env, device=device)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = CrossQLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=2,
-        loss_function="l2",
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-    )
-    betas = (cfg.adam_beta1, 0.999)
-    critic_optim = torch.optim.Adam(
-        loss_module.qvalue_network_params.parameters(), cfg.lr, betas=betas
-    )
-    actor_optim = torch.optim.Adam(
-        [*loss_module.actor_network_params.parameters(), loss_module.log_alpha], cfg.lr, betas=betas
-    )
-    run = Run("crossq", cfg, cfg.total_frames)
-
-    def crossq_loss(sample, actor_step: bool):
-        losses = loss_module(sample)
-        loss = losses["loss_qvalue"]
-        if actor_step:  # the actor loss reads detached critics: one backward, no cross-talk
-            loss = loss + losses["loss_actor"] + losses["loss_alpha"]
-        return loss, losses.select("loss_actor", "loss_qvalue", "alpha")
-
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     # the critics' step, and the step of all networks every policy_delay updates; one
     # graph each with --compile
-    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
-    updates = {
-        False: UpdateStep(functools.partial(crossq_loss, actor_step=False), critic_optim, **flags),
-        True: UpdateStep(
-            functools.partial(crossq_loss, actor_step=True), [critic_optim, actor_optim], **flags
-        ),
-    }
+    loss_module, updates = make_learner(cfg, env, actor, qvalue)
+    run = Run("crossq", cfg, cfg.total_frames)
 
     # the loop: collect, store, update the critics; every policy_delay updates the actor
     # and the temperature (no target networks)

@@ -40,6 +40,7 @@ from _offpolicy import (  # noqa: E402
     compile_policy,
     make_env,
     make_replay_buffer,
+    resolve_device,
     summed_update,
     transitions,
 )
@@ -88,9 +89,9 @@ class Config(RunConfig):
 PRESETS = {"cartpole": ("CartPole-v1, discrete SAC", Config())}
 
 
-def make_categorical_actor(env, hidden: int) -> ProbabilisticActor:
+def make_categorical_actor(env, hidden: int, device=None) -> ProbabilisticActor:
     """An MLP giving the logits of a one-hot categorical policy (deterministic mode:
-    the most probable action)."""
+    the most probable action); on ``device`` (default: the CPU)."""
     n_actions = env.action_spec.shape[-1]
     actor = ProbabilisticActor(
         TensorDictModule(
@@ -104,11 +105,12 @@ def make_categorical_actor(env, hidden: int) -> ProbabilisticActor:
     )
     with torch.no_grad():  # materialise the lazy first layer
         actor(env.fake_tensordict())
-    return actor
+    return actor.to(device) if device is not None else actor
 
 
-def make_action_values(env, hidden: int) -> TensorDictModule:
-    """A Q-network writing the value of every action, ``"action_value"``."""
+def make_action_values(env, hidden: int, device=None) -> TensorDictModule:
+    """A Q-network writing the value of every action, ``"action_value"``; on ``device``
+    (default: the CPU)."""
     n_actions = env.action_spec.shape[-1]
     qvalue = TensorDictModule(
         MLP(out_features=n_actions, num_cells=[hidden] * 2, activation_class=nn.ReLU),
@@ -117,7 +119,35 @@ def make_action_values(env, hidden: int) -> TensorDictModule:
     )
     with torch.no_grad():
         qvalue(env.fake_tensordict())
-    return qvalue
+    return qvalue.to(device) if device is not None else qvalue
+
+
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The discrete SAC loss (twin critics, learned temperature) and its update: one
+    gradient step of the summed losses (backward, Adam, the soft target update); one
+    graph with ``cfg.compile``. The loss's own tensors (the temperature, the target
+    entropy, the targets) and the optimizer's live on ``cfg.device``, with the networks.
+    Returns ``(loss_module, update)``, ``update(sample)`` returning the step's losses,
+    temperature and entropy."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = DiscreteSACLoss(
+            actor,
+            qvalue,
+            action_space=env.action_spec,
+            num_actions=env.action_spec.shape[-1],
+            num_qvalue_nets=2,
+            loss_function="l2",
+            alpha_init=cfg.alpha_init,
+            target_entropy_weight=cfg.target_entropy_weight,
+            gamma=cfg.gamma,
+        )
+        update = summed_update(
+            cfg,
+            loss_module,
+            ("loss_actor", "loss_qvalue", "loss_alpha"),
+            ("loss_actor", "loss_qvalue", "alpha", "entropy"),
+        )
+    return loss_module, update
 
 
 def main(cfg: Config) -> dict:
@@ -127,27 +157,21 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
 
     # the pieces: actor, twin critics, collector, buffer, loss, optimiser, targets
-    actor = make_categorical_actor(env, cfg.hidden)
-    qvalue = make_action_values(env, cfg.hidden)
+    device = resolve_device(cfg.device)
+    actor = make_categorical_actor(env, cfg.hidden, device=device)
+    qvalue = make_action_values(env, cfg.hidden, device=device)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = DiscreteSACLoss(
-        actor,
-        qvalue,
-        action_space=env.action_spec,
-        num_actions=env.action_spec.shape[-1],
-        num_qvalue_nets=2,
-        loss_function="l2",
-        alpha_init=cfg.alpha_init,
-        target_entropy_weight=cfg.target_entropy_weight,
-        gamma=cfg.gamma,
-    )
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
+    # one gradient step (backward, Adam, target update); one graph with --compile
+    loss_module, update = make_learner(cfg, env, actor, qvalue)
     run = Run("discrete_sac", cfg, cfg.total_frames)
     best = BestWeights(
         run,
@@ -156,14 +180,6 @@ def main(cfg: Config) -> dict:
         actor,
         cfg.eval_interval if cfg.keep_best else 0,
         cfg.eval_interval_episodes,
-    )
-
-    # one gradient step (backward, Adam, target update); one graph with --compile
-    update = summed_update(
-        cfg,
-        loss_module,
-        ("loss_actor", "loss_qvalue", "loss_alpha"),
-        ("loss_actor", "loss_qvalue", "alpha", "entropy"),
     )
 
     # the loop: collect, store, update actor, critics and temperature; evaluate now and then

@@ -36,6 +36,7 @@ from _offpolicy import (  # noqa: E402
     make_qvalue,
     make_replay_buffer,
     make_tanh_normal_actor,
+    resolve_device,
     summed_update,
     transitions,
 )
@@ -59,6 +60,27 @@ class Config(ContinuousConfig):
 PRESETS = {"pendulum": ("Pendulum-v1, RL-Zoo's tuned TQC", Config())}
 
 
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The TQC loss (pooled, truncated quantile targets, learned temperature) and its
+    update: one gradient step of the summed losses (backward, Adam, the soft target
+    update); one graph with ``cfg.compile``. The loss's own tensors (the temperature, the
+    targets) and the optimizer's live on ``cfg.device``, with the networks. Returns
+    ``(loss_module, update)``, ``update(sample)`` returning the step's losses and
+    temperature."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = TQCLoss(
+            actor,
+            qvalue,
+            num_qvalue_nets=cfg.num_qvalue_nets,
+            top_quantiles_to_drop_per_net=cfg.top_quantiles_to_drop_per_net,
+            alpha_init=cfg.alpha_init,
+            action_spec=env.action_spec,
+            gamma=cfg.gamma,
+        )
+        update = summed_update(cfg, loss_module)
+    return loss_module, update
+
+
 def main(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -66,29 +88,22 @@ def main(cfg: Config) -> dict:
     env.set_seed(cfg.seed)
 
     # the pieces: actor, quantile critics, collector, buffer, loss, optimiser, targets
-    actor = make_tanh_normal_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden, out_features=cfg.num_quantiles)
+    device = resolve_device(cfg.device)
+    actor = make_tanh_normal_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, out_features=cfg.num_quantiles, device=device)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = TQCLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=cfg.num_qvalue_nets,
-        top_quantiles_to_drop_per_net=cfg.top_quantiles_to_drop_per_net,
-        alpha_init=cfg.alpha_init,
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
-    )
-    run = Run("tqc", cfg, cfg.total_frames)
-
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     # one gradient step (backward, Adam, target update); one graph with --compile
-    update = summed_update(cfg, loss_module)
+    loss_module, update = make_learner(cfg, env, actor, qvalue)
+    run = Run("tqc", cfg, cfg.total_frames)
 
     # the loop: collect, store, update actor, critics and temperature, move the targets
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)

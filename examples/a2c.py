@@ -7,6 +7,7 @@ The actor, critic and environment are ``ppo.py``'s.
 
     uv run examples/a2c.py
     uv run examples/a2c.py --seed 1 --total-frames 100000
+    uv run examples/a2c.py --device cuda --compile --cudagraphs   # on a GPU
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from _common import (  # noqa: E402
     compile_policy,
     evaluate,
     finish_run,
+    resolve_device,
     set_lr,
     whole_batches,
 )
@@ -88,10 +90,63 @@ class Config:
     backward, gradient clipping, optimizer step; the advantage on its own with
     ``cudagraphs``), once."""
     cudagraphs: bool = False
-    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the update step and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the networks, the advantage and the update step live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the CPU: the
+    collector moves what they return; evaluations run a CPU copy of the policy."""
+
+
+def make_learner(cfg: Config, actor, critic):
+    """A2C's loss, its RMSprop optimizer, the advantage (GAE over the critic) and the
+    update. Returns ``(loss_module, optimizer, advantage, update)``: ``update(batch)`` runs
+    the advantage and one clipped gradient step (backward, RMSprop), one graph with
+    ``cfg.compile``; with ``cfg.cudagraphs`` the advantage runs on its own before the
+    captured step (``advantage(batch)``; else ``advantage`` is None). The loss's own
+    tensors, the estimator's and the optimizer's live on ``cfg.device``, with the networks."""
+    with torch.device(resolve_device(cfg.device)):
+        gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
+        # the advantage is part of the update step, but with --cudagraphs: there it runs
+        # before the captured step, as ppo's does (the estimator reads its inputs on the
+        # host and moves its constants to their device, which a capture refuses)
+        advantage = compile_advantage(gae, compile=cfg.compile) if cfg.cudagraphs else None
+        loss_module = A2CLoss(
+            actor,
+            critic,
+            entropy_coeff=cfg.ent_coef,
+            critic_coeff=cfg.vf_coef,
+            loss_critic_type="l2",
+        )
+        lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
+        optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
+
+        def a2c_loss(batch):
+            # the advantage of the batch with the critic as it is before the step (unless
+            # it was computed before the step), then the batch flattened: compiled, inside
+            # the update's graph (one call a batch, no TensorDict work at each step; with
+            # cudagraphs, each replay copies the whole batch into its inputs)
+            batch = batch.exclude("collector")
+            if advantage is None:
+                with torch.no_grad():
+                    batch = gae(batch)
+            losses = loss_module(batch.reshape(-1))
+            loss = losses["loss_objective"] + losses["loss_critic"]
+            if "loss_entropy" in losses.keys():
+                loss = loss + losses["loss_entropy"]
+            return loss, loss
+
+        update = UpdateStep(
+            a2c_loss,
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+    return loss_module, optimizer, advantage, update
 
 
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     env = make_env(cfg, cfg.num_envs)
@@ -105,42 +160,10 @@ def main(cfg: Config) -> dict:
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    # the advantage is part of the update step, but with --cudagraphs: there it runs before
-    # the captured step, as ppo's does (the estimator reads its inputs on the host and
-    # moves its constants to their device, which a capture refuses)
-    advantage = compile_advantage(gae, compile=cfg.compile) if cfg.cudagraphs else None
-    loss_module = A2CLoss(
-        actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
-    )
-    lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
-    optimizer = torch.optim.RMSprop(loss_module.parameters(), lr=lr, alpha=0.99, eps=1e-5)
-
-    def a2c_loss(batch):
-        # the advantage of the batch with the critic as it is before the step (unless it
-        # was computed before the step), then the batch flattened: compiled, inside the
-        # update's graph (one call a batch, no TensorDict work at each step; with
-        # cudagraphs, each replay copies the whole batch into its inputs)
-        batch = batch.exclude("collector")
-        if advantage is None:
-            with torch.no_grad():
-                batch = gae(batch)
-        losses = loss_module(batch.reshape(-1))
-        loss = losses["loss_objective"] + losses["loss_critic"]
-        if "loss_entropy" in losses.keys():
-            loss = loss + losses["loss_entropy"]
-        return loss, loss
-
-    # the advantage (see above) and one clipped gradient step (backward, RMSprop); one
-    # graph with --compile
-    update = UpdateStep(
-        a2c_loss,
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    loss_module, optimizer, advantage, update = make_learner(cfg, actor, critic)
     exp_name = cfg.exp_name or generate_exp_name("a2c", f"{cfg.env_id}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))

@@ -11,6 +11,7 @@ normalisation, RL-Zoo's gamma 0.9 and 1024-step rollouts).
     uv run examples/ppo.py                         # CartPole-v1, about a minute on 2 cores
     uv run examples/ppo.py pendulum                # Pendulum-v1 (continuous, TanhNormal)
     uv run examples/ppo.py cartpole --seed 1 --logger tensorboard
+    uv run examples/ppo.py --device cuda --compile --cudagraphs   # on a GPU
 
 Writes CSV logs (or another logger), a learning-curve PNG and, with ``--video``, an
 evaluation video under ``runs/<exp_name>/``.
@@ -54,7 +55,9 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     make_base_env,
+    on_device,
     record_video,
+    resolve_device,
     set_lr,
     whole_batches,
 )
@@ -116,7 +119,11 @@ class Config:
     """torch.compile the collector's policy, the advantage and the whole update step
     (loss, backward, gradient clipping, optimizer step), once."""
     cudagraphs: bool = False
-    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the update step and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the networks, the advantage and the update step live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the CPU: the
+    collector moves what they return; evaluations run a CPU copy of the policy."""
 
 
 PRESETS = {
@@ -171,7 +178,15 @@ def observation_stats(cfg: Config, steps: int = 2000):
     return obs.mean(0), obs.std(0).clamp_min(1e-3)
 
 
+def config_device(cfg) -> torch.device:
+    """``cfg.device`` resolved (:func:`resolve_device`); the CPU for the configs without
+    one of the scripts that reuse these pieces (ppo_atari.py, ppo_rnd.py, impala.py...)."""
+    return resolve_device(getattr(cfg, "device", "cpu"))
+
+
 def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, ValueOperator]:
+    """The actor and the critic, initialised on the CPU (the same weights on every device),
+    then moved to ``cfg.device``."""
     action_spec = env.action_spec
     continuous = action_spec.dtype.is_floating_point
     n_out = action_spec.shape[-1]
@@ -217,7 +232,8 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, ValueOperator]:
     # orthogonal initialisation, a small policy head: PPO's usual implementation details
     orthogonal_init(actor, last_gain=0.01)
     orthogonal_init(critic, last_gain=1.0)
-    return actor, critic
+    device = config_device(cfg)
+    return on_device(actor, device), critic.to(device)
 
 
 @torch.no_grad()
@@ -231,22 +247,34 @@ def orthogonal_init(module: nn.Module, last_gain: float) -> None:
 
 def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam]:
     """CleanRL's PPO loss (clipped ratio, L2 critic loss, normalised advantages, clipped
-    value with ``clip_vloss``) and its Adam optimizer."""
-    loss_module = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip_coef,
-        entropy_coeff=cfg.ent_coef,
-        critic_coeff=cfg.vf_coef,
-        loss_critic_type="l2",
-        normalize_advantage=True,
-        clip_value=cfg.clip_coef if cfg.clip_vloss else None,
-    )
-    # compiled: the learning rate is a tensor, annealed in place (a float would be a
-    # constant of the compiled optimizer step, recompiled at every change)
-    lr = torch.tensor(cfg.lr) if getattr(cfg, "compile", False) else cfg.lr
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=lr, eps=1e-5)
+    value with ``clip_vloss``) and its Adam optimizer; the loss's own tensors (its
+    coefficients) and the optimizer's on ``cfg.device``, with the networks."""
+    with torch.device(config_device(cfg)):
+        loss_module = ClipPPOLoss(
+            actor,
+            critic,
+            clip_epsilon=cfg.clip_coef,
+            entropy_coeff=cfg.ent_coef,
+            critic_coeff=cfg.vf_coef,
+            loss_critic_type="l2",
+            normalize_advantage=True,
+            clip_value=cfg.clip_coef if cfg.clip_vloss else None,
+        )
+        # compiled: the learning rate is a tensor, annealed in place (a float would be a
+        # constant of the compiled optimizer step, recompiled at every change)
+        lr = torch.tensor(cfg.lr) if getattr(cfg, "compile", False) else cfg.lr
+        optimizer = torch.optim.Adam(loss_module.parameters(), lr=lr, eps=1e-5)
     return loss_module, optimizer
+
+
+def make_advantage(cfg: Config, critic):
+    """GAE over ``critic``'s values (gamma and lambda on ``cfg.device``), run without
+    gradients: eager, rl-cpp's fused scan kernel on the CPU; compiled, one graph with the
+    value network."""
+    gae = GAE(
+        gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic, device=config_device(cfg)
+    )
+    return compile_advantage(gae, compile=cfg.compile)
 
 
 def make_update_step(cfg: Config, loss_module, optimizer, compile: bool | None = None):
@@ -263,13 +291,14 @@ def make_update_step(cfg: Config, loss_module, optimizer, compile: bool | None =
 
     if compile is None:
         compile = getattr(cfg, "compile", False)
-    return UpdateStep(
-        ppo_loss,
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        compile=compile,
-        cudagraphs=getattr(cfg, "cudagraphs", False),
-    )
+    with torch.device(config_device(cfg)):
+        return UpdateStep(
+            ppo_loss,
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            compile=compile,
+            cudagraphs=getattr(cfg, "cudagraphs", False),
+        )
 
 
 def update_epochs(
@@ -277,7 +306,8 @@ def update_epochs(
 ) -> torch.Tensor:
     """PPO's update: ``cfg.update_epochs`` passes over the batch in shuffled minibatches,
     one clipped gradient step each (``step``, from :func:`make_update_step`; an eager
-    one when not given); returns the last minibatch's loss."""
+    one when not given); returns the last minibatch's loss. The minibatch indices are
+    drawn on the batch's device."""
     if cfg.update_epochs < 1 or minibatch < 1:
         raise ValueError(
             f"PPO needs update_epochs >= 1 and a minibatch of >= 1 sample; got "
@@ -288,12 +318,13 @@ def update_epochs(
         step = make_update_step(cfg, loss_module, optimizer, compile=False)
     flat = batch.exclude("next", "collector").reshape(-1)  # what the loss reads
     for _ in range(cfg.update_epochs):
-        for idx in torch.randperm(flat.numel()).split(minibatch):
+        for idx in torch.randperm(flat.numel(), device=flat.device).split(minibatch):
             loss = step(flat, idx)
     return loss
 
 
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     obs_stats = observation_stats(cfg) if cfg.normalize_obs else None
@@ -308,11 +339,10 @@ def main(cfg: Config) -> dict:
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    # eager, rl-cpp's fused scan kernel; compiled, one graph with the value network
-    advantage = compile_advantage(
-        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
-    )
+    advantage = make_advantage(cfg, critic)
     loss_module, optimizer = make_loss(cfg, actor, critic)
     step = make_update_step(cfg, loss_module, optimizer)
     exp_name = cfg.exp_name or generate_exp_name("ppo", f"{cfg.env_id}-s{cfg.seed}")

@@ -1,4 +1,4 @@
-"""Fixtures of the example scripts' ``--compile`` tests (their helpers are in
+"""Fixtures of the example scripts' ``--compile`` and ``--device`` tests (their helpers are in
 ``_compile_checks.py``). torch, dynamo and the example modules are imported inside the
 fixtures: the other tests here do not pay for them."""
 
@@ -52,3 +52,14 @@ def pendulum_dataset(tmp_path_factory):
     cfg = SimpleNamespace(env_id="Pendulum-v1", seed=0, eval_episodes=1)
     _offpolicy.save_dataset(buffer, path, cfg, policy_return=-1000.0)
     return path
+
+
+@pytest.fixture
+def no_bound_reads(monkeypatch):
+    """``TanhNormal`` built as inside a CUDA graph's capture: its tensor bounds neither
+    checked nor derived on the host. An actor's bounds live on its device; on CUDA the
+    first distribution checks them (one host read, then cached), but ``meta`` tensors
+    cannot be read at all."""
+    from rl.modules.distributions import _tanh_normal
+
+    monkeypatch.setattr(_tanh_normal, "_traced", lambda loc: True)

@@ -23,10 +23,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import load  # noqa: E402
-from _device_checks import META, assert_all_on_meta, random_transitions  # noqa: E402
+from _device_checks import (  # noqa: E402
+    META,
+    assert_all_on_meta,
+    random_transitions,
+)
 
 
 @pytest.mark.parametrize("script", ["sac", "redq"])
+@pytest.mark.usefixtures("no_bound_reads")
 def test_soft_actor_critic_learners_live_on_the_device(script):
     module, off = load(script), load("_offpolicy")
     cfg = module.Config(device="meta")
@@ -39,8 +44,11 @@ def test_soft_actor_critic_learners_live_on_the_device(script):
         logs = update(batch)
     assert set(logs.keys()) == {"loss_actor", "loss_qvalue", "alpha"}
     assert_all_on_meta(loss_module, update.optimizers, logs)
-    # the policy the collector runs acts there
+    # the policy the collector runs acts there, its TanhNormal's bounds with it (a
+    # distribution built inside a CUDA graph's capture could not copy them there)
     assert actor(batch.exclude("action"))["action"].device == META
+    kwargs = [m.distribution_kwargs for m in actor.modules() if hasattr(m, "distribution_kwargs")]
+    assert [(kw["low"].device, kw["high"].device) for kw in kwargs] == [(META, META)]
 
 
 @pytest.mark.parametrize("script", ["td3", "ddpg"])
@@ -77,6 +85,7 @@ def test_dqn_learner_lives_on_the_device():
 
 
 @pytest.mark.parametrize("algo", ["iql", "cql"])
+@pytest.mark.usefixtures("no_bound_reads")
 def test_offline_learners_live_on_the_device(algo):
     offline, off = load("offline"), load("_offpolicy")
     cfg = offline.resolve(offline.Config(algo=algo, device="meta"))

@@ -19,7 +19,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import load  # noqa: E402
-from _device_checks import META, assert_all_on_meta, random_transitions  # noqa: E402
+from _device_checks import (  # noqa: E402
+    META,
+    assert_all_on_meta,
+    random_transitions,
+)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +39,7 @@ from _device_checks import META, assert_all_on_meta, random_transitions  # noqa:
     ],
     ids=["tqc", "cql_online", "cql_online-lagrange-max_q_backup"],
 )
+@pytest.mark.usefixtures("no_bound_reads")
 def test_summed_soft_actor_critic_learners_live_on_the_device(script, options, logged):
     module, off = load(script), load("_offpolicy")
     cfg = module.Config(device="meta", **options)
@@ -53,6 +58,7 @@ def test_summed_soft_actor_critic_learners_live_on_the_device(script, options, l
     assert actor(batch.exclude("action"))["action"].device == META
 
 
+@pytest.mark.usefixtures("no_bound_reads")
 def test_crossq_learner_lives_on_the_device():
     crossq, off = load("crossq"), load("_offpolicy")
     cfg = crossq.Config(device="meta")

@@ -336,3 +336,33 @@ class TestBoundsCache:
         other_low, other_high = torch.zeros(2), torch.full((2,), 10.0)
         expected = 5.0 + 5.0 * loc.tanh()
         torch.testing.assert_close(traced(loc, other_low, other_high), expected)
+
+
+def test_no_host_read_while_a_cuda_graph_is_captured(monkeypatch):
+    """While a CUDA graph is captured on loc's device, building, sampling and scoring read
+    nothing on the host (a read would end the capture): the bounds are neither checked
+    nor cached, as under torch.compile. ``meta`` tensors stand for the device's here:
+    any host read of them raises."""
+    from rl.modules.distributions import _tanh_normal
+
+    monkeypatch.setattr(_tanh_normal, "_traced", lambda loc: True)
+    meta = torch.device("meta")
+    loc, scale = torch.zeros(4, 2, device=meta), torch.ones(4, 2, device=meta)
+    low, high = torch.full((2,), -2.0, device=meta), torch.full((2,), 2.0, device=meta)
+    for bounds in ({"low": low, "high": high}, {"low": -low, "high": -high}, {}):
+        # (reversed bounds are not seen either: they were checked at the eager calls)
+        dist = TanhNormal(loc, scale, **bounds)
+        sample, log_prob = dist.rsample_and_log_prob()
+        assert sample.shape == (4, 2) and log_prob.shape == (4,)
+        assert dist.log_prob(dist.rsample()).device == meta
+        assert dist.deterministic_sample.device == meta
+    assert not _tanh_normal._BOUNDS_CACHE or all(
+        key[3] != meta for key in _tanh_normal._BOUNDS_CACHE
+    )
+
+
+def test_traced_only_under_compile_or_a_capture_on_cuda():
+    from rl.modules.distributions._tanh_normal import _traced
+
+    assert not _traced(torch.zeros(2))  # eager, on the CPU: the bounds are checked
+    assert not _traced(torch.zeros(2, device="meta"))

@@ -26,9 +26,18 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _MODE_ITERATIONS = 64
 
 
-def _all_unit(low, high) -> bool:
-    """Whether the bounds are -1 and 1 everywhere (decided eagerly; not under compile)."""
+def _traced(loc: torch.Tensor) -> bool:
+    """Whether the bounds' values cannot be read on the host now: under torch.compile, or
+    while a CUDA graph is captured on ``loc``'s device (a host read would end the capture;
+    the bounds were checked at the eager calls before it, as ``CudaGraphModule`` makes)."""
     if torch.compiler.is_compiling():
+        return True
+    return loc.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _all_unit(low, high, loc: torch.Tensor) -> bool:
+    """Whether the bounds are -1 and 1 everywhere (decided eagerly; not when traced)."""
+    if _traced(loc):
         return False
     low = torch.as_tensor(low)
     high = torch.as_tensor(high)
@@ -41,7 +50,7 @@ def _derive_bounds(low, high, loc: torch.Tensor) -> tuple:
     for numeric bounds, else tensors on loc's device with loc's dtype."""
     # Python-number bounds stay numbers: no tensor op for the default [-1, 1].
     numeric = isinstance(low, Number) and isinstance(high, Number)
-    if not numeric and _all_unit(low, high):
+    if not numeric and _all_unit(low, high, loc):
         # bounds of -1 and 1 everywhere leave tanh alone, as in TorchRL: the sample
         # keeps loc's shape instead of broadcasting to the bounds' shape
         low, high, numeric = -1.0, 1.0, True
@@ -231,9 +240,10 @@ class TanhNormal(D.Distribution):
         if not isinstance(loc, torch.Tensor):
             loc = torch.as_tensor(loc, dtype=torch.get_default_dtype())
         # tensor bounds already validated and derived (see _BOUNDS_CACHE); under
-        # torch.compile the bounds are neither checked nor cached, as before
+        # torch.compile or a CUDA graph's capture the bounds are neither checked nor
+        # cached (no host read)
         key = bounds = None
-        compiling = torch.compiler.is_compiling()
+        compiling = _traced(loc)
         if not compiling and isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):
             key = _bounds_key(low, high, loc)
             if key is not None:

@@ -33,7 +33,9 @@ the temperature's Adam step) is one compiled graph (``_common.UpdateStep``), the
 for the offline and the online updates; the learning rate is a tensor that the warm-up
 fills in place. The acting policy is left eager: an evaluation episode calls it on a
 context that grows for its first ``context`` steps. ``--cudagraphs`` captures the step
-in a CUDA graph (a CUDA device).
+in a CUDA graph (with ``--device cuda``). With ``--device``, the actor, the loss and the
+optimizers live on that device and the windows are moved there; the evaluation and the
+online episodes run a CPU copy of the policy in the CPU envs.
 
 The normalised score is ``100 * (R - R_random) / (R_data - R_random)``, as ``offline.py``
 reports it. Writes CSV logs (or another logger) and a learning-curve PNG of the periodic
@@ -73,14 +75,22 @@ from rl.modules import (
 from rl.objectives import DTLoss, OnlineDTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import UpdateStep, check_cudagraphs, summed_losses  # noqa: E402
+from _common import UpdateStep, check_cudagraphs, on_cpu, on_device, summed_losses  # noqa: E402
 from _offline_data import (  # noqa: E402
     episode_bounds,
     normalised_score,
     observation_stats,
     report_score,
 )
-from _offpolicy import Run, RunConfig, cli, make_env, open_dataset, set_lr  # noqa: E402
+from _offpolicy import (  # noqa: E402
+    Run,
+    RunConfig,
+    cli,
+    make_env,
+    open_dataset,
+    resolve_device,
+    set_lr,
+)
 
 #: the actor's input sequences: what the windows hold; in an env, CatFrames stacks the
 #: first two and "return_to_go_cat", which the acting policy scales into the third
@@ -215,7 +225,8 @@ class Windows:
 
 def make_actor(cfg: Config, obs_dim: int, action_spec) -> ProbabilisticActor:
     """``DTActor`` + ``TanhDelta`` (or, online, ``OnlineDTActor`` + ``TanhNormal``) in the
-    action spec's bounds."""
+    action spec's bounds, on ``cfg.device`` (initialised on the CPU, then moved, with the
+    distribution's bounds)."""
     config = DecisionTransformer.DTConfig(
         n_embd=cfg.n_embd,
         n_layer=cfg.n_layer,
@@ -235,13 +246,43 @@ def make_actor(cfg: Config, obs_dim: int, action_spec) -> ProbabilisticActor:
         in_keys=list(KEYS),
         out_keys=params,
     )
-    return ProbabilisticActor(
+    actor = ProbabilisticActor(
         net,
         in_keys=params,
         spec=action_spec,
         distribution_class=dist_cls,
         distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
     )
+    return on_device(actor, resolve_device(cfg.device))
+
+
+def make_learner(cfg: Config, actor: ProbabilisticActor):
+    """The loss (``DTLoss``, or online ``OnlineDTLoss`` with its learned temperature), its
+    optimizers (AdamW; online, Adam for the temperature) and the update step: the actor's
+    gradients clipped, each optimizer's step; one graph with ``cfg.compile``. The loss's
+    own tensors and the optimizers' live on ``cfg.device``, with the actor. Returns
+    ``(loss_module, loss_keys, optimizer, update_step)``, ``optimizer`` the actor's (whose
+    learning rate the warm-up sets), ``update_step(batch)`` returning the losses."""
+    with torch.device(resolve_device(cfg.device)):
+        if cfg.online:
+            loss_module = OnlineDTLoss(actor, alpha_init=cfg.alpha_init)
+            loss_keys = ("loss_log_likelihood", "loss_entropy", "loss_alpha")
+        else:
+            loss_module = DTLoss(actor)
+            loss_keys = ("loss",)
+        optimizer = torch.optim.AdamW(actor.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizers = [optimizer]
+        if cfg.online:
+            optimizers.append(torch.optim.Adam([loss_module.log_alpha], lr=1e-4))
+        update_step = UpdateStep(
+            summed_losses(loss_module, loss_keys),
+            optimizers,
+            max_grad_norm=cfg.clip_grad,
+            clip_params=list(actor.parameters()),
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+    return loss_module, loss_keys, optimizer, update_step
 
 
 def acting_transform(cfg: Config, obs_norm: ObservationNorm, target: float, action_spec) -> Compose:
@@ -272,29 +313,12 @@ def main(cfg: Config) -> dict:
     windows = Windows(data, cfg.context)
     act = acting_transform(cfg, obs_norm, target, env.full_action_spec)
 
-    # the pieces: actor, its loss, the optimiser with warm-up, the acting policy
+    # the pieces: actor, its loss, the optimiser with warm-up, the acting policy; one
+    # gradient step (the actor's gradients clipped, AdamW, online the temperature's Adam
+    # step), one graph with --compile
+    device = resolve_device(cfg.device)
     actor = make_actor(cfg, loc.shape[-1], env.action_spec)
-    if cfg.online:
-        loss_module = OnlineDTLoss(actor, alpha_init=cfg.alpha_init)
-        loss_keys = ("loss_log_likelihood", "loss_entropy", "loss_alpha")
-    else:
-        loss_module = DTLoss(actor)
-        loss_keys = ("loss",)
-    optimizer = torch.optim.AdamW(actor.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    optimizers = [optimizer]
-    if cfg.online:
-        optimizers.append(torch.optim.Adam([loss_module.log_alpha], lr=1e-4))
-
-    # one gradient step (the actor's gradients clipped, AdamW, online the temperature's
-    # Adam step); one graph with --compile
-    update_step = UpdateStep(
-        summed_losses(loss_module, loss_keys),
-        optimizers,
-        max_grad_norm=cfg.clip_grad,
-        clip_params=list(actor.parameters()),
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    loss_module, loss_keys, optimizer, update_step = make_learner(cfg, actor)
     # acting: scale the env's return-to-go window, mask the context, keep the last action
     # (the wrapper writes the last return-to-go back at its key: one of the policy's own)
     wrapper = DecisionTransformerInferenceWrapper(actor, inference_context=cfg.context)
@@ -306,7 +330,8 @@ def main(cfg: Config) -> dict:
     def update(batch: TensorDict, lr: float) -> TensorDict:
         actor.train()
         set_lr(optimizer, lr)
-        return update_step(batch)
+        # the windows are cut on the CPU, where the episodes are, then moved
+        return update_step(batch.to(device))
 
     def evaluate(episodes: int, seed_offset: int) -> float:
         return mean_std(evaluate_returns(episodes, seed_offset))[0]
@@ -366,9 +391,9 @@ def main(cfg: Config) -> dict:
         r2g = Reward2GoTransform(gamma=1.0, in_keys=[("next", "reward")], out_keys=["return_to_go"])
         step = cfg.num_updates
         for episode in range(cfg.online_episodes):
-            actor.eval()
+            actor.eval()  # the CPU env acts with a CPU copy of the policy (as it evaluates)
             with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-                rollout = collect_env.rollout(1000, policy, break_when_any_done=True)
+                rollout = collect_env.rollout(1000, on_cpu(policy), break_when_any_done=True)
             collected.append(rollout["next", "reward"].sum().item())
             run.log(episode_return=collected[-1])
             rollout = r2g.inv(

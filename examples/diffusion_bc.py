@@ -48,6 +48,7 @@ from _offpolicy import (  # noqa: E402
     make_env,
     make_replay_buffer,
     open_dataset,
+    resolve_device,
 )
 
 
@@ -96,6 +97,61 @@ def from_unit_box(unit: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> 
     return low + (unit.clamp(-1, 1) + 1) * (high - low) / 2
 
 
+class FromUnitBox(nn.Module):
+    """:func:`from_unit_box` with the action bounds as buffers: they move with the policy
+    (to the training device, and back to the CPU for the evaluations)."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("low", low.clone())
+        self.register_buffer("high", high.clone())
+
+    def forward(self, unit: torch.Tensor) -> torch.Tensor:
+        return from_unit_box(unit, self.low, self.high)
+
+
+def make_learner(cfg: Config, env):
+    """The diffusion actor (in the unit box), the acting policy (the actor, then its
+    action scaled to the action spec's bounds), the loss and its update step (backward,
+    AdamW); one graph with ``cfg.compile``. The networks, the loss's own tensors and the
+    optimizer's live on ``cfg.device``. Returns ``(actor, policy, loss_module, update)``,
+    ``update(batch)`` returning the loss of a batch of ``"observation"`` and
+    ``"action_unit"``."""
+    device = resolve_device(cfg.device)
+    spec = env.action_spec
+    action_dim, obs_dim = spec.shape[-1], env.observation_spec["observation"].shape[-1]
+    score_network = MLP(
+        in_features=action_dim + obs_dim + 1,
+        out_features=action_dim,
+        num_cells=[cfg.hidden] * cfg.depth,
+        activation_class=nn.SiLU,
+    )
+    actor = DiffusionActor(
+        action_dim,
+        obs_dim,
+        score_network=score_network,
+        num_steps=cfg.num_steps,
+        out_keys=["action_unit"],
+    ).to(device)
+    rescale = TensorDictModule(
+        FromUnitBox(spec.space.low, spec.space.high), ["action_unit"], ["action"]
+    ).to(device)
+    policy = TensorDictSequential(actor, rescale)
+    with torch.device(device):  # the loss's own tensors and the optimizer's
+        loss_module = DiffusionBCLoss(actor)
+        loss_module.set_keys(action="action_unit")
+        optimizer = torch.optim.AdamW(actor.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+        def diffusion_loss(batch: TensorDict):
+            loss = loss_module(batch)["loss_diffusion_bc"]
+            return loss, loss
+
+        update = UpdateStep(
+            diffusion_loss, optimizer, compile=cfg.compile, cudagraphs=cfg.cudagraphs
+        )
+    return actor, policy, loss_module, update
+
+
 def main(cfg: Config) -> dict:
     cfg = dataclasses.replace(cfg)
     seed_everything(cfg.seed)
@@ -117,36 +173,12 @@ def main(cfg: Config) -> dict:
         batch_norm, obs_norm = observation_norms(buffer)
         buffer.append_transform(batch_norm)
 
-    # the pieces: the diffusion actor (in the unit box), the acting policy, loss, optimiser
-    spec = env.action_spec
-    low, high = spec.space.low, spec.space.high
-    action_dim, obs_dim = spec.shape[-1], env.observation_spec["observation"].shape[-1]
-    score_network = MLP(
-        in_features=action_dim + obs_dim + 1,
-        out_features=action_dim,
-        num_cells=[cfg.hidden] * cfg.depth,
-        activation_class=nn.SiLU,
-    )
-    actor = DiffusionActor(
-        action_dim,
-        obs_dim,
-        score_network=score_network,
-        num_steps=cfg.num_steps,
-        out_keys=["action_unit"],
-    )
-    rescale = TensorDictModule(lambda u: from_unit_box(u, low, high), ["action_unit"], ["action"])
-    policy = TensorDictSequential(actor, rescale)
-    loss_module = DiffusionBCLoss(actor)
-    loss_module.set_keys(action="action_unit")
-    optimizer = torch.optim.AdamW(actor.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # the pieces: the diffusion actor, the acting policy, loss, optimiser; one gradient
+    # step (backward, AdamW), one graph with --compile
+    device = resolve_device(cfg.device)
+    actor, policy, loss_module, update = make_learner(cfg, env)
+    low, high = env.action_spec.space.low, env.action_spec.space.high
     run = Run("diffusion_bc", cfg, cfg.num_updates, eval_transform=obs_norm)
-
-    def diffusion_loss(batch: TensorDict):
-        loss = loss_module(batch)["loss_diffusion_bc"]
-        return loss, loss
-
-    # one gradient step (backward, AdamW); one graph with --compile
-    update = UpdateStep(diffusion_loss, optimizer, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
 
     # the loop: sample the data, noise its actions, learn to predict the noise
     for step in range(1, cfg.num_updates + 1):
@@ -156,7 +188,8 @@ def main(cfg: Config) -> dict:
             action_unit=to_unit_box(sample["action"], low, high),
             batch_size=sample.batch_size,
         )
-        loss = update(batch)
+        # made (and standardised) on the CPU, where the data is, then moved
+        loss = update(batch.to(device))
         run.frames = step  # the x axis of the logs: gradient steps
         if step % cfg.log_interval == 0:
             run.log(loss_diffusion_bc=loss.item())

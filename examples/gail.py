@@ -54,6 +54,7 @@ from _offpolicy import (  # noqa: E402
     make_replay_buffer,
     make_tanh_normal_actor,
     open_dataset,
+    resolve_device,
     transitions,
 )
 
@@ -118,6 +119,77 @@ class Discriminator(nn.Module):
         return torch.sigmoid(self.mlp(torch.cat([observation, action], -1)))
 
 
+def discriminator_batch(expert, buffer) -> TensorDict:
+    """A batch of the discriminator: a sample of the ``expert`` buffer (``"observation"``,
+    ``"action"``) and one of the replay ``buffer`` (``"collector_observation"``,
+    ``"collector_action"``), on the buffers' device."""
+    demo, own = expert.sample(), buffer.sample()
+    return TensorDict(
+        observation=demo["observation"],
+        action=demo["action"],
+        collector_observation=own["observation"],
+        collector_action=own["action"],
+        batch_size=demo.batch_size,
+    )
+
+
+def make_discriminator(cfg: Config, expert_data) -> TensorDictModule:
+    """``D(s, a)`` reading ``"observation"`` and ``"action"``, writing ``"d_logits"``; its
+    lazy first layer materialised on the CPU on ``expert_data``, then moved to
+    ``cfg.device``."""
+    discriminator = TensorDictModule(
+        Discriminator(cfg.disc_hidden), in_keys=["observation", "action"], out_keys=["d_logits"]
+    )
+    with torch.no_grad():
+        discriminator(expert_data[:2])  # materialise the lazy first layer
+    return discriminator.to(resolve_device(cfg.device))
+
+
+def make_learner(cfg: Config, env, discriminator, actor, qvalue):
+    """The discriminator's loss (``GAILLoss``) and the learner's (SAC's), and their
+    gradient steps: the discriminator's on a batch of expert (``"observation"``,
+    ``"action"``) and collected (``"collector_observation"``, ``"collector_action"``)
+    transitions; the learner's (with the soft target update) on a replay sample whose
+    reward it replaces by the current discriminator's ``-log(1 - D(s, a))``. One graph
+    each with ``cfg.compile``. The losses' own tensors and the optimizers' live on
+    ``cfg.device``, with the networks. Returns ``(gail_loss, sac_loss,
+    update_discriminator, update_learner)``."""
+    with torch.device(resolve_device(cfg.device)):
+        gail_loss = GAILLoss(
+            discriminator, use_grad_penalty=cfg.use_grad_penalty, gp_lambda=cfg.gp_lambda
+        )
+        disc_optim = torch.optim.Adam(discriminator.parameters(), lr=cfg.disc_lr)
+        sac_loss = SACLoss(
+            actor,
+            qvalue,
+            num_qvalue_nets=2,
+            loss_function="l2",
+            alpha_init=cfg.alpha_init,
+            action_spec=env.action_spec,
+            gamma=cfg.gamma,
+        )
+        target_update = SoftUpdate(sac_loss, tau=cfg.tau)
+        optimizer = torch.optim.Adam(sac_loss.parameters(), lr=cfg.lr)
+
+        def discriminator_loss(batch):
+            losses = gail_loss(batch)
+            return losses["loss"], losses
+
+        def learner_loss(sample):
+            with torch.no_grad():  # the imitation reward, from the current discriminator
+                d = discriminator(sample.select("observation", "action"))["d_logits"]
+                sample["next", "reward"] = -torch.log1p(-d.clamp(max=1 - 1e-6))
+            losses = sac_loss(sample)
+            loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+            losses["gail_reward"] = sample["next", "reward"].mean()
+            return loss, losses.select("loss_actor", "loss_qvalue", "alpha", "gail_reward")
+
+        flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+        update_discriminator = UpdateStep(discriminator_loss, disc_optim, **flags)
+        update_learner = UpdateStep(learner_loss, optimizer, target_update=target_update, **flags)
+    return gail_loss, sac_loss, update_discriminator, update_learner
+
+
 def main(cfg: Config) -> dict:
     cfg = dataclasses.replace(cfg)
     seed_everything(cfg.seed)
@@ -126,75 +198,34 @@ def main(cfg: Config) -> dict:
     cfg.env_id = info["env_id"]
     env = make_env(cfg.env_id)
     env.set_seed(cfg.seed)
+    device = resolve_device(cfg.device)
     expert_data, returns = best_episodes(dataset, cfg.expert_episodes)
-    expert = make_replay_buffer(len(expert_data), cfg.batch_size)
+    expert = make_replay_buffer(len(expert_data), cfg.batch_size, device=device)
     expert.extend(expert_data.select("observation", "action"))
     print(
         f"expert: the {len(returns)} best episodes of the dataset ({len(expert_data)} "
         f"transitions, returns {returns[-1]:.1f} to {returns[0]:.1f})"
     )
 
-    # the pieces: discriminator and its loss; actor, critics, collector, buffer, SAC loss
-    discriminator = TensorDictModule(
-        Discriminator(cfg.disc_hidden), in_keys=["observation", "action"], out_keys=["d_logits"]
-    )
-    with torch.no_grad():
-        discriminator(expert_data[:2])  # materialise the lazy first layer
-    gail_loss = GAILLoss(
-        discriminator, use_grad_penalty=cfg.use_grad_penalty, gp_lambda=cfg.gp_lambda
-    )
-    disc_optim = torch.optim.Adam(discriminator.parameters(), lr=cfg.disc_lr)
-    actor = make_tanh_normal_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden)
+    # the pieces: discriminator; actor, critics, collector, buffer; the discriminator's
+    # loss and the learner's (SAC's), their gradient steps (one graph each with --compile)
+    discriminator = make_discriminator(cfg, expert_data)
+    actor = make_tanh_normal_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, device=device)
     collector = Collector(
         env,
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    sac_loss = SACLoss(
-        actor,
-        qvalue,
-        num_qvalue_nets=2,
-        loss_function="l2",
-        alpha_init=cfg.alpha_init,
-        action_spec=env.action_spec,
-        gamma=cfg.gamma,
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
+    gail_loss, sac_loss, update_discriminator, update_learner = make_learner(
+        cfg, env, discriminator, actor, qvalue
     )
-    target_update = SoftUpdate(sac_loss, tau=cfg.tau)
-    optimizer = torch.optim.Adam(sac_loss.parameters(), lr=cfg.lr)
     run = Run("gail", cfg, cfg.total_frames)
-
-    def discriminator_batch() -> TensorDict:
-        demo, own = expert.sample(), buffer.sample()
-        return TensorDict(
-            observation=demo["observation"],
-            action=demo["action"],
-            collector_observation=own["observation"],
-            collector_action=own["action"],
-            batch_size=demo.batch_size,
-        )
-
-    def discriminator_loss(batch):
-        losses = gail_loss(batch)
-        return losses["loss"], losses
-
-    def learner_loss(sample):
-        with torch.no_grad():  # the imitation reward, from the current discriminator
-            d = discriminator(sample.select("observation", "action"))["d_logits"]
-            sample["next", "reward"] = -torch.log1p(-d.clamp(max=1 - 1e-6))
-        losses = sac_loss(sample)
-        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-        losses["gail_reward"] = sample["next", "reward"].mean()
-        return loss, losses.select("loss_actor", "loss_qvalue", "alpha", "gail_reward")
-
-    # the discriminator's gradient step, and the learner's (SAC's, with the target
-    # update); one graph each with --compile
-    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
-    update_discriminator = UpdateStep(discriminator_loss, disc_optim, **flags)
-    update_learner = UpdateStep(learner_loss, optimizer, target_update=target_update, **flags)
 
     # the loop: collect, store; update the discriminator, then the learner on its reward
     updates_per_batch = max(int(cfg.utd_ratio * cfg.frames_per_batch), 1)
@@ -203,7 +234,7 @@ def main(cfg: Config) -> dict:
         buffer.extend(transitions(batch))
         if run.frames >= cfg.init_random_frames:
             for _ in range(cfg.disc_updates):
-                disc_losses = update_discriminator(discriminator_batch())
+                disc_losses = update_discriminator(discriminator_batch(expert, buffer))
             for _ in range(updates_per_batch):
                 losses = update_learner(buffer.sample())
             run.log(

@@ -45,6 +45,7 @@ from _offpolicy import (  # noqa: E402
     make_env,
     make_qvalue,
     open_dataset,
+    resolve_device,
 )
 
 
@@ -89,6 +90,43 @@ class Config(RunConfig):
 PRESETS = {"td3_bc": ("TD3+BC on the saved dataset", Config())}
 
 
+def make_learner(cfg: Config, env, actor, qvalue):
+    """The TD3+BC loss (twin critics, target policy smoothing, the cloning term) and its
+    two gradient steps, the critics' and the actor's (with the soft target update); one
+    graph each with ``cfg.compile``. The loss's own tensors and the optimizers' live on
+    ``cfg.device``, with the networks. Returns ``(loss_module, update_critic,
+    update_actor)``: the critics' step returns its loss, the actor's its loss and the
+    cloning term."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = TD3BCLoss(
+            actor,
+            qvalue,
+            action_spec=env.action_spec,
+            num_qvalue_nets=2,
+            policy_noise=cfg.policy_noise,
+            noise_clip=cfg.noise_clip,
+            alpha=cfg.alpha,
+            loss_function="l2",
+            gamma=cfg.gamma,
+        )
+        target_update = SoftUpdate(loss_module, tau=cfg.tau)
+        actor_optim = torch.optim.Adam(loss_module.actor_network_params.parameters(), cfg.lr)
+        critic_optim = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), cfg.lr)
+
+        def critic_loss(sample):
+            loss_qvalue, _ = loss_module.qvalue_loss(sample)
+            return loss_qvalue, loss_qvalue
+
+        def actor_loss(sample):
+            loss_actor, metadata = loss_module.actor_loss(sample)
+            return loss_actor, {"loss_actor": loss_actor, "bc_loss": metadata["bc_loss"]}
+
+        flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
+        update_critic = UpdateStep(critic_loss, critic_optim, **flags)
+        update_actor = UpdateStep(actor_loss, actor_optim, target_update=target_update, **flags)
+    return loss_module, update_critic, update_actor
+
+
 def main(cfg: Config) -> dict:
     cfg = dataclasses.replace(cfg)
     seed_everything(cfg.seed)
@@ -101,43 +139,20 @@ def main(cfg: Config) -> dict:
         batch_norm, obs_norm = observation_norms(buffer)
         buffer.append_transform(batch_norm)
 
-    # the pieces: deterministic actor, twin critics, loss, two optimisers, targets
-    actor = make_deterministic_actor(env, cfg.hidden)
-    qvalue = make_qvalue(env, cfg.hidden)
-    loss_module = TD3BCLoss(
-        actor,
-        qvalue,
-        action_spec=env.action_spec,
-        num_qvalue_nets=2,
-        policy_noise=cfg.policy_noise,
-        noise_clip=cfg.noise_clip,
-        alpha=cfg.alpha,
-        loss_function="l2",
-        gamma=cfg.gamma,
-    )
-    target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    actor_optim = torch.optim.Adam(loss_module.actor_network_params.parameters(), cfg.lr)
-    critic_optim = torch.optim.Adam(loss_module.qvalue_network_params.parameters(), cfg.lr)
-    run = Run("td3_bc", cfg, cfg.num_updates, eval_transform=obs_norm)
-
-    def critic_loss(sample):
-        loss_qvalue, _ = loss_module.qvalue_loss(sample)
-        return loss_qvalue, loss_qvalue
-
-    def actor_loss(sample):
-        loss_actor, metadata = loss_module.actor_loss(sample)
-        return loss_actor, {"loss_actor": loss_actor, "bc_loss": metadata["bc_loss"]}
-
-    # the two gradient steps (the actor's with the target update); one graph each with
+    # the pieces: deterministic actor, twin critics, loss, two optimisers, targets; the
+    # two gradient steps (the actor's with the target update), one graph each with
     # --compile
-    flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
-    update_critic = UpdateStep(critic_loss, critic_optim, **flags)
-    update_actor = UpdateStep(actor_loss, actor_optim, target_update=target_update, **flags)
+    device = resolve_device(cfg.device)
+    actor = make_deterministic_actor(env, cfg.hidden, device=device)
+    qvalue = make_qvalue(env, cfg.hidden, device=device)
+    loss_module, update_critic, update_actor = make_learner(cfg, env, actor, qvalue)
+    run = Run("td3_bc", cfg, cfg.num_updates, eval_transform=obs_norm)
 
     # the loop: sample the dataset, update the critics; every policy_delay steps the
     # actor (Q term + behaviour cloning) and the targets
     for step in range(1, cfg.num_updates + 1):
-        sample = buffer.sample()
+        # sampled (and standardised) on the CPU, where the dataset is, then moved
+        sample = buffer.sample().to(device)
         loss_qvalue = update_critic(sample)
         if step % cfg.policy_delay == 0:
             actor_logs = update_actor(sample)

@@ -56,10 +56,10 @@ def pendulum_dataset(tmp_path_factory):
 
 @pytest.fixture
 def no_bound_reads(monkeypatch):
-    """``TanhNormal`` built as inside a CUDA graph's capture: its tensor bounds neither
-    checked nor derived on the host. An actor's bounds live on its device; on CUDA the
-    first distribution checks them (one host read, then cached), but ``meta`` tensors
-    cannot be read at all."""
-    from rl.modules.distributions import _tanh_normal
+    """``TanhNormal`` and ``TanhDelta`` built as inside a CUDA graph's capture: their tensor
+    bounds neither checked nor derived on the host. An actor's bounds live on its device;
+    on CUDA a distribution checks them (a host read; TanhNormal's then cached), but
+    ``meta`` tensors cannot be read at all."""
+    from rl.modules.distributions import _utils
 
-    monkeypatch.setattr(_tanh_normal, "_traced", lambda loc: True)
+    monkeypatch.setattr(_utils, "traced", lambda tensor: True)

@@ -343,9 +343,9 @@ def test_no_host_read_while_a_cuda_graph_is_captured(monkeypatch):
     nothing on the host (a read would end the capture): the bounds are neither checked
     nor cached, as under torch.compile. ``meta`` tensors stand for the device's here:
     any host read of them raises."""
-    from rl.modules.distributions import _tanh_normal
+    from rl.modules.distributions import _tanh_normal, _utils
 
-    monkeypatch.setattr(_tanh_normal, "_traced", lambda loc: True)
+    monkeypatch.setattr(_utils, "traced", lambda tensor: True)
     meta = torch.device("meta")
     loc, scale = torch.zeros(4, 2, device=meta), torch.ones(4, 2, device=meta)
     low, high = torch.full((2,), -2.0, device=meta), torch.full((2,), 2.0, device=meta)
@@ -362,7 +362,24 @@ def test_no_host_read_while_a_cuda_graph_is_captured(monkeypatch):
 
 
 def test_traced_only_under_compile_or_a_capture_on_cuda():
-    from rl.modules.distributions._tanh_normal import _traced
+    from rl.modules.distributions._utils import traced
 
-    assert not _traced(torch.zeros(2))  # eager, on the CPU: the bounds are checked
-    assert not _traced(torch.zeros(2, device="meta"))
+    assert not traced(torch.zeros(2))  # eager, on the CPU: the bounds are checked
+    assert not traced(torch.zeros(2, device="meta"))
+    assert torch.compile(traced, backend="eager", fullgraph=True)(torch.zeros(2))
+
+
+def test_tanh_delta_reads_nothing_on_the_host_while_captured(monkeypatch):
+    """As TanhNormal: under a CUDA graph's capture (``meta`` standing for the device's
+    tensors, which raise at any host read), TanhDelta does not check its bounds."""
+    from rl.modules import TanhDelta
+    from rl.modules.distributions import _utils
+
+    meta = torch.device("meta")
+    param = torch.zeros(4, 2, device=meta)
+    low, high = torch.full((2,), -2.0, device=meta), torch.full((2,), 2.0, device=meta)
+    with pytest.raises(RuntimeError, match="meta"):  # eagerly, the check reads them
+        TanhDelta(param, low=low, high=high)
+    monkeypatch.setattr(_utils, "traced", lambda tensor: True)
+    dist = TanhDelta(param, low=low, high=high)
+    assert dist.rsample().shape == (4, 2) and dist.rsample().device == meta

@@ -11,6 +11,7 @@ from tensordict.nn.distributions import TruncatedNormal as _TruncatedNormal
 from torch import distributions as D
 from torch.distributions import constraints
 
+from . import _utils
 from ._utils import (
     SafeTanhTransform,
     as_tensor_like,
@@ -238,7 +239,7 @@ class TanhDelta(D.Distribution):
         rtol: float = 1e-6,
         safe: bool = True,
     ) -> None:
-        if not torch.compiler.is_compiling():
+        if not _utils.traced(param):  # no host read under compile or a CUDA graph's capture
             check_low_high(type(self).__name__, low, high)
         if event_dims > param.ndim:
             raise ValueError(

@@ -11,6 +11,7 @@ import torch
 from torch import distributions as D
 from torch.distributions import constraints
 
+from . import _utils
 from ._utils import (
     as_tensor_like,
     check_broadcast,
@@ -26,18 +27,9 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _MODE_ITERATIONS = 64
 
 
-def _traced(loc: torch.Tensor) -> bool:
-    """Whether the bounds' values cannot be read on the host now: under torch.compile, or
-    while a CUDA graph is captured on ``loc``'s device (a host read would end the capture;
-    the bounds were checked at the eager calls before it, as ``CudaGraphModule`` makes)."""
-    if torch.compiler.is_compiling():
-        return True
-    return loc.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def _all_unit(low, high, loc: torch.Tensor) -> bool:
     """Whether the bounds are -1 and 1 everywhere (decided eagerly; not when traced)."""
-    if _traced(loc):
+    if _utils.traced(loc):
         return False
     low = torch.as_tensor(low)
     high = torch.as_tensor(high)
@@ -243,7 +235,7 @@ class TanhNormal(D.Distribution):
         # torch.compile or a CUDA graph's capture the bounds are neither checked nor
         # cached (no host read)
         key = bounds = None
-        compiling = _traced(loc)
+        compiling = _utils.traced(loc)
         if not compiling and isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor):
             key = _bounds_key(low, high, loc)
             if key is not None:

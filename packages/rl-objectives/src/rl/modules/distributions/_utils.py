@@ -181,6 +181,16 @@ def check_broadcast(name: str, **tensors: torch.Tensor) -> torch.Size:
         raise ValueError(f"{name} got parameters whose shapes do not broadcast: {given}") from None
 
 
+def traced(tensor: torch.Tensor) -> bool:
+    """Whether values cannot be read on the host now: under torch.compile, or while a
+    CUDA graph is captured on ``tensor``'s device (a host read would end the capture;
+    what the distributions check there was checked at the eager calls before it, as
+    ``CudaGraphModule`` makes them)."""
+    if torch.compiler.is_compiling():
+        return True
+    return tensor.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def check_low_high(name: str, low, high) -> None:
     """Raises a ``ValueError`` naming ``low`` and ``high`` unless ``high > low`` everywhere."""
     if isinstance(low, Number) and isinstance(high, Number):

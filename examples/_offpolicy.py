@@ -207,11 +207,16 @@ def make_deterministic_actor(env, hidden: int, depth: int = 2, device=None) -> T
 
 def make_exploration_policy(cfg, env, actor) -> TensorDictSequential:
     """The actor followed by Gaussian noise of std ``cfg.exploration_noise`` times the
-    action range's half-width, on the actor's device (what the collector runs)."""
+    action range's half-width, on ``cfg.device`` with the actor (what the collector runs)."""
     spec = env.action_spec
     sigma = cfg.exploration_noise * float((spec.space.high - spec.space.low).max()) / 2
-    exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma)
-    return TensorDictSequential(actor, exploration.to(resolve_device(cfg.device)))
+    # the spec on the device too (neither ``.to()`` nor ``device=`` moves it): the noise
+    # is then clamped there, without copying the bounds at each step
+    device = resolve_device(cfg.device)
+    exploration = AdditiveGaussianModule(
+        spec.to(device), sigma_init=sigma, sigma_end=sigma, device=device
+    )
+    return TensorDictSequential(actor, exploration)
 
 
 class _NormedInput(nn.Module):

@@ -8,11 +8,13 @@ of the frames. The game and its preprocessing (no-op starts, frame skip 4, end o
 reward clipping, 84x84 grayscale, 4 stacked frames) are ``ppo_atari.py``'s ``make_game``.
 
 The replay buffer keeps the frames as uint8 (the preprocessed frames quantised to 1/255),
-a quarter of their float size: a transition of stacked frames is 56 KB, 5.6 GB per 100k.
+a quarter of their float size: a transition of stacked frames is 56 KB, 5.6 GB per 100k
+(in GPU memory with ``--device cuda``, where the buffer lives with the network).
 
     uv run --group atari examples/dqn_atari.py                        # ALE/Breakout-v5
     uv run --group atari examples/dqn_atari.py --env-id ALE/Pong-v5
     uv run --group atari examples/dqn_atari.py --total-frames 4000 --learning-starts 1000  # smoke
+    uv run --group atari examples/dqn_atari.py --device cuda --compile --cudagraphs      # on a GPU
 
 ``total_frames`` counts agent steps (each is ``frame_skip`` emulator frames), as CleanRL's
 ``total_timesteps``. Writes CSV logs (or another logger) and a learning-curve PNG of the game
@@ -46,6 +48,7 @@ from _common import (  # noqa: E402
     compile_policy,
     evaluate,
     finish_run,
+    resolve_device,
     set_lr,
 )
 from _offpolicy import make_replay_buffer  # noqa: E402
@@ -116,11 +119,17 @@ class Config:
     """torch.compile the collector's policy and the whole update step (loss, backward,
     gradient clipping, optimizer step), once."""
     cudagraphs: bool = False
-    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the update step and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the Q-network, the update step and the replay buffer live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The game stays on the CPU: the collector
+    moves what it returns; the evaluation runs a CPU copy of the Q-network."""
 
 
 def make_qnet(cfg: Config, env) -> QValueActor:
-    """The Nature-CNN Q-network: 3 convolutions, 512 units, one value per action."""
+    """The Nature-CNN Q-network: 3 convolutions, 512 units, one value per action;
+    initialised on the CPU (the same weights on every device), then moved to
+    ``cfg.device``."""
     net = nn.Sequential(
         ConvNet(
             in_features=cfg.frame_stack,
@@ -136,7 +145,59 @@ def make_qnet(cfg: Config, env) -> QValueActor:
     qnet = QValueActor(net, in_keys=["observation"], spec=env.action_spec)
     with torch.no_grad():  # materialise the lazy layer
         qnet(env.fake_tensordict())
-    return qnet
+    return qnet.to(resolve_device(cfg.device))
+
+
+def make_egreedy(cfg: Config, env) -> EGreedyModule:
+    """Epsilon-greedy exploration, epsilon annealed from ``cfg.start_e`` to ``cfg.end_e``
+    over the first ``cfg.exploration_fraction`` of the frames; its epsilon and action spec
+    on ``cfg.device``, where the random actions are drawn (inside the captured policy
+    with ``cfg.cudagraphs``)."""
+    return EGreedyModule(
+        env.action_spec,
+        eps_init=cfg.start_e,
+        eps_end=cfg.end_e,
+        annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
+        device=resolve_device(cfg.device),
+    )
+
+
+def make_learner(cfg: Config, env, qnet):
+    """The DQN loss (double DQN with ``cfg.double_dqn``; the bootstrap stopped at a lost
+    life with ``cfg.end_of_life``), its Adam optimizer and its update: one clipped
+    gradient step and the target's counter (a copy every ``cfg.target_network_frequency``
+    steps); the gradient step is one graph with ``cfg.compile``. The loss's own tensors
+    and the optimizer's live on ``cfg.device``, with the network. Returns
+    ``(loss_module, optimizer, update)``, ``update(sample)`` returning the loss."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = DQNLoss(
+            qnet,
+            double_dqn=cfg.double_dqn,
+            delay_value=True,
+            loss_function="l2",
+            gamma=cfg.gamma,
+            action_space=env.action_spec,
+        )
+        if cfg.end_of_life:  # the bootstrap stops at a lost life, the game does not reset
+            EndOfLifeTransform().register_keys(loss_module)
+        target_update = HardUpdate(
+            loss_module, value_network_update_interval=cfg.target_network_frequency
+        )
+        optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+
+        def dqn_loss(sample):
+            loss = loss_module(sample)["loss"]
+            return loss, loss
+
+        update = UpdateStep(
+            dqn_loss,
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            target_update=target_update,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+    return loss_module, optimizer, update
 
 
 #: what a transition holds in the buffer (the end-of-life flag where the chain writes one)
@@ -167,17 +228,13 @@ def to_float(sample):
 
 
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     env = make_game(cfg)
     env.set_seed(cfg.seed)
     qnet = make_qnet(cfg, env)
-    egreedy = EGreedyModule(
-        env.action_spec,
-        eps_init=cfg.start_e,
-        eps_end=cfg.end_e,
-        annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
-    )
+    egreedy = make_egreedy(cfg, env)
     collector = Collector(
         env,
         compile_policy(
@@ -186,37 +243,11 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.train_frequency,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.learning_starts,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size)
-    loss_module = DQNLoss(
-        qnet,
-        double_dqn=cfg.double_dqn,
-        delay_value=True,
-        loss_function="l2",
-        gamma=cfg.gamma,
-        action_space=env.action_spec,
-    )
-    if cfg.end_of_life:  # the bootstrap stops at a lost life, the game does not reset
-        EndOfLifeTransform().register_keys(loss_module)
-    target_update = HardUpdate(
-        loss_module, value_network_update_interval=cfg.target_network_frequency
-    )
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
-
-    def dqn_loss(sample):
-        loss = loss_module(sample)["loss"]
-        return loss, loss
-
-    # one clipped gradient step and the target's counter (a copy every interval); the
-    # gradient step is one graph with --compile
-    update = UpdateStep(
-        dqn_loss,
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        target_update=target_update,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
+    loss_module, optimizer, update = make_learner(cfg, env, qnet)
     exp_name = cfg.exp_name or generate_exp_name("dqn_atari", f"{cfg.env_id}-s{cfg.seed}")
     exp_name = exp_name.replace("/", "_")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)

@@ -17,6 +17,7 @@ value bootstrap, the game goes on), ``RewardSum`` (the game score, for the logs)
     uv run --group atari examples/ppo_atari.py                                   # ALE/Breakout-v5
     uv run --group atari examples/ppo_atari.py --env-id ALE/Pong-v5 --parallel   # one process per env
     uv run --group atari examples/ppo_atari.py --total-frames 2000 --num-envs 2  # a smoke run
+    uv run --group atari examples/ppo_atari.py --device cuda --compile --cudagraphs  # on a GPU
 
 ``total_frames`` counts agent steps (each is ``frame_skip`` emulator frames), as CleanRL's
 ``total_timesteps``. Writes CSV logs (or another logger), a learning-curve PNG of the game
@@ -73,6 +74,7 @@ from _common import (  # noqa: E402
     compile_policy,
     evaluate,
     finish_run,
+    resolve_device,
     set_lr,
     whole_batches,
 )
@@ -147,7 +149,11 @@ class Config:
     """torch.compile the collector's policy, the advantage and the whole update step (loss, backward,
     gradient clipping, optimizer step), once."""
     cudagraphs: bool = False
-    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the update step and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the agent, the advantage and the update step live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The games stay on the CPU: the collector
+    moves what they return; evaluations run a CPU copy of the policy."""
 
 
 def make_game(cfg: Config, clip_rewards: bool = True, logger=None) -> TransformedEnv:
@@ -180,7 +186,9 @@ def make_env(cfg: Config):
 
 
 def make_agent(cfg: Config, env) -> tuple[ActorValueOperator, ProbabilisticActor, ValueOperator]:
-    """The Nature-CNN trunk (3 convs, 512 units) shared by a policy and a value head."""
+    """The Nature-CNN trunk (3 convs, 512 units) shared by a policy and a value head;
+    initialised on the CPU (the same weights on every device), then moved to
+    ``cfg.device``."""
     n_actions = env.action_spec.shape[-1]
     trunk = nn.Sequential(
         ConvNet(
@@ -214,10 +222,27 @@ def make_agent(cfg: Config, env) -> tuple[ActorValueOperator, ProbabilisticActor
     ]:
         nn.init.orthogonal_(layer.weight, gain)
         nn.init.zeros_(layer.bias)
+    agent.to(resolve_device(cfg.device))
     return agent, agent.get_policy_operator(), agent.get_value_operator()
 
 
+def make_advantage(cfg: Config, critic):
+    """GAE over ``critic``'s values (its gamma and lambda on ``cfg.device``), the bootstrap
+    stopped at a lost life with ``cfg.end_of_life`` (the game does not reset there); run
+    without gradients, one graph with the value network with ``cfg.compile``."""
+    gae = GAE(
+        gamma=cfg.gamma,
+        lmbda=cfg.gae_lambda,
+        value_network=critic,
+        device=resolve_device(cfg.device),
+    )
+    if cfg.end_of_life:
+        EndOfLifeTransform().register_keys(gae)
+    return compile_advantage(gae, compile=cfg.compile)
+
+
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     env = make_env(cfg)
@@ -231,13 +256,12 @@ def main(cfg: Config) -> dict:
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    if cfg.end_of_life:  # bootstrap stops at a lost life, the game does not reset
-        EndOfLifeTransform().register_keys(gae)
-    advantage = compile_advantage(gae, compile=cfg.compile)
+    advantage = make_advantage(cfg, critic)
     # CleanRL's PPO loss and Adam (ppo.py's: clipped ratio and value, normalised
-    # advantages); one clipped gradient step is one graph with --compile
+    # advantages, on cfg.device); one clipped gradient step is one graph with --compile
     loss_module, optimizer = make_loss(cfg, actor, critic)
     step = make_update_step(cfg, loss_module, optimizer)
     exp_name = cfg.exp_name or generate_exp_name("ppo_atari", f"{cfg.env_id}-s{cfg.seed}")

@@ -20,6 +20,7 @@ logs show it unscaled.
     uv run examples/ppo_rnd.py                   # PPO + RND, 2-3 minutes on 2 cores
     uv run examples/ppo_rnd.py --no-rnd          # plain PPO, for comparison
     uv run examples/ppo_rnd.py --seed 1 --logger tensorboard
+    uv run examples/ppo_rnd.py --device cuda --compile --cudagraphs   # on a GPU
 
 Writes CSV logs (or another logger), a learning-curve PNG and, with ``--video``, an
 evaluation video under ``runs/<exp_name>/``.
@@ -42,11 +43,10 @@ from torch import nn
 from rl.collectors import Collector
 from rl.core import Bounded, seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
-from rl.envs import TransformedEnv
+from rl.envs import Compose, DeviceCastTransform, TransformedEnv
 from rl.envs.transforms import RNDTransform
 from rl.modules import MLP, ValueOperator
 from rl.objectives import RNDLoss, group_optimizers
-from rl.objectives.value import GAE
 from rl.objectives.value.functional import generalized_advantage_estimate
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,10 +59,11 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     record_video,
+    resolve_device,
     set_lr,
     whole_batches,
 )
-from ppo import make_agent, make_env, make_loss, orthogonal_init  # noqa: E402
+from ppo import make_advantage, make_agent, make_env, make_loss, orthogonal_init  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -143,7 +144,12 @@ class Config:
     """torch.compile the collector's policy, both advantages and the two whole update
     steps (PPO's and the predictor's: loss, backward, clipping, optimizer step), once."""
     cudagraphs: bool = False
-    """Capture the update steps and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the update steps and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the networks (the RND pair too), the advantages and the update steps live:
+    ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments
+    stay on the CPU, their outputs moved to the device before the RND bonus is computed
+    there; evaluations run a CPU copy of the policy."""
 
 
 def observation_scaling(cfg: Config):
@@ -159,7 +165,8 @@ def observation_scaling(cfg: Config):
 
 
 def make_rnd(cfg: Config, obs_dim: int) -> tuple[nn.Module, nn.Module]:
-    """The fixed random target and the trained predictor (same architecture)."""
+    """The fixed random target and the trained predictor (same architecture), initialised
+    on the CPU (the same weights on every device), then moved to ``cfg.device``."""
 
     def net():
         return MLP(
@@ -172,7 +179,50 @@ def make_rnd(cfg: Config, obs_dim: int) -> tuple[nn.Module, nn.Module]:
     target, predictor = net(), net()
     for module in (target, predictor):
         orthogonal_init(module, last_gain=2**0.5)
-    return target, predictor
+    device = resolve_device(cfg.device)
+    return target.to(device), predictor.to(device)
+
+
+def with_bonus(cfg: Config, env, rnd: RNDTransform) -> TransformedEnv:
+    """``env`` writing ``rnd``'s bonus at each step, its outputs first moved to
+    ``cfg.device`` (a ``DeviceCastTransform``; nothing moves on the CPU), where the
+    transform's networks are trained and its observation statistics are read by the
+    predictor's loss."""
+    return TransformedEnv(env, Compose(DeviceCastTransform(resolve_device(cfg.device)), rnd))
+
+
+def make_intrinsic_learner(cfg: Config, rnd: RNDTransform, obs_dim: int, optimizer):
+    """What RND adds to PPO's learner: the intrinsic value head (initialised on the CPU,
+    then moved to ``cfg.device``), the predictor's loss (on ``rnd``'s networks and its
+    observation statistics, made at its first step) and Adam, and ``optimizer`` joined by
+    the head's Adam, one group per network set (each clipped on its own); the optimizers'
+    tensors on ``cfg.device``. Returns ``(critic_int, rnd_loss, rnd_optimizer, optimizer)``."""
+    device = resolve_device(cfg.device)
+    critic_int = ValueOperator(
+        MLP(
+            in_features=obs_dim,
+            out_features=1,
+            num_cells=[cfg.hidden] * 2,
+            activation_class=nn.Tanh,
+        ),
+        in_keys=["observation"],
+        out_keys=["state_value_int"],
+    )
+    orthogonal_init(critic_int, last_gain=1.0)
+    critic_int.to(device)
+    with torch.device(device):
+        predictor = rnd.predictor_network
+        rnd_loss = RNDLoss(
+            predictor,
+            rnd.target_network,
+            obs_rms=rnd.obs_rms,
+            update_fraction=cfg.rnd_update_fraction,
+        )
+        rnd_optimizer = torch.optim.Adam(predictor.parameters(), lr=cfg.rnd_lr, eps=1e-5)
+        optimizer = group_optimizers(
+            optimizer, torch.optim.Adam(critic_int.parameters(), lr=cfg.lr, eps=1e-5)
+        )
+    return critic_int, rnd_loss, rnd_optimizer, optimizer
 
 
 def intrinsic_advantage(cfg: Config, critic_int, batch):
@@ -194,7 +244,7 @@ def intrinsic_advantage(cfg: Config, critic_int, batch):
 def make_update_steps(cfg, loss_module, critic_int, rnd_loss, optimizer, rnd_optimizer):
     """The clipped PPO step (policy, extrinsic and intrinsic value heads; each parameter
     group clipped on its own) and the predictor's step (``None`` without RND); one
-    compiled graph each with ``cfg.compile``."""
+    compiled graph each with ``cfg.compile``, built on ``cfg.device``."""
 
     def ppo_loss(mb):
         losses = loss_module(mb)
@@ -209,20 +259,23 @@ def make_update_steps(cfg, loss_module, critic_int, rnd_loss, optimizer, rnd_opt
         return loss, loss
 
     flags = {"compile": cfg.compile, "cudagraphs": cfg.cudagraphs}
-    ppo_step = UpdateStep(
-        ppo_loss, optimizer, max_grad_norm=cfg.max_grad_norm, clip_each_group=True, **flags
-    )
-    rnd_step = None if rnd_loss is None else UpdateStep(predictor_loss, rnd_optimizer, **flags)
+    with torch.device(resolve_device(cfg.device)):
+        ppo_step = UpdateStep(
+            ppo_loss, optimizer, max_grad_norm=cfg.max_grad_norm, clip_each_group=True, **flags
+        )
+        rnd_step = None
+        if rnd_loss is not None:
+            rnd_step = UpdateStep(predictor_loss, rnd_optimizer, **flags)
     return ppo_step, rnd_step
 
 
 def update(cfg, ppo_step, rnd_step, batch, minibatch) -> dict:
     """``cfg.update_epochs`` passes of shuffled minibatches: one PPO step and one
     predictor step each; returns the last minibatch's losses (``"loss"``: the sum the PPO
-    step minimised)."""
+    step minimised). The minibatch indices are drawn on the batch's device."""
     flat = batch.exclude("collector").reshape(-1)
     for _ in range(cfg.update_epochs):
-        for idx in torch.randperm(flat.numel()).split(minibatch):
+        for idx in torch.randperm(flat.numel(), device=flat.device).split(minibatch):
             mb = flat[idx]
             losses = {"loss": ppo_step(mb)}
             if rnd_step is not None:
@@ -231,39 +284,24 @@ def update(cfg, ppo_step, rnd_step, batch, minibatch) -> dict:
 
 
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     obs_stats = observation_scaling(cfg)
     env = make_env(cfg, cfg.num_envs, obs_stats)
+    # ppo.py's actor, critic, loss and Adam, on cfg.device
     actor, critic = make_agent(cfg, env)
     loss_module, optimizer = make_loss(cfg, actor, critic)
     rnd = rnd_loss = critic_int = rnd_optimizer = None
     if cfg.rnd:
         obs_dim = env.observation_spec["observation"].shape[-1]
-        target, predictor = make_rnd(cfg, obs_dim)
-        rnd = RNDTransform(target, predictor)
-        env = TransformedEnv(env, rnd)
+        rnd = RNDTransform(*make_rnd(cfg, obs_dim))
+        env = with_bonus(cfg, env, rnd)
         env.set_seed(cfg.seed)
         # the paper's initialisation of the observation statistics: a random-action rollout
         env.rollout(cfg.rnd_warmup_steps, break_when_any_done=False)
-        rnd_loss = RNDLoss(
-            predictor, target, obs_rms=rnd.obs_rms, update_fraction=cfg.rnd_update_fraction
-        )
-        rnd_optimizer = torch.optim.Adam(predictor.parameters(), lr=cfg.rnd_lr, eps=1e-5)
-        critic_int = ValueOperator(
-            MLP(
-                in_features=obs_dim,
-                out_features=1,
-                num_cells=[cfg.hidden] * 2,
-                activation_class=nn.Tanh,
-            ),
-            in_keys=["observation"],
-            out_keys=["state_value_int"],
-        )
-        orthogonal_init(critic_int, last_gain=1.0)
-        # one optimizer, one group per network set (each group clipped on its own)
-        optimizer = group_optimizers(
-            optimizer, torch.optim.Adam(critic_int.parameters(), lr=cfg.lr, eps=1e-5)
+        critic_int, rnd_loss, rnd_optimizer, optimizer = make_intrinsic_learner(
+            cfg, rnd, obs_dim, optimizer
         )
     env.set_seed(cfg.seed)
 
@@ -274,10 +312,10 @@ def main(cfg: Config) -> dict:
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    advantage = compile_advantage(
-        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
-    )
+    advantage = make_advantage(cfg, critic)  # ppo.py's GAE
     if cfg.rnd:
         advantage_int = compile_advantage(
             functools.partial(intrinsic_advantage, cfg, critic_int), compile=cfg.compile

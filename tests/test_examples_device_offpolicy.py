@@ -68,6 +68,8 @@ def test_deterministic_actor_learners_live_on_the_device(script):
         assert_all_on_meta(loss_module, update.optimizers, log)
     explore = off.make_exploration_policy(cfg, env, actor)
     assert [b.device for b in explore.buffers()] == [META] * len(list(explore.buffers()))
+    noise_spec = explore[-1].spec["action"]  # where the noise is clamped (not the CPU's)
+    assert noise_spec.device == META and noise_spec.space.low.device == META
     assert explore(batch.exclude("action"))["action"].device == META
 
 
@@ -82,6 +84,8 @@ def test_dqn_learner_lives_on_the_device():
         loss = update(batch)
     assert_all_on_meta(loss_module, [optimizer], loss)
     assert qnet(batch.exclude("action"))["action"].device == META
+    egreedy = dqn.make_egreedy(cfg, env)  # its random actions drawn on the device
+    assert egreedy.eps.device == META and egreedy.spec["action"].device == META
 
 
 @pytest.mark.parametrize("algo", ["iql", "cql"])

@@ -12,7 +12,6 @@ two update steps run eagerly on it. On the CPU the option changes nothing.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import sys
 import types
 from pathlib import Path
@@ -38,15 +37,6 @@ def ppo():
 def a2c():
     load("ppo")  # a2c.py imports ppo.py's agent and env
     return load("a2c")
-
-
-@pytest.fixture
-def meta_gae(monkeypatch):
-    """GAE's eager check for NaN next observations reads one value on the host (a sync on
-    CUDA), which meta tensors, having no values, cannot give: the check returns its input
-    unchanged here, as it does for a batch without NaN (the tests assert theirs has none)."""
-    value_base = importlib.import_module("rl.objectives.value._base")
-    monkeypatch.setattr(value_base, "_finite_next", lambda nxt, root: nxt)
 
 
 @pytest.fixture

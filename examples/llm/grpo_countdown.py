@@ -25,6 +25,7 @@ measured after SFT and along GRPO.
     uv run --group llm examples/llm/grpo_countdown.py
     uv run --group llm examples/llm/grpo_countdown.py --seed 1 --grpo-batches 100
     uv run --group llm examples/llm/grpo_countdown.py --compile
+    uv run --group llm examples/llm/grpo_countdown.py --device cuda --cudagraphs   # on a GPU
 
 ``--compile``: each SFT step is ONE compiled graph (``sft.py``'s :class:`SFTStep`: the
 conversations tokenized eagerly to a fixed width, then the forward, the loss, backward,
@@ -35,8 +36,16 @@ answers as rows of their own length (a Python loop over them) and masks by boole
 indexing, whose data-dependent shapes break a graph; :func:`grpo_objective` computes its
 values with masks instead (an equality the tests check). Sampling (``model.generate``,
 in the collector and the evaluations) stays eager: each new token lengthens the sequence
-and the key-value cache. ``--cudagraphs`` captures both steps in CUDA graphs (a CUDA
-device is needed).
+and the key-value cache. ``--cudagraphs`` captures both steps in CUDA graphs (with
+``--device cuda``).
+
+``--device cuda`` puts the model, the optimizers, both stages' steps and the replay
+buffer (the answers and their advantages) on a GPU. rl's ``TransformersWrapper`` makes
+its token tensors on the CPU, so it generates with a model there only: the collector's
+copy of the model samples on the CPU (as a separate inference engine would), its
+weights copied from the device after each batch, and the evaluations sample from a CPU
+copy; the SFT stage's steps are ``sft.py``'s :class:`SFTStep` (eager without
+``--compile``). ``GRPOLoss`` scores the sampled tokens where the buffer holds them.
 """
 
 from __future__ import annotations
@@ -64,13 +73,15 @@ from rl.data import LazyStackStorage, ReplayBuffer, SamplerWithoutReplacement
 from rl.envs import StepCounter
 from rl.envs.llm import CountdownRewardParser, DatasetChatEnv
 from rl.modules.llm import TransformersWrapper
-from rl.objectives.llm import GRPOLoss, MCAdvantage, SFTLoss
+from rl.objectives.llm import GRPOLoss, MCAdvantage
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from _common import on_cpu, resolve_device  # noqa: E402
 from _stepper import UpdateStepper  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
-from sft import SFTStep, UpdateStep, as_batch, check_cudagraphs, token_log_probs  # noqa: E402
+from sft import UpdateStep, as_batch, check_cudagraphs, token_log_probs  # noqa: E402
+from sft import make_learner as make_sft_learner  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -147,7 +158,13 @@ class Config:
     """torch.compile each SFT step and each GRPO step (forward, loss, backward,
     clipping, AdamW) into one graph each, once (no entropy bonus then)."""
     cudagraphs: bool = False
-    """Capture the SFT and GRPO steps in CUDA graphs (needs a CUDA device)."""
+    """Capture the SFT and GRPO steps in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the model, the optimizers, the SFT and GRPO steps and the replay buffer live:
+    ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments
+    stay on the CPU, and so does the collector's copy of the model, which samples the
+    answers (its weights copied from the device after each batch); evaluations sample
+    from a CPU copy of the model."""
 
 
 ANSWER_TAGS = ["<answer>", "</answer>"]  # one token each
@@ -293,10 +310,81 @@ class GRPOStep(UpdateStepper):
         return TensorDict(super().step(trainer, batch))
 
 
+def sample_kwargs(cfg: Config) -> dict:
+    """``model.generate``'s arguments for sampling an answer (temperature 1)."""
+    return {"max_new_tokens": cfg.max_new_tokens, "do_sample": True}
+
+
+def make_collector(cfg: Config, model, tok, rows: list[dict]) -> LLMCollector:
+    """An ``LLMCollector`` of ``grpo_batches`` batches: ``group_size`` answers to each of
+    ``prompts_per_batch`` prompts of ``rows``, sampled by a copy of ``model`` on the CPU
+    (as an inference engine would; ``TransformersWrapper`` generates from tokens it
+    makes there), into which ``model``'s weights (wherever they are) are copied after each
+    batch."""
+    gen_model = copy.deepcopy(model).to("cpu")
+    num_envs = cfg.prompts_per_batch * cfg.group_size
+    return LLMCollector(
+        make_env(rows, tok, num_envs, cfg.group_size, cfg.seed),
+        policy=TransformersWrapper(
+            gen_model, tokenizer=tok, pad_output=True, generate_kwargs=sample_kwargs(cfg)
+        ),
+        dialog_turns_per_batch=num_envs,
+        total_dialog_turns=cfg.grpo_batches * num_envs,
+        flatten_data=True,
+        weight_updater=VanillaWeightUpdater(
+            weight_getter=lambda: TensorDict.from_module(model).data,
+            policy_weights=TensorDict.from_module(gen_model).data,
+        ),
+    )
+
+
+def make_buffer(cfg: Config) -> ReplayBuffer:
+    """A batch's answers (moved to ``cfg.device`` as they are written), their advantages
+    standardised within each group, drawn in minibatches without replacement."""
+    buffer = ReplayBuffer(
+        storage=LazyStackStorage(
+            cfg.prompts_per_batch * cfg.group_size, device=resolve_device(cfg.device)
+        ),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=cfg.minibatch_size,
+    )
+    buffer.append_transform(MCAdvantage(grpo_size=cfg.group_size))
+    return buffer
+
+
+def make_learner(cfg: Config, model, tok) -> tuple[GRPOLoss, torch.optim.AdamW, GRPOStep | None]:
+    """``GRPOLoss`` on ``model``, its AdamW optimizer and, with ``--compile`` /
+    ``--cudagraphs``, the :class:`GRPOStep` the trainer runs (else ``None``: the trainer's
+    own step on ``GRPOLoss``); the loss's own tensors (its clipping bounds) and the
+    optimizer's live on ``cfg.device``, with the model."""
+    with torch.device(resolve_device(cfg.device)):
+        loss = GRPOLoss(
+            TransformersWrapper(model, tokenizer=tok, pad_output=True),
+            clip_epsilon=cfg.clip_epsilon,
+            entropy_bonus=cfg.entropy_coeff > 0,
+            entropy_coeff=cfg.entropy_coeff,
+        )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.grpo_lr)
+        stepper = None
+        if cfg.compile or cfg.cudagraphs:  # one graph per step (answers padded as below)
+            stepper = GRPOStep(
+                model,
+                # CUDA graphs: one fixed width (the context); else each batch's, dynamic shapes
+                model.config.n_positions if cfg.cudagraphs else None,
+                optimizer,
+                clip_epsilon=cfg.clip_epsilon,
+                max_grad_norm=1.0,  # GRPOTrainer's clip_norm
+                compile=cfg.compile,
+                cudagraphs=cfg.cudagraphs,
+            )
+    return loss, optimizer, stepper
+
+
 @torch.no_grad()
-def evaluate(env, policy, times: int = 1) -> float:
-    """Success rate of the sampled answers to the held-out prompts (the mean of ``times``
-    evaluations)."""
+def evaluate(env, model, tok, cfg: Config, times: int = 1) -> float:
+    """Success rate of the answers ``model`` samples to the held-out prompts (the mean of
+    ``times`` evaluations), by a CPU copy of it when it is elsewhere."""
+    policy = TransformersWrapper(on_cpu(model), tokenizer=tok, generate_kwargs=sample_kwargs(cfg))
     rates = [env.step(policy(env.reset()))["next", "reward"].float().mean() for _ in range(times)]
     return sum(rate.item() for rate in rates) / times
 
@@ -317,6 +405,7 @@ def sft_batches(rows: list[dict], cfg: Config, rng: random.Random):
 
 def main(cfg: Config) -> dict:
     check_cudagraphs(cfg.cudagraphs)
+    device = resolve_device(cfg.device)
     if (cfg.compile or cfg.cudagraphs) and cfg.entropy_coeff > 0:
         raise ValueError(
             f"the compiled GRPO step has no entropy bonus; got entropy_coeff="
@@ -331,38 +420,34 @@ def main(cfg: Config) -> dict:
     start = time.perf_counter()
 
     tok = make_tokenizer(ANSWER_TAGS)
+    # initialised on the CPU (the same weights on every device), then moved
     model = make_model(tok, cfg.n_embd, cfg.n_layer, cfg.n_head, n_positions=64)
+    model.to(device)
     eval_rows = make_problems(cfg.eval_prompts, cfg, rng, distinct=True)
     train_rows = make_problems(cfg.sft_examples, cfg, rng, exclude=[r["query"] for r in eval_rows])
-    scorer = TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True)
-    sample_kwargs = {"max_new_tokens": cfg.max_new_tokens, "do_sample": True}
     n_eval = cfg.eval_samples * len(eval_rows)
     eval_env = make_env(eval_rows, tok, n_eval, cfg.eval_samples, cfg.seed, shuffle=False)
-    eval_policy = TransformersWrapper(model, tokenizer=tok, generate_kwargs=sample_kwargs)
 
     # 1. SFT, a fraction of an epoch, on the trainer's loop
-    sft_optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr)
-    stepper = None
-    if cfg.compile or cfg.cudagraphs:  # one graph per step, on fixed-width tokens
-        width = max(
-            len(tok.apply_chat_template(sft_chat(r), tokenize=True, return_dict=True)["input_ids"])
-            for r in train_rows
-        )
-        stepper = SFTStep(
-            model,
-            tok,
-            width,
-            sft_optimizer,
-            max_grad_norm=1.0,
-            compile=cfg.compile,
-            cudagraphs=cfg.cudagraphs,
-        )
+    width = max(  # an SFTStep's fixed width: the longest conversation's
+        len(tok.apply_chat_template(sft_chat(r), tokenize=True, return_dict=True)["input_ids"])
+        for r in train_rows
+    )
+    sft_loss_module, sft_optimizer, stepper = make_sft_learner(
+        model,
+        tok,
+        width,
+        lr=cfg.sft_lr,
+        device=device,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
+    )
     sft = Trainer(
         collector=sft_batches(train_rows, cfg, rng),
         total_frames=cfg.sft_steps * cfg.sft_batch_size,
         frame_skip=1,
         optim_steps_per_batch=1,
-        loss_module=SFTLoss(scorer),
+        loss_module=sft_loss_module,
         optimizer=sft_optimizer,
         clip_norm=1.0,
         optimization_stepper=stepper,
@@ -373,51 +458,15 @@ def main(cfg: Config) -> dict:
     model.train()
     sft.train()
     model.eval()
-    sft_success = evaluate(eval_env, eval_policy, cfg.final_evals)
+    sft_success = evaluate(eval_env, model, tok, cfg, cfg.final_evals)
     logger.log_scalar("eval/success", sft_success, 0)
     print(f"after SFT ({cfg.sft_steps} steps): held-out success {sft_success:.1%}")
 
     # 2. GRPO: a collector with its own copy of the model, refreshed after each batch
-    gen_model = copy.deepcopy(model)
     num_envs = cfg.prompts_per_batch * cfg.group_size
-    collector = LLMCollector(
-        make_env(train_rows, tok, num_envs, cfg.group_size, cfg.seed),
-        policy=TransformersWrapper(
-            gen_model, tokenizer=tok, pad_output=True, generate_kwargs=sample_kwargs
-        ),
-        dialog_turns_per_batch=num_envs,
-        total_dialog_turns=cfg.grpo_batches * num_envs,
-        flatten_data=True,
-        weight_updater=VanillaWeightUpdater(
-            weight_getter=lambda: TensorDict.from_module(model).data,
-            policy_weights=TensorDict.from_module(gen_model).data,
-        ),
-    )
-    buffer = ReplayBuffer(
-        storage=LazyStackStorage(num_envs),
-        sampler=SamplerWithoutReplacement(),
-        batch_size=cfg.minibatch_size,
-    )
-    buffer.append_transform(MCAdvantage(grpo_size=cfg.group_size))
-    loss = GRPOLoss(
-        TransformersWrapper(model, tokenizer=tok, pad_output=True),
-        clip_epsilon=cfg.clip_epsilon,
-        entropy_bonus=cfg.entropy_coeff > 0,
-        entropy_coeff=cfg.entropy_coeff,
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.grpo_lr)
-    grpo_stepper = None
-    if cfg.compile or cfg.cudagraphs:  # one graph per step (answers padded as below)
-        grpo_stepper = GRPOStep(
-            model,
-            # CUDA graphs: one fixed width (the context); else each batch's, dynamic shapes
-            model.config.n_positions if cfg.cudagraphs else None,
-            optimizer,
-            clip_epsilon=cfg.clip_epsilon,
-            max_grad_norm=1.0,  # GRPOTrainer's clip_norm
-            compile=cfg.compile,
-            cudagraphs=cfg.cudagraphs,
-        )
+    collector = make_collector(cfg, model, tok, train_rows)
+    buffer = make_buffer(cfg)
+    loss, optimizer, grpo_stepper = make_learner(cfg, model, tok)
     trainer = GRPOTrainer(
         collector=collector,
         total_frames=cfg.grpo_batches * num_envs,
@@ -444,7 +493,7 @@ def main(cfg: Config) -> dict:
     def evaluate_and_stop(batch):
         batches = trainer.collected_frames // num_envs
         if batches % cfg.eval_interval == 0:
-            curve.append((trainer.collected_frames, evaluate(eval_env, eval_policy)))
+            curve.append((trainer.collected_frames, evaluate(eval_env, model, tok, cfg)))
             logger.log_scalar("eval/success", curve[-1][1], trainer.collected_frames)
         minutes = cfg.grpo_minutes
         if minutes is not None and time.perf_counter() - grpo_start > 60 * minutes:
@@ -456,7 +505,7 @@ def main(cfg: Config) -> dict:
             # which the scheduler's order check watches: the schedule itself is right
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step")
         trainer.train()
-    final = evaluate(eval_env, eval_policy, cfg.final_evals)
+    final = evaluate(eval_env, model, tok, cfg, cfg.final_evals)
     if curve[-1][0] == trainer.collected_frames:
         curve.pop()
     curve.append((trainer.collected_frames, final))
@@ -478,6 +527,7 @@ def main(cfg: Config) -> dict:
         "curve": curve,
         "answers": trainer.collected_frames,
         "seconds": seconds,
+        "model": model,
     }
 
 

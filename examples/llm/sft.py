@@ -13,6 +13,7 @@ whose last assistant turn the model reproduces exactly (greedy decoding).
     uv run --group llm examples/llm/sft.py
     uv run --group llm examples/llm/sft.py --data my_chats.jsonl --steps 500
     uv run --group llm examples/llm/sft.py --compile
+    uv run --group llm examples/llm/sft.py --device cuda --cudagraphs   # on a GPU
 
 ``--compile`` runs each training step as ONE compiled graph (``examples/_common.py``'s
 ``UpdateStep``: the model's forward, the SFT loss, backward, gradient clipping and AdamW),
@@ -24,7 +25,13 @@ data): the graph sees the same shapes at every step and is compiled once.
 held-out set in both modes; :func:`sft_loss` computes the same value on the tokens.
 Greedy decoding (``model.generate``) stays eager: each new token lengthens the sequence
 and the key-value cache, a new shape at every step of a generation.
-``--cudagraphs`` captures the step in a CUDA graph (a CUDA device is needed).
+``--cudagraphs`` captures the step in a CUDA graph (with ``--device cuda``).
+
+``--device cuda`` puts the model, AdamW and the training step on a GPU. rl's
+``TransformersWrapper`` makes its token tensors on the CPU, so it scores and generates
+with a model there only: off the CPU every step is an :class:`SFTStep` (eager without
+``--compile``; the tokens it makes are moved to the device), and the held-out loss and
+the greedy decoding run a CPU copy of the model.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from rl.objectives.llm import SFTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from _common import UpdateStep, check_cudagraphs  # noqa: E402
+from _common import UpdateStep, check_cudagraphs, on_cpu, resolve_device  # noqa: E402
 from _stepper import UpdateStepper  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
 
@@ -91,7 +98,12 @@ class Config:
     """torch.compile each training step (forward, loss, backward, clipping, AdamW) into
     one graph, once (the conversations tokenized eagerly to a fixed width)."""
     cudagraphs: bool = False
-    """Capture the training step in a CUDA graph (needs a CUDA device)."""
+    """Capture the training step in a CUDA graph (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the model, the optimizer and the training step live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The conversations are tokenized on the
+    CPU and moved (off the CPU each step is an :class:`SFTStep`); the held-out loss and
+    the greedy decoding run a CPU copy of the model."""
 
 
 def load_chats(path: str) -> list[list[dict]]:
@@ -152,15 +164,25 @@ def sft_loss(model, tokens, attention, assistant) -> torch.Tensor:
 
 
 class SFTStep(UpdateStepper):
-    """The trainer's ``optimization_stepper`` under ``--compile``: tokenizes the batch
-    (eagerly, to ``width``), then runs one ``UpdateStep`` call (the forward, the loss,
+    """The trainer's ``optimization_stepper`` under ``--compile`` (and off the CPU):
+    tokenizes the batch (eagerly, to ``width``, on the CPU) and moves the tokens to
+    ``device`` (the model's), then runs one ``UpdateStep`` call (the forward, the loss,
     backward, clipping at ``max_grad_norm`` and the optimizer: one graph); the optimizer's
     state goes into the checkpoints as ``OptimizerHook`` saves it."""
 
     def __init__(
-        self, model, tok, width: int, optimizer, *, max_grad_norm: float, compile, cudagraphs
+        self,
+        model,
+        tok,
+        width: int,
+        optimizer,
+        *,
+        max_grad_norm: float,
+        compile,
+        cudagraphs,
+        device: torch.device | str = "cpu",
     ) -> None:
-        self.tok, self.width = tok, width
+        self.tok, self.width, self.device = tok, width, torch.device(device)
 
         def loss_fn(tokens, attention, assistant):
             loss = sft_loss(model, tokens, attention, assistant)
@@ -176,17 +198,66 @@ class SFTStep(UpdateStepper):
         super().__init__(update, optimizer)
 
     def inputs(self, batch: TensorDict) -> tuple[torch.Tensor, ...]:
-        return tokenize(batch, self.tok, self.width)
+        return tuple(t.to(self.device) for t in tokenize(batch, self.tok, self.width))
 
     def step(self, trainer, batch: TensorDict) -> TensorDict:
         return TensorDict(loss_sft=super().step(trainer, batch))
 
 
+def make_learner(
+    model,
+    tok,
+    width: int,
+    *,
+    lr: float,
+    device: torch.device,
+    compile: bool = False,
+    cudagraphs: bool = False,
+    loss_function: str = "sft",
+) -> tuple[SFTLoss, torch.optim.AdamW, SFTStep | None]:
+    """``SFTLoss`` on ``model`` (on ``device``), its AdamW optimizer and the trainer's
+    ``optimization_stepper``: an :class:`SFTStep` on conversations tokenized to ``width``
+    with ``compile`` / ``cudagraphs`` or off the CPU (where ``SFTLoss`` cannot score:
+    ``TransformersWrapper`` tokenizes on the CPU), else ``None`` (the trainer's own step
+    on ``SFTLoss``). The optimizer's state lives on ``device``."""
+    with torch.device(device):
+        loss = SFTLoss(
+            TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True),
+            loss_function=loss_function,
+        )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        stepper = None
+        if compile or cudagraphs or device.type != "cpu":  # one graph per step
+            stepper = SFTStep(
+                model,
+                tok,
+                width,
+                optimizer,
+                max_grad_norm=1.0,
+                compile=compile,
+                cudagraphs=cudagraphs,
+                device=device,
+            )
+    return loss, optimizer, stepper
+
+
+@torch.no_grad()
+def held_out_loss(model, tok, chats: list[list[dict]], loss_function: str = "sft") -> float:
+    """``SFTLoss`` on ``chats``, scored by ``model`` in eval mode (a CPU copy of it when it
+    is elsewhere: ``TransformersWrapper`` tokenizes on the CPU)."""
+    model = on_cpu(model)
+    model.eval()
+    scorer = TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True)
+    return SFTLoss(scorer, loss_function=loss_function)(as_batch(chats)).loss_sft.item()
+
+
 @torch.no_grad()
 def exact_match(model, tok, chats: list[list[dict]]) -> float:
-    """Share of ``chats`` whose last assistant turn greedy decoding reproduces."""
+    """Share of ``chats`` whose last assistant turn greedy decoding reproduces (by a CPU
+    copy of ``model`` when it is elsewhere: ``TransformersWrapper`` generates from tokens
+    it makes on the CPU)."""
     policy = TransformersWrapper(
-        model, tokenizer=tok, generate_kwargs={"max_new_tokens": 24, "do_sample": False}
+        on_cpu(model), tokenizer=tok, generate_kwargs={"max_new_tokens": 24, "do_sample": False}
     )
     prompts = History.from_chats([chat[:-1] for chat in chats])
     td = TensorDict(
@@ -202,6 +273,7 @@ def exact_match(model, tok, chats: list[list[dict]]) -> float:
 
 def main(cfg: Config) -> dict:
     check_cudagraphs(cfg.cudagraphs)
+    device = resolve_device(cfg.device)
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     rng = random.Random(cfg.seed)
@@ -214,31 +286,22 @@ def main(cfg: Config) -> dict:
     longest = max(
         len(tok.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"]) for c in chats
     )
+    # initialised on the CPU (the same weights on every device), then moved
     model = make_model(tok, cfg.n_embd, cfg.n_layer, cfg.n_head, n_positions=longest + 32)
-    loss = SFTLoss(
-        TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True),
+    model.to(device)
+    before = held_out_loss(model, tok, test, cfg.loss_function)
+    logger.log_scalar("eval/loss_sft", before, 0)
+    # the steps on fixed-width tokens (the longest conversation's)
+    loss, optimizer, stepper = make_learner(
+        model,
+        tok,
+        longest,
+        lr=cfg.lr,
+        device=device,
+        compile=cfg.compile,
+        cudagraphs=cfg.cudagraphs,
         loss_function=cfg.loss_function,
     )
-
-    def held_out_loss() -> float:
-        model.eval()
-        with torch.no_grad():
-            return loss(as_batch(test)).loss_sft.item()
-
-    before = held_out_loss()
-    logger.log_scalar("eval/loss_sft", before, 0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    stepper = None
-    if cfg.compile or cfg.cudagraphs:  # one graph per step, on fixed-width tokens
-        stepper = SFTStep(
-            model,
-            tok,
-            longest,
-            optimizer,
-            max_grad_norm=1.0,
-            compile=cfg.compile,
-            cudagraphs=cfg.cudagraphs,
-        )
     trainer = Trainer(
         collector=batches(train, cfg, rng),
         total_frames=cfg.steps * cfg.batch_size,
@@ -256,7 +319,7 @@ def main(cfg: Config) -> dict:
     model.train()
     trainer.train()
     seconds = time.perf_counter() - start
-    after = held_out_loss()
+    after = held_out_loss(model, tok, test, cfg.loss_function)
     match = exact_match(model, tok, test)
     frames = trainer.collected_frames
     logger.log_scalar("eval/loss_sft", after, frames)
@@ -271,7 +334,13 @@ def main(cfg: Config) -> dict:
         f"{before:.3f} -> {after:.3f}, exact last answer {match:.1%}"
         + (f"; curve: {curve}" if curve else "")
     )
-    return {"loss_before": before, "loss_after": after, "exact_match": match, "seconds": seconds}
+    return {
+        "loss_before": before,
+        "loss_after": after,
+        "exact_match": match,
+        "seconds": seconds,
+        "model": model,
+    }
 
 
 if __name__ == "__main__":

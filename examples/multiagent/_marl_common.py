@@ -47,6 +47,8 @@ from _common import (  # noqa: E402
     compile_advantage,
     compile_policy,
     finish_run,
+    on_device,
+    resolve_device,
     summed_losses,
     whole_batches,
 )
@@ -66,7 +68,11 @@ __all__ = [
     "compile_advantage",
     "compile_group_policy",
     "make_q_critic",
+    "make_off_policy_update",
+    "make_replay_buffer",
     "make_tanh_normal_actor",
+    "on_device",
+    "resolve_device",
     "team_view",
     "train_off_policy",
     "UpdateStep",
@@ -110,7 +116,12 @@ class MarlConfig:
     """torch.compile the collector's policy, the advantage (PPO) and the whole update step
     (loss, backward, gradient clipping, optimizer step, target update), once."""
     cudagraphs: bool = False
-    """Capture the update step and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the update step and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the environments, the networks, the update step and the replay buffer live:
+    ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). VMAS (and the probe)
+    simulate their batch of environments on that device, so that nothing leaves it
+    between collection, update and evaluation."""
 
 
 @dataclasses.dataclass
@@ -199,22 +210,23 @@ def make_vmas_env(
     max_steps: int,
     seed: int,
     continuous_actions: bool,
+    device="cpu",
     **scenario_kwargs,
 ):
-    """A VMAS scenario of ``num_envs`` vectorised environments, on the CPU (``"probe"``:
-    a :class:`SignProbe`)."""
+    """A VMAS scenario of ``num_envs`` vectorised environments, simulated on ``device``
+    (``"probe"``: a :class:`SignProbe` there)."""
     from rl.envs import VmasEnv
 
     if scenario == "probe":
         n_agents = scenario_kwargs.get("n_agents", 2)
-        return SignProbe(num_envs, n_agents, max_steps, continuous_actions)
+        return SignProbe(num_envs, n_agents, max_steps, continuous_actions, device=device)
     return VmasEnv(
         scenario,
         num_envs=num_envs,
         continuous_actions=continuous_actions,
         max_steps=max_steps,
         seed=seed,
-        device="cpu",
+        device=device,
         **scenario_kwargs,
     )
 
@@ -302,11 +314,13 @@ def _agents_mlp(env, n_in: int, n_out: int, centralised: bool, share_params: boo
 
 
 def make_tanh_normal_actor(
-    env, hidden: int, share_params: bool, init_scale: float = 1.0
+    env, hidden: int, share_params: bool, init_scale: float = 1.0, device=None
 ) -> ProbabilisticActor:
     """Each agent's stochastic policy from its own observation: a ``MultiAgentMLP`` to the
     loc and scale of a ``TanhNormal`` bounded by the action spec, writing
-    ``("agents", "action")`` and its log-probability (MAPPO, IPPO and MASAC's actor)."""
+    ``("agents", "action")`` and its log-probability (MAPPO, IPPO and MASAC's actor);
+    initialised on the CPU (the same weights on every device), then moved to ``device``
+    with its bounds (:func:`on_device`)."""
     n_obs = env.observation_spec[GROUP, "observation"].shape[-1]
     action_spec = env.full_action_spec[GROUP, "action"]
     n_act = action_spec.shape[-1]
@@ -314,7 +328,7 @@ def make_tanh_normal_actor(
         _agents_mlp(env, n_obs, 2 * n_act, False, share_params, hidden),
         NormalParamExtractor(scale_mapping=f"biased_softplus_{init_scale}"),
     )
-    return ProbabilisticActor(
+    actor = ProbabilisticActor(
         TensorDictModule(
             net,
             in_keys=[(GROUP, "observation")],
@@ -331,19 +345,62 @@ def make_tanh_normal_actor(
         },
         return_log_prob=True,
     )
+    return on_device(actor, device) if device is not None else actor
 
 
-def make_q_critic(env, hidden: int, centralised: bool, share_params: bool) -> ValueOperator:
+def make_q_critic(
+    env, hidden: int, centralised: bool, share_params: bool, device=None
+) -> ValueOperator:
     """Each agent's ``Q(s, a)`` at ``("agents", "state_action_value")`` (``[*B, n_agents,
     1]``): from every agent's observation and action (``centralised``: MADDPG, MASAC) or
-    from its own (IDDPG)."""
+    from its own (IDDPG); initialised on the CPU, then moved to ``device``."""
     n_obs = env.observation_spec[GROUP, "observation"].shape[-1]
     n_act = env.full_action_spec[GROUP, "action"].shape[-1]
-    return ValueOperator(
+    critic = ValueOperator(
         _agents_mlp(env, n_obs + n_act, 1, centralised, share_params, hidden),
         in_keys=[(GROUP, "observation"), (GROUP, "action")],
         out_keys=[(GROUP, "state_action_value")],
     )
+    return critic.to(device) if device is not None else critic
+
+
+def make_replay_buffer(cfg) -> TensorDictReplayBuffer:
+    """A uniform replay buffer of ``cfg.buffer_size`` transitions (the agents' entries under
+    their group) on ``cfg.device``, sampling ``cfg.batch_size`` of them."""
+    return TensorDictReplayBuffer(
+        storage=LazyTensorStorage(cfg.buffer_size, device=resolve_device(cfg.device)),
+        sampler=RandomSampler(),
+        batch_size=cfg.batch_size,
+    )
+
+
+def make_off_policy_update(
+    cfg: OffPolicyConfig, actor, loss_module, loss_keys: tuple[str, ...]
+) -> UpdateStep:
+    """MADDPG's, IDDPG's and MASAC's gradient step on the sum of ``loss_module``'s
+    ``loss_keys``: backward, clipping to ``cfg.max_grad_norm``, one Adam (the actor's
+    parameters at ``cfg.lr_actor``, the rest at ``cfg.lr``), the targets' soft update
+    (one graph with ``cfg.compile``). The optimizer's state and the target updater's
+    live on ``cfg.device``, with the networks."""
+    with torch.device(resolve_device(cfg.device)):
+        target_updater = SoftUpdate(loss_module, tau=cfg.tau)
+        # the actor's parameters are the actor module's own (the loss reads them in place)
+        actor_ids = {id(p) for p in actor.parameters()}
+        params = list(loss_module.parameters())
+        optimizer = torch.optim.Adam(
+            [
+                {"params": [p for p in params if id(p) in actor_ids], "lr": cfg.lr_actor},
+                {"params": [p for p in params if id(p) not in actor_ids], "lr": cfg.lr},
+            ]
+        )
+        return UpdateStep(
+            summed_losses(loss_module, loss_keys),
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            target_update=target_updater,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
 
 
 def train_off_policy(
@@ -363,42 +420,24 @@ def train_off_policy(
     clipped), each followed by a soft update of the targets (one ``UpdateStep``: with
     ``cfg.compile``, the policy and the whole step are compiled once); evaluate the deterministic
     ``actor`` at the end on ``make_env(cfg, cfg.eval_episodes, seed)``. The loss module's
-    keys must name the agents' reward and flags.
+    keys must name the agents' reward and flags. The replay buffer lives on
+    ``cfg.device``, with the networks and the env.
 
     Returns ``finish_run``'s summary.
     """
+    device = resolve_device(cfg.device)
     policy = actor if exploration is None else TensorDictSequential(actor, exploration)
     collector = Collector(
         env,
         compile_group_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.num_envs * cfg.collect_steps,
         total_frames=cfg.total_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(cfg.buffer_size),
-        sampler=RandomSampler(),
-        batch_size=cfg.batch_size,
-    )
-    target_updater = SoftUpdate(loss_module, tau=cfg.tau)
-    # the actor's parameters are the actor module's own (the loss reads them in place)
-    actor_ids = {id(p) for p in actor.parameters()}
-    params = list(loss_module.parameters())
-    optimizer = torch.optim.Adam(
-        [
-            {"params": [p for p in params if id(p) in actor_ids], "lr": cfg.lr_actor},
-            {"params": [p for p in params if id(p) not in actor_ids], "lr": cfg.lr},
-        ]
-    )
-
+    buffer = make_replay_buffer(cfg)
     # one gradient step (backward, clipping, Adam, soft update); one graph with --compile
-    update = UpdateStep(
-        summed_losses(loss_module, loss_keys),
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        target_update=target_updater,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    update = make_off_policy_update(cfg, actor, loss_module, loss_keys)
     exp_name = cfg.exp_name or generate_exp_name(algo, f"{cfg.scenario}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))

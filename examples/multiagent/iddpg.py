@@ -7,6 +7,7 @@ learner; everything else is ``maddpg.py`` (TorchRL runs both from one script,
 
     uv run --group multiagent examples/multiagent/iddpg.py                    # navigation, 3 agents
     uv run --group multiagent examples/multiagent/iddpg.py --no-share-params  # one actor and critic per agent
+    uv run --group multiagent examples/multiagent/iddpg.py --device cuda --cudagraphs  # on a GPU
 """
 
 from __future__ import annotations

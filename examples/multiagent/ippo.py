@@ -8,6 +8,7 @@ observation (``MultiAgentMLP(centralized=False)``); everything else is ``mappo.p
     uv run --group multiagent examples/multiagent/ippo.py                    # navigation, 3 agents
     uv run --group multiagent examples/multiagent/ippo.py balance            # VMAS balance, 4 agents
     uv run --group multiagent examples/multiagent/ippo.py --no-share-params  # one actor and critic per agent
+    uv run --group multiagent examples/multiagent/ippo.py --device cuda --cudagraphs  # on a GPU
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ per agent); gamma 0.9 and the soft updates (tau 0.005) as TorchRL's.
     uv run --group multiagent examples/multiagent/maddpg.py                    # navigation, 3 agents, 30k frames
     uv run --group multiagent examples/multiagent/iddpg.py                     # decentralised critic
     uv run --group multiagent examples/multiagent/maddpg.py --no-share-params  # one actor and critic per agent
+    uv run --group multiagent examples/multiagent/maddpg.py --device cuda --cudagraphs  # on a GPU
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -43,7 +44,9 @@ from _marl_common import (  # noqa: E402
     check_cudagraphs,
     make_q_critic,
     make_vmas_env,
+    on_device,
     preset_cli,
+    resolve_device,
     train_off_policy,
 )
 
@@ -72,18 +75,27 @@ PRESETS = presets()
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):
+    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
     return make_vmas_env(
-        cfg.scenario, num_envs, cfg.max_steps, seed, continuous_actions=True, n_agents=cfg.n_agents
+        cfg.scenario,
+        num_envs,
+        cfg.max_steps,
+        seed,
+        continuous_actions=True,
+        device=resolve_device(cfg.device),
+        n_agents=cfg.n_agents,
     )
 
 
 def make_actor(cfg: Config, env) -> ProbabilisticActor:
-    """Each agent's deterministic action ``mid + half * tanh(net(observation))``."""
+    """Each agent's deterministic action ``mid + half * tanh(net(observation))``;
+    initialised on the CPU (the same weights on every device), then moved to
+    ``cfg.device`` with its bounds."""
     n_obs = env.observation_spec["agents", "observation"].shape[-1]
     action_spec = env.full_action_spec["agents", "action"]
     n_act = action_spec.shape[-1]
     net = _agents_mlp(env, n_obs, n_act, False, cfg.share_params, cfg.hidden)
-    return ProbabilisticActor(
+    actor = ProbabilisticActor(
         TensorDictModule(net, in_keys=[("agents", "observation")], out_keys=[("agents", "param")]),
         in_keys=[("agents", "param")],
         out_keys=[("agents", "action")],
@@ -94,32 +106,49 @@ def make_actor(cfg: Config, env) -> ProbabilisticActor:
             "high": action_spec.space.high.reshape(-1, n_act)[0],
         },
     )
+    return on_device(actor, resolve_device(cfg.device))
 
 
-def main(cfg: Config) -> dict:
-    check_cudagraphs(cfg.cudagraphs)  # before the env is built
-    seed_everything(cfg.seed)
-    torch.set_num_threads(1)
-    env = make_env(cfg, cfg.num_envs, cfg.seed)
-    actor = make_actor(cfg, env)
-    critic = make_q_critic(env, cfg.hidden, cfg.centralised_critic, cfg.share_params)
-    exploration = AdditiveGaussianModule(
+def make_exploration(cfg: Config, env) -> AdditiveGaussianModule:
+    """Gaussian noise on the agents' actions, its scale annealed from ``cfg.sigma_init``
+    to ``cfg.sigma_end`` over half the run; on ``cfg.device``."""
+    return AdditiveGaussianModule(
         env.full_action_spec["agents", "action"],
         sigma_init=cfg.sigma_init,
         sigma_end=cfg.sigma_end,
         annealing_num_steps=cfg.total_frames // 2,
         action_key=("agents", "action"),
+        device=resolve_device(cfg.device),
     )
-    loss_module = DDPGLoss(actor, critic, delay_value=True)
-    # the agents' reward and Q value [*B, n_agents, 1]; the done flags repeated along the
-    # agents by train_off_policy (agents_done)
-    loss_module.set_keys(
-        state_action_value=("agents", "state_action_value"),
-        reward=("agents", "reward"),
-        done=("agents", "done"),
-        terminated=("agents", "terminated"),
-    )
-    loss_module.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
+
+
+def make_loss(cfg: Config, actor, critic) -> DDPGLoss:
+    """DDPG's loss over the agents' keys, with TD(0) targets and a target critic; its own
+    tensors on ``cfg.device``, with the networks."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = DDPGLoss(actor, critic, delay_value=True)
+        # the agents' reward and Q value [*B, n_agents, 1]; the done flags repeated along
+        # the agents by train_off_policy (agents_done)
+        loss_module.set_keys(
+            state_action_value=("agents", "state_action_value"),
+            reward=("agents", "reward"),
+            done=("agents", "done"),
+            terminated=("agents", "terminated"),
+        )
+        loss_module.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
+    return loss_module
+
+
+def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
+    check_cudagraphs(cfg.cudagraphs)  # before the env is built
+    seed_everything(cfg.seed)
+    torch.set_num_threads(1)
+    env = make_env(cfg, cfg.num_envs, cfg.seed)
+    actor = make_actor(cfg, env)
+    critic = make_q_critic(env, cfg.hidden, cfg.centralised_critic, cfg.share_params, device=device)
+    exploration = make_exploration(cfg, env)
+    loss_module = make_loss(cfg, actor, critic)
     algo = ("ma" if cfg.centralised_critic else "i") + "ddpg"
     summary = train_off_policy(
         cfg,

@@ -22,6 +22,7 @@ minibatches of 4,096, lr 5e-5, gamma 0.9, 1.2M frames; README.md has the results
     uv run --group multiagent examples/multiagent/mappo.py                   # navigation, 60k frames: a few minutes
     uv run --group multiagent examples/multiagent/mappo.py balance --seed 1  # VMAS balance, 4 agents, 1.2M frames
     uv run --group multiagent examples/multiagent/ippo.py                    # decentralised critic
+    uv run --group multiagent examples/multiagent/mappo.py --device cuda --cudagraphs  # on a GPU
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -63,7 +64,9 @@ from _marl_common import (  # noqa: E402
     finish_run,
     make_tanh_normal_actor,
     make_vmas_env,
+    on_device,
     preset_cli,
+    resolve_device,
     team_view,
     whole_batches,
 )
@@ -138,12 +141,21 @@ PRESETS = presets()
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):
+    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
     return make_vmas_env(
-        cfg.scenario, num_envs, cfg.max_steps, seed, continuous_actions=True, n_agents=cfg.n_agents
+        cfg.scenario,
+        num_envs,
+        cfg.max_steps,
+        seed,
+        continuous_actions=True,
+        device=resolve_device(cfg.device),
+        n_agents=cfg.n_agents,
     )
 
 
 def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, TensorDictModule]:
+    """The agents' actor and critic, initialised on the CPU (the same weights on every
+    device), then moved to ``cfg.device`` (the actor with its bounds)."""
     n_obs = env.observation_spec["agents", "observation"].shape[-1]
     actor = make_tanh_normal_actor(env, cfg.hidden, cfg.share_params, cfg.init_scale)
     critic = TensorDictModule(
@@ -160,7 +172,8 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, TensorDictModule]:
         in_keys=[("agents", "observation")],
         out_keys=[("agents", "state_value")],
     )
-    return actor, critic
+    device = resolve_device(cfg.device)
+    return on_device(actor, device), critic.to(device)
 
 
 def make_value_norm(cfg: Config) -> ValueNorm | None:
@@ -173,7 +186,43 @@ def make_value_norm(cfg: Config) -> ValueNorm | None:
     return norms[cfg.value_norm](shape=1) if cfg.value_norm in norms else None
 
 
+def make_learner(cfg: Config, actor, critic):
+    """MAPPO's (or IPPO's) loss over the agents' keys, its advantage (``MultiAgentGAE``
+    over the critic), its Adam optimizer and its update step (one clipped gradient step
+    on a minibatch, ``ppo.make_update_step``: one graph with ``cfg.compile``). Returns
+    ``(loss_module, advantage, optimizer, step)``. The loss's own tensors (the value
+    normaliser's statistics, the estimator's gamma and lambda) and the optimizer's live
+    on ``cfg.device``, with the networks."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_cls = MAPPOLoss if cfg.centralised_critic else IPPOLoss
+        loss_module = loss_cls(
+            actor,
+            critic,
+            value_norm=make_value_norm(cfg),
+            clip_epsilon=cfg.clip_coef,
+            entropy_coeff=cfg.ent_coef,
+            normalize_advantage=cfg.normalize_advantage,
+            loss_critic_type=cfg.loss_critic_type,
+        )
+        # the agents' entries: reward, action and value [*B, n_agents, 1]; done and
+        # terminated stay at the root [*B, 1], repeated along the agents by MultiAgentGAE
+        loss_module.set_keys(
+            reward=("agents", "reward"),
+            action=("agents", "action"),
+            value=("agents", "state_value"),
+        )
+        loss_module.make_value_estimator(
+            ValueEstimators.MAGAE, gamma=cfg.gamma, lmbda=cfg.gae_lambda
+        )
+        # compiled: one graph with the critic
+        advantage = compile_advantage(loss_module.value_estimator, compile=cfg.compile)
+        optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+        step = make_update_step(cfg, loss_module, optimizer)
+    return loss_module, advantage, optimizer, step
+
+
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     check_cudagraphs(cfg.cudagraphs)  # before the env is built
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
@@ -186,28 +235,10 @@ def main(cfg: Config) -> dict:
         compile_group_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=whole_batches(cfg.total_frames, frames_per_batch),
+        policy_device=device,
+        storing_device=device,
     )
-    loss_cls = MAPPOLoss if cfg.centralised_critic else IPPOLoss
-    loss_module = loss_cls(
-        actor,
-        critic,
-        value_norm=make_value_norm(cfg),
-        clip_epsilon=cfg.clip_coef,
-        entropy_coeff=cfg.ent_coef,
-        normalize_advantage=cfg.normalize_advantage,
-        loss_critic_type=cfg.loss_critic_type,
-    )
-    # the agents' entries: reward, action and value [*B, n_agents, 1]; done and terminated
-    # stay at the root [*B, 1], repeated along the agents by MultiAgentGAE
-    loss_module.set_keys(
-        reward=("agents", "reward"), action=("agents", "action"), value=("agents", "state_value")
-    )
-    loss_module.make_value_estimator(ValueEstimators.MAGAE, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
-    # compiled: one graph with the critic
-    advantage = compile_advantage(loss_module.value_estimator, compile=cfg.compile)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
-    # one clipped gradient step on a minibatch; one graph with --compile
-    step = make_update_step(cfg, loss_module, optimizer)
+    loss_module, advantage, optimizer, step = make_learner(cfg, actor, critic)
     algo = ("ma" if cfg.centralised_critic else "i") + "ppo"
     exp_name = cfg.exp_name or generate_exp_name(algo, f"{cfg.scenario}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)

@@ -19,6 +19,7 @@ the soft updates (tau 0.005) as TorchRL's.
 
     uv run --group multiagent examples/multiagent/masac.py                  # navigation, 3 agents, 30k frames
     uv run --group multiagent examples/multiagent/masac.py --alpha-init 0.1
+    uv run --group multiagent examples/multiagent/masac.py --device cuda --cudagraphs  # on a GPU
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -42,6 +43,7 @@ from _marl_common import (  # noqa: E402
     make_tanh_normal_actor,
     make_vmas_env,
     preset_cli,
+    resolve_device,
     train_off_policy,
 )
 
@@ -62,36 +64,53 @@ PRESETS = {
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):
+    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
     return make_vmas_env(
-        cfg.scenario, num_envs, cfg.max_steps, seed, continuous_actions=True, n_agents=cfg.n_agents
+        cfg.scenario,
+        num_envs,
+        cfg.max_steps,
+        seed,
+        continuous_actions=True,
+        device=resolve_device(cfg.device),
+        n_agents=cfg.n_agents,
     )
 
 
+def make_loss(cfg: Config, env, actor, critic) -> SACLoss:
+    """SAC's loss over the agents' keys (twin critics, their targets, a learned
+    temperature), with TD(0) soft targets; its own tensors (the temperature, the target
+    entropy) on ``cfg.device``, with the networks."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = SACLoss(
+            actor,
+            critic,
+            alpha_init=cfg.alpha_init,
+            # per agent: each agent's log-probability sums over its own action's dimensions
+            target_entropy=-float(env.full_action_spec["agents", "action"].shape[-1]),
+            delay_qvalue=True,
+        )
+        # the agents' action, reward and Q values [*B, n_agents, ...]; the done flags
+        # repeated along the agents by train_off_policy (agents_done)
+        loss_module.set_keys(
+            state_action_value=("agents", "state_action_value"),
+            action=("agents", "action"),
+            reward=("agents", "reward"),
+            done=("agents", "done"),
+            terminated=("agents", "terminated"),
+        )
+        loss_module.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
+    return loss_module
+
+
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     check_cudagraphs(cfg.cudagraphs)  # before the env is built
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     env = make_env(cfg, cfg.num_envs, cfg.seed)
-    actor = make_tanh_normal_actor(env, cfg.hidden, cfg.share_params, cfg.init_scale)
-    critic = make_q_critic(env, cfg.hidden, cfg.centralised_critic, cfg.share_params)
-    loss_module = SACLoss(
-        actor,
-        critic,
-        alpha_init=cfg.alpha_init,
-        # per agent: each agent's log-probability sums over its own action's dimensions
-        target_entropy=-float(env.full_action_spec["agents", "action"].shape[-1]),
-        delay_qvalue=True,
-    )
-    # the agents' action, reward and Q values [*B, n_agents, ...]; the done flags repeated
-    # along the agents by train_off_policy (agents_done)
-    loss_module.set_keys(
-        state_action_value=("agents", "state_action_value"),
-        action=("agents", "action"),
-        reward=("agents", "reward"),
-        done=("agents", "done"),
-        terminated=("agents", "terminated"),
-    )
-    loss_module.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
+    actor = make_tanh_normal_actor(env, cfg.hidden, cfg.share_params, cfg.init_scale, device=device)
+    critic = make_q_critic(env, cfg.hidden, cfg.centralised_critic, cfg.share_params, device=device)
+    loss_module = make_loss(cfg, env, actor, critic)
     algo = ("ma" if cfg.centralised_critic else "i") + "sac"
     summary = train_off_policy(
         cfg,

@@ -15,6 +15,7 @@ as BenchMARL's task, the same settings, 240k frames).
     uv run --group multiagent examples/multiagent/qmix.py  # navigation, discrete actions
     uv run --group multiagent examples/multiagent/qmix.py --mixer vdn
     uv run --group multiagent examples/multiagent/qmix.py balance  # VMAS balance, 4 agents, 240k frames
+    uv run --group multiagent examples/multiagent/qmix.py --device cuda --cudagraphs  # on a GPU
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -33,7 +34,6 @@ from torch import nn
 from rl.collectors import Collector
 from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
-from rl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
 from rl.modules import (
     EGreedyModule,
     MultiAgentMLP,
@@ -55,8 +55,10 @@ from _marl_common import (  # noqa: E402
     compile_group_policy,
     evaluate_team,
     finish_run,
+    make_replay_buffer,
     make_vmas_env,
     preset_cli,
+    resolve_device,
     team_view,
 )
 
@@ -107,12 +109,21 @@ PRESETS = {
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):
+    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
     return make_vmas_env(
-        cfg.scenario, num_envs, cfg.max_steps, seed, continuous_actions=False, n_agents=cfg.n_agents
+        cfg.scenario,
+        num_envs,
+        cfg.max_steps,
+        seed,
+        continuous_actions=False,
+        device=resolve_device(cfg.device),
+        n_agents=cfg.n_agents,
     )
 
 
 def make_agent(cfg: Config, env) -> tuple[TensorDictSequential, TensorDictModule]:
+    """The agents' Q-network (greedy actions) and the mixer, initialised on the CPU (the
+    same weights on every device), then moved to ``cfg.device``."""
     obs_shape = env.observation_spec["agents", "observation"].shape[-2:]  # [n_agents, n_obs]
     action_spec = env.full_action_spec["agents", "action"]
     net = MultiAgentMLP(
@@ -150,22 +161,64 @@ def make_agent(cfg: Config, env) -> tuple[TensorDictSequential, TensorDictModule
             in_keys=[("agents", "chosen_action_value")],
             out_keys=["chosen_action_value"],
         )
-    return qnet, mixer
+    device = resolve_device(cfg.device)
+    return qnet.to(device), mixer.to(device)
 
 
-def main(cfg: Config) -> dict:
-    check_cudagraphs(cfg.cudagraphs)  # before the env is built
-    seed_everything(cfg.seed)
-    torch.set_num_threads(1)
-    env = make_env(cfg, cfg.num_envs, cfg.seed)
-    qnet, mixer = make_agent(cfg, env)
-    explore = EGreedyModule(
+def make_exploration(cfg: Config, env) -> EGreedyModule:
+    """Epsilon-greedy exploration of the agents' actions, epsilon annealed from
+    ``cfg.eps_init`` to ``cfg.eps_end`` over half the run; on ``cfg.device``."""
+    return EGreedyModule(
         env.full_action_spec["agents", "action"],
         eps_init=cfg.eps_init,
         eps_end=cfg.eps_end,
         annealing_num_steps=cfg.total_frames // 2,
         action_key=("agents", "action"),
+        device=resolve_device(cfg.device),
     )
+
+
+def make_learner(cfg: Config, qnet, mixer) -> tuple[QMixerLoss, UpdateStep]:
+    """The QMIX (or VDN) loss with its target networks and TD(0) targets, and its update:
+    one gradient step (backward, clipping, Adam, the targets' soft update; one graph with
+    ``cfg.compile``). Returns ``(loss_module, update)``, ``update(sample)`` returning the
+    loss. The loss's own tensors and the optimizer's live on ``cfg.device``, with the
+    networks."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = QMixerLoss(qnet, mixer, delay_value=True, action_space="categorical")
+        loss_module.set_keys(
+            action_value=("agents", "action_value"),
+            local_value=("agents", "chosen_action_value"),
+            global_value="chosen_action_value",
+            action=("agents", "action"),
+        )
+        loss_module.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
+        target_updater = SoftUpdate(loss_module, tau=cfg.tau)
+        optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+
+        def qmix_loss(sample):
+            loss = loss_module(sample)["loss"]
+            return loss, loss
+
+        update = UpdateStep(
+            qmix_loss,
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            target_update=target_updater,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+    return loss_module, update
+
+
+def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
+    check_cudagraphs(cfg.cudagraphs)  # before the env is built
+    seed_everything(cfg.seed)
+    torch.set_num_threads(1)
+    env = make_env(cfg, cfg.num_envs, cfg.seed)
+    qnet, mixer = make_agent(cfg, env)
+    explore = make_exploration(cfg, env)
     policy = TensorDictSequential(qnet, explore)
 
     frames_per_batch = cfg.num_envs * cfg.max_steps
@@ -174,36 +227,12 @@ def main(cfg: Config) -> dict:
         compile_group_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=cfg.total_frames,
+        policy_device=device,
+        storing_device=device,
     )
-    buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(cfg.buffer_size),
-        sampler=RandomSampler(),
-        batch_size=cfg.batch_size,
-    )
-    loss_module = QMixerLoss(qnet, mixer, delay_value=True, action_space="categorical")
-    loss_module.set_keys(
-        action_value=("agents", "action_value"),
-        local_value=("agents", "chosen_action_value"),
-        global_value="chosen_action_value",
-        action=("agents", "action"),
-    )
-    loss_module.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
-    target_updater = SoftUpdate(loss_module, tau=cfg.tau)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
-
-    def qmix_loss(sample):
-        loss = loss_module(sample)["loss"]
-        return loss, loss
-
+    buffer = make_replay_buffer(cfg)
     # one gradient step (backward, clipping, Adam, soft update); one graph with --compile
-    update = UpdateStep(
-        qmix_loss,
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        target_update=target_updater,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    loss_module, update = make_learner(cfg, qnet, mixer)
     exp_name = cfg.exp_name or generate_exp_name(cfg.mixer, f"{cfg.scenario}-s{cfg.seed}")
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))

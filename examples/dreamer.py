@@ -24,7 +24,14 @@ world model filtered over the replayed sequences, the imagination rollout in the
 env inside the actor loss, the critic's loss, the gradients, each optimiser's clipping
 and Adam step and the slow critic's moving average; the acting step (the RSSM filter and
 the actor) is compiled too, once for exploration and once for evaluation.
-``--cudagraphs`` captures the update in a CUDA graph (a CUDA device).
+``--cudagraphs`` captures the compiled update in a CUDA graph (with ``--device cuda`` and
+``--compile``: the eager imagination rollout reads its done flags on the host).
+
+``--device cuda`` puts the networks, the losses, the update step and the replay buffer on
+the GPU; the gymnasium environments stay on the CPU, a ``DeviceCastTransform`` moving
+what they return to the GPU and the actions back, so the agent acts there too.
+
+    uv run examples/dreamer.py --device cuda --compile --cudagraphs   # on a GPU
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -51,7 +58,15 @@ from torch import nn
 from rl.core import Composite, ExplorationType, Unbounded, seed_everything, set_exploration_type
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
-from rl.envs import ActionScaling, DreamerEnv, GymEnv, Resize, ToTensorImage, TransformedEnv
+from rl.envs import (
+    ActionScaling,
+    DeviceCastTransform,
+    DreamerEnv,
+    GymEnv,
+    Resize,
+    ToTensorImage,
+    TransformedEnv,
+)
 from rl.modules import (
     MLP,
     DreamerActor,
@@ -88,6 +103,7 @@ from _common import (  # noqa: E402
     check_cudagraphs,
     finish_run,
     own_compiled,
+    resolve_device,
 )
 
 
@@ -186,11 +202,18 @@ class Config:
     """torch.compile the whole update (world model, imagination, actor and critic
     losses, gradients, clipping, Adam, slow critic) as one graph, and the acting step."""
     cudagraphs: bool = False
-    """Capture the update in a CUDA graph (needs a CUDA device)."""
+    """Capture the update in a CUDA graph (needs ``--device cuda`` and ``--compile``)."""
+    device: str = "cpu"
+    """Where the networks, the losses, the update step and the replay buffer live:
+    ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments
+    stay on the CPU: a ``DeviceCastTransform`` moves what they return to the device and
+    the actions back; the agent acts (and is evaluated) there."""
 
 
 def make_env(cfg: Config):
-    """The task with actions in ``[-1, 1]``; ``pixels`` as ``uint8 [3, size, size]``."""
+    """The task with actions in ``[-1, 1]``; ``pixels`` as ``uint8 [3, size, size]``; on
+    another device than the CPU, what it returns is moved to ``cfg.device`` (the actions
+    back to the CPU), where the agent acts."""
     env = GymEnv(
         cfg.env_id, from_pixels=cfg.from_pixels, pixels_only=False, frame_skip=cfg.action_repeat
     )
@@ -198,6 +221,9 @@ def make_env(cfg: Config):
     if cfg.from_pixels:
         env.append_transform(ToTensorImage())
         env.append_transform(Resize(cfg.image_size, cfg.image_size))
+    device = resolve_device(cfg.device)
+    if device.type != "cpu":
+        env.append_transform(DeviceCastTransform(device))
     return env
 
 
@@ -232,7 +258,11 @@ class TwoHotHead(nn.Module):
 
 
 def make_agent(cfg: Config, env) -> dict:
-    """The networks, the world model, the imagination env and the three losses."""
+    """The networks, the world model, the imagination env and the three losses. The
+    networks are initialised on the CPU (the same weights on every device), then moved
+    to ``cfg.device``, where the imagination env and the losses (their own tensors) are
+    built."""
+    device = resolve_device(cfg.device)
     obs_key = "pixels" if cfg.from_pixels else "observation"
     obs_shape = env.observation_spec[obs_key].shape
     act_dim = env.action_spec.shape[-1]
@@ -342,71 +372,79 @@ def make_agent(cfg: Config, env) -> dict:
         *reward_head(nx),
     )
 
-    # imagination: the prior and the reward head stepped from posterior latents
-    unused = ["_" + k for k in prior_out[:-2]]
-    model_env = DreamerEnv(
-        TensorDictSequential(
-            TensorDictModule(prior, ["state", "belief", "action"], [*unused, "state", "belief"]),
-            *reward_head(lambda k: k),
-        ),
-        prior_shape=(stoch,),
-        belief_shape=(cfg.rnn_hidden,),
-    )
-    latents = dict(state=Unbounded(stoch), belief=Unbounded(cfg.rnn_hidden))
-    model_env.observation_spec = Composite(**latents)
-    model_env.state_spec = Composite(**latents)
-    model_env.action_spec = Unbounded(act_dim)
-    model_env.reward_spec = Unbounded(1)
+    # the networks on the device; there the imagination env and the losses make their tensors
+    for net in (world_model, actor, value):
+        net.to(device)
+    with torch.device(device):
+        # imagination: the prior and the reward head stepped from posterior latents
+        unused = ["_" + k for k in prior_out[:-2]]
+        model_env = DreamerEnv(
+            TensorDictSequential(
+                TensorDictModule(
+                    prior, ["state", "belief", "action"], [*unused, "state", "belief"]
+                ),
+                *reward_head(lambda k: k),
+            ),
+            prior_shape=(stoch,),
+            belief_shape=(cfg.rnn_hidden,),
+            device=device,
+        )
+        latents = dict(state=Unbounded(stoch), belief=Unbounded(cfg.rnn_hidden))
+        model_env.observation_spec = Composite(**latents)
+        model_env.state_spec = Composite(**latents)
+        model_env.action_spec = Unbounded(act_dim)
+        model_env.reward_spec = Unbounded(1)
 
-    if v3:
-        model_loss = DreamerV3ModelLoss(
-            world_model,
-            kl_mode="separate",
-            lambda_dynamic=cfg.kl_dynamic,
-            lambda_representation=cfg.kl_representation,
-            unimix=cfg.unimix,
-            free_bits=cfg.free_bits,
-            reco_symlog=not cfg.from_pixels,
-        )
-        actor_loss = DreamerV3ActorLoss(
-            actor,
-            value,
-            model_env,
-            imagination_horizon=cfg.imagination_horizon,
-            entropy_bonus=cfg.entropy_bonus,
-        )
-        value_loss = DreamerV3ValueLoss(
-            value,
-            value_loss="two_hot",
+        if v3:
+            model_loss = DreamerV3ModelLoss(
+                world_model,
+                kl_mode="separate",
+                lambda_dynamic=cfg.kl_dynamic,
+                lambda_representation=cfg.kl_representation,
+                unimix=cfg.unimix,
+                free_bits=cfg.free_bits,
+                reco_symlog=not cfg.from_pixels,
+            )
+            actor_loss = DreamerV3ActorLoss(
+                actor,
+                value,
+                model_env,
+                imagination_horizon=cfg.imagination_horizon,
+                entropy_bonus=cfg.entropy_bonus,
+            )
+            value_loss = DreamerV3ValueLoss(
+                value,
+                value_loss="two_hot",
+                actor_loss=actor_loss,
+                slow_critic_regularization=cfg.slow_critic_regularization,
+            )
+        else:
+            model_loss = DreamerModelLoss(world_model, free_nats=cfg.free_bits)
+            actor_loss = DreamerActorLoss(
+                actor, value, model_env, imagination_horizon=cfg.imagination_horizon
+            )
+            value_loss = DreamerValueLoss(value, gamma=cfg.gamma)
+        model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
+        actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=cfg.gamma, lmbda=cfg.lmbda)
+        return dict(
+            obs_key=obs_key,
+            encoder=encoder,
+            prior=prior,
+            posterior=posterior,
+            actor=actor,
+            world_model=world_model,
+            model_loss=model_loss,
             actor_loss=actor_loss,
-            slow_critic_regularization=cfg.slow_critic_regularization,
+            value_loss=value_loss,
+            value=value,
+            stoch=stoch,
+            device=device,
+            slow_critic=(
+                SoftUpdate(value_loss, tau=cfg.slow_critic_tau)
+                if v3 and cfg.slow_critic_regularization > 0
+                else None
+            ),
         )
-    else:
-        model_loss = DreamerModelLoss(world_model, free_nats=cfg.free_bits)
-        actor_loss = DreamerActorLoss(
-            actor, value, model_env, imagination_horizon=cfg.imagination_horizon
-        )
-        value_loss = DreamerValueLoss(value, gamma=cfg.gamma)
-    model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
-    actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=cfg.gamma, lmbda=cfg.lmbda)
-    return dict(
-        obs_key=obs_key,
-        encoder=encoder,
-        prior=prior,
-        posterior=posterior,
-        actor=actor,
-        world_model=world_model,
-        model_loss=model_loss,
-        actor_loss=actor_loss,
-        value_loss=value_loss,
-        value=value,
-        stoch=stoch,
-        slow_critic=(
-            SoftUpdate(value_loss, tau=cfg.slow_critic_tau)
-            if v3 and cfg.slow_critic_regularization > 0
-            else None
-        ),
-    )
 
 
 def make_act(agent: dict, compile: bool) -> dict:
@@ -435,13 +473,13 @@ def make_act(agent: dict, compile: bool) -> dict:
 def play(env, agent: dict, mode: Literal["random", "explore", "eval"]):
     """One episode; the agent filters each observation through the RSSM (belief from the
     previous latent and action, then the posterior of the new observation) and acts on
-    the latent (``agent["act"][mode]``). Returns the episode ``[T]`` as the replay stores
-    it."""
-    obs_key, prior = agent["obs_key"], agent["prior"]
+    the latent (``agent["act"][mode]``), on the agent's device (where :func:`make_env`
+    moves the observations). Returns the episode ``[T]`` as the replay stores it."""
+    obs_key, prior, device = agent["obs_key"], agent["prior"], agent["device"]
     td = env.reset()
-    state = torch.zeros(agent["stoch"])
-    belief = torch.zeros(prior.rnn_hidden_dim)
-    action = torch.zeros(env.action_spec.shape)
+    state = torch.zeros(agent["stoch"], device=device)
+    belief = torch.zeros(prior.rnn_hidden_dim, device=device)
+    action = torch.zeros(env.action_spec.shape, device=device)
     steps, first = [], True
     exploration = ExplorationType.DETERMINISTIC if mode == "eval" else ExplorationType.RANDOM
     act = agent.get("act") or make_act(agent, compile=False)
@@ -457,7 +495,7 @@ def play(env, agent: dict, mode: Literal["random", "explore", "eval"]):
         steps.append(
             TensorDict(
                 action=action,
-                is_init=torch.tensor([first]),
+                is_init=torch.tensor([first], device=device),
                 next=td["next"].select(obs_key, "reward", "done"),
             )
         )
@@ -471,7 +509,8 @@ def make_update(agent: dict, optimizers: dict, cfg: Config) -> UpdateStep:
     """One world-model, actor and critic step on a batch of sequences ``[B, T]``: the
     three losses summed (each only reaches its own networks: the others are held out or
     detached), each optimiser's gradients clipped on their own, its Adam step, and the
-    slow critic's moving average; one graph with ``cfg.compile``."""
+    slow critic's moving average; one graph with ``cfg.compile``. The batch, the initial
+    latents and the imagination's random starts are on the agent's device."""
 
     model_loss, actor_loss, value_loss = (
         agent["model_loss"],
@@ -479,14 +518,15 @@ def make_update(agent: dict, optimizers: dict, cfg: Config) -> UpdateStep:
         agent["value_loss"],
     )
     stoch, rnn_hidden = agent["stoch"], agent["prior"].rnn_hidden_dim
+    device = agent["device"]
 
     def dreamer_loss(batch):
         batch = batch.reshape(cfg.batch_size, cfg.batch_length)
-        batch["state"] = torch.zeros(*batch.shape, stoch)
-        batch["belief"] = torch.zeros(*batch.shape, rnn_hidden)
+        batch["state"] = torch.zeros(*batch.shape, stoch, device=device)
+        batch["belief"] = torch.zeros(*batch.shape, rnn_hidden, device=device)
         model_losses, world = model_loss(batch)
         latents = world.get("next").select("state", "belief").reshape(-1)
-        starts = torch.randperm(latents.numel())[: cfg.imagination_starts]
+        starts = torch.randperm(latents.numel(), device=device)[: cfg.imagination_starts]
         actor_losses, imagined = actor_loss(latents[starts])
         value_losses, _ = value_loss(imagined.detach())
         totals = {
@@ -497,15 +537,27 @@ def make_update(agent: dict, optimizers: dict, cfg: Config) -> UpdateStep:
         logs = {**totals, **{k: v.mean() for k, v in model_losses.items()}}
         return sum(totals.values()), logs
 
-    return UpdateStep(
-        dreamer_loss,
-        list(optimizers.values()),
-        max_grad_norm=cfg.grad_clip,
-        clip_each_group=True,  # each optimiser's one group
-        target_update=agent["slow_critic"],
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+    with torch.device(device):
+        return UpdateStep(
+            dreamer_loss,
+            list(optimizers.values()),
+            max_grad_norm=cfg.grad_clip,
+            clip_each_group=True,  # each optimiser's one group
+            target_update=agent["slow_critic"],
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
+
+
+def make_optimizers(cfg: Config, agent: dict) -> dict:
+    """The Adam optimisers of the world model, the actor and the critic, on the agent's
+    device (their states live with the parameters)."""
+    with torch.device(agent["device"]):
+        return {
+            "model": torch.optim.Adam(agent["world_model"].parameters(), lr=cfg.model_lr, eps=1e-8),
+            "actor": torch.optim.Adam(agent["actor"].parameters(), lr=cfg.actor_lr, eps=1e-5),
+            "value": torch.optim.Adam(agent["value"].parameters(), lr=cfg.value_lr, eps=1e-5),
+        }
 
 
 def update(agent: dict, optimizers: dict, batch, cfg: Config) -> dict:
@@ -518,6 +570,7 @@ def update(agent: dict, optimizers: dict, batch, cfg: Config) -> dict:
 
 
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     exp_name = cfg.exp_name or generate_exp_name(
@@ -530,16 +583,18 @@ def main(cfg: Config) -> dict:
     eval_env.set_seed(cfg.seed + 1000)
 
     check_cudagraphs(cfg.cudagraphs)
+    if cfg.cudagraphs and not cfg.compile:
+        raise ValueError(
+            "dreamer.py captures its update in a CUDA graph only with --compile: eager, the "
+            "imagination's env.rollout reads each step's done flags on the host (a device "
+            "sync, which a CUDA graph capture refuses); compiled, the imagination env's "
+            "constant done is traced instead; run with --compile --cudagraphs"
+        )
     agent = make_agent(cfg, env)
     agent["act"] = make_act(agent, cfg.compile)
-    world_params = list(agent["world_model"].parameters())
-    optimizers = {
-        "model": torch.optim.Adam(world_params, lr=cfg.model_lr, eps=1e-8),
-        "actor": torch.optim.Adam(agent["actor"].parameters(), lr=cfg.actor_lr, eps=1e-5),
-        "value": torch.optim.Adam(agent["value"].parameters(), lr=cfg.value_lr, eps=1e-5),
-    }
+    optimizers = make_optimizers(cfg, agent)
     buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(cfg.buffer_size),
+        storage=LazyTensorStorage(cfg.buffer_size, device=device),
         sampler=SliceSampler(slice_len=cfg.batch_length, end_key=("next", "done")),
         batch_size=cfg.batch_size * cfg.batch_length,
     )
@@ -584,7 +639,7 @@ def main(cfg: Config) -> dict:
     seconds = time.perf_counter() - start
     logger.log_scalar("train/updates_per_second", updates / seconds, frames)
     summary = finish_run(logger, returns, frames, seconds)
-    summary.update(updates=updates, history=history)
+    summary.update(updates=updates, history=history, agent=agent)
     return summary
 
 

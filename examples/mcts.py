@@ -18,8 +18,9 @@ No network is trained or evaluated here, and the env steps (whose batch is the g
 still searching, a size that changes at every step) stay eager; ``--compile`` compiles
 the search's policy, the selection rule a round applies at each depth (the children's
 UCB scores, unvisited moves first, random tie-breaks, illegal moves masked, the argmax),
-once for any number of games (dynamic shapes). ``--cudagraphs`` is refused: the search
-runs on the CPU, on batches whose size changes.
+once for any number of games (dynamic shapes). ``--device cuda`` runs the games, the
+env (a native torch env) and the search trees on the GPU; the match record stays on the
+CPU. ``--cudagraphs`` is refused: the search runs on batches whose size changes.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from rl.envs import TicTacToeEnv
 from rl.modules import UCBScore
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ProgressBar, check_cudagraphs, own_compiled  # noqa: E402
+from _common import ProgressBar, check_cudagraphs, own_compiled, resolve_device  # noqa: E402
 
 NO_WINNER, DRAW = -2, -1  # node_winner codes besides the winning player (0 or 1)
 
@@ -70,7 +71,11 @@ class Config:
     compile: bool = False
     """torch.compile the selection rule (UCB scores and the move chosen), once."""
     cudagraphs: bool = False
-    """Refused: the search runs on the CPU (see the module's docstring)."""
+    """Refused: the search runs on batches whose size changes (see the module's docstring)."""
+    device: str = "cpu"
+    """Where the games, the env (a native torch env) and the search trees live: ``cpu``,
+    ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The match record
+    (``MCTSForest``) stays on the CPU."""
 
 
 class Forest:
@@ -79,17 +84,18 @@ class Forest:
     Node 0 is the root; node ``i`` of game ``g`` holds its position (``board``, ``turn``,
     ``mask``), its outcome if the game ended there, and for each of its 9 moves the child
     index (-1: not expanded), the visits and the summed result for the player to move.
+    The tensors live on the roots' device.
     """
 
     def __init__(self, root: TensorDictBase, max_nodes: int) -> None:
-        g = root.shape[0]
-        self.games = torch.arange(g)
+        g, device = root.shape[0], root["board"].device
+        self.games = torch.arange(g, device=device)
         self.states = root.select("board", "turn", "mask").unsqueeze(1).expand(g, max_nodes).clone()
-        self.winner = torch.full((g, max_nodes), NO_WINNER)
-        self.children = torch.full((g, max_nodes, 9), -1)
-        self.visits = torch.zeros(g, max_nodes, 9)
-        self.wins = torch.zeros(g, max_nodes, 9)
-        self.size = torch.ones(g, dtype=torch.long)
+        self.winner = torch.full((g, max_nodes), NO_WINNER, device=device)
+        self.children = torch.full((g, max_nodes, 9), -1, device=device)
+        self.visits = torch.zeros(g, max_nodes, 9, device=device)
+        self.wins = torch.zeros(g, max_nodes, 9, device=device)
+        self.size = torch.ones(g, dtype=torch.long, device=device)
 
 
 def winner_of(step: TensorDictBase, mover: torch.Tensor) -> torch.Tensor:
@@ -148,17 +154,18 @@ def make_select(score: UCBScore, compile: bool | dict = False):
 def search(
     env: TicTacToeEnv, root: TensorDictBase, cfg: Config, score: UCBScore, select=None
 ) -> torch.Tensor:
-    """Runs ``num_simulations`` UCT rounds from each root; returns the most visited moves.
-    ``select`` is the selection rule (default: :func:`make_select`'s, eager)."""
+    """Runs ``num_simulations`` UCT rounds from each root (on the roots' device); returns
+    the most visited moves. ``select`` is the selection rule (default:
+    :func:`make_select`'s, eager)."""
     select = select or make_select(score)
     forest = Forest(root, cfg.num_simulations + 1)
-    g = root.shape[0]
+    g, device = root.shape[0], forest.games.device
     for _ in range(cfg.num_simulations):
-        node = torch.zeros(g, dtype=torch.long)
+        node = torch.zeros(g, dtype=torch.long, device=device)
         path_nodes, path_moves = [], []
-        descending = torch.ones(g, dtype=torch.bool)
-        leaf = torch.zeros(g, dtype=torch.long)  # the node a round stops at
-        move = torch.zeros(g, dtype=torch.long)
+        descending = torch.ones(g, dtype=torch.bool, device=device)
+        leaf = torch.zeros(g, dtype=torch.long, device=device)  # the node a round stops at
+        move = torch.zeros(g, dtype=torch.long, device=device)
         # 1. selection: follow the best UCB child until a move has no child yet
         while descending.any():
             a = select(
@@ -207,16 +214,17 @@ def search(
 
 
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     check_cudagraphs(cfg.cudagraphs)
     if cfg.cudagraphs:
         raise ValueError(
-            "mcts.py searches on the CPU, on batches of games whose size changes at every "
-            "step: there is no fixed-shape CUDA computation to capture; run without "
-            "--cudagraphs (--compile compiles the selection rule)"
+            "mcts.py searches on batches of games whose size changes at every step: there "
+            "is no fixed-shape CUDA computation to capture; run without --cudagraphs "
+            "(--compile compiles the selection rule)"
         )
-    env = TicTacToeEnv()
+    env = TicTacToeEnv(device=device)
     score = UCBScore(c=cfg.c)
     select = make_select(score, cfg.compile)
     exp_name = cfg.exp_name or generate_exp_name("mcts", f"TicTacToe-s{cfg.seed}")
@@ -227,9 +235,9 @@ def main(cfg: Config) -> dict:
     # the match record: every (position, move) -> next position played, in a search forest
     record = MCTSForest(max_size=9 * cfg.num_games)
     record.get_keys_from_env(env)  # board, turn and mask identify a position
-    empty_board = games[0].clone()
-    mcts_player = torch.arange(cfg.num_games) % 2
-    winner = torch.full((cfg.num_games,), NO_WINNER)
+    empty_board = games[0].clone().to("cpu")  # the record's root
+    mcts_player = torch.arange(cfg.num_games, device=device) % 2
+    winner = torch.full((cfg.num_games,), NO_WINNER, device=device)
     progress = ProgressBar(cfg.progress, total=9)
     start = time.perf_counter()
     for ply in range(9):
@@ -244,7 +252,8 @@ def main(cfg: Config) -> dict:
             action[ours] = search(env, state[ours], cfg, score, select)
         state["action"] = action
         nxt = env.step(state)["next"]
-        record.extend(state.select(*record.observation_keys, "action").set("next", nxt))
+        played = state.select(*record.observation_keys, "action").set("next", nxt)
+        record.extend(played.to("cpu"))
         winner[live] = winner_of(nxt, mover)
         games[live] = nxt.select("board", "turn", "mask", "done", "terminated", "truncated")
         progress.values["games_over"] = float((winner != NO_WINNER).sum())

@@ -21,8 +21,15 @@ With ``--compile``, what the planner calls at each imagined step, the model of t
 dynamics (the true pendulum or the learned ensemble) and the known reward, is compiled
 once for the acting planner and once for the evaluation's (its batch of envs), and the
 ensemble's gradient step (its loss, backward and Adam step) is one compiled graph
-(``_common.UpdateStep``). ``--cudagraphs`` captures the gradient step in a CUDA graph (a
-CUDA device).
+(``_common.UpdateStep``). ``--cudagraphs`` captures the gradient step in a CUDA graph
+(with ``--device cuda``).
+
+``--device cuda`` puts the model (the learned ensemble, or the true pendulum's simulator),
+the planner's search, the ensemble's gradient step and the replay buffer on the GPU; the
+gymnasium environments stay on the CPU, a ``DeviceCastTransform`` moving what they return
+to the GPU and the planned actions back.
+
+    uv run examples/mpc.py --model learned --device cuda --compile --cudagraphs   # on a GPU
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
 """
@@ -44,7 +51,14 @@ from torch import nn
 from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.data import LazyTensorStorage, TensorDictReplayBuffer
-from rl.envs import ActionScaling, GymEnv, PendulumEnv, TransformedEnv, WorldModelEnv
+from rl.envs import (
+    ActionScaling,
+    DeviceCastTransform,
+    GymEnv,
+    PendulumEnv,
+    TransformedEnv,
+    WorldModelEnv,
+)
 from rl.modules import CEMPlanner, MPPIPlanner, ValueOperator, WorldModel
 from rl.objectives.value import TDLambdaEstimator
 
@@ -55,6 +69,7 @@ from _common import (  # noqa: E402
     check_cudagraphs,
     finish_run,
     own_compiled,
+    resolve_device,
 )
 
 MAX_TORQUE = 2.0  # Pendulum-v1's action bound; the planner acts in [-1, 1]
@@ -115,7 +130,12 @@ class Config:
     """torch.compile the model and the reward the planner calls, and the ensemble's
     gradient step, once."""
     cudagraphs: bool = False
-    """Capture the ensemble's gradient step in a CUDA graph (needs a CUDA device)."""
+    """Capture the ensemble's gradient step in a CUDA graph (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the model (the ensemble or the true pendulum's simulator), the planner's
+    search, the ensemble's gradient step and the replay buffer live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the CPU: a
+    ``DeviceCastTransform`` moves what they return to the device and the actions back."""
 
 
 def pendulum_reward(observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -127,7 +147,8 @@ def pendulum_reward(observation: torch.Tensor, action: torch.Tensor) -> torch.Te
 
 
 class TruePendulum(nn.Module):
-    """The true dynamics: rl's ``PendulumEnv`` set to each imagined state and stepped."""
+    """The true dynamics: rl's ``PendulumEnv`` set to each imagined state and stepped (a
+    simulator per batch shape, on the device of the first states it is given)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -137,7 +158,7 @@ class TruePendulum(nn.Module):
         batch = observation.shape[:-1]
         sim = self.sims.get(batch)
         if sim is None:
-            sim = self.sims[batch] = PendulumEnv(batch_size=batch)
+            sim = self.sims[batch] = PendulumEnv(batch_size=batch, device=observation.device)
         theta = torch.atan2(observation[..., 1], observation[..., 0])
         sim.state = torch.stack([theta, observation[..., 2]], -1)
         out = sim.step(TensorDict(action=MAX_TORQUE * action, batch_size=batch))
@@ -185,7 +206,19 @@ def make_fit_step(model: Ensemble, optim, cfg: Config) -> UpdateStep:
         loss = (model.members(x) - y).square().mean()
         return loss, loss
 
-    return UpdateStep(ensemble_loss, optim, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    with torch.device(resolve_device(cfg.device)):
+        return UpdateStep(ensemble_loss, optim, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+
+
+def make_learner(cfg: Config, obs_dim: int, act_dim: int):
+    """The ensemble, initialised on the CPU (the same weights on every device) and moved
+    to ``cfg.device``, its Adam optimiser and its gradient step (:func:`make_fit_step`),
+    whose tensors live there too. Returns ``(ensemble, optim, fit_step)``."""
+    device = resolve_device(cfg.device)
+    ensemble = Ensemble(cfg.ensemble_size, obs_dim, act_dim, cfg.hidden).to(device)
+    with torch.device(device):
+        optim = torch.optim.Adam(ensemble.parameters(), lr=cfg.lr)
+    return ensemble, optim, make_fit_step(ensemble, optim, cfg)
 
 
 def fit(
@@ -197,7 +230,7 @@ def fit(
 ) -> float:
     """Refits the standardisation and runs ``updates_per_episode`` gradient steps
     (``step``, by default :func:`make_fit_step`'s); every member draws its own
-    minibatches (a bootstrap of the data)."""
+    minibatches (a bootstrap of the data), drawn on the data's device."""
     step = step or make_fit_step(model, optim, cfg)
     data = buffer[:]
     x = torch.cat([data["observation"], data["action"]], -1)
@@ -210,15 +243,27 @@ def fit(
     y = (y - model.out_loc) / model.out_scale
     e = cfg.ensemble_size
     for _ in range(cfg.updates_per_episode):
-        idx = torch.randint(len(x), (e, cfg.batch_size))
+        idx = torch.randint(len(x), (e, cfg.batch_size), device=x.device)
         loss = step(x[idx], y[idx])  # fixed shapes, whatever the data's size
     return loss.item()
 
 
+def make_env(cfg: Config, **kwargs):
+    """The task (``GymEnv(cfg.env_id, **kwargs)``), the planner acting in ``[-1, 1]``
+    (``ActionScaling`` gives the env ``MAX_TORQUE * action``); on another device than the
+    CPU, what it returns is moved to ``cfg.device`` (the actions back to the CPU), where
+    the planner plans."""
+    env = TransformedEnv(GymEnv(cfg.env_id, **kwargs), ActionScaling())
+    device = resolve_device(cfg.device)
+    if device.type != "cpu":
+        env.append_transform(DeviceCastTransform(device))
+    return env
+
+
 def make_planner(cfg: Config, base_env, dynamics: nn.Module):
-    """The planner, planning in ``WorldModelEnv(WorldModel(dynamics, known reward))``;
-    with ``cfg.compile``, the dynamics and the reward are compiled for this planner
-    alone (each planner sees one batch shape)."""
+    """The planner, planning in ``WorldModelEnv(WorldModel(dynamics, known reward))`` on
+    ``base_env``'s device; with ``cfg.compile``, the dynamics and the reward are compiled
+    for this planner alone (each planner sees one batch shape)."""
     reward = pendulum_reward
     if cfg.compile:
         # the first call eager: the true model builds its simulator for the batch there
@@ -251,6 +296,7 @@ def play(env, planner, max_steps: int) -> list[float]:
 
 
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(1)
     check_cudagraphs(cfg.cudagraphs)
@@ -259,11 +305,10 @@ def main(cfg: Config) -> dict:
     )
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
     logger.log_hparams(dataclasses.asdict(cfg))
-    # the planner acts in [-1, 1]; ActionScaling gives the env MAX_TORQUE * action
-    env = TransformedEnv(GymEnv(cfg.env_id), ActionScaling())
+    env = make_env(cfg)
     env.set_seed(cfg.seed)
     # evaluation episodes run side by side, planned as one batch
-    eval_env = TransformedEnv(GymEnv(cfg.env_id, num_envs=cfg.eval_episodes), ActionScaling())
+    eval_env = make_env(cfg, num_envs=cfg.eval_episodes)
     eval_env.set_seed(cfg.seed + 1000)
 
     obs_dim = env.observation_spec["observation"].shape[-1]
@@ -279,11 +324,9 @@ def main(cfg: Config) -> dict:
         frames = cfg.max_steps * len(evals)
         return finish_run(logger, evals, frames, time.perf_counter() - start)
 
-    ensemble = Ensemble(cfg.ensemble_size, obs_dim, act_dim, cfg.hidden)
-    optim = torch.optim.Adam(ensemble.parameters(), lr=cfg.lr)
-    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(cfg.total_frames))
+    ensemble, optim, fit_step = make_learner(cfg, obs_dim, act_dim)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(cfg.total_frames, device=device))
     planner = make_planner(cfg, env, ensemble)
-    fit_step = make_fit_step(ensemble, optim, cfg)
     progress = ProgressBar(cfg.progress, total=cfg.total_frames)
     while frames < cfg.total_frames:
         random = frames < cfg.init_random_frames
@@ -301,7 +344,9 @@ def main(cfg: Config) -> dict:
     progress.close()
     with torch.no_grad():  # the planner on the final model, no more training
         evals = play(eval_env, make_planner(cfg, env, ensemble), cfg.max_steps)
-    return finish_run(logger, evals, frames, time.perf_counter() - start)
+    summary = finish_run(logger, evals, frames, time.perf_counter() - start)
+    summary["ensemble"] = ensemble
+    return summary
 
 
 if __name__ == "__main__":

@@ -13,7 +13,13 @@ TensorDict policy that pushes the cart toward the side the pole leans to. A rand
 ``--compile`` compiles the policy (``torch.compile`` of the controller, through
 ``examples/_common.py``'s ``compile_policy``: once, at the first step); the random policy
 has no network, so there is nothing to compile for it. ``--cudagraphs`` captures the
-controller in a CUDA graph (a CUDA device is needed).
+controller in a CUDA graph (with ``--device cuda``).
+
+``--device cuda`` runs the policy on the GPU: the native CartPole itself lives there;
+gymnasium's stays on the CPU, a ``DeviceCastTransform`` moving what it returns to the GPU
+and the actions back.
+
+    uv run examples/rollout.py --native --num-envs 64 --device cuda --cudagraphs
 """
 
 from __future__ import annotations
@@ -29,10 +35,17 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 
 from rl.core import seed_everything
-from rl.envs import CartPoleEnv, GymEnv, RewardSum, StepCounter, TransformedEnv
+from rl.envs import (
+    CartPoleEnv,
+    DeviceCastTransform,
+    GymEnv,
+    RewardSum,
+    StepCounter,
+    TransformedEnv,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import check_cudagraphs, compile_policy  # noqa: E402
+from _common import check_cudagraphs, compile_policy, resolve_device  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -59,9 +72,19 @@ class Config:
     """torch.compile the policy (the controller), once."""
     cudagraphs: bool = dataclasses.field(
         default=False,
-        metadata={"help": "capture the controller in a CUDA graph (needs a CUDA device)"},
+        metadata={"help": "capture the controller in a CUDA graph (needs --device cuda)"},
     )
-    """Capture the controller in a CUDA graph (needs a CUDA device)."""
+    """Capture the controller in a CUDA graph (needs ``--device cuda``)."""
+    device: str = dataclasses.field(
+        default="cpu",
+        metadata={
+            "help": "where the policy runs: cpu, cuda, cuda:N or auto (CUDA where visible); "
+            "the native env lives there, gymnasium's stays on the CPU"
+        },
+    )
+    """Where the policy runs: ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where
+    visible). The native env lives there; gymnasium's stays on the CPU, a
+    ``DeviceCastTransform`` moving what it returns there and the actions back."""
 
 
 class PoleController(nn.Module):
@@ -81,36 +104,49 @@ def parse_args() -> Config:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for field in dataclasses.fields(Config):
         flag = "--" + field.name.replace("_", "-")
+        help_text = field.metadata.get("help", field.name)
         if field.type == "bool":
-            help_text = field.metadata.get("help", field.name)
             parser.add_argument(flag, action="store_true", help=help_text)
         else:
-            parser.add_argument(flag, type=int, default=field.default)
+            kind = int if field.type == "int" else str
+            parser.add_argument(flag, type=kind, default=field.default, help=help_text)
     return Config(**vars(parser.parse_args()))
 
 
 def make_env(cfg: Config):
+    """CartPole with a step counter and an episode-return tracker; its outputs on
+    ``cfg.device`` (the native env lives there, gymnasium's outputs are moved there)."""
+    device = resolve_device(cfg.device)
     if cfg.native:
-        base = CartPoleEnv(batch_size=[cfg.num_envs])
+        base = CartPoleEnv(batch_size=[cfg.num_envs], device=device)
     else:
         base = GymEnv("CartPole-v1")
-    env = TransformedEnv(base, StepCounter(max_steps=cfg.max_steps))
+    env = TransformedEnv(base)
+    if not cfg.native and device.type != "cpu":  # gymnasium's env lives on the CPU
+        env.append_transform(DeviceCastTransform(device))
+    env.append_transform(StepCounter(max_steps=cfg.max_steps))
     env.append_transform(RewardSum())
     env.set_seed(cfg.seed)
     return env
 
 
+def make_policy(cfg: Config, env):
+    """The hand-written controller reading ``"observation"`` and writing ``"action"`` (one-hot
+    where ``env`` takes one-hot actions); it has no parameters and runs where its input is
+    (``cfg.device``, see :func:`make_env`). Compiled or captured as ``cfg`` asks."""
+    controller: nn.Module = PoleController()
+    if env.action_spec.shape[-1:] == (2,):  # one-hot actions
+        controller = nn.Sequential(controller, _OneHot())
+    policy = TensorDictModule(controller, in_keys=["observation"], out_keys=["action"])
+    return compile_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+
+
 def main(cfg: Config) -> list[float]:
+    resolve_device(cfg.device)  # a device this machine lacks stops the run here
     check_cudagraphs(cfg.cudagraphs)
     seed_everything(cfg.seed)
     env = make_env(cfg)
-    policy = None
-    if not cfg.random:
-        controller: nn.Module = PoleController()
-        if env.action_spec.shape[-1:] == (2,):  # one-hot actions
-            controller = nn.Sequential(controller, _OneHot())
-        policy = TensorDictModule(controller, in_keys=["observation"], out_keys=["action"])
-        policy = compile_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs)
+    policy = None if cfg.random else make_policy(cfg, env)
     returns: list[float] = []
     start = time.perf_counter()
     frames = 0

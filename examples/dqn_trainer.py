@@ -16,7 +16,13 @@ With ``--compile``, the gradient step (the loss, backward, clipping, Adam and th
 update) is one compiled graph (``_common.UpdateStep``) that the trainer runs as its
 ``optimization_stepper`` in the place of the ``optimizer`` hook and of the target update's
 ``post_optim`` hook, and the collector's policy (the Q-network and the epsilon-greedy
-choice) is compiled too; ``--cudagraphs`` captures both in CUDA graphs (a CUDA device).
+choice) is compiled too; ``--cudagraphs`` captures both in CUDA graphs (with
+``--device cuda``).
+
+``--device`` places the Q-network, the loss, Adam, the update and the replay buffer (the
+collector moves what the CPU environments return there). The validation rollouts run the
+Q-network on the device from the CPU evaluation env (their inputs moved there, their
+outputs back); the final evaluation runs a CPU copy.
 
 The trainer saves a checkpoint every ``--save-interval`` frames (modules, optimizer, target
 networks, replay buffer, collector and env state, hook state, RNG states). Running the
@@ -26,6 +32,7 @@ same command again resumes from it and ends where an uninterrupted run would hav
     uv run examples/dqn_trainer.py --target-update soft --tau 0.01
     uv run examples/dqn_trainer.py --total-frames 80000   # continue a finished run further
     uv run examples/dqn_trainer.py --compile              # one compiled graph per update
+    uv run examples/dqn_trainer.py --device cuda --cudagraphs   # on a GPU
 
 Writes CSV logs (or another logger), the checkpoint and a learning-curve PNG under
 ``runs/<exp_name>/``.
@@ -71,6 +78,7 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     make_base_env,
+    resolve_device,
 )
 from _stepper import UpdateStepper  # noqa: E402
 
@@ -147,7 +155,12 @@ class Config:
     clipping, Adam, target update), once; the trainer runs the step as its
     ``optimization_stepper``."""
     cudagraphs: bool = False
-    """Capture the gradient step and the policy in CUDA graphs (needs a CUDA device)."""
+    """Capture the gradient step and the policy in CUDA graphs (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the Q-network, the loss, the update step and the replay buffer live: ``cpu``,
+    ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the
+    CPU: the collector moves what they return; the validation rollouts move their inputs
+    to the device; the final evaluation runs a CPU copy of the Q-network."""
 
 
 #: what a transition holds in the replay buffer (what DQNLoss reads)
@@ -206,20 +219,87 @@ def make_qnet(cfg: Config, env) -> QValueActor:
     return qnet
 
 
+def make_egreedy(cfg: Config, env) -> EGreedyModule:
+    """Epsilon-greedy exploration, epsilon annealed from ``cfg.eps_start`` to
+    ``cfg.eps_end`` over the first ``cfg.exploration_fraction`` of the frames; its epsilon
+    and action spec on ``cfg.device``, where the random actions are drawn (inside the
+    captured policy with ``cfg.cudagraphs``)."""
+    return EGreedyModule(
+        env.action_spec,
+        eps_init=cfg.eps_start,
+        eps_end=cfg.eps_end,
+        annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
+        device=resolve_device(cfg.device),
+    )
+
+
+def make_learner(cfg: Config, env, qnet):
+    """The double-DQN loss, its target update (a copy every ``cfg.target_update_interval``
+    steps, or Polyak's with ``tau``), Adam, and with ``cfg.compile`` or ``cfg.cudagraphs``
+    the trainer's ``optimization_stepper``: the whole gradient step in one graph (else
+    None: the trainer's ``optimizer`` and ``post_optim`` hooks step). The loss's own
+    tensors and the optimizer's live on ``cfg.device``, with the Q-network. Returns
+    ``(loss_module, target_update, optimizer, stepper)``."""
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = DQNLoss(
+            qnet,
+            double_dqn=True,
+            delay_value=True,
+            loss_function="smooth_l1",
+            gamma=cfg.gamma,
+            action_space=env.action_spec,
+        )
+        if cfg.target_update == "hard":
+            target_update = HardUpdate(
+                loss_module, value_network_update_interval=cfg.target_update_interval
+            )
+        else:
+            target_update = SoftUpdate(loss_module, tau=cfg.tau)
+        optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
+        stepper = None
+        if cfg.compile or cfg.cudagraphs:
+
+            def dqn_loss(sample):
+                losses = loss_module(sample)
+                return losses["loss"], losses.select("loss")
+
+            # one graph: the loss, its gradients, clipping, Adam and the target update
+            update = UpdateStep(
+                dqn_loss,
+                optimizer,
+                max_grad_norm=cfg.max_grad_norm,
+                target_update=target_update,
+                compile=cfg.compile,
+                cudagraphs=cfg.cudagraphs,
+            )
+            stepper = UpdateStepper(update, optimizer)
+    return loss_module, target_update, optimizer, stepper
+
+
+class OnDevice(nn.Module):
+    """``policy`` (on ``device``) acting in a CPU env: each tensordict the env hands it is
+    moved to ``device`` and the policy's output back to the CPU (LogValidationReward's
+    rollouts of the CPU evaluation env, with the weights being trained)."""
+
+    def __init__(self, policy: nn.Module, device: torch.device) -> None:
+        super().__init__()
+        self.policy, self.device = policy, device
+
+    def forward(self, tensordict):
+        return self.policy(tensordict.to(self.device)).cpu()
+
+
 def main(cfg: Config) -> dict:
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
     env = make_env(cfg, cfg.num_envs)
     env.set_seed(cfg.seed)
 
     # the pieces: Q-network, epsilon-greedy policy, collector, buffer, loss, optimiser
-    qnet = make_qnet(cfg, env)
-    egreedy = EGreedyModule(
-        env.action_spec,
-        eps_init=cfg.eps_start,
-        eps_end=cfg.eps_end,
-        annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
-    )
+    # (the Q-network built on the CPU, then moved)
+    qnet = make_qnet(cfg, env).to(device)
+    egreedy = make_egreedy(cfg, env)
     policy = TensorDictSequential(qnet, egreedy)
     collector = Collector(
         env,
@@ -227,42 +307,13 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
+        policy_device=device,
+        storing_device=device,
     )
     buffer = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(cfg.buffer_size), batch_size=cfg.batch_size
+        storage=LazyTensorStorage(cfg.buffer_size, device=device), batch_size=cfg.batch_size
     )
-    loss_module = DQNLoss(
-        qnet,
-        double_dqn=True,
-        delay_value=True,
-        loss_function="smooth_l1",
-        gamma=cfg.gamma,
-        action_space=env.action_spec,
-    )
-    if cfg.target_update == "hard":
-        target_update = HardUpdate(
-            loss_module, value_network_update_interval=cfg.target_update_interval
-        )
-    else:
-        target_update = SoftUpdate(loss_module, tau=cfg.tau)
-    optimizer = torch.optim.Adam(loss_module.parameters(), lr=cfg.lr)
-    stepper = None
-    if cfg.compile or cfg.cudagraphs:
-
-        def dqn_loss(sample):
-            losses = loss_module(sample)
-            return losses["loss"], losses.select("loss")
-
-        # one graph: the loss, its gradients, clipping, Adam and the target update
-        update = UpdateStep(
-            dqn_loss,
-            optimizer,
-            max_grad_norm=cfg.max_grad_norm,
-            target_update=target_update,
-            compile=cfg.compile,
-            cudagraphs=cfg.cudagraphs,
-        )
-        stepper = UpdateStepper(update, optimizer)
+    loss_module, target_update, optimizer, stepper = make_learner(cfg, env, qnet)
 
     exp_name = cfg.exp_name or f"dqn_trainer-{cfg.env_id}-s{cfg.seed}"
     logger = get_logger(cfg.logger, logger_name=cfg.log_dir, experiment_name=exp_name)
@@ -304,7 +355,7 @@ def main(cfg: Config) -> dict:
     LogValidationReward(
         record_interval=cfg.eval_interval,
         record_frames=cfg.eval_frames,
-        policy_exploration=qnet,
+        policy_exploration=qnet if device.type == "cpu" else OnDevice(qnet, device),
         environment=eval_env,
     ).register(trainer)
 

@@ -17,14 +17,19 @@ are ``ppo.py``'s MLPs, the per-actor batch and optimiser ``a2c.py``'s.
     uv run examples/impala.py                                   # 2 collector processes
     uv run examples/impala.py --seed 1 --num-workers 3
     uv run --group distributed examples/impala.py --ray         # Ray actors (local Ray)
+    uv run examples/impala.py --device cuda --cudagraphs        # the learner on a GPU
+
+``--device`` places the learner: its networks, V-trace, the loss, RMSprop and the update
+step; each rollout is moved there before the update. The actors stay on the CPU, as in
+IMPALA's design (many CPU actors feeding one accelerator learner): they act with a CPU
+copy of the policy, which takes the learner's weights after each update, before they are
+pushed (on the CPU, the copy is the policy itself).
 
 ``--compile`` compiles, as in ``a2c.py``, the learner's whole update step (V-trace with the
 critic and the policy on the rollout, the loss, backward, clipping, RMSprop: one graph),
 and each actor compiles its own copy of the policy in its own process, at its first step.
 ``--cudagraphs`` captures the learner's update step in a CUDA graph, V-trace then running
-before it (compiled on its own with ``--compile``); it needs a CUDA device, and has not run
-on one: the script keeps its networks and rollouts on the CPU, which a capture refuses, as
-a2c.py and ppo.py do (their ``--cudagraphs`` is tested on CPU stand-ins only). Frames are
+before it (compiled on its own with ``--compile``); it needs ``--device cuda``. Frames are
 rounded up to whole updates, so that every update has one batch shape.
 
 Writes CSV logs (or another logger) and a learning-curve PNG under ``runs/<exp_name>/``.
@@ -61,6 +66,8 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     make_base_env,
+    on_cpu,
+    resolve_device,
     set_lr,
     whole_batches,
 )
@@ -141,8 +148,12 @@ class Config:
     backward, gradient clipping, optimizer step; V-trace on its own with ``cudagraphs``),
     once."""
     cudagraphs: bool = False
-    """Capture the learner's update step in a CUDA graph (needs a CUDA device; not run on
-    one yet: the networks stay on the CPU)."""
+    """Capture the learner's update step in a CUDA graph (needs ``--device cuda``)."""
+    device: str = "cpu"
+    """Where the learner's networks, V-trace and the update step live: ``cpu``, ``cuda``,
+    ``cuda:N``, or ``auto`` (CUDA where visible). The actors and their environments stay on
+    the CPU, acting with a CPU copy of the policy (the learner's weights after each update);
+    their rollouts are moved to the device; evaluations run a CPU copy of the policy."""
 
 
 def total_frames(cfg: Config) -> int:
@@ -153,7 +164,8 @@ def total_frames(cfg: Config) -> int:
 
 
 def make_collector(cfg: Config, actor):
-    """Asynchronous actors: each hands over ``[envs_per_worker, num_steps]`` rollouts.
+    """Asynchronous actors: each hands over ``[envs_per_worker, num_steps]`` rollouts, on
+    the CPU (``actor``: the CPU copy of the policy they act with).
 
     With ``cfg.compile`` each actor compiles its own copy of the policy, in its own process
     (a forked worker inherits the ``CompiledPolicy``; a Ray actor or a spawned worker
@@ -229,47 +241,56 @@ def make_update(cfg: Config, actor, critic):
     then one clipped A2C gradient step (backward, RMSprop); one graph with ``cfg.compile``.
 
     V-trace is part of the step, but with ``cfg.cudagraphs``: there it runs before the
-    captured step, as a2c.py's advantage does (a replay runs no Python).
+    captured step, as a2c.py's advantage does (a replay runs no Python). The loss's own
+    tensors and the optimizer's live on ``cfg.device``, with the networks.
     """
-    loss_module = A2CLoss(
-        actor, critic, entropy_coeff=cfg.ent_coef, critic_coeff=cfg.vf_coef, loss_critic_type="l2"
-    )
-    lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
-    optimizer = torch.optim.RMSprop(
-        loss_module.parameters(), lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps
-    )
-    corrected = functools.partial(vtrace, cfg, actor, critic)
-    advantage = compile_advantage(corrected, compile=cfg.compile) if cfg.cudagraphs else None
+    with torch.device(resolve_device(cfg.device)):
+        loss_module = A2CLoss(
+            actor,
+            critic,
+            entropy_coeff=cfg.ent_coef,
+            critic_coeff=cfg.vf_coef,
+            loss_critic_type="l2",
+        )
+        lr = torch.tensor(cfg.lr) if cfg.compile else cfg.lr  # a tensor: annealed in place
+        optimizer = torch.optim.RMSprop(
+            loss_module.parameters(), lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps
+        )
+        corrected = functools.partial(vtrace, cfg, actor, critic)
+        advantage = compile_advantage(corrected, compile=cfg.compile) if cfg.cudagraphs else None
 
-    def impala_loss(batch):
-        # (compiled: inside the update's graph) V-trace, unless it ran before the step, on
-        # a shallow copy, then the rollouts flattened
-        batch = batch.copy()
-        if advantage is None:
-            with torch.no_grad():
-                corrected(batch)
-        losses = loss_module(batch.reshape(-1))
-        loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-        return loss, {"loss": loss, "importance_weight": batch["importance_weight"].mean()}
+        def impala_loss(batch):
+            # (compiled: inside the update's graph) V-trace, unless it ran before the step,
+            # on a shallow copy, then the rollouts flattened
+            batch = batch.copy()
+            if advantage is None:
+                with torch.no_grad():
+                    corrected(batch)
+            losses = loss_module(batch.reshape(-1))
+            loss = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
+            return loss, {"loss": loss, "importance_weight": batch["importance_weight"].mean()}
 
-    update = UpdateStep(
-        impala_loss,
-        optimizer,
-        max_grad_norm=cfg.max_grad_norm,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
+        update = UpdateStep(
+            impala_loss,
+            optimizer,
+            max_grad_norm=cfg.max_grad_norm,
+            compile=cfg.compile,
+            cudagraphs=cfg.cudagraphs,
+        )
     return optimizer, advantage, update
 
 
 def main(cfg: Config) -> dict:
     check_cudagraphs(cfg.cudagraphs)
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    # the networks are built on an actor's (batched) env, as the collectors run them
+    # the networks are built on an actor's (batched) env, as the collectors run them, on
+    # the CPU, then moved to cfg.device (make_agent); the actors act with a CPU copy
     actor, critic = make_agent(
         cfg, make_base_env(cfg.env_id, cfg.envs_per_worker, categorical=True)
     )
+    acting = on_cpu(actor)
     eval_env = make_base_env(cfg.env_id, 1, categorical=True)
 
     optimizer, advantage, update = make_update(cfg, actor, critic)
@@ -284,7 +305,7 @@ def main(cfg: Config) -> dict:
     recent: collections.deque[float] = collections.deque(maxlen=20)
     best_return, best_state, next_eval = -float("inf"), None, cfg.eval_interval
     frames, updates, rollouts, start = 0, 0, [], time.perf_counter()
-    collector = make_collector(cfg, actor)
+    collector = make_collector(cfg, acting)
     try:
         collector.set_seed(cfg.seed)
         for rollout in collector:
@@ -298,13 +319,15 @@ def main(cfg: Config) -> dict:
             progress.update(rollout.numel())
             if len(rollouts) < cfg.batch_size and frames < total:
                 continue
-            batch, rollouts = torch.cat(rollouts, 0), []
+            batch, rollouts = torch.cat(rollouts, 0).to(device), []
             if cfg.anneal_lr:
                 set_lr(optimizer, cfg.lr * max(1.0 - frames / total, 0.0))
             if advantage is not None:
                 advantage(batch)
             logs = update(batch)
             updates += 1
+            if acting is not actor:  # the learner on another device: its CPU copy follows
+                acting.load_state_dict(actor.state_dict())
             collector.update_policy_weights_()  # actors use them from their next rollout
 
             if recent:

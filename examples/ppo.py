@@ -179,8 +179,8 @@ def observation_stats(cfg: Config, steps: int = 2000):
 
 
 def config_device(cfg) -> torch.device:
-    """``cfg.device`` resolved (:func:`resolve_device`); the CPU for the configs without
-    one of the scripts that reuse these pieces (ppo_atari.py, ppo_rnd.py, impala.py...)."""
+    """``cfg.device`` resolved (:func:`resolve_device`); the CPU for a config without one
+    (a config of one's own passed to these pieces, which every script here reuses)."""
     return resolve_device(getattr(cfg, "device", "cpu"))
 
 

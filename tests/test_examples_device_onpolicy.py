@@ -155,9 +155,9 @@ class TestPPO:
         assert len(states) == len(group["params"])
         assert {str(v.device) for s in states for v in s.values()} == {"meta"}
 
-    def test_scripts_reusing_the_pieces_without_a_device_option_stay_on_the_cpu(self, ppo):
-        """ppo_atari.py, ppo_rnd.py, impala.py... pass configs of their own to make_agent,
-        make_loss and make_update_step; without a ``device`` field those run on the CPU."""
+    def test_a_config_without_a_device_field_stays_on_the_cpu(self, ppo):
+        """A config of one's own passed to make_agent, make_loss and make_update_step (the
+        scripts here all have the field): without a ``device`` field, the CPU."""
         fields = dataclasses.asdict(ppo.Config(num_envs=2, hidden=16))
         del fields["device"]
         cfg = types.SimpleNamespace(**fields)

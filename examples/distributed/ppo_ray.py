@@ -9,12 +9,19 @@ https://arxiv.org/abs/1707.06347.
 
     uv run --group distributed examples/distributed/ppo_ray.py                     # a local Ray instance
     uv run --group distributed examples/distributed/ppo_ray.py --ray-address auto  # the cluster of `ray start`
+    uv run --group distributed examples/distributed/ppo_ray.py --device cuda --cudagraphs
+
+``--device`` places the learner (the networks, GAE, the loss, Adam and the update step);
+each batch is moved there before the advantage. The Ray actors stay on the CPU (they ask
+Ray for CPUs only): they act with a CPU copy of the policy, which takes the learner's
+weights after each update, the weights Ray then broadcasts (on the CPU, the copy is the
+policy itself).
 
 ``--compile`` compiles, as in ``examples/ppo.py``, the learner's whole update step (loss,
 backward, clipping, Adam: one graph) and its advantage (GAE with the value network), and
 each actor compiles its own copy of the policy (the ``CompiledPolicy`` sent to the actors
 is rebuilt there, compiled at its first step). ``--cudagraphs`` captures the learner's
-update step in a CUDA graph (a CUDA device is needed).
+update step in a CUDA graph (it needs ``--device cuda``).
 
 See examples/distributed/README.md for starting a multi-node cluster.
 """
@@ -35,7 +42,6 @@ import tyro
 from rl.collectors.distributed import RayCollector
 from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
-from rl.objectives.value import GAE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _common  # noqa: E402
@@ -44,11 +50,12 @@ from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
     check_cudagraphs,
-    compile_advantage,
     compile_policy,
     evaluate,
     finish_run,
     make_base_env,
+    on_cpu,
+    resolve_device,
     set_lr,
     whole_batches,
 )
@@ -72,6 +79,12 @@ class Config(ppo.Config):
     """CPUs Ray reserves for each actor."""
     num_cpus: int | None = None
     """CPUs of the local Ray instance (default: all of this machine's)."""
+    device: str = "cpu"
+    """Where the learner's networks, the advantage and the update step live: ``cpu``,
+    ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The Ray actors and their
+    environments stay on the CPU, acting with a CPU copy of the policy (the learner's
+    weights after each update); each batch is moved to the device; the evaluation runs a
+    CPU copy of the policy."""
 
 
 def main(cfg: Config) -> dict:
@@ -82,6 +95,7 @@ def main(cfg: Config) -> dict:
     if cfg.normalize_obs:
         raise ValueError("normalize_obs is not supported here: use examples/ppo.py")
     check_cudagraphs(cfg.cudagraphs)
+    device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     if cfg.compile:  # imports inductor: only when compiling
         import _compile_passes
 
@@ -90,7 +104,9 @@ def main(cfg: Config) -> dict:
     torch.set_num_threads(1)
     envs_per_collector = cfg.num_envs // cfg.num_collectors
     make_env = functools.partial(make_base_env, cfg.env_id, envs_per_collector, categorical=True)
+    # built on the CPU, moved to cfg.device (make_agent); the actors act with a CPU copy
     actor, critic = ppo.make_agent(cfg, make_env())
+    acting = on_cpu(actor)
 
     if cfg.ray_address is not None:
         ray_init_config = {"address": cfg.ray_address}
@@ -102,8 +118,8 @@ def main(cfg: Config) -> dict:
     collector = RayCollector(
         make_env,
         # compiled: each actor rebuilds the CompiledPolicy and compiles its own copy; the
-        # weights it receives are those of ``actor`` (its parameters, shared)
-        compile_policy(actor, compile=cfg.compile),
+        # weights it receives are those of ``acting`` (its parameters, shared)
+        compile_policy(acting, compile=cfg.compile),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
         num_collectors=cfg.num_collectors,
@@ -114,9 +130,7 @@ def main(cfg: Config) -> dict:
     )
     collector.set_seed(cfg.seed)
     start_up = time.perf_counter() - start_up
-    advantage = compile_advantage(
-        GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic), compile=cfg.compile
-    )
+    advantage = ppo.make_advantage(cfg, critic)
     loss_module, optimizer = ppo.make_loss(cfg, actor, critic)
     step = ppo.make_update_step(cfg, loss_module, optimizer)
     exp_name = cfg.exp_name or generate_exp_name("ppo_ray", f"{cfg.env_id}-s{cfg.seed}")
@@ -135,8 +149,10 @@ def main(cfg: Config) -> dict:
             frames += batch.numel()
             if cfg.anneal_lr:
                 set_lr(optimizer, cfg.lr * (1.0 - update / num_updates))
-            batch = advantage(batch)
+            batch = advantage(batch.to(device))
             loss = ppo.update_epochs(cfg, loss_module, optimizer, batch, minibatch, step)
+            if acting is not actor:  # the learner on another device: its CPU copy follows
+                acting.load_state_dict(actor.state_dict())  # (pushed before the next batch)
             losses_seen.append(loss.item())
             returns.update(batch.reshape(-1, batch.shape[-1]))
             if returns.mean is not None:

@@ -1,9 +1,13 @@
-"""``benchmarks/bench_compile.py``'s repeat order and averaging (``--repeats``)."""
+"""``benchmarks/bench_compile.py``'s repeat order and averaging (``--repeats``), and the
+table of ``bench_compile_torchrl.py``."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import load_path  # noqa: E402
@@ -104,3 +108,41 @@ def test_an_ab_without_micro_or_two_abs_at_once_are_refused():
             [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=120
         )
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-500:])
+
+
+def _torchrl_bench():
+    sys.path.insert(0, str(BENCH.parent))  # it imports bench_compile's seed ratios
+    return load_path("bench_compile_torchrl", BENCH.parent / "bench_compile_torchrl.py")
+
+
+def test_torchrl_table_gives_each_librarys_ratio_beside_the_seeds(tmp_path):
+    """``bench_compile_torchrl.py``'s table: each library's compiled / eager rate, the GEMM
+    cap, the seed's ratio and rl's compiled rate over TorchRL's, above the earlier runs."""
+    bench = _torchrl_bench()
+    out = tmp_path / "compile_torchrl.md"
+    out.write_text("# title\n\n## an earlier run\n")
+    rows = [
+        {
+            "algo": "iql",
+            "rl": {"eager": 80.0, "compiled": 120.0, "ratio_cap": 2.1},
+            "torchrl": {"eager": 50.0, "compiled": 60.0, "graphs": 6, "graph_breaks": 6},
+        }
+    ]
+    args = SimpleNamespace(algos=["iql"], rounds=10, block=20, out=str(out))
+    bench.write_table(rows, args, total=60.0)
+    text = out.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| iql |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # TorchRL 60/50, rl 120/80, the seed's 2.55x, rl compiled over TorchRL compiled 2x
+    assert cells == ["iql", "50.0", "60.0", "1.20x", "80.0", "120.0", "1.50x", "2.10x", "2.55x",
+                     "2.00x", "6 / 6"]  # fmt: skip
+    assert text.startswith("# ") and text.index("| iql |") < text.index("## an earlier run")
+
+
+def test_torchrl_bench_names_a_missing_interpreter(tmp_path, monkeypatch, capsys):
+    bench = _torchrl_bench()
+    missing = tmp_path / "no-python"
+    monkeypatch.setattr(sys, "argv", ["bench", "--torchrl-python", str(missing)])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert f"no TorchRL interpreter at {missing}" in capsys.readouterr().err

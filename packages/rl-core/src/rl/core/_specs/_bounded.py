@@ -238,8 +238,13 @@ class Bounded(TensorSpec):
             if not self._float and value.is_floating_point():
                 value = value.round()
             value = value.to(self.dtype)
-        low, high = self._bounds_on(value.device)
-        return torch.clamp(value, low, high)
+        try:
+            return torch.clamp(value, self.low, self.high)
+        except RuntimeError:  # bounds on another device: moved (no check per call)
+            if self.low.device == value.device:
+                raise
+            low, high = self._bounds_on(value.device)
+            return torch.clamp(value, low, high)
 
     def cardinality(self) -> float:
         """``inf``, as in TorchRL (a box is not enumerated, even with an integer dtype)."""

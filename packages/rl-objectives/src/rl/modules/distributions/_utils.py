@@ -188,7 +188,7 @@ def traced(tensor: torch.Tensor) -> bool:
     ``CudaGraphModule`` makes them)."""
     if torch.compiler.is_compiling():
         return True
-    return tensor.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def check_low_high(name: str, low, high) -> None:

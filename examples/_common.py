@@ -110,6 +110,16 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def collector_devices(device: torch.device) -> dict:
+    """The ``Collector`` arguments for a policy and batches on ``device``: none on the
+    CPU, where the environments' outputs already are (a batch given a ``storing_device``
+    is moved there again, a walk of its structure per batch: 2% of a one-env collector's
+    speed)."""
+    if device.type == "cpu":
+        return {}
+    return {"policy_device": device, "storing_device": device}
+
+
 def on_cpu(policy):
     """``policy`` itself when its parameters and buffers are on the CPU (or it has none),
     else a copy of it on the CPU: what the evaluations run in the CPU environments, so

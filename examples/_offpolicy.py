@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     ProgressBar,
     UpdateStep,
+    collector_devices,
     compile_policy,
     compile_update,
     evaluate,
@@ -64,6 +65,7 @@ from _common import (  # noqa: E402
 
 __all__ = [
     "TRANSITION_KEYS",
+    "collector_devices",
     "compile_policy",
     "compile_update",
     "prime_soft_update",

@@ -32,6 +32,7 @@ from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
     UpdateStep,
+    collector_devices,
     compile_advantage,
     compile_policy,
     evaluate,
@@ -160,8 +161,7 @@ def main(cfg: Config) -> dict:
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     loss_module, optimizer, advantage, update = make_learner(cfg, actor, critic)
     exp_name = cfg.exp_name or generate_exp_name("a2c", f"{cfg.env_id}-s{cfg.seed}")

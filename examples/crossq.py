@@ -34,6 +34,7 @@ from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
+    collector_devices,
     compile_policy,
     make_env,
     make_qvalue,
@@ -148,8 +149,7 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     # the critics' step, and the step of all networks every policy_delay updates; one

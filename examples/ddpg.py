@@ -31,6 +31,7 @@ from _offpolicy import (  # noqa: E402
     ContinuousConfig,
     Run,
     cli,
+    collector_devices,
     compile_policy,
     make_deterministic_actor,
     make_env,
@@ -105,8 +106,7 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     # one gradient step of both networks and the target update; one graph with --compile

@@ -40,6 +40,7 @@ from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
+    collector_devices,
     compile_policy,
     make_env,
     make_replay_buffer,
@@ -192,8 +193,7 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = make_replay_buffer(
         cfg.buffer_size,

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     ProgressBar,
     UpdateStep,
+    collector_devices,
     compile_policy,
     evaluate,
     finish_run,
@@ -243,8 +244,7 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.train_frequency,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.learning_starts,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     loss_module, optimizer, update = make_learner(cfg, env, qnet)

@@ -74,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     EpisodeReturns,
     UpdateStep,
+    collector_devices,
     compile_policy,
     evaluate,
     finish_run,
@@ -307,8 +308,7 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = TensorDictReplayBuffer(
         storage=LazyTensorStorage(cfg.buffer_size, device=device), batch_size=cfg.batch_size

@@ -48,6 +48,7 @@ from _offpolicy import (  # noqa: E402
     Run,
     RunConfig,
     cli,
+    collector_devices,
     compile_policy,
     make_env,
     make_qvalue,
@@ -218,8 +219,7 @@ def main(cfg: Config) -> dict:
         frames_per_batch=cfg.frames_per_batch,
         total_frames=cfg.total_frames,
         init_random_frames=cfg.init_random_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = make_replay_buffer(cfg.buffer_size, cfg.batch_size, device=device)
     gail_loss, sac_loss, update_discriminator, update_learner = make_learner(

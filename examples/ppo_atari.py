@@ -70,6 +70,7 @@ from rl.objectives.value import GAE
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
     ProgressBar,
+    collector_devices,
     compile_advantage,
     compile_policy,
     evaluate,
@@ -256,8 +257,7 @@ def main(cfg: Config) -> dict:
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     advantage = make_advantage(cfg, critic)
     # CleanRL's PPO loss and Adam (ppo.py's: clipped ratio and value, normalised

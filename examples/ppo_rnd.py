@@ -54,6 +54,7 @@ from _common import (  # noqa: E402
     EpisodeReturns,
     ProgressBar,
     UpdateStep,
+    collector_devices,
     compile_advantage,
     compile_policy,
     evaluate,
@@ -312,8 +313,7 @@ def main(cfg: Config) -> dict:
         compile_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     advantage = make_advantage(cfg, critic)  # ppo.py's GAE
     if cfg.rnd:

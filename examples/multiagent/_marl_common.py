@@ -44,6 +44,7 @@ from _common import (  # noqa: E402
     ProgressBar,
     UpdateStep,
     check_cudagraphs,
+    collector_devices,
     compile_advantage,
     compile_policy,
     finish_run,
@@ -432,8 +433,7 @@ def train_off_policy(
         compile_group_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=cfg.num_envs * cfg.collect_steps,
         total_frames=cfg.total_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = make_replay_buffer(cfg)
     # one gradient step (backward, clipping, Adam, soft update); one graph with --compile

@@ -58,6 +58,7 @@ from _marl_common import (  # noqa: E402
     MarlConfig,
     ProgressBar,
     check_cudagraphs,
+    collector_devices,
     compile_advantage,
     compile_group_policy,
     evaluate_team,
@@ -235,8 +236,7 @@ def main(cfg: Config) -> dict:
         compile_group_policy(actor, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=whole_batches(cfg.total_frames, frames_per_batch),
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     loss_module, advantage, optimizer, step = make_learner(cfg, actor, critic)
     algo = ("ma" if cfg.centralised_critic else "i") + "ppo"

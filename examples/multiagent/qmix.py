@@ -52,6 +52,7 @@ from _marl_common import (  # noqa: E402
     ProgressBar,
     UpdateStep,
     check_cudagraphs,
+    collector_devices,
     compile_group_policy,
     evaluate_team,
     finish_run,
@@ -227,8 +228,7 @@ def main(cfg: Config) -> dict:
         compile_group_policy(policy, compile=cfg.compile, cudagraphs=cfg.cudagraphs),
         frames_per_batch=frames_per_batch,
         total_frames=cfg.total_frames,
-        policy_device=device,
-        storing_device=device,
+        **collector_devices(device),
     )
     buffer = make_replay_buffer(cfg)
     # one gradient step (backward, clipping, Adam, soft update); one graph with --compile

@@ -94,7 +94,7 @@ def resolve_device(name: str) -> torch.device:
     ``cuda``, ``cuda:1``), or ``auto``: the first CUDA device where one is visible, else
     the CPU. A CUDA device this machine does not have is refused here, at the start."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError as err:
@@ -107,6 +107,8 @@ def resolve_device(name: str) -> torch.device:
                 "torch (torch.cuda.is_available() is "
                 f"{torch.cuda.is_available()}); run with --device cpu"
             )
+        if device.index is None:  # indexed, as the tensors' devices are (cuda:0 != cuda)
+            device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 

@@ -129,8 +129,9 @@ class RunConfig:
     """Capture the update step and the policy in CUDA graphs (needs ``--device cuda``)."""
     device: str = "cpu"
     """Where the networks, the update step and the replay buffer live: ``cpu``, ``cuda``,
-    ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the CPU: the
-    collector moves what they return; evaluations run a CPU copy of the policy."""
+    ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the CPU (the
+    collector moves what they return; an offline script moves each sampled batch);
+    evaluations run a CPU copy of the policy."""
 
 
 @dataclasses.dataclass
@@ -212,12 +213,9 @@ def make_exploration_policy(cfg, env, actor) -> TensorDictSequential:
     action range's half-width, on ``cfg.device`` with the actor (what the collector runs)."""
     spec = env.action_spec
     sigma = cfg.exploration_noise * float((spec.space.high - spec.space.low).max()) / 2
-    # the spec on the device too (neither ``.to()`` nor ``device=`` moves it): the noise
-    # is then clamped there, without copying the bounds at each step
+    # built on the device (buffers and spec): the noise is drawn and clamped there
     device = resolve_device(cfg.device)
-    exploration = AdditiveGaussianModule(
-        spec.to(device), sigma_init=sigma, sigma_end=sigma, device=device
-    )
+    exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma, device=device)
     return TensorDictSequential(actor, exploration)
 
 

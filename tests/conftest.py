@@ -1,6 +1,6 @@
-"""Fixtures of the example scripts' ``--compile`` and ``--device`` tests (their helpers are in
-``_compile_checks.py``). torch, dynamo and the example modules are imported inside the
-fixtures: the other tests here do not pay for them."""
+"""Fixtures of the example scripts' ``--compile`` and ``--device`` tests (their helpers are
+in ``_compile_checks.py`` and ``_device_checks.py``). torch, dynamo and the example modules
+are imported inside the fixtures: the other tests here do not pay for them."""
 
 from __future__ import annotations
 

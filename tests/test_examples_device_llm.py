@@ -246,3 +246,13 @@ def test_grpo_on_the_gpu_raises_the_held_out_success(cudagraphs, tmp_path):
     assert all(math.isfinite(rate) and 0 <= rate <= 1 for _, rate in out["curve"])
     # the SFT model answers 1 in 8 right; 24 GRPO batches of 16 answers raise it
     assert out["final_success"] > out["sft_success"] + 0.1, out["curve"]
+
+
+def test_a_loss_the_step_cannot_compute_is_refused_off_the_cpu():
+    """Off the CPU (and compiled) the step is an ``SFTStep``, which computes the plain SFT
+    loss: another ``loss_function`` would train one objective and report another."""
+    sft = load("llm/sft")
+    model = torch.nn.Linear(2, 2)
+    for kwargs in ({"device": META}, {"device": torch.device("cpu"), "compile": True}):
+        with pytest.raises(ValueError, match="loss_function='minor_sft' runs on SFTLoss"):
+            sft.make_learner(model, None, 8, lr=1e-3, loss_function="minor_sft", **kwargs)

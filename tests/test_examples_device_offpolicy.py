@@ -133,6 +133,40 @@ def test_evaluation_runs_the_policy_itself_on_the_cpu():
     assert common.on_cpu(policy) is policy
 
 
+def test_evaluation_of_a_policy_on_a_device_runs_a_cpu_copy(monkeypatch):
+    """Off the CPU, the evaluations get a copy moved to the CPU (with its distributions'
+    bounds: ``on_device``), and the learner's policy is left where it is. (A ``meta``
+    module cannot be copied to the CPU: the move is recorded instead.)"""
+    common = load("_common")
+    moved = []
+    monkeypatch.setitem(common.__dict__, "on_device", lambda m, d: moved.append((m, d)) or m)
+    net = torch.nn.Linear(2, 1, device=META)
+    copy = common.on_cpu(net)
+    assert moved == [(copy, torch.device("cpu"))]
+    assert copy is not net and net.weight.device == META
+
+
+def test_on_device_moves_the_distribution_bounds_with_the_actor():
+    off = load("_offpolicy")
+    env = off.make_env("Pendulum-v1")
+    actor = load("_common").on_device(off.make_tanh_normal_actor(env, 8), META)
+    kwargs = [m.distribution_kwargs for m in actor.modules() if hasattr(m, "distribution_kwargs")]
+    assert [(kw["low"].device, kw["high"].device) for kw in kwargs] == [(META, META)]
+    assert {p.device for p in actor.parameters()} == {META}
+
+
+def test_an_unindexed_cuda_device_resolves_to_the_current_one(monkeypatch):
+    """``cuda`` becomes ``cuda:<current>``: tensors report indexed devices, and a
+    collector comparing its batch's device to ``cuda`` would move every batch again."""
+    common = load("_common")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert common.resolve_device("cuda") == torch.device("cuda", 1)
+    assert common.resolve_device("auto") == torch.device("cuda", 1)
+    assert common.resolve_device("cuda:0") == torch.device("cuda", 0)
+
+
 # ---------------------------------------------------------------- on a GPU
 # These run where CUDA is (benchmarks/bench_gpu.py runs every file holding a ``gpu``
 # test); here they are skipped. They train on the probe envs of

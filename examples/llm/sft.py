@@ -220,6 +220,13 @@ def make_learner(
     with ``compile`` / ``cudagraphs`` or off the CPU (where ``SFTLoss`` cannot score:
     ``TransformersWrapper`` tokenizes on the CPU), else ``None`` (the trainer's own step
     on ``SFTLoss``). The optimizer's state lives on ``device``."""
+    stepped = compile or cudagraphs or device.type != "cpu"
+    if stepped and loss_function != "sft":  # SFTStep computes the plain SFT loss only
+        raise ValueError(
+            f"loss_function={loss_function!r} runs on SFTLoss, eagerly on the CPU; with "
+            "--compile, --cudagraphs or a device other than the CPU the step is an SFTStep, "
+            "which computes loss_function='sft' only"
+        )
     with torch.device(device):
         loss = SFTLoss(
             TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True),
@@ -227,7 +234,7 @@ def make_learner(
         )
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         stepper = None
-        if compile or cudagraphs or device.type != "cpu":  # one graph per step
+        if stepped:  # one graph per step
             stepper = SFTStep(
                 model,
                 tok,

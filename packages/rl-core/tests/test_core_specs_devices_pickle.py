@@ -66,3 +66,11 @@ def test_a_value_on_another_device_is_projected_there():
     values = torch.tensor([[2.0, -3.0, 0.5]], dtype=torch.float64)
     assert spec.project(values).tolist() == [[1.0, -1.0, 0.5]]
     assert spec.is_in(torch.tensor([0.0, 1.0, -1.0])) and not spec.is_in(torch.full((3,), 2.0))
+
+
+def test_projecting_a_value_on_another_device_compiles_in_one_graph():
+    spec = Bounded(-1.0, 1.0, shape=(3,))
+    project = torch.compile(spec.project, backend="eager", fullgraph=True)
+    out = project(torch.empty(5, 3, device="meta"))
+    assert out.device.type == "meta" and out.shape == (5, 3)
+    assert project(torch.full((2, 3), 4.0)).tolist() == [[1.0] * 3] * 2

@@ -455,3 +455,14 @@ def test_twins_trace_in_one_graph(make_policy):
             for key, value in zip(twin.out_keys, got, strict=True):
                 assert_exact(value, expected[key], msg=key)
     torch._dynamo.reset()
+
+
+def test_gaussian_noise_built_on_a_device_keeps_its_spec_there():
+    """As EGreedyModule's, ``device=`` puts the spec with the buffers (``meta`` stands for
+    a GPU): the noise is clamped there, and the spec given is left where it was."""
+    spec = Bounded(-1.0, 1.0, shape=(2,))
+    module = AdditiveGaussianModule(spec, sigma_init=0.5, sigma_end=0.5, device="meta")
+    assert module.spec["action"].device.type == "meta" and module.sigma.device.type == "meta"
+    assert spec.device.type == "cpu"
+    out = module(TensorDict(action=torch.empty(4, 2, device="meta"), batch_size=[4]))
+    assert out["action"].device.type == "meta" and out["action"].shape == (4, 2)

@@ -238,13 +238,12 @@ class Bounded(TensorSpec):
             if not self._float and value.is_floating_point():
                 value = value.round()
             value = value.to(self.dtype)
-        try:
-            return torch.clamp(value, self.low, self.high)
-        except RuntimeError:  # bounds on another device: moved (no check per call)
-            if self.low.device == value.device:
-                raise
-            low, high = self._bounds_on(value.device)
-            return torch.clamp(value, low, high)
+        low, high = self.low, self.high
+        # as TorchRL, the bounds follow a value on another device (is_cpu first: the
+        # common case without building two device objects per env step)
+        if not (value.is_cpu and low.is_cpu) and value.device != low.device:
+            low, high = low.to(value.device), high.to(value.device)
+        return torch.clamp(value, low, high)
 
     def cardinality(self) -> float:
         """``inf``, as in TorchRL (a box is not enumerated, even with an integer dtype)."""

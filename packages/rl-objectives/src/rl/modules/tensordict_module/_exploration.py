@@ -294,7 +294,7 @@ class AdditiveGaussianModule(_AnnealedSpecModule):
     Keyword Args:
         action_key: the action to perturb. Defaults to ``"action"``.
         safe: also project every output with a spec after the call. Defaults to ``False``.
-        device: where the buffers live.
+        device: where the buffers (and the spec given) live.
 
     Examples:
         >>> import torch
@@ -327,7 +327,8 @@ class AdditiveGaussianModule(_AnnealedSpecModule):
         self._init_annealing("sigma", sigma_init, sigma_end, annealing_num_steps, device)
         self.register_buffer("mean", torch.as_tensor(float(mean), device=device))
         self.register_buffer("std", torch.as_tensor(float(std), device=device))
-        self.spec = spec
+        # the spec where the buffers are, as EGreedyModule's: the noise is clamped there
+        self.spec = spec.to(device) if spec is not None and device is not None else spec
         self.safe = safe
         if safe:
             self.register_forward_hook(_forward_hook_safe_action)

@@ -1,19 +1,26 @@
-"""The seed's compile speed-ups on this CPU: TorchRL's own update steps beside rl's.
+"""TorchRL's own update steps beside rl's, eager and compiled, on this CPU.
 
 The seed README gives, for each algorithm, the whole-script speed-up of ``torch.compile``
-over eager on CPU (issue #34 asks rl's examples for at least as much). This benchmark asks
-what TorchRL 0.14.1 itself reaches on this machine: for each algorithm it times TorchRL's
-update step (built and compiled as its sota-implementations do, ``_torchrl_updates.py``,
-run by a scratch TorchRL install) and rl's (the example's ``UpdateStep``, as
-``bench_compile.py --micro`` times it), eager and compiled, at the same sizes (rl's
-examples': batch 256, Pendulum-sized transitions), one thread, each library in its own
-process, eager and compiled interleaved in blocks.
+over eager on CPU, measured on another machine (issue #34 asks rl's examples for at least
+as much on this one). This benchmark asks what TorchRL 0.14.1 itself reaches here, at the
+level of one update step: for each algorithm it times TorchRL's update step (built and
+compiled as its sota-implementations do, with rl's sizes and loss options,
+``_torchrl_updates.py``, run by a scratch TorchRL install) and rl's (the example's
+``UpdateStep``, as ``bench_compile.py --micro`` times it, with the examples' inductor
+options), eager and compiled, at the same sizes (batch 256, Pendulum-sized transitions),
+one thread, each library in its own process, eager and compiled interleaved in blocks.
 
-An update step's ratio is an upper bound of the whole script's on the same machine: the
-rest of a script (collection, sampling, logging) is the same eager code in both modes.
+For the offline algorithms (IQL, CQL) an update step's ratio bounds the whole script's
+from above: the rest of the script (sampling the dataset) is the same eager code in both
+modes. The online scripts (SAC, REDQ) also compile the collector's policy, which on this
+CPU gains little next to the update (compile.md).
 
     python3 -m venv ~/torchrl-ref && ~/torchrl-ref/bin/pip install torchrl==0.14.1 "tensordict<0.15"
     python benchmarks/bench_compile_torchrl.py [--algos sac redq iql cql] [--torchrl-python P]
+
+The measured run installed torchrl and tensordict with ``--no-deps`` into such a venv and
+reused this workspace's torch (a ``.pth`` file naming its site-packages); the table says
+which versions ran.
 
 Writes benchmarks/results/compile_torchrl.md.
 """
@@ -43,18 +50,20 @@ RL_CHILD = (
 
 def run_rl(algo: str, rounds: int, block: int) -> dict:
     code = RL_CHILD.format(bench=str(ROOT / "benchmarks"), algo=algo, rounds=rounds, block=block)
-    return _last_json([sys.executable, "-c", code])
+    return _last_json([sys.executable, "-c", code], f"rl's {algo} update")
 
 
 def run_torchrl(python: str, algo: str, rounds: int, block: int) -> dict:
     script = ROOT / "benchmarks" / "_torchrl_updates.py"
-    return _last_json([python, str(script), algo, str(rounds), str(block)])
+    return _last_json(
+        [python, str(script), algo, str(rounds), str(block)], f"TorchRL's {algo} update"
+    )
 
 
-def _last_json(cmd: list[str]) -> dict:
+def _last_json(cmd: list[str], what: str) -> dict:
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} {cmd[1]!r} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed ({cmd[0]}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -100,6 +109,7 @@ def write_table(rows: list[dict], args, total: float) -> None:
         f"`bench_compile_torchrl.py --algos {' '.join(args.algos)}`",
         "",
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one thread; "
+        f"TorchRL side: {rows[0]['torchrl'].get('versions', 'versions not reported')}; "
         f"{args.rounds} blocks of {args.block} updates per mode, medians; total "
         f"{total / 60:.1f} min. Updates per second. GEMM cap: the speed-up rl's compiled "
         "step would reach if everything but its matrix products took no time. rl's "
@@ -120,7 +130,7 @@ def write_table(rows: list[dict], args, total: float) -> None:
             f"{t['graphs']} / {t['graph_breaks']} |"
         )
     out = Path(args.out)
-    title = "# The seed's compile speed-ups on this CPU: TorchRL's update steps beside rl's"
+    title = "# TorchRL's own update steps beside rl's, eager and compiled, on this CPU"
     earlier = out.read_text().split("\n", 1)[1].lstrip("\n") if out.exists() else ""
     out.write_text("\n".join([title, "", *lines, "", earlier]).rstrip("\n") + "\n")
     print(f"written {args.out}")

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from itertools import chain
 
+import pytest
 import torch
 
 META = torch.device("meta")
+
+#: the mark of the tests that run on a GPU (with ``pytest.mark.gpu``): skipped without one
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def random_transitions(off, env_id: str, size: int = 64):

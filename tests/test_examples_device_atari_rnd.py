@@ -32,7 +32,7 @@ from rl.collectors import Collector
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import load  # noqa: E402
-from _device_checks import META, assert_all_on_meta  # noqa: E402
+from _device_checks import META, assert_all_on_meta, cuda  # noqa: E402
 
 needs_ale = pytest.mark.skipif(
     importlib.util.find_spec("ale_py") is None, reason="needs ale-py (rl-envs[atari])"
@@ -222,8 +222,6 @@ def test_the_bonus_env_moves_nothing_on_the_cpu():
 # (tests/test_examples_atari.py, test_examples_dqn_atari.py, test_examples_rnd.py), and
 # asserts what those assert. Their logic runs here on the CPU with the CUDA-graph
 # stand-ins of tests/_compile_checks.py (``cuda_graphs_on_cpu``).
-
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def _devices(module) -> set[str]:

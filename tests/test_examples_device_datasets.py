@@ -25,7 +25,7 @@ from tensordict import TensorDict
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import load  # noqa: E402
-from _device_checks import META, assert_all_on_meta, random_transitions  # noqa: E402
+from _device_checks import META, assert_all_on_meta, cuda, random_transitions  # noqa: E402
 
 from rl.core import ExplorationType, set_exploration_type  # noqa: E402
 
@@ -179,7 +179,6 @@ def test_gail_learners_live_on_the_device(use_grad_penalty):
 # evaluations stay on the CPU (a CPU copy of the policy); the trained networks end on
 # the device.
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, cuda])]
 TINY = {"eval_episodes": 1, "progress": False}
 RUNS = {

@@ -32,7 +32,7 @@ from rl.core import ExplorationType, set_exploration_type
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import StrictCudaGraphs, cuda_graphs_on_cpu, load  # noqa: E402
-from _device_checks import META, assert_all_on_meta  # noqa: E402
+from _device_checks import META, assert_all_on_meta, cuda  # noqa: E402
 
 PROBE = "ObservationActionRewardProbe"
 
@@ -404,8 +404,6 @@ def test_a_cuda_device_this_machine_lacks_stops_the_script_at_the_start(name, tm
 # update step captured in a CUDA graph, on the probe env its CPU tests learn (impala,
 # dqn_trainer, ppo_ray: the same assertions as theirs) or, for collect_torchrun (a
 # plumbing demo, not a tuned learner), on CartPole: frames, placement, finite weights.
-
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def _probe_actions(actor, n: int = 8):

@@ -28,7 +28,7 @@ pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import cuda_graphs_on_cpu, load  # noqa: E402
-from _device_checks import META, assert_all_on_meta  # noqa: E402
+from _device_checks import META, assert_all_on_meta, cuda  # noqa: E402
 
 
 @pytest.fixture
@@ -186,8 +186,6 @@ def test_grpo_eager_learner_on_the_device_has_no_stepper():
 # These run where CUDA is (benchmarks/bench_gpu.py runs every file holding a ``gpu``
 # test); here they are skipped. They train as tests/test_examples_llm.py does, with the
 # model, AdamW and the (captured) steps on the GPU, and check what was learned as it does.
-
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @pytest.mark.gpu

@@ -30,7 +30,7 @@ from rl.modules import MultiAgentMLP, TensorDictSequential
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import EXAMPLES, load_path  # noqa: E402
-from _device_checks import META, assert_all_on_meta  # noqa: E402
+from _device_checks import META, assert_all_on_meta, cuda  # noqa: E402
 
 SCRIPTS = ["mappo", "ippo", "maddpg", "iddpg", "masac", "qmix"]
 _has_vmas = importlib.util.find_spec("vmas") is not None
@@ -232,7 +232,6 @@ def test_a_cuda_device_this_machine_lacks_stops_the_script_at_the_start(script, 
 # captured update step and policy on the GPU, and check what was learned as those do;
 # and run each script on VMAS simulating on the GPU, on those tests' tiny budget.
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 #: the probe runs' shared settings (tests/test_examples_multiagent.py)
 GPU_PROBE = {

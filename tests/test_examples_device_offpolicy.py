@@ -26,6 +26,7 @@ from _compile_checks import load  # noqa: E402
 from _device_checks import (  # noqa: E402
     META,
     assert_all_on_meta,
+    cuda,
     random_transitions,
 )
 
@@ -173,7 +174,6 @@ def test_an_unindexed_cuda_device_resolves_to_the_current_one(monkeypatch):
 # tests/test_examples_offpolicy.py with the networks, the buffer and the captured (and
 # compiled) update step on the GPU, and check what was learned, as those tests do.
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 PROBE_RUN = {
     "total_frames": 1_000,

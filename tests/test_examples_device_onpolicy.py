@@ -24,8 +24,7 @@ from rl.collectors import Collector
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import load  # noqa: E402
-
-META = torch.device("meta")
+from _device_checks import META  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from rl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compile_checks import ONE_GRAPH, load  # noqa: E402
-from _device_checks import META, assert_all_on_meta  # noqa: E402
+from _device_checks import META, assert_all_on_meta, cuda  # noqa: E402
 
 # dreamer's tiny model (tests/test_examples_dreamer.py's)
 TINY_DREAMER = dict(
@@ -303,8 +303,6 @@ def test_a_cuda_device_this_machine_lacks_stops_the_script_at_the_start(script, 
 # These run where CUDA is (benchmarks/bench_gpu.py runs every file holding a ``gpu``
 # test); here they are skipped. Each runs a script's main() with ``--device cuda
 # --cudagraphs`` on a tiny budget and checks what the script's CPU tests check.
-
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""``--device`` of the off-policy example scripts, on a device other than the CPU.
+"""``--device`` of the off-policy example scripts (sac, redq, td3, ddpg, dqn, offline,
+crossq, tqc, cql_online, discrete_sac), on a device other than the CPU.
 
 This machine has no GPU, so the learners are built on PyTorch's ``meta`` device: a
 tensor there has a shape and a device but no values, and an operation that meets a
@@ -166,6 +167,75 @@ def test_an_unindexed_cuda_device_resolves_to_the_current_one(monkeypatch):
     assert common.resolve_device("cuda") == torch.device("cuda", 1)
     assert common.resolve_device("auto") == torch.device("cuda", 1)
     assert common.resolve_device("cuda:0") == torch.device("cuda", 0)
+
+
+# ------------------------------------------- the other soft actor-critic scripts
+
+
+@pytest.mark.parametrize(
+    "script, options, logged",
+    [
+        ("tqc", {}, {"loss_actor", "loss_qvalue", "alpha"}),
+        ("cql_online", {}, {"loss_actor", "loss_qvalue", "loss_cql", "alpha"}),
+        (
+            "cql_online",
+            {"with_lagrange": True, "max_q_backup": True, "deterministic_backup": True},
+            {"loss_actor", "loss_qvalue", "loss_cql", "alpha"},
+        ),
+    ],
+    ids=["tqc", "cql_online", "cql_online-lagrange-max_q_backup"],
+)
+@pytest.mark.usefixtures("no_bound_reads")
+def test_summed_soft_actor_critic_learners_live_on_the_device(script, options, logged):
+    module, off = load(script), load("_offpolicy")
+    cfg = module.Config(device="meta", **options)
+    env = off.make_env(cfg.env_id)
+    actor = off.make_tanh_normal_actor(env, cfg.hidden, device=cfg.device)
+    # as main builds them: TQC's critics predict cfg.num_quantiles return quantiles
+    quantiles = {"out_features": cfg.num_quantiles} if script == "tqc" else {}
+    qvalue = off.make_qvalue(env, cfg.hidden, device=cfg.device, **quantiles)
+    loss_module, update = module.make_learner(cfg, env, actor, qvalue)
+    batch = random_transitions(off, cfg.env_id).to(META)
+    for _ in range(2):
+        logs = update(batch)
+    assert set(logs.keys()) == logged
+    assert_all_on_meta(loss_module, update.optimizers, logs)
+    # the policy the collector runs acts there
+    assert actor(batch.exclude("action"))["action"].device == META
+
+
+@pytest.mark.usefixtures("no_bound_reads")
+def test_crossq_learner_lives_on_the_device():
+    crossq, off = load("crossq"), load("_offpolicy")
+    cfg = crossq.Config(device="meta")
+    env = off.make_env(cfg.env_id)
+    actor = off.make_tanh_normal_actor(env, cfg.hidden, device=cfg.device)
+    qvalue = crossq.make_critic(cfg, env, device=cfg.device)
+    # the batch-renormalised critics' statistics moved too
+    assert {b.device for b in qvalue.buffers()} == {META}
+    loss_module, updates = crossq.make_learner(cfg, env, actor, qvalue)
+    batch = random_transitions(off, cfg.env_id).to(META)
+    for actor_step in (False, True) * 2:  # the critics' step, then the step of all
+        logs = updates[actor_step](batch)
+        assert set(logs.keys()) == {"loss_actor", "loss_qvalue", "alpha"}
+        assert_all_on_meta(loss_module, updates[actor_step].optimizers, logs)
+    assert actor(batch.exclude("action"))["action"].device == META
+
+
+def test_discrete_sac_learner_lives_on_the_device():
+    discrete_sac, off = load("discrete_sac"), load("_offpolicy")
+    cfg = discrete_sac.Config(device="meta")
+    env = off.make_env(cfg.env_id)  # CartPole-v1: one-hot actions
+    actor = discrete_sac.make_categorical_actor(env, cfg.hidden, device=cfg.device)
+    qvalue = discrete_sac.make_action_values(env, cfg.hidden, device=cfg.device)
+    loss_module, update = discrete_sac.make_learner(cfg, env, actor, qvalue)
+    batch = random_transitions(off, cfg.env_id).to(META)
+    for _ in range(2):
+        logs = update(batch)
+    assert set(logs.keys()) == {"loss_actor", "loss_qvalue", "alpha", "entropy"}
+    assert_all_on_meta(loss_module, update.optimizers, logs)
+    action = actor(batch.exclude("action"))["action"]
+    assert action.device == META and action.shape == batch["action"].shape
 
 
 # ---------------------------------------------------------------- on a GPU

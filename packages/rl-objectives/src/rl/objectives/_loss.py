@@ -796,7 +796,11 @@ class LossModule(TensorDictModuleBase):
             # accumulator (an autograd node) alive, bound to the CUDA stream it was made
             # on, and a CUDA graph captured on another stream then fails. After a
             # forward they keep its views until the next one lets them go (_ensemble)
-            rest = info["rest_views"] = {k: info["stacked_detached"][k].unbind(0) for k in grad}
+            # the rows of the detached stacks, unbound once: the detached members hold
+            # them, and the member products of the detached kind read them at every call
+            # (_batched_values); no autograd graph passes through them
+            rows = info["detached_rows"] = [t.unbind(0) for t in info["stacked_detached"]]
+            rest = info["rest_views"] = {k: rows[k] for k in grad}
             info["ensemble"].bind_views(rest)
             info["ensemble"].bind_views(views)
             info["detached"].bind_views(rest)
@@ -808,7 +812,8 @@ class LossModule(TensorDictModuleBase):
                 _as_buffers(info["target"], keys, tensors)
             else:
                 info["target_stacked"] = tensors
-                info["target_ensemble"].bind(tensors)
+                rows = info["target_rows"] = [t.unbind(0) for t in tensors]
+                info["target_ensemble"].bind_views(dict(enumerate(rows)))
 
     def __deepcopy__(self, memo):
         # An ensemble's members hold views of the stacked parameters, which torch refuses
@@ -969,11 +974,16 @@ class LossModule(TensorDictModuleBase):
         ):
             # the member calls' products; compiled, the template on each row instead
             # (_stacked_values: the same products, one module traced)
-            return (
-                None
-                if compiling
-                else plan.members(tensors, inputs, index.tolist() if drawn else None)
-            )
+            if compiling:
+                return None
+            if index is None and kind != "online":
+                # rows that take no gradient, unbound once (_bind_functional)
+                rows = info[
+                    "target_rows" if "target_rows" in info and kind == "target" else "detached_rows"
+                ]
+            else:  # fresh views of the online stacks: each call's graph its own
+                rows = [t.unbind(0) for t in tensors]
+            return plan.members(rows, inputs, index.tolist() if drawn else None)
         return plan(tensors, inputs)
 
     def _stacked_values(self, module_name, kind, tensordict, out_key, overrides, index):

@@ -8,6 +8,8 @@ a TensorDict module on a shallow copy, so the caller's TensorDict is never writt
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDictBase
@@ -246,17 +248,17 @@ class _BatchedMLP:
         return rows * max(tensors[w].shape[1] * tensors[w].shape[2] for w in self.weights)
 
     def members(
-        self, tensors: list[torch.Tensor], inputs: list[torch.Tensor], rows=None
+        self, views: list[Sequence[torch.Tensor]], inputs: list[torch.Tensor], rows=None
     ) -> torch.Tensor:
         """The outputs of the members ``rows`` (every member by default), each by its own
         products on its row of the stacks, stacked: ``[len(rows), *B, ...]``.
 
-        The products of the member calls (one ``addmm`` per member and layer, the same
-        values to the bit), without binding the members' modules to views and calling
-        them: one unbind per stack (its backward stacks the members' gradients), the
-        inputs concatenated once for all members."""
+        ``views`` holds each stack unbound along its first dim (``t.unbind(0)``: the
+        backward of an online stack's unbind stacks the members' gradients). The products
+        of the member calls (one ``addmm`` per member and layer, the same values to the
+        bit), without binding the members' modules to views and calling them, the inputs
+        concatenated once for all members."""
         x = _joined(inputs)
-        views = [t.unbind(0) for t in tensors]
 
         def member(i: int) -> torch.Tensor:
             def product(h, weight, bias):
@@ -264,7 +266,7 @@ class _BatchedMLP:
 
             return self._run(x, product)
 
-        members = range(tensors[0].shape[0]) if rows is None else rows
+        members = range(len(views[0])) if rows is None else rows
         return self._shaped(torch.stack([member(i) for i in members]))
 
     def __call__(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:

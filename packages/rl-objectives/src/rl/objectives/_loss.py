@@ -924,8 +924,9 @@ class LossModule(TensorDictModuleBase):
         (None when one is absent) and the stacked tensors of ``kind``
         (:meth:`_ensemble`), only the rows ``index`` when given."""
         inputs = _module_inputs(network, tensordict, overrides)
-        if any(x is None for x in inputs):
-            return None
+        for x in inputs:
+            if x is None:
+                return None
         if kind == "online":
             tensors = info["stacked"]
         elif kind == "target" and "target_stacked" in info:

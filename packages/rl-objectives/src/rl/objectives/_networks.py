@@ -235,17 +235,21 @@ class _BatchedMLP:
             and "forward" not in seq.__dict__
             and tuple(seq) == self.children
             and tuple(map(type, self.children)) == self.types
-            and not any("forward" in m.__dict__ for m in self.children)
         ):
             return False
-        if compiling:
-            return True
-        return not (_global_hooks() or _hooked(seq) or any(_hooked(m) for m in self.children))
+        # loops rather than any() over generators: this runs at every ensemble call
+        for m in self.children:
+            if "forward" in m.__dict__ or (not compiling and _hooked(m)):
+                return False
+        return compiling or not (_global_hooks() or _hooked(seq))
 
     def macs(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> int:
         """Multiply-adds of the largest layer product for one member on ``inputs``."""
-        rows = inputs[0].shape[:-1].numel()
-        return rows * max(tensors[w].shape[1] * tensors[w].shape[2] for w in self.weights)
+        largest = 0
+        for w in self.weights:
+            shape = tensors[w].shape
+            largest = max(largest, shape[1] * shape[2])
+        return inputs[0].shape[:-1].numel() * largest
 
     def members(
         self, views: list[Sequence[torch.Tensor]], inputs: list[torch.Tensor], rows=None
@@ -314,19 +318,21 @@ def _network_dist(actor: nn.Module, tensordict: TensorDictBase):
     The fast path covers a probabilistic sequence of one plain TensorDictModule that
     writes the distribution parameters followed by the distribution module.
     """
-    modules = getattr(actor, "module", None)
-    if (
-        isinstance(actor, ProbabilisticTensorDictSequential)
-        and isinstance(modules, nn.ModuleList)
-        and len(modules) == 2
-        and _is_plain_tdmodule(modules[0])
-    ):
-        params_module, dist_module = modules[0], modules[1]
-        out_keys = list(params_module.out_keys)
+    modules = actor.module if isinstance(actor, ProbabilisticTensorDictSequential) else None
+    if isinstance(modules, nn.ModuleList) and len(modules) == 2:
+        params_module, dist_module = modules
+    else:
+        params_module = dist_module = None
+    if _is_plain_tdmodule(params_module):
+        out_keys = params_module.out_keys
         inputs = [tensordict.get(key, None) for key in params_module.in_keys]
-        if all(key in out_keys for key in dist_module.in_keys) and all(
-            x is not None for x in inputs
-        ):
+        # loops rather than all() over generators: this runs at every sample
+        usable = True
+        for key in dist_module.in_keys:
+            usable = usable and key in out_keys
+        for x in inputs:
+            usable = usable and x is not None
+        if usable:
             outputs = params_module.module(*inputs)
             if isinstance(outputs, torch.Tensor):
                 outputs = (outputs,)

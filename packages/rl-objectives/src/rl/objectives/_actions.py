@@ -179,7 +179,8 @@ def _sum_action_dims(log_prob: torch.Tensor, action: torch.Tensor) -> torch.Tens
     """The log-probability of the whole action: summed when the distribution scored
     each action dimension apart (a factorised distribution without an event dim), and
     over the heads of a composite action (one log-probability per head), as TorchRL."""
-    if isinstance(log_prob, TensorDictBase):
+    # a tensor first: the usual case skips the ABC check of TensorDictBase
+    if not isinstance(log_prob, torch.Tensor) and isinstance(log_prob, TensorDictBase):
         batch = action.batch_dims if isinstance(action, TensorDictBase) else log_prob.batch_dims
         return _sum_heads(log_prob, batch)
     if log_prob.shape == action.shape and action.ndim > 0:

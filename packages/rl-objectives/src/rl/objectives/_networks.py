@@ -102,14 +102,17 @@ _ELEMENTWISE = frozenset(
 )
 
 
-def _hooked(module: nn.Module) -> bool:
-    """Whether ``module`` has a forward or backward hook of its own."""
-    return bool(
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or module._backward_pre_hooks
-    )
+def _hooked(*modules: nn.Module) -> bool:
+    """Whether one of ``modules`` has a forward or backward hook of its own."""
+    for module in modules:
+        if (
+            module._forward_hooks
+            or module._forward_pre_hooks
+            or module._backward_hooks
+            or module._backward_pre_hooks
+        ):
+            return True
+    return False
 
 
 def _altered(module: nn.Module) -> bool:
@@ -239,9 +242,9 @@ class _BatchedMLP:
             return False
         # loops rather than any() over generators: this runs at every ensemble call
         for m in self.children:
-            if "forward" in m.__dict__ or (not compiling and _hooked(m)):
+            if "forward" in m.__dict__:
                 return False
-        return compiling or not (_global_hooks() or _hooked(seq))
+        return compiling or not (_global_hooks() or _hooked(seq, *self.children))
 
     def macs(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> int:
         """Multiply-adds of the largest layer product for one member on ``inputs``."""

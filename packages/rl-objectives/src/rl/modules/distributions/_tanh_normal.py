@@ -40,8 +40,9 @@ def _derive_bounds(low, high, loc: torch.Tensor) -> tuple:
     """The bounds as TanhNormal stores them, computed from scratch (no validation):
     ``(numeric, low, high, trivial, mid, half, log_half)``, the last five Python floats
     for numeric bounds, else tensors on loc's device with loc's dtype."""
-    # Python-number bounds stay numbers: no tensor op for the default [-1, 1].
-    numeric = isinstance(low, Number) and isinstance(high, Number)
+    # Python-number bounds stay numbers: no tensor op for the default [-1, 1] (float
+    # first: a Python float skips the ABC check of Number).
+    numeric = isinstance(low, (float, Number)) and isinstance(high, (float, Number))
     if not numeric and _all_unit(low, high, loc):
         # bounds of -1 and 1 everywhere leave tanh alone, as in TorchRL: the sample
         # keeps loc's shape instead of broadcasting to the bounds' shape

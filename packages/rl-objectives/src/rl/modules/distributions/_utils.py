@@ -193,7 +193,8 @@ def traced(tensor: torch.Tensor) -> bool:
 
 def check_low_high(name: str, low, high) -> None:
     """Raises a ``ValueError`` naming ``low`` and ``high`` unless ``high > low`` everywhere."""
-    if isinstance(low, Number) and isinstance(high, Number):
+    # float first: a Python float (the default bounds) skips the ABC check of Number
+    if isinstance(low, (float, Number)) and isinstance(high, (float, Number)):
         if not high > low:
             raise ValueError(f"{name} needs high > low everywhere, got low={low} and high={high}")
         return

@@ -12,8 +12,8 @@ one thread, each library in its own process, eager and compiled interleaved in b
 
 For the offline algorithms (IQL, CQL) an update step's ratio bounds the whole script's
 from above: the rest of the script (sampling the dataset) is the same eager code in both
-modes. The online scripts (SAC, REDQ) also compile the collector's policy, which on this
-CPU gains little next to the update (compile.md).
+modes. The online scripts (SAC, REDQ) also compile the collector's policy, which is not
+timed here: for them a step's ratio is not a bound of the script's.
 
     python3 -m venv ~/torchrl-ref && ~/torchrl-ref/bin/pip install torchrl==0.14.1 "tensordict<0.15"
     python benchmarks/bench_compile_torchrl.py [--algos sac redq iql cql] [--torchrl-python P]

@@ -67,7 +67,7 @@ from rl.core.trainers import (
     load_checkpoint,
 )
 from rl.data import LazyTensorStorage, TensorDictReplayBuffer
-from rl.modules import MLP, EGreedyModule, QValueActor, TensorDictSequential
+from rl.modules import MLP, QValueActor, TensorDictSequential
 from rl.objectives import DQNLoss, HardUpdate, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -82,6 +82,7 @@ from _common import (  # noqa: E402
     resolve_device,
 )
 from _stepper import UpdateStepper  # noqa: E402
+from dqn import make_egreedy  # noqa: E402 - the same fields (eps_start, eps_end, ...)
 
 
 @dataclasses.dataclass
@@ -218,20 +219,6 @@ def make_qnet(cfg: Config, env) -> QValueActor:
     with torch.no_grad():  # materialise the lazy first layer
         qnet(env.fake_tensordict())
     return qnet
-
-
-def make_egreedy(cfg: Config, env) -> EGreedyModule:
-    """Epsilon-greedy exploration, epsilon annealed from ``cfg.eps_start`` to
-    ``cfg.eps_end`` over the first ``cfg.exploration_fraction`` of the frames; its epsilon
-    and action spec on ``cfg.device``, where the random actions are drawn (inside the
-    captured policy with ``cfg.cudagraphs``)."""
-    return EGreedyModule(
-        env.action_spec,
-        eps_init=cfg.eps_start,
-        eps_end=cfg.eps_end,
-        annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
-        device=resolve_device(cfg.device),
-    )
 
 
 def make_learner(cfg: Config, env, qnet):

@@ -129,22 +129,7 @@ def on_cpu(policy):
     tensors = [*policy.parameters(), *policy.buffers()] if isinstance(policy, nn.Module) else []
     if all(t.device.type == "cpu" for t in tensors):
         return policy
-    return on_device(copy.deepcopy(policy), torch.device("cpu"))
-
-
-def on_device(module: nn.Module, device) -> nn.Module:
-    """``module.to(device)``, with the tensor arguments of its distributions too
-    (``distribution_kwargs``: a ``TanhNormal``'s bounds, plain tensors that ``.to()``
-    leaves where they are; a distribution built inside a CUDA graph's capture could not
-    copy them to the device)."""
-    module = module.to(device)
-    for sub in module.modules():
-        kwargs = getattr(sub, "distribution_kwargs", None)
-        if isinstance(kwargs, dict):
-            for key, value in kwargs.items():
-                if isinstance(value, torch.Tensor):
-                    kwargs[key] = value.to(device)
-    return module
+    return copy.deepcopy(policy).to("cpu")
 
 
 def compile_update(fn, *, compile: bool, cudagraphs: bool = False, warmup: int = 10):

@@ -54,7 +54,6 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     make_base_env,
-    on_device,
     prime_soft_update,
     record_video,
     resolve_device,
@@ -188,7 +187,7 @@ def make_tanh_normal_actor(env, hidden: int, depth: int = 2, device=None) -> Pro
     )
     with torch.no_grad():  # materialise the lazy first layer
         actor(env.fake_tensordict())
-    return on_device(actor, device) if device is not None else actor
+    return actor.to(device) if device is not None else actor
 
 
 def make_deterministic_actor(env, hidden: int, depth: int = 2, device=None) -> TensorDictSequential:

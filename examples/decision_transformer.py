@@ -75,7 +75,7 @@ from rl.modules import (
 from rl.objectives import DTLoss, OnlineDTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import UpdateStep, check_cudagraphs, on_cpu, on_device, summed_losses  # noqa: E402
+from _common import UpdateStep, check_cudagraphs, on_cpu, summed_losses  # noqa: E402
 from _offline_data import (  # noqa: E402
     episode_bounds,
     normalised_score,
@@ -253,7 +253,7 @@ def make_actor(cfg: Config, obs_dim: int, action_spec) -> ProbabilisticActor:
         distribution_class=dist_cls,
         distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
     )
-    return on_device(actor, resolve_device(cfg.device))
+    return actor.to(resolve_device(cfg.device))
 
 
 def make_learner(cfg: Config, actor: ProbabilisticActor):

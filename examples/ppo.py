@@ -56,7 +56,6 @@ from _common import (  # noqa: E402
     evaluate,
     finish_run,
     make_base_env,
-    on_device,
     record_video,
     resolve_device,
     set_lr,
@@ -234,7 +233,7 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, ValueOperator]:
     orthogonal_init(actor, last_gain=0.01)
     orthogonal_init(critic, last_gain=1.0)
     device = config_device(cfg)
-    return on_device(actor, device), critic.to(device)
+    return actor.to(device), critic.to(device)
 
 
 @torch.no_grad()

@@ -135,23 +135,27 @@ def test_evaluation_runs_the_policy_itself_on_the_cpu():
     assert common.on_cpu(policy) is policy
 
 
-def test_evaluation_of_a_policy_on_a_device_runs_a_cpu_copy(monkeypatch):
-    """Off the CPU, the evaluations get a copy moved to the CPU (with its distributions'
-    bounds: ``on_device``), and the learner's policy is left where it is. (A ``meta``
-    module cannot be copied to the CPU: the move is recorded instead.)"""
-    common = load("_common")
+def test_evaluation_of_a_policy_on_a_device_runs_a_cpu_copy():
+    """Off the CPU, the evaluations get a copy moved to the CPU, and the learner's policy
+    is left where it is. (A ``meta`` module cannot be copied to the CPU: the move is
+    recorded instead.)"""
     moved = []
-    monkeypatch.setitem(common.__dict__, "on_device", lambda m, d: moved.append((m, d)) or m)
-    net = torch.nn.Linear(2, 1, device=META)
-    copy = common.on_cpu(net)
-    assert moved == [(copy, torch.device("cpu"))]
+
+    class Recorded(torch.nn.Linear):
+        def to(self, *args, **kwargs):
+            moved.append((self, *args))
+            return self
+
+    net = Recorded(2, 1, device=META)
+    copy = load("_common").on_cpu(net)
+    assert moved == [(copy, "cpu")]
     assert copy is not net and net.weight.device == META
 
 
-def test_on_device_moves_the_distribution_bounds_with_the_actor():
+def test_the_actor_moves_with_its_distribution_bounds():
     off = load("_offpolicy")
     env = off.make_env("Pendulum-v1")
-    actor = load("_common").on_device(off.make_tanh_normal_actor(env, 8), META)
+    actor = off.make_tanh_normal_actor(env, 8, device=META)
     kwargs = [m.distribution_kwargs for m in actor.modules() if hasattr(m, "distribution_kwargs")]
     assert [(kw["low"].device, kw["high"].device) for kw in kwargs] == [(META, META)]
     assert {p.device for p in actor.parameters()} == {META}

@@ -48,7 +48,6 @@ from _common import (  # noqa: E402
     compile_advantage,
     compile_policy,
     finish_run,
-    on_device,
     resolve_device,
     summed_losses,
     whole_batches,
@@ -72,7 +71,6 @@ __all__ = [
     "make_off_policy_update",
     "make_replay_buffer",
     "make_tanh_normal_actor",
-    "on_device",
     "resolve_device",
     "team_view",
     "train_off_policy",
@@ -321,7 +319,7 @@ def make_tanh_normal_actor(
     loc and scale of a ``TanhNormal`` bounded by the action spec, writing
     ``("agents", "action")`` and its log-probability (MAPPO, IPPO and MASAC's actor);
     initialised on the CPU (the same weights on every device), then moved to ``device``
-    with its bounds (:func:`on_device`)."""
+    with its bounds."""
     n_obs = env.observation_spec[GROUP, "observation"].shape[-1]
     action_spec = env.full_action_spec[GROUP, "action"]
     n_act = action_spec.shape[-1]
@@ -346,7 +344,7 @@ def make_tanh_normal_actor(
         },
         return_log_prob=True,
     )
-    return on_device(actor, device) if device is not None else actor
+    return actor.to(device) if device is not None else actor
 
 
 def make_q_critic(

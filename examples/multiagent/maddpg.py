@@ -44,7 +44,6 @@ from _marl_common import (  # noqa: E402
     check_cudagraphs,
     make_q_critic,
     make_vmas_env,
-    on_device,
     preset_cli,
     resolve_device,
     train_off_policy,
@@ -106,7 +105,7 @@ def make_actor(cfg: Config, env) -> ProbabilisticActor:
             "high": action_spec.space.high.reshape(-1, n_act)[0],
         },
     )
-    return on_device(actor, resolve_device(cfg.device))
+    return actor.to(resolve_device(cfg.device))
 
 
 def make_exploration(cfg: Config, env) -> AdditiveGaussianModule:

@@ -65,7 +65,6 @@ from _marl_common import (  # noqa: E402
     finish_run,
     make_tanh_normal_actor,
     make_vmas_env,
-    on_device,
     preset_cli,
     resolve_device,
     team_view,
@@ -174,7 +173,7 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, TensorDictModule]:
         out_keys=[("agents", "state_value")],
     )
     device = resolve_device(cfg.device)
-    return on_device(actor, device), critic.to(device)
+    return actor.to(device), critic.to(device)
 
 
 def make_value_norm(cfg: Config) -> ValueNorm | None:

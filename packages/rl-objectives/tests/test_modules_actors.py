@@ -222,6 +222,157 @@ class TestProbabilisticActor:
         with pytest.raises(KeyError, match=r"observation.*Keys present.*pixels"):
             actor(td)
 
+    def test_to_moves_the_distribution_tensor_kwargs(self):
+        """``.to()`` carries a TanhNormal's bounds with the parameters (``meta`` stands
+        in for another device); the dict given at construction is left as it was."""
+        low, high = torch.full((2,), -2.0), torch.full((2,), 2.0)
+        kwargs = {"low": low, "high": high, "upscale": 3.0}
+
+        def tanh_normal_actor():
+            net = nn.Sequential(nn.Linear(4, 4), NormalParamExtractor())
+            return ProbabilisticActor(
+                TensorDictModule(net, ["observation"], ["loc", "scale"]),
+                in_keys=["loc", "scale"],
+                distribution_class=TanhNormal,
+                distribution_kwargs=kwargs,
+            )
+
+        actor = tanh_normal_actor()
+        prob = actor.module[-1]
+        actor.double()
+        assert prob.distribution_kwargs["low"].dtype == torch.float64
+        assert prob.distribution_kwargs["upscale"] == 3.0
+        assert kwargs["low"] is low and low.dtype == torch.float32
+        actor.to("meta")
+        bounds = [prob.distribution_kwargs[k] for k in ("low", "high")]
+        assert all(b.device.type == "meta" and b.shape == (2,) for b in bounds)
+        assert next(actor.parameters()).device.type == "meta"
+        back = tanh_normal_actor().double().float()  # values survive a dtype round trip
+        torch.testing.assert_close(back.module[-1].distribution_kwargs["high"], high)
+        assert back.module[-1].distribution_kwargs["high"].dtype == torch.float32
+
+    def test_state_dict_round_trip(self):
+        a, b = Actor(nn.Linear(4, 2)), Actor(nn.Linear(4, 2))
+        b.load_state_dict(a.state_dict())
+        td = _obs()
+        torch.testing.assert_close(a(td.clone())["action"], b(td.clone())["action"])
+
+
+class TestProbabilisticActor:
+    def test_categorical_random_matches_tensordict_reference(self):
+        actor = _categorical_actor(return_log_prob=True)
+        reference = ProbabilisticTensorDictSequential(
+            actor.module[0],
+            ProbabilisticTensorDictModule(
+                ["logits"], ["action"], distribution_class=TorchCategorical, return_log_prob=True
+            ),
+        )
+        td = _obs(batch=64)
+        with set_exploration_type(ExplorationType.RANDOM):
+            torch.manual_seed(3)
+            ours = actor(td.clone())
+            torch.manual_seed(3)
+            ref = reference(td.clone())
+        torch.testing.assert_close(ours["action"], ref["action"])
+        torch.testing.assert_close(ours["action_log_prob"], ref["action_log_prob"])
+        expected_lp = TorchCategorical(logits=ours["logits"]).log_prob(ours["action"])
+        torch.testing.assert_close(ours["action_log_prob"], expected_lp)
+
+    def test_exploration_switching(self):
+        actor = _normal_actor()
+        td = _obs(batch=16)
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
+            a1 = actor(td.clone())["action"]
+            a2 = actor(td.clone())["action"]
+        torch.testing.assert_close(a1, a2)
+        torch.testing.assert_close(a1, actor(td.clone())["loc"])  # mean of a Normal
+        with set_exploration_type(ExplorationType.RANDOM):
+            r1 = actor(td.clone())["action"]
+            r2 = actor(td.clone())["action"]
+        assert not torch.equal(r1, r2)
+        assert not torch.equal(r1, a1)
+
+    def test_default_interaction_type_random(self):
+        actor = _categorical_actor(default_interaction_type=ExplorationType.RANDOM)
+        logits = torch.zeros(2000, 3)
+        td = TensorDict(observation=torch.zeros(2000, 4), batch_size=[2000])
+        with torch.no_grad():
+            actor.module[0].module[-1].weight.zero_()
+            actor.module[0].module[-1].bias.zero_()
+        actions = actor(td)["action"]
+        assert set(actions.unique().tolist()) == {0, 1, 2}
+        torch.testing.assert_close(td["logits"], logits)
+
+    def test_log_prob_key_and_get_dist(self):
+        actor = _normal_actor(return_log_prob=True, log_prob_key="lp")
+        td = _obs()
+        with set_exploration_type(ExplorationType.RANDOM):
+            actor(td)
+        dist = actor.get_dist(td)
+        torch.testing.assert_close(td["lp"], dist.log_prob(td["action"]))
+
+    def test_safe_projects_sample(self):
+        actor = _normal_actor(spec=Bounded(-0.01, 0.01, shape=(2,)), safe=True)
+        with set_exploration_type(ExplorationType.RANDOM):
+            action = actor(_obs(batch=100))["action"]
+        assert action.abs().max() <= 0.01
+        assert isinstance(actor.spec, Composite) and "action" in actor.spec.keys()
+
+    def test_missing_param_key(self):
+        module = SafeProbabilisticModule(
+            ["logits"], ["action"], distribution_class=TorchCategorical
+        )
+        with pytest.raises(KeyError, match=r"'logits'.*Keys present.*observation"):
+            module(_obs())
+
+    def test_missing_observation_in_actor(self):
+        actor = _categorical_actor()
+        td = TensorDict(pixels=torch.zeros(2, 4), batch_size=[2])
+        with pytest.raises(KeyError, match=r"observation.*Keys present.*pixels"):
+            actor(td)
+
+    def test_to_moves_the_distribution_tensor_kwargs(self):
+        """``.to()`` carries a TanhNormal's bounds with the parameters (``meta`` stands
+        in for another device); the dict given at construction is left as it was."""
+        low, high = torch.full((2,), -2.0), torch.full((2,), 2.0)
+        kwargs = {"low": low, "high": high, "upscale": 3.0}
+        actor = ProbabilisticActor(
+            TensorDictModule(
+                nn.Sequential(nn.Linear(4, 4), NormalParamExtractor()),
+                ["observation"],
+                ["loc", "scale"],
+            ),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            distribution_kwargs=kwargs,
+        )
+        prob = actor.module[-1]
+        actor.double()
+        assert prob.distribution_kwargs["low"].dtype == torch.float64
+        assert prob.distribution_kwargs["upscale"] == 3.0
+        assert kwargs["low"] is low and low.dtype == torch.float32
+        actor.to("meta")
+        bounds = [prob.distribution_kwargs[k] for k in ("low", "high")]
+        assert all(b.device.type == "meta" and b.shape == (2,) for b in bounds)
+        assert next(actor.parameters()).device.type == "meta"
+        # values survive a dtype round trip
+        back = (
+            ProbabilisticActor(
+                TensorDictModule(
+                    nn.Sequential(nn.Linear(4, 4), NormalParamExtractor()),
+                    ["observation"],
+                    ["loc", "scale"],
+                ),
+                in_keys=["loc", "scale"],
+                distribution_class=TanhNormal,
+                distribution_kwargs=kwargs,
+            )
+            .double()
+            .float()
+        )
+        torch.testing.assert_close(back.module[-1].distribution_kwargs["high"], high)
+        assert back.module[-1].distribution_kwargs["high"].dtype == torch.float32
+
     def test_state_dict_round_trip(self):
         a, b = _normal_actor(), _normal_actor()
         b.load_state_dict(a.state_dict())
@@ -489,7 +640,10 @@ class TestTanhModule:
             TanhModule(["x"], low=1.0, high=-1.0)
         with pytest.raises(ValueError, match="same length"):
             TanhModule(["x", "y"], ["z"])
-        with pytest.raises(ValueError, match=r"minimum value \(-2.0\) provided to TanhModule does not match the action spec"):
+        with pytest.raises(
+            ValueError,
+            match=r"minimum value \(-2.0\) provided to TanhModule does not match the action spec",
+        ):
             TanhModule(["x"], spec=Bounded(-1.0, 1.0, (1,)), low=-2.0)
 
 

@@ -94,6 +94,21 @@ def test_scan_compute_dtype_runs_in_bfloat16():
     torch.testing.assert_close(out, want, atol=0.05, rtol=0.05)
 
 
+def test_scan_compute_dtype_without_onednn_kernels(monkeypatch):
+    """A CPU without oneDNN's bfloat16 kernels (no AVX-512 BF16, as AMD's EPYC here):
+    ATen's kernels compute in bfloat16, and oneDNN is turned back on afterwards."""
+    from rl.modules.tensordict_module import _rnn
+
+    monkeypatch.setattr(_rnn, "_onednn_computes", lambda dtype: False)
+    module = _module(LSTMModule, "scan", recurrent_compute_dtype=torch.bfloat16)
+    ref = _module(LSTMModule, "scan")
+    td = _data(LSTMModule)
+    out, want = _run(module, td)["feat"], _run(ref, td)["feat"]
+    assert not torch.equal(out, want)
+    torch.testing.assert_close(out, want, atol=0.05, rtol=0.05)
+    assert torch.backends.mkldnn.enabled is True
+
+
 @pytest.mark.parametrize("cls", [LSTMModule, GRUModule])
 def test_option_errors(cls):
     kw = dict(input_size=3, hidden_size=4, in_key="obs", out_key="out")

@@ -179,6 +179,20 @@ class SafeProbabilisticModule(_SpecMixin, ProbabilisticTensorDictModule):
         if name in _LEAN_ATTRS and "_lean_params" in self.__dict__:
             self._refresh_lean()
 
+    def _apply(self, fn, recurse: bool = True):
+        # The distribution's tensor arguments (a TanhNormal's bounds) follow the module
+        # through .to(), .cuda(), .double() as buffers do; tensordict's module leaves
+        # them where they were made. A new dict, so one shared with another module stays.
+        super()._apply(fn, recurse)
+        kwargs = self.distribution_kwargs
+        for value in kwargs.values():
+            if isinstance(value, torch.Tensor):
+                self.distribution_kwargs = {
+                    k: fn(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()
+                }
+                break
+        return self
+
     def _out_keys_for_spec(self) -> list[NestedKey]:
         keys = list(self.dist_sample_keys)
         if self.return_log_prob:

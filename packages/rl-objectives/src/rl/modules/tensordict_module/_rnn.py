@@ -22,6 +22,8 @@ mode; the two agree on data from a rollout). The layer is ``module.lstm`` /
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -74,6 +76,42 @@ def _segments(is_init: torch.Tensor) -> tuple[torch.Tensor, ...]:
 _BACKENDS = ("auto", "pad", "scan", "triton")
 _RECOMPUTE = ("none", "full")
 _PRECISIONS = ("auto", "fast", "high-prec", "ieee", "tf32", "tf32x3")
+
+
+@functools.cache
+def _onednn_computes(dtype: torch.dtype) -> bool:
+    """Whether this CPU's oneDNN has kernels for ``dtype`` (AVX-512 BF16/FP16 or AMX)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    if dtype is torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype is torch.float16:
+        return torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return True
+
+
+def _compute_in(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Autocast to ``dtype`` on ``device``; on a CPU whose oneDNN lacks ``dtype``'s kernels,
+    with oneDNN off, so ATen's own RNN kernels compute (oneDNN's LSTM primitive fails
+    to build there instead of falling back)."""
+    autocast = torch.autocast(device.type, dtype=dtype)
+    if device.type != "cpu" or _onednn_computes(dtype):
+        return autocast
+    stack = contextlib.ExitStack()
+    stack.enter_context(_onednn_off())
+    stack.enter_context(autocast)
+    return stack
+
+
+@contextlib.contextmanager
+def _onednn_off():
+    # torch.backends.mkldnn.flags() would also reset oneDNN's TF32 flag, which warns
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 def _check_backend(
@@ -368,7 +406,7 @@ class _RecurrentModule(TensorDictModuleBase):
                 hx = [torch.where(start, s[:, t].transpose(0, 1), h) for s, h in zip(states, hx)]
             xt = x[:, t : t + 1]
             if cast:
-                with torch.autocast(x.device.type, dtype=dtype):
+                with _compute_in(x.device, dtype):
                     y, hx = self._call_rnn(xt, [h.contiguous() for h in hx], None)
                 y, hx = y.to(x.dtype), [h.to(x.dtype) for h in hx]
             else:

@@ -40,12 +40,11 @@ and the key-value cache. ``--cudagraphs`` captures both steps in CUDA graphs (wi
 ``--device cuda``).
 
 ``--device cuda`` puts the model, the optimizers, both stages' steps and the replay
-buffer (the answers and their advantages) on a GPU. rl's ``TransformersWrapper`` makes
-its token tensors on the CPU, so it generates with a model there only: the collector's
-copy of the model samples on the CPU (as a separate inference engine would), its
-weights copied from the device after each batch, and the evaluations sample from a CPU
-copy; the SFT stage's steps are ``sft.py``'s :class:`SFTStep` (eager without
-``--compile``). ``GRPOLoss`` scores the sampled tokens where the buffer holds them.
+buffer (the answers and their advantages) on a GPU. ``TransformersWrapper`` computes
+where its model is (the prompts' tokens are moved there): the collector's copy of the
+model samples on the GPU too (its weights copied from the trained model after each
+batch), and so do the evaluations; ``SFTLoss`` and ``GRPOLoss`` score there (the
+environments stay on the CPU, reading the answers' text).
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ from rl.objectives.llm import GRPOLoss, MCAdvantage
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from _common import on_cpu, resolve_device  # noqa: E402
+from _common import resolve_device  # noqa: E402
 from _stepper import UpdateStepper  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
 from sft import UpdateStep, as_batch, check_cudagraphs, token_log_probs  # noqa: E402
@@ -160,11 +159,10 @@ class Config:
     cudagraphs: bool = False
     """Capture the SFT and GRPO steps in CUDA graphs (needs ``--device cuda``)."""
     device: str = "cpu"
-    """Where the model, the optimizers, the SFT and GRPO steps and the replay buffer live:
-    ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments
-    stay on the CPU, and so does the collector's copy of the model, which samples the
-    answers (its weights copied from the device after each batch); evaluations sample
-    from a CPU copy of the model."""
+    """Where the model (and the collector's copy of it, which samples the answers), the
+    optimizers, the SFT and GRPO steps, the replay buffer and the evaluations' sampling
+    live: ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The
+    environments stay on the CPU."""
 
 
 ANSWER_TAGS = ["<answer>", "</answer>"]  # one token each
@@ -317,11 +315,10 @@ def sample_kwargs(cfg: Config) -> dict:
 
 def make_collector(cfg: Config, model, tok, rows: list[dict]) -> LLMCollector:
     """An ``LLMCollector`` of ``grpo_batches`` batches: ``group_size`` answers to each of
-    ``prompts_per_batch`` prompts of ``rows``, sampled by a copy of ``model`` on the CPU
-    (as an inference engine would; ``TransformersWrapper`` generates from tokens it
-    makes there), into which ``model``'s weights (wherever they are) are copied after each
-    batch."""
-    gen_model = copy.deepcopy(model).to("cpu")
+    ``prompts_per_batch`` prompts of ``rows``, sampled by a copy of ``model`` (as an
+    inference engine would; on ``model``'s device), into which ``model``'s weights are
+    copied after each batch."""
+    gen_model = copy.deepcopy(model)
     num_envs = cfg.prompts_per_batch * cfg.group_size
     return LLMCollector(
         make_env(rows, tok, num_envs, cfg.group_size, cfg.seed),
@@ -382,9 +379,9 @@ def make_learner(cfg: Config, model, tok) -> tuple[GRPOLoss, torch.optim.AdamW, 
 
 @torch.no_grad()
 def evaluate(env, model, tok, cfg: Config, times: int = 1) -> float:
-    """Success rate of the answers ``model`` samples to the held-out prompts (the mean of
-    ``times`` evaluations), by a CPU copy of it when it is elsewhere."""
-    policy = TransformersWrapper(on_cpu(model), tokenizer=tok, generate_kwargs=sample_kwargs(cfg))
+    """Success rate of the answers ``model`` samples (where it is) to the held-out prompts
+    (the mean of ``times`` evaluations)."""
+    policy = TransformersWrapper(model, tokenizer=tok, generate_kwargs=sample_kwargs(cfg))
     rates = [env.step(policy(env.reset()))["next", "reward"].float().mean() for _ in range(times)]
     return sum(rate.item() for rate in rates) / times
 

@@ -27,11 +27,11 @@ Greedy decoding (``model.generate``) stays eager: each new token lengthens the s
 and the key-value cache, a new shape at every step of a generation.
 ``--cudagraphs`` captures the step in a CUDA graph (with ``--device cuda``).
 
-``--device cuda`` puts the model, AdamW and the training step on a GPU. rl's
-``TransformersWrapper`` makes its token tensors on the CPU, so it scores and generates
-with a model there only: off the CPU every step is an :class:`SFTStep` (eager without
-``--compile``; the tokens it makes are moved to the device), and the held-out loss and
-the greedy decoding run a CPU copy of the model.
+``--device cuda`` puts the model, AdamW, the training step and the evaluations on a GPU:
+``TransformersWrapper`` computes where its model is (the tokens it makes on the CPU are
+moved there), so the trainer steps on ``SFTLoss`` there as on the CPU (on an
+:class:`SFTStep` with ``--compile`` / ``--cudagraphs``), and the model scores the
+held-out loss and decodes greedily there.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from rl.objectives.llm import SFTLoss
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from _common import UpdateStep, check_cudagraphs, on_cpu, resolve_device  # noqa: E402
+from _common import UpdateStep, check_cudagraphs, resolve_device  # noqa: E402
 from _stepper import UpdateStepper  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
 
@@ -100,10 +100,9 @@ class Config:
     cudagraphs: bool = False
     """Capture the training step in a CUDA graph (needs ``--device cuda``)."""
     device: str = "cpu"
-    """Where the model, the optimizer and the training step live: ``cpu``, ``cuda``,
-    ``cuda:N``, or ``auto`` (CUDA where visible). The conversations are tokenized on the
-    CPU and moved (off the CPU each step is an :class:`SFTStep`); the held-out loss and
-    the greedy decoding run a CPU copy of the model."""
+    """Where the model, the optimizer, the training step and the evaluations run: ``cpu``,
+    ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The conversations are
+    tokenized on the CPU and moved there."""
 
 
 def load_chats(path: str) -> list[list[dict]]:
@@ -164,7 +163,7 @@ def sft_loss(model, tokens, attention, assistant) -> torch.Tensor:
 
 
 class SFTStep(UpdateStepper):
-    """The trainer's ``optimization_stepper`` under ``--compile`` (and off the CPU):
+    """The trainer's ``optimization_stepper`` under ``--compile`` / ``--cudagraphs``:
     tokenizes the batch (eagerly, to ``width``, on the CPU) and moves the tokens to
     ``device`` (the model's), then runs one ``UpdateStep`` call (the forward, the loss,
     backward, clipping at ``max_grad_norm`` and the optimizer: one graph); the optimizer's
@@ -217,15 +216,14 @@ def make_learner(
 ) -> tuple[SFTLoss, torch.optim.AdamW, SFTStep | None]:
     """``SFTLoss`` on ``model`` (on ``device``), its AdamW optimizer and the trainer's
     ``optimization_stepper``: an :class:`SFTStep` on conversations tokenized to ``width``
-    with ``compile`` / ``cudagraphs`` or off the CPU (where ``SFTLoss`` cannot score:
-    ``TransformersWrapper`` tokenizes on the CPU), else ``None`` (the trainer's own step
-    on ``SFTLoss``). The optimizer's state lives on ``device``."""
-    stepped = compile or cudagraphs or device.type != "cpu"
+    with ``compile`` / ``cudagraphs``, else ``None`` (the trainer's own step on
+    ``SFTLoss``, which scores where the model is). The optimizer's state lives on
+    ``device``."""
+    stepped = compile or cudagraphs
     if stepped and loss_function != "sft":  # SFTStep computes the plain SFT loss only
         raise ValueError(
-            f"loss_function={loss_function!r} runs on SFTLoss, eagerly on the CPU; with "
-            "--compile, --cudagraphs or a device other than the CPU the step is an SFTStep, "
-            "which computes loss_function='sft' only"
+            f"loss_function={loss_function!r} runs on SFTLoss, eagerly; with --compile or "
+            "--cudagraphs the step is an SFTStep, which computes loss_function='sft' only"
         )
     with torch.device(device):
         loss = SFTLoss(
@@ -250,9 +248,7 @@ def make_learner(
 
 @torch.no_grad()
 def held_out_loss(model, tok, chats: list[list[dict]], loss_function: str = "sft") -> float:
-    """``SFTLoss`` on ``chats``, scored by ``model`` in eval mode (a CPU copy of it when it
-    is elsewhere: ``TransformersWrapper`` tokenizes on the CPU)."""
-    model = on_cpu(model)
+    """``SFTLoss`` on ``chats``, scored by ``model`` in eval mode, where it is."""
     model.eval()
     scorer = TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True)
     return SFTLoss(scorer, loss_function=loss_function)(as_batch(chats)).loss_sft.item()
@@ -260,11 +256,10 @@ def held_out_loss(model, tok, chats: list[list[dict]], loss_function: str = "sft
 
 @torch.no_grad()
 def exact_match(model, tok, chats: list[list[dict]]) -> float:
-    """Share of ``chats`` whose last assistant turn greedy decoding reproduces (by a CPU
-    copy of ``model`` when it is elsewhere: ``TransformersWrapper`` generates from tokens
-    it makes on the CPU)."""
+    """Share of ``chats`` whose last assistant turn greedy decoding reproduces (``model``
+    decoding where it is)."""
     policy = TransformersWrapper(
-        on_cpu(model), tokenizer=tok, generate_kwargs={"max_new_tokens": 24, "do_sample": False}
+        model, tokenizer=tok, generate_kwargs={"max_new_tokens": 24, "do_sample": False}
     )
     prompts = History.from_chats([chat[:-1] for chat in chats])
     td = TensorDict(

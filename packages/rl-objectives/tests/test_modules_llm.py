@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 pytest.importorskip("transformers")
 
@@ -18,6 +20,7 @@ from rl.modules.llm import LLMMaskedCategorical, TransformersWrapper  # noqa: E4
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_llm import make_model, make_tokenizer  # noqa: E402
 
+META = torch.device("meta")  # a GPU's stand-in: see TestTransformersWrapperDevice
 PROMPTS = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "abcd"}]]
 CHATS = [
     [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
@@ -33,6 +36,20 @@ def tok():
 @pytest.fixture(scope="module")
 def model(tok):
     return make_model(tok)
+
+
+@pytest.fixture
+def meta_masks(monkeypatch):
+    """``transformers``' attention masks built without reading a ``meta`` mask's values (a
+    ``meta`` tensor counts as traced, as a tensor under ``torch.compile`` does)."""
+    import transformers.masking_utils as masking
+
+    traced = masking.is_tracing
+    monkeypatch.setattr(
+        masking,
+        "is_tracing",
+        lambda tensor=None: traced(tensor) or (tensor is not None and tensor.is_meta),
+    )
 
 
 def direct_log_probs(model, ids: torch.Tensor) -> torch.Tensor:
@@ -205,3 +222,161 @@ class TestTransformersWrapper:
         )
         with pytest.raises(ValueError, match="chat_template"):
             TransformersWrapper(model, tokenizer=bare)(td)
+
+
+def chats(device=None) -> TensorDict:
+    """``CHATS`` as the ``("history", "full")`` a scorer reads."""
+    history = ChatHistory(full=History.from_chats(CHATS), batch_size=(2,))
+    return TensorDict({"history": history}, batch_size=(2,), device=device)
+
+
+def prompts() -> TensorDict:
+    """``PROMPTS`` as the ``("history", "prompt")`` a generating wrapper reads."""
+    history = ChatHistory(prompt=History.from_chats(PROMPTS), batch_size=(2,))
+    return TensorDict({"history": history}, batch_size=(2,))
+
+
+OUTPUTS = [
+    ("tokens", "full"),
+    ("masks", "all_attention_mask"),
+    ("masks", "all_assistant_mask"),
+    ("log_probs", "full"),
+]
+GENERATED = [*OUTPUTS, ("tokens", "prompt"), ("tokens", "response"), ("log_probs", "response")]
+
+
+def devices(out: TensorDict, keys, pad_output: bool) -> set[torch.device]:
+    """The devices of the tensors at ``keys`` (of every row when not padded)."""
+    if pad_output:
+        return {out.get(key).device for key in keys}
+    return {row.device for key in keys for row in out.get(key, as_list=True)}
+
+
+class SpyLM(nn.Module):
+    """A causal LM's stand-in with one parameter on ``device``: records the devices of the
+    tensors it is called with and answers there (uniform logits). ``generate`` answers
+    ``max_new_tokens`` end-of-sequence tokens made on the CPU: the values a ``meta`` tensor
+    lacks (a model on a GPU answers there; the wrapper copies the answer back either way)."""
+
+    def __init__(self, tok, device=None) -> None:
+        super().__init__()
+        self.vocab, self.eos = len(tok), tok.eos_token_id
+        self.weight = nn.Parameter(torch.zeros(1, device=device))
+        self.seen: list[set[torch.device]] = []
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        self.seen.append({input_ids.device, attention_mask.device, position_ids.device})
+        logits = torch.zeros(*input_ids.shape, self.vocab, device=input_ids.device)
+        return SimpleNamespace(logits=logits)
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        self.seen.append({input_ids.device, attention_mask.device})
+        new = torch.full((input_ids.shape[0], max_new_tokens), self.eos)
+        return torch.cat([torch.zeros(input_ids.shape, dtype=torch.long), new], -1)
+
+
+class TestTransformersWrapperDevice:
+    """Where the wrapper computes and writes, as TorchRL's does: on its model's device (or
+    ``device``), or on the input tensordict's device when it has one. No GPU here: a model
+    on PyTorch's ``meta`` device stands for one (an op mixing a ``meta`` tensor with a
+    non-scalar CPU tensor fails as one mixing CUDA and the CPU does). Sampling needs
+    values, which ``meta`` lacks: generation runs a :class:`SpyLM` there."""
+
+    @pytest.mark.parametrize("pad_output", [True, False])
+    def test_scores_on_the_models_device(self, tok, model, meta_masks, pad_output):
+        on_meta = make_model(tok).to(META)
+        scorer = TransformersWrapper(on_meta, tokenizer=tok, generate=False, pad_output=pad_output)
+        out = scorer(chats())
+        assert devices(out, OUTPUTS, pad_output) == {META}
+        # the text is decoded from the tokenizer's rows, on the CPU
+        on_cpu = TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=pad_output)
+        expected = on_cpu(chats())
+        assert out["text", "full"] == expected["text", "full"]
+        assert (
+            out.get(("tokens", "full"), as_padded_tensor=True).shape
+            == expected.get(("tokens", "full"), as_padded_tensor=True).shape
+        )
+
+    @pytest.mark.parametrize("pad_output", [True, False])
+    def test_generates_on_the_models_device(self, tok, pad_output):
+        spy = SpyLM(tok, device=META)
+        policy = TransformersWrapper(
+            spy, tokenizer=tok, pad_output=pad_output, generate_kwargs={"max_new_tokens": 3}
+        )
+        out = policy(prompts())
+        assert spy.seen == [{META}, {META}]  # generate, then the scoring forward
+        assert devices(out, GENERATED, pad_output) == {META}
+        assert out["history", "response"][0, -1].content == ""  # the EOS, decoded on the CPU
+        assert out["history", "response"][0, -1].is_complete
+
+    @pytest.mark.parametrize("generate", [True, False])
+    def test_device_argument_is_honoured(self, tok, generate):
+        """``device`` wins over the parameters' device (which stay where they are)."""
+        spy = SpyLM(tok, device="cpu")
+        wrapper = TransformersWrapper(
+            spy, tokenizer=tok, generate=generate, pad_output=True, device="meta"
+        )
+        assert wrapper.device == META
+        out = wrapper(prompts() if generate else chats())
+        assert spy.seen and all(seen == {META} for seen in spy.seen)
+        assert devices(out, GENERATED if generate else OUTPUTS, True) == {META}
+        assert spy.weight.device == torch.device("cpu")
+
+    @pytest.mark.parametrize("inplace", [True, False])
+    def test_outputs_go_to_the_tensordicts_device(self, tok, model, inplace):
+        """Computed on the model's device (the CPU), written where the input lives."""
+        scorer = TransformersWrapper(model, tokenizer=tok, generate=False, inplace=inplace)
+        out = scorer(chats(device=META))
+        assert out.device == META
+        assert devices(out, OUTPUTS, False) == {META}
+
+    @pytest.mark.parametrize("mask_key", [None, ("masks", "all_assistant_mask"), "sft"])
+    def test_get_dist_on_the_models_device(self, tok, model, meta_masks, mask_key):
+        """A tensordict without a device (its tensors on the CPU, as the wrapper wrote them
+        there) is scored where the model is, and the distribution is there."""
+        if mask_key == "sft":  # the response's tokens: those past tokens.prompt
+            td = TransformersWrapper(
+                model, tokenizer=tok, pad_output=True, generate_kwargs={"max_new_tokens": 3}
+            )(prompts()).exclude(("masks", "all_assistant_mask"))
+        else:
+            td = TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True)(chats())
+        scorer = TransformersWrapper(
+            make_model(tok).to(META), tokenizer=tok, generate=False, pad_output=True
+        )
+        if mask_key == "sft":
+            dist = scorer._get_sft_dist(td)
+        else:
+            dist = scorer.get_dist(td, mask_key=mask_key)
+        assert dist.logits.device == dist.mask.device == META
+        assert dist.log_prob(td.get(("tokens", "full")).to(META)).device == META
+
+    @pytest.mark.parametrize("pad_output", [True, False])
+    @pytest.mark.parametrize("generate", [True, False])
+    def test_cpu_outputs_unchanged(self, tok, model, pad_output, generate):
+        """On the CPU, ``device="cpu"`` and the default write the same values there, and
+        the assistant's log-probs are those rl wrote before it honoured ``device``."""
+        kwargs = {"max_new_tokens": 4, "do_sample": False}
+        outs = [
+            TransformersWrapper(
+                model,
+                tokenizer=tok,
+                generate=generate,
+                pad_output=pad_output,
+                generate_kwargs=kwargs,
+                device=device,
+            )(prompts() if generate else chats())
+            for device in (None, "cpu")
+        ]
+        keys = GENERATED if generate else OUTPUTS
+        assert devices(outs[0], keys, pad_output) == {torch.device("cpu")}
+        for key in keys:
+            a, b = (o.get(key, as_padded_tensor=True) for o in outs)
+            assert torch.equal(a, b), key
+        if not generate:
+            lp = outs[0].get(("log_probs", "full"), as_padded_tensor=True)
+            asst = outs[0].get(("masks", "all_assistant_mask"), as_padded_tensor=True)
+            before = [[-4.5689, -4.6105, -4.5471], [-4.6424, -4.6823, -4.6816, -4.6391]]
+            for i, expected in enumerate(before):
+                torch.testing.assert_close(
+                    lp[i][asst[i]], torch.tensor(expected), atol=1e-4, rtol=0
+                )

@@ -14,6 +14,7 @@ from tensordict import (
     lazy_stack,
 )
 from tensordict.nn import TensorDictModuleBase
+from torch import nn
 
 from rl.data.llm import ChatHistory, History, LogProbs, Masks, Text, Tokens
 
@@ -61,7 +62,8 @@ class LLMWrapperBase(TensorDictModuleBase):
 
         ``logits[..., t, :]`` scores token ``t`` given the tokens before it. Positions
         counted: those of ``mask_key`` if given, else the attention mask without the first
-        token (which has no context).
+        token (which has no context). The distribution lives where the wrapper writes its
+        outputs: on ``tensordict``'s device when it has one, else on the model's.
         """
         tokens, attention = self._full_tokens(tensordict)
         logits = self._logits(tokens, attention)
@@ -70,7 +72,7 @@ class LLMWrapperBase(TensorDictModuleBase):
         else:
             mask = attention.bool().clone()
         mask[..., 0] = False
-        return LLMMaskedCategorical(logits, mask & attention.bool())
+        return _masked_dist(tensordict, logits, mask & attention.bool())
 
     def _get_sft_dist(self, tensordict: TensorDictBase, **kwargs) -> LLMMaskedCategorical:
         """Distribution scoring the response: the assistant's tokens
@@ -80,10 +82,10 @@ class LLMWrapperBase(TensorDictModuleBase):
         if prompt is None or asst_key in tensordict.keys(True):
             return self._get_rlhf_dist(tensordict)
         tokens, attention = self._full_tokens(tensordict)
-        plen = _row_lengths(prompt, tensordict, (*_as_tuple(self.tokens_key), "prompt"))
+        plen = _row_lengths(tensordict, (*_as_tuple(self.tokens_key), "prompt"), tokens.device)
         pos = torch.arange(tokens.shape[-1], device=tokens.device)
         mask = attention.bool() & (pos >= plen.unsqueeze(-1))
-        return LLMMaskedCategorical(self._logits(tokens, attention), mask)
+        return _masked_dist(tensordict, self._logits(tokens, attention), mask)
 
     def _get_rlhf_dist(self, tensordict: TensorDictBase, **kwargs) -> LLMMaskedCategorical:
         """Distribution scoring the assistant's tokens (``masks.all_assistant_mask``)."""
@@ -103,8 +105,8 @@ class LLMWrapperBase(TensorDictModuleBase):
         mask_key = (*_as_tuple(self.masks_key), "all_attention_mask")
         attention = tensordict.get(mask_key, None, as_padded_tensor=True, padding_value=0)
         if attention is None:
-            lengths = _row_lengths(tokens, tensordict, key)
-            attention = torch.arange(tokens.shape[-1]) < lengths.unsqueeze(-1)
+            lengths = _row_lengths(tensordict, key, tokens.device)
+            attention = torch.arange(tokens.shape[-1], device=tokens.device) < lengths.unsqueeze(-1)
         return tokens.long(), attention.long()
 
 
@@ -112,9 +114,19 @@ def _as_tuple(key: NestedKey) -> tuple:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
-def _row_lengths(value: torch.Tensor, tensordict: TensorDictBase, key) -> torch.Tensor:
-    """Lengths of the rows at ``key`` (their own lengths when stacked lazily)."""
-    return torch.tensor([r.shape[-1] for r in _rows(tensordict, key)])
+def _row_lengths(tensordict: TensorDictBase, key, device: torch.device) -> torch.Tensor:
+    """Lengths of the rows at ``key`` (their own lengths when stacked lazily), on ``device``."""
+    return torch.tensor([r.shape[-1] for r in _rows(tensordict, key)], device=device)
+
+
+def _masked_dist(
+    tensordict: TensorDictBase, logits: torch.Tensor, mask: torch.Tensor
+) -> LLMMaskedCategorical:
+    """The distribution of ``logits`` ``[B, T, C]`` over the positions of ``mask``
+    ``[B, T]``, where TorchRL's wrappers put their outputs: on ``tensordict``'s device when
+    it has one, else where the model computed ``logits``."""
+    device = logits.device if tensordict.device is None else tensordict.device
+    return LLMMaskedCategorical(logits.to(device), mask.to(device))
 
 
 def _rows(tensordict: TensorDictBase, key) -> list[torch.Tensor]:
@@ -151,6 +163,12 @@ class TransformersWrapper(LLMWrapperBase):
         pad_output (bool): write padded ``[B, T]`` tensors (right padding, ``padded=True``)
             instead of a lazy stack of rows of their own length. Defaults to ``False``.
         inplace (bool, optional): write into the input tensordict (default) or a new one.
+        device (torch.device, optional): where the model computes: the tokens and
+            attention masks are moved there before each call of the model (``forward``,
+            ``generate``), and the tokens, masks and log-probabilities written are there
+            too, unless the input tensordict has a device, to which they are then moved (as
+            TorchRL's wrapper moves them). Defaults to the device of the model's parameters
+            (TorchRL moves nothing then: its model must be on the CPU).
         return_log_probs (bool, optional): also write log-probabilities when generating
             (always in scoring mode). Defaults to ``True``.
         chat_template_name, chat_template: the chat template for history inputs.
@@ -212,7 +230,7 @@ class TransformersWrapper(LLMWrapperBase):
         self.tokenizer_kwargs = dict(tokenizer_kwargs or {})
         self.pad_output = pad_output
         self.inplace = True if inplace is None else inplace
-        self.device = device
+        self.device = None if device is None else torch.device(device)
         self.return_log_probs = True if return_log_probs is None else return_log_probs
         self.chat_template_name = chat_template_name
         self.chat_template = chat_template
@@ -225,13 +243,25 @@ class TransformersWrapper(LLMWrapperBase):
 
     # ------------------------------------------------------------------ model calls
     def _logits(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``[B, T, C]`` logits aligned with ``tokens``: row ``t`` scores token ``t``."""
+        """``[B, T, C]`` logits aligned with ``tokens``: row ``t`` scores token ``t``
+        (computed on the model's device, where ``tokens`` and the mask are moved)."""
         self._check_length(tokens.shape[-1], "full")
+        device = self._model_device()
+        tokens, attention_mask = tokens.to(device), attention_mask.to(device)
         positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
         logits = self.model(
             input_ids=tokens, attention_mask=attention_mask, position_ids=positions
         ).logits
         return torch.cat([torch.zeros_like(logits[..., :1, :]), logits[..., :-1, :]], -2)
+
+    def _model_device(self) -> torch.device:
+        """Where the model computes: ``device`` if given, else its parameters' device (the
+        CPU for a model without parameters)."""
+        if self.device is not None:
+            return self.device
+        params = self.model.parameters() if isinstance(self.model, nn.Module) else iter(())
+        first = next(params, None)
+        return torch.device("cpu") if first is None else first.device
 
     def _check_length(self, length: int, field: str) -> None:
         if self.max_length is not None and length > self.max_length:
@@ -301,10 +331,14 @@ class TransformersWrapper(LLMWrapperBase):
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
     def _generate(self, rows: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The responses to the prompts ``rows`` (each ``[n_i]``), sampled by the model on
+        its device, as rows on the prompts' device, each cut after its first
+        end-of-sequence token (or before its first padding token)."""
         width = max(r.numel() for r in rows)
         pad_id = self._pad_id()
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        att = torch.zeros((len(rows), width), dtype=torch.long)
+        host = rows[0].device
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=host)
+        att = torch.zeros((len(rows), width), dtype=torch.long, device=host)
         for i, r in enumerate(rows):  # left padding: every prompt ends where generation starts
             ids[i, width - r.numel() :] = r
             att[i, width - r.numel() :] = 1
@@ -312,10 +346,12 @@ class TransformersWrapper(LLMWrapperBase):
         kwargs.setdefault("pad_token_id", pad_id)
         if self.max_length is not None:
             kwargs["max_new_tokens"] = min(kwargs["max_new_tokens"], self.max_length - width)
-        out = self.model.generate(input_ids=ids, attention_mask=att, **kwargs)
+        device = self._model_device()
+        out = self.model.generate(input_ids=ids.to(device), attention_mask=att.to(device), **kwargs)
         responses = []
         eos = getattr(self.tokenizer, "eos_token_id", None) if self.tokenizer is not None else None
-        for seq in out[:, width:]:
+        # one copy back: the cuts read the tokens' values, and the text is decoded from them
+        for seq in out[:, width:].to(host):
             keep = seq.numel()
             if eos is not None and (seq == eos).any():
                 keep = int((seq == eos).nonzero()[0]) + 1
@@ -340,22 +376,28 @@ class TransformersWrapper(LLMWrapperBase):
             raise ValueError(
                 f"read {len(rows)} prompts for a tensordict of batch {tuple(td.batch_size)}"
             )
+        device = self._model_device()
         if self.generate:
             prompts = rows
             responses = self._generate(prompts)
             fulls = [torch.cat([p, r]) for p, r in zip(prompts, responses)]
-            assistant = [torch.arange(f.numel()) >= p.numel() for p, f in zip(prompts, fulls)]
         else:
             fulls = rows
             prompts = responses = None
-            assistant = extra.get("assistant")
+        # the rows (where they were read: the text is decoded from them) padded on the
+        # right, then moved to the model's device: one copy each
+        tokens = _right_pad(fulls, self._pad_id()).to(device)
+        positions = torch.arange(tokens.shape[-1], device=device)
+        lengths = torch.tensor([f.numel() for f in fulls], device=device)
+        attention = (positions < lengths.unsqueeze(-1)).long()
+        if self.generate:  # the response's tokens
+            plens = torch.tensor([p.numel() for p in prompts], device=device)
+            assistant = attention.bool() & (positions >= plens.unsqueeze(-1))
+        elif "assistant" in extra:
+            assistant = _right_pad(extra["assistant"], False).to(device)
+        else:
+            assistant = None
         out = td if self.inplace else td.empty()
-        width = max(f.numel() for f in fulls)
-        tokens = torch.zeros(len(fulls), width, dtype=torch.long).fill_(self._pad_id())
-        attention = torch.zeros(len(fulls), width, dtype=torch.long)
-        for i, f in enumerate(fulls):
-            tokens[i, : f.numel()] = f
-            attention[i, : f.numel()] = 1
         logp = None
         if self.return_log_probs or not self.generate:
             grad = torch.is_grad_enabled() and not self.generate
@@ -363,25 +405,23 @@ class TransformersWrapper(LLMWrapperBase):
                 logits = self._logits(tokens, attention)
                 dist = LLMMaskedCategorical(logits, _no_first(attention.bool()))
                 logp = dist.log_prob(tokens)
-        self._write(out, td, extra, prompts, responses, fulls, attention, assistant, logp)
+        self._write(out, extra, prompts, responses, fulls, tokens, attention, assistant, logp)
         if not tensordict.batch_dims:
             out = out.squeeze(0)
         return out
 
-    def _write(self, out, td, extra, prompts, responses, fulls, attention, assistant, logp):
+    def _write(self, out, extra, prompts, responses, fulls, tokens, attention, assistant, logp):
+        """Writes the containers into ``out``: the tensors cut from ``tokens``,
+        ``attention``, ``assistant`` and ``logp`` (``[B, T]``, right-padded, on the model's
+        device; ``out`` moves them to its own device if it has one), the text decoded from
+        the rows ``prompts``, ``responses`` and ``fulls`` (``None`` when scoring)."""
         n = len(fulls)
         lengths = [f.numel() for f in fulls]
 
         def rows_or_pad(values, fill=0):
             if values is None:
                 return None
-            if self.pad_output:
-                width = max(v.numel() for v in values)
-                res = torch.full((n, width), fill, dtype=values[0].dtype)
-                for i, v in enumerate(values):
-                    res[i, : v.numel()] = v
-                return res
-            return values
+            return _right_pad(values, fill) if self.pad_output else values
 
         def container(cls, **fields):
             if self.pad_output:
@@ -397,12 +437,18 @@ class TransformersWrapper(LLMWrapperBase):
                 )
             return lazy_stack(rows)
 
-        plens = [p.numel() for p in prompts] if prompts is not None else None
-        log_rows = [logp[i, : lengths[i]] for i in range(n)] if logp is not None else None
-        tok_fields = {"full": fulls}
+        def cut(padded):
+            return None if padded is None else [padded[i, :k] for i, k in enumerate(lengths)]
+
+        full_rows, log_rows = cut(tokens), cut(logp)
+        tok_fields = {"full": full_rows}
         lp_fields = {"full": log_rows}
         if prompts is not None:
-            tok_fields.update(prompt=prompts, response=responses)
+            plens = [p.numel() for p in prompts]
+            tok_fields.update(
+                prompt=[f[:p] for f, p in zip(full_rows, plens)],
+                response=[f[p:] for f, p in zip(full_rows, plens)],
+            )
             if log_rows is not None:
                 lp_fields.update(
                     prompt=[lr[:p] for lr, p in zip(log_rows, plens)],
@@ -412,14 +458,12 @@ class TransformersWrapper(LLMWrapperBase):
             self.tokens_key,
             container(Tokens, **{k: rows_or_pad(v, self._pad_id()) for k, v in tok_fields.items()}),
         )
-        att_rows = [attention[i, : lengths[i]].bool() for i in range(n)]
-        asst_rows = assistant if assistant is not None else None
         out.set(
             self.masks_key,
             container(
                 Masks,
-                all_attention_mask=rows_or_pad(att_rows),
-                all_assistant_mask=rows_or_pad(asst_rows),
+                all_attention_mask=rows_or_pad(cut(attention.bool())),
+                all_assistant_mask=rows_or_pad(cut(assistant)),
             ),
         )
         if log_rows is not None:
@@ -458,6 +502,16 @@ class TransformersWrapper(LLMWrapperBase):
                 ]
             ).unsqueeze(-1)
             out.set(self.history_key, ChatHistory(prompt=prompt_h, response=resp, batch_size=(n,)))
+
+
+def _right_pad(rows: list[torch.Tensor], fill) -> torch.Tensor:
+    """The rows ``[n_i]`` as one ``[B, max n_i]`` tensor (their dtype, on their device),
+    right-padded with ``fill``."""
+    width = max(r.numel() for r in rows)
+    out = torch.full((len(rows), width), fill, dtype=rows[0].dtype, device=rows[0].device)
+    for i, r in enumerate(rows):
+        out[i, : r.numel()] = r
+    return out
 
 
 def _no_first(mask: torch.Tensor) -> torch.Tensor:

@@ -5,12 +5,12 @@ As in ``tests/test_examples_device_offpolicy.py``, this machine has no GPU, so t
 scripts' pieces are built on PyTorch's ``meta`` device, where an operation that meets a
 non-scalar CPU tensor fails as it does on CUDA, and everything they own and make must be
 there. A meta tensor has no values, so what reads one on the host cannot run there:
-rl's eager rollout loop reads each step's done flags (the imagination of dreamer's actor
-loss, the candidates of mpc's planners), mcts's search branches on its trees, a native
-env draws from a ``torch.Generator`` (which has no meta kind) and ``StepCounter`` checks
-its spec's bounds. Those parts are checked where they can be (a compiled dreamer update
-traces the imagination; one imagined or expanded step) and run whole by the ``gpu``
-tests at the end, on a GPU.
+rl's rollout loop reads each step's done flags (the candidates of mpc's planners; not
+dreamer's imagination, whose model env declares a constant ``any_done``), mcts's search
+branches on its trees, a native env draws from a ``torch.Generator`` (which has no meta
+kind) and ``StepCounter`` checks its spec's bounds. Those parts are checked where they
+can be (one imagined or expanded step) and run whole by the ``gpu`` tests at the end, on
+a GPU.
 """
 
 from __future__ import annotations
@@ -121,16 +121,10 @@ def test_dreamer_acts_and_models_on_the_device(dreamer):
     assert grads and all(g.device == META for g in grads)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="rl-envs engine/_loop.py (run_rollout, line 447) reads bool(done.any()) at every "
-    "step of an eager rollout, even with break_when_any_done=False and for DreamerEnv, "
-    "whose constant done (_constant_any_done) only the traced rollout (envs/_rollout.py) "
-    "asks: a host sync per imagined step, impossible on meta and refused inside a CUDA "
-    "graph capture (so dreamer.py's --cudagraphs needs --compile)",
-)
 def test_dreamer_eager_update_runs_on_the_device(dreamer):
+    """DreamerV3's eager update on the device: the imagination's rollout asks the model
+    env's declared constant ``any_done`` instead of reading each step's done flags (no
+    host read, which meta cannot do and a CUDA graph capture refuses)."""
     cfg = dreamer.Config(device="meta", **TINY_DREAMER)
     _, agent, optimizers, losses = dreamer_learner(dreamer, cfg)
     step = dreamer.make_update(agent, optimizers, cfg)

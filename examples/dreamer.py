@@ -24,8 +24,9 @@ world model filtered over the replayed sequences, the imagination rollout in the
 env inside the actor loss, the critic's loss, the gradients, each optimiser's clipping
 and Adam step and the slow critic's moving average; the acting step (the RSSM filter and
 the actor) is compiled too, once for exploration and once for evaluation.
-``--cudagraphs`` captures the compiled update in a CUDA graph (with ``--device cuda`` and
-``--compile``: the eager imagination rollout reads its done flags on the host).
+``--cudagraphs`` (with ``--device cuda``) captures the update, compiled or eager, in a
+CUDA graph (the imagination env declares that it is never done: its rollout reads no
+done flag on the host).
 
 ``--device cuda`` puts the networks, the losses, the update step and the replay buffer on
 the GPU; the gymnasium environments stay on the CPU, a ``DeviceCastTransform`` moving
@@ -202,7 +203,7 @@ class Config:
     """torch.compile the whole update (world model, imagination, actor and critic
     losses, gradients, clipping, Adam, slow critic) as one graph, and the acting step."""
     cudagraphs: bool = False
-    """Capture the update in a CUDA graph (needs ``--device cuda`` and ``--compile``)."""
+    """Capture the update, compiled or eager, in a CUDA graph (needs ``--device cuda``)."""
     device: str = "cpu"
     """Where the networks, the losses, the update step and the replay buffer live:
     ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments
@@ -583,13 +584,6 @@ def main(cfg: Config) -> dict:
     eval_env.set_seed(cfg.seed + 1000)
 
     check_cudagraphs(cfg.cudagraphs)
-    if cfg.cudagraphs and not cfg.compile:
-        raise ValueError(
-            "dreamer.py captures its update in a CUDA graph only with --compile: eager, the "
-            "imagination's env.rollout reads each step's done flags on the host (a device "
-            "sync, which a CUDA graph capture refuses); compiled, the imagination env's "
-            "constant done is traced instead; run with --compile --cudagraphs"
-        )
     agent = make_agent(cfg, env)
     agent["act"] = make_act(agent, cfg.compile)
     optimizers = make_optimizers(cfg, agent)

@@ -148,13 +148,30 @@ def test_dreamer_compiled_update_lives_on_the_device(dreamer):
     assert_all_on_meta(losses, optimizers.values(), logs)
 
 
-def test_dreamer_cudagraphs_needs_compile(dreamer, monkeypatch, tmp_path):
-    from _compile_checks import cuda_graphs_on_cpu
+def test_dreamer_eager_update_in_a_cuda_graph(dreamer, monkeypatch, tmp_path):
+    """``--cudagraphs`` without ``--compile``: the eager update (its imagination rollout
+    reads no done flag on the host) in a CUDA graph, on CPU with ``StrictCudaGraphs``
+    standing in for ``CudaGraphModule``: called as the real one requires, replayed after
+    its warm-up calls, and the same losses as the run without it."""
+    from _compile_checks import StrictCudaGraphs, cuda_graphs_on_cpu
 
-    cuda_graphs_on_cpu(monkeypatch)  # past the missing CUDA device, to this script's check
-    cfg = dreamer.Config(**TINY_DREAMER, cudagraphs=True, log_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="CUDA graph only with --compile: eager, the imagin"):
-        dreamer.main(cfg)
+    tiny = dict(
+        **TINY_DREAMER,
+        total_frames=600,
+        init_random_frames=200,
+        train_every=25,  # 12 updates: 10 warm-up calls, then replays
+        eval_every=10**6,
+        eval_episodes=1,
+    )
+    plain = dreamer.main(dreamer.Config(**tiny, log_dir=str(tmp_path / "plain")))
+    cuda_graphs_on_cpu(monkeypatch)
+    StrictCudaGraphs.made.clear()
+    cfg = dreamer.Config(**tiny, cudagraphs=True, log_dir=str(tmp_path / "graphed"))
+    graphed = dreamer.main(cfg)
+    assert cfg.compile is False and graphed["updates"] == plain["updates"] == 12
+    (graph,) = StrictCudaGraphs.made
+    assert graph.calls == 12 and graph.replays == 2
+    assert graphed["history"] == plain["history"]
 
 
 # ---------------------------------------------------------------- mpc.py
@@ -301,9 +318,10 @@ def test_a_cuda_device_this_machine_lacks_stops_the_script_at_the_start(script, 
 
 @pytest.mark.gpu
 @cuda
-def test_dreamer_cudagraphs_on_the_gpu_learns_a_world_model(tmp_path):
-    """DreamerV3 with its compiled update captured in a CUDA graph (past its 10 warm-up
-    calls): the world-model loss falls, the returns are Pendulum's (finite, <= 0)."""
+@pytest.mark.parametrize("compile", [True, False], ids=["compiled", "eager"])
+def test_dreamer_cudagraphs_on_the_gpu_learns_a_world_model(compile, tmp_path):
+    """DreamerV3 with its update, compiled or eager, captured in a CUDA graph (past its 10
+    warm-up calls): the world-model loss falls, the returns are Pendulum's (finite, <= 0)."""
     dreamer = load("dreamer")
     cfg = dreamer.Config(
         **TINY_DREAMER,
@@ -315,7 +333,7 @@ def test_dreamer_cudagraphs_on_the_gpu_learns_a_world_model(tmp_path):
         eval_episodes=1,
         log_dir=str(tmp_path),
         device="cuda",
-        compile=True,
+        compile=compile,
         cudagraphs=True,
     )
     out = dreamer.main(cfg)

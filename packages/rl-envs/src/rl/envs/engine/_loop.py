@@ -221,6 +221,13 @@ def declared_any_done(env: EnvBase, tensordict: TensorDictBase) -> bool | None:
 
     Raises:
         TypeError: the declaring env's ``any_done`` returned something else than a bool.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv
+        >>> from rl.envs.engine import declared_any_done
+        >>> env = PendulumEnv()
+        >>> declared_any_done(env, env.reset()) is None  # an ordinary env: flags are read
+        True
     """
     if not env._constant_any_done:
         return None

@@ -9,7 +9,8 @@ an actor trained on percentile-normalised lambda returns. ``--version 1`` is Dre
 Each update: a batch of replayed sequences is filtered through the RSSM (world-model
 loss); from every posterior latent the actor imagines ``imagination-horizon`` steps in
 the model (``rl.envs.DreamerEnv``) and climbs the lambda return the critic bootstraps.
-The agent acts by filtering its observations through the same RSSM. The defaults are a
+The agent acts by filtering its observations through the same RSSM (its networks, world
+model, imagination env, losses and acting step: ``_dreamer_agent.py``). The defaults are a
 CPU-sized model (DreamerV3's smallest, "XS", has 12M parameters; this one 0.14M: width
 64, belief 64, 8x8 categoricals) with one update of 16 x 16 replayed steps every 10
 agent steps, imagining 15 steps from 128 of the batch's latents; the critic is also
@@ -24,9 +25,9 @@ world model filtered over the replayed sequences, the imagination rollout in the
 env inside the actor loss, the critic's loss, the gradients, each optimiser's clipping
 and Adam step and the slow critic's moving average; the acting step (the RSSM filter and
 the actor) is compiled too, once for exploration and once for evaluation.
-``--cudagraphs`` captures the compiled update in a CUDA graph (with ``--device cuda`` and
-``--compile``: the eager imagination rollout reads its done flags on the host).
-
+``--cudagraphs`` (with ``--device cuda``) captures the update, compiled or eager, in a
+CUDA graph (the imagination env declares that it is never done: its rollout reads no
+done flag on the host).
 ``--device cuda`` puts the networks, the losses, the update step and the replay buffer on
 the GPU; the gymnasium environments stay on the CPU, a ``DeviceCastTransform`` moving
 what they return to the GPU and the actions back, so the agent acts there too.
@@ -47,54 +48,18 @@ from typing import Literal
 import torch
 import tyro
 from tensordict import TensorDict
-from tensordict.nn import (
-    ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
-    TensorDictModule,
-    TensorDictSequential,
-)
-from torch import nn
 
-from rl.core import Composite, ExplorationType, Unbounded, seed_everything, set_exploration_type
+from rl.core import ExplorationType, seed_everything, set_exploration_type
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from rl.envs import (
     ActionScaling,
     DeviceCastTransform,
-    DreamerEnv,
     GymEnv,
     Resize,
     ToTensorImage,
     TransformedEnv,
 )
-from rl.modules import (
-    MLP,
-    DreamerActor,
-    DreamerV3ImageDecoder,
-    DreamerV3ImageEncoder,
-    DreamerV3MLP,
-    ObsDecoder,
-    ObsEncoder,
-    RSSMPosterior,
-    RSSMPosteriorV3,
-    RSSMPrior,
-    RSSMPriorV3,
-    RSSMRollout,
-    RSSMRolloutV3,
-    SymExpTwoHot,
-    TanhNormal,
-    symlog,
-)
-from rl.objectives import (
-    DreamerActorLoss,
-    DreamerModelLoss,
-    DreamerV3ActorLoss,
-    DreamerV3ModelLoss,
-    DreamerV3ValueLoss,
-    DreamerValueLoss,
-    SoftUpdate,
-)
-from rl.objectives.value import ValueEstimators
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
@@ -102,9 +67,9 @@ from _common import (  # noqa: E402
     UpdateStep,
     check_cudagraphs,
     finish_run,
-    own_compiled,
     resolve_device,
 )
+from _dreamer_agent import make_act, make_agent  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -202,7 +167,7 @@ class Config:
     """torch.compile the whole update (world model, imagination, actor and critic
     losses, gradients, clipping, Adam, slow critic) as one graph, and the acting step."""
     cudagraphs: bool = False
-    """Capture the update in a CUDA graph (needs ``--device cuda`` and ``--compile``)."""
+    """Capture the update, compiled or eager, in a CUDA graph (needs ``--device cuda``)."""
     device: str = "cpu"
     """Where the networks, the losses, the update step and the replay buffer live:
     ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments
@@ -225,248 +190,6 @@ def make_env(cfg: Config):
     if device.type != "cpu":
         env.append_transform(DeviceCastTransform(device))
     return env
-
-
-class Symlog(nn.Module):
-    """``symlog`` as a module: DreamerV3 squashes vector observations before encoding."""
-
-    def forward(self, x):
-        return symlog(x)
-
-
-class V3Actor(nn.Module):
-    """DreamerV3's continuous actor: a normal whose std is squashed into ``[0.1, 1]``."""
-
-    def __init__(self, in_features: int, action_dim: int, cfg: Config) -> None:
-        super().__init__()
-        self.mlp = DreamerV3MLP(in_features, 2 * action_dim, depth=2, num_cells=cfg.hidden)
-
-    def forward(self, state, belief):
-        loc, scale = self.mlp(state, belief).chunk(2, -1)
-        return loc, 0.9 * torch.sigmoid(scale + 2.0) + 0.1
-
-
-class TwoHotHead(nn.Module):
-    """A DreamerV3 MLP on the latents giving the logits of ``bins`` two-hot bins."""
-
-    def __init__(self, in_features: int, cfg: Config, bins: int = 255) -> None:
-        super().__init__()
-        self.mlp = DreamerV3MLP(in_features, bins, depth=2, num_cells=cfg.hidden, outscale=0.0)
-
-    def forward(self, state, belief):
-        return self.mlp(state, belief)
-
-
-def make_agent(cfg: Config, env) -> dict:
-    """The networks, the world model, the imagination env and the three losses. The
-    networks are initialised on the CPU (the same weights on every device), then moved
-    to ``cfg.device``, where the imagination env and the losses (their own tensors) are
-    built."""
-    device = resolve_device(cfg.device)
-    obs_key = "pixels" if cfg.from_pixels else "observation"
-    obs_shape = env.observation_spec[obs_key].shape
-    act_dim = env.action_spec.shape[-1]
-    nx = lambda key: ("next", key)  # noqa: E731
-    elu_mlp = lambda i, o: MLP(i, o, depth=2, num_cells=cfg.hidden, activation_class=nn.ELU)  # noqa: E731
-    v3 = cfg.version == 3
-    stoch = cfg.num_categoricals * cfg.num_classes if v3 else cfg.state_dim
-    latent = stoch + cfg.rnn_hidden
-
-    # encoder / decoder of the observation
-    if cfg.from_pixels and v3:
-        encoder = DreamerV3ImageEncoder(depth=cfg.depth, mults=(1, 2, 4, 8))
-        embed = encoder.output_features(obs_shape)
-        decoder = DreamerV3ImageDecoder(
-            latent, image_shape=obs_shape, depth=cfg.depth, mults=(1, 2, 4, 8)
-        )
-    elif cfg.from_pixels:
-        encoder = ObsEncoder(channels=cfg.depth)
-        embed = encoder(torch.zeros(1, *obs_shape)).shape[-1]
-        decoder = ObsDecoder(channels=cfg.depth)
-    elif v3:  # vector observations enter the encoder in symlog space
-        encoder = nn.Sequential(
-            Symlog(), DreamerV3MLP(obs_shape[-1], None, depth=2, num_cells=cfg.hidden)
-        )
-        embed = cfg.hidden
-        decoder = DreamerV3MLP(latent, obs_shape[-1], depth=2, num_cells=cfg.hidden)
-    else:
-        encoder, embed = elu_mlp(obs_shape[-1], cfg.hidden), cfg.hidden
-        decoder = elu_mlp(latent, obs_shape[-1])
-
-    # the RSSM, the reward head, the actor and the critic
-    if v3:
-        prior = RSSMPriorV3(
-            action_shape=(act_dim,),
-            hidden_dim=cfg.hidden,
-            rnn_hidden_dim=cfg.rnn_hidden,
-            num_categoricals=cfg.num_categoricals,
-            num_classes=cfg.num_classes,
-            action_dim=act_dim,
-            recurrent_model="block_gru",
-            unimix=cfg.unimix,
-        )
-        posterior = RSSMPosteriorV3(
-            hidden_dim=cfg.hidden,
-            num_categoricals=cfg.num_categoricals,
-            num_classes=cfg.num_classes,
-            rnn_hidden_dim=cfg.rnn_hidden,
-            obs_embed_dim=embed,
-            use_rms_norm=True,
-            unimix=cfg.unimix,
-        )
-        reward_net, two_hot = TwoHotHead(latent, cfg), SymExpTwoHot(255)
-        value = TensorDictSequential(
-            TensorDictModule(TwoHotHead(latent, cfg), ["state", "belief"], ["state_value_logits"]),
-            TensorDictModule(two_hot, ["state_value_logits"], ["state_value"]),
-        )
-        actor_net = V3Actor(latent, act_dim, cfg)
-        prior_out = ["prior_logits", "state", "belief"]
-        posterior_out = ["posterior_logits", "state"]
-    else:
-        prior = RSSMPrior(
-            env.action_spec,
-            hidden_dim=cfg.hidden,
-            rnn_hidden_dim=cfg.rnn_hidden,
-            state_dim=cfg.state_dim,
-            action_dim=act_dim,
-        )
-        posterior = RSSMPosterior(
-            hidden_dim=cfg.hidden,
-            state_dim=cfg.state_dim,
-            rnn_hidden_dim=cfg.rnn_hidden,
-            obs_embed_dim=embed,
-        )
-        reward_net = elu_mlp(latent, 1)
-        value = TensorDictModule(elu_mlp(latent, 1), ["state", "belief"], ["state_value"])
-        actor_net = DreamerActor(act_dim, depth=2, num_cells=cfg.hidden)
-        actor_net(torch.zeros(1, stoch), torch.zeros(1, cfg.rnn_hidden))  # lazy layers
-        if cfg.from_pixels:
-            decoder(torch.zeros(1, stoch), torch.zeros(1, cfg.rnn_hidden))
-        prior_out = ["prior_mean", "prior_std", "state", "belief"]
-        posterior_out = ["posterior_mean", "posterior_std", "state"]
-    actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(actor_net, ["state", "belief"], ["loc", "scale"]),
-        ProbabilisticTensorDictModule(["loc", "scale"], ["action"], distribution_class=TanhNormal),
-    )
-
-    def reward_head(key):
-        """The reward head on the latents under ``key(...)`` (the root or ``"next"``)."""
-        if not v3:
-            return [TensorDictModule(reward_net, [key("state"), key("belief")], [key("reward")])]
-        return [
-            TensorDictModule(reward_net, [key("state"), key("belief")], [key("reward_logits")]),
-            TensorDictModule(two_hot, [key("reward_logits")], [key("reward")]),
-        ]
-
-    # the world model on replayed sequences: encode, filter through the RSSM, decode
-    rollout_cls = RSSMRolloutV3 if v3 else RSSMRollout
-    world_model = TensorDictSequential(
-        TensorDictModule(encoder, [nx(obs_key)], [nx("encoded_latents")]),
-        rollout_cls(
-            TensorDictModule(prior, ["state", "belief", "action"], [nx(k) for k in prior_out]),
-            TensorDictModule(
-                posterior, [nx("belief"), nx("encoded_latents")], [nx(k) for k in posterior_out]
-            ),
-        ),
-        TensorDictModule(decoder, [nx("state"), nx("belief")], [nx("reco_" + obs_key)]),
-        *reward_head(nx),
-    )
-
-    # the networks on the device; there the imagination env and the losses make their tensors
-    for net in (world_model, actor, value):
-        net.to(device)
-    with torch.device(device):
-        # imagination: the prior and the reward head stepped from posterior latents
-        unused = ["_" + k for k in prior_out[:-2]]
-        model_env = DreamerEnv(
-            TensorDictSequential(
-                TensorDictModule(
-                    prior, ["state", "belief", "action"], [*unused, "state", "belief"]
-                ),
-                *reward_head(lambda k: k),
-            ),
-            prior_shape=(stoch,),
-            belief_shape=(cfg.rnn_hidden,),
-            device=device,
-        )
-        latents = dict(state=Unbounded(stoch), belief=Unbounded(cfg.rnn_hidden))
-        model_env.observation_spec = Composite(**latents)
-        model_env.state_spec = Composite(**latents)
-        model_env.action_spec = Unbounded(act_dim)
-        model_env.reward_spec = Unbounded(1)
-
-        if v3:
-            model_loss = DreamerV3ModelLoss(
-                world_model,
-                kl_mode="separate",
-                lambda_dynamic=cfg.kl_dynamic,
-                lambda_representation=cfg.kl_representation,
-                unimix=cfg.unimix,
-                free_bits=cfg.free_bits,
-                reco_symlog=not cfg.from_pixels,
-            )
-            actor_loss = DreamerV3ActorLoss(
-                actor,
-                value,
-                model_env,
-                imagination_horizon=cfg.imagination_horizon,
-                entropy_bonus=cfg.entropy_bonus,
-            )
-            value_loss = DreamerV3ValueLoss(
-                value,
-                value_loss="two_hot",
-                actor_loss=actor_loss,
-                slow_critic_regularization=cfg.slow_critic_regularization,
-            )
-        else:
-            model_loss = DreamerModelLoss(world_model, free_nats=cfg.free_bits)
-            actor_loss = DreamerActorLoss(
-                actor, value, model_env, imagination_horizon=cfg.imagination_horizon
-            )
-            value_loss = DreamerValueLoss(value, gamma=cfg.gamma)
-        model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
-        actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=cfg.gamma, lmbda=cfg.lmbda)
-        return dict(
-            obs_key=obs_key,
-            encoder=encoder,
-            prior=prior,
-            posterior=posterior,
-            actor=actor,
-            world_model=world_model,
-            model_loss=model_loss,
-            actor_loss=actor_loss,
-            value_loss=value_loss,
-            value=value,
-            stoch=stoch,
-            device=device,
-            slow_critic=(
-                SoftUpdate(value_loss, tau=cfg.slow_critic_tau)
-                if v3 and cfg.slow_critic_regularization > 0
-                else None
-            ),
-        )
-
-
-def make_act(agent: dict, compile: bool) -> dict:
-    """The acting step ``(state, belief, action, obs) -> (state, belief, action)``: the
-    belief from the previous latent and action, the posterior of the new observation, the
-    actor's action on that latent; one per mode (``play`` runs it under that mode's
-    exploration type: sampled when exploring, the mode in evaluation), each compiled once
-    with ``compile``."""
-    prior, posterior, encoder, actor = (
-        agent["prior"],
-        agent["posterior"],
-        agent["encoder"],
-        agent["actor"],
-    )
-
-    def act(state, belief, action, obs):
-        belief = prior(state, belief, action)[-1]
-        state = posterior(belief, encoder(obs.unsqueeze(0)).squeeze(0))[-1]
-        action = actor(TensorDict(state=state, belief=belief))["action"]
-        return state, belief, action
-
-    return {mode: own_compiled(act, compile) if compile else act for mode in ("explore", "eval")}
 
 
 @torch.no_grad()
@@ -511,12 +234,8 @@ def make_update(agent: dict, optimizers: dict, cfg: Config) -> UpdateStep:
     detached), each optimiser's gradients clipped on their own, its Adam step, and the
     slow critic's moving average; one graph with ``cfg.compile``. The batch, the initial
     latents and the imagination's random starts are on the agent's device."""
-
-    model_loss, actor_loss, value_loss = (
-        agent["model_loss"],
-        agent["actor_loss"],
-        agent["value_loss"],
-    )
+    model_loss, actor_loss = agent["model_loss"], agent["actor_loss"]
+    value_loss = agent["value_loss"]
     stoch, rnn_hidden = agent["stoch"], agent["prior"].rnn_hidden_dim
     device = agent["device"]
 
@@ -583,13 +302,6 @@ def main(cfg: Config) -> dict:
     eval_env.set_seed(cfg.seed + 1000)
 
     check_cudagraphs(cfg.cudagraphs)
-    if cfg.cudagraphs and not cfg.compile:
-        raise ValueError(
-            "dreamer.py captures its update in a CUDA graph only with --compile: eager, the "
-            "imagination's env.rollout reads each step's done flags on the host (a device "
-            "sync, which a CUDA graph capture refuses); compiled, the imagination env's "
-            "constant done is traced instead; run with --compile --cudagraphs"
-        )
     agent = make_agent(cfg, env)
     agent["act"] = make_act(agent, cfg.compile)
     optimizers = make_optimizers(cfg, agent)

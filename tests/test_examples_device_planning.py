@@ -5,12 +5,12 @@ As in ``tests/test_examples_device_offpolicy.py``, this machine has no GPU, so t
 scripts' pieces are built on PyTorch's ``meta`` device, where an operation that meets a
 non-scalar CPU tensor fails as it does on CUDA, and everything they own and make must be
 there. A meta tensor has no values, so what reads one on the host cannot run there:
-rl's eager rollout loop reads each step's done flags (the imagination of dreamer's actor
-loss, the candidates of mpc's planners), mcts's search branches on its trees, a native
-env draws from a ``torch.Generator`` (which has no meta kind) and ``StepCounter`` checks
-its spec's bounds. Those parts are checked where they can be (a compiled dreamer update
-traces the imagination; one imagined or expanded step) and run whole by the ``gpu``
-tests at the end, on a GPU.
+rl's rollout loop reads each step's done flags (the candidates of mpc's planners; not
+dreamer's imagination, whose model env declares a constant ``any_done``), mcts's search
+branches on its trees, a native env draws from a ``torch.Generator`` (which has no meta
+kind) and ``StepCounter`` checks its spec's bounds. Those parts are checked where they
+can be (one imagined or expanded step) and run whole by the ``gpu`` tests at the end, on
+a GPU.
 """
 
 from __future__ import annotations
@@ -121,16 +121,10 @@ def test_dreamer_acts_and_models_on_the_device(dreamer):
     assert grads and all(g.device == META for g in grads)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="rl-envs engine/_loop.py (run_rollout, line 447) reads bool(done.any()) at every "
-    "step of an eager rollout, even with break_when_any_done=False and for DreamerEnv, "
-    "whose constant done (_constant_any_done) only the traced rollout (envs/_rollout.py) "
-    "asks: a host sync per imagined step, impossible on meta and refused inside a CUDA "
-    "graph capture (so dreamer.py's --cudagraphs needs --compile)",
-)
 def test_dreamer_eager_update_runs_on_the_device(dreamer):
+    """DreamerV3's eager update on the device: the imagination's rollout asks the model
+    env's declared constant ``any_done`` instead of reading each step's done flags (no
+    host read, which meta cannot do and a CUDA graph capture refuses)."""
     cfg = dreamer.Config(device="meta", **TINY_DREAMER)
     _, agent, optimizers, losses = dreamer_learner(dreamer, cfg)
     step = dreamer.make_update(agent, optimizers, cfg)
@@ -154,13 +148,30 @@ def test_dreamer_compiled_update_lives_on_the_device(dreamer):
     assert_all_on_meta(losses, optimizers.values(), logs)
 
 
-def test_dreamer_cudagraphs_needs_compile(dreamer, monkeypatch, tmp_path):
-    from _compile_checks import cuda_graphs_on_cpu
+def test_dreamer_eager_update_in_a_cuda_graph(dreamer, monkeypatch, tmp_path):
+    """``--cudagraphs`` without ``--compile``: the eager update (its imagination rollout
+    reads no done flag on the host) in a CUDA graph, on CPU with ``StrictCudaGraphs``
+    standing in for ``CudaGraphModule``: called as the real one requires, replayed after
+    its warm-up calls, and the same losses as the run without it."""
+    from _compile_checks import StrictCudaGraphs, cuda_graphs_on_cpu
 
-    cuda_graphs_on_cpu(monkeypatch)  # past the missing CUDA device, to this script's check
-    cfg = dreamer.Config(**TINY_DREAMER, cudagraphs=True, log_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="CUDA graph only with --compile: eager, the imagin"):
-        dreamer.main(cfg)
+    tiny = dict(
+        **TINY_DREAMER,
+        total_frames=600,
+        init_random_frames=200,
+        train_every=25,  # 12 updates: 10 warm-up calls, then replays
+        eval_every=10**6,
+        eval_episodes=1,
+    )
+    plain = dreamer.main(dreamer.Config(**tiny, log_dir=str(tmp_path / "plain")))
+    cuda_graphs_on_cpu(monkeypatch)
+    StrictCudaGraphs.made.clear()
+    cfg = dreamer.Config(**tiny, cudagraphs=True, log_dir=str(tmp_path / "graphed"))
+    graphed = dreamer.main(cfg)
+    assert cfg.compile is False and graphed["updates"] == plain["updates"] == 12
+    (graph,) = StrictCudaGraphs.made
+    assert graph.calls == 12 and graph.replays == 2
+    assert graphed["history"] == plain["history"]
 
 
 # ---------------------------------------------------------------- mpc.py
@@ -307,9 +318,10 @@ def test_a_cuda_device_this_machine_lacks_stops_the_script_at_the_start(script, 
 
 @pytest.mark.gpu
 @cuda
-def test_dreamer_cudagraphs_on_the_gpu_learns_a_world_model(tmp_path):
-    """DreamerV3 with its compiled update captured in a CUDA graph (past its 10 warm-up
-    calls): the world-model loss falls, the returns are Pendulum's (finite, <= 0)."""
+@pytest.mark.parametrize("compile", [True, False], ids=["compiled", "eager"])
+def test_dreamer_cudagraphs_on_the_gpu_learns_a_world_model(compile, tmp_path):
+    """DreamerV3 with its update, compiled or eager, captured in a CUDA graph (past its 10
+    warm-up calls): the world-model loss falls, the returns are Pendulum's (finite, <= 0)."""
     dreamer = load("dreamer")
     cfg = dreamer.Config(
         **TINY_DREAMER,
@@ -321,7 +333,7 @@ def test_dreamer_cudagraphs_on_the_gpu_learns_a_world_model(tmp_path):
         eval_episodes=1,
         log_dir=str(tmp_path),
         device="cuda",
-        compile=True,
+        compile=compile,
         cudagraphs=True,
     )
     out = dreamer.main(cfg)

@@ -82,6 +82,21 @@ def test_dreamer_env_rollout_matches_loop():
     assert env.maybe_reset(start) is start
 
 
+@pytest.mark.parametrize("break_when_any_done", [True, False])
+def test_dreamer_env_eager_rollout_reads_no_done_flag(break_when_any_done):
+    """Eager too, a rollout asks the env's declared ``any_done`` (``False``) instead of
+    reading each step's done flags: it runs its ``max_steps`` on ``meta``, where a host
+    read raises (as a CUDA graph capture refuses one)."""
+    env = _env(decoder=False).to("meta")
+    start = TensorDict(state=torch.zeros(5, S), belief=torch.ones(5, H), batch_size=[5])
+    td = env.reset(start.to("meta"))
+    out = env.rollout(
+        4, _policy(), auto_reset=False, tensordict=td, break_when_any_done=break_when_any_done
+    )
+    assert out.batch_size == (5, 4)
+    assert {v.device.type for v in out.values(True, True)} == {"meta"}
+
+
 def test_dreamer_env_reset_without_input_draws_from_specs():
     env = _env()
     td = env.reset()

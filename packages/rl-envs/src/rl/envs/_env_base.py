@@ -1122,8 +1122,9 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             transform = CallableTransform(transform)
         return TransformedEnv(self, transform)
 
-    #: ``any_done`` is a constant (no branch on data): a traced rollout asks it instead of
-    #: reading ``done_key`` (imagination envs, whose rollouts never end early)
+    #: ``any_done`` is a constant (no branch on data): a rollout, eager or traced, asks it
+    #: once (:func:`rl.envs.engine.declared_any_done`) instead of reading ``done_key`` at
+    #: each step (imagination envs, whose rollouts never end early: no host sync per step)
     _constant_any_done: bool = False
 
     def any_done(self, tensordict: TensorDictBase) -> torch.Tensor | bool:

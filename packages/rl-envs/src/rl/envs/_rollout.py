@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from ._td_utils import _as_tuple
+from .engine import declared_any_done
 
 if TYPE_CHECKING:
     from ._env_base import EnvBase
@@ -52,9 +52,9 @@ def rollout_stacked(
     td = tensordict
     steps: list[TensorDictBase] = []
     seen_done = None
-    # traced, an env that declares a constant any_done (an imagination env: False, no
-    # branch on data) is asked it; other envs read ``done_key`` as in eager mode
-    declared = torch.compiler.is_compiling() and env._constant_any_done
+    # an env that declares a constant any_done (an imagination env: False) is asked it
+    # once, traced or not: no branch on data; other envs read ``done_key`` at each step
+    declared = declared_any_done(env, tensordict)
     next_done_key = ("next", *_as_tuple(done_key))
     for t in range(max_steps):
         if policy is None:
@@ -68,10 +68,7 @@ def rollout_stacked(
         if callback is not None:
             callback(env, td)
         done = td.get(next_done_key)
-        if declared:  # the selection takes the "_reset" flag any_done writes
-            any_done = env.any_done(td.get("next").select(*env.done_keys))
-        else:
-            any_done = bool(done.any())
+        any_done = bool(done.any()) if declared is None else declared
         if any_done and break_when_any_done:
             break
         if break_when_all_done:

@@ -30,7 +30,7 @@ Examples:
 
 from ._buffers import RolloutBuffers, StepViews, build_output, non_tensor_keys
 from ._kernel import BufferKernel, EnvKernel, RolloutKernel
-from ._loop import policy_runner, presample_actions, run_rollout
+from ._loop import declared_any_done, policy_runner, presample_actions, run_rollout
 
 __all__ = [
     "BufferKernel",
@@ -39,6 +39,7 @@ __all__ = [
     "RolloutKernel",
     "StepViews",
     "build_output",
+    "declared_any_done",
     "non_tensor_keys",
     "policy_runner",
     "presample_actions",

@@ -28,7 +28,7 @@ from ._kernel import EnvKernel, RolloutKernel
 if TYPE_CHECKING:
     from .._env_base import EnvBase
 
-__all__ = ["policy_runner", "presample_actions", "run_rollout"]
+__all__ = ["declared_any_done", "policy_runner", "presample_actions", "run_rollout"]
 
 
 def presample_actions(
@@ -207,10 +207,46 @@ def _begin(kernel: RolloutKernel):
     return kernel.begin if kernel.uses_begin else None
 
 
-def _lean_loop(kernel, max_steps: int, break_any: bool, break_all: bool, resets: list) -> int:
+def declared_any_done(env: EnvBase, tensordict: TensorDictBase) -> bool | None:
+    """What ``env.any_done`` answers at every step, for an env that declares it a constant
+    (:attr:`EnvBase._constant_any_done`: an imagination env, never done); ``None`` for any
+    other env, whose rollout reads each step's done flags.
+
+    Asked once per rollout, on the done entries of ``tensordict`` (the root of step 0): a
+    selection, so the ``"_reset"`` mask ``any_done`` may write stays out of the rollout. A
+    rollout that uses the answer reads no done flag to decide whether to stop
+    (``break_when_any_done``) or reset: no host read (a device sync per step, refused inside
+    a CUDA graph capture). ``break_when_all_done`` still reads the flags (whether every
+    sub-env has been done is not what ``any_done`` answers).
+
+    Raises:
+        TypeError: the declaring env's ``any_done`` returned something else than a bool.
+
+    Examples:
+        >>> from rl.envs import PendulumEnv
+        >>> from rl.envs.engine import declared_any_done
+        >>> env = PendulumEnv()
+        >>> declared_any_done(env, env.reset()) is None  # an ordinary env: flags are read
+        True
+    """
+    if not env._constant_any_done:
+        return None
+    answer = env.any_done(tensordict.select(*env.done_keys, strict=False))
+    if type(answer) is not bool:
+        raise TypeError(
+            f"{type(env).__name__} declares a constant any_done (_constant_any_done), so "
+            f"any_done must return a bool, got {type(answer).__name__}"
+        )
+    return answer
+
+
+def _lean_loop(
+    kernel, max_steps: int, break_any: bool, break_all: bool, resets: list, declared: bool | None
+) -> int:
     """The time loop of a rollout without a root per step (no policy, no callback, a kernel
     that reads the presampled actions): the kernel's steps and resets only; returns the
-    number of steps taken."""
+    number of steps taken. ``declared``: the env's constant any_done
+    (:func:`declared_any_done`), or ``None`` to read each step's done flags."""
     step = kernel.step
     begin = _begin(kernel)
     reset = kernel.reset
@@ -220,10 +256,13 @@ def _lean_loop(kernel, max_steps: int, break_any: bool, break_all: bool, resets:
         if begin is not None:
             begin(t, None)
         done = step(t, None)
-        if done.__class__ is bool:
-            if not done:
+        if declared is None:
+            if done.__class__ is bool:
+                if not done:
+                    continue
+            elif not done.any():
                 continue
-        elif not done.any():
+        elif not declared:
             continue
         if break_any:
             return t + 1
@@ -327,10 +366,13 @@ def run_rollout(
     begin = _begin(kernel)
     steps = max_steps
     last = max_steps - 1
+    declared = declared_any_done(env, tensordict)  # None: each step's flags are read
     if not eager:  # no root per step: the kernel reads the presampled actions
         layout = _allocate(bufs, None, dict(first.items(True, True)), reward_keys, presampled)
         root_writes, root_carried = layout[3], layout[4]
-        steps = _lean_loop(kernel, max_steps, break_when_any_done, break_when_all_done, resets)
+        steps = _lean_loop(
+            kernel, max_steps, break_when_any_done, break_when_all_done, resets, declared
+        )
     for t in range(max_steps if eager else 0):
         if t > 0:
             if tensor_slots is not None:  # the policy's tensor twin, on the root's entries
@@ -444,7 +486,10 @@ def run_rollout(
             td.set("next", next_td)
             callback(env, td)
             td.del_("next")
-        any_done = done if done.__class__ is bool else bool(done.any())
+        if declared is None:
+            any_done = done if done.__class__ is bool else bool(done.any())
+        else:
+            any_done = declared
         if any_done and break_when_any_done:
             steps = t + 1
             break

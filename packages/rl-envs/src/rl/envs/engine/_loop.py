@@ -257,12 +257,10 @@ def _lean_loop(
             begin(t, None)
         done = step(t, None)
         if declared is None:
-            if done.__class__ is bool:
-                if not done:
-                    continue
-            elif not done.any():
-                continue
-        elif not declared:
+            any_done = done if done.__class__ is bool else bool(done.any())
+        else:
+            any_done = declared
+        if not any_done:
             continue
         if break_any:
             return t + 1

@@ -33,6 +33,7 @@ from rl.envs import Compose, DoubleToFloat, RewardSum, StepCounter, TransformedE
 from rl.modules import (
     MLP,
     AdditiveGaussianModule,
+    EGreedyModule,
     NormalParamExtractor,
     ProbabilisticActor,
     RandomPolicy,
@@ -76,6 +77,7 @@ __all__ = [
     "RunConfig",
     "cli",
     "make_deterministic_actor",
+    "make_egreedy",
     "make_env",
     "make_exploration_policy",
     "make_qvalue",
@@ -216,6 +218,22 @@ def make_exploration_policy(cfg, env, actor) -> TensorDictSequential:
     device = resolve_device(cfg.device)
     exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma, device=device)
     return TensorDictSequential(actor, exploration)
+
+
+def make_egreedy(
+    env, eps_start: float, eps_end: float, annealing_frames: float, device: str
+) -> EGreedyModule:
+    """Epsilon-greedy exploration, epsilon annealed from ``eps_start`` to ``eps_end`` over
+    the first ``annealing_frames`` frames (the exploration fraction times the total, at
+    least one); its epsilon and action spec on ``device``, where the random actions are
+    drawn (inside the captured policy with cudagraphs)."""
+    return EGreedyModule(
+        env.action_spec,
+        eps_init=eps_start,
+        eps_end=eps_end,
+        annealing_num_steps=max(int(annealing_frames), 1),
+        device=resolve_device(device),
+    )
 
 
 class _NormedInput(nn.Module):

@@ -81,8 +81,8 @@ from _common import (  # noqa: E402
     make_base_env,
     resolve_device,
 )
+from _offpolicy import make_egreedy  # noqa: E402
 from _stepper import UpdateStepper  # noqa: E402
-from dqn import make_egreedy  # noqa: E402 - the same fields (eps_start, eps_end, ...)
 
 
 @dataclasses.dataclass
@@ -287,7 +287,9 @@ def main(cfg: Config) -> dict:
     # the pieces: Q-network, epsilon-greedy policy, collector, buffer, loss, optimiser
     # (the Q-network built on the CPU, then moved)
     qnet = make_qnet(cfg, env).to(device)
-    egreedy = make_egreedy(cfg, env)
+    egreedy = make_egreedy(
+        env, cfg.eps_start, cfg.eps_end, cfg.exploration_fraction * cfg.total_frames, cfg.device
+    )
     policy = TensorDictSequential(qnet, egreedy)
     collector = Collector(
         env,

@@ -60,7 +60,7 @@ __all__ = [
     "ProgressBar",
     "evaluate_team",
     "finish_run",
-    "make_vmas_env",
+    "make_env",
     "preset_cli",
     "SignProbe",
     "agents_done",
@@ -203,30 +203,23 @@ def preset_cli(
     )
 
 
-def make_vmas_env(
-    scenario: str,
-    num_envs: int,
-    max_steps: int,
-    seed: int,
-    continuous_actions: bool,
-    device="cpu",
-    **scenario_kwargs,
-):
-    """A VMAS scenario of ``num_envs`` vectorised environments, simulated on ``device``
-    (``"probe"``: a :class:`SignProbe` there)."""
+def make_env(cfg, num_envs: int, seed: int, continuous_actions: bool = True):
+    """The VMAS scenario ``cfg.scenario`` of ``num_envs`` vectorised environments of
+    ``cfg.n_agents`` agents, simulated on ``cfg.device`` (``"probe"``: a :class:`SignProbe`
+    there); its actions continuous unless ``continuous_actions`` is false (QMIX)."""
     from rl.envs import VmasEnv
 
-    if scenario == "probe":
-        n_agents = scenario_kwargs.get("n_agents", 2)
-        return SignProbe(num_envs, n_agents, max_steps, continuous_actions, device=device)
+    device = resolve_device(cfg.device)
+    if cfg.scenario == "probe":
+        return SignProbe(num_envs, cfg.n_agents, cfg.max_steps, continuous_actions, device=device)
     return VmasEnv(
-        scenario,
+        cfg.scenario,
         num_envs=num_envs,
         continuous_actions=continuous_actions,
-        max_steps=max_steps,
+        max_steps=cfg.max_steps,
         seed=seed,
         device=device,
-        **scenario_kwargs,
+        n_agents=cfg.n_agents,
     )
 
 

@@ -15,10 +15,9 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal
 
 import torch
-import tyro
 from torch import nn
 
 from rl.core.loggers import generate_exp_name, get_logger
@@ -62,6 +61,7 @@ from _common import (  # noqa: E402
     summed_losses,
     zero_grad,
 )
+from _common import preset_cli as cli  # noqa: E402
 
 __all__ = [
     "TRANSITION_KEYS",
@@ -470,24 +470,3 @@ class BestWeights:
             "eval/last_weights_return", sum(returns) / len(returns), self.run.frames
         )
         self.module.load_state_dict(self.best_state)
-
-
-def cli(config_cls, presets: dict, default: str, description: str, args=None):
-    """Parses the command line (or ``args``) into ``config_cls``; with several presets,
-    one subcommand each (``script.py preset --seed 1``), the default preset when the
-    flags come first (``script.py --seed 1``)."""
-    args = sys.argv[1:] if args is None else list(args)
-    if len(presets) == 1:
-        return tyro.cli(config_cls, default=presets[default][1], description=description, args=args)
-    if args and args[0] not in presets and args[0] not in ("-h", "--help"):
-        args = [default, *args]
-    choices = tuple(
-        Annotated[config_cls, tyro.conf.subcommand(name, default=preset, description=text)]
-        for name, (text, preset) in presets.items()
-    )
-    return tyro.cli(
-        Union[choices],  # noqa: UP007
-        default=presets[default][1],
-        description=description,
-        args=args,
-    )

@@ -51,15 +51,18 @@ from _common import (  # noqa: E402
     collector_devices,
     compile_advantage,
     compile_policy,
-    evaluate,
-    finish_run,
     preset_cli,
-    record_video,
     resolve_device,
     set_lr,
     whole_batches,
 )
-from _onpolicy import config_device, make_env, observation_stats, orthogonal_init  # noqa: E402
+from _onpolicy import (  # noqa: E402
+    config_device,
+    evaluate_and_finish,
+    make_env,
+    observation_stats,
+    orthogonal_init,
+)
 
 
 @dataclasses.dataclass
@@ -337,11 +340,7 @@ def main(cfg: Config) -> dict:
     collector.shutdown()
     progress.close()
 
-    eval_env = make_env(cfg, 1, obs_stats)
-    eval_env.set_seed(cfg.seed + 1000)
-    summary = finish_run(logger, evaluate(eval_env, actor, cfg.eval_episodes), frames, seconds)
-    if cfg.video:
-        summary["video"] = record_video(make_env(cfg, 1, obs_stats, True), actor, logger)
+    summary = evaluate_and_finish(cfg, logger, actor, frames, seconds, obs_stats)
     return {**summary, "cpu_fps": cpu_fps, "actor": actor, "critic": critic}
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar, Union
+from typing import Literal, TypeVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -52,6 +52,7 @@ from _common import (  # noqa: E402
     summed_losses,
     whole_batches,
 )
+from _common import preset_cli as common_preset_cli  # noqa: E402
 
 __all__ = [
     "EpisodeReturns",
@@ -181,26 +182,11 @@ def preset_cli(
     (``mappo.py balance --seed 1``); with no subcommand, the ``default`` preset. Every
     field of the config stays a flag, with or without a preset named
     (``ippo.py --no-share-params`` is ``ippo.py navigation --no-share-params``)."""
-    import tyro
-
     args = sys.argv[1:] if args is None else list(args)
     if len(presets) == 1:  # one task: no subcommand (its name is still accepted)
-        text, cfg = presets[default]
         args = args[1:] if args and args[0] == default else args
-        return tyro.cli(type(cfg), default=cfg, description=description, args=args)
-    if args and args[0] not in presets and args[0] not in ("-h", "--help"):
-        args = [default, *args]
-
-    choices = tuple(
-        Annotated[type(cfg), tyro.conf.subcommand(name, default=cfg, description=text)]
-        for name, (text, cfg) in presets.items()
-    )
-    return tyro.cli(
-        Union[choices],  # noqa: UP007
-        default=presets[default][1],
-        description=description,
-        args=args,
-    )
+    config_cls = type(presets[default][1])
+    return common_preset_cli(config_cls, presets, default, description, args)
 
 
 def make_env(cfg, num_envs: int, seed: int, continuous_actions: bool = True):

@@ -1,4 +1,5 @@
-"""What every example script shares: evaluation episodes, the progress bar, the run's end.
+"""What every example script shares: evaluation episodes, the progress bar, the run's end,
+the command line of a script's presets.
 
 Kept apart so that each script reads as the algorithm alone; nothing here is specific to
 an algorithm, and all of it is thin glue over rl's pieces.
@@ -8,10 +9,13 @@ from __future__ import annotations
 
 import copy
 import functools
+import sys
 import types
 from pathlib import Path
+from typing import Annotated, Union
 
 import torch
+import tyro
 from tensordict import LazyStackedTensorDict, TensorDict, is_tensor_collection
 from torch import nn
 
@@ -38,6 +42,7 @@ __all__ = [
     "prime_soft_update",
     "set_lr",
     "make_base_env",
+    "preset_cli",
     "record_video",
     "whole_batches",
 ]
@@ -889,3 +894,24 @@ def whole_batches(total_frames: int, frames_per_batch: int) -> int:
     if frames_per_batch < 1:
         raise ValueError(f"frames_per_batch must be >= 1, got {frames_per_batch}")
     return -(-total_frames // frames_per_batch) * frames_per_batch
+
+
+def preset_cli(config_cls, presets: dict, default: str, description: str, args=None):
+    """Parses the command line (or ``args``) into ``config_cls``; with several presets,
+    one subcommand each (``script.py preset --seed 1``), the default preset when the
+    flags come first (``script.py --seed 1``)."""
+    args = sys.argv[1:] if args is None else list(args)
+    if len(presets) == 1:
+        return tyro.cli(config_cls, default=presets[default][1], description=description, args=args)
+    if args and args[0] not in presets and args[0] not in ("-h", "--help"):
+        args = [default, *args]
+    choices = tuple(
+        Annotated[config_cls, tyro.conf.subcommand(name, default=preset, description=text)]
+        for name, (text, preset) in presets.items()
+    )
+    return tyro.cli(
+        Union[choices],  # noqa: UP007
+        default=presets[default][1],
+        description=description,
+        args=args,
+    )

@@ -4,7 +4,8 @@ diffusion_bc.py, decision_transformer.py, gail.py).
 The dataset is the memmap replay buffer that ``sac.py --save-buffer`` writes (reopened by
 ``_offpolicy.open_dataset``), with its ``dataset.json``: the env id and the evaluation
 returns of the policy that collected it and of uniformly random actions. Here: the
-observation statistics, the normalised score, and the dataset cut into episodes.
+observation statistics, the normalised score (and its change between two evaluations),
+and the dataset cut into episodes.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from rl.envs.transforms import ObservationNorm
 __all__ = [
     "best_episodes",
     "episode_bounds",
+    "mean_std",
     "normalised_score",
     "observation_norms",
     "observation_stats",
     "report_score",
+    "score_change",
 ]
 
 
@@ -89,3 +92,18 @@ def best_episodes(buffer, count: int) -> tuple[TensorDictBase, list[float]]:
     order = sorted(range(len(bounds)), key=lambda i: returns[i], reverse=True)[:count]
     picked = torch.cat([torch.arange(bounds[i][0], bounds[i][1] + 1) for i in order])
     return data[picked], [returns[i] for i in order]
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    return t.mean().item(), (t.std().item() if len(values) > 1 else 0.0)
+
+
+def score_change(after: list[float], before: list[float], info: dict) -> tuple[float, float]:
+    """The normalised score's change from the returns ``before`` to the returns ``after``
+    on the same evaluation episodes (a paired difference), and its standard error."""
+    change = [a - b for a, b in zip(after, before, strict=True)]
+    mean, std = mean_std(change)
+    span = info["policy_return"] - info["random_return"]
+    return 100 * mean / span, 100 * std / len(change) ** 0.5 / span

@@ -15,10 +15,9 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal
 
 import torch
-import tyro
 from torch import nn
 
 from rl.core.loggers import generate_exp_name, get_logger
@@ -33,6 +32,7 @@ from rl.envs import Compose, DoubleToFloat, RewardSum, StepCounter, TransformedE
 from rl.modules import (
     MLP,
     AdditiveGaussianModule,
+    EGreedyModule,
     NormalParamExtractor,
     ProbabilisticActor,
     RandomPolicy,
@@ -61,6 +61,7 @@ from _common import (  # noqa: E402
     summed_losses,
     zero_grad,
 )
+from _common import preset_cli as cli  # noqa: E402
 
 __all__ = [
     "TRANSITION_KEYS",
@@ -76,6 +77,7 @@ __all__ = [
     "RunConfig",
     "cli",
     "make_deterministic_actor",
+    "make_egreedy",
     "make_env",
     "make_exploration_policy",
     "make_qvalue",
@@ -216,6 +218,22 @@ def make_exploration_policy(cfg, env, actor) -> TensorDictSequential:
     device = resolve_device(cfg.device)
     exploration = AdditiveGaussianModule(spec, sigma_init=sigma, sigma_end=sigma, device=device)
     return TensorDictSequential(actor, exploration)
+
+
+def make_egreedy(
+    env, eps_start: float, eps_end: float, annealing_frames: float, device: str
+) -> EGreedyModule:
+    """Epsilon-greedy exploration, epsilon annealed from ``eps_start`` to ``eps_end`` over
+    the first ``annealing_frames`` frames (the exploration fraction times the total, at
+    least one); its epsilon and action spec on ``device``, where the random actions are
+    drawn (inside the captured policy with cudagraphs)."""
+    return EGreedyModule(
+        env.action_spec,
+        eps_init=eps_start,
+        eps_end=eps_end,
+        annealing_num_steps=max(int(annealing_frames), 1),
+        device=resolve_device(device),
+    )
 
 
 class _NormedInput(nn.Module):
@@ -452,24 +470,3 @@ class BestWeights:
             "eval/last_weights_return", sum(returns) / len(returns), self.run.frames
         )
         self.module.load_state_dict(self.best_state)
-
-
-def cli(config_cls, presets: dict, default: str, description: str, args=None):
-    """Parses the command line (or ``args``) into ``config_cls``; with several presets,
-    one subcommand each (``script.py preset --seed 1``), the default preset when the
-    flags come first (``script.py --seed 1``)."""
-    args = sys.argv[1:] if args is None else list(args)
-    if len(presets) == 1:
-        return tyro.cli(config_cls, default=presets[default][1], description=description, args=args)
-    if args and args[0] not in presets and args[0] not in ("-h", "--help"):
-        args = [default, *args]
-    choices = tuple(
-        Annotated[config_cls, tyro.conf.subcommand(name, default=preset, description=text)]
-        for name, (text, preset) in presets.items()
-    )
-    return tyro.cli(
-        Union[choices],  # noqa: UP007
-        default=presets[default][1],
-        description=description,
-        args=args,
-    )

@@ -52,15 +52,7 @@ import torch
 from tensordict import TensorDict
 
 from rl.core import ExplorationType, seed_everything, set_exploration_type
-from rl.envs import Compose
-from rl.envs.transforms import (
-    CatFrames,
-    ObservationNorm,
-    Reward2GoTransform,
-    TargetReturn,
-    TensorDictPrimer,
-    UnsqueezeTransform,
-)
+from rl.envs.transforms import ObservationNorm
 from rl.modules import (
     DecisionTransformer,
     DecisionTransformerInferenceWrapper,
@@ -77,10 +69,11 @@ from rl.objectives import DTLoss, OnlineDTLoss
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import UpdateStep, check_cudagraphs, on_cpu, summed_losses  # noqa: E402
 from _offline_data import (  # noqa: E402
-    episode_bounds,
+    mean_std,
     normalised_score,
     observation_stats,
     report_score,
+    score_change,
 )
 from _offpolicy import (  # noqa: E402
     Run,
@@ -91,11 +84,15 @@ from _offpolicy import (  # noqa: E402
     resolve_device,
     set_lr,
 )
-
-#: the actor's input sequences: what the windows hold; in an env, CatFrames stacks the
-#: first two and "return_to_go_cat", which the acting policy scales into the third
-KEYS = ("observation_cat", "action_cat", "return_to_go_scaled")
-STACKED = ["observation_cat", "action_cat", "return_to_go_cat"]
+from _sequences import (  # noqa: E402
+    KEYS,
+    STACKED,
+    Windows,
+    acting_transform,
+    best_episodes_first_replaced,
+    episodes,
+    relabelled,
+)
 
 
 @dataclasses.dataclass
@@ -158,71 +155,6 @@ class Config(RunConfig):
 PRESETS = {"dt": ("Decision Transformer on the saved dataset", Config())}
 
 
-def episodes(
-    buffer, loc: torch.Tensor, scale: torch.Tensor, reward_scale: float
-) -> list[TensorDict]:
-    """The dataset cut into episodes (at ``("next", "done")``), each with its return-to-go
-    (times ``reward_scale``) and its observations standardised by ``loc`` and ``scale``,
-    ``[T]`` each."""
-    data = buffer[: len(buffer)].exclude("index")
-    data = Reward2GoTransform(
-        gamma=1.0, in_keys=[("next", "reward")], out_keys=["return_to_go"]
-    ).inv(data)
-    data["observation"] = (data["observation"] - loc) / scale
-    return [as_sequence(data[s : e + 1], reward_scale) for s, e in episode_bounds(data)]
-
-
-def as_sequence(episode: TensorDict, reward_scale: float) -> TensorDict:
-    """One episode's observation, action and scaled return-to-go under the actor's keys."""
-    return TensorDict(
-        {
-            KEYS[0]: episode["observation"],
-            KEYS[1]: episode["action"],
-            KEYS[2]: episode["return_to_go"] * reward_scale,
-        },
-        batch_size=episode.batch_size,
-    )
-
-
-def best_episodes_first_replaced(
-    data: list[TensorDict], reward_scale: float, size: int, context: int
-) -> tuple[Windows, list[float]]:
-    """Zheng et al.'s replay: the ``size`` episodes of ``data`` with the highest return,
-    lowest first (the first that ``replace`` in FIFO order removes), and their returns."""
-    returns = [episode[KEYS[2]][0].item() / reward_scale for episode in data]
-    kept = sorted(range(len(data)), key=lambda i: returns[i])[-size:]
-    return Windows([data[i] for i in kept], context), [returns[i] for i in kept]
-
-
-class Windows:
-    """Episodes held zero-padded in one ``[E, K - 1 + T_max]`` TensorDict; ``sample(B)``
-    draws ``B`` windows ``[B, K]`` ending at uniformly drawn steps."""
-
-    def __init__(self, episodes: list[TensorDict], context: int) -> None:
-        self.context = context
-        self.length = max(len(e) for e in episodes)
-        self.store = torch.stack([self._pad(e) for e in episodes])
-        self.lengths = torch.tensor([len(e) for e in episodes])
-
-    def _pad(self, episode: TensorDict) -> TensorDict:
-        pad = self.context - 1 + self.length - len(episode)
-        zeros = episode[:1].apply(torch.zeros_like).expand(pad).clone()
-        return torch.cat([zeros[: self.context - 1], episode, zeros[self.context - 1 :]])
-
-    def replace(self, index: int, episode: TensorDict) -> None:
-        """Puts ``episode`` in the place of the ``index``-th one."""
-        self.store[index] = self._pad(episode[: self.length])
-        self.lengths[index] = min(len(episode), self.length)
-
-    def sample(self, batch_size: int) -> TensorDict:
-        ep = torch.randint(len(self.lengths), (batch_size,))
-        end = (torch.rand(batch_size) * self.lengths[ep]).long()  # last step, episode time
-        steps = end[:, None] + torch.arange(self.context)  # padded time: K - 1 zeros first
-        window = self.store[ep[:, None], steps]
-        window["action"] = window[KEYS[1]]  # the targets: the window's own actions
-        return window
-
-
 def make_actor(cfg: Config, obs_dim: int, action_spec) -> ProbabilisticActor:
     """``DTActor`` + ``TanhDelta`` (or, online, ``OnlineDTActor`` + ``TanhNormal``) in the
     action spec's bounds, on ``cfg.device`` (initialised on the CPU, then moved, with the
@@ -283,18 +215,6 @@ def make_learner(cfg: Config, actor: ProbabilisticActor):
             cudagraphs=cfg.cudagraphs,
         )
     return loss_module, loss_keys, optimizer, update_step
-
-
-def acting_transform(cfg: Config, obs_norm: ObservationNorm, target: float, action_spec) -> Compose:
-    """What an env needs for the policy: standardised observations, the return-to-go
-    counting down from ``target``, the previous action, the last ``context`` steps of each."""
-    return Compose(
-        obs_norm.clone(),
-        TargetReturn(target, out_keys=["return_to_go"]),
-        TensorDictPrimer(action_spec.clone()),  # carries the last action
-        UnsqueezeTransform(-2, in_keys=["observation", "action", "return_to_go"], out_keys=STACKED),
-        CatFrames(N=cfg.context, dim=-2, in_keys=STACKED, padding="constant"),
-    )
 
 
 def main(cfg: Config) -> dict:
@@ -388,7 +308,6 @@ def main(cfg: Config) -> dict:
             acting_transform(cfg, obs_norm, online_target, env.full_action_spec)
         )
         collect_env.set_seed(cfg.seed + 3000)
-        r2g = Reward2GoTransform(gamma=1.0, in_keys=[("next", "reward")], out_keys=["return_to_go"])
         step = cfg.num_updates
         for episode in range(cfg.online_episodes):
             actor.eval()  # the CPU env acts with a CPU copy of the policy (as it evaluates)
@@ -396,10 +315,8 @@ def main(cfg: Config) -> dict:
                 rollout = collect_env.rollout(1000, on_cpu(policy), break_when_any_done=True)
             collected.append(rollout["next", "reward"].sum().item())
             run.log(episode_return=collected[-1])
-            rollout = r2g.inv(
-                rollout.select("observation", "action", ("next", "reward"), ("next", "done"))
-            )
-            windows.replace(episode % len(windows.lengths), as_sequence(rollout, cfg.reward_scale))
+            # hindsight: relabelled with the return-to-go it reached
+            windows.replace(episode % len(windows.lengths), relabelled(rollout, cfg.reward_scale))
             for _ in range(cfg.online_updates):
                 losses = update(windows.sample(cfg.batch_size), cfg.online_lr)
                 step += 1
@@ -412,16 +329,11 @@ def main(cfg: Config) -> dict:
     )
     summary.update(summary_extra)
     if cfg.online:  # the same evaluation episodes before and after: a paired difference
-        change = [
-            after - before
-            for after, before in zip(summary["eval_returns"], offline_returns, strict=True)
-        ]
-        mean, std = mean_std(change)
-        span = info["policy_return"] - info["random_return"]
         summary["online_returns"] = collected
         summary["online_target_return"] = online_target
-        summary["score_change"] = 100 * mean / span
-        summary["score_change_se"] = 100 * std / len(change) ** 0.5 / span
+        summary["score_change"], summary["score_change_se"] = score_change(
+            summary["eval_returns"], offline_returns, info
+        )
         print(
             f"online fine-tuning on {len(collected)} episodes (returns "
             f"{', '.join(f'{r:.0f}' for r in collected)}): score change "
@@ -433,12 +345,6 @@ def main(cfg: Config) -> dict:
     report_score(summary, info)
     print(f"(conditioned on the target return {target:.1f})")
     return summary
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
-    t = torch.tensor(values, dtype=torch.float64)
-    return t.mean().item(), (t.std().item() if len(values) > 1 else 0.0)
 
 
 def cli_config() -> Config:

@@ -31,7 +31,7 @@ from torch import nn
 
 from rl.collectors import Collector
 from rl.core import seed_everything
-from rl.modules import MLP, DuelingMlpDQNet, EGreedyModule, QValueActor, TensorDictSequential
+from rl.modules import MLP, DuelingMlpDQNet, QValueActor, TensorDictSequential
 from rl.objectives import DQNLoss, HardUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -42,6 +42,7 @@ from _offpolicy import (  # noqa: E402
     cli,
     collector_devices,
     compile_policy,
+    make_egreedy,
     make_env,
     make_replay_buffer,
     resolve_device,
@@ -126,20 +127,6 @@ def make_qnet(cfg: Config, env) -> QValueActor:
     return qnet
 
 
-def make_egreedy(cfg: Config, env) -> EGreedyModule:
-    """Epsilon-greedy exploration, epsilon annealed from ``cfg.eps_start`` to
-    ``cfg.eps_end`` over the first ``cfg.exploration_fraction`` of the frames; its epsilon
-    and action spec on ``cfg.device``, where the random actions are drawn (inside the
-    captured policy with ``cfg.cudagraphs``)."""
-    return EGreedyModule(
-        env.action_spec,
-        eps_init=cfg.eps_start,
-        eps_end=cfg.eps_end,
-        annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
-        device=resolve_device(cfg.device),
-    )
-
-
 def make_learner(cfg: Config, env, qnet):
     """The double-DQN loss, its optimizer and its update: one clipped gradient step and
     the target's counter (a copy every ``cfg.target_update_interval`` steps); the gradient
@@ -185,7 +172,9 @@ def main(cfg: Config) -> dict:
     # the pieces: Q-network, epsilon-greedy policy, collector, buffer, loss, optimiser
     device = resolve_device(cfg.device)
     qnet = make_qnet(cfg, env).to(device)
-    egreedy = make_egreedy(cfg, env)
+    egreedy = make_egreedy(
+        env, cfg.eps_start, cfg.eps_end, cfg.exploration_fraction * cfg.total_frames, cfg.device
+    )
     policy = TensorDictSequential(qnet, egreedy)
     collector = Collector(
         env,

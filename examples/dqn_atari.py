@@ -38,7 +38,7 @@ from rl.collectors import Collector
 from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.envs import EndOfLifeTransform
-from rl.modules import ConvNet, EGreedyModule, QValueActor, TensorDictSequential
+from rl.modules import ConvNet, QValueActor, TensorDictSequential
 from rl.objectives import DQNLoss, HardUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -52,7 +52,7 @@ from _common import (  # noqa: E402
     resolve_device,
     set_lr,
 )
-from _offpolicy import make_replay_buffer  # noqa: E402
+from _offpolicy import make_egreedy, make_replay_buffer  # noqa: E402
 from ppo_atari import make_game  # noqa: E402
 
 
@@ -149,20 +149,6 @@ def make_qnet(cfg: Config, env) -> QValueActor:
     return qnet.to(resolve_device(cfg.device))
 
 
-def make_egreedy(cfg: Config, env) -> EGreedyModule:
-    """Epsilon-greedy exploration, epsilon annealed from ``cfg.start_e`` to ``cfg.end_e``
-    over the first ``cfg.exploration_fraction`` of the frames; its epsilon and action spec
-    on ``cfg.device``, where the random actions are drawn (inside the captured policy
-    with ``cfg.cudagraphs``)."""
-    return EGreedyModule(
-        env.action_spec,
-        eps_init=cfg.start_e,
-        eps_end=cfg.end_e,
-        annealing_num_steps=max(int(cfg.exploration_fraction * cfg.total_frames), 1),
-        device=resolve_device(cfg.device),
-    )
-
-
 def make_learner(cfg: Config, env, qnet):
     """The DQN loss (double DQN with ``cfg.double_dqn``; the bootstrap stopped at a lost
     life with ``cfg.end_of_life``), its Adam optimizer and its update: one clipped
@@ -235,7 +221,9 @@ def main(cfg: Config) -> dict:
     env = make_game(cfg)
     env.set_seed(cfg.seed)
     qnet = make_qnet(cfg, env)
-    egreedy = make_egreedy(cfg, env)
+    egreedy = make_egreedy(
+        env, cfg.start_e, cfg.end_e, cfg.exploration_fraction * cfg.total_frames, cfg.device
+    )
     collector = Collector(
         env,
         compile_policy(

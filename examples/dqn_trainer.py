@@ -44,7 +44,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import tyro
@@ -62,7 +62,6 @@ from rl.core.trainers import (
     SelectKeys,
     TargetNetUpdaterHook,
     Trainer,
-    TrainerHookBase,
     UpdateWeights,
     load_checkpoint,
 )
@@ -72,7 +71,6 @@ from rl.objectives import DQNLoss, HardUpdate, SoftUpdate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
-    EpisodeReturns,
     UpdateStep,
     collector_devices,
     compile_policy,
@@ -81,8 +79,9 @@ from _common import (  # noqa: E402
     make_base_env,
     resolve_device,
 )
+from _offpolicy import TRANSITION_KEYS, make_egreedy  # noqa: E402
 from _stepper import UpdateStepper  # noqa: E402
-from dqn import make_egreedy  # noqa: E402 - the same fields (eps_start, eps_end, ...)
+from _trainer_hooks import EpisodeReturnLog, OnDevice  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -165,47 +164,6 @@ class Config:
     to the device; the final evaluation runs a CPU copy of the Q-network."""
 
 
-#: what a transition holds in the replay buffer (what DQNLoss reads)
-TRANSITION_KEYS = (
-    "observation",
-    "action",
-    ("next", "observation"),
-    ("next", "reward"),
-    ("next", "done"),
-    ("next", "terminated"),
-)
-
-
-class EpisodeReturnLog(TrainerHookBase):
-    """Logs the mean return of the recent finished training episodes as
-    ``train/episode_return`` (``pre_steps_log``); its running sums go into checkpoints."""
-
-    def __init__(self, window: int = 20) -> None:
-        self.returns = EpisodeReturns(window=window)
-
-    def __call__(self, batch) -> dict[str, Any] | None:
-        self.returns.update(batch)
-        mean = self.returns.mean
-        return None if mean is None else {"train/episode_return": mean, "log_pbar": True}
-
-    def state_dict(self) -> dict[str, Any]:
-        carry = self.returns._carry
-        return {
-            "recent": list(self.returns.recent),
-            "carry": torch.zeros(0, dtype=torch.float64) if carry is None else carry.clone(),
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.returns.recent.clear()
-        self.returns.recent.extend(float(r) for r in state_dict["recent"])
-        carry = state_dict["carry"]
-        self.returns._carry = carry.clone() if carry.numel() else None
-
-    def register(self, trainer: Trainer, name: str = "episode_return_log") -> None:
-        trainer.register_op("pre_steps_log", self)
-        trainer.register_module(name, self)
-
-
 def make_env(cfg: Config, num_envs: int):
     # CartPole and the probes give float32 observations: no transform, so that the env
     # pickles into the checkpoints (exact resume)
@@ -264,19 +222,6 @@ def make_learner(cfg: Config, env, qnet):
     return loss_module, target_update, optimizer, stepper
 
 
-class OnDevice(nn.Module):
-    """``policy`` (on ``device``) acting in a CPU env: each tensordict the env hands it is
-    moved to ``device`` and the policy's output back to the CPU (LogValidationReward's
-    rollouts of the CPU evaluation env, with the weights being trained)."""
-
-    def __init__(self, policy: nn.Module, device: torch.device) -> None:
-        super().__init__()
-        self.policy, self.device = policy, device
-
-    def forward(self, tensordict):
-        return self.policy(tensordict.to(self.device)).cpu()
-
-
 def main(cfg: Config) -> dict:
     device = resolve_device(cfg.device)  # a device this machine lacks stops the run here
     seed_everything(cfg.seed)
@@ -287,7 +232,9 @@ def main(cfg: Config) -> dict:
     # the pieces: Q-network, epsilon-greedy policy, collector, buffer, loss, optimiser
     # (the Q-network built on the CPU, then moved)
     qnet = make_qnet(cfg, env).to(device)
-    egreedy = make_egreedy(cfg, env)
+    egreedy = make_egreedy(
+        env, cfg.eps_start, cfg.eps_end, cfg.exploration_fraction * cfg.total_frames, cfg.device
+    )
     policy = TensorDictSequential(qnet, egreedy)
     collector = Collector(
         env,

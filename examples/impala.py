@@ -71,6 +71,7 @@ from _common import (  # noqa: E402
     set_lr,
     whole_batches,
 )
+from _ray_collector import ray_collector  # noqa: E402
 from ppo import make_agent  # noqa: E402
 
 
@@ -181,29 +182,16 @@ def make_collector(cfg: Config, actor):
             frames_per_batch=frames_per_batch,
             total_frames=total_frames(cfg),
         )
-    import _common
-    import ray
-
-    from rl.collectors.distributed import RayCollector
-
-    # the actors cannot import examples/_common.py on a cluster: Ray sends it by value
-    ray.cloudpickle.register_pickle_by_value(_common)
-    if cfg.compile:  # (the compiled policy's inductor passes too)
-        import _compile_passes
-
-        ray.cloudpickle.register_pickle_by_value(_compile_passes)
-    if cfg.ray_address is not None:
-        init = {"address": cfg.ray_address}
-    else:
-        init = {"address": "local", "num_cpus": cfg.num_cpus, "include_dashboard": False}
-    return RayCollector(
+    return ray_collector(
         make_env,
         policy,
         frames_per_batch=frames_per_batch,
         total_frames=total_frames(cfg),
         num_collectors=cfg.num_workers,
+        address=cfg.ray_address,
+        num_cpus=cfg.num_cpus,
+        compile=cfg.compile,
         sync=False,
-        ray_init_config=init,
         remote_configs={"num_cpus": 1},
     )
 

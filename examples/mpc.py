@@ -44,7 +44,6 @@ from typing import Literal
 
 import torch
 import tyro
-from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
 
@@ -55,7 +54,6 @@ from rl.envs import (
     ActionScaling,
     DeviceCastTransform,
     GymEnv,
-    PendulumEnv,
     TransformedEnv,
     WorldModelEnv,
 )
@@ -71,8 +69,7 @@ from _common import (  # noqa: E402
     own_compiled,
     resolve_device,
 )
-
-MAX_TORQUE = 2.0  # Pendulum-v1's action bound; the planner acts in [-1, 1]
+from _pendulum import TruePendulum, pendulum_reward  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -136,33 +133,6 @@ class Config:
     search, the ensemble's gradient step and the replay buffer live: ``cpu``, ``cuda``,
     ``cuda:N``, or ``auto`` (CUDA where visible). The environments stay on the CPU: a
     ``DeviceCastTransform`` moves what they return to the device and the actions back."""
-
-
-def pendulum_reward(observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-    """Pendulum-v1's reward ``-(theta^2 + 0.1 thetadot^2 + 0.001 u^2)`` ``[*B, 1]``, for
-    an action normalized to ``[-1, 1]`` (the torque is ``MAX_TORQUE * action``)."""
-    theta = torch.atan2(observation[..., 1:2], observation[..., 0:1])
-    u = MAX_TORQUE * action.clamp(-1.0, 1.0)
-    return -(theta.square() + 0.1 * observation[..., 2:3].square() + 0.001 * u.square())
-
-
-class TruePendulum(nn.Module):
-    """The true dynamics: rl's ``PendulumEnv`` set to each imagined state and stepped (a
-    simulator per batch shape, on the device of the first states it is given)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sims: dict[torch.Size, PendulumEnv] = {}
-
-    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        batch = observation.shape[:-1]
-        sim = self.sims.get(batch)
-        if sim is None:
-            sim = self.sims[batch] = PendulumEnv(batch_size=batch, device=observation.device)
-        theta = torch.atan2(observation[..., 1], observation[..., 0])
-        sim.state = torch.stack([theta, observation[..., 2]], -1)
-        out = sim.step(TensorDict(action=MAX_TORQUE * action, batch_size=batch))
-        return out["next", "observation"]
 
 
 class Ensemble(nn.Module):

@@ -23,16 +23,14 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal
 
 import torch
-import tyro
 from torch import nn
 
 from rl.collectors import Collector
 from rl.core import Categorical, seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
-from rl.envs import ObservationNorm, TransformedEnv
 from rl.modules import (
     MLP,
     NormalParamExtractor,
@@ -53,13 +51,17 @@ from _common import (  # noqa: E402
     collector_devices,
     compile_advantage,
     compile_policy,
-    evaluate,
-    finish_run,
-    make_base_env,
-    record_video,
+    preset_cli,
     resolve_device,
     set_lr,
     whole_batches,
+)
+from _onpolicy import (  # noqa: E402
+    config_device,
+    evaluate_and_finish,
+    make_env,
+    observation_stats,
+    orthogonal_init,
 )
 
 
@@ -160,30 +162,6 @@ PRESETS = {
 }
 
 
-def make_env(cfg: Config, num_envs: int, obs_stats=None, from_pixels: bool = False):
-    """The env (a vector env of ``num_envs``), with observations normalised by ``obs_stats``
-    (``(loc, scale)``) when given."""
-    env = make_base_env(cfg.env_id, num_envs, from_pixels, categorical=True)
-    if obs_stats is None:
-        return env
-    loc, scale = obs_stats
-    return TransformedEnv(
-        env, ObservationNorm(loc=loc, scale=scale, in_keys=["observation"], standard_normal=True)
-    )
-
-
-def observation_stats(cfg: Config, steps: int = 2000):
-    """Mean and standard deviation of the observations of a random-action rollout."""
-    obs = make_env(cfg, 1).rollout(steps, break_when_any_done=False)["observation"]
-    return obs.mean(0), obs.std(0).clamp_min(1e-3)
-
-
-def config_device(cfg) -> torch.device:
-    """``cfg.device`` resolved (:func:`resolve_device`); the CPU for a config without one
-    (a config of one's own passed to these pieces, which every script here reuses)."""
-    return resolve_device(getattr(cfg, "device", "cpu"))
-
-
 def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, ValueOperator]:
     """The actor and the critic, initialised on the CPU (the same weights on every device),
     then moved to ``cfg.device``."""
@@ -234,15 +212,6 @@ def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, ValueOperator]:
     orthogonal_init(critic, last_gain=1.0)
     device = config_device(cfg)
     return actor.to(device), critic.to(device)
-
-
-@torch.no_grad()
-def orthogonal_init(module: nn.Module, last_gain: float) -> None:
-    """Orthogonal weights (gain sqrt(2), ``last_gain`` for the output layer), zero biases."""
-    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
-    for i, layer in enumerate(linears):
-        nn.init.orthogonal_(layer.weight, last_gain if i == len(linears) - 1 else 2**0.5)
-        nn.init.zeros_(layer.bias)
 
 
 def make_loss(cfg: Config, actor, critic) -> tuple[ClipPPOLoss, torch.optim.Adam]:
@@ -371,30 +340,14 @@ def main(cfg: Config) -> dict:
     collector.shutdown()
     progress.close()
 
-    eval_env = make_env(cfg, 1, obs_stats)
-    eval_env.set_seed(cfg.seed + 1000)
-    summary = finish_run(logger, evaluate(eval_env, actor, cfg.eval_episodes), frames, seconds)
-    if cfg.video:
-        summary["video"] = record_video(make_env(cfg, 1, obs_stats, True), actor, logger)
+    summary = evaluate_and_finish(cfg, logger, actor, frames, seconds, obs_stats)
     return {**summary, "cpu_fps": cpu_fps, "actor": actor, "critic": critic}
 
 
 def cli(args=None) -> Config:
     """The config from the command line (or ``args``): ``ppo.py [preset] [--flags]``, the
     ``cartpole`` preset when the flags come first."""
-    args = sys.argv[1:] if args is None else list(args)
-    if args and args[0] not in PRESETS and args[0] not in ("-h", "--help"):
-        args = ["cartpole", *args]
-    choices = tuple(
-        Annotated[Config, tyro.conf.subcommand(name, default=preset, description=text)]
-        for name, (text, preset) in PRESETS.items()
-    )
-    return tyro.cli(
-        Union[choices],  # noqa: UP007
-        default=PRESETS["cartpole"][1],
-        description=__doc__,
-        args=args,
-    )
+    return preset_cli(Config, PRESETS, "cartpole", __doc__, args)
 
 
 if __name__ == "__main__":

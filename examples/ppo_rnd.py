@@ -41,7 +41,7 @@ import tyro
 from torch import nn
 
 from rl.collectors import Collector
-from rl.core import Bounded, seed_everything
+from rl.core import seed_everything
 from rl.core.loggers import generate_exp_name, get_logger
 from rl.envs import Compose, DeviceCastTransform, TransformedEnv
 from rl.envs.transforms import RNDTransform
@@ -57,14 +57,12 @@ from _common import (  # noqa: E402
     collector_devices,
     compile_advantage,
     compile_policy,
-    evaluate,
-    finish_run,
-    record_video,
     resolve_device,
     set_lr,
     whole_batches,
 )
-from ppo import make_advantage, make_agent, make_env, make_loss, orthogonal_init  # noqa: E402
+from _onpolicy import evaluate_and_finish, make_env, observation_scaling, orthogonal_init  # noqa: E402
+from ppo import make_advantage, make_agent, make_loss  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -151,18 +149,6 @@ class Config:
     ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA where visible). The environments
     stay on the CPU, their outputs moved to the device before the RND bonus is computed
     there; evaluations run a CPU copy of the policy."""
-
-
-def observation_scaling(cfg: Config):
-    """``(loc, scale)`` mapping a bounded observation space to [-1, 1] (``None`` when it is
-    not bounded): MountainCar's velocity spans +-0.07, its position [-1.2, 0.6]."""
-    spec = make_env(cfg, 1).observation_spec["observation"]
-    if not cfg.normalize_obs or not isinstance(spec, Bounded):
-        return None
-    low, high = spec.space.low, spec.space.high
-    if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
-        return None
-    return (high + low) / 2, (high - low) / 2
 
 
 def make_rnd(cfg: Config, obs_dim: int) -> tuple[nn.Module, nn.Module]:
@@ -369,11 +355,7 @@ def main(cfg: Config) -> dict:
     collector.shutdown()
     progress.close()
 
-    eval_env = make_env(cfg, 1, obs_stats)
-    eval_env.set_seed(cfg.seed + 1000)
-    summary = finish_run(logger, evaluate(eval_env, actor, cfg.eval_episodes), frames, seconds)
-    if cfg.video:
-        summary["video"] = record_video(make_env(cfg, 1, obs_stats, True), actor, logger)
+    summary = evaluate_and_finish(cfg, logger, actor, frames, seconds, obs_stats)
     return {
         **summary,
         "first_terminated_frame": first_terminated,

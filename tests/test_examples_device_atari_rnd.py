@@ -113,7 +113,9 @@ def test_dqn_atari_learner_and_buffer_live_on_the_device():
     assert buffer[:]["observation"].device == META
     assert_all_on_meta(loss_module, [optimizer], loss)
     # the policy the collector runs acts there, its random actions drawn there
-    egreedy = dqn_atari.make_egreedy(cfg, env)
+    egreedy = dqn_atari.make_egreedy(
+        env, cfg.start_e, cfg.end_e, cfg.exploration_fraction * cfg.total_frames, cfg.device
+    )
     assert egreedy.eps.device == META and egreedy.spec["action"].device == META
     policy = dqn_atari.TensorDictSequential(qnet, egreedy)
     assert policy(rollout.exclude("action").to(META))["action"].device == META

@@ -203,7 +203,9 @@ class TestDQNTrainer:
         assert set(losses.keys()) == {"loss", "grad_norm_0"}
         assert_all_on_meta(loss_module, [optimizer], dict(losses.items()))
         # the collector's policy: the Q-network, then epsilon-greedy drawing on the device
-        egreedy = dqn_trainer.make_egreedy(cfg, env)
+        egreedy = dqn_trainer.make_egreedy(
+            env, cfg.eps_start, cfg.eps_end, cfg.exploration_fraction * cfg.total_frames, cfg.device
+        )
         assert egreedy.eps.device == META and egreedy.spec["action"].device == META
         policy = TensorDictSequential(qnet, egreedy)
         assert policy(batch.exclude("action"))["action"].device == META

@@ -240,7 +240,9 @@ def test_grpo_eager_learner_on_the_device_has_no_stepper():
     assert stepper is None
     assert {b.device for b in loss.buffers()} == {META}
     assert {p.device for p in loss.parameters()} == {META}
-    sft_loss, _, sft_stepper = grpo.make_sft_learner(model, tok, 32, lr=cfg.sft_lr, device=META)
+    sft_loss, _, sft_stepper = sys.modules["sft"].make_learner(
+        model, tok, 32, lr=cfg.sft_lr, device=META
+    )
     assert sft_stepper is None and isinstance(sft_loss, sys.modules["sft"].SFTLoss)
 
 

@@ -112,7 +112,7 @@ def test_countdown_problems_and_reward():
     grpo = _load("grpo_countdown")
     cfg = grpo.Config(num_count=3, max_number=9)
     rows = grpo.make_problems(50, cfg, random.Random(0))
-    parser = grpo.CountdownRewardParser
+    parser = sys.modules["_countdown"].CountdownRewardParser  # grpo.make_env's scorer
     for row in rows:  # each generating expression is a right answer
         target, numbers = parser._parse_ground_truth(row["answer"])
         assert target > 0 and sorted(numbers) == sorted(map(int, row["query"].split()[:3]))

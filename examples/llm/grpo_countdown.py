@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import random
 import sys
 import time
@@ -67,20 +66,25 @@ from rl.collectors import VanillaWeightUpdater
 from rl.collectors.llm import LLMCollector
 from rl.core import seed_everything
 from rl.core.loggers import CSVLogger, generate_exp_name, get_logger
-from rl.core.trainers import GRPOTrainer, LRSchedulerHook, Trainer
+from rl.core.trainers import GRPOTrainer, LRSchedulerHook
 from rl.data import LazyStackStorage, ReplayBuffer, SamplerWithoutReplacement
-from rl.envs import StepCounter
-from rl.envs.llm import CountdownRewardParser, DatasetChatEnv
 from rl.modules.llm import TransformersWrapper
 from rl.objectives.llm import GRPOLoss, MCAdvantage
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from _common import resolve_device  # noqa: E402
-from _stepper import UpdateStepper  # noqa: E402
+from _countdown import (  # noqa: E402
+    ANSWER_TAGS,
+    evaluate,
+    make_env,
+    make_problems,
+    sample_kwargs,
+    sft_warm_up,
+)
+from _grpo_step import GRPOStep  # noqa: E402
 from _tiny_lm import make_model, make_tokenizer  # noqa: E402
-from sft import UpdateStep, as_batch, check_cudagraphs, token_log_probs  # noqa: E402
-from sft import make_learner as make_sft_learner  # noqa: E402
+from sft import check_cudagraphs  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -165,154 +169,6 @@ class Config:
     environments stay on the CPU."""
 
 
-ANSWER_TAGS = ["<answer>", "</answer>"]  # one token each
-
-
-def make_problems(
-    n: int, cfg: Config, rng: random.Random, exclude=(), distinct: bool = False
-) -> list[dict]:
-    """Countdown problems: numbers, a target reached by folding them with ``+ - *`` in a
-    random order, and that expression (the SFT answer). Targets are positive; no query of
-    ``exclude`` is drawn, and with ``distinct`` no query twice."""
-    rows, seen = [], set(exclude)
-    while len(rows) < n:
-        numbers = [rng.randint(1, cfg.max_number) for _ in range(cfg.num_count)]
-        order = rng.sample(numbers, len(numbers))
-        expr, value = str(order[0]), order[0]
-        for k in order[1:]:
-            op = rng.choice("+-*")
-            if op == "*" and ("+" in expr or "-" in expr):
-                expr = f"({expr})"
-            expr, value = f"{expr}{op}{k}", {"+": value + k, "-": value - k, "*": value * k}[op]
-        query = f"{' '.join(map(str, numbers))} -> {value}"
-        if value <= 0 or query in seen:
-            continue
-        if distinct:
-            seen.add(query)
-        reference = f"target={value}, numbers={','.join(map(str, numbers))}"
-        rows.append({"query": query, "answer": reference, "solution": expr})
-    return rows
-
-
-def make_env(rows: list[dict], tok, num_envs: int, repeats: int | None, seed: int, shuffle=True):
-    """A one-turn chat env over ``rows``, its answers scored by ``CountdownRewardParser``."""
-    env = DatasetChatEnv(
-        dataset=rows,
-        num_envs=num_envs,
-        repeats=repeats,
-        shuffle=shuffle,
-        seed=seed,
-        tokenizer=tok,
-    )
-    env.append_transform(StepCounter(max_steps=1))
-    env.append_transform(CountdownRewardParser(tokenizer=tok, format_reward=0.0))
-    return env
-
-
-def grpo_tensors(batch, width: int | None = None) -> tuple[torch.Tensor, ...]:
-    """What GRPO's objective reads from a minibatch of answers, right-padded to ``width``
-    (default: the longest answer's): the full tokens, their attention mask and the mask of
-    the answer's tokens (``[B, T]``), each answer's advantage (``[B]``) and the log-probs
-    it was sampled with (``[B, T]``; ``GRPOLoss``'s default keys)."""
-
-    def padded(key, dtype=None):
-        value = batch.get(key, as_padded_tensor=True, padding_value=0)
-        value = value if dtype is None else value.to(dtype)
-        if width is None:
-            return value
-        return torch.nn.functional.pad(value, (0, width - value.shape[-1]))
-
-    advantage = batch.get("advantage").reshape(batch.shape[0])
-    return (
-        padded(("tokens", "full"), torch.long),
-        padded(("masks", "all_attention_mask"), torch.long),
-        padded(("masks", "all_assistant_mask"), torch.bool),
-        advantage,
-        padded(("log_probs", "full")),
-    )
-
-
-def grpo_objective(
-    model, clip_epsilon: float, tokens, attention, answer, advantage, sample_log_prob
-) -> dict[str, torch.Tensor]:
-    """``GRPOLoss``'s outputs (clipped objective averaged over the answers' tokens, the
-    clipped share, the approximate KL to the sampling policy, the effective sample size)
-    on :func:`grpo_tensors`, with masks in the place of its boolean indexing (no
-    data-dependent shape: one graph)."""
-    # the first token has no context
-    log_prob = torch.nn.functional.pad(token_log_probs(model, tokens, attention), (1, 0))
-    first = torch.arange(tokens.shape[-1], device=tokens.device) == 0
-    mask = answer & attention.bool() & ~first & torch.isfinite(sample_log_prob)
-    log_weight = torch.where(mask, log_prob - torch.where(mask, sample_log_prob, 0.0), 0.0)
-    count = mask.sum()
-    low, high = math.log1p(-clip_epsilon), math.log1p(clip_epsilon)
-    clipped = log_weight.clamp(low, high)
-    advantage = advantage.unsqueeze(-1)
-    objective = -torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
-    with torch.no_grad():
-        masked = log_weight.masked_fill(~mask, float("-inf")).flatten()
-        ess = (2 * masked.logsumexp(0) - (2 * masked).logsumexp(0)).exp() / count
-        clip_fraction = ((clipped != log_weight) & mask).sum() / count
-        kl_approx = torch.where(mask, -log_weight, 0.0).sum() / count
-    return {
-        "loss_objective": torch.where(mask, objective, 0.0).sum() / count.clamp_min(1),
-        "clip_fraction": clip_fraction,
-        "kl_approx": kl_approx,
-        "ESS": ess,
-    }
-
-
-class GRPOStep(UpdateStepper):
-    """GRPO's ``optimization_stepper`` under ``--compile``: pads the minibatch's answers
-    (eagerly), then runs one ``UpdateStep`` call (the forward, :func:`grpo_objective`,
-    backward, clipping at ``max_grad_norm``, AdamW: one graph); the optimizer's state goes
-    into the checkpoints as the trainer's hook saves it.
-
-    ``width=None`` pads each minibatch to its longest answer and compiles with dynamic
-    shapes (one graph for every length: padding every answer to the model's context
-    would cost more than compiling saves); a ``width`` pads to it (fixed shapes, as CUDA
-    graphs need)."""
-
-    def __init__(
-        self,
-        model,
-        width: int | None,
-        optimizer,
-        *,
-        clip_epsilon: float,
-        max_grad_norm: float,
-        compile,
-        cudagraphs: bool = False,
-    ) -> None:
-        self.width = width
-
-        def loss_fn(*tensors):
-            out = grpo_objective(model, clip_epsilon, *tensors)
-            return out["loss_objective"], out
-
-        if compile and width is None:  # one graph for every batch and answer length
-            compile = {"dynamic": True, **(compile if isinstance(compile, dict) else {})}
-        update = UpdateStep(
-            loss_fn,
-            optimizer,
-            max_grad_norm=max_grad_norm,
-            compile=compile,
-            cudagraphs=cudagraphs,
-        )
-        super().__init__(update, optimizer)
-
-    def inputs(self, batch) -> tuple[torch.Tensor, ...]:
-        return grpo_tensors(batch, self.width)
-
-    def step(self, trainer, batch) -> TensorDict:
-        return TensorDict(super().step(trainer, batch))
-
-
-def sample_kwargs(cfg: Config) -> dict:
-    """``model.generate``'s arguments for sampling an answer (temperature 1)."""
-    return {"max_new_tokens": cfg.max_new_tokens, "do_sample": True}
-
-
 def make_collector(cfg: Config, model, tok, rows: list[dict]) -> LLMCollector:
     """An ``LLMCollector`` of ``grpo_batches`` batches: ``group_size`` answers to each of
     ``prompts_per_batch`` prompts of ``rows``, sampled by a copy of ``model`` (as an
@@ -377,29 +233,6 @@ def make_learner(cfg: Config, model, tok) -> tuple[GRPOLoss, torch.optim.AdamW, 
     return loss, optimizer, stepper
 
 
-@torch.no_grad()
-def evaluate(env, model, tok, cfg: Config, times: int = 1) -> float:
-    """Success rate of the answers ``model`` samples (where it is) to the held-out prompts
-    (the mean of ``times`` evaluations)."""
-    policy = TransformersWrapper(model, tokenizer=tok, generate_kwargs=sample_kwargs(cfg))
-    rates = [env.step(policy(env.reset()))["next", "reward"].float().mean() for _ in range(times)]
-    return sum(rate.item() for rate in rates) / times
-
-
-def sft_chat(row: dict) -> list[dict]:
-    """The SFT conversation of a problem: its query, then its generating expression."""
-    return [
-        {"role": "user", "content": row["query"]},
-        {"role": "assistant", "content": f"<answer>{row['solution']}</answer>"},
-    ]
-
-
-def sft_batches(rows: list[dict], cfg: Config, rng: random.Random):
-    """``sft_steps`` batches of chats (the problem, then its generating expression)."""
-    for _ in range(cfg.sft_steps):
-        yield as_batch([sft_chat(r) for r in rng.sample(rows, cfg.sft_batch_size)])
-
-
 def main(cfg: Config) -> dict:
     check_cudagraphs(cfg.cudagraphs)
     device = resolve_device(cfg.device)
@@ -426,35 +259,7 @@ def main(cfg: Config) -> dict:
     eval_env = make_env(eval_rows, tok, n_eval, cfg.eval_samples, cfg.seed, shuffle=False)
 
     # 1. SFT, a fraction of an epoch, on the trainer's loop
-    width = max(  # an SFTStep's fixed width: the longest conversation's
-        len(tok.apply_chat_template(sft_chat(r), tokenize=True, return_dict=True)["input_ids"])
-        for r in train_rows
-    )
-    sft_loss_module, sft_optimizer, stepper = make_sft_learner(
-        model,
-        tok,
-        width,
-        lr=cfg.sft_lr,
-        device=device,
-        compile=cfg.compile,
-        cudagraphs=cfg.cudagraphs,
-    )
-    sft = Trainer(
-        collector=sft_batches(train_rows, cfg, rng),
-        total_frames=cfg.sft_steps * cfg.sft_batch_size,
-        frame_skip=1,
-        optim_steps_per_batch=1,
-        loss_module=sft_loss_module,
-        optimizer=sft_optimizer,
-        clip_norm=1.0,
-        optimization_stepper=stepper,
-        progress_bar=cfg.progress,
-        logger=logger,
-        log_interval=0,
-    )
-    model.train()
-    sft.train()
-    model.eval()
+    sft_warm_up(cfg, model, tok, train_rows, rng, logger)
     sft_success = evaluate(eval_env, model, tok, cfg, cfg.final_evals)
     logger.log_scalar("eval/success", sft_success, 0)
     print(f"after SFT ({cfg.sft_steps} steps): held-out success {sft_success:.1%}")

@@ -13,7 +13,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar, Union
+from typing import Literal, TypeVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -52,6 +52,7 @@ from _common import (  # noqa: E402
     summed_losses,
     whole_batches,
 )
+from _common import preset_cli as common_preset_cli  # noqa: E402
 
 __all__ = [
     "EpisodeReturns",
@@ -60,7 +61,7 @@ __all__ = [
     "ProgressBar",
     "evaluate_team",
     "finish_run",
-    "make_vmas_env",
+    "make_env",
     "preset_cli",
     "SignProbe",
     "agents_done",
@@ -181,52 +182,30 @@ def preset_cli(
     (``mappo.py balance --seed 1``); with no subcommand, the ``default`` preset. Every
     field of the config stays a flag, with or without a preset named
     (``ippo.py --no-share-params`` is ``ippo.py navigation --no-share-params``)."""
-    import tyro
-
     args = sys.argv[1:] if args is None else list(args)
     if len(presets) == 1:  # one task: no subcommand (its name is still accepted)
-        text, cfg = presets[default]
         args = args[1:] if args and args[0] == default else args
-        return tyro.cli(type(cfg), default=cfg, description=description, args=args)
-    if args and args[0] not in presets and args[0] not in ("-h", "--help"):
-        args = [default, *args]
-
-    choices = tuple(
-        Annotated[type(cfg), tyro.conf.subcommand(name, default=cfg, description=text)]
-        for name, (text, cfg) in presets.items()
-    )
-    return tyro.cli(
-        Union[choices],  # noqa: UP007
-        default=presets[default][1],
-        description=description,
-        args=args,
-    )
+    config_cls = type(presets[default][1])
+    return common_preset_cli(config_cls, presets, default, description, args)
 
 
-def make_vmas_env(
-    scenario: str,
-    num_envs: int,
-    max_steps: int,
-    seed: int,
-    continuous_actions: bool,
-    device="cpu",
-    **scenario_kwargs,
-):
-    """A VMAS scenario of ``num_envs`` vectorised environments, simulated on ``device``
-    (``"probe"``: a :class:`SignProbe` there)."""
+def make_env(cfg, num_envs: int, seed: int, continuous_actions: bool = True):
+    """The VMAS scenario ``cfg.scenario`` of ``num_envs`` vectorised environments of
+    ``cfg.n_agents`` agents, simulated on ``cfg.device`` (``"probe"``: a :class:`SignProbe`
+    there); its actions continuous unless ``continuous_actions`` is false (QMIX)."""
     from rl.envs import VmasEnv
 
-    if scenario == "probe":
-        n_agents = scenario_kwargs.get("n_agents", 2)
-        return SignProbe(num_envs, n_agents, max_steps, continuous_actions, device=device)
+    device = resolve_device(cfg.device)
+    if cfg.scenario == "probe":
+        return SignProbe(num_envs, cfg.n_agents, cfg.max_steps, continuous_actions, device=device)
     return VmasEnv(
-        scenario,
+        cfg.scenario,
         num_envs=num_envs,
         continuous_actions=continuous_actions,
-        max_steps=max_steps,
+        max_steps=cfg.max_steps,
         seed=seed,
         device=device,
-        **scenario_kwargs,
+        n_agents=cfg.n_agents,
     )
 
 

@@ -42,8 +42,8 @@ from _marl_common import (  # noqa: E402
     OffPolicyConfig,
     _agents_mlp,
     check_cudagraphs,
+    make_env,
     make_q_critic,
-    make_vmas_env,
     preset_cli,
     resolve_device,
     train_off_policy,
@@ -71,19 +71,6 @@ def presets(**overrides) -> dict[str, tuple[str, Config]]:
 
 
 PRESETS = presets()
-
-
-def make_env(cfg: Config, num_envs: int, seed: int):
-    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
-    return make_vmas_env(
-        cfg.scenario,
-        num_envs,
-        cfg.max_steps,
-        seed,
-        continuous_actions=True,
-        device=resolve_device(cfg.device),
-        n_agents=cfg.n_agents,
-    )
 
 
 def make_actor(cfg: Config, env) -> ProbabilisticActor:

@@ -63,8 +63,8 @@ from _marl_common import (  # noqa: E402
     compile_group_policy,
     evaluate_team,
     finish_run,
+    make_env,
     make_tanh_normal_actor,
-    make_vmas_env,
     preset_cli,
     resolve_device,
     team_view,
@@ -138,19 +138,6 @@ def presets(**overrides) -> dict[str, tuple[str, Config]]:
 
 
 PRESETS = presets()
-
-
-def make_env(cfg: Config, num_envs: int, seed: int):
-    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
-    return make_vmas_env(
-        cfg.scenario,
-        num_envs,
-        cfg.max_steps,
-        seed,
-        continuous_actions=True,
-        device=resolve_device(cfg.device),
-        n_agents=cfg.n_agents,
-    )
 
 
 def make_agent(cfg: Config, env) -> tuple[ProbabilisticActor, TensorDictModule]:

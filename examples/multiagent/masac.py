@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _marl_common import (  # noqa: E402
     OffPolicyConfig,
     check_cudagraphs,
+    make_env,
     make_q_critic,
     make_tanh_normal_actor,
-    make_vmas_env,
     preset_cli,
     resolve_device,
     train_off_policy,
@@ -61,19 +61,6 @@ class Config(OffPolicyConfig):
 PRESETS = {
     "navigation": ("VMAS navigation, 3 agents, 60,000 frames (the defaults)", Config()),
 }
-
-
-def make_env(cfg: Config, num_envs: int, seed: int):
-    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
-    return make_vmas_env(
-        cfg.scenario,
-        num_envs,
-        cfg.max_steps,
-        seed,
-        continuous_actions=True,
-        device=resolve_device(cfg.device),
-        n_agents=cfg.n_agents,
-    )
 
 
 def make_loss(cfg: Config, env, actor, critic) -> SACLoss:

@@ -57,11 +57,11 @@ from _marl_common import (  # noqa: E402
     evaluate_team,
     finish_run,
     make_replay_buffer,
-    make_vmas_env,
     preset_cli,
     resolve_device,
     team_view,
 )
+from _marl_common import make_env as make_marl_env  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -110,16 +110,8 @@ PRESETS = {
 
 
 def make_env(cfg: Config, num_envs: int, seed: int):
-    """The VMAS scenario (or the probe), simulated on ``cfg.device``."""
-    return make_vmas_env(
-        cfg.scenario,
-        num_envs,
-        cfg.max_steps,
-        seed,
-        continuous_actions=False,
-        device=resolve_device(cfg.device),
-        n_agents=cfg.n_agents,
-    )
+    """The VMAS scenario with discrete actions (or the probe), simulated on ``cfg.device``."""
+    return make_marl_env(cfg, num_envs, seed, continuous_actions=False)
 
 
 def make_agent(cfg: Config, env) -> tuple[TensorDictSequential, TensorDictModule]:

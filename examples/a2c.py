@@ -73,7 +73,7 @@ class Config:
     hidden: int = 64
     """Width of the two hidden layers of actor and critic."""
     normalize_obs: bool = False
-    """Kept for ppo.make_env (A2C on CartPole needs no normalisation)."""
+    """Kept for _onpolicy.make_env (A2C on CartPole needs no normalisation)."""
     eval_episodes: int = 10
     """Deterministic evaluation episodes at the end."""
     seed: int = 0

@@ -220,7 +220,7 @@ def fit(
 
 def make_env(cfg: Config, **kwargs):
     """The task (``GymEnv(cfg.env_id, **kwargs)``), the planner acting in ``[-1, 1]``
-    (``ActionScaling`` gives the env ``MAX_TORQUE * action``); on another device than the
+    (``ActionScaling`` gives the env ``_pendulum.MAX_TORQUE * action``); on another device than the
     CPU, what it returns is moved to ``cfg.device`` (the actions back to the CPU), where
     the planner plans."""
     env = TransformedEnv(GymEnv(cfg.env_id, **kwargs), ActionScaling())

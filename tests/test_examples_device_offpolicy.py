@@ -86,7 +86,9 @@ def test_dqn_learner_lives_on_the_device():
         loss = update(batch)
     assert_all_on_meta(loss_module, [optimizer], loss)
     assert qnet(batch.exclude("action"))["action"].device == META
-    egreedy = dqn.make_egreedy(cfg, env)  # its random actions drawn on the device
+    egreedy = dqn.make_egreedy(  # its random actions drawn on the device
+        env, cfg.eps_start, cfg.eps_end, cfg.exploration_fraction * cfg.total_frames, cfg.device
+    )
     assert egreedy.eps.device == META and egreedy.spec["action"].device == META
 
 

@@ -30,10 +30,10 @@ measured after SFT and along GRPO.
 ``--compile``: each SFT step is ONE compiled graph (``sft.py``'s :class:`SFTStep`: the
 conversations tokenized eagerly to a fixed width, then the forward, the loss, backward,
 clipping and AdamW), and so is each GRPO step (:class:`GRPOStep`: the minibatch's answers
-padded eagerly, then the forward, :func:`grpo_objective`, backward, clipping and AdamW,
+padded eagerly, then the forward, ``_grpo_step.grpo_objective``, backward, clipping and AdamW,
 compiled with dynamic shapes: one graph for every answer length). ``GRPOLoss`` itself cannot be that graph: it reads the
 answers as rows of their own length (a Python loop over them) and masks by boolean
-indexing, whose data-dependent shapes break a graph; :func:`grpo_objective` computes its
+indexing, whose data-dependent shapes break a graph; ``_grpo_step.grpo_objective`` computes its
 values with masks instead (an equality the tests check). Sampling (``model.generate``,
 in the collector and the evaluations) stays eager: each new token lengthens the sequence
 and the key-value cache. ``--cudagraphs`` captures both steps in CUDA graphs (with

@@ -899,9 +899,11 @@ def whole_batches(total_frames: int, frames_per_batch: int) -> int:
 def preset_cli(config_cls, presets: dict, default: str, description: str, args=None):
     """Parses the command line (or ``args``) into ``config_cls``; with several presets,
     one subcommand each (``script.py preset --seed 1``), the default preset when the
-    flags come first (``script.py --seed 1``)."""
+    flags come first (``script.py --seed 1``); with one preset, no subcommand (its name is
+    still accepted: ``script.py cartpole --seed 1``)."""
     args = sys.argv[1:] if args is None else list(args)
     if len(presets) == 1:
+        args = args[1:] if args and args[0] == default else args
         return tyro.cli(config_cls, default=presets[default][1], description=description, args=args)
     if args and args[0] not in presets and args[0] not in ("-h", "--help"):
         args = [default, *args]

@@ -29,6 +29,15 @@ def test_offpolicy_cli_flags_first():
     assert cfg.seed == 5
 
 
+def test_offpolicy_cli_one_preset_accepts_its_name():
+    args = ["--seed", "5", "--total-frames", "300"]
+    cfg = _offpolicy.cli(sac.Config, sac.PRESETS, "pendulum", "sac", ["pendulum", *args])
+    assert cfg == _offpolicy.cli(sac.Config, sac.PRESETS, "pendulum", "sac", args)
+    assert (cfg.seed, cfg.total_frames) == (5, 300)
+    with pytest.raises(SystemExit):  # another name is not a preset
+        _offpolicy.cli(sac.Config, sac.PRESETS, "pendulum", "sac", ["hopper", *args])
+
+
 def test_unknown_flag_is_still_an_error():
     with pytest.raises(SystemExit):
         ppo.cli(["--no-such-flag", "1"])

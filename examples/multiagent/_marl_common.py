@@ -182,11 +182,7 @@ def preset_cli(
     (``mappo.py balance --seed 1``); with no subcommand, the ``default`` preset. Every
     field of the config stays a flag, with or without a preset named
     (``ippo.py --no-share-params`` is ``ippo.py navigation --no-share-params``)."""
-    args = sys.argv[1:] if args is None else list(args)
-    if len(presets) == 1:  # one task: no subcommand (its name is still accepted)
-        args = args[1:] if args and args[0] == default else args
-    config_cls = type(presets[default][1])
-    return common_preset_cli(config_cls, presets, default, description, args)
+    return common_preset_cli(type(presets[default][1]), presets, default, description, args)
 
 
 def make_env(cfg, num_envs: int, seed: int, continuous_actions: bool = True):

@@ -47,8 +47,12 @@ def make_env(cfg, num_envs: int, obs_stats=None, from_pixels: bool = False):
 
 
 def observation_stats(cfg, steps: int = 2000):
-    """Mean and standard deviation of the observations of a random-action rollout."""
-    obs = make_env(cfg, 1).rollout(steps, break_when_any_done=False)["observation"]
+    """Mean and standard deviation of the observations of a random-action rollout on one
+    env seeded ``cfg.seed`` (its actions are drawn from torch's generator, which
+    ``seed_everything`` seeds): the same seed gives the same statistics."""
+    env = make_env(cfg, 1)
+    env.set_seed(cfg.seed)
+    obs = env.rollout(steps, break_when_any_done=False)["observation"]
     return obs.mean(0), obs.std(0).clamp_min(1e-3)
 
 

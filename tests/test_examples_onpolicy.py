@@ -131,6 +131,20 @@ class TestPPO:
         assert action.shape == (1,) and action.abs().max() <= 2.0
         assert -2000 < out["eval_mean"] < 0
 
+    def test_observation_stats_follow_the_seed(self, ppo):
+        # the statistics env is seeded with the run's seed: the same seed, the same
+        # statistics; another seed, other starts (Pendulum's are drawn by the env)
+        _, preset = ppo.PRESETS["pendulum"]
+
+        def stats(seed):
+            torch.manual_seed(0)  # the random actions' generator, as seed_everything
+            return ppo.observation_stats(dataclasses.replace(preset, seed=seed), steps=50)
+
+        (loc_a, scale_a), (loc_b, scale_b), (loc_c, _) = stats(3), stats(3), stats(4)
+        assert loc_a.shape == scale_a.shape == (3,)
+        assert torch.equal(loc_a, loc_b) and torch.equal(scale_a, scale_b)
+        assert not torch.equal(loc_a, loc_c)
+
     def test_help_lists_every_field(self, ppo, capsys, monkeypatch):
         monkeypatch.setattr(sys, "argv", ["ppo.py", "cartpole", "--help"])
         with pytest.raises(SystemExit) as exit_info:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 from rl.core import ExplorationType, exploration_type
 from rl.core.trainers import (
@@ -658,3 +659,32 @@ def test_batch_hooks_log_nothing_without_a_batch():
     assert LogScalar()(None) is None
     count = CountFramesLog(frame_skip=1)
     assert count(None) is None and count.frame_count == 0
+
+
+def test_new_hooks_round_trip_through_a_checkpoint_file(tmp_path):
+    """Their state is read back with weights_only=True: tensors and plain containers."""
+
+    def build():
+        trainer = _trainer([TensorDict(obs=torch.ones(2, 2), batch_size=[2]) for _ in range(3)])
+        value_net = TensorDictModule(torch.nn.Linear(2, 1), in_keys=["obs"], out_keys=["value"])
+        hooks = (
+            ClearCudaCache(2),
+            LogTiming(prefix="p", percall=False),
+            ValueEstimatorHook(value_net),
+            UTDRHook(trainer),
+        )
+        for hook in hooks:
+            hook.register(trainer)
+        return trainer, hooks
+
+    trainer, (clear, timing, value, _) = build()
+    trainer.replay_buffer = FakeBuffer(6, 2)
+    trainer.save_trainer_file = tmp_path / "ckpt.pt"
+    trainer.train()
+    restored, (clear2, timing2, value2, _) = build()
+    restored.load_from_file(tmp_path / "ckpt.pt")
+    assert clear2.count == clear.count == 3
+    assert (timing2.prefix, timing2.percall) == ("p", False)
+    torch.testing.assert_close(
+        value2.value_estimator.module.weight, value.value_estimator.module.weight
+    )

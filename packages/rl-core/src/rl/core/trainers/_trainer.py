@@ -154,11 +154,14 @@ class Trainer:
         save_trainer_interval: frames between two checkpoints.
         log_interval: frames between two logger writes of one value.
         save_trainer_file: the checkpoint file (``None``: no checkpoint).
-        optimization_stepper: an object whose ``step(trainer, sub_batch)`` runs one whole
-            optimization step (loss, backward, optimizer) and returns the detached metrics
-            to log, as TorchRL's ``OptimizationStepper``; it replaces the ``optimizer``
-            point (no :class:`OptimizerHook` is made for ``optimizer``) and is registered
-            as ``"optimization_stepper"`` (its state goes into the checkpoints).
+        optimization_stepper: an :class:`OptimizationStepper` (or any object whose
+            ``step(trainer, sub_batch)`` runs one whole optimization step: loss, backward,
+            optimizer, and returns the detached metrics to log), e.g.
+            :class:`DefaultOptimizationStepper` or
+            :class:`MixedPrecisionOptimizationStepper`; it replaces the ``loss_module`` /
+            ``post_loss`` / ``optimizer`` points (no :class:`OptimizerHook` is made for
+            ``optimizer``) and is registered as ``"optimization_stepper"`` (its state goes
+            into the checkpoints).
         replay_buffer: the buffer a collector yielding ``None`` writes into: the frames
             collected are counted from its ``write_count``.
         target_net_updater: a target-network updater (``SoftUpdate``...) whose state goes

@@ -69,14 +69,14 @@ class TestTrainerLoop:
         for point in HOOK_POINTS:
             if point == "optimizer":
                 trainer.register_op(point, lambda td, *a, p=point: seen.append(p))
-            elif point in ("pre_optim_steps", "post_steps", "post_optim"):
+            elif point in ("pre_optim_steps", "post_steps", "post_optim", "post_epoch"):
                 trainer.register_op(point, lambda p=point: seen.append(p))
             else:
                 trainer.register_op(point, lambda td, p=point: seen.append(p))
         trainer.train()
         optim = ["process_optim_batch", "post_loss", "optimizer", "post_optim", "post_optim_log"]
-        one_batch = ["batch_process", "pre_steps_log", "pre_optim_steps", *optim, *optim]
-        one_batch += ["post_steps", "post_steps_log"]
+        one_batch = ["batch_process", "pre_steps_log", "pre_optim_steps", "pre_epoch"]
+        one_batch += [*optim, *optim, "post_epoch", "post_steps", "post_steps_log"]
         assert seen == one_batch * 2
 
     def test_unknown_point_lists_the_valid_ones(self):
@@ -320,6 +320,7 @@ def test_readme_training_example(capsys):
         "rl.core.trainers._hooks_data",
         "rl.core.trainers._hooks_optim",
         "rl.core.trainers._hooks_log",
+        "rl.core.trainers._steppers",
         "rl.core.trainers._grpo",
         "rl.core.loggers._csv",
         "rl.core.loggers._tensorboard",

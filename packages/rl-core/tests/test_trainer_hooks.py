@@ -8,12 +8,15 @@ import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 from rl.core import ExplorationType, exploration_type
 from rl.core.trainers import (
     BatchSubSampler,
+    ClearCudaCache,
     CountFramesLog,
     LogScalar,
+    LogTiming,
     LogValidationReward,
     LRSchedulerHook,
     OptimizerHook,
@@ -23,6 +26,8 @@ from rl.core.trainers import (
     TargetNetUpdaterHook,
     Trainer,
     UpdateWeights,
+    UTDRHook,
+    ValueEstimatorHook,
     load_checkpoint,
 )
 
@@ -465,3 +470,221 @@ class TestCheckpointedHooks:
         trainer = _trainer(MultiProcess(), save_trainer_file=tmp_path / "c.pt")
         with pytest.warns(UserWarning, match="runs in worker processes .* not be bit-identical"):
             trainer.train()
+
+
+class TestClearCudaCache:
+    def test_clears_every_interval_calls(self, monkeypatch):
+        cleared = []
+        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cleared.append(True))
+        hook = ClearCudaCache(3)
+        for _ in range(7):
+            hook()
+        assert hook.count == 7 and len(cleared) == 2
+        restored = ClearCudaCache(3)
+        restored.load_state_dict(hook.state_dict())
+        restored()
+        restored()  # the 9th call
+        assert len(cleared) == 3
+
+    def test_registered_before_each_optimization_loop(self, monkeypatch):
+        cleared = []
+        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cleared.append(True))
+        trainer = _trainer([TensorDict(batch_size=[2]) for _ in range(5)], optim_steps=3)
+        hook = ClearCudaCache(2)
+        hook.register(trainer)
+        assert trainer._modules["clear_cuda_cache"] is hook
+        assert [op for op, _ in trainer._ops["pre_optim_steps"]] == [hook]
+        trainer.train()
+        # one call per batch (not per optimization step): batches 2 and 4 clear
+        assert hook.count == 5 and len(cleared) == 2
+
+    def test_without_cuda_it_only_counts(self):
+        hook = ClearCudaCache(1)
+        hook()  # no CUDA here: emptying the cache does nothing
+        assert hook.count == 1
+
+    @pytest.mark.parametrize("interval", [0, -2, 1.5, True])
+    def test_bad_interval(self, interval):
+        with pytest.raises(ValueError, match="interval must be a positive int, got"):
+            ClearCudaCache(interval)
+
+
+class TestLogTiming:
+    @staticmethod
+    def _fake_clock(monkeypatch):
+        import rl.core.trainers._trainer as module
+
+        clock = iter(range(10**6))
+        monkeypatch.setattr(module.time, "perf_counter", lambda: float(next(clock)))
+
+    @pytest.mark.parametrize(
+        "percall, erase, expected",
+        [(False, False, [2.0, 4.0]), (True, False, [1.0, 1.0]), (False, True, [2.0, 2.0])],
+    )
+    def test_per_call_total_and_erase(self, monkeypatch, percall, erase, expected):
+        self._fake_clock(monkeypatch)
+        trainer = _trainer([TensorDict(batch_size=[2]) for _ in range(2)], optim_steps=2)
+        # TorchRL's documented way: register_op alone (the hook is bound to the trainer)
+        trainer.register_op("post_steps_log", LogTiming(prefix="t", percall=percall, erase=erase))
+        trainer.train()
+        # each timed call lasts one tick; the optimizer runs twice per batch
+        assert trainer._log_dict["t/hook/optimizer"] == expected
+        # named by the hooks' module names
+        assert "t/hook/log_timing" in trainer._log_dict
+
+    def test_trainer_option_registers_one(self):
+        trainer = _trainer([], log_timings=True)
+        hook = trainer._modules["log_timing"]
+        assert isinstance(hook, LogTiming) and (hook.prefix, hook.percall) == ("time", True)
+
+    def test_state_and_errors(self):
+        hook = LogTiming(prefix="p", percall=False, erase=True)
+        restored = LogTiming()
+        restored.load_state_dict(hook.state_dict())
+        assert (restored.prefix, restored.percall, restored.erase) == ("p", False, True)
+        with pytest.raises(RuntimeError, match="LogTiming reads the hook timings of the trainer"):
+            LogTiming()()
+
+
+class FakeBuffer:
+    def __init__(self, write_count=0, batch_size=16):
+        self.write_count = write_count
+        self.batch_size = batch_size
+
+
+class TestUTDRHook:
+    def test_ratio(self):
+        trainer = _trainer([], replay_buffer=FakeBuffer(200, 16))
+        trainer._optim_count = 5
+        out = UTDRHook(trainer)()
+        assert out == {"utd_ratio": 0.4, "write_count": 200, "update_count": 5, "log_pbar": False}
+        trainer.replay_buffer.write_count = 0
+        assert UTDRHook(trainer)() == {}
+
+    def test_collectors_buffer_and_missing_batch_size(self):
+        class Collector(list):
+            replay_buffer = FakeBuffer(10, None)
+
+        trainer = _trainer(Collector())
+        trainer._optim_count = 4
+        with pytest.warns(UserWarning, match="no batch_size; the ratio counts one sample"):
+            assert UTDRHook(trainer)()["utd_ratio"] == 0.4
+
+    def test_no_buffer(self):
+        with pytest.raises(RuntimeError, match="UTDRHook needs the replay buffer the collector"):
+            UTDRHook(_trainer([]))()
+
+    def test_logged_when_the_collector_fills_the_buffer(self):
+        buffer = FakeBuffer(batch_size=4)
+
+        def collector():
+            for _ in range(3):
+                buffer.write_count += 8
+                yield None  # the collector wrote into the buffer itself
+
+        w = torch.nn.Parameter(torch.ones(1))
+        trainer = Trainer(
+            collector=collector(),
+            total_frames=24,
+            frame_skip=1,
+            optim_steps_per_batch=2,
+            loss_module=lambda td: TensorDict(loss=w.sum()),
+            optimizer=torch.optim.SGD([w], lr=0.1),
+            replay_buffer=buffer,
+            progress_bar=False,
+        )
+        trainer.register_op("process_optim_batch", lambda td: TensorDict(batch_size=[4]))
+        hook = UTDRHook(trainer)
+        hook.register(trainer)
+        assert trainer._modules["utdr_hook"] is hook
+        trainer.train()
+        # before each batch's steps: 4 * (0, 2, 4) / (8, 16, 24)
+        assert trainer._log_dict["utd_ratio"] == [0.0, 0.5, pytest.approx(2 / 3)]
+
+
+class TestValueEstimatorHook:
+    def test_estimates_each_epoch_before_the_sub_batches(self):
+        value = torch.nn.Linear(1, 1, bias=False)
+        calls = []
+
+        def estimator(td):
+            calls.append(float(value.weight))
+            with torch.no_grad():
+                return td.set("advantage", td["next", "reward"] - value(td["obs"]))
+
+        batch = TensorDict({"obs": torch.ones(4, 1), ("next", "reward"): torch.ones(4, 1)}, [4])
+        trainer = Trainer(
+            collector=[batch],
+            total_frames=4,
+            frame_skip=1,
+            optim_steps_per_batch=1,
+            num_epochs=2,
+            loss_module=lambda td: TensorDict(
+                loss=(value(td["obs"]) - td["next", "reward"]).pow(2).mean()
+            ),
+            optimizer=torch.optim.SGD(value.parameters(), lr=0.25),
+            progress_bar=False,
+        )
+        seen = []
+        trainer.register_op("process_optim_batch", lambda td: seen.append(td["advantage"][0]))
+        with torch.no_grad():
+            value.weight.fill_(0.0)
+        hook = ValueEstimatorHook(estimator)
+        hook.register(trainer)
+        assert trainer._modules["value_estimator"] is hook
+        trainer.train()
+        # epoch 1 at w=0: advantage 1; one SGD step on (w - 1)^2: w = 0.5; epoch 2: 0.5
+        assert calls == [0.0, 0.5]
+        assert [a.item() for a in seen] == [1.0, 0.5]
+
+    def test_no_batch_passes_through(self):
+        calls = []
+        hook = ValueEstimatorHook(lambda td: calls.append(td))
+        assert hook(None) is None and calls == []
+
+    def test_state_of_a_module_estimator(self):
+        hook = ValueEstimatorHook(torch.nn.Linear(3, 1))
+        assert ValueEstimatorHook(lambda td: td).state_dict() == {}
+        other = torch.nn.Linear(3, 1)
+        ValueEstimatorHook(other).load_state_dict(hook.state_dict())
+        torch.testing.assert_close(other.weight, hook.value_estimator.weight)
+
+    def test_not_callable(self):
+        with pytest.raises(TypeError, match="expects a callable value estimator .*got int"):
+            ValueEstimatorHook(3)
+
+
+def test_batch_hooks_log_nothing_without_a_batch():
+    """When the collector writes into the buffer itself, the log points receive None."""
+    assert LogScalar()(None) is None
+    count = CountFramesLog(frame_skip=1)
+    assert count(None) is None and count.frame_count == 0
+
+
+def test_new_hooks_round_trip_through_a_checkpoint_file(tmp_path):
+    """Their state is read back with weights_only=True: tensors and plain containers."""
+
+    def build():
+        trainer = _trainer([TensorDict(obs=torch.ones(2, 2), batch_size=[2]) for _ in range(3)])
+        value_net = TensorDictModule(torch.nn.Linear(2, 1), in_keys=["obs"], out_keys=["value"])
+        hooks = (
+            ClearCudaCache(2),
+            LogTiming(prefix="p", percall=False),
+            ValueEstimatorHook(value_net),
+            UTDRHook(trainer),
+        )
+        for hook in hooks:
+            hook.register(trainer)
+        return trainer, hooks
+
+    trainer, (clear, timing, value, _) = build()
+    trainer.replay_buffer = FakeBuffer(6, 2)
+    trainer.save_trainer_file = tmp_path / "ckpt.pt"
+    trainer.train()
+    restored, (clear2, timing2, value2, _) = build()
+    restored.load_from_file(tmp_path / "ckpt.pt")
+    assert clear2.count == clear.count == 3
+    assert (timing2.prefix, timing2.percall) == ("p", False)
+    torch.testing.assert_close(
+        value2.value_estimator.module.weight, value.value_estimator.module.weight
+    )

@@ -12,10 +12,12 @@ from ._hooks_data import (
     ReplayBufferTrainer,
     RewardNormalizer,
     SelectKeys,
+    ValueEstimatorHook,
     mask_batch,
 )
-from ._hooks_log import CountFramesLog, LogScalar, LogValidationReward
+from ._hooks_log import CountFramesLog, LogScalar, LogTiming, LogValidationReward, UTDRHook
 from ._hooks_optim import (
+    ClearCudaCache,
     EarlyStopping,
     LRSchedulerHook,
     OptimizerHook,
@@ -23,13 +25,20 @@ from ._hooks_optim import (
     UpdateWeights,
 )
 from ._progress import EpisodeReturns, ProgressBar
+from ._steppers import (
+    DefaultOptimizationStepper,
+    MixedPrecisionOptimizationStepper,
+    OptimizationStepper,
+)
 from ._trainer import HOOK_POINTS, Trainer, TrainerHookBase
 
 __all__ = [
     "HOOK_POINTS",
     "BatchSubSampler",
     "CheckpointError",
+    "ClearCudaCache",
     "CountFramesLog",
+    "DefaultOptimizationStepper",
     "DreamerV3OptimizationStepper",
     "DreamerV3Optimizer",
     "DreamerV3UpdateRatio",
@@ -38,7 +47,10 @@ __all__ = [
     "GRPOTrainer",
     "LRSchedulerHook",
     "LogScalar",
+    "LogTiming",
     "LogValidationReward",
+    "MixedPrecisionOptimizationStepper",
+    "OptimizationStepper",
     "OptimizerHook",
     "ProgressBar",
     "ReplayBufferTrainer",
@@ -47,7 +59,9 @@ __all__ = [
     "TargetNetUpdaterHook",
     "Trainer",
     "TrainerHookBase",
+    "UTDRHook",
     "UpdateWeights",
+    "ValueEstimatorHook",
     "atomic_save",
     "load_checkpoint",
     "mask_batch",

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
+from ._steppers import OptimizationStepper
+
 __all__ = ["DreamerV3OptimizationStepper", "DreamerV3Optimizer", "DreamerV3UpdateRatio"]
 
 
@@ -133,7 +135,7 @@ class DreamerV3Optimizer(torch.optim.Optimizer):
         torch._foreach_add_(params, updates, alpha=-lr)
 
 
-class DreamerV3OptimizationStepper:
+class DreamerV3OptimizationStepper(OptimizationStepper):
     """One DreamerV3 learner update: the loss, one backward, the optimiser and target steps.
 
     ``step(trainer, sub_batch)`` sums the ``loss_*`` entries of ``loss_module(sample)``

@@ -1,9 +1,10 @@
-"""Hooks that shape the data: replay buffer, key selection, sub-sampling, reward scaling."""
+"""Hooks that shape the data: replay buffer, key selection, sub-sampling, reward scaling,
+value estimates."""
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "ReplayBufferTrainer",
     "RewardNormalizer",
     "SelectKeys",
+    "ValueEstimatorHook",
     "mask_batch",
 ]
 
@@ -344,4 +346,59 @@ class RewardNormalizer(TrainerHookBase):
     def register(self, trainer: Trainer, name: str = "reward_normalizer") -> None:
         trainer.register_op("batch_process", self.update_reward_stats)
         trainer.register_op("process_optim_batch", self.normalize_reward)
+        trainer.register_module(name, self)
+
+
+class ValueEstimatorHook(TrainerHookBase):
+    """Runs a value estimator (``GAE``...) on the whole collected batch before each epoch.
+
+    Registered at ``pre_epoch``: the advantages and value targets are computed once per
+    epoch on the collected batch, before the optimization steps draw their sub-batches from
+    it (so each epoch sees the value network as it is then). Without a batch (``None``: the
+    collector writes into the replay buffer itself) the hook does nothing: compute the
+    estimates elsewhere, e.g. in a replay-buffer transform. An estimator with a
+    ``state_dict`` (a module) has its state in the trainer's checkpoints.
+
+    Args:
+        value_estimator (Callable[[TensorDictBase], TensorDictBase]): writes its entries
+            into the batch it is given and returns it, e.g. ``rl.objectives.value.GAE``.
+
+    Raises:
+        TypeError: ``value_estimator`` is not callable.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> def advantage(td):
+        ...     return td.set("advantage", td["next", "reward"] - td["value"])
+        >>> hook = ValueEstimatorHook(advantage)
+        >>> td = TensorDict({"value": torch.ones(2, 1), ("next", "reward"): torch.full((2, 1), 3.0)},
+        ...     batch_size=[2])
+        >>> hook(td)["advantage"].squeeze(-1)
+        tensor([2., 2.])
+    """
+
+    def __init__(self, value_estimator: Callable[[TensorDictBase], TensorDictBase]) -> None:
+        if not callable(value_estimator):
+            raise TypeError(
+                "ValueEstimatorHook expects a callable value estimator (a GAE, TD(lambda) "
+                f"module...), got {type(value_estimator).__name__}"
+            )
+        self.value_estimator = value_estimator
+
+    def __call__(self, batch: TensorDictBase | None) -> TensorDictBase | None:
+        if batch is None:
+            return None
+        return self.value_estimator(batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = getattr(self.value_estimator, "state_dict", None)
+        return {"value_estimator": state()} if callable(state) else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "value_estimator" in state_dict and hasattr(self.value_estimator, "load_state_dict"):
+            self.value_estimator.load_state_dict(state_dict["value_estimator"])
+
+    def register(self, trainer: Trainer, name: str = "value_estimator") -> None:
+        trainer.register_op("pre_epoch", self)
         trainer.register_module(name, self)

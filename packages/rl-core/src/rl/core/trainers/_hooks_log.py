@@ -1,8 +1,11 @@
-"""Logging hooks: scalars from the batch, frame counts, periodic evaluation episodes."""
+"""Logging hooks: scalars from the batch, frame counts, periodic evaluation episodes, hook
+timings, the update-to-data ratio."""
 
 from __future__ import annotations
 
 import random
+import warnings
+import weakref
 from typing import Any, Literal
 
 import numpy as np
@@ -14,7 +17,7 @@ from .._exploration import ExplorationType, set_exploration_type
 from ._progress import EpisodeReturns
 from ._trainer import MissingKeyError, Trainer, TrainerHookBase
 
-__all__ = ["CountFramesLog", "LogScalar", "LogValidationReward"]
+__all__ = ["CountFramesLog", "LogScalar", "LogTiming", "LogValidationReward", "UTDRHook"]
 
 _MASK = ("collector", "mask")
 REWARD_KEY = ("next", "reward")
@@ -31,6 +34,9 @@ class LogScalar(TrainerHookBase):
         log_pbar: also show the value on the progress bar.
         include_std: also log ``<logname>_std``.
         reduction: ``"mean"``, ``"sum"``, ``"min"`` or ``"max"``.
+
+    Without a batch (``None``: the collector writes into the replay buffer itself) there is
+    nothing to log.
 
     Raises:
         ValueError: unknown ``reduction``.
@@ -63,7 +69,9 @@ class LogScalar(TrainerHookBase):
         self.include_std = include_std
         self.reduction = reduction
 
-    def __call__(self, batch: TensorDictBase) -> dict[str, Any]:
+    def __call__(self, batch: TensorDictBase | None) -> dict[str, Any] | None:
+        if batch is None:
+            return None
         value = batch.get(self.key, None)
         if value is None:
             raise MissingKeyError(
@@ -90,6 +98,9 @@ class LogScalar(TrainerHookBase):
 class CountFramesLog(TrainerHookBase):
     """Counts the frames collected (``frame_skip`` included) and logs them as ``n_frames``.
 
+    Without a batch (``None``: the collector writes into the replay buffer itself) there is
+    nothing to count.
+
     Args:
         frame_skip: frames per environment step (required, as TorchRL).
         log_pbar: also show the count on the progress bar.
@@ -107,7 +118,9 @@ class CountFramesLog(TrainerHookBase):
         self.log_pbar = log_pbar
         self.frame_count = 0
 
-    def __call__(self, batch: TensorDictBase) -> dict[str, Any]:
+    def __call__(self, batch: TensorDictBase | None) -> dict[str, Any] | None:
+        if batch is None:
+            return None
         mask = batch.get(_MASK, None)
         steps = int(mask.sum()) if mask is not None else batch.numel()
         self.frame_count += steps * self.frame_skip
@@ -277,4 +290,144 @@ class LogValidationReward(TrainerHookBase):
 
     def register(self, trainer: Trainer, name: str = "recorder") -> None:
         trainer.register_op("post_steps_log", self)
+        trainer.register_module(name, self)
+
+
+class LogTiming(TrainerHookBase):
+    """Logs the wall time the trainer spent in each hook, as ``<prefix>/hook/<name>``.
+
+    Once the hook is registered (with :meth:`register`, at ``post_steps_log``, or at any
+    log point with ``trainer.register_op``), the trainer times every hook call; each call
+    of this hook returns the timings so far, named by the hooks' registered names
+    (``Trainer(log_timings=True)`` registers one).
+
+    Args:
+        prefix (str, optional): the first part of the logged names. Defaults to ``"time"``.
+        percall (bool, optional): log the mean time per call (``True``) or the total time.
+            Defaults to ``True``.
+        erase (bool, optional): reset the timings after each call, so that each logged
+            value covers the calls since the last one. Defaults to ``False``.
+
+    Raises:
+        RuntimeError: (when called) the hook is not registered with a trainer.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> trainer = Trainer(collector=[TensorDict(batch_size=[4])], total_frames=4,
+        ...     frame_skip=1, optim_steps_per_batch=0, progress_bar=False,
+        ...     loss_module=lambda td: td)
+        >>> timing = LogTiming()
+        >>> timing.register(trainer)
+        >>> trainer.register_op("batch_process", lambda td: td)
+        >>> trainer.train()
+        >>> sorted(timing())
+        ['time/hook/<lambda>', 'time/hook/log_timing']
+    """
+
+    def __init__(self, prefix: str = "time", percall: bool = True, erase: bool = False) -> None:
+        self.prefix = prefix
+        self.percall = percall
+        self.erase = erase
+        self._trainer_ref: weakref.ReferenceType[Trainer] | None = None
+
+    def _bind(self, trainer: Trainer) -> None:
+        self._trainer_ref = weakref.ref(trainer)
+        trainer._time_hooks = True
+
+    def __call__(self, batch: TensorDictBase | None = None) -> dict[str, float]:
+        trainer = self._trainer_ref() if self._trainer_ref is not None else None
+        if trainer is None:
+            raise RuntimeError(
+                "LogTiming reads the hook timings of the trainer it is registered with: call "
+                "register(trainer) (or trainer.register_op(point, hook)) first"
+            )
+        timings = trainer._hook_timings(self.percall)
+        if self.erase:
+            trainer._reset_hook_timings()
+        return {f"{self.prefix}/{name}": value for name, value in timings.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "percall": self.percall, "erase": self.erase}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.prefix = str(state_dict.get("prefix", "time"))
+        self.percall = bool(state_dict.get("percall", True))
+        self.erase = bool(state_dict.get("erase", False))
+
+    def register(self, trainer: Trainer, name: str | None = None) -> None:
+        trainer.register_module("log_timing" if name is None else name, self)
+        trainer.register_op("post_steps_log", self)
+
+
+class UTDRHook(TrainerHookBase):
+    """Logs the update-to-data ratio: samples trained on per sample collected.
+
+    ``utd_ratio = batch_size * optim_steps / write_count``, from the trainer's replay buffer
+    (or the collector's, ``collector.replay_buffer``) and the trainer's optimization step
+    count; it is meaningful when the collector fills the buffer in the background
+    (``async_collection``). Logged at ``pre_steps_log`` with ``write_count`` and
+    ``update_count``; nothing is logged before the buffer's first write.
+
+    Args:
+        trainer (Trainer): the trainer whose ratio is logged.
+
+    Raises:
+        RuntimeError: (when called) neither the trainer nor its collector has a replay
+            buffer with a ``write_count``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> class Buffer:
+        ...     write_count, batch_size = 100, 32
+        >>> trainer = Trainer(collector=[], total_frames=1, frame_skip=1,
+        ...     optim_steps_per_batch=1, progress_bar=False, loss_module=lambda td: td,
+        ...     replay_buffer=Buffer())
+        >>> trainer._optim_count = 5
+        >>> UTDRHook(trainer)()["utd_ratio"]
+        1.6
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def _counts(self) -> tuple[Any, Any]:
+        buffer = getattr(self.trainer, "replay_buffer", None)
+        if buffer is None:
+            buffer = getattr(self.trainer.collector, "replay_buffer", None)
+        if buffer is None:
+            getattr_rb = getattr(self.trainer.collector, "getattr_rb", None)
+            if callable(getattr_rb):
+                return getattr_rb("write_count"), getattr_rb("batch_size")
+        if buffer is None or not hasattr(buffer, "write_count"):
+            raise RuntimeError(
+                "UTDRHook needs the replay buffer the collector writes into (with a "
+                "write_count): pass replay_buffer= to the Trainer"
+            )
+        return buffer.write_count, getattr(buffer, "batch_size", None)
+
+    def __call__(self, batch: TensorDictBase | None = None) -> dict[str, Any]:
+        write_count, batch_size = self._counts()
+        if callable(write_count):
+            write_count = write_count()
+        if not write_count:
+            return {}
+        if batch_size is None:
+            warnings.warn(
+                "UTDRHook: the replay buffer has no batch_size; the ratio counts one sample "
+                "per optimization step",
+                stacklevel=2,
+            )
+            batch_size = 1
+        update_count = self.trainer._optim_count
+        return {
+            "utd_ratio": batch_size * update_count / write_count,
+            "write_count": write_count,
+            "update_count": update_count,
+            "log_pbar": False,
+        }
+
+    def register(self, trainer: Trainer, name: str = "utdr_hook") -> None:
+        trainer.register_op("pre_steps_log", self)
         trainer.register_module(name, self)

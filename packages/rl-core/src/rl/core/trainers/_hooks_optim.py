@@ -1,4 +1,5 @@
-"""Hooks around the optimization: optimizer, LR scheduler, target networks, weights, stopping."""
+"""Hooks around the optimization: optimizer, LR scheduler, target networks, weights, stopping,
+the CUDA cache."""
 
 from __future__ import annotations
 
@@ -14,12 +15,56 @@ from torch import nn
 from ._trainer import Trainer, TrainerHookBase
 
 __all__ = [
+    "ClearCudaCache",
     "EarlyStopping",
     "LRSchedulerHook",
     "OptimizerHook",
     "TargetNetUpdaterHook",
     "UpdateWeights",
 ]
+
+
+def loss_terms(
+    losses_td: TensorDictBase, loss_components: Sequence[str] | None, owner: str
+) -> list[torch.Tensor]:
+    """The loss entries to back-propagate: ``loss_components``, or every ``loss*`` entry.
+
+    Raises:
+        ValueError: a component is missing from the losses, or there is no entry to minimize.
+    """
+    if loss_components is None:
+        terms = [v for k, v in losses_td.items() if str(k).startswith("loss")]
+    else:
+        missing = [k for k in loss_components if k not in losses_td.keys()]
+        if missing:
+            raise ValueError(
+                f"{owner}: the losses have no entry {missing[0]!r}; they have "
+                f"{sorted(map(str, losses_td.keys()))}"
+            )
+        terms = [losses_td.get(k) for k in loss_components]
+    if not terms:
+        raise ValueError(
+            f"{owner}: no 'loss*' entry to minimize among {sorted(map(str, losses_td.keys()))}"
+        )
+    return terms
+
+
+def clip_gradients(
+    params: Sequence[torch.Tensor], clip_grad_norm: bool, clip_norm: float | None
+) -> torch.Tensor:
+    """Clips the gradients of ``params`` and returns their global norm before clipping.
+
+    With ``clip_grad_norm`` the global norm is clipped to ``clip_norm``, otherwise each
+    gradient value is clamped to ``[-clip_norm, clip_norm]``; ``clip_norm=None`` only
+    measures the norm.
+    """
+    if clip_grad_norm and clip_norm is not None:
+        return nn.utils.clip_grad_norm_(params, clip_norm).detach()
+    grads = [p.grad.detach().pow(2).sum() for p in params if p.grad is not None]
+    norm = torch.stack(grads).sum().sqrt() if grads else torch.zeros(())
+    if clip_norm is not None:
+        nn.utils.clip_grad_value_(params, clip_norm)
+    return norm
 
 
 class OptimizerHook(TrainerHookBase):
@@ -64,14 +109,7 @@ class OptimizerHook(TrainerHookBase):
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def _grad_clip(self, clip_grad_norm: bool, clip_norm: float | None) -> torch.Tensor:
-        params = self._params()
-        if clip_grad_norm and clip_norm is not None:
-            return nn.utils.clip_grad_norm_(params, clip_norm).detach()
-        grads = [p.grad.detach().pow(2).sum() for p in params if p.grad is not None]
-        norm = torch.stack(grads).sum().sqrt() if grads else torch.zeros(())
-        if clip_norm is not None:
-            nn.utils.clip_grad_value_(params, clip_norm)
-        return norm
+        return clip_gradients(self._params(), clip_grad_norm, clip_norm)
 
     def __call__(
         self,
@@ -80,21 +118,7 @@ class OptimizerHook(TrainerHookBase):
         clip_norm: float | None = None,
         index: int = 0,
     ) -> TensorDictBase:
-        if self.loss_components is None:
-            terms = [v for k, v in losses_td.items() if str(k).startswith("loss")]
-        else:
-            missing = [k for k in self.loss_components if k not in losses_td.keys()]
-            if missing:
-                raise ValueError(
-                    f"OptimizerHook: the losses have no entry {missing[0]!r}; they have "
-                    f"{sorted(map(str, losses_td.keys()))}"
-                )
-            terms = [losses_td.get(k) for k in self.loss_components]
-        if not terms:
-            raise ValueError(
-                f"OptimizerHook: no 'loss*' entry to minimize among {sorted(losses_td.keys())}"
-            )
-        sum(terms).backward()
+        sum(loss_terms(losses_td, self.loss_components, "OptimizerHook")).backward()
         losses_td.set(f"grad_norm_{index}", self._grad_clip(clip_grad_norm, clip_norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -480,3 +504,46 @@ class EarlyStopping(TrainerHookBase):
         self._trainer_ref = weakref.ref(trainer)
         trainer.register_op("post_steps_log", self)
         trainer.register_module(name, self)
+
+
+class ClearCudaCache(TrainerHookBase):
+    """Empties the CUDA caching allocator (``torch.cuda.empty_cache()``) every ``interval``
+    calls; registered at ``pre_optim_steps``, so ``interval`` counts collected batches.
+
+    Without CUDA (or before CUDA is initialized) emptying the cache does nothing; the calls
+    are still counted. The count goes into the trainer's checkpoints.
+
+    Args:
+        interval (int): calls between two cache clearings, positive.
+
+    Raises:
+        ValueError: ``interval`` is not a positive int.
+
+    Examples:
+        >>> clear = ClearCudaCache(2)
+        >>> for _ in range(3):
+        ...     clear()
+        >>> clear.count
+        3
+    """
+
+    def __init__(self, interval: int) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"ClearCudaCache interval must be a positive int, got {interval!r}")
+        self.interval = interval
+        self.count = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.count += 1
+        if self.count % self.interval == 0:
+            torch.cuda.empty_cache()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self.count}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.count = int(state_dict["count"])
+
+    def register(self, trainer: Trainer, name: str = "clear_cuda_cache") -> None:
+        trainer.register_module(name, self)
+        trainer.register_op("pre_optim_steps", self)

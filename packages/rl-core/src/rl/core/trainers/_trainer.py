@@ -37,6 +37,7 @@ _logger = logging.getLogger("rl.core.trainers")
 HookPoint = Literal[
     "batch_process",
     "pre_optim_steps",
+    "pre_epoch",
     "process_optim_batch",
     "post_loss",
     "optimizer",
@@ -45,6 +46,7 @@ HookPoint = Literal[
     "pre_steps_log",
     "post_steps_log",
     "post_optim_log",
+    "post_epoch",
 ]
 #: Where :meth:`Trainer.register_op` can put a hook, in the order the loop reaches them.
 HOOK_POINTS: tuple[str, ...] = HookPoint.__args__
@@ -70,6 +72,11 @@ class TrainerHookBase:
     def register(self, trainer: Trainer, name: str | None = None) -> None:
         """Attaches the hook to ``trainer``; abstract: every hook class defines it."""
         raise NotImplementedError(f"{type(self).__name__} does not define register()")
+
+    def _bind(self, trainer: Trainer) -> None:
+        """Called by :meth:`Trainer.register_op` with the trainer the hook is put in (a hook
+        that reads the trainer's state keeps a reference); does nothing by default."""
+        return None
 
 
 class MissingKeyError(KeyError):
@@ -97,18 +104,26 @@ class Trainer:
 
         for batch in collector:
             batch = batch_process(batch)           # e.g. ReplayBufferTrainer.extend
-            pre_steps_log(batch)                   # e.g. LogScalar, CountFramesLog
-            pre_optim_steps()
-            for _ in range(optim_steps_per_batch):
-                sub_batch = process_optim_batch(batch)   # e.g. ReplayBufferTrainer.sample
-                losses = loss_module(sub_batch)
-                post_loss(sub_batch)                     # e.g. priority updates
-                losses = optimizer(losses, ...)          # OptimizerHook: backward, clip, step
-                post_optim()                             # e.g. TargetNetUpdaterHook
-                post_optim_log(sub_batch)
+            pre_steps_log(batch)                   # e.g. LogScalar, CountFramesLog, UTDRHook
+            pre_optim_steps()                      # e.g. ClearCudaCache
+            for _ in range(num_epochs):
+                epoch_batch = pre_epoch(batch)     # e.g. ValueEstimatorHook (GAE)
+                for _ in range(optim_steps_per_batch):
+                    sub_batch = process_optim_batch(epoch_batch)  # e.g. ReplayBufferTrainer
+                    losses = loss_module(sub_batch)
+                    post_loss(sub_batch)                     # e.g. priority updates
+                    losses = optimizer(losses, ...)          # OptimizerHook: backward, step
+                    post_optim()                             # e.g. TargetNetUpdaterHook
+                    post_optim_log(sub_batch)
+                post_epoch()
             post_steps()                           # e.g. UpdateWeights, LRSchedulerHook
-            post_steps_log(batch)                  # e.g. LogValidationReward, EarlyStopping
+            post_steps_log(batch)                  # e.g. LogValidationReward, LogTiming
             save every ``save_trainer_interval`` frames
+
+    With an ``optimization_stepper``, ``stepper.step(trainer, sub_batch)`` replaces the
+    ``loss_module`` / ``post_loss`` / ``optimizer`` lines. When the collector writes into
+    the replay buffer itself (it yields ``None``, or ``async_collection``), ``batch`` is
+    ``None``: ``batch_process`` is skipped and the other points receive ``None``.
 
     The trainer is duck-typed: the collector is any iterable of TensorDicts (with
     ``state_dict``/``load_state_dict``, ``set_seed`` and ``shutdown`` when it has them), the
@@ -139,11 +154,14 @@ class Trainer:
         save_trainer_interval: frames between two checkpoints.
         log_interval: frames between two logger writes of one value.
         save_trainer_file: the checkpoint file (``None``: no checkpoint).
-        optimization_stepper: an object whose ``step(trainer, sub_batch)`` runs one whole
-            optimization step (loss, backward, optimizer) and returns the detached metrics
-            to log, as TorchRL's ``OptimizationStepper``; it replaces the ``optimizer``
-            point (no :class:`OptimizerHook` is made for ``optimizer``) and is registered
-            as ``"optimization_stepper"`` (its state goes into the checkpoints).
+        optimization_stepper: an :class:`OptimizationStepper` (or any object whose
+            ``step(trainer, sub_batch)`` runs one whole optimization step: loss, backward,
+            optimizer, and returns the detached metrics to log), e.g.
+            :class:`DefaultOptimizationStepper` or
+            :class:`MixedPrecisionOptimizationStepper`; it replaces the ``loss_module`` /
+            ``post_loss`` / ``optimizer`` points (no :class:`OptimizerHook` is made for
+            ``optimizer``) and is registered as ``"optimization_stepper"`` (its state goes
+            into the checkpoints).
         replay_buffer: the buffer a collector yielding ``None`` writes into: the frames
             collected are counted from its ``write_count``.
         target_net_updater: a target-network updater (``SoftUpdate``...) whose state goes
@@ -168,8 +186,8 @@ class Trainer:
         async_collection: the collector fills ``replay_buffer`` in the background
             (``collector.start()``): the trainer waits for its first write, then runs the
             optimization steps on samples until the buffer has taken ``total_frames``.
-        log_timings: log the mean wall time per call of each hook as
-            ``time/hook/<name>`` after each batch.
+        log_timings: register a :class:`LogTiming` hook, which logs the mean wall time
+            per call of each hook as ``time/hook/<name>`` after each batch.
         auto_log_optim_steps: log ``optim_steps`` and the mean losses after each
             optimization loop. Defaults to ``True``.
 
@@ -325,7 +343,9 @@ class Trainer:
         self._collect_in_background = async_collection
         self.log_timings = log_timings
         self.auto_log_optim_steps = auto_log_optim_steps
+        # wall time and calls of each hook, recorded once a LogTiming hook reads them
         self._hook_times: dict[str, list[float]] = {}
+        self._time_hooks = False
 
         self.seed = seed
         if seed is not None:
@@ -341,6 +361,10 @@ class Trainer:
             from ._hooks_optim import OptimizerHook
 
             OptimizerHook(optimizer).register(self)
+        if log_timings:
+            from ._hooks_log import LogTiming
+
+            LogTiming().register(self)
 
     @property
     def batch_size(self) -> int | None:
@@ -378,6 +402,8 @@ class Trainer:
         if not callable(op):
             raise TypeError(f"register_op expects a callable op, got {type(op).__name__}")
         owner = getattr(op, "__self__", op)
+        if isinstance(owner, TrainerHookBase):
+            owner._bind(self)
         if isinstance(owner, TrainerHookBase) and not any(
             m is owner for m in self._modules.values()
         ):
@@ -423,8 +449,9 @@ class Trainer:
         return getattr(op, "__name__", type(op).__name__)
 
     def _run(self, op: Callable, *args: Any, **kwargs: Any) -> Any:
-        """``op(*args, **kwargs)``, its wall time recorded when ``log_timings``."""
-        if not self.log_timings:
+        """``op(*args, **kwargs)``, its wall time recorded once a :class:`LogTiming` reads
+        the timings."""
+        if not self._time_hooks:
             return op(*args, **kwargs)
         start = time.perf_counter()
         try:
@@ -451,11 +478,16 @@ class Trainer:
         for op, kwargs in self._ops[dest]:
             self._run(op, **kwargs)
 
-    def _log_timings(self) -> None:
-        if self.log_timings and self._hook_times:
-            self._log(
-                **{f"time/hook/{name}": total / n for name, (total, n) in self._hook_times.items()}
-            )
+    def _hook_timings(self, percall: bool) -> dict[str, float]:
+        """The wall time of each hook (``hook/<name>``) since the timings were last reset:
+        per call with ``percall``, else in total."""
+        return {
+            f"hook/{name}": total / n if percall else total
+            for name, (total, n) in self._hook_times.items()
+        }
+
+    def _reset_hook_timings(self) -> None:
+        self._hook_times.clear()
 
     def _batches(self):
         """The collector's batches; with ``async_collection``, ``None`` until the buffer the
@@ -511,14 +543,11 @@ class Trainer:
                     steps = int(mask.sum()) if mask is not None else batch.numel()
                     current_frames = steps * self.frame_skip
                 self.collected_frames += current_frames
-                if batch is not None:
-                    self._call_log("pre_steps_log", batch)
+                self._call_log("pre_steps_log", batch)
                 if self.collected_frames >= init_random_frames:
                     self.optim_steps(batch)
                 self._call_plain("post_steps")
-                if batch is not None:
-                    self._call_log("post_steps_log", batch)
-                self._log_timings()
+                self._call_log("post_steps_log", batch)
                 self._pbar.update(current_frames)
                 done = self._stop_training or self.collected_frames >= self.total_frames
                 self.save_trainer(force_save=done)
@@ -552,12 +581,14 @@ class Trainer:
         sums: dict = {}
         counts: dict = {}
         for _epoch in range(self.num_epochs):
+            # each epoch starts from the collected batch (e.g. advantages recomputed on it)
+            epoch_batch = self._call_transform("pre_epoch", batch)
             # None: as many steps as process_optim_batch gives (an iterated replay buffer)
             n = self.optim_steps_per_batch
             for _ in itertools.count() if n is None else range(n):
                 self._optim_count += 1  # before the hooks, as TorchRL
                 try:
-                    sub_batch = self._call_transform("process_optim_batch", batch)
+                    sub_batch = self._call_transform("process_optim_batch", epoch_batch)
                 except StopIteration:  # an iterated replay buffer ran out: this epoch ends
                     break
                 if sub_batch is None:  # nothing left to train on (TorchRL's stop)
@@ -584,6 +615,7 @@ class Trainer:
                     count = counts.get(key, 0)
                     sums[key] = value if count == 0 else sums[key] + value
                     counts[key] = count + 1
+            self._call_plain("post_epoch")
         if counts:
             average = losses.empty()
             for key, total in sums.items():

@@ -9,6 +9,7 @@ from ._csv import CSVLogger
 from ._logger import Logger
 from ._mlflow import MLFlowLogger
 from ._monitor import Every, LoggerMonitor
+from ._process import ProcessLogger
 from ._tensorboard import TensorboardLogger
 from ._utils import generate_exp_name, get_logger
 from ._wandb import WandbLogger
@@ -19,6 +20,7 @@ __all__ = [
     "Logger",
     "LoggerMonitor",
     "MLFlowLogger",
+    "ProcessLogger",
     "TensorboardLogger",
     "WandbLogger",
     "generate_exp_name",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl.core.loggers import CSVLogger, Logger, ProcessLogger, get_logger
+from rl.core.loggers import CSVLogger, Logger, ProcessLogger, TensorboardLogger, get_logger
 
 # fork keeps these tests fast; the default start method ("spawn") is the same code path
 # apart from how the child starts, and the pickling it implies is tested on its own below
@@ -171,3 +171,42 @@ def test_get_logger_process_backend_writes_csv(tmp_path):
     direct.log_metrics({"loss": 0.5}, step=4)
     direct.close()
     assert (Path(tmp_path) / "direct" / "scalars" / "loss.csv").read_text() == "4,0.5\n"
+
+
+class TestServiceBackendKeyword:
+    def test_a_logger_class_builds_a_process_logger(self, tmp_path):
+        logger = CSVLogger(
+            "exp",
+            log_dir=tmp_path,
+            video_format="pt",
+            service_backend="process",
+            service_backend_options={"context": FORK, "max_queue_size": 4},
+        )
+        try:
+            assert type(logger) is ProcessLogger and logger.served_class is CSVLogger
+            assert isinstance(logger, CSVLogger) and isinstance(logger.client(), CSVLogger)
+            assert not isinstance(logger, TensorboardLogger)
+            logger.log_scalar("loss", 1.0, step=0)
+            assert (tmp_path / "exp" / "scalars" / "loss.csv").read_text() == "0,1.0\n"
+        finally:
+            logger.shutdown()
+        assert isinstance(
+            CSVLogger("direct", log_dir=tmp_path, service_backend="direct"), CSVLogger
+        )
+
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"service_backend": "ray"}, NotImplementedError, "no Ray logger service"),
+            ({"use_ray_service": True}, NotImplementedError, "no Ray logger service"),
+            (
+                {"service_backend_options": {"context": FORK}},
+                ValueError,
+                "the 'direct' back-end takes none",
+            ),
+            ({"service_backend": "gpu"}, ValueError, "Unsupported service backend 'gpu'"),
+        ],
+    )
+    def test_refused_backends_and_options(self, tmp_path, kwargs, error, match):
+        with pytest.raises(error, match=match):
+            CSVLogger("exp", log_dir=tmp_path, **kwargs)

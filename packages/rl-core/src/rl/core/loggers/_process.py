@@ -135,7 +135,11 @@ class _ProcessLoggerClient(Logger):
     raises ``RuntimeError`` here. ``close()`` closes only this handle's connection.
     """
 
-    def __init__(self, address: str, authkey: bytes, *, exp_name: Any, log_dir: Any) -> None:
+    def __init__(
+        self, address: str, authkey: bytes, *, served_class: type, exp_name: Any, log_dir: Any
+    ) -> None:
+        #: the class of the served logger (``isinstance`` checks against it hold)
+        self.served_class = served_class
         self.exp_name = exp_name
         self.log_dir = log_dir
         self.experiment = None
@@ -270,7 +274,9 @@ class ProcessLogger(_ProcessLoggerClient):
     (:meth:`start`) the process. Every call waits for the logger's answer: a client's
     calls keep their order, and an error of the logger is raised at the call that caused
     it (as a ``RuntimeError`` naming the method). The logger process exits with its owner's
-    process.
+    process. ``CSVLogger(..., service_backend="process")`` (any logger class) and
+    ``get_logger(..., service_backend="process")`` build one, as in TorchRL; the owner and
+    its clients pass ``isinstance`` checks against the served class.
 
     Args:
         logger_cls: the logger class (:class:`CSVLogger`, ...; any class whose ``log_*``
@@ -332,7 +338,11 @@ class ProcessLogger(_ProcessLoggerClient):
         self._process = None
         self._closed = False
         super().__init__(
-            os.path.join(self._dir, "socket"), secrets.token_bytes(32), exp_name=None, log_dir=None
+            os.path.join(self._dir, "socket"),
+            secrets.token_bytes(32),
+            served_class=logger_cls,
+            exp_name=None,
+            log_dir=None,
         )
         self._finalizer = weakref.finalize(self, _cleanup, None, self._dir)
         self.start()
@@ -427,7 +437,11 @@ class ProcessLogger(_ProcessLoggerClient):
         if not self.is_alive:
             raise RuntimeError(f"{self._not_running()}: no client to give")
         return _ProcessLoggerClient(
-            self._address, self._authkey, exp_name=self.exp_name, log_dir=self.log_dir
+            self._address,
+            self._authkey,
+            served_class=self._logger_cls,
+            exp_name=self.exp_name,
+            log_dir=self.log_dir,
         )
 
     def flush(self, timeout: float | None = None) -> None:

@@ -9,9 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from rl.core._service_backend import normalize_service_backend
-
-from ._logger import Logger
+from ._logger import Logger, service_backend_options_for
 
 __all__ = ["generate_exp_name", "get_logger"]
 
@@ -88,35 +86,9 @@ def get_logger(
         raise ValueError(
             f"unknown logger_type {logger_type!r}; expected one of {', '.join(_KINDS)} or ''"
         )
-    if ray_actor_options is not None and service_backend_options:
-        raise ValueError("ray_actor_options and service_backend_options are mutually exclusive")
-    backend = "ray" if use_ray_service else normalize_service_backend(service_backend)
-    if backend not in ("direct", "process"):
-        if backend == "ray":
-            raise NotImplementedError(
-                "rl has no Ray logger service: service_backend='ray' is not available; use "
-                "service_backend='process' (a ProcessLogger) or 'direct'"
-            )
-        raise ValueError(f"Logger does not support service_backend={backend!r}")
-    options = dict(service_backend_options or {})
-    if backend == "direct" and (options or ray_actor_options is not None):
-        raise ValueError(
-            "service_backend_options / ray_actor_options configure a 'process' or 'ray' "
-            "logger service; the 'direct' back-end takes none"
-        )
-    if backend == "process":
-        if "context" in options:
-            if "mp_context" in options:
-                raise ValueError(
-                    "service_backend_options takes one of 'context' and 'mp_context', got both"
-                )
-            options["mp_context"] = options.pop("context")
-        unknown = sorted(set(options) - {"mp_context", "max_queue_size", "startup_timeout"})
-        if unknown or ray_actor_options is not None:
-            raise ValueError(
-                "the 'process' logger service takes context / mp_context, max_queue_size and "
-                f"startup_timeout, got {unknown or ['ray_actor_options']}"
-            )
+    backend, options = service_backend_options_for(
+        service_backend, service_backend_options, use_ray_service, ray_actor_options
+    )
     if logger_type in ("", None):
         return None
     if state_dict is not None:
@@ -155,12 +127,9 @@ def get_logger(
             uri = Path(os.path.abspath(uri)).as_uri()
         cls, args = MLFlowLogger, (experiment_name,)
         cls_kwargs = {"tracking_uri": uri, **kwargs.get("mlflow_kwargs", {})}
-    if backend == "process":
-        from ._process import ProcessLogger
-
-        logger: Logger = ProcessLogger(cls, *args, **options, **cls_kwargs)
-    else:
-        logger = cls(*args, **cls_kwargs)
+    logger: Logger = cls(
+        *args, service_backend=backend, service_backend_options=options, **cls_kwargs
+    )
     if state_dict is not None:
         logger.load_state_dict(state_dict)
     return logger

@@ -210,3 +210,51 @@ class TestServiceBackendKeyword:
     def test_refused_backends_and_options(self, tmp_path, kwargs, error, match):
         with pytest.raises(error, match=match):
             CSVLogger("exp", log_dir=tmp_path, **kwargs)
+
+
+class _Run:
+    def __init__(self):
+        self.flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+
+
+class _DirectLogger(Logger):
+    def __init__(self):
+        self.closes = 0
+        super().__init__("direct", None)
+
+    def _create_experiment(self):
+        return _Run()
+
+    def log_scalar(self, name, value, step=None):
+        pass
+
+    log_video = log_hparams = log_histogram = log_scalar
+
+    def close(self):
+        self.closes += 1
+
+
+class TestDirectLifeCycle:
+    def test_a_direct_logger_is_its_own_client(self, tmp_path):
+        logger = CSVLogger("direct", log_dir=tmp_path)
+        assert logger.client() is logger and logger.start() is logger
+        assert logger.service_backend == "direct" and logger.is_alive
+        logger.log_scalar("a", 1.0, step=0)
+        logger.shutdown()
+        assert not logger.is_alive
+        assert (tmp_path / "direct" / "scalars" / "a.csv").read_text() == "0,1.0\n"
+        with pytest.raises(
+            RuntimeError, match="CSVLogger was shut down and cannot be started again"
+        ):
+            logger.start()
+
+    def test_shutdown_flushes_and_closes_once(self):
+        logger = _DirectLogger()
+        logger.flush(timeout=1.0)
+        assert logger.experiment.flushes == 1
+        logger.shutdown()
+        logger.shutdown()
+        assert logger.experiment.flushes == 2 and logger.closes == 1

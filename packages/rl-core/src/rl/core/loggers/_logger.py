@@ -160,6 +160,46 @@ class Logger(metaclass=_LoggerType):
         self.log_dir = log_dir
         self.experiment = self._create_experiment()
 
+    # TorchRL's service life cycle, for a logger that runs in the calling process: code
+    # written for a logger service (a ProcessLogger) runs unchanged with a direct logger
+    @property
+    def service_backend(self) -> str:
+        """``"direct"``: this logger runs in the calling process."""
+        return "direct"
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether :meth:`shutdown` has not been called yet."""
+        return not getattr(self, "_shut_down", False)
+
+    def start(self) -> Logger:
+        """Returns this logger (a direct logger is started when built).
+
+        Raises:
+            RuntimeError: the logger was shut down.
+        """
+        if not self.is_alive:
+            raise RuntimeError(f"{type(self).__name__} was shut down and cannot be started again")
+        return self
+
+    def client(self) -> Logger:
+        """Returns this logger: a direct logger is its own client."""
+        return self
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Flushes the back-end's run when it has a ``flush`` (``timeout`` is not used)."""
+        flush = getattr(self.experiment, "flush", None)
+        if callable(flush):
+            flush()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Flushes and closes the back-end's run (:meth:`close`) once; later calls do nothing."""
+        if not self.is_alive:
+            return
+        self.flush()
+        self.close()
+        self._shut_down = True
+
     @abc.abstractmethod
     def _create_experiment(self) -> Any: ...
 

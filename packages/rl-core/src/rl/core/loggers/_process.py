@@ -25,8 +25,6 @@ import torch
 
 from rl.core.workers import die_with_parent, exit_description, ignore_interrupts, stop_processes
 
-from ._logger import Logger
-
 __all__ = ["ProcessLogger"]
 
 _FLUSH, _CLOSE, _REPR = "__flush__", "__close__", "__repr__"
@@ -127,12 +125,14 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid) -> Non
     listener.close()
 
 
-class _ProcessLoggerClient(Logger):
+class _ProcessLoggerClient:
     """A handle on a :class:`ProcessLogger`'s logger: picklable, without its life cycle.
 
     Its ``log_*`` calls (any ``log_*`` method of the served logger, including custom ones)
     run in the logger process and return what the logger returned; a call that fails there
-    raises ``RuntimeError`` here. ``close()`` closes only this handle's connection.
+    raises ``RuntimeError`` here. ``close()`` closes only this handle's connection. It is
+    not a :class:`Logger` subclass, but ``isinstance(client, Logger)`` (or ``CSVLogger``...)
+    holds when the served class is one.
     """
 
     def __init__(
@@ -148,9 +148,6 @@ class _ProcessLoggerClient(Logger):
         self._conn: Connection | None = None
         self._conn_pid: int | None = None
         self._lock = threading.Lock()
-
-    def _create_experiment(self) -> None:
-        return None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

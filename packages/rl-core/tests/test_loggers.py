@@ -354,10 +354,24 @@ class TestFactory:
             get_logger("mlflow", tmp_path, "exp", state_dict={"log_dir": "x", "exp_name": "y"})
 
     def test_get_logger_service_backends(self, tmp_path):
-        with pytest.raises(NotImplementedError, match="service_backend='process'"):
-            get_logger("csv", tmp_path, "exp", service_backend="process")
-        with pytest.raises(NotImplementedError, match="service_backend='ray'"):
+        with pytest.raises(NotImplementedError, match="service_backend='ray' is not available"):
             get_logger("csv", tmp_path, "exp", use_ray_service=True)
+        with pytest.raises(ValueError, match=r"takes context / mp_context.*got \['retries'\]"):
+            get_logger(
+                "csv",
+                tmp_path,
+                "exp",
+                service_backend="process",
+                service_backend_options={"retries": 3},
+            )
+        with pytest.raises(ValueError, match="one of 'context' and 'mp_context', got both"):
+            get_logger(
+                "csv",
+                tmp_path,
+                "exp",
+                service_backend="process",
+                service_backend_options={"context": "fork", "mp_context": "fork"},
+            )
         with pytest.raises(ValueError, match="Unsupported service backend 'gpu'"):
             get_logger("csv", tmp_path, "exp", service_backend="gpu")
         with pytest.raises(ValueError, match="the 'direct' back-end takes none"):

@@ -718,3 +718,39 @@ class TestValueEstimatorRegistry:
         Loss.actor_network = actor
         est = build_value_estimator(Loss(), "vtrace", value_network=net)
         assert isinstance(est, VTrace) and est.actor_network is actor and est.value_network is net
+
+
+class TestDeprecatedEstimateNames:
+    @pytest.mark.parametrize(
+        "old, new, kwargs",
+        [
+            ("TD0Estimate", TD0Estimator, {}),
+            ("TD1Estimate", TD1Estimator, {}),
+            ("TDLambdaEstimate", TDLambdaEstimator, {"lmbda": 0.6}),
+        ],
+    )
+    def test_warns_and_computes_what_the_new_name_computes(self, old, new, kwargs):
+        import rl.objectives.value as value
+
+        old_cls = getattr(value, old)
+        net, td_old, td_new = value_net(), batch(), batch()
+        with pytest.warns(
+            DeprecationWarning, match=f"{old} is deprecated, use {new.__name__} instead"
+        ):
+            est = old_cls(gamma=0.9, value_network=net, **kwargs)
+        assert isinstance(est, new)
+        est(td_old)
+        new(gamma=0.9, value_network=net, **kwargs)(td_new)
+        torch.testing.assert_close(td_old["value_target"], td_new["value_target"])
+        torch.testing.assert_close(td_old["advantage"], td_new["advantage"])
+
+    def test_td0_estimate_against_a_hand_computation(self):
+        import rl.objectives.value as value
+
+        td = batch()
+        next_value = torch.randn(B, T, 1)
+        with pytest.warns(DeprecationWarning):
+            est = value.TD0Estimate(gamma=0.5, value_network=None)
+        target = est.value_estimate(td, next_value=next_value)
+        reward, _, terminated = flags(td)
+        torch.testing.assert_close(target, reward + 0.5 * (~terminated).float() * next_value)

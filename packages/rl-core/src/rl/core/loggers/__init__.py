@@ -8,14 +8,19 @@ when a logger of that kind is built: ``rl-core[tensorboard]``, ``rl-core[wandb]`
 from ._csv import CSVLogger
 from ._logger import Logger
 from ._mlflow import MLFlowLogger
+from ._monitor import Every, LoggerMonitor
+from ._process import ProcessLogger
 from ._tensorboard import TensorboardLogger
 from ._utils import generate_exp_name, get_logger
 from ._wandb import WandbLogger
 
 __all__ = [
     "CSVLogger",
+    "Every",
     "Logger",
+    "LoggerMonitor",
     "MLFlowLogger",
+    "ProcessLogger",
     "TensorboardLogger",
     "WandbLogger",
     "generate_exp_name",

@@ -9,9 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from rl.core._service_backend import normalize_service_backend
-
-from ._logger import Logger
+from ._logger import Logger, service_backend_options_for
 
 __all__ = ["generate_exp_name", "get_logger"]
 
@@ -56,11 +54,13 @@ def get_logger(
             W&B): its directory and name replace ``logger_name`` / ``experiment_name``, its
             counters are restored, and a W&B logger resumes the saved run
             (``id=<saved id>, resume="must"``).
-        service_backend: where the logger runs; ``"direct"`` (default, in the calling
-            process) is the only one in rl: TorchRL's ``"process"`` and ``"ray"`` logger
-            services raise ``NotImplementedError``.
-        service_backend_options: options of a ``"process"`` / ``"ray"`` service (none apply
-            to ``"direct"``: giving any raises ``ValueError``).
+        service_backend: where the logger runs: ``"direct"`` (default, in the calling
+            process) or ``"process"`` (a :class:`ProcessLogger` that builds the logger in a
+            process of its own; hand ``logger.client()`` to other processes). TorchRL's
+            ``"ray"`` logger service raises ``NotImplementedError``.
+        service_backend_options: options of the ``"process"`` service: ``context`` (or
+            ``mp_context``), ``max_queue_size``, ``startup_timeout`` (none apply to
+            ``"direct"``: giving any raises ``ValueError``).
         use_ray_service: TorchRL's deprecated spelling of ``service_backend="ray"``
             (``True`` raises ``NotImplementedError``).
         ray_actor_options: TorchRL's deprecated spelling of the Ray service's
@@ -71,8 +71,8 @@ def get_logger(
     Raises:
         ValueError: unknown ``logger_type`` or ``service_backend``; service options with the
             ``"direct"`` back-end; a W&B state without a run id.
-        NotImplementedError: a ``"process"`` or ``"ray"`` logger service; a ``state_dict``
-            for an MLflow logger (as TorchRL).
+        NotImplementedError: a ``"ray"`` logger service; a ``state_dict`` for an MLflow
+            logger (as TorchRL).
         ImportError: the back-end is not installed (naming the extra).
 
     Examples:
@@ -86,21 +86,9 @@ def get_logger(
         raise ValueError(
             f"unknown logger_type {logger_type!r}; expected one of {', '.join(_KINDS)} or ''"
         )
-    if ray_actor_options is not None and service_backend_options:
-        raise ValueError("ray_actor_options and service_backend_options are mutually exclusive")
-    backend = "ray" if use_ray_service else normalize_service_backend(service_backend)
-    if backend != "direct":
-        if backend in ("process", "ray"):
-            raise NotImplementedError(
-                f"rl's loggers run in the calling process: service_backend={backend!r} "
-                "(a logger service) is not available; use service_backend='direct'"
-            )
-        raise ValueError(f"Logger does not support service_backend={backend!r}")
-    if service_backend_options or ray_actor_options is not None:
-        raise ValueError(
-            "service_backend_options / ray_actor_options configure a 'process' or 'ray' "
-            "logger service; the 'direct' back-end takes none"
-        )
+    backend, options = service_backend_options_for(
+        service_backend, service_backend_options, use_ray_service, ray_actor_options
+    )
     if logger_type in ("", None):
         return None
     if state_dict is not None:
@@ -113,13 +101,13 @@ def get_logger(
     if logger_type == "csv":
         from ._csv import CSVLogger
 
-        logger: Logger = CSVLogger(
-            experiment_name, log_dir=logger_name, **{"video_format": "mp4", **kwargs}
-        )
+        cls: type[Logger] = CSVLogger
+        args: tuple = (experiment_name,)
+        cls_kwargs = {"log_dir": logger_name, "video_format": "mp4", **kwargs}
     elif logger_type == "tensorboard":
         from ._tensorboard import TensorboardLogger
 
-        logger = TensorboardLogger(experiment_name, log_dir=logger_name)
+        cls, args, cls_kwargs = TensorboardLogger, (experiment_name,), {"log_dir": logger_name}
     elif logger_type == "wandb":
         from ._wandb import WandbLogger
 
@@ -129,14 +117,19 @@ def get_logger(
             if not run_id:
                 raise ValueError("the saved W&B logger state has no run id")
             wandb_kwargs.update(id=run_id, resume="must")
-        logger = WandbLogger(experiment_name, save_dir=logger_name, **wandb_kwargs)
+        cls, args = WandbLogger, (experiment_name,)
+        cls_kwargs = {"save_dir": logger_name, **wandb_kwargs}
     else:
         from ._mlflow import MLFlowLogger, _is_local
 
         uri = os.fspath(logger_name)
         if _is_local(uri) and not uri.startswith("file:"):
             uri = Path(os.path.abspath(uri)).as_uri()
-        logger = MLFlowLogger(experiment_name, tracking_uri=uri, **kwargs.get("mlflow_kwargs", {}))
+        cls, args = MLFlowLogger, (experiment_name,)
+        cls_kwargs = {"tracking_uri": uri, **kwargs.get("mlflow_kwargs", {})}
+    logger: Logger = cls(
+        *args, service_backend=backend, service_backend_options=options, **cls_kwargs
+    )
     if state_dict is not None:
         logger.load_state_dict(state_dict)
     return logger

@@ -8,7 +8,13 @@ language model's vocabulary), with TorchRL's names and arguments. Each has
 """
 
 from ._analytic import has_analytic_entropy, has_analytic_kl
-from ._continuous import Delta, IndependentNormal, TanhDelta, TruncatedNormal
+from ._continuous import (
+    Delta,
+    IndependentNormal,
+    NormalParamWrapper,
+    TanhDelta,
+    TruncatedNormal,
+)
 from ._discrete import (
     MaskedCategorical,
     MaskedOneHotCategorical,
@@ -28,6 +34,7 @@ __all__ = [
     "LLMMaskedCategorical",
     "MaskedCategorical",
     "MaskedOneHotCategorical",
+    "NormalParamWrapper",
     "OneHotCategorical",
     "OneHotOrdinal",
     "Ordinal",

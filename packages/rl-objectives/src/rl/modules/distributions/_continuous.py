@@ -1,4 +1,5 @@
-"""Continuous distributions: IndependentNormal, TruncatedNormal, Delta and TanhDelta."""
+"""Continuous distributions: IndependentNormal, TruncatedNormal, Delta and TanhDelta (and
+the removed NormalParamWrapper, which says what replaces it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from tensordict.nn.distributions import Delta
 from tensordict.nn.distributions import TruncatedNormal as _TruncatedNormal
 from torch import distributions as D
+from torch import nn
 from torch.distributions import constraints
 
 from . import _utils
@@ -20,13 +22,53 @@ from ._utils import (
     safe_tanh,
 )
 
-__all__ = ["Delta", "IndependentNormal", "TanhDelta", "TruncatedNormal"]
+__all__ = ["Delta", "IndependentNormal", "NormalParamWrapper", "TanhDelta", "TruncatedNormal"]
 
 
 def _scale_tensor(scale, loc: torch.Tensor) -> torch.Tensor:
     if callable(scale) and not isinstance(scale, torch.Tensor):
         scale = scale(loc)
     return as_tensor_like(scale, loc)
+
+
+class NormalParamWrapper(nn.Module):
+    """TorchRL's removed wrapper that split a network's output into ``loc`` and ``scale``.
+
+    TorchRL 0.14.1 keeps the name only to tell its users what replaces it, and so does rl:
+    building one raises. Put :class:`tensordict.nn.NormalParamExtractor` after the network
+    instead; it takes the same ``scale_mapping`` and ``scale_lb``.
+
+    Args:
+        operator: the network whose last dimension held ``loc`` and the raw scale.
+        scale_mapping: how the raw scale became positive (see
+            :func:`rl.modules.utils.mappings`).
+        scale_lb: the lower bound of the scale.
+
+    Raises:
+        RuntimeError: always, naming ``tensordict.nn.NormalParamExtractor``.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tensordict.nn import NormalParamExtractor
+        >>> net = nn.Sequential(nn.Linear(3, 4), NormalParamExtractor())  # not NormalParamWrapper
+        >>> loc, scale = net(torch.zeros(3))
+        >>> loc.shape, bool((scale > 0).all())
+        (torch.Size([2]), True)
+    """
+
+    def __init__(
+        self,
+        operator: nn.Module,
+        scale_mapping: str = "biased_softplus_1.0",
+        scale_lb: float = 1e-4,
+    ) -> None:
+        raise RuntimeError(
+            "NormalParamWrapper has been deprecated in favor of "
+            "`tensordict.nn.NormalParamExtractor`: build "
+            f"nn.Sequential(operator, NormalParamExtractor(scale_mapping={scale_mapping!r}, "
+            f"scale_lb={scale_lb!r})) instead of NormalParamWrapper(operator, ...)"
+        )
 
 
 class IndependentNormal(D.Independent):

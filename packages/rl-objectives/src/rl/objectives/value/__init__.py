@@ -15,7 +15,15 @@ from rl.objectives.value._enum import (
     get_value_estimator_entry,
     register_value_estimator,
 )
-from rl.objectives.value._estimators import GAE, TD0Estimator, TD1Estimator, TDLambdaEstimator
+from rl.objectives.value._estimators import (
+    GAE,
+    TD0Estimate,
+    TD0Estimator,
+    TD1Estimate,
+    TD1Estimator,
+    TDLambdaEstimate,
+    TDLambdaEstimator,
+)
 from rl.objectives.value._multiagent import MultiAgentGAE
 from rl.objectives.value._vtrace import VTrace
 
@@ -35,8 +43,11 @@ del _member, _cls
 __all__ = [
     "GAE",
     "MultiAgentGAE",
+    "TD0Estimate",
     "TD0Estimator",
+    "TD1Estimate",
     "TD1Estimator",
+    "TDLambdaEstimate",
     "TDLambdaEstimator",
     "VTrace",
     "ValueEstimatorBase",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import warnings
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
@@ -14,7 +17,15 @@ from rl.objectives.value.functional import (
     vec_td_lambda_return_estimate,
 )
 
-__all__ = ["GAE", "TD0Estimator", "TD1Estimator", "TDLambdaEstimator"]
+__all__ = [
+    "GAE",
+    "TD0Estimate",
+    "TD0Estimator",
+    "TD1Estimate",
+    "TD1Estimator",
+    "TDLambdaEstimate",
+    "TDLambdaEstimator",
+]
 
 
 class _RewardNormalizing(ValueEstimatorBase):
@@ -444,3 +455,58 @@ class GAE(ValueEstimatorBase):
                 value = self._values(tensordict, params, target_params, time_dim)[0]
         data = self._cut_at_valid(tensordict, tensordict.get("shifted_valid", None), time_dim)
         return self._gae(data, value, next_value, time_dim)[1]
+
+
+def _warn_renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is deprecated, use {new} instead (same arguments)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+class TD0Estimate(TD0Estimator):
+    """TorchRL's former name of :class:`TD0Estimator`; building one warns.
+
+    It takes :class:`TD0Estimator`'s arguments and computes the same values (it is a
+    subclass); only the ``DeprecationWarning`` differs.
+
+    Examples:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     est = TD0Estimate(gamma=0.9, value_network=None)
+        >>> str(caught[0].message)
+        'TD0Estimate is deprecated, use TD0Estimator instead (same arguments)'
+    """
+
+    @functools.wraps(TD0Estimator.__init__)
+    def __init__(self, *args, **kwargs) -> None:
+        _warn_renamed("TD0Estimate", "TD0Estimator")
+        super().__init__(*args, **kwargs)
+
+
+class TD1Estimate(TD1Estimator):
+    """TorchRL's former name of :class:`TD1Estimator`; building one warns.
+
+    It takes :class:`TD1Estimator`'s arguments and computes the same values (it is a
+    subclass); only the ``DeprecationWarning`` differs.
+    """
+
+    @functools.wraps(TD1Estimator.__init__)
+    def __init__(self, *args, **kwargs) -> None:
+        _warn_renamed("TD1Estimate", "TD1Estimator")
+        super().__init__(*args, **kwargs)
+
+
+class TDLambdaEstimate(TDLambdaEstimator):
+    """TorchRL's former name of :class:`TDLambdaEstimator`; building one warns.
+
+    It takes :class:`TDLambdaEstimator`'s arguments and computes the same values (it is a
+    subclass); only the ``DeprecationWarning`` differs.
+    """
+
+    @functools.wraps(TDLambdaEstimator.__init__)
+    def __init__(self, *args, **kwargs) -> None:
+        _warn_renamed("TDLambdaEstimate", "TDLambdaEstimator")
+        super().__init__(*args, **kwargs)

@@ -1,0 +1,478 @@
+"""ProcessLogger: one logger built and run in its own process, fed by picklable clients.
+
+The owner starts a process that builds the logger once and serves a local socket
+(``multiprocessing.connection``, authenticated with a random key). Each client, in any
+process (collector workers, a trainer), opens its own connection on first use and waits
+for the answer of every call, so its calls reach the logger in the order it made them and
+a failure in the logger is raised at the call that caused it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from multiprocessing import get_context
+from multiprocessing.connection import Client, Connection, Listener, wait
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import torch
+
+from rl.core.workers import die_with_parent, exit_description, ignore_interrupts, stop_processes
+
+__all__ = ["ProcessLogger"]
+
+_FLUSH, _CLOSE, _REPR = "__flush__", "__close__", "__repr__"
+# what a client may call on the served logger besides its ``log_*`` methods
+_SERVED = frozenset({"state_dict", "load_state_dict", _FLUSH, _CLOSE, _REPR})
+
+
+def _as_plain(value: Any) -> Any:
+    """A tensor as a Python number (one element) or a list; anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value
+
+
+def _flush(logger: Any) -> None:
+    for owner in (logger, getattr(logger, "experiment", None)):
+        flush = getattr(owner, "flush", None)
+        if callable(flush):
+            flush()
+            return
+
+
+def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid) -> None:
+    """The logger process: build the logger, then answer the clients until told to close."""
+    die_with_parent(parent_pid, signal_parent_thread=False)
+    ignore_interrupts()
+    try:
+        logger = logger_cls(*args, **kwargs)
+        if os.path.exists(address):  # left by a killed predecessor (a restart)
+            os.unlink(address)
+        listener = Listener(address, family="AF_UNIX", authkey=authkey)
+    except BaseException as err:
+        ready.send((False, f"{logger_cls.__name__}(...) failed: {err!r}"))
+        raise
+    meta = {
+        "exp_name": getattr(logger, "exp_name", None),
+        "log_dir": getattr(logger, "log_dir", None),
+    }
+    ready.send((True, meta))
+    ready.close()
+
+    conns: list[Connection] = []
+    lock = threading.Lock()
+    wake_r, wake_w = os.pipe()
+
+    def accept() -> None:
+        while True:
+            try:
+                conn = listener.accept()
+            except OSError:  # closed
+                return
+            except Exception:  # a client that failed the handshake
+                continue
+            with lock:
+                conns.append(conn)
+            os.write(wake_w, b"x")
+
+    threading.Thread(target=accept, name="ProcessLogger-accept", daemon=True).start()
+    running = True
+    while running:
+        with lock:
+            watched = list(conns)
+        for ready_conn in wait([*watched, wake_r]):
+            if ready_conn == wake_r:
+                os.read(wake_r, 4096)
+                continue
+            try:
+                method, call_args, call_kwargs = ready_conn.recv()
+            except (EOFError, OSError):  # that client is gone
+                with lock:
+                    conns.remove(ready_conn)
+                continue
+            try:
+                if method == _FLUSH:
+                    result = _flush(logger)
+                elif method == _CLOSE:
+                    running = False  # the service ends even if the logger fails to close
+                    _flush(logger)
+                    result = logger.close() if callable(getattr(logger, "close", None)) else None
+                    running = False
+                elif method == _REPR:
+                    result = repr(logger)
+                else:
+                    result = getattr(logger, method)(*call_args, **call_kwargs)
+                reply = (True, result)
+            except Exception as err:
+                reply = (
+                    False,
+                    f"{type(logger).__name__}.{method} failed in the logger process: {err!r}",
+                )
+            try:
+                ready_conn.send(reply)
+            except (OSError, ValueError):
+                pass
+            except Exception as err:  # a result that does not pickle
+                ready_conn.send((False, f"the result of {method} cannot be sent back: {err!r}"))
+    listener.close()
+
+
+class _ProcessLoggerClient:
+    """A handle on a :class:`ProcessLogger`'s logger: picklable, without its life cycle.
+
+    Its ``log_*`` calls (any ``log_*`` method of the served logger, including custom ones)
+    run in the logger process and return what the logger returned; a call that fails there
+    raises ``RuntimeError`` here. ``close()`` closes only this handle's connection. It is
+    not a :class:`Logger` subclass, but ``isinstance(client, Logger)`` (or ``CSVLogger``...)
+    holds when the served class is one.
+    """
+
+    def __init__(
+        self, address: str, authkey: bytes, *, served_class: type, exp_name: Any, log_dir: Any
+    ) -> None:
+        #: the class of the served logger (``isinstance`` checks against it hold)
+        self.served_class = served_class
+        self.exp_name = exp_name
+        self.log_dir = log_dir
+        self.experiment = None
+        self._address = address
+        self._authkey = authkey
+        self._conn: Connection | None = None
+        self._conn_pid: int | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_conn=None, _conn_pid=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _not_running(self) -> str:
+        return "the ProcessLogger's logger process is not running (it stopped or was shut down)"
+
+    def _connection(self) -> Connection:
+        if self._conn is None or self._conn_pid != os.getpid():  # a forked copy opens its own
+            try:
+                self._conn = Client(self._address, family="AF_UNIX", authkey=self._authkey)
+            except OSError as err:
+                raise RuntimeError(f"{self._not_running()}: {err}") from None
+            self._conn_pid = os.getpid()
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.send((method, args, kwargs))
+                if timeout is not None and not conn.poll(timeout):
+                    self._drop_connection()  # its late answer must not reach the next call
+                    raise TimeoutError(
+                        f"the logger process did not answer {method} within {timeout} s"
+                    )
+                ok, result = conn.recv()
+            except (EOFError, OSError) as err:
+                self._drop_connection()
+                raise RuntimeError(f"{self._not_running()}: {err!r}") from None
+        if not ok:
+            raise RuntimeError(result)
+        return result
+
+    def log_scalar(self, name: str, value: float, step: int | None = None, **kwargs: Any) -> None:
+        """Logs one scalar in the logger process."""
+        return self._call("log_scalar", name, _as_plain(value), step=step, **kwargs)
+
+    def log_video(self, name: str, video: Any, step: int | None = None, **kwargs: Any) -> None:
+        """Logs a video in the logger process (a tensor travels as a CPU tensor)."""
+        if isinstance(video, torch.Tensor):
+            video = video.detach().cpu()
+        return self._call("log_video", name, video, step=step, **kwargs)
+
+    def log_hparams(self, cfg: Any) -> None:
+        """Logs the run's configuration in the logger process."""
+        return self._call("log_hparams", cfg)
+
+    def log_histogram(self, name: str, data: Sequence | torch.Tensor, **kwargs: Any) -> None:
+        """Logs a histogram in the logger process."""
+        return self._call("log_histogram", name, _as_plain(data), **kwargs)
+
+    def log_metrics(
+        self, metrics: Mapping[str, Any], step: int | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Logs several scalars at ``step`` in the logger process.
+
+        Tensors become Python numbers (or lists) here, before they travel.
+
+        Returns:
+            the metrics as sent.
+        """
+        plain = {key: _as_plain(value) for key, value in metrics.items()}
+        self._call("log_metrics", plain, step=step, **kwargs)
+        return plain
+
+    def state_dict(self) -> dict[str, Any]:
+        """The served logger's :meth:`~Logger.state_dict`."""
+        return self._call("state_dict")
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores the served logger's state (:meth:`~Logger.load_state_dict`)."""
+        return self._call("load_state_dict", dict(state_dict))
+
+    def close(self) -> None:
+        """Closes this handle's connection (the logger process keeps running)."""
+        with self._lock:
+            self._drop_connection()
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("log_"):
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {name!r}: only the logger's log_* "
+                "methods are served"
+            )
+
+        def remote(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, *args, **kwargs)
+
+        remote.__name__ = name
+        return remote
+
+    def __repr__(self) -> str:
+        return self._call(_REPR)
+
+
+def _cleanup(process, directory: str) -> None:
+    if process is not None and process.pid is not None and process.is_alive():
+        stop_processes([process], grace_s=0.0)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class ProcessLogger(_ProcessLoggerClient):
+    """Runs a logger in a process of its own; :meth:`client` gives handles for other processes.
+
+    ``logger_cls(*args, **kwargs)`` is built once, in the logger process. This owner logs
+    like the logger itself (``log_scalar``, ``log_metrics``, any ``log_*`` method), and
+    :meth:`client` returns picklable handles that collector workers or other processes
+    use the same way; only the owner can :meth:`flush`, :meth:`shutdown` or restart
+    (:meth:`start`) the process. Every call waits for the logger's answer: a client's
+    calls keep their order, and an error of the logger is raised at the call that caused
+    it (as a ``RuntimeError`` naming the method). The logger process exits with its owner's
+    process. ``CSVLogger(..., service_backend="process")`` (any logger class) and
+    ``get_logger(..., service_backend="process")`` build one, as in TorchRL; the owner and
+    its clients pass ``isinstance`` checks against the served class.
+
+    Args:
+        logger_cls: the logger class (:class:`CSVLogger`, ...; any class whose ``log_*``
+            methods are the service).
+        *args: positional arguments of ``logger_cls``.
+
+    Keyword Args:
+        mp_context: a start method name or a multiprocessing context (default ``"spawn"``).
+        max_queue_size: TorchRL's bound on commands waiting in its queue (> 0). Here every
+            call waits for its answer, so at most one command per client is pending.
+        startup_timeout: seconds to wait for ``logger_cls`` to be built.
+        **kwargs: keyword arguments of ``logger_cls``.
+
+    Raises:
+        ValueError: ``max_queue_size`` is not a positive integer.
+        RuntimeError: building the logger failed (the message has its error).
+        TimeoutError: the logger was not built within ``startup_timeout``.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from rl.core.loggers import CSVLogger
+        >>> logger = ProcessLogger(CSVLogger, "run", log_dir=tempfile.mkdtemp(), mp_context="fork")
+        >>> worker_logger = logger.client()  # picklable: give it to a worker process
+        >>> worker_logger.log_scalar("loss", 0.5, step=1)
+        >>> logger.shutdown()
+        >>> (Path(logger.log_dir) / "run" / "scalars" / "loss.csv").read_text()
+        '1,0.5\\n'
+    """
+
+    def __init__(
+        self,
+        logger_cls: type,
+        *args: Any,
+        mp_context: str | BaseContext | None = None,
+        max_queue_size: int = 1000,
+        startup_timeout: float = 60.0,
+        **kwargs: Any,
+    ) -> None:
+        if (
+            isinstance(max_queue_size, bool)
+            or not isinstance(max_queue_size, int)
+            or max_queue_size <= 0
+        ):
+            raise ValueError(
+                f"ProcessLogger max_queue_size must be a positive int, got {max_queue_size!r}"
+            )
+        self._ctx = (
+            get_context(mp_context or "spawn")
+            if not isinstance(mp_context, BaseContext)
+            else mp_context
+        )
+        self._logger_cls = logger_cls
+        self._logger_args = args
+        self._logger_kwargs = kwargs
+        self.max_queue_size = max_queue_size
+        self.startup_timeout = float(startup_timeout)
+        self._dir = tempfile.mkdtemp(prefix="rl_process_logger_")
+        self._process = None
+        self._closed = False
+        super().__init__(
+            os.path.join(self._dir, "socket"),
+            secrets.token_bytes(32),
+            served_class=logger_cls,
+            exp_name=None,
+            log_dir=None,
+        )
+        self._finalizer = weakref.finalize(self, _cleanup, None, self._dir)
+        self.start()
+
+    def __reduce__(self):
+        raise TypeError(
+            "a ProcessLogger owns its process and does not pickle: send logger.client() instead"
+        )
+
+    @property
+    def service_backend(self) -> str:
+        """``"process"``: where this logger runs."""
+        return "process"
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether the logger process is running."""
+        return self._process is not None and self._process.is_alive()
+
+    def start(self) -> ProcessLogger:
+        """Starts the logger process (again, after it died); a no-op while it runs.
+
+        Returns:
+            this owner.
+
+        Raises:
+            RuntimeError: the owner was shut down, or building the logger failed.
+            TimeoutError: the logger was not built within ``startup_timeout``.
+        """
+        if self._closed:
+            raise RuntimeError("a ProcessLogger that was shut down cannot be started again")
+        if self.is_alive:
+            return self
+        if self._process is not None:
+            stop_processes([self._process], grace_s=0.0)
+        with self._lock:
+            self._drop_connection()
+        ready_r, ready_w = self._ctx.Pipe(duplex=False)
+        self._process = self._ctx.Process(
+            target=_serve,
+            args=(
+                self._logger_cls,
+                self._logger_args,
+                self._logger_kwargs,
+                self._address,
+                self._authkey,
+                ready_w,
+                os.getpid(),
+            ),
+            name=f"ProcessLogger[{self._logger_cls.__name__}]",
+            daemon=True,
+        )
+        self._process.start()
+        ready_w.close()  # the child holds the only write end: its death ends the wait below
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _cleanup, self._process, self._dir)
+        try:
+            if not ready_r.poll(self.startup_timeout):
+                stop_processes([self._process], grace_s=0.0)
+                raise TimeoutError(
+                    f"ProcessLogger: {self._logger_cls.__name__} was not built within {self.startup_timeout} s"
+                )
+            try:
+                ok, payload = ready_r.recv()
+            except EOFError:
+                self._process.join(1.0)
+                raise RuntimeError(
+                    f"ProcessLogger: the logger process ended before building {self._logger_cls.__name__} "
+                    f"({exit_description(self._process.exitcode)})"
+                ) from None
+        finally:
+            ready_r.close()
+        if not ok:
+            self._process.join(5.0)
+            raise RuntimeError(f"ProcessLogger could not start: {payload}")
+        self.exp_name, self.log_dir = payload["exp_name"], payload["log_dir"]
+        return self
+
+    def _not_running(self) -> str:
+        if self._closed:
+            return "the ProcessLogger was shut down"
+        if self._process is not None and not self._process.is_alive():
+            return f"the ProcessLogger's logger process stopped ({exit_description(self._process.exitcode)}); call start() to run it again"
+        return super()._not_running()
+
+    def client(self) -> _ProcessLoggerClient:
+        """A picklable handle on the logger, for other processes (no flush / shutdown).
+
+        Raises:
+            RuntimeError: the logger process is not running.
+        """
+        if not self.is_alive:
+            raise RuntimeError(f"{self._not_running()}: no client to give")
+        return _ProcessLoggerClient(
+            self._address,
+            self._authkey,
+            served_class=self._logger_cls,
+            exp_name=self.exp_name,
+            log_dir=self.log_dir,
+        )
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Waits until the logger has written what it was given (its ``flush``).
+
+        Raises:
+            RuntimeError: the logger process is not running, or its flush failed.
+            TimeoutError: no answer within ``timeout`` seconds.
+        """
+        self._call(_FLUSH, timeout=timeout)
+
+    def shutdown(self, timeout: float | None = 5.0) -> None:
+        """Flushes and closes the logger, then ends its process; a second call does nothing.
+
+        Every step is tried; the first error met is raised at the end.
+        """
+        if self._closed:
+            return
+        error: BaseException | None = None
+        if self.is_alive:
+            for method in (_FLUSH, _CLOSE):
+                try:
+                    self._call(method, timeout=timeout)
+                except Exception as err:
+                    error = error or err
+        with self._lock:
+            self._drop_connection()
+        self._closed = True
+        if self._process is not None:
+            stop_processes([self._process], grace_s=5.0 if timeout is None else timeout)
+        self._finalizer()
+        if error is not None:
+            raise error
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """The same as :meth:`shutdown`."""
+        self.shutdown(timeout=timeout)

@@ -53,6 +53,7 @@ def observation_stats(cfg, steps: int = 2000):
     env = make_env(cfg, 1)
     env.set_seed(cfg.seed)
     obs = env.rollout(steps, break_when_any_done=False)["observation"]
+    env.close()
     return obs.mean(0), obs.std(0).clamp_min(1e-3)
 
 

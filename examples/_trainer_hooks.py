@@ -28,6 +28,8 @@ class EpisodeReturnLog(TrainerHookBase):
         self.returns = EpisodeReturns(window=window)
 
     def __call__(self, batch) -> dict[str, Any] | None:
+        if batch is None:  # the collector writes into the buffer itself: no batch here
+            return None
         self.returns.update(batch)
         mean = self.returns.mean
         return None if mean is None else {"train/episode_return": mean, "log_pbar": True}

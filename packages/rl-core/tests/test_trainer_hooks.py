@@ -534,8 +534,19 @@ class TestLogTiming:
 
     def test_trainer_option_registers_one(self):
         trainer = _trainer([], log_timings=True)
-        hook = trainer._modules["log_timing"]
-        assert isinstance(hook, LogTiming) and (hook.prefix, hook.percall) == ("time", True)
+        (hook,) = [op for op, _ in trainer._ops["post_steps_log"] if isinstance(op, LogTiming)]
+        assert (hook.prefix, hook.percall) == ("time", True)
+        assert not any(isinstance(m, LogTiming) for m in trainer._modules.values())
+
+    @pytest.mark.parametrize(("saved", "resumed"), [(False, True), (True, False)])
+    def test_the_option_does_not_change_the_checkpoint(self, tmp_path, saved, resumed):
+        batches = [TensorDict(batch_size=[2]) for _ in range(2)]
+        trainer = _trainer(batches, log_timings=saved)
+        trainer.save_trainer_file = tmp_path / "ckpt.pt"
+        trainer.train()
+        restored = _trainer([], log_timings=resumed)
+        restored.load_from_file(tmp_path / "ckpt.pt")  # raised: hook 'log_timing' not in it
+        assert sorted(restored._modules) == sorted(trainer._modules)
 
     def test_state_and_errors(self):
         hook = LogTiming(prefix="p", percall=False, erase=True)

@@ -364,7 +364,11 @@ class Trainer:
         if log_timings:
             from ._hooks_log import LogTiming
 
-            LogTiming().register(self)
+            # an option of this trainer, not a hook of the run: it stays out of the
+            # checkpoints, so a run resumes whether or not either side logs timings
+            timing = LogTiming()
+            timing._bind(self)
+            self._ops["post_steps_log"].append((timing, {}))
 
     @property
     def batch_size(self) -> int | None:

@@ -354,9 +354,11 @@ class ValueEstimatorHook(TrainerHookBase):
 
     Registered at ``pre_epoch``: the advantages and value targets are computed once per
     epoch on the collected batch, before the optimization steps draw their sub-batches from
-    it (so each epoch sees the value network as it is then). Without a batch (``None``: the
-    collector writes into the replay buffer itself) the hook does nothing: compute the
-    estimates elsewhere, e.g. in a replay-buffer transform. An estimator with a
+    it with :class:`BatchSubSampler` (so each epoch sees the value network as it is then).
+    A :class:`ReplayBufferTrainer` copies the batch into its buffer earlier, at
+    ``batch_process``, and samples from the buffer: the estimates written here never reach
+    its samples; compute them there with a replay-buffer transform instead. Without a batch
+    (``None``: the collector writes into the replay buffer itself) the hook does nothing. An estimator with a
     ``state_dict`` (a module) has its state in the trainer's checkpoints.
 
     Args:

@@ -15,7 +15,13 @@ from torch import nn
 
 from ._hooks_data import ReplayBufferTrainer
 from ._hooks_log import LogScalar
-from ._hooks_optim import OptimizerHook, UpdateWeights
+from ._hooks_optim import (
+    OptimizerHook,
+    UpdateWeights,
+    check_saved_grads,
+    restore_grads,
+    saved_grads,
+)
 from ._trainer import Trainer
 
 __all__ = ["GRPOTrainer"]
@@ -88,9 +94,7 @@ class _AccumulatingOptimizerHook(OptimizerHook):
         state["skipped_nonfinite_steps"] = self.skipped_nonfinite_steps
         if self.calls % self.accumulation:
             # mid-cycle: the gradients accumulated so far (None where a parameter has none)
-            state["grads"] = [
-                None if p.grad is None else p.grad.detach().clone() for p in self._params()
-            ]
+            state["grads"] = saved_grads(self._params())
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         return state
@@ -98,16 +102,11 @@ class _AccumulatingOptimizerHook(OptimizerHook):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         grads = state_dict.get("grads")
         params = self._params()
-        if grads is not None and len(grads) != len(params):
-            raise ValueError(
-                f"the checkpoint holds the gradients of {len(grads)} parameters, the "
-                f"optimizer has {len(params)}"
-            )
+        check_saved_grads(params, grads)
         super().load_state_dict(state_dict)
         self.calls = int(state_dict.get("calls", 0))
         self.skipped_nonfinite_steps = int(state_dict.get("skipped_nonfinite_steps", 0))
-        for p, g in zip(params, grads or [None] * len(params), strict=True):
-            p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype).clone()
+        restore_grads(params, grads)
         if self.scaler is not None and "scaler" in state_dict:
             self.scaler.load_state_dict(state_dict["scaler"])
 

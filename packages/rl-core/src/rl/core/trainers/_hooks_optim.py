@@ -67,6 +67,29 @@ def clip_gradients(
     return norm
 
 
+def saved_grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    """Copies of the gradients accumulated so far (``None`` where a parameter has none), to
+    checkpoint a gradient-accumulation window between two optimizer steps."""
+    return [None if p.grad is None else p.grad.detach().clone() for p in params]
+
+
+def check_saved_grads(params: Sequence[torch.Tensor], grads: Sequence | None) -> None:
+    """Raises ``ValueError`` unless ``grads`` (from :func:`saved_grads`, or ``None``) has one
+    entry per parameter; called before any state is restored."""
+    if grads is not None and len(grads) != len(params):
+        raise ValueError(
+            f"the checkpoint holds the gradients of {len(grads)} parameters, the "
+            f"optimizer has {len(params)}"
+        )
+
+
+def restore_grads(params: Sequence[torch.Tensor], grads: Sequence | None) -> None:
+    """Puts back :func:`saved_grads` (``None``: no gradient anywhere), on each parameter's
+    device and dtype."""
+    for p, g in zip(params, grads or [None] * len(params), strict=True):
+        p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype).clone()
+
+
 class OptimizerHook(TrainerHookBase):
     """Back-propagates the sum of some loss entries, clips the gradients and steps an optimizer.
 

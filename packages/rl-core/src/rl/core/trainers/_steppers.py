@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._hooks_optim import clip_gradients, loss_terms
+from ._hooks_optim import check_saved_grads, clip_gradients, loss_terms, restore_grads, saved_grads
 from ._trainer import Trainer, TrainerHookBase, _as_tensordict
 
 __all__ = [
@@ -317,9 +317,7 @@ class MixedPrecisionOptimizationStepper(OptimizationStepper):
         if self._use_scaler:
             state["scaler"] = self.scaler.state_dict()
         if self._micro_step:
-            state["grads"] = [
-                None if p.grad is None else p.grad.detach().clone() for p in self._params()
-            ]
+            state["grads"] = saved_grads(self._params())
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -330,19 +328,14 @@ class MixedPrecisionOptimizationStepper(OptimizationStepper):
         """
         params = self._params()
         grads = state_dict.get("grads")
-        if grads is not None and len(grads) != len(params):
-            raise ValueError(
-                f"the checkpoint holds the gradients of {len(grads)} parameters, the "
-                f"optimizer has {len(params)}"
-            )
+        check_saved_grads(params, grads)
         self.optimizer.load_state_dict(state_dict["optimizer"])
         self._micro_step = int(state_dict.get("micro_step", 0))
         self._optimizer_step_count = int(state_dict.get("optimizer_step_count", 0))
         self._skipped_nonfinite_steps = int(state_dict.get("skipped_nonfinite_steps", 0))
         if self._use_scaler and "scaler" in state_dict:
             self.scaler.load_state_dict(state_dict["scaler"])
-        for p, g in zip(params, grads or [None] * len(params), strict=True):
-            p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype).clone()
+        restore_grads(params, grads)
 
 
 def _scalar_metrics(losses: TensorDictBase) -> TensorDictBase:

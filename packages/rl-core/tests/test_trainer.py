@@ -93,15 +93,33 @@ class TestTrainerLoop:
             trainer.register_module("a", object())
 
     @pytest.mark.parametrize(
-        "kwargs, match",
+        "kwargs, error, match",
         [
-            ({"total_frames": 0}, "total_frames must be a positive int"),
-            ({"frame_skip": 1.5}, "frame_skip must be a positive int"),
-            ({"optim_steps_per_batch": -1}, "optim_steps_per_batch must be an int >= 0"),
+            ({"total_frames": 0}, ValueError, "total_frames must be a positive int or None, got 0"),
+            (
+                {"total_frames": -8},
+                ValueError,
+                "total_frames must be a positive int or None, got -8",
+            ),
+            ({"total_frames": 8.0}, TypeError, r"total_frames must be .* got 8.0 \(float\)"),
+            ({"total_frames": True}, TypeError, r"total_frames must be .* got True \(bool\)"),
+            ({"frame_skip": 1.5}, TypeError, r"frame_skip must be a positive int or None, got 1.5"),
+            ({"frame_skip": 0}, ValueError, "frame_skip must be a positive int or None, got 0"),
+            ({"frame_skip": "2"}, TypeError, r"frame_skip must be .* got '2' \(str\)"),
+            (
+                {"save_trainer_interval": None},
+                TypeError,
+                "save_trainer_interval must be a positive int, got None",
+            ),
+            (
+                {"optim_steps_per_batch": -1},
+                ValueError,
+                "optim_steps_per_batch must be an int >= 0",
+            ),
         ],
     )
-    def test_bad_arguments(self, kwargs, match):
-        with pytest.raises(ValueError, match=match):
+    def test_bad_arguments(self, kwargs, error, match):
+        with pytest.raises(error, match=match):
             _linear_trainer(_batches(1), **kwargs)
 
     def test_frames_count_mask_and_frame_skip_and_stop_at_total(self):
@@ -111,6 +129,83 @@ class TestTrainerLoop:
         # 6 valid steps x 2 frames per batch: stops after the 3rd batch (36 >= 30)
         assert trainer.collected_frames == 36
         assert trainer._optim_count == 6
+
+    def test_total_frames_none_runs_until_the_collector_runs_out(self):
+        mask = torch.tensor([True] * 5 + [False] * 3)
+        trainer, _ = _linear_trainer(_batches(7, mask=mask), total_frames=None, frame_skip=3)
+        seen = []
+        trainer.register_op("post_steps", lambda: seen.append(trainer.collected_frames))
+        trainer.train()
+        # every batch is used: 5 valid steps x 3 frames each, 2 optimization steps each
+        assert seen == [15 * (i + 1) for i in range(7)]
+        assert trainer.collected_frames == 105 and trainer._optim_count == 14
+        assert trainer.total_frames is None and trainer.frame_skip == 3
+
+    def test_frame_skip_none_counts_one_frame_per_step(self):
+        mask = torch.tensor([True] * 6 + [False] * 2)
+        trainer, _ = _linear_trainer(_batches(10, mask=mask), frame_skip=None, total_frames=20)
+        trainer.train()
+        # 6 frames per batch: 6, 12, 18, 24 >= 20 after the 4th batch
+        assert trainer.frame_skip == 1
+        assert trainer.collected_frames == 24 and trainer._optim_count == 8
+
+    def test_both_none_with_request_stop(self):
+        trainer, _ = _linear_trainer(_batches(10), total_frames=None, frame_skip=None)
+        trainer.register_op(
+            "post_steps",
+            lambda: trainer.collected_frames >= 24 and trainer.request_stop("enough"),
+        )
+        trainer.train()
+        assert trainer.collected_frames == 24 and trainer._optim_count == 6
+
+    def test_total_frames_none_async_needs_a_budget(self):
+        class Buffer:
+            write_count = 0
+
+        class Collector:
+            total_frames = -1  # an endless collector: no budget to take
+
+            def start(self):
+                Buffer.write_count = 4
+
+        trainer, _ = _linear_trainer(
+            Collector(), total_frames=None, async_collection=True, replay_buffer=Buffer()
+        )
+        with pytest.raises(RuntimeError, match=r"collector \(Collector\) has total_frames=-1"):
+            trainer.train()
+
+    def test_total_frames_none_async_takes_the_collectors_budget(self):
+        class Buffer:
+            write_count = 0
+            batch_size = 4
+
+        class Collector:
+            total_frames = 12
+
+            def start(self):
+                Buffer.write_count = 4
+
+        buffer = Buffer()
+        trainer, _ = _linear_trainer(
+            Collector(),
+            total_frames=None,
+            async_collection=True,
+            replay_buffer=buffer,
+            optim_steps_per_batch=1,
+        )
+        sub_batch = _batches(1)[0]
+        writes = []
+
+        def sample(td):
+            # each optimization step sees 4 more frames written in the background
+            writes.append(buffer.write_count)
+            buffer.write_count += 4
+            return sub_batch
+
+        trainer.register_op("process_optim_batch", sample)
+        trainer.train()
+        # 4, 8 written at the steps; the loop ends once 12 (the collector's budget) are in
+        assert writes == [4, 8] and trainer._optim_count == 2
 
     def test_batch_process_output_replaces_the_batch(self):
         trainer, _ = _linear_trainer(_batches(1), optim_steps_per_batch=1)

@@ -67,7 +67,7 @@ class ProgressBar:
     stdout/stderr is not a terminal, or when tqdm is not installed (with a warning naming
     the extra)."""
 
-    def __init__(self, enabled: bool, total: int, initial: int = 0) -> None:
+    def __init__(self, enabled: bool, total: int | None, initial: int = 0) -> None:
         self.active = bool(enabled) and _is_terminal()
         if self.active and not _has_tqdm:
             warnings.warn(_TQDM_HINT, stacklevel=3)

@@ -138,8 +138,11 @@ class Trainer:
 
     Args:
         collector: an iterable of TensorDict batches ``[*B, T]``.
-        total_frames: frames to collect (``frame_skip`` included).
-        frame_skip: frames per environment step.
+        total_frames: frames to collect (``frame_skip`` included); ``None``: no budget,
+            the run ends when the collector runs out (or a hook calls
+            :meth:`request_stop`); with ``async_collection``, the collector's
+            ``total_frames`` bounds the replay buffer's writes.
+        frame_skip: frames per environment step; ``None`` is 1.
         optim_steps_per_batch: optimization steps after each batch; ``None`` runs as many
             as ``process_optim_batch`` gives (until ``StopIteration`` or ``None``, e.g.
             :class:`ReplayBufferTrainer` with ``iterate=True``).
@@ -194,6 +197,11 @@ class Trainer:
     Keyword Args:
         resume: load ``save_trainer_file`` at the start of :meth:`train` when it exists.
 
+    Raises:
+        TypeError: ``total_frames``, ``frame_skip`` or ``save_trainer_interval`` is not an
+            int (or ``None`` where allowed).
+        ValueError: one of them is below 1, or another argument is out of range.
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -216,8 +224,8 @@ class Trainer:
         self,
         *,
         collector: Any,
-        total_frames: int,
-        frame_skip: int,
+        total_frames: int | None,
+        frame_skip: int | None,
         optim_steps_per_batch: int | None,
         loss_module: nn.Module | Callable[[TensorDictBase], TensorDictBase],
         optimizer: torch.optim.Optimizer | None = None,
@@ -280,13 +288,20 @@ class Trainer:
             )
         if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1:
             raise ValueError(f"Trainer num_epochs must be a positive int, got {num_epochs!r}")
-        for name, value in (
-            ("total_frames", total_frames),
-            ("frame_skip", frame_skip),
-            ("save_trainer_interval", save_trainer_interval),
+        for name, value, optional in (
+            ("total_frames", total_frames, True),
+            ("frame_skip", frame_skip, True),
+            ("save_trainer_interval", save_trainer_interval, False),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Trainer {name} must be a positive int, got {value!r}")
+            if value is None and optional:
+                continue
+            expected = "a positive int or None" if optional else "a positive int"
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"Trainer {name} must be {expected}, got {value!r} ({type(value).__name__})"
+                )
+            if value < 1:
+                raise ValueError(f"Trainer {name} must be {expected}, got {value!r}")
         if optim_steps_per_batch is not None and (
             isinstance(optim_steps_per_batch, bool) or not isinstance(optim_steps_per_batch, int)
         ):
@@ -299,8 +314,10 @@ class Trainer:
                 f"Trainer optim_steps_per_batch must be an int >= 0, got {optim_steps_per_batch}"
             )
         self.collector = collector
+        # None: no frame budget, the run ends with the collector (or a hook's request_stop)
         self.total_frames = total_frames
-        self.frame_skip = frame_skip
+        # None: one frame per environment step
+        self.frame_skip = 1 if frame_skip is None else frame_skip
         self.optim_steps_per_batch = optim_steps_per_batch
         self.loss_module = loss_module
         self.optimizer = optimizer
@@ -493,12 +510,31 @@ class Trainer:
     def _reset_hook_timings(self) -> None:
         self._hook_times.clear()
 
+    def _frame_budget_reached(self) -> bool:
+        return self.total_frames is not None and self.collected_frames >= self.total_frames
+
+    def _async_write_budget(self) -> int:
+        """How many writes into the replay buffer an ``async_collection`` run waits for:
+        ``total_frames``, else the collector's own ``total_frames``."""
+        if self.total_frames is not None:
+            return self.total_frames
+        budget = getattr(self.collector, "total_frames", None)
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise RuntimeError(
+                "Trainer(async_collection=True, total_frames=None) takes its frame budget "
+                "from the collector's total_frames, but the collector "
+                f"({type(self.collector).__name__}) has total_frames={budget!r}: pass a "
+                "positive total_frames to the Trainer or to the collector"
+            )
+        return budget
+
     def _batches(self):
         """The collector's batches; with ``async_collection``, ``None`` until the buffer the
-        collector fills in the background has taken ``total_frames``."""
+        collector fills in the background has taken the frame budget."""
         if not self._collect_in_background:
             yield from self.collector
             return
+        budget = self._async_write_budget()
         buffer = self.replay_buffer
         if buffer is None:
             buffer = getattr(self.collector, "replay_buffer", None)
@@ -511,7 +547,7 @@ class Trainer:
         self.collector.start()
         while buffer.write_count == 0:
             time.sleep(0.1)
-        while buffer.write_count < self.total_frames:
+        while buffer.write_count < budget:
             yield None
 
     # -- seeding ------------------------------------------------------------------------------
@@ -524,13 +560,14 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
     def train(self) -> None:
-        """Runs the loop until ``total_frames`` are collected or a hook asks to stop."""
+        """Runs the loop until ``total_frames`` are collected (with ``total_frames=None``,
+        until the collector runs out), or a hook asks to stop."""
         if self.resume and self.save_trainer_file is not None and self.save_trainer_file.exists():
             self.load_from_file(self.save_trainer_file)
             _logger.info(
                 "resumed from %s at %d frames", self.save_trainer_file, self.collected_frames
             )
-        if self.collected_frames >= self.total_frames:
+        if self._frame_budget_reached():
             return
         self._pbar = ProgressBar(self.progress_bar, self.total_frames, self.collected_frames)
         init_random_frames = getattr(self.collector, "init_random_frames", 0) or 0
@@ -553,7 +590,7 @@ class Trainer:
                 self._call_plain("post_steps")
                 self._call_log("post_steps_log", batch)
                 self._pbar.update(current_frames)
-                done = self._stop_training or self.collected_frames >= self.total_frames
+                done = self._stop_training or self._frame_budget_reached()
                 self.save_trainer(force_save=done)
                 if done:
                     if self._stop_reason:

@@ -66,18 +66,82 @@ class TestTrainerLoop:
     def test_hook_points_are_called_in_loop_order(self):
         trainer, _ = _linear_trainer(_batches(2))
         seen = []
+        plain = ("pre_optim_steps", "post_steps", "post_optim", "post_epoch", "setup", "shutdown")
         for point in HOOK_POINTS:
-            if point == "optimizer":
+            if point in ("optimizer", "process_loss", "post_optim_complete_log"):
                 trainer.register_op(point, lambda td, *a, p=point: seen.append(p))
-            elif point in ("pre_optim_steps", "post_steps", "post_optim", "post_epoch"):
+            elif point in plain:
                 trainer.register_op(point, lambda p=point: seen.append(p))
             else:
                 trainer.register_op(point, lambda td, p=point: seen.append(p))
         trainer.train()
-        optim = ["process_optim_batch", "post_loss", "optimizer", "post_optim", "post_optim_log"]
-        one_batch = ["batch_process", "pre_steps_log", "pre_optim_steps", "pre_epoch"]
-        one_batch += [*optim, *optim, "post_epoch", "post_steps", "post_steps_log"]
-        assert seen == one_batch * 2
+        optim = ["process_optim_batch", "post_loss", "process_loss", "optimizer", "post_optim"]
+        optim += ["post_optim_log"]
+        one_batch = ["batch_process", "pre_steps_log", "pre_optim_steps", "pre_epoch_log"]
+        one_batch += ["pre_epoch", *optim, *optim, "post_epoch_log", "post_epoch"]
+        one_batch += ["post_optim_complete_log", "post_steps", "post_steps_log"]
+        assert seen == ["setup", *one_batch, *one_batch, "shutdown"]
+
+    def test_process_loss_replaces_the_losses_the_optimizer_steps_on(self):
+        w = torch.nn.Parameter(torch.tensor([1.0]))
+        trainer = Trainer(
+            collector=_batches(1),
+            total_frames=8,
+            frame_skip=1,
+            optim_steps_per_batch=1,
+            loss_module=lambda td: TensorDict(loss=(w**2).sum()),
+            optimizer=torch.optim.SGD([w], lr=0.1),
+            progress_bar=False,
+        )
+        seen = []
+
+        def scale(sub_batch, losses, factor):
+            seen.append(sub_batch.shape[0])
+            return losses.apply(lambda x: x * factor)
+
+        trainer.register_op("process_loss", scale, factor=3.0)
+        trainer.register_op("process_loss", lambda sub_batch, losses: None)  # keeps them
+        trainer.train()
+        # d(3 w^2)/dw = 6 at w = 1: one SGD step of lr 0.1 gives 0.4; the logged loss is 3
+        torch.testing.assert_close(w.data, torch.tensor([0.4]))
+        assert seen == [8] and float(trainer.last_losses["loss"]) == 3.0
+
+    def test_epoch_and_complete_log_points_log_what_they_return(self):
+        logger = RecordingLogger()
+        trainer, _ = _linear_trainer(
+            _batches(2), logger=logger, log_interval=-1, num_epochs=2, optim_steps_per_batch=3
+        )
+        epochs, completes = [], []
+        trainer.register_op("pre_epoch_log", lambda td: epochs.append(td.shape) or {"e": 1.0})
+        trainer.register_op("post_epoch_log", lambda td: {"e_end": float(len(epochs))})
+
+        def complete(optim_steps, losses):
+            completes.append((optim_steps, sorted(losses.keys())))
+            return {"steps_seen": float(optim_steps)}
+
+        trainer.register_op("post_optim_complete_log", complete)
+        trainer.train()
+        # 2 epochs x 3 steps per batch; the mean losses hold the loss and the grad norm
+        assert completes == [(6, ["grad_norm_0", "loss_mse"]), (12, ["grad_norm_0", "loss_mse"])]
+        assert epochs == [torch.Size([8])] * 4
+        logged = [(n, v) for n, v, _ in logger.calls if n in ("e", "e_end", "steps_seen")]
+        assert logged == [("e", 1.0), ("e_end", 1.0), ("e", 1.0), ("e_end", 2.0)] + [
+            ("steps_seen", 6.0)
+        ] + [("e", 1.0), ("e_end", 3.0), ("e", 1.0), ("e_end", 4.0), ("steps_seen", 12.0)]
+
+    def test_shutdown_ops_run_when_the_loop_raises(self):
+        trainer, _ = _linear_trainer(_batches(3))
+        calls = []
+        trainer.register_op("setup", lambda: calls.append("setup"))
+        trainer.register_op("shutdown", lambda: calls.append("shutdown"))
+
+        def fail(td):
+            raise ValueError("boom")
+
+        trainer.register_op("batch_process", fail)
+        with pytest.raises(ValueError, match="boom"):
+            trainer.train()
+        assert calls == ["setup", "shutdown"]
 
     def test_unknown_point_lists_the_valid_ones(self):
         trainer, _ = _linear_trainer(_batches(1))

@@ -40,15 +40,22 @@ HookPoint = Literal[
     "pre_epoch",
     "process_optim_batch",
     "post_loss",
+    "process_loss",
     "optimizer",
     "post_steps",
     "post_optim",
     "pre_steps_log",
     "post_steps_log",
     "post_optim_log",
+    "pre_epoch_log",
+    "post_epoch_log",
+    "post_optim_complete_log",
     "post_epoch",
+    "setup",
+    "shutdown",
 ]
-#: Where :meth:`Trainer.register_op` can put a hook, in the order the loop reaches them.
+#: Where :meth:`Trainer.register_op` can put a hook (TorchRL's points; see :class:`Trainer`
+#: for where the loop reaches each).
 HOOK_POINTS: tuple[str, ...] = HookPoint.__args__
 
 _FORMAT = "rl.trainer/1"
@@ -102,23 +109,33 @@ class Trainer:
 
     The loop, with the hook points it reaches (``register_op(point, op)``)::
 
+        setup()
         for batch in collector:
             batch = batch_process(batch)           # e.g. ReplayBufferTrainer.extend
             pre_steps_log(batch)                   # e.g. LogScalar, CountFramesLog, UTDRHook
             pre_optim_steps()                      # e.g. ClearCudaCache
             for _ in range(num_epochs):
+                pre_epoch_log(batch)
                 epoch_batch = pre_epoch(batch)     # e.g. ValueEstimatorHook (GAE)
                 for _ in range(optim_steps_per_batch):
                     sub_batch = process_optim_batch(epoch_batch)  # e.g. ReplayBufferTrainer
                     losses = loss_module(sub_batch)
                     post_loss(sub_batch)                     # e.g. priority updates
+                    losses = process_loss(sub_batch, losses) # e.g. scale or weight losses
                     losses = optimizer(losses, ...)          # OptimizerHook: backward, step
                     post_optim()                             # e.g. TargetNetUpdaterHook
                     post_optim_log(sub_batch)
+                post_epoch_log(batch)
                 post_epoch()
+            post_optim_complete_log(optim_steps, mean_losses)  # when a step ran
             post_steps()                           # e.g. UpdateWeights, LRSchedulerHook
             post_steps_log(batch)                  # e.g. LogValidationReward, LogTiming
             save every ``save_trainer_interval`` frames
+        shutdown()                                 # then collector.shutdown()
+
+    The ``*_log`` points' ops return a mapping of values to log (or ``None``); the
+    ``batch_process``, ``pre_epoch``, ``process_optim_batch``, ``post_loss`` and
+    ``process_loss`` ops may return a TensorDict that replaces their input.
 
     With an ``optimization_stepper``, ``stepper.step(trainer, sub_batch)`` replaces the
     ``loss_module`` / ``post_loss`` / ``optimizer`` lines. When the collector writes into
@@ -489,9 +506,9 @@ class Trainer:
                 batch = out
         return batch
 
-    def _call_log(self, dest: str, batch: Any) -> None:
+    def _call_log(self, dest: str, *args: Any) -> None:
         for op, kwargs in self._ops[dest]:
-            result = self._run(op, batch, **kwargs)
+            result = self._run(op, *args, **kwargs)
             if result:
                 self._log(**result)
 
@@ -571,7 +588,10 @@ class Trainer:
             return
         self._pbar = ProgressBar(self.progress_bar, self.total_frames, self.collected_frames)
         init_random_frames = getattr(self.collector, "init_random_frames", 0) or 0
+        setup_done = False
         try:
+            self._call_plain("setup")
+            setup_done = True
             for batch in self._batches():
                 if batch is None:
                     # the collector writes into the trainer's replay buffer itself: the
@@ -600,6 +620,8 @@ class Trainer:
                 self.save_trainer(force_save=True)
         finally:
             self._pbar.close()
+            if setup_done:  # the shutdown ops release what the setup ops took, as TorchRL's
+                self._call_plain("shutdown")
         self.shutdown()
 
     def _frames_written(self) -> int:
@@ -622,6 +644,7 @@ class Trainer:
         sums: dict = {}
         counts: dict = {}
         for _epoch in range(self.num_epochs):
+            self._call_log("pre_epoch_log", batch)
             # each epoch starts from the collected batch (e.g. advantages recomputed on it)
             epoch_batch = self._call_transform("pre_epoch", batch)
             # None: as many steps as process_optim_batch gives (an iterated replay buffer)
@@ -641,6 +664,10 @@ class Trainer:
                 else:
                     losses = _as_tensordict(self.loss_module(sub_batch))
                     self._call_transform("post_loss", sub_batch)
+                    for op, kwargs in self._ops["process_loss"]:
+                        out = self._run(op, sub_batch, losses, **kwargs)
+                        if isinstance(out, TensorDictBase):
+                            losses = out
                     for i, (op, kwargs) in enumerate(self._ops["optimizer"]):
                         out = self._run(
                             op, losses, self.clip_grad_norm, self.clip_norm, i, **kwargs
@@ -656,6 +683,7 @@ class Trainer:
                     count = counts.get(key, 0)
                     sums[key] = value if count == 0 else sums[key] + value
                     counts[key] = count + 1
+            self._call_log("post_epoch_log", batch)
             self._call_plain("post_epoch")
         if counts:
             average = losses.empty()
@@ -665,6 +693,7 @@ class Trainer:
             total = sum(v for k, v in average.items() if str(k).startswith("loss"))
             if self._pbar is not None and isinstance(total, torch.Tensor):
                 self._pbar.values["loss"] = float(total)
+            self._call_log("post_optim_complete_log", self._optim_count, average)
             if self.auto_log_optim_steps:
                 self._log(optim_steps=self._optim_count, **dict(average.items()))
 

@@ -5,6 +5,7 @@ updates are computed by hand."""
 from __future__ import annotations
 
 import io
+import logging
 import math
 
 import pytest
@@ -365,6 +366,38 @@ class TestGRPOTrainerSafety:
         assert trainer.skipped_nonfinite_steps == 2
         torch.testing.assert_close(logits.detach(), torch.zeros(2))
         assert logits.grad is None
+
+    def test_a_float16_scaler_overflow_is_counted_and_reports_no_norm(self, caplog):
+        logits = torch.nn.Parameter(torch.zeros(2))
+        factors = iter([1.0, 1e35, 1.0])  # the 2nd batch's scaled gradient overflows
+
+        def loss(td):
+            return TensorDict(loss_objective=next(factors) * logits.sum())
+
+        trainer = GRPOTrainer(
+            collector=[answers([0], [1.0]) for _ in range(3)],
+            total_frames=3,
+            loss_module=loss,
+            optimizer=torch.optim.SGD([logits], lr=0.5),
+            mixed_precision=True,
+            autocast_dtype=torch.float16,
+            clip_norm=None,
+            progress_bar=False,
+            log_rewards=False,
+        )
+        seen = []
+        trainer.register_op(
+            "post_optim_complete_log",
+            lambda steps, losses: seen.append("grad_norm_0" in losses.keys()),
+        )
+        with caplog.at_level(logging.INFO, logger="rl.core.trainers"):
+            trainer.train()
+        # two steps of gradient 1 (lr 0.5), the overflowing one skipped
+        torch.testing.assert_close(logits.detach(), torch.full((2,), -1.0))
+        assert trainer.skipped_nonfinite_steps == 1
+        assert seen == [True, False, True]
+        assert "grad scaler skipped the optimizer step" in caplog.text
+        assert "1 skipped so far" in caplog.text
 
     @pytest.mark.filterwarnings("ignore:the collector")
     def test_a_checkpoint_mid_accumulation_resumes_exactly(self):

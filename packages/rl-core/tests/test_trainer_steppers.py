@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -217,7 +219,7 @@ class TestMixedPrecisionOptimizationStepper:
             torch.testing.assert_close(p.detach(), q.detach(), atol=2e-2, rtol=2e-2)
             assert not torch.equal(p.detach(), q.detach())  # bfloat16 rounding shows
 
-    def test_float16_scales_the_loss_and_skips_overflows(self):
+    def test_float16_scales_the_loss_and_skips_overflows(self, caplog):
         w = torch.nn.Parameter(torch.tensor([1.0]))
         big = {"on": False}
 
@@ -238,10 +240,43 @@ class TestMixedPrecisionOptimizationStepper:
         # the scaled gradient is unscaled before the step: w = 1 - 0.25 * 2
         assert w.item() == 0.5 and stepper.optimizer_step_count == 1
         big["on"] = True  # 1e35 * scale overflows float32: the scaler skips the step
-        stepper.step(trainer, TensorDict())
+        with caplog.at_level(logging.INFO, logger="rl.core.trainers"):
+            out = stepper.step(trainer, TensorDict())
         assert w.item() == 0.5 and stepper.optimizer_step_count == 1
         assert stepper.scaler.get_scale() == scale / 2
-        assert "scaler" in stepper.state_dict()
+        # the skip is counted and logged; the infinite norm is not reported
+        assert stepper.skipped_nonfinite_steps == 1 and "grad_norm" not in out
+        assert "grad scaler skipped the optimizer step" in caplog.text
+        assert f"from {scale} to {scale / 2}; 1 skipped so far" in caplog.text
+        state = stepper.state_dict()
+        assert "scaler" in state and state["skipped_nonfinite_steps"] == 1
+        big["on"] = False  # finite again: the next step runs at the halved scale
+        out = stepper.step(trainer, TensorDict())
+        assert w.item() == 0.0 and out["grad_norm"].item() == 2.0
+        assert stepper.optimizer_step_count == 2 and stepper.skipped_nonfinite_steps == 1
+
+    def test_float16_overflow_in_the_trainer_loop(self):
+        w = torch.nn.Parameter(torch.tensor([1.0]))
+        calls = {"n": 0}
+
+        def loss(td):
+            calls["n"] += 1  # the 2nd of every 3 calls overflows under the scaler
+            return TensorDict(loss=(w * (1e35 if calls["n"] % 3 == 2 else 2.0)).sum())
+
+        stepper = MixedPrecisionOptimizationStepper(
+            torch.optim.SGD([w], lr=0.125),
+            mixed_precision=True,
+            autocast_dtype=torch.float16,
+            clip_norm=None,
+            device_type="cpu",
+        )
+        trainer = _trainer(loss, _batches(2), optim_steps_per_batch=3, optimization_stepper=stepper)
+        trainer.train()
+        # per batch: 2 steps on the gradient 2 (w -= 0.25 each), 1 skipped
+        assert stepper.optimizer_step_count == 4 and stepper.skipped_nonfinite_steps == 2
+        assert w.item() == 0.0
+        # the mean grad_norm covers the 2 steps taken (not inf, not pulled down by 0)
+        assert trainer.last_losses["grad_norm"].item() == 2.0
 
     def test_non_finite_loss_drops_the_window(self):
         w = torch.nn.Parameter(torch.tensor([1.0]))
@@ -271,7 +306,8 @@ class TestMixedPrecisionOptimizationStepper:
         with pytest.warns(RuntimeWarning, match="the gradient norm is non-finite"):
             out = stepper.step(trainer, TensorDict())
         assert w.item() == 0.0 and w.grad is None
-        assert out["grad_norm"].item() == 0.0 and out["loss"].item() == 0.0
+        # a skipped step reports no grad_norm (neither inf nor a placeholder)
+        assert "grad_norm" not in out and out["loss"].item() == 0.0
         assert stepper.optimizer_step_count == 0 and stepper.skipped_nonfinite_steps == 1
 
     def test_errors(self):

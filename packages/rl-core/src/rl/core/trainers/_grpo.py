@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import pathlib
 import warnings
@@ -26,6 +27,8 @@ from ._trainer import Trainer
 
 __all__ = ["GRPOTrainer"]
 
+_logger = logging.getLogger("rl.core.trainers")
+
 
 class _AccumulatingOptimizerHook(OptimizerHook):
     """An :class:`OptimizerHook` that steps every ``accumulation`` calls (the gradients of
@@ -34,9 +37,10 @@ class _AccumulatingOptimizerHook(OptimizerHook):
 
     A non-finite loss is not back-propagated: the gradients accumulated in its cycle are
     dropped and the cycle restarts; a non-finite gradient norm (without a grad scaler, which
-    skips those steps itself) skips the optimizer step. Each skip warns and is counted in
-    ``skipped_nonfinite_steps``. Mid-cycle, the accumulated gradients are part of the
-    state, so a checkpoint taken between two optimizer steps resumes exactly.
+    skips those steps itself) skips the optimizer step. Each skip is counted in
+    ``skipped_nonfinite_steps`` (the scaler's logged, the others warned) and reports no
+    ``grad_norm_<i>``. Mid-cycle, the accumulated gradients are part of the state, so a
+    checkpoint taken between two optimizer steps resumes exactly.
     """
 
     def __init__(self, optimizer, accumulation: int, scaler, device_type: str) -> None:
@@ -77,14 +81,31 @@ class _AccumulatingOptimizerHook(OptimizerHook):
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         norm = self._grad_clip(clip_grad_norm, clip_norm)
-        losses_td.set(f"grad_norm_{index}", norm)
         if self.scaler is not None:
+            scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
+            # the scaler lowers its scale exactly when it found inf/nan and skipped the step
+            stepped = self.scaler.get_scale() >= scale
+            if not stepped:
+                self.skipped_nonfinite_steps += 1
+                _logger.info(
+                    "GRPOTrainer: the float16 grad scaler skipped the optimizer step (scaled "
+                    "gradients overflowed, gradient norm %s) and lowered its scale from %s to "
+                    "%s; %d skipped so far",
+                    norm.item(),
+                    scale,
+                    self.scaler.get_scale(),
+                    self.skipped_nonfinite_steps,
+                )
         elif not torch.isfinite(norm):
             self._skip("gradient norm", norm)
+            stepped = False
         else:
             self.optimizer.step()
+            stepped = True
+        if stepped:  # a skipped step reports no norm: neither inf nor a placeholder
+            losses_td.set(f"grad_norm_{index}", norm)
         self.optimizer.zero_grad(set_to_none=True)
         return losses_td
 
@@ -144,8 +165,9 @@ class GRPOTrainer(Trainer):
 
     A non-finite loss never reaches the weights: it is not back-propagated, the gradients
     of its accumulation cycle are dropped and the cycle restarts; a non-finite gradient
-    norm skips the optimizer step (a float16 ``GradScaler`` skips those itself). Each skip
-    warns (``RuntimeWarning``) and is counted in :attr:`skipped_nonfinite_steps`. A
+    norm skips the optimizer step (a float16 ``GradScaler`` skips those itself, and the
+    skip is logged at INFO). Each skip is counted in :attr:`skipped_nonfinite_steps`, the
+    non-finite loss and gradient skips warn (``RuntimeWarning``). A
     checkpoint (:meth:`state_dict`) taken between two optimizer steps of an accumulation
     cycle holds the gradients accumulated so far, so the resumed run steps as the
     uninterrupted one would.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,8 @@ __all__ = [
     "MixedPrecisionOptimizationStepper",
     "OptimizationStepper",
 ]
+
+_logger = logging.getLogger("rl.core.trainers")
 
 
 class OptimizationStepper(TrainerHookBase):
@@ -154,13 +157,18 @@ class MixedPrecisionOptimizationStepper(OptimizationStepper):
     needs no scaler and works on CPU as on CUDA.
 
     A non-finite loss is not back-propagated: the gradients accumulated in its window are
-    dropped and the window restarts. A non-finite gradient norm skips the optimizer step
-    (the grad scaler skips it itself in float16). Each skip warns and counts in
-    :attr:`skipped_nonfinite_steps`.
+    dropped and the window restarts. A non-finite gradient norm skips the optimizer step;
+    in float16 the grad scaler skips it itself when the scaled gradients overflow (and
+    halves its scale: a few such skips while the scale settles are expected). Every skip
+    counts in :attr:`skipped_nonfinite_steps`; the non-finite loss and gradient skips warn,
+    the scaler's are logged (``rl.core.trainers`` logger, INFO).
 
     The metrics are the detached losses (entries with more than one element reduced to
-    their mean) and, on the calls that step, ``grad_norm``: the global norm before
-    clipping (``0.`` when a non-finite norm skipped the step). The state (optimizer,
+    their mean) and, on the calls whose optimizer step ran, ``grad_norm``: the global norm
+    before clipping. A skipped step reports no ``grad_norm`` (neither the infinite norm
+    nor a placeholder), so the trainer's mean ``grad_norm`` covers the steps taken. (TorchRL
+    reports ``0.`` for a non-finite norm without scaler and the infinite norm, uncounted,
+    for a scaler skip.) The state (optimizer,
     scaler, counters and, between two optimizer steps, the gradients accumulated so far)
     goes into the trainer's checkpoints, so a run resumed mid-window steps as an
     uninterrupted one.
@@ -247,7 +255,8 @@ class MixedPrecisionOptimizationStepper(OptimizationStepper):
 
     @property
     def skipped_nonfinite_steps(self) -> int:
-        """Steps skipped because the loss or the gradient norm was non-finite."""
+        """Steps skipped because the loss or the gradient norm was non-finite, or because
+        the float16 grad scaler found an overflow."""
         return self._skipped_nonfinite_steps
 
     def _params(self) -> list[torch.Tensor]:
@@ -293,16 +302,29 @@ class MixedPrecisionOptimizationStepper(OptimizationStepper):
             scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            if self.scaler.get_scale() >= scale:  # a lowered scale means the step was skipped
-                self._optimizer_step_count += 1
+            # the scaler lowers its scale exactly when it found inf/nan and skipped the step
+            stepped = self.scaler.get_scale() >= scale
+            if not stepped:
+                self._skipped_nonfinite_steps += 1
+                _logger.info(
+                    "MixedPrecisionOptimizationStepper: the float16 grad scaler skipped the "
+                    "optimizer step (scaled gradients overflowed, gradient norm %s) and lowered "
+                    "its scale from %s to %s; %d skipped so far",
+                    grad_norm.item(),
+                    scale,
+                    self.scaler.get_scale(),
+                    self._skipped_nonfinite_steps,
+                )
         elif not torch.isfinite(grad_norm):
             self._skip("gradient norm", grad_norm)
-            grad_norm = torch.zeros_like(grad_norm)
+            stepped = False
         else:
             self.optimizer.step()
-            self._optimizer_step_count += 1
+            stepped = True
         self.optimizer.zero_grad(set_to_none=True)
-        metrics.set("grad_norm", grad_norm.float())
+        if stepped:
+            self._optimizer_step_count += 1
+            metrics.set("grad_norm", grad_norm.float())
         return metrics
 
     def state_dict(self) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 
 import numpy as np
 import pytest
@@ -365,7 +367,8 @@ class TestReplayBufferTrainer:
         trainer.register_op("post_loss", lambda td: seen.append(td["obs"].numel()))
         trainer.train()
         # 6 items (5 + the collected 1) in batches of 2: 3 steps, then the iterator ends
-        assert seen == [2, 2, 2] and trainer._optim_count == 4
+        # (the attempt that found it exhausted is not a step)
+        assert seen == [2, 2, 2] and trainer._optim_count == 3
         # the exhausted iterator was replaced: the next round iterates from the start
         assert sum(hook.sample()["obs"].numel() for _ in range(3)) == 6
         with pytest.raises(StopIteration):
@@ -582,8 +585,9 @@ class TestUTDRHook:
             assert UTDRHook(trainer)()["utd_ratio"] == 0.4
 
     def test_no_buffer(self):
+        trainer = _trainer([])  # the hook holds it weakly: keep it alive
         with pytest.raises(RuntimeError, match="UTDRHook needs the replay buffer the collector"):
-            UTDRHook(_trainer([]))()
+            UTDRHook(trainer)()
 
     def test_logged_when_the_collector_fills_the_buffer(self):
         buffer = FakeBuffer(batch_size=4)
@@ -611,6 +615,67 @@ class TestUTDRHook:
         trainer.train()
         # before each batch's steps: 4 * (0, 2, 4) / (8, 16, 24)
         assert trainer._log_dict["utd_ratio"] == [0.0, 0.5, pytest.approx(2 / 3)]
+
+    def test_holds_the_trainer_weakly(self):
+        trainer = _trainer([], replay_buffer=FakeBuffer(10, 2))
+        hook = UTDRHook(trainer)
+        hook.register(trainer)
+        ref = weakref.ref(trainer)
+        assert hook.trainer is trainer
+        del trainer
+        gc.collect()
+        # the trainer -> hook -> trainer cycle no longer keeps the trainer alive by reference
+        assert ref() is None
+        with pytest.raises(RuntimeError, match="UTDRHook's trainer no longer exists"):
+            hook()
+
+    def test_register_rebinds_to_the_trainer_it_is_put_in(self):
+        first = _trainer([], replay_buffer=FakeBuffer(10, 2))
+        second = _trainer([], replay_buffer=FakeBuffer(20, 2))
+        second._optim_count = 5
+        hook = UTDRHook(first)
+        hook.register(second)
+        assert hook.trainer is second and hook()["utd_ratio"] == 0.5
+
+    def test_steps_that_ended_in_stop_iteration_are_not_counted(self):
+        buffer = FakeBuffer(batch_size=2)
+        sizes = iter([3, 2])  # sub-batches available after each collected batch
+
+        def collector():
+            for _ in range(2):
+                buffer.write_count += 6
+                yield None
+
+        w = torch.nn.Parameter(torch.ones(1))
+        trainer = Trainer(
+            collector=collector(),
+            total_frames=12,
+            frame_skip=1,
+            optim_steps_per_batch=None,  # until process_optim_batch runs out
+            loss_module=lambda td: TensorDict(loss=w.sum()),
+            optimizer=torch.optim.SGD([w], lr=0.1),
+            replay_buffer=buffer,
+            progress_bar=False,
+        )
+        left = {"n": 0}
+
+        def sample(td):
+            if left["n"] == 0:
+                left["n"] = next(sizes, 0)
+                raise StopIteration
+            left["n"] -= 1
+            return TensorDict(batch_size=[2])
+
+        trainer.register_op("process_optim_batch", sample)
+        UTDRHook(trainer).register(trainer)
+        trainer.register_op("post_steps", lambda: trainer._log(after=trainer._optim_count))
+        trainer.train()
+        # batch 1: one empty attempt (StopIteration), nothing trained; batch 2: 3 steps,
+        # then the iterator ends: update_count counts the 3 steps, not the 2 attempts
+        assert trainer._log_dict["after"] == [0, 3]
+        assert trainer._log_dict["update_count"] == [0, 0]
+        assert trainer._log_dict["utd_ratio"] == [0.0, 0.0]
+        assert UTDRHook(trainer)()["utd_ratio"] == 2 * 3 / 12
 
 
 class TestValueEstimatorHook:

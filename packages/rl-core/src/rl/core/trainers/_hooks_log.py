@@ -367,14 +367,19 @@ class UTDRHook(TrainerHookBase):
     (or the collector's, ``collector.replay_buffer``) and the trainer's optimization step
     count; it is meaningful when the collector fills the buffer in the background
     (``async_collection``). Logged at ``pre_steps_log`` with ``write_count`` and
-    ``update_count``; nothing is logged before the buffer's first write.
+    ``update_count``; nothing is logged before the buffer's first write. ``update_count``
+    is the trainer's count of optimization steps taken (an attempt whose
+    ``process_optim_batch`` found no sub-batch is not one).
+
+    The hook holds the trainer weakly (the trainer holds the hook): the pair is freed as
+    soon as the user drops the trainer; registering it with another trainer rebinds it.
 
     Args:
         trainer (Trainer): the trainer whose ratio is logged.
 
     Raises:
         RuntimeError: (when called) neither the trainer nor its collector has a replay
-            buffer with a ``write_count``.
+            buffer with a ``write_count``, or the trainer no longer exists.
 
     Examples:
         >>> import torch
@@ -390,7 +395,21 @@ class UTDRHook(TrainerHookBase):
     """
 
     def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+        self._trainer_ref: weakref.ReferenceType[Trainer] = weakref.ref(trainer)
+
+    def _bind(self, trainer: Trainer) -> None:
+        self._trainer_ref = weakref.ref(trainer)
+
+    @property
+    def trainer(self) -> Trainer:
+        """The trainer whose ratio is logged."""
+        trainer = self._trainer_ref()
+        if trainer is None:
+            raise RuntimeError(
+                "UTDRHook's trainer no longer exists (the hook holds it weakly): register the "
+                "hook with a live trainer"
+            )
+        return trainer
 
     def _counts(self) -> tuple[Any, Any]:
         buffer = getattr(self.trainer, "replay_buffer", None)
@@ -420,7 +439,7 @@ class UTDRHook(TrainerHookBase):
                 stacklevel=2,
             )
             batch_size = 1
-        update_count = self.trainer._optim_count
+        update_count = self.trainer._optim_count  # steps taken (StopIteration not counted)
         return {
             "utd_ratio": batch_size * update_count / write_count,
             "write_count": write_count,

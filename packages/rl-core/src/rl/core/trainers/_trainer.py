@@ -654,8 +654,11 @@ class Trainer:
                 try:
                     sub_batch = self._call_transform("process_optim_batch", epoch_batch)
                 except StopIteration:  # an iterated replay buffer ran out: this epoch ends
-                    break
+                    sub_batch = None
                 if sub_batch is None:  # nothing left to train on (TorchRL's stop)
+                    # no step ran: the count stays the number of steps taken (TorchRL's
+                    # counts this attempt too, and its UTD ratio with it)
+                    self._optim_count -= 1
                     break
                 if self.optimization_stepper is not None:
                     losses = _as_tensordict(

@@ -540,6 +540,9 @@ class TestLogTiming:
         (hook,) = [op for op, _ in trainer._ops["post_steps_log"] if isinstance(op, LogTiming)]
         assert (hook.prefix, hook.percall) == ("time", True)
         assert not any(isinstance(m, LogTiming) for m in trainer._modules.values())
+        # the op is the whole state of the option: no flag that could disagree with it
+        assert "log_timings" not in vars(trainer)
+        assert not any(isinstance(op, LogTiming) for op, _ in _trainer([])._ops["post_steps_log"])
 
     @pytest.mark.parametrize(("saved", "resumed"), [(False, True), (True, False)])
     def test_the_option_does_not_change_the_checkpoint(self, tmp_path, saved, resumed):

@@ -206,8 +206,10 @@ class Trainer:
         async_collection: the collector fills ``replay_buffer`` in the background
             (``collector.start()``): the trainer waits for its first write, then runs the
             optimization steps on samples until the buffer has taken ``total_frames``.
-        log_timings: register a :class:`LogTiming` hook, which logs the mean wall time
-            per call of each hook as ``time/hook/<name>`` after each batch.
+        log_timings: add a :class:`LogTiming` op at ``post_steps_log``, which logs the mean
+            wall time per call of each hook as ``time/hook/<name>`` after each batch. It is
+            an option of this trainer object, not part of the run: the op stays out of
+            the checkpoints and no ``log_timings`` attribute is kept (as TorchRL's).
         auto_log_optim_steps: log ``optim_steps`` and the mean losses after each
             optimization loop. Defaults to ``True``.
 
@@ -375,7 +377,6 @@ class Trainer:
         self.num_epochs = num_epochs
         self.async_collection = async_collection
         self._collect_in_background = async_collection
-        self.log_timings = log_timings
         self.auto_log_optim_steps = auto_log_optim_steps
         # wall time and calls of each hook, recorded once a LogTiming hook reads them
         self._hook_times: dict[str, list[float]] = {}

@@ -14,6 +14,7 @@ from tensordict.nn import TensorDictModule
 
 from rl.core import ExplorationType, exploration_type
 from rl.core.trainers import (
+    REWARD_KEY,
     BatchSubSampler,
     ClearCudaCache,
     CountFramesLog,
@@ -260,6 +261,11 @@ class TestLogHooks:
             SelectKeys("a")
         with pytest.raises(KeyError, match="no key 'c'"):
             SelectKeys(["c"])(td)
+
+    def test_reward_key_is_the_default_key(self):
+        assert REWARD_KEY == ("next", "reward")
+        td = TensorDict({REWARD_KEY: torch.tensor([[1.0], [3.0]])}, [2])
+        assert LogScalar(REWARD_KEY, "r")(td)["r"] == LogScalar(logname="r")(td)["r"] == 2.0
 
     def test_log_scalar_masked_reductions(self):
         reward = torch.tensor([[1.0], [5.0], [3.0], [100.0]])

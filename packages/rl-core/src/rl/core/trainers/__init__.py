@@ -30,10 +30,11 @@ from ._steppers import (
     MixedPrecisionOptimizationStepper,
     OptimizationStepper,
 )
-from ._trainer import HOOK_POINTS, Trainer, TrainerHookBase
+from ._trainer import HOOK_POINTS, REWARD_KEY, Trainer, TrainerHookBase
 
 __all__ = [
     "HOOK_POINTS",
+    "REWARD_KEY",
     "BatchSubSampler",
     "CheckpointError",
     "ClearCudaCache",

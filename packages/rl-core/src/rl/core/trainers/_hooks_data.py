@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from tensordict import NestedKey, TensorDictBase
 
-from ._trainer import MissingKeyError, Trainer, TrainerHookBase
+from ._trainer import REWARD_KEY, MissingKeyError, Trainer, TrainerHookBase
 
 __all__ = [
     "BatchSubSampler",
@@ -23,7 +23,6 @@ __all__ = [
 ]
 
 _MASK = ("collector", "mask")
-REWARD_KEY = ("next", "reward")
 
 
 def mask_batch(batch: TensorDictBase) -> TensorDictBase:

@@ -15,12 +15,11 @@ from torch import nn
 
 from .._exploration import ExplorationType, set_exploration_type
 from ._progress import EpisodeReturns
-from ._trainer import MissingKeyError, Trainer, TrainerHookBase
+from ._trainer import REWARD_KEY, MissingKeyError, Trainer, TrainerHookBase
 
 __all__ = ["CountFramesLog", "LogScalar", "LogTiming", "LogValidationReward", "UTDRHook"]
 
 _MASK = ("collector", "mask")
-REWARD_KEY = ("next", "reward")
 
 
 class LogScalar(TrainerHookBase):

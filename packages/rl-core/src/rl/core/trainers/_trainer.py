@@ -30,7 +30,7 @@ from ._checkpoint import (
 )
 from ._progress import ProgressBar
 
-__all__ = ["HOOK_POINTS", "Trainer", "TrainerHookBase"]
+__all__ = ["HOOK_POINTS", "REWARD_KEY", "Trainer", "TrainerHookBase"]
 
 _logger = logging.getLogger("rl.core.trainers")
 
@@ -59,6 +59,10 @@ HookPoint = Literal[
 HOOK_POINTS: tuple[str, ...] = HookPoint.__args__
 
 _FORMAT = "rl.trainer/1"
+
+#: Where a collected batch holds the reward (TorchRL's ``torchrl.trainers.trainers.REWARD_KEY``):
+#: the default key of :class:`LogScalar`, :class:`LogValidationReward`, :class:`RewardNormalizer`.
+REWARD_KEY = ("next", "reward")
 
 
 class TrainerHookBase:

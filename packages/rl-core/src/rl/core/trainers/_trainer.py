@@ -142,8 +142,8 @@ class Trainer:
     ``process_loss`` ops may return a TensorDict that replaces their input.
 
     With an ``optimization_stepper``, ``stepper.step(trainer, sub_batch)`` replaces the
-    ``loss_module`` / ``post_loss`` / ``optimizer`` lines. When the collector writes into
-    the replay buffer itself (it yields ``None``, or ``async_collection``), ``batch`` is
+    ``loss_module`` / ``post_loss`` / ``process_loss`` / ``optimizer`` lines. When the
+    collector writes into the replay buffer itself (it yields ``None``, or ``async_collection``), ``batch`` is
     ``None``: ``batch_process`` is skipped and the other points receive ``None``.
 
     The trainer is duck-typed: the collector is any iterable of TensorDicts (with
@@ -183,8 +183,8 @@ class Trainer:
             optimizer, and returns the detached metrics to log), e.g.
             :class:`DefaultOptimizationStepper` or
             :class:`MixedPrecisionOptimizationStepper`; it replaces the ``loss_module`` /
-            ``post_loss`` / ``optimizer`` points (no :class:`OptimizerHook` is made for
-            ``optimizer``) and is registered as ``"optimization_stepper"`` (its state goes
+            ``post_loss`` / ``process_loss`` / ``optimizer`` points (no
+            :class:`OptimizerHook` is made for ``optimizer``) and is registered as ``"optimization_stepper"`` (its state goes
             into the checkpoints).
         replay_buffer: the buffer a collector yielding ``None`` writes into: the frames
             collected are counted from its ``write_count``.

@@ -25,10 +25,10 @@ _logger = logging.getLogger("rl.core.trainers")
 class OptimizationStepper(TrainerHookBase):
     """Runs one whole optimization step of a :class:`Trainer` on a sub-batch.
 
-    Pass one as ``Trainer(optimization_stepper=...)``: for each sub-batch the trainer
-    calls ``stepper.step(trainer, sub_batch)`` instead of the ``loss_module`` /
-    ``post_loss`` / ``process_loss`` / ``optimizer`` points, then runs ``post_optim`` and
-    ``post_optim_log`` and averages the returned metrics over the batch's steps. A stepper fits updates the
+    Pass one as ``Trainer(optimization_stepper=...)``: for each sub-batch the trainer calls
+    ``stepper.step(trainer, sub_batch)`` instead of the ``loss_module`` / ``post_loss`` /
+    ``process_loss`` / ``optimizer`` points, then runs ``post_optim`` and ``post_optim_log``
+    and averages the returned metrics over the batch's steps. A stepper fits updates the
     hook points cannot express: several optimizers, delayed actor updates (TD3), several
     backward passes per step.
 

@@ -143,8 +143,9 @@ class Trainer:
 
     With an ``optimization_stepper``, ``stepper.step(trainer, sub_batch)`` replaces the
     ``loss_module`` / ``post_loss`` / ``process_loss`` / ``optimizer`` lines. When the
-    collector writes into the replay buffer itself (it yields ``None``, or ``async_collection``), ``batch`` is
-    ``None``: ``batch_process`` is skipped and the other points receive ``None``.
+    collector writes into the replay buffer itself (it yields ``None``, or
+    ``async_collection``), ``batch`` is ``None``: ``batch_process`` is skipped and the other
+    points receive ``None``.
 
     The trainer is duck-typed: the collector is any iterable of TensorDicts (with
     ``state_dict``/``load_state_dict``, ``set_seed`` and ``shutdown`` when it has them), the
@@ -184,8 +185,8 @@ class Trainer:
             :class:`DefaultOptimizationStepper` or
             :class:`MixedPrecisionOptimizationStepper`; it replaces the ``loss_module`` /
             ``post_loss`` / ``process_loss`` / ``optimizer`` points (no
-            :class:`OptimizerHook` is made for ``optimizer``) and is registered as ``"optimization_stepper"`` (its state goes
-            into the checkpoints).
+            :class:`OptimizerHook` is made for ``optimizer``) and is registered as
+            ``"optimization_stepper"`` (its state goes into the checkpoints).
         replay_buffer: the buffer a collector yielding ``None`` writes into: the frames
             collected are counted from its ``write_count``.
         target_net_updater: a target-network updater (``SoftUpdate``...) whose state goes

@@ -268,6 +268,41 @@ class TestErrorsAndLifeCycle:
         time.sleep(0.05)
         assert len(logger.calls) == calls
 
+    def test_a_stuck_thread_is_not_a_second_poller_after_start(self, monkeypatch, caplog):
+        monkeypatch.setattr(_monitor, "_STOP_JOIN_S", 0.2)
+        entered, release = threading.Event(), threading.Event()
+        pollers = []  # the thread of each stats() call
+
+        def stats():
+            pollers.append(threading.current_thread())
+            if len(pollers) == 1:  # the first call hangs until released
+                entered.set()
+                release.wait(10.0)
+            return {"frames": len(pollers)}
+
+        logger = RecordingLogger()
+        monitor = LoggerMonitor(logger, poll_interval=0.01)
+        monitor.watch(object(), name="src", stats_fn=stats, log_on_close=False)
+        monitor.start()
+        assert entered.wait(5.0)
+        stuck = pollers[0]
+        with caplog.at_level(logging.WARNING, logger="rl.core.loggers"):
+            monitor.stop()  # the thread is stuck in stats(): stop() gives up on it
+        assert stuck.is_alive() and "did not stop in time" in caplog.text
+        monitor.start()
+        release.set()
+        stuck.join(5.0)
+        assert not stuck.is_alive()  # it saw its own stop event, not the new thread's
+        calls = len(pollers)
+        deadline = time.monotonic() + 5.0
+        while len(pollers) < calls + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        alive = [t for t in threading.enumerate() if t.name == "LoggerMonitor"]
+        assert len(alive) == 1 and alive[0] is not stuck
+        assert set(pollers[calls:]) == {alive[0]}
+        monitor.stop()
+        assert not any(t.name == "LoggerMonitor" for t in threading.enumerate())
+
 
 def test_csv_logger_writes_what_the_monitor_logs(tmp_path, clock):
     logger, source = CSVLogger("monitor", log_dir=tmp_path), Source()

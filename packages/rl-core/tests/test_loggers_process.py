@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import gc
+import inspect
 import multiprocessing as mp
 import os
 import pickle
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from rl.core.loggers import CSVLogger, Logger, ProcessLogger, TensorboardLogger, get_logger
+from rl.core.loggers import (
+    CSVLogger,
+    Logger,
+    ProcessLogger,
+    TensorboardLogger,
+    _process,
+    get_logger,
+)
 
 # fork keeps these tests fast; the default start method ("spawn") is the same code path
-# apart from how the child starts, and the pickling it implies is tested on its own below
+# apart from how the child starts, and one test runs it (TestSpawn)
 FORK = "fork"
 
 
@@ -48,6 +61,53 @@ class FileLogger:
 
     def __repr__(self):
         return "FileLogger()"
+
+
+class BufferedLogger:
+    """A served logger that keeps its rows in memory until flush() or close(), as back-ends
+    with a write buffer do; ``close_delay`` makes its close slow."""
+
+    def __init__(self, log_dir, close_delay=0.0):
+        self.log_dir = str(log_dir)
+        self.close_delay = close_delay
+        self.rows = []
+
+    def log_scalar(self, name, value, step=None):
+        self.rows.append(f"{name},{step},{value}")
+
+    def flush(self):
+        with open(os.path.join(self.log_dir, "rows.csv"), "a") as f:
+            f.writelines(row + "\n" for row in self.rows)
+        self.rows.clear()
+
+    def close(self):
+        time.sleep(self.close_delay)
+        self.flush()
+        with open(os.path.join(self.log_dir, "closed"), "a") as f:
+            f.write("closed\n")
+
+
+class _Run:
+    pass
+
+
+class RunObjectLogger:
+    """A served logger whose experiment is a run object (as TensorBoard's or W&B's)."""
+
+    def __init__(self):
+        self.exp_name, self.log_dir, self.experiment = "run-object", "/nowhere", _Run()
+
+    def log_scalar(self, name, value, step=None):
+        pass
+
+
+def _gone(pid):
+    """Whether no process ``pid`` runs (absent, or an exited zombie nobody reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
 
 
 def _log_from_worker(client, name, count):
@@ -98,7 +158,7 @@ class TestProcessLogger:
         saved = torch.load(tmp_path / "video.pt", weights_only=True)
         assert saved["step"] == 7 and saved["kwargs"] == {"fps": 8}
         torch.testing.assert_close(saved["video"], video)
-        assert repr(client) == "FileLogger()"
+        assert repr(client) == "ProcessLoggerClient(FileLogger())"
 
     def test_a_client_pickles_and_has_no_life_cycle(self, served, tmp_path):
         client = pickle.loads(pickle.dumps(served.client()))
@@ -113,8 +173,15 @@ class TestProcessLogger:
 
     def test_a_dead_process_is_reported_and_start_runs_it_again(self, served, tmp_path):
         client = served.client()
+        pid = served._process.pid
+        assert repr(served) == f"ProcessLogger(FileLogger(), running, pid {pid})"
         served._process.kill()
         served._process.join(10)
+        # repr is local: it works, and says so, with the process dead
+        assert (
+            repr(served) == "ProcessLogger(FileLogger(), stopped, exit code -9 (killed by SIGKILL))"
+        )
+        assert repr(client) == "ProcessLoggerClient(FileLogger())"
         with pytest.raises(
             RuntimeError,
             match="logger process stopped \\(exit code -9 \\(killed by SIGKILL\\)\\); call start\\(\\)",
@@ -133,7 +200,7 @@ class TestProcessLogger:
         process = logger._process
         with pytest.raises(
             RuntimeError,
-            match="FileLogger.__flush__ failed in the logger process: OSError\\('disk full'\\)",
+            match="FileLogger.flush failed in the logger process: OSError\\('disk full'\\)",
         ):
             logger.shutdown(timeout=10)
         assert not process.is_alive() and not logger.is_alive
@@ -150,6 +217,148 @@ class TestProcessLogger:
             ProcessLogger(FileLogger, tmp_path / "missing", mp_context=FORK)
         with pytest.raises(ValueError, match="max_queue_size must be a positive int, got 0"):
             ProcessLogger(FileLogger, tmp_path, max_queue_size=0)
+
+
+class TestWithoutShutdown:
+    """An owner that is dropped, or whose interpreter exits, without shutdown() still
+    flushes and closes its logger, within a bound."""
+
+    def test_dropping_the_owner_flushes_and_closes_the_logger(self, tmp_path):
+        logger = ProcessLogger(BufferedLogger, tmp_path, mp_context=FORK)
+        for step in range(3):
+            logger.log_scalar("loss", step / 2, step=step)
+        assert not (tmp_path / "rows.csv").exists()  # still in the logger's buffer
+        process, directory = logger._process, logger._dir
+        del logger
+        gc.collect()
+        process.join(10)
+        assert process.exitcode == 0  # it closed the logger and exited, not killed
+        assert (tmp_path / "rows.csv").read_text() == "loss,0,0.0\nloss,1,0.5\nloss,2,1.0\n"
+        assert (tmp_path / "closed").read_text() == "closed\n"
+        assert not os.path.exists(directory)
+
+    def test_a_close_that_hangs_is_cut_after_the_bound(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(_process, "_CLOSE_ON_STOP_S", 1.0)
+        logger = ProcessLogger(BufferedLogger, tmp_path, close_delay=60, mp_context=FORK)
+        logger.log_scalar("loss", 1.0, step=4)
+        process = logger._process
+        began = time.monotonic()
+        del logger
+        gc.collect()
+        process.join(10)
+        assert time.monotonic() - began < 5.0 and not process.is_alive()
+        assert process.exitcode != 0  # ended by the bound, not by its close
+        # the flush before the close went through; the close itself never finished
+        assert (tmp_path / "rows.csv").read_text() == "loss,4,1.0\n"
+        assert not (tmp_path / "closed").exists()
+
+    def test_an_interpreter_that_exits_without_shutdown_closes_the_logger(self, tmp_path):
+        script = "\n".join(
+            [
+                "import os, sys, time",
+                "from rl.core.loggers import ProcessLogger",
+                textwrap.dedent(inspect.getsource(BufferedLogger)),
+                "logger = ProcessLogger(BufferedLogger, sys.argv[1], mp_context='fork')",
+                "for step in range(3):",
+                "    logger.log_scalar('reward', step, step=step)",
+                "with open(os.path.join(sys.argv[1], 'pid'), 'w') as f:",
+                "    f.write(str(logger._process.pid))",
+                "# no shutdown(): the interpreter exits with the logger still open",
+            ]
+        )
+        began = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - began < 60.0
+        assert (tmp_path / "rows.csv").read_text() == "reward,0,0\nreward,1,1\nreward,2,2\n"
+        assert (tmp_path / "closed").read_text() == "closed\n"
+        assert _gone(int((tmp_path / "pid").read_text()))
+
+
+class TestShutdownTimeout:
+    def test_a_close_within_the_timeout_completes(self, tmp_path):
+        logger = ProcessLogger(BufferedLogger, tmp_path, close_delay=0.5, mp_context=FORK)
+        logger.log_scalar("loss", 3.0, step=1)
+        process = logger._process
+        logger.shutdown(timeout=5.0)
+        assert process.exitcode == 0
+        assert (tmp_path / "rows.csv").read_text() == "loss,1,3.0\n"
+        assert (tmp_path / "closed").read_text() == "closed\n"
+
+    def test_a_close_past_the_timeout_is_reported_and_stopped(self, tmp_path):
+        logger = ProcessLogger(BufferedLogger, tmp_path, close_delay=60, mp_context=FORK)
+        logger.log_scalar("loss", 3.0, step=1)
+        process = logger._process
+        began = time.monotonic()
+        with pytest.raises(
+            TimeoutError,
+            match=r"BufferedLogger.close\(\) did not finish within timeout=0.5 s; the logger "
+            r"process was stopped .* needs a larger timeout, or None",
+        ):
+            logger.shutdown(timeout=0.5)
+        elapsed = time.monotonic() - began
+        # the close had its 0.5 s, then SIGTERM (which cannot cut it) and SIGKILL 1 s later
+        assert 0.5 <= elapsed < 5.0
+        assert not process.is_alive() and not logger.is_alive
+        assert (tmp_path / "rows.csv").read_text() == "loss,1,3.0\n"  # the flush step
+        assert not (tmp_path / "closed").exists()
+        logger.shutdown()  # nothing left to do
+
+
+class TestExperiment:
+    def test_a_csv_logger_s_run_directory_is_read_locally(self, tmp_path):
+        logger = ProcessLogger(CSVLogger, "exp", log_dir=tmp_path, mp_context=FORK)
+        try:
+            client = pickle.loads(pickle.dumps(logger.client()))
+            assert logger.experiment == client.experiment == tmp_path / "exp"
+            client.log_scalar("loss", 0.25, step=2)
+            assert (Path(logger.experiment) / "scalars" / "loss.csv").read_text() == "2,0.25\n"
+        finally:
+            logger.shutdown()
+        assert logger.experiment == tmp_path / "exp"  # still readable once shut down
+
+    def test_a_run_object_raises_a_clear_error(self, tmp_path):
+        logger = ProcessLogger(RunObjectLogger, mp_context=FORK)
+        try:
+            for handle in (logger, logger.client()):
+                with pytest.raises(
+                    AttributeError,
+                    match=r"has no experiment: the served RunObjectLogger's experiment \(a _Run\) "
+                    r"lives in the logger process",
+                ):
+                    _ = handle.experiment
+                assert getattr(handle, "experiment", None) is None
+                assert handle.exp_name == "run-object" and handle.log_dir == "/nowhere"
+        finally:
+            logger.shutdown()
+
+    def test_a_logger_without_experiment_says_so(self, served):
+        with pytest.raises(AttributeError, match="the served FileLogger has no experiment"):
+            _ = served.experiment
+
+
+class TestSpawn:
+    def test_the_default_start_method_serves_and_closes_a_csv_logger(self, tmp_path):
+        logger = ProcessLogger(CSVLogger, "run", log_dir=tmp_path)  # "spawn", the default
+        process = logger._process
+        assert type(process).__name__ == "SpawnProcess" and process.pid != os.getpid()
+        assert repr(logger).startswith("ProcessLogger(CSVLogger(exp_name='run'")
+        client = pickle.loads(pickle.dumps(logger.client()))
+        logger.log_scalar("loss", torch.tensor(0.5), step=1)
+        client.log_scalar("loss", 0.25, step=2)
+        logger.log_hparams({"lr": 0.1})
+        assert Path(logger.experiment) == tmp_path / "run"
+        del logger, client  # no shutdown(): the owner's finalizer closes the logger
+        gc.collect()
+        process.join(20)
+        assert process.exitcode == 0
+        assert (tmp_path / "run" / "scalars" / "loss.csv").read_text() == "1,0.5\n2,0.25\n"
+        assert (tmp_path / "run" / "hparams.json").read_text() == '{\n  "lr": 0.1\n}'
 
 
 def test_get_logger_process_backend_writes_csv(tmp_path):

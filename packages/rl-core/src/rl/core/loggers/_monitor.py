@@ -24,6 +24,9 @@ __all__ = ["Every", "LoggerMonitor"]
 
 _log = logging.getLogger("rl.core.loggers")
 
+# seconds stop() waits for the polling thread (at least two poll intervals)
+_STOP_JOIN_S = 5.0
+
 # cumulative counters of rl's stats() snapshots -> the name of their per-second rate
 RATE_NAMES = {
     "frames": "frames_per_second",
@@ -192,6 +195,8 @@ class LoggerMonitor:
         self._registry_lock = threading.Lock()
         # one poll at a time: the background thread and a user's step() never interleave
         self._poll_lock = threading.Lock()
+        # each polling thread has its own stop event: a thread that outlived a stop() (stuck
+        # in a stats() call) still sees its own event set after a start() made a new one
         self._stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -384,13 +389,15 @@ class LoggerMonitor:
         """Starts the background thread (nothing to start with ``background=False``)."""
         self._stopped = False
         if self.background and self._thread is None:
-            self._stop_event.clear()
-            self._thread = threading.Thread(target=self._run, name="LoggerMonitor", daemon=True)
+            self._stop_event = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop_event,), name="LoggerMonitor", daemon=True
+            )
             self._thread.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop_event.wait(self.poll_interval):
+    def _run(self, stop_event: threading.Event) -> None:
+        while not stop_event.wait(self.poll_interval):
             self.step()
 
     def stop(self, *, log_final: bool | None = None) -> None:
@@ -399,7 +406,8 @@ class LoggerMonitor:
         A second call without :meth:`start` in between does nothing, so leaving a ``with``
         block after an explicit stop does not log the last snapshots twice. When the
         background thread does not end in time (a ``stats()`` call that hangs), the last
-        snapshots are skipped with a warning rather than polled beside it.
+        snapshots are skipped with a warning rather than polled beside it; that thread
+        ends once its call returns, even if :meth:`start` has started a new one meanwhile.
 
         Keyword Args:
             log_final: overrides every watch's ``log_on_close`` when given.
@@ -408,7 +416,7 @@ class LoggerMonitor:
         thread, self._thread = self._thread, None
         stuck = False
         if thread is not None:
-            thread.join(timeout=max(5.0, 2 * self.poll_interval))
+            thread.join(timeout=max(_STOP_JOIN_S, 2 * self.poll_interval))
             stuck = thread.is_alive()
         if self._stopped:
             return

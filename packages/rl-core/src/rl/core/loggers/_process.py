@@ -5,13 +5,20 @@ The owner starts a process that builds the logger once and serves a local socket
 process (collector workers, a trainer), opens its own connection on first use and waits
 for the answer of every call, so its calls reach the logger in the order it made them and
 a failure in the logger is raised at the call that caused it.
+
+The logger is always closed before its process ends: on :meth:`ProcessLogger.shutdown`
+(a close command), and when the owner is garbage-collected or its interpreter exits
+without a shutdown (SIGTERM, which the logger process answers by closing its logger
+within a bounded time; SIGKILL after that).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import weakref
@@ -27,9 +34,14 @@ from rl.core.workers import die_with_parent, exit_description, ignore_interrupts
 
 __all__ = ["ProcessLogger"]
 
-_FLUSH, _CLOSE, _REPR = "__flush__", "__close__", "__repr__"
-# what a client may call on the served logger besides its ``log_*`` methods
-_SERVED = frozenset({"state_dict", "load_state_dict", _FLUSH, _CLOSE, _REPR})
+_log = logging.getLogger("rl.core.loggers")
+
+_FLUSH, _CLOSE = "__flush__", "__close__"
+# seconds the logger process gets to flush and close its logger once told to stop by a
+# signal (the owner was dropped without shutdown(), or its interpreter exits)
+_CLOSE_ON_STOP_S = 10.0
+# seconds a logger process that has closed its logger gets to exit on its own
+_EXIT_S = 5.0
 
 
 def _as_plain(value: Any) -> Any:
@@ -48,10 +60,45 @@ def _flush(logger: Any) -> None:
             return
 
 
-def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid) -> None:
-    """The logger process: build the logger, then answer the clients until told to close."""
+def _close(logger: Any) -> None:
+    _flush(logger)
+    close = getattr(logger, "close", None)
+    if callable(close):
+        close()
+
+
+def _wake(fd: int) -> None:
+    try:
+        os.write(fd, b"x")
+    except BlockingIOError:  # the pipe is full: a wake-up is pending anyway
+        pass
+
+
+def _describe(value: Any, cls: type) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"{cls.__name__}(...)"
+
+
+def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid, close_s) -> None:
+    """The logger process: build the logger, then answer the clients until told to close.
+
+    SIGTERM (the owner was dropped without ``shutdown()``, or its interpreter exits) ends
+    the service after the call in progress, then the logger is flushed and closed; a close
+    that takes more than ``close_s`` seconds ends the process without it.
+    """
     die_with_parent(parent_pid, signal_parent_thread=False)
     ignore_interrupts()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)  # written from a signal handler: it must never block
+    stopping = threading.Event()
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        stopping.set()
+        _wake(wake_w)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         logger = logger_cls(*args, **kwargs)
         if os.path.exists(address):  # left by a killed predecessor (a restart)
@@ -60,16 +107,21 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid) -> Non
     except BaseException as err:
         ready.send((False, f"{logger_cls.__name__}(...) failed: {err!r}"))
         raise
+    experiment = getattr(logger, "experiment", None)
     meta = {
         "exp_name": getattr(logger, "exp_name", None),
         "log_dir": getattr(logger, "log_dir", None),
+        # a run directory (CSVLogger's) is usable anywhere; a run object (a SummaryWriter,
+        # a wandb run) only here, so only its type travels
+        "experiment": experiment if isinstance(experiment, (str, os.PathLike)) else None,
+        "experiment_type": type(experiment).__name__,
+        "repr": _describe(logger, logger_cls),
     }
     ready.send((True, meta))
     ready.close()
 
     conns: list[Connection] = []
     lock = threading.Lock()
-    wake_r, wake_w = os.pipe()
 
     def accept() -> None:
         while True:
@@ -81,17 +133,19 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid) -> Non
                 continue
             with lock:
                 conns.append(conn)
-            os.write(wake_w, b"x")
+            _wake(wake_w)
 
     threading.Thread(target=accept, name="ProcessLogger-accept", daemon=True).start()
-    running = True
-    while running:
+    closed = False
+    while not closed and not stopping.is_set():
         with lock:
             watched = list(conns)
         for ready_conn in wait([*watched, wake_r]):
             if ready_conn == wake_r:
                 os.read(wake_r, 4096)
                 continue
+            if closed:  # the close command came first: the logger is gone
+                break
             try:
                 method, call_args, call_kwargs = ready_conn.recv()
             except (EOFError, OSError):  # that client is gone
@@ -102,19 +156,16 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid) -> Non
                 if method == _FLUSH:
                     result = _flush(logger)
                 elif method == _CLOSE:
-                    running = False  # the service ends even if the logger fails to close
-                    _flush(logger)
-                    result = logger.close() if callable(getattr(logger, "close", None)) else None
-                    running = False
-                elif method == _REPR:
-                    result = repr(logger)
+                    closed = True  # the service ends even if the logger fails to close
+                    result = _close(logger)
                 else:
                     result = getattr(logger, method)(*call_args, **call_kwargs)
                 reply = (True, result)
             except Exception as err:
+                what = {_FLUSH: "flush", _CLOSE: "close"}.get(method, method)
                 reply = (
                     False,
-                    f"{type(logger).__name__}.{method} failed in the logger process: {err!r}",
+                    f"{type(logger).__name__}.{what} failed in the logger process: {err!r}",
                 )
             try:
                 ready_conn.send(reply)
@@ -123,6 +174,18 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid) -> Non
             except Exception as err:  # a result that does not pickle
                 ready_conn.send((False, f"the result of {method} cannot be sent back: {err!r}"))
     listener.close()
+    if not closed:  # told to stop by SIGTERM: close the logger, within a bound
+        timer = threading.Timer(close_s, os._exit, (1,))
+        timer.daemon = True
+        timer.start()
+        try:
+            _close(logger)
+        except Exception as err:
+            _log.warning(
+                "ProcessLogger: %s failed to close when its process was stopped: %r",
+                logger_cls.__name__,
+                err,
+            )
 
 
 class _ProcessLoggerClient:
@@ -133,21 +196,45 @@ class _ProcessLoggerClient:
     raises ``RuntimeError`` here. ``close()`` closes only this handle's connection. It is
     not a :class:`Logger` subclass, but ``isinstance(client, Logger)`` (or ``CSVLogger``...)
     holds when the served class is one.
+
+    ``exp_name`` and ``log_dir`` are the served logger's. ``experiment`` is its run
+    directory when the served logger's ``experiment`` is a path (:class:`CSVLogger`: the
+    ``<log_dir>/<exp_name>`` folder); a run object (TensorBoard's writer, a W&B run) lives
+    in the logger process only, and reading it raises ``AttributeError`` saying so.
+    ``repr()`` is local: the served logger's ``repr`` when it was built.
     """
 
-    def __init__(
-        self, address: str, authkey: bytes, *, served_class: type, exp_name: Any, log_dir: Any
-    ) -> None:
+    def __init__(self, address: str, authkey: bytes, *, served_class: type) -> None:
         #: the class of the served logger (``isinstance`` checks against it hold)
         self.served_class = served_class
-        self.exp_name = exp_name
-        self.log_dir = log_dir
-        self.experiment = None
+        self.exp_name: Any = None
+        self.log_dir: Any = None
+        self._experiment_type: str | None = None
+        self._served_repr = f"{served_class.__name__}(...)"
         self._address = address
         self._authkey = authkey
         self._conn: Connection | None = None
         self._conn_pid: int | None = None
         self._lock = threading.Lock()
+
+    def _set_meta(self, meta: Mapping[str, Any]) -> None:
+        """Takes what the logger process reported once its logger was built."""
+        self.exp_name, self.log_dir = meta["exp_name"], meta["log_dir"]
+        self._experiment_type = meta["experiment_type"]
+        self._served_repr = meta["repr"]
+        if meta["experiment"] is None:
+            self.__dict__.pop("experiment", None)  # reads go to __getattr__, which explains
+        else:
+            self.experiment = meta["experiment"]
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "exp_name": self.exp_name,
+            "log_dir": self.log_dir,
+            "experiment": self.__dict__.get("experiment"),
+            "experiment_type": self._experiment_type,
+            "repr": self._served_repr,
+        }
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -180,15 +267,16 @@ class _ProcessLoggerClient:
             conn = self._connection()
             try:
                 conn.send((method, args, kwargs))
-                if timeout is not None and not conn.poll(timeout):
-                    self._drop_connection()  # its late answer must not reach the next call
-                    raise TimeoutError(
-                        f"the logger process did not answer {method} within {timeout} s"
-                    )
-                ok, result = conn.recv()
+                answered = timeout is None or conn.poll(timeout)
+                if answered:
+                    ok, result = conn.recv()
             except (EOFError, OSError) as err:
                 self._drop_connection()
                 raise RuntimeError(f"{self._not_running()}: {err!r}") from None
+            if not answered:
+                self._drop_connection()  # its late answer must not reach the next call
+                what = {_FLUSH: "flush()", _CLOSE: "close()"}.get(method, method)
+                raise TimeoutError(f"the logger process did not answer {what} within {timeout} s")
         if not ok:
             raise RuntimeError(result)
         return result
@@ -239,6 +327,15 @@ class _ProcessLoggerClient:
             self._drop_connection()
 
     def __getattr__(self, name: str) -> Any:
+        if name == "experiment":
+            served = self.served_class.__name__
+            if self._experiment_type in (None, "NoneType"):
+                raise AttributeError(f"the served {served} has no experiment")
+            raise AttributeError(
+                f"{type(self).__name__} has no experiment: the served {served}'s experiment "
+                f"(a {self._experiment_type}) lives in the logger process; log through the "
+                "log_* methods (exp_name and log_dir are available here)"
+            )
         if not name.startswith("log_"):
             raise AttributeError(
                 f"{type(self).__name__} has no attribute {name!r}: only the logger's log_* "
@@ -252,12 +349,16 @@ class _ProcessLoggerClient:
         return remote
 
     def __repr__(self) -> str:
-        return self._call(_REPR)
+        return f"ProcessLoggerClient({self._served_repr})"
 
 
-def _cleanup(process, directory: str) -> None:
+def _cleanup(process: Any, directory: str, owner_pid: int, close_s: float) -> None:
+    """Ends the logger process of an owner that was not shut down (garbage collection,
+    interpreter exit): SIGTERM makes it close its logger, SIGKILL ``close_s`` later."""
+    if os.getpid() != owner_pid:  # a forked copy of the owner: the process is not its own
+        return
     if process is not None and process.pid is not None and process.is_alive():
-        stop_processes([process], grace_s=0.0)
+        stop_processes([process], grace_s=0.0, kill_after_s=close_s)
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -270,10 +371,18 @@ class ProcessLogger(_ProcessLoggerClient):
     use the same way; only the owner can :meth:`flush`, :meth:`shutdown` or restart
     (:meth:`start`) the process. Every call waits for the logger's answer: a client's
     calls keep their order, and an error of the logger is raised at the call that caused
-    it (as a ``RuntimeError`` naming the method). The logger process exits with its owner's
-    process. ``CSVLogger(..., service_backend="process")`` (any logger class) and
-    ``get_logger(..., service_backend="process")`` build one, as in TorchRL; the owner and
-    its clients pass ``isinstance`` checks against the served class.
+    it (as a ``RuntimeError`` naming the method). ``CSVLogger(..., service_backend="process")``
+    (any logger class) and ``get_logger(..., service_backend="process")`` build one, as in
+    TorchRL; the owner and its clients pass ``isinstance`` checks against the served class.
+    ``exp_name``, ``log_dir``, ``experiment`` (a path only) and ``repr()`` are read here,
+    without a call to the logger process (see the client's notes).
+
+    Call :meth:`shutdown` when the run ends (a :class:`~rl.core.trainers.Trainer`'s
+    ``shutdown()`` leaves its logger open, as TorchRL's). An owner that is garbage-collected
+    or whose interpreter exits without it still closes the logger: the logger process is
+    sent SIGTERM, finishes the call in progress, flushes and closes the logger, and is
+    killed if that takes more than 10 seconds. The logger process also ends (without
+    closing) when its owner's process dies.
 
     Args:
         logger_cls: the logger class (:class:`CSVLogger`, ...; any class whose ``log_*``
@@ -282,8 +391,9 @@ class ProcessLogger(_ProcessLoggerClient):
 
     Keyword Args:
         mp_context: a start method name or a multiprocessing context (default ``"spawn"``).
-        max_queue_size: TorchRL's bound on commands waiting in its queue (> 0). Here every
-            call waits for its answer, so at most one command per client is pending.
+        max_queue_size: TorchRL's bound on the commands waiting in its queue (> 0). It is
+            checked but has nothing to bound here: every call waits for its answer, so at
+            most one command per client is ever pending.
         startup_timeout: seconds to wait for ``logger_cls`` to be built.
         **kwargs: keyword arguments of ``logger_cls``.
 
@@ -300,7 +410,7 @@ class ProcessLogger(_ProcessLoggerClient):
         >>> worker_logger = logger.client()  # picklable: give it to a worker process
         >>> worker_logger.log_scalar("loss", 0.5, step=1)
         >>> logger.shutdown()
-        >>> (Path(logger.log_dir) / "run" / "scalars" / "loss.csv").read_text()
+        >>> (Path(logger.experiment) / "scalars" / "loss.csv").read_text()
         '1,0.5\\n'
     """
 
@@ -329,19 +439,16 @@ class ProcessLogger(_ProcessLoggerClient):
         self._logger_cls = logger_cls
         self._logger_args = args
         self._logger_kwargs = kwargs
-        self.max_queue_size = max_queue_size
         self.startup_timeout = float(startup_timeout)
         self._dir = tempfile.mkdtemp(prefix="rl_process_logger_")
         self._process = None
         self._closed = False
         super().__init__(
-            os.path.join(self._dir, "socket"),
-            secrets.token_bytes(32),
-            served_class=logger_cls,
-            exp_name=None,
-            log_dir=None,
+            os.path.join(self._dir, "socket"), secrets.token_bytes(32), served_class=logger_cls
         )
-        self._finalizer = weakref.finalize(self, _cleanup, None, self._dir)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, None, self._dir, os.getpid(), _CLOSE_ON_STOP_S
+        )
         self.start()
 
     def __reduce__(self):
@@ -377,6 +484,7 @@ class ProcessLogger(_ProcessLoggerClient):
             stop_processes([self._process], grace_s=0.0)
         with self._lock:
             self._drop_connection()
+        close_s = _CLOSE_ON_STOP_S
         ready_r, ready_w = self._ctx.Pipe(duplex=False)
         self._process = self._ctx.Process(
             target=_serve,
@@ -388,6 +496,7 @@ class ProcessLogger(_ProcessLoggerClient):
                 self._authkey,
                 ready_w,
                 os.getpid(),
+                close_s,
             ),
             name=f"ProcessLogger[{self._logger_cls.__name__}]",
             daemon=True,
@@ -395,7 +504,9 @@ class ProcessLogger(_ProcessLoggerClient):
         self._process.start()
         ready_w.close()  # the child holds the only write end: its death ends the wait below
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _cleanup, self._process, self._dir)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, self._process, self._dir, os.getpid(), close_s
+        )
         try:
             if not ready_r.poll(self.startup_timeout):
                 stop_processes([self._process], grace_s=0.0)
@@ -415,7 +526,7 @@ class ProcessLogger(_ProcessLoggerClient):
         if not ok:
             self._process.join(5.0)
             raise RuntimeError(f"ProcessLogger could not start: {payload}")
-        self.exp_name, self.log_dir = payload["exp_name"], payload["log_dir"]
+        self._set_meta(payload)
         return self
 
     def _not_running(self) -> str:
@@ -433,13 +544,9 @@ class ProcessLogger(_ProcessLoggerClient):
         """
         if not self.is_alive:
             raise RuntimeError(f"{self._not_running()}: no client to give")
-        return _ProcessLoggerClient(
-            self._address,
-            self._authkey,
-            served_class=self._logger_cls,
-            exp_name=self.exp_name,
-            log_dir=self.log_dir,
-        )
+        client = _ProcessLoggerClient(self._address, self._authkey, served_class=self._logger_cls)
+        client._set_meta(self._meta())
+        return client
 
     def flush(self, timeout: float | None = None) -> None:
         """Waits until the logger has written what it was given (its ``flush``).
@@ -453,22 +560,43 @@ class ProcessLogger(_ProcessLoggerClient):
     def shutdown(self, timeout: float | None = 5.0) -> None:
         """Flushes and closes the logger, then ends its process; a second call does nothing.
 
-        Every step is tried; the first error met is raised at the end.
+        ``timeout`` bounds each of the two steps on its own: the logger's flush, then its
+        close (``close()``, which ends a W&B run with ``wandb.finish()``). The process is
+        stopped only after the close answered or had its full ``timeout``; a close that
+        takes longer is reported by a ``TimeoutError`` that names the logger and the
+        timeout, and what it had not written by then may be lost. A slow close (a large
+        W&B upload) needs a larger ``timeout``, or ``None`` to wait without bound. Every
+        step is tried; the first error met is raised at the end.
+
+        Raises:
+            TimeoutError: the flush or the close did not finish within ``timeout``.
+            RuntimeError: the logger's flush or close failed (the message has its error).
         """
         if self._closed:
             return
         error: BaseException | None = None
+        timed_out = False
         if self.is_alive:
-            for method in (_FLUSH, _CLOSE):
+            for method, step in ((_FLUSH, "flush()"), (_CLOSE, "close()")):
                 try:
                     self._call(method, timeout=timeout)
+                except TimeoutError:
+                    timed_out = True
+                    error = error or TimeoutError(
+                        f"ProcessLogger.shutdown: {self._logger_cls.__name__}.{step} did not "
+                        f"finish within timeout={timeout} s; the logger process was stopped and "
+                        "what the logger had not written may be lost (a slow close, such as "
+                        "wandb.finish(), needs a larger timeout, or None to wait without bound)"
+                    )
                 except Exception as err:
                     error = error or err
         with self._lock:
             self._drop_connection()
         self._closed = True
         if self._process is not None:
-            stop_processes([self._process], grace_s=5.0 if timeout is None else timeout)
+            # after a close that answered, the process is exiting; after one that timed out,
+            # SIGTERM cannot cut the close short, and SIGKILL follows a second later
+            stop_processes([self._process], grace_s=0.0 if timed_out else _EXIT_S)
         self._finalizer()
         if error is not None:
             raise error
@@ -476,3 +604,14 @@ class ProcessLogger(_ProcessLoggerClient):
     def close(self, timeout: float | None = 5.0) -> None:
         """The same as :meth:`shutdown`."""
         self.shutdown(timeout=timeout)
+
+    def __repr__(self) -> str:
+        if self._closed:
+            state = "shut down"
+        elif self._process is None:
+            state = "not started"
+        elif self._process.is_alive():
+            state = f"running, pid {self._process.pid}"
+        else:
+            state = f"stopped, {exit_description(self._process.exitcode)}"
+        return f"{type(self).__name__}({self._served_repr}, {state})"

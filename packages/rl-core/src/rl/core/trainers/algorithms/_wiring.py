@@ -194,7 +194,7 @@ def register_batch_logging(
     for scalar in scalars:
         trainer.register_op(dest, scalar)
     if utd_ratio:
-        trainer.register_op("pre_steps_log", UTDRHook(trainer))
+        UTDRHook(trainer).register(trainer)
     return scalars
 
 

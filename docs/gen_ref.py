@@ -35,6 +35,7 @@ log = logging.getLogger("mkdocs.hooks.gen_ref")
 MODULES = [
     "rl.core",
     "rl.core.trainers",
+    "rl.core.trainers.algorithms",
     "rl.core.loggers",
     "rl.core.plot",
     "rl.core.workers",

@@ -361,6 +361,21 @@ class TestOfflineToOnline:
         rb.anneal(10, 5)
         assert rb.offline_fraction == 0.0 and rb.sample()["source"].tolist() == [1.0] * 10
 
+    def test_state_dict_round_trip(self):
+        rb = OfflineToOnlineReplayBuffer(self.offline(), online_capacity=50, batch_size=10)
+        rb.extend(TensorDict({"source": torch.arange(1.0, 21.0)}, [20]))
+        rb.anneal(1, 2)
+        state = rb.state_dict()
+        assert state["offline_fraction"] == 0.25 and state["base_offline_fraction"] == 0.5
+        other = OfflineToOnlineReplayBuffer(
+            self.offline(), online_capacity=50, offline_fraction=0.9, batch_size=10
+        )
+        other.load_state_dict(state)
+        assert other.offline_fraction == 0.25
+        assert other.online_buffer[:]["source"].tolist() == list(range(1, 21))
+        other.anneal(0, 2)  # annealing starts again from the restored base, 0.5
+        assert other.offline_fraction == 0.5
+
     def test_prefill(self):
         target = ReplayBuffer(storage=LazyTensorStorage(1000))
         assert (

@@ -127,6 +127,24 @@ class OfflineToOnlineReplayBuffer:
     def __len__(self) -> int:
         return len(self._offline_buffer) + len(self._online_buffer)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The online buffer's state and the sampling fractions (the offline dataset is
+        never modified, so it is not part of the state)."""
+        return {
+            "online_buffer": self._online_buffer.state_dict(),
+            "offline_fraction": self._offline_fraction,
+            "base_offline_fraction": self._base_offline_fraction,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict`: the online buffer, the current offline fraction and
+        the one :meth:`anneal` starts from."""
+        self._online_buffer.load_state_dict(state_dict["online_buffer"])
+        self._offline_fraction = float(state_dict["offline_fraction"])
+        self._base_offline_fraction = float(
+            state_dict.get("base_offline_fraction", self._base_offline_fraction)
+        )
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(offline={type(self._offline_buffer).__name__}, "

@@ -319,7 +319,7 @@ class TestOnPolicyTrainer:
         rb = buffer(12, 4, SamplerWithoutReplacement())
         trainer, *_ = self._trainer(num_epochs=2, optim_steps_per_batch=10, replay_buffer=rb)
         trainer.train()
-        assert trainer._optim_count == 2 * 2 * 3 + 2 * 2  # the step that finds it empty counts
+        assert trainer._optim_count == 2 * 2 * 3  # the attempt that finds it empty does not count
 
     def test_replay_buffer_holds_this_epochs_advantages(self):
         rb = buffer(12, 12, SamplerWithoutReplacement())

@@ -36,6 +36,7 @@ MODULES = [
     "rl.core",
     "rl.core.trainers",
     "rl.core.loggers",
+    "rl.core.checkpoint",
     "rl.core.plot",
     "rl.core.workers",
     "rl.core.datafiles",

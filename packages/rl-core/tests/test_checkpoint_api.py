@@ -305,6 +305,77 @@ class TestStrictness:
         result = Checkpoint(policy=torch.nn.Linear(2, 3)).load(path, strict="ignore")
         assert "size mismatch" in result.incompatible["policy"] and result.loaded == set()
 
+    def test_warn_on_a_failing_component(self, path, caplog):
+        target = torch.nn.Linear(2, 3)
+        with caplog.at_level(logging.WARNING, logger="rl.core.checkpoint"):
+            result = Checkpoint(policy=target, strict="warn").load(path)
+        assert result.loaded == set() and "size mismatch" in result.incompatible["policy"]
+        assert "Failed to load checkpoint component 'policy'" in caplog.text
+
+
+class TestManifest:
+    def test_map_location(self, tmp_path):
+        path = Checkpoint(state=Stateful({"w": torch.ones(2)})).save(tmp_path / "ckpt")
+        for map_location, device in (({"cpu": "meta"}, "meta"), ("meta", "meta"), (None, "cpu")):
+            target = Stateful()
+            Checkpoint(state=target).load(path, map_location=map_location)
+            assert target.state["w"].device.type == device
+        with pytest.raises(
+            CheckpointError, match="callable map_location is only supported by the 'torch'"
+        ):
+            Checkpoint(state=Stateful()).load(path, map_location=lambda storage, loc: storage)
+
+    def test_migration_of_an_older_format(self, tmp_path, monkeypatch):
+        path = Checkpoint(value={"a": 1}).save(tmp_path / "ckpt")
+        manifest = json.loads((path / "manifest.json").read_text())
+        manifest["format_version"] = 0
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        monkeypatch.setattr(Checkpoint, "_format_migrations", {})
+        with pytest.raises(CheckpointError, match="no migration to version 1 is registered"):
+            Checkpoint.manifest(path)
+
+        def migrate(old):
+            return {**old, "format_version": 1, "metadata": {"migrated": True}}
+
+        Checkpoint.register_migration(0, migrate)
+        assert Checkpoint.manifest(path)["metadata"] == {"migrated": True}
+        Checkpoint.register_migration(0, lambda old: {**old, "format_version": 5})
+        with pytest.raises(CheckpointError, match="returned version 5; expected 1"):
+            Checkpoint.manifest(path)
+
+    def test_archive_with_windows_separators(self, tmp_path):
+        source = torch.nn.Linear(2, 2)
+        path = Checkpoint(format="archive", policy=source).save(tmp_path / "ckpt")
+        with zipfile.ZipFile(path) as archive:
+            members = {name: archive.read(name) for name in archive.namelist()}
+        manifest = json.loads(members["manifest.json"])
+        record = manifest["components"]["policy"]
+        record["path"] = record["path"].replace("/", "\\")
+        record["files"] = [name.replace("/", "\\") for name in record["files"]]
+        members["manifest.json"] = json.dumps(manifest).encode()
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, payload in members.items():
+                archive.writestr(name, payload)
+        target = torch.nn.Linear(2, 2)
+        Checkpoint(policy=target).load(path)
+        torch.testing.assert_close(target.weight, source.weight)
+
+    def test_version_comparison(self, tmp_path, caplog):
+        path = Checkpoint(value={}).save(tmp_path / "ckpt")
+        manifest = json.loads((path / "manifest.json").read_text())
+        assert set(manifest["versions"]) == {"rl-core", "tensordict", "torch"}
+        manifest["versions"]["torch"] = "0.0.1"
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        with caplog.at_level(logging.WARNING, logger="rl.core.checkpoint"):
+            result = Checkpoint(value={}).load(path)
+        assert result.loaded == {"value"} and result.comparison["version_skew"] is True
+        assert result.comparison["versions"]["torch"] == {
+            "checkpoint": "0.0.1",
+            "runtime": str(torch.__version__),
+            "matches": False,
+        }
+        assert "version skew detected: torch (checkpoint='0.0.1'" in caplog.text
+
 
 class TestAtomicity:
     @pytest.mark.parametrize("format", FORMATS)
@@ -377,6 +448,24 @@ class TestRotation:
         assert [p.name for p in rotation.checkpoints()] == [
             f"checkpoint-{s:012d}" for s in sorted({best, 4, 5})
         ]
+
+    def test_same_step_replaced_across_formats(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=3)
+        directory = rotation.save(Checkpoint(value={"v": 1}), step=4)
+        archive = rotation.save(Checkpoint(format="archive", value={"v": 2}), step=4)
+        assert not directory.exists() and rotation.checkpoints() == (archive,)
+        value = {}
+        rotation.load_latest(Checkpoint(value=value))
+        assert value == {"v": 2}
+
+    def test_tombstones_of_dead_writers_are_removed(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=1)
+        dead = tmp_path / f".checkpoint-000000000001.delete-{_dead_pid()}-0123"
+        dead.mkdir()
+        live = tmp_path / f".checkpoint-000000000002.delete-{os.getpid()}-0123"
+        live.mkdir()
+        rotation.save(Checkpoint(value=1), step=3)
+        assert not dead.exists() and live.exists()
 
     def test_failed_save_prunes_nothing(self, tmp_path):
         rotation = CheckpointRotation(tmp_path, keep_last=1)

@@ -56,8 +56,9 @@ _MANIFEST_NAME = "manifest.json"
 # TorchRL's format name and version: the layout is TorchRL's, so each library reads the other's
 _FORMAT_NAME = "torchrl.checkpoint"
 _FORMAT_VERSION = 1
-# temporaries next to a destination: ".<name>.<kind>-<pid>-<hex>"
-_TEMPORARY_KINDS = ("stage", "archive", "backup")
+# temporaries next to a destination are named ".<name>.<kind>-<pid>-<hex>", kind one of
+# stage / archive (being written), backup (the previous checkpoint, moved aside while the
+# new one is renamed in) and delete (being removed)
 
 
 @cache
@@ -157,7 +158,10 @@ def _publish(source: Path, destination: Path) -> None:
             os.replace(backup, destination)
         raise
     _fsync_dir(destination.parent)
-    _remove_path(backup)
+    # renamed before it is deleted: a half-deleted backup is never taken for one to restore
+    trash = _temporary(destination, "delete")
+    os.replace(backup, trash)
+    _remove_path(trash)
 
 
 @dataclass
@@ -394,7 +398,7 @@ class Checkpoint:
             raise TypeError(f"checkpoint metadata must be JSON-compatible, got {metadata!r}")
         destination.parent.mkdir(parents=True, exist_ok=True)
         _recover_interrupted_publish(destination)
-        for kind in ("stage", "archive"):
+        for kind in ("stage", "archive", "delete"):
             for stale, alive in _temporaries(destination, kind):
                 if not alive:
                     _remove_path(stale)

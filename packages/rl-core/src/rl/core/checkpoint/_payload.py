@@ -255,12 +255,18 @@ def _shape(shape: Any, where: str) -> list[int]:
     return shape
 
 
+def _nbytes(size: int, dtype: torch.dtype, shape: list[int], where: str) -> int:
+    """The bytes a tensor of ``shape`` needs, checked against the ``size`` available."""
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if size < nbytes:
+        raise CheckpointError(f"{where} holds {size} bytes, expected {nbytes} (truncated?)")
+    return nbytes
+
+
 def _from_bytes(
     data: bytes | memoryview, dtype: torch.dtype, shape: list[int], where: str
 ) -> torch.Tensor:
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    if len(data) < nbytes:
-        raise CheckpointError(f"{where} holds {len(data)} bytes, expected {nbytes} (truncated?)")
+    nbytes = _nbytes(len(data), dtype, shape, where)
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(bytearray(data[:nbytes]), dtype=dtype).reshape(shape)
@@ -312,8 +318,14 @@ def _read_directory(path: Path) -> dict[str, torch.Tensor]:
     out = {}
     for key, (dtype, shape) in leaves.items():
         file = path / f"{key}.memmap"
-        data = file.read_bytes() if file.exists() else b""
-        out[key] = _from_bytes(data, dtype, shape, str(file))
+        size = file.stat().st_size if file.exists() else 0
+        if _nbytes(size, dtype, shape, str(file)) == 0:
+            out[key] = torch.empty(shape, dtype=dtype)
+        else:  # read straight from the file into a private tensor
+            numel = math.prod(shape)
+            out[key] = torch.from_file(str(file), shared=False, size=numel, dtype=dtype).reshape(
+                shape
+            )
     return out
 
 

@@ -417,6 +417,77 @@ class TestAtomicity:
         assert not stale.exists() and live.exists()
 
 
+_KILLED_WRITER = """
+import os, signal, sys, time
+from rl.core import Checkpoint
+from rl.core.checkpoint import _checkpoint
+
+path, where = sys.argv[1], sys.argv[2]
+
+
+class Slow:
+    def dump(self, folder):
+        (folder / "half").write_text("partial")
+        print("ready", flush=True)
+        time.sleep(60)
+
+    def load(self, folder):
+        pass
+
+
+if where == "payload":
+    Checkpoint(value={"version": 2}, slow=Slow()).save(path)
+else:  # killed between moving the old checkpoint aside and renaming the new one in
+    replace = os.replace
+
+    def dying_replace(src, dst):
+        replace(src, dst)
+        if ".backup-" in str(dst):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    _checkpoint.os.replace = dying_replace
+    Checkpoint(value={"version": 2}).save(path)
+"""
+
+
+class TestKilledWriter:
+    """A writer killed with SIGKILL mid-save leaves the previous checkpoint loadable."""
+
+    @pytest.mark.parametrize("where", ["payload", "publish"])
+    def test_previous_checkpoint_survives(self, tmp_path, where):
+        path = Checkpoint(value={"version": 1}).save(tmp_path / "ckpt")
+        script = tmp_path / "writer.py"
+        script.write_text(_KILLED_WRITER)
+        process = subprocess.Popen(
+            [sys.executable, str(script), str(path), where], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            if where == "payload":
+                assert process.stdout.readline().strip() == "ready"
+                process.kill()
+            assert process.wait(timeout=60) == -9
+        finally:
+            process.kill()
+            process.wait()
+            process.stdout.close()
+        leftovers = sorted(
+            p.name.split("-")[0] for p in tmp_path.iterdir() if p.name.startswith(".")
+        )
+        # killed in the payload: the half-written stage; killed between the renames: the
+        # previous checkpoint moved aside and the complete new one not yet renamed in
+        assert leftovers == (
+            [".ckpt.stage"] if where == "payload" else [".ckpt.backup", ".ckpt.stage"]
+        )
+
+        value = {}
+        Checkpoint(value=value).load(path)
+        assert value == {"version": 1}
+        Checkpoint(value={"version": 3}).save(path)
+        Checkpoint(value=value).load(path)
+        assert value == {"version": 3}
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "writer.py"]
+
+
 class TestRotation:
     @pytest.mark.parametrize("format", FORMATS)
     def test_keeps_last(self, tmp_path, format):

@@ -37,6 +37,7 @@ MODULES = [
     "rl.core.trainers",
     "rl.core.trainers.algorithms",
     "rl.core.loggers",
+    "rl.core.checkpoint",
     "rl.core.plot",
     "rl.core.workers",
     "rl.core.datafiles",

@@ -25,6 +25,8 @@ from ._specs import __all__ as _spec_names
 from ._tensor_policy import TensorPolicy, tensor_policy
 from ._vla_containers import VLAAction, VLAImages, VLAObservation
 from ._vla_schema import ACTION_TOKENS_KEY, validate_vla_tensordict
+from .checkpoint import *  # noqa: F403  (Checkpoint, its adapters and CheckpointRotation)
+from .checkpoint import __all__ as _checkpoint_names
 from .loggers import *  # noqa: F403  (CSV, TensorBoard, W&B and MLflow loggers)
 from .loggers import __all__ as _logger_names
 from .trainers import *  # noqa: F403  (the trainer and its hooks)
@@ -35,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     *_spec_names,
     *_trainer_names,
+    *(name for name in _checkpoint_names if name not in _trainer_names),
     *_logger_names,
     "ACTION_CHUNK_KEY",
     "ACTION_IS_PAD_KEY",

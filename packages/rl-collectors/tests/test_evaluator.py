@@ -224,6 +224,28 @@ class TestBackground:
             evaluator.trigger_eval()
         evaluator.shutdown()  # idempotent
 
+    def test_shutdown_stops_a_blocking_evaluate(self):
+        env = ReachEnv(goal=math.inf)
+        evaluator = Evaluator(env, constant_policy(1.0), num_trajectories=1, frames_per_batch=10)
+        errors = []
+
+        def run():
+            try:
+                evaluator.evaluate()
+            except RuntimeError as err:
+                errors.append(err)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(0.5)
+        evaluator.shutdown(timeout=10)
+        thread.join(10)
+        assert not thread.is_alive()
+        assert len(errors) == 1 and "shut down" in str(errors[0])
+        assert env.is_closed
+        with pytest.raises(RuntimeError, match="the Evaluator was shut down"):
+            evaluator.evaluate()
+
     def test_failure_reaches_caller(self):
         evaluator = Evaluator(_FailingReach(), constant_policy(1.0), num_trajectories=1)
         try:

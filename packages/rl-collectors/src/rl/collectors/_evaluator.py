@@ -272,7 +272,7 @@ class Evaluator:
         step = self._next_step(step)
         raw = self._run_round(prepared, step)
         if raw is None:
-            raise RuntimeError("the Evaluator was shut down during the evaluation")
+            raise RuntimeError("the Evaluator was shut down")
         result = self._format(raw, step)
         self._call_on_result(result)
         return result
@@ -362,8 +362,15 @@ class Evaluator:
         self._thread = None
         with self._cond:
             self._running = False
-        if self._runner is not None:
-            self._runner.close()
+        # a blocking evaluate() in another thread stops after its current batch too
+        if not self._run_lock.acquire(timeout=timeout):
+            logger.warning("Evaluator: an evaluation still runs after shutdown; env left open")
+            return
+        try:
+            if self._runner is not None:
+                self._runner.close()
+        finally:
+            self._run_lock.release()
 
     def state_dict(self) -> dict[str, Any]:
         """The evaluator's progress (``{"step_counter": int}``).

@@ -5,9 +5,11 @@ import threading
 import time
 
 import torch
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from rl.envs import GymEnv, SerialEnv
+from rl.core import Bounded, Categorical, Composite, Unbounded
+from rl.envs import EnvBase, GymEnv, SerialEnv
 
 
 class PoleSign(torch.nn.Module):
@@ -154,3 +156,62 @@ class CompilingEnv(GymEnv):
             compile_job()
             self.compiled = True
         return super()._step(tensordict)
+
+
+class ReachEnv(EnvBase):
+    """A deterministic walk: the observation is the position (starting at 0), the action
+    (in ``[0, 2]``) is added to it and is the reward; an episode terminates once the
+    position reaches ``goal``. A constant action ``a`` thus gives episodes of
+    ``ceil(goal / a)`` steps returning ``a`` times that."""
+
+    def __init__(self, goal: float = 3.0, batch_size=()):
+        super().__init__(batch_size=batch_size)
+        bs = self.batch_size
+        self.goal = goal
+        self.observation_spec = Composite(observation=Unbounded(shape=(*bs, 1)), shape=bs)
+        self.action_spec = Bounded(0.0, 2.0, shape=(*bs, 1))
+        self.reward_spec = Unbounded(shape=(*bs, 1))
+        flag = Categorical(2, shape=(*bs, 1), dtype=torch.bool)
+        self.full_done_spec = Composite(
+            done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=bs
+        )
+        self.position = torch.zeros(*bs, 1)
+
+    def _reset(self, tensordict):
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        if mask is None:
+            mask = torch.ones(*self.batch_size, 1, dtype=torch.bool)
+        self.position = torch.where(mask.reshape(self.position.shape), 0.0, self.position)
+        flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        return TensorDict(
+            observation=self.position.clone(),
+            done=flag,
+            terminated=flag.clone(),
+            truncated=flag.clone(),
+            batch_size=self.batch_size,
+        )
+
+    def _step(self, tensordict):
+        action = tensordict["action"]
+        self.position = self.position + action
+        terminated = self.position >= self.goal
+        return TensorDict(
+            observation=self.position.clone(),
+            reward=action.clone(),
+            done=terminated.clone(),
+            terminated=terminated,
+            truncated=torch.zeros_like(terminated),
+            batch_size=self.batch_size,
+        )
+
+    def _set_seed(self, seed):
+        return seed
+
+
+def constant_policy(action: float = 1.0) -> TensorDictModule:
+    """A policy whose action is its bias (``action``) plus 0 times the observation."""
+    linear = torch.nn.Linear(1, 1)
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.bias.fill_(action)
+    return TensorDictModule(linear, in_keys=["observation"], out_keys=["action"])

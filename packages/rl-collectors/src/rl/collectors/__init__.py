@@ -3,6 +3,7 @@
 from rl.envs import RandomPolicy
 
 from ._base import BaseCollector
+from ._evaluator import Evaluator
 from ._multi import (
     MultiAsyncCollector,
     MultiaSyncDataCollector,
@@ -12,6 +13,7 @@ from ._multi import (
 )
 from ._profile import ProfileConfig
 from ._single import Collector, SyncDataCollector
+from ._single_async import AsyncCollector
 from ._utils import split_trajectories
 from ._weight_sync import (
     InitialSyncTransport,
@@ -46,10 +48,12 @@ from ._weight_update import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncCollector",
     "BaseCollector",
     "Collector",
     "DistributedTransport",
     "DistributedWeightSyncScheme",
+    "Evaluator",
     "InitialSyncTransport",
     "MPTransport",
     "MultiProcessWeightSyncScheme",

@@ -175,6 +175,10 @@ def worker_main(
                 conn.send(("result", pickle.dumps(collector.state_dict())))
             elif op == "load_state_dict":
                 collector.load_state_dict(pickle.loads(msg[1]))
+                if weights is not None:
+                    # the restored policy weights stand until the parent pushes new ones;
+                    # without this the next batch took the shared (pre-restore) weights
+                    seen = updates = int(version[0])
                 conn.send(("result", None))
             elif op == "call":  # a method of the worker's collector (stats, map_fn, ...)
                 try:

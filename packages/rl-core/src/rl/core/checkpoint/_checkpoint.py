@@ -23,8 +23,8 @@ from urllib.parse import quote
 import tensordict
 import torch
 
+from .._files import fsync_dir, pid_alive
 from ..trainers import CheckpointError
-from ..trainers._checkpoint import _fsync_dir, _pid_alive
 from ._adapters import (
     CheckpointAdapter,
     CheckpointOptions,
@@ -88,7 +88,7 @@ def _temporaries(destination: Path, kind: str) -> list[tuple[Path, bool]]:
     if destination.parent.is_dir():
         for path in destination.parent.glob(glob.escape(prefix) + "*"):
             pid = path.name[len(prefix) :].split("-", 1)[0]
-            out.append((path, pid.isdigit() and _pid_alive(int(pid))))
+            out.append((path, pid.isdigit() and pid_alive(int(pid))))
     return out
 
 
@@ -111,7 +111,7 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(folder))
+        fsync_dir(Path(folder))
 
 
 def _recover_interrupted_publish(destination: Path) -> None:
@@ -147,7 +147,7 @@ def _publish(source: Path, destination: Path) -> None:
         destination.exists() or destination.is_symlink()
     ):
         os.replace(source, destination)
-        _fsync_dir(destination.parent)
+        fsync_dir(destination.parent)
         return
     backup = _temporary(destination, "backup")
     os.replace(destination, backup)
@@ -157,7 +157,7 @@ def _publish(source: Path, destination: Path) -> None:
         if not destination.exists() and backup.exists():
             os.replace(backup, destination)
         raise
-    _fsync_dir(destination.parent)
+    fsync_dir(destination.parent)
     # renamed before it is deleted: a half-deleted backup is never taken for one to restore
     trash = _temporary(destination, "delete")
     os.replace(backup, trash)

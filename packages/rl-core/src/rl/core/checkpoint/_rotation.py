@@ -13,8 +13,8 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from .._files import pid_alive
 from ..trainers import CheckpointError
-from ..trainers._checkpoint import _pid_alive
 from ._adapters import CheckpointOptions
 from ._checkpoint import (
     Checkpoint,
@@ -325,5 +325,5 @@ class CheckpointRotation:
             return
         for path in self.directory.glob(glob.escape(f".{self.prefix}-") + "*.delete-*"):
             pid = path.name.rsplit(".delete-", 1)[1].split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 _remove_path(path)

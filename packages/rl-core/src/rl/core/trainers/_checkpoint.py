@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._files import fsync_dir, pid_alive
+
 __all__ = [
     "CheckpointError",
     "atomic_save",
@@ -48,36 +50,13 @@ class CheckpointError(RuntimeError):
         self.result = result
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def _remove_stale_temporaries(final: Path) -> None:
     """Deletes the temporaries of ``final`` that writers which died left behind (those of
     live processes are theirs to rename)."""
     prefix = f".{final.name}.tmp-"
     for stale in final.parent.glob(prefix + "*"):
         pid = stale.name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and _pid_alive(int(pid)):
+        if pid.isdigit() and pid_alive(int(pid)):
             continue
         try:
             stale.unlink()
@@ -167,7 +146,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
                 f"cannot write '{final}': {reason}; the previous file, if any, is unchanged",
             ) from None
         raise
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     return final
 
 

@@ -366,3 +366,33 @@ class TestEnsembleDocs:
             assert sample["pixels"].shape == torch.Size([2, 5, 3, 32, 32])
             assert sample["pixels33"].shape == torch.Size([2, 5, 3, 33, 33])
             assert sample["renamed"].shape == torch.Size([2, 5])
+
+
+class TestLLMNamesAtTopLevel:
+    """``torchrl.data`` exports its LLM data names; ``rl.data`` gives the same objects as
+    ``rl.data.llm``, loaded on first use."""
+
+    def test_the_names_are_rl_data_llm_s_and_load_lazily(self):
+        code = (
+            "import sys, rl.data as d\n"
+            "assert 'rl.data.llm' not in sys.modules, 'rl.data imported rl.data.llm'\n"
+            "import rl.data.llm as llm\n"
+            "for name in d._LLM_NAMES:\n"
+            "    assert getattr(d, name) is getattr(llm, name), name\n"
+            "    assert name in d.__all__, name\n"
+            "print('ok')\n"
+        )
+        import subprocess
+        import sys
+
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "ok"
+
+    def test_an_unknown_name_raises_attribute_error(self):
+        import rl.data
+
+        with pytest.raises(AttributeError, match="no attribute 'NotAName'"):
+            rl.data.NotAName  # noqa: B018

@@ -153,7 +153,34 @@ __all__ = [
 ]
 
 
+# TorchRL's ``torchrl.data`` also exports its LLM data names; here they load with
+# ``rl.data.llm`` on first use, so that ``import rl.data`` does not pay for them
+_LLM_NAMES = (
+    "AdaptiveKLController",
+    "ConstantKLController",
+    "ContentBase",
+    "History",
+    "PairwiseDataset",
+    "PromptData",
+    "PromptTensorDictTokenizer",
+    "RewardData",
+    "RolloutFromModel",
+    "TensorDictTokenizer",
+    "TokenizedDatasetLoader",
+    "TopKRewardSelector",
+    "create_infinite_iterator",
+    "get_dataloader",
+)
+__all__ += _LLM_NAMES
+
+
 def __getattr__(name: str):
+    if name in _LLM_NAMES:
+        from rl.data import llm  # noqa: PLC0415
+
+        value = getattr(llm, name)
+        globals()[name] = value
+        return value
     # RayReplayBuffer is imported on first use (it needs the rl-data[ray] extra at use)
     if name == "RayReplayBuffer":
         from rl.data.replay_buffers._ray import RayReplayBuffer  # noqa: PLC0415

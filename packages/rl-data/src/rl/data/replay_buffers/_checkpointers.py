@@ -272,7 +272,7 @@ def _ted_source(storage: Storage, name: str) -> tuple[TensorDictBase, int, int, 
         raise RuntimeError(f"Cannot save an empty storage with {name}")
     is_full = length == rows
     shift = int(storage._write_end) if is_full else length
-    return data.as_tensor() if hasattr(data, "as_tensor") else data, length, shift, is_full
+    return data, length, shift, is_full
 
 
 def _restore(

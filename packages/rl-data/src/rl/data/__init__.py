@@ -1,5 +1,7 @@
 """rl.data: replay buffers, storages, samplers, writers and data post-processing."""
 
+# the LLM datasets' batch iterators are top-level names in TorchRL (torchrl.data.get_dataloader)
+from rl.data.llm import create_infinite_iterator, get_dataloader
 from rl.data.map import (
     BinaryToDecimal,
     HashToInt,
@@ -14,9 +16,14 @@ from rl.data.map import (
 from rl.data.postprocs import DensifyReward, MultiStep
 from rl.data.replay_buffers import (
     CompressedListStorage,
+    CompressedListStorageCheckpointer,
     ConditionalUpdateResult,
     ConsumingSampler,
+    Flat2TED,
     FlatStorageCheckpointer,
+    H5Combine,
+    H5Split,
+    H5StorageCheckpointer,
     HERReplayBuffer,
     HindsightStrategy,
     ImmutableDatasetWriter,
@@ -27,6 +34,8 @@ from rl.data.replay_buffers import (
     LinearScheduler,
     ListStorage,
     ListStorageCheckpointer,
+    Nested2TED,
+    NestedStorageCheckpointer,
     OfflineToOnlineReplayBuffer,
     ParameterScheduler,
     PrioritizedReplayBuffer,
@@ -51,6 +60,9 @@ from rl.data.replay_buffers import (
     Storage,
     StorageCheckpointerBase,
     StorageEnsemble,
+    StorageEnsembleCheckpointer,
+    TED2Flat,
+    TED2Nested,
     TensorDictMaxValueWriter,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
@@ -107,6 +119,18 @@ __all__ = [
     "traj",
     "Trajectory",
     "TrajectoryPredicate",
+    "CompressedListStorageCheckpointer",
+    "Flat2TED",
+    "H5Combine",
+    "H5Split",
+    "H5StorageCheckpointer",
+    "Nested2TED",
+    "NestedStorageCheckpointer",
+    "StorageEnsembleCheckpointer",
+    "TED2Flat",
+    "TED2Nested",
+    "create_infinite_iterator",
+    "get_dataloader",
     "FlatStorageCheckpointer",
     "LambdaScheduler",
     "LazyMemmapStorage",

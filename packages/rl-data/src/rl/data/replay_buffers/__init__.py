@@ -2,9 +2,13 @@
 
 from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers._checkpointers import (
+    CompressedListStorageCheckpointer,
     FlatStorageCheckpointer,
+    H5StorageCheckpointer,
     ListStorageCheckpointer,
+    NestedStorageCheckpointer,
     StorageCheckpointerBase,
+    StorageEnsembleCheckpointer,
     TensorStorageCheckpointer,
 )
 from rl.data.replay_buffers._conditional_update import ConditionalUpdateResult
@@ -39,6 +43,14 @@ from rl.data.replay_buffers._td_buffers import (
     PrioritizedReplayBuffer,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
+)
+from rl.data.replay_buffers._ted import (
+    Flat2TED,
+    H5Combine,
+    H5Split,
+    Nested2TED,
+    TED2Flat,
+    TED2Nested,
 )
 from rl.data.replay_buffers._trajectories import find_start_stop_traj
 from rl.data.replay_buffers.samplers import (
@@ -85,6 +97,16 @@ __all__ = [
     "traj",
     "Trajectory",
     "TrajectoryPredicate",
+    "CompressedListStorageCheckpointer",
+    "Flat2TED",
+    "H5Combine",
+    "H5Split",
+    "H5StorageCheckpointer",
+    "Nested2TED",
+    "NestedStorageCheckpointer",
+    "StorageEnsembleCheckpointer",
+    "TED2Flat",
+    "TED2Nested",
     "FlatStorageCheckpointer",
     "LambdaScheduler",
     "LazyMemmapStorage",

@@ -1,7 +1,5 @@
 """rl.data: replay buffers, storages, samplers, writers and data post-processing."""
 
-# the LLM datasets' batch iterators are top-level names in TorchRL (torchrl.data.get_dataloader)
-from rl.data.llm import create_infinite_iterator, get_dataloader
 from rl.data.map import (
     BinaryToDecimal,
     HashToInt,
@@ -129,8 +127,6 @@ __all__ = [
     "StorageEnsembleCheckpointer",
     "TED2Flat",
     "TED2Nested",
-    "create_infinite_iterator",
-    "get_dataloader",
     "FlatStorageCheckpointer",
     "LambdaScheduler",
     "LazyMemmapStorage",

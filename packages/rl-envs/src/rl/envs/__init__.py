@@ -12,7 +12,18 @@ from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._imagined import ImaginedEnv
 from ._model_based import ModelBasedEnvBase
-from ._native import CartPoleEnv, PendulumEnv, TicTacToeEnv, ToyVLAEnv
+from ._native import (
+    AntEnv,
+    CartPoleEnv,
+    FinancialRegimeEnv,
+    HopperEnv,
+    HumanoidEnv,
+    MujocoEnv,
+    PendulumEnv,
+    TicTacToeEnv,
+    ToyVLAEnv,
+    Walker2dEnv,
+)
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
 from ._td_utils import (
@@ -82,6 +93,12 @@ __all__ = [
     "ParallelEnv",
     "PendulumEnv",
     "ToyVLAEnv",
+    "AntEnv",
+    "FinancialRegimeEnv",
+    "HopperEnv",
+    "HumanoidEnv",
+    "MujocoEnv",
+    "Walker2dEnv",
     "RandomPolicy",
     "SerialEnv",
     "TicTacToeEnv",

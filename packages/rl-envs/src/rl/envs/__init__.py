@@ -53,7 +53,10 @@ _LAZY = {
     "VmasWrapper": "rl.envs.libs.vmas",
     "MarlGroupMapType": "rl.envs._marl",
     "check_marl_grouping": "rl.envs._marl",
+    # needs rl-envs[llm] (rl.data); rl.envs.custom imports it from rl.envs.llm on first use
+    "LLMHashingEnv": "rl.envs.custom",
 }
+_LAZY_NEEDS = {"LLMHashingEnv": "rl.data"}
 
 
 def _module_present(module: str) -> bool:
@@ -63,7 +66,11 @@ def _module_present(module: str) -> bool:
 
 
 # A back-end's names join ``__all__`` once its module exists (not its library).
-_lazy_present = [name for name, module in _LAZY.items() if _module_present(module)]
+_lazy_present = [
+    name
+    for name, module in _LAZY.items()
+    if _module_present(module) and _module_present(_LAZY_NEEDS.get(name, module))
+]
 
 
 def __getattr__(name: str):

@@ -424,6 +424,7 @@ class TestHelpers:
         "rl.envs._gym",
         "rl.envs._native._pendulum",
         "rl.envs._native._cartpole",
+        "rl.envs._native._trading",
     ],
 )
 def test_docstring_examples(module):

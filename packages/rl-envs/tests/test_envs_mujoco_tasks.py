@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read when mujoco is imported
@@ -369,3 +370,11 @@ class TestSubclass:
 
         with pytest.raises(ValueError, match="NoModel needs a model: pass xml_path"):
             NoModel()
+
+
+def test_docstring_examples():
+    from rl.envs._native._mujoco import _locomotion
+
+    result = doctest.testmod(_locomotion, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0

@@ -18,6 +18,7 @@ from rl.envs import (  # noqa: E402
     HopperEnv,
     HumanoidEnv,
     MujocoEnv,
+    SerialEnv,
     Walker2dEnv,
     check_env_specs,
 )
@@ -233,6 +234,33 @@ class TestMujocoEnv:
             7, lambda td: td.set("action", torch.zeros(1, 3)), break_when_any_done=False
         )
         assert long["next", "truncated"].squeeze().tolist() == [False, False, True] * 2 + [False]
+
+    def test_rollout_matches_a_step_loop(self):
+        """The rollout engine (with its auto-resets) gives what step / reset give."""
+        gen = torch.Generator().manual_seed(0)
+        actions = torch.rand(40, 2, 3, generator=gen) * 2 - 1
+        env = HopperEnv(num_envs=2, seed=4)
+        it = iter(actions)
+        rollout = env.rollout(40, lambda td: td.set("action", next(it)), break_when_any_done=False)
+        assert rollout["next", "done"].any()  # the loop below goes through resets
+        env = HopperEnv(num_envs=2, seed=4)
+        td = env.reset()
+        for t in range(40):
+            torch.testing.assert_close(td["observation"], rollout["observation"][:, t])
+            td["action"] = actions[t]
+            out = env.step(td)["next"]
+            torch.testing.assert_close(out["observation"], rollout["next", "observation"][:, t])
+            torch.testing.assert_close(out["reward"], rollout["next", "reward"][:, t])
+            assert torch.equal(out["done"], rollout["next", "done"][:, t])
+            done = out["done"]
+            td = out.exclude("reward")
+            if done.any():
+                td = env.reset(td.set("_reset", done))
+
+    def test_in_serial_env(self):
+        env = SerialEnv(2, lambda: Walker2dEnv(num_envs=2))
+        assert env.batch_size == (2, 2)
+        check_env_specs(env, seed=0, max_steps=4)
 
     def test_wrong_action_shape(self):
         env = HopperEnv(num_envs=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import math
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read when mujoco is imported
@@ -18,10 +19,12 @@ from rl.envs import (  # noqa: E402
     HopperEnv,
     HumanoidEnv,
     MujocoEnv,
+    SatelliteEnv,
     SerialEnv,
     Walker2dEnv,
     check_env_specs,
 )
+from rl.envs._native._mujoco._satellite import cmg_geometry, cmg_jacobian, quat_log, quat_mul  # noqa: E402
 
 pytestmark = pytest.mark.mujoco
 
@@ -401,8 +404,177 @@ class TestSubclass:
 
 
 def test_docstring_examples():
-    from rl.envs._native._mujoco import _locomotion
+    from rl.envs._native._mujoco import _locomotion, _satellite
 
-    result = doctest.testmod(_locomotion, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0
-    assert result.failed == 0
+    for module in (_locomotion, _satellite):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0
+        assert result.failed == 0
+
+
+def _rotation(axis, angle):
+    """Rotation matrix about a unit axis (plain Rodrigues formula)."""
+    axis = np.asarray(axis, dtype=np.float64)
+    skew = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    return (
+        np.cos(angle) * np.eye(3)
+        + np.sin(angle) * skew
+        + (1 - np.cos(angle)) * np.outer(axis, axis)
+    )
+
+
+def _manipulability_loop(gimbal, rotor, angles, h):
+    cols = [
+        h * np.cross(gimbal[:, i], _rotation(gimbal[:, i], angles[i]) @ rotor[:, i])
+        for i in range(gimbal.shape[1])
+    ]
+    jac = np.stack(cols, 1)
+    return np.sqrt(max(np.linalg.det(jac @ jac.T), 0.0) + 1e-8)
+
+
+def _angle_between(q1, q2):
+    """Rotation angle taking unit quaternion q1 to q2."""
+    return 2 * np.arccos(min(abs(float(np.dot(q1, q2))), 1.0))
+
+
+class TestSatelliteEnv:
+    @pytest.mark.parametrize("num_cmgs", [4, 6])
+    @pytest.mark.parametrize("num_envs", [1, 2])
+    def test_specs(self, num_cmgs, num_envs):
+        env = SatelliteEnv(num_cmgs=num_cmgs, num_envs=num_envs, seed=0)
+        assert env.action_spec.shape == (num_envs, num_cmgs)
+        assert (env.action_spec.space.low == -1).all() and (env.action_spec.space.high == 1).all()
+        sizes = {k: v.shape[-1] for k, v in env.observation_spec.items()}
+        assert sizes == {
+            "bus_quat": 4,
+            "quat_err": 3,
+            "bus_omega": 3,
+            "gimbal_angles": 2 * num_cmgs,
+            "gimbal_rates": num_cmgs,
+            "manipulability": 1,
+            "target_quat": 4,
+        }
+        assert env._sim.nu == 2 * num_cmgs and env._sim.nq == 7 + 2 * num_cmgs
+        check_env_specs(env, seed=0, max_steps=4)
+
+    @pytest.mark.parametrize("num_cmgs", [4, 6])
+    def test_jacobian_against_a_loop(self, num_cmgs):
+        gimbal, rotor = cmg_geometry(num_cmgs)
+        assert torch.allclose((gimbal * rotor).sum(0), torch.zeros(num_cmgs, dtype=torch.float64))
+        angles = (
+            torch.rand(5, num_cmgs, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            * 6
+        )
+        jac = cmg_jacobian(angles, gimbal, rotor, 3.0)
+        for b in range(5):
+            for i in range(num_cmgs):
+                g, r = gimbal[:, i].numpy(), rotor[:, i].numpy()
+                want = 3.0 * np.cross(g, _rotation(g, angles[b, i].item()) @ r)
+                np.testing.assert_allclose(jac[b, :, i].numpy(), want, atol=1e-12)
+
+    def test_quaternion_helpers(self):
+        gen = torch.Generator().manual_seed(1)
+        a = torch.randn(6, 4, generator=gen, dtype=torch.float64)
+        b = torch.randn(6, 4, generator=gen, dtype=torch.float64)
+        a, b = a / a.norm(dim=-1, keepdim=True), b / b.norm(dim=-1, keepdim=True)
+        conj = torch.cat([a[:, :1], -a[:, 1:]], -1)
+        rel = quat_log(quat_mul(conj, b))
+        for i in range(6):
+            assert rel[i].norm().item() == pytest.approx(_angle_between(a[i].numpy(), b[i].numpy()))
+        identity = torch.tensor([[1.0, 0, 0, 0]], dtype=torch.float64)
+        torch.testing.assert_close(quat_mul(identity, b[:1]), b[:1])
+        half_turn_z = torch.tensor([[0.0, 0, 0, 1]], dtype=torch.float64)
+        torch.testing.assert_close(
+            quat_log(half_turn_z), torch.tensor([[0.0, 0, math.pi]], dtype=torch.float64)
+        )
+
+    @pytest.mark.parametrize("num_cmgs", [4, 6])
+    def test_manipulability_at_rest(self, num_cmgs):
+        env = SatelliteEnv(num_cmgs=num_cmgs, reset_noise_scale=0.0, seed=0)
+        td = env.reset()
+        h = env.ROTOR_SPEED
+        gimbal, rotor = (t.numpy() for t in cmg_geometry(num_cmgs))
+        want = _manipulability_loop(gimbal, rotor, np.zeros(num_cmgs), h)
+        if num_cmgs == 6:  # J Jᵀ = 2 h² I
+            assert want == pytest.approx(math.sqrt(8 * h**6))
+        assert td["manipulability"].item() == pytest.approx(want, rel=1e-6)
+        # rotors spin at the rotor speed; nothing else moves
+        qvel = env.get_state()["qvel"][0]
+        torch.testing.assert_close(qvel[7::2], torch.full((num_cmgs,), h, dtype=torch.float64))
+        assert (qvel[:6] == 0).all() and (qvel[6::2] == 0).all()  # bus, gimbal rates
+
+    def test_reward_by_hand(self):
+        """From a given attitude and target, the reward is the sum of its four terms
+        computed from the state reached (numpy, by hand)."""
+        env = SatelliteEnv(num_cmgs=4, reset_noise_scale=0.0, seed=0, dtype=torch.float64)
+        init = torch.tensor([[math.cos(0.3), math.sin(0.3), 0.0, 0.0]], dtype=torch.float64)
+        target = torch.tensor([[0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)
+        td = env.reset(TensorDict(init_bus_quat=init, target_quat=target, batch_size=[1]))
+        torch.testing.assert_close(td["bus_quat"], init)
+        torch.testing.assert_close(td["target_quat"], target)
+        assert td["quat_err"].norm().item() == pytest.approx(
+            _angle_between(init[0].numpy(), target[0].numpy())
+        )
+        action = torch.tensor([[0.2, -0.4, 0.1, 0.3]], dtype=torch.float64)
+        out = env.step(td.set("action", action))["next"]
+        state = env.get_state()
+        qpos, qvel = state["qpos"][0].numpy(), state["qvel"][0].numpy()
+        gimbal, rotor = (t.numpy() for t in cmg_geometry(4))
+        manip = _manipulability_loop(gimbal, rotor, qpos[7::2], 100.0)
+        want = (
+            -_angle_between(qpos[3:7], target[0].numpy())
+            - 0.5 / (manip / 100.0**3)
+            - 0.01 * float((action**2).sum())
+            - 0.1 * float((qvel[3:6] ** 2).sum())
+        )
+        assert out["reward"].item() == pytest.approx(want, rel=1e-9)
+        assert out["manipulability"].item() == pytest.approx(manip, rel=1e-9)
+        np.testing.assert_allclose(out["bus_omega"][0].numpy(), qvel[3:6])
+        angles = qpos[7::2]
+        np.testing.assert_allclose(
+            out["gimbal_angles"][0].numpy(), np.concatenate([np.sin(angles), np.cos(angles)])
+        )
+        assert not out["done"].any()
+
+    def test_exp_penalty(self):
+        env = SatelliteEnv(
+            num_cmgs=6,
+            reset_noise_scale=0.0,
+            singularity_mode="exp",
+            omega_weight=0.0,
+            attitude_weight=0.0,
+            dtype=torch.float64,
+        )
+        td = env.reset()
+        out = env.step(td.set("action", torch.zeros(1, 6, dtype=torch.float64)))["next"]
+        manip_norm = out["manipulability"].item() / 200.0**3
+        assert out["reward"].item() == pytest.approx(-0.5 * math.exp(-5.0 * manip_norm))
+
+    def test_gimbals_turn_the_bus(self):
+        """At rest with zero gimbal rates the bus stays put; turning the gimbals turns it."""
+        env = SatelliteEnv(num_cmgs=4, reset_noise_scale=0.0, seed=0)
+        still = env.rollout(10, lambda td: td.set("action", torch.zeros(1, 4)))
+        assert still["next", "bus_omega"].abs().max() < 1e-6
+        torch.testing.assert_close(still["next", "bus_quat"][0, -1], torch.tensor([1.0, 0, 0, 0]))
+        moving = env.rollout(10, lambda td: td.set("action", torch.full((1, 4), 0.5)))
+        assert moving["next", "bus_omega"][0, -1].norm() > 0.1
+        assert moving["next", "gimbal_rates"][0, -1].sub(1.5).abs().max() < 0.2
+
+    def test_targets(self):
+        env = SatelliteEnv(num_envs=3, seed=2)
+        td = env.reset()
+        torch.testing.assert_close(td["target_quat"].norm(dim=-1), torch.ones(3))
+        assert not torch.allclose(td["target_quat"][0], td["target_quat"][1])
+        again = SatelliteEnv(num_envs=3, seed=2).reset()
+        torch.testing.assert_close(again["target_quat"], td["target_quat"], rtol=0, atol=0)
+        out = env.reset(TensorDict(_reset=torch.tensor([[True], [False], [False]]), batch_size=[3]))
+        assert not torch.equal(out["target_quat"][0], td["target_quat"][0])
+        torch.testing.assert_close(out["target_quat"][1:], td["target_quat"][1:], rtol=0, atol=0)
+
+    def test_bad_arguments(self):
+        with pytest.raises(ValueError, match="num_cmgs must be 4 or 6, got 5"):
+            SatelliteEnv(num_cmgs=5)
+        with pytest.raises(
+            ValueError, match="singularity_mode must be 'inverse' or 'exp', got 'log'"
+        ):
+            SatelliteEnv(singularity_mode="log")

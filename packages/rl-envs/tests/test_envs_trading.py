@@ -153,6 +153,7 @@ class TestCustomNamespace:
             "HumanoidEnv",
             "MujocoEnv",
             "PendulumEnv",
+            "SatelliteEnv",
             "TicTacToeEnv",
             "ToyVLAEnv",
             "Walker2dEnv",

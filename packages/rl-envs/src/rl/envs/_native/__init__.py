@@ -1,7 +1,7 @@
 """Native torch environments, batched and vectorized over ``batch_size``."""
 
 from ._cartpole import CartPoleEnv
-from ._mujoco import AntEnv, HopperEnv, HumanoidEnv, MujocoEnv, Walker2dEnv
+from ._mujoco import AntEnv, HopperEnv, HumanoidEnv, MujocoEnv, SatelliteEnv, Walker2dEnv
 from ._pendulum import PendulumEnv
 from ._tictactoe import TicTacToeEnv
 from ._toy_vla import ToyVLAEnv
@@ -15,6 +15,7 @@ __all__ = [
     "HumanoidEnv",
     "MujocoEnv",
     "PendulumEnv",
+    "SatelliteEnv",
     "TicTacToeEnv",
     "ToyVLAEnv",
     "Walker2dEnv",

@@ -2,5 +2,6 @@
 
 from ._env import MujocoEnv
 from ._locomotion import AntEnv, HopperEnv, HumanoidEnv, Walker2dEnv
+from ._satellite import SatelliteEnv
 
-__all__ = ["AntEnv", "HopperEnv", "HumanoidEnv", "MujocoEnv", "Walker2dEnv"]
+__all__ = ["AntEnv", "HopperEnv", "HumanoidEnv", "MujocoEnv", "SatelliteEnv", "Walker2dEnv"]

@@ -143,6 +143,7 @@ class MujocoEnv(NativeEnv):
         self._render_counter = 0
         self._last_pixels: torch.Tensor | None = None
         self._pending_state: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._reset_input: TensorDictBase | None = None  # the input of reset(), if any
         self._make_specs()
         self._action_shape = self.action_spec.shape
         if seed is not None:
@@ -222,6 +223,11 @@ class MujocoEnv(NativeEnv):
         """``[N, obs_dim]``: ``cat(qpos[:, SKIP_QPOS:], qvel)`` by default."""
         return torch.cat([state["qpos"][:, self.SKIP_QPOS :], state["qvel"]], -1)
 
+    def _make_obs_dict(self, state: dict) -> dict:
+        """The observation entries (``{"observation": _make_obs(state)}`` by default);
+        override together with :meth:`_make_obs_spec` for several keys."""
+        return {"observation": self._make_obs(state)}
+
     def _compute_reward(self, state: dict, action: torch.Tensor, next_state: dict) -> torch.Tensor:
         """``[N]`` or ``[N, 1]`` rewards of the transition ``state -> next_state``."""
         raise NotImplementedError(f"{type(self).__name__} must implement _compute_reward")
@@ -250,6 +256,11 @@ class MujocoEnv(NativeEnv):
     def _prepare_ctrl(self, action: torch.Tensor) -> torch.Tensor:
         """Maps the action ``[N, nu]`` to the simulator's ``ctrl`` (identity)."""
         return action
+
+    def _on_reset(self, rows: list[int], tensordict: TensorDictBase | None) -> None:
+        """Called once sub-envs ``rows`` are put at their reset state, with the input of
+        :meth:`reset` (``None`` for the rollout's automatic resets). Override to draw
+        per-episode quantities that live outside the simulator (a target)."""
 
     def _state_extras(self) -> dict:
         """Quantities a task reads besides ``qpos`` / ``qvel`` / ``time`` (numpy
@@ -283,7 +294,8 @@ class MujocoEnv(NativeEnv):
     def _observations(self, state: dict, fresh: bool) -> dict:
         out = {}
         if not self.pixels_only:
-            out["observation"] = self._output(self._make_obs(state))
+            for key, value in self._make_obs_dict(state).items():
+                out[key] = self._output(value)
         if self.from_pixels:
             if fresh or self._last_pixels is None or self._render_counter % self.render_every == 0:
                 frames = self._sim.render(self.camera_id, self.render_width, self.render_height)
@@ -334,12 +346,13 @@ class MujocoEnv(NativeEnv):
         if pending is not None:
             qpos, qvel = pending
         else:
-            qpos, qvel = self._sample_initial_state(self.num_envs)
+            qpos, qvel = self._sample_initial_state(self.num_envs, self._reset_input)
         if mask is None:
             rows = list(range(self.num_envs))
         else:
             rows = mask.to("cpu").reshape(-1).nonzero().reshape(-1).tolist()
         self._sim.set_state(rows, qpos[rows].numpy(), qvel[rows].numpy())
+        self._on_reset(rows, self._reset_input)
         step_count = self._step_count.clone()
         step_count[rows] = 0
         self.__dict__["_step_count"] = step_count
@@ -357,6 +370,7 @@ class MujocoEnv(NativeEnv):
             KeyError: ``set_state=True`` without ``"qpos"`` / ``"qvel"``.
             ValueError: ``"qpos"`` / ``"qvel"`` of the wrong shape.
         """
+        self.__dict__["_reset_input"] = tensordict
         if set_state:
             if tensordict is None:
                 raise KeyError("reset(set_state=True) needs a tensordict with 'qpos' and 'qvel'")
@@ -365,6 +379,7 @@ class MujocoEnv(NativeEnv):
             return super().reset(tensordict, **kwargs)
         finally:
             self.__dict__["_pending_state"] = None
+            self.__dict__["_reset_input"] = None
 
     def _read_state(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         out = []

@@ -374,6 +374,47 @@ class TestHelpers:
         ):
             check_env_specs(OutOfRange())
 
+    def test_check_env_specs_growing_sequence_and_text(self):
+        """An entry with a dynamic dim (a token sequence growing by one per step) and a
+        non-tensor entry (its text) are checked step by step."""
+        from tensordict import NonTensorData
+
+        from rl.core import Categorical, NonTensor
+
+        class Growing(EnvBase):
+            def __init__(self, extra_dim=False):
+                super().__init__()
+                self.extra_dim = extra_dim
+                self.observation_spec = Composite(
+                    tokens=Categorical(5, shape=(-1,), dtype=torch.long), text=NonTensor(shape=())
+                )
+                self.action_spec = Categorical(5, shape=(1,), dtype=torch.long)
+                self.reward_spec = Unbounded(shape=(1,))
+
+            def _out(self, tokens):
+                if self.extra_dim and tokens.numel() > 2:
+                    tokens = tokens.unsqueeze(0)
+                flags = {k: torch.zeros(1, dtype=torch.bool) for k in ("done", "terminated")}
+                return TensorDict(tokens=tokens, text=NonTensorData(str(tokens.tolist())), **flags)
+
+            def _reset(self, tensordict):
+                return self._out(torch.tensor([1, 2]))
+
+            def _step(self, tensordict):
+                out = self._out(torch.cat([tensordict["tokens"].reshape(-1), tensordict["action"]]))
+                out["reward"] = torch.ones(1)
+                return out
+
+            def _set_seed(self, seed):
+                pass
+
+        check_env_specs(Growing(), max_steps=4)
+        with pytest.raises(
+            AssertionError,
+            match=r"'tokens' has shape \(1, 3\) at step 1 \(sub-env \(\)\), expected \(-1,\)",
+        ):
+            check_env_specs(Growing(extra_dim=True), max_steps=4)
+
 
 @pytest.mark.parametrize(
     "module",
@@ -383,6 +424,7 @@ class TestHelpers:
         "rl.envs._gym",
         "rl.envs._native._pendulum",
         "rl.envs._native._cartpole",
+        "rl.envs._native._trading",
     ],
 )
 def test_docstring_examples(module):

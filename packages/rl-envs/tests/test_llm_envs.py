@@ -333,6 +333,29 @@ class TestLLMHashingEnv:
         with pytest.raises(RuntimeError, match="needs a prompt"):
             env.reset(TensorDict())
 
+    def test_plain_callable_tokenizer(self):
+        """A tokenizer that returns a list of ids (TorchRL's test tokenizer) works too."""
+
+        class Tokenizer:
+            def __call__(self, text):
+                if isinstance(text, list):
+                    return [self(t) for t in text]
+                return [ord(c) - ord("a") for c in text]
+
+            def decode(self, ids):
+                return "".join(chr(int(i) + ord("a")) for i in ids)
+
+            def batch_decode(self, ids):
+                return [self.decode(row) for row in ids]
+
+        env = LLMHashingEnv(vocab_size=26, tokenizer=Tokenizer())
+        td = env.make_tensordict("bad")
+        torch.testing.assert_close(td["observation"], torch.tensor([1, 0, 3]))
+        assert td["text"] == "bad"
+        batch = env.make_tensordict(["ab", "cd"])
+        torch.testing.assert_close(batch["observation"], torch.tensor([[0, 1], [2, 3]]))
+        env.check_env_specs(tensordict=td)
+
 
 class TestPartialReset:
     def test_unmasked_conversations_are_kept(self):

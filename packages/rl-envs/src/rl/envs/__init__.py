@@ -12,7 +12,19 @@ from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._imagined import ImaginedEnv
 from ._model_based import ModelBasedEnvBase
-from ._native import CartPoleEnv, PendulumEnv, TicTacToeEnv, ToyVLAEnv
+from ._native import (
+    AntEnv,
+    CartPoleEnv,
+    FinancialRegimeEnv,
+    HopperEnv,
+    HumanoidEnv,
+    MujocoEnv,
+    PendulumEnv,
+    SatelliteEnv,
+    TicTacToeEnv,
+    ToyVLAEnv,
+    Walker2dEnv,
+)
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
 from ._td_utils import (
@@ -42,7 +54,10 @@ _LAZY = {
     "VmasWrapper": "rl.envs.libs.vmas",
     "MarlGroupMapType": "rl.envs._marl",
     "check_marl_grouping": "rl.envs._marl",
+    # needs rl-envs[llm] (rl.data); rl.envs.custom imports it from rl.envs.llm on first use
+    "LLMHashingEnv": "rl.envs.custom",
 }
+_LAZY_NEEDS = {"LLMHashingEnv": "rl.data"}
 
 
 def _module_present(module: str) -> bool:
@@ -52,7 +67,11 @@ def _module_present(module: str) -> bool:
 
 
 # A back-end's names join ``__all__`` once its module exists (not its library).
-_lazy_present = [name for name, module in _LAZY.items() if _module_present(module)]
+_lazy_present = [
+    name
+    for name, module in _LAZY.items()
+    if _module_present(module) and _module_present(_LAZY_NEEDS.get(name, module))
+]
 
 
 def __getattr__(name: str):
@@ -82,6 +101,13 @@ __all__ = [
     "ParallelEnv",
     "PendulumEnv",
     "ToyVLAEnv",
+    "AntEnv",
+    "FinancialRegimeEnv",
+    "HopperEnv",
+    "HumanoidEnv",
+    "MujocoEnv",
+    "SatelliteEnv",
+    "Walker2dEnv",
     "RandomPolicy",
     "SerialEnv",
     "TicTacToeEnv",

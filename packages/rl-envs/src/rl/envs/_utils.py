@@ -7,7 +7,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
+from tensordict import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictBase,
+    is_leaf_nontensor,
+    is_tensor_collection,
+)
 
 from rl.core import Composite, StackedComposite, Unbounded
 
@@ -383,7 +389,8 @@ def check_env_specs(
         tensordict=tensordict,
     )
     expected = _expected_specs(env)
-    found = {key for key in rollout.keys(True, True)}
+    # a stack of non-tensor entries (a NonTensorStack, e.g. text) is a leaf here
+    found = set(rollout.keys(True, True, is_leaf=is_leaf_nontensor))
     missing = ", ".join(repr(k) for k in sorted(set(expected) - found, key=str))
     extra = ", ".join(repr(k) for k in sorted(found - set(expected), key=str))
     if missing or extra:
@@ -396,12 +403,19 @@ def check_env_specs(
     steps = rollout.batch_size[-1]
     for key, spec in expected.items():
         if isinstance(spec, _Members) or not _dense_entry(rollout, key):
-            _check_heterogeneous_entry(rollout, key, spec, nb, steps)
+            stacked = isinstance(spec, _Members) or getattr(spec, "stack_dim", None) is not None
+            if not stacked and -1 in spec.shape:
+                _check_dynamic_entry(rollout, key, spec, nb, steps, check_dtype)
+            else:
+                _check_heterogeneous_entry(rollout, key, spec, nb, steps)
             continue
-        value = rollout[key]
+        value = rollout.get(key)
+        if is_tensor_collection(value):
+            continue  # non-tensor data (text): its stack has the rollout's shape
         want = (*spec.shape[:nb], steps, *spec.shape[nb:])
         if len(value.shape) != len(want) or any(
-            w != -1 and v != w for v, w in zip(value.shape, want)  # -1: a dynamic dim
+            w != -1 and v != w
+            for v, w in zip(value.shape, want)  # -1: a dynamic dim
         ):
             raise AssertionError(
                 f"{key!r} has shape {tuple(value.shape)} in the rollout, expected {want} "
@@ -457,6 +471,28 @@ def _leaf_spec(composite: Composite, key):
                 return _Members([member[path[i:]] for member in node], node.stack_dim)
             node = node[part]
         raise
+
+
+def _check_dynamic_entry(
+    rollout: TensorDictBase, key, spec, nb: int, steps: int, check_dtype: bool
+) -> None:
+    """Checks an entry whose spec has a dynamic dim (``-1``, e.g. a growing token
+    sequence) step by step: same rank, same size on every other dim, same dtype."""
+    want = tuple(spec.shape[nb:])
+    for index in itertools.product(*(range(size) for size in rollout.batch_size[:nb])):
+        for t in range(steps):
+            value = rollout[(*index, t)].get(key)
+            shape = tuple(value.shape)
+            if len(shape) != len(want) or any(w not in (-1, v) for v, w in zip(shape, want)):
+                raise AssertionError(
+                    f"{key!r} has shape {shape} at step {t} (sub-env {index}), expected "
+                    f"{want} from spec {spec!r}"
+                )
+            if check_dtype and value.dtype != spec.dtype:
+                raise AssertionError(
+                    f"{key!r} has dtype {value.dtype} at step {t}, expected {spec.dtype} "
+                    f"from spec {spec!r}"
+                )
 
 
 def _check_heterogeneous_entry(rollout: TensorDictBase, key, spec, nb: int, steps: int) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from tensordict import NestedKey, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
@@ -81,9 +81,16 @@ class LLMHashingEnv(EnvBase):
         self.full_reward_spec = Composite(shape=self.batch_size)  # no reward, as TorchRL
 
     def make_tensordict(self, input: str | list[str]) -> TensorDictBase:
-        """Tokenizes ``input`` (a prompt or a list of prompts) and resets on it."""
-        ids = self._tokenizer(input, return_tensors="pt")["input_ids"]
-        if isinstance(input, str):
+        """Tokenizes ``input`` (a prompt or a list of prompts) and resets on it.
+
+        The tokenizer is called on ``input`` alone; it may return the ids (a list, a
+        tensor) or a mapping with ``"input_ids"`` (a Hugging Face tokenizer's output).
+        """
+        ids = self._tokenizer(input)
+        if isinstance(ids, Mapping):
+            ids = ids["input_ids"]
+        ids = torch.as_tensor(ids)
+        if isinstance(input, str) and ids.ndim > 1:
             ids = ids[0]
         td = TensorDict({self.observation_key: ids}, batch_size=ids.shape[:-1], device=self.device)
         return self.reset(td)

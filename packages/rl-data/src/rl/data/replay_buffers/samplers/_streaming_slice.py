@@ -245,13 +245,17 @@ class StreamingSliceSampler(SliceSampler):
             carried = 0
         self._pending_indices, self._pending_versions = _empty_long(0), _empty_long(0)
         total = index.numel()
-        seg_starts = torch.cat(
-            [torch.zeros(1, dtype=torch.long), starts_here[1:].nonzero().squeeze(-1) + 1 + carried]
-        )
+        # segments (runs of one trajectory) of this write, the carried items in the first
+        is_start = torch.zeros(total, dtype=torch.bool)
+        is_start[0] = True
+        is_start[carried + 1 :] = starts_here[1:]
+        seg_starts = is_start.nonzero().squeeze(-1)
         seg_lens = torch.diff(seg_starts, append=torch.tensor([total]))
         # the items of complete windows: offset within the segment below its whole windows
-        offset = torch.arange(total) - torch.repeat_interleave(seg_starts, seg_lens)
-        whole = torch.repeat_interleave(seg_lens // self.slice_len * self.slice_len, seg_lens)
+        # (gathers rather than repeat_interleave, which is slow on small tensors)
+        seg_of = torch.cumsum(is_start, 0) - 1
+        offset = torch.arange(total) - seg_starts[seg_of]
+        whole = (seg_lens // self.slice_len * self.slice_len)[seg_of]
         in_window = offset < whole
         if bool(in_window.any()):
             self._queue.append(
@@ -291,7 +295,7 @@ class StreamingSliceSampler(SliceSampler):
             if stop == chunk.shape[0]:
                 self._queue.popleft()
                 self._queue_head = 0
-            inside = rows.max(-1).values < self._slot_versions.numel()
+            inside = rows.amax(-1) < self._slot_versions.numel()
             live = inside.clone()
             live[inside] = (self._slot_versions[rows[inside]] == row_versions[inside]).all(-1)
             taken.append(rows[live])

@@ -19,6 +19,7 @@ MODULES = [
     "rl.data.replay_buffers.samplers._prioritized",
     "rl.data.replay_buffers.samplers._random",
     "rl.data.replay_buffers.samplers._slice",
+    "rl.data.replay_buffers.samplers._streaming_slice",
     "rl.data.replay_buffers.storages._base",
     "rl.data.replay_buffers.storages._memmap",
     "rl.data.replay_buffers.storages._tensor",

@@ -64,6 +64,7 @@ from rl.data.replay_buffers.samplers import (
     SliceSampler,
     SliceSamplerWithoutReplacement,
     StalenessAwareSampler,
+    StreamingSliceSampler,
 )
 from rl.data.replay_buffers.storages import (
     CompressedListStorage,
@@ -136,6 +137,7 @@ __all__ = [
     "SliceSamplerWithoutReplacement",
     "StalenessAwareSampler",
     "StepScheduler",
+    "StreamingSliceSampler",
     "Storage",
     "StorageCheckpointerBase",
     "StorageEnsemble",

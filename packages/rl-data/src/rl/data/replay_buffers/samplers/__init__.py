@@ -8,6 +8,7 @@ from rl.data.replay_buffers.samplers._random import RandomSampler, SamplerWithou
 from rl.data.replay_buffers.samplers._sampler import Sampler
 from rl.data.replay_buffers.samplers._slice import SliceSampler, SliceSamplerWithoutReplacement
 from rl.data.replay_buffers.samplers._staleness import StalenessAwareSampler
+from rl.data.replay_buffers.samplers._streaming_slice import StreamingSliceSampler
 
 __all__ = [
     "ConsumingSampler",
@@ -20,4 +21,5 @@ __all__ = [
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "StalenessAwareSampler",
+    "StreamingSliceSampler",
 ]

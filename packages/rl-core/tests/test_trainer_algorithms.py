@@ -799,6 +799,12 @@ class TestOfflineTrainers:
                 collector=None, optim_steps_per_batch=1, replay_buffer=self._dataset(),
                 async_collection=True, **common,
             )  # fmt: skip
+        # the offline rounds never run out: without a frame budget the run would not end
+        with pytest.raises(ValueError, match="needs total_frames, the transitions to sample"):
+            CQLTrainer(
+                collector=None, optim_steps_per_batch=1, replay_buffer=self._dataset(),
+                **{**common, "total_frames": None},
+            )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- offline -> online
@@ -879,6 +885,14 @@ class TestOfflineToOnline:
             OfflineToOnlineTrainer(replay_buffer=buffer(10, 2), **common)
         with pytest.raises(ValueError, match="does not support async_collection"):
             OfflineToOnlineTrainer(replay_buffer=self._buffer(), async_collection=True, **common)
+        with pytest.raises(
+            ValueError, match="anneal_frames defaults to total_frames, which is None"
+        ):
+            OfflineToOnlineTrainer(replay_buffer=self._buffer(), **{**common, "total_frames": None})
+        trainer = OfflineToOnlineTrainer(
+            replay_buffer=self._buffer(), anneal_frames=4, **{**common, "total_frames": None}
+        )
+        assert trainer.anneal_frames == 4
         trainer = OfflineToOnlineTrainer(replay_buffer=self._buffer(), anneal_frames=0, **common)
         assert "offline_to_online_anneal" not in trainer._modules
 

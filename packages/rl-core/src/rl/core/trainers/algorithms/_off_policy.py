@@ -84,6 +84,12 @@ class OffPolicyTrainer(Trainer):
                     f"{name}: async_collection=True needs a collector; collector=None "
                     "trains offline on the replay buffer"
                 )
+            if trainer_kwargs.get("total_frames") is None:
+                # the offline rounds never run out: only the frame budget ends the run
+                raise ValueError(
+                    f"{name} offline training (collector=None) needs total_frames, the "
+                    "transitions to sample from the replay buffer, got None"
+                )
             collector = offline_collector(
                 name, replay_buffer, trainer_kwargs.get("optim_steps_per_batch"), batch_size
             )

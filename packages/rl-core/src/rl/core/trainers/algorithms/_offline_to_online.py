@@ -251,6 +251,11 @@ class OfflineToOnlineTrainer(SACTrainer):
         )
         self.replay_buffer = replay_buffer
         self.batch_size = batch_size
+        if anneal_frames is None and total_frames is None:
+            raise ValueError(
+                "OfflineToOnlineTrainer anneal_frames defaults to total_frames, which is None: "
+                "pass anneal_frames (the frames over which the offline fraction reaches 0)"
+            )
         self.anneal_frames = total_frames if anneal_frames is None else anneal_frames
         storage = getattr(replay_buffer.online_buffer, "storage", None)
         OfflineToOnlineReplayBufferHook(

@@ -242,40 +242,50 @@ class TestWithoutShutdown:
         logger = ProcessLogger(BufferedLogger, tmp_path, close_delay=60, mp_context=FORK)
         logger.log_scalar("loss", 1.0, step=4)
         process = logger._process
-        began = time.monotonic()
         del logger
         gc.collect()
         process.join(10)
-        assert time.monotonic() - began < 5.0 and not process.is_alive()
+        assert not process.is_alive()  # the bound (1 s) cut the close (60 s)
         assert process.exitcode != 0  # ended by the bound, not by its close
         # the flush before the close went through; the close itself never finished
         assert (tmp_path / "rows.csv").read_text() == "loss,4,1.0\n"
         assert not (tmp_path / "closed").exists()
 
     def test_an_interpreter_that_exits_without_shutdown_closes_the_logger(self, tmp_path):
-        script = "\n".join(
-            [
-                "import os, sys, time",
-                "from rl.core.loggers import ProcessLogger",
-                textwrap.dedent(inspect.getsource(BufferedLogger)),
-                "logger = ProcessLogger(BufferedLogger, sys.argv[1], mp_context='fork')",
-                "for step in range(3):",
-                "    logger.log_scalar('reward', step, step=step)",
-                "with open(os.path.join(sys.argv[1], 'pid'), 'w') as f:",
-                "    f.write(str(logger._process.pid))",
-                "# no shutdown(): the interpreter exits with the logger still open",
-            ]
+        # the default start method ("spawn": the served class is pickled by reference, the
+        # owner's handles cross the process boundary) and the interpreter's exit path, in one
+        # child interpreter (each costs an interpreter start with torch)
+        script = tmp_path / "owner.py"
+        script.write_text(
+            "\n".join(
+                [
+                    "import os, pickle, sys, time",
+                    "from rl.core.loggers import ProcessLogger",
+                    textwrap.dedent(inspect.getsource(BufferedLogger)),
+                    "if __name__ == '__main__':",
+                    "    out = sys.argv[1]",
+                    "    logger = ProcessLogger(BufferedLogger, out)  # spawn, the default",
+                    "    assert type(logger._process).__name__ == 'SpawnProcess'",
+                    "    client = pickle.loads(pickle.dumps(logger.client()))",
+                    "    for step in range(3):",
+                    "        logger.log_scalar('reward', step, step=step)",
+                    "    client.log_scalar('reward', 3, step=3)",
+                    "    with open(os.path.join(out, 'pid'), 'w') as f:",
+                    "        f.write(str(logger._process.pid))",
+                    "    # no shutdown(): the interpreter exits with the logger still open",
+                ]
+            )
         )
-        began = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-c", script, str(tmp_path)],
+            [sys.executable, str(script), str(tmp_path)],
             capture_output=True,
             text=True,
             timeout=120,
         )
         assert done.returncode == 0, done.stderr
-        assert time.monotonic() - began < 60.0
-        assert (tmp_path / "rows.csv").read_text() == "reward,0,0\nreward,1,1\nreward,2,2\n"
+        assert (tmp_path / "rows.csv").read_text() == (
+            "reward,0,0\nreward,1,1\nreward,2,2\nreward,3,3\n"
+        )
         assert (tmp_path / "closed").read_text() == "closed\n"
         assert _gone(int((tmp_path / "pid").read_text()))
 
@@ -303,7 +313,7 @@ class TestShutdownTimeout:
             logger.shutdown(timeout=0.5)
         elapsed = time.monotonic() - began
         # the close had its 0.5 s, then SIGTERM (which cannot cut it) and SIGKILL 1 s later
-        assert 0.5 <= elapsed < 5.0
+        assert 0.5 <= elapsed < 30.0  # far under the close's 60 s
         assert not process.is_alive() and not logger.is_alive
         assert (tmp_path / "rows.csv").read_text() == "loss,1,3.0\n"  # the flush step
         assert not (tmp_path / "closed").exists()
@@ -340,25 +350,6 @@ class TestExperiment:
     def test_a_logger_without_experiment_says_so(self, served):
         with pytest.raises(AttributeError, match="the served FileLogger has no experiment"):
             _ = served.experiment
-
-
-class TestSpawn:
-    def test_the_default_start_method_serves_and_closes_a_csv_logger(self, tmp_path):
-        logger = ProcessLogger(CSVLogger, "run", log_dir=tmp_path)  # "spawn", the default
-        process = logger._process
-        assert type(process).__name__ == "SpawnProcess" and process.pid != os.getpid()
-        assert repr(logger).startswith("ProcessLogger(CSVLogger(exp_name='run'")
-        client = pickle.loads(pickle.dumps(logger.client()))
-        logger.log_scalar("loss", torch.tensor(0.5), step=1)
-        client.log_scalar("loss", 0.25, step=2)
-        logger.log_hparams({"lr": 0.1})
-        assert Path(logger.experiment) == tmp_path / "run"
-        del logger, client  # no shutdown(): the owner's finalizer closes the logger
-        gc.collect()
-        process.join(20)
-        assert process.exitcode == 0
-        assert (tmp_path / "run" / "scalars" / "loss.csv").read_text() == "1,0.5\n2,0.25\n"
-        assert (tmp_path / "run" / "hparams.json").read_text() == '{\n  "lr": 0.1\n}'
 
 
 def test_get_logger_process_backend_writes_csv(tmp_path):

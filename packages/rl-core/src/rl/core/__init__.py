@@ -25,19 +25,37 @@ from ._specs import __all__ as _spec_names
 from ._tensor_policy import TensorPolicy, tensor_policy
 from ._vla_containers import VLAAction, VLAImages, VLAObservation
 from ._vla_schema import ACTION_TOKENS_KEY, validate_vla_tensordict
-from .checkpoint import *  # noqa: F403  (Checkpoint, its adapters and CheckpointRotation)
-from .checkpoint import __all__ as _checkpoint_names
 from .loggers import *  # noqa: F403  (CSV, TensorBoard, W&B and MLflow loggers)
 from .loggers import __all__ as _logger_names
 from .trainers import *  # noqa: F403  (the trainer and its hooks)
+from .trainers import _ALGORITHM_NAMES
 from .trainers import __all__ as _trainer_names
 
 __version__ = "0.1.0"
 
+# rl.core.checkpoint (TorchRL's torchrl.checkpoint) loads on first use; CheckpointError is
+# the trainers' own, imported above
+_CHECKPOINT_NAMES = (
+    "Checkpoint",
+    "CheckpointAdapter",
+    "CheckpointBest",
+    "CheckpointFormat",
+    "CheckpointLoadResult",
+    "CheckpointMetricMode",
+    "CheckpointOptions",
+    "CheckpointRotation",
+    "CheckpointStrictness",
+    "DumpLoadCheckpointAdapter",
+    "GlobalRNGState",
+    "JSONCheckpointAdapter",
+    "StateDictCheckpointAdapter",
+    "StateDictFormat",
+)
+
 __all__ = [
     *_spec_names,
     *_trainer_names,
-    *(name for name in _checkpoint_names if name not in _trainer_names),
+    *_CHECKPOINT_NAMES,
     *_logger_names,
     "ACTION_CHUNK_KEY",
     "ACTION_IS_PAD_KEY",
@@ -65,3 +83,17 @@ __all__ = [
     "set_exploration_type",
     "tensor_policy",
 ]
+
+
+def __getattr__(name: str):
+    import importlib  # noqa: PLC0415
+
+    if name in _CHECKPOINT_NAMES:
+        module = importlib.import_module(".checkpoint", __name__)
+    elif name in _ALGORITHM_NAMES:
+        module = importlib.import_module(".trainers", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

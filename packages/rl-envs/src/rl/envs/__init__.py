@@ -13,17 +13,10 @@ from ._gym import GymEnv, GymWrapper
 from ._imagined import ImaginedEnv
 from ._model_based import ModelBasedEnvBase
 from ._native import (
-    AntEnv,
     CartPoleEnv,
-    FinancialRegimeEnv,
-    HopperEnv,
-    HumanoidEnv,
-    MujocoEnv,
     PendulumEnv,
-    SatelliteEnv,
     TicTacToeEnv,
     ToyVLAEnv,
-    Walker2dEnv,
 )
 from ._probes import *  # noqa: F403  (probe environments)
 from ._probes import __all__ as _probes_all
@@ -54,6 +47,14 @@ _LAZY = {
     "VmasWrapper": "rl.envs.libs.vmas",
     "MarlGroupMapType": "rl.envs._marl",
     "check_marl_grouping": "rl.envs._marl",
+    # native tasks whose modules load on first use (rl.envs._native resolves them)
+    "AntEnv": "rl.envs._native",
+    "FinancialRegimeEnv": "rl.envs._native",
+    "HopperEnv": "rl.envs._native",
+    "HumanoidEnv": "rl.envs._native",
+    "MujocoEnv": "rl.envs._native",
+    "SatelliteEnv": "rl.envs._native",
+    "Walker2dEnv": "rl.envs._native",
     # needs rl-envs[llm] (rl.data); rl.envs.custom imports it from rl.envs.llm on first use
     "LLMHashingEnv": "rl.envs.custom",
 }
@@ -101,13 +102,6 @@ __all__ = [
     "ParallelEnv",
     "PendulumEnv",
     "ToyVLAEnv",
-    "AntEnv",
-    "FinancialRegimeEnv",
-    "HopperEnv",
-    "HumanoidEnv",
-    "MujocoEnv",
-    "SatelliteEnv",
-    "Walker2dEnv",
     "RandomPolicy",
     "SerialEnv",
     "TicTacToeEnv",

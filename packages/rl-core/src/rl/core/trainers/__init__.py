@@ -31,34 +31,14 @@ from ._steppers import (
     OptimizationStepper,
 )
 from ._trainer import HOOK_POINTS, REWARD_KEY, Trainer, TrainerHookBase
-from .algorithms import (
-    A2CTrainer,
-    CQLTrainer,
-    DDPGTrainer,
-    DQNTrainer,
-    IQLTrainer,
-    OfflineToOnlineAnnealHook,
-    OfflineToOnlineReplayBufferHook,
-    OfflineToOnlineTrainer,
-    OnPolicyTrainer,
-    PPOTrainer,
-    ReinforceTrainer,
-    SACTrainer,
-    TD3OptimizationStepper,
-    TD3Trainer,
-)
 
 __all__ = [
     "HOOK_POINTS",
     "REWARD_KEY",
-    "A2CTrainer",
     "BatchSubSampler",
-    "CQLTrainer",
     "CheckpointError",
     "ClearCudaCache",
     "CountFramesLog",
-    "DDPGTrainer",
-    "DQNTrainer",
     "DefaultOptimizationStepper",
     "DreamerV3OptimizationStepper",
     "DreamerV3Optimizer",
@@ -66,27 +46,17 @@ __all__ = [
     "EarlyStopping",
     "EpisodeReturns",
     "GRPOTrainer",
-    "IQLTrainer",
     "LRSchedulerHook",
     "LogScalar",
     "LogTiming",
     "LogValidationReward",
     "MixedPrecisionOptimizationStepper",
-    "OfflineToOnlineAnnealHook",
-    "OfflineToOnlineReplayBufferHook",
-    "OfflineToOnlineTrainer",
-    "OnPolicyTrainer",
     "OptimizationStepper",
     "OptimizerHook",
-    "PPOTrainer",
     "ProgressBar",
-    "ReinforceTrainer",
     "ReplayBufferTrainer",
     "RewardNormalizer",
-    "SACTrainer",
     "SelectKeys",
-    "TD3OptimizationStepper",
-    "TD3Trainer",
     "TargetNetUpdaterHook",
     "Trainer",
     "TrainerHookBase",
@@ -97,3 +67,33 @@ __all__ = [
     "load_checkpoint",
     "mask_batch",
 ]
+
+
+# TorchRL keeps its algorithm trainers in ``torchrl.trainers.algorithms``; here they are
+# also attributes of ``rl.core.trainers`` (and ``rl.core``), loaded on first use
+_ALGORITHM_NAMES = (
+    "A2CTrainer",
+    "CQLTrainer",
+    "DDPGTrainer",
+    "DQNTrainer",
+    "IQLTrainer",
+    "OfflineToOnlineAnnealHook",
+    "OfflineToOnlineReplayBufferHook",
+    "OfflineToOnlineTrainer",
+    "OnPolicyTrainer",
+    "PPOTrainer",
+    "ReinforceTrainer",
+    "SACTrainer",
+    "TD3OptimizationStepper",
+    "TD3Trainer",
+)
+
+
+def __getattr__(name: str):
+    if name in _ALGORITHM_NAMES:
+        from . import algorithms  # noqa: PLC0415
+
+        value = getattr(algorithms, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,64 @@
+"""What ``import rl.*`` leaves out until it is used: optional back-ends and the modules of
+names that load on first use. One child interpreter checks them all (each check on its own
+would cost an interpreter start with torch, 7-10 s here)."""
+
+import subprocess
+import sys
+
+CODE = """
+import sys
+import rl.core, rl.envs, rl.data, rl.objectives, rl.collectors
+
+NOT_LOADED = [
+    # optional back-ends (extras), imported where used
+    "mujoco", "ray", "h5py", "transformers", "envpool", "dm_control", "vmas", "pettingzoo",
+    "wandb", "mlflow", "tensorboard",
+    # rl modules whose names load on first use
+    "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm",
+    "rl.envs._native._mujoco", "rl.envs._native._trading",
+]
+loaded = [name for name in NOT_LOADED if name in sys.modules]
+assert not loaded, f"imported by import rl.*: {loaded}"
+
+# the lazy names resolve to their modules' objects, still without the back-ends
+import rl.core.checkpoint, rl.core.trainers.algorithms, rl.data.llm, rl.envs._native._mujoco
+for module, owner, names in (
+    (rl.core, rl.core.checkpoint, rl.core._CHECKPOINT_NAMES),
+    (rl.core, rl.core.trainers.algorithms, rl.core.trainers._ALGORITHM_NAMES),
+    (rl.core.trainers, rl.core.trainers.algorithms, rl.core.trainers._ALGORITHM_NAMES),
+    (rl.data, rl.data.llm, rl.data._LLM_NAMES),
+    (rl.envs, rl.envs._native._mujoco, ["HopperEnv", "Walker2dEnv", "AntEnv", "HumanoidEnv"]),
+):
+    for name in names:
+        assert getattr(module, name) is getattr(owner, name), (module.__name__, name)
+assert set(rl.core._CHECKPOINT_NAMES) == set(rl.core.checkpoint.__all__) - {"CheckpointError"}
+assert set(rl.core.trainers._ALGORITHM_NAMES) <= set(rl.core.trainers.algorithms.__all__)
+from rl.data import RayReplayBuffer
+from rl.data.replay_buffers import RayReplayBuffer as B
+assert B is RayReplayBuffer
+from rl.envs import FinancialRegimeEnv
+import rl.envs.custom
+assert rl.envs.custom.HopperEnv is rl.envs.HopperEnv
+loaded = [name for name in ("ray", "mujoco") if name in sys.modules]
+assert not loaded, f"resolving the lazy names imported {loaded}"
+print("ok")
+"""
+
+
+def test_import_rl_leaves_the_back_ends_and_lazy_modules_out():
+    done = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
+
+
+def test_unknown_names_raise_attribute_error():
+    import pytest
+
+    import rl.core
+    import rl.core.trainers
+    import rl.data
+    import rl.envs
+
+    for module in (rl.core, rl.core.trainers, rl.data, rl.envs):
+        with pytest.raises(AttributeError, match="has no attribute 'NotAName'"):
+            module.NotAName  # noqa: B018

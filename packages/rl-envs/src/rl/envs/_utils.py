@@ -7,9 +7,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
+from tensordict import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictBase,
+    is_leaf_nontensor,
+    is_tensor_collection,
+)
 
-from rl.core import Composite, StackedComposite, Unbounded
+from rl.core import Composite, NonTensor, StackedComposite, Unbounded
 
 if TYPE_CHECKING:
     from ._env_base import EnvBase
@@ -383,7 +389,9 @@ def check_env_specs(
         tensordict=tensordict,
     )
     expected = _expected_specs(env)
-    found = {key for key in rollout.keys(True, True)}
+    # non-tensor entries (strings) whose values differ across steps are NonTensorStacks,
+    # which plain ``keys(True, True)`` does not list as leaves
+    found = {key for key in rollout.keys(True, True, is_leaf=is_leaf_nontensor)}
     missing = ", ".join(repr(k) for k in sorted(set(expected) - found, key=str))
     extra = ", ".join(repr(k) for k in sorted(found - set(expected), key=str))
     if missing or extra:
@@ -398,10 +406,19 @@ def check_env_specs(
         if isinstance(spec, _Members) or not _dense_entry(rollout, key):
             _check_heterogeneous_entry(rollout, key, spec, nb, steps)
             continue
+        if isinstance(spec, NonTensor):  # strings and objects: only their shape is checked
+            shape = tuple(rollout.get(key).batch_size)
+            want = (*spec.shape[:nb], steps, *spec.shape[nb:])
+            if shape != want:
+                raise AssertionError(
+                    f"{key!r} has shape {shape} in the rollout, expected {want} from spec {spec!r}"
+                )
+            continue
         value = rollout[key]
         want = (*spec.shape[:nb], steps, *spec.shape[nb:])
         if len(value.shape) != len(want) or any(
-            w != -1 and v != w for v, w in zip(value.shape, want)  # -1: a dynamic dim
+            w != -1 and v != w
+            for v, w in zip(value.shape, want)  # -1: a dynamic dim
         ):
             raise AssertionError(
                 f"{key!r} has shape {tuple(value.shape)} in the rollout, expected {want} "

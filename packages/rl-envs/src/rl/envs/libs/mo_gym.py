@@ -109,9 +109,9 @@ class MOGymEnv(GymEnv):
     """An MO-Gymnasium env by name: ``MOGymEnv("deep-sea-treasure-v0")``.
 
     As :class:`~rl.envs.GymEnv` (same arguments), built with ``mo_gymnasium.make``; with
-    ``num_envs > 1`` the sub-envs run in an ``MOSyncVectorEnv`` (``vectorization_mode=
-    "sync"``) or ``MOAsyncVectorEnv`` (``"async"``), which auto-reset in gymnasium's
-    ``NEXT_STEP`` mode. The reward is the vector of the objectives: shape
+    ``num_envs > 1`` the sub-envs run in MO-Gymnasium's ``MOSyncVectorEnv``
+    (``vectorization_mode="sync"``, gymnasium's ``NEXT_STEP`` auto-reset) or gymnasium's
+    ``AsyncVectorEnv`` (``"async"``, one process per env, ``SAME_STEP`` auto-reset). The reward is the vector of the objectives: shape
     ``[n_objectives]``, ``[num_envs, n_objectives]`` for a vector env.
 
     Args:
@@ -153,7 +153,7 @@ class MOGymEnv(GymEnv):
         mo_gym = _import_mo_gymnasium()
         if num_envs == 1:
             return _make_gym(env_name, _factory=mo_gym.make, **kwargs)
-        from mo_gymnasium.wrappers.vector import MOAsyncVectorEnv, MOSyncVectorEnv
+        from mo_gymnasium.wrappers.vector import MOSyncVectorEnv
 
         def make_one():
             env = _make_gym(env_name, _factory=mo_gym.make, **kwargs)
@@ -161,6 +161,16 @@ class MOGymEnv(GymEnv):
                 env = wrap(env)
             return env
 
-        make_one().close()  # an unknown name fails here, not in a worker process
-        vector = MOSyncVectorEnv if vectorization_mode == "sync" else MOAsyncVectorEnv
-        return vector([make_one] * num_envs)
+        probe = make_one()  # an unknown name fails here, not in a worker process
+        reward_space = probe.unwrapped.reward_space
+        probe.close()
+        if vectorization_mode == "sync":
+            return MOSyncVectorEnv([make_one] * num_envs)
+        # gymnasium's AsyncVectorEnv stacks vector rewards (MO-Gymnasium's own async env
+        # does not run with gymnasium 1.4); it is told the per-env reward space, as
+        # MOSyncVectorEnv is
+        vector = gym.vector.AsyncVectorEnv(
+            [make_one] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        )
+        vector.reward_space = reward_space
+        return vector

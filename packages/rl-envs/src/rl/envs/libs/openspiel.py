@@ -326,7 +326,7 @@ class OpenSpielWrapper(EnvBase):
         if saved is not None:
             try:
                 self._env = self._game.deserialize_state(saved)
-            except self.lib.SpielError as err:
+            except (self.lib.SpielError, ValueError, RuntimeError) as err:
                 raise ValueError(
                     f"'state' must be a serialized state of {self._game}, got {saved!r}: {err}"
                 ) from err

@@ -126,3 +126,13 @@ class TestRegisterGymSpecConversion:
     def test_bad_key(self):
         with pytest.raises(TypeError, match="gym space class or its path.*got int"):
             register_gym_spec_conversion(3)
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(
+        importlib.import_module("rl.envs._gym_spaces"), optionflags=doctest.ELLIPSIS
+    )
+    assert result.attempted > 0 and result.failed == 0

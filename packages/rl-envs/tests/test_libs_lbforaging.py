@@ -176,3 +176,13 @@ class TestLBForagingErrors:
         td["agents", "action"] = torch.zeros(2, 6, dtype=torch.int64)  # one-hot, not indices
         with pytest.raises(ValueError, match=r"has shape \(2, 6\), expected \(2,\)"):
             env.step(td)
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(
+        importlib.import_module("rl.envs.libs.lbforaging"), optionflags=doctest.ELLIPSIS
+    )
+    assert result.attempted > 0 and result.failed == 0

@@ -165,3 +165,13 @@ class TestMOGymErrors:
         td["action"] = torch.zeros(3, dtype=torch.int64)
         with pytest.raises(ValueError, match=r"action.*shape \(3,\), expected \(4,\)"):
             env.step(td)
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(
+        importlib.import_module("rl.envs.libs.mo_gym"), optionflags=doctest.ELLIPSIS
+    )
+    assert result.attempted > 0 and result.failed == 0

@@ -295,3 +295,13 @@ class TestOpenSpielErrors:
     def test_bad_group_map(self):
         with pytest.raises(ValueError, match="player_1"):
             OpenSpielEnv("tic_tac_toe", group_map={"agents": ["player_0"]})
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    result = doctest.testmod(
+        importlib.import_module("rl.envs.libs.openspiel"), optionflags=doctest.ELLIPSIS
+    )
+    assert result.attempted > 0 and result.failed == 0

@@ -132,7 +132,8 @@ class MOGymEnv(GymEnv):
         >>> check_env_specs(env, seed=0)
         >>> env.reward_spec.shape
         torch.Size([2])
-        >>> MOGymEnv("deep-sea-treasure-v0", num_envs=3).rollout(4)["next", "reward"].shape
+        >>> vec = MOGymEnv("deep-sea-treasure-v0", num_envs=3)
+        >>> vec.rollout(4, break_when_any_done=False)["next", "reward"].shape
         torch.Size([3, 4, 2])
     """
 

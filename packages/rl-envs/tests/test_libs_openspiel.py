@@ -276,14 +276,16 @@ class TestOpenSpielErrors:
         ):
             env.step(td)
 
-    def test_step_after_done(self):
+    def test_step_after_done_keeps_the_final_state(self):
         env = OpenSpielEnv("matrix_rps", categorical_actions=True)
         td = env.reset()
         td["agents", "action"] = torch.tensor([0, 1])
-        td = env.step(td)["next"]
-        td["agents", "action"] = torch.tensor([0, 1])
-        with pytest.raises(RuntimeError, match="the game is over"):
-            env.step(td)
+        first = env.step(td)["next"]
+        first["agents", "action"] = torch.tensor([2, 2])
+        again = env.step(first)["next"]
+        assert bool(again["done"]) and again["agents", "reward"].abs().sum() == 0
+        torch.testing.assert_close(again["agents", "observation"], first["agents", "observation"])
+        assert env.env.returns() == [-1.0, 1.0]
 
     def test_bad_saved_state(self):
         env = OpenSpielEnv("tic_tac_toe", return_state=True)

@@ -72,7 +72,8 @@ class OpenSpielWrapper(EnvBase):
 
     A sequential game is stepped with the action of the current player only; a
     simultaneous node with every player's action. An illegal action is refused before
-    OpenSpiel sees it.
+    OpenSpiel sees it. Stepping a finished game leaves it as it is (``done``, zero
+    rewards) until :meth:`reset`, as in TorchRL.
 
     Args:
         env: the ``pyspiel.State`` to wrap (its game is read from it).
@@ -153,12 +154,14 @@ class OpenSpielWrapper(EnvBase):
         self.has_information_state = bool(game_type.provides_information_state_tensor)
         self.num_actions = int(game.num_distinct_actions())
         self._make_specs(group_map)
-        self._returns = np.zeros(self.num_players, dtype=np.float64)
+        # as TorchRL: the wrapped state is moved past its chance nodes at once
+        self._resolve_chance_nodes()
+        self._returns = np.asarray(env.returns(), dtype=np.float64)
 
     # ------------------------------------------------------------------------ attributes
-    @property
-    def lib(self) -> ModuleType:
-        """The ``pyspiel`` module."""
+    @ClassProperty
+    def lib(cls) -> ModuleType:
+        """The ``pyspiel`` module (read from the class too: ``OpenSpielWrapper.lib``)."""
         return _import_pyspiel()
 
     @ClassProperty
@@ -326,7 +329,7 @@ class OpenSpielWrapper(EnvBase):
         if saved is not None:
             try:
                 self._env = self._game.deserialize_state(saved)
-            except (self.lib.SpielError, ValueError, RuntimeError) as err:
+            except (_import_pyspiel().SpielError, ValueError, RuntimeError) as err:
                 raise ValueError(
                     f"'state' must be a serialized state of {self._game}, got {saved!r}: {err}"
                 ) from err
@@ -350,9 +353,8 @@ class OpenSpielWrapper(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         state = self._env
         if state.is_terminal():
-            raise RuntimeError(
-                f"{type(self).__name__}: the game is over (done=True); call reset() before step()"
-            )
+            # as TorchRL: a finished game stays as it is (done, zero rewards) until reset
+            return self._output(with_reward=True)
         acting = self._acting()
         actions = [0] * self.num_players
         for player in acting:

@@ -139,9 +139,16 @@ class MOGymEnv(GymEnv):
 
     git_url = MOGymWrapper.git_url
     libname = MOGymWrapper.libname
-    available_envs = MOGymWrapper.available_envs
 
-    lib = MOGymWrapper.lib
+    @property
+    def lib(self) -> ModuleType:
+        """The ``mo_gymnasium`` module."""
+        return _import_mo_gymnasium()
+
+    @ClassProperty
+    def available_envs(cls) -> list[str]:
+        """The MO-Gymnasium env ids (``[]`` when it is not installed)."""
+        return _mo_envs()
 
     def _make_env(
         self,

@@ -77,7 +77,9 @@ class GymWrapper(EnvBase):
     entries of a Dict action space are the action keys themselves (``"move"``,
     ``"fire"``), as in TorchRL, and the action is sent back to gym as the Dict / Tuple
     its space expects. ``terminated`` and ``truncated`` are kept apart,
-    ``done = terminated | truncated``.
+    ``done = terminated | truncated``. An env that declares a ``reward_space`` (MO-Gymnasium's
+    vector rewards) gets that space's spec as its reward spec (shape ``[*B, *space.shape]``,
+    ``[*B, 1]`` for a scalar space), as in TorchRL; otherwise the reward is ``[*B, 1]``.
 
     Seeding follows TorchRL: :meth:`set_seed` calls gym's ``reset(seed=seed)`` at once,
     so the first :meth:`reset` after ``set_seed(s)`` is gymnasium's second reset of seed
@@ -410,8 +412,8 @@ class GymWrapper(EnvBase):
 
 
 def _reward_space(env: Any) -> Any:
-    """The ``reward_space`` an env (or one of its wrappers, or the sub-envs of a vector env)
-    declares, else ``None``."""
+    """The ``reward_space`` an env, one of its wrappers or its unwrapped env declares (for a
+    vector env: the vector env's own, the space of one sub-env's reward), else ``None``."""
     space = env.__dict__.get("reward_space")
     get_wrapper_attr = getattr(env, "get_wrapper_attr", None)  # vector envs lack it
     if space is None and get_wrapper_attr is not None:

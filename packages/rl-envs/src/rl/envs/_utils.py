@@ -390,8 +390,9 @@ def check_env_specs(
     )
     expected = _expected_specs(env)
     # non-tensor entries (strings) whose values differ across steps are NonTensorStacks,
-    # which plain ``keys(True, True)`` does not list as leaves
-    found = {key for key in rollout.keys(True, True, is_leaf=is_leaf_nontensor)}
+    # which plain ``keys(True, True)`` does not list as leaves: those a spec declares count
+    found = set(rollout.keys(True, True))
+    found |= set(rollout.keys(True, True, is_leaf=is_leaf_nontensor)) & set(expected)
     missing = ", ".join(repr(k) for k in sorted(set(expected) - found, key=str))
     extra = ", ".join(repr(k) for k in sorted(found - set(expected), key=str))
     if missing or extra:

@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rl.envs._gym import GymEnv, GymWrapper, _make_gym
+from rl.envs._gym import GymEnv, GymWrapper, _make_gym, _reward_space
 
 from ._common import ClassProperty
 
@@ -80,19 +80,12 @@ class MOGymWrapper(GymWrapper):
 
     def __init__(self, env: Any = None, categorical_action_encoding: bool = False, **kwargs):
         _import_mo_gymnasium()
-        if env is not None and self._reward_shape_of(env) is None:
+        if env is not None and _reward_space(env) is None:
             raise TypeError(
                 f"{type(self).__name__} wraps an MO-Gymnasium env (one with a reward_space), "
                 f"got {env!r} with no reward_space; use GymWrapper for a scalar-reward env"
             )
         super().__init__(env, categorical_action_encoding, **kwargs)
-
-    @staticmethod
-    def _reward_shape_of(env: Any):
-        from rl.envs._gym import _reward_space
-
-        space = _reward_space(env)
-        return None if space is None else space.shape
 
     @property
     def lib(self) -> ModuleType:

@@ -67,3 +67,16 @@ def test_batched_env_stacks_them_per_sub_env():
     assert out["next", "tag"].tolist() == [["step 1", "step 2", "step 3"]] * 2
     assert out["tag"].tolist() == [["reset", "step 1", "step 2"]] * 2
     env.close()
+
+
+def test_check_env_specs_checks_declared_non_tensor_entries():
+    from rl.envs import check_env_specs
+
+    # "tag" changes at every step (a NonTensorStack in the rollout): it is still found
+    check_env_specs(make_env())
+
+    class Undeclared(Tag):
+        def transform_observation_spec(self, observation_spec):
+            return observation_spec  # writes "tag" without declaring it: ignored, as before
+
+    check_env_specs(PendulumEnv().append_transform(StepCounter()).append_transform(Undeclared()))

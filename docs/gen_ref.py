@@ -71,6 +71,9 @@ EXTRAS = {
     "dm_control": "rl-envs[dm-control]",
     "pettingzoo": "rl-envs[pettingzoo]",
     "vmas": "rl-envs[vmas]",
+    "openspiel": "rl-envs[open_spiel]",
+    "mo_gym": "rl-envs[mo_gymnasium]",
+    "lbforaging": "rl-envs[lbforaging]",
     "_ray": "rl-collectors[ray]",
 }
 

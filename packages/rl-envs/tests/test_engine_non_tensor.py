@@ -4,10 +4,10 @@ the next root like any observation, and set back by a reset."""
 from __future__ import annotations
 
 import torch
-from tensordict import NonTensorData
+from tensordict import NonTensorData, TensorDict
 
-from rl.core import NonTensor
-from rl.envs import PendulumEnv, SerialEnv, StepCounter, Transform
+from rl.core import Composite, NonTensor, Unbounded
+from rl.envs import EnvBase, PendulumEnv, SerialEnv, StepCounter, Transform
 
 
 class Tag(Transform):
@@ -67,3 +67,46 @@ def test_batched_env_stacks_them_per_sub_env():
     assert out["next", "tag"].tolist() == [["step 1", "step 2", "step 3"]] * 2
     assert out["tag"].tolist() == [["reset", "step 1", "step 2"]] * 2
     env.close()
+
+
+class Labelled(EnvBase):
+    """Counts steps; writes the count as a string ``"label"`` (declared by its spec)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(1,)), label=NonTensor(shape=())
+        )
+        self.action_spec = Unbounded(shape=(1,))
+        self.reward_spec = Unbounded(shape=(1,))
+
+    def _reset(self, tensordict):
+        self.t = 0
+        out = TensorDict(observation=torch.zeros(1), done=torch.zeros(1, dtype=torch.bool))
+        return out.set_non_tensor("label", "start")
+
+    def _step(self, tensordict):
+        self.t += 1
+        out = TensorDict(
+            observation=torch.full((1,), float(self.t)),
+            reward=torch.zeros(1),
+            done=torch.zeros(1, dtype=torch.bool),
+        )
+        return out.set_non_tensor("label", f"step {self.t}")
+
+    def _set_seed(self, seed):
+        pass
+
+
+def test_check_env_specs_checks_declared_non_tensor_entries():
+    from rl.envs import check_env_specs
+
+    env = Labelled()
+    assert env.rollout(3)["next", "label"].tolist() == ["step 1", "step 2", "step 3"]
+    check_env_specs(env)  # a declared string entry that changes along the rollout is found
+
+    class Undeclared(Tag):
+        def transform_observation_spec(self, observation_spec):
+            return observation_spec  # writes "tag" without declaring it: ignored, as before
+
+    check_env_specs(PendulumEnv().append_transform(StepCounter()).append_transform(Undeclared()))

@@ -10,6 +10,7 @@ from ._batched import EnvCreator, ParallelEnv, SerialEnv
 from ._dreamer import DreamerDecoder, DreamerEnv
 from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
+from ._gym_spaces import register_gym_spec_conversion
 from ._imagined import ImaginedEnv
 from ._model_based import ModelBasedEnvBase
 from ._native import (
@@ -35,7 +36,8 @@ from .transforms._auto_reset import AutoResetEnv, AutoResetTransform
 __version__ = "0.1.0"
 
 # Simulator back-ends and multi-agent helpers, imported on first use so that
-# ``import rl.envs`` does not import EnvPool, dm_control, PettingZoo or VMAS.
+# ``import rl.envs`` does not import EnvPool, dm_control, PettingZoo, VMAS, MO-Gymnasium,
+# OpenSpiel or lbforaging.
 _LAZY = {
     "MultiThreadedEnv": "rl.envs.libs.envpool",
     "MultiThreadedEnvWrapper": "rl.envs.libs.envpool",
@@ -45,6 +47,12 @@ _LAZY = {
     "PettingZooWrapper": "rl.envs.libs.pettingzoo",
     "VmasEnv": "rl.envs.libs.vmas",
     "VmasWrapper": "rl.envs.libs.vmas",
+    "MOGymEnv": "rl.envs.libs.mo_gym",
+    "MOGymWrapper": "rl.envs.libs.mo_gym",
+    "OpenSpielEnv": "rl.envs.libs.openspiel",
+    "OpenSpielWrapper": "rl.envs.libs.openspiel",
+    "LBForagingEnv": "rl.envs.libs.lbforaging",
+    "LBForagingWrapper": "rl.envs.libs.lbforaging",
     "MarlGroupMapType": "rl.envs._marl",
     "check_marl_grouping": "rl.envs._marl",
     # native tasks whose modules load on first use (rl.envs._native resolves them)
@@ -108,6 +116,7 @@ __all__ = [
     "auto_unwrap_transformed_env",
     "check_env_specs",
     "gym_backend",
+    "register_gym_spec_conversion",
     "make_composite_from_td",
     "mark_truncated",
     "set_auto_unwrap_transformed_env",

@@ -11,7 +11,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from tensordict import TensorDict, TensorDictBase
 
-from rl.core import Composite
+from rl.core import Bounded, Composite
 
 from ._done import default_done_spec
 from ._env_base import EnvBase
@@ -35,7 +35,8 @@ class FrameSkip(gym.Wrapper):
         total = 0.0
         for _ in range(self.skip):
             obs, reward, terminated, truncated, info = self.env.step(action)
-            total += float(reward)
+            # a vector reward (MO-Gymnasium) is summed per objective
+            total = total + (np.asarray(reward) if np.ndim(reward) else float(reward))
             if terminated or truncated:
                 break
         return obs, total, terminated, truncated, info
@@ -76,7 +77,9 @@ class GymWrapper(EnvBase):
     entries of a Dict action space are the action keys themselves (``"move"``,
     ``"fire"``), as in TorchRL, and the action is sent back to gym as the Dict / Tuple
     its space expects. ``terminated`` and ``truncated`` are kept apart,
-    ``done = terminated | truncated``.
+    ``done = terminated | truncated``. An env that declares a ``reward_space`` (MO-Gymnasium's
+    vector rewards) gets that space's spec as its reward spec (shape ``[*B, *space.shape]``,
+    ``[*B, 1]`` for a scalar space), as in TorchRL; otherwise the reward is ``[*B, 1]``.
 
     Seeding follows TorchRL: :meth:`set_seed` calls gym's ``reset(seed=seed)`` at once,
     so the first :meth:`reset` after ``set_seed(s)`` is gymnasium's second reset of seed
@@ -198,6 +201,24 @@ class GymWrapper(EnvBase):
             act[_key(leaf.key)] = leaf.spec.to(dev) if dev is not None else leaf.spec
         self.full_action_spec = act
         self.full_done_spec = default_done_spec(bs, dev, truncated=True)  # gym's three flags
+        reward_space = _reward_space(env)
+        if reward_space is None:
+            self._reward_shape: tuple = (1,)
+            self._reward_np_dtype = np.dtype(np.float32)
+        else:  # as TorchRL: an env's ``reward_space`` (MO-Gymnasium's vector rewards)
+            (leaf,) = space_leaves(reward_space, batch, False, ("reward",))
+            spec = leaf.spec if leaf.spec.shape[len(batch) :] else leaf.spec.unsqueeze(-1)
+            k = self.frame_skip
+            if k > 1 and isinstance(spec, Bounded):
+                # the sum of 1 to k rewards (fewer at the end of an episode)
+                low, high = spec.space.low, spec.space.high
+                spec = Bounded(
+                    torch.minimum(low, low * k), torch.maximum(high, high * k),
+                    shape=spec.shape, dtype=spec.dtype,
+                )  # fmt: skip
+            self.reward_spec = spec.to(dev) if dev is not None else spec
+            self._reward_shape = tuple(spec.shape[len(batch) :])
+            self._reward_np_dtype = torch.empty((), dtype=spec.dtype).numpy().dtype
         self._obs_np_dtypes = [
             (_key(leaf.key), torch.empty((), dtype=leaf.spec.dtype).numpy().dtype)
             for leaf in self._obs_leaves
@@ -338,7 +359,9 @@ class GymWrapper(EnvBase):
                 if done.any():
                     self._patch_final_obs(entries, info)
         reward = torch.from_numpy(
-            np.array(reward, dtype=np.float32).reshape((*d["_batch_size"], 1))
+            np.array(reward, dtype=d["_reward_np_dtype"]).reshape(
+                (*d["_batch_size"], *d["_reward_shape"])
+            )
         )
         device = d["_device"]
         entries["reward"] = reward if device is None else reward.to(device)
@@ -386,6 +409,21 @@ class GymWrapper(EnvBase):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self._env}, batch_size={self.batch_size}, device={self.device})"
+
+
+def _reward_space(env: Any) -> Any:
+    """The ``reward_space`` an env, one of its wrappers or its unwrapped env declares (for a
+    vector env: the vector env's own, the space of one sub-env's reward), else ``None``."""
+    space = env.__dict__.get("reward_space")
+    get_wrapper_attr = getattr(env, "get_wrapper_attr", None)  # vector envs lack it
+    if space is None and get_wrapper_attr is not None:
+        try:
+            space = get_wrapper_attr("reward_space")
+        except AttributeError:
+            space = None
+    if space is None and getattr(env, "unwrapped", env) is not env:
+        space = env.unwrapped.__dict__.get("reward_space")
+    return space
 
 
 def _merge_rows(current: Any, fresh: Any, mask: np.ndarray) -> Any:
@@ -468,18 +506,10 @@ class GymEnv(GymWrapper):
             kwargs.setdefault("render_mode", "rgb_array")
         self.env_name = env_name
         self.num_envs = num_envs
-        if num_envs == 1:
-            env = _make_gym(env_name, _factory=gym.make, **kwargs)
-        else:
-            env = _make_gym(
-                env_name,
-                _factory=gym.make_vec,
-                num_envs=num_envs,
-                vectorization_mode=vectorization_mode,
-                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
-                wrappers=_pixel_wrappers(skip, from_pixels, pixels_only),
-                **kwargs,
-            )
+        env = self._make_env(
+            env_name, num_envs, vectorization_mode, _pixel_wrappers(skip, from_pixels, pixels_only),
+            **kwargs,
+        )  # fmt: skip
         super().__init__(
             env,
             categorical_action_encoding=categorical_action_encoding,
@@ -493,5 +523,28 @@ class GymEnv(GymWrapper):
             _wrappers_applied=num_envs != 1,
         )
 
+    def _make_env(
+        self,
+        env_name: str,
+        num_envs: int,
+        vectorization_mode: str,
+        wrappers: list,
+        **kwargs,
+    ) -> gym.Env | VectorEnv:
+        """The gymnasium env (``num_envs == 1``) or vector env; ``wrappers`` (pixels, frame
+        skip) are for the sub-envs of a vector env, a single env gets them from
+        :class:`GymWrapper`."""
+        if num_envs == 1:
+            return _make_gym(env_name, _factory=gym.make, **kwargs)
+        return _make_gym(
+            env_name,
+            _factory=gym.make_vec,
+            num_envs=num_envs,
+            vectorization_mode=vectorization_mode,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
+            wrappers=wrappers,
+            **kwargs,
+        )
+
     def __repr__(self) -> str:
-        return f"GymEnv(env={self.env_name}, batch_size={self.batch_size}, device={self.device})"
+        return f"{type(self).__name__}(env={self.env_name}, batch_size={self.batch_size}, device={self.device})"

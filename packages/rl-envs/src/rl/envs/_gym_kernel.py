@@ -129,7 +129,7 @@ class _GymKernelBase(BufferKernel):
             for key, leaf in zip(self.obs_keys, leaves)
         ]
         self.write_next = _obs_writer(leaves, [buf.numpy() for buf in self.obs_bufs])
-        self.flag_buffers(buffers)
+        self.flag_buffers(buffers, env._reward_shape, env.reward_spec.dtype)
         self.eager = eager
         self.max_steps = buffers.max_steps
         self.gym_actions = None if actions is None else self._convert(actions)

@@ -29,7 +29,14 @@ from rl.core import (
     Unbounded,
 )
 
-__all__ = ["SpaceLeaf", "space_leaves", "walk", "assemble", "numpy_to_torch_dtype"]
+__all__ = [
+    "SpaceLeaf",
+    "space_leaves",
+    "walk",
+    "assemble",
+    "numpy_to_torch_dtype",
+    "register_gym_spec_conversion",
+]
 
 _NP_TO_TORCH = {
     np.dtype(np.float16): torch.float16,
@@ -219,6 +226,117 @@ def _stacked_tuple(space: spaces.Tuple, batch: tuple, categorical: bool, key, pa
     return SpaceLeaf(key, path, spec, from_gym, to_gym)
 
 
+# User conversions (``register_gym_spec_conversion``): a space class, or its path under
+# ``gymnasium.spaces`` as a string (``"Box"``, ``"tuple.Tuple"``), to a function of the space
+# that returns its spec.
+_CONVERSIONS: dict[Any, Callable[..., Any]] = {}
+_BUILT_IN = (
+    spaces.Dict,
+    spaces.Tuple,
+    spaces.Box,
+    spaces.Discrete,
+    spaces.MultiDiscrete,
+    spaces.MultiBinary,
+)
+
+
+def register_gym_spec_conversion(spec_type: type | str) -> Callable:
+    """Registers a function that converts a gymnasium space type to a spec (a decorator).
+
+    The function is called as ``fn(space, dtype=None, device=None,
+    categorical_action_encoding=..., remap_state_to_observation=..., batch_size=())`` and
+    returns the spec of one entry (unused arguments can be taken as ``**kwargs``); the
+    env's batch dims are prepended to it. It applies to ``spec_type`` and its subclasses:
+    the conversion registered for the closest class of a space's MRO wins, and one
+    registered for a built-in kind (``Box``, ``Discrete``, ``MultiDiscrete``,
+    ``MultiBinary``, ``Dict``, ``Tuple``) replaces the built-in conversion. The gym values of
+    such a space are read with ``numpy.asarray`` (and sent back to gym the same way).
+
+    Args:
+        spec_type: the space class, or its path under ``gymnasium.spaces`` as a string
+            (``"Box"``, ``"tuple.Tuple"``).
+
+    Returns:
+        The decorator, which registers and returns the function unchanged.
+
+    Raises:
+        TypeError: ``spec_type`` is neither a class nor a string.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> import torch
+        >>> from rl.core import Unbounded
+        >>> from rl.envs import register_gym_spec_conversion
+        >>> class Ring(gym.spaces.Box):  # a Box whose values wrap around
+        ...     pass
+        >>> @register_gym_spec_conversion(Ring)
+        ... def convert_ring(space, **kwargs):
+        ...     return Unbounded(shape=space.shape, dtype=torch.float32)
+        >>> from rl.envs._gym_spaces import space_leaves
+        >>> ring = Ring(0.0, 1.0, (2,), np.float32)
+        >>> type(space_leaves(ring, key=("observation",))[0].spec).__name__
+        'Unbounded'
+    """
+    if not isinstance(spec_type, type | str):
+        raise TypeError(
+            "register_gym_spec_conversion takes a gym space class or its path under "
+            f"gymnasium.spaces as a string, got {type(spec_type).__name__}"
+        )
+
+    def decorator(conversion_func: Callable) -> Callable:
+        _CONVERSIONS[spec_type] = conversion_func
+        return conversion_func
+
+    return decorator
+
+
+def _resolve(name: str) -> type | None:
+    """The class at ``name`` under ``gymnasium.spaces`` (``None`` if there is none)."""
+    obj: Any = spaces
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj if isinstance(obj, type) else None
+
+
+def _registered(space: spaces.Space) -> Callable | None:
+    """The user conversion of ``space``'s closest class (``None``: the built-in one, or
+    none)."""
+    if not _CONVERSIONS:
+        return None
+    by_class = {}
+    for key, func in _CONVERSIONS.items():
+        cls = _resolve(key) if isinstance(key, str) else key
+        if cls is not None:
+            by_class[cls] = func
+    for base in type(space).__mro__:
+        if base in by_class:
+            return by_class[base]
+        if base in _BUILT_IN:
+            return None
+    return None
+
+
+def _user_leaf(func: Callable, space, batch: tuple, categorical: bool, key, path) -> SpaceLeaf:
+    spec = func(
+        space,
+        dtype=None,
+        device=None,
+        categorical_action_encoding=categorical,
+        remap_state_to_observation=False,
+        batch_size=(),
+    )
+    if batch:
+        spec = spec.expand(*batch, *spec.shape)
+
+    def to_gym(array):
+        return np.asarray(array)
+
+    return SpaceLeaf(key, path, spec, None, to_gym)
+
+
 def space_leaves(
     space: spaces.Space,
     batch: tuple = (),
@@ -237,9 +355,13 @@ def space_leaves(
         path: position of ``space`` in the enclosing gym structure.
 
     Raises:
-        TypeError: for a space type with no spec equivalent.
+        TypeError: for a space type with no spec equivalent (and no registered
+            conversion, see :func:`register_gym_spec_conversion`).
     """
     batch = tuple(batch)
+    user = _registered(space)
+    if user is not None:
+        return [_user_leaf(user, space, batch, categorical, key, path)]
     if isinstance(space, spaces.Dict):
         leaves = []
         for name, sub in space.spaces.items():
@@ -262,5 +384,6 @@ def space_leaves(
         return [_multi_binary(space, batch, key, path)]
     raise TypeError(
         f"gym space {space!r} is not supported: expected Box, Discrete, MultiDiscrete, "
-        "MultiBinary, Dict or Tuple"
+        "MultiBinary, Dict or Tuple, or a space type registered with "
+        "rl.envs.register_gym_spec_conversion"
     )

@@ -15,7 +15,7 @@ from tensordict import (
     is_tensor_collection,
 )
 
-from rl.core import Composite, StackedComposite, Unbounded
+from rl.core import Composite, NonTensor, StackedComposite, Unbounded
 
 if TYPE_CHECKING:
     from ._env_base import EnvBase
@@ -389,8 +389,10 @@ def check_env_specs(
         tensordict=tensordict,
     )
     expected = _expected_specs(env)
-    # a stack of non-tensor entries (a NonTensorStack, e.g. text) is a leaf here
-    found = set(rollout.keys(True, True, is_leaf=is_leaf_nontensor))
+    # non-tensor entries (strings) whose values differ across steps are NonTensorStacks,
+    # which plain ``keys(True, True)`` does not list as leaves: those a spec declares count
+    found = set(rollout.keys(True, True))
+    found |= set(rollout.keys(True, True, is_leaf=is_leaf_nontensor)) & set(expected)
     missing = ", ".join(repr(k) for k in sorted(set(expected) - found, key=str))
     extra = ", ".join(repr(k) for k in sorted(found - set(expected), key=str))
     if missing or extra:
@@ -409,9 +411,17 @@ def check_env_specs(
             else:
                 _check_heterogeneous_entry(rollout, key, spec, nb, steps)
             continue
+        if isinstance(spec, NonTensor):  # strings and objects: only their shape is checked
+            shape = tuple(rollout.get(key).batch_size)
+            want = (*spec.shape[:nb], steps, *spec.shape[nb:])
+            if shape != want:
+                raise AssertionError(
+                    f"{key!r} has shape {shape} in the rollout, expected {want} from spec {spec!r}"
+                )
+            continue
         value = rollout.get(key)
         if is_tensor_collection(value):
-            continue  # non-tensor data (text): its stack has the rollout's shape
+            continue  # non-tensor data the spec does not declare as such
         want = (*spec.shape[:nb], steps, *spec.shape[nb:])
         if len(value.shape) != len(want) or any(
             w != -1 and v != w

@@ -215,21 +215,25 @@ class BufferKernel(RolloutKernel):
     def accepts(self, tensordict: TensorDictBase) -> bool:
         return "next" not in tensordict.keys() and peek_step_mask(tensordict) is None
 
-    def flag_buffers(self, buffers: RolloutBuffers) -> None:
-        """Allocates the ``"next"`` reward, ``done``, ``terminated`` and ``truncated``
-        buffers (``[*B, T, 1]``) and keeps numpy views of them without their last dim as
-        ``rew``, ``done``, ``term`` and ``trunc`` (written at ``[*B, t]``)."""
+    def flag_buffers(
+        self,
+        buffers: RolloutBuffers,
+        reward_shape: tuple = (1,),
+        reward_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        """Allocates the ``"next"`` reward (``[*B, T, *reward_shape]``), ``done``,
+        ``terminated`` and ``truncated`` (``[*B, T, 1]``) buffers and keeps numpy views of
+        them as ``rew``, ``done``, ``term`` and ``trunc`` (written at ``[*B, t]``): the
+        flags and a ``(1,)`` reward without their last dim, a vector reward (one entry per
+        objective) whole, in ``reward_dtype``."""
         self.flag_prefix = (slice(None),) * buffers.nb
-        views = [
-            buffers.next_buffer(key, (1,), dtype).numpy()[..., 0]
-            for key, dtype in (
-                ("reward", torch.float32),
-                ("done", torch.bool),
-                ("terminated", torch.bool),
-                ("truncated", torch.bool),
-            )
-        ]
-        self.rew, self.done, self.term, self.trunc = views
+        reward_shape = tuple(reward_shape)
+        rew = buffers.next_buffer("reward", reward_shape, reward_dtype).numpy()
+        self.rew = rew[..., 0] if reward_shape == (1,) else rew
+        self.done, self.term, self.trunc = (
+            buffers.next_buffer(key, (1,), torch.bool).numpy()[..., 0]
+            for key in ("done", "terminated", "truncated")
+        )
 
     def reset_entries(self, idx, arrays: list) -> dict:
         """The root entries of a reset (see :meth:`RolloutKernel.reset`): the rows ``idx``

@@ -8,6 +8,7 @@ applies ``postproc``, writes into the replay buffer, and runs the background mod
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import re
 import threading
@@ -113,6 +114,11 @@ class CollectorBase(ABC):
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._thread_error: BaseException | None = None
+        # background collection: whether its thread runs, and pause()'s handshake with
+        # it ("running" -> "requested" by pause() -> "paused" by the thread -> "running")
+        self._pause_cv = threading.Condition()
+        self._thread_running = False
+        self._pause_state = "running"
         self.closed = False
 
     @abstractmethod
@@ -183,6 +189,12 @@ class CollectorBase(ABC):
         batch = self._produce()
         if batch is None:
             return False
+        self._write_trajs(batch)
+        return True
+
+    def _write_trajs(self, batch: TensorDictBase) -> None:
+        """Counts ``batch`` and writes the trajectories it completes (see
+        :meth:`_traj_write`)."""
         self._frames += batch.numel()
         self._iter += 1
         if self.postproc is not None:
@@ -199,7 +211,6 @@ class CollectorBase(ABC):
                 # have cleared it), so that the buffer stores it where it keeps the rest
                 chunk = chunk.to(device)
             self.replay_buffer.extend(chunk)
-        return True
 
     def _traj_batch(self) -> TensorDictBase | None:
         """The next ``trajs_per_batch`` whole trajectories, collecting (and counting the
@@ -572,6 +583,8 @@ class CollectorBase(ABC):
             raise RuntimeError("the collector is already running in the background")
         self._stop.clear()
         self._thread_error = None
+        self._pause_state = "running"
+        self._thread_running = True
         self._thread = threading.Thread(target=self._run, name="rl-collector", daemon=True)
         self._thread.start()
 
@@ -580,8 +593,127 @@ class CollectorBase(ABC):
             for _ in self.iterator():
                 if self._stop.is_set():
                     break
-        except BaseException as err:  # reported by async_shutdown / is_running
+                if self._pause_state == "requested" and self._hold():
+                    break  # stopped while paused
+        except BaseException as err:  # reported by async_shutdown / is_running / pause
             self._thread_error = err
+        finally:
+            with self._pause_cv:
+                self._thread_running = False
+                self._pause_cv.notify_all()
+
+    #: whether :meth:`pause` can hold this collector's background collection (declared
+    #: by the collectors TorchRL gives ``pause()``: the multiprocess ones)
+    _pausable = False
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """Context manager that holds the background collection of :meth:`start` while
+        the ``with`` block runs, and resumes it on leaving the block (also on an error).
+
+        Entering waits for the batches in progress to be collected and written into
+        ``replay_buffer`` (nothing is dropped); then nothing is collected or written
+        until the block ends. The collector stays usable meanwhile: the workers are idle,
+        so ``state_dict()``, ``set_seed()`` or ``update_policy_weights_()`` in the block
+        see a quiescent collector (a consistent checkpoint). If the collection ends while
+        the pause waits for it (``total_frames`` reached) the block runs all the same.
+
+        Raises:
+            NotImplementedError: the collector has no pause (as TorchRL, only the
+                multiprocess collectors have one).
+            RuntimeError: the collector is not collecting in the background (no
+                :meth:`start`, or it has stopped), it is already paused, ``pause()`` was
+                called from the collector's own thread, or the background collection
+                failed while the pause waited for it (chained to its error).
+
+        Examples:
+            >>> import time
+            >>> from rl.collectors import MultiSyncCollector
+            >>> from rl.envs import PendulumEnv
+            >>> class Buffer(list):  # anything with extend(batch), e.g. a ReplayBuffer
+            ...     def extend(self, batch):
+            ...         self.append(batch)
+            >>> rb = Buffer()
+            >>> c = MultiSyncCollector([PendulumEnv] * 2, None, frames_per_batch=8,
+            ...                        replay_buffer=rb)
+            >>> c.start()
+            >>> with c.pause():
+            ...     n = len(rb)
+            ...     time.sleep(0.5)
+            ...     still = len(rb) == n
+            >>> still
+            True
+            >>> c.async_shutdown()
+        """
+        name = type(self).__name__
+        if not self._pausable:
+            raise NotImplementedError(f"Collector pause() is not implemented for {name}")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(
+                f"{name}.pause() was called from the collector's own background thread, "
+                "which it would wait for: call it from the thread that called start()"
+            )
+        cv = self._pause_cv
+        with cv:
+            if not self._thread_running:
+                raise RuntimeError(
+                    f"{name}.pause() holds the background collection of start(), but the "
+                    "collector is not collecting in the background: call start() first"
+                )
+            if self._pause_state != "running":
+                raise RuntimeError(f"the {name} is already paused (pause() does not nest)")
+            self._pause_state = "requested"
+            try:
+                cv.wait_for(lambda: self._pause_state == "paused" or not self._thread_running)
+            except BaseException:  # interrupted while waiting: let the thread run on
+                self._pause_state = "running"
+                cv.notify_all()
+                raise
+            if self._pause_state != "paused":  # the collection ended before pausing
+                self._pause_state = "running"
+                error, self._thread_error = self._thread_error, None
+                if error is not None:
+                    raise RuntimeError("the background collection failed") from error
+        try:
+            yield None
+        finally:
+            with cv:
+                self._pause_state = "running"
+                cv.notify_all()
+
+    def _hold(self) -> bool:
+        """The background thread's side of :meth:`pause`, between two batches: finishes
+        the work in flight, waits while paused; ``True`` when asked to stop meanwhile."""
+        self._quiesce()
+        cv = self._pause_cv
+        with cv:
+            if self._pause_state != "requested":  # pause() gave up waiting
+                return self._stop.is_set()
+            self._pause_state = "paused"
+            cv.notify_all()
+            cv.wait_for(lambda: self._pause_state != "paused" or self._stop.is_set())
+        return self._stop.is_set()
+
+    def _quiesce(self) -> None:
+        """Collects and writes whatever is still being collected between two batches
+        (a collector whose workers run ahead overrides it); nothing by default."""
+        return
+
+    def _deliver(self, batch: TensorDictBase) -> None:
+        """Counts and writes a batch produced outside :meth:`iterator` as the
+        background loop would (into ``replay_buffer``)."""
+        if self._writes_trajs():
+            self._write_trajs(batch)
+        else:
+            self._emit(batch)
+
+    def _request_stop(self) -> None:
+        """Asks the background thread to stop (waking it if it is paused)."""
+        self._stop.set()
+        cv = getattr(self, "_pause_cv", None)
+        if cv is not None:
+            with cv:
+                cv.notify_all()
 
     def is_running(self) -> bool:
         """Whether the background collection runs (raises its error if it failed)."""
@@ -593,7 +725,7 @@ class CollectorBase(ABC):
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
         """Stops the background collection (after the batch in progress), then shuts
         the collector down (``close_env=False`` keeps it usable)."""
-        self._stop.set()
+        self._request_stop()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -608,7 +740,7 @@ class CollectorBase(ABC):
         """Stops the collector and closes its envs or workers (idempotent)."""
         thread = getattr(self, "_thread", None)
         if thread is not None and threading.current_thread() is not thread:
-            self._stop.set()
+            self._request_stop()
             thread.join(timeout)
             self._thread = None
         self._shutdown_weight_sync()

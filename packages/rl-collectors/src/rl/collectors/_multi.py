@@ -695,6 +695,22 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self._asked.clear()
         self._finalizer()
 
+    _pausable = True
+
+    def _quiesce(self) -> None:
+        """Pausing the background collection: the batches the workers are collecting
+        are finished and written (as TorchRL's workers finish theirs), so that no worker
+        runs while paused."""
+        try:
+            for index in sorted(self._pending):
+                self._deliver(self._read_batch(index))
+        except BaseException:  # as in _produce: answers left in flight cannot be trusted
+            if not self.closed:
+                self.closed = True
+                self._close()
+            raise
+        self._check_idle()  # (nothing left in flight: resets the async bookkeeping)
+
     def _produce(self) -> TensorDictBase | None:
         try:
             return self._produce_batch()

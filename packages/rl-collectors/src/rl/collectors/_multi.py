@@ -656,12 +656,45 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
 
     # ------------------------------------------------------------------ seeds and state
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds worker ``i`` with the ``i``-th seed of the chain; returns the next one."""
+        """Seeds worker ``i`` with the ``i``-th seed of the chain, then resets every
+        worker's env (:meth:`reset`) so that the next batch starts from the seeded
+        state, as TorchRL's; returns the next seed."""
         for index in range(self.num_workers):
             new_seed = self._call(index, "seed", seed, static_seed)
             if not static_seed:
                 seed = new_seed
+        self.reset()
         return seed
+
+    def reset(self, reset_idx: Sequence[bool] | None = None) -> None:
+        """Makes the next batch of each worker (or of those ``reset_idx`` marks) start
+        from a reset env, as TorchRL's.
+
+        A batch a worker collected ahead is dropped; its running trajectories end (the
+        next ones get new ids: ids stay unique, where TorchRL shifts the running ids
+        back to start at 0), and the trajectories being assembled here for
+        ``trajs_per_batch`` are dropped.
+
+        Args:
+            reset_idx: one bool per worker (default: every worker).
+
+        Raises:
+            ValueError: ``reset_idx`` does not hold one entry per worker.
+        """
+        if reset_idx is None:
+            reset_idx = [True] * self.num_workers
+        reset_idx = [bool(flag) for flag in reset_idx]
+        if len(reset_idx) != self.num_workers:
+            raise ValueError(
+                f"reset_idx has {len(reset_idx)} entries, expected one per worker "
+                f"({self.num_workers})"
+            )
+        self._check_idle()
+        if self._trajs is not None:
+            self._trajs.clear()
+        for index, flag in enumerate(reset_idx):
+            if flag:
+                self._call(index, "call", "reset", (), {})
 
     #: whether a resume from :meth:`state_dict` replays the same batches (the async
     #: collector's batch order depends on the workers' timing)

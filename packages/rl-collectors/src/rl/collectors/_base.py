@@ -75,6 +75,10 @@ class CollectorBase(ABC):
     #: of extending ``replay_buffer``, as TorchRL's ``_ignore_rb``
     _ignore_rb = False
     _weight_updater: WeightUpdaterBase | None = None
+    #: as TorchRL's: entries whose key (or a part of a nested key) starts with ``"_"``
+    #: are private to the env / policy (``"_reset"``, a stateless ``VecNormV2``'s
+    #: ``"_vecnorm_loc"``) and left out of the batches (set ``False`` to keep them)
+    _exclude_private_keys = True
 
     def __init__(
         self,
@@ -199,6 +203,7 @@ class CollectorBase(ABC):
         self._iter += 1
         if self.postproc is not None:
             batch = self.postproc(batch)
+        batch = self._drop_private(batch)
         self._post_hook(batch)
         trajs = self._trajs
         trajs.ingest(batch)
@@ -232,6 +237,7 @@ class CollectorBase(ABC):
             batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
+        batch = self._drop_private(batch)
         self._post_hook(batch)  # as TorchRL: before a replay buffer gets it
         if self.replay_buffer is not None and not self._ignore_rb:
             storage = getattr(self.replay_buffer, "storage", None)
@@ -240,6 +246,17 @@ class CollectorBase(ABC):
             self.replay_buffer.extend(batch)
             return None
         return batch
+
+    def _drop_private(self, batch: TensorDictBase) -> TensorDictBase:
+        """``batch`` without its private entries (see ``_exclude_private_keys``)."""
+        if not self._exclude_private_keys:
+            return batch
+        private = [
+            key
+            for key in batch.keys(True)
+            if any(part.startswith("_") for part in ((key,) if isinstance(key, str) else key))
+        ]
+        return batch.exclude(*private) if private else batch
 
     @staticmethod
     def _check_reset_and_factory(reset_when_done: bool, policy, policy_factory) -> None:

@@ -231,12 +231,19 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self.no_cuda_sync = bool(no_cuda_sync)
         self.worker_idx = worker_idx
         self.compact_obs = bool(compact_obs)
+        # as TorchRL: with weight_sync_schemes a policy may come with the policy_factory
+        # (the policy stays here, the source of the weights sent; the factory builds
+        # each worker's)
         if not isinstance(policy_factory, list | tuple):
-            self._check_reset_and_factory(reset_when_done, policy, policy_factory)
-        elif policy is not None and weight_sync_schemes is None:
-            raise TypeError(
-                "policy and policy_factory are mutually exclusive without weight_sync_schemes"
+            self._check_reset_and_factory(
+                reset_when_done, policy if weight_sync_schemes is None else None, policy_factory
             )
+        else:
+            self._check_reset_and_factory(reset_when_done, None, None)
+            if policy is not None and weight_sync_schemes is None:
+                raise TypeError(
+                    "policy and policy_factory are mutually exclusive without weight_sync_schemes"
+                )
         self.policy_factory = policy_factory
         if not isinstance(track_policy_version, bool):
             raise TypeError(
@@ -350,7 +357,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self._lock = ctx.Lock()
         # with a policy_factory, one copy built here gives the weights' layout (each
         # worker builds its own policy; update_policy_weights_ then needs the weights)
-        if policy_factory is None:
+        if policy_factory is None or policy is not None:
             self._policy_templates = [policy] * n
         elif isinstance(policy_factory, list | tuple):
             self._policy_templates = [factory() for factory in factories]

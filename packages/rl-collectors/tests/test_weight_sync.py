@@ -1,5 +1,6 @@
 """Weight-sync schemes: the weights reach the workers' policy copies, cleanly."""
 
+import functools
 import os
 import signal
 import sys
@@ -198,8 +199,12 @@ class TestMultiprocessCollectors:
             module.weight.zero_()
             module.bias.fill_(0.25)
         policy = TensorDictModule(module, ["observation"], ["action"])
+        # made of library objects only: the spawned workers unpickle it without this file
+        factory = functools.partial(
+            TensorDictModule, torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]
+        )
         collector = cls(
-            [PendulumEnv, PendulumEnv], policy, policy_factory=lambda: constant_policy(0.0),
+            [PendulumEnv, PendulumEnv], policy, policy_factory=factory,
             frames_per_batch=20, total_frames=-1, mp_start_method="spawn",
             weight_sync_schemes={"policy": MultiProcessWeightSyncScheme()},
         )  # fmt: skip

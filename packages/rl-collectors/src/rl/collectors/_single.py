@@ -17,8 +17,10 @@ from rl.envs.utils import append_policy_transforms, missing_policy_transforms
 
 from ._base import CollectorBase
 from ._common import (
+    AutoWrappedPolicy,
     TrajIds,
     _as_tuple,
+    auto_wrap_policy,
     check_actions,
     check_batch_args,
     end_of_traj,
@@ -273,12 +275,13 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self.steps_per_batch = check_batch_args(self.env, frames_per_batch, total_frames)
         self.frames_per_batch = self.steps_per_batch * max(self.env.batch_size.numel(), 1)
         self.policy = policy
-        self._policy = wrap_policy(policy, self.policy_device, self.env.device, compile_policy)
+        runnable = auto_wrap_policy(policy, self.env, bool(trust_policy))
+        self._policy = wrap_policy(runnable, self.policy_device, self.env.device, compile_policy)
         if cudagraph_policy:
             self._policy = _cudagraph(self._policy, cudagraph_policy, self.policy_device)
         # the same calls on tensors, without tensordict's per-call machinery (None: the
         # policy is not a plain TensorDictModule / TensorDictSequential of them)
-        self._tensor_policy = tensor_policy(self._policy) if self._policy is policy else None
+        self._tensor_policy = tensor_policy(self._policy) if self._policy is runnable else None
         self.init_random_frames = int(init_random_frames or 0)
         self.reset_at_each_iter = reset_at_each_iter
         self.postproc = postproc
@@ -731,7 +734,9 @@ def _compact_keys(env: EnvBase) -> tuple:
 
 
 def _inner(policy: Any) -> Any:
-    return policy.policy if hasattr(policy, "env_device") else getattr(policy, "_orig_mod", policy)
+    """The policy whose weights the collector's runnable policy uses."""
+    inner = policy.policy if hasattr(policy, "env_device") else getattr(policy, "_orig_mod", policy)
+    return inner.module if isinstance(inner, AutoWrappedPolicy) else inner
 
 
 #: TorchRL's older name

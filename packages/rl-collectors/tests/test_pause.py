@@ -177,6 +177,32 @@ class TestPause:
         finally:
             collector.shutdown()
 
+    @pytest.mark.parametrize("kind", ["sync", "async"])
+    def test_workers_are_asked_only_while_paused(self, kind):
+        """The background thread reads the workers' pipes: asking them from another
+        thread (state_dict, set_seed, get_distant_attr, ...) waits for pause()."""
+        buffer = FakeBuffer()
+        collector = _collector(kind, buffer)
+        try:
+            collector.start()
+            _wait_for(lambda: len(buffer.items) >= 1)
+            name = type(collector).__name__
+            for ask in (
+                collector.state_dict,
+                lambda: collector.set_seed(1),
+                lambda: collector.get_distant_attr("worker_idx"),
+                collector.reset,
+            ):
+                with pytest.raises(RuntimeError, match=f"{name} is collecting in the background"):
+                    ask()
+            assert collector.stats()["workers"] == 2  # this process's counts: no asking
+            with collector.pause():
+                assert collector.get_distant_attr("worker_idx") == [0, 1]
+            count = len(buffer.items)
+            _wait_for(lambda: len(buffer.items) > count)  # still collecting
+        finally:
+            collector.async_shutdown(timeout=10)
+
     def test_finished_collection_cannot_be_paused(self):
         buffer = FakeBuffer()
         collector = _collector("sync", buffer, total_frames=16)

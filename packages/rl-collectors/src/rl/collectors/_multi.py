@@ -600,6 +600,17 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
     def _check_idle(self) -> None:
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
+        if (
+            self._thread_running
+            and self._pause_state != "paused"
+            and threading.current_thread() is not self._thread
+        ):
+            # the background thread talks to the workers: a second reader of the same
+            # pipes would take its answers
+            raise RuntimeError(
+                f"the {type(self).__name__} is collecting in the background (start()): "
+                "ask its workers inside `with collector.pause():`"
+            )
         for index in list(self._pending):
             self._read_batch(index)  # an async batch in flight: dropped (not counted)
 

@@ -662,9 +662,20 @@ class CollectorBase(ABC):
             True
             >>> c.async_shutdown()
         """
-        name = type(self).__name__
         if not self._pausable:
-            raise NotImplementedError(f"Collector pause() is not implemented for {name}")
+            raise NotImplementedError(
+                f"Collector pause() is not implemented for {type(self).__name__}"
+            )
+        self._enter_pause(None)
+        try:
+            yield None
+        finally:
+            self._leave_pause(resume=True)
+
+    def _enter_pause(self, timeout: float | None) -> None:
+        """Asks the background thread to hold at its next batch boundary and waits for
+        it (at most ``timeout`` seconds: then ``TimeoutError`` and it runs on)."""
+        name = type(self).__name__
         if threading.current_thread() is self._thread:
             raise RuntimeError(
                 f"{name}.pause() was called from the collector's own background thread, "
@@ -681,22 +692,37 @@ class CollectorBase(ABC):
                 raise RuntimeError(f"the {name} is already paused (pause() does not nest)")
             self._pause_state = "requested"
             try:
-                cv.wait_for(lambda: self._pause_state == "paused" or not self._thread_running)
+                held = cv.wait_for(
+                    lambda: self._pause_state == "paused" or not self._thread_running, timeout
+                )
             except BaseException:  # interrupted while waiting: let the thread run on
                 self._pause_state = "running"
                 cv.notify_all()
                 raise
+            if not held:
+                self._pause_state = "running"
+                cv.notify_all()
+                raise TimeoutError(
+                    f"the {name}'s background collection did not pause within {timeout} s "
+                    "(it finishes the batches in progress first)"
+                )
             if self._pause_state != "paused":  # the collection ended before pausing
                 self._pause_state = "running"
                 error, self._thread_error = self._thread_error, None
                 if error is not None:
                     raise RuntimeError("the background collection failed") from error
-        try:
-            yield None
-        finally:
-            with cv:
-                self._pause_state = "running"
-                cv.notify_all()
+
+    def _leave_pause(self, resume: bool) -> None:
+        """Lets the held background thread go on, or (``resume=False``) stop."""
+        if not resume:
+            self._request_stop()
+        with self._pause_cv:
+            self._pause_state = "running"
+            self._pause_cv.notify_all()
+        thread = self._thread
+        if not resume and thread is not None:
+            thread.join()
+            self._thread = None
 
     def _hold(self) -> bool:
         """The background thread's side of :meth:`pause`, between two batches: finishes

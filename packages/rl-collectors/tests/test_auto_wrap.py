@@ -103,6 +103,17 @@ class TestAutoWrap:
         with pytest.raises(TypeError, match=r"forward takes \['input'\]"):
             Collector(PendulumEnv(), nn.Linear(3, 1), frames_per_batch=8)
 
+    def test_a_module_on_tensordicts_is_left_as_it_is(self):
+        class OnTensorDict(nn.Module):
+            def forward(self, tensordict):
+                return tensordict.set("action", tensordict["observation"][..., :1] * 0 + 0.5)
+
+        collector = Collector(PendulumEnv(), OnTensorDict(), frames_per_batch=4, total_frames=4)
+        try:
+            assert next(iter(collector))["action"].eq(0.5).all()
+        finally:
+            collector.shutdown()
+
     def test_trust_policy_runs_it_as_given(self):
         collector = Collector(PendulumEnv(), WantsMore(), frames_per_batch=8, trust_policy=True)
         collector.shutdown()

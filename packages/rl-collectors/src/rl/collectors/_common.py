@@ -124,18 +124,18 @@ def auto_wrap_policy(policy: Any, env: EnvBase, trust_policy: bool) -> Any:
     except (TypeError, ValueError):
         return policy
     names = list(params)
-    if set(names) in ({"tensordict"}, {"td"}) or (
-        len(names) == 1 and is_tensor_collection(params[names[0]].annotation)
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    if (
+        set(names) in ({"tensordict"}, {"td"})
+        or (len(names) == 1 and is_tensor_collection(params[names[0]].annotation))
+        # ``forward(*args, **kwargs)`` (a compiled module, a generic wrapper) names no
+        # entry to read: it is called with the tensordict, as before
+        or any(p.kind in variadic for p in params.values())
     ):
         return policy
     spec = env.observation_spec
     entries = list(spec.keys())
-    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    required = [
-        name
-        for name, p in params.items()
-        if p.default is inspect.Parameter.empty and p.kind not in variadic
-    ]
+    required = [name for name, p in params.items() if p.default is inspect.Parameter.empty]
     missing = [name for name in required if name not in entries]
     if missing:
         raise TypeError(

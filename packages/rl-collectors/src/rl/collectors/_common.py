@@ -129,7 +129,7 @@ def auto_wrap_policy(policy: Any, env: EnvBase, trust_policy: bool) -> Any:
         set(names) in ({"tensordict"}, {"td"})
         or (len(names) == 1 and is_tensor_collection(params[names[0]].annotation))
         # ``forward(*args, **kwargs)`` (a compiled module, a generic wrapper) names no
-        # entry to read: it is called with the tensordict, as before
+        # entry to read: it is left as given, to the rollout's own handling
         or any(p.kind in variadic for p in params.values())
     ):
         return policy

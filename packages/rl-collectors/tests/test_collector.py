@@ -461,7 +461,7 @@ class TestCollector:
             Collector(cartpole(2), frames_per_batch=2).start()
 
     def test_docstrings(self):
-        for name in ("_single", "_utils"):
+        for name in ("_single", "_utils", "_base"):
             module = importlib.import_module(f"rl.collectors.{name}")
             assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 

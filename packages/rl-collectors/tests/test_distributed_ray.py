@@ -186,6 +186,44 @@ class TestRayCollectorAsync:
         collector.shutdown()
 
 
+class TestRayCollectorPause:
+    def test_pause_holds_and_resumes_or_stops(self, ray_local):
+        written = []
+        buffer = SimpleNamespace(extend=written.append)
+        collector = RayCollector(
+            cartpole, None, frames_per_batch=20, total_frames=-1, num_collectors=2,
+            sync=False, replay_buffer=buffer,
+        )  # fmt: skip
+
+        def wait_for(predicate):
+            deadline = time.monotonic() + 120
+            while not predicate():
+                assert time.monotonic() < deadline, "timed out"
+                time.sleep(0.05)
+
+        try:
+            with collector.pause():  # not collecting: nothing to hold (as TorchRL)
+                pass
+            collector.start()
+            wait_for(lambda: len(written) >= 2)
+            with collector.pause(timeout=60):
+                held = len(written)
+                # the batches in flight were written: every frame counted is stored
+                assert sum(batch.numel() for batch in written) == collector._frames
+                time.sleep(0.5)
+                assert len(written) == held
+            wait_for(lambda: len(written) > held)
+            with collector.pause(resume=False):
+                held = len(written)
+            assert not collector.is_running()
+            time.sleep(0.5)
+            assert len(written) == held
+            collector.start()  # starts again
+            wait_for(lambda: len(written) > held)
+        finally:
+            collector.async_shutdown()
+
+
 class TestRayCollectorReplayBuffer:
     def test_actors_extend_a_ray_replay_buffer(self, ray_local):
         data = pytest.importorskip("rl.data")

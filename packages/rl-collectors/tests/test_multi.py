@@ -19,7 +19,13 @@ from rl.collectors import (
 from rl.envs import EnvCreator, GymEnv, PendulumEnv, SerialEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _collector_helpers import FakeBuffer, cartpole, pole_policy  # noqa: E402
+from _collector_helpers import (  # noqa: E402
+    FakeBuffer,
+    ReachEnv,
+    cartpole,
+    constant_policy,
+    pole_policy,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -200,3 +206,44 @@ class TestData:
         assert state["worker1"]["frames"] == 20
         collector.shutdown()
         assert collector.alive() == []
+
+
+class TestReset:
+    @pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+    def test_reset_restarts_the_marked_workers(self, cls):
+        collector = cls(
+            [lambda: ReachEnv(goal=100.0)] * 2, constant_policy(1.0), frames_per_batch=8,
+            total_frames=-1,
+        )  # fmt: skip
+        try:
+            it = iter(collector)
+            next(it)
+            collector.reset([False, True])
+            if cls is MultiSyncCollector:  # 4 steps each; the reset comes with the next batch
+                positions = [p.item() for p in collector.get_distant_attr("env.position")]
+                assert positions == [4.0, 4.0]
+            batch = next(it)
+            ids = batch["collector", "traj_ids"]
+            obs = batch["observation"]
+            if cls is MultiSyncCollector:  # [2 workers, 4 steps]
+                assert obs[1].squeeze(-1).tolist() == [0.0, 1.0, 2.0, 3.0]
+                assert obs[0].squeeze(-1).tolist() == [4.0, 5.0, 6.0, 7.0]
+                assert ids[0].unique().tolist() == [0]  # still its first trajectory
+                assert ids[1].unique().tolist() == [3]  # worker 1's second: 1 * 2 + 1
+            else:
+                # worker 0 goes on from where it stood (8 steps, or 16 with a batch
+                # collected ahead and dropped), worker 1 starts again at 0
+                worker = int(ids[0]) % 2
+                assert obs[0].item() in ((8.0, 16.0) if worker == 0 else (0.0,))
+        finally:
+            collector.shutdown()
+
+    def test_reset_checks_reset_idx(self):
+        collector = MultiSyncCollector([PendulumEnv] * 2, None, frames_per_batch=8)
+        try:
+            with pytest.raises(
+                ValueError, match=r"reset_idx has 3 entries, expected one per worker \(2\)"
+            ):
+                collector.reset([True, False, True])
+        finally:
+            collector.shutdown()

@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDict
 
 from rl.collectors import AsyncCollector, Collector, MultiAsyncCollector
+from rl.envs import SerialEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _collector_helpers import ReachEnv, children_of, constant_policy, live_processes  # noqa: E402
@@ -81,6 +82,36 @@ class TestAsyncCollector:
             assert torch.all(next(it)["action"] == 0.25)
         finally:
             collector.shutdown()
+
+    def test_set_seed_mid_run_replays_with_new_trajectory_ids(self):
+        """``set_seed`` between two batches drops the batch the worker collected ahead,
+        re-seeds and resets its env (as TorchRL): the next batch replays the first one. Its
+        trajectories are new ones, so their ids are new too (TorchRL shifts the running
+        ids back to start at 0 instead, reusing the ids of the first batch's
+        trajectories; rl keeps every trajectory's id unique)."""
+        collector = AsyncCollector(
+            lambda: SerialEnv(2, lambda: ReachEnv(goal=3.0)),
+            constant_policy(1.0),
+            frames_per_batch=10,
+            total_frames=-1,
+        )
+        try:
+            collector.set_seed(100)
+            it = iter(collector)
+            first = next(it)
+            collector.set_seed(100)
+            second = next(it)
+        finally:
+            collector.shutdown()
+        key = ("collector", "traj_ids")
+        for name in first.keys(True, True):
+            if name != key:
+                torch.testing.assert_close(second[name], first[name], msg=str(name))
+        # 2 envs x 5 steps of 3-step episodes: ids [[0, 0, 0, 2, 2], [1, 1, 1, 3, 3]]
+        assert first[key].tolist() == [[0, 0, 0, 2, 2], [1, 1, 1, 3, 3]]
+        # the batch collected ahead (and dropped) started trajectories 4 to 7; the
+        # reset ended those running, so the replay starts at id 8
+        assert (second[key] - first[key]).unique().tolist() == [8]
 
     def test_shutdown_leaves_no_process(self):
         collector = AsyncCollector(_reach, constant_policy(1.0), frames_per_batch=4)

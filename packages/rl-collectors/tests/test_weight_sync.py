@@ -1,5 +1,6 @@
 """Weight-sync schemes: the weights reach the workers' policy copies, cleanly."""
 
+import functools
 import os
 import signal
 import sys
@@ -183,6 +184,45 @@ class TestMultiprocessCollectors:
             assert [actions[i].unique().item() for i in range(3)] == [10.0, 1.0, 30.0]
         finally:
             collector.shutdown()
+
+    @pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+    def test_policy_with_factory_is_the_weight_source(self, cls):
+        """As TorchRL: with weight_sync_schemes, ``policy`` (which need not pickle: it
+        stays here) may come with ``policy_factory`` (which builds the workers')."""
+
+        class Unpicklable(torch.nn.Linear):
+            def __reduce_ex__(self, protocol):
+                raise TypeError("this policy cannot be pickled")
+
+        module = Unpicklable(3, 1)
+        with torch.no_grad():
+            module.weight.zero_()
+            module.bias.fill_(0.25)
+        policy = TensorDictModule(module, ["observation"], ["action"])
+        # made of library objects only: the spawned workers unpickle it without this file
+        factory = functools.partial(
+            TensorDictModule, torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]
+        )
+        collector = cls(
+            [PendulumEnv, PendulumEnv], policy, policy_factory=factory,
+            frames_per_batch=20, total_frames=-1, mp_start_method="spawn",
+            weight_sync_schemes={"policy": MultiProcessWeightSyncScheme()},
+        )  # fmt: skip
+        try:
+            batches = iter(collector)
+            # the workers run the factory's policy with the policy's weights (sent at
+            # start-up)
+            assert torch.all(next(batches)["action"] == 0.25)
+            with torch.no_grad():
+                module.bias.fill_(-0.5)
+            collector.update_policy_weights_()  # read from the policy
+            later = [next(batches)["action"] for _ in range(4)]
+            assert torch.all(later[-1] == -0.5)
+        finally:
+            collector.shutdown()
+        with pytest.raises(TypeError, match="policy_factory cannot be used with policy"):
+            cls([PendulumEnv], policy, policy_factory=lambda: constant_policy(0.0),
+                frames_per_batch=20)  # fmt: skip
 
     def test_unknown_model_id_is_named(self):
         collector = MultiSyncCollector(

@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 from rl.envs import PendulumEnv, check_env_specs
-from rl.envs.transforms import ObservationNorm, TransformedEnv, VecNorm, VecNormV2
+from rl.envs.transforms import (
+    ObservationNorm,
+    RunningMeanStd,
+    TransformedEnv,
+    VecNorm,
+    VecNormV2,
+)
 
 
 def _reference(xs: torch.Tensor, decay: float, eps: float):
@@ -233,3 +240,92 @@ class TestVecNormNewApi:
             fresh.load_state_dict(t.state_dict())
         torch.testing.assert_close(fresh.loc["obs"], t.loc["obs"])
         assert VecNormV2(in_keys=["obs"], stateful=False).state_dict()["_extra_state"] == {}
+
+
+def _vecnorm(kind: str):
+    if kind == "v1":
+        return VecNorm(in_keys=["observation", "reward"], decay=0.9)
+    if kind == "v2":
+        return VecNormV2(in_keys=["observation", "reward"], decay=0.9)
+    if kind == "v2-reduce":
+        return VecNormV2(in_keys=["observation"], decay=0.9, reduce_batch_dims=True)
+    return VecNormV2(in_keys=["observation"], decay=0.9, stateful=False)
+
+
+def _statistics(transform, rollout) -> dict:
+    """The statistics tensors of ``transform`` (carried in ``rollout`` when stateless)."""
+    if isinstance(transform, VecNorm):
+        return dict(transform.stats.items(True, True))
+    if transform.stateful:
+        return {
+            (name, *key): value
+            for name, stats in (("loc", transform._loc), ("var", transform._var))
+            for key, value in stats.items(True, True)
+        }
+    prefix = transform.prefix
+    return {
+        key: value
+        for key, value in rollout["next"].items(True, True)
+        if isinstance(key, tuple) and key[0].startswith(prefix)
+    }
+
+
+class TestVecNormUnderGrad:
+    """A rollout with gradients enabled and a policy with parameters acting on a
+    differentiable env (PendulumEnv is pure torch): the observations carry autograd
+    history, the statistics must not."""
+
+    def _rollout(self, kind: str, grad: bool):
+        torch.manual_seed(0)
+        transform = _vecnorm(kind)
+        env = TransformedEnv(PendulumEnv(batch_size=[2]), transform)
+        env.set_seed(0)
+        policy = TensorDictModule(
+            torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]
+        )
+        with torch.set_grad_enabled(grad):
+            rollout = env.rollout(6, policy)
+        return env, transform, rollout
+
+    @pytest.mark.parametrize("kind", ["v1", "v2", "v2-reduce", "v2-stateless"])
+    def test_statistics_carry_no_autograd_history(self, kind):
+        env, transform, rollout = self._rollout(kind, grad=True)
+        assert rollout["next", "observation"].requires_grad  # the data does
+        stats = _statistics(transform, rollout)
+        assert stats
+        for key, value in stats.items():
+            assert not value.requires_grad, key
+            assert value.grad_fn is None, key
+        # a second rollout's loss backpropagates on its own (with leaked statistics it
+        # would reach into the first rollout's freed graph)
+        rollout["next", "observation"].sum().backward()
+        policy = TensorDictModule(
+            torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]
+        )
+        env.rollout(3, policy)["next", "observation"].sum().backward()
+        assert policy.module.weight.grad is not None
+
+    @pytest.mark.parametrize("kind", ["v1", "v2", "v2-reduce", "v2-stateless"])
+    def test_values_are_those_of_a_rollout_without_grad(self, kind):
+        _, with_grad, rollout = self._rollout(kind, grad=True)
+        _, without, reference = self._rollout(kind, grad=False)
+        torch.testing.assert_close(
+            rollout["next", "observation"].detach(), reference["next", "observation"]
+        )
+        expected = _statistics(without, reference)
+        got = _statistics(with_grad, rollout)
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            torch.testing.assert_close(got[key], value, msg=str(key))
+
+    def test_running_mean_std_update_records_no_history(self):
+        weight = torch.nn.Parameter(torch.tensor([2.0, -1.0]))
+        x = torch.tensor([[1.0, 2.0], [3.0, 6.0]]) * weight
+        rms = RunningMeanStd(shape=(2,), epsilon=0.0)
+        rms.update(x)
+        for name in ("mean", "var", "count"):
+            value = getattr(rms, name)
+            assert not value.requires_grad and value.grad_fn is None, name
+        # the values of the same samples without grad: samples [[2, -2], [6, -6]]: mean [4, -4], var [4, 4]
+        torch.testing.assert_close(rms.mean, torch.tensor([4.0, -4.0]))
+        torch.testing.assert_close(rms.var, torch.tensor([4.0, 4.0]))

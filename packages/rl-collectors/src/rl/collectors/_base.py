@@ -8,6 +8,7 @@ applies ``postproc``, writes into the replay buffer, and runs the background mod
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import re
 import threading
@@ -74,6 +75,10 @@ class CollectorBase(ABC):
     #: of extending ``replay_buffer``, as TorchRL's ``_ignore_rb``
     _ignore_rb = False
     _weight_updater: WeightUpdaterBase | None = None
+    #: as TorchRL's: entries whose key (or a part of a nested key) starts with ``"_"``
+    #: are private to the env / policy (``"_reset"``, a stateless ``VecNormV2``'s
+    #: ``"_vecnorm_loc"``) and left out of the batches (set ``False`` to keep them)
+    _exclude_private_keys = True
 
     def __init__(
         self,
@@ -113,6 +118,11 @@ class CollectorBase(ABC):
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._thread_error: BaseException | None = None
+        # background collection: whether its thread runs, and pause()'s handshake with
+        # it ("running" -> "requested" by pause() -> "paused" by the thread -> "running")
+        self._pause_cv = threading.Condition()
+        self._thread_running = False
+        self._pause_state = "running"
         self.closed = False
 
     @abstractmethod
@@ -183,10 +193,17 @@ class CollectorBase(ABC):
         batch = self._produce()
         if batch is None:
             return False
+        self._write_trajs(batch)
+        return True
+
+    def _write_trajs(self, batch: TensorDictBase) -> None:
+        """Counts ``batch`` and writes the trajectories it completes (see
+        :meth:`_traj_write`)."""
         self._frames += batch.numel()
         self._iter += 1
         if self.postproc is not None:
             batch = self.postproc(batch)
+        batch = self._drop_private(batch)
         self._post_hook(batch)
         trajs = self._trajs
         trajs.ingest(batch)
@@ -199,7 +216,6 @@ class CollectorBase(ABC):
                 # have cleared it), so that the buffer stores it where it keeps the rest
                 chunk = chunk.to(device)
             self.replay_buffer.extend(chunk)
-        return True
 
     def _traj_batch(self) -> TensorDictBase | None:
         """The next ``trajs_per_batch`` whole trajectories, collecting (and counting the
@@ -221,6 +237,7 @@ class CollectorBase(ABC):
             batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
+        batch = self._drop_private(batch)
         self._post_hook(batch)  # as TorchRL: before a replay buffer gets it
         if self.replay_buffer is not None and not self._ignore_rb:
             storage = getattr(self.replay_buffer, "storage", None)
@@ -229,6 +246,17 @@ class CollectorBase(ABC):
             self.replay_buffer.extend(batch)
             return None
         return batch
+
+    def _drop_private(self, batch: TensorDictBase) -> TensorDictBase:
+        """``batch`` without its private entries (see ``_exclude_private_keys``)."""
+        if not self._exclude_private_keys:
+            return batch
+        private = [
+            key
+            for key in batch.keys(True)
+            if any(part.startswith("_") for part in ((key,) if isinstance(key, str) else key))
+        ]
+        return batch.exclude(*private) if private else batch
 
     @staticmethod
     def _check_reset_and_factory(reset_when_done: bool, policy, policy_factory) -> None:
@@ -572,6 +600,8 @@ class CollectorBase(ABC):
             raise RuntimeError("the collector is already running in the background")
         self._stop.clear()
         self._thread_error = None
+        self._pause_state = "running"
+        self._thread_running = True
         self._thread = threading.Thread(target=self._run, name="rl-collector", daemon=True)
         self._thread.start()
 
@@ -580,8 +610,153 @@ class CollectorBase(ABC):
             for _ in self.iterator():
                 if self._stop.is_set():
                     break
-        except BaseException as err:  # reported by async_shutdown / is_running
+                if self._pause_state == "requested" and self._hold():
+                    break  # stopped while paused
+        except BaseException as err:  # reported by async_shutdown / is_running / pause
             self._thread_error = err
+        finally:
+            with self._pause_cv:
+                self._thread_running = False
+                self._pause_cv.notify_all()
+
+    #: whether :meth:`pause` can hold this collector's background collection (declared
+    #: by the collectors TorchRL gives ``pause()``: the multiprocess ones)
+    _pausable = False
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """Context manager that holds the background collection of :meth:`start` while
+        the ``with`` block runs, and resumes it on leaving the block (also on an error).
+
+        Entering waits for the batches in progress to be collected and written into
+        ``replay_buffer`` (nothing is dropped); then nothing is collected or written
+        until the block ends. The collector stays usable meanwhile: the workers are idle,
+        so ``state_dict()``, ``set_seed()`` or ``update_policy_weights_()`` in the block
+        see a quiescent collector (a consistent checkpoint). If the collection ends while
+        the pause waits for it (``total_frames`` reached) the block runs all the same.
+
+        Raises:
+            NotImplementedError: the collector has no pause (as TorchRL, only the
+                multiprocess collectors have one).
+            RuntimeError: the collector is not collecting in the background (no
+                :meth:`start`, or it has stopped), it is already paused, ``pause()`` was
+                called from the collector's own thread, or the background collection
+                failed while the pause waited for it (chained to its error).
+
+        Examples:
+            >>> import time
+            >>> from rl.collectors import MultiSyncCollector
+            >>> from rl.envs import PendulumEnv
+            >>> class Buffer(list):  # anything with extend(batch), e.g. a ReplayBuffer
+            ...     def extend(self, batch):
+            ...         self.append(batch)
+            >>> rb = Buffer()
+            >>> c = MultiSyncCollector([PendulumEnv] * 2, None, frames_per_batch=8,
+            ...                        replay_buffer=rb)
+            >>> c.start()
+            >>> with c.pause():
+            ...     n = len(rb)
+            ...     time.sleep(0.5)
+            ...     still = len(rb) == n
+            >>> still
+            True
+            >>> c.async_shutdown()
+        """
+        if not self._pausable:
+            raise NotImplementedError(
+                f"Collector pause() is not implemented for {type(self).__name__}"
+            )
+        self._enter_pause(None)
+        try:
+            yield None
+        finally:
+            self._leave_pause(resume=True)
+
+    def _enter_pause(self, timeout: float | None) -> None:
+        """Asks the background thread to hold at its next batch boundary and waits for
+        it (at most ``timeout`` seconds: then ``TimeoutError`` and it runs on)."""
+        name = type(self).__name__
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(
+                f"{name}.pause() was called from the collector's own background thread, "
+                "which it would wait for: call it from the thread that called start()"
+            )
+        cv = self._pause_cv
+        with cv:
+            if not self._thread_running:
+                raise RuntimeError(
+                    f"{name}.pause() holds the background collection of start(), but the "
+                    "collector is not collecting in the background: call start() first"
+                )
+            if self._pause_state != "running":
+                raise RuntimeError(f"the {name} is already paused (pause() does not nest)")
+            self._pause_state = "requested"
+            try:
+                held = cv.wait_for(
+                    lambda: self._pause_state == "paused" or not self._thread_running, timeout
+                )
+            except BaseException:  # interrupted while waiting: let the thread run on
+                self._pause_state = "running"
+                cv.notify_all()
+                raise
+            if not held:
+                self._pause_state = "running"
+                cv.notify_all()
+                raise TimeoutError(
+                    f"the {name}'s background collection did not pause within {timeout} s "
+                    "(it finishes the batches in progress first)"
+                )
+            if self._pause_state != "paused":  # the collection ended before pausing
+                self._pause_state = "running"
+                error, self._thread_error = self._thread_error, None
+                if error is not None:
+                    raise RuntimeError("the background collection failed") from error
+
+    def _leave_pause(self, resume: bool) -> None:
+        """Lets the held background thread go on, or (``resume=False``) stop."""
+        if not resume:
+            self._request_stop()
+        with self._pause_cv:
+            self._pause_state = "running"
+            self._pause_cv.notify_all()
+        thread = self._thread
+        if not resume and thread is not None:
+            thread.join()
+            self._thread = None
+
+    def _hold(self) -> bool:
+        """The background thread's side of :meth:`pause`, between two batches: finishes
+        the work in flight, waits while paused; ``True`` when asked to stop meanwhile."""
+        self._quiesce()
+        cv = self._pause_cv
+        with cv:
+            if self._pause_state != "requested":  # pause() gave up waiting
+                return self._stop.is_set()
+            self._pause_state = "paused"
+            cv.notify_all()
+            cv.wait_for(lambda: self._pause_state != "paused" or self._stop.is_set())
+        return self._stop.is_set()
+
+    def _quiesce(self) -> None:
+        """Collects and writes whatever is still being collected between two batches
+        (a collector whose workers run ahead overrides it); nothing by default."""
+        return
+
+    def _deliver(self, batch: TensorDictBase) -> None:
+        """Counts and writes a batch produced outside :meth:`iterator` as the
+        background loop would (into ``replay_buffer``)."""
+        if self._writes_trajs():
+            self._write_trajs(batch)
+        else:
+            self._emit(batch)
+
+    def _request_stop(self) -> None:
+        """Asks the background thread to stop (waking it if it is paused)."""
+        self._stop.set()
+        cv = getattr(self, "_pause_cv", None)
+        if cv is not None:
+            with cv:
+                cv.notify_all()
 
     def is_running(self) -> bool:
         """Whether the background collection runs (raises its error if it failed)."""
@@ -593,7 +768,7 @@ class CollectorBase(ABC):
     def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
         """Stops the background collection (after the batch in progress), then shuts
         the collector down (``close_env=False`` keeps it usable)."""
-        self._stop.set()
+        self._request_stop()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -608,7 +783,7 @@ class CollectorBase(ABC):
         """Stops the collector and closes its envs or workers (idempotent)."""
         thread = getattr(self, "_thread", None)
         if thread is not None and threading.current_thread() is not thread:
-            self._stop.set()
+            self._request_stop()
             thread.join(timeout)
             self._thread = None
         self._shutdown_weight_sync()

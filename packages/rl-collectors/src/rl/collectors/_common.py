@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensordict.nn import TensorDictModule, TensorDictModuleBase
 from torch import nn
 
 from rl.core import Composite, StackedComposite, shape_fits
@@ -16,6 +18,8 @@ from rl.envs import EnvBase, StepCounter, TransformedEnv
 
 __all__ = [
     "make_env",
+    "auto_wrap_policy",
+    "AutoWrappedPolicy",
     "wrap_policy",
     "TrajIds",
     "end_of_traj",
@@ -84,6 +88,71 @@ class _DevicePolicy(nn.Module):
         back = out.to(self.env_device) if self.env_device is not None else out.cpu()
         tensordict.update(back)
         return tensordict
+
+
+class AutoWrappedPolicy(TensorDictModule):
+    """A policy on tensors that :func:`auto_wrap_policy` wrapped (its ``module`` is the
+    user's policy, where weights are loaded)."""
+
+
+def auto_wrap_policy(policy: Any, env: EnvBase, trust_policy: bool) -> Any:
+    """TorchRL's automatic wrapping of a policy on tensors, done when the collector is
+    built.
+
+    A ``nn.Module`` that is no ``TensorDictModuleBase``, has no ``in_keys`` /
+    ``out_keys`` and whose ``forward`` does not take a tensordict (one argument named
+    ``tensordict`` / ``td``, or annotated as one) is wrapped in a ``TensorDictModule``
+    that reads the observation entries its ``forward`` names (in its order) and writes
+    the env's action keys, then ``"output1"``, ``"output2"``, ... for the further items
+    of a tuple it returns (found with one call on a random observation, which moves no
+    random generator). Anything else, or ``trust_policy``, is returned unchanged.
+
+    Raises:
+        TypeError: a required argument of ``forward`` is not an entry of the env's
+            ``observation_spec``.
+    """
+    if (
+        trust_policy
+        or not isinstance(policy, nn.Module)
+        or isinstance(policy, TensorDictModuleBase)
+        or hasattr(policy, "in_keys")
+        or hasattr(policy, "out_keys")
+    ):
+        return policy
+    try:
+        params = inspect.signature(policy.forward).parameters
+    except (TypeError, ValueError):
+        return policy
+    names = list(params)
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    if (
+        set(names) in ({"tensordict"}, {"td"})
+        or (len(names) == 1 and is_tensor_collection(params[names[0]].annotation))
+        # ``forward(*args, **kwargs)`` (a compiled module, a generic wrapper) names no
+        # entry to read: it is left as given, to the rollout's own handling
+        or any(p.kind in variadic for p in params.values())
+    ):
+        return policy
+    spec = env.observation_spec
+    entries = list(spec.keys())
+    required = [name for name, p in params.items() if p.default is inspect.Parameter.empty]
+    missing = [name for name in required if name not in entries]
+    if missing:
+        raise TypeError(
+            f"the policy's forward takes {required} but the env's observation_spec has "
+            f"entries {entries}: {missing} cannot be read from it. A policy on tensors is "
+            "wrapped to read the observation entries its forward names; wrap it in a "
+            "TensorDictModule with its in_keys, or pass trust_policy=True to run it as is"
+        )
+    in_keys = [name for name in names if name in entries]
+    out_keys = list(env.action_keys)
+    first = next(iter(policy.parameters()), None)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        sample = spec.rand() if first is None else spec.rand().to(first.device)
+        output = policy(**{name: sample.get(name) for name in in_keys})
+    if isinstance(output, tuple):
+        out_keys.extend(f"output{i}" for i in range(1, len(output)))
+    return AutoWrappedPolicy(policy, in_keys=in_keys, out_keys=out_keys)
 
 
 def wrap_policy(

@@ -231,12 +231,19 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self.no_cuda_sync = bool(no_cuda_sync)
         self.worker_idx = worker_idx
         self.compact_obs = bool(compact_obs)
+        # as TorchRL: with weight_sync_schemes a policy may come with the policy_factory
+        # (the policy stays here, the source of the weights sent; the factory builds
+        # each worker's)
         if not isinstance(policy_factory, list | tuple):
-            self._check_reset_and_factory(reset_when_done, policy, policy_factory)
-        elif policy is not None and weight_sync_schemes is None:
-            raise TypeError(
-                "policy and policy_factory are mutually exclusive without weight_sync_schemes"
+            self._check_reset_and_factory(
+                reset_when_done, policy if weight_sync_schemes is None else None, policy_factory
             )
+        else:
+            self._check_reset_and_factory(reset_when_done, None, None)
+            if policy is not None and weight_sync_schemes is None:
+                raise TypeError(
+                    "policy and policy_factory are mutually exclusive without weight_sync_schemes"
+                )
         self.policy_factory = policy_factory
         if not isinstance(track_policy_version, bool):
             raise TypeError(
@@ -350,7 +357,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self._lock = ctx.Lock()
         # with a policy_factory, one copy built here gives the weights' layout (each
         # worker builds its own policy; update_policy_weights_ then needs the weights)
-        if policy_factory is None:
+        if policy_factory is None or policy is not None:
             self._policy_templates = [policy] * n
         elif isinstance(policy_factory, list | tuple):
             self._policy_templates = [factory() for factory in factories]
@@ -593,6 +600,17 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
     def _check_idle(self) -> None:
         if self.closed:
             raise RuntimeError(f"the {type(self).__name__} was shut down")
+        if (
+            self._thread_running
+            and self._pause_state != "paused"
+            and threading.current_thread() is not self._thread
+        ):
+            # the background thread talks to the workers: a second reader of the same
+            # pipes would take its answers
+            raise RuntimeError(
+                f"the {type(self).__name__} is collecting in the background (start()): "
+                "ask its workers inside `with collector.pause():`"
+            )
         for index in list(self._pending):
             self._read_batch(index)  # an async batch in flight: dropped (not counted)
 
@@ -656,12 +674,45 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
 
     # ------------------------------------------------------------------ seeds and state
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds worker ``i`` with the ``i``-th seed of the chain; returns the next one."""
+        """Seeds worker ``i`` with the ``i``-th seed of the chain, then resets every
+        worker's env (:meth:`reset`) so that the next batch starts from the seeded
+        state, as TorchRL's; returns the next seed."""
         for index in range(self.num_workers):
             new_seed = self._call(index, "seed", seed, static_seed)
             if not static_seed:
                 seed = new_seed
+        self.reset()
         return seed
+
+    def reset(self, reset_idx: Sequence[bool] | None = None) -> None:
+        """Makes the next batch of each worker (or of those ``reset_idx`` marks) start
+        from a reset env, as TorchRL's.
+
+        A batch a worker collected ahead is dropped; its running trajectories end (the
+        next ones get new ids: ids stay unique, where TorchRL shifts the running ids
+        back to start at 0), and the trajectories being assembled here for
+        ``trajs_per_batch`` are dropped.
+
+        Args:
+            reset_idx: one bool per worker (default: every worker).
+
+        Raises:
+            ValueError: ``reset_idx`` does not hold one entry per worker.
+        """
+        if reset_idx is None:
+            reset_idx = [True] * self.num_workers
+        reset_idx = [bool(flag) for flag in reset_idx]
+        if len(reset_idx) != self.num_workers:
+            raise ValueError(
+                f"reset_idx has {len(reset_idx)} entries, expected one per worker "
+                f"({self.num_workers})"
+            )
+        self._check_idle()
+        if self._trajs is not None:
+            self._trajs.clear()
+        for index, flag in enumerate(reset_idx):
+            if flag:
+                self._call(index, "call", "reset", (), {})
 
     #: whether a resume from :meth:`state_dict` replays the same batches (the async
     #: collector's batch order depends on the workers' timing)
@@ -694,6 +745,22 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self._pending.clear()
         self._asked.clear()
         self._finalizer()
+
+    _pausable = True
+
+    def _quiesce(self) -> None:
+        """Pausing the background collection: the batches the workers are collecting
+        are finished and written (as TorchRL's workers finish theirs), so that no worker
+        runs while paused."""
+        try:
+            for index in sorted(self._pending):
+                self._deliver(self._read_batch(index))
+        except BaseException:  # as in _produce: answers left in flight cannot be trusted
+            if not self.closed:
+                self.closed = True
+                self._close()
+            raise
+        self._check_idle()  # (nothing left in flight: resets the async bookkeeping)
 
     def _produce(self) -> TensorDictBase | None:
         try:

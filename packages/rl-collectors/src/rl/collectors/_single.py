@@ -17,8 +17,10 @@ from rl.envs.utils import append_policy_transforms, missing_policy_transforms
 
 from ._base import CollectorBase
 from ._common import (
+    AutoWrappedPolicy,
     TrajIds,
     _as_tuple,
+    auto_wrap_policy,
     check_actions,
     check_batch_args,
     end_of_traj,
@@ -273,12 +275,13 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self.steps_per_batch = check_batch_args(self.env, frames_per_batch, total_frames)
         self.frames_per_batch = self.steps_per_batch * max(self.env.batch_size.numel(), 1)
         self.policy = policy
-        self._policy = wrap_policy(policy, self.policy_device, self.env.device, compile_policy)
+        runnable = auto_wrap_policy(policy, self.env, bool(trust_policy))
+        self._policy = wrap_policy(runnable, self.policy_device, self.env.device, compile_policy)
         if cudagraph_policy:
             self._policy = _cudagraph(self._policy, cudagraph_policy, self.policy_device)
         # the same calls on tensors, without tensordict's per-call machinery (None: the
         # policy is not a plain TensorDictModule / TensorDictSequential of them)
-        self._tensor_policy = tensor_policy(self._policy) if self._policy is policy else None
+        self._tensor_policy = tensor_policy(self._policy) if self._policy is runnable else None
         self.init_random_frames = int(init_random_frames or 0)
         self.reset_at_each_iter = reset_at_each_iter
         self.postproc = postproc
@@ -305,6 +308,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self._end_keys = traj_end_keys(self.env.done_keys)
         self._checked = self.trust_policy or policy is None
         self._carry_keys: list | None = None
+        self._policy_entries: TensorDictBase | None = None  # see _add_policy_entries
         self._version_tracker = _version_tracker(track_policy_version)
         self.weight_updater = weight_updater
         self._init_weight_sync(weight_sync_schemes)
@@ -397,6 +401,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             )
         if policy is not None and not self.trust_policy:
             check_actions(env, out, [out.batch_size[-1] - 1])
+        if random and self._policy is not None:
+            self._add_policy_entries(out)
         self._root = self._next_root(out)
         if self.track_traj_ids:
             ends = end_of_traj(out.get("next"), self._end_keys, len(env.batch_size) + 1)
@@ -415,6 +421,30 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         if self.return_same_td:
             out = self._into_same_td(out)
         return out
+
+    def _add_policy_entries(self, out: TensorDictBase) -> None:
+        """A batch of random actions (``init_random_frames``) gets the entries the policy
+        would have written (its other outputs, ``"next"`` ones such as a recurrent
+        state), zero-filled, as TorchRL's: every batch has the same keys (a replay
+        buffer initialised from the first batch takes the later ones), and the
+        recurrent state the first policy step reads is zero."""
+        if self._policy_entries is None:
+            root = self.env.fake_tensordict().exclude("next")
+            with (
+                torch.no_grad(),
+                torch.random.fork_rng(devices=[]),
+                set_exploration_type(self.exploration_type),
+            ):
+                written = self._policy(root.clone())
+            known = set(root.keys(True, True))
+            keys = [key for key in written.keys(True, True) if key not in known]
+            self._policy_entries = written.select(*keys).zero_()
+        nb = len(self.env.batch_size)
+        steps = out.batch_size[-1]
+        for key, value in self._policy_entries.items(True, True):
+            if key not in out.keys(True, True):
+                shape = (*value.shape[:nb], steps, *value.shape[nb:])
+                out.set(key, value.unsqueeze(nb).expand(shape).clone())
 
     def _into_same_td(self, out: TensorDictBase) -> TensorDictBase:
         """``out`` copied into the one TensorDict yielded at every batch (reallocated
@@ -491,7 +521,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             out = split_trajectories(out)
         if self.postproc is not None:
             out = self.postproc(out)
-        return out
+        return self._drop_private(out)
 
     def _acting_policy(self) -> Callable:
         """The policy's tensor twin where it still does what the policy does, else the
@@ -704,7 +734,9 @@ def _compact_keys(env: EnvBase) -> tuple:
 
 
 def _inner(policy: Any) -> Any:
-    return policy.policy if hasattr(policy, "env_device") else getattr(policy, "_orig_mod", policy)
+    """The policy whose weights the collector's runnable policy uses."""
+    inner = policy.policy if hasattr(policy, "env_device") else getattr(policy, "_orig_mod", policy)
+    return inner.module if isinstance(inner, AutoWrappedPolicy) else inner
 
 
 #: TorchRL's older name

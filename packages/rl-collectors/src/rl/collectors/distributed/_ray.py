@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -340,6 +341,51 @@ class RayCollector(CollectorBase):
             )
         except ValueError:
             self._close()
+            raise
+
+    # ------------------------------------------------------------------------- pause
+    _pausable = True
+
+    @contextlib.contextmanager
+    def pause(self, timeout: float = 30.0, *, resume: bool = True) -> Iterator[None]:
+        """Holds the background collection of :meth:`start` while the ``with`` block
+        runs (TorchRL's ``RayCollector.pause``).
+
+        Entering waits until the batches the actors are collecting are done and written;
+        the actors stay alive and idle during the block, a quiescent point to checkpoint
+        at. Collection resumes when the block ends unless ``resume=False`` (then it is
+        stopped: :meth:`start` starts it again). A collector that is not collecting in
+        the background has nothing to pause: the block just runs.
+
+        Args:
+            timeout: seconds to wait for the batches in progress (default 30).
+            resume: whether collection resumes when the block ends (default ``True``).
+
+        Raises:
+            TimeoutError: the batches in progress took longer than ``timeout`` (the
+                collection goes on).
+            RuntimeError: already paused, called from the collector's own thread, or the
+                collection failed while the pause waited for it (chained to its error).
+        """
+        if not self._thread_running:
+            yield None
+            return
+        self._enter_pause(timeout)
+        try:
+            yield None
+        finally:
+            self._leave_pause(resume)
+
+    def _quiesce(self) -> None:
+        """Pausing: the batches in flight are collected and written."""
+        try:
+            while self._pending:
+                index, frames, batch = self._next_result()
+                self._since_update[index] += 1
+                self._deliver((batch, frames))
+        except BaseException:
+            if not self.closed:
+                self._close()
             raise
 
     # ------------------------------------------------------------------------ batches

@@ -477,11 +477,15 @@ class VecNorm(Transform):
         with self._lock.held() if self._lock is not None else contextlib.nullcontext():
             if not self.frozen:
                 dims = tuple(range(nbatch))
-                x = value.to(s.dtype)
                 n = math.prod(value.shape[:nbatch])
-                s.mul_(self.decay).add_(x.sum(dims) if dims else x)
-                ssq.mul_(self.decay).add_((x * x).sum(dims) if dims else x * x)
-                count.mul_(self.decay).add_(n)
+                # statistics are data, not part of any graph: a rollout under grad (a
+                # policy with parameters acting on a differentiable env) must not chain
+                # every later step's autograd history onto them
+                with torch.no_grad():
+                    x = value.detach().to(s.dtype)
+                    s.mul_(self.decay).add_(x.sum(dims) if dims else x)
+                    ssq.mul_(self.decay).add_((x * x).sum(dims) if dims else x * x)
+                    count.mul_(self.decay).add_(n)
             if self._lock is not None:
                 # shared: read a snapshot under the lock, never another worker's half update
                 s, ssq, count = s.clone(), ssq.clone(), count.clone()
@@ -673,9 +677,11 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("var", torch.ones(shape, dtype=torch.float32))
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float32))
 
+    @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Folds the samples ``x`` ``[*N, *shape]`` (flattened over the leading dims) in."""
-        x = x.float()
+        """Folds the samples ``x`` ``[*N, *shape]`` (flattened over the leading dims) in
+        (no autograd history is recorded)."""
+        x = x.detach().float()
         x = x.reshape(-1) if self.mean.ndim == 0 else x.reshape(-1, *self.mean.shape)
         n = x.shape[0]
         if n == 0:
@@ -836,10 +842,13 @@ class VecNormV2(Transform):
         )
         self.initialized.fill_(True)
 
+    @torch.no_grad()
     def _update(self, data: TensorDictBase) -> None:
+        """Folds ``data`` into the statistics, off any autograd graph (see
+        :meth:`VecNorm._normalize`)."""
         nb = data.batch_dims
         for key in data.keys(True, True):
-            x = self._float(data.get(key))
+            x = self._float(data.get(key)).detach()
             loc, var, count = self._loc.get(key), self._var.get(key), self._count.get(key)
             if self.reduce_batch_dims and nb:
                 n = math.prod(data.batch_size)
@@ -924,7 +933,10 @@ class VecNormV2(Transform):
             if not self.frozen:
                 n = n + 1
                 w = 1 - self.decay if self.decay != 1.0 else 1.0 / n.to(mean.dtype)
-                mean, sq = mean.lerp(x, w), sq.lerp(x.pow(2), w)
+                # the carried statistics stay off the autograd graph (the output is
+                # still differentiable in x)
+                stat = x.detach()
+                mean, sq = mean.detach().lerp(stat, w), sq.detach().lerp(stat.pow(2), w)
                 loc.set(key, mean)
                 var.set(key, sq)
                 count.set(key, n)

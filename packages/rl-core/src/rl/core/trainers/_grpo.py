@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import pathlib
 import warnings
@@ -27,8 +26,6 @@ from ._hooks_optim import (
 from ._trainer import Trainer
 
 __all__ = ["GRPOTrainer"]
-
-_logger = logging.getLogger("rl.core.trainers")
 
 
 class _AccumulatingOptimizerHook(OptimizerHook):

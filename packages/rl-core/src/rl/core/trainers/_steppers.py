@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -25,8 +24,6 @@ __all__ = [
     "MixedPrecisionOptimizationStepper",
     "OptimizationStepper",
 ]
-
-_logger = logging.getLogger("rl.core.trainers")
 
 
 class OptimizationStepper(TrainerHookBase):

@@ -408,6 +408,38 @@ class TestAtomicity:
         assert value == {"version": 1}
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
+    @pytest.mark.parametrize("writer", ["live", "dead"])
+    @pytest.mark.parametrize("destination", ["present", "missing"])
+    def test_manifest_and_is_checkpoint_change_nothing(self, tmp_path, writer, destination):
+        path = Checkpoint(value={"version": 1}).save(tmp_path / "ckpt")
+        pid = os.getpid() if writer == "live" else _dead_pid()
+        backup = tmp_path / f".ckpt.backup-{pid}-0123"
+        if destination == "missing":  # a save killed between its renames
+            os.replace(path, backup)
+        else:
+            Checkpoint(value={"version": 0}).save(backup)
+
+        def listing():
+            return sorted(
+                (p.relative_to(tmp_path).as_posix(), p.read_bytes() if p.is_file() else None)
+                for p in tmp_path.rglob("*")
+            )
+
+        before = listing()
+        if destination == "missing":
+            with pytest.raises(FileNotFoundError, match="does not exist"):
+                Checkpoint.manifest(path)
+            assert not Checkpoint.is_checkpoint(path)
+        else:
+            assert Checkpoint.manifest(path)["components"]["value"]["adapter"] == "torchrl.json"
+            assert Checkpoint.is_checkpoint(path)
+        assert listing() == before
+        if destination == "missing" and writer == "dead":  # load puts it back
+            value = {}
+            Checkpoint(value=value).load(path)
+            assert value == {"version": 1}
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
     def test_stale_temporaries_of_dead_writers_are_removed(self, tmp_path):
         stale = tmp_path / f".ckpt.stage-{_dead_pid()}-0123"
         stale.mkdir()
@@ -722,6 +754,74 @@ class TestCraftedFiles:
         file.write_bytes(data[: -8 - size] + tail + len(tail).to_bytes(8, "little"))
         with pytest.raises(CheckpointError, match="spans bytes 0..1000000000"):
             Checkpoint(policy=torch.nn.Linear(2, 2)).load(path)
+
+    def test_tdz_member_larger_than_its_tensor_is_not_inflated(self, tmp_path):
+        adapter = StateDictCheckpointAdapter(payload_format="archive")
+        path = (
+            Checkpoint()
+            .register("policy", torch.nn.Linear(2, 2), adapter=adapter)
+            .save(tmp_path / "ckpt")
+        )
+        file = self._component(path) / "state.tdz"
+        with zipfile.ZipFile(file) as archive:
+            members = {name: archive.read(name) for name in archive.namelist()}
+        meta = json.loads(members["meta.json"])
+        nbytes = 4 * int(np.prod(meta["tensor_00000000"]["shape"]))  # float32
+        # 1 MiB of zeros compresses to about 1 kB
+        members["tensor_00000000.memmap"] = bytes(2**20)
+        with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, payload in members.items():
+                archive.writestr(name, payload)
+        assert file.stat().st_size < 10_000
+        with pytest.raises(
+            CheckpointError,
+            match=rf"state.tdz:tensor_00000000.memmap declares {2**20} bytes, expected at most "
+            rf"{nbytes}; refusing to inflate it",
+        ):
+            Checkpoint(policy=torch.nn.Linear(2, 2)).load(path)
+
+    def test_archive_larger_than_the_free_disk_is_not_extracted(self, tmp_path, monkeypatch):
+        from rl.core.checkpoint import _checkpoint
+
+        path = Checkpoint(
+            format="archive",
+            archive_compression="deflate",
+            store=TensorStore(torch.zeros(2**16, 4)),
+        ).save(tmp_path / "ckpt")
+        assert path.stat().st_size < 100_000  # 1 MiB of zeros, deflated
+        usage = _checkpoint.shutil.disk_usage(tmp_path)
+        monkeypatch.setattr(_checkpoint.shutil, "disk_usage", lambda _: usage._replace(free=2**19))
+        extracted = []
+        real_copy = _checkpoint.shutil.copyfileobj
+        monkeypatch.setattr(
+            _checkpoint.shutil,
+            "copyfileobj",
+            lambda *args, **kwargs: extracted.append(args) or real_copy(*args, **kwargs),
+        )
+        with pytest.raises(
+            CheckpointError,
+            match=r"ckpt: extracting up to entry 'components/0000-store/.+' needs \d+ bytes, "
+            rf"more than the {2**19} free in .+; refusing to inflate it",
+        ):
+            Checkpoint(store=TensorStore()).load(path)
+        assert extracted == []
+
+    def test_archive_manifest_declaring_a_huge_size(self, tmp_path):
+        path = Checkpoint(format="archive", value={"a": 1}).save(tmp_path / "ckpt")
+        data = bytearray(path.read_bytes())
+        # the central directory's record of manifest.json: its uncompressed size (offset 24)
+        record = data.index(b"PK\x01\x02")
+        while data[record + 46 : record + 46 + len(b"manifest.json")] != b"manifest.json":
+            record = data.index(b"PK\x01\x02", record + 4)
+        data[record + 24 : record + 28] = (2**31 - 1).to_bytes(4, "little")
+        path.write_bytes(bytes(data))
+        with pytest.raises(
+            CheckpointError,
+            match=rf"entry 'manifest.json' declares {2**31 - 1} bytes, expected at most "
+            rf"{64 * 2**20}; refusing to inflate it",
+        ):
+            Checkpoint.manifest(path)
+        assert not Checkpoint.is_checkpoint(path)
 
     def test_archive_path_traversal(self, tmp_path):
         path = Checkpoint(format="archive", value={"a": 1}).save(tmp_path / "ckpt")

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 
-import h5py
 import pytest
 import torch
 from tensordict import TensorDict
 
+from rl.core import CheckpointError
 from rl.data import (
     CompressedListStorage,
     CompressedListStorageCheckpointer,
@@ -168,8 +171,21 @@ def fill(rb: ReplayBuffer, batches: int, ndim: int = 1) -> None:
 CHECKPOINTERS = [NestedStorageCheckpointer, H5StorageCheckpointer]
 
 
+@pytest.fixture(params=CHECKPOINTERS, ids=lambda c: c.__name__)
+def checkpointer(request):
+    """Each TED checkpointer; the HDF5 one only where its optional ``h5py`` is installed."""
+    if request.param is H5StorageCheckpointer:
+        pytest.importorskip("h5py")
+    return request.param
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
 class TestTEDCheckpointers:
-    @pytest.mark.parametrize("checkpointer", CHECKPOINTERS)
     @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
     @pytest.mark.parametrize("batches", [1, 6])  # 6: the ring wraps
     def test_round_trip(self, checkpointer, storage_type, batches, tmp_path):
@@ -185,7 +201,6 @@ class TestTEDCheckpointers:
         rb2.loads(tmp_path)
         assert (rb2[:] == rb[:]).all()
 
-    @pytest.mark.parametrize("checkpointer", CHECKPOINTERS)
     def test_round_trip_two_dims(self, checkpointer, tmp_path):
         rb = ReplayBuffer(storage=LazyTensorStorage(14, ndim=2), checkpointer=checkpointer())
         for _ in range(3):
@@ -208,6 +223,7 @@ class TestTEDCheckpointers:
         assert saved.get_non_tensor("shift") == 4 and saved.get_non_tensor("is_full") is False
 
     def test_h5_file_layout(self, tmp_path):
+        h5py = pytest.importorskip("h5py")
         rb = ReplayBuffer(storage=LazyTensorStorage(4), checkpointer=H5StorageCheckpointer())
         rb.extend(rollout([0, 1, 0, 1]))
         rb.dumps(tmp_path)
@@ -218,6 +234,7 @@ class TestTEDCheckpointers:
             assert int(f.attrs["_len"]) == 4 and bool(f.attrs["is_full"])
 
     def test_h5_path_with_suffix(self, tmp_path):
+        pytest.importorskip("h5py")
         ckpt = H5StorageCheckpointer(checkpoint_file="ignored.h5")
         storage = LazyTensorStorage(5)
         storage.set(slice(0, 3), rollout([0, 0, 1]))
@@ -239,7 +256,6 @@ class TestTEDCheckpointers:
         rb2.loads(tmp_path)
         assert (rb2[:] == rb[:]).all()
 
-    @pytest.mark.parametrize("checkpointer", CHECKPOINTERS)
     def test_bad_data_raises_and_keeps_the_previous_checkpoint(self, checkpointer, tmp_path):
         rb = ReplayBuffer(storage=LazyTensorStorage(8), checkpointer=checkpointer())
         rb.extend(rollout([0, 1, 0]))
@@ -253,7 +269,6 @@ class TestTEDCheckpointers:
         rb2.loads(tmp_path)
         assert (rb2[:] == rollout([0, 1, 0])).all()
 
-    @pytest.mark.parametrize("checkpointer", CHECKPOINTERS)
     def test_empty_storage_raises(self, checkpointer, tmp_path):
         with pytest.raises(RuntimeError, match="non-initialized storage"):
             checkpointer().dumps(LazyTensorStorage(4), tmp_path)
@@ -271,6 +286,9 @@ class TestTEDCheckpointers:
     def test_missing_checkpoint_raises(self, tmp_path):
         with pytest.raises(FileNotFoundError, match="NestedStorageCheckpointer"):
             NestedStorageCheckpointer().loads(LazyTensorStorage(4), tmp_path / "none")
+
+    def test_missing_h5_file_raises(self, tmp_path):
+        pytest.importorskip("h5py")
         with pytest.raises(FileNotFoundError, match="checkpoint.h5"):
             H5StorageCheckpointer().loads(LazyTensorStorage(4), tmp_path)
 
@@ -290,6 +308,111 @@ class TestTEDCheckpointers:
             assert "pwned" not in str(err)
         else:
             assert (rb2[:] == rb[:]).all()
+
+
+def _saved_obs(path) -> list:
+    rb = ReplayBuffer(storage=LazyTensorStorage(8), checkpointer=NestedStorageCheckpointer())
+    rb.loads(path)
+    return rb[:]["obs"][:, 0].tolist()
+
+
+class TestCrashSafety:
+    """What a dump killed mid-way leaves behind, and what the next dump and load do."""
+
+    def test_stale_temporaries_of_dead_writers_are_removed(self, checkpointer, tmp_path):
+        rb = ReplayBuffer(storage=LazyTensorStorage(8), checkpointer=checkpointer())
+        rb.extend(rollout([0, 1, 1]))
+        rb.dumps(tmp_path)
+        folder = tmp_path / "storage"
+        # the staged directory (nested) or file (HDF5) of the dump
+        target = folder if checkpointer is NestedStorageCheckpointer else folder / "checkpoint.h5"
+        dead = target.parent / f".{target.name}.tmp-{_dead_pid()}-0123"
+        live = target.parent / f".{target.name}.tmp-{os.getpid()}-4567"
+        for stale in (dead, live):
+            if checkpointer is NestedStorageCheckpointer:
+                stale.mkdir()
+                (stale / "half").write_text("partial")
+            else:
+                stale.write_bytes(b"partial")
+        rb.extend(rollout([0, 0, 1], start=10.0))
+        rb.dumps(tmp_path)
+        assert not dead.exists() and live.exists()
+        rb2 = ReplayBuffer(storage=LazyTensorStorage(8), checkpointer=checkpointer())
+        rb2.loads(tmp_path)
+        assert (rb2[:] == rb[:]).all()
+
+    def test_killed_writer_leaves_the_previous_state_and_no_temporary(self, tmp_path):
+        rb = ReplayBuffer(storage=LazyTensorStorage(8), checkpointer=NestedStorageCheckpointer())
+        rb.extend(rollout([0, 1, 1]))
+        rb.dumps(tmp_path)
+        writer = (
+            "import os, signal, sys\n"
+            "from rl.data import LazyTensorStorage, NestedStorageCheckpointer\n"
+            "from rl.data.replay_buffers import _checkpointers\n"
+            "def killed(*args, **kwargs):\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "_checkpointers._fsync_tree = killed  # killed once the staged copy is written\n"
+            "storage = LazyTensorStorage(8)\n"
+            "storage.set(slice(0, 2), torch_data)\n"
+        )
+        script = tmp_path / "writer.py"
+        script.write_text(
+            "import torch\nfrom tensordict import TensorDict\n"
+            "obs = torch.full((2, 1), 7.0)\n"
+            "torch_data = TensorDict({'obs': obs, 'next': {'obs': obs,"
+            " 'done': torch.tensor([[False], [True]])}}, [2])\n"
+            + writer
+            + "NestedStorageCheckpointer().dumps(storage, sys.argv[1])\n"
+        )
+        process = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "storage")], timeout=120
+        )
+        assert process.returncode == -9
+        assert [p.name.split("-")[0] for p in tmp_path.iterdir() if p.name.startswith(".")] == [
+            ".storage.tmp"
+        ]
+        assert _saved_obs(tmp_path) == [0.0, 1.0, 101.0]
+        rb.extend(rollout([0, 0, 1], start=10.0))
+        rb.dumps(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+    def test_load_after_a_crash_between_renames_takes_the_newest_survivor(self, tmp_path):
+        rb = ReplayBuffer(storage=LazyTensorStorage(8), checkpointer=NestedStorageCheckpointer())
+        rb.extend(rollout([0, 1, 1]))
+        rb.dumps(tmp_path)
+        # pid 9 sorts after pid 10 as text, but its state is the older one
+        os.replace(tmp_path / "storage", tmp_path / ".storage.old-9")
+        os.utime(tmp_path / ".storage.old-9", ns=(10**18, 10**18))
+        rb.extend(rollout([0, 0, 1], start=10.0))
+        rb.dumps(tmp_path)
+        os.replace(tmp_path / "storage", tmp_path / ".storage.old-10")
+        os.utime(tmp_path / ".storage.old-10", ns=(2 * 10**18, 2 * 10**18))
+        assert _saved_obs(tmp_path) == [0.0, 1.0, 101.0, 10.0, 11.0, 12.0]
+        # the next dump replaces both survivors
+        rb.dumps(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir() if "storage" in p.name) == ["storage"]
+
+    def test_files_and_directory_are_synced(self, checkpointer, tmp_path, monkeypatch):
+        from rl.data.replay_buffers import _checkpointers
+
+        synced, dirs = [], []
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real_fsync(fd)
+
+        monkeypatch.setattr(_checkpointers.os, "fsync", fsync)
+        monkeypatch.setattr(_checkpointers, "fsync_dir", lambda path: dirs.append(str(path)))
+        storage = LazyTensorStorage(8)
+        storage.set(slice(0, 3), rollout([0, 1, 1]))
+        checkpointer().dumps(storage, tmp_path / "buffer")
+        if checkpointer is NestedStorageCheckpointer:
+            assert any(".buffer.tmp-" in n and n.endswith(".json") for n in synced)
+            assert dirs[-1] == str(tmp_path)  # the rename of the buffer's folder
+        else:
+            assert len(synced) == 1 and "/buffer/.checkpoint.h5.tmp-" in synced[0]
+            assert dirs == [str(tmp_path / "buffer")]
 
 
 class TestCompressedListStorageCheckpointer:
@@ -331,6 +454,26 @@ class TestCompressedListStorageCheckpointer:
         ckpt.dumps(storage, tmp_path)
         with pytest.raises(ValueError, match="max_size 3, this storage 5"):
             ckpt.loads(CompressedListStorage(5), tmp_path)
+
+    @pytest.mark.parametrize(
+        ("payload", "found"),
+        [(torch.zeros(3), "a torch.float32 tensor"), ([1, 2], "list")],
+    )
+    def test_tensor_entry_that_is_not_bytes_raises(self, tmp_path, payload, found):
+        storage = CompressedListStorage(3)
+        storage.set(0, TensorDict({"obs": torch.ones(2)}, []))
+        ckpt = CompressedListStorageCheckpointer()
+        ckpt.dumps(storage, tmp_path)
+        file = tmp_path / "compressed_storage.pt"
+        state = torch.load(file, weights_only=True)
+        state["items"][0][1]["obs"][1] = payload
+        torch.save(state, file)
+        with pytest.raises(
+            CheckpointError,
+            match=rf"item 0 key 'obs' is a compressed tensor whose bytes should be a "
+            rf"torch.uint8 tensor, got {found}",
+        ):
+            ckpt.loads(CompressedListStorage(3), tmp_path)
 
 
 class TestStorageEnsembleCheckpointer:

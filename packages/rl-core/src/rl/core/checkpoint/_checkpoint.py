@@ -32,7 +32,7 @@ from ._adapters import (
     JSONCheckpointAdapter,
     StateDictCheckpointAdapter,
 )
-from ._payload import to_json_value
+from ._payload import MAX_JSON_BYTES, to_json_value
 
 __all__ = [
     "ArchiveCompression",
@@ -119,7 +119,10 @@ def _recover_interrupted_publish(destination: Path) -> None:
 
     Publishing a directory moves the old one to a backup, then the new one in; a process
     killed between the two renames leaves only the backup. Backups of live writers are
-    left to them.
+    left to them; liveness is checked per host (by process id), so a writer on another
+    machine sharing the folder counts as dead. It renames and deletes files: only
+    :meth:`Checkpoint.save`, and :meth:`Checkpoint.load` when ``destination`` is missing,
+    call it.
     """
     dead = [path for path, alive in _temporaries(destination, "backup") if not alive]
     if not dead:
@@ -368,6 +371,9 @@ class Checkpoint:
     ) -> Path:
         """Writes the selected components to ``path``, atomically.
 
+        First puts back a checkpoint that a killed save left moved aside and deletes the
+        temporaries of dead writers (liveness is checked by process id on this host).
+
         Args:
             path (str or Path): the checkpoint, a local path (replaced if it exists).
             components (Collection[str], optional): the names to save. Defaults to
@@ -480,6 +486,11 @@ class Checkpoint:
     ) -> CheckpointLoadResult:
         """Restores the selected components from the checkpoint at ``path``.
 
+        When ``path`` is missing because a save was killed between its two renames, the
+        previous checkpoint it had moved aside is put back first, if its writer is dead;
+        liveness is checked by process id on this host, so writers on other machines
+        sharing the folder must not save to the same path.
+
         Args:
             path (str or Path): a checkpoint directory or archive.
             components (Collection[str], optional): the registered names to restore.
@@ -513,6 +524,8 @@ class Checkpoint:
                 f"tensor_load_kwargs has weights_only={tensor_kwargs['weights_only']!r}, expected "
                 f"True: checkpoints are loaded without unpickling arbitrary objects"
             )
+        if not (source.exists() or source.is_symlink()):
+            _recover_interrupted_publish(source)
         manifest = self.manifest(source)
         requested = self._selection(components)
         records: Mapping[str, Any] = manifest["components"]
@@ -629,19 +642,35 @@ class Checkpoint:
         try:
             with zipfile.ZipFile(source) as archive:
                 members = set(archive.namelist())
+                selected = []
                 for record in records.values():
                     root = _record_path(record["path"])
-                    (temporary / root).mkdir(parents=True, exist_ok=True)
                     for relative in record["files"]:
                         member = (root / _record_path(relative)).as_posix()
                         if member not in members:
                             raise CheckpointError(
                                 f"{source} lists {member!r} in its manifest but does not hold it"
                             )
-                        target = temporary / member
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        with archive.open(member) as reader, target.open("wb") as writer:
-                            shutil.copyfileobj(reader, writer)
+                        selected.append((root, member))
+                # the sizes the archive declares, checked before anything is inflated (a
+                # small compressed member can declare gigabytes); zipfile never inflates a
+                # member past its declared size
+                free = shutil.disk_usage(temporary).free
+                total = 0
+                for _, member in selected:
+                    total += archive.getinfo(member).file_size
+                    if total > free:
+                        raise CheckpointError(
+                            f"{source}: extracting up to entry {member!r} needs {total} bytes, "
+                            f"more than the {free} free in {temporary.parent}; refusing to "
+                            f"inflate it"
+                        )
+                for root, member in selected:
+                    (temporary / root).mkdir(parents=True, exist_ok=True)
+                    target = temporary / member
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with archive.open(member) as reader, target.open("wb") as writer:
+                        shutil.copyfileobj(reader, writer)
             yield temporary
         finally:
             _remove_path(temporary)
@@ -649,7 +678,8 @@ class Checkpoint:
     # ------------------------------------------------------------------ manifest
     @classmethod
     def is_checkpoint(cls, path: str | Path) -> bool:
-        """Whether ``path`` holds a readable checkpoint manifest."""
+        """Whether ``path`` holds a readable checkpoint manifest (read-only, as
+        :meth:`manifest`)."""
         try:
             cls.manifest(path)
         except (CheckpointError, OSError, TypeError, ValueError):
@@ -673,13 +703,15 @@ class Checkpoint:
         """Reads and checks the manifest of the checkpoint at ``path``, migrating an older
         format, without reading any component.
 
+        Read-only: a checkpoint that an interrupted save left moved aside is not put back
+        here (``save`` and ``load`` do that), so ``path`` must exist.
+
         Raises:
             FileNotFoundError: nothing at ``path``.
             CheckpointError: not a checkpoint, a newer or unknown format version, or a
                 manifest whose entries are malformed or point outside the checkpoint.
         """
         source = cls._local_path(path)
-        _recover_interrupted_publish(source)
         if not source.exists():
             raise FileNotFoundError(f"checkpoint path does not exist: {source}")
         try:
@@ -687,6 +719,12 @@ class Checkpoint:
                 manifest = json.loads((source / _MANIFEST_NAME).read_text(encoding="utf-8"))
             elif zipfile.is_zipfile(source):
                 with zipfile.ZipFile(source) as archive:
+                    size = archive.getinfo(_MANIFEST_NAME).file_size
+                    if size > MAX_JSON_BYTES:
+                        raise CheckpointError(
+                            f"{source}: entry {_MANIFEST_NAME!r} declares {size} bytes, expected "
+                            f"at most {MAX_JSON_BYTES}; refusing to inflate it"
+                        )
                     manifest = json.loads(archive.read(_MANIFEST_NAME))
             else:
                 raise CheckpointError(

@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 _TENSOR_KEY = re.compile(r"tensor_\d{8}")
+# the most a JSON file of a checkpoint archive (a manifest, a meta.json) may inflate to
+MAX_JSON_BYTES = 64 * 2**20
 _TENSORDICT_TYPE = "<class 'tensordict._td.TensorDict'>"
 _TENSORDICT_CLASS = "tensordict:TensorDict"
 # keys of a directory's meta.json that describe the TensorDict itself, not a leaf
@@ -329,29 +331,41 @@ def _read_directory(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def _read_member(archive: zipfile.ZipFile, name: str, limit: int, where: str) -> bytes:
+    """The bytes of member ``name``, refused before anything is inflated when the archive
+    declares more than ``limit`` of them (a small compressed member can inflate to
+    gigabytes)."""
+    size = archive.getinfo(name).file_size
+    if size > limit:
+        raise CheckpointError(
+            f"{where} declares {size} bytes, expected at most {limit}; refusing to inflate it"
+        )
+    with archive.open(name) as reader:
+        return reader.read(limit)
+
+
 def _read_tdz(path: Path) -> dict[str, torch.Tensor]:
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
             if "meta.json" not in names:
                 raise CheckpointError(f"{path} has no meta.json")
+            where = f"{path}:meta.json"
             leaves = _memmap_leaves(
-                _read_json(archive.read("meta.json"), f"{path}:meta.json"), f"{path}:meta.json"
+                _read_json(_read_member(archive, "meta.json", MAX_JSON_BYTES, where), where), where
             )
             extra = names - {"meta.json", *(f"{key}.memmap" for key in leaves)}
             if extra:
                 raise CheckpointError(
                     f"{path} holds {sorted(extra)}, which are not tensors of meta.json"
                 )
-            return {
-                key: _from_bytes(
-                    archive.read(f"{key}.memmap") if f"{key}.memmap" in names else b"",
-                    dtype,
-                    shape,
-                    f"{path}:{key}.memmap",
-                )
-                for key, (dtype, shape) in leaves.items()
-            }
+            out = {}
+            for key, (dtype, shape) in leaves.items():
+                name, where = f"{key}.memmap", f"{path}:{key}.memmap"
+                nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+                data = _read_member(archive, name, nbytes, where) if name in names else b""
+                out[key] = _from_bytes(data, dtype, shape, where)
+            return out
     except zipfile.BadZipFile as err:
         raise CheckpointError(f"{path} is not a readable archive: {err}") from None
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import pathlib
 import warnings
@@ -22,12 +21,11 @@ from ._hooks_optim import (
     check_saved_grads,
     restore_grads,
     saved_grads,
+    scaler_step,
 )
 from ._trainer import Trainer
 
 __all__ = ["GRPOTrainer"]
-
-_logger = logging.getLogger("rl.core.trainers")
 
 
 class _AccumulatingOptimizerHook(OptimizerHook):
@@ -82,22 +80,11 @@ class _AccumulatingOptimizerHook(OptimizerHook):
             self.scaler.unscale_(self.optimizer)
         norm = self._grad_clip(clip_grad_norm, clip_norm)
         if self.scaler is not None:
-            scale = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            # the scaler lowers its scale exactly when it found inf/nan and skipped the step
-            stepped = self.scaler.get_scale() >= scale
+            stepped = scaler_step(
+                self.scaler, self.optimizer, norm, "GRPOTrainer", self.skipped_nonfinite_steps
+            )
             if not stepped:
                 self.skipped_nonfinite_steps += 1
-                _logger.info(
-                    "GRPOTrainer: the float16 grad scaler skipped the optimizer step (scaled "
-                    "gradients overflowed, gradient norm %s) and lowered its scale from %s to "
-                    "%s; %d skipped so far",
-                    norm.item(),
-                    scale,
-                    self.scaler.get_scale(),
-                    self.skipped_nonfinite_steps,
-                )
         elif not torch.isfinite(norm):
             self._skip("gradient norm", norm)
             stepped = False

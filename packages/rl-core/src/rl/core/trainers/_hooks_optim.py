@@ -3,6 +3,7 @@ the CUDA cache."""
 
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -22,6 +23,8 @@ __all__ = [
     "TargetNetUpdaterHook",
     "UpdateWeights",
 ]
+
+_logger = logging.getLogger("rl.core.trainers")
 
 
 def loss_terms(
@@ -65,6 +68,45 @@ def clip_gradients(
     if clip_norm is not None:
         nn.utils.clip_grad_value_(params, clip_norm)
     return norm
+
+
+def scaler_step(
+    scaler: torch.amp.GradScaler,
+    optimizer: torch.optim.Optimizer,
+    grad_norm: torch.Tensor,
+    owner: str,
+    skipped: int,
+) -> bool:
+    """Steps ``optimizer`` through the float16 grad ``scaler`` (its gradients already
+    unscaled) and updates the scale; logs at INFO when the scaler skipped the step.
+
+    Args:
+        scaler: the grad scaler that scaled the loss.
+        optimizer: the optimizer to step.
+        grad_norm: the (unscaled) gradient norm, for the log.
+        owner: who steps, named in the log.
+        skipped: the steps skipped before this one, for the log's running count.
+
+    Returns:
+        Whether the optimizer stepped: ``False`` when the scaled gradients overflowed.
+    """
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    # the scaler lowers its scale exactly when it found inf/nan and skipped the step
+    stepped = scaler.get_scale() >= scale
+    if not stepped:
+        _logger.info(
+            "%s: the float16 grad scaler skipped the optimizer step (scaled gradients "
+            "overflowed, gradient norm %s) and lowered its scale from %s to %s; %d skipped "
+            "so far",
+            owner,
+            grad_norm.item(),
+            scale,
+            scaler.get_scale(),
+            skipped + 1,
+        )
+    return stepped
 
 
 def saved_grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +9,14 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._hooks_optim import check_saved_grads, clip_gradients, loss_terms, restore_grads, saved_grads
+from ._hooks_optim import (
+    check_saved_grads,
+    clip_gradients,
+    loss_terms,
+    restore_grads,
+    saved_grads,
+    scaler_step,
+)
 from ._trainer import Trainer, TrainerHookBase, _as_tensordict
 
 __all__ = [
@@ -18,8 +24,6 @@ __all__ = [
     "MixedPrecisionOptimizationStepper",
     "OptimizationStepper",
 ]
-
-_logger = logging.getLogger("rl.core.trainers")
 
 
 class OptimizationStepper(TrainerHookBase):
@@ -299,22 +303,15 @@ class MixedPrecisionOptimizationStepper(OptimizationStepper):
             self.scaler.unscale_(self.optimizer)
         grad_norm = clip_gradients(self._params(), True, self.clip_norm)
         if self._use_scaler:
-            scale = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            # the scaler lowers its scale exactly when it found inf/nan and skipped the step
-            stepped = self.scaler.get_scale() >= scale
+            stepped = scaler_step(
+                self.scaler,
+                self.optimizer,
+                grad_norm,
+                "MixedPrecisionOptimizationStepper",
+                self._skipped_nonfinite_steps,
+            )
             if not stepped:
                 self._skipped_nonfinite_steps += 1
-                _logger.info(
-                    "MixedPrecisionOptimizationStepper: the float16 grad scaler skipped the "
-                    "optimizer step (scaled gradients overflowed, gradient norm %s) and lowered "
-                    "its scale from %s to %s; %d skipped so far",
-                    grad_norm.item(),
-                    scale,
-                    self.scaler.get_scale(),
-                    self._skipped_nonfinite_steps,
-                )
         elif not torch.isfinite(grad_norm):
             self._skip("gradient norm", grad_norm)
             stepped = False

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
 
+from rl.core._files import fsync_dir, pid_alive
 from rl.core.trainers import CheckpointError, atomic_save, load_checkpoint
 from rl.data.replay_buffers._ted import H5Combine, H5Split, Nested2TED, TED2Nested
 from rl.data.replay_buffers._utils import (
@@ -221,38 +224,103 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         storage.load_state_dict(state)
 
 
+def _temporary_prefix(path: Path) -> str:
+    """The name prefix of ``path``'s temporaries: ``.<name>.tmp-<pid>-<random>``, the
+    writer's process id telling a later dump whether it may delete one."""
+    return f".{path.name}.tmp-"
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Deletes the temporaries of ``path`` whose writers are gone (killed before they could
+    rename or delete them); those of live writers on this host are theirs to finish. The
+    liveness check is per host: a writer on another machine sharing the folder is not seen."""
+    prefix = _temporary_prefix(path)
+    for stale in path.parent.glob(glob.escape(prefix) + "*"):
+        pid = stale.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and pid_alive(int(pid)):
+            continue
+        _remove(stale)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _discard(path: Path) -> None:
+    """Deletes ``path`` after renaming it to a temporary: a deletion cut short leaves a
+    temporary the next dump removes, never a half-deleted state :func:`_readable_dir` could
+    take for a whole one."""
+    trash = path.parent / f"{_temporary_prefix(path)}{os.getpid()}-{uuid.uuid4().hex}"
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:
+        return
+    _remove(trash)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flushes every file below ``root`` and the folders that name them to the disk."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _fsync_file(Path(folder, name))
+        fsync_dir(folder)
+
+
 @contextlib.contextmanager
 def _staged_dir(path: Path) -> Iterator[Path]:
     """Yields a fresh directory beside ``path`` that replaces ``path`` once written whole.
 
-    A process killed while writing leaves the previous ``path`` intact; one killed between
-    the two renames leaves it as ``.<name>.old-<pid>``, which :func:`_readable_dir` finds.
+    The directory is flushed to disk before it is renamed in, and the rename after. A
+    process killed while writing leaves the previous ``path`` intact (and a temporary the
+    next dump deletes); one killed between the two renames leaves the previous state as
+    ``.<name>.old-<pid>``, which :func:`_readable_dir` finds.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    _remove_stale_temporaries(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}-", dir=path.parent))
     try:
         yield tmp
+        _fsync_tree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = None
     if path.exists():
         old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
+        _discard(old)
         os.replace(path, old)
     os.replace(tmp, path)
+    fsync_dir(path.parent)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in path.parent.glob(f".{path.name}.old-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+        _discard(old)
+    for stale in path.parent.glob(glob.escape(f".{path.name}.old-") + "*"):
+        _discard(stale)
 
 
 def _readable_dir(path: Path, what: str) -> Path:
+    """``path``, or where a dump killed between its renames left the previous state whole:
+    the newest (by modification time) ``.<name>.old-<pid>`` beside it."""
     if path.is_dir():
         return path
-    survivors = sorted(path.parent.glob(f".{path.name}.old-*"))
-    if survivors:  # a dump was killed between its renames: the previous state is whole
-        return survivors[-1]
+    survivors = []
+    for survivor in path.parent.glob(glob.escape(f".{path.name}.old-") + "*"):
+        try:
+            survivors.append((survivor.stat().st_mtime_ns, survivor))
+        except FileNotFoundError:  # removed by a dump meanwhile
+            continue
+    if survivors:
+        return max(survivors)[1]
     raise FileNotFoundError(f"no {what} state at '{path}'")
 
 
@@ -484,7 +552,10 @@ class H5StorageCheckpointer(NestedStorageCheckpointer):
         nested, length, root_done = self._convert(storage)
         split = H5Split()(nested)
         file = self._get_path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=file.parent)
+        _remove_stale_temporaries(file)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f"{_temporary_prefix(file)}{os.getpid()}-", dir=file.parent
+        )
         os.close(fd)
         try:
             with h5py.File(tmp, "w") as h5:
@@ -498,7 +569,9 @@ class H5StorageCheckpointer(NestedStorageCheckpointer):
                     h5.attrs[key] = split.get_non_tensor(key)
                 h5.attrs["_len"] = length
                 h5.attrs["root_done_keys"] = json.dumps(root_done)
+            _fsync_file(Path(tmp))
             os.replace(tmp, file)
+            fsync_dir(file.parent)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -597,7 +670,9 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
             raise ValueError(
                 f"checkpoint has max_size {state['max_size']}, this storage {storage.max_size}"
             )
-        storage._storage = [_decode_packed(p, file) for p in state["items"]]
+        storage._storage = [
+            _decode_packed(p, file, f"item {i}") for i, p in enumerate(state["items"])
+        ]
         storage._bump_mutation_revision()
 
 
@@ -622,17 +697,33 @@ def _encode_packed(packed: tuple) -> list:
     return ["other", encode_item(payload), None]
 
 
-def _decode_packed(packed: Any, file: Path) -> tuple:
+def _decode_packed(packed: Any, file: Path, where: str) -> tuple:
+    """One saved item (``where`` names it: ``item 3``, ``item 3 key 'obs'``) as the
+    storage holds it."""
     if not isinstance(packed, list) or len(packed) != 3:
-        raise CheckpointError(f"'{file}' holds an item that is not a compressed entry")
+        raise CheckpointError(f"'{file}' {where} is not a compressed entry")
     kind, payload, meta = packed
-    if kind == "tensor" and isinstance(payload, torch.Tensor) and payload.dtype == torch.uint8:
+    if kind == "tensor":
+        if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8:
+            found = (
+                f"a {payload.dtype} tensor"
+                if isinstance(payload, torch.Tensor)
+                else type(payload).__name__
+            )
+            raise CheckpointError(
+                f"'{file}' {where} is a compressed tensor whose bytes should be a torch.uint8 "
+                f"tensor, got {found}"
+            )
         return ("tensor", payload, meta)
     if kind == "tensordict" and isinstance(payload, dict):
-        return ("tensordict", {k: _decode_packed(v, file) for k, v in payload.items()}, meta)
+        return (
+            "tensordict",
+            {k: _decode_packed(v, file, f"{where} key {k!r}") for k, v in payload.items()},
+            meta,
+        )
     if kind == "other":
         return ("other", decode_item(payload), None)
-    raise CheckpointError(f"'{file}' holds a compressed entry of unknown kind {kind!r}")
+    raise CheckpointError(f"'{file}' {where} is a compressed entry of unknown kind {kind!r}")
 
 
 class StorageEnsembleCheckpointer(StorageCheckpointerBase):

@@ -41,6 +41,7 @@ MODULES = [
     "rl.core.plot",
     "rl.core.workers",
     "rl.core.datafiles",
+    "rl.core.files",
     "rl.core.ray_runtime",
     "rl.cpp",
     "rl.envs",

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import tensordict
 import torch
 
-from .._files import fsync_dir, pid_alive
+from ..files import fsync_dir, pid_alive
 from ..trainers import CheckpointError
 from ._adapters import (
     CheckpointAdapter,

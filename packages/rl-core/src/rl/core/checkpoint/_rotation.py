@@ -13,7 +13,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from .._files import pid_alive
+from ..files import pid_alive
 from ..trainers import CheckpointError
 from ._adapters import CheckpointOptions
 from ._checkpoint import (

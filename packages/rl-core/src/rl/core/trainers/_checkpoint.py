@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._files import fsync_dir, pid_alive
+from ..files import fsync_dir, pid_alive
 
 __all__ = [
     "CheckpointError",

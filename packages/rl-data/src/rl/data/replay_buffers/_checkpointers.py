@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
 
-from rl.core._files import fsync_dir, pid_alive
+from rl.core.files import fsync_dir, pid_alive
 from rl.core.trainers import CheckpointError, atomic_save, load_checkpoint
 from rl.data.replay_buffers._ted import H5Combine, H5Split, Nested2TED, TED2Nested
 from rl.data.replay_buffers._utils import (

@@ -1,5 +1,6 @@
-"""File-system helpers shared by the writers that must survive a crash (trainer checkpoints,
-``rl.core.checkpoint``): directory fsync and the liveness of a temporary's writer."""
+"""File-system helpers for writers that must survive a crash (the trainers' checkpoints,
+``rl.core.checkpoint``, rl-data's storage checkpointers): directory fsync and whether a
+temporary file's writer still runs."""
 
 from __future__ import annotations
 

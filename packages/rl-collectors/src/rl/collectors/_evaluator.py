@@ -512,11 +512,10 @@ class _Backend:
                     outcome = None if raw is None else self.format(raw, step)
                 except BaseException as err:  # handed to poll / wait
                     outcome = err
-                    if not isinstance(err, Exception):
-                        raise  # (after the finally below) the thread ends
-                finally:
+                try:
                     if isinstance(outcome, dict):
                         self.call_on_result(outcome)
+                finally:  # whatever happens, wait() / pending see the round over
                     with self.cond:
                         self.running = False
                         if outcome is not None:
@@ -531,6 +530,9 @@ class _Backend:
                                 )
                             self.requests.clear()
                         self.cond.notify_all()
+                if not isinstance(outcome, Exception | dict | None):
+                    logger.error("Evaluator thread stopped on %r", outcome)
+                    return  # a new trigger_eval starts a new thread
         finally:
             if self._should_quit():
                 self.stop.set()

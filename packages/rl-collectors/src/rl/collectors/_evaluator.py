@@ -529,6 +529,7 @@ class _Backend:
                                     )
                                 )
                             self.requests.clear()
+                            self.thread = None  # the next trigger_eval starts a new one
                         self.cond.notify_all()
                 if not isinstance(outcome, Exception | dict | None):
                     logger.error("Evaluator thread stopped on %r", outcome)

@@ -416,6 +416,27 @@ class TestLifecycle:
         assert not threads[0].is_alive()
         assert _wait_no_children() == []
 
+    def test_shutdown_timeout_leaves_closing_to_the_thread(self):
+        release = threading.Event()
+
+        class BlockingReach(_SignalReach):
+            def _step(self, tensordict):
+                out = super()._step(tensordict)
+                release.wait(60)  # a step that outlasts shutdown's timeout
+                return out
+
+        env = BlockingReach(goal=math.inf)
+        evaluator = Evaluator(env, constant_policy(1.0), num_trajectories=1, frames_per_batch=2)
+        assert evaluator.trigger_eval(step=0)
+        assert env.stepped.wait(60)
+        threads = _evaluator_threads()
+        evaluator.shutdown(timeout=0.1)  # returns while the step still blocks
+        assert threads[0].is_alive() and not env.is_closed
+        release.set()
+        threads[0].join(30)
+        assert not threads[0].is_alive()
+        assert env.is_closed  # closed by the thread on its way out
+
 
 class TestFps:
     def test_fps_counts_the_rollout_not_the_build(self):

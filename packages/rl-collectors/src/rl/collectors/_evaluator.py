@@ -596,7 +596,7 @@ class _Backend:
             if thread.is_alive():
                 logger.warning(
                     "Evaluator thread still runs %.1f s after shutdown (an env step that "
-                    "does not return?); its env is left open",
+                    "does not return?); it closes its env when that step returns",
                     timeout,
                 )
                 return

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import os
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from tensordict import TensorDict
 
 from rl.collectors import Evaluator
 from rl.collectors._evaluator import episode_metrics
-from rl.envs import RewardSum, TransformedEnv, VecNorm
+from rl.envs import RewardSum, StepCounter, TransformedEnv, VecNorm
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _collector_helpers import ReachEnv, children_of, constant_policy  # noqa: E402
@@ -38,6 +40,52 @@ def _reach():
 class _FailingReach(ReachEnv):
     def _step(self, tensordict):
         raise ValueError("the simulator exploded")
+
+
+class _SignalReach(ReachEnv):
+    """ReachEnv that sets ``stepped`` at its first step and records the perf_counter
+    times around each step (``first_start``, ``last_end``)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.stepped = threading.Event()
+        self.first_start = self.last_end = None
+
+    def _step(self, tensordict):
+        now = time.perf_counter()
+        if self.first_start is None:
+            self.first_start = now
+        self.stepped.set()
+        out = super()._step(tensordict)
+        self.last_end = time.perf_counter()
+        return out
+
+
+class _Abort(BaseException):
+    """Not an Exception: what a bare ``except Exception`` misses."""
+
+
+class _AbortOnceReach(ReachEnv):
+    aborted = False
+
+    def _step(self, tensordict):
+        if not _AbortOnceReach.aborted:
+            _AbortOnceReach.aborted = True
+            raise _Abort("stop right there")
+        return super()._step(tensordict)
+
+
+def _slow_counted_reach():
+    """(process worker) a slow build; a StepCounter(3) of its own on an endless walk."""
+    time.sleep(0.5)
+    return TransformedEnv(ReachEnv(goal=math.inf), StepCounter(max_steps=3))
+
+
+def _wait_no_children(timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while children_of(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return children_of(os.getpid())
 
 
 def _evaluator_threads() -> list[threading.Thread]:
@@ -208,15 +256,14 @@ class TestBackground:
             error.shutdown()
 
     def test_shutdown_stops_and_joins(self):
-        env = ReachEnv(goal=math.inf)  # an episode that never ends
+        env = _SignalReach(goal=math.inf)  # an episode that never ends
         evaluator = Evaluator(env, constant_policy(1.0), num_trajectories=1, frames_per_batch=10)
         evaluator.trigger_eval(step=0)
-        deadline = time.monotonic() + 30
-        while not evaluator.pending and time.monotonic() < deadline:
-            time.sleep(0.01)
-        start = time.monotonic()
-        evaluator.shutdown(timeout=10)
-        assert time.monotonic() - start < 5
+        assert env.stepped.wait(60)  # the round runs
+        threads = _evaluator_threads()
+        assert len(threads) == 1
+        evaluator.shutdown(timeout=30)
+        assert not threads[0].is_alive()  # joined, not abandoned after the timeout
         assert _evaluator_threads() == []
         assert not evaluator.pending
         assert env.is_closed
@@ -225,7 +272,7 @@ class TestBackground:
         evaluator.shutdown()  # idempotent
 
     def test_shutdown_stops_a_blocking_evaluate(self):
-        env = ReachEnv(goal=math.inf)
+        env = _SignalReach(goal=math.inf)
         evaluator = Evaluator(env, constant_policy(1.0), num_trajectories=1, frames_per_batch=10)
         errors = []
 
@@ -237,8 +284,8 @@ class TestBackground:
 
         thread = threading.Thread(target=run)
         thread.start()
-        time.sleep(0.5)
-        evaluator.shutdown(timeout=10)
+        assert env.stepped.wait(60)  # evaluate() is collecting
+        evaluator.shutdown(timeout=30)
         thread.join(10)
         assert not thread.is_alive()
         assert len(errors) == 1 and "shut down" in str(errors[0])
@@ -276,6 +323,168 @@ class TestBackground:
         finally:
             evaluator.shutdown()
         assert threads == ["rl-evaluator", "rl-evaluator"]
+
+    def test_base_exception_ends_round_and_is_reported(self):
+        _AbortOnceReach.aborted = False
+        evaluator = Evaluator(
+            _AbortOnceReach(), constant_policy(1.0), num_trajectories=1, busy_policy="queue"
+        )
+        try:
+            assert evaluator.trigger_eval(step=0)
+            assert evaluator.trigger_eval(step=1)  # queued behind the aborted one
+            with pytest.raises(RuntimeError, match="background evaluation failed") as info:
+                evaluator.wait(timeout=60)
+            assert isinstance(info.value.__cause__, _Abort)
+            # the thread ended on it: the queued request reports that it did not run
+            with pytest.raises(RuntimeError, match="background evaluation failed") as info:
+                evaluator.wait(timeout=60)
+            assert "not run" in str(info.value.__cause__)
+            assert not evaluator.pending
+            assert evaluator.wait() is None  # nothing pending: no hang
+            # a new request starts a new thread, and the env works again
+            assert evaluator.trigger_eval(step=2)
+            result = evaluator.wait(timeout=60)
+            assert (result["eval/step"], result["eval/reward"]) == (2, pytest.approx(3.0))
+        finally:
+            evaluator.shutdown()
+
+    def test_steps_unique_across_threads(self):
+        evaluator = Evaluator(
+            _reach(), constant_policy(1.0), num_trajectories=1, max_steps=5, busy_policy="queue"
+        )
+        steps, errors = [], []
+        interval = sys.getswitchinterval()
+
+        def blocking():
+            try:
+                for _ in range(5):
+                    steps.append(evaluator.evaluate()["eval/step"])
+            except Exception as err:  # reported below
+                errors.append(err)
+
+        sys.setswitchinterval(1e-6)  # interleave the threads as much as possible
+        try:
+            threads = [threading.Thread(target=blocking) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            for _ in range(5):
+                assert evaluator.trigger_eval()
+            for thread in threads:
+                thread.join(60)
+            for _ in range(5):
+                steps.append(evaluator.wait(timeout=60)["eval/step"])
+        finally:
+            sys.setswitchinterval(interval)
+            evaluator.shutdown()
+        assert errors == []
+        assert sorted(steps) == list(range(20))
+
+
+class TestLifecycle:
+    def test_dropped_evaluator_is_collected_thread_backend(self):
+        env = ReachEnv()
+        evaluator = Evaluator(env, constant_policy(1.0), num_trajectories=1, max_steps=10)
+        assert evaluator.trigger_eval(step=0)
+        assert evaluator.wait(timeout=60)["eval/step"] == 0
+        threads = _evaluator_threads()
+        assert len(threads) == 1  # idle, waiting for the next request
+        ref = weakref.ref(evaluator)
+        del evaluator  # no shutdown()
+        gc.collect()
+        assert ref() is None
+        threads[0].join(30)
+        assert not threads[0].is_alive()
+        assert env.is_closed
+
+    def test_dropped_evaluator_is_collected_process_backend(self):
+        evaluator = Evaluator(
+            _reach,
+            policy_factory=lambda: constant_policy(1.0),
+            num_trajectories=1,
+            max_steps=10,
+            backend="process",
+        )
+        assert evaluator.trigger_eval(step=0)
+        assert evaluator.wait(timeout=60)["eval/reward"] == pytest.approx(3.0)
+        assert children_of(os.getpid())  # the worker
+        threads = _evaluator_threads()
+        ref = weakref.ref(evaluator)
+        del evaluator
+        gc.collect()
+        assert ref() is None
+        threads[0].join(30)
+        assert not threads[0].is_alive()
+        assert _wait_no_children() == []
+
+    def test_shutdown_timeout_leaves_closing_to_the_thread(self):
+        release = threading.Event()
+
+        class BlockingReach(_SignalReach):
+            def _step(self, tensordict):
+                out = super()._step(tensordict)
+                release.wait(60)  # a step that outlasts shutdown's timeout
+                return out
+
+        env = BlockingReach(goal=math.inf)
+        evaluator = Evaluator(env, constant_policy(1.0), num_trajectories=1, frames_per_batch=2)
+        assert evaluator.trigger_eval(step=0)
+        assert env.stepped.wait(60)
+        threads = _evaluator_threads()
+        evaluator.shutdown(timeout=0.1)  # returns while the step still blocks
+        assert threads[0].is_alive() and not env.is_closed
+        release.set()
+        threads[0].join(30)
+        assert not threads[0].is_alive()
+        assert env.is_closed  # closed by the thread on its way out
+
+
+class TestFps:
+    def test_fps_counts_the_rollout_not_the_build(self):
+        built = {}
+
+        def env_factory():
+            time.sleep(0.5)  # a slow build (a simulator, a worker)
+            built["env"] = _SignalReach(goal=3.0)
+            built["at"] = time.perf_counter()
+            return built["env"]
+
+        evaluator = Evaluator(
+            env_factory,
+            policy_factory=lambda env: constant_policy(1.0),
+            num_trajectories=4,
+            max_steps=10,
+        )
+        try:
+            metrics = evaluator.evaluate()
+            returned = time.perf_counter()
+        finally:
+            evaluator.shutdown()
+        frames = metrics["eval/num_episodes"] * metrics["eval/episode_length"]
+        assert frames == 12
+        rollout_time = frames / metrics["eval/fps"]
+        env = built["env"]
+        # the timer encloses every env step and starts after the build returned
+        assert rollout_time >= env.last_end - env.first_start
+        assert rollout_time <= returned - built["at"]
+
+    def test_fps_process_backend_excludes_worker_start(self):
+        evaluator = Evaluator(
+            _slow_counted_reach,
+            policy_factory=lambda: constant_policy(1.0),
+            num_trajectories=2,
+            backend="process",
+        )
+        try:
+            start = time.perf_counter()
+            metrics = evaluator.evaluate()
+            took = time.perf_counter() - start
+        finally:
+            evaluator.shutdown()
+        rollout_time = metrics["eval/num_episodes"] * metrics["eval/episode_length"]
+        rollout_time /= metrics["eval/fps"]
+        # the worker's start (and its 0.5 s env build) are outside the timed rollout
+        assert rollout_time <= took - 0.5
+        assert _wait_no_children() == []
 
 
 class TestState:
@@ -323,10 +532,39 @@ class TestProcessBackend:
         assert second["eval/reward"] == pytest.approx(_hand_rollout(2.0)[0])
         assert third["eval/reward"] == pytest.approx(_hand_rollout(1.0)[0])
         assert third["eval/step"] == 2
-        deadline = time.monotonic() + 10
-        while children_of(os.getpid()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert children_of(os.getpid()) == []
+        assert _wait_no_children() == []
+
+    @pytest.mark.parametrize("backend", ["thread", "process"])
+    def test_max_steps_ignored_when_env_counts_steps(self, backend):
+        # the env's own StepCounter(3) applies, in both back-ends; max_steps=10 is ignored
+        kwargs = (
+            dict(policy_factory=lambda: constant_policy(1.0))
+            if backend == "process"
+            else dict(policy=constant_policy(1.0))
+        )
+        env = _slow_counted_reach if backend == "process" else _slow_counted_reach()
+        evaluator = Evaluator(env, num_trajectories=2, max_steps=10, backend=backend, **kwargs)
+        try:
+            metrics = evaluator.evaluate()
+        finally:
+            evaluator.shutdown()
+        assert metrics["eval/episode_length"] == 3.0
+        assert metrics["eval/reward"] == pytest.approx(3.0)
+
+    def test_process_max_steps_truncates(self):
+        evaluator = Evaluator(
+            _reach,
+            policy_factory=lambda: constant_policy(0.1),
+            num_trajectories=2,
+            max_steps=4,
+            backend="process",
+        )
+        try:
+            metrics = evaluator.evaluate()
+        finally:
+            evaluator.shutdown()
+        assert metrics["eval/episode_length"] == 4.0
+        assert metrics["eval/reward"] == pytest.approx(0.4)
 
 
 class TestArguments:

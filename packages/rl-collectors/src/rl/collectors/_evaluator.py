@@ -15,6 +15,7 @@ import inspect
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,7 +27,7 @@ from torch import nn
 import rl.collectors as _collectors_pkg
 from rl.core import ExplorationType
 from rl.envs import EnvBase
-from rl.envs.transforms import Compose, TransformedEnv, VecNorm, VecNormV2
+from rl.envs.transforms import Compose, StepCounter, TransformedEnv, VecNorm, VecNormV2
 
 from ._common import load_weights
 from ._multi import MultiSyncCollector
@@ -41,6 +42,8 @@ _BACKENDS = ("thread", "process")
 _BUSY_POLICIES = ("skip", "error", "queue")
 _EPISODE_REWARD_KEY = ("next", "episode_reward")
 _STEP_COUNT_KEY = ("next", "step_count")
+# the longest the background loop (and wait()) sleeps before checking the stop flag
+_IDLE_WAKE_S = 1.0
 
 
 class Evaluator:
@@ -86,9 +89,11 @@ class Evaluator:
         policy_factory: builds the policy: ``policy_factory(env)`` (``"thread"``), or
             ``policy_factory()`` in the worker process (``"process"``, as TorchRL).
         num_trajectories: complete episodes per evaluation (default 10).
-        max_steps: episodes are truncated after this many steps (the collector's
-            ``max_frames_per_traj``; ignored when the env already counts steps).
-            ``None``: episodes run until done.
+        max_steps: episodes are truncated after this many steps (a ``StepCounter``
+            appended to the env, as the collector's ``max_frames_per_traj``). Ignored,
+            in both back-ends, when the env already has a ``"step_count"`` entry (e.g.
+            its own ``StepCounter``, whose limit then applies). ``None``: episodes run
+            until done.
         frames_per_batch: env steps per collected batch (internal; default
             ``max_steps``, or 1000). A shutdown takes effect between two batches.
         collector_cls: :class:`~rl.collectors.Collector` (default) or a subclass, or
@@ -175,8 +180,6 @@ class Evaluator:
         num_gpus: int = 1,
         ray_kwargs: dict | None = None,
     ) -> None:
-        self._thread: threading.Thread | None = None  # before any check: shutdown / __del__
-        self._runner: _Runner | None = None
         if backend == "ray":
             raise NotImplementedError(
                 "rl's Evaluator has no 'ray' back-end (TorchRL's RayEvalWorker); supported "
@@ -210,24 +213,9 @@ class Evaluator:
                     f"{what} builds the policy in a worker process: pass `policy_factory` "
                     "(a callable returning the policy) instead of `policy`"
                 )
-        self._log_prefix = log_prefix
-        self._reward_keys = reward_keys
         self._done_keys = done_keys
-        self._metrics_fn = metrics_fn
-        self._on_result = on_result
-        self._dump_video = bool(dump_video)
-        self._busy_policy = busy_policy
         self._backend = backend
-        self._step_counter = 0
-        # background state, guarded by _cond's lock
-        self._cond = threading.Condition()
-        self._requests: deque[tuple[dict[str, TensorDictBase] | None, int]] = deque()
-        self._results: deque[dict[str, Any] | BaseException] = deque()
-        self._running = False
-        self._stop = threading.Event()
-        # one round at a time (a blocking evaluate and a background round share the env)
-        self._run_lock = threading.Lock()
-        self._runner = _Runner(
+        runner = _Runner(
             env=env,
             policy=policy,
             policy_factory=policy_factory,
@@ -241,8 +229,21 @@ class Evaluator:
             device=device,
             exploration_type=exploration_type,
             init_fn=init_fn,
-            stop=self._stop,
         )
+        # The thread, its queues and the runner live in a separate object that holds
+        # only a weak reference to this one: an Evaluator dropped without shutdown() is
+        # collected, and its finalizer stops the thread and closes the env / worker.
+        self._impl = _Backend(
+            runner,
+            owner=weakref.ref(self),
+            log_prefix=log_prefix,
+            reward_keys=reward_keys,
+            metrics_fn=metrics_fn,
+            on_result=on_result,
+            dump_video=bool(dump_video),
+            busy_policy=busy_policy,
+        )
+        self._finalizer = weakref.finalize(self, self._impl.shutdown, 2.0)
 
     # ---------------------------------------------------------------------- blocking
     def evaluate(
@@ -268,14 +269,7 @@ class Evaluator:
         Returns:
             the metrics (see the class docstring).
         """
-        prepared = self._prepare_weights(weights, weights_dict)
-        step = self._next_step(step)
-        raw = self._run_round(prepared, step)
-        if raw is None:
-            raise RuntimeError("the Evaluator was shut down")
-        result = self._format(raw, step)
-        self._call_on_result(result)
-        return result
+        return self._impl.evaluate(_prepare_weights(weights, weights_dict), step)
 
     # -------------------------------------------------------------------- background
     def trigger_eval(
@@ -296,24 +290,8 @@ class Evaluator:
             RuntimeError: an evaluation is pending and ``busy_policy="error"``, or the
                 evaluator was shut down.
         """
-        if self._stop.is_set():
-            raise RuntimeError("the Evaluator was shut down")
-        prepared = self._prepare_weights(weights, weights_dict)
-        with self._cond:
-            busy = self._running or bool(self._requests)
-            if busy and self._busy_policy == "error":
-                raise RuntimeError(
-                    "Evaluation already pending. Wait for completion or set "
-                    "busy_policy='skip' or busy_policy='queue'."
-                )
-            if busy and self._busy_policy == "skip":
-                return False
-            self._requests.append((prepared, self._next_step(step)))
-            self._cond.notify_all()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="rl-evaluator", daemon=True)
-                self._thread.start()
-        return True
+        self._impl.check_open()
+        return self._impl.submit(_prepare_weights(weights, weights_dict), step)
 
     def poll(self, timeout: float = 0) -> dict[str, Any] | None:
         """The oldest finished background result, or ``None`` if none is ready within
@@ -322,7 +300,7 @@ class Evaluator:
         Raises:
             RuntimeError: that background evaluation failed (its error chained).
         """
-        return self._take(timeout, wait_for_pending=timeout > 0)
+        return self._impl.take(timeout, wait_for_pending=timeout > 0)
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Waits (at most ``timeout`` seconds; ``None``: as long as it takes) for the
@@ -332,45 +310,20 @@ class Evaluator:
         Raises:
             RuntimeError: that background evaluation failed (its error chained).
         """
-        return self._take(timeout, wait_for_pending=True)
+        return self._impl.take(timeout, wait_for_pending=True)
 
     @property
     def pending(self) -> bool:
         """Whether a background evaluation runs or is queued."""
-        with self._cond:
-            return self._running or bool(self._requests)
+        return self._impl.pending
 
     # --------------------------------------------------------------------- lifecycle
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stops the background thread (a round in progress stops after its current
         batch), joins it (at most ``timeout`` seconds), drops queued requests and closes
-        the env (or the worker process). Idempotent."""
-        self._stop.set()
-        with self._cond:
-            self._requests.clear()
-            self._cond.notify_all()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            if thread.is_alive():
-                logger.warning(
-                    "Evaluator thread still runs %.1f s after shutdown (an env step that "
-                    "does not return?); its env is left open",
-                    timeout,
-                )
-                return
-        self._thread = None
-        with self._cond:
-            self._running = False
-        # a blocking evaluate() in another thread stops after its current batch too
-        if not self._run_lock.acquire(timeout=timeout):
-            logger.warning("Evaluator: an evaluation still runs after shutdown; env left open")
-            return
-        try:
-            if self._runner is not None:
-                self._runner.close()
-        finally:
-            self._run_lock.release()
+        the env (or the worker process). Idempotent. An Evaluator that is garbage
+        collected without it is shut down by its finalizer."""
+        self._impl.shutdown(timeout)
 
     def state_dict(self) -> dict[str, Any]:
         """The evaluator's progress (``{"step_counter": int}``).
@@ -378,9 +331,7 @@ class Evaluator:
         Raises:
             RuntimeError: evaluation work is pending, queued, or unread.
         """
-        with self._cond:
-            self._check_quiet("Evaluator checkpointing requires no")
-            return {"step_counter": self._step_counter}
+        return self._impl.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restores :meth:`state_dict`.
@@ -389,20 +340,7 @@ class Evaluator:
             RuntimeError: evaluation work is pending, queued, or unread.
             TypeError: ``step_counter`` is not an int.
         """
-        with self._cond:
-            self._check_quiet("Evaluator state cannot be restored with")
-            counter = state_dict.get("step_counter", 0)
-            if isinstance(counter, torch.Tensor):
-                counter = counter.item()
-            if isinstance(counter, bool) or not isinstance(counter, int):
-                raise TypeError(f"step_counter must be an int, got {counter!r}")
-            self._step_counter = counter
-
-    def __del__(self) -> None:
-        try:
-            self.shutdown(timeout=2.0)
-        except Exception:
-            pass
+        self._impl.load_state_dict(state_dict)
 
     @staticmethod
     def extract_weights(policy: nn.Module) -> TensorDictBase:
@@ -410,98 +348,217 @@ class Evaluator:
         another thread)."""
         return TensorDict.from_module(policy).data.detach().clone().cpu()
 
-    # ----------------------------------------------------------------------- helpers
+
+def _copy_weights(weights: Any, name: str) -> TensorDictBase:
+    if isinstance(weights, nn.Module):
+        return Evaluator.extract_weights(weights)
+    if isinstance(weights, TensorDictBase):
+        return weights.detach().clone().cpu()
+    raise TypeError(
+        f"{name} must be an nn.Module or a TensorDict of its parameters, got "
+        f"{type(weights).__name__}"
+    )
+
+
+def _prepare_weights(
+    weights: Any, weights_dict: Mapping[str, Any] | None
+) -> dict[str, TensorDictBase] | None:
+    out = {
+        model_id: _copy_weights(w, f"weights_dict[{model_id!r}]")
+        for model_id, w in (weights_dict or {}).items()
+    }
+    if weights is not None and "policy" not in out:
+        out["policy"] = _copy_weights(weights, "weights")
+    return out or None
+
+
+class _Backend:
+    """The state of an :class:`Evaluator`: its runner, the background thread and its
+    request / result queues. It holds the Evaluator only weakly (the thread runs this
+    object's loop), so dropping the Evaluator ends the thread: the finalizer sets the
+    stop flag, and the loop, which wakes at least every ``_IDLE_WAKE_S`` seconds, also
+    quits when the Evaluator is gone."""
+
+    def __init__(
+        self,
+        runner: _Runner,
+        *,
+        owner: weakref.ref,
+        log_prefix: str,
+        reward_keys: NestedKey,
+        metrics_fn: Callable | None,
+        on_result: Callable | None,
+        dump_video: bool,
+        busy_policy: str,
+    ) -> None:
+        self.runner = runner
+        self.owner = owner
+        self.log_prefix = log_prefix
+        self.reward_keys = reward_keys
+        self.metrics_fn = metrics_fn
+        self.on_result = on_result
+        self.dump_video = dump_video
+        self.busy_policy = busy_policy
+        self.step_counter = 0
+        self.thread: threading.Thread | None = None
+        # background state and the step counter, guarded by cond's lock
+        self.cond = threading.Condition()
+        self.requests: deque[tuple[dict[str, TensorDictBase] | None, int]] = deque()
+        self.results: deque[dict[str, Any] | BaseException] = deque()
+        self.running = False
+        self.stop = runner.stop
+        # one round at a time (a blocking evaluate and a background round share the env)
+        self.run_lock = threading.Lock()
+
+    # ----------------------------------------------------------------------- requests
+    def check_open(self) -> None:
+        if self.stop.is_set():
+            raise RuntimeError("the Evaluator was shut down")
+
+    def next_step(self, step: int | None) -> int:
+        with self.cond:
+            if step is not None:
+                return step
+            step, self.step_counter = self.step_counter, self.step_counter + 1
+            return step
+
+    def evaluate(self, weights: dict[str, TensorDictBase] | None, step: int | None) -> dict:
+        step = self.next_step(step)
+        raw = self.run_round(weights, step)
+        if raw is None:
+            raise RuntimeError("the Evaluator was shut down")
+        result = self.format(raw, step)
+        self.call_on_result(result)
+        return result
+
+    def submit(self, weights: dict[str, TensorDictBase] | None, step: int | None) -> bool:
+        with self.cond:
+            self.check_open()
+            busy = self.running or bool(self.requests)
+            if busy and self.busy_policy == "error":
+                raise RuntimeError(
+                    "Evaluation already pending. Wait for completion or set "
+                    "busy_policy='skip' or busy_policy='queue'."
+                )
+            if busy and self.busy_policy == "skip":
+                return False
+            self.requests.append((weights, self.next_step(step)))
+            self.cond.notify_all()
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self.loop, name="rl-evaluator", daemon=True)
+                self.thread.start()
+        return True
+
+    @property
+    def pending(self) -> bool:
+        with self.cond:
+            return self.running or bool(self.requests)
+
+    def state_dict(self) -> dict[str, Any]:
+        with self.cond:
+            self._check_quiet("Evaluator checkpointing requires no")
+            return {"step_counter": self.step_counter}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        with self.cond:
+            self._check_quiet("Evaluator state cannot be restored with")
+            counter = state_dict.get("step_counter", 0)
+            if isinstance(counter, torch.Tensor):
+                counter = counter.item()
+            if isinstance(counter, bool) or not isinstance(counter, int):
+                raise TypeError(f"step_counter must be an int, got {counter!r}")
+            self.step_counter = counter
+
     def _check_quiet(self, prefix: str) -> None:
-        if self._running or self._requests or self._results:
+        if self.running or self.requests or self.results:
             raise RuntimeError(f"{prefix} pending, queued, or unread evaluation results.")
 
-    @classmethod
-    def _copy_weights(cls, weights: Any, name: str) -> TensorDictBase:
-        if isinstance(weights, nn.Module):
-            return cls.extract_weights(weights)
-        if isinstance(weights, TensorDictBase):
-            return weights.detach().clone().cpu()
-        raise TypeError(
-            f"{name} must be an nn.Module or a TensorDict of its parameters, got "
-            f"{type(weights).__name__}"
-        )
-
-    def _prepare_weights(
-        self, weights: Any, weights_dict: Mapping[str, Any] | None
-    ) -> dict[str, TensorDictBase] | None:
-        out = {
-            model_id: self._copy_weights(w, f"weights_dict[{model_id!r}]")
-            for model_id, w in (weights_dict or {}).items()
-        }
-        if weights is not None and "policy" not in out:
-            out["policy"] = self._copy_weights(weights, "weights")
-        return out or None
-
-    def _next_step(self, step: int | None) -> int:
-        if step is not None:
-            return step
-        step, self._step_counter = self._step_counter, self._step_counter + 1
-        return step
-
-    def _run_round(self, weights: dict[str, TensorDictBase] | None, step: int) -> dict | None:
-        with self._run_lock:
-            if self._stop.is_set():
+    # ------------------------------------------------------------------------ rounds
+    def run_round(self, weights: dict[str, TensorDictBase] | None, step: int) -> dict | None:
+        with self.run_lock:
+            if self.stop.is_set():
                 return None
+            # building the collector (spawning the worker) and loading the weights are
+            # not part of the rollout: the fps timer starts after them, as TorchRL's
+            self.runner.prepare(weights)
             start = time.perf_counter()
-            trajectories = self._runner.collect(weights)
+            trajectories = self.runner.rollout()
+            elapsed = time.perf_counter() - start
             if trajectories is None:  # stopped by shutdown
                 return None
-            elapsed = time.perf_counter() - start
-            raw = episode_metrics(trajectories, self._reward_keys, self._metrics_fn)
+            raw = episode_metrics(trajectories, self.reward_keys, self.metrics_fn)
             if elapsed > 0:
                 raw["fps"] = raw["frame_count"] / elapsed
-            if self._dump_video:
-                self._runner.dump_video(step)
+            if self.dump_video:
+                self.runner.dump_video(step)
             return raw
 
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._requests and not self._stop.is_set():
-                    self._cond.wait()
-                if self._stop.is_set():
-                    return
-                weights, step = self._requests.popleft()
-                self._running = True
-            try:
-                raw = self._run_round(weights, step)
-                outcome: dict[str, Any] | BaseException | None = (
-                    None if raw is None else self._format(raw, step)
-                )
-            except Exception as err:  # handed to poll / wait
-                outcome = err
-            if isinstance(outcome, dict):
-                self._call_on_result(outcome)
-            with self._cond:
-                self._running = False
-                if outcome is not None:
-                    self._results.append(outcome)
-                self._cond.notify_all()
+    def _should_quit(self) -> bool:
+        return self.stop.is_set() or self.owner() is None
 
-    def _take(self, timeout: float | None, wait_for_pending: bool) -> dict[str, Any] | None:
+    def loop(self) -> None:
+        try:
+            while True:
+                with self.cond:
+                    while not self.requests and not self._should_quit():
+                        self.cond.wait(_IDLE_WAKE_S)
+                    if self._should_quit():
+                        return
+                    weights, step = self.requests.popleft()
+                    self.running = True
+                outcome: dict[str, Any] | BaseException | None = None
+                try:
+                    raw = self.run_round(weights, step)
+                    outcome = None if raw is None else self.format(raw, step)
+                except BaseException as err:  # handed to poll / wait
+                    outcome = err
+                try:
+                    if isinstance(outcome, dict):
+                        self.call_on_result(outcome)
+                finally:  # whatever happens, wait() / pending see the round over
+                    with self.cond:
+                        self.running = False
+                        if outcome is not None:
+                            self.results.append(outcome)
+                        if not isinstance(outcome, Exception | dict | None):
+                            # the thread ends: the queued requests will not run
+                            for _ in self.requests:
+                                self.results.append(
+                                    RuntimeError(
+                                        f"not run: the evaluator thread stopped on {outcome!r}"
+                                    )
+                                )
+                            self.requests.clear()
+                            self.thread = None  # the next trigger_eval starts a new one
+                        self.cond.notify_all()
+                if not isinstance(outcome, Exception | dict | None):
+                    logger.error("Evaluator thread stopped on %r", outcome)
+                    return  # a new trigger_eval starts a new thread
+        finally:
+            if self._should_quit():
+                self.stop.set()
+                self._close_runner(timeout=None)
+
+    def take(self, timeout: float | None, wait_for_pending: bool) -> dict[str, Any] | None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while not self._results and wait_for_pending:
-                if not (self._running or self._requests):
+        with self.cond:
+            while not self.results and wait_for_pending:
+                thread_alive = self.thread is not None and self.thread.is_alive()
+                if not (self.running or (self.requests and thread_alive)):
                     break
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
+                left = _IDLE_WAKE_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
                     break
-                self._cond.wait(left)
-            if not self._results:
+                self.cond.wait(min(left, _IDLE_WAKE_S))
+            if not self.results:
                 return None
-            outcome = self._results.popleft()
+            outcome = self.results.popleft()
         if isinstance(outcome, BaseException):
-            raise RuntimeError(f"the background evaluation failed: {outcome}") from outcome
+            raise RuntimeError(f"the background evaluation failed: {outcome!r}") from outcome
         return outcome
 
-    def _format(self, raw: dict[str, Any], step: int) -> dict[str, Any]:
-        prefix = self._log_prefix
+    def format(self, raw: dict[str, Any], step: int) -> dict[str, Any]:
+        prefix = self.log_prefix
         out = {
             f"{prefix}/{key}": raw[key]
             for key in ("reward", "reward_std", "num_episodes", "episode_length", "fps")
@@ -512,8 +569,8 @@ class Evaluator:
             out[f"{prefix}/{key}"] = value
         return out
 
-    def _call_on_result(self, result: dict[str, Any]) -> None:
-        if self._on_result is None:
+    def call_on_result(self, result: dict[str, Any]) -> None:
+        if self.on_result is None:
             return
         data = {
             key: value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
@@ -521,9 +578,41 @@ class Evaluator:
             if value is not None
         }
         try:
-            self._on_result(TensorDict(data, batch_size=[]))
+            self.on_result(TensorDict(data, batch_size=[]))
         except Exception:
             logger.warning("Evaluator on_result callback failed", exc_info=True)
+
+    # --------------------------------------------------------------------- lifecycle
+    def shutdown(self, timeout: float) -> None:
+        self.stop.set()
+        with self.cond:
+            self.requests.clear()
+            self.cond.notify_all()
+        thread = self.thread
+        if thread is threading.current_thread():
+            return  # called from the loop (e.g. a finalizer run by gc there): it closes
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                logger.warning(
+                    "Evaluator thread still runs %.1f s after shutdown (an env step that "
+                    "does not return?); it closes its env when that step returns",
+                    timeout,
+                )
+                return
+        with self.cond:
+            self.running = False
+        self._close_runner(timeout)
+
+    def _close_runner(self, timeout: float | None) -> None:
+        # a blocking evaluate() in another thread stops after its current batch too
+        if not self.run_lock.acquire(timeout=-1 if timeout is None else timeout):
+            logger.warning("Evaluator: an evaluation still runs after shutdown; env left open")
+            return
+        try:
+            self.runner.close()
+        finally:
+            self.run_lock.release()
 
 
 def episode_metrics(
@@ -606,13 +695,20 @@ def freeze_vecnorm(env: EnvBase) -> EnvBase:
 
 
 class _FrozenEnvFactory:
-    """``factory()`` with its VecNorm transforms frozen (picklable where ``factory`` is)."""
+    """``factory()`` with its VecNorm transforms frozen and, when ``max_steps`` is set
+    and the env does not count steps already, a ``StepCounter(max_steps)`` appended: the
+    thread back-end's rule for ``max_steps``, applied in the worker process (picklable
+    where ``factory`` is)."""
 
-    def __init__(self, factory: Callable[[], EnvBase]) -> None:
+    def __init__(self, factory: Callable[[], EnvBase], max_steps: int | None = None) -> None:
         self.factory = factory
+        self.max_steps = max_steps
 
     def __call__(self, **kwargs) -> EnvBase:
-        return freeze_vecnorm(self.factory(**kwargs))
+        env = freeze_vecnorm(self.factory(**kwargs))
+        if self.max_steps is not None and self.max_steps > 0 and not _counts_steps(env):
+            env = TransformedEnv(env, StepCounter(max_steps=self.max_steps))
+        return env
 
 
 def _collector_class(cls: type | str | None) -> type:
@@ -656,7 +752,6 @@ class _Runner:
         device,
         exploration_type,
         init_fn,
-        stop: threading.Event,
     ) -> None:
         kwargs = dict(collector_kwargs or {})
         for name in ("trajs_per_batch", "total_frames", "frames_per_batch"):
@@ -677,14 +772,15 @@ class _Runner:
         self.weight_sync_schemes = weight_sync_schemes
         self.exploration_type = exploration_type
         self.init_fn = init_fn
-        self.stop = stop
+        self.stop = threading.Event()
         self.device = None if device is None else torch.device(device)
         self.collector = None
         self.env = self.policy = None
         self.env_factory = self.policy_factory = None
         env_is_factory = callable(env) and not isinstance(env, EnvBase)
         if not in_process:
-            self.env_factory = _FrozenEnvFactory(env)
+            # the worker applies max_steps as the thread back-end does (below)
+            self.env_factory = _FrozenEnvFactory(env, max_steps)
             self.policy_factory = policy_factory
         elif env_is_factory and policy_factory is not None:
             self.env_factory, self.policy_factory = env, policy_factory  # built lazily
@@ -719,7 +815,7 @@ class _Runner:
                 policy_factory=self.policy_factory,
                 frames_per_batch=self.frames_per_batch,
                 total_frames=-1,
-                max_frames_per_traj=self.max_steps,
+                max_frames_per_traj=0,  # applied by env_factory (_FrozenEnvFactory)
                 exploration_type=self.exploration_type,
                 weight_sync_schemes=self.weight_sync_schemes,
                 init_fn=self.init_fn,
@@ -744,17 +840,21 @@ class _Runner:
             device = self.device if model_id == "policy" else None
             load_weights(target, w if device is None else w.to(device))
 
-    def collect(self, weights: dict[str, TensorDictBase] | None) -> TensorDictBase | None:
-        """``num_trajectories`` episodes from a fresh reset (``None`` when stopped)."""
+    def prepare(self, weights: dict[str, TensorDictBase] | None) -> None:
+        """Builds the collector (the env, the worker process) on first use, loads
+        ``weights`` and resets the collector: the next :meth:`rollout` starts afresh."""
         if self.collector is None:
             self._build()
         if weights:
             self._load(weights)
-        collector = self.collector
         if self.in_process:
-            collector.reset()
+            self.collector.reset()
         else:
-            collector.map_fn("reset")  # the worker's next batch starts from a reset env
+            self.collector.map_fn("reset")  # the worker's next batch starts from a reset env
+
+    def rollout(self) -> TensorDictBase | None:
+        """``num_trajectories`` episodes (after :meth:`prepare`; ``None`` when stopped)."""
+        collector = self.collector
         trajs = TrajectoryAssembler(self.num_trajectories, self.traj_format)
         was_training = isinstance(self.policy, nn.Module) and self.policy.training
         if was_training:

@@ -12,7 +12,7 @@ import rl.core, rl.envs, rl.data, rl.objectives, rl.collectors
 NOT_LOADED = [
     # optional back-ends (extras), imported where used
     "mujoco", "ray", "h5py", "transformers", "envpool", "dm_control", "vmas", "pettingzoo",
-    "wandb", "mlflow", "tensorboard",
+    "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging",
     # rl modules whose names load on first use
     "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm",
     "rl.envs._native._mujoco", "rl.envs._native._trading",
@@ -36,10 +36,15 @@ assert set(rl.core.trainers._ALGORITHM_NAMES) <= set(rl.core.trainers.algorithms
 from rl.data import RayReplayBuffer
 from rl.data.replay_buffers import RayReplayBuffer as B
 assert B is RayReplayBuffer
-from rl.envs import FinancialRegimeEnv
+from rl.envs import FinancialRegimeEnv, LBForagingEnv, MOGymEnv, OpenSpielEnv
+import rl.envs.libs.gym, rl.envs.libs.lbforaging, rl.envs.libs.mo_gym, rl.envs.libs.openspiel
 import rl.envs.custom
 assert rl.envs.custom.HopperEnv is rl.envs.HopperEnv
-loaded = [name for name in ("ray", "mujoco") if name in sys.modules]
+loaded = [
+    name
+    for name in ("ray", "mujoco", "pyspiel", "mo_gymnasium", "lbforaging", "pettingzoo", "vmas")
+    if name in sys.modules
+]
 assert not loaded, f"resolving the lazy names imported {loaded}"
 print("ok")
 """

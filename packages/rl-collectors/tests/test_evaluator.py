@@ -226,9 +226,9 @@ class TestBackground:
         try:
             assert not evaluator.pending
             assert evaluator.poll() is None
-            start = time.monotonic()
-            assert evaluator.wait() is None  # nothing pending: returns at once
-            assert time.monotonic() - start < 1.0
+            assert (
+                evaluator.wait() is None
+            )  # nothing pending: returns (the file's timeout catches a hang)
             assert evaluator.trigger_eval(step=3)
             assert evaluator.pending
             result = evaluator.poll(timeout=60)

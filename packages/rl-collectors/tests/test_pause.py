@@ -150,10 +150,8 @@ class TestPause:
         pids = collector.worker_pids
         collector.start()
         _wait_for(lambda: len(buffer.items) >= 1)
-        begin = time.monotonic()
         with collector.pause():
             collector.async_shutdown(timeout=10)
-        assert time.monotonic() - begin < 10
         assert not collector.is_running()
         assert collector.closed
         _wait_for(lambda: not live_processes(pids))

@@ -838,3 +838,14 @@ class TestRejectedActions:
             env.step(td)
         with pytest.raises(AssertionError, match="the simulator broke"):
             env.rollout(3, lambda td: td.set("action", torch.tensor(1)))
+
+
+def test_rollout_and_step_write_the_same_reward_dtype_after_reward_spec_is_replaced():
+    from rl.core import Unbounded
+
+    env = GymEnv("Pendulum-v1")
+    env.reward_spec = Unbounded(shape=(1,), dtype=torch.float64)
+    env.set_seed(0)
+    rollout = env.rollout(3)
+    stepped = env.rand_step(env.reset())
+    assert rollout["next", "reward"].dtype == stepped["next", "reward"].dtype

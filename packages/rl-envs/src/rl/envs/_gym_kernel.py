@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
@@ -129,7 +130,10 @@ class _GymKernelBase(BufferKernel):
             for key, leaf in zip(self.obs_keys, leaves)
         ]
         self.write_next = _obs_writer(leaves, [buf.numpy() for buf in self.obs_bufs])
-        self.flag_buffers(buffers, env._reward_shape, env.reward_spec.dtype)
+        # the dtype _step writes (fixed at construction from the reward space), so that the
+        # engine's rollouts and step() agree even after reward_spec is replaced
+        reward_dtype = torch.from_numpy(np.zeros((), dtype=env._reward_np_dtype)).dtype
+        self.flag_buffers(buffers, env._reward_shape, reward_dtype)
         self.eager = eager
         self.max_steps = buffers.max_steps
         self.gym_actions = None if actions is None else self._convert(actions)

@@ -213,6 +213,11 @@ class OfflineToOnlineTrainer(SACTrainer):
                 f"OfflineToOnlineTrainer anneal_frames must be an int or None, got "
                 f"{anneal_frames!r}"
             )
+        if anneal_frames is None and total_frames is None:
+            raise ValueError(
+                "OfflineToOnlineTrainer anneal_frames defaults to total_frames, which is None: "
+                "pass anneal_frames (the frames over which the offline fraction reaches 0)"
+            )
         # SACTrainer wires everything but the buffer; the offline-to-online hooks below
         # write and sample it
         super().__init__(
@@ -251,11 +256,6 @@ class OfflineToOnlineTrainer(SACTrainer):
         )
         self.replay_buffer = replay_buffer
         self.batch_size = batch_size
-        if anneal_frames is None and total_frames is None:
-            raise ValueError(
-                "OfflineToOnlineTrainer anneal_frames defaults to total_frames, which is None: "
-                "pass anneal_frames (the frames over which the offline fraction reaches 0)"
-            )
         self.anneal_frames = total_frames if anneal_frames is None else anneal_frames
         storage = getattr(replay_buffer.online_buffer, "storage", None)
         OfflineToOnlineReplayBufferHook(

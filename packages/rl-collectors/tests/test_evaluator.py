@@ -81,11 +81,17 @@ def _slow_counted_reach():
     return TransformedEnv(ReachEnv(goal=math.inf), StepCounter(max_steps=3))
 
 
-def _wait_no_children(timeout: float = 10.0) -> list[int]:
+def _new_children(before: set[int]) -> list[int]:
+    """This process's children that were not there before (a test worker may hold others
+    for its lifetime, e.g. multiprocessing's resource tracker)."""
+    return sorted(set(children_of(os.getpid())) - before)
+
+
+def _wait_no_children(before: set[int], timeout: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout
-    while children_of(os.getpid()) and time.monotonic() < deadline:
+    while _new_children(before) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return children_of(os.getpid())
+    return _new_children(before)
 
 
 def _evaluator_threads() -> list[threading.Thread]:
@@ -397,6 +403,7 @@ class TestLifecycle:
         assert env.is_closed
 
     def test_dropped_evaluator_is_collected_process_backend(self):
+        before = set(children_of(os.getpid()))
         evaluator = Evaluator(
             _reach,
             policy_factory=lambda: constant_policy(1.0),
@@ -406,7 +413,7 @@ class TestLifecycle:
         )
         assert evaluator.trigger_eval(step=0)
         assert evaluator.wait(timeout=60)["eval/reward"] == pytest.approx(3.0)
-        assert children_of(os.getpid())  # the worker
+        assert _new_children(before)  # the worker
         threads = _evaluator_threads()
         ref = weakref.ref(evaluator)
         del evaluator
@@ -414,7 +421,7 @@ class TestLifecycle:
         assert ref() is None
         threads[0].join(30)
         assert not threads[0].is_alive()
-        assert _wait_no_children() == []
+        assert _wait_no_children(before) == []
 
     def test_shutdown_timeout_leaves_closing_to_the_thread(self):
         release = threading.Event()
@@ -468,6 +475,7 @@ class TestFps:
         assert rollout_time <= returned - built["at"]
 
     def test_fps_process_backend_excludes_worker_start(self):
+        before = set(children_of(os.getpid()))
         evaluator = Evaluator(
             _slow_counted_reach,
             policy_factory=lambda: constant_policy(1.0),
@@ -484,7 +492,7 @@ class TestFps:
         rollout_time /= metrics["eval/fps"]
         # the worker's start (and its 0.5 s env build) are outside the timed rollout
         assert rollout_time <= took - 0.5
-        assert _wait_no_children() == []
+        assert _wait_no_children(before) == []
 
 
 class TestState:
@@ -513,6 +521,7 @@ class TestState:
 
 class TestProcessBackend:
     def test_weights_reach_worker_and_no_process_left(self):
+        before = set(children_of(os.getpid()))
         evaluator = Evaluator(
             _reach,
             policy_factory=lambda: constant_policy(0.5),
@@ -525,14 +534,14 @@ class TestProcessBackend:
             second = evaluator.evaluate(constant_policy(2.0), step=1)
             assert evaluator.trigger_eval(constant_policy(1.0), step=2)
             third = evaluator.wait(timeout=60)
-            assert children_of(os.getpid())  # the worker
+            assert _new_children(before)  # the worker
         finally:
             evaluator.shutdown()
         assert first["eval/reward"] == pytest.approx(_hand_rollout(0.5)[0])
         assert second["eval/reward"] == pytest.approx(_hand_rollout(2.0)[0])
         assert third["eval/reward"] == pytest.approx(_hand_rollout(1.0)[0])
         assert third["eval/step"] == 2
-        assert _wait_no_children() == []
+        assert _wait_no_children(before) == []
 
     @pytest.mark.parametrize("backend", ["thread", "process"])
     def test_max_steps_ignored_when_env_counts_steps(self, backend):

@@ -496,3 +496,12 @@ class TestStorageEnsembleCheckpointer:
 def test_create_infinite_iterator_cycles():
     out = list(itertools.islice(create_infinite_iterator([1, 2, 3]), 7))
     assert out == [1, 2, 3, 1, 2, 3, 1]
+
+
+def test_default_done_keys_are_torchrl_s_and_the_checkpointers_default():
+    import rl.data
+    import rl.data.replay_buffers
+
+    assert rl.data.DEFAULT_DONE_KEYS == ("done", "truncated", "terminated")
+    assert rl.data.replay_buffers.DEFAULT_DONE_KEYS is rl.data.DEFAULT_DONE_KEYS
+    assert TED2Flat().done_keys == set(rl.data.DEFAULT_DONE_KEYS)

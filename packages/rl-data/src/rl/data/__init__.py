@@ -13,6 +13,7 @@ from rl.data.map import (
 )
 from rl.data.postprocs import DensifyReward, MultiStep
 from rl.data.replay_buffers import (
+    DEFAULT_DONE_KEYS,
     CompressedListStorage,
     CompressedListStorageCheckpointer,
     ConditionalUpdateResult,
@@ -90,6 +91,7 @@ from rl.data.vla import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_DONE_KEYS",
     "ActionTokenizerBase",
     "RobotDatasetMetadata",
     "UniformActionTokenizer",

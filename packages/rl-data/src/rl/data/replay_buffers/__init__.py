@@ -45,6 +45,7 @@ from rl.data.replay_buffers._td_buffers import (
     TensorDictReplayBuffer,
 )
 from rl.data.replay_buffers._ted import (
+    DEFAULT_DONE_KEYS,
     Flat2TED,
     H5Combine,
     H5Split,
@@ -84,6 +85,7 @@ from rl.data.replay_buffers.writers import (
 )
 
 __all__ = [
+    "DEFAULT_DONE_KEYS",
     "prefill_replay_buffer",
     "OfflineToOnlineReplayBuffer",
     "HindsightStrategy",

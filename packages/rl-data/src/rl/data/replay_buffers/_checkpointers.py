@@ -19,7 +19,13 @@ from tensordict.utils import NestedKey, unravel_key
 
 from rl.core.files import fsync_dir, pid_alive
 from rl.core.trainers import CheckpointError, atomic_save, load_checkpoint
-from rl.data.replay_buffers._ted import H5Combine, H5Split, Nested2TED, TED2Nested
+from rl.data.replay_buffers._ted import (
+    DEFAULT_DONE_KEYS,
+    H5Combine,
+    H5Split,
+    Nested2TED,
+    TED2Nested,
+)
 from rl.data.replay_buffers._utils import (
     decode_item,
     decode_tensordict,
@@ -71,7 +77,6 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
 ListStorageCheckpointer = TensorStorageCheckpointer
 
 _FLAT_FILE = "storage_flat.pt"
-_DEFAULT_DONE_KEYS = ("done", "truncated", "terminated")
 
 
 class FlatStorageCheckpointer(TensorStorageCheckpointer):
@@ -118,7 +123,7 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         done_keys: tuple[NestedKey, ...] | None = None,
         reward_keys: tuple[NestedKey, ...] | None = None,
     ) -> None:
-        self.done_keys = tuple(_DEFAULT_DONE_KEYS if done_keys is None else done_keys)
+        self.done_keys = tuple(DEFAULT_DONE_KEYS if done_keys is None else done_keys)
         self.reward_keys = tuple(("reward",) if reward_keys is None else reward_keys)
         names = set()
         for key in (*self.done_keys, *self.reward_keys):

@@ -27,6 +27,20 @@ __all__ = [
 StateDictFormat = Literal["directory", "archive", "consolidated", "torch"]
 
 
+def check_weights_only(tensor_load_kwargs: Mapping[str, Any]) -> None:
+    """Refuses ``tensor_load_kwargs`` that would let ``torch.load`` unpickle objects.
+
+    Raises:
+        ValueError: ``weights_only`` is given and is not ``True``.
+    """
+    weights_only = tensor_load_kwargs.get("weights_only", True)
+    if weights_only is not True:
+        raise ValueError(
+            f"tensor_load_kwargs has weights_only={weights_only!r}, expected True: "
+            "checkpoints are loaded without unpickling arbitrary objects"
+        )
+
+
 @dataclass(frozen=True)
 class CheckpointOptions:
     """Arguments passed to a component's save and load methods.
@@ -271,13 +285,9 @@ class StateDictCheckpointAdapter(CheckpointAdapter):
 
     @staticmethod
     def _torch_load(path: Path, map_location: Any, tensor_load_kwargs: Mapping[str, Any]) -> Any:
+        check_weights_only(tensor_load_kwargs)
         load_kwargs: dict[str, Any] = {"weights_only": True}
         load_kwargs.update(tensor_load_kwargs)
-        if load_kwargs["weights_only"] is not True:
-            raise ValueError(
-                f"tensor_load_kwargs has weights_only={load_kwargs['weights_only']!r}, "
-                f"expected True: checkpoints are never unpickled"
-            )
         if map_location is not None:
             load_kwargs["map_location"] = map_location
         try:

@@ -31,6 +31,7 @@ from ._adapters import (
     DumpLoadCheckpointAdapter,
     JSONCheckpointAdapter,
     StateDictCheckpointAdapter,
+    check_weights_only,
 )
 from ._payload import MAX_JSON_BYTES, to_json_value
 
@@ -519,11 +520,7 @@ class Checkpoint:
         load_strict = self.strict if strict is None else strict
         _check_strict(load_strict)
         tensor_kwargs = dict(tensor_load_kwargs or {})
-        if tensor_kwargs.get("weights_only", True) is not True:
-            raise ValueError(
-                f"tensor_load_kwargs has weights_only={tensor_kwargs['weights_only']!r}, expected "
-                f"True: checkpoints are loaded without unpickling arbitrary objects"
-            )
+        check_weights_only(tensor_kwargs)
         if not (source.exists() or source.is_symlink()):
             _recover_interrupted_publish(source)
         manifest = self.manifest(source)

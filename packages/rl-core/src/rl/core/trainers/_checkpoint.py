@@ -6,7 +6,6 @@ import errno
 import os
 import pickle
 import random
-import uuid
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..files import fsync_dir, pid_alive
+from ..files import fsync_dir, remove_stale_temporaries, temporary_path
 
 __all__ = [
     "CheckpointError",
@@ -48,20 +47,6 @@ class CheckpointError(RuntimeError):
     def __init__(self, message: str, result: Any = None) -> None:
         super().__init__(message)
         self.result = result
-
-
-def _remove_stale_temporaries(final: Path) -> None:
-    """Deletes the temporaries of ``final`` that writers which died left behind (those of
-    live processes are theirs to rename)."""
-    prefix = f".{final.name}.tmp-"
-    for stale in final.parent.glob(prefix + "*"):
-        pid = stale.name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and pid_alive(int(pid)):
-            continue
-        try:
-            stale.unlink()
-        except OSError:
-            pass
 
 
 class _KeepWriteErrors:
@@ -119,8 +104,8 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(final)
-    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    remove_stale_temporaries(final)
+    tmp = temporary_path(final)
     writer = None
     try:
         with open(tmp, "wb") as f:

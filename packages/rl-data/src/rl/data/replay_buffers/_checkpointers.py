@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey, unravel_key
 
-from rl.core.files import fsync_dir, pid_alive
+from rl.core.files import (
+    fsync_dir,
+    remove_stale_temporaries,
+    temporary_path,
+    temporary_prefix,
+)
 from rl.core.trainers import CheckpointError, atomic_save, load_checkpoint
 from rl.data.replay_buffers._ted import (
     DEFAULT_DONE_KEYS,
@@ -229,24 +233,6 @@ class FlatStorageCheckpointer(TensorStorageCheckpointer):
         storage.load_state_dict(state)
 
 
-def _temporary_prefix(path: Path) -> str:
-    """The name prefix of ``path``'s temporaries: ``.<name>.tmp-<pid>-<random>``, the
-    writer's process id telling a later dump whether it may delete one."""
-    return f".{path.name}.tmp-"
-
-
-def _remove_stale_temporaries(path: Path) -> None:
-    """Deletes the temporaries of ``path`` whose writers are gone (killed before they could
-    rename or delete them); those of live writers on this host are theirs to finish. The
-    liveness check is per host: a writer on another machine sharing the folder is not seen."""
-    prefix = _temporary_prefix(path)
-    for stale in path.parent.glob(glob.escape(prefix) + "*"):
-        pid = stale.name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and pid_alive(int(pid)):
-            continue
-        _remove(stale)
-
-
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -258,7 +244,7 @@ def _discard(path: Path) -> None:
     """Deletes ``path`` after renaming it to a temporary: a deletion cut short leaves a
     temporary the next dump removes, never a half-deleted state :func:`_readable_dir` could
     take for a whole one."""
-    trash = path.parent / f"{_temporary_prefix(path)}{os.getpid()}-{uuid.uuid4().hex}"
+    trash = temporary_path(path)
     try:
         os.replace(path, trash)
     except FileNotFoundError:
@@ -292,8 +278,8 @@ def _staged_dir(path: Path) -> Iterator[Path]:
     ``.<name>.old-<pid>``, which :func:`_readable_dir` finds.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}-", dir=path.parent))
+    remove_stale_temporaries(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{temporary_prefix(path)}{os.getpid()}-", dir=path.parent))
     try:
         yield tmp
         _fsync_tree(tmp)
@@ -557,9 +543,9 @@ class H5StorageCheckpointer(NestedStorageCheckpointer):
         nested, length, root_done = self._convert(storage)
         split = H5Split()(nested)
         file = self._get_path(path)
-        _remove_stale_temporaries(file)
+        remove_stale_temporaries(file)
         fd, tmp = tempfile.mkstemp(
-            prefix=f"{_temporary_prefix(file)}{os.getpid()}-", dir=file.parent
+            prefix=f"{temporary_prefix(file)}{os.getpid()}-", dir=file.parent
         )
         os.close(fd)
         try:

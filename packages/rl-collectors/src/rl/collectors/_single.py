@@ -10,7 +10,7 @@ import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase
 from torch import nn
 
-from rl.core import ExplorationType, set_exploration_type, tensor_policy
+from rl.core import ExplorationType, set_thread_exploration_type, tensor_policy
 from rl.envs import EnvBase, InitTracker, mark_truncated, truncated_keys
 from rl.envs.engine import non_tensor_keys
 from rl.envs.utils import append_policy_transforms, missing_policy_transforms
@@ -389,7 +389,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
                 )
         random = self._policy is None or self._frames < self.init_random_frames
         policy = None if random else self._acting_policy()
-        with set_exploration_type(self.exploration_type):
+        with set_thread_exploration_type(self.exploration_type):
             if policy is not None and not self._checked:
                 self._probe_policy(policy)
             out = env.rollout(
@@ -433,7 +433,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             with (
                 torch.no_grad(),
                 torch.random.fork_rng(devices=[]),
-                set_exploration_type(self.exploration_type),
+                set_thread_exploration_type(self.exploration_type),
             ):
                 written = self._policy(root.clone())
             known = set(root.keys(True, True))
@@ -492,7 +492,10 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         root = fake.exclude("next")
         policy = self._policy
         if policy is not None:
-            with torch.random.fork_rng(devices=[]), set_exploration_type(self.exploration_type):
+            with (
+                torch.random.fork_rng(devices=[]),
+                set_thread_exploration_type(self.exploration_type),
+            ):
                 root = policy(root.clone())
             written = root.get("next", None)
             if written is not None:  # a policy writing next entries (recurrent states)

@@ -10,7 +10,12 @@ from ._action_tokenizers import (
     UniformActionTokenizer,
     VocabTailActionTokenizer,
 )
-from ._exploration import ExplorationType, exploration_type, set_exploration_type
+from ._exploration import (
+    ExplorationType,
+    exploration_type,
+    set_exploration_type,
+    set_thread_exploration_type,
+)
 from ._n_step_return import n_step_return
 from ._object_state import load_object_state, object_state
 from ._robot_metadata import RobotDatasetMetadata
@@ -81,6 +86,7 @@ __all__ = [
     "seed_everything",
     "service_backend",
     "set_exploration_type",
+    "set_thread_exploration_type",
     "tensor_policy",
 ]
 

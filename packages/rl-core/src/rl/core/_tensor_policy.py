@@ -35,12 +35,13 @@ from tensordict.nn import (
     TensorDictModuleBase,
     TensorDictSequential,
     interaction_type,
-    set_interaction_type,
     skip_existing,
 )
 from torch import distributions as D
 from torch import nn
 from torch.nn.modules import module as _torch_module
+
+from ._exploration import set_thread_exploration_type
 
 __all__ = ["TensorPolicy", "tensor_policy"]
 
@@ -383,7 +384,7 @@ def _with_interaction_type(forward, default: InteractionType):
     def run(*tensors):
         if interaction_type() is not None:
             return forward(*tensors)
-        with set_interaction_type(default):
+        with set_thread_exploration_type(default):
             return forward(*tensors)
 
     return run

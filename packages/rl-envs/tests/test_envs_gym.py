@@ -252,12 +252,51 @@ class TestSingleEnv:
             GymEnv("CartPole-v1", num_envs=4, batch_size=[3])
         with pytest.raises(ValueError, match="frame_skip must be a positive int, got 0"):
             GymEnv("CartPole-v1", frame_skip=0)
-        with pytest.raises(ValueError, match="num_envs must be a positive int, got 0"):
-            GymEnv("CartPole-v1", num_envs=0)
+        with pytest.raises(ValueError, match=r"num_envs must be 0 \(one env\) or a positive int"):
+            GymEnv("CartPole-v1", num_envs=-1)
+        with pytest.raises(ValueError, match="num_workers must be a positive int, got 0"):
+            GymEnv("CartPole-v1", num_workers=0)
         with pytest.raises(ValueError, match="vectorization_mode must be 'sync' or 'async'"):
             GymEnv("CartPole-v1", num_envs=2, vectorization_mode="threads")
         with pytest.raises(ValueError, match="needs a gym env made with render_mode='rgb_array'"):
             GymWrapper(gym.make("CartPole-v1"), from_pixels=True)
+
+    def test_num_envs_as_torchrl(self):
+        """0 (the default) and None: one env; 1: a vector env of one, batch [1]; the
+        vector env of one steps as the single env does on the same seed."""
+        assert GymEnv("CartPole-v1").batch_size == torch.Size([])
+        assert GymEnv("CartPole-v1", num_envs=None).batch_size == torch.Size([])
+        single = GymEnv("CartPole-v1", num_envs=0, categorical_action_encoding=True)
+        vector = GymEnv("CartPole-v1", num_envs=1, categorical_action_encoding=True)
+        assert vector.batch_size == torch.Size([1])
+        assert vector.is_vector and not single.is_vector
+
+        def push_right(td):
+            return td.set("action", torch.ones(td.batch_size, dtype=torch.int64))
+
+        single.set_seed(3)
+        vector.set_seed(3)
+        a = single.rollout(5, push_right)
+        b = vector.rollout(5, push_right)
+        assert b["next", "observation"].shape == (1, 5, 4)
+        torch.testing.assert_close(a["next", "observation"], b["next", "observation"][0])
+        torch.testing.assert_close(a["next", "reward"], b["next", "reward"][0])
+
+    def test_num_workers_gives_a_parallel_env(self):
+        """num_workers=2: a ParallelEnv of two GymEnvs, each a vector env of num_envs."""
+        from rl.envs import ParallelEnv
+
+        env = GymEnv("CartPole-v1", num_workers=2, num_envs=3, categorical_action_encoding=True)
+        try:
+            assert isinstance(env, ParallelEnv)
+            assert env.batch_size == torch.Size([2, 3])
+            env.set_seed(0)
+            rollout = env.rollout(4, break_when_any_done=False)
+            assert rollout["next", "observation"].shape == (2, 3, 4, 4)
+            assert rollout["action"].dtype == torch.int64
+        finally:
+            env.close()
+        assert GymEnv("CartPole-v1", num_workers=1).batch_size == torch.Size([])
 
     def test_action_outside_spec_debug_mode(self):
         env = GymEnv("Pendulum-v1", run_type_checks=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import Any, Literal
 
@@ -14,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core import Bounded, Composite
 
 from ._done import default_done_spec
-from ._env_base import EnvBase
+from ._env_base import EnvBase, _EnvMeta
 from ._gym_kernel import SIMULATOR_ERRORS, _key, gym_kernel, raise_if_rejected
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
 from .engine import RolloutKernel
@@ -453,19 +454,40 @@ def _make_gym(env_name: str, **kwargs) -> Any:
         ) from err
 
 
-class GymEnv(GymWrapper):
+class _GymEnvMeta(_EnvMeta):
+    """``GymEnv(..., num_workers=N)`` with ``N > 1`` is a :class:`~rl.envs.ParallelEnv`
+    of ``N`` workers, each building ``GymEnv(...)`` with the other arguments (TorchRL's
+    ``num_workers``)."""
+
+    def __call__(cls, *args, **kwargs):
+        num_workers = kwargs.pop("num_workers", 1)
+        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+            raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+        if num_workers > 1:
+            from ._batched import ParallelEnv
+
+            return ParallelEnv(num_workers, functools.partial(cls, *args, **kwargs))
+        return super().__call__(*args, **kwargs)
+
+
+class GymEnv(GymWrapper, metaclass=_GymEnvMeta):
     """A gymnasium environment made by name: ``GymEnv("CartPole-v1")``.
 
     Args:
         env_name: a registered gymnasium id (``"Pendulum-v1"``, ``"HalfCheetah-v5"`` with
             ``rl-envs[mujoco]``, ``"ALE/Pong-v5"`` with ``rl-envs[atari]``).
-        num_envs: more than 1 builds a gymnasium vector env (``batch_size=[num_envs]``)
-            in ``SAME_STEP`` autoreset mode.
+        num_envs: ``0`` (the default; ``None`` too) builds one gymnasium env
+            (``batch_size=[]``); ``1`` or more builds a gymnasium vector env
+            (``batch_size=[num_envs]``, so ``num_envs=1`` gives ``[1]``, as TorchRL) in
+            ``SAME_STEP`` autoreset mode.
+        num_workers: more than 1 returns a :class:`~rl.envs.ParallelEnv` of
+            ``num_workers`` processes, each running ``GymEnv`` with the other arguments
+            (``num_workers * num_envs`` envs in all when both are above 1). Defaults to 1.
         vectorization_mode: ``"sync"`` (``SyncVectorEnv``) or ``"async"``
             (``AsyncVectorEnv``, one process per env).
         categorical_action_encoding, from_pixels, pixels_only, frame_skip, device,
         batch_size, run_type_checks: as in :class:`GymWrapper` (here ``from_pixels`` and
-            ``frame_skip`` also work with ``num_envs > 1``).
+            ``frame_skip`` also work with vector envs).
         **kwargs: passed to ``gymnasium.make`` / ``gymnasium.make_vec``.
 
     Examples:
@@ -478,13 +500,15 @@ class GymEnv(GymWrapper):
         >>> env = GymEnv("CartPole-v1", num_envs=4)
         >>> env.rollout(10)["next", "observation"].shape[:2]
         torch.Size([4, 10])
+        >>> GymEnv("CartPole-v1", num_envs=1).batch_size
+        torch.Size([1])
     """
 
     def __init__(
         self,
         env_name: str,
         *,
-        num_envs: int = 1,
+        num_envs: int | None = 0,
         vectorization_mode: Literal["sync", "async"] = "sync",
         categorical_action_encoding: bool = False,
         from_pixels: bool = False,
@@ -495,8 +519,12 @@ class GymEnv(GymWrapper):
         run_type_checks: bool = False,
         **kwargs,
     ) -> None:
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if num_envs is None:
+            num_envs = 0
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 0:
+            raise ValueError(
+                f"num_envs must be 0 (one env) or a positive int (a vector env), got {num_envs!r}"
+            )
         if vectorization_mode not in ("sync", "async"):
             raise ValueError(
                 f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}"
@@ -520,7 +548,7 @@ class GymEnv(GymWrapper):
             batch_size=batch_size,
             run_type_checks=run_type_checks,
             # vector envs got the pixel / frame-skip wrappers from make_vec
-            _wrappers_applied=num_envs != 1,
+            _wrappers_applied=num_envs > 0,
         )
 
     def _make_env(
@@ -531,10 +559,10 @@ class GymEnv(GymWrapper):
         wrappers: list,
         **kwargs,
     ) -> gym.Env | VectorEnv:
-        """The gymnasium env (``num_envs == 1``) or vector env; ``wrappers`` (pixels, frame
+        """The gymnasium env (``num_envs == 0``) or vector env; ``wrappers`` (pixels, frame
         skip) are for the sub-envs of a vector env, a single env gets them from
         :class:`GymWrapper`."""
-        if num_envs == 1:
+        if num_envs == 0:
             return _make_gym(env_name, _factory=gym.make, **kwargs)
         return _make_gym(
             env_name,

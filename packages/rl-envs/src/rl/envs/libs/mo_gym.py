@@ -102,14 +102,15 @@ class MOGymEnv(GymEnv):
     """An MO-Gymnasium env by name: ``MOGymEnv("deep-sea-treasure-v0")``.
 
     As :class:`~rl.envs.GymEnv` (same arguments), built with ``mo_gymnasium.make``; with
-    ``num_envs > 1`` the sub-envs run in MO-Gymnasium's ``MOSyncVectorEnv``
+    ``num_envs >= 1`` the sub-envs run in MO-Gymnasium's ``MOSyncVectorEnv``
     (``vectorization_mode="sync"``, gymnasium's ``NEXT_STEP`` auto-reset) or gymnasium's
     ``AsyncVectorEnv`` (``"async"``, one process per env, ``SAME_STEP`` auto-reset). The reward is the vector of the objectives: shape
     ``[n_objectives]``, ``[num_envs, n_objectives]`` for a vector env.
 
     Args:
         env_name: an MO-Gymnasium id (see :attr:`available_envs`).
-        num_envs: more than 1 builds an MO vector env (``batch_size=[num_envs]``).
+        num_envs: ``0`` (the default) builds one env; ``1`` or more an MO vector env
+            (``batch_size=[num_envs]``).
         vectorization_mode: ``"sync"`` or ``"async"``.
         categorical_action_encoding, from_pixels, pixels_only, frame_skip, device,
         batch_size, run_type_checks: as in :class:`~rl.envs.GymWrapper`.
@@ -152,7 +153,7 @@ class MOGymEnv(GymEnv):
         **kwargs,
     ):
         mo_gym = _import_mo_gymnasium()
-        if num_envs == 1:
+        if num_envs == 0:
             return _make_gym(env_name, _factory=mo_gym.make, **kwargs)
         from mo_gymnasium.wrappers.vector import MOSyncVectorEnv
 

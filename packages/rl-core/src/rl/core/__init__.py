@@ -33,7 +33,7 @@ from ._vla_schema import ACTION_TOKENS_KEY, validate_vla_tensordict
 from .loggers import *  # noqa: F403  (CSV, TensorBoard, W&B and MLflow loggers)
 from .loggers import __all__ as _logger_names
 from .trainers import *  # noqa: F403  (the trainer and its hooks)
-from .trainers import _ALGORITHM_NAMES
+from .trainers import _ALGORITHM_NAMES, _HELPER_NAMES
 from .trainers import __all__ as _trainer_names
 
 __version__ = "0.1.0"
@@ -96,7 +96,7 @@ def __getattr__(name: str):
 
     if name in _CHECKPOINT_NAMES:
         module = importlib.import_module(".checkpoint", __name__)
-    elif name in _ALGORITHM_NAMES:
+    elif name in _ALGORITHM_NAMES or name in _HELPER_NAMES:
         module = importlib.import_module(".trainers", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -89,11 +89,50 @@ _ALGORITHM_NAMES = (
 )
 
 
+# TorchRL's config-driven builders (``torchrl.trainers.helpers``): attributes here too,
+# loaded on first use (they need rl-core[helpers] only when called)
+_HELPER_NAMES = (
+    "A2CLossConfig",
+    "ContinuousModelConfig",
+    "DiscreteModelConfig",
+    "DreamerConfig",
+    "EnvConfig",
+    "LoggerConfig",
+    "LossConfig",
+    "OffPolicyCollectorConfig",
+    "OnPolicyCollectorConfig",
+    "PPOLossConfig",
+    "REDQModelConfig",
+    "ReplayArgsConfig",
+    "TrainerConfig",
+    "correct_for_frame_skip",
+    "get_norm_state_dict",
+    "get_stats_random_rollout",
+    "initialize_observation_norm_transforms",
+    "make_collector_offpolicy",
+    "make_collector_onpolicy",
+    "make_dqn_actor",
+    "make_dqn_loss",
+    "make_dreamer",
+    "make_env_transforms",
+    "make_replay_buffer",
+    "make_target_updater",
+    "make_trainer",
+    "parallel_env_constructor",
+    "retrieve_observation_norms_state_dict",
+    "sync_async_collector",
+    "sync_sync_collector",
+    "transformed_env_constructor",
+)
+
+
 def __getattr__(name: str):
     if name in _ALGORITHM_NAMES:
-        from . import algorithms  # noqa: PLC0415
-
-        value = getattr(algorithms, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from . import algorithms as module  # noqa: PLC0415
+    elif name in _HELPER_NAMES:
+        from . import helpers as module  # noqa: PLC0415
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

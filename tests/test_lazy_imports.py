@@ -7,7 +7,22 @@ import sys
 
 CODE = """
 import sys
-import rl.core, rl.envs, rl.data, rl.objectives, rl.collectors
+import rl.core
+
+# rl.core alone: the trainer helpers (which build rl-envs, rl-data, rl-collectors and
+# rl-objectives objects) and those packages stay out
+loaded = [
+    name
+    for name in ("rl.core.trainers.helpers", "rl.envs", "rl.data", "rl.collectors", "rl.modules")
+    if name in sys.modules
+]
+assert not loaded, f"imported by import rl.core: {loaded}"
+import rl.core.trainers.helpers
+assert rl.core.make_dqn_actor is rl.core.trainers.helpers.make_dqn_actor
+loaded = [name for name in ("rl.envs", "rl.data", "rl.collectors", "rl.modules") if name in sys.modules]
+assert not loaded, f"imported by import rl.core.trainers.helpers: {loaded}"
+
+import rl.envs, rl.data, rl.objectives, rl.collectors
 
 NOT_LOADED = [
     # optional back-ends (extras), imported where used
@@ -26,6 +41,8 @@ for module, owner, names in (
     (rl.core, rl.core.checkpoint, rl.core._CHECKPOINT_NAMES),
     (rl.core, rl.core.trainers.algorithms, rl.core.trainers._ALGORITHM_NAMES),
     (rl.core.trainers, rl.core.trainers.algorithms, rl.core.trainers._ALGORITHM_NAMES),
+    (rl.core, rl.core.trainers.helpers, rl.core.trainers._HELPER_NAMES),
+    (rl.core.trainers, rl.core.trainers.helpers, rl.core.trainers._HELPER_NAMES),
     (rl.data, rl.data.llm, rl.data._LLM_NAMES),
     (rl.envs, rl.envs._native._mujoco, ["HopperEnv", "Walker2dEnv", "AntEnv", "HumanoidEnv"]),
 ):
@@ -33,6 +50,7 @@ for module, owner, names in (
         assert getattr(module, name) is getattr(owner, name), (module.__name__, name)
 assert set(rl.core._CHECKPOINT_NAMES) == set(rl.core.checkpoint.__all__) - {"CheckpointError"}
 assert set(rl.core.trainers._ALGORITHM_NAMES) <= set(rl.core.trainers.algorithms.__all__)
+assert set(rl.core.trainers._HELPER_NAMES) == set(rl.core.trainers.helpers.__all__)
 from rl.data import RayReplayBuffer
 from rl.data.replay_buffers import RayReplayBuffer as B
 assert B is RayReplayBuffer

@@ -14,6 +14,7 @@ from ._dreamer_v3_nets import (
     DreamerV3MLP,
 )
 from ._gp import GPWorldModel
+from ._gpt2_reward import GPT2RewardModel
 from ._gsde import LazygSDEModule, gSDEModule
 from ._heads import (
     DdpgCnnActor,
@@ -78,6 +79,7 @@ __all__ = [
     "DuelingCnnDQNet",
     "DuelingMlpDQNet",
     "GPWorldModel",
+    "GPT2RewardModel",
     "Mixer",
     "MultiAgentConvNet",
     "MultiAgentMLP",

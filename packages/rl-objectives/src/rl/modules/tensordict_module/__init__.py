@@ -1,6 +1,11 @@
 """rl.modules.tensordict_module: actors, critics, safe modules, exploration and recurrent modules."""
 
-from ._actor_critic import ActorCriticOperator, ActorCriticWrapper, ActorValueOperator
+from ._actor_critic import (
+    ActorCriticOperator,
+    ActorCriticWrapper,
+    ActorValueOperator,
+    LMHeadActorValueOperator,
+)
 from ._actors import Actor, ProbabilisticActor, TanhModule, ValueOperator
 from ._common import SafeModule, ensure_tensordict_compatible, is_tensordict_compatible
 from ._decision_transformer import DecisionTransformerInferenceWrapper
@@ -69,6 +74,7 @@ __all__ = [
     "ActorCriticOperator",
     "ActorCriticWrapper",
     "ActorValueOperator",
+    "LMHeadActorValueOperator",
     "DecisionTransformerInferenceWrapper",
     "DiffusionActor",
     "DistributionalDQNnet",

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from tensordict.nn import TensorDictModuleBase
+import torch
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
+from torch import nn
 
-from ._probabilistic import SafeProbabilisticTensorDictSequential
+from ._probabilistic import SafeProbabilisticModule, SafeProbabilisticTensorDictSequential
 from ._sequence import SafeSequential
 
-__all__ = ["ActorValueOperator", "ActorCriticOperator", "ActorCriticWrapper"]
+__all__ = [
+    "ActorValueOperator",
+    "ActorCriticOperator",
+    "ActorCriticWrapper",
+    "LMHeadActorValueOperator",
+]
 
 
 class ActorValueOperator(SafeSequential):
@@ -159,3 +166,76 @@ class ActorCriticWrapper(SafeSequential):
 
     get_policy_head = get_policy_operator
     get_value_head = get_value_operator
+
+
+class _LastToken(nn.Module):
+    """``[B, T, D] -> [B, D]``: the hidden state of the last token."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden[..., -1, :]
+
+
+class LMHeadActorValueOperator(ActorValueOperator):
+    """An :class:`ActorValueOperator` made of a Hugging Face ``*LMHeadModel``.
+
+    The model's ``transformer`` is the trunk: it reads ``"input_ids"`` and
+    ``"attention_mask"`` ``[B, T]`` and writes the hidden state of the last token at
+    ``"x"`` ``[B, D]`` (called with ``return_dict=False, use_cache=False``, so both kinds
+    of config work and no cache is kept). Its ``lm_head`` is the policy head: the next
+    token's ``"logits"`` ``[B, V]``, a categorical ``"action"`` and its
+    ``"action_log_prob"``. A new bias-free linear layer reads ``"x"`` and writes
+    ``"state_value"`` ``[B, 1]``.
+
+    Args:
+        base_model: a model with a ``transformer`` and a linear ``lm_head`` (e.g.
+            ``transformers.GPT2LMHeadModel``).
+
+    Raises:
+        TypeError: ``base_model`` has no ``transformer`` or no linear ``lm_head``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> config = GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=11, n_positions=8)
+        >>> agent = LMHeadActorValueOperator(GPT2LMHeadModel(config))
+        >>> td = TensorDict(input_ids=torch.randint(11, (4, 3)),
+        ...                 attention_mask=torch.ones(4, 3), batch_size=[4])
+        >>> out = agent(td)
+        >>> out["logits"].shape, out["action"].shape, out["state_value"].shape
+        (torch.Size([4, 11]), torch.Size([4]), torch.Size([4, 1]))
+    """
+
+    def __init__(self, base_model: nn.Module):
+        lm_head = getattr(base_model, "lm_head", None)
+        transformer = getattr(base_model, "transformer", None)
+        if not isinstance(lm_head, nn.Linear) or not isinstance(transformer, nn.Module):
+            raise TypeError(
+                "LMHeadActorValueOperator needs a model with a `transformer` module and a "
+                f"linear `lm_head`, got {type(base_model).__name__} with "
+                f"transformer={type(transformer).__name__}, lm_head={type(lm_head).__name__}"
+            )
+        common = TensorDictSequential(
+            TensorDictModule(
+                transformer,
+                in_keys={"input_ids": "input_ids", "attention_mask": "attention_mask"},
+                out_keys=["x"],
+                method_kwargs={"return_dict": False, "use_cache": False},
+            ),
+            TensorDictModule(_LastToken(), in_keys=["x"], out_keys=["x"]),
+        )
+        policy = SafeProbabilisticTensorDictSequential(
+            TensorDictModule(lm_head, in_keys=["x"], out_keys=["logits"]),
+            SafeProbabilisticModule(
+                in_keys=["logits"],
+                out_keys=["action"],
+                distribution_class=torch.distributions.Categorical,
+                return_log_prob=True,
+            ),
+        )
+        value = TensorDictModule(
+            nn.Linear(lm_head.in_features, 1, bias=False),
+            in_keys=["x"],
+            out_keys=["state_value"],
+        )
+        super().__init__(common, policy, value)

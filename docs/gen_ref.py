@@ -36,6 +36,7 @@ MODULES = [
     "rl.core",
     "rl.core.trainers",
     "rl.core.trainers.algorithms",
+    "rl.core.trainers.helpers",
     "rl.core.loggers",
     "rl.core.checkpoint",
     "rl.core.plot",

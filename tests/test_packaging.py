@@ -31,6 +31,13 @@ from rl.core import Bounded, Composite, Unbounded
 spec = Composite(obs=Bounded(-1.0, 1.0, shape=(3,)), r=Unbounded(shape=(1,)))
 td = spec.rand()
 assert spec.is_in(td) and td["obs"].shape == (3,)
+# the trainer helpers import without their extra and name it when a builder runs
+from rl.core.trainers.helpers import make_replay_buffer
+try:
+    make_replay_buffer("cpu", None)
+    raise AssertionError("make_replay_buffer ran without rl-data")
+except ImportError as err:
+    assert 'pip install "rl-core[helpers]"' in str(err), err
 """,
     "rl-cpp": """
 import numpy as np

@@ -14,7 +14,7 @@ pytest.importorskip("rl.collectors")
 pytest.importorskip("rl.objectives")
 pytest.importorskip("rl.data")
 
-from rl.collectors import Collector  # noqa: E402
+from rl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector  # noqa: E402
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded  # noqa: E402
 from rl.core.trainers import Trainer  # noqa: E402
 from rl.core.trainers.helpers import (  # noqa: E402
@@ -41,6 +41,7 @@ from rl.core.trainers.helpers import (  # noqa: E402
     make_trainer,
     parallel_env_constructor,
     retrieve_observation_norms_state_dict,
+    sync_async_collector,
     sync_sync_collector,
     transformed_env_constructor,
 )
@@ -55,6 +56,7 @@ from rl.envs import (  # noqa: E402
     InitTracker,
     NoopResetEnv,
     ObservationNorm,
+    ParallelEnv,
     RewardScaling,
     StepCounter,
     TensorDictPrimer,
@@ -338,6 +340,47 @@ class TestCollectors:
             assert [batch.numel() for batch in collector] == [4, 4]
         finally:
             collector.shutdown()
+
+    def test_multi_collectors_and_parallel_env(self):
+        collector = sync_sync_collector(
+            RampEnv,
+            None,
+            num_env_per_collector=1,
+            num_collectors=2,
+            policy=None,
+            frames_per_batch=8,
+            total_frames=16,
+        )
+        try:
+            assert isinstance(collector, MultiSyncCollector)
+            assert [batch.numel() for batch in collector] == [8, 8]
+        finally:
+            collector.shutdown()
+        # two collectors of two envs each: a ParallelEnv per collector
+        collector = sync_async_collector(
+            RampEnv,
+            None,
+            num_env_per_collector=2,
+            num_collectors=2,
+            policy=None,
+            frames_per_batch=8,
+            total_frames=16,
+        )
+        try:
+            assert isinstance(collector, MultiAsyncCollector)
+            assert [batch.batch_size[0] for batch in collector] == [2, 2]  # 2 envs a batch
+        finally:
+            collector.shutdown()
+        cfg = config(EnvConfig, OnPolicyCollectorConfig, batch_transform=True, env_per_collector=2)
+        env = parallel_env_constructor(
+            cfg, custom_env_maker=RampEnv, stats={"loc": 0.0, "scale": 1.0}
+        )
+        try:
+            assert isinstance(env.base_env, ParallelEnv) and env.batch_size == (2,)
+            td = env.rollout(3)
+            assert td["observation_vector"][:, :, 0].tolist() == [[0.0, 1.0, 2.0]] * 2
+        finally:
+            env.close()
 
     def test_bad_config(self):
         cfg = config(

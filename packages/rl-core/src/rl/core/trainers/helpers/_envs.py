@@ -443,6 +443,9 @@ def parallel_env_constructor(cfg: Any, **kwargs) -> Any:
         create_env_kwargs=None,
         pin_memory=getattr(cfg, "pin_memory", False),
     )
+    # the workers built the envs (with custom_env_maker, if given); the transforms wrap
+    # the batch (TorchRL passes both and fails)
+    kwargs.pop("custom_env_maker", None)
     kwargs.update(use_env_creator=False, custom_env=parallel_env, batch_dims=1)
     return transformed_env_constructor(**kwargs)()
 

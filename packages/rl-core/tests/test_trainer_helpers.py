@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from types import SimpleNamespace
 
@@ -14,9 +15,10 @@ pytest.importorskip("rl.collectors")
 pytest.importorskip("rl.objectives")
 pytest.importorskip("rl.data")
 
+import rl.core  # noqa: E402
 from rl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector  # noqa: E402
 from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded  # noqa: E402
-from rl.core.trainers import Trainer  # noqa: E402
+from rl.core.trainers import Trainer, helpers  # noqa: E402
 from rl.core.trainers.helpers import (  # noqa: E402
     DiscreteModelConfig,
     DreamerConfig,
@@ -27,7 +29,7 @@ from rl.core.trainers.helpers import (  # noqa: E402
     OnPolicyCollectorConfig,
     ReplayArgsConfig,
     TrainerConfig,
-    _config,  # noqa: E402
+    _config,
     correct_for_frame_skip,
     get_stats_random_rollout,
     initialize_observation_norm_transforms,
@@ -132,6 +134,27 @@ class TestConfigErrors:
         assert (
             EnvConfig().center_crop == [] and EnvConfig().center_crop is not EnvConfig().center_crop
         )
+
+
+class TestImportPaths:
+    def test_torchrl_submodule_paths(self):
+        modules = [
+            importlib.import_module(f"rl.core.trainers.helpers.{name}")
+            for name in (
+                "collectors",
+                "envs",
+                "logger",
+                "losses",
+                "models",
+                "replay_buffer",
+                "trainers",
+            )
+        ]
+        names = [name for module in modules for name in module.__all__]
+        assert sorted(names) == sorted(helpers.__all__)  # each name in one submodule
+        for module in modules:
+            for name in module.__all__:
+                assert getattr(module, name) is getattr(helpers, name) is getattr(rl.core, name)
 
 
 class TestCorrectForFrameSkip:

@@ -10,10 +10,11 @@ combined into one script config::
 
 The builders put together objects of rl-envs, rl-data, rl-collectors and rl-objectives,
 installed with ``pip install "rl-core[helpers]"``; they are imported when a builder runs,
-so importing this module needs none of them. TorchRL's submodules
-(``helpers.envs``, ``helpers.models``, ...) are gathered here:
-``from torchrl.trainers.helpers.models import make_dqn_actor`` becomes
-``from rl.core.trainers.helpers import make_dqn_actor``.
+so importing this module needs none of them. TorchRL's submodule paths
+(``helpers.envs``, ``helpers.collectors``, ``helpers.models``, ``helpers.losses``,
+``helpers.replay_buffer``, ``helpers.trainers``, ``helpers.logger``) re-export the same
+objects: ``from torchrl.trainers.helpers.models import make_dqn_actor`` becomes
+``from rl.core.trainers.helpers.models import make_dqn_actor``.
 """
 
 from ._collectors import (

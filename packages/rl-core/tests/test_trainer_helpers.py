@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ pytest.importorskip("rl.data")
 
 import rl.core  # noqa: E402
 from rl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector  # noqa: E402
-from rl.core import Bounded, Categorical, Composite, OneHot, Unbounded  # noqa: E402
+from rl.core import Bounded, Categorical, Composite, CSVLogger, OneHot, Unbounded  # noqa: E402
 from rl.core.trainers import Trainer, helpers  # noqa: E402
 from rl.core.trainers.helpers import (  # noqa: E402
     DiscreteModelConfig,
@@ -527,7 +528,7 @@ class TestReplayBufferAndTrainer:
         rb.extend(TensorDict(x=torch.arange(20.0)[:, None], batch_size=[20]))
         assert len(rb) == 10 and rb.sample()["x"].shape == (3, 1)
 
-    def test_trainer_wiring_and_run(self):
+    def test_trainer_wiring_and_run(self, tmp_path):
         def make_env():
             return RampEnv(action_spec=OneHot(3))
 
@@ -552,12 +553,14 @@ class TestReplayBufferAndTrainer:
             record_frames=3,
             buffer_size=32,
             buffer_prefetch=0,
+            log_interval=1,
         )
         actor = make_dqn_actor(env, cfg, "cpu")
         loss, updater = make_dqn_loss(actor, cfg)
         collector = make_collector_offpolicy(make_env, actor, cfg)
         rb = make_replay_buffer("cpu", cfg)
-        trainer = make_trainer(collector, loss, env, updater, actor, rb, None, cfg)
+        logger = CSVLogger(exp_name="dqn", log_dir=tmp_path)
+        trainer = make_trainer(collector, loss, env, updater, actor, rb, logger, cfg)
         try:
             assert isinstance(trainer, Trainer)
             group = trainer.optimizer.param_groups[0]
@@ -576,6 +579,14 @@ class TestReplayBufferAndTrainer:
         assert any(moved)  # the soft update ran after the optimisation steps
         # the cosine schedule spans total_frames / frames_per_batch * optim steps = 4 steps
         assert group["lr"] == pytest.approx(0.01 * (1 + math.cos(math.pi * 4 / 4)) / 2, abs=1e-9)
+        logger.close()
+        files = {
+            p.relative_to(logger.experiment).as_posix() for p in logger.experiment.rglob("*.*")
+        }
+        assert json.loads((logger.experiment / "hparams.json").read_text())["frames_per_batch"] == 8
+        logged = {name.rsplit("/", 1)[-1].removesuffix(".csv") for name in files}
+        # the learning rate, the validation rewards (deterministic and exploratory), frames
+        assert {"lr", "r_evaluation", "r_evaluation_exploration", "n_frames"} <= logged, logged
 
     def test_trainer_errors_and_default_cfg(self):
         actor = make_dqn_actor(CartPoleEnv(), dqn_cfg(), "cpu")

@@ -84,7 +84,9 @@ def make_trainer(
     count logged; with ``recorder``, validation rollouts every ``cfg.record_interval``
     batches, deterministic and exploratory; the collector's policy weights updated after
     each batch. ``cfg.total_frames`` counts env steps: the trainer runs
-    ``total_frames * frame_skip`` frames.
+    ``total_frames * frame_skip`` frames. The trainer logs every ``cfg.log_interval``
+    frames (TorchRL's ignores the field and keeps the trainer's default, 10000, which is
+    also the field's).
 
     TorchRL runs (and drops) one validation rollout of each recorder while building the
     trainer; here the first runs in the loop, after the first batch, and is logged.
@@ -162,6 +164,8 @@ def make_trainer(
         optim_steps_per_batch=optim_steps,
         clip_grad_norm=field(cfg, "clip_grad_norm", needed, decl),
         clip_norm=field(cfg, "clip_norm", needed, decl),
+        # TorchRL leaves the trainer's default (10000, TrainerConfig's default too)
+        log_interval=getattr(cfg, "log_interval", 10000),
     )
     if torch.cuda.device_count() > 0:
         trainer.register_op("pre_optim_steps", ClearCudaCache(1))

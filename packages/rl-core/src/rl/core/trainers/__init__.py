@@ -1,7 +1,9 @@
 """The trainer, its hooks and exact checkpoints (``torchrl.trainers`` in TorchRL).
 
-Nothing here imports another ``rl`` package: the collector, loss, replay buffer and
-environments are duck-typed.
+The trainer and its hooks import no other ``rl`` package: the collector, loss, replay
+buffer and environments are duck-typed. The config-driven builders of :mod:`.helpers`
+(TorchRL's ``torchrl.trainers.helpers``) build them, with the ``rl-core[helpers]`` extra,
+importing those packages when a builder runs.
 """
 
 from ._checkpoint import CheckpointError, atomic_save, load_checkpoint

@@ -1,5 +1,6 @@
 """rl.envs: the environment API, Gymnasium wrappers, native torch envs and batched envs."""
 
+from ._async import AsyncEnvPool, ProcessorAsyncEnvPool, ThreadingAsyncEnvPool
 from ._backends import (
     auto_unwrap_transformed_env,
     gym_backend,
@@ -95,6 +96,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "AsyncEnvPool",
     "AutoResetEnv",
     "AutoResetTransform",
     "CartPoleEnv",
@@ -109,6 +111,8 @@ __all__ = [
     "DreamerEnv",
     "ParallelEnv",
     "PendulumEnv",
+    "ProcessorAsyncEnvPool",
+    "ThreadingAsyncEnvPool",
     "ToyVLAEnv",
     "RandomPolicy",
     "SerialEnv",

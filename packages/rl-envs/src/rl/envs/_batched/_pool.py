@@ -198,13 +198,26 @@ class WorkerPool:
             except OSError:
                 pass  # a dead worker: collect() reports it
 
-    def collect(self, workers: Iterable[int], what: str, start: bool = False) -> dict[int, bytes]:
+    def collect(
+        self,
+        workers: Iterable[int],
+        what: str,
+        start: bool = False,
+        *,
+        at_least: int | None = None,
+        wait_s: float | None = None,
+    ) -> dict[int, bytes]:
         """Waits for the answer of each of ``workers``; raises if one failed, died or hung.
 
         Args:
             workers: the indices of the workers that were sent a command.
             what: the command, for error messages.
             start: the workers are starting (they get ``max(timeout, 600)`` seconds).
+            at_least: return once this many of ``workers`` answered, with every other
+                answer that has already arrived (default: wait for all of them). The
+                workers left out still owe their answer: collect them later.
+            wait_s: stop waiting after ``wait_s`` seconds (``0``: only read the answers
+                already there) and return the answers gathered, however few.
 
         Returns:
             ``{worker_index: answer_byte}``.
@@ -216,52 +229,43 @@ class WorkerPool:
                 killed and the pool shut down); also a ``TimeoutError``.
         """
         pending = set(workers)
+        need = len(pending) if at_least is None else min(at_least, len(pending))
         limit = self.timeout
         if limit is not None and start:
             limit = max(limit, _START_S)
-        deadline = None if limit is None else time.monotonic() + limit
+        now = time.monotonic()
+        deadline = None if limit is None else now + limit
+        stop = None if wait_s is None else now + wait_s
         answers: dict[int, bytes] = {}
         errors: list[str] = []
         dead: list[int] = []
         poll = self._poller.poll
-        fd_index = self._fd_index
-        while pending:
+        while pending and len(answers) + len(errors) < need:
             wait_ms = _POLL_MS
+            now = time.monotonic()
+            if stop is not None:
+                wait_ms = max(0, min(wait_ms, int((stop - now) * 1000)))
             if deadline is not None:
-                left = deadline - time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     dead += [index for index in pending if not self.procs[index].is_alive()]
                     if dead:
                         break  # reported as deaths below
                     self._hung(sorted(pending), what, limit)
-                wait_ms = min(_POLL_MS, max(1, int(left * 1000)))
+                wait_ms = min(wait_ms, max(1, int(left * 1000)))
             events = poll(wait_ms)
             if not events:
                 for index in list(pending):
                     if not self.procs[index].is_alive():
                         pending.discard(index)
                         dead.append(index)
+                if stop is not None and time.monotonic() >= stop:
+                    break
                 continue
-            for fd, _ in events:
-                index = fd_index[fd]
-                try:
-                    answer = os.read(fd, 1)
-                except OSError:
-                    answer = b""
-                if not answer:
-                    self._poller.unregister(fd)
-                    pending.discard(index)
-                    if index not in dead:
-                        dead.append(index)
-                    continue
-                if index not in pending:
-                    continue
-                pending.discard(index)
-                if answer == ANS_ERROR:
-                    tb = self._recv(index, what)
-                    errors.append(f"{self.name} worker {index} raised during {what}:\n{tb}")
-                else:
-                    answers[index] = answer
+            self._take(events, pending, answers, errors, dead, what)
+        if at_least is not None and pending and not dead:
+            # the answers already there come along (one poll, no wait)
+            self._take(poll(0), pending, answers, errors, dead, what)
         if dead:
             msgs = []
             for index in sorted(dead):
@@ -276,6 +280,38 @@ class WorkerPool:
         if errors:
             raise RuntimeError("\n".join(errors))
         return answers
+
+    def _take(
+        self,
+        events: list,
+        pending: set[int],
+        answers: dict[int, bytes],
+        errors: list[str],
+        dead: list[int],
+        what: str,
+    ) -> None:
+        """Reads the answer bytes that ``events`` (from the poller) announce."""
+        fd_index = self._fd_index
+        for fd, _ in events:
+            index = fd_index[fd]
+            try:
+                answer = os.read(fd, 1)
+            except OSError:
+                answer = b""
+            if not answer:
+                self._poller.unregister(fd)
+                pending.discard(index)
+                if index not in dead:
+                    dead.append(index)
+                continue
+            if index not in pending:
+                continue
+            pending.discard(index)
+            if answer == ANS_ERROR:
+                tb = self._recv(index, what)
+                errors.append(f"{self.name} worker {index} raised during {what}:\n{tb}")
+            else:
+                answers[index] = answer
 
     def _hung(
         self, stuck: list[int], what: str, limit: float, states: dict[int, str] | None = None

@@ -3,8 +3,10 @@ routing, partial receives, errors, and shutdown leaving no thread or process beh
 
 from __future__ import annotations
 
+import doctest
 import functools
 import gc
+import importlib
 import os
 import sys
 import threading
@@ -213,3 +215,10 @@ class TestAsyncEnvPool:
         pool.step(pool.reset().set("action", torch.ones(2, 1)))
         pool.close()
         assert not [t for t in threading.enumerate() if t.name.startswith("AsyncEnvPool")]
+
+
+@pytest.mark.parametrize("name", ["_pool", "_threading", "_processes"])
+def test_docstring_examples(name):
+    module = importlib.import_module(f"rl.envs._async.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

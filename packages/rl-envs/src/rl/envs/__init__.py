@@ -13,6 +13,8 @@ from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
 from ._gym_spaces import register_gym_spec_conversion
 from ._imagined import ImaginedEnv
+from ._libraries import get_available_libraries
+from ._metadata import EnvMetaData, env_creator, get_env_metadata, make_tensordict
 from ._model_based import ModelBasedEnvBase
 from ._native import (
     CartPoleEnv,
@@ -102,6 +104,7 @@ __all__ = [
     "CartPoleEnv",
     "EnvBase",
     "EnvCreator",
+    "EnvMetaData",
     "GymEnv",
     "GymWrapper",
     "ModelBasedEnvBase",
@@ -119,9 +122,13 @@ __all__ = [
     "TicTacToeEnv",
     "auto_unwrap_transformed_env",
     "check_env_specs",
+    "env_creator",
+    "get_available_libraries",
+    "get_env_metadata",
     "gym_backend",
     "register_gym_spec_conversion",
     "make_composite_from_td",
+    "make_tensordict",
     "mark_truncated",
     "set_auto_unwrap_transformed_env",
     "set_gym_backend",

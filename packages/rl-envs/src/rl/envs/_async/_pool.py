@@ -139,13 +139,13 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         >>> env.batch_size
         torch.Size([2])
         >>> reset = env.reset()
-        >>> reset["env_index"]
+        >>> list(reset["env_index"])
         [0, 1]
         >>> one = reset[1]
         >>> one["action"] = torch.zeros(1)
         >>> env.async_step_send(one)
         >>> out = env.async_step_recv()
-        >>> out["env_index"], out["next", "observation"].shape
+        >>> list(out["env_index"]), out["next", "observation"].shape
         ([1], torch.Size([1, 3]))
         >>> env.close()
     """

@@ -77,7 +77,7 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
         >>> reset["action"] = torch.zeros(2, 1)
         >>> env.async_step_send(reset)
         >>> out = env.async_step_recv(min_get=2)
-        >>> out["env_index"], out["next", "reward"].shape
+        >>> list(out["env_index"]), out["next", "reward"].shape
         ([0, 1], torch.Size([2, 1]))
         >>> env.close()
     """

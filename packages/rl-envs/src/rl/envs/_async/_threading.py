@@ -40,7 +40,7 @@ class ThreadingAsyncEnvPool(AsyncEnvPool):
         >>> from rl.envs import PendulumEnv, ThreadingAsyncEnvPool
         >>> env = ThreadingAsyncEnvPool([PendulumEnv, PendulumEnv, PendulumEnv])
         >>> env.async_reset_send(env_index=[0, 2])
-        >>> env.async_reset_recv(min_get=2)["env_index"]
+        >>> list(env.async_reset_recv(min_get=2)["env_index"])
         [0, 2]
         >>> env.close()
     """

@@ -425,3 +425,42 @@ class TestLeafSpecs:
         assert CatTensors(["a"], "b", dim=-2).transform_observation_spec(spec) is spec
         with pytest.raises(ValueError, match="cannot infer the output spec of 2 in_keys"):
             CatTensors(["a", "c"], "b", dim=-2).transform_observation_spec(spec)
+
+
+class TestObservationTransform:
+    def test_default_keys_and_subclasses(self):
+        from rl.envs.transforms import (
+            CatFrames,
+            CenterCrop,
+            Crop,
+            FlattenObservation,
+            GrayScale,
+            ObservationTransform,
+            Resize,
+            VideoRecorder,
+        )
+
+        class Halve(ObservationTransform):
+            def _apply_transform(self, obs):
+                return obs / 2
+
+        assert Halve().in_keys == ["observation", "pixels"]
+        assert Halve(in_keys=["x"], out_keys=["y"]).out_keys == ["y"]
+        td = Halve()(TensorDict(observation=torch.ones(2), pixels=torch.full((2,), 4.0)))
+        assert td["observation"].tolist() == [0.5, 0.5] and td["pixels"].tolist() == [2.0, 2.0]
+        made = [
+            CatFrames(N=2, dim=-1),
+            CenterCrop(2),
+            Crop(2),
+            FlattenObservation(-2, -1),
+            GrayScale(),
+            ObservationNorm(loc=0.0, scale=1.0),
+            Resize(2, 2),
+            ToTensorImage(),
+            VideoRecorder(None, "tag"),
+        ]
+        assert all(isinstance(t, ObservationTransform) for t in made)
+        # each keeps its own default keys
+        assert ObservationNorm(loc=0.0, scale=1.0).in_keys == ["observation"]
+        assert CatFrames(N=2, dim=-1).in_keys == ["pixels"]
+        assert not isinstance(StepCounter(), ObservationTransform)

@@ -14,7 +14,7 @@ from ._action import (
 )
 from ._action_tokens import ActionTokenizerTransform
 from ._auto_reset import AutoResetEnv, AutoResetTransform
-from ._base import FORWARD_NOT_IMPLEMENTED, Transform
+from ._base import FORWARD_NOT_IMPLEMENTED, ObservationTransform, Transform
 from ._belief import MeanActionSelector
 from ._chunk import ActionChunkTransform
 from ._compose import Compose
@@ -95,6 +95,7 @@ from ._tensor import (
     PinMemoryTransform,
     UnaryTransform,
 )
+from ._vec_gym import VecGymEnvTransform
 
 __all__ = [
     "FORWARD_NOT_IMPLEMENTED",
@@ -157,6 +158,8 @@ __all__ = [
     "InitTracker",
     "NoopResetEnv",
     "ObservationNorm",
+    "ObservationTransform",
+    "VecGymEnvTransform",
     "RenameTransform",
     "Resize",
     "RewardClipping",

@@ -22,7 +22,7 @@ from torch import nn
 
 from ._spec_utils import NestedKey, normalize_keys, tget, tset
 
-__all__ = ["FORWARD_NOT_IMPLEMENTED", "Transform"]
+__all__ = ["FORWARD_NOT_IMPLEMENTED", "ObservationTransform", "Transform"]
 
 #: the message of the RuntimeError a transform that only works inside an env raises when
 #: called on data (``.format(type(transform))``), as TorchRL's
@@ -507,3 +507,46 @@ class Transform(nn.Module):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._repr_args()})"
+
+
+class ObservationTransform(Transform):
+    """Base class of the transforms that act on observations (TorchRL's).
+
+    It only changes the default keys: with ``in_keys=None`` the transform reads
+    ``"observation"`` and ``"pixels"``. ``CatFrames``, ``ObservationNorm``,
+    ``ToTensorImage``, ``Resize``, ``CenterCrop``, ``Crop``, ``GrayScale``,
+    ``FlattenObservation`` and ``VideoRecorder`` derive from it, as in TorchRL (each
+    keeps its own default keys), so ``isinstance(t, ObservationTransform)`` tells
+    observation transforms apart.
+
+    Args:
+        in_keys: keys read (default ``["observation", "pixels"]``).
+        out_keys: keys written (default: ``in_keys``).
+        in_keys_inv: keys written by the inverse transform.
+        out_keys_inv: keys read by the inverse transform.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> class Halve(ObservationTransform):
+        ...     def _apply_transform(self, obs):
+        ...         return obs / 2
+        >>> t = Halve()
+        >>> t.in_keys
+        ['observation', 'pixels']
+        >>> t(TensorDict(observation=torch.ones(2), pixels=torch.full((2,), 4.0)))["pixels"]
+        tensor([2., 2.])
+    """
+
+    def __init__(
+        self,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        in_keys_inv: Sequence[NestedKey] | None = None,
+        out_keys_inv: Sequence[NestedKey] | None = None,
+    ):
+        if in_keys is None:
+            in_keys = ["observation", "pixels"]
+        super().__init__(
+            in_keys=in_keys, out_keys=out_keys, in_keys_inv=in_keys_inv, out_keys_inv=out_keys_inv
+        )

@@ -16,7 +16,7 @@ from rl.core import Bounded
 
 from .._utils import step_mdp
 from . import _frames_unfold as unfold
-from ._base import Transform, _missing_key_error
+from ._base import ObservationTransform, Transform, _missing_key_error
 from ._spec_utils import NestedKey, normalize_key, spec_with
 from ._utils import episode_starts, masked_reset, reset_entry_mask, reset_mask
 
@@ -65,7 +65,7 @@ def _tuple(key: NestedKey) -> tuple[str, ...]:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
-class CatFrames(Transform):
+class CatFrames(ObservationTransform):
     """Stacks the last ``N`` observations along ``dim`` (frame stacking).
 
     Inside an env, a buffer of the last ``N`` frames is kept per in_key; at reset it is

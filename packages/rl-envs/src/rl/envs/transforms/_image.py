@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from rl.core import Bounded
 
-from ._base import Transform
+from ._base import ObservationTransform
 from ._spec_utils import NestedKey, spec_with
 
 __all__ = ["CenterCrop", "Crop", "GrayScale", "Resize", "ToTensorImage"]
@@ -29,7 +29,7 @@ def _check_image(obs: torch.Tensor, who: str) -> None:
         )
 
 
-class ToTensorImage(Transform):
+class ToTensorImage(ObservationTransform):
     """``[*B, H, W, C]`` integer images to ``[*B, C, H, W]`` floats in ``[0, 1]``.
 
     Args:
@@ -103,7 +103,7 @@ class ToTensorImage(Transform):
         return f"keys={self.in_keys}"
 
 
-class Resize(Transform):
+class Resize(ObservationTransform):
     """Resizes images ``[*B, C, H, W]`` to ``[*B, C, w, h]`` (TorchRL's argument order).
 
     Args:
@@ -170,7 +170,7 @@ class Resize(Transform):
         return f"w={self.w}, h={self.h}, interpolation={self.interpolation!r}, keys={self.in_keys}"
 
 
-class CenterCrop(Transform):
+class CenterCrop(ObservationTransform):
     """Crops the center ``[w, h]`` of images ``[*B, C, H, W]`` (dims -2, -1).
 
     Args:
@@ -233,7 +233,7 @@ class CenterCrop(Transform):
         return f"w={self.w}, h={self.h}, keys={self.in_keys}"
 
 
-class GrayScale(Transform):
+class GrayScale(ObservationTransform):
     """RGB images ``[*B, 3, H, W]`` to grayscale ``[*B, 1, H, W]`` (ITU-R 601-2 luma).
 
     Args:
@@ -294,7 +294,7 @@ class GrayScale(Transform):
         return f"keys={self.in_keys}"
 
 
-class Crop(Transform):
+class Crop(ObservationTransform):
     """Crops images ``[..., H, W]`` from ``(top, left)``, as TorchRL's ``Crop``.
 
     As in TorchRL (which calls ``torchvision.transforms.functional.crop(img, top, left,

@@ -24,7 +24,7 @@ from torch import nn
 
 from rl.core import Bounded, Composite, Unbounded
 
-from ._base import Transform, _missing_key_error
+from ._base import ObservationTransform, Transform, _missing_key_error
 from ._spec_utils import NestedKey, normalize_keys
 
 __all__ = ["ObservationNorm", "RunningMeanStd", "VecNorm", "VecNormV2"]
@@ -40,7 +40,7 @@ def _as_float_tensor(value, name: str) -> torch.Tensor | None:
     return value
 
 
-class ObservationNorm(Transform):
+class ObservationNorm(ObservationTransform):
     """Affine normalisation of observations: ``obs * scale + loc``.
 
     With ``standard_normal=True`` the map is ``(obs - loc) / scale`` instead, so that

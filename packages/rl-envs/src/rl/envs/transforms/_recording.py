@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._base import Transform, _missing_key_error
+from ._base import ObservationTransform, _missing_key_error
 from ._spec_utils import NestedKey
 
 __all__ = ["VideoRecorder", "write_video"]
@@ -104,7 +104,7 @@ def _center_crop(frame: torch.Tensor, size: int) -> torch.Tensor:
     return frame[..., top : top + size, left : left + size, :]
 
 
-class VideoRecorder(Transform):
+class VideoRecorder(ObservationTransform):
     """Records the ``"pixels"`` frames an env produces and writes them as a video on ``dump()``.
 
     Frames (``[H, W, C]`` uint8 or ``[C, H, W]`` floats in [0, 1]) are collected at reset

@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 
 from rl.core import Bounded, Composite
 
-from ._base import Transform, _missing_key_error
+from ._base import ObservationTransform, Transform, _missing_key_error
 from ._spec_utils import NestedKey, normalize_key, spec_with
 
 __all__ = [
@@ -34,7 +34,7 @@ def _check_negative(dim: int, who: str, allow_positive_dim: bool) -> None:
         )
 
 
-class FlattenObservation(Transform):
+class FlattenObservation(ObservationTransform):
     """Flattens dims ``first_dim..last_dim`` (negative, counted from the end) of entries.
 
     Args:

@@ -403,6 +403,12 @@ class GymWrapper(EnvBase):
             )
         return super().env_state()
 
+    def render(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped env's ``render()`` (a ``[H, W, 3]`` uint8 array with
+        ``render_mode="rgb_array"``), as TorchRL's wrappers forward it; what
+        :class:`~rl.envs.PixelRenderTransform` calls."""
+        return self._env.render(*args, **kwargs)
+
     def close(self, *, raise_if_closed: bool = True) -> None:
         if not self.is_closed:
             self._env.close()

@@ -58,7 +58,7 @@ from ._macro_ur import (
 from ._module import ModuleTransform
 from ._norm import ObservationNorm, RunningMeanStd, VecNorm, VecNormV2
 from ._nstep import MultiStepTransform
-from ._recording import VideoRecorder
+from ._recording import PixelRenderTransform, TensorDictRecorder, VideoRecorder
 from ._replay import (
     BurnInTransform,
     NextObservationDelta,
@@ -159,6 +159,8 @@ __all__ = [
     "NoopResetEnv",
     "ObservationNorm",
     "ObservationTransform",
+    "PixelRenderTransform",
+    "TensorDictRecorder",
     "VecGymEnvTransform",
     "RenameTransform",
     "Resize",

@@ -1,20 +1,28 @@
-"""VideoRecorder: collects pixel frames and writes them as an mp4 through PyAV."""
+"""Recording transforms: ``VideoRecorder`` (frames to an mp4 or a logger),
+``PixelRenderTransform`` (the env's ``render()`` output as an observation) and
+``TensorDictRecorder`` (a stack of step outputs saved to a file)."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from tensordict import NonTensorData, TensorDictBase
 
-from ._base import ObservationTransform, _missing_key_error
+from rl.core import NonTensor, Unbounded
+from rl.core.files import remove_stale_temporaries, temporary_path
+
+from ._base import ObservationTransform, Transform, _missing_key_error
+from ._episode import _no_io_pairs
 from ._spec_utils import NestedKey
 
-__all__ = ["VideoRecorder", "write_video"]
+__all__ = ["PixelRenderTransform", "TensorDictRecorder", "VideoRecorder", "write_video"]
 
 _has_av = importlib.util.find_spec("av") is not None
 
@@ -316,3 +324,263 @@ class VideoRecorder(ObservationTransform):
 
     def _repr_args(self) -> str:
         return f"tag={self.tag!r}, keys={self.in_keys}, skip={self.skip}"
+
+
+class TensorDictRecorder(Transform):
+    """Keeps every ``skip``-th step output of an env and saves their stack on ``dump()``.
+
+    The outputs of ``reset`` and ``step`` (the ``"next"`` entries) are counted; every
+    ``skip``-th one is kept (a copy, restricted to ``in_keys`` when given). ``dump()``
+    stacks them and writes ``<out_file_base>[_<suffix>]_tensordict.t`` atomically.
+
+    The file holds ``{"batch_size": [...], "tensordict": td.to_dict()}`` (tensors and
+    plain containers) rather than TorchRL's pickled ``TensorDict``, so that it loads with
+    ``torch.load(path, weights_only=True)``; rebuild it with
+    ``TensorDict(data["tensordict"], batch_size=data["batch_size"])``. TorchRL's
+    ``dump`` reads a ``tag`` attribute the class never sets (it raises); the file name
+    here starts with ``out_file_base``.
+
+    Args:
+        out_file_base: the path prefix of the file.
+        skip_reset: leave the first kept output (usually the reset one) out of the file.
+        skip: keep one output every ``skip``.
+        in_keys: the entries kept (default: all of them).
+
+    Raises:
+        ValueError: ``skip`` is not a positive int.
+
+    Examples:
+        >>> import tempfile, os, torch
+        >>> from tensordict import TensorDict
+        >>> from rl.envs import PendulumEnv, TransformedEnv
+        >>> base = os.path.join(tempfile.mkdtemp(), "run")
+        >>> env = TransformedEnv(PendulumEnv(), TensorDictRecorder(base, skip=1, in_keys=["reward"]))
+        >>> _ = env.rollout(3)
+        >>> path = env.transform.dump()
+        >>> data = torch.load(path, weights_only=True)
+        >>> TensorDict(data["tensordict"], batch_size=data["batch_size"])["reward"].shape
+        torch.Size([3, 1])
+    """
+
+    def __init__(
+        self,
+        out_file_base: str,
+        skip_reset: bool = True,
+        skip: int = 4,
+        in_keys: Sequence[str] | None = None,
+    ) -> None:
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 1:
+            raise ValueError(f"TensorDictRecorder skip must be a positive int, got {skip!r}")
+        super().__init__(in_keys=[] if in_keys is None else in_keys)
+        self.out_file_base = out_file_base
+        self.skip_reset = skip_reset
+        self.skip = skip
+        self.iter = 0
+        self.count = 0
+        self.td: list[TensorDictBase] = []
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        self.count += 1
+        if not self.count % self.skip:
+            kept = next_tensordict
+            if self.in_keys:  # (a reset output has no reward: what is there is kept)
+                kept = next_tensordict.select(*self.in_keys, strict=False)
+            self.td.append(kept.clone())
+        return next_tensordict
+
+    def _reset(
+        self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        return self._call(tensordict_reset)
+
+    def dump(self, suffix: str | None = None) -> Path | None:
+        """Writes the kept outputs and starts a new record.
+
+        Args:
+            suffix: appended to ``out_file_base`` (after an underscore).
+
+        Returns:
+            the path written, or ``None`` when nothing was kept (no file is written).
+        """
+        tds = self.td[1:] if self.skip_reset else self.td
+        self.td = []
+        self.count = 0
+        if not tds:
+            return None
+        stacked = torch.stack(tds, 0).contiguous()
+        base = self.out_file_base if suffix is None else f"{self.out_file_base}_{suffix}"
+        path = Path(f"{base}_tensordict.t")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
+        tmp = temporary_path(path)
+        try:
+            torch.save(
+                {"batch_size": list(stacked.batch_size), "tensordict": stacked.to_dict()}, tmp
+            )
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.iter += 1
+        return path
+
+
+class PixelRenderTransform(Transform):
+    """Writes what the env's ``render()`` returns as an observation (``"pixels"``).
+
+    An alternative to ``from_pixels=True`` for envs that can render (a gymnasium env made
+    with ``render_mode="rgb_array"``, whose :class:`~rl.envs.GymWrapper` ``render()``
+    returns the frame). At each reset and step the transform calls the method
+    ``render_method`` of the env below it (with ``**kwargs``, and the step output when
+    ``pass_tensordict=True``), applies ``preproc`` and writes the result under
+    ``out_keys[0]``. Its spec is read from one rendered frame (the env is reset once when
+    the specs are built). Inside a :class:`~rl.envs.ParallelEnv` worker each sub-env
+    renders its own frame.
+
+    Args:
+        out_keys: one key where the frame goes (default ``["pixels"]``).
+        preproc: a function applied to the rendered array (to reshape it, copy it...).
+        as_non_tensor: write the frame as non-tensor data (no shape constraint); by
+            default, inferred from the first frame: non-tensor when a batched env
+            renders one ``[H, W, 3]`` image for the whole batch.
+        render_method: the name of the env's render method.
+        pass_tensordict: pass the output tensordict to the render method (stateless
+            envs render from it).
+        **kwargs: keyword arguments of the render method.
+
+    Raises:
+        ValueError: not one out key, a ``mode`` other than on/off in :meth:`switch`, or
+            an env without a callable ``render_method``.
+        RuntimeError: a rendered array that does not fit the output tensordict.
+
+    Examples:
+        >>> from rl.envs import GymEnv
+        >>> env = GymEnv("CartPole-v1", render_mode="rgb_array")
+        >>> env = env.append_transform(PixelRenderTransform())
+        >>> td = env.rollout(3)
+        >>> td["next", "pixels"].shape, td["next", "pixels"].dtype
+        (torch.Size([3, 400, 600, 3]), torch.uint8)
+        >>> env.transform.switch("off")
+        >>> "pixels" in env.rollout(2)["next"].keys()
+        False
+    """
+
+    def __init__(
+        self,
+        out_keys: list[NestedKey] | None = None,
+        preproc: Callable[[np.ndarray | torch.Tensor], np.ndarray | torch.Tensor] | None = None,
+        as_non_tensor: bool | None = None,
+        render_method: str = "render",
+        pass_tensordict: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if out_keys is None:
+            out_keys = ["pixels"]
+        elif isinstance(out_keys, str | tuple):
+            out_keys = [out_keys]
+        if len(out_keys) != 1:
+            raise ValueError(
+                f"PixelRenderTransform writes one frame: expected one out_key, got {out_keys}"
+            )
+        super().__init__(in_keys=[], out_keys=out_keys)
+        self.preproc = preproc
+        self.as_non_tensor = as_non_tensor
+        self.render_method = render_method
+        self.pass_tensordict = pass_tensordict
+        self.kwargs = kwargs
+        self._enabled = True
+
+    # the frame is not a map of an input entry
+    _on_keys_changed = _no_io_pairs
+
+    @property
+    def has_step(self) -> bool:
+        return True
+
+    def set_container(self, container) -> None:
+        super().set_container(container)
+        parent = self.parent
+        if parent is not None:
+            method = getattr(parent, self.render_method, None)
+            if not callable(method):
+                raise ValueError(
+                    f"PixelRenderTransform needs the env's {self.render_method!r} method, "
+                    f"which {type(parent).__name__} does not have (got {method!r})"
+                )
+
+    def _render(self, tensordict: TensorDictBase) -> Any:
+        method = getattr(self.parent, self.render_method)
+        if self.pass_tensordict:
+            array = method(tensordict, **self.kwargs)
+        else:
+            array = method(**self.kwargs)
+        if self.preproc is not None:
+            array = self.preproc(array)
+        if isinstance(array, list):
+            array = (
+                np.asarray(array) if isinstance(array[0], np.ndarray) else torch.as_tensor(array)
+            )
+        return array
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        if not self._enabled:
+            return next_tensordict
+        array = self._render(next_tensordict)
+        if self.as_non_tensor is None:
+            one_image = array.ndim == 3 and array.shape[-1] == 3
+            self.as_non_tensor = bool(one_image and self.parent.batch_size != ())
+        key = self.out_keys[0]
+        if self.as_non_tensor:
+            next_tensordict.set_non_tensor(key, array)
+            return next_tensordict
+        value = torch.as_tensor(
+            np.ascontiguousarray(array) if isinstance(array, np.ndarray) else array
+        )
+        try:
+            next_tensordict.set(
+                key, value.to(next_tensordict.device) if next_tensordict.device else value
+            )
+        except (RuntimeError, ValueError) as err:
+            raise RuntimeError(
+                f"PixelRenderTransform could not write the rendered array (shape "
+                f"{tuple(value.shape)}, dtype {value.dtype}) under {key!r} of a tensordict of "
+                f"batch size {tuple(next_tensordict.batch_size)}: adapt preproc, pass "
+                "render keyword arguments, or use as_non_tensor=True"
+            ) from err
+        return next_tensordict
+
+    def _reset(
+        self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        return self._call(tensordict_reset)
+
+    def transform_observation_spec(self, observation_spec):
+        enabled = self._enabled
+        self._enabled = True
+        try:
+            td = self._call(self.parent.reset())
+        finally:
+            self._enabled = enabled
+        key = self.out_keys[0]
+        value = td.get(key)
+        if isinstance(value, NonTensorData):
+            spec = NonTensor(shape=value.shape, device=observation_spec.device)
+        else:
+            spec = Unbounded(shape=value.shape, dtype=value.dtype, device=value.device)
+        observation_spec[key] = spec
+        return observation_spec
+
+    def switch(self, mode: str | bool | None = None) -> None:
+        """Turns the rendering on or off (``"on"``, ``"off"``, a bool; by default the
+        opposite of the current state)."""
+        if mode is None:
+            mode = not self._enabled
+        if not isinstance(mode, bool):
+            if mode not in ("on", "off"):
+                raise ValueError(f"mode must be 'on', 'off' or a bool, got {mode!r}")
+            mode = mode == "on"
+        self._enabled = mode
+
+    @property
+    def enabled(self) -> bool:
+        """Whether frames are rendered."""
+        return self._enabled

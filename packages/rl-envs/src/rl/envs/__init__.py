@@ -11,6 +11,7 @@ from ._batched import EnvCreator, ParallelEnv, SerialEnv
 from ._dreamer import DreamerDecoder, DreamerEnv
 from ._env_base import EnvBase
 from ._gym import GymEnv, GymWrapper
+from ._gym_like import GymLikeEnv, default_info_dict_reader
 from ._gym_spaces import register_gym_spec_conversion
 from ._imagined import ImaginedEnv
 from ._libraries import get_available_libraries
@@ -106,6 +107,7 @@ __all__ = [
     "EnvCreator",
     "EnvMetaData",
     "GymEnv",
+    "GymLikeEnv",
     "GymWrapper",
     "ModelBasedEnvBase",
     "ImaginedEnv",
@@ -122,6 +124,7 @@ __all__ = [
     "TicTacToeEnv",
     "auto_unwrap_transformed_env",
     "check_env_specs",
+    "default_info_dict_reader",
     "env_creator",
     "get_available_libraries",
     "get_env_metadata",

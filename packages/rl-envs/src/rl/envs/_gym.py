@@ -15,8 +15,9 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core import Bounded, Composite
 
 from ._done import default_done_spec
-from ._env_base import EnvBase, _EnvMeta
+from ._env_base import _EnvMeta
 from ._gym_kernel import SIMULATOR_ERRORS, _key, gym_kernel, raise_if_rejected
+from ._gym_like import GymLikeEnv
 from ._gym_spaces import SpaceLeaf, assemble, space_leaves, walk
 from .engine import RolloutKernel
 
@@ -65,7 +66,7 @@ def _pixel_wrappers(frame_skip: int, from_pixels: bool, pixels_only: bool) -> li
     return wrappers
 
 
-class GymWrapper(EnvBase):
+class GymWrapper(GymLikeEnv):
     """Wraps a gymnasium ``Env`` or ``VectorEnv`` as an :class:`EnvBase`.
 
     Spaces become specs as in TorchRL (Box -> ``Bounded``/``Unbounded``, Discrete ->
@@ -81,6 +82,11 @@ class GymWrapper(EnvBase):
     ``done = terminated | truncated``. An env that declares a ``reward_space`` (MO-Gymnasium's
     vector rewards) gets that space's spec as its reward spec (shape ``[*B, *space.shape]``,
     ``[*B, 1]`` for a scalar space), as in TorchRL; otherwise the reward is ``[*B, 1]``.
+
+    It is a :class:`~rl.envs.GymLikeEnv`: :meth:`set_info_dict_reader` registers readers
+    that copy entries of gym's ``info`` (at reset and at each step) into the output, and
+    their specs into ``observation_spec`` (rollouts then step through ``_step``, not the
+    gym kernels, so that the readers run).
 
     Seeding follows TorchRL: :meth:`set_seed` calls gym's ``reset(seed=seed)`` at once,
     so the first :meth:`reset` after ``set_seed(s)`` is gymnasium's second reset of seed
@@ -320,17 +326,18 @@ class GymWrapper(EnvBase):
 
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
+        info = None
         if not self.is_vector:
-            obs, _ = self._env.reset(seed=self._take_seed())
+            obs, info = self._env.reset(seed=self._take_seed())
         elif mask is None or self._last_obs is None:
             # a vector env must be reset whole once before it takes a reset mask
-            obs, _ = self._env.reset(seed=self._take_seed())
+            obs, info = self._env.reset(seed=self._take_seed())
             self._autoreset[:] = False
         else:
             mask_np = mask.reshape(-1).cpu().numpy().astype(np.bool_)
             need = mask_np & ~self._autoreset
             if need.any():
-                fresh, _ = self._env.reset(options={"reset_mask": need})
+                fresh, info = self._env.reset(options={"reset_mask": need})
                 # only the reset rows: the fast path may step sub-envs behind the vector
                 # env's back, so its other rows can be stale
                 self.__dict__["_last_obs"] = _merge_rows(self._last_obs, fresh, need)
@@ -340,7 +347,13 @@ class GymWrapper(EnvBase):
             self.__dict__["_last_obs"] = obs  # plain dict write: not nn.Module.__setattr__
         entries = self._obs_entries(obs)
         entries.update(self._flags(False, False))
-        return self._make_td(entries)
+        td = self._make_td(entries)
+        if self.__dict__.get("_info_dict_reader"):
+            td = self._read_info({} if info is None else info, td)
+            for key, leaf in self.observation_spec.items(True, True):
+                if key not in td.keys(True, True):  # (info entries a reset does not give)
+                    td.set(key, leaf.zero())
+        return td
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         # plain dict reads / writes: nn.Module attribute access costs more at every step
@@ -367,7 +380,21 @@ class GymWrapper(EnvBase):
         device = d["_device"]
         entries["reward"] = reward if device is None else reward.to(device)
         entries.update(self._flags(terminated, truncated))
-        return self._make_td(entries)
+        td = self._make_td(entries)
+        if d.get("_info_dict_reader"):
+            td = self._read_info(info, td)
+        return td
+
+    def _output_transform(self, step_outputs_tuple: tuple) -> tuple:
+        """gymnasium's ``(obs, reward, terminated, truncated, info)`` as
+        ``(obs, reward, terminated, truncated, done, info)``."""
+        obs, reward, terminated, truncated, info = step_outputs_tuple
+        return obs, reward, terminated, truncated, np.logical_or(terminated, truncated), info
+
+    def _reset_output_transform(self, reset_outputs_tuple: tuple) -> tuple:
+        """gymnasium's ``(obs, info)``."""
+        obs, info = reset_outputs_tuple
+        return obs, info
 
     def _patch_final_obs(self, entries: dict, info: dict) -> None:
         """Writes ``infos["final_obs"]`` of auto-reset envs over their reset observation."""
@@ -382,7 +409,8 @@ class GymWrapper(EnvBase):
         this class's; else the env's own ``_step`` / ``reset``."""
         cls = type(self)
         on_cpu = self.device is None or self.device.type == "cpu"
-        if on_cpu and cls._step is GymWrapper._step and cls._reset is GymWrapper._reset:
+        own = cls._step is GymWrapper._step and cls._reset is GymWrapper._reset
+        if on_cpu and own and not self.info_dict_reader:
             return gym_kernel(self)
         return super().rollout_kernel()
 

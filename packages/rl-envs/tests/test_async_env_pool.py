@@ -64,6 +64,22 @@ class TestAsyncEnvPool:
             AsyncEnvPool([CounterEnv], stack="flat")
         with pytest.raises(ValueError, match="a list of 2 dicts"):
             AsyncEnvPool([CounterEnv, CounterEnv], create_env_kwargs=[{}])
+        with pytest.raises(ValueError, match="exchange must be 'queue', 'shm' or 'auto'"):
+            AsyncEnvPool([CounterEnv], exchange="pipe")
+        assert make_pool([CounterEnv], exchange=None).exchange == "auto"
+        with pytest.raises(NotImplementedError, match="only envs_per_worker=1"):
+            AsyncEnvPool([CounterEnv] * 2, backend="multiprocessing", envs_per_worker=2)
+        with pytest.raises(ValueError, match="needs backend='multiprocessing'"):
+            AsyncEnvPool([CounterEnv], worker_affinity=[0])
+        with pytest.raises(ValueError, match="non-empty sets of the CPU ids"):
+            AsyncEnvPool([CounterEnv], backend="multiprocessing", worker_affinity=[10**6])
+
+    def test_worker_affinity(self, make_pool):
+        cpu = min(os.sched_getaffinity(0))
+        pool = make_pool([CounterEnv] * 2, backend="multiprocessing", worker_affinity=[[cpu]] * 2)
+        assert [os.sched_getaffinity(pid) for pid in pool.worker_pids] == [{cpu}, {cpu}]
+        td = pool.step(pool.reset().set("action", torch.ones(2, 1)))
+        assert _counts(td) == [1.0, 1.0]
 
     @pytest.mark.parametrize("backend", BACKENDS)
     def test_steps_match_serial_env(self, make_pool, backend):

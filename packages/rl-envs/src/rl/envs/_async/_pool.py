@@ -14,6 +14,7 @@ The back-ends only say how one operation runs and how to wait for finished ones
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from abc import abstractmethod
@@ -118,9 +119,16 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         stack: how results are stacked: ``"dense"`` (``torch.stack``), ``"maybe_dense"``
             or ``"lazy"`` (``lazy_stack``, for sub-envs whose entries differ in shape).
         exchange: TorchRL's choice of transport for the multiprocessing back-end,
-            ``"queue"`` or ``"shm"``; here the workers always exchange data through
-            shared memory (no tensordict is pickled per step), so both work the same.
-            ``"shm"`` with the threading back-end raises, as in TorchRL.
+            ``"queue"``, ``"shm"`` or ``"auto"`` (``None``: ``"auto"``); here the workers
+            always exchange data through shared memory (no tensordict is pickled per
+            step), so all work the same. ``"shm"`` with the threading back-end raises,
+            as in TorchRL.
+        worker_affinity: the CPUs the worker processes may run on (multiprocessing
+            back-end): one sequence of CPU ids for every worker, or one sequence per
+            worker (``os.sched_setaffinity``; Linux).
+        envs_per_worker: sub-envs per worker process. TorchRL can run several in one
+            worker (each in a thread); here each sub-env has its own worker process (the
+            ``ParallelEnv`` workers), so only ``1`` is accepted.
         create_env_kwargs: keyword arguments of the env makers (a dict, or one dict per
             sub-env).
 
@@ -129,8 +137,10 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         min_get: the default ``min_get`` of the ``async_*_recv`` methods (1).
 
     Raises:
-        ValueError: an unknown ``backend``, ``stack`` or ``exchange``, or
-            ``create_env_kwargs`` without one dict per sub-env.
+        ValueError: an unknown ``backend``, ``stack`` or ``exchange``,
+            ``create_env_kwargs`` without one dict per sub-env, or a ``worker_affinity``
+            that names unknown CPUs or is given to the threading back-end.
+        NotImplementedError: ``envs_per_worker`` other than 1.
 
     Examples:
         >>> import torch
@@ -158,7 +168,9 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         *,
         backend: Literal["threading", "multiprocessing", "asyncio"] = "threading",
         stack: Literal["dense", "maybe_dense", "lazy"] = "dense",
-        exchange: Literal["queue", "shm"] = "queue",
+        exchange: Literal["queue", "shm", "auto"] | None = None,
+        worker_affinity: Sequence[int] | Sequence[Sequence[int]] | None = None,
+        envs_per_worker: int = 1,
         create_env_kwargs: dict | list[dict] | None = None,
     ) -> None:
         if not isinstance(env_makers, Sequence):
@@ -168,12 +180,23 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         self.env_makers = list(env_makers)
         self.num_envs = len(self.env_makers)
         self.min_get = 1
-        if exchange not in ("queue", "shm"):
-            raise ValueError(f"exchange must be 'queue' or 'shm', got {exchange!r}")
+        if exchange is None:
+            exchange = "auto"
+        if exchange not in ("queue", "shm", "auto"):
+            raise ValueError(f"exchange must be 'queue', 'shm' or 'auto', got {exchange!r}")
         if exchange == "shm" and backend != "multiprocessing":
             raise ValueError("exchange='shm' is only supported with backend='multiprocessing'")
         self.exchange = exchange
         self.backend = backend
+        if isinstance(envs_per_worker, bool) or not isinstance(envs_per_worker, int):
+            raise TypeError(f"envs_per_worker must be an int, got {envs_per_worker!r}")
+        if envs_per_worker != 1:
+            raise NotImplementedError(
+                f"envs_per_worker={envs_per_worker}: each sub-env of an rl AsyncEnvPool runs "
+                "in its own worker process (or thread); only envs_per_worker=1 is supported"
+            )
+        self.envs_per_worker = envs_per_worker
+        self.worker_affinity = self._check_affinity(worker_affinity, backend)
         if create_env_kwargs is None:
             create_env_kwargs = {}
         if isinstance(create_env_kwargs, Mapping):
@@ -201,6 +224,38 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
             shape=input_spec.shape, example_data=0
         )
         self.input_spec = input_spec
+
+    def _check_affinity(
+        self, affinity: Sequence[int] | Sequence[Sequence[int]] | None, backend: str
+    ) -> list[set[int]] | None:
+        """One CPU set per sub-env (``None``: no affinity)."""
+        if affinity is None:
+            return None
+        if backend != "multiprocessing":
+            raise ValueError(
+                "worker_affinity sets the CPUs of worker processes: it needs "
+                f"backend='multiprocessing', got backend={backend!r}"
+            )
+        if not hasattr(os, "sched_setaffinity"):
+            raise NotImplementedError("worker_affinity needs os.sched_setaffinity (Linux)")
+        items = list(affinity)
+        per_worker = bool(items) and all(isinstance(i, Sequence) for i in items)
+        sets = [set(i) for i in items] if per_worker else [set(items)] * self.num_envs
+        if len(sets) != self.num_envs:
+            raise ValueError(
+                f"worker_affinity has {len(sets)} CPU sets, expected one per env "
+                f"({self.num_envs}) or a single sequence of CPU ids"
+            )
+        allowed = os.sched_getaffinity(0)
+        for cpus in sets:
+            bad = sorted(c for c in cpus if isinstance(c, bool) or not isinstance(c, int))
+            unknown = sorted(c for c in cpus if c not in allowed)
+            if not cpus or bad or unknown:
+                raise ValueError(
+                    f"worker_affinity needs non-empty sets of the CPU ids this process may "
+                    f"use {sorted(allowed)}, got {sorted(cpus, key=str)}"
+                )
+        return sets
 
     # ----------------------------------------------------------- back-end interface
     @abstractmethod

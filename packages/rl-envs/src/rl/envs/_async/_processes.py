@@ -10,6 +10,7 @@ for the workers that have answered and reads their rows of the shared output buf
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -87,6 +88,9 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
         # a plain attribute (not a submodule): the pool is built before Module.__init__
         self.__dict__["_workers"] = _PoolWorkers(self.num_envs, makers, self.create_env_kwargs)
         self._workers.start()
+        if self.worker_affinity is not None:
+            for pid, cpus in zip(self._workers.worker_pids, self.worker_affinity, strict=True):
+                os.sched_setaffinity(pid, cpus)
         self._sent: dict[int, TensorDictBase] = {}
         specs = self._workers.specs
         return [specs[i] for i in range(self.num_envs)], self._workers.device

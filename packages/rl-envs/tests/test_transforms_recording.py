@@ -130,3 +130,13 @@ def test_docstring_examples():
         recording_module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_compose_dump_reaches_the_recorders(tmp_path):
+    first = TensorDictRecorder(str(tmp_path / "a"), skip_reset=False, skip=1)
+    second = TensorDictRecorder(str(tmp_path / "b"), skip_reset=False, skip=1)
+    env = TransformedEnv(_RenderingPendulum(), PixelRenderTransform())
+    env.append_transform(first).append_transform(second)
+    env.reset()
+    env.transform.dump()  # PixelRenderTransform's dump does nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_tensordict.t", "b_tensordict.t"]

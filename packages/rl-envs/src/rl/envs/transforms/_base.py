@@ -203,6 +203,11 @@ class Transform(nn.Module):
         """Releases what the transform holds (processes, connections); the env's ``close``
         calls it. Nothing by default."""
 
+    def dump(self, **kwargs) -> None:
+        """Writes what a recording transform collected (``VideoRecorder``,
+        ``TensorDictRecorder``); nothing for the others, as in TorchRL, so that
+        ``env.transform.dump()`` works on any chain."""
+
     @property
     def parent(self):
         """The env seen by this transform: the base env plus the transforms before it.

@@ -105,6 +105,16 @@ class Compose(Transform):
         for t in self.transforms:
             t.close()
 
+    def dump(self, **kwargs):
+        """Calls each member's ``dump(**kwargs)`` (the recorders write what they hold).
+
+        Returns:
+            the member's result when there is one member (TorchRL's
+            ``TransformedEnv(env, t).transform`` is ``t`` itself), else ``None``.
+        """
+        results = [t.dump(**kwargs) for t in self.transforms]
+        return results[0] if len(results) == 1 else None
+
     @property
     def has_inverse(self) -> bool:
         return bool(self.__dict__.get("_inv_list"))

@@ -126,6 +126,25 @@ class TestAsyncEnvPool:
         assert _counts(td) == [1.0, 1.0, 1.0]
 
     @pytest.mark.parametrize("backend", BACKENDS)
+    def test_masked_reset_keeps_the_other_envs(self, make_pool, backend):
+        pool = make_pool([CounterEnv] * 3, backend=backend)
+        td = pool.step(pool.reset().set("action", torch.ones(3, 1)))
+        root = pool.step_mdp(td)
+        root["_reset"] = torch.tensor([[False], [True], [False]])
+        out = pool.reset(root)
+        # [count, steps, resets]: env 1 restarted (second reset), envs 0 and 2 kept
+        assert out["observation"].tolist() == [[1, 1, 1], [0, 0, 2], [1, 1, 1]]
+
+    def test_threading_takes_envs_that_differ(self, make_pool):
+        from rl.envs import CartPoleEnv
+
+        pool = make_pool([PendulumEnv, CartPoleEnv], stack="lazy")
+        reset = pool.reset()
+        assert [t["observation"].shape for t in reset.tensordicts] == [(3,), (4,)]
+        pool.async_reset_send(env_index=1)
+        assert pool.async_reset_recv(env_index=1)["observation"].shape == (4,)
+
+    @pytest.mark.parametrize("backend", BACKENDS)
     def test_partial_receives(self, make_pool, backend):
         pool = make_pool([CounterEnv] * 3, backend=backend)
         pool.async_reset_send(env_index=[0, 1, 2])

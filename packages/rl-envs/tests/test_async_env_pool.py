@@ -157,6 +157,28 @@ class TestAsyncEnvPool:
         assert stats["batch_fill_ratio"] == pytest.approx(3 / 3)
         assert pool.stats()["batches"] == 0
 
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_threads_driving_their_own_env(self, make_pool, backend):
+        # two threads step env 0 (slow) and env 1 with per-env sends and receives
+        slow = functools.partial(SlowEnv, 0.02)
+        pool = make_pool([slow, CounterEnv], backend=backend)
+        pool.reset()
+        counts = {0: [], 1: []}
+
+        def drive(index):
+            for _ in range(4):
+                pool.async_step_send(TensorDict(action=torch.ones(1)), env_index=index)
+                counts[index].append(
+                    pool.async_step_recv(env_index=index)["next", "observation"][0]
+                )
+
+        threads = [threading.Thread(target=drive, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert counts == {0: [1, 2, 3, 4], 1: [1, 2, 3, 4]}
+
     def test_results_arrive_as_envs_finish(self, make_pool):
         # env 0 sleeps: env 1's step is received first, env 0's later
         pool = make_pool([functools.partial(SlowEnv, 0.3), CounterEnv], backend="multiprocessing")

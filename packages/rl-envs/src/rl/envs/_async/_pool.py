@@ -31,8 +31,8 @@ from .._env_base import EnvBase, _EnvMeta
 
 __all__ = ["AsyncEnvPool"]
 
-#: what an operation is called in messages, and its result's kind
-_OPS = ("step", "reset", "step_and_maybe_reset")
+#: seconds a per-env receive waits for results before letting other threads in
+_TURN_S = 0.01
 
 
 def _stack_function(stack: str) -> Callable:
@@ -378,17 +378,20 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
     ) -> Any:
         if env_index is not None:
             index = _check_int(env_index, self.num_envs)
-            with self._lock:
-                if self._inflight.get(index) != (op, True):
-                    raise RuntimeError(
-                        f"no {op} was sent to env {index} with env_index={index} (pending: "
-                        f"{self._describe_inflight()})"
-                    )
-                while index not in self._ready:
-                    self._pump(None)
-                del self._inflight[index]
-                self._stats.batch([index], 1, None)
-                return self._finish(index, self._ready.pop(index), batched=False)
+            while True:
+                # the lock is let go between short waits: threads that each drive their
+                # own env (collector threads) take turns at gathering the results
+                with self._lock:
+                    if self._inflight.get(index) != (op, True):
+                        raise RuntimeError(
+                            f"no {op} was sent to env {index} with env_index={index} "
+                            f"(pending: {self._describe_inflight()})"
+                        )
+                    if index in self._ready:
+                        del self._inflight[index]
+                        self._stats.batch([index], 1, None)
+                        return self._finish(index, self._ready.pop(index), batched=False)
+                    self._pump(_TURN_S)
         if min_get is None:
             min_get = self.min_get
         if min_get < 1:

@@ -8,6 +8,7 @@ import functools
 import gc
 import importlib
 import os
+import pickle
 import sys
 import threading
 from pathlib import Path
@@ -243,6 +244,19 @@ class TestAsyncEnvPool:
         rollout = env.rollout(3)
         assert rollout.shape == (2, 3)
         assert rollout["next", "step_count"][0, :, 0].tolist() == [1, 2, 3]
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_pickle_builds_a_new_pool(self, make_pool, backend):
+        pool = make_pool([CounterEnv] * 2, backend=backend, stack="lazy")
+        copy = pickle.loads(pickle.dumps(pool))
+        try:
+            assert type(copy) is type(pool) and copy.stack == "lazy"
+            td = copy.step(copy.reset().set("action", torch.ones(2, 1)))
+            assert _counts(td) == [1.0, 1.0]
+            if backend == "multiprocessing":
+                assert set(copy.worker_pids).isdisjoint(pool.worker_pids)
+        finally:
+            copy.close()
 
     def test_worker_error_is_reported(self, make_pool):
         pool = make_pool([functools.partial(RaisingEnv, 1)], backend="threading")

@@ -197,6 +197,14 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
             )
         self.envs_per_worker = envs_per_worker
         self.worker_affinity = self._check_affinity(worker_affinity, backend)
+        # what pickling sends (the copy builds its own threads or workers)
+        self._init_kwargs = {
+            "backend": backend,
+            "stack": stack,
+            "exchange": exchange,
+            "worker_affinity": worker_affinity,
+            "envs_per_worker": envs_per_worker,
+        }
         if create_env_kwargs is None:
             create_env_kwargs = {}
         if isinstance(create_env_kwargs, Mapping):
@@ -655,11 +663,21 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         except Exception:  # noqa: BLE001  (a finalizer must not raise)
             pass
 
+    def __reduce__(self):
+        """Pickles the construction arguments (the makers must pickle): the copy starts
+        its own threads or worker processes."""
+        kwargs = {**self._init_kwargs, "create_env_kwargs": self.create_env_kwargs}
+        return _rebuild_pool, (type(self), self.env_makers, kwargs)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_envs={self.num_envs}, batch_size={self.batch_size}, "
             f"stack={self.stack!r})"
         )
+
+
+def _rebuild_pool(cls: type, env_makers: list, kwargs: dict) -> AsyncEnvPool:
+    return cls(env_makers, **kwargs)
 
 
 class _BatchStats:

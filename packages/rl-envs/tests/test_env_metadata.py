@@ -118,6 +118,9 @@ def test_get_available_libraries():
     assert {"gymnasium", "gym[atari]", "dm_control", "envpool"} <= set(libraries)
     assert libraries["gymnasium"] is True  # a dependency of rl-envs
     assert libraries["dm_control"] == (importlib.util.find_spec("dm_control") is not None)
+    from rl.envs.utils import get_available_libraries as from_utils  # TorchRL's path
+
+    assert from_utils is get_available_libraries
 
 
 @pytest.mark.parametrize("name", ["rl.envs._metadata", "rl.envs._libraries"])

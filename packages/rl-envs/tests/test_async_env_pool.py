@@ -219,6 +219,8 @@ class TestAsyncEnvPool:
             pool.async_step_send(td.set("env_index", torch.tensor([1, 1])))
         with pytest.raises(KeyError, match="no 'env_index' entry"):
             pool.async_step_send(td.exclude("env_index"))
+        with pytest.raises(ValueError, match="an 'env_index' entry in the tensordict or"):
+            pool.async_reset_send()
         with pytest.raises(ValueError, match="first dim of 1"):
             pool.async_step_send(td, env_index=[0])
         with pytest.raises(RuntimeError, match="cannot wait for 1 step"):

@@ -64,6 +64,14 @@ def _check_int(value: Any, num_envs: int) -> int:
     return value
 
 
+def _is_one_index(env_index: Any) -> bool:
+    """An ``env_index`` naming one sub-env (an int, a 0-d tensor): its data has no pool
+    dim and its result is received with ``env_index=`` too."""
+    if isinstance(env_index, torch.Tensor):
+        return env_index.ndim == 0
+    return isinstance(env_index, int)
+
+
 class _AsyncEnvMeta(_EnvMeta):
     """``AsyncEnvPool(..., backend=...)`` builds the back-end's subclass (as TorchRL)."""
 
@@ -294,9 +302,7 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
     ) -> tuple[list[int], list[TensorDictBase | None]]:
         """The sub-envs an ``async_*_send`` call names, and the data of each."""
         key = self._env_idx_key
-        if isinstance(env_index, int | torch.Tensor) and not (
-            isinstance(env_index, torch.Tensor) and env_index.ndim
-        ):
+        if _is_one_index(env_index):
             index = _check_int(env_index, self.num_envs)
             # a shallow copy: results are written into it, never into the caller's
             return [index], [None if tensordict is None else tensordict.exclude(key)]
@@ -353,7 +359,7 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         env_index: int | Sequence[int] | None,
     ) -> None:
         indices, rows = self._indices(tensordict, env_index)
-        per_env = isinstance(env_index, int | torch.Tensor)
+        per_env = _is_one_index(env_index)
         with self._lock:
             busy = sorted(set(indices).intersection(self._inflight))
             if busy:

@@ -229,7 +229,7 @@ class WorkerPool:
                 killed and the pool shut down); also a ``TimeoutError``.
         """
         pending = set(workers)
-        need = len(pending) if at_least is None else min(at_least, len(pending))
+        need = 0 if at_least is None else min(at_least, len(pending))  # 0: all of them
         limit = self.timeout
         if limit is not None and start:
             limit = max(limit, _START_S)
@@ -240,9 +240,10 @@ class WorkerPool:
         errors: list[str] = []
         dead: list[int] = []
         poll = self._poller.poll
-        while pending and len(answers) + len(errors) < need:
+        while pending and (at_least is None or len(answers) + len(errors) < need):
             wait_ms = _POLL_MS
-            now = time.monotonic()
+            if stop is not None or deadline is not None:
+                now = time.monotonic()
             if stop is not None:
                 wait_ms = max(0, min(wait_ms, int((stop - now) * 1000)))
             if deadline is not None:

@@ -9,6 +9,7 @@ on the client's own queue, where ``result`` may be an exception to raise.
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -17,6 +18,8 @@ from multiprocessing.connection import wait
 from typing import Any
 
 __all__ = ["InferenceServerClosedError", "watch_process"]
+
+logger = logging.getLogger(__name__)
 
 # how often a client waiting on a process-backed server checks that it still runs
 _PEER_CHECK_S = 0.1
@@ -36,6 +39,12 @@ def watch_process(sentinel: Any, alive_event: Any) -> None:
     finally:
         with contextlib.suppress(Exception):  # a manager-backed event may be gone already
             alive_event.clear()
+
+
+def _drop_unreadable(err: Exception) -> None:
+    """A request that cannot be read (its tensors were shared by a client process that
+    has exited) is dropped: nobody waits for its answer, and the server goes on."""
+    logger.warning("dropped an unreadable inference request (its client died?): %r", err)
 
 
 class MailboxFuture:
@@ -181,6 +190,8 @@ class Mailbox:
             self._peeked = self.request_queue.get(timeout=timeout)
         except queue.Empty:
             return
+        except Exception as err:  # noqa: BLE001
+            _drop_unreadable(err)
 
     def drain(self, max_items: int) -> tuple[list[Any], list[tuple[int, int]], list[float]]:
         """At most ``max_items`` payloads, their ``(client_id, request_id)`` callbacks
@@ -194,6 +205,8 @@ class Mailbox:
                 requests.append(self.request_queue.get(block=False))
             except queue.Empty:
                 break
+            except Exception as err:  # noqa: BLE001
+                _drop_unreadable(err)
         payloads = [r[3] for r in requests]
         callbacks = [(r[0], r[1]) for r in requests]
         stamps = [r[2] for r in requests]

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase, lazy_stack
-from tensordict.nn import set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
+
+from rl.core._exploration import set_thread_exploration_type
 
 from ._client import _NO_INTERACTION, CODE_INTERACTIONS, INTERACTION_KEY
 from ._config import InferenceDeviceConfig, InferenceServerConfig, _check_batching
@@ -533,7 +534,8 @@ class InferenceServer:
             )
         if code == _NO_INTERACTION:
             return contextlib.nullcontext(), batch
-        return set_interaction_type(CODE_INTERACTIONS[code]), batch
+        # this thread only: the process-wide type belongs to the user's threads
+        return set_thread_exploration_type(CODE_INTERACTIONS[code]), batch
 
     def _forward(self, items: list[TensorDictBase]) -> TensorDictBase:
         n = len(items)
@@ -557,7 +559,7 @@ class InferenceServer:
             out = out.to(self.output_device)
         if self.policy_version_key is not None:
             version = torch.full(
-                out.batch_size[:1], self._policy_version, dtype=torch.long, device=out.device
+                out.batch_size, self._policy_version, dtype=torch.long, device=out.device
             )
             out.set(self.policy_version_key, version)
         return out[:n] if len(items) != n else out

@@ -182,7 +182,7 @@ class TestInferenceServer:
                 r"min_batch_size must be in \[1, max_batch_size=4\]",
             ),
             ({"static_batch_size": 2, "max_batch_size": 4}, "static_batch_size=2 is smaller"),
-            ({"transport": "distributed"}, "no 'distributed'"),
+            ({"transport": "distributed"}, "incompatible with service_backend=.thread."),
             ({"service_backend": "ray"}, "not available in rl"),
         ],
     )
@@ -341,7 +341,8 @@ class TestSharedMemoryTransport:
 
     def test_bad_specs_and_requests(self):
         with pytest.raises(
-            TypeError, match=r"slots hold tensors only; request_spec\['name'\] is a NonTensorData"
+            TypeError,
+            match=r"specs hold tensor leaves only; request_spec\['name'\] is a NonTensorData",
         ):
             SharedMemoryTransport(TensorDict(name="x"), TensorDict(act=torch.zeros(1)), num_slots=1)
         with pytest.raises(ValueError, match="num_slots must be a positive int, got 0"):

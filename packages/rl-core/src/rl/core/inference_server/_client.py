@@ -149,23 +149,23 @@ class PolicyClientModule(TensorDictModuleBase):
         self.out_keys = list(out_keys or [])
         self.max_inflight = max_inflight
         self.interaction_type = interaction_type
-        self._places = threading.BoundedSemaphore(max_inflight) if max_inflight else None
+        self._inflight_sem = threading.BoundedSemaphore(max_inflight) if max_inflight else None
 
     def __getstate__(self) -> dict:
         state = dict(super().__getstate__())
-        state["_places"] = None  # a semaphore is per process: rebuilt when unpickled
+        state["_inflight_sem"] = None  # a semaphore is per process: rebuilt when unpickled
         return state
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         if self.max_inflight is not None:
-            self._places = threading.BoundedSemaphore(self.max_inflight)
+            self._inflight_sem = threading.BoundedSemaphore(self.max_inflight)
 
     def _acquire(self) -> Callable[[], None]:
-        if self._places is None:
+        if self._inflight_sem is None:
             return lambda: None
-        self._places.acquire()
-        return self._places.release
+        self._inflight_sem.acquire()
+        return self._inflight_sem.release
 
     def _with_interaction(self, td: TensorDictBase) -> TensorDictBase:
         kind = self.interaction_type or current_interaction_type()

@@ -92,7 +92,7 @@ class InferenceDeviceConfig:
             device_config = cls(policy_device=policy_device, output_device=output_device)
         if not allow_storing_device and device_config.storing_device is not None:
             raise ValueError(
-                f"storing_device={device_config.storing_device} is a collector setting an "
+                f"storing_device is a collector-level setting (got {device_config.storing_device}) an "
                 "inference server does not use (it uses policy_device and output_device, "
                 "with env_device standing for output_device): pass it to the collector"
             )

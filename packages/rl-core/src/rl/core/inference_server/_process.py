@@ -233,7 +233,7 @@ class ProcessInferenceServer:
         except queue.Empty:
             self.shutdown(timeout=1.0)
             raise TimeoutError(
-                f"the ProcessInferenceServer's policy was not built within startup_timeout="
+                f"the ProcessInferenceServer did not report readiness within startup_timeout="
                 f"{self.startup_timeout} s (raise it for a slow policy_factory)"
             ) from None
         if not ok:

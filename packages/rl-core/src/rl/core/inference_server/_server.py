@@ -16,6 +16,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rl.core._exploration import set_thread_exploration_type
+from rl.core._service_backend import current_service_backend, normalize_service_backend
 
 from ._client import _NO_INTERACTION, CODE_INTERACTIONS, INTERACTION_KEY
 from ._config import InferenceDeviceConfig, InferenceServerConfig, _check_batching
@@ -33,13 +34,13 @@ logger = logging.getLogger(__name__)
 _TransportName = Literal[
     "auto", "thread", "process", "ray", "shared_memory", "direct", "distributed"
 ]
-_SERVER_KWARGS = (
-    "max_batch_size",
-    "min_batch_size",
-    "timeout",
-    "collect_stats",
-    "stats_window_size",
-)
+# the selectors each owner accepts, as TorchRL's ("ray" needs TorchRL's Ray-actor owner,
+# which rl does not have: a thread server takes a RayTransport instance instead)
+_ALLOWED_TRANSPORTS = {
+    "thread": ("auto", "thread", "queue", "direct"),
+    "process": ("auto", "process", "shared_memory"),
+    "ray": ("auto", "ray", "distributed"),
+}
 
 
 def make_transport(
@@ -58,14 +59,11 @@ def make_transport(
     if (request_spec is None) != (response_spec is None):
         raise ValueError("request_spec and response_spec must be given together")
     kind = "auto" if transport is None else transport
-    allowed = {
-        "thread": ("auto", "thread", "queue", "direct", "ray"),
-        "process": ("auto", "process", "shared_memory"),
-    }[service_backend]
+    allowed = _ALLOWED_TRANSPORTS[service_backend]
     if kind not in allowed:
         raise ValueError(
-            f"transport={kind!r} is not available with service_backend={service_backend!r}; "
-            f"expected one of {allowed} or an InferenceTransport"
+            f"transport={kind!r} is incompatible with service_backend={service_backend!r}; "
+            f"expected one of {allowed} or an InferenceTransport instance"
             + (" (rl has no 'distributed' inference transport)" if kind == "distributed" else "")
         )
     options = dict(transport_options or {})
@@ -77,8 +75,6 @@ def make_transport(
         if num_clients is None:
             raise ValueError("transport='direct' (a SlotTransport) needs num_clients")
         return SlotTransport(num_clients, **options)
-    if kind == "ray":
-        return RayTransport(**options)
     if kind == "process":
         # a manager-backed reply table: clients created after the server process
         # started are still routed
@@ -121,6 +117,10 @@ def resolve_batching(
 
 
 def _collate(items: list[TensorDictBase]) -> TensorDictBase:
+    """``lazy_stack(items)``; requests that disagree on their device metadata (one on
+    ``"cpu"``, one without a device) are stacked without it."""
+    if len({td.device for td in items}) > 1:
+        items = [td.copy().clear_device_() for td in items]
     return lazy_stack(items)
 
 
@@ -146,13 +146,16 @@ class InferenceServer:
         transport: an :class:`InferenceTransport`, or a selector: ``"auto"``
             (a :class:`ThreadingTransport` for a thread server, a manager-backed
             :class:`MPTransport` for a process server), ``"thread"``, ``"direct"``
-            (a :class:`SlotTransport` of ``num_clients`` slots), ``"ray"``,
-            ``"process"``, ``"shared_memory"`` (needs the two specs).
+            (a :class:`SlotTransport` of ``num_clients`` slots) for a thread server;
+            ``"process"``, ``"shared_memory"`` (needs the two specs) for a process
+            server. A thread server serves Ray actors through a
+            :class:`RayTransport` instance.
 
     Keyword Args:
         policy_factory: a zero-argument callable returning the policy (required for
             ``service_backend="process"``).
-        service_backend: ``"thread"`` (default) or ``"process"``.
+        service_backend: ``"thread"`` or ``"process"``; when not given, the enclosing
+            :func:`rl.core.service_backend` block's, else ``"thread"``.
         service_backend_options: ``{"mp_context": ..., "startup_timeout": ...}`` for
             a process server.
         transport_options: keyword arguments of the transport built from a selector.
@@ -204,6 +207,11 @@ class InferenceServer:
             return super().__new__(cls)
         config = kwargs.get("server_config")
         backend = kwargs.get("service_backend")
+        from_context = False
+        if backend is None and config is None:
+            # as TorchRL: an enclosing ``rl.core.service_backend`` block sets the default
+            backend = current_service_backend()
+            from_context = backend is not None
         if backend is None:
             backend = config.service_backend if config is not None else "thread"
         elif config is not None and config.service_backend not in ("thread", backend):
@@ -211,16 +219,24 @@ class InferenceServer:
                 f"service_backend={backend!r} conflicts with server_config.service_backend="
                 f"{config.service_backend!r}"
             )
+        backend = normalize_service_backend(backend)
         if backend == "thread":
             return super().__new__(cls)
+        where = " (from the enclosing rl.core.service_backend context)" if from_context else ""
+        transport = args[1] if len(args) > 1 else kwargs.get("transport", "auto")
         if backend == "ray":
+            if isinstance(transport, str) and transport not in _ALLOWED_TRANSPORTS["ray"]:
+                raise ValueError(
+                    f"transport={transport!r} is incompatible with service_backend='ray'"
+                )
             raise ValueError(
                 "service_backend='ray' (a Ray actor owning the policy) is not available in "
                 "rl: run a thread server with transport=RayTransport() to serve Ray actors"
             )
         if backend != "process":
             raise ValueError(
-                f"service_backend={backend!r} is not supported; expected 'thread' or 'process'"
+                f"service_backend={backend!r}{where} is not supported by InferenceServer; "
+                "expected 'thread' or 'process'"
             )
         from ._process import ProcessInferenceServer  # noqa: PLC0415 (imports this module)
 

@@ -42,7 +42,7 @@ class _SlotFuture:
             except BaseException as exc:  # noqa: BLE001 - the server's error, re-raised below
                 self._outcome = exc
             else:
-                reply = self._owner._responses[self._slot]
+                reply = self._owner._response_slots[self._slot]
                 self._outcome = reply.clone() if self._owner._copy_result else reply
             self._owner._free.put(self._slot)
         if isinstance(self._outcome, BaseException):
@@ -55,8 +55,8 @@ class _SharedMemoryClient:
 
     def __init__(self, inner: MailboxClient, transport: SharedMemoryTransport):
         self._inner = inner
-        self._requests = transport._requests
-        self._responses = transport._responses
+        self._request_slots = transport._request_slots
+        self._response_slots = transport._response_slots
         self._free = transport._free
         self._keys = transport._request_keys
         self._copy_result = transport._copy_result
@@ -90,7 +90,7 @@ class _SharedMemoryClient:
                 )
         slot = self._free.get()
         try:
-            self._requests[slot].update_(request)
+            self._request_slots[slot].update_(request)
             inner = self._inner.submit(slot)
         except BaseException:
             self._free.put(slot)
@@ -160,8 +160,8 @@ class SharedMemoryTransport(QueueTransport):
         self._num_slots = num_slots
         self._ctx = ctx if ctx is not None else mp.get_context("spawn")
         self._copy_result = bool(copy_result)
-        self._requests = self._bank(request_spec, "request_spec")
-        self._responses = self._bank(response_spec, "response_spec")
+        self._request_slots = self._bank(request_spec, "request_spec")
+        self._response_slots = self._bank(response_spec, "response_spec")
         self._request_keys = list(request_spec.keys(True, True))
         self._response_keys = list(response_spec.keys(True, True))
         self._free = self._ctx.Queue()
@@ -180,11 +180,11 @@ class SharedMemoryTransport(QueueTransport):
             spec.items(True, True, is_leaf=lambda cls: not issubclass(cls, TensorDictBase))
         )
         if not leaves:
-            raise ValueError(f"{name} must hold at least one tensor")
+            raise ValueError(f"{name} must hold at least one tensor leaf")
         for key, value in leaves:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(
-                    f"SharedMemoryTransport slots hold tensors only; {name}[{key!r}] is a "
+                    f"SharedMemoryTransport specs hold tensor leaves only; {name}[{key!r}] is a "
                     f"{type(value).__name__} (encode it as a tensor or use MPTransport)"
                 )
             if value.device.type != "cpu":
@@ -208,7 +208,7 @@ class SharedMemoryTransport(QueueTransport):
         """The request slots sent (shallow copies of shared views, which the policy may
         write new keys into), their callbacks and submission times."""
         slots, callbacks, stamps = self._box().drain(max_items)
-        items = [self._requests[slot].copy() for slot in slots]
+        items = [self._request_slots[slot].copy() for slot in slots]
         return items, list(zip(callbacks, slots)), stamps
 
     def drain(self, max_items: int) -> tuple[list[TensorDictBase], list]:
@@ -230,7 +230,7 @@ class SharedMemoryTransport(QueueTransport):
                 f"the policy's output lacks the key(s) {missing} of response_spec "
                 f"(got keys {sorted(map(str, result.keys(True, True)))})"
             )
-        self._responses[slot].update_(result.select(*self._response_keys))
+        self._response_slots[slot].update_(result.select(*self._response_keys))
         self._box().resolve(inner, slot)
 
     def resolve_exception(self, callback: tuple[tuple[int, int], int], exc: BaseException) -> None:

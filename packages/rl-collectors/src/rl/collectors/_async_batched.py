@@ -536,7 +536,7 @@ class AsyncBatchedCollector(CollectorBase):
                     "the inference server died while the collector waited for transitions"
                 ) from item
             if isinstance(item, BaseException):
-                raise RuntimeError(f"an AsyncBatchedCollector worker failed: {item}") from item
+                raise RuntimeError(f"an AsyncBatchedCollector worker thread failed: {item!r}") from item
             return item
 
     def _reset_all(self) -> None:

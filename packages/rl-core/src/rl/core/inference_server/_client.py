@@ -161,7 +161,7 @@ class PolicyClientModule(TensorDictModuleBase):
         if self.max_inflight is not None:
             self._inflight_sem = threading.BoundedSemaphore(self.max_inflight)
 
-    def _acquire(self) -> Callable[[], None]:
+    def _acquire_inflight(self) -> Callable[[], None]:
         if self._inflight_sem is None:
             return lambda: None
         self._inflight_sem.acquire()
@@ -181,7 +181,7 @@ class PolicyClientModule(TensorDictModuleBase):
         A client with a ``submit`` method raises submission errors here; a plain
         callable runs now and its error is raised by ``result()``.
         """
-        release = self._acquire()
+        release = self._acquire_inflight()
         submit = getattr(self.client, "submit", None)
         if submit is None:
             try:

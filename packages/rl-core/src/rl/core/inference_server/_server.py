@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -631,3 +632,10 @@ class InferenceServer:
                 return
             for callback in callbacks:
                 self.transport.resolve_exception(callback, error)
+
+
+# ``__new__`` takes ``*args, **kwargs`` (to hand a process backend to its owner): show
+# the constructor's real arguments to ``help()`` and ``inspect.signature``
+InferenceServer.__signature__ = inspect.signature(InferenceServer.__init__).replace(
+    parameters=list(inspect.signature(InferenceServer.__init__).parameters.values())[1:]
+)

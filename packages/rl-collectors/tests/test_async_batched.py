@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import threading
+import traceback
 
 import pytest
 import torch
@@ -23,6 +24,16 @@ def make_policy() -> TensorDictModule:
 
 def short_pendulum(max_steps: int = 4) -> TransformedEnv:
     return TransformedEnv(PendulumEnv(), StepCounter(max_steps=max_steps))
+
+
+class BrokenPendulum(PendulumEnv):
+    """Fails on its third step."""
+
+    def _step(self, td):
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 3:
+            raise ValueError("pendulum snapped")
+        return super()._step(td)
 
 
 def collector_threads() -> list[threading.Thread]:
@@ -164,6 +175,35 @@ class TestAsyncBatchedCollector:
                 next(batches)
         collector.shutdown(timeout=2.0)
         assert mp.active_children() == []
+
+    @pytest.mark.parametrize("env_backend", ["threading", "multiprocessing"])
+    def test_env_error_is_raised_with_its_traceback(self, env_backend):
+        collector = AsyncBatchedCollector(
+            [BrokenPendulum], policy=make_policy(), frames_per_batch=4, env_backend=env_backend
+        )
+        with pytest.raises(RuntimeError, match="pendulum snapped") as info:
+            next(iter(collector))
+        # the worker's traceback: in the message (env process) or in the cause (thread)
+        cause = info.value.__cause__
+        text = str(info.value) + "".join(traceback.format_exception(cause) if cause else [])
+        assert "in _step" in text and "pendulum snapped" in text
+        collector.shutdown()
+        assert mp.active_children() == []
+        assert collector_threads() == []
+
+    def test_reset_at_each_iter_restarts_every_episode(self):
+        collector = AsyncBatchedCollector(
+            [functools.partial(short_pendulum, 50)] * 2,
+            policy=make_policy(),
+            frames_per_batch=6,
+            total_frames=18,
+            reset_at_each_iter=True,
+        )
+        for batch in collector:
+            for env in range(2):
+                steps = batch[batch["env_index"] == env]["step_count"].flatten().tolist()
+                assert steps == list(range(len(steps)))
+        collector.shutdown()
 
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),

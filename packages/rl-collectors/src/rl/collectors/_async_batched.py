@@ -14,6 +14,7 @@ import queue
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -61,20 +62,26 @@ def _start_method() -> str:
 def _env_worker(create_env_fn: Callable, kwargs: dict, conn: Any, parent_pid: int) -> None:
     """An environment in its own process, stepped on command from a coordinator."""
     die_with_parent(parent_pid, signal_parent_thread=False)
-    env = create_env_fn(**kwargs)
+    env = None
     try:
+        env = create_env_fn(**kwargs)
         while True:
             command, data = conn.recv()
-            if command == "reset":
-                conn.send(env.reset())
-            elif command == "step":
-                conn.send(env.step_and_maybe_reset(data))
-            else:
+            if command == "close":
                 return
+            try:
+                answer = env.reset() if command == "reset" else env.step_and_maybe_reset(data)
+            except Exception:  # noqa: BLE001 - sent to the coordinator, with its traceback
+                conn.send(("error", traceback.format_exc()))
+                return
+            conn.send(("ok", answer))
     except EOFError:
         return
+    except Exception:  # noqa: BLE001 - the factory failed
+        conn.send(("error", traceback.format_exc()))
     finally:
-        env.close()
+        if env is not None:
+            env.close()
 
 
 class _EnvProcess:
@@ -95,13 +102,16 @@ class _EnvProcess:
     def _ask(self, command: str, data: Any = None) -> Any:
         try:
             self._conn.send((command, data))
-            return self._conn.recv()
+            status, answer = self._conn.recv()
         except (EOFError, OSError) as err:
             self.process.join(1.0)
             raise RuntimeError(
                 f"the process of environment {self.index} died "
                 f"({exit_description(self.process.exitcode)})"
             ) from err
+        if status == "error":
+            raise RuntimeError(f"environment {self.index} failed in its process:\n{answer}")
+        return answer
 
     def reset(self) -> TensorDictBase:
         return self._ask("reset")
@@ -536,7 +546,9 @@ class AsyncBatchedCollector(CollectorBase):
                     "the inference server died while the collector waited for transitions"
                 ) from item
             if isinstance(item, BaseException):
-                raise RuntimeError(f"an AsyncBatchedCollector worker thread failed: {item!r}") from item
+                raise RuntimeError(
+                    f"an AsyncBatchedCollector worker thread failed: {item!r}"
+                ) from item
             return item
 
     def _reset_all(self) -> None:

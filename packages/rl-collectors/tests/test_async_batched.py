@@ -13,6 +13,8 @@ import torch
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import AsyncBatchedCollector
+from rl.core import ExplorationType
+from rl.core import exploration_type as exploration_type_now
 from rl.core.inference_server import InferenceServerConfig
 from rl.envs import PendulumEnv, StepCounter, TransformedEnv
 
@@ -175,6 +177,32 @@ class TestAsyncBatchedCollector:
                 next(batches)
         collector.shutdown(timeout=2.0)
         assert mp.active_children() == []
+
+    @pytest.mark.parametrize("policy_backend", ["threading", "multiprocessing"])
+    @pytest.mark.parametrize(
+        ("exploration_type", "expected"),
+        [(ExplorationType.RANDOM, 1.0), (ExplorationType.DETERMINISTIC, 0.0)],
+    )
+    def test_policy_runs_under_the_exploration_type(
+        self, policy_backend, exploration_type, expected
+    ):
+        def policy(td):
+            random = exploration_type_now() is ExplorationType.RANDOM
+            return td.set("action", torch.full((*td.batch_size, 1), float(random)))
+
+        before = exploration_type_now()
+        collector = AsyncBatchedCollector(
+            [PendulumEnv] * 2,
+            policy=policy,
+            frames_per_batch=6,
+            total_frames=6,
+            exploration_type=exploration_type,
+            policy_backend=policy_backend,
+        )
+        (batch,) = list(collector)
+        collector.shutdown()
+        assert batch["action"].flatten().tolist() == [expected] * 6
+        assert exploration_type_now() is before  # the server thread's type did not leak
 
     @pytest.mark.parametrize("env_backend", ["threading", "multiprocessing"])
     def test_env_error_is_raised_with_its_traceback(self, env_backend):

@@ -264,6 +264,14 @@ class TestSlotTransport:
         with pytest.raises(NotImplementedError, match="no submit"):
             transport.submit(TensorDict())
 
+    def test_result_timeout_keeps_the_request(self):
+        transport = SlotTransport(1)
+        pending = transport.client().submit(TensorDict(obs=torch.ones(2)))
+        with pytest.raises(TimeoutError, match="no answer in slot 0 within 0.05 s"):
+            pending.result(timeout=0.05)
+        with InferenceServer(Recorder(), transport):
+            torch.testing.assert_close(pending.result(timeout=10)["act"], torch.full((2,), 3.0))
+
 
 def _ask_then_die(client, obs):
     client.submit(TensorDict(obs=obs))

@@ -13,6 +13,22 @@ from ._transport import InferenceTransport
 __all__ = ["SlotTransport"]
 
 
+class _SlotPending:
+    """The answer a slot's client waits for (one request in flight per slot)."""
+
+    def __init__(self, transport: SlotTransport, slot_id: int):
+        self._transport = transport
+        self._slot_id = slot_id
+
+    def done(self) -> bool:
+        return self._transport._answered[self._slot_id].is_set()
+
+    def result(self, timeout: float | None = None) -> TensorDictBase:
+        """The answer; raises :class:`TimeoutError` after ``timeout`` seconds (the
+        request stays in flight)."""
+        return self._transport._take(self._slot_id, timeout)
+
+
 class _SlotClient:
     """The callable handle on one slot of a :class:`SlotTransport`."""
 
@@ -20,10 +36,14 @@ class _SlotClient:
         self._transport = transport
         self.slot_id = slot_id
 
+    def submit(self, td: TensorDictBase) -> _SlotPending:
+        """Writes ``td`` into the slot; the answer comes from ``result()``."""
+        self._transport._put(self.slot_id, td.copy())
+        return _SlotPending(self._transport, self.slot_id)
+
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         """Writes ``td`` into the slot and blocks until the server answers."""
-        self._transport._put(self.slot_id, td.copy())
-        return self._transport._take(self.slot_id)
+        return self.submit(td).result()
 
 
 class SlotTransport(InferenceTransport):
@@ -34,7 +54,8 @@ class SlotTransport(InferenceTransport):
     slots for ready requests. No lock is taken per request and no future is
     allocated, which suits a fixed set of environment threads (the default transport
     of :class:`~rl.collectors.AsyncBatchedCollector`). Each client holds at most one
-    request in flight.
+    request in flight: call ``client(td)``, or ``client.submit(td).result()`` before
+    the next ``submit``.
 
     Args:
         num_slots (int): the number of slots, i.e. of clients.
@@ -80,9 +101,10 @@ class SlotTransport(InferenceTransport):
         with self._work:
             self._work.notify()
 
-    def _take(self, slot: int) -> TensorDictBase:
+    def _take(self, slot: int, timeout: float | None = None) -> TensorDictBase:
         event = self._answered[slot]
-        event.wait()
+        if not event.wait(timeout):
+            raise TimeoutError(f"no answer in slot {slot} within {timeout} s")
         event.clear()
         answer, self._answers[slot] = self._answers[slot], None
         if isinstance(answer, BaseException):

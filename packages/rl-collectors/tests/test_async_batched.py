@@ -10,6 +10,7 @@ import traceback
 
 import pytest
 import torch
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import AsyncBatchedCollector
@@ -88,6 +89,37 @@ class TestAsyncBatchedCollector:
         collector.shutdown()  # idempotent
         assert mp.active_children() == []
         assert collector_threads() == []
+
+    @pytest.mark.parametrize(
+        "process_server", [False, True], ids=["thread-server", "process-server"]
+    )
+    def test_weight_updates_reach_the_server_and_bump_the_version(self, process_server):
+        kwargs = (
+            {
+                "policy_factory": make_policy,
+                "server_config": InferenceServerConfig(service_backend="process"),
+            }
+            if process_server
+            else {"policy": make_policy()}
+        )
+        collector = AsyncBatchedCollector(
+            [PendulumEnv] * 2, frames_per_batch=8, total_frames=64, **kwargs
+        )
+        zeros = TensorDict.from_module(make_policy()).detach().apply(torch.zeros_like)
+        batches = []
+        for i, batch in enumerate(collector):
+            batches.append(batch)
+            if i == 0:
+                collector.update_policy_weights_(zeros)
+        collector.shutdown()
+        whole = torch.cat(batches)
+        new = whole["policy_version"] == 1
+        assert set(whole["policy_version"].tolist()) == {0, 1} and new[-8:].all()
+        assert (whole["action"][new] == 0).all()
+        with torch.no_grad():
+            old = make_policy().module(whole["observation"][~new])
+        torch.testing.assert_close(whole["action"][~new], old)
+        assert collector.policy_version == 1
 
     def test_completed_trajectories_and_traj_ids(self):
         policy = make_policy()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
-from tensordict import NestedKey, TensorDictBase
+from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import ExplorationType
@@ -526,6 +526,38 @@ class AsyncBatchedCollector(CollectorBase):
     def policy_version(self) -> int:
         """The server's policy version."""
         return self._server.policy_version
+
+    def update_policy_weights_(self, policy_or_weights: Any = None, **kwargs: Any) -> None:
+        """Makes the server act with new weights; its policy version goes up by one, so
+        transitions tell which weights acted (``"policy_version"``).
+
+        Args:
+            policy_or_weights: a module, a state dict or a TensorDict of parameters
+                (``TensorDict.from_module(policy)``). ``None`` with a thread server: the
+                served policy is the one given to the collector, updated in place; only
+                the version changes.
+
+        Raises:
+            ValueError: ``None`` with a process server (it holds its own copy).
+        """
+        if "policy_weights" in kwargs:  # TorchRL's older keyword
+            policy_or_weights = kwargs.pop("policy_weights")
+        weights = policy_or_weights
+        if isinstance(weights, nn.Module):
+            weights = TensorDict.from_module(weights).data
+        elif isinstance(weights, dict):
+            weights = TensorDict(weights).unflatten_keys(".")
+        if isinstance(self._server, ProcessInferenceServer):
+            if weights is None:
+                raise ValueError(
+                    "the process server holds its own copy of the policy: pass the weights "
+                    "(a module, a state dict or TensorDict.from_module(policy))"
+                )
+            self._server.update_model_weights(weights)
+        elif weights is None:
+            self._server.update_policy_weights_()
+        else:
+            self._server.load_policy_weights(weights)
 
     def server_stats(self, *, reset: bool = False) -> dict[str, float | int]:
         """The server's :meth:`~rl.core.inference_server.InferenceServer.stats`."""

@@ -259,11 +259,17 @@ class TestAsyncBatchedCollector:
             total_frames=18,
             reset_at_each_iter=True,
         )
+        ids = []
         for batch in collector:
             for env in range(2):
-                steps = batch[batch["env_index"] == env]["step_count"].flatten().tolist()
-                assert steps == list(range(len(steps)))
+                steps = batch[batch["env_index"] == env]
+                assert steps["step_count"].flatten().tolist() == list(range(len(steps)))
+                ids.append(set(steps["collector", "traj_ids"].tolist()))
         collector.shutdown()
+        # one new trajectory per env and batch, never an id used before
+        assert all(len(i) == 1 for i in ids if i)
+        flat = [next(iter(i)) for i in ids if i]
+        assert len(set(flat)) == len(flat)
 
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),

@@ -402,6 +402,7 @@ class AsyncBatchedCollector(CollectorBase):
         self._workers: list[threading.Thread] = []
         self._env_procs: list[_EnvProcess] = []
         self._partial: list[deque] = [deque() for _ in range(num_envs)]
+        self._episodes = [0] * num_envs  # trajectories each env started
         self._done_trajs: deque = deque()
 
     def _make_transport(self, policy_backend: str, num_envs: int) -> InferenceTransport:
@@ -440,7 +441,9 @@ class AsyncBatchedCollector(CollectorBase):
             ]
         if not self._server.is_alive:
             self._server.start()
-        self._stop_workers.clear()
+        # a new event and queue per start: a coordinator of an earlier start that is
+        # still winding down never sees them
+        self._stop_workers = threading.Event()
         self._results = queue.Queue()
         self._workers = [
             threading.Thread(
@@ -454,13 +457,15 @@ class AsyncBatchedCollector(CollectorBase):
     def _env_loop(self, index: int) -> None:
         """One coordinator: reset, then act / step / queue until asked to stop."""
         results, stop = self._results, self._stop_workers
+        in_process = not self._env_procs
+        env: Any = None
+        episode = self._episodes[index]
         try:
-            if self._env_procs:
-                env: Any = self._env_procs[index]
-            else:
+            if in_process:
                 env = self._create_env_fn[index](**self._env_kwargs[index])
+            else:
+                env = self._env_procs[index]
             client = self._clients[index]
-            episode = 0
             td = env.reset()
             while not stop.is_set():
                 td = client(td)
@@ -478,7 +483,9 @@ class AsyncBatchedCollector(CollectorBase):
             if not stop.is_set():
                 results.put(exc)
         finally:
-            if not self._env_procs and "env" in locals():
+            # the next start resets the env: a new trajectory, with a new id
+            self._episodes[index] = episode + 1
+            if in_process and env is not None:
                 env.close()
 
     def _stop_coordinators(self, timeout: float) -> None:

@@ -93,16 +93,18 @@ class ProcessInferenceServer:
             (default 300).
 
     Examples:
+        >>> import multiprocessing as mp
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule
         >>> from rl.core.inference_server import MPTransport, ProcessInferenceServer
-        >>> def make_policy():  # doctest: +SKIP
+        >>> def make_policy():
         ...     return TensorDictModule(torch.nn.Linear(4, 2), ["obs"], ["act"])
-        >>> server = ProcessInferenceServer(  # doctest: +SKIP
-        ...     policy_factory=make_policy, transport=MPTransport())
-        >>> client = server.client()  # doctest: +SKIP
-        >>> with server:  # doctest: +SKIP
+        >>> ctx = mp.get_context("fork")  # "spawn" needs an importable policy_factory
+        >>> server = ProcessInferenceServer(
+        ...     policy_factory=make_policy, transport=MPTransport(ctx), mp_context=ctx)
+        >>> client = server.client()
+        >>> with server:
         ...     client(TensorDict(obs=torch.zeros(4)))["act"].shape
         torch.Size([2])
     """

@@ -16,6 +16,7 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, TensorDictModule, set_interaction_type
 from tensordict.nn.probabilistic import interaction_type
 
+from rl.core import service_backend
 from rl.core.inference_server import (
     InferenceDeviceConfig,
     InferenceServer,
@@ -398,6 +399,34 @@ class TestProcessInferenceServer:
             with pytest.raises(RuntimeError, match="not running"):
                 server.stats()
         assert not server.is_alive
+
+    def test_service_backend_block_and_arguments(self):
+        with service_backend("process"):
+            server = InferenceServer(policy_factory=make_policy, transport=MPTransport(FORK))
+            with pytest.raises(ValueError, match="pass policy_factory instead of model"):
+                InferenceServer(make_policy(), MPTransport(FORK))
+        assert isinstance(server, ProcessInferenceServer)
+        assert (server.service_backend, server.transport_kind) == ("process", "process")
+        with pytest.raises(
+            ValueError, match=r"unsupported process service_backend_options \['gpus'\]"
+        ):
+            InferenceServer(
+                policy_factory=make_policy,
+                transport=MPTransport(FORK),
+                service_backend="process",
+                service_backend_options={"gpus": 1},
+            )
+
+    def test_late_clients_of_a_plain_mp_transport_are_refused(self):
+        server = ProcessInferenceServer(
+            policy_factory=make_policy, transport=MPTransport(FORK), mp_context=FORK
+        )
+        assert len(server.clients(2)) == 2  # before start: routed
+        with server:
+            with pytest.raises(
+                RuntimeError, match=r"create them first \(or use MPTransport\(use_manager=True\)\)"
+            ):
+                server.clients(1)
 
     def test_failed_policy_factory_is_reported(self):
         server = ProcessInferenceServer(

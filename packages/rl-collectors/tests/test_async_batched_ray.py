@@ -1,21 +1,18 @@
-"""RayTransport: Ray tasks get the answers of a thread server in the driver (one test:
-a local Ray runtime and its queue actors take seconds to start)."""
+"""The Ray inference server: the policy built and served in a Ray actor through a
+RayTransport, asked from the driver (one test: a local Ray runtime and its actors take
+seconds to start)."""
 
 from __future__ import annotations
-
-import sys
 
 import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
-from rl.core.inference_server import InferenceServer, RayTransport
+from rl.core.inference_server import InferenceServer
 from rl.core.ray_runtime import local_ray
 
 ray = pytest.importorskip("ray")
-# the task below is sent to Ray's workers by value (this file is not importable there)
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 # a bound that catches a hang, not a speed check (Ray's workers import torch and rl)
 pytestmark = pytest.mark.timeout(300)
@@ -26,19 +23,30 @@ def make_policy() -> TensorDictModule:
     return TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
 
 
-def ask(client, obs):
-    return client(TensorDict(observation=obs), timeout=120)["action"]
-
-
-def test_ray_task_clients_get_the_policys_answers():
-    policy = make_policy()
+def test_ray_owned_server_serves_updates_and_shuts_down():
+    obs = torch.randn(2, 3)
+    with torch.no_grad():
+        expected = make_policy().module(obs)
     with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
-        transport = RayTransport()
-        clients = [transport.client() for _ in range(2)]
-        obs = torch.randn(2, 3)
-        remote_ask = ray.remote(ask)
-        with InferenceServer(policy, transport, max_batch_size=2):
-            answers = ray.get([remote_ask.remote(c, o) for c, o in zip(clients, obs)], timeout=240)
-        with torch.no_grad():
-            torch.testing.assert_close(torch.stack(answers), policy.module(obs))
-        transport.close()
+        server = InferenceServer(
+            policy_factory=make_policy,
+            service_backend="ray",
+            service_backend_options={"remote_config": {"num_cpus": 0}},
+        )
+        assert (server.service_backend, server.transport_kind) == ("ray", "ray")
+        with server:
+            first, second = server.clients(2)
+            torch.testing.assert_close(
+                first(TensorDict(observation=obs[0]), timeout=120)["action"], expected[0]
+            )
+            torch.testing.assert_close(
+                second(TensorDict(observation=obs[1]), timeout=120)["action"], expected[1]
+            )
+            zeros = TensorDict.from_module(make_policy()).detach().apply(torch.zeros_like)
+            assert server.update_model_weights(zeros) == {"accepted": True}
+            out = first(TensorDict(observation=obs[1]), timeout=120)
+            assert out["action"].tolist() == [0.0] and out["policy_version"].item() == 1
+            assert server.stats()["requests"] == 3
+        assert not server.is_alive
+        with pytest.raises(RuntimeError, match="the Ray InferenceServer was shut down"):
+            server.client()

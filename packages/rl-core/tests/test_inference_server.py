@@ -184,7 +184,7 @@ class TestInferenceServer:
             ),
             ({"static_batch_size": 2, "max_batch_size": 4}, "static_batch_size=2 is smaller"),
             ({"transport": "distributed"}, "incompatible with service_backend=.thread."),
-            ({"service_backend": "ray"}, "not available in rl"),
+            ({"service_backend": "ray"}, "builds the policy in a Ray actor: pass policy_factory"),
         ],
     )
     def test_bad_arguments(self, kwargs, match):

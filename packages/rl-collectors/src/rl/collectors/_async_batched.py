@@ -333,7 +333,7 @@ class AsyncBatchedCollector(CollectorBase):
         process_server = server_config.service_backend == "process"
         if server_config.service_backend == "ray":
             raise ValueError(
-                "InferenceServerConfig(service_backend='ray') is not available in rl: use "
+                "AsyncBatchedCollector does not run a Ray-owned server (InferenceServerConfig(service_backend='ray')): use "
                 "policy_backend='ray' (a thread server serving through Ray queues)"
             )
         if process_server and policy_factory is None:

@@ -111,11 +111,8 @@ class InferenceServerConfig:
 
     Args:
         service_backend: where the serving loop runs: ``"thread"`` (a thread of this
-            process) or ``"process"`` (a dedicated process; needs a ``policy_factory``).
-            ``"ray"`` is accepted by this config for TorchRL compatibility but an
-            :class:`~rl.core.inference_server.InferenceServer` refuses it (rl has no
-            Ray-actor server; use a thread server with
-            :class:`~rl.core.inference_server.RayTransport`). Defaults to ``"thread"``.
+            process), ``"process"`` (a dedicated process) or ``"ray"`` (a Ray actor);
+            the last two need a ``policy_factory``. Defaults to ``"thread"``.
         max_batch_size: at most this many requests per forward pass. Defaults to
             ``64``.
         static_batch_size: pad every batch to exactly this many requests (repeating

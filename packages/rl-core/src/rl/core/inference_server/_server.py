@@ -35,12 +35,11 @@ logger = logging.getLogger(__name__)
 _TransportName = Literal[
     "auto", "thread", "process", "ray", "shared_memory", "direct", "distributed"
 ]
-# the selectors each owner accepts, as TorchRL's ("ray" needs TorchRL's Ray-actor owner,
-# which rl does not have: a thread server takes a RayTransport instance instead)
+# the selectors each owner accepts, as TorchRL's (less its "distributed" transport)
 _ALLOWED_TRANSPORTS = {
     "thread": ("auto", "thread", "queue", "direct"),
     "process": ("auto", "process", "shared_memory"),
-    "ray": ("auto", "ray", "distributed"),
+    "ray": ("auto", "ray"),
 }
 
 
@@ -117,6 +116,46 @@ def resolve_batching(
     return InferenceServerConfig(**{k: v for k, v in given.items() if v is not None})
 
 
+def _ray_owner(args: tuple, kwargs: dict, transport: Any) -> Any:
+    """``InferenceServer(..., service_backend="ray")``: the Ray actor owner."""
+    from ._ray_server import _RayInferenceServer  # noqa: PLC0415 (imports this module)
+
+    if (args[0] if args else kwargs.pop("model", None)) is not None:
+        raise ValueError(
+            "service_backend='ray' builds the policy in a Ray actor: pass policy_factory "
+            "instead of model"
+        )
+    kwargs.pop("transport", None)
+    if isinstance(transport, InferenceTransport) or transport not in _ALLOWED_TRANSPORTS["ray"]:
+        raise ValueError(
+            f"transport={transport!r} is incompatible with service_backend='ray' (its actor "
+            f"serves through the RayTransport it builds); expected one of "
+            f"{_ALLOWED_TRANSPORTS['ray']}"
+        )
+    policy_factory = kwargs.pop("policy_factory", None)
+    if policy_factory is None:
+        raise ValueError("service_backend='ray' needs a policy_factory")
+    options = dict(kwargs.pop("service_backend_options", None) or {})
+    unknown = sorted(set(options) - {"ray_init_config", "remote_config"})
+    if unknown:
+        raise ValueError(
+            f"unsupported Ray service_backend_options {unknown}; expected ray_init_config, "
+            "remote_config"
+        )
+    for name in ("request_spec", "response_spec", "shutdown_event"):
+        if kwargs.pop(name, None) is not None:
+            raise ValueError(f"{name} does not apply to service_backend='ray'")
+    kwargs.pop("service_backend", None)
+    kwargs.pop("num_clients", None)
+    return _RayInferenceServer(
+        policy_factory,
+        kwargs.pop("transport_options", None),
+        options.get("ray_init_config"),
+        options.get("remote_config"),
+        kwargs,
+    )
+
+
 def _collate(items: list[TensorDictBase]) -> TensorDictBase:
     """``lazy_stack(items)``; requests that disagree on their device metadata (one on
     ``"cpu"``, one without a device) are stacked without it."""
@@ -137,9 +176,11 @@ class InferenceServer:
 
     With ``service_backend="process"`` the constructor returns a
     :class:`~rl.core.inference_server.ProcessInferenceServer` (the policy is built in
-    a dedicated process by ``policy_factory``). ``service_backend="ray"`` (a Ray actor
-    owning the policy) is not available in rl: serve Ray actors from a thread server
-    with a :class:`~rl.core.inference_server.RayTransport` instead.
+    a dedicated process by ``policy_factory``); with ``service_backend="ray"`` an owner
+    whose Ray actor builds the policy and serves it through a
+    :class:`~rl.core.inference_server.RayTransport` (same methods: ``client()``,
+    ``stats()``, ``health()``, ``update_model_weights()``, ``shutdown()``). TorchRL's
+    ``"distributed"`` (torch.distributed) transport is not available.
 
     Args:
         model: the policy, a callable from a batched TensorDict to a batched
@@ -155,10 +196,11 @@ class InferenceServer:
     Keyword Args:
         policy_factory: a zero-argument callable returning the policy (required for
             ``service_backend="process"``).
-        service_backend: ``"thread"`` or ``"process"``; when not given, the enclosing
-            :func:`rl.core.service_backend` block's, else ``"thread"``.
+        service_backend: ``"thread"``, ``"process"`` or ``"ray"``; when not given,
+            the enclosing :func:`rl.core.service_backend` block's, else ``"thread"``.
         service_backend_options: ``{"mp_context": ..., "startup_timeout": ...}`` for
-            a process server.
+            a process server, ``{"ray_init_config": ..., "remote_config": ...}``
+            (``ray.init`` arguments, the actor's ``ray.remote`` options) for Ray.
         transport_options: keyword arguments of the transport built from a selector.
         request_spec, response_spec: example request / answer of a
             ``"shared_memory"`` transport.
@@ -226,18 +268,11 @@ class InferenceServer:
         where = " (from the enclosing rl.core.service_backend context)" if from_context else ""
         transport = args[1] if len(args) > 1 else kwargs.get("transport", "auto")
         if backend == "ray":
-            if isinstance(transport, str) and transport not in _ALLOWED_TRANSPORTS["ray"]:
-                raise ValueError(
-                    f"transport={transport!r} is incompatible with service_backend='ray'"
-                )
-            raise ValueError(
-                "service_backend='ray' (a Ray actor owning the policy) is not available in "
-                "rl: run a thread server with transport=RayTransport() to serve Ray actors"
-            )
+            return _ray_owner(args, kwargs, transport)
         if backend != "process":
             raise ValueError(
                 f"service_backend={backend!r}{where} is not supported by InferenceServer; "
-                "expected 'thread' or 'process'"
+                "expected 'thread', 'process' or 'ray'"
             )
         from ._process import ProcessInferenceServer  # noqa: PLC0415 (imports this module)
 

@@ -13,8 +13,10 @@ policy once, and sends each worker its action. TorchRL 0.14.1's
 | :class:`SharedMemoryTransport` | other processes | shared-memory slots |
 | :class:`RayTransport` | Ray actors | Ray queues |
 
-TorchRL's ``MonarchTransport`` is not provided (Monarch cannot be installed here, so
-it could not be tested).
+The server runs in a thread, in its own process (``service_backend="process"``) or in
+a Ray actor (``service_backend="ray"``). TorchRL's ``MonarchTransport`` is not provided
+(Monarch cannot be installed here, so it could not be tested), nor its
+``"distributed"`` (torch.distributed) transport.
 
 Examples:
     >>> import torch

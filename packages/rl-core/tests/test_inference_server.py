@@ -8,6 +8,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -399,6 +400,25 @@ class TestProcessInferenceServer:
             with pytest.raises(RuntimeError, match="not running"):
                 server.stats()
         assert not server.is_alive
+
+    def test_reply_left_unread_by_a_killed_server_is_reported(self):
+        # the answer's tensors are shared by the server process: once it is gone the
+        # answer cannot be read, which is reported as the server's death
+        server = ProcessInferenceServer(
+            policy_factory=make_policy, transport=MPTransport(FORK), mp_context=FORK
+        )
+        client = server.client()
+        with server:
+            future = client.submit(TensorDict(obs=torch.zeros(4)))
+            while server.stats()["requests"] < 1:
+                time.sleep(0.01)
+            time.sleep(0.1)  # the answer is on its way
+            server._process.kill()
+            server._process.join()
+            with pytest.raises(
+                InferenceServerClosedError, match="the inference server process exited before"
+            ):
+                future.result(timeout=30)
 
     def test_service_backend_block_and_arguments(self):
         with service_backend("process"):

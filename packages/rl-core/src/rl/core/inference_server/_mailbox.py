@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 
 # how often a client waiting on a process-backed server checks that it still runs
 _PEER_CHECK_S = 0.1
+# how long an unreadable reply waits to learn whether the server process died
+_DEATH_GRACE_S = 2.0
 _MISSING = object()
 
 
@@ -137,9 +139,27 @@ class MailboxClient:
                             f"no reply to request {request_id} within {timeout} s"
                         ) from None
                     continue
+                except Exception as err:  # noqa: BLE001 - see _unreadable
+                    raise self._unreadable(request_id, err) from err
                 if reply_id == request_id:
                     return result
                 self._early[reply_id] = result
+
+    def _unreadable(self, request_id: int, err: Exception) -> RuntimeError:
+        """The error for a reply that cannot be read: its tensors are shared by the
+        server process, so a server that died after replying leaves it unreadable."""
+        deadline = time.monotonic() + _DEATH_GRACE_S
+        while self._peer_alive is not None and time.monotonic() < deadline:
+            if not self._peer_alive.is_set():
+                return InferenceServerClosedError(
+                    f"the inference server process exited before the reply to request "
+                    f"{request_id} of client {self._client_id} was read ({err!r})"
+                )
+            time.sleep(_PEER_CHECK_S / 2)
+        return RuntimeError(
+            f"the reply to request {request_id} of client {self._client_id} could not be "
+            f"read: {err!r}"
+        )
 
     def _last_reply(self, request_id: int) -> Any:
         """The server has exited: its reply may still sit in the queue."""

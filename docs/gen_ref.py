@@ -44,6 +44,7 @@ MODULES = [
     "rl.core.datafiles",
     "rl.core.files",
     "rl.core.ray_runtime",
+    "rl.core.inference_server",
     "rl.cpp",
     "rl.envs",
     "rl.envs.transforms",

@@ -2,6 +2,7 @@
 
 from rl.envs import RandomPolicy
 
+from ._async_batched import AsyncBatchedCollector
 from ._base import BaseCollector
 from ._evaluator import Evaluator
 from ._multi import (
@@ -48,6 +49,7 @@ from ._weight_update import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncBatchedCollector",
     "AsyncCollector",
     "BaseCollector",
     "Collector",

@@ -3,6 +3,8 @@
 Every public name is re-exported here, as in ``torchrl.modules``; the code lives in the
 subpackages ``models`` (plain ``nn.Module`` networks), ``distributions`` and
 ``tensordict_module`` (TensorDict modules: actors, critics, exploration, recurrent).
+The inference server (``rl.modules.inference_server``, from rl-core) is re-exported
+here too, as TorchRL's docs name it (``torchrl.modules.InferenceServer``).
 """
 
 from tensordict.nn import (
@@ -22,6 +24,8 @@ from ._value_transforms import *  # noqa: F403
 from ._value_transforms import __all__ as _value_transforms_all
 from .distributions import *  # noqa: F403
 from .distributions import __all__ as _distributions_all
+from .inference_server import *  # noqa: F403
+from .inference_server import __all__ as _inference_server_all
 from .mcts import EXP3Score, MCTSScore, MCTSScores, PUCTScore, UCB1TunedScore, UCBScore
 from .models import *  # noqa: F403
 from .models import __all__ as _models_all
@@ -54,6 +58,7 @@ __all__ = [
     "WorldModelWrapper",
     "__version__",
     *_distributions_all,
+    *_inference_server_all,
     *_models_all,
     *_td_module_all,
     *_value_norm_all,

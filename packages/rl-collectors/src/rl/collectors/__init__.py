@@ -4,6 +4,7 @@ from rl.envs import RandomPolicy
 
 from ._base import BaseCollector
 from ._evaluator import Evaluator
+from ._interruptor import Interruptor
 from ._multi import (
     MultiAsyncCollector,
     MultiaSyncDataCollector,
@@ -55,6 +56,7 @@ __all__ = [
     "DistributedWeightSyncScheme",
     "Evaluator",
     "InitialSyncTransport",
+    "Interruptor",
     "MPTransport",
     "MultiProcessWeightSyncScheme",
     "NoWeightSyncScheme",

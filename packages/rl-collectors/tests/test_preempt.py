@@ -10,7 +10,13 @@ import time
 import pytest
 import torch
 
-from rl.collectors import Collector, Interruptor, MultiAsyncCollector, MultiSyncCollector
+from rl.collectors import (
+    Collector,
+    Interruptor,
+    MultiAsyncCollector,
+    MultiCollector,
+    MultiSyncCollector,
+)
 from rl.envs import PendulumEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -131,6 +137,14 @@ class TestPreemptiveThreshold:
         with pytest.raises(ValueError, match=rf"got {bad!r}"):
             MultiAsyncCollector(
                 [PendulumEnv] * 2, None, frames_per_batch=20, preemptive_threshold=bad
+            )
+        with pytest.raises(ValueError, match=rf"preemptive_threshold.*got {bad!r}"):
+            MultiCollector(
+                [PendulumEnv] * 2,
+                None,
+                sync=True,
+                frames_per_batch=20,
+                preemptive_threshold=bad,
             )
 
     def test_not_a_number_is_rejected(self):

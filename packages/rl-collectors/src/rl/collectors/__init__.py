@@ -5,6 +5,7 @@ from rl.envs import RandomPolicy
 from ._async_batched import AsyncBatchedCollector
 from ._base import BaseCollector
 from ._evaluator import Evaluator
+from ._interruptor import Interruptor
 from ._multi import (
     MultiAsyncCollector,
     MultiaSyncDataCollector,
@@ -57,6 +58,7 @@ __all__ = [
     "DistributedWeightSyncScheme",
     "Evaluator",
     "InitialSyncTransport",
+    "Interruptor",
     "MPTransport",
     "MultiProcessWeightSyncScheme",
     "NoWeightSyncScheme",

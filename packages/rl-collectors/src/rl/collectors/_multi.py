@@ -26,6 +26,7 @@ from rl.core.workers import WorkerTimeoutError, describe_process, exit_descripti
 from rl.core.workers import stop_processes as _stop_processes
 
 from ._base import CollectorBase
+from ._interruptor import Interruptor
 from ._profile import ProfileConfig
 from ._single import Collector
 from ._worker import CallFailed, worker_main
@@ -95,6 +96,18 @@ def stop_processes(procs: list, join_s: float, kill_join_s: float) -> None:
     (waiting ``kill_join_s`` after each signal; stopped ones are not waited for): see
     :func:`rl.core.workers.stop_processes`."""
     _stop_processes(procs, join_s, kill_join_s)
+
+
+def _check_threshold(value: float | None) -> float:
+    """``preemptive_threshold`` as a float in ``[0, 1]`` (``None``: 1.0, no preemption)."""
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"preemptive_threshold must be a number in [0, 1] or None, got {value!r}")
+    threshold = float(value)
+    if not 0.0 <= threshold <= 1.0:  # (NaN fails too)
+        raise ValueError(f"preemptive_threshold must be between 0.0 and 1.0, got {value!r}")
+    return threshold
 
 
 def _per_worker(value: Any, num_workers: int, name: str) -> list:
@@ -213,6 +226,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         cudagraph_policy: bool | Mapping[str, Any] | None = None,
         collector_class: type | None = None,
         update_at_each_batch: bool = False,
+        preemptive_threshold: float | None = None,
         no_cuda_sync: bool = False,
         worker_idx: int | None = None,
         init_fn: Callable[[], None] | None = None,
@@ -228,6 +242,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
             )
         self.collector_class = collector_class
         self.update_at_each_batch = bool(update_at_each_batch)
+        self.preemptive_threshold = _check_threshold(preemptive_threshold)
         self.no_cuda_sync = bool(no_cuda_sync)
         self.worker_idx = worker_idx
         self.compact_obs = bool(compact_obs)
@@ -355,6 +370,11 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
         self._weights = None
         self._version = None
         self._lock = ctx.Lock()
+        # the flag the workers ask after each step; 1.0 waits for every worker (never
+        # cut short): no flag, no question per step
+        self.interruptor = (
+            Interruptor(ctx) if self._sync and self.preemptive_threshold < 1.0 else None
+        )
         # with a policy_factory, one copy built here gives the weights' layout (each
         # worker builds its own policy; update_policy_weights_ then needs the weights)
         if policy_factory is None or policy is not None:
@@ -404,6 +424,7 @@ class MultiCollector(CollectorBase, metaclass=_MultiCollectorMeta):
                     args=(
                         i, n, payload, child_conn, os.getpid(), self._weights, self._version,
                         self._lock, num_sub_threads, seeds[i], death_signal, schemes,
+                        self.interruptor,
                     ),
                     name=f"{type(self).__name__}-worker-{i}",
                     daemon=False,  # a worker may run a ParallelEnv (with its own processes)
@@ -925,6 +946,23 @@ class MultiSyncCollector(MultiCollector):
         total_frames: frames in all (exact); ``-1`` until :meth:`shutdown`.
         num_workers: the number of workers when ``create_env_fn`` is one factory.
         cat_results: ``"stack"`` (default) or the dim to concatenate the pieces along.
+        preemptive_threshold: the share of workers (in ``[0, 1]``) whose whole batch
+            piece is waited for: once ``int(num_workers * preemptive_threshold)``
+            workers have delivered theirs, the others are asked (through an
+            :class:`~rl.collectors.Interruptor` they check after each env step) to stop
+            after the step they are taking and deliver what they have. Their missing
+            steps are marked as TorchRL marks them: ``("collector", "traj_ids")`` is
+            ``-1`` there (the entries are zeros) and, with ``cat_results="stack"``, a
+            boolean ``("collector", "mask")`` entry flags the valid frames of every
+            worker; with a ``cat_results`` dim, the missing steps are dropped before
+            the pieces are joined (``-1``: along time; another dim needs every piece
+            to keep the same length). Only the valid frames count toward
+            ``total_frames``, as TorchRL's (a preempted run yields more batches).
+            ``None`` (default) or ``1.0``: every
+            worker delivers its whole piece, nothing is asked per step. A worker that
+            finishes its piece first is never cut short; a slow one delivers at least
+            one step. :class:`MultiAsyncCollector` checks and keeps the value only
+            (its batches are never cut short), as TorchRL.
         num_threads: torch threads of this process; num_sub_threads: of each worker.
         mp_start_method: ``"fork"`` (default on Linux without CUDA initialized: workers
             start at once), ``"spawn"`` or ``"forkserver"``. With the last two the
@@ -1003,15 +1041,68 @@ class MultiSyncCollector(MultiCollector):
                 return None
         if self.update_at_each_batch:  # before each collection, as TorchRL
             self.update_policy_weights_()
+        interruptor = self.interruptor
+        if interruptor is not None:
+            # raised before any worker is asked: a fast worker must not see the previous
+            # batch's stop at its first step
+            interruptor.start_collection()
         for index in range(n):
             self._ask(index, self._steps_for(index, frames))
-        pieces = [self._read_batch(index, copy=False) for index in range(n)]
+        if interruptor is None:
+            pieces = [self._read_batch(index, copy=False) for index in range(n)]
+        else:
+            pieces = self._read_preempting(interruptor)
         if self.cat_results == "stack":
             out = torch.stack(pieces, 0)
             if out.names[-1] != "time":  # a lazy stack (dynamic shapes) drops the names
                 out.names = [None] * (out.batch_dims - 1) + ["time"]
+            if interruptor is not None:
+                mask = out.get(("collector", "traj_ids")) != -1
+                out.set(("collector", "mask"), mask)
+                # the batch is counted by its size: the padded steps are no frames
+                self._frames -= int(mask.numel() - mask.sum())
             return out
+        if interruptor is not None:
+            pieces = _valid_steps(pieces, self.cat_results)
         return torch.cat(pieces, self.cat_results) if n > 1 else pieces[0].clone()
+
+    def _read_preempting(self, interruptor: Interruptor) -> list[TensorDictBase]:
+        """Every worker's piece (views of the shared buffers), in worker order; once
+        ``int(num_workers * preemptive_threshold)`` have arrived, the workers still
+        collecting are told to stop after their current step."""
+        n = self.num_workers
+        pieces: list = [None] * n
+        wait_for = int(n * self.preemptive_threshold)
+        waiting = list(range(n))
+        while waiting:
+            if n - len(waiting) >= wait_for:
+                interruptor.stop_collection()
+            for index in self._wait_any(waiting, "collect"):
+                pieces[index] = self._read_batch(index, copy=False)
+                waiting.remove(index)
+        return pieces
+
+
+def _valid_steps(pieces: list[TensorDictBase], dim: int) -> list[TensorDictBase]:
+    """The pieces of a preempted batch without their missing steps (``("collector",
+    "traj_ids")`` ``-1`` in every env), to be concatenated along ``dim``.
+
+    Raises:
+        RuntimeError: ``dim`` is not the time dim and the pieces kept different lengths.
+    """
+    kept = []
+    for piece in pieces:
+        valid = piece.get(("collector", "traj_ids")) != -1
+        if valid.ndim > 1:
+            valid = valid.flatten(0, -2).any(0)
+        kept.append(piece[..., valid])
+    lengths = [piece.batch_size[-1] for piece in kept]
+    if dim not in (-1, kept[0].batch_dims - 1) and len(set(lengths)) > 1:
+        raise RuntimeError(
+            f"cat_results={dim} cannot join the pieces of a preempted batch: the workers "
+            f"delivered {lengths} steps; pass cat_results=-1 (along time) or 'stack'"
+        )
+    return kept
 
 
 class MultiAsyncCollector(MultiCollector):

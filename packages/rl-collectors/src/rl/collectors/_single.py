@@ -32,6 +32,7 @@ from ._common import (
     wrap_policy,
 )
 from ._dispatch import CollectorMeta
+from ._interruptor import Interruptor
 from ._utils import split_trajectories
 from ._weight_update import WeightUpdaterBase
 
@@ -138,6 +139,15 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             ``replay_buffer``.
         reset_when_done: must be ``True`` (done sub-environments are always reset);
             ``False`` raises, as TorchRL, where it is deprecated.
+        interruptor: an :class:`~rl.collectors.Interruptor` (TorchRL's
+            ``_Interruptor``) asked after each env step: once its
+            :meth:`~rl.collectors.Interruptor.stop_collection` was called, the batch
+            ends after the step being taken. The batch keeps its ``[*env_batch, T]``
+            shape: the steps not taken are zeros with ``("collector", "traj_ids")``
+            ``-1`` (TorchRL leaves the previous batch's values there), and the next
+            batch goes on from the last step taken. The frames counted are the whole
+            batch's, as TorchRL's. :class:`MultiSyncCollector` sets it in its workers
+            (``preemptive_threshold``). ``None`` (default): never asked.
         weight_updater: a :class:`~rl.collectors.WeightUpdaterBase` (or a callable
             returning one) that :meth:`update_policy_weights_` hands the weights to.
         track_policy_version: write the policy's version as ``"policy_version"`` (root
@@ -231,6 +241,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         policy_factory: Callable[[], Callable] | None = None,
         return_same_td: bool = False,
         reset_when_done: bool = True,
+        interruptor: Interruptor | None = None,
         weight_updater: WeightUpdaterBase | Callable[[], WeightUpdaterBase] | None = None,
         track_policy_version: bool | Any = False,
         worker_idx: int | None = None,
@@ -301,6 +312,7 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         self.track_traj_ids = track_traj_ids
         self.pre_collect_hook = pre_collect_hook
         self.post_collect_hook = post_collect_hook
+        self.interruptor = interruptor
         self._init_base()
         self._init_trajs(trajs_per_batch, traj_format, replay_buffer, split_trajs, trajs_per_write)
         self._root: TensorDictBase | None = None
@@ -392,12 +404,14 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
         with set_thread_exploration_type(self.exploration_type):
             if policy is not None and not self._checked:
                 self._probe_policy(policy)
+            interruptor = self.interruptor
             out = env.rollout(
                 steps,
                 policy,
                 auto_reset=False,
                 tensordict=self._root,
                 break_when_any_done=False,
+                stop_when=None if interruptor is None else interruptor.collection_stopped,
             )
         if policy is not None and not self.trust_policy:
             check_actions(env, out, [out.batch_size[-1] - 1])
@@ -412,6 +426,8 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             self._write_version(out)
         if self.set_truncated:
             mark_truncated(out, env.done_keys)
+        if out.batch_size[-1] < steps:  # cut short by the interruptor
+            out = _pad_steps(out, steps, self.track_traj_ids)
         if self._compact_keys:  # after _next_root, which reads them
             out = out.exclude(*self._compact_keys)
         if out.names[-1] != "time":  # TorchRL's name of the rollout dim
@@ -727,6 +743,17 @@ def _flat_last_root(
     return TensorDict._new_unsafe(
         entries, batch_size=out.batch_size[:nb], device=out.device, nested=False
     )
+
+
+def _pad_steps(out: TensorDictBase, steps: int, traj_ids: bool) -> TensorDictBase:
+    """``out`` (``[*B, t]``, a batch an interruptor cut short) padded with zeros to
+    ``[*B, steps]``, the padding marked by ``("collector", "traj_ids")`` ``-1``."""
+    taken = out.batch_size[-1]
+    pad = out[..., :1].clone().zero_()
+    out = torch.cat([out, pad.expand(*pad.batch_size[:-1], steps - taken)], -1)
+    if traj_ids:
+        out.get(("collector", "traj_ids"))[..., taken:] = -1
+    return out
 
 
 def _compact_keys(env: EnvBase) -> tuple:

@@ -87,6 +87,7 @@ def worker_main(
     torch_seed: int,
     parent_death_signal: bool = True,
     weight_schemes: dict | None = None,
+    interruptor: Any = None,
 ) -> None:
     """Runs worker ``index`` until the parent sends ``("close",)`` or goes away.
 
@@ -94,7 +95,8 @@ def worker_main(
     it when the parent thread that started it ends, see
     :func:`rl.core.workers.die_with_parent`) and leaves Ctrl-C to the parent.
     ``weight_schemes`` (``{model_id: WeightSyncScheme}`` set up on the parent) become the
-    worker collector's receivers.
+    worker collector's receivers. ``interruptor``: the parent's
+    :class:`~rl.collectors.Interruptor` (preemption), handed to the worker's collector.
     """
     die_with_parent(parent_pid, parent_death_signal)
     ignore_interrupts()
@@ -108,6 +110,8 @@ def worker_main(
         kwargs = dict(kwargs)
         collector_class = kwargs.pop("collector_class", None) or Collector
         init_fn = kwargs.pop("init_fn", None)
+        if interruptor is not None:  # (inherited at process creation, not pickled)
+            kwargs["interruptor"] = interruptor
         if init_fn is not None:
             init_fn()
         # an env instance (TorchRL accepts one per worker, e.g. an unstarted SerialEnv)
@@ -151,7 +155,11 @@ def worker_main(
                 collector._iter += 1
                 if collector.track_traj_ids:
                     ids = batch.get(("collector", "traj_ids"))
-                    ids.mul_(num_workers).add_(index)  # unique across workers
+                    if interruptor is None:
+                        ids.mul_(num_workers).add_(index)  # unique across workers
+                    else:  # the steps an interruption left out keep their -1
+                        valid = ids != -1
+                        ids[valid] = ids[valid] * num_workers + index
                 if collector.post_collect_hook is not None:  # on the ids the learner gets
                     collector.post_collect_hook(batch)
                 if isinstance(batch, LazyStackedTensorDict) or non_tensor_keys(batch):

@@ -585,6 +585,7 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
         trust_policy: bool = False,
         storing_device=None,
         set_state: bool | None = None,
+        stop_when: Callable[[], bool] | None = None,
     ) -> TensorDictBase:
         """Runs ``max_steps`` steps and returns them in one ``[*batch, T]`` TensorDict.
 
@@ -615,6 +616,9 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             trust_policy: call ``policy`` as given (no wrapping of plain modules).
             storing_device: move the output there.
             set_state: TorchRL's argument; only ``None`` / ``False`` are supported.
+            stop_when: called with no argument after each step; the rollout ends after
+                the step where it returns ``True`` (how a collector's ``interruptor``
+                cuts a batch short). Not a TorchRL argument; ``None`` costs nothing.
 
         Returns:
             a TensorDict of batch size ``[*batch_size, T']`` (time last), ``T' <= T``.
@@ -655,6 +659,7 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
                     callback=callback,
                     break_when_any_done=break_when_any_done,
                     break_when_all_done=break_when_all_done,
+                    stop_when=stop_when,
                 ),
                 set_truncated,
                 out,
@@ -668,6 +673,7 @@ class EnvBase(nn.Module, metaclass=_EnvMeta):
             callback=callback,
             break_when_any_done=break_when_any_done,
             break_when_all_done=break_when_all_done,
+            stop_when=stop_when,
         )
         return self._finish_rollout(out_td, set_truncated, out, storing_device)
 

@@ -38,12 +38,14 @@ def rollout_stacked(
     callback: Callable[[EnvBase, TensorDictBase], Any] | None,
     break_when_any_done: bool,
     break_when_all_done: bool,
+    stop_when: Callable[[], bool] | None = None,
 ) -> TensorDictBase:
     """The rollout of heterogeneous data (lazy stacks): one tensordict per step, stacked.
 
     Entries that differ in shape between sub-envs (or agents) cannot go into
     preallocated ``[*B, T, ...]`` buffers: each step's tensordict is kept and they are
     stacked along the time dim at the end (lazily where they differ), as TorchRL does.
+    ``stop_when`` as in :func:`rl.envs.engine.run_rollout`.
     """
     from ._utils import step_mdp
 
@@ -76,6 +78,8 @@ def rollout_stacked(
             if bool(seen_done.all()):
                 break
         if t == max_steps - 1:
+            break
+        if stop_when is not None and stop_when():
             break
         td = step_mdp(
             td,

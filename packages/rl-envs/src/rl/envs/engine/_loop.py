@@ -241,12 +241,19 @@ def declared_any_done(env: EnvBase, tensordict: TensorDictBase) -> bool | None:
 
 
 def _lean_loop(
-    kernel, max_steps: int, break_any: bool, break_all: bool, resets: list, declared: bool | None
+    kernel,
+    max_steps: int,
+    break_any: bool,
+    break_all: bool,
+    resets: list,
+    declared: bool | None,
+    stop_when: Callable[[], bool] | None = None,
 ) -> int:
     """The time loop of a rollout without a root per step (no policy, no callback, a kernel
     that reads the presampled actions): the kernel's steps and resets only; returns the
     number of steps taken. ``declared``: the env's constant any_done
-    (:func:`declared_any_done`), or ``None`` to read each step's done flags."""
+    (:func:`declared_any_done`), or ``None`` to read each step's done flags; ``stop_when``:
+    see :func:`run_rollout`."""
     step = kernel.step
     begin = _begin(kernel)
     reset = kernel.reset
@@ -256,6 +263,8 @@ def _lean_loop(
         if begin is not None:
             begin(t, None)
         done = step(t, None)
+        if stop_when is not None and t < last and stop_when():
+            return t + 1
         if declared is None:
             any_done = done if done.__class__ is bool else bool(done.any())
         else:
@@ -283,6 +292,7 @@ def run_rollout(
     break_when_any_done: bool,
     break_when_all_done: bool,
     kernel: RolloutKernel | None = None,
+    stop_when: Callable[[], bool] | None = None,
 ) -> TensorDictBase:
     """Steps ``env`` up to ``max_steps`` times from the reset ``tensordict``.
 
@@ -304,6 +314,10 @@ def run_rollout(
         break_when_all_done: stop once every sub-env has been done at least once.
         kernel: the back-end (default: ``env.rollout_kernel()`` for a tensordict of the
             env's batch size, else :class:`EnvKernel`).
+        stop_when: called with no argument after each step; the rollout ends after the
+            step where it returns ``True`` (a collector's interruptor, see
+            :class:`rl.collectors.Collector`). ``None`` (default): never asked, no cost
+            per step.
 
     Returns:
         a TensorDict of batch size ``[*B, T']``, ``T' <= max_steps``.
@@ -369,7 +383,7 @@ def run_rollout(
         layout = _allocate(bufs, None, dict(first.items(True, True)), reward_keys, presampled)
         root_writes, root_carried = layout[3], layout[4]
         steps = _lean_loop(
-            kernel, max_steps, break_when_any_done, break_when_all_done, resets, declared
+            kernel, max_steps, break_when_any_done, break_when_all_done, resets, declared, stop_when
         )
     for t in range(max_steps if eager else 0):
         if t > 0:
@@ -497,6 +511,9 @@ def run_rollout(
                 steps = t + 1
                 break
         if t == last:
+            break
+        if stop_when is not None and stop_when():
+            steps = t + 1
             break
         # the next root: the step's "next" entries (but the rewards) over this root
         entries = None

@@ -4,9 +4,11 @@ clear errors on bad input, dead servers / env processes reported, nothing left b
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing as mp
 import threading
 import traceback
+import weakref
 
 import pytest
 import torch
@@ -87,6 +89,27 @@ class TestAsyncBatchedCollector:
         assert collector.server_stats()["requests"] >= 36
         collector.shutdown()
         collector.shutdown()  # idempotent
+        assert mp.active_children() == []
+        assert collector_threads() == []
+
+    @pytest.mark.parametrize("env_backend", ["threading", "multiprocessing"])
+    def test_garbage_collection_stops_threads_and_processes(self, env_backend):
+        # a collector dropped mid-iteration, without shutdown(): its coordinator threads
+        # must not keep it alive, so that its __del__ stops them and the env processes
+        collector = AsyncBatchedCollector(
+            [PendulumEnv] * 2,
+            policy=make_policy(),
+            frames_per_batch=4,
+            total_frames=-1,
+            env_backend=env_backend,
+        )
+        iterator = iter(collector)
+        next(iterator)
+        assert collector_threads()
+        ref = weakref.ref(collector)
+        del iterator, collector
+        gc.collect()
+        assert ref() is None
         assert mp.active_children() == []
         assert collector_threads() == []
 

@@ -127,6 +127,53 @@ class _EnvProcess:
         self._conn.close()
 
 
+def _coordinate(
+    index: int,
+    env_proc: _EnvProcess | None,
+    create_env_fn: Callable,
+    env_kwargs: dict,
+    client: Any,
+    results: queue.Queue,
+    stop: threading.Event,
+    episodes: list[int],
+    num_envs: int,
+    env_device: Any,
+    storing_device: Any,
+) -> None:
+    """One coordinator: reset, then act / step / queue until ``stop`` is set.
+
+    It takes what it uses rather than the collector, so that a collector dropped
+    without ``shutdown()`` is garbage-collected (and its ``__del__`` stops the
+    coordinators, the server and the environment processes).
+    """
+    in_process = env_proc is None
+    env: Any = None
+    episode = episodes[index]
+    try:
+        env = create_env_fn(**env_kwargs) if in_process else env_proc
+        td = env.reset()
+        while not stop.is_set():
+            td = client(td)
+            if env_device is not None:
+                td = td.to(env_device)
+            transition, td = env.step_and_maybe_reset(td)
+            transition.set(_ENV_INDEX_KEY, torch.tensor(index))
+            transition.set(_TRAJ_KEY, torch.tensor(episode * num_envs + index))
+            if bool(transition["next", "done"].any()):
+                episode += 1
+            if storing_device is not None:
+                transition = transition.to(storing_device)
+            results.put(transition)
+    except Exception as exc:  # noqa: BLE001 - reported by the iterating thread
+        if not stop.is_set():
+            results.put(exc)
+    finally:
+        # the next start resets the env: a new trajectory, with a new id
+        episodes[index] = episode + 1
+        if in_process and env is not None:
+            env.close()
+
+
 class AsyncBatchedCollector(CollectorBase):
     """Collects from environments that act through an inference server.
 
@@ -447,46 +494,29 @@ class AsyncBatchedCollector(CollectorBase):
         self._results = queue.Queue()
         self._workers = [
             threading.Thread(
-                target=self._env_loop, args=(i,), daemon=True, name=f"AsyncBatchedCollector-{i}"
+                # not a bound method: a coordinator holding the collector would keep it
+                # from garbage collection, and so its processes and threads alive
+                target=_coordinate,
+                args=(
+                    i,
+                    self._env_procs[i] if self._env_procs else None,
+                    self._create_env_fn[i],
+                    self._env_kwargs[i],
+                    self._clients[i],
+                    self._results,
+                    self._stop_workers,
+                    self._episodes,
+                    self._num_envs,
+                    self._env_device,
+                    self._storing_device,
+                ),
+                daemon=True,
+                name=f"AsyncBatchedCollector-{i}",
             )
             for i in range(self._num_envs)
         ]
         for worker in self._workers:
             worker.start()
-
-    def _env_loop(self, index: int) -> None:
-        """One coordinator: reset, then act / step / queue until asked to stop."""
-        results, stop = self._results, self._stop_workers
-        in_process = not self._env_procs
-        env: Any = None
-        episode = self._episodes[index]
-        try:
-            if in_process:
-                env = self._create_env_fn[index](**self._env_kwargs[index])
-            else:
-                env = self._env_procs[index]
-            client = self._clients[index]
-            td = env.reset()
-            while not stop.is_set():
-                td = client(td)
-                if self._env_device is not None:
-                    td = td.to(self._env_device)
-                transition, td = env.step_and_maybe_reset(td)
-                transition.set(_ENV_INDEX_KEY, torch.tensor(index))
-                transition.set(_TRAJ_KEY, torch.tensor(episode * self._num_envs + index))
-                if bool(transition["next", "done"].any()):
-                    episode += 1
-                if self._storing_device is not None:
-                    transition = transition.to(self._storing_device)
-                results.put(transition)
-        except Exception as exc:  # noqa: BLE001 - reported by the iterating thread
-            if not stop.is_set():
-                results.put(exc)
-        finally:
-            # the next start resets the env: a new trajectory, with a new id
-            self._episodes[index] = episode + 1
-            if in_process and env is not None:
-                env.close()
 
     def _stop_coordinators(self, timeout: float) -> None:
         self._stop_workers.set()

@@ -31,7 +31,10 @@ def safe_tanh(x: torch.Tensor) -> torch.Tensor:
     """
     y = x.tanh()
     lim = _tanh_limit(x.dtype)
-    return y + (y.clamp(-lim, lim) - y).detach()
+    # the correction is computed off the graph (no clamp or difference recorded by
+    # autograd or forward-mode AD, only the sum); it also turns a -0 into +0
+    plain = y.detach()
+    return y + plain.clamp(-lim, lim).sub_(plain)
 
 
 def safe_atanh(y: torch.Tensor) -> torch.Tensor:

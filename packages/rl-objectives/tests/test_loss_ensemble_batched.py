@@ -357,9 +357,9 @@ def _traced_routes(monkeypatch):
         routes.append("batched")
         return call(self, tensors, inputs)
 
-    def recording_members(self, tensors, inputs, rows=None):
+    def recording_members(self, tensors, inputs, rows=None, **kwargs):
         routes.append("members")
-        return members(self, tensors, inputs, rows)
+        return members(self, tensors, inputs, rows, **kwargs)
 
     monkeypatch.setattr(_BatchedMLP, "__call__", recording)
     monkeypatch.setattr(_BatchedMLP, "members", recording_members)

@@ -240,15 +240,18 @@ class SACLoss(_EntropyTemperature, LossModule):
             value_net = self._target_network("value_network")
             return _network_output(value_net, next_td, self.tensor_keys.value)
         next_action, next_log_prob = _policy_rsample(self._target_network("actor_network"), next_td)
-        q = self._ensemble_values(
+        # no gradient here: the members' minimum folded as they run, then the entropy
+        # term (the same numbers as the minimum of q - alpha * log_prob: rounding is
+        # monotonic)
+        min_q = self._ensemble_values(
             "qvalue_network",
             "target",
             next_td,
             self.tensor_keys.state_action_value,
             {self.tensor_keys.action: next_action},
+            reduce="min",
         )
-        # no gradient here: amin, without the indices min(0) makes for a backward
-        return (q - alpha * next_log_prob.unsqueeze(-1)).amin(0)
+        return min_q - alpha * next_log_prob.unsqueeze(-1)
 
     def qvalue_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Soft Q regression; returns ``(loss, {"td_error": [*B]})``."""
@@ -324,14 +327,15 @@ class SACLoss(_EntropyTemperature, LossModule):
             loss_value = self._value_loss(tensordict, alpha, weights)[0]
         loss_actor, metadata_actor = self._actor_loss(tensordict, alpha, weights)
         log_prob = metadata_actor["log_prob"]
-        loss_alpha = _reduce(self._alpha_loss(log_prob), self.reduction, weights)
+        mean_log_prob = log_prob.mean()
+        loss_alpha = self._reduced_alpha_loss(log_prob, self.reduction, weights, mean_log_prob)
         tensordict.set(self.tensor_keys.priority, metadata["td_error"], inplace=True)
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha}
         if loss_value is not None:
             out["loss_value"] = loss_value
         return _loss_output(
             out,
-            {"alpha": alpha, "entropy": -log_prob.mean()},
+            {"alpha": alpha, "entropy": -mean_log_prob},
             reduction=self.reduction,
             scalar_output_mode=self.scalar_output_mode,
             batch_size=tensordict.batch_size,

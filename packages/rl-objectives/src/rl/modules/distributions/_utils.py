@@ -159,6 +159,8 @@ def sum_rightmost(value: torch.Tensor, ndims: int) -> torch.Tensor:
     """Sums the ``ndims`` last dimensions of ``value`` (none when ``ndims`` is 0)."""
     if ndims == 0:
         return value
+    if ndims == 1:  # the usual event of one dim: an int dim dispatches faster than a tuple
+        return value.sum(-1)
     return value.sum(tuple(range(-ndims, 0)))
 
 

@@ -582,7 +582,9 @@ class LossModule(TensorDictModuleBase):
             gamma = getattr(self, "gamma", None)
             gamma = 0.99 if gamma is None else gamma
             not_terminated = (~terminated.bool()).to(next_value.dtype)
-            return reward + gamma * not_terminated * next_value.to(reward.dtype)
+            if next_value.dtype != reward.dtype:  # a same-dtype .to() still costs a dispatch
+                next_value = next_value.to(reward.dtype)
+            return reward + gamma * not_terminated * next_value
         return self.value_estimator.value_estimate(tensordict.copy(), next_value=next_value)
 
     def _on_nonterminal(self, tensordict: TensorDictBase, fn) -> torch.Tensor:

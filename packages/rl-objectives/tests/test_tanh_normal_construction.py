@@ -156,6 +156,26 @@ class TestValuesAgainstPlainTorch:
             )
             assert dist.sample().dtype == dtype
 
+    @pytest.mark.parametrize("case", ["default", "numbers", "ragged"])
+    def test_scoring_a_draw_from_its_noise_keeps_the_gradients(self, case):
+        # rsample_and_log_prob scores x = loc + eps * scale by eps: the gradients in loc
+        # and scale are those of scoring x itself, (x - loc) / scale included
+        low, high, dtype, (ref_low, ref_high) = BOUNDS[case]
+        torch.manual_seed(0)
+        loc = (torch.randn(64, 3) * 3).requires_grad_(True)
+        scale = (torch.rand(64, 3) + 0.1).requires_grad_(True)
+        torch.manual_seed(4)
+        value, lp = TanhNormal(loc, scale, low=low, high=high).rsample_and_log_prob()
+        got = torch.autograd.grad(value.sum() + lp.sum(), (loc, scale))
+        torch.manual_seed(4)
+        x = D.Normal(loc, scale).rsample()
+        ref = (
+            _squash(x, ref_low, ref_high).sum() + _log_prob(x, loc, scale, ref_low, ref_high).sum()
+        )
+        want = torch.autograd.grad(ref, (loc, scale))
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
     def test_negative_zero_is_squashed_to_positive_zero(self):
         # safe_tanh maps tanh(-0) = -0 to +0, with and without grad, bounds cached or not
         loc = torch.full((2,), -0.0)

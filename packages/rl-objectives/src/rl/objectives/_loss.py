@@ -22,7 +22,7 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -888,7 +888,7 @@ class LossModule(TensorDictModuleBase):
         overrides=None,
         index: torch.Tensor | None = None,
         *,
-        reduce: str | None = None,
+        reduce: Literal["min"] | None = None,
     ) -> torch.Tensor:
         """Entry ``out_key`` of every member of an ensemble (:meth:`_ensemble`'s ``kind``)
         on ``tensordict``, stacked: ``[N, *B, ...]``; only the members ``index`` (a 1-D

@@ -9,6 +9,7 @@ a TensorDict module on a shallow copy, so the caller's TensorDict is never writt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -160,7 +161,6 @@ class _BatchedMLP:
         self.out_shape = out_shape
         self.children = tuple(sequential)
         self.types = tuple(type(layer) for layer in self.children)
-        self.weights = [step[1] for step in steps if step[0] == "linear"]
         # the largest layer product per row (in x out), fixed by the layers' sizes
         self.largest = max(
             layer.in_features * layer.out_features
@@ -261,7 +261,7 @@ class _BatchedMLP:
         views: list[Sequence[torch.Tensor]],
         inputs: list[torch.Tensor],
         rows=None,
-        reduce: str | None = None,
+        reduce: Literal["min"] | None = None,
     ) -> torch.Tensor:
         """The outputs of the members ``rows`` (every member by default), each by its own
         products on its row of the stacks, stacked: ``[len(rows), *B, ...]``; with

@@ -79,6 +79,12 @@ class TestEagerRuns:
         assert "| SACLoss, UpdateStep compiled (ms/update) |" in text
         assert text.count("| - | - | - | - | - | - |") == 2
 
+    def test_sac_by_cpu_time(self, tmp_path, capsys):
+        argv = ["--iters", "1", "--repeats", "2", "--no-compile", "--cpu-time"]
+        text = run("sac", argv, tmp_path, capsys)
+        assert "measured alternately in one run by process CPU time;" in text
+        assert "| Pendulum (obs 3, act 1) |" in text
+
     def test_ppo(self, tmp_path, capsys):
         text = run("ppo", ["--steps", "1", "--blocks", "1", "--no-compile"], tmp_path, capsys)
         assert "| plain PyTorch, eager (floor) |" in text and "| 1.000x |" in text

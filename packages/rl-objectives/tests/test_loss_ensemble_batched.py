@@ -357,9 +357,9 @@ def _traced_routes(monkeypatch):
         routes.append("batched")
         return call(self, tensors, inputs)
 
-    def recording_members(self, tensors, inputs, rows=None):
+    def recording_members(self, tensors, inputs, rows=None, **kwargs):
         routes.append("members")
-        return members(self, tensors, inputs, rows)
+        return members(self, tensors, inputs, rows, **kwargs)
 
     monkeypatch.setattr(_BatchedMLP, "__call__", recording)
     monkeypatch.setattr(_BatchedMLP, "members", recording_members)
@@ -555,3 +555,29 @@ def test_compiled_online_rows_drawn_by_index_give_the_member_calls_gradients(mon
     for got, expected in zip(grads, want_grads, strict=True):
         torch.testing.assert_close(got, expected)
     assert grads[0][0].abs().sum() == 0 and grads[0][3].abs().sum() > 0  # undrawn: none
+
+
+@pytest.mark.parametrize("route", ["members", "batched", "member_calls"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_minimum_over_members_is_the_minimum_of_the_stack(monkeypatch, route, n):
+    # reduce="min" (SAC's target twins): each member's products folded with torch.minimum,
+    # the batched form's stack reduced, or the member calls' stack reduced: the values
+    # of .amin(0) of the stacked outputs, to the bit, for every kind
+    loss = _loss(_mlp_critic(), n=n)
+    td = _data(5)
+    action = torch.randn(5, 2)
+    if route == "members":
+        monkeypatch.setattr(loss_module, "_BATCHED_MACS", 0)
+        monkeypatch.setattr(loss_module, "_VMAP_MEMBERS", 3)
+    elif route == "member_calls":
+        loss._functional["qvalue_network"]["batched"] = None
+    with torch.no_grad():
+        for kind in ("online", "detached", "target"):
+            stacked = _values(loss, kind, td, overrides={"action": action})
+            least = loss._ensemble_values(
+                "qvalue_network", kind, td, "state_action_value", {"action": action}, reduce="min"
+            )
+            assert least.shape == (5, 1)
+            assert torch.equal(least, stacked.amin(0))
+            if n > 1:
+                assert not torch.equal(least, stacked[0])  # the members do differ

@@ -54,6 +54,21 @@ def _log_prob(x, loc, scale, low, high):
     return lp.sum(-1)
 
 
+def _log_prob_of_draw(eps, x, scale, low, high):
+    """``_log_prob(x, ...)`` for a draw ``x = loc + eps * scale``, as TanhNormal scores its
+    own draws: the standardised value is ``eps``, the constants are summed first, and
+    ``-log(1 - tanh(x)^2)`` is ``2 (x + softplus(-2x)) - 2 log 2``."""
+    const = _HALF_LOG_2PI + 2 * math.log(2.0)
+    half = None if low is None else (high - low) / 2
+    if isinstance(half, float):
+        const = const + math.log(half)
+    lp = torch.add(eps.square().mul_(-0.5).sub_(const), x + F.softplus(-2.0 * x), alpha=2.0)
+    lp = lp - scale.log()
+    if isinstance(half, torch.Tensor):
+        lp = lp - half.log()
+    return lp.sum(-1)
+
+
 def _mode(loc, scale, low, high):
     """The fixed point iteration TanhNormal.mode documents, written out."""
     var2 = 2 * scale.pow(2)
@@ -119,10 +134,14 @@ class TestValuesAgainstPlainTorch:
             value, lp = dist.rsample_and_log_prob()
             torch.manual_seed(3)
             x = D.Normal(loc, scale).rsample()
+            torch.manual_seed(3)
+            eps = torch.randn(shape, dtype=dtype)
             torch.testing.assert_close(value, _squash(x, ref_low, ref_high), rtol=0, atol=0)
             torch.testing.assert_close(
-                lp, _log_prob(x, loc, scale, ref_low, ref_high), rtol=0, atol=0
+                lp, _log_prob_of_draw(eps, x, scale, ref_low, ref_high), rtol=0, atol=0
             )
+            # the same density as scoring the pre-tanh value, up to rounding
+            torch.testing.assert_close(lp, _log_prob(x, loc, scale, ref_low, ref_high))
 
             lp = dist.log_prob(sample.detach())
             x = _pre_tanh(sample.detach(), ref_low, ref_high)
@@ -136,6 +155,26 @@ class TestValuesAgainstPlainTorch:
                 dist.mode, _mode(loc.detach(), scale, ref_low, ref_high), rtol=0, atol=0
             )
             assert dist.sample().dtype == dtype
+
+    @pytest.mark.parametrize("case", ["default", "numbers", "ragged"])
+    def test_scoring_a_draw_from_its_noise_keeps_the_gradients(self, case):
+        # rsample_and_log_prob scores x = loc + eps * scale by eps: the gradients in loc
+        # and scale are those of scoring x itself, (x - loc) / scale included
+        low, high, dtype, (ref_low, ref_high) = BOUNDS[case]
+        torch.manual_seed(0)
+        loc = (torch.randn(64, 3) * 3).requires_grad_(True)
+        scale = (torch.rand(64, 3) + 0.1).requires_grad_(True)
+        torch.manual_seed(4)
+        value, lp = TanhNormal(loc, scale, low=low, high=high).rsample_and_log_prob()
+        got = torch.autograd.grad(value.sum() + lp.sum(), (loc, scale))
+        torch.manual_seed(4)
+        x = D.Normal(loc, scale).rsample()
+        ref = (
+            _squash(x, ref_low, ref_high).sum() + _log_prob(x, loc, scale, ref_low, ref_high).sum()
+        )
+        want = torch.autograd.grad(ref, (loc, scale))
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
     def test_negative_zero_is_squashed_to_positive_zero(self):
         # safe_tanh maps tanh(-0) = -0 to +0, with and without grad, bounds cached or not

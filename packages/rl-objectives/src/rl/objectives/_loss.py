@@ -22,7 +22,7 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -582,7 +582,9 @@ class LossModule(TensorDictModuleBase):
             gamma = getattr(self, "gamma", None)
             gamma = 0.99 if gamma is None else gamma
             not_terminated = (~terminated.bool()).to(next_value.dtype)
-            return reward + gamma * not_terminated * next_value.to(reward.dtype)
+            if next_value.dtype != reward.dtype:  # a same-dtype .to() still costs a dispatch
+                next_value = next_value.to(reward.dtype)
+            return reward + gamma * not_terminated * next_value
         return self.value_estimator.value_estimate(tensordict.copy(), next_value=next_value)
 
     def _on_nonterminal(self, tensordict: TensorDictBase, fn) -> torch.Tensor:
@@ -885,10 +887,15 @@ class LossModule(TensorDictModuleBase):
         out_key,
         overrides=None,
         index: torch.Tensor | None = None,
+        *,
+        reduce: Literal["min"] | None = None,
     ) -> torch.Tensor:
         """Entry ``out_key`` of every member of an ensemble (:meth:`_ensemble`'s ``kind``)
         on ``tensordict``, stacked: ``[N, *B, ...]``; only the members ``index`` (a 1-D
-        integer tensor) when given, in its order.
+        integer tensor) when given, in its order. With ``reduce="min"``, the elementwise
+        minimum over the members ``[*B, ...]`` (the values of ``.amin(0)`` of the stack;
+        for values that take no gradient, e.g. a target: the member products fold it with
+        ``torch.minimum``, without stacking the members).
 
         An MLP of linear layers and activations runs as batched products on the stacks
         where that is faster (:meth:`_batched_values`: small products, or many members),
@@ -904,20 +911,21 @@ class LossModule(TensorDictModuleBase):
         """
         compiling = torch.compiler.is_compiling()
         values = self._batched_values(
-            module_name, kind, tensordict, out_key, overrides, index, compiling
+            module_name, kind, tensordict, out_key, overrides, index, compiling, reduce
         )
         if values is not None:
             return values
         if compiling:
             values = self._stacked_values(module_name, kind, tensordict, out_key, overrides, index)
             if values is not None:
-                return values
+                return values if reduce is None else values.amin(0)
         members = self._ensemble(module_name, kind)
         if index is not None and not compiling:  # eagerly only the drawn members run
             members, index = [members[j] for j in index.tolist()], None
         values = _ensemble_output(members, tensordict, out_key, overrides)
         # compiled, a graph cannot pick list items by a drawn index: all run, then the rows
-        return values if index is None else values[index]
+        values = values if index is None else values[index]
+        return values if reduce is None else values.amin(0)
 
     def _rows(self, info: dict, network, kind, tensordict, overrides, index):
         """``(inputs, tensors)`` of a batched or template call: ``network``'s inputs
@@ -937,7 +945,9 @@ class LossModule(TensorDictModuleBase):
             tensors = [t[index] for t in tensors]
         return inputs, tensors
 
-    def _batched_values(self, module_name, kind, tensordict, out_key, overrides, index, compiling):
+    def _batched_values(
+        self, module_name, kind, tensordict, out_key, overrides, index, compiling, reduce=None
+    ):
         """:meth:`_ensemble_values` as batched products on the stacks when the network is
         an MLP of linear layers and activations (:class:`_BatchedMLP`); else None.
 
@@ -984,8 +994,12 @@ class LossModule(TensorDictModuleBase):
                 ]
             else:  # fresh views of the online stacks: each call's graph its own
                 rows = [t.unbind(0) for t in tensors]
-            return plan.members(rows, inputs, index.tolist() if drawn else None)
-        return plan(tensors, inputs)
+            rows_drawn = index.tolist() if drawn else None
+            if reduce is None:
+                return plan.members(rows, inputs, rows_drawn)
+            return plan.members(rows, inputs, rows_drawn, reduce=reduce)
+        values = plan(tensors, inputs)
+        return values if reduce is None else values.amin(0)
 
     def _stacked_values(self, module_name, kind, tensordict, out_key, overrides, index):
         """:meth:`_ensemble_values` by the template network on each row of the stacked

@@ -9,6 +9,7 @@ a TensorDict module on a shallow copy, so the caller's TensorDict is never writt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -160,7 +161,12 @@ class _BatchedMLP:
         self.out_shape = out_shape
         self.children = tuple(sequential)
         self.types = tuple(type(layer) for layer in self.children)
-        self.weights = [step[1] for step in steps if step[0] == "linear"]
+        # the largest layer product per row (in x out), fixed by the layers' sizes
+        self.largest = max(
+            layer.in_features * layer.out_features
+            for layer in self.children
+            if type(layer) is nn.Linear
+        )
         # an activation last returns its own output (Tanh saves it for the backward):
         # copied, as the members' stack was, a caller may still change it in place
         self.copy_out = steps[-1][0] == "act"
@@ -248,17 +254,19 @@ class _BatchedMLP:
 
     def macs(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> int:
         """Multiply-adds of the largest layer product for one member on ``inputs``."""
-        largest = 0
-        for w in self.weights:
-            shape = tensors[w].shape
-            largest = max(largest, shape[1] * shape[2])
-        return inputs[0].shape[:-1].numel() * largest
+        return inputs[0].shape[:-1].numel() * self.largest
 
     def members(
-        self, views: list[Sequence[torch.Tensor]], inputs: list[torch.Tensor], rows=None
+        self,
+        views: list[Sequence[torch.Tensor]],
+        inputs: list[torch.Tensor],
+        rows=None,
+        reduce: Literal["min"] | None = None,
     ) -> torch.Tensor:
         """The outputs of the members ``rows`` (every member by default), each by its own
-        products on its row of the stacks, stacked: ``[len(rows), *B, ...]``.
+        products on its row of the stacks, stacked: ``[len(rows), *B, ...]``; with
+        ``reduce="min"``, their elementwise minimum ``[*B, ...]`` instead (folded with
+        ``torch.minimum``, no stack).
 
         ``views`` holds each stack unbound along its first dim (``t.unbind(0)``: the
         backward of an online stack's unbind stacks the members' gradients). The products
@@ -274,6 +282,12 @@ class _BatchedMLP:
             return self._run(x, product)
 
         members = range(len(views[0])) if rows is None else rows
+        if reduce == "min":
+            outputs = iter(members)
+            out = member(next(outputs))
+            for i in outputs:
+                out = torch.minimum(out, member(i))
+            return self._shaped(out)
         return self._shaped(torch.stack([member(i) for i in members]))
 
     def __call__(self, tensors: list[torch.Tensor], inputs: list[torch.Tensor]) -> torch.Tensor:
@@ -299,13 +313,16 @@ class _BatchedMLP:
         the stacks are traced)."""
         for step in self.steps:
             if step[0] == "act":
-                h = type(step[1]).forward(step[1], h)
+                layer = step[1]
+                # ReLU, the usual case, as its forward computes it (in place or not, the
+                # same values), without its two Python frames
+                h = torch.relu(h) if type(layer) is nn.ReLU else type(layer).forward(layer, h)
             else:
                 h = product(h, step[1], step[2])
         return h
 
     def _shaped(self, out: torch.Tensor) -> torch.Tensor:
-        """``out`` (``[N, *B, features]``) with the MLP's ``out_features`` shape."""
+        """``out`` (``[..., features]``) with the MLP's ``out_features`` shape."""
         return out if self.out_shape is None else out.view(*out.shape[:-1], *self.out_shape)
 
 

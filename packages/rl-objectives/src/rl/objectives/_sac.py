@@ -226,42 +226,55 @@ class SACLoss(_EntropyTemperature, LossModule):
     def _required_key_names(self):
         return ("action",)
 
-    def _target_value(self, tensordict: TensorDictBase) -> torch.Tensor:
-        """The soft Bellman target ``[*B]`` (no gradient)."""
+    def _target_value(self, tensordict: TensorDictBase, alpha: torch.Tensor) -> torch.Tensor:
+        """The soft Bellman target ``[*B]`` (no gradient) at temperature ``alpha``."""
         with torch.no_grad():
-            next_value = self._on_nonterminal(tensordict, self._next_state_value)
+            next_value = self._on_nonterminal(
+                tensordict, lambda next_td: self._next_state_value(next_td, alpha)
+            )
             return self._value_target(tensordict, next_value).squeeze(-1)
 
-    def _next_state_value(self, next_td: TensorDictBase) -> torch.Tensor:
+    def _next_state_value(self, next_td: TensorDictBase, alpha: torch.Tensor) -> torch.Tensor:
         """``V(s')`` ``[*b, 1]``: the target value network (v1) or the soft value of the twins."""
         if self._version == 1:
             value_net = self._target_network("value_network")
             return _network_output(value_net, next_td, self.tensor_keys.value)
         next_action, next_log_prob = _policy_rsample(self._target_network("actor_network"), next_td)
-        q = self._ensemble_values(
+        # no gradient here: the members' minimum folded as they run, then the entropy
+        # term (the same numbers as the minimum of q - alpha * log_prob: rounding is
+        # monotonic)
+        min_q = self._ensemble_values(
             "qvalue_network",
             "target",
             next_td,
             self.tensor_keys.state_action_value,
             {self.tensor_keys.action: next_action},
+            reduce="min",
         )
-        return (q - self._alpha * next_log_prob.unsqueeze(-1)).min(0)[0]
+        return min_q - alpha * next_log_prob.unsqueeze(-1)
 
     def qvalue_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """Soft Q regression; returns ``(loss, {"td_error": [*B]})``."""
-        target = self._target_value(tensordict)
+        return self._qvalue_loss(tensordict, self._alpha, self._priority_weight(tensordict))
+
+    def _qvalue_loss(self, tensordict, alpha, weights) -> tuple[torch.Tensor, dict]:
+        """:meth:`qvalue_loss` at temperature ``alpha`` with priority ``weights`` (read
+        once per forward)."""
+        target = self._target_value(tensordict, alpha)
         self._get(tensordict, "action")
         pred = self._ensemble_values(
             "qvalue_network", "online", tensordict, self.tensor_keys.state_action_value
         ).squeeze(-1)
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
-        td_error = (pred.detach() - target).abs().max(0)[0]
-        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {
-            "td_error": td_error
-        }
+        td_error = (pred.detach() - target).abs().amax(0)
+        return _reduce(loss, self.reduction, weights), {"td_error": td_error}
 
     def actor_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi(a|s) - min_i Q_i(s, a)``; returns ``(loss, {"log_prob": ...})``."""
+        return self._actor_loss(tensordict, self._alpha, self._priority_weight(tensordict))
+
+    def _actor_loss(self, tensordict, alpha, weights) -> tuple[torch.Tensor, dict]:
+        """:meth:`actor_loss` at temperature ``alpha`` with priority ``weights``."""
         action, log_prob = _policy_rsample(self.actor_network, tensordict)
         q = self._ensemble_values(
             "qvalue_network",
@@ -271,16 +284,19 @@ class SACLoss(_EntropyTemperature, LossModule):
             {self.tensor_keys.action: action},
         )
         min_q = q.min(0)[0].squeeze(-1)
-        self._size_target_entropy(
-            -float(action.shape[tensordict.batch_dims :].numel()), action.device
-        )
-        loss = self._alpha * log_prob - min_q
-        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {
-            "log_prob": log_prob.detach()
-        }
+        if self._target_entropy is None:
+            self._size_target_entropy(
+                -float(action.shape[tensordict.batch_dims :].numel()), action.device
+            )
+        loss = alpha * log_prob - min_q
+        return _reduce(loss, self.reduction, weights), {"log_prob": log_prob.detach()}
 
     def value_loss(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, dict]:
         """SAC v1 value regression on ``min_i Q_target_i(s, a) - alpha * log pi(a|s)``."""
+        return self._value_loss(tensordict, self._alpha, self._priority_weight(tensordict))
+
+    def _value_loss(self, tensordict, alpha, weights) -> tuple[torch.Tensor, dict]:
+        """:meth:`value_loss` at temperature ``alpha`` with priority ``weights``."""
         value = _network_output(self.value_network, tensordict, self.tensor_keys.value).squeeze(-1)
         with torch.no_grad():
             action, log_prob = _policy_rsample(self._target_network("actor_network"), tensordict)
@@ -291,9 +307,9 @@ class SACLoss(_EntropyTemperature, LossModule):
                 self.tensor_keys.state_action_value,
                 {self.tensor_keys.action: action},
             )
-            target = q.squeeze(-1).min(0)[0] - self._alpha * log_prob
+            target = q.squeeze(-1).amin(0) - alpha * log_prob
         loss = distance_loss(value, target, self.loss_function)
-        return _reduce(loss, self.reduction, self._priority_weight(tensordict)), {}
+        return _reduce(loss, self.reduction, weights), {}
 
     def forward(self, tensordict: TensorDictBase) -> TensorDict:
         """Compute the losses on a batch of transitions; writes ``td_error`` into it.
@@ -302,20 +318,24 @@ class SACLoss(_EntropyTemperature, LossModule):
             a TensorDict with ``loss_actor``, ``loss_qvalue``, ``loss_alpha``, ``alpha``
             and ``entropy`` (and ``loss_value`` with a value network).
         """
-        loss_qvalue, metadata = self.qvalue_loss(tensordict)
-        loss_value = self.value_loss(tensordict)[0] if self._version == 1 else None
-        loss_actor, metadata_actor = self.actor_loss(tensordict)
+        # the temperature and the priority weights, read once for every term
+        alpha = self._alpha
+        weights = self._priority_weight(tensordict)
+        loss_qvalue, metadata = self._qvalue_loss(tensordict, alpha, weights)
+        loss_value = None
+        if self._version == 1:
+            loss_value = self._value_loss(tensordict, alpha, weights)[0]
+        loss_actor, metadata_actor = self._actor_loss(tensordict, alpha, weights)
         log_prob = metadata_actor["log_prob"]
-        loss_alpha = _reduce(
-            self._alpha_loss(log_prob), self.reduction, self._priority_weight(tensordict)
-        )
+        mean_log_prob = log_prob.mean()
+        loss_alpha = self._reduced_alpha_loss(log_prob, self.reduction, weights, mean_log_prob)
         tensordict.set(self.tensor_keys.priority, metadata["td_error"], inplace=True)
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha}
         if loss_value is not None:
             out["loss_value"] = loss_value
         return _loss_output(
             out,
-            {"alpha": self._alpha, "entropy": -log_prob.mean()},
+            {"alpha": alpha, "entropy": -mean_log_prob},
             reduction=self.reduction,
             scalar_output_mode=self.scalar_output_mode,
             batch_size=tensordict.batch_size,

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ._actions import _action_dims
+from ._reduction import _reduce
 
 __all__: list[str] = []
 
@@ -137,3 +138,21 @@ class _EntropyTemperature:
     def _alpha_loss(self, log_prob: torch.Tensor) -> torch.Tensor:
         """``-log_alpha * (log_prob + target_entropy)``, element-wise; trains ``log_alpha`` only."""
         return -self.log_alpha * (log_prob.detach() + self.target_entropy)
+
+    def _reduced_alpha_loss(
+        self,
+        log_prob: torch.Tensor,
+        reduction: str,
+        weights: torch.Tensor | None,
+        mean_log_prob: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`_alpha_loss` reduced as ``reduction`` says, weighted by ``weights``.
+
+        An unweighted mean whose ``mean_log_prob`` (of the detached ``log_prob``) the
+        caller has already (for the entropy it reports) is ``-log_alpha * (mean_log_prob +
+        target_entropy)``: a product of scalars instead of one over the batch, in the
+        forward and the backward (the same number up to rounding).
+        """
+        if reduction == "mean" and weights is None and mean_log_prob is not None:
+            return -self.log_alpha * (mean_log_prob + self.target_entropy)
+        return _reduce(self._alpha_loss(log_prob), reduction, weights)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from numbers import Number
 
 import torch
+import torch.nn.functional as F
 from torch import distributions as D
 from torch.distributions import constraints
 
@@ -23,6 +24,7 @@ from ._utils import (
 )
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_LOG2 = math.log(2.0)
 # fixed-point iterations of TanhNormal.mode (linear convergence; 1e-6 for 2 scale^2 < 0.8)
 _MODE_ITERATIONS = 64
 
@@ -345,6 +347,26 @@ class TanhNormal(D.Distribution):
             lp = lp - self._log_half
         return sum_rightmost(lp, self._event_dims)
 
+    def _log_prob_of_draw(self, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """:meth:`_log_prob_pre_tanh` of a draw ``x = loc + eps * scale``, from its noise.
+
+        The Normal's standardised value ``(x - loc) / scale`` is ``eps`` itself (up to
+        rounding), a constant of the parameters: its terms are summed off the graph, in
+        place, and only ``2 (x + softplus(-2x)) - log(scale)`` (the squashing's
+        ``-log(1 - tanh(x)^2)`` without its constant, and the scale) is differentiated.
+        The same density and gradients as scoring ``x``, with half the operations.
+        """
+        const = _HALF_LOG_2PI + 2 * _LOG2
+        if self._numeric_bounds and not self._trivial_bounds:
+            const = const + self._log_half
+        # eps takes no gradient: its term is a constant of the graph (a fresh tensor
+        # written in place)
+        lp = torch.add(eps.square().mul_(-0.5).sub_(const), x + F.softplus(-2.0 * x), alpha=2.0)
+        lp = lp - self.scale.log()
+        if not self._numeric_bounds:
+            lp = lp - self._log_half
+        return sum_rightmost(lp, self._event_dims)
+
     def rsample(self, sample_shape: torch.Size | Sequence[int] = ()) -> torch.Tensor:
         shape = self._extended_shape(torch.Size(sample_shape))
         eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
@@ -367,12 +389,16 @@ class TanhNormal(D.Distribution):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized sample and its log-probability, scored at its exact pre-tanh value.
 
-        Scoring the pre-tanh value avoids inverting a saturated ``tanh``.
+        Scoring the pre-tanh value avoids inverting a saturated ``tanh``; it is scored from
+        the draw's noise ``eps`` (``(x - loc) / scale`` is ``eps``): the same density and
+        gradients as :meth:`log_prob` of the pre-tanh value up to rounding, with fewer
+        operations and without the cancelling terms of ``(x - loc) / scale`` in the
+        gradients (closer to the exact ones in float32 where ``x`` saturates).
         """
         shape = self._extended_shape(torch.Size(sample_shape))
         eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         x = self.loc + eps * self.scale
-        return self._squash(x), self._log_prob_pre_tanh(x)
+        return self._squash(x), self._log_prob_of_draw(x, eps)
 
     def sample_and_log_prob(
         self, sample_shape: torch.Size | Sequence[int] = ()

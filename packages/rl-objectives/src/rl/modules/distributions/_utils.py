@@ -31,7 +31,10 @@ def safe_tanh(x: torch.Tensor) -> torch.Tensor:
     """
     y = x.tanh()
     lim = _tanh_limit(x.dtype)
-    return y + (y.clamp(-lim, lim) - y).detach()
+    # the correction is computed off the graph (no clamp or difference recorded by
+    # autograd or forward-mode AD, only the sum); it also turns a -0 into +0
+    plain = y.detach()
+    return y + plain.clamp(-lim, lim).sub_(plain)
 
 
 def safe_atanh(y: torch.Tensor) -> torch.Tensor:
@@ -156,6 +159,8 @@ def sum_rightmost(value: torch.Tensor, ndims: int) -> torch.Tensor:
     """Sums the ``ndims`` last dimensions of ``value`` (none when ``ndims`` is 0)."""
     if ndims == 0:
         return value
+    if ndims == 1:  # the usual event of one dim: an int dim dispatches faster than a tuple
+        return value.sum(-1)
     return value.sum(tuple(range(-ndims, 0)))
 
 

@@ -239,8 +239,9 @@ class LazyMemmapStorage(LazyTensorStorage):
         planned by ``auto_cleanup`` is cancelled.
 
         Returns:
-            ``True`` if the directory was removed, ``False`` if there was nothing to
-            remove (already cleaned up, or the directory no longer exists).
+            ``True`` if files were removed, ``False`` if there was nothing to remove
+            (already cleaned up, never written, or the directory no longer exists); an
+            empty directory is removed all the same.
 
         Examples:
             >>> import os, torch
@@ -255,8 +256,9 @@ class LazyMemmapStorage(LazyTensorStorage):
             self._finalizer = None
         if not self.scratch_dir.is_dir():
             return False
+        held_files = any(self.scratch_dir.iterdir())
         shutil.rmtree(self.scratch_dir, ignore_errors=True)
-        return not self.scratch_dir.exists()
+        return held_files and not self.scratch_dir.exists()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

@@ -1,5 +1,7 @@
 import errno
+import multiprocessing
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -430,6 +432,118 @@ class TestLazyMemmapStorage:
         del s
         assert not path.exists()
 
+    @pytest.mark.parametrize(
+        "user_dir, auto_cleanup, removed",
+        [
+            (False, None, True),
+            (False, False, False),
+            (True, None, False),
+            (True, True, True),
+            (True, False, False),
+        ],
+    )
+    def test_auto_cleanup_on_collection(self, tmp_path, user_dir, auto_cleanup, removed):
+        s = LazyMemmapStorage(
+            4, scratch_dir=tmp_path / "s" if user_dir else None, auto_cleanup=auto_cleanup
+        )
+        s.set(slice(0, 2), torch.arange(2.0))
+        path = s.scratch_dir
+        assert any(path.iterdir())
+        del s
+        assert path.exists() is not removed
+        if path.exists() and not user_dir:
+            LazyMemmapStorage(4, scratch_dir=path, auto_cleanup=True).cleanup()
+
+    @pytest.mark.parametrize("auto_cleanup, removed", [(None, False), (True, True)])
+    def test_auto_cleanup_at_interpreter_exit(self, tmp_path, auto_cleanup, removed):
+        # the storage stays referenced (a module global) until the interpreter exits
+        code = textwrap.dedent(
+            f"""
+            import torch
+            from rl.data import LazyMemmapStorage
+            keep = LazyMemmapStorage(4, scratch_dir={str(tmp_path / "s")!r},
+                                     auto_cleanup={auto_cleanup!r})
+            keep.set(slice(0, 2), torch.arange(2.0))
+            """
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+        assert (tmp_path / "s").exists() is not removed
+
+    def test_cleanup_removes_user_dir_once(self, tmp_path):
+        s = LazyMemmapStorage(4, scratch_dir=tmp_path / "s")
+        s.set(slice(0, 2), torch.arange(2.0))
+        assert len(LazyMemmapStorage(4, scratch_dir=tmp_path / "s")) == 2
+        assert s.cleanup() is True
+        assert not (tmp_path / "s").exists()
+        assert s.cleanup() is False
+
+    def test_cleanup_cancels_removal_at_collection(self, tmp_path):
+        s = LazyMemmapStorage(4, scratch_dir=tmp_path / "s", auto_cleanup=True)
+        assert s.cleanup() is False  # never written: no files to remove
+        assert not (tmp_path / "s").exists()
+        # a new storage in the same place is not removed when the old one is collected
+        t = LazyMemmapStorage(4, scratch_dir=tmp_path / "s", auto_cleanup=False)
+        t.set(slice(0, 1), torch.ones(1))
+        del s
+        assert len(LazyMemmapStorage(4, scratch_dir=tmp_path / "s")) == 1
+
+    def test_auto_cleanup_rejects_non_bool(self):
+        with pytest.raises(TypeError, match="auto_cleanup must be None, True or False, got 'yes'"):
+            LazyMemmapStorage(4, auto_cleanup="yes")
+
+    @pytest.mark.parametrize("user_dir", [True, False])
+    def test_shared_init_first_writers_race(self, tmp_path, user_dir):
+        ctx = multiprocessing.get_context("fork")
+        storage = LazyMemmapStorage(
+            8, scratch_dir=tmp_path / "s" if user_dir else None, shared_init=True
+        )
+        barrier, answers = ctx.Barrier(2), ctx.Queue()
+        procs = [
+            ctx.Process(target=_shared_init_writer, args=(storage, rank, barrier, answers))
+            for rank in range(2)
+        ]
+        for p in procs:
+            p.start()
+        got = sorted(answers.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        # both processes ended on the same files, in the shared directory
+        for _rank, rows, scratch_dir in got:
+            assert rows == [0.0, 1.0, 10.0, 11.0] and scratch_dir == str(storage.scratch_dir)
+        reopened = LazyMemmapStorage(8, scratch_dir=storage.scratch_dir)
+        obs = reopened.get(torch.arange(4))["obs"]
+        torch.testing.assert_close(
+            obs, torch.tensor([[0.0, 0.0], [1.0, 1.0], [10.0, 10.0], [11.0, 11.0]])
+        )
+
+    def test_without_shared_init_second_allocation_fails(self, tmp_path):
+        a = LazyMemmapStorage(4, scratch_dir=tmp_path)
+        b = LazyMemmapStorage(4, scratch_dir=tmp_path)
+        a.set(slice(0, 1), TensorDict({"obs": torch.zeros(1, 2)}, [1]))
+        with pytest.raises(FileExistsError, match="already holds a storage written by another"):
+            b.set(slice(1, 2), TensorDict({"obs": torch.ones(1, 2)}, [1]))
+        c = LazyMemmapStorage(4, scratch_dir=tmp_path / "c", shared_init=True)
+        d = LazyMemmapStorage(4, scratch_dir=tmp_path / "c", shared_init=True)
+        c.set(slice(0, 1), TensorDict({"obs": torch.zeros(1, 2)}, [1]))
+        d.set(slice(1, 2), TensorDict({"obs": torch.ones(1, 2)}, [1]))
+        torch.testing.assert_close(c.get(torch.tensor([1]))["obs"], torch.ones(1, 2))
+
+    def test_shared_init_copies_keep_the_temporary_dir(self):
+        shared = LazyMemmapStorage(4, shared_init=True)
+        own = LazyMemmapStorage(4)
+        shared_copy, own_copy = pickle.loads(pickle.dumps((shared, own)))
+        assert shared_copy.scratch_dir == shared.scratch_dir
+        assert own_copy.scratch_dir != own.scratch_dir
+        shared_copy.set(slice(0, 1), torch.full((1, 2), 3.0))
+        shared.set(slice(1, 2), torch.full((1, 2), 4.0))
+        torch.testing.assert_close(shared_copy.get(torch.tensor([1])), torch.full((1, 2), 4.0))
+        own_copy.cleanup()
+
+    def test_shared_init_not_compilable(self):
+        with pytest.raises(ValueError, match="shared_init=True\\) cannot be compilable=True"):
+            LazyMemmapStorage(4, shared_init=True, compilable=True)
+
     def test_plain_tensor_reopen(self, tmp_path):
         s = LazyMemmapStorage(8, scratch_dir=tmp_path)
         s.set(slice(0, 3), torch.arange(6, dtype=torch.int32).reshape(3, 2))
@@ -458,6 +572,17 @@ class TestLazyMemmapStorage:
         s = LazyMemmapStorage(10, scratch_dir=tmp_path)
         s.set(slice(0, 1), torch.zeros(1))
         assert os.path.getsize(tmp_path / "rl_storage_len.bin") == 5 * np.dtype(np.int64).itemsize
+
+
+def _shared_init_writer(storage, rank, barrier, answers):
+    barrier.wait()  # both make their first write at once
+    rows = torch.arange(2.0) + 10 * rank
+    data = TensorDict({"obs": rows[:, None].expand(2, 2).clone()}, [2])
+    storage.set(slice(2 * rank, 2 * rank + 2), data)
+    barrier.wait()  # each then reads the other's rows through its own mapping
+    answers.put(
+        (rank, storage.get(torch.arange(4))["obs"][:, 0].tolist(), str(storage.scratch_dir))
+    )
 
 
 @tensorclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import threading
 import weakref
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -206,6 +207,23 @@ class TestTransformList:
         parent = inner[1].parent
         assert [type(t) for t in parent.transform] == [StepCounter, RewardSum]
 
+    def test_parent_shares_what_transforms_refer_to(self):
+        # a lock (as in a logger held by VideoRecorder) can be neither deep-copied nor pickled
+        lock = threading.Lock()
+        holder = RewardSum()
+        holder.resource = lock
+        inner = Compose(holder, DoubleToFloat())
+        env = TransformedEnv(PendulumEnv(), Compose(inner, StepCounter(max_steps=2)))
+        parent = env.transform[-1].parent
+        copied = parent.transform[0][0]
+        assert copied is not holder and copied.resource is lock
+        # the originals stay in their env; the copies belong to the parent
+        assert holder.container is env and inner[1].container is env
+        assert copied.container is parent
+        assert [type(t) for t in parent.transform[0]] == [RewardSum, DoubleToFloat]
+        assert "episode_reward" in parent.observation_spec.keys()
+        assert env.rollout(5)["next", "step_count"].squeeze(-1).tolist() == [1, 2]
+
     def test_pop_and_slice(self):
         env = TransformedEnv(PendulumEnv(), Compose(StepCounter(), RewardSum()))
         assert "episode_reward" in env.observation_spec.keys()
@@ -356,7 +374,11 @@ class TestModuleBehaviour:
             PendulumEnv(), Compose(StepCounter(), ObservationNorm(loc=1.0, scale=2.0))
         )
         sd = env.state_dict()
-        assert set(sd) == {"transforms.1.loc", "transforms.1.scale"}
+        assert set(sd) == {
+            "transforms.1.loc",
+            "transforms.1.scale",
+            "transforms.1.standard_normal",
+        }
         env2 = TransformedEnv(
             PendulumEnv(), Compose(StepCounter(), ObservationNorm(loc=0.0, scale=1.0))
         )

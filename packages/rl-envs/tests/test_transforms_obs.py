@@ -113,10 +113,49 @@ class TestObservationNorm:
             ObservationNorm().init_stats(0)
 
     def test_state_dict_initialises_uninitialised(self):
-        src = ObservationNorm(loc=torch.ones(3), scale=torch.full((3,), 2.0))
+        src = ObservationNorm(loc=torch.ones(3), scale=torch.full((3,), 2.0), standard_normal=True)
         dst = ObservationNorm()
         dst.load_state_dict(src.state_dict())
+        torch.testing.assert_close(dst.loc, torch.ones(3))
         torch.testing.assert_close(dst.scale, torch.full((3,), 2.0))
+        assert dst.standard_normal is True
+        out = dst(_td(observation=torch.full((3,), 5.0)))["observation"]
+        torch.testing.assert_close(out, torch.full((3,), 2.0))  # (5 - 1) / 2
+
+    def test_state_dict_holds_standard_normal(self):
+        sd = ObservationNorm(loc=1.0, scale=2.0, standard_normal=True).state_dict()
+        assert list(sd) == ["standard_normal", "loc", "scale"]
+        assert sd["standard_normal"].dtype == torch.bool and bool(sd["standard_normal"])
+        # loading flips the map of an initialised norm too: 3 * 2 + 1 -> (3 - 1) / 2
+        dst = ObservationNorm(loc=0.0, scale=1.0)
+        dst.load_state_dict(sd)
+        assert float(dst(_td(observation=torch.tensor(3.0)))["observation"]) == 1.0
+        dst.load_state_dict(ObservationNorm(loc=1.0, scale=2.0).state_dict())
+        assert float(dst(_td(observation=torch.tensor(3.0)))["observation"]) == 7.0
+
+    def test_state_dict_without_standard_normal(self):
+        dst = ObservationNorm(loc=0.0, scale=1.0, standard_normal=True)
+        old = {"loc": torch.tensor(1.0), "scale": torch.tensor(2.0)}
+        with pytest.raises(
+            RuntimeError, match='Missing key\\(s\\) in state_dict: "standard_normal"'
+        ):
+            dst.load_state_dict(old)
+        result = dst.load_state_dict(old, strict=False)
+        assert result.missing_keys == ["standard_normal"] and result.unexpected_keys == []
+        assert dst.standard_normal is True and float(dst.scale) == 2.0
+
+    def test_uninitialised_state_dict_raises(self):
+        env = TransformedEnv(PendulumEnv(), ObservationNorm(in_keys=["observation"]))
+        with pytest.raises(
+            ValueError, match="Attempted to use an uninitialized parameter.*init_stats"
+        ):
+            env.state_dict()
+        env.transform.init_stats(10)
+        assert set(env.state_dict()) == {
+            "transforms.0.standard_normal",
+            "transforms.0.loc",
+            "transforms.0.scale",
+        }
 
 
 class TestRewardScalingClipping:

@@ -212,8 +212,8 @@ class Transform(nn.Module):
     def parent(self):
         """The env seen by this transform: the base env plus the transforms before it.
 
-        Returns a ``TransformedEnv`` over the same base env holding clones of the preceding
-        transforms (``None`` when the transform is in no env).
+        Returns a ``TransformedEnv`` over the same base env holding shallow copies of the
+        preceding transforms (``None`` when the transform is in no env).
         """
         cached = self.__dict__["_parent_cache"]
         if cached is not None:
@@ -227,8 +227,26 @@ class Transform(nn.Module):
         if parts is None:
             return None
         base_env, before = parts
-        out = TransformedEnv(base_env, Compose(*[t.clone() for t in before]))
+        out = TransformedEnv(base_env, Compose(*[t._parent_copy() for t in before]))
         self.__dict__["_parent_cache"] = out
+        return out
+
+    def _parent_copy(self) -> Transform:
+        """A shallow copy for :attr:`parent`: a new module in no container that shares
+        this one's tensors, submodules and attributes (as TorchRL's ``clone``).
+
+        A deep copy would also copy what a transform only refers to (a ``VideoRecorder``'s
+        logger, with its locks and files) and fail or duplicate it; the parent env only
+        needs the preceding transforms' maps and specs.
+        """
+        out = copy.copy(self)
+        state = out.__dict__
+        for name in ("_parameters", "_buffers", "_modules"):
+            state[name] = dict(state[name])
+        state["_container"] = None
+        state["_parent_cache"] = None
+        for name in self._KEY_CACHES:
+            state.pop(name, None)
         return out
 
     def _parent_parts(self):

@@ -234,6 +234,10 @@ class Compose(Transform):
     def clone(self) -> Compose:
         return Compose(*[t.clone() for t in self.transforms])
 
+    def _parent_copy(self) -> Compose:
+        # the members are copied too: joining the new Compose re-links their container
+        return Compose(*[t._parent_copy() for t in self.transforms])
+
     def __setstate__(self, state):
         super().__setstate__(state)
         # members drop their container when pickled: relink them

@@ -56,6 +56,10 @@ class ObservationNorm(ObservationTransform):
         standard_normal: use ``(obs - loc) / scale``.
         eps: lower bound of the std estimated by ``init_stats``.
 
+    The ``state_dict`` holds ``standard_normal``, ``loc`` and ``scale``; asking for it
+    before ``loc`` / ``scale`` exist raises ``ValueError`` (as TorchRL). Loading one into
+    a norm without them yet gives it the loaded values.
+
     Raises:
         ValueError: ``scale`` contains a zero with ``standard_normal``, or only one of ``loc`` /
             ``scale`` is given.
@@ -99,7 +103,7 @@ class ObservationNorm(ObservationTransform):
             raise ValueError(
                 f"ObservationNorm scale must be non-zero with standard_normal=True, got scale={scale}"
             )
-        self.standard_normal = standard_normal
+        self.standard_normal = bool(standard_normal)
         self.eps = eps
         self.register_buffer("loc", loc)
         self.register_buffer("scale", scale)
@@ -239,11 +243,43 @@ class ObservationNorm(ObservationTransform):
             self.loc, self.scale = -mean / std, 1.0 / std
         self.empty_cache()
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        # TorchRL's loc/scale are lazy buffers until set, and saving one raises
+        if self.loc is None:
+            raise ValueError(
+                "Attempted to use an uninitialized parameter: ObservationNorm("
+                f"in_keys={self.in_keys}) has no loc/scale yet; pass them to the constructor "
+                "or call init_stats() before state_dict()"
+            )
+        # ``standard_normal`` is a Python bool here (read on every step) but an entry of
+        # the state_dict, as in TorchRL, so that a loaded norm maps the same way
+        destination[prefix + "standard_normal"] = torch.tensor(
+            self.standard_normal, device=self.loc.device
+        )
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        flag_key = prefix + "standard_normal"
+        flag = state_dict.get(flag_key)
+        if flag is not None:
+            if not isinstance(flag, torch.Tensor) or flag.numel() != 1:
+                error_msgs.append(f"{flag_key} must be a one-element tensor, got {flag!r}")
+            else:
+                self.standard_normal = bool(flag)
+        elif strict:
+            missing_keys.append(flag_key)
+        # an uninitialised norm takes the loaded shapes (TorchRL fails here: it copies
+        # into its empty lazy buffers)
         for name in ("loc", "scale"):
             if getattr(self, name) is None and prefix + name in state_dict:
                 setattr(self, name, torch.empty_like(state_dict[prefix + name]))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        if flag_key in unexpected_keys:
+            unexpected_keys.remove(flag_key)
 
     def _repr_args(self) -> str:
         if self.loc is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -10,6 +11,11 @@ import tempfile
 import weakref
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None
 
 import numpy as np
 import torch
@@ -82,6 +88,27 @@ def _remove_new_paths(root: Path, before: set[Path]) -> None:
             pass
 
 
+def _remove_dir(path: Path, owner_pid: int) -> None:
+    """Removes ``path`` from the process that planned it only: a forked child inherits
+    the finalizer, and its exit must not delete files its parent still uses."""
+    if os.getpid() == owner_pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _dir_lock(path: Path):
+    """An exclusive ``flock`` on the directory itself, between processes (each opens its
+    own descriptor, so forked processes exclude each other too)."""
+    if fcntl is None:  # pragma: no cover
+        raise NotImplementedError("shared_init=True needs POSIX file locks (fcntl)")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -118,11 +145,26 @@ class LazyMemmapStorage(LazyTensorStorage):
 
     Args:
         max_size: the capacity.
-        scratch_dir: the directory of the files; a temporary directory (deleted with the
-            storage) when omitted.
+        scratch_dir: the directory of the files; a temporary directory when omitted.
         device: where sampled batches are sent; the data itself stays on disk.
         existsok: when ``False``, a directory that already holds a storage is an error
             instead of being reopened.
+        shared_init: coordinate the first write of several processes that share
+            ``scratch_dir`` (forked after construction, or each building the storage on
+            the same directory): the first one to write allocates the files, under a
+            lock on the directory; the others then open those files instead of
+            allocating their own, so all see one storage (its items and its length).
+            Without it a second allocation in the same directory is an error. When
+            ``scratch_dir`` is omitted, pickled copies keep the original's temporary
+            directory (instead of making their own).
+        auto_cleanup: remove ``scratch_dir`` and its files when the storage is garbage
+            collected or the interpreter exits. ``None`` (default): only a temporary
+            directory this storage made (``scratch_dir`` omitted); ``True``: also a
+            directory you gave; ``False``: never (a temporary directory is kept too).
+            Unlike TorchRL, no ``SIGINT`` / ``SIGTERM`` handler is installed: a library
+            does not take over a process's signals (``KeyboardInterrupt`` still exits
+            through the normal path, which cleans up). Copies (pickling, ``deepcopy``)
+            never remove the files; call :meth:`cleanup` on one to do so.
 
     Raises:
         PermissionError: ``scratch_dir`` cannot be created or written to.
@@ -153,15 +195,29 @@ class LazyMemmapStorage(LazyTensorStorage):
         existsok: bool = True,
         ndim: int = 1,
         compilable: bool = False,
+        shared_init: bool = False,
+        auto_cleanup: bool | None = None,
     ) -> None:
+        if auto_cleanup is not None and not isinstance(auto_cleanup, bool):
+            raise TypeError(f"auto_cleanup must be None, True or False, got {auto_cleanup!r}")
+        if shared_init and compilable:
+            raise ValueError(
+                "LazyMemmapStorage(shared_init=True) cannot be compilable=True: a compiled "
+                "storage is not shared between processes"
+            )
         super().__init__(max_size, device="cpu", ndim=ndim, compilable=compilable)
+        self.shared_init = bool(shared_init)
         self._out_device = torch.device(device)
         self._finalizer: weakref.finalize | None = None
+        self._auto_cleanup = scratch_dir is None if auto_cleanup is None else auto_cleanup
+        self._temp_dir = scratch_dir is None
         if scratch_dir is None:
-            self._own_temp_dir()
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-memmap-"))
         else:
             self.scratch_dir = Path(scratch_dir)
             _check_writable(self.scratch_dir)
+        if self._auto_cleanup:
+            self._remove_at_exit()
         self._counter: np.ndarray | None = None
         if (self.scratch_dir / _META).exists():
             if not existsok:
@@ -171,25 +227,53 @@ class LazyMemmapStorage(LazyTensorStorage):
             self._reopen()
 
     # -- files -----------------------------------------------------------------------------------
-    def _own_temp_dir(self) -> None:
-        """Makes a new temporary directory, deleted with this storage, the scratch dir."""
-        self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-memmap-"))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.scratch_dir, True)
+    def _remove_at_exit(self) -> None:
+        """Removes ``scratch_dir`` when this storage is collected or at interpreter exit
+        (``weakref.finalize`` runs its pending callbacks from ``atexit``)."""
+        self._finalizer = weakref.finalize(self, _remove_dir, self.scratch_dir, os.getpid())
+
+    def cleanup(self) -> bool:
+        """Removes ``scratch_dir`` and the files in it now.
+
+        The storage is unusable afterwards (its data is gone); an automatic removal
+        planned by ``auto_cleanup`` is cancelled.
+
+        Returns:
+            ``True`` if files were removed, ``False`` if there was nothing to remove
+            (already cleaned up, never written, or the directory no longer exists); an
+            empty directory is removed all the same.
+
+        Examples:
+            >>> import os, torch
+            >>> from rl.data import LazyMemmapStorage
+            >>> storage = LazyMemmapStorage(10)
+            >>> storage.set(0, torch.zeros(3))
+            >>> storage.cleanup(), os.path.exists(storage.scratch_dir), storage.cleanup()
+            (True, False, False)
+        """
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if not self.scratch_dir.is_dir():
+            return False
+        held_files = any(self.scratch_dir.iterdir())
+        shutil.rmtree(self.scratch_dir, ignore_errors=True)
+        return held_files and not self.scratch_dir.exists()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         # a finalizer does not copy (the copy's would be dead): record the ownership instead
         state["_finalizer"] = None
-        state["_owns_temp_dir"] = self._finalizer is not None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        owns_temp_dir = state.pop("_owns_temp_dir", False)
         super().__setstate__(state)
-        if owns_temp_dir and self._storage is None:
+        if self._temp_dir and self._storage is None and not self.shared_init:
             # not allocated yet: the copy gets its own files (the original allocates its
             # own later in the directory they would otherwise share)
-            self._own_temp_dir()
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-memmap-"))
+            if self._auto_cleanup:
+                self._remove_at_exit()
 
     def _open_counter(self, create: bool) -> None:
         path = self.scratch_dir / _COUNTER
@@ -306,6 +390,18 @@ class LazyMemmapStorage(LazyTensorStorage):
                 f"{_COUNTER} holds {[length, end, start, count, target]}, out of range for "
                 f"{rows} rows"
             )
+
+    def _init(self, data: Any, batched: bool = False) -> None:
+        if not self.shared_init:
+            super()._init(data, batched)
+            return
+        with _dir_lock(self.scratch_dir):
+            if (self.scratch_dir / _META).exists():
+                # a sibling process wrote first: open its files (the structure of
+                # ``data`` is checked by the write that follows)
+                self._reopen()
+            else:
+                super()._init(data, batched)
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         if (self.scratch_dir / _META).exists():

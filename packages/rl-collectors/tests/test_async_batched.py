@@ -294,6 +294,39 @@ class TestAsyncBatchedCollector:
         flat = [next(iter(i)) for i in ids if i]
         assert len(set(flat)) == len(flat)
 
+    def test_reset_refused_while_a_coordinator_is_inside_a_step(self):
+        """A coordinator that did not stop (its env step outlasts the shutdown timeout)
+        keeps its env: reset_at_each_iter raises instead of starting a second one."""
+        release = threading.Event()
+
+        class Stuck(PendulumEnv):
+            def _step(self, td):
+                if getattr(self, "stick", False):
+                    release.wait(30)
+                return super()._step(td)
+
+        envs = [Stuck(), Stuck()]
+        collector = AsyncBatchedCollector(
+            [lambda e=e: e for e in envs],
+            policy=make_policy(),
+            frames_per_batch=4,
+            total_frames=40,
+            reset_at_each_iter=True,
+        )
+        collector._shutdown_timeout = 0.05
+        it = iter(collector)
+        next(it)
+        envs[0].stick = True
+        try:
+            with pytest.raises(RuntimeError, match="did not stop within 0.05 s"):
+                for _ in range(5):
+                    next(it)
+        finally:
+            release.set()
+            collector._shutdown_timeout = 5.0
+            collector.shutdown()
+        assert collector_threads() == []
+
     @pytest.mark.parametrize(
         ("kwargs", "error", "match"),
         [

@@ -447,6 +447,7 @@ class AsyncBatchedCollector(CollectorBase):
         self._stop_workers = threading.Event()
         self._results: queue.Queue = queue.Queue()
         self._workers: list[threading.Thread] = []
+        self._stopped: list[threading.Thread] = []  # the coordinators last stopped
         self._env_procs: list[_EnvProcess] = []
         self._partial: list[deque] = [deque() for _ in range(num_envs)]
         self._episodes = [0] * num_envs  # trajectories each env started
@@ -523,7 +524,7 @@ class AsyncBatchedCollector(CollectorBase):
         deadline = time.monotonic() + timeout
         for worker in self._workers:
             worker.join(max(deadline - time.monotonic(), 0.0))
-        self._workers = []
+        self._stopped, self._workers = self._workers, []
 
     def _close(self) -> None:
         # the server serves until the coordinators are gone: none is left waiting on it
@@ -622,6 +623,14 @@ class AsyncBatchedCollector(CollectorBase):
 
     def _reset_all(self) -> None:
         self._stop_coordinators(self._shutdown_timeout)
+        if any(worker.is_alive() for worker in self._stopped):
+            # a coordinator still inside an env step owns its env's pipe: a new one would
+            # interleave its messages with the old one's
+            raise RuntimeError(
+                f"reset_at_each_iter: a coordinator thread did not stop within "
+                f"{self._shutdown_timeout} s (an env step or a policy call longer than "
+                "that); the envs cannot be reset under it. Shut the collector down."
+            )
         for partial in self._partial:
             partial.clear()
         self._ensure_started()

@@ -18,8 +18,6 @@ Examples:
 
 from __future__ import annotations
 
-import inspect
-
 from tensordict.nn import InteractionType as ExplorationType
 from tensordict.nn import interaction_type as exploration_type
 from tensordict.nn import set_interaction_type as set_exploration_type
@@ -31,9 +29,6 @@ __all__ = [
     "set_thread_exploration_type",
 ]
 
-# tensordict 0.15 added thread-local blocks; older ones have process-wide blocks only
-_THREAD_LOCAL = "thread_local" in inspect.signature(set_exploration_type).parameters
-
 
 def set_thread_exploration_type(type: ExplorationType | str | None) -> set_exploration_type:
     """``set_exploration_type(type)`` for the calling thread only.
@@ -42,8 +37,8 @@ def set_thread_exploration_type(type: ExplorationType | str | None) -> set_explo
     change it with blocks of their own, and when the block ends the thread's previous
     value comes back. Collectors run their rollouts in such a block, so one iterating in
     a background thread (``start()``, ``AsyncCollector``, ``Evaluator``) and a training
-    loop setting its own exploration type in the main thread do not mix. With tensordict
-    older than 0.15, which has no thread-local blocks, this is the process-wide block.
+    loop setting its own exploration type in the main thread do not mix (tensordict's
+    ``thread_local=True``, from tensordict 0.15, the version rl-core requires).
 
     Examples:
         >>> import threading
@@ -59,6 +54,4 @@ def set_thread_exploration_type(type: ExplorationType | str | None) -> set_explo
         >>> seen
         [None]
     """
-    if _THREAD_LOCAL:
-        return set_exploration_type(type, thread_local=True)
-    return set_exploration_type(type)
+    return set_exploration_type(type, thread_local=True)

@@ -171,8 +171,10 @@ def test_dqn_discounts_the_delayed_reward(seed, tmp_path):
     torch.testing.assert_close(value, expected, atol=0.08, rtol=0)
 
 
+# 400 updates after 200 random frames: every agent below finds the best actions within
+# 0.3 with seeds 0, 1 and 2 (checked when the budget came down from 1,000 frames)
 CONTINUOUS_PROBE = {
-    "total_frames": 1_000,
+    "total_frames": 600,
     "init_random_frames": 200,
     "frames_per_batch": 50,
     "utd_ratio": 1.0,

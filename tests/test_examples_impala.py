@@ -194,11 +194,11 @@ class TestIMPALA:
         assert not processes_left([p for p in child_pids() if p not in children_before], 10)
 
     def test_a_total_of_part_updates_is_rounded_up(self, impala, tmp_path):
-        """6,000 frames in updates of 2 rollouts of 16 x 8: 24 whole updates, 6,144 frames
+        """200 frames in updates of 2 rollouts of 2 x 8: 7 whole updates, 224 frames
         (every update of one shape), as the collectors are told."""
-        cfg = _probe_config(impala, tmp_path, total_frames=6000, batch_size=2)
+        cfg = _probe_config(impala, tmp_path, total_frames=200, envs_per_worker=2, batch_size=2)
         out = impala.main(cfg)
-        assert out["frames"] == 6144 and out["updates"] == 24
+        assert out["frames"] == 224 and out["updates"] == 7
 
     @pytest.mark.slow  # compilation: the learner's step and each worker's policy
     def test_compiled_learns_the_probe(self, impala, tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -99,15 +99,16 @@ def test_script_runs_and_writes_logs_and_curve(name, tmp_path):
     assert any(stem.startswith("loss") for stem in losses)
 
 
-def test_help_lists_every_field():
+def test_help_lists_every_field(capsys, monkeypatch):
+    # the script's own entry point (`python dqn.py --help`), run in this interpreter: a
+    # child would spend its seconds importing torch and rl (that the scripts run as
+    # commands: test_examples.py's test_command_line_prints_the_mean_return)
     dqn = _load("dqn")
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLES / "dqn.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    ).stdout
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLES / "dqn.py"), "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(EXAMPLES / "dqn.py"), run_name="__main__")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
     for field in dqn.Config.__dataclass_fields__:
         assert f"--{field.replace('_', '-')}" in out, field
     assert "Prioritized experience replay" in out  # the field docstrings are the help
@@ -170,8 +171,10 @@ def test_dqn_discounts_the_delayed_reward(seed, tmp_path):
     torch.testing.assert_close(value, expected, atol=0.08, rtol=0)
 
 
+# 400 updates after 200 random frames: every agent below finds the best actions within
+# 0.3 with seeds 0, 1 and 2 (checked when the budget came down from 1,000 frames)
 CONTINUOUS_PROBE = {
-    "total_frames": 1_000,
+    "total_frames": 600,
     "init_random_frames": 200,
     "frames_per_batch": 50,
     "utd_ratio": 1.0,

@@ -1,13 +1,22 @@
 """What ``import rl.*`` leaves out until it is used: optional back-ends and the modules of
-names that load on first use. One child interpreter checks them all (each check on its own
-would cost an interpreter start with torch, 7-10 s here)."""
+names that load on first use, and the back-ends that ``import rl.core`` alone leaves out.
+One child interpreter checks them all (each check on its own would cost an interpreter
+start with torch, 7-10 s here)."""
 
 import subprocess
 import sys
 
 CODE = """
 import sys
-import rl.core
+
+# ``import rl.core`` (its trainer, loggers and plot module) loads no optional back-end
+# beyond what torch itself imports (checked first, before the other packages import)
+import numpy, tensordict, torch
+before = set(sys.modules)
+import rl.core, rl.core.loggers, rl.core.plot, rl.core.trainers
+BACKENDS = {"tqdm", "tensorboard", "wandb", "mlflow", "matplotlib", "av"}
+new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in BACKENDS)
+assert not new, f"imported by import rl.core: {new}"
 
 # rl.core alone: the trainer helpers (which build rl-envs, rl-data, rl-collectors and
 # rl-objectives objects) and those packages stay out

@@ -203,9 +203,11 @@ class TestMultiprocessCollectors:
         factory = functools.partial(
             TensorDictModule, torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"]
         )
+        # one spawned worker (an interpreter importing torch and rl): that every worker
+        # gets the weights is test_weights_reach_the_workers' (two forked workers)
         collector = cls(
-            [PendulumEnv, PendulumEnv], policy, policy_factory=factory,
-            frames_per_batch=20, total_frames=-1, mp_start_method="spawn",
+            [PendulumEnv], policy, policy_factory=factory,
+            frames_per_batch=10, total_frames=-1, mp_start_method="spawn",
             weight_sync_schemes={"policy": MultiProcessWeightSyncScheme()},
         )  # fmt: skip
         try:

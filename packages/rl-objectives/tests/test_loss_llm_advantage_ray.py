@@ -74,10 +74,15 @@ class TestRayMCAdvantage:
     def test_anonymous_actor_closed_and_errors(self, ray_local):
         transform = RayMCAdvantage(grpo_size=2, prompt_key="group_id")
         assert transform.inv(traj(3, [1.0])) is None
+        # the actor's error reaches the caller; the check comes first, the actor carries on
+        incomplete = traj(0, [1.0]).apply(lambda x: x.logical_not() if x.dtype == torch.bool else x)
+        with pytest.raises(RuntimeError, match="(?s)complete trajectories"):
+            transform.inv(incomplete)
         out = transform.inv(traj(3, [3.0]))
         torch.testing.assert_close(
             out["advantage"].reshape(-1), torch.tensor([-0.7071, 0.7071]), atol=1e-4, rtol=0
         )
+        assert transform.completed_trajectories == 2
         assert repr(transform) == "RayMCAdvantage(grpo_size=2, anonymous actor)"
         transform.close()
         assert not processes_left([transform.worker_pid])  # the actor's process is gone
@@ -85,11 +90,3 @@ class TestRayMCAdvantage:
             transform.inv(traj(3, [1.0]))
         with pytest.raises(ValueError, match="keep_return_bounds filters groups"):
             RayMCAdvantage(grpo_size=2, keep_return_bounds=(0.1, 0.9))
-        with pytest.raises(RuntimeError, match="(?s)complete trajectories"):
-            bad = RayMCAdvantage(grpo_size=2, prompt_key="group_id")
-            try:
-                bad.inv(
-                    traj(0, [1.0]).apply(lambda x: x.logical_not() if x.dtype == torch.bool else x)
-                )
-            finally:
-                bad.close()

@@ -318,10 +318,13 @@ class TestCompile:
                 eager = step(loc, scale, low, high)
                 torch.manual_seed(0)
                 out = compiled(loc, scale, low, high)
-                torch.testing.assert_close(out[0], eager[0], rtol=0, atol=0)
+                # the same draws (eager's random stream): equal up to float32 rounding
+                # (inductor's fused kernels may round the tanh and the affine map
+                # otherwise, 1.2e-7 seen when other compiled tests ran first)
+                torch.testing.assert_close(out[0], eager[0], rtol=0, atol=1e-6)
                 torch.testing.assert_close(out[1], eager[1])
-                torch.testing.assert_close(out[2], eager[2], rtol=0, atol=0)
-                torch.testing.assert_close(out[3], eager[3], rtol=0, atol=1e-7)
+                torch.testing.assert_close(out[2], eager[2], rtol=0, atol=1e-6)
+                torch.testing.assert_close(out[3], eager[3], rtol=0, atol=1e-6)
         out[1].sum().backward()
         assert loc.grad is not None and loc.grad.isfinite().all()
 

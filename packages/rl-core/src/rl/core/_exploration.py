@@ -18,6 +18,8 @@ Examples:
 
 from __future__ import annotations
 
+import threading
+
 from tensordict.nn import InteractionType as ExplorationType
 from tensordict.nn import interaction_type as exploration_type
 from tensordict.nn import set_interaction_type as set_exploration_type
@@ -31,27 +33,36 @@ __all__ = [
 
 
 def set_thread_exploration_type(type: ExplorationType | str | None) -> set_exploration_type:
-    """``set_exploration_type(type)`` for the calling thread only.
+    """``set_exploration_type(type)`` that stays in its thread when called off the main
+    thread.
 
-    Inside the block the calling thread reads ``type``; other threads neither see it nor
-    change it with blocks of their own, and when the block ends the thread's previous
-    value comes back. Collectors run their rollouts in such a block, so one iterating in
-    a background thread (``start()``, ``AsyncCollector``, ``Evaluator``) and a training
-    loop setting its own exploration type in the main thread do not mix (tensordict's
-    ``thread_local=True``, from tensordict 0.15, the version rl-core requires).
+    Off the main thread the block is thread-local (tensordict's ``thread_local=True``):
+    the calling thread reads ``type``, other threads neither see it nor change it with
+    blocks of their own, and the thread's previous value comes back when the block ends.
+    Collectors run their rollouts in such a block, so one iterating in a background
+    thread (``start()``, ``AsyncCollector``, ``Evaluator``) and a training loop setting
+    its own exploration type in the main thread do not mix. In the main thread it is the
+    process-wide block, as ``set_exploration_type``'s: the value the main thread's other
+    blocks and compiled programs read (a program compiled under a process-wide type is
+    not compiled again for a thread-local one of the same value).
 
     Examples:
         >>> import threading
         >>> from rl.core import ExplorationType, exploration_type, set_thread_exploration_type
         >>> seen = []
-        >>> def other_thread():
-        ...     seen.append(exploration_type())
-        >>> with set_thread_exploration_type(ExplorationType.RANDOM):
-        ...     thread = threading.Thread(target=other_thread)
-        ...     thread.start(); thread.join()
-        ...     exploration_type()
-        <InteractionType.RANDOM: 'random'>
+        >>> def worker():
+        ...     with set_thread_exploration_type(ExplorationType.RANDOM):
+        ...         seen.append(exploration_type())
+        ...         ready.set(); checked.wait(5)
+        >>> ready, checked = threading.Event(), threading.Event()
+        >>> thread = threading.Thread(target=worker); thread.start()
+        >>> _ = ready.wait(5)
+        >>> exploration_type() is None  # the worker's block is its own
+        True
+        >>> checked.set(); thread.join()
         >>> seen
-        [None]
+        [<InteractionType.RANDOM: 'random'>]
     """
+    if threading.current_thread() is threading.main_thread():
+        return set_exploration_type(type)
     return set_exploration_type(type, thread_local=True)

@@ -321,6 +321,10 @@ class TestAsyncBatchedCollector:
             with pytest.raises(RuntimeError, match="did not stop within 0.05 s"):
                 for _ in range(5):
                     next(it)
+            # asked again (a new iterator), it refuses again: no second coordinator on
+            # the stuck env
+            with pytest.raises(RuntimeError, match="did not stop within 0.05 s"):
+                next(iter(collector))
         finally:
             release.set()
             collector._shutdown_timeout = 5.0

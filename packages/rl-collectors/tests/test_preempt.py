@@ -174,6 +174,30 @@ class TestCollectorInterruptor:
             batches[1][0]["observation"], batches[0][0]["next", "observation"]
         )
 
+    def test_replay_buffer_gets_only_the_steps_taken(self):
+        """A preempted batch's missing steps (traj id -1, zeros) are not extended into
+        the replay buffer: it holds the one step of each batch, as collected."""
+        from rl.data import LazyTensorStorage, ReplayBuffer
+
+        interruptor = Interruptor()
+        interruptor.stop_collection()
+        buffer = ReplayBuffer(storage=LazyTensorStorage(20))
+        torch.manual_seed(0)
+        collector = Collector(
+            PendulumEnv(),
+            None,
+            frames_per_batch=5,
+            total_frames=10,
+            interruptor=interruptor,
+            replay_buffer=buffer,
+        )
+        assert [batch for batch in collector] == [None, None]
+        assert len(buffer) == 2
+        stored = buffer[:2]
+        assert stored["collector", "traj_ids"].tolist() == [0, 0]
+        assert (stored["observation"].abs().sum(-1) > 0).all()
+        torch.testing.assert_close(stored[1]["observation"], stored[0]["next", "observation"])
+
     def test_running_interruptor_changes_nothing(self):
         def run(interruptor):
             torch.manual_seed(3)

@@ -1,4 +1,5 @@
 import errno
+import gc
 import multiprocessing
 import os
 import pickle
@@ -486,6 +487,21 @@ class TestLazyMemmapStorage:
         t.set(slice(0, 1), torch.ones(1))
         del s
         assert len(LazyMemmapStorage(4, scratch_dir=tmp_path / "s")) == 1
+
+    def test_refused_reopen_keeps_the_existing_data(self, tmp_path):
+        """A constructor that refuses an existing storage (existsok=False, another
+        max_size) does not plan the removal of that storage's files."""
+        s = LazyMemmapStorage(4, scratch_dir=tmp_path / "s")
+        s.set(slice(0, 2), torch.arange(2.0))
+        del s
+        with pytest.raises(FileExistsError, match="existsok=False"):
+            LazyMemmapStorage(4, scratch_dir=tmp_path / "s", existsok=False, auto_cleanup=True)
+        with pytest.raises(ValueError, match="max_size"):
+            LazyMemmapStorage(8, scratch_dir=tmp_path / "s", auto_cleanup=True)
+        gc.collect()
+        reopened = LazyMemmapStorage(4, scratch_dir=tmp_path / "s")
+        assert len(reopened) == 2
+        assert reopened.get(torch.arange(2)).tolist() == [0.0, 1.0]
 
     def test_auto_cleanup_rejects_non_bool(self):
         with pytest.raises(TypeError, match="auto_cleanup must be None, True or False, got 'yes'"):

@@ -625,7 +625,9 @@ class AsyncBatchedCollector(CollectorBase):
         self._stop_coordinators(self._shutdown_timeout)
         if any(worker.is_alive() for worker in self._stopped):
             # a coordinator still inside an env step owns its env's pipe: a new one would
-            # interleave its messages with the old one's
+            # interleave its messages with the old one's. Kept as the running ones, so
+            # that the next batch asks again instead of starting new coordinators
+            self._workers = self._stopped
             raise RuntimeError(
                 f"reset_at_each_iter: a coordinator thread did not stop within "
                 f"{self._shutdown_timeout} s (an env step or a policy call longer than "

@@ -243,6 +243,11 @@ class CollectorBase(ABC):
             storage = getattr(self.replay_buffer, "storage", None)
             if getattr(storage, "ndim", 1) == 1 and batch.ndim > 1:
                 batch = batch.reshape(-1)
+            if getattr(self, "interruptor", None) is not None and batch.ndim == 1:
+                # a preempted rollout's missing steps (traj id -1) are no transitions
+                ids = batch.get(("collector", "traj_ids"), None)
+                if ids is not None:
+                    batch = batch[ids != -1]
             self.replay_buffer.extend(batch)
             return None
         return batch

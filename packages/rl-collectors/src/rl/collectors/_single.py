@@ -405,13 +405,16 @@ class Collector(CollectorBase, metaclass=CollectorMeta):
             if policy is not None and not self._checked:
                 self._probe_policy(policy)
             interruptor = self.interruptor
+            # stop_when only with an interruptor: an env overriding rollout() with
+            # TorchRL's signature runs as before without one
+            stop = {} if interruptor is None else {"stop_when": interruptor.collection_stopped}
             out = env.rollout(
                 steps,
                 policy,
                 auto_reset=False,
                 tensordict=self._root,
                 break_when_any_done=False,
-                stop_when=None if interruptor is None else interruptor.collection_stopped,
+                **stop,
             )
         if policy is not None and not self.trust_policy:
             check_actions(env, out, [out.batch_size[-1] - 1])

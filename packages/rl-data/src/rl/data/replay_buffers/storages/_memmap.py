@@ -153,7 +153,10 @@ class LazyMemmapStorage(LazyTensorStorage):
             ``scratch_dir`` (forked after construction, or each building the storage on
             the same directory): the first one to write allocates the files, under a
             lock on the directory; the others then open those files instead of
-            allocating their own, so all see one storage (its items and its length).
+            allocating their own, so all write into and read from the same rows. Only
+            the allocation is shared: each process keeps its own length and write
+            cursor (as TorchRL's storage without a shared writer), so processes that
+            write should write to their own rows (``set`` with explicit indices).
             Without it a second allocation in the same directory is an error. When
             ``scratch_dir`` is omitted, pickled copies keep the original's temporary
             directory (instead of making their own).
@@ -216,8 +219,6 @@ class LazyMemmapStorage(LazyTensorStorage):
         else:
             self.scratch_dir = Path(scratch_dir)
             _check_writable(self.scratch_dir)
-        if self._auto_cleanup:
-            self._remove_at_exit()
         self._counter: np.ndarray | None = None
         if (self.scratch_dir / _META).exists():
             if not existsok:
@@ -225,6 +226,10 @@ class LazyMemmapStorage(LazyTensorStorage):
                     f"scratch_dir '{self.scratch_dir}' already holds a storage and existsok=False"
                 )
             self._reopen()
+        # planned last: a constructor that raised above (a storage it refuses to reopen)
+        # leaves the directory and its data as they were
+        if self._auto_cleanup:
+            self._remove_at_exit()
 
     # -- files -----------------------------------------------------------------------------------
     def _remove_at_exit(self) -> None:
@@ -291,7 +296,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._counter = mapping.view(np.ndarray)  # same bytes; plain ndarray stores are cheaper
         self._in_flight = False
 
-    def _reopen(self) -> None:
+    def _reopen(self, recover: bool = True) -> None:
         """Adopts the files of ``scratch_dir``: JSON and raw tensor data, nothing unpickled
         (tensordict refuses pickled entries and classes it does not know)."""
         meta = self._read_meta()
@@ -325,7 +330,8 @@ class LazyMemmapStorage(LazyTensorStorage):
                 raise self._unreadable(f"its item structure cannot be read ({err})") from None
         self._open_counter(create=False)
         self._check_counter()
-        self._recover()
+        if recover:  # not while a sibling process may be writing (shared_init)
+            self._recover()
 
     def _unreadable(self, reason: str) -> CheckpointError:
         return CheckpointError(
@@ -398,8 +404,9 @@ class LazyMemmapStorage(LazyTensorStorage):
         with _dir_lock(self.scratch_dir):
             if (self.scratch_dir / _META).exists():
                 # a sibling process wrote first: open its files (the structure of
-                # ``data`` is checked by the write that follows)
-                self._reopen()
+                # ``data`` is checked by the write that follows). Its write in flight
+                # is not a crash to repair: no recovery here
+                self._reopen(recover=False)
             else:
                 super()._init(data, batched)
 

@@ -101,6 +101,34 @@ class TestPreemptiveThreshold:
             batch[0, 1:]["observation"], batch[0, :-1]["next", "observation"]
         )
 
+    def test_only_valid_frames_count_towards_total_frames(self):
+        """The first batch holds 11 valid frames of 20: total_frames=20 asks for more
+        batches (TorchRL counts the valid frames) until the valid ones reach it."""
+        released = _FORK.Event()
+        collector = MultiSyncCollector(
+            [PendulumEnv, lambda: _WaitingEnv(released)],
+            None,
+            frames_per_batch=20,
+            total_frames=20,
+            preemptive_threshold=0.5,
+            cat_results="stack",
+            mp_start_method="fork",
+        )
+        watcher = _Watcher(collector.interruptor, released)
+        try:
+            batches = [batch.clone() for batch in collector]
+        finally:
+            watcher.stop()
+            collector.shutdown()
+        masks = [batch["collector", "mask"] for batch in batches]
+        assert int(masks[0].sum()) == 11
+        # more batches follow, until the valid frames reach total_frames (their size is
+        # what is left); each starts with the flag down: the fast worker's rows are whole
+        assert len(batches) >= 2
+        assert all(mask[0].all() for mask in masks)
+        valid = [int(mask.sum()) for mask in masks]
+        assert sum(valid[:-1]) < 20 <= sum(valid)
+
     def test_slow_worker_is_preempted_cat(self):
         batch = _first_batch(-1)
         # the missing steps are dropped: the fast worker's 10 steps, then the slow one's 1

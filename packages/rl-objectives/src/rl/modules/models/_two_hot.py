@@ -40,6 +40,10 @@ def _default_bins(
     if num_bins < 2:
         raise ValueError(f"num_bins must be at least 2, got {num_bins}.")
     dtype = dtype or torch.get_default_dtype()
+    # the device named, else the default one (a ``with torch.device(...)`` block's): given
+    # explicitly, since transformers' meta-device model loading leaves torch's device
+    # blocks no longer applying to ``torch.linspace`` for the rest of the process
+    device = torch.get_default_device() if device is None else device
     half = num_bins // 2
     if num_bins % 2:
         negative = symexp(torch.linspace(-_BIN_RANGE, 0, half + 1, device=device, dtype=dtype))

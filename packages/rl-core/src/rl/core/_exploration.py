@@ -18,6 +18,7 @@ Examples:
 
 from __future__ import annotations
 
+import os
 import threading
 
 from tensordict.nn import InteractionType as ExplorationType
@@ -30,6 +31,18 @@ __all__ = [
     "set_exploration_type",
     "set_thread_exploration_type",
 ]
+
+# the main thread's id, read once (tensor policies enter a block per step); a process
+# forked from another thread has that thread as its main one
+_MAIN_THREAD = threading.main_thread().ident
+
+
+def _refresh_main_thread() -> None:
+    global _MAIN_THREAD
+    _MAIN_THREAD = threading.main_thread().ident
+
+
+os.register_at_fork(after_in_child=_refresh_main_thread)
 
 
 def set_thread_exploration_type(type: ExplorationType | str | None) -> set_exploration_type:
@@ -63,6 +76,6 @@ def set_thread_exploration_type(type: ExplorationType | str | None) -> set_explo
         >>> seen
         [<InteractionType.RANDOM: 'random'>]
     """
-    if threading.current_thread() is threading.main_thread():
+    if threading.get_ident() == _MAIN_THREAD:
         return set_exploration_type(type)
     return set_exploration_type(type, thread_local=True)

@@ -365,8 +365,9 @@ class DreamerConfig:
 
 
 @dataclass
-class REDQModelConfig:
-    """The model fields of a REDQ script's config."""
+class _PolicyExplorationFields:
+    """The exploration and policy-distribution fields REDQ's and the continuous-control
+    scripts' model configs share (first in both, in this order)."""
 
     annealing_frames: int = 1000000
     """Frames over which the exploration noise is annealed."""
@@ -390,6 +391,12 @@ class REDQModelConfig:
     """Default scale of the policy."""
     distribution: str = "tanh_normal"
     """Policy distribution."""
+
+
+@dataclass
+class REDQModelConfig(_PolicyExplorationFields):
+    """The model fields of a REDQ script's config."""
+
     actor_cells: int = 256
     """Units of the actor."""
     qvalue_cells: int = 256
@@ -403,31 +410,9 @@ class REDQModelConfig:
 
 
 @dataclass
-class ContinuousModelConfig:
+class ContinuousModelConfig(_PolicyExplorationFields):
     """The model fields of a continuous-control script's config."""
 
-    annealing_frames: int = 1000000
-    """Frames over which the exploration noise is annealed."""
-    noisy: bool = False
-    """Noisy linear layers in the value network."""
-    ou_exploration: bool = False
-    """Wrap the policy in Ornstein-Uhlenbeck exploration."""
-    ou_sigma: float = 0.2
-    """Ornstein-Uhlenbeck sigma."""
-    ou_theta: float = 0.15
-    """Ornstein-Uhlenbeck theta."""
-    distributional: bool = False
-    """Distributional value loss."""
-    atoms: int = 51
-    """Atoms of the distributional value."""
-    gSDE: bool = False
-    """Explore with generalized state-dependent exploration (gSDE)."""
-    tanh_loc: bool = False
-    """Squash the policy location with ``upscale * tanh(loc / upscale)``."""
-    default_policy_scale: float = 1.0
-    """Default scale of the policy."""
-    distribution: str = "tanh_normal"
-    """Policy distribution."""
     lstm: bool = False
     """An LSTM policy."""
     shared_mapping: bool = False

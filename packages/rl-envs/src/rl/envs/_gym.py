@@ -350,9 +350,7 @@ class GymWrapper(GymLikeEnv):
         td = self._make_td(entries)
         if self.__dict__.get("_info_dict_reader"):
             td = self._read_info({} if info is None else info, td)
-            for key, leaf in self.observation_spec.items(True, True):
-                if key not in td.keys(True, True):  # (info entries a reset does not give)
-                    td.set(key, leaf.zero())
+            self._zero_missing_observations(td)
         return td
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -449,10 +449,16 @@ class GymLikeEnv(EnvBase):
         if self.info_dict_reader:
             if info is not None:
                 out = self._read_info(info, out)
-            for key, leaf in self.observation_spec.items(True, True):
-                if key not in out.keys(True, True):
-                    out.set(key, leaf.zero())
+            self._zero_missing_observations(out)
         return out
+
+    def _zero_missing_observations(self, td: TensorDictBase) -> None:
+        """Writes zeros for the ``observation_spec`` entries ``td`` lacks (info entries a
+        reset does not give)."""
+        present = set(td.keys(True, True))
+        for key, leaf in self.observation_spec.items(True, True):
+            if key not in present:
+                td.set(key, leaf.zero())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self._env}, batch_size={self.batch_size})"

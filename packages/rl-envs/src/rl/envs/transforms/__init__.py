@@ -95,6 +95,7 @@ from ._tensor import (
     PinMemoryTransform,
     UnaryTransform,
 )
+from ._tokenizer import Tokenizer
 from ._vec_gym import VecGymEnvTransform
 
 __all__ = [
@@ -136,6 +137,7 @@ __all__ = [
     "Hash",
     "PermuteTransform",
     "Stack",
+    "Tokenizer",
     "UnaryTransform",
     "RNDTransform",
     "RunningMeanStd",

@@ -215,10 +215,14 @@ class ParallelEnv(BatchedEnvBase):
         self.is_closed = True
 
     def _creators_changed(self) -> None:
-        if self.mp_start_method == "fork":
-            self._payloads = list(self._creators)
-        else:
-            self._payloads = [creator.dumps() for creator in self._creators]
+        # the creators themselves: forked, inherited; spawned, pickled by
+        # torch.multiprocessing at the workers' start, so that an EnvCreator's shared
+        # state (tensors in shared memory, multiprocessing values) stays shared. The
+        # factories are checked now, for an error naming them before any worker starts
+        if self.mp_start_method != "fork":
+            for creator in self._creators:
+                creator._check_picklable()
+        self._payloads = list(self._creators)
 
     def _make_meta_env(self) -> EnvBase:
         env = self._check_env(self._creators[0]())

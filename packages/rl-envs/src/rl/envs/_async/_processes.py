@@ -42,6 +42,8 @@ class _GivenEnv:
 class _PoolWorkers(ParallelEnv):
     """``ParallelEnv``'s workers and buffers; a given env read for its specs stays open."""
 
+    _worker_name = "ProcessorAsyncEnvPool"
+
     def _make_meta_env(self) -> Any:
         given = isinstance(self.create_env_fn[0], _GivenEnv)
         env = self._check_env(self._creators[0]())
@@ -86,6 +88,7 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
     def _setup(self) -> tuple[list[Composite], torch.device | None]:
         makers = [_GivenEnv(m) if isinstance(m, EnvBase) else m for m in self.env_makers]
         # a plain attribute (not a submodule): the pool is built before Module.__init__
+        self._failure: BaseException | None = None
         self.__dict__["_workers"] = _PoolWorkers(self.num_envs, makers, self.create_env_kwargs)
         self._workers.start()
         if self.worker_affinity is not None:
@@ -103,11 +106,19 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
     def _running_pool(self) -> Any:
         pool = self._workers._pool
         if pool is None or pool.closed:
+            failure = self.__dict__.get("_failure")
+            if failure is not None:
+                raise RuntimeError(
+                    f"{type(self).__name__} is shut down: a worker failed ({failure}); "
+                    "build a new pool"
+                ) from failure
             raise RuntimeError(
-                f"{type(self).__name__} is shut down (close() was called or a worker "
-                "failed); build a new pool"
+                f"{type(self).__name__} is shut down (close() was called); build a new pool"
             )
         return pool
+
+    def _check_open(self) -> None:
+        self._running_pool()
 
     def _submit(self, index: int, op: str, tensordict: TensorDictBase | None) -> None:
         pool = self._running_pool()
@@ -155,7 +166,10 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
         ops = sorted({self._inflight[i][0] for i in indices})
         try:
             answers = pool.collect(indices, " / ".join(ops), at_least=1, wait_s=wait_s)
-        except BaseException:
+        except BaseException as err:
+            # threads waiting on other sub-envs then raise this failure, not a bare
+            # "shut down"
+            self._failure = err
             self.shutdown()
             raise
         return {index: self._result(index, answer) for index, answer in answers.items()}

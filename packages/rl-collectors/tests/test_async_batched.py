@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import gc
 import multiprocessing as mp
+import os
+import signal
 import threading
 import traceback
 import weakref
@@ -226,12 +228,16 @@ class TestAsyncBatchedCollector:
         )
         batches = iter(collector)
         next(batches)
-        collector._env_procs[1].process.kill()
-        with pytest.raises(RuntimeError, match=r"the process of environment 1 died \(exit code -9"):
+        pids = collector._env_pool.worker_pids
+        os.kill(pids[1], signal.SIGKILL)
+        with pytest.raises(
+            RuntimeError, match=r"worker 1 \(pid \d+\) died during \w+ with exit code -9"
+        ):
             for _ in range(50):
                 next(batches)
         collector.shutdown(timeout=2.0)
         assert mp.active_children() == []
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
 
     @pytest.mark.parametrize("policy_backend", ["threading", "multiprocessing"])
     @pytest.mark.parametrize(

@@ -327,6 +327,23 @@ class TestAsyncEnvPool:
         with pytest.raises(RuntimeError, match="is shut down: a worker failed"):
             pool.reset()
 
+    def test_interrupted_wait_is_named(self, make_pool, monkeypatch):
+        pool = make_pool([CounterEnv], backend="multiprocessing")
+        pids = pool.worker_pids
+        pool.async_reset_send(env_index=0)
+
+        def interrupt(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pool._workers._pool, "collect", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            pool.async_reset_recv(env_index=0)
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+        with pytest.raises(
+            RuntimeError, match=r"a wait for its workers was interrupted \(KeyboardInterrupt\)"
+        ):
+            pool.reset()
+
     def test_shutdown_leaves_nothing_behind(self):
         pool = AsyncEnvPool([CounterEnv] * 2, backend="multiprocessing")
         pids = pool.worker_pids

@@ -63,7 +63,8 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
     traceback, one that dies within about a second, one that does not answer within 30
     seconds is killed; :meth:`shutdown` (``close()``), garbage collection and
     interpreter exit stop every worker. A failure shuts the whole pool down (results
-    in flight are lost); build a new pool to go on.
+    in flight are lost) and every later call raises a ``RuntimeError`` naming it
+    (threads driving other sub-envs included); build a new pool to go on.
 
     As with ``ParallelEnv``, all sub-envs must have the same specs (a mismatch raises at
     start-up naming the entry); use :class:`ThreadingAsyncEnvPool` for sub-envs that
@@ -106,15 +107,18 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
     def _running_pool(self) -> Any:
         pool = self._workers._pool
         if pool is None or pool.closed:
+            name = type(self).__name__
             failure = self.__dict__.get("_failure")
-            if failure is not None:
+            if isinstance(failure, Exception):
                 raise RuntimeError(
-                    f"{type(self).__name__} is shut down: a worker failed ({failure}); "
-                    "build a new pool"
+                    f"{name} is shut down: a worker failed ({failure}); build a new pool"
                 ) from failure
-            raise RuntimeError(
-                f"{type(self).__name__} is shut down (close() was called); build a new pool"
-            )
+            if failure is not None:  # KeyboardInterrupt and the like
+                raise RuntimeError(
+                    f"{name} is shut down: a wait for its workers was interrupted "
+                    f"({type(failure).__name__}); build a new pool"
+                ) from failure
+            raise RuntimeError(f"{name} is shut down (close() was called); build a new pool")
         return pool
 
     def _check_open(self) -> None:

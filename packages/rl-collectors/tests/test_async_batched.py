@@ -55,6 +55,16 @@ class LateBrokenPendulum(PendulumEnv):
         return super()._step(td)
 
 
+def failing_factory() -> PendulumEnv:
+    raise OSError("cannot open the simulator")
+
+
+def failing_in_a_worker() -> PendulumEnv:
+    if mp.parent_process() is not None:
+        raise OSError("cannot open the simulator in a worker")
+    return PendulumEnv()
+
+
 def seeded_pendulum(seed: int, max_steps: int = 5) -> TransformedEnv:
     return TransformedEnv(PendulumEnv(seed=seed), StepCounter(max_steps=max_steps))
 
@@ -195,6 +205,29 @@ class TestAsyncBatchedCollector:
         collector.shutdown()
         assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
         assert mp.active_children() == []
+
+    @pytest.mark.parametrize(
+        ("factories", "error", "match"),
+        [
+            # the first factory also builds the env the pool reads its specs from
+            ([failing_factory, PendulumEnv], OSError, "cannot open the simulator"),
+            (
+                [PendulumEnv, failing_in_a_worker],
+                RuntimeError,
+                "(?s)worker 1 raised during start-up.*cannot open the simulator in a worker",
+            ),
+        ],
+        ids=["first", "in-a-worker"],
+    )
+    def test_env_factory_error_is_raised(self, factories, error, match):
+        collector = AsyncBatchedCollector(
+            factories, policy=make_policy(), frames_per_batch=4, env_backend="multiprocessing"
+        )
+        with pytest.raises(error, match=match):
+            next(iter(collector))
+        collector.shutdown()
+        assert mp.active_children() == []
+        assert collector_threads() == []
 
     @pytest.mark.parametrize("env_backend", ["threading", "multiprocessing"])
     def test_garbage_collection_stops_threads_and_processes(self, env_backend):

@@ -130,6 +130,8 @@ class ParallelEnv(BatchedEnvBase):
     """
 
     _share_memory = True
+    #: who the workers' error messages name
+    _worker_name = "ParallelEnv"
 
     def __new__(cls, num_workers=None, *args, serial_for_single: bool = False, **kwargs):
         if cls is ParallelEnv and kwargs.get("use_buffers") is False:
@@ -239,7 +241,7 @@ class ParallelEnv(BatchedEnvBase):
             self._shm_buffers,
             self._layout,
             self.mp_start_method,
-            "ParallelEnv",
+            self._worker_name,
             num_threads=self.num_sub_threads,
             timeout=self.timeout,
             daemon=bool(self.batched_options["daemon"]),

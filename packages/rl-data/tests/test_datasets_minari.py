@@ -8,6 +8,7 @@ test touches the network: downloads are replaced by a function that fails.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import warnings
 
@@ -20,7 +21,12 @@ from minari.data_collector import EpisodeBuffer
 from tensordict import TensorDict
 
 from rl.core import Bounded, Categorical, Composite, Unbounded
-from rl.data import ReplayBuffer
+from rl.data import (
+    LazyTensorStorage,
+    OfflineToOnlineReplayBuffer,
+    ReplayBuffer,
+    prefill_replay_buffer,
+)
 from rl.data.datasets import (
     BaseDatasetExperienceReplay,
     MinariExperienceReplay,
@@ -426,3 +432,32 @@ class TestRegistry:
         with pytest.raises(error, match=match):
             register_dataset(prefix, dataset)
         assert "toy" not in _registry._DATASET_REGISTRY
+
+
+class TestOfflineToOnlineByName:
+    def test_buffer_builds_the_named_dataset(self, minari_path, tmp_path):
+        rb = OfflineToOnlineReplayBuffer(
+            f"minari:{CARTPOLE_ID}",
+            online_capacity=10,
+            batch_size=5,
+            root=tmp_path / "rl",
+            load_from_local_minari=True,
+        )
+        assert isinstance(rb.offline_buffer, MinariExperienceReplay)
+        assert rb.offline_buffer.root == tmp_path / "rl"
+        sample = rb.sample()  # the online buffer is empty: all offline
+        assert sample.batch_size == torch.Size([5])
+        _assert_same(sample, _expected_cartpole()[sample["index"]])
+
+    def test_prefill_copies_from_a_registered_name(self, minari_path, tmp_path, clean_registry):
+        register_dataset(
+            "mine",
+            functools.partial(
+                MinariExperienceReplay, root=tmp_path / "rl", load_from_local_minari=True
+            ),
+        )
+        target = ReplayBuffer(storage=LazyTensorStorage(100))
+        prefill_replay_buffer(target, f"mine:{CARTPOLE_ID}", n_samples=7, chunk_size=4)
+        assert len(target) == 7
+        copied = target[:]
+        _assert_same(copied, _expected_cartpole()[copied["index"]])

@@ -68,7 +68,10 @@ import rl.envs.libs.gym, rl.envs.libs.lbforaging, rl.envs.libs.mo_gym, rl.envs.l
 import rl.envs.custom
 assert rl.envs.custom.HopperEnv is rl.envs.HopperEnv
 # the offline datasets import minari only when a dataset is converted
-from rl.data.datasets import MinariExperienceReplay, load_dataset
+import rl.data.datasets
+for name in rl.data._DATASET_NAMES:
+    assert getattr(rl.data, name) is getattr(rl.data.datasets, name), name
+assert set(rl.data._DATASET_NAMES) == set(rl.data.datasets.__all__)
 loaded = [
     name
     for name in (

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -25,6 +26,10 @@ _has_minari = importlib.util.find_spec("minari") is not None
 _INSTALL = 'pip install "rl-data[minari]"'
 # a download that cannot reach its server fails within this many seconds instead of hanging
 _DOWNLOAD_TIMEOUT_S = 30.0
+# the server is probed first: minari's Hugging Face back-end retries an unreachable host
+# for about 25 s before it gives up
+_PROBE_TIMEOUT_S = 5.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 _METADATA_FILE = "env_metadata.json"
 
 
@@ -75,6 +80,37 @@ class _ClassProperty:
         return self.fget(owner)
 
 
+def _remote_address(dataset_id: str) -> tuple[str, int] | None:
+    """The host and port a minari download of ``dataset_id`` connects to first, for the
+    remotes minari knows (``hf://``, the default, and ``gcp://``)."""
+    remote = dataset_id if "://" in dataset_id else os.environ.get("MINARI_REMOTE", "hf://")
+    kind = remote.split("://", 1)[0]
+    if kind == "hf":
+        url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    elif kind == "gcp":
+        url = urlparse("https://storage.googleapis.com")
+    else:
+        return None
+    if url.hostname is None:
+        return None
+    return url.hostname, url.port or (80 if url.scheme == "http" else 443)
+
+
+def _probe_remote(dataset_id: str) -> OSError | None:
+    """Why Minari's server cannot be reached (a DNS or connection error), or ``None``.
+
+    Skipped behind a proxy (the direct connection says nothing about the proxied one).
+    """
+    address = _remote_address(dataset_id)
+    if address is None or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return None
+    try:
+        socket.create_connection(address, timeout=_PROBE_TIMEOUT_S).close()
+    except OSError as err:
+        return OSError(f"{address[0]}:{address[1]} is unreachable: {err}")
+    return None
+
+
 def _download_failed(dataset_id: str, err: BaseException) -> RuntimeError:
     return RuntimeError(
         f"could not download the Minari dataset {dataset_id!r} ({type(err).__name__}: {err}); "
@@ -110,8 +146,10 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     (``$MINARI_DATASETS_PATH``, by default ``~/.minari/datasets``), read with minari's own
     reader, so both its HDF5 and Arrow formats work. Otherwise the dataset is downloaded
     with ``minari.download_dataset``, which needs network access and minari's remote
-    back-end; where that fails (no network) the error names the dataset and says so,
-    within ``_DOWNLOAD_TIMEOUT_S`` seconds at worst.
+    back-end; where that fails (no network) the error names the dataset and says so. The
+    server is probed first (a connection with a 5 s timeout, skipped behind a proxy), so
+    that a machine without network fails at once rather than after minari's retries;
+    sockets opened by the download itself time out after 30 s.
 
     Args:
         dataset_id: the Minari dataset id (e.g. ``"mujoco/hopper/expert-v0"``).
@@ -274,6 +312,9 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             with _minari_datasets_path(source):
                 self._write(minari.load_dataset(self.dataset_id))
             return
+        unreachable = _probe_remote(self.dataset_id)
+        if unreachable is not None:
+            raise _download_failed(self.dataset_id, unreachable)
         with tempfile.TemporaryDirectory() as tmp, _minari_datasets_path(tmp):
             try:
                 with _socket_timeout(_DOWNLOAD_TIMEOUT_S):

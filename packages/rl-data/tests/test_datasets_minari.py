@@ -283,6 +283,12 @@ class TestMinariExperienceReplay:
         assert no_download == []  # minari's download (and its retries) never started
         assert not (tmp_path / "rl" / "cartpole" / "elsewhere-v0").exists()
 
+    def test_available_datasets_without_network(self, no_download):
+        with pytest.raises(
+            RuntimeError, match=r"could not list Minari's remote datasets .*127.0.0.1:9"
+        ):
+            MinariExperienceReplay.available_datasets  # noqa: B018
+
     def test_download_failure_names_the_dataset(
         self, minari_path, tmp_path, no_download, monkeypatch
     ):

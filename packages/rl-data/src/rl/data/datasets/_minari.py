@@ -111,6 +111,13 @@ def _probe_remote(dataset_id: str) -> OSError | None:
     return None
 
 
+def _listing_failed(err: BaseException) -> RuntimeError:
+    return RuntimeError(
+        f"could not list Minari's remote datasets ({type(err).__name__}: {err}); "
+        "downloads are unavailable without network access to Minari's server"
+    )
+
+
 def _download_failed(dataset_id: str, err: BaseException) -> RuntimeError:
     return RuntimeError(
         f"could not download the Minari dataset {dataset_id!r} ({type(err).__name__}: {err}); "
@@ -270,14 +277,14 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     def available_datasets(cls) -> list[str]:
         """The ids of the datasets on Minari's server (needs network access)."""
         minari = _import_minari()
+        unreachable = _probe_remote("")
+        if unreachable is not None:
+            raise _listing_failed(unreachable)
         try:
             with _socket_timeout(_DOWNLOAD_TIMEOUT_S):
                 return list(minari.list_remote_datasets().keys())
         except Exception as err:  # noqa: BLE001 - any failure of the remote listing
-            raise RuntimeError(
-                f"could not list Minari's remote datasets ({type(err).__name__}: {err}); "
-                "downloads are unavailable without network access to Minari's server"
-            ) from err
+            raise _listing_failed(err) from err
 
     def _is_downloaded(self) -> bool:
         return self.data_path_root.exists()
@@ -431,10 +438,10 @@ def _episode_to_ted(episode: Any) -> TensorDict:
     rewards = torch.as_tensor(np.asarray(episode.rewards))
     steps = rewards.shape[0]
     observations = _tree(episode.observations)
-    if observations is None or observations.shape[0] != steps + 1:
-        got = None if observations is None else observations.shape[0]
+    got = None if observations is None or observations.ndim == 0 else observations.shape[0]
+    if got != steps + 1:
         raise RuntimeError(
-            f"episode {episode.id}: {got} observations, expected steps + 1 = {steps + 1}"
+            f"episode {episode.id}: {got} observations, expected one more than the {steps} rewards"
         )
     terminated = torch.as_tensor(np.asarray(episode.terminations)).bool().unsqueeze(-1)
     truncated = torch.as_tensor(np.asarray(episode.truncations)).bool().unsqueeze(-1)

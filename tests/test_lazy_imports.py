@@ -36,9 +36,9 @@ import rl.envs, rl.data, rl.objectives, rl.collectors
 NOT_LOADED = [
     # optional back-ends (extras), imported where used
     "mujoco", "ray", "h5py", "transformers", "envpool", "dm_control", "vmas", "pettingzoo",
-    "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging",
+    "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging", "minari",
     # rl modules whose names load on first use
-    "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm",
+    "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm", "rl.data.datasets",
     "rl.envs._native._mujoco", "rl.envs._native._trading",
 ]
 loaded = [name for name in NOT_LOADED if name in sys.modules]
@@ -67,9 +67,16 @@ from rl.envs import FinancialRegimeEnv, LBForagingEnv, MOGymEnv, OpenSpielEnv
 import rl.envs.libs.gym, rl.envs.libs.lbforaging, rl.envs.libs.mo_gym, rl.envs.libs.openspiel
 import rl.envs.custom
 assert rl.envs.custom.HopperEnv is rl.envs.HopperEnv
+# the offline datasets import minari only when a dataset is converted
+import rl.data.datasets
+for name in rl.data._DATASET_NAMES:
+    assert getattr(rl.data, name) is getattr(rl.data.datasets, name), name
+assert set(rl.data._DATASET_NAMES) == set(rl.data.datasets.__all__)
 loaded = [
     name
-    for name in ("ray", "mujoco", "pyspiel", "mo_gymnasium", "lbforaging", "pettingzoo", "vmas")
+    for name in (
+        "ray", "mujoco", "pyspiel", "mo_gymnasium", "lbforaging", "pettingzoo", "vmas", "minari"
+    )
     if name in sys.modules
 ]
 assert not loaded, f"resolving the lazy names imported {loaded}"

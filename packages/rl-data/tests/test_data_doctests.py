@@ -6,6 +6,9 @@ import importlib
 import pytest
 
 MODULES = [
+    "rl.data.datasets._dataset",
+    "rl.data.datasets._minari",
+    "rl.data.datasets._registry",
     "rl.data.postprocs._densify",
     "rl.data.postprocs._multistep",
     "rl.data.replay_buffers._buffers",

@@ -197,12 +197,28 @@ _LLM_NAMES = (
 )
 __all__ += _LLM_NAMES
 
+# the offline datasets (TorchRL's ``torchrl.data.datasets``) live in ``rl.data.datasets``;
+# DESIGN maps them to ``rl.data``, so they resolve here too, on first use
+_DATASET_NAMES = (
+    "BaseDatasetExperienceReplay",
+    "MinariExperienceReplay",
+    "load_dataset",
+    "register_dataset",
+)
+__all__ += _DATASET_NAMES
+
 
 def __getattr__(name: str):
     if name in _LLM_NAMES:
         from rl.data import llm  # noqa: PLC0415
 
         value = getattr(llm, name)
+        globals()[name] = value
+        return value
+    if name in _DATASET_NAMES:
+        from rl.data import datasets  # noqa: PLC0415
+
+        value = getattr(datasets, name)
         globals()[name] = value
         return value
     # RayReplayBuffer is imported on first use (it needs the rl-data[ray] extra at use)

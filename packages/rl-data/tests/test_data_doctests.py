@@ -6,6 +6,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "rl.data._video",
     "rl.data.postprocs._densify",
     "rl.data.postprocs._multistep",
     "rl.data.replay_buffers._buffers",

@@ -148,6 +148,34 @@ class TestDecode:
         decoded = ref[torch.tensor(scattered)].decode()
         torch.testing.assert_close(decoded, _frames([levels[i] for i in scattered]))
 
+    @pytest.mark.parametrize(
+        "codec,name,options",
+        [("libx264", "b.mp4", {"bf": "3", "g": "12"}), ("mpeg4", "b.avi", {"bf": "2", "g": "10"})],
+    )
+    def test_b_frames_match_a_sequential_decode(self, tmp_path, codec, name, options):
+        # frames stored out of display order (B-frames; AVI seeks by decode time): each
+        # frame is compared with the same frame of one plain pass over the whole file
+        import av
+        import numpy as np
+
+        path = str(tmp_path / name)
+        with av.open(path, "w") as container:
+            stream = container.add_stream(codec, rate=25, options=options)
+            stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+            for i in range(40):
+                image = np.full((24, 32, 3), 6 * i, dtype=np.uint8)
+                image[: i % 24, : i % 32] = 255 - 6 * i
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+            container.mux(stream.encode())
+        with av.open(path) as container:
+            plain = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+        plain = torch.from_numpy(np.stack(plain)).permute(0, 3, 1, 2)
+        index = torch.tensor([39, 3, 17, 18, 19, 30, 0, 25, 25, 38])
+        ref = VideoClipRef(path)
+        assert ref.batch_size == torch.Size([40])
+        assert torch.equal(ref[index].decode(), plain[index])
+        assert torch.equal(ref[11:29].decode(), plain[11:29])
+
     def test_keeps_the_batch_shape(self, mp4):
         ref = VideoClipRef(mp4, frame_index=torch.tensor([[0, 5, 19], [3, 3, 12]]))
         torch.testing.assert_close(ref.decode(), _frames([[0, 55, 209], [33, 33, 132]]))
@@ -159,6 +187,17 @@ class TestDecode:
         assert ref[0:2].frames.dtype == torch.float32
         out = VideoClipRef(mp4)[1:3].decode(dtype=torch.float64, device="cpu")
         torch.testing.assert_close(out, _frames([11, 22]).double())
+
+    @pytest.mark.gpu
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    def test_cuda_output(self, mp4):
+        # decoded on the CPU, then moved: out_device, the reference's device, decode(device=)
+        on_object = VideoClipRef.from_file(mp4, device="cuda")[0:2].decode()
+        assert on_object.device.type == "cuda"
+        torch.testing.assert_close(on_object.cpu(), _frames([0, 11]))
+        td = TensorDict({"frame": VideoClipRef(mp4)}, batch_size=[20]).to("cuda")
+        assert td["frame"][3:5].decode().device.type == "cuda"
+        assert td["frame"][3:5].decode(device="cpu").device.type == "cpu"
 
     def test_auto_decode_indexing_returns_frames(self, mp4):
         ref = VideoClipRef.from_file(mp4, auto_decode=True)

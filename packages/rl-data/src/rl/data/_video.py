@@ -71,19 +71,25 @@ class _VideoReader:
             if video.type != "video":
                 container.close()
                 raise ValueError(f"stream {stream} of {source!r} is {video.type}, not video")
-        times, keys = [], []
+        times, keys, starts = [], {}, []
         for packet in container.demux(video):
             time = packet.pts if packet.pts is not None else packet.dts
             if time is None or packet.size == 0:
                 continue  # the demuxer's final flush packet
             times.append(time)
+            # a seek to a packet's decode time lands on it in every container (AVI, for
+            # one, seeks by decode time, which is earlier than the display time)
+            start = min(time, packet.dts) if packet.dts is not None else time
+            starts.append(start)
             if packet.is_keyframe:
-                keys.append(time)
+                keys[time] = start
         self.source = source
         self.container = container
         self.stream = video
         self.times = sorted(times)
         self.keyframes = sorted(keys) or self.times[:1]
+        self.seek_targets = keys or {time: min(starts) for time in self.times[:1]}
+        self.first_seek = min(starts, default=0)
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -137,21 +143,30 @@ class _VideoReader:
         out: list[torch.Tensor | None] = [None] * len(indices)
         with self.lock:
             for key, group in reads:
-                last = self.times[group[-1]]
-                self.container.seek(key, stream=self.stream, backward=True, any_frame=False)
-                for frame in self.container.decode(self.stream):
-                    time = frame.pts if frame.pts is not None else frame.dts
-                    position = wanted.get(time)
-                    if position is not None:
-                        out[position] = torch.from_numpy(frame.to_ndarray(format="rgb24"))
-                    if time is not None and time >= last:
-                        break
+                self._decode_into(out, wanted, self.seek_targets[key], self.times[group[-1]])
+            missing = [index for index, frame in zip(indices, out) if frame is None]
+            if missing:
+                # a keyframe flag the decoder did not honour (a damaged or oddly muxed
+                # file): decode those frames from the start of the stream instead
+                self._decode_into(out, wanted, self.first_seek, self.times[missing[-1]])
         missing = [index for index, frame in zip(indices, out) if frame is None]
         if missing:
             raise RuntimeError(
                 f"the decoder of {self.source!r} produced no frame at indices {missing}"
             )
         return torch.stack(out).permute(0, 3, 1, 2).contiguous()  # type: ignore[arg-type]
+
+    def _decode_into(self, out: list, wanted: dict, seek: int, last: int) -> None:
+        """Seeks to ``seek`` and decodes up to time ``last``, keeping the ``wanted`` frames
+        (``{time: position in out}``) that are still missing."""
+        self.container.seek(seek, stream=self.stream, backward=True, any_frame=False)
+        for frame in self.container.decode(self.stream):
+            time = frame.pts if frame.pts is not None else frame.dts
+            position = wanted.get(time)
+            if position is not None and out[position] is None:
+                out[position] = torch.from_numpy(frame.to_ndarray(format="rgb24"))
+            if time is not None and time >= last:
+                break
 
     def _next_time(self, index: int) -> int:
         """The time of the frame after ``index`` (the last frame's own time at the end)."""

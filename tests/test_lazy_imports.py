@@ -36,7 +36,7 @@ import rl.envs, rl.data, rl.objectives, rl.collectors
 NOT_LOADED = [
     # optional back-ends (extras), imported where used
     "mujoco", "ray", "h5py", "transformers", "envpool", "dm_control", "vmas", "pettingzoo",
-    "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging", "minari",
+    "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging", "minari", "av",
     # rl modules whose names load on first use
     "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm", "rl.data.datasets",
     "rl.envs._native._mujoco", "rl.envs._native._trading",

@@ -9,6 +9,7 @@ MODULES = [
     "rl.data.datasets._dataset",
     "rl.data.datasets._minari",
     "rl.data.datasets._registry",
+    "rl.data._video",
     "rl.data.postprocs._densify",
     "rl.data.postprocs._multistep",
     "rl.data.replay_buffers._buffers",

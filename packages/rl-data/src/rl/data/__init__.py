@@ -1,5 +1,6 @@
 """rl.data: replay buffers, storages, samplers, writers and data post-processing."""
 
+from rl.data._video import VideoClipRef, clear_video_decoder_cache, set_video_decoder_cache_size
 from rl.data.map import (
     BinaryToDecimal,
     HashToInt,
@@ -174,6 +175,9 @@ __all__ = [
     "Transition",
     "Writer",
     "WriterEnsemble",
+    "VideoClipRef",
+    "clear_video_decoder_cache",
+    "set_video_decoder_cache_size",
 ]
 
 

@@ -97,6 +97,7 @@ from ._tensor import (
 )
 from ._tokenizer import Tokenizer
 from ._vec_gym import VecGymEnvTransform
+from ._video import DecodeVideoTransform
 
 __all__ = [
     "FORWARD_NOT_IMPLEMENTED",
@@ -150,6 +151,7 @@ __all__ = [
     "ClipTransform",
     "Compose",
     "DTypeCastTransform",
+    "DecodeVideoTransform",
     "DeviceCastTransform",
     "DoubleToFloat",
     "EndOfLifeTransform",

@@ -7,6 +7,7 @@ import pytest
 
 MODULES = [
     "rl.data.datasets._dataset",
+    "rl.data.datasets._lerobot",
     "rl.data.datasets._minari",
     "rl.data.datasets._registry",
     "rl.data._video",

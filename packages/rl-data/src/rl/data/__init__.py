@@ -206,6 +206,7 @@ __all__ += _LLM_NAMES
 _DATASET_NAMES = (
     "BaseDatasetExperienceReplay",
     "MinariExperienceReplay",
+    "lerobot_columns_to_tensordict",
     "load_dataset",
     "register_dataset",
 )

@@ -7,12 +7,14 @@ their registry prefixes raise ``NotImplementedError`` naming the dataset.
 """
 
 from rl.data.datasets._dataset import BaseDatasetExperienceReplay
+from rl.data.datasets._lerobot import lerobot_columns_to_tensordict
 from rl.data.datasets._minari import MinariExperienceReplay
 from rl.data.datasets._registry import load_dataset, register_dataset
 
 __all__ = [
     "BaseDatasetExperienceReplay",
     "MinariExperienceReplay",
+    "lerobot_columns_to_tensordict",
     "load_dataset",
     "register_dataset",
 ]

@@ -4,6 +4,7 @@ behind that changes what later tests in the same worker compute."""
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -56,7 +57,7 @@ class _SharedRay:
 
     def start(self):
         if self._context is None:
-            from rl.core.ray_runtime import local_ray
+            from rl.core.ray_runtime import local_ray  # (rl.core imports torch: not at top)
 
             context = local_ray(num_cpus=2)  # checks that no Ray process is left on exit
             self.ray = context.__enter__()
@@ -66,14 +67,15 @@ class _SharedRay:
     def stop(self) -> None:
         context, self._context = self._context, None
         if context is not None:
-            context.__exit__(None, None, None)
+            try:
+                context.__exit__(None, None, None)
+            except AssertionError as err:  # local_ray's check: a Ray process still runs
+                pytest.fail(f"the shared Ray runtime, stopped, {err}")
 
     def leftovers(self, timeout: float = 60.0) -> list[str]:
         """The actors still alive in the runtime after ``timeout`` seconds (named ones by
         name, others by their process title): a test must kill the actors it made."""
-        import time
-
-        from rl.core.ray_runtime import child_pids
+        from rl.core.ray_runtime import child_pids  # (rl.core imports torch: not at top)
 
         deadline = time.monotonic() + timeout
         while True:

@@ -657,7 +657,13 @@ class TransformersWrapper(LLMWrapperBase):
             if key not in offsets:
                 bounds = [0, *itertools.accumulate(r.numel() for r in rows)]
                 offsets[key] = torch.tensor(bounds, device=rows[0].device)
-            return torch.nested.nested_tensor_from_jagged(torch.cat(rows), offsets[key])
+            lengths = key[1:]
+            return torch.nested.nested_tensor_from_jagged(
+                torch.cat(rows),
+                offsets[key],
+                min_seqlen=min(lengths),
+                max_seqlen=max(lengths),  # else to_padded_tensor pads to the total length
+            )
 
         def cut(padded):
             return None if padded is None else [padded[i, :k] for i, k in enumerate(lengths)]

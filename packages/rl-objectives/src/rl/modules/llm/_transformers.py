@@ -253,8 +253,10 @@ class TransformersWrapper(LLMWrapperBase):
             sequences in one row ``[1, sum n_i]`` with a block-diagonal causal attention
             mask and positions restarting at each sequence (``False``: no compute on
             padding; the model must take a 4D additive attention mask, as ``transformers``'
-            models with eager or SDPA attention do). The log-probabilities are the same up
-            to float rounding; the outputs' padding is ``pad_output``'s. Giving it with
+            models with eager or SDPA attention do; the mask is ``N x N`` for ``N`` tokens
+            in all, so padding may take less memory for many long sequences). The
+            log-probabilities are the same up to float rounding; the outputs' padding is
+            ``pad_output``'s. Giving it with
             ``generate=True`` raises a ``ValueError``, as in TorchRL.
         inplace (bool, optional): write into the input tensordict (default) or a new one.
         device (torch.device, optional): where the model computes: the tokens and

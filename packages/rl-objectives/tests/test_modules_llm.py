@@ -12,7 +12,7 @@ from torch import nn
 
 pytest.importorskip("transformers")
 
-from tensordict import TensorDict  # noqa: E402
+from tensordict import TensorDict, lazy_stack  # noqa: E402
 
 from rl.data.llm import ChatHistory, History, Text, Tokens  # noqa: E402
 from rl.modules.llm import LLMMaskedCategorical, TransformersWrapper  # noqa: E402
@@ -382,3 +382,222 @@ class TestTransformersWrapperDevice:
                     logits = model(input_ids=tokens[i : i + 1, :n]).logits[0]
                 hand = logits[:-1].log_softmax(-1).gather(-1, tokens[i, 1:n, None])[:, 0]
                 torch.testing.assert_close(lp[i, 1:n], hand, atol=1e-4, rtol=1e-4)
+
+
+def model_inputs(model) -> tuple[list, object]:
+    """A list that records the shapes of ``model``'s inputs, and the hook's handle."""
+    seen = []
+    handle = model.register_forward_hook(
+        lambda m, args, kwargs, out: seen.append(
+            (tuple(kwargs["input_ids"].shape), tuple(kwargs["attention_mask"].shape))
+        ),
+        with_kwargs=True,
+    )
+    return seen, handle
+
+
+def scoring_input(mode: str, tok) -> TensorDict:
+    """``CHATS`` as a scorer of ``input_mode=mode`` reads them."""
+    if mode == "history":
+        return chats()
+    texts = [
+        History.from_chats([c])[0].apply_chat_template(tokenizer=tok, add_generation_prompt=False)
+        for c in CHATS
+    ]
+    if mode == "text":
+        return TensorDict({"text": Text(full=texts, batch_size=(2,))}, batch_size=(2,))
+    rows = [torch.tensor(tok(t)["input_ids"]) for t in texts]
+    return lazy_stack([TensorDict({"tokens": Tokens(full=r)}) for r in rows])
+
+
+class TestTransformersWrapperPacking:
+    """``pad_model_input=False``: one packed row, the same log-probs as padded rows."""
+
+    @pytest.mark.parametrize("pad_output", [True, False])
+    @pytest.mark.parametrize("mode", ["history", "text", "tokens"])
+    def test_packed_equals_padded(self, tok, model, mode, pad_output):
+        kwargs = {"input_mode": mode, "generate": False, "pad_output": pad_output}
+        padded = TransformersWrapper(model, tokenizer=tok, **kwargs)
+        packed = TransformersWrapper(model, tokenizer=tok, pad_model_input=False, **kwargs)
+        assert padded.pad_model_input is True and packed.pad_model_input is False
+        expected = padded(scoring_input(mode, tok))
+        seen, handle = model_inputs(model)
+        try:
+            out = packed(scoring_input(mode, tok))
+        finally:
+            handle.remove()
+        mask = out.get(("masks", "all_attention_mask"), as_padded_tensor=True)
+        lengths = mask.sum(-1).tolist()
+        n = sum(lengths)
+        assert seen == [((1, n), (1, 1, n, n))]  # one packed row, a block-causal mask
+        for key in (("log_probs", "full"), ("tokens", "full"), ("masks", "all_attention_mask")):
+            a, b = (o.get(key, as_padded_tensor=True) for o in (out, expected))
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        # and each sequence as if alone
+        lp = out.get(("log_probs", "full"), as_padded_tensor=True)
+        ids = out.get(("tokens", "full"), as_padded_tensor=True)
+        for i, k in enumerate(lengths):
+            torch.testing.assert_close(
+                lp[i, 1:k], direct_log_probs(model, ids[i, :k]), atol=1e-5, rtol=1e-5
+            )
+
+    def test_eager_attention_and_gradients(self, tok):
+        """The additive mask serves eager attention too; gradients match padding's."""
+        eager = make_model(tok)
+        eager.set_attn_implementation("eager")
+        grads = []
+        for pad_model_input in (True, False):
+            eager.zero_grad()
+            scorer = TransformersWrapper(
+                eager,
+                tokenizer=tok,
+                generate=False,
+                pad_output=True,
+                pad_model_input=pad_model_input,
+            )
+            lp = scorer(chats())["log_probs", "full"]
+            lp.sum().backward()
+            grads.append(eager.transformer.wte.weight.grad.clone())
+            if not pad_model_input:
+                n = int(scorer(chats())["masks", "all_attention_mask"][0].sum())
+                ids = scorer(chats())["tokens", "full"][0, :n]
+                torch.testing.assert_close(
+                    lp[0, 1:n].detach(), direct_log_probs(eager, ids), atol=1e-5, rtol=1e-5
+                )
+        torch.testing.assert_close(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+    def test_get_dist_packed(self, tok, model):
+        td = TransformersWrapper(model, tokenizer=tok, generate=False, pad_output=True)(chats())
+        dists = [
+            TransformersWrapper(model, tokenizer=tok, generate=False, pad_model_input=p).get_dist(
+                td, mask_key=("masks", "all_assistant_mask")
+            )
+            for p in (True, False)
+        ]
+        a, b = (d.log_prob(td["tokens", "full"]) for d in dists)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+    @pytest.mark.parametrize("pad_model_input", [True, False])
+    def test_with_generate_raises(self, tok, model, pad_model_input):
+        with pytest.raises(ValueError, match=f"pad_model_input={pad_model_input} is only for"):
+            TransformersWrapper(model, tokenizer=tok, pad_model_input=pad_model_input)
+
+
+class TestTransformersWrapperLayout:
+    """``layout=torch.jagged``: each field one ``[B, j]`` nested tensor."""
+
+    @pytest.mark.parametrize("generate", [True, False])
+    def test_jagged_holds_the_strided_rows(self, tok, model, generate):
+        kwargs = {
+            "generate": generate,
+            "generate_kwargs": {"max_new_tokens": 4, "do_sample": False},
+        }
+        strided = TransformersWrapper(model, tokenizer=tok, **kwargs)
+        jagged = TransformersWrapper(model, tokenizer=tok, layout=torch.jagged, **kwargs)
+        assert strided.layout is torch.strided and jagged.layout is torch.jagged
+        make = prompts if generate else chats
+        expected, out = strided(make()), jagged(make())
+        keys = GENERATED if generate else OUTPUTS
+        for key in keys:
+            value = out.get(key)
+            assert value.is_nested and value.layout is torch.jagged, key
+            for row, exp in zip(value.unbind(0), expected.get(key, as_list=True)):
+                torch.testing.assert_close(row, exp, atol=1e-5, rtol=1e-5)
+        # the fields over the full sequence share their ragged dimension
+        lp, asst = out["log_probs", "full"], out["masks", "all_assistant_mask"]
+        masked = (lp * asst).to_padded_tensor(0.0)
+        torch.testing.assert_close(
+            masked,
+            expected.get(("log_probs", "full"), as_padded_tensor=True)
+            * expected.get(("masks", "all_assistant_mask"), as_padded_tensor=True),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+        assert out[1]["text", "full"] == expected[1]["text", "full"]
+        # the wrapper reads its jagged output back
+        d_out = jagged.get_dist(out, mask_key=("masks", "all_assistant_mask"))
+        d_exp = strided.get_dist(expected, mask_key=("masks", "all_assistant_mask"))
+        full = expected.get(("tokens", "full"), as_padded_tensor=True)
+        torch.testing.assert_close(d_out.log_prob(full), d_exp.log_prob(full))
+
+    def test_one_row_input(self, tok, model):
+        row = chats()[0]
+        out = TransformersWrapper(model, tokenizer=tok, generate=False, layout=torch.jagged)(row)
+        expected = TransformersWrapper(model, tokenizer=tok, generate=False)(chats()[0])
+        assert out.batch_size == ()
+        torch.testing.assert_close(out["log_probs", "full"], expected["log_probs", "full"])
+
+    def test_layout_defaults_and_errors(self, tok, model):
+        assert TransformersWrapper(model, tokenizer=tok, pad_output=True).layout is None
+        with pytest.raises(ValueError, match="layout must be torch.strided or torch.jagged"):
+            TransformersWrapper(model, tokenizer=tok, layout=torch.sparse_coo)
+        with pytest.raises(ValueError, match="layout=torch.jagged is for pad_output=False"):
+            TransformersWrapper(model, tokenizer=tok, layout=torch.jagged, pad_output=True)
+
+
+GREEDY = {"max_new_tokens": 3, "do_sample": False}
+
+
+class TestTransformersWrapperPreferTokens:
+    """``prefer_tokens=True``: a history prompt's tokens read from ``tokens.prompt``."""
+
+    def given(self, tok, text: str) -> torch.Tensor:
+        return torch.tensor(tok(text)["input_ids"])
+
+    def test_given_tokens_are_continued(self, tok, model):
+        own = "<|im_start|>user\nzz<|im_end|>\n<|im_start|>assistant\n"  # not the history's
+        td = prompts()[:1]
+        td.set("tokens", Tokens(prompt=self.given(tok, own)[None], batch_size=(1,)))
+        policy = TransformersWrapper(
+            model, tokenizer=tok, prefer_tokens=True, generate_kwargs=GREEDY
+        )
+        assert policy.prefer_tokens is True
+        out = policy(td.copy())
+        torch.testing.assert_close(out[0]["tokens", "prompt"], self.given(tok, own))
+        assert out[0]["text", "prompt"] == own
+        assert out["history", "prompt"][0].content == ["hi"]  # the history still read
+        # the same answer as a tokens-mode policy given those tokens
+        tokens_in = TensorDict(
+            {"tokens": Tokens(prompt=self.given(tok, own)[None], batch_size=(1,))},
+            batch_size=(1,),
+        )
+        ref = TransformersWrapper(model, tokenizer=tok, input_mode="tokens", generate_kwargs=GREEDY)
+        torch.testing.assert_close(
+            out[0]["tokens", "response"], ref(tokens_in)[0]["tokens", "response"]
+        )
+        # without prefer_tokens the chat template is applied, as before
+        plain = TransformersWrapper(model, tokenizer=tok, generate_kwargs=GREEDY)(td.copy())
+        templated = History.from_chats(PROMPTS[:1])[0].apply_chat_template(tokenizer=tok)
+        assert plain[0]["text", "prompt"] == templated != own
+
+    def test_row_by_row_full_and_padding(self, tok, model):
+        """Row 0 holds padded ``tokens.prompt``, row 1 only ``tokens.full``, row 2 nothing."""
+        texts = ["<|im_start|>user\nab<|im_end|>\n", "<|im_start|>user\nxyz<|im_end|>\n"]
+        pad = tok.pad_token_id
+        ids0 = self.given(tok, texts[0])
+        rows = [
+            TensorDict(
+                {"tokens": Tokens(prompt=torch.cat([torch.full((3,), pad), ids0]), padded=True)}
+            ),
+            TensorDict({"tokens": Tokens(full=self.given(tok, texts[1]))}),
+            TensorDict({}),
+        ]
+        history = History.from_chats(PROMPTS + [[{"role": "user", "content": "q"}]])
+        for i, row in enumerate(rows):
+            row.set("history", ChatHistory(prompt=history[i]))
+        policy = TransformersWrapper(
+            model, tokenizer=tok, prefer_tokens=True, generate_kwargs=GREEDY
+        )
+        out = policy(lazy_stack(rows))
+        prompts_out = out.get(("tokens", "prompt"), as_list=True)
+        torch.testing.assert_close(prompts_out[0], ids0)
+        torch.testing.assert_close(prompts_out[1], self.given(tok, texts[1]))
+        assert out[2]["text", "prompt"] == history[2].apply_chat_template(tokenizer=tok)
+
+    def test_scoring_ignores_it(self, tok, model):
+        """Only a generating history policy reads the tokens (as TorchRL's)."""
+        td = chats()
+        td.set("tokens", Tokens(prompt=torch.zeros(2, 3, dtype=torch.long), batch_size=(2,)))
+        out = TransformersWrapper(model, tokenizer=tok, generate=False, prefer_tokens=True)(td)
+        expected = TransformersWrapper(model, tokenizer=tok, generate=False)(chats())
+        assert out["text", "full"] == expected["text", "full"]

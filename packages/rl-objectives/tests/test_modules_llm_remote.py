@@ -51,7 +51,7 @@ class TestRemoteTransformersWrapper:
                 torch.testing.assert_close(got["tokens", "response"], want["tokens", "response"])
             assert remote.in_keys == local.in_keys and remote.out_keys == local.out_keys
             assert remote.tokens_key == local.tokens_key and remote.generate is True
-            assert remote.get_batching_state() is None
+            assert remote.get_batching_state() == {"batching_enabled": False}
             remote.cleanup_batching()
             pid = remote.worker_pid
         assert not processes_left([pid])  # the actor is gone with the with block

@@ -42,13 +42,10 @@ class _TransformersWrapperActor:
         setattr(self.wrapper, name, value)
 
     def cleanup_batching(self) -> None:
-        cleanup = getattr(self.wrapper, "cleanup_batching", None)  # a wrapper that batches
-        if cleanup is not None:
-            cleanup()
+        self.wrapper.cleanup_batching()
 
     def get_batching_state(self) -> Any:
-        state = getattr(self.wrapper, "get_batching_state", None)
-        return None if state is None else state()
+        return self.wrapper.get_batching_state()
 
 
 def _remote_property(name: str, doc: str, settable: bool = False) -> property:
@@ -211,12 +208,12 @@ class RemoteTransformersWrapper:
         return self._call("log_prob", data, **kwargs)
 
     def cleanup_batching(self):
-        """Releases the actor's batching resources (none without batching)."""
+        """Drops the calls queued in the actor's wrapper (nothing without batching)."""
         if self._remote_wrapper is not None:
             self._ray_get(self._remote_wrapper.cleanup_batching.remote())
 
     def get_batching_state(self):
-        """The actor's batching state (``None`` without batching)."""
+        """The actor's batching state (``{"batching_enabled": False}`` without batching)."""
         if self._remote_wrapper is None:
             raise RuntimeError("the RemoteTransformersWrapper was shut down")
         return self._ray_get(self._remote_wrapper.get_batching_state.remote())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -19,6 +21,7 @@ from torch import nn
 from rl.data.llm import ChatHistory, History, LogProbs, Masks, Text, Tokens
 
 from ..distributions import LLMMaskedCategorical
+from ._batching import RequestBatcher
 
 __all__ = ["LLMWrapperBase", "TransformersWrapper"]
 
@@ -47,8 +50,79 @@ class LLMWrapperBase(TensorDictModuleBase):
     log_probs_key: NestedKey
     history_key: NestedKey
 
+    _batcher: RequestBatcher | None = None
+
     def _logits(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def _forward_batch(self, tensordict: TensorDictBase, **kwargs) -> TensorDictBase:
+        """One model call on ``tensordict``: what a batch of queued calls runs."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ batching
+    def _setup_batching(
+        self,
+        batching: bool | None,
+        min_batch_size: int | None,
+        max_batch_size: int | None,
+        batching_timeout: float,
+    ) -> None:
+        """Checks the batching arguments and builds the queue when batching is on."""
+        if batching is False and (min_batch_size is not None or max_batch_size is not None):
+            raise ValueError(
+                f"min_batch_size={min_batch_size} and max_batch_size={max_batch_size} must "
+                "be None when batching=False"
+            )
+        if batching or min_batch_size is not None or max_batch_size is not None:
+            self._batcher = RequestBatcher(
+                1 if min_batch_size is None else min_batch_size, max_batch_size, batching_timeout
+            )
+        else:
+            self._batcher = None
+
+    @property
+    def batching(self) -> bool:
+        """Whether calls are queued and run in batches (``batching=True`` or a batch size)."""
+        return self._batcher is not None
+
+    def _batched_call(self, tensordict: TensorDictBase, **kwargs) -> TensorDictBase:
+        """``_forward_batch`` on ``tensordict``, through the batching queue when it is on.
+
+        An ``inplace`` wrapper writes each row's outputs into the row it read; the rows of
+        a dense ``[B]`` input are copies of its structure, so their outputs are written
+        back into ``tensordict``, which is returned.
+        """
+        if self._batcher is None:
+            return self._forward_batch(tensordict, **kwargs)
+        out = self._batcher.submit(self._forward_batch, tensordict, **kwargs)
+        if getattr(self, "inplace", False) is True and out is not tensordict:
+            keys = [k for k in self.out_keys if k in out.keys(True)]
+            tensordict.update(out.select(*keys), keys_to_update=keys)
+            return tensordict
+        return out
+
+    def cleanup_batching(self, *, flush: bool = False) -> None:
+        """Empties the batching queue.
+
+        Args:
+            flush (bool): run the queued calls now, so that their callers get their
+                results (``True``), or drop them, so that their callers raise
+                :class:`concurrent.futures.CancelledError` (``False``, the default).
+        """
+        if self._batcher is None:
+            return
+        if flush:
+            self._batcher.flush(self._forward_batch)
+        else:
+            self._batcher.cancel()
+
+    def get_batching_state(self) -> dict:
+        """The batching queue's state: ``batching_enabled``, ``min_batch_size``,
+        ``max_batch_size``, ``queue_size``, ``processing``, ``lock_state``,
+        ``pending_futures`` and ``timeout`` (only ``batching_enabled`` without batching)."""
+        if self._batcher is None:
+            return {"batching_enabled": False}
+        return self._batcher.state()
 
     def get_dist(
         self,
@@ -68,7 +142,10 @@ class LLMWrapperBase(TensorDictModuleBase):
         tokens, attention = self._full_tokens(tensordict)
         logits = self._logits(tokens, attention)
         if mask_key is not None:
-            mask = tensordict.get(mask_key, as_padded_tensor=True, padding_value=0).bool()
+            mask = _padded(tensordict, mask_key)
+            if mask is None:
+                raise KeyError(f"the tensordict has no mask at {mask_key}")
+            mask = mask.bool()
         else:
             mask = attention.bool().clone()
         mask[..., 0] = False
@@ -99,11 +176,11 @@ class LLMWrapperBase(TensorDictModuleBase):
 
     def _full_tokens(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         key = (*_as_tuple(self.tokens_key), "full")
-        tokens = tensordict.get(key, None, as_padded_tensor=True, padding_value=0)
+        tokens = _padded(tensordict, key)
         if tokens is None:
             raise KeyError(f"the tensordict has no full tokens at {key}: run the wrapper first")
         mask_key = (*_as_tuple(self.masks_key), "all_attention_mask")
-        attention = tensordict.get(mask_key, None, as_padded_tensor=True, padding_value=0)
+        attention = _padded(tensordict, mask_key)
         if attention is None:
             lengths = _row_lengths(tensordict, key, tokens.device)
             attention = torch.arange(tokens.shape[-1], device=tokens.device) < lengths.unsqueeze(-1)
@@ -112,6 +189,15 @@ class LLMWrapperBase(TensorDictModuleBase):
 
 def _as_tuple(key: NestedKey) -> tuple:
     return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _padded(tensordict: TensorDictBase, key) -> torch.Tensor | None:
+    """The entry at ``key`` as one right-padded tensor (zeros): rows of their own length,
+    a jagged nested tensor (``layout=torch.jagged``) or a padded tensor; ``None`` if absent."""
+    value = tensordict.get(key, None, as_padded_tensor=True, padding_value=0)
+    if isinstance(value, torch.Tensor) and value.is_nested:
+        value = value.to_padded_tensor(0)
+    return value
 
 
 def _row_lengths(tensordict: TensorDictBase, key, device: torch.device) -> torch.Tensor:
@@ -161,7 +247,17 @@ class TransformersWrapper(LLMWrapperBase):
             defaults to 32, ``do_sample`` to ``True``).
         tokenizer_kwargs (dict, optional): passed to the tokenizer.
         pad_output (bool): write padded ``[B, T]`` tensors (right padding, ``padded=True``)
-            instead of a lazy stack of rows of their own length. Defaults to ``False``.
+            instead of rows of their own length (see ``layout``). Defaults to ``False``.
+        pad_model_input (bool, optional): how a scoring wrapper (``generate=False``) feeds
+            the model: padded rows ``[B, T]`` (``True``, the default) or packed, all
+            sequences in one row ``[1, sum n_i]`` with a block-diagonal causal attention
+            mask and positions restarting at each sequence (``False``: no compute on
+            padding; the model must take a 4D additive attention mask, as ``transformers``'
+            models with eager or SDPA attention do; the mask is ``N x N`` for ``N`` tokens
+            in all, so padding may take less memory for many long sequences). The
+            log-probabilities are the same up to float rounding; the outputs' padding is
+            ``pad_output``'s. Giving it with
+            ``generate=True`` raises a ``ValueError``, as in TorchRL.
         inplace (bool, optional): write into the input tensordict (default) or a new one.
         device (torch.device, optional): where the model computes: the tokens and
             attention masks are moved there before each call of the model (``forward``,
@@ -169,14 +265,57 @@ class TransformersWrapper(LLMWrapperBase):
             too, unless the input tensordict has a device, to which they are then moved (as
             TorchRL's wrapper moves them). Defaults to the device of the model's parameters
             (TorchRL moves nothing then: its model must be on the CPU).
+        layout (torch.layout, optional): with ``pad_output=False``, how rows of their own
+            length are written: ``torch.strided`` (the default: a lazy stack of rows, each a
+            tensor of its length) or ``torch.jagged`` (each field one ``[B, j]`` jagged
+            nested tensor). ``torch.jagged`` with ``pad_output=True`` raises a
+            ``ValueError``. The attribute ``layout`` is ``None`` when ``pad_output=True``
+            and none is given, as in TorchRL (whose wrapper stores it but writes lazy
+            stacks either way).
         return_log_probs (bool, optional): also write log-probabilities when generating
             (always in scoring mode). Defaults to ``True``.
         chat_template_name, chat_template: the chat template for history inputs.
         history_key, text_key, tokens_key, masks_key, log_probs_key: output keys.
+        batching (bool, optional): queue the calls made from several threads and run them
+            as one batched model call (see Batching below). ``True`` turns it on with
+            ``min_batch_size=1``; giving a batch size turns it on too. Defaults to off.
+        min_batch_size (int, optional): rows needed to run a batch before
+            ``batching_timeout``. Defaults to 1 when batching.
+        max_batch_size (int, optional): most rows in one model call. Defaults to all
+            the queued rows.
+        batching_timeout (float): seconds a call waits for ``min_batch_size`` rows before
+            it runs the rows queued so far. Defaults to 10.0.
+        prefer_tokens (bool): in history mode, when generating, take the prompt's tokens
+            from the input's ``(tokens_key, "prompt")`` (else ``(tokens_key, "full")``),
+            row by row, instead of applying the chat template to the history: the model
+            then continues exactly the tokens an environment keeps (``ChatEnv`` with a
+            tokenizer, ``IncrementalTokenizer``). A row holding neither is tokenized from
+            its history; padded tokens (``padded=True``) lose their padding tokens. The
+            history is still read (it is the prompt of the ``ChatHistory`` written).
+            Other modes read tokens or text as they do without it. Defaults to ``False``.
+
+    **Batching.** With batching on, a call puts the rows of its input (a ``[B]``
+    tensordict, or a ``[]`` one as one row) in a queue shared by all threads, and runs
+    batches itself: while ``min_batch_size`` rows or more wait, it runs the model once on
+    up to ``max_batch_size`` of them and hands each row's outputs back to its caller, the
+    same outputs an unbatched call gives (up to float rounding, and with the same random
+    draws only when generating greedily). A call whose rows wait longer than
+    ``batching_timeout`` runs the rows queued so far, however few: no call waits longer
+    than that plus the batches before its own. No thread is started: batches run in the
+    calling threads, one at a time, so nothing outlives the calls.
+    :meth:`cleanup_batching` drops (or, with ``flush=True``, runs) the queued rows;
+    :meth:`get_batching_state` reports the queue. An ``inplace`` wrapper writes the
+    outputs into the caller's input; keyword arguments of a call only reach the batch it
+    runs itself. (TorchRL's queue waits without a timeout when fewer than
+    ``min_batch_size`` rows come; here the timeout is honoured, as TorchRL documents.)
 
     Raises:
         ValueError: an unknown ``input_mode``; a prompt longer than the model's context
-            (``n_positions`` / ``max_position_embeddings``).
+            (``n_positions`` / ``max_position_embeddings``); ``pad_model_input`` with
+            ``generate=True``; an unknown ``layout``, or ``torch.jagged`` with
+            ``pad_output=True``; a batch size with ``batching=False``, below 1, or
+            ``min_batch_size > max_batch_size``; a ``batching_timeout`` that is not a
+            positive number; an input with more than one batch dimension when batching.
 
     Examples:
         See ``docs/llm.md``: the model and tokenizer must be built or loaded first.
@@ -194,8 +333,10 @@ class TransformersWrapper(LLMWrapperBase):
         generate_kwargs: dict | None = None,
         tokenizer_kwargs: dict | None = None,
         pad_output: bool = False,
+        pad_model_input: bool | None = None,
         inplace: bool | None = None,
         device: torch.device | None = None,
+        layout: torch.layout | None = None,
         num_samples: int | None = None,
         chat_template_name: str | None = None,
         chat_template: str | None = None,
@@ -205,8 +346,14 @@ class TransformersWrapper(LLMWrapperBase):
         tokens_key: NestedKey = "tokens",
         masks_key: NestedKey = "masks",
         log_probs_key: NestedKey = "log_probs",
+        batching: bool | None = None,
+        min_batch_size: int | None = None,
+        max_batch_size: int | None = None,
+        batching_timeout: float = 10.0,
+        prefer_tokens: bool = False,
     ):
         super().__init__()
+        self._setup_batching(batching, min_batch_size, max_batch_size, batching_timeout)
         if input_mode not in _INPUT_MODES:
             raise ValueError(f"input_mode {input_mode!r} is not one of {_INPUT_MODES}")
         if input_mode != "tokens" and tokenizer is None:
@@ -229,6 +376,18 @@ class TransformersWrapper(LLMWrapperBase):
         self.generate_kwargs = {"max_new_tokens": 32, "do_sample": True, **(generate_kwargs or {})}
         self.tokenizer_kwargs = dict(tokenizer_kwargs or {})
         self.pad_output = pad_output
+        if pad_model_input is not None and generate:
+            raise ValueError(
+                f"pad_model_input={pad_model_input} is only for scoring (generate=False), "
+                "got generate=True"
+            )
+        self.pad_model_input = True if pad_model_input is None else bool(pad_model_input)
+        if layout not in (None, torch.strided, torch.jagged):
+            raise ValueError(f"layout must be torch.strided or torch.jagged, got {layout!r}")
+        if pad_output and layout is torch.jagged:
+            raise ValueError("layout=torch.jagged is for pad_output=False, got pad_output=True")
+        self.layout = torch.strided if layout is None and not pad_output else layout
+        self.prefer_tokens = bool(prefer_tokens)
         self.inplace = True if inplace is None else inplace
         self.device = None if device is None else torch.device(device)
         self.return_log_probs = True if return_log_probs is None else return_log_probs
@@ -248,19 +407,46 @@ class TransformersWrapper(LLMWrapperBase):
         self._check_length(tokens.shape[-1], "full")
         device = self._model_device()
         tokens, attention_mask = tokens.to(device), attention_mask.to(device)
-        positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
-        logits = self.model(
-            input_ids=tokens, attention_mask=attention_mask, position_ids=positions
-        ).logits
+        if self.pad_model_input:
+            positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
+            logits = self.model(
+                input_ids=tokens, attention_mask=attention_mask, position_ids=positions
+            ).logits
+        else:
+            logits = self._packed_logits(tokens, attention_mask)
         return torch.cat([torch.zeros_like(logits[..., :1, :]), logits[..., :-1, :]], -2)
+
+    def _packed_logits(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The model's logits ``[B, T, C]`` for ``tokens`` ``[B, T]`` (zero where
+        ``attention_mask`` is 0), from one call on the attended tokens packed in one row.
+
+        Token ``k`` of the packed row ``[1, N]`` attends to the tokens ``<= k`` of its own
+        sequence only (a ``[1, 1, N, N]`` additive mask: 0 or the dtype's lowest value),
+        and its position counts from its sequence's first attended token, so each sequence
+        is scored as if it were alone.
+        """
+        keep = attention_mask.bool()
+        seq = torch.arange(tokens.shape[0], device=tokens.device)[:, None].expand_as(tokens)[keep]
+        positions = (attention_mask.long().cumsum(-1) - 1)[keep]
+        order = torch.arange(seq.numel(), device=tokens.device)
+        allowed = (seq[:, None] == seq[None, :]) & (order[None, :] <= order[:, None])
+        dtype = next(
+            (p.dtype for p in _parameters(self.model) if p.is_floating_point()), torch.float32
+        )
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=tokens.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+        packed = self.model(
+            input_ids=tokens[keep][None], attention_mask=mask, position_ids=positions[None]
+        ).logits[0]
+        logits = packed.new_zeros((*tokens.shape, packed.shape[-1]))
+        return logits.masked_scatter(keep[..., None], packed)
 
     def _model_device(self) -> torch.device:
         """Where the model computes: ``device`` if given, else its parameters' device (the
         CPU for a model without parameters)."""
         if self.device is not None:
             return self.device
-        params = self.model.parameters() if isinstance(self.model, nn.Module) else iter(())
-        first = next(params, None)
+        first = next(_parameters(self.model), None)
         return torch.device("cpu") if first is None else first.device
 
     def _check_length(self, length: int, field: str) -> None:
@@ -284,19 +470,27 @@ class TransformersWrapper(LLMWrapperBase):
             if history is None:
                 raise KeyError(f"history input: no History at {key}")
             extra["history"] = history
-            out = history.apply_chat_template(
-                tokenizer=self.tokenizer,
-                add_generation_prompt=self.generate,
-                tokenize=True,
-                return_dict=True,
-                return_assistant_tokens_mask=not self.generate,
-                **self._template_kwargs(),
-            )
-            if out.batch_dims == 0:
-                out = out.unsqueeze(0)
-            rows = list(out.get("input_ids", as_list=True))
-            if not self.generate:
-                extra["assistant"] = [m.bool() for m in out.get("assistant_masks", as_list=True)]
+            given = [None] * td.batch_size[0]
+            if self.prefer_tokens and self.generate:
+                given = self._given_prompt_tokens(td)
+            rows = given
+            if any(g is None for g in given):
+                out = history.apply_chat_template(
+                    tokenizer=self.tokenizer,
+                    add_generation_prompt=self.generate,
+                    tokenize=True,
+                    return_dict=True,
+                    return_assistant_tokens_mask=not self.generate,
+                    **self._template_kwargs(),
+                )
+                if out.batch_dims == 0:
+                    out = out.unsqueeze(0)
+                templated = list(out.get("input_ids", as_list=True))
+                rows = [t if g is None else g for g, t in zip(given, templated)]
+                if not self.generate:
+                    extra["assistant"] = [
+                        m.bool() for m in out.get("assistant_masks", as_list=True)
+                    ]
         elif self.input_mode == "text":
             text = td.get(key, None)
             if text is None:
@@ -316,17 +510,30 @@ class TransformersWrapper(LLMWrapperBase):
                 raise KeyError(f"tokens input: no tokens at {key}")
             rows = _rows(td, key)
             mask_key = (*_as_tuple(self.masks_key), "all_attention_mask")
-            padded = td.get((*_as_tuple(self.tokens_key), "padded"), False)
-            if isinstance(padded, NonTensorStack):  # one flag per row (a lazy stack of rows)
-                padded = all(bool(p) for p in padded.tolist())
-            elif isinstance(padded, NonTensorData):  # the flag as a Tokens container stores it
-                padded = padded.data
-            if not self.generate and mask_key in td.keys(True) and bool(padded):
+            padded = _flag(td.get((*_as_tuple(self.tokens_key), "padded"), False))
+            if not self.generate and mask_key in td.keys(True) and padded:
                 masks = _rows(td, mask_key)
                 rows = [r[m.bool()] for r, m in zip(rows, masks)]
         for r in rows:
             self._check_length(r.shape[-1], which)
         return [r.long().reshape(-1) for r in rows], extra
+
+    def _given_prompt_tokens(self, td: TensorDictBase) -> list[torch.Tensor | None]:
+        """Per row of ``td``, the prompt's tokens it holds (``prefer_tokens``): those at
+        ``(tokens_key, "prompt")``, else at ``(tokens_key, "full")``, without their padding
+        tokens when stored padded; ``None`` for a row holding neither."""
+        found = []
+        for row in td.unbind(0):
+            tokens = None
+            for field in ("prompt", "full"):
+                tokens = row.get((*_as_tuple(self.tokens_key), field), None)
+                if tokens is not None:
+                    break
+            padded = row.get((*_as_tuple(self.tokens_key), "padded"), False)
+            if tokens is not None and _flag(padded):
+                tokens = tokens[tokens != self._pad_id()]
+            found.append(tokens)
+        return found
 
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
@@ -370,6 +577,9 @@ class TransformersWrapper(LLMWrapperBase):
         return 0
 
     def forward(self, tensordict: TensorDictBase, **kwargs) -> TensorDictBase:
+        return self._batched_call(tensordict, **kwargs)
+
+    def _forward_batch(self, tensordict: TensorDictBase, **kwargs) -> TensorDictBase:
         td = tensordict if tensordict.batch_dims else tensordict.unsqueeze(0)
         rows, extra = self._read_prompt_rows(td)
         if len(rows) != td.batch_size[0]:
@@ -406,8 +616,8 @@ class TransformersWrapper(LLMWrapperBase):
                 dist = LLMMaskedCategorical(logits, _no_first(attention.bool()))
                 logp = dist.log_prob(tokens)
         self._write(out, extra, prompts, responses, fulls, tokens, attention, assistant, logp)
-        if not tensordict.batch_dims:
-            out = out.squeeze(0)
+        if not tensordict.batch_dims:  # a jagged tensor has no squeeze along its batch
+            out = out[0] if self.layout is torch.jagged else out.squeeze(0)
         return out
 
     def _write(self, out, extra, prompts, responses, fulls, tokens, attention, assistant, logp):
@@ -426,6 +636,9 @@ class TransformersWrapper(LLMWrapperBase):
         def container(cls, **fields):
             if self.pad_output:
                 return cls(**fields, padded=True, batch_size=(n,))
+            if self.layout is torch.jagged:
+                nested = {k: None if v is None else jagged(v) for k, v in fields.items()}
+                return cls(**nested, padded=False, batch_size=(n,))
             rows = []
             for i in range(n):
                 rows.append(
@@ -436,6 +649,23 @@ class TransformersWrapper(LLMWrapperBase):
                     )
                 )
             return lazy_stack(rows)
+
+        offsets = {}
+
+        def jagged(rows):
+            # one offsets tensor per set of lengths: fields of the same lengths share their
+            # ragged dimension, so that they combine (``log_probs * mask``)
+            key = (rows[0].device, *(r.numel() for r in rows))
+            if key not in offsets:
+                bounds = [0, *itertools.accumulate(r.numel() for r in rows)]
+                offsets[key] = torch.tensor(bounds, device=rows[0].device)
+            lengths = key[1:]
+            return torch.nested.nested_tensor_from_jagged(
+                torch.cat(rows),
+                offsets[key],
+                min_seqlen=min(lengths),
+                max_seqlen=max(lengths),  # else to_padded_tensor pads to the total length
+            )
 
         def cut(padded):
             return None if padded is None else [padded[i, :k] for i, k in enumerate(lengths)]
@@ -512,6 +742,21 @@ def _right_pad(rows: list[torch.Tensor], fill) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, : r.numel()] = r
     return out
+
+
+def _flag(value) -> bool:
+    """A boolean stored in a tensordict: a bool, a one-element tensor, ``NonTensorData``
+    or a ``NonTensorStack`` (true when every row's is)."""
+    if isinstance(value, NonTensorStack):
+        return all(bool(v) for v in value.tolist())
+    if isinstance(value, NonTensorData):
+        return bool(value.data)
+    return bool(value)
+
+
+def _parameters(model) -> Iterator[torch.Tensor]:
+    """The parameters of ``model`` (none when it is not a module)."""
+    return model.parameters() if isinstance(model, nn.Module) else iter(())
 
 
 def _no_first(mask: torch.Tensor) -> torch.Tensor:

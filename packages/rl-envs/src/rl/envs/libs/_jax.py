@@ -1,0 +1,264 @@
+"""JAX arrays to torch tensors and back, and JAX's random key, for the JAX simulators
+(:mod:`rl.envs.libs.jumanji`, :mod:`rl.envs.libs.brax`).
+
+Arrays cross through DLPack: a CPU JAX array becomes a torch tensor on the same memory
+(no copy), a contiguous torch tensor becomes a JAX array on the same memory. JAX treats
+its arrays as immutable, so the wrappers hand torch only arrays that JAX does not read
+again (their jitted functions return the observations as arrays of their own).
+
+JAX is imported on first use (the module itself imports only torch), so importing a
+wrapper's module does not import JAX.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "JaxKey",
+    "check_batch_size",
+    "import_jax",
+    "split_keys",
+    "strong_types",
+    "to_jax",
+    "to_torch",
+    "torch_dtype",
+    "tree_from_state",
+    "tree_state",
+    "tree_to_torch",
+]
+
+_has_jax = importlib.util.find_spec("jax") is not None
+
+_NP_TO_TORCH = {
+    np.dtype("bool"): torch.bool,
+    np.dtype("uint8"): torch.uint8,
+    np.dtype("int8"): torch.int8,
+    np.dtype("int16"): torch.int16,
+    np.dtype("uint16"): torch.uint16,
+    np.dtype("int32"): torch.int32,
+    np.dtype("uint32"): torch.uint32,
+    np.dtype("int64"): torch.int64,
+    np.dtype("uint64"): torch.uint64,
+    np.dtype("float16"): torch.float16,
+    np.dtype("float32"): torch.float32,
+    np.dtype("float64"): torch.float64,
+    np.dtype("complex64"): torch.complex64,
+    np.dtype("complex128"): torch.complex128,
+}
+
+
+def import_jax(extra: str):
+    """Imports and returns ``jax``, or raises an ``ImportError`` naming the extra of
+    ``rl-envs`` that installs it (``"jumanji"``, ``"brax"``)."""
+    if not _has_jax:
+        raise ImportError(f'JAX is not installed: pip install "rl-envs[{extra}]"')
+    import jax
+
+    return jax
+
+
+def torch_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype of a JAX / numpy dtype (``bfloat16`` included).
+
+    Raises:
+        TypeError: torch has no such dtype.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.name == "bfloat16":  # ml_dtypes' numpy extension type
+        return torch.bfloat16
+    if dtype not in _NP_TO_TORCH:
+        raise TypeError(f"JAX dtype {dtype} has no torch equivalent")
+    return _NP_TO_TORCH[dtype]
+
+
+def to_torch(value: Any, device: torch.device | None = None) -> torch.Tensor:
+    """A JAX (or numpy) array as a torch tensor: the same memory where both live on one
+    device (DLPack), a copy onto ``device`` otherwise.
+
+    Args:
+        value: a ``jax.Array``, a numpy array or a Python / numpy scalar.
+        device: the device of the result (``None``: where the array is).
+    """
+    if isinstance(value, np.ndarray | np.generic | int | float | bool):
+        tensor = torch.as_tensor(np.asarray(value))
+    else:
+        tensor = torch.from_dlpack(value)
+    if device is not None and tensor.device != device:
+        tensor = tensor.to(device)
+    return tensor
+
+
+def to_jax(tensor: torch.Tensor, dtype: Any = None):
+    """A torch tensor as a JAX array (the same memory when it is contiguous and already
+    of ``dtype``), detached from autograd.
+
+    Args:
+        tensor: the tensor.
+        dtype: the JAX / numpy dtype of the result (``None``: the tensor's). The cast is
+            done in torch, so JAX sees the dtype its jitted functions were traced with
+            and does not trace them again.
+    """
+    import jax
+
+    tensor = tensor.detach()
+    if dtype is not None:
+        tensor = tensor.to(torch_dtype(dtype))
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    return jax.numpy.from_dlpack(tensor)
+
+
+def split_keys(key, n: int):
+    """``(next_key, keys)``: the key that follows ``key`` and ``n`` fresh keys ``[n, 2]``.
+
+    They are ``jax.random.split(key, n + 1)`` (first row: the next key), TorchRL's scheme,
+    so a seed gives the keys it gives in TorchRL. Traceable: the wrappers call it inside
+    their jitted reset.
+    """
+    import jax
+
+    keys = jax.random.split(key, n + 1)
+    return keys[0], keys[1:]
+
+
+def strong_types(tree: Any) -> Any:
+    """``tree`` with no weakly typed leaf (a ``jnp.array(0.0)`` a reset writes and its
+    step replaces by a computed value). Traceable: the wrappers apply it to the state
+    their jitted reset and step return, so the state has one type and the step compiles
+    once.
+    """
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
+
+
+def tree_to_torch(tree: Any, device: torch.device | None = None) -> Any:
+    """The leaves of a JAX pytree as torch tensors (:func:`to_torch`), keeping its
+    structure: dicts, named tuples and dataclasses become dicts keyed by field name,
+    ``None`` fields are left out."""
+    if tree is None:
+        return None
+    if isinstance(tree, Mapping):
+        items = tree.items()
+    elif isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        items = zip(tree._fields, tree)
+    elif hasattr(tree, "__dataclass_fields__"):
+        items = ((name, getattr(tree, name)) for name in tree.__dataclass_fields__)
+    else:
+        return to_torch(tree, device)
+    out = {}
+    for name, value in items:
+        value = tree_to_torch(value, device)
+        if value is not None and not (isinstance(value, dict) and not value):
+            out[str(name)] = value
+    return out
+
+
+class JaxKey:
+    """The PRNG key of a JAX simulator wrapper: seeded by ``set_seed``, moved on by each
+    reset (:func:`split_keys`).
+
+    An unseeded key draws its seed from torch's global generator on first use, so
+    ``torch.manual_seed`` makes an unseeded env reproducible too.
+
+    Args:
+        extra: the extra of ``rl-envs`` named when JAX is missing.
+    """
+
+    def __init__(self, extra: str) -> None:
+        self._extra = extra
+        self.key = None
+
+    def seed(self, seed: int) -> None:
+        """Starts the key over from ``seed`` (``jax.random.PRNGKey(seed)``).
+
+        Raises:
+            TypeError: ``seed`` is not an int.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        jax = import_jax(self._extra)
+        # PRNGKey takes a 64-bit seed; rl's derived seeds stay below 2**63
+        self.set(jax.random.PRNGKey(int(seed) % (1 << 63)))
+
+    def set(self, key) -> None:
+        """Holds ``key``, committed to JAX's default device.
+
+        Arrays that come from torch (DLPack) are committed to their device; a jitted
+        function called with committed arrays compiles anew for uncommitted ones, so the
+        key is committed too: the state reset makes and the state step makes then match
+        and each function compiles once.
+        """
+        import jax
+
+        self.key = None if key is None else jax.device_put(key, jax.devices()[0])
+
+    def current(self):
+        """The held key (seeded from torch's global generator if it never was)."""
+        if self.key is None:
+            self.seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+        return self.key
+
+    def state(self) -> torch.Tensor | None:
+        """The held key as a tensor (``None`` before the first seed or reset)."""
+        return None if self.key is None else to_torch(self.key).clone()
+
+    def load_state(self, value: torch.Tensor | None) -> None:
+        """Restores :meth:`state`."""
+        self.set(None if value is None else to_jax(value))
+
+
+def tree_state(tree: Any) -> list[torch.Tensor]:
+    """The leaves of a JAX pytree as tensors (copies), for an env's ``env_state()``."""
+    import jax
+
+    return [to_torch(leaf).clone() for leaf in jax.tree_util.tree_leaves(tree)]
+
+
+def tree_from_state(like: Any, leaves: list[torch.Tensor], name: str) -> Any:
+    """The pytree of ``like``'s structure made of ``leaves`` (:func:`tree_state`).
+
+    Raises:
+        ValueError: the leaves do not match ``like``'s (number, shapes or dtypes),
+            naming ``name``.
+    """
+    import jax
+
+    ref, treedef = jax.tree_util.tree_flatten(like)
+    if len(leaves) != len(ref) or any(
+        tuple(t.shape) != tuple(r.shape) or t.dtype != torch_dtype(r.dtype)
+        for t, r in zip(leaves, ref)
+    ):
+        raise ValueError(
+            f"cannot restore the state of {name}: expected {len(ref)} arrays of shapes "
+            f"{[tuple(r.shape) for r in ref]}, got {len(leaves)} of shapes "
+            f"{[tuple(t.shape) for t in leaves]}"
+        )
+    return jax.tree_util.tree_unflatten(treedef, [to_jax(t.clone()) for t in leaves])
+
+
+def check_batch_size(batch_size: Any) -> torch.Size:
+    """``batch_size`` as a ``torch.Size`` of positive ints (``None``: ``[]``).
+
+    Raises:
+        ValueError: it is not a sequence of positive ints, naming it.
+    """
+    if batch_size is None:
+        return torch.Size([])
+    if isinstance(batch_size, int):
+        batch_size = (batch_size,)
+    try:
+        dims = tuple(batch_size)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, int | np.integer) and not isinstance(d, bool) and d > 0 for d in dims
+    ):
+        raise ValueError(f"batch_size must be a sequence of positive ints, got {batch_size!r}")
+    return torch.Size(int(d) for d in dims)

@@ -13,15 +13,19 @@ wrapper's module does not import JAX.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
-from typing import Any
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 __all__ = [
     "JaxKey",
+    "SimFunctions",
+    "build_functions",
     "check_batch_size",
+    "compiled_functions",
     "import_jax",
     "split_keys",
     "strong_types",
@@ -262,3 +266,88 @@ def check_batch_size(batch_size: Any) -> torch.Size:
     ):
         raise ValueError(f"batch_size must be a sequence of positive ints, got {batch_size!r}")
     return torch.Size(int(d) for d in dims)
+
+
+# per simulator object: its compiled functions, by configuration (batch numel, ...)
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def compiled_functions(env: Any, config: tuple, build: Callable[[Any], Any]) -> Any:
+    """``build(weakref.ref(env))``, made once per simulator object and ``config``.
+
+    JAX compiles a jitted function for each function object it is given, so two wrappers
+    of one Jumanji / Brax env (or one wrapper rebuilt) would compile the same
+    ``reset`` / ``step`` twice. The functions ``build`` makes reach the env through the
+    weak reference, so the cache does not keep the env alive (its entry goes with it).
+    """
+    try:
+        per_env = _COMPILED.setdefault(env, {})
+    except TypeError:  # an env that cannot be weakly referenced or hashed: no sharing
+        return build(lambda env=env: env)
+    if config not in per_env:
+        per_env[config] = build(weakref.ref(env))
+    return per_env[config]
+
+
+class SimFunctions(NamedTuple):
+    """The JAX functions of a wrapper over ``n`` copies of a simulator (all jitted, or
+    all eager), made by :func:`build_functions`.
+
+    - ``reset(key) -> (next_key, state, outputs)``: resets every copy;
+    - ``reset_some(key, state, mask) -> (next_key, state, outputs)``: resets the copies
+      where ``mask`` (``[n]`` bool) is set, the others keep their state (``outputs``
+      are those of the fresh states; the caller keeps its values for the others);
+    - ``step(state, action) -> (state, outputs)``.
+    """
+
+    reset: Callable
+    reset_some: Callable
+    step: Callable
+
+
+def build_functions(
+    env_ref: Callable[[], Any],
+    n: int,
+    reset: Callable,
+    step: Callable,
+    outputs: Callable,
+    jit: bool = True,
+) -> SimFunctions:
+    """The :class:`SimFunctions` of a simulator, ``jax.vmap``-ed over ``n`` copies.
+
+    Args:
+        env_ref: returns the simulator (a weak reference, see :func:`compiled_functions`).
+        n: the number of copies (the numel of the wrapper's batch size).
+        reset: ``reset(env, key) -> (state, view)`` for one copy.
+        step: ``step(env, state, action) -> (state, view)`` for one copy.
+        outputs: ``outputs(view) -> arrays`` (batched): what crosses to torch. It returns
+            arrays of their own (``jnp.array(x, copy=True)``) where the state holds the
+            same values, as torch may write into what it is given.
+        jit: compile the three functions with ``jax.jit``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def fresh(key):
+        key, keys = split_keys(key, n)
+        state, view = jax.vmap(lambda k: reset(env_ref(), k))(keys)
+        return key, strong_types(state), view
+
+    def reset_all(key):
+        key, state, view = fresh(key)
+        return key, state, outputs(view)
+
+    def reset_some(key, state, mask):
+        key, new, view = fresh(key)
+
+        def pick(a, b):
+            return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
+
+        return key, jax.tree_util.tree_map(pick, new, state), outputs(view)
+
+    def step_all(state, action):
+        state, view = jax.vmap(lambda s, a: step(env_ref(), s, a))(state, action)
+        return strong_types(state), outputs(view)
+
+    wrap = jax.jit if jit else (lambda f: f)
+    return SimFunctions(wrap(reset_all), wrap(reset_some), wrap(step_all))

@@ -22,9 +22,10 @@ from rl.envs._env_base import EnvBase
 from ._common import ClassProperty
 from ._jax import (
     JaxKey,
+    build_functions,
     check_batch_size,
+    compiled_functions,
     import_jax,
-    split_keys,
     strong_types,
     to_jax,
     to_torch,
@@ -174,11 +175,18 @@ class BraxWrapper(EnvBase):
         self._grad_leaves = None  # requires_grad: the state's float leaves, in torch
         self._grad_outputs = None  # requires_grad: the flags of the step being written
         self._make_specs(env)
-        self._reset_fn = jax.jit(self._reset_all)
-        self._partial_reset_fn = jax.jit(self._reset_some)
-        self._step_fn = jax.jit(self._step_all)
-        self._vjp_fn = jax.jit(self._step_vjp)
-        self._backward_fn = jax.jit(_apply_vjp)
+        n, outputs = self.numel(), functools.partial(_outputs, self._has_truncation)
+        self._fns = compiled_functions(
+            env,
+            ("brax", n, self._has_truncation),
+            lambda env_ref: build_functions(env_ref, n, _reset_one, _step_one, outputs),
+        )
+        self._vjp_fn = compiled_functions(
+            env,
+            ("brax-vjp", n, self._has_truncation),
+            lambda env_ref: jax.jit(functools.partial(_step_vjp, env_ref, outputs)),
+        )
+        self._backward_fn = _apply_vjp
 
     # ------------------------------------------------------------------------ attributes
     @property
@@ -238,57 +246,6 @@ class BraxWrapper(EnvBase):
             flags["truncated"] = flag.clone()
         self.full_done_spec = Composite(flags, shape=bs, device=device)
 
-    # ------------------------------------------------------------------------ JAX side
-    def _outputs(self, state):
-        """What crosses to torch: the observation (an array of its own: JAX reads the
-        state's again), the reward and the flags."""
-        import jax.numpy as jnp
-
-        done = state.done > 0
-        if self._has_truncation:
-            truncated = state.info["truncation"] > 0
-        else:
-            truncated = jnp.zeros_like(done)
-        obs = jnp.array(state.obs, copy=True)
-        return obs, state.reward.astype(jnp.float32), done & ~truncated, truncated
-
-    def _reset_all(self, key):
-        import jax
-
-        key, keys = split_keys(key, self.numel())
-        state = strong_types(jax.vmap(self._env.reset)(keys))
-        return key, state, self._outputs(state)
-
-    def _reset_some(self, key, state, mask):
-        import jax
-        import jax.numpy as jnp
-
-        key, fresh, _ = self._reset_all(key)
-
-        def pick(new, old):
-            return jnp.where(mask.reshape(mask.shape + (1,) * (new.ndim - 1)), new, old)
-
-        state = jax.tree_util.tree_map(pick, fresh, state)
-        return key, state, self._outputs(state)
-
-    def _step_all(self, state, action):
-        import jax
-
-        state = strong_types(jax.vmap(self._env.step)(state, action))
-        return state, self._outputs(state)
-
-    def _step_vjp(self, state, action):
-        """The next state, the pullback of the vmapped step (a pytree: jit returns it) and
-        the outputs."""
-        import jax
-
-        def step(state, action):
-            state = strong_types(jax.vmap(self._env.step)(state, action))
-            return state, self._outputs(state)
-
-        next_state, pullback, outputs = jax.vjp(step, state, action, has_aux=True)
-        return next_state, pullback, outputs
-
     # ------------------------------------------------------------------------ torch side
     def _write(self, outputs, reset: bool = False) -> TensorDict:
         obs, reward, terminated, truncated = outputs
@@ -310,11 +267,11 @@ class BraxWrapper(EnvBase):
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
         if mask is None or self._state is None or bool(mask.all()):
-            key, self._state, outputs = self._reset_fn(self._key.current())
+            key, self._state, outputs = self._fns.reset(self._key.current())
             self._grad_leaves = None
         else:
             flat_mask = mask.reshape(self.numel())
-            key, self._state, outputs = self._partial_reset_fn(
+            key, self._state, outputs = self._fns.reset_some(
                 self._key.current(), self._state, to_jax(flat_mask, np.bool_)
             )
             if self._grad_leaves is not None:  # the copies not reset keep their history
@@ -334,7 +291,7 @@ class BraxWrapper(EnvBase):
         if self.requires_grad:
             out = self._step_with_grad(flat)
         else:
-            self._state, outputs = self._step_fn(self._state, to_jax(flat, np.float32))
+            self._state, outputs = self._fns.step(self._state, to_jax(flat, np.float32))
             out = self._write(outputs)
         self._step_count += 1
         if (
@@ -419,8 +376,49 @@ def _float_leaves(state, device) -> list[torch.Tensor]:
     return [to_torch(leaf, device) for leaf in jax.tree_util.tree_leaves(state) if _is_float(leaf)]
 
 
+def _reset_one(env, key):
+    state = env.reset(key)
+    return state, state
+
+
+def _step_one(env, state, action):
+    state = env.step(state, action)
+    return state, state
+
+
+def _outputs(has_truncation: bool, state):
+    """What crosses to torch: the observation (an array of its own: the next step reads
+    the state's), the reward and the flags."""
+    import jax.numpy as jnp
+
+    done = state.done > 0
+    truncated = state.info["truncation"] > 0 if has_truncation else jnp.zeros_like(done)
+    obs = jnp.array(state.obs, copy=True)
+    return obs, state.reward.astype(jnp.float32), done & ~truncated, truncated
+
+
+def _step_vjp(env_ref, outputs, state, action):
+    """The next state, the pullback of the vmapped step (a pytree: jit returns it) and
+    the outputs."""
+    import jax
+
+    def step(state, action):
+        state = strong_types(jax.vmap(env_ref().step)(state, action))
+        return state, outputs(state)
+
+    return jax.vjp(step, state, action, has_aux=True)
+
+
+@functools.cache
+def _apply_vjp_jitted():
+    import jax
+
+    return jax.jit(lambda pullback, cotangent: pullback(cotangent))
+
+
 def _apply_vjp(pullback, cotangent):
-    return pullback(cotangent)
+    """``pullback(cotangent)``, compiled (once per pullback structure)."""
+    return _apply_vjp_jitted()(pullback, cotangent)
 
 
 class _BraxStep(torch.autograd.Function):

@@ -8,6 +8,7 @@ is imported on first use; ``pip install "rl-envs[jumanji]"`` installs it (with J
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 from typing import Any
 
@@ -31,10 +32,10 @@ from rl.envs._env_base import EnvBase
 from ._common import ClassProperty
 from ._jax import (
     JaxKey,
+    build_functions,
     check_batch_size,
+    compiled_functions,
     import_jax,
-    split_keys,
-    strong_types,
     to_jax,
     to_torch,
     torch_dtype,
@@ -106,6 +107,30 @@ def _spec_leaves(spec, prefix=()) -> list[tuple[str, ...]]:
     if not parts:
         return [prefix]
     return [path for name, part in parts.items() for path in _spec_leaves(part, (*prefix, name))]
+
+
+def _reset_one(env, key):
+    return env.reset(key)  # (state, timestep)
+
+
+def _step_one(env, state, action):
+    return env.step(state, action)  # (state, timestep)
+
+
+def _outputs(paths, last_type, timestep):
+    """What crosses to torch: the observation arrays, the reward and the two flags."""
+    import jax.numpy as jnp
+
+    obs = {}
+    for key, path in paths:
+        value = timestep.observation
+        for name in path:
+            value = getattr(value, name)
+        # an array of its own: the state may hold the same buffer
+        obs[key] = jnp.array(value, copy=True)
+    last = timestep.step_type == last_type
+    ended = timestep.discount == 0
+    return obs, timestep.reward, last & ended, last & ~ended
 
 
 class JumanjiWrapper(EnvBase):
@@ -242,12 +267,21 @@ class JumanjiWrapper(EnvBase):
 
     @jit.setter
     def jit(self, value: bool) -> None:
-        jax = import_jax("jumanji")
+        import_jax("jumanji")
         self._jit = bool(value)
-        wrap = jax.jit if self._jit else (lambda f: f)
-        self._reset_fn = wrap(self._reset_all)
-        self._partial_reset_fn = wrap(self._reset_some)
-        self._step_fn = wrap(self._step_all)
+        paths = tuple(self._obs_paths.items())
+        self._fns = compiled_functions(
+            self._env,
+            ("jumanji", self.numel(), paths, self._jit),
+            lambda env_ref: build_functions(
+                env_ref,
+                self.numel(),
+                _reset_one,
+                _step_one,
+                functools.partial(_outputs, paths, self.lib.types.StepType.LAST),
+                jit=self._jit,
+            ),
+        )
 
     # --------------------------------------------------------------------------- specs
     def _make_specs(self, env) -> None:
@@ -280,46 +314,6 @@ class JumanjiWrapper(EnvBase):
         if isinstance(spec, Composite):
             return spec.expand(bs) if bs else spec
         return spec.expand(*bs, *spec.shape)
-
-    # --------------------------------------------------------- JAX side (jitted when jit)
-    def _outputs(self, timestep):
-        """What crosses to torch: the observation arrays, the reward and the two flags."""
-        import jax.numpy as jnp
-
-        obs = {}
-        for key, path in self._obs_paths.items():
-            value = timestep.observation
-            for name in path:
-                value = getattr(value, name)
-            # a distinct array: the held state may share buffers with the observation
-            obs[key] = jnp.array(value, copy=True)
-        last = timestep.step_type == self.lib.types.StepType.LAST
-        ended = timestep.discount == 0
-        return obs, timestep.reward, last & ended, last & ~ended
-
-    def _reset_all(self, key):
-        import jax
-
-        key, keys = split_keys(key, self.numel())
-        state, timestep = jax.vmap(self._env.reset)(keys)
-        return key, strong_types(state), self._outputs(timestep)
-
-    def _reset_some(self, key, state, mask):
-        import jax
-        import jax.numpy as jnp
-
-        key, fresh, outputs = self._reset_all(key)
-
-        def pick(new, old):
-            return jnp.where(mask.reshape(mask.shape + (1,) * (new.ndim - 1)), new, old)
-
-        return key, jax.tree_util.tree_map(pick, fresh, state), outputs
-
-    def _step_all(self, state, action):
-        import jax
-
-        state, timestep = jax.vmap(self._env.step)(state, action)
-        return strong_types(state), self._outputs(timestep)
 
     # ------------------------------------------------------------------------ torch side
     def _read_action(self, action: torch.Tensor):
@@ -354,10 +348,10 @@ class JumanjiWrapper(EnvBase):
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
         if mask is None or self._state is None or bool(mask.all()):
-            key, self._state, outputs = self._reset_fn(self._key.current())
+            key, self._state, outputs = self._fns.reset(self._key.current())
         else:
             jmask = to_jax(mask.reshape(self.numel()), np.bool_)
-            key, self._state, outputs = self._partial_reset_fn(
+            key, self._state, outputs = self._fns.reset_some(
                 self._key.current(), self._state, jmask
             )
         self._key.set(key)
@@ -367,7 +361,7 @@ class JumanjiWrapper(EnvBase):
         if self._state is None:
             raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
         action = self._read_action(tensordict.get("action"))
-        self._state, outputs = self._step_fn(self._state, action)
+        self._state, outputs = self._fns.step(self._state, action)
         return self._write(outputs)
 
     def _set_seed(self, seed: int | None) -> None:

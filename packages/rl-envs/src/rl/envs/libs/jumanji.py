@@ -179,12 +179,13 @@ class JumanjiWrapper(EnvBase):
         >>> import jumanji
         >>> from rl.envs import JumanjiWrapper
         >>> env = JumanjiWrapper(jumanji.make("Game2048-v1", board_size=3), batch_size=[2])
+        >>> env.observation_spec["board"].shape
+        torch.Size([2, 3, 3])
+        >>> env.action_spec
+        Categorical(shape=torch.Size([2]), n=4, device=cpu, dtype=torch.int32)
         >>> _ = env.set_seed(0)
-        >>> rollout = env.rollout(3)
-        >>> rollout["next", "board"].shape
-        torch.Size([2, 3, 3, 3])
-        >>> rollout["action"].dtype
-        torch.int32
+        >>> # env.rollout(3): the first reset and step compile (seconds on CPU), then
+        >>> # rollout["next", "board"] has shape [2, 3, 3, 3]
     """
 
     _step_reads_observations = False  # steps from the action and the held JAX state
@@ -332,7 +333,7 @@ class JumanjiWrapper(EnvBase):
         out = {}
         for key, value in obs.items():
             tensor = to_torch(value, device)
-            out[key] = tensor.reshape(*bs, *tensor.shape[1:])
+            out[key] = tensor.reshape((*bs, *tensor.shape[1:]))
         if reset:  # the episode runs: no reward, no flag set, whatever Jumanji says
             terminated = torch.zeros((*bs, 1), dtype=torch.bool, device=device)
             truncated = terminated.clone()
@@ -417,11 +418,12 @@ class JumanjiEnv(JumanjiWrapper):
             lists the close names).
 
     Examples:
-        >>> from rl.envs import JumanjiEnv, check_env_specs
-        >>> env = JumanjiEnv("Snake-v1", num_rows=5, num_cols=5)
-        >>> check_env_specs(env)
+        >>> from rl.envs import JumanjiEnv
+        >>> env = JumanjiEnv("Snake-v1", num_rows=5, num_cols=5, batch_size=[8])
+        >>> sorted(env.observation_spec.keys())
+        ['action_mask', 'grid', 'step_count']
         >>> env.observation_spec["grid"].shape
-        torch.Size([5, 5, 5])
+        torch.Size([8, 5, 5, 5])
     """
 
     def __init__(

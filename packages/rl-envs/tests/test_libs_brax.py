@@ -91,6 +91,7 @@ class TestBraxSpecs:
     def test_names_and_errors(self, drift):
         assert "fast" in BraxEnv.available_envs
         assert LibsBraxEnv is BraxEnv
+        assert BraxWrapper(drift).episode_length == EPISODE  # read from the Brax env
         with pytest.raises(
             ValueError, match=r"'fats' is not a Brax environment; did you mean 'fast'"
         ):
@@ -114,6 +115,25 @@ class TestBraxSpecs:
             assert isinstance(env, ParallelEnv) and env.num_workers == 2
         finally:
             env.close()
+
+
+@pytest.mark.slow
+def test_num_workers_rollout_matches_one_env():
+    """Spawned workers (JAX does not survive a fork) each step their own env."""
+    env = BraxEnv("fast", batch_size=[3], num_workers=2)
+    try:
+        env.set_seed(0)
+        rollout = env.rollout(3, lambda td: td.set("action", torch.ones(2, 3, 1)))
+    finally:
+        env.close()
+    single = BraxEnv("fast", batch_size=[3])
+    single.set_seed(0)
+    expected = single.rollout(3, lambda td: td.set("action", torch.ones(3, 1)))
+    assert rollout.shape == (2, 3, 3)
+    for i in range(2):
+        torch.testing.assert_close(
+            rollout["next", "observation"][i], expected["next", "observation"]
+        )
 
 
 class TestBraxRollout:

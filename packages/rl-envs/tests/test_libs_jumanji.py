@@ -79,6 +79,7 @@ class TestJumanjiSpecs:
     def test_names_and_errors(self, snake):
         assert "Snake-v1" in JumanjiEnv.available_envs
         assert LibsJumanjiWrapper is JumanjiWrapper
+        assert JumanjiWrapper(snake).num_rows == 4  # read from the Jumanji env
         with pytest.raises(ValueError, match=r"'Snake-v9'.*did you mean 'Snake-v1'"):
             JumanjiEnv("Snake-v9")
         with pytest.raises(ValueError, match=r"batch_size .* got \(2, 0\)"):

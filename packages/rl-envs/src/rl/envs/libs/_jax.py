@@ -99,8 +99,8 @@ def to_torch(value: Any, device: torch.device | None = None) -> torch.Tensor:
 
 
 def to_jax(tensor: torch.Tensor, dtype: Any = None):
-    """A torch tensor as a JAX array (the same memory when it is contiguous and already
-    of ``dtype``), detached from autograd.
+    """A torch tensor as a JAX array on JAX's default device (the same memory when it is
+    contiguous, of ``dtype`` and on that device), detached from autograd.
 
     Args:
         tensor: the tensor.
@@ -110,12 +110,18 @@ def to_jax(tensor: torch.Tensor, dtype: Any = None):
     """
     import jax
 
+    device = jax.devices()[0]
     tensor = tensor.detach()
     if dtype is not None:
         tensor = tensor.to(torch_dtype(dtype))
+    if device.platform == "cpu" and tensor.device.type != "cpu":
+        tensor = tensor.cpu()  # a CPU-only JAX cannot read a CUDA tensor in place
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    return jax.numpy.from_dlpack(tensor)
+    array = jax.numpy.from_dlpack(tensor)
+    if array.devices() != {device}:  # where the wrappers' state lives
+        array = jax.device_put(array, device)
+    return array
 
 
 def split_keys(key, n: int):

@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from rl.core import Bounded, Categorical, Composite, Unbounded
 from rl.envs._env_base import EnvBase
 
-from ._common import ClassProperty
+from ._common import ClassProperty, ForwardsEnvAttributes
 from ._jax import (
     JaxKey,
     build_functions,
@@ -48,7 +48,7 @@ def _import_brax():
     return brax
 
 
-class BraxWrapper(EnvBase):
+class BraxWrapper(ForwardsEnvAttributes, EnvBase):
     """Wraps a Brax environment (``brax.envs.get_environment(name)``) as an env.
 
     ``batch_size=[*B]`` runs ``prod(B)`` copies in one ``jax.vmap`` of Brax's ``reset``
@@ -68,6 +68,8 @@ class BraxWrapper(EnvBase):
     backpropagates into the policy through the physics. The state stays differentiable
     from one step to the next until a reset or
     :meth:`detach_state`.
+
+    Attributes the wrapper lacks are read from the Brax env (``env.sys``).
 
     Seeding: :meth:`set_seed` sets the key (``jax.random.PRNGKey(seed)``); each reset
     splits it into the next key and one key per copy, as TorchRL does. An env never
@@ -476,7 +478,8 @@ class BraxEnv(BraxWrapper):
     **kwargs))``.
 
     ``num_workers=N > 1`` returns a :class:`~rl.envs.ParallelEnv` of ``N`` such envs
-    (each in its own process, batch ``[N, *batch_size]``), as in TorchRL.
+    (each in its own spawned process, batch ``[N, *batch_size]``), as in TorchRL; it
+    waits for the workers without a time limit, as their first reset and step compile.
 
     Args:
         env_name: a Brax environment name (see :attr:`available_envs`).
@@ -508,7 +511,15 @@ class BraxEnv(BraxWrapper):
                 raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
             from rl.envs import ParallelEnv
 
-            return ParallelEnv(num_workers, functools.partial(cls, *args, **kwargs))
+            # spawned workers: forking a process where JAX runs deadlocks (the parent
+            # builds one env for the specs); no reply time limit, as the first reset and
+            # step compile, which takes minutes for the larger envs on CPU
+            return ParallelEnv(
+                num_workers,
+                functools.partial(cls, *args, **kwargs),
+                mp_start_method="spawn",
+                timeout=None,
+            )
         return super().__new__(cls, *args, **kwargs)
 
     def __init__(

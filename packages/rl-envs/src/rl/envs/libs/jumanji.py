@@ -29,7 +29,7 @@ from rl.core import (
 )
 from rl.envs._env_base import EnvBase
 
-from ._common import ClassProperty
+from ._common import ClassProperty, ForwardsEnvAttributes
 from ._jax import (
     JaxKey,
     build_functions,
@@ -133,7 +133,7 @@ def _outputs(paths, last_type, timestep):
     return obs, timestep.reward, last & ended, last & ~ended
 
 
-class JumanjiWrapper(EnvBase):
+class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
     """Wraps a Jumanji ``Environment`` (``jumanji.make(name)``) as an env.
 
     ``batch_size=[*B]`` runs ``prod(B)`` copies of the environment in one ``jax.vmap``
@@ -150,6 +150,8 @@ class JumanjiWrapper(EnvBase):
     booleans), the reward ``[*B, 1]`` (``[*B, n]`` for a vector reward). An episode ends
     with a ``LAST`` time step: ``terminated`` when its discount is 0, ``truncated`` (a
     time limit) otherwise; ``done = terminated | truncated``.
+
+    Attributes the wrapper lacks are read from the Jumanji env (``env.num_rows``).
 
     Seeding: :meth:`set_seed` sets the key (``jax.random.PRNGKey(seed)``); each reset
     splits it into the next key and one key per copy, as TorchRL does, so a seed gives

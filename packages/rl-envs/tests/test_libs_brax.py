@@ -234,18 +234,37 @@ class TestBraxGradients:
         torch.testing.assert_close(loss, expected_loss.detach())
         torch.testing.assert_close(grads, expected)
 
-    def test_detach_state_cuts_the_history(self, drift):
+    def test_rollout_gradient_reaches_the_first_action(self, drift):
+        env = BraxWrapper(drift, batch_size=[2], requires_grad=True)
+        env.set_seed(0)
+        w = torch.tensor(0.3, requires_grad=True)
+        rollout = env.rollout(3, lambda td: td.set("action", w * torch.ones(2, 2)))
+        (grad,) = torch.autograd.grad(rollout["next", "reward"].sum(), w)
+        v = w.detach().requires_grad_()
+        obs, expected_loss = rollout["observation"][:, 0].detach(), 0
+        for _ in range(3):
+            obs = obs + SPEED * v * torch.ones(2, 2)
+            expected_loss = expected_loss - (obs**2).sum()
+        (expected,) = torch.autograd.grad(expected_loss, v)
+        torch.testing.assert_close(grad, expected)
+
+    @pytest.mark.parametrize("cut", ["detached input", "detach_state"])
+    def test_cutting_the_history(self, drift, cut):
         env = BraxWrapper(drift, batch_size=[2], requires_grad=True)
         env.set_seed(1)
         td = env.reset()
         a0 = torch.full((2, 2), 0.5, requires_grad=True)
         out0 = env.step(td.set("action", a0))
         out0["next", "reward"].sum().backward()
-        env.detach_state()
+        td = step_mdp(out0)
+        if cut == "detach_state":
+            env.detach_state()
+        else:
+            td = td.detach()  # TorchRL's way: the history went through the tensordict
         a1 = torch.full((2, 2), -0.5, requires_grad=True)
-        out1 = env.step(step_mdp(out0).detach().set("action", a1))
+        out1 = env.step(td.set("action", a1))
         a0.grad = None
-        out1["next", "reward"].sum().backward()
+        out1["next", "reward"].sum().backward()  # would raise through the freed graph
         assert a0.grad is None
         obs1 = out0["next", "observation"].detach()
         torch.testing.assert_close(a1.grad, -2 * SPEED * (obs1 + SPEED * a1.detach()))

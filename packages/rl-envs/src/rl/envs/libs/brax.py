@@ -65,9 +65,11 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
     With ``requires_grad=True`` a step is differentiable: the observation and reward
     carry the gradient of Brax's step with respect to the action and to the previous
     state (``jax.vjp`` through a torch ``autograd.Function``), so a loss on a rollout
-    backpropagates into the policy through the physics. The state stays differentiable
-    from one step to the next until a reset or
-    :meth:`detach_state`.
+    backpropagates into the policy through the physics. The gradient history of the
+    state continues from one step to the next while the input's ``"observation"``
+    carries a gradient (as the one the previous step wrote does); a detached input
+    (``td.detach()``, the way to cut it in TorchRL, where the state sits in the
+    tensordict), a reset or :meth:`detach_state` cuts it.
 
     Attributes the wrapper lacks are read from the Brax env (``env.sys``).
 
@@ -172,7 +174,7 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
         self._step_count = 0
         self.from_pixels = False
         self.pixels_only = False
-        self._key = JaxKey("brax")
+        self._prng = JaxKey("brax")
         self._state = None  # the Brax State of the prod(batch_size) copies
         self._grad_leaves = None  # requires_grad: the state's float leaves, in torch
         self._grad_outputs = None  # requires_grad: the flags of the step being written
@@ -209,11 +211,14 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
     @property
     def key(self):
         """The JAX PRNG key the next reset splits (settable)."""
-        return self._key.current()
+        return self._prng.current()
 
     @key.setter
     def key(self, value) -> None:
-        self._key.set(value)
+        self._prng.set(value)
+
+    # TorchRL's BraxWrapper keeps its key as ``_key``; code that reads it carries over
+    _key = key
 
     # --------------------------------------------------------------------------- specs
     def _make_specs(self, env) -> None:
@@ -269,12 +274,12 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
         if mask is None or self._state is None or bool(mask.all()):
-            key, self._state, outputs = self._fns.reset(self._key.current())
+            key, self._state, outputs = self._fns.reset(self._prng.current())
             self._grad_leaves = None
         else:
             flat_mask = mask.reshape(self.numel())
             key, self._state, outputs = self._fns.reset_some(
-                self._key.current(), self._state, to_jax(flat_mask, np.bool_)
+                self._prng.current(), self._state, to_jax(flat_mask, np.bool_)
             )
             if self._grad_leaves is not None:  # the copies not reset keep their history
                 fresh = _float_leaves(self._state, self.device)
@@ -282,7 +287,7 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
                     torch.where(flat_mask.reshape(-1, *[1] * (new.ndim - 1)), new, old)
                     for new, old in zip(fresh, self._grad_leaves)
                 ]
-        self._key.set(key)
+        self._prng.set(key)
         return self._write(outputs, reset=True)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -291,6 +296,9 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
         action = tensordict.get("action")
         flat = action.reshape(self.numel(), -1)
         if self.requires_grad:
+            observation = tensordict.get("observation", None)
+            if observation is None or not observation.requires_grad:
+                self.detach_state()  # a detached input cuts the history, as in TorchRL
             out = self._step_with_grad(flat)
         else:
             self._state, outputs = self._fns.step(self._state, to_jax(flat, np.float32))
@@ -328,7 +336,7 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None:
-            self._key.seed(seed)
+            self._prng.seed(seed)
 
     def clear_cache(self) -> None:
         """Clears JAX's caches (``jax.clear_caches()``): compiled functions compile again
@@ -339,7 +347,7 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
     def env_state(self) -> dict[str, Any]:
         """The PRNG key and the Brax state of every copy, as tensors (detached)."""
         return {
-            "key": self._key.state(),
+            "key": self._prng.state(),
             "state": None if self._state is None else tree_state(self._state),
         }
 
@@ -359,7 +367,7 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
                 self.reset()
             self._state = tree_from_state(self._state, state["state"], repr(self))
             self._grad_leaves = None
-        self._key.load_state(state["key"])
+        self._prng.load_state(state["key"])
 
     def __repr__(self) -> str:
         return (

@@ -234,7 +234,7 @@ class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
         self.categorical_action_encoding = categorical_action_encoding
         self.from_pixels = False
         self.pixels_only = False
-        self._key = JaxKey("jumanji")
+        self._prng = JaxKey("jumanji")
         self._state = None  # the JAX state of the prod(batch_size) copies
         self._make_specs(env)
         self.jit = jit
@@ -257,11 +257,11 @@ class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
     @property
     def key(self):
         """The JAX PRNG key the next reset splits (settable)."""
-        return self._key.current()
+        return self._prng.current()
 
     @key.setter
     def key(self, value) -> None:
-        self._key.set(value)
+        self._prng.set(value)
 
     @property
     def jit(self) -> bool:
@@ -351,13 +351,13 @@ class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
     def _reset(self, tensordict: TensorDictBase | None) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
         if mask is None or self._state is None or bool(mask.all()):
-            key, self._state, outputs = self._fns.reset(self._key.current())
+            key, self._state, outputs = self._fns.reset(self._prng.current())
         else:
             jmask = to_jax(mask.reshape(self.numel()), np.bool_)
             key, self._state, outputs = self._fns.reset_some(
-                self._key.current(), self._state, jmask
+                self._prng.current(), self._state, jmask
             )
-        self._key.set(key)
+        self._prng.set(key)
         return self._write(outputs, reset=True)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -369,13 +369,13 @@ class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None:
-            self._key.seed(seed)
+            self._prng.seed(seed)
 
     # ------------------------------------------------------------------------- state
     def env_state(self) -> dict[str, Any]:
         """The PRNG key and the JAX state of every copy, as tensors."""
         return {
-            "key": self._key.state(),
+            "key": self._prng.state(),
             "state": None if self._state is None else tree_state(self._state),
         }
 
@@ -395,7 +395,7 @@ class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
             if self._state is None:
                 self.reset()
             self._state = tree_from_state(self._state, state["state"], repr(self))
-        self._key.load_state(state["key"])
+        self._prng.load_state(state["key"])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self._env}, batch_size={self.batch_size})"

@@ -163,14 +163,8 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
         self._env = env
         self.categorical_action_encoding = categorical_action_encoding
         self.requires_grad = bool(requires_grad)
-        # True: TorchRL's default period
-        self._cache_clear_frequency = (
-            None
-            if cache_clear_frequency in (None, False)
-            else 20
-            if cache_clear_frequency is True
-            else cache_clear_frequency
-        )
+        # None / False: never; True: TorchRL's default period
+        self._cache_clear_frequency = 20 if cache_clear_frequency is True else cache_clear_frequency
         self._step_count = 0
         self.from_pixels = False
         self.pixels_only = False

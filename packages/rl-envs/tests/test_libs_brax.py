@@ -155,13 +155,14 @@ class TestBraxRollout:
         env.set_seed(5)
         td = env.reset()
         keys = jax.random.split(jax.random.PRNGKey(5), 3)
-        state = jax.vmap(drift.reset)(keys[1:])
+        state = jax.jit(jax.vmap(drift.reset))(keys[1:])
+        step = jax.jit(jax.vmap(drift.step))
         torch.testing.assert_close(td["observation"], as_torch(state.obs))
         actions = torch.tensor([[[1.0, -1.0], [0.5, 0.0]], [[0.0, 0.25], [-1.0, -1.0]]])
         for t in range(EPISODE):
             td["action"] = actions[t % 2]
             out = env.step(td)
-            state = jax.vmap(drift.step)(state, jnp.asarray(actions[t % 2].numpy()))
+            state = step(state, jnp.asarray(actions[t % 2].numpy()))
             nxt = out["next"]
             torch.testing.assert_close(nxt["observation"], as_torch(state.obs))
             torch.testing.assert_close(nxt["reward"], as_torch(state.reward).reshape(2, 1))

@@ -500,11 +500,12 @@ class BraxEnv(BraxWrapper):
             names), or ``num_workers`` is not a positive int.
 
     Examples:
-        >>> from rl.envs import BraxEnv, check_env_specs
+        >>> from rl.envs import BraxEnv
         >>> env = BraxEnv("fast", batch_size=[2])
-        >>> check_env_specs(env)
         >>> env.action_spec.shape
         torch.Size([2, 1])
+        >>> env.observation_spec["observation"].shape
+        torch.Size([2, 2])
     """
 
     def __new__(cls, *args, num_workers: int | None = None, **kwargs):

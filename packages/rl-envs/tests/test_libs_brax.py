@@ -109,6 +109,13 @@ class TestBraxSpecs:
         with pytest.raises(RuntimeError, match=r"step\(\) called before reset\(\)"):
             BraxWrapper(drift).step(TensorDict(action=torch.zeros(2)))
 
+    def test_missing_brax_names_the_extra(self, monkeypatch):
+        module = importlib.import_module("rl.envs.libs.brax")
+        monkeypatch.setattr(module, "_has_brax", False)
+        assert BraxEnv.available_envs == []
+        with pytest.raises(ImportError, match=r'pip install "rl-envs\[brax\]"'):
+            BraxEnv("fast")
+
     def test_num_workers_gives_a_parallel_env(self):
         env = BraxEnv("fast", num_workers=2)
         try:

@@ -95,6 +95,13 @@ class TestJumanjiSpecs:
         with pytest.raises(RuntimeError, match=r"step\(\) called before reset\(\)"):
             JumanjiWrapper(snake).step(TensorDict(action=torch.tensor(0, dtype=torch.int32)))
 
+    def test_missing_jumanji_names_the_extra(self, monkeypatch):
+        module = importlib.import_module("rl.envs.libs.jumanji")
+        monkeypatch.setattr(module, "_has_jumanji", False)
+        assert JumanjiEnv.available_envs == []
+        with pytest.raises(ImportError, match=r'pip install "rl-envs\[jumanji\]"'):
+            JumanjiEnv("Snake-v1")
+
     def test_env_by_name_takes_jumanji_arguments(self):
         env = JumanjiEnv("Snake-v1", num_rows=5, num_cols=6)
         assert env.observation_spec["grid"].shape == (5, 6, 5)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,7 +34,6 @@ __all__ = [
     "torch_dtype",
     "tree_from_state",
     "tree_state",
-    "tree_to_torch",
 ]
 
 _has_jax = importlib.util.find_spec("jax") is not None
@@ -146,28 +145,6 @@ def strong_types(tree: Any) -> Any:
     import jax
 
     return jax.tree_util.tree_map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
-
-
-def tree_to_torch(tree: Any, device: torch.device | None = None) -> Any:
-    """The leaves of a JAX pytree as torch tensors (:func:`to_torch`), keeping its
-    structure: dicts, named tuples and dataclasses become dicts keyed by field name,
-    ``None`` fields are left out."""
-    if tree is None:
-        return None
-    if isinstance(tree, Mapping):
-        items = tree.items()
-    elif isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        items = zip(tree._fields, tree)
-    elif hasattr(tree, "__dataclass_fields__"):
-        items = ((name, getattr(tree, name)) for name in tree.__dataclass_fields__)
-    else:
-        return to_torch(tree, device)
-    out = {}
-    for name, value in items:
-        value = tree_to_torch(value, device)
-        if value is not None and not (isinstance(value, dict) and not value):
-            out[str(name)] = value
-    return out
 
 
 class JaxKey:

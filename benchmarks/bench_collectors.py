@@ -8,6 +8,12 @@ library: gymnasium's vector env stepped with the same MLP, writing preallocated
 and ours are measured in the same run, interleaved, best of ``--repeats``.
 
     uv run python benchmarks/bench_collectors.py [--batches 20] [--repeats 5]
+
+``--async-batched`` runs only the AsyncBatchedCollector rows instead (4 CartPole envs,
+a greedy linear policy, 256-frame batches, env processes and env threads) and prints
+their frames/s, to compare two versions of the collector run one after the other:
+
+    uv run python benchmarks/bench_collectors.py --async-batched [--repeats 5]
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from tensordict.nn import (
     TensorDictModule,
 )
 
-from rl.collectors import Collector, MultiSyncCollector
+from rl.collectors import AsyncBatchedCollector, Collector, MultiSyncCollector
 from rl.envs import GymEnv, ParallelEnv, SerialEnv
 
 T, N = 128, 8
@@ -236,14 +242,60 @@ def async_startup_shutdown() -> tuple[float, float]:
     return up, time.perf_counter() - start
 
 
+class _Greedy(torch.nn.Module):
+    """A linear layer's argmax: the trivial policy of the AsyncBatchedCollector rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.linear(observation).argmax(-1)
+
+
+def async_batched_fps(env_backend: str, batches: int, num_envs: int = 4) -> float:
+    """frames/s of ``AsyncBatchedCollector`` over ``num_envs`` CartPole envs (start-up,
+    the first batch and shutdown are not timed)."""
+    collector = AsyncBatchedCollector(
+        [cartpole] * num_envs,
+        policy=TensorDictModule(_Greedy(), ["observation"], ["action"]),
+        frames_per_batch=256,
+        env_backend=env_backend,
+    )
+    try:
+        run_collector(collector, 1)
+        return timed(run_collector, collector, batches)
+    finally:
+        collector.shutdown()
+
+
+def async_batched_main(batches: int, repeats: int) -> None:
+    """Best frames/s of the AsyncBatchedCollector rows over interleaved repeats."""
+    best = {"multiprocessing": 0.0, "threading": 0.0}
+    for _ in range(repeats):
+        for backend in best:
+            best[backend] = max(best[backend], async_batched_fps(backend, batches))
+    load = os.getloadavg()[0]
+    for backend, fps in best.items():
+        print(f"AsyncBatchedCollector(4 x CartPole, env_backend={backend!r}): {fps:,.0f} frames/s")
+    print(f"load average {load:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-spawn", action="store_true", help="no spawn start-up row")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "collectors.md"))
+    parser.add_argument(
+        "--async-batched", action="store_true", help="only the AsyncBatchedCollector rows"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.async_batched:
+        async_batched_main(args.batches, args.repeats)
+        return
     b, reps = args.batches, args.repeats
     lines = []
 

@@ -49,6 +49,7 @@ MODULES = [
     "rl.envs",
     "rl.envs.transforms",
     "rl.data",
+    "rl.data.datasets",
     "rl.collectors",
     "rl.collectors.distributed",
     "rl.modules",

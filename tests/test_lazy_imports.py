@@ -36,10 +36,10 @@ import rl.envs, rl.data, rl.objectives, rl.collectors
 NOT_LOADED = [
     # optional back-ends (extras), imported where used
     "mujoco", "ray", "h5py", "transformers", "envpool", "dm_control", "vmas", "pettingzoo",
-    "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging",
+    "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging", "minari", "av",
     "jax", "jumanji", "brax",
     # rl modules whose names load on first use
-    "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm",
+    "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm", "rl.data.datasets",
     "rl.envs._native._mujoco", "rl.envs._native._trading",
 ]
 loaded = [name for name in NOT_LOADED if name in sys.modules]
@@ -71,10 +71,15 @@ import rl.envs.libs.jumanji, rl.envs.libs.brax
 assert rl.envs.libs.JumanjiEnv is JumanjiEnv and rl.envs.libs.BraxWrapper is BraxWrapper
 import rl.envs.custom
 assert rl.envs.custom.HopperEnv is rl.envs.HopperEnv
+# the offline datasets import minari only when a dataset is converted
+import rl.data.datasets
+for name in rl.data._DATASET_NAMES:
+    assert getattr(rl.data, name) is getattr(rl.data.datasets, name), name
+assert set(rl.data._DATASET_NAMES) == set(rl.data.datasets.__all__)
 loaded = [
     name
     for name in (
-        "ray", "mujoco", "pyspiel", "mo_gymnasium", "lbforaging", "pettingzoo", "vmas",
+        "ray", "mujoco", "pyspiel", "mo_gymnasium", "lbforaging", "pettingzoo", "vmas", "minari",
         "jax", "jumanji", "brax",
     )
     if name in sys.modules

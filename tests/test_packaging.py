@@ -60,6 +60,16 @@ from rl.data import LazyTensorStorage, TensorDictReplayBuffer
 rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), batch_size=4)
 rb.extend(TensorDict({"x": torch.arange(10)}, batch_size=[10]))
 assert len(rb) == 10 and rb.sample()["x"].shape == (4,)
+# the offline datasets import without minari (an extra) and name it when one is converted
+import importlib.util, tempfile
+from rl.data.datasets import MinariExperienceReplay, load_dataset
+assert importlib.util.find_spec("minari") is None
+with tempfile.TemporaryDirectory() as root:
+    try:
+        MinariExperienceReplay("a/b-v0", batch_size=2, root=root, load_from_local_minari=True)
+        raise AssertionError("MinariExperienceReplay converted a dataset without minari")
+    except ImportError as err:
+        assert 'pip install "rl-data[minari]"' in str(err), err
 """,
     "rl-collectors": """
 import rl.collectors, rl.envs

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import gc
 import multiprocessing as mp
+import os
+import signal
 import threading
 import traceback
 import weakref
@@ -20,6 +22,8 @@ from rl.core import ExplorationType
 from rl.core import exploration_type as exploration_type_now
 from rl.core.inference_server import InferenceServerConfig
 from rl.envs import PendulumEnv, StepCounter, TransformedEnv
+
+pytestmark = pytest.mark.timeout(120)
 
 
 def make_policy() -> TensorDictModule:
@@ -39,6 +43,42 @@ class BrokenPendulum(PendulumEnv):
         if self.steps == 3:
             raise ValueError("pendulum snapped")
         return super()._step(td)
+
+
+class LateBrokenPendulum(PendulumEnv):
+    """Fails on its 40th step (after the first batches)."""
+
+    def _step(self, td):
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 40:
+            raise ValueError("pendulum snapped late")
+        return super()._step(td)
+
+
+def failing_factory() -> PendulumEnv:
+    raise OSError("cannot open the simulator")
+
+
+def failing_in_a_worker() -> PendulumEnv:
+    if mp.parent_process() is not None:
+        raise OSError("cannot open the simulator in a worker")
+    return PendulumEnv()
+
+
+def seeded_pendulum(seed: int, max_steps: int = 5) -> TransformedEnv:
+    return TransformedEnv(PendulumEnv(seed=seed), StepCounter(max_steps=max_steps))
+
+
+def plain_loop(seed: int, policy, steps: int) -> list:
+    """The transitions of a plain loop over ``seeded_pendulum(seed)`` with ``policy``."""
+    env = seeded_pendulum(seed)
+    td = env.reset()
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            transition, td = env.step_and_maybe_reset(policy(td))
+            out.append(transition)
+    return out
 
 
 def collector_threads() -> list[threading.Thread]:
@@ -89,6 +129,103 @@ class TestAsyncBatchedCollector:
         assert collector.server_stats()["requests"] >= 36
         collector.shutdown()
         collector.shutdown()  # idempotent
+        assert mp.active_children() == []
+        assert collector_threads() == []
+
+    @pytest.mark.parametrize("env_backend", ["threading", "multiprocessing"])
+    def test_transitions_match_a_plain_loop(self, env_backend):
+        # seeded envs (episodes of 5 steps, so batches cross resets): each env's
+        # transitions, in order, are those of a plain loop over the same env and policy
+        policy = make_policy()
+        collector = AsyncBatchedCollector(
+            [functools.partial(seeded_pendulum, seed) for seed in (3, 7)],
+            policy=policy,
+            frames_per_batch=8,
+            total_frames=32,
+            env_backend=env_backend,
+        )
+        whole = torch.cat(list(collector))
+        collector.shutdown()
+        assert whole.shape == torch.Size([32])
+        keys = [
+            "observation", "action", "step_count", "done", "terminated", "truncated",
+            ("next", "observation"), ("next", "reward"), ("next", "done"),
+            ("next", "terminated"), ("next", "truncated"), ("next", "step_count"),
+        ]  # fmt: skip
+        assert set(whole.keys(True, True)) == {
+            *keys,
+            "env_index",
+            "policy_version",
+            ("collector", "traj_ids"),
+        }
+        for env, seed in enumerate((3, 7)):
+            ours = whole[whole["env_index"] == env]
+            expected = torch.stack(plain_loop(seed, policy, len(ours)))
+            assert len(ours) > 0
+            for key in keys:
+                torch.testing.assert_close(
+                    ours[key], expected[key], msg=lambda m, k=key: f"{k}: {m}"
+                )
+            # a new trajectory id after each done, ids of env e are e modulo 2
+            done_before = torch.cat(
+                [torch.zeros(1), expected["next", "done"].flatten()[:-1].float()]
+            )
+            episode = done_before.cumsum(0).long()
+            torch.testing.assert_close(ours["collector", "traj_ids"], episode * 2 + env)
+
+    def test_env_processes_are_gone_after_an_env_error_and_shutdown(self):
+        collector = AsyncBatchedCollector(
+            [PendulumEnv, LateBrokenPendulum],
+            policy=make_policy(),
+            frames_per_batch=4,
+            env_backend="multiprocessing",
+        )
+        batches = iter(collector)
+        next(batches)
+        pids = collector._env_pool.worker_pids
+        assert len(pids) == 2 and all(os.path.exists(f"/proc/{pid}") for pid in pids)
+        with pytest.raises(RuntimeError, match="worker 1 raised during step_and_maybe_reset"):
+            for _ in range(100):
+                next(batches)
+        # the failure shut the pool down: no worker outlives it, even before shutdown()
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+        collector.shutdown(timeout=2.0)
+        assert mp.active_children() == []
+        assert collector_threads() == []
+        # a clean run: the workers are gone after shutdown()
+        collector = AsyncBatchedCollector(
+            [PendulumEnv] * 2,
+            policy=make_policy(),
+            frames_per_batch=4,
+            total_frames=8,
+            env_backend="multiprocessing",
+        )
+        assert len(list(collector)) == 2
+        pids = collector._env_pool.worker_pids
+        collector.shutdown()
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+        assert mp.active_children() == []
+
+    @pytest.mark.parametrize(
+        ("factories", "error", "match"),
+        [
+            # the first factory also builds the env the pool reads its specs from
+            ([failing_factory, PendulumEnv], OSError, "cannot open the simulator"),
+            (
+                [PendulumEnv, failing_in_a_worker],
+                RuntimeError,
+                "(?s)worker 1 raised during start-up.*cannot open the simulator in a worker",
+            ),
+        ],
+        ids=["first", "in-a-worker"],
+    )
+    def test_env_factory_error_is_raised(self, factories, error, match):
+        collector = AsyncBatchedCollector(
+            factories, policy=make_policy(), frames_per_batch=4, env_backend="multiprocessing"
+        )
+        with pytest.raises(error, match=match):
+            next(iter(collector))
+        collector.shutdown()
         assert mp.active_children() == []
         assert collector_threads() == []
 
@@ -226,12 +363,16 @@ class TestAsyncBatchedCollector:
         )
         batches = iter(collector)
         next(batches)
-        collector._env_procs[1].process.kill()
-        with pytest.raises(RuntimeError, match=r"the process of environment 1 died \(exit code -9"):
+        pids = collector._env_pool.worker_pids
+        os.kill(pids[1], signal.SIGKILL)
+        with pytest.raises(
+            RuntimeError, match=r"worker 1 \(pid \d+\) died during \w+ with exit code -9"
+        ):
             for _ in range(50):
                 next(batches)
         collector.shutdown(timeout=2.0)
         assert mp.active_children() == []
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
 
     @pytest.mark.parametrize("policy_backend", ["threading", "multiprocessing"])
     @pytest.mark.parametrize(
@@ -274,13 +415,15 @@ class TestAsyncBatchedCollector:
         assert mp.active_children() == []
         assert collector_threads() == []
 
-    def test_reset_at_each_iter_restarts_every_episode(self):
+    @pytest.mark.parametrize("env_backend", ["threading", "multiprocessing"])
+    def test_reset_at_each_iter_restarts_every_episode(self, env_backend):
         collector = AsyncBatchedCollector(
             [functools.partial(short_pendulum, 50)] * 2,
             policy=make_policy(),
             frames_per_batch=6,
             total_frames=18,
             reset_at_each_iter=True,
+            env_backend=env_backend,
         )
         ids = []
         for batch in collector:

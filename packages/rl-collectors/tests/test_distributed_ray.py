@@ -1,4 +1,4 @@
-"""RayCollector on a local Ray instance with 2 CPUs (one instance for this file)."""
+"""RayCollector on a local Ray instance with 2 CPUs (the one conftest.py's shared_ray shares)."""
 
 import functools
 import inspect
@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import Collector
-from rl.core.ray_runtime import acquire_runtime, local_ray, processes_left, release_runtime
+from rl.core.ray_runtime import acquire_runtime, processes_left, release_runtime
 from rl.envs import GymEnv
 
 ray = pytest.importorskip("ray")
@@ -88,14 +88,8 @@ def closed_pids(path):
     return {int(line) for line in path.read_text().split()} if path.exists() else set()
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
-        yield
-
-
 class TestRayCollectorSync:
-    def test_batches_frames_and_weights(self, ray_local, tmp_path):
+    def test_batches_frames_and_weights(self, shared_ray, tmp_path):
         policy = marked_policy()
         marking = functools.partial(CartPoleMarkingClose, tmp_path / "closed")
         collector = RayCollector(
@@ -133,7 +127,7 @@ class TestRayCollectorSync:
 
 
 class TestRayCollectorState:
-    def test_crafted_env_state_is_refused_in_the_actor(self, ray_local, tmp_path):
+    def test_crafted_env_state_is_refused_in_the_actor(self, shared_ray, tmp_path):
         """A checkpoint's worker state reaches the actors as plain data; a pickle payload
         in place of the env state is refused there and never runs."""
         marker = tmp_path / "pwned"
@@ -159,7 +153,7 @@ class TestRayCollectorState:
 
 
 class TestRayCollectorAsync:
-    def test_exact_frames_and_update_after_each_batch(self, ray_local):
+    def test_exact_frames_and_update_after_each_batch(self, shared_ray):
         policy = marked_policy()
         collector = RayCollector(
             [cartpole, cartpole],
@@ -187,11 +181,13 @@ class TestRayCollectorAsync:
 
 
 class TestRayCollectorPause:
-    def test_pause_holds_and_resumes_or_stops(self, ray_local):
+    def test_pause_holds_and_resumes_or_stops(self, shared_ray):
         written = []
         buffer = SimpleNamespace(extend=written.append)
+        # one actor: pausing is what is checked, not how many actors pause (each actor
+        # costs a worker process importing torch and rl, about 7 s of CPU here)
         collector = RayCollector(
-            cartpole, None, frames_per_batch=20, total_frames=-1, num_collectors=2,
+            cartpole, None, frames_per_batch=20, total_frames=-1, num_collectors=1,
             sync=False, replay_buffer=buffer,
         )  # fmt: skip
 
@@ -225,7 +221,7 @@ class TestRayCollectorPause:
 
 
 class TestRayCollectorReplayBuffer:
-    def test_actors_extend_a_ray_replay_buffer(self, ray_local):
+    def test_actors_extend_a_ray_replay_buffer(self, shared_ray):
         data = pytest.importorskip("rl.data")
         rb = data.RayReplayBuffer(
             replay_buffer_cls=data.TensorDictReplayBuffer,
@@ -262,7 +258,7 @@ class TestRayCollectorReplayBuffer:
 
 
 class TestRayCollectorFailures:
-    def test_killed_actor_raises_within_seconds(self, ray_local):
+    def test_killed_actor_raises_within_seconds(self, shared_ray):
         collector = RayCollector(
             cartpole,
             marked_policy(),
@@ -282,7 +278,7 @@ class TestRayCollectorFailures:
         with pytest.raises(RuntimeError, match="shut down"):
             collector.next()
 
-    def test_actor_error_is_raised_with_its_traceback(self, ray_local):
+    def test_actor_error_is_raised_with_its_traceback(self, shared_ray):
         policy = TensorDictModule(Exploding(), in_keys=["observation"], out_keys=["action"])
         collector = RayCollector(cartpole, policy, frames_per_batch=10, total_frames=20)
         with pytest.raises(RuntimeError, match="actor 0 raised while collecting") as info:
@@ -292,7 +288,7 @@ class TestRayCollectorFailures:
         assert 'raise ValueError("the policy exploded")' in str(info.value)
         assert collector.closed
 
-    def test_restarted_actor_keeps_frames_exact_and_trajectory_ids_apart(self, ray_local):
+    def test_restarted_actor_keeps_frames_exact_and_trajectory_ids_apart(self, shared_ray):
         data = pytest.importorskip("rl.data")
         rb = data.RayReplayBuffer(
             replay_buffer_cls=data.TensorDictReplayBuffer,
@@ -332,7 +328,7 @@ class TestRayCollectorFailures:
 
 
 class TestRayCollectorPolicyFactoryAndHooks:
-    def test_policy_built_in_the_actors_and_hooks_run_there(self, ray_local, tmp_path):
+    def test_policy_built_in_the_actors_and_hooks_run_there(self, shared_ray, tmp_path):
         collector = RayCollector(
             cartpole,
             policy_factory=functools.partial(marked_policy, 4.0),

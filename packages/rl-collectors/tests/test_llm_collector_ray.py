@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 llm_modules = pytest.importorskip("rl.modules.llm")  # the policy (rl-objectives[llm])
 
 from rl.collectors.llm import LLMCollector, RayLLMCollector  # noqa: E402
-from rl.core.ray_runtime import local_ray, processes_left  # noqa: E402
+from rl.core.ray_runtime import processes_left  # noqa: E402
 from rl.envs.llm import GSM8KEnv  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rl-envs" / "tests"))
@@ -55,18 +55,12 @@ def failing_policy_factory():
     raise ValueError("no policy today")
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
-        yield
-
-
 def answers(batch):
     return [row["text", "response"] for row in batch.reshape(-1).unbind(0)]
 
 
 class TestRayLLMCollector:
-    def test_same_batches_as_a_local_collector_and_weights_sent_to_the_actor(self, ray_local):
+    def test_same_batches_as_a_local_collector_and_weights_sent_to_the_actor(self, shared_ray):
         tok = make_tokenizer()
         model = make_model(tok, n_positions=128)
         kwargs = {
@@ -102,7 +96,7 @@ class TestRayLLMCollector:
         assert not processes_left([remote.worker_pid])  # the actor's process is gone
         local.shutdown()
 
-    def test_replay_buffer_here_and_collection_ahead(self, ray_local):
+    def test_replay_buffer_here_and_collection_ahead(self, shared_ray):
         data = pytest.importorskip("rl.data")
         tok = make_tokenizer()
         buffer = data.ReplayBuffer(storage=data.LazyStackStorage(16))
@@ -123,7 +117,7 @@ class TestRayLLMCollector:
             collector.start()
         collector.shutdown()
 
-    def test_ray_replay_buffer_written_by_the_actor(self, ray_local):
+    def test_ray_replay_buffer_written_by_the_actor(self, shared_ray):
         data = pytest.importorskip("rl.data")
         tok = make_tokenizer()
         rb = data.RayReplayBuffer(
@@ -148,7 +142,7 @@ class TestRayLLMCollector:
         assert sorted(rb[:12]["collector", "traj_ids"].tolist()) == list(range(12))
         rb.shutdown()
 
-    def test_errors(self, ray_local):
+    def test_errors(self, shared_ray):
         tok = make_tokenizer()
         policy = greedy_policy(make_model(tok, n_positions=128), tok)
         with pytest.raises(TypeError, match="exactly one of policy / policy_factory"):

@@ -71,3 +71,33 @@ def assert_consistent():
 @pytest.fixture
 def make_episodes():
     return _make_episodes
+
+
+def _write_gray_video(path, num_frames: int, base: int = 0, codec: str = "libx264rgb") -> list[int]:
+    """Encodes ``num_frames`` 8x12 frames losslessly, frame ``i`` of gray level ``base + 11 i``.
+
+    ``libx264rgb`` (an mp4, a keyframe every 5 frames, so reads start mid-stream) or
+    ``ffv1`` (a Matroska file, which stores no frame count). Returns the levels.
+    """
+    import av
+    import numpy as np
+
+    levels = [base + 11 * i for i in range(num_frames)]
+    with av.open(str(path), "w") as container:
+        if codec == "ffv1":
+            stream = container.add_stream("ffv1", rate=10, options={"g": "4"})
+            stream.pix_fmt = "bgr0"
+        else:
+            stream = container.add_stream(codec, rate=10, options={"qp": "0", "g": "5"})
+            stream.pix_fmt = "rgb24"
+        stream.width, stream.height = 12, 8
+        for level in levels:
+            image = np.full((8, 12, 3), level, dtype=np.uint8)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode())
+    return levels
+
+
+@pytest.fixture
+def write_gray_video():
+    return _write_gray_video

@@ -6,6 +6,11 @@ import importlib
 import pytest
 
 MODULES = [
+    "rl.data.datasets._dataset",
+    "rl.data.datasets._lerobot",
+    "rl.data.datasets._minari",
+    "rl.data.datasets._registry",
+    "rl.data._video",
     "rl.data.postprocs._densify",
     "rl.data.postprocs._multistep",
     "rl.data.replay_buffers._buffers",

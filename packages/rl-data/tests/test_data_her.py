@@ -389,9 +389,18 @@ class TestOfflineToOnline:
             OfflineToOnlineReplayBuffer(self.offline())
         with pytest.raises(ValueError, match=r"offline_fraction must be in \(0, 1\), got 1.0"):
             OfflineToOnlineReplayBuffer(self.offline(), online_capacity=5, offline_fraction=1.0)
-        with pytest.raises(NotImplementedError, match="need a download"):
+        with pytest.raises(ValueError, match="batch_size must be provided .*'d4rl:hopper"):
             OfflineToOnlineReplayBuffer("d4rl:hopper-medium-v2", online_capacity=5)
-        with pytest.raises(NotImplementedError, match="need a download"):
-            prefill_replay_buffer(ReplayBuffer(), "minari:x")
+        # a name goes through rl.data.datasets.load_dataset; D4RL is download-only there
+        with pytest.raises(NotImplementedError, match="'d4rl' dataset 'hopper-medium-v2'"):
+            OfflineToOnlineReplayBuffer("d4rl:hopper-medium-v2", online_capacity=5, batch_size=4)
+        with pytest.raises(NotImplementedError, match="'openx' dataset 'x'"):
+            prefill_replay_buffer(ReplayBuffer(), "openx:x")
+        with pytest.raises(ValueError, match=r"\['root'\]\) are only forwarded when"):
+            OfflineToOnlineReplayBuffer(self.offline(), online_capacity=5, root="r")
+        with pytest.raises(ValueError, match="online_capacity, not both"):
+            OfflineToOnlineReplayBuffer(
+                self.offline(), online_capacity=5, online_storage=LazyTensorStorage(5)
+            )
         with pytest.raises(ValueError, match="sample.. needs a batch_size"):
             OfflineToOnlineReplayBuffer(self.offline(), online_capacity=5).sample()

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rl.data import (
+    LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
     PrioritizedSliceSampler,
@@ -170,6 +171,30 @@ class TestSliceSampler:
         rb = _buffer(sampler, make_episodes([10]))
         with pytest.raises(KeyError, match="the storage holds no key 'nope'"):
             rb.sample(4)
+
+    @pytest.mark.parametrize("storage", [ListStorage, LazyStackStorage])
+    @pytest.mark.parametrize("by", ["end_key", "traj_key"])
+    def test_list_of_tensordicts(self, make_episodes, storage, by):
+        # items that are TensorDicts (a non-tensor entry among them, say) are sliced too
+        torch.manual_seed(0)
+        kwargs = {"traj_key": "episode"} if by == "traj_key" else {}
+        rb = ReplayBuffer(storage=storage(100), sampler=SliceSampler(slice_len=5, **kwargs))
+        rb.extend(make_episodes([7, 5, 12]))
+        for _ in range(20):
+            _check_slices(rb.sample(20), 5)
+        new = make_episodes([6])
+        new["episode"] += 3
+        rb.extend(new)  # a write refreshes the sampler's trajectories
+        batches = [rb.sample(20) for _ in range(20)]
+        assert max(batch["episode"].max() for batch in batches) == 3
+        for batch in batches:
+            _check_slices(batch, 5)
+
+    def test_list_of_tensordicts_without_the_key(self):
+        rb = ReplayBuffer(storage=ListStorage(10), sampler=SliceSampler(slice_len=2))
+        rb.extend(TensorDict({"x": torch.zeros(4)}, [4]))
+        with pytest.raises(KeyError, match="holds items without an entry .*'done'"):
+            rb.sample(2)
 
     def test_needs_tensor_storage(self):
         rb = ReplayBuffer(storage=ListStorage(10), sampler=SliceSampler(slice_len=2))

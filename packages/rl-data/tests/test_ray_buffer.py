@@ -1,4 +1,4 @@
-"""RayReplayBuffer on a local Ray instance with 2 CPUs (one instance for this file)."""
+"""RayReplayBuffer on a local Ray instance with 2 CPUs (the one conftest.py's shared_ray shares)."""
 
 import sys
 from functools import partial
@@ -6,7 +6,7 @@ from functools import partial
 import pytest
 import torch
 
-from rl.core.ray_runtime import local_ray, processes_left
+from rl.core.ray_runtime import processes_left
 from rl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
 from rl.data.replay_buffers._utils import CheckpointAliases
 
@@ -23,19 +23,13 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
-        yield
-
-
 def _write(buffer, data):
     buffer.extend(data)
     return len(buffer)
 
 
 class TestRayReplayBuffer:
-    def test_local_buffer_api(self, ray_local, tmp_path, make_transitions, assert_consistent):
+    def test_local_buffer_api(self, shared_ray, tmp_path, make_transitions, assert_consistent):
         rb = RayReplayBuffer(
             replay_buffer_cls=TensorDictReplayBuffer,
             storage=partial(LazyTensorStorage, 20),  # built in the actor
@@ -77,7 +71,7 @@ class TestRayReplayBuffer:
             len(rb)
         rb.shutdown()  # idempotent
 
-    def test_remote_writers_and_learner(self, ray_local, make_transitions, assert_consistent):
+    def test_remote_writers_and_learner(self, shared_ray, make_transitions, assert_consistent):
         rb = RayReplayBuffer(
             replay_buffer_cls=TensorDictReplayBuffer,
             storage=LazyTensorStorage(100),
@@ -100,7 +94,7 @@ class TestRayReplayBuffer:
 
 
 class TestServiceBackend:
-    def test_service_backend_ray_builds_a_ray_buffer(self, ray_local, make_transitions):
+    def test_service_backend_ray_builds_a_ray_buffer(self, shared_ray, make_transitions):
         # TorchRL's selector: the buffer class, built in a Ray actor
         rb = TensorDictReplayBuffer(
             storage=partial(LazyTensorStorage, 10),

@@ -150,3 +150,18 @@ class SlowEnv(CounterEnv):
 
         time.sleep(self.delay)
         return super()._step(tensordict)
+
+
+def make_shared_state_env(truncate_at: int | None = None, counter=None):
+    """A CounterEnv whose observations a ``VecNorm`` (new API) normalises and whose
+    trajectories a ``TrajCounter`` numbers (a clone of ``counter`` when given, which
+    shares its counter): the state an ``EnvCreator`` shares."""
+    from rl.envs import Compose, TrajCounter, TransformedEnv, VecNorm
+
+    return TransformedEnv(
+        CounterEnv(truncate_at=truncate_at),
+        Compose(
+            VecNorm(in_keys=["observation"], new_api=True),
+            TrajCounter() if counter is None else counter.clone(),
+        ),
+    )

@@ -9,6 +9,7 @@ import gc
 import importlib
 import os
 import pickle
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -270,6 +271,77 @@ class TestAsyncEnvPool:
             pool.step(pool.reset().set("action", torch.ones(1, 1)))
         assert pool.worker_pids == []  # a failure shuts the pool down
         with pytest.raises(RuntimeError, match="is shut down"):
+            pool.reset()
+
+    def test_worker_failure_reaches_every_driving_thread(self, make_pool):
+        # env 0's worker raises at its second step while two threads drive envs 0 and 1:
+        # both threads raise an error naming that failure (whichever thread read it),
+        # none hangs, and the pool's workers are gone
+        pool = make_pool([functools.partial(RaisingEnv, 2), CounterEnv], backend="multiprocessing")
+        pids = pool.worker_pids
+        pool.reset()
+        errors = {}
+
+        def drive(index):
+            try:
+                for _ in range(200):
+                    pool.async_step_send(TensorDict(action=torch.ones(1)), env_index=index)
+                    pool.async_step_recv(env_index=index)
+            except RuntimeError as err:
+                errors[index] = str(err)
+
+        threads = [threading.Thread(target=drive, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+        assert sorted(errors) == [0, 1]
+        for error in errors.values():
+            assert "ProcessorAsyncEnvPool worker 0 raised during step" in error
+            assert "boom at step 2" in error
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+        with pytest.raises(
+            RuntimeError, match="(?s)is shut down: a worker failed .*boom at step 2"
+        ):
+            pool.async_step_send(TensorDict(action=torch.ones(1)), env_index=1)
+        with pytest.raises(
+            RuntimeError, match="(?s)is shut down: a worker failed .*boom at step 2"
+        ):
+            pool.async_step_recv(env_index=1)
+
+    def test_killed_worker_is_named(self, make_pool):
+        pool = make_pool([CounterEnv] * 2, backend="multiprocessing")
+        pids = pool.worker_pids
+        reset = pool.reset()
+        os.kill(pids[1], signal.SIGKILL)
+        with pytest.raises(
+            RuntimeError,
+            match=r"ProcessorAsyncEnvPool worker 1 \(pid \d+\) died during step with exit code -9",
+        ):
+            pool.step(reset.set("action", torch.ones(2, 1)))
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+        with pytest.raises(RuntimeError, match="(?s)is shut down: a worker failed .*worker 1"):
+            pool.async_reset_recv()
+        pool.close()
+        with pytest.raises(RuntimeError, match="is shut down: a worker failed"):
+            pool.reset()
+
+    def test_interrupted_wait_is_named(self, make_pool, monkeypatch):
+        pool = make_pool([CounterEnv], backend="multiprocessing")
+        pids = pool.worker_pids
+        pool.async_reset_send(env_index=0)
+
+        def interrupt(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pool._workers._pool, "collect", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            pool.async_reset_recv(env_index=0)
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+        with pytest.raises(
+            RuntimeError, match=r"a wait for its workers was interrupted \(KeyboardInterrupt\)"
+        ):
             pool.reset()
 
     def test_shutdown_leaves_nothing_behind(self):

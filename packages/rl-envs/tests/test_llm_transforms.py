@@ -224,7 +224,7 @@ class TestTokenizerAndTemplate:
             ValueError, match="text at 'query' tokenizes to 5 tokens, more than max_length=3"
         ):
             t(TensorDict(query=["hello"], batch_size=(1,)))
-        with pytest.raises(ValueError, match="needs a tokenizer object"):
+        with pytest.raises(ValueError, match="Tokenizer needs a tokenizer"):
             Tokenizer(in_keys=["q"], out_keys=["ids"])
 
     def test_template(self):

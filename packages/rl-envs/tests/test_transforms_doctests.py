@@ -25,6 +25,7 @@ MODULES = [
     "_reward",
     "_shape",
     "_tensor",
+    "_video",
 ]
 
 

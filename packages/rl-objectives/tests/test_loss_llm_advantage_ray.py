@@ -8,7 +8,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rl.core.ray_runtime import local_ray, processes_left
+from rl.core.ray_runtime import processes_left
 from rl.objectives.llm import MCAdvantage, RayMCAdvantage
 
 ray = pytest.importorskip("ray")
@@ -31,14 +31,8 @@ def traj(group, rewards):
     )
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
-        yield
-
-
 class TestRayMCAdvantage:
-    def test_writers_share_one_named_actor(self, ray_local):
+    def test_writers_share_one_named_actor(self, shared_ray):
         kwargs = {
             "grpo_size": 2,
             "prompt_key": "group_id",
@@ -71,7 +65,7 @@ class TestRayMCAdvantage:
         assert first.inv(traj(4, [1.0])) is None and first.queued_groups == 1
         first.close()
 
-    def test_anonymous_actor_closed_and_errors(self, ray_local):
+    def test_anonymous_actor_closed_and_errors(self, shared_ray):
         transform = RayMCAdvantage(grpo_size=2, prompt_key="group_id")
         assert transform.inv(traj(3, [1.0])) is None
         # the actor's error reaches the caller; the check comes first, the actor carries on

@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 
 from tensordict import TensorDict  # noqa: E402
 
-from rl.core.ray_runtime import local_ray, processes_left  # noqa: E402
+from rl.core.ray_runtime import processes_left  # noqa: E402
 from rl.data.llm import Text  # noqa: E402
 from rl.modules.llm import RemoteTransformersWrapper, TransformersWrapper  # noqa: E402
 
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.timeout(300)  # the actor's worker imports torch and tr
 KWARGS = {"input_mode": "text", "generate_kwargs": {"max_new_tokens": 4, "do_sample": False}}
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    with local_ray(num_cpus=2):  # checks that no Ray process is left on exit
-        yield
-
-
 def _prompts():
     rows = [
         TensorDict({"text": Text(prompt=p, batch_size=())}, batch_size=()) for p in ("ab", "xyz")
@@ -40,7 +34,7 @@ def _prompts():
 
 
 class TestRemoteTransformersWrapper:
-    def test_answers_as_the_local_model(self, ray_local, tmp_path):
+    def test_answers_as_the_local_model(self, shared_ray, tmp_path):
         tok = make_tokenizer()
         model = make_model(tok)
         model.save_pretrained(tmp_path)
@@ -65,7 +59,7 @@ class TestRemoteTransformersWrapper:
         with pytest.raises(RuntimeError, match="was shut down"):
             remote(_prompts())
 
-    def test_bad_arguments(self, ray_local):
+    def test_bad_arguments(self, shared_ray):
         with pytest.raises(ValueError, match="model name or path \\(str\\), got GPT2LMHeadModel"):
             RemoteTransformersWrapper(make_model(make_tokenizer()))
         with pytest.raises(ValueError, match="num_gpus=1 and the Ray cluster has 0 GPU"):

@@ -14,7 +14,6 @@ import queue
 import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -36,8 +35,7 @@ from rl.core.inference_server import (
     RayTransport,
     SlotTransport,
 )
-from rl.core.workers import die_with_parent, exit_description, stop_processes
-from rl.envs import EnvBase
+from rl.envs import EnvBase, ProcessorAsyncEnvPool
 
 from ._base import CollectorBase
 
@@ -59,77 +57,29 @@ def _start_method() -> str:
     return "fork" if sys.platform.startswith("linux") and not cuda else "spawn"
 
 
-def _env_worker(create_env_fn: Callable, kwargs: dict, conn: Any, parent_pid: int) -> None:
-    """An environment in its own process, stepped on command from a coordinator."""
-    die_with_parent(parent_pid, signal_parent_thread=False)
-    env = None
-    try:
-        env = create_env_fn(**kwargs)
-        while True:
-            command, data = conn.recv()
-            if command == "close":
-                return
-            try:
-                answer = env.reset() if command == "reset" else env.step_and_maybe_reset(data)
-            except Exception:  # noqa: BLE001 - sent to the coordinator, with its traceback
-                conn.send(("error", traceback.format_exc()))
-                return
-            conn.send(("ok", answer))
-    except EOFError:
-        return
-    except Exception:  # noqa: BLE001 - the factory failed
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        if env is not None:
-            env.close()
+class _PoolSlot:
+    """One sub-env of a :class:`~rl.envs.ProcessorAsyncEnvPool`, driven by its
+    coordinator thread with per-env sends and receives (``env_index=index``)."""
 
-
-class _EnvProcess:
-    """The coordinator's handle on an environment in a worker process."""
-
-    def __init__(self, ctx: Any, create_env_fn: Callable, kwargs: dict, index: int):
-        self._conn, child = ctx.Pipe()
-        self.process = ctx.Process(
-            target=_env_worker,
-            args=(create_env_fn, kwargs, child, mp.current_process().pid),
-            daemon=True,
-            name=f"AsyncBatchedCollector-env-{index}",
-        )
-        self.process.start()
-        child.close()
+    def __init__(self, pool: ProcessorAsyncEnvPool, index: int):
+        self.pool = pool
         self.index = index
 
-    def _ask(self, command: str, data: Any = None) -> Any:
-        try:
-            self._conn.send((command, data))
-            status, answer = self._conn.recv()
-        except (EOFError, OSError) as err:
-            self.process.join(1.0)
-            raise RuntimeError(
-                f"the process of environment {self.index} died "
-                f"({exit_description(self.process.exitcode)})"
-            ) from err
-        if status == "error":
-            raise RuntimeError(f"environment {self.index} failed in its process:\n{answer}")
-        return answer
-
     def reset(self) -> TensorDictBase:
-        return self._ask("reset")
+        self.pool.async_reset_send(env_index=self.index)
+        return self.pool.async_reset_recv(env_index=self.index).exclude(_ENV_INDEX_KEY)
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        return self._ask("step", td)
-
-    def close(self) -> None:
-        try:
-            self._conn.send(("close", None))
-        except (OSError, ValueError):
-            pass
-        self._conn.close()
+        self.pool.async_step_and_maybe_reset_send(td, env_index=self.index)
+        transition, root_next = self.pool.async_step_and_maybe_reset_recv(env_index=self.index)
+        # the pool's "env_index" (non-tensor data) is the collector's to set, as a tensor;
+        # the next root goes to the policy without it
+        return transition, root_next.exclude(_ENV_INDEX_KEY)
 
 
 def _coordinate(
     index: int,
-    env_proc: _EnvProcess | None,
+    slot: _PoolSlot | None,
     create_env_fn: Callable,
     env_kwargs: dict,
     client: Any,
@@ -146,11 +96,11 @@ def _coordinate(
     without ``shutdown()`` is garbage-collected (and its ``__del__`` stops the
     coordinators, the server and the environment processes).
     """
-    in_process = env_proc is None
+    in_process = slot is None
     env: Any = None
     episode = episodes[index]
     try:
-        env = create_env_fn(**env_kwargs) if in_process else env_proc
+        env = create_env_fn(**env_kwargs) if in_process else slot
         td = env.reset()
         while not stop.is_set():
             td = client(td)
@@ -187,8 +137,13 @@ class AsyncBatchedCollector(CollectorBase):
     ``"env_index"``, its ``("collector", "traj_ids")`` and the server's
     ``"policy_version"``.
 
-    Environments run in the coordinator threads (``env_backend="threading"``) or one
-    process each (``"multiprocessing"``; the factories must then be picklable). The
+    Environments run in the coordinator threads (``env_backend="threading"``) or in
+    the worker processes of a :class:`~rl.envs.ProcessorAsyncEnvPool`
+    (``"multiprocessing"``): each coordinator drives its env's slot of the pool with
+    per-env sends and receives, and the data goes through the pool's shared-memory
+    buffers (nothing is pickled per step). As for the pool, the envs must then share
+    their specs (a mismatch raises at the first batch, naming the entry), and the
+    factories must pickle (with ``cloudpickle``) where workers are spawned. The
     server runs in a thread of this process, or in its own process with
     ``server_config=InferenceServerConfig(service_backend="process")`` (then give a
     picklable ``policy_factory``). A dead server or environment process raises a
@@ -448,7 +403,7 @@ class AsyncBatchedCollector(CollectorBase):
         self._results: queue.Queue = queue.Queue()
         self._workers: list[threading.Thread] = []
         self._stopped: list[threading.Thread] = []  # the coordinators last stopped
-        self._env_procs: list[_EnvProcess] = []
+        self._env_pool: ProcessorAsyncEnvPool | None = None
         self._partial: list[deque] = [deque() for _ in range(num_envs)]
         self._episodes = [0] * num_envs  # trajectories each env started
         self._done_trajs: deque = deque()
@@ -472,11 +427,10 @@ class AsyncBatchedCollector(CollectorBase):
     def _ensure_started(self) -> None:
         if self._workers:
             return
-        if self._env_backend == "multiprocessing" and not self._env_procs:
-            self._env_procs = [
-                _EnvProcess(self._ctx, fn, kw, i)
-                for i, (fn, kw) in enumerate(zip(self._create_env_fn, self._env_kwargs))
-            ]
+        if self._env_backend == "multiprocessing" and self._env_pool is None:
+            self._env_pool = ProcessorAsyncEnvPool(
+                self._create_env_fn, create_env_kwargs=self._env_kwargs
+            )
         if self._clients is None:
             # before a server process starts: it inherits the clients' reply queues
             self._clients = [
@@ -500,7 +454,7 @@ class AsyncBatchedCollector(CollectorBase):
                 target=_coordinate,
                 args=(
                     i,
-                    self._env_procs[i] if self._env_procs else None,
+                    None if self._env_pool is None else _PoolSlot(self._env_pool, i),
                     self._create_env_fn[i],
                     self._env_kwargs[i],
                     self._clients[i],
@@ -531,10 +485,9 @@ class AsyncBatchedCollector(CollectorBase):
         timeout = self._shutdown_timeout
         self._stop_coordinators(timeout)
         self._server.shutdown(timeout=timeout)
-        for proc in self._env_procs:
-            proc.close()
-        stop_processes([proc.process for proc in self._env_procs], grace_s=timeout)
-        self._env_procs = []
+        if self._env_pool is not None:
+            self._env_pool.close()
+            self._env_pool = None
         close = getattr(self._transport, "close", None)
         if close is not None and isinstance(self._transport, (MPTransport, RayTransport)):
             close()
@@ -624,8 +577,8 @@ class AsyncBatchedCollector(CollectorBase):
     def _reset_all(self) -> None:
         self._stop_coordinators(self._shutdown_timeout)
         if any(worker.is_alive() for worker in self._stopped):
-            # a coordinator still inside an env step owns its env's pipe: a new one would
-            # interleave its messages with the old one's. Kept as the running ones, so
+            # a coordinator still inside an env step owns its env (or its pool slot): a
+            # new one would step it under the old one. Kept as the running ones, so
             # that the next batch asks again instead of starting new coordinators
             self._workers = self._stopped
             raise RuntimeError(

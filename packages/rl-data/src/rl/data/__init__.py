@@ -1,5 +1,6 @@
 """rl.data: replay buffers, storages, samplers, writers and data post-processing."""
 
+from rl.data._video import VideoClipRef, clear_video_decoder_cache, set_video_decoder_cache_size
 from rl.data.map import (
     BinaryToDecimal,
     HashToInt,
@@ -174,6 +175,9 @@ __all__ = [
     "Transition",
     "Writer",
     "WriterEnsemble",
+    "VideoClipRef",
+    "clear_video_decoder_cache",
+    "set_video_decoder_cache_size",
 ]
 
 
@@ -197,12 +201,29 @@ _LLM_NAMES = (
 )
 __all__ += _LLM_NAMES
 
+# the offline datasets (TorchRL's ``torchrl.data.datasets``) live in ``rl.data.datasets``;
+# DESIGN maps them to ``rl.data``, so they resolve here too, on first use
+_DATASET_NAMES = (
+    "BaseDatasetExperienceReplay",
+    "MinariExperienceReplay",
+    "lerobot_columns_to_tensordict",
+    "load_dataset",
+    "register_dataset",
+)
+__all__ += _DATASET_NAMES
+
 
 def __getattr__(name: str):
     if name in _LLM_NAMES:
         from rl.data import llm  # noqa: PLC0415
 
         value = getattr(llm, name)
+        globals()[name] = value
+        return value
+    if name in _DATASET_NAMES:
+        from rl.data import datasets  # noqa: PLC0415
+
+        value = getattr(datasets, name)
         globals()[name] = value
         return value
     # RayReplayBuffer is imported on first use (it needs the rl-data[ray] extra at use)

@@ -244,6 +244,8 @@ def get_env_metadata(
                 f"get_env_metadata: got EnvCreator.create_env_kwargs="
                 f"{env_or_creator.create_env_kwargs} and kwargs={kwargs}"
             )
+        if env_validator is None and env_or_creator._meta_data is not None:
+            return env_or_creator.meta_data.clone()  # the shadow env's, no new env
         kwargs = None
     env = env_or_creator(**(kwargs or {}))
     try:

@@ -11,10 +11,13 @@ from rl.data.replay_buffers._buffers import ReplayBuffer
 from rl.data.replay_buffers.storages._base import Storage
 from rl.data.replay_buffers.storages._tensor import LazyTensorStorage
 
-_BY_NAME = (
-    "offline datasets given by name (such as 'minari:...' or 'd4rl:...') need a download, "
-    "which rl-data does not do: load the dataset into a ReplayBuffer and pass that"
-)
+
+def _load_dataset(dataset_id: str, **kwargs: Any) -> Any:
+    """``rl.data.datasets.load_dataset``, imported on first use (it is a subpackage that
+    ``import rl.data`` leaves out)."""
+    from rl.data.datasets import load_dataset  # noqa: PLC0415
+
+    return load_dataset(dataset_id, **kwargs)
 
 
 class OfflineToOnlineReplayBuffer:
@@ -28,17 +31,23 @@ class OfflineToOnlineReplayBuffer:
 
     Args:
         offline_dataset: a replay buffer holding the offline data (or anything with
-            ``sample(n)`` and ``len``).
+            ``sample(n)`` and ``len``), or a dataset name such as
+            ``"minari:mujoco/hopper/expert-v0"``, built by
+            :func:`rl.data.datasets.load_dataset` with ``batch_size`` and
+            ``dataset_kwargs``.
         online_storage: the online buffer's storage; or
         online_capacity: the capacity of a :class:`LazyTensorStorage` for it.
         offline_fraction: the share of each batch drawn offline, in ``(0, 1)``.
-        batch_size: the default batch size of :meth:`sample`.
+        batch_size: the default batch size of :meth:`sample` (also the dataset's, for a
+            dataset given by name, unless ``dataset_kwargs`` has one).
         transform: applied to every concatenated batch.
+        **dataset_kwargs: passed to the dataset's constructor when ``offline_dataset`` is a
+            name (``root``, ``split_trajs``, ...).
 
     Raises:
-        ValueError: both or neither of ``online_storage`` and ``online_capacity``, or
-            ``offline_fraction`` outside ``(0, 1)``.
-        NotImplementedError: ``offline_dataset`` is a dataset name.
+        ValueError: both or neither of ``online_storage`` and ``online_capacity``,
+            ``offline_fraction`` outside ``(0, 1)``, a dataset name without a batch size,
+            or ``dataset_kwargs`` with a dataset object.
 
     Examples:
         >>> import torch
@@ -63,16 +72,24 @@ class OfflineToOnlineReplayBuffer:
         transform: Callable | None = None,
         **dataset_kwargs: Any,
     ) -> None:
-        if (online_storage is None) == (online_capacity is None):
-            raise ValueError("give exactly one of online_storage and online_capacity")
+        if online_storage is not None and online_capacity is not None:
+            raise ValueError("give exactly one of online_storage and online_capacity, not both")
+        if online_storage is None and online_capacity is None:
+            raise ValueError("give exactly one of online_storage and online_capacity (got neither)")
         if not 0.0 < offline_fraction < 1.0:
             raise ValueError(f"offline_fraction must be in (0, 1), got {offline_fraction}")
         if isinstance(offline_dataset, str):
-            raise NotImplementedError(f"{_BY_NAME} (got {offline_dataset!r})")
-        if dataset_kwargs:
+            if "batch_size" not in dataset_kwargs:
+                if batch_size is None:
+                    raise ValueError(
+                        f"batch_size must be provided to build the dataset {offline_dataset!r}"
+                    )
+                dataset_kwargs["batch_size"] = batch_size
+            offline_dataset = _load_dataset(offline_dataset, **dataset_kwargs)
+        elif dataset_kwargs:
             raise ValueError(
-                f"dataset keyword arguments ({sorted(dataset_kwargs)}) only apply to a "
-                "dataset given by name; pass them to your dataset instead"
+                f"dataset keyword arguments ({sorted(dataset_kwargs)}) are only forwarded when "
+                "offline_dataset is a dataset name; pass them to your dataset instead"
             )
         if online_storage is None:
             online_storage = LazyTensorStorage(online_capacity)
@@ -92,7 +109,10 @@ class OfflineToOnlineReplayBuffer:
         if batch_size is None:
             batch_size = self._batch_size
         if batch_size is None:
-            raise ValueError("sample() needs a batch_size: pass one here or to the constructor")
+            raise ValueError(
+                "sample() needs a batch_size: batch_size must be provided here or to the "
+                "constructor"
+            )
         n_offline = round(self._offline_fraction * batch_size)
         if len(self._online_buffer) == 0 or n_offline >= batch_size:
             out = self._offline_buffer.sample(batch_size)
@@ -159,6 +179,9 @@ def prefill_replay_buffer(
     """Copies ``n_samples`` items (default: as many as the dataset holds) sampled from
     ``dataset`` into ``rb``, ``chunk_size`` at a time, and returns ``rb``.
 
+    ``dataset`` is a replay buffer, or a dataset name (``"minari:..."``) built by
+    :func:`rl.data.datasets.load_dataset` with ``batch_size=chunk_size``.
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -169,7 +192,7 @@ def prefill_replay_buffer(
         200
     """
     if isinstance(dataset, str):
-        raise NotImplementedError(f"{_BY_NAME} (got {dataset!r})")
+        dataset = _load_dataset(dataset, batch_size=chunk_size)
     total = len(dataset) if n_samples is None else min(n_samples, len(dataset))
     copied = 0
     while copied < total:

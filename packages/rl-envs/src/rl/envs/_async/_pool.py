@@ -291,6 +291,10 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
     def shutdown(self) -> None:
         """Stops the threads or worker processes (idempotent)."""
 
+    def _check_open(self) -> None:
+        """Raises if the pool can no longer run operations (why it was shut down), so
+        that a receive finding nothing in flight names the cause (default: no check)."""
+
     @property
     def env_batch_sizes(self) -> list[torch.Size]:
         """The batch size of each sub-env."""
@@ -397,6 +401,7 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
                 # own env (collector threads) take turns at gathering the results
                 with self._lock:
                     if self._inflight.get(index) != (op, True):
+                        self._check_open()
                         raise RuntimeError(
                             f"no {op} was sent to env {index} with env_index={index} "
                             f"(pending: {self._describe_inflight()})"
@@ -420,6 +425,7 @@ class AsyncEnvPool(EnvBase, metaclass=_AsyncEnvMeta):
         with self._lock:
             sent = [i for i, (o, per_env) in self._inflight.items() if o == op and not per_env]
             if min_get > len(sent):
+                self._check_open()
                 raise RuntimeError(
                     f"cannot wait for {min_get} {op} result(s): only {len(sent)} env(s) are "
                     f"processing a {op} (pending: {self._describe_inflight()})"

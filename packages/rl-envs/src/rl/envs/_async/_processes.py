@@ -42,6 +42,8 @@ class _GivenEnv:
 class _PoolWorkers(ParallelEnv):
     """``ParallelEnv``'s workers and buffers; a given env read for its specs stays open."""
 
+    _worker_name = "ProcessorAsyncEnvPool"
+
     def _make_meta_env(self) -> Any:
         given = isinstance(self.create_env_fn[0], _GivenEnv)
         env = self._check_env(self._creators[0]())
@@ -61,7 +63,8 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
     traceback, one that dies within about a second, one that does not answer within 30
     seconds is killed; :meth:`shutdown` (``close()``), garbage collection and
     interpreter exit stop every worker. A failure shuts the whole pool down (results
-    in flight are lost); build a new pool to go on.
+    in flight are lost) and every later call raises a ``RuntimeError`` naming it
+    (threads driving other sub-envs included); build a new pool to go on.
 
     As with ``ParallelEnv``, all sub-envs must have the same specs (a mismatch raises at
     start-up naming the entry); use :class:`ThreadingAsyncEnvPool` for sub-envs that
@@ -86,6 +89,7 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
     def _setup(self) -> tuple[list[Composite], torch.device | None]:
         makers = [_GivenEnv(m) if isinstance(m, EnvBase) else m for m in self.env_makers]
         # a plain attribute (not a submodule): the pool is built before Module.__init__
+        self._failure: BaseException | None = None
         self.__dict__["_workers"] = _PoolWorkers(self.num_envs, makers, self.create_env_kwargs)
         self._workers.start()
         if self.worker_affinity is not None:
@@ -103,11 +107,22 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
     def _running_pool(self) -> Any:
         pool = self._workers._pool
         if pool is None or pool.closed:
-            raise RuntimeError(
-                f"{type(self).__name__} is shut down (close() was called or a worker "
-                "failed); build a new pool"
-            )
+            name = type(self).__name__
+            failure = self.__dict__.get("_failure")
+            if isinstance(failure, Exception):
+                raise RuntimeError(
+                    f"{name} is shut down: a worker failed ({failure}); build a new pool"
+                ) from failure
+            if failure is not None:  # KeyboardInterrupt and the like
+                raise RuntimeError(
+                    f"{name} is shut down: a wait for its workers was interrupted "
+                    f"({type(failure).__name__}); build a new pool"
+                ) from failure
+            raise RuntimeError(f"{name} is shut down (close() was called); build a new pool")
         return pool
+
+    def _check_open(self) -> None:
+        self._running_pool()
 
     def _submit(self, index: int, op: str, tensordict: TensorDictBase | None) -> None:
         pool = self._running_pool()
@@ -155,7 +170,10 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
         ops = sorted({self._inflight[i][0] for i in indices})
         try:
             answers = pool.collect(indices, " / ".join(ops), at_least=1, wait_s=wait_s)
-        except BaseException:
+        except BaseException as err:
+            # threads waiting on other sub-envs then raise this failure, not a bare
+            # "shut down"
+            self._failure = err
             self.shutdown()
             raise
         return {index: self._result(index, answer) for index, answer in answers.items()}

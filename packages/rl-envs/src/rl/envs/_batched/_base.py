@@ -58,7 +58,7 @@ def _bind_workers(env: Any, num_workers: int, create_env_fn: Any, create_env_kwa
     kwargs = _per_worker(create_env_kwargs, num_workers, "create_env_kwargs", "kwargs")
     env.create_env_fn = fns
     env.create_env_kwargs = kwargs
-    env._creators = [EnvCreator(fn, kw) for fn, kw in zip(fns, kwargs, strict=True)]
+    env._creators = [EnvCreator._plain(fn, kw) for fn, kw in zip(fns, kwargs, strict=True)]
 
 
 def _views_td(
@@ -262,7 +262,8 @@ class BatchedEnvBase(EnvBase):
         for current, new in zip(self.create_env_kwargs, kwargs, strict=True):
             current.update(new)
         self._creators = [
-            EnvCreator(fn, kw) for fn, kw in zip(self.create_env_fn, self.create_env_kwargs)
+            EnvCreator._plain(fn, kw)
+            for fn, kw in zip(self.create_env_fn, self.create_env_kwargs, strict=True)
         ]
         self._creators_changed()
 

@@ -130,6 +130,8 @@ class ParallelEnv(BatchedEnvBase):
     """
 
     _share_memory = True
+    #: who the workers' error messages name
+    _worker_name = "ParallelEnv"
 
     def __new__(cls, num_workers=None, *args, serial_for_single: bool = False, **kwargs):
         if cls is ParallelEnv and kwargs.get("use_buffers") is False:
@@ -215,10 +217,14 @@ class ParallelEnv(BatchedEnvBase):
         self.is_closed = True
 
     def _creators_changed(self) -> None:
-        if self.mp_start_method == "fork":
-            self._payloads = list(self._creators)
-        else:
-            self._payloads = [creator.dumps() for creator in self._creators]
+        # the creators themselves: forked, inherited; spawned, pickled by
+        # torch.multiprocessing at the workers' start, so that an EnvCreator's shared
+        # state (tensors in shared memory, multiprocessing values) stays shared. The
+        # factories are checked now, for an error naming them before any worker starts
+        if self.mp_start_method != "fork":
+            for creator in self._creators:
+                creator._check_picklable()
+        self._payloads = list(self._creators)
 
     def _make_meta_env(self) -> EnvBase:
         env = self._check_env(self._creators[0]())
@@ -235,7 +241,7 @@ class ParallelEnv(BatchedEnvBase):
             self._shm_buffers,
             self._layout,
             self.mp_start_method,
-            "ParallelEnv",
+            self._worker_name,
             num_threads=self.num_sub_threads,
             timeout=self.timeout,
             daemon=bool(self.batched_options["daemon"]),

@@ -95,7 +95,9 @@ from ._tensor import (
     PinMemoryTransform,
     UnaryTransform,
 )
+from ._tokenizer import Tokenizer
 from ._vec_gym import VecGymEnvTransform
+from ._video import DecodeVideoTransform
 
 __all__ = [
     "FORWARD_NOT_IMPLEMENTED",
@@ -136,6 +138,7 @@ __all__ = [
     "Hash",
     "PermuteTransform",
     "Stack",
+    "Tokenizer",
     "UnaryTransform",
     "RNDTransform",
     "RunningMeanStd",
@@ -148,6 +151,7 @@ __all__ = [
     "ClipTransform",
     "Compose",
     "DTypeCastTransform",
+    "DecodeVideoTransform",
     "DeviceCastTransform",
     "DoubleToFloat",
     "EndOfLifeTransform",

@@ -29,6 +29,10 @@ from ._utils import (
 
 __all__ = ["InitTracker", "StepCounter", "TensorDictPrimer", "Timer", "TrajCounter"]
 
+# multiprocessing objects of the spawn context can be shared with forked and with spawned
+# workers (a fork-context lock or value cannot reach a spawned process)
+_SPAWN = mp.get_context("spawn")
+
 
 def _next_of(tensordict: TensorDictBase, who: str) -> TensorDictBase:
     nxt = tensordict.get("next", None) if isinstance(tensordict, TensorDictBase) else None
@@ -806,7 +810,9 @@ class TrajCounter(Transform):
 
     def __init__(self, out_key: NestedKey = "traj_count", *, repeats: int | None = None):
         super().__init__(in_keys=[], out_keys=[out_key])
-        self._traj_count = mp.Value("i", 0)
+        # a spawn-context value: shareable with forked and spawned workers alike (a
+        # fork-context one cannot reach a spawned process)
+        self._traj_count = _SPAWN.Value("i", 0)
         self._initialized = False
         self.__dict__["_current"] = None
         self.repeats = 0 if repeats is None else repeats
@@ -829,7 +835,7 @@ class TrajCounter(Transform):
         count = state.pop("_traj_count")
         super().__setstate__(state)
         if isinstance(count, int):
-            count = mp.Value("i", count)
+            count = _SPAWN.Value("i", count)
         self._traj_count = count
 
     def clone(self) -> TrajCounter:

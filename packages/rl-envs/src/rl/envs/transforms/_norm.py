@@ -29,6 +29,10 @@ from ._spec_utils import NestedKey, normalize_keys
 
 __all__ = ["ObservationNorm", "RunningMeanStd", "VecNorm", "VecNormV2"]
 
+# multiprocessing locks of the spawn context can be shared with forked and with spawned
+# workers (a fork-context lock cannot reach a spawned process)
+_SPAWN = mp.get_context("spawn")
+
 
 def _as_float_tensor(value, name: str) -> torch.Tensor | None:
     if value is None:
@@ -653,7 +657,12 @@ class VecNorm(Transform):
                 stacklevel=2,
             )
             return None
-        return td.clone().to_dict()
+        # the statistics themselves (no copy), keys flattened with SEP as TorchRL: an
+        # EnvCreator hands them to the envs it builds, which then update the same memory
+        return td.flatten_keys(self.SEP).to_dict()
+
+    # separator of the flattened statistics keys (TorchRL's: keys may hold dots)
+    SEP = "-<.>-"
 
     def set_extra_state(self, state) -> None:
         td = self.__dict__["_td"]
@@ -665,6 +674,8 @@ class VecNorm(Transform):
                 )
             return
         new = TensorDict(state, batch_size=[])
+        if any(self.SEP in k for k in new.keys()):
+            new = new.unflatten_keys(self.SEP)
         if td is None:
             if not new.is_shared():
                 warnings.warn(
@@ -794,7 +805,7 @@ class VecNormV2(Transform):
             )
         super().__init__(in_keys=in_keys, out_keys=out_keys)
         self.stateful = stateful
-        self.lock = mp.Lock() if lock is None else lock
+        self.lock = _SPAWN.Lock() if lock is None else lock
         self.decay = decay
         self.eps = eps
         self.frozen = False
@@ -820,7 +831,7 @@ class VecNormV2(Transform):
     def __setstate__(self, state):
         super().__setstate__(state)
         if self.lock is None:
-            self.lock = mp.Lock()
+            self.lock = _SPAWN.Lock()
 
     def freeze(self) -> VecNormV2:
         """Stops updating the statistics."""
@@ -848,7 +859,7 @@ class VecNormV2(Transform):
             out = super().clone()
         finally:
             self.lock = lock
-        out.lock = mp.Lock()
+        out.lock = _SPAWN.Lock()
         return out
 
     # ------------------------------------------------------------- statistics

@@ -10,7 +10,12 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rl.data.replay_buffers._utils import Checkpointable, decode_item, encode_item
+from rl.data.replay_buffers._utils import (
+    Checkpointable,
+    KeyMismatchError,
+    decode_item,
+    encode_item,
+)
 
 
 class Storage(Checkpointable, ABC):
@@ -206,6 +211,27 @@ class ListStorage(Storage):
             return self._storage[index]
         storage = self._storage
         return [storage[i] for i in torch.as_tensor(index).reshape(-1).tolist()]
+
+    # the column reads of the slice samplers, for a list of TensorDicts: one stack per
+    # call (the samplers cache what they derive until the next write)
+    def _has_key(self, key: Any) -> bool:
+        first = self._storage[0] if self._storage else None
+        return isinstance(first, TensorDictBase) and key in first.keys(True, True)
+
+    def _column(self, key: Any) -> torch.Tensor:
+        """Entry ``key`` of every stored TensorDict, stacked ``[len, ...]``."""
+        if not self._storage:
+            raise RuntimeError(f"cannot read from an empty {type(self).__name__}")
+        odd = next((x for x in self._storage if not isinstance(x, TensorDictBase)), None)
+        if odd is not None:
+            raise TypeError(
+                f"reading entry {key!r} of the items needs a tensor storage or a list of "
+                f"TensorDicts, got {self} holding a {type(odd).__name__}"
+            )
+        column = [item.get(key, None) for item in self._storage]
+        if any(value is None for value in column):
+            raise KeyMismatchError(f"{type(self).__name__} holds items without an entry {key!r}")
+        return torch.stack(column)
 
     def _default_collate(self, data: Any) -> Any:
         if isinstance(data, list) and data and isinstance(data[0], (TensorDictBase, torch.Tensor)):

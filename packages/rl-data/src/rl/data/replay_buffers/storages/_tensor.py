@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_non_tensor
 
 from rl.data.replay_buffers._utils import KeyMismatchError, decode_tensordict, encode_tensordict
 from rl.data.replay_buffers.storages._base import Storage
@@ -305,6 +305,16 @@ class TensorStorage(Storage):
         if batched and len(data.shape) == 0:
             raise ValueError("extend expects data with a batch dimension, got batch_size []")
         template = data[0] if batched else data
+        if isinstance(template, TensorDictBase):
+            # the stored leaves are preallocated tables of numbers: a string or an object
+            # has no row to be written to (a VideoClipRef's ``sources``, say)
+            for key, value in template.items(include_nested=True):
+                if is_non_tensor(value):
+                    raise TypeError(
+                        f"{type(self).__name__} stores tensors only, but entry {key!r} holds "
+                        f"non-tensor data ({type(value).__name__}); store such data in a "
+                        "LazyStackStorage or a ListStorage"
+                    )
         self._rows = self._max_size_along_dim0(template)
         stored = self._allocate(template)
         if self._shared and stored.device.type == "cpu":

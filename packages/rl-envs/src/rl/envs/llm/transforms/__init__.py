@@ -1,12 +1,12 @@
 """Transforms of the LLM environments."""
 
+from ...transforms._tokenizer import Tokenizer
 from ._dataloading import DataLoadingPrimer, as_nested_tensor, as_padded_tensor
 from ._format import TemplateTransform
 from ._kl import KLComputation, KLRewardTransform, RetrieveKL, RetrieveLogProb
 from ._mcp import MCPToolTransform
 from ._python import PythonInterpreter
 from ._reason import AddThinkingPrompt
-from ._tokenizer import Tokenizer
 
 __all__ = [
     "AddThinkingPrompt",

@@ -1,4 +1,7 @@
-"""``Tokenizer``: strings in a tensordict become token ids (and back, for actions)."""
+"""``Tokenizer``: strings in a tensordict become token ids (and back, for actions).
+
+``transformers`` (``rl-envs[llm]``) is imported only to load a tokenizer given by name.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from tensordict import NestedKey, NonTensorData, NonTensorStack, TensorDictBase
 
 from rl.core import Bounded, Composite
 
-from ...transforms import Transform
+from ._base import Transform
 
 __all__ = ["Tokenizer"]
 
@@ -22,6 +25,18 @@ def _strings(value) -> str | list[str]:
     if isinstance(value, (list, tuple)):
         return [str(v) for v in value]
     return str(value)
+
+
+def _load_tokenizer(name: str):
+    """``transformers.AutoTokenizer.from_pretrained(name)`` (a hub name or a local path)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as err:
+        raise ImportError(
+            f"Tokenizer(tokenizer={name!r}) loads the tokenizer with transformers, which is "
+            'not installed: pip install "rl-envs[llm]"'
+        ) from err
+    return AutoTokenizer.from_pretrained(name)
 
 
 def _sibling(key: NestedKey, name: str) -> NestedKey:
@@ -39,7 +54,9 @@ class Tokenizer(Transform):
             token ids the policy writes.
 
     Keyword Args:
-        tokenizer: a ``transformers`` tokenizer (required: nothing is downloaded).
+        tokenizer: a ``transformers`` tokenizer, or the name or local path of one
+            (loaded with ``transformers.AutoTokenizer.from_pretrained``). Required:
+            TorchRL's default (``None`` -> bert-base-uncased, a download) is refused.
         use_raw_nontensor (bool): kept for TorchRL's signature.
         additional_tokens (list of str, optional): added to the tokenizer's vocabulary.
         skip_special_tokens (bool): when decoding. Defaults to ``True``.
@@ -53,9 +70,19 @@ class Tokenizer(Transform):
         call_before_reset (bool): tokenize the reset INPUT (before the base env resets).
             Defaults to ``False``.
 
+    The token ids go to the device of the env's specs when the transform sits in an env
+    (TorchRL's behaviour); decoded strings are plain non-tensor data. Specs: each
+    ``out_key`` is a ``Bounded`` int64 spec ``[0, len(tokenizer))`` of shape
+    ``[*env batch, max_length]`` (``-1`` when ``max_length`` is None), with an
+    ``attention_mask`` ``Bounded(0, 2)`` beside it; with ``in_keys_inv``, the env's
+    string action (or state) entry is exposed to the policy as such a token spec at
+    ``out_keys_inv``.
+
     Raises:
         ValueError: no tokenizer, or a string longer than ``max_length`` tokens (the
             error names the key).
+        KeyError: two ``out_keys`` whose ``attention_mask`` entries would collide, or an
+            ``in_keys_inv`` entry the env's input specs lack.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -81,11 +108,14 @@ class Tokenizer(Transform):
         missing_tolerance: bool = True,
         call_before_reset: bool = False,
     ):
-        if tokenizer is None or isinstance(tokenizer, str):
+        if tokenizer is None:
             raise ValueError(
-                "Tokenizer needs a tokenizer object (TorchRL's default downloads "
-                "bert-base-uncased; rl downloads nothing): pass tokenizer="
+                "Tokenizer needs a tokenizer (TorchRL's default downloads "
+                "bert-base-uncased; rl downloads nothing by default): pass tokenizer= "
+                "a transformers tokenizer object or the name / local path of one"
             )
+        if isinstance(tokenizer, str):
+            tokenizer = _load_tokenizer(tokenizer)
         super().__init__(
             in_keys=in_keys, out_keys=out_keys, in_keys_inv=in_keys_inv, out_keys_inv=out_keys_inv
         )
@@ -133,7 +163,15 @@ class Tokenizer(Transform):
                 mask[i, : len(r)] = 1
         if isinstance(text, str):
             out, mask = out[0], mask[0]
+        device = self._env_device()
+        if device is not None and out.device != device:
+            out, mask = out.to(device), mask.to(device)
         return out, mask
+
+    def _env_device(self) -> torch.device | None:
+        """The device of the env this transform sits in (None outside an env)."""
+        parent = self.parent
+        return None if parent is None else parent.device
 
     def call_tokenizer_inv_fn(self, value: torch.Tensor):
         """Strings of ``[T]`` or ``[B, T]`` token ids."""
@@ -179,7 +217,11 @@ class Tokenizer(Transform):
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
-            ids = tensordict.get(out_key, None)
+            # a lazy stack of ragged token rows (one per env) comes padded
+            pad = self.tokenizer.pad_token_id
+            ids = tensordict.get(
+                out_key, None, as_padded_tensor=True, padding_value=0 if pad is None else pad
+            )
             if ids is None:
                 if self.missing_tolerance:
                     continue
@@ -187,15 +229,54 @@ class Tokenizer(Transform):
             tensordict.set(in_key, self.call_tokenizer_inv_fn(ids))
         return tensordict
 
+    def _token_spec(self, shape, device, high: int | None = None) -> Bounded:
+        """Ids in ``[0, len(tokenizer))`` (or ``[0, high)``) of ``[*shape, max_length or -1]``."""
+        return Bounded(
+            0,
+            len(self.tokenizer) if high is None else high,
+            shape=(*shape, self.max_length or -1),
+            dtype=torch.int64,
+            device=device,
+        )
+
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
-        shape = (*observation_spec.shape, self.max_length or -1)
+        masks = set()
         for in_key, out_key in zip(self.in_keys, self.out_keys):
+            # an entry the specs lack (tokenized at reset from a data loader) still gets
+            # its spec, at the observation spec's device
             if in_key in observation_spec.keys(True, True):
-                observation_spec[out_key] = Bounded(
-                    0,
-                    len(self.tokenizer),
-                    shape=shape,
-                    dtype=torch.int64,
-                    device=observation_spec.device,
-                )
+                device = observation_spec[in_key].device
+            else:
+                device = observation_spec.device
+            shape = observation_spec.shape
+            observation_spec[out_key] = self._token_spec(shape, device)
+            if self.return_attention_mask:
+                mask_key = _sibling(out_key, "attention_mask")
+                if mask_key in masks:
+                    raise KeyError(
+                        f"Tokenizer: out_keys {self.out_keys} would write the same "
+                        f"attention mask {mask_key!r} twice; nest the token entries under "
+                        "different parents"
+                    )
+                masks.add(mask_key)
+                observation_spec[mask_key] = self._token_spec(shape, device, high=2)
         return observation_spec
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        """The env's string action / state entries ``in_keys_inv`` become token specs at
+        ``out_keys_inv`` (what the policy writes)."""
+        input_spec = input_spec.clone()
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
+            for part in ("full_state_spec", "full_action_spec"):
+                if part in input_spec.keys() and in_key in input_spec[part].keys(True, True):
+                    spec = input_spec[part]
+                    break
+            else:
+                raise KeyError(
+                    f"Tokenizer: in_keys_inv entry {in_key!r} is in neither the action nor "
+                    f"the state spec of the env (action keys "
+                    f"{list(input_spec['full_action_spec'].keys(True, True))})"
+                )
+            inner = spec.pop(in_key)
+            spec[out_key] = self._token_spec(spec.shape, inner.device)
+        return input_spec

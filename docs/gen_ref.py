@@ -78,6 +78,8 @@ EXTRAS = {
     "openspiel": "rl-envs[open_spiel]",
     "mo_gym": "rl-envs[mo_gymnasium]",
     "lbforaging": "rl-envs[lbforaging]",
+    "jumanji": "rl-envs[jumanji]",
+    "brax": "rl-envs[brax]",
     "_ray": "rl-collectors[ray]",
 }
 

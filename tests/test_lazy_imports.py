@@ -37,6 +37,7 @@ NOT_LOADED = [
     # optional back-ends (extras), imported where used
     "mujoco", "ray", "h5py", "transformers", "envpool", "dm_control", "vmas", "pettingzoo",
     "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging", "minari", "av",
+    "jax", "jumanji", "brax",
     # rl modules whose names load on first use
     "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm", "rl.data.datasets",
     "rl.envs._native._mujoco", "rl.envs._native._trading",
@@ -64,7 +65,10 @@ from rl.data import RayReplayBuffer
 from rl.data.replay_buffers import RayReplayBuffer as B
 assert B is RayReplayBuffer
 from rl.envs import FinancialRegimeEnv, LBForagingEnv, MOGymEnv, OpenSpielEnv
+from rl.envs import BraxEnv, BraxWrapper, JumanjiEnv, JumanjiWrapper
 import rl.envs.libs.gym, rl.envs.libs.lbforaging, rl.envs.libs.mo_gym, rl.envs.libs.openspiel
+import rl.envs.libs.jumanji, rl.envs.libs.brax
+assert rl.envs.libs.JumanjiEnv is JumanjiEnv and rl.envs.libs.BraxWrapper is BraxWrapper
 import rl.envs.custom
 assert rl.envs.custom.HopperEnv is rl.envs.HopperEnv
 # the offline datasets import minari only when a dataset is converted
@@ -75,7 +79,8 @@ assert set(rl.data._DATASET_NAMES) == set(rl.data.datasets.__all__)
 loaded = [
     name
     for name in (
-        "ray", "mujoco", "pyspiel", "mo_gymnasium", "lbforaging", "pettingzoo", "vmas", "minari"
+        "ray", "mujoco", "pyspiel", "mo_gymnasium", "lbforaging", "pettingzoo", "vmas", "minari",
+        "jax", "jumanji", "brax",
     )
     if name in sys.modules
 ]

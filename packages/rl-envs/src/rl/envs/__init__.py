@@ -41,7 +41,7 @@ __version__ = "0.1.0"
 
 # Simulator back-ends and multi-agent helpers, imported on first use so that
 # ``import rl.envs`` does not import EnvPool, dm_control, PettingZoo, VMAS, MO-Gymnasium,
-# OpenSpiel or lbforaging.
+# OpenSpiel, lbforaging or JAX (Jumanji, Brax).
 _LAZY = {
     "MultiThreadedEnv": "rl.envs.libs.envpool",
     "MultiThreadedEnvWrapper": "rl.envs.libs.envpool",
@@ -57,6 +57,10 @@ _LAZY = {
     "OpenSpielWrapper": "rl.envs.libs.openspiel",
     "LBForagingEnv": "rl.envs.libs.lbforaging",
     "LBForagingWrapper": "rl.envs.libs.lbforaging",
+    "JumanjiEnv": "rl.envs.libs.jumanji",
+    "JumanjiWrapper": "rl.envs.libs.jumanji",
+    "BraxEnv": "rl.envs.libs.brax",
+    "BraxWrapper": "rl.envs.libs.brax",
     "MarlGroupMapType": "rl.envs._marl",
     "check_marl_grouping": "rl.envs._marl",
     # native tasks whose modules load on first use (rl.envs._native resolves them)

@@ -19,6 +19,8 @@ _LIBRARIES = {
     "open_spiel": ("pyspiel", "open_spiel"),
     "mo_gymnasium": ("mo_gymnasium", "mo_gymnasium"),
     "lbforaging": ("lbforaging", "lbforaging"),
+    "jumanji": ("jumanji", "jumanji"),
+    "brax": ("brax", "brax"),
 }
 
 

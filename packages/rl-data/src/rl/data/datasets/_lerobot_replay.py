@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 from tensordict.utils import NestedKey
 
 from rl.data._video import VideoClipRef
@@ -23,9 +23,9 @@ from rl.data.datasets._lerobot import (
 from rl.data.datasets._lerobot_snapshot import _LeRobotSnapshot
 from rl.data.replay_buffers import (
     ImmutableDatasetWriter,
-    LazyStackStorage,
     Sampler,
     SliceSampler,
+    TensorStorage,
     Writer,
 )
 
@@ -51,29 +51,101 @@ def _hub_cache_snapshot(repo_id: str) -> Path | None:
     return snapshots[0] if len(snapshots) == 1 else None
 
 
-def _video_ref_keys(data: TensorDictBase) -> list[NestedKey]:
-    """The keys of the ``VideoClipRef`` entries of ``data`` (not looking inside them)."""
-    keys: list[NestedKey] = []
+def _non_tensor_leaves(data: TensorDictBase) -> tuple[list[NestedKey], list[NestedKey]]:
+    """The keys of the string entries and of the ``VideoClipRef`` entries of ``data``."""
+    strings: list[NestedKey] = []
+    videos: list[NestedKey] = []
 
     def walk(td: TensorDictBase, prefix: tuple) -> None:
         for key in td.keys():
             value = td.get(key)
+            full = (*prefix, key) if prefix else key
             if isinstance(value, VideoClipRef):
-                keys.append((*prefix, key) if prefix else key)
+                videos.append(full)
+            elif is_non_tensor(value):
+                strings.append(full)
             elif isinstance(value, TensorDictBase):
                 walk(value, (*prefix, key))
 
     walk(data, ())
-    return keys
+    return strings, videos
 
 
-def _copy_rows(batch: Any) -> Any:
-    """A shallow copy of the lazy stack a ``LazyStackStorage`` returns.
+def _nested(codes: Any, vocabulary: list[str]) -> Any:
+    if isinstance(codes, list):
+        return [_nested(c, vocabulary) for c in codes]
+    return vocabulary[codes]
 
-    The stack holds the stored rows themselves: without the copy, what sampling writes
-    into a batch (the slice sampler's flags, the decoded frames) would land in storage.
+
+class _StoredColumns:
+    """Buffer transform: the stored codes of the non-tensor columns back into their values.
+
+    A :class:`~rl.data.TensorStorage` holds tensors only, so each string column is stored
+    as ``long`` codes into its vocabulary (a LeRobot dataset has a handful of tasks) and
+    each video column as the ``file_id`` and ``frame_index`` of its
+    :class:`~rl.data.VideoClipRef`. On the sample path, this puts back the strings and
+    the references (which ``DecodeVideoTransform`` then decodes).
     """
-    return batch.copy() if isinstance(batch, TensorDictBase) else batch
+
+    def __init__(self, strings: dict[NestedKey, list[str]], videos: dict[NestedKey, dict]) -> None:
+        self.strings = strings
+        self.videos = videos
+
+    @staticmethod
+    def encode(data: TensorDictBase, strings: list[NestedKey], videos: list[NestedKey]):
+        """``data`` with tensors only, and the transform that restores what was encoded."""
+        data = data.copy()
+        vocabularies: dict[NestedKey, list[str]] = {}
+        for key in strings:
+            values = list(data.get(key).tolist())
+            vocabulary = list(dict.fromkeys(values))
+            index = {v: i for i, v in enumerate(vocabulary)}
+            data.del_(key)
+            data.set(key, torch.tensor([index[v] for v in values], dtype=torch.long))
+            vocabularies[key] = vocabulary
+        refs: dict[NestedKey, dict] = {}
+        for key in videos:
+            ref = data.get(key)
+            paths = ref.source
+            if isinstance(paths, str):
+                sources, file_id = (paths,), torch.zeros_like(ref.frame_index)
+            else:
+                sources = tuple(dict.fromkeys(paths))
+                position = {p: i for i, p in enumerate(sources)}
+                file_id = torch.tensor([position[p] for p in paths], dtype=torch.long)
+            refs[key] = {
+                "sources": sources,
+                "stream": ref.stream,
+                "out_device": ref.out_device,
+                "out_dtype": ref.out_dtype,
+            }
+            frame_index = ref.frame_index.reshape(-1)
+            data.del_(key)
+            data.set(
+                key, TensorDict(frame_index=frame_index, file_id=file_id, batch_size=data.shape)
+            )
+        return data, _StoredColumns(vocabularies, refs)
+
+    def __call__(self, data: TensorDictBase) -> TensorDictBase:
+        for key, vocabulary in self.strings.items():
+            codes = data.get(key, None)
+            if isinstance(codes, torch.Tensor):
+                data.del_(key)
+                data.set(key, NonTensorStack.from_list(_nested(codes.tolist(), vocabulary)))
+        for key, spec in self.videos.items():
+            stored = data.get(key, None)
+            if isinstance(stored, TensorDictBase) and not isinstance(stored, VideoClipRef):
+                ref = VideoClipRef(
+                    spec["sources"],
+                    frame_index=stored.get("frame_index"),
+                    file_id=stored.get("file_id"),
+                    stream=spec["stream"],
+                    out_device=spec["out_device"],
+                    out_dtype=spec["out_dtype"],
+                )
+                data.del_(key)
+                data.set(key, ref)
+        return data
 
 
 class LeRobotExperienceReplay(BaseDatasetExperienceReplay):
@@ -98,11 +170,13 @@ class LeRobotExperienceReplay(BaseDatasetExperienceReplay):
     converted or copied: the parquet files are read at construction (``pip install
     "rl-data[lerobot]"``) and the frames stay in the MP4 files.
 
-    Rows go in a :class:`~rl.data.LazyStackStorage` (the instruction strings and the
-    video references are not tensors), so a sample is a
-    :class:`~tensordict.LazyStackedTensorDict`; the dataset's own ``index`` column is
-    replaced in a sample by the buffer's ``"index"``, which is the row position (equal
-    to the dataset's index when every episode is read).
+    Rows go in a :class:`~rl.data.TensorStorage`, which holds tensors only: string
+    columns are stored as codes into their vocabulary and cameras as the ``file_id`` /
+    ``frame_index`` of their reference; the first transform of the sample path puts
+    the strings and the references back (``rb.storage[:]`` shows the codes, ``rb[:]``
+    and :meth:`sample` the values). The dataset's own ``index`` column is replaced in a
+    sample by the buffer's ``"index"``, the row position (equal to the dataset's index
+    when every episode is read).
 
     Args:
         repo_id (str): the dataset's hub id, e.g. ``"lerobot/pusht"``.
@@ -207,11 +281,11 @@ class LeRobotExperienceReplay(BaseDatasetExperienceReplay):
         key_map_all = {**_DEFAULT_KEY_MAP, **(key_map or {})}
         episode_key = _target_key("episode_index", key_map_all)
 
-        storage = LazyStackStorage(max(data.shape[0], 1))
-        storage.set(slice(0, data.shape[0]), data)
+        string_keys, video_keys = _non_tensor_leaves(data)
+        stored, restore = _StoredColumns.encode(data, string_keys, video_keys)
+        storage = TensorStorage(stored)
 
-        transforms: list[Callable] = []
-        video_keys = _video_ref_keys(data)
+        transforms: list[Callable] = [restore]
         decoded = False
         if decode_video and video_keys:
             if _has_rl_envs:
@@ -243,9 +317,9 @@ class LeRobotExperienceReplay(BaseDatasetExperienceReplay):
             storage=storage,
             sampler=sampler,
             writer=ImmutableDatasetWriter() if writer is None else writer,
-            collate_fn=_copy_rows if collate_fn is None else collate_fn,
+            collate_fn=collate_fn,
             batch_size=batch_size,
-            transform=transforms or None,
+            transform=transforms,
             pin_memory=pin_memory,
             prefetch=prefetch,
         )

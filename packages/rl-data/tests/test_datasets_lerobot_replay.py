@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -233,6 +234,20 @@ class TestLeRobotSnapshot:
         assert "prompt" in sample.keys() and "traj" in sample.keys()
         assert sample["traj"].view(2, 2).unique(dim=1).shape[1] == 1
 
+    def test_rehydrate_shifts_decoded_frames(self, snapshot):
+        rb = LeRobotExperienceReplay(
+            REPO, root=snapshot, slice_len=LENGTHS[1], batch_size=2 * LENGTHS[1], rehydrate=True
+        )
+        sample = rb.sample()
+        rows = sample["index"].view(2, -1)
+        pixels = sample["next", "observation", "image", "top"][:, 0, 0, 0].view(2, -1)
+        state = sample["next", "observation", "state"][:, 0].view(2, -1)
+        # inside a slice the next frame is the following row's; uint8 frames end with 0
+        # and float states with NaN at a slice's end
+        assert pixels[:, :-1].tolist() == [[_level("top", r) for r in w[1:]] for w in rows.tolist()]
+        assert (pixels[:, -1] == 0).all() and state[:, -1].isnan().all()
+        torch.testing.assert_close(state[:, :-1], rows[:, 1:].float())
+
 
 class TestLeRobotErrors:
     def test_no_local_copy(self, tmp_path):
@@ -279,6 +294,12 @@ class TestLeRobotErrors:
             ValueError, match=r"episodes \[2, 7\] are not in the LeRobot dataset .* 0\.\.1"
         ):
             LeRobotExperienceReplay(REPO, root=snapshot, episodes=[0, 7, 2])
+
+    def test_without_pyarrow_the_extra_is_named(self, snapshot, monkeypatch):
+        monkeypatch.setitem(sys.modules, "pyarrow", None)
+        monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+        with pytest.raises(ModuleNotFoundError, match=r'pip install "rl-data\[lerobot\]"'):
+            LeRobotExperienceReplay(REPO, root=snapshot)
 
     def test_slices_and_length_together(self, snapshot):
         with pytest.raises(ValueError, match="num_slices or slice_len, not both"):

@@ -168,7 +168,9 @@ class LeRobotExperienceReplay(BaseDatasetExperienceReplay):
     repo_id.replace("/", "_")``, then in the Hugging Face hub cache
     (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``). Nothing is
     converted or copied: the parquet files are read at construction (``pip install
-    "rl-data[lerobot]"``) and the frames stay in the MP4 files.
+    "rl-data[lerobot]"``) and the frames stay in the MP4 files. Parquet columns that are
+    neither numbers, strings nor fixed-length lists of numbers (images stored inline,
+    ``dtype: image``) are skipped with a warning.
 
     Rows go in a :class:`~rl.data.TensorStorage`, which holds tensors only: string
     columns are stored as codes into their vocabulary and cameras as the ``file_id`` /

@@ -8,6 +8,7 @@ import pytest
 MODULES = [
     "rl.data.datasets._dataset",
     "rl.data.datasets._lerobot",
+    "rl.data.datasets._lerobot_replay",
     "rl.data.datasets._minari",
     "rl.data.datasets._registry",
     "rl.data._video",
@@ -34,7 +35,18 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
+    from rl.data.datasets import _registry
+
     module = importlib.import_module(name)
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    # register_dataset's example registers "toy": the registry is restored afterwards, so
+    # that the registry tests that run later in this process start from the built-ins
+    before = dict(_registry._DATASET_REGISTRY)
+    try:
+        result = doctest.testmod(
+            module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+        )
+    finally:
+        _registry._DATASET_REGISTRY.clear()
+        _registry._DATASET_REGISTRY.update(before)
     assert result.attempted > 0, f"{name} has no examples"
     assert result.failed == 0

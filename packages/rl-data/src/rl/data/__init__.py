@@ -205,6 +205,7 @@ __all__ += _LLM_NAMES
 # DESIGN maps them to ``rl.data``, so they resolve here too, on first use
 _DATASET_NAMES = (
     "BaseDatasetExperienceReplay",
+    "LeRobotExperienceReplay",
     "MinariExperienceReplay",
     "lerobot_columns_to_tensordict",
     "load_dataset",

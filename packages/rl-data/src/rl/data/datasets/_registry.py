@@ -95,9 +95,10 @@ def load_dataset(dataset_id: str, **kwargs: Any) -> BaseDatasetExperienceReplay:
     """Builds the dataset named by ``"<source>:<dataset-id>"``.
 
     The source prefix picks the factory registered with :func:`register_dataset`, which
-    is called as ``factory(dataset_id, **kwargs)``. ``"minari"`` is built in
-    (:class:`MinariExperienceReplay`); TorchRL's other sources (``"atari"``,
-    ``"atari_dqn"``, ``"d4rl"``, ``"gen_dgrl"``, ``"lerobot"``, ``"openml"``,
+    is called as ``factory(dataset_id, **kwargs)``. ``"minari"``
+    (:class:`MinariExperienceReplay`) and ``"lerobot"`` (:class:`LeRobotExperienceReplay`,
+    local folders only) are built in; TorchRL's other sources (``"atari"``,
+    ``"atari_dqn"``, ``"d4rl"``, ``"gen_dgrl"``, ``"openml"``,
     ``"openx"``, ``"roboset"``, ``"vd4rl"``) are registered too but raise
     ``NotImplementedError``: those datasets exist only as downloads, which rl does not
     implement. Register a loader of your own under their prefix with ``replace=True``.
@@ -150,12 +151,12 @@ class _DownloadOnlySource:
 
 
 register_dataset("minari", "rl.data.datasets._minari:MinariExperienceReplay")
+register_dataset("lerobot", "rl.data.datasets._lerobot_replay:LeRobotExperienceReplay")
 for _prefix, _name in (
     ("atari", "AtariDQNExperienceReplay"),
     ("atari_dqn", "AtariDQNExperienceReplay"),
     ("d4rl", "D4RLExperienceReplay"),
     ("gen_dgrl", "GenDGRLExperienceReplay"),
-    ("lerobot", "LeRobotExperienceReplay"),
     ("openml", "OpenMLExperienceReplay"),
     ("openx", "OpenXExperienceReplay"),
     ("roboset", "RobosetExperienceReplay"),

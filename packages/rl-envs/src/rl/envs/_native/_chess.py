@@ -78,7 +78,7 @@ class _ChessEnvMeta(_EnvMeta):
 
 
 class ChessEnv(EnvBase, metaclass=_ChessEnvMeta):
-    """A game of chess played by one policy for both sides, on `python-chess`_.
+    """A game of chess played by one policy for both sides, on python-chess.
 
     An action is an index into :attr:`san_moves`, the 29,275 strings any chess move can be
     written as in Standard Algebraic Notation (``"e4"``, ``"Nbd7"``, ``"exd8=Q#"``,
@@ -99,7 +99,8 @@ class ChessEnv(EnvBase, metaclass=_ChessEnvMeta):
     The reward goes to the player who just moved: 1 for a checkmate, 0.5 for a draw
     (stalemate, insufficient material, the fifty-move rule, fivefold repetition, the
     seventy-five-move rule), 0 otherwise. A finished game is ``done`` and
-    ``terminated``.
+    ``terminated``. Repetitions need the move history, which a stateless env that reads
+    ``"fen"`` does not have (as TorchRL's).
 
     A stateful env (the default) keeps its board in :attr:`board`. A stateless one
     (``stateful=False``) reads the board from the input at every step: from ``"fen"``
@@ -145,7 +146,7 @@ class ChessEnv(EnvBase, metaclass=_ChessEnvMeta):
     legal moves (TorchRL's raises an ``AttributeError``). ``reset(td, set_state=...)``
     is not supported: the state in the input is honoured (see above).
 
-    .. _python-chess: https://python-chess.readthedocs.io
+    python-chess: https://python-chess.readthedocs.io
 
     Examples:
         >>> import torch
@@ -249,8 +250,8 @@ class ChessEnv(EnvBase, metaclass=_ChessEnvMeta):
 
     @_classproperty
     def san_moves(cls) -> tuple[str, ...]:
-        """The SAN string of each action index (29,275 strings; the last one is empty and
-        names no move). See :func:`rl.envs._native._san_moves.san_moves`."""
+        """The SAN string of each action index: 29,275 strings in TorchRL's order, the
+        last one empty (it names no move). Built once per process from the SAN rules."""
         return san_moves()
 
     @staticmethod

@@ -191,8 +191,8 @@ class ChessEnv(EnvBase, metaclass=_ChessEnvMeta):
         chess = self.lib
         if include_hash_inv and not include_hash:
             raise ValueError(
-                "ChessEnv(include_hash_inv=True) needs include_hash=True (the inverse maps "
-                f"the hashes it writes), got include_hash={include_hash}"
+                "'include_hash_inv=True' can only be set if 'include_hash=True' (the inverse "
+                f"maps back the hashes it writes), but got 'include_hash={include_hash}'."
             )
         if not stateful and not (include_fen or include_pgn):
             raise _StateConfigError(

@@ -37,10 +37,10 @@ NOT_LOADED = [
     # optional back-ends (extras), imported where used
     "mujoco", "ray", "h5py", "transformers", "envpool", "dm_control", "vmas", "pettingzoo",
     "wandb", "mlflow", "tensorboard", "pyspiel", "mo_gymnasium", "lbforaging", "minari", "av",
-    "jax", "jumanji", "brax",
+    "jax", "jumanji", "brax", "chess", "cairosvg",
     # rl modules whose names load on first use
     "rl.core.checkpoint", "rl.core.trainers.algorithms", "rl.data.llm", "rl.data.datasets",
-    "rl.envs._native._mujoco", "rl.envs._native._trading",
+    "rl.envs._native._mujoco", "rl.envs._native._trading", "rl.envs._native._chess",
 ]
 loaded = [name for name in NOT_LOADED if name in sys.modules]
 assert not loaded, f"imported by import rl.*: {loaded}"
@@ -71,6 +71,9 @@ import rl.envs.libs.jumanji, rl.envs.libs.brax
 assert rl.envs.libs.JumanjiEnv is JumanjiEnv and rl.envs.libs.BraxWrapper is BraxWrapper
 import rl.envs.custom
 assert rl.envs.custom.HopperEnv is rl.envs.HopperEnv
+# ChessEnv's module loads on first use; python-chess only when an env is built
+assert rl.envs.custom.ChessEnv is rl.envs.ChessEnv
+assert "chess" not in sys.modules, "resolving ChessEnv imported python-chess"
 # the offline datasets import minari only when a dataset is converted
 import rl.data.datasets
 for name in rl.data._DATASET_NAMES:

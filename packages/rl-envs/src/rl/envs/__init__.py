@@ -65,6 +65,7 @@ _LAZY = {
     "check_marl_grouping": "rl.envs._marl",
     # native tasks whose modules load on first use (rl.envs._native resolves them)
     "AntEnv": "rl.envs._native",
+    "ChessEnv": "rl.envs._native",
     "FinancialRegimeEnv": "rl.envs._native",
     "HopperEnv": "rl.envs._native",
     "HumanoidEnv": "rl.envs._native",

@@ -8,6 +8,7 @@ from ._toy_vla import ToyVLAEnv
 __all__ = [
     "AntEnv",
     "CartPoleEnv",
+    "ChessEnv",
     "FinancialRegimeEnv",
     "HopperEnv",
     "HumanoidEnv",
@@ -19,9 +20,10 @@ __all__ = [
     "Walker2dEnv",
 ]
 
-# the MuJoCo tasks and the trading env load on first use: ``import rl.envs`` does not pay
-# for their modules (the mujoco library itself is imported only when an env is built)
+# the MuJoCo tasks, the trading env and chess load on first use: ``import rl.envs`` does
+# not pay for their modules (mujoco and python-chess are imported only when an env is built)
 _LAZY = {
+    "ChessEnv": "._chess",
     "AntEnv": "._mujoco",
     "HopperEnv": "._mujoco",
     "HumanoidEnv": "._mujoco",

@@ -472,6 +472,24 @@ class UnaryTransform(Transform):
             tensordict.set(in_key, self._inv_apply_transform(value))
         return tensordict
 
+    #: as TorchRL's: the inverse map also runs on the input of a reset, so that the base
+    #: env reads the inner entries (a ``Hash``'s string given as its hash, say)
+    enable_inv_on_reset = True
+
+    @property
+    def _has_reset_preprocess(self) -> bool:
+        return self.enable_inv_on_reset and bool(self._io_pairs_inv)
+
+    def _reset_env_preprocess(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if tensordict is None or not self._has_reset_preprocess:
+            return tensordict
+        tolerance = self.missing_tolerance
+        self.missing_tolerance = True  # a reset's input may hold none of the entries
+        try:
+            return self._inv_call(tensordict)
+        finally:
+            self.missing_tolerance = tolerance
+
     def _probe_specs(self, parts: dict[str, Composite], pairs, forward: bool) -> dict:
         """Runs the map on a zero sample of ``parts`` and returns ``{out_key: spec}``."""
         sample = None

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict, tensorclass
+from tensordict import NonTensorStack, TensorDict, tensorclass
 
 from rl.data import (
     FlatStorageCheckpointer,
@@ -19,6 +19,7 @@ from rl.data import (
     ListStorage,
     ReplayBuffer,
     SamplerWithoutReplacement,
+    SliceSampler,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     TensorStorage,
@@ -688,3 +689,83 @@ def test_memmap_pytree_reopens_with_its_structure(tmp_path):
     assert len(reopened) == 3
     out = reopened.get(torch.tensor([1, 2]))
     assert out["a"].tolist() == [1, 2] and isinstance(out["b"]["c"], list)
+
+
+def _with_text(ids: list[int]) -> TensorDict:
+    """Items with a tensor ``"id"`` and a string ``"name"`` (``"n<id>"``), nested too."""
+    names = [f"n{i}" for i in ids]
+    return TensorDict(
+        {
+            "id": torch.tensor(ids),
+            "name": NonTensorStack(*names),
+            ("meta", "tag"): NonTensorStack(*[name.upper() for name in names]),
+        },
+        batch_size=[len(ids)],
+    )
+
+
+class TestNonTensorEntries:
+    @pytest.fixture(params=["tensor", "memmap"])
+    def make(self, request, tmp_path):
+        if request.param == "tensor":
+            return lambda n: LazyTensorStorage(n)
+        return lambda n: LazyMemmapStorage(n, scratch_dir=tmp_path / f"s{n}", existsok=False)
+
+    def test_writes_and_reads(self, make):
+        storage = make(4)
+        storage.set(torch.arange(3), _with_text([0, 1, 2]))
+        storage.set(3, _with_text([3])[0])
+        storage.set(torch.tensor([0, 1]), _with_text([4, 5]))  # the ring wraps around
+        out = storage.get(torch.tensor([3, 0, 2]))
+        assert out["id"].tolist() == [3, 4, 2]
+        assert out["name"] == ["n3", "n4", "n2"]
+        assert out["meta", "tag"] == ["N3", "N4", "N2"]
+        assert storage.get(slice(1, 3))["name"] == ["n5", "n2"]
+        assert storage.get(1)["name"] == "n5"
+
+    def test_state_dict_round_trip(self, make):
+        storage = make(6)
+        storage.set(torch.arange(4), _with_text([7, 8, 9, 10]))
+        # a memory-mapped one into a temporary directory of its own
+        restored = LazyMemmapStorage(6) if isinstance(storage, LazyMemmapStorage) else make(6)
+        restored.load_state_dict(storage.state_dict())
+        assert len(restored) == 4
+        out = restored.get(torch.tensor([3, 1]))
+        assert out["id"].tolist() == [10, 8]
+        assert out["name"] == ["n10", "n8"] and out["meta", "tag"] == ["N10", "N8"]
+
+    def test_memmap_reopen_keeps_the_values(self, tmp_path):
+        storage = LazyMemmapStorage(4, scratch_dir=tmp_path)
+        storage.set(torch.arange(3), _with_text([0, 1, 2]))
+        storage.set(1, _with_text([9])[0])
+        reopened = LazyMemmapStorage(4, scratch_dir=tmp_path)
+        assert len(reopened) == 3
+        assert reopened.get(torch.arange(3))["name"] == ["n0", "n9", "n2"]
+
+    def test_slices_of_text(self, make):
+        storage = make(8)
+        rb = ReplayBuffer(
+            storage=storage,
+            sampler=SliceSampler(slice_len=2, traj_key="episode"),
+            batch_size=4,
+        )
+        data = _with_text(list(range(8)))
+        data["episode"] = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+        rb.extend(data)
+        sample = rb.sample()
+        ids = sample["id"].tolist()
+        assert sample["name"] == [f"n{i}" for i in ids]
+        for window in torch.tensor(ids).split(2):
+            assert window[1] == window[0] + 1 and window[0] // 4 == window[1] // 4
+
+    def test_errors_name_the_key(self, make):
+        storage = make(4)
+        storage.set(torch.arange(2), _with_text([0, 1]))
+        with pytest.raises(KeyError, match=r"missing the key 'name' held by the storage"):
+            storage.set(torch.arange(2), _with_text([0, 1]).exclude("name"))
+        bad = _with_text([0, 1])
+        bad["name"] = torch.zeros(2)
+        with pytest.raises(
+            TypeError, match=r"key 'name' holds Tensor, the storage holds non-tensor"
+        ):
+            storage.set(torch.arange(2), bad)

@@ -143,6 +143,12 @@ class LazyMemmapStorage(LazyTensorStorage):
     costs a few stores into the counter per write. (Power loss is another matter: nothing
     is fsynced.)
 
+    Non-tensor entries (strings, paths...) are saved as tensordict's memory-mapped
+    TensorDicts save them, as TorchRL's storage does: the values of all rows in one JSON
+    file per entry (``<key>/meta.json``), rewritten by each write that changes them (a cost
+    that grows with ``max_size``). Values JSON cannot hold are pickled by tensordict; a
+    directory holding such a file is refused on reopening (nothing is unpickled).
+
     Args:
         max_size: the capacity.
         scratch_dir: the directory of the files; a temporary directory when omitted.
@@ -528,6 +534,9 @@ class LazyMemmapStorage(LazyTensorStorage):
         tensors = [t for _, t in self._leaves] if self._is_td else [self._tensor]
         for t in tensors:
             t.narrow(0, dest, count).copy_(t.narrow(0, source, count))
+        for key in self._objects:
+            stack = self._storage.get(key)
+            stack[dest : dest + count] = stack[source : source + count]
 
     def _recover(self) -> None:
         """Drops the rows of a write left in flight, keeping the others whole and in order.

@@ -7,9 +7,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_non_tensor
+from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor, is_tensorclass
 
-from rl.data.replay_buffers._utils import KeyMismatchError, decode_tensordict, encode_tensordict
+from rl.data.replay_buffers._utils import (
+    KeyMismatchError,
+    decode_item,
+    decode_tensordict,
+    encode_item,
+    encode_tensordict,
+)
 from rl.data.replay_buffers.storages._base import Storage
 from rl.data.replay_buffers.storages._layout import ItemLayout, stack_items
 from rl.data.replay_buffers.storages._rows import RowPlan
@@ -155,6 +161,16 @@ class TensorStorage(Storage):
     Every write is checked against the stored structure: a key, shape or dtype that differs
     raises an error naming the key.
 
+    Non-tensor entries of a TensorDict (strings, paths, ``NonTensorData`` /
+    ``NonTensorStack``, the ``sources`` of a :class:`~rl.data.VideoClipRef`) are kept as
+    TorchRL keeps them: one ``NonTensorStack`` of one value per row, written and read by
+    index, and read back as a ``NonTensorStack`` of the values sampled. Tensorclass
+    entries keep their class. A storage holding such entries reads its batches through
+    tensordict's indexing; one of tensors only keeps its faster gather. ``state_dict``
+    saves the values as plain containers (strings, numbers, lists, tuples, dicts); a
+    tensorclass entry comes back as its class only into a storage written once with it
+    (a class is never imported from a checkpoint).
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -247,6 +263,16 @@ class TensorStorage(Storage):
         self.max_size = self._rows * self._inner
         if isinstance(storage, TensorDictBase):
             self._is_td = True
+            # entries that are not tables of numbers: non-tensor data (strings, paths...),
+            # kept as one NonTensorStack of ``rows`` values each, as tensordict stacks them
+            self._objects = [
+                key for key, value in storage.items(include_nested=True) if is_non_tensor(value)
+            ]
+            # with those, or tensorclass entries, items are read through tensordict's own
+            # indexing (the plan below builds plain TensorDicts of tensors only)
+            self._general = bool(self._objects) or any(
+                is_tensorclass(value) for value in storage.values(include_nested=True)
+            )
             views = {}
 
             def view(t: torch.Tensor) -> torch.Tensor:
@@ -255,7 +281,7 @@ class TensorStorage(Storage):
                     views[id(t)] = self._leaf_view(t)
                 return views[id(t)]
 
-            self._plan = _GatherPlan(storage, view)
+            self._plan = None if self._general else _GatherPlan(storage, view)
             self._sig = _signature(storage, 1)
             self._leaves = [
                 (key, view(value))
@@ -264,6 +290,8 @@ class TensorStorage(Storage):
             self._item_batch = storage.batch_size[1:]
         else:
             self._is_td = False
+            self._objects = []
+            self._general = False
             self._tensor = self._leaf_view(storage)
             self._np_tensor = _numpy_view(self._tensor)
             self._item_batch = storage.shape[1:]
@@ -289,11 +317,16 @@ class TensorStorage(Storage):
         size, device = self._rows, self._device
         zeros = _zeros if device.type == "cpu" and not self._shared else torch.zeros
         if isinstance(template, TensorDictBase):
-            return template.apply(
+            stored = template.apply(
                 lambda t: zeros((size, *t.shape), dtype=t.dtype, device=device),
                 batch_size=[size, *template.batch_size],
                 device=device,
             )
+            for key, value in template.items(include_nested=True):
+                if is_non_tensor(value):
+                    # one value per row (apply keeps a single value for all of them)
+                    stored.set(key, torch.empty_like(value.expand(size, *value.batch_size)))
+            return stored
         return zeros((size, *template.shape), dtype=template.dtype, device=device)
 
     def _init(self, data: Any, batched: bool = False) -> None:
@@ -305,16 +338,6 @@ class TensorStorage(Storage):
         if batched and len(data.shape) == 0:
             raise ValueError("extend expects data with a batch dimension, got batch_size []")
         template = data[0] if batched else data
-        if isinstance(template, TensorDictBase):
-            # the stored leaves are preallocated tables of numbers: a string or an object
-            # has no row to be written to (a VideoClipRef's ``sources``, say)
-            for key, value in template.items(include_nested=True):
-                if is_non_tensor(value):
-                    raise TypeError(
-                        f"{type(self).__name__} stores tensors only, but entry {key!r} holds "
-                        f"non-tensor data ({type(value).__name__}); store such data in a "
-                        "LazyStackStorage or a ListStorage"
-                    )
         self._rows = self._max_size_along_dim0(template)
         stored = self._allocate(template)
         if self._shared and stored.device.type == "cpu":
@@ -399,6 +422,8 @@ class TensorStorage(Storage):
             return None
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"this storage holds TensorDicts, got {type(data).__name__}")
+        if self._objects:
+            self._check_objects(data)
         if data.batch_size[skip:] != self._item_batch:
             raise ValueError(
                 f"data has item batch_size {list(data.batch_size[skip:])}, the storage holds "
@@ -432,6 +457,20 @@ class TensorStorage(Storage):
             f"data has the key {extra[0]!r} that the storage does not hold "
             f"(stored keys: {', '.join(sorted(map(repr, self._sig)))})"
         )
+
+    def _check_objects(self, data: TensorDictBase) -> None:
+        """Raises unless ``data`` holds every non-tensor entry of the storage as such."""
+        for key in self._objects:
+            value = data.get(key, None)
+            if value is None:
+                raise KeyMismatchError(
+                    f"data is missing the key {key!r} held by the storage (non-tensor data)"
+                )
+            if not is_non_tensor(value):
+                raise TypeError(
+                    f"key {key!r} holds {type(value).__name__}, the storage holds non-tensor "
+                    "data there"
+                )
 
     def _stored_keys(self) -> str:
         return ", ".join(sorted(map(repr, self._sig)))
@@ -546,12 +585,20 @@ class TensorStorage(Storage):
                     dest.narrow(0, start, n).copy_(value)
                 else:
                     dest[cursor].copy_(value)
+            if self._objects:
+                self._write_objects(cursor, data)
         except BaseException:
             if self._journals_writes:
                 self._write_interrupted()
             raise
         self._record_write(end, write_end)
         self._bump_mutation_revision()
+
+    def _write_objects(self, cursor: int | slice | torch.Tensor, data: TensorDictBase) -> None:
+        """Writes the non-tensor entries of ``data`` into their stacks (one value per row;
+        a memory-mapped stack rewrites its file, as tensordict does)."""
+        for key in self._objects:
+            self._storage.get(key)[cursor] = data.get(key)
 
     # storages whose items outlive the process (memory-mapped files) mark the slots a
     # write is overwriting before the copy, so that a kill in the middle of it never
@@ -586,6 +633,8 @@ class TensorStorage(Storage):
 
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         """Gathers a 1-D batch of items; ``extra`` entries are added at the root of the result."""
+        if self._general:
+            return self._gather_general(index, extra)
         if self._is_td and self._plan.arrays is not None and index.is_cpu:
             # CPU storage, numpy views of every leaf: numpy take and no per-leaf dispatch
             # (rl-cpp's RowGather is no faster here: what its prefetch saves, the call's
@@ -617,6 +666,18 @@ class TensorStorage(Storage):
             source[key] = child.gather(index, np_index, batch_size)
         return TensorDict._new_unsafe(source, batch_size=batch_size, device=plan.device)
 
+    def _gather_general(self, index: torch.Tensor, extra: dict | None) -> TensorDictBase:
+        """The gather of a storage with non-tensor or tensorclass entries: tensordict's
+        indexing, which keeps tensorclasses and stacks the non-tensor values read."""
+        if index.dtype != torch.int64:
+            index = index.long()
+        if index.device != self._device:
+            index = index.to(self._device)
+        out = self._storage[index]
+        if extra:
+            out.update(extra)
+        return out
+
     def _row_plan(self, skip: frozenset = _NO_KEYS) -> RowPlan | None:
         """The one-call gather of a CPU TensorDict storage of 1-dim items (root keys in
         ``skip`` are left out), or ``None`` where it does not apply (other devices,
@@ -631,6 +692,7 @@ class TensorStorage(Storage):
         plan = None
         if (
             self._is_td
+            and not self._general
             and self._layout is None
             and self.ndim == 1
             and not self._item_batch
@@ -678,6 +740,14 @@ class TensorStorage(Storage):
             valid = self._storage[: self._len] if self._len else self._storage[:1]
             if self._is_td:
                 state["data"] = encode_tensordict(valid)
+                if self._objects:
+                    # the values themselves: strings, numbers and containers of them
+                    state["objects"] = {
+                        "keys": [
+                            key if isinstance(key, tuple) else (key,) for key in self._objects
+                        ],
+                        "values": [encode_item(valid.get(key).tolist()) for key in self._objects],
+                    }
             else:
                 state["data"] = valid.as_subclass(torch.Tensor).detach().cpu().clone()
         return state
@@ -701,6 +771,10 @@ class TensorStorage(Storage):
             self._layout = ItemLayout.from_state(layout, self._layout)
         if isinstance(data, dict):
             data = decode_tensordict(data)
+            objects = state_dict.get("objects")
+            if objects:
+                for key, values in zip(objects["keys"], objects["values"]):
+                    data.set(tuple(key), NonTensorStack.from_list(decode_item(values)))
         if self._storage is None:
             self._init(data, batched=True)
         self._check(data, batched=True)

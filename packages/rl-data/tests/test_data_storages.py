@@ -3,6 +3,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -769,3 +770,83 @@ class TestNonTensorEntries:
             TypeError, match=r"key 'name' holds Tensor, the storage holds non-tensor"
         ):
             storage.set(torch.arange(2), bad)
+
+
+def _shared_tensor_writer(storage, rank, barrier, answers):
+    rows = torch.arange(2.0) + 10 * rank
+    data = TensorDict({"obs": rows[:, None].expand(2, 2).clone()}, [2])
+    barrier.wait()  # both make their first write at once
+    storage.set(torch.arange(2) + 2 * rank, data)
+    barrier.wait()  # each then reads the other's rows
+    other = 1 - rank
+    answers.put((rank, storage.get(torch.arange(2) + 2 * other)["obs"][:, 0].tolist()))
+    barrier.wait()  # the parent reads after both
+
+
+class TestLazyTensorStorageSharedInit:
+    def test_two_processes_share_one_storage(self):
+        ctx = multiprocessing.get_context("fork")
+        storage = LazyTensorStorage(8, shared_init=True, cleanup_memmap=True)
+        scratch_dir = storage.scratch_dir
+        assert scratch_dir.is_dir() and not storage.initialized
+        barrier, answers = ctx.Barrier(3), ctx.Queue()
+        procs = [
+            ctx.Process(target=_shared_tensor_writer, args=(storage, rank, barrier, answers))
+            for rank in range(2)
+        ]
+        for p in procs:
+            p.start()
+        barrier.wait()
+        barrier.wait()
+        got = dict(answers.get(timeout=60) for _ in procs)
+        barrier.wait()
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        assert multiprocessing.active_children() == []
+        assert got == {0: [10.0, 11.0], 1: [0.0, 1.0]}  # each read the other's rows
+        # the parent never wrote: its first read opens the files the children made
+        obs = storage.get(torch.arange(4))["obs"]
+        torch.testing.assert_close(obs[:, 1], torch.tensor([0.0, 1.0, 10.0, 11.0]))
+        assert scratch_dir.is_dir()  # the children's exit did not remove it
+        del storage, obs
+        gc.collect()
+        assert not scratch_dir.exists()
+
+    def test_pickled_copy_shares_the_rows(self):
+        storage = LazyTensorStorage(4, shared_init=True)
+        copy = pickle.loads(pickle.dumps(storage))
+        assert copy.scratch_dir == storage.scratch_dir
+        copy.set(torch.tensor([0, 1]), TensorDict({"x": torch.tensor([5, 6])}, [2]))
+        storage.set(torch.tensor([2]), TensorDict({"x": torch.tensor([7])}, [1]))
+        assert copy.get(torch.tensor([2]))["x"].tolist() == [7]
+        assert storage.get(torch.tensor([1, 0]))["x"].tolist() == [6, 5]
+        del copy
+        gc.collect()
+        assert storage.scratch_dir.is_dir()  # a copy never removes the directory
+
+    def test_cleanup_memmap_false_keeps_the_directory(self):
+        storage = LazyTensorStorage(4, shared_init=True, cleanup_memmap=False)
+        storage.set(torch.tensor([0]), TensorDict({"x": torch.tensor([1])}, [1]))
+        scratch_dir = storage.scratch_dir
+        del storage
+        gc.collect()
+        assert scratch_dir.is_dir()
+        assert LazyMemmapStorage(4, scratch_dir=scratch_dir).get(torch.tensor([0]))[
+            "x"
+        ].tolist() == [1]
+        shutil.rmtree(scratch_dir)
+
+    def test_read_before_any_write(self):
+        storage = LazyTensorStorage(4, shared_init=True)
+        with pytest.raises(RuntimeError, match="cannot read from an empty LazyTensorStorage"):
+            storage.get(torch.tensor([0]))
+
+    def test_not_compilable_and_cpu_only(self):
+        with pytest.raises(RuntimeError, match=r"shared_init=True\) cannot be compilable=True"):
+            LazyTensorStorage(4, shared_init=True, compilable=True)
+        with pytest.warns(UserWarning, match="device='meta' is replaced by 'cpu'"):
+            storage = LazyTensorStorage(4, device="meta", shared_init=True)
+        assert storage.device == torch.device("cpu")
+        plain = LazyTensorStorage(4)
+        assert plain.scratch_dir is None and not plain.shared_init and plain.cleanup_memmap

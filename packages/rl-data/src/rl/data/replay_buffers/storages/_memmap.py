@@ -416,6 +416,15 @@ class LazyMemmapStorage(LazyTensorStorage):
             else:
                 super()._init(data, batched)
 
+    def _open_shared(self) -> bool:
+        """Opens the files a sibling process allocated in ``scratch_dir`` (``shared_init``);
+        ``False`` when none has written yet."""
+        with _dir_lock(self.scratch_dir):
+            if not (self.scratch_dir / _META).exists():
+                return False
+            self._reopen(recover=False)
+        return True
+
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         if (self.scratch_dir / _META).exists():
             # another storage (e.g. a copy of this one made before its first write) has

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+import warnings
+import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -615,8 +620,12 @@ class TensorStorage(Storage):
     def __len__(self) -> int:
         return self._len * self._inner
 
+    def _attach(self) -> bool:
+        """Adopts data another process allocated for this storage, if any (``shared_init``)."""
+        return False
+
     def get(self, index: int | slice | torch.Tensor) -> Any:
-        if self._storage is None:
+        if self._storage is None and not self._attach():
             raise RuntimeError(f"cannot read from an empty {type(self).__name__}")
         if isinstance(index, torch.Tensor) and index.ndim == 1:
             data = self._gather(index)
@@ -794,6 +803,29 @@ class LazyTensorStorage(TensorStorage):
         consolidated: allocate the stored TensorDict's entries in one contiguous block
             (``TensorDict.consolidate``), as TorchRL; only for TensorDict data. Defaults to
             ``False``.
+        shared_init: let several processes that were given this storage before its first
+            write (forked, or pickled to spawned processes) share it: the first one to
+            write allocates it as memory-mapped files in a temporary directory
+            (``scratch_dir``), under a lock on that directory; the others open those files
+            at their first write (or read), so all write into and read from the same
+            rows. This is :class:`LazyMemmapStorage`'s ``shared_init`` machinery. As
+            there, only the data is shared: each process keeps its own length and write
+            cursor, so writers should write to their own rows (``set`` with explicit
+            indices). The data stays on the CPU: another ``device`` warns and is replaced
+            by ``"cpu"``, as TorchRL. Defaults to ``False``.
+        cleanup_memmap: with ``shared_init=True``, remove the temporary directory when the
+            storage of the process that built it is garbage collected or that process
+            exits (never from a forked or spawned copy). Processes that have opened the
+            files keep reading and writing them (a removed file stays mapped until its
+            last user unmaps it); a process that had not yet opened them can no longer
+            do so. ``False`` keeps the directory (remove ``scratch_dir`` yourself).
+            TorchRL documents this argument ("the memmap is deleted after initialization
+            and the storage operates in RAM") but does not act on it, leaving its
+            directory behind. Defaults to ``True``.
+
+    Raises:
+        RuntimeError: ``shared_init=True`` with ``compilable=True``, as TorchRL (a compiled
+            storage is not shared between processes).
 
     Examples:
         >>> import torch
@@ -818,9 +850,67 @@ class LazyTensorStorage(TensorStorage):
         ndim: int = 1,
         compilable: bool = False,
         consolidated: bool = False,
+        shared_init: bool = False,
+        cleanup_memmap: bool = True,
     ) -> None:
+        if shared_init and compilable:
+            raise RuntimeError(
+                "LazyTensorStorage(shared_init=True) cannot be compilable=True: a compiled "
+                "storage is not shared between processes"
+            )
+        if shared_init and device not in (None, "auto") and torch.device(device).type != "cpu":
+            warnings.warn(
+                f"LazyTensorStorage(shared_init=True) keeps its data in CPU memory-mapped "
+                f"files; device={device!r} is replaced by 'cpu'",
+                stacklevel=2,
+            )
+            device = "cpu"
         super().__init__(None, max_size=max_size, device=device, ndim=ndim, compilable=compilable)
         self.consolidated = consolidated
+        self.shared_init = bool(shared_init)
+        self.cleanup_memmap = bool(cleanup_memmap)
+        self.scratch_dir: Path | None = None
+        self._finalizer: weakref.finalize | None = None
+        if self.shared_init:
+            # imported here: LazyMemmapStorage is a LazyTensorStorage (module cycle)
+            from rl.data.replay_buffers.storages._memmap import LazyMemmapStorage, _remove_dir
+
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-storage-init-"))
+            # the coordination of the first write: its lock, allocation and reopening
+            self._init_backing = LazyMemmapStorage(
+                max_size,
+                scratch_dir=self.scratch_dir,
+                ndim=ndim,
+                shared_init=True,
+                auto_cleanup=False,
+            )
+            if self.cleanup_memmap:
+                self._finalizer = weakref.finalize(self, _remove_dir, self.scratch_dir, os.getpid())
+
+    # set by shared_init=True: the memory-mapped storage whose files this one adopts
+    _init_backing = None
+
+    def _init(self, data: Any, batched: bool = False) -> None:
+        backing = self._init_backing
+        if backing is None:
+            super()._init(data, batched)
+            return
+        if backing._storage is None:
+            backing._init(data, batched)  # allocates, or opens a sibling's files
+        self._adopt(backing._storage)
+
+    def _attach(self) -> bool:
+        backing = self._init_backing
+        if backing is None or (backing._storage is None and not backing._open_shared()):
+            return False
+        self._adopt(backing._storage)
+        return True
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # copies never remove the directory: the process that made it does
+        state["_finalizer"] = None
+        return state
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         stored = super()._allocate(template)

@@ -845,8 +845,10 @@ class TestLazyTensorStorageSharedInit:
     def test_not_compilable_and_cpu_only(self):
         with pytest.raises(RuntimeError, match=r"shared_init=True\) cannot be compilable=True"):
             LazyTensorStorage(4, shared_init=True, compilable=True)
-        with pytest.warns(UserWarning, match="device='meta' is replaced by 'cpu'"):
-            storage = LazyTensorStorage(4, device="meta", shared_init=True)
+        storage = LazyTensorStorage(4, device="meta", shared_init=True)
+        with pytest.warns(UserWarning, match="device='meta' cannot be honored"):
+            storage.set(torch.tensor([1]), TensorDict({"x": torch.tensor([3])}, [1]))
         assert storage.device == torch.device("cpu")
+        assert storage.get(torch.tensor([1]))["x"].tolist() == [3]
         plain = LazyTensorStorage(4)
         assert plain.scratch_dir is None and not plain.shared_init and plain.cleanup_memmap

@@ -812,7 +812,7 @@ class LazyTensorStorage(TensorStorage):
             there, only the data is shared: each process keeps its own length and write
             cursor, so writers should write to their own rows (``set`` with explicit
             indices). The data stays on the CPU: another ``device`` warns and is replaced
-            by ``"cpu"``, as TorchRL. Defaults to ``False``.
+            by ``"cpu"`` at the first write, as TorchRL. Defaults to ``False``.
         cleanup_memmap: with ``shared_init=True``, remove the temporary directory when the
             storage of the process that built it is garbage collected or that process
             exits (never from a forked or spawned copy). Processes that have opened the
@@ -858,13 +858,6 @@ class LazyTensorStorage(TensorStorage):
                 "LazyTensorStorage(shared_init=True) cannot be compilable=True: a compiled "
                 "storage is not shared between processes"
             )
-        if shared_init and device not in (None, "auto") and torch.device(device).type != "cpu":
-            warnings.warn(
-                f"LazyTensorStorage(shared_init=True) keeps its data in CPU memory-mapped "
-                f"files; device={device!r} is replaced by 'cpu'",
-                stacklevel=2,
-            )
-            device = "cpu"
         super().__init__(None, max_size=max_size, device=device, ndim=ndim, compilable=compilable)
         self.consolidated = consolidated
         self.shared_init = bool(shared_init)
@@ -898,12 +891,25 @@ class LazyTensorStorage(TensorStorage):
         if backing._storage is None:
             backing._init(data, batched)  # allocates, or opens a sibling's files
         self._adopt(backing._storage)
+        self._settle_on_cpu()
+
+    def _settle_on_cpu(self) -> None:
+        # as TorchRL, at the first write or read: the data is in CPU files, whatever
+        # device was asked for (samplers build their indices on the storage's device)
+        if self._device.type != "cpu":
+            warnings.warn(
+                f"LazyTensorStorage(shared_init=True) keeps its data in CPU memory-mapped "
+                f"files: device='{self._device}' cannot be honored, the storage is on the cpu",
+                stacklevel=3,
+            )
+            self._device = torch.device("cpu")
 
     def _attach(self) -> bool:
         backing = self._init_backing
         if backing is None or (backing._storage is None and not backing._open_shared()):
             return False
         self._adopt(backing._storage)
+        self._settle_on_cpu()
         return True
 
     def __getstate__(self) -> dict[str, Any]:

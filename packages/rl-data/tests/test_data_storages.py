@@ -759,6 +759,15 @@ class TestNonTensorEntries:
         for window in torch.tensor(ids).split(2):
             assert window[1] == window[0] + 1 and window[0] // 4 == window[1] // 4
 
+    def test_buffer_rewrites_items_in_place(self, make):
+        rb = TensorDictReplayBuffer(storage=make(6), batch_size=2)
+        rb.extend(_with_text([1, 2, 3]))  # the storage also holds the buffer's "index"
+        rb[0] = _with_text([7])[0]
+        rb[torch.tensor([1, 2])] = _with_text([5, 6])
+        assert rb[0:3]["name"] == ["n7", "n5", "n6"]
+        assert rb[0:3]["id"].tolist() == [7, 5, 6]
+        assert rb[0:3]["index"].tolist() == [0, 1, 2]
+
     def test_errors_name_the_key(self, make):
         storage = make(4)
         storage.set(torch.arange(2), _with_text([0, 1]))

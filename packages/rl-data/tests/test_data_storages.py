@@ -743,6 +743,17 @@ class TestNonTensorEntries:
         assert len(reopened) == 3
         assert reopened.get(torch.arange(3))["name"] == ["n0", "n9", "n2"]
 
+    def test_memmap_recovery_moves_the_values_with_their_rows(self, tmp_path):
+        storage = LazyMemmapStorage(6, scratch_dir=tmp_path)
+        storage.set(torch.arange(6), _with_text(list(range(6))))
+        counter = np.memmap(tmp_path / "rl_storage_len.bin", dtype=np.int64, mode="r+")
+        counter[2], counter[3] = 0, 2  # a write of rows 0 and 1 was in flight at a kill
+        counter.flush()
+        reopened = LazyMemmapStorage(6, scratch_dir=tmp_path)
+        out = reopened.get(torch.arange(len(reopened)))
+        assert len(reopened) == 4 and sorted(out["id"].tolist()) == [2, 3, 4, 5]
+        assert out["name"] == [f"n{i}" for i in out["id"].tolist()]
+
     def test_slices_of_text(self, make):
         storage = make(8)
         rb = ReplayBuffer(

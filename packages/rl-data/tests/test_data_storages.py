@@ -3,6 +3,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict, tensorclass
+from tensordict import NonTensorStack, TensorDict, tensorclass
 
 from rl.data import (
     FlatStorageCheckpointer,
@@ -19,6 +20,7 @@ from rl.data import (
     ListStorage,
     ReplayBuffer,
     SamplerWithoutReplacement,
+    SliceSampler,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     TensorStorage,
@@ -688,3 +690,185 @@ def test_memmap_pytree_reopens_with_its_structure(tmp_path):
     assert len(reopened) == 3
     out = reopened.get(torch.tensor([1, 2]))
     assert out["a"].tolist() == [1, 2] and isinstance(out["b"]["c"], list)
+
+
+def _with_text(ids: list[int]) -> TensorDict:
+    """Items with a tensor ``"id"`` and a string ``"name"`` (``"n<id>"``), nested too."""
+    names = [f"n{i}" for i in ids]
+    return TensorDict(
+        {
+            "id": torch.tensor(ids),
+            "name": NonTensorStack(*names),
+            ("meta", "tag"): NonTensorStack(*[name.upper() for name in names]),
+        },
+        batch_size=[len(ids)],
+    )
+
+
+class TestNonTensorEntries:
+    @pytest.fixture(params=["tensor", "memmap"])
+    def make(self, request, tmp_path):
+        if request.param == "tensor":
+            return lambda n: LazyTensorStorage(n)
+        return lambda n: LazyMemmapStorage(n, scratch_dir=tmp_path / f"s{n}", existsok=False)
+
+    def test_writes_and_reads(self, make):
+        storage = make(4)
+        storage.set(torch.arange(3), _with_text([0, 1, 2]))
+        storage.set(3, _with_text([3])[0])
+        storage.set(torch.tensor([0, 1]), _with_text([4, 5]))  # the ring wraps around
+        out = storage.get(torch.tensor([3, 0, 2]))
+        assert out["id"].tolist() == [3, 4, 2]
+        assert out["name"] == ["n3", "n4", "n2"]
+        assert out["meta", "tag"] == ["N3", "N4", "N2"]
+        assert storage.get(slice(1, 3))["name"] == ["n5", "n2"]
+        assert storage.get(1)["name"] == "n5"
+
+    def test_state_dict_round_trip(self, make):
+        storage = make(6)
+        storage.set(torch.arange(4), _with_text([7, 8, 9, 10]))
+        # a memory-mapped one into a temporary directory of its own
+        restored = LazyMemmapStorage(6) if isinstance(storage, LazyMemmapStorage) else make(6)
+        restored.load_state_dict(storage.state_dict())
+        assert len(restored) == 4
+        out = restored.get(torch.tensor([3, 1]))
+        assert out["id"].tolist() == [10, 8]
+        assert out["name"] == ["n10", "n8"] and out["meta", "tag"] == ["N10", "N8"]
+
+    def test_memmap_reopen_keeps_the_values(self, tmp_path):
+        storage = LazyMemmapStorage(4, scratch_dir=tmp_path)
+        storage.set(torch.arange(3), _with_text([0, 1, 2]))
+        storage.set(1, _with_text([9])[0])
+        reopened = LazyMemmapStorage(4, scratch_dir=tmp_path)
+        assert len(reopened) == 3
+        assert reopened.get(torch.arange(3))["name"] == ["n0", "n9", "n2"]
+
+    def test_memmap_recovery_moves_the_values_with_their_rows(self, tmp_path):
+        storage = LazyMemmapStorage(6, scratch_dir=tmp_path)
+        storage.set(torch.arange(6), _with_text(list(range(6))))
+        counter = np.memmap(tmp_path / "rl_storage_len.bin", dtype=np.int64, mode="r+")
+        counter[2], counter[3] = 0, 2  # a write of rows 0 and 1 was in flight at a kill
+        counter.flush()
+        reopened = LazyMemmapStorage(6, scratch_dir=tmp_path)
+        out = reopened.get(torch.arange(len(reopened)))
+        assert len(reopened) == 4 and sorted(out["id"].tolist()) == [2, 3, 4, 5]
+        assert out["name"] == [f"n{i}" for i in out["id"].tolist()]
+
+    def test_slices_of_text(self, make):
+        storage = make(8)
+        rb = ReplayBuffer(
+            storage=storage,
+            sampler=SliceSampler(slice_len=2, traj_key="episode"),
+            batch_size=4,
+        )
+        data = _with_text(list(range(8)))
+        data["episode"] = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+        rb.extend(data)
+        sample = rb.sample()
+        ids = sample["id"].tolist()
+        assert sample["name"] == [f"n{i}" for i in ids]
+        for window in torch.tensor(ids).split(2):
+            assert window[1] == window[0] + 1 and window[0] // 4 == window[1] // 4
+
+    def test_buffer_rewrites_items_in_place(self, make):
+        rb = TensorDictReplayBuffer(storage=make(6), batch_size=2)
+        rb.extend(_with_text([1, 2, 3]))  # the storage also holds the buffer's "index"
+        rb[0] = _with_text([7])[0]
+        rb[torch.tensor([1, 2])] = _with_text([5, 6])
+        assert rb[0:3]["name"] == ["n7", "n5", "n6"]
+        assert rb[0:3]["id"].tolist() == [7, 5, 6]
+        assert rb[0:3]["index"].tolist() == [0, 1, 2]
+
+    def test_errors_name_the_key(self, make):
+        storage = make(4)
+        storage.set(torch.arange(2), _with_text([0, 1]))
+        with pytest.raises(KeyError, match=r"missing the key 'name' held by the storage"):
+            storage.set(torch.arange(2), _with_text([0, 1]).exclude("name"))
+        bad = _with_text([0, 1])
+        bad["name"] = torch.zeros(2)
+        with pytest.raises(
+            TypeError, match=r"key 'name' holds Tensor, the storage holds non-tensor"
+        ):
+            storage.set(torch.arange(2), bad)
+
+
+def _shared_tensor_writer(storage, rank, barrier, answers):
+    rows = torch.arange(2.0) + 10 * rank
+    data = TensorDict({"obs": rows[:, None].expand(2, 2).clone()}, [2])
+    barrier.wait()  # both make their first write at once
+    storage.set(torch.arange(2) + 2 * rank, data)
+    barrier.wait()  # each then reads the other's rows
+    other = 1 - rank
+    answers.put((rank, storage.get(torch.arange(2) + 2 * other)["obs"][:, 0].tolist()))
+    barrier.wait()  # the parent reads after both
+
+
+class TestLazyTensorStorageSharedInit:
+    def test_two_processes_share_one_storage(self):
+        ctx = multiprocessing.get_context("fork")
+        storage = LazyTensorStorage(8, shared_init=True, cleanup_memmap=True)
+        scratch_dir = storage.scratch_dir
+        assert scratch_dir.is_dir() and not storage.initialized
+        barrier, answers = ctx.Barrier(3), ctx.Queue()
+        procs = [
+            ctx.Process(target=_shared_tensor_writer, args=(storage, rank, barrier, answers))
+            for rank in range(2)
+        ]
+        for p in procs:
+            p.start()
+        barrier.wait()
+        barrier.wait()
+        got = dict(answers.get(timeout=60) for _ in procs)
+        barrier.wait()
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        assert multiprocessing.active_children() == []
+        assert got == {0: [10.0, 11.0], 1: [0.0, 1.0]}  # each read the other's rows
+        # the parent never wrote: its first read opens the files the children made
+        obs = storage.get(torch.arange(4))["obs"]
+        torch.testing.assert_close(obs[:, 1], torch.tensor([0.0, 1.0, 10.0, 11.0]))
+        assert scratch_dir.is_dir()  # the children's exit did not remove it
+        del storage, obs
+        gc.collect()
+        assert not scratch_dir.exists()
+
+    def test_pickled_copy_shares_the_rows(self):
+        storage = LazyTensorStorage(4, shared_init=True)
+        copy = pickle.loads(pickle.dumps(storage))
+        assert copy.scratch_dir == storage.scratch_dir
+        copy.set(torch.tensor([0, 1]), TensorDict({"x": torch.tensor([5, 6])}, [2]))
+        storage.set(torch.tensor([2]), TensorDict({"x": torch.tensor([7])}, [1]))
+        assert copy.get(torch.tensor([2]))["x"].tolist() == [7]
+        assert storage.get(torch.tensor([1, 0]))["x"].tolist() == [6, 5]
+        del copy
+        gc.collect()
+        assert storage.scratch_dir.is_dir()  # a copy never removes the directory
+
+    def test_cleanup_memmap_false_keeps_the_directory(self):
+        storage = LazyTensorStorage(4, shared_init=True, cleanup_memmap=False)
+        storage.set(torch.tensor([0]), TensorDict({"x": torch.tensor([1])}, [1]))
+        scratch_dir = storage.scratch_dir
+        del storage
+        gc.collect()
+        assert scratch_dir.is_dir()
+        assert LazyMemmapStorage(4, scratch_dir=scratch_dir).get(torch.tensor([0]))[
+            "x"
+        ].tolist() == [1]
+        shutil.rmtree(scratch_dir)
+
+    def test_read_before_any_write(self):
+        storage = LazyTensorStorage(4, shared_init=True)
+        with pytest.raises(RuntimeError, match="cannot read from an empty LazyTensorStorage"):
+            storage.get(torch.tensor([0]))
+
+    def test_not_compilable_and_cpu_only(self):
+        with pytest.raises(RuntimeError, match=r"shared_init=True\) cannot be compilable=True"):
+            LazyTensorStorage(4, shared_init=True, compilable=True)
+        storage = LazyTensorStorage(4, device="meta", shared_init=True)
+        with pytest.warns(UserWarning, match="device='meta' cannot be honored"):
+            storage.set(torch.tensor([1]), TensorDict({"x": torch.tensor([3])}, [1]))
+        assert storage.device == torch.device("cpu")
+        assert storage.get(torch.tensor([1]))["x"].tolist() == [3]
+        plain = LazyTensorStorage(4)
+        assert plain.scratch_dir is None and not plain.shared_init and plain.cleanup_memmap

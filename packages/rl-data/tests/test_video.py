@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDict
 
 from rl.data import (
+    LazyMemmapStorage,
     LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
@@ -309,11 +310,35 @@ class TestReplayBuffer:
             levels = [base + 11 * i for base, i in zip(bases, ref.frame_index.tolist())]
             torch.testing.assert_close(ref.decode(), _frames(levels))
 
-    def test_tensor_storage_names_the_non_tensor_entry(self, mp4):
-        data = TensorDict({"frame": VideoClipRef.from_file(mp4, num_frames=4)}, batch_size=[4])
-        rb = ReplayBuffer(storage=LazyTensorStorage(4))
-        with pytest.raises(TypeError, match=r"entry \('frame', 'sources'\) holds non-tensor data"):
-            rb.extend(data)
+    @pytest.mark.parametrize("storage", [LazyTensorStorage, LazyMemmapStorage])
+    def test_tensor_storages_keep_references(self, two_files, storage):
+        # the sources tuple is non-tensor data: one value per stored row, as TorchRL
+        a, b = two_files
+        data = TensorDict(
+            {"frame": VideoClipRef.from_files([a, b]), "episode": torch.tensor([0] * 10 + [1] * 6)},
+            batch_size=[16],
+        )
+        rb = ReplayBuffer(
+            storage=storage(16),
+            sampler=SliceSampler(slice_len=3, traj_key="episode"),
+            batch_size=6,
+        )
+        rb.extend(data)
+        for _ in range(3):
+            sample = rb.sample()
+            ref = sample["frame"]
+            assert isinstance(ref, VideoClipRef)
+            bases = [0 if e == 0 else 130 for e in sample["episode"].tolist()]
+            levels = [base + 11 * i for base, i in zip(bases, ref.frame_index.tolist())]
+            torch.testing.assert_close(ref.decode(), _frames(levels))
+            for window in ref.frame_index.split(3):  # two windows of consecutive frames
+                assert torch.equal(window, window[0] + torch.arange(3))
+        # a checkpoint keeps the paths (into a storage that has seen a reference once)
+        restored = storage(16)
+        restored.set(0, data[0])
+        restored.load_state_dict(rb.storage.state_dict())
+        ref = restored.get(torch.tensor([15, 2]))["frame"]
+        torch.testing.assert_close(ref.decode(), _frames([130 + 55, 22]))
 
 
 class TestDecoderCache:

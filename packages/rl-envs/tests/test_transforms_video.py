@@ -13,7 +13,9 @@ import torch
 from tensordict import TensorDict
 
 from rl.data import (
+    LazyMemmapStorage,
     LazyStackStorage,
+    LazyTensorStorage,
     ListStorage,
     RandomSampler,
     ReplayBuffer,
@@ -86,8 +88,10 @@ class TestDecodeVideoTransform:
         [
             (ListStorage, RandomSampler),
             (LazyStackStorage, lambda: SliceSampler(slice_len=4, traj_key="episode")),
+            (LazyTensorStorage, lambda: SliceSampler(slice_len=4, traj_key="episode")),
+            (LazyMemmapStorage, lambda: SliceSampler(slice_len=4, traj_key="episode")),
         ],
-        ids=["list-random", "lazystack-slices"],
+        ids=["list-random", "lazystack-slices", "lazytensor-slices", "lazymemmap-slices"],
     )
     def test_replay_buffer_samples_decoded_frames(self, two_files, storage, sampler):
         a, b = two_files

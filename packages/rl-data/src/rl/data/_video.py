@@ -346,9 +346,9 @@ class VideoClipRef(TensorClass["nocast"]):
     from :meth:`decode`, which reads each file once per call and decodes a contiguous
     run of frames in one pass.
 
-    In a replay buffer, references go in a :class:`~rl.data.LazyStackStorage` (which
-    serves :class:`~rl.data.SliceSampler`) or a :class:`~rl.data.ListStorage`;
-    ``LazyTensorStorage`` holds tensors only and refuses the ``sources`` tuple.
+    In a replay buffer, references go in any storage: a tensor storage
+    (:class:`~rl.data.LazyTensorStorage`, :class:`~rl.data.LazyMemmapStorage`) keeps the
+    index tensors in its tables and the ``sources`` tuple of each row as non-tensor data.
 
     Decoding uses PyAV, not torchcodec as in TorchRL: PyAV bundles FFmpeg, whereas
     torchcodec needs the system's FFmpeg libraries. There is no GPU (NVDEC) decoding:

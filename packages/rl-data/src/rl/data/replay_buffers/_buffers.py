@@ -581,7 +581,19 @@ class ReplayBuffer(CheckpointAliases):
             # a rewrite may add entries (zeros elsewhere), as TorchRL
             with self._lock:
                 self._storage._add_entries(value)
-        if isinstance(index, tuple) or self.dim_extend or self._is_partial(value):
+        partial = self._is_partial(value)
+        if partial and not isinstance(index, tuple) and not self.dim_extend:
+            if getattr(self._storage, "_objects", None):
+                # non-tensor entries: tensordict cannot write into a view of a memory-mapped
+                # stack; the items are read, updated and written back through the storage
+                with self._lock:
+                    if isinstance(index, list):
+                        index = torch.as_tensor(index)
+                    items = self._storage.get(index).clone()
+                    items.update(value)
+                    self._storage.set(index, items)
+                return
+        if isinstance(index, tuple) or self.dim_extend or partial:
             with self._lock:
                 view = self._move_dim_extend(self._storage.get(slice(None)))
                 view[index] = value

@@ -143,6 +143,12 @@ class LazyMemmapStorage(LazyTensorStorage):
     costs a few stores into the counter per write. (Power loss is another matter: nothing
     is fsynced.)
 
+    Non-tensor entries (strings, paths...) are saved as tensordict's memory-mapped
+    TensorDicts save them, as TorchRL's storage does: the values of all rows in one JSON
+    file per entry (``<key>/meta.json``), rewritten by each write that changes them (a cost
+    that grows with ``max_size``). Values JSON cannot hold are pickled by tensordict; a
+    directory holding such a file is refused on reopening (nothing is unpickled).
+
     Args:
         max_size: the capacity.
         scratch_dir: the directory of the files; a temporary directory when omitted.
@@ -410,6 +416,15 @@ class LazyMemmapStorage(LazyTensorStorage):
             else:
                 super()._init(data, batched)
 
+    def _open_shared(self) -> bool:
+        """Opens the files a sibling process allocated in ``scratch_dir`` (``shared_init``);
+        ``False`` when none has written yet."""
+        with _dir_lock(self.scratch_dir):
+            if not (self.scratch_dir / _META).exists():
+                return False
+            self._reopen(recover=False)
+        return True
+
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         if (self.scratch_dir / _META).exists():
             # another storage (e.g. a copy of this one made before its first write) has
@@ -528,6 +543,9 @@ class LazyMemmapStorage(LazyTensorStorage):
         tensors = [t for _, t in self._leaves] if self._is_td else [self._tensor]
         for t in tensors:
             t.narrow(0, dest, count).copy_(t.narrow(0, source, count))
+        for key in self._objects:
+            stack = self._storage.get(key)
+            stack[dest : dest + count] = stack[source : source + count]
 
     def _recover(self) -> None:
         """Drops the rows of a write left in flight, keeping the others whole and in order.

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+import warnings
+import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_non_tensor
+from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor, is_tensorclass
 
-from rl.data.replay_buffers._utils import KeyMismatchError, decode_tensordict, encode_tensordict
+from rl.data.replay_buffers._utils import (
+    KeyMismatchError,
+    decode_item,
+    decode_tensordict,
+    encode_item,
+    encode_tensordict,
+)
 from rl.data.replay_buffers.storages._base import Storage
 from rl.data.replay_buffers.storages._layout import ItemLayout, stack_items
 from rl.data.replay_buffers.storages._rows import RowPlan
@@ -155,6 +166,16 @@ class TensorStorage(Storage):
     Every write is checked against the stored structure: a key, shape or dtype that differs
     raises an error naming the key.
 
+    Non-tensor entries of a TensorDict (strings, paths, ``NonTensorData`` /
+    ``NonTensorStack``, the ``sources`` of a :class:`~rl.data.VideoClipRef`) are kept as
+    TorchRL keeps them: one ``NonTensorStack`` of one value per row, written and read by
+    index, and read back as a ``NonTensorStack`` of the values sampled. Tensorclass
+    entries keep their class. A storage holding such entries reads its batches through
+    tensordict's indexing; one of tensors only keeps its faster gather. ``state_dict``
+    saves the values as plain containers (strings, numbers, lists, tuples, dicts); a
+    tensorclass entry comes back as its class only into a storage written once with it
+    (a class is never imported from a checkpoint).
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -247,6 +268,16 @@ class TensorStorage(Storage):
         self.max_size = self._rows * self._inner
         if isinstance(storage, TensorDictBase):
             self._is_td = True
+            # entries that are not tables of numbers: non-tensor data (strings, paths...),
+            # kept as one NonTensorStack of ``rows`` values each, as tensordict stacks them
+            self._objects = [
+                key for key, value in storage.items(include_nested=True) if is_non_tensor(value)
+            ]
+            # with those, or tensorclass entries, items are read through tensordict's own
+            # indexing (the plan below builds plain TensorDicts of tensors only)
+            self._general = bool(self._objects) or any(
+                is_tensorclass(value) for value in storage.values(include_nested=True)
+            )
             views = {}
 
             def view(t: torch.Tensor) -> torch.Tensor:
@@ -255,7 +286,7 @@ class TensorStorage(Storage):
                     views[id(t)] = self._leaf_view(t)
                 return views[id(t)]
 
-            self._plan = _GatherPlan(storage, view)
+            self._plan = None if self._general else _GatherPlan(storage, view)
             self._sig = _signature(storage, 1)
             self._leaves = [
                 (key, view(value))
@@ -264,6 +295,8 @@ class TensorStorage(Storage):
             self._item_batch = storage.batch_size[1:]
         else:
             self._is_td = False
+            self._objects = []
+            self._general = False
             self._tensor = self._leaf_view(storage)
             self._np_tensor = _numpy_view(self._tensor)
             self._item_batch = storage.shape[1:]
@@ -289,11 +322,16 @@ class TensorStorage(Storage):
         size, device = self._rows, self._device
         zeros = _zeros if device.type == "cpu" and not self._shared else torch.zeros
         if isinstance(template, TensorDictBase):
-            return template.apply(
+            stored = template.apply(
                 lambda t: zeros((size, *t.shape), dtype=t.dtype, device=device),
                 batch_size=[size, *template.batch_size],
                 device=device,
             )
+            for key, value in template.items(include_nested=True):
+                if is_non_tensor(value):
+                    # one value per row (apply keeps a single value for all of them)
+                    stored.set(key, torch.empty_like(value.expand(size, *value.batch_size)))
+            return stored
         return zeros((size, *template.shape), dtype=template.dtype, device=device)
 
     def _init(self, data: Any, batched: bool = False) -> None:
@@ -305,16 +343,6 @@ class TensorStorage(Storage):
         if batched and len(data.shape) == 0:
             raise ValueError("extend expects data with a batch dimension, got batch_size []")
         template = data[0] if batched else data
-        if isinstance(template, TensorDictBase):
-            # the stored leaves are preallocated tables of numbers: a string or an object
-            # has no row to be written to (a VideoClipRef's ``sources``, say)
-            for key, value in template.items(include_nested=True):
-                if is_non_tensor(value):
-                    raise TypeError(
-                        f"{type(self).__name__} stores tensors only, but entry {key!r} holds "
-                        f"non-tensor data ({type(value).__name__}); store such data in a "
-                        "LazyStackStorage or a ListStorage"
-                    )
         self._rows = self._max_size_along_dim0(template)
         stored = self._allocate(template)
         if self._shared and stored.device.type == "cpu":
@@ -399,6 +427,8 @@ class TensorStorage(Storage):
             return None
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"this storage holds TensorDicts, got {type(data).__name__}")
+        if self._objects:
+            self._check_objects(data)
         if data.batch_size[skip:] != self._item_batch:
             raise ValueError(
                 f"data has item batch_size {list(data.batch_size[skip:])}, the storage holds "
@@ -432,6 +462,20 @@ class TensorStorage(Storage):
             f"data has the key {extra[0]!r} that the storage does not hold "
             f"(stored keys: {', '.join(sorted(map(repr, self._sig)))})"
         )
+
+    def _check_objects(self, data: TensorDictBase) -> None:
+        """Raises unless ``data`` holds every non-tensor entry of the storage as such."""
+        for key in self._objects:
+            value = data.get(key, None)
+            if value is None:
+                raise KeyMismatchError(
+                    f"data is missing the key {key!r} held by the storage (non-tensor data)"
+                )
+            if not is_non_tensor(value):
+                raise TypeError(
+                    f"key {key!r} holds {type(value).__name__}, the storage holds non-tensor "
+                    "data there"
+                )
 
     def _stored_keys(self) -> str:
         return ", ".join(sorted(map(repr, self._sig)))
@@ -546,12 +590,20 @@ class TensorStorage(Storage):
                     dest.narrow(0, start, n).copy_(value)
                 else:
                     dest[cursor].copy_(value)
+            if self._objects:
+                self._write_objects(cursor, data)
         except BaseException:
             if self._journals_writes:
                 self._write_interrupted()
             raise
         self._record_write(end, write_end)
         self._bump_mutation_revision()
+
+    def _write_objects(self, cursor: int | slice | torch.Tensor, data: TensorDictBase) -> None:
+        """Writes the non-tensor entries of ``data`` into their stacks (one value per row;
+        a memory-mapped stack rewrites its file, as tensordict does)."""
+        for key in self._objects:
+            self._storage.get(key)[cursor] = data.get(key)
 
     # storages whose items outlive the process (memory-mapped files) mark the slots a
     # write is overwriting before the copy, so that a kill in the middle of it never
@@ -568,8 +620,12 @@ class TensorStorage(Storage):
     def __len__(self) -> int:
         return self._len * self._inner
 
+    def _attach(self) -> bool:
+        """Adopts data another process allocated for this storage, if any (``shared_init``)."""
+        return False
+
     def get(self, index: int | slice | torch.Tensor) -> Any:
-        if self._storage is None:
+        if self._storage is None and not self._attach():
             raise RuntimeError(f"cannot read from an empty {type(self).__name__}")
         if isinstance(index, torch.Tensor) and index.ndim == 1:
             data = self._gather(index)
@@ -586,6 +642,8 @@ class TensorStorage(Storage):
 
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         """Gathers a 1-D batch of items; ``extra`` entries are added at the root of the result."""
+        if self._general:
+            return self._gather_general(index, extra)
         if self._is_td and self._plan.arrays is not None and index.is_cpu:
             # CPU storage, numpy views of every leaf: numpy take and no per-leaf dispatch
             # (rl-cpp's RowGather is no faster here: what its prefetch saves, the call's
@@ -617,6 +675,18 @@ class TensorStorage(Storage):
             source[key] = child.gather(index, np_index, batch_size)
         return TensorDict._new_unsafe(source, batch_size=batch_size, device=plan.device)
 
+    def _gather_general(self, index: torch.Tensor, extra: dict | None) -> TensorDictBase:
+        """The gather of a storage with non-tensor or tensorclass entries: tensordict's
+        indexing, which keeps tensorclasses and stacks the non-tensor values read."""
+        if index.dtype != torch.int64:
+            index = index.long()
+        if index.device != self._device:
+            index = index.to(self._device)
+        out = self._storage[index]
+        if extra:
+            out.update(extra)
+        return out
+
     def _row_plan(self, skip: frozenset = _NO_KEYS) -> RowPlan | None:
         """The one-call gather of a CPU TensorDict storage of 1-dim items (root keys in
         ``skip`` are left out), or ``None`` where it does not apply (other devices,
@@ -631,6 +701,7 @@ class TensorStorage(Storage):
         plan = None
         if (
             self._is_td
+            and not self._general
             and self._layout is None
             and self.ndim == 1
             and not self._item_batch
@@ -678,6 +749,14 @@ class TensorStorage(Storage):
             valid = self._storage[: self._len] if self._len else self._storage[:1]
             if self._is_td:
                 state["data"] = encode_tensordict(valid)
+                if self._objects:
+                    # the values themselves: strings, numbers and containers of them
+                    state["objects"] = {
+                        "keys": [
+                            key if isinstance(key, tuple) else (key,) for key in self._objects
+                        ],
+                        "values": [encode_item(valid.get(key).tolist()) for key in self._objects],
+                    }
             else:
                 state["data"] = valid.as_subclass(torch.Tensor).detach().cpu().clone()
         return state
@@ -701,6 +780,10 @@ class TensorStorage(Storage):
             self._layout = ItemLayout.from_state(layout, self._layout)
         if isinstance(data, dict):
             data = decode_tensordict(data)
+            objects = state_dict.get("objects")
+            if objects:
+                for key, values in zip(objects["keys"], objects["values"]):
+                    data.set(tuple(key), NonTensorStack.from_list(decode_item(values)))
         if self._storage is None:
             self._init(data, batched=True)
         self._check(data, batched=True)
@@ -720,6 +803,29 @@ class LazyTensorStorage(TensorStorage):
         consolidated: allocate the stored TensorDict's entries in one contiguous block
             (``TensorDict.consolidate``), as TorchRL; only for TensorDict data. Defaults to
             ``False``.
+        shared_init: let several processes that were given this storage before its first
+            write (forked, or pickled to spawned processes) share it: the first one to
+            write allocates it as memory-mapped files in a temporary directory
+            (``scratch_dir``), under a lock on that directory; the others open those files
+            at their first write (or read), so all write into and read from the same
+            rows. This is :class:`LazyMemmapStorage`'s ``shared_init`` machinery. As
+            there, only the data is shared: each process keeps its own length and write
+            cursor, so writers should write to their own rows (``set`` with explicit
+            indices). The data stays on the CPU: another ``device`` warns and is replaced
+            by ``"cpu"`` at the first write, as TorchRL. Defaults to ``False``.
+        cleanup_memmap: with ``shared_init=True``, remove the temporary directory when the
+            storage of the process that built it is garbage collected or that process
+            exits (never from a forked or spawned copy). Processes that have opened the
+            files keep reading and writing them (a removed file stays mapped until its
+            last user unmaps it); a process that had not yet opened them can no longer
+            do so. ``False`` keeps the directory (remove ``scratch_dir`` yourself).
+            TorchRL documents this argument ("the memmap is deleted after initialization
+            and the storage operates in RAM") but does not act on it, leaving its
+            directory behind. Defaults to ``True``.
+
+    Raises:
+        RuntimeError: ``shared_init=True`` with ``compilable=True``, as TorchRL (a compiled
+            storage is not shared between processes).
 
     Examples:
         >>> import torch
@@ -744,9 +850,73 @@ class LazyTensorStorage(TensorStorage):
         ndim: int = 1,
         compilable: bool = False,
         consolidated: bool = False,
+        shared_init: bool = False,
+        cleanup_memmap: bool = True,
     ) -> None:
+        if shared_init and compilable:
+            raise RuntimeError(
+                "LazyTensorStorage(shared_init=True) cannot be compilable=True: a compiled "
+                "storage is not shared between processes"
+            )
         super().__init__(None, max_size=max_size, device=device, ndim=ndim, compilable=compilable)
         self.consolidated = consolidated
+        self.shared_init = bool(shared_init)
+        self.cleanup_memmap = bool(cleanup_memmap)
+        self.scratch_dir: Path | None = None
+        self._finalizer: weakref.finalize | None = None
+        if self.shared_init:
+            # imported here: LazyMemmapStorage is a LazyTensorStorage (module cycle)
+            from rl.data.replay_buffers.storages._memmap import LazyMemmapStorage, _remove_dir
+
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix="rl-storage-init-"))
+            # the coordination of the first write: its lock, allocation and reopening
+            self._init_backing = LazyMemmapStorage(
+                max_size,
+                scratch_dir=self.scratch_dir,
+                ndim=ndim,
+                shared_init=True,
+                auto_cleanup=False,
+            )
+            if self.cleanup_memmap:
+                self._finalizer = weakref.finalize(self, _remove_dir, self.scratch_dir, os.getpid())
+
+    # set by shared_init=True: the memory-mapped storage whose files this one adopts
+    _init_backing = None
+
+    def _init(self, data: Any, batched: bool = False) -> None:
+        backing = self._init_backing
+        if backing is None:
+            super()._init(data, batched)
+            return
+        if backing._storage is None:
+            backing._init(data, batched)  # allocates, or opens a sibling's files
+        self._adopt(backing._storage)
+        self._settle_on_cpu()
+
+    def _settle_on_cpu(self) -> None:
+        # as TorchRL, at the first write or read: the data is in CPU files, whatever
+        # device was asked for (samplers build their indices on the storage's device)
+        if self._device.type != "cpu":
+            warnings.warn(
+                f"LazyTensorStorage(shared_init=True) keeps its data in CPU memory-mapped "
+                f"files: device='{self._device}' cannot be honored, the storage is on the cpu",
+                stacklevel=3,
+            )
+            self._device = torch.device("cpu")
+
+    def _attach(self) -> bool:
+        backing = self._init_backing
+        if backing is None or (backing._storage is None and not backing._open_shared()):
+            return False
+        self._adopt(backing._storage)
+        self._settle_on_cpu()
+        return True
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # copies never remove the directory: the process that made it does
+        state["_finalizer"] = None
+        return state
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
         stored = super()._allocate(template)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,9 @@ SHARED_RAY_FILES = (
     "packages/rl-objectives/tests/test_modules_llm_remote.py",
 )
 _SHARED_RAY_SCOPE = "shared Ray runtime: " + ", ".join(SHARED_RAY_FILES)
+# the paths above are relative to the repository (this file's folder), not to pytest's
+# rootdir, which ``--rootdir`` or the folder pytest runs from may move
+_REPO_ROOT = Path(__file__).resolve().parent
 # the names Ray gives its own per-node processes (not actors) in their titles
 _RAY_DAEMON_TITLES = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
@@ -118,7 +122,7 @@ def _shared_ray_only_where_used(request):
     """Stops the shared runtime before a module not in ``SHARED_RAY_FILES`` (it may start
     Ray itself, or check that Ray is not running), so that it lives only through the run
     of those files; the last user's runtime stops at the session's end."""
-    if _relative(request.config, request.node.path) not in SHARED_RAY_FILES:
+    if _relative(request.node.path) not in SHARED_RAY_FILES:
         _SHARED_RAY.stop()
     yield
 
@@ -134,7 +138,7 @@ def pytest_collection_modifyitems(session, config, items):
     start the runtime again wherever xdist runs it)."""
     for item in items:
         if "shared_ray" in getattr(item, "fixturenames", ()):
-            path = _relative(config, item.path)
+            path = _relative(item.path)
             if path not in SHARED_RAY_FILES:
                 raise pytest.UsageError(
                     f"{path} uses the shared_ray fixture but is not in SHARED_RAY_FILES "
@@ -142,9 +146,10 @@ def pytest_collection_modifyitems(session, config, items):
                 )
 
 
-def _relative(config, path) -> str:
+def _relative(path) -> str:
+    """``path`` relative to the repository, as ``SHARED_RAY_FILES`` lists it."""
     try:
-        return path.relative_to(config.rootpath).as_posix()
+        return Path(path).resolve().relative_to(_REPO_ROOT).as_posix()
     except ValueError:  # outside the repository
         return str(path)
 
@@ -158,7 +163,8 @@ def pytest_xdist_make_scheduler(config, log):
 
     class SharedRayFilesTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return _SHARED_RAY_SCOPE if scope in SHARED_RAY_FILES else scope
+            scope = super()._split_scope(nodeid)  # the file, relative to the rootdir
+            shared = _relative(config.rootpath / scope) in SHARED_RAY_FILES
+            return _SHARED_RAY_SCOPE if shared else scope
 
     return SharedRayFilesTogether(config, log)

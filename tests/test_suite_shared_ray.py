@@ -4,6 +4,8 @@ and ``--dist loadfile`` hands them to one worker as one work unit (one runtime f
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,18 @@ def test_loadfile_schedules_the_listed_files_as_one_unit(pytestconfig, monkeypat
     assert scheduler._split_scope(f"{other}::test_c") == other
     monkeypatch.setattr(pytestconfig.option, "dist", "load")
     assert conftest.pytest_xdist_make_scheduler(config=pytestconfig, log=None) is None
+
+
+def test_listed_files_are_found_whatever_the_rootdir():
+    # the listed paths are the repository's: a run whose rootdir is another folder
+    # (``--rootdir``, or pytest started elsewhere) still knows the shared runtime's users
+    shared = ROOT / "packages/rl-data/tests/test_ray_buffer.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q"]
+        + [f"--rootdir={ROOT / 'packages'}", str(shared)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -216,6 +216,15 @@ class TestLeRobotSnapshot:
         levels = data["observation", "image", "wrist"][:, 0, 0, 0]  # decoded by rb[:]
         assert levels.tolist() == [_level("wrist", r) for r in range(5, 9)]
 
+    def test_episode_selection_reads_only_their_videos(self, tmp_path, write_gray_video):
+        # lerobot's episodes= is for partial downloads: the video files of the episodes
+        # left out need not be on disk (v3.0: camera "wrist" has one file per episode)
+        _write_snapshot(tmp_path / REPO, "v3.0", write_gray_video)
+        (tmp_path / REPO / "videos/observation.images.wrist/chunk-000/file-000.mp4").unlink()
+        rb = LeRobotExperienceReplay(REPO, root=tmp_path, episodes=[1])
+        levels = rb[:]["observation", "image", "wrist"][:, 0, 0, 0]
+        assert levels.tolist() == [_level("wrist", r) for r in range(5, 9)]
+
     def test_registry_routes_lerobot_ids(self, snapshot):
         rb = load_dataset(f"lerobot:{REPO}", root=snapshot, batch_size=3, decode_video=False)
         assert isinstance(rb, LeRobotExperienceReplay)

@@ -273,6 +273,19 @@ class TestMinariExperienceReplay:
         torch.testing.assert_close(split[:]["action"][split[:]["mask"]], flat[:]["action"])
         assert no_download == []
 
+    def test_a_new_conversion_drops_the_old_split(self, minari_path, tmp_path, no_download):
+        # a split made from an earlier conversion must not outlive it: converting again
+        # without split_trajs leaves no stale split for a later split_trajs load to take
+        root = tmp_path / "rl"
+        assert _cartpole(root, split_trajs=True)[:].shape[0] == len(LENGTHS)
+        shutil.rmtree(minari_path / CARTPOLE_ID)
+        episodes = [_cartpole_episode(ep, n) for ep, n in enumerate(LENGTHS[:2])]
+        _make_minari(CARTPOLE_ID, episodes, env=gym.make("CartPole-v1"))
+        assert len(_cartpole(root)) == sum(LENGTHS[:2])
+        split = _cartpole(root, split_trajs=True, load_from_local_minari=False)
+        assert split[:].shape[0] == 2
+        assert no_download == []
+
     def test_unreachable_server_fails_before_downloading(self, minari_path, tmp_path, no_download):
         with pytest.raises(
             RuntimeError,

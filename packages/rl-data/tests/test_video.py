@@ -6,6 +6,8 @@ decoded pixel is compared exactly with the level of the frame it should be.
 
 from __future__ import annotations
 
+import gc
+import os
 import pickle
 
 import pytest
@@ -360,6 +362,34 @@ class TestDecoderCache:
         set_video_decoder_cache_size(0)
         torch.testing.assert_close(VideoClipRef(mp4)[3:5].decode(), _frames([33, 44]))
         assert _cached() == []
+
+    @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+    def test_dropped_files_are_closed_at_once(self, tmp_path, write_gray_video):
+        # a PyAV container sits in a reference cycle (its streams point back at it), so a
+        # file the cache drops stays open until the cyclic GC runs, unless it is closed
+        paths = [str(tmp_path / f"{i}.mp4") for i in range(6)]
+        for path in paths:
+            write_gray_video(path, 3)
+
+        def open_files() -> int:
+            return len(os.listdir("/proc/self/fd"))
+
+        gc.collect()
+        gc.disable()
+        try:
+            base = open_files()
+            set_video_decoder_cache_size(0)
+            for path in paths:
+                VideoClipRef(path)[0:2].decode()  # counts the frames, then decodes
+            assert open_files() == base
+            set_video_decoder_cache_size(2)
+            for path in paths:
+                VideoClipRef.from_file(path, num_frames=3)[1:3].decode()
+            assert open_files() == base + 2
+            clear_video_decoder_cache()
+            assert open_files() == base
+        finally:
+            gc.enable()
 
     def test_negative_size(self):
         with pytest.raises(ValueError, match="maxsize must be >= 0, got -1"):

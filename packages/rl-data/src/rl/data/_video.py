@@ -86,6 +86,12 @@ class _VideoReader:
         self.source = source
         self.container = container
         self.stream = video
+        self._stream_index = video.index
+        self._rate = video.average_rate
+        self._time_base = video.time_base
+        self._frame_shape = (3, video.codec_context.height, video.codec_context.width)
+        # set once the cache no longer holds this reader: the read running then closes it
+        self.dropped = False
         self.times = sorted(times)
         self.keyframes = sorted(keys) or self.times[:1]
         self.seek_targets = keys or {time: min(starts) for time in self.times[:1]}
@@ -98,19 +104,18 @@ class _VideoReader:
     @property
     def average_fps(self) -> float:
         """Frames per second: the stream's average rate, or the mean over its frame times."""
-        rate = self.stream.average_rate
+        rate = self._rate
         if rate:
             return float(rate)
         if len(self.times) < 2:
             raise ValueError(f"cannot infer the frame rate of {self.source!r}: pass fps")
-        span = (self.times[-1] - self.times[0]) * float(self.stream.time_base)
+        span = (self.times[-1] - self.times[0]) * float(self._time_base)
         return (len(self.times) - 1) / span
 
     @property
     def frame_shape(self) -> tuple[int, int, int]:
         """``(3, height, width)`` of the decoded RGB frames."""
-        context = self.stream.codec_context
-        return (3, context.height, context.width)
+        return self._frame_shape
 
     def _keyframe_before(self, time: int) -> int:
         return self.keyframes[max(bisect.bisect_right(self.keyframes, time) - 1, 0)]
@@ -141,14 +146,25 @@ class _VideoReader:
                 reads.append((key, [index]))
         wanted = {self.times[index]: position for position, index in enumerate(indices)}
         out: list[torch.Tensor | None] = [None] * len(indices)
-        with self.lock:
-            for key, group in reads:
-                self._decode_into(out, wanted, self.seek_targets[key], self.times[group[-1]])
-            missing = [index for index, frame in zip(indices, out) if frame is None]
-            if missing:
-                # a keyframe flag the decoder did not honour (a damaged or oddly muxed
-                # file): decode those frames from the start of the stream instead
-                self._decode_into(out, wanted, self.first_seek, self.times[missing[-1]])
+        try:
+            with self.lock:
+                if self.container is None:  # closed when the cache dropped it: reopen it
+                    import av
+
+                    self.container = av.open(self.source)
+                    self.stream = self.container.streams[self._stream_index]
+                for key, group in reads:
+                    self._decode_into(out, wanted, self.seek_targets[key], self.times[group[-1]])
+                missing = [index for index, frame in zip(indices, out) if frame is None]
+                if missing:
+                    # a keyframe flag the decoder did not honour (a damaged or oddly muxed
+                    # file): decode those frames from the start of the stream instead
+                    self._decode_into(out, wanted, self.first_seek, self.times[missing[-1]])
+        finally:
+            # checked once the lock is free: a cache that dropped the reader meanwhile
+            # could not close it then, and a read still running closes it after itself
+            if self.dropped:
+                self.release()
         missing = [index for index, frame in zip(indices, out) if frame is None]
         if missing:
             raise RuntimeError(
@@ -173,7 +189,20 @@ class _VideoReader:
         return self.times[min(index + 1, len(self.times) - 1)]
 
     def close(self) -> None:
-        self.container.close()
+        """Closes the file now: a PyAV container is part of a reference cycle (its streams
+        point back at it), so dropping it leaves the file open until the cyclic GC runs."""
+        if self.container is not None:
+            self.container.close()
+            self.container = None
+
+    def release(self) -> None:
+        """The cache drops this reader: it is closed now, or by the read running on it."""
+        self.dropped = True
+        if self.lock.acquire(blocking=False):
+            try:
+                self.close()
+            finally:
+                self.lock.release()
 
 
 # One cache per process: a reader holds an open file, which neither pickles nor survives a
@@ -214,13 +243,16 @@ def set_video_decoder_cache_size(maxsize: int) -> None:
     with _DECODER_CACHE_LOCK:
         _DECODER_CACHE_MAXSIZE = maxsize
         while len(_DECODER_CACHE) > maxsize:
-            _DECODER_CACHE.popitem(last=False)
+            _DECODER_CACHE.popitem(last=False)[1].release()
 
 
 def clear_video_decoder_cache() -> None:
-    """Drops every video file this process keeps open for decoding."""
+    """Closes every video file this process keeps open for decoding."""
     with _DECODER_CACHE_LOCK:
+        readers = list(_DECODER_CACHE.values())
         _DECODER_CACHE.clear()
+    for reader in readers:
+        reader.release()
 
 
 def _get_decoder(source: str, stream: int | None) -> _VideoReader:
@@ -231,11 +263,16 @@ def _get_decoder(source: str, stream: int | None) -> _VideoReader:
             _DECODER_CACHE.move_to_end(key)
             return reader
     reader = _VideoReader(source, stream)
+    dropped = []
     with _DECODER_CACHE_LOCK:
         if _DECODER_CACHE_MAXSIZE > 0:
             _DECODER_CACHE[key] = reader
             while len(_DECODER_CACHE) > _DECODER_CACHE_MAXSIZE:
-                _DECODER_CACHE.popitem(last=False)
+                dropped.append(_DECODER_CACHE.popitem(last=False)[1])
+        else:
+            dropped.append(reader)  # not kept: closed now, reopened by a read
+    for old in dropped:
+        old.release()
     return reader
 
 

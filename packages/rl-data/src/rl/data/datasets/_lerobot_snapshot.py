@@ -211,6 +211,8 @@ class _LeRobotSnapshot:
         if template is None:
             raise ValueError(f"{self.root / 'meta' / 'info.json'} has no 'video_path' template")
         by_episode: dict[int, tuple[str, float]] = {}
+        # only the episodes read (``episodes=``): the files of the others may be absent
+        present = set(episode.unique().tolist())
         if self.major_version >= 3:
             if self.episodes is None:
                 raise FileNotFoundError(
@@ -218,6 +220,8 @@ class _LeRobotSnapshot:
                     f"says there which file holds each episode of video {key!r}"
                 )
             for row in self.episodes:
+                if int(row["episode_index"]) not in present:
+                    continue
                 path = template.format(
                     video_key=key,
                     chunk_index=int(row[f"videos/{key}/chunk_index"]),
@@ -227,12 +231,12 @@ class _LeRobotSnapshot:
                 by_episode[int(row["episode_index"])] = (path, start)
         else:
             chunks_size = int(self.info.get("chunks_size", 1000))
-            for e in episode.unique().tolist():
+            for e in sorted(present):
                 path = template.format(
                     episode_chunk=e // chunks_size, video_key=key, episode_index=e
                 )
                 by_episode[e] = (path, 0.0)
-        unknown = sorted(set(episode.unique().tolist()) - set(by_episode))
+        unknown = sorted(present - set(by_episode))
         if unknown:
             raise ValueError(
                 f"episodes {unknown} of the LeRobot dataset at {self.root} have no entry in "

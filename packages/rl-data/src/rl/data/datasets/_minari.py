@@ -360,8 +360,11 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             with open(folder / _METADATA_FILE, "w") as file:
                 json.dump(metadata, file)
 
-        if self.data_path != self.data_path_root and self.data_path.exists():
-            shutil.rmtree(self.data_path)  # a split of the previous copy
+        # a split of the previous copy, whether or not this construction splits: a split
+        # left behind would be read by a later split_trajs load as this conversion's
+        split_path = Path(self.root) / (self.dataset_id + "_split")
+        if split_path.exists():
+            shutil.rmtree(split_path)
         _write_folder(self.data_path_root, write)
         if self.split_trajs:
             self._make_split()

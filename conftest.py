@@ -42,6 +42,7 @@ SHARED_RAY_FILES = (
     "packages/rl-collectors/tests/test_ray_services.py",
     "packages/rl-core/tests/test_loggers_ray.py",
     "packages/rl-data/tests/test_ray_buffer.py",
+    "packages/rl-envs/tests/test_transforms_ray.py",
     "packages/rl-objectives/tests/test_loss_llm_advantage_ray.py",
     "packages/rl-objectives/tests/test_modules_llm_remote.py",
 )

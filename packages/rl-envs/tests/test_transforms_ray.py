@@ -1,4 +1,4 @@
-"""RayTransform on the local Ray instance that conftest.py's shared_ray shares."""
+"""RayTransform and RayDataLoadingPrimer on the local Ray instance that conftest.py's shared_ray shares."""
 
 import sys
 
@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from rl.envs import PendulumEnv, RayTransform, RewardScaling, TransformedEnv
+from rl.envs.llm import ChatEnv, DataLoadingPrimer, RayDataLoadingPrimer
 
 ray = pytest.importorskip("ray")
 
@@ -68,3 +69,26 @@ class TestRayTransform:
             again.forward(TensorDict(other=torch.zeros(1)))
         clone = served.clone()
         assert clone.actor == served.actor and clone.parent is None
+
+
+ROWS = [{"query": ["q0", "q1"]}, {"query": ["q2", "q3"]}, {"query": ["q4", "q5"]}]
+
+
+class TestRayDataLoadingPrimer:
+    def test_envs_share_one_queue_and_match_the_local_primer(self, shared_ray):
+        local = ChatEnv(batch_size=(2,)).append_transform(DataLoadingPrimer(ROWS, batch_size=(2,)))
+        expected = [list(local.reset()["query"]) for _ in range(3)]
+        assert expected == [["q0", "q1"], ["q2", "q3"], ["q4", "q5"]]
+
+        first = DataLoadingPrimer(ROWS, batch_size=(2,), use_ray_service=True, num_cpus=0)
+        assert isinstance(first, RayDataLoadingPrimer)
+        try:
+            with pytest.raises(ValueError, match="exactly one of dataloader"):
+                RayDataLoadingPrimer(num_cpus=0)
+            # clients of the same actor, one per env
+            clients = [first, first.clone(), first.clone()]
+            envs = [ChatEnv(batch_size=(2,)).append_transform(t) for t in clients]
+            got = [list(env.reset()["query"]) for env in envs]
+            assert got == expected  # one queue: each env drew the next rows
+        finally:
+            ray.kill(first.actor, no_restart=True)

@@ -1,5 +1,5 @@
 """Ray-backed services of rl-collectors on the local Ray instance that conftest.py's
-shared_ray shares: RayWeightUpdater."""
+shared_ray shares: RayWeightUpdater, RayEvalWorker."""
 
 import sys
 
@@ -9,7 +9,8 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import Collector, RayWeightUpdater
-from rl.envs import PendulumEnv
+from rl.collectors.distributed import RayEvalWorker
+from rl.envs import PendulumEnv, step_mdp
 
 ray = pytest.importorskip("ray")
 
@@ -76,3 +77,53 @@ class TestRayWeightUpdater:
         wrong = TensorDict({"module": {"weight": torch.zeros(5, 5), "bias": torch.zeros(1)}})
         with pytest.raises(RuntimeError, match="remote collector 0 .* failed to load the weights"):
             updater.push_weights(wrong)
+
+
+def _seeded_pendulum():
+    env = PendulumEnv()
+    env.set_seed(7)
+    return env
+
+
+def _policy_of(env):
+    return _policy()
+
+
+def _local_mean_reward(weights, max_steps):
+    """A plain step loop: the mean reward of one rollout of the policy with ``weights``."""
+    env, policy = _seeded_pendulum(), _policy()
+    weights.to_module(policy)
+    td, rewards = env.reset(), []
+    with torch.no_grad():
+        for _ in range(max_steps):
+            td = env.step(policy(td))
+            rewards.append(td["next", "reward"])
+            td = step_mdp(td)
+    return torch.stack(rewards).mean().item()
+
+
+class TestRayEvalWorker:
+    def test_metrics_equal_a_local_evaluation(self, shared_ray):
+        worker = RayEvalWorker(
+            None, _seeded_pendulum, _policy_of, num_gpus=0, num_cpus=0, name="rl_test_eval"
+        )
+        try:
+            assert worker.poll() is None  # nothing submitted
+            weights = TensorDict.from_module(_policy()).data
+            with torch.no_grad():
+                weights.apply_(lambda w: w.fill_(0.3))
+            worker.submit(weights, max_steps=5)
+            result = worker.poll(timeout=WAIT_S)
+            assert result["frames"] is None  # PendulumEnv renders no frame
+            assert result["reward"] == pytest.approx(_local_mean_reward(weights, 5), rel=1e-6)
+            # another handle on the named actor; a failed rollout names the worker
+            other = RayEvalWorker.from_name("rl_test_eval")
+            other.submit(TensorDict(bogus=torch.zeros(2)), max_steps=5)
+            with pytest.raises(
+                RuntimeError, match="RayEvalWorker 'rl_test_eval': the rollout failed"
+            ):
+                other.poll(timeout=WAIT_S)
+        finally:
+            worker.shutdown()
+        with pytest.raises(RuntimeError, match="was shut down"):
+            worker.submit(None, max_steps=1)

@@ -49,13 +49,17 @@ def _log_from_worker(client, start):
     return client.exp_name
 
 
+NAME = "rl_test_ray_logger"
+
+
 class TestRayLogger:
     def test_csv_logger_served_by_an_actor(self, shared_ray, tmp_path):
-        logger = CSVLogger(
+        logger = get_logger(
+            "csv",
+            tmp_path,
             "exp",
-            log_dir=str(tmp_path),
             service_backend="ray",
-            service_backend_options={"actor_options": ACTOR},
+            service_backend_options={"actor_options": {**ACTOR, "name": NAME}},
         )
         try:
             assert type(logger) is RayLogger and logger.service_backend == "ray"
@@ -70,6 +74,15 @@ class TestRayLogger:
             written = tmp_path / "exp" / "scalars"
             assert (written / "loss.csv").read_text() == "0,0.5\n1,0.25\n"
             assert (written / "reward.csv").read_text() == "10,10.0\n11,11.0\n"
+            # the actor's name is taken while it runs: Ray's error names it
+            with pytest.raises(ValueError, match=NAME):
+                CSVLogger(
+                    "again",
+                    log_dir=str(tmp_path),
+                    service_backend="ray",
+                    ray_actor_options={**ACTOR, "name": NAME},
+                    use_ray_service=True,
+                )
         finally:
             logger.shutdown(timeout=60)
         assert not logger.is_alive
@@ -79,11 +92,9 @@ class TestRayLogger:
             logger.start()
         logger.shutdown()  # a second shutdown does nothing
 
-    def test_calls_in_order_and_errors_name_the_method(self, shared_ray, tmp_path):
-        logger = get_logger("csv", tmp_path, "run", service_backend="ray", ray_actor_options=ACTOR)
+    def test_calls_in_order_and_errors_name_the_method(self, shared_ray):
         served = RayLogger(ListLogger, "list", None, ray_actor_options=ACTOR)
         try:
-            assert isinstance(logger, RayLogger) and logger.served_class is CSVLogger
             client = served.client()
             for step in range(3):
                 (served if step % 2 else client).log_scalar("x", step * 1.5, step=step)
@@ -99,18 +110,10 @@ class TestRayLogger:
                 ray.cloudpickle.dumps(served)
         finally:
             served.shutdown(timeout=60)
-            logger.shutdown(timeout=60)
 
-    def test_startup_failure_and_taken_name(self, shared_ray, tmp_path):
+    def test_startup_failure(self, shared_ray, tmp_path):
         with pytest.raises(
             RuntimeError,
             match=r"RayLogger could not start: CSVLogger\(...\) failed in the Ray actor: .*TypeError",
         ):
             RayLogger(CSVLogger, "exp", log_dir=str(tmp_path), bogus=1, ray_actor_options=ACTOR)
-        named = {**ACTOR, "name": "rl_test_ray_logger"}
-        logger = RayLogger(CSVLogger, "exp", log_dir=str(tmp_path), ray_actor_options=named)
-        try:
-            with pytest.raises(ValueError, match="rl_test_ray_logger"):
-                RayLogger(CSVLogger, "again", log_dir=str(tmp_path), ray_actor_options=named)
-        finally:
-            logger.shutdown(timeout=60)

@@ -40,7 +40,10 @@ def _no_leaked_exploration_type():
 SHARED_RAY_FILES = (
     "packages/rl-collectors/tests/test_distributed_ray.py",
     "packages/rl-collectors/tests/test_llm_collector_ray.py",
+    "packages/rl-collectors/tests/test_ray_services.py",
+    "packages/rl-core/tests/test_loggers_ray.py",
     "packages/rl-data/tests/test_ray_buffer.py",
+    "packages/rl-envs/tests/test_transforms_ray.py",
     "packages/rl-objectives/tests/test_loss_llm_advantage_ray.py",
     "packages/rl-objectives/tests/test_modules_llm_remote.py",
 )

@@ -353,8 +353,12 @@ class TestFactory:
             get_logger("mlflow", tmp_path, "exp", state_dict={"log_dir": "x", "exp_name": "y"})
 
     def test_get_logger_service_backends(self, tmp_path):
-        with pytest.raises(NotImplementedError, match="service_backend='ray' is not available"):
-            get_logger("csv", tmp_path, "exp", use_ray_service=True)
+        with pytest.raises(
+            ValueError, match=r"takes actor_options and ray_init_config.*\['retries'\]"
+        ):
+            get_logger(
+                "csv", tmp_path, "exp", use_ray_service=True, service_backend_options={"retries": 1}
+            )
         with pytest.raises(ValueError, match=r"takes context / mp_context.*got \['retries'\]"):
             get_logger(
                 "csv",

@@ -397,8 +397,11 @@ class TestServiceBackendKeyword:
     @pytest.mark.parametrize(
         "kwargs, error, match",
         [
-            ({"service_backend": "ray"}, NotImplementedError, "no Ray logger service"),
-            ({"use_ray_service": True}, NotImplementedError, "no Ray logger service"),
+            (
+                {"service_backend": "ray", "service_backend_options": {"context": FORK}},
+                ValueError,
+                r"takes actor_options and ray_init_config, got \['context'\]",
+            ),
             (
                 {"service_backend_options": {"context": FORK}},
                 ValueError,

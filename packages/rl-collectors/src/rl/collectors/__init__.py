@@ -42,6 +42,7 @@ from ._weight_sync_remote import (
 )
 from ._weight_update import (
     MultiProcessedWeightUpdater,
+    RayWeightUpdater,
     RemoteModuleWeightUpdater,
     VanillaWeightUpdater,
     WeightUpdaterBase,
@@ -81,6 +82,7 @@ __all__ = [
     "MultiaSyncDataCollector",
     "ProfileConfig",
     "RandomPolicy",
+    "RayWeightUpdater",
     "RemoteModuleWeightUpdater",
     "SyncDataCollector",
     "VanillaWeightUpdater",

@@ -182,8 +182,9 @@ class Evaluator:
     ) -> None:
         if backend == "ray":
             raise NotImplementedError(
-                "rl's Evaluator has no 'ray' back-end (TorchRL's RayEvalWorker); supported "
-                "back-ends: 'thread' and 'process'"
+                "rl's Evaluator has no 'ray' back-end (for evaluation in a Ray actor use "
+                "rl.collectors.distributed.RayEvalWorker); supported back-ends: 'thread' and "
+                "'process'"
             )
         if backend not in _BACKENDS:
             raise ValueError(f"Unknown backend {backend!r}. Choose 'thread' or 'process'.")

@@ -19,11 +19,14 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from rl.core.ray_runtime import import_ray
+
 __all__ = [
     "WeightUpdaterBase",
     "VanillaWeightUpdater",
     "MultiProcessedWeightUpdater",
     "RemoteModuleWeightUpdater",
+    "RayWeightUpdater",
 ]
 
 WorkerIds = int | torch.device | list[int] | list[torch.device] | None
@@ -261,3 +264,98 @@ class RemoteModuleWeightUpdater(WeightUpdaterBase):
                 "RemoteModuleWeightUpdater requires the weights: call "
                 "update_policy_weights_(weights) with the weights to synchronise"
             )
+
+
+class RayWeightUpdater(WeightUpdaterBase):
+    """Pushes policy weights to collectors that run as Ray actors.
+
+    Each push puts the weights in Ray's object store once and calls
+    ``update_policy_weights_(policy_weights=<ref>)`` on every remote collector (any Ray
+    actor with that method: an rl :class:`~rl.collectors.Collector` made an actor with
+    ``ray.remote(Collector)``, as TorchRL's ``RayCollector`` builds them), which copies
+    them into the policy it runs. Unlike TorchRL, which returns at once, a push waits
+    until every actor has loaded the weights: a failure is raised here, naming the worker,
+    instead of being lost (and the next batch of each actor uses the new weights).
+
+    Args:
+        policy_weights: the policy's parameters (``TensorDict.from_module(policy)``):
+            what a push without weights sends, as they are at the push.
+        remote_collectors: the remote collectors (Ray actor handles); worker ``i`` is
+            ``remote_collectors[i]``.
+        max_interval: a worker keeps its weights for up to this many pushes, and is
+            updated on the next (``0``, the default: every push updates every worker).
+
+    Raises:
+        ImportError: Ray is not installed (``pip install "rl-collectors[ray]"``).
+        RuntimeError: on a push, an actor failed to load the weights (naming the worker).
+
+    Examples:
+        >>> import ray, torch  # doctest: +SKIP
+        >>> from tensordict import TensorDict
+        >>> from rl.collectors import Collector, RayWeightUpdater
+        >>> actor = ray.remote(Collector).remote(make_env, policy, frames_per_batch=8,
+        ...                                      total_frames=64)  # doctest: +SKIP
+        >>> updater = RayWeightUpdater(TensorDict.from_module(policy), [actor])  # doctest: +SKIP
+        >>> updater.push_weights()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        policy_weights: TensorDictBase,
+        remote_collectors: list,
+        max_interval: int = 0,
+    ) -> None:
+        self._ray = import_ray("RayWeightUpdater", "rl-collectors[ray]")
+        self.policy_weights = policy_weights
+        self.remote_collectors = list(remote_collectors)
+        self.max_interval = max(0, int(max_interval))
+        self._batches_since_weight_update = [0] * len(self.remote_collectors)
+        self._pending: dict[int, Any] = {}
+
+    def all_worker_ids(self) -> list[int]:
+        """``[0, ..., len(remote_collectors) - 1]``."""
+        return list(range(len(self.remote_collectors)))
+
+    def _get_server_weights(self) -> Any:
+        return self.policy_weights.data
+
+    def _maybe_map_weights(self, server_weights: Any) -> Any:
+        if isinstance(server_weights, self._ray.ObjectRef):
+            return server_weights
+        mapped = super()._maybe_map_weights(server_weights)
+        return None if mapped is None else self._ray.put(mapped)  # one copy for every actor
+
+    def _push_weights(self, *, policy_or_weights=None, worker_ids=None) -> None:
+        super()._push_weights(policy_or_weights=policy_or_weights, worker_ids=worker_ids)
+        pending, self._pending = self._pending, {}
+        for worker_id, ref in pending.items():
+            try:
+                self._ray.get(ref)
+            except self._ray.exceptions.RayError as err:
+                raise RuntimeError(
+                    f"RayWeightUpdater: remote collector {worker_id} "
+                    f"({self.remote_collectors[worker_id]!r}) failed to load the weights: "
+                    f"{getattr(err, 'cause', None) or err!r}"
+                ) from None
+
+    def _check_worker(self, worker_id: Any) -> None:
+        if not isinstance(worker_id, int) or not 0 <= worker_id < len(self.remote_collectors):
+            raise ValueError(
+                f"RayWeightUpdater has {len(self.remote_collectors)} remote collectors, "
+                f"got worker_id={worker_id!r}"
+            )
+
+    def _sync_weights_with_worker(self, *, worker_id=None, server_weights: Any) -> None:
+        self._check_worker(worker_id)
+        if server_weights is None:
+            return
+        actor = self.remote_collectors[worker_id]
+        self._pending[worker_id] = actor.update_policy_weights_.remote(
+            policy_weights=server_weights
+        )
+        self._batches_since_weight_update[worker_id] = 0
+
+    def _skip_update(self, worker_id: int) -> bool:
+        self._check_worker(worker_id)
+        self._batches_since_weight_update[worker_id] += 1
+        return self._batches_since_weight_update[worker_id] <= self.max_interval

@@ -1,6 +1,7 @@
 """rl.collectors.distributed: collectors whose workers run elsewhere.
 
-``RayCollector`` runs collectors as Ray actors (``rl-collectors[ray]``);
+``RayCollector`` runs collectors as Ray actors and ``RayEvalWorker`` evaluation
+rollouts in one (``rl-collectors[ray]``);
 ``DistributedDataCollector`` and ``DistributedSyncDataCollector`` run them on other ranks
 of a ``torch.distributed`` process group. Each name is imported on first use, so
 ``import rl.collectors.distributed`` stays light and does not need Ray.
@@ -12,6 +13,7 @@ import importlib
 
 _LAZY = {
     "RayCollector": "._ray",
+    "RayEvalWorker": "._ray_eval_worker",
     "DistributedCollector": "._torch_distributed",
     "DistributedDataCollector": "._torch_distributed",
     "DistributedSyncCollector": "._torch_distributed",

@@ -2,7 +2,8 @@
 
 ``CSVLogger`` needs nothing beyond rl-core; the other back-ends are extras imported only
 when a logger of that kind is built: ``rl-core[tensorboard]``, ``rl-core[wandb]``,
-``rl-core[mlflow]`` (and ``rl-core[video]`` for mp4 / GIF videos).
+``rl-core[mlflow]`` (and ``rl-core[video]`` for mp4 / GIF videos); :class:`RayLogger` needs
+``rl-core[ray]``.
 """
 
 from ._csv import CSVLogger
@@ -10,6 +11,7 @@ from ._logger import Logger
 from ._mlflow import MLFlowLogger
 from ._monitor import Every, LoggerMonitor
 from ._process import ProcessLogger
+from ._ray import RayLogger
 from ._tensorboard import TensorboardLogger
 from ._utils import generate_exp_name, get_logger
 from ._wandb import WandbLogger
@@ -21,6 +23,7 @@ __all__ = [
     "LoggerMonitor",
     "MLFlowLogger",
     "ProcessLogger",
+    "RayLogger",
     "TensorboardLogger",
     "WandbLogger",
     "generate_exp_name",

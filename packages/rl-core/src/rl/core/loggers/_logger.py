@@ -59,6 +59,9 @@ def as_config(cfg: Any) -> dict[str, Any]:
 _PROCESS_OPTIONS = ("mp_context", "max_queue_size", "startup_timeout")
 
 
+_RAY_OPTIONS = ("actor_options", "ray_init_config")
+
+
 def service_backend_options_for(
     service_backend: str,
     service_backend_options: Mapping[str, Any] | None,
@@ -69,17 +72,13 @@ def service_backend_options_for(
 
     ``"direct"`` takes no option; ``"process"`` takes ``context`` (or ``mp_context``),
     ``max_queue_size`` and ``startup_timeout`` (returned with ``context`` as
-    ``mp_context``); ``"ray"`` (or ``use_ray_service=True``) is refused.
+    ``mp_context``); ``"ray"`` (or ``use_ray_service=True``) takes ``actor_options`` and
+    ``ray_init_config`` (``ray_actor_options`` is TorchRL's older ``actor_options``).
     """
     if ray_actor_options is not None and service_backend_options:
         raise ValueError("ray_actor_options and service_backend_options are mutually exclusive")
     backend = "ray" if use_ray_service else normalize_service_backend(service_backend)
-    if backend not in ("direct", "process"):
-        if backend == "ray":
-            raise NotImplementedError(
-                "rl has no Ray logger service: service_backend='ray' is not available; use "
-                "service_backend='process' (a ProcessLogger) or 'direct'"
-            )
+    if backend not in ("direct", "process", "ray"):
         raise ValueError(f"Logger does not support service_backend={backend!r}")
     options = dict(service_backend_options or {})
     if backend == "direct":
@@ -87,6 +86,15 @@ def service_backend_options_for(
             raise ValueError(
                 "service_backend_options / ray_actor_options configure a 'process' or 'ray' "
                 "logger service; the 'direct' back-end takes none"
+            )
+        return backend, options
+    if backend == "ray":
+        if ray_actor_options is not None:
+            options["actor_options"] = dict(ray_actor_options)
+        unknown = sorted(set(options) - set(_RAY_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"the 'ray' logger service takes actor_options and ray_init_config, got {unknown}"
             )
         return backend, options
     if "context" in options:
@@ -108,8 +116,8 @@ class _LoggerType(abc.ABCMeta):
     """Builds a logger where ``service_backend=`` asks, as TorchRL's loggers.
 
     ``CSVLogger(..., service_backend="process")`` is a :class:`ProcessLogger` serving a
-    ``CSVLogger`` (and ``isinstance(logger, CSVLogger)`` holds for it and its clients);
-    ``"direct"`` (the default) builds the logger itself.
+    ``CSVLogger`` (and ``isinstance(logger, CSVLogger)`` holds for it and its clients),
+    ``"ray"`` a :class:`RayLogger`; ``"direct"`` (the default) builds the logger itself.
     """
 
     def __call__(
@@ -126,6 +134,16 @@ class _LoggerType(abc.ABCMeta):
         )
         if backend == "direct":
             return super().__call__(*args, **kwargs)
+        if backend == "ray":
+            from ._ray import RayLogger
+
+            return RayLogger(
+                cls,
+                *args,
+                ray_actor_options=options.get("actor_options"),
+                ray_init_config=options.get("ray_init_config"),
+                **kwargs,
+            )
         from ._process import ProcessLogger
 
         return ProcessLogger(cls, *args, **options, **kwargs)
@@ -146,9 +164,11 @@ class Logger(metaclass=_LoggerType):
     the same logs (the trainer's checkpoints hold them).
 
     Every logger also takes TorchRL's construction keywords ``service_backend`` (``"direct"``,
-    the default, or ``"process"``: the logger is then built in its own process and a
-    :class:`ProcessLogger` is returned) and ``service_backend_options`` (``context``,
-    ``max_queue_size``, ``startup_timeout``); ``"ray"`` raises ``NotImplementedError``.
+    the default; ``"process"``: the logger is then built in its own process and a
+    :class:`ProcessLogger` is returned; ``"ray"``: it is built in a Ray actor and a
+    :class:`RayLogger` is returned) and ``service_backend_options`` (``context``,
+    ``max_queue_size``, ``startup_timeout`` for a process; ``actor_options``,
+    ``ray_init_config`` for Ray).
 
     Args:
         exp_name: the experiment (run) name.

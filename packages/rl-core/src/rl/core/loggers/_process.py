@@ -22,15 +22,14 @@ import signal
 import tempfile
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
 from multiprocessing import get_context
 from multiprocessing.connection import Client, Connection, Listener, wait
 from multiprocessing.context import BaseContext
 from typing import Any
 
-import torch
-
 from rl.core.workers import die_with_parent, exit_description, ignore_interrupts, stop_processes
+
+from ._client import LoggerClient, close_logger, flush_logger, logger_meta
 
 __all__ = ["ProcessLogger"]
 
@@ -44,41 +43,11 @@ _CLOSE_ON_STOP_S = 10.0
 _EXIT_S = 5.0
 
 
-def _as_plain(value: Any) -> Any:
-    """A tensor as a Python number (one element) or a list; anything else as it is."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        return value.item() if value.numel() == 1 else value.tolist()
-    return value
-
-
-def _flush(logger: Any) -> None:
-    for owner in (logger, getattr(logger, "experiment", None)):
-        flush = getattr(owner, "flush", None)
-        if callable(flush):
-            flush()
-            return
-
-
-def _close(logger: Any) -> None:
-    _flush(logger)
-    close = getattr(logger, "close", None)
-    if callable(close):
-        close()
-
-
 def _wake(fd: int) -> None:
     try:
         os.write(fd, b"x")
     except BlockingIOError:  # the pipe is full: a wake-up is pending anyway
         pass
-
-
-def _describe(value: Any, cls: type) -> str:
-    try:
-        return repr(value)
-    except Exception:
-        return f"{cls.__name__}(...)"
 
 
 def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid, close_s) -> None:
@@ -107,16 +76,7 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid, close_
     except BaseException as err:
         ready.send((False, f"{logger_cls.__name__}(...) failed: {err!r}"))
         raise
-    experiment = getattr(logger, "experiment", None)
-    meta = {
-        "exp_name": getattr(logger, "exp_name", None),
-        "log_dir": getattr(logger, "log_dir", None),
-        # a run directory (CSVLogger's) is usable anywhere; a run object (a SummaryWriter,
-        # a wandb run) only here, so only its type travels
-        "experiment": experiment if isinstance(experiment, (str, os.PathLike)) else None,
-        "experiment_type": type(experiment).__name__,
-        "repr": _describe(logger, logger_cls),
-    }
+    meta = logger_meta(logger, logger_cls)
     ready.send((True, meta))
     ready.close()
 
@@ -154,10 +114,10 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid, close_
                 continue
             try:
                 if method == _FLUSH:
-                    result = _flush(logger)
+                    result = flush_logger(logger)
                 elif method == _CLOSE:
                     closed = True  # the service ends even if the logger fails to close
-                    result = _close(logger)
+                    result = close_logger(logger)
                 else:
                     result = getattr(logger, method)(*call_args, **call_kwargs)
                 reply = (True, result)
@@ -179,7 +139,7 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid, close_
         timer.daemon = True
         timer.start()
         try:
-            _close(logger)
+            close_logger(logger)
         except Exception as err:
             _log.warning(
                 "ProcessLogger: %s failed to close when its process was stopped: %r",
@@ -188,53 +148,23 @@ def _serve(logger_cls, args, kwargs, address, authkey, ready, parent_pid, close_
             )
 
 
-class _ProcessLoggerClient:
+class _ProcessLoggerClient(LoggerClient):
     """A handle on a :class:`ProcessLogger`'s logger: picklable, without its life cycle.
 
-    Its ``log_*`` calls (any ``log_*`` method of the served logger, including custom ones)
-    run in the logger process and return what the logger returned; a call that fails there
-    raises ``RuntimeError`` here. ``close()`` closes only this handle's connection. It is
-    not a :class:`Logger` subclass, but ``isinstance(client, Logger)`` (or ``CSVLogger``...)
-    holds when the served class is one.
-
-    ``exp_name`` and ``log_dir`` are the served logger's. ``experiment`` is its run
-    directory when the served logger's ``experiment`` is a path (:class:`CSVLogger`: the
-    ``<log_dir>/<exp_name>`` folder); a run object (TensorBoard's writer, a W&B run) lives
-    in the logger process only, and reading it raises ``AttributeError`` saying so.
-    ``repr()`` is local: the served logger's ``repr`` when it was built.
+    A :class:`LoggerClient` whose calls travel over a local socket to the logger
+    process; ``close()`` closes only this handle's connection.
     """
 
+    _where = "the logger process"
+    _kind = "ProcessLoggerClient"
+
     def __init__(self, address: str, authkey: bytes, *, served_class: type) -> None:
-        #: the class of the served logger (``isinstance`` checks against it hold)
-        self.served_class = served_class
-        self.exp_name: Any = None
-        self.log_dir: Any = None
-        self._experiment_type: str | None = None
-        self._served_repr = f"{served_class.__name__}(...)"
+        super().__init__(served_class=served_class)
         self._address = address
         self._authkey = authkey
         self._conn: Connection | None = None
         self._conn_pid: int | None = None
         self._lock = threading.Lock()
-
-    def _set_meta(self, meta: Mapping[str, Any]) -> None:
-        """Takes what the logger process reported once its logger was built."""
-        self.exp_name, self.log_dir = meta["exp_name"], meta["log_dir"]
-        self._experiment_type = meta["experiment_type"]
-        self._served_repr = meta["repr"]
-        if meta["experiment"] is None:
-            self.__dict__.pop("experiment", None)  # reads go to __getattr__, which explains
-        else:
-            self.experiment = meta["experiment"]
-
-    def _meta(self) -> dict[str, Any]:
-        return {
-            "exp_name": self.exp_name,
-            "log_dir": self.log_dir,
-            "experiment": self.__dict__.get("experiment"),
-            "experiment_type": self._experiment_type,
-            "repr": self._served_repr,
-        }
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -281,75 +211,10 @@ class _ProcessLoggerClient:
             raise RuntimeError(result)
         return result
 
-    def log_scalar(self, name: str, value: float, step: int | None = None, **kwargs: Any) -> None:
-        """Logs one scalar in the logger process."""
-        return self._call("log_scalar", name, _as_plain(value), step=step, **kwargs)
-
-    def log_video(self, name: str, video: Any, step: int | None = None, **kwargs: Any) -> None:
-        """Logs a video in the logger process (a tensor travels as a CPU tensor)."""
-        if isinstance(video, torch.Tensor):
-            video = video.detach().cpu()
-        return self._call("log_video", name, video, step=step, **kwargs)
-
-    def log_hparams(self, cfg: Any) -> None:
-        """Logs the run's configuration in the logger process."""
-        return self._call("log_hparams", cfg)
-
-    def log_histogram(self, name: str, data: Sequence | torch.Tensor, **kwargs: Any) -> None:
-        """Logs a histogram in the logger process."""
-        return self._call("log_histogram", name, _as_plain(data), **kwargs)
-
-    def log_metrics(
-        self, metrics: Mapping[str, Any], step: int | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Logs several scalars at ``step`` in the logger process.
-
-        Tensors become Python numbers (or lists) here, before they travel.
-
-        Returns:
-            the metrics as sent.
-        """
-        plain = {key: _as_plain(value) for key, value in metrics.items()}
-        self._call("log_metrics", plain, step=step, **kwargs)
-        return plain
-
-    def state_dict(self) -> dict[str, Any]:
-        """The served logger's :meth:`~Logger.state_dict`."""
-        return self._call("state_dict")
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restores the served logger's state (:meth:`~Logger.load_state_dict`)."""
-        return self._call("load_state_dict", dict(state_dict))
-
     def close(self) -> None:
         """Closes this handle's connection (the logger process keeps running)."""
         with self._lock:
             self._drop_connection()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "experiment":
-            served = self.served_class.__name__
-            if self._experiment_type in (None, "NoneType"):
-                raise AttributeError(f"the served {served} has no experiment")
-            raise AttributeError(
-                f"{type(self).__name__} has no experiment: the served {served}'s experiment "
-                f"(a {self._experiment_type}) lives in the logger process; log through the "
-                "log_* methods (exp_name and log_dir are available here)"
-            )
-        if not name.startswith("log_"):
-            raise AttributeError(
-                f"{type(self).__name__} has no attribute {name!r}: only the logger's log_* "
-                "methods are served"
-            )
-
-        def remote(*args: Any, **kwargs: Any) -> Any:
-            return self._call(name, *args, **kwargs)
-
-        remote.__name__ = name
-        return remote
-
-    def __repr__(self) -> str:
-        return f"ProcessLoggerClient({self._served_repr})"
 
 
 def _cleanup(process: Any, directory: str, owner_pid: int, close_s: float) -> None:

@@ -55,14 +55,14 @@ def get_logger(
             counters are restored, and a W&B logger resumes the saved run
             (``id=<saved id>, resume="must"``).
         service_backend: where the logger runs: ``"direct"`` (default, in the calling
-            process) or ``"process"`` (a :class:`ProcessLogger` that builds the logger in a
-            process of its own; hand ``logger.client()`` to other processes). TorchRL's
-            ``"ray"`` logger service raises ``NotImplementedError``.
+            process), ``"process"`` (a :class:`ProcessLogger` that builds the logger in a
+            process of its own) or ``"ray"`` (a :class:`RayLogger`: in a Ray actor); hand
+            ``logger.client()`` to other processes.
         service_backend_options: options of the ``"process"`` service: ``context`` (or
-            ``mp_context``), ``max_queue_size``, ``startup_timeout`` (none apply to
-            ``"direct"``: giving any raises ``ValueError``).
-        use_ray_service: TorchRL's deprecated spelling of ``service_backend="ray"``
-            (``True`` raises ``NotImplementedError``).
+            ``mp_context``), ``max_queue_size``, ``startup_timeout``; of the ``"ray"``
+            service: ``actor_options``, ``ray_init_config`` (none apply to ``"direct"``:
+            giving any raises ``ValueError``).
+        use_ray_service: TorchRL's deprecated spelling of ``service_backend="ray"``.
         ray_actor_options: TorchRL's deprecated spelling of the Ray service's
             ``actor_options``.
         **kwargs: ``wandb_kwargs`` / ``mlflow_kwargs`` for those back-ends, ``video_format``
@@ -71,8 +71,7 @@ def get_logger(
     Raises:
         ValueError: unknown ``logger_type`` or ``service_backend``; service options with the
             ``"direct"`` back-end; a W&B state without a run id.
-        NotImplementedError: a ``"ray"`` logger service; a ``state_dict`` for an MLflow
-            logger (as TorchRL).
+        NotImplementedError: a ``state_dict`` for an MLflow logger (as TorchRL).
         ImportError: the back-end is not installed (naming the extra).
 
     Examples:

@@ -58,6 +58,7 @@ from ._macro_ur import (
 from ._module import ModuleTransform
 from ._norm import ObservationNorm, RunningMeanStd, VecNorm, VecNormV2
 from ._nstep import MultiStepTransform
+from ._ray_service import RayTransform
 from ._recording import PixelRenderTransform, TensorDictRecorder, VideoRecorder
 from ._replay import (
     BurnInTransform,
@@ -122,6 +123,7 @@ __all__ = [
     "BatchSizeTransform",
     "FiniteTensorDictCheck",
     "ModuleTransform",
+    "RayTransform",
     "NextObservationDelta",
     "PinMemoryTransform",
     "RandomCropTensorDict",

@@ -1,7 +1,12 @@
 """Transforms of the LLM environments."""
 
 from ...transforms._tokenizer import Tokenizer
-from ._dataloading import DataLoadingPrimer, as_nested_tensor, as_padded_tensor
+from ._dataloading import (
+    DataLoadingPrimer,
+    RayDataLoadingPrimer,
+    as_nested_tensor,
+    as_padded_tensor,
+)
 from ._format import TemplateTransform
 from ._kl import KLComputation, KLRewardTransform, RetrieveKL, RetrieveLogProb
 from ._mcp import MCPToolTransform
@@ -11,6 +16,7 @@ from ._reason import AddThinkingPrompt
 __all__ = [
     "AddThinkingPrompt",
     "DataLoadingPrimer",
+    "RayDataLoadingPrimer",
     "KLComputation",
     "KLRewardTransform",
     "MCPToolTransform",

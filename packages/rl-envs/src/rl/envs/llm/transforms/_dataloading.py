@@ -13,10 +13,10 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection, lazy_st
 from rl.core import Composite
 
 from ..._td_utils import make_composite_from_td
-from ...transforms import TensorDictPrimer
+from ...transforms import RayTransform, TensorDictPrimer
 from ...transforms._utils import reset_entry_mask
 
-__all__ = ["DataLoadingPrimer", "as_nested_tensor", "as_padded_tensor"]
+__all__ = ["DataLoadingPrimer", "RayDataLoadingPrimer", "as_nested_tensor", "as_padded_tensor"]
 
 
 def as_nested_tensor(list_of_tensordicts: list[TensorDictBase]) -> TensorDictBase:
@@ -142,7 +142,8 @@ class DataLoadingPrimer(TensorDictPrimer):
         device (torch.device, optional): where the rows are put.
         group_repeats (bool): multiply ``batch_size`` by ``repeats`` (all repeats of a
             row in one batch). Defaults to ``False``.
-        use_ray_service (bool): not supported (``False``).
+        use_ray_service (bool): serve the primer from a Ray actor: a
+            :class:`RayDataLoadingPrimer` is returned. Defaults to ``False``.
 
     Raises:
         ValueError: both or neither of ``dataloader`` / ``dataloader_factory``; an
@@ -157,6 +158,13 @@ class DataLoadingPrimer(TensorDictPrimer):
         ['hi', 'yo']
     """
 
+    def __new__(cls, *args: Any, use_ray_service: bool = False, **kwargs: Any):
+        if use_ray_service and cls is DataLoadingPrimer:
+            if args:
+                kwargs["dataloader"] = args[0]
+            return RayDataLoadingPrimer(**kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         dataloader: Iterable[Mapping[str, Any]] | None = None,
@@ -170,8 +178,6 @@ class DataLoadingPrimer(TensorDictPrimer):
         group_repeats: bool = False,
         use_ray_service: bool = False,
     ):
-        if use_ray_service:
-            raise NotImplementedError("use_ray_service (a Ray-served dataloader) is not supported")
         if (dataloader is None) == (dataloader_factory is None):
             raise ValueError(
                 "DataLoadingPrimer takes exactly one of dataloader / dataloader_factory, got "
@@ -333,3 +339,68 @@ class DataLoadingPrimer(TensorDictPrimer):
         return (
             f"{type(self).__name__}(data_keys={self.data_keys}, dataloader={self.dataloader!r:.80})"
         )
+
+
+class RayDataLoadingPrimer(RayTransform):
+    """A :class:`DataLoadingPrimer` served by one Ray actor that several envs share.
+
+    The primer (and its dataloader) is built once, in the actor; every env holding a
+    client draws its rows from the same queue, so two envs never get the same row unless
+    the dataloader repeats it. With ``actor_name``, clients built elsewhere (other
+    processes of the cluster) reuse the running actor. ``DataLoadingPrimer(...,
+    use_ray_service=True)`` builds one.
+
+    Keyword Args:
+        dataloader: the rows' source (exclusive with ``dataloader_factory``); pickled
+            to the actor.
+        dataloader_factory: builds the dataloader in the actor.
+        num_cpus: CPUs of the actor; by default the dataloader's ``num_workers`` (at
+            least 1), as TorchRL.
+        num_gpus: GPUs of the actor.
+        device: where the rows are put here.
+        actor_name: the actor's name, to share it.
+        **kwargs: :class:`DataLoadingPrimer`'s other keyword arguments (``primers``,
+            ``batch_size``, ``repeats``...).
+
+    Raises:
+        ValueError: both or neither of ``dataloader`` / ``dataloader_factory``.
+        ImportError: Ray is not installed (``pip install "rl-envs[ray]"``).
+    """
+
+    def __init__(
+        self,
+        *,
+        dataloader=None,
+        dataloader_factory=None,
+        num_cpus=None,
+        num_gpus=0,
+        device: torch.device | None = None,
+        actor_name: str | None = None,
+        **kwargs,
+    ):
+        if (dataloader is None) == (dataloader_factory is None):
+            raise ValueError(
+                "RayDataLoadingPrimer takes exactly one of dataloader / dataloader_factory, "
+                f"got {'both' if dataloader is not None else 'neither'}"
+            )
+        if num_cpus is None:
+            source = dataloader if dataloader is not None else dataloader_factory()
+            num_cpus = max(1, int(getattr(source, "num_workers", 1) or 1))
+        kwargs.pop("use_ray_service", None)
+        super().__init__(
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            device=device,
+            actor_name=actor_name,
+            dataloader=dataloader,
+            dataloader_factory=dataloader_factory,
+            **kwargs,
+        )
+
+    def _create_actor(self, **kwargs):
+        return self.remote_transform(DataLoadingPrimer, **kwargs)
+
+    def reset_dataloader(self) -> RayDataLoadingPrimer:
+        """Empties the actor's queue and restarts its dataloader (for every client)."""
+        self._run("reset_dataloader")
+        return self

@@ -119,6 +119,21 @@ class TestTokenizerInAnEnv:
         assert t.inv(rows)["word"] == ["abc", "d"]
 
 
+class TestTokenizerPadding:
+    @pytest.mark.parametrize("side", ["right", "left"])
+    def test_a_batch_is_padded_on_the_tokenizers_side(self, side):
+        # as TorchRL, which calls the tokenizer: its padding_side decides
+        tok = make_tokenizer()
+        tok.padding_side = side
+        ids, mask = Tokenizer(["text"], ["tokens"], tokenizer=tok).call_tokenizer_fn(["ab", "abcd"])
+        expected = tok(["ab", "abcd"], padding=True, add_special_tokens=False, return_tensors="pt")
+        torch.testing.assert_close(ids, expected["input_ids"])
+        torch.testing.assert_close(mask, expected["attention_mask"])
+        pad = tok.pad_token_id
+        short = [pad, pad, *_ids(tok, "ab")] if side == "left" else [*_ids(tok, "ab"), pad, pad]
+        assert ids[0].tolist() == short
+
+
 class TestTokenizerLoading:
     def test_a_local_path_loads_with_transformers(self, tmp_path):
         tok = make_tokenizer()

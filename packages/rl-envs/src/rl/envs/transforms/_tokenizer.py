@@ -158,9 +158,12 @@ class Tokenizer(Transform):
         else:
             out = torch.full((len(ids), width), pad, dtype=torch.long)
             mask = torch.zeros((len(ids), width), dtype=torch.long)
+            # the tokenizer's side, as when it pads itself (TorchRL calls it)
+            left = getattr(self.tokenizer, "padding_side", "right") == "left"
             for i, r in enumerate(ids):
-                out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-                mask[i, : len(r)] = 1
+                cols = slice(width - len(r), width) if left else slice(0, len(r))
+                out[i, cols] = torch.tensor(r, dtype=torch.long)
+                mask[i, cols] = 1
         if isinstance(text, str):
             out, mask = out[0], mask[0]
         device = self._env_device()

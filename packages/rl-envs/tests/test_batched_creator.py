@@ -138,6 +138,26 @@ class TestSharedState:
         assert counter._traj_count.value == 2  # the worker's trajectory counted here
         assert creator().rollout(1)["traj_count"].item() == 2
 
+    def test_legacy_vecnorm_statistics_shared_without_warning(self):
+        # the shadow env's statistics are already in shared memory: the envs the creator
+        # builds load them as they are, with no "not shared" warning
+        import warnings
+
+        from rl.envs import TransformedEnv, VecNorm
+
+        creator = EnvCreator(
+            lambda: TransformedEnv(CounterEnv(), VecNorm(in_keys=["observation"], decay=1.0))
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            env = creator()
+        ((key, state),) = creator.state_dict().items()
+        assert env.transform[0].stats["observation_count"].data_ptr() == (
+            state["observation_count"].data_ptr()
+        )
+        env.rollout(2)
+        assert state["observation_count"].item() == 2 + 3
+
     def test_a_pickled_copy_keeps_statistics_not_counters(self):
         creator = EnvCreator(make_shared_state_env)
         copy = pickle.loads(pickle.dumps(creator))

@@ -119,6 +119,37 @@ class TestTokenizerInAnEnv:
         assert t.inv(rows)["word"] == ["abc", "d"]
 
 
+class TestTokenizerPadding:
+    @pytest.mark.parametrize("side", ["right", "left"])
+    def test_a_batch_is_padded_on_the_tokenizers_side(self, side):
+        # as TorchRL, which calls the tokenizer: its padding_side decides
+        tok = make_tokenizer()
+        tok.padding_side = side
+        ids, mask = Tokenizer(["text"], ["tokens"], tokenizer=tok).call_tokenizer_fn(["ab", "abcd"])
+        expected = tok(["ab", "abcd"], padding=True, add_special_tokens=False, return_tensors="pt")
+        torch.testing.assert_close(ids, expected["input_ids"])
+        torch.testing.assert_close(mask, expected["attention_mask"])
+        pad = tok.pad_token_id
+        short = [pad, pad, *_ids(tok, "ab")] if side == "left" else [*_ids(tok, "ab"), pad, pad]
+        assert ids[0].tolist() == short
+
+    def test_a_two_dim_batch_of_strings_keeps_its_shape(self):
+        # a [2, 2] stack of strings: each string tokenized, ids [2, 2, T] (not the text
+        # of each row's list)
+        from tensordict import NonTensorStack
+
+        tok = make_tokenizer()
+        rows = [["ab", "b"], ["a", "ba"]]
+        value = NonTensorStack(*[NonTensorStack(*map(NonTensorData, row)) for row in rows])
+        ids, mask = Tokenizer(["text"], ["tokens"], tokenizer=tok).call_tokenizer_fn(value)
+        flat_ids, flat_mask = Tokenizer(["text"], ["tokens"], tokenizer=tok).call_tokenizer_fn(
+            [text for row in rows for text in row]
+        )
+        assert ids.shape == torch.Size([2, 2, 2])
+        torch.testing.assert_close(ids, flat_ids.reshape(2, 2, 2))
+        torch.testing.assert_close(mask, flat_mask.reshape(2, 2, 2))
+
+
 class TestTokenizerLoading:
     def test_a_local_path_loads_with_transformers(self, tmp_path):
         tok = make_tokenizer()

@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 from torch import nn
 
 from rl.core import Bounded, Composite, Unbounded
@@ -677,7 +677,10 @@ class VecNorm(Transform):
         if any(self.SEP in k for k in new.keys()):
             new = new.unflatten_keys(self.SEP)
         if td is None:
-            if not new.is_shared():
+            # a TensorDict made of shared tensors (an EnvCreator's statistics, a memmap)
+            # does not report itself shared: its leaves tell
+            leaves = list(new.values(True, True))
+            if not all(t.is_shared() or isinstance(t, MemoryMappedTensor) for t in leaves):
                 warnings.warn(
                     "VecNorm wasn't initialized and the tensordict is not shared: the loaded "
                     "statistics are put in shared memory now; hand the transform to worker "

@@ -17,14 +17,36 @@ from ._base import Transform
 __all__ = ["Tokenizer"]
 
 
-def _strings(value) -> str | list[str]:
+def _str_leaves(items: list) -> list:
+    """``items`` (nested lists, from a stack of more than one dim) with ``str`` leaves."""
+    return [_str_leaves(v) if isinstance(v, list) else str(v) for v in items]
+
+
+def _strings(value) -> str | list:
     if isinstance(value, NonTensorStack):
-        return [str(v) for v in value.tolist()]
+        return _str_leaves(value.tolist())
     if isinstance(value, NonTensorData):
         return _strings(value.data)
     if isinstance(value, (list, tuple)):
         return [str(v) for v in value]
     return str(value)
+
+
+def _nested_shape(text) -> tuple[int, ...]:
+    """The batch shape of a string (``()``) or of nested lists of strings."""
+    shape = []
+    while isinstance(text, list):
+        shape.append(len(text))
+        if not text:
+            break
+        text = text[0]
+    return tuple(shape)
+
+
+def _flatten(text) -> list[str]:
+    if not text or not isinstance(text[0], list):
+        return text
+    return [t for row in text for t in _flatten(row)]
 
 
 def _load_tokenizer(name: str):
@@ -135,7 +157,9 @@ class Tokenizer(Transform):
     def call_tokenizer_fn(self, value, key: NestedKey = "text"):
         """``(ids, attention_mask)`` of a string (``[T]``) or a list of strings (``[B, T]``)."""
         text = _strings(value)
-        batch = [text] if isinstance(text, str) else text
+        # a batch of more than one dim ([B1, B2] strings): tokenized flat, then reshaped
+        shape = _nested_shape(text)
+        batch = [text] if isinstance(text, str) else _flatten(text)
         ids = [
             self.tokenizer(t, add_special_tokens=self.add_special_tokens)["input_ids"]
             for t in batch
@@ -158,11 +182,21 @@ class Tokenizer(Transform):
         else:
             out = torch.full((len(ids), width), pad, dtype=torch.long)
             mask = torch.zeros((len(ids), width), dtype=torch.long)
+            # the tokenizer's side, as when it pads itself (TorchRL calls it)
+            left = getattr(self.tokenizer, "padding_side", "right") == "left"
             for i, r in enumerate(ids):
-                out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-                mask[i, : len(r)] = 1
+                cols = slice(width - len(r), width) if left else slice(0, len(r))
+                out[i, cols] = torch.tensor(r, dtype=torch.long)
+                mask[i, cols] = 1
         if isinstance(text, str):
             out, mask = out[0], mask[0]
+        elif len(shape) > 1:
+            if width is None:
+                raise ValueError(
+                    f"the texts at {key!r} (a batch of shape {tuple(shape)}) tokenize to "
+                    "rows of different lengths: pass padding=True or max_length"
+                )
+            out, mask = out.reshape(*shape, width), mask.reshape(*shape, width)
         device = self._env_device()
         if device is not None and out.device != device:
             out, mask = out.to(device), mask.to(device)

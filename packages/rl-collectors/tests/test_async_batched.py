@@ -21,7 +21,7 @@ from rl.collectors import AsyncBatchedCollector
 from rl.core import ExplorationType
 from rl.core import exploration_type as exploration_type_now
 from rl.core.inference_server import InferenceServerConfig
-from rl.envs import PendulumEnv, StepCounter, TransformedEnv
+from rl.envs import PendulumEnv, ProcessorAsyncEnvPool, StepCounter, TransformedEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -145,6 +145,11 @@ class TestAsyncBatchedCollector:
             env_backend=env_backend,
         )
         whole = torch.cat(list(collector))
+        if env_backend == "multiprocessing":
+            # the env processes wait for their env as long as it takes (a first step may
+            # compile), as before the pool; a plain ProcessorAsyncEnvPool keeps 30 s
+            assert collector._env_pool._workers.timeout is None
+            assert ProcessorAsyncEnvPool._worker_timeout == 30.0
         collector.shutdown()
         assert whole.shape == torch.Size([32])
         keys = [

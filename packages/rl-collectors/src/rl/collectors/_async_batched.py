@@ -124,6 +124,14 @@ def _coordinate(
             env.close()
 
 
+class _EnvProcesses(ProcessorAsyncEnvPool):
+    """The collector's env processes: a pool whose workers may take as long as their env
+    needs to answer (a first step that compiles, a slow simulator), as the collector's
+    env processes always could; a worker that dies or raises is still reported at once."""
+
+    _worker_timeout = None
+
+
 class AsyncBatchedCollector(CollectorBase):
     """Collects from environments that act through an inference server.
 
@@ -428,9 +436,7 @@ class AsyncBatchedCollector(CollectorBase):
         if self._workers:
             return
         if self._env_backend == "multiprocessing" and self._env_pool is None:
-            self._env_pool = ProcessorAsyncEnvPool(
-                self._create_env_fn, create_env_kwargs=self._env_kwargs
-            )
+            self._env_pool = _EnvProcesses(self._create_env_fn, create_env_kwargs=self._env_kwargs)
         if self._clients is None:
             # before a server process starts: it inherits the clients' reply queues
             self._clients = [

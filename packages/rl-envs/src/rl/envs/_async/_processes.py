@@ -86,11 +86,18 @@ class ProcessorAsyncEnvPool(AsyncEnvPool):
         >>> env.close()
     """
 
+    # seconds a worker may take to answer before it is killed (ParallelEnv's); None waits
+    # without a limit (a subclass's choice: AsyncBatchedCollector's env processes, whose
+    # envs may compile or load for longer)
+    _worker_timeout: float | None = 30.0
+
     def _setup(self) -> tuple[list[Composite], torch.device | None]:
         makers = [_GivenEnv(m) if isinstance(m, EnvBase) else m for m in self.env_makers]
         # a plain attribute (not a submodule): the pool is built before Module.__init__
         self._failure: BaseException | None = None
-        self.__dict__["_workers"] = _PoolWorkers(self.num_envs, makers, self.create_env_kwargs)
+        self.__dict__["_workers"] = _PoolWorkers(
+            self.num_envs, makers, self.create_env_kwargs, timeout=self._worker_timeout
+        )
         self._workers.start()
         if self.worker_affinity is not None:
             for pid, cpus in zip(self._workers.worker_pids, self.worker_affinity, strict=True):

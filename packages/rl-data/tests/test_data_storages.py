@@ -779,6 +779,20 @@ class TestNonTensorEntries:
         assert rb[0:3]["id"].tolist() == [7, 5, 6]
         assert rb[0:3]["index"].tolist() == [0, 1, 2]
 
+    def test_buffer_rewrites_part_of_the_entries_by_negative_positions(self, make):
+        # positions count over the filled items, as for a storage of tensors only
+        rb = ReplayBuffer(storage=make(6), batch_size=2)
+        data = _with_text([1, 2, 3])
+        data["x"] = torch.zeros(3)
+        rb.extend(data)
+        rb[-1:] = TensorDict({"x": torch.ones(1)}, [1])
+        rb[-3] = TensorDict({"x": torch.tensor(2.0)}, [])
+        rb[torch.tensor([-2])] = TensorDict({"x": torch.tensor([3.0])}, [1])
+        assert len(rb) == 3
+        assert rb[0:3]["x"].tolist() == [2.0, 3.0, 1.0]
+        assert rb[0:3]["id"].tolist() == [1, 2, 3]
+        assert rb[0:3]["name"] == ["n1", "n2", "n3"]
+
     def test_errors_name_the_key(self, make):
         storage = make(4)
         storage.set(torch.arange(2), _with_text([0, 1]))

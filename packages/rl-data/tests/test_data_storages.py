@@ -876,6 +876,19 @@ class TestLazyTensorStorageSharedInit:
         with pytest.raises(RuntimeError, match="cannot read from an empty LazyTensorStorage"):
             storage.get(torch.tensor([0]))
 
+    @pytest.mark.parametrize("kind", ["tensor", "memmap"])
+    def test_non_tensor_entries_are_refused(self, kind):
+        # each process would keep its own copy of the strings (the file holding the last
+        # writer's): refused at the first write, naming the entry
+        if kind == "tensor":
+            storage = LazyTensorStorage(4, shared_init=True)
+        else:
+            storage = LazyMemmapStorage(4, shared_init=True)
+        with pytest.raises(TypeError, match=r"entry 'name' holds non-tensor data"):
+            storage.set(torch.arange(2), _with_text([0, 1]))
+        assert not storage.initialized
+        assert sorted(os.listdir(storage.scratch_dir)) == []  # nothing allocated
+
     def test_not_compilable_and_cpu_only(self):
         with pytest.raises(RuntimeError, match=r"shared_init=True\) cannot be compilable=True"):
             LazyTensorStorage(4, shared_init=True, compilable=True)

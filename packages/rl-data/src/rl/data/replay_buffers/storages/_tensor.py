@@ -811,7 +811,9 @@ class LazyTensorStorage(TensorStorage):
             rows. This is :class:`LazyMemmapStorage`'s ``shared_init`` machinery. As
             there, only the data is shared: each process keeps its own length and write
             cursor, so writers should write to their own rows (``set`` with explicit
-            indices). The data stays on the CPU: another ``device`` warns and is replaced
+            indices). Non-tensor entries (strings...) are refused at the first write
+            (a ``TypeError``): their values would live in each process's memory. The
+            data stays on the CPU: another ``device`` warns and is replaced
             by ``"cpu"`` at the first write, as TorchRL. Defaults to ``False``.
         cleanup_memmap: with ``shared_init=True``, remove the temporary directory when the
             storage of the process that built it is garbage collected or that process

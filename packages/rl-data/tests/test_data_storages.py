@@ -809,12 +809,12 @@ class TestNonTensorEntries:
 def _shared_tensor_writer(storage, rank, barrier, answers):
     rows = torch.arange(2.0) + 10 * rank
     data = TensorDict({"obs": rows[:, None].expand(2, 2).clone()}, [2])
-    barrier.wait()  # both make their first write at once
+    barrier.wait(timeout=60)  # both make their first write at once
     storage.set(torch.arange(2) + 2 * rank, data)
-    barrier.wait()  # each then reads the other's rows
+    barrier.wait(timeout=60)  # each then reads the other's rows
     other = 1 - rank
     answers.put((rank, storage.get(torch.arange(2) + 2 * other)["obs"][:, 0].tolist()))
-    barrier.wait()  # the parent reads after both
+    barrier.wait(timeout=60)  # the parent reads after both
 
 
 class TestLazyTensorStorageSharedInit:
@@ -828,15 +828,23 @@ class TestLazyTensorStorageSharedInit:
             ctx.Process(target=_shared_tensor_writer, args=(storage, rank, barrier, answers))
             for rank in range(2)
         ]
-        for p in procs:
-            p.start()
-        barrier.wait()
-        barrier.wait()
-        got = dict(answers.get(timeout=60) for _ in procs)
-        barrier.wait()
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0
+        try:
+            for p in procs:
+                p.start()
+            # with timeouts: a child that fails breaks the barrier instead of hanging the
+            # parent (and the children left waiting on it)
+            barrier.wait(timeout=60)
+            barrier.wait(timeout=60)
+            got = dict(answers.get(timeout=60) for _ in procs)
+            barrier.wait(timeout=60)
+            for p in procs:
+                p.join(timeout=60)
+                assert p.exitcode == 0
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
         assert multiprocessing.active_children() == []
         assert got == {0: [10.0, 11.0], 1: [0.0, 1.0]}  # each read the other's rows
         # the parent never wrote: its first read opens the files the children made

@@ -793,6 +793,19 @@ class TestNonTensorEntries:
         assert rb[0:3]["id"].tolist() == [1, 2, 3]
         assert rb[0:3]["name"] == ["n1", "n2", "n3"]
 
+    def test_memmap_refuses_text_in_items_with_batch_dims(self, tmp_path):
+        # tensordict cannot write the rows of a memory-mapped stack of stacks: refused
+        # before anything is allocated, naming the entry (a plain storage keeps them)
+        names = NonTensorStack(*[NonTensorStack(f"e{b}t0", f"e{b}t1") for b in range(2)])
+        data = TensorDict({"id": torch.arange(4).view(2, 2), "name": names}, [2, 2])
+        plain = LazyTensorStorage(8, ndim=2)
+        plain.set(torch.arange(2), data)
+        assert plain.get(torch.tensor([1]))["name"] == [["e1t0", "e1t1"]]
+        storage = LazyMemmapStorage(8, ndim=2, scratch_dir=tmp_path / "m")
+        with pytest.raises(NotImplementedError, match=r"entry 'name' .* batch_size \[2\]"):
+            storage.set(torch.arange(2), data)
+        assert not storage.initialized and os.listdir(tmp_path / "m") == []
+
     def test_errors_name_the_key(self, make):
         storage = make(4)
         storage.set(torch.arange(2), _with_text([0, 1]))

@@ -147,7 +147,9 @@ class LazyMemmapStorage(LazyTensorStorage):
     TensorDicts save them, as TorchRL's storage does: the values of all rows in one JSON
     file per entry (``<key>/meta.json``), rewritten by each write that changes them (a cost
     that grows with ``max_size``). Values JSON cannot hold are pickled by tensordict; a
-    directory holding such a file is refused on reopening (nothing is unpickled).
+    directory holding such a file is refused on reopening (nothing is unpickled). Items
+    with batch dims (``ndim > 1``) cannot hold them: tensordict cannot write the rows of a
+    memory-mapped stack of stacks (a ``NotImplementedError`` at the first write).
 
     Args:
         max_size: the capacity.
@@ -438,6 +440,16 @@ class LazyMemmapStorage(LazyTensorStorage):
         return True
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        if isinstance(template, TensorDictBase) and template.batch_dims:
+            for key, value in template.items(include_nested=True):
+                if is_non_tensor(value):
+                    # tensordict cannot write rows of a memory-mapped stack of stacks
+                    raise NotImplementedError(
+                        f"LazyMemmapStorage keeps non-tensor data of items without batch "
+                        f"dims only: entry {key!r} ({type(value).__name__}) is in items of "
+                        f"batch_size {list(template.batch_size)} (ndim > 1, or items with "
+                        "a batch dim); use LazyTensorStorage, or store the entry as a tensor"
+                    )
         if (self.scratch_dir / _META).exists():
             # another storage (e.g. a copy of this one made before its first write) has
             # allocated its files here since this one was made: never write over them

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -734,6 +735,14 @@ class TestNonTensorEntries:
         out = restored.get(torch.tensor([3, 1]))
         assert out["id"].tolist() == [10, 8]
         assert out["name"] == ["n10", "n8"] and out["meta", "tag"] == ["N10", "N8"]
+
+    def test_state_dict_names_the_entry_it_cannot_save(self, make):
+        storage = make(4)
+        data = _with_text([0, 1])
+        data["where"] = NonTensorStack(Path("/a"), Path("/b"))
+        storage.set(torch.arange(2), data)
+        with pytest.raises(TypeError, match=r"entry 'where'.*PosixPath"):
+            storage.state_dict()
 
     def test_memmap_reopen_keeps_the_values(self, tmp_path):
         storage = LazyMemmapStorage(4, scratch_dir=tmp_path)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -735,6 +736,14 @@ class TestNonTensorEntries:
         assert out["id"].tolist() == [10, 8]
         assert out["name"] == ["n10", "n8"] and out["meta", "tag"] == ["N10", "N8"]
 
+    def test_state_dict_names_the_entry_it_cannot_save(self, make):
+        storage = make(4)
+        data = _with_text([0, 1])
+        data["where"] = NonTensorStack(Path("/a"), Path("/b"))
+        storage.set(torch.arange(2), data)
+        with pytest.raises(TypeError, match=r"entry 'where'.*PosixPath"):
+            storage.state_dict()
+
     def test_memmap_reopen_keeps_the_values(self, tmp_path):
         storage = LazyMemmapStorage(4, scratch_dir=tmp_path)
         storage.set(torch.arange(3), _with_text([0, 1, 2]))
@@ -779,6 +788,33 @@ class TestNonTensorEntries:
         assert rb[0:3]["id"].tolist() == [7, 5, 6]
         assert rb[0:3]["index"].tolist() == [0, 1, 2]
 
+    def test_buffer_rewrites_part_of_the_entries_by_negative_positions(self, make):
+        # positions count over the filled items, as for a storage of tensors only
+        rb = ReplayBuffer(storage=make(6), batch_size=2)
+        data = _with_text([1, 2, 3])
+        data["x"] = torch.zeros(3)
+        rb.extend(data)
+        rb[-1:] = TensorDict({"x": torch.ones(1)}, [1])
+        rb[-3] = TensorDict({"x": torch.tensor(2.0)}, [])
+        rb[torch.tensor([-2])] = TensorDict({"x": torch.tensor([3.0])}, [1])
+        assert len(rb) == 3
+        assert rb[0:3]["x"].tolist() == [2.0, 3.0, 1.0]
+        assert rb[0:3]["id"].tolist() == [1, 2, 3]
+        assert rb[0:3]["name"] == ["n1", "n2", "n3"]
+
+    def test_memmap_refuses_text_in_items_with_batch_dims(self, tmp_path):
+        # tensordict cannot write the rows of a memory-mapped stack of stacks: refused
+        # before anything is allocated, naming the entry (a plain storage keeps them)
+        names = NonTensorStack(*[NonTensorStack(f"e{b}t0", f"e{b}t1") for b in range(2)])
+        data = TensorDict({"id": torch.arange(4).view(2, 2), "name": names}, [2, 2])
+        plain = LazyTensorStorage(8, ndim=2)
+        plain.set(torch.arange(2), data)
+        assert plain.get(torch.tensor([1]))["name"] == [["e1t0", "e1t1"]]
+        storage = LazyMemmapStorage(8, ndim=2, scratch_dir=tmp_path / "m")
+        with pytest.raises(NotImplementedError, match=r"entry 'name' .* batch_size \[2\]"):
+            storage.set(torch.arange(2), data)
+        assert not storage.initialized and os.listdir(tmp_path / "m") == []
+
     def test_errors_name_the_key(self, make):
         storage = make(4)
         storage.set(torch.arange(2), _with_text([0, 1]))
@@ -795,12 +831,12 @@ class TestNonTensorEntries:
 def _shared_tensor_writer(storage, rank, barrier, answers):
     rows = torch.arange(2.0) + 10 * rank
     data = TensorDict({"obs": rows[:, None].expand(2, 2).clone()}, [2])
-    barrier.wait()  # both make their first write at once
+    barrier.wait(timeout=60)  # both make their first write at once
     storage.set(torch.arange(2) + 2 * rank, data)
-    barrier.wait()  # each then reads the other's rows
+    barrier.wait(timeout=60)  # each then reads the other's rows
     other = 1 - rank
     answers.put((rank, storage.get(torch.arange(2) + 2 * other)["obs"][:, 0].tolist()))
-    barrier.wait()  # the parent reads after both
+    barrier.wait(timeout=60)  # the parent reads after both
 
 
 class TestLazyTensorStorageSharedInit:
@@ -814,15 +850,23 @@ class TestLazyTensorStorageSharedInit:
             ctx.Process(target=_shared_tensor_writer, args=(storage, rank, barrier, answers))
             for rank in range(2)
         ]
-        for p in procs:
-            p.start()
-        barrier.wait()
-        barrier.wait()
-        got = dict(answers.get(timeout=60) for _ in procs)
-        barrier.wait()
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0
+        try:
+            for p in procs:
+                p.start()
+            # with timeouts: a child that fails breaks the barrier instead of hanging the
+            # parent (and the children left waiting on it)
+            barrier.wait(timeout=60)
+            barrier.wait(timeout=60)
+            got = dict(answers.get(timeout=60) for _ in procs)
+            barrier.wait(timeout=60)
+            for p in procs:
+                p.join(timeout=60)
+                assert p.exitcode == 0
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
         assert multiprocessing.active_children() == []
         assert got == {0: [10.0, 11.0], 1: [0.0, 1.0]}  # each read the other's rows
         # the parent never wrote: its first read opens the files the children made
@@ -861,6 +905,19 @@ class TestLazyTensorStorageSharedInit:
         storage = LazyTensorStorage(4, shared_init=True)
         with pytest.raises(RuntimeError, match="cannot read from an empty LazyTensorStorage"):
             storage.get(torch.tensor([0]))
+
+    @pytest.mark.parametrize("kind", ["tensor", "memmap"])
+    def test_non_tensor_entries_are_refused(self, kind):
+        # each process would keep its own copy of the strings (the file holding the last
+        # writer's): refused at the first write, naming the entry
+        if kind == "tensor":
+            storage = LazyTensorStorage(4, shared_init=True)
+        else:
+            storage = LazyMemmapStorage(4, shared_init=True)
+        with pytest.raises(TypeError, match=r"entry 'name' holds non-tensor data"):
+            storage.set(torch.arange(2), _with_text([0, 1]))
+        assert not storage.initialized
+        assert sorted(os.listdir(storage.scratch_dir)) == []  # nothing allocated
 
     def test_not_compilable_and_cpu_only(self):
         with pytest.raises(RuntimeError, match=r"shared_init=True\) cannot be compilable=True"):

@@ -587,8 +587,14 @@ class ReplayBuffer(CheckpointAliases):
                 # non-tensor entries: tensordict cannot write into a view of a memory-mapped
                 # stack; the items are read, updated and written back through the storage
                 with self._lock:
-                    if isinstance(index, list):
+                    # positions count over the filled items (negative ones from their end),
+                    # as in the view the other rewrites go through
+                    filled = torch.arange(self._storage._len_along_dim0)
+                    if isinstance(index, (list, range)):
                         index = torch.as_tensor(index)
+                    index = filled[index]
+                    if index.ndim == 0:  # one item
+                        index = int(index)
                     items = self._storage.get(index).clone()
                     items.update(value)
                     self._storage.set(index, items)

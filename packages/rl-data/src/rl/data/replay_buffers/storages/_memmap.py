@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - not on POSIX
 
 import numpy as np
 import torch
-from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase, is_non_tensor
 
 from rl.core.trainers import CheckpointError
 from rl.data.replay_buffers._utils import dtype_from_name
@@ -147,7 +147,9 @@ class LazyMemmapStorage(LazyTensorStorage):
     TensorDicts save them, as TorchRL's storage does: the values of all rows in one JSON
     file per entry (``<key>/meta.json``), rewritten by each write that changes them (a cost
     that grows with ``max_size``). Values JSON cannot hold are pickled by tensordict; a
-    directory holding such a file is refused on reopening (nothing is unpickled).
+    directory holding such a file is refused on reopening (nothing is unpickled). Items
+    with batch dims (``ndim > 1``) cannot hold them: tensordict cannot write the rows of a
+    memory-mapped stack of stacks (a ``NotImplementedError`` at the first write).
 
     Args:
         max_size: the capacity.
@@ -163,7 +165,8 @@ class LazyMemmapStorage(LazyTensorStorage):
             the allocation is shared: each process keeps its own length and write
             cursor (as TorchRL's storage without a shared writer), so processes that
             write should write to their own rows (``set`` with explicit indices).
-            Without it a second allocation in the same directory is an error. When
+            Non-tensor entries (strings...) are refused: their values live in each
+            process's memory. Without it a second allocation in the same directory is an error. When
             ``scratch_dir`` is omitted, pickled copies keep the original's temporary
             directory (instead of making their own).
         auto_cleanup: remove ``scratch_dir`` and its files when the storage is garbage
@@ -407,6 +410,17 @@ class LazyMemmapStorage(LazyTensorStorage):
         if not self.shared_init:
             super()._init(data, batched)
             return
+        if isinstance(data, TensorDictBase):
+            for key, value in data.items(include_nested=True):
+                if is_non_tensor(value):
+                    # its values live in each process's memory (the JSON file holds the
+                    # last writer's): the processes would silently disagree
+                    raise TypeError(
+                        f"shared_init=True shares tensors only: entry {key!r} holds "
+                        f"non-tensor data ({type(value).__name__}), which each process "
+                        "would keep its own copy of; store it as a tensor, or use a "
+                        "storage without shared_init"
+                    )
         with _dir_lock(self.scratch_dir):
             if (self.scratch_dir / _META).exists():
                 # a sibling process wrote first: open its files (the structure of
@@ -426,6 +440,16 @@ class LazyMemmapStorage(LazyTensorStorage):
         return True
 
     def _allocate(self, template: torch.Tensor | TensorDictBase) -> torch.Tensor | TensorDictBase:
+        if isinstance(template, TensorDictBase) and template.batch_dims:
+            for key, value in template.items(include_nested=True):
+                if is_non_tensor(value):
+                    # tensordict cannot write rows of a memory-mapped stack of stacks
+                    raise NotImplementedError(
+                        f"LazyMemmapStorage keeps non-tensor data of items without batch "
+                        f"dims only: entry {key!r} ({type(value).__name__}) is in items of "
+                        f"batch_size {list(template.batch_size)} (ndim > 1, or items with "
+                        "a batch dim); use LazyTensorStorage, or store the entry as a tensor"
+                    )
         if (self.scratch_dir / _META).exists():
             # another storage (e.g. a copy of this one made before its first write) has
             # allocated its files here since this one was made: never write over them

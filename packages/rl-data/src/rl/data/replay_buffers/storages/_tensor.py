@@ -755,11 +755,19 @@ class TensorStorage(Storage):
                         "keys": [
                             key if isinstance(key, tuple) else (key,) for key in self._objects
                         ],
-                        "values": [encode_item(valid.get(key).tolist()) for key in self._objects],
+                        "values": [self._encode_objects(valid, key) for key in self._objects],
                     }
             else:
                 state["data"] = valid.as_subclass(torch.Tensor).detach().cpu().clone()
         return state
+
+    @staticmethod
+    def _encode_objects(valid: TensorDictBase, key: Any) -> Any:
+        """The values of the non-tensor entry ``key`` as plain containers (a checkpoint)."""
+        try:
+            return encode_item(valid.get(key).tolist())
+        except TypeError as err:
+            raise TypeError(f"cannot save the non-tensor entry {key!r}: {err}") from None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         lazy_nd = self.ndim > 1 and self._storage is None  # max_size is rounded on allocation
@@ -811,7 +819,9 @@ class LazyTensorStorage(TensorStorage):
             rows. This is :class:`LazyMemmapStorage`'s ``shared_init`` machinery. As
             there, only the data is shared: each process keeps its own length and write
             cursor, so writers should write to their own rows (``set`` with explicit
-            indices). The data stays on the CPU: another ``device`` warns and is replaced
+            indices). Non-tensor entries (strings...) are refused at the first write
+            (a ``TypeError``): their values would live in each process's memory. The
+            data stays on the CPU: another ``device`` warns and is replaced
             by ``"cpu"`` at the first write, as TorchRL. Defaults to ``False``.
         cleanup_memmap: with ``shared_init=True``, remove the temporary directory when the
             storage of the process that built it is garbage collected or that process

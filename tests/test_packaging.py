@@ -157,9 +157,21 @@ def _closure(name: str, wheels: dict[str, Path]) -> list[str]:
 
 
 def test_wheels_are_small(wheels):
+    # the pure-Python wheels ship their sources and nothing else (no data, no assets: a
+    # stray file shows here by name); their size follows the code (rl-envs, the largest,
+    # holds every simulator wrapper: 519 kB at the 2026-12-01 session's end)
     for name, wheel in wheels.items():
-        limit = 2_000_000 if name == "rl-cpp" else 500_000
+        limit = 2_000_000 if name == "rl-cpp" else 750_000
         assert wheel.stat().st_size < limit, f"{wheel.name} is {wheel.stat().st_size} bytes"
+        if name == "rl-cpp":
+            continue
+        with zipfile.ZipFile(wheel) as archive:
+            other = [
+                member
+                for member in archive.namelist()
+                if ".dist-info/" not in member and not member.endswith((".py", "/py.typed"))
+            ]
+        assert not other, f"{wheel.name} ships files that are not sources: {other}"
 
 
 def test_no_namespace_init(wheels):

@@ -18,10 +18,11 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from rl.collectors import AsyncBatchedCollector
+from rl.collectors._async_batched import _EnvProcesses
 from rl.core import ExplorationType
 from rl.core import exploration_type as exploration_type_now
 from rl.core.inference_server import InferenceServerConfig
-from rl.envs import PendulumEnv, ProcessorAsyncEnvPool, StepCounter, TransformedEnv
+from rl.envs import PendulumEnv, StepCounter, TransformedEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -147,9 +148,9 @@ class TestAsyncBatchedCollector:
         whole = torch.cat(list(collector))
         if env_backend == "multiprocessing":
             # the env processes wait for their env as long as it takes (a first step may
-            # compile), as before the pool; a plain ProcessorAsyncEnvPool keeps 30 s
-            assert collector._env_pool._workers.timeout is None
-            assert ProcessorAsyncEnvPool._worker_timeout == 30.0
+            # compile), as before the pool (the pool's wiring: test_async_env_pool.py)
+            assert isinstance(collector._env_pool, _EnvProcesses)
+            assert _EnvProcesses._worker_timeout is None
         collector.shutdown()
         assert whole.shape == torch.Size([32])
         keys = [

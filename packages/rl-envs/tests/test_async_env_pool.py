@@ -76,6 +76,24 @@ class TestAsyncEnvPool:
         with pytest.raises(ValueError, match="non-empty sets of the CPU ids"):
             AsyncEnvPool([CounterEnv], backend="multiprocessing", worker_affinity=[10**6])
 
+    def test_worker_timeout_reaches_the_workers(self, make_pool):
+        # ParallelEnv's 30 s by default; a subclass may wait without a limit (what
+        # AsyncBatchedCollector's env processes do)
+        from rl.envs import ProcessorAsyncEnvPool
+
+        class Unlimited(ProcessorAsyncEnvPool):
+            _worker_timeout = None
+
+        pool = make_pool([CounterEnv], backend="multiprocessing")
+        assert pool._workers.timeout == 30.0
+        unlimited = Unlimited([CounterEnv])
+        try:
+            assert unlimited._workers.timeout is None
+            td = unlimited.step(unlimited.reset().set("action", torch.ones(1, 1)))
+            assert _counts(td) == [1.0]
+        finally:
+            unlimited.close()
+
     def test_worker_affinity(self, make_pool):
         cpu = min(os.sched_getaffinity(0))
         pool = make_pool([CounterEnv] * 2, backend="multiprocessing", worker_affinity=[[cpu]] * 2)

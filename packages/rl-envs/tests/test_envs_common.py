@@ -433,13 +433,28 @@ def test_docstring_examples(module):
     assert result.failed == 0
 
 
-def test_readme_examples():
-    """The python blocks of the package README run as written."""
+def _readme_blocks(compiles_for_a_minute: bool) -> list[str]:
+    """The python blocks of the package README: those that compile a Brax env's
+    differentiable step (about a minute of XLA on CPU), or the others."""
     readme = Path(__file__).parents[1] / "README.md"
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+    return [b for b in blocks if ("BraxEnv(" in b) == compiles_for_a_minute]
+
+
+def test_readme_examples():
+    """The python blocks of the package README run as written (the Brax one: below)."""
+    blocks = _readme_blocks(False)
     assert len(blocks) >= 4
     for block in blocks:
-        exec(compile(block, str(readme), "exec"), {"__name__": "__main__"})
+        exec(compile(block, "README.md", "exec"), {"__name__": "__main__"})
+
+
+@pytest.mark.slow
+def test_readme_brax_example():
+    """The README's Brax block runs as written (a minute of XLA compilation on CPU: behind
+    the slow marker; test_libs_brax.py checks the same gradients on a small system)."""
+    (block,) = _readme_blocks(True)
+    exec(compile(block, "README.md", "exec"), {"__name__": "__main__"})
 
 
 def test_step_mdp_keeps_an_action_under_a_repeated_group_name():

@@ -22,6 +22,7 @@ import torch
 
 __all__ = [
     "JaxKey",
+    "JaxStateMixin",
     "SimFunctions",
     "build_functions",
     "check_batch_size",
@@ -228,6 +229,54 @@ def tree_from_state(like: Any, leaves: list[torch.Tensor], name: str) -> Any:
             f"{[tuple(t.shape) for t in leaves]}"
         )
     return jax.tree_util.tree_unflatten(treedef, [to_jax(t.clone()) for t in leaves])
+
+
+class JaxStateMixin:
+    """The PRNG key, seeding and saved state of a wrapper that holds a JAX simulator's
+    state (``self._prng``: a :class:`JaxKey`; ``self._state``: the pytree of every copy,
+    None before the first reset). Shared by ``JumanjiWrapper`` and ``BraxWrapper``."""
+
+    @property
+    def key(self):
+        """The JAX PRNG key the next reset splits (settable)."""
+        return self._prng.current()
+
+    @key.setter
+    def key(self, value) -> None:
+        self._prng.set(value)
+
+    def _set_seed(self, seed: int | None) -> None:
+        if seed is not None:
+            self._prng.seed(seed)
+
+    def env_state(self) -> dict[str, Any]:
+        """The PRNG key and the JAX state of every copy, as tensors (copies)."""
+        return {
+            "key": self._prng.state(),
+            "state": None if self._state is None else tree_state(self._state),
+        }
+
+    def load_env_state(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`env_state` (an env never reset is reset first, for the
+        structure of its state).
+
+        Raises:
+            ValueError: ``state`` does not come from an env of this kind and batch size.
+        """
+        if not isinstance(state, dict) or set(state) != {"key", "state"}:
+            raise ValueError(
+                f"cannot restore the state of {self!r}: expected the dict of "
+                f"{type(self).__name__}.env_state(), got {state!r:.80}"
+            )
+        if state["state"] is not None:
+            if self._state is None:
+                self.reset()
+            self._state = tree_from_state(self._state, state["state"], repr(self))
+            self._state_loaded()
+        self._prng.load_state(state["key"])
+
+    def _state_loaded(self) -> None:
+        """Hook: the state was replaced by :meth:`load_env_state` (nothing by default)."""
 
 
 def check_batch_size(batch_size: Any) -> torch.Size:

@@ -22,6 +22,7 @@ from rl.envs._env_base import EnvBase
 from ._common import ClassProperty, ForwardsEnvAttributes
 from ._jax import (
     JaxKey,
+    JaxStateMixin,
     build_functions,
     check_batch_size,
     compiled_functions,
@@ -29,8 +30,6 @@ from ._jax import (
     strong_types,
     to_jax,
     to_torch,
-    tree_from_state,
-    tree_state,
 )
 
 __all__ = ["BraxEnv", "BraxWrapper"]
@@ -48,7 +47,7 @@ def _import_brax():
     return brax
 
 
-class BraxWrapper(ForwardsEnvAttributes, EnvBase):
+class BraxWrapper(JaxStateMixin, ForwardsEnvAttributes, EnvBase):
     """Wraps a Brax environment (``brax.envs.get_environment(name)``) as an env.
 
     ``batch_size=[*B]`` runs ``prod(B)`` copies in one ``jax.vmap`` of Brax's ``reset``
@@ -202,17 +201,8 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
 
         return list(brax.envs._envs)
 
-    @property
-    def key(self):
-        """The JAX PRNG key the next reset splits (settable)."""
-        return self._prng.current()
-
-    @key.setter
-    def key(self, value) -> None:
-        self._prng.set(value)
-
     # TorchRL's BraxWrapper keeps its key as ``_key``; code that reads it carries over
-    _key = key
+    _key = JaxStateMixin.key
 
     # --------------------------------------------------------------------------- specs
     def _make_specs(self, env) -> None:
@@ -328,40 +318,14 @@ class BraxWrapper(ForwardsEnvAttributes, EnvBase):
         if self._grad_leaves is not None:
             self._grad_leaves = [leaf.detach() for leaf in self._grad_leaves]
 
-    def _set_seed(self, seed: int | None) -> None:
-        if seed is not None:
-            self._prng.seed(seed)
-
     def clear_cache(self) -> None:
         """Clears JAX's caches (``jax.clear_caches()``): compiled functions compile again
         at their next call. TorchRL's way to bound memory in long differentiable runs."""
         import_jax("brax").clear_caches()
 
     # ------------------------------------------------------------------------- state
-    def env_state(self) -> dict[str, Any]:
-        """The PRNG key and the Brax state of every copy, as tensors (detached)."""
-        return {
-            "key": self._prng.state(),
-            "state": None if self._state is None else tree_state(self._state),
-        }
-
-    def load_env_state(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`env_state` (the gradient history, if any, is dropped).
-
-        Raises:
-            ValueError: ``state`` does not come from an env of this kind and batch size.
-        """
-        if not isinstance(state, dict) or set(state) != {"key", "state"}:
-            raise ValueError(
-                f"cannot restore the state of {self!r}: expected the dict of "
-                f"{type(self).__name__}.env_state(), got {state!r:.80}"
-            )
-        if state["state"] is not None:
-            if self._state is None:
-                self.reset()
-            self._state = tree_from_state(self._state, state["state"], repr(self))
-            self._grad_leaves = None
-        self._prng.load_state(state["key"])
+    def _state_loaded(self) -> None:
+        self._grad_leaves = None  # a loaded state has no gradient history
 
     def __repr__(self) -> str:
         return (

@@ -32,6 +32,7 @@ from rl.envs._env_base import EnvBase
 from ._common import ClassProperty, ForwardsEnvAttributes
 from ._jax import (
     JaxKey,
+    JaxStateMixin,
     build_functions,
     check_batch_size,
     compiled_functions,
@@ -39,8 +40,6 @@ from ._jax import (
     to_jax,
     to_torch,
     torch_dtype,
-    tree_from_state,
-    tree_state,
 )
 
 __all__ = ["JumanjiEnv", "JumanjiWrapper"]
@@ -133,7 +132,7 @@ def _outputs(paths, last_type, timestep):
     return obs, timestep.reward, last & ended, last & ~ended
 
 
-class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
+class JumanjiWrapper(JaxStateMixin, ForwardsEnvAttributes, EnvBase):
     """Wraps a Jumanji ``Environment`` (``jumanji.make(name)``) as an env.
 
     ``batch_size=[*B]`` runs ``prod(B)`` copies of the environment in one ``jax.vmap``
@@ -255,15 +254,6 @@ class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
         return sorted(jumanji.registered_environments())
 
     @property
-    def key(self):
-        """The JAX PRNG key the next reset splits (settable)."""
-        return self._prng.current()
-
-    @key.setter
-    def key(self, value) -> None:
-        self._prng.set(value)
-
-    @property
     def jit(self) -> bool:
         """Whether ``reset`` and ``step`` run compiled (``jax.jit``); settable."""
         return self._jit
@@ -366,36 +356,6 @@ class JumanjiWrapper(ForwardsEnvAttributes, EnvBase):
         action = self._read_action(tensordict.get("action"))
         self._state, outputs = self._fns.step(self._state, action)
         return self._write(outputs)
-
-    def _set_seed(self, seed: int | None) -> None:
-        if seed is not None:
-            self._prng.seed(seed)
-
-    # ------------------------------------------------------------------------- state
-    def env_state(self) -> dict[str, Any]:
-        """The PRNG key and the JAX state of every copy, as tensors."""
-        return {
-            "key": self._prng.state(),
-            "state": None if self._state is None else tree_state(self._state),
-        }
-
-    def load_env_state(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`env_state` (the env must have been reset once, to know the
-        structure of Jumanji's state).
-
-        Raises:
-            ValueError: ``state`` does not come from an env of this kind and batch size.
-        """
-        if not isinstance(state, dict) or set(state) != {"key", "state"}:
-            raise ValueError(
-                f"cannot restore the state of {self!r}: expected the dict of "
-                f"{type(self).__name__}.env_state(), got {state!r:.80}"
-            )
-        if state["state"] is not None:
-            if self._state is None:
-                self.reset()
-            self._state = tree_from_state(self._state, state["state"], repr(self))
-        self._prng.load_state(state["key"])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(env={self._env}, batch_size={self.batch_size})"
